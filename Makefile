@@ -1,0 +1,46 @@
+# segjobs: `make demo` runs the nightly compaction on a generated demo log dir; `make test` runs the suite.
+# Both create (or reuse) .venv and install everything the project needs.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+DEMO_DIR ?= demo-data
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+
+.PHONY: all venv java test test-fast demo bench clean help
+
+help:
+	@echo "make demo   generate a demo log dir under $(DEMO_DIR)/ and compact it (creates .venv on first use)"
+	@echo "make test   run the whole test suite (creates .venv on first use)"
+	@echo "make bench  run the benchmarks in benchmarks/ (heavy; not part of the suite)"
+
+java:
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "error: Java is required by Spark but was not found on PATH." >&2; \
+	  echo "       Install Java 17, e.g. on Debian/Ubuntu: apt-get install openjdk-17-jre-headless" >&2; \
+	  exit 1; }
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+test: java $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -x -m "not slow" tests
+
+demo: java $(STAMP)
+	$(PY) -m jobs.demo --dir $(DEMO_DIR)
+
+bench: java $(STAMP)
+	$(PY) -m benchmarks.run
+
+clean:
+	rm -rf $(DEMO_DIR) bench-data .pytest_cache

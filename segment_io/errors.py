@@ -1,0 +1,166 @@
+"""The one exception hierarchy of segjobs.
+
+Every error that segjobs raises on purpose derives from :class:`SegjobsError`. Errors about bytes on disk
+carry the file, the byte position and (when known) the Kafka offset, so a user can open the file with
+``segjobs dump`` and look at exactly the place that failed.
+"""
+
+from __future__ import annotations
+
+
+class SegjobsError(Exception):
+    """Root of every error segjobs raises deliberately."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Segment data
+# --------------------------------------------------------------------------------------------------
+
+
+class CorruptRecordError(SegjobsError):
+    """Bytes of a log segment do not form valid Kafka records.
+
+    ``path`` names the file, ``position`` the byte position of the batch (or message) that failed,
+    ``offset`` the batch base offset when it could be read, ``detail`` what exactly is wrong.
+    """
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        path: str | None = None,
+        position: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        self.detail = detail
+        self.path = path
+        self.position = position
+        self.offset = offset
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = []
+        if self.path is not None:
+            where.append(str(self.path))
+        if self.position is not None:
+            where.append(f"byte {self.position}")
+        if self.offset is not None:
+            where.append(f"offset {self.offset}")
+        prefix = ", ".join(where)
+        return f"{prefix}: {self.detail}" if prefix else self.detail
+
+    def located(self, *, path: str | None = None, offset_shift: int = 0) -> "CorruptRecordError":
+        """Return a copy that names ``path`` (decoders that work on bytes do not know the file)."""
+        err = type(self).__new__(type(self))
+        CorruptRecordError.__init__(
+            err,
+            self.detail,
+            path=path if path is not None else self.path,
+            position=None if self.position is None else self.position + offset_shift,
+            offset=self.offset,
+        )
+        return err
+
+
+class TruncatedBatchError(CorruptRecordError):
+    """The last batch of a segment is cut short: what a crash or a copy in progress leaves behind.
+
+    Distinct from corruption in the middle of a file: everything before ``position`` is intact.
+    """
+
+
+class InvalidMagicError(CorruptRecordError):
+    """A batch has a magic byte other than 0, 1 or 2."""
+
+
+class CrcMismatchError(CorruptRecordError):
+    """A batch's stored CRC does not match its bytes."""
+
+
+class InvalidLengthError(CorruptRecordError):
+    """A length field points beyond the batch or the file, or is negative or absurd."""
+
+
+class InvalidVarintError(CorruptRecordError):
+    """A varint is longer than allowed or runs past the end of its batch."""
+
+
+class RecordCountMismatchError(CorruptRecordError):
+    """A batch's declared record count does not match the records its bytes hold."""
+
+
+class DecompressionError(CorruptRecordError):
+    """A compressed batch payload could not be decompressed."""
+
+
+class UnsupportedCodecError(CorruptRecordError):
+    """A batch names a compression codec segjobs does not know (attribute bits 0-2 above 4)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Index and checkpoint files
+# --------------------------------------------------------------------------------------------------
+
+
+class CorruptIndexError(SegjobsError):
+    """An ``.index``, ``.timeindex`` or ``.txnindex`` file fails its sanity check."""
+
+    def __init__(self, detail: str, *, path: str | None = None, position: int | None = None,
+                 offset: int | None = None) -> None:
+        self.detail = detail
+        self.path = path
+        self.position = position
+        self.offset = offset
+        parts = [p for p in (path, None if position is None else f"byte {position}",
+                             None if offset is None else f"offset {offset}") if p]
+        super().__init__(f"{', '.join(parts)}: {detail}" if parts else detail)
+
+
+class CorruptCheckpointError(SegjobsError):
+    """A checkpoint file (offset or leader-epoch) is malformed. Names the file and the line."""
+
+    def __init__(self, detail: str, *, path: str | None = None, line: int | None = None) -> None:
+        self.detail = detail
+        self.path = path
+        self.line = line
+        where = ", ".join(p for p in (path, None if line is None else f"line {line}") if p)
+        super().__init__(f"{where}: {detail}" if where else detail)
+
+
+# --------------------------------------------------------------------------------------------------
+# Storage
+# --------------------------------------------------------------------------------------------------
+
+
+class StorageError(SegjobsError):
+    """An I/O operation on a local path or an object store failed. ``uri`` names the object."""
+
+    def __init__(self, detail: str, *, uri: str | None = None) -> None:
+        self.detail = detail
+        self.uri = uri
+        super().__init__(f"{uri}: {detail}" if uri else detail)
+
+
+class NotFoundError(StorageError):
+    """The file or object does not exist."""
+
+
+class PreconditionFailedError(StorageError):
+    """A conditional write lost its race: the object exists (or changed) when it must not have."""
+
+
+class LockHeldError(SegjobsError):
+    """Another process holds the log dir's lock (a broker's ``.lock``, or another segjobs run's lease)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Configuration and usage
+# --------------------------------------------------------------------------------------------------
+
+
+class ConfigError(SegjobsError):
+    """A topic configuration or command-line setting is invalid; the message names the key."""
+
+
+class UsageError(SegjobsError):
+    """The command line asks for something impossible (unknown partition in scope, missing log dir, ...)."""

@@ -1,0 +1,206 @@
+"""Kafka record-batch framing: byte layout constants and a batch-level scan of a segment.
+
+This module knows where each header field of a batch sits (RecordBatch v2, and the legacy magic 0/1
+message format). Record-level decoding lives in :mod:`segment_io.decode`, encoding in
+:mod:`segment_io.encode`; both use the constants below rather than their own copies.
+
+The scan walks batches only (one step per batch, never per record), so it is cheap enough for index
+rebuilds, retention's largest-timestamp scans and ``segjobs dump``.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from segment_io.errors import (
+    CorruptRecordError,
+    InvalidLengthError,
+    InvalidMagicError,
+    TruncatedBatchError,
+)
+
+# ---- common prefix of every batch / legacy message: offset (int64) + size (int32) ----
+LOG_OVERHEAD = 12
+SIZE_OFFSET = 8
+
+# ---- RecordBatch v2 header (offsets from the batch start) ----
+V2_PARTITION_LEADER_EPOCH = 12
+V2_MAGIC = 16
+V2_CRC = 17
+V2_ATTRIBUTES = 21
+V2_LAST_OFFSET_DELTA = 23
+V2_BASE_TIMESTAMP = 27
+V2_MAX_TIMESTAMP = 35
+V2_PRODUCER_ID = 43
+V2_PRODUCER_EPOCH = 51
+V2_BASE_SEQUENCE = 53
+V2_RECORDS_COUNT = 57
+V2_HEADER_SIZE = 61  # RECORD_BATCH_OVERHEAD: first record starts here
+V2_CRC_START = V2_ATTRIBUTES  # CRC-32C covers attributes .. end of batch
+
+#: big-endian: baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
+#: baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount
+V2_HEADER = struct.Struct(">qiibIhiqqqhii")
+assert V2_HEADER.size == V2_HEADER_SIZE
+
+# v2 attribute bits
+ATTR_CODEC_MASK = 0x07
+ATTR_TIMESTAMP_TYPE = 0x08
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+ATTR_DELETE_HORIZON = 0x40
+
+# ---- legacy message (magic 0 / 1) ----
+LEGACY_CRC = 12
+LEGACY_MAGIC = 16
+LEGACY_ATTRIBUTES = 17
+LEGACY_TIMESTAMP = 18  # magic 1 only
+LEGACY_V0_HEADER = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
+LEGACY_V1_HEADER = struct.Struct(">qiIbbq")  # ... + timestamp
+LEGACY_MIN_SIZE = {0: 14, 1: 22}  # message bytes after the size field: crc..key len..value len
+LEGACY_CODEC_MASK = 0x07
+LEGACY_TIMESTAMP_TYPE = 0x08
+
+NO_TIMESTAMP = -1
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+
+# Control record keys: version int16, type int16. Type 0 = ABORT, 1 = COMMIT.
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+
+#: A batch longer than this is treated as corrupt before anything is allocated for it (Kafka's own
+#: limit on message.max.bytes is an int; real batches are far below 1 GiB).
+MAX_BATCH_SIZE = 1 << 30
+
+
+@dataclass(frozen=True)
+class BatchHeaders:
+    """Header fields of every batch of a segment, one numpy array per field, in file order.
+
+    For legacy (magic 0/1) entries a compressed wrapper counts as one batch; its ``base_offset`` is
+    the wrapper's offset minus nothing known without decompressing, so ``base_offset`` equals
+    ``last_offset`` there (what Kafka's shallow iteration reports for the wrapper offset), and
+    ``record_count`` is -1 when unknown.
+    """
+
+    position: np.ndarray  # int64, byte position of the batch in the file
+    size: np.ndarray  # int32, bytes including the 12-byte prefix
+    base_offset: np.ndarray  # int64
+    last_offset: np.ndarray  # int64
+    magic: np.ndarray  # int8
+    attributes: np.ndarray  # int16
+    base_timestamp: np.ndarray  # int64 (v2; legacy: the message timestamp, -1 for magic 0)
+    max_timestamp: np.ndarray  # int64 (v2; legacy: the message timestamp, -1 for magic 0)
+    producer_id: np.ndarray  # int64
+    producer_epoch: np.ndarray  # int16
+    base_sequence: np.ndarray  # int32
+    partition_leader_epoch: np.ndarray  # int32
+    record_count: np.ndarray  # int32
+    crc: np.ndarray  # uint32 (stored CRC)
+    #: bytes at the end of the file that do not form a whole batch (0 when the file ends cleanly)
+    truncated_tail: int = 0
+
+    def __len__(self) -> int:
+        return len(self.position)
+
+    @property
+    def codec(self) -> np.ndarray:
+        """Compression codec of each batch (0-4)."""
+        legacy = self.magic < 2
+        return np.where(legacy, self.attributes & LEGACY_CODEC_MASK, self.attributes & ATTR_CODEC_MASK).astype(np.int8)
+
+    @property
+    def transactional(self) -> np.ndarray:
+        return (self.magic == 2) & ((self.attributes & ATTR_TRANSACTIONAL) != 0)
+
+    @property
+    def control(self) -> np.ndarray:
+        return (self.magic == 2) & ((self.attributes & ATTR_CONTROL) != 0)
+
+    @property
+    def has_delete_horizon(self) -> np.ndarray:
+        return (self.magic == 2) & ((self.attributes & ATTR_DELETE_HORIZON) != 0)
+
+    @property
+    def end(self) -> int:
+        """Byte position just after the last whole batch."""
+        return int(self.position[-1] + self.size[-1]) if len(self) else 0
+
+
+_FIELDS = (
+    ("position", np.int64), ("size", np.int32), ("base_offset", np.int64), ("last_offset", np.int64),
+    ("magic", np.int8), ("attributes", np.int16), ("base_timestamp", np.int64), ("max_timestamp", np.int64),
+    ("producer_id", np.int64), ("producer_epoch", np.int16), ("base_sequence", np.int32),
+    ("partition_leader_epoch", np.int32), ("record_count", np.int32), ("crc", np.uint32),
+)
+
+
+def scan_batches(data: bytes | memoryview, *, path: str | None = None, allow_truncated_tail: bool = True,
+                 start: int = 0) -> BatchHeaders:
+    """Read the header of every batch in ``data`` (a whole segment, or its tail from byte ``start``).
+
+    Checks framing only: magic, and that every size field fits the file. CRCs are verified by the
+    decoder (or :func:`segment_io.decode.verify_crcs`). An incomplete last batch is reported in
+    ``truncated_tail`` when ``allow_truncated_tail`` (the default), else raises
+    :class:`TruncatedBatchError`. A size field that is too small or absurd in the middle of the file
+    raises :class:`InvalidLengthError`; an unknown magic :class:`InvalidMagicError`.
+    """
+    mv = memoryview(data)
+    n = len(mv)
+    cols: dict[str, list] = {name: [] for name, _ in _FIELDS}
+    pos = start
+    truncated = 0
+    while pos < n:
+        if n - pos < LOG_OVERHEAD + 5:
+            truncated = n - pos
+            break
+        base_offset, size = struct.unpack_from(">qi", mv, pos)
+        magic = mv[pos + V2_MAGIC]
+        magic = magic - 256 if magic > 127 else magic
+        if magic not in (0, 1, 2):
+            raise InvalidMagicError(f"invalid magic byte {magic} (expected 0, 1 or 2)", path=path,
+                                    position=pos, offset=base_offset)
+        min_size = (V2_HEADER_SIZE - LOG_OVERHEAD) if magic == 2 else LEGACY_MIN_SIZE[magic]
+        if size < min_size or size > MAX_BATCH_SIZE:
+            raise InvalidLengthError(f"batch size {size} is impossible for magic {magic} "
+                                     f"(must be {min_size} to {MAX_BATCH_SIZE})", path=path, position=pos,
+                                     offset=base_offset)
+        total = LOG_OVERHEAD + size
+        if pos + total > n:
+            truncated = n - pos
+            break
+        if magic == 2:
+            (_, _, ple, _, crc, attrs, lod, base_ts, max_ts, pid, pepoch, bseq, count) = V2_HEADER.unpack_from(mv, pos)
+            last = base_offset + lod
+        else:
+            if magic == 1:
+                (_, _, crc, _, attrs, ts) = LEGACY_V1_HEADER.unpack_from(mv, pos)
+            else:
+                (_, _, crc, _, attrs) = LEGACY_V0_HEADER.unpack_from(mv, pos)
+                ts = NO_TIMESTAMP
+            ple, lod, base_ts, max_ts = NO_PARTITION_LEADER_EPOCH, 0, ts, ts
+            pid, pepoch, bseq = NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE
+            count = 1 if (attrs & LEGACY_CODEC_MASK) == 0 else -1
+            last = base_offset
+        for name, value in (
+            ("position", pos), ("size", total), ("base_offset", base_offset), ("last_offset", last),
+            ("magic", magic), ("attributes", attrs), ("base_timestamp", base_ts), ("max_timestamp", max_ts),
+            ("producer_id", pid), ("producer_epoch", pepoch), ("base_sequence", bseq),
+            ("partition_leader_epoch", ple), ("record_count", count), ("crc", crc),
+        ):
+            cols[name].append(value)
+        pos += total
+    if truncated and not allow_truncated_tail:
+        raise TruncatedBatchError(f"last batch is cut short: {truncated} bytes remain at the end of the file",
+                                  path=path, position=n - truncated)
+    arrays = {name: np.asarray(cols[name], dtype=dtype) for name, dtype in _FIELDS}
+    return BatchHeaders(**arrays, truncated_tail=truncated)
+
+
+__all__ = ["BatchHeaders", "scan_batches", "CorruptRecordError"]

@@ -1,0 +1,89 @@
+"""The Arrow schemas segjobs reads segments into: the one place that names and types their columns.
+
+Types are exact on purpose: Spark's Python data source rejects batches whose types differ from the
+declared schema, so everything here is ``binary`` (never ``large_binary``), ``string`` (never
+``large_string``) and fixed-width integers.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+#: A record header: Kafka header keys are UTF-8 strings, values are raw bytes (null allowed).
+HEADER_TYPE = pa.struct([
+    pa.field("key", pa.string(), nullable=False),
+    pa.field("value", pa.binary(), nullable=True),
+])
+
+#: One row per record. Batch-level fields repeat on every record of the batch so that a batch can be
+#: re-encoded faithfully from its rows alone.
+RECORD_SCHEMA = pa.schema([
+    pa.field("topic", pa.string(), nullable=False),
+    pa.field("partition", pa.int32(), nullable=False),
+    pa.field("offset", pa.int64(), nullable=False),
+    # Record timestamp as a reader sees it: for LOG_APPEND_TIME batches the batch max timestamp;
+    # -1 for magic 0 (which has no timestamps).
+    pa.field("timestamp", pa.int64(), nullable=False),
+    # -1 no timestamp (magic 0), 0 CreateTime, 1 LogAppendTime.
+    pa.field("timestamp_type", pa.int8(), nullable=False),
+    pa.field("key", pa.binary(), nullable=True),
+    # A null value is a tombstone.
+    pa.field("value", pa.binary(), nullable=True),
+    pa.field("headers", pa.list_(pa.field("item", HEADER_TYPE, nullable=False)), nullable=False),
+    # ---- batch fields ----
+    pa.field("batch_base_offset", pa.int64(), nullable=False),
+    pa.field("batch_last_offset", pa.int64(), nullable=False),
+    # Byte position of the batch (for legacy compressed messages, of the wrapper) in its segment.
+    pa.field("batch_position", pa.int64(), nullable=False),
+    # Size of the batch in bytes including the 12-byte offset+length prefix.
+    pa.field("batch_size", pa.int32(), nullable=False),
+    pa.field("batch_base_timestamp", pa.int64(), nullable=False),
+    pa.field("batch_max_timestamp", pa.int64(), nullable=False),
+    pa.field("magic", pa.int8(), nullable=False),
+    # 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
+    pa.field("codec", pa.int8(), nullable=False),
+    pa.field("transactional", pa.bool_(), nullable=False),
+    pa.field("control", pa.bool_(), nullable=False),
+    # -1 where the batch has none (also for every legacy batch).
+    pa.field("producer_id", pa.int64(), nullable=False),
+    pa.field("producer_epoch", pa.int16(), nullable=False),
+    pa.field("base_sequence", pa.int32(), nullable=False),
+    pa.field("partition_leader_epoch", pa.int32(), nullable=False),
+    # KIP-534 delete horizon (attribute bit 6); null when the batch has none.
+    pa.field("delete_horizon_ms", pa.int64(), nullable=True),
+    # Base offset of the segment file the record was read from.
+    pa.field("segment_base_offset", pa.int64(), nullable=False),
+])
+
+RECORD_COLUMNS: tuple[str, ...] = tuple(RECORD_SCHEMA.names)
+
+#: What the first compaction pass needs, decoded without materialising keys or values. The key is
+#: represented by a 128-bit hash (two int64 halves) so that 24 bytes per key (hash + offset) suffice in
+#: the offset map, as in Kafka, with a collision probability that stays negligible at billions of keys.
+KEY_HASH_SCHEMA = pa.schema([
+    pa.field("offset", pa.int64(), nullable=False),
+    pa.field("key_hash_hi", pa.int64(), nullable=False),
+    pa.field("key_hash_lo", pa.int64(), nullable=False),
+    pa.field("key_is_null", pa.bool_(), nullable=False),
+    pa.field("value_is_null", pa.bool_(), nullable=False),
+    pa.field("timestamp", pa.int64(), nullable=False),
+    pa.field("batch_base_offset", pa.int64(), nullable=False),
+    pa.field("batch_last_offset", pa.int64(), nullable=False),
+    pa.field("transactional", pa.bool_(), nullable=False),
+    pa.field("control", pa.bool_(), nullable=False),
+    pa.field("producer_id", pa.int64(), nullable=False),
+    pa.field("delete_horizon_ms", pa.int64(), nullable=True),
+    pa.field("magic", pa.int8(), nullable=False),
+])
+
+
+def project(columns: list[str] | tuple[str, ...] | None) -> pa.Schema:
+    """The record schema restricted to ``columns`` (in the given order); all columns when ``None``."""
+    if columns is None:
+        return RECORD_SCHEMA
+    unknown = [c for c in columns if c not in RECORD_SCHEMA.names]
+    if unknown:
+        from segment_io.errors import UsageError
+
+        raise UsageError(f"unknown record column(s) {unknown}; known: {list(RECORD_SCHEMA.names)}")
+    return pa.schema([RECORD_SCHEMA.field(c) for c in columns])

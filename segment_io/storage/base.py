@@ -1,0 +1,117 @@
+"""The storage interface: one way to reach files under a local path or an ``s3://`` prefix.
+
+Implementations are pickle-safe (they hold configuration, never live clients or file handles), so a
+:class:`Storage` can be shipped to Spark executors inside a task closure.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import BinaryIO, Iterator, ContextManager
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One file or object found by a listing."""
+
+    uri: str  #: full path or ``s3://bucket/key``
+    size: int
+    mtime_ms: int  #: last-modified time in epoch milliseconds
+    etag: str | None = None  #: object-store version tag (S3 ETag); None on local disk
+
+    @property
+    def name(self) -> str:
+        """Last path component."""
+        return self.uri.rstrip("/").rsplit("/", 1)[-1]
+
+
+class Storage(ABC):
+    """Files under a root. URIs passed in are absolute (local paths or ``s3://bucket/key``)."""
+
+    #: True where ``rename`` is atomic (local disk); False on object stores (copy + delete).
+    atomic_rename: bool = False
+
+    @abstractmethod
+    def join(self, base: str, *parts: str) -> str:
+        """Join path components the way this store spells them."""
+
+    @abstractmethod
+    def list(self, prefix: str, *, recursive: bool = False) -> list[FileInfo]:
+        """Files directly under the directory/prefix ``prefix`` (all below it when ``recursive``)."""
+
+    @abstractmethod
+    def list_dirs(self, prefix: str) -> list[str]:
+        """Immediate sub-directories (common prefixes) of ``prefix``, as full URIs without a trailing slash."""
+
+    @abstractmethod
+    def stat(self, uri: str) -> FileInfo:
+        """Size, mtime and etag of one file; raises :class:`~segment_io.errors.NotFoundError`."""
+
+    def exists(self, uri: str) -> bool:
+        from segment_io.errors import NotFoundError
+
+        try:
+            self.stat(uri)
+            return True
+        except NotFoundError:
+            return False
+
+    @abstractmethod
+    def read(self, uri: str) -> bytes:
+        """The whole file (one request on S3)."""
+
+    @abstractmethod
+    def read_range(self, uri: str, start: int, length: int) -> bytes:
+        """``length`` bytes from ``start`` (fewer at the end of the file)."""
+
+    @abstractmethod
+    def write_atomic(self, uri: str, data: bytes) -> None:
+        """Replace ``uri`` with ``data`` so a reader sees the old or the new content, never a mix.
+        Local: temp file, fsync, rename, fsync the directory. S3: a single PUT."""
+
+    @abstractmethod
+    def open_write(self, uri: str) -> ContextManager[BinaryIO]:
+        """A writable binary stream for large outputs. Content becomes visible only when the context
+        exits without error (local: temp + fsync + rename; S3: multipart upload completed at exit,
+        aborted on error)."""
+
+    @abstractmethod
+    def put_if_absent(self, uri: str, data: bytes) -> str | None:
+        """Create ``uri`` only if nothing is there. Raises
+        :class:`~segment_io.errors.PreconditionFailedError` if it exists. Returns the new etag (S3)."""
+
+    @abstractmethod
+    def put_if_match(self, uri: str, data: bytes, etag: str | None) -> str | None:
+        """Overwrite ``uri`` only if its current etag is ``etag`` (local: only if it exists and its
+        content hash matches ``etag`` as returned by ``stat``). Raises ``PreconditionFailedError``."""
+
+    @abstractmethod
+    def rename(self, src: str, dst: str) -> None:
+        """Move ``src`` to ``dst``, replacing ``dst``. Atomic on local disk; copy then delete on S3."""
+
+    @abstractmethod
+    def copy(self, src: str, dst: str) -> None:
+        """Copy ``src`` to ``dst`` (server-side on S3)."""
+
+    @abstractmethod
+    def delete(self, uri: str, *, missing_ok: bool = True) -> None:
+        """Remove one file."""
+
+    def delete_many(self, uris: list[str]) -> None:
+        for uri in uris:
+            self.delete(uri)
+
+    @abstractmethod
+    def makedirs(self, uri: str) -> None:
+        """Create a directory and its parents (a no-op on S3)."""
+
+    def sync_dir(self, uri: str) -> None:
+        """Make renames and creations inside directory ``uri`` durable (fsync on local disk; no-op on S3)."""
+
+    def local_path(self, uri: str) -> str | None:
+        """The local filesystem path for ``uri``, or None for remote stores."""
+        return None
+
+    def iter_files(self, prefix: str) -> Iterator[FileInfo]:
+        yield from self.list(prefix, recursive=True)

@@ -1,0 +1,79 @@
+"""A real S3 HTTP endpoint for tests: moto_server started as a subprocess on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+
+ACCESS_KEY = "testing"
+SECRET_KEY = "testing"
+REGION = "us-east-1"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class MotoServer:
+    """A running moto_server; ``endpoint_url`` is where S3 clients should point."""
+
+    process: subprocess.Popen
+    endpoint_url: str
+    _buckets: list[str] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, timeout_s: float = 30.0) -> "MotoServer":
+        port = _free_port()
+        env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
+                   AWS_DEFAULT_REGION=REGION)
+        moto = os.path.join(os.path.dirname(sys.executable), "moto_server")
+        cmd = [moto] if os.path.exists(moto) else [sys.executable, "-m", "moto.server"]
+        proc = subprocess.Popen(cmd + ["-H", "127.0.0.1", "-p", str(port)], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"moto_server exited with {proc.returncode} before it listened")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    return cls(proc, f"http://127.0.0.1:{port}")
+            except OSError:
+                time.sleep(0.1)
+        proc.kill()
+        raise RuntimeError(f"moto_server did not listen on 127.0.0.1:{port} within {timeout_s}s")
+
+    def client(self):
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint_url, aws_access_key_id=ACCESS_KEY,
+                            aws_secret_access_key=SECRET_KEY, region_name=REGION)
+
+    def create_bucket(self, hint: str = "b") -> str:
+        name = re.sub(r"[^a-z0-9-]", "-", hint.lower())[:40].strip("-") or "b"
+        name = f"{name}-{uuid.uuid4().hex[:8]}"
+        self.client().create_bucket(Bucket=name)
+        self._buckets.append(name)
+        return name
+
+    def storage_options(self):
+        """The segjobs storage options that reach this endpoint."""
+        from segment_io.storage import StorageOptions
+
+        return StorageOptions(endpoint_url=self.endpoint_url, region=REGION,
+                              access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()

@@ -1,0 +1,33 @@
+"""One local Spark session for the whole test run."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+
+_SESSION = None
+
+
+def get_session():
+    """Create (once) and return a ``local[2]`` SparkSession tuned for small test data."""
+    global _SESSION
+    if _SESSION is not None:
+        return _SESSION
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from jobs.spark_session import build_session
+
+    _SESSION = build_session(
+        app_name="segjobs-tests",
+        master="local[2]",
+        extra_conf={
+            "spark.sql.shuffle.partitions": "4",
+            "spark.default.parallelism": "4",
+            "spark.ui.enabled": "false",
+            "spark.sql.python.filterPushdown.enabled": "true",
+            "spark.driver.memory": "2g",
+        },
+    )
+    atexit.register(_SESSION.stop)
+    return _SESSION
