@@ -87,3 +87,14 @@ def project(columns: list[str] | tuple[str, ...] | None) -> pa.Schema:
 
         raise UsageError(f"unknown record column(s) {unknown}; known: {list(RECORD_SCHEMA.names)}")
     return pa.schema([RECORD_SCHEMA.field(c) for c in columns])
+
+#: The batch-level columns of RECORD_SCHEMA. A table of this schema describes batches that must be written
+#: with *no* records (Kafka keeps the last batch of an active producer, and the last batch of a cleaning
+#: round, as an empty header): the cleaner returns them beside the surviving records and the encoder merges
+#: them in by base offset.
+BATCH_COLUMNS: tuple[str, ...] = (
+    "batch_base_offset", "batch_last_offset", "batch_position", "batch_size", "batch_base_timestamp",
+    "batch_max_timestamp", "timestamp_type", "magic", "codec", "transactional", "control", "producer_id",
+    "producer_epoch", "base_sequence", "partition_leader_epoch", "delete_horizon_ms", "segment_base_offset",
+)
+BATCH_SCHEMA = pa.schema([RECORD_SCHEMA.field(c) for c in BATCH_COLUMNS])
