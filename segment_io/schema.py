@@ -72,8 +72,13 @@ KEY_HASH_SCHEMA = pa.schema([
     pa.field("transactional", pa.bool_(), nullable=False),
     pa.field("control", pa.bool_(), nullable=False),
     pa.field("producer_id", pa.int64(), nullable=False),
+    pa.field("producer_epoch", pa.int16(), nullable=False),
+    pa.field("batch_max_timestamp", pa.int64(), nullable=False),
     pa.field("delete_horizon_ms", pa.int64(), nullable=True),
     pa.field("magic", pa.int8(), nullable=False),
+    # For records of control batches: the control type from the record key (0 ABORT, 1 COMMIT, other values
+    # as found); -1 for data records. Lets the first pass find transaction outcomes without reading values.
+    pa.field("control_type", pa.int16(), nullable=False),
 ])
 
 
