@@ -98,6 +98,20 @@ class Storage(ABC):
     def delete(self, uri: str, *, missing_ok: bool = True) -> None:
         """Remove one file."""
 
+    def delete_if_match(self, uri: str, etag: str) -> None:
+        """Remove ``uri`` only if its current etag is ``etag``; raises ``PreconditionFailedError``
+        otherwise (also when it is gone). Implementations make the check and the removal atomic."""
+        from segment_io.errors import NotFoundError, PreconditionFailedError
+
+        # Fallback for wrappers and test doubles: check-then-delete, not atomic.
+        try:
+            current = self.stat(uri).etag
+        except NotFoundError:
+            raise PreconditionFailedError(f"does not exist (expected etag {etag})", uri=uri) from None
+        if current != etag:
+            raise PreconditionFailedError(f"etag is {current}, expected {etag}", uri=uri)
+        self.delete(uri)
+
     def delete_many(self, uris: list[str]) -> None:
         for uri in uris:
             self.delete(uri)

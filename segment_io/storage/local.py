@@ -1,0 +1,348 @@
+"""Local-disk storage: plain paths (or ``file://`` URIs), crash-safe writes, content-hash etags.
+
+Crash safety follows what a Kafka broker does for its checkpoint files: write a temporary file in the same
+directory, fsync it, rename it over the target, fsync the directory. A crash therefore leaves the old file
+or the new one, plus at worst a stray temporary file whose name :func:`is_temp_file` recognises.
+
+Etags on local disk are content hashes (SHA-256, hex), so :meth:`LocalStorage.stat` reads the whole file;
+use :meth:`LocalStorage.list` or :meth:`LocalStorage.exists` where only metadata is needed. Conditional
+writes (:meth:`LocalStorage.put_if_match`, :meth:`LocalStorage.delete_if_match`) are atomic against other
+segjobs processes: they hold a POSIX record lock on the target while comparing and replacing it.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import threading
+import uuid
+from contextlib import contextmanager
+from typing import BinaryIO, Callable, Iterator, TypeVar
+
+from segment_io.errors import NotFoundError, PreconditionFailedError, StorageError
+from segment_io.storage.base import FileInfo, Storage
+
+FILE_SCHEME = "file://"
+#: Marker in the names of temporary files; they end in ``.tmp`` like a broker's own, which Kafka ignores.
+_TEMP_RE = re.compile(r"\.segjobs-[0-9a-f]{12}\.tmp$")
+_HASH_CHUNK = 8 << 20
+
+# POSIX record locks do not exclude threads of the same process, so conditional writes also take this.
+_PROCESS_LOCK = threading.Lock()
+
+T = TypeVar("T")
+
+
+def to_path(uri: str) -> str:
+    """``file:///a/b`` -> ``/a/b``; plain paths are returned unchanged."""
+    return uri[len(FILE_SCHEME):] if uri.startswith(FILE_SCHEME) else uri
+
+
+def temp_name(name: str) -> str:
+    """A unique temporary sibling name for file ``name``."""
+    return f"{name}.segjobs-{uuid.uuid4().hex[:12]}.tmp"
+
+
+def is_temp_file(name: str) -> bool:
+    """True for temporary files left behind by an interrupted :class:`LocalStorage` write."""
+    return _TEMP_RE.search(name) is not None
+
+
+def content_etag(data: bytes) -> str:
+    """The etag :class:`LocalStorage` reports for a file holding ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def _file_etag(fd: int) -> str:
+    digest = hashlib.sha256()
+    os.lseek(fd, 0, os.SEEK_SET)
+    while chunk := os.read(fd, _HASH_CHUNK):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_temp(path: str, data: bytes) -> str:
+    """Write ``data`` durably to a fresh temporary sibling of ``path``; returns the temp path."""
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, temp_name(name))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        _unlink_quietly(tmp)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _info(path: str, st: os.stat_result, etag: str | None = None) -> FileInfo:
+    return FileInfo(uri=path, size=st.st_size, mtime_ms=st.st_mtime_ns // 1_000_000, etag=etag)
+
+
+class LocalStorage(Storage):
+    """Files on the local filesystem. Stateless, hence trivially pickle-safe."""
+
+    atomic_rename = True
+
+    # ------------------------------------------------------------------ naming and listing
+
+    def join(self, base: str, *parts: str) -> str:
+        return os.path.join(to_path(base), *parts)
+
+    def local_path(self, uri: str) -> str:
+        return to_path(uri)
+
+    def list(self, prefix: str, *, recursive: bool = False) -> list[FileInfo]:
+        """Regular files under directory ``prefix``, sorted by path; empty when ``prefix`` does not exist
+        (as on S3, where a prefix with no objects is indistinguishable from a missing one)."""
+        root = to_path(prefix)
+        return self._guard(root, lambda: sorted(self._walk(root, recursive), key=lambda f: f.uri))
+
+    def _walk(self, root: str, recursive: bool) -> Iterator[FileInfo]:
+        try:
+            entries = list(os.scandir(root))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for entry in entries:
+            try:
+                if entry.is_file():
+                    yield _info(entry.path, entry.stat())
+                elif recursive and entry.is_dir():
+                    yield from self._walk(entry.path, True)
+            except FileNotFoundError:
+                continue  # removed between scandir and stat: it is simply not there any more
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        root = to_path(prefix)
+
+        def scan() -> list[str]:
+            try:
+                return sorted(e.path for e in os.scandir(root) if e.is_dir())
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+
+        return self._guard(root, scan)
+
+    def stat(self, uri: str) -> FileInfo:
+        """Size, mtime and content-hash etag (reads the whole file)."""
+        path = to_path(uri)
+
+        def do() -> FileInfo:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                return _info(path, os.fstat(fd), _file_etag(fd))
+            finally:
+                os.close(fd)
+
+        return self._guard(path, do)
+
+    def exists(self, uri: str) -> bool:
+        return os.path.isfile(to_path(uri))
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self, uri: str) -> bytes:
+        path = to_path(uri)
+
+        def do() -> bytes:
+            with open(path, "rb") as f:
+                return f.read()
+
+        return self._guard(path, do)
+
+    def read_range(self, uri: str, start: int, length: int) -> bytes:
+        if start < 0 or length < 0:
+            raise StorageError(f"invalid range start={start} length={length}", uri=uri)
+        path = to_path(uri)
+
+        def do() -> bytes:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                return os.pread(fd, length, start)
+            finally:
+                os.close(fd)
+
+        return self._guard(path, do)
+
+    # ------------------------------------------------------------------ writing
+
+    def write_atomic(self, uri: str, data: bytes) -> None:
+        path = to_path(uri)
+
+        def do() -> None:
+            tmp = _write_temp(path, data)
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                _unlink_quietly(tmp)
+                raise
+            _fsync_dir(os.path.dirname(path) or ".")
+
+        self._guard(path, do)
+
+    @contextmanager
+    def open_write(self, uri: str) -> Iterator[BinaryIO]:
+        path = to_path(uri)
+        directory, name = os.path.split(path)
+        tmp = os.path.join(directory, temp_name(name))
+        f = self._guard(path, lambda: open(tmp, "xb"))
+        try:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+            self._guard(path, lambda: os.replace(tmp, path))
+        except BaseException:
+            f.close()
+            _unlink_quietly(tmp)
+            raise
+        self._guard(path, lambda: _fsync_dir(directory or "."))
+
+    def put_if_absent(self, uri: str, data: bytes) -> str:
+        """Create ``uri`` with ``data`` unless it exists; returns the content etag.
+
+        The content is written to a temporary file first and then hard-linked into place: ``link`` fails
+        if the name exists, and readers never see a partly written file.
+        """
+        path = to_path(uri)
+
+        def do() -> str:
+            tmp = _write_temp(path, data)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise PreconditionFailedError("already exists", uri=uri) from None
+            finally:
+                _unlink_quietly(tmp)
+            _fsync_dir(os.path.dirname(path) or ".")
+            return content_etag(data)
+
+        return self._guard(path, do)
+
+    def put_if_match(self, uri: str, data: bytes, etag: str | None) -> str:
+        """Replace ``uri`` only while its content hash is ``etag``; ``etag=None`` means "only if absent".
+        Returns the new etag."""
+        if etag is None:
+            return self.put_if_absent(uri, data)
+        path = to_path(uri)
+
+        def replace() -> str:
+            tmp = _write_temp(path, data)
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                _unlink_quietly(tmp)
+                raise
+            _fsync_dir(os.path.dirname(path) or ".")
+            return content_etag(data)
+
+        return self._with_etag_locked(uri, etag, replace)
+
+    def delete_if_match(self, uri: str, etag: str) -> None:
+        """Remove ``uri`` only while its content hash is ``etag``."""
+        path = to_path(uri)
+
+        def remove() -> None:
+            os.unlink(path)
+            _fsync_dir(os.path.dirname(path) or ".")
+
+        self._with_etag_locked(uri, etag, remove)
+
+    def _with_etag_locked(self, uri: str, etag: str, action: Callable[[], T]) -> T:
+        """Run ``action`` while holding a lock on the file at ``uri`` whose content hash is ``etag``.
+
+        The lock is taken on the inode currently at ``uri``; if a racer replaced the name meanwhile, the
+        inode we locked is stale and we look again, so comparisons are always against live content.
+        """
+        path = to_path(uri)
+
+        def do() -> T:
+            with _PROCESS_LOCK:
+                while True:
+                    try:
+                        fd = os.open(path, os.O_RDWR)
+                    except FileNotFoundError:
+                        raise PreconditionFailedError(f"does not exist (expected etag {etag})",
+                                                      uri=uri) from None
+                    try:
+                        fcntl.lockf(fd, fcntl.LOCK_EX)
+                        try:
+                            live = os.stat(path)
+                        except FileNotFoundError:
+                            live = None
+                        if live is None or live.st_ino != os.fstat(fd).st_ino:
+                            continue  # replaced or removed while we waited: look again
+                        current = _file_etag(fd)
+                        if current != etag:
+                            raise PreconditionFailedError(
+                                f"etag is {current}, expected {etag}", uri=uri)
+                        return action()
+                    finally:
+                        os.close(fd)  # closing drops the record lock
+
+        return self._guard(path, do)
+
+    # ------------------------------------------------------------------ moving and removing
+
+    def rename(self, src: str, dst: str) -> None:
+        s, d = to_path(src), to_path(dst)
+        self._guard(s, lambda: os.replace(s, d))
+
+    def copy(self, src: str, dst: str) -> None:
+        s, d = to_path(src), to_path(dst)
+        self._guard(s, lambda: shutil.copyfile(s, d))
+
+    def delete(self, uri: str, *, missing_ok: bool = True) -> None:
+        path = to_path(uri)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise NotFoundError("no such file", uri=path) from None
+        except OSError as e:
+            raise StorageError(f"delete failed: {e.strerror}", uri=path) from None
+
+    def makedirs(self, uri: str) -> None:
+        path = to_path(uri)
+        self._guard(path, lambda: os.makedirs(path, exist_ok=True))
+
+    def sync_dir(self, uri: str) -> None:
+        path = to_path(uri)
+        self._guard(path, lambda: _fsync_dir(path))
+
+    # ------------------------------------------------------------------ errors
+
+    @staticmethod
+    def _guard(path: str, fn: Callable[[], T]) -> T:
+        """Run ``fn`` translating OS errors into segjobs storage errors naming ``path``."""
+        try:
+            return fn()
+        except FileNotFoundError as e:
+            raise NotFoundError("no such file or directory", uri=e.filename or path) from None
+        except OSError as e:
+            if e.errno == errno.ENOENT:
+                raise NotFoundError("no such file or directory", uri=e.filename or path) from None
+            raise StorageError(f"{type(e).__name__}: {e.strerror or e}", uri=e.filename or path) from None
