@@ -1,0 +1,94 @@
+"""Command-line options shared by the jobs (compact, retain, inspect): one definition, one meaning."""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import re
+from dataclasses import dataclass
+
+from segment_io.errors import UsageError
+
+
+def add_log_dir_options(p: argparse.ArgumentParser, *, destructive: bool = True) -> None:
+    """--log-dir, --config, --set, --topic, --partition, --now, --report, --master and the S3 options."""
+    p.add_argument("--log-dir", required=True, metavar="URI",
+                   help="Kafka log dir: a local path or s3://bucket/prefix")
+    p.add_argument("--config", metavar="FILE", help="topic configuration TOML (see conf/topics.toml)")
+    p.add_argument("--set", action="append", default=[], metavar="TOPIC_GLOB:KEY=VALUE",
+                   help="override one topic config, e.g. 'orders*:min.cleanable.dirty.ratio=0.1' (repeatable)")
+    p.add_argument("--topic", action="append", default=[], metavar="GLOB",
+                   help="only topics matching this glob (repeatable; default: all)")
+    p.add_argument("--partition", action="append", default=[], metavar="TOPIC-N",
+                   help="only this partition, e.g. orders-3 (repeatable); an explicit partition is processed "
+                        "even when its dirty ratio would not select it")
+    p.add_argument("--now", metavar="EPOCH_MS|ISO8601",
+                   help="the instant the job acts at (default: the wall clock); fixes horizons and ages, "
+                        "so re-running with the same --now reproduces the same decisions")
+    if destructive:
+        p.add_argument("--dry-run", action="store_true",
+                       help="write nothing; report exactly what a real run would remove")
+    p.add_argument("--report", metavar="FILE.json", help="write the JSON report here (local path or s3:// URI)")
+    p.add_argument("--ledger", metavar="URI",
+                   help="append one row per partition to this Delta table (default: none)")
+    p.add_argument("--master", metavar="URL",
+                   help="Spark master (default: what spark-submit set, else local[*])")
+    p.add_argument("--s3-endpoint", metavar="URL", help="S3 endpoint URL (default: AWS_ENDPOINT_URL or AWS)")
+    p.add_argument("--s3-region", metavar="REGION", help="S3 region (default: from the AWS configuration)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which partitions a run covers: topic globs and explicit partitions (both empty: everything)."""
+
+    topic_globs: tuple[str, ...] = ()
+    partitions: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def everything(self) -> bool:
+        return not self.topic_globs and not self.partitions
+
+    def explicit(self, topic: str, partition: int) -> bool:
+        """True when the user named this partition (or its topic glob) on the command line."""
+        return (topic, partition) in self.partitions or any(fnmatch.fnmatchcase(topic, g) for g in self.topic_globs)
+
+    def includes(self, topic: str, partition: int) -> bool:
+        return self.everything or self.explicit(topic, partition)
+
+    def check_against(self, present: set[tuple[str, int]]) -> None:
+        """Fail before any work when the scope names something the log dir does not hold."""
+        missing = [f"{t}-{p}" for t, p in self.partitions if (t, p) not in present]
+        if missing:
+            raise UsageError(f"--partition names partitions not in the log dir: {', '.join(missing)}")
+        topics = {t for t, _ in present}
+        unmatched = [g for g in self.topic_globs if not any(fnmatch.fnmatchcase(t, g) for t in topics)]
+        if unmatched:
+            raise UsageError(f"--topic matches no topic in the log dir: {', '.join(unmatched)}")
+
+
+_PARTITION = re.compile(r"^(?P<topic>.+)-(?P<p>\d+)$")
+
+
+def parse_scope(topic_globs: list[str], partitions: list[str]) -> Scope:
+    parsed = []
+    for item in partitions:
+        m = _PARTITION.match(item)
+        if not m:
+            raise UsageError(f"--partition {item!r}: expected TOPIC-N, e.g. orders-3")
+        parsed.append((m.group("topic"), int(m.group("p"))))
+    return Scope(tuple(topic_globs), tuple(parsed))
+
+
+def storage_options_from_args(args: argparse.Namespace):
+    """StorageOptions from --s3-endpoint/--s3-region on top of the environment."""
+    from dataclasses import replace
+
+    from segment_io.storage import StorageOptions
+
+    opts = StorageOptions.from_env()
+    if getattr(args, "s3_endpoint", None):
+        opts = replace(opts, endpoint_url=args.s3_endpoint)
+    if getattr(args, "s3_region", None):
+        opts = replace(opts, region=args.s3_region)
+    return opts

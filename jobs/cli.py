@@ -1,0 +1,81 @@
+"""``segjobs <command>``: the console entry point.
+
+Every command lives in its own module with ``configure(parser)`` and ``run(args) -> int``; this file only
+routes. The same modules run under ``spark-submit jobs/<command>.py`` through :func:`submit_main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+from segment_io.errors import SegjobsError
+
+#: command -> (module, one-line help). Order is the order of ``segjobs --help``.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "compact": ("jobs.compact", "compact partitions whose cleanup.policy includes compact (Kafka's log cleaner)"),
+    "retain": ("jobs.retain", "apply retention (retention.ms, retention.bytes, log start offset) and delete segments"),
+    "recover": ("jobs.recover_cmd", "complete or roll back what an interrupted segjobs run left in a log dir"),
+    "inspect": ("jobs.inspect", "report per partition: dirty ratio, keys, tombstones, what compaction/retention would reclaim"),
+    "dump": ("jobs.dump", "print batches and records of segment files, like kafka-dump-log; --verify checks them"),
+    "generate": ("jobs.generate_cmd", "write a synthetic broker-style log dir (demo, tests, benchmarks)"),
+}
+
+EPILOG = """exit codes:
+  0  success
+  1  the work ran but something failed (e.g. a corrupt partition was reported and left untouched)
+  2  usage or configuration error: nothing was done
+
+Every destructive command has --dry-run. Time is always an input: --now EPOCH_MS|ISO8601 (default: now).
+Run `segjobs <command> --help` for the options of one command."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="segjobs",
+        description="Compaction and retention for Kafka log segments in local log dirs and S3 prefixes, as Spark jobs.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="<command>")
+    for name, (module_name, help_text) in COMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue  # command not built yet
+            raise
+        p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip(),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.configure(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except SegjobsError as exc:
+        print(f"segjobs {args.command}: error: {exc}", file=sys.stderr)
+        return 2 if exc.__class__.__name__ in ("ConfigError", "UsageError", "LockHeldError") else 1
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        print(f"segjobs {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def submit_main(command: str) -> None:
+    """Entry for ``spark-submit jobs/<command>.py ARGS``: the same arguments as ``segjobs <command>``."""
+    sys.exit(main([command, *sys.argv[1:]]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""Print the batches (and with --deep the records) of Kafka segment files: segjobs' kafka-dump-log.
+
+PATH may be a .log file, a partition directory (all its segments), an .index/.timeindex/.txnindex file, or
+an s3:// URI of any of these. --format jsonl prints one JSON object per record (key and value base64, null
+when null). --verify checks every CRC, every record's framing and the sanity of the .index and .timeindex
+beside each .log, and exits 1 on any problem.
+
+examples:
+  segjobs dump /var/kafka/logs/orders-0/00000000000000000000.log
+  segjobs dump --deep /var/kafka/logs/orders-0
+  segjobs dump --format jsonl s3://bucket/kafka/orders-0/00000000000000001000.log | jq .offset
+  segjobs dump --verify /var/kafka/logs/orders-0
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+from typing import IO, Iterable
+
+import numpy as np
+
+from jobs.timeutil import format_instant
+from segment_io import layout
+from segment_io.compression import CODEC_NAMES
+from segment_io.errors import CorruptIndexError, CorruptRecordError, SegjobsError, UsageError
+from segment_io.format import BatchHeaders, scan_batches
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="+", metavar="PATH", help="segment files, partition dirs, index files or s3:// URIs")
+    p.add_argument("--deep", action="store_true", help="print every record, not only batch headers")
+    p.add_argument("--format", choices=("text", "jsonl"), default="text",
+                   help="text (default) or jsonl: one JSON object per record")
+    p.add_argument("--verify", action="store_true",
+                   help="check CRCs, record framing and index sanity; exit 1 on any problem")
+    p.add_argument("--max-value-bytes", type=int, default=64,
+                   help="text format: show at most this many bytes of each key/value (default: 64; -1: all)")
+
+
+def _expand(storage, path: str) -> list[str]:
+    """Files to dump for ``path``: a directory expands to its segment files in base-offset order."""
+    info_name = path.rstrip("/").rsplit("/", 1)[-1]
+    if layout.parse_segment_file(info_name) or path.endswith((".messageset",)) or "." in info_name:
+        return [path]
+    files = storage.list(path)
+    segs = sorted((layout.parse_segment_file(f.name)[0], f.uri) for f in files
+                  if (parsed := layout.parse_segment_file(f.name)) and parsed[1] == ".log" and not parsed[2])
+    if not segs:
+        raise UsageError(f"{path}: no segment files (.log) found")
+    return [uri for _, uri in segs]
+
+
+def _show(b: bytes | None, limit: int) -> str:
+    if b is None:
+        return "null"
+    text = b if limit < 0 else b[:limit]
+    try:
+        s = text.decode("utf-8")
+        s = s if s.isprintable() else repr(text)[2:-1]
+    except UnicodeDecodeError:
+        s = repr(text)[2:-1]
+    return s + (f"...(+{len(b) - limit} bytes)" if 0 <= limit < len(b) else "")
+
+
+def _batch_line(h: BatchHeaders, i: int, crc_ok: bool | None) -> str:
+    magic = int(h.magic[i])
+    codec = CODEC_NAMES.get(int(h.codec[i]), str(int(h.codec[i])))
+    horizon = int(h.base_timestamp[i]) if bool(h.has_delete_horizon[i]) else None
+    ts_type = "LogAppendTime" if int(h.attributes[i]) & 0x08 else "CreateTime"
+    count = int(h.record_count[i])
+    seq = int(h.base_sequence[i])
+    last_seq = seq + (int(h.last_offset[i]) - int(h.base_offset[i])) if seq >= 0 else -1
+    return (f"baseOffset: {int(h.base_offset[i])} lastOffset: {int(h.last_offset[i])} "
+            f"count: {count if count >= 0 else '?'} position: {int(h.position[i])} size: {int(h.size[i])} "
+            f"magic: {magic} compresscodec: {codec} {ts_type}: {int(h.max_timestamp[i])} "
+            f"producerId: {int(h.producer_id[i])} producerEpoch: {int(h.producer_epoch[i])} "
+            f"baseSequence: {seq} lastSequence: {last_seq} "
+            f"partitionLeaderEpoch: {int(h.partition_leader_epoch[i])} "
+            f"isTransactional: {str(bool(h.transactional[i])).lower()} isControl: {str(bool(h.control[i])).lower()} "
+            f"deleteHorizonMs: {horizon if horizon is not None else '-'}"
+            + ("" if crc_ok is None else f" crcValid: {str(crc_ok).lower()}"))
+
+
+def _dump_index(storage, uri: str, out: IO[str]) -> list[SegjobsError]:
+    from segment_io import index
+
+    data = storage.read(uri)
+    name = uri.rsplit("/", 1)[-1]
+    parsed = layout.parse_segment_file(name)
+    base = parsed[0] if parsed else 0
+    problems: list[SegjobsError] = []
+    try:
+        if name.endswith(".timeindex"):
+            ts, rel = index.read_time_index(data, path=uri)
+            for t, r in zip(ts.tolist(), rel.tolist()):
+                out.write(f"timestamp: {t} offset: {base + r}\n")
+        elif name.endswith(".index"):
+            rel, pos = index.read_offset_index(data, path=uri)
+            for r, p in zip(rel.tolist(), pos.tolist()):
+                out.write(f"offset: {base + r} position: {p}\n")
+        elif name.endswith(".txnindex"):
+            for e in index.read_txn_index(data, path=uri):
+                out.write(f"{e}\n")
+    except CorruptIndexError as exc:
+        problems.append(exc)
+    return problems
+
+
+def _dump_log(storage, uri: str, args: argparse.Namespace, out: IO[str]) -> list[SegjobsError]:
+    from segment_io.decode import decode_segment_bytes, verify_segment_crcs
+
+    data = storage.read(uri)
+    problems: list[SegjobsError] = []
+    try:
+        headers = scan_batches(data, path=uri, allow_truncated_tail=True)
+    except CorruptRecordError as exc:
+        return [exc]
+    if headers.truncated_tail:
+        from segment_io.errors import TruncatedBatchError
+
+        problems.append(TruncatedBatchError(f"last {headers.truncated_tail} bytes do not form a whole batch "
+                                            f"(what a crash leaves)", path=uri, position=headers.end))
+    crc_errors: dict[int, CorruptRecordError] = {}
+    if args.verify or args.format == "text":
+        for err in verify_segment_crcs(data, path=uri):
+            if err.position is not None:
+                crc_errors[err.position] = err
+            problems.append(err)
+    if args.verify:
+        problems.extend(_verify_indexes(storage, uri, headers))
+    records = None
+    if args.deep or args.format == "jsonl" or args.verify:
+        try:
+            records = decode_segment_bytes(data, path=uri, allow_truncated_tail=True, verify_crc=False)
+        except CorruptRecordError as exc:
+            problems.append(exc)
+    if args.format == "jsonl":
+        if records is not None:
+            _write_jsonl(records, out)
+    else:
+        out.write(f"Dumping {uri}\n")
+        rec_pos = records["batch_position"].to_numpy() if records is not None else None
+        starts = np.searchsorted(rec_pos, headers.position) if rec_pos is not None else None
+        ends = np.searchsorted(rec_pos, headers.position, side="right") if rec_pos is not None else None
+        for i in range(len(headers)):
+            ok = int(headers.position[i]) not in crc_errors
+            out.write(_batch_line(headers, i, ok) + "\n")
+            if args.deep and records is not None:
+                _write_records_text(records.slice(int(starts[i]), int(ends[i] - starts[i])), args.max_value_bytes, out)
+    return problems
+
+
+def _verify_indexes(storage, log_uri: str, headers: BatchHeaders) -> list[SegjobsError]:
+    from segment_io import index
+
+    base_name = log_uri.rsplit("/", 1)[-1]
+    parsed = layout.parse_segment_file(base_name)
+    if not parsed:
+        return []
+    prefix = log_uri[: -len(".log")]
+    data = {}
+    for suffix in (".index", ".timeindex"):
+        uri = prefix + suffix
+        data[suffix] = storage.read(uri) if storage.exists(uri) else None
+    return list(index.check_indexes(headers, data[".index"], data[".timeindex"], path=prefix,
+                                    segment_base_offset=parsed[0]))
+
+
+def _write_records_text(records, limit: int, out: IO[str]) -> None:
+    cols = records.select(["offset", "timestamp", "key", "value", "headers"]).to_pydict()
+    for off, ts, k, v, hs in zip(cols["offset"], cols["timestamp"], cols["key"], cols["value"], cols["headers"]):
+        hk = ",".join(h["key"] for h in hs)
+        out.write(f"| offset: {off} timestamp: {ts} ({format_instant(ts)}) keySize: {len(k) if k is not None else -1} "
+                  f"valueSize: {len(v) if v is not None else -1} headerKeys: [{hk}] key: {_show(k, limit)} "
+                  f"payload: {_show(v, limit)}\n")
+
+
+def _b64(b: bytes | None) -> str | None:
+    return None if b is None else base64.b64encode(b).decode("ascii")
+
+
+def _write_jsonl(records, out: IO[str]) -> None:
+    for chunk in records.to_batches(max_chunksize=10_000):
+        d = chunk.to_pydict()
+        for i in range(chunk.num_rows):
+            out.write(json.dumps({
+                "topic": d["topic"][i], "partition": d["partition"][i], "offset": d["offset"][i],
+                "timestamp": d["timestamp"][i], "timestamp_type": d["timestamp_type"][i],
+                "key": _b64(d["key"][i]), "value": _b64(d["value"][i]),
+                "headers": [{"key": h["key"], "value": _b64(h["value"])} for h in d["headers"][i]],
+                "batch_base_offset": d["batch_base_offset"][i], "producer_id": d["producer_id"][i],
+                "transactional": d["transactional"][i], "control": d["control"][i],
+                "delete_horizon_ms": d["delete_horizon_ms"][i],
+            }, separators=(",", ":")) + "\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    from segment_io.storage import open_storage
+
+    out = sys.stdout
+    problems: list[SegjobsError] = []
+    for path in args.paths:
+        storage = open_storage(path)
+        if not storage.exists(path) and not storage.list(path):
+            raise UsageError(f"{path}: no such file or directory")
+        for uri in _expand(storage, path):
+            if uri.endswith((".index", ".timeindex", ".txnindex")):
+                problems.extend(_dump_index(storage, uri, out))
+            else:
+                problems.extend(_dump_log(storage, uri, args, out))
+    for p in problems:
+        print(f"problem: {p}", file=sys.stderr)
+    if args.verify:
+        print(f"verify: {'OK' if not problems else f'{len(problems)} problem(s)'}", file=sys.stderr)
+    return 1 if problems and args.verify else 0
