@@ -17,6 +17,7 @@ from typing import Callable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from segment_io import layout
 from segment_io.compression import CODEC_NAMES
@@ -104,8 +105,11 @@ def _keys(ids: np.ndarray, width: int) -> np.ndarray:
     return digits.reshape(-1)
 
 
-def _partition_table(spec: GenerateSpec, topic: str, partition: int, rng: np.random.Generator) -> tuple[pa.Table, int]:
-    """All records of one partition (data and markers), batch fields set, segment_base_offset still 0."""
+def synthetic_table(spec: GenerateSpec, topic: str, partition: int,
+                    rng: np.random.Generator | None = None) -> pa.Table:
+    """All records of one partition (data and markers) as a RECORD_SCHEMA table in offset order, batch
+    fields set; ``segment_base_offset`` is still 0 and ``batch_position``/``batch_size`` are placeholders."""
+    rng = rng if rng is not None else np.random.default_rng(spec.seed)
     n = spec.records
     k = spec.distinct_keys
     # Every key appears at least once, so superseded records number exactly n - k.
@@ -188,8 +192,7 @@ def _partition_table(spec: GenerateSpec, topic: str, partition: int, rng: np.ran
         "delete_horizon_ms": pa.nulls(total, pa.int64()),
         "segment_base_offset": pa.array(np.zeros(total, dtype=np.int64)),
     }
-    table = pa.Table.from_pydict(columns, schema=RECORD_SCHEMA).take(pa.array(order))
-    return table, m
+    return pa.Table.from_pydict(columns, schema=RECORD_SCHEMA).take(pa.array(order))
 
 
 def _headers(n: int, m: int, with_headers: bool) -> pa.Array:
@@ -241,7 +244,8 @@ def generate_log_dir(spec: GenerateSpec, out_dir: str | os.PathLike,
             if pdir.exists() and any(pdir.iterdir()):
                 raise FileExistsError(f"{pdir} already holds files; generate into an empty directory")
             pdir.mkdir(parents=True, exist_ok=True)
-            table, markers = _partition_table(spec, topic, p, rng)
+            table = synthetic_table(spec, topic, p, rng)
+            markers = int(pa.compute.sum(table["control"]).as_py() or 0)
             written = 0
             for seg in _split_segments(table, spec.segment_bytes):
                 base = int(seg["offset"][0].as_py()) if seg.num_rows else 0

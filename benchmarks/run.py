@@ -1,0 +1,54 @@
+"""Run the benchmarks: ``make bench`` (or ``python -m benchmarks.run [--quick] [--only NAME,...]``).
+
+Every section measures segjobs and its baseline in the same run on the same data and prints the ratio, so
+numbers from different machines are comparable by their ratios. Results are also written to
+``benchmarks/results-<section>.json``; the README quotes them with the command that produced them.
+Heavy: the end-to-end sections generate gigabytes under ./bench-data (removed afterwards).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+SECTIONS = {
+    "codec": "benchmarks.codec_bench",
+    "compact": "benchmarks.compact_bench",
+    "retain": "benchmarks.retain_bench",
+    "source": "benchmarks.source_bench",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="benchmarks.run", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller data: a smoke run, numbers less stable")
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections of {list(SECTIONS)}")
+    parser.add_argument("--data-dir", default="bench-data", help="scratch directory for generated data")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    import importlib
+
+    print(f"# segjobs benchmarks on {platform.machine()} with {os.cpu_count()} cores, Python {platform.python_version()}")
+    for name in [s.strip() for s in args.only.split(",") if s.strip()]:
+        if name not in SECTIONS:
+            parser.error(f"unknown section {name!r}; choose from {list(SECTIONS)}")
+        module = importlib.import_module(SECTIONS[name])
+        print(f"\n## {name}", flush=True)
+        kwargs = {"quick": args.quick}
+        if "data_dir" in module.run.__code__.co_varnames:
+            kwargs["data_dir"] = Path(args.data_dir)
+        rows = module.run(**kwargs)
+        for row in rows:
+            print("  " + "  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+        out = Path(__file__).parent / f"results-{name}{'-quick' if args.quick else ''}.json"
+        out.write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
