@@ -1,0 +1,417 @@
+"""S3 storage over boto3: whole-object GETs, multipart uploads, conditional writes, copy + delete renames.
+
+An :class:`S3Storage` holds only its :class:`~segment_io.storage.options.StorageOptions` and tuning numbers.
+The boto3 client is created lazily, once per process (a forked or unpickled copy makes its own), and is
+dropped when pickling, so the object can travel to Spark executors.
+
+Every botocore error is translated here, at the boundary: a missing object becomes
+:class:`~segment_io.errors.NotFoundError`, a lost conditional write
+:class:`~segment_io.errors.PreconditionFailedError`, anything else :class:`~segment_io.errors.StorageError`,
+each naming the ``s3://`` URI. Etags are passed around exactly as S3 returns them (quoted).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any, BinaryIO, Callable, Iterator, NoReturn, TypeVar
+
+from segment_io.errors import NotFoundError, PreconditionFailedError, StorageError, UsageError
+from segment_io.storage.base import FileInfo, Storage
+from segment_io.storage.options import StorageOptions
+
+S3_SCHEME = "s3://"
+MiB = 1 << 20
+#: S3's limits: parts (except the last) of at least 5 MiB, single PUT/COPY of at most 5 GiB.
+MIN_PART_SIZE = 5 * MiB
+MAX_SINGLE_COPY = 5 << 30
+_DELETE_BATCH = 1000  # DeleteObjects accepts at most this many keys
+
+T = TypeVar("T")
+
+_NOT_FOUND_CODES = {"NoSuchKey", "404", "NotFound", "NoSuchBucket"}
+# 409 ConditionalRequestConflict: S3 saw a concurrent conditional write to the same key; it lost.
+_PRECONDITION_CODES = {"PreconditionFailed", "412", "ConditionalRequestConflict"}
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/a/b`` -> ``("bucket", "a/b")``; the key may be empty (bucket root)."""
+    if not uri.startswith(S3_SCHEME):
+        raise UsageError(f"{uri}: not an s3:// URI")
+    bucket, _, key = uri[len(S3_SCHEME):].partition("/")
+    if not bucket:
+        raise UsageError(f"{uri}: no bucket name")
+    return bucket, key
+
+
+def _dir_prefix(key: str) -> str:
+    """The listing prefix of directory ``key``: a directory, never a string prefix (``t-1`` ≠ ``t-10``)."""
+    key = key.strip("/")
+    return f"{key}/" if key else ""
+
+
+class S3Storage(Storage):
+    """Objects under ``s3://`` URIs.
+
+    ``part_size`` is the multipart part size of :meth:`open_write` (outputs smaller than one part go up
+    in a single PUT); ``copy_part_size`` the part size of server-side copies above ``single_copy_limit``;
+    ``max_attempts`` bounds botocore's retries of throttled or failed requests.
+    """
+
+    atomic_rename = False
+
+    def __init__(
+        self,
+        options: StorageOptions | None = None,
+        *,
+        part_size: int = 16 * MiB,
+        upload_concurrency: int = 4,
+        single_copy_limit: int = MAX_SINGLE_COPY,
+        copy_part_size: int = 512 * MiB,
+        max_attempts: int = 8,
+    ) -> None:
+        if part_size < MIN_PART_SIZE or copy_part_size < MIN_PART_SIZE:
+            raise UsageError(f"S3 part sizes must be at least {MIN_PART_SIZE} bytes")
+        self.options = options if options is not None else StorageOptions.from_env()
+        self.part_size = part_size
+        self.upload_concurrency = max(1, upload_concurrency)
+        self.single_copy_limit = single_copy_limit
+        self.copy_part_size = copy_part_size
+        self.max_attempts = max_attempts
+        self._client_obj: Any = None
+        self._client_pid = -1
+        self._client_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ pickling and the client
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_client_obj"] = None
+        state["_client_pid"] = -1
+        del state["_client_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._client_lock = threading.Lock()
+
+    @property
+    def _client(self) -> Any:
+        # A client inherited through fork shares connections with the parent: make a fresh one per pid.
+        if self._client_obj is None or self._client_pid != os.getpid():
+            with self._client_lock:
+                if self._client_obj is None or self._client_pid != os.getpid():
+                    self._client_obj = self._make_client()
+                    self._client_pid = os.getpid()
+        return self._client_obj
+
+    def _make_client(self) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        o = self.options
+        session = boto3.session.Session(
+            aws_access_key_id=o.access_key_id,
+            aws_secret_access_key=o.secret_access_key,
+            aws_session_token=o.session_token,
+            region_name=o.region,
+            profile_name=o.profile,
+        )
+        config = Config(
+            retries={"max_attempts": self.max_attempts, "mode": "adaptive"},
+            max_pool_connections=max(10, 2 * self.upload_concurrency),
+            # Custom endpoints (MinIO, moto, on-prem) rarely resolve bucket subdomains.
+            s3={"addressing_style": "path"} if o.endpoint_url else {},
+        )
+        try:
+            return session.client("s3", endpoint_url=o.endpoint_url, config=config)
+        except Exception as e:  # botocore raises plain exceptions for bad profiles and regions
+            raise StorageError(f"cannot create an S3 client: {e}") from None
+
+    # ------------------------------------------------------------------ naming and listing
+
+    def join(self, base: str, *parts: str) -> str:
+        pieces = [base.rstrip("/")] + [p.strip("/") for p in parts if p.strip("/")]
+        return "/".join(pieces)
+
+    def list(self, prefix: str, *, recursive: bool = False) -> list[FileInfo]:
+        bucket, key = parse_s3_uri(prefix)
+        out: list[FileInfo] = []
+        for page in self._pages(prefix, bucket, _dir_prefix(key), recursive):
+            for obj in page.get("Contents", ()):
+                if obj["Key"].endswith("/"):
+                    continue  # zero-byte "folder" markers some tools create
+                out.append(FileInfo(uri=f"{S3_SCHEME}{bucket}/{obj['Key']}", size=obj["Size"],
+                                    mtime_ms=int(obj["LastModified"].timestamp() * 1000), etag=obj.get("ETag")))
+        return out
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        bucket, key = parse_s3_uri(prefix)
+        return [f"{S3_SCHEME}{bucket}/{cp['Prefix'].rstrip('/')}"
+                for page in self._pages(prefix, bucket, _dir_prefix(key), False)
+                for cp in page.get("CommonPrefixes", ())]
+
+    def _pages(self, uri: str, bucket: str, key_prefix: str, recursive: bool) -> Iterator[dict[str, Any]]:
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": key_prefix}
+        if not recursive:
+            kwargs["Delimiter"] = "/"
+        paginator = self._client.get_paginator("list_objects_v2")
+        try:
+            yield from paginator.paginate(**kwargs)
+        except Exception as e:
+            self._raise(e, uri)
+
+    def stat(self, uri: str) -> FileInfo:
+        bucket, key = parse_s3_uri(uri)
+        head = self._call(uri, lambda: self._client.head_object(Bucket=bucket, Key=key))
+        return FileInfo(uri=uri, size=head["ContentLength"],
+                        mtime_ms=int(head["LastModified"].timestamp() * 1000), etag=head.get("ETag"))
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self, uri: str) -> bytes:
+        bucket, key = parse_s3_uri(uri)
+        return self._call(uri, lambda: self._client.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+    def read_range(self, uri: str, start: int, length: int) -> bytes:
+        if start < 0 or length < 0:
+            raise StorageError(f"invalid range start={start} length={length}", uri=uri)
+        bucket, key = parse_s3_uri(uri)
+        if length == 0:
+            self.stat(uri)  # still report a missing object
+            return b""
+
+        def get() -> bytes:
+            resp = self._client.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{start + length - 1}")
+            return resp["Body"].read()
+
+        try:
+            return self._call(uri, get)
+        except StorageError as e:
+            # A range starting at or past the end is "416 InvalidRange" on S3; locally it reads nothing.
+            if "InvalidRange" in e.detail:
+                return b""
+            raise
+
+    # ------------------------------------------------------------------ writing
+
+    def write_atomic(self, uri: str, data: bytes) -> None:
+        bucket, key = parse_s3_uri(uri)
+        self._call(uri, lambda: self._client.put_object(Bucket=bucket, Key=key, Body=data))
+
+    @contextmanager
+    def open_write(self, uri: str) -> Iterator[BinaryIO]:
+        writer = _MultipartWriter(self, uri)
+        try:
+            yield writer  # type: ignore[misc]
+            writer.finish()
+        except BaseException:
+            writer.abort()
+            raise
+
+    def put_if_absent(self, uri: str, data: bytes) -> str:
+        bucket, key = parse_s3_uri(uri)
+        resp = self._call(uri, lambda: self._client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*"))
+        return resp["ETag"]
+
+    def put_if_match(self, uri: str, data: bytes, etag: str | None) -> str:
+        """Overwrite only while the object's etag is ``etag``; ``etag=None`` means "only if absent"."""
+        if etag is None:
+            return self.put_if_absent(uri, data)
+        bucket, key = parse_s3_uri(uri)
+        try:
+            resp = self._call(uri, lambda: self._client.put_object(Bucket=bucket, Key=key, Body=data, IfMatch=etag))
+        except NotFoundError:
+            # The object is gone (a racer deleted it): the condition failed just the same.
+            raise PreconditionFailedError(f"does not exist (expected etag {etag})", uri=uri) from None
+        return resp["ETag"]
+
+    def delete_if_match(self, uri: str, etag: str) -> None:
+        bucket, key = parse_s3_uri(uri)
+        try:
+            self._call(uri, lambda: self._client.delete_object(Bucket=bucket, Key=key, IfMatch=etag))
+        except NotFoundError:
+            raise PreconditionFailedError(f"does not exist (expected etag {etag})", uri=uri) from None
+
+    # ------------------------------------------------------------------ moving and removing
+
+    def rename(self, src: str, dst: str) -> None:
+        """Copy then delete: not atomic; a crash in between leaves both (callers' protocols allow for it)."""
+        self.copy(src, dst)
+        self.delete(src)
+
+    def copy(self, src: str, dst: str) -> None:
+        sb, sk = parse_s3_uri(src)
+        db, dk = parse_s3_uri(dst)
+        size = self.stat(src).size
+        if size <= self.single_copy_limit:
+            self._call(src, lambda: self._client.copy_object(Bucket=db, Key=dk, CopySource={"Bucket": sb, "Key": sk}))
+            return
+        self._multipart_copy(src, dst, size)
+
+    def _multipart_copy(self, src: str, dst: str, size: int) -> None:
+        sb, sk = parse_s3_uri(src)
+        db, dk = parse_s3_uri(dst)
+        upload_id = self._call(dst, lambda: self._client.create_multipart_upload(Bucket=db, Key=dk))["UploadId"]
+        try:
+            parts = []
+            for number, start in enumerate(range(0, size, self.copy_part_size), start=1):
+                end = min(start + self.copy_part_size, size) - 1
+                resp = self._call(src, lambda: self._client.upload_part_copy(
+                    Bucket=db, Key=dk, UploadId=upload_id, PartNumber=number,
+                    CopySource={"Bucket": sb, "Key": sk}, CopySourceRange=f"bytes={start}-{end}"))
+                parts.append({"PartNumber": number, "ETag": resp["CopyPartResult"]["ETag"]})
+            self._call(dst, lambda: self._client.complete_multipart_upload(
+                Bucket=db, Key=dk, UploadId=upload_id, MultipartUpload={"Parts": parts}))
+        except BaseException:
+            self._abort_upload(dst, upload_id)
+            raise
+
+    def delete(self, uri: str, *, missing_ok: bool = True) -> None:
+        bucket, key = parse_s3_uri(uri)
+        if not missing_ok:
+            self.stat(uri)  # S3 deletes of missing keys succeed silently
+        self._call(uri, lambda: self._client.delete_object(Bucket=bucket, Key=key))
+
+    def delete_many(self, uris: list[str]) -> None:
+        by_bucket: dict[str, list[str]] = {}
+        for uri in uris:
+            bucket, key = parse_s3_uri(uri)
+            by_bucket.setdefault(bucket, []).append(key)
+        for bucket, keys in by_bucket.items():
+            for i in range(0, len(keys), _DELETE_BATCH):
+                batch = [{"Key": k} for k in keys[i:i + _DELETE_BATCH]]
+                where = f"{S3_SCHEME}{bucket}/{batch[0]['Key']}"
+                resp = self._call(where, lambda: self._client.delete_objects(
+                    Bucket=bucket, Delete={"Objects": batch, "Quiet": True}))
+                errors = resp.get("Errors") or []
+                if errors:
+                    first = errors[0]
+                    raise StorageError(f"delete failed for {len(errors)} objects: {first.get('Code')} "
+                                       f"{first.get('Message')}", uri=f"{S3_SCHEME}{bucket}/{first.get('Key')}")
+
+    def makedirs(self, uri: str) -> None:
+        """Nothing to do: S3 has no directories."""
+
+    # ------------------------------------------------------------------ multipart helpers and errors
+
+    def _abort_upload(self, uri: str, upload_id: str) -> None:
+        bucket, key = parse_s3_uri(uri)
+        try:
+            self._client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+        except Exception:
+            pass  # best effort: a bucket lifecycle rule for incomplete uploads is the backstop
+
+    def _call(self, uri: str, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except Exception as e:
+            self._raise(e, uri)
+
+    @staticmethod
+    def _raise(e: Exception, uri: str) -> NoReturn:
+        """Translate a botocore error into a segjobs storage error naming ``uri``."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if isinstance(e, ClientError):
+            err = e.response.get("Error", {})
+            code = str(err.get("Code", ""))
+            status = str(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+            message = err.get("Message") or code or status
+            if code in _NOT_FOUND_CODES or (not code and status == "404"):
+                raise NotFoundError(f"not found ({code or status}: {message})", uri=uri) from None
+            if code in _PRECONDITION_CODES or status == "412":
+                raise PreconditionFailedError(f"precondition failed ({code or status}: {message})", uri=uri) from None
+            raise StorageError(f"S3 {code or status}: {message}", uri=uri) from None
+        if isinstance(e, BotoCoreError):
+            raise StorageError(f"S3 request failed: {e}", uri=uri) from None
+        raise e  # our own errors, and programming errors, pass through unchanged
+
+
+class _MultipartWriter(io.RawIOBase):
+    """A write-only stream: one PUT if the output fits in a part, else a multipart upload whose parts go
+    up in the background (at most ``upload_concurrency`` in flight, bounding memory)."""
+
+    def __init__(self, storage: S3Storage, uri: str) -> None:
+        super().__init__()
+        self._storage = storage
+        self._uri = uri
+        self._bucket, self._key = parse_s3_uri(uri)
+        self._buffer = bytearray()
+        self._upload_id: str | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: list[tuple[int, Future[str]]] = []
+        self._next_part = 1
+        self._written = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._written
+
+    def write(self, data: Any) -> int:  # type: ignore[override]
+        view = memoryview(data).cast("B")
+        self._buffer += view
+        self._written += len(view)
+        while len(self._buffer) >= self._storage.part_size:
+            part = bytes(self._buffer[: self._storage.part_size])
+            del self._buffer[: self._storage.part_size]
+            self._submit(part)
+        return len(view)
+
+    def _submit(self, part: bytes) -> None:
+        s = self._storage
+        if self._upload_id is None:
+            self._upload_id = s._call(self._uri, lambda: s._client.create_multipart_upload(
+                Bucket=self._bucket, Key=self._key))["UploadId"]
+            self._pool = ThreadPoolExecutor(max_workers=s.upload_concurrency, thread_name_prefix="s3-part")
+        # Wait for the oldest part when the window is full: memory stays at about concurrency x part size.
+        in_flight = [f for _, f in self._pending if not f.done()]
+        if len(in_flight) >= s.upload_concurrency:
+            in_flight[0].result()
+        number = self._next_part
+        self._next_part += 1
+        upload_id = self._upload_id
+        assert self._pool is not None
+        future = self._pool.submit(lambda: s._call(self._uri, lambda: s._client.upload_part(
+            Bucket=self._bucket, Key=self._key, UploadId=upload_id, PartNumber=number, Body=part))["ETag"])
+        self._pending.append((number, future))
+
+    def finish(self) -> None:
+        s = self._storage
+        if self._upload_id is None:
+            data = bytes(self._buffer)
+            s._call(self._uri, lambda: s._client.put_object(Bucket=self._bucket, Key=self._key, Body=data))
+        else:
+            if self._buffer:
+                self._submit(bytes(self._buffer))
+            self._buffer = bytearray()
+            parts = [{"PartNumber": n, "ETag": f.result()} for n, f in self._pending]
+            upload_id = self._upload_id
+            s._call(self._uri, lambda: s._client.complete_multipart_upload(
+                Bucket=self._bucket, Key=self._key, UploadId=upload_id, MultipartUpload={"Parts": parts}))
+            self._shutdown()
+        super().close()
+
+    def abort(self) -> None:
+        if self._upload_id is not None:
+            for _, f in self._pending:
+                f.cancel()
+            self._shutdown()
+            self._storage._abort_upload(self._uri, self._upload_id)
+            self._upload_id = None
+        self._buffer = bytearray()
+        super().close()
+
+    def close(self) -> None:
+        # Closing the stream inside the ``with`` block must not publish: open_write's exit decides.
+        pass
+
+    def _shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
