@@ -1,0 +1,325 @@
+"""numba kernels that walk the records of RecordBatch v2 payloads. Private to :mod:`segment_io.decode`.
+
+Records of a batch lie either in the segment buffer itself (uncompressed batches) or in a buffer of
+decompressed payloads; ``src[b]`` says which (0 segment, 1 decompressed) and ``rstart[b]:rend[b]`` where.
+
+Two passes, so that nothing is allocated from an unchecked length field:
+
+1. :func:`scan_records` checks every varint and length against its record and batch end, checks that each
+   record's fields use exactly its declared size and that each batch holds exactly its declared number of
+   records, and sums the bytes each output column needs.
+2. :func:`fill_records` (or :func:`hash_records`) walks the now-trusted bytes again and writes straight into
+   buffers preallocated from those sums.
+
+Kernels never raise: they report the first problem in ``err`` as ``[code, batch index, byte position in
+its buffer, record index, offending value]`` and the caller raises the matching exception.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from segment_io.hashing import murmur3_128
+
+ERR_NONE = 0
+ERR_VARINT_PAST_END = 1
+ERR_VARINT_TOO_LONG = 2
+ERR_LENGTH = 3
+ERR_RECORD_SIZE = 4
+ERR_COUNT_SHORT = 5
+ERR_COUNT_EXTRA = 6
+ERR_COUNT_NEGATIVE = 7
+ERR_CONTROL_KEY = 8
+
+#: Slots of the ``totals`` array :func:`scan_records` fills.
+TOT_RECORDS, TOT_KEY_BYTES, TOT_VALUE_BYTES, TOT_HEADERS, TOT_HKEY_BYTES, TOT_HVALUE_BYTES = range(6)
+
+# Varints are at most 5 bytes for int32 fields and 10 for int64 fields (Kafka's ByteUtils limits).
+_VARINT32_MAX = 5
+_VARINT64_MAX = 10
+# Negative "positions" returned by _varint to signal a failure without raising inside compiled code.
+_PAST_END = -1
+_TOO_LONG = -2
+_MASK32 = np.uint64(0xFFFFFFFF)
+_ONE = np.uint64(1)
+_SEVEN = np.uint64(7)
+
+
+@njit(cache=True, inline="always")
+def _varint(buf: np.ndarray, pos: int, end: int, max_bytes: int) -> tuple[int, int]:
+    """Zig-zag varint at ``pos`` that must end before ``end``. Returns ``(value, next position)``; the
+    position is ``_PAST_END`` or ``_TOO_LONG`` on failure. 5-byte varints wrap to int32 like Java does."""
+    raw = np.uint64(0)
+    shift = np.uint64(0)
+    for _ in range(max_bytes):
+        if pos >= end:
+            return 0, _PAST_END
+        b = buf[pos]
+        pos += 1
+        raw |= np.uint64(b & 0x7F) << shift
+        if b < 0x80:
+            if max_bytes == _VARINT32_MAX:
+                raw &= _MASK32
+                v = np.int64((raw >> _ONE) ^ ((np.uint64(0) - (raw & _ONE)) & _MASK32))
+                if v >= 2147483648:
+                    v -= 4294967296
+                return v, pos
+            return np.int64(raw >> _ONE) ^ -np.int64(raw & _ONE), pos
+        shift += _SEVEN
+    return 0, _TOO_LONG
+
+
+@njit(cache=True, inline="always")
+def _fail(err: np.ndarray, code: int, batch: int, pos: int, record: int, value: int) -> bool:
+    err[0] = code
+    err[1] = batch
+    err[2] = pos
+    err[3] = record
+    err[4] = value
+    return False
+
+
+@njit(cache=True, inline="always")
+def _varint_fail(err: np.ndarray, p: int, batch: int, pos: int, record: int) -> bool:
+    code = ERR_VARINT_PAST_END if p == _PAST_END else ERR_VARINT_TOO_LONG
+    return _fail(err, code, batch, pos, record, 0)
+
+
+@njit(cache=True)
+def scan_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, rend: np.ndarray,
+                 counts: np.ndarray, totals: np.ndarray, err: np.ndarray) -> bool:
+    """Validating pass over every record of every batch; fills ``totals``. False (and ``err``) on the
+    first problem."""
+    n_rec = 0
+    key_bytes = 0
+    value_bytes = 0
+    n_headers = 0
+    hkey_bytes = 0
+    hvalue_bytes = 0
+    for b in range(rstart.shape[0]):
+        buf = seg if src[b] == 0 else dec
+        pos = rstart[b]
+        end = rend[b]
+        count = counts[b]
+        if count < 0:
+            return _fail(err, ERR_COUNT_NEGATIVE, b, pos, 0, count)
+        for i in range(count):
+            if pos >= end:
+                return _fail(err, ERR_COUNT_SHORT, b, pos, i, count)
+            length, p = _varint(buf, pos, end, _VARINT32_MAX)
+            if p < 0:
+                return _varint_fail(err, p, b, pos, i)
+            if length < 0 or length > end - p:
+                return _fail(err, ERR_LENGTH, b, pos, i, length)
+            rec_end = p + length
+            if p >= rec_end:  # no room for the attributes byte
+                return _fail(err, ERR_RECORD_SIZE, b, pos, i, length)
+            p += 1
+            _, q = _varint(buf, p, rec_end, _VARINT64_MAX)  # timestamp delta
+            if q < 0:
+                return _varint_fail(err, q, b, p, i)
+            _, p = _varint(buf, q, rec_end, _VARINT32_MAX)  # offset delta
+            if p < 0:
+                return _varint_fail(err, p, b, q, i)
+            klen, q = _varint(buf, p, rec_end, _VARINT32_MAX)
+            if q < 0:
+                return _varint_fail(err, q, b, p, i)
+            if klen < -1 or klen > rec_end - q:
+                return _fail(err, ERR_LENGTH, b, p, i, klen)
+            if klen > 0:
+                key_bytes += klen
+                q += klen
+            vlen, p = _varint(buf, q, rec_end, _VARINT32_MAX)
+            if p < 0:
+                return _varint_fail(err, p, b, q, i)
+            if vlen < -1 or vlen > rec_end - p:
+                return _fail(err, ERR_LENGTH, b, q, i, vlen)
+            if vlen > 0:
+                value_bytes += vlen
+                p += vlen
+            hcount, q = _varint(buf, p, rec_end, _VARINT32_MAX)
+            if q < 0:
+                return _varint_fail(err, q, b, p, i)
+            # every header takes at least two bytes (two one-byte varints)
+            if hcount < 0 or hcount > (rec_end - q) // 2:
+                return _fail(err, ERR_LENGTH, b, p, i, hcount)
+            for _ in range(hcount):
+                hk, p = _varint(buf, q, rec_end, _VARINT32_MAX)
+                if p < 0:
+                    return _varint_fail(err, p, b, q, i)
+                if hk < 0 or hk > rec_end - p:  # header keys are never null
+                    return _fail(err, ERR_LENGTH, b, q, i, hk)
+                hkey_bytes += hk
+                p += hk
+                hv, q = _varint(buf, p, rec_end, _VARINT32_MAX)
+                if q < 0:
+                    return _varint_fail(err, q, b, p, i)
+                if hv < -1 or hv > rec_end - q:
+                    return _fail(err, ERR_LENGTH, b, p, i, hv)
+                if hv > 0:
+                    hvalue_bytes += hv
+                    q += hv
+            n_headers += hcount
+            if q != rec_end:
+                return _fail(err, ERR_RECORD_SIZE, b, pos, i, length)
+            pos = rec_end
+        if pos != end:
+            return _fail(err, ERR_COUNT_EXTRA, b, pos, count, count)
+        n_rec += count
+    totals[TOT_RECORDS] = n_rec
+    totals[TOT_KEY_BYTES] = key_bytes
+    totals[TOT_VALUE_BYTES] = value_bytes
+    totals[TOT_HEADERS] = n_headers
+    totals[TOT_HKEY_BYTES] = hkey_bytes
+    totals[TOT_HVALUE_BYTES] = hvalue_bytes
+    return True
+
+
+@njit(cache=True, inline="always")
+def _skip_varint(buf: np.ndarray, pos: int) -> int:
+    while buf[pos] >= 0x80:
+        pos += 1
+    return pos + 1
+
+
+@njit(cache=True, inline="always")
+def _copy(dst: np.ndarray, at: int, buf: np.ndarray, start: int, n: int) -> None:
+    for j in range(n):
+        dst[at + j] = buf[start + j]
+
+
+@njit(cache=True)
+def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, counts: np.ndarray,
+                 base_offset: np.ndarray, base_ts: np.ndarray, max_ts: np.ndarray, log_append: np.ndarray,
+                 want_keys: bool, want_values: bool, want_headers: bool,
+                 offsets: np.ndarray, timestamps: np.ndarray,
+                 k_offs: np.ndarray, k_data: np.ndarray, k_valid: np.ndarray,
+                 v_offs: np.ndarray, v_data: np.ndarray, v_valid: np.ndarray,
+                 h_offs: np.ndarray, hk_offs: np.ndarray, hk_data: np.ndarray,
+                 hv_offs: np.ndarray, hv_data: np.ndarray, hv_valid: np.ndarray) -> None:
+    """Second pass over bytes :func:`scan_records` accepted: writes per-record columns into the given
+    buffers (binary columns as int32 offsets + data + validity bytes). Columns not wanted are skipped."""
+    r = 0
+    ko = 0
+    vo = 0
+    h = 0
+    hko = 0
+    hvo = 0
+    if want_keys:
+        k_offs[0] = 0
+    if want_values:
+        v_offs[0] = 0
+    if want_headers:
+        h_offs[0] = 0
+        hk_offs[0] = 0
+        hv_offs[0] = 0
+    for b in range(rstart.shape[0]):
+        buf = seg if src[b] == 0 else dec
+        pos = rstart[b]
+        bo = base_offset[b]
+        bts = base_ts[b]
+        append_time = log_append[b]
+        mts = max_ts[b]
+        for _ in range(counts[b]):
+            length, p = _varint(buf, pos, 1 << 62, _VARINT32_MAX)
+            rec_end = p + length
+            p += 1  # attributes: unused in v2 records
+            ts_delta, p = _varint(buf, p, rec_end, _VARINT64_MAX)
+            off_delta, p = _varint(buf, p, rec_end, _VARINT32_MAX)
+            offsets[r] = bo + off_delta
+            timestamps[r] = mts if append_time else bts + ts_delta
+            klen, p = _varint(buf, p, rec_end, _VARINT32_MAX)
+            if want_keys:
+                if klen >= 0:
+                    _copy(k_data, ko, buf, p, klen)
+                    ko += klen
+                    k_valid[r] = True
+                else:
+                    k_valid[r] = False
+                k_offs[r + 1] = ko
+            if klen > 0:
+                p += klen
+            vlen, p = _varint(buf, p, rec_end, _VARINT32_MAX)
+            if want_values:
+                if vlen >= 0:
+                    _copy(v_data, vo, buf, p, vlen)
+                    vo += vlen
+                    v_valid[r] = True
+                else:
+                    v_valid[r] = False
+                v_offs[r + 1] = vo
+            if want_headers:
+                hcount, p2 = _varint(buf, p + (vlen if vlen > 0 else 0), rec_end, _VARINT32_MAX)
+                q = p2
+                for _ in range(hcount):
+                    hk, q = _varint(buf, q, rec_end, _VARINT32_MAX)
+                    _copy(hk_data, hko, buf, q, hk)
+                    hko += hk
+                    q += hk
+                    hk_offs[h + 1] = hko
+                    hv, q = _varint(buf, q, rec_end, _VARINT32_MAX)
+                    if hv >= 0:
+                        _copy(hv_data, hvo, buf, q, hv)
+                        hvo += hv
+                        q += hv
+                        hv_valid[h] = True
+                    else:
+                        hv_valid[h] = False
+                    hv_offs[h + 1] = hvo
+                    h += 1
+                h_offs[r + 1] = h
+            pos = rec_end
+            r += 1
+
+
+@njit(cache=True)
+def hash_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, counts: np.ndarray,
+                 base_offset: np.ndarray, base_ts: np.ndarray, max_ts: np.ndarray, log_append: np.ndarray,
+                 control: np.ndarray, offsets: np.ndarray, timestamps: np.ndarray,
+                 key_hi: np.ndarray, key_lo: np.ndarray, key_null: np.ndarray, value_null: np.ndarray,
+                 control_type: np.ndarray, err: np.ndarray) -> bool:
+    """Second pass for the first compaction pass: offsets, timestamps, key hashes, null flags and control
+    types, without copying keys or values. False (and ``err``) when a control record's key is too short
+    to hold its version and type."""
+    r = 0
+    for b in range(rstart.shape[0]):
+        buf = seg if src[b] == 0 else dec
+        pos = rstart[b]
+        bo = base_offset[b]
+        bts = base_ts[b]
+        append_time = log_append[b]
+        mts = max_ts[b]
+        is_control = control[b]
+        for i in range(counts[b]):
+            length, p = _varint(buf, pos, 1 << 62, _VARINT32_MAX)
+            rec_end = p + length
+            p += 1
+            ts_delta, p = _varint(buf, p, rec_end, _VARINT64_MAX)
+            off_delta, p = _varint(buf, p, rec_end, _VARINT32_MAX)
+            offsets[r] = bo + off_delta
+            timestamps[r] = mts if append_time else bts + ts_delta
+            klen, p = _varint(buf, p, rec_end, _VARINT32_MAX)
+            if klen >= 0:
+                hi, lo = murmur3_128(buf, p, klen)
+                key_hi[r] = hi
+                key_lo[r] = lo
+                key_null[r] = False
+            else:
+                key_hi[r] = 0
+                key_lo[r] = 0
+                key_null[r] = True
+            if is_control:
+                # control key: int16 version, int16 type, big-endian
+                if klen < 4:
+                    return _fail(err, ERR_CONTROL_KEY, b, pos, i, klen)
+                control_type[r] = np.int16((np.int32(buf[p + 2]) << 8) | np.int32(buf[p + 3]))
+            else:
+                control_type[r] = -1
+            if klen > 0:
+                p += klen
+            vlen, p = _varint(buf, p, rec_end, _VARINT32_MAX)
+            value_null[r] = vlen < 0
+            pos = rec_end
+            r += 1
+    return True

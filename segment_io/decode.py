@@ -1,0 +1,815 @@
+"""Segment decoder: Kafka ``.log`` bytes -> Arrow tables of :data:`segment_io.schema.RECORD_SCHEMA`.
+
+Framing comes from :func:`segment_io.format.scan_batches` (one step per batch). Records of RecordBatch v2
+are decoded by the numba kernels of :mod:`segment_io._decode_kernels`, which write straight into numpy
+buffers that become Arrow arrays without a Python object per record; the per-batch Python work is limited
+to CRC checks and decompressing compressed payloads. Legacy magic 0/1 message sets (old archives) are
+decoded message by message in Python.
+
+Every failure raises a subclass of :class:`~segment_io.errors.CorruptRecordError` naming the file, the
+byte position of the failing batch and its base offset.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+import crc32c
+import numpy as np
+import pyarrow as pa
+
+from segment_io import _decode_kernels as K
+from segment_io import compression, layout
+from segment_io.errors import (
+    CorruptRecordError,
+    CrcMismatchError,
+    DecompressionError,
+    InvalidLengthError,
+    InvalidMagicError,
+    InvalidVarintError,
+    RecordCountMismatchError,
+    TruncatedBatchError,
+    UnsupportedCodecError,
+)
+from segment_io.format import (
+    ATTR_CONTROL,
+    ATTR_DELETE_HORIZON,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
+    LEGACY_CODEC_MASK,
+    LEGACY_CRC,
+    LEGACY_MAGIC,
+    LEGACY_MIN_SIZE,
+    LEGACY_TIMESTAMP_TYPE,
+    LEGACY_V0_HEADER,
+    LEGACY_V1_HEADER,
+    LOG_OVERHEAD,
+    NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    NO_TIMESTAMP,
+    V2_CRC_START,
+    V2_HEADER_SIZE,
+    BatchHeaders,
+    scan_batches,
+)
+from segment_io.hashing import hash_keys
+from segment_io.schema import HEADER_TYPE, KEY_HASH_SCHEMA, RECORD_SCHEMA, project
+
+if TYPE_CHECKING:
+    from segment_io.storage.base import Storage
+
+_INT32_MAX = 2**31 - 1
+# iter_/read_segment decode at most this many batch bytes at once, which keeps every binary column of a
+# chunk well inside Arrow's int32 offsets (a chunk that still overflows after decompression is split).
+_CHUNK_BYTES = 256 << 20
+_HEADERS_TYPE = RECORD_SCHEMA.field("headers").type
+_NO_TIMESTAMP_TYPE, _CREATE_TIME, _LOG_APPEND_TIME = -1, 0, 1
+
+
+# --------------------------------------------------------------------------------------------------
+# Context and error helpers
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Segment:
+    """One segment's bytes and the options that apply to all of its batches."""
+
+    mv: memoryview
+    arr: np.ndarray  # the same bytes as uint8, zero-copy
+    hdr: BatchHeaders
+    path: str | None
+    topic: str
+    partition: int
+    segment_base_offset: int
+    verify_crc: bool
+    include_control: bool
+
+    def error(self, cls: type[CorruptRecordError], detail: str, b: int) -> CorruptRecordError:
+        """An exception of ``cls`` located at batch ``b`` (index into ``hdr``)."""
+        return cls(detail, path=self.path, position=int(self.hdr.position[b]),
+                   offset=int(self.hdr.base_offset[b]))
+
+
+def _as_bytes(data: bytes | bytearray | memoryview) -> tuple[memoryview, np.ndarray]:
+    mv = memoryview(data).cast("B") if not isinstance(data, memoryview) or data.format != "B" else data
+    return mv, np.frombuffer(mv, dtype=np.uint8)
+
+
+def _open(data: bytes | bytearray | memoryview, *, path: str | None, topic: str, partition: int,
+          segment_base_offset: int | None, verify_crc: bool, include_control: bool,
+          allow_truncated_tail: bool) -> _Segment:
+    mv, arr = _as_bytes(data)
+    hdr = scan_batches(mv, path=path, allow_truncated_tail=True)
+    if hdr.truncated_tail and not allow_truncated_tail:
+        pos = len(mv) - hdr.truncated_tail
+        offset = struct.unpack_from(">q", mv, pos)[0] if hdr.truncated_tail >= 8 else None
+        raise TruncatedBatchError(
+            f"last batch is cut short: only {hdr.truncated_tail} bytes remain at the end of the file",
+            path=path, position=pos, offset=offset)
+    if segment_base_offset is None:
+        segment_base_offset = int(hdr.base_offset[0]) if len(hdr) else 0
+    return _Segment(mv, arr, hdr, path, topic, partition, segment_base_offset, verify_crc, include_control)
+
+
+# --------------------------------------------------------------------------------------------------
+# RecordBatch v2
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _V2Input:
+    """Where the records of a run of v2 batches lie, ready for the kernels."""
+
+    batches: np.ndarray  # int64 indices into hdr of the batches decoded (control batches may be left out)
+    dec: np.ndarray  # uint8, decompressed payloads one after another
+    src: np.ndarray  # uint8 per batch: 0 records in the segment, 1 in ``dec``
+    rstart: np.ndarray  # int64
+    rend: np.ndarray  # int64
+    counts: np.ndarray  # int64, declared record counts
+
+
+def _check_v2_crcs(seg: _Segment, batches: np.ndarray) -> None:
+    hdr, mv = seg.hdr, seg.mv
+    for b in batches.tolist():
+        pos = int(hdr.position[b])
+        actual = crc32c.crc32c(mv[pos + V2_CRC_START:pos + int(hdr.size[b])])
+        if actual != int(hdr.crc[b]):
+            raise seg.error(CrcMismatchError, f"CRC-32C mismatch: stored {int(hdr.crc[b]):#010x}, "
+                                              f"computed {actual:#010x}", b)
+
+
+def _prepare_v2(seg: _Segment, batches: np.ndarray, *, include_control: bool) -> _V2Input:
+    hdr = seg.hdr
+    if seg.verify_crc:
+        _check_v2_crcs(seg, batches)
+    if not include_control:
+        batches = batches[(hdr.attributes[batches] & ATTR_CONTROL) == 0]
+    rstart = hdr.position[batches] + V2_HEADER_SIZE
+    rend = hdr.position[batches] + hdr.size[batches].astype(np.int64)
+    src = np.zeros(len(batches), dtype=np.uint8)
+    codecs = hdr.codec[batches]
+    payloads: list[bytes] = []
+    if codecs.any():
+        dec_pos = 0
+        for i in np.flatnonzero(codecs).tolist():
+            b = int(batches[i])
+            codec = int(codecs[i])
+            if codec > compression.ZSTD:
+                raise seg.error(UnsupportedCodecError, f"unknown compression codec {codec} in attributes", b)
+            try:
+                raw = compression.decompress(codec, seg.mv[int(rstart[i]):int(rend[i])])
+            except DecompressionError as exc:
+                raise seg.error(DecompressionError, exc.detail, b) from None
+            payloads.append(raw)
+            src[i] = 1
+            rstart[i] = dec_pos
+            dec_pos += len(raw)
+            rend[i] = dec_pos
+    dec = np.frombuffer(b"".join(payloads), dtype=np.uint8) if payloads else np.zeros(0, np.uint8)
+    counts = hdr.record_count[batches].astype(np.int64)
+    return _V2Input(batches, dec, src, rstart, rend, counts)
+
+
+_KERNEL_ERRORS: dict[int, tuple[type[CorruptRecordError], str]] = {
+    K.ERR_VARINT_PAST_END: (InvalidVarintError, "varint runs past the end of its record or batch"),
+    K.ERR_VARINT_TOO_LONG: (InvalidVarintError, "varint is longer than allowed"),
+    K.ERR_LENGTH: (InvalidLengthError, "length field {value} is negative or runs past its record"),
+    K.ERR_RECORD_SIZE: (InvalidLengthError, "record size {value} does not match the fields it holds"),
+    K.ERR_COUNT_SHORT: (RecordCountMismatchError, "batch declares {value} records but its bytes end "
+                                                  "after {record}"),
+    K.ERR_COUNT_EXTRA: (RecordCountMismatchError, "batch declares {value} records but bytes remain after "
+                                                  "the last of them"),
+    K.ERR_COUNT_NEGATIVE: (RecordCountMismatchError, "negative record count {value}"),
+    K.ERR_CONTROL_KEY: (InvalidLengthError, "control record key has {value} bytes; it needs 4 "
+                                            "(version, type)"),
+}
+
+
+def _raise_kernel_error(seg: _Segment, inp: _V2Input, err: np.ndarray) -> None:
+    code, i, pos, record, value = (int(x) for x in err)
+    cls, template = _KERNEL_ERRORS[code]
+    detail = template.format(value=value, record=record)
+    if inp.src[i] == 0:
+        where = f"file byte {pos}"
+    else:
+        where = f"byte {pos - int(inp.rstart[i])} of the decompressed payload"
+    raise seg.error(cls, f"{detail} (record {record}, {where})", int(inp.batches[i]))
+
+
+def _scan(seg: _Segment, inp: _V2Input) -> np.ndarray:
+    totals = np.zeros(6, dtype=np.int64)
+    err = np.zeros(5, dtype=np.int64)
+    if not K.scan_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.rend, inp.counts, totals, err):
+        _raise_kernel_error(seg, inp, err)
+    return totals
+
+
+def _log_append(hdr: BatchHeaders, batches: np.ndarray) -> np.ndarray:
+    return (hdr.attributes[batches] & ATTR_TIMESTAMP_TYPE) != 0
+
+
+def _binary(typ: pa.DataType, n: int, offsets: np.ndarray, data: np.ndarray,
+            valid: np.ndarray | None) -> pa.Array:
+    null_count = 0 if valid is None else n - int(np.count_nonzero(valid))
+    validity = None if null_count == 0 else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                 null_count=null_count)
+
+
+def _v2_columns(seg: _Segment, inp: _V2Input, names: set[str]) -> dict[str, pa.Array] | None:
+    """Record columns of one run of v2 batches; None when a binary column would overflow int32 offsets."""
+    totals = _scan(seg, inp)
+    n = int(totals[K.TOT_RECORDS])
+    h = int(totals[K.TOT_HEADERS])
+    if max(totals[K.TOT_KEY_BYTES], totals[K.TOT_VALUE_BYTES], totals[K.TOT_HKEY_BYTES],
+           totals[K.TOT_HVALUE_BYTES], h) > _INT32_MAX:
+        return None
+    want_k, want_v, want_h = "key" in names, "value" in names, "headers" in names
+
+    def alloc(wanted: bool, size: int, dtype: type) -> np.ndarray:
+        return np.empty(size if wanted else 0, dtype=dtype)
+
+    hdr, batches = seg.hdr, inp.batches
+    offsets = np.empty(n, np.int64)
+    timestamps = np.empty(n, np.int64)
+    k_offs, k_data, k_valid = (alloc(want_k, n + 1, np.int32), alloc(want_k, int(totals[K.TOT_KEY_BYTES]), np.uint8),
+                               alloc(want_k, n, np.bool_))
+    v_offs, v_data, v_valid = (alloc(want_v, n + 1, np.int32),
+                               alloc(want_v, int(totals[K.TOT_VALUE_BYTES]), np.uint8), alloc(want_v, n, np.bool_))
+    h_offs = alloc(want_h, n + 1, np.int32)
+    hk_offs, hk_data = alloc(want_h, h + 1, np.int32), alloc(want_h, int(totals[K.TOT_HKEY_BYTES]), np.uint8)
+    hv_offs, hv_data, hv_valid = (alloc(want_h, h + 1, np.int32),
+                                  alloc(want_h, int(totals[K.TOT_HVALUE_BYTES]), np.uint8), alloc(want_h, h, np.bool_))
+    K.fill_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.counts, hdr.base_offset[batches],
+                   hdr.base_timestamp[batches], hdr.max_timestamp[batches], _log_append(hdr, batches),
+                   want_k, want_v, want_h, offsets, timestamps, k_offs, k_data, k_valid, v_offs, v_data, v_valid,
+                   h_offs, hk_offs, hk_data, hv_offs, hv_data, hv_valid)
+
+    cols: dict[str, pa.Array] = {"offset": pa.array(offsets), "timestamp": pa.array(timestamps)}
+    if want_k:
+        cols["key"] = _binary(pa.binary(), n, k_offs, k_data, k_valid)
+    if want_v:
+        cols["value"] = _binary(pa.binary(), n, v_offs, v_data, v_valid)
+    if want_h:
+        hkeys = _binary(pa.string(), h, hk_offs, hk_data, None)
+        try:
+            hkeys.validate(full=True)
+        except pa.ArrowInvalid:
+            bad = int(batches[0])
+            raise seg.error(CorruptRecordError, "a record header key is not valid UTF-8 (in this batch or one "
+                                                "of the batches after it)", bad) from None
+        hvals = _binary(pa.binary(), h, hv_offs, hv_data, hv_valid)
+        items = pa.StructArray.from_arrays([hkeys, hvals], fields=list(HEADER_TYPE))
+        cols["headers"] = pa.Array.from_buffers(_HEADERS_TYPE, n, [None, pa.py_buffer(h_offs)], children=[items])
+    cols.update(_v2_batch_columns(seg, batches, inp.counts, names))
+    return cols
+
+
+def _v2_batch_columns(seg: _Segment, batches: np.ndarray, counts: np.ndarray, names: set[str]) -> dict[str, pa.Array]:
+    """Batch-level columns of RECORD_SCHEMA, repeated once per record."""
+    hdr = seg.hdr
+    attrs = hdr.attributes[batches]
+    horizon = (attrs & ATTR_DELETE_HORIZON) != 0
+    per_batch = {
+        "timestamp_type": ((attrs & ATTR_TIMESTAMP_TYPE) != 0).astype(np.int8),
+        "batch_base_offset": hdr.base_offset[batches],
+        "batch_last_offset": hdr.last_offset[batches],
+        "batch_position": hdr.position[batches],
+        "batch_size": hdr.size[batches],
+        "batch_base_timestamp": hdr.base_timestamp[batches],
+        "batch_max_timestamp": hdr.max_timestamp[batches],
+        "magic": hdr.magic[batches],
+        "codec": hdr.codec[batches],
+        "transactional": (attrs & ATTR_TRANSACTIONAL) != 0,
+        "control": (attrs & ATTR_CONTROL) != 0,
+        "producer_id": hdr.producer_id[batches],
+        "producer_epoch": hdr.producer_epoch[batches],
+        "base_sequence": hdr.base_sequence[batches],
+        "partition_leader_epoch": hdr.partition_leader_epoch[batches],
+    }
+    out: dict[str, pa.Array] = {}
+    for name, values in per_batch.items():
+        if name in names:
+            out[name] = pa.array(np.repeat(values, counts), type=RECORD_SCHEMA.field(name).type)
+    if "delete_horizon_ms" in names:
+        valid = np.repeat(horizon, counts)
+        out["delete_horizon_ms"] = pa.array(np.repeat(hdr.base_timestamp[batches], counts), type=pa.int64(),
+                                            mask=~valid)
+    return out
+
+
+def _decode_v2(seg: _Segment, batches: np.ndarray, names: set[str]) -> list[dict[str, pa.Array]]:
+    inp = _prepare_v2(seg, batches, include_control=seg.include_control)
+    cols = _v2_columns(seg, inp, names)
+    if cols is not None:
+        return [cols]
+    if len(batches) == 1:
+        raise seg.error(InvalidLengthError, "batch holds more than 2 GiB of keys, values or headers",
+                        int(batches[0]))
+    half = len(batches) // 2
+    return _decode_v2(seg, batches[:half], names) + _decode_v2(seg, batches[half:], names)
+
+
+# --------------------------------------------------------------------------------------------------
+# Legacy magic 0 / 1
+# --------------------------------------------------------------------------------------------------
+
+_PRIME32_1, _PRIME32_2, _PRIME32_3, _PRIME32_4, _PRIME32_5 = (
+    2654435761, 2246822519, 3266489917, 668265263, 374761393)
+
+
+def _xxh32_short(data: bytes) -> int:
+    """xxHash32 (seed 0) of fewer than 16 bytes: all an LZ4 frame descriptor needs."""
+    m = 0xFFFFFFFF
+    rotl = lambda x, r: ((x << r) | (x >> (32 - r))) & m  # noqa: E731
+    h = (_PRIME32_5 + len(data)) & m
+    i = 0
+    while i + 4 <= len(data):
+        (word,) = struct.unpack_from("<I", data, i)
+        h = (rotl((h + word * _PRIME32_3) & m, 17) * _PRIME32_4) & m
+        i += 4
+    for byte in data[i:]:
+        h = (rotl((h + byte * _PRIME32_5) & m, 11) * _PRIME32_1) & m
+    h ^= h >> 15
+    h = (h * _PRIME32_2) & m
+    h ^= h >> 13
+    h = (h * _PRIME32_3) & m
+    h ^= h >> 16
+    return h
+
+
+def _fix_kafka08_lz4(payload: bytes) -> bytes:
+    """Magic-0 LZ4 frames (Kafka 0.8/0.9, KAFKA-3160) carry a header checksum computed over the wrong
+    bytes; rewrite it so a standard LZ4 frame reader accepts the frame."""
+    if len(payload) < 7:
+        return payload
+    descriptor_end = 6 + (8 if payload[4] & 0x08 else 0) + (4 if payload[4] & 0x01 else 0)
+    if len(payload) <= descriptor_end:
+        return payload
+    hc = (_xxh32_short(payload[4:descriptor_end]) >> 8) & 0xFF
+    return payload[:descriptor_end] + bytes([hc]) + payload[descriptor_end + 1:]
+
+
+@dataclass
+class _LegacyMessage:
+    offset: int
+    magic: int
+    attributes: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+
+
+def _parse_legacy(mv: memoryview, pos: int, verify_crc: bool) -> tuple[_LegacyMessage, int]:
+    """One legacy message at ``pos`` of ``mv``; returns it and the position after it. Raises
+    CorruptRecordError subclasses without a location (callers add it)."""
+    end = len(mv)
+    if end - pos < LOG_OVERHEAD + LEGACY_MIN_SIZE[0]:
+        raise InvalidLengthError(f"message at byte {pos} is cut short: {end - pos} bytes left")
+    offset, size = struct.unpack_from(">qi", mv, pos)
+    magic = mv[pos + LEGACY_MAGIC]
+    if magic not in (0, 1):
+        raise InvalidMagicError(f"inner message at byte {pos} has magic {magic}; expected 0 or 1")
+    if size < LEGACY_MIN_SIZE[magic] or size > end - pos - LOG_OVERHEAD:
+        raise InvalidLengthError(f"message size {size} at byte {pos} is impossible (bytes left: "
+                                 f"{end - pos - LOG_OVERHEAD})")
+    msg_end = pos + LOG_OVERHEAD + size
+    if verify_crc:
+        (stored,) = struct.unpack_from(">I", mv, pos + LEGACY_CRC)
+        actual = zlib.crc32(mv[pos + LEGACY_MAGIC:msg_end])
+        if stored != actual:
+            raise CrcMismatchError(f"CRC-32 mismatch in message at byte {pos}: stored {stored:#010x}, "
+                                   f"computed {actual:#010x}")
+    if magic == 1:
+        (_, _, _, _, attrs, ts) = LEGACY_V1_HEADER.unpack_from(mv, pos)
+        p = pos + LEGACY_V1_HEADER.size
+    else:
+        (_, _, _, _, attrs) = LEGACY_V0_HEADER.unpack_from(mv, pos)
+        ts = NO_TIMESTAMP
+        p = pos + LEGACY_V0_HEADER.size
+    fields: list[bytes | None] = []
+    for what in ("key", "value"):
+        if msg_end - p < 4:
+            raise InvalidLengthError(f"{what} length of message at byte {pos} runs past the message")
+        (n,) = struct.unpack_from(">i", mv, p)
+        p += 4
+        if n < -1 or n > msg_end - p:
+            raise InvalidLengthError(f"{what} length {n} of message at byte {pos} runs past the message")
+        if n >= 0:
+            fields.append(bytes(mv[p:p + n]))
+            p += n
+        else:
+            fields.append(None)
+    if p != msg_end:
+        raise InvalidLengthError(f"message at byte {pos} declares {size} bytes but its fields use "
+                                 f"{p - pos - LOG_OVERHEAD}")
+    return _LegacyMessage(offset, magic, attrs, ts, fields[0], fields[1]), msg_end
+
+
+def _inner_messages(wrapper: _LegacyMessage, verify_crc: bool) -> list[tuple[int, int, int, _LegacyMessage]]:
+    """Records of a compressed wrapper as ``(absolute offset, timestamp, timestamp type, message)``."""
+    codec = wrapper.attributes & LEGACY_CODEC_MASK
+    if wrapper.value is None:
+        raise CorruptRecordError("compressed wrapper message has a null value")
+    if codec > compression.LZ4:
+        raise UnsupportedCodecError(f"codec {codec} is not valid in a magic {wrapper.magic} message")
+    payload = wrapper.value
+    if codec == compression.LZ4 and wrapper.magic == 0:
+        payload = _fix_kafka08_lz4(payload)
+    raw = memoryview(compression.decompress(codec, payload))
+    inner: list[_LegacyMessage] = []
+    pos = 0
+    while pos < len(raw):
+        msg, pos = _parse_legacy(raw, pos, verify_crc)
+        if msg.attributes & LEGACY_CODEC_MASK:
+            raise CorruptRecordError("inner message of a compressed wrapper is itself compressed")
+        inner.append(msg)
+    if not inner:
+        raise RecordCountMismatchError("compressed wrapper holds no messages")
+    wrapper_append = wrapper.magic == 1 and bool(wrapper.attributes & LEGACY_TIMESTAMP_TYPE)
+    if wrapper.magic == 1 and wrapper.offset != 0:
+        # magic 1 stores inner offsets relative to the wrapper, whose own offset is the last record's
+        last_inner = inner[-1].offset
+        if wrapper.offset < last_inner:
+            raise CorruptRecordError(f"wrapper offset {wrapper.offset} is below its last inner offset "
+                                     f"{last_inner}")
+        base = wrapper.offset - last_inner
+    else:
+        base = 0  # magic 0 inner offsets are absolute; a zero magic-1 wrapper offset (librdkafka) too
+    out = []
+    for msg in inner:
+        if msg.magic == 0:
+            ts, ts_type = NO_TIMESTAMP, _NO_TIMESTAMP_TYPE
+        else:
+            ts = wrapper.timestamp if wrapper_append else msg.timestamp
+            ts_type = _LOG_APPEND_TIME if wrapper_append else _CREATE_TIME
+        out.append((base + msg.offset, ts, ts_type, msg))
+    return out
+
+
+def _decode_legacy(seg: _Segment, batches: np.ndarray, names: set[str]) -> list[dict[str, pa.Array]]:
+    hdr = seg.hdr
+    rows: dict[str, list] = {name: [] for name in (
+        "offset", "timestamp", "timestamp_type", "key", "value", "batch_base_offset", "batch_last_offset",
+        "batch_position", "batch_size", "batch_base_timestamp", "batch_max_timestamp", "magic", "codec")}
+    for b in batches.tolist():
+        pos = int(hdr.position[b])
+        try:
+            wrapper, _ = _parse_legacy(seg.mv[:pos + int(hdr.size[b])], pos, seg.verify_crc)
+            codec = wrapper.attributes & LEGACY_CODEC_MASK
+            if codec == 0:
+                ts_type = _NO_TIMESTAMP_TYPE if wrapper.magic == 0 else int(
+                    bool(wrapper.attributes & LEGACY_TIMESTAMP_TYPE))
+                records = [(wrapper.offset, wrapper.timestamp, ts_type, wrapper)]
+            else:
+                records = _inner_messages(wrapper, seg.verify_crc)
+        except CorruptRecordError as exc:
+            raise seg.error(type(exc), exc.detail, b) from None
+        first = records[0][0]
+        for offset, ts, ts_type, msg in records:
+            rows["offset"].append(offset)
+            rows["timestamp"].append(ts)
+            rows["timestamp_type"].append(ts_type)
+            rows["key"].append(msg.key)
+            rows["value"].append(msg.value)
+            rows["batch_base_offset"].append(first)
+            rows["batch_last_offset"].append(wrapper.offset)
+            rows["batch_position"].append(pos)
+            rows["batch_size"].append(int(hdr.size[b]))
+            rows["batch_base_timestamp"].append(wrapper.timestamp)
+            rows["batch_max_timestamp"].append(wrapper.timestamp)
+            rows["magic"].append(wrapper.magic)
+            rows["codec"].append(codec)
+    n = len(rows["offset"])
+    cols = {name: pa.array(values, type=RECORD_SCHEMA.field(name).type)
+            for name, values in rows.items() if name in names}
+    constants = {
+        "headers": pa.array([[]] * n, type=_HEADERS_TYPE) if "headers" in names else None,
+        "transactional": np.zeros(n, np.bool_), "control": np.zeros(n, np.bool_),
+        "producer_id": np.full(n, NO_PRODUCER_ID, np.int64),
+        "producer_epoch": np.full(n, NO_PRODUCER_EPOCH, np.int16),
+        "base_sequence": np.full(n, NO_SEQUENCE, np.int32),
+        "partition_leader_epoch": np.full(n, NO_PARTITION_LEADER_EPOCH, np.int32),
+        "delete_horizon_ms": pa.nulls(n, pa.int64()),
+    }
+    for name, values in constants.items():
+        if name in names:
+            cols[name] = values if isinstance(values, pa.Array) else pa.array(values)
+    return [cols]
+
+
+# --------------------------------------------------------------------------------------------------
+# Assembling tables
+# --------------------------------------------------------------------------------------------------
+
+
+def _runs(hdr: BatchHeaders, batches: np.ndarray) -> Iterator[tuple[bool, np.ndarray]]:
+    """Split batch indices into maximal runs of v2 (True) and legacy (False) batches."""
+    if len(batches) == 0:
+        return
+    is_v2 = hdr.magic[batches] == 2
+    cuts = np.flatnonzero(is_v2[1:] != is_v2[:-1]) + 1
+    for run in np.split(batches, cuts):
+        yield bool(hdr.magic[run[0]] == 2), run
+
+
+def _table(seg: _Segment, batches: np.ndarray, schema: pa.Schema) -> pa.Table:
+    names = set(schema.names)
+    parts: list[dict[str, pa.Array]] = []
+    for is_v2, run in _runs(seg.hdr, batches):
+        parts.extend(_decode_v2(seg, run, names) if is_v2 else _decode_legacy(seg, run, names))
+    tables = []
+    for cols in parts:
+        n = len(cols["offset"])
+        if "topic" in names:
+            cols["topic"] = pa.repeat(pa.scalar(seg.topic, pa.string()), n)
+        if "partition" in names:
+            cols["partition"] = pa.array(np.full(n, seg.partition, np.int32))
+        if "segment_base_offset" in names:
+            cols["segment_base_offset"] = pa.array(np.full(n, seg.segment_base_offset, np.int64))
+        tables.append(pa.Table.from_arrays([cols[name] for name in schema.names], schema=schema))
+    if not tables:
+        return schema.empty_table()
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+
+def _chunks(hdr: BatchHeaders, max_rows: int | None, max_bytes: int) -> Iterator[np.ndarray]:
+    """Consecutive groups of whole batches holding about ``max_rows`` records and at most about
+    ``max_bytes`` batch bytes (a single larger batch forms its own group)."""
+    n = len(hdr)
+    if n == 0:
+        return
+    rows = np.cumsum(np.maximum(hdr.record_count.astype(np.int64), 1))
+    sizes = np.cumsum(hdr.size.astype(np.int64))
+    start = 0
+    while start < n:
+        base_rows = rows[start - 1] if start else 0
+        base_bytes = sizes[start - 1] if start else 0
+        stop = int(np.searchsorted(sizes, base_bytes + max_bytes, side="right"))
+        if max_rows is not None:
+            stop = min(stop, int(np.searchsorted(rows, base_rows + max_rows, side="left")) + 1)
+        stop = min(max(stop, start + 1), n)
+        yield np.arange(start, stop, dtype=np.int64)
+        start = stop
+
+
+def _select(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    return table if table.schema.names == schema.names else table.select(schema.names)
+
+
+def _with_offset(schema: pa.Schema) -> pa.Schema:
+    """Assembly needs the offset column (it sizes the others); add it when the caller did not ask for it."""
+    if "offset" in schema.names:
+        return schema
+    return pa.schema([RECORD_SCHEMA.field("offset"), *schema])
+
+
+def decode_segment_bytes(data: bytes | bytearray | memoryview, *, path: str | None = None, topic: str = "",
+                         partition: int = -1, segment_base_offset: int | None = None,
+                         columns: Sequence[str] | None = None, verify_crc: bool = True,
+                         include_control: bool = True, allow_truncated_tail: bool = False) -> pa.Table:
+    """Decode a whole segment's bytes into a table of RECORD_SCHEMA (or its projection on ``columns``).
+
+    ``path`` only names the file in errors. ``segment_base_offset`` defaults to the first batch's base
+    offset. ``include_control=False`` leaves out the records of control batches. A final batch cut short
+    raises :class:`TruncatedBatchError` unless ``allow_truncated_tail``, which returns the records before it.
+    """
+    schema = project(list(columns) if columns is not None else None)
+    seg = _open(data, path=path, topic=topic, partition=partition, segment_base_offset=segment_base_offset,
+                verify_crc=verify_crc, include_control=include_control,
+                allow_truncated_tail=allow_truncated_tail)
+    return _decode_all(seg, schema)
+
+
+def _decode_all(seg: _Segment, schema: pa.Schema) -> pa.Table:
+    full = _with_offset(schema)
+    tables = [_table(seg, chunk, full) for chunk in _chunks(seg.hdr, None, _CHUNK_BYTES)]
+    if not tables:
+        return schema.empty_table()
+    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    return _select(table, schema)
+
+
+def _iter_decoded(seg: _Segment, schema: pa.Schema, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    full = _with_offset(schema)
+    for chunk in _chunks(seg.hdr, batch_rows, _CHUNK_BYTES):
+        table = _select(_table(seg, chunk, full), schema)
+        if table.num_rows:
+            yield from table.combine_chunks().to_batches(max_chunksize=None)
+
+
+# --------------------------------------------------------------------------------------------------
+# Key hashes (first compaction pass)
+# --------------------------------------------------------------------------------------------------
+
+
+def _key_hash_v2(seg: _Segment, batches: np.ndarray) -> pa.Table:
+    hdr = seg.hdr
+    inp = _prepare_v2(seg, batches, include_control=seg.include_control)
+    totals = _scan(seg, inp)
+    n = int(totals[K.TOT_RECORDS])
+    b = inp.batches
+    out = {name: np.empty(n, dtype) for name, dtype in (
+        ("offset", np.int64), ("timestamp", np.int64), ("key_hash_hi", np.int64), ("key_hash_lo", np.int64),
+        ("key_is_null", np.bool_), ("value_is_null", np.bool_), ("control_type", np.int16))}
+    err = np.zeros(5, dtype=np.int64)
+    control = (hdr.attributes[b] & ATTR_CONTROL) != 0
+    if not K.hash_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.counts, hdr.base_offset[b],
+                          hdr.base_timestamp[b], hdr.max_timestamp[b], _log_append(hdr, b), control,
+                          out["offset"], out["timestamp"], out["key_hash_hi"], out["key_hash_lo"],
+                          out["key_is_null"], out["value_is_null"], out["control_type"], err):
+        _raise_kernel_error(seg, inp, err)
+    counts = inp.counts
+    attrs = hdr.attributes[b]
+    repeated = {
+        "batch_base_offset": hdr.base_offset[b], "batch_last_offset": hdr.last_offset[b],
+        "transactional": (attrs & ATTR_TRANSACTIONAL) != 0, "control": control,
+        "producer_id": hdr.producer_id[b], "producer_epoch": hdr.producer_epoch[b],
+        "batch_max_timestamp": hdr.max_timestamp[b], "magic": hdr.magic[b],
+    }
+    cols: dict[str, pa.Array] = {name: pa.array(values) for name, values in out.items()}
+    for name, values in repeated.items():
+        cols[name] = pa.array(np.repeat(values, counts), type=KEY_HASH_SCHEMA.field(name).type)
+    horizon = np.repeat((attrs & ATTR_DELETE_HORIZON) != 0, counts)
+    cols["delete_horizon_ms"] = pa.array(np.repeat(hdr.base_timestamp[b], counts), type=pa.int64(), mask=~horizon)
+    return pa.Table.from_arrays([cols[name] for name in KEY_HASH_SCHEMA.names], schema=KEY_HASH_SCHEMA)
+
+
+def _key_hash_legacy(seg: _Segment, batches: np.ndarray) -> pa.Table:
+    # Legacy message sets are rare (old archives) and decoded in Python anyway: hash the decoded keys.
+    names = {"offset", "timestamp", "key", "value", "batch_base_offset", "batch_last_offset",
+             "batch_max_timestamp", "magic"}
+    (cols,) = _decode_legacy(seg, batches, names)
+    n = len(cols["offset"])
+    hi, lo = hash_keys(cols["key"])
+    out = {
+        "offset": cols["offset"], "key_hash_hi": pa.array(hi), "key_hash_lo": pa.array(lo),
+        "key_is_null": cols["key"].is_null(), "value_is_null": cols["value"].is_null(),
+        "timestamp": cols["timestamp"], "batch_base_offset": cols["batch_base_offset"],
+        "batch_last_offset": cols["batch_last_offset"], "transactional": pa.array(np.zeros(n, np.bool_)),
+        "control": pa.array(np.zeros(n, np.bool_)), "producer_id": pa.array(np.full(n, NO_PRODUCER_ID, np.int64)),
+        "producer_epoch": pa.array(np.full(n, NO_PRODUCER_EPOCH, np.int16)),
+        "batch_max_timestamp": cols["batch_max_timestamp"], "delete_horizon_ms": pa.nulls(n, pa.int64()),
+        "magic": cols["magic"], "control_type": pa.array(np.full(n, -1, np.int16)),
+    }
+    return pa.Table.from_arrays([out[name] for name in KEY_HASH_SCHEMA.names], schema=KEY_HASH_SCHEMA)
+
+
+def decode_key_hashes_bytes(data: bytes | bytearray | memoryview, *, path: str | None = None,
+                            verify_crc: bool = True, include_control: bool = True,
+                            allow_truncated_tail: bool = False) -> pa.Table:
+    """The first compaction pass's view of a segment (KEY_HASH_SCHEMA): offsets, 128-bit key hashes (see
+    :mod:`segment_io.hashing`), null flags, timestamps and batch flags, without materialising keys or
+    values. Control records carry their control type (0 abort, 1 commit) from the record key."""
+    seg = _open(data, path=path, topic="", partition=-1, segment_base_offset=None, verify_crc=verify_crc,
+                include_control=include_control, allow_truncated_tail=allow_truncated_tail)
+    tables = []
+    for chunk in _chunks(seg.hdr, None, _CHUNK_BYTES):
+        for is_v2, run in _runs(seg.hdr, chunk):
+            tables.append(_key_hash_v2(seg, run) if is_v2 else _key_hash_legacy(seg, run))
+    if not tables:
+        return KEY_HASH_SCHEMA.empty_table()
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+
+# --------------------------------------------------------------------------------------------------
+# CRC verification (segjobs dump --verify)
+# --------------------------------------------------------------------------------------------------
+
+
+def verify_segment_crcs(data: bytes | bytearray | memoryview, *, path: str | None = None) -> list[CorruptRecordError]:
+    """Every CRC problem of a segment, without stopping at the first: one :class:`CrcMismatchError` per
+    bad batch (for legacy compressed wrappers also per bad inner message), plus a
+    :class:`TruncatedBatchError` for a cut-short tail. A framing error that makes the rest of the file
+    unreadable (bad magic, impossible size) is reported last and ends the scan."""
+    mv, arr = _as_bytes(data)
+    problems: list[CorruptRecordError] = []
+    framing: CorruptRecordError | None = None
+    try:
+        hdr = scan_batches(mv, path=path, allow_truncated_tail=True)
+    except CorruptRecordError as exc:
+        framing = exc
+        # the batches before the bad framing are still worth checking
+        hdr = scan_batches(mv[:exc.position or 0], path=path, allow_truncated_tail=True)
+    seg = _Segment(mv, arr, hdr, path, "", -1, 0, True, True)
+    for b in range(len(hdr)):
+        try:
+            if hdr.magic[b] == 2:
+                _check_v2_crcs(seg, np.array([b]))
+            else:
+                pos = int(hdr.position[b])
+                wrapper, _ = _parse_legacy(mv[:pos + int(hdr.size[b])], pos, True)
+                if wrapper.attributes & LEGACY_CODEC_MASK:
+                    _inner_messages(wrapper, True)
+        except CrcMismatchError as exc:
+            problems.append(exc if exc.path is not None else seg.error(CrcMismatchError, exc.detail, b))
+        except CorruptRecordError:
+            continue  # not a CRC problem: decoding reports it
+    if framing is not None:
+        problems.append(framing)
+    elif hdr.truncated_tail:
+        problems.append(TruncatedBatchError(f"last batch is cut short: {hdr.truncated_tail} bytes remain",
+                                            path=path, position=len(mv) - hdr.truncated_tail))
+    return problems
+
+
+# --------------------------------------------------------------------------------------------------
+# Files and URIs
+# --------------------------------------------------------------------------------------------------
+
+
+def _read_bytes(path_or_uri: str | Path, storage: "Storage | None") -> tuple[bytes, str]:
+    uri = str(path_or_uri)
+    if storage is not None:
+        return storage.read(uri), uri
+    if uri.startswith("s3://"):
+        from segment_io.storage import open_storage
+
+        return open_storage(uri).read(uri), uri
+    return Path(uri).read_bytes(), uri
+
+
+def _location(uri: str, topic: str | None, partition: int | None) -> tuple[str, int, int | None]:
+    """Topic and partition (from the parent directory unless given) and the base offset in the file name."""
+    name = posixpath.basename(uri.rstrip("/"))
+    parent = posixpath.basename(posixpath.dirname(uri.rstrip("/")).rstrip("/"))
+    parsed = layout.parse_partition_dir(parent)
+    if topic is None:
+        topic = parsed[0] if parsed else ""
+    if partition is None:
+        partition = parsed[1] if parsed else -1
+    seg_file = layout.parse_segment_file(name)
+    return topic, partition, seg_file[0] if seg_file else None
+
+
+def _open_file(path_or_uri: str | Path, *, storage: "Storage | None", topic: str | None,
+               partition: int | None, verify_crc: bool, include_control: bool,
+               allow_truncated_tail: bool) -> _Segment:
+    data, uri = _read_bytes(path_or_uri, storage)
+    topic, partition, base = _location(uri, topic, partition)
+    return _open(data, path=uri, topic=topic, partition=partition, segment_base_offset=base,
+                 verify_crc=verify_crc, include_control=include_control, allow_truncated_tail=allow_truncated_tail)
+
+
+def read_segment(path_or_uri: str | Path, columns: Sequence[str] | None = None, *,
+                 storage: "Storage | None" = None, topic: str | None = None, partition: int | None = None,
+                 verify_crc: bool = True, include_control: bool = True,
+                 allow_truncated_tail: bool = False) -> pa.Table:
+    """Read one ``.log`` segment (local path or ``s3://`` URI) into a RECORD_SCHEMA table.
+
+    ``topic``/``partition`` default to what the parent directory's name says (``""``/``-1`` when it is not a
+    partition directory); ``segment_base_offset`` comes from the file name (else the first batch).
+    """
+    schema = project(list(columns) if columns is not None else None)
+    seg = _open_file(path_or_uri, storage=storage, topic=topic, partition=partition, verify_crc=verify_crc,
+                     include_control=include_control, allow_truncated_tail=allow_truncated_tail)
+    return _decode_all(seg, schema)
+
+
+def iter_segment(path_or_uri: str | Path, columns: Sequence[str] | None = None, *, batch_rows: int = 65536,
+                 storage: "Storage | None" = None, topic: str | None = None, partition: int | None = None,
+                 verify_crc: bool = True, include_control: bool = True,
+                 allow_truncated_tail: bool = False) -> Iterator[pa.RecordBatch]:
+    """Stream a segment as Arrow record batches of whole Kafka batches, about ``batch_rows`` rows each
+    (a Kafka batch is never split), without building the whole table. Same options as :func:`read_segment`."""
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be positive, got {batch_rows}")
+    schema = project(list(columns) if columns is not None else None)
+    seg = _open_file(path_or_uri, storage=storage, topic=topic, partition=partition, verify_crc=verify_crc,
+                     include_control=include_control, allow_truncated_tail=allow_truncated_tail)
+    yield from _iter_decoded(seg, schema, batch_rows)
+
+
+def iter_segment_bytes(data: bytes | bytearray | memoryview, columns: Sequence[str] | None = None, *,
+                       batch_rows: int = 65536, path: str | None = None, topic: str = "", partition: int = -1,
+                       segment_base_offset: int | None = None, verify_crc: bool = True,
+                       include_control: bool = True, allow_truncated_tail: bool = False) -> Iterator[pa.RecordBatch]:
+    """:func:`iter_segment` on bytes already in memory (options as :func:`decode_segment_bytes`)."""
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be positive, got {batch_rows}")
+    schema = project(list(columns) if columns is not None else None)
+    seg = _open(data, path=path, topic=topic, partition=partition, segment_base_offset=segment_base_offset,
+                verify_crc=verify_crc, include_control=include_control, allow_truncated_tail=allow_truncated_tail)
+    yield from _iter_decoded(seg, schema, batch_rows)
+
+
+def read_key_hashes(path_or_uri: str | Path, *, storage: "Storage | None" = None, verify_crc: bool = True,
+                    include_control: bool = True, allow_truncated_tail: bool = False) -> pa.Table:
+    """:func:`decode_key_hashes_bytes` of a segment file or ``s3://`` object."""
+    data, uri = _read_bytes(path_or_uri, storage)
+    return decode_key_hashes_bytes(data, path=uri, verify_crc=verify_crc, include_control=include_control,
+                                   allow_truncated_tail=allow_truncated_tail)
+
+
+__all__ = [
+    "decode_segment_bytes", "decode_key_hashes_bytes", "hash_keys", "iter_segment", "iter_segment_bytes",
+    "read_key_hashes", "read_segment", "verify_segment_crcs",
+]
