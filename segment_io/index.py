@@ -231,8 +231,166 @@ def read_txn_index(data: bytes | memoryview, *, path: str | None = None) -> list
             for v, p, f, last, lso in arr.tolist()]
 
 
+
+# --------------------------------------------------------------------------------------------------
+# Sanity checks
+# --------------------------------------------------------------------------------------------------
+
+
+def _index_path(log_path: str | None, suffix: str) -> str | None:
+    if log_path is None:
+        return None
+    return (log_path[:-4] if log_path.endswith(".log") else log_path) + suffix
+
+
+def _first_bad(mask: np.ndarray) -> int | None:
+    hits = np.flatnonzero(mask)
+    return int(hits[0]) if len(hits) else None
+
+
+def _check_offset_index(headers: BatchHeaders, data: bytes, path: str | None, base: int,
+                        ) -> list[CorruptIndexError]:
+    try:
+        entries = read_offset_index(data, path=path)
+    except CorruptIndexError as e:
+        return [e]
+    if not len(entries):
+        return []
+    errors: list[CorruptIndexError] = []
+    offsets = base + entries.relative_offset.astype(np.int64)
+    positions = entries.position.astype(np.int64)
+
+    def report(i: int, detail: str) -> None:
+        errors.append(CorruptIndexError(detail, path=path, position=i * OFFSET_INDEX_ENTRY_SIZE,
+                                        offset=int(offsets[i])))
+
+    # Kafka's own check: the last entry must not lie before the segment's base offset.
+    if offsets[-1] < base:
+        report(len(offsets) - 1, f"last entry's offset is below the segment base offset {base}")
+    i = _first_bad(np.diff(offsets) <= 0)
+    if i is not None:
+        report(i + 1, f"offset does not increase (previous entry has offset {int(offsets[i])})")
+    i = _first_bad(np.diff(positions) <= 0)
+    if i is not None:
+        report(i + 1, f"position {int(positions[i + 1])} does not increase (previous entry has "
+                      f"position {int(positions[i])})")
+    log_end = headers.end
+    i = _first_bad((positions >= log_end) | (positions < 0))
+    if i is not None:
+        report(i, f"position {int(positions[i])} lies outside the log ({log_end} bytes of whole batches)")
+    if not len(headers):
+        return errors
+    # Every entry must name the start of a batch whose last offset is the entry's offset.
+    inside = (positions >= 0) & (positions < log_end)
+    row = np.minimum(np.searchsorted(headers.position, positions), len(headers) - 1)
+    starts = inside & (headers.position[row] == positions)
+    i = _first_bad(inside & ~starts)
+    if i is not None:
+        report(i, f"position {int(positions[i])} is not the start of a batch")
+    i = _first_bad(starts & (headers.last_offset[row] != offsets))
+    if i is not None:
+        report(i, f"the batch at position {int(positions[i])} ends at offset {int(headers.last_offset[row[i]])}, "
+                  f"not at the entry's offset")
+    return errors
+
+
+def _check_time_index(headers: BatchHeaders, data: bytes, path: str | None, base: int,
+                      ) -> list[CorruptIndexError]:
+    try:
+        entries = read_time_index(data, path=path)
+    except CorruptIndexError as e:
+        return [e]
+    if not len(entries):
+        return []
+    errors: list[CorruptIndexError] = []
+    offsets = base + entries.relative_offset.astype(np.int64)
+    ts = entries.timestamp
+
+    def report(i: int, detail: str) -> None:
+        errors.append(CorruptIndexError(detail, path=path, position=i * TIME_INDEX_ENTRY_SIZE,
+                                        offset=int(offsets[i])))
+
+    if offsets[-1] < base:
+        report(len(offsets) - 1, f"last entry's offset is below the segment base offset {base}")
+    # Kafka appends only strictly greater timestamps and never a smaller offset.
+    i = _first_bad(np.diff(ts) <= 0)
+    if i is not None:
+        report(i + 1, f"timestamp {int(ts[i + 1])} does not increase (previous entry has {int(ts[i])})")
+    i = _first_bad(np.diff(offsets) < 0)
+    if i is not None:
+        report(i + 1, f"offset decreases (previous entry has offset {int(offsets[i])})")
+    i = _first_bad(ts < 0)
+    if i is not None:
+        report(i, f"timestamp {int(ts[i])} is negative")
+    if not len(headers):
+        report(0, "entry in the time index of an empty log")
+        return errors
+    # The entry's offset must fall inside a batch (for legacy compressed wrappers, whose inner offsets are
+    # unknown from the header, anywhere after the previous wrapper) whose max timestamp is the entry's.
+    row = np.searchsorted(headers.last_offset, offsets)
+    past = row >= len(headers)
+    i = _first_bad(past)
+    if i is not None:
+        report(i, f"offset is past the log's last offset {int(headers.last_offset[-1])}")
+    safe = np.minimum(row, len(headers) - 1)
+    prev_last = np.concatenate(([base - 1], headers.last_offset[:-1]))[safe]
+    first = np.where(headers.magic[safe] == 2, headers.base_offset[safe], prev_last + 1)
+    i = _first_bad(~past & (offsets < first))
+    if i is not None:
+        report(i, "offset lies in a gap between batches")
+    i = _first_bad(~past & (offsets >= first) & (headers.max_timestamp[safe] != ts))
+    if i is not None:
+        report(i, f"timestamp {int(ts[i])} differs from the max timestamp {int(headers.max_timestamp[safe[i]])} "
+                  f"of the batch holding its offset")
+    return errors
+
+
+def check_indexes(log_headers: BatchHeaders, offset_index: bytes | None, time_index: bytes | None, *,
+                  path: str | None, segment_base_offset: int) -> list[CorruptIndexError]:
+    """Every problem found in a segment's ``.index`` and ``.timeindex`` against its log; empty when sound.
+
+    ``path`` is the segment's ``.log`` path; errors name the index file derived from it, the byte position
+    of the bad entry and its absolute offset. Beyond Kafka's own sanity checks (size a multiple of the
+    entry size, last entry not below the base offset) this checks that offset-index entries point at batch
+    starts inside the log whose last offset is the entry's, that offsets, positions and timestamps
+    increase, and that time-index entries name an offset inside the log with that batch's max timestamp.
+    A zero-filled preallocated tail is not an error (see :func:`read_offset_index`). ``None`` skips a file.
+    """
+    errors: list[CorruptIndexError] = []
+    if offset_index is not None:
+        errors += _check_offset_index(log_headers, offset_index, _index_path(path, ".index"), segment_base_offset)
+    if time_index is not None:
+        errors += _check_time_index(log_headers, time_index, _index_path(path, ".timeindex"), segment_base_offset)
+    return errors
+
+
+def largest_timestamp(time_index: bytes | None, headers: BatchHeaders | None, *,
+                      last_modified_ms: int | None = None, path: str | None = None) -> int:
+    """A segment's largest timestamp as retention sees it (Kafka's ``LogSegment.largestTimestamp``).
+
+    Kafka takes the max timestamp so far (the ``.timeindex`` last entry, plus any larger batch timestamp
+    after it, as ``readLargestTimestamp`` scans) and, when the segment holds no timestamp at all (< 0:
+    magic 0 data or an empty segment), falls back to the log file's last-modified time. Here: the larger
+    of the time index's last entry (when it parses) and the batches' max timestamps (when ``headers`` are
+    given); when that is negative, ``last_modified_ms`` if given, else -1.
+    """
+    best = NO_TIMESTAMP
+    if time_index is not None:
+        try:
+            entries = read_time_index(time_index, path=path)
+        except CorruptIndexError:
+            entries = None  # an unreadable index says nothing; the batch headers decide
+        if entries is not None and len(entries):
+            best = max(best, int(entries.timestamp[-1]))
+    if headers is not None and len(headers):
+        best = max(best, int(headers.max_timestamp.max()))
+    if best < 0 and last_modified_ms is not None:
+        return last_modified_ms
+    return best
+
 __all__ = [
     "DEFAULT_INDEX_INTERVAL_BYTES", "OFFSET_INDEX_ENTRY_SIZE", "TIME_INDEX_ENTRY_SIZE", "TXN_INDEX_ENTRY_SIZE",
     "OffsetIndexEntries", "TimeIndexEntries", "AbortedTxn", "build_offset_and_time_index",
-    "read_offset_index", "read_time_index", "encode_txn_index", "read_txn_index",
+    "read_offset_index", "read_time_index", "encode_txn_index", "read_txn_index", "check_indexes",
+    "largest_timestamp",
 ]
