@@ -1,0 +1,201 @@
+"""Kafka's text checkpoint files: per-log-dir offset checkpoints and per-partition leader-epoch checkpoints.
+
+Framing (Kafka's ``CheckpointFile``): a version line (``0``), an entry-count line, then one entry per line,
+fields separated by a space, every line ended by the writer's line separator (``\\n``; ``\\r\\n`` on brokers
+that ran on Windows). Offset checkpoints (``cleaner-offset-checkpoint``, ``log-start-offset-checkpoint``,
+``recovery-point-offset-checkpoint``, ``replication-offset-checkpoint``) hold ``topic partition offset``
+lines; ``leader-epoch-checkpoint`` holds ``epoch startOffset`` lines in epoch order.
+
+Reading follows Kafka's reader: an empty file, or one that ends after the version line, means no entries
+(brokers leave empty files behind); a wrong version, a malformed line or a count that differs from the
+number of lines is an error (:class:`~segment_io.errors.CorruptCheckpointError`, naming file and line).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping, NamedTuple, Sequence
+
+from segment_io.errors import CorruptCheckpointError, NotFoundError
+from segment_io.storage.base import Storage
+
+#: The only checkpoint version Kafka writes.
+CHECKPOINT_VERSION = 0
+
+# Java's BufferedReader.readLine ends a line at \n, \r or \r\n; str.splitlines would also split at
+# characters Kafka treats as ordinary (form feed, \x1c, ...).
+_LINE_END = re.compile(r"\r\n|\r|\n")
+_FIELDS = re.compile(r"\s+")
+_INT = re.compile(r"[+-]?[0-9]+")
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+TopicPartition = tuple[str, int]
+
+
+class EpochEntry(NamedTuple):
+    """One ``leader-epoch-checkpoint`` line: ``epoch`` led the partition from ``start_offset`` on."""
+
+    epoch: int
+    start_offset: int
+
+
+# --------------------------------------------------------------------------------------------------
+# Framing
+# --------------------------------------------------------------------------------------------------
+
+
+def _lines(text: str) -> list[str]:
+    lines = _LINE_END.split(text)
+    if lines and lines[-1] == "":  # the separator after the last line does not start another line
+        lines.pop()
+    return lines
+
+
+def _parse_int(token: str, bounds: tuple[int, int], *, what: str, path: str | None, line: int) -> int:
+    if not _INT.fullmatch(token):
+        raise CorruptCheckpointError(f"{what} {token!r} is not an integer", path=path, line=line)
+    value = int(token)
+    if not bounds[0] <= value <= bounds[1]:
+        raise CorruptCheckpointError(f"{what} {value} is out of range", path=path, line=line)
+    return value
+
+
+def _entry_lines(text: str, *, path: str | None) -> list[tuple[int, list[str]]]:
+    """(1-based line number, whitespace-separated fields) of each entry line, after checking the framing."""
+    lines = _lines(text)
+    if not lines:
+        return []
+    version = _parse_int(lines[0], _INT32, what="version", path=path, line=1)
+    if version != CHECKPOINT_VERSION:
+        raise CorruptCheckpointError(f"unknown checkpoint version {version} (expected {CHECKPOINT_VERSION})",
+                                     path=path, line=1)
+    if len(lines) == 1:
+        return []
+    expected = _parse_int(lines[1], _INT32, what="entry count", path=path, line=2)
+    entries = [(n, _FIELDS.split(line)) for n, line in enumerate(lines[2:], start=3)]
+    if len(entries) != expected:
+        raise CorruptCheckpointError(f"header declares {expected} entries but the file holds {len(entries)}",
+                                     path=path, line=2)
+    return entries
+
+
+def _render(lines: Sequence[str], line_separator: str) -> str:
+    return "".join(f"{line}{line_separator}" for line in [str(CHECKPOINT_VERSION), str(len(lines)), *lines])
+
+
+def _read_text(storage: Storage, uri: str) -> str | None:
+    try:
+        data = storage.read(uri)
+    except NotFoundError:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CorruptCheckpointError(f"not UTF-8 text (byte {e.start})", path=uri) from None
+
+
+# --------------------------------------------------------------------------------------------------
+# Offset checkpoints
+# --------------------------------------------------------------------------------------------------
+
+
+def parse_offset_checkpoint(text: str, *, path: str | None = None) -> dict[TopicPartition, int]:
+    """``{(topic, partition): offset}`` in file order. Raises :class:`CorruptCheckpointError`."""
+    out: dict[TopicPartition, int] = {}
+    for n, fields in _entry_lines(text, path=path):
+        if len(fields) != 3 or not fields[0]:
+            raise CorruptCheckpointError(f"expected 'topic partition offset', got {' '.join(fields)!r}",
+                                         path=path, line=n)
+        partition = _parse_int(fields[1], _INT32, what="partition", path=path, line=n)
+        offset = _parse_int(fields[2], _INT64, what="offset", path=path, line=n)
+        if (fields[0], partition) in out:
+            raise CorruptCheckpointError(f"partition {fields[0]}-{partition} appears twice", path=path, line=n)
+        out[(fields[0], partition)] = offset
+    return out
+
+
+def render_offset_checkpoint(entries: Mapping[TopicPartition, int], *, line_separator: str = "\n") -> str:
+    """The checkpoint text for ``entries``, in the mapping's order.
+
+    Kafka writes its in-memory map in whatever order that map iterates (no meaningful order); keeping the
+    caller's order makes ``render(parse(text)) == text`` for any file a broker wrote.
+    """
+    for (topic, _), _ in entries.items():
+        if not topic or _FIELDS.search(topic):
+            raise ValueError(f"topic name {topic!r} cannot be written to a checkpoint file")
+    return _render([f"{topic} {partition} {offset}" for (topic, partition), offset in entries.items()],
+                   line_separator)
+
+
+def read_offset_checkpoint(storage: Storage, uri: str) -> dict[TopicPartition, int]:
+    """Parse the offset checkpoint at ``uri``; a missing file means no entries."""
+    text = _read_text(storage, uri)
+    return {} if text is None else parse_offset_checkpoint(text, path=uri)
+
+
+def write_offset_checkpoint(storage: Storage, uri: str, entries: Mapping[TopicPartition, int]) -> None:
+    """Replace the offset checkpoint at ``uri`` atomically."""
+    storage.write_atomic(uri, render_offset_checkpoint(entries).encode("utf-8"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Leader-epoch checkpoints
+# --------------------------------------------------------------------------------------------------
+
+
+def parse_leader_epoch_checkpoint(text: str, *, path: str | None = None) -> list[EpochEntry]:
+    """The entries of a ``leader-epoch-checkpoint``, in file order. Raises :class:`CorruptCheckpointError`."""
+    out: list[EpochEntry] = []
+    for n, fields in _entry_lines(text, path=path):
+        if len(fields) != 2:
+            raise CorruptCheckpointError(f"expected 'epoch startOffset', got {' '.join(fields)!r}", path=path,
+                                         line=n)
+        out.append(EpochEntry(_parse_int(fields[0], _INT32, what="epoch", path=path, line=n),
+                              _parse_int(fields[1], _INT64, what="start offset", path=path, line=n)))
+    return out
+
+
+def render_leader_epoch_checkpoint(entries: Iterable[EpochEntry | tuple[int, int]], *,
+                                   line_separator: str = "\n") -> str:
+    """The ``leader-epoch-checkpoint`` text for ``entries`` (kept in the given order: epoch order in Kafka)."""
+    return _render([f"{epoch} {start}" for epoch, start in entries], line_separator)
+
+
+def read_leader_epoch_checkpoint(storage: Storage, uri: str) -> list[EpochEntry]:
+    """Parse the leader-epoch checkpoint at ``uri``; a missing file means no entries."""
+    text = _read_text(storage, uri)
+    return [] if text is None else parse_leader_epoch_checkpoint(text, path=uri)
+
+
+def write_leader_epoch_checkpoint(storage: Storage, uri: str, entries: Iterable[EpochEntry | tuple[int, int]],
+                                  ) -> None:
+    """Replace the leader-epoch checkpoint at ``uri`` atomically."""
+    storage.write_atomic(uri, render_leader_epoch_checkpoint(entries).encode("utf-8"))
+
+
+def truncate_epochs_from_start(entries: Iterable[EpochEntry | tuple[int, int]], new_start_offset: int,
+                               ) -> list[EpochEntry]:
+    """Kafka's ``LeaderEpochFileCache.truncateFromStart``: what the cache holds once the log starts at
+    ``new_start_offset``.
+
+    Entries (in epoch order) are dropped from the front while their start offset is <= the new start; if
+    any were dropped, the last of them (the epoch that was leading at the new start) comes back starting at
+    ``new_start_offset``. Entries that start after the new start are untouched, so an entry starting
+    exactly there is kept as it is.
+    """
+    items = [EpochEntry(int(e), int(s)) for e, s in entries]
+    dropped = 0
+    while dropped < len(items) and items[dropped].start_offset <= new_start_offset:
+        dropped += 1
+    if not dropped:
+        return items
+    return [EpochEntry(items[dropped - 1].epoch, new_start_offset), *items[dropped:]]
+
+
+__all__ = [
+    "CHECKPOINT_VERSION", "EpochEntry", "TopicPartition", "parse_offset_checkpoint", "render_offset_checkpoint",
+    "read_offset_checkpoint", "write_offset_checkpoint", "parse_leader_epoch_checkpoint",
+    "render_leader_epoch_checkpoint", "read_leader_epoch_checkpoint", "write_leader_epoch_checkpoint",
+    "truncate_epochs_from_start",
+]
