@@ -1,0 +1,531 @@
+"""Topic configuration: Kafka's topic config names and defaults, read from TOML, validated up front.
+
+File format (see ``conf/topics.toml``)::
+
+    [defaults]
+    "cleanup.policy" = "compact"
+
+    [topics."orders.*"]
+    "retention.ms" = "7d"
+
+    [topics."orders.audit"]
+    "cleanup.policy" = ["compact", "delete"]
+
+Keys are Kafka topic config names. Quote them: TOML reads an unquoted ``retention.ms`` as a nested
+table, which is accepted too (nested keys are joined with dots), but a glob with dots must be quoted
+(``[topics."orders.*"]``), or TOML splits it into nested tables.
+
+Layering, lowest first, for a topic: Kafka's defaults, then ``[defaults]``, then every
+``[topics."<glob>"]`` table whose glob matches the topic, least specific first, then every
+``--set GLOB:KEY=VALUE`` override whose glob matches, least specific first. So a more specific table
+only overrides the keys it sets.
+
+Specificity of a glob (``fnmatch`` syntax: ``*``, ``?``, ``[...]``, case-sensitive): an exact topic
+name (no wildcard) beats every glob; among globs, the one with more literal characters (characters
+outside wildcards and bracket classes) is more specific. Two matching globs of equal specificity are
+a :class:`~segment_io.errors.ConfigError` naming both, raised when a topic matches both (call
+:meth:`ConfigSet.check_topics` with the listed topics before any work starts).
+
+Value types: integers for ``*.ms`` and ``*.bytes`` keys, as TOML integers or strings. Strings may
+carry a unit: durations ``500ms``, ``30s``, ``15m``, ``1h``, ``7d``, ``2w``; sizes ``100B``,
+``64KiB``, ``512MiB``, ``1GiB``, ``2TiB`` (binary units only: ``GB`` is refused as ambiguous).
+``-1`` (where Kafka allows it) means unlimited. ``min.cleanable.dirty.ratio`` is a number in
+[0, 1]. ``cleanup.policy`` is ``"delete"``, ``"compact"``, ``"compact,delete"`` (any order, any
+spacing, any case) or a TOML list of those words.
+
+Ranges follow Kafka's ``LogConfig`` definitions; ``min.compaction.lag.ms`` must not exceed
+``max.compaction.lag.ms`` (Kafka's ``LogConfig.validateValues``). Every table is validated when the
+file is loaded, each ``[topics]`` table also merged over ``[defaults]``; the full merge for a topic is
+validated again in :meth:`ConfigSet.for_topic`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import tomllib
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from segment_io.errors import ConfigError
+from segment_io.format import LEGACY_MIN_SIZE, LOG_OVERHEAD
+
+INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+LONG_MIN = -(2**63)
+
+POLICY_COMPACT = "compact"
+POLICY_DELETE = "delete"
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+#: Kafka's floor for segment.bytes: one v0 record's overhead (LegacyRecord.RECORD_OVERHEAD_V0).
+MIN_SEGMENT_BYTES = LEGACY_MIN_SIZE[0]
+
+_DAY_MS = 24 * 60 * 60 * 1000
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """The settings of one topic that compaction and retention read (Kafka's defaults as field defaults).
+
+    Attribute names are the Kafka names in snake_case. Build one with :meth:`ConfigSet.for_topic`, or in
+    code with ``TopicConfig.from_settings({"cleanup.policy": "compact"})`` or ``dataclasses.replace``.
+    """
+
+    cleanup_policy: frozenset[str] = frozenset({POLICY_DELETE})
+    delete_retention_ms: int = _DAY_MS
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    min_cleanable_dirty_ratio: float = 0.5
+    segment_bytes: int = 1024 * 1024 * 1024
+    segment_index_bytes: int = 10 * 1024 * 1024
+    index_interval_bytes: int = 4096
+    retention_ms: int = 7 * _DAY_MS
+    retention_bytes: int = -1
+    file_delete_delay_ms: int = 60_000
+    #: A broker config (transaction coordinator), accepted here per topic for the offline
+    #: "is this producer still active" rule.
+    producer_id_expiration_ms: int = _DAY_MS
+    max_message_bytes: int = 1024 * 1024 + LOG_OVERHEAD
+    message_timestamp_type: str = "CreateTime"
+    #: Other Kafka topic configs found in the file: accepted so a config exported from Kafka loads,
+    #: reported, but without effect offline (``(name, value)`` pairs, sorted).
+    inert_settings: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        for key, spec in _SPECS.items():
+            problem = spec.check(getattr(self, spec.attr))
+            if problem:
+                raise ConfigError(f"{key}: {problem}")
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            raise ConfigError(f"min.compaction.lag.ms ({self.min_compaction_lag_ms}) > "
+                              f"max.compaction.lag.ms ({self.max_compaction_lag_ms})")
+
+    @property
+    def compact(self) -> bool:
+        """True when ``cleanup.policy`` includes ``compact``."""
+        return POLICY_COMPACT in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """True when ``cleanup.policy`` includes ``delete`` (time and size retention apply)."""
+        return POLICY_DELETE in self.cleanup_policy
+
+    @property
+    def policy_text(self) -> str:
+        """``cleanup.policy`` as Kafka prints it: ``compact``, ``delete`` or ``compact,delete``."""
+        return ",".join(sorted(self.cleanup_policy))
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], source: str = "<settings>") -> "TopicConfig":
+        """Kafka's defaults overlaid with ``settings`` (Kafka names, values as in the TOML file)."""
+        layer = _Layer.parse(settings, source=source, glob=None)
+        return _merge([layer])
+
+
+# --------------------------------------------------------------------------------------------------
+# Key definitions: type, range and the TopicConfig attribute of every key segjobs reads
+# --------------------------------------------------------------------------------------------------
+
+_DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": _DAY_MS, "w": 7 * _DAY_MS}
+_SIZE_UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+_AMBIGUOUS_SIZE_UNITS = {"k", "kb", "m", "mb", "g", "gb", "t", "tb"}
+_NUMBER_WITH_UNIT = re.compile(r"^\s*(-?\d+)\s*([A-Za-z]*)\s*$")
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """How one Kafka key is typed and bounded (the bounds of Kafka's ConfigDef for it)."""
+
+    attr: str
+    parse: Callable[[Any], Any]
+    lo: float | None = None
+    hi: float | None = None
+
+    def check(self, value: Any) -> str | None:
+        if self.lo is not None and value < self.lo:
+            return f"{value!r} is below the minimum {self.lo!r}"
+        if self.hi is not None and value > self.hi:
+            return f"{value!r} is above the maximum {self.hi!r}"
+        return None
+
+
+def _integer(raw: Any, units: Mapping[str, int], unit_kind: str) -> int:
+    # bool is an int in Python; a TOML `true` for a size is a mistake, not 1
+    if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+        raise ValueError(f"expected an integer{' or a string with a ' + unit_kind + ' unit' if units else ''}, "
+                         f"got {type(raw).__name__} {raw!r}")
+    if isinstance(raw, int):
+        return raw
+    m = _NUMBER_WITH_UNIT.match(raw)
+    if not m:
+        raise ValueError(f"cannot read {raw!r} as an integer")
+    number, unit = int(m.group(1)), m.group(2)
+    if not unit:
+        return number
+    # sizes read case-insensitively (GiB, gib); durations do not, so "m" stays minutes
+    factor = units.get(unit.lower() if unit_kind == "size" else unit)
+    if factor is None:
+        if unit_kind == "size" and unit.lower() in _AMBIGUOUS_SIZE_UNITS:
+            raise ValueError(f"unit {unit!r} in {raw!r} is ambiguous: use KiB, MiB, GiB, TiB or a plain integer")
+        known = ", ".join(units) if units else "none"
+        raise ValueError(f"unknown unit {unit!r} in {raw!r} (units: {known})")
+    if number < 0:
+        raise ValueError(f"{raw!r}: only a plain -1 may be negative")
+    return number * factor
+
+
+def _duration(raw: Any) -> int:
+    return _integer(raw, _DURATION_UNITS, "duration")
+
+
+def _size(raw: Any) -> int:
+    return _integer(raw, _SIZE_UNITS, "size")
+
+
+def _ratio(raw: Any) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+        raise ValueError(f"expected a number in [0, 1], got {type(raw).__name__} {raw!r}")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"cannot read {raw!r} as a number") from None
+    if value != value:  # NaN passes every range comparison
+        raise ValueError("NaN is not a ratio")
+    return value
+
+
+def _policy(raw: Any) -> frozenset[str]:
+    if isinstance(raw, str):
+        words = raw.split(",")
+    elif isinstance(raw, list) and all(isinstance(w, str) for w in raw):
+        words = list(raw)
+    else:
+        raise ValueError(f"expected \"compact\", \"delete\", \"compact,delete\" or a list of those, got {raw!r}")
+    policy = frozenset(w.strip().lower() for w in words if w.strip())
+    if not policy:
+        raise ValueError("empty cleanup.policy: give compact, delete or both")
+    unknown = sorted(policy - {POLICY_COMPACT, POLICY_DELETE})
+    if unknown:
+        raise ValueError(f"unknown policy {', '.join(map(repr, unknown))} (valid: compact, delete)")
+    return policy
+
+
+def _timestamp_type(raw: Any) -> str:
+    if raw not in TIMESTAMP_TYPES:
+        raise ValueError(f"expected one of {', '.join(TIMESTAMP_TYPES)}, got {raw!r}")
+    return raw
+
+
+#: Every key that has an effect, with Kafka's type bounds (INT keys are 32-bit in Kafka).
+_SPECS: dict[str, _Spec] = {
+    "cleanup.policy": _Spec("cleanup_policy", _policy),
+    "delete.retention.ms": _Spec("delete_retention_ms", _duration, 0, LONG_MAX),
+    "min.compaction.lag.ms": _Spec("min_compaction_lag_ms", _duration, 0, LONG_MAX),
+    "max.compaction.lag.ms": _Spec("max_compaction_lag_ms", _duration, 1, LONG_MAX),
+    "min.cleanable.dirty.ratio": _Spec("min_cleanable_dirty_ratio", _ratio, 0.0, 1.0),
+    "segment.bytes": _Spec("segment_bytes", _size, MIN_SEGMENT_BYTES, INT_MAX),
+    "segment.index.bytes": _Spec("segment_index_bytes", _size, 4, INT_MAX),
+    "index.interval.bytes": _Spec("index_interval_bytes", _size, 0, INT_MAX),
+    # -1 means unlimited; Kafka allows nothing lower for retention.ms ...
+    "retention.ms": _Spec("retention_ms", _duration, -1, LONG_MAX),
+    # ... but any negative retention.bytes (LogConfig: "can be negative")
+    "retention.bytes": _Spec("retention_bytes", _size, LONG_MIN, LONG_MAX),
+    "file.delete.delay.ms": _Spec("file_delete_delay_ms", _duration, 0, LONG_MAX),
+    "producer.id.expiration.ms": _Spec("producer_id_expiration_ms", _duration, 1, INT_MAX),
+    "max.message.bytes": _Spec("max_message_bytes", _size, 0, INT_MAX),
+    "message.timestamp.type": _Spec("message_timestamp_type", _timestamp_type),
+}
+
+#: Kafka topic configs that have no effect offline; accepted so that a config exported from a
+#: cluster loads unchanged, and listed in TopicConfig.inert_settings.
+INERT_KEYS: frozenset[str] = frozenset({
+    "segment.ms", "segment.jitter.ms", "flush.messages", "flush.ms", "unclean.leader.election.enable",
+    "min.insync.replicas", "compression.type", "compression.gzip.level", "compression.lz4.level",
+    "compression.zstd.level", "preallocate", "message.format.version", "message.timestamp.difference.max.ms",
+    "message.timestamp.before.max.ms", "message.timestamp.after.max.ms", "message.downconversion.enable",
+    "leader.replication.throttled.replicas", "follower.replication.throttled.replicas",
+    "remote.storage.enable", "local.retention.ms", "local.retention.bytes", "remote.log.copy.disable",
+    "remote.log.delete.on.disable",
+})
+
+KNOWN_KEYS: frozenset[str] = frozenset(_SPECS) | INERT_KEYS
+
+
+def default_value(key: str) -> Any:
+    """Kafka's default for a key segjobs reads (``ConfigError`` for any other name)."""
+    if key not in _SPECS:
+        raise ConfigError(f"{key}: {_unknown_key_hint(key)}")
+    return TopicConfig.__dataclass_fields__[_SPECS[key].attr].default
+
+
+def _unknown_key_hint(key: str) -> str:
+    candidates = sorted(KNOWN_KEYS)
+    dotted = key.replace("_", ".").replace("-", ".").lower()
+    if dotted in KNOWN_KEYS:
+        return f"unknown key; did you mean {dotted!r}?"
+    close = difflib.get_close_matches(dotted, candidates, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    if "." in key and not close:
+        hint += " (a glob containing dots must be quoted: [topics.\"a.b.*\"])"
+    return f"unknown key{hint}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Globs
+# --------------------------------------------------------------------------------------------------
+
+_GLOB_CHARS = re.compile(r"^[A-Za-z0-9._\-*?\[\]!]+$")
+_WILDCARDS = re.compile(r"\[[^\]]*\]|[*?]")
+
+
+def validate_glob(glob: str) -> str | None:
+    """Why ``glob`` cannot match a Kafka topic name (legal: letters, digits, ``.``, ``_``, ``-``, plus
+    wildcards ``*``, ``?``, ``[...]``), or None when it is fine."""
+    if not glob:
+        return "empty topic glob"
+    if not _GLOB_CHARS.match(glob):
+        return (f"topic glob {glob!r} contains characters a Kafka topic name cannot have "
+                f"(legal: letters, digits, '.', '_', '-'; wildcards '*', '?', '[...]')")
+    if glob.count("[") != glob.count("]"):
+        return f"topic glob {glob!r} has an unbalanced bracket class"
+    return None
+
+
+def glob_specificity(glob: str) -> tuple[bool, int]:
+    """Sort key of a glob, higher is more specific: (exact topic name, number of literal characters)."""
+    literal = len(_WILDCARDS.sub("", glob))
+    return (_WILDCARDS.search(glob) is None, literal)
+
+
+def topic_matches(glob: str, topic: str) -> bool:
+    """Whether ``topic`` matches ``glob`` (fnmatch syntax, case-sensitive like Kafka topic names)."""
+    return fnmatchcase(topic, glob)
+
+
+# --------------------------------------------------------------------------------------------------
+# Layers: one table of the file or the --set overrides of one glob, parsed and typed
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Layer:
+    source: str  # where the values come from, e.g. 'topics.toml [topics."orders.*"]'
+    glob: str | None  # None: applies to every topic ([defaults])
+    values: Mapping[str, Any]  # typed values by Kafka key (inert keys keep their text)
+    key_sources: Mapping[str, str] = field(default_factory=dict)  # per-key source where finer than `source`
+
+    def source_of(self, key: str) -> str:
+        return self.key_sources.get(key, self.source)
+
+    @staticmethod
+    def parse(settings: Mapping[str, Any], *, source: str, glob: str | None) -> "_Layer":
+        values: dict[str, Any] = {}
+        for key, raw in _flatten(settings, source):
+            if glob is not None and key not in KNOWN_KEYS:
+                split = [k for k in KNOWN_KEYS if key.endswith("." + k)]
+                if split:
+                    whole = f"{glob}.{key[: -len(split[0]) - 1]}"
+                    raise ConfigError(f"{source}: {key}: TOML split the topic glob at its dots: quote it "
+                                      f"whole, [topics.\"{whole}\"], with {split[0]!r} inside")
+            values[key] = _parse_value(key, raw, source)
+        return _Layer(source, glob, values)
+
+
+def _flatten(settings: Mapping[str, Any], source: str, prefix: str = "") -> Iterable[tuple[str, Any]]:
+    for k, v in settings.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            # an unquoted dotted TOML key (retention.ms = 1) arrives as nested tables
+            yield from _flatten(v, source, key + ".")
+        else:
+            yield key, v
+
+
+def _parse_value(key: str, raw: Any, source: str) -> Any:
+    spec = _SPECS.get(key)
+    if spec is None:
+        if key in INERT_KEYS:
+            return str(raw)
+        raise ConfigError(f"{source}: {key}: {_unknown_key_hint(key)}")
+    try:
+        value = spec.parse(raw)
+    except ValueError as e:
+        raise ConfigError(f"{source}: {key}: {e}") from None
+    problem = spec.check(value)
+    if problem:
+        raise ConfigError(f"{source}: {key}: {problem}")
+    return value
+
+
+def _merge(layers: Sequence[_Layer]) -> TopicConfig:
+    """TopicConfig from Kafka's defaults overlaid with ``layers`` in order; checks cross-key rules."""
+    values: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for layer in layers:
+        for key, value in layer.values.items():
+            values[key] = value
+            origin[key] = layer.source_of(key)
+    lo = values.get("min.compaction.lag.ms", default_value("min.compaction.lag.ms"))
+    hi = values.get("max.compaction.lag.ms", default_value("max.compaction.lag.ms"))
+    if lo > hi:
+        where_lo = origin.get("min.compaction.lag.ms", "Kafka's default")
+        where_hi = origin.get("max.compaction.lag.ms", "Kafka's default")
+        raise ConfigError(f"min.compaction.lag.ms ({lo}, from {where_lo}) > max.compaction.lag.ms ({hi}, "
+                          f"from {where_hi}): Kafka rejects a minimum lag above the maximum")
+    kwargs = {_SPECS[k].attr: v for k, v in values.items() if k in _SPECS}
+    inert = tuple(sorted((k, v) for k, v in values.items() if k not in _SPECS))
+    return TopicConfig(**kwargs, inert_settings=inert)
+
+
+# --------------------------------------------------------------------------------------------------
+# --set overrides
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Override:
+    """One ``--set TOPIC_GLOB:KEY=VALUE`` option, parsed and typed."""
+
+    glob: str
+    key: str
+    value: Any
+    text: str
+
+
+def parse_override(text: str) -> Override:
+    """Parse ``TOPIC_GLOB:KEY=VALUE`` (``orders.*:retention.ms=7d``); ``ConfigError`` naming the option."""
+    source = f"--set {text}"
+    glob, colon, rest = text.partition(":")
+    key, equals, value = rest.partition("=")
+    glob, key, value = glob.strip(), key.strip(), value.strip()
+    if not colon or not equals or not glob or not key:
+        raise ConfigError(f"{source}: expected TOPIC_GLOB:KEY=VALUE, e.g. 'orders.*:retention.ms=7d'")
+    problem = validate_glob(glob)
+    if problem:
+        raise ConfigError(f"{source}: {problem}")
+    return Override(glob, key, _parse_value(key, value, source), text)
+
+
+# --------------------------------------------------------------------------------------------------
+# ConfigSet
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConfigSet:
+    """All topic settings of a run: ``[defaults]``, the ``[topics]`` globs and ``--set`` overrides."""
+
+    defaults: _Layer = field(default_factory=lambda: _Layer("[defaults]", None, {}))
+    tables: tuple[_Layer, ...] = ()
+    overrides: tuple[_Layer, ...] = ()
+
+    # ---- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: str | Path, overrides: Sequence[str] = ()) -> "ConfigSet":
+        """Read and validate a TOML file, then apply ``--set`` option texts on top."""
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as e:
+            raise ConfigError(f"{p}: cannot read the topic configuration: {e.strerror or e}") from None
+        return cls.from_toml(text, source=str(p), overrides=overrides)
+
+    @classmethod
+    def from_toml(cls, text: str, *, source: str = "<toml>", overrides: Sequence[str] = ()) -> "ConfigSet":
+        """Parse and validate TOML text; ``source`` names it in errors."""
+        try:
+            doc = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{source}: not valid TOML: {e}") from None
+        return cls.from_mapping(doc, source=source, overrides=overrides)
+
+    @classmethod
+    def from_mapping(cls, doc: Mapping[str, Any], *, source: str = "<config>",
+                     overrides: Sequence[str] = ()) -> "ConfigSet":
+        """Validate an already parsed document (``{"defaults": {...}, "topics": {glob: {...}}}``)."""
+        extra = sorted(set(doc) - {"defaults", "topics"})
+        if extra:
+            raise ConfigError(f"{source}: unknown top-level table(s) {', '.join(extra)}: "
+                              f"expected [defaults] and [topics.\"<glob>\"]")
+        defaults_doc = doc.get("defaults", {})
+        topics_doc = doc.get("topics", {})
+        if not isinstance(defaults_doc, dict):
+            raise ConfigError(f"{source}: [defaults] must be a table")
+        if not isinstance(topics_doc, dict):
+            raise ConfigError(f"{source}: [topics] must hold tables [topics.\"<glob>\"]")
+        defaults = _Layer.parse(defaults_doc, source=f"{source} [defaults]", glob=None)
+        tables = []
+        for glob, table in topics_doc.items():
+            where = f'{source} [topics."{glob}"]'
+            if not isinstance(table, dict):
+                raise ConfigError(f"{where}: expected a table of topic settings, got {table!r} "
+                                  f"(write [topics.\"{glob}\"] with its keys below)")
+            problem = validate_glob(glob)
+            if problem:
+                raise ConfigError(f"{where}: {problem}")
+            tables.append(_Layer.parse(table, source=where, glob=glob))
+        configs = cls(defaults, tuple(tables))
+        configs._validate_layers()
+        return configs.with_overrides(overrides)
+
+    def with_overrides(self, overrides: Sequence[str | Override]) -> "ConfigSet":
+        """A copy with ``--set`` overrides added on top (texts are parsed; later options win per key)."""
+        # one layer per glob: options naming the same glob never tie with each other
+        values: dict[str, dict[str, Any]] = {}
+        sources: dict[str, dict[str, str]] = {}
+        for layer in self.overrides:
+            assert layer.glob is not None
+            values[layer.glob] = dict(layer.values)
+            sources[layer.glob] = dict(layer.key_sources)
+        for item in overrides:
+            o = parse_override(item) if isinstance(item, str) else item
+            values.setdefault(o.glob, {})[o.key] = o.value
+            sources.setdefault(o.glob, {})[o.key] = f"--set {o.text}"
+        layers = tuple(_Layer(f"--set {glob}:...", glob, values[glob], sources[glob]) for glob in values)
+        result = dataclasses.replace(self, overrides=layers)
+        result._validate_layers()
+        return result
+
+    def _validate_layers(self) -> None:
+        _merge([self.defaults])
+        for layer in (*self.tables, *self.overrides):
+            _merge([self.defaults, layer])
+
+    # ---- lookup -------------------------------------------------------------------------------
+
+    def layers_for(self, topic: str) -> list[_Layer]:
+        """The layers that apply to ``topic``, lowest precedence first (see the module docstring)."""
+        return [self.defaults, *_ordered_matches(self.tables, topic), *_ordered_matches(self.overrides, topic)]
+
+    def for_topic(self, topic: str) -> TopicConfig:
+        """The effective configuration of ``topic``; ``ConfigError`` on a specificity tie or a conflict."""
+        return _merge(self.layers_for(topic))
+
+    def explain(self, topic: str) -> dict[str, tuple[Any, str]]:
+        """Every key segjobs reads for ``topic``: (effective value, where it came from)."""
+        result: dict[str, tuple[Any, str]] = {k: (default_value(k), "Kafka's default") for k in _SPECS}
+        for layer in self.layers_for(topic):
+            for key, value in layer.values.items():
+                result[key] = (value, layer.source_of(key))
+        return result
+
+    def check_topics(self, topics: Iterable[str]) -> None:
+        """Resolve every topic once, so ties and conflicts surface before any work starts."""
+        for topic in topics:
+            self.for_topic(topic)
+
+
+def _ordered_matches(layers: Sequence[_Layer], topic: str) -> list[_Layer]:
+    matching = [layer for layer in layers if layer.glob is not None and topic_matches(layer.glob, topic)]
+    matching.sort(key=lambda layer: glob_specificity(layer.glob or ""))
+    for a, b in zip(matching, matching[1:]):
+        if glob_specificity(a.glob or "") == glob_specificity(b.glob or ""):
+            raise ConfigError(f"topic {topic!r} matches {a.source} and {b.source} with equal specificity "
+                              f"({glob_specificity(a.glob or '')[1]} literal characters): make one more "
+                              f"specific or name the topic exactly")
+    return matching
