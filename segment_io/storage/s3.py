@@ -240,6 +240,9 @@ class S3Storage(Storage):
 
     def rename(self, src: str, dst: str) -> None:
         """Copy then delete: not atomic; a crash in between leaves both (callers' protocols allow for it)."""
+        if src == dst:
+            self.stat(src)  # S3 refuses a plain self-copy, and copy + delete would lose the object
+            return
         self.copy(src, dst)
         self.delete(src)
 

@@ -242,6 +242,8 @@ def test_rename_copy_delete(store: Store):
     s.rename(a, b)  # replaces the destination
     assert not s.exists(a)
     assert s.read(b) == b"AAA"
+    s.rename(b, b)  # onto itself: a no-op, never a loss
+    assert s.read(b) == b"AAA"
     s.copy(b, c)
     assert s.read(c) == b"AAA" and s.read(b) == b"AAA"
     s.delete_many([b, c])
