@@ -22,6 +22,12 @@ XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = struct.Struct(">8sii")
 # Block size the Java client's SnappyOutputStream uses (32 KiB).
 _XERIAL_BLOCK = 32 * 1024
+# LZ4 frame header as the Java producer writes it: magic, FLG 0x60 (version 1, independent blocks, no
+# checksums, no content size), BD 0x40 (64 KiB blocks), header checksum (second byte of xxh32 over FLG BD).
+# Every LZ4 batch of the real broker fixtures starts with exactly these bytes.
+_LZ4_JAVA_HEADER = b"\x04\x22\x4d\x18\x60\x40\x82"
+_LZ4_BLOCK = 64 * 1024
+_LZ4_RAW_BLOCK = 0x80000000  # block-size high bit: the block is stored uncompressed
 # Refuse to believe a payload inflates more than this; protects against decompression bombs in corrupt data.
 MAX_DECOMPRESSED_BYTES = 1 << 31
 
@@ -53,6 +59,26 @@ def _unxerial(data: bytes | memoryview) -> bytes:
         out.append(bytes(block))
         pos += n
     return b"".join(out)
+
+
+def _lz4_java_frame(data: bytes | memoryview, level: int | None) -> bytes:
+    """An LZ4 frame laid out as Kafka's Java producer (``Lz4BlockOutputStream``) writes it: 64 KiB
+    independent blocks, a block stored raw when compressing does not shrink it, no checksums, no content
+    size, a zero end mark."""
+    mv = memoryview(data)
+    parts = [_LZ4_JAVA_HEADER]
+    kw = {} if level is None else {"mode": "high_compression", "compression": level}
+    for start in range(0, len(mv), _LZ4_BLOCK):
+        chunk = mv[start:start + _LZ4_BLOCK]
+        block = cramjam.lz4.compress_block(chunk, store_size=False, **kw)
+        if len(block) >= len(chunk):
+            parts.append(struct.pack("<I", len(chunk) | _LZ4_RAW_BLOCK))
+            parts.append(bytes(chunk))
+        else:
+            parts.append(struct.pack("<I", len(block)))
+            parts.append(bytes(block))
+    parts.append(b"\x00\x00\x00\x00")
+    return b"".join(parts)
 
 
 def decompress(codec: int, data: bytes | memoryview) -> bytes:
@@ -94,7 +120,7 @@ def compress(codec: int, data: bytes | memoryview, level: int | None = None) -> 
             parts.append(block)
         return b"".join(parts)
     if codec == LZ4:
-        return bytes(cramjam.lz4.compress(data, level=level))
+        return _lz4_java_frame(data, level)
     if codec == ZSTD:
         return bytes(cramjam.zstd.compress(data, level=level))
     raise UnsupportedCodecError(f"unknown compression codec {codec}")

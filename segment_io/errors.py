@@ -97,6 +97,17 @@ class UnsupportedCodecError(CorruptRecordError):
     """A batch names a compression codec segjobs does not know (attribute bits 0-2 above 4)."""
 
 
+class InvalidRecordsError(SegjobsError):
+    """Rows handed to the encoder cannot be written as Kafka batches: offsets out of order or outside their
+    batch, a batch field that differs between rows of one batch, a value the format cannot hold.
+    ``offset`` names the first offending record (or batch base offset)."""
+
+    def __init__(self, detail: str, *, offset: int | None = None) -> None:
+        self.detail = detail
+        self.offset = offset
+        super().__init__(f"offset {offset}: {detail}" if offset is not None else detail)
+
+
 # --------------------------------------------------------------------------------------------------
 # Index and checkpoint files
 # --------------------------------------------------------------------------------------------------

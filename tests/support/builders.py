@@ -16,7 +16,9 @@ the resulting table (see ``write_log`` once the encoder exists).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Sequence
 
 import pyarrow as pa
@@ -155,3 +157,72 @@ def records_table(keys_values: Sequence[tuple[bytes | str | None, bytes | str | 
     for k, v in keys_values:
         log.batch([rec(k, v)])
     return log.table()
+
+
+def empty_batch(base_offset: int, last_offset: int, *, pid: int = -1, epoch: int = -1, base_sequence: int = -1,
+                max_timestamp: int = -1, leader_epoch: int = 0, transactional: bool = False,
+                control: bool = False, timestamp_type: int = 0, codec: int = 0,
+                delete_horizon_ms: int | None = None, segment_base_offset: int = 0,
+                position: int = 0) -> pa.Table:
+    """One batch of BATCH_SCHEMA to be written with no records (``encode_batches(empty_batches=...)``),
+    as the cleaner keeps an active producer's last batch. Concatenate several with ``pa.concat_tables``."""
+    from segment_io.schema import BATCH_SCHEMA
+
+    row = {
+        "batch_base_offset": base_offset, "batch_last_offset": last_offset, "batch_position": position,
+        "batch_size": 0, "batch_base_timestamp": -1, "batch_max_timestamp": max_timestamp,
+        "timestamp_type": timestamp_type, "magic": 2, "codec": codec, "transactional": transactional,
+        "control": control, "producer_id": pid, "producer_epoch": epoch, "base_sequence": base_sequence,
+        "partition_leader_epoch": leader_epoch, "delete_horizon_ms": delete_horizon_ms,
+        "segment_base_offset": segment_base_offset,
+    }
+    return pa.Table.from_pylist([row], schema=BATCH_SCHEMA)
+
+
+def write_log(table: pa.Table, partition_dir: "str | os.PathLike[str]", *, segment_bytes: int | None = None,
+              codec: int | None = None, empty_batches: pa.Table | None = None) -> "list[Path]":
+    """Write ``table`` (e.g. ``LogBuilder.table()``) as a partition directory of real segments with their
+    ``.index`` and ``.timeindex``: one segment per ``segment_base_offset`` (see ``LogBuilder.roll``), and
+    with ``segment_bytes`` a new segment whenever the next batch would push one past that size (like
+    Kafka's ``segment.bytes``; a segment always gets at least one batch). ``empty_batches`` (BATCH_SCHEMA,
+    see :func:`empty_batch`) go to the segment their ``segment_base_offset`` names. Returns the ``.log``
+    paths in offset order. Positions and sizes in the input are placeholders and are ignored.
+    """
+    import pyarrow.compute as pc
+
+    from segment_io.encode import encode_batches
+    from segment_io.layout import segment_file_name
+    from segment_io.schema import BATCH_SCHEMA
+    from segment_io.segment_writer import write_segment
+
+    directory = Path(partition_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    empties = empty_batches if empty_batches is not None else BATCH_SCHEMA.empty_table()
+    bases = sorted(set(table["segment_base_offset"].to_pylist()) | set(empties["segment_base_offset"].to_pylist()))
+    written: list[Path] = []
+    for base in bases:
+        rows = table.filter(pc.equal(table["segment_base_offset"], base))
+        seg_empties = empties.filter(pc.equal(empties["segment_base_offset"], base))
+        chunks: list[tuple[int, int | None]] = [(base, None)]  # (segment base offset, last offset in it)
+        if segment_bytes is not None:
+            headers = encode_batches(rows, empty_batches=seg_empties, codec=codec).headers
+            chunks = []
+            start = size = 0
+            for i, batch_size in enumerate(headers.size.tolist()):
+                if i > start and size + batch_size > segment_bytes:
+                    chunks.append((int(headers.base_offset[start]), int(headers.last_offset[i - 1])))
+                    start, size = i, 0
+                size += batch_size
+            chunks.append((int(headers.base_offset[start]), None))
+            chunks[0] = (base, chunks[0][1])  # the first piece keeps the segment's own base offset
+        for chunk_base, chunk_last in chunks:
+            lo = chunk_base
+            keep = pc.greater_equal(rows["offset"], lo)
+            keep_empty = pc.greater_equal(seg_empties["batch_base_offset"], lo)
+            if chunk_last is not None:
+                keep = pc.and_(keep, pc.less_equal(rows["offset"], chunk_last))
+                keep_empty = pc.and_(keep_empty, pc.less_equal(seg_empties["batch_base_offset"], chunk_last))
+            path = directory / segment_file_name(chunk_base)
+            write_segment(rows.filter(keep), str(path), empty_batches=seg_empties.filter(keep_empty), codec=codec)
+            written.append(path)
+    return written

@@ -1,0 +1,179 @@
+"""Compiled hot loops of the encoder: sizing and writing RecordBatch v2 records straight from Arrow buffers.
+
+The Python side (:mod:`segment_io.encode`) decides, per batch, what to write (header fields, base offset and
+base timestamp the deltas are relative to); these kernels then visit every record once to size it and once
+to write it, without creating a Python object per record. All batches of a call are written into one
+preallocated buffer, header first (CRC left zero for the caller) and records after it.
+
+Arrow binary/string columns arrive as (int32 offsets, uint8 data, bool validity) triples; ``headers`` as the
+list offsets plus the triples of its struct children.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from segment_io.format import (
+    LOG_OVERHEAD,
+    V2_ATTRIBUTES,
+    V2_BASE_SEQUENCE,
+    V2_BASE_TIMESTAMP,
+    V2_HEADER_SIZE,
+    V2_LAST_OFFSET_DELTA,
+    V2_MAGIC,
+    V2_MAX_TIMESTAMP,
+    V2_PARTITION_LEADER_EPOCH,
+    V2_PRODUCER_EPOCH,
+    V2_PRODUCER_ID,
+    V2_RECORDS_COUNT,
+    SIZE_OFFSET,
+)
+
+_U7 = np.uint64(7)
+_U63 = np.uint64(63)
+_U7F = np.uint64(0x7F)
+_U80 = np.uint64(0x80)
+_MAGIC_V2 = 2
+
+
+@njit(inline="always")
+def _zigzag(v: np.int64) -> np.uint64:
+    # Kafka zig-zags int32 varints in 32 bits and varlongs in 64; for any value that fits an int32 both give
+    # the same number, so one 64-bit routine serves both.
+    u = np.uint64(v)
+    return (u << np.uint64(1)) ^ np.uint64(np.int64(v) >> 63)
+
+
+@njit(inline="always")
+def _varint_size(u: np.uint64) -> int:
+    n = 1
+    while u >= _U80:
+        u >>= _U7
+        n += 1
+    return n
+
+
+@njit(inline="always")
+def _put_varint(out: np.ndarray, p: int, u: np.uint64) -> int:
+    while u >= _U80:
+        out[p] = np.uint8((u & _U7F) | _U80)
+        u >>= _U7
+        p += 1
+    out[p] = np.uint8(u)
+    return p + 1
+
+
+@njit(inline="always")
+def _put_be(out: np.ndarray, p: int, v: np.int64, nbytes: int) -> None:
+    for i in range(nbytes):
+        out[p + nbytes - 1 - i] = np.uint8((v >> (8 * i)) & 0xFF)
+
+
+@njit(inline="always")
+def _put_bytes(out: np.ndarray, p: int, data: np.ndarray, start: int, n: int) -> int:
+    out[p:p + n] = data[start:start + n]
+    return p + n
+
+
+@njit(inline="always")
+def _nullable_size(offsets: np.ndarray, valid: np.ndarray, i: int) -> int:
+    if not valid[i]:
+        return 1  # varint(-1)
+    n = offsets[i + 1] - offsets[i]
+    return _varint_size(_zigzag(np.int64(n))) + n
+
+
+@njit(inline="always")
+def _put_nullable(out: np.ndarray, p: int, offsets: np.ndarray, data: np.ndarray, valid: np.ndarray,
+                  i: int) -> int:
+    if not valid[i]:
+        out[p] = np.uint8(1)  # zig-zag of -1
+        return p + 1
+    start = offsets[i]
+    n = offsets[i + 1] - start
+    p = _put_varint(out, p, _zigzag(np.int64(n)))
+    return _put_bytes(out, p, data, start, n)
+
+
+@njit(cache=True, nogil=True)
+def record_body_sizes(row_start, row_end, base_offset, base_timestamp, offsets, timestamps,
+                      key_off, key_valid, val_off, val_valid,
+                      hdr_off, hdr_valid, hk_off, hv_off, hv_valid,
+                      body_sizes, batch_bodies) -> None:
+    """Size every record of every batch: ``body_sizes[row]`` is the record's length field (bytes after the
+    length varint); ``batch_bodies[b]`` the bytes all records of batch ``b`` take, length varints included."""
+    for b in range(row_start.shape[0]):
+        total = 0
+        base_off = base_offset[b]
+        base_ts = base_timestamp[b]
+        for r in range(row_start[b], row_end[b]):
+            size = 1  # record attributes (always zero)
+            size += _varint_size(_zigzag(timestamps[r] - base_ts))
+            size += _varint_size(_zigzag(offsets[r] - base_off))
+            size += _nullable_size(key_off, key_valid, r)
+            size += _nullable_size(val_off, val_valid, r)
+            nh = 0
+            if hdr_valid[r]:
+                h0 = hdr_off[r]
+                h1 = hdr_off[r + 1]
+                nh = h1 - h0
+                for h in range(h0, h1):
+                    klen = hk_off[h + 1] - hk_off[h]
+                    size += _varint_size(_zigzag(np.int64(klen))) + klen
+                    size += _nullable_size(hv_off, hv_valid, h)
+            size += _varint_size(_zigzag(np.int64(nh)))
+            body_sizes[r] = size
+            total += _varint_size(_zigzag(np.int64(size))) + size
+        batch_bodies[b] = total
+
+
+@njit(cache=True, nogil=True)
+def write_batches(out, batch_pos, row_start, row_end, base_offset, last_offset, base_timestamp, max_timestamp,
+                  attributes, producer_id, producer_epoch, base_sequence, leader_epoch, batch_bodies,
+                  body_sizes, offsets, timestamps,
+                  key_off, key_data, key_valid, val_off, val_data, val_valid,
+                  hdr_off, hdr_valid, hk_off, hk_data, hv_off, hv_data, hv_valid) -> None:
+    """Write batch ``b`` at ``out[batch_pos[b]:]``: the 61-byte v2 header (CRC left zero) and its records,
+    uncompressed. Sizes come from :func:`record_body_sizes`."""
+    for b in range(row_start.shape[0]):
+        p = batch_pos[b]
+        size = V2_HEADER_SIZE + batch_bodies[b]
+        _put_be(out, p, base_offset[b], 8)
+        _put_be(out, p + SIZE_OFFSET, np.int64(size - LOG_OVERHEAD), 4)
+        _put_be(out, p + V2_PARTITION_LEADER_EPOCH, np.int64(leader_epoch[b]), 4)
+        out[p + V2_MAGIC] = np.uint8(_MAGIC_V2)
+        for i in range(V2_MAGIC + 1, V2_ATTRIBUTES):
+            out[p + i] = np.uint8(0)
+        _put_be(out, p + V2_ATTRIBUTES, np.int64(attributes[b]), 2)
+        _put_be(out, p + V2_LAST_OFFSET_DELTA, last_offset[b] - base_offset[b], 4)
+        _put_be(out, p + V2_BASE_TIMESTAMP, base_timestamp[b], 8)
+        _put_be(out, p + V2_MAX_TIMESTAMP, max_timestamp[b], 8)
+        _put_be(out, p + V2_PRODUCER_ID, producer_id[b], 8)
+        _put_be(out, p + V2_PRODUCER_EPOCH, np.int64(producer_epoch[b]), 2)
+        _put_be(out, p + V2_BASE_SEQUENCE, np.int64(base_sequence[b]), 4)
+        _put_be(out, p + V2_RECORDS_COUNT, np.int64(row_end[b] - row_start[b]), 4)
+        p += V2_HEADER_SIZE
+        base_off = base_offset[b]
+        base_ts = base_timestamp[b]
+        for r in range(row_start[b], row_end[b]):
+            p = _put_varint(out, p, _zigzag(np.int64(body_sizes[r])))
+            out[p] = np.uint8(0)
+            p += 1
+            p = _put_varint(out, p, _zigzag(timestamps[r] - base_ts))
+            p = _put_varint(out, p, _zigzag(offsets[r] - base_off))
+            p = _put_nullable(out, p, key_off, key_data, key_valid, r)
+            p = _put_nullable(out, p, val_off, val_data, val_valid, r)
+            if hdr_valid[r]:
+                h0 = hdr_off[r]
+                h1 = hdr_off[r + 1]
+                p = _put_varint(out, p, _zigzag(np.int64(h1 - h0)))
+                for h in range(h0, h1):
+                    ks = hk_off[h]
+                    kn = hk_off[h + 1] - ks
+                    p = _put_varint(out, p, _zigzag(np.int64(kn)))
+                    p = _put_bytes(out, p, hk_data, ks, kn)
+                    p = _put_nullable(out, p, hv_off, hv_data, hv_valid, h)
+            else:
+                out[p] = np.uint8(0)
+                p += 1

@@ -1,0 +1,566 @@
+"""Rows of RECORD_SCHEMA back to RecordBatch v2 bytes, as Kafka's log cleaner would write them.
+
+Rules (from Kafka's ``MemoryRecords.filterTo``, ``MemoryRecordsBuilder`` and ``DefaultRecordBatch``):
+
+* Rows are grouped into output batches by ``(segment_base_offset, batch_base_offset)``; every row of a
+  group must carry the same batch-level fields. A batch keeps its base offset and its last offset even when
+  only some of its records are written (offset deltas stay relative to the original base offset).
+* Base timestamp: the delete horizon when the batch has one (attribute bit 0x40 set), else the first written
+  record's timestamp. Record timestamp deltas are relative to that base.
+* Max timestamp: for LOG_APPEND_TIME the batch's max timestamp (its log-append time); for CREATE_TIME the
+  largest timestamp among the written records (-1 when none has one).
+* Empty batches (``empty_batches``, BATCH_SCHEMA rows) are written the way ``writeEmptyHeader`` writes them:
+  no records, no compression, base timestamp -1, max timestamp kept, no delete horizon.
+* Legacy (magic 0/1) rows become v2 batches: base offset = first record's offset, last offset = last
+  record's (what Kafka's builder does for pre-v2 input), timestamp type CREATE_TIME when they had none.
+* A batch whose rows are all present, and whose header would not change, is copied verbatim from
+  ``sources`` (the original segment bytes) when given: compressed batches thus stay byte-identical.
+
+Records are written by the compiled kernels in :mod:`segment_io._encode_kernels`; the Python here works per
+batch, never per record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import BinaryIO, Iterable, Mapping
+
+import crc32c
+import numpy as np
+import pyarrow as pa
+
+from segment_io import _encode_kernels as kernels
+from segment_io.compression import CODEC_NAMES, NONE, codec_from_name, compress
+from segment_io.errors import InvalidRecordsError, UsageError
+from segment_io.format import (
+    ATTR_CONTROL,
+    ATTR_DELETE_HORIZON,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
+    BatchHeaders,
+    LOG_OVERHEAD,
+    NO_TIMESTAMP,
+    SIZE_OFFSET,
+    V2_CRC,
+    V2_CRC_START,
+    V2_HEADER,
+    V2_HEADER_SIZE,
+)
+from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA
+
+_INT32_MAX = (1 << 31) - 1
+_LOG_APPEND_TIME = 1
+_MAGIC_V2 = 2
+
+#: Columns the encoder reads; the others (topic, partition, batch_size, batch_base_timestamp) are not needed
+#: to reproduce a batch.
+_RECORD_INPUT = (
+    "offset", "timestamp", "timestamp_type", "key", "value", "headers", "batch_base_offset",
+    "batch_last_offset", "batch_position", "batch_max_timestamp", "magic", "codec", "transactional", "control",
+    "producer_id", "producer_epoch", "base_sequence", "partition_leader_epoch", "delete_horizon_ms",
+    "segment_base_offset",
+)
+#: Batch-level columns that must be equal on every row of one batch.
+_BATCH_CONSTANT = (
+    "batch_last_offset", "batch_position", "batch_max_timestamp", "magic", "codec", "timestamp_type",
+    "transactional", "control", "producer_id", "producer_epoch", "base_sequence", "partition_leader_epoch",
+)
+_EMPTY_INPUT = (
+    "batch_base_offset", "batch_last_offset", "batch_position", "batch_max_timestamp", "timestamp_type",
+    "magic", "transactional", "control", "producer_id", "producer_epoch", "base_sequence",
+    "partition_leader_epoch", "segment_base_offset",
+)
+
+
+@dataclass(frozen=True)
+class EncodedSegment:
+    """Encoded batches, in order, and what was written.
+
+    ``buffers`` concatenated are the segment bytes (kept apart so verbatim copies and large encoded runs
+    are not copied again). ``headers`` describes every batch written, positions relative to the first byte,
+    so indexes can be built without re-reading the bytes.
+    """
+
+    buffers: tuple[memoryview, ...]
+    headers: BatchHeaders
+
+    @property
+    def size(self) -> int:
+        """Total bytes."""
+        return self.headers.end
+
+    @property
+    def batch_count(self) -> int:
+        return len(self.headers)
+
+    @property
+    def record_count(self) -> int:
+        return int(self.headers.record_count.sum(dtype=np.int64))
+
+    @property
+    def base_offset(self) -> int:
+        """Base offset of the first batch, -1 when nothing was written."""
+        return int(self.headers.base_offset[0]) if len(self.headers) else -1
+
+    @property
+    def last_offset(self) -> int:
+        """Last offset of the last batch, -1 when nothing was written."""
+        return int(self.headers.last_offset[-1]) if len(self.headers) else -1
+
+    @property
+    def max_timestamp(self) -> int:
+        """Largest batch max timestamp, -1 when there is none."""
+        return int(self.headers.max_timestamp.max()) if len(self.headers) else NO_TIMESTAMP
+
+    def to_bytes(self) -> bytes:
+        """All bytes in one object (copies; prefer :meth:`write_to` for files)."""
+        if len(self.buffers) == 1:
+            return bytes(self.buffers[0])
+        return b"".join(self.buffers)
+
+    def write_to(self, stream: BinaryIO) -> int:
+        """Write all bytes to ``stream``; returns the number written."""
+        for buf in self.buffers:
+            stream.write(buf)
+        return self.size
+
+
+# --------------------------------------------------------------------------------------------------
+# Arrow input
+# --------------------------------------------------------------------------------------------------
+
+
+def _as_table(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | None,
+              columns: tuple[str, ...], schema: pa.Schema) -> pa.Table:
+    if records is None:
+        return schema.empty_table().select(list(columns))
+    if isinstance(records, pa.RecordBatch):
+        table = pa.Table.from_batches([records])
+    elif isinstance(records, pa.Table):
+        table = records
+    else:
+        batches = list(records)
+        table = pa.Table.from_batches(batches) if batches else schema.empty_table()
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise UsageError(f"encoder input lacks column(s) {missing}")
+    table = table.select(list(columns))
+    target = pa.schema([schema.field(c) for c in columns])
+    if not table.schema.equals(target):
+        # Readers may hand over large_binary or binary_view columns; the kernels want the plain layouts.
+        table = table.cast(target)
+    return table.combine_chunks()
+
+
+def _column(table: pa.Table, name: str) -> pa.Array:
+    col = table.column(name)
+    return col.chunk(0) if col.num_chunks == 1 else pa.concat_arrays(col.chunks) if col.num_chunks else \
+        pa.array([], type=col.type)
+
+
+def _ints(table: pa.Table, name: str, dtype: type) -> np.ndarray:
+    arr = _column(table, name)
+    if arr.null_count:
+        arr = arr.fill_null(False if pa.types.is_boolean(arr.type) else 0)
+    return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=dtype)
+
+
+def _validity(arr: pa.Array) -> np.ndarray:
+    if arr.null_count == 0:
+        return np.ones(len(arr), dtype=np.bool_)
+    return np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=np.bool_)
+
+
+def _binary_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(offsets int32[n+1], data uint8, validity bool[n]) of a binary or string array, zero-copy."""
+    n = len(arr)
+    bufs = arr.buffers()
+    if n == 0 or bufs[1] is None:
+        offsets = np.zeros(n + 1, dtype=np.int32)
+    else:
+        offsets = np.frombuffer(bufs[1], dtype=np.int32, count=n + 1, offset=arr.offset * 4)
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if len(bufs) > 2 and bufs[2] is not None else \
+        np.zeros(0, dtype=np.uint8)
+    return offsets, data, _validity(arr)
+
+
+def _header_parts(arr: pa.ListArray) -> tuple[np.ndarray, ...]:
+    """List offsets and validity of ``headers``, then the (offsets, data, validity) of header keys and of
+    header values, all indexed the way the list offsets point into them."""
+    n = len(arr)
+    if n == 0:
+        empty = np.zeros(1, dtype=np.int32)
+        none = np.zeros(0, dtype=np.uint8)
+        return (empty, np.zeros(0, np.bool_), empty, none, empty, none, np.zeros(0, np.bool_))
+    list_offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int32)
+    keys, values = arr.values.flatten()
+    hk_off, hk_data, _ = _binary_parts(keys)
+    hv_off, hv_data, hv_valid = _binary_parts(values)
+    return (list_offsets, _validity(arr), hk_off, hk_data, hv_off, hv_data, hv_valid)
+
+
+# --------------------------------------------------------------------------------------------------
+# Planning: one entry per output batch
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Plan:
+    """Header fields of every output batch, in output order, and the row range holding its records."""
+
+    row_start: np.ndarray
+    row_end: np.ndarray
+    base_offset: np.ndarray
+    last_offset: np.ndarray
+    base_timestamp: np.ndarray
+    max_timestamp: np.ndarray
+    attributes: np.ndarray
+    codec: np.ndarray
+    producer_id: np.ndarray
+    producer_epoch: np.ndarray
+    base_sequence: np.ndarray
+    leader_epoch: np.ndarray
+    has_horizon: np.ndarray
+    segment_base_offset: np.ndarray
+    batch_position: np.ndarray
+
+    def take(self, order: np.ndarray) -> "_Plan":
+        return _Plan(**{k: v[order] for k, v in self.__dict__.items()})
+
+    @staticmethod
+    def concat(a: "_Plan", b: "_Plan") -> "_Plan":
+        return _Plan(**{k: np.concatenate([getattr(a, k), getattr(b, k)]) for k in a.__dict__})
+
+
+def _attributes(codec: np.ndarray, ts_type: np.ndarray, txn: np.ndarray, control: np.ndarray,
+                horizon: np.ndarray) -> np.ndarray:
+    attrs = codec.astype(np.int16)
+    attrs |= np.where(ts_type == _LOG_APPEND_TIME, ATTR_TIMESTAMP_TYPE, 0).astype(np.int16)
+    attrs |= np.where(txn, ATTR_TRANSACTIONAL, 0).astype(np.int16)
+    attrs |= np.where(control, ATTR_CONTROL, 0).astype(np.int16)
+    attrs |= np.where(horizon, ATTR_DELETE_HORIZON, 0).astype(np.int16)
+    return attrs
+
+
+def _check_codec(codec: int | str | None) -> int | None:
+    if codec is None:
+        return None
+    if isinstance(codec, str):
+        try:
+            return codec_from_name(codec)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if int(codec) not in CODEC_NAMES:
+        raise UsageError(f"unknown compression codec {codec}; choose one of {sorted(CODEC_NAMES)}")
+    return int(codec)
+
+
+def _plan_records(table: pa.Table, codec_override: int | None) -> _Plan:
+    n = table.num_rows
+    offsets = _ints(table, "offset", np.int64)
+    timestamps = _ints(table, "timestamp", np.int64)
+    seg = _ints(table, "segment_base_offset", np.int64)
+    bbo = _ints(table, "batch_base_offset", np.int64)
+    if n == 0:
+        starts = np.zeros(0, dtype=np.int64)
+    else:
+        bad = np.flatnonzero(np.diff(offsets) <= 0)
+        if len(bad):
+            i = int(bad[0])
+            raise InvalidRecordsError(f"record offsets must increase strictly: {offsets[i + 1]} follows "
+                                      f"{offsets[i]}", offset=int(offsets[i + 1]))
+        boundary = np.ones(n, dtype=np.bool_)
+        boundary[1:] = (seg[1:] != seg[:-1]) | (bbo[1:] != bbo[:-1])
+        starts = np.flatnonzero(boundary)
+    ends = np.append(starts[1:], n).astype(np.int64)
+    counts = ends - starts
+
+    cols = {name: _ints(table, name, np.int64) for name in _BATCH_CONSTANT}
+    horizon_arr = _column(table, "delete_horizon_ms")
+    has_h = _validity(horizon_arr)
+    horizon = _ints(table, "delete_horizon_ms", np.int64)
+    for name, values in list(cols.items()) + [("delete_horizon_ms", np.where(has_h, horizon, np.iinfo(np.int64).min))]:
+        differs = np.flatnonzero(values != np.repeat(values[starts], counts))
+        if len(differs):
+            i = int(differs[0])
+            raise InvalidRecordsError(f"column {name!r} differs between records of the batch with base offset "
+                                      f"{bbo[i]} (record offset {offsets[i]})", offset=int(offsets[i]))
+
+    magic = cols["magic"][starts]
+    legacy = magic < _MAGIC_V2
+    first_off, last_row_off = offsets[starts], offsets[ends - 1] if n else offsets[:0]
+    base = np.where(legacy, first_off, bbo[starts])
+    last = np.where(legacy, last_row_off, cols["batch_last_offset"][starts])
+    # v2 rows must lie inside their batch's offset range; deltas must fit Kafka's int32 fields.
+    row_base = np.repeat(base, counts)
+    row_last = np.repeat(last, counts)
+    outside = np.flatnonzero((offsets < row_base) | (offsets > row_last))
+    if len(outside):
+        i = int(outside[0])
+        raise InvalidRecordsError(f"record offset {offsets[i]} lies outside its batch "
+                                  f"[{row_base[i]}, {row_last[i]}]", offset=int(offsets[i]))
+    bad_ts = np.flatnonzero(timestamps < NO_TIMESTAMP)
+    if len(bad_ts):
+        i = int(bad_ts[0])
+        raise InvalidRecordsError(f"invalid negative timestamp {timestamps[i]}", offset=int(offsets[i]))
+
+    ts_type = cols["timestamp_type"][starts]
+    h = has_h[starts]
+    hv = horizon[starts]
+    if np.any(h & (hv < 0)):
+        i = int(starts[np.flatnonzero(h & (hv < 0))[0]])
+        raise InvalidRecordsError(f"invalid negative delete horizon {horizon[i]}", offset=int(offsets[i]))
+    # Legacy rows may carry a horizon column only by mistake; v2 is what gets written, so keep it.
+    base_ts = np.where(h, hv, timestamps[starts])
+    if n:
+        row_max = np.maximum(np.maximum.reduceat(timestamps, starts), NO_TIMESTAMP)
+    else:
+        row_max = timestamps[:0]
+    max_ts = np.where(ts_type == _LOG_APPEND_TIME, cols["batch_max_timestamp"][starts], row_max)
+    codec = cols["codec"][starts] if codec_override is None else np.full(len(starts), codec_override)
+    if np.any((codec < 0) | (codec > max(CODEC_NAMES))):
+        i = int(starts[np.flatnonzero((codec < 0) | (codec > max(CODEC_NAMES)))[0]])
+        raise InvalidRecordsError(f"unknown compression codec {codec[np.searchsorted(starts, i)]}",
+                                  offset=int(offsets[i]))
+    return _Plan(
+        row_start=starts.astype(np.int64), row_end=ends, base_offset=base.astype(np.int64),
+        last_offset=last.astype(np.int64), base_timestamp=base_ts.astype(np.int64),
+        max_timestamp=max_ts.astype(np.int64),
+        attributes=_attributes(codec, ts_type, cols["transactional"][starts] != 0, cols["control"][starts] != 0, h),
+        codec=codec.astype(np.int8), producer_id=cols["producer_id"][starts],
+        producer_epoch=cols["producer_epoch"][starts].astype(np.int16),
+        base_sequence=cols["base_sequence"][starts].astype(np.int32),
+        leader_epoch=cols["partition_leader_epoch"][starts].astype(np.int32),
+        has_horizon=h, segment_base_offset=seg[starts], batch_position=cols["batch_position"][starts],
+    )
+
+
+def _plan_empty(table: pa.Table) -> _Plan:
+    m = table.num_rows
+    col = {name: _ints(table, name, np.int64) for name in _EMPTY_INPUT}
+    legacy = np.flatnonzero(col["magic"] < _MAGIC_V2)
+    if len(legacy):
+        raise InvalidRecordsError("empty batches exist only in magic v2; got magic "
+                                  f"{col['magic'][legacy[0]]}", offset=int(col["batch_base_offset"][legacy[0]]))
+    no_codec = np.zeros(m, dtype=np.int64)
+    no_horizon = np.zeros(m, dtype=np.bool_)
+    zero = np.zeros(m, dtype=np.int64)
+    return _Plan(
+        row_start=zero, row_end=zero.copy(), base_offset=col["batch_base_offset"],
+        last_offset=col["batch_last_offset"], base_timestamp=np.full(m, NO_TIMESTAMP, dtype=np.int64),
+        max_timestamp=col["batch_max_timestamp"],
+        attributes=_attributes(no_codec, col["timestamp_type"], col["transactional"] != 0, col["control"] != 0,
+                               no_horizon),
+        codec=no_codec.astype(np.int8), producer_id=col["producer_id"],
+        producer_epoch=col["producer_epoch"].astype(np.int16),
+        base_sequence=col["base_sequence"].astype(np.int32),
+        leader_epoch=col["partition_leader_epoch"].astype(np.int32),
+        has_horizon=no_horizon, segment_base_offset=col["segment_base_offset"],
+        batch_position=col["batch_position"],
+    )
+
+
+def _check_order(plan: _Plan) -> None:
+    bad = np.flatnonzero(plan.last_offset < plan.base_offset)
+    if len(bad):
+        i = int(bad[0])
+        raise InvalidRecordsError(f"batch last offset {plan.last_offset[i]} is below its base offset",
+                                  offset=int(plan.base_offset[i]))
+    too_far = np.flatnonzero(plan.last_offset - plan.base_offset > _INT32_MAX)
+    if len(too_far):
+        i = int(too_far[0])
+        raise InvalidRecordsError(f"batch spans more than 2^31 offsets (last offset {plan.last_offset[i]})",
+                                  offset=int(plan.base_offset[i]))
+    overlap = np.flatnonzero(plan.base_offset[1:] <= plan.last_offset[:-1])
+    if len(overlap):
+        i = int(overlap[0]) + 1
+        raise InvalidRecordsError(f"batch with base offset {plan.base_offset[i]} overlaps the previous batch, "
+                                  f"which ends at offset {plan.last_offset[i - 1]}", offset=int(plan.base_offset[i]))
+
+
+# --------------------------------------------------------------------------------------------------
+# Verbatim copies
+# --------------------------------------------------------------------------------------------------
+
+
+def _copy_sources(plan: _Plan, sources: Mapping[int, bytes | memoryview] | None) -> list[memoryview | None]:
+    """For each planned batch, the source bytes to copy verbatim, or None when it must be encoded."""
+    result: list[memoryview | None] = [None] * len(plan.base_offset)
+    if not sources:
+        return result
+    views = {int(k): memoryview(v).cast("B") for k, v in sources.items()}
+    counts = (plan.row_end - plan.row_start).tolist()
+    for b, seg in enumerate(plan.segment_base_offset.tolist()):
+        src = views.get(seg)
+        if src is not None:
+            result[b] = _matching_source_batch(plan, b, counts[b], src)
+    return result
+
+
+def _matching_source_batch(plan: _Plan, b: int, count: int, src: memoryview) -> memoryview | None:
+    pos = int(plan.batch_position[b])
+    if pos < 0 or pos + V2_HEADER_SIZE > len(src):
+        return None
+    (base, length, ple, magic, crc, attrs, lod, base_ts, _max_ts, pid, epoch, seq,
+     src_count) = V2_HEADER.unpack_from(src, pos)
+    end = pos + LOG_OVERHEAD + length
+    if magic != _MAGIC_V2 or length < V2_HEADER_SIZE - LOG_OVERHEAD or end > len(src):
+        return None
+    # The header we would write must be the header that is there; the max timestamp is not compared because
+    # producers other than Java's may store one that differs from the largest record timestamp.
+    if (base != plan.base_offset[b] or src_count != count or lod != plan.last_offset[b] - plan.base_offset[b]
+            or attrs != plan.attributes[b] or pid != plan.producer_id[b] or epoch != plan.producer_epoch[b]
+            or seq != plan.base_sequence[b] or ple != plan.leader_epoch[b]):
+        return None
+    if plan.has_horizon[b] and base_ts != plan.base_timestamp[b]:
+        return None
+    if (attrs & ATTR_TIMESTAMP_TYPE) and _max_ts != plan.max_timestamp[b]:
+        return None
+    batch = src[pos:end]
+    if crc32c.crc32c(batch[V2_CRC_START:]) != crc:
+        return None  # never propagate a damaged batch: re-encode it from its decoded rows instead
+    return batch
+
+
+# --------------------------------------------------------------------------------------------------
+# Encoding
+# --------------------------------------------------------------------------------------------------
+
+
+def encode_batches(records: pa.Table | Iterable[pa.RecordBatch], *, empty_batches: pa.Table | None = None,
+                   codec: int | str | None = None,
+                   sources: Mapping[int, bytes | memoryview] | None = None) -> EncodedSegment:
+    """Encode RECORD_SCHEMA rows (sorted by offset) as RecordBatch v2 bytes.
+
+    ``empty_batches`` (BATCH_SCHEMA rows) are written as header-only batches, merged in by base offset.
+    ``codec`` overrides every written batch's compression (None keeps each batch's own). ``sources`` maps a
+    ``segment_base_offset`` to that segment's original bytes: a batch whose rows are all present and whose
+    header would not change is then copied from there byte for byte.
+
+    Raises :class:`~segment_io.errors.InvalidRecordsError` when the rows cannot form valid batches.
+    """
+    override = _check_codec(codec)
+    table = _as_table(records, _RECORD_INPUT, RECORD_SCHEMA)
+    plan = _plan_records(table, override)
+    if empty_batches is not None and empty_batches.num_rows:
+        empties = _plan_empty(_as_table(empty_batches, _EMPTY_INPUT, BATCH_SCHEMA))
+        merged = _Plan.concat(plan, empties)
+        plan = merged.take(np.argsort(merged.base_offset, kind="stable"))
+    _check_order(plan)
+    copies = _copy_sources(plan, sources)
+    encode_mask = np.fromiter((c is None for c in copies), dtype=np.bool_, count=len(copies))
+    raw, raw_pos, raw_size = _encode_uncompressed(table, plan, encode_mask)
+    return _assemble(plan, copies, encode_mask, raw, raw_pos, raw_size)
+
+
+def _encode_uncompressed(table: pa.Table, plan: _Plan, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                                                    np.ndarray]:
+    """Write the batches selected by ``mask`` uncompressed into one buffer; returns it with each selected
+    batch's position and size in it (-1 for the others)."""
+    idx = np.flatnonzero(mask)
+    n = table.num_rows
+    offsets = _ints(table, "offset", np.int64)
+    timestamps = _ints(table, "timestamp", np.int64)
+    key_off, key_data, key_valid = _binary_parts(_column(table, "key"))
+    val_off, val_data, val_valid = _binary_parts(_column(table, "value"))
+    hdr = _header_parts(_column(table, "headers"))
+    row_start, row_end = plan.row_start[idx], plan.row_end[idx]
+    base_offset, base_ts = plan.base_offset[idx], plan.base_timestamp[idx]
+
+    body_sizes = np.empty(n, dtype=np.int64)
+    bodies = np.empty(len(idx), dtype=np.int64)
+    kernels.record_body_sizes(row_start, row_end, base_offset, base_ts, offsets, timestamps,
+                              key_off, key_valid, val_off, val_valid, hdr[0], hdr[1], hdr[2], hdr[4], hdr[6],
+                              body_sizes, bodies)
+    too_big = np.flatnonzero(bodies > _INT32_MAX - V2_HEADER_SIZE)
+    if len(too_big):
+        raise InvalidRecordsError(f"batch would exceed 2 GiB ({bodies[too_big[0]]} bytes of records)",
+                                  offset=int(base_offset[too_big[0]]))
+    sizes = bodies + V2_HEADER_SIZE
+    positions = np.zeros(len(idx), dtype=np.int64)
+    if len(idx):
+        np.cumsum(sizes[:-1], out=positions[1:])
+    out = np.empty(int(sizes.sum()), dtype=np.uint8)
+    kernels.write_batches(out, positions, row_start, row_end, base_offset, plan.last_offset[idx], base_ts,
+                          plan.max_timestamp[idx], plan.attributes[idx], plan.producer_id[idx],
+                          plan.producer_epoch[idx], plan.base_sequence[idx], plan.leader_epoch[idx], bodies,
+                          body_sizes, offsets, timestamps, key_off, key_data, key_valid, val_off, val_data,
+                          val_valid, hdr[0], hdr[1], hdr[2], hdr[3], hdr[4], hdr[5], hdr[6])
+    raw_pos = np.full(len(mask), -1, dtype=np.int64)
+    raw_size = np.full(len(mask), -1, dtype=np.int64)
+    raw_pos[idx] = positions
+    raw_size[idx] = sizes
+    return out, raw_pos, raw_size
+
+
+def _assemble(plan: _Plan, copies: list[memoryview | None], encode_mask: np.ndarray, raw: np.ndarray,
+              raw_pos: np.ndarray, raw_size: np.ndarray) -> EncodedSegment:
+    """Finish every batch (CRC, compression) and lay them out in order; describe what was written."""
+    nb = len(copies)
+    raw_mv = memoryview(raw)
+    buffers: list[memoryview] = []
+    out_size = np.empty(nb, dtype=np.int32)
+    crcs = np.empty(nb, dtype=np.uint32)
+    base_ts = plan.base_timestamp.copy()
+    max_ts = plan.max_timestamp.copy()
+    counts = (plan.row_end - plan.row_start).astype(np.int32)
+    codecs = plan.codec.tolist()
+    run_start = run_end = -1  # a run of consecutive uncompressed batches is handed out as one slice of raw
+
+    def flush_run() -> None:
+        if run_start >= 0:
+            buffers.append(raw_mv[run_start:run_end])
+
+    for b in range(nb):
+        src = copies[b]
+        if src is not None:
+            flush_run()
+            run_start = -1
+            header = V2_HEADER.unpack_from(src, 0)
+            base_ts[b], max_ts[b], crcs[b] = header[7], header[8], header[4]
+            out_size[b] = len(src)
+            buffers.append(src)
+            continue
+        pos, size = int(raw_pos[b]), int(raw_size[b])
+        if codecs[b] == NONE or counts[b] == 0:
+            crc = crc32c.crc32c(raw_mv[pos + V2_CRC_START:pos + size])
+            raw[pos + V2_CRC:pos + V2_CRC + 4] = np.frombuffer(crc.to_bytes(4, "big"), dtype=np.uint8)
+            crcs[b] = crc
+            out_size[b] = size
+            if run_start >= 0 and run_end == pos:
+                run_end = pos + size
+            else:
+                flush_run()
+                run_start, run_end = pos, pos + size
+            continue
+        flush_run()
+        run_start = -1
+        payload = compress(codecs[b], raw_mv[pos + V2_HEADER_SIZE:pos + size])
+        batch = bytearray(V2_HEADER_SIZE + len(payload))
+        batch[:V2_HEADER_SIZE] = raw_mv[pos:pos + V2_HEADER_SIZE]
+        batch[V2_HEADER_SIZE:] = payload
+        if len(batch) > _INT32_MAX:
+            raise InvalidRecordsError("compressed batch exceeds 2 GiB", offset=int(plan.base_offset[b]))
+        batch[SIZE_OFFSET:SIZE_OFFSET + 4] = (len(batch) - LOG_OVERHEAD).to_bytes(4, "big")
+        crc = crc32c.crc32c(memoryview(batch)[V2_CRC_START:])
+        batch[V2_CRC:V2_CRC + 4] = crc.to_bytes(4, "big")
+        crcs[b] = crc
+        out_size[b] = len(batch)
+        buffers.append(memoryview(batch))
+    flush_run()
+
+    positions = np.zeros(nb, dtype=np.int64)
+    if nb:
+        np.cumsum(out_size[:-1], dtype=np.int64, out=positions[1:])
+    headers = BatchHeaders(
+        position=positions, size=out_size, base_offset=plan.base_offset.copy(),
+        last_offset=plan.last_offset.copy(), magic=np.full(nb, _MAGIC_V2, dtype=np.int8),
+        attributes=plan.attributes.astype(np.int16), base_timestamp=base_ts, max_timestamp=max_ts,
+        producer_id=plan.producer_id.astype(np.int64), producer_epoch=plan.producer_epoch.astype(np.int16),
+        base_sequence=plan.base_sequence.astype(np.int32), partition_leader_epoch=plan.leader_epoch.astype(np.int32),
+        record_count=counts, crc=crcs,
+    )
+    return EncodedSegment(buffers=tuple(buffers), headers=headers)
+
+
+__all__ = ["EncodedSegment", "encode_batches"]
