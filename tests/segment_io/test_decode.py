@@ -1,0 +1,360 @@
+"""Decoder behaviour: corruption reporting, truncation, options, file/URI handling and the public API."""
+
+from __future__ import annotations
+
+import random
+import struct
+import zlib
+
+import cramjam
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from segment_io import errors
+from segment_io.decode import (
+    decode_key_hashes_bytes,
+    decode_segment_bytes,
+    iter_segment,
+    read_key_hashes,
+    read_segment,
+    verify_segment_crcs,
+)
+from segment_io.format import ATTR_CONTROL, ATTR_TRANSACTIONAL, scan_batches
+from segment_io.schema import KEY_HASH_SCHEMA, RECORD_SCHEMA, project
+from tests.segment_io.test_decode_kafka_python import _rewrite_header, _v2_batch
+
+COUNTS = (7, 1, 60, 5)
+BASES = (0, 40, 1000, 5000)
+
+
+def _records(n: int, seed: int) -> list:
+    rng = random.Random(seed)
+    return [(b"key-%d" % (i % 5), (rng.randbytes(4) * 20)[: rng.randrange(0, 60)], [], 1_000 + i)
+            for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def batches() -> list[bytes]:
+    return [_v2_batch(codec, _records(n, i), base_offset=base)
+            for i, (n, base, codec) in enumerate(zip(COUNTS, BASES, (0, 1, 0, 0)))]
+
+
+@pytest.fixture(scope="module")
+def segment(batches: list[bytes]) -> bytes:
+    return b"".join(batches)
+
+
+def _positions(batches: list[bytes]) -> list[int]:
+    return [sum(len(b) for b in batches[:i]) for i in range(len(batches))]
+
+
+def _resign(batch: bytearray) -> bytes:
+    """Recompute a v2 batch's CRC after editing it, so the decoder gets past the CRC check."""
+    return _rewrite_header(bytes(batch))
+
+
+# ---- happy path ------------------------------------------------------------------------------------
+
+
+def test_decodes_all_records_with_exact_schema(segment: bytes) -> None:
+    table = decode_segment_bytes(segment, topic="t", partition=2, path="x.log")
+    assert table.schema == RECORD_SCHEMA
+    assert table.num_rows == sum(COUNTS)
+    offsets = table.column("offset").to_pylist()
+    assert offsets == [base + i for n, base in zip(COUNTS, BASES) for i in range(n)]
+    assert set(table.column("topic").to_pylist()) == {"t"}
+    assert set(table.column("partition").to_pylist()) == {2}
+    assert set(table.column("segment_base_offset").to_pylist()) == {0}
+    assert table.column("key").to_pylist()[:6] == [b"key-%d" % (i % 5) for i in range(6)]
+
+
+def test_projection_keeps_requested_order_and_types(segment: bytes) -> None:
+    cols = ["value", "batch_position", "topic"]
+    table = decode_segment_bytes(segment, columns=cols)
+    assert table.schema == project(cols)
+    positions = scan_batches(segment).position.tolist()
+    assert sorted(set(table.column("batch_position").to_pylist())) == positions
+
+
+def test_empty_segment_gives_empty_table() -> None:
+    assert decode_segment_bytes(b"").schema == RECORD_SCHEMA
+    assert decode_segment_bytes(b"").num_rows == 0
+    assert decode_key_hashes_bytes(b"").schema == KEY_HASH_SCHEMA
+
+
+def test_control_batches_can_be_left_out_and_carry_their_type(segment: bytes) -> None:
+    commit_key, commit_value = struct.pack(">hh", 0, 1), struct.pack(">hi", 0, 9)
+    marker = _v2_batch(0, [(commit_key, commit_value, [], 2_000)], base_offset=6000, transactional=True,
+                       pid=3, epoch=0)
+    (attrs,) = struct.unpack_from(">h", marker, 21)
+    marker = _rewrite_header(marker, attributes=attrs | ATTR_CONTROL | ATTR_TRANSACTIONAL)
+    data = segment + marker
+    full = decode_segment_bytes(data)
+    assert full.num_rows == sum(COUNTS) + 1
+    assert full.column("control").to_pylist()[-1] is True
+    without = decode_segment_bytes(data, include_control=False)
+    assert without.num_rows == sum(COUNTS)
+    assert not any(without.column("control").to_pylist())
+    hashes = decode_key_hashes_bytes(data)
+    assert hashes.column("control_type").to_pylist() == [-1] * sum(COUNTS) + [1]
+    assert hashes.column("transactional").to_pylist()[-1] is True
+
+
+def test_control_record_with_short_key_is_rejected_by_key_hash_pass() -> None:
+    marker = _v2_batch(0, [(b"\x00", b"", [], 1)], base_offset=9)
+    (attrs,) = struct.unpack_from(">h", marker, 21)
+    marker = _rewrite_header(marker, attributes=attrs | ATTR_CONTROL)
+    with pytest.raises(errors.InvalidLengthError) as info:
+        decode_key_hashes_bytes(marker, path="m.log")
+    assert (info.value.path, info.value.position, info.value.offset) == ("m.log", 0, 9)
+
+
+def test_header_key_that_is_not_utf8_is_corruption() -> None:
+    batch = bytearray(_v2_batch(0, [(b"k", b"v", [("hé", b"x")], 1)], base_offset=0))
+    at = bytes(batch).index("hé".encode())
+    batch[at + 1] = 0xFF  # breaks the two-byte sequence of 'é'
+    with pytest.raises(errors.CorruptRecordError, match="UTF-8"):
+        decode_segment_bytes(_resign(batch))
+
+
+def test_legacy_magic0_lz4_with_kafka08_header_checksum() -> None:
+    # Kafka 0.8 computed the LZ4 frame's header checksum over the magic number too (KAFKA-3160).
+    inner = b"".join(_legacy_message(0, 10 + i, b"k%d" % i, b"value-%d" % i) for i in range(3))
+    frame = bytearray(cramjam.lz4.compress(inner))
+    descriptor_end = 6 + (8 if frame[4] & 0x08 else 0)
+    frame[descriptor_end] = (_xxh32_reference(bytes(frame[0:descriptor_end])) >> 8) & 0xFF
+    wrapper = _legacy_message(0, 12, None, bytes(frame), attributes=3)
+    table = decode_segment_bytes(wrapper)
+    assert table.column("offset").to_pylist() == [10, 11, 12]
+    assert table.column("value").to_pylist() == [b"value-0", b"value-1", b"value-2"]
+    assert table.column("timestamp").to_pylist() == [-1, -1, -1]
+    assert table.column("batch_base_offset").to_pylist() == [10, 10, 10]
+
+
+def _legacy_message(magic: int, offset: int, key: bytes | None, value: bytes | None, *, attributes: int = 0,
+                    timestamp: int = 0) -> bytes:
+    body = struct.pack(">bb", magic, attributes) + (struct.pack(">q", timestamp) if magic else b"")
+    for field in (key, value):
+        body += struct.pack(">i", -1) if field is None else struct.pack(">i", len(field)) + field
+    message = struct.pack(">I", zlib.crc32(body)) + body
+    return struct.pack(">qi", offset, len(message)) + message
+
+
+def _xxh32_reference(data: bytes) -> int:
+    """xxHash32, straight from its specification (inputs shorter than 16 bytes)."""
+    p1, p2, p3, p4, p5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+    m = 0xFFFFFFFF
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & m
+
+    acc = (p5 + len(data)) & m
+    i = 0
+    for i in range(0, len(data) - 3, 4):
+        acc = rotl((acc + int.from_bytes(data[i:i + 4], "little") * p3) & m, 17) * p4 & m
+    i = len(data) - len(data) % 4
+    for b in data[i:]:
+        acc = rotl((acc + b * p5) & m, 11) * p1 & m
+    acc = ((acc ^ (acc >> 15)) * p2) & m
+    acc = ((acc ^ (acc >> 13)) * p3) & m
+    return acc ^ (acc >> 16)
+
+
+def test_xxh32_reference_matches_lz4_frames() -> None:
+    # the LZ4 frame format's own header checksum is xxh32(descriptor) >> 8: check the reference against it
+    frame = bytes(cramjam.lz4.compress(b"abc" * 100))
+    descriptor_end = 6 + (8 if frame[4] & 0x08 else 0)
+    assert frame[descriptor_end] == (_xxh32_reference(frame[4:descriptor_end]) >> 8) & 0xFF
+
+
+def test_legacy_uncompressed_magic1_fields() -> None:
+    data = _legacy_message(1, 7, b"k", None, timestamp=123) + _legacy_message(1, 8, None, b"v", attributes=0x08,
+                                                                             timestamp=456)
+    table = decode_segment_bytes(data)
+    rows = table.to_pylist()
+    assert [(r["offset"], r["timestamp"], r["timestamp_type"], r["key"], r["value"]) for r in rows] == [
+        (7, 123, 0, b"k", None), (8, 456, 1, None, b"v")]
+    assert {r["producer_id"] for r in rows} == {-1}
+    assert {r["headers"] == [] for r in rows} == {True}
+
+
+# ---- corruption ------------------------------------------------------------------------------------
+
+
+def _located(exc: errors.CorruptRecordError, path: str, position: int, offset: int) -> None:
+    assert (exc.path, exc.position, exc.offset) == (path, position, offset)
+    assert path in str(exc) and f"byte {position}" in str(exc)
+
+
+def test_crc_flip_names_batch(batches: list[bytes]) -> None:
+    bad = bytearray(batches[2])
+    bad[17] ^= 0x01
+    data = b"".join(batches[:2]) + bytes(bad) + batches[3]
+    with pytest.raises(errors.CrcMismatchError) as info:
+        decode_segment_bytes(data, path="seg.log")
+    _located(info.value, "seg.log", _positions(batches)[2], BASES[2])
+    assert decode_segment_bytes(data, verify_crc=False).num_rows == sum(COUNTS)
+    problems = verify_segment_crcs(data, path="seg.log")
+    assert [(type(p), p.position) for p in problems] == [(errors.CrcMismatchError, _positions(batches)[2])]
+
+
+def test_payload_flip_is_crc_error_even_when_truncation_allowed(batches: list[bytes]) -> None:
+    bad = bytearray(batches[0])
+    bad[70] ^= 0x40
+    data = bytes(bad) + b"".join(batches[1:])
+    with pytest.raises(errors.CrcMismatchError):
+        decode_segment_bytes(data, allow_truncated_tail=True)
+
+
+def test_bad_magic(batches: list[bytes]) -> None:
+    bad = bytearray(batches[1])
+    bad[16] = 7
+    data = batches[0] + bytes(bad) + b"".join(batches[2:])
+    with pytest.raises(errors.InvalidMagicError) as info:
+        decode_segment_bytes(data, path="p")
+    _located(info.value, "p", _positions(batches)[1], BASES[1])
+
+
+def test_absurd_varint_in_record(batches: list[bytes]) -> None:
+    bad = bytearray(batches[2])
+    bad[61:72] = b"\xff" * 11  # first record's length varint never ends
+    with pytest.raises(errors.InvalidVarintError) as info:
+        decode_segment_bytes(_resign(bad), path="p")
+    _located(info.value, "p", 0, BASES[2])
+    assert "record 0" in info.value.detail
+
+
+def test_record_length_beyond_batch(batches: list[bytes]) -> None:
+    bad = bytearray(batches[2])
+    bad[61] = 0x7E  # zig-zag 63, then continues: a length far past the batch end
+    bad[62] = 0x7F
+    with pytest.raises(errors.InvalidLengthError):
+        decode_segment_bytes(_resign(bad))
+
+
+@pytest.mark.parametrize("delta", [1, -1])
+def test_record_count_mismatch(batches: list[bytes], delta: int) -> None:
+    bad = _rewrite_header(batches[2], count=COUNTS[2] + delta)
+    data = batches[0] + batches[1] + bad
+    with pytest.raises(errors.RecordCountMismatchError) as info:
+        decode_segment_bytes(data, path="p")
+    _located(info.value, "p", _positions(batches)[2], BASES[2])
+    with pytest.raises(errors.RecordCountMismatchError):
+        decode_key_hashes_bytes(data)
+
+
+def test_negative_record_count(batches: list[bytes]) -> None:
+    with pytest.raises(errors.RecordCountMismatchError):
+        decode_segment_bytes(_rewrite_header(batches[0], count=-5))
+
+
+def test_garbage_compressed_payload(batches: list[bytes]) -> None:
+    bad = bytearray(batches[1])  # the gzip batch
+    bad[61:] = random.Random(1).randbytes(len(bad) - 61)
+    data = batches[0] + _resign(bad)
+    with pytest.raises(errors.DecompressionError) as info:
+        decode_segment_bytes(data, path="p")
+    _located(info.value, "p", len(batches[0]), BASES[1])
+
+
+def test_unknown_codec(batches: list[bytes]) -> None:
+    (attrs,) = struct.unpack_from(">h", batches[0], 21)
+    with pytest.raises(errors.UnsupportedCodecError):
+        decode_segment_bytes(_rewrite_header(batches[0], attributes=attrs | 7))
+
+
+def test_truncated_tail_raises_or_returns_whole_batches(segment: bytes, batches: list[bytes]) -> None:
+    cut = segment[: len(segment) - 10]
+    with pytest.raises(errors.TruncatedBatchError) as info:
+        decode_segment_bytes(cut, path="p")
+    _located(info.value, "p", _positions(batches)[3], BASES[3])
+    table = decode_segment_bytes(cut, allow_truncated_tail=True)
+    assert table.num_rows == sum(COUNTS[:3])
+    assert decode_key_hashes_bytes(cut, allow_truncated_tail=True).num_rows == sum(COUNTS[:3])
+    tiny = segment[: _positions(batches)[3] + 5]  # not even a whole offset field
+    assert decode_segment_bytes(tiny, allow_truncated_tail=True).num_rows == sum(COUNTS[:3])
+
+
+def test_corruption_in_the_middle_is_not_truncation(batches: list[bytes]) -> None:
+    bad = _rewrite_header(batches[1], count=COUNTS[1] + 1)
+    data = batches[0] + bad + batches[2]
+    with pytest.raises(errors.RecordCountMismatchError) as info:
+        decode_segment_bytes(data, allow_truncated_tail=True)
+    assert not isinstance(info.value, errors.TruncatedBatchError)
+
+
+def test_legacy_crc_and_inner_corruption() -> None:
+    good = _legacy_message(1, 3, b"k", b"v", timestamp=1)
+    bad = bytearray(good)
+    bad[-1] ^= 1
+    with pytest.raises(errors.CrcMismatchError) as info:
+        decode_segment_bytes(good + bytes(bad), path="old.log")
+    _located(info.value, "old.log", len(good), 3)
+    # an inner message set that ends mid-message
+    inner = _legacy_message(0, 0, b"a", b"b")[:-3]
+    wrapper = _legacy_message(0, 0, None, bytes(cramjam.gzip.compress(inner)), attributes=1)
+    with pytest.raises(errors.InvalidLengthError):
+        decode_segment_bytes(wrapper)
+
+
+# ---- files, URIs and streaming ----------------------------------------------------------------------
+
+
+def test_read_segment_names_topic_partition_and_base_from_path(tmp_path, segment: bytes) -> None:
+    part = tmp_path / "my.topic-with-dash-3"
+    part.mkdir()
+    path = part / "00000000000000000000.log"
+    path.write_bytes(segment)
+    table = read_segment(path)
+    assert set(table.column("topic").to_pylist()) == {"my.topic-with-dash"}
+    assert set(table.column("partition").to_pylist()) == {3}
+    assert read_segment(path, topic="other", partition=9).column("partition")[0].as_py() == 9
+    plain = tmp_path / "seg.bin"
+    plain.write_bytes(segment[len(_v2_batch(0, _records(7, 0), base_offset=0)):])
+    anonymous = read_segment(plain)
+    assert set(anonymous.column("topic").to_pylist()) == {""}
+    assert set(anonymous.column("partition").to_pylist()) == {-1}
+    assert set(anonymous.column("segment_base_offset").to_pylist()) == {BASES[1]}
+    assert read_key_hashes(path).num_rows == sum(COUNTS)
+
+
+def test_read_segment_through_a_storage(segment: bytes) -> None:
+    class OneFile:
+        def read(self, uri: str) -> bytes:
+            assert uri == "s3://bucket/logs/t-0/00000000000000000000.log"
+            return segment
+
+    table = read_segment("s3://bucket/logs/t-0/00000000000000000000.log", storage=OneFile())  # type: ignore[arg-type]
+    assert (table.column("topic")[0].as_py(), table.column("partition")[0].as_py()) == ("t", 0)
+    with pytest.raises(errors.CrcMismatchError) as info:
+        bad = bytearray(segment)
+        bad[20] ^= 1
+
+        class BadFile:
+            def read(self, uri: str) -> bytes:
+                return bytes(bad)
+
+        read_segment("s3://b/t-0/00000000000000000000.log", storage=BadFile())  # type: ignore[arg-type]
+    assert info.value.path == "s3://b/t-0/00000000000000000000.log"
+
+
+def test_iter_segment_streams_whole_batches(tmp_path, segment: bytes) -> None:
+    path = tmp_path / "t-0" / "00000000000000000000.log"
+    path.parent.mkdir()
+    path.write_bytes(segment)
+    chunks = list(iter_segment(path, batch_rows=8, columns=["offset", "batch_base_offset"]))
+    assert all(isinstance(c, pa.RecordBatch) for c in chunks)
+    assert [c.num_rows for c in chunks] == [8, 60, 5]  # 7+1 fill the first chunk; 60 is never split
+    whole = read_segment(path, columns=["offset", "batch_base_offset"])
+    assert pa.Table.from_batches(chunks).equals(whole)
+    for c in chunks:  # every chunk starts at a Kafka batch boundary
+        assert c.column(0)[0].as_py() == c.column(1)[0].as_py()
+    assert [c.num_rows for c in iter_segment(path, batch_rows=1_000_000)] == [sum(COUNTS)]
+
+
+def test_offsets_only_projection_does_not_need_key_or_value(segment: bytes) -> None:
+    table = decode_segment_bytes(segment, columns=["timestamp"])
+    assert table.schema.names == ["timestamp"]
+    assert table.column("timestamp").to_pylist()[:3] == [1000, 1001, 1002]
+    assert np.all(np.diff(decode_segment_bytes(segment, columns=["offset"]).column(0).to_numpy()) > 0)
