@@ -1,0 +1,131 @@
+"""Log-dir naming and listing: pure classification of FileInfo lists, and every fixture broker dir."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from segment_io.layout import (
+    LEADER_EPOCH_CHECKPOINT,
+    OFFSET_CHECKPOINT_FILES,
+    PARTITION_METADATA,
+    list_log_dir,
+    listing_from_files,
+    parse_partition_dir,
+    parse_segment_file,
+    segment_file_name,
+)
+from segment_io.storage import LocalStorage
+from segment_io.storage.base import FileInfo
+
+FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "kafka-real"
+BROKER_DIRS = sorted(str(p.parent.relative_to(FIXTURES)) for p in FIXTURES.rglob("meta.properties"))
+
+
+def fi(uri: str, size: int = 1) -> FileInfo:
+    return FileInfo(uri=uri, size=size, mtime_ms=0)
+
+
+def test_names() -> None:
+    assert parse_partition_dir("my.topic-with-dash-3") == ("my.topic-with-dash", 3)
+    assert parse_partition_dir("t-0.0123456789abcdef0123456789abcdef-delete") is None
+    assert parse_partition_dir("t-0.0123456789abcdef0123456789abcdef-future") is None
+    assert parse_segment_file(segment_file_name(42, ".timeindex") + ".swap") == (42, ".timeindex", ".swap")
+    assert parse_segment_file("00000000000000007752-0000000001.checkpoint") is None
+
+
+def test_pure_listing_classifies_everything() -> None:
+    root = "s3://bucket/logs"
+    p = f"{root}/my.topic-with-dash-12"
+    files = [
+        fi(f"{p}/{segment_file_name(100, '.log')}"), fi(f"{p}/{segment_file_name(100, '.index')}"),
+        fi(f"{p}/{segment_file_name(100, '.timeindex')}"), fi(f"{p}/{segment_file_name(100, '.snapshot')}"),
+        fi(f"{p}/{segment_file_name(7, '.log')}"), fi(f"{p}/{segment_file_name(7, '.txnindex')}"),
+        fi(f"{p}/{segment_file_name(20, '.log')}"),
+        fi(f"{p}/{segment_file_name(150, '.snapshot')}"),
+        fi(f"{p}/{segment_file_name(7, '.log')}.cleaned"), fi(f"{p}/{segment_file_name(20, '.index')}.swap"),
+        fi(f"{p}/{segment_file_name(3, '.log')}.deleted"), fi(f"{p}/{segment_file_name(3, '.snapshot')}.deleted"),
+        fi(f"{p}/{segment_file_name(99, '.index')}"),  # its .log is gone
+        fi(f"{p}/{LEADER_EPOCH_CHECKPOINT}"), fi(f"{p}/{PARTITION_METADATA}"),
+        fi(f"{p}/notes.txt"), fi(f"{p}/{segment_file_name(5, '.checkpoint')}"),
+        fi(f"{root}/{OFFSET_CHECKPOINT_FILES[0]}"), fi(f"{root}/meta.properties"),
+        fi(f"{root}/t-0.0123456789abcdef0123456789abcdef-delete/{segment_file_name(0, '.log')}"),
+        fi(f"{root}/tiered/0/{segment_file_name(0, '.log')}"),
+        fi(f"{root}/other-1/deeper/x"), fi(f"{root}/other-1/{segment_file_name(0, '.log')}"),
+    ]
+    listing = listing_from_files(root + "/", reversed(files), dirs=[f"{root}/empty-5", f"{root}/t-9/"])
+    assert list(listing.partitions) == [("empty", 5), ("my.topic-with-dash", 12), ("t", 9)]
+    part = listing.partition("my.topic-with-dash", 12)
+    assert part.uri == p
+    assert [s.base_offset for s in part.segments] == [7, 20, 100]
+    s7, s20, s100 = part.segments
+    assert s7.txnindex is not None and s7.index is None and s7.snapshot is None
+    assert s100.index.name.endswith(".index") and s100.timeindex is not None and s100.snapshot is not None
+    assert [o for o, _ in part.producer_snapshots] == [100, 150]
+    assert [(t.base_offset, t.suffix, t.transient) for t in part.transient] == [
+        (3, ".log", ".deleted"), (3, ".snapshot", ".deleted"), (7, ".log", ".cleaned"), (20, ".index", ".swap")]
+    assert [(b, s) for b, s, _ in part.orphans] == [(99, ".index")]
+    assert part.leader_epoch_checkpoint is not None and part.partition_metadata is not None
+    assert sorted(f.name for f in part.unknown) == [segment_file_name(5, ".checkpoint"), "notes.txt"]
+    assert list(listing.checkpoints) == [OFFSET_CHECKPOINT_FILES[0]]
+    assert [f.name for f in listing.top_level_files] == ["meta.properties"]
+    assert sorted(listing.other_dirs) == ["other-1", "t-0.0123456789abcdef0123456789abcdef-delete", "tiered"]
+    assert len(listing.other_dirs["other-1"]) == 2  # a partition-like dir with nested content is left alone
+    assert listing.partition("empty", 5).segments == ()
+    # every file ends up somewhere
+    n = (sum(len(p.segments) + len(p.transient) + len(p.orphans) + len(p.unknown) + len(p.producer_snapshots)
+             + (p.leader_epoch_checkpoint is not None) + (p.partition_metadata is not None)
+             for p in listing.partitions.values())
+         + sum(s.index is not None or 0 for p in listing.partitions.values() for s in p.segments)
+         + sum(s.timeindex is not None or 0 for p in listing.partitions.values() for s in p.segments)
+         + sum(s.txnindex is not None or 0 for p in listing.partitions.values() for s in p.segments)
+         + len(listing.checkpoints) + len(listing.top_level_files) + sum(map(len, listing.other_dirs.values())))
+    assert n == len(files)
+
+
+def test_files_outside_the_root_are_refused() -> None:
+    with pytest.raises(ValueError):
+        listing_from_files("/a/logs", [fi("/a/other/x")])
+
+
+@pytest.mark.parametrize("rel", BROKER_DIRS)
+def test_every_fixture_broker_dir_lists_like_a_directory_walk(rel: str) -> None:
+    root = str(FIXTURES / rel)
+    listing = list_log_dir(LocalStorage(), root)
+    # independent walk with os.scandir
+    expected_parts: dict[tuple[str, int], set[str]] = {}
+    for entry in os.scandir(root):
+        if entry.is_dir() and (tp := parse_partition_dir(entry.name)):
+            expected_parts[tp] = {e.name for e in os.scandir(entry.path)}
+    assert set(listing.partitions) == set(expected_parts)
+    assert set(listing.checkpoints) == {n for n in OFFSET_CHECKPOINT_FILES if os.path.exists(f"{root}/{n}")}
+    for tp, names in expected_parts.items():
+        part = listing.partitions[tp]
+        assert part.uri == f"{root}/{tp[0]}-{tp[1]}"
+        logs = sorted(n for n in names if n.endswith(".log"))
+        assert [segment_file_name(s.base_offset) for s in part.segments] == logs  # sorted by base offset
+        seen = {s.log.name for s in part.segments}
+        seen |= {f.name for s in part.segments for f in (s.index, s.timeindex, s.txnindex) if f}
+        seen |= {f.name for _, f in part.producer_snapshots} | {f.name for f in part.unknown}
+        seen |= {t.info.name for t in part.transient} | {f.name for _, _, f in part.orphans}
+        seen |= {f.name for f in (part.leader_epoch_checkpoint, part.partition_metadata) if f}
+        assert seen == names  # nothing lost, nothing invented
+        for s in part.segments:
+            for f, suffix in ((s.index, ".index"), (s.timeindex, ".timeindex"), (s.snapshot, ".snapshot")):
+                assert (f is not None) == (segment_file_name(s.base_offset, suffix) in names)
+
+
+def test_fixture_specifics(kafka_real: Path) -> None:
+    rjm = list_log_dir(LocalStorage(), str(kafka_real / "rjmfernandes-cp7.6-kraft-lz4/data"))
+    meta = rjm.partition("__cluster_metadata", 0)
+    assert {f.name for f in meta.unknown} == {"00000000000000007752-0000000001.checkpoint",
+                                              "00000000000000014926-0000000001.checkpoint", "quorum-state"}
+    assert [o for o, _ in meta.producer_snapshots] == [17027] and meta.segments[0].snapshot is None
+    names = {t for t, _ in rjm.partitions}
+    assert "_confluent-controlcenter-7-6-0-1-aggregate-topic-partition-store-changelog" in names
+    assert {f.name for f in rjm.top_level_files} >= {"meta.properties", "bootstrap.checkpoint"}
+    ronem = list_log_dir(LocalStorage(), "file://" + str(kafka_real / "ronem123-kraft3.9-multiseg/kafka-logs"))
+    assert [s.base_offset for s in ronem.partition("__consumer_offsets", 31).segments] == [0, 3]
+    assert ronem.partition("topic_transactions", 0).segments[0].log.size == 0
