@@ -32,7 +32,7 @@ an active segment reopened after a restart (its byte counter starts again at 0).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import numpy as np
 
