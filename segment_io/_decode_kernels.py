@@ -18,7 +18,9 @@ its buffer, record index, offending value]`` and the caller raises the matching 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from segment_io.hashing import murmur3_128
 
@@ -183,10 +185,20 @@ def _skip_varint(buf: np.ndarray, pos: int) -> int:
     return pos + 1
 
 
-@njit(cache=True, inline="always")
-def _copy(dst: np.ndarray, at: int, buf: np.ndarray, start: int, n: int) -> None:
-    for j in range(n):
-        dst[at + j] = buf[start + j]
+@intrinsic
+def _copy(typingctx, dst, at, buf, start, n):  # type: ignore[no-untyped-def]
+    """``dst[at:at+n] = buf[start:start+n]`` as one memcpy: a byte loop, even compiled, runs at a fifth of
+    the speed, and an intrinsic (unlike a ctypes call to libc) keeps the kernels cacheable."""
+    sig = types.void(dst, types.intp, buf, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        dst_v, at_v, buf_v, start_v, n_v = args
+        d = context.make_array(signature.args[0])(context, builder, dst_v)
+        s = context.make_array(signature.args[2])(context, builder, buf_v)
+        cgutils.raw_memcpy(builder, builder.gep(d.data, [at_v]), builder.gep(s.data, [start_v]), n_v, 1)
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 @njit(cache=True)
