@@ -7,14 +7,18 @@ import struct
 import zlib
 
 import cramjam
+import mmh3
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from segment_io import errors
 from segment_io.decode import (
     decode_key_hashes_bytes,
     decode_segment_bytes,
+    hash_keys,
     iter_segment,
     read_key_hashes,
     read_segment,
@@ -358,3 +362,28 @@ def test_offsets_only_projection_does_not_need_key_or_value(segment: bytes) -> N
     assert table.schema.names == ["timestamp"]
     assert table.column("timestamp").to_pylist()[:3] == [1000, 1001, 1002]
     assert np.all(np.diff(decode_segment_bytes(segment, columns=["offset"]).column(0).to_numpy()) > 0)
+
+
+# ---- the key hash -----------------------------------------------------------------------------------
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.binary(max_size=70)), max_size=40))
+def test_hash_keys_is_murmur3_x64_128_seed0(keys: list[bytes | None]) -> None:
+    hi, lo = hash_keys(pa.array(keys, pa.binary()))
+    mask = (1 << 64) - 1
+    for key, h, l in zip(keys, hi.tolist(), lo.tolist()):
+        if key is None:
+            assert (h, l) == (0, 0)
+        else:
+            assert ((h & mask) << 64) | (l & mask) == mmh3.hash128(key, 0, signed=False)
+
+
+def test_hash_keys_accepts_sliced_and_chunked_columns() -> None:
+    keys = pa.array([b"a", None, b"bb", b"ccc", b""], pa.binary())
+    hi, lo = hash_keys(keys)
+    chunked = pa.chunked_array([keys.slice(0, 2), keys.slice(2)])
+    hi2, lo2 = hash_keys(chunked)
+    assert hi.tolist() == hi2.tolist() and lo.tolist() == lo2.tolist()
+    shi, slo = hash_keys(keys.slice(2, 2))
+    assert shi.tolist() == hi[2:4].tolist() and slo.tolist() == lo[2:4].tolist()
