@@ -1,0 +1,652 @@
+"""Crash-safe replacement and deletion of segments, on local disk and on S3.
+
+Every operation here is a sequence of single-file steps ordered so that a crash after any step leaves a
+partition that recovery (:mod:`jobs.recover`) turns into exactly the old set of live segments or exactly the
+new one: never a gap in offsets, never an overlap, never the loss of the only copy of a record. Before each
+step the optional ``fault(step)`` callback is called with a stable step name; tests raise from it to
+simulate a crash at that point.
+
+segjobs keeps its own bookkeeping out of the log dir (a broker must be able to load the dir at any instant,
+and it only understands its own names there). It lives under the *work location* of the log dir, a sibling
+``<log-dir>.segjobs`` directory or prefix, in ``<work>/commit/<topic>-<partition>/``:
+
+* ``replace.json`` - the intent of an unfinished :func:`replace_segments` (old and new base offsets and
+  the files of each); written with ``put_if_absent`` before any live file changes, so two committers of the
+  same partition cannot interleave, and removed as the last-but-cleanup step.
+* ``delete.json`` - the intent of an unfinished :func:`delete_segments` (base offsets and ``now_ms``).
+* ``deleted.json`` - the deletion ledger: for every segment renamed to ``.deleted``, the time (``now_ms`` of
+  the run that deleted it) from which ``file.delete.delay.ms`` counts. Time is an input of every job,
+  never the wall clock, so the ledger, not a file's mtime, carries it; this works the same on S3, where an
+  object's last-modified time cannot be set.
+* ``staged/`` (S3 only) - new segment objects written by the job before the commit.
+
+Replace on local disk (Kafka's own protocol, ``LocalLog.replaceSegments``; a broker's ``LogLoader`` can
+finish or undo it at every instant)
+---------------------------------------------------------------------------------------------------
+The job writes new segments as ``<base>.<suffix>.cleaned`` in the partition dir (:func:`staged_uri`),
+fsynced (``Storage.open_write`` does that).
+
+1. ``write-intent``: ``replace.json`` in the work dir (``put_if_absent``).
+2. ``cleaned-to-swap:<file>``: rename each new segment's files ``.cleaned`` -> ``.swap``, segments in
+   *descending* base order, ``.log`` first within a segment, fsync of the dir after each segment. While
+   any ``.cleaned`` file remains, every ``.swap`` file lies at or above the lowest ``.cleaned`` offset, which
+   is exactly the set a loader discards: the replace is aborted and the old segments, untouched, are live.
+   The per-segment fsync keeps that true across a power cut (renames in one dir may otherwise reach disk
+   out of order).
+3. ``old-to-deleted:<file>``: rename each old segment's ``.log .index .timeindex .txnindex`` to
+   ``.deleted`` (``.snapshot`` files are producer state, not segment data: left alone), fsync. From the
+   moment the last ``.cleaned`` became ``.swap`` the new segments are the truth; an old file still live in
+   the swap range is an original that recovery deletes.
+4. ``swap-to-live:<file>``: rename ``.swap`` -> live names in ascending order (so a remaining ``.swap``
+   never lies below a new segment already live), fsync.
+5. ``purge-old:<file>``: unlink the old ``.deleted`` files (segjobs holds the log dir's lock, so no reader
+   has them open; there is nothing to wait for).
+6. ``remove-intent``.
+
+Replace on S3 (no rename; per-object atomic PUT/COPY, strongly consistent listing, conditional PUT)
+--------------------------------------------------------------------------------------------------
+The job writes new segment objects under ``<work>/commit/<tp>/staged/`` (:func:`staged_uri`), never in the
+partition prefix, so nothing a Kafka restore or a reader lists changes before the commit point.
+
+1. ``write-intent``: ``replace.json`` with ``put_if_absent``, after checking every staged object exists; it
+   lists old and new files and the staged sizes. **This PUT is the commit point**: from then on recovery
+   rolls forward, using the intent alone (the staged objects stay until the intent is gone).
+2. ``copy-new:<name>``: server-side copy of each staged object to its live name, segments in *descending*
+   base order. The lowest new segment shares its base with the first old one and overwrites it, so it is
+   copied last: until then every old object is intact.
+3. ``delete-old:<name>``: delete each old object that no new object overwrote.
+4. ``remove-intent``: the commit is finished.
+5. ``delete-staged:<name>``: staged objects without an intent are garbage: recovery deletes them too.
+
+What a reader that lists the partition prefix mid-commit sees: during step 2, all old objects except those
+already overwritten, plus some new ones - every offset is present at least once (no gap); offsets may be
+present twice, and since compaction keeps surviving records byte-identical, the duplicates are equal
+records (deduplicate by offset). Between the copies of one segment's ``.log`` and ``.index``, a new log can
+be paired with an old index: indexes are hints that a reader must validate. During step 3 the new set plus
+a shrinking remainder of old objects is visible (overlap only). A reader that wants the exact set runs
+recovery first, or treats a present ``replace.json`` as "this partition is being committed". Recovery:
+intent present -> copy every staged object to its live name again (idempotent), delete old objects not
+overwritten, remove the intent, delete staged objects; no intent -> delete staged objects. The listing
+then shows exactly the new set (or, if the crash came before step 1, exactly the old one). A Kafka restore
+must be made from a bucket on which recovery has run.
+
+Two-phase delete (retention)
+----------------------------
+The segments to delete must be a prefix of the live segments and leave at least one live segment, so a
+crash between two segments leaves a shorter deleted prefix: still a valid log.
+
+1. ``write-intent``: ``delete.json`` with the base offsets and ``now_ms``.
+2. ``live-to-deleted:<file>``: per segment in ascending order, rename its files to ``.deleted`` (local:
+   atomic rename + dir fsync per segment, so a later segment never reaches disk deleted before an earlier
+   one; S3: copy + delete, which a ``.deleted`` name beside its live original makes recognisable). A
+   broker treats ``.deleted`` files as gone (its loader unlinks them), and so do segjobs' readers.
+3. ``record-deleted``: add ``base -> now_ms`` to the deletion ledger.
+4. ``remove-intent``.
+
+Recovery rolls an interrupted delete forward from its intent. :func:`purge_deleted` later unlinks
+``.deleted`` files once ``now_ms - deleted_at >= file.delete.delay.ms``; a ``.deleted`` file the ledger does
+not know (left by a broker, say) is entered with the current ``now_ms``, so its delay starts when segjobs
+first sees it, never earlier.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from segment_io.errors import NotFoundError, PreconditionFailedError, SegjobsError
+from segment_io.layout import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    SEGMENT_SUFFIXES,
+    SWAP_SUFFIX,
+    parse_segment_file,
+    segment_file_name,
+)
+from segment_io.storage.base import FileInfo, Storage
+
+#: The files that make up a segment's data. ``.snapshot`` (producer state) is managed separately.
+SEGMENT_DATA_SUFFIXES: tuple[str, ...] = tuple(s for s in SEGMENT_SUFFIXES if s != ".snapshot")
+LOG_SUFFIX = ".log"
+
+COMMIT_DIR = "commit"
+STAGED_DIR = "staged"
+REPLACE_INTENT = "replace.json"
+DELETE_INTENT = "delete.json"
+DELETED_LEDGER = "deleted.json"
+_FORMAT_VERSION = 1
+
+Fault = Callable[[str], None]
+
+
+class CommitError(SegjobsError):
+    """A replace or delete cannot be done as asked: the request is inconsistent with the partition's live
+    segments, a staged file is missing, or an unfinished operation must be recovered first. ``uri`` names
+    the partition (or file) and ``offset`` the base offset concerned, when there is one."""
+
+    def __init__(self, detail: str, *, uri: str | None = None, offset: int | None = None) -> None:
+        self.detail = detail
+        self.uri = uri
+        self.offset = offset
+        where = ", ".join(p for p in (uri, None if offset is None else f"offset {offset}") if p)
+        super().__init__(f"{where}: {detail}" if where else detail)
+
+
+class RecoveryError(CommitError):
+    """What an interrupted operation left cannot be completed or undone safely (an intent names a
+    staged object that is gone, an intent file is unreadable). Nothing is changed when this is raised."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Locations
+# --------------------------------------------------------------------------------------------------
+
+
+def partition_name(partition_uri: str) -> str:
+    """``/data/kafka/orders-3`` -> ``orders-3``."""
+    return partition_uri.rstrip("/").rsplit("/", 1)[-1]
+
+
+def partition_work_uri(storage: Storage, work_uri: str, partition_uri: str) -> str:
+    """Where segjobs keeps the intents and the deletion ledger of one partition."""
+    return storage.join(work_uri, COMMIT_DIR, partition_name(partition_uri))
+
+
+def staged_uri(storage: Storage, partition_uri: str, work_uri: str, base_offset: int, suffix: str) -> str:
+    """Where a job must write a new segment file before :func:`replace_segments` commits it.
+
+    Local disk: ``<partition>/<base><suffix>.cleaned`` (Kafka's own staging name, which a broker's loader
+    deletes). S3: ``<work>/commit/<tp>/staged/<base><suffix>``, outside the live prefix.
+    """
+    name = segment_file_name(base_offset, suffix)
+    if storage.atomic_rename:
+        return storage.join(partition_uri, name + CLEANED_SUFFIX)
+    return storage.join(partition_work_uri(storage, work_uri, partition_uri), STAGED_DIR, name)
+
+
+# --------------------------------------------------------------------------------------------------
+# Results and intents
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StagedSegment:
+    """A new segment the job has written at :func:`staged_uri` for each of ``suffixes`` (``.log`` plus
+    whichever of ``.index``, ``.timeindex``, ``.txnindex`` it has)."""
+
+    base_offset: int
+    suffixes: tuple[str, ...] = (".log", ".index", ".timeindex")
+
+
+@dataclass
+class ReplaceResult:
+    """What :func:`replace_segments` did: the live segments before and after, and the files removed."""
+
+    partition_uri: str
+    old_base_offsets: list[int]
+    new_base_offsets: list[int]
+    installed: list[str] = field(default_factory=list)  #: live URIs of the new segments' files
+    removed: list[str] = field(default_factory=list)  #: URIs of old files removed
+    steps: list[str] = field(default_factory=list)  #: the step names passed, in order
+
+
+@dataclass
+class DeleteResult:
+    """What :func:`delete_segments` renamed to ``.deleted`` (URIs of the new names)."""
+
+    partition_uri: str
+    base_offsets: list[int]
+    deleted_at_ms: int
+    renamed: list[str] = field(default_factory=list)
+    steps: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PurgeResult:
+    """What :func:`purge_deleted` unlinked, and which ``.deleted`` segments it keeps (base -> due time)."""
+
+    partition_uri: str
+    purged: list[str] = field(default_factory=list)
+    kept_until_ms: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReplaceIntent:
+    """The durable description of one replace: enough for recovery to finish it with nothing else."""
+
+    partition: str
+    old: dict[int, tuple[str, ...]]  #: old base offset -> live data suffixes it had
+    new: dict[int, dict[str, int]]  #: new base offset -> suffix -> staged size in bytes
+
+    def to_json(self) -> bytes:
+        return json.dumps({
+            "version": _FORMAT_VERSION, "kind": "replace", "partition": self.partition,
+            "old": [[b, list(s)] for b, s in sorted(self.old.items())],
+            "new": [[b, s] for b, s in sorted(self.new.items())],
+        }, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, uri: str) -> "ReplaceIntent":
+        try:
+            doc = json.loads(data)
+            return cls(partition=doc["partition"],
+                       old={int(b): tuple(s) for b, s in doc["old"]},
+                       new={int(b): {str(k): int(v) for k, v in s.items()} for b, s in doc["new"]})
+        except (ValueError, KeyError, TypeError) as e:
+            raise RecoveryError(f"unreadable replace intent: {e}", uri=uri) from None
+
+    def new_files(self) -> set[tuple[int, str]]:
+        return {(b, s) for b, sfx in self.new.items() for s in sfx}
+
+    def old_files(self) -> set[tuple[int, str]]:
+        return {(b, s) for b, sfx in self.old.items() for s in sfx}
+
+
+@dataclass(frozen=True)
+class DeleteIntent:
+    """The durable description of one two-phase delete."""
+
+    partition: str
+    base_offsets: tuple[int, ...]
+    now_ms: int
+
+    def to_json(self) -> bytes:
+        return json.dumps({"version": _FORMAT_VERSION, "kind": "delete", "partition": self.partition,
+                           "base_offsets": list(self.base_offsets), "now_ms": self.now_ms}).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, uri: str) -> "DeleteIntent":
+        try:
+            doc = json.loads(data)
+            return cls(partition=doc["partition"], base_offsets=tuple(int(b) for b in doc["base_offsets"]),
+                       now_ms=int(doc["now_ms"]))
+        except (ValueError, KeyError, TypeError) as e:
+            raise RecoveryError(f"unreadable delete intent: {e}", uri=uri) from None
+
+
+# --------------------------------------------------------------------------------------------------
+# Partition listing
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SegmentFile:
+    """One file of a partition whose name Kafka's segment naming explains."""
+
+    info: FileInfo
+    base_offset: int
+    suffix: str  #: ``.log``, ``.index``, ...
+    transient: str  #: ``""`` (live), ``.cleaned``, ``.swap`` or ``.deleted``
+
+    @property
+    def uri(self) -> str:
+        return self.info.uri
+
+    @property
+    def is_data(self) -> bool:
+        return self.suffix in SEGMENT_DATA_SUFFIXES
+
+
+def list_segment_files(storage: Storage, partition_uri: str) -> list[SegmentFile]:
+    """Segment files directly in the partition, in name order; other files (checkpoints, temporaries,
+    ``partition.metadata``) are not segment files and are left out."""
+    out = []
+    for info in storage.list(partition_uri):
+        parsed = parse_segment_file(info.name)
+        if parsed is not None:
+            out.append(SegmentFile(info, *parsed))
+    return out
+
+
+def live_log_bases(files: Iterable[SegmentFile]) -> list[int]:
+    """Base offsets of the live segments (those with a live ``.log``), ascending."""
+    return sorted({f.base_offset for f in files if f.transient == "" and f.suffix == LOG_SUFFIX})
+
+
+def _live_data_suffixes(files: Iterable[SegmentFile], base: int) -> tuple[str, ...]:
+    present = {f.suffix for f in files if f.base_offset == base and f.transient == "" and f.is_data}
+    return tuple(s for s in SEGMENT_DATA_SUFFIXES if s in present)
+
+
+def _ordered(suffixes: Iterable[str]) -> list[str]:
+    """``.log`` first, then the indexes: the order Kafka renames a segment's files in."""
+    return sorted(set(suffixes), key=SEGMENT_DATA_SUFFIXES.index)
+
+
+# --------------------------------------------------------------------------------------------------
+# Small helpers shared with recovery
+# --------------------------------------------------------------------------------------------------
+
+
+def _call(fault: Fault | None, steps: list[str], step: str) -> None:
+    steps.append(step)
+    if fault is not None:
+        fault(step)
+
+
+def read_json_or_none(storage: Storage, uri: str) -> bytes | None:
+    """The bytes of ``uri``, or None when it does not exist."""
+    try:
+        return storage.read(uri)
+    except NotFoundError:
+        return None
+
+
+def read_replace_intent(storage: Storage, pwork: str) -> ReplaceIntent | None:
+    uri = storage.join(pwork, REPLACE_INTENT)
+    data = read_json_or_none(storage, uri)
+    return None if data is None else ReplaceIntent.from_json(data, uri)
+
+
+def read_delete_intent(storage: Storage, pwork: str) -> DeleteIntent | None:
+    uri = storage.join(pwork, DELETE_INTENT)
+    data = read_json_or_none(storage, uri)
+    return None if data is None else DeleteIntent.from_json(data, uri)
+
+
+def read_ledger(storage: Storage, pwork: str) -> dict[int, int]:
+    """The deletion ledger: base offset of a ``.deleted`` segment -> ``now_ms`` when it was deleted."""
+    uri = storage.join(pwork, DELETED_LEDGER)
+    data = read_json_or_none(storage, uri)
+    if data is None:
+        return {}
+    try:
+        doc = json.loads(data)
+        return {int(b): int(t) for b, t in doc["deleted_at_ms"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise RecoveryError(f"unreadable deletion ledger: {e}", uri=uri) from None
+
+
+def write_ledger(storage: Storage, pwork: str, ledger: dict[int, int]) -> None:
+    """Replace the deletion ledger (the caller holds the log dir's lock, so a plain atomic write is enough)."""
+    uri = storage.join(pwork, DELETED_LEDGER)
+    if not ledger:
+        storage.delete(uri)
+        return
+    storage.makedirs(pwork)
+    doc = {"version": _FORMAT_VERSION, "deleted_at_ms": {str(b): t for b, t in sorted(ledger.items())}}
+    storage.write_atomic(uri, json.dumps(doc, sort_keys=True).encode())
+
+
+def _put_intent(storage: Storage, pwork: str, name: str, data: bytes, partition_uri: str) -> str:
+    storage.makedirs(pwork)
+    uri = storage.join(pwork, name)
+    try:
+        storage.put_if_absent(uri, data)
+    except PreconditionFailedError:
+        raise CommitError(f"an unfinished operation left {uri}; run `segjobs recover` first",
+                          uri=partition_uri) from None
+    return uri
+
+
+# --------------------------------------------------------------------------------------------------
+# Replace
+# --------------------------------------------------------------------------------------------------
+
+
+def replace_segments(storage: Storage, partition_uri: str, *, old_base_offsets: list[int],
+                     new_segments: list[StagedSegment], work_uri: str,
+                     fault: Fault | None = None) -> ReplaceResult:
+    """Replace the contiguous run of live segments ``old_base_offsets`` by the staged ``new_segments``,
+    crash-safely (see the module docstring for the protocol on each store).
+
+    The new segments must start at the first old base offset and lie before the next live segment after
+    the run. ``work_uri`` is the log dir's work location (:func:`jobs.lock.work_uri`). Raises
+    :class:`CommitError` (before changing anything) when the request does not fit the partition, a staged
+    file is missing, or leftovers of an interrupted operation need :func:`jobs.recover.recover_partition`.
+    """
+    files = list_segment_files(storage, partition_uri)
+    intent = _plan_replace(storage, partition_uri, work_uri, files, old_base_offsets, new_segments)
+    pwork = partition_work_uri(storage, work_uri, partition_uri)
+    result = ReplaceResult(partition_uri, sorted(intent.old), sorted(intent.new))
+    _call(fault, result.steps, "write-intent")
+    intent_uri = _put_intent(storage, pwork, REPLACE_INTENT, intent.to_json(), partition_uri)
+    if storage.atomic_rename:
+        _replace_by_rename(storage, partition_uri, intent, result, fault)
+        _call(fault, result.steps, "remove-intent")
+        storage.delete(intent_uri)
+    else:
+        _replace_by_copy(storage, partition_uri, work_uri, intent, result, fault)
+        _call(fault, result.steps, "remove-intent")
+        storage.delete(intent_uri)
+        for base, sfx in sorted(intent.new_files()):
+            uri = staged_uri(storage, partition_uri, work_uri, base, sfx)
+            _call(fault, result.steps, f"delete-staged:{segment_file_name(base, sfx)}")
+            storage.delete(uri)
+    return result
+
+
+def _plan_replace(storage: Storage, partition_uri: str, work_uri: str, files: list[SegmentFile],
+                  old_base_offsets: list[int], new_segments: list[StagedSegment]) -> ReplaceIntent:
+    """Check the request against the partition and return the intent that describes it."""
+    if not old_base_offsets or not new_segments:
+        raise CommitError("a replace needs at least one old and one new segment", uri=partition_uri)
+    old = sorted(set(old_base_offsets))
+    if len(old) != len(old_base_offsets):
+        raise CommitError(f"old base offsets repeat: {old_base_offsets}", uri=partition_uri)
+    live = live_log_bases(files)
+    missing = [b for b in old if b not in live]
+    if missing:
+        raise CommitError("not a live segment", uri=partition_uri, offset=missing[0])
+    first = live.index(old[0])
+    if live[first:first + len(old)] != old:
+        raise CommitError(f"old segments {old} are not a contiguous run of the live segments",
+                          uri=partition_uri, offset=old[0])
+    run_end = live[first + len(old)] if first + len(old) < len(live) else None
+
+    new_bases = [s.base_offset for s in new_segments]
+    if sorted(set(new_bases)) != sorted(new_bases):
+        raise CommitError(f"new base offsets repeat: {new_bases}", uri=partition_uri)
+    new_bases.sort()
+    if new_bases[0] != old[0]:
+        raise CommitError(f"the first new segment must start at the first old base {old[0]}",
+                          uri=partition_uri, offset=new_bases[0])
+    if run_end is not None and new_bases[-1] >= run_end:
+        raise CommitError(f"new segment lies beyond the replaced run (next live segment is {run_end})",
+                          uri=partition_uri, offset=new_bases[-1])
+    # Stray .cleaned / .swap files would change which swaps a loader keeps (it discards every swap at or
+    # above the lowest .cleaned offset), so none but ours may exist when the commit starts.
+    staged_names = {segment_file_name(s.base_offset, x) + CLEANED_SUFFIX for s in new_segments for x in s.suffixes}
+    for f in files:
+        if f.transient == SWAP_SUFFIX or (f.transient == CLEANED_SUFFIX and f.info.name not in staged_names):
+            raise CommitError(f"leftover {f.info.name} from an interrupted operation; run `segjobs recover` "
+                              "first", uri=partition_uri, offset=f.base_offset)
+
+    new: dict[int, dict[str, int]] = {}
+    for seg in new_segments:
+        if LOG_SUFFIX not in seg.suffixes or not set(seg.suffixes) <= set(SEGMENT_DATA_SUFFIXES):
+            raise CommitError(f"staged segment needs .log and only segment data suffixes, got {seg.suffixes}",
+                              uri=partition_uri, offset=seg.base_offset)
+        uris = {sfx: staged_uri(storage, partition_uri, work_uri, seg.base_offset, sfx)
+                for sfx in _ordered(seg.suffixes)}
+        found = _sizes(storage, uris.values())
+        for sfx, uri in uris.items():
+            if uri not in found:
+                raise CommitError("staged file is missing", uri=uri, offset=seg.base_offset)
+        new[seg.base_offset] = {sfx: found[uri] for sfx, uri in uris.items()}
+    return ReplaceIntent(partition=partition_name(partition_uri),
+                         old={b: _live_data_suffixes(files, b) for b in old}, new=new)
+
+
+def _sizes(storage: Storage, uris: Iterable[str]) -> dict[str, int]:
+    """Sizes of those of ``uris`` that exist. One listing per parent: ``LocalStorage.stat`` would hash
+    whole files, and on S3 a listing is one request for many objects."""
+    by_parent: dict[str, list[str]] = {}
+    for uri in uris:
+        parent, name = uri.rstrip("/").rsplit("/", 1)
+        by_parent.setdefault(parent, []).append(name)
+    sizes = {}
+    for parent, names in by_parent.items():
+        listed = {info.name: info.size for info in storage.list(parent)}
+        sizes.update({storage.join(parent, n): listed[n] for n in names if n in listed})
+    return sizes
+
+
+def _replace_by_rename(storage: Storage, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
+                       fault: Fault | None) -> None:
+    def path(base: int, sfx: str, transient: str = "") -> str:
+        return storage.join(partition_uri, segment_file_name(base, sfx) + transient)
+
+    for base in sorted(intent.new, reverse=True):
+        for sfx in _ordered(intent.new[base]):
+            _call(fault, result.steps, f"cleaned-to-swap:{segment_file_name(base, sfx)}")
+            storage.rename(path(base, sfx, CLEANED_SUFFIX), path(base, sfx, SWAP_SUFFIX))
+        storage.sync_dir(partition_uri)
+    for base in sorted(intent.old):
+        for sfx in intent.old[base]:
+            _call(fault, result.steps, f"old-to-deleted:{segment_file_name(base, sfx)}")
+            storage.rename(path(base, sfx), path(base, sfx, DELETED_SUFFIX))
+    storage.sync_dir(partition_uri)
+    for base in sorted(intent.new):
+        for sfx in _ordered(intent.new[base]):
+            _call(fault, result.steps, f"swap-to-live:{segment_file_name(base, sfx)}")
+            storage.rename(path(base, sfx, SWAP_SUFFIX), path(base, sfx))
+            result.installed.append(path(base, sfx))
+    storage.sync_dir(partition_uri)
+    for base in sorted(intent.old):
+        for sfx in intent.old[base]:
+            _call(fault, result.steps, f"purge-old:{segment_file_name(base, sfx)}")
+            storage.delete(path(base, sfx, DELETED_SUFFIX))
+            result.removed.append(path(base, sfx, DELETED_SUFFIX))
+
+
+def _replace_by_copy(storage: Storage, partition_uri: str, work_uri: str, intent: ReplaceIntent,
+                     result: ReplaceResult, fault: Fault | None) -> None:
+    for base in sorted(intent.new, reverse=True):
+        for sfx in _ordered(intent.new[base]):
+            name = segment_file_name(base, sfx)
+            _call(fault, result.steps, f"copy-new:{name}")
+            storage.copy(staged_uri(storage, partition_uri, work_uri, base, sfx), storage.join(partition_uri, name))
+            result.installed.append(storage.join(partition_uri, name))
+    overwritten = intent.new_files()
+    for base, sfx in sorted(intent.old_files() - overwritten):
+        name = segment_file_name(base, sfx)
+        _call(fault, result.steps, f"delete-old:{name}")
+        storage.delete(storage.join(partition_uri, name))
+        result.removed.append(storage.join(partition_uri, name))
+
+
+def finish_replace_by_copy(storage: Storage, partition_uri: str, work_uri: str,
+                           intent: ReplaceIntent) -> list[tuple[str, str]]:
+    """Roll an S3 replace forward from its intent alone; returns the ``(action, uri)`` pairs done.
+
+    Raises :class:`RecoveryError` before changing anything if a staged object is gone or has another
+    size than the intent recorded (then the intent cannot be trusted to describe the new segments).
+    """
+    expected = {staged_uri(storage, partition_uri, work_uri, base, sfx): (base, size)
+                for base, sizes in intent.new.items() for sfx, size in sizes.items()}
+    found = _sizes(storage, expected)
+    for uri, (base, size) in expected.items():
+        if uri not in found:
+            raise RecoveryError("the replace intent names a staged object that is gone", uri=uri, offset=base)
+        actual = found[uri]
+        if actual != size:
+            raise RecoveryError(f"staged object has {actual} bytes, the intent recorded {size}", uri=uri,
+                                offset=base)
+    scratch = ReplaceResult(partition_uri, sorted(intent.old), sorted(intent.new))
+    _replace_by_copy(storage, partition_uri, work_uri, intent, scratch, None)
+    return [("copy-new", uri) for uri in scratch.installed] + [("delete-old", uri) for uri in scratch.removed]
+
+
+# --------------------------------------------------------------------------------------------------
+# Delete and purge
+# --------------------------------------------------------------------------------------------------
+
+
+def delete_segments(storage: Storage, partition_uri: str, base_offsets: list[int], *, now_ms: int,
+                    work_uri: str, fault: Fault | None = None) -> DeleteResult:
+    """Retention's first phase: rename the live segments ``base_offsets`` to ``.deleted`` and record
+    ``now_ms`` as their deletion time in the ledger (see the module docstring).
+
+    ``base_offsets`` must be a prefix of the live segments that leaves at least one live segment (retention
+    deletes oldest-first and never empties a partition). Producer snapshots are left alone. Raises
+    :class:`CommitError` before changing anything when that does not hold.
+    """
+    files = list_segment_files(storage, partition_uri)
+    bases = sorted(set(base_offsets))
+    live = live_log_bases(files)
+    if not bases:
+        return DeleteResult(partition_uri, [], now_ms)
+    if live[:len(bases)] != bases:
+        raise CommitError(f"segments to delete {bases} are not a prefix of the live segments",
+                          uri=partition_uri, offset=bases[0])
+    if len(bases) >= len(live):
+        raise CommitError("deleting every live segment would leave the partition empty; roll a new "
+                          "segment first", uri=partition_uri, offset=bases[-1])
+    pwork = partition_work_uri(storage, work_uri, partition_uri)
+    result = DeleteResult(partition_uri, bases, now_ms)
+    intent = DeleteIntent(partition_name(partition_uri), tuple(bases), now_ms)
+    _call(fault, result.steps, "write-intent")
+    intent_uri = _put_intent(storage, pwork, DELETE_INTENT, intent.to_json(), partition_uri)
+    for base in bases:
+        for sfx in _live_data_suffixes(files, base):
+            name = segment_file_name(base, sfx)
+            _call(fault, result.steps, f"live-to-deleted:{name}")
+            storage.rename(storage.join(partition_uri, name), storage.join(partition_uri, name + DELETED_SUFFIX))
+            result.renamed.append(storage.join(partition_uri, name + DELETED_SUFFIX))
+        storage.sync_dir(partition_uri)
+    _call(fault, result.steps, "record-deleted")
+    record_deleted(storage, pwork, bases, now_ms)
+    _call(fault, result.steps, "remove-intent")
+    storage.delete(intent_uri)
+    return result
+
+
+def record_deleted(storage: Storage, pwork: str, bases: Iterable[int], now_ms: int) -> bool:
+    """Enter ``bases`` in the deletion ledger at ``now_ms`` unless already there; True if it changed.
+    An existing entry keeps its (earlier) time: the delay never restarts."""
+    ledger = read_ledger(storage, pwork)
+    missing = [b for b in bases if b not in ledger]
+    if not missing:
+        return False
+    for b in missing:
+        ledger[b] = now_ms
+    write_ledger(storage, pwork, ledger)
+    return True
+
+
+def deleted_bases(files: Iterable[SegmentFile]) -> set[int]:
+    """Base offsets that have ``.deleted`` segment data files."""
+    return {f.base_offset for f in files if f.transient == DELETED_SUFFIX and f.is_data}
+
+
+def purge_deleted(storage: Storage, partition_uri: str, *, now_ms: int, file_delete_delay_ms: int,
+                  work_uri: str) -> PurgeResult:
+    """Retention's second phase: unlink ``.deleted`` segment files whose ``file.delete.delay.ms`` has
+    passed since they were deleted (per the ledger), across runs.
+
+    A ``.deleted`` segment unknown to the ledger is entered at ``now_ms`` and kept; ledger entries whose
+    files are gone (a broker's loader unlinks ``.deleted`` files itself) are dropped.
+    """
+    if file_delete_delay_ms < 0:
+        raise CommitError(f"file.delete.delay.ms must not be negative, got {file_delete_delay_ms}",
+                          uri=partition_uri)
+    pwork = partition_work_uri(storage, work_uri, partition_uri)
+    files = list_segment_files(storage, partition_uri)
+    ledger = read_ledger(storage, pwork)
+    present = deleted_bases(files)
+    result = PurgeResult(partition_uri)
+    updated = {b: t for b, t in ledger.items() if b in present}
+    for base in sorted(present):
+        deleted_at = updated.setdefault(base, now_ms)
+        due = deleted_at + file_delete_delay_ms
+        if now_ms < due:
+            result.kept_until_ms[base] = due
+            continue
+        for f in files:
+            if f.base_offset == base and f.transient == DELETED_SUFFIX and f.is_data:
+                storage.delete(f.uri)
+                result.purged.append(f.uri)
+        del updated[base]
+    if updated != ledger:
+        write_ledger(storage, pwork, updated)
+    return result
+
+
+__all__ = [
+    "CommitError", "DeleteIntent", "DeleteResult", "PurgeResult", "RecoveryError", "ReplaceIntent",
+    "ReplaceResult", "SEGMENT_DATA_SUFFIXES", "SegmentFile", "StagedSegment",
+    "delete_segments", "list_segment_files", "live_log_bases", "partition_work_uri", "purge_deleted",
+    "replace_segments", "staged_uri",
+]

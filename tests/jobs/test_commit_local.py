@@ -1,0 +1,360 @@
+"""Crash-safe replace and two-phase delete on local disk, with a simulated crash before every step.
+
+The helpers at the top are store-agnostic (they only use the Storage interface) and are shared with
+``test_commit_s3.py`` and ``test_recover.py``.
+
+Segments here are synthetic but well-framed: each ``.log`` is a run of 61-byte v2 batch headers, one batch
+per offset, with the producer id carrying a tag that tells the old and new versions apart; index files are
+tagged strings. Records are identified by (file bytes, offset), so "nothing lost, nothing duplicated" is a
+comparison of file bytes and of offsets parsed here, independently of segjobs' decoder.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import pytest
+
+from jobs.commit import (
+    CommitError,
+    StagedSegment,
+    delete_segments,
+    partition_work_uri,
+    purge_deleted,
+    replace_segments,
+    staged_uri,
+)
+from jobs.lock import work_uri
+from jobs.recover import recover_partition
+from segment_io.layout import parse_segment_file
+from segment_io.storage import LocalStorage
+from segment_io.storage.base import Storage
+
+# ---------------------------------------------------------------------------------------------------
+# Scenario: a partition with segments 0, 10, 20 (replaced) and 30 (active, untouched); the replacement
+# is compacted into 0 and 18. Base 0 is shared by old and new, 10 and 20 disappear, 18 is new.
+# ---------------------------------------------------------------------------------------------------
+
+TOPIC_PARTITION = "orders-3"
+KAFKA_ORDER = (".log", ".index", ".timeindex", ".txnindex")  # how Kafka renames a segment's files
+
+OLD_OFFSETS = {0: list(range(0, 10)), 10: list(range(10, 20)), 20: list(range(20, 30))}
+ACTIVE_OFFSETS = {30: list(range(30, 40))}
+OLD_SUFFIXES = {0: (".log", ".index", ".timeindex"), 10: KAFKA_ORDER, 20: (".log", ".index", ".timeindex"),
+                30: (".log", ".index", ".timeindex")}
+NEW_OFFSETS = {0: [1, 3, 5, 11, 13], 18: [18, 25, 29]}
+NEW_SUFFIXES = {0: (".log", ".index", ".timeindex"), 18: KAFKA_ORDER}
+SNAPSHOTS = (20, 30)
+OLD_TAG, NEW_TAG = 1, 2
+DELETE_NOW_MS = 1_000
+DELETE_BASES = [0, 10]
+DELAY_MS = 60_000
+
+_V2_HEADER = struct.Struct(">qiibIhiqqqhii")  # Kafka's RecordBatch v2 header, 61 bytes
+
+
+class Crash(Exception):
+    """What the fault hook raises: the process "dies" before the step runs."""
+
+
+def log_bytes(offsets: list[int], tag: int) -> bytes:
+    """One header-only v2 batch per offset (batchLength 49, lastOffsetDelta 0, producer id = tag)."""
+    return b"".join(_V2_HEADER.pack(o, 49, 0, 2, 0, 0, 0, o * 10, o * 10, tag, 0, 0, 0) for o in offsets)
+
+
+def offsets_in(log: bytes) -> list[int]:
+    """Every offset of a ``.log`` built by :func:`log_bytes` (base offset + lastOffsetDelta of each batch)."""
+    out, pos = [], 0
+    while pos < len(log):
+        base, length = struct.unpack_from(">qi", log, pos)
+        (last_delta,) = struct.unpack_from(">i", log, pos + 23)
+        out.extend(range(base, base + last_delta + 1))
+        pos += 12 + length
+    return out
+
+
+def name(base: int, suffix: str) -> str:
+    return f"{base:020d}{suffix}"
+
+
+def file_bytes(base: int, suffix: str, offsets: list[int], tag: int) -> bytes:
+    return log_bytes(offsets, tag) if suffix == ".log" else f"tag{tag}:{name(base, suffix)}".encode()
+
+
+@dataclass
+class Scenario:
+    storage: Storage
+    log_dir: str
+    partition: str
+    work: str
+    old_state: dict[str, bytes]  #: live data files before the replace (incl. the active segment)
+    new_state: dict[str, bytes]  #: live data files after it
+    snapshots: dict[str, bytes]
+
+
+def build_scenario(storage: Storage, log_dir: str, *, stage: bool = True) -> Scenario:
+    """Write the old segments and snapshots live, and (when ``stage``) the new segments where the job
+    stages them."""
+    partition = storage.join(log_dir, TOPIC_PARTITION)
+    work = work_uri(log_dir)
+    storage.makedirs(partition)
+    old_state: dict[str, bytes] = {}
+    for base, offsets in {**OLD_OFFSETS, **ACTIVE_OFFSETS}.items():
+        for sfx in OLD_SUFFIXES[base]:
+            old_state[name(base, sfx)] = file_bytes(base, sfx, offsets, OLD_TAG)
+    snapshots = {name(b, ".snapshot"): f"snapshot {b}".encode() for b in SNAPSHOTS}
+    for n, data in {**old_state, **snapshots}.items():
+        storage.write_atomic(storage.join(partition, n), data)
+    new_state = {n: d for n, d in old_state.items() if parse_segment_file(n)[0] in ACTIVE_OFFSETS}
+    for base, offsets in NEW_OFFSETS.items():
+        for sfx in NEW_SUFFIXES[base]:
+            data = file_bytes(base, sfx, offsets, NEW_TAG)
+            new_state[name(base, sfx)] = data
+            if not stage:
+                continue
+            uri = staged_uri(storage, partition, work, base, sfx)
+            storage.makedirs(uri.rsplit("/", 1)[0])
+            storage.write_atomic(uri, data)
+    return Scenario(storage, log_dir, partition, work, old_state, new_state, snapshots)
+
+
+def staged_segments() -> list[StagedSegment]:
+    return [StagedSegment(b, NEW_SUFFIXES[b]) for b in NEW_OFFSETS]
+
+
+def partition_files(storage: Storage, partition: str) -> dict[str, bytes]:
+    """Every file of the partition, by name."""
+    return {i.name: storage.read(i.uri) for i in storage.list(partition)}
+
+
+def live_data(files: dict[str, bytes]) -> dict[str, bytes]:
+    """Live segment data files (no transient suffix, no snapshots)."""
+    out = {}
+    for n, data in files.items():
+        parsed = parse_segment_file(n)
+        if parsed and parsed[2] == "" and parsed[1] != ".snapshot":
+            out[n] = data
+    return out
+
+
+def with_suffix(files: dict[str, bytes], suffix: str) -> set[str]:
+    return {n for n in files if n.endswith(suffix)}
+
+
+def work_files(storage: Storage, scenario: Scenario) -> set[str]:
+    return {i.name for i in storage.list(scenario.work, recursive=True)}
+
+
+def assert_valid_log(live: dict[str, bytes]) -> None:
+    """No overlap and no duplicate: each segment's offsets lie in [base, next base), ascending."""
+    bases = sorted(parse_segment_file(n)[0] for n in live if n.endswith(".log"))
+    assert bases, "a partition must keep at least one segment"
+    seen: list[int] = []
+    for i, base in enumerate(bases):
+        offsets = offsets_in(live[name(base, ".log")])
+        end = bases[i + 1] if i + 1 < len(bases) else float("inf")
+        assert all(base <= o < end for o in offsets), f"segment {base} holds offsets outside [{base}, {end})"
+        seen.extend(offsets)
+    assert seen == sorted(set(seen)), "offsets repeat or go backwards across segments"
+
+
+def run_to_crash(action, step: str | None) -> list[str]:
+    """Run ``action(fault)``, crashing before ``step`` (never when None); returns the steps announced."""
+    announced: list[str] = []
+
+    def fault(s: str) -> None:
+        announced.append(s)
+        if s == step:
+            raise Crash(s)
+
+    if step is None:
+        action(fault)
+    else:
+        with pytest.raises(Crash):
+            action(fault)
+    return announced
+
+
+def do_replace(scenario: Scenario):
+    return lambda fault: replace_segments(scenario.storage, scenario.partition, old_base_offsets=sorted(OLD_OFFSETS),
+                                          new_segments=staged_segments(), work_uri=scenario.work, fault=fault)
+
+
+def do_delete(scenario: Scenario):
+    return lambda fault: delete_segments(scenario.storage, scenario.partition, DELETE_BASES, now_ms=DELETE_NOW_MS,
+                                         work_uri=scenario.work, fault=fault)
+
+
+def recover_twice(scenario: Scenario, now_ms: int = 5_000):
+    """Recover, then check a second recovery does nothing at all; returns the first report."""
+    storage = scenario.storage
+    first = recover_partition(storage, scenario.partition, work_uri=scenario.work, now_ms=now_ms)
+    files, work = partition_files(storage, scenario.partition), work_files(storage, scenario)
+    second = recover_partition(storage, scenario.partition, work_uri=scenario.work, now_ms=now_ms + 1)
+    assert second.actions == [], f"second recovery acted: {second.actions}"
+    assert partition_files(storage, scenario.partition) == files
+    assert work_files(storage, scenario) == work
+    return first
+
+
+def check_replace_outcome(scenario: Scenario, expect_new: bool) -> None:
+    files = partition_files(scenario.storage, scenario.partition)
+    live = live_data(files)
+    assert live == (scenario.new_state if expect_new else scenario.old_state)
+    assert_valid_log(live)
+    assert not with_suffix(files, ".cleaned") and not with_suffix(files, ".swap")
+    assert not with_suffix(files, ".deleted")
+    assert {n: files[n] for n in scenario.snapshots} == scenario.snapshots, "snapshots must be left alone"
+    assert work_files(scenario.storage, scenario) == set(), "no intent or staged object may remain"
+
+
+def check_delete_outcome(scenario: Scenario, expect_deleted: bool) -> None:
+    """After recovery: either nothing was deleted, or exactly DELETE_BASES are .deleted (bytes intact),
+    then purge keeps them until DELETE_NOW_MS + DELAY_MS and removes them from then on."""
+    storage = scenario.storage
+    files = partition_files(storage, scenario.partition)
+    assert not with_suffix(files, ".cleaned") and not with_suffix(files, ".swap")
+    gone = {name(b, s) for b in DELETE_BASES for s in OLD_SUFFIXES[b]} if expect_deleted else set()
+    assert live_data(files) == {n: d for n, d in scenario.old_state.items() if n not in gone}
+    assert_valid_log(live_data(files))
+    assert {n[: -len(".deleted")]: d for n, d in files.items() if n.endswith(".deleted")} == \
+        {n: scenario.old_state[n] for n in gone}
+    kept = purge_deleted(storage, scenario.partition, now_ms=DELETE_NOW_MS + DELAY_MS - 1,
+                         file_delete_delay_ms=DELAY_MS, work_uri=scenario.work)
+    assert kept.purged == []
+    assert kept.kept_until_ms == ({b: DELETE_NOW_MS + DELAY_MS for b in DELETE_BASES} if expect_deleted else {})
+    purged = purge_deleted(storage, scenario.partition, now_ms=DELETE_NOW_MS + DELAY_MS,
+                           file_delete_delay_ms=DELAY_MS, work_uri=scenario.work)
+    assert sorted(i.rsplit("/", 1)[-1] for i in purged.purged) == sorted(n + ".deleted" for n in gone)
+    assert not with_suffix(partition_files(storage, scenario.partition), ".deleted")
+    assert work_files(storage, scenario) == set(), "the ledger empties once everything is purged"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The expected step sequences, written from the protocol in jobs/commit.py's docstring.
+# ---------------------------------------------------------------------------------------------------
+
+
+def local_replace_steps() -> list[str]:
+    steps = ["write-intent"]
+    for base in sorted(NEW_OFFSETS, reverse=True):
+        steps += [f"cleaned-to-swap:{name(base, s)}" for s in NEW_SUFFIXES[base]]
+    for base in sorted(OLD_OFFSETS):
+        steps += [f"old-to-deleted:{name(base, s)}" for s in OLD_SUFFIXES[base]]
+    for base in sorted(NEW_OFFSETS):
+        steps += [f"swap-to-live:{name(base, s)}" for s in NEW_SUFFIXES[base]]
+    for base in sorted(OLD_OFFSETS):
+        steps += [f"purge-old:{name(base, s)}" for s in OLD_SUFFIXES[base]]
+    return steps + ["remove-intent"]
+
+
+def delete_steps() -> list[str]:
+    steps = ["write-intent"]
+    for base in DELETE_BASES:
+        steps += [f"live-to-deleted:{name(base, s)}" for s in OLD_SUFFIXES[base]]
+    return steps + ["record-deleted", "remove-intent"]
+
+
+LOCAL_REPLACE_STEPS = local_replace_steps()
+#: Kafka's commit point: once no .cleaned file is left, a loader completes the swap.
+LOCAL_COMMIT_POINT = next(i for i, s in enumerate(LOCAL_REPLACE_STEPS) if s.startswith("old-to-deleted"))
+DELETE_STEPS = delete_steps()
+
+
+@pytest.fixture()
+def local(tmp_path) -> Scenario:
+    return build_scenario(LocalStorage(), str(tmp_path / "kafka-logs"))
+
+
+@pytest.fixture()
+def local_unstaged(tmp_path) -> Scenario:
+    """The old segments only: what retention sees."""
+    return build_scenario(LocalStorage(), str(tmp_path / "kafka-logs"), stage=False)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tests
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_replace_announces_the_protocol_steps_in_order(local: Scenario) -> None:
+    assert run_to_crash(do_replace(local), None) == LOCAL_REPLACE_STEPS
+    check_replace_outcome(local, expect_new=True)
+
+
+@pytest.mark.parametrize("step", LOCAL_REPLACE_STEPS)
+def test_replace_crash_then_recover_gives_old_or_new_set(local: Scenario, step: str) -> None:
+    run_to_crash(do_replace(local), step)
+    report = recover_twice(local)
+    expect_new = LOCAL_REPLACE_STEPS.index(step) >= LOCAL_COMMIT_POINT
+    check_replace_outcome(local, expect_new)
+    assert report.changed
+
+
+def test_delete_announces_the_protocol_steps_in_order(local_unstaged: Scenario) -> None:
+    assert run_to_crash(do_delete(local_unstaged), None) == DELETE_STEPS
+    check_delete_outcome(local_unstaged, expect_deleted=True)
+
+
+@pytest.mark.parametrize("step", DELETE_STEPS)
+def test_delete_crash_then_recover_rolls_forward_and_purge_honours_the_delay(local_unstaged: Scenario, step: str) -> None:
+    run_to_crash(do_delete(local_unstaged), step)
+    recover_twice(local_unstaged, now_ms=DELETE_NOW_MS + 40_000)  # recovery's own clock must not restart the delay
+    check_delete_outcome(local_unstaged, expect_deleted=step != "write-intent")
+
+
+def test_purge_starts_the_clock_for_unknown_deleted_files_across_runs(local_unstaged: Scenario) -> None:
+    storage, part = local_unstaged.storage, local_unstaged.partition
+    storage.rename(storage.join(part, name(0, ".log")), storage.join(part, name(0, ".log") + ".deleted"))
+    first = purge_deleted(storage, part, now_ms=7_000, file_delete_delay_ms=DELAY_MS, work_uri=local_unstaged.work)
+    assert first.purged == [] and first.kept_until_ms == {0: 7_000 + DELAY_MS}
+    again = purge_deleted(storage, part, now_ms=7_000 + DELAY_MS - 1, file_delete_delay_ms=DELAY_MS,
+                          work_uri=local_unstaged.work)
+    assert again.purged == []
+    done = purge_deleted(storage, part, now_ms=7_000 + DELAY_MS, file_delete_delay_ms=DELAY_MS, work_uri=local_unstaged.work)
+    assert [u.rsplit("/", 1)[-1] for u in done.purged] == [name(0, ".log") + ".deleted"]
+
+
+def test_zero_delay_purges_on_the_same_run(local_unstaged: Scenario) -> None:
+    delete_segments(local_unstaged.storage, local_unstaged.partition, [0], now_ms=10, work_uri=local_unstaged.work)
+    done = purge_deleted(local_unstaged.storage, local_unstaged.partition, now_ms=10, file_delete_delay_ms=0, work_uri=local_unstaged.work)
+    assert len(done.purged) == len(OLD_SUFFIXES[0])
+
+
+@pytest.mark.parametrize("old,new,why", [
+    ([0, 20], [StagedSegment(0, NEW_SUFFIXES[0])], "contiguous"),
+    ([0], [StagedSegment(0, NEW_SUFFIXES[0]), StagedSegment(18, NEW_SUFFIXES[18])], "beyond"),
+    ([10, 20], [StagedSegment(18, NEW_SUFFIXES[18])], "first new segment"),
+    ([0, 10, 20], [StagedSegment(0, (".index",))], ".log"),
+    ([0, 10, 20], [StagedSegment(0, NEW_SUFFIXES[0] + (".txnindex",)), StagedSegment(18, NEW_SUFFIXES[18])],
+     "staged file is missing"),
+    ([0, 10, 20], [StagedSegment(0, NEW_SUFFIXES[0])], "leftover"),
+    ([5], [StagedSegment(0, NEW_SUFFIXES[0])], "not a live segment"),
+])
+def test_replace_refuses_requests_that_do_not_fit(local: Scenario, old, new, why) -> None:
+    before = partition_files(local.storage, local.partition)
+    with pytest.raises(CommitError, match=why):
+        replace_segments(local.storage, local.partition, old_base_offsets=old, new_segments=new, work_uri=local.work)
+    assert partition_files(local.storage, local.partition) == before
+
+
+def test_replace_refuses_leftovers_and_a_concurrent_intent(local: Scenario) -> None:
+    storage, part = local.storage, local.partition
+    storage.write_atomic(storage.join(part, name(30, ".log") + ".swap"), b"x")
+    with pytest.raises(CommitError, match="recover"):
+        do_replace(local)(None)
+    storage.delete(storage.join(part, name(30, ".log") + ".swap"))
+    pwork = partition_work_uri(storage, local.work, part)
+    storage.makedirs(pwork)
+    storage.write_atomic(storage.join(pwork, "replace.json"), b"{}")
+    with pytest.raises(CommitError, match="recover"):
+        do_replace(local)(None)
+    assert live_data(partition_files(storage, part)) == local.old_state
+
+
+@pytest.mark.parametrize("bases,why", [([10], "prefix"), ([0, 10, 20, 30], "empty")])
+def test_delete_refuses_non_prefixes_and_emptying_the_partition(local_unstaged: Scenario, bases, why) -> None:
+    with pytest.raises(CommitError, match=why):
+        delete_segments(local_unstaged.storage, local_unstaged.partition, bases, now_ms=1, work_uri=local_unstaged.work)
+    assert live_data(partition_files(local_unstaged.storage, local_unstaged.partition)) == local_unstaged.old_state
