@@ -721,6 +721,10 @@ def verify_segment_crcs(data: bytes | bytearray | memoryview, *, path: str | Non
     return problems
 
 
+#: The name :func:`segment_io.format.scan_batches` refers to.
+verify_crcs = verify_segment_crcs
+
+
 # --------------------------------------------------------------------------------------------------
 # Files and URIs
 # --------------------------------------------------------------------------------------------------
@@ -811,5 +815,5 @@ def read_key_hashes(path_or_uri: str | Path, *, storage: "Storage | None" = None
 
 __all__ = [
     "decode_segment_bytes", "decode_key_hashes_bytes", "hash_keys", "iter_segment", "iter_segment_bytes",
-    "read_key_hashes", "read_segment", "verify_segment_crcs",
+    "read_key_hashes", "read_segment", "verify_crcs", "verify_segment_crcs",
 ]
