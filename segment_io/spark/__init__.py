@@ -1,0 +1,35 @@
+"""Kafka log segments as a Spark data source: ``spark.read.format("kafka-segments").load(uri)``.
+
+``uri`` is a log dir, a partition dir or one ``.log`` file, local or ``s3://``. Rows have the columns and
+exact types of :data:`segment_io.schema.RECORD_SCHEMA`. Options (all optional; names are case-insensitive):
+
+=====================  =============================================================================
+``topics``             comma-separated topic globs (``orders*,payments``)
+``partitions``         comma-separated ``<topic>-<partition>`` names
+``startingOffset``     first offset to return (inclusive)
+``endingOffset``       offset to stop at (exclusive)
+``startingTimestamp``  smallest record timestamp to return, epoch ms (inclusive)
+``endingTimestamp``    timestamp to stop at, epoch ms (exclusive)
+``includeControl``     also return the records of control batches (default false)
+``verifyCrc``          check every batch CRC (default true)
+``allowTruncatedTail`` read a segment whose last batch is cut short, without that batch (default false)
+``batchRows``          rows per Arrow batch handed to Spark (default 65536)
+``maxSplitBytes``      segments larger than this are read by several tasks (default 128 MiB)
+``s3.endpoint``, ``s3.region``, ``s3.access_key_id``, ``s3.secret_access_key``, ``s3.session_token``,
+``s3.profile``         S3 settings; unset ones come from the environment (see ``StorageOptions``)
+=====================  =============================================================================
+
+Filters on ``topic``/``partition`` (``=``, ``IN``) and on ``offset``/``timestamp`` (``=``, ``<``, ``<=``,
+``>``, ``>=``) are pushed down when ``spark.sql.python.filterPushdown.enabled`` is true: splits that cannot
+match are not read. The source reads correctly with the setting off too (Spark then filters).
+"""
+
+from __future__ import annotations
+
+from segment_io.spark.options import DataSourceOptionError, ReadOptions, parse_options
+from segment_io.spark.source import FORMAT_NAME, SPARK_SCHEMA, KafkaSegmentsDataSource, read_split, register
+
+__all__ = [
+    "FORMAT_NAME", "SPARK_SCHEMA", "DataSourceOptionError", "KafkaSegmentsDataSource", "ReadOptions",
+    "parse_options", "read_split", "register",
+]

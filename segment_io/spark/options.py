@@ -1,0 +1,161 @@
+"""Reader options of the ``kafka-segments`` data source: parsing and validation in one place.
+
+Spark hands options over as a case-insensitive map of strings. Every key is checked (a misspelt option
+would otherwise be silently ignored and read far more data than intended) and every error names the option.
+Offset and timestamp ranges are half-open like Kafka's own ``startingOffsets``/``endingOffsets``:
+the starting bound is inclusive, the ending bound exclusive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Mapping
+
+from segment_io.errors import ConfigError
+from segment_io.layout import parse_partition_dir
+from segment_io.storage import StorageOptions
+
+DEFAULT_BATCH_ROWS = 65536
+DEFAULT_MAX_SPLIT_BYTES = 128 << 20
+
+#: Reader option -> StorageOptions field. Only the options a user sets override the environment.
+S3_OPTIONS: dict[str, str] = {
+    "s3.endpoint": "endpoint_url",
+    "s3.region": "region",
+    "s3.access_key_id": "access_key_id",
+    "s3.secret_access_key": "secret_access_key",
+    "s3.session_token": "session_token",
+    "s3.profile": "profile",
+}
+
+#: Every option the source accepts, spelt as documented (Spark lower-cases keys before we see them).
+KNOWN_OPTIONS: tuple[str, ...] = (
+    "path", "topics", "partitions", "startingOffset", "endingOffset", "startingTimestamp", "endingTimestamp",
+    "includeControl", "verifyCrc", "allowTruncatedTail", "batchRows", "maxSplitBytes", *S3_OPTIONS,
+)
+_CANONICAL = {name.lower(): name for name in KNOWN_OPTIONS}
+
+
+class DataSourceOptionError(ConfigError):
+    """A ``kafka-segments`` reader option is missing, unknown or malformed. The message names the option."""
+
+    def __init__(self, option: str, detail: str) -> None:
+        self.option = option
+        super().__init__(f"kafka-segments option {option!r}: {detail}")
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The validated reader options. Picklable: shipped to executors inside the reader."""
+
+    path: str
+    topic_globs: tuple[str, ...] = ()  #: empty: every topic
+    partitions: frozenset[tuple[str, int]] = frozenset()  #: empty: every partition
+    starting_offset: int | None = None  #: inclusive
+    ending_offset: int | None = None  #: exclusive
+    starting_timestamp: int | None = None  #: inclusive, epoch ms
+    ending_timestamp: int | None = None  #: exclusive, epoch ms
+    include_control: bool = False
+    verify_crc: bool = True
+    allow_truncated_tail: bool = False
+    batch_rows: int = DEFAULT_BATCH_ROWS
+    max_split_bytes: int = DEFAULT_MAX_SPLIT_BYTES
+    #: Only the S3 settings the user gave; the rest is resolved from the environment where the read runs.
+    s3_overrides: StorageOptions = StorageOptions()
+
+    def storage_options(self) -> StorageOptions | None:
+        """Settings for :func:`segment_io.storage.open_storage`: the environment overlaid with the options.
+
+        None when no ``s3.*`` option was given, so that the store resolves everything where it runs.
+        """
+        given = {k: v for k, v in dataclasses.asdict(self.s3_overrides).items() if v is not None}
+        if not given:
+            return None
+        return dataclasses.replace(StorageOptions.from_env(), **given)
+
+
+def parse_options(options: Mapping[str, str]) -> ReadOptions:
+    """Validate Spark's option map. Raises :class:`DataSourceOptionError` naming the first bad option."""
+    values = {str(k).lower(): v for k, v in options.items()}
+    unknown = sorted(k for k in values if k not in _CANONICAL)
+    if unknown:
+        raise DataSourceOptionError(unknown[0], f"unknown option; known options are {', '.join(KNOWN_OPTIONS)}")
+
+    def get(name: str) -> str | None:
+        value = values.get(name.lower())
+        return None if value is None else str(value)
+
+    path = get("path")
+    if not path or not path.strip():
+        raise DataSourceOptionError("path", "no path given: use .load('<log dir | partition dir | segment file>')")
+
+    parsed = ReadOptions(
+        path=path.strip(),
+        topic_globs=_topic_globs(get("topics")),
+        partitions=_partitions(get("partitions")),
+        starting_offset=_int(get, "startingOffset", minimum=0),
+        ending_offset=_int(get, "endingOffset", minimum=0),
+        starting_timestamp=_int(get, "startingTimestamp"),
+        ending_timestamp=_int(get, "endingTimestamp"),
+        include_control=_bool(get, "includeControl", False),
+        verify_crc=_bool(get, "verifyCrc", True),
+        allow_truncated_tail=_bool(get, "allowTruncatedTail", False),
+        batch_rows=_int(get, "batchRows", minimum=1) or DEFAULT_BATCH_ROWS,
+        max_split_bytes=_int(get, "maxSplitBytes", minimum=1) or DEFAULT_MAX_SPLIT_BYTES,
+        s3_overrides=StorageOptions(**{field: get(opt) for opt, field in S3_OPTIONS.items()}),
+    )
+    _check_range(parsed.starting_offset, parsed.ending_offset, "endingOffset", "startingOffset")
+    _check_range(parsed.starting_timestamp, parsed.ending_timestamp, "endingTimestamp", "startingTimestamp")
+    return parsed
+
+
+def _int(get, name: str, *, minimum: int | None = None) -> int | None:
+    raw = get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise DataSourceOptionError(name, f"{raw!r} is not an integer") from None
+    if minimum is not None and value < minimum:
+        raise DataSourceOptionError(name, f"{value} is below the minimum {minimum}")
+    return value
+
+
+def _bool(get, name: str, default: bool) -> bool:
+    raw = get(name)
+    if raw is None:
+        return default
+    lowered = raw.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise DataSourceOptionError(name, f"{raw!r} is not a boolean (true or false)")
+
+
+def _topic_globs(raw: str | None) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    globs = tuple(g.strip() for g in raw.split(","))
+    if not globs or any(not g for g in globs):
+        raise DataSourceOptionError("topics", f"{raw!r} has an empty entry; give comma-separated topic globs")
+    return globs
+
+
+def _partitions(raw: str | None) -> frozenset[tuple[str, int]]:
+    if raw is None:
+        return frozenset()
+    chosen = set()
+    for entry in raw.split(","):
+        parsed = parse_partition_dir(entry.strip())
+        if parsed is None:
+            raise DataSourceOptionError("partitions", f"{entry.strip()!r} is not of the form <topic>-<partition>")
+        chosen.add(parsed)
+    return frozenset(chosen)
+
+
+def _check_range(start: int | None, end: int | None, end_name: str, start_name: str) -> None:
+    if start is not None and end is not None and end < start:
+        raise DataSourceOptionError(end_name, f"{end} is below {start_name} {start}")

@@ -1,0 +1,182 @@
+"""The ``kafka-segments`` Spark Python data source: Kafka log segments as rows of ``RECORD_SCHEMA``.
+
+    segment_io.spark.register(spark)
+    df = spark.read.format("kafka-segments").option("topics", "orders*").load("s3://bucket/kafka/logs")
+
+Planning (listing, split cutting, pruning) runs in Spark's planner Python worker; each split is decoded
+by :func:`segment_io.decode.decode_segment_bytes` in a task, straight into Arrow record batches.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
+
+from segment_io.errors import CorruptRecordError
+from segment_io.format import BatchHeaders, scan_batches
+from segment_io.schema import RECORD_SCHEMA
+from segment_io.spark.bounds import RowBounds
+from segment_io.spark.options import ReadOptions, parse_options
+from segment_io.spark.planning import SegmentSplit, batch_min_offsets, list_segments, plan_splits
+from segment_io.storage import open_storage
+
+FORMAT_NAME = "kafka-segments"
+
+#: The Spark schema of the source, derived from the Arrow record schema and nowhere else.
+SPARK_SCHEMA: StructType = from_arrow_schema(RECORD_SCHEMA)
+
+_POSITION_COLUMN = RECORD_SCHEMA.get_field_index("batch_position")
+
+
+class KafkaSegmentsDataSource(DataSource):
+    """``spark.read.format("kafka-segments").load(uri)``: see :mod:`segment_io.spark` for the options."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def schema(self) -> StructType:
+        # Validating here makes a bad option fail at load(), before any job is planned.
+        parse_options(self.options)
+        return SPARK_SCHEMA
+
+    def reader(self, schema: StructType) -> "KafkaSegmentsReader":
+        return KafkaSegmentsReader(parse_options(self.options))
+
+
+class _PushFiltersMethod:
+    """``reader.pushFilters`` as Spark's planner sees it.
+
+    pyspark refuses to plan a reader that overrides ``pushFilters`` while
+    ``spark.sql.python.filterPushdown.enabled`` is false (it tells overriding apart by the bound
+    method's ``__func__``). Skipping pushdown is always safe here (Spark then applies every filter
+    itself and the reader only honours the options), so the source must read under either setting:
+    this callable reports the base implementation as its ``__func__`` to pass that check, and runs
+    the source's own pushdown when Spark calls it, which happens only with the flag on.
+    """
+
+    def __init__(self, reader: "KafkaSegmentsReader") -> None:
+        # An instance attribute, so that it is not turned into a bound method on access.
+        self.__func__ = DataSourceReader.pushFilters
+        self.__self__ = reader
+
+    def __call__(self, filters: list[Filter]) -> Iterable[Filter]:
+        return self.__self__.push_filters(filters)
+
+
+class _PushFiltersDescriptor:
+    def __get__(self, reader: "KafkaSegmentsReader | None", owner: type) -> Any:
+        return self if reader is None else _PushFiltersMethod(reader)
+
+
+class KafkaSegmentsReader(DataSourceReader):
+    """Plans splits of the segments a URI names and decodes each split into record batches."""
+
+    pushFilters = _PushFiltersDescriptor()
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self.bounds = RowBounds.from_options(options)
+
+    def push_filters(self, filters: list[Filter]) -> list[Filter]:
+        """Take over the filters :meth:`RowBounds.narrowed` handles; return the others to Spark."""
+        self.bounds, rest = self.bounds.narrowed(filters)
+        return rest
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """One split per segment, more for segments above ``maxSplitBytes``; splits that cannot match
+        the options and pushed filters are left out."""
+        if self.bounds.is_empty:
+            return []
+        storage = open_storage(self.options.path, self.options.storage_options())
+        splits: list[SegmentSplit] = []
+        for segment in list_segments(storage, self.options.path, self.bounds):
+            if not segment.size:
+                continue
+            if not self.bounds.overlaps_offsets(
+                    segment.base_offset, None if segment.next_base_offset is None else segment.next_base_offset - 1):
+                continue  # skipped before its index is read or its batches are scanned
+            splits.extend(s for s in plan_splits(storage, segment, self.options.max_split_bytes)
+                          if s.may_match(self.bounds))
+        return splits
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Decode one split and yield its matching rows in batches of about ``batchRows`` rows."""
+        assert isinstance(partition, SegmentSplit)
+        table = read_split(partition, self.options, self.bounds)
+        if table.num_rows:
+            yield from table.to_batches(max_chunksize=self.options.batch_rows)
+
+
+def read_split(split: SegmentSplit, options: ReadOptions, bounds: RowBounds) -> pa.Table:
+    """The records of ``split`` that satisfy ``bounds``, as a table of ``RECORD_SCHEMA``."""
+    from segment_io.decode import decode_segment_bytes
+
+    storage = open_storage(split.uri, options.storage_options())
+    data = (storage.read(split.uri) if split.is_whole_segment
+            else storage.read_range(split.uri, split.start, split.end - split.start))
+    allow_tail = options.allow_truncated_tail and split.is_segment_tail
+    first = 0
+    try:
+        wanted = _batch_range(data, split, bounds, allow_tail)
+        if wanted is None:
+            return RECORD_SCHEMA.empty_table()
+        first, stop = wanted
+        table = decode_segment_bytes(
+            memoryview(data)[first:stop], path=split.uri, topic=split.topic, partition=split.partition,
+            segment_base_offset=split.segment_base_offset, verify_crc=options.verify_crc,
+            include_control=options.include_control, allow_truncated_tail=allow_tail)
+    except CorruptRecordError as err:
+        # Positions inside the slice become positions inside the file.
+        raise err.located(path=split.uri, offset_shift=split.start + first) from err
+    shift = split.start + first
+    if shift:
+        positions = pc.add(table.column(_POSITION_COLUMN), pa.scalar(shift, pa.int64()))
+        table = table.set_column(_POSITION_COLUMN, RECORD_SCHEMA.field(_POSITION_COLUMN), positions)
+    mask = bounds.row_mask(table)
+    return table if mask is None else table.filter(mask)
+
+
+def _batch_range(data: bytes, split: SegmentSplit, bounds: RowBounds, allow_tail: bool) -> tuple[int, int] | None:
+    """The byte range of ``data`` worth decoding: from the first to the last batch that may hold a
+    matching record; None when no batch may. Batches are scanned only when the split's own bounds do
+    not settle it."""
+    whole = (0, len(data))
+    offsets_settled = ((bounds.offset_min is None
+                        or (split.min_offset is not None and split.min_offset >= bounds.offset_min))
+                       and (bounds.offset_max is None
+                            or (split.max_offset is not None and split.max_offset <= bounds.offset_max)))
+    if offsets_settled and bounds.timestamp_min is None:
+        return whole
+    headers = scan_batches(data, path=split.uri)
+    stop_at_end = bool(headers.truncated_tail) and not allow_tail  # the decoder must see, and report, it
+    keep = _batches_that_may_match(headers, bounds, split.min_offset)
+    if not keep.any():
+        return (headers.end, len(data)) if stop_at_end else None
+    indices = np.flatnonzero(keep)
+    first, last = int(indices[0]), int(indices[-1])
+    stop = len(data) if stop_at_end else int(headers.position[last] + headers.size[last])
+    return int(headers.position[first]), stop
+
+
+def _batches_that_may_match(headers: BatchHeaders, bounds: RowBounds, first_floor: int | None) -> np.ndarray:
+    keep = np.ones(len(headers), dtype=bool)
+    if bounds.offset_min is not None:
+        keep &= headers.last_offset >= bounds.offset_min
+    if bounds.offset_max is not None:
+        keep &= batch_min_offsets(headers, first_floor) <= bounds.offset_max
+    if bounds.timestamp_min is not None:
+        # Only v2 max timestamps are bounds the broker guarantees; legacy batches are always kept.
+        keep &= (headers.magic != 2) | (headers.max_timestamp >= bounds.timestamp_min)
+    return keep
+
+
+def register(spark: Any) -> None:
+    """Make ``spark.read.format("kafka-segments")`` available in ``spark`` (a SparkSession)."""
+    spark.dataSource.register(KafkaSegmentsDataSource)

@@ -1,0 +1,324 @@
+"""The ``kafka-segments`` data source: options, split planning, pushdown, and reads through Spark.
+
+Expected rows always come from :func:`segment_io.decode.read_segment` on the same files (filtered here with
+numpy where a test filters), never from the data source itself. Most checks run the reader's planning and
+read path directly (no Spark); a few small Spark reads prove the wiring: schema, registration, pushdown on
+and off, splitting, and S3.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+)
+
+from segment_io.decode import read_segment
+from segment_io.errors import NotFoundError
+from segment_io.schema import RECORD_SCHEMA
+from segment_io.spark import FORMAT_NAME, DataSourceOptionError, parse_options, read_split, register
+from segment_io.spark.bounds import RowBounds
+from segment_io.spark.planning import SegmentRef, list_segments, plan_splits
+from segment_io.spark.source import KafkaSegmentsReader
+from segment_io.storage import LocalStorage
+
+SORT_KEYS = [("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")]
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+#: A partition with an offset index, 2827 records of many lz4 batches (460 KB): big enough to split.
+MONITORING = "rjmfernandes-cp7.6-kraft-lz4/data/_confluent-monitoring-0"
+#: A log dir with two-segment partitions, offset gaps and tombstones.
+COMPACTED_LOG_DIR = "donaldy-kafka2.7-compacted-offsets/kafka-logs"
+#: Legacy magic-1 message sets: no exact base offset in wrapper headers.
+MAGIC1_LOG_DIR = "xpxwo100-kafka0.10-magic-v1/tmp/kafka-logs"
+
+
+def partition_dirs(root: Path) -> list[Path]:
+    """Every directory of the fixtures that holds segment files."""
+    return sorted({p.parent for p in root.rglob("*.log")})
+
+
+def expected_rows(dirs: list[Path], *, include_control: bool = False) -> pa.Table:
+    """What read_segment returns for every segment in ``dirs``, sorted by topic/partition/offset."""
+    tables = [read_segment(str(log), include_control=include_control) for d in dirs for log in sorted(d.glob("*.log"))]
+    return pa.concat_tables(tables).sort_by(SORT_KEYS)
+
+
+def reader_rows(reader: KafkaSegmentsReader) -> pa.Table:
+    """Plan and read like Spark does, without Spark."""
+    batches = [b for split in reader.partitions() for b in reader.read(split)]
+    return pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
+
+
+def make_reader(path: Path | str, **options: str) -> KafkaSegmentsReader:
+    return KafkaSegmentsReader(parse_options({"path": str(path), **options}))
+
+
+# --------------------------------------------------------------------------------------------------
+# Options
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("option, value", [
+    ("batchRows", "0"), ("batchRows", "many"), ("maxSplitBytes", "-5"), ("startingOffset", "1.5"),
+    ("verifyCrc", "maybe"), ("includeControl", "2"), ("partitions", "no_partition_number"),
+    ("topics", "a,,b"), ("startingOfset", "3"),
+])
+def test_bad_option_names_the_option(option: str, value: str) -> None:
+    with pytest.raises(DataSourceOptionError) as caught:
+        parse_options({"path": "/x", option: value})
+    # Spark lower-cases option keys before the source sees them, so an unknown one is named that way.
+    assert caught.value.option.lower() == option.lower()
+    assert repr(caught.value.option) in str(caught.value)
+
+
+def test_ending_before_starting_is_rejected() -> None:
+    with pytest.raises(DataSourceOptionError, match="endingTimestamp"):
+        parse_options({"path": "/x", "startingTimestamp": "10", "endingTimestamp": "9"})
+
+
+def test_options_are_case_insensitive_and_s3_options_override_only_what_is_given() -> None:
+    opts = parse_options({"PATH": "s3://b/logs", "batchrows": "7", "S3.Endpoint": "http://127.0.0.1:1",
+                          "s3.region": "eu-west-1"})
+    assert opts.batch_rows == 7
+    storage = opts.storage_options()
+    assert storage is not None and storage.endpoint_url == "http://127.0.0.1:1" and storage.region == "eu-west-1"
+    assert parse_options({"path": "/x"}).storage_options() is None
+
+
+def test_missing_path_is_an_option_error() -> None:
+    with pytest.raises(DataSourceOptionError, match="'path'"):
+        parse_options({})
+
+
+# --------------------------------------------------------------------------------------------------
+# Listing and splits (no Spark)
+# --------------------------------------------------------------------------------------------------
+
+
+def test_listing_a_log_dir_a_partition_dir_and_a_file_agree(kafka_real: Path) -> None:
+    storage = LocalStorage()
+    log_dir = kafka_real / COMPACTED_LOG_DIR
+    every = list_segments(storage, str(log_dir), RowBounds())
+    assert sorted(s.uri for s in every) == sorted(str(p) for p in log_dir.glob("*/*.log"))
+    part = list_segments(storage, str(log_dir / "__consumer_offsets-17"), RowBounds())
+    assert [(s.topic, s.partition, s.base_offset, s.next_base_offset) for s in part] == [
+        ("__consumer_offsets", 17, 0, 1), ("__consumer_offsets", 17, 1, None)]
+    single = list_segments(storage, str(log_dir / "__consumer_offsets-17" / "00000000000000000000.log"), RowBounds())
+    assert single == part[:1]
+    scoped = list_segments(storage, str(log_dir), RowBounds(topic_globs=("my*",)))
+    assert {s.topic for s in scoped} == {"myTopic"}
+    with pytest.raises(NotFoundError):
+        list_segments(storage, str(log_dir / "no-such-dir-0"), RowBounds())
+
+
+@pytest.mark.parametrize("use_index", [True, False], ids=["cut-at-index-entries", "cut-at-scanned-batches"])
+def test_splits_tile_the_segment_and_read_the_same_rows(kafka_real: Path, use_index: bool) -> None:
+    storage = LocalStorage()
+    opts = parse_options({"path": str(kafka_real), "includeControl": "true"})
+    (segment,) = list_segments(storage, str(kafka_real / MONITORING), RowBounds())
+    assert segment.index_uri is not None
+    if not use_index:
+        segment = SegmentRef(**{**segment.__dict__, "index_uri": None})
+    splits = plan_splits(storage, segment, 32 * 1024)
+    assert len(splits) > 5
+    assert splits[0].start == 0 and splits[-1].end == segment.size
+    assert all(a.end == b.start for a, b in zip(splits, splits[1:]))
+    assert all(s.end - s.start <= 32 * 1024 for s in splits)  # no single batch is larger here
+    parts = [read_split(s, opts, RowBounds()) for s in splits]
+    expected = read_segment(segment.uri)
+    assert pa.concat_tables(parts).equals(expected)
+    # The offset bounds each split claims hold for the rows it returned.
+    for split, part in zip(splits, parts):
+        offsets = part["offset"].to_numpy()
+        assert len(offsets) and offsets.min() >= split.min_offset
+        assert split.max_offset is None or offsets.max() <= split.max_offset
+        assert split.max_timestamp is None or part["timestamp"].to_numpy().max() <= split.max_timestamp
+
+
+def test_every_fixture_segment_splits_without_losing_or_repeating_a_batch(kafka_real: Path) -> None:
+    storage = LocalStorage()
+    opts = parse_options({"path": str(kafka_real), "includeControl": "true"})
+    for directory in partition_dirs(kafka_real):
+        for segment in list_segments(storage, str(directory), RowBounds()):
+            splits = plan_splits(storage, segment, 2048)
+            got = pa.concat_tables([read_split(s, opts, RowBounds()) for s in splits])
+            assert got.equals(read_segment(segment.uri)), segment.uri
+
+
+# --------------------------------------------------------------------------------------------------
+# Pushdown (no Spark)
+# --------------------------------------------------------------------------------------------------
+
+
+def numpy_filter(table: pa.Table, *, offset: tuple[int, int] | None = None,
+                 timestamp: tuple[int, int] | None = None) -> pa.Table:
+    """Independent reference filter: inclusive ranges applied with numpy."""
+    keep = np.ones(table.num_rows, dtype=bool)
+    for column, bounds in (("offset", offset), ("timestamp", timestamp)):
+        if bounds is not None:
+            values = table[column].to_numpy()
+            keep &= (values >= bounds[0]) & (values <= bounds[1])
+    return table.filter(pa.array(keep))
+
+
+def test_push_filters_keeps_what_it_handles_and_returns_the_rest(kafka_real: Path) -> None:
+    reader = make_reader(kafka_real / MONITORING)
+    handled = [EqualTo(("topic",), "_confluent-monitoring"), In(("partition",), (0, 3)),
+               GreaterThanOrEqual(("offset",), 100), LessThan(("timestamp",), 1713540000000)]
+    unhandled = [IsNull(("key",)), In(("offset",), (1, 2)), GreaterThan(("offset",), "7"),
+                 EqualTo(("value",), b"x")]
+    rest = list(reader.pushFilters(handled + unhandled))
+    assert rest == unhandled and all(a is b for a, b in zip(rest, unhandled))
+    assert (reader.bounds.offset_min, reader.bounds.timestamp_max) == (100, 1713540000000 - 1)
+
+
+def test_push_filters_passes_pysparks_check_for_readers_without_pushdown() -> None:
+    # pyspark refuses a reader that overrides pushFilters when the flag is off; the source must still read.
+    reader = make_reader("/x")
+    assert reader.pushFilters.__func__ is DataSourceReader.pushFilters
+
+
+def test_pushdown_prunes_splits_and_returns_exactly_the_matching_rows(kafka_real: Path) -> None:
+    directory = kafka_real / MONITORING
+    expected = expected_rows([directory])
+    unfiltered = make_reader(directory, maxSplitBytes="32768")
+    reader = make_reader(directory, maxSplitBytes="32768")
+    reader.pushFilters([GreaterThan(("offset",), 1000), LessThanOrEqual(("offset",), 1200)])
+    assert 0 < len(reader.partitions()) < len(unfiltered.partitions()) / 4
+    assert reader_rows(reader).equals(numpy_filter(expected, offset=(1001, 1200)))
+
+    nothing = make_reader(directory)
+    nothing.pushFilters([EqualTo(("topic",), "other-topic")])
+    assert nothing.partitions() == []
+
+
+def test_offset_bounds_across_segments_and_legacy_batches(kafka_real: Path) -> None:
+    for log_dir, offsets in ((COMPACTED_LOG_DIR, (2, 20)), (MAGIC1_LOG_DIR, (3, 40))):
+        directory = kafka_real / log_dir
+        expected = expected_rows([d for d in partition_dirs(kafka_real) if d.parent == directory])
+        reader = make_reader(directory, maxSplitBytes="100")
+        reader.pushFilters([GreaterThanOrEqual(("offset",), offsets[0]), LessThanOrEqual(("offset",), offsets[1])])
+        got = reader_rows(reader).sort_by(SORT_KEYS)
+        assert got.num_rows > 0
+        assert got.equals(numpy_filter(expected, offset=offsets))
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_random_offset_and_time_ranges_match_a_plain_filter(kafka_real: Path, data: st.DataObject) -> None:
+    directory = kafka_real / MONITORING
+    table = read_segment(str(next(directory.glob("*.log"))))
+    offsets, stamps = table["offset"].to_numpy(), table["timestamp"].to_numpy()
+    o = sorted(data.draw(st.lists(st.integers(max(0, int(offsets.min()) - 5), int(offsets.max()) + 5), min_size=2, max_size=2)))
+    t = sorted(data.draw(st.lists(st.integers(int(stamps.min()) - 5, int(stamps.max()) + 5), min_size=2, max_size=2)))
+    split_bytes = data.draw(st.sampled_from(["4096", "65536", "134217728"]))
+    # Half through options (ending bounds exclusive), half through pushed filters.
+    reader = make_reader(directory, maxSplitBytes=split_bytes, startingOffset=str(o[0]), endingTimestamp=str(t[1] + 1))
+    reader.pushFilters([LessThanOrEqual(("offset",), o[1]), GreaterThanOrEqual(("timestamp",), t[0])])
+    assert reader_rows(reader).equals(numpy_filter(table, offset=(o[0], o[1]), timestamp=(t[0], t[1])))
+
+
+# --------------------------------------------------------------------------------------------------
+# Through Spark (few and small: the suite shares two cores)
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sspark(spark):
+    register(spark)
+    return spark
+
+
+def spark_rows(df) -> pa.Table:
+    return df.toArrow().sort_by(SORT_KEYS)
+
+
+def test_through_spark_reads_every_fixture_partition_like_read_segment(sspark, kafka_real: Path) -> None:
+    dirs = partition_dirs(kafka_real)
+    frames = [sspark.read.format(FORMAT_NAME).load(str(d)) for d in dirs]
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.unionByName(other)
+    got = spark_rows(df)
+    expected = expected_rows(dirs)
+    assert got.schema.equals(RECORD_SCHEMA)
+    assert got.num_rows == expected.num_rows > 100_000
+    assert got.equals(expected)
+
+
+def test_through_spark_split_and_unsplit_reads_agree(sspark, kafka_real: Path) -> None:
+    from chispa import assert_df_equality
+
+    path = str(kafka_real / MONITORING)
+    whole = sspark.read.format(FORMAT_NAME).load(path)
+    split = sspark.read.format(FORMAT_NAME).option("maxSplitBytes", 64 * 1024).option("batchRows", 100).load(path)
+    assert whole.rdd.getNumPartitions() == 1 and split.rdd.getNumPartitions() > 5
+    assert_df_equality(split.orderBy("offset"), whole.orderBy("offset"))
+
+
+def test_through_spark_pushdown_on_and_off_give_the_same_rows(sspark, kafka_real: Path) -> None:
+    from chispa import assert_df_equality
+    from pyspark.sql import functions as F
+
+    path = str(kafka_real / COMPACTED_LOG_DIR)
+    expected = expected_rows([d for d in partition_dirs(kafka_real) if d.parent == kafka_real / COMPACTED_LOG_DIR])
+    conditions = [
+        (F.col("offset") >= 2) & (F.col("offset") < 19),
+        F.col("topic").isin("__consumer_offsets") & F.col("partition").isin(17, 39) & (F.col("timestamp") > 0),
+        (F.col("partition") == 28) | (F.col("offset") == 18),  # an OR: Spark keeps it, nothing is pushed
+        F.col("value").isNull() & (F.col("offset") <= 30),
+    ]
+    previous = sspark.conf.get(PUSHDOWN_CONF)
+    try:
+        for condition in conditions:
+            results = {}
+            for flag in ("true", "false"):
+                sspark.conf.set(PUSHDOWN_CONF, flag)
+                results[flag] = sspark.read.format(FORMAT_NAME).load(path).where(condition).orderBy(
+                    "topic", "partition", "offset").cache()
+                results[flag].count()  # materialise under this setting
+            assert_df_equality(results["true"], results["false"])
+            assert results["true"].count() == sspark.createDataFrame(expected).where(condition).count() > 0
+            for df in results.values():
+                df.unpersist()
+    finally:
+        sspark.conf.set(PUSHDOWN_CONF, previous)
+
+
+def test_through_spark_reads_s3_like_the_local_copy(sspark, kafka_real: Path, s3_bucket) -> None:
+    from chispa import assert_df_equality
+
+    endpoint, bucket = s3_bucket
+    source = kafka_real / COMPACTED_LOG_DIR
+    client = endpoint.client()
+    for file in source.rglob("*"):
+        if file.is_file():
+            client.put_object(Bucket=bucket, Key=f"logs/{file.relative_to(source)}", Body=file.read_bytes())
+    options = endpoint.storage_options()
+    s3 = (sspark.read.format(FORMAT_NAME)
+          .option("s3.endpoint", options.endpoint_url).option("s3.region", options.region)
+          .option("s3.access_key_id", options.access_key_id).option("s3.secret_access_key", options.secret_access_key)
+          .option("maxSplitBytes", 200)
+          .load(f"s3://{bucket}/logs"))
+    local = sspark.read.format(FORMAT_NAME).load(str(source))
+    assert_df_equality(s3.orderBy("topic", "partition", "offset"), local.orderBy("topic", "partition", "offset"))
+    assert s3.count() == expected_rows([d for d in partition_dirs(kafka_real) if d.parent == source]).num_rows
+
+
+def test_through_spark_bad_option_fails_with_a_message_naming_it(sspark, kafka_real: Path) -> None:
+    with pytest.raises(Exception, match="maxSplitBytes"):
+        sspark.read.format(FORMAT_NAME).option("maxSplitBytes", "lots").load(str(kafka_real / MONITORING)).count()
