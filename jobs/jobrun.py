@@ -1,0 +1,155 @@
+"""The frame every job runs in: validate → lock → recover → list → scan (Spark) → job work → report.
+
+A job (compact, retain, inspect) gives :func:`run_job` a callback that receives a :class:`JobContext`
+(storage, configs, scope, listing, scans, Spark session, report) and fills ``report.partitions``. Everything
+that can be checked without Spark (configuration, ``--now``, scope syntax, the log dir's existence) is
+checked before Spark starts, so a typo costs a second, not a session start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from jobs.args import Scope, parse_scope, storage_options_from_args
+from jobs.config import ConfigSet
+from jobs.report import Progress, RunReport, append_ledger, write_report
+from jobs.scan import PartitionScan, scan_partition
+from jobs.timeutil import format_instant, parse_instant
+from segment_io.errors import SegjobsError, UsageError
+from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, LogDirListing, list_log_dir
+from segment_io.storage.base import Storage
+
+
+@dataclass
+class JobContext:
+    """What a job's work function gets."""
+
+    args: argparse.Namespace
+    storage: Storage
+    log_dir: str
+    work_uri: str
+    configs: ConfigSet
+    scope: Scope
+    now_ms: int
+    dry_run: bool
+    listing: LogDirListing
+    scans: dict[tuple[str, int], PartitionScan]
+    checkpoints: dict[str, dict[tuple[str, int], int]]
+    report: RunReport
+    progress: Progress
+    spark: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def sc(self):
+        return self.spark.sparkContext
+
+    def parallel_map(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        """Run ``fn`` over ``items`` as Spark tasks (one task per item) and collect the results in order.
+        ``fn`` and the items must pickle; results must be small (statistics, never record data)."""
+        if not items:
+            return []
+        return self.sc.parallelize(items, len(items)).map(fn).collect()
+
+
+def load_configs(args: argparse.Namespace) -> ConfigSet:
+    """The topic configuration from --config and --set (Kafka's defaults where neither says anything)."""
+    if args.config:
+        return ConfigSet.load(args.config, overrides=args.set)
+    return ConfigSet().with_overrides(args.set)
+
+
+def _read_checkpoints(storage: Storage, log_dir: str, listing: LogDirListing) -> dict[str, dict[tuple[str, int], int]]:
+    from segment_io.checkpoint import read_offset_checkpoint
+
+    out = {}
+    for name in (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT):
+        out[name] = read_offset_checkpoint(storage, storage.join(log_dir, name)) if name in listing.checkpoints else {}
+    return out
+
+
+def _scan_task(item: tuple) -> PartitionScan:
+    storage, pl, depth, lso, cco, now_ms, pid_exp = item
+    return scan_partition(storage, pl, depth=depth, log_start_checkpoint=lso, cleaner_checkpoint=cco,
+                          now_ms=now_ms, producer_id_expiration_ms=pid_exp)
+
+
+def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext], None], *,
+            scan_depth: str, destructive: bool = True) -> int:
+    """Run one job end to end; returns the process exit code (0 ok, 1 some partition failed)."""
+    from jobs.lock import acquire, work_uri
+    from jobs.recover import recover_log_dir
+    from segment_io.storage import open_storage
+
+    # ---- everything that needs no Spark, first ----
+    configs = load_configs(args)
+    now_ms = parse_instant(args.now)
+    scope = parse_scope(args.topic, args.partition)
+    dry_run = bool(getattr(args, "dry_run", False))
+    log_dir = args.log_dir.rstrip("/") if args.log_dir not in ("/",) else args.log_dir
+    storage = open_storage(log_dir, storage_options_from_args(args))
+    if storage.local_path(log_dir) is not None and not storage.exists(log_dir) and not storage.list_dirs(log_dir):
+        raise UsageError(f"--log-dir {log_dir}: no such directory")
+    work_dir = work_uri(log_dir)
+    progress = Progress(command, quiet=args.quiet)
+    report = RunReport(command=command, log_dir=log_dir, now_ms=now_ms, dry_run=dry_run)
+    progress(f"log dir {log_dir}, now {format_instant(now_ms)} ({now_ms})" + (" [dry run]" if dry_run else ""))
+
+    with ExitStack() as stack:
+        if destructive and not dry_run:
+            stack.enter_context(acquire(storage, log_dir, now_ms=now_ms))
+            recovered = [r for r in recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work_dir) if r.changed]
+            for r in recovered:
+                progress(f"recovered {r.partition_uri}: {', '.join(a.action for a in r.actions)}")
+            report.totals["recovered_partitions"] = len(recovered)
+        listing = list_log_dir(storage, log_dir)
+        if not listing.partitions:
+            raise UsageError(f"--log-dir {log_dir}: no partition directories (<topic>-<n>) found")
+        present = set(listing.partitions)
+        scope.check_against(present)
+        configs.check_topics({t for t, _ in present})
+        checkpoints = _read_checkpoints(storage, log_dir, listing)
+        selected = sorted(k for k in present if scope.includes(*k))
+
+        t0 = time.monotonic()
+        from jobs.spark_session import build_session
+
+        spark = build_session(app_name=f"segjobs-{command}", master=args.master)
+        report.spark_startup_s = round(time.monotonic() - t0, 2)
+        progress(f"Spark ready in {report.spark_startup_s}s; scanning {len(selected)} partition(s)")
+        ctx = JobContext(args=args, storage=storage, log_dir=log_dir, work_uri=work_dir, configs=configs,
+                         scope=scope, now_ms=now_ms, dry_run=dry_run, listing=listing, scans={},
+                         checkpoints=checkpoints, report=report, progress=progress, spark=spark)
+        items = [(storage, listing.partitions[k], scan_depth,
+                  checkpoints[LOG_START_OFFSET_CHECKPOINT].get(k), checkpoints[CLEANER_OFFSET_CHECKPOINT].get(k),
+                  now_ms, configs.for_topic(k[0]).producer_id_expiration_ms) for k in selected]
+        for scan in ctx.parallel_map(_scan_task, items):
+            ctx.scans[(scan.topic, scan.partition)] = scan
+            for w in scan.warnings:
+                report.warnings.append(w)
+            if scan.error is not None:
+                progress(f"{scan.name}: UNREADABLE, left untouched: {scan.error}")
+        progress(f"scanned {len(items)} partition(s)")
+        work(ctx)
+
+    report.finish()
+    if args.report:
+        write_report(report, args.report)
+        progress(f"report written to {args.report}")
+    if getattr(args, "ledger", None):
+        n = append_ledger(args.ledger, report, report.partitions)
+        progress(f"{n} row(s) appended to the ledger {args.ledger}")
+    return report.exit_code
+
+
+def scan_error_entry(scan: PartitionScan) -> dict[str, Any]:
+    """The report entry of a partition that could not be read."""
+    return {"topic": scan.topic, "partition": scan.partition, "action": "error",
+            "reason": f"unreadable: {scan.error}", "error": scan.error.to_dict() if scan.error else None}
+
+
+__all__ = ["JobContext", "run_job", "load_configs", "scan_error_entry", "SegjobsError"]

@@ -1,0 +1,185 @@
+"""Turning a partition's files into what the planners need: the scan every job starts with.
+
+``scan_partition`` runs inside a Spark task (one per partition) and returns a small, picklable
+:class:`PartitionScan`: the planner's :class:`~jobs.model.PartitionState` and, when asked, the partition's
+transaction and producer state. A partition whose bytes cannot be read comes back with ``error`` set and no
+state, so the job reports it and leaves it untouched while the others proceed.
+
+Two depths:
+
+* ``headers`` (retention): batch headers only. A segment's largest timestamp comes from its ``.timeindex``
+  when that passes its sanity checks, else from the batch headers; the active segment's headers are always
+  read (it gives the log end offset).
+* ``transactions`` (compaction, inspect): also the first-pass projection of every record (offsets, key
+  hashes, batch flags, control types) of the whole log, replayed into transaction and producer state; the
+  first unstable offset bounds the cleanable range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from jobs.model import PartitionState, SegmentInfo
+from segment_io import index as index_io
+from segment_io.errors import CorruptIndexError, CorruptRecordError, SegjobsError, StorageError
+from segment_io.format import BatchHeaders, scan_batches
+from segment_io.layout import PartitionListing, SegmentFiles
+from segment_io.schema import BATCH_SCHEMA
+from segment_io.storage.base import Storage
+
+
+@dataclass(frozen=True)
+class PartitionError:
+    """Why a partition could not be scanned (or processed): enough to find the bytes with ``segjobs dump``."""
+
+    kind: str  #: exception class name, e.g. ``CrcMismatchError``
+    detail: str
+    file: str | None = None
+    position: int | None = None
+    offset: int | None = None
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> "PartitionError":
+        return cls(type(exc).__name__, getattr(exc, "detail", str(exc)),
+                   getattr(exc, "path", None) or getattr(exc, "uri", None),
+                   getattr(exc, "position", None), getattr(exc, "offset", None))
+
+    def __str__(self) -> str:
+        where = ", ".join(p for p in (self.file, None if self.position is None else f"byte {self.position}",
+                                       None if self.offset is None else f"offset {self.offset}") if p)
+        return f"{where}: {self.detail} ({self.kind})" if where else f"{self.detail} ({self.kind})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "detail": self.detail, "file": self.file, "position": self.position,
+                "offset": self.offset}
+
+
+@dataclass
+class PartitionScan:
+    """The result of scanning one partition."""
+
+    topic: str
+    partition: int
+    uri: str
+    state: PartitionState | None = None
+    txn: Any = None  #: jobs.transactions.TxnState when scanned at depth "transactions"
+    error: PartitionError | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+def empty_batches_from_headers(h: BatchHeaders, segment_base_offset: int) -> pa.Table:
+    """BATCH_SCHEMA rows for the v2 batches that hold no record (header-only batches a clean kept): they
+    carry producer state although no record row shows them."""
+    idx = np.flatnonzero((h.magic == 2) & (h.record_count == 0))
+    n = len(idx)
+    horizon = np.where(h.has_delete_horizon[idx], h.base_timestamp[idx], 0)
+    cols = {
+        "batch_base_offset": h.base_offset[idx], "batch_last_offset": h.last_offset[idx],
+        "batch_position": h.position[idx], "batch_size": h.size[idx],
+        "batch_base_timestamp": h.base_timestamp[idx], "batch_max_timestamp": h.max_timestamp[idx],
+        "timestamp_type": ((h.attributes[idx] & 0x08) != 0).astype(np.int8), "magic": h.magic[idx],
+        "codec": h.codec[idx], "transactional": h.transactional[idx], "control": h.control[idx],
+        "producer_id": h.producer_id[idx], "producer_epoch": h.producer_epoch[idx],
+        "base_sequence": h.base_sequence[idx], "partition_leader_epoch": h.partition_leader_epoch[idx],
+        "segment_base_offset": np.full(n, segment_base_offset, np.int64),
+    }
+    arrays = []
+    for f in BATCH_SCHEMA:
+        if f.name == "delete_horizon_ms":
+            arrays.append(pa.array(horizon, pa.int64(), mask=~h.has_delete_horizon[idx]))
+        else:
+            arrays.append(pa.array(np.asarray(cols[f.name]).astype(f.type.to_pandas_dtype()), f.type))
+    return pa.Table.from_arrays(arrays, schema=BATCH_SCHEMA)
+
+
+def _timeindex_largest(storage: Storage, seg: SegmentFiles, next_base: int | None) -> int | None:
+    """The largest timestamp from a segment's ``.timeindex`` when it passes a standalone sanity check
+    (entries inside the segment's offset range, timestamps non-decreasing); None when it cannot be trusted."""
+    if seg.timeindex is None or seg.timeindex.size == 0:
+        return None
+    try:
+        entries = index_io.read_time_index(storage.read(seg.timeindex.uri), path=seg.timeindex.uri)
+    except (CorruptIndexError, StorageError):
+        return None
+    if not len(entries):
+        return None
+    ts = np.asarray(entries.timestamp)
+    rel = np.asarray(entries.relative_offset)
+    if (np.diff(ts) < 0).any() or (rel < 0).any():
+        return None
+    if next_base is not None and (seg.base_offset + rel >= next_base).any():
+        return None
+    return int(ts[-1])
+
+
+def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = "transactions",
+                   log_start_checkpoint: int | None = None, cleaner_checkpoint: int | None = None,
+                   now_ms: int = 0, producer_id_expiration_ms: int = 86_400_000) -> PartitionScan:
+    """Read what the planners need from one partition (see the module docstring for ``depth``)."""
+    if depth not in ("headers", "transactions"):
+        raise ValueError(f"unknown scan depth {depth!r}")
+    out = PartitionScan(listing.topic, listing.partition, listing.uri)
+    try:
+        infos, key_tables, empties = [], [], []
+        segs = listing.segments
+        for i, seg in enumerate(segs):
+            active = i == len(segs) - 1
+            next_base = segs[i + 1].base_offset if not active else None
+            largest = None if (active or depth == "transactions") else _timeindex_largest(storage, seg, next_base)
+            if largest is not None:
+                # Bounded by the next segment's base: all retention needs of a non-active segment.
+                infos.append(dict(
+                    base_offset=seg.base_offset, size_bytes=seg.log.size, next_offset=next_base,
+                    first_batch_timestamp=None, largest_timestamp=largest, mtime_ms=seg.log.mtime_ms,
+                    offset_index_bytes=seg.index.size if seg.index else None,
+                    time_index_bytes=seg.timeindex.size if seg.timeindex else None))
+                continue
+            data = storage.read(seg.log.uri)
+            h = scan_batches(data, path=seg.log.uri, allow_truncated_tail=active)
+            if h.truncated_tail:
+                out.warnings.append(f"{seg.log.uri}: last {h.truncated_tail} bytes are an incomplete batch "
+                                    f"(a broker's recovery would truncate them); the active segment is left as is")
+            if len(h) and int(h.base_offset[0]) < seg.base_offset:
+                raise CorruptRecordError(f"first batch offset {int(h.base_offset[0])} lies below the segment's "
+                                         f"base offset {seg.base_offset}", path=seg.log.uri, position=0,
+                                         offset=int(h.base_offset[0]))
+            nxt = int(h.last_offset[-1]) + 1 if len(h) else seg.base_offset
+            first_ts = int(h.max_timestamp[0]) if len(h) and int(h.max_timestamp[0]) >= 0 else None
+            biggest = int(h.max_timestamp.max()) if len(h) else -1
+            infos.append(dict(
+                base_offset=seg.base_offset, size_bytes=len(data), next_offset=max(nxt, seg.base_offset),
+                first_batch_timestamp=first_ts, largest_timestamp=biggest if biggest >= 0 else None,
+                mtime_ms=seg.log.mtime_ms, batch_count=len(h),
+                offset_index_bytes=seg.index.size if seg.index else None,
+                time_index_bytes=seg.timeindex.size if seg.timeindex else None))
+            if depth == "transactions":
+                from segment_io.decode import decode_key_hashes_bytes
+
+                key_tables.append(decode_key_hashes_bytes(data, path=seg.log.uri, allow_truncated_tail=active))
+                empties.append(empty_batches_from_headers(h, seg.base_offset))
+        fixed = [SegmentInfo(**info) for info in infos]
+        first_unstable = None
+        if depth == "transactions":
+            from jobs.transactions import derive_txn_state, summarize_batches
+
+            empty_table = pa.concat_tables(empties) if empties else None
+            summary = summarize_batches(key_tables, empty_batches=empty_table)
+            out.txn = derive_txn_state(summary, now_ms=now_ms, producer_id_expiration_ms=producer_id_expiration_ms)
+            first_unstable = out.txn.first_unstable_offset
+        out.state = PartitionState.build(listing.topic, listing.partition, fixed,
+                                         log_start_checkpoint=log_start_checkpoint,
+                                         cleaner_checkpoint=cleaner_checkpoint,
+                                         first_unstable_offset=first_unstable)
+    except SegjobsError as exc:
+        out.error = PartitionError.from_exception(exc)
+        out.state = None
+        out.txn = None
+    return out
