@@ -23,11 +23,8 @@ from typing import Callable, Collection, Iterable, Mapping, Sequence
 
 from jobs.config import INT_MAX, TopicConfig
 from jobs.model import PartitionState, Scope, SegmentInfo
+from segment_io.index import OFFSET_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE
 
-#: Bytes per entry of an ``.index`` file (int32 relative offset, int32 position).
-OFFSET_INDEX_ENTRY_BYTES = 8
-#: Bytes per entry of a ``.timeindex`` file (int64 timestamp, int32 relative offset).
-TIME_INDEX_ENTRY_BYTES = 12
 #: Index entries store offsets relative to the segment base in 32 signed bits.
 MAX_RELATIVE_OFFSET = INT_MAX
 
@@ -162,9 +159,9 @@ def estimated_index_bytes(segment: SegmentInfo, index_interval_bytes: int) -> tu
         entries = min(entries, max(segment.batch_count - 1, 0))
     time_entries = entries + 1 if segment.size_bytes > 0 else 0
     offset_bytes = segment.offset_index_bytes if segment.offset_index_bytes is not None \
-        else entries * OFFSET_INDEX_ENTRY_BYTES
+        else entries * OFFSET_INDEX_ENTRY_SIZE
     time_bytes = segment.time_index_bytes if segment.time_index_bytes is not None \
-        else time_entries * TIME_INDEX_ENTRY_BYTES
+        else time_entries * TIME_INDEX_ENTRY_SIZE
     return offset_bytes, time_bytes
 
 

@@ -1,0 +1,200 @@
+"""Retention planning: the log-start, size and time rules of Kafka's UnifiedLog.deleteOldSegments.
+
+Each test names the kafka-behaviours.md item it pins down; expected segments follow by hand from the
+rule quoted beside them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.config import TopicConfig
+from jobs.plan_retain import (
+    RULE_LOG_START,
+    RULE_SIZE,
+    RULE_TIME,
+    plan_retention,
+    state_after_retention,
+)
+from tests.support.states import DAY, HOUR, NOW, seg, state, uniform_log
+
+
+def policy(cleanup: str = "delete", **settings: object) -> TopicConfig:
+    return TopicConfig.from_settings({"cleanup.policy": cleanup,
+                                      **{k.replace("_", "."): v for k, v in settings.items()}})
+
+
+def deleted(plan) -> list[tuple[int, str]]:
+    return [(d.segment.base_offset, d.rule) for d in plan.deletions]
+
+
+# ---- 49: by time ---------------------------------------------------------------------------------------
+
+def test_49_segments_older_than_retention_are_deleted() -> None:
+    retention = DAY
+    segs = [seg(0, ts=NOW - retention - 1), seg(10, ts=NOW - retention - 1), seg(20, ts=NOW - HOUR), seg(30)]
+    plan = plan_retention(state(segs), policy(retention_ms=retention), NOW)
+    assert deleted(plan) == [(0, RULE_TIME), (10, RULE_TIME)]
+    assert plan.new_log_start_offset == 20
+    assert plan.bytes_deleted == 200
+
+
+def test_49_the_age_must_exceed_retention_strictly() -> None:
+    segs = [seg(0, ts=NOW - DAY), seg(10, ts=NOW)]
+    assert plan_retention(state(segs), policy(retention_ms=DAY), NOW).deletions == ()
+    assert deleted(plan_retention(state(segs), policy(retention_ms=DAY - 1), NOW)) == [(0, RULE_TIME)]
+
+
+def test_49_segment_without_record_timestamps_ages_by_mtime() -> None:
+    segs = [seg(0, ts=None, mtime=NOW - 2 * DAY), seg(10, ts=None, mtime=NOW - HOUR), seg(20)]
+    plan = plan_retention(state(segs), policy(retention_ms=DAY), NOW)
+    assert deleted(plan) == [(0, RULE_TIME)]
+    assert "mtime" in plan.deletions[0].detail
+
+
+def test_49_negative_retention_ms_keeps_everything() -> None:
+    segs = uniform_log(4, ts=NOW - 1000 * DAY)
+    assert plan_retention(state(segs), policy(retention_ms=-1), NOW).deletions == ()
+
+
+# ---- 50: oldest-first prefix only ---------------------------------------------------------------------
+
+def test_50_deletion_stops_at_the_first_survivor() -> None:
+    old, young = NOW - 10 * DAY, NOW - HOUR
+    segs = [seg(0, ts=old), seg(10, ts=young), seg(20, ts=old), seg(30, ts=old), seg(40)]
+    plan = plan_retention(state(segs), policy(retention_ms=DAY), NOW)
+    assert deleted(plan) == [(0, RULE_TIME)]
+    assert plan.new_log_start_offset == 10
+
+
+# ---- 51: future timestamps block time retention -------------------------------------------------------
+
+def test_51_future_timestamp_blocks_later_segments_and_warns() -> None:
+    old = NOW - 10 * DAY
+    segs = [seg(0, ts=NOW + HOUR), seg(10, 70, ts=old), seg(20, 80, ts=old), seg(30, ts=NOW)]
+    plan = plan_retention(state(segs), policy(retention_ms=DAY), NOW)
+    assert plan.deletions == ()
+    (warning,) = plan.warnings
+    assert "segment 0" in warning and f"{HOUR} ms after now" in warning
+    assert "2 later segment(s), 150 bytes" in warning
+
+
+def test_51_no_warning_for_timestamps_in_the_past() -> None:
+    segs = [seg(0, ts=NOW - HOUR), seg(10, ts=NOW - 10 * DAY), seg(20)]
+    assert plan_retention(state(segs), policy(retention_ms=DAY), NOW).warnings == ()
+    # stamped exactly now: not in the future
+    segs = [seg(0, ts=NOW), seg(10, ts=NOW - 10 * DAY), seg(20)]
+    assert plan_retention(state(segs), policy(retention_ms=DAY), NOW).warnings == ()
+
+
+# ---- 52: by size ----------------------------------------------------------------------------------------
+
+def test_52_oldest_go_while_the_excess_covers_them() -> None:
+    # 15 records, 5 per segment (100 bytes each), retention of 10 records' bytes: 2 segments remain
+    segs = [seg(5 * i, 100, count=5) for i in range(3)]
+    plan = plan_retention(state(segs), policy(retention_bytes=200), NOW)
+    assert deleted(plan) == [(0, RULE_SIZE)]
+    assert plan.new_log_start_offset == 5
+
+
+def test_52_partial_excess_deletes_nothing_more() -> None:
+    # size 400, limit 250: excess 150 covers the first 100-byte segment, not the second
+    plan = plan_retention(state(uniform_log(4)), policy(retention_bytes=250), NOW)
+    assert deleted(plan) == [(0, RULE_SIZE)]
+
+
+def test_52_under_the_limit_nothing_goes() -> None:
+    segs = [seg(5 * i, 100, count=5) for i in range(3)]
+    assert plan_retention(state(segs), policy(retention_bytes=301), NOW).deletions == ()
+    assert plan_retention(state(segs), policy(retention_bytes=-1), NOW).deletions == ()
+
+
+def test_52_uneven_sizes() -> None:
+    # size 1000, limit 400: excess 600 -> 500 goes (excess 100), 300 would overshoot: stop
+    segs = [seg(0, 500), seg(10, 300), seg(20, 100), seg(30, 100)]
+    assert deleted(plan_retention(state(segs), policy(retention_bytes=400), NOW)) == [(0, RULE_SIZE)]
+
+
+# ---- 53: by log start offset -----------------------------------------------------------------------------
+
+def test_53_segments_wholly_below_log_start_go_even_under_compact_only() -> None:
+    segs = uniform_log(5)
+    plan = plan_retention(state(segs, log_start=25), policy("compact"), NOW)
+    # 0 and 10 lie wholly below 25; 20 straddles it and stays
+    assert deleted(plan) == [(0, RULE_LOG_START), (10, RULE_LOG_START)]
+    assert plan.new_log_start_offset == 25  # the old log start is higher than the survivor's base
+
+
+def test_53_a_segment_ending_exactly_at_log_start_goes() -> None:
+    plan = plan_retention(state(uniform_log(3), log_start=10), policy("compact"), NOW)
+    assert deleted(plan) == [(0, RULE_LOG_START)]
+
+
+def test_53_log_start_deletion_unblocks_time_retention_and_a_rerun_deletes_nothing() -> None:
+    old = NOW - 10 * DAY
+    segs = [seg(0, ts=NOW + DAY), seg(10, ts=old), seg(20, ts=old), seg(30)]
+    st = state(segs, log_start=10)
+    plan = plan_retention(st, policy(retention_ms=DAY), NOW)
+    assert deleted(plan) == [(0, RULE_LOG_START), (10, RULE_TIME), (20, RULE_TIME)]
+    assert plan.warnings == ()  # the future-stamped segment went by the log start rule
+    assert plan_retention(state_after_retention(st, plan), policy(retention_ms=DAY), NOW).deletions == ()
+
+
+def test_rules_run_in_kafka_order_each_over_what_is_left() -> None:
+    # log start first: 0 and 10 go; the size rule then sees 200 bytes, not 400: 200 - 150 = 50 < 100
+    segs = uniform_log(4)
+    plan = plan_retention(state(segs, log_start=20), policy(retention_bytes=150), NOW)
+    assert deleted(plan) == [(0, RULE_LOG_START), (10, RULE_LOG_START)]
+    # size before time: with both breached the first segment is attributed to size
+    segs = uniform_log(4, ts=NOW - 10 * DAY)
+    plan = plan_retention(state(segs), policy(retention_bytes=300, retention_ms=DAY), NOW)
+    assert deleted(plan) == [(0, RULE_SIZE), (10, RULE_TIME), (20, RULE_TIME)]
+
+
+# ---- 54: policy --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cleanup, expected", [
+    ("compact", [(0, RULE_LOG_START)]),
+    ("delete", [(0, RULE_LOG_START), (10, RULE_SIZE), (20, RULE_TIME)]),
+    ("compact,delete", [(0, RULE_LOG_START), (10, RULE_SIZE), (20, RULE_TIME)]),
+])
+def test_54_compact_only_ignores_time_and_size(cleanup: str, expected) -> None:
+    old = NOW - 10 * DAY
+    segs = [seg(0, 100, ts=old), seg(10, 500, ts=old), seg(20, 100, ts=old), seg(30, 500, ts=NOW)]
+    # after the log start rule: 1100 bytes, limit 600 -> excess 500 takes segment 10 only
+    plan = plan_retention(state(segs, log_start=10), policy(cleanup, retention_bytes=600, retention_ms=DAY), NOW)
+    assert deleted(plan) == expected
+
+
+# ---- 55: never zero segments ---------------------------------------------------------------------------------
+
+def test_55_all_expired_keeps_the_last_segment_and_says_kafka_would_roll() -> None:
+    segs = uniform_log(3, ts=NOW - 10 * DAY)
+    st = state(segs)
+    plan = plan_retention(st, policy(retention_ms=DAY), NOW)
+    assert deleted(plan) == [(0, RULE_TIME), (10, RULE_TIME)]
+    assert plan.kafka_would_roll
+    (warning,) = plan.warnings
+    assert "last segment 20" in warning and "roll an empty segment at the log end offset 30" in warning
+    after = state_after_retention(st, plan)
+    assert [s.base_offset for s in after.segments] == [20]
+    assert after.log_end_offset == st.log_end_offset == 30
+    assert after.log_start_offset == 20
+
+
+def test_55_size_zero_retention_keeps_the_last_segment() -> None:
+    plan = plan_retention(state(uniform_log(3)), policy(retention_bytes=0), NOW)
+    assert deleted(plan) == [(0, RULE_SIZE), (10, RULE_SIZE)] and plan.kafka_would_roll
+
+
+def test_55_an_empty_last_segment_is_never_deleted_and_needs_no_roll() -> None:
+    segs = [seg(0, ts=NOW - 10 * DAY), seg(10, 0, mtime=NOW - 10 * DAY)]
+    plan = plan_retention(state(segs), policy(retention_ms=DAY), NOW)
+    assert deleted(plan) == [(0, RULE_TIME)]
+    assert not plan.kafka_would_roll and plan.warnings == ()
+    assert plan.new_log_start_offset == 10
+
+
+def test_empty_partition_plans_nothing() -> None:
+    plan = plan_retention(state([], log_start=7), policy(retention_ms=0, retention_bytes=0), NOW)
+    assert plan.deletions == () and plan.new_log_start_offset == 7
