@@ -1,0 +1,465 @@
+"""Kafka's log-cleaner decisions as pure functions over Arrow tables (no Spark, no I/O, time is a parameter).
+
+This is the second pass of a compaction: given the rows of one segment group, the offset map of the pass
+(:mod:`jobs.offset_map`) and the partition's transaction state (:mod:`jobs.transactions`), decide which
+records survive, which batches stay as empty headers and which batches get a delete horizon stamped. The rules
+are those of Kafka's ``Cleaner.cleanInto`` / ``MemoryRecords.filterTo`` (core LogCleaner.scala):
+
+* per batch (``checkBatchRetention``): a data batch of an aborted transaction, or a marker whose
+  transaction left no data in the log (and, for markers, whose delete horizon has passed), is discardable;
+  the last batch of an active producer and the batch ending at the round's upper bound are kept even empty;
+* per record (``shouldRetainRecord``): records above the map's latest offset are kept as they are; keyless
+  records are dropped; a record survives iff no newer record of its key is mapped, and a tombstone also
+  needs its batch's delete horizon not to have passed (legacy batches: a per-segment rule, item 13);
+* a kept v2 batch that holds a tombstone, or a marker that became removable, gets
+  ``deleteHorizonMs = now + delete.retention.ms`` unless it already has one.
+
+Every decision is an array operation over rows or batches; no Python code runs per record.
+
+Public API::
+
+    CleanParams(now_ms, upper_bound_offset, delete_retention_ms=86_400_000, legacy_delete_horizon_ms=0)
+    clean_records(records, *, offset_map, txn_state, params, empty_batches=None, key_hashes=None,
+                  segment_last_modified_ms=None) -> CleanResult
+    clean_log(records, *, now_ms, first_dirty_offset, first_uncleanable_offset, max_keys, ...) -> LogClean
+    key_hash_table(records, key_hashes=None) -> pa.Table (KEY_HASH_SCHEMA)
+    legacy_delete_horizon(last_clean_segment_mtime_ms, delete_retention_ms) -> int
+    CleanResult: .records (RECORD_SCHEMA), .empty_batches (BATCH_SCHEMA), .changed, .rebuilt_batches, .stats
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Callable, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jobs.offset_map import OffsetMapResult, build_offset_map
+from jobs.transactions import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    TxnState,
+    derive_txn_state,
+    summarize_batches,
+)
+from segment_io.errors import CorruptRecordError, SegjobsError
+from segment_io.format import CONTROL_ABORT, CONTROL_COMMIT, NO_TIMESTAMP, V2_HEADER_SIZE
+from segment_io.schema import BATCH_COLUMNS, BATCH_SCHEMA, KEY_HASH_SCHEMA, RECORD_SCHEMA
+
+#: Kafka's default ``delete.retention.ms`` (1 day).
+DEFAULT_DELETE_RETENTION_MS = 86_400_000
+
+KeyHasher = Callable[[pa.Array | pa.ChunkedArray], tuple[np.ndarray, np.ndarray]]
+
+
+class CleanerInputError(SegjobsError):
+    """The tables handed to the cleaner break its contract (unsorted offsets, misaligned hashes)."""
+
+
+@dataclass(frozen=True)
+class CleanParams:
+    """Inputs of one cleaning round that are not data.
+
+    ``upper_bound_offset`` is the round's first uncleanable offset: the batch that ends just before it is kept
+    even when empty (item 25). ``legacy_delete_horizon_ms`` is, as in Kafka's doClean, the last-modified time
+    of the last already-clean segment minus ``delete.retention.ms`` (0 when there is none); see
+    :func:`legacy_delete_horizon`.
+    """
+
+    now_ms: int
+    upper_bound_offset: int
+    delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
+    legacy_delete_horizon_ms: int = 0
+
+
+def legacy_delete_horizon(last_clean_segment_mtime_ms: int | None, delete_retention_ms: int) -> int:
+    """Kafka's horizon for pre-v2 tombstones: last clean segment's mtime minus delete.retention.ms, else 0."""
+    return 0 if last_clean_segment_mtime_ms is None else last_clean_segment_mtime_ms - delete_retention_ms
+
+
+@dataclass
+class CleanStats:
+    """What a clean did. Byte figures for rewritten batches are estimates (the encoder knows the real size)."""
+
+    batches_read: int = 0
+    #: records of the batches the clean inspected (Kafka's messagesRead: batches discarded whole are not read)
+    records_read: int = 0
+    records_kept: int = 0
+    bytes_read: int = 0
+    bytes_kept_estimate: int = 0
+    duplicates_removed: int = 0
+    tombstones_kept: int = 0
+    tombstones_removed: int = 0
+    aborted_records_removed: int = 0
+    markers_removed: int = 0
+    #: keyless records in a compacted topic (Kafka's invalidMessagesRead)
+    keyless_dropped: int = 0
+    empty_batches_kept: int = 0
+    horizons_stamped: int = 0
+
+    def merged(self, other: "CleanStats") -> "CleanStats":
+        """Field-wise sum (for adding up groups or partitions)."""
+        return CleanStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+
+@dataclass(frozen=True)
+class CleanResult:
+    """The cleaned form of one segment group.
+
+    ``records``: surviving rows (RECORD_SCHEMA, offset order). Keys, values, headers and offsets are the
+    source's. In batches that must be re-encoded (``rebuilt_batches``, by base offset) the header columns
+    describe the new header as Kafka's MemoryRecordsBuilder would write it: ``delete_horizon_ms`` (with
+    ``batch_base_timestamp`` equal to it when set, else the first kept record's timestamp),
+    ``batch_max_timestamp`` over the kept records (unchanged for LOG_APPEND_TIME), and for legacy (magic < 2)
+    batches base/last offsets shrunk to the kept records. ``batch_position``/``batch_size`` still describe the
+    source batch. Batches not listed are byte-identical to their source and may be copied.
+
+    ``empty_batches``: BATCH_SCHEMA rows to write as header-only batches (Kafka's writeEmptyHeader: no codec,
+    base timestamp -1, no delete horizon, magic 2).
+
+    ``changed`` is False when writing the group would reproduce its source batches exactly (nothing dropped,
+    emptied or rebuilt), so the job may leave the group's files alone.
+    """
+
+    records: pa.Table
+    empty_batches: pa.Table
+    changed: bool
+    rebuilt_batches: np.ndarray
+    stats: CleanStats = field(default_factory=CleanStats)
+
+
+_BATCH_NUMERIC = ("batch_base_offset", "batch_last_offset", "batch_position", "batch_size", "batch_base_timestamp",
+                  "batch_max_timestamp", "timestamp_type", "magic", "codec", "transactional", "control",
+                  "producer_id", "producer_epoch", "base_sequence", "partition_leader_epoch", "segment_base_offset")
+
+
+def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: TxnState, params: CleanParams,
+                  empty_batches: pa.Table | None = None,
+                  key_hashes: tuple[np.ndarray, np.ndarray] | None = None,
+                  segment_last_modified_ms: Mapping[int, int] | None = None) -> CleanResult:
+    """Clean the rows of one segment group (RECORD_SCHEMA, strictly increasing offsets) like Kafka's cleanInto.
+
+    ``empty_batches`` are the group's header-only batches (BATCH_SCHEMA, e.g. kept by an earlier clean): they
+    are kept again or dropped by the same rules. ``key_hashes`` (hi, lo) aligned with ``records`` avoids
+    rehashing when the caller has them; by default keys are hashed with ``segment_io.decode.hash_keys``, the
+    hash the offset map was built with. ``segment_last_modified_ms`` maps a source segment's base offset to its
+    file mtime, for the legacy tombstone rule (a segment not listed keeps its legacy tombstones).
+    """
+    n = records.num_rows
+    offsets = records.column("offset").to_numpy()
+    if n > 1 and not np.all(offsets[1:] > offsets[:-1]):
+        raise CleanerInputError("clean_records needs rows in strictly increasing offset order")
+    col = {name: records.column(name).to_numpy() for name in _BATCH_NUMERIC}
+    horizon_col = records.column("delete_horizon_ms")
+    row_has_h = pc.is_valid(horizon_col).to_numpy(zero_copy_only=False)
+    row_h = horizon_col.fill_null(0).to_numpy()
+
+    # ---- batches: runs of rows from the same source batch, then the header-only batches ----
+    boundary = np.ones(n, bool)
+    if n > 1:
+        boundary[1:] = ((col["batch_base_offset"][1:] != col["batch_base_offset"][:-1])
+                        | (col["batch_position"][1:] != col["batch_position"][:-1])
+                        | (col["segment_base_offset"][1:] != col["segment_base_offset"][:-1]))
+    starts = np.flatnonzero(boundary)
+    batch_id = np.cumsum(boundary) - 1
+    counts = np.diff(np.r_[starts, n]).astype(np.int64)
+    b = {name: col[name][starts] for name in _BATCH_NUMERIC}
+    b_has_h, b_h = row_has_h[starts], row_h[starts]
+    b_ctype = _control_types(records, starts, b)
+    nr = len(starts)  # batches holding records; the header-only ones follow
+    empties = empty_batches if empty_batches is not None else BATCH_SCHEMA.empty_table()
+    if empties.num_rows:
+        e_h = empties.column("delete_horizon_ms")
+        for name in _BATCH_NUMERIC:
+            b[name] = np.concatenate([b[name], empties.column(name).to_numpy()])
+        b_has_h = np.concatenate([b_has_h, pc.is_valid(e_h).to_numpy(zero_copy_only=False)])
+        b_h = np.concatenate([b_h, e_h.fill_null(0).to_numpy()])
+        b_ctype = np.concatenate([b_ctype, np.full(empties.num_rows, -1, np.int16)])
+        counts = np.concatenate([counts, np.zeros(empties.num_rows, np.int64)])
+
+    # ---- checkBatchRetention ----
+    now = params.now_ms
+    control = b["control"]
+    pid, last = b["producer_id"], b["batch_last_offset"]
+    txn_data = b["transactional"] & ~control
+    aborted_data = np.zeros(len(control), bool)
+    if txn_data.any():
+        aborted_data[txn_data] = txn_state.aborted.contains(pid[txn_data], last[txn_data])
+    known_marker = (b_ctype == CONTROL_ABORT) | (b_ctype == CONTROL_COMMIT)
+    # A marker may go once its transaction has no data left in the log (for ABORT: every aborted batch is
+    # gone, item 15; for COMMIT: this pass saw none of its data, item 16). An emptied marker always may.
+    marker_has_data = np.isin(b["batch_base_offset"], txn_state.completed.markers_with_data())
+    can_discard = np.where(control, (counts == 0) | (known_marker & ~marker_has_data), aborted_data)
+    discard_records = np.where(control, can_discard & b_has_h & (b_h <= now), can_discard)
+    last_of_producer = txn_state.active.is_last_batch(pid, last, b["producer_epoch"], control)
+    retain_empty = last_of_producer | (last + 1 == params.upper_bound_offset)
+    marker_for_empty_txn = can_discard & control
+    deleted_whole = discard_records & ~retain_empty
+
+    # ---- shouldRetainRecord, per row ----
+    row_discard = discard_records[batch_id]
+    row_control = control[batch_id]
+    key_null = pc.is_null(records.column("key")).to_numpy(zero_copy_only=False)
+    value_null = pc.is_null(records.column("value")).to_numpy(zero_copy_only=False)
+    past_latest = offsets > offset_map.latest_offset
+    judged = ~row_discard & ~row_control & ~past_latest  # data rows the map decides
+    keyless = judged & key_null
+    lookup = judged & ~key_null
+    mapped = np.full(n, -1, np.int64)
+    if lookup.any():
+        hi, lo = _hashes(records, key_hashes)
+        mapped[lookup] = offset_map.offset_map.get(hi[lookup], lo[lookup])
+    latest_for_key = offsets >= mapped
+    retain_deletes = np.where(col["magic"] < 2, _legacy_retain(col["segment_base_offset"], params,
+                                                               segment_last_modified_ms),
+                              ~row_has_h | (now < row_h))
+    keep_judged = latest_for_key & (~value_null | retain_deletes)
+    keep = ~row_discard & (row_control | past_latest | (lookup & keep_judged))
+
+    # ---- filterTo: what each batch becomes ----
+    nb = len(counts)
+    kept = np.bincount(batch_id[keep], minlength=nb).astype(np.int64) if n else np.zeros(nb, np.int64)
+    kept_tombstones = np.bincount(batch_id[keep & value_null], minlength=nb) if n else np.zeros(nb, np.int64)
+    written = kept > 0
+    need_horizon = written & (b["magic"] >= 2) & ((kept_tombstones > 0) | marker_for_empty_txn) & ~b_has_h
+    new_has_h = b_has_h | need_horizon
+    new_h = np.where(need_horizon, now + params.delete_retention_ms, b_h)
+    rebuilt = written & ((kept < counts) | need_horizon)
+    empty_header = ~written & retain_empty
+
+    out_records = _surviving_rows(records, keep, batch_id, rebuilt, new_has_h, new_h, b)
+    header_differs = ((b["batch_base_timestamp"] != NO_TIMESTAMP) | (b["codec"] != 0) | b_has_h | (b["magic"] != 2))
+    changed = bool(np.any(rebuilt) | np.any((counts > 0) & ~written) | np.any((counts == 0) & ~empty_header)
+                   | np.any((counts == 0) & empty_header & header_differs))
+
+    stats = CleanStats(
+        batches_read=int(nb),
+        records_read=int(counts[~deleted_whole].sum()),
+        records_kept=int(keep.sum()),
+        bytes_read=int(b["batch_size"].astype(np.int64).sum()),
+        bytes_kept_estimate=_bytes_kept(b["batch_size"], counts, kept, written, rebuilt, empty_header),
+        duplicates_removed=int((lookup & ~latest_for_key).sum()),
+        tombstones_kept=int((keep & value_null & ~row_control).sum()),
+        tombstones_removed=int((lookup & latest_for_key & value_null & ~retain_deletes).sum()),
+        aborted_records_removed=int((row_discard & ~row_control).sum()),
+        markers_removed=int((row_discard & row_control).sum()),
+        keyless_dropped=int(keyless.sum()),
+        empty_batches_kept=int(empty_header.sum()),
+        horizons_stamped=int(need_horizon.sum()),
+    )
+    return CleanResult(
+        records=out_records,
+        empty_batches=_empty_headers(b, empty_header),
+        changed=changed,
+        rebuilt_batches=np.sort(b["batch_base_offset"][rebuilt]),
+        stats=stats,
+    )
+
+
+def _control_types(records: pa.Table, starts: np.ndarray, b: dict[str, np.ndarray]) -> np.ndarray:
+    """Control type of each record-holding batch's first record (-1 for data batches).
+
+    One Python step per control batch (markers are one record each), never per data record. A key that is
+    not a control key makes Kafka's ControlRecordType.parseTypeId throw; so does this.
+    """
+    ctype = np.full(len(starts), -1, np.int16)
+    ctl = np.flatnonzero(b["control"])
+    if len(ctl) == 0:
+        return ctype
+    keys = records.column("key").take(pa.array(starts[ctl])).to_pylist()
+    for j, key in zip(ctl, keys):
+        if key is None or len(key) < 4 or int.from_bytes(key[0:2], "big", signed=True) < 0:
+            raise CorruptRecordError(f"control record key {key!r} is not a control key (version int16, type "
+                                     f"int16); source segment {int(b['segment_base_offset'][j])}",
+                                     position=int(b["batch_position"][j]), offset=int(b["batch_base_offset"][j]))
+        ctype[j] = int.from_bytes(key[2:4], "big", signed=True)
+    return ctype
+
+
+def _hashes(records: pa.Table, key_hashes: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
+    if key_hashes is None:
+        from segment_io.decode import hash_keys
+
+        key_hashes = hash_keys(records.column("key"))
+    hi, lo = (np.asarray(h, np.int64) for h in key_hashes)
+    if len(hi) != records.num_rows or len(lo) != records.num_rows:
+        raise CleanerInputError(f"key_hashes has {len(hi)}/{len(lo)} entries for {records.num_rows} records")
+    return hi, lo
+
+
+def _legacy_retain(segment_base: np.ndarray, params: CleanParams,
+                   mtimes: Mapping[int, int] | None) -> np.ndarray:
+    """Kafka's retainLegacyDeletesAndTxnMarkers per row: its segment was modified after the legacy horizon."""
+    if not mtimes:
+        return np.ones(len(segment_base), bool)
+    segs, inverse = np.unique(segment_base, return_inverse=True)
+    per_seg = np.array([mtimes.get(int(s), params.legacy_delete_horizon_ms + 1) > params.legacy_delete_horizon_ms
+                        for s in segs], bool)
+    return per_seg[inverse]
+
+
+def _surviving_rows(records: pa.Table, keep: np.ndarray, batch_id: np.ndarray, rebuilt: np.ndarray,
+                    new_has_h: np.ndarray, new_h: np.ndarray, b: dict[str, np.ndarray]) -> pa.Table:
+    """Kept rows; header columns of rebuilt batches recomputed as MemoryRecordsBuilder would write them."""
+    out = records.filter(pa.array(keep))
+    if not rebuilt.any():
+        return out
+    bid = batch_id[keep]
+    row_rebuilt = rebuilt[bid]
+    ts = out.column("timestamp").to_numpy()
+    offs = out.column("offset").to_numpy()
+    nb = len(rebuilt)
+    # Rows of one batch are contiguous: the first kept row of each batch gives its first timestamp/offset.
+    first_row = np.zeros(nb, np.int64)
+    present, first_idx = np.unique(bid, return_index=True)
+    first_row[present] = first_idx
+    max_ts = np.full(nb, np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(max_ts, bid, ts)
+    last_off = np.full(nb, -1, np.int64)
+    np.maximum.at(last_off, bid, offs)
+
+    has_h = np.where(row_rebuilt, new_has_h[bid], pc.is_valid(out.column("delete_horizon_ms")).to_numpy(
+        zero_copy_only=False))
+    h = np.where(row_rebuilt, new_h[bid], out.column("delete_horizon_ms").fill_null(0).to_numpy())
+    base_ts = np.where(new_has_h, new_h, ts[first_row])
+    batch_max = np.where(b["timestamp_type"] == 1, b["batch_max_timestamp"], max_ts)
+    legacy = b["magic"] < 2
+    batch_base = np.where(legacy, offs[first_row], b["batch_base_offset"])
+    batch_last = np.where(legacy, last_off, b["batch_last_offset"])
+
+    def patched(name: str, per_batch: np.ndarray) -> pa.Array:
+        current = out.column(name).to_numpy()
+        return pa.array(np.where(row_rebuilt, per_batch[bid], current), RECORD_SCHEMA.field(name).type)
+
+    out = out.set_column(out.schema.get_field_index("delete_horizon_ms"), RECORD_SCHEMA.field("delete_horizon_ms"),
+                         pa.array(h, pa.int64(), mask=~has_h))
+    for name, per_batch in (("batch_base_timestamp", base_ts), ("batch_max_timestamp", batch_max),
+                            ("batch_base_offset", batch_base), ("batch_last_offset", batch_last)):
+        out = out.set_column(out.schema.get_field_index(name), RECORD_SCHEMA.field(name), patched(name, per_batch))
+    return out
+
+
+def _empty_headers(b: dict[str, np.ndarray], selected: np.ndarray) -> pa.Table:
+    """Header-only batches as Kafka's DefaultRecordBatch.writeEmptyHeader writes them."""
+    k = int(selected.sum())
+    cols = {name: b[name][selected] for name in _BATCH_NUMERIC}
+    cols["batch_size"] = np.full(k, V2_HEADER_SIZE, np.int32)
+    cols["batch_base_timestamp"] = np.full(k, NO_TIMESTAMP, np.int64)
+    cols["codec"] = np.zeros(k, np.int8)
+    # Writing is v2 only; a legacy batch kept empty becomes a v2 header (Kafka would refuse: see module notes).
+    legacy = cols["magic"] < 2
+    cols["timestamp_type"] = np.where(legacy & (cols["timestamp_type"] < 0), 0, cols["timestamp_type"])
+    cols["magic"] = np.full(k, 2, np.int8)
+    arrays = []
+    for name in BATCH_COLUMNS:
+        ftype = BATCH_SCHEMA.field(name).type
+        if name == "delete_horizon_ms":
+            arrays.append(pa.nulls(k, ftype))
+        else:
+            arrays.append(pa.array(cols[name], ftype))
+    table = pa.Table.from_arrays(arrays, schema=BATCH_SCHEMA)
+    return table.sort_by("batch_base_offset") if k > 1 else table
+
+
+def _bytes_kept(size: np.ndarray, counts: np.ndarray, kept: np.ndarray, written: np.ndarray, rebuilt: np.ndarray,
+                empty_header: np.ndarray) -> int:
+    size = size.astype(np.int64)
+    payload = np.maximum(size - V2_HEADER_SIZE, 0)
+    share = np.divide(kept, counts, out=np.zeros(len(counts)), where=counts > 0)
+    est = np.where(rebuilt, V2_HEADER_SIZE + payload * share, np.where(written, size, 0))
+    return int(est.sum() + V2_HEADER_SIZE * int(empty_header.sum()))
+
+
+# --------------------------------------------------------------------------------------------------
+# Whole-partition convenience: one Kafka doClean over an in-memory log
+# --------------------------------------------------------------------------------------------------
+
+
+def key_hash_table(records: pa.Table, key_hashes: tuple[np.ndarray, np.ndarray] | None = None) -> pa.Table:
+    """The KEY_HASH_SCHEMA projection of decoded records (what ``segment_io.read_key_hashes`` gives from files).
+
+    Null keys hash to (0, 0). ``key_hashes`` defaults to ``segment_io.decode.hash_keys`` of the key column.
+    """
+    hi, lo = _hashes(records, key_hashes)
+    key_null = pc.is_null(records.column("key")).to_numpy(zero_copy_only=False)
+    hi = np.where(key_null, 0, hi)
+    lo = np.where(key_null, 0, lo)
+    n = records.num_rows
+    ctype = np.full(n, -1, np.int16)
+    if n:
+        control = records.column("control").to_numpy()
+        boundary = np.ones(n, bool)
+        base = records.column("batch_base_offset").to_numpy()
+        boundary[1:] = base[1:] != base[:-1]
+        starts = np.flatnonzero(boundary)
+        batch_cols = {"control": control[starts], "segment_base_offset":
+                      records.column("segment_base_offset").to_numpy()[starts],
+                      "batch_position": records.column("batch_position").to_numpy()[starts],
+                      "batch_base_offset": base[starts]}
+        per_batch = _control_types(records, starts, batch_cols)
+        ctype = np.where(control, per_batch[np.cumsum(boundary) - 1], -1).astype(np.int16)
+    arrays = {
+        "key_hash_hi": pa.array(hi, pa.int64()), "key_hash_lo": pa.array(lo, pa.int64()),
+        "key_is_null": pa.array(key_null), "value_is_null": pc.is_null(records.column("value")),
+        "control_type": pa.array(ctype, pa.int16()),
+    }
+    return pa.table([arrays[f.name] if f.name in arrays else records.column(f.name) for f in KEY_HASH_SCHEMA],
+                    schema=KEY_HASH_SCHEMA)
+
+
+@dataclass(frozen=True)
+class LogClean:
+    """One cleaning round over a whole partition: the new log and the pass's map and transaction state.
+
+    ``result.records``/``result.empty_batches`` hold the whole partition after the round (the uncleaned tail
+    included, untouched); ``offset_map.end_offset`` is the next first dirty offset.
+    """
+
+    result: CleanResult
+    offset_map: OffsetMapResult
+    txn_state: TxnState
+
+
+def clean_log(records: pa.Table, *, now_ms: int, first_dirty_offset: int, first_uncleanable_offset: int,
+              max_keys: int, delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS,
+              producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+              empty_batches: pa.Table | None = None,
+              key_hashes: tuple[np.ndarray, np.ndarray] | None = None,
+              legacy_delete_horizon_ms: int = 0,
+              segment_last_modified_ms: Mapping[int, int] | None = None) -> LogClean:
+    """Kafka's ``Cleaner.doClean`` over a partition held in memory as one table (all segments, sorted).
+
+    Maps ``[first_dirty_offset, first_uncleanable_offset)``, then cleans every source segment whose base
+    offset lies below the map's end offset (Kafka's ``logSegments(0, endOffset)``) as one group; later
+    segments are returned untouched. Meant for tests, notebooks and small partitions; the Spark job runs the
+    same three steps itself, segment group by segment group.
+    """
+    empties = empty_batches if empty_batches is not None else BATCH_SCHEMA.empty_table()
+    hashes = _hashes(records, key_hashes)
+    kh = key_hash_table(records, hashes)
+    txn_state = derive_txn_state(summarize_batches([kh], empty_batches=empties), now_ms=now_ms,
+                                 producer_id_expiration_ms=producer_id_expiration_ms)
+    omap = build_offset_map([kh], start_offset=first_dirty_offset, end_offset=first_uncleanable_offset,
+                            aborted=txn_state.aborted, max_keys=max_keys)
+    seg = records.column("segment_base_offset").to_numpy()
+    in_round = seg < omap.end_offset
+    e_in_round = empties.column("segment_base_offset").to_numpy() < omap.end_offset
+    params = CleanParams(now_ms=now_ms, upper_bound_offset=first_uncleanable_offset,
+                         delete_retention_ms=delete_retention_ms, legacy_delete_horizon_ms=legacy_delete_horizon_ms)
+    mask = pa.array(in_round)
+    cleaned = clean_records(records.filter(mask), offset_map=omap, txn_state=txn_state, params=params,
+                            empty_batches=empties.filter(pa.array(e_in_round)),
+                            key_hashes=(hashes[0][in_round], hashes[1][in_round]),
+                            segment_last_modified_ms=segment_last_modified_ms)
+    out_records = pa.concat_tables([cleaned.records, records.filter(pa.array(~in_round))])
+    out_empty = pa.concat_tables([cleaned.empty_batches, empties.filter(pa.array(~e_in_round))])
+    result = CleanResult(records=out_records, empty_batches=out_empty.sort_by("batch_base_offset"),
+                         changed=cleaned.changed, rebuilt_batches=cleaned.rebuilt_batches, stats=cleaned.stats)
+    return LogClean(result, omap, txn_state)
+
+
+__all__ = [
+    "CleanParams", "CleanResult", "CleanStats", "CleanerInputError", "DEFAULT_DELETE_RETENTION_MS", "LogClean",
+    "clean_log", "clean_records", "key_hash_table", "legacy_delete_horizon",
+]

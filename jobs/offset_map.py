@@ -1,0 +1,221 @@
+"""The bounded key -> latest offset map of the first compaction pass (Kafka's SkimpyOffsetMap + buildOffsetMap).
+
+Keys are represented by their 128-bit hash (``key_hash_hi``/``key_hash_lo`` of KEY_HASH_SCHEMA), so one entry
+costs 24 bytes (16 hash + 8 offset) as in Kafka. The table is open-addressed with linear probing, compiled with
+numba, and never holds more than ``slots * 0.75`` keys: like Kafka, a full map ends the pass early and the
+clean point becomes the last mapped offset + 1, so a partition with more keys than the map is cleaned over
+several runs (kafka-behaviours items 31-33).
+
+Public API::
+
+    max_keys_for_buffer(dedupe_buffer_bytes) -> int
+    build_offset_map(key_hash_tables, *, start_offset, end_offset, aborted, max_keys) -> OffsetMapResult
+    OffsetMap.get(key_hash_hi, key_hash_lo) -> np.ndarray     # -1 where the key is not mapped
+    OffsetMapResult: .offset_map, .latest_offset, .end_offset (the new clean point), .full, .records_read
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+import numba
+import numpy as np
+import pyarrow as pa
+
+from jobs.transactions import AbortedTxns
+from segment_io.errors import ConfigError
+
+#: Bytes one map entry takes: a 16-byte key hash and an 8-byte offset.
+BYTES_PER_ENTRY = 24
+#: Kafka's log.cleaner.io.buffer.load.factor (dupBufferLoadFactor): the map is "full" at this fill ratio.
+LOAD_FACTOR = 0.75
+
+_EMPTY = -1  # offsets are >= 0, so a slot with offset -1 is free
+
+
+def max_keys_for_buffer(dedupe_buffer_bytes: int, *, load_factor: float = LOAD_FACTOR) -> int:
+    """Keys a map of ``dedupe_buffer_bytes`` may hold: ``int(slots * load_factor)`` with 24-byte slots, as Kafka.
+
+    Raises :class:`ConfigError` when not even one key fits (Kafka refuses such a cleaner: it would never make
+    progress).
+    """
+    slots = dedupe_buffer_bytes // BYTES_PER_ENTRY
+    max_keys = int(slots * load_factor)
+    if max_keys < 1:
+        raise ConfigError(f"log.cleaner.dedupe.buffer.size={dedupe_buffer_bytes} holds {slots} slots of "
+                          f"{BYTES_PER_ENTRY} bytes: too small to map even one key")
+    return max_keys
+
+
+class OffsetMap:
+    """A fixed-capacity hash table from 128-bit key hash to offset (numpy arrays, compiled probing)."""
+
+    def __init__(self, max_keys: int) -> None:
+        if max_keys < 1:
+            raise ConfigError(f"an offset map must hold at least one key (asked for {max_keys})")
+        self.max_keys = int(max_keys)
+        # Enough slots that max_keys is at most the load factor: probes stay short.
+        self.slots = max(self.max_keys + 1, math.ceil(self.max_keys / LOAD_FACTOR))
+        self._hi = np.zeros(self.slots, np.int64)
+        self._lo = np.zeros(self.slots, np.int64)
+        self._off = np.full(self.slots, _EMPTY, np.int64)
+        self.size = 0
+
+    def get(self, key_hash_hi: np.ndarray, key_hash_lo: np.ndarray) -> np.ndarray:
+        """The mapped offset of each key hash, -1 where the key is not in the map."""
+        hi = np.ascontiguousarray(key_hash_hi, np.int64)
+        lo = np.ascontiguousarray(key_hash_lo, np.int64)
+        return _lookup(self._hi, self._lo, self._off, hi, lo)
+
+    def _put_run(self, hi: np.ndarray, lo: np.ndarray, offsets: np.ndarray, batch_base: np.ndarray,
+                 eligible: np.ndarray) -> tuple[int, int, int]:
+        """Insert eligible rows in order until the map is full; see :func:`_insert_run`."""
+        size, stop, last_put, last_put_batch = _insert_run(
+            self._hi, self._lo, self._off, self.size, self.max_keys, hi, lo, offsets, batch_base, eligible)
+        self.size = int(size)
+        return int(stop), int(last_put), int(last_put_batch)
+
+    @property
+    def utilization(self) -> float:
+        """Fraction of the slots in use (Kafka's bufferUtilization)."""
+        return self.size / self.slots
+
+
+# Golden-ratio multiplier as a signed int64: mixing the halves keeps numba in int64 arithmetic (a uint64
+# constant would promote to float).
+_MIX = 0x9E3779B97F4A7C15 - (1 << 64)
+
+
+@numba.njit(cache=True)
+def _slot(hi, lo, slots):  # pragma: no cover - compiled
+    h = (hi ^ (lo * _MIX)) & 0x7FFFFFFFFFFFFFFF
+    return h % slots
+
+
+@numba.njit(cache=True)
+def _lookup(t_hi, t_lo, t_off, hi, lo):  # pragma: no cover - compiled
+    slots = len(t_off)
+    out = np.full(len(hi), -1, np.int64)
+    for i in range(len(hi)):
+        s = _slot(hi[i], lo[i], slots)
+        while t_off[s] != -1:
+            if t_hi[s] == hi[i] and t_lo[s] == lo[i]:
+                out[i] = t_off[s]
+                break
+            s += 1
+            if s == slots:
+                s = 0
+    return out
+
+
+@numba.njit(cache=True)
+def _insert_run(t_hi, t_lo, t_off, size, max_keys, hi, lo, offsets, batch_base, eligible):  # pragma: no cover
+    # Kafka checks fullness before every put, even for a key already mapped, and stops at that record.
+    slots = len(t_off)
+    last_put = -1
+    last_put_batch = -1
+    for i in range(len(hi)):
+        if not eligible[i]:
+            continue
+        if size >= max_keys:
+            return size, i, last_put, last_put_batch
+        s = _slot(hi[i], lo[i], slots)
+        while True:
+            if t_off[s] == -1:
+                t_hi[s] = hi[i]
+                t_lo[s] = lo[i]
+                t_off[s] = offsets[i]
+                size += 1
+                break
+            if t_hi[s] == hi[i] and t_lo[s] == lo[i]:
+                t_off[s] = offsets[i]
+                break
+            s += 1
+            if s == slots:
+                s = 0
+        last_put = offsets[i]
+        last_put_batch = batch_base[i]
+    return size, -1, last_put, last_put_batch
+
+
+@dataclass(frozen=True)
+class OffsetMapResult:
+    """The map of one pass and how far it reaches.
+
+    ``latest_offset`` is Kafka's ``map.latestOffset``: records above it are outside this pass and are kept as
+    they are. ``end_offset = latest_offset + 1`` is the new clean point (the cleaner-offset-checkpoint value
+    after the pass). When the map did not fill, ``latest_offset == end_offset_requested - 1`` even if the last
+    offsets are gaps (item 31). When it filled (``full``), it is the offset of the last mapped record if that
+    record shares a batch with the one that did not fit, else the offset just before that batch (item 32).
+    """
+
+    offset_map: OffsetMap
+    start_offset: int
+    latest_offset: int
+    full: bool
+    #: records of the range the pass looked at (Kafka's mapMessagesRead, counting a control batch once)
+    records_read: int
+
+    @property
+    def end_offset(self) -> int:
+        """First offset not covered by this pass: the next first dirty offset."""
+        return self.latest_offset + 1
+
+
+_MAP_COLUMNS = ("offset", "key_hash_hi", "key_hash_lo", "key_is_null", "batch_base_offset", "batch_last_offset",
+                "transactional", "control", "producer_id")
+
+
+def build_offset_map(key_hash_tables: Iterable[pa.Table], *, start_offset: int, end_offset: int,
+                     aborted: AbortedTxns, max_keys: int) -> OffsetMapResult:
+    """Map each key to its latest offset over ``[start_offset, end_offset)``, Kafka's ``buildOffsetMap``.
+
+    ``key_hash_tables`` are KEY_HASH_SCHEMA tables in offset order (typically one per segment, from
+    ``segment_io.read_key_hashes``); they are consumed one at a time, so memory stays bounded by the map.
+    ``end_offset`` is the first uncleanable offset (a segment base in Kafka). Control batches, records of
+    aborted transactions (``aborted`` from :func:`jobs.transactions.derive_txn_state`) and keyless records are
+    not mapped: an aborted value must never shadow a live one. When ``max_keys`` distinct keys are mapped and
+    another keyed record comes, the pass stops there (a partial map); run again from ``result.end_offset``.
+    """
+    omap = OffsetMap(max_keys)
+    records_read = 0
+    for table in key_hash_tables:
+        if table.num_rows == 0:
+            continue
+        cols = {name: table.column(name).to_numpy() for name in _MAP_COLUMNS}
+        offsets = np.ascontiguousarray(cols["offset"], np.int64)
+        in_range = (offsets >= start_offset) & (offsets < end_offset)
+        if not in_range.any():
+            continue
+        control = cols["control"]
+        txn = cols["transactional"] & ~control
+        is_aborted = np.zeros(len(offsets), bool)
+        if txn.any() and len(aborted):
+            is_aborted[txn] = aborted.contains(cols["producer_id"][txn], cols["batch_last_offset"][txn])
+        eligible = in_range & ~control & ~is_aborted & ~cols["key_is_null"]
+        stop, last_put, last_put_batch = omap._put_run(
+            np.ascontiguousarray(cols["key_hash_hi"], np.int64), np.ascontiguousarray(cols["key_hash_lo"], np.int64),
+            offsets, np.ascontiguousarray(cols["batch_base_offset"], np.int64), np.ascontiguousarray(eligible))
+        if stop >= 0:
+            records_read += _records_read(in_range[:stop], control[:stop], cols["batch_base_offset"][:stop])
+            stop_batch = int(cols["batch_base_offset"][stop])
+            if last_put >= 0 and last_put_batch == stop_batch:
+                latest = last_put  # Kafka stopped inside the batch, after its last put
+            else:
+                latest = stop_batch - 1  # everything before the batch was read
+            latest = min(latest, int(offsets[stop]) - 1)
+            return OffsetMapResult(omap, start_offset, latest, True, records_read)
+        records_read += _records_read(in_range, control, cols["batch_base_offset"])
+    return OffsetMapResult(omap, start_offset, max(end_offset, start_offset) - 1, False, records_read)
+
+
+def _records_read(in_range: np.ndarray, control: np.ndarray, batch_base: np.ndarray) -> int:
+    data = int(np.count_nonzero(in_range & ~control))
+    ctl_bases = batch_base[in_range & control]
+    return data + len(np.unique(ctl_bases))
+
+
+__all__ = ["BYTES_PER_ENTRY", "LOAD_FACTOR", "OffsetMap", "OffsetMapResult", "build_offset_map",
+           "max_keys_for_buffer"]
