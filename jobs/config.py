@@ -100,6 +100,13 @@ class TopicConfig:
             problem = spec.check(getattr(self, spec.attr))
             if problem:
                 raise ConfigError(f"{key}: {problem}")
+        if not isinstance(self.cleanup_policy, frozenset) or not self.cleanup_policy \
+                or not self.cleanup_policy <= {POLICY_COMPACT, POLICY_DELETE}:
+            raise ConfigError(f"cleanup.policy: expected a non-empty frozenset of 'compact'/'delete', "
+                              f"got {self.cleanup_policy!r}")
+        if self.message_timestamp_type not in TIMESTAMP_TYPES:
+            raise ConfigError(f"message.timestamp.type: expected one of {', '.join(TIMESTAMP_TYPES)}, "
+                              f"got {self.message_timestamp_type!r}")
         if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
             raise ConfigError(f"min.compaction.lag.ms ({self.min_compaction_lag_ms}) > "
                               f"max.compaction.lag.ms ({self.max_compaction_lag_ms})")

@@ -230,6 +230,10 @@ def test_42_directly_built_topic_config_is_validated_too() -> None:
         TopicConfig(min_compaction_lag_ms=10, max_compaction_lag_ms=5)
     with pytest.raises(ConfigError, match="min.cleanable.dirty.ratio"):
         dataclasses.replace(TopicConfig(), min_cleanable_dirty_ratio=2.0)
+    with pytest.raises(ConfigError, match="cleanup.policy"):
+        TopicConfig(cleanup_policy="compact")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="message.timestamp.type"):
+        TopicConfig(message_timestamp_type="Now")
 
 
 # ---- glob precedence --------------------------------------------------------------------------------
