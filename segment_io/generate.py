@@ -230,11 +230,13 @@ def _split_segments(table: pa.Table, segment_bytes: int) -> list[pa.Table]:
 def generate_log_dir(spec: GenerateSpec, out_dir: str | os.PathLike,
                      progress: Callable[[str], None] | None = None) -> GenerateResult:
     """Write a broker-style log dir under ``out_dir`` (created; must not already hold partitions)."""
-    from segment_io.checkpoint import write_offset_checkpoint_file
+    from segment_io.checkpoint import write_offset_checkpoint
+    from segment_io.storage import open_storage
     from segment_io.segment_writer import write_segment
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    storage = open_storage(str(out))
     result = GenerateResult(out_dir=str(out))
     rng = np.random.default_rng(spec.seed)
     log_start: dict[tuple[str, int], int] = {}
@@ -264,6 +266,6 @@ def generate_log_dir(spec: GenerateSpec, out_dir: str | os.PathLike,
             result.per_partition[f"{topic}-{p}"] = written
             if progress:
                 progress(f"{topic}-{p}: {table.num_rows} records, {written} bytes")
-    write_offset_checkpoint_file(str(out / layout.LOG_START_OFFSET_CHECKPOINT), log_start)
-    write_offset_checkpoint_file(str(out / layout.CLEANER_OFFSET_CHECKPOINT), {})
+    write_offset_checkpoint(storage, str(out / layout.LOG_START_OFFSET_CHECKPOINT), log_start)
+    write_offset_checkpoint(storage, str(out / layout.CLEANER_OFFSET_CHECKPOINT), {})
     return result

@@ -1,0 +1,372 @@
+"""Compact partitions whose cleanup.policy includes compact, with Kafka's log-cleaner semantics.
+
+For every partition in scope: the cleanable range is [cleaner checkpoint, first uncleanable offset) where
+the first uncleanable offset is the least of the active segment's base, the first offset of an open
+transaction, and the first segment younger than min.compaction.lag.ms. A partition is compacted when its
+dirty ratio exceeds min.cleanable.dirty.ratio, when max.compaction.lag.ms is exceeded, or when you name it
+with --partition/--topic. The latest record of each key survives with its original offset and bytes;
+tombstones get a delete horizon (now + delete.retention.ms) on the first clean and go on a later clean whose
+--now has passed it; aborted transactional records go; markers go once their transaction's data is gone and
+their horizon has passed; each active producer's last batch stays (possibly empty). Segment groups in which
+nothing changes are not rewritten. Topics with cleanup.policy=compact,delete also get retention afterwards.
+
+The log dir is rewritten in place, crash-safely (Kafka's .cleaned -> .swap -> live protocol on local disk; a
+commit intent plus copies on S3); `segjobs recover` (run at the start of every job) finishes or rolls back
+an interrupted run. The log dir's .lock (local) or a lease object (S3) keeps brokers and other runs out.
+
+examples:
+  segjobs compact --log-dir /var/kafka/logs --config conf/topics.toml
+  segjobs compact --log-dir s3://bucket/kafka/logs --topic 'orders*' --now 2026-11-22T02:00:00Z --dry-run
+  segjobs compact --log-dir /backup/logs --partition users-3 --report /tmp/compact.json
+  spark-submit jobs/compact.py --log-dir s3://bucket/kafka/logs --config conf/topics.toml
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+if __name__ == "__main__" and __package__ in (None, ""):  # spark-submit jobs/compact.py
+    import os
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import pyarrow as pa
+
+from jobs.args import add_log_dir_options
+from jobs.config import TopicConfig
+from jobs.jobrun import JobContext, run_job, scan_error_entry
+from jobs.model import PartitionState, Scope as PlanScope
+from jobs.plan_compact import CompactionPlan, group_segments_by_size, plan_compaction, updated_cleaner_checkpoints
+from jobs.report import human_bytes, render_table
+from jobs.scan import PartitionError, empty_batches_from_headers
+from segment_io.errors import SegjobsError, UsageError
+from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, PartitionListing
+from segment_io.storage.base import Storage
+
+DEFAULT_DEDUPE_BUFFER_BYTES = 128 * 1024 * 1024
+STRATEGIES = ("auto", "memory", "external-sort")
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    add_log_dir_options(p)
+    p.add_argument("--strategy", choices=STRATEGIES, default="auto",
+                   help="memory: one task per partition with a bounded offset map (multi-pass when full, like "
+                        "Kafka); external-sort: for key counts beyond memory (not available yet); "
+                        "auto (default): memory")
+    p.add_argument("--dedupe-buffer-bytes", type=int, default=DEFAULT_DEDUPE_BUFFER_BYTES, metavar="N",
+                   help="offset-map memory per task, 24 bytes per key (default: 128 MiB, about 4.2 M keys; "
+                        "Kafka's log.cleaner.dedupe.buffer.size). A partition with more dirty keys is cleaned "
+                        "partially and the report says so; the next run continues")
+
+
+# --------------------------------------------------------------------------------------------------
+# The per-partition task (runs on an executor; returns statistics only, never record data)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompactTask:
+    storage: Storage
+    listing: PartitionListing
+    state: PartitionState
+    plan: CompactionPlan
+    config: TopicConfig
+    txn: Any  # jobs.transactions.TxnState
+    now_ms: int
+    max_keys: int
+    dry_run: bool
+    work_uri: str
+
+
+@dataclass
+class GroupOutcome:
+    """One segment group: the old segments, and (when it changed) the staged replacement."""
+
+    old_bases: list[int]
+    changed: bool
+    bytes_before: int
+    bytes_after: int
+    records_before: int
+    records_after: int
+    staged_suffixes: tuple[str, ...] = ()
+
+
+@dataclass
+class PartitionOutcome:
+    topic: str
+    partition: int
+    groups: list[GroupOutcome] = field(default_factory=list)
+    stats: dict[str, int] = field(default_factory=dict)
+    end_offset: int | None = None
+    map_full: bool = False
+    error: PartitionError | None = None
+    seconds: float = 0.0
+
+
+def _txn_entries(storage: Storage, listing: PartitionListing, bases: list[int], kept: pa.Table) -> list:
+    """The ``.txnindex`` entries of the new segment: the source segments' entries whose abort marker survives."""
+    from segment_io.index import read_txn_index
+
+    markers = kept.filter(kept["control"])
+    if markers.num_rows == 0:
+        return []
+    marker_offsets = set(markers["offset"].to_pylist())
+    entries = []
+    for seg in listing.segments:
+        if seg.base_offset in bases and seg.txnindex is not None:
+            for e in read_txn_index(storage.read(seg.txnindex.uri), path=seg.txnindex.uri):
+                if e.last_offset in marker_offsets:
+                    entries.append(e)
+    return entries
+
+
+def compact_partition(task: CompactTask) -> PartitionOutcome:
+    """Kafka's doClean for one partition: map the dirty range, then clean every segment group below the map's
+    end, staging changed groups for the driver to commit (or, in a dry run, only measuring them)."""
+    from jobs.cleaner import CleanParams, CleanStats, clean_records, legacy_delete_horizon
+    from jobs.commit import staged_uri
+    from jobs.offset_map import build_offset_map
+    from segment_io.decode import decode_key_hashes_bytes, decode_segment_bytes
+    from segment_io.encode import encode_batches
+    from segment_io.format import scan_batches
+    from segment_io.segment_writer import write_segment
+
+    t0 = time.monotonic()
+    plan, state, storage = task.plan, task.state, task.storage
+    out = PartitionOutcome(plan.topic, plan.partition)
+    files = {s.base_offset: s for s in task.listing.segments}
+    staged_written: list[str] = []
+    try:
+        first_dirty, first_uncleanable = plan.first_dirty_offset, plan.first_uncleanable_offset
+        dirty = [s for s in state.segments if s.next_offset > first_dirty and s.base_offset < first_uncleanable]
+
+        def key_tables():
+            for s in dirty:
+                uri = files[s.base_offset].log.uri
+                yield decode_key_hashes_bytes(storage.read(uri), path=uri)
+
+        omap = build_offset_map(key_tables(), start_offset=first_dirty, end_offset=first_uncleanable,
+                                aborted=task.txn.aborted, max_keys=task.max_keys)
+        out.end_offset = omap.end_offset
+        out.map_full = omap.full
+        in_round = [s for s in state.segments if s.base_offset < min(omap.end_offset, first_uncleanable)]
+        groups = group_segments_by_size(in_round, task.config.segment_bytes, task.config.segment_index_bytes,
+                                        first_uncleanable, task.config.index_interval_bytes)
+        clean_before = [s for s in state.segments if s.next_offset <= first_dirty]
+        legacy_h = legacy_delete_horizon(clean_before[-1].mtime_ms if clean_before else None,
+                                         task.config.delete_retention_ms)
+        params = CleanParams(now_ms=task.now_ms, upper_bound_offset=first_uncleanable,
+                             delete_retention_ms=task.config.delete_retention_ms, legacy_delete_horizon_ms=legacy_h)
+        total = CleanStats()
+        for group in groups:
+            bases = [s.base_offset for s in group]
+            sources: dict[int, bytes] = {}
+            tables, empties = [], []
+            for s in group:
+                f = files[s.base_offset]
+                data = storage.read(f.log.uri)
+                sources[s.base_offset] = data
+                tables.append(decode_segment_bytes(data, path=f.log.uri, topic=plan.topic, partition=plan.partition,
+                                                   segment_base_offset=s.base_offset))
+                empties.append(empty_batches_from_headers(scan_batches(data, path=f.log.uri), s.base_offset))
+            records = pa.concat_tables(tables)
+            empty_in = pa.concat_tables(empties)
+            result = clean_records(records, offset_map=omap, txn_state=task.txn, params=params,
+                                   empty_batches=empty_in,
+                                   segment_last_modified_ms={s.base_offset: s.mtime_ms for s in group})
+            total = total.merged(result.stats)
+            bytes_before = sum(len(d) for d in sources.values())
+            g = GroupOutcome(bases, result.changed, bytes_before, bytes_before, records.num_rows, records.num_rows)
+            if result.changed:
+                g.records_after = result.records.num_rows
+                txn_entries = _txn_entries(storage, task.listing, bases, result.records)
+                if task.dry_run:
+                    enc = encode_batches(result.records, empty_batches=result.empty_batches, sources=sources)
+                    g.bytes_after = enc.size
+                else:
+                    target = staged_uri(storage, task.listing.uri, task.work_uri, bases[0], ".log")
+                    written = write_segment(result.records, target, storage=storage,
+                                            empty_batches=result.empty_batches, sources=sources,
+                                            index_interval_bytes=task.config.index_interval_bytes,
+                                            aborted_txns=txn_entries)
+                    staged_written.extend(written.paths.values())
+                    g.bytes_after = written.bytes
+                    g.staged_suffixes = tuple(written.paths)
+            out.groups.append(g)
+        out.stats = {k: int(v) for k, v in total.__dict__.items()}
+    except SegjobsError as exc:
+        out.error = PartitionError.from_exception(exc)
+        for uri in staged_written:  # leave nothing behind for a partition we will not commit
+            try:
+                storage.delete(uri)
+            except SegjobsError:
+                pass
+    out.seconds = round(time.monotonic() - t0, 3)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# The driver
+# --------------------------------------------------------------------------------------------------
+
+
+def _entry(plan: CompactionPlan, state: PartitionState, outcome: PartitionOutcome | None, *, dry_run: bool,
+           committed: bool, checkpoint: int | None) -> dict[str, Any]:
+    segs_before = len(state.segments)
+    bytes_before = state.size_bytes
+    entry: dict[str, Any] = {
+        "topic": plan.topic, "partition": plan.partition, "selected": plan.selected, "reason": plan.reason,
+        "dirty_ratio": round(plan.dirty_ratio, 4), "clean_bytes": plan.clean_bytes,
+        "cleanable_bytes": plan.cleanable_bytes, "first_dirty_offset": plan.first_dirty_offset,
+        "first_uncleanable_offset": plan.first_uncleanable_offset, "bound_by": plan.bound_by,
+        "previous_checkpoint": plan.previous_checkpoint, "new_checkpoint": checkpoint,
+        "segments_before": segs_before, "bytes_before": bytes_before,
+        "segments_after": segs_before, "bytes_after": bytes_before,
+        "records_removed": 0, "bytes_removed": 0,
+    }
+    if outcome is None:
+        entry["action"] = "skipped"
+        return entry
+    removed_segments = sum(len(g.old_bases) - 1 for g in outcome.groups if g.changed)
+    bytes_after = bytes_before - sum(g.bytes_before - g.bytes_after for g in outcome.groups)
+    entry.update({
+        "action": "error" if outcome.error else ("would compact" if dry_run else
+                                                  ("compacted" if committed else "unchanged")),
+        "cleaned_range": [plan.first_dirty_offset, outcome.end_offset],
+        "partial": outcome.map_full,
+        "groups": len(outcome.groups), "groups_rewritten": sum(g.changed for g in outcome.groups),
+        "segments_after": segs_before - removed_segments, "bytes_after": bytes_after,
+        "records_before": sum(g.records_before for g in outcome.groups),
+        "records_after": sum(g.records_after for g in outcome.groups),
+        "bytes_removed": bytes_before - bytes_after,
+        "stats": outcome.stats, "task_seconds": outcome.seconds,
+    })
+    entry["records_removed"] = entry["records_before"] - entry["records_after"]
+    if outcome.map_full:
+        entry["reason"] += (f"; offset map full: cleaned up to offset {outcome.end_offset}, the next run continues "
+                            f"(raise --dedupe-buffer-bytes to clean more per pass)")
+    if outcome.error:
+        entry["error"] = outcome.error.to_dict()
+        entry["reason"] = f"uncleanable, left untouched: {outcome.error}"
+    return entry
+
+
+def _work(ctx: JobContext) -> None:
+    from jobs.commit import StagedSegment, replace_segments
+    from jobs.offset_map import max_keys_for_buffer
+    from segment_io.checkpoint import write_offset_checkpoint
+
+    args = ctx.args
+    if args.strategy == "external-sort":
+        raise UsageError("--strategy external-sort is not available yet; use memory (or auto)")
+    max_keys = max_keys_for_buffer(args.dedupe_buffer_bytes)
+    plan_scope = PlanScope(force=bool(args.topic or args.partition))
+    plans: dict[tuple[str, int], CompactionPlan] = {}
+    tasks: list[CompactTask] = []
+    for key, scan in sorted(ctx.scans.items()):
+        if scan.error is not None:
+            ctx.report.partitions.append(scan_error_entry(scan))
+            ctx.report.errors.append({"partition": scan.name, **scan.error.to_dict()})
+            continue
+        config = ctx.configs.for_topic(scan.topic)
+        scope = plan_scope if ctx.scope.explicit(*key) else PlanScope()
+        plan = plan_compaction(scan.state, config, ctx.now_ms, scope)
+        plans[key] = plan
+        if plan.selected:
+            tasks.append(CompactTask(ctx.storage, ctx.listing.partitions[key], scan.state, plan, config, scan.txn,
+                                     ctx.now_ms, max_keys, ctx.dry_run, ctx.work_uri))
+    ctx.progress(f"{len(tasks)} of {len(plans)} partition(s) selected for compaction")
+    outcomes = {(o.topic, o.partition): o for o in ctx.parallel_map(compact_partition, tasks)}
+
+    checkpoints = dict(ctx.checkpoints[CLEANER_OFFSET_CHECKPOINT])
+    checkpoint_changed = False
+    live = set(ctx.listing.partitions)
+    for key, plan in plans.items():
+        state = ctx.scans[key].state
+        outcome = outcomes.get(key)
+        committed = False
+        new_cp = checkpoints.get(key)
+        if plan.checkpoint_reset:
+            new_cp, checkpoint_changed = plan.first_dirty_offset, True
+        if outcome is not None and outcome.error is None and not ctx.dry_run:
+            try:
+                for g in outcome.groups:
+                    if g.changed:
+                        replace_segments(ctx.storage, ctx.listing.partitions[key].uri, old_base_offsets=g.old_bases,
+                                         new_segments=[StagedSegment(g.old_bases[0], g.staged_suffixes)],
+                                         work_uri=ctx.work_uri)
+                        committed = True
+                new_cp, checkpoint_changed = outcome.end_offset, True
+            except SegjobsError as exc:
+                outcome.error = PartitionError.from_exception(exc)
+        if outcome is not None and outcome.error is not None:
+            ctx.report.errors.append({"partition": f"{plan.topic}-{plan.partition}", **outcome.error.to_dict()})
+            ctx.progress(f"{plan.topic}-{plan.partition}: UNCLEANABLE, left untouched: {outcome.error}")
+        elif outcome is not None:
+            ctx.progress(f"{plan.topic}-{plan.partition}: {'measured' if ctx.dry_run else 'compacted'} in "
+                         f"{outcome.seconds}s")
+        if new_cp is not None:
+            checkpoints[key] = new_cp
+        entry = _entry(plan, state, outcome, dry_run=ctx.dry_run, committed=committed,
+                       checkpoint=checkpoints.get(key) if not ctx.dry_run else (outcome.end_offset if outcome else None))
+        ctx.report.partitions.append(entry)
+    if checkpoint_changed and not ctx.dry_run:
+        entries = updated_cleaner_checkpoints(checkpoints, live)
+        write_offset_checkpoint(ctx.storage, ctx.storage.join(ctx.log_dir, CLEANER_OFFSET_CHECKPOINT),
+                                dict(sorted(entries.items())))
+    _apply_retention_for_compact_delete(ctx)
+    _summarize(ctx)
+
+
+def _apply_retention_for_compact_delete(ctx: JobContext) -> None:
+    """Topics with cleanup.policy=compact,delete get retention after compaction, as in a broker."""
+    try:
+        from jobs.retain import retain_after_compaction
+    except ImportError:
+        return
+    retain_after_compaction(ctx)
+
+
+def _summarize(ctx: JobContext) -> None:
+    rows = []
+    totals = {"partitions": len(ctx.report.partitions), "selected": 0, "records_removed": 0, "bytes_removed": 0,
+              "errors": len(ctx.report.errors)}
+    for e in ctx.report.partitions:
+        if e.get("selected"):
+            totals["selected"] += 1
+        totals["records_removed"] += int(e.get("records_removed") or 0)
+        totals["bytes_removed"] += int(e.get("bytes_removed") or 0)
+        stats = e.get("stats") or {}
+        rows.append({
+            "partition": f"{e['topic']}-{e['partition']}", "action": e.get("action", ""),
+            "dirty": f"{float(e.get('dirty_ratio') or 0):.2f}",
+            "segments": f"{e.get('segments_before', '-')}->{e.get('segments_after', '-')}",
+            "bytes": f"{human_bytes(e.get('bytes_before'))} -> {human_bytes(e.get('bytes_after'))}",
+            "records_removed": e.get("records_removed", 0),
+            "tombstones_removed": stats.get("tombstones_removed", "-"),
+            "aborted_removed": stats.get("aborted_records_removed", "-"),
+        })
+    ctx.report.totals.update(totals)
+    if not ctx.args.quiet or True:
+        print(render_table(rows, [("partition", "partition"), ("action", "action"), ("dirty", "dirty"),
+                                  ("segments", "segments"), ("bytes", "bytes"),
+                                  ("records_removed", "records removed"), ("tombstones_removed", "tombstones removed"),
+                                  ("aborted_removed", "aborted removed")]))
+        verb = "would remove" if ctx.dry_run else "removed"
+        print(f"\n{totals['selected']} of {totals['partitions']} partition(s) selected; {verb} "
+              f"{totals['records_removed']} record(s), {human_bytes(totals['bytes_removed'])}"
+              + (f"; {totals['errors']} partition(s) FAILED (see above)" if totals["errors"] else ""))
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_job("compact", args, _work, scan_depth="transactions")
+
+
+if __name__ == "__main__":
+    from jobs.cli import submit_main
+
+    submit_main("compact")
