@@ -1,0 +1,136 @@
+"""Recovery: agreement with Kafka's own loader, the no-intent fallback, whole log dirs, bad intents."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from jobs.commit import RecoveryError, partition_work_uri
+from jobs.recover import recover_log_dir, recover_partition
+from segment_io.storage import LocalStorage
+from tests.jobs.test_commit_local import (
+    LOCAL_COMMIT_POINT,
+    LOCAL_REPLACE_STEPS,
+    Scenario,
+    build_scenario,
+    do_replace,
+    live_data,
+    name,
+    offsets_in,
+    partition_files,
+    recover_twice,
+    run_to_crash,
+    check_replace_outcome,
+)
+
+
+def kafka_loader(partition: Path) -> None:
+    """What a broker's LogLoader does to a partition dir on start, as read from LogLoader.java (load() and
+    removeTempFilesAndCollectSwapFiles()), written independently of jobs.recover.
+
+    1. unlink ``.deleted`` files; collect ``.cleaned`` and ``.swap`` files;
+    2. unlink swaps whose base offset is >= the lowest ``.cleaned`` base offset, then every ``.cleaned``;
+    3. over the ``.log.swap`` files left: lo = lowest base offset, hi = highest next offset (last offset
+       + 1, the base offset for an empty log); unlink every other file whose name starts with an offset in
+       [lo, hi) - snapshots included, Kafka rebuilds them;
+    4. rename every remaining ``.swap`` file to its name without the suffix.
+    """
+    cleaned, swaps = [], []
+    for p in sorted(partition.iterdir()):
+        if p.name.endswith(".deleted"):
+            p.unlink()
+        elif p.name.endswith(".cleaned"):
+            cleaned.append(p)
+        elif p.name.endswith(".swap"):
+            swaps.append(p)
+    lowest_cleaned = min((int(p.name[:20]) for p in cleaned), default=math.inf)
+    kept = []
+    for p in swaps:
+        if int(p.name[:20]) >= lowest_cleaned:
+            p.unlink()
+        else:
+            kept.append(p)
+    for p in cleaned:
+        p.unlink()
+    lo, hi = math.inf, -math.inf
+    for p in kept:
+        if p.name.endswith(".log.swap"):
+            base = int(p.name[:20])
+            offsets = offsets_in(p.read_bytes())
+            lo, hi = min(lo, base), max(hi, offsets[-1] + 1 if offsets else base)
+    for p in partition.iterdir():
+        if not p.name.endswith(".swap") and p.name[:20].isdigit() and lo <= int(p.name[:20]) < hi:
+            p.unlink()
+    for p in kept:
+        p.rename(p.with_name(p.name[: -len(".swap")]))
+
+
+@pytest.fixture()
+def local(tmp_path) -> Scenario:
+    return build_scenario(LocalStorage(), str(tmp_path / "kafka-logs"))
+
+
+@pytest.mark.parametrize("step", LOCAL_REPLACE_STEPS)
+def test_a_broker_loading_the_crashed_dir_reaches_the_same_state_as_segjobs(local: Scenario, step: str,
+                                                                           tmp_path: Path) -> None:
+    run_to_crash(do_replace(local), step)
+    broker_copy = tmp_path / "broker" / "orders-3"
+    shutil.copytree(local.partition, broker_copy)
+    kafka_loader(broker_copy)
+    broker_live = live_data({p.name: p.read_bytes() for p in broker_copy.iterdir()})
+    expect_new = LOCAL_REPLACE_STEPS.index(step) >= LOCAL_COMMIT_POINT
+    assert broker_live == (local.new_state if expect_new else local.old_state)
+
+    recover_twice(local)
+    assert live_data(partition_files(local.storage, local.partition)) == broker_live
+
+
+@pytest.mark.parametrize("step,expect_new", [
+    ("cleaned-to-swap:" + name(0, ".index"), False),  # a half-renamed segment: the swap is aborted
+    ("old-to-deleted:" + name(10, ".txnindex"), True),
+    ("swap-to-live:" + name(18, ".log"), True),
+    ("swap-to-live:" + name(0, ".timeindex"), True),  # a partially renamed segment completes
+])
+def test_without_its_intent_recovery_follows_kafkas_swap_range_rule(local: Scenario, step: str,
+                                                                    expect_new: bool) -> None:
+    """A swap left by a broker's own cleaner has no segjobs intent: the range of originals to delete comes
+    from the swap logs' offsets, as in Kafka."""
+    run_to_crash(do_replace(local), step)
+    storage = local.storage
+    storage.delete(storage.join(partition_work_uri(storage, local.work, local.partition), "replace.json"))
+    recover_twice(local)
+    files = partition_files(storage, local.partition)
+    # Without the intent nobody knows the old .deleted files belonged to a replace: purge takes them later.
+    assert live_data(files) == (local.new_state if expect_new else local.old_state)
+    assert not any(n.endswith((".swap", ".cleaned")) for n in files)
+
+
+def test_recover_log_dir_visits_every_partition_and_is_idempotent(tmp_path: Path) -> None:
+    storage = LocalStorage()
+    log_dir = str(tmp_path / "kafka-logs")
+    crashed = build_scenario(storage, log_dir)
+    run_to_crash(do_replace(crashed), "swap-to-live:" + name(0, ".log"))
+    clean_part = Path(log_dir) / "payments-0"
+    clean_part.mkdir()
+    (clean_part / name(0, ".log")).write_bytes(b"")
+    (Path(log_dir) / "recovery-point-offset-checkpoint").write_text("0\n0\n")
+
+    reports = recover_log_dir(storage, log_dir, now_ms=1)
+    assert [r.partition_uri.rsplit("/", 1)[-1] for r in reports] == ["orders-3", "payments-0"]
+    assert reports[0].changed and not reports[1].changed
+    check_replace_outcome(crashed, expect_new=True)
+    assert not any(r.changed for r in recover_log_dir(storage, log_dir, now_ms=2))
+
+
+def test_an_unreadable_intent_stops_recovery_before_any_change(local: Scenario) -> None:
+    run_to_crash(do_replace(local), "old-to-deleted:" + name(0, ".log"))
+    storage = local.storage
+    storage.write_atomic(storage.join(partition_work_uri(storage, local.work, local.partition), "replace.json"),
+                         b"{not json")
+    before = partition_files(storage, local.partition)
+    with pytest.raises(RecoveryError, match="unreadable"):
+        recover_partition(storage, local.partition, work_uri=local.work, now_ms=1)
+    assert partition_files(storage, local.partition) == before
