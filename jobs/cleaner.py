@@ -30,7 +30,7 @@ Public API::
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Callable, Mapping
+from typing import Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -49,9 +49,6 @@ from segment_io.schema import BATCH_COLUMNS, BATCH_SCHEMA, KEY_HASH_SCHEMA, RECO
 
 #: Kafka's default ``delete.retention.ms`` (1 day).
 DEFAULT_DELETE_RETENTION_MS = 86_400_000
-
-KeyHasher = Callable[[pa.Array | pa.ChunkedArray], tuple[np.ndarray, np.ndarray]]
-
 
 class CleanerInputError(SegjobsError):
     """The tables handed to the cleaner break its contract (unsorted offsets, misaligned hashes)."""
