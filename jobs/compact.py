@@ -27,7 +27,7 @@ import argparse
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 if __name__ == "__main__" and __package__ in (None, ""):  # spark-submit jobs/compact.py
     import os
@@ -48,6 +48,8 @@ from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, PartitionListing
 from segment_io.storage.base import Storage
 
 DEFAULT_DEDUPE_BUFFER_BYTES = 128 * 1024 * 1024
+#: Extra cleaning passes over a group's output within one run (markers settle after at most two).
+MAX_CONVERGENCE_PASSES = 3
 STRATEGIES = ("auto", "memory", "external-sort")
 
 
@@ -107,6 +109,26 @@ class PartitionOutcome:
     seconds: float = 0.0
 
 
+STAGING_DIR = "staging"
+
+
+def private_stage_uri(storage: Storage, work_uri: str, partition_uri: str, base_offset: int, suffix: str) -> str:
+    """Where a task stages a new segment before the driver commits it.
+
+    On local disk it cannot be Kafka's ``.cleaned`` name in the partition dir right away: a broker's loader
+    discards every ``.swap`` at or above the lowest ``.cleaned`` offset, so one group's staged files must
+    never sit in the partition dir while another group is being swapped in. Tasks therefore stage in the
+    work dir and the driver moves one group at a time to its ``.cleaned`` name just before committing it.
+    On S3 the commit protocol's own staging location is already outside the partition prefix.
+    """
+    from jobs.commit import partition_name, staged_uri
+    from segment_io.layout import segment_file_name
+
+    if not storage.atomic_rename:
+        return staged_uri(storage, partition_uri, work_uri, base_offset, suffix)
+    return storage.join(work_uri, STAGING_DIR, partition_name(partition_uri), segment_file_name(base_offset, suffix))
+
+
 def _txn_entries(storage: Storage, listing: PartitionListing, bases: list[int], kept: pa.Table) -> list:
     """The ``.txnindex`` entries of the new segment: the source segments' entries whose abort marker survives."""
     from segment_io.index import read_txn_index
@@ -124,11 +146,22 @@ def _txn_entries(storage: Storage, listing: PartitionListing, bases: list[int], 
     return entries
 
 
+def _merged_result(later, earlier):
+    """The later pass's output with the statistics of both passes (records read once: from the first)."""
+    from dataclasses import replace
+
+    stats = earlier.stats.merged(later.stats)
+    stats = replace(stats, batches_read=earlier.stats.batches_read, records_read=earlier.stats.records_read,
+                    bytes_read=earlier.stats.bytes_read, records_kept=later.stats.records_kept,
+                    bytes_kept_estimate=later.stats.bytes_kept_estimate,
+                    tombstones_kept=later.stats.tombstones_kept, empty_batches_kept=later.stats.empty_batches_kept)
+    return replace(later, stats=stats)
+
+
 def compact_partition(task: CompactTask) -> PartitionOutcome:
     """Kafka's doClean for one partition: map the dirty range, then clean every segment group below the map's
     end, staging changed groups for the driver to commit (or, in a dry run, only measuring them)."""
     from jobs.cleaner import CleanParams, CleanStats, clean_records, legacy_delete_horizon
-    from jobs.commit import staged_uri
     from jobs.offset_map import build_offset_map
     from segment_io.decode import decode_key_hashes_bytes, decode_segment_bytes
     from segment_io.encode import encode_batches
@@ -175,20 +208,33 @@ def compact_partition(task: CompactTask) -> PartitionOutcome:
                 empties.append(empty_batches_from_headers(scan_batches(data, path=f.log.uri), s.base_offset))
             records = pa.concat_tables(tables)
             empty_in = pa.concat_tables(empties)
+            mtimes = {s.base_offset: s.mtime_ms for s in group}
             result = clean_records(records, offset_map=omap, txn_state=task.txn, params=params,
-                                   empty_batches=empty_in,
-                                   segment_last_modified_ms={s.base_offset: s.mtime_ms for s in group})
+                                   empty_batches=empty_in, segment_last_modified_ms=mtimes)
+            changed = result.changed
+            # Kafka stamps a marker's horizon only on the pass after the one that removed its transaction's
+            # data, so a second clean at the same `now` could still change bytes. Clean the output again
+            # (as Kafka's next passes at this `now` would) until it is stable, so that re-running a backfill
+            # with the same --now changes nothing.
+            for _ in range(MAX_CONVERGENCE_PASSES):
+                if not result.changed:
+                    break
+                again = clean_records(result.records, offset_map=omap, txn_state=task.txn, params=params,
+                                      empty_batches=result.empty_batches, segment_last_modified_ms=mtimes)
+                if not again.changed:
+                    break
+                result = _merged_result(again, result)
             total = total.merged(result.stats)
             bytes_before = sum(len(d) for d in sources.values())
-            g = GroupOutcome(bases, result.changed, bytes_before, bytes_before, records.num_rows, records.num_rows)
-            if result.changed:
+            g = GroupOutcome(bases, changed, bytes_before, bytes_before, records.num_rows, records.num_rows)
+            if changed:
                 g.records_after = result.records.num_rows
                 txn_entries = _txn_entries(storage, task.listing, bases, result.records)
                 if task.dry_run:
                     enc = encode_batches(result.records, empty_batches=result.empty_batches, sources=sources)
                     g.bytes_after = enc.size
                 else:
-                    target = staged_uri(storage, task.listing.uri, task.work_uri, bases[0], ".log")
+                    target = private_stage_uri(storage, task.work_uri, task.listing.uri, bases[0], ".log")
                     written = write_segment(result.records, target, storage=storage,
                                             empty_batches=result.empty_batches, sources=sources,
                                             index_interval_bytes=task.config.index_interval_bytes,
@@ -280,6 +326,7 @@ def _work(ctx: JobContext) -> None:
             tasks.append(CompactTask(ctx.storage, ctx.listing.partitions[key], scan.state, plan, config, scan.txn,
                                      ctx.now_ms, max_keys, ctx.dry_run, ctx.work_uri))
     ctx.progress(f"{len(tasks)} of {len(plans)} partition(s) selected for compaction")
+    _clear_private_staging(ctx)
     outcomes = {(o.topic, o.partition): o for o in ctx.parallel_map(compact_partition, tasks)}
 
     checkpoints = dict(ctx.checkpoints[CLEANER_OFFSET_CHECKPOINT])
@@ -293,12 +340,14 @@ def _work(ctx: JobContext) -> None:
         if plan.checkpoint_reset:
             new_cp, checkpoint_changed = plan.first_dirty_offset, True
         if outcome is not None and outcome.error is None and not ctx.dry_run:
+            p_uri = ctx.listing.partitions[key].uri
             try:
                 for g in outcome.groups:
                     if g.changed:
+                        _move_to_cleaned(ctx, p_uri, g)
                         replace_segments(ctx.storage, ctx.listing.partitions[key].uri, old_base_offsets=g.old_bases,
                                          new_segments=[StagedSegment(g.old_bases[0], g.staged_suffixes)],
-                                         work_uri=ctx.work_uri)
+                                         work_uri=ctx.work_uri, fault=COMMIT_FAULT)
                         committed = True
                 new_cp, checkpoint_changed = outcome.end_offset, True
             except SegjobsError as exc:
@@ -320,6 +369,26 @@ def _work(ctx: JobContext) -> None:
                                 dict(sorted(entries.items())))
     _apply_retention_for_compact_delete(ctx)
     _summarize(ctx)
+
+
+def _move_to_cleaned(ctx: JobContext, partition_uri: str, g: GroupOutcome) -> None:
+    """Local disk: bring one group's privately staged files to their ``.cleaned`` names (see
+    :func:`private_stage_uri`); a crash right after leaves only ``.cleaned`` files, which recovery deletes."""
+    from jobs.commit import staged_uri
+
+    if not ctx.storage.atomic_rename:
+        return
+    for sfx in g.staged_suffixes:
+        ctx.storage.rename(private_stage_uri(ctx.storage, ctx.work_uri, partition_uri, g.old_bases[0], sfx),
+                           staged_uri(ctx.storage, partition_uri, ctx.work_uri, g.old_bases[0], sfx))
+
+
+def _clear_private_staging(ctx: JobContext) -> None:
+    """Staged files of an earlier, interrupted run are never committed: remove them before tasks stage anew."""
+    root = ctx.storage.join(ctx.work_uri, STAGING_DIR)
+    if ctx.storage.atomic_rename and not ctx.dry_run:
+        for info in ctx.storage.list(root, recursive=True):
+            ctx.storage.delete(info.uri)
 
 
 def _apply_retention_for_compact_delete(ctx: JobContext) -> None:
