@@ -244,8 +244,13 @@ def compact_partition(task: CompactTask) -> PartitionOutcome:
                     g.staged_suffixes = tuple(written.paths)
             out.groups.append(g)
         out.stats = {k: int(v) for k, v in total.__dict__.items()}
-    except SegjobsError as exc:
+    except Exception as exc:  # noqa: BLE001 - one partition's failure must not stop the others
         out.error = PartitionError.from_exception(exc)
+        if not isinstance(exc, SegjobsError):
+            import traceback
+
+            out.error = PartitionError("InternalError", f"{type(exc).__name__}: {exc} (a segjobs bug; please "
+                                       f"report it with this trace: {traceback.format_exc(limit=-3)!r})")
         for uri in staged_written:  # leave nothing behind for a partition we will not commit
             try:
                 storage.delete(uri)
@@ -410,6 +415,9 @@ def _summarize(ctx: JobContext) -> None:
         totals["records_removed"] += int(e.get("records_removed") or 0)
         totals["bytes_removed"] += int(e.get("bytes_removed") or 0)
         stats = e.get("stats") or {}
+        retention = e.get("retention") or {}
+        if retention.get("bytes_removed"):
+            totals["bytes_removed"] += int(retention["bytes_removed"])
         rows.append({
             "partition": f"{e['topic']}-{e['partition']}", "action": e.get("action", ""),
             "dirty": f"{float(e.get('dirty_ratio') or 0):.2f}",
@@ -418,17 +426,19 @@ def _summarize(ctx: JobContext) -> None:
             "records_removed": e.get("records_removed", 0),
             "tombstones_removed": stats.get("tombstones_removed", "-"),
             "aborted_removed": stats.get("aborted_records_removed", "-"),
+            "retention": (f"-{len(retention.get('deleted') or [])} seg, "
+                          f"{human_bytes(retention.get('bytes_removed'))}") if retention.get("bytes_removed") else "-",
         })
     ctx.report.totals.update(totals)
-    if not ctx.args.quiet or True:
-        print(render_table(rows, [("partition", "partition"), ("action", "action"), ("dirty", "dirty"),
-                                  ("segments", "segments"), ("bytes", "bytes"),
-                                  ("records_removed", "records removed"), ("tombstones_removed", "tombstones removed"),
-                                  ("aborted_removed", "aborted removed")]))
-        verb = "would remove" if ctx.dry_run else "removed"
-        print(f"\n{totals['selected']} of {totals['partitions']} partition(s) selected; {verb} "
-              f"{totals['records_removed']} record(s), {human_bytes(totals['bytes_removed'])}"
-              + (f"; {totals['errors']} partition(s) FAILED (see above)" if totals["errors"] else ""))
+    # The summary is the command's output: --quiet only silences the progress lines.
+    print(render_table(rows, [("partition", "partition"), ("action", "action"), ("dirty", "dirty"),
+                              ("segments", "segments"), ("bytes", "bytes"),
+                              ("records_removed", "records removed"), ("tombstones_removed", "tombstones removed"),
+                              ("aborted_removed", "aborted removed"), ("retention", "retention")]))
+    verb = "would remove" if ctx.dry_run else "removed"
+    print(f"\n{totals['selected']} of {totals['partitions']} partition(s) selected; {verb} "
+          f"{totals['records_removed']} record(s), {human_bytes(totals['bytes_removed'])}"
+          + (f"; {totals['errors']} partition(s) FAILED (see above)" if totals["errors"] else ""))
 
 
 def run(args: argparse.Namespace) -> int:
