@@ -108,7 +108,8 @@ class KafkaSegmentsReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Decode one split and yield its matching rows in batches of about ``batchRows`` rows."""
-        assert isinstance(partition, SegmentSplit)
+        if not isinstance(partition, SegmentSplit):
+            return  # pyspark plans one placeholder partition when partitions() found nothing to read
         table = read_split(partition, self.options, self.bounds)
         if table.num_rows:
             yield from table.to_batches(max_chunksize=self.options.batch_rows)
