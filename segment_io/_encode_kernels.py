@@ -3,7 +3,9 @@
 The Python side (:mod:`segment_io.encode`) decides, per batch, what to write (header fields, base offset and
 base timestamp the deltas are relative to); these kernels then visit every record once to size it and once
 to write it, without creating a Python object per record. All batches of a call are written into one
-preallocated buffer, header first (CRC left zero for the caller) and records after it.
+preallocated buffer, header first and records after it; small batches also get their CRC-32C here, large
+ones are left to the hardware-accelerated ``crc32c`` package. Keys, values and headers are copied with an
+LLVM memcpy: numba's slice assignment copies byte by byte (about 1 GB/s against 10+ GB/s).
 
 Arrow binary/string columns arrive as (int32 offsets, uint8 data, bool validity) triples; ``headers`` as the
 list offsets plus the triples of its struct children.
@@ -12,13 +14,16 @@ list offsets plus the triples of its struct children.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from segment_io.format import (
     LOG_OVERHEAD,
     V2_ATTRIBUTES,
     V2_BASE_SEQUENCE,
     V2_BASE_TIMESTAMP,
+    V2_CRC,
     V2_HEADER_SIZE,
     V2_LAST_OFFSET_DELTA,
     V2_MAGIC,
@@ -35,6 +40,42 @@ _U63 = np.uint64(63)
 _U7F = np.uint64(0x7F)
 _U80 = np.uint64(0x80)
 _MAGIC_V2 = 2
+
+
+def _crc32c_tables() -> np.ndarray:
+    """Slicing-by-8 tables of CRC-32C (Castagnoli, reflected polynomial 0x82F63B78)."""
+    tables = np.zeros((8, 256), dtype=np.int64)
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        tables[0, n] = c
+    for k in range(1, 8):
+        prev = tables[k - 1]
+        tables[k] = (prev >> 8) ^ tables[0][prev & 0xFF]
+    return tables
+
+
+CRC32C_TABLES = _crc32c_tables()
+
+
+@njit(inline="always")
+def _crc32c(tables: np.ndarray, buf: np.ndarray, start: int, end: int) -> int:
+    # Only for small batches, where calling the hardware-accelerated crc32c package from Python per batch
+    # would cost more than this table-driven loop.
+    crc = np.int64(0xFFFFFFFF)
+    i = start
+    while i + 8 <= end:
+        lo = crc ^ (np.int64(buf[i]) | (np.int64(buf[i + 1]) << 8) | (np.int64(buf[i + 2]) << 16)
+                    | (np.int64(buf[i + 3]) << 24))
+        crc = (tables[7, lo & 0xFF] ^ tables[6, (lo >> 8) & 0xFF] ^ tables[5, (lo >> 16) & 0xFF]
+               ^ tables[4, (lo >> 24) & 0xFF] ^ tables[3, buf[i + 4]] ^ tables[2, buf[i + 5]]
+               ^ tables[1, buf[i + 6]] ^ tables[0, buf[i + 7]])
+        i += 8
+    while i < end:
+        crc = tables[0, (crc ^ buf[i]) & 0xFF] ^ (crc >> 8)
+        i += 1
+    return crc ^ 0xFFFFFFFF
 
 
 @njit(inline="always")
@@ -70,9 +111,29 @@ def _put_be(out: np.ndarray, p: int, v: np.int64, nbytes: int) -> None:
         out[p + nbytes - 1 - i] = np.uint8((v >> (8 * i)) & 0xFF)
 
 
+@intrinsic
+def _memcpy(typingctx, dst, dst_start, src, src_start, count):
+    """``dst[dst_start:dst_start+count] = src[src_start:src_start+count]`` as one LLVM memcpy (numba's slice
+    assignment and plain loops copy byte by byte inside a kernel this size)."""
+    sig = types.void(dst, dst_start, src, src_start, count)
+
+    def codegen(context, builder, signature, args):
+        d, d_start, s, s_start, n = args
+        kinds = signature.args
+        d_start = context.cast(builder, d_start, kinds[1], types.intp)
+        s_start = context.cast(builder, s_start, kinds[3], types.intp)
+        n = context.cast(builder, n, kinds[4], types.intp)
+        d_ptr = builder.gep(context.make_array(kinds[0])(context, builder, d).data, [d_start])
+        s_ptr = builder.gep(context.make_array(kinds[2])(context, builder, s).data, [s_start])
+        cgutils.raw_memcpy(builder, d_ptr, s_ptr, n, 1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @njit(inline="always")
 def _put_bytes(out: np.ndarray, p: int, data: np.ndarray, start: int, n: int) -> int:
-    out[p:p + n] = data[start:start + n]
+    _memcpy(out, p, data, start, n)
     return p + n
 
 
@@ -133,9 +194,11 @@ def write_batches(out, batch_pos, row_start, row_end, base_offset, last_offset, 
                   attributes, producer_id, producer_epoch, base_sequence, leader_epoch, batch_bodies,
                   body_sizes, offsets, timestamps,
                   key_off, key_data, key_valid, val_off, val_data, val_valid,
-                  hdr_off, hdr_valid, hk_off, hk_data, hv_off, hv_data, hv_valid) -> None:
-    """Write batch ``b`` at ``out[batch_pos[b]:]``: the 61-byte v2 header (CRC left zero) and its records,
-    uncompressed. Sizes come from :func:`record_body_sizes`."""
+                  hdr_off, hdr_valid, hk_off, hk_data, hv_off, hv_data, hv_valid,
+                  crc_here, crc_tables, crc_out) -> None:
+    """Write batch ``b`` at ``out[batch_pos[b]:]``: the 61-byte v2 header and its records, uncompressed.
+    Sizes come from :func:`record_body_sizes`. Where ``crc_here[b]`` the CRC is computed and stored (and
+    put in ``crc_out[b]``); elsewhere it is left zero for the caller."""
     for b in range(row_start.shape[0]):
         p = batch_pos[b]
         size = V2_HEADER_SIZE + batch_bodies[b]
@@ -177,3 +240,8 @@ def write_batches(out, batch_pos, row_start, row_end, base_offset, last_offset, 
             else:
                 out[p] = np.uint8(0)
                 p += 1
+        if crc_here[b]:
+            start = batch_pos[b]
+            crc = _crc32c(crc_tables, out, start + V2_ATTRIBUTES, start + size)
+            _put_be(out, start + V2_CRC, crc, 4)
+            crc_out[b] = crc

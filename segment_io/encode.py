@@ -448,15 +448,32 @@ def encode_batches(records: pa.Table | Iterable[pa.RecordBatch], *, empty_batche
         plan = merged.take(np.argsort(merged.base_offset, kind="stable"))
     _check_order(plan)
     copies = _copy_sources(plan, sources)
-    encode_mask = np.fromiter((c is None for c in copies), dtype=np.bool_, count=len(copies))
-    raw, raw_pos, raw_size = _encode_uncompressed(table, plan, encode_mask)
-    return _assemble(plan, copies, encode_mask, raw, raw_pos, raw_size)
+    is_copy = np.fromiter((c is not None for c in copies), dtype=np.bool_, count=len(copies))
+    to_compress = ~is_copy & (plan.codec != NONE) & (plan.row_end > plan.row_start)
+    encoded = _encode_uncompressed(table, plan, ~is_copy, ~is_copy & ~to_compress)
+    return _assemble(plan, copies, to_compress, encoded)
 
 
-def _encode_uncompressed(table: pa.Table, plan: _Plan, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray,
-                                                                                    np.ndarray]:
-    """Write the batches selected by ``mask`` uncompressed into one buffer; returns it with each selected
-    batch's position and size in it (-1 for the others)."""
+#: Batches up to this size get their CRC inside the kernel; larger ones from the crc32c package, whose
+#: hardware-accelerated loop wins once the per-call Python overhead is amortised.
+_KERNEL_CRC_MAX_BYTES = 4096
+
+
+@dataclass
+class _Raw:
+    """Uncompressed encoding of the batches not copied: one buffer, each batch's place in it, and the CRCs
+    the kernel already computed."""
+
+    data: np.ndarray
+    position: np.ndarray  # -1 for copied batches
+    size: np.ndarray
+    crc: np.ndarray
+    crc_done: np.ndarray
+
+
+def _encode_uncompressed(table: pa.Table, plan: _Plan, mask: np.ndarray, final: np.ndarray) -> _Raw:
+    """Write the batches selected by ``mask`` uncompressed into one buffer. ``final`` marks those that stay
+    uncompressed: small ones among them are finished (CRC) by the kernel."""
     idx = np.flatnonzero(mask)
     n = table.num_rows
     offsets = _ints(table, "offset", np.int64)
@@ -480,74 +497,88 @@ def _encode_uncompressed(table: pa.Table, plan: _Plan, mask: np.ndarray) -> tupl
     positions = np.zeros(len(idx), dtype=np.int64)
     if len(idx):
         np.cumsum(sizes[:-1], out=positions[1:])
+    crc_here = final[idx] & (sizes <= _KERNEL_CRC_MAX_BYTES)
+    crc = np.zeros(len(idx), dtype=np.int64)
     out = np.empty(int(sizes.sum()), dtype=np.uint8)
     kernels.write_batches(out, positions, row_start, row_end, base_offset, plan.last_offset[idx], base_ts,
                           plan.max_timestamp[idx], plan.attributes[idx], plan.producer_id[idx],
                           plan.producer_epoch[idx], plan.base_sequence[idx], plan.leader_epoch[idx], bodies,
                           body_sizes, offsets, timestamps, key_off, key_data, key_valid, val_off, val_data,
-                          val_valid, hdr[0], hdr[1], hdr[2], hdr[3], hdr[4], hdr[5], hdr[6])
-    raw_pos = np.full(len(mask), -1, dtype=np.int64)
-    raw_size = np.full(len(mask), -1, dtype=np.int64)
-    raw_pos[idx] = positions
-    raw_size[idx] = sizes
-    return out, raw_pos, raw_size
+                          val_valid, hdr[0], hdr[1], hdr[2], hdr[3], hdr[4], hdr[5], hdr[6],
+                          crc_here, kernels.CRC32C_TABLES, crc)
+    nb = len(mask)
+    raw = _Raw(data=out, position=np.full(nb, -1, dtype=np.int64), size=np.zeros(nb, dtype=np.int64),
+               crc=np.zeros(nb, dtype=np.int64), crc_done=np.zeros(nb, dtype=np.bool_))
+    raw.position[idx] = positions
+    raw.size[idx] = sizes
+    raw.crc[idx] = crc
+    raw.crc_done[idx] = crc_here
+    return raw
 
 
-def _assemble(plan: _Plan, copies: list[memoryview | None], encode_mask: np.ndarray, raw: np.ndarray,
-              raw_pos: np.ndarray, raw_size: np.ndarray) -> EncodedSegment:
-    """Finish every batch (CRC, compression) and lay them out in order; describe what was written."""
+def _finish_crcs(raw: _Raw, final: np.ndarray) -> None:
+    """CRCs of the large uncompressed batches, which the kernel left to the crc32c package."""
+    mv = memoryview(raw.data)
+    for b in np.flatnonzero(final & ~raw.crc_done).tolist():
+        pos, size = int(raw.position[b]), int(raw.size[b])
+        crc = crc32c.crc32c(mv[pos + V2_CRC_START:pos + size])
+        raw.data[pos + V2_CRC:pos + V2_CRC + 4] = np.frombuffer(crc.to_bytes(4, "big"), dtype=np.uint8)
+        raw.crc[b] = crc
+
+
+def _compressed_batch(raw: _Raw, b: int, codec: int, base_offset: int) -> tuple[bytearray, int]:
+    """Batch ``b`` with its records compressed: new length field and CRC. Returns it and its CRC."""
+    pos, size = int(raw.position[b]), int(raw.size[b])
+    mv = memoryview(raw.data)
+    payload = compress(codec, mv[pos + V2_HEADER_SIZE:pos + size])
+    batch = bytearray(V2_HEADER_SIZE + len(payload))
+    if len(batch) > _INT32_MAX:
+        raise InvalidRecordsError("compressed batch exceeds 2 GiB", offset=base_offset)
+    batch[:V2_HEADER_SIZE] = mv[pos:pos + V2_HEADER_SIZE]
+    batch[V2_HEADER_SIZE:] = payload
+    batch[SIZE_OFFSET:SIZE_OFFSET + 4] = (len(batch) - LOG_OVERHEAD).to_bytes(4, "big")
+    crc = crc32c.crc32c(memoryview(batch)[V2_CRC_START:])
+    batch[V2_CRC:V2_CRC + 4] = crc.to_bytes(4, "big")
+    return batch, crc
+
+
+def _assemble(plan: _Plan, copies: list[memoryview | None], to_compress: np.ndarray, raw: _Raw) -> EncodedSegment:
+    """Finish every batch (CRC, compression) and lay them out in order; describe what was written.
+
+    Runs of batches that stay uncompressed are handed out as slices of the one raw buffer; Python visits
+    only copied and compressed batches."""
     nb = len(copies)
-    raw_mv = memoryview(raw)
-    buffers: list[memoryview] = []
-    out_size = np.empty(nb, dtype=np.int32)
-    crcs = np.empty(nb, dtype=np.uint32)
+    is_copy = np.fromiter((c is not None for c in copies), dtype=np.bool_, count=nb)
+    final = ~is_copy & ~to_compress
+    _finish_crcs(raw, final)
+    out_size = raw.size.astype(np.int32)
+    crcs = raw.crc.astype(np.uint32)
     base_ts = plan.base_timestamp.copy()
     max_ts = plan.max_timestamp.copy()
-    counts = (plan.row_end - plan.row_start).astype(np.int32)
-    codecs = plan.codec.tolist()
-    run_start = run_end = -1  # a run of consecutive uncompressed batches is handed out as one slice of raw
+    raw_mv = memoryview(raw.data)
+    buffers: list[memoryview] = []
+    run_from = 0  # first batch of the current run of uncompressed batches
 
-    def flush_run() -> None:
-        if run_start >= 0:
-            buffers.append(raw_mv[run_start:run_end])
+    def close_run(until: int) -> None:
+        if until > run_from:
+            start = int(raw.position[run_from])
+            end = int(raw.position[until - 1] + raw.size[until - 1])
+            buffers.append(raw_mv[start:end])
 
-    for b in range(nb):
+    for b in np.flatnonzero(~final).tolist():
+        close_run(b)
+        run_from = b + 1
         src = copies[b]
         if src is not None:
-            flush_run()
-            run_start = -1
             header = V2_HEADER.unpack_from(src, 0)
             base_ts[b], max_ts[b], crcs[b] = header[7], header[8], header[4]
             out_size[b] = len(src)
             buffers.append(src)
-            continue
-        pos, size = int(raw_pos[b]), int(raw_size[b])
-        if codecs[b] == NONE or counts[b] == 0:
-            crc = crc32c.crc32c(raw_mv[pos + V2_CRC_START:pos + size])
-            raw[pos + V2_CRC:pos + V2_CRC + 4] = np.frombuffer(crc.to_bytes(4, "big"), dtype=np.uint8)
-            crcs[b] = crc
-            out_size[b] = size
-            if run_start >= 0 and run_end == pos:
-                run_end = pos + size
-            else:
-                flush_run()
-                run_start, run_end = pos, pos + size
-            continue
-        flush_run()
-        run_start = -1
-        payload = compress(codecs[b], raw_mv[pos + V2_HEADER_SIZE:pos + size])
-        batch = bytearray(V2_HEADER_SIZE + len(payload))
-        batch[:V2_HEADER_SIZE] = raw_mv[pos:pos + V2_HEADER_SIZE]
-        batch[V2_HEADER_SIZE:] = payload
-        if len(batch) > _INT32_MAX:
-            raise InvalidRecordsError("compressed batch exceeds 2 GiB", offset=int(plan.base_offset[b]))
-        batch[SIZE_OFFSET:SIZE_OFFSET + 4] = (len(batch) - LOG_OVERHEAD).to_bytes(4, "big")
-        crc = crc32c.crc32c(memoryview(batch)[V2_CRC_START:])
-        batch[V2_CRC:V2_CRC + 4] = crc.to_bytes(4, "big")
-        crcs[b] = crc
-        out_size[b] = len(batch)
-        buffers.append(memoryview(batch))
-    flush_run()
+        else:
+            batch, crcs[b] = _compressed_batch(raw, b, int(plan.codec[b]), int(plan.base_offset[b]))
+            out_size[b] = len(batch)
+            buffers.append(memoryview(batch))
+    close_run(nb)
 
     positions = np.zeros(nb, dtype=np.int64)
     if nb:
@@ -557,8 +588,9 @@ def _assemble(plan: _Plan, copies: list[memoryview | None], encode_mask: np.ndar
         last_offset=plan.last_offset.copy(), magic=np.full(nb, _MAGIC_V2, dtype=np.int8),
         attributes=plan.attributes.astype(np.int16), base_timestamp=base_ts, max_timestamp=max_ts,
         producer_id=plan.producer_id.astype(np.int64), producer_epoch=plan.producer_epoch.astype(np.int16),
-        base_sequence=plan.base_sequence.astype(np.int32), partition_leader_epoch=plan.leader_epoch.astype(np.int32),
-        record_count=counts, crc=crcs,
+        base_sequence=plan.base_sequence.astype(np.int32),
+        partition_leader_epoch=plan.leader_epoch.astype(np.int32),
+        record_count=(plan.row_end - plan.row_start).astype(np.int32), crc=crcs,
     )
     return EncodedSegment(buffers=tuple(buffers), headers=headers)
 
