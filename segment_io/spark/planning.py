@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 from pyspark.sql.datasource import InputPartition
