@@ -3,7 +3,9 @@
 ``scan_partition`` runs inside a Spark task (one per partition) and returns a small, picklable
 :class:`PartitionScan`: the planner's :class:`~jobs.model.PartitionState` and, when asked, the partition's
 transaction and producer state. A partition whose bytes cannot be read comes back with ``error`` set and no
-state, so the job reports it and leaves it untouched while the others proceed.
+state, so the job reports it and leaves it untouched while the others proceed. Every scan also carries what
+retention keeps in step with the log start offset: the leader-epoch checkpoint entries (read here, in the
+task, so the driver does not read thousands of small files one by one) and the producer snapshot offsets.
 
 Two depths:
 
@@ -17,8 +19,11 @@ Two depths:
 
 from __future__ import annotations
 
+import mmap
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +32,8 @@ from jobs.model import PartitionState, SegmentInfo
 from segment_io import index as index_io
 from segment_io.errors import CorruptIndexError, CorruptRecordError, SegjobsError, StorageError
 from segment_io.format import BatchHeaders, scan_batches
-from segment_io.layout import PartitionListing, SegmentFiles
+from segment_io.checkpoint import EpochEntry, read_leader_epoch_checkpoint
+from segment_io.layout import DELETED_SUFFIX, PartitionListing, SegmentFiles
 from segment_io.schema import BATCH_SCHEMA
 from segment_io.storage.base import Storage
 
@@ -69,6 +75,14 @@ class PartitionScan:
     txn: Any = None  #: jobs.transactions.TxnState when scanned at depth "transactions"
     error: PartitionError | None = None
     warnings: list[str] = field(default_factory=list)
+    #: the partition's leader-epoch-checkpoint entries (empty when it has none); None when unreadable,
+    #: then ``leader_epochs_error`` says why (retention must not touch such a partition)
+    leader_epochs: list[EpochEntry] | None = field(default_factory=list)
+    leader_epochs_error: PartitionError | None = None
+    #: offsets of the producer-state ``.snapshot`` files, ascending (from the listing)
+    snapshot_offsets: tuple[int, ...] = ()
+    #: whether the partition holds ``.deleted`` files (from the listing): something a purge may unlink
+    has_deleted_files: bool = False
 
     @property
     def name(self) -> str:
@@ -102,7 +116,8 @@ def empty_batches_from_headers(h: BatchHeaders, segment_base_offset: int) -> pa.
 
 def _timeindex_largest(storage: Storage, seg: SegmentFiles, next_base: int | None) -> int | None:
     """The largest timestamp from a segment's ``.timeindex`` when it passes a standalone sanity check
-    (entries inside the segment's offset range, timestamps non-decreasing); None when it cannot be trusted."""
+    (entries inside the segment's offset range, timestamps increasing and not negative, offsets not
+    decreasing); None when it cannot be trusted."""
     if seg.timeindex is None or seg.timeindex.size == 0:
         return None
     try:
@@ -113,11 +128,41 @@ def _timeindex_largest(storage: Storage, seg: SegmentFiles, next_base: int | Non
         return None
     ts = np.asarray(entries.timestamp)
     rel = np.asarray(entries.relative_offset)
-    if (np.diff(ts) < 0).any() or (rel < 0).any():
+    # Kafka appends a time index entry only with a strictly greater timestamp, never a smaller offset,
+    # and never a negative timestamp: anything else is not an index Kafka would have trusted either.
+    if (np.diff(ts) <= 0).any() or (np.diff(rel) < 0).any() or (rel < 0).any() or (ts < 0).any():
         return None
     if next_base is not None and (seg.base_offset + rel >= next_base).any():
         return None
     return int(ts[-1])
+
+
+@contextmanager
+def _mapped_or_read(storage: Storage, uri: str) -> Iterator[bytes | mmap.mmap]:
+    """A closed segment's bytes for a header scan. A local file is memory-mapped, so only the pages holding
+    batch headers are read (a header scan of a 1 GiB segment touches a few MB); elsewhere the whole object.
+    Only for segments no broker appends to or truncates: a mapped file that shrinks kills the reader."""
+    path = storage.local_path(uri)
+    if path is None:
+        yield storage.read(uri)
+        return
+    try:
+        f = open(path, "rb")
+    except OSError:
+        yield storage.read(uri)  # let the store raise its located, typed error
+        return
+    with f:
+        if os.fstat(f.fileno()).st_size == 0:
+            yield b""
+            return
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            yield mapped
+        finally:
+            try:
+                mapped.close()
+            except BufferError:
+                pass  # an exception's traceback still holds a view of it: unmapped when collected
 
 
 def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = "transactions",
@@ -126,7 +171,14 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
     """Read what the planners need from one partition (see the module docstring for ``depth``)."""
     if depth not in ("headers", "transactions"):
         raise ValueError(f"unknown scan depth {depth!r}")
-    out = PartitionScan(listing.topic, listing.partition, listing.uri)
+    out = PartitionScan(listing.topic, listing.partition, listing.uri,
+                        snapshot_offsets=tuple(off for off, _ in listing.producer_snapshots),
+                        has_deleted_files=any(t.transient == DELETED_SUFFIX for t in listing.transient))
+    if listing.leader_epoch_checkpoint is not None:
+        try:
+            out.leader_epochs = read_leader_epoch_checkpoint(storage, listing.leader_epoch_checkpoint.uri)
+        except SegjobsError as exc:
+            out.leader_epochs, out.leader_epochs_error = None, PartitionError.from_exception(exc)
     try:
         infos, key_tables, empties = [], [], []
         segs = listing.segments
@@ -142,8 +194,14 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
                     offset_index_bytes=seg.index.size if seg.index else None,
                     time_index_bytes=seg.timeindex.size if seg.timeindex else None))
                 continue
-            data = storage.read(seg.log.uri)
-            h = scan_batches(data, path=seg.log.uri, allow_truncated_tail=active)
+            if depth == "headers" and not active:
+                with _mapped_or_read(storage, seg.log.uri) as data:
+                    h = scan_batches(data, path=seg.log.uri, allow_truncated_tail=active)
+                    size = len(data)
+            else:
+                data = storage.read(seg.log.uri)
+                h = scan_batches(data, path=seg.log.uri, allow_truncated_tail=active)
+                size = len(data)
             if h.truncated_tail:
                 out.warnings.append(f"{seg.log.uri}: last {h.truncated_tail} bytes are an incomplete batch "
                                     f"(a broker's recovery would truncate them); the active segment is left as is")
@@ -155,7 +213,7 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
             first_ts = int(h.max_timestamp[0]) if len(h) and int(h.max_timestamp[0]) >= 0 else None
             biggest = int(h.max_timestamp.max()) if len(h) else -1
             infos.append(dict(
-                base_offset=seg.base_offset, size_bytes=len(data), next_offset=max(nxt, seg.base_offset),
+                base_offset=seg.base_offset, size_bytes=size, next_offset=max(nxt, seg.base_offset),
                 first_batch_timestamp=first_ts, largest_timestamp=biggest if biggest >= 0 else None,
                 mtime_ms=seg.log.mtime_ms, batch_count=len(h),
                 offset_index_bytes=seg.index.size if seg.index else None,

@@ -1,0 +1,462 @@
+"""Apply Kafka's retention to a log dir: delete the oldest segments that are past retention.ms, past
+retention.bytes, or wholly below the log start offset, the way a broker's retention thread does.
+
+For each partition, oldest segment first, three rules run in Kafka's order, each stopping at the first
+segment it keeps: (1) the log start offset (log-start-offset-checkpoint; applies to every policy, compact
+included); (2) retention.bytes (policy delete / compact,delete); (3) retention.ms, where a segment's age is
+--now minus its largest record timestamp (from its .timeindex when that is sane, else from its batch
+headers; the .log file's modification time only when no record has a timestamp). A segment stamped in the
+future never expires and holds back every later one: it is reported as a warning. The last (active)
+segment is never deleted and a partition always keeps a segment.
+
+Deletes are two-phase and crash-safe: segments are renamed to .deleted (a broker treats them as gone), and
+unlinked by a later run once file.delete.delay.ms has passed since (counted in --now time, across runs).
+Then the log start offset checkpoint is advanced (one atomic write for the whole dir), leader-epoch-checkpoint
+is trimmed to the new start, and producer snapshots below it are removed. The log dir's .lock (local) or lease
+(S3) keeps brokers and other segjobs runs out; `segjobs recover` (run at the start of every job) finishes an
+interrupted delete. --dry-run writes nothing (no lock, no recovery) and lists every segment that would go,
+its bytes and the rule that condemned it. The KRaft metadata log (__cluster_metadata) is never touched.
+
+examples:
+  segjobs retain --log-dir /var/kafka/logs --config conf/topics.toml --dry-run
+  segjobs retain --log-dir s3://bucket/kafka/logs --set 'clicks*:retention.ms=3d' --now 2026-11-22T00:00:00Z
+  segjobs retain --log-dir /backup/logs --topic 'audit-*' --set 'audit-*:retention.bytes=10GiB' \\
+      --report /tmp/retain.json
+  spark-submit jobs/retain.py --log-dir s3://bucket/kafka/logs --config conf/topics.toml
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+if __name__ == "__main__" and __package__ in (None, ""):  # spark-submit jobs/retain.py
+    import os
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from jobs.args import add_log_dir_options
+from jobs.commit import Fault, delete_segments, purge_deleted
+from jobs.config import TopicConfig
+from jobs.jobrun import JobContext, run_job, scan_error_entry
+from jobs.model import PartitionState
+from jobs.plan_retain import RetentionPlan, plan_retention
+from jobs.report import human_bytes, render_table
+from jobs.scan import PartitionError, PartitionScan, scan_partition
+from segment_io.checkpoint import (
+    read_offset_checkpoint,
+    truncate_epochs_from_start,
+    write_leader_epoch_checkpoint,
+    write_offset_checkpoint,
+)
+from segment_io.errors import SegjobsError
+from segment_io.layout import (
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    SNAPSHOT_SUFFIX,
+    list_log_dir,
+    segment_file_name,
+)
+from segment_io.storage.base import Storage
+
+#: Topics retention never touches: the KRaft metadata log is trimmed by the controller's own snapshots,
+#: and deleting its segments would lose cluster metadata a broker needs to start.
+EXEMPT_TOPICS: frozenset[str] = frozenset({"__cluster_metadata"})
+
+#: Fault-hook step names of the steps that follow :func:`jobs.commit.delete_segments`'s own steps.
+STEP_TRIM_LEADER_EPOCHS = "trim-leader-epoch-checkpoint"
+STEP_DELETE_SNAPSHOT = "delete-snapshot"  # followed by ":<file name>"
+STEP_PURGE = "purge-deleted"
+STEP_WRITE_LOG_START = "write-log-start-offset-checkpoint"
+
+TopicPartition = tuple[str, int]
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    """The options of ``segjobs retain`` (the same as every job's; see :func:`jobs.args.add_log_dir_options`)."""
+    add_log_dir_options(p)
+
+
+def run(args: argparse.Namespace, *, fault: Fault | None = None) -> int:
+    """Run ``segjobs retain`` with parsed ``args``; returns the exit code. ``fault`` (tests only) is called
+    with the name of every destructive step before it runs; raising from it simulates a crash there."""
+    return run_job("retain", args, functools.partial(_work, fault=fault), scan_depth="headers")
+
+
+# --------------------------------------------------------------------------------------------------
+# Applying retention (also used by the compaction job for compact,delete topics)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RetentionParams:
+    """What :func:`apply_retention` needs besides the partition: where, when, and how.
+
+    ``log_start_checkpoint`` is ``log-start-offset-checkpoint`` as this run knows it (read when the run
+    started, then kept up to date by :func:`advance_log_start_offsets`).
+    """
+
+    storage: Storage
+    log_dir: str
+    work_uri: str
+    now_ms: int
+    dry_run: bool = False
+    fault: Fault | None = None
+    log_start_checkpoint: dict[TopicPartition, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_job(cls, ctx: JobContext, *, fault: Fault | None = None) -> "RetentionParams":
+        """The parameters of a job run (its storage, log dir, --now, --dry-run and checkpoints)."""
+        return cls(storage=ctx.storage, log_dir=ctx.log_dir, work_uri=ctx.work_uri, now_ms=ctx.now_ms,
+                   dry_run=ctx.dry_run, fault=fault,
+                   log_start_checkpoint=dict(ctx.checkpoints.get(LOG_START_OFFSET_CHECKPOINT, {})))
+
+    def step(self, name: str) -> None:
+        if self.fault is not None:
+            self.fault(name)
+
+
+def _params(ctx_or_params: JobContext | RetentionParams) -> RetentionParams:
+    """The RetentionParams of a job context, created once per run and kept in ``ctx.extra``."""
+    if isinstance(ctx_or_params, RetentionParams):
+        return ctx_or_params
+    params = ctx_or_params.extra.get("retention")
+    if params is None:
+        params = ctx_or_params.extra["retention"] = RetentionParams.from_job(ctx_or_params)
+    return params
+
+
+def _blocked(scan: PartitionScan) -> PartitionError | None:
+    """Why retention must leave this partition alone (its files cannot be read), or None."""
+    return scan.error if scan.error is not None or scan.state is None else scan.leader_epochs_error
+
+
+def plan_partition(ctx_or_params: JobContext | RetentionParams, scan: PartitionScan,
+                   config: TopicConfig) -> RetentionPlan | None:
+    """The retention plan of one scanned partition at the run's ``now``; None when the partition is not
+    retention's to touch (unreadable, or the KRaft metadata log)."""
+    if _blocked(scan) is not None or scan.state is None or scan.topic in EXEMPT_TOPICS:
+        return None
+    return plan_retention(scan.state, config, _params(ctx_or_params).now_ms)
+
+
+def _log_start_due(p: RetentionParams, key: TopicPartition, plan: RetentionPlan) -> int | None:
+    """The entry ``log-start-offset-checkpoint`` must get for ``plan``, or None when it needs none.
+
+    Segments are deleted: the entry becomes the new start (Kafka raises the log start before removing
+    them). An existing entry below the start is raised. A missing entry is not added otherwise: Kafka
+    itself only checkpoints a log start above the first segment's base, and derives it otherwise.
+    """
+    recorded = p.log_start_checkpoint.get(key)
+    new = plan.new_log_start_offset
+    if recorded is not None and new <= recorded:
+        return None
+    if plan.deletions or recorded is not None:
+        return new
+    return None
+
+
+def advance_log_start_offsets(ctx_or_params: JobContext | RetentionParams,
+                              plans: Mapping[TopicPartition, RetentionPlan]) -> dict[TopicPartition, int]:
+    """Raise the ``log-start-offset-checkpoint`` entries ``plans`` need, in ONE atomic write of the file
+    (it is shared by every partition of the dir), *before* any segment is deleted, as Kafka raises the log
+    start before it removes segments. A crash after this write leaves segments wholly below the log start,
+    which the next run deletes by the log-start rule: the outcome is the same as without the crash.
+
+    Entries only rise; other partitions' entries are kept (the file is re-read, not trusted from the start
+    of the run). Returns the entries written; empty (and the file untouched) when none is due or in a dry run.
+    """
+    p = _params(ctx_or_params)
+    due = {k: v for k, plan in plans.items() if (v := _log_start_due(p, k, plan)) is not None}
+    if not due or p.dry_run:
+        return {}
+    uri = p.storage.join(p.log_dir, LOG_START_OFFSET_CHECKPOINT)
+    entries = dict(read_offset_checkpoint(p.storage, uri))
+    changed = {k: v for k, v in due.items() if v > entries.get(k, -1)}
+    if changed:
+        entries.update(changed)
+        p.step(STEP_WRITE_LOG_START)
+        write_offset_checkpoint(p.storage, uri, dict(sorted(entries.items())))
+    p.log_start_checkpoint.update({k: entries[k] for k in due})
+    return changed
+
+
+def apply_retention(ctx_or_params: JobContext | RetentionParams, scan: PartitionScan, config: TopicConfig,
+                    *, plan: RetentionPlan | None = None) -> dict[str, Any]:
+    """Apply retention to ONE already-scanned partition and return its report entry.
+
+    Plans (unless ``plan`` is given) with :func:`jobs.plan_retain.plan_retention` at the run's ``now``;
+    unless it is a dry run, then: raises the partition's log-start-offset-checkpoint entry (one write, skipped
+    when :func:`advance_log_start_offsets` already did it for a batch of partitions), renames the condemned
+    segments to ``.deleted`` (:func:`jobs.commit.delete_segments`), trims ``leader-epoch-checkpoint`` to the
+    new log start (Kafka's ``truncateFromStart``), removes producer snapshots below it, and unlinks
+    ``.deleted`` segments whose ``file.delete.delay.ms`` has passed (:func:`jobs.commit.purge_deleted`).
+
+    ``scan`` must be current (taken after any change to the partition, e.g. after compaction committed).
+    Every step converges: after a crash anywhere, recovery plus the next run end where an uninterrupted run
+    would have. A :class:`~segment_io.errors.SegjobsError` comes back as an ``action: "error"`` entry; a
+    partition whose files cannot be read is left untouched.
+    """
+    p = _params(ctx_or_params)
+    blocked = _blocked(scan)
+    if blocked is not None or scan.state is None:
+        base = scan_error_entry(scan) if scan.error is not None else {
+            "topic": scan.topic, "partition": scan.partition, "action": "error",
+            "reason": f"unreadable: {blocked}", "error": blocked.to_dict() if blocked else None}
+        return {**base, "segments_before": None, "segments_after": None, "bytes_before": None,
+                "bytes_after": None, "bytes_removed": 0, "deleted": [], "warnings": list(scan.warnings)}
+    state = scan.state
+    key = (state.topic, state.partition)
+    entry: dict[str, Any] = {
+        "topic": state.topic, "partition": state.partition, "policy": config.policy_text,
+        "segments_before": len(state.segments), "bytes_before": state.size_bytes,
+        "log_start_offset_before": state.log_start_offset, "warnings": list(scan.warnings),
+    }
+    plan = plan if plan is not None else plan_partition(p, scan, config)
+    if plan is None:  # exempt
+        entry.update(action="none", reason="KRaft metadata log: trimmed by controller snapshots, never by retention",
+                     segments_after=len(state.segments), bytes_after=state.size_bytes, bytes_removed=0,
+                     deleted=[], rules=[], log_start_offset=state.log_start_offset, applied=False)
+        return entry
+    entry.update(_plan_fields(plan, state, config))
+    entry["warnings"] += list(plan.warnings)
+    if p.dry_run:
+        entry["applied"] = False
+        return entry
+    try:
+        advance_log_start_offsets(p, {key: plan})
+        if plan.deletions:
+            result = delete_segments(p.storage, scan.uri, list(plan.deleted_bases), now_ms=p.now_ms,
+                                     work_uri=p.work_uri, fault=p.fault)
+            entry["renamed"] = len(result.renamed)
+        entry.update(_follow_log_start(p, scan, plan.new_log_start_offset))
+        entry.update(_purge(p, scan, config, just_deleted=bool(plan.deletions)))
+        entry["applied"] = True
+    except SegjobsError as exc:
+        err = PartitionError.from_exception(exc)
+        entry.update(action="error", applied=False, error=err.to_dict(),
+                     reason=f"failed: {err}; the next run (after its recovery) completes or redoes it")
+    return entry
+
+
+def _plan_fields(plan: RetentionPlan, state: PartitionState, config: TopicConfig) -> dict[str, Any]:
+    """The report fields that describe the decisions (identical in a dry run and a real run)."""
+    removed = plan.bytes_deleted
+    rules = sorted({d.rule for d in plan.deletions})
+    if plan.deletions:
+        reason = f"{len(plan.deletions)} segment(s) past {', '.join(rules)}"
+    elif not config.delete:
+        reason = f"cleanup.policy={config.policy_text}: only segments below the log start offset go; none are"
+    else:
+        reason = "no segment past retention"
+    return {
+        "action": "delete" if plan.deletions else "none",
+        "reason": reason,
+        "segments_after": len(state.segments) - len(plan.deletions),
+        "bytes_after": state.size_bytes - removed,
+        "bytes_removed": removed,
+        "rules": rules,
+        "deleted": [{"base_offset": d.segment.base_offset, "next_offset": d.segment.next_offset,
+                     "bytes": d.size_bytes, "rule": d.rule, "detail": d.detail,
+                     "largest_timestamp": d.segment.effective_largest_timestamp} for d in plan.deletions],
+        "log_start_offset": plan.new_log_start_offset,
+        "kafka_would_roll": plan.kafka_would_roll,
+    }
+
+
+def _follow_log_start(p: RetentionParams, scan: PartitionScan, new_start: int) -> dict[str, Any]:
+    """Trim the leader-epoch checkpoint to ``new_start`` and remove producer snapshots below it. Both
+    checks run on every real run, so a run that died between the deletes and here is completed later.
+
+    Snapshots: Kafka's ``deleteSegments`` drops the snapshot at each deleted segment's base (renamed, then
+    removed after file.delete.delay.ms), and its loader drops any other one below the log start. Here every
+    snapshot below the new start goes at once: they are derived state no record depends on, and the lock
+    keeps readers out. The snapshot *at* the new start (the new first segment's) stays, as in Kafka.
+    """
+    out: dict[str, Any] = {"leader_epoch_trimmed": False, "snapshots_deleted": []}
+    epochs = scan.leader_epochs or []
+    trimmed = truncate_epochs_from_start(epochs, new_start)
+    if trimmed != epochs:
+        p.step(STEP_TRIM_LEADER_EPOCHS)
+        write_leader_epoch_checkpoint(p.storage, p.storage.join(scan.uri, LEADER_EPOCH_CHECKPOINT), trimmed)
+        out["leader_epoch_trimmed"] = True
+    for off in scan.snapshot_offsets:
+        if off < new_start:
+            name = segment_file_name(off, SNAPSHOT_SUFFIX)
+            p.step(f"{STEP_DELETE_SNAPSHOT}:{name}")
+            p.storage.delete(p.storage.join(scan.uri, name))
+            out["snapshots_deleted"].append(name)
+    return out
+
+
+def _purge(p: RetentionParams, scan: PartitionScan, config: TopicConfig, *, just_deleted: bool) -> dict[str, Any]:
+    """Unlink ``.deleted`` segments whose file.delete.delay.ms has passed (this run's, or earlier runs')."""
+    if not just_deleted and not scan.has_deleted_files:
+        return {"purged": [], "purge_pending": {}}
+    p.step(STEP_PURGE)
+    res = purge_deleted(p.storage, scan.uri, now_ms=p.now_ms, file_delete_delay_ms=config.file_delete_delay_ms,
+                        work_uri=p.work_uri)
+    return {"purged": [u.rsplit("/", 1)[-1] for u in res.purged],
+            "purge_pending": {str(b): due for b, due in sorted(res.kept_until_ms.items())}}
+
+
+def retain_partitions(ctx_or_params: JobContext | RetentionParams, scans: Iterable[PartitionScan],
+                      config_for: Callable[[str], TopicConfig],
+                      on_entry: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Retention for many scanned partitions: plan them all, raise their log start offsets in one write,
+    then apply each (:func:`apply_retention`). ``config_for(topic)`` gives a topic's config; ``on_entry``
+    sees each report entry as soon as it is done (progress). Returns the entries in ``scans`` order."""
+    p = _params(ctx_or_params)
+    scans = list(scans)
+    plans = {}
+    for scan in scans:
+        plan = plan_partition(p, scan, config_for(scan.topic))
+        if plan is not None:
+            plans[(scan.topic, scan.partition)] = plan
+    advance_log_start_offsets(p, plans)
+    out = []
+    for scan in scans:
+        e = apply_retention(p, scan, config_for(scan.topic), plan=plans.get((scan.topic, scan.partition)))
+        out.append(e)
+        if on_entry is not None:
+            on_entry(e)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# The job
+# --------------------------------------------------------------------------------------------------
+
+
+def _work(ctx: JobContext, *, fault: Fault | None = None) -> None:
+    params = ctx.extra["retention"] = RetentionParams.from_job(ctx, fault=fault)
+    keys = sorted(ctx.scans)
+    every = max(1, len(keys) // 10)
+    done = 0
+
+    def progress(e: dict[str, Any]) -> None:
+        nonlocal done
+        done += 1
+        _record(ctx, e)
+        if e["action"] != "none" or done % every == 0 or done == len(keys):
+            ctx.progress(f"{done}/{len(keys)} partitions: {e['topic']}-{e['partition']} {_describe(e, ctx.dry_run)}")
+
+    retain_partitions(params, [ctx.scans[k] for k in keys], ctx.configs.for_topic, progress)
+    _summarize(ctx, ctx.report.partitions)
+
+
+def _record(ctx: JobContext, entry: dict[str, Any]) -> None:
+    ctx.report.partitions.append(entry)
+    name = f"{entry['topic']}-{entry['partition']}"
+    if entry["action"] == "error":
+        ctx.report.errors.append({"partition": name, **(entry.get("error") or {})})
+    ctx.report.warnings.extend(f"{name}: {w}" for w in entry.get("warnings", []))
+
+
+def _describe(entry: dict[str, Any], dry_run: bool) -> str:
+    if entry["action"] == "error":
+        return f"ERROR, {entry['reason']}"
+    if entry["action"] == "none":
+        return "nothing to delete"
+    verb = "would delete" if dry_run else "deleted"
+    return (f"{verb} {len(entry['deleted'])} segment(s), {human_bytes(entry['bytes_removed'])} "
+            f"({', '.join(entry['rules'])}); log start {entry['log_start_offset']}")
+
+
+_TABLE_COLUMNS = (("partition", "partition"), ("policy", "policy"), ("action", "action"),
+                  ("segments", "segments"), ("deleted", "deleted"), ("removed", "removed"), ("rules", "rules"),
+                  ("log_start", "log start"), ("warnings", "warnings"))
+_TABLE_ROWS = 40
+
+
+def _summarize(ctx: JobContext, entries: list[dict[str, Any]]) -> None:
+    """Totals into the report, and the console summary table (partitions that changed or failed first)."""
+    deleted = sum(len(e.get("deleted") or []) for e in entries)
+    removed = sum(int(e.get("bytes_removed") or 0) for e in entries)
+    ctx.report.totals.update(partitions=len(entries), segments_deleted=deleted, bytes_removed=removed,
+                             partitions_changed=sum(1 for e in entries if e["action"] == "delete"),
+                             errors=len(ctx.report.errors), warnings=len(ctx.report.warnings),
+                             files_purged=sum(len(e.get("purged") or []) for e in entries))
+    notable = sorted((e for e in entries if e["action"] != "none" or e.get("warnings")),
+                     key=lambda e: (e["action"] != "error", -int(e.get("bytes_removed") or 0)))
+    rows = [{"partition": f"{e['topic']}-{e['partition']}", "policy": e.get("policy"), "action": e["action"],
+             "segments": (f"{e['segments_before']}->{e['segments_after']}"
+                          if e.get("segments_before") is not None else None),
+             "deleted": len(e.get("deleted") or []), "removed": human_bytes(e.get("bytes_removed")),
+             "rules": ",".join(e.get("rules") or []) or None, "log_start": e.get("log_start_offset"),
+             "warnings": len(e.get("warnings") or [])} for e in notable[:_TABLE_ROWS]]
+    if ctx.args.quiet:
+        return
+    if rows:
+        print(render_table(rows, _TABLE_COLUMNS), file=sys.stderr)
+        if len(notable) > _TABLE_ROWS:
+            print(f"... and {len(notable) - _TABLE_ROWS} more partition(s) in the report", file=sys.stderr)
+    verb = "would delete" if ctx.dry_run else "deleted"
+    print(f"\n{len(entries)} partition(s); {verb} {deleted} segment(s), {human_bytes(removed)}"
+          + (f"; {len(ctx.report.errors)} partition(s) FAILED and were left untouched" if ctx.report.errors else "")
+          + (f"; {len(ctx.report.warnings)} warning(s)" if ctx.report.warnings else ""), file=sys.stderr)
+
+
+# --------------------------------------------------------------------------------------------------
+# After compaction (compact,delete topics)
+# --------------------------------------------------------------------------------------------------
+
+
+def _rescan_task(item: tuple) -> PartitionScan:
+    storage, listing, log_start = item
+    return scan_partition(storage, listing, depth="headers", log_start_checkpoint=log_start)
+
+
+def retain_after_compaction(ctx: JobContext, *, fault: Fault | None = None) -> list[dict[str, Any]]:
+    """Retention for the ``compact,delete`` partitions of a compaction run, after its commits (as a broker's
+    retention thread would find them). Re-lists and re-scans those partitions (their segments changed) as
+    Spark tasks, applies :func:`retain_partitions`, and attaches each result to the partition's compaction
+    entry under ``"retention"`` (errors also go to ``report.errors``, warnings to ``report.warnings``). A dry
+    run plans on the partitions as they are, i.e. before the compaction it did not do. Returns the entries."""
+    params = _params(ctx)
+    if fault is not None:
+        params.fault = fault
+
+    def wanted(k: TopicPartition) -> bool:
+        cfg = ctx.configs.for_topic(k[0])
+        return cfg.compact and cfg.delete and ctx.scans[k].error is None and k[0] not in EXEMPT_TOPICS
+
+    keys = [k for k in sorted(ctx.scans) if wanted(k)]
+    if not keys:
+        return []
+    if ctx.dry_run:
+        scans = [ctx.scans[k] for k in keys]
+    else:
+        listing = list_log_dir(ctx.storage, ctx.log_dir)
+        items = [(ctx.storage, listing.partitions[k], params.log_start_checkpoint.get(k))
+                 for k in keys if k in listing.partitions]
+        scans = ctx.parallel_map(_rescan_task, items)
+    by_key = {(e.get("topic"), e.get("partition")): e for e in ctx.report.partitions}
+
+    def attach(entry: dict[str, Any]) -> None:
+        name = f"{entry['topic']}-{entry['partition']}"
+        if entry["action"] == "error":
+            ctx.report.errors.append({"partition": name, "during": "retention", **(entry.get("error") or {})})
+        ctx.report.warnings.extend(f"{name}: retention: {w}" for w in entry.get("warnings", []))
+        owner = by_key.get((entry["topic"], entry["partition"]))
+        if owner is not None:
+            owner["retention"] = entry
+        else:
+            ctx.report.partitions.append({**entry, "command": "retain"})
+        if entry["action"] != "none":
+            ctx.progress(f"{name}: retention {_describe(entry, ctx.dry_run)}")
+
+    return retain_partitions(params, scans, ctx.configs.for_topic, attach)
+
+
+__all__ = ["EXEMPT_TOPICS", "RetentionParams", "advance_log_start_offsets", "apply_retention", "configure",
+           "plan_partition", "retain_after_compaction", "retain_partitions", "run"]
+
+
+if __name__ == "__main__":
+    from jobs.cli import submit_main
+
+    submit_main("retain")

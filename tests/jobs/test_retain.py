@@ -1,0 +1,525 @@
+"""The retention job end to end: `segjobs retain` over real segment files written with the builders.
+
+Each behaviour test names its kafka-behaviours.md item. Expected outcomes are derived here from the files
+on disk (sizes from ``os.path.getsize``, timestamps chosen by the test), never from segjobs' own output.
+Fault injection runs the job's per-partition function in-process (no Spark needed) so that every step can
+be crashed in a second; the rest runs the real command on the shared local[2] session.
+
+The store-agnostic helpers at the top are shared with ``test_retain_s3.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+from jobs.cli import main
+from jobs.config import ConfigSet
+from jobs.lock import work_uri
+from jobs.recover import recover_log_dir
+from jobs.retain import (
+    STEP_DELETE_SNAPSHOT,
+    STEP_PURGE,
+    STEP_TRIM_LEADER_EPOCHS,
+    STEP_WRITE_LOG_START,
+    RetentionParams,
+    retain_partitions,
+)
+from jobs.scan import scan_partition
+from segment_io.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
+from segment_io.layout import list_log_dir, segment_file_name
+from segment_io.storage import open_storage
+from segment_io.storage.base import Storage
+from tests.support.builders import LogBuilder, rec, write_log
+
+DAY = 86_400_000
+NOW = 1_700_000_000_000
+OLD = NOW - 10 * DAY  # comfortably past a 1-day retention
+RECENT = NOW - 1_000
+
+
+# ---------------------------------------------------------------------------------------------------
+# Building log dirs (store-agnostic: built locally, uploaded by the S3 tests)
+# ---------------------------------------------------------------------------------------------------
+
+
+def build_partition(log_dir: Path, topic: str, partition: int, segments: list[list[int]], *,
+                    timeindex: bool = True, epochs: list[tuple[int, int]] | None = None,
+                    snapshots: bool = True) -> list[int]:
+    """Write one partition whose segment ``i`` holds one single-record batch per timestamp in
+    ``segments[i]`` (equal-sized records, so equal-sized segments for equal counts). Returns the base
+    offsets. With ``snapshots`` an (empty) producer snapshot sits at every segment base and at the log
+    end, as a broker leaves them; ``epochs`` becomes the leader-epoch-checkpoint."""
+    log = LogBuilder(topic=topic, partition=partition)
+    bases = []
+    for i, stamps in enumerate(segments):
+        if i:
+            log.roll()
+        bases.append(log.next_offset)
+        for ts in stamps:
+            log.batch([rec(f"k{log.next_offset:05d}", "v" * 20, timestamp=ts)])
+    pdir = log_dir / f"{topic}-{partition}"
+    write_log(log.table(), pdir)
+    if not timeindex:
+        for f in pdir.glob("*.timeindex"):
+            f.unlink()
+    if snapshots:
+        for off in [*bases, log.next_offset]:
+            (pdir / segment_file_name(off, ".snapshot")).write_bytes(b"")
+    if epochs is not None:
+        text = "0\n" + f"{len(epochs)}\n" + "".join(f"{e} {s}\n" for e, s in epochs)
+        (pdir / "leader-epoch-checkpoint").write_text(text)
+    return bases
+
+
+def write_checkpoint(log_dir: Path, name: str, entries: dict[tuple[str, int], int]) -> None:
+    text = "0\n" + f"{len(entries)}\n" + "".join(f"{t} {p} {o}\n" for (t, p), o in entries.items())
+    (log_dir / name).write_text(text)
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` and its work location, with contents: a complete picture of the state."""
+    out = {}
+    for base in (root, Path(work_uri(str(root)))):
+        if base.exists():
+            for p in sorted(base.rglob("*")):
+                if p.is_file():
+                    out[str(p.relative_to(root.parent))] = p.read_bytes()
+    return out
+
+
+def names(storage: Storage, partition_uri: str) -> set[str]:
+    return {f.name for f in storage.list(partition_uri)}
+
+
+def live_logs(storage: Storage, partition_uri: str) -> list[int]:
+    return sorted(int(n[:20]) for n in names(storage, partition_uri) if n.endswith(".log"))
+
+
+def sizes(pdir: Path, bases: list[int]) -> dict[int, int]:
+    return {b: os.path.getsize(pdir / segment_file_name(b)) for b in bases}
+
+
+def retain(log_dir: str | Path, *options: str, now: int = NOW, quiet: bool = True) -> tuple[int, dict | None]:
+    """Run `segjobs retain` and return (exit code, the JSON report)."""
+    report = Path(f"/tmp/retain-report-{os.getpid()}-{abs(hash((str(log_dir), options, now)))}.json")
+    report.unlink(missing_ok=True)
+    argv = ["retain", "--log-dir", str(log_dir), "--now", str(now), "--report", str(report), *options]
+    code = main(argv + (["--quiet"] if quiet else []))
+    doc = json.loads(report.read_text()) if report.exists() else None
+    report.unlink(missing_ok=True)
+    return code, doc
+
+
+def entry(report: dict, topic: str, partition: int) -> dict:
+    (hit,) = [e for e in report["partitions"] if e["topic"] == topic and e["partition"] == partition]
+    return hit
+
+
+def deleted(e: dict) -> list[tuple[int, str]]:
+    return [(d["base_offset"], d["rule"]) for d in e["deleted"]]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Behaviours 49-55 through the command
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_49_time_retention_deletes_expired_segments_and_follows_the_log_start(tmp_path: Path, spark) -> None:
+    d = tmp_path / "logs"
+    bases = build_partition(d, "clicks", 0, [[OLD, OLD + 1], [OLD + 2, OLD + 3], [RECENT - 5], [RECENT]],
+                            epochs=[(0, 0), (1, 1), (2, 3), (3, 4)])
+    pdir = d / "clicks-0"
+    before = sizes(pdir, bases)
+    code, report = retain(d, "--set", "clicks:retention.ms=1d", "--set", "clicks:file.delete.delay.ms=60000")
+    assert code == 0
+    e = entry(report, "clicks", 0)
+    assert e["action"] == "delete"
+    assert deleted(e) == [(0, "retention.ms"), (2, "retention.ms")]
+    assert [d_["bytes"] for d_ in e["deleted"]] == [before[0], before[2]]
+    assert e["bytes_removed"] == before[0] + before[2]
+    assert e["bytes_after"] == before[4] + before[5]
+    assert (e["segments_before"], e["segments_after"]) == (4, 2)
+    storage = open_storage(str(d))
+    # phase one only: renamed to .deleted, unlinked by a later run (file.delete.delay.ms)
+    assert live_logs(storage, str(pdir)) == [4, 5]
+    assert {segment_file_name(b, s + ".deleted") for b in (0, 2) for s in (".log", ".index", ".timeindex")} \
+        <= names(storage, str(pdir))
+    assert e["purge_pending"] == {"0": NOW + 60_000, "2": NOW + 60_000}
+    assert read_offset_checkpoint(storage, str(d / "log-start-offset-checkpoint")) == {("clicks", 0): 4}
+    # every entry starts at or below the new start 4; the last one, epoch 3, leads from offset 4
+    assert read_leader_epoch_checkpoint(storage, str(pdir / "leader-epoch-checkpoint")) == [(3, 4)]
+    snaps = sorted(int(n[:20]) for n in names(storage, str(pdir)) if n.endswith(".snapshot"))
+    assert snaps == [4, 5, 6]  # below the new start they go; the one at the new start stays
+
+
+def test_leader_epoch_trim_is_kafkas_truncate_from_start(tmp_path: Path, spark) -> None:
+    d = tmp_path / "logs"
+    build_partition(d, "t", 0, [[OLD], [OLD], [RECENT], [RECENT]], epochs=[(0, 0), (1, 1), (5, 3)])
+    code, _ = retain(d, "--set", "t:retention.ms=1d")
+    assert code == 0
+    # new start 2: (0,0) and (1,1) start at or below it; epoch 1 was leading at 2, so it restarts there
+    assert read_leader_epoch_checkpoint(open_storage(str(d)), str(d / "t-0" / "leader-epoch-checkpoint")) \
+        == [(1, 2), (5, 3)]
+
+
+def test_49_largest_timestamp_not_last_decides_and_headers_replace_a_missing_timeindex(tmp_path: Path,
+                                                                                      spark) -> None:
+    d = tmp_path / "logs"
+    # segment 0's last record is old but an earlier one is recent: its largest timestamp keeps it
+    build_partition(d, "a", 0, [[RECENT, OLD], [OLD], [RECENT]])
+    build_partition(d, "b", 0, [[RECENT, OLD], [OLD], [RECENT]], timeindex=False)
+    build_partition(d, "c", 0, [[OLD, OLD + 5], [OLD], [RECENT]], timeindex=False)
+    code, report = retain(d, "--set", "*:retention.ms=1d")
+    assert code == 0
+    assert deleted(entry(report, "a", 0)) == []
+    assert deleted(entry(report, "b", 0)) == []
+    assert deleted(entry(report, "c", 0)) == [(0, "retention.ms"), (2, "retention.ms")]
+    assert entry(report, "c", 0)["deleted"][0]["largest_timestamp"] == OLD + 5
+
+
+def test_49_a_timeindex_failing_its_sanity_check_is_replaced_by_the_batch_headers(tmp_path: Path, spark) -> None:
+    import struct
+
+    d = tmp_path / "logs"
+    build_partition(d, "t", 0, [[RECENT, RECENT + 1], [RECENT], [RECENT]])
+    # an index claiming an old largest timestamp, but with decreasing timestamps: not to be trusted
+    (d / "t-0" / segment_file_name(0, ".timeindex")).write_bytes(struct.pack(">qiqi", OLD + 9, 0, OLD, 1))
+    code, report = retain(d, "--set", "t:retention.ms=1d")
+    assert code == 0 and deleted(entry(report, "t", 0)) == []
+
+
+def test_50_only_an_oldest_first_prefix_goes(tmp_path: Path, spark) -> None:
+    d = tmp_path / "logs"
+    build_partition(d, "t", 0, [[OLD], [RECENT], [OLD], [OLD], [RECENT]])
+    code, report = retain(d, "--set", "t:retention.ms=1d")
+    assert code == 0
+    assert deleted(entry(report, "t", 0)) == [(0, "retention.ms")]
+    assert live_logs(open_storage(str(d)), str(d / "t-0")) == [1, 2, 3, 4]
+
+
+def test_51_a_future_timestamp_blocks_deletion_and_is_reported(tmp_path: Path, spark) -> None:
+    d = tmp_path / "logs"
+    build_partition(d, "t", 0, [[NOW + DAY], [OLD], [OLD], [RECENT]])
+    before = tree(d)
+    code, report = retain(d, "--set", "t:retention.ms=1d")
+    assert code == 0
+    e = entry(report, "t", 0)
+    assert deleted(e) == [] and e["action"] == "none"
+    assert any("after now" in w and "holds back 2" in w for w in e["warnings"])
+    assert any(w.startswith("t-0: ") for w in report["warnings"])
+    after = tree(d)
+    assert {k: v for k, v in after.items() if ".lock" not in k} == {k: v for k, v in before.items()}
+
+
+def test_52_size_retention_deletes_while_the_excess_covers_a_whole_segment(tmp_path: Path, spark) -> None:
+    d = tmp_path / "logs"
+    for p in range(3):
+        build_partition(d, "s", p, [[RECENT] * 5] * 4)
+    sz = sizes(d / "s-0", [0, 5, 10, 15])
+    assert len(set(sz.values())) == 1
+    one = sz[0]
+    total = 4 * one
+    # excess exactly 2 segments -> 2 go; one byte less -> only 1; under the limit -> none
+    code, report = retain(d, "--set", f"s:retention.bytes={2 * one}", "--partition", "s-0")
+    assert code == 0 and deleted(entry(report, "s", 0)) == [(0, "retention.bytes"), (5, "retention.bytes")]
+    code, report = retain(d, "--set", f"s:retention.bytes={2 * one + 1}", "--partition", "s-1")
+    assert code == 0 and deleted(entry(report, "s", 1)) == [(0, "retention.bytes")]
+    code, report = retain(d, "--set", f"s:retention.bytes={total + 1}", "--partition", "s-2")
+    assert code == 0 and deleted(entry(report, "s", 2)) == []
+    assert [e["partition"] for e in report["partitions"]] == [2]  # --partition scopes the run
+
+
+def test_53_log_start_offset_deletes_wholly_below_even_under_compact_and_never_lowers(tmp_path: Path,
+                                                                                      spark) -> None:
+    d = tmp_path / "logs"
+    build_partition(d, "c", 0, [[RECENT] * 5] * 4)  # bases 0, 5, 10, 15
+    write_checkpoint(d, "log-start-offset-checkpoint", {("c", 0): 12, ("other", 3): 77})
+    code, report = retain(d, "--set", "c:cleanup.policy=compact")
+    assert code == 0
+    e = entry(report, "c", 0)
+    assert deleted(e) == [(0, "log-start-offset"), (5, "log-start-offset")]  # 10 straddles 12: stays
+    assert e["log_start_offset"] == 12
+    storage = open_storage(str(d))
+    assert read_offset_checkpoint(storage, str(d / "log-start-offset-checkpoint")) == {("c", 0): 12, ("other", 3): 77}
+    code, report = retain(d, "--set", "c:cleanup.policy=compact")
+    assert code == 0 and deleted(entry(report, "c", 0)) == []  # a re-run deletes nothing
+
+
+def test_54_policies(tmp_path: Path, spark) -> None:
+    d = tmp_path / "logs"
+    for topic in ("compacted", "both", "deleted"):
+        build_partition(d, topic, 0, [[OLD], [OLD], [RECENT]])
+    code, report = retain(d, "--set", "*:retention.ms=1d", "--set", "compacted:cleanup.policy=compact",
+                          "--set", "both:cleanup.policy=compact,delete")
+    assert code == 0
+    assert deleted(entry(report, "compacted", 0)) == []
+    assert "only segments below the log start offset" in entry(report, "compacted", 0)["reason"]
+    assert deleted(entry(report, "both", 0)) == [(0, "retention.ms"), (1, "retention.ms")]
+    assert deleted(entry(report, "deleted", 0)) == [(0, "retention.ms"), (1, "retention.ms")]
+
+
+def test_55_everything_expired_keeps_the_active_segment_and_an_empty_last_segment(tmp_path: Path, spark) -> None:
+    d = tmp_path / "logs"
+    build_partition(d, "t", 0, [[OLD], [OLD], [OLD]])
+    build_partition(d, "e", 0, [[OLD], [OLD]])
+    (d / "e-0" / segment_file_name(2)).write_bytes(b"")  # an empty active segment at the log end
+    code, report = retain(d, "--set", "*:retention.ms=0")
+    assert code == 0
+    storage = open_storage(str(d))
+    t = entry(report, "t", 0)
+    assert deleted(t) == [(0, "retention.ms"), (1, "retention.ms")]
+    assert t["kafka_would_roll"] and any("Kafka would roll" in w for w in t["warnings"])
+    assert live_logs(storage, str(d / "t-0")) == [2]
+    assert deleted(entry(report, "e", 0)) == [(0, "retention.ms"), (1, "retention.ms")]
+    assert live_logs(storage, str(d / "e-0")) == [2]
+    assert not entry(report, "e", 0)["kafka_would_roll"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Dry run, delay across runs, bad input, reports
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_dry_run_writes_nothing_and_reports_exactly_what_the_real_run_does(tmp_path: Path, spark) -> None:
+    d = tmp_path / "logs"
+    build_partition(d, "t", 0, [[OLD], [OLD], [RECENT], [RECENT]], epochs=[(0, 0), (1, 2)])
+    build_partition(d, "u", 1, [[OLD], [RECENT]], timeindex=False)
+    before = tree(d)
+    code, dry = retain(d, "--set", "*:retention.ms=1d", "--dry-run")
+    assert code == 0 and tree(d) == before  # not even a lock file or a work dir
+    assert dry["dry_run"] and all(not e["applied"] for e in dry["partitions"])
+    code, real = retain(d, "--set", "*:retention.ms=1d")
+    assert code == 0
+    for key in ("topic", "partition", "action", "deleted", "bytes_removed", "segments_after", "log_start_offset"):
+        assert [e[key] for e in dry["partitions"]] == [e[key] for e in real["partitions"]]
+    assert dry["totals"]["segments_deleted"] == 3 == real["totals"]["segments_deleted"]
+
+
+def test_deleted_files_are_unlinked_once_file_delete_delay_has_passed_across_runs(tmp_path: Path, spark) -> None:
+    d = tmp_path / "logs"
+    build_partition(d, "t", 0, [[OLD], [RECENT]])
+    opts = ("--set", "t:retention.ms=1d", "--set", "t:file.delete.delay.ms=60000")
+    storage = open_storage(str(d))
+    assert retain(d, *opts)[0] == 0
+    deleted_names = {n for n in names(storage, str(d / "t-0")) if n.endswith(".deleted")}
+    assert deleted_names == {segment_file_name(0, s + ".deleted") for s in (".log", ".index", ".timeindex")}
+    code, report = retain(d, *opts, now=NOW + 59_999)
+    assert code == 0 and deleted_names <= names(storage, str(d / "t-0"))
+    assert entry(report, "t", 0)["purge_pending"] == {"0": NOW + 60_000}
+    code, report = retain(d, *opts, now=NOW + 60_000)
+    assert code == 0
+    assert not {n for n in names(storage, str(d / "t-0")) if n.endswith(".deleted")}
+    assert sorted(entry(report, "t", 0)["purged"]) == sorted(deleted_names)
+
+
+def test_a_corrupt_partition_is_reported_and_left_untouched_while_the_rest_proceed(tmp_path: Path, spark) -> None:
+    d = tmp_path / "logs"
+    build_partition(d, "good", 0, [[OLD], [RECENT]])
+    build_partition(d, "bad", 0, [[OLD], [OLD], [RECENT]], timeindex=False)
+    seg = d / "bad-0" / segment_file_name(1)
+    data = bytearray(seg.read_bytes())
+    data[16] = 7  # magic byte of the first batch
+    seg.write_bytes(bytes(data))
+    bad_before = {k: v for k, v in tree(d).items() if "/bad-0/" in k}
+    code, report = retain(d, "--set", "*:retention.ms=1d")
+    assert code == 1
+    assert deleted(entry(report, "good", 0)) == [(0, "retention.ms")]
+    bad = entry(report, "bad", 0)
+    assert bad["action"] == "error" and bad["error"]["file"].endswith(segment_file_name(1))
+    assert bad["error"]["position"] == 0 and bad["error"]["offset"] == 1
+    assert report["errors"] and report["errors"][0]["partition"] == "bad-0"
+    assert {k: v for k, v in tree(d).items() if "/bad-0/" in k} == bad_before
+
+
+def test_a_malformed_setting_is_rejected_before_spark_starts(tmp_path: Path, capsys) -> None:
+    d = tmp_path / "logs"
+    build_partition(d, "t", 0, [[OLD], [RECENT]])
+    before = tree(d)
+    assert main(["retain", "--log-dir", str(d), "--set", "t:retention.ms=soon", "--quiet"]) == 2
+    assert "retention.ms" in capsys.readouterr().err
+    assert main(["retain", "--log-dir", str(d), "--now", "yesterday", "--quiet"]) == 2
+    assert tree(d) == before
+
+
+def test_console_shows_progress_and_a_summary_table(tmp_path: Path, spark, capsys) -> None:
+    d = tmp_path / "logs"
+    build_partition(d, "t", 0, [[OLD], [OLD], [RECENT]])
+    build_partition(d, "t", 1, [[RECENT], [RECENT]])
+    code, _ = retain(d, "--set", "t:retention.ms=1d", quiet=False)
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "[retain" in err and "t-0 deleted 2 segment(s)" in err
+    table = err[err.index("partition  policy"):].split("\n\n")[0].splitlines()
+    rows = [line.split() for line in table[2:]]
+    assert [r[0] for r in rows] == ["t-0"]  # nothing happened in t-1
+    assert rows[0][3] == "3->1" and "retention.ms" in rows[0]
+    assert "2 partition(s); deleted 2 segment(s)" in err
+
+
+# ---------------------------------------------------------------------------------------------------
+# Real broker-written fixtures
+# ---------------------------------------------------------------------------------------------------
+
+
+def _copy_writable(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    for p in [dst, *dst.rglob("*")]:
+        p.chmod(p.stat().st_mode | stat.S_IWUSR)
+    return dst
+
+
+def test_real_fixture_compact_delete_and_compact_only(kafka_real: Path, tmp_path: Path, spark) -> None:
+    src = kafka_real / "donaldy-kafka2.7-compacted-offsets" / "kafka-logs"
+    d = _copy_writable(src, tmp_path / "logs")
+    before = tree(d)
+    # compact only: the broker's (empty) log-start-offset-checkpoint condemns nothing, time does not apply
+    code, report = retain(d, "--set", "*:cleanup.policy=compact", "--set", "*:retention.ms=1d")
+    assert code == 0 and report["totals"]["segments_deleted"] == 0
+    assert {k: v for k, v in tree(d).items() if not k.endswith(".lock")} == before
+    code, report = retain(d, "--set", "*:cleanup.policy=compact,delete", "--set", "*:retention.ms=1d",
+                          now=1_800_000_000_000)
+    assert code == 0
+    storage = open_storage(str(d))
+    for p, second in ((17, 1), (28, 2), (39, 18)):  # the partitions with two segments lose the first
+        e = entry(report, "__consumer_offsets", p)
+        assert deleted(e) == [(0, "retention.ms")]
+        assert e["bytes_removed"] == os.path.getsize(src / f"__consumer_offsets-{p}" / segment_file_name(0))
+        pdir = str(d / f"__consumer_offsets-{p}")
+        assert live_logs(storage, pdir) == [second]
+        assert read_leader_epoch_checkpoint(storage, pdir + "/leader-epoch-checkpoint") == [(0, second)]
+        assert segment_file_name(second, ".snapshot") in names(storage, pdir)
+    for p in (0, 8, 33):
+        assert deleted(entry(report, "__consumer_offsets", p)) == []  # a single segment always stays
+    assert deleted(entry(report, "myTopic", 0)) == []
+    assert read_offset_checkpoint(storage, str(d / "log-start-offset-checkpoint")) == {
+        ("__consumer_offsets", 17): 1, ("__consumer_offsets", 28): 2, ("__consumer_offsets", 39): 18}
+
+
+def test_real_fixture_time_retention_uses_the_brokers_timeindex(kafka_real: Path, tmp_path: Path, spark) -> None:
+    import struct
+
+    src = kafka_real / "ronem123-kraft3.9-multiseg" / "kafka-logs"
+    d = _copy_writable(src, tmp_path / "logs")
+    ts, _ = struct.unpack(">qi", (src / "__consumer_offsets-31" / segment_file_name(0, ".timeindex")).read_bytes()[-12:])
+    opts = ("--set", "__consumer_offsets:cleanup.policy=delete", "--set", f"*:retention.ms={DAY}",
+            "--partition", "__consumer_offsets-31", "--partition", "__cluster_metadata-0")
+    code, report = retain(d, *opts, now=ts + DAY)  # age == retention.ms: not past it
+    assert code == 0 and deleted(entry(report, "__consumer_offsets", 31)) == []
+    code, report = retain(d, *opts, now=ts + DAY + 1)
+    assert code == 0 and deleted(entry(report, "__consumer_offsets", 31)) == [(0, "retention.ms")]
+    storage = open_storage(str(d))
+    assert read_leader_epoch_checkpoint(storage, str(d / "__consumer_offsets-31" / "leader-epoch-checkpoint")) \
+        == [(2, 3), (10, 4)]
+    meta = entry(report, "__cluster_metadata", 0)
+    assert meta["action"] == "none" and "KRaft" in meta["reason"]
+    assert live_logs(storage, str(d / "__cluster_metadata-0")) == [1725413]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Fault injection at every step, then recovery and a re-run: same end state as an uninterrupted run
+# ---------------------------------------------------------------------------------------------------
+
+
+class Crash(Exception):
+    """Raised by the fault hook: the process dies before the step runs."""
+
+
+FAULT_CONFIG = ConfigSet().with_overrides(["*:retention.ms=1d", "*:file.delete.delay.ms=0"])
+
+
+def build_fault_dir(storage: Storage, log_dir: str, scratch: Path) -> None:
+    """Two partitions with deletions (one of them with a leader-epoch file and snapshots), one without."""
+    local = scratch / "src"
+    build_partition(local, "t", 0, [[OLD], [OLD], [RECENT]], epochs=[(0, 0), (1, 1), (2, 2)])
+    build_partition(local, "t", 1, [[OLD], [RECENT]], snapshots=False)
+    build_partition(local, "t", 2, [[RECENT], [RECENT]])
+    write_checkpoint(local, "log-start-offset-checkpoint", {("t", 2): 0})
+    for f in sorted(local.rglob("*")):
+        if f.is_file():
+            uri = storage.join(log_dir, *f.relative_to(local).parts)
+            storage.makedirs(uri.rsplit("/", 1)[0])
+            storage.write_atomic(uri, f.read_bytes())
+
+
+def run_in_process(storage: Storage, log_dir: str, now: int, fault=None) -> list[str]:
+    """What the job does after its scan, without Spark: recover, list, scan, apply, write the checkpoint.
+    Returns the fault-hook steps seen."""
+    steps: list[str] = []
+
+    def hook(step: str) -> None:
+        steps.append(step)
+        if fault is not None:
+            fault(step)
+
+    work = work_uri(log_dir)
+    recover_log_dir(storage, log_dir, now_ms=now, work_uri=work)
+    listing = list_log_dir(storage, log_dir)
+    cp = read_offset_checkpoint(storage, storage.join(log_dir, "log-start-offset-checkpoint"))
+    params = RetentionParams(storage=storage, log_dir=log_dir, work_uri=work, now_ms=now, fault=hook,
+                             log_start_checkpoint=dict(cp))
+    scans = [scan_partition(storage, pl, depth="headers", log_start_checkpoint=cp.get(key))
+             for key, pl in listing.partitions.items()]
+    entries = retain_partitions(params, scans, FAULT_CONFIG.for_topic)
+    assert all(e["action"] != "error" for e in entries), entries
+    return steps
+
+
+def state_of(storage: Storage, log_dir: str) -> dict[str, bytes]:
+    """Every object of the log dir (and nothing of the work dir): what a broker would load."""
+    return {f.uri[len(log_dir):]: storage.read(f.uri) for f in storage.list(log_dir, recursive=True)
+            if not f.name.endswith(".lock")}
+
+
+def fault_steps(storage_factory, tmp_path: Path) -> tuple[list[str], dict[str, bytes]]:
+    storage, log_dir = storage_factory("reference")
+    build_fault_dir(storage, log_dir, tmp_path / "reference")
+    steps = run_in_process(storage, log_dir, NOW)
+    return steps, state_of(storage, log_dir)
+
+
+def check_every_crash_point(storage_factory, tmp_path: Path) -> None:
+    steps, expected = fault_steps(storage_factory, tmp_path)
+    # the protocol's steps, in order: the log start checkpoint first (as Kafka raises the log start before
+    # removing segments), then per partition the delete (intent, renames, ledger) and the dependants
+    assert steps[0] == STEP_WRITE_LOG_START and steps.count(STEP_WRITE_LOG_START) == 1
+    assert steps[1] == "write-intent" and steps[-1] == STEP_PURGE
+    assert STEP_TRIM_LEADER_EPOCHS in steps and STEP_PURGE in steps
+    assert any(s.startswith(STEP_DELETE_SNAPSHOT) for s in steps)
+    assert any(s.startswith("live-to-deleted:") for s in steps) and "record-deleted" in steps
+    # what the uninterrupted run must have produced, stated independently
+    assert sorted(k for k in expected if k.endswith(".log")) == \
+        ["/t-0/" + segment_file_name(2), "/t-1/" + segment_file_name(1), "/t-2/" + segment_file_name(0),
+         "/t-2/" + segment_file_name(1)]
+    assert not any(k.endswith(".deleted") for k in expected)
+    assert expected["/log-start-offset-checkpoint"] == b"0\n3\nt 0 2\nt 1 1\nt 2 0\n"
+    assert expected["/t-0/leader-epoch-checkpoint"] == b"0\n1\n2 2\n"
+    for i, step in enumerate(steps):
+        storage, log_dir = storage_factory(f"crash{i}")
+        build_fault_dir(storage, log_dir, tmp_path / f"crash{i}")
+        seen = 0
+
+        def crash_at(s: str) -> None:
+            nonlocal seen
+            seen += 1
+            if seen == i + 1:
+                raise Crash(s)
+
+        with pytest.raises(Crash):
+            run_in_process(storage, log_dir, NOW, crash_at)
+        run_in_process(storage, log_dir, NOW)  # recovery first, then a normal run
+        assert state_of(storage, log_dir) == expected, f"crash before step {i} ({step})"
+
+
+def test_a_crash_at_every_step_then_recovery_and_a_rerun_ends_as_an_uninterrupted_run(tmp_path: Path) -> None:
+    def local(name: str) -> tuple[Storage, str]:
+        root = tmp_path / name / "logs"
+        root.mkdir(parents=True)
+        return open_storage(str(root)), str(root)
+
+    check_every_crash_point(local, tmp_path)

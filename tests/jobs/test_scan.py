@@ -1,0 +1,184 @@
+"""The partition scan: what retention and compaction learn from a partition's files (no Spark needed).
+
+Timestamps and offsets are chosen here; the index bytes that test the ``.timeindex`` path are packed here
+with ``struct`` in Kafka's layout (int64 timestamp, int32 relative offset), independently of segjobs.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import pytest
+
+from jobs.scan import PartitionError, scan_partition
+from segment_io.layout import list_log_dir, segment_file_name
+from segment_io.storage import open_storage
+from tests.support.builders import LogBuilder, rec, write_log
+
+T0 = 1_700_000_000_000
+
+
+def write(pdir: Path, segments: list[list[int]]) -> list[int]:
+    """Segment ``i`` holds one single-record batch per timestamp of ``segments[i]``; returns the bases."""
+    log = LogBuilder(topic=pdir.name.rsplit("-", 1)[0], partition=int(pdir.name.rsplit("-", 1)[1]))
+    bases = []
+    for i, stamps in enumerate(segments):
+        if i:
+            log.roll()
+        bases.append(log.next_offset)
+        for ts in stamps:
+            log.batch([rec(f"k{log.next_offset}", "value", timestamp=ts)])
+    write_log(log.table(), pdir)
+    return bases
+
+
+def scan(root: Path, topic: str = "t", partition: int = 0, **kw):
+    storage = open_storage(str(root))
+    listing = list_log_dir(storage, str(root))
+    return scan_partition(storage, listing.partition(topic, partition), depth="headers", **kw)
+
+
+def timeindex(*entries: tuple[int, int]) -> bytes:
+    return b"".join(struct.pack(">qi", ts, rel) for ts, rel in entries)
+
+
+def test_headers_give_largest_timestamp_sizes_and_offsets(tmp_path: Path) -> None:
+    bases = write(tmp_path / "t-0", [[T0 + 5, T0 + 1], [T0 + 2], [T0 + 9, T0 + 3]])
+    for f in (tmp_path / "t-0").glob("*.timeindex"):
+        f.unlink()
+    s = scan(tmp_path)
+    assert s.error is None
+    segs = s.state.segments
+    assert [x.base_offset for x in segs] == bases == [0, 2, 3]
+    assert [x.largest_timestamp for x in segs] == [T0 + 5, T0 + 2, T0 + 9]  # the max, not the last
+    assert [x.next_offset for x in segs] == [2, 3, 5]
+    assert [x.size_bytes for x in segs] == [os.path.getsize(tmp_path / "t-0" / segment_file_name(b)) for b in bases]
+    assert s.state.log_end_offset == 5
+
+
+def test_a_sane_timeindex_is_used_instead_of_reading_the_log(tmp_path: Path) -> None:
+    write(tmp_path / "t-0", [[T0 + 5, T0 + 6], [T0 + 7]])
+    # A valid-looking index that names another (smaller) timestamp: Kafka would take it, so does the scan.
+    (tmp_path / "t-0" / segment_file_name(0, ".timeindex")).write_bytes(timeindex((T0 + 1, 0), (T0 + 3, 1)))
+    assert scan(tmp_path).state.segments[0].largest_timestamp == T0 + 3
+    # and the .log of a closed segment with a sane index is not even read: garbage there goes unnoticed
+    log = tmp_path / "t-0" / segment_file_name(0)
+    log.write_bytes(b"\xff" * log.stat().st_size)
+    s = scan(tmp_path)
+    assert s.error is None and s.state.segments[0].largest_timestamp == T0 + 3
+
+
+@pytest.mark.parametrize("entries", [
+    [(T0 + 9, 0), (T0 + 1, 1)],  # timestamps decrease
+    [(T0 + 1, 0), (T0 + 1, 1)],  # a repeated timestamp: Kafka only appends strictly greater ones
+    [(T0 + 1, 1), (T0 + 2, 0)],  # offsets decrease
+    [(-5, 0)],  # negative timestamp
+    [(T0 + 1, 0), (T0 + 2, 7)],  # an offset beyond the next segment's base
+    [(T0 + 1, -1)],  # below the segment's base
+])
+def test_an_insane_timeindex_falls_back_to_the_batch_headers(tmp_path: Path, entries) -> None:
+    write(tmp_path / "t-0", [[T0 + 50, T0 + 60], [T0 + 70]])
+    (tmp_path / "t-0" / segment_file_name(0, ".timeindex")).write_bytes(timeindex(*entries))
+    assert scan(tmp_path).state.segments[0].largest_timestamp == T0 + 60
+
+
+def test_a_timeindex_of_the_wrong_size_or_all_zeros_falls_back_to_the_headers(tmp_path: Path) -> None:
+    write(tmp_path / "t-0", [[T0 + 50], [T0 + 70]])
+    ti = tmp_path / "t-0" / segment_file_name(0, ".timeindex")
+    ti.write_bytes(b"\x00" * 13)
+    assert scan(tmp_path).state.segments[0].largest_timestamp == T0 + 50
+    ti.write_bytes(b"\x00" * 120)  # a preallocated, never-written index
+    assert scan(tmp_path).state.segments[0].largest_timestamp == T0 + 50
+
+
+def test_the_active_segment_is_always_read(tmp_path: Path) -> None:
+    write(tmp_path / "t-0", [[T0 + 1], [T0 + 2, T0 + 8]])
+    (tmp_path / "t-0" / segment_file_name(1, ".timeindex")).write_bytes(timeindex((T0 + 1, 0)))
+    s = scan(tmp_path)
+    assert s.state.segments[-1].largest_timestamp == T0 + 8
+    assert s.state.log_end_offset == 3
+
+
+def test_records_without_timestamps_leave_the_largest_timestamp_unknown(tmp_path: Path) -> None:
+    write(tmp_path / "t-0", [[-1, -1], [T0]])
+    (tmp_path / "t-0" / segment_file_name(0, ".timeindex")).unlink()
+    seg = scan(tmp_path).state.segments[0]
+    assert seg.largest_timestamp is None
+    mtime = int((tmp_path / "t-0" / segment_file_name(0)).stat().st_mtime * 1000)
+    assert abs(seg.effective_largest_timestamp - mtime) <= 1  # Kafka's fallback: the file's mtime
+
+
+def test_log_start_checkpoint_is_raised_to_the_first_segment(tmp_path: Path) -> None:
+    write(tmp_path / "t-0", [[T0], [T0]])
+    assert scan(tmp_path, log_start_checkpoint=None).state.log_start_offset == 0
+    assert scan(tmp_path, log_start_checkpoint=1).state.log_start_offset == 1
+    (tmp_path / "t-0" / segment_file_name(0)).unlink()
+    (tmp_path / "t-0" / segment_file_name(0, ".index")).unlink()
+    (tmp_path / "t-0" / segment_file_name(0, ".timeindex")).unlink()
+    assert scan(tmp_path, log_start_checkpoint=0).state.log_start_offset == 1
+
+
+def test_a_corrupt_closed_segment_is_a_located_partition_error(tmp_path: Path) -> None:
+    write(tmp_path / "t-0", [[T0], [T0], [T0]])
+    (tmp_path / "t-0" / segment_file_name(1, ".timeindex")).unlink()
+    log = tmp_path / "t-0" / segment_file_name(1)
+    data = bytearray(log.read_bytes())
+    data[16] = 9  # magic
+    log.write_bytes(bytes(data))
+    s = scan(tmp_path)
+    assert s.state is None and isinstance(s.error, PartitionError)
+    assert s.error.kind == "InvalidMagicError"
+    assert s.error.file.endswith(segment_file_name(1)) and s.error.position == 0 and s.error.offset == 1
+
+
+def test_a_truncated_closed_segment_is_an_error_but_a_truncated_active_one_a_warning(tmp_path: Path) -> None:
+    write(tmp_path / "t-0", [[T0, T0], [T0, T0]])
+    active = tmp_path / "t-0" / segment_file_name(2)
+    active.write_bytes(active.read_bytes()[:-10])
+    s = scan(tmp_path)
+    assert s.error is None and s.state.log_end_offset == 3
+    assert len(s.warnings) == 1 and "incomplete batch" in s.warnings[0]
+    closed = tmp_path / "t-0" / segment_file_name(0)
+    (tmp_path / "t-0" / segment_file_name(0, ".timeindex")).unlink()
+    closed.write_bytes(closed.read_bytes()[:-10])
+    s = scan(tmp_path)
+    assert s.error is not None and s.error.file.endswith(segment_file_name(0))
+
+
+def test_an_unreadable_file_is_a_partition_error_not_a_crash(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        # root reads any file: stand in with a directory where a segment file should be
+        write(tmp_path / "t-0", [[T0], [T0]])
+        log = tmp_path / "t-0" / segment_file_name(1)
+        log.unlink()
+        log.mkdir()
+        storage = open_storage(str(tmp_path))
+        listing = list_log_dir(storage, str(tmp_path))
+        from dataclasses import replace
+
+        from segment_io.storage.base import FileInfo
+
+        pl = listing.partition("t", 0)
+        fake = replace(pl.segments[0], base_offset=1, log=FileInfo(uri=str(log), size=0, mtime_ms=0))
+        pl = replace(pl, segments=(pl.segments[0], fake))
+        s = scan_partition(storage, pl, depth="headers")
+    else:
+        write(tmp_path / "t-0", [[T0], [T0]])
+        (tmp_path / "t-0" / segment_file_name(1)).chmod(0)
+        s = scan(tmp_path)
+    assert s.state is None and s.error is not None and s.error.file.endswith(segment_file_name(1))
+
+
+def test_transactions_depth_also_reads_producer_state(tmp_path: Path) -> None:
+    log = LogBuilder(topic="t", partition=0)
+    log.txn_batch(pid=7, epoch=0, records=[rec("a", "1", timestamp=T0)])
+    log.roll()
+    log.batch([rec("b", "2", timestamp=T0)])
+    write_log(log.table(), tmp_path / "t-0")
+    storage = open_storage(str(tmp_path))
+    pl = list_log_dir(storage, str(tmp_path)).partition("t", 0)
+    s = scan_partition(storage, pl, depth="transactions", now_ms=T0)
+    assert s.error is None and s.txn is not None
+    assert s.state.first_unstable_offset == 0  # the transaction has no marker
