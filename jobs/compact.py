@@ -52,6 +52,10 @@ DEFAULT_DEDUPE_BUFFER_BYTES = 128 * 1024 * 1024
 MAX_CONVERGENCE_PASSES = 3
 STRATEGIES = ("auto", "memory", "external-sort")
 
+#: Test seam: when set, the driver passes it as ``fault=`` to every :func:`jobs.commit.replace_segments`
+#: it calls, so fault-injection tests can interrupt a real job's commit at any step. Always None in use.
+COMMIT_FAULT: Callable[[str], None] | None = None
+
 
 def configure(p: argparse.ArgumentParser) -> None:
     add_log_dir_options(p)
@@ -312,8 +316,6 @@ def _work(ctx: JobContext) -> None:
     from segment_io.checkpoint import write_offset_checkpoint
 
     args = ctx.args
-    if args.strategy == "external-sort":
-        raise UsageError("--strategy external-sort is not available yet; use memory (or auto)")
     max_keys = max_keys_for_buffer(args.dedupe_buffer_bytes)
     plan_scope = PlanScope(force=bool(args.topic or args.partition))
     plans: dict[tuple[str, int], CompactionPlan] = {}
@@ -442,6 +444,12 @@ def _summarize(ctx: JobContext) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # checked here, not in the work function, so that a usage error costs no Spark start and no scan
+    if args.strategy == "external-sort":
+        raise UsageError("--strategy external-sort is not available yet; use memory (or auto)")
+    from jobs.offset_map import max_keys_for_buffer
+
+    max_keys_for_buffer(args.dedupe_buffer_bytes)  # raises ConfigError when not even one key fits
     return run_job("compact", args, _work, scan_depth="transactions")
 
 

@@ -9,6 +9,7 @@ checked before Spark starts, so a typo costs a second, not a session start.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -92,12 +93,17 @@ def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext],
     dry_run = bool(getattr(args, "dry_run", False))
     log_dir = args.log_dir.rstrip("/") if args.log_dir not in ("/",) else args.log_dir
     storage = open_storage(log_dir, storage_options_from_args(args))
-    if storage.local_path(log_dir) is not None and not storage.exists(log_dir) and not storage.list_dirs(log_dir):
+    local = storage.local_path(log_dir)
+    if local is not None and not os.path.isdir(local):
         raise UsageError(f"--log-dir {log_dir}: no such directory")
     work_dir = work_uri(log_dir)
     progress = Progress(command, quiet=args.quiet)
     report = RunReport(command=command, log_dir=log_dir, now_ms=now_ms, dry_run=dry_run)
     progress(f"log dir {log_dir}, now {format_instant(now_ms)} ({now_ms})" + (" [dry run]" if dry_run else ""))
+
+    # The scope and the topics' configs are checked against a first listing before the lock and recovery:
+    # exit code 2 promises that nothing was done. Recovery does not add or remove partitions.
+    _check_scope(storage, log_dir, scope, configs)
 
     with ExitStack() as stack:
         if destructive and not dry_run:
@@ -144,6 +150,18 @@ def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext],
         n = append_ledger(args.ledger, report, report.partitions)
         progress(f"{n} row(s) appended to the ledger {args.ledger}")
     return report.exit_code
+
+
+def _check_scope(storage: Storage, log_dir: str, scope: Scope, configs: ConfigSet) -> LogDirListing:
+    """Fail with a UsageError/ConfigError when the log dir holds no partition, the scope names one it
+    does not hold, or two topic globs of equal specificity claim a topic."""
+    listing = list_log_dir(storage, log_dir)
+    if not listing.partitions:
+        raise UsageError(f"--log-dir {log_dir}: no partition directories (<topic>-<n>) found")
+    present = set(listing.partitions)
+    scope.check_against(present)
+    configs.check_topics({t for t, _ in present})
+    return listing
 
 
 def scan_error_entry(scan: PartitionScan) -> dict[str, Any]:

@@ -1,0 +1,226 @@
+"""Bad input at the command line: a one-line error and exit code 2 before any work (and before Spark), and
+a corrupt partition reported as uncleanable while the others are compacted (exit code 1). Also the
+``segjobs recover`` command.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs.cli import main
+from tests.support.builders import LogBuilder, rec, tombstone, write_log
+from tests.support.replay import comparable, read_partition, replay
+
+NOW = "2026-11-22T03:00:00Z"
+COMPACT = '[defaults]\n"cleanup.policy" = "compact"\n'
+
+
+def _partition(dirpath: Path, topic: str, *, n: int = 3) -> None:
+    log = LogBuilder(topic, 0, timestamp=1_700_000_000_000)
+    for i in range(n):
+        log.batch([rec("k", f"v{i}"), rec(f"u{i}", "x")])
+    log.batch([tombstone("u0")])
+    log.roll().batch([rec("z", "active")])
+    write_log(log.table(), dirpath / f"{topic}-0")
+
+
+@pytest.fixture()
+def log_dir(tmp_path) -> Path:
+    d = tmp_path / "logs"
+    _partition(d, "orders")
+    _partition(d, "users")
+    return d
+
+
+@pytest.fixture()
+def config(tmp_path) -> Path:
+    p = tmp_path / "topics.toml"
+    p.write_text(COMPACT)
+    return p
+
+
+def _files(d: Path) -> dict[str, tuple[str, int]]:
+    out = {}
+    for dirpath, _, names in os.walk(d):
+        for n in names:
+            if n != ".lock":
+                p = Path(dirpath) / n
+                out[str(p.relative_to(d))] = (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+    return out
+
+
+def _fails_fast(capsys, argv: list[str], expected: str) -> str:
+    """Run the CLI; it must exit 2 within a second with exactly one stderr line containing ``expected``."""
+    t0 = time.monotonic()
+    rc = main(argv)
+    elapsed = time.monotonic() - t0
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert elapsed < 1.0, f"took {elapsed:.2f}s: something slow (Spark?) ran before the check"
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"segjobs {argv[0]}: error: ") and expected in lines[0], lines[0]
+    return lines[0]
+
+
+# --------------------------------------------------------------------------------------------------
+# Usage and configuration errors: exit 2, one line, nothing done
+# --------------------------------------------------------------------------------------------------
+
+
+def test_unknown_partition(capsys, log_dir, config):
+    before = _files(log_dir)
+    _fails_fast(capsys, ["compact", "--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet",
+                         "--partition", "orders-7", "--partition", "users-0"], "orders-7")
+    assert _files(log_dir) == before
+
+
+def test_unknown_topic(capsys, log_dir, config):
+    _fails_fast(capsys, ["compact", "--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet",
+                         "--topic", "payments*"], "payments*")
+
+
+def test_malformed_partition_name(capsys, log_dir, config):
+    _fails_fast(capsys, ["compact", "--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet",
+                         "--partition", "orders"], "TOPIC-N")
+
+
+def test_scope_error_comes_before_recovery(capsys, log_dir, config):
+    """Exit code 2 promises that nothing was done: recovery (which would delete this leftover) must not
+    run before the scope is checked."""
+    leftover = log_dir / "orders-0" / "00000000000000000000.log.cleaned"
+    leftover.write_bytes(b"partial copy")
+    _fails_fast(capsys, ["compact", "--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet",
+                         "--partition", "nope-0"], "nope-0")
+    assert leftover.exists()
+
+
+def test_missing_config_file(capsys, log_dir, tmp_path):
+    _fails_fast(capsys, ["compact", "--log-dir", str(log_dir), "--config", str(tmp_path / "absent.toml"),
+                         "--now", NOW, "--quiet"], "absent.toml")
+
+
+def test_unreadable_config(capsys, log_dir, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[defaults]\n"cleanup.policy" = \n')
+    _fails_fast(capsys, ["compact", "--log-dir", str(log_dir), "--config", str(bad), "--now", NOW, "--quiet"],
+                "bad.toml")
+
+
+def test_invalid_config_key(capsys, log_dir, tmp_path):
+    bad = tmp_path / "typo.toml"
+    bad.write_text('[defaults]\n"cleanup.polcy" = "compact"\n')
+    _fails_fast(capsys, ["compact", "--log-dir", str(log_dir), "--config", str(bad), "--now", NOW, "--quiet"],
+                "cleanup.polcy")
+
+
+def test_invalid_config_value(capsys, log_dir, config):
+    _fails_fast(capsys, ["compact", "--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet",
+                         "--set", "orders:min.cleanable.dirty.ratio=7"], "min.cleanable.dirty.ratio")
+
+
+def test_missing_log_dir(capsys, tmp_path, config):
+    _fails_fast(capsys, ["compact", "--log-dir", str(tmp_path / "nowhere"), "--config", str(config), "--now", NOW,
+                         "--quiet"], "nowhere")
+
+
+def test_log_dir_without_partitions(capsys, tmp_path, config):
+    (tmp_path / "empty").mkdir()
+    _fails_fast(capsys, ["compact", "--log-dir", str(tmp_path / "empty"), "--config", str(config), "--now", NOW,
+                         "--quiet"], "no partition directories")
+
+
+@pytest.mark.parametrize("now", ["yesterday", "1700000000", "2026-13-45"])
+def test_garbage_now(capsys, log_dir, config, now):
+    _fails_fast(capsys, ["compact", "--log-dir", str(log_dir), "--config", str(config), "--now", now, "--quiet"],
+                repr(now) if now != "1700000000" else "epoch seconds")
+
+
+def test_external_sort_not_available(capsys, log_dir, config):
+    _fails_fast(capsys, ["compact", "--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet",
+                         "--strategy", "external-sort"], "external-sort")
+
+
+def test_dedupe_buffer_too_small(capsys, log_dir, config):
+    _fails_fast(capsys, ["compact", "--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet",
+                         "--dedupe-buffer-bytes", "10"], "dedupe.buffer.size=10")
+
+
+# --------------------------------------------------------------------------------------------------
+# A corrupt partition: reported with file, position and offset, untouched; the others compacted
+# --------------------------------------------------------------------------------------------------
+
+
+def test_corrupt_partition_is_uncleanable_and_the_others_are_compacted(spark, capsys, log_dir, config, tmp_path):
+    seg = log_dir / "orders-0" / "00000000000000000000.log"
+    data = bytearray(seg.read_bytes())
+    headers = read_partition(log_dir / "orders-0")
+    second = len(headers[0].raw)  # the second batch starts here; its base offset is 2
+    data[second + 70] ^= 0xFF  # a byte inside its records: the CRC no longer matches
+    seg.write_bytes(bytes(data))
+    orders_before = {k: v for k, v in _files(log_dir).items() if k.startswith("orders-0/")}
+    users_before = replay(read_partition(log_dir / "users-0"))
+
+    report = tmp_path / "r.json"
+    rc = main(["compact", "--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet",
+               "--report", str(report)])
+    assert rc == 1
+    out = json.loads(report.read_text())
+    assert out["exit_code"] == 1
+    [err] = out["errors"]
+    assert err["partition"] == "orders-0" and err["file"].endswith("orders-0/00000000000000000000.log")
+    assert err["position"] == second and err["offset"] == 2
+    entry = {f"{e['topic']}-{e['partition']}": e for e in out["partitions"]}
+    assert entry["orders-0"]["action"] == "error"
+    assert str(second) in entry["orders-0"]["reason"] and "00000000000000000000.log" in entry["orders-0"]["reason"]
+    assert {k: v for k, v in _files(log_dir).items() if k.startswith("orders-0/")} == orders_before
+    assert entry["users-0"]["action"] == "compacted" and entry["users-0"]["records_removed"] > 0
+    assert comparable(replay(read_partition(log_dir / "users-0")).latest) == comparable(users_before.latest)
+    assert "FAILED" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------------
+# segjobs recover
+# --------------------------------------------------------------------------------------------------
+
+
+def test_recover_dry_run_lists_leftovers_and_recover_settles_them(capsys, log_dir):
+    part = log_dir / "orders-0"
+    original = replay(read_partition(part))
+    seg = part / "00000000000000000000.log"
+    (part / (seg.name + ".cleaned")).write_bytes(seg.read_bytes()[:10])  # an interrupted clean's output
+    (part / "00000000000000000000.index.deleted").write_bytes(b"")  # a broker's pending delete
+    before = _files(log_dir)
+
+    assert main(["recover", "--log-dir", str(log_dir), "--now", NOW, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "00000000000000000000.log.cleaned" in out and "00000000000000000000.index.deleted" in out
+    assert "2 leftover(s)" in out
+    assert _files(log_dir) == before
+
+    assert main(["recover", "--log-dir", str(log_dir), "--now", NOW]) == 0
+    out = capsys.readouterr().out
+    assert "drop-cleaned" in out and "00000000000000000000.log.cleaned" in out
+    assert "record-deleted" in out
+    assert not (part / (seg.name + ".cleaned")).exists()
+    assert comparable(replay(read_partition(part)).latest) == comparable(original.latest)
+
+    # a second recovery finds nothing to do
+    assert main(["recover", "--log-dir", str(log_dir), "--now", NOW]) == 0
+    assert "0 action(s)" in capsys.readouterr().out
+
+
+def test_recover_missing_log_dir(capsys, tmp_path):
+    _fails_fast(capsys, ["recover", "--log-dir", str(tmp_path / "nowhere")], "nowhere")
+
+
+def test_recover_help_says_what_dry_run_does(capsys):
+    with pytest.raises(SystemExit):
+        main(["recover", "--help"])
+    assert "not predicted" in capsys.readouterr().out
