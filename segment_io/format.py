@@ -141,6 +141,11 @@ _FIELDS = (
 )
 
 
+#: baseOffset, batchLength, partitionLeaderEpoch (v2; legacy: crc), magic: what the walk needs per batch
+_PREFIX = struct.Struct(">qiib")
+assert _PREFIX.size == LOG_OVERHEAD + 5
+
+
 def scan_batches(data: bytes | memoryview, *, path: str | None = None, allow_truncated_tail: bool = True,
                  start: int = 0) -> BatchHeaders:
     """Read the header of every batch in ``data`` (a whole segment, or its tail from byte ``start``).
@@ -152,17 +157,22 @@ def scan_batches(data: bytes | memoryview, *, path: str | None = None, allow_tru
     raises :class:`InvalidLengthError`; an unknown magic :class:`InvalidMagicError`.
     """
     mv = memoryview(data)
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
     n = len(mv)
-    cols: dict[str, list] = {name: [] for name, _ in _FIELDS}
+    # Batch starts form a chain (each follows from the previous size), so they are found one by one;
+    # the loop is kept to the few operations that need the chain, and every header field is then
+    # read for all batches at once below.
+    positions: list[int] = []
+    magics: list[int] = []
+    unpack = _PREFIX.unpack_from
     pos = start
     truncated = 0
     while pos < n:
         if n - pos < LOG_OVERHEAD + 5:
             truncated = n - pos
             break
-        base_offset, size = struct.unpack_from(">qi", mv, pos)
-        magic = mv[pos + V2_MAGIC]
-        magic = magic - 256 if magic > 127 else magic
+        base_offset, size, _, magic = unpack(mv, pos)
         if magic not in (0, 1, 2):
             raise InvalidMagicError(f"invalid magic byte {magic} (expected 0, 1 or 2)", path=path,
                                     position=pos, offset=base_offset)
@@ -175,32 +185,64 @@ def scan_batches(data: bytes | memoryview, *, path: str | None = None, allow_tru
         if pos + total > n:
             truncated = n - pos
             break
-        if magic == 2:
-            (_, _, ple, _, crc, attrs, lod, base_ts, max_ts, pid, pepoch, bseq, count) = V2_HEADER.unpack_from(mv, pos)
-            last = base_offset + lod
-        else:
-            if magic == 1:
-                (_, _, crc, _, attrs, ts) = LEGACY_V1_HEADER.unpack_from(mv, pos)
-            else:
-                (_, _, crc, _, attrs) = LEGACY_V0_HEADER.unpack_from(mv, pos)
-                ts = NO_TIMESTAMP
-            ple, lod, base_ts, max_ts = NO_PARTITION_LEADER_EPOCH, 0, ts, ts
-            pid, pepoch, bseq = NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE
-            count = 1 if (attrs & LEGACY_CODEC_MASK) == 0 else -1
-            last = base_offset
-        for name, value in (
-            ("position", pos), ("size", total), ("base_offset", base_offset), ("last_offset", last),
-            ("magic", magic), ("attributes", attrs), ("base_timestamp", base_ts), ("max_timestamp", max_ts),
-            ("producer_id", pid), ("producer_epoch", pepoch), ("base_sequence", bseq),
-            ("partition_leader_epoch", ple), ("record_count", count), ("crc", crc),
-        ):
-            cols[name].append(value)
+        positions.append(pos)
+        magics.append(magic)
         pos += total
     if truncated and not allow_truncated_tail:
         raise TruncatedBatchError(f"last batch is cut short: {truncated} bytes remain at the end of the file",
                                   path=path, position=n - truncated)
-    arrays = {name: np.asarray(cols[name], dtype=dtype) for name, dtype in _FIELDS}
-    return BatchHeaders(**arrays, truncated_tail=truncated)
+    return BatchHeaders(**_header_columns(np.frombuffer(mv, dtype=np.uint8), np.asarray(positions, np.int64),
+                                          np.asarray(magics, np.int8)), truncated_tail=truncated)
+
+
+def _field(buf: np.ndarray, positions: np.ndarray, at: int, big_endian: str) -> np.ndarray:
+    """The big-endian field of type ``big_endian`` (e.g. ``">i8"``) at byte ``at`` of every batch."""
+    dtype = np.dtype(big_endian)
+    raw = buf[positions[:, None] + np.arange(at, at + dtype.itemsize)]
+    return np.ascontiguousarray(raw).view(dtype).reshape(-1)
+
+
+def _header_columns(buf: np.ndarray, positions: np.ndarray, magics: np.ndarray) -> dict[str, np.ndarray]:
+    """Every :class:`BatchHeaders` column for the batches at ``positions`` (framing already checked, so
+    each batch's fixed header lies inside ``buf``)."""
+    k = len(positions)
+    cols = {name: np.empty(k, dtype=dtype) for name, dtype in _FIELDS}
+    cols["position"][:] = positions
+    cols["magic"][:] = magics
+    cols["base_offset"][:] = _field(buf, positions, 0, ">i8")
+    cols["size"][:] = _field(buf, positions, SIZE_OFFSET, ">i4") + LOG_OVERHEAD
+
+    v2 = magics == 2
+    p = positions[v2]
+    for name, at, fmt in (
+        ("partition_leader_epoch", V2_PARTITION_LEADER_EPOCH, ">i4"), ("crc", V2_CRC, ">u4"),
+        ("attributes", V2_ATTRIBUTES, ">i2"), ("base_timestamp", V2_BASE_TIMESTAMP, ">i8"),
+        ("max_timestamp", V2_MAX_TIMESTAMP, ">i8"), ("producer_id", V2_PRODUCER_ID, ">i8"),
+        ("producer_epoch", V2_PRODUCER_EPOCH, ">i2"), ("base_sequence", V2_BASE_SEQUENCE, ">i4"),
+        ("record_count", V2_RECORDS_COUNT, ">i4"),
+    ):
+        cols[name][v2] = _field(buf, p, at, fmt)
+    cols["last_offset"][v2] = cols["base_offset"][v2] + _field(buf, p, V2_LAST_OFFSET_DELTA, ">i4")
+
+    legacy = ~v2
+    if legacy.any():
+        p = positions[legacy]
+        attrs = _field(buf, p, LEGACY_ATTRIBUTES, ">i1")  # a signed byte, as the v0/v1 headers declare it
+        cols["crc"][legacy] = _field(buf, p, LEGACY_CRC, ">u4")
+        cols["attributes"][legacy] = attrs
+        ts = np.full(len(p), NO_TIMESTAMP, dtype=np.int64)
+        v1 = magics[legacy] == 1
+        ts[v1] = _field(buf, p[v1], LEGACY_TIMESTAMP, ">i8")
+        cols["base_timestamp"][legacy] = ts
+        cols["max_timestamp"][legacy] = ts
+        cols["last_offset"][legacy] = cols["base_offset"][legacy]
+        cols["partition_leader_epoch"][legacy] = NO_PARTITION_LEADER_EPOCH
+        cols["producer_id"][legacy] = NO_PRODUCER_ID
+        cols["producer_epoch"][legacy] = NO_PRODUCER_EPOCH
+        cols["base_sequence"][legacy] = NO_SEQUENCE
+        # A compressed wrapper's record count is unknown without decompressing it.
+        cols["record_count"][legacy] = np.where((attrs & LEGACY_CODEC_MASK) == 0, 1, -1)
+    return cols
 
 
 __all__ = ["BatchHeaders", "scan_batches", "CorruptRecordError"]
