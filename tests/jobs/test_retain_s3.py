@@ -1,0 +1,86 @@
+"""The retention job on S3 (a real HTTP endpoint: moto_server), end to end and with a crash at every step.
+
+Log dirs are built locally with the shared helpers of ``test_retain.py`` and uploaded object by object.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from segment_io.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
+from segment_io.layout import segment_file_name
+from segment_io.storage import open_storage
+from segment_io.storage.base import Storage
+from tests.jobs.test_retain import (
+    OLD,
+    RECENT,
+    build_partition,
+    check_every_crash_point,
+    entry,
+    deleted,
+    live_logs,
+    names,
+    retain,
+    sizes,
+)
+from tests.support.s3 import ACCESS_KEY, REGION, SECRET_KEY
+
+
+def upload(storage: Storage, local: Path, log_dir: str) -> None:
+    for f in sorted(local.rglob("*")):
+        if f.is_file():
+            storage.write_atomic(storage.join(log_dir, *f.relative_to(local).parts), f.read_bytes())
+
+
+@pytest.fixture()
+def s3_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Credentials as a job gets them: from the environment (the endpoint comes from --s3-endpoint)."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+
+
+def test_retain_on_s3_end_to_end(s3_bucket, s3_env, tmp_path: Path, spark) -> None:
+    endpoint, bucket = s3_bucket
+    log_dir = f"s3://{bucket}/kafka/logs"
+    storage = open_storage(log_dir, endpoint.storage_options())
+    local = tmp_path / "logs"
+    bases = build_partition(local, "t", 0, [[OLD], [OLD], [RECENT]], epochs=[(0, 0), (3, 1)])
+    build_partition(local, "u", 0, [[RECENT], [RECENT]])
+    expected_bytes = sizes(local / "t-0", bases)
+    upload(storage, local, log_dir)
+    opts = ("--s3-endpoint", endpoint.endpoint_url, "--set", "*:retention.ms=1d",
+            "--set", "*:file.delete.delay.ms=60000")
+
+    code, dry = retain(log_dir, *opts, "--dry-run")
+    assert code == 0 and deleted(entry(dry, "t", 0)) == [(0, "retention.ms"), (1, "retention.ms")]
+    assert live_logs(storage, f"{log_dir}/t-0") == [0, 1, 2]
+
+    code, report = retain(log_dir, *opts)
+    assert code == 0
+    e = entry(report, "t", 0)
+    assert deleted(e) == deleted(entry(dry, "t", 0))
+    assert e["bytes_removed"] == expected_bytes[0] + expected_bytes[1]
+    assert live_logs(storage, f"{log_dir}/t-0") == [2]
+    assert segment_file_name(0, ".log.deleted") in names(storage, f"{log_dir}/t-0")
+    assert read_offset_checkpoint(storage, f"{log_dir}/log-start-offset-checkpoint") == {("t", 0): 2}
+    assert read_leader_epoch_checkpoint(storage, f"{log_dir}/t-0/leader-epoch-checkpoint") == [(3, 2)]
+    assert deleted(entry(report, "u", 0)) == []
+    # the lease is released and the work location holds only segjobs' own bookkeeping
+    assert not [f for f in storage.list(log_dir, recursive=True) if "segjobs" in f.name or f.name.endswith(".json")]
+
+    code, report = retain(log_dir, *opts, now=report["now_ms"] + 60_000)
+    assert code == 0 and not [n for n in names(storage, f"{log_dir}/t-0") if n.endswith(".deleted")]
+
+
+def test_a_crash_at_every_step_on_s3_then_recovery_and_a_rerun_ends_as_an_uninterrupted_run(
+        s3_bucket, tmp_path: Path) -> None:
+    endpoint, bucket = s3_bucket
+
+    def s3(name: str) -> tuple[Storage, str]:
+        log_dir = f"s3://{bucket}/{name}/logs"
+        return open_storage(log_dir, endpoint.storage_options()), log_dir
+
+    check_every_crash_point(s3, tmp_path)
