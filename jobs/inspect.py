@@ -1,0 +1,557 @@
+"""Report, per partition, how dirty a log dir is and what compaction and retention would reclaim at --now.
+
+Nothing is written to the log dir: no lock is taken and no recovery runs, so inspecting a directory a broker
+owns is safe. For every partition: segments and bytes; the clean, cleanable and uncleanable bytes and the
+dirty ratio; data records, transaction markers, keyless records, distinct keys and superseded records
+(records a later record of the same key replaces); live tombstones (no delete horizon yet, or one still in
+the future) and expired ones (horizon <= --now: a clean at --now removes them); records of aborted
+transactions; the oldest and newest record timestamps; whether compaction would select the partition at
+--now and why; what it would remove; and what retention would delete at --now, by which rule.
+
+Predictions come from the planners the jobs use (jobs.plan_compact, jobs.plan_retain) on the same scan, so a
+`segjobs compact --dry-run` / `segjobs retain --dry-run` at the same --now agrees with them. Selection is
+predicted for a run that names no --topic/--partition (naming a partition forces its compaction); the
+compaction numbers say what a compaction at --now would remove whether or not it is selected.
+
+Distinct keys are approximate by default (a HyperLogLog sketch of the 128-bit key hashes, about 1 % error,
+constant memory) and so are superseded records and the compaction numbers (estimated from the sketch and
+the average record size). --exact counts distinct key hashes exactly (exact up to 128-bit hash collisions;
+16 bytes of memory per record) and measures compaction by running the compaction task itself as a dry run.
+
+examples:
+  segjobs inspect --log-dir /var/kafka/logs
+  segjobs inspect --log-dir s3://bucket/kafka/logs --topic 'orders*' --now 2026-11-22T02:00:00Z --exact
+  segjobs inspect --log-dir /backup/logs --config conf/topics.toml --format csv > dirty.csv
+  segjobs inspect --log-dir /backup/logs --format json --report /tmp/inspect.json
+
+In a notebook: jobs.inspect.dirty_ratios(spark, uri) returns the same rows as a Spark DataFrame.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import os
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Sequence
+
+if __name__ == "__main__" and __package__ in (None, ""):  # spark-submit jobs/inspect.py
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np
+import pyarrow as pa
+
+from jobs.args import add_log_dir_options
+from jobs.cardinality import HyperLogLog, exact_distinct
+from jobs.config import TopicConfig
+from jobs.jobrun import JobContext, run_job
+from jobs.model import PartitionState
+from jobs.plan_compact import CompactionPlan, plan_compaction
+from jobs.plan_retain import RetentionPlan, plan_retention
+from jobs.report import RunReport, human_bytes, render_table
+from jobs.scan import PartitionError
+from jobs.timeutil import format_instant
+from segment_io.errors import SegjobsError, UsageError
+from segment_io.layout import PartitionListing
+from segment_io.storage.base import Storage
+
+FORMATS = ("table", "json", "csv")
+
+#: The columns of a partition's row, in order: (name, Spark SQL type, meaning). The one definition the
+#: report entries, the CSV header and :func:`dirty_ratios`' schema all follow.
+COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("topic", "string", "topic"),
+    ("partition", "int", "partition number"),
+    ("policy", "string", "cleanup.policy"),
+    ("segments", "int", "live segments"),
+    ("bytes", "bigint", "bytes of all segments"),
+    ("clean_bytes", "bigint", "bytes below the first dirty offset (cleaned before)"),
+    ("cleanable_bytes", "bigint", "bytes from the first dirty offset to the first uncleanable offset"),
+    ("uncleanable_bytes", "bigint", "bytes from the first uncleanable offset on (active segment included)"),
+    ("dirty_ratio", "double", "cleanable / (clean + cleanable) bytes"),
+    ("min_cleanable_dirty_ratio", "double", "the topic's min.cleanable.dirty.ratio"),
+    ("log_start_offset", "bigint", "log start offset"),
+    ("log_end_offset", "bigint", "log end offset"),
+    ("first_dirty_offset", "bigint", "where the next clean starts"),
+    ("first_uncleanable_offset", "bigint", "where the next clean stops (a segment base)"),
+    ("bound_by", "string", "what sets the first uncleanable offset"),
+    ("records", "bigint", "data records (transaction markers not counted)"),
+    ("markers", "bigint", "transaction markers (control records)"),
+    ("keyless_records", "bigint", "data records without a key (outside aborted transactions)"),
+    ("distinct_keys", "bigint", "distinct keys of the keyed records not in aborted transactions"),
+    ("distinct_keys_exact", "boolean", "false: distinct_keys and superseded_records are HyperLogLog estimates"),
+    ("superseded_records", "bigint", "keyed records a later record of the same key replaces"),
+    ("live_tombstones", "bigint", "tombstones a clean at now keeps (no delete horizon, or one after now)"),
+    ("expired_tombstones", "bigint", "tombstones whose delete horizon is <= now"),
+    ("aborted_records", "bigint", "data records of aborted transactions"),
+    ("oldest_timestamp", "bigint", "smallest record timestamp (epoch ms), null when none"),
+    ("newest_timestamp", "bigint", "largest record timestamp (epoch ms), null when none"),
+    ("compaction_selected", "boolean", "would a compaction run at now select the partition"),
+    ("compaction_reason", "string", "why (not)"),
+    ("compaction_records_removed", "bigint", "records a compaction at now would remove"),
+    ("compaction_bytes_removed", "bigint", "bytes a compaction at now would remove"),
+    ("compaction_measured", "boolean", "true: measured by a compaction dry run (--exact); false: estimated"),
+    ("compaction_partial", "boolean", "the offset map would fill up: one run cleans only part of the range"),
+    ("retention_segments_deleted", "int", "segments retention would delete at now"),
+    ("retention_bytes_deleted", "bigint", "bytes retention would delete at now"),
+    ("retention_rules", "string", "the rules that condemn them (comma-separated)"),
+    ("retention_log_start_offset", "bigint", "the log start offset after retention"),
+    ("segment_bytes", "array<bigint>", "size of each segment, oldest first"),
+    ("segment_age_ms", "array<bigint>", "now minus each segment's largest timestamp (what retention.ms compares)"),
+    ("error", "string", "why the partition could not be inspected; null when it could"),
+)
+COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in COLUMNS)
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    """The options of ``segjobs inspect``: the shared job options (no --dry-run: nothing is written) plus
+    --exact and --format."""
+    add_log_dir_options(p, destructive=False)
+    # The shared help says naming a partition forces its compaction; inspect only narrows what it shows.
+    # argparse has no public way to reword an added option, hence the walk over its actions.
+    for action in p._actions:
+        if action.dest == "partition":
+            action.help = ("only this partition, e.g. orders-3 (repeatable); selection is still predicted as an "
+                           "unforced run would decide it")
+    p.add_argument("--exact", action="store_true",
+                   help="count distinct keys exactly and measure compaction with a dry run of the compaction task "
+                        "(slower, 16 bytes of memory per record); default: HyperLogLog estimates")
+    p.add_argument("--format", choices=FORMATS, default="table",
+                   help="table (default): aligned columns and the reasons; json: one JSON document (the report); "
+                        "csv: one row per partition with every column")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``segjobs inspect`` with parsed ``args``; returns the exit code (1 when a partition was unreadable)."""
+    return run_job("inspect", args, _work, scan_depth="transactions", destructive=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# The per-partition task (runs on an executor; reads the key-hash projection, returns numbers only)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InspectTask:
+    """What one partition's inspection needs: the scan's state and transactions, and the compaction plan."""
+
+    storage: Storage
+    listing: PartitionListing
+    state: PartitionState
+    txn: Any  # jobs.transactions.TxnState
+    plan: CompactionPlan
+    config: TopicConfig
+    now_ms: int
+    exact: bool
+    work_uri: str
+
+
+@dataclass
+class _Counts:
+    """Record counts over a set of segments; ``hll``/``hashes`` count their distinct live keys."""
+
+    exact: bool
+    records: int = 0
+    markers: int = 0
+    keyless: int = 0
+    keyed: int = 0
+    live_tombstones: int = 0
+    expired_tombstones: int = 0
+    aborted: int = 0
+    oldest: int | None = None
+    newest: int | None = None
+    hll: HyperLogLog = field(default_factory=HyperLogLog)
+    hashes: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+
+    def add(self, kh: pa.Table, aborted_txns: Any, now_ms: int) -> None:
+        """Count one segment's KEY_HASH_SCHEMA rows (vectorised: no per-record Python work)."""
+        col = {name: kh.column(name).to_numpy() for name in (
+            "key_is_null", "value_is_null", "timestamp", "batch_last_offset", "transactional", "control",
+            "producer_id")}
+        control = col["control"]
+        data = ~control
+        aborted = np.zeros(kh.num_rows, bool)
+        txn_data = data & col["transactional"]
+        if txn_data.any():
+            aborted[txn_data] = aborted_txns.contains(col["producer_id"][txn_data], col["batch_last_offset"][txn_data])
+        live = data & ~aborted
+        keyed = live & ~col["key_is_null"]
+        tombstone = keyed & col["value_is_null"]
+        horizon = kh.column("delete_horizon_ms")
+        has_horizon = horizon.is_valid().to_numpy(zero_copy_only=False)
+        # The cleaner drops a tombstone once now >= its batch's horizon. Legacy (magic 0/1) tombstones have
+        # no horizon of their own (Kafka judges them per segment) and count as live here.
+        expired = tombstone & has_horizon & (horizon.fill_null(0).to_numpy() <= now_ms)
+        stamps = col["timestamp"][data]
+        stamps = stamps[stamps >= 0]
+
+        self.records += int(data.sum())
+        self.markers += int(control.sum())
+        self.keyless += int((live & col["key_is_null"]).sum())
+        self.keyed += int(keyed.sum())
+        self.expired_tombstones += int(expired.sum())
+        self.live_tombstones += int((tombstone & ~expired).sum())
+        self.aborted += int(aborted.sum())
+        if len(stamps):
+            lo, hi = int(stamps.min()), int(stamps.max())
+            self.oldest = lo if self.oldest is None else min(self.oldest, lo)
+            self.newest = hi if self.newest is None else max(self.newest, hi)
+        hash_hi = kh.column("key_hash_hi").to_numpy()[keyed]
+        hash_lo = kh.column("key_hash_lo").to_numpy()[keyed]
+        if self.exact:
+            self.hashes.append((hash_hi, hash_lo))
+        else:
+            self.hll.add(hash_hi, hash_lo)
+
+    def distinct_keys(self) -> int:
+        if self.exact:
+            if not self.hashes:
+                return 0
+            return exact_distinct(np.concatenate([h for h, _ in self.hashes]),
+                                  np.concatenate([lo for _, lo in self.hashes]))
+        # A sketch can overshoot a small true count; never report more keys than keyed records.
+        return min(self.hll.estimate(), self.keyed)
+
+
+@dataclass
+class PartitionStats:
+    """What the inspection task returns for one partition (plain numbers; ``error`` when it failed)."""
+
+    topic: str
+    partition: int
+    values: dict[str, Any] = field(default_factory=dict)
+    error: PartitionError | None = None
+
+
+def _estimate_compaction(rng: _Counts, range_bytes: int, ratio_of_latest: float) -> tuple[int, int]:
+    """(records, bytes) a compaction would remove from the rewritten range, estimated without an offset map.
+
+    Removed: records of aborted transactions, keyless records, every keyed record but the latest of its key
+    (keyed records minus distinct keys: exact when the clean section was cleaned before, so holds each key
+    once) and expired tombstones that are the latest of their key (the share of latest records among keyed
+    ones stands in for the unknown share among tombstones). Bytes: that many records of the range's average
+    size, batch overhead included.
+    """
+    superseded = max(rng.keyed - rng.distinct_keys(), 0)
+    expired_latest = int(round(rng.expired_tombstones * ratio_of_latest))
+    records = rng.aborted + rng.keyless + superseded + expired_latest
+    total = rng.records + rng.markers
+    return records, (int(round(range_bytes * records / total)) if total else 0)
+
+
+def inspect_partition(task: InspectTask) -> PartitionStats:
+    """Count one partition's records, keys and tombstones from its key-hash projection (one segment in memory
+    at a time), and what compaction would remove: estimated, or with ``exact`` measured by
+    :func:`jobs.compact.compact_partition` as a dry run."""
+    from segment_io.decode import decode_key_hashes_bytes
+
+    plan, state = task.plan, task.state
+    out = PartitionStats(plan.topic, plan.partition)
+    try:
+        whole = _Counts(task.exact)
+        in_range = _Counts(exact=False)  # the rewritten range, for the estimate only
+        last = len(task.listing.segments) - 1
+        range_bytes = 0
+        rewritable = task.config.compact and plan.total_bytes > 0
+        for i, seg in enumerate(task.listing.segments):
+            data = task.storage.read(seg.log.uri)
+            kh = decode_key_hashes_bytes(data, path=seg.log.uri, allow_truncated_tail=i == last)
+            whole.add(kh, task.txn.aborted, task.now_ms)
+            if rewritable and not task.exact and seg.base_offset < plan.first_uncleanable_offset:
+                in_range.add(kh, task.txn.aborted, task.now_ms)
+                range_bytes += len(data)
+        distinct = whole.distinct_keys()
+        values: dict[str, Any] = {
+            "records": whole.records, "markers": whole.markers, "keyless_records": whole.keyless,
+            "distinct_keys": distinct, "distinct_keys_exact": task.exact,
+            "superseded_records": max(whole.keyed - distinct, 0),
+            "live_tombstones": whole.live_tombstones, "expired_tombstones": whole.expired_tombstones,
+            "aborted_records": whole.aborted, "oldest_timestamp": whole.oldest, "newest_timestamp": whole.newest,
+            "compaction_records_removed": 0, "compaction_bytes_removed": 0,
+            "compaction_measured": task.exact, "compaction_partial": False,
+        }
+        if rewritable and task.exact:
+            measured, out.error = _measure_compaction(task)
+            values.update(measured)
+        elif rewritable:
+            latest_share = distinct / whole.keyed if whole.keyed else 1.0
+            records, removed = _estimate_compaction(in_range, range_bytes, latest_share)
+            values.update(compaction_records_removed=records, compaction_bytes_removed=removed)
+        out.values = values
+    except SegjobsError as exc:
+        out.error = PartitionError.from_exception(exc)
+    return out
+
+
+def _measure_compaction(task: InspectTask) -> tuple[dict[str, Any], PartitionError | None]:
+    """Run the compaction task itself as a dry run: the numbers a compaction dry run reports, by construction
+    (or the located error that would make the partition uncleanable)."""
+    from jobs.compact import DEFAULT_DEDUPE_BUFFER_BYTES, CompactTask, compact_partition
+    from jobs.offset_map import max_keys_for_buffer
+
+    outcome = compact_partition(CompactTask(
+        task.storage, task.listing, task.state, task.plan, task.config, task.txn, task.now_ms,
+        max_keys_for_buffer(DEFAULT_DEDUPE_BUFFER_BYTES), dry_run=True, work_uri=task.work_uri))
+    return ({"compaction_records_removed": sum(g.records_before - g.records_after for g in outcome.groups),
+             "compaction_bytes_removed": sum(g.bytes_before - g.bytes_after for g in outcome.groups),
+             "compaction_partial": outcome.map_full}, outcome.error)
+
+
+# --------------------------------------------------------------------------------------------------
+# The driver: plans, tasks, rows
+# --------------------------------------------------------------------------------------------------
+
+
+def _plan_values(state: PartitionState, config: TopicConfig, plan: CompactionPlan, retention: RetentionPlan,
+                 now_ms: int) -> dict[str, Any]:
+    """The columns the planners decide (no record data needed)."""
+    return {
+        "policy": config.policy_text, "segments": len(state.segments), "bytes": state.size_bytes,
+        "clean_bytes": plan.clean_bytes, "cleanable_bytes": plan.cleanable_bytes,
+        "uncleanable_bytes": plan.uncleanable_bytes, "dirty_ratio": plan.dirty_ratio,
+        "min_cleanable_dirty_ratio": plan.min_cleanable_dirty_ratio,
+        "log_start_offset": state.log_start_offset, "log_end_offset": state.log_end_offset,
+        "first_dirty_offset": plan.first_dirty_offset, "first_uncleanable_offset": plan.first_uncleanable_offset,
+        "bound_by": plan.bound_by, "compaction_selected": plan.selected, "compaction_reason": plan.reason,
+        "retention_segments_deleted": len(retention.deletions), "retention_bytes_deleted": retention.bytes_deleted,
+        "retention_rules": ",".join(sorted({d.rule for d in retention.deletions})) or None,
+        "retention_log_start_offset": retention.new_log_start_offset,
+        "segment_bytes": [s.size_bytes for s in state.segments],
+        "segment_age_ms": [now_ms - s.effective_largest_timestamp for s in state.segments],
+    }
+
+
+def _row(topic: str, partition: int, values: dict[str, Any]) -> dict[str, Any]:
+    """A complete row: every column present, in order (None where unknown)."""
+    row = {name: None for name in COLUMN_NAMES}
+    row.update(values, topic=topic, partition=partition)
+    return row
+
+
+def _work(ctx: JobContext) -> None:
+    from jobs.model import Scope as PlanScope
+
+    exact = bool(ctx.args.exact)
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    tasks: list[InspectTask] = []
+    for key, scan in sorted(ctx.scans.items()):
+        if scan.error is not None:
+            rows[key] = _row(*key, {"error": str(scan.error)})
+            ctx.report.errors.append({"partition": scan.name, **scan.error.to_dict()})
+            continue
+        config = ctx.configs.for_topic(scan.topic)
+        # As an unforced (nightly) run would decide: inspect's --topic only narrows what is shown.
+        plan = plan_compaction(scan.state, config, ctx.now_ms, PlanScope())
+        retention = plan_retention(scan.state, config, ctx.now_ms)
+        ctx.report.warnings.extend(f"{scan.name}: retention: {w}" for w in retention.warnings)
+        rows[key] = _row(*key, _plan_values(scan.state, config, plan, retention, ctx.now_ms))
+        tasks.append(InspectTask(ctx.storage, ctx.listing.partitions[key], scan.state, scan.txn, plan, config,
+                                 ctx.now_ms, exact, ctx.work_uri))
+    ctx.progress(f"inspecting {len(tasks)} partition(s)" + (" (exact)" if exact else ""))
+    for stats in ctx.parallel_map(inspect_partition, tasks):
+        key = (stats.topic, stats.partition)
+        if stats.error is not None:
+            rows[key] = _row(*key, {"error": str(stats.error)})
+            ctx.report.errors.append({"partition": f"{stats.topic}-{stats.partition}", **stats.error.to_dict()})
+        else:
+            rows[key].update(stats.values)
+    ctx.report.partitions.extend(rows[k] for k in sorted(rows))
+    ctx.report.totals.update(_totals(ctx.report.partitions), exact=exact)
+    fmt = getattr(ctx.args, "format", None)
+    if fmt is not None:
+        ctx.report.finish()
+        sys.stdout.write(render(ctx.report, fmt))
+        sys.stdout.flush()
+
+
+def _totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in rows if r["error"] is None]
+    return {
+        "partitions": len(rows), "errors": len(rows) - len(ok),
+        "bytes": sum(r["bytes"] for r in ok), "records": sum(r["records"] for r in ok),
+        "compaction_selected": sum(bool(r["compaction_selected"]) for r in ok),
+        # what a compaction run at now reclaims: the selected partitions only
+        "compaction_bytes_removed": sum(r["compaction_bytes_removed"] for r in ok if r["compaction_selected"]),
+        "retention_bytes_deleted": sum(r["retention_bytes_deleted"] for r in ok),
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# Output formats
+# --------------------------------------------------------------------------------------------------
+
+
+def _table_columns(estimated: bool) -> tuple[tuple[str, str], ...]:
+    est = " (est.)" if estimated else ""
+    return (("partition", "partition"), ("policy", "policy"), ("segments", "segs"), ("size", "size"),
+            ("dirty", "dirty"), ("records", "records"), ("keys", f"keys{est}"), ("superseded", f"superseded{est}"),
+            ("tombstones", "tombstones live/exp"), ("aborted", "aborted"), ("compact", "compact"),
+            ("compaction", f"compaction frees{est}"), ("retention", "retention frees"), ("oldest", "oldest"),
+            ("newest", "newest"))
+
+
+def _table_row(r: dict[str, Any]) -> dict[str, Any]:
+    name = f"{r['topic']}-{r['partition']}"
+    if r["error"] is not None:
+        return {"partition": name, "policy": "UNREADABLE"}
+    return {
+        "partition": name, "policy": r["policy"], "segments": r["segments"], "size": human_bytes(r["bytes"]),
+        "dirty": f"{r['dirty_ratio']:.2f}", "records": r["records"], "keys": r["distinct_keys"],
+        "superseded": r["superseded_records"], "tombstones": f"{r['live_tombstones']}/{r['expired_tombstones']}",
+        "aborted": r["aborted_records"], "compact": "yes" if r["compaction_selected"] else "no",
+        "compaction": human_bytes(r["compaction_bytes_removed"]), "retention": human_bytes(r["retention_bytes_deleted"]),
+        "oldest": format_instant(r["oldest_timestamp"])[:10], "newest": format_instant(r["newest_timestamp"])[:10],
+    }
+
+
+def render(report: RunReport, fmt: str) -> str:
+    """The inspect report as text: ``table`` (with each partition's compaction reason and any error below
+    it), ``json`` (the whole report, one document) or ``csv`` (every column; arrays space-separated)."""
+    rows = report.partitions
+    if fmt == "json":
+        return report.to_json() + "\n"
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=COLUMN_NAMES, lineterminator="\n")
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: (" ".join(map(str, v)) if isinstance(v, list) else v) for k, v in r.items()})
+        return buf.getvalue()
+    if fmt != "table":
+        raise UsageError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    lines = [f"log dir {report.log_dir} at {format_instant(report.now_ms)} ({report.now_ms})", "",
+             render_table([_table_row(r) for r in rows], _table_columns(not report.totals.get("exact"))), ""]
+    for r in rows:
+        name = f"{r['topic']}-{r['partition']}"
+        if r["error"] is not None:
+            lines.append(f"{name}: ERROR {r['error']}")
+        else:
+            verdict = "selected" if r["compaction_selected"] else "not selected"
+            retention = (f"; retention deletes {r['retention_segments_deleted']} segment(s) "
+                         f"({r['retention_rules']})" if r["retention_segments_deleted"] else "")
+            lines.append(f"{name}: {verdict}: {r['compaction_reason']}{retention}")
+    t = report.totals
+    approx = "" if t.get("exact") else " (est.: estimated; --exact counts and measures)"
+    lines += ["", f"{t['partitions']} partition(s), {human_bytes(t['bytes'])}; compaction at now selects "
+                  f"{t['compaction_selected']} and frees {human_bytes(t['compaction_bytes_removed'])}; retention "
+                  f"frees {human_bytes(t['retention_bytes_deleted'])}{approx}"
+              + (f"; {t['errors']} partition(s) UNREADABLE" if t["errors"] else ""), ""]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# Notebooks
+# --------------------------------------------------------------------------------------------------
+
+
+def _instant_arg(now: int | str | datetime | None) -> str | None:
+    if now is None or isinstance(now, str):
+        return now
+    if isinstance(now, datetime):
+        from datetime import timezone
+
+        aware = now if now.tzinfo else now.replace(tzinfo=timezone.utc)
+        return str(int(aware.timestamp() * 1000))
+    return str(int(now))
+
+
+def inspect_report(uri: str, *, topics: str | Sequence[str] | None = None, now: int | str | datetime | None = None,
+                   exact: bool = False, config: str | os.PathLike | None = None, overrides: Sequence[str] = (),
+                   master: str | None = None) -> RunReport:
+    """Inspect the log dir at ``uri`` (local path or s3:// URI) and return the report: one entry per partition
+    in ``report.partitions`` (the :data:`COLUMNS`), unreadable partitions with ``error`` set and listed in
+    ``report.errors``. Runs in the active Spark session (one is created when none is). ``topics``: globs;
+    ``now``: epoch ms, ISO-8601 or a datetime (default: the wall clock); ``config``: a topics TOML file;
+    ``overrides``: ``TOPIC_GLOB:KEY=VALUE`` settings, as ``--set``."""
+    parser = argparse.ArgumentParser(prog="inspect")
+    configure(parser)
+    argv = ["--log-dir", str(uri), "--quiet"]
+    for glob in ([topics] if isinstance(topics, str) else list(topics or ())):
+        argv += ["--topic", glob]
+    for setting in overrides:
+        argv += ["--set", setting]
+    if config is not None:
+        argv += ["--config", os.fspath(config)]
+    if master is not None:
+        argv += ["--master", master]
+    if exact:
+        argv.append("--exact")
+    args = parser.parse_args(argv)
+    args.now = _instant_arg(now)
+    args.format = None  # no console output: the caller gets the report
+    captured: list[RunReport] = []
+
+    def work(ctx: JobContext) -> None:
+        _work(ctx)
+        captured.append(ctx.report)
+
+    run_job("inspect", args, work, scan_depth="transactions", destructive=False)
+    return captured[0]
+
+
+def spark_schema():
+    """The Spark schema of :func:`dirty_ratios`' DataFrame (built from :data:`COLUMNS`)."""
+    from pyspark.sql.types import _parse_datatype_string
+
+    return _parse_datatype_string(", ".join(f"{name}: {typ}" for name, typ, _ in COLUMNS))
+
+
+def dirty_ratios(spark, uri: str, *, topics: str | Sequence[str] | None = None,
+                 now: int | str | datetime | None = None, exact: bool = False,
+                 config: str | os.PathLike | None = None, overrides: Sequence[str] = ()):
+    """One row per partition of the log dir at ``uri``, as a Spark DataFrame of :data:`COLUMNS`: what
+    ``segjobs inspect`` reports, for notebooks. Arguments as :func:`inspect_report`; an unreadable partition
+    is a row with ``error`` set and no numbers."""
+    report = inspect_report(uri, topics=topics, now=now, exact=exact, config=config, overrides=overrides)
+    data = [tuple(r[name] for name in COLUMN_NAMES) for r in report.partitions]
+    return spark.createDataFrame(data, schema=spark_schema())
+
+
+@dataclass(frozen=True)
+class DemoLogDir:
+    """A generated log dir to try inspect on: where it is, the topic settings it is meant with, and a now."""
+
+    log_dir: str
+    overrides: tuple[str, ...]
+    now_ms: int
+
+
+#: One day, in ms.
+_DAY_MS = 86_400_000
+
+
+def write_demo_log_dir(out_dir: str | os.PathLike, *, records: int = 2_000) -> DemoLogDir:
+    """Write a small log dir into ``out_dir/logs``: a compacted changelog with tombstones and aborted
+    transactions, a compact,delete topic, and a delete topic whose oldest segments are past retention at the
+    returned ``now`` (a day after the last record). A few hundred KB with the default ``records``."""
+    from segment_io.generate import GenerateSpec, generate_log_dir
+
+    start, span = 1_700_000_000_000, 7 * _DAY_MS
+    log_dir = Path(out_dir) / "logs"
+    common = dict(records=records, start_ms=start, span_ms=span, segment_bytes=64 << 10, value_bytes=100)
+    for spec in (
+        GenerateSpec(topics=("users-changelog",), partitions=2, superseded_share=0.7, tombstone_share=0.05,
+                     transactional_share=0.3, aborted_share=0.5, seed=1, **common),
+        GenerateSpec(topics=("orders",), partitions=1, superseded_share=0.3, tombstone_share=0.01, seed=2,
+                     **common),
+        GenerateSpec(topics=("clicks",), partitions=1, superseded_share=0.0, tombstone_share=0.0, seed=3, **common),
+    ):
+        generate_log_dir(spec, log_dir)
+    overrides = ("users-changelog:cleanup.policy=compact", "orders:cleanup.policy=compact,delete",
+                 "orders:retention.ms=7d", "clicks:retention.ms=4d")
+    return DemoLogDir(str(log_dir), overrides, start + span + _DAY_MS)
+
+
+__all__ = ["COLUMNS", "COLUMN_NAMES", "DemoLogDir", "FORMATS", "InspectTask", "PartitionStats", "configure",
+           "dirty_ratios", "inspect_partition", "inspect_report", "render", "run", "spark_schema",
+           "write_demo_log_dir"]
+
+
+if __name__ == "__main__":
+    from jobs.cli import submit_main
+
+    submit_main("inspect")

@@ -1,0 +1,353 @@
+"""segjobs inspect: its counts against an independent decode of the records, its predictions against the
+compaction and retention dry runs at the same --now, its three formats, an unreadable partition, the
+notebook API (dirty_ratios) and the plots; plus the distinct-key counters without Spark."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jobs.cardinality import HyperLogLog, exact_distinct
+from jobs.cli import main as segjobs
+from jobs.inspect import COLUMN_NAMES, DemoLogDir, dirty_ratios, write_demo_log_dir
+from segment_io.decode import decode_segment_bytes
+from segment_io.format import CONTROL_ABORT
+from segment_io.layout import list_log_dir
+from segment_io.storage import open_storage
+
+DAY = 86_400_000
+
+
+# --------------------------------------------------------------------------------------------------
+# Distinct-key counters (no Spark)
+# --------------------------------------------------------------------------------------------------
+
+
+def _random_hashes(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    h = np.random.default_rng(seed).integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, (n, 2), np.int64)
+    return h[:, 0].copy(), h[:, 1].copy()
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 1_000, 60_000, 300_000])
+def test_hyperloglog_estimate_is_within_its_error(n: int) -> None:
+    hi, lo = _random_hashes(n, seed=n)
+    # every hash three times: duplicates must not count
+    hll = HyperLogLog()
+    for _ in range(3):
+        hll.add(hi, lo)
+    assert abs(hll.estimate() - n) <= max(1, 4 * hll.relative_error * n)
+
+
+def test_hyperloglog_merge_counts_the_union() -> None:
+    hi, lo = _random_hashes(50_000, seed=5)
+    a, b, whole = HyperLogLog(), HyperLogLog(), HyperLogLog()
+    a.add(hi[:30_000], lo[:30_000])
+    b.add(hi[20_000:], lo[20_000:])
+    whole.add(hi, lo)
+    assert np.array_equal(a.merge(b).registers, whole.registers)
+
+
+def test_hyperloglog_uses_both_hash_halves() -> None:
+    # keys differing only in the low half are distinct keys
+    hi = np.zeros(1_000, np.int64)
+    lo = np.arange(1_000, dtype=np.int64) * 7919 + 1
+    hll = HyperLogLog()
+    hll.add(hi, lo)
+    assert hll.estimate() >= 1
+
+
+def test_exact_distinct_counts_pairs() -> None:
+    hi = np.array([1, 1, 2, 2, 1, 3], np.int64)
+    lo = np.array([5, 6, 5, 5, 5, 5], np.int64)
+    assert exact_distinct(hi, lo) == 4  # (1,5) (1,6) (2,5) (3,5)
+    assert exact_distinct(hi[:0], lo[:0]) == 0
+
+
+# --------------------------------------------------------------------------------------------------
+# An independent account of each partition: full decode, keys compared as bytes, transactions replayed here
+# --------------------------------------------------------------------------------------------------
+
+
+def _truth(log_dir: str, now_ms: int) -> dict[str, dict[str, int | None]]:
+    storage = open_storage(log_dir)
+    out = {}
+    for (topic, partition), pl in list_log_dir(storage, log_dir).partitions.items():
+        rows = {k: [] for k in ("offset", "key", "value", "timestamp", "base", "pid", "txn", "control", "horizon")}
+        for seg in pl.segments:
+            t = decode_segment_bytes(storage.read(seg.log.uri), path=seg.log.uri)
+            for name, col in (("offset", "offset"), ("key", "key"), ("value", "value"), ("timestamp", "timestamp"),
+                              ("base", "batch_base_offset"), ("pid", "producer_id"), ("txn", "transactional"),
+                              ("control", "control"), ("horizon", "delete_horizon_ms")):
+                rows[name].extend(t.column(col).to_pylist())
+        open_txn: dict[int, list[int]] = defaultdict(list)
+        aborted_batches: set[int] = set()
+        seen: set[int] = set()
+        for i, base in enumerate(rows["base"]):
+            if base in seen:
+                continue
+            seen.add(base)
+            pid = rows["pid"][i]
+            if rows["control"][i]:
+                if int.from_bytes(rows["key"][i][2:4], "big") == CONTROL_ABORT:
+                    aborted_batches.update(open_txn[pid])
+                open_txn[pid] = []
+            elif rows["txn"][i]:
+                open_txn[pid].append(base)
+        data = [i for i, c in enumerate(rows["control"]) if not c]
+        live = [i for i in data if rows["base"][i] not in aborted_batches]
+        keyed = [i for i in live if rows["key"][i] is not None]
+        tombs = [i for i in keyed if rows["value"][i] is None]
+        expired = [i for i in tombs if rows["horizon"][i] is not None and rows["horizon"][i] <= now_ms]
+        stamps = [rows["timestamp"][i] for i in data if rows["timestamp"][i] >= 0]
+        distinct = len({rows["key"][i] for i in keyed})
+        out[f"{topic}-{partition}"] = {
+            "records": len(data), "markers": len(rows["control"]) - len(data),
+            "keyless_records": len(live) - len(keyed), "distinct_keys": distinct,
+            "superseded_records": len(keyed) - distinct, "live_tombstones": len(tombs) - len(expired),
+            "expired_tombstones": len(expired), "aborted_records": len(data) - len(live),
+            "oldest_timestamp": min(stamps) if stamps else None, "newest_timestamp": max(stamps) if stamps else None,
+        }
+    return out
+
+
+EXACT_COUNTS = ("records", "markers", "keyless_records", "aborted_records", "live_tombstones", "expired_tombstones",
+                "oldest_timestamp", "newest_timestamp")
+PLANNED = ("segments", "bytes", "clean_bytes", "cleanable_bytes", "dirty_ratio", "first_dirty_offset",
+           "first_uncleanable_offset", "compaction_selected", "compaction_reason", "retention_segments_deleted",
+           "retention_bytes_deleted", "retention_rules", "retention_log_start_offset", "segment_bytes",
+           "segment_age_ms")
+
+
+def _by_name(rows) -> dict[str, dict]:
+    return {f"{r['topic']}-{r['partition']}": r for r in rows}
+
+
+def _cli(capsys, *argv: str) -> tuple[int, str]:
+    capsys.readouterr()
+    code = segjobs(list(argv))
+    return code, capsys.readouterr().out
+
+
+def _common(demo: DemoLogDir, now_ms: int) -> list[str]:
+    args = ["--log-dir", demo.log_dir, "--now", str(now_ms), "--quiet"]
+    for s in demo.overrides:
+        args += ["--set", s]
+    return args
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> DemoLogDir:
+    return write_demo_log_dir(tmp_path_factory.mktemp("inspect"), records=1_500)
+
+
+@pytest.fixture(scope="module")
+def exact_run(spark, demo, tmp_path_factory) -> dict:
+    """segjobs inspect --exact --format json --report at the demo's now: (stdout document, report file)."""
+    report = tmp_path_factory.mktemp("reports") / "inspect.json"
+    code = segjobs(["inspect", *_common(demo, demo.now_ms), "--exact", "--format", "json", "--report", str(report)])
+    assert code == 0
+    return {"report": json.loads(report.read_text())}
+
+
+# --------------------------------------------------------------------------------------------------
+# Exact run: counts, and predictions against the dry runs
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.spark
+def test_exact_counts_match_an_independent_decode(exact_run, demo) -> None:
+    rows = _by_name(exact_run["report"]["partitions"])
+    truth = _truth(demo.log_dir, demo.now_ms)
+    assert set(rows) == set(truth)
+    for name, want in truth.items():
+        got = {k: rows[name][k] for k in want}
+        assert got == want, name
+        assert rows[name]["distinct_keys_exact"] is True
+    # the demo is meant to exercise every column: make sure it does
+    for name in ("users-changelog-0", "users-changelog-1"):
+        assert truth[name]["aborted_records"] > 0 and truth[name]["live_tombstones"] > 0, name
+
+
+@pytest.mark.spark
+def test_exact_predictions_match_the_compaction_and_retention_dry_runs(exact_run, demo, capsys, tmp_path) -> None:
+    rows = _by_name(exact_run["report"]["partitions"])
+    code = segjobs(["compact", *_common(demo, demo.now_ms), "--dry-run", "--report", str(tmp_path / "c.json")])
+    assert code == 0
+    compaction = _by_name(json.loads((tmp_path / "c.json").read_text())["partitions"])
+    code = segjobs(["retain", *_common(demo, demo.now_ms), "--dry-run", "--report", str(tmp_path / "r.json")])
+    assert code == 0
+    retention = _by_name(json.loads((tmp_path / "r.json").read_text())["partitions"])
+    assert set(rows) == set(compaction) == set(retention)
+
+    selected = 0
+    for name, r in rows.items():
+        c, t = compaction[name], retention[name]
+        assert r["compaction_selected"] == c["selected"] and r["compaction_reason"] == c["reason"], name
+        assert round(r["dirty_ratio"], 4) == c["dirty_ratio"]
+        assert (r["clean_bytes"], r["cleanable_bytes"]) == (c["clean_bytes"], c["cleanable_bytes"])
+        assert r["bytes"] == c["bytes_before"] == t["bytes_before"]
+        if c["selected"]:
+            selected += 1
+            assert r["compaction_records_removed"] == c["records_removed"] > 0, name
+            assert r["compaction_bytes_removed"] == c["bytes_removed"] > 0, name
+        assert r["retention_bytes_deleted"] == t["bytes_removed"], name
+        assert r["retention_segments_deleted"] == len(t["deleted"])
+        assert r["retention_log_start_offset"] == t["log_start_offset"]
+        assert (r["retention_rules"] or "") == ",".join(t["rules"])
+    assert selected >= 2  # the changelog partitions (and orders, compact,delete)
+    assert rows["clicks-0"]["retention_bytes_deleted"] > 0 and not rows["clicks-0"]["compaction_selected"]
+    totals = exact_run["report"]["totals"]
+    assert totals["compaction_bytes_removed"] == sum(c["bytes_removed"] for c in compaction.values())
+    assert totals["retention_bytes_deleted"] == sum(t["bytes_removed"] for t in retention.values())
+
+
+# --------------------------------------------------------------------------------------------------
+# Default (approximate) run through the notebook API
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def approx_frame(spark, demo):
+    return dirty_ratios(spark, demo.log_dir, now=demo.now_ms, overrides=demo.overrides)
+
+
+@pytest.mark.spark
+def test_dirty_ratios_frame_has_one_row_per_partition_and_the_declared_schema(approx_frame, demo) -> None:
+    assert tuple(approx_frame.columns) == COLUMN_NAMES
+    rows = [r.asDict() for r in approx_frame.collect()]
+    assert sorted(f"{r['topic']}-{r['partition']}" for r in rows) == sorted(_truth(demo.log_dir, demo.now_ms))
+    assert dict(approx_frame.dtypes)["segment_bytes"] == "array<bigint>"
+
+
+@pytest.mark.spark
+def test_approximate_run_agrees_with_the_exact_one(approx_frame, exact_run, demo) -> None:
+    exact = _by_name(exact_run["report"]["partitions"])
+    truth = _truth(demo.log_dir, demo.now_ms)
+    for r in approx_frame.collect():
+        r = r.asDict()
+        name = f"{r['topic']}-{r['partition']}"
+        e = exact[name]
+        assert r["distinct_keys_exact"] is False and r["compaction_measured"] is False
+        for k in PLANNED + EXACT_COUNTS:  # the planners and plain counts do not depend on --exact
+            assert r[k] == e[k], (name, k)
+        # HyperLogLog at precision 14: 0.8 % relative standard error; allow four of them
+        want = truth[name]["distinct_keys"]
+        assert abs(r["distinct_keys"] - want) <= max(2, 4 * 0.0082 * want), name
+        assert r["superseded_records"] + r["distinct_keys"] == e["superseded_records"] + e["distinct_keys"]
+        # the estimate works from keyed records minus distinct keys and the average record size: it must land
+        # near the dry run's measurement (the generated batches are uniform, so within a few percent)
+        if e["compaction_bytes_removed"]:
+            assert r["compaction_records_removed"] == pytest.approx(e["compaction_records_removed"], rel=0.05), name
+            assert r["compaction_bytes_removed"] == pytest.approx(e["compaction_bytes_removed"], rel=0.15), name
+
+
+@pytest.mark.spark
+def test_plots_draw_every_partition(approx_frame) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from jobs import plots
+
+    pdf = plots.as_pandas(approx_frame)  # from Spark once; the charts take pandas as well
+    for chart in (plots.dirty_ratio_chart, plots.reclaimable_chart, plots.key_cardinality_chart,
+                  plots.segment_ages_chart):
+        fig = chart(pdf)
+        buf = io.BytesIO()
+        FigureCanvasAgg(fig).print_png(buf)
+        assert buf.getvalue().startswith(b"\x89PNG"), chart.__name__
+        ax = fig.axes[0]
+        if chart is not plots.key_cardinality_chart:
+            assert [t.get_text() for t in ax.get_yticklabels()] == list(pdf["name"]), chart.__name__
+    ages = plots.segment_ages_chart(approx_frame).axes[0].collections
+    assert sum(len(c.get_offsets()) for c in ages) == int(pdf["segments"].sum())
+
+
+# --------------------------------------------------------------------------------------------------
+# After a real compaction: clean sections, delete horizons, expired tombstones, a forced dry run, CSV
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.spark
+def test_after_compaction_expired_tombstones_and_forced_dry_run_agree(spark, demo, tmp_path, capsys) -> None:
+    compacted = DemoLogDir(str(tmp_path / "logs"), demo.overrides, demo.now_ms)
+    shutil.copytree(demo.log_dir, compacted.log_dir)
+    assert segjobs(["compact", *_common(compacted, demo.now_ms)]) == 0
+    later = demo.now_ms + 2 * DAY  # past the horizons (now + delete.retention.ms, 1 day) the clean stamped
+
+    code, out = _cli(capsys, "inspect", *_common(compacted, later), "--exact", "--format", "csv")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert tuple(rows[0]) == COLUMN_NAMES
+    by_name = _by_name(rows)
+    truth = _truth(compacted.log_dir, later)
+    for name, want in truth.items():
+        for k, v in want.items():
+            assert by_name[name][k] == ("" if v is None else str(v)), (name, k)
+    target = by_name["users-changelog-0"]
+    assert int(target["expired_tombstones"]) > 0 and int(target["clean_bytes"]) > 0
+    assert target["compaction_selected"] == "False"  # nothing new since the clean: dirty ratio 0
+    assert float(target["dirty_ratio"]) == 0.0
+    assert len(target["segment_bytes"].split()) == int(target["segments"])
+
+    dry = tmp_path / "forced.json"
+    assert segjobs(["compact", *_common(compacted, later), "--dry-run", "--partition", "users-changelog-0",
+                    "--report", str(dry)]) == 0
+    forced = _by_name(json.loads(dry.read_text())["partitions"])["users-changelog-0"]
+    assert forced["stats"]["tombstones_removed"] > 0
+    assert int(target["compaction_records_removed"]) == forced["records_removed"]
+    assert int(target["compaction_bytes_removed"]) == forced["bytes_removed"]
+
+
+# --------------------------------------------------------------------------------------------------
+# An unreadable partition, and the table format
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.spark
+def test_corrupt_partition_is_reported_and_the_others_inspected(spark, demo, tmp_path, capsys) -> None:
+    broken = DemoLogDir(str(tmp_path / "logs"), demo.overrides, demo.now_ms)
+    shutil.copytree(demo.log_dir, broken.log_dir)
+    victim = sorted((Path(broken.log_dir) / "orders-0").glob("*.log"))[0]
+    data = bytearray(victim.read_bytes())
+    data[200] ^= 0xFF  # inside the first batch's CRC-covered bytes
+    victim.write_bytes(bytes(data))
+    report = tmp_path / "r.json"
+
+    code, out = _cli(capsys, "inspect", *_common(broken, demo.now_ms), "--format", "table", "--report", str(report))
+    assert code == 1
+    doc = json.loads(report.read_text())
+    rows = _by_name(doc["partitions"])
+    assert rows["orders-0"]["error"] and str(victim) in rows["orders-0"]["error"]
+    assert rows["orders-0"]["records"] is None
+    assert [e["partition"] for e in doc["errors"]] == ["orders-0"]
+    assert doc["errors"][0]["file"] == str(victim) and doc["errors"][0]["position"] is not None
+    for name, r in rows.items():
+        if name != "orders-0":
+            assert r["error"] is None and r["records"] > 0, name
+
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("partition"))
+    assert set(lines[header + 1].replace(" ", "")) == {"-"}
+    table = lines[header + 2: header + 2 + len(rows)]
+    assert [line.split()[0] for line in table] == sorted(rows)
+    assert any(line.startswith("orders-0: ERROR") and str(victim) in line for line in lines)
+    assert any(line.startswith("users-changelog-0: selected: dirty ratio") for line in lines)
+    assert "UNREADABLE" in lines[-1]
+
+
+@pytest.mark.spark
+def test_json_format_prints_one_document(exact_run, demo, capsys) -> None:
+    code, out = _cli(capsys, "inspect", *_common(demo, demo.now_ms), "--topic", "clicks", "--format", "json")
+    assert code == 0
+    doc = json.loads(out)
+    assert [(r["topic"], r["partition"]) for r in doc["partitions"]] == [("clicks", 0)]
+    assert doc["command"] == "inspect" and doc["now_ms"] == demo.now_ms and doc["exit_code"] == 0
+    # --topic narrows what is shown, not what is predicted
+    full = _by_name(exact_run["report"]["partitions"])["clicks-0"]
+    assert {k: doc["partitions"][0][k] for k in PLANNED} == {k: full[k] for k in PLANNED}
