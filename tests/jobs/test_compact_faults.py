@@ -1,0 +1,207 @@
+"""Fault injection at the job level, on local disk: the compaction job's commit is interrupted at every step
+of ``replace_segments``; ``segjobs recover`` and a fresh ``segjobs compact`` then leave every partition
+exactly as a run without a fault does, and the kafka-python oracle sees nothing lost or duplicated at
+any point after recovery.
+
+To keep this to three job runs, one log dir holds one copy of the same partition per commit step, and the
+fault hook (``jobs.compact.COMMIT_FAULT``, the driver's real seam into ``replace_segments``) interrupts the
+i-th partition's replace at the i-th step, raising a :class:`SegjobsError` - which the driver treats like
+any failure of that partition's commit: it stops there, leaves the files as they are, does not advance
+that partition's checkpoint, and goes on with the next partition. One further test kills the whole run
+(an exception the driver does not catch) to check the lock is released and no checkpoint is written.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+import jobs.compact
+from jobs.cli import main
+from segment_io.errors import SegjobsError
+from tests.support.builders import LogBuilder, rec, tombstone, write_log
+from tests.support.replay import comparable, read_segments, replay
+
+T0 = 1_700_000_000_000
+NOW = str(T0 + 10 * 86_400_000)
+CONFIG = '[defaults]\n"cleanup.policy" = "compact"\n'
+TOPIC = "t"
+
+
+class SimulatedFault(SegjobsError):
+    """Raised by the fault hook: the commit of one partition stops before the named step."""
+
+
+class HardCrash(BaseException):
+    """Raised by the fault hook to kill the whole run (nothing in segjobs catches it)."""
+
+
+def build_partition(partition_dir: Path) -> None:
+    """Two segments that compact into one (duplicates, an aborted transaction, a tombstone), then the
+    active segment."""
+    log = LogBuilder(TOPIC, 0, timestamp=T0)
+    log.batch([rec("a", "1"), rec("b", "1")])  # 0-1
+    log.txn_batch(5, 0, [rec("c", "aborted")])  # 2
+    log.abort(5, 0)  # 3
+    log.batch([rec("a", "2")])  # 4
+    log.roll().batch([rec("b", "2")]).batch([tombstone("a")]).batch([rec("d", "1")])  # 5-7
+    log.roll().batch([rec("z", "active")])  # 8
+    write_log(log.table(), partition_dir)
+
+
+def live_logs(files: dict[str, bytes], partition: str) -> list[bytes]:
+    """The live .log contents of one partition, by base offset, from a name -> bytes map of the log dir."""
+    names = sorted(n for n in files if n.startswith(partition + "/") and n.endswith(".log"))
+    return [files[n] for n in names]
+
+
+def transient(files: dict[str, bytes]) -> list[str]:
+    return sorted(n for n in files if n.endswith((".cleaned", ".swap", ".deleted")))
+
+
+def check_partition(files: dict[str, bytes], partition: str, source: list[bytes], reference: list[bytes],
+                    *, allow_either: bool) -> str:
+    """The partition replays like the source with no duplicate offsets, and its live logs are exactly the
+    source's or (``allow_either``) the reference result's. Returns ``"old"`` or ``"new"``."""
+    logs = live_logs(files, partition)
+    got = replay(read_segments(logs))
+    want = replay(read_segments(source))
+    assert comparable(got.latest) == comparable(want.latest), partition
+    assert len(got.offsets) == len(set(got.offsets)), (partition, "duplicate offsets")
+    assert got.offsets == sorted(got.offsets), partition
+    if logs == reference:
+        return "new"
+    assert allow_either and logs == source, (partition, "neither all old nor all new")
+    return "old"
+
+
+def fault_at_every_step(steps: list[str]) -> Callable[[str], None]:
+    """A hook that stops the i-th replace of the run at ``steps[i]``."""
+    state = {"replace": -1}
+
+    def fault(step: str) -> None:
+        if step == "write-intent":
+            state["replace"] += 1
+        if state["replace"] < len(steps) and step == steps[state["replace"]]:
+            raise SimulatedFault(f"simulated crash before {step}")
+
+    return fault
+
+
+def recording(steps: list[str]) -> Callable[[str], None]:
+    return steps.append
+
+
+# --------------------------------------------------------------------------------------------------
+# Local disk
+# --------------------------------------------------------------------------------------------------
+
+
+def _read_tree(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in d.rglob("*") if p.is_file() and p.name != ".lock"}
+
+
+def _compact(log_dir: Path, config: Path, *extra: str) -> int:
+    return main(["compact", "--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet", *extra])
+
+
+@pytest.fixture(scope="module")
+def reference(spark, tmp_path_factory):
+    """One partition compacted without a fault: its source logs, result logs and the commit's steps."""
+    root = tmp_path_factory.mktemp("faults-ref")
+    config = root / "t.toml"
+    config.write_text(CONFIG)
+    build_partition(root / "logs" / f"{TOPIC}-0")
+    source = live_logs(_read_tree(root / "logs"), f"{TOPIC}-0")
+    steps: list[str] = []
+    mp = pytest.MonkeyPatch()
+    mp.setattr(jobs.compact, "COMMIT_FAULT", recording(steps))
+    try:
+        assert _compact(root / "logs", config) == 0
+    finally:
+        mp.undo()
+    result = live_logs(_read_tree(root / "logs"), f"{TOPIC}-0")
+    assert result != source and len(result) == 2  # one merged segment plus the active one
+    # What a partition whose replace recovery completed becomes on the next run: its checkpoint was not
+    # written, so the next run cleans the result once more at the same --now.
+    shutil.copytree(root / "logs", root / "again")
+    (root / "again" / "cleaner-offset-checkpoint").unlink()
+    assert _compact(root / "again", config) == 0
+    again = live_logs(_read_tree(root / "again"), f"{TOPIC}-0")
+    return {"root": root, "config": config, "source": source, "result": result, "again": again, "steps": steps}
+
+
+@pytest.mark.xfail(strict=True, reason="known bug: the first clean removes the aborted data but keeps the abort "
+                   "marker unstamped (the within-run convergence pass judges markers with the scan-time transaction "
+                   "state, which still sees the data); a second clean at the same --now then stamps the marker's "
+                   "horizon, so re-cleaning at the same --now changes bytes")
+def test_cleaning_the_result_again_at_the_same_now_changes_nothing(reference):
+    assert reference["again"] == reference["result"]
+
+
+def test_the_reference_commit_has_every_step_kind(reference):
+    kinds = {s.split(":")[0] for s in reference["steps"]}
+    assert kinds == {"write-intent", "cleaned-to-swap", "old-to-deleted", "swap-to-live", "purge-old",
+                     "remove-intent"}
+    # both old segments are replaced: each of their files goes to .deleted
+    assert sum(s.startswith("old-to-deleted:00000000000000000000.") for s in reference["steps"]) >= 3
+    assert sum(s.startswith("old-to-deleted:00000000000000000005.") for s in reference["steps"]) >= 3
+
+
+def test_interrupted_at_every_step_then_recover_then_compact(reference, tmp_path, monkeypatch, capsys):
+    steps = reference["steps"]
+    log_dir = tmp_path / "logs"
+    for i in range(len(steps)):
+        build_partition(log_dir / f"{TOPIC}-{i}")
+
+    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", fault_at_every_step(steps))
+    assert _compact(log_dir, reference["config"], "--report", str(tmp_path / "r.json")) == 1
+    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", None)
+    crashed = _read_tree(log_dir)
+    assert transient(crashed), "the faults left nothing to recover"
+
+    assert main(["recover", "--log-dir", str(log_dir), "--now", NOW]) == 0
+    recovered = _read_tree(log_dir)
+    assert transient(recovered) == []
+    outcome = {steps[i]: check_partition(recovered, f"{TOPIC}-{i}", reference["source"], reference["result"],
+                                         allow_either=True) for i in range(len(steps))}
+    # before the first .cleaned became .swap the replace is undone; from the last one on it is completed
+    assert outcome["write-intent"] == "old"
+    last_cleaned = max(i for i, s in enumerate(steps) if s.startswith("cleaned-to-swap"))
+    assert all(outcome[s] == "new" for s in steps[last_cleaned + 1:])
+    assert not (tmp_path / "logs.segjobs" / "commit" / f"{TOPIC}-0" / "replace.json").exists()
+    capsys.readouterr()
+
+    assert _compact(log_dir, reference["config"]) == 0
+    final = _read_tree(log_dir)
+    for i in range(len(steps)):
+        # rolled back: cleaned afresh, like the reference; completed: the reference cleaned once more
+        expected = reference["result"] if outcome[steps[i]] == "old" else reference["again"]
+        assert check_partition(final, f"{TOPIC}-{i}", reference["source"], expected,
+                               allow_either=False) == "new", steps[i]
+    assert transient(final) == []
+
+
+def test_a_killed_run_releases_the_lock_and_writes_no_checkpoint(reference, tmp_path, monkeypatch):
+    log_dir = tmp_path / "logs"
+    build_partition(log_dir / f"{TOPIC}-0")
+    step = next(s for s in reference["steps"] if s.startswith("old-to-deleted"))
+
+    def kill(s: str) -> None:
+        if s == step:
+            raise HardCrash(s)
+
+    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", kill)
+    with pytest.raises(HardCrash):
+        _compact(log_dir, reference["config"])
+    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", None)
+    assert not (log_dir / "cleaner-offset-checkpoint").exists()
+    assert transient(_read_tree(log_dir))
+    # the next run is not locked out; its own recovery completes the replace, then it compacts
+    assert _compact(log_dir, reference["config"]) == 0
+    files = _read_tree(log_dir)
+    assert check_partition(files, f"{TOPIC}-0", reference["source"], reference["again"], allow_either=False) == "new"
+    assert (log_dir / "cleaner-offset-checkpoint").read_text().splitlines()[2:] == [f"{TOPIC} 0 8"]
