@@ -8,6 +8,8 @@ STAMP  := $(VENV)/.installed
 DEMO_DIR ?= demo-data
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+# Local runs (demo, tests) need no network beyond loopback.
+export SPARK_LOCAL_IP ?= 127.0.0.1
 
 .PHONY: all venv java test test-fast demo bench clean help
 

@@ -1,5 +1,3 @@
-import sys
+from jobs.cli import console_main
 
-from jobs.cli import main
-
-sys.exit(main())
+console_main()

@@ -72,10 +72,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def console_main() -> None:
+    """The ``segjobs`` console script: :func:`main`, then a clean Spark shutdown."""
+    from jobs.spark_session import stop_active_session
+
+    try:
+        code = main()
+    finally:
+        stop_active_session()
+    sys.exit(code)
+
+
 def submit_main(command: str) -> None:
     """Entry for ``spark-submit jobs/<command>.py ARGS``: the same arguments as ``segjobs <command>``."""
-    sys.exit(main([command, *sys.argv[1:]]))
+    from jobs.spark_session import stop_active_session
+
+    try:
+        code = main([command, *sys.argv[1:]])
+    finally:
+        stop_active_session()
+    sys.exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

@@ -23,16 +23,21 @@ examples:
 
 from __future__ import annotations
 
-import argparse
+import os
 import sys
+
+if __name__ == "__main__":  # spark-submit jobs/compact.py
+    # The script's own directory comes first on sys.path, where jobs/inspect.py would shadow the standard
+    # library's inspect module: put the repository root there instead, before anything else is imported.
+    _jobs_dir = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _jobs_dir]
+    sys.path.insert(0, os.path.dirname(_jobs_dir))
+
+import argparse
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-if __name__ == "__main__" and __package__ in (None, ""):  # spark-submit jobs/compact.py
-    import os
-
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pyarrow as pa
 

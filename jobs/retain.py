@@ -27,16 +27,22 @@ examples:
 
 from __future__ import annotations
 
+import os
+import sys
+
+if __name__ == "__main__":  # spark-submit jobs/retain.py
+    # The script's own directory comes first on sys.path, where jobs/inspect.py would shadow the standard
+    # library's inspect module: put the repository root there instead, before anything else is imported.
+    _jobs_dir = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _jobs_dir]
+    sys.path.insert(0, os.path.dirname(_jobs_dir))
+
 import argparse
 import functools
-import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-if __name__ == "__main__" and __package__ in (None, ""):  # spark-submit jobs/retain.py
-    import os
-
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from jobs.args import add_log_dir_options
 from jobs.commit import Fault, delete_segments, purge_deleted
@@ -73,6 +79,9 @@ STEP_PURGE = "purge-deleted"
 STEP_WRITE_LOG_START = "write-log-start-offset-checkpoint"
 
 TopicPartition = tuple[str, int]
+
+#: Partitions committed at once by the job (see :func:`retain_partitions`).
+COMMIT_THREADS = 16
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -305,10 +314,17 @@ def _purge(p: RetentionParams, scan: PartitionScan, config: TopicConfig, *, just
 
 def retain_partitions(ctx_or_params: JobContext | RetentionParams, scans: Iterable[PartitionScan],
                       config_for: Callable[[str], TopicConfig],
-                      on_entry: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+                      on_entry: Callable[[dict[str, Any]], None] | None = None, *,
+                      threads: int = 1) -> list[dict[str, Any]]:
     """Retention for many scanned partitions: plan them all, raise their log start offsets in one write,
     then apply each (:func:`apply_retention`). ``config_for(topic)`` gives a topic's config; ``on_entry``
-    sees each report entry as soon as it is done (progress). Returns the entries in ``scans`` order."""
+    sees each report entry, in ``scans`` order, as soon as it is done (progress). Returns the entries.
+
+    ``threads`` > 1 commits that many partitions at once. A partition's commit is a chain of small
+    synchronous writes, renames and directory fsyncs (or S3 requests): latency, not CPU, so overlapping
+    partitions (each one touching only its own files) is what makes thousands of them affordable. The
+    steps within a partition keep their order; with a fault hook, keep 1 so the steps come in one order.
+    """
     p = _params(ctx_or_params)
     scans = list(scans)
     plans = {}
@@ -317,12 +333,16 @@ def retain_partitions(ctx_or_params: JobContext | RetentionParams, scans: Iterab
         if plan is not None:
             plans[(scan.topic, scan.partition)] = plan
     advance_log_start_offsets(p, plans)
+
+    def one(scan: PartitionScan) -> dict[str, Any]:
+        return apply_retention(p, scan, config_for(scan.topic), plan=plans.get((scan.topic, scan.partition)))
+
     out = []
-    for scan in scans:
-        e = apply_retention(p, scan, config_for(scan.topic), plan=plans.get((scan.topic, scan.partition)))
-        out.append(e)
-        if on_entry is not None:
-            on_entry(e)
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        for e in (pool.map(one, scans) if threads > 1 else map(one, scans)):
+            out.append(e)
+            if on_entry is not None:
+                on_entry(e)
     return out
 
 
@@ -344,7 +364,8 @@ def _work(ctx: JobContext, *, fault: Fault | None = None) -> None:
         if e["action"] != "none" or done % every == 0 or done == len(keys):
             ctx.progress(f"{done}/{len(keys)} partitions: {e['topic']}-{e['partition']} {_describe(e, ctx.dry_run)}")
 
-    retain_partitions(params, [ctx.scans[k] for k in keys], ctx.configs.for_topic, progress)
+    retain_partitions(params, [ctx.scans[k] for k in keys], ctx.configs.for_topic, progress,
+                      threads=1 if fault is not None else COMMIT_THREADS)
     _summarize(ctx, ctx.report.partitions)
 
 
@@ -449,7 +470,8 @@ def retain_after_compaction(ctx: JobContext, *, fault: Fault | None = None) -> l
         if entry["action"] != "none":
             ctx.progress(f"{name}: retention {_describe(entry, ctx.dry_run)}")
 
-    return retain_partitions(params, scans, ctx.configs.for_topic, attach)
+    return retain_partitions(params, scans, ctx.configs.for_topic, attach,
+                             threads=1 if params.fault is not None else COMMIT_THREADS)
 
 
 __all__ = ["EXEMPT_TOPICS", "RetentionParams", "advance_log_start_offsets", "apply_retention", "configure",

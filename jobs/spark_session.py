@@ -24,6 +24,10 @@ def build_session(app_name: str = "segjobs", master: str | None = None,
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    effective_master = master or ("local[*]" if not os.environ.get("SPARK_ENV_LOADED") else None)
+    if effective_master and effective_master.startswith("local"):
+        # A local run needs no network beyond loopback; without this Spark binds to the first interface.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
@@ -34,3 +38,15 @@ def build_session(app_name: str = "segjobs", master: str | None = None,
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def stop_active_session() -> None:
+    """Stop the Spark session this process started, if any: a clean JVM shutdown instead of executors
+    killed mid-heartbeat (what spark-submit and the console script do when a command returns)."""
+    if "pyspark" not in __import__("sys").modules:
+        return
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        session.stop()

@@ -11,6 +11,8 @@ import pytest
 # Workers must run the same interpreter as the driver, or they pick up whatever python3 is on PATH.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# Tests talk to nothing but loopback: Spark would otherwise bind to the first network interface.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 REPO = Path(__file__).resolve().parent.parent
 KAFKA_REAL = REPO.parent / "shared" / "fixtures" / "kafka-real"
