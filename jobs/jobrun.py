@@ -49,12 +49,13 @@ class JobContext:
     def sc(self):
         return self.spark.sparkContext
 
-    def parallel_map(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
-        """Run ``fn`` over ``items`` as Spark tasks (one task per item) and collect the results in order.
-        ``fn`` and the items must pickle; results must be small (statistics, never record data)."""
+    def parallel_map(self, fn: Callable[[Any], Any], items: list[Any], *, tasks: int | None = None) -> list[Any]:
+        """Run ``fn`` over ``items`` as Spark tasks (one task per item, or ``tasks`` tasks each taking a
+        contiguous share of the items) and collect the results in order. ``fn`` and the items must pickle;
+        results must be small (statistics, never record data)."""
         if not items:
             return []
-        return self.sc.parallelize(items, len(items)).map(fn).collect()
+        return self.sc.parallelize(items, min(len(items), tasks or len(items))).map(fn).collect()
 
 
 def load_configs(args: argparse.Namespace) -> ConfigSet:
@@ -112,12 +113,8 @@ def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext],
             for r in recovered:
                 progress(f"recovered {r.partition_uri}: {', '.join(a.action for a in r.actions)}")
             report.totals["recovered_partitions"] = len(recovered)
-        listing = list_log_dir(storage, log_dir)
-        if not listing.partitions:
-            raise UsageError(f"--log-dir {log_dir}: no partition directories (<topic>-<n>) found")
+        listing = _check_scope(storage, log_dir, scope, configs)  # again: recovery may have changed files
         present = set(listing.partitions)
-        scope.check_against(present)
-        configs.check_topics({t for t, _ in present})
         checkpoints = _read_checkpoints(storage, log_dir, listing)
         selected = sorted(k for k in present if scope.includes(*k))
 
@@ -133,7 +130,10 @@ def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext],
         items = [(storage, listing.partitions[k], scan_depth,
                   checkpoints[LOG_START_OFFSET_CHECKPOINT].get(k), checkpoints[CLEANER_OFFSET_CHECKPOINT].get(k),
                   now_ms, configs.for_topic(k[0]).producer_id_expiration_ms) for k in selected]
-        for scan in ctx.parallel_map(_scan_task, items):
+        # A header scan takes milliseconds, less than a Spark task's own overhead: thousands of partitions
+        # go in a few tasks per core. Transaction scans read whole logs: one task per partition balances them.
+        tasks = spark.sparkContext.defaultParallelism * 4 if scan_depth == "headers" else None
+        for scan in ctx.parallel_map(_scan_task, items, tasks=tasks):
             ctx.scans[(scan.topic, scan.partition)] = scan
             for w in scan.warnings:
                 report.warnings.append(w)
