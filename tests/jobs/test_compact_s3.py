@@ -1,0 +1,108 @@
+"""The compaction job on S3 (moto_server, a real HTTP endpoint): a plain run, and the commit interrupted at
+every step of the S3 replace protocol, then ``segjobs recover`` and a fresh compact. The scheme is the
+local one (see ``test_compact_faults``): one copy of the same partition per step, the i-th partition's
+replace stopped at the i-th step through ``jobs.compact.COMMIT_FAULT``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import jobs.compact
+from jobs.cli import main
+from tests.jobs.test_compact_faults import (CONFIG, NOW, TOPIC, build_partition, check_partition, fault_at_every_step,
+                                            live_logs, recording, transient)
+from tests.support.s3 import ACCESS_KEY, REGION, SECRET_KEY
+
+PREFIX = "kafka/logs"
+
+
+@pytest.fixture()
+def s3(s3_bucket, monkeypatch):
+    endpoint, bucket = s3_bucket
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    return endpoint, bucket
+
+
+def _upload(endpoint, bucket: str, local_dir: Path) -> None:
+    client = endpoint.client()
+    for p in sorted(local_dir.rglob("*")):
+        if p.is_file():
+            client.put_object(Bucket=bucket, Key=f"{PREFIX}/{p.relative_to(local_dir)}", Body=p.read_bytes())
+
+
+def _objects(endpoint, bucket: str, prefix: str = PREFIX + "/") -> dict[str, bytes]:
+    """Relative key -> bytes of every object under ``prefix``."""
+    client = endpoint.client()
+    out = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for o in page.get("Contents", []):
+            out[o["Key"][len(prefix):]] = client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
+    return out
+
+
+def _run(endpoint, bucket: str, config: Path, command: str = "compact", *extra: str) -> int:
+    argv = [command, "--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", endpoint.endpoint_url, "--now", NOW]
+    if command == "compact":
+        argv += ["--config", str(config), "--quiet"]
+    return main([*argv, *extra])
+
+
+def test_interrupted_at_every_step_on_s3_then_recover_then_compact(spark, s3, tmp_path, monkeypatch, capsys):
+    endpoint, bucket = s3
+    config = tmp_path / "t.toml"
+    config.write_text(CONFIG)
+
+    # the reference: one partition compacted without a fault, recording the S3 commit's steps
+    build_partition(tmp_path / "ref" / f"{TOPIC}-0")
+    _upload(endpoint, bucket, tmp_path / "ref")
+    source = _objects(endpoint, bucket)
+    source_logs = [source[k] for k in sorted(k for k in source if k.endswith(".log"))]
+    steps: list[str] = []
+    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", recording(steps))
+    assert _run(endpoint, bucket, config) == 0
+    done = _objects(endpoint, bucket)
+    result_logs = [done[k] for k in sorted(k for k in done if k.endswith(".log"))]
+    assert len(result_logs) == 2 and result_logs != source_logs
+    assert check_partition(done, f"{TOPIC}-0", source_logs, result_logs, allow_either=False) == "new"
+    assert {s.split(":")[0] for s in steps} == {"write-intent", "copy-new", "delete-old", "remove-intent",
+                                                "delete-staged"}
+    # nothing of segjobs' own is left beside the log dir's files, and the work prefix holds no staged object
+    assert not [k for k in _objects(endpoint, bucket, PREFIX + ".segjobs/") if "/staged/" in k]
+
+    # every step interrupted, one partition each
+    client = endpoint.client()
+    for key in list(_objects(endpoint, bucket, "")):
+        client.delete_object(Bucket=bucket, Key=key)
+    for i in range(len(steps)):
+        build_partition(tmp_path / "many" / f"{TOPIC}-{i}")
+    _upload(endpoint, bucket, tmp_path / "many")
+    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", fault_at_every_step(steps))
+    assert _run(endpoint, bucket, config) == 1
+    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", None)
+
+    assert _run(endpoint, bucket, config, "recover") == 0
+    recovered = _objects(endpoint, bucket)
+    assert transient(recovered) == []
+    work = _objects(endpoint, bucket, PREFIX + ".segjobs/")
+    assert not [k for k in work if k.endswith("replace.json") or "/staged/" in k], sorted(work)
+    outcome = {steps[i]: check_partition(recovered, f"{TOPIC}-{i}", source_logs, result_logs, allow_either=True)
+               for i in range(len(steps))}
+    # the intent PUT is the commit point: before it the old segments stay, after it the new ones win
+    assert outcome["write-intent"] == "old"
+    assert all(v == "new" for s, v in outcome.items() if s != "write-intent")
+    capsys.readouterr()
+
+    assert _run(endpoint, bucket, config) == 0
+    final = _objects(endpoint, bucket)
+    for i in range(len(steps)):
+        name = f"{TOPIC}-{i}"
+        if outcome[steps[i]] == "old":  # rolled back, now compacted like the reference
+            assert check_partition(final, name, source_logs, result_logs, allow_either=False) == "new", steps[i]
+        else:  # completed by recovery, then cleaned once more (no checkpoint was written): the oracle checks
+            check_partition(final, name, source_logs, live_logs(final, name), allow_either=False)
+    assert transient(final) == []
