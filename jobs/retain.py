@@ -43,7 +43,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-
 from jobs.args import add_log_dir_options
 from jobs.commit import Fault, delete_segments, purge_deleted
 from jobs.config import TopicConfig
@@ -454,7 +453,7 @@ def retain_after_compaction(ctx: JobContext, *, fault: Fault | None = None) -> l
         listing = list_log_dir(ctx.storage, ctx.log_dir)
         items = [(ctx.storage, listing.partitions[k], params.log_start_checkpoint.get(k))
                  for k in keys if k in listing.partitions]
-        scans = ctx.parallel_map(_rescan_task, items)
+        scans = ctx.parallel_map(_rescan_task, items, tasks=ctx.sc.defaultParallelism * 4)
     by_key = {(e.get("topic"), e.get("partition")): e for e in ctx.report.partitions}
 
     def attach(entry: dict[str, Any]) -> None:

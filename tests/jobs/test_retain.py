@@ -523,3 +523,65 @@ def test_a_crash_at_every_step_then_recovery_and_a_rerun_ends_as_an_uninterrupte
         return open_storage(str(root)), str(root)
 
     check_every_crash_point(local, tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The GDPR flow (README "Retention and the GDPR flow"): tombstone, compaction, delete horizon, purge
+# ---------------------------------------------------------------------------------------------------
+
+
+def _files_containing(pdir: Path, needle: bytes) -> list[str]:
+    return sorted(p.name for p in pdir.iterdir() if p.is_file() and needle in p.read_bytes())
+
+
+def _tombstone_horizons(pdir: Path) -> list[int]:
+    """Delete horizons stamped in the batch headers of the live segments."""
+    from segment_io.format import scan_batches
+
+    out = []
+    for log in sorted(pdir.glob("*.log")):
+        h = scan_batches(log.read_bytes())
+        out += [int(t) for t, flag in zip(h.base_timestamp, h.has_delete_horizon) if flag]
+    return out
+
+
+def test_gdpr_flow(tmp_path: Path, spark) -> None:
+    from tests.support.builders import tombstone
+
+    d = tmp_path / "logs"
+    pdir = d / "users-0"
+    t = NOW
+    log = LogBuilder(topic="users", partition=0)
+    log.batch([rec("alice", "alice-secret-1", timestamp=t - 40 * DAY), rec("bob", "bob-1", timestamp=t - 40 * DAY)])
+    log.roll().batch([rec("alice", "alice-secret-2", timestamp=t - 2 * DAY), rec("carol", "c", timestamp=t - 2 * DAY)])
+    log.roll().batch([tombstone("alice", timestamp=t)])  # step 1: the tombstone, at T
+    log.roll().batch([rec("dave", "d", timestamp=t + 3_600_000)])  # the active segment: the tombstone's is rolled
+    write_log(log.table(), pdir)
+    opts = ("--set", "users:cleanup.policy=compact,delete", "--set", "users:retention.ms=30d",
+            "--set", "users:delete.retention.ms=1d", "--set", "users:file.delete.delay.ms=60s")
+
+    def compact(now: int) -> None:
+        assert main(["compact", "--log-dir", str(d), "--partition", "users-0", "--now", str(now), "--quiet",
+                     *opts]) == 0
+
+    t1 = t + 2 * 3_600_000
+    # step 2: retention at T1 condemns the segment whose newest record is 40 days old; its bytes stay in .deleted
+    code, report = retain(d, *opts, now=t1)
+    assert code == 0 and deleted(entry(report, "users", 0)) == [(0, "retention.ms")]
+    assert _files_containing(pdir, b"alice-secret-1") == [segment_file_name(0, ".log.deleted")]
+    # step 3: compaction at T1 removes alice's older value; the tombstone stays, horizon T1 + delete.retention.ms
+    compact(t1)
+    horizon = t1 + DAY
+    assert _files_containing(pdir, b"alice-secret-2") == []
+    assert _tombstone_horizons(pdir) == [horizon]
+    assert _files_containing(pdir, b"alice-secret-1") == [segment_file_name(0, ".log.deleted")]  # delay not over
+    # step 4: a clean before the horizon keeps the tombstone (and, 1 day after T1, purges the .deleted files)
+    compact(horizon - 1)
+    assert _tombstone_horizons(pdir) == [horizon] and _files_containing(pdir, b"alice") != []
+    assert _files_containing(pdir, b"alice-secret") == []
+    assert not [p for p in pdir.iterdir() if p.name.endswith(".deleted")]
+    # ... and one at the horizon drops it: no file of the partition holds the key any more
+    compact(horizon)
+    assert _files_containing(pdir, b"alice") == []
+    assert _files_containing(pdir, b"bob-1") == []  # bob's value went with the expired segment
+    assert _files_containing(pdir, b"dave") != [] and _files_containing(pdir, b"carol") != []
