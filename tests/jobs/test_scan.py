@@ -182,3 +182,35 @@ def test_transactions_depth_also_reads_producer_state(tmp_path: Path) -> None:
     s = scan_partition(storage, pl, depth="transactions", now_ms=T0)
     assert s.error is None and s.txn is not None
     assert s.state.first_unstable_offset == 0  # the transaction has no marker
+
+
+def test_leader_epochs_snapshots_and_deleted_files_come_with_the_scan(tmp_path: Path) -> None:
+    pdir = tmp_path / "t-0"
+    write(pdir, [[T0], [T0]])
+    (pdir / "leader-epoch-checkpoint").write_text("0\n2\n0 0\n4 1\n")
+    (pdir / segment_file_name(1, ".snapshot")).write_bytes(b"")
+    (pdir / segment_file_name(2, ".snapshot")).write_bytes(b"")
+    s = scan(tmp_path)
+    assert s.leader_epochs == [(0, 0), (4, 1)] and s.leader_epochs_error is None
+    assert s.snapshot_offsets == (1, 2) and not s.has_deleted_files
+    (pdir / segment_file_name(0, ".log")).rename(pdir / segment_file_name(0, ".log.deleted"))
+    assert scan(tmp_path).has_deleted_files
+
+
+def test_a_corrupt_leader_epoch_checkpoint_blocks_retention_and_leaves_the_partition_untouched(
+        tmp_path: Path) -> None:
+    from jobs.config import TopicConfig
+    from jobs.retain import RetentionParams, apply_retention
+
+    pdir = tmp_path / "t-0"
+    write(pdir, [[T0], [T0]])
+    (pdir / "leader-epoch-checkpoint").write_text("0\n3\n0 0\n")  # declares 3 entries, holds 1
+    s = scan(tmp_path)
+    assert s.leader_epochs is None and s.leader_epochs_error.kind == "CorruptCheckpointError"
+    assert s.state is not None  # compaction can still plan; retention must not touch it
+    before = sorted(p.name for p in pdir.iterdir())
+    params = RetentionParams(storage=open_storage(str(tmp_path)), log_dir=str(tmp_path),
+                             work_uri=str(tmp_path) + ".segjobs", now_ms=T0 + 10**12)
+    e = apply_retention(params, s, TopicConfig.from_settings({"retention.ms": 1}))
+    assert e["action"] == "error" and e["error"]["file"].endswith("leader-epoch-checkpoint")
+    assert sorted(p.name for p in pdir.iterdir()) == before
