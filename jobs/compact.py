@@ -167,91 +167,164 @@ def _merged_result(later, earlier):
     return replace(later, stats=stats)
 
 
+@dataclass
+class _GroupRun:
+    """One group cleaned in memory: its outcome, statistics and the first-pass view of its output."""
+
+    outcome: GroupOutcome
+    stats: Any
+    key_hashes: pa.Table  # KEY_HASH_SCHEMA of the surviving records
+    empty_batches: pa.Table  # BATCH_SCHEMA of the header-only batches written
+    marker_offsets: Any  # numpy: offsets of the surviving control records
+
+
+class _PartitionCleaner:
+    """Kafka's doClean for one partition, group by group, with the pieces the task needs twice."""
+
+    def __init__(self, task: CompactTask, staged_written: list[str]) -> None:
+        from jobs.cleaner import CleanParams, legacy_delete_horizon
+
+        self.task = task
+        self.files = {s.base_offset: s for s in task.listing.segments}
+        self.staged_written = staged_written
+        plan, state = task.plan, task.state
+        clean_before = [s for s in state.segments if s.next_offset <= plan.first_dirty_offset]
+        legacy_h = legacy_delete_horizon(clean_before[-1].mtime_ms if clean_before else None,
+                                         task.config.delete_retention_ms)
+        self.params = CleanParams(now_ms=task.now_ms, upper_bound_offset=plan.first_uncleanable_offset,
+                                  delete_retention_ms=task.config.delete_retention_ms,
+                                  legacy_delete_horizon_ms=legacy_h)
+
+    def read(self, base: int) -> bytes:
+        return self.task.storage.read(self.files[base].log.uri)
+
+    def build_map(self):
+        from jobs.offset_map import build_offset_map
+        from segment_io.decode import decode_key_hashes_bytes
+
+        plan = self.task.plan
+        dirty = [s for s in self.task.state.segments
+                 if s.next_offset > plan.first_dirty_offset and s.base_offset < plan.first_uncleanable_offset]
+        tables = (decode_key_hashes_bytes(self.read(s.base_offset), path=self.files[s.base_offset].log.uri)
+                  for s in dirty)
+        return build_offset_map(tables, start_offset=plan.first_dirty_offset,
+                                end_offset=plan.first_uncleanable_offset, aborted=self.task.txn.aborted,
+                                max_keys=self.task.max_keys)
+
+    def clean_group(self, group, omap, refreshed_txn=None) -> _GroupRun:
+        """Clean one group from its source bytes; stage (or, in a dry run, measure) it when it changed.
+
+        The first pass judges with the transaction state of the log as it was scanned. Kafka stamps a marker's
+        horizon only on the pass *after* the one that removed its transaction's data, and a second pass can
+        change other batches too, so the output is cleaned again (as Kafka's next passes at this `now` would)
+        until it is stable, with ``refreshed_txn`` (the state of the log after the first pass) when given. A
+        re-run with the same --now then changes nothing.
+        """
+        from jobs.cleaner import clean_records, key_hash_table
+        from segment_io.decode import decode_segment_bytes
+        from segment_io.encode import encode_batches
+        from segment_io.format import scan_batches
+        from segment_io.segment_writer import write_segment
+
+        task, plan, storage = self.task, self.task.plan, self.task.storage
+        bases = [s.base_offset for s in group]
+        sources: dict[int, bytes] = {}
+        tables, empties = [], []
+        for s in group:
+            uri = self.files[s.base_offset].log.uri
+            data = self.read(s.base_offset)
+            sources[s.base_offset] = data
+            tables.append(decode_segment_bytes(data, path=uri, topic=plan.topic, partition=plan.partition,
+                                               segment_base_offset=s.base_offset))
+            empties.append(empty_batches_from_headers(scan_batches(data, path=uri), s.base_offset))
+        records = pa.concat_tables(tables)
+        mtimes = {s.base_offset: s.mtime_ms for s in group}
+        result = clean_records(records, offset_map=omap, txn_state=task.txn, params=self.params,
+                               empty_batches=pa.concat_tables(empties), segment_last_modified_ms=mtimes)
+        changed = result.changed
+        for _ in range(MAX_CONVERGENCE_PASSES):
+            again = clean_records(result.records, offset_map=omap, txn_state=refreshed_txn or task.txn,
+                                  params=self.params, empty_batches=result.empty_batches,
+                                  segment_last_modified_ms=mtimes)
+            if not again.changed:
+                break
+            changed = True
+            result = _merged_result(again, result)
+        bytes_before = sum(len(d) for d in sources.values())
+        g = GroupOutcome(bases, changed, bytes_before, bytes_before, records.num_rows, records.num_rows)
+        if changed:
+            g.records_after = result.records.num_rows
+            if task.dry_run:
+                g.bytes_after = encode_batches(result.records, empty_batches=result.empty_batches,
+                                               sources=sources).size
+            else:
+                target = private_stage_uri(storage, task.work_uri, task.listing.uri, bases[0], ".log")
+                written = write_segment(result.records, target, storage=storage,
+                                        empty_batches=result.empty_batches, sources=sources,
+                                        index_interval_bytes=task.config.index_interval_bytes,
+                                        aborted_txns=_txn_entries(storage, task.listing, bases, result.records))
+                self.staged_written.extend(written.paths.values())
+                g.bytes_after = written.bytes
+                g.staged_suffixes = tuple(written.paths)
+        kept = result.records
+        markers = kept.filter(kept["control"])["offset"].to_numpy()
+        return _GroupRun(g, result.stats, key_hash_table(kept), result.empty_batches, markers)
+
+    def refreshed_txn_state(self, runs: list[_GroupRun], round_end: int):
+        """Transaction and producer state of the log as the first pass left it: the groups' outputs plus
+        every segment beyond the round, replayed like a fresh scan would."""
+        from jobs.transactions import derive_txn_state, summarize_batches
+        from segment_io.decode import decode_key_hashes_bytes
+        from segment_io.format import scan_batches
+
+        tables = [r.key_hashes for r in runs]
+        empties = [r.empty_batches for r in runs]
+        for s in self.task.state.segments:
+            if s.base_offset >= round_end:
+                uri = self.files[s.base_offset].log.uri
+                data = self.read(s.base_offset)
+                active = s is self.task.state.segments[-1]
+                tables.append(decode_key_hashes_bytes(data, path=uri, allow_truncated_tail=active))
+                empties.append(empty_batches_from_headers(scan_batches(data, path=uri, allow_truncated_tail=active),
+                                                          s.base_offset))
+        summary = summarize_batches(tables, empty_batches=pa.concat_tables(empties) if empties else None)
+        return derive_txn_state(summary, now_ms=self.task.now_ms,
+                                producer_id_expiration_ms=self.task.config.producer_id_expiration_ms)
+
+
 def compact_partition(task: CompactTask) -> PartitionOutcome:
     """Kafka's doClean for one partition: map the dirty range, then clean every segment group below the map's
     end, staging changed groups for the driver to commit (or, in a dry run, only measuring them)."""
-    from jobs.cleaner import CleanParams, CleanStats, clean_records, legacy_delete_horizon
-    from jobs.offset_map import build_offset_map
-    from segment_io.decode import decode_key_hashes_bytes, decode_segment_bytes
-    from segment_io.encode import encode_batches
-    from segment_io.format import scan_batches
-    from segment_io.segment_writer import write_segment
+    import numpy as np
+
+    from jobs.cleaner import CleanStats
 
     t0 = time.monotonic()
     plan, state, storage = task.plan, task.state, task.storage
     out = PartitionOutcome(plan.topic, plan.partition)
-    files = {s.base_offset: s for s in task.listing.segments}
     staged_written: list[str] = []
     try:
-        first_dirty, first_uncleanable = plan.first_dirty_offset, plan.first_uncleanable_offset
-        dirty = [s for s in state.segments if s.next_offset > first_dirty and s.base_offset < first_uncleanable]
-
-        def key_tables():
-            for s in dirty:
-                uri = files[s.base_offset].log.uri
-                yield decode_key_hashes_bytes(storage.read(uri), path=uri)
-
-        omap = build_offset_map(key_tables(), start_offset=first_dirty, end_offset=first_uncleanable,
-                                aborted=task.txn.aborted, max_keys=task.max_keys)
+        cleaner = _PartitionCleaner(task, staged_written)
+        omap = cleaner.build_map()
         out.end_offset = omap.end_offset
         out.map_full = omap.full
-        in_round = [s for s in state.segments if s.base_offset < min(omap.end_offset, first_uncleanable)]
+        round_end = min(omap.end_offset, plan.first_uncleanable_offset)
+        in_round = [s for s in state.segments if s.base_offset < round_end]
         groups = group_segments_by_size(in_round, task.config.segment_bytes, task.config.segment_index_bytes,
-                                        first_uncleanable, task.config.index_interval_bytes)
-        clean_before = [s for s in state.segments if s.next_offset <= first_dirty]
-        legacy_h = legacy_delete_horizon(clean_before[-1].mtime_ms if clean_before else None,
-                                         task.config.delete_retention_ms)
-        params = CleanParams(now_ms=task.now_ms, upper_bound_offset=first_uncleanable,
-                             delete_retention_ms=task.config.delete_retention_ms, legacy_delete_horizon_ms=legacy_h)
+                                         plan.first_uncleanable_offset, task.config.index_interval_bytes)
+        runs = [cleaner.clean_group(group, omap) for group in groups]
+        # Markers whose transaction lost its last data in this pass: Kafka's next pass would stamp them.
+        # Re-clean (from the sources) the groups holding such markers, with the state the pass left.
+        if any(r.marker_offsets.size for r in runs):
+            refreshed = cleaner.refreshed_txn_state(runs, round_end)
+            freed = np.setdiff1d(task.txn.completed.markers_with_data(), refreshed.completed.markers_with_data())
+            for i, (group, run) in enumerate(zip(groups, runs)):
+                if freed.size and np.isin(run.marker_offsets, freed).any():
+                    runs[i] = cleaner.clean_group(group, omap, refreshed)
         total = CleanStats()
-        for group in groups:
-            bases = [s.base_offset for s in group]
-            sources: dict[int, bytes] = {}
-            tables, empties = [], []
-            for s in group:
-                f = files[s.base_offset]
-                data = storage.read(f.log.uri)
-                sources[s.base_offset] = data
-                tables.append(decode_segment_bytes(data, path=f.log.uri, topic=plan.topic, partition=plan.partition,
-                                                   segment_base_offset=s.base_offset))
-                empties.append(empty_batches_from_headers(scan_batches(data, path=f.log.uri), s.base_offset))
-            records = pa.concat_tables(tables)
-            empty_in = pa.concat_tables(empties)
-            mtimes = {s.base_offset: s.mtime_ms for s in group}
-            result = clean_records(records, offset_map=omap, txn_state=task.txn, params=params,
-                                   empty_batches=empty_in, segment_last_modified_ms=mtimes)
-            changed = result.changed
-            # Kafka stamps a marker's horizon only on the pass after the one that removed its transaction's
-            # data, so a second clean at the same `now` could still change bytes. Clean the output again
-            # (as Kafka's next passes at this `now` would) until it is stable, so that re-running a backfill
-            # with the same --now changes nothing.
-            for _ in range(MAX_CONVERGENCE_PASSES):
-                if not result.changed:
-                    break
-                again = clean_records(result.records, offset_map=omap, txn_state=task.txn, params=params,
-                                      empty_batches=result.empty_batches, segment_last_modified_ms=mtimes)
-                if not again.changed:
-                    break
-                result = _merged_result(again, result)
-            total = total.merged(result.stats)
-            bytes_before = sum(len(d) for d in sources.values())
-            g = GroupOutcome(bases, changed, bytes_before, bytes_before, records.num_rows, records.num_rows)
-            if changed:
-                g.records_after = result.records.num_rows
-                txn_entries = _txn_entries(storage, task.listing, bases, result.records)
-                if task.dry_run:
-                    enc = encode_batches(result.records, empty_batches=result.empty_batches, sources=sources)
-                    g.bytes_after = enc.size
-                else:
-                    target = private_stage_uri(storage, task.work_uri, task.listing.uri, bases[0], ".log")
-                    written = write_segment(result.records, target, storage=storage,
-                                            empty_batches=result.empty_batches, sources=sources,
-                                            index_interval_bytes=task.config.index_interval_bytes,
-                                            aborted_txns=txn_entries)
-                    staged_written.extend(written.paths.values())
-                    g.bytes_after = written.bytes
-                    g.staged_suffixes = tuple(written.paths)
-            out.groups.append(g)
+        for run in runs:
+            total = total.merged(run.stats)
+            out.groups.append(run.outcome)
         out.stats = {k: int(v) for k, v in total.__dict__.items()}
     except Exception as exc:  # noqa: BLE001 - one partition's failure must not stop the others
         out.error = PartitionError.from_exception(exc)
