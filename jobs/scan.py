@@ -180,7 +180,7 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
         except SegjobsError as exc:
             out.leader_epochs, out.leader_epochs_error = None, PartitionError.from_exception(exc)
     try:
-        infos, key_tables, empties = [], [], []
+        infos, summaries = [], []
         segs = listing.segments
         for i, seg in enumerate(segs):
             active = i == len(segs) - 1
@@ -219,17 +219,15 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
                 offset_index_bytes=seg.index.size if seg.index else None,
                 time_index_bytes=seg.timeindex.size if seg.timeindex else None))
             if depth == "transactions":
-                from segment_io.decode import decode_key_hashes_bytes
+                from jobs.transactions import summarize_headers
 
-                key_tables.append(decode_key_hashes_bytes(data, path=seg.log.uri, allow_truncated_tail=active))
-                empties.append(empty_batches_from_headers(h, seg.base_offset))
+                summaries.append(summarize_headers([(h, data)], path=seg.log.uri))
         fixed = [SegmentInfo(**info) for info in infos]
         first_unstable = None
         if depth == "transactions":
-            from jobs.transactions import derive_txn_state, summarize_batches
+            from jobs.transactions import concat_summaries, derive_txn_state
 
-            empty_table = pa.concat_tables(empties) if empties else None
-            summary = summarize_batches(key_tables, empty_batches=empty_table)
+            summary = concat_summaries(summaries)
             out.txn = derive_txn_state(summary, now_ms=now_ms, producer_id_expiration_ms=producer_id_expiration_ms)
             first_unstable = out.txn.first_unstable_offset
         out.state = PartitionState.build(listing.topic, listing.partition, fixed,

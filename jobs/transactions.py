@@ -30,13 +30,16 @@ Control type 0 is ABORT and 1 is COMMIT (``segment_io.format.CONTROL_ABORT``/``C
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import numba
 import numpy as np
 import pyarrow as pa
 
 from segment_io.format import CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_ID
+
+if TYPE_CHECKING:
+    from segment_io.format import BatchHeaders
 
 #: Kafka's default ``producer.id.expiration.ms`` (1 day).
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
@@ -111,6 +114,56 @@ def summarize_batches(key_hash_tables: Iterable[pa.Table], *, empty_batches: pa.
         order = np.argsort(merged["base_offset"], kind="stable")
         summary = {k: v[order] for k, v in merged.items()}
     return BatchSummary(**{k: np.ascontiguousarray(v) for k, v in summary.items()})
+
+
+def summarize_headers(segments: Iterable[tuple["BatchHeaders", bytes | memoryview]], *,
+                      path: str | None = None) -> BatchSummary:
+    """The same :class:`BatchSummary` as :func:`summarize_batches`, from batch headers alone.
+
+    ``segments`` are ``(headers, segment bytes)`` pairs in offset order (``segment_io.format.scan_batches``
+    output and the bytes it scanned). Only control batches are decoded (their first record holds the control
+    type and the marker's timestamp): all of them at once, from one buffer of their bytes. A log without
+    transactions therefore costs no record-level work at all.
+    """
+    from segment_io.decode import decode_key_hashes_bytes
+
+    parts: list[dict[str, np.ndarray]] = []
+    for h, data in segments:
+        if not len(h):
+            continue
+        legacy = h.magic < 2
+        count = np.where(legacy, 1, h.record_count).astype(np.int64)
+        control = np.asarray(h.control, bool)
+        ctype = np.full(len(h), -1, np.int16)
+        marker_ts = h.max_timestamp.astype(np.int64).copy()
+        live_control = np.flatnonzero(control & (count > 0))
+        if live_control.size:
+            mv = memoryview(data)
+            blob = b"".join(mv[int(h.position[i]):int(h.position[i] + h.size[i])] for i in live_control)
+            rows = decode_key_hashes_bytes(blob, path=path)
+            base = rows.column("batch_base_offset").to_numpy()
+            first = np.flatnonzero(np.r_[True, base[1:] != base[:-1]])
+            at = np.searchsorted(h.base_offset[live_control], base[first])
+            ctype[live_control[at]] = rows.column("control_type").to_numpy()[first]
+            marker_ts[live_control[at]] = rows.column("timestamp").to_numpy()[first]
+        parts.append({
+            "base_offset": h.base_offset.astype(np.int64), "last_offset": h.last_offset.astype(np.int64),
+            "producer_id": h.producer_id.astype(np.int64), "producer_epoch": h.producer_epoch.astype(np.int16),
+            "transactional": np.asarray(h.transactional, bool), "control": control, "control_type": ctype,
+            "max_timestamp": h.max_timestamp.astype(np.int64), "marker_timestamp": marker_ts, "record_count": count,
+        })
+    if not parts:
+        return BatchSummary(**_empty_summary())
+    return BatchSummary(**{k: np.ascontiguousarray(np.concatenate([p[k] for p in parts])) for k in parts[0]})
+
+
+def concat_summaries(summaries: Iterable[BatchSummary]) -> BatchSummary:
+    """Summaries of consecutive parts of a log (e.g. one per segment, in offset order) as one."""
+    parts = [s for s in summaries if len(s)]
+    if not parts:
+        return BatchSummary(**_empty_summary())
+    names = BatchSummary.__dataclass_fields__
+    return BatchSummary(**{k: np.ascontiguousarray(np.concatenate([getattr(p, k) for p in parts])) for k in names})
 
 
 def _empty_summary() -> dict[str, np.ndarray]:
