@@ -138,8 +138,6 @@ def test_delete_horizon_batch_reports_horizon_and_offsets_record_timestamps_from
 @pytest.mark.parametrize("magic", [0, 1])
 @pytest.mark.parametrize("codec", [0, 1, 2, 3])
 def test_legacy_message_sets_match_kafka_python(magic: int, codec: int) -> None:
-    if magic == 0 and codec == 3:
-        pytest.skip("kafka-python needs the xxhash package to write magic-0 LZ4 (KAFKA-3160 framing)")
     rng = random.Random(magic * 10 + codec)
     parts = []
     next_offset = 500
