@@ -35,6 +35,7 @@ if __name__ == "__main__":  # spark-submit jobs/compact.py
 
 import argparse
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -198,6 +199,13 @@ class _PartitionCleaner:
     def read(self, base: int) -> bytes:
         return self.task.storage.read(self.files[base].log.uri)
 
+    def mapped(self, base: int):
+        """A closed segment's bytes without a copy (memory-mapped on local disk; one GET on S3). Decoding copies
+        what it keeps, so nothing outlives the mapping but the encoder's verbatim copies, made while it is open."""
+        from jobs.scan import _mapped_or_read
+
+        return _mapped_or_read(self.task.storage, self.files[base].log.uri)
+
     def build_map(self):
         from jobs.offset_map import build_offset_map
         from segment_io.decode import decode_key_hashes_bytes
@@ -205,9 +213,12 @@ class _PartitionCleaner:
         plan = self.task.plan
         dirty = [s for s in self.task.state.segments
                  if s.next_offset > plan.first_dirty_offset and s.base_offset < plan.first_uncleanable_offset]
-        tables = (decode_key_hashes_bytes(self.read(s.base_offset), path=self.files[s.base_offset].log.uri)
-                  for s in dirty)
-        return build_offset_map(tables, start_offset=plan.first_dirty_offset,
+        def tables():
+            for s in dirty:
+                with self.mapped(s.base_offset) as data:
+                    yield decode_key_hashes_bytes(data, path=self.files[s.base_offset].log.uri)
+
+        return build_offset_map(tables(), start_offset=plan.first_dirty_offset,
                                 end_offset=plan.first_uncleanable_offset, aborted=self.task.txn.aborted,
                                 max_keys=self.task.max_keys)
 
@@ -220,6 +231,10 @@ class _PartitionCleaner:
         until it is stable, with ``refreshed_txn`` (the state of the log after the first pass) when given. A
         re-run with the same --now then changes nothing.
         """
+        with ExitStack() as mappings:
+            return self._clean_group(group, omap, refreshed_txn, mappings)
+
+    def _clean_group(self, group, omap, refreshed_txn, mappings: ExitStack) -> _GroupRun:
         from jobs.cleaner import clean_records, key_hash_table
         from segment_io.decode import decode_segment_bytes
         from segment_io.encode import encode_batches
@@ -232,7 +247,7 @@ class _PartitionCleaner:
         tables, empties = [], []
         for s in group:
             uri = self.files[s.base_offset].log.uri
-            data = self.read(s.base_offset)
+            data = mappings.enter_context(self.mapped(s.base_offset))
             sources[s.base_offset] = data
             tables.append(decode_segment_bytes(data, path=uri, topic=plan.topic, partition=plan.partition,
                                                segment_base_offset=s.base_offset))

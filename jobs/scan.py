@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -194,14 +194,17 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
                     offset_index_bytes=seg.index.size if seg.index else None,
                     time_index_bytes=seg.timeindex.size if seg.timeindex else None))
                 continue
-            if depth == "headers" and not active:
-                with _mapped_or_read(storage, seg.log.uri) as data:
-                    h = scan_batches(data, path=seg.log.uri, allow_truncated_tail=active)
-                    size = len(data)
-            else:
-                data = storage.read(seg.log.uri)
+            # Closed segments are mapped (only header pages are touched); the active one, which a broker may
+            # still append to or truncate, is read whole.
+            reader = nullcontext(storage.read(seg.log.uri)) if active else _mapped_or_read(storage, seg.log.uri)
+            with reader as data:
                 h = scan_batches(data, path=seg.log.uri, allow_truncated_tail=active)
                 size = len(data)
+                if depth == "transactions":
+                    from jobs.transactions import summarize_headers
+
+                    # control batches are copied out of the mapping before it closes
+                    summaries.append(summarize_headers([(h, data)], path=seg.log.uri))
             if h.truncated_tail:
                 out.warnings.append(f"{seg.log.uri}: last {h.truncated_tail} bytes are an incomplete batch "
                                     f"(a broker's recovery would truncate them); the active segment is left as is")
@@ -218,10 +221,6 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
                 mtime_ms=seg.log.mtime_ms, batch_count=len(h),
                 offset_index_bytes=seg.index.size if seg.index else None,
                 time_index_bytes=seg.timeindex.size if seg.timeindex else None))
-            if depth == "transactions":
-                from jobs.transactions import summarize_headers
-
-                summaries.append(summarize_headers([(h, data)], path=seg.log.uri))
         fixed = [SegmentInfo(**info) for info in infos]
         first_unstable = None
         if depth == "transactions":
