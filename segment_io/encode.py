@@ -22,6 +22,7 @@ batch, never per record.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import BinaryIO, Iterable, Mapping
 
@@ -131,7 +132,7 @@ class EncodedSegment:
 
 
 def _as_table(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | None,
-              columns: tuple[str, ...], schema: pa.Schema) -> pa.Table:
+              columns: tuple[str, ...], schema: pa.Schema, *, combine: bool = True) -> pa.Table:
     if records is None:
         return schema.empty_table().select(list(columns))
     if isinstance(records, pa.RecordBatch):
@@ -149,7 +150,7 @@ def _as_table(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | No
     if not table.schema.equals(target):
         # Readers may hand over large_binary or binary_view columns; the kernels want the plain layouts.
         table = table.cast(target)
-    return table.combine_chunks()
+    return table.combine_chunks() if combine else table
 
 
 def _column(table: pa.Table, name: str) -> pa.Array:
@@ -440,7 +441,10 @@ def encode_batches(records: pa.Table | Iterable[pa.RecordBatch], *, empty_batche
     Raises :class:`~segment_io.errors.InvalidRecordsError` when the rows cannot form valid batches.
     """
     override = _check_codec(codec)
-    table = _as_table(records, _RECORD_INPUT, RECORD_SCHEMA)
+    table = _as_table(records, _RECORD_INPUT, RECORD_SCHEMA, combine=False)
+    if table.num_rows and table.column(0).num_chunks > 1:
+        return _encode_chunkwise(table, empty_batches, override, sources)
+    table = table.combine_chunks()
     plan = _plan_records(table, override)
     if empty_batches is not None and empty_batches.num_rows:
         empties = _plan_empty(_as_table(empty_batches, _EMPTY_INPUT, BATCH_SCHEMA))
@@ -469,6 +473,64 @@ class _Raw:
     size: np.ndarray
     crc: np.ndarray
     crc_done: np.ndarray
+
+
+def _encode_chunkwise(table: pa.Table, empty_batches: pa.Table | None, codec: int | None,
+                      sources: Mapping[int, bytes | memoryview] | None) -> EncodedSegment:
+    """Encode a multi-chunk table one chunk at a time and lay the parts end to end.
+
+    Combining the chunks first would copy every key and value once more (decoded segments arrive as one
+    chunk each). A chunk boundary that splits a batch's rows would change what gets written, so then, and
+    when chunks are out of order, the table is combined instead. Header-only batches go with the chunk
+    that their base offset precedes (the last chunk takes the rest).
+    """
+    chunks = [c for c in table.to_batches() if c.num_rows]
+    if len(chunks) == 1:
+        return encode_batches(pa.Table.from_batches(chunks), empty_batches=empty_batches, codec=codec,
+                              sources=sources)
+    off, base = table.schema.get_field_index("offset"), table.schema.get_field_index("batch_base_offset")
+    firsts = [c.column(off)[0].as_py() for c in chunks]
+    lasts = [c.column(off)[c.num_rows - 1].as_py() for c in chunks]
+    bases_first = [c.column(base)[0].as_py() for c in chunks]
+    bases_last = [c.column(base)[c.num_rows - 1].as_py() for c in chunks]
+    ordered = all(lasts[i] < firsts[i + 1] for i in range(len(chunks) - 1))
+    split_batch = any(bases_last[i] == bases_first[i + 1] for i in range(len(chunks) - 1))
+    if not ordered or split_batch:
+        return encode_batches(table.combine_chunks(), empty_batches=empty_batches, codec=codec, sources=sources)
+    empties = empty_batches if empty_batches is not None and empty_batches.num_rows else None
+    e_base = empties.column("batch_base_offset").to_numpy() if empties is not None else None
+    parts: list[EncodedSegment] = []
+    for i, chunk in enumerate(chunks):
+        part_empties = None
+        if empties is not None:
+            lo = -np.inf if i == 0 else firsts[i]
+            hi = firsts[i + 1] if i + 1 < len(chunks) else np.inf
+            mask = (e_base >= lo) & (e_base < hi)
+            if mask.any():
+                part_empties = empties.filter(pa.array(mask))
+        parts.append(encode_batches(pa.Table.from_batches([chunk]), empty_batches=part_empties, codec=codec,
+                                    sources=sources))
+    return _concat_encoded(parts)
+
+
+def _concat_encoded(parts: list[EncodedSegment]) -> EncodedSegment:
+    """Encoded parts laid end to end: buffers chained, header positions shifted, order checked."""
+    fields = [f.name for f in dataclasses.fields(BatchHeaders) if f.name != "truncated_tail"]
+    shift = np.cumsum([0] + [p.size for p in parts[:-1]])
+    cols = {}
+    for name in fields:
+        arrays = [getattr(p.headers, name) for p in parts]
+        if name == "position":
+            arrays = [a + off for a, off in zip(arrays, shift)]
+        cols[name] = np.concatenate(arrays)
+    last = cols["last_offset"]
+    base = cols["base_offset"]
+    if len(base) > 1 and not np.all(base[1:] > last[:-1]):
+        bad = int(np.flatnonzero(base[1:] <= last[:-1])[0]) + 1
+        raise InvalidRecordsError(f"batches overlap: batch at offset {int(base[bad])} starts at or before the "
+                                  f"previous batch's last offset {int(last[bad - 1])}", offset=int(base[bad]))
+    buffers = tuple(b for p in parts for b in p.buffers)
+    return EncodedSegment(buffers, BatchHeaders(**cols))
 
 
 def _encode_uncompressed(table: pa.Table, plan: _Plan, mask: np.ndarray, final: np.ndarray) -> _Raw:

@@ -303,3 +303,36 @@ def test_partial_batch_changed_horizon_or_damage_forces_reencoding() -> None:
     # a codec override that differs from the source's codec re-encodes too
     out = encode_batches(table, sources={0: source}, codec=LZ4).to_bytes()
     assert set(scan_batches(out).codec.tolist()) == {LZ4}
+
+
+def test_a_table_of_several_chunks_encodes_to_the_same_bytes_as_one_chunk() -> None:
+    """Decoded segments arrive as one chunk each; the encoder encodes chunk by chunk instead of copying them
+    into one. The bytes must not depend on how the rows are chunked, nor on where header-only batches fall."""
+    import numpy as np
+
+    from segment_io.generate import GenerateSpec, synthetic_table
+    from tests.support.builders import empty_batch
+
+    table = synthetic_table(GenerateSpec(records=6_000, transactional_share=0.3, aborted_share=0.5, headers=True,
+                                         codec=1), "t", 0).combine_chunks()
+    base = table["batch_base_offset"].to_numpy()
+    cuts = [int(np.searchsorted(base, base[i])) for i in (1_500, 4_000)]  # at batch starts
+    gap = cuts[1]
+    # make room for a header-only batch between the chunks: drop the batch starting at the second cut
+    nxt = int(np.searchsorted(base, base[gap], side="right"))
+    hole_base, hole_last = int(base[gap]), int(table["batch_last_offset"][gap].as_py())
+    kept = pa.concat_tables([table.slice(0, gap), table.slice(nxt)]).combine_chunks()
+    empties = pa.concat_tables([empty_batch(hole_base, hole_last, pid=9, epoch=0, max_timestamp=5),
+                                empty_batch(int(base[-1]) + 10_000, int(base[-1]) + 10_000, pid=9, epoch=0)])
+    bounds = [0, cuts[0], gap, kept.num_rows]
+    chunked = pa.Table.from_batches([kept.slice(a, b - a).to_batches()[0] for a, b in zip(bounds, bounds[1:])])
+    assert chunked.column(0).num_chunks == 3
+    one = encode_batches(kept, empty_batches=empties)
+    many = encode_batches(chunked, empty_batches=empties)
+    assert many.to_bytes() == one.to_bytes()
+    assert np.array_equal(many.headers.position, one.headers.position)
+    # a chunk boundary inside a batch falls back to combining, with the same result
+    inside = cuts[0] + 1
+    split = pa.Table.from_batches([kept.slice(0, inside).to_batches()[0], kept.slice(inside).combine_chunks()
+                                   .to_batches()[0]])
+    assert encode_batches(split, empty_batches=empties).to_bytes() == one.to_bytes()
