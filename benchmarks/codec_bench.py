@@ -39,11 +39,13 @@ class Sample:
     payload_bytes: int  # key + value bytes
 
 
-def make_sample(records: int, value_bytes: int, codec: int = 0, batch_records: int = 200) -> Sample:
+def make_sample(records: int, value_bytes: int, codec: int = 0, batch_records: int = 200,
+                value_style: str = "random") -> Sample:
     from segment_io.encode import encode_batches
 
     spec = GenerateSpec(topics=("bench",), partitions=1, records=records, value_bytes=value_bytes,
-                        superseded_share=0.5, tombstone_share=0.0, batch_records=batch_records, codec=codec)
+                        superseded_share=0.5, tombstone_share=0.0, batch_records=batch_records, codec=codec,
+                        value_style=value_style)
     table = synthetic_table(spec, "bench", 0)
     enc = encode_batches(table)
     data = enc.to_bytes() if hasattr(enc, "to_bytes") else bytes(enc.data)
@@ -100,12 +102,14 @@ def run(quick: bool = False) -> list[dict]:
         })
 
     # ---- decode, compressed: against the codec library's own decompression ----
+    # JSON-like values that compress 4-6x, as real events do: on random bytes snappy, lz4 and zstd only copy,
+    # and the ratio would measure nothing but the fixed per-record cost.
     for codec in (1, 2, 3, 4):
-        s = make_sample(n_large // 2, 1000, codec=codec)
+        s = make_sample(n_large // 2, 1000, codec=codec, value_style="text")
         t = best_of(lambda: decode_segment_bytes(s.data), repeat=3)
         floor = best_of(lambda: payload_only_decompress(s.data), repeat=3)
         results.append({
-            "bench": f"decode {CODEC_NAMES[codec]}, 1 KB values", "records_per_s": round(s.records / t),
+            "bench": f"decode {CODEC_NAMES[codec]}, 1 KB JSON-like values", "records_per_s": round(s.records / t),
             "MB_per_s_uncompressed": round(s.payload_bytes / t / 1e6), "baseline": "decompression alone",
             "ratio_to_baseline_time": round(t / floor, 2),
         })

@@ -57,6 +57,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--aborted", type=_share, default=0.0, help="share of transactions that abort (default: 0)")
     p.add_argument("--start", default="2023-11-14T22:13:20Z", help="timestamp of the first record (ms or ISO-8601)")
     p.add_argument("--span-days", type=float, default=7.0, help="timestamps spread over this many days (default: 7)")
+    p.add_argument("--value-style", choices=("random", "text"), default="random",
+                   help="random bytes (incompressible; default) or JSON-like text that compresses like real events")
     p.add_argument("--headers", action="store_true", help="give every record a small header")
     p.add_argument("--seed", type=int, default=42, help="random seed (default: 42): same seed, same bytes")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -75,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
             key_bytes=args.key_bytes, batch_records=args.batch_records, codec=codec_from_name(args.codec),
             transactional_share=args.transactional, aborted_share=args.aborted, start_ms=parse_instant(args.start),
             span_ms=int(args.span_days * 86_400_000), seed=args.seed, headers=args.headers,
+            value_style=args.value_style,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None

@@ -56,7 +56,7 @@ def _unxerial(data: bytes | memoryview) -> bytes:
         total += len(block)
         if total > MAX_DECOMPRESSED_BYTES:
             raise ValueError("decompressed size exceeds the 2 GiB limit")
-        out.append(bytes(block))
+        out.append(memoryview(block))
         pos += n
     return b"".join(out)
 
@@ -81,22 +81,23 @@ def _lz4_java_frame(data: bytes | memoryview, level: int | None) -> bytes:
     return b"".join(parts)
 
 
-def decompress(codec: int, data: bytes | memoryview) -> bytes:
-    """Decompress one batch payload. Raises :class:`DecompressionError` (without a location: callers
-    add file, position and offset with :meth:`CorruptRecordError.located`)."""
+def decompress(codec: int, data: bytes | memoryview) -> bytes | memoryview:
+    """Decompress one batch payload into a bytes-like object (a memoryview over the codec library's own
+    buffer: no copy). Raises :class:`DecompressionError` (without a location: callers add file, position and
+    offset with :meth:`CorruptRecordError.located`)."""
     try:
         if codec == GZIP:
-            return bytes(cramjam.gzip.decompress(data))
+            return memoryview(cramjam.gzip.decompress(data))
         if codec == SNAPPY:
             if bytes(data[:8]) == XERIAL_MAGIC:
                 return _unxerial(data)
-            return bytes(cramjam.snappy.decompress_raw(data))
+            return memoryview(cramjam.snappy.decompress_raw(data))
         if codec == LZ4:
-            return bytes(cramjam.lz4.decompress(data))
+            return memoryview(cramjam.lz4.decompress(data))
         if codec == ZSTD:
-            return bytes(cramjam.zstd.decompress(data))
+            return memoryview(cramjam.zstd.decompress(data))
         if codec == NONE:
-            return bytes(data)
+            return memoryview(data)
     except DecompressionError:
         raise
     except Exception as exc:  # cramjam raises its own DecompressionError and ValueErrors

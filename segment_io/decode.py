@@ -68,7 +68,13 @@ if TYPE_CHECKING:
 _INT32_MAX = 2**31 - 1
 # iter_/read_segment decode at most this many batch bytes at once, which keeps every binary column of a
 # chunk well inside Arrow's int32 offsets (a chunk that still overflows after decompression is split).
-_CHUNK_BYTES = 256 << 20
+# For compressed batches the chunk also bounds the decompressed payloads held at once: small chunks let the
+# allocator reuse the same memory for every chunk instead of faulting in fresh pages. A compressed batch
+# therefore counts _COMPRESSED_WEIGHT times its size, giving ~8 MiB chunks of compressed batches (measured on
+# 1 KB JSON-like values: 1.7-3x faster than 256 MiB chunks) and 64 MiB ones of uncompressed batches (fewer
+# chunks for the encoder and the cleaner downstream; no intermediate buffers to reuse).
+_CHUNK_BYTES = 64 << 20
+_COMPRESSED_WEIGHT = 8
 _HEADERS_TYPE = RECORD_SCHEMA.field("headers").type
 _NO_TIMESTAMP_TYPE, _CREATE_TIME, _LOG_APPEND_TIME = -1, 0, 1
 
@@ -543,12 +549,14 @@ def _table(seg: _Segment, batches: np.ndarray, schema: pa.Schema) -> pa.Table:
 
 def _chunks(hdr: BatchHeaders, max_rows: int | None, max_bytes: int) -> Iterator[np.ndarray]:
     """Consecutive groups of whole batches holding about ``max_rows`` records and at most about
-    ``max_bytes`` batch bytes (a single larger batch forms its own group)."""
+    ``max_bytes`` batch bytes, compressed batches weighing ``_COMPRESSED_WEIGHT`` times their size (a single
+    larger batch forms its own group)."""
     n = len(hdr)
     if n == 0:
         return
     rows = np.cumsum(np.maximum(hdr.record_count.astype(np.int64), 1))
-    sizes = np.cumsum(hdr.size.astype(np.int64))
+    weight = np.where(hdr.codec != 0, _COMPRESSED_WEIGHT, 1)
+    sizes = np.cumsum(hdr.size.astype(np.int64) * weight)
     start = 0
     while start < n:
         base_rows = rows[start - 1] if start else 0

@@ -46,6 +46,8 @@ class GenerateSpec:
     index_interval_bytes: int = 4096
     seed: int = 42
     headers: bool = False  #: give every record one small header
+    #: "random" bytes (incompressible) or "text": JSON-like ASCII that compresses about as well as real events
+    value_style: str = "random"
 
     def __post_init__(self) -> None:
         for name in ("superseded_share", "tombstone_share", "transactional_share", "aborted_share"):
@@ -54,6 +56,8 @@ class GenerateSpec:
                 raise ValueError(f"{name}={v} must be within [0, 1]")
         if self.partitions < 1 or self.records < 0 or self.batch_records < 1:
             raise ValueError("partitions >= 1, records >= 0 and batch_records >= 1 are required")
+        if self.value_style not in VALUE_STYLES:
+            raise ValueError(f"value_style {self.value_style!r}: choose one of {VALUE_STYLES}")
         if self.key_bytes < 1 or self.value_bytes < 0:
             raise ValueError("key_bytes >= 1 and value_bytes >= 0 are required")
         if self.codec not in CODEC_NAMES:
@@ -93,6 +97,26 @@ def _fixed_binary(data: np.ndarray, width: int, valid: np.ndarray | None = None)
         data = data.reshape(n, width)[valid].reshape(-1) if width else data
     return pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(data))],
                                  null_count=null_count)
+
+
+VALUE_STYLES = ("random", "text")
+
+#: Words the "text" style draws from: field names and values of a typical JSON event.
+_WORDS = np.frombuffer(b"".join(w.ljust(8, b" ") for w in (
+    b'{"id":', b'"user",', b'"order"', b'"status', b'":"ok",', b'"amount', b'":12.50', b'"EUR",', b'"items"',
+    b':[1,2,3', b'],', b'"ts":', b'1700000', b'"region', b'":"eu",', b'"sku":', b'"A-17",', b'"qty":4',
+    b'"note":', b'"none"}', b'"email"', b'"x@y.z"', b'"city":', b'"Paris"', b'"flag":', b'true,', b'false,',
+    b'"v":3,', b'"tags":', b'["a",', b'"b"],', b'null,')), dtype=np.uint8).reshape(-1, 8)
+
+
+def _value_bytes(rng: np.random.Generator, n: int, width: int, style: str) -> np.ndarray:
+    """``n`` values of ``width`` bytes, flat: random bytes, or 8-byte words of a JSON-ish vocabulary."""
+    if not width:
+        return np.zeros(0, np.uint8)
+    if style == "random":
+        return rng.integers(0, 256, n * width, dtype=np.uint8)
+    words = (n * width + 7) // 8
+    return _WORDS[rng.integers(0, len(_WORDS), words)].reshape(-1)[: n * width].copy()
 
 
 def _keys(ids: np.ndarray, width: int) -> np.ndarray:
@@ -144,7 +168,7 @@ def synthetic_table(spec: GenerateSpec, topic: str, partition: int,
     data_ts = ts[data_offset]
     keys = _fixed_binary(_keys(key_ids, spec.key_bytes), spec.key_bytes)
     value_valid = ~tomb
-    vals_raw = rng.integers(0, 256, n * spec.value_bytes, dtype=np.uint8) if spec.value_bytes else np.zeros(0, np.uint8)
+    vals_raw = _value_bytes(rng, n, spec.value_bytes, spec.value_style)
     values = _fixed_binary(vals_raw, spec.value_bytes, value_valid) if spec.value_bytes else \
         pa.array([None if t else b"" for t in tomb], pa.binary())
     b_first = batch_first[batch_of_record]
