@@ -133,8 +133,13 @@ def _dump_log(storage, uri: str, args: argparse.Namespace, out: IO[str]) -> list
         problems.extend(_verify_indexes(storage, uri, headers))
     records = None
     if args.deep or args.format == "jsonl" or args.verify:
+        parent = uri.rstrip("/").rsplit("/", 2)
+        where = layout.parse_partition_dir(parent[-2]) if len(parent) >= 2 else None
+        topic, partition = where if where else ("", -1)
+        name = layout.parse_segment_file(parent[-1])
         try:
-            records = decode_segment_bytes(data, path=uri, allow_truncated_tail=True, verify_crc=False)
+            records = decode_segment_bytes(data, path=uri, allow_truncated_tail=True, verify_crc=False, topic=topic,
+                                           partition=partition, segment_base_offset=name[0] if name else None)
         except CorruptRecordError as exc:
             problems.append(exc)
     if args.format == "jsonl":

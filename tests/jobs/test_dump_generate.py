@@ -1,0 +1,145 @@
+"""`segjobs dump` and `segjobs generate` as users run them (no Spark involved)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+from jobs.cli import main
+from segment_io.decode import read_segment
+from segment_io.format import scan_batches
+from tests.support.replay import read_partition
+
+FIXTURE_WITH_HEADERS = "shinhagunn-record-headers/data/kafka/mytopic-0"
+
+
+def _generate(out: Path, *extra: str) -> int:
+    return main(["generate", "--out", str(out), "--topics", "orders,user.events-v2", "--partitions", "2",
+                 "--records", "3000", "--segment-bytes", "64KiB", "--transactional", "0.3", "--aborted", "0.5",
+                 "--tombstones", "0.1", "--headers", "--quiet", *extra])
+
+
+def test_generate_writes_a_broker_style_log_dir_that_kafka_python_reads(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "logs"
+    assert _generate(out, "--codec", "lz4", "--value-style", "text") == 0
+    summary = capsys.readouterr().out
+    assert "4 partitions" in summary and "12000 records" in summary
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["cleaner-offset-checkpoint", "log-start-offset-checkpoint", "orders-0", "orders-1",
+                     "user.events-v2-0", "user.events-v2-1"]
+    part = out / "user.events-v2-1"
+    logs = sorted(part.glob("*.log"))
+    assert len(logs) > 1, "segments roll at --segment-bytes"
+    assert all(p.with_suffix(".index").exists() and p.with_suffix(".timeindex").exists() for p in logs)
+    assert (part / "leader-epoch-checkpoint").read_text() == "0\n1\n0 0\n"
+    # an independent reader sees every record, offsets contiguous, markers after transactional batches
+    batches = read_partition(part)
+    offsets = [r.offset for b in batches for r in b.records]
+    assert offsets == list(range(len(offsets)))
+    data = [r for b in batches if not b.control for r in b.records]
+    assert len(data) == 3000
+    assert any(b.control for b in batches) and any(b.transactional and not b.control for b in batches)
+    assert sum(r.value is None for r in data) > 0  # tombstones
+    assert len({r.key for r in data}) == 1500  # --superseded 0.5 (default): exactly half the records are keys
+    assert all(r.headers for r in data)
+    # the same seed gives the same bytes
+    again = tmp_path / "again"
+    assert _generate(again, "--codec", "lz4", "--value-style", "text") == 0
+    assert logs[0].read_bytes() == (again / "user.events-v2-1" / logs[0].name).read_bytes()
+
+
+def test_generate_refuses_a_dir_that_already_holds_partitions(tmp_path: Path, capsys) -> None:
+    assert _generate(tmp_path) == 0
+    capsys.readouterr()
+    assert _generate(tmp_path) == 2
+    assert "already holds files" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [["--superseded", "1.5"], ["--segment-bytes", "12 parsecs"], ["--codec", "brotli"]])
+def test_generate_rejects_bad_arguments(tmp_path: Path, bad: list[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["generate", "--out", str(tmp_path), *bad])
+    assert exc.value.code == 2
+
+
+def test_dump_prints_one_line_per_batch_and_records_with_deep(kafka_real: Path, capsys) -> None:
+    part = kafka_real / FIXTURE_WITH_HEADERS
+    assert main(["dump", str(part)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    log = sorted(part.glob("*.log"))[0]
+    headers = scan_batches(log.read_bytes())
+    batch_lines = [line for line in out if line.startswith("baseOffset:")]
+    assert len(batch_lines) == len(headers)
+    assert all("crcValid: true" in line for line in batch_lines)
+    assert f"baseOffset: {int(headers.base_offset[0])} lastOffset: {int(headers.last_offset[0])}" in batch_lines[0]
+
+    assert main(["dump", "--deep", str(log)]) == 0
+    deep = capsys.readouterr().out.splitlines()
+    records = [line for line in deep if line.startswith("| offset:")]
+    assert len(records) == read_segment(log).num_rows
+    assert "headerKeys: [myTestHeader]" in records[0]
+
+
+def test_dump_jsonl_has_offsets_timestamps_keys_values_and_headers(kafka_real: Path, capsys) -> None:
+    part = kafka_real / FIXTURE_WITH_HEADERS
+    assert main(["dump", "--format", "jsonl", str(part)]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    table = read_segment(sorted(part.glob("*.log"))[0]).to_pylist()
+    assert len(rows) == len(table)
+    for got, want in zip(rows, table):
+        assert got["topic"] == "mytopic" and got["partition"] == 0
+        assert got["offset"] == want["offset"] and got["timestamp"] == want["timestamp"]
+        assert got["key"] == (None if want["key"] is None else base64.b64encode(want["key"]).decode())
+        assert got["value"] == (None if want["value"] is None else base64.b64encode(want["value"]).decode())
+        assert [h["key"] for h in got["headers"]] == [h["key"] for h in want["headers"]]
+
+
+def test_dump_verify_passes_on_real_fixtures_and_fails_on_each_kind_of_damage(kafka_real: Path, tmp_path: Path,
+                                                                            capsys) -> None:
+    src = kafka_real / "ronem123-kraft3.9-multiseg"
+    parts = sorted({p.parent for p in src.rglob("*.log")})
+    assert parts
+    for part in parts:
+        assert main(["dump", "--verify", str(part)]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+
+    part = parts[0]
+    log = sorted(part.glob("*.log"))[0]
+    good = log.read_bytes()
+    h = scan_batches(good)
+
+    def damaged(name: str, data: bytes, suffix: str = ".log") -> Path:
+        d = tmp_path / name / part.name
+        d.mkdir(parents=True)
+        for f in part.iterdir():
+            if f.is_file() and f.name.startswith(log.stem):
+                (d / f.name).write_bytes(f.read_bytes())
+        (d / (log.stem + suffix)).write_bytes(data)
+        return d
+
+    flipped = bytearray(good)
+    flipped[int(h.position[-1]) + 70] ^= 0xFF  # a record byte of the last batch: CRC mismatch
+    cut = good[:-5]  # what a crash leaves: a truncated last batch
+    for name, d, expected in [
+        ("crc", damaged("crc", bytes(flipped)), "CRC-32C mismatch"),
+        ("tail", damaged("tail", cut), "do not form a whole batch"),
+    ]:
+        assert main(["dump", "--verify", str(d)]) == 1, name
+        err = capsys.readouterr().err
+        assert expected in err or expected.lower() in err.lower(), (name, err)
+        assert "verify: " in err and "problem" in err
+    index = (part / (log.stem + ".index")).read_bytes()
+    if len(index) >= 8:
+        bad_index = bytearray(index)
+        bad_index[4:8] = (len(good) + 100).to_bytes(4, "big")  # first entry points past the log's end
+        d = damaged("index", bytes(bad_index), ".index")
+        assert main(["dump", "--verify", str(d)]) == 1
+        assert ".index" in capsys.readouterr().err
+
+
+def test_dump_names_a_missing_path(tmp_path: Path, capsys) -> None:
+    assert main(["dump", str(tmp_path / "nope")]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
