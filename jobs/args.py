@@ -10,18 +10,18 @@ from dataclasses import dataclass
 from segment_io.errors import UsageError
 
 
-def add_log_dir_options(p: argparse.ArgumentParser, *, destructive: bool = True) -> None:
-    """--log-dir, --config, --set, --topic, --partition, --now, --report, --master and the S3 options."""
+def add_log_dir_options(p: argparse.ArgumentParser, *, destructive: bool = True, scope_note: str = "") -> None:
+    """--log-dir, --config, --set, --topic, --partition, --now, --report, --master and the S3 options.
+    ``scope_note`` ends the --topic/--partition help with what naming partitions means to the command."""
     p.add_argument("--log-dir", required=True, metavar="URI",
                    help="Kafka log dir: a local path or s3://bucket/prefix")
     p.add_argument("--config", metavar="FILE", help="topic configuration TOML (see conf/topics.toml)")
     p.add_argument("--set", action="append", default=[], metavar="TOPIC_GLOB:KEY=VALUE",
                    help="override one topic config, e.g. 'orders*:min.cleanable.dirty.ratio=0.1' (repeatable)")
     p.add_argument("--topic", action="append", default=[], metavar="GLOB",
-                   help="only topics matching this glob (repeatable; default: all)")
+                   help="only topics matching this glob (repeatable; default: all)" + scope_note)
     p.add_argument("--partition", action="append", default=[], metavar="TOPIC-N",
-                   help="only this partition, e.g. orders-3 (repeatable); an explicit partition is processed "
-                        "even when its dirty ratio would not select it")
+                   help="only this partition, e.g. orders-3 (repeatable)" + scope_note)
     p.add_argument("--now", metavar="EPOCH_MS|ISO8601",
                    help="the instant the job acts at (default: the wall clock); fixes horizons and ages, "
                         "so re-running with the same --now reproduces the same decisions")

@@ -64,7 +64,8 @@ COMMIT_FAULT: Callable[[str], None] | None = None
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    add_log_dir_options(p)
+    add_log_dir_options(p, scope_note="; partitions named by --topic or --partition are compacted even when "
+                                      "their dirty ratio and max lag would not select them")
     p.add_argument("--strategy", choices=STRATEGIES, default="auto",
                    help="memory: one task per partition with a bounded offset map (multi-pass when full, like "
                         "Kafka); external-sort: for key counts beyond memory (not available yet); "
@@ -105,6 +106,10 @@ class GroupOutcome:
     records_before: int
     records_after: int
     staged_suffixes: tuple[str, ...] = ()
+    #: last-modified time the new segment gets (the last replaced segment's, as Kafka does)
+    mtime_ms: int = 0
+    #: set by the driver once the group's replacement is committed
+    committed: bool = False
 
 
 @dataclass
@@ -189,7 +194,8 @@ class _PartitionCleaner:
         self.files = {s.base_offset: s for s in task.listing.segments}
         self.staged_written = staged_written
         plan, state = task.plan, task.state
-        clean_before = [s for s in state.segments if s.next_offset <= plan.first_dirty_offset]
+        # Kafka's logSegments(0, firstDirtyOffset): every segment starting below the first dirty offset
+        clean_before = [s for s in state.segments if s.base_offset < plan.first_dirty_offset]
         legacy_h = legacy_delete_horizon(clean_before[-1].mtime_ms if clean_before else None,
                                          task.config.delete_retention_ms)
         self.params = CleanParams(now_ms=task.now_ms, upper_bound_offset=plan.first_uncleanable_offset,
@@ -279,6 +285,11 @@ class _PartitionCleaner:
                                         index_interval_bytes=task.config.index_interval_bytes,
                                         aborted_txns=_txn_entries(storage, task.listing, bases, result.records))
                 self.staged_written.extend(written.paths.values())
+                # Kafka gives a cleaned segment the last-modified time of the last segment it replaces:
+                # retention of timestamp-less data and the legacy tombstone horizon count from it.
+                g.mtime_ms = group[-1].mtime_ms
+                for uri in written.paths.values():
+                    storage.set_mtime(uri, g.mtime_ms)
                 g.bytes_after = written.bytes
                 g.staged_suffixes = tuple(written.paths)
         kept = result.records
@@ -379,21 +390,35 @@ def _entry(plan: CompactionPlan, state: PartitionState, outcome: PartitionOutcom
     if outcome is None:
         entry["action"] = "skipped"
         return entry
-    removed_segments = sum(len(g.old_bases) - 1 for g in outcome.groups if g.changed)
-    bytes_after = bytes_before - sum(g.bytes_before - g.bytes_after for g in outcome.groups)
+    # What counts: in a dry run every group that would change; in a real run the groups actually committed.
+    applied = [g for g in outcome.groups if g.changed and (dry_run or g.committed)]
+    changed = [g for g in outcome.groups if g.changed]
+    removed_segments = sum(len(g.old_bases) - 1 for g in applied)
+    bytes_after = bytes_before - sum(g.bytes_before - g.bytes_after for g in applied)
+    if outcome.error:
+        action = "partly compacted" if applied and not dry_run else "error"
+    elif dry_run:
+        action = "would compact" if applied else "would leave unchanged"
+    else:
+        action = "compacted" if applied else "unchanged"
     entry.update({
-        "action": "error" if outcome.error else ("would compact" if dry_run else
-                                                  ("compacted" if committed else "unchanged")),
+        "action": action,
         "cleaned_range": [plan.first_dirty_offset, outcome.end_offset],
         "partial": outcome.map_full,
-        "groups": len(outcome.groups), "groups_rewritten": sum(g.changed for g in outcome.groups),
+        "groups": len(outcome.groups), "groups_rewritten": len(applied),
         "segments_after": segs_before - removed_segments, "bytes_after": bytes_after,
-        "records_before": sum(g.records_before for g in outcome.groups),
-        "records_after": sum(g.records_after for g in outcome.groups),
+        "records_before": sum(g.records_before for g in applied),
+        "records_after": sum(g.records_after for g in applied),
         "bytes_removed": bytes_before - bytes_after,
         "stats": outcome.stats, "task_seconds": outcome.seconds,
     })
     entry["records_removed"] = entry["records_before"] - entry["records_after"]
+    if outcome.error and applied and not dry_run:
+        entry["error"] = outcome.error.to_dict()
+        entry["reason"] = (f"partly compacted: {len(applied)} of {len(changed)} changed segment group(s) were "
+                           f"committed before this failure, the rest left untouched and the cleaner checkpoint "
+                           f"not advanced (the next run continues): {outcome.error}")
+        return entry
     if outcome.map_full:
         entry["reason"] += (f"; offset map full: cleaned up to offset {outcome.end_offset}, the next run continues "
                             f"(raise --dedupe-buffer-bytes to clean more per pass)")
@@ -444,24 +469,30 @@ def _work(ctx: JobContext) -> None:
             try:
                 for g in outcome.groups:
                     if g.changed:
+                        ctx.keep_lease()
                         _move_to_cleaned(ctx, p_uri, g)
                         replace_segments(ctx.storage, ctx.listing.partitions[key].uri, old_base_offsets=g.old_bases,
                                          new_segments=[StagedSegment(g.old_bases[0], g.staged_suffixes)],
                                          work_uri=ctx.work_uri, fault=COMMIT_FAULT)
-                        committed = True
+                        g.committed = committed = True
                 new_cp, checkpoint_changed = outcome.end_offset, True
             except SegjobsError as exc:
                 outcome.error = PartitionError.from_exception(exc)
         if outcome is not None and outcome.error is not None:
             ctx.report.errors.append({"partition": f"{plan.topic}-{plan.partition}", **outcome.error.to_dict()})
-            ctx.progress(f"{plan.topic}-{plan.partition}: UNCLEANABLE, left untouched: {outcome.error}")
+            state_word = "PARTLY COMPACTED, then failed" if committed else "UNCLEANABLE, left untouched"
+            ctx.progress(f"{plan.topic}-{plan.partition}: {state_word}: {outcome.error}")
         elif outcome is not None:
             ctx.progress(f"{plan.topic}-{plan.partition}: {'measured' if ctx.dry_run else 'compacted'} in "
                          f"{outcome.seconds}s")
         if new_cp is not None:
             checkpoints[key] = new_cp
-        entry = _entry(plan, state, outcome, dry_run=ctx.dry_run, committed=committed,
-                       checkpoint=checkpoints.get(key) if not ctx.dry_run else (outcome.end_offset if outcome else None))
+        if ctx.dry_run:
+            would = outcome.end_offset if outcome and not outcome.error else None
+            checkpoint = would if would is not None else (plan.first_dirty_offset if plan.checkpoint_reset else None)
+        else:
+            checkpoint = checkpoints.get(key)
+        entry = _entry(plan, state, outcome, dry_run=ctx.dry_run, committed=committed, checkpoint=checkpoint)
         ctx.report.partitions.append(entry)
     if checkpoint_changed and not ctx.dry_run:
         entries = updated_cleaner_checkpoints(checkpoints, live)
@@ -478,9 +509,19 @@ def _move_to_cleaned(ctx: JobContext, partition_uri: str, g: GroupOutcome) -> No
 
     if not ctx.storage.atomic_rename:
         return
+    storage = ctx.storage
     for sfx in g.staged_suffixes:
-        ctx.storage.rename(private_stage_uri(ctx.storage, ctx.work_uri, partition_uri, g.old_bases[0], sfx),
-                           staged_uri(ctx.storage, partition_uri, ctx.work_uri, g.old_bases[0], sfx))
+        src = private_stage_uri(storage, ctx.work_uri, partition_uri, g.old_bases[0], sfx)
+        dst = staged_uri(storage, partition_uri, ctx.work_uri, g.old_bases[0], sfx)
+        try:
+            storage.rename(src, dst)
+        except SegjobsError:
+            # The work dir lies on another filesystem (a log dir on its own disk or mount): copy instead. A
+            # .cleaned file cut short by a crash is harmless: Kafka's loader and `segjobs recover` delete it.
+            with storage.open_write(dst) as out:
+                out.write(storage.read(src))
+            storage.set_mtime(dst, g.mtime_ms)
+            storage.delete(src)
 
 
 def _clear_private_staging(ctx: JobContext) -> None:

@@ -41,16 +41,21 @@ def build(out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dir", default="demo-data", help="where to build the demo log dir (default: demo-data)")
+    parser.add_argument("--dir", default="demo-data",
+                        help="where to build the demo: DIR/logs and DIR/compact-report.json, replaced on every run "
+                             "(default: demo-data)")
     args = parser.parse_args(argv)
     root = Path(args.dir).resolve()
     log_dir = root / "logs"
-    for leftover in (root, Path(str(log_dir) + ".segjobs")):
+    report = root / "compact-report.json"
+    # Start afresh, removing only what an earlier demo run made.
+    for leftover in (log_dir, Path(str(log_dir) + ".segjobs")):
         shutil.rmtree(leftover, ignore_errors=True)
+    report.unlink(missing_ok=True)
+    root.mkdir(parents=True, exist_ok=True)
     print(f"== 1/3 generating a demo log dir in {log_dir}")
     build(log_dir)
     config = Path(__file__).resolve().parent.parent / "conf" / "demo-topics.toml"
-    report = root / "compact-report.json"
     print(f"\n== 2/3 nightly compaction: segjobs compact --log-dir {log_dir} --config {config} --now {NOW_MS}")
     code = segjobs(["compact", "--log-dir", str(log_dir), "--config", str(config), "--now", str(NOW_MS),
                     "--report", str(report)])

@@ -42,10 +42,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def _expand(storage, path: str) -> list[str]:
     """Files to dump for ``path``: a directory expands to its segment files in base-offset order."""
-    info_name = path.rstrip("/").rsplit("/", 1)[-1]
-    if layout.parse_segment_file(info_name) or path.endswith((".messageset",)) or "." in info_name:
-        return [path]
     files = storage.list(path)
+    if not files:  # a file (a directory or prefix lists what it holds)
+        return [path]
     segs = sorted((layout.parse_segment_file(f.name)[0], f.uri) for f in files
                   if (parsed := layout.parse_segment_file(f.name)) and parsed[1] == ".log" and not parsed[2])
     if not segs:
@@ -94,16 +93,21 @@ def _dump_index(storage, uri: str, out: IO[str]) -> list[SegjobsError]:
     problems: list[SegjobsError] = []
     try:
         if name.endswith(".timeindex"):
-            ts, rel = index.read_time_index(data, path=uri)
-            for t, r in zip(ts.tolist(), rel.tolist()):
+            entries = index.read_time_index(data, path=uri)
+            out.write(f"Dumping {uri}: {len(entries)} time index entries\n")
+            for t, r in zip(entries.timestamp.tolist(), entries.relative_offset.tolist()):
                 out.write(f"timestamp: {t} offset: {base + r}\n")
         elif name.endswith(".index"):
-            rel, pos = index.read_offset_index(data, path=uri)
-            for r, p in zip(rel.tolist(), pos.tolist()):
+            entries = index.read_offset_index(data, path=uri)
+            out.write(f"Dumping {uri}: {len(entries)} offset index entries\n")
+            for r, p in zip(entries.relative_offset.tolist(), entries.position.tolist()):
                 out.write(f"offset: {base + r} position: {p}\n")
         elif name.endswith(".txnindex"):
-            for e in index.read_txn_index(data, path=uri):
-                out.write(f"{e}\n")
+            aborted = index.read_txn_index(data, path=uri)
+            out.write(f"Dumping {uri}: {len(aborted)} aborted transactions\n")
+            for e in aborted:
+                out.write(f"producerId: {e.producer_id} firstOffset: {e.first_offset} lastOffset: {e.last_offset} "
+                          f"lastStableOffset: {e.last_stable_offset}\n")
     except CorruptIndexError as exc:
         problems.append(exc)
     return problems

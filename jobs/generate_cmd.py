@@ -1,7 +1,8 @@
 """Write a synthetic, broker-style Kafka log dir: topics, partitions, segments with indexes, checkpoint files.
 
 Key cardinality follows from --records and --superseded: with 10,000 records and --superseded 0.5 there are
-exactly 5,000 distinct keys per partition, so compaction keeps 5,000 records (fewer where tombstones win).
+exactly 5,000 distinct keys per partition, so compaction keeps 5,000 records (fewer where a tombstone is a key's
+last record, or where all of a key's records were in aborted transactions).
 Timestamps rise evenly over [--start, --start + --span-days). Transactions: --transactional is the share of
 batches written in a transaction (each closed by its own marker), --aborted the share of those that abort.
 

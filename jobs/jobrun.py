@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -19,8 +20,8 @@ from jobs.args import Scope, parse_scope, storage_options_from_args
 from jobs.config import ConfigSet
 from jobs.report import Progress, RunReport, append_ledger, write_report
 from jobs.scan import PartitionScan, scan_partition
-from jobs.timeutil import format_instant, parse_instant
-from segment_io.errors import SegjobsError, UsageError
+from jobs.timeutil import format_instant, parse_instant, wall_clock_ms
+from segment_io.errors import LockHeldError, SegjobsError, UsageError
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, LogDirListing, list_log_dir
 from segment_io.storage.base import Storage
 
@@ -44,10 +45,27 @@ class JobContext:
     progress: Progress
     spark: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
+    lease: Any = None  #: jobs.lock.Lease while the job holds the log dir (None in dry runs)
 
     @property
     def sc(self):
         return self.spark.sparkContext
+
+    def keep_lease(self) -> None:
+        """Renew an S3 lease that has used up half of its time (local locks do not expire). Jobs call this
+        between commits. A lease is timed on the wall clock, never on --now: --now is the instant the job's
+        decisions are made at, often in the past, while a lease guards the real time the job runs."""
+        if self.lease is None or self.lease.etag is None:
+            return
+        from jobs.lock import DEFAULT_TTL_MS
+        from jobs.timeutil import wall_clock_ms
+
+        # Commits may run on several threads; two concurrent renewals would trip each other's conditional PUT.
+        with self.extra.setdefault("lease_guard", threading.Lock()):
+            now = wall_clock_ms()
+            if now - self.extra.get("lease_renewed_ms", self.lease.acquired_ms) >= DEFAULT_TTL_MS // 2:
+                self.lease.renew(now)
+                self.extra["lease_renewed_ms"] = now
 
     def parallel_map(self, fn: Callable[[Any], Any], items: list[Any], *, tasks: int | None = None) -> list[Any]:
         """Run ``fn`` over ``items`` as Spark tasks (one task per item, or ``tasks`` tasks each taking a
@@ -84,7 +102,6 @@ def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext],
             scan_depth: str, destructive: bool = True) -> int:
     """Run one job end to end; returns the process exit code (0 ok, 1 some partition failed)."""
     from jobs.lock import acquire, work_uri
-    from jobs.recover import recover_log_dir
     from segment_io.storage import open_storage
 
     # ---- everything that needs no Spark, first ----
@@ -106,50 +123,70 @@ def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext],
     # exit code 2 promises that nothing was done. Recovery does not add or remove partitions.
     _check_scope(storage, log_dir, scope, configs)
 
-    with ExitStack() as stack:
-        if destructive and not dry_run:
-            stack.enter_context(acquire(storage, log_dir, now_ms=now_ms))
-            recovered = [r for r in recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work_dir) if r.changed]
-            for r in recovered:
-                progress(f"recovered {r.partition_uri}: {', '.join(a.action for a in r.actions)}")
-            report.totals["recovered_partitions"] = len(recovered)
-        listing = _check_scope(storage, log_dir, scope, configs)  # again: recovery may have changed files
-        present = set(listing.partitions)
-        checkpoints = _read_checkpoints(storage, log_dir, listing)
-        selected = sorted(k for k in present if scope.includes(*k))
-
-        t0 = time.monotonic()
-        from jobs.spark_session import build_session
-
-        spark = build_session(app_name=f"segjobs-{command}", master=args.master)
-        report.spark_startup_s = round(time.monotonic() - t0, 2)
-        progress(f"Spark ready in {report.spark_startup_s}s; scanning {len(selected)} partition(s)")
-        ctx = JobContext(args=args, storage=storage, log_dir=log_dir, work_uri=work_dir, configs=configs,
-                         scope=scope, now_ms=now_ms, dry_run=dry_run, listing=listing, scans={},
-                         checkpoints=checkpoints, report=report, progress=progress, spark=spark)
-        items = [(storage, listing.partitions[k], scan_depth,
-                  checkpoints[LOG_START_OFFSET_CHECKPOINT].get(k), checkpoints[CLEANER_OFFSET_CHECKPOINT].get(k),
-                  now_ms, configs.for_topic(k[0]).producer_id_expiration_ms) for k in selected]
-        # A header scan takes milliseconds, less than a Spark task's own overhead: thousands of partitions
-        # go in a few tasks per core. Transaction scans read whole logs: one task per partition balances them.
-        tasks = spark.sparkContext.defaultParallelism * 4 if scan_depth == "headers" else None
-        for scan in ctx.parallel_map(_scan_task, items, tasks=tasks):
-            ctx.scans[(scan.topic, scan.partition)] = scan
-            for w in scan.warnings:
-                report.warnings.append(w)
-            if scan.error is not None:
-                progress(f"{scan.name}: UNREADABLE, left untouched: {scan.error}")
-        progress(f"scanned {len(items)} partition(s)")
-        work(ctx)
+    lease = None
+    try:
+        with ExitStack() as stack:
+            if destructive and not dry_run:
+                lease = stack.enter_context(acquire(storage, log_dir, now_ms=wall_clock_ms()))
+            _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, configs, scope, now_ms, dry_run,
+                        destructive, report, progress, lease)
+    except LockHeldError as exc:
+        if lease is None or report.finished_ms is not None:
+            raise  # could not take the lock: nothing was done
+        # The lease was lost while working (another run took it over after it expired): what this run
+        # committed stands, but the user must know another run may have worked at the same time.
+        report.errors.append({"kind": "LockHeldError", "detail": str(exc)})
+        progress(f"LOST THE LEASE: {exc}")
 
     report.finish()
+    options = storage_options_from_args(args)
     if args.report:
-        write_report(report, args.report)
+        write_report(report, args.report, options)
         progress(f"report written to {args.report}")
     if getattr(args, "ledger", None):
-        n = append_ledger(args.ledger, report, report.partitions)
+        n = append_ledger(args.ledger, report, report.partitions, options)
         progress(f"{n} row(s) appended to the ledger {args.ledger}")
     return report.exit_code
+
+
+def _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, configs, scope, now_ms, dry_run,
+                destructive, report, progress, lease) -> None:
+    """The part of :func:`run_job` that runs under the lock: recover, list, scan, work."""
+    from jobs.recover import recover_log_dir
+
+    if destructive and not dry_run:
+        recovered = [r for r in recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work_dir) if r.changed]
+        for r in recovered:
+            progress(f"recovered {r.partition_uri}: {', '.join(a.action for a in r.actions)}")
+        report.totals["recovered_partitions"] = len(recovered)
+    listing = _check_scope(storage, log_dir, scope, configs)  # again: recovery may have changed files
+    present = set(listing.partitions)
+    checkpoints = _read_checkpoints(storage, log_dir, listing)
+    selected = sorted(k for k in present if scope.includes(*k))
+
+    t0 = time.monotonic()
+    from jobs.spark_session import build_session
+
+    spark = build_session(app_name=f"segjobs-{command}", master=args.master)
+    report.spark_startup_s = round(time.monotonic() - t0, 2)
+    progress(f"Spark ready in {report.spark_startup_s}s; scanning {len(selected)} partition(s)")
+    ctx = JobContext(args=args, storage=storage, log_dir=log_dir, work_uri=work_dir, configs=configs,
+                     scope=scope, now_ms=now_ms, dry_run=dry_run, listing=listing, scans={},
+                     checkpoints=checkpoints, report=report, progress=progress, spark=spark, lease=lease)
+    items = [(storage, listing.partitions[k], scan_depth,
+              checkpoints[LOG_START_OFFSET_CHECKPOINT].get(k), checkpoints[CLEANER_OFFSET_CHECKPOINT].get(k),
+              now_ms, configs.for_topic(k[0]).producer_id_expiration_ms) for k in selected]
+    # A header scan takes milliseconds, less than a Spark task's own overhead: thousands of partitions
+    # go in a few tasks per core. Transaction scans read whole logs: one task per partition balances them.
+    tasks = spark.sparkContext.defaultParallelism * 4 if scan_depth == "headers" else None
+    for scan in ctx.parallel_map(_scan_task, items, tasks=tasks):
+        ctx.scans[(scan.topic, scan.partition)] = scan
+        for w in scan.warnings:
+            report.warnings.append(w)
+        if scan.error is not None:
+            progress(f"{scan.name}: UNREADABLE, left untouched: {scan.error}")
+    progress(f"scanned {len(items)} partition(s)")
+    work(ctx)
 
 
 def _check_scope(storage: Storage, log_dir: str, scope: Scope, configs: ConfigSet) -> LogDirListing:

@@ -55,11 +55,12 @@ class RunReport:
         return json.dumps(asdict(self), indent=2, sort_keys=False, default=str)
 
 
-def write_report(report: RunReport, uri: str) -> None:
-    """Write the JSON report atomically to a local path or an s3:// URI."""
+def write_report(report: RunReport, uri: str, options=None) -> None:
+    """Write the JSON report atomically to a local path or an s3:// URI (``options``: the run's
+    :class:`~segment_io.storage.StorageOptions`, so --s3-endpoint applies here too)."""
     from segment_io.storage import open_storage
 
-    storage = open_storage(uri)
+    storage = open_storage(uri, options)
     parent = uri.rsplit("/", 1)[0] if "/" in uri else "."
     if storage.local_path(uri) is not None:
         storage.makedirs(parent)
@@ -101,7 +102,7 @@ def _numberish(s: str) -> bool:
     return t.isdigit() or s == "-"
 
 
-def append_ledger(uri: str, report: RunReport, rows: Iterable[dict[str, Any]]) -> int:
+def append_ledger(uri: str, report: RunReport, rows: Iterable[dict[str, Any]], options=None) -> int:
     """Append one row per partition to the Delta table at ``uri`` (created on first use) and return how many.
 
     Columns: run_id, command, log_dir, now_ms, dry_run, finished_ms, topic, partition, action, reason, and the
@@ -133,6 +134,23 @@ def append_ledger(uri: str, report: RunReport, rows: Iterable[dict[str, Any]]) -
     if uri.startswith("s3://"):
         from segment_io.storage import StorageOptions
 
-        storage_options = StorageOptions.from_env().to_object_store_options()
+        storage_options = _object_store_options(options or StorageOptions.from_env())
     write_deltalake(uri, table, mode="append", storage_options=storage_options)
     return len(out)
+
+
+def _object_store_options(options) -> dict[str, str]:
+    """StorageOptions in the key names delta-rs' object store takes."""
+    out = {}
+    for key, value in (("AWS_ENDPOINT_URL", options.endpoint_url), ("AWS_REGION", options.region),
+                       ("AWS_ACCESS_KEY_ID", options.access_key_id),
+                       ("AWS_SECRET_ACCESS_KEY", options.secret_access_key),
+                       ("AWS_SESSION_TOKEN", options.session_token)):
+        if value:
+            out[key] = value
+    if options.endpoint_url and options.endpoint_url.startswith("http://"):
+        out["AWS_ALLOW_HTTP"] = "true"
+    # delta-rs needs a locking provider or this flag for concurrent writers on S3; the job holds the log
+    # dir's lease, and ledger appends are one writer per run.
+    out["AWS_S3_ALLOW_UNSAFE_RENAME"] = "true"
+    return out

@@ -114,13 +114,16 @@ class RetentionParams:
     dry_run: bool = False
     fault: Fault | None = None
     log_start_checkpoint: dict[TopicPartition, int] = field(default_factory=dict)
+    #: called before each partition's commit: renews the run's S3 lease when due (see JobContext.keep_lease)
+    keep_lease: Callable[[], None] | None = None
 
     @classmethod
     def from_job(cls, ctx: JobContext, *, fault: Fault | None = None) -> "RetentionParams":
         """The parameters of a job run (its storage, log dir, --now, --dry-run and checkpoints)."""
         return cls(storage=ctx.storage, log_dir=ctx.log_dir, work_uri=ctx.work_uri, now_ms=ctx.now_ms,
                    dry_run=ctx.dry_run, fault=fault,
-                   log_start_checkpoint=dict(ctx.checkpoints.get(LOG_START_OFFSET_CHECKPOINT, {})))
+                   log_start_checkpoint=dict(ctx.checkpoints.get(LOG_START_OFFSET_CHECKPOINT, {})),
+                   keep_lease=ctx.keep_lease)
 
     def step(self, name: str) -> None:
         if self.fault is not None:
@@ -235,6 +238,8 @@ def apply_retention(ctx_or_params: JobContext | RetentionParams, scan: Partition
         entry["applied"] = False
         return entry
     try:
+        if p.keep_lease is not None:
+            p.keep_lease()
         advance_log_start_offsets(p, {key: plan})
         if plan.deletions:
             result = delete_segments(p.storage, scan.uri, list(plan.deleted_bases), now_ms=p.now_ms,
@@ -408,16 +413,15 @@ def _summarize(ctx: JobContext, entries: list[dict[str, Any]]) -> None:
              "deleted": len(e.get("deleted") or []), "removed": human_bytes(e.get("bytes_removed")),
              "rules": ",".join(e.get("rules") or []) or None, "log_start": e.get("log_start_offset"),
              "warnings": len(e.get("warnings") or [])} for e in notable[:_TABLE_ROWS]]
-    if ctx.args.quiet:
-        return
+    # The summary is the command's output (stdout); --quiet only silences the progress lines on stderr.
     if rows:
-        print(render_table(rows, _TABLE_COLUMNS), file=sys.stderr)
+        print(render_table(rows, _TABLE_COLUMNS))
         if len(notable) > _TABLE_ROWS:
-            print(f"... and {len(notable) - _TABLE_ROWS} more partition(s) in the report", file=sys.stderr)
+            print(f"... and {len(notable) - _TABLE_ROWS} more partition(s) in the report")
     verb = "would delete" if ctx.dry_run else "deleted"
     print(f"\n{len(entries)} partition(s); {verb} {deleted} segment(s), {human_bytes(removed)}"
           + (f"; {len(ctx.report.errors)} partition(s) FAILED and were left untouched" if ctx.report.errors else "")
-          + (f"; {len(ctx.report.warnings)} warning(s)" if ctx.report.warnings else ""), file=sys.stderr)
+          + (f"; {len(ctx.report.warnings)} warning(s)" if ctx.report.warnings else ""))
 
 
 # --------------------------------------------------------------------------------------------------

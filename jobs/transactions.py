@@ -368,7 +368,16 @@ def _replay(pid, epoch, base, last, transactional, control, ctype, max_ts, marke
         while i < n and pid[i] == cur:
             if control[i]:
                 kind = ctype[i]
-                if count[i] > 0 and (kind == abort_type or kind == commit_type):
+                if count[i] == 0:
+                    # A marker a clean emptied but kept as the producer's last batch: it still carries the
+                    # producer's epoch and time, so the producer stays known (and active while that is young)
+                    # on every later scan; it opens and closes nothing.
+                    if epoch[i] != cur_epoch:
+                        last_data = -1
+                        cur_epoch = epoch[i]
+                    last_ts = max_ts[i]
+                    has_any = True
+                elif kind == abort_type or kind == commit_type:
                     if epoch[i] != cur_epoch:
                         last_data = -1
                         cur_epoch = epoch[i]

@@ -123,6 +123,11 @@ class Storage(ABC):
     def sync_dir(self, uri: str) -> None:
         """Make renames and creations inside directory ``uri`` durable (fsync on local disk; no-op on S3)."""
 
+    def set_mtime(self, uri: str, mtime_ms: int) -> bool:
+        """Set a file's last-modified time; True when the store can (local disk), False where it cannot (an
+        object store's LastModified is the time of the write)."""
+        return False
+
     def local_path(self, uri: str) -> str | None:
         """The local filesystem path for ``uri``, or None for remote stores."""
         return None

@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import threading
+import time
 import uuid
 from contextlib import contextmanager
 from typing import BinaryIO, Callable, Iterator, TypeVar
@@ -111,6 +112,10 @@ class LocalStorage(Storage):
 
     def join(self, base: str, *parts: str) -> str:
         return os.path.join(to_path(base), *parts)
+
+    def set_mtime(self, uri: str, mtime_ms: int) -> bool:
+        os.utime(to_path(uri), ns=(time.time_ns(), mtime_ms * 1_000_000))
+        return True
 
     def local_path(self, uri: str) -> str:
         return to_path(uri)

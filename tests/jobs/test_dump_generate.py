@@ -143,3 +143,24 @@ def test_dump_verify_passes_on_real_fixtures_and_fails_on_each_kind_of_damage(ka
 def test_dump_names_a_missing_path(tmp_path: Path, capsys) -> None:
     assert main(["dump", str(tmp_path / "nope")]) == 2
     assert "no such file or directory" in capsys.readouterr().err
+
+
+def test_dump_prints_index_files_entry_by_entry(kafka_real: Path, capsys) -> None:
+    from segment_io.index import read_offset_index, read_time_index
+
+    index = kafka_real / ("rjmfernandes-cp7.6-kraft-lz4/data/_confluent-controlcenter-7-6-0-1-aggregate-topic-"
+                          "partition-store-changelog-0/00000000000000000000.index")
+    assert main(["dump", str(index), str(index.with_suffix(".timeindex"))]) == 0
+    out = capsys.readouterr().out.splitlines()
+    offsets = read_offset_index(index.read_bytes())
+    times = read_time_index(index.with_suffix(".timeindex").read_bytes())
+    assert f"{len(offsets)} offset index entries" in out[0]
+    assert out[1] == f"offset: {int(offsets.relative_offset[0])} position: {int(offsets.position[0])}"
+    assert sum(line.startswith("timestamp: ") for line in out) == len(times)
+
+
+def test_dump_takes_the_dir_of_a_topic_with_dots(tmp_path: Path, capsys) -> None:
+    assert main(["generate", "--out", str(tmp_path), "--topics", "com.acme.orders", "--partitions", "1",
+                 "--records", "120", "--quiet"]) == 0
+    assert main(["dump", "--verify", str(tmp_path / "com.acme.orders-0")]) == 0
+    assert "baseOffset: 0" in capsys.readouterr().out

@@ -353,13 +353,24 @@ def test_console_shows_progress_and_a_summary_table(tmp_path: Path, spark, capsy
     build_partition(d, "t", 1, [[RECENT], [RECENT]])
     code, _ = retain(d, "--set", "t:retention.ms=1d", quiet=False)
     assert code == 0
-    err = capsys.readouterr().err
-    assert "[retain" in err and "t-0 deleted 2 segment(s)" in err
-    table = err[err.index("partition  policy"):].split("\n\n")[0].splitlines()
+    captured = capsys.readouterr()
+    err, out = captured.err, captured.out
+    assert "[retain" in err and "t-0 deleted 2 segment(s)" in err  # progress: stderr
+    table = out[out.index("partition  policy"):].split("\n\n")[0].splitlines()  # the summary: stdout
     rows = [line.split() for line in table[2:]]
     assert [r[0] for r in rows] == ["t-0"]  # nothing happened in t-1
     assert rows[0][3] == "3->1" and "retention.ms" in rows[0]
-    assert "2 partition(s); deleted 2 segment(s)" in err
+    assert "2 partition(s); deleted 2 segment(s)" in out
+
+
+def test_quiet_silences_progress_but_not_the_summary(tmp_path: Path, spark, capsys) -> None:
+    d = tmp_path / "logs"
+    build_partition(d, "t", 0, [[OLD], [RECENT]])
+    code, _ = retain(d, "--set", "t:retention.ms=1d", quiet=True)
+    assert code == 0
+    captured = capsys.readouterr()
+    assert "[retain" not in captured.err
+    assert "1 partition(s); deleted 1 segment(s)" in captured.out
 
 
 # ---------------------------------------------------------------------------------------------------
