@@ -1,0 +1,187 @@
+"""What every job run does around its work: file times, partial commits, staging across filesystems, the
+report and the Delta ledger (locally and on S3), and the S3 lease's timing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import jobs.compact
+from jobs.cli import main
+from jobs.timeutil import wall_clock_ms
+from segment_io.storage import open_storage
+from tests.support.builders import LogBuilder, rec, tombstone, write_log
+from tests.support.replay import comparable, latest_records
+from tests.support.s3 import ACCESS_KEY, REGION, SECRET_KEY
+
+T0 = 1_700_000_000_000
+NOW = T0 + 10 * 86_400_000
+MTIME_MS = T0 + 5 * 86_400_000  # an old, distinctive last-modified time for the source segments
+
+
+def build(partition_dir: Path, *, groups: int = 1) -> None:
+    """``groups`` pairs of dirty segments (each pair one segment group under segment.bytes=300), then the
+    active segment. Every source file gets the mtime MTIME_MS."""
+    log = LogBuilder("t", int(partition_dir.name.rsplit("-", 1)[1]), timestamp=T0)
+    for g in range(groups):
+        if g:
+            log.roll()
+        log.batch([rec(f"k{g}", "1"), rec(f"j{g}", "1")]).batch([rec(f"k{g}", "2")])
+        log.roll().batch([tombstone(f"j{g}")]).batch([rec(f"k{g}", "3")])
+    log.roll().batch([rec("z", "active")])
+    write_log(log.table(), partition_dir)
+    for f in partition_dir.iterdir():
+        os.utime(f, ns=(MTIME_MS * 1_000_000, MTIME_MS * 1_000_000))
+
+
+def compact(log_dir: Path, *extra: str) -> int:
+    return main(["compact", "--log-dir", str(log_dir), "--set", "*:cleanup.policy=compact",
+                 "--set", "*:segment.bytes=300", "--now", str(NOW), "--quiet", *extra])
+
+
+def test_compacted_segments_keep_the_mtime_of_the_segments_they_replace(tmp_path: Path, spark) -> None:
+    """Kafka sets a cleaned segment's last-modified time to the last replaced segment's: retention of data
+    without timestamps and the legacy tombstone horizon count from it, so a rewrite must not reset it."""
+    part = tmp_path / "logs" / "t-0"
+    build(part)
+    before = {p.name for p in part.glob("*.log")}
+    assert compact(tmp_path / "logs") == 0
+    after = sorted(part.glob("*.log"))
+    assert {p.name for p in after} != before, "the group was rewritten"
+    for f in part.iterdir():
+        if f.suffix in (".log", ".index", ".timeindex"):
+            assert f.stat().st_mtime_ns // 1_000_000 == MTIME_MS, f.name
+
+
+def test_a_commit_failing_midway_is_reported_as_partly_compacted(tmp_path: Path, spark, monkeypatch) -> None:
+    part = tmp_path / "logs" / "t-0"
+    build(part, groups=2)
+    source = comparable(latest_records(part))
+    calls = []
+
+    def fail_in_second_group(step: str) -> None:
+        if step == "write-intent":
+            calls.append(step)
+            if len(calls) == 2:
+                raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", fail_in_second_group)
+    report = tmp_path / "r.json"
+    with pytest.raises(OSError):
+        compact(tmp_path / "logs", "--report", str(report))
+    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", None)
+    # (a non-segjobs error in the commit propagates: nothing is hidden) — the partition is consistent:
+    assert comparable(latest_records(part)) == source
+    # now a segjobs error, which the job reports per partition
+    build(tmp_path / "logs2" / "t-0", groups=2)
+    calls.clear()
+
+    def storage_error_in_second_group(step: str) -> None:
+        from segment_io.errors import StorageError
+
+        if step == "write-intent":
+            calls.append(step)
+            if len(calls) == 2:
+                raise StorageError("simulated failure", uri="somewhere")
+
+    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", storage_error_in_second_group)
+    assert compact(tmp_path / "logs2", "--report", str(report)) == 1
+    entry = json.loads(report.read_text())["partitions"][0]
+    assert entry["action"] == "partly compacted"
+    assert entry["groups_rewritten"] == 1 and "1 of 2 changed segment group(s)" in entry["reason"]
+    assert entry["new_checkpoint"] in (None, entry["previous_checkpoint"]), "checkpoint not advanced"
+    assert comparable(latest_records(tmp_path / "logs2" / "t-0")) == comparable(
+        latest_records(tmp_path / "logs" / "t-0"))
+
+
+def test_staging_on_another_filesystem_falls_back_to_copying(tmp_path: Path, spark) -> None:
+    """Tasks stage new segments in the sibling work dir; when that is a different filesystem (a log dir on
+    its own mount) the move into the partition dir cannot be a rename."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on a filesystem other than the temp dir's")
+    work = shm / f"segjobs-test-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    try:
+        part = tmp_path / "logs" / "t-0"
+        build(part)
+        source = comparable(latest_records(part))
+        (tmp_path / "logs.segjobs").symlink_to(work)
+        assert compact(tmp_path / "logs") == 0
+        assert comparable(latest_records(part)) == source
+        assert not list(part.glob("*.cleaned")) and not list(work.rglob("*.log"))
+        assert len(list(part.glob("*.log"))) == 2
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_the_ledger_gets_one_row_per_partition_and_run(tmp_path: Path, spark) -> None:
+    from deltalake import DeltaTable
+
+    for p in (0, 1):
+        build(tmp_path / "logs" / f"t-{p}")
+    ledger = tmp_path / "ledger"
+    assert compact(tmp_path / "logs", "--ledger", str(ledger)) == 0
+    assert compact(tmp_path / "logs", "--ledger", str(ledger)) == 0
+    rows = DeltaTable(str(ledger)).to_pyarrow_table().to_pylist()
+    assert len(rows) == 4 and len({r["run_id"] for r in rows}) == 2
+    first = [r for r in rows if r["action"] == "compacted"]
+    assert sorted(r["partition"] for r in first) == [0, 1]
+    assert all(r["records_removed"] > 0 and r["now_ms"] == NOW for r in first)
+
+
+@pytest.mark.s3
+def test_report_and_ledger_go_to_s3_through_the_s3_flags(s3_bucket, tmp_path: Path, spark, monkeypatch) -> None:
+    from deltalake import DeltaTable
+
+    endpoint, bucket = s3_bucket
+    for var in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "SEGJOBS_S3_ENDPOINT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    build(tmp_path / "logs" / "t-0")
+    report, ledger = f"s3://{bucket}/reports/r.json", f"s3://{bucket}/ledger"
+    assert compact(tmp_path / "logs", "--report", report, "--ledger", ledger,
+                   "--s3-endpoint", endpoint.endpoint_url, "--s3-region", REGION) == 0
+    storage = open_storage(report, endpoint.storage_options())
+    doc = json.loads(storage.read(report))
+    assert doc["partitions"][0]["action"] == "compacted"
+    options = {"AWS_ENDPOINT_URL": endpoint.endpoint_url, "AWS_REGION": REGION, "AWS_ALLOW_HTTP": "true",
+               "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
+    assert DeltaTable(ledger, storage_options=options).to_pyarrow_table().num_rows == 1
+
+
+@pytest.mark.s3
+def test_the_s3_lease_runs_on_the_wall_clock_even_for_a_backfill_in_the_past(s3_bucket, tmp_path: Path, spark,
+                                                                             monkeypatch) -> None:
+    """--now is when decisions are made, often long ago (a backfill); the lease guards the real time the run
+    takes, so it must be taken at the wall clock, not at --now (else it is expired the moment it is taken)."""
+    import jobs.lock
+
+    endpoint, bucket = s3_bucket
+    build(tmp_path / "logs" / "t-0")
+    log_dir = f"s3://{bucket}/logs"
+    storage = open_storage(log_dir, endpoint.storage_options())
+    for f in (tmp_path / "logs").rglob("*"):
+        if f.is_file():
+            storage.write_atomic(f"{log_dir}/{f.relative_to(tmp_path / 'logs').as_posix()}", f.read_bytes())
+    taken = []
+    real_acquire = jobs.lock.acquire
+
+    def recording_acquire(storage_, uri, *, now_ms, **kw):
+        taken.append(now_ms)
+        return real_acquire(storage_, uri, now_ms=now_ms, **kw)
+
+    monkeypatch.setattr(jobs.lock, "acquire", recording_acquire)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    before = wall_clock_ms()
+    assert main(["compact", "--log-dir", log_dir, "--set", "*:cleanup.policy=compact", "--now", str(NOW),
+                 "--s3-endpoint", endpoint.endpoint_url, "--s3-region", REGION, "--quiet"]) == 0
+    assert len(taken) == 1 and before <= taken[0] <= wall_clock_ms()
+    assert not storage.exists(jobs.lock.lease_uri(storage, log_dir)), "released at the end"
