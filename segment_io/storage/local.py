@@ -74,6 +74,17 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _replace_durably(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data``: a synced temp file renamed over it, then the directory synced."""
+    tmp = _write_temp(path, data)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    _fsync_dir(os.path.dirname(path) or ".")
+
+
 def _write_temp(path: str, data: bytes) -> str:
     """Write ``data`` durably to a fresh temporary sibling of ``path``; returns the temp path."""
     directory, name = os.path.split(path)
@@ -197,16 +208,7 @@ class LocalStorage(Storage):
     def write_atomic(self, uri: str, data: bytes) -> None:
         path = to_path(uri)
 
-        def do() -> None:
-            tmp = _write_temp(path, data)
-            try:
-                os.replace(tmp, path)
-            except BaseException:
-                _unlink_quietly(tmp)
-                raise
-            _fsync_dir(os.path.dirname(path) or ".")
-
-        self._guard(path, do)
+        self._guard(path, lambda: _replace_durably(path, data))
 
     @contextmanager
     def open_write(self, uri: str) -> Iterator[BinaryIO]:
@@ -255,13 +257,7 @@ class LocalStorage(Storage):
         path = to_path(uri)
 
         def replace() -> str:
-            tmp = _write_temp(path, data)
-            try:
-                os.replace(tmp, path)
-            except BaseException:
-                _unlink_quietly(tmp)
-                raise
-            _fsync_dir(os.path.dirname(path) or ".")
+            _replace_durably(path, data)
             return content_etag(data)
 
         return self._with_etag_locked(uri, etag, replace)

@@ -35,7 +35,7 @@ from segment_io.checkpoint import read_leader_epoch_checkpoint, read_offset_chec
 from segment_io.layout import list_log_dir, segment_file_name
 from segment_io.storage import open_storage
 from segment_io.storage.base import Storage
-from tests.support.builders import LogBuilder, rec, write_log
+from tests.support.builders import LogBuilder, rec, timestamped_segments, write_log
 
 DAY = 86_400_000
 NOW = 1_700_000_000_000
@@ -55,21 +55,14 @@ def build_partition(log_dir: Path, topic: str, partition: int, segments: list[li
     ``segments[i]`` (equal-sized records, so equal-sized segments for equal counts). Returns the base
     offsets. With ``snapshots`` an (empty) producer snapshot sits at every segment base and at the log
     end, as a broker leaves them; ``epochs`` becomes the leader-epoch-checkpoint."""
-    log = LogBuilder(topic=topic, partition=partition)
-    bases = []
-    for i, stamps in enumerate(segments):
-        if i:
-            log.roll()
-        bases.append(log.next_offset)
-        for ts in stamps:
-            log.batch([rec(f"k{log.next_offset:05d}", "v" * 20, timestamp=ts)])
+    table, bases, log_end = timestamped_segments(topic, partition, segments)
     pdir = log_dir / f"{topic}-{partition}"
-    write_log(log.table(), pdir)
+    write_log(table, pdir)
     if not timeindex:
         for f in pdir.glob("*.timeindex"):
             f.unlink()
     if snapshots:
-        for off in [*bases, log.next_offset]:
+        for off in [*bases, log_end]:
             (pdir / segment_file_name(off, ".snapshot")).write_bytes(b"")
     if epochs is not None:
         text = "0\n" + f"{len(epochs)}\n" + "".join(f"{e} {s}\n" for e, s in epochs)

@@ -15,22 +15,15 @@ import pytest
 from jobs.scan import PartitionError, scan_partition
 from segment_io.layout import list_log_dir, segment_file_name
 from segment_io.storage import open_storage
-from tests.support.builders import LogBuilder, rec, write_log
+from tests.support.builders import LogBuilder, rec, timestamped_segments, write_log
 
 T0 = 1_700_000_000_000
 
 
 def write(pdir: Path, segments: list[list[int]]) -> list[int]:
     """Segment ``i`` holds one single-record batch per timestamp of ``segments[i]``; returns the bases."""
-    log = LogBuilder(topic=pdir.name.rsplit("-", 1)[0], partition=int(pdir.name.rsplit("-", 1)[1]))
-    bases = []
-    for i, stamps in enumerate(segments):
-        if i:
-            log.roll()
-        bases.append(log.next_offset)
-        for ts in stamps:
-            log.batch([rec(f"k{log.next_offset}", "value", timestamp=ts)])
-    write_log(log.table(), pdir)
+    table, bases, _ = timestamped_segments(pdir.name.rsplit("-", 1)[0], int(pdir.name.rsplit("-", 1)[1]), segments)
+    write_log(table, pdir)
     return bases
 
 

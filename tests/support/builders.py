@@ -226,3 +226,20 @@ def write_log(table: pa.Table, partition_dir: "str | os.PathLike[str]", *, segme
             write_segment(rows.filter(keep), str(path), empty_batches=seg_empties.filter(keep_empty), codec=codec)
             written.append(path)
     return written
+
+
+def timestamped_segments(topic: str, partition: int, segments: Sequence[Sequence[int]], *,
+                         value: bytes | str = "v" * 20) -> tuple[pa.Table, list[int], int]:
+    """A log whose segment ``i`` holds one single-record batch per timestamp in ``segments[i]`` (equal-sized
+    records, so equal-sized segments for equal counts), as retention tests need. Returns the table, the
+    segments' base offsets and the log end offset."""
+    log = LogBuilder(topic=topic, partition=partition)
+    bases = []
+    for i, stamps in enumerate(segments):
+        if i:
+            log.roll()
+        bases.append(log.next_offset)
+        for ts in stamps:
+            log.batch([rec(f"k{log.next_offset:05d}", value, timestamp=ts)])
+    return log.table(), bases, log.next_offset
+
