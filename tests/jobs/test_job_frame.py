@@ -15,7 +15,7 @@ from jobs.cli import main
 from jobs.timeutil import wall_clock_ms
 from segment_io.storage import open_storage
 from tests.support.builders import LogBuilder, rec, tombstone, write_log
-from tests.support.replay import comparable, latest_records
+from tests.support.replay import comparable, latest_records, read_partition
 from tests.support.s3 import ACCESS_KEY, REGION, SECRET_KEY
 
 T0 = 1_700_000_000_000
@@ -185,3 +185,23 @@ def test_the_s3_lease_runs_on_the_wall_clock_even_for_a_backfill_in_the_past(s3_
                  "--s3-endpoint", endpoint.endpoint_url, "--s3-region", REGION, "--quiet"]) == 0
     assert len(taken) == 1 and before <= taken[0] <= wall_clock_ms()
     assert not storage.exists(jobs.lock.lease_uri(storage, log_dir)), "released at the end"
+
+
+def test_a_rewritten_segment_keeps_the_txnindex_entries_of_its_surviving_abort_markers(tmp_path: Path, spark):
+    """Kafka's first clean removes aborted data but keeps the abort marker and the transaction's .txnindex entry
+    (kafka-behaviours item 14); the entry moves with the marker into the rewritten segment."""
+    from segment_io.index import AbortedTxn, encode_txn_index, read_txn_index
+
+    part = tmp_path / "logs" / "t-0"
+    log = LogBuilder("t", 0, timestamp=T0)
+    log.batch([rec("a", "1")]).batch([rec("a", "2")])  # 0, 1: a duplicate, so the group changes
+    log.txn_batch(7, 0, [rec("b", "aborted")])  # 2
+    log.abort(7, 0)  # 3: the marker
+    log.roll().batch([rec("z", "active")])  # 4
+    write_log(log.table(), part)
+    entry = AbortedTxn(producer_id=7, first_offset=2, last_offset=3, last_stable_offset=2)
+    (part / "00000000000000000000.txnindex").write_bytes(encode_txn_index([entry]))
+    assert compact(tmp_path / "logs") == 0
+    kept = [(b.base_offset, b.control) for b in read_partition(part)]
+    assert (3, True) in kept and all(base != 2 for base, _ in kept), kept  # data gone, marker kept
+    assert read_txn_index((part / "00000000000000000000.txnindex").read_bytes()) == [entry]
