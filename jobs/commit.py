@@ -95,7 +95,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from segment_io.errors import NotFoundError, PreconditionFailedError, SegjobsError
+from segment_io.errors import NotFoundError, PreconditionFailedError, SegjobsError, located_message
 from segment_io.layout import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -129,8 +129,7 @@ class CommitError(SegjobsError):
         self.detail = detail
         self.uri = uri
         self.offset = offset
-        where = ", ".join(p for p in (uri, None if offset is None else f"offset {offset}") if p)
-        super().__init__(f"{where}: {detail}" if where else detail)
+        super().__init__(located_message(detail, uri, None if offset is None else f"offset {offset}"))
 
 
 class RecoveryError(CommitError):

@@ -12,6 +12,12 @@ class SegjobsError(Exception):
     """Root of every error segjobs raises deliberately."""
 
 
+def located_message(detail: str, *where: str | None) -> str:
+    """``"path, byte 12, offset 7: detail"``: the non-empty parts of ``where`` before the detail."""
+    prefix = ", ".join(p for p in where if p)
+    return f"{prefix}: {detail}" if prefix else detail
+
+
 # --------------------------------------------------------------------------------------------------
 # Segment data
 # --------------------------------------------------------------------------------------------------
@@ -39,15 +45,9 @@ class CorruptRecordError(SegjobsError):
         super().__init__(self._render())
 
     def _render(self) -> str:
-        where = []
-        if self.path is not None:
-            where.append(str(self.path))
-        if self.position is not None:
-            where.append(f"byte {self.position}")
-        if self.offset is not None:
-            where.append(f"offset {self.offset}")
-        prefix = ", ".join(where)
-        return f"{prefix}: {self.detail}" if prefix else self.detail
+        return located_message(self.detail, None if self.path is None else str(self.path),
+                               None if self.position is None else f"byte {self.position}",
+                               None if self.offset is None else f"offset {self.offset}")
 
     def located(self, *, path: str | None = None, offset_shift: int = 0) -> "CorruptRecordError":
         """Return a copy that names ``path`` (decoders that work on bytes do not know the file)."""
@@ -122,9 +122,8 @@ class CorruptIndexError(SegjobsError):
         self.path = path
         self.position = position
         self.offset = offset
-        parts = [p for p in (path, None if position is None else f"byte {position}",
-                             None if offset is None else f"offset {offset}") if p]
-        super().__init__(f"{', '.join(parts)}: {detail}" if parts else detail)
+        super().__init__(located_message(detail, path, None if position is None else f"byte {position}",
+                                         None if offset is None else f"offset {offset}"))
 
 
 class CorruptCheckpointError(SegjobsError):
@@ -134,8 +133,7 @@ class CorruptCheckpointError(SegjobsError):
         self.detail = detail
         self.path = path
         self.line = line
-        where = ", ".join(p for p in (path, None if line is None else f"line {line}") if p)
-        super().__init__(f"{where}: {detail}" if where else detail)
+        super().__init__(located_message(detail, path, None if line is None else f"line {line}"))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -149,7 +147,7 @@ class StorageError(SegjobsError):
     def __init__(self, detail: str, *, uri: str | None = None) -> None:
         self.detail = detail
         self.uri = uri
-        super().__init__(f"{uri}: {detail}" if uri else detail)
+        super().__init__(located_message(detail, uri))
 
 
 class NotFoundError(StorageError):
