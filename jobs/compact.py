@@ -208,9 +208,7 @@ class _PartitionCleaner:
     def mapped(self, base: int):
         """A closed segment's bytes without a copy (memory-mapped on local disk; one GET on S3). Decoding copies
         what it keeps, so nothing outlives the mapping but the encoder's verbatim copies, made while it is open."""
-        from jobs.scan import _mapped_or_read
-
-        return _mapped_or_read(self.task.storage, self.files[base].log.uri)
+        return self.task.storage.read_mapped(self.files[base].log.uri)
 
     def build_map(self):
         from jobs.offset_map import build_offset_map

@@ -19,11 +19,9 @@ Two depths:
 
 from __future__ import annotations
 
-import mmap
-import os
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -137,34 +135,6 @@ def _timeindex_largest(storage: Storage, seg: SegmentFiles, next_base: int | Non
     return int(ts[-1])
 
 
-@contextmanager
-def _mapped_or_read(storage: Storage, uri: str) -> Iterator[bytes | mmap.mmap]:
-    """A closed segment's bytes for a header scan. A local file is memory-mapped, so only the pages holding
-    batch headers are read (a header scan of a 1 GiB segment touches a few MB); elsewhere the whole object.
-    Only for segments no broker appends to or truncates: a mapped file that shrinks kills the reader."""
-    path = storage.local_path(uri)
-    if path is None:
-        yield storage.read(uri)
-        return
-    try:
-        f = open(path, "rb")
-    except OSError:
-        yield storage.read(uri)  # let the store raise its located, typed error
-        return
-    with f:
-        if os.fstat(f.fileno()).st_size == 0:
-            yield b""
-            return
-        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        try:
-            yield mapped
-        finally:
-            try:
-                mapped.close()
-            except BufferError:
-                pass  # an exception's traceback still holds a view of it: unmapped when collected
-
-
 def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = "transactions",
                    log_start_checkpoint: int | None = None, cleaner_checkpoint: int | None = None,
                    now_ms: int = 0, producer_id_expiration_ms: int = 86_400_000) -> PartitionScan:
@@ -196,7 +166,7 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
                 continue
             # Closed segments are mapped (only header pages are touched); the active one, which a broker may
             # still append to or truncate, is read whole.
-            reader = nullcontext(storage.read(seg.log.uri)) if active else _mapped_or_read(storage, seg.log.uri)
+            reader = nullcontext(storage.read(seg.log.uri)) if active else storage.read_mapped(seg.log.uri)
             with reader as data:
                 h = scan_batches(data, path=seg.log.uri, allow_truncated_tail=active)
                 size = len(data)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator, ContextManager
+import mmap
+from contextlib import contextmanager
+from typing import BinaryIO, ContextManager, Iterator
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,14 @@ class Storage(ABC):
 
     def sync_dir(self, uri: str) -> None:
         """Make renames and creations inside directory ``uri`` durable (fsync on local disk; no-op on S3)."""
+
+    @contextmanager
+    def read_mapped(self, uri: str) -> Iterator[bytes | memoryview | mmap.mmap]:
+        """A file's bytes without copying them where the store can (a local file is memory-mapped, so a
+        header scan touches only the pages it reads); elsewhere the whole object, as :meth:`read`. Only for
+        files nothing appends to or truncates while mapped. Nothing may keep a view of the bytes past the
+        ``with`` block."""
+        yield self.read(uri)
 
     def set_mtime(self, uri: str, mtime_ms: int) -> bool:
         """Set a file's last-modified time; True when the store can (local disk), False where it cannot (an

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
+import mmap
 import os
 import re
 import shutil
@@ -123,6 +124,27 @@ class LocalStorage(Storage):
 
     def join(self, base: str, *parts: str) -> str:
         return os.path.join(to_path(base), *parts)
+
+    @contextmanager
+    def read_mapped(self, uri: str) -> Iterator[bytes | mmap.mmap]:
+        path = to_path(uri)
+        try:
+            f = open(path, "rb")
+        except OSError:
+            yield self.read(uri)  # let read raise the located, typed error
+            return
+        with f:
+            if os.fstat(f.fileno()).st_size == 0:
+                yield b""
+                return
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            try:
+                yield mapped
+            finally:
+                try:
+                    mapped.close()
+                except BufferError:
+                    pass  # an exception's traceback still holds a view of it: unmapped when collected
 
     def set_mtime(self, uri: str, mtime_ms: int) -> bool:
         os.utime(to_path(uri), ns=(time.time_ns(), mtime_ms * 1_000_000))
