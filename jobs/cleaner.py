@@ -164,7 +164,6 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
     b = {name: col[name][starts] for name in _BATCH_NUMERIC}
     b_has_h, b_h = row_has_h[starts], row_h[starts]
     b_ctype = _control_types(records, starts, b)
-    nr = len(starts)  # batches holding records; the header-only ones follow
     empties = empty_batches if empty_batches is not None else BATCH_SCHEMA.empty_table()
     if empties.num_rows:
         e_h = empties.column("delete_horizon_ms")

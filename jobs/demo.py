@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     if code != 0:
         print(f"compaction exited with {code}", file=sys.stderr)
         return code
-    print(f"\n== 3/3 verifying every partition with segjobs dump --verify")
+    print("\n== 3/3 verifying every partition with segjobs dump --verify")
     for pdir in sorted(p for p in log_dir.iterdir() if p.is_dir()):
         code = _verify(pdir)
         if code != 0:

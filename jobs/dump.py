@@ -18,7 +18,7 @@ import argparse
 import base64
 import json
 import sys
-from typing import IO, Iterable
+from typing import IO
 
 import numpy as np
 

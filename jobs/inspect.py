@@ -249,7 +249,7 @@ def inspect_partition(task: InspectTask) -> PartitionStats:
     :func:`jobs.compact.compact_partition` as a dry run."""
     from segment_io.decode import decode_key_hashes_bytes
 
-    plan, state = task.plan, task.state
+    plan = task.plan
     out = PartitionStats(plan.topic, plan.partition)
     try:
         whole = _Counts(task.exact)

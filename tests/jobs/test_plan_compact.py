@@ -120,8 +120,6 @@ def test_27_groups_partition_the_segments_within_limits_and_greedily(sizes, max_
     assert [s for g in groups for s in g] == segs
 
     def fits(group) -> bool:
-        i = segs.index(group[-1])
-        last = (segs[i + 1].base_offset if i + 1 < len(segs) else end) - 1
         return (sum(s.size_bytes for s in group) <= max_size
                 and sum(s.offset_index_bytes for s in group) <= max_index
                 and sum(s.time_index_bytes for s in group) <= max_index
