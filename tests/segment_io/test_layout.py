@@ -56,7 +56,7 @@ def test_pure_listing_classifies_everything() -> None:
         fi(f"{root}/other-1/deeper/x"), fi(f"{root}/other-1/{segment_file_name(0, '.log')}"),
     ]
     listing = listing_from_files(root + "/", reversed(files), dirs=[f"{root}/empty-5", f"{root}/t-9/"])
-    assert list(listing.partitions) == [("empty", 5), ("my.topic-with-dash", 12), ("t", 9)]
+    assert list(listing.partitions) == [("empty", 5), ("my.topic-with-dash", 12), ("other", 1), ("t", 9)]
     part = listing.partition("my.topic-with-dash", 12)
     assert part.uri == p
     assert [s.base_offset for s in part.segments] == [7, 20, 100]
@@ -71,11 +71,17 @@ def test_pure_listing_classifies_everything() -> None:
     assert sorted(f.name for f in part.unknown) == [segment_file_name(5, ".checkpoint"), "notes.txt"]
     assert list(listing.checkpoints) == [OFFSET_CHECKPOINT_FILES[0]]
     assert [f.name for f in listing.top_level_files] == ["meta.properties"]
-    assert sorted(listing.other_dirs) == ["other-1", "t-0.0123456789abcdef0123456789abcdef-delete", "tiered"]
-    assert len(listing.other_dirs["other-1"]) == 2  # a partition-like dir with nested content is left alone
+    assert sorted(listing.other_dirs) == ["t-0.0123456789abcdef0123456789abcdef-delete", "tiered"]
+    # a sub-directory of a partition is ignored as Kafka ignores it (listed, with what it holds), unless it
+    # bears a segment file's name
+    other = listing.partition("other", 1)
+    assert [s.base_offset for s in other.segments] == [0] and other.irregular == ()
+    assert [(f.uri[len(root):], f.kind) for f in other.unknown] == [("/other-1/deeper", "directory"),
+                                                                   ("/other-1/deeper/x", "file")]
     assert listing.partition("empty", 5).segments == ()
     # every file ends up somewhere
-    n = (sum(len(p.segments) + len(p.transient) + len(p.orphans) + len(p.unknown) + len(p.producer_snapshots)
+    n = (sum(len(p.segments) + len(p.transient) + len(p.orphans) + sum(f.kind == "file" for f in p.unknown)
+             + len(p.producer_snapshots)
              + (p.leader_epoch_checkpoint is not None) + (p.partition_metadata is not None)
              for p in listing.partitions.values())
          + sum(s.index is not None or 0 for p in listing.partitions.values() for s in p.segments)
