@@ -14,6 +14,13 @@ The log dir is rewritten in place, crash-safely (Kafka's .cleaned -> .swap -> li
 commit intent plus copies on S3); `segjobs recover` (run at the start of every job) finishes or rolls back
 an interrupted run. The log dir's .lock (local) or a lease object (S3) keeps brokers and other runs out.
 
+Kafka's own topics keep the configs Kafka creates them with (__consumer_offsets and __transaction_state are
+compact topics) unless the config names them exactly; __cluster_metadata is never touched. A wrong .index or
+.timeindex in a segment group being cleaned is rebuilt (the group is rewritten, its batches copied byte for
+byte), and the progress lines and the report say so. A partition that cannot be read (bad bytes, an entry
+with a segment's name that is not a regular file, an impossible log-start-offset-checkpoint entry) is
+reported and left untouched (exit code 1).
+
 examples:
   segjobs compact --log-dir /var/kafka/logs --config conf/topics.toml
   segjobs compact --log-dir s3://bucket/kafka/logs --topic 'orders*' --now 2026-11-22T02:00:00Z --dry-run

@@ -3,14 +3,18 @@
 ``scan_partition`` runs inside a Spark task (one per partition) and returns a small, picklable
 :class:`PartitionScan`: the planner's :class:`~jobs.model.PartitionState` and, when asked, the partition's
 transaction and producer state. A partition whose bytes cannot be read comes back with ``error`` set and no
-state, so the job reports it and leaves it untouched while the others proceed. Every scan also carries what
+state, so the job reports it and leaves it untouched while the others proceed. Besides bytes that do not
+frame as batches, that is an entry with a segment's name that is not a regular file, a partition directory
+linked from outside the log dir (:func:`segment_io.layout.unreadable_entry`), and a log-start-offset-checkpoint
+entry below zero or above the log end offset. Every scan also carries what
 retention keeps in step with the log start offset: the leader-epoch checkpoint entries (read here, in the
 task, so the driver does not read thousands of small files one by one) and the producer snapshot offsets.
 
 Two depths:
 
 * ``headers`` (retention): batch headers only. A segment's largest timestamp comes from its ``.timeindex``
-  when that passes its sanity checks, else from the batch headers; the active segment's headers are always
+  when that passes its sanity checks (then only the segment's end is read, from its last ``.index`` entry, to
+  check that it ends on a whole batch), else from the batch headers; the active segment's headers are always
   read (it gives the log end offset).
 * ``transactions`` (compaction, inspect): also the first-pass projection of every record (offsets, key
   hashes, batch flags, control types) of the whole log, replayed into transaction and producer state; the
@@ -28,6 +32,7 @@ import pyarrow as pa
 
 from jobs.model import PartitionState, SegmentInfo
 from segment_io import index as index_io
+from segment_io.index import OFFSET_INDEX_ENTRY_SIZE
 from segment_io.errors import (
     CorruptCheckpointError,
     CorruptIndexError,
@@ -35,7 +40,7 @@ from segment_io.errors import (
     SegjobsError,
     StorageError,
 )
-from segment_io.format import BatchHeaders, scan_batches
+from segment_io.format import BatchHeaders, batch_positions, scan_batches
 from segment_io.checkpoint import EpochEntry, read_leader_epoch_checkpoint
 from segment_io.layout import (
     DELETED_SUFFIX,
@@ -151,27 +156,32 @@ def _timeindex_largest(storage: Storage, seg: SegmentFiles, next_base: int | Non
 def _check_tail(storage: Storage, seg: SegmentFiles) -> None:
     """Raise the framing error of a closed segment that a sane ``.timeindex`` dated (so its batch headers are
     not otherwise read) when it does not end on a whole batch: a truncated or garbled end, what an
-    interrupted copy leaves. Cheap: the walk starts at the last ``.index`` entry's position (one small ranged
-    read); with no usable index entry, or when the walk from there fails (the index may be the one at fault),
-    the whole file's headers decide."""
+    interrupted copy leaves. Cheap: the walk starts at the position of the last ``.index`` entry (two small
+    reads); with no usable entry, or when the walk from there fails (the index may be the one at fault), the
+    whole file's framing decides."""
     size = seg.log.size
-    start = 0
-    if seg.index is not None and seg.index.size:
+    start = _last_indexed_position(storage, seg)
+    if 0 < start < size:
         try:
-            entries = index_io.read_offset_index(storage.read(seg.index.uri), path=seg.index.uri)
-        except (CorruptIndexError, StorageError):
-            entries = None
-        if entries is not None and len(entries) and 0 < int(entries.position[-1]) < size:
-            start = int(entries.position[-1])
-    if start:
-        try:
-            scan_batches(storage.read_range(seg.log.uri, start, size - start), path=seg.log.uri,
-                         allow_truncated_tail=False)
+            batch_positions(storage.read_range(seg.log.uri, start, size - start), path=seg.log.uri,
+                            allow_truncated_tail=False)
             return
         except CorruptRecordError:
             pass  # decided below on the whole file, with true byte positions
     with storage.read_mapped(seg.log.uri) as data:
-        scan_batches(data, path=seg.log.uri, allow_truncated_tail=False)
+        batch_positions(data, path=seg.log.uri, allow_truncated_tail=False)
+
+
+def _last_indexed_position(storage: Storage, seg: SegmentFiles) -> int:
+    """The position of a segment's last ``.index`` entry (a batch start), 0 when there is none to trust."""
+    if seg.index is None or seg.index.size < OFFSET_INDEX_ENTRY_SIZE or seg.index.size % OFFSET_INDEX_ENTRY_SIZE:
+        return 0
+    try:
+        last = storage.read_range(seg.index.uri, seg.index.size - OFFSET_INDEX_ENTRY_SIZE, OFFSET_INDEX_ENTRY_SIZE)
+    except StorageError:
+        return 0
+    # an all-zero last entry is a preallocated tail: not worth a search, the whole file decides
+    return int.from_bytes(last[4:8], "big", signed=True) if len(last) == OFFSET_INDEX_ENTRY_SIZE else 0
 
 
 def _check_log_start(listing: PartitionListing, log_start: int | None, log_end: int) -> None:

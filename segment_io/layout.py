@@ -225,6 +225,7 @@ def listing_from_files(root: str, files: Iterable[FileInfo], *, dirs: Iterable[s
     top: list[FileInfo] = []
     checkpoints: dict[str, FileInfo] = {}
     nested: dict[str, list[FileInfo]] = {}
+    unreadable_dirs: dict[str, FileInfo] = {}
     for d in dirs:
         parts = _relative_parts(root, d.rstrip("/"))
         if parts and len(parts) == 1:
@@ -237,7 +238,8 @@ def listing_from_files(root: str, files: Iterable[FileInfo], *, dirs: Iterable[s
             if f.kind == KIND_DIRECTORY:
                 by_dir.setdefault(parts[0], [])
             elif f.kind != KIND_FILE and parse_partition_dir(parts[0]) is not None:
-                by_dir.setdefault(parts[0], []).append(f)  # the partition dir itself is unreadable
+                unreadable_dirs[parts[0]] = f  # the partition dir itself is unreadable
+                by_dir.setdefault(parts[0], [])
             elif parts[0] in OFFSET_CHECKPOINT_FILES:
                 checkpoints[parts[0]] = f
             else:
@@ -267,6 +269,8 @@ def listing_from_files(root: str, files: Iterable[FileInfo], *, dirs: Iterable[s
         listed = _list_partition(tp[0], tp[1], f"{root}/{name}", entries)
         if inner:
             listed = replace(listed, unknown=tuple(sorted((*listed.unknown, *inner), key=lambda f: f.uri)))
+        if name in unreadable_dirs:
+            listed = replace(listed, irregular=(unreadable_dirs[name], *listed.irregular))
         partitions[tp] = listed
     return LogDirListing(
         root=root, partitions=dict(sorted(partitions.items())), checkpoints=checkpoints,

@@ -9,7 +9,6 @@ say so (0 ok, 1 some partition failed, 2 nothing done). The S3 cases run against
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
@@ -22,7 +21,7 @@ from jobs.cli import main
 from jobs.config import KAFKA_TOPICS, ConfigSet
 from segment_io.layout import segment_file_name
 from segment_io.storage import open_storage
-from tests.jobs.test_retain import DAY, NOW, OLD, RECENT, build_partition, write_checkpoint
+from tests.jobs.test_retain import DAY, NOW, OLD, RECENT, build_partition, entry, run_command, write_checkpoint
 from tests.jobs.test_retain_s3 import s3_env, upload  # noqa: F401 - s3_env is a fixture used below
 from tests.support.builders import LogBuilder, rec, write_log
 from tests.support.replay import comparable, read_partition, replay
@@ -53,18 +52,8 @@ def snapshot(root: Path) -> dict[str, object]:
 
 
 def run(command: str, log_dir: str | Path, *options: str, now: int = NOW) -> tuple[int, dict | None]:
-    """Run ``segjobs <command>`` in-process; returns (exit code, the JSON report)."""
-    report = Path(f"/tmp/bad-input-report-{os.getpid()}.json")
-    report.unlink(missing_ok=True)
-    code = main([command, "--log-dir", str(log_dir), "--now", str(now), "--report", str(report), *options])
-    doc = json.loads(report.read_text()) if report.exists() else None
-    report.unlink(missing_ok=True)
-    return code, doc
-
-
-def entry(report: dict, topic: str, partition: int) -> dict:
-    (hit,) = [e for e in report["partitions"] if e["topic"] == topic and e["partition"] == partition]
-    return hit
+    """Run ``segjobs <command>`` in-process, progress lines on; returns (exit code, the JSON report)."""
+    return run_command(command, log_dir, *options, now=now, quiet=False)
 
 
 def error_of(report: dict, name: str) -> dict:

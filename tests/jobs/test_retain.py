@@ -100,9 +100,15 @@ def sizes(pdir: Path, bases: list[int]) -> dict[int, int]:
 
 def retain(log_dir: str | Path, *options: str, now: int = NOW, quiet: bool = True) -> tuple[int, dict | None]:
     """Run `segjobs retain` and return (exit code, the JSON report)."""
-    report = Path(f"/tmp/retain-report-{os.getpid()}-{abs(hash((str(log_dir), options, now)))}.json")
+    return run_command("retain", log_dir, *options, now=now, quiet=quiet)
+
+
+def run_command(command: str, log_dir: str | Path, *options: str, now: int = NOW,
+                quiet: bool = True) -> tuple[int, dict | None]:
+    """Run `segjobs <command>` (a job that writes a report) in-process; return (exit code, the JSON report)."""
+    report = Path(f"/tmp/{command}-report-{os.getpid()}-{abs(hash((str(log_dir), options, now)))}.json")
     report.unlink(missing_ok=True)
-    argv = ["retain", "--log-dir", str(log_dir), "--now", str(now), "--report", str(report), *options]
+    argv = [command, "--log-dir", str(log_dir), "--now", str(now), "--report", str(report), *options]
     code = main(argv + (["--quiet"] if quiet else []))
     doc = json.loads(report.read_text()) if report.exists() else None
     report.unlink(missing_ok=True)

@@ -16,6 +16,7 @@ from segment_io.layout import (
     parse_partition_dir,
     parse_segment_file,
     segment_file_name,
+    unreadable_entry,
 )
 from segment_io.storage import LocalStorage
 from segment_io.storage.base import FileInfo
@@ -135,3 +136,55 @@ def test_fixture_specifics(kafka_real: Path) -> None:
     ronem = list_log_dir(LocalStorage(), "file://" + str(kafka_real / "ronem123-kraft3.9-multiseg/kafka-logs"))
     assert [s.base_offset for s in ronem.partition("__consumer_offsets", 31).segments] == [0, 3]
     assert ronem.partition("topic_transactions", 0).segments[0].log.size == 0
+
+
+def test_entries_that_are_not_regular_files_are_listed_not_dropped(tmp_path: Path) -> None:
+    """A segment-named entry that is not a regular file makes the partition unreadable (it must not look like
+    an absent segment); other odd entries are ignored as Kafka ignores them."""
+    root = tmp_path / "logs"
+    p = root / "t-0"
+    p.mkdir(parents=True)
+    (p / segment_file_name(0)).write_bytes(b"")
+    (p / segment_file_name(1)).symlink_to(tmp_path / "nowhere")
+    (p / segment_file_name(2)).mkdir()
+    os.mkfifo(p / segment_file_name(3, ".index"))
+    (p / "backup").mkdir()
+    (p / "backup" / "old.log").write_bytes(b"x")
+    os.mkfifo(p / "a-pipe")
+    (root / "u-0").symlink_to(tmp_path / "gone")  # a partition dir that leads nowhere
+    listing = list_log_dir(LocalStorage(), str(root))
+    part = listing.partition("t", 0)
+    assert [s.base_offset for s in part.segments] == [0]
+    assert [(f.name, f.kind) for f in part.irregular] == [
+        (segment_file_name(1), "dangling symbolic link"), (segment_file_name(2), "directory"),
+        (segment_file_name(3, ".index"), "FIFO (named pipe)")]
+    assert [(f.uri[len(str(p)) + 1:], f.kind) for f in part.unknown] == [
+        ("a-pipe", "FIFO (named pipe)"), ("backup", "directory"), ("backup/old.log", "file")]
+    err = unreadable_entry(part)
+    assert err is not None and err.uri == str(p / segment_file_name(1)) and "fix:" in err.detail
+    gone = listing.partition("u", 0)
+    assert gone.segments == () and "partition directory is a dangling symbolic link" in unreadable_entry(gone).detail
+
+
+def test_a_partition_dir_linked_from_outside_the_log_dir_is_marked(tmp_path: Path) -> None:
+    root = tmp_path / "logs"
+    (root / "inside-0").mkdir(parents=True)
+    (tmp_path / "elsewhere-0").mkdir()
+    (root / "out-0").symlink_to(tmp_path / "elsewhere-0")
+    (root / "in-0").symlink_to(root / "inside-0")
+    listing = list_log_dir(LocalStorage(), str(root))
+    assert listing.partition("out", 0).outside_log_dir == str(tmp_path / "elsewhere-0")
+    assert "outside the log dir" in unreadable_entry(listing.partition("out", 0)).detail
+    assert listing.partition("in", 0).outside_log_dir is None and unreadable_entry(listing.partition("in", 0)) is None
+
+
+def test_s3_style_directories_named_like_segments() -> None:
+    """On S3 a "directory" is a folder marker (listed with irregular=True) or only a prefix of other keys."""
+    root = "s3://b/logs"
+    files = [fi(f"{root}/t-0/{segment_file_name(0)}"),
+             FileInfo(f"{root}/t-0/{segment_file_name(1)}", 0, 0, kind="directory"),  # marker ".../1.log/"
+             fi(f"{root}/t-0/{segment_file_name(2)}/part-0")]  # a prefix with an object below it
+    part = listing_from_files(root, files).partition("t", 0)
+    assert [s.base_offset for s in part.segments] == [0]
+    assert [f.name for f in part.irregular] == [segment_file_name(1), segment_file_name(2)]
+    assert [f.name for f in part.unknown] == ["part-0"]
