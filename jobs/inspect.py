@@ -11,7 +11,9 @@ transactions; the oldest and newest record timestamps; whether compaction would 
 Predictions come from the planners the jobs use (jobs.plan_compact, jobs.plan_retain) on the same scan, so a
 `segjobs compact --dry-run` / `segjobs retain --dry-run` at the same --now agrees with them. Selection is
 predicted for a run that names no --topic/--partition (naming a partition forces its compaction); the
-compaction numbers say what a compaction at --now would remove whether or not it is selected.
+compaction numbers say what a compaction at --now would remove whether or not it is selected. For compact,delete
+topics compaction is predicted on what retention at --now leaves of the partition, as `segjobs compact` runs it
+(retention first); a topic the delete-fraction limit refuses is predicted to be left alone.
 
 Distinct keys are approximate by default (a HyperLogLog sketch of the 128-bit key hashes, about 1 % error,
 constant memory) and so are superseded records and the compaction numbers (estimated from the sketch and

@@ -13,7 +13,7 @@ from jobs.planfile import PLAN_FORMAT, PLAN_VERSION, Plan, decision_difference, 
 from segment_io.layout import segment_file_name
 from segment_io.storage import open_storage
 from tests.jobs.test_retain import NOW, OLD, RECENT, build_partition, deleted, entry
-from tests.jobs.test_retention_first import ORDERS, _orders, by_name
+from tests.jobs.test_retention_first import ORDERS, build_orders, by_name
 from tests.jobs import test_retain_s3
 from tests.jobs.test_retain_s3 import upload
 
@@ -176,7 +176,7 @@ def test_first_difference_and_decision_difference_name_what_changed() -> None:
 @pytest.mark.spark
 def test_compact_plan_apply_dry_run_and_apply(spark, tmp_path, capsys) -> None:
     log_dir = tmp_path / "logs"
-    bases, _ = _orders(log_dir / "orders-0")
+    bases, _ = build_orders(log_dir / "orders-0")
     plan_file, planned_report = tmp_path / "plan.json", tmp_path / "planned.json"
     code, _, _ = cli(capsys, "compact", "--log-dir", str(log_dir), "--now", str(NOW), *ORDERS, "--dry-run",
                      "--plan", str(plan_file), "--report", str(planned_report), "--quiet")

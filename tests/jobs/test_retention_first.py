@@ -52,7 +52,7 @@ def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _orders(pdir: Path) -> tuple[list[int], dict[bytes, bytes]]:
+def build_orders(pdir: Path) -> tuple[list[int], dict[bytes, bytes]]:
     """orders-0: two expired segments full of duplicates (of each other and of later keys), two recent ones
     with duplicates of their own, and the active segment. Returns the segment bases and the key -> value map
     of the recent segments (what a consumer reading them would end with)."""
@@ -86,7 +86,7 @@ ORDERS = ("--set", "orders:cleanup.policy=compact,delete", "--set", "orders:rete
 def test_compact_delete_runs_retention_first_and_the_dry_run_and_inspect_predict_it(spark, tmp_path: Path) -> None:
     log_dir = tmp_path / "logs"
     pdir = log_dir / "orders-0"
-    bases, expected = _orders(pdir)
+    bases, expected = build_orders(pdir)
     expired = {b: (pdir / segment_file_name(b)).read_bytes() for b in bases[:2]}
     recent_records = sum(len(b.records) for b in read_partition(pdir) if b.base_offset >= bases[2]) - 1
 
