@@ -3,7 +3,9 @@
 PATH may be a .log file, a partition directory (all its segments), an .index/.timeindex/.txnindex file, or
 an s3:// URI of any of these. --format jsonl prints one JSON object per record (key and value base64, null
 when null). --verify checks every CRC, every record's framing and the sanity of the .index and .timeindex
-beside each .log, and exits 1 on any problem.
+beside each .log, and exits 1 on any problem. A compressed batch that inflates past --max-batch-bytes (default
+256 MiB, or SEGJOBS_MAX_BATCH_BYTES) is a problem too: a decompression bomb or corrupt data, never allocated
+beyond that bound.
 
 examples:
   segjobs dump /var/kafka/logs/orders-0/00000000000000000000.log
@@ -36,8 +38,21 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="text (default) or jsonl: one JSON object per record")
     p.add_argument("--verify", action="store_true",
                    help="check CRCs, record framing and index sanity; exit 1 on any problem")
+    p.add_argument("--max-batch-bytes", type=_positive_bytes, default=None, metavar="N",
+                   help="the most bytes one compressed batch may inflate to; past it the batch is reported as "
+                        "a decompression bomb (default: $SEGJOBS_MAX_BATCH_BYTES, else 256 MiB)")
     p.add_argument("--max-value-bytes", type=int, default=64,
                    help="text format: show at most this many bytes of each key/value (default: 64; -1: all)")
+
+
+def _positive_bytes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of bytes, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
 
 
 def _expand(storage, path: str) -> list[str]:
@@ -129,7 +144,7 @@ def _dump_log(storage, uri: str, args: argparse.Namespace, out: IO[str]) -> list
                                             f"(what a crash leaves)", path=uri, position=headers.end))
     crc_errors: dict[int, CorruptRecordError] = {}
     if args.verify or args.format == "text":
-        for err in verify_segment_crcs(data, path=uri):
+        for err in verify_segment_crcs(data, path=uri, max_batch_bytes=args.max_batch_bytes):
             if err.position is not None:
                 crc_errors[err.position] = err
             problems.append(err)
@@ -143,7 +158,8 @@ def _dump_log(storage, uri: str, args: argparse.Namespace, out: IO[str]) -> list
         name = layout.parse_segment_file(parent[-1])
         try:
             records = decode_segment_bytes(data, path=uri, allow_truncated_tail=True, verify_crc=False, topic=topic,
-                                           partition=partition, segment_base_offset=name[0] if name else None)
+                                           partition=partition, segment_base_offset=name[0] if name else None,
+                                           max_batch_bytes=args.max_batch_bytes)
         except CorruptRecordError as exc:
             problems.append(exc)
     if args.format == "jsonl":
