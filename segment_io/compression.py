@@ -21,7 +21,6 @@ import struct
 
 import cramjam
 import numpy as np
-from numba import njit
 
 from segment_io.errors import (
     ConfigError,
@@ -44,7 +43,6 @@ _XERIAL_BLOCK = 32 * 1024
 # Every LZ4 batch of the real broker fixtures starts with exactly these bytes.
 _LZ4_JAVA_HEADER = b"\x04\x22\x4d\x18\x60\x40\x82"
 _LZ4_BLOCK = 64 * 1024
-_LZ4_RAW_BLOCK = 0x80000000  # block-size high bit: the block is stored uncompressed
 
 #: Default of :func:`max_batch_bytes`: the most bytes one batch's records may inflate to (256 MiB).
 #: Kafka bounds batches before compression only loosely: the Java producer caps a record's serialized size at
@@ -60,17 +58,19 @@ MAX_BATCH_BYTES_ENV = "SEGJOBS_MAX_BATCH_BYTES"
 #: batch of ``n`` records cannot legitimately inflate past ``n`` times this (so an empty batch inflates to 0).
 MAX_RECORD_BYTES = 5 + (2**31 - 1)
 
-_ZSTD_MAGIC = 0xFD2FB528
-_LZ4_MAGIC = 0x184D2204
-_SKIPPABLE_MASK, _SKIPPABLE_MAGIC = 0xFFFFFFF0, 0x184D2A50  # zstd and LZ4 skippable frames share these
-_ZSTD_MAX_BLOCK = 128 * 1024
-_XERIAL_MAGIC_ARRAY = np.frombuffer(XERIAL_MAGIC, dtype=np.uint8)
+# Frame layouts the size walkers of segment_io._decode_kernels read (compiled code, kept out of this module
+# so that importing it does not load numba)
+ZSTD_MAGIC = 0xFD2FB528
+LZ4_MAGIC = 0x184D2204
+SKIPPABLE_MASK, SKIPPABLE_MAGIC = 0xFFFFFFF0, 0x184D2A50  # zstd and LZ4 skippable frames share these
+ZSTD_MAX_BLOCK = 128 * 1024
+LZ4_RAW_BLOCK = 0x80000000  # block-size high bit: the block is stored uncompressed
 # What cramjam says when the output slice it decompresses into is full (Rust's io::ErrorKind::WriteZero).
 _OUTPUT_FULL = "failed to write whole buffer"
 # Without a size in the frame, a first guess at the inflated size: typical ratios are 2-6, and a guess too
 # small costs one more decompression of that payload, one too large only untouched (never faulted) memory.
-_RATIO_GUESS = 8
-_MIN_GUESS = 64 << 10
+RATIO_GUESS = 8
+MIN_GUESS = 64 << 10
 
 
 def codec_from_name(name: str) -> int:
@@ -127,225 +127,6 @@ def oversized_detail(codec: int, limit: int, declared: int | None = None) -> str
 # --------------------------------------------------------------------------------------------------
 
 
-# The walkers below run over every compressed batch of a segment before it is decompressed, so they are
-# compiled: a few microseconds of Python per batch would be a measurable share of decoding small batches.
-# They never raise: a frame they cannot follow just says less (the decompressor then reports the damage).
-
-_HUGE = 1 << 62  # sizes are capped here so that sums of absurd declared sizes cannot overflow int64
-
-
-@njit(cache=True, inline="always")
-def _le(buf: np.ndarray, p: int, n: int) -> int:
-    """Little-endian unsigned integer of ``n`` bytes at ``p``, capped at ``_HUGE``."""
-    v = 0
-    for k in range(n - 1, -1, -1):
-        if v >= _HUGE >> 8:
-            return _HUGE
-        v = (v << 8) | np.int64(buf[p + k])
-    return v
-
-
-@njit(cache=True)
-def _zstd_frames(buf: np.ndarray, pos: int, end: int) -> tuple[int, int]:
-    """zstd frames one after another: a declared Frame_Content_Size counts as the frame's size (the decoder
-    fails a frame that does not match it); otherwise raw and RLE blocks count their exact size and compressed
-    blocks at most the block maximum, min(window, 128 KiB)."""
-    lo = 0
-    hi = 0
-    while pos < end:
-        if end - pos < 8 or lo >= _HUGE:
-            return lo, -1
-        magic = _le(buf, pos, 4)
-        if magic & _SKIPPABLE_MASK == _SKIPPABLE_MAGIC:
-            pos += 8 + _le(buf, pos + 4, 4)
-            continue
-        if magic != _ZSTD_MAGIC:
-            return lo, -1
-        fhd = np.int64(buf[pos + 4])
-        p = pos + 5
-        single = (fhd & 0x20) != 0
-        window = 0
-        if not single:
-            wd = np.int64(buf[p])
-            p += 1
-            base = np.int64(1) << (10 + (wd >> 3))
-            window = base + (base >> 3) * (wd & 7)
-        did = fhd & 3
-        p += 4 if did == 3 else did  # dictionary id: 0, 1, 2 or 4 bytes
-        code = fhd >> 6
-        fcs_len = (1 if single else 0) if code == 0 else 1 << code  # 2, 4 or 8 bytes
-        if p + fcs_len > end:
-            return lo, -1
-        fcs = -1
-        if fcs_len > 0:
-            fcs = _le(buf, p, fcs_len) + (256 if fcs_len == 2 else 0)
-        p += fcs_len
-        block_max = min(fcs if single else window, _ZSTD_MAX_BLOCK)
-        exact = 0
-        bound = 0
-        while True:
-            if p + 3 > end:
-                return lo + (fcs if fcs >= 0 else exact), -1
-            h = _le(buf, p, 3)
-            kind = (h >> 1) & 3
-            size = h >> 3
-            if kind == 2:  # compressed
-                bound += block_max
-                p += 3 + size
-            elif kind == 0:  # raw: the bytes themselves
-                exact += size
-                p += 3 + size
-            elif kind == 1:  # RLE: one byte repeated size times
-                exact += size
-                p += 4
-            else:
-                return lo + (fcs if fcs >= 0 else exact), -1
-            if h & 1:  # last block
-                break
-        p += 4 if fhd & 0x04 else 0  # content checksum
-        lo += fcs if fcs >= 0 else exact
-        hi += fcs if fcs >= 0 else exact + bound
-        pos = p
-    return lo, hi
-
-
-@njit(cache=True)
-def _lz4_frames(buf: np.ndarray, pos: int, end: int) -> tuple[int, int]:
-    """LZ4 frames one after another: a declared content size counts as the frame's size (the decoder checks
-    it); otherwise stored blocks count their exact size and compressed blocks at most the descriptor's block
-    maximum."""
-    lo = 0
-    hi = 0
-    while pos < end:
-        if end - pos < 7 or lo >= _HUGE:
-            return lo, -1
-        magic = _le(buf, pos, 4)
-        if magic & _SKIPPABLE_MASK == _SKIPPABLE_MAGIC:
-            if end - pos < 8:
-                return lo, -1
-            pos += 8 + _le(buf, pos + 4, 4)
-            continue
-        flg = np.int64(buf[pos + 4])
-        size_code = (np.int64(buf[pos + 5]) >> 4) & 7
-        if magic != _LZ4_MAGIC or size_code < 4:
-            return lo, -1
-        block_max = np.int64(1) << (8 + 2 * size_code)  # 4: 64 KiB, 5: 256 KiB, 6: 1 MiB, 7: 4 MiB
-        p = pos + 6
-        content = -1
-        if flg & 0x08:
-            if p + 8 > end:
-                return lo, -1
-            content = _le(buf, p, 8)
-            p += 8
-        p += (4 if flg & 0x01 else 0) + 1  # dictionary id, header checksum
-        block_checksum = 4 if flg & 0x10 else 0
-        exact = 0
-        bound = 0
-        while True:
-            if p + 4 > end:
-                return lo + (content if content >= 0 else exact), -1
-            size = _le(buf, p, 4)
-            p += 4
-            if size == 0:  # end mark
-                break
-            if size & _LZ4_RAW_BLOCK:
-                size &= _LZ4_RAW_BLOCK - 1
-                exact += size
-            else:
-                bound += block_max
-            p += size + block_checksum
-        p += 4 if flg & 0x04 else 0  # content checksum
-        lo += content if content >= 0 else exact
-        hi += content if content >= 0 else exact + bound
-        pos = p
-    return lo, hi
-
-
-@njit(cache=True, inline="always")
-def _snappy_preamble(buf: np.ndarray, pos: int, end: int) -> int:
-    """The uncompressed length a raw snappy block starts with (a varint of at most 5 bytes); -1 if unreadable."""
-    v = 0
-    for k in range(5):
-        if pos + k >= end:
-            return -1
-        b = np.int64(buf[pos + k])
-        v |= (b & 0x7F) << (7 * k)
-        if b < 0x80:
-            return v
-    return -1
-
-
-@njit(cache=True)
-def _snappy_frames(buf: np.ndarray, pos: int, end: int) -> tuple[int, int]:
-    """Raw snappy, or xerial framing (magic, two version ints, then big-endian length-prefixed raw blocks):
-    the sum of the preambles, which the decoder holds each block to exactly."""
-    xerial = end - pos >= 8
-    for k in range(8):
-        if xerial and buf[pos + k] != _XERIAL_MAGIC_ARRAY[k]:
-            xerial = False
-    if not xerial:
-        n = _snappy_preamble(buf, pos, end)
-        return (n, n) if n >= 0 else (0, -1)
-    p = pos + 16
-    total = 0
-    while p < end:
-        if p + 4 > end:
-            return total, -1
-        n = (np.int64(buf[p]) << 24) | (np.int64(buf[p + 1]) << 16) | (np.int64(buf[p + 2]) << 8) | buf[p + 3]
-        p += 4
-        if n >= 0x80000000 or p + n > end:
-            return total, -1
-        block = _snappy_preamble(buf, p, p + n)
-        if block < 0:
-            return total, -1
-        total += block
-        p += n
-    return total, total
-
-
-@njit(cache=True)
-def _frame_size(buf: np.ndarray, pos: int, end: int, codec: int) -> tuple[int, int]:
-    """What one payload's framing says about its inflated size: ``(at_least, guess)``, ``guess`` -1 when
-    nothing is known (see :func:`plan_payloads`)."""
-    if codec == ZSTD:
-        return _zstd_frames(buf, pos, end)
-    if codec == LZ4:
-        return _lz4_frames(buf, pos, end)
-    if codec == SNAPPY:
-        return _snappy_frames(buf, pos, end)
-    if codec == GZIP and end - pos >= 18 and buf[pos] == 0x1F and buf[pos + 1] == 0x8B:
-        # ISIZE, the last member's length mod 2**32, is exact for the single member producers write; it comes
-        # after the data, so it is only a guess until the data proved valid
-        return 0, _le(buf, end - 4, 4)
-    if codec == NONE:
-        return end - pos, end - pos
-    return 0, -1
-
-
-@njit(cache=True, inline="always")
-def _first_capacity(at_least: int, guess: int, compressed: int, limit: int) -> int:
-    """The slice a payload is first decompressed into: the framing's guess where it has one, else a typical
-    compression ratio; never more than ``limit + 1`` (one byte more than the bound proves it is exceeded)."""
-    if guess < 0:
-        guess = max(at_least, _RATIO_GUESS * compressed, _MIN_GUESS)
-    return min(guess, limit + 1)
-
-
-@njit(cache=True)
-def _plan(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, codecs: np.ndarray, limits: np.ndarray,
-          at_least: np.ndarray, capacity: np.ndarray) -> None:
-    for i in range(starts.shape[0]):
-        lo, guess = _frame_size(buf, starts[i], ends[i], codecs[i])
-        at_least[i] = lo
-        capacity[i] = _first_capacity(lo, guess, ends[i] - starts[i], limits[i])
-
-
-@njit(cache=True)
-def _plan_one(buf: np.ndarray, codec: int, limit: int) -> tuple[int, int]:
-    lo, guess = _frame_size(buf, 0, buf.shape[0], codec)
-    return lo, _first_capacity(lo, guess, buf.shape[0], limit)
-
-
 def plan_payloads(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, codecs: np.ndarray,
                   limits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each payload ``buf[starts[i]:ends[i]]`` compressed with ``codecs[i]`` and bounded by ``limits[i]``,
@@ -354,10 +135,12 @@ def plan_payloads(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, codecs:
     blocks), so ``at_least > limit`` refuses it before anything is allocated. ``capacity`` is the slice
     :meth:`Inflater.add` first decompresses it into: exact or an upper bound where the frames give one, gzip's
     ISIZE, else a typical compression ratio, and never more than ``limit + 1``."""
+    from segment_io._decode_kernels import plan_payloads as kernel  # numba loads only when decoding needs it
+
     at_least = np.empty(len(starts), dtype=np.int64)
     capacity = np.empty(len(starts), dtype=np.int64)
-    _plan(buf, starts.astype(np.int64, copy=False), ends.astype(np.int64, copy=False),
-          codecs.astype(np.int64, copy=False), limits.astype(np.int64, copy=False), at_least, capacity)
+    kernel(buf, starts.astype(np.int64, copy=False), ends.astype(np.int64, copy=False),
+           codecs.astype(np.int64, copy=False), limits.astype(np.int64, copy=False), at_least, capacity)
     return at_least, capacity
 
 
@@ -406,9 +189,12 @@ class Inflater:
 
     @staticmethod
     def capacity(codec: int, data: bytes | memoryview, limit: int) -> int:
-        """The slice :meth:`add` first decompresses ``data`` into (see :func:`plan_payloads`). Raises :class:`OversizedBatchError` when the framing alone says the payload
-        holds more than ``limit`` bytes, before anything is allocated."""
-        at_least, capacity = _plan_one(np.frombuffer(data, dtype=np.uint8), codec, limit)
+        """The slice :meth:`add` first decompresses ``data`` into (see :func:`plan_payloads`). Raises
+        :class:`OversizedBatchError` when the framing alone says the payload holds more than ``limit`` bytes,
+        before anything is allocated."""
+        from segment_io._decode_kernels import plan_payload
+
+        at_least, capacity = plan_payload(np.frombuffer(data, dtype=np.uint8), codec, limit)
         if at_least > limit:
             raise OversizedBatchError(oversized_detail(codec, limit, at_least))
         return capacity
@@ -448,7 +234,7 @@ class Inflater:
                 if n <= capacity:
                     break
                 # the framing understated the size (gzip with several members): decompress again, bigger
-                capacity = min(max(4 * capacity, _MIN_GUESS), limit + 1)
+                capacity = min(max(4 * capacity, MIN_GUESS), limit + 1)
         except CorruptRecordError:
             raise
         except Exception as exc:  # cramjam raises its own DecompressionError, ValueErrors and OSErrors
@@ -497,7 +283,7 @@ def _lz4_java_frame(data: bytes | memoryview, level: int | None) -> bytes:
         chunk = mv[start:start + _LZ4_BLOCK]
         block = cramjam.lz4.compress_block(chunk, store_size=False, **kw)
         if len(block) >= len(chunk):
-            parts.append(struct.pack("<I", len(chunk) | _LZ4_RAW_BLOCK))
+            parts.append(struct.pack("<I", len(chunk) | LZ4_RAW_BLOCK))
             parts.append(bytes(chunk))
         else:
             parts.append(struct.pack("<I", len(block)))
