@@ -382,118 +382,120 @@ def _le(buf: np.ndarray, p: int, n: int) -> int:
 
 
 @njit(cache=True)
-def _zstd_frames(buf: np.ndarray, pos: int, end: int) -> tuple[int, int]:
-    """zstd frames one after another: a declared Frame_Content_Size counts as the frame's size (the decoder
-    fails a frame that does not match it); otherwise raw and RLE blocks count their exact size and compressed
-    blocks at most the block maximum, min(window, 128 KiB)."""
+def _zstd_frame(buf: np.ndarray, pos: int, end: int) -> tuple[int, int, int]:
+    """The zstd frame at ``pos``: ``(position after it, at least, at most)``, at most -1 if it cannot be
+    followed. A declared Frame_Content_Size counts as the frame's size (the decoder fails a frame that does
+    not match it); otherwise raw and RLE blocks count their exact size and compressed blocks at most the block
+    maximum, min(window, 128 KiB)."""
+    if _le(buf, pos, 4) != ZSTD_MAGIC:
+        return pos, 0, -1
+    fhd = np.int64(buf[pos + 4])
+    p = pos + 5
+    single = (fhd & 0x20) != 0
+    window = 0
+    if not single:
+        wd = np.int64(buf[p])
+        p += 1
+        base = np.int64(1) << (10 + (wd >> 3))
+        window = base + (base >> 3) * (wd & 7)
+    did = fhd & 3
+    p += 4 if did == 3 else did  # dictionary id: 0, 1, 2 or 4 bytes
+    code = fhd >> 6
+    fcs_len = (1 if single else 0) if code == 0 else 1 << code  # 2, 4 or 8 bytes
+    if p + fcs_len > end:
+        return pos, 0, -1
+    fcs = -1
+    if fcs_len > 0:
+        fcs = _le(buf, p, fcs_len) + (256 if fcs_len == 2 else 0)
+    p += fcs_len
+    block_max = min(fcs if single else window, ZSTD_MAX_BLOCK)
+    exact = 0
+    bound = 0
+    while True:
+        if p + 3 > end:
+            return pos, fcs if fcs >= 0 else exact, -1
+        h = _le(buf, p, 3)
+        kind = (h >> 1) & 3
+        size = h >> 3
+        if kind == 2:  # compressed
+            bound += block_max
+            p += 3 + size
+        elif kind == 0:  # raw: the bytes themselves
+            exact += size
+            p += 3 + size
+        elif kind == 1:  # RLE: one byte repeated size times
+            exact += size
+            p += 4
+        else:
+            return pos, fcs if fcs >= 0 else exact, -1
+        if h & 1:  # last block
+            break
+    p += 4 if fhd & 0x04 else 0  # content checksum
+    if fcs >= 0:
+        return p, fcs, fcs
+    return p, exact, exact + bound
+
+
+@njit(cache=True)
+def _lz4_frame(buf: np.ndarray, pos: int, end: int) -> tuple[int, int, int]:
+    """The LZ4 frame at ``pos``, as :func:`_zstd_frame`. A declared content size counts as the frame's size
+    (the decoder checks it); otherwise stored blocks count their exact size and compressed blocks at most the
+    descriptor's block maximum."""
+    flg = np.int64(buf[pos + 4])
+    size_code = (np.int64(buf[pos + 5]) >> 4) & 7
+    if _le(buf, pos, 4) != LZ4_MAGIC or size_code < 4:
+        return pos, 0, -1
+    block_max = np.int64(1) << (8 + 2 * size_code)  # 4: 64 KiB, 5: 256 KiB, 6: 1 MiB, 7: 4 MiB
+    p = pos + 6
+    content = -1
+    if flg & 0x08:
+        if p + 8 > end:
+            return pos, 0, -1
+        content = _le(buf, p, 8)
+        p += 8
+    p += (4 if flg & 0x01 else 0) + 1  # dictionary id, header checksum
+    block_checksum = 4 if flg & 0x10 else 0
+    exact = 0
+    bound = 0
+    while True:
+        if p + 4 > end:
+            return pos, content if content >= 0 else exact, -1
+        size = _le(buf, p, 4)
+        p += 4
+        if size == 0:  # end mark
+            break
+        if size & LZ4_RAW_BLOCK:
+            size &= LZ4_RAW_BLOCK - 1
+            exact += size
+        else:
+            bound += block_max
+        p += size + block_checksum
+    p += 4 if flg & 0x04 else 0  # content checksum
+    if content >= 0:
+        return p, content, content
+    return p, exact, exact + bound
+
+
+@njit(cache=True)
+def _frames(buf: np.ndarray, pos: int, end: int, codec: int) -> tuple[int, int]:
+    """zstd or LZ4 frames one after another, skippable frames (which both formats define alike) between them:
+    ``(at least, at most)``, at most -1 if one cannot be followed."""
     lo = 0
     hi = 0
     while pos < end:
         if end - pos < 8 or lo >= _HUGE:
             return lo, -1
-        magic = _le(buf, pos, 4)
-        if magic & SKIPPABLE_MASK == SKIPPABLE_MAGIC:
+        if _le(buf, pos, 4) & SKIPPABLE_MASK == SKIPPABLE_MAGIC:
             pos += 8 + _le(buf, pos + 4, 4)
             continue
-        if magic != ZSTD_MAGIC:
+        if codec == ZSTD:
+            pos, frame_lo, frame_hi = _zstd_frame(buf, pos, end)
+        else:
+            pos, frame_lo, frame_hi = _lz4_frame(buf, pos, end)
+        lo += frame_lo
+        if frame_hi < 0:
             return lo, -1
-        fhd = np.int64(buf[pos + 4])
-        p = pos + 5
-        single = (fhd & 0x20) != 0
-        window = 0
-        if not single:
-            wd = np.int64(buf[p])
-            p += 1
-            base = np.int64(1) << (10 + (wd >> 3))
-            window = base + (base >> 3) * (wd & 7)
-        did = fhd & 3
-        p += 4 if did == 3 else did  # dictionary id: 0, 1, 2 or 4 bytes
-        code = fhd >> 6
-        fcs_len = (1 if single else 0) if code == 0 else 1 << code  # 2, 4 or 8 bytes
-        if p + fcs_len > end:
-            return lo, -1
-        fcs = -1
-        if fcs_len > 0:
-            fcs = _le(buf, p, fcs_len) + (256 if fcs_len == 2 else 0)
-        p += fcs_len
-        block_max = min(fcs if single else window, ZSTD_MAX_BLOCK)
-        exact = 0
-        bound = 0
-        while True:
-            if p + 3 > end:
-                return lo + (fcs if fcs >= 0 else exact), -1
-            h = _le(buf, p, 3)
-            kind = (h >> 1) & 3
-            size = h >> 3
-            if kind == 2:  # compressed
-                bound += block_max
-                p += 3 + size
-            elif kind == 0:  # raw: the bytes themselves
-                exact += size
-                p += 3 + size
-            elif kind == 1:  # RLE: one byte repeated size times
-                exact += size
-                p += 4
-            else:
-                return lo + (fcs if fcs >= 0 else exact), -1
-            if h & 1:  # last block
-                break
-        p += 4 if fhd & 0x04 else 0  # content checksum
-        lo += fcs if fcs >= 0 else exact
-        hi += fcs if fcs >= 0 else exact + bound
-        pos = p
-    return lo, hi
-
-
-@njit(cache=True)
-def _lz4_frames(buf: np.ndarray, pos: int, end: int) -> tuple[int, int]:
-    """LZ4 frames one after another: a declared content size counts as the frame's size (the decoder checks
-    it); otherwise stored blocks count their exact size and compressed blocks at most the descriptor's block
-    maximum."""
-    lo = 0
-    hi = 0
-    while pos < end:
-        if end - pos < 7 or lo >= _HUGE:
-            return lo, -1
-        magic = _le(buf, pos, 4)
-        if magic & SKIPPABLE_MASK == SKIPPABLE_MAGIC:
-            if end - pos < 8:
-                return lo, -1
-            pos += 8 + _le(buf, pos + 4, 4)
-            continue
-        flg = np.int64(buf[pos + 4])
-        size_code = (np.int64(buf[pos + 5]) >> 4) & 7
-        if magic != LZ4_MAGIC or size_code < 4:
-            return lo, -1
-        block_max = np.int64(1) << (8 + 2 * size_code)  # 4: 64 KiB, 5: 256 KiB, 6: 1 MiB, 7: 4 MiB
-        p = pos + 6
-        content = -1
-        if flg & 0x08:
-            if p + 8 > end:
-                return lo, -1
-            content = _le(buf, p, 8)
-            p += 8
-        p += (4 if flg & 0x01 else 0) + 1  # dictionary id, header checksum
-        block_checksum = 4 if flg & 0x10 else 0
-        exact = 0
-        bound = 0
-        while True:
-            if p + 4 > end:
-                return lo + (content if content >= 0 else exact), -1
-            size = _le(buf, p, 4)
-            p += 4
-            if size == 0:  # end mark
-                break
-            if size & LZ4_RAW_BLOCK:
-                size &= LZ4_RAW_BLOCK - 1
-                exact += size
-            else:
-                bound += block_max
-            p += size + block_checksum
-        p += 4 if flg & 0x04 else 0  # content checksum
-        lo += content if content >= 0 else exact
-        hi += content if content >= 0 else exact + bound
-        pos = p
+        hi += frame_hi
     return lo, hi
 
 
@@ -543,10 +545,8 @@ def _snappy_frames(buf: np.ndarray, pos: int, end: int) -> tuple[int, int]:
 def _frame_size(buf: np.ndarray, pos: int, end: int, codec: int) -> tuple[int, int]:
     """What one payload's framing says about its inflated size: ``(at_least, guess)``, ``guess`` -1 when
     nothing is known (see :func:`segment_io.compression.plan_payloads`)."""
-    if codec == ZSTD:
-        return _zstd_frames(buf, pos, end)
-    if codec == LZ4:
-        return _lz4_frames(buf, pos, end)
+    if codec == ZSTD or codec == LZ4:
+        return _frames(buf, pos, end, codec)
     if codec == SNAPPY:
         return _snappy_frames(buf, pos, end)
     if codec == GZIP and end - pos >= 18 and buf[pos] == 0x1F and buf[pos + 1] == 0x8B:

@@ -65,6 +65,10 @@ LZ4_MAGIC = 0x184D2204
 SKIPPABLE_MASK, SKIPPABLE_MAGIC = 0xFFFFFFF0, 0x184D2A50  # zstd and LZ4 skippable frames share these
 ZSTD_MAX_BLOCK = 128 * 1024
 LZ4_RAW_BLOCK = 0x80000000  # block-size high bit: the block is stored uncompressed
+_LZ4_MAGIC_BYTES = LZ4_MAGIC.to_bytes(4, "little")
+_LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}  # BD bits 4-6
+_LZ4_CONTENT_SIZE_FLAG = 0x08
+_LZ4_INDEPENDENT_PLAIN = 0x60  # FLG: version 1, independent blocks, no checksums, no dictionary
 # What cramjam says when the output slice it decompresses into is full (Rust's io::ErrorKind::WriteZero).
 _OUTPUT_FULL = "failed to write whole buffer"
 # Without a size in the frame, a first guess at the inflated size: typical ratios are 2-6, and a guess too
@@ -144,35 +148,80 @@ def plan_payloads(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, codecs:
     return at_least, capacity
 
 
-def _snappy_blocks(data: bytes | memoryview) -> list[tuple[memoryview, int]]:
-    """The raw snappy blocks of a payload (one, or xerial's many) with the length each one's preamble states
-    (the decoder refuses a block that does not inflate to exactly that)."""
-    mv = memoryview(data)
-    if bytes(mv[:8]) != XERIAL_MAGIC:
-        return [(mv, cramjam.snappy.decompress_raw_len(mv))]
-    pos = _XERIAL_HEADER.size
-    blocks = []
-    while pos < len(mv):
-        if pos + 4 > len(mv):
-            raise DecompressionError(f"snappy payload does not decompress: xerial block length cut short at "
-                                     f"payload byte {pos}")
-        (n,) = struct.unpack_from(">i", mv, pos)
-        pos += 4
-        if n < 0 or pos + n > len(mv):
-            raise DecompressionError(f"snappy payload does not decompress: xerial block length {n} at payload "
-                                     f"byte {pos - 4} runs past the payload")
-        block = mv[pos:pos + n]
-        blocks.append((block, cramjam.snappy.decompress_raw_len(block)))
-        pos += n
-    return blocks
-
-
 # --------------------------------------------------------------------------------------------------
 # Decompressing
 # --------------------------------------------------------------------------------------------------
 
 
-_INTO = {GZIP: cramjam.gzip.decompress_into, LZ4: cramjam.lz4.decompress_into,
+def _unsnappy_into(data: bytes | memoryview, out: np.ndarray) -> int:
+    """Raw snappy, or xerial's framing of raw blocks, decompressed into ``out``; the bytes written. Each raw
+    block inflates to exactly the length its preamble states (cramjam refuses a block whose preamble does not
+    fit what is left of ``out``), the lengths :func:`plan_payloads` adds up."""
+    mv = memoryview(data)
+    if mv[:8] != XERIAL_MAGIC:
+        return cramjam.snappy.decompress_raw_into(mv, out)
+    pos, at = _XERIAL_HEADER.size, 0
+    while pos < len(mv):
+        if pos + 4 > len(mv):
+            raise ValueError(f"xerial block length cut short at payload byte {pos}")
+        (n,) = struct.unpack_from(">i", mv, pos)
+        pos += 4
+        if n < 0 or pos + n > len(mv):
+            raise ValueError(f"xerial block length {n} at payload byte {pos - 4} runs past the payload")
+        at += cramjam.snappy.decompress_raw_into(mv[pos:pos + n], out[at:])
+        pos += n
+    return at
+
+
+class _OutputFull(Exception):
+    """The buffer a payload decompresses into is full before the payload ends."""
+
+
+def _unlz4_into(data: bytes | memoryview, out: np.ndarray) -> int:
+    """LZ4 frames decompressed into ``out``; the bytes written. Frames as Kafka's Java producer writes them
+    (independent blocks, no checksums, no dictionary) go block by block through the block decoder, which is
+    faster than the frame decoder's streaming copy; from the first other frame on, the frame decoder."""
+    mv = memoryview(data)
+    pos = at = 0
+    while pos < len(mv):
+        flg = mv[pos + 4] if len(mv) - pos > 6 else 0
+        block_max = _LZ4_BLOCK_MAX.get((mv[pos + 5] >> 4) & 7 if len(mv) - pos > 6 else 0)
+        if (mv[pos:pos + 4] != _LZ4_MAGIC_BYTES or flg & ~_LZ4_CONTENT_SIZE_FLAG != _LZ4_INDEPENDENT_PLAIN
+                or block_max is None):
+            return at + cramjam.lz4.decompress_into(mv[pos:], out[at:])
+        pos += 7 + (8 if flg & _LZ4_CONTENT_SIZE_FLAG else 0)
+        while True:
+            if pos + 4 > len(mv):
+                raise ValueError(f"lz4 frame cut short at payload byte {pos}")
+            (size,) = struct.unpack_from("<I", mv, pos)
+            pos += 4
+            if size == 0:  # end mark
+                break
+            stored = size & LZ4_RAW_BLOCK
+            size &= LZ4_RAW_BLOCK - 1
+            if pos + size > len(mv):
+                raise ValueError(f"lz4 block of {size} bytes at payload byte {pos - 4} runs past the payload")
+            room = len(out) - at
+            if stored:
+                if size > room:
+                    raise _OutputFull()
+                out[at:at + size] = mv[pos:pos + size]
+                at += size
+            elif room >= block_max:
+                at += cramjam.lz4.decompress_block_into(mv[pos:pos + size], out[at:at + block_max])
+            else:  # near the end of the buffer a failure could mean corrupt or too big: tell them apart
+                scratch = np.empty(block_max, dtype=np.uint8)
+                n = cramjam.lz4.decompress_block_into(mv[pos:pos + size], scratch)
+                if n > room:
+                    raise _OutputFull()
+                out[at:at + n] = scratch[:n]
+                at += n
+            pos += size
+    return at
+
+
+# codec -> decompress into a given buffer, failing when it is too small
+_INTO = {GZIP: cramjam.gzip.decompress_into, SNAPPY: _unsnappy_into, LZ4: _unlz4_into,
          ZSTD: cramjam.zstd.decompress_into}
 
 
@@ -215,20 +264,20 @@ class Inflater:
         """
         name = CODEC_NAMES.get(codec, codec)
         into = _INTO.get(codec)
-        if into is None and codec != SNAPPY:
+        if into is None:
             raise UnsupportedCodecError(f"unknown compression codec {codec}")
         try:
-            if into is None:
-                return self._add_snappy(data, limit)
             if capacity is None:
                 capacity = self.capacity(codec, data, limit)
             while True:
                 try:
                     n = into(data, self._reserve(capacity))
+                except _OutputFull:
+                    n = capacity + 1  # at least
                 except cramjam.DecompressionError as exc:
                     if str(exc) != _OUTPUT_FULL:
                         raise
-                    n = capacity + 1  # at least
+                    n = capacity + 1
                 if n > limit:
                     raise OversizedBatchError(oversized_detail(codec, limit))
                 if n <= capacity:
@@ -242,19 +291,29 @@ class Inflater:
         self.size += n
         return n
 
-    def _add_snappy(self, data: bytes | memoryview, limit: int) -> int:
-        blocks = _snappy_blocks(data)
-        total = sum(size for _, size in blocks)
-        if total > limit:
-            raise OversizedBatchError(oversized_detail(SNAPPY, limit, total))
-        out = self._reserve(total)
-        at = 0
-        for block, size in blocks:
-            if cramjam.snappy.decompress_raw_into(block, out[at:at + size]) != size:
-                raise DecompressionError(f"snappy block does not inflate to the {size} bytes it declares")
-            at += size
-        self.size += total
-        return total
+    def add_all(self, data: memoryview, starts: list[int], ends: list[int], codecs: list[int], limits: list[int],
+                capacities: list[int], done: list[int]) -> None:
+        """:meth:`add` of each payload ``data[starts[j]:ends[j]]`` in turn, its :meth:`capacity` already known
+        (from :func:`plan_payloads`), appending to ``done`` where each one ends in the buffer; when one fails,
+        ``len(done)`` is its index. One call per run of batches: decoding small batches pays per batch only
+        the codec call when the planned slice fits, as it does for genuine payloads."""
+        total = self.size + sum(capacities)
+        if total > len(self._buf):
+            self._reserve(total - self.size)
+        buf = self._buf
+        for start, end, codec, limit, capacity in zip(starts, ends, codecs, limits, capacities):
+            payload = data[start:end]
+            at = self.size
+            try:
+                n = _INTO[codec](payload, buf[at:at + capacity])
+            except Exception:  # noqa: BLE001 - the general path below says what is wrong
+                n = -1
+            if 0 <= n <= min(limit, capacity):
+                self.size = at + n
+            else:
+                self.add(codec, payload, limit, capacity)
+                buf = self._buf  # add may have grown it
+            done.append(self.size)
 
     def view(self) -> np.ndarray:
         """The payloads decompressed so far, one after another."""

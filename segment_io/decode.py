@@ -220,17 +220,18 @@ def _prepare_v2(seg: _Segment, batches: np.ndarray) -> tuple[_V2Input, int]:
     take = min(first_bad, max(1, int(np.searchsorted(np.cumsum(capacities), _CHUNK_BYTES, side="right"))))
     if take < len(which):
         n = int(which[take])
-    inflater = compression.Inflater(int(capacities[:take].sum()))
-    for j in range(take):
-        i = int(which[j])
-        start = inflater.size
-        try:
-            inflater.add(int(c_codecs[j]), seg.mv[int(c_start[j]):int(c_end[j])], int(limits[j]), int(capacities[j]))
-        except CorruptRecordError as exc:
-            raise _inflate_error(seg, exc, int(batches[i]), int(limits[j])) from None
-        src[i] = 1
-        rstart[i] = start
-        rend[i] = inflater.size
+    inflater = compression.Inflater()
+    done: list[int] = []
+    try:
+        inflater.add_all(seg.mv, c_start[:take].tolist(), c_end[:take].tolist(), c_codecs[:take].tolist(),
+                         limits[:take].tolist(), capacities[:take].tolist(), done)
+    except CorruptRecordError as exc:
+        j = len(done)
+        raise _inflate_error(seg, exc, int(batches[which[j]]), int(limits[j])) from None
+    taken = which[:take]
+    src[taken] = 1
+    rend[taken] = done
+    rstart[taken] = [0] + done[:-1]
     return _V2Input(batches[:n], inflater.view(), src[:n], rstart[:n], rend[:n], counts[:n]), n
 
 
