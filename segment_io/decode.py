@@ -72,7 +72,9 @@ _INT32_MAX = 2**31 - 1
 # allocator reuse the same memory for every chunk instead of faulting in fresh pages. A compressed batch
 # therefore counts _COMPRESSED_WEIGHT times its size, giving ~8 MiB chunks of compressed batches (measured on
 # 1 KB JSON-like values: 1.7-3x faster than 256 MiB chunks) and 64 MiB ones of uncompressed batches (fewer
-# chunks for the encoder and the cleaner downstream; no intermediate buffers to reuse).
+# chunks for the encoder and the cleaner downstream; no intermediate buffers to reuse). The decompressed
+# payloads held at once are also capped at _CHUNK_BYTES (beyond the first batch, itself bounded by
+# compression.max_batch_bytes): a chunk of small batches that inflate a lot is decoded in pieces.
 _CHUNK_BYTES = 64 << 20
 _COMPRESSED_WEIGHT = 8
 _HEADERS_TYPE = RECORD_SCHEMA.field("headers").type
