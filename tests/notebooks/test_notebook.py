@@ -1,6 +1,7 @@
 """notebooks/dirty_ratios.ipynb runs end to end (nbclient, the venv's kernel) on its generated demo log dir,
 so it cannot rot: every cell executes without error, the inspect table shows every demo partition, and each of
-the five charts renders as one decodable PNG of sane size. The kernel is a separate process and starts its own small Spark session."""
+the five charts renders as one decodable PNG of sane size. The kernel is a separate process and starts its own
+small Spark session."""
 
 from __future__ import annotations
 
