@@ -31,6 +31,7 @@ from segment_io import layout
 from segment_io.compression import CODEC_NAMES
 from segment_io.errors import CorruptCheckpointError, CorruptIndexError, CorruptRecordError, SegjobsError, UsageError
 from segment_io.format import LOG_OVERHEAD, BatchHeaders, scan_batches
+from segment_io.storage.base import KIND_FILE
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -52,17 +53,22 @@ _WHAT_DUMP_READS = ("dump reads .log segments, .index/.timeindex/.txnindex files
                     "and partition directories")
 
 
-def _expand(storage, path: str) -> list[str]:
-    """Files to dump for ``path``: a file is itself, a partition directory expands to its segment files in
-    base-offset order. ``UsageError`` for a log dir (with the partition dirs to pick from), a directory
-    without segment files, or nothing at all."""
+def _expand(storage, path: str) -> tuple[list[str], list[SegjobsError]]:
+    """Files to dump for ``path`` (a file is itself, a partition directory expands to its segment files in
+    base-offset order), and a problem for every entry bearing a segment file's name that is not a regular file
+    (a dangling symbolic link, a directory, a FIFO, ...): a partition holding one cannot be read, so it must not
+    verify OK. ``UsageError`` for a log dir (with the partition dirs to pick from), a directory without segment
+    files, or nothing at all."""
     if storage.exists(path):
-        return [path]
-    files = storage.list(path)
+        return [path], []
+    entries = storage.list(path, irregular=True)
+    files = [f for f in entries if f.kind == KIND_FILE]
+    problems: list[SegjobsError] = [layout.irregular_entry_error(f) for f in entries
+                                    if f.kind != KIND_FILE and layout.parse_segment_file(f.name)]
     segs = sorted((parsed[0], f.uri) for f in files
                   if (parsed := layout.parse_segment_file(f.name)) and parsed[1] == ".log" and not parsed[2])
-    if segs:
-        return [uri for _, uri in segs]
+    if segs or problems:
+        return [uri for _, uri in segs], problems
     dirs = storage.list_dirs(path)
     partitions = [d.rstrip("/") for d in dirs if layout.parse_partition_dir(d.rstrip("/").rsplit("/", 1)[-1])]
     if partitions:
@@ -70,7 +76,7 @@ def _expand(storage, path: str) -> list[str]:
         more = f" and {len(names) - 5} more" if len(names) > 5 else ""
         raise UsageError(f"{path} is a log dir, not a partition dir or segment file: dump one of its partitions, "
                          f"e.g. `segjobs dump {partitions[0]}` (partitions: {', '.join(names[:5])}{more})")
-    if files or dirs:
+    if entries or dirs:
         raise UsageError(f"{path}: no segment files (.log) found; {_WHAT_DUMP_READS}")
     raise UsageError(f"{path}: no such file or directory")
 
@@ -291,10 +297,12 @@ def run(args: argparse.Namespace) -> int:
 
     out = sys.stdout
     todo: list[tuple[object, str, str]] = []
+    problems: list[SegjobsError] = []
     for path in args.paths:
         storage = open_storage(path)
-        todo += [(storage, uri, _kind(storage, uri)) for uri in _expand(storage, path)]
-    problems: list[SegjobsError] = []
+        uris, irregular = _expand(storage, path)
+        problems.extend(irregular)
+        todo += [(storage, uri, _kind(storage, uri)) for uri in uris]
     unreadable = 0
     for storage, uri, kind in todo:
         if kind == "log":
