@@ -1,9 +1,9 @@
 """Parsing of ``--now`` and other instants: the jobs never read the clock inside their logic.
 
 ``--now`` is refused before 1970 (Kafka's timestamps are epoch milliseconds; a negative one means "no
-timestamp") and from :data:`LATEST_NOW_MS` (2100-01-01) on. The upper bound is a fixed date, not "the wall
-clock plus a margin": a command line that was accepted once is accepted again (a backfill re-run must not
-depend on the day it runs), and the check reads no clock. It catches typos (``2206`` for ``2026``) and
+timestamp") and after :data:`LATEST_NOW_MS` (2100-01-01T00:00:00Z, the last instant accepted). The upper
+bound is a fixed date, not "the wall clock plus a margin": a command line that was accepted once is accepted
+again (a backfill re-run must not depend on the day it runs), and the check reads no clock. It catches typos (``2206`` for ``2026``) and
 instants in the wrong unit (epoch microseconds land in the year 55,000), either of which would otherwise
 make every segment look expired.
 """
@@ -17,7 +17,7 @@ from typing import Iterable
 from segment_io.errors import UsageError
 from segment_io.units import format_duration
 
-#: The first instant ``--now`` may not be: 2100-01-01T00:00:00Z.
+#: The last instant ``--now`` may be: 2100-01-01T00:00:00Z.
 LATEST_NOW_MS = 4_102_444_800_000
 
 
@@ -30,7 +30,7 @@ def parse_instant(text: str | int | None, *, option: str = "--now") -> int:
     """Epoch milliseconds from ``"1700000000000"`` or an ISO-8601 string (``2026-11-22``,
     ``2026-11-22T03:00:00Z``, ``2026-11-22T03:00:00+01:00``; a naive time is taken as UTC).
     ``None`` means now. ``UsageError`` (naming ``option``) for anything else, and for instants before
-    1970 or from 2100 on."""
+    1970 or after 2100-01-01T00:00:00Z."""
     if text is None:
         return wall_clock_ms()
     if isinstance(text, int):
@@ -41,7 +41,7 @@ def parse_instant(text: str | int | None, *, option: str = "--now") -> int:
         if 0 <= value < 10**11:
             raise UsageError(f"{option} {s!r} looks like epoch seconds; segjobs takes epoch milliseconds "
                              f"(e.g. {value * 1000}) or ISO-8601")
-        if value >= LATEST_NOW_MS and value // 1000 < LATEST_NOW_MS:
+        if value > LATEST_NOW_MS and 10**11 <= value // 1000 <= LATEST_NOW_MS:
             raise UsageError(f"{option} {s!r} looks like epoch microseconds; segjobs takes epoch milliseconds "
                              f"(e.g. {value // 1000}) or ISO-8601")
         return _in_range(value, s, option)
@@ -59,7 +59,7 @@ def _in_range(ms: int, text: str, option: str) -> int:
     if ms < 0:
         raise UsageError(f"{option} {text!r} lies before 1970-01-01T00:00:00Z: record timestamps are epoch "
                          f"milliseconds, and no instant before 1970 can judge them")
-    if ms >= LATEST_NOW_MS:
+    if ms > LATEST_NOW_MS:
         raise UsageError(f"{option} {text!r} lies after 2100-01-01T00:00:00Z: a typo? An instant that far "
                          f"ahead would make every segment look expired")
     return ms

@@ -207,6 +207,7 @@ def test_the_now_bound_is_a_fixed_date(monkeypatch) -> None:
     from jobs import timeutil
 
     monkeypatch.setattr(timeutil, "wall_clock_ms", lambda: pytest.fail("the clock was read"))
-    assert timeutil.parse_instant("2099-12-31T23:59:59.999Z") == timeutil.LATEST_NOW_MS - 1
+    assert timeutil.parse_instant("2100-01-01T00:00:00Z") == timeutil.LATEST_NOW_MS  # the last one accepted
+    assert timeutil.parse_instant(str(timeutil.LATEST_NOW_MS)) == timeutil.LATEST_NOW_MS
     assert timeutil.parse_instant("1970-01-01T00:00:00Z") == 0
     assert timeutil.parse_instant("2026-11-22T03:00:00") == timeutil.parse_instant("2026-11-22T03:00:00Z")

@@ -22,7 +22,8 @@ def test_latest_now_is_2100() -> None:
     assert format_instant(LATEST_NOW_MS) == "2100-01-01T00:00:00.000Z"
 
 
-@pytest.mark.parametrize("text", ["1969-12-31T23:59:59.999Z", "-1", "2100-01-01T00:00:00Z", "2206-11-22"])
+@pytest.mark.parametrize("text", ["1969-12-31T23:59:59.999Z", "-1", "2100-01-01T00:00:00.001Z", "2206-11-22",
+                                  "4102444800001"])
 def test_instants_out_of_range_are_refused_naming_the_option(text) -> None:
     with pytest.raises(UsageError, match="--start"):
         parse_instant(text, option="--start")
