@@ -9,18 +9,24 @@ checked before Spark starts, so a typo costs a second, not a session start.
 from __future__ import annotations
 
 import argparse
-import os
+import sys
 import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from jobs.args import Scope, parse_scope, storage_options_from_args
+from jobs.args import (
+    Scope,
+    check_log_dir_has_partitions,
+    check_log_dir_is_dir,
+    parse_scope,
+    storage_options_from_args,
+)
 from jobs.config import ConfigSet
 from jobs.report import Progress, RunReport, append_ledger, write_report
 from jobs.scan import PartitionScan, scan_partition
-from jobs.timeutil import format_instant, parse_instant, wall_clock_ms
+from jobs.timeutil import format_instant, resolve_now, wall_clock_ms
 from segment_io.errors import CorruptCheckpointError, LockHeldError, SegjobsError, UsageError
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, LogDirListing, list_log_dir
 from segment_io.storage.base import Storage
@@ -141,22 +147,22 @@ def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext],
 
     # ---- everything that needs no Spark, first ----
     configs = load_configs(args)
-    now_ms = parse_instant(args.now)
+    now_ms, now_note = resolve_now(args.now)
     scope = parse_scope(args.topic, args.partition)
     dry_run = bool(getattr(args, "dry_run", False))
     log_dir = args.log_dir.rstrip("/") if args.log_dir not in ("/",) else args.log_dir
     storage = open_storage(log_dir, storage_options_from_args(args))
-    local = storage.local_path(log_dir)
-    if local is not None and not os.path.isdir(local):
-        raise UsageError(f"--log-dir {log_dir}: no such directory")
+    check_log_dir_is_dir(storage, log_dir)
     work_dir = work_uri(log_dir)
     progress = Progress(command, quiet=args.quiet)
     report = RunReport(command=command, log_dir=log_dir, now_ms=now_ms, dry_run=dry_run)
-    progress(f"log dir {log_dir}, now {format_instant(now_ms)} ({now_ms})" + (" [dry run]" if dry_run else ""))
 
     # The scope, the topics' configs and the checkpoint files are checked against a first listing before the
     # lock and recovery: exit code 2 promises that nothing was done. Recovery does not add or remove partitions.
     _read_checkpoints(storage, log_dir, _check_scope(storage, log_dir, scope, configs))
+    if now_note:  # even with --quiet: it is what repeating this run's decisions takes
+        print(f"segjobs {command}: {now_note}", file=sys.stderr, flush=True)
+    progress(f"log dir {log_dir}, now {format_instant(now_ms)} ({now_ms})" + (" [dry run]" if dry_run else ""))
 
     lease = None
     try:
@@ -232,8 +238,7 @@ def _check_scope(storage: Storage, log_dir: str, scope: Scope, configs: ConfigSe
     """Fail with a UsageError/ConfigError when the log dir holds no partition, the scope names one it
     does not hold, or two topic globs of equal specificity claim a topic."""
     listing = list_log_dir(storage, log_dir)
-    if not listing.partitions:
-        raise UsageError(f"--log-dir {log_dir}: no partition directories (<topic>-<n>) found")
+    check_log_dir_has_partitions(log_dir, listing)
     present = set(listing.partitions)
     scope.check_against(present)
     configs.check_topics({t for t, _ in present})

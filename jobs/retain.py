@@ -54,6 +54,7 @@ from jobs.model import PartitionState
 from jobs.plan_retain import RetentionPlan, plan_retention
 from jobs.report import human_bytes, render_table
 from jobs.scan import PartitionError, PartitionScan, scan_partition
+from jobs.timeutil import data_age_warning
 from segment_io.checkpoint import (
     read_offset_checkpoint,
     truncate_epochs_from_start,
@@ -357,6 +358,14 @@ def retain_partitions(ctx_or_params: JobContext | RetentionParams, scans: Iterab
 def _work(ctx: JobContext, *, fault: Fault | None = None) -> None:
     params = ctx.extra["retention"] = RetentionParams.from_job(ctx, fault=fault)
     keys = sorted(ctx.scans)
+    if ctx.args.now is None:  # judged at the wall clock: is the data older than any retention? (a backup?)
+        stale = data_age_warning([s.largest_timestamp for k in keys if ctx.scans[k].state
+                                  for s in ctx.scans[k].state.segments],
+                                 [c.retention_ms for c in map(ctx.configs.for_topic, {t for t, _ in keys}) if c.delete],
+                                 ctx.now_ms)
+        if stale:
+            ctx.report.warnings.append(stale)
+            print(f"segjobs retain: warning: {stale}", file=sys.stderr, flush=True)
     every = max(1, len(keys) // 10)
     done = 0
 
