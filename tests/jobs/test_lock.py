@@ -400,7 +400,7 @@ def test_s3_heartbeat_notices_a_takeover(s3):
     assert storage.read(uri) == stolen
 
 
-def _lease_of_a_killed_process(storage: S3Storage, log_dir: str, ttl_ms: int) -> int:
+def _lease_of_a_killed_process(storage: S3Storage, log_dir: str, ttl_ms: int, now_ms: int = NOW) -> int:
     """A lease taken by another process on this host, which was then killed (SIGKILL: no release)."""
     import pickle
 
@@ -408,7 +408,7 @@ def _lease_of_a_killed_process(storage: S3Storage, log_dir: str, ttl_ms: int) ->
         import pickle, sys
         from jobs.lock import acquire
         storage = pickle.loads(sys.stdin.buffer.read())
-        cm = acquire(storage, {log_dir!r}, now_ms={NOW}, ttl_ms={ttl_ms})
+        cm = acquire(storage, {log_dir!r}, now_ms={now_ms}, ttl_ms={ttl_ms})
         cm.__enter__()
         print("held", flush=True)
         import time; time.sleep(600)
