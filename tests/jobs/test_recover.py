@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from jobs.commit import RecoveryError, partition_work_uri
-from jobs.recover import recover_log_dir, recover_partition
+from jobs.recover import PreviewStorage, recover_log_dir, recover_partition
 from segment_io.storage import LocalStorage
 from tests.jobs.test_commit_local import (
+    DELETE_STEPS,
     LOCAL_COMMIT_POINT,
+    do_delete,
     LOCAL_REPLACE_STEPS,
     Scenario,
     build_scenario,
@@ -134,6 +136,53 @@ def test_an_unreadable_intent_stops_recovery_before_any_change(local: Scenario) 
     with pytest.raises(RecoveryError, match="unreadable"):
         recover_partition(storage, local.partition, work_uri=local.work, now_ms=1)
     assert partition_files(storage, local.partition) == before
+
+
+# --------------------------------------------------------------------------------------------------
+# The dry run: the same rules against a preview of the store
+# --------------------------------------------------------------------------------------------------
+
+
+def _everything(storage, scenario: Scenario) -> dict[str, bytes]:
+    return {i.uri: storage.read(i.uri) for root in (scenario.log_dir, scenario.work)
+            for i in storage.list(root, recursive=True)}
+
+
+def _preview_then_recover(scenario: Scenario) -> list:
+    """Recover through a PreviewStorage, check it changed nothing, then for real; returns both reports."""
+    storage = scenario.storage
+    before = _everything(storage, scenario)
+    view = PreviewStorage(storage)
+    preview = recover_log_dir(view, scenario.log_dir, now_ms=5_000)
+    foreseen = _everything(view, scenario)
+    assert _everything(storage, scenario) == before
+    real = recover_log_dir(storage, scenario.log_dir, now_ms=5_000)
+    assert preview == real
+    assert foreseen == _everything(storage, scenario)  # the preview foresaw the outcome, byte for byte
+    return real
+
+
+@pytest.mark.parametrize("step", LOCAL_REPLACE_STEPS + DELETE_STEPS)
+def test_a_preview_predicts_every_action_of_recovery_locally(tmp_path: Path, step: str) -> None:
+    scenario = build_scenario(LocalStorage(), str(tmp_path / "kafka-logs"), stage=step in LOCAL_REPLACE_STEPS)
+    run_to_crash(do_replace(scenario) if step in LOCAL_REPLACE_STEPS else do_delete(scenario), step)
+    assert any(r.changed for r in _preview_then_recover(scenario))
+
+
+@pytest.mark.s3
+def test_a_preview_predicts_every_action_of_recovery_on_s3(s3_bucket) -> None:
+    from segment_io.storage import open_storage
+    from tests.jobs.test_commit_s3 import S3_REPLACE_STEPS
+
+    endpoint, bucket = s3_bucket
+    # one crash point per kind of state (before the commit point, mid-copy, mid-delete, intent gone, cleanup)
+    kinds = ["write-intent", "copy-new:", "delete-old:", "remove-intent", "delete-staged:"]
+    steps = [next(s for s in S3_REPLACE_STEPS if s.startswith(k)) for k in kinds]
+    for i, step in enumerate(steps):  # one log dir per step: a bucket per step would be slower
+        log_dir = f"s3://{bucket}/logs-{i}"
+        scenario = build_scenario(open_storage(log_dir, endpoint.storage_options()), log_dir)
+        run_to_crash(do_replace(scenario), step)
+        assert any(r.changed for r in _preview_then_recover(scenario)), step
 
 
 # --------------------------------------------------------------------------------------------------
