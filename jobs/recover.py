@@ -24,8 +24,9 @@ Run by ``segjobs recover`` and at the start of every job, under the log dir's lo
    partition dir and its work dir; at log-dir level, in the log dir itself and anywhere in the work dir
    outside the partitions' commit dirs) and every file of the private staging area ``<work>/staging/``, where
    compaction tasks stage new segments before the driver moves one group at a time to its ``.cleaned``
-   name (so nothing there is part of a commit yet). Staged objects an S3 replace intent refers to are not
-   leftovers: rule 1 rolls them forward first.
+   name (so nothing there is part of a commit yet), and every S3 multipart upload under the work prefix that
+   was begun and never completed (a staged object whose writer died: invisible in listings, its parts still
+   stored). Staged objects an S3 replace intent refers to are not leftovers: rule 1 rolls them forward first.
 
 Every rule only acts on what it finds, so running recovery again changes nothing. No rule deletes the only
 copy of a record: ``.cleaned`` and aborted ``.swap`` files are copies of records whose originals are still
@@ -45,7 +46,8 @@ from typing import BinaryIO, Iterator
 from segment_io.errors import NotFoundError, PreconditionFailedError
 from segment_io.format import scan_batches
 from segment_io.layout import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, parse_partition_dir
-from segment_io.storage.base import FileInfo, Storage
+from jobs.timeutil import format_instant
+from segment_io.storage.base import FileInfo, PendingUpload, Storage
 from segment_io.storage.local import is_temp_file
 
 from jobs.commit import (
@@ -74,13 +76,13 @@ from jobs.lock import work_uri as log_dir_work_uri
 
 
 #: The actions that remove leftovers of interrupted runs (rule 6, and staged objects no intent refers to).
-LEFTOVER_ACTIONS = ("delete-staged", "delete-temp")
+LEFTOVER_ACTIONS = ("delete-staged", "delete-temp", "abort-upload")
 
 
 @dataclass(frozen=True)
 class RecoveryAction:
     """One change recovery made. ``action`` is one of: ``copy-new``, ``delete-old``, ``delete-staged``,
-    ``delete-temp``, ``drop-swap``, ``drop-cleaned``, ``drop-original``, ``complete-swap``,
+    ``delete-temp``, ``abort-upload``, ``drop-swap``, ``drop-cleaned``, ``drop-original``, ``complete-swap``,
     ``purge-replaced``, ``restore-old``, ``finish-delete``, ``record-deleted``, ``remove-intent``.
     ``size`` is the byte size of a file the action removed, where known."""
 
@@ -174,6 +176,10 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int,
             top.add("delete-staged", info.uri, "private staging of an interrupted compaction", info.size)
         elif not info.uri.startswith(commit_root):  # the partitions' commit dirs had their turn above
             _delete_temp(storage, info, top)
+    for upload in storage.list_pending_uploads(work):
+        storage.abort_pending_upload(upload)
+        top.add("abort-upload", upload.uri, f"an upload begun {format_instant(upload.initiated_ms)} and never "
+                f"completed", upload.size)
     if top.changed:
         reports.append(top)
     return reports
@@ -311,6 +317,7 @@ class PreviewStorage(Storage):
         self.atomic_rename = base.atomic_rename
         self._new: dict[str, _Pending] = {}
         self._gone: set[str] = set()
+        self._aborted: set[PendingUpload] = set()
 
     # ------------------------------------------------------------------ the view
 
@@ -422,6 +429,12 @@ class PreviewStorage(Storage):
 
     def sync_dir(self, uri: str) -> None:
         pass
+
+    def list_pending_uploads(self, prefix: str) -> list[PendingUpload]:
+        return [u for u in self.base.list_pending_uploads(prefix) if u not in self._aborted]
+
+    def abort_pending_upload(self, upload: PendingUpload) -> None:
+        self._aborted.add(upload)
 
 
 __all__ = ["LEFTOVER_ACTIONS", "PreviewStorage", "RecoveryAction", "RecoveryReport", "recover_log_dir",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from jobs.commit import RecoveryError, partition_work_uri
-from jobs.recover import PreviewStorage, recover_log_dir, recover_partition
+from jobs.recover import LEFTOVER_ACTIONS, PreviewStorage, recover_log_dir, recover_partition
 from segment_io.storage import LocalStorage
 from tests.jobs.test_commit_local import (
     DELETE_STEPS,
@@ -261,6 +261,13 @@ def test_recover_cleans_and_reports_leftovers_exactly_as_its_dry_run_said(store,
     for i, uri in enumerate(temps):
         put(uri, b"x" * (100 + i))
     put(_FOREIGN_TEMP.format(log=log, work=work), b"broker")
+    pending = {}  # S3: an upload of a staged object whose writer died (invisible in listings)
+    if store == "s3":
+        key = f"{PREFIX}.segjobs/commit/t-1/staged/00000000000000000099.log"
+        client = endpoint.client()
+        upload_id = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+        client.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=1, Body=b"p" * 4321)
+        pending = {f"s3://{bucket}/{key}": 4321}
     before = files()
     staged = sorted(u for u in before if "/t-1/" in u and ("/staging/" in u or "/staged/" in u))
     assert staged, sorted(before)
@@ -274,12 +281,17 @@ def test_recover_cleans_and_reports_leftovers_exactly_as_its_dry_run_said(store,
 
     assert lines and lines == dry_lines
     assert _summary_numbers(summary) == _summary_numbers(dry_summary)
-    removed = {line.split()[1]: line for line in lines if line.split()[0] in ("delete-staged", "delete-temp")}
-    expected = set(temps) | set(staged)
+    removed = {line.split()[1]: line for line in lines if line.split()[0] in LEFTOVER_ACTIONS}
+    expected = set(temps) | set(staged) | set(pending)
     assert expected <= set(removed), (sorted(expected - set(removed)), lines)
+    sizes = {**{u: len(v) for u, v in before.items()}, **pending}
     for uri in expected:  # each named with its size, and gone
-        assert removed[uri].endswith(f"{len(before[uri])} bytes)") and uri not in after
-    left_bytes = sum(len(before[u]) for u in removed if u in before)
+        assert removed[uri].endswith(f"{sizes[uri]} bytes)") and uri not in after
+    for uri in pending:
+        assert removed[uri].startswith(f"abort-upload {uri} (an upload begun ")
+    if store == "s3":
+        assert not endpoint.client().list_multipart_uploads(Bucket=bucket).get("Uploads")
+    left_bytes = sum(sizes[u] for u in removed if u in sizes)
     assert f"{len(removed)} leftover file(s) of interrupted runs ({left_bytes} bytes)" in summary
     assert after[_FOREIGN_TEMP.format(log=log, work=work)] == b"broker"
     # t-1 was never committed: its files are as they were, byte for byte
