@@ -159,7 +159,9 @@ def _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, con
     from jobs.recover import recover_log_dir
 
     if destructive and not dry_run:
-        recovered = [r for r in recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work_dir) if r.changed]
+        check = None if lease is None else (lambda: lease.check(wall_clock_ms()))
+        recovered = [r for r in recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work_dir, check=check)
+                     if r.changed]
         for r in recovered:
             progress(f"recovered {r.partition_uri}: {', '.join(a.action for a in r.actions)}")
         report.totals["recovered_partitions"] = len(recovered)

@@ -41,7 +41,7 @@ from __future__ import annotations
 import io
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 from segment_io.errors import NotFoundError, PreconditionFailedError
 from segment_io.format import scan_batches
@@ -153,18 +153,24 @@ def recover_partition(storage: Storage, partition_uri: str, *, work_uri: str, no
     return report
 
 
-def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int,
-                    work_uri: str | None = None) -> list[RecoveryReport]:
+def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri: str | None = None,
+                    check: Callable[[], None] | None = None) -> list[RecoveryReport]:
     """:func:`recover_partition` for every partition of the log dir (those with files, and those with
     segjobs bookkeeping in the work location), then rule 6 for the log dir and the work location
-    themselves. ``work_uri`` defaults to the log dir's sibling ``<log-dir>.segjobs``. One report per
-    partition, in name order, followed by one for the log dir (``partition_uri`` is the log dir) if that
-    changed anything."""
+    themselves. ``work_uri`` defaults to the log dir's sibling ``<log-dir>.segjobs``; ``check`` is called
+    before each partition and before the log-dir step (the caller's lease check: it raises to stop). One
+    report per partition, in name order, followed by one for the log dir (``partition_uri`` is the log dir)
+    if that changed anything."""
     work = work_uri if work_uri is not None else log_dir_work_uri(log_dir_uri)
     names = {d.rstrip("/").rsplit("/", 1)[-1] for d in storage.list_dirs(log_dir_uri)}
     names |= {d.rstrip("/").rsplit("/", 1)[-1] for d in storage.list_dirs(storage.join(work, COMMIT_DIR))}
-    reports = [recover_partition(storage, storage.join(log_dir_uri, name), work_uri=work, now_ms=now_ms)
-               for name in sorted(n for n in names if parse_partition_dir(n) is not None)]
+    reports = []
+    for name in sorted(n for n in names if parse_partition_dir(n) is not None):
+        if check is not None:
+            check()
+        reports.append(recover_partition(storage, storage.join(log_dir_uri, name), work_uri=work, now_ms=now_ms))
+    if check is not None:
+        check()
     top = RecoveryReport(log_dir_uri)
     for info in storage.list(log_dir_uri):
         _delete_temp(storage, info, top)

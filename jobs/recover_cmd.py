@@ -30,7 +30,7 @@ import sys
 
 from jobs.args import storage_options_from_args
 from jobs.timeutil import format_instant, parse_instant, wall_clock_ms
-from segment_io.errors import UsageError
+from segment_io.errors import LockHeldError, UsageError
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -48,8 +48,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Recover the log dir (or, with --dry-run, print what that would do); returns 0."""
-    from jobs.lock import acquire, lease_ttl_ms, work_uri
+    """Recover the log dir (or, with --dry-run, print what that would do); returns 0, or 1 when the S3 lease
+    was lost on the way (another run took it over)."""
+    from jobs.lock import LeaseLost, acquire, lease_ttl_ms, work_uri
     from jobs.recover import PreviewStorage, recover_log_dir
     from segment_io.storage import open_storage
 
@@ -62,18 +63,30 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run and args.break_lease:
         raise UsageError("--break-lease takes the lease over, which a --dry-run does not do; drop one of them")
     work = work_uri(log_dir)
+    lost = None
     if args.dry_run:
         reports = recover_log_dir(PreviewStorage(storage), log_dir, now_ms=now_ms, work_uri=work)
         prefix, suffix = "would ", " [dry run: nothing changed]"
     else:
-        ttl_ms = lease_ttl_ms()
-        # The lease guards the real time this takes, so it runs on the wall clock, never on --now.
-        with acquire(storage, log_dir, now_ms=wall_clock_ms(), ttl_ms=ttl_ms, clock=wall_clock_ms,
-                     break_run_id=args.break_lease) as lease:
-            if lease.notice:
-                print(f"segjobs recover: {lease.notice}", file=sys.stderr)
-            reports = recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work)
         prefix, suffix = "", ""
+        reports = None
+        try:
+            # The lease guards the real time this takes, so it runs on the wall clock, never on --now.
+            with acquire(storage, log_dir, now_ms=wall_clock_ms(), ttl_ms=lease_ttl_ms(), clock=wall_clock_ms,
+                         break_run_id=args.break_lease) as lease:
+                if lease.notice:
+                    print(f"segjobs recover: {lease.notice}", file=sys.stderr)
+                reports = recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work,
+                                          check=lambda: lease.check(wall_clock_ms()))
+        except LeaseLost as exc:
+            # Each partition's recovery is complete or not begun; the next recovery does the rest.
+            print(f"segjobs recover: LOST THE LEASE, stopped before the next partition (those before it are "
+                  f"recovered; run recover again once the lease is free): {exc}", file=sys.stderr)
+            return 1
+        except LockHeldError as exc:
+            if reports is None:
+                raise  # refused: nothing was done
+            lost = str(exc)  # taken over after the work was done, found at the release
     changed = [r for r in reports if r.changed]
     for r in changed:
         for a in r.actions:
@@ -84,4 +97,7 @@ def run(args: argparse.Namespace) -> int:
           f"{len(partitions)} partition(s) in {log_dir} at {format_instant(now_ms)}; "
           f"{sum(len(r.actions) for r in changed)} action(s); {len(leftovers)} leftover file(s) of interrupted "
           f"runs ({sum(a.size or 0 for a in leftovers)} bytes){suffix}")
+    if lost is not None:
+        print(f"segjobs recover: LOST THE LEASE: {lost}", file=sys.stderr)
+        return 1
     return 0

@@ -321,3 +321,36 @@ def test_a_compaction_killed_mid_commit_is_completed_by_recover_and_the_next_run
 
     assert main(["compact", *args, *compact_args]) == 0
     assert snapshot() == clean
+
+
+@pytest.mark.s3
+def test_recover_stops_before_the_next_partition_once_its_lease_is_taken_over(s3, tmp_path, capsys, monkeypatch):
+    import jobs.recover
+
+    endpoint, bucket = s3
+    for p in (0, 1):
+        build_partition(tmp_path / "logs" / f"{TOPIC}-{p}")
+    _upload(endpoint, bucket, tmp_path / "logs")
+    client = endpoint.client()
+    for p in (0, 1):  # staged objects of a commit that never reached its intent: recovery deletes them
+        client.put_object(Bucket=bucket, Key=f"{PREFIX}.segjobs/commit/{TOPIC}-{p}/staged/00000000000000000000.log",
+                          Body=b"staged")
+    storage = S3Storage(endpoint.storage_options())
+    log_dir = f"s3://{bucket}/{PREFIX}"
+    thief = json.dumps({"format": 1, "log_dir": log_dir, "acquired_ms": 0, "expires_ms": 4_000_000_000_000,
+                        "holder": {"host": "other-host", "pid": 7, "run_id": "thief"}}).encode()
+    real = jobs.recover.recover_partition
+
+    def stolen_after_the_first(*args, **kwargs):
+        report = real(*args, **kwargs)
+        storage.write_atomic(lease_uri(storage, log_dir), thief)
+        return report
+
+    monkeypatch.setattr(jobs.recover, "recover_partition", stolen_after_the_first)
+    assert main(["recover", *_s3_args(endpoint, bucket)]) == 1
+    err = capsys.readouterr().err
+    assert "LOST THE LEASE, stopped before the next partition" in err and "taken over by segjobs run thief" in err
+    work = _objects(endpoint, bucket, PREFIX + ".segjobs/")
+    assert f"commit/{TOPIC}-0/staged/00000000000000000000.log" not in work  # recovered before the loss
+    assert work[f"commit/{TOPIC}-1/staged/00000000000000000000.log"] == b"staged"  # not touched after it
+    assert storage.read(lease_uri(storage, log_dir)) == thief
