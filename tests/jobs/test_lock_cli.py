@@ -28,9 +28,8 @@ from jobs.lock import Holder, acquire, lease_uri
 from jobs.timeutil import wall_clock_ms
 from segment_io.storage import S3Storage
 from tests.jobs.test_compact_faults import CONFIG, NOW, TOPIC, build_partition
-from tests.jobs.test_compact_s3 import PREFIX, _objects, _upload
+from tests.jobs.test_compact_s3 import PREFIX, _objects, _upload, s3  # noqa: F401 - s3: the fixture
 from tests.jobs.test_lock import _FOREIGN_HOLD_SCRIPT, _HOLD_SCRIPT, _hold_in_subprocess, _lease_of_a_killed_process, _release
-from tests.support.s3 import ACCESS_KEY, REGION, SECRET_KEY
 
 HOST = socket.gethostname()
 
@@ -51,15 +50,6 @@ def config(tmp_path) -> Path:
     path = tmp_path / "t.toml"
     path.write_text(CONFIG)
     return path
-
-
-@pytest.fixture()
-def s3(s3_bucket, monkeypatch):
-    endpoint, bucket = s3_bucket
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    return endpoint, bucket
 
 
 def _s3_args(endpoint, bucket: str) -> list[str]:

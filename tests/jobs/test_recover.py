@@ -11,6 +11,7 @@ import pytest
 from jobs.commit import RecoveryError, partition_work_uri
 from jobs.recover import LEFTOVER_ACTIONS, PreviewStorage, recover_log_dir, recover_partition
 from segment_io.storage import LocalStorage
+from tests.jobs.test_compact_s3 import s3  # noqa: F401 - the fixture: a bucket and the credentials in the env
 from tests.jobs.test_commit_local import (
     DELETE_STEPS,
     LOCAL_COMMIT_POINT,
@@ -233,10 +234,7 @@ def test_recover_cleans_and_reports_leftovers_exactly_as_its_dry_run_said(store,
             Path(uri).write_bytes(data)
         crash_at = "old-to-deleted:"
     else:
-        endpoint, bucket = request.getfixturevalue("s3_bucket")
-        for var, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                           ("AWS_DEFAULT_REGION", "us-east-1")):
-            monkeypatch.setenv(var, value)
+        endpoint, bucket = request.getfixturevalue("s3")
         _upload(endpoint, bucket, tmp_path / "logs")
         log, work = f"s3://{bucket}/{PREFIX}", f"s3://{bucket}/{PREFIX}.segjobs"
         args = ["--log-dir", log, "--s3-endpoint", endpoint.endpoint_url]
