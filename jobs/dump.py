@@ -27,6 +27,7 @@ from segment_io import layout
 from segment_io.compression import CODEC_NAMES
 from segment_io.errors import CorruptIndexError, CorruptRecordError, SegjobsError, UsageError
 from segment_io.format import BatchHeaders, scan_batches
+from segment_io.storage.base import KIND_FILE
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -40,16 +41,21 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="text format: show at most this many bytes of each key/value (default: 64; -1: all)")
 
 
-def _expand(storage, path: str) -> list[str]:
-    """Files to dump for ``path``: a directory expands to its segment files in base-offset order."""
-    files = storage.list(path)
-    if not files:  # a file (a directory or prefix lists what it holds)
-        return [path]
+def _expand(storage, path: str) -> tuple[list[str], list[SegjobsError]]:
+    """Files to dump for ``path`` (a directory expands to its segment files in base-offset order), and a
+    problem for every entry bearing a segment file's name that is not a regular file (a dangling symbolic
+    link, a directory, a FIFO, ...): a partition holding one cannot be read, so it must not verify OK."""
+    entries = storage.list(path, irregular=True)
+    files = [f for f in entries if f.kind == KIND_FILE]
+    problems: list[SegjobsError] = [layout.irregular_entry_error(f) for f in entries
+                                    if f.kind != KIND_FILE and layout.parse_segment_file(f.name)]
+    if not files and not problems:  # a file (a directory or prefix lists what it holds)
+        return [path], []
     segs = sorted((layout.parse_segment_file(f.name)[0], f.uri) for f in files
                   if (parsed := layout.parse_segment_file(f.name)) and parsed[1] == ".log" and not parsed[2])
-    if not segs:
+    if not segs and not problems:
         raise UsageError(f"{path}: no segment files (.log) found")
-    return [uri for _, uri in segs]
+    return [uri for _, uri in segs], problems
 
 
 def _show(b: bytes | None, limit: int) -> str:
@@ -215,7 +221,9 @@ def run(args: argparse.Namespace) -> int:
         storage = open_storage(path)
         if not storage.exists(path) and not storage.list(path):
             raise UsageError(f"{path}: no such file or directory")
-        for uri in _expand(storage, path):
+        uris, unreadable = _expand(storage, path)
+        problems.extend(unreadable)
+        for uri in uris:
             if uri.endswith((".index", ".timeindex", ".txnindex")):
                 problems.extend(_dump_index(storage, uri, out))
             else:

@@ -20,7 +20,7 @@ from jobs.config import ConfigSet
 from jobs.report import Progress, RunReport, append_ledger, write_report
 from jobs.scan import PartitionScan, scan_partition
 from jobs.timeutil import format_instant, parse_instant, wall_clock_ms
-from segment_io.errors import LockHeldError, SegjobsError, UsageError
+from segment_io.errors import CorruptCheckpointError, LockHeldError, SegjobsError, UsageError
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, LogDirListing, list_log_dir
 from segment_io.storage.base import Storage
 
@@ -76,13 +76,48 @@ def load_configs(args: argparse.Namespace) -> ConfigSet:
     return ConfigSet().with_overrides(args.set)
 
 
+#: What to do about a malformed per-log-dir checkpoint file. Kafka does not reset one: reading it fails with
+#: an IOException and the broker takes the whole log dir offline (CheckpointFileWithFailureHandler.read).
+_CHECKPOINT_FIXES = {
+    CLEANER_OFFSET_CHECKPOINT: "delete the file: compaction then starts again from each partition's log start, "
+                               "as Kafka's cleaner does without a checkpoint (extra work, nothing is lost)",
+    LOG_START_OFFSET_CHECKPOINT: "restore the file from a replica's log dir, or correct the line named; do not "
+                                 "delete it: records below each raised log start would come back into view",
+}
+
+
 def _read_checkpoints(storage: Storage, log_dir: str, listing: LogDirListing) -> dict[str, dict[tuple[str, int], int]]:
+    """The offset checkpoints the jobs read. A malformed file is a :class:`UsageError` (exit code 2): it is
+    read before the lock is taken, so nothing has been done, and the message names the file, the line and
+    the fix."""
     from segment_io.checkpoint import read_offset_checkpoint
 
     out = {}
     for name in (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT):
-        out[name] = read_offset_checkpoint(storage, storage.join(log_dir, name)) if name in listing.checkpoints else {}
+        try:
+            out[name] = read_offset_checkpoint(storage, storage.join(log_dir, name)) \
+                if name in listing.checkpoints else {}
+        except CorruptCheckpointError as exc:
+            raise UsageError(f"{exc}; nothing was done; fix: {_CHECKPOINT_FIXES[name]}") from None
     return out
+
+
+def _orphan_log_start_entries(ctx: "JobContext") -> None:
+    """Warn about every ``log-start-offset-checkpoint`` entry naming a partition the log dir does not hold.
+
+    A warning, not an error: Kafka ignores such entries (it looks up the entry of each log it loads), and a
+    broker leaves them behind for a while after a partition is deleted or moved to another log dir; a copy
+    of some of a dir's partitions has them too (two of the real broker dirs in the test fixtures do). The
+    entry is kept as it is."""
+    uri = ctx.storage.join(ctx.log_dir, LOG_START_OFFSET_CHECKPOINT)
+    for (topic, partition), offset in ctx.checkpoints[LOG_START_OFFSET_CHECKPOINT].items():
+        if (topic, partition) not in ctx.listing.partitions:
+            note = (f"{uri}: the entry for {topic}-{partition} is {offset}, but the log dir holds no partition "
+                    f"{topic}-{partition}: ignored and kept, as Kafka does (a leftover of a deleted or moved "
+                    f"partition, or a copy of only some partitions; if this file came from another log dir, "
+                    f"replace it)")
+            ctx.report.warnings.append(note)
+            ctx.progress(note)
 
 
 def _scan_task(item: tuple) -> PartitionScan:
@@ -112,9 +147,9 @@ def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext],
     report = RunReport(command=command, log_dir=log_dir, now_ms=now_ms, dry_run=dry_run)
     progress(f"log dir {log_dir}, now {format_instant(now_ms)} ({now_ms})" + (" [dry run]" if dry_run else ""))
 
-    # The scope and the topics' configs are checked against a first listing before the lock and recovery:
-    # exit code 2 promises that nothing was done. Recovery does not add or remove partitions.
-    _check_scope(storage, log_dir, scope, configs)
+    # The scope, the topics' configs and the checkpoint files are checked against a first listing before the
+    # lock and recovery: exit code 2 promises that nothing was done. Recovery does not add or remove partitions.
+    _read_checkpoints(storage, log_dir, _check_scope(storage, log_dir, scope, configs))
     ttl_ms = lease_ttl_ms(getattr(args, "lease_ttl", None))
 
     lease = None
@@ -169,6 +204,9 @@ def _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, con
     present = set(listing.partitions)
     checkpoints = _read_checkpoints(storage, log_dir, listing)
     selected = sorted(k for k in present if scope.includes(*k))
+    for topic in sorted({t for t, _ in selected}):
+        for note in configs.shadowed(topic):
+            progress(note)
 
     t0 = time.monotonic()
     from jobs.spark_session import build_session
@@ -192,6 +230,7 @@ def _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, con
         if scan.error is not None:
             progress(f"{scan.name}: UNREADABLE, left untouched: {scan.error}")
     progress(f"scanned {len(items)} partition(s)")
+    _orphan_log_start_entries(ctx)
     work(ctx)
 
 

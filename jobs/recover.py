@@ -354,9 +354,10 @@ class PreviewStorage(Storage):
     def local_path(self, uri: str) -> str | None:
         return self.base.local_path(uri)
 
-    def list(self, prefix: str, *, recursive: bool = False) -> list[FileInfo]:
+    def list(self, prefix: str, *, recursive: bool = False, irregular: bool = False) -> list[FileInfo]:
         root = prefix.rstrip("/") + "/"
-        out = {i.uri: i for i in self.base.list(prefix, recursive=recursive) if self._visible_in_base(i.uri)}
+        out = {i.uri: i for i in self.base.list(prefix, recursive=recursive, irregular=irregular)
+               if self._visible_in_base(i.uri)}
         for uri, p in self._new.items():
             if uri.startswith(root) and (recursive or "/" not in uri[len(root):]):
                 out[uri] = self._info(uri, p)
