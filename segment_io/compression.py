@@ -29,6 +29,7 @@ from segment_io.errors import (
     OversizedBatchError,
     UnsupportedCodecError,
 )
+from segment_io.units import parse_size
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 CODEC_NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
@@ -51,7 +52,7 @@ _LZ4_BLOCK = 64 * 1024
 #: services allow at most 8-20 MiB). Genuine batches inflate to a few MiB, rarely tens; 256 MiB leaves more than
 #: ten times that while keeping what one corrupt or hostile batch costs a Spark task to a quarter GiB.
 DEFAULT_MAX_BATCH_BYTES = 256 << 20
-#: Environment variable that overrides :data:`DEFAULT_MAX_BATCH_BYTES` (a byte count) where no explicit
+#: Environment variable that overrides :data:`DEFAULT_MAX_BATCH_BYTES` (a size, e.g. ``1GiB``) where no explicit
 #: ``max_batch_bytes`` is passed: it reaches code the command line does not (Spark executors, the data source).
 MAX_BATCH_BYTES_ENV = "SEGJOBS_MAX_BATCH_BYTES"
 #: The longest record RecordBatch v2 can frame: a varint length (at most 5 bytes) and an int32 body size. A
@@ -92,16 +93,17 @@ def codec_from_name(name: str) -> int:
 
 def max_batch_bytes(override: int | None = None) -> int:
     """The most bytes one batch's records may inflate to: ``override`` when given, else the environment's
-    ``SEGJOBS_MAX_BATCH_BYTES``, else :data:`DEFAULT_MAX_BATCH_BYTES`. Raises :class:`ConfigError` naming the
-    setting when it is not a positive integer."""
+    ``SEGJOBS_MAX_BATCH_BYTES`` (a size: ``512MiB``, ``1GiB``, a number of bytes), else
+    :data:`DEFAULT_MAX_BATCH_BYTES`. Raises :class:`ConfigError` naming the setting when it is not a positive
+    size."""
     if override is None:
         raw = os.environ.get(MAX_BATCH_BYTES_ENV, "").strip()
         if not raw:
             return DEFAULT_MAX_BATCH_BYTES
         try:
-            override = int(raw)
-        except ValueError:
-            raise ConfigError(f"{MAX_BATCH_BYTES_ENV}={raw!r}: expected a number of bytes") from None
+            override = parse_size(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{MAX_BATCH_BYTES_ENV}: {exc}") from None
         if override <= 0:
             raise ConfigError(f"{MAX_BATCH_BYTES_ENV}={raw!r}: must be positive")
     elif isinstance(override, bool) or not isinstance(override, int) or override <= 0:
@@ -122,7 +124,7 @@ def oversized_detail(codec: int, limit: int, declared: int | None = None) -> str
             f"payload's frames declare at least {declared} bytes, over")
     return (f"{CODEC_NAMES.get(codec, codec)} {what} the per-batch bound of {limit} bytes "
             f"({limit / (1 << 20):g} MiB): a decompression bomb or corrupt data. If the batch is genuine, raise "
-            f"the bound with {MAX_BATCH_BYTES_ENV}=<bytes> (segjobs dump: --max-batch-bytes; segment_io's decode "
+            f"the bound with {MAX_BATCH_BYTES_ENV}=<size> (segjobs dump: --max-batch-bytes; segment_io's decode "
             f"functions: max_batch_bytes=)")
 
 

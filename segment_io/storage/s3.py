@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import Any, BinaryIO, Callable, Iterator, NoReturn, TypeVar
 
 from segment_io.errors import NotFoundError, PreconditionFailedError, StorageError, UsageError
-from segment_io.storage.base import FileInfo, Storage
+from segment_io.storage.base import KIND_DIRECTORY, FileInfo, PendingUpload, Storage
 from segment_io.storage.options import StorageOptions
 
 S3_SCHEME = "s3://"
@@ -137,15 +137,23 @@ class S3Storage(Storage):
         pieces = [base.rstrip("/")] + [p.strip("/") for p in parts if p.strip("/")]
         return "/".join(pieces)
 
-    def list(self, prefix: str, *, recursive: bool = False) -> list[FileInfo]:
+    def list(self, prefix: str, *, recursive: bool = False, irregular: bool = False) -> list[FileInfo]:
         bucket, key = parse_s3_uri(prefix)
         out: list[FileInfo] = []
         for page in self._pages(prefix, bucket, _dir_prefix(key), recursive):
             for obj in page.get("Contents", ()):
+                uri = f"{S3_SCHEME}{bucket}/{obj['Key']}"
+                mtime_ms = int(obj["LastModified"].timestamp() * 1000)
                 if obj["Key"].endswith("/"):
-                    continue  # zero-byte "folder" markers some tools create
-                out.append(FileInfo(uri=f"{S3_SCHEME}{bucket}/{obj['Key']}", size=obj["Size"],
-                                    mtime_ms=int(obj["LastModified"].timestamp() * 1000), etag=obj.get("ETag")))
+                    # a "folder" marker some tools create: no data, reported only when asked for
+                    if irregular and obj["Key"] != _dir_prefix(key):
+                        out.append(FileInfo(uri=uri.rstrip("/"), size=obj["Size"], mtime_ms=mtime_ms,
+                                            etag=obj.get("ETag"), kind=KIND_DIRECTORY))
+                    continue
+                out.append(FileInfo(uri=uri, size=obj["Size"], mtime_ms=mtime_ms, etag=obj.get("ETag")))
+            if irregular and not recursive:
+                out.extend(FileInfo(uri=f"{S3_SCHEME}{bucket}/{cp['Prefix'].rstrip('/')}", size=0, mtime_ms=0,
+                                    kind=KIND_DIRECTORY) for cp in page.get("CommonPrefixes", ()))
         return out
 
     def list_dirs(self, prefix: str) -> list[str]:
@@ -300,6 +308,35 @@ class S3Storage(Storage):
         """Nothing to do: S3 has no directories."""
 
     # ------------------------------------------------------------------ multipart helpers and errors
+
+    def list_pending_uploads(self, prefix: str) -> list[PendingUpload]:
+        bucket, key = parse_s3_uri(prefix)
+        out = []
+        paginator = self._client.get_paginator("list_multipart_uploads")
+        try:
+            for page in paginator.paginate(Bucket=bucket, Prefix=_dir_prefix(key)):
+                for u in page.get("Uploads", ()):
+                    uri = f"{S3_SCHEME}{bucket}/{u['Key']}"
+                    parts = self._client.get_paginator("list_parts").paginate(
+                        Bucket=bucket, Key=u["Key"], UploadId=u["UploadId"])
+                    size = sum(p["Size"] for page_ in parts for p in page_.get("Parts", ()))
+                    out.append(PendingUpload(uri=uri, upload_id=u["UploadId"], size=size,
+                                             initiated_ms=int(u["Initiated"].timestamp() * 1000)))
+        except Exception as e:
+            self._raise(e, prefix)
+        return sorted(out, key=lambda u: (u.uri, u.initiated_ms, u.upload_id))
+
+    def abort_pending_upload(self, upload: PendingUpload) -> None:
+        from botocore.exceptions import ClientError
+
+        bucket, key = parse_s3_uri(upload.uri)
+        try:
+            self._client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload.upload_id)
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") != "NoSuchUpload":  # already gone: what we wanted
+                self._raise(e, upload.uri)
+        except Exception as e:
+            self._raise(e, upload.uri)
 
     def _abort_upload(self, uri: str, upload_id: str) -> None:
         bucket, key = parse_s3_uri(uri)

@@ -128,10 +128,10 @@ def test_dump_max_batch_bytes_raises_the_bound_and_rejects_nonsense(bombs, tmp_p
     assert rc == 1 and f"byte {position}, offset {BOMB_OFFSET}: gzip payload inflates past the per-batch bound " \
                        f"of {1 << 20} bytes (1 MiB)" in err
     # a bound above the payload lets it inflate: zeros are no records, which is reported as such instead
-    rc, _, err, _ = _run_dump("--verify", "--max-batch-bytes", str(4 << 20), str(path))
+    rc, _, err, _ = _run_dump("--verify", "--max-batch-bytes", "4MiB", str(path))
     assert rc == 1 and "record size 0" in err and "bound" not in err
     rc, _, err, _ = _run_dump("--verify", "--max-batch-bytes", "0", str(path))
-    assert rc == 2 and "--max-batch-bytes: must be positive" in err
+    assert rc == 2 and "--max-batch-bytes: must be positive" in err, err
 
 
 def _peak_rss_increase(fn) -> int:
@@ -203,7 +203,9 @@ def test_the_environment_sets_the_default_and_an_explicit_bound_beats_it(monkeyp
     with pytest.raises(OversizedBatchError, match=f"bound of {512 << 10} bytes"):
         decode_segment_bytes(data)
     assert decode_segment_bytes(data, max_batch_bytes=2 << 20).num_rows == 1
-    monkeypatch.setenv(MAX_BATCH_BYTES_ENV, "1GiB")
+    monkeypatch.setenv(MAX_BATCH_BYTES_ENV, "1.5MiB")  # sizes take units, as everywhere in segjobs
+    assert decode_segment_bytes(data).num_rows == 1
+    monkeypatch.setenv(MAX_BATCH_BYTES_ENV, "lots")
     with pytest.raises(ConfigError, match=MAX_BATCH_BYTES_ENV):
         decode_segment_bytes(data)
     monkeypatch.setenv(MAX_BATCH_BYTES_ENV, "0")
