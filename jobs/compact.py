@@ -56,7 +56,7 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from jobs.args import add_log_dir_options
+from jobs.args import add_log_dir_options, size_arg
 from jobs.config import TopicConfig, never_touched
 from jobs.jobrun import JobContext, run_job, scan_error_entry
 from jobs.model import PartitionState, Scope as PlanScope
@@ -88,8 +88,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="memory: one task per partition with a bounded offset map (multi-pass when full, like "
                         "Kafka); external-sort: for key counts beyond memory (not available yet); "
                         "auto (default): memory")
-    p.add_argument("--dedupe-buffer-bytes", type=int, default=DEFAULT_DEDUPE_BUFFER_BYTES, metavar="N",
-                   help="offset-map memory per task, 24 bytes per key (default: 128 MiB, about 4.2 M keys; "
+    p.add_argument("--dedupe-buffer-bytes", type=size_arg, default=DEFAULT_DEDUPE_BUFFER_BYTES, metavar="SIZE",
+                   help="offset-map memory per task, e.g. 512MiB; 24 bytes per key (default: 128MiB, about 4.2 M keys; "
                         "Kafka's log.cleaner.dedupe.buffer.size). A partition with more dirty keys is cleaned "
                         "partially and the report says so; the next run continues")
 
@@ -145,7 +145,7 @@ class PartitionOutcome:
     seconds: float = 0.0
 
 
-STAGING_DIR = "staging"
+from jobs.commit import PRIVATE_STAGING_DIR as STAGING_DIR  # noqa: E402 - recovery empties it too
 
 
 def private_stage_uri(storage: Storage, work_uri: str, partition_uri: str, base_offset: int, suffix: str) -> str:

@@ -30,7 +30,8 @@ a :class:`~segment_io.errors.ConfigError` naming both, raised when a topic match
 
 Value types: integers for ``*.ms`` and ``*.bytes`` keys, as TOML integers or strings. Strings may
 carry a unit: durations ``500ms``, ``30s``, ``15m``, ``1h``, ``7d``, ``2w``; sizes ``100B``,
-``64KiB``, ``512MiB``, ``1GiB``, ``2TiB`` (binary units only: ``GB`` is refused as ambiguous).
+``64KiB``, ``512MiB``, ``1GiB``, ``2TiB`` (binary units only: ``GB`` is refused as ambiguous); the one
+parser of both is :mod:`segment_io.units`, shared with the command-line options.
 ``-1`` (where Kafka allows it) means unlimited. ``min.cleanable.dirty.ratio`` is a number in
 [0, 1]. ``cleanup.policy`` is ``"delete"``, ``"compact"``, ``"compact,delete"`` (any order, any
 spacing, any case) or a TOML list of those words.
@@ -55,6 +56,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from segment_io.errors import ConfigError
 from segment_io.format import LEGACY_MIN_SIZE, LOG_OVERHEAD
+from segment_io.units import parse_duration, parse_size
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
@@ -153,12 +155,6 @@ class TopicConfig:
 # Key definitions: type, range and the TopicConfig attribute of every key segjobs reads
 # --------------------------------------------------------------------------------------------------
 
-_DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": _DAY_MS, "w": 7 * _DAY_MS}
-_SIZE_UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
-_AMBIGUOUS_SIZE_UNITS = {"k", "kb", "m", "mb", "g", "gb", "t", "tb"}
-_NUMBER_WITH_UNIT = re.compile(r"^\s*(-?\d+)\s*([A-Za-z]*)\s*$")
-
-
 @dataclass(frozen=True)
 class _Spec:
     """How one Kafka key is typed and bounded (the bounds of Kafka's ConfigDef for it)."""
@@ -176,37 +172,12 @@ class _Spec:
         return None
 
 
-def _integer(raw: Any, units: Mapping[str, int], unit_kind: str) -> int:
-    # bool is an int in Python; a TOML `true` for a size is a mistake, not 1
-    if isinstance(raw, bool) or not isinstance(raw, (int, str)):
-        raise ValueError(f"expected an integer{' or a string with a ' + unit_kind + ' unit' if units else ''}, "
-                         f"got {type(raw).__name__} {raw!r}")
-    if isinstance(raw, int):
-        return raw
-    m = _NUMBER_WITH_UNIT.match(raw)
-    if not m:
-        raise ValueError(f"cannot read {raw!r} as an integer")
-    number, unit = int(m.group(1)), m.group(2)
-    if not unit:
-        return number
-    # sizes read case-insensitively (GiB, gib); durations do not, so "m" stays minutes
-    factor = units.get(unit.lower() if unit_kind == "size" else unit)
-    if factor is None:
-        if unit_kind == "size" and unit.lower() in _AMBIGUOUS_SIZE_UNITS:
-            raise ValueError(f"unit {unit!r} in {raw!r} is ambiguous: use KiB, MiB, GiB, TiB or a plain integer")
-        known = ", ".join(units) if units else "none"
-        raise ValueError(f"unknown unit {unit!r} in {raw!r} (units: {known})")
-    if number < 0:
-        raise ValueError(f"{raw!r}: only a plain -1 may be negative")
-    return number * factor
-
-
 def _duration(raw: Any) -> int:
-    return _integer(raw, _DURATION_UNITS, "duration")
+    return parse_duration(raw)
 
 
 def _size(raw: Any) -> int:
-    return _integer(raw, _SIZE_UNITS, "size")
+    return parse_size(raw)
 
 
 def _ratio(raw: Any) -> float:

@@ -9,18 +9,23 @@ checked before Spark starts, so a typo costs a second, not a session start.
 from __future__ import annotations
 
 import argparse
-import os
-import threading
+import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from jobs.args import Scope, parse_scope, storage_options_from_args
+from jobs.args import (
+    Scope,
+    check_log_dir_has_partitions,
+    check_log_dir_is_dir,
+    parse_scope,
+    storage_options_from_args,
+)
 from jobs.config import ConfigSet
 from jobs.report import Progress, RunReport, append_ledger, write_report
 from jobs.scan import PartitionScan, scan_partition
-from jobs.timeutil import format_instant, parse_instant, wall_clock_ms
+from jobs.timeutil import format_instant, resolve_now, wall_clock_ms
 from segment_io.errors import CorruptCheckpointError, LockHeldError, SegjobsError, UsageError
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, LogDirListing, list_log_dir
 from segment_io.storage.base import Storage
@@ -52,20 +57,14 @@ class JobContext:
         return self.spark.sparkContext
 
     def keep_lease(self) -> None:
-        """Renew an S3 lease that has used up half of its time (local locks do not expire). Jobs call this
-        between commits. A lease is timed on the wall clock, never on --now: --now is the instant the job's
-        decisions are made at, often in the past, while a lease guards the real time the job runs."""
-        if self.lease is None or self.lease.etag is None:
-            return
-        from jobs.lock import DEFAULT_TTL_MS
-        from jobs.timeutil import wall_clock_ms
-
-        # Commits may run on several threads; two concurrent renewals would trip each other's conditional PUT.
-        with self.extra.setdefault("lease_guard", threading.Lock()):
-            now = wall_clock_ms()
-            if now - self.extra.get("lease_renewed_ms", self.lease.acquired_ms) >= DEFAULT_TTL_MS // 2:
-                self.lease.renew(now)
-                self.extra["lease_renewed_ms"] = now
+        """Jobs call this before each commit. Raises :class:`jobs.lock.LeaseLost` once the run's S3 lease is
+        no longer its own (another run took it over after it expired, or it could not be renewed in time), so
+        the run commits nothing more; the frame reports it. A heartbeat renews the lease in the background;
+        this renews it here only if that fell behind. Local locks do not expire. A lease is timed on the
+        wall clock, never on --now: --now is the instant the job's decisions are made at, often in the
+        past, while a lease guards the real time the job runs."""
+        if self.lease is not None:
+            self.lease.check(wall_clock_ms())
 
     def parallel_map(self, fn: Callable[[Any], Any], items: list[Any], *, tasks: int | None = None) -> list[Any]:
         """Run ``fn`` over ``items`` as Spark tasks (one task per item, or ``tasks`` tasks each taking a
@@ -136,35 +135,46 @@ def _scan_task(item: tuple) -> PartitionScan:
 def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext], None], *,
             scan_depth: str, destructive: bool = True) -> int:
     """Run one job end to end; returns the process exit code (0 ok, 1 some partition failed)."""
-    from jobs.lock import acquire, work_uri
+    from jobs.lock import Holder, LeaseLost, acquire, lease_ttl_ms, work_uri
     from segment_io.storage import open_storage
 
     # ---- everything that needs no Spark, first ----
     configs = load_configs(args)
-    now_ms = parse_instant(args.now)
+    now_ms, now_note = resolve_now(args.now)
     scope = parse_scope(args.topic, args.partition)
     dry_run = bool(getattr(args, "dry_run", False))
     log_dir = args.log_dir.rstrip("/") if args.log_dir not in ("/",) else args.log_dir
     storage = open_storage(log_dir, storage_options_from_args(args))
-    local = storage.local_path(log_dir)
-    if local is not None and not os.path.isdir(local):
-        raise UsageError(f"--log-dir {log_dir}: no such directory")
+    check_log_dir_is_dir(storage, log_dir)
     work_dir = work_uri(log_dir)
     progress = Progress(command, quiet=args.quiet)
     report = RunReport(command=command, log_dir=log_dir, now_ms=now_ms, dry_run=dry_run)
-    progress(f"log dir {log_dir}, now {format_instant(now_ms)} ({now_ms})" + (" [dry run]" if dry_run else ""))
 
     # The scope, the topics' configs and the checkpoint files are checked against a first listing before the
     # lock and recovery: exit code 2 promises that nothing was done. Recovery does not add or remove partitions.
     _read_checkpoints(storage, log_dir, _check_scope(storage, log_dir, scope, configs))
+    ttl_ms = lease_ttl_ms(getattr(args, "lease_ttl", None))
+    if now_note:  # even with --quiet: it is what repeating this run's decisions takes
+        print(f"segjobs {command}: {now_note}", file=sys.stderr, flush=True)
+    progress(f"log dir {log_dir}, now {format_instant(now_ms)} ({now_ms})" + (" [dry run]" if dry_run else ""))
 
     lease = None
     try:
         with ExitStack() as stack:
             if destructive and not dry_run:
-                lease = stack.enter_context(acquire(storage, log_dir, now_ms=wall_clock_ms()))
+                # The holder's run id is the report's: a refusal names the run the reports and ledger know.
+                lease = stack.enter_context(acquire(storage, log_dir, now_ms=wall_clock_ms(), ttl_ms=ttl_ms,
+                                                    holder=Holder.this_process(report.run_id), clock=wall_clock_ms))
+                if lease.notice:
+                    report.warnings.append(lease.notice)
+                    progress(lease.notice)
             _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, configs, scope, now_ms, dry_run,
                         destructive, report, progress, lease)
+    except LeaseLost as exc:
+        # Raised before a commit: nothing more was committed after the lease was lost. What was committed
+        # before stands (each commit is crash-safe on its own); the next run's recovery settles the rest.
+        report.errors.append({"kind": "LeaseLost", "detail": f"{exc}; the run stopped before its next commit"})
+        progress(f"LOST THE LEASE, stopped before the next commit: {exc}")
     except LockHeldError as exc:
         if lease is None or report.finished_ms is not None:
             raise  # could not take the lock: nothing was done
@@ -190,7 +200,9 @@ def _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, con
     from jobs.recover import recover_log_dir
 
     if destructive and not dry_run:
-        recovered = [r for r in recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work_dir) if r.changed]
+        check = None if lease is None else (lambda: lease.check(wall_clock_ms()))
+        recovered = [r for r in recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work_dir, check=check)
+                     if r.changed]
         for r in recovered:
             progress(f"recovered {r.partition_uri}: {', '.join(a.action for a in r.actions)}")
         report.totals["recovered_partitions"] = len(recovered)
@@ -232,8 +244,7 @@ def _check_scope(storage: Storage, log_dir: str, scope: Scope, configs: ConfigSe
     """Fail with a UsageError/ConfigError when the log dir holds no partition, the scope names one it
     does not hold, or two topic globs of equal specificity claim a topic."""
     listing = list_log_dir(storage, log_dir)
-    if not listing.partitions:
-        raise UsageError(f"--log-dir {log_dir}: no partition directories (<topic>-<n>) found")
+    check_log_dir_has_partitions(log_dir, listing)
     present = set(listing.partitions)
     scope.check_against(present)
     configs.check_topics({t for t, _ in present})

@@ -63,6 +63,7 @@ from jobs.plan_retain import DeleteShare, RetentionPlan, delete_shares, plan_ret
 from jobs.planfile import PlanStage, add_plan_options, load_for_apply, partition_name
 from jobs.report import human_bytes, render_table
 from jobs.scan import PartitionError, PartitionScan, scan_partition
+from jobs.timeutil import data_age_warning
 from segment_io.checkpoint import (
     read_offset_checkpoint,
     truncate_epochs_from_start,
@@ -398,6 +399,14 @@ def _work(ctx: JobContext, *, fault: Fault | None = None) -> None:
     planfile = PlanStage.of(ctx)
     planfile.check_unchanged(ctx)
     keys = sorted(ctx.scans)
+    if ctx.args.now is None:  # judged at the wall clock: is the data older than any retention? (a backup?)
+        stale = data_age_warning([s.largest_timestamp for k in keys if ctx.scans[k].state
+                                  for s in ctx.scans[k].state.segments],
+                                 [c.retention_ms for c in map(ctx.configs.for_topic, {t for t, _ in keys}) if c.delete],
+                                 ctx.now_ms)
+        if stale:
+            ctx.report.warnings.append(stale)
+            print(f"segjobs retain: warning: {stale}", file=sys.stderr, flush=True)
     plans = {k: plan for k in keys
              if (plan := plan_partition(params, ctx.scans[k], ctx.configs.for_topic(k[0]))) is not None}
     refused = refused_topics(ctx, plans)

@@ -47,6 +47,23 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     return m.group("topic"), int(m.group("partition"))
 
 
+def closest_topics_hint(glob: str, topics: Iterable[str], *, limit: int = 8) -> str:
+    """What to tell someone whose topic glob matched none of ``topics``: the closest names
+    (``difflib``, wildcards ignored, case-insensitive) or, when none is close, the names there are."""
+    import difflib
+
+    names = sorted(set(topics))
+    if not names:
+        return "there are no topics"
+    by_lower = {n.lower(): n for n in names}
+    wanted = re.sub(r"\[[^\]]*\]|[*?]", "", glob).lower()
+    close = [by_lower[c] for c in difflib.get_close_matches(wanted, list(by_lower), n=3, cutoff=0.6)]
+    if close:
+        return f"closest: {', '.join(close)}"
+    more = f" (and {len(names) - limit} more)" if len(names) > limit else ""
+    return f"topics there: {', '.join(names[:limit])}{more}"
+
+
 def partition_dir_name(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
