@@ -327,3 +327,35 @@ def test_every_job_takes_format_verbose_and_output(capsys) -> None:
             main([command, "--help"])
         text = capsys.readouterr().out
         assert "--format" in text and "--output" in text and "--verbose" in text, command
+
+
+@pytest.mark.slow
+def test_spark_submit_prints_the_summary_on_stdout_and_no_spark_info_lines(tmp_path: Path) -> None:
+    """The README's spark-submit line: progress on stderr, the summary alone on stdout, no Spark INFO lines.
+
+    spark-submit merges the Python process's stderr into its stdout; the job puts it back on the JVM's
+    stderr. One light run: local[1], a tiny log dir, a dry run."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    spark_submit = Path(sys.executable).with_name("spark-submit")
+    if not spark_submit.exists():
+        pytest.fail(f"spark-submit not found beside {sys.executable}: pyspark's scripts are missing")
+    d = tmp_path / "logs"
+    _keyed(d, "orders", 0, keys=5, rounds=3)
+    env = {k: v for k, v in os.environ.items() if k != "SEGJOBS_SPARK_LOG"}
+    env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    proc = subprocess.run(
+        [str(spark_submit), "--master", "local[1]", "--properties-file", "conf/spark-defaults.conf",
+         "--conf", "spark.ui.enabled=false", "jobs/compact.py", "--log-dir", str(d),
+         "--set", "*:cleanup.policy=compact", "--now", str(NOW), "--dry-run"],
+        cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    rows, order, after = _table(proc.stdout)
+    assert order == ["orders-0"] and "would compact" in rows["orders-0"]
+    assert FOOTER.match(after[1])
+    assert proc.stdout.startswith("partition ")  # nothing before the table ...
+    assert "[compact" not in proc.stdout and " INFO " not in proc.stdout  # ... and no progress or log lines in it
+    assert "[compact" in proc.stderr and "scanned 1 partition(s)" in proc.stderr
+    assert not [line for line in proc.stderr.splitlines() if " INFO " in line], proc.stderr
