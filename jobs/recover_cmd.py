@@ -80,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
     local = storage.local_path(log_dir)
     if local is not None and not os.path.isdir(local):
         raise UsageError(f"--log-dir {log_dir}: no such directory")
+    from jobs.jobrun import preflight
+
+    preflight(storage, log_dir, None, None, None)  # S3 answers (within seconds), or exit code 2
     work = work_uri(log_dir)
     if args.dry_run:
         leftovers = find_leftovers(storage, log_dir, work)

@@ -293,7 +293,8 @@ def test_missing_credentials_fail_fast_with_a_hint(capsys, moto_env, tmp_path: P
                        "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE")
 
 
-def test_an_unreachable_endpoint_fails_within_seconds(capsys, monkeypatch) -> None:
+@pytest.mark.parametrize("command", ["compact", "recover"])
+def test_an_unreachable_endpoint_fails_within_seconds(capsys, monkeypatch, command: str) -> None:
     with socket.socket() as s:  # a port nothing listens on: connections are refused
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -301,7 +302,7 @@ def test_an_unreachable_endpoint_fails_within_seconds(capsys, monkeypatch) -> No
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "a")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "b")
     # a generous bound: botocore's defaults (60 s connect timeout, retried) would take minutes
-    _fails_before_work(capsys, ["compact", "--log-dir", "s3://bucket/logs", "--now", str(NOW),
+    _fails_before_work(capsys, [command, "--log-dir", "s3://bucket/logs", "--now", str(NOW),
                                 "--s3-endpoint", endpoint, "--s3-region", "us-east-1"],
                        f"the S3 endpoint {endpoint} did not answer", "--s3-endpoint", "SEGJOBS_S3_ENDPOINT",
                        within_s=20.0)
