@@ -14,6 +14,13 @@ The log dir is rewritten in place, crash-safely (Kafka's .cleaned -> .swap -> li
 commit intent plus copies on S3); `segjobs recover` (run at the start of every job) finishes or rolls back
 an interrupted run. The log dir's .lock (local) or a lease object (S3) keeps brokers and other runs out.
 
+Kafka's own topics keep the configs Kafka creates them with (__consumer_offsets and __transaction_state are
+compact topics) unless the config names them exactly; __cluster_metadata is never touched. A wrong .index or
+.timeindex in a segment group being cleaned is rebuilt (the group is rewritten, its batches copied byte for
+byte), and the progress lines and the report say so. A partition that cannot be read (bad bytes, an entry
+with a segment's name that is not a regular file, an impossible log-start-offset-checkpoint entry) is
+reported and left untouched (exit code 1).
+
 examples:
   segjobs compact --log-dir /var/kafka/logs --config conf/topics.toml
   segjobs compact --log-dir s3://bucket/kafka/logs --topic 'orders*' --now 2026-11-22T02:00:00Z --dry-run
@@ -34,6 +41,7 @@ if __name__ == "__main__":  # spark-submit jobs/compact.py
     sys.path.insert(0, os.path.dirname(_jobs_dir))
 
 import argparse
+import dataclasses
 import functools
 import time
 from contextlib import ExitStack
@@ -43,8 +51,8 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from jobs.args import add_log_dir_options
-from jobs.config import TopicConfig
+from jobs.args import add_log_dir_options, size_arg
+from jobs.config import TopicConfig, never_touched
 from jobs.jobrun import JobContext, run_job, scan_error_entry
 from jobs.model import PartitionState, Scope as PlanScope
 from jobs.plan_compact import CompactionPlan, group_segments_by_size, plan_compaction, updated_cleaner_checkpoints
@@ -79,8 +87,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="memory: one task per partition with a bounded offset map (multi-pass when full, like "
                         "Kafka); external-sort: for key counts beyond memory (not available yet); "
                         "auto (default): memory")
-    p.add_argument("--dedupe-buffer-bytes", type=int, default=DEFAULT_DEDUPE_BUFFER_BYTES, metavar="N",
-                   help="offset-map memory per task, 24 bytes per key (default: 128 MiB, about 4.2 M keys; "
+    p.add_argument("--dedupe-buffer-bytes", type=size_arg, default=DEFAULT_DEDUPE_BUFFER_BYTES, metavar="SIZE",
+                   help="offset-map memory per task, e.g. 512MiB; 24 bytes per key (default: 128MiB, about 4.2 M keys; "
                         "Kafka's log.cleaner.dedupe.buffer.size). A partition with more dirty keys is cleaned "
                         "partially and the report says so; the next run continues")
 
@@ -119,6 +127,9 @@ class GroupOutcome:
     mtime_ms: int = 0
     #: set by the driver once the group's replacement is committed
     committed: bool = False
+    #: what was wrong with the ``.index``/``.timeindex`` files of the group's segments (one line per problem,
+    #: naming the file); the rewrite rebuilds them, so a group with such a problem is always rewritten
+    corrupt_indexes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -219,6 +230,20 @@ class _PartitionCleaner:
         what it keeps, so nothing outlives the mapping but the encoder's verbatim copies, made while it is open."""
         return self.task.storage.read_mapped(self.files[base].log.uri)
 
+    def index_problems(self, base: int, headers) -> list[str]:
+        """What is wrong with the ``.index`` and ``.timeindex`` of segment ``base`` against its batches (empty
+        when sound or absent). Kafka's loader rebuilds an index that fails its own, weaker sanity check; one
+        that passes it with wrong entries would be served as is, so compaction rebuilds every index it finds
+        wrong in a group it cleans (and says so)."""
+        from segment_io.index import check_indexes
+
+        files = self.files[base]
+        data = {f.uri: self.task.storage.read(f.uri) for f in (files.index, files.timeindex) if f is not None}
+        return [str(e) for e in check_indexes(
+            headers, data.get(files.index.uri) if files.index else None,
+            data.get(files.timeindex.uri) if files.timeindex else None, path=files.log.uri,
+            segment_base_offset=base)]
+
     def build_map(self):
         from jobs.offset_map import build_offset_map
         from segment_io.decode import decode_key_hashes_bytes
@@ -257,19 +282,22 @@ class _PartitionCleaner:
         task, plan, storage = self.task, self.task.plan, self.task.storage
         bases = [s.base_offset for s in group]
         sources: dict[int, bytes] = {}
-        tables, empties = [], []
+        tables, empties, corrupt_indexes = [], [], []
         for s in group:
             uri = self.files[s.base_offset].log.uri
             data = mappings.enter_context(self.mapped(s.base_offset))
             sources[s.base_offset] = data
             tables.append(decode_segment_bytes(data, path=uri, topic=plan.topic, partition=plan.partition,
                                                segment_base_offset=s.base_offset))
-            empties.append(empty_batches_from_headers(scan_batches(data, path=uri), s.base_offset))
+            headers = scan_batches(data, path=uri)
+            empties.append(empty_batches_from_headers(headers, s.base_offset))
+            corrupt_indexes += self.index_problems(s.base_offset, headers)
         records = pa.concat_tables(tables)
         mtimes = {s.base_offset: s.mtime_ms for s in group}
         result = clean_records(records, offset_map=omap, txn_state=task.txn, params=self.params,
                                empty_batches=pa.concat_tables(empties), segment_last_modified_ms=mtimes)
-        changed = result.changed
+        # a group whose index files are wrong is rewritten even when no record goes: that rebuilds them
+        changed = result.changed or bool(corrupt_indexes)
         for _ in range(MAX_CONVERGENCE_PASSES):
             again = clean_records(result.records, offset_map=omap, txn_state=refreshed_txn or task.txn,
                                   params=self.params, empty_batches=result.empty_batches,
@@ -279,7 +307,8 @@ class _PartitionCleaner:
             changed = True
             result = _merged_result(again, result)
         bytes_before = sum(len(d) for d in sources.values())
-        g = GroupOutcome(bases, changed, bytes_before, bytes_before, records.num_rows, records.num_rows)
+        g = GroupOutcome(bases, changed, bytes_before, bytes_before, records.num_rows, records.num_rows,
+                         corrupt_indexes=tuple(corrupt_indexes))
         if changed:
             g.records_after = result.records.num_rows
             if task.dry_run:
@@ -419,6 +448,7 @@ def _entry(plan: CompactionPlan, state: PartitionState, outcome: PartitionOutcom
         "records_after": sum(g.records_after for g in applied),
         "bytes_removed": bytes_before - bytes_after,
         "stats": outcome.stats, "task_seconds": outcome.seconds,
+        "indexes_rebuilt": [p for g in applied for p in g.corrupt_indexes],
     })
     entry["records_removed"] = entry["records_before"] - entry["records_after"]
     if outcome.error and applied and not dry_run:
@@ -454,6 +484,8 @@ def _work(ctx: JobContext) -> None:
         config = ctx.configs.for_topic(scan.topic)
         scope = plan_scope if ctx.scope.explicit(*key) else PlanScope()
         plan = plan_compaction(scan.state, config, ctx.now_ms, scope)
+        if never_touched(scan.topic):
+            plan = dataclasses.replace(plan, selected=False, reason=never_touched(scan.topic), checkpoint_reset=False)
         plans[key] = plan
         if plan.selected:
             tasks.append(CompactTask(ctx.storage, ctx.listing.partitions[key], scan.state, plan, config, scan.txn,
@@ -469,6 +501,7 @@ def _work(ctx: JobContext) -> None:
         state = ctx.scans[key].state
         outcome = outcomes.get(key)
         committed = False
+        warnings = list(ctx.scans[key].warnings)  # the summary's note shows them with the partition's row
         new_cp = checkpoints.get(key)
         if plan.checkpoint_reset:
             new_cp, checkpoint_changed = plan.first_dirty_offset, True
@@ -493,6 +526,11 @@ def _work(ctx: JobContext) -> None:
         elif outcome is not None:
             ctx.progress(f"{plan.topic}-{plan.partition}: {'measured' if ctx.dry_run else 'compacted'} in "
                          f"{outcome.seconds}s")
+            for problem in (p for g in outcome.groups if g.committed or ctx.dry_run for p in g.corrupt_indexes):
+                note = f"{plan.topic}-{plan.partition}: {problem}: {'would rebuild' if ctx.dry_run else 'rebuilt'} it"
+                ctx.progress(note)
+                ctx.report.warnings.append(note)
+                warnings.append(note)
         if new_cp is not None:
             checkpoints[key] = new_cp
         if ctx.dry_run:
@@ -501,6 +539,7 @@ def _work(ctx: JobContext) -> None:
         else:
             checkpoint = checkpoints.get(key)
         entry = _entry(plan, state, outcome, dry_run=ctx.dry_run, committed=committed, checkpoint=checkpoint)
+        entry["warnings"] = warnings
         ctx.report.partitions.append(entry)
     if checkpoint_changed and not ctx.dry_run:
         entries = updated_cleaner_checkpoints(checkpoints, live)

@@ -18,7 +18,9 @@ table, which is accepted too (nested keys are joined with dots), but a glob with
 Layering, lowest first, for a topic: Kafka's defaults, then ``[defaults]``, then every
 ``[topics."<glob>"]`` table whose glob matches the topic, least specific first, then every
 ``--set GLOB:KEY=VALUE`` override whose glob matches, least specific first. So a more specific table
-only overrides the keys it sets.
+only overrides the keys it sets. Kafka's own topics (:data:`KAFKA_TOPICS`: ``__consumer_offsets``,
+``__transaction_state``, ...) get Kafka's creation configs right above Kafka's defaults, and only a table or
+override that names such a topic exactly can change a key those configs set.
 
 Specificity of a glob (``fnmatch`` syntax: ``*``, ``?``, ``[...]``, case-sensitive): an exact topic
 name (no wildcard) beats every glob; among globs, the one with more literal characters (characters
@@ -28,7 +30,8 @@ a :class:`~segment_io.errors.ConfigError` naming both, raised when a topic match
 
 Value types: integers for ``*.ms`` and ``*.bytes`` keys, as TOML integers or strings. Strings may
 carry a unit: durations ``500ms``, ``30s``, ``15m``, ``1h``, ``7d``, ``2w``; sizes ``100B``,
-``64KiB``, ``512MiB``, ``1GiB``, ``2TiB`` (binary units only: ``GB`` is refused as ambiguous).
+``64KiB``, ``512MiB``, ``1GiB``, ``2TiB`` (binary units only: ``GB`` is refused as ambiguous); the one
+parser of both is :mod:`segment_io.units`, shared with the command-line options.
 ``-1`` (where Kafka allows it) means unlimited. ``min.cleanable.dirty.ratio`` is a number in
 [0, 1]. ``cleanup.policy`` is ``"delete"``, ``"compact"``, ``"compact,delete"`` (any order, any
 spacing, any case) or a TOML list of those words.
@@ -43,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -52,6 +56,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from segment_io.errors import ConfigError
 from segment_io.format import LEGACY_MIN_SIZE, LOG_OVERHEAD
+from segment_io.units import parse_duration, parse_size
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
@@ -137,12 +142,6 @@ class TopicConfig:
 # Key definitions: type, range and the TopicConfig attribute of every key segjobs reads
 # --------------------------------------------------------------------------------------------------
 
-_DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": _DAY_MS, "w": 7 * _DAY_MS}
-_SIZE_UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
-_AMBIGUOUS_SIZE_UNITS = {"k", "kb", "m", "mb", "g", "gb", "t", "tb"}
-_NUMBER_WITH_UNIT = re.compile(r"^\s*(-?\d+)\s*([A-Za-z]*)\s*$")
-
-
 @dataclass(frozen=True)
 class _Spec:
     """How one Kafka key is typed and bounded (the bounds of Kafka's ConfigDef for it)."""
@@ -160,37 +159,12 @@ class _Spec:
         return None
 
 
-def _integer(raw: Any, units: Mapping[str, int], unit_kind: str) -> int:
-    # bool is an int in Python; a TOML `true` for a size is a mistake, not 1
-    if isinstance(raw, bool) or not isinstance(raw, (int, str)):
-        raise ValueError(f"expected an integer{' or a string with a ' + unit_kind + ' unit' if units else ''}, "
-                         f"got {type(raw).__name__} {raw!r}")
-    if isinstance(raw, int):
-        return raw
-    m = _NUMBER_WITH_UNIT.match(raw)
-    if not m:
-        raise ValueError(f"cannot read {raw!r} as an integer")
-    number, unit = int(m.group(1)), m.group(2)
-    if not unit:
-        return number
-    # sizes read case-insensitively (GiB, gib); durations do not, so "m" stays minutes
-    factor = units.get(unit.lower() if unit_kind == "size" else unit)
-    if factor is None:
-        if unit_kind == "size" and unit.lower() in _AMBIGUOUS_SIZE_UNITS:
-            raise ValueError(f"unit {unit!r} in {raw!r} is ambiguous: use KiB, MiB, GiB, TiB or a plain integer")
-        known = ", ".join(units) if units else "none"
-        raise ValueError(f"unknown unit {unit!r} in {raw!r} (units: {known})")
-    if number < 0:
-        raise ValueError(f"{raw!r}: only a plain -1 may be negative")
-    return number * factor
-
-
 def _duration(raw: Any) -> int:
-    return _integer(raw, _DURATION_UNITS, "duration")
+    return parse_duration(raw)
 
 
 def _size(raw: Any) -> int:
-    return _integer(raw, _SIZE_UNITS, "size")
+    return parse_size(raw)
 
 
 def _ratio(raw: Any) -> float:
@@ -279,6 +253,65 @@ def _unknown_key_hint(key: str) -> str:
     if "." in key and not close:
         hint += " (a glob containing dots must be quoted: [topics.\"a.b.*\"])"
     return f"unknown key{hint}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Topics Kafka creates or reserves itself
+# --------------------------------------------------------------------------------------------------
+
+_MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class KafkaTopic:
+    """A topic Kafka creates (or reserves) itself: the configs it creates the topic with, where in Kafka they
+    come from, and, for a topic segjobs must never change, why."""
+
+    settings: Mapping[str, Any]
+    source: str
+    never_touched: str | None = None
+
+
+#: The one table of Kafka's own topics. A topic here gets ``settings`` (Kafka's creation configs) over
+#: Kafka's defaults; ``[defaults]`` and glob tables or ``--set`` options cannot change those keys (a ``*``
+#: meant for user topics must not turn __consumer_offsets into a delete topic): only a table or ``--set``
+#: naming the topic exactly can. A topic with ``never_touched`` is skipped by every job whatever the config.
+KAFKA_TOPICS: dict[str, KafkaTopic] = {
+    "__consumer_offsets": KafkaTopic(
+        {"cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": 100 * _MIB},
+        "GroupCoordinatorService.groupMetadataTopicConfigs(); segment.bytes is the broker's "
+        "offsets.topic.segment.bytes, default 100 MiB (GroupCoordinatorConfig)"),
+    "__transaction_state": KafkaTopic(
+        {"cleanup.policy": "compact", "compression.type": "uncompressed", "segment.bytes": 100 * _MIB,
+         "min.insync.replicas": 2, "unclean.leader.election.enable": "false"},
+        "TransactionStateManager.transactionTopicConfigs; segment.bytes and min.insync.replicas are the broker's "
+        "transaction.state.log.segment.bytes (100 MiB) and transaction.state.log.min.isr (2) (TransactionLogConfig)"),
+    "__share_group_state": KafkaTopic(
+        # Kafka sets no retention here (the broker's 7 days apply), but a running share coordinator rewrites
+        # a snapshot of every idle share partition every 5 minutes (cold-partition snapshots) and trims the
+        # topic itself with DeleteRecords, so time never removes live state. Offline nothing rewrites those
+        # snapshots: retention by time or size would delete the only state of idle groups. segjobs therefore
+        # follows the coordinator's log start offset only.
+        {"cleanup.policy": "delete", "compression.type": "producer", "segment.bytes": 100 * _MIB,
+         "retention.ms": -1, "retention.bytes": -1},
+        "ShareCoordinatorService.shareGroupStateTopicConfigs(); segment.bytes is the broker's "
+        "share.coordinator.state.topic.segment.bytes, default 100 MiB (ShareCoordinatorConfig); "
+        "retention.ms and retention.bytes -1 are segjobs' own (see README)"),
+    "__remote_log_metadata": KafkaTopic(
+        {"cleanup.policy": "delete", "retention.ms": -1, "remote.storage.enable": "false"},
+        "TopicBasedRemoteLogMetadataManager.createRemoteLogMetadataTopicRequest(); retention.ms is "
+        "remote.log.metadata.topic.retention.ms, default -1 (TopicBasedRemoteLogMetadataManagerConfig)"),
+    "__cluster_metadata": KafkaTopic(
+        {}, "Topic.CLUSTER_METADATA_TOPIC_NAME: the KRaft metadata log",
+        never_touched="KRaft metadata log, never touched: the controller trims it with its own snapshots, and "
+                      "removing or rewriting its segments would lose cluster metadata a broker needs to start"),
+}
+
+
+def never_touched(topic: str) -> str | None:
+    """Why segjobs must leave ``topic`` alone whatever the configuration says, or None."""
+    known = KAFKA_TOPICS.get(topic)
+    return known.never_touched if known is not None else None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -506,8 +539,26 @@ class ConfigSet:
     # ---- lookup -------------------------------------------------------------------------------
 
     def layers_for(self, topic: str) -> list[_Layer]:
-        """The layers that apply to ``topic``, lowest precedence first (see the module docstring)."""
-        return [self.defaults, *_ordered_matches(self.tables, topic), *_ordered_matches(self.overrides, topic)]
+        """The layers that apply to ``topic``, lowest precedence first (see the module docstring). For a
+        topic of :data:`KAFKA_TOPICS`, Kafka's creation configs come first, and layers that do not name the
+        topic exactly lose the keys those configs set."""
+        layers = [self.defaults, *_ordered_matches(self.tables, topic), *_ordered_matches(self.overrides, topic)]
+        kafka = _kafka_layer(topic)
+        if kafka is None:
+            return layers
+        return [kafka, *(layer if layer.glob == topic else _without(layer, kafka.values) for layer in layers)]
+
+    def shadowed(self, topic: str) -> list[str]:
+        """Settings of ``[defaults]`` or globs that do not apply to ``topic`` because Kafka creates it with
+        its own value (empty for other topics), in words for a progress line."""
+        kafka = _kafka_layer(topic)
+        if kafka is None:
+            return []
+        layers = [self.defaults, *_ordered_matches(self.tables, topic), *_ordered_matches(self.overrides, topic)]
+        settings = KAFKA_TOPICS[topic].settings
+        return [f"{layer.source_of(k)}: {k} does not apply to {topic}: Kafka creates it with {k}={settings[k]} "
+                f"(name the topic exactly to override)"
+                for layer in layers if layer.glob != topic for k in layer.values if k in kafka.values]
 
     def for_topic(self, topic: str) -> TopicConfig:
         """The effective configuration of ``topic``; ``ConfigError`` on a specificity tie or a conflict."""
@@ -525,6 +576,20 @@ class ConfigSet:
         """Resolve every topic once, so ties and conflicts surface before any work starts."""
         for topic in topics:
             self.for_topic(topic)
+
+
+@functools.lru_cache(maxsize=None)
+def _kafka_layer(topic: str) -> _Layer | None:
+    """Kafka's creation configs of ``topic`` as a layer, or None when it is not one of Kafka's own."""
+    known = KAFKA_TOPICS.get(topic)
+    if known is None or not known.settings:
+        return None
+    return _Layer.parse(known.settings, source=f"Kafka's creation config of {topic} ({known.source})", glob=topic)
+
+
+def _without(layer: _Layer, keys: Mapping[str, Any]) -> _Layer:
+    kept = {k: v for k, v in layer.values.items() if k not in keys}
+    return layer if len(kept) == len(layer.values) else dataclasses.replace(layer, values=kept)
 
 
 def _ordered_matches(layers: Sequence[_Layer], topic: str) -> list[_Layer]:

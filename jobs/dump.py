@@ -1,9 +1,12 @@
 """Print the batches (and with --deep the records) of Kafka segment files: segjobs' kafka-dump-log.
 
-PATH may be a .log file, a partition directory (all its segments), an .index/.timeindex/.txnindex file, or
-an s3:// URI of any of these. --format jsonl prints one JSON object per record (key and value base64, null
+PATH may be a .log file, a partition directory (all its segments), an .index/.timeindex/.txnindex file, a
+checkpoint file (cleaner-offset-checkpoint, log-start-offset-checkpoint, leader-epoch-checkpoint, ...), or an
+s3:// URI of any of these. --format jsonl prints one JSON object per record (key and value base64, null
 when null). --verify checks every CRC, every record's framing and the sanity of the .index and .timeindex
-beside each .log, and exits 1 on any problem.
+beside each .log, and exits 1 on any problem. Without --verify, dump exits 1 only when a file cannot be read
+at all (no batch in a non-empty .log, an index or checkpoint that does not parse). A log dir, or a file that
+is none of the above, exits 2 before anything is printed.
 
 examples:
   segjobs dump /var/kafka/logs/orders-0/00000000000000000000.log
@@ -22,11 +25,13 @@ from typing import IO
 
 import numpy as np
 
+from jobs.args import size_arg
 from jobs.timeutil import format_instant
 from segment_io import layout
 from segment_io.compression import CODEC_NAMES
-from segment_io.errors import CorruptIndexError, CorruptRecordError, SegjobsError, UsageError
-from segment_io.format import BatchHeaders, scan_batches
+from segment_io.errors import CorruptCheckpointError, CorruptIndexError, CorruptRecordError, SegjobsError, UsageError
+from segment_io.format import LOG_OVERHEAD, BatchHeaders, scan_batches
+from segment_io.storage.base import KIND_FILE
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -36,20 +41,77 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="text (default) or jsonl: one JSON object per record")
     p.add_argument("--verify", action="store_true",
                    help="check CRCs, record framing and index sanity; exit 1 on any problem")
-    p.add_argument("--max-value-bytes", type=int, default=64,
+    p.add_argument("--max-value-bytes", type=size_arg, default=64, metavar="SIZE",
                    help="text format: show at most this many bytes of each key/value (default: 64; -1: all)")
 
 
-def _expand(storage, path: str) -> list[str]:
-    """Files to dump for ``path``: a directory expands to its segment files in base-offset order."""
-    files = storage.list(path)
-    if not files:  # a file (a directory or prefix lists what it holds)
-        return [path]
-    segs = sorted((layout.parse_segment_file(f.name)[0], f.uri) for f in files
+#: Index file suffixes dump reads (a ``.snapshot`` is a producer-state snapshot, not an index).
+INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
+#: Checkpoint files dump reads: the per-log-dir offset checkpoints and the per-partition leader epochs.
+CHECKPOINT_FILES = (*layout.OFFSET_CHECKPOINT_FILES, layout.LEADER_EPOCH_CHECKPOINT)
+_WHAT_DUMP_READS = ("dump reads .log segments, .index/.timeindex/.txnindex files, checkpoint files "
+                    "and partition directories")
+
+
+def _expand(storage, path: str) -> tuple[list[str], list[SegjobsError]]:
+    """Files to dump for ``path`` (a file is itself, a partition directory expands to its segment files in
+    base-offset order), and a problem for every entry bearing a segment file's name that is not a regular file
+    (a dangling symbolic link, a directory, a FIFO, ...): a partition holding one cannot be read, so it must not
+    verify OK. ``UsageError`` for a log dir (with the partition dirs to pick from), a directory without segment
+    files, or nothing at all."""
+    if storage.exists(path):
+        return [path], []
+    entries = storage.list(path, irregular=True)
+    files = [f for f in entries if f.kind == KIND_FILE]
+    problems: list[SegjobsError] = [layout.irregular_entry_error(f) for f in entries
+                                    if f.kind != KIND_FILE and layout.parse_segment_file(f.name)]
+    segs = sorted((parsed[0], f.uri) for f in files
                   if (parsed := layout.parse_segment_file(f.name)) and parsed[1] == ".log" and not parsed[2])
-    if not segs:
-        raise UsageError(f"{path}: no segment files (.log) found")
-    return [uri for _, uri in segs]
+    if segs or problems:
+        return [uri for _, uri in segs], problems
+    dirs = storage.list_dirs(path)
+    partitions = [d.rstrip("/") for d in dirs if layout.parse_partition_dir(d.rstrip("/").rsplit("/", 1)[-1])]
+    if partitions:
+        names = [d.rsplit("/", 1)[-1] for d in partitions]
+        more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+        raise UsageError(f"{path} is a log dir, not a partition dir or segment file: dump one of its partitions, "
+                         f"e.g. `segjobs dump {partitions[0]}` (partitions: {', '.join(names[:5])}{more})")
+    if entries or dirs:
+        raise UsageError(f"{path}: no segment files (.log) found; {_WHAT_DUMP_READS}")
+    raise UsageError(f"{path}: no such file or directory")
+
+
+def _kind(storage, uri: str) -> str:
+    """``log``, ``index`` or ``checkpoint``: what ``uri`` holds, by its name, and for a name that says
+    nothing, by whether its first bytes frame a Kafka batch. ``UsageError`` for anything else."""
+    name = uri.rstrip("/").rsplit("/", 1)[-1]
+    parsed = layout.parse_segment_file(name)
+    suffix = parsed[1] if parsed else None
+    if name in CHECKPOINT_FILES:
+        return "checkpoint"
+    if suffix in INDEX_SUFFIXES or (parsed is None and name.endswith(INDEX_SUFFIXES)):
+        return "index"
+    if suffix == ".log" or name.endswith(".log"):
+        return "log"
+    if suffix == layout.SNAPSHOT_SUFFIX:
+        raise UsageError(f"{uri} is a producer-state snapshot, which dump does not read; {_WHAT_DUMP_READS}")
+    why = _not_a_batch_start(storage.read_range(uri, 0, LOG_OVERHEAD + 5))
+    if why:
+        raise UsageError(f"{uri} is not a Kafka segment, index or checkpoint file ({why}); {_WHAT_DUMP_READS}")
+    return "log"  # a segment under another name (a copy, a download): its bytes say so
+
+
+def _not_a_batch_start(head: bytes) -> str | None:
+    """Why ``head`` (a file's first bytes) cannot start a segment; None when it frames a batch."""
+    if len(head) < LOG_OVERHEAD + 5:
+        return f"{len(head)} bytes: shorter than a batch header" if head else "empty, and not named .log"
+    try:
+        scan_batches(head, allow_truncated_tail=True)  # magic and batch length checks, nothing else
+    except CorruptRecordError as exc:
+        return f"byte 0 does not start a batch: {exc.detail}"
+    if int.from_bytes(head[:8], "big", signed=True) < 0:
+        return "byte 0 does not start a batch: negative base offset"
+    return None
 
 
 def _show(b: bytes | None, limit: int) -> str:
@@ -113,7 +175,8 @@ def _dump_index(storage, uri: str, out: IO[str]) -> list[SegjobsError]:
     return problems
 
 
-def _dump_log(storage, uri: str, args: argparse.Namespace, out: IO[str]) -> list[SegjobsError]:
+def _dump_log(storage, uri: str, args: argparse.Namespace, out: IO[str]) -> tuple[list[SegjobsError], bool]:
+    """Dump one segment file: (its problems, whether it is readable: empty or holding at least one batch)."""
     from segment_io.decode import decode_segment_bytes, verify_segment_crcs
 
     data = storage.read(uri)
@@ -121,7 +184,7 @@ def _dump_log(storage, uri: str, args: argparse.Namespace, out: IO[str]) -> list
     try:
         headers = scan_batches(data, path=uri, allow_truncated_tail=True)
     except CorruptRecordError as exc:
-        return [exc]
+        return [exc], False
     if headers.truncated_tail:
         from segment_io.errors import TruncatedBatchError
 
@@ -159,7 +222,7 @@ def _dump_log(storage, uri: str, args: argparse.Namespace, out: IO[str]) -> list
             out.write(_batch_line(headers, i, ok) + "\n")
             if args.deep and records is not None:
                 _write_records_text(records.slice(int(starts[i]), int(ends[i] - starts[i])), args.max_value_bytes, out)
-    return problems
+    return problems, bool(len(headers)) or not data
 
 
 def _verify_indexes(storage, log_uri: str, headers: BatchHeaders) -> list[SegjobsError]:
@@ -206,22 +269,53 @@ def _write_jsonl(records, out: IO[str]) -> None:
             }, separators=(",", ":")) + "\n")
 
 
+def _dump_checkpoint(storage, uri: str, out: IO[str]) -> list[SegjobsError]:
+    from segment_io.checkpoint import parse_leader_epoch_checkpoint, parse_offset_checkpoint
+
+    text = storage.read(uri).decode("utf-8", errors="replace")
+    try:
+        if uri.rsplit("/", 1)[-1] == layout.LEADER_EPOCH_CHECKPOINT:
+            epochs = parse_leader_epoch_checkpoint(text, path=uri)
+            out.write(f"Dumping {uri}: {len(epochs)} leader epochs\n")
+            for e in epochs:
+                out.write(f"epoch: {e.epoch} startOffset: {e.start_offset}\n")
+        else:
+            offsets = parse_offset_checkpoint(text, path=uri)
+            out.write(f"Dumping {uri}: {len(offsets)} partitions\n")
+            for (topic, partition), offset in offsets.items():
+                out.write(f"partition: {topic}-{partition} offset: {offset}\n")
+    except CorruptCheckpointError as exc:
+        return [exc]
+    return []
+
+
 def run(args: argparse.Namespace) -> int:
+    """Dump every PATH; exit 0, or 1 when a file could not be read at all (or, with --verify, on any
+    problem). Paths are checked before anything is printed: a mistake (a log dir, a file that is neither a
+    segment, an index nor a checkpoint) exits 2 with nothing on stdout."""
     from segment_io.storage import open_storage
 
     out = sys.stdout
+    todo: list[tuple[object, str, str]] = []
     problems: list[SegjobsError] = []
     for path in args.paths:
         storage = open_storage(path)
-        if not storage.exists(path) and not storage.list(path):
-            raise UsageError(f"{path}: no such file or directory")
-        for uri in _expand(storage, path):
-            if uri.endswith((".index", ".timeindex", ".txnindex")):
-                problems.extend(_dump_index(storage, uri, out))
-            else:
-                problems.extend(_dump_log(storage, uri, args, out))
+        uris, irregular = _expand(storage, path)
+        problems.extend(irregular)
+        todo += [(storage, uri, _kind(storage, uri)) for uri in uris]
+    unreadable = 0
+    for storage, uri, kind in todo:
+        if kind == "log":
+            found, readable = _dump_log(storage, uri, args, out)
+        else:
+            found = (_dump_index if kind == "index" else _dump_checkpoint)(storage, uri, out)
+            readable = not found  # an index or checkpoint that does not parse shows nothing
+        problems.extend(found)
+        unreadable += not readable
     for p in problems:
         print(f"problem: {p}", file=sys.stderr)
+    if unreadable:
+        print(f"{unreadable} file(s) could not be read at all", file=sys.stderr)
     if args.verify:
         print(f"verify: {'OK' if not problems else f'{len(problems)} problem(s)'}", file=sys.stderr)
-    return 1 if problems and args.verify else 0
+    return 1 if unreadable or (problems and args.verify) else 0

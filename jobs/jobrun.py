@@ -22,12 +22,18 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from jobs.args import Scope, parse_scope, storage_options_from_args
+from jobs.args import (
+    Scope,
+    check_log_dir_has_partitions,
+    check_log_dir_is_dir,
+    parse_scope,
+    storage_options_from_args,
+)
 from jobs.config import ConfigSet
 from jobs.report import Progress, RunReport, absolute_uri, append_ledger, write_report
 from jobs.scan import PartitionScan, scan_partition
-from jobs.timeutil import format_instant, parse_instant, wall_clock_ms
-from segment_io.errors import ConfigError, LockHeldError, SegjobsError, StorageError, UsageError
+from jobs.timeutil import format_instant, resolve_now, wall_clock_ms
+from segment_io.errors import ConfigError, CorruptCheckpointError, LockHeldError, SegjobsError, StorageError, UsageError
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, LogDirListing, list_log_dir
 from segment_io.storage.base import Storage
 
@@ -91,13 +97,48 @@ def load_configs(args: argparse.Namespace) -> ConfigSet:
     return ConfigSet().with_overrides(args.set)
 
 
+#: What to do about a malformed per-log-dir checkpoint file. Kafka does not reset one: reading it fails with
+#: an IOException and the broker takes the whole log dir offline (CheckpointFileWithFailureHandler.read).
+_CHECKPOINT_FIXES = {
+    CLEANER_OFFSET_CHECKPOINT: "delete the file: compaction then starts again from each partition's log start, "
+                               "as Kafka's cleaner does without a checkpoint (extra work, nothing is lost)",
+    LOG_START_OFFSET_CHECKPOINT: "restore the file from a replica's log dir, or correct the line named; do not "
+                                 "delete it: records below each raised log start would come back into view",
+}
+
+
 def _read_checkpoints(storage: Storage, log_dir: str, listing: LogDirListing) -> dict[str, dict[tuple[str, int], int]]:
+    """The offset checkpoints the jobs read. A malformed file is a :class:`UsageError` (exit code 2): it is
+    read before the lock is taken, so nothing has been done, and the message names the file, the line and
+    the fix."""
     from segment_io.checkpoint import read_offset_checkpoint
 
     out = {}
     for name in (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT):
-        out[name] = read_offset_checkpoint(storage, storage.join(log_dir, name)) if name in listing.checkpoints else {}
+        try:
+            out[name] = read_offset_checkpoint(storage, storage.join(log_dir, name)) \
+                if name in listing.checkpoints else {}
+        except CorruptCheckpointError as exc:
+            raise UsageError(f"{exc}; nothing was done; fix: {_CHECKPOINT_FIXES[name]}") from None
     return out
+
+
+def _orphan_log_start_entries(ctx: "JobContext") -> None:
+    """Warn about every ``log-start-offset-checkpoint`` entry naming a partition the log dir does not hold.
+
+    A warning, not an error: Kafka ignores such entries (it looks up the entry of each log it loads), and a
+    broker leaves them behind for a while after a partition is deleted or moved to another log dir; a copy
+    of some of a dir's partitions has them too (two of the real broker dirs in the test fixtures do). The
+    entry is kept as it is."""
+    uri = ctx.storage.join(ctx.log_dir, LOG_START_OFFSET_CHECKPOINT)
+    for (topic, partition), offset in ctx.checkpoints[LOG_START_OFFSET_CHECKPOINT].items():
+        if (topic, partition) not in ctx.listing.partitions:
+            note = (f"{uri}: the entry for {topic}-{partition} is {offset}, but the log dir holds no partition "
+                    f"{topic}-{partition}: ignored and kept, as Kafka does (a leftover of a deleted or moved "
+                    f"partition, or a copy of only some partitions; if this file came from another log dir, "
+                    f"replace it)")
+            ctx.report.warnings.append(note)
+            ctx.progress(note)
 
 
 def _scan_task(item: tuple) -> PartitionScan:
@@ -114,26 +155,26 @@ def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext],
 
     # ---- everything that needs no Spark, first ----
     configs = load_configs(args)
-    now_ms = parse_instant(args.now)
+    now_ms, now_note = resolve_now(args.now)
     scope = parse_scope(args.topic, args.partition)
     dry_run = bool(getattr(args, "dry_run", False))
     log_dir = absolute_uri(args.log_dir.rstrip("/") if args.log_dir not in ("/",) else args.log_dir)
     options = storage_options_from_args(args)
     storage = open_storage(log_dir, options)
-    local = storage.local_path(log_dir)
-    if local is not None and not os.path.isdir(local):
-        raise UsageError(f"--log-dir {log_dir}: no such directory")
     report_uri = absolute_uri(args.report) if args.report else None
     ledger_uri = absolute_uri(args.ledger) if getattr(args, "ledger", None) else None
-    preflight(storage, log_dir, report_uri, ledger_uri, options)
+    preflight(storage, log_dir, report_uri, ledger_uri, options)  # first: S3 answers within seconds, or exit 2
+    check_log_dir_is_dir(storage, log_dir)
     work_dir = work_uri(log_dir)
     progress = Progress(command, quiet=args.quiet)
     report = RunReport(command=command, log_dir=log_dir, now_ms=now_ms, dry_run=dry_run)
-    progress(f"log dir {log_dir}, now {format_instant(now_ms)} ({now_ms})" + (" [dry run]" if dry_run else ""))
 
-    # The scope and the topics' configs are checked against a first listing before the lock and recovery:
-    # exit code 2 promises that nothing was done. Recovery does not add or remove partitions.
-    _check_scope(storage, log_dir, scope, configs)
+    # The scope, the topics' configs and the checkpoint files are checked against a first listing before the
+    # lock and recovery: exit code 2 promises that nothing was done. Recovery does not add or remove partitions.
+    _read_checkpoints(storage, log_dir, _check_scope(storage, log_dir, scope, configs))
+    if now_note:  # even with --quiet: it is what repeating this run's decisions takes
+        print(f"segjobs {command}: {now_note}", file=sys.stderr, flush=True)
+    progress(f"log dir {log_dir}, now {format_instant(now_ms)} ({now_ms})" + (" [dry run]" if dry_run else ""))
 
     lease = None
     ctx: JobContext | None = None
@@ -253,6 +294,9 @@ def _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, con
     present = set(listing.partitions)
     checkpoints = _read_checkpoints(storage, log_dir, listing)
     selected = sorted(k for k in present if scope.includes(*k))
+    for topic in sorted({t for t, _ in selected}):
+        for note in configs.shadowed(topic):
+            progress(note)
 
     t0 = time.monotonic()
     from jobs.spark_session import build_session
@@ -277,6 +321,7 @@ def _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, con
         if scan.error is not None:
             progress.error(f"{scan.name}: UNREADABLE, left untouched: {scan.error}")
     progress(f"scanned {len(items)} partition(s)")
+    _orphan_log_start_entries(ctx)
     work(ctx)
     return ctx
 
@@ -285,8 +330,7 @@ def _check_scope(storage: Storage, log_dir: str, scope: Scope, configs: ConfigSe
     """Fail with a UsageError/ConfigError when the log dir holds no partition, the scope names one it
     does not hold, or two topic globs of equal specificity claim a topic."""
     listing = list_log_dir(storage, log_dir)
-    if not listing.partitions:
-        raise UsageError(f"--log-dir {log_dir}: no partition directories (<topic>-<n>) found")
+    check_log_dir_has_partitions(log_dir, listing)
     present = set(listing.partitions)
     scope.check_against(present)
     configs.check_topics({t for t, _ in present})

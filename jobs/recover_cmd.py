@@ -19,13 +19,12 @@ examples:
 from __future__ import annotations
 
 import argparse
-import os
+import sys
 from dataclasses import dataclass
 
-from jobs.args import storage_options_from_args
-from jobs.timeutil import format_instant, parse_instant
-from segment_io.errors import UsageError
-from segment_io.layout import parse_partition_dir
+from jobs.args import check_log_dir_has_partitions, check_log_dir_is_dir, storage_options_from_args
+from jobs.timeutil import format_instant, resolve_now
+from segment_io.layout import list_log_dir, parse_partition_dir
 from segment_io.storage.base import Storage
 
 
@@ -74,15 +73,15 @@ def run(args: argparse.Namespace) -> int:
     from jobs.recover import recover_log_dir
     from segment_io.storage import open_storage
 
-    now_ms = parse_instant(args.now)
+    now_ms, now_note = resolve_now(args.now)
     log_dir = args.log_dir.rstrip("/") or "/"
     storage = open_storage(log_dir, storage_options_from_args(args))
-    local = storage.local_path(log_dir)
-    if local is not None and not os.path.isdir(local):
-        raise UsageError(f"--log-dir {log_dir}: no such directory")
     from jobs.jobrun import preflight
 
     preflight(storage, log_dir, None, None, None)  # S3 answers (within seconds), or exit code 2
+    check_log_dir_is_dir(storage, log_dir)
+    # an empty log dir is fine (nothing to recover); a partition directory given as one is a mistake
+    check_log_dir_has_partitions(log_dir, list_log_dir(storage, log_dir), scoped=False, required=False)
     work = work_uri(log_dir)
     if args.dry_run:
         leftovers = find_leftovers(storage, log_dir, work)
@@ -90,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"would recover: {lo.kind} {lo.uri}")
         print(f"{len(leftovers)} leftover(s) found in {log_dir} [dry run: nothing changed]")
         return 0
+    if now_note:
+        print(f"segjobs recover: {now_note}", file=sys.stderr, flush=True)
     with acquire(storage, log_dir, now_ms=now_ms):
         reports = recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work)
     changed = [r for r in reports if r.changed]

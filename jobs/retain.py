@@ -15,7 +15,10 @@ Then the log start offset checkpoint is advanced (one atomic write for the whole
 is trimmed to the new start, and producer snapshots below it are removed. The log dir's .lock (local) or lease
 (S3) keeps brokers and other segjobs runs out; `segjobs recover` (run at the start of every job) finishes an
 interrupted delete. --dry-run writes nothing (no lock, no recovery) and lists every segment that would go,
-its bytes and the rule that condemned it. The KRaft metadata log (__cluster_metadata) is never touched.
+its bytes and the rule that condemned it. Kafka's own topics get Kafka's creation configs (__consumer_offsets
+and __transaction_state are compact topics) unless the config names them exactly; the KRaft metadata log
+(__cluster_metadata) is never touched. A partition with damage the scan sees (a segment cut short, an entry
+that is not a regular file, an impossible log-start-offset-checkpoint entry) is reported and left untouched.
 
 examples:
   segjobs retain --log-dir /var/kafka/logs --config conf/topics.toml --dry-run
@@ -45,7 +48,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from jobs.args import add_log_dir_options
 from jobs.commit import Fault, delete_segments, purge_deleted
-from jobs.config import TopicConfig
+from jobs.config import TopicConfig, never_touched
 from jobs.jobrun import JobContext, run_job, scan_error_entry
 from jobs.model import PartitionState
 from jobs.plan_retain import RetentionPlan, plan_retention
@@ -59,6 +62,7 @@ from jobs.report import (
     truncate,
 )
 from jobs.scan import PartitionError, PartitionScan, scan_partition
+from jobs.timeutil import data_age_warning
 from segment_io.checkpoint import (
     read_offset_checkpoint,
     truncate_epochs_from_start,
@@ -74,10 +78,6 @@ from segment_io.layout import (
     segment_file_name,
 )
 from segment_io.storage.base import Storage
-
-#: Topics retention never touches: the KRaft metadata log is trimmed by the controller's own snapshots,
-#: and deleting its segments would lose cluster metadata a broker needs to start.
-EXEMPT_TOPICS: frozenset[str] = frozenset({"__cluster_metadata"})
 
 #: Fault-hook step names of the steps that follow :func:`jobs.commit.delete_segments`'s own steps.
 STEP_TRIM_LEADER_EPOCHS = "trim-leader-epoch-checkpoint"
@@ -156,8 +156,8 @@ def _blocked(scan: PartitionScan) -> PartitionError | None:
 def plan_partition(ctx_or_params: JobContext | RetentionParams, scan: PartitionScan,
                    config: TopicConfig) -> RetentionPlan | None:
     """The retention plan of one scanned partition at the run's ``now``; None when the partition is not
-    retention's to touch (unreadable, or the KRaft metadata log)."""
-    if _blocked(scan) is not None or scan.state is None or scan.topic in EXEMPT_TOPICS:
+    retention's to touch (unreadable, or a topic segjobs never touches: see jobs.config.KAFKA_TOPICS)."""
+    if _blocked(scan) is not None or scan.state is None or never_touched(scan.topic):
         return None
     return plan_retention(scan.state, config, _params(ctx_or_params).now_ms)
 
@@ -235,8 +235,8 @@ def apply_retention(ctx_or_params: JobContext | RetentionParams, scan: Partition
         "log_start_offset_before": state.log_start_offset, "warnings": list(scan.warnings),
     }
     plan = plan if plan is not None else plan_partition(p, scan, config)
-    if plan is None:  # exempt
-        entry.update(action="none", reason="KRaft metadata log: trimmed by controller snapshots, never by retention",
+    if plan is None:  # never touched
+        entry.update(action="none", reason=never_touched(state.topic),
                      segments_after=len(state.segments), bytes_after=state.size_bytes, bytes_removed=0,
                      deleted=[], rules=[], log_start_offset=state.log_start_offset, applied=False)
         return entry
@@ -366,6 +366,14 @@ def retain_partitions(ctx_or_params: JobContext | RetentionParams, scans: Iterab
 def _work(ctx: JobContext, *, fault: Fault | None = None) -> None:
     params = ctx.extra["retention"] = RetentionParams.from_job(ctx, fault=fault)
     keys = sorted(ctx.scans)
+    if ctx.args.now is None:  # judged at the wall clock: is the data older than any retention? (a backup?)
+        stale = data_age_warning([s.largest_timestamp for k in keys if ctx.scans[k].state
+                                  for s in ctx.scans[k].state.segments],
+                                 [c.retention_ms for c in map(ctx.configs.for_topic, {t for t, _ in keys}) if c.delete],
+                                 ctx.now_ms)
+        if stale:
+            ctx.report.warnings.append(stale)
+            print(f"segjobs retain: warning: {stale}", file=sys.stderr, flush=True)
     every = max(1, len(keys) // 10)
     done = 0
 
@@ -489,7 +497,7 @@ def retain_after_compaction(ctx: JobContext, *, fault: Fault | None = None) -> l
 
     def wanted(k: TopicPartition) -> bool:
         cfg = ctx.configs.for_topic(k[0])
-        return cfg.compact and cfg.delete and ctx.scans[k].error is None and k[0] not in EXEMPT_TOPICS
+        return cfg.compact and cfg.delete and ctx.scans[k].error is None and not never_touched(k[0])
 
     keys = [k for k in sorted(ctx.scans) if wanted(k)]
     if not keys:
@@ -522,7 +530,7 @@ def retain_after_compaction(ctx: JobContext, *, fault: Fault | None = None) -> l
                              threads=1 if params.fault is not None else COMMIT_THREADS)
 
 
-__all__ = ["EXEMPT_TOPICS", "RetentionParams", "advance_log_start_offsets", "apply_retention", "configure",
+__all__ = ["RetentionParams", "advance_log_start_offsets", "apply_retention", "configure",
            "plan_partition", "retain_after_compaction", "retain_partitions", "run"]
 
 

@@ -3,14 +3,18 @@
 ``scan_partition`` runs inside a Spark task (one per partition) and returns a small, picklable
 :class:`PartitionScan`: the planner's :class:`~jobs.model.PartitionState` and, when asked, the partition's
 transaction and producer state. A partition whose bytes cannot be read comes back with ``error`` set and no
-state, so the job reports it and leaves it untouched while the others proceed. Every scan also carries what
+state, so the job reports it and leaves it untouched while the others proceed. Besides bytes that do not
+frame as batches, that is an entry with a segment's name that is not a regular file, a partition directory
+linked from outside the log dir (:func:`segment_io.layout.unreadable_entry`), and a log-start-offset-checkpoint
+entry below zero or above the log end offset. Every scan also carries what
 retention keeps in step with the log start offset: the leader-epoch checkpoint entries (read here, in the
 task, so the driver does not read thousands of small files one by one) and the producer snapshot offsets.
 
 Two depths:
 
 * ``headers`` (retention): batch headers only. A segment's largest timestamp comes from its ``.timeindex``
-  when that passes its sanity checks, else from the batch headers; the active segment's headers are always
+  when that passes its sanity checks (then only the segment's end is read, from its last ``.index`` entry, to
+  check that it ends on a whole batch), else from the batch headers; the active segment's headers are always
   read (it gives the log end offset).
 * ``transactions`` (compaction, inspect): also the first-pass projection of every record (offsets, key
   hashes, batch flags, control types) of the whole log, replayed into transaction and producer state; the
@@ -28,10 +32,24 @@ import pyarrow as pa
 
 from jobs.model import PartitionState, SegmentInfo
 from segment_io import index as index_io
-from segment_io.errors import CorruptIndexError, CorruptRecordError, SegjobsError, StorageError
-from segment_io.format import BatchHeaders, scan_batches
+from segment_io.index import OFFSET_INDEX_ENTRY_SIZE
+from segment_io.errors import (
+    CorruptCheckpointError,
+    CorruptIndexError,
+    CorruptRecordError,
+    SegjobsError,
+    StorageError,
+)
+from segment_io.format import BatchHeaders, batch_positions, scan_batches
 from segment_io.checkpoint import EpochEntry, read_leader_epoch_checkpoint
-from segment_io.layout import DELETED_SUFFIX, PartitionListing, SegmentFiles
+from segment_io.layout import (
+    DELETED_SUFFIX,
+    LOG_START_OFFSET_CHECKPOINT,
+    PartitionListing,
+    SegmentFiles,
+    log_dir_file,
+    unreadable_entry,
+)
 from segment_io.schema import BATCH_SCHEMA
 from segment_io.storage.base import Storage
 
@@ -135,6 +153,52 @@ def _timeindex_largest(storage: Storage, seg: SegmentFiles, next_base: int | Non
     return int(ts[-1])
 
 
+def _check_tail(storage: Storage, seg: SegmentFiles) -> None:
+    """Raise the framing error of a closed segment that a sane ``.timeindex`` dated (so its batch headers are
+    not otherwise read) when it does not end on a whole batch: a truncated or garbled end, what an
+    interrupted copy leaves. Cheap: the walk starts at the position of the last ``.index`` entry (two small
+    reads); with no usable entry, or when the walk from there fails (the index may be the one at fault), the
+    whole file's framing decides."""
+    size = seg.log.size
+    start = _last_indexed_position(storage, seg)
+    if 0 < start < size:
+        try:
+            batch_positions(storage.read_range(seg.log.uri, start, size - start), path=seg.log.uri,
+                            allow_truncated_tail=False)
+            return
+        except CorruptRecordError:
+            pass  # decided below on the whole file, with true byte positions
+    with storage.read_mapped(seg.log.uri) as data:
+        batch_positions(data, path=seg.log.uri, allow_truncated_tail=False)
+
+
+def _last_indexed_position(storage: Storage, seg: SegmentFiles) -> int:
+    """The position of a segment's last ``.index`` entry (a batch start), 0 when there is none to trust."""
+    if seg.index is None or seg.index.size < OFFSET_INDEX_ENTRY_SIZE or seg.index.size % OFFSET_INDEX_ENTRY_SIZE:
+        return 0
+    try:
+        last = storage.read_range(seg.index.uri, seg.index.size - OFFSET_INDEX_ENTRY_SIZE, OFFSET_INDEX_ENTRY_SIZE)
+    except StorageError:
+        return 0
+    # an all-zero last entry is a preallocated tail: not worth a search, the whole file decides
+    return int.from_bytes(last[4:8], "big", signed=True) if len(last) == OFFSET_INDEX_ENTRY_SIZE else 0
+
+
+def _check_log_start(listing: PartitionListing, log_start: int | None, log_end: int) -> None:
+    """Raise when the partition's ``log-start-offset-checkpoint`` entry is impossible: below zero or above the
+    log end offset. Such an entry is corrupt input, not an instruction: acted upon, it would condemn every
+    segment but the active one."""
+    if log_start is None or 0 <= log_start <= log_end:
+        return
+    where = "below zero" if log_start < 0 else f"above the partition's log end offset {log_end}"
+    name = f"{listing.topic}-{listing.partition}"
+    raise CorruptCheckpointError(
+        f"the entry for {name} is {log_start}, {where}: the file is corrupt or belongs to other data; "
+        f"fix: correct or remove the line '{listing.topic} {listing.partition} {log_start}' (keeping the entry "
+        f"count on line 2 in step); {name} is left untouched until then",
+        path=log_dir_file(listing.uri, LOG_START_OFFSET_CHECKPOINT))
+
+
 def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = "transactions",
                    log_start_checkpoint: int | None = None, cleaner_checkpoint: int | None = None,
                    now_ms: int = 0, producer_id_expiration_ms: int = 86_400_000) -> PartitionScan:
@@ -150,6 +214,9 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
         except SegjobsError as exc:
             out.leader_epochs, out.leader_epochs_error = None, PartitionError.from_exception(exc)
     try:
+        unreadable = unreadable_entry(listing)
+        if unreadable is not None:
+            raise unreadable
         infos, summaries = [], []
         segs = listing.segments
         for i, seg in enumerate(segs):
@@ -157,6 +224,7 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
             next_base = segs[i + 1].base_offset if not active else None
             largest = None if (active or depth == "transactions") else _timeindex_largest(storage, seg, next_base)
             if largest is not None:
+                _check_tail(storage, seg)
                 # Bounded by the next segment's base: all retention needs of a non-active segment.
                 infos.append(dict(
                     base_offset=seg.base_offset, size_bytes=seg.log.size, next_offset=next_base,
@@ -192,6 +260,8 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
                 offset_index_bytes=seg.index.size if seg.index else None,
                 time_index_bytes=seg.timeindex.size if seg.timeindex else None))
         fixed = [SegmentInfo(**info) for info in infos]
+        if fixed:
+            _check_log_start(listing, log_start_checkpoint, fixed[-1].next_offset)
         first_unstable = None
         if depth == "transactions":
             from jobs.transactions import concat_summaries, derive_txn_state

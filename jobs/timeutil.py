@@ -1,11 +1,24 @@
-"""Parsing of ``--now`` and other instants: the jobs never read the clock inside their logic."""
+"""Parsing of ``--now`` and other instants: the jobs never read the clock inside their logic.
+
+``--now`` is refused before 1970 (Kafka's timestamps are epoch milliseconds; a negative one means "no
+timestamp") and after :data:`LATEST_NOW_MS` (2100-01-01T00:00:00Z, the last instant accepted). The upper
+bound is a fixed date, not "the wall clock plus a margin": a command line that was accepted once is accepted
+again (a backfill re-run must not depend on the day it runs), and the check reads no clock. It catches typos (``2206`` for ``2026``) and
+instants in the wrong unit (epoch microseconds land in the year 55,000), either of which would otherwise
+make every segment look expired.
+"""
 
 from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
+from typing import Iterable
 
 from segment_io.errors import UsageError
+from segment_io.units import format_duration
+
+#: The last instant ``--now`` may be: 2100-01-01T00:00:00Z.
+LATEST_NOW_MS = 4_102_444_800_000
 
 
 def wall_clock_ms() -> int:
@@ -13,29 +26,74 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def parse_instant(text: str | int | None) -> int:
+def parse_instant(text: str | int | None, *, option: str = "--now") -> int:
     """Epoch milliseconds from ``"1700000000000"`` or an ISO-8601 string (``2026-11-22``,
     ``2026-11-22T03:00:00Z``, ``2026-11-22T03:00:00+01:00``; a naive time is taken as UTC).
-    ``None`` means now."""
+    ``None`` means now. ``UsageError`` (naming ``option``) for anything else, and for instants before
+    1970 or after 2100-01-01T00:00:00Z."""
     if text is None:
         return wall_clock_ms()
     if isinstance(text, int):
-        return text
+        return _in_range(text, str(text), option)
     s = text.strip()
     if s.lstrip("-").isdigit():
         value = int(s)
         if 0 <= value < 10**11:
-            raise UsageError(f"--now {s!r} looks like epoch seconds; segjobs takes epoch milliseconds "
+            raise UsageError(f"{option} {s!r} looks like epoch seconds; segjobs takes epoch milliseconds "
                              f"(e.g. {value * 1000}) or ISO-8601")
-        return value
+        if value > LATEST_NOW_MS and 10**11 <= value // 1000 <= LATEST_NOW_MS:
+            raise UsageError(f"{option} {s!r} looks like epoch microseconds; segjobs takes epoch milliseconds "
+                             f"(e.g. {value // 1000}) or ISO-8601")
+        return _in_range(value, s, option)
     try:
         dt = datetime.fromisoformat(s.replace("Z", "+00:00"))
     except ValueError:
-        raise UsageError(f"cannot read {text!r} as an instant: give epoch milliseconds or ISO-8601 "
+        raise UsageError(f"{option}: cannot read {text!r} as an instant: give epoch milliseconds or ISO-8601 "
                          f"such as 2026-11-22T03:00:00Z") from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
-    return int(dt.timestamp() * 1000)
+    return _in_range(int(dt.timestamp() * 1000), s, option)
+
+
+def _in_range(ms: int, text: str, option: str) -> int:
+    if ms < 0:
+        raise UsageError(f"{option} {text!r} lies before 1970-01-01T00:00:00Z: record timestamps are epoch "
+                         f"milliseconds, and no instant before 1970 can judge them")
+    if ms > LATEST_NOW_MS:
+        raise UsageError(f"{option} {text!r} lies after 2100-01-01T00:00:00Z: a typo? An instant that far "
+                         f"ahead would make every segment look expired")
+    return ms
+
+
+def resolve_now(text: str | None) -> tuple[int, str | None]:
+    """``--now`` as epoch ms, and when it was omitted, the note the run prints (the wall-clock instant it
+    used, and how to repeat the run's decisions); None when ``--now`` was given."""
+    if text is not None:
+        return parse_instant(text), None
+    now_ms = wall_clock_ms()
+    return now_ms, (f"--now not given: acting at {format_instant(now_ms)} ({now_ms}), the wall clock; "
+                    f"pass --now {now_ms} to repeat this run's decisions")
+
+
+def data_age_warning(largest_timestamps: Iterable[int | None], retention_ms: Iterable[int],
+                     now_ms: int) -> str | None:
+    """The warning ``retain`` prints when ``--now`` was left to the wall clock and even the newest record
+    (the largest of ``largest_timestamps``, the segments' largest timestamps) is older than the largest
+    of ``retention_ms`` (the settings of the topics in scope that have time retention). Every segment but
+    the active ones is then past retention: right for a live log dir that stopped receiving data, wrong for
+    an old copy or backup judged at today's date. None when there is nothing to warn about: no record
+    timestamps, no time retention, an unlimited one (-1), or data younger than the largest retention."""
+    newest = max((t for t in largest_timestamps if t is not None and t >= 0), default=None)
+    retentions = list(retention_ms)
+    if newest is None or not retentions or any(r < 0 for r in retentions):
+        return None
+    largest, age = max(retentions), now_ms - newest
+    if age <= largest:
+        return None
+    return (f"the newest record in scope is {format_duration(age)} old ({format_instant(newest)}), older than "
+            f"the largest retention.ms ({format_duration(largest)}), and --now was not given: at the wall clock "
+            f"retention deletes every segment it may. If this log dir is a copy or backup, pass --now with the "
+            f"instant it was taken")
 
 
 def format_instant(ms: int | None) -> str:

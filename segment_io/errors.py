@@ -171,6 +171,11 @@ class BucketNotFoundError(StorageAccessError, NotFoundError):
     """The bucket a URI names does not exist."""
 
 
+class IrregularEntryError(StorageError):
+    """A log-dir entry that must hold data is not a regular file (a dangling symbolic link, a directory, a
+    FIFO, ...) or lies where the log dir's lock does not reach (a partition directory linked from outside)."""
+
+
 class PreconditionFailedError(StorageError):
     """A conditional write lost its race: the object exists (or changed) when it must not have."""
 

@@ -156,13 +156,30 @@ def scan_batches(data: bytes | memoryview, *, path: str | None = None, allow_tru
     :class:`TruncatedBatchError`. A size field that is too small or absurd in the middle of the file
     raises :class:`InvalidLengthError`; an unknown magic :class:`InvalidMagicError`.
     """
+    mv = _bytes_view(data)
+    positions, magics, truncated = batch_positions(mv, path=path, allow_truncated_tail=allow_truncated_tail,
+                                                   start=start)
+    return BatchHeaders(**_header_columns(np.frombuffer(mv, dtype=np.uint8), np.asarray(positions, np.int64),
+                                          np.asarray(magics, np.int8)), truncated_tail=truncated)
+
+
+def _bytes_view(data: bytes | memoryview) -> memoryview:
     mv = memoryview(data)
     if mv.format != "B" or mv.ndim != 1:
         mv = mv.cast("B")
+    return mv
+
+
+def batch_positions(data: bytes | memoryview, *, path: str | None = None, allow_truncated_tail: bool = True,
+                    start: int = 0) -> tuple[list[int], list[int], int]:
+    """The framing walk of :func:`scan_batches` alone (same checks, same errors): the start position and
+    magic of every whole batch from byte ``start``, and how many bytes of an incomplete last batch follow.
+    For callers that only need to know that bytes frame as batches."""
+    mv = _bytes_view(data)
     n = len(mv)
     # Batch starts form a chain (each follows from the previous size), so they are found one by one;
     # the loop is kept to the few operations that need the chain, and every header field is then
-    # read for all batches at once below.
+    # read for all batches at once by the caller.
     positions: list[int] = []
     magics: list[int] = []
     unpack = _PREFIX.unpack_from
@@ -191,8 +208,7 @@ def scan_batches(data: bytes | memoryview, *, path: str | None = None, allow_tru
     if truncated and not allow_truncated_tail:
         raise TruncatedBatchError(f"last batch is cut short: {truncated} bytes remain at the end of the file",
                                   path=path, position=n - truncated)
-    return BatchHeaders(**_header_columns(np.frombuffer(mv, dtype=np.uint8), np.asarray(positions, np.int64),
-                                          np.asarray(magics, np.int8)), truncated_tail=truncated)
+    return positions, magics, truncated
 
 
 def _field(buf: np.ndarray, positions: np.ndarray, at: int, big_endian: str) -> np.ndarray:

@@ -6,11 +6,13 @@ Topics may contain dashes and dots, so a partition directory splits at its *last
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterable
 
-from segment_io.storage.base import FileInfo
+from segment_io.errors import IrregularEntryError, StorageError
+from segment_io.storage.base import KIND_DIRECTORY, KIND_FILE, FileInfo
 
 if TYPE_CHECKING:
     from segment_io.storage.base import Storage
@@ -45,8 +47,30 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     return m.group("topic"), int(m.group("partition"))
 
 
+def closest_topics_hint(glob: str, topics: Iterable[str], *, limit: int = 8) -> str:
+    """What to tell someone whose topic glob matched none of ``topics``: the closest names
+    (``difflib``, wildcards ignored, case-insensitive) or, when none is close, the names there are."""
+    import difflib
+
+    names = sorted(set(topics))
+    if not names:
+        return "there are no topics"
+    by_lower = {n.lower(): n for n in names}
+    wanted = re.sub(r"\[[^\]]*\]|[*?]", "", glob).lower()
+    close = [by_lower[c] for c in difflib.get_close_matches(wanted, list(by_lower), n=3, cutoff=0.6)]
+    if close:
+        return f"closest: {', '.join(close)}"
+    more = f" (and {len(names) - limit} more)" if len(names) > limit else ""
+    return f"topics there: {', '.join(names[:limit])}{more}"
+
+
 def partition_dir_name(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
+
+
+def log_dir_file(partition_uri: str, name: str) -> str:
+    """The per-log-dir file ``name`` (e.g. ``log-start-offset-checkpoint``) beside partition ``partition_uri``."""
+    return f"{partition_uri.rstrip('/').rsplit('/', 1)[0]}/{name}"
 
 
 def segment_file_name(base_offset: int, suffix: str = ".log") -> str:
@@ -112,8 +136,16 @@ class PartitionListing:
     orphans: tuple[tuple[int, str, FileInfo], ...]
     leader_epoch_checkpoint: FileInfo | None
     partition_metadata: FileInfo | None
-    #: files segjobs does not know (KRaft ``.checkpoint`` snapshots, ``quorum-state``, temp files, ...)
+    #: files segjobs does not know (KRaft ``.checkpoint`` snapshots, ``quorum-state``, temp files, ...), and
+    #: sub-directories with what they hold (Kafka ignores both)
     unknown: tuple[FileInfo, ...]
+    #: entries that bear the name of a segment file (or of a per-partition file) but are not regular files:
+    #: a dangling symbolic link, a directory (on S3 a folder marker or a prefix), a FIFO, ... (``kind`` says
+    #: which). The partition cannot be read as it stands: see :func:`unreadable_entry`.
+    irregular: tuple[FileInfo, ...] = ()
+    #: where the partition directory really is when it is a symbolic link leading outside the log dir
+    #: (local disk only; see :func:`unreadable_entry`)
+    outside_log_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -140,14 +172,25 @@ def _relative_parts(root: str, uri: str) -> list[str] | None:
     return uri[len(prefix):].split("/")
 
 
+def _is_reserved_name(name: str) -> bool:
+    """Whether a partition directory entry called ``name`` must hold data a job reads or rewrites."""
+    parsed = parse_segment_file(name)
+    return name in (LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA) or (
+        parsed is not None and parsed[1] in SEGMENT_SUFFIXES)
+
+
 def _list_partition(topic: str, partition: int, uri: str, files: list[FileInfo]) -> PartitionListing:
     live: dict[int, dict[str, FileInfo]] = {}
     snapshots: list[tuple[int, FileInfo]] = []
     transient: list[TransientFile] = []
     unknown: list[FileInfo] = []
+    irregular: list[FileInfo] = []
     epoch_cp = metadata = None
     for f in files:
         name = f.name
+        if f.kind != KIND_FILE:
+            (irregular if _is_reserved_name(name) else unknown).append(f)
+            continue
         if name == LEADER_EPOCH_CHECKPOINT:
             epoch_cp = f
             continue
@@ -180,21 +223,26 @@ def _list_partition(topic: str, partition: int, uri: str, files: list[FileInfo])
         producer_snapshots=tuple(sorted(snapshots, key=lambda s: s[0])),
         transient=tuple(sorted(transient, key=lambda t: (t.base_offset, t.suffix, t.transient))),
         orphans=tuple(orphans), leader_epoch_checkpoint=epoch_cp, partition_metadata=metadata,
-        unknown=tuple(sorted(unknown, key=lambda f: f.uri)))
+        unknown=tuple(sorted(unknown, key=lambda f: f.uri)), irregular=tuple(sorted(irregular, key=lambda f: f.uri)))
 
 
 def listing_from_files(root: str, files: Iterable[FileInfo], *, dirs: Iterable[str] = ()) -> LogDirListing:
-    """Classify the files of a log dir (a recursive listing under ``root``) without touching any store.
+    """Classify the entries of a log dir (a recursive listing under ``root``) without touching any store.
 
-    ``dirs`` may name sub-directories (full URIs) so that empty ones appear too. Files nested deeper than
-    a partition directory, and directories whose name is not ``<topic>-<partition>``, land in
-    ``other_dirs`` under their top-level directory name; nothing is dropped.
+    ``dirs`` may name sub-directories (full URIs) so that empty ones appear too; a listing taken with
+    ``irregular=True`` reports them itself (``FileInfo.kind`` "directory"). Entries nested deeper than a
+    partition directory belong to that partition's sub-directory: it is listed in the partition's
+    ``unknown`` entries, or in ``irregular`` when it bears a segment file's name, and what it holds in
+    ``unknown``. Directories whose name is not ``<topic>-<partition>`` land in ``other_dirs``; a top-level
+    entry named like a partition that is not a directory (a dangling symbolic link, ...) is a partition whose
+    only entry is irregular. Nothing is dropped.
     """
     root = root.rstrip("/")
     by_dir: dict[str, list[FileInfo]] = {}
     top: list[FileInfo] = []
     checkpoints: dict[str, FileInfo] = {}
     nested: dict[str, list[FileInfo]] = {}
+    unreadable_dirs: dict[str, FileInfo] = {}
     for d in dirs:
         parts = _relative_parts(root, d.rstrip("/"))
         if parts and len(parts) == 1:
@@ -204,7 +252,12 @@ def listing_from_files(root: str, files: Iterable[FileInfo], *, dirs: Iterable[s
         if parts is None:
             raise ValueError(f"{f.uri} is not under the log dir {root}")
         if len(parts) == 1:
-            if parts[0] in OFFSET_CHECKPOINT_FILES:
+            if f.kind == KIND_DIRECTORY:
+                by_dir.setdefault(parts[0], [])
+            elif f.kind != KIND_FILE and parse_partition_dir(parts[0]) is not None:
+                unreadable_dirs[parts[0]] = f  # the partition dir itself is unreadable
+                by_dir.setdefault(parts[0], [])
+            elif parts[0] in OFFSET_CHECKPOINT_FILES:
                 checkpoints[parts[0]] = f
             else:
                 top.append(f)
@@ -216,10 +269,26 @@ def listing_from_files(root: str, files: Iterable[FileInfo], *, dirs: Iterable[s
     other: dict[str, list[FileInfo]] = {}
     for name in sorted(set(by_dir) | set(nested)):
         tp = parse_partition_dir(name)
-        if tp is None or name in nested:
+        if tp is None:
             other[name] = by_dir.get(name, []) + nested.get(name, [])
             continue
-        partitions[tp] = _list_partition(tp[0], tp[1], f"{root}/{name}", by_dir[name])
+        entries = list(by_dir.get(name, []))
+        # A sub-directory shows in a recursive listing only through what it holds (always so on S3): add it
+        # once as a directory entry, and what it holds as unknown files of the partition.
+        seen = {f.name for f in entries if f.kind == KIND_DIRECTORY}
+        inner: list[FileInfo] = []
+        for f in nested.get(name, []):
+            sub = _relative_parts(root, f.uri)[1]  # type: ignore[index]
+            if sub not in seen:
+                seen.add(sub)
+                entries.append(FileInfo(f"{root}/{name}/{sub}", 0, f.mtime_ms, kind=KIND_DIRECTORY))
+            inner.append(f)
+        listed = _list_partition(tp[0], tp[1], f"{root}/{name}", entries)
+        if inner:
+            listed = replace(listed, unknown=tuple(sorted((*listed.unknown, *inner), key=lambda f: f.uri)))
+        if name in unreadable_dirs:
+            listed = replace(listed, irregular=(unreadable_dirs[name], *listed.irregular))
+        partitions[tp] = listed
     return LogDirListing(
         root=root, partitions=dict(sorted(partitions.items())), checkpoints=checkpoints,
         top_level_files=tuple(sorted(top, key=lambda f: f.uri)),
@@ -227,7 +296,46 @@ def listing_from_files(root: str, files: Iterable[FileInfo], *, dirs: Iterable[s
 
 
 def list_log_dir(storage: Storage, root: str) -> LogDirListing:
-    """List the log dir at ``root`` through ``storage`` (one recursive listing, plus its sub-directories)."""
+    """List the log dir at ``root`` through ``storage``: one recursive listing that also reports entries that
+    are not regular files (so that a segment that is there but unreadable is not mistaken for an absent one).
+    On local disk, a partition directory that is a symbolic link leading outside the log dir is marked
+    (``outside_log_dir``)."""
     # a local store reports plain paths even when asked about file:// URIs
-    root = (storage.local_path(root) or root).rstrip("/")
-    return listing_from_files(root, storage.list(root, recursive=True), dirs=storage.list_dirs(root))
+    local = storage.local_path(root)
+    root = (local or root).rstrip("/")
+    listing = listing_from_files(root, storage.list(root, recursive=True, irregular=True))
+    if local is None:
+        return listing
+    real_root = os.path.realpath(root)
+    for key, part in listing.partitions.items():
+        if os.path.islink(part.uri):
+            real = os.path.realpath(part.uri)
+            if os.path.commonpath([real_root, real]) != real_root:
+                listing.partitions[key] = replace(part, outside_log_dir=real)
+    return listing
+
+
+def irregular_entry_error(f: FileInfo, *, partition_dir: bool = False) -> IrregularEntryError:
+    """The error for an entry that must hold data but is not a regular file (``f.kind`` says what it is)."""
+    what = f"the partition directory is a {f.kind}" if partition_dir else f"{f.name} is a {f.kind}, not a regular file"
+    return IrregularEntryError(
+        f"{what}: the partition cannot be read (a broker would skip the entry and lose the records it should "
+        f"hold); fix: restore the file from a replica or a backup, or remove the entry if the data is really "
+        f"gone, then re-run; the partition is left untouched until then", uri=f.uri)
+
+
+def unreadable_entry(listing: PartitionListing) -> StorageError | None:
+    """Why a partition must be left untouched as its directory stands, or None: an entry bearing a segment
+    file's name that is not a regular file (a broker's loader would skip that segment and delete its index
+    files, silently losing its records), or a partition directory that is a symbolic link leading outside
+    the log dir (the log dir's lock does not cover it: a broker that owns the directory it leads to may be
+    writing there). The error names the entry, what it is and the fix."""
+    for f in listing.irregular:
+        return irregular_entry_error(f, partition_dir=f.uri == listing.uri)
+    if listing.outside_log_dir is not None:
+        return IrregularEntryError(
+            f"the partition directory is a symbolic link to {listing.outside_log_dir}, outside the log dir: "
+            f"the log dir's lock does not cover it, so a broker owning that directory could be writing to it; "
+            f"fix: move the partition into the log dir, or run segjobs on the log dir it belongs to; "
+            f"the partition is left untouched", uri=listing.uri)
+    return None

@@ -4,7 +4,8 @@
 exact types of :data:`segment_io.schema.RECORD_SCHEMA`. Options (all optional; names are case-insensitive):
 
 =====================  =============================================================================
-``topics``             comma-separated topic globs (``orders*,payments``)
+``topics``             comma-separated topic globs (``orders*,payments``); a glob that matches no topic
+                       is an error naming the closest topics, not an empty result
 ``partitions``         comma-separated ``<topic>-<partition>`` names
 ``startingOffset``     first offset to return (inclusive)
 ``endingOffset``       offset to stop at (exclusive)
@@ -14,7 +15,8 @@ exact types of :data:`segment_io.schema.RECORD_SCHEMA`. Options (all optional; n
 ``verifyCrc``          check every batch CRC (default true)
 ``allowTruncatedTail`` read a segment whose last batch is cut short, without that batch (default false)
 ``batchRows``          rows per Arrow batch handed to Spark (default 65536)
-``maxSplitBytes``      segments larger than this are read by several tasks (default 128 MiB)
+``maxSplitBytes``      segments larger than this are read by several tasks: bytes or a binary unit,
+                       ``64MiB`` (default 128MiB)
 ``s3.endpoint``, ``s3.region``, ``s3.access_key_id``, ``s3.secret_access_key``, ``s3.session_token``,
 ``s3.profile``         S3 settings; unset ones come from the environment (see ``StorageOptions``)
 =====================  =============================================================================

@@ -15,6 +15,7 @@ from typing import Mapping
 from segment_io.errors import ConfigError
 from segment_io.layout import parse_partition_dir
 from segment_io.storage import StorageOptions
+from segment_io.units import parse_size
 
 DEFAULT_BATCH_ROWS = 65536
 DEFAULT_MAX_SPLIT_BYTES = 128 << 20
@@ -102,7 +103,7 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         verify_crc=_bool(get, "verifyCrc", True),
         allow_truncated_tail=_bool(get, "allowTruncatedTail", False),
         batch_rows=_int(get, "batchRows", minimum=1) or DEFAULT_BATCH_ROWS,
-        max_split_bytes=_int(get, "maxSplitBytes", minimum=1) or DEFAULT_MAX_SPLIT_BYTES,
+        max_split_bytes=_size(get, "maxSplitBytes", minimum=1) or DEFAULT_MAX_SPLIT_BYTES,
         s3_overrides=StorageOptions(**{field: get(opt) for opt, field in S3_OPTIONS.items()}),
     )
     _check_range(parsed.starting_offset, parsed.ending_offset, "endingOffset", "startingOffset")
@@ -119,6 +120,20 @@ def _int(get, name: str, *, minimum: int | None = None) -> int | None:
     except ValueError:
         raise DataSourceOptionError(name, f"{raw!r} is not an integer") from None
     if minimum is not None and value < minimum:
+        raise DataSourceOptionError(name, f"{value} is below the minimum {minimum}")
+    return value
+
+
+def _size(get, name: str, *, minimum: int) -> int | None:
+    """A size option: bytes, or with a binary unit (``64MiB``), read by :func:`segment_io.units.parse_size`."""
+    raw = get(name)
+    if raw is None:
+        return None
+    try:
+        value = parse_size(raw)
+    except ValueError as exc:
+        raise DataSourceOptionError(name, str(exc)) from None
+    if value < minimum:
         raise DataSourceOptionError(name, f"{value} is below the minimum {minimum}")
     return value
 

@@ -15,6 +15,7 @@ is only the largest timestamp when the broker appended the final entry on roll, 
 
 from __future__ import annotations
 
+import fnmatch
 import struct
 from dataclasses import dataclass
 
@@ -25,12 +26,14 @@ from segment_io.errors import CorruptIndexError, CorruptRecordError, NotFoundErr
 from segment_io.format import LOG_OVERHEAD, V2_HEADER_SIZE, V2_MAGIC, BatchHeaders, scan_batches
 from segment_io.layout import (
     PartitionListing,
+    closest_topics_hint,
     list_log_dir,
     listing_from_files,
     parse_partition_dir,
     parse_segment_file,
 )
 from segment_io.spark.bounds import RowBounds
+from segment_io.spark.options import DataSourceOptionError
 from segment_io.storage import Storage
 
 _BATCH_PREFIX = struct.Struct(">qi")  # base offset, batch length: the first LOG_OVERHEAD bytes of a batch
@@ -108,7 +111,18 @@ def list_segments(storage: Storage, uri: str, bounds: RowBounds) -> list[Segment
             if not listing.partitions and not listing.top_level_files and not listing.other_dirs:
                 raise NotFoundError("nothing found: not a log dir, partition dir or segment file", uri=uri)
             segments = [s for p in listing.partitions.values() for s in _segment_refs(p)]
+    _check_topics_option(bounds.topic_globs, {s.topic for s in segments}, uri)
     return [s for s in segments if bounds.wants_partition(s.topic, s.partition)]
+
+
+def _check_topics_option(globs: tuple[str, ...], topics: set[str], uri: str) -> None:
+    """A ``topics`` glob that matches no topic is a mistake (a typo, the wrong log dir), not a request for
+    zero rows: fail naming the closest topics."""
+    unmatched = [g for g in globs if not any(fnmatch.fnmatchcase(t, g) for t in topics)]
+    if unmatched:
+        hints = "; ".join(f"{g}: {closest_topics_hint(g, topics - {_UNKNOWN_TOPIC})}" for g in unmatched)
+        raise DataSourceOptionError("topics", f"{', '.join(map(repr, unmatched))} matches no topic in {uri} "
+                                              f"({hints})")
 
 
 def _split_uri(uri: str) -> tuple[str, str]:

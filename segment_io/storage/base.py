@@ -13,6 +13,16 @@ from contextlib import contextmanager
 from typing import BinaryIO, ContextManager, Iterator
 
 
+#: Kinds of listed entries (:attr:`FileInfo.kind`). Only regular files hold data; the others are what a
+#: listing with ``irregular=True`` reports so that a caller can tell "absent" from "present but unreadable".
+KIND_FILE = "file"
+KIND_DIRECTORY = "directory"  #: a directory (local), or a "folder" marker / common prefix (S3)
+KIND_DANGLING_SYMLINK = "dangling symbolic link"
+KIND_FIFO = "FIFO (named pipe)"
+KIND_SOCKET = "socket"
+KIND_DEVICE = "device file"
+
+
 @dataclass(frozen=True)
 class FileInfo:
     """One file or object found by a listing."""
@@ -21,6 +31,9 @@ class FileInfo:
     size: int
     mtime_ms: int  #: last-modified time in epoch milliseconds
     etag: str | None = None  #: object-store version tag (S3 ETag); None on local disk
+    #: what the entry is: :data:`KIND_FILE` for a regular file (the only kind a listing returns unless asked
+    #: for ``irregular`` entries), else one of the other ``KIND_*`` values
+    kind: str = "file"
 
     @property
     def name(self) -> str:
@@ -39,8 +52,13 @@ class Storage(ABC):
         """Join path components the way this store spells them."""
 
     @abstractmethod
-    def list(self, prefix: str, *, recursive: bool = False) -> list[FileInfo]:
-        """Files directly under the directory/prefix ``prefix`` (all below it when ``recursive``)."""
+    def list(self, prefix: str, *, recursive: bool = False, irregular: bool = False) -> list[FileInfo]:
+        """Files directly under the directory/prefix ``prefix`` (all below it when ``recursive``).
+
+        Only regular files, unless ``irregular``: then also every other entry found (``FileInfo.kind`` says
+        what it is): directories (on S3, "folder" marker objects), dangling symbolic links, FIFOs, sockets
+        and device files. A directory is reported whether or not it is empty; with ``recursive`` its
+        content follows as usual."""
 
     @abstractmethod
     def list_dirs(self, prefix: str) -> list[str]:

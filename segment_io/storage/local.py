@@ -19,6 +19,7 @@ import mmap
 import os
 import re
 import shutil
+import stat
 import threading
 import time
 import uuid
@@ -26,7 +27,15 @@ from contextlib import contextmanager
 from typing import BinaryIO, Callable, Iterator, TypeVar
 
 from segment_io.errors import NotFoundError, PreconditionFailedError, StorageError
-from segment_io.storage.base import FileInfo, Storage
+from segment_io.storage.base import (
+    KIND_DANGLING_SYMLINK,
+    KIND_DEVICE,
+    KIND_DIRECTORY,
+    KIND_FIFO,
+    KIND_SOCKET,
+    FileInfo,
+    Storage,
+)
 
 FILE_SCHEME = "file://"
 #: Marker in the names of temporary files; they end in ``.tmp`` like a broker's own, which Kafka ignores.
@@ -115,6 +124,20 @@ def _info(path: str, st: os.stat_result, etag: str | None = None) -> FileInfo:
     return FileInfo(uri=path, size=st.st_size, mtime_ms=st.st_mtime_ns // 1_000_000, etag=etag)
 
 
+def _irregular_info(entry: os.DirEntry) -> FileInfo:
+    """A listed entry that is neither a regular file nor a directory (``is_file``/``is_dir`` follow links)."""
+    st = entry.stat(follow_symlinks=False)
+    if entry.is_symlink():
+        kind = KIND_DANGLING_SYMLINK  # a link to a file or directory would have passed is_file/is_dir
+    elif stat.S_ISFIFO(st.st_mode):
+        kind = KIND_FIFO
+    elif stat.S_ISSOCK(st.st_mode):
+        kind = KIND_SOCKET
+    else:
+        kind = KIND_DEVICE
+    return FileInfo(uri=entry.path, size=0, mtime_ms=st.st_mtime_ns // 1_000_000, kind=kind)
+
+
 class LocalStorage(Storage):
     """Files on the local filesystem. Stateless, hence trivially pickle-safe."""
 
@@ -153,13 +176,14 @@ class LocalStorage(Storage):
     def local_path(self, uri: str) -> str:
         return to_path(uri)
 
-    def list(self, prefix: str, *, recursive: bool = False) -> list[FileInfo]:
-        """Regular files under directory ``prefix``, sorted by path; empty when ``prefix`` does not exist
-        (as on S3, where a prefix with no objects is indistinguishable from a missing one)."""
+    def list(self, prefix: str, *, recursive: bool = False, irregular: bool = False) -> list[FileInfo]:
+        """Regular files under directory ``prefix`` (plus, with ``irregular``, every other entry: see
+        :meth:`Storage.list`), sorted by path; empty when ``prefix`` does not exist (as on S3, where a prefix
+        with no objects is indistinguishable from a missing one)."""
         root = to_path(prefix)
-        return self._guard(root, lambda: sorted(self._walk(root, recursive), key=lambda f: f.uri))
+        return self._guard(root, lambda: sorted(self._walk(root, recursive, irregular), key=lambda f: f.uri))
 
-    def _walk(self, root: str, recursive: bool) -> Iterator[FileInfo]:
+    def _walk(self, root: str, recursive: bool, irregular: bool) -> Iterator[FileInfo]:
         try:
             entries = list(os.scandir(root))
         except (FileNotFoundError, NotADirectoryError):
@@ -168,8 +192,14 @@ class LocalStorage(Storage):
             try:
                 if entry.is_file():
                     yield _info(entry.path, entry.stat())
-                elif recursive and entry.is_dir():
-                    yield from self._walk(entry.path, True)
+                    continue
+                if entry.is_dir():
+                    if irregular:
+                        yield FileInfo(entry.path, 0, entry.stat().st_mtime_ns // 1_000_000, kind=KIND_DIRECTORY)
+                    if recursive:
+                        yield from self._walk(entry.path, True, irregular)
+                elif irregular:
+                    yield _irregular_info(entry)
             except FileNotFoundError:
                 continue  # removed between scandir and stat: it is simply not there any more
 

@@ -34,7 +34,7 @@ from segment_io.errors import (
     StorageError,
     UsageError,
 )
-from segment_io.storage.base import FileInfo, Storage
+from segment_io.storage.base import KIND_DIRECTORY, FileInfo, Storage
 from segment_io.storage.options import ENV_VARS, StorageOptions
 
 S3_SCHEME = "s3://"
@@ -200,15 +200,23 @@ class S3Storage(Storage):
         pieces = [base.rstrip("/")] + [p.strip("/") for p in parts if p.strip("/")]
         return "/".join(pieces)
 
-    def list(self, prefix: str, *, recursive: bool = False) -> list[FileInfo]:
+    def list(self, prefix: str, *, recursive: bool = False, irregular: bool = False) -> list[FileInfo]:
         bucket, key = parse_s3_uri(prefix)
         out: list[FileInfo] = []
         for page in self._pages(prefix, bucket, _dir_prefix(key), recursive):
             for obj in page.get("Contents", ()):
+                uri = f"{S3_SCHEME}{bucket}/{obj['Key']}"
+                mtime_ms = int(obj["LastModified"].timestamp() * 1000)
                 if obj["Key"].endswith("/"):
-                    continue  # zero-byte "folder" markers some tools create
-                out.append(FileInfo(uri=f"{S3_SCHEME}{bucket}/{obj['Key']}", size=obj["Size"],
-                                    mtime_ms=int(obj["LastModified"].timestamp() * 1000), etag=obj.get("ETag")))
+                    # a "folder" marker some tools create: no data, reported only when asked for
+                    if irregular and obj["Key"] != _dir_prefix(key):
+                        out.append(FileInfo(uri=uri.rstrip("/"), size=obj["Size"], mtime_ms=mtime_ms,
+                                            etag=obj.get("ETag"), kind=KIND_DIRECTORY))
+                    continue
+                out.append(FileInfo(uri=uri, size=obj["Size"], mtime_ms=mtime_ms, etag=obj.get("ETag")))
+            if irregular and not recursive:
+                out.extend(FileInfo(uri=f"{S3_SCHEME}{bucket}/{cp['Prefix'].rstrip('/')}", size=0, mtime_ms=0,
+                                    kind=KIND_DIRECTORY) for cp in page.get("CommonPrefixes", ()))
         return out
 
     def list_dirs(self, prefix: str) -> list[str]:

@@ -164,3 +164,75 @@ def test_dump_takes_the_dir_of_a_topic_with_dots(tmp_path: Path, capsys) -> None
                  "--records", "120", "--quiet"]) == 0
     assert main(["dump", "--verify", str(tmp_path / "com.acme.orders-0")]) == 0
     assert "baseOffset: 0" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------------
+# What dump refuses, and the files it reads besides segments
+# --------------------------------------------------------------------------------------------------
+
+
+def test_dump_of_a_log_dir_names_a_partition_to_dump_instead(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "logs"
+    assert _generate(out) == 0
+    capsys.readouterr()
+    assert main(["dump", str(out)]) == 2
+    stdout, err = capsys.readouterr()
+    assert stdout == ""
+    assert f"{out} is a log dir, not a partition dir or segment file" in err
+    assert f"`segjobs dump {out}/orders-0`" in err and "orders-0, orders-1, user.events-v2-0" in err
+
+
+@pytest.mark.parametrize("name, content, words", [
+    ("notes.txt", b"hello", "is not a Kafka segment, index or checkpoint file (5 bytes: shorter than a batch header)"),
+    ("data.bin", b"\x00" * 8 + b"\x00\x00\x00\x40" + b"\x00" * 4 + b"\x07" + b"\x00" * 100,
+     "byte 0 does not start a batch: invalid magic byte 7"),
+    ("meta.properties", b"version=1\nbroker.id=0\ncluster.id=abc\n", "is not a Kafka segment"),
+    ("00000000000000000000.snapshot", b"\x00\x01" + b"\x00" * 40, "producer-state snapshot"),
+])
+def test_dump_of_a_file_that_is_no_segment_index_or_checkpoint_exits_2(tmp_path: Path, capsys, kafka_real: Path,
+                                                                     name: str, content: bytes, words: str) -> None:
+    bad = tmp_path / name
+    bad.write_bytes(content)
+    good = sorted((kafka_real / FIXTURE_WITH_HEADERS).glob("*.log"))[0]
+    # checked before anything is dumped: a good file first on the command line prints nothing either
+    assert main(["dump", str(good), str(bad)]) == 2
+    stdout, err = capsys.readouterr()
+    assert stdout == ""
+    assert words in err and "dump reads .log segments" in err
+
+
+def test_dump_of_a_log_named_file_without_a_single_batch_exits_1(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "00000000000000000000.log"
+    bad.write_bytes(b"this is text, not a Kafka record batch, whatever its name says")
+    assert main(["dump", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "byte 0" in err and "invalid magic byte" in err and "1 file(s) could not be read at all" in err
+    empty = tmp_path / "00000000000000000042.log"
+    empty.write_bytes(b"")  # an empty segment is a valid segment (a broker rolls them)
+    assert main(["dump", str(empty)]) == 0
+
+
+def test_a_segment_under_another_name_is_dumped(tmp_path: Path, kafka_real: Path, capsys) -> None:
+    log = sorted((kafka_real / FIXTURE_WITH_HEADERS).glob("*.log"))[0]
+    copy = tmp_path / "download.bin"
+    copy.write_bytes(log.read_bytes())
+    assert main(["dump", str(copy)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("baseOffset:")]
+    assert len(lines) == len(scan_batches(log.read_bytes()))
+
+
+def test_dump_reads_checkpoint_files(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "logs"
+    assert _generate(out) == 0
+    (out / "cleaner-offset-checkpoint").write_text("0\n2\norders 1 40\nuser.events-v2 0 7\n")
+    capsys.readouterr()
+    epochs = out / "orders-1" / "leader-epoch-checkpoint"
+    assert main(["dump", str(out / "cleaner-offset-checkpoint"), str(epochs)]) == 0
+    stdout = capsys.readouterr().out.splitlines()
+    assert stdout[0].endswith("cleaner-offset-checkpoint: 2 partitions")
+    assert stdout[1:3] == ["partition: orders-1 offset: 40", "partition: user.events-v2-0 offset: 7"]
+    assert stdout[3].endswith("leader-epoch-checkpoint: 1 leader epochs") and stdout[4] == "epoch: 0 startOffset: 0"
+    # a checkpoint that does not parse is a file dump could not read: exit 1 (with or without --verify)
+    (out / "log-start-offset-checkpoint").write_text("0\n1\norders one 5\n")
+    assert main(["dump", str(out / "log-start-offset-checkpoint")]) == 1
+    assert "line 3" in capsys.readouterr().err

@@ -56,11 +56,13 @@ def test_a_sane_timeindex_is_used_instead_of_reading_the_log(tmp_path: Path) -> 
     # A valid-looking index that names another (smaller) timestamp: Kafka would take it, so does the scan.
     (tmp_path / "t-0" / segment_file_name(0, ".timeindex")).write_bytes(timeindex((T0 + 1, 0), (T0 + 3, 1)))
     assert scan(tmp_path).state.segments[0].largest_timestamp == T0 + 3
-    # and the .log of a closed segment with a sane index is not even read: garbage there goes unnoticed
+    # the .log of a closed segment with a sane index is read only from its last .index entry on (here, with
+    # no entry, from byte 0) to check that it ends on a whole batch: garbage there is seen, not ignored
     log = tmp_path / "t-0" / segment_file_name(0)
     log.write_bytes(b"\xff" * log.stat().st_size)
     s = scan(tmp_path)
-    assert s.error is None and s.state.segments[0].largest_timestamp == T0 + 3
+    assert s.state is None and s.error.kind == "InvalidMagicError" and s.error.file == str(log)
+    assert s.error.position == 0
 
 
 @pytest.mark.parametrize("entries", [

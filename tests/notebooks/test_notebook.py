@@ -1,10 +1,14 @@
 """notebooks/dirty_ratios.ipynb runs end to end (nbclient, the venv's kernel) on its generated demo log dir,
-so it cannot rot: every cell executes without error, the inspect table shows every demo partition, and the
-four plots render. The kernel is a separate process and starts its own small Spark session."""
+so it cannot rot: every cell executes without error, the inspect table shows every demo partition, and each of
+the five charts renders as one decodable PNG of sane size. The kernel is a separate process and starts its own
+small Spark session."""
 
 from __future__ import annotations
 
 import ast
+import base64
+import io
+import os
 import sys
 import time
 from pathlib import Path
@@ -13,6 +17,7 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
+Image = pytest.importorskip("PIL.Image")
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "dirty_ratios.ipynb"
 DEMO_PARTITIONS = ("users-changelog-0", "users-changelog-1", "orders-0", "clicks-0")
@@ -59,8 +64,23 @@ def test_notebook_executes_end_to_end(tmp_path) -> None:
 
     outputs = [o for c in _code_cells(nb) for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
-    images = [o for o in outputs if "image/png" in o.get("data", {})]
-    assert len(images) == 4, f"expected the four charts, got {len(images)} image(s)"
+    # every chart cell shows exactly one image, a real PNG of sane size (not an empty or runaway figure)
+    chart_cells = [c for c in _code_cells(nb) if "plots." in c.source and "_chart(" in c.source]
+    assert len(chart_cells) == 5
+    for cell in chart_cells:
+        pngs = [o["data"]["image/png"] for o in cell.outputs if "image/png" in o.get("data", {})]
+        assert len(pngs) == 1, f"{cell.source!r} shows {len(pngs)} image(s)"
+        data = base64.b64decode(pngs[0])
+        assert len(data) > 5_000, f"{cell.source!r}: a {len(data)}-byte PNG is blank or nearly"
+        image = Image.open(io.BytesIO(data))
+        image.load()  # decodes, or raises
+        width, height = image.size
+        assert 300 <= width <= 2_000 and 100 <= height <= 2_000, (cell.source, image.size)
+        shades = image.convert("L").getcolors(maxcolors=256)  # None: more than 256 grey levels
+        assert shades is None or len(shades) > 10, f"{cell.source!r}: the image has no content"
+        if os.environ.get("SEGJOBS_PLOTS_DIR"):  # to look at them
+            name = cell.source.split("(")[0].split(".")[-1] + ("-by-topic" if "topic" in cell.source else "")
+            Path(os.environ["SEGJOBS_PLOTS_DIR"], f"notebook-{name}.png").write_bytes(data)
     html = "\n".join(o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {}))
     for name in DEMO_PARTITIONS:
         assert name in html, f"{name} missing from the inspect table"

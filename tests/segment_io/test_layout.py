@@ -16,6 +16,7 @@ from segment_io.layout import (
     parse_partition_dir,
     parse_segment_file,
     segment_file_name,
+    unreadable_entry,
 )
 from segment_io.storage import LocalStorage
 from segment_io.storage.base import FileInfo
@@ -56,7 +57,7 @@ def test_pure_listing_classifies_everything() -> None:
         fi(f"{root}/other-1/deeper/x"), fi(f"{root}/other-1/{segment_file_name(0, '.log')}"),
     ]
     listing = listing_from_files(root + "/", reversed(files), dirs=[f"{root}/empty-5", f"{root}/t-9/"])
-    assert list(listing.partitions) == [("empty", 5), ("my.topic-with-dash", 12), ("t", 9)]
+    assert list(listing.partitions) == [("empty", 5), ("my.topic-with-dash", 12), ("other", 1), ("t", 9)]
     part = listing.partition("my.topic-with-dash", 12)
     assert part.uri == p
     assert [s.base_offset for s in part.segments] == [7, 20, 100]
@@ -71,11 +72,17 @@ def test_pure_listing_classifies_everything() -> None:
     assert sorted(f.name for f in part.unknown) == [segment_file_name(5, ".checkpoint"), "notes.txt"]
     assert list(listing.checkpoints) == [OFFSET_CHECKPOINT_FILES[0]]
     assert [f.name for f in listing.top_level_files] == ["meta.properties"]
-    assert sorted(listing.other_dirs) == ["other-1", "t-0.0123456789abcdef0123456789abcdef-delete", "tiered"]
-    assert len(listing.other_dirs["other-1"]) == 2  # a partition-like dir with nested content is left alone
+    assert sorted(listing.other_dirs) == ["t-0.0123456789abcdef0123456789abcdef-delete", "tiered"]
+    # a sub-directory of a partition is ignored as Kafka ignores it (listed, with what it holds), unless it
+    # bears a segment file's name
+    other = listing.partition("other", 1)
+    assert [s.base_offset for s in other.segments] == [0] and other.irregular == ()
+    assert [(f.uri[len(root):], f.kind) for f in other.unknown] == [("/other-1/deeper", "directory"),
+                                                                   ("/other-1/deeper/x", "file")]
     assert listing.partition("empty", 5).segments == ()
     # every file ends up somewhere
-    n = (sum(len(p.segments) + len(p.transient) + len(p.orphans) + len(p.unknown) + len(p.producer_snapshots)
+    n = (sum(len(p.segments) + len(p.transient) + len(p.orphans) + sum(f.kind == "file" for f in p.unknown)
+             + len(p.producer_snapshots)
              + (p.leader_epoch_checkpoint is not None) + (p.partition_metadata is not None)
              for p in listing.partitions.values())
          + sum(s.index is not None or 0 for p in listing.partitions.values() for s in p.segments)
@@ -129,3 +136,55 @@ def test_fixture_specifics(kafka_real: Path) -> None:
     ronem = list_log_dir(LocalStorage(), "file://" + str(kafka_real / "ronem123-kraft3.9-multiseg/kafka-logs"))
     assert [s.base_offset for s in ronem.partition("__consumer_offsets", 31).segments] == [0, 3]
     assert ronem.partition("topic_transactions", 0).segments[0].log.size == 0
+
+
+def test_entries_that_are_not_regular_files_are_listed_not_dropped(tmp_path: Path) -> None:
+    """A segment-named entry that is not a regular file makes the partition unreadable (it must not look like
+    an absent segment); other odd entries are ignored as Kafka ignores them."""
+    root = tmp_path / "logs"
+    p = root / "t-0"
+    p.mkdir(parents=True)
+    (p / segment_file_name(0)).write_bytes(b"")
+    (p / segment_file_name(1)).symlink_to(tmp_path / "nowhere")
+    (p / segment_file_name(2)).mkdir()
+    os.mkfifo(p / segment_file_name(3, ".index"))
+    (p / "backup").mkdir()
+    (p / "backup" / "old.log").write_bytes(b"x")
+    os.mkfifo(p / "a-pipe")
+    (root / "u-0").symlink_to(tmp_path / "gone")  # a partition dir that leads nowhere
+    listing = list_log_dir(LocalStorage(), str(root))
+    part = listing.partition("t", 0)
+    assert [s.base_offset for s in part.segments] == [0]
+    assert [(f.name, f.kind) for f in part.irregular] == [
+        (segment_file_name(1), "dangling symbolic link"), (segment_file_name(2), "directory"),
+        (segment_file_name(3, ".index"), "FIFO (named pipe)")]
+    assert [(f.uri[len(str(p)) + 1:], f.kind) for f in part.unknown] == [
+        ("a-pipe", "FIFO (named pipe)"), ("backup", "directory"), ("backup/old.log", "file")]
+    err = unreadable_entry(part)
+    assert err is not None and err.uri == str(p / segment_file_name(1)) and "fix:" in err.detail
+    gone = listing.partition("u", 0)
+    assert gone.segments == () and "partition directory is a dangling symbolic link" in unreadable_entry(gone).detail
+
+
+def test_a_partition_dir_linked_from_outside_the_log_dir_is_marked(tmp_path: Path) -> None:
+    root = tmp_path / "logs"
+    (root / "inside-0").mkdir(parents=True)
+    (tmp_path / "elsewhere-0").mkdir()
+    (root / "out-0").symlink_to(tmp_path / "elsewhere-0")
+    (root / "in-0").symlink_to(root / "inside-0")
+    listing = list_log_dir(LocalStorage(), str(root))
+    assert listing.partition("out", 0).outside_log_dir == str(tmp_path / "elsewhere-0")
+    assert "outside the log dir" in unreadable_entry(listing.partition("out", 0)).detail
+    assert listing.partition("in", 0).outside_log_dir is None and unreadable_entry(listing.partition("in", 0)) is None
+
+
+def test_s3_style_directories_named_like_segments() -> None:
+    """On S3 a "directory" is a folder marker (listed with irregular=True) or only a prefix of other keys."""
+    root = "s3://b/logs"
+    files = [fi(f"{root}/t-0/{segment_file_name(0)}"),
+             FileInfo(f"{root}/t-0/{segment_file_name(1)}", 0, 0, kind="directory"),  # marker ".../1.log/"
+             fi(f"{root}/t-0/{segment_file_name(2)}/part-0")]  # a prefix with an object below it
+    part = listing_from_files(root, files).partition("t", 0)
+    assert [s.base_offset for s in part.segments] == [0]
+    assert [f.name for f in part.irregular] == [segment_file_name(1), segment_file_name(2)]
+    assert [f.name for f in part.unknown] == ["part-0"]

@@ -85,6 +85,28 @@ def test_bad_option_names_the_option(option: str, value: str) -> None:
     assert repr(caught.value.option) in str(caught.value)
 
 
+def test_max_split_bytes_takes_a_size_with_units() -> None:
+    assert parse_options({"path": "/x", "maxSplitBytes": "64MiB"}).max_split_bytes == 64 << 20
+    assert parse_options({"path": "/x", "maxSplitBytes": "32768"}).max_split_bytes == 32768
+    with pytest.raises(DataSourceOptionError, match="'maxSplitBytes': cannot read '64MB' as a size: unit 'MB' is"):
+        parse_options({"path": "/x", "maxSplitBytes": "64MB"})
+
+
+def test_a_topics_option_that_matches_no_topic_is_an_error_naming_the_closest(kafka_real: Path) -> None:
+    reader = make_reader(kafka_real / COMPACTED_LOG_DIR, topics="mytopic,myTopic")
+    with pytest.raises(DataSourceOptionError) as caught:
+        reader.partitions()
+    assert caught.value.option == "topics"
+    assert "'mytopic' matches no topic" in str(caught.value) and "closest: myTopic" in str(caught.value)
+    # a glob that matches is fine, even a topic whose only segment is empty; so is a pushed filter that
+    # matches nothing (SQL: zero rows)
+    assert reader_rows(make_reader(kafka_real / COMPACTED_LOG_DIR, topics="my*")).num_rows == 0
+    assert reader_rows(make_reader(kafka_real / COMPACTED_LOG_DIR, topics="__consumer*")).num_rows > 0
+    narrowed = make_reader(kafka_real / COMPACTED_LOG_DIR, topics="__consumer*")
+    narrowed.push_filters([EqualTo(("topic",), "nothing-like-it")])
+    assert reader_rows(narrowed).num_rows == 0
+
+
 def test_ending_before_starting_is_rejected() -> None:
     with pytest.raises(DataSourceOptionError, match="endingTimestamp"):
         parse_options({"path": "/x", "startingTimestamp": "10", "endingTimestamp": "9"})
@@ -332,6 +354,14 @@ def test_through_spark_reads_s3_like_the_local_copy(sspark, kafka_real: Path, s3
     local = sspark.read.format(FORMAT_NAME).load(str(source))
     assert_df_equality(s3.orderBy("topic", "partition", "offset"), local.orderBy("topic", "partition", "offset"))
     assert local.count() == expected_rows([d for d in partition_dirs(kafka_real) if d.parent == source]).num_rows
+
+
+def test_through_spark_a_topics_option_naming_no_topic_fails_instead_of_returning_nothing(sspark, kafka_real: Path,
+                                                                                       ) -> None:
+    df = sspark.read.format(FORMAT_NAME).option("topics", "consumer_offsets").load(str(kafka_real / COMPACTED_LOG_DIR))
+    with pytest.raises(Exception, match="matches no topic") as caught:
+        df.count()
+    assert "closest: __consumer_offsets" in str(caught.value)
 
 
 def test_through_spark_bad_option_fails_with_a_message_naming_it(sspark, kafka_real: Path) -> None:

@@ -1,0 +1,213 @@
+"""Hints for the usual command-line mistakes, through the CLI: a partition directory or a segment file given
+as --log-dir, an unknown --topic or --partition (with the closest names), sizes and durations with units, and
+--now out of range. Each one exits 2 within a second (before Spark), with the hint on stderr and nothing on
+stdout, and touches no file."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs.cli import build_parser, main
+from tests.support.builders import LogBuilder, rec, write_log
+
+NOW = "2026-11-22T03:00:00Z"
+
+
+@pytest.fixture()
+def log_dir(tmp_path) -> Path:
+    d = tmp_path / "logs"
+    for topic, partitions in (("orders", 3), ("users", 1), ("payments-eu", 1)):
+        for p in range(partitions):
+            log = LogBuilder(topic, p, timestamp=1_700_000_000_000)
+            log.batch([rec("k", "v"), rec("k2", "v2")])
+            log.roll().batch([rec("z", "active")])
+            write_log(log.table(), d / f"{topic}-{p}")
+    return d
+
+
+def _files(d: Path) -> dict[str, str]:
+    return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(d.rglob("*")) if p.is_file() and p.name != ".lock"}
+
+
+def _usage_error(capsys, argv: list[str]) -> str:
+    """Run the CLI: exit 2 in under a second, nothing on stdout, one line on stderr (returned)."""
+    t0 = time.monotonic()
+    rc = main(argv)
+    elapsed = time.monotonic() - t0
+    out, err = capsys.readouterr()
+    assert rc == 2, err
+    assert out == ""
+    assert elapsed < 1.0, f"took {elapsed:.2f}s: something slow (Spark?) ran before the check"
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"segjobs {argv[0]}: error: "), err
+    return lines[0]
+
+
+def _argparse_error(capsys, argv: list[str]) -> str:
+    """An option argparse itself refuses: SystemExit(2), usage and the error on stderr, nothing on stdout."""
+    with pytest.raises(SystemExit) as caught:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert caught.value.code == 2 and out == ""
+    return err.strip().splitlines()[-1]
+
+
+# --------------------------------------------------------------------------------------------------
+# --log-dir
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["compact", "retain", "inspect"])
+def test_a_partition_dir_given_as_log_dir_names_its_parent_and_the_partition(capsys, log_dir, command) -> None:
+    before = _files(log_dir)
+    line = _usage_error(capsys, [command, "--log-dir", str(log_dir / "orders-1"), "--now", NOW, "--quiet"])
+    assert (f"this looks like a partition; use its parent with --partition orders-1: --log-dir {log_dir} "
+            f"--partition orders-1") in line
+    assert _files(log_dir) == before
+
+
+def test_recover_on_a_partition_dir_names_its_parent(capsys, log_dir) -> None:
+    before = _files(log_dir)
+    line = _usage_error(capsys, ["recover", "--log-dir", str(log_dir / "orders-1"), "--now", NOW])
+    assert f"this looks like a partition; use its parent: --log-dir {log_dir}" in line
+    assert "--partition" not in line  # recover has no --partition
+    assert _files(log_dir) == before
+
+
+def test_a_dir_of_segment_files_not_named_like_a_partition(capsys, log_dir, tmp_path) -> None:
+    loose = tmp_path / "copied-segments"
+    loose.mkdir()
+    for f in (log_dir / "users-0").iterdir():
+        (loose / f.name).write_bytes(f.read_bytes())
+    line = _usage_error(capsys, ["retain", "--log-dir", str(loose), "--now", NOW, "--quiet"])
+    assert "it holds segment files itself, as a partition directory does" in line
+
+
+@pytest.mark.parametrize("command", ["compact", "retain", "inspect", "recover"])
+def test_a_segment_file_given_as_log_dir(capsys, log_dir, command) -> None:
+    seg = log_dir / "orders-2" / "00000000000000000000.log"
+    line = _usage_error(capsys, [command, "--log-dir", str(seg), "--now", NOW] + (["--quiet"] * (command != "recover")))
+    assert f"--log-dir {seg} is a segment file, not a log dir" in line
+    if command != "recover":
+        assert f"--log-dir {log_dir} --partition orders-2" in line
+    assert f"segjobs dump {seg}" in line
+
+
+def test_an_empty_log_dir_is_still_refused_without_a_partition_hint(capsys, tmp_path) -> None:
+    (tmp_path / "empty").mkdir()
+    line = _usage_error(capsys, ["retain", "--log-dir", str(tmp_path / "empty"), "--now", NOW, "--quiet"])
+    assert "no partition directories" in line and "looks like a partition" not in line
+
+
+# --------------------------------------------------------------------------------------------------
+# --topic, --partition
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("glob, hint", [
+    ("order", "order: closest: orders"),
+    ("Users", "Users: closest: users"),
+    ("payments_eu*", "closest: payments-eu"),
+    ("zzz", "zzz: topics there: orders, payments-eu, users"),
+])
+def test_an_unknown_topic_lists_the_closest_topics(capsys, log_dir, glob, hint) -> None:
+    line = _usage_error(capsys, ["retain", "--log-dir", str(log_dir), "--now", NOW, "--quiet", "--topic", glob])
+    assert f"--topic matches no topic in the log dir: {glob}" in line and hint in line
+
+
+def test_an_unknown_partition_says_which_partitions_its_topic_has(capsys, log_dir) -> None:
+    line = _usage_error(capsys, ["compact", "--log-dir", str(log_dir), "--now", NOW, "--quiet",
+                                 "--partition", "orders-7", "--partition", "user-0"])
+    assert "orders-7, user-0" in line
+    assert "orders has partitions 0-2" in line and "no topic 'user'; closest: users" in line
+
+
+# --------------------------------------------------------------------------------------------------
+# Sizes and durations with units
+# --------------------------------------------------------------------------------------------------
+
+
+def test_size_options_take_units() -> None:
+    parser = build_parser()
+    compact = parser.parse_args(["compact", "--log-dir", "x", "--dedupe-buffer-bytes", "512MiB"])
+    assert compact.dedupe_buffer_bytes == 512 << 20
+    generate = parser.parse_args(["generate", "--out", "x", "--segment-bytes", "4MiB", "--value-bytes", "1KiB",
+                                  "--key-bytes", "32", "--span", "36h"])
+    assert (generate.segment_bytes, generate.value_bytes, generate.key_bytes, generate.span) == \
+        (4 << 20, 1024, 32, 36 * 3_600_000)
+    assert parser.parse_args(["dump", "x", "--max-value-bytes", "1KiB"]).max_value_bytes == 1024
+    assert parser.parse_args(["dump", "x", "--max-value-bytes", "-1"]).max_value_bytes == -1
+
+
+def test_a_bad_duration_says_how_to_write_one(capsys, tmp_path) -> None:
+    line = _argparse_error(capsys, ["generate", "--out", str(tmp_path / "g"), "--span", "five days"])
+    assert line == ("segjobs generate: error: argument --span: cannot read 'five days' as a duration "
+                    "(examples: 7d, 36h, 500ms)")
+    assert not (tmp_path / "g").exists()
+
+
+def test_an_ambiguous_size_is_refused_everywhere(capsys, log_dir, tmp_path) -> None:
+    line = _argparse_error(capsys, ["compact", "--log-dir", str(log_dir), "--dedupe-buffer-bytes", "1GB"])
+    assert "argument --dedupe-buffer-bytes: cannot read '1GB' as a size: unit 'GB' is ambiguous" in line
+    line = _argparse_error(capsys, ["generate", "--out", str(tmp_path / "g"), "--segment-bytes", "1GB"])
+    assert "unit 'GB' is ambiguous" in line and "KiB, MiB, GiB, TiB" in line
+    # the topic configuration reads values with the same parser, and says the same
+    line = _usage_error(capsys, ["retain", "--log-dir", str(log_dir), "--now", NOW, "--quiet",
+                                 "--set", "orders:retention.bytes=1GB"])
+    assert "retention.bytes: cannot read '1GB' as a size: unit 'GB' is ambiguous" in line
+    line = _usage_error(capsys, ["retain", "--log-dir", str(log_dir), "--now", NOW, "--quiet",
+                                 "--set", "orders:retention.ms=five days"])
+    assert "retention.ms: cannot read 'five days' as a duration (examples: 7d, 36h, 500ms)" in line
+
+
+def test_a_config_value_with_units_is_the_value_of_the_option(capsys, tmp_path) -> None:
+    """--set takes the same spellings as the options: 512MiB is 512 MiB in both."""
+    from jobs.config import ConfigSet
+
+    config = ConfigSet().with_overrides(["t:retention.bytes=512MiB", "t:retention.ms=36h"]).for_topic("t")
+    parsed = build_parser().parse_args(["compact", "--log-dir", "x", "--dedupe-buffer-bytes", "512MiB"])
+    assert config.retention_bytes == parsed.dedupe_buffer_bytes == 512 << 20
+    assert config.retention_ms == build_parser().parse_args(["generate", "--out", "x", "--span", "36h"]).span
+
+
+# --------------------------------------------------------------------------------------------------
+# --now
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("now, words", [
+    ("1969-12-31T23:59:59Z", "lies before 1970-01-01T00:00:00Z"),
+    ("-1000", "lies before 1970-01-01T00:00:00Z"),
+    ("2206-11-22T03:00:00Z", "lies after 2100-01-01T00:00:00Z: a typo?"),
+    ("1795305600000000", "looks like epoch microseconds"),
+])
+@pytest.mark.parametrize("command", ["compact", "retain", "inspect", "recover"])
+def test_now_before_1970_or_far_ahead_is_refused(capsys, log_dir, command, now, words) -> None:
+    before = _files(log_dir)
+    line = _usage_error(capsys, [command, "--log-dir", str(log_dir), f"--now={now}"])
+    assert f"--now {now!r}" in line and words in line
+    assert _files(log_dir) == before
+
+
+def test_recover_without_now_prints_the_instant_it_used(capsys, log_dir) -> None:
+    assert main(["recover", "--log-dir", str(log_dir)]) == 0
+    err = capsys.readouterr().err
+    assert "segjobs recover: --now not given: acting at 20" in err and "pass --now " in err
+    assert main(["recover", "--log-dir", str(log_dir), "--now", NOW]) == 0
+    assert "--now not given" not in capsys.readouterr().err
+
+
+def test_the_now_bound_is_a_fixed_date(monkeypatch) -> None:
+    """The bound reads no clock: the same command line is accepted whatever day it runs."""
+    from jobs import timeutil
+
+    monkeypatch.setattr(timeutil, "wall_clock_ms", lambda: pytest.fail("the clock was read"))
+    assert timeutil.parse_instant("2100-01-01T00:00:00Z") == timeutil.LATEST_NOW_MS  # the last one accepted
+    assert timeutil.parse_instant(str(timeutil.LATEST_NOW_MS)) == timeutil.LATEST_NOW_MS
+    assert timeutil.parse_instant("1970-01-01T00:00:00Z") == 0
+    assert timeutil.parse_instant("2026-11-22T03:00:00") == timeutil.parse_instant("2026-11-22T03:00:00Z")
