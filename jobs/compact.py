@@ -56,15 +56,7 @@ from jobs.config import TopicConfig, never_touched
 from jobs.jobrun import JobContext, run_job, scan_error_entry
 from jobs.model import PartitionState, Scope as PlanScope
 from jobs.plan_compact import CompactionPlan, group_segments_by_size, plan_compaction, updated_cleaner_checkpoints
-from jobs.report import (
-    RunReport,
-    human_bytes,
-    partition_order,
-    problem_notes,
-    render_footer,
-    render_table,
-    truncate,
-)
+from jobs.report import RunReport, human_bytes, partition_order, problem_notes, render_footer, render_table, truncate
 from jobs.scan import PartitionError, empty_batches_from_headers
 from segment_io.errors import SegjobsError, UsageError
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, PartitionListing

@@ -52,15 +52,7 @@ from jobs.config import TopicConfig, never_touched
 from jobs.jobrun import JobContext, run_job, scan_error_entry
 from jobs.model import PartitionState
 from jobs.plan_retain import RetentionPlan, plan_retention
-from jobs.report import (
-    RunReport,
-    human_bytes,
-    partition_order,
-    problem_notes,
-    render_footer,
-    render_table,
-    truncate,
-)
+from jobs.report import RunReport, human_bytes, partition_order, problem_notes, render_footer, render_table, truncate
 from jobs.scan import PartitionError, PartitionScan, scan_partition
 from jobs.timeutil import data_age_warning
 from segment_io.checkpoint import (
