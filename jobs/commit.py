@@ -112,6 +112,9 @@ LOG_SUFFIX = ".log"
 
 COMMIT_DIR = "commit"
 STAGED_DIR = "staged"
+#: ``<work>/staging/<tp>/``: where compaction tasks write new segments before the driver commits them one group
+#: at a time (see ``jobs.compact.private_stage_uri``). No intent ever refers to it: recovery empties it.
+PRIVATE_STAGING_DIR = "staging"
 REPLACE_INTENT = "replace.json"
 DELETE_INTENT = "delete.json"
 DELETED_LEDGER = "deleted.json"

@@ -136,7 +136,7 @@ class PartitionOutcome:
     seconds: float = 0.0
 
 
-STAGING_DIR = "staging"
+from jobs.commit import PRIVATE_STAGING_DIR as STAGING_DIR  # noqa: E402 - recovery empties it too
 
 
 def private_stage_uri(storage: Storage, work_uri: str, partition_uri: str, base_offset: int, suffix: str) -> str:

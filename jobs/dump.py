@@ -4,7 +4,9 @@ PATH may be a .log file, a partition directory (all its segments), an .index/.ti
 checkpoint file (cleaner-offset-checkpoint, log-start-offset-checkpoint, leader-epoch-checkpoint, ...), or an
 s3:// URI of any of these. --format jsonl prints one JSON object per record (key and value base64, null
 when null). --verify checks every CRC, every record's framing and the sanity of the .index and .timeindex
-beside each .log, and exits 1 on any problem. Without --verify, dump exits 1 only when a file cannot be read
+beside each .log, and exits 1 on any problem, among them a compressed batch that inflates past --max-batch-bytes
+(default 256 MiB, or SEGJOBS_MAX_BATCH_BYTES): a decompression bomb or corrupt data, never allocated beyond that
+bound. Without --verify, dump exits 1 only when a file cannot be read
 at all (no batch in a non-empty .log, an index or checkpoint that does not parse). A log dir, or a file that
 is none of the above, exits 2 before anything is printed.
 
@@ -41,6 +43,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="text (default) or jsonl: one JSON object per record")
     p.add_argument("--verify", action="store_true",
                    help="check CRCs, record framing and index sanity; exit 1 on any problem")
+    p.add_argument("--max-batch-bytes", type=_batch_bound, default=None, metavar="SIZE",
+                   help="the most bytes one compressed batch may inflate to; past it the batch is reported as "
+                        "a decompression bomb (default: $SEGJOBS_MAX_BATCH_BYTES, else 256MiB)")
     p.add_argument("--max-value-bytes", type=size_arg, default=64, metavar="SIZE",
                    help="text format: show at most this many bytes of each key/value (default: 64; -1: all)")
 
@@ -51,6 +56,13 @@ INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
 CHECKPOINT_FILES = (*layout.OFFSET_CHECKPOINT_FILES, layout.LEADER_EPOCH_CHECKPOINT)
 _WHAT_DUMP_READS = ("dump reads .log segments, .index/.timeindex/.txnindex files, checkpoint files "
                     "and partition directories")
+
+
+def _batch_bound(text: str) -> int:
+    value = size_arg(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
 
 
 def _expand(storage, path: str) -> tuple[list[str], list[SegjobsError]]:
@@ -192,7 +204,7 @@ def _dump_log(storage, uri: str, args: argparse.Namespace, out: IO[str]) -> tupl
                                             f"(what a crash leaves)", path=uri, position=headers.end))
     crc_errors: dict[int, CorruptRecordError] = {}
     if args.verify or args.format == "text":
-        for err in verify_segment_crcs(data, path=uri):
+        for err in verify_segment_crcs(data, path=uri, max_batch_bytes=args.max_batch_bytes):
             if err.position is not None:
                 crc_errors[err.position] = err
             problems.append(err)
@@ -206,7 +218,8 @@ def _dump_log(storage, uri: str, args: argparse.Namespace, out: IO[str]) -> tupl
         name = layout.parse_segment_file(parent[-1])
         try:
             records = decode_segment_bytes(data, path=uri, allow_truncated_tail=True, verify_crc=False, topic=topic,
-                                           partition=partition, segment_base_offset=name[0] if name else None)
+                                           partition=partition, segment_base_offset=name[0] if name else None,
+                                           max_batch_bytes=args.max_batch_bytes)
         except CorruptRecordError as exc:
             problems.append(exc)
     if args.format == "jsonl":

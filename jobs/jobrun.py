@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from jobs.args import (
     storage_options_from_args,
 )
 from jobs.config import ConfigSet
-from jobs.report import Progress, RunReport, absolute_uri, append_ledger, write_report
+from jobs.report import Progress, RunReport, absolute_uri, append_ledger, render_stopped_summary, write_report
 from jobs.scan import PartitionScan, scan_partition
 from jobs.timeutil import format_instant, resolve_now, wall_clock_ms
 from segment_io.errors import ConfigError, CorruptCheckpointError, LockHeldError, SegjobsError, StorageError, UsageError
@@ -66,20 +65,14 @@ class JobContext:
         return self.spark.sparkContext
 
     def keep_lease(self) -> None:
-        """Renew an S3 lease that has used up half of its time (local locks do not expire). Jobs call this
-        between commits. A lease is timed on the wall clock, never on --now: --now is the instant the job's
-        decisions are made at, often in the past, while a lease guards the real time the job runs."""
-        if self.lease is None or self.lease.etag is None:
-            return
-        from jobs.lock import DEFAULT_TTL_MS
-        from jobs.timeutil import wall_clock_ms
-
-        # Commits may run on several threads; two concurrent renewals would trip each other's conditional PUT.
-        with self.extra.setdefault("lease_guard", threading.Lock()):
-            now = wall_clock_ms()
-            if now - self.extra.get("lease_renewed_ms", self.lease.acquired_ms) >= DEFAULT_TTL_MS // 2:
-                self.lease.renew(now)
-                self.extra["lease_renewed_ms"] = now
+        """Jobs call this before each commit. Raises :class:`jobs.lock.LeaseLost` once the run's S3 lease is
+        no longer its own (another run took it over after it expired, or it could not be renewed in time), so
+        the run commits nothing more; the frame reports it. A heartbeat renews the lease in the background;
+        this renews it here only if that fell behind. Local locks do not expire. A lease is timed on the
+        wall clock, never on --now: --now is the instant the job's decisions are made at, often in the
+        past, while a lease guards the real time the job runs."""
+        if self.lease is not None:
+            self.lease.check(wall_clock_ms())
 
     def parallel_map(self, fn: Callable[[Any], Any], items: list[Any], *, tasks: int | None = None) -> list[Any]:
         """Run ``fn`` over ``items`` as Spark tasks (one task per item, or ``tasks`` tasks each taking a
@@ -150,7 +143,7 @@ def _scan_task(item: tuple) -> PartitionScan:
 def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext], None], *,
             scan_depth: str, destructive: bool = True) -> int:
     """Run one job end to end; returns the process exit code (0 ok, 1 some partition failed)."""
-    from jobs.lock import acquire, work_uri
+    from jobs.lock import Holder, LeaseLost, acquire, lease_ttl_ms, work_uri
     from segment_io.storage import open_storage
 
     # ---- everything that needs no Spark, first ----
@@ -172,6 +165,7 @@ def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext],
     # The scope, the topics' configs and the checkpoint files are checked against a first listing before the
     # lock and recovery: exit code 2 promises that nothing was done. Recovery does not add or remove partitions.
     _read_checkpoints(storage, log_dir, _check_scope(storage, log_dir, scope, configs))
+    ttl_ms = lease_ttl_ms(getattr(args, "lease_ttl", None))
     if now_note:  # even with --quiet: it is what repeating this run's decisions takes
         print(f"segjobs {command}: {now_note}", file=sys.stderr, flush=True)
     progress(f"log dir {log_dir}, now {format_instant(now_ms)} ({now_ms})" + (" [dry run]" if dry_run else ""))
@@ -181,9 +175,19 @@ def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext],
     try:
         with ExitStack() as stack:
             if destructive and not dry_run:
-                lease = stack.enter_context(acquire(storage, log_dir, now_ms=wall_clock_ms()))
+                # The holder's run id is the report's: a refusal names the run the reports and ledger know.
+                lease = stack.enter_context(acquire(storage, log_dir, now_ms=wall_clock_ms(), ttl_ms=ttl_ms,
+                                                    holder=Holder.this_process(report.run_id), clock=wall_clock_ms))
+                if lease.notice:
+                    report.warnings.append(lease.notice)
+                    progress(lease.notice)
             ctx = _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, configs, scope, now_ms,
                               dry_run, destructive, report, progress, lease)
+    except LeaseLost as exc:
+        # Raised before a commit: nothing more was committed after the lease was lost. What was committed
+        # before stands (each commit is crash-safe on its own); the next run's recovery settles the rest.
+        report.errors.append({"kind": "LeaseLost", "detail": f"{exc}; the run stopped before its next commit"})
+        progress.error(f"LOST THE LEASE, stopped before the next commit: {exc}")
     except LockHeldError as exc:
         if lease is None or report.finished_ms is not None:
             raise  # could not take the lock: nothing was done
@@ -223,10 +227,12 @@ def _print_result(args: argparse.Namespace, report: RunReport, ctx: JobContext |
     fmt = getattr(args, "format", "table")
     if fmt == "json":
         text = report.to_json() + "\n"
-    elif fmt is not None and ctx is not None and ctx.render is not None:
-        text = ctx.render(report)
-    else:
+    elif fmt is None:
         return
+    elif ctx is not None and ctx.render is not None:
+        text = ctx.render(report)
+    else:  # the work stopped before its summary (a lost lease): say what is known
+        text = render_stopped_summary(report)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     sys.stdout.flush()
 
@@ -286,7 +292,9 @@ def _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, con
     from jobs.recover import recover_log_dir
 
     if destructive and not dry_run:
-        recovered = [r for r in recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work_dir) if r.changed]
+        check = None if lease is None else (lambda: lease.check(wall_clock_ms()))
+        recovered = [r for r in recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work_dir, check=check)
+                     if r.changed]
         for r in recovered:
             progress(f"recovered {r.partition_uri}: {', '.join(a.action for a in r.actions)}")
         report.totals["recovered_partitions"] = len(recovered)

@@ -20,23 +20,40 @@ Run by ``segjobs recover`` and at the start of every job, under the log dir's lo
    in the deletion ledger at the intent's ``now_ms``, remove the intent.
 5. ``.deleted`` segments the ledger does not know are entered at ``now_ms``, so ``file.delete.delay.ms``
    counts from when segjobs first saw them.
+6. **Leftovers** no intent refers to are deleted: ``*.segjobs-*.tmp`` files of interrupted writes (in the
+   partition dir and its work dir; at log-dir level, in the log dir itself and anywhere in the work dir
+   outside the partitions' commit dirs) and every file of the private staging area ``<work>/staging/``, where
+   compaction tasks stage new segments before the driver moves one group at a time to its ``.cleaned``
+   name (so nothing there is part of a commit yet), and every S3 multipart upload under the work prefix that
+   was begun and never completed (a staged object whose writer died: invisible in listings, its parts still
+   stored). Staged objects an S3 replace intent refers to are not leftovers: rule 1 rolls them forward first.
 
 Every rule only acts on what it finds, so running recovery again changes nothing. No rule deletes the only
 copy of a record: ``.cleaned`` and aborted ``.swap`` files are copies of records whose originals are still
 live; originals are deleted only while their replacements exist as swaps or staged objects.
+
+A dry run (``segjobs recover --dry-run``) runs these very rules against a :class:`PreviewStorage`, which
+reads the store and keeps every change in memory, so it reports exactly the actions a real run would take.
 """
 
 from __future__ import annotations
 
+import io
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import BinaryIO, Callable, Iterator
 
+from segment_io.errors import NotFoundError, PreconditionFailedError
 from segment_io.format import scan_batches
 from segment_io.layout import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, parse_partition_dir
-from segment_io.storage.base import Storage
+from jobs.timeutil import format_instant
+from segment_io.storage.base import FileInfo, PendingUpload, Storage
+from segment_io.storage.local import is_temp_file
 
 from jobs.commit import (
     DELETE_INTENT,
     DELETED_LEDGER,
+    PRIVATE_STAGING_DIR,
     REPLACE_INTENT,
     STAGED_DIR,
     COMMIT_DIR,
@@ -58,20 +75,32 @@ from jobs.commit import (
 from jobs.lock import work_uri as log_dir_work_uri
 
 
+#: The actions that remove leftovers of interrupted runs (rule 6, and staged objects no intent refers to).
+LEFTOVER_ACTIONS = ("delete-staged", "delete-temp", "abort-upload")
+
+
 @dataclass(frozen=True)
 class RecoveryAction:
     """One change recovery made. ``action`` is one of: ``copy-new``, ``delete-old``, ``delete-staged``,
-    ``drop-swap``, ``drop-cleaned``, ``drop-original``, ``complete-swap``, ``purge-replaced``,
-    ``restore-old``, ``finish-delete``, ``record-deleted``, ``remove-intent``."""
+    ``delete-temp``, ``abort-upload``, ``drop-swap``, ``drop-cleaned``, ``drop-original``, ``complete-swap``,
+    ``purge-replaced``, ``restore-old``, ``finish-delete``, ``record-deleted``, ``remove-intent``.
+    ``size`` is the byte size of a file the action removed, where known."""
 
     action: str
     uri: str
     detail: str = ""
+    size: int | None = None
+
+    def describe(self) -> str:
+        """``action uri (detail, N bytes)``: one line of ``segjobs recover``'s output."""
+        notes = [n for n in (self.detail, None if self.size is None else f"{self.size} bytes") if n]
+        return f"{self.action} {self.uri}" + (f" ({', '.join(notes)})" if notes else "")
 
 
 @dataclass
 class RecoveryReport:
-    """Everything recovery did in one partition (nothing, when it was clean)."""
+    """Everything recovery did in one partition, or (from :func:`recover_log_dir`'s last report) in the log
+    dir and work dir themselves (nothing, when it was clean)."""
 
     partition_uri: str
     actions: list[RecoveryAction] = field(default_factory=list)
@@ -80,8 +109,13 @@ class RecoveryReport:
     def changed(self) -> bool:
         return bool(self.actions)
 
-    def add(self, action: str, uri: str, detail: str = "") -> None:
-        self.actions.append(RecoveryAction(action, uri, detail))
+    @property
+    def leftovers(self) -> list[RecoveryAction]:
+        """The actions that removed leftovers of interrupted runs (see :data:`LEFTOVER_ACTIONS`)."""
+        return [a for a in self.actions if a.action in LEFTOVER_ACTIONS]
+
+    def add(self, action: str, uri: str, detail: str = "", size: int | None = None) -> None:
+        self.actions.append(RecoveryAction(action, uri, detail, size))
 
 
 def recover_partition(storage: Storage, partition_uri: str, *, work_uri: str, now_ms: int) -> RecoveryReport:
@@ -106,7 +140,7 @@ def recover_partition(storage: Storage, partition_uri: str, *, work_uri: str, no
     if not storage.atomic_rename:
         for info in storage.list(storage.join(pwork, STAGED_DIR)):
             storage.delete(info.uri)
-            report.add("delete-staged", info.uri)
+            report.add("delete-staged", info.uri, "staged by a commit that is over or never started", info.size)
     if delete is not None:
         _finish_delete(storage, partition_uri, pwork, delete, report)
     files = list_segment_files(storage, partition_uri)
@@ -114,22 +148,57 @@ def recover_partition(storage: Storage, partition_uri: str, *, work_uri: str, no
     if unknown and record_deleted(storage, pwork, unknown, now_ms):
         report.add("record-deleted", storage.join(pwork, DELETED_LEDGER),
                    f"{len(unknown)} .deleted segment(s) first seen at {now_ms}")
+    for info in storage.list(partition_uri) + storage.list(pwork, recursive=True):
+        _delete_temp(storage, info, report)
     return report
 
 
-def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int,
-                    work_uri: str | None = None) -> list[RecoveryReport]:
+def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri: str | None = None,
+                    check: Callable[[], None] | None = None) -> list[RecoveryReport]:
     """:func:`recover_partition` for every partition of the log dir (those with files, and those with
-    segjobs bookkeeping in the work location). ``work_uri`` defaults to the log dir's sibling
-    ``<log-dir>.segjobs``. One report per partition, in name order."""
+    segjobs bookkeeping in the work location), then rule 6 for the log dir and the work location
+    themselves. ``work_uri`` defaults to the log dir's sibling ``<log-dir>.segjobs``; ``check`` is called
+    before each partition and before the log-dir step (the caller's lease check: it raises to stop). One
+    report per partition, in name order, followed by one for the log dir (``partition_uri`` is the log dir)
+    if that changed anything."""
     work = work_uri if work_uri is not None else log_dir_work_uri(log_dir_uri)
     names = {d.rstrip("/").rsplit("/", 1)[-1] for d in storage.list_dirs(log_dir_uri)}
     names |= {d.rstrip("/").rsplit("/", 1)[-1] for d in storage.list_dirs(storage.join(work, COMMIT_DIR))}
-    return [recover_partition(storage, storage.join(log_dir_uri, name), work_uri=work, now_ms=now_ms)
-            for name in sorted(n for n in names if parse_partition_dir(n) is not None)]
+    reports = []
+    for name in sorted(n for n in names if parse_partition_dir(n) is not None):
+        if check is not None:
+            check()
+        reports.append(recover_partition(storage, storage.join(log_dir_uri, name), work_uri=work, now_ms=now_ms))
+    if check is not None:
+        check()
+    top = RecoveryReport(log_dir_uri)
+    for info in storage.list(log_dir_uri):
+        _delete_temp(storage, info, top)
+    commit_root = storage.join(work, COMMIT_DIR) + "/"
+    staging_root = storage.join(work, PRIVATE_STAGING_DIR) + "/"
+    for info in storage.list(work, recursive=True):
+        if info.uri.startswith(staging_root):
+            storage.delete(info.uri)
+            top.add("delete-staged", info.uri, "private staging of an interrupted compaction", info.size)
+        elif not info.uri.startswith(commit_root):  # the partitions' commit dirs had their turn above
+            _delete_temp(storage, info, top)
+    for upload in storage.list_pending_uploads(work):
+        storage.abort_pending_upload(upload)
+        top.add("abort-upload", upload.uri, f"an upload begun {format_instant(upload.initiated_ms)} and never "
+                f"completed", upload.size)
+    if top.changed:
+        reports.append(top)
+    return reports
 
 
 # --------------------------------------------------------------------------------------------------
+
+
+def _delete_temp(storage: Storage, info: FileInfo, report: RecoveryReport) -> None:
+    """Rule 6 for one listed file: a temporary file of an interrupted segjobs write goes."""
+    if is_temp_file(info.name):
+        storage.delete(info.uri)
+        report.add("delete-temp", info.uri, "temporary file of an interrupted write", info.size)
 
 
 def _remove(storage: Storage, uri: str, report: RecoveryReport) -> None:
@@ -162,12 +231,12 @@ def _apply_loader_rules(storage: Storage, partition_uri: str, intent: ReplaceInt
     for f in swaps:
         if min_cleaned is not None and f.base_offset >= min_cleaned:
             storage.delete(f.uri)
-            report.add("drop-swap", f.uri, f"at or above the lowest .cleaned offset {min_cleaned}")
+            report.add("drop-swap", f.uri, f"at or above the lowest .cleaned offset {min_cleaned}", f.info.size)
         else:
             valid.append(f)
     for f in cleaned:
         storage.delete(f.uri)
-        report.add("drop-cleaned", f.uri)
+        report.add("drop-cleaned", f.uri, size=f.info.size)
 
     log_swaps = [f for f in valid if f.suffix == LOG_SUFFIX]
     if log_swaps:
@@ -182,7 +251,7 @@ def _apply_loader_rules(storage: Storage, partition_uri: str, intent: ReplaceInt
             why = f"inside the swap range [{start}, {end})"
         for f in doomed:
             storage.delete(f.uri)
-            report.add("drop-original", f.uri, why)
+            report.add("drop-original", f.uri, why, f.info.size)
     for f in sorted(valid, key=lambda f: f.uri):
         storage.rename(f.uri, _live_name(f))
         report.add("complete-swap", _live_name(f))
@@ -201,7 +270,7 @@ def _settle_replaced(storage: Storage, partition_uri: str, intent: ReplaceIntent
             continue
         if not aborted:
             storage.delete(f.uri)
-            report.add("purge-replaced", f.uri)
+            report.add("purge-replaced", f.uri, size=f.info.size)
         elif _live_name(f) not in live_names:
             storage.rename(f.uri, _live_name(f))
             report.add("restore-old", _live_name(f))
@@ -228,4 +297,152 @@ def _finish_delete(storage: Storage, partition_uri: str, pwork: str, intent: Del
     _remove(storage, storage.join(pwork, DELETE_INTENT), report)
 
 
-__all__ = ["RecoveryAction", "RecoveryReport", "recover_log_dir", "recover_partition"]
+# --------------------------------------------------------------------------------------------------
+# Dry run
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A file a preview created: its bytes, or the file its bytes come from (a rename or copy)."""
+
+    size: int
+    data: bytes | None = None
+    source: str | None = None
+    mtime_ms: int = 0
+
+
+class PreviewStorage(Storage):
+    """A store seen through changes kept in memory: reads and listings come from ``base`` as modified by
+    every write, rename, copy and delete made through this object, and ``base`` itself is never changed.
+    Recovery run against it (a dry run) takes exactly the decisions, in the same order, that it would take
+    against ``base``, because it is the same code looking at the same state."""
+
+    def __init__(self, base: Storage) -> None:
+        self.base = base
+        self.atomic_rename = base.atomic_rename
+        self._new: dict[str, _Pending] = {}
+        self._gone: set[str] = set()
+        self._aborted: set[PendingUpload] = set()
+
+    # ------------------------------------------------------------------ the view
+
+    def _pending(self, uri: str) -> _Pending | None:
+        return self._new.get(uri)
+
+    def _visible_in_base(self, uri: str) -> bool:
+        return uri not in self._gone and uri not in self._new
+
+    def _data(self, uri: str) -> bytes:
+        p = self._pending(uri)
+        if p is None:
+            if uri in self._gone:
+                raise NotFoundError("no such file (removed in this preview)", uri=uri)
+            return self.base.read(uri)
+        return p.data if p.data is not None else self.base.read(p.source or "")
+
+    def _set(self, uri: str, pending: _Pending) -> None:
+        self._gone.discard(uri)
+        self._new[uri] = pending
+
+    def _info(self, uri: str, p: _Pending) -> FileInfo:
+        return FileInfo(uri=uri, size=p.size, mtime_ms=p.mtime_ms, etag=None)
+
+    def join(self, base: str, *parts: str) -> str:
+        return self.base.join(base, *parts)
+
+    def local_path(self, uri: str) -> str | None:
+        return self.base.local_path(uri)
+
+    def list(self, prefix: str, *, recursive: bool = False, irregular: bool = False) -> list[FileInfo]:
+        root = prefix.rstrip("/") + "/"
+        out = {i.uri: i for i in self.base.list(prefix, recursive=recursive, irregular=irregular)
+               if self._visible_in_base(i.uri)}
+        for uri, p in self._new.items():
+            if uri.startswith(root) and (recursive or "/" not in uri[len(root):]):
+                out[uri] = self._info(uri, p)
+        return sorted(out.values(), key=lambda i: i.uri)
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        root = prefix.rstrip("/") + "/"
+        dirs = set(self.base.list_dirs(prefix))
+        dirs |= {root + uri[len(root):].split("/", 1)[0] for uri in self._new
+                 if uri.startswith(root) and "/" in uri[len(root):]}
+        return sorted(dirs)
+
+    def stat(self, uri: str) -> FileInfo:
+        p = self._pending(uri)
+        if p is not None:
+            return self._info(uri, p)
+        if uri in self._gone:
+            raise NotFoundError("no such file (removed in this preview)", uri=uri)
+        return self.base.stat(uri)
+
+    def exists(self, uri: str) -> bool:
+        if uri in self._new:
+            return True
+        return uri not in self._gone and self.base.exists(uri)
+
+    def read(self, uri: str) -> bytes:
+        return self._data(uri)
+
+    def read_range(self, uri: str, start: int, length: int) -> bytes:
+        if uri in self._new or uri in self._gone:
+            return self._data(uri)[start:start + length]
+        return self.base.read_range(uri, start, length)
+
+    # ------------------------------------------------------------------ changes, kept in memory
+
+    def write_atomic(self, uri: str, data: bytes) -> None:
+        self._set(uri, _Pending(len(data), data=bytes(data)))
+
+    @contextmanager
+    def open_write(self, uri: str) -> Iterator[BinaryIO]:
+        buf = io.BytesIO()
+        yield buf
+        self.write_atomic(uri, buf.getvalue())
+
+    def put_if_absent(self, uri: str, data: bytes) -> str | None:
+        if self.exists(uri):
+            raise PreconditionFailedError("already exists", uri=uri)
+        self.write_atomic(uri, data)
+        return None
+
+    def put_if_match(self, uri: str, data: bytes, etag: str | None) -> str | None:
+        if etag is None:
+            return self.put_if_absent(uri, data)
+        if not self.exists(uri):
+            raise PreconditionFailedError(f"does not exist (expected etag {etag})", uri=uri)
+        self.write_atomic(uri, data)
+        return None
+
+    def rename(self, src: str, dst: str) -> None:
+        self.copy(src, dst)
+        self.delete(src, missing_ok=False)
+
+    def copy(self, src: str, dst: str) -> None:
+        info = self.stat(src)
+        p = self._pending(src)
+        self._set(dst, p if p is not None else _Pending(info.size, source=src, mtime_ms=info.mtime_ms))
+
+    def delete(self, uri: str, *, missing_ok: bool = True) -> None:
+        if not missing_ok and not self.exists(uri):
+            raise NotFoundError("no such file", uri=uri)
+        self._new.pop(uri, None)
+        self._gone.add(uri)
+
+    def makedirs(self, uri: str) -> None:
+        pass
+
+    def sync_dir(self, uri: str) -> None:
+        pass
+
+    def list_pending_uploads(self, prefix: str) -> list[PendingUpload]:
+        return [u for u in self.base.list_pending_uploads(prefix) if u not in self._aborted]
+
+    def abort_pending_upload(self, upload: PendingUpload) -> None:
+        self._aborted.add(upload)
+
+
+__all__ = ["LEFTOVER_ACTIONS", "PreviewStorage", "RecoveryAction", "RecoveryReport", "recover_log_dir",
+           "recover_partition"]

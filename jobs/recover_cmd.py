@@ -4,28 +4,33 @@ Takes the log dir's lock (the broker's .lock on local disk, the lease object on 
 partition, applies the recovery rules of jobs/recover.py: an S3 replace intent is rolled forward; Kafka's
 loader rules settle .cleaned and .swap files (exactly as a broker would on start-up); a local replace
 intent is finished or undone; a delete intent is rolled forward; .deleted files are entered in the
-deletion ledger. Every action is printed. Running it again changes nothing. Every job runs the same
-recovery at its start, so this command is for inspecting or repairing a log dir by hand.
+deletion ledger; leftovers of interrupted runs no intent refers to (compaction's private staging, S3 staged
+objects, *.segjobs-*.tmp files) are deleted. Every action is printed, with the size of each file removed.
+Running it again changes nothing. Every job runs the same recovery at its start, so this command is for
+inspecting or repairing a log dir by hand.
 
---dry-run: recovery has no "plan only" mode, so a dry run does not predict the individual actions; it
-lists the leftovers recovery would act on (transient .cleaned/.swap/.deleted files, replace and delete
-intents, staged objects) without taking the lock or touching anything.
+--dry-run takes no lock and changes nothing: it runs the same rules against an in-memory view of the log
+dir and prints the very actions a real run would take now ("would ..." lines).
+
+A dead run's S3 lease: a run on the same host takes over a lease whose process is gone; an expired lease is
+taken over by anyone. Otherwise --break-lease RUN_ID takes it over, and only if RUN_ID names its holder
+(the refusal message prints it): use it when the holder died on another host.
 
 examples:
   segjobs recover --log-dir /var/kafka/logs
   segjobs recover --log-dir s3://bucket/kafka/logs --s3-endpoint http://127.0.0.1:9000 --dry-run
+  segjobs recover --log-dir s3://bucket/kafka/logs --break-lease 3f2a9c...
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
 
 from jobs.args import check_log_dir_has_partitions, check_log_dir_is_dir, storage_options_from_args
-from jobs.timeutil import format_instant, resolve_now
-from segment_io.layout import list_log_dir, parse_partition_dir
-from segment_io.storage.base import Storage
+from jobs.timeutil import format_instant, resolve_now, wall_clock_ms
+from segment_io.errors import LockHeldError, UsageError
+from segment_io.layout import list_log_dir
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -34,43 +39,19 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="the instant recorded for .deleted files the deletion ledger does not know yet "
                         "(file.delete.delay.ms counts from it; default: the wall clock)")
     p.add_argument("--dry-run", action="store_true",
-                   help="take no lock and change nothing: list the leftovers (transient files, intents, "
-                        "staged objects) recovery would act on; the individual actions are not predicted")
+                   help="take no lock and change nothing: print the actions a real run would take now")
+    p.add_argument("--break-lease", metavar="RUN_ID",
+                   help="S3: take over the lease of the run RUN_ID (named when a run is refused), e.g. after it "
+                        "died on another host; refused if another run holds the lease")
     p.add_argument("--s3-endpoint", metavar="URL", help="S3 endpoint URL (default: AWS_ENDPOINT_URL or AWS)")
     p.add_argument("--s3-region", metavar="REGION", help="S3 region (default: from the AWS configuration)")
 
 
-@dataclass(frozen=True)
-class Leftover:
-    """Something an interrupted operation left behind: ``kind`` is ``transient`` (a .cleaned, .swap or
-    .deleted segment file), ``intent`` (replace.json / delete.json) or ``staged`` (an S3 staged object)."""
-
-    kind: str
-    uri: str
-
-
-def find_leftovers(storage: Storage, log_dir: str, work: str) -> list[Leftover]:
-    """The leftovers in every partition of ``log_dir`` and its work location, in name order; reads only."""
-    from jobs.commit import COMMIT_DIR, DELETE_INTENT, REPLACE_INTENT, STAGED_DIR, list_segment_files
-
-    names = {d.rstrip("/").rsplit("/", 1)[-1] for d in storage.list_dirs(log_dir)}
-    commit_root = storage.join(work, COMMIT_DIR)
-    names |= {d.rstrip("/").rsplit("/", 1)[-1] for d in storage.list_dirs(commit_root)}
-    out: list[Leftover] = []
-    for name in sorted(n for n in names if parse_partition_dir(n) is not None):
-        out += [Leftover("transient", f.uri) for f in list_segment_files(storage, storage.join(log_dir, name))
-                if f.transient]
-        pwork = storage.join(commit_root, name)
-        out += [Leftover("intent", storage.join(pwork, n)) for n in (REPLACE_INTENT, DELETE_INTENT)
-                if storage.exists(storage.join(pwork, n))]
-        out += [Leftover("staged", i.uri) for i in storage.list(storage.join(pwork, STAGED_DIR))]
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
-    """Recover the log dir (or, with --dry-run, list its leftovers); returns 0."""
-    from jobs.lock import acquire, work_uri
-    from jobs.recover import recover_log_dir
+    """Recover the log dir (or, with --dry-run, print what that would do); returns 0, or 1 when the S3 lease
+    was lost on the way (another run took it over)."""
+    from jobs.lock import LeaseLost, acquire, lease_ttl_ms, work_uri
+    from jobs.recover import PreviewStorage, recover_log_dir
     from segment_io.storage import open_storage
 
     now_ms, now_note = resolve_now(args.now)
@@ -82,21 +63,46 @@ def run(args: argparse.Namespace) -> int:
     check_log_dir_is_dir(storage, log_dir)
     # an empty log dir is fine (nothing to recover); a partition directory given as one is a mistake
     check_log_dir_has_partitions(log_dir, list_log_dir(storage, log_dir), scoped=False, required=False)
+    if args.dry_run and args.break_lease:
+        raise UsageError("--break-lease takes the lease over, which a --dry-run does not do; drop one of them")
     work = work_uri(log_dir)
+    lost = None
     if args.dry_run:
-        leftovers = find_leftovers(storage, log_dir, work)
-        for lo in leftovers:
-            print(f"would recover: {lo.kind} {lo.uri}")
-        print(f"{len(leftovers)} leftover(s) found in {log_dir} [dry run: nothing changed]")
-        return 0
-    if now_note:
-        print(f"segjobs recover: {now_note}", file=sys.stderr, flush=True)
-    with acquire(storage, log_dir, now_ms=now_ms):
-        reports = recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work)
+        reports = recover_log_dir(PreviewStorage(storage), log_dir, now_ms=now_ms, work_uri=work)
+        prefix, suffix = "would ", " [dry run: nothing changed]"
+    else:
+        if now_note:
+            print(f"segjobs recover: {now_note}", file=sys.stderr, flush=True)
+        prefix, suffix = "", ""
+        reports = None
+        try:
+            # The lease guards the real time this takes, so it runs on the wall clock, never on --now.
+            with acquire(storage, log_dir, now_ms=wall_clock_ms(), ttl_ms=lease_ttl_ms(), clock=wall_clock_ms,
+                         break_run_id=args.break_lease) as lease:
+                if lease.notice:
+                    print(f"segjobs recover: {lease.notice}", file=sys.stderr)
+                reports = recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work,
+                                          check=lambda: lease.check(wall_clock_ms()))
+        except LeaseLost as exc:
+            # Each partition's recovery is complete or not begun; the next recovery does the rest.
+            print(f"segjobs recover: LOST THE LEASE, stopped before the next partition (those before it are "
+                  f"recovered; run recover again once the lease is free): {exc}", file=sys.stderr)
+            return 1
+        except LockHeldError as exc:
+            if reports is None:
+                raise  # refused: nothing was done
+            lost = str(exc)  # taken over after the work was done, found at the release
     changed = [r for r in reports if r.changed]
     for r in changed:
         for a in r.actions:
-            print(f"{a.action} {a.uri}" + (f" ({a.detail})" if a.detail else ""))
-    print(f"recovered {len(changed)} of {len(reports)} partition(s) in {log_dir} at {format_instant(now_ms)}"
-          f"; {sum(len(r.actions) for r in changed)} action(s)")
+            print(prefix + a.describe())
+    leftovers = [a for r in changed for a in r.leftovers]
+    partitions = [r for r in reports if r.partition_uri != log_dir]
+    print(f"{'would recover' if args.dry_run else 'recovered'} {sum(r.changed for r in partitions)} of "
+          f"{len(partitions)} partition(s) in {log_dir} at {format_instant(now_ms)}; "
+          f"{sum(len(r.actions) for r in changed)} action(s); {len(leftovers)} leftover file(s) of interrupted "
+          f"runs ({sum(a.size or 0 for a in leftovers)} bytes){suffix}")
+    if lost is not None:
+        print(f"segjobs recover: LOST THE LEASE: {lost}", file=sys.stderr)
+        return 1
     return 0

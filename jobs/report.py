@@ -179,6 +179,18 @@ def render_footer(report: RunReport, processed_bytes: int, what: str) -> str:
     return f"elapsed {elapsed:.1f}s{startup_text}; {human_bytes(processed_bytes)} {what}{rate}"
 
 
+def render_stopped_summary(report: RunReport) -> str:
+    """The summary of a run whose work stopped before it could summarise itself: the partitions it reported
+    so far, its errors, and the elapsed time."""
+    rows = [{"partition": f"{e.get('topic')}-{e.get('partition')}", "action": e.get("action"),
+             "note": truncate("; ".join(problem_notes(e))) or None}
+            for e in sorted(report.partitions, key=partition_order)]
+    lines = [render_table(rows, (("partition", "partition"), ("action", "action"), ("note", "note"))), ""] if rows else []
+    lines.append(f"{report.command} stopped before the end: {len(report.errors)} error(s), on stderr and in the report")
+    lines.append(f"elapsed {report.elapsed_s or 0:.1f}s")
+    return "\n".join(lines)
+
+
 def _numberish(s: str) -> bool:
     t = s.replace(".", "", 1).replace("-", "", 1).replace("%", "").replace(",", "")
     for unit in (" B", " KB", " MB", " GB", " TB"):

@@ -1,4 +1,5 @@
-"""numba kernels that walk the records of RecordBatch v2 payloads. Private to :mod:`segment_io.decode`.
+"""numba kernels that walk the records of RecordBatch v2 payloads, and the frame headers of compressed
+payloads. Private to :mod:`segment_io.decode` and :mod:`segment_io.compression`.
 
 Records of a batch lie either in the segment buffer itself (uncompressed batches) or in a buffer of
 decompressed payloads; ``src[b]`` says which (0 segment, 1 decompressed) and ``rstart[b]:rend[b]`` where.
@@ -13,6 +14,9 @@ Two passes, so that nothing is allocated from an unchecked length field:
 
 Kernels never raise: they report the first problem in ``err`` as ``[code, batch index, byte position in
 its buffer, record index, offending value]`` and the caller raises the matching exception.
+
+:func:`plan_payloads` reads, before anything is decompressed, what each compressed payload's frames say about
+its inflated size (see :func:`segment_io.compression.plan_payloads`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,22 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from segment_io.compression import (
+    GZIP,
+    LZ4,
+    LZ4_MAGIC,
+    LZ4_RAW_BLOCK,
+    MIN_GUESS,
+    NONE,
+    RATIO_GUESS,
+    SKIPPABLE_MAGIC,
+    SKIPPABLE_MASK,
+    SNAPPY,
+    XERIAL_MAGIC,
+    ZSTD,
+    ZSTD_MAGIC,
+    ZSTD_MAX_BLOCK,
+)
 from segment_io.hashing import murmur3_128
 
 ERR_NONE = 0
@@ -335,3 +355,230 @@ def hash_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
             pos = rec_end
             r += 1
     return True
+
+
+# --------------------------------------------------------------------------------------------------
+# Sizes of compressed payloads, from their frame headers (for segment_io.compression, which documents the
+# framings; the layout constants come from there)
+# --------------------------------------------------------------------------------------------------
+
+# These walk every compressed batch of a segment before it is decompressed, so they are compiled: a few
+# microseconds of Python per batch would be a measurable share of decoding small batches. They never fail: a
+# frame they cannot follow just says less (the decompressor then reports the damage).
+
+_XERIAL_MAGIC = np.frombuffer(XERIAL_MAGIC, dtype=np.uint8)
+_HUGE = 1 << 62  # sizes are capped here so that sums of absurd declared sizes cannot overflow int64
+
+
+@njit(cache=True, inline="always")
+def _le(buf: np.ndarray, p: int, n: int) -> int:
+    """Little-endian unsigned integer of ``n`` bytes at ``p``, capped at ``_HUGE``."""
+    v = 0
+    for k in range(n - 1, -1, -1):
+        if v >= _HUGE >> 8:
+            return _HUGE
+        v = (v << 8) | np.int64(buf[p + k])
+    return v
+
+
+@njit(cache=True)
+def _zstd_frame(buf: np.ndarray, pos: int, end: int) -> tuple[int, int, int]:
+    """The zstd frame at ``pos``: ``(position after it, at least, at most)``, at most -1 if it cannot be
+    followed. A declared Frame_Content_Size counts as the frame's size (the decoder fails a frame that does
+    not match it); otherwise raw and RLE blocks count their exact size and compressed blocks at most the block
+    maximum, min(window, 128 KiB)."""
+    if _le(buf, pos, 4) != ZSTD_MAGIC:
+        return pos, 0, -1
+    fhd = np.int64(buf[pos + 4])
+    p = pos + 5
+    single = (fhd & 0x20) != 0
+    window = 0
+    if not single:
+        wd = np.int64(buf[p])
+        p += 1
+        base = np.int64(1) << (10 + (wd >> 3))
+        window = base + (base >> 3) * (wd & 7)
+    did = fhd & 3
+    p += 4 if did == 3 else did  # dictionary id: 0, 1, 2 or 4 bytes
+    code = fhd >> 6
+    fcs_len = (1 if single else 0) if code == 0 else 1 << code  # 2, 4 or 8 bytes
+    if p + fcs_len > end:
+        return pos, 0, -1
+    fcs = -1
+    if fcs_len > 0:
+        fcs = _le(buf, p, fcs_len) + (256 if fcs_len == 2 else 0)
+    p += fcs_len
+    block_max = min(fcs if single else window, ZSTD_MAX_BLOCK)
+    exact = 0
+    bound = 0
+    while True:
+        if p + 3 > end:
+            return pos, fcs if fcs >= 0 else exact, -1
+        h = _le(buf, p, 3)
+        kind = (h >> 1) & 3
+        size = h >> 3
+        if kind == 2:  # compressed
+            bound += block_max
+            p += 3 + size
+        elif kind == 0:  # raw: the bytes themselves
+            exact += size
+            p += 3 + size
+        elif kind == 1:  # RLE: one byte repeated size times
+            exact += size
+            p += 4
+        else:
+            return pos, fcs if fcs >= 0 else exact, -1
+        if h & 1:  # last block
+            break
+    p += 4 if fhd & 0x04 else 0  # content checksum
+    if fcs >= 0:
+        return p, fcs, fcs
+    return p, exact, exact + bound
+
+
+@njit(cache=True)
+def _lz4_frame(buf: np.ndarray, pos: int, end: int) -> tuple[int, int, int]:
+    """The LZ4 frame at ``pos``, as :func:`_zstd_frame`. A declared content size counts as the frame's size
+    (the decoder checks it); otherwise stored blocks count their exact size and compressed blocks at most the
+    descriptor's block maximum."""
+    flg = np.int64(buf[pos + 4])
+    size_code = (np.int64(buf[pos + 5]) >> 4) & 7
+    if _le(buf, pos, 4) != LZ4_MAGIC or size_code < 4:
+        return pos, 0, -1
+    block_max = np.int64(1) << (8 + 2 * size_code)  # 4: 64 KiB, 5: 256 KiB, 6: 1 MiB, 7: 4 MiB
+    p = pos + 6
+    content = -1
+    if flg & 0x08:
+        if p + 8 > end:
+            return pos, 0, -1
+        content = _le(buf, p, 8)
+        p += 8
+    p += (4 if flg & 0x01 else 0) + 1  # dictionary id, header checksum
+    block_checksum = 4 if flg & 0x10 else 0
+    exact = 0
+    bound = 0
+    while True:
+        if p + 4 > end:
+            return pos, content if content >= 0 else exact, -1
+        size = _le(buf, p, 4)
+        p += 4
+        if size == 0:  # end mark
+            break
+        if size & LZ4_RAW_BLOCK:
+            size &= LZ4_RAW_BLOCK - 1
+            exact += size
+        else:
+            bound += block_max
+        p += size + block_checksum
+    p += 4 if flg & 0x04 else 0  # content checksum
+    if content >= 0:
+        return p, content, content
+    return p, exact, exact + bound
+
+
+@njit(cache=True)
+def _frames(buf: np.ndarray, pos: int, end: int, codec: int) -> tuple[int, int]:
+    """zstd or LZ4 frames one after another, skippable frames (which both formats define alike) between them:
+    ``(at least, at most)``, at most -1 if one cannot be followed."""
+    lo = 0
+    hi = 0
+    while pos < end:
+        if end - pos < 8 or lo >= _HUGE:
+            return lo, -1
+        if _le(buf, pos, 4) & SKIPPABLE_MASK == SKIPPABLE_MAGIC:
+            pos += 8 + _le(buf, pos + 4, 4)
+            continue
+        if codec == ZSTD:
+            pos, frame_lo, frame_hi = _zstd_frame(buf, pos, end)
+        else:
+            pos, frame_lo, frame_hi = _lz4_frame(buf, pos, end)
+        lo += frame_lo
+        if frame_hi < 0:
+            return lo, -1
+        hi += frame_hi
+    return lo, hi
+
+
+@njit(cache=True, inline="always")
+def _snappy_preamble(buf: np.ndarray, pos: int, end: int) -> int:
+    """The uncompressed length a raw snappy block starts with (a varint of at most 5 bytes); -1 if unreadable."""
+    v = 0
+    for k in range(5):
+        if pos + k >= end:
+            return -1
+        b = np.int64(buf[pos + k])
+        v |= (b & 0x7F) << (7 * k)
+        if b < 0x80:
+            return v
+    return -1
+
+
+@njit(cache=True)
+def _snappy_frames(buf: np.ndarray, pos: int, end: int) -> tuple[int, int]:
+    """Raw snappy, or xerial framing (magic, two version ints, then big-endian length-prefixed raw blocks):
+    the sum of the preambles, which the decoder holds each block to exactly."""
+    xerial = end - pos >= 8
+    for k in range(8):
+        if xerial and buf[pos + k] != _XERIAL_MAGIC[k]:
+            xerial = False
+    if not xerial:
+        n = _snappy_preamble(buf, pos, end)
+        return (n, n) if n >= 0 else (0, -1)
+    p = pos + 16
+    total = 0
+    while p < end:
+        if p + 4 > end:
+            return total, -1
+        n = (np.int64(buf[p]) << 24) | (np.int64(buf[p + 1]) << 16) | (np.int64(buf[p + 2]) << 8) | buf[p + 3]
+        p += 4
+        if n >= 0x80000000 or p + n > end:
+            return total, -1
+        block = _snappy_preamble(buf, p, p + n)
+        if block < 0:
+            return total, -1
+        total += block
+        p += n
+    return total, total
+
+
+@njit(cache=True)
+def _frame_size(buf: np.ndarray, pos: int, end: int, codec: int) -> tuple[int, int]:
+    """What one payload's framing says about its inflated size: ``(at_least, guess)``, ``guess`` -1 when
+    nothing is known (see :func:`segment_io.compression.plan_payloads`)."""
+    if codec == ZSTD or codec == LZ4:
+        return _frames(buf, pos, end, codec)
+    if codec == SNAPPY:
+        return _snappy_frames(buf, pos, end)
+    if codec == GZIP and end - pos >= 18 and buf[pos] == 0x1F and buf[pos + 1] == 0x8B:
+        # ISIZE, the last member's length mod 2**32, is exact for the single member producers write; it comes
+        # after the data, so it is only a guess until the data proved valid
+        return 0, _le(buf, end - 4, 4)
+    if codec == NONE:
+        return end - pos, end - pos
+    return 0, -1
+
+
+@njit(cache=True, inline="always")
+def _first_capacity(at_least: int, guess: int, compressed: int, limit: int) -> int:
+    """The slice a payload is first decompressed into: the framing's guess where it has one, else a typical
+    compression ratio; never more than ``limit + 1`` (one byte more than the bound proves it is exceeded)."""
+    if guess < 0:
+        guess = max(at_least, RATIO_GUESS * compressed, MIN_GUESS)
+    return min(guess, limit + 1)
+
+
+@njit(cache=True)
+def plan_payloads(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, codecs: np.ndarray, limits: np.ndarray,
+                  at_least: np.ndarray, capacity: np.ndarray) -> None:
+    """Fills ``at_least`` and ``capacity`` for each payload ``buf[starts[i]:ends[i]]``."""
+    for i in range(starts.shape[0]):
+        lo, guess = _frame_size(buf, starts[i], ends[i], codecs[i])
+        at_least[i] = lo
+        capacity[i] = _first_capacity(lo, guess, ends[i] - starts[i], limits[i])
+
+
+@njit(cache=True)
+def plan_payload(buf: np.ndarray, codec: int, limit: int) -> tuple[int, int]:
+    """``(at_least, capacity)`` of one payload, all of ``buf``."""
+    lo, guess = _frame_size(buf, 0, buf.shape[0], codec)
+    return lo, _first_capacity(lo, guess, buf.shape[0], limit)

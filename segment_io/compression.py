@@ -4,15 +4,32 @@ Kafka's Java client writes snappy in xerial framing (``\\x82SNAPPY\\x00`` magic,
 big-endian length-prefixed raw snappy blocks); other clients write raw snappy, so both are read. LZ4 is the
 LZ4 frame format; Java omits the content size, other writers may include it, and both are read. gzip and zstd
 are their standard frame formats.
+
+Decompression is bounded: a payload never inflates into more than ``limit + 1`` bytes of memory, however
+large it claims or turns out to be (a decompression bomb: a few KB of zstd that inflate to gigabytes). Each
+payload is decompressed straight into a preallocated slice of an :class:`Inflater`'s buffer, which the codec
+library fills as it streams and refuses to overrun; the slice is sized from what the frame itself says
+(:func:`plan_payloads`: zstd and LZ4 content sizes and block headers, snappy length preambles, gzip's ISIZE),
+so that a genuine payload decompresses once, and a frame that declares more than the bound is refused before
+anything is allocated. The bound (:data:`DEFAULT_MAX_BATCH_BYTES`, :func:`max_batch_bytes`) is per batch.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 
 import cramjam
+import numpy as np
 
-from segment_io.errors import DecompressionError, UnsupportedCodecError
+from segment_io.errors import (
+    ConfigError,
+    CorruptRecordError,
+    DecompressionError,
+    OversizedBatchError,
+    UnsupportedCodecError,
+)
+from segment_io.units import parse_size
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 CODEC_NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
@@ -27,9 +44,38 @@ _XERIAL_BLOCK = 32 * 1024
 # Every LZ4 batch of the real broker fixtures starts with exactly these bytes.
 _LZ4_JAVA_HEADER = b"\x04\x22\x4d\x18\x60\x40\x82"
 _LZ4_BLOCK = 64 * 1024
-_LZ4_RAW_BLOCK = 0x80000000  # block-size high bit: the block is stored uncompressed
-# Refuse to believe a payload inflates more than this; protects against decompression bombs in corrupt data.
-MAX_DECOMPRESSED_BYTES = 1 << 31
+
+#: Default of :func:`max_batch_bytes`: the most bytes one batch's records may inflate to (256 MiB).
+#: Kafka bounds batches before compression only loosely: the Java producer caps a record's serialized size at
+#: max.request.size (1 MiB by default) and closes a batch at batch.size (16 KiB by default) of estimated
+#: compressed bytes, and brokers cap the compressed batch at message.max.bytes (1 MiB by default; managed
+#: services allow at most 8-20 MiB). Genuine batches inflate to a few MiB, rarely tens; 256 MiB leaves more than
+#: ten times that while keeping what one corrupt or hostile batch costs a Spark task to a quarter GiB.
+DEFAULT_MAX_BATCH_BYTES = 256 << 20
+#: Environment variable that overrides :data:`DEFAULT_MAX_BATCH_BYTES` (a size, e.g. ``1GiB``) where no explicit
+#: ``max_batch_bytes`` is passed: it reaches code the command line does not (Spark executors, the data source).
+MAX_BATCH_BYTES_ENV = "SEGJOBS_MAX_BATCH_BYTES"
+#: The longest record RecordBatch v2 can frame: a varint length (at most 5 bytes) and an int32 body size. A
+#: batch of ``n`` records cannot legitimately inflate past ``n`` times this (so an empty batch inflates to 0).
+MAX_RECORD_BYTES = 5 + (2**31 - 1)
+
+# Frame layouts the size walkers of segment_io._decode_kernels read (compiled code, kept out of this module
+# so that importing it does not load numba)
+ZSTD_MAGIC = 0xFD2FB528
+LZ4_MAGIC = 0x184D2204
+SKIPPABLE_MASK, SKIPPABLE_MAGIC = 0xFFFFFFF0, 0x184D2A50  # zstd and LZ4 skippable frames share these
+ZSTD_MAX_BLOCK = 128 * 1024
+LZ4_RAW_BLOCK = 0x80000000  # block-size high bit: the block is stored uncompressed
+_LZ4_MAGIC_BYTES = LZ4_MAGIC.to_bytes(4, "little")
+_LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}  # BD bits 4-6
+_LZ4_CONTENT_SIZE_FLAG = 0x08
+_LZ4_INDEPENDENT_PLAIN = 0x60  # FLG: version 1, independent blocks, no checksums, no dictionary
+# What cramjam says when the output slice it decompresses into is full (Rust's io::ErrorKind::WriteZero).
+_OUTPUT_FULL = "failed to write whole buffer"
+# Without a size in the frame, a first guess at the inflated size: typical ratios are 2-6, and a guess too
+# small costs one more decompression of that payload, one too large only untouched (never faulted) memory.
+RATIO_GUESS = 8
+MIN_GUESS = 64 << 10
 
 
 def codec_from_name(name: str) -> int:
@@ -40,11 +86,83 @@ def codec_from_name(name: str) -> int:
         raise ValueError(f"unknown codec {name!r}; choose one of {sorted(CODEC_BY_NAME)}") from None
 
 
-def _unxerial(data: bytes | memoryview) -> bytes:
+# --------------------------------------------------------------------------------------------------
+# The bound
+# --------------------------------------------------------------------------------------------------
+
+
+def max_batch_bytes(override: int | None = None) -> int:
+    """The most bytes one batch's records may inflate to: ``override`` when given, else the environment's
+    ``SEGJOBS_MAX_BATCH_BYTES`` (a size: ``512MiB``, ``1GiB``, a number of bytes), else
+    :data:`DEFAULT_MAX_BATCH_BYTES`. Raises :class:`ConfigError` naming the setting when it is not a positive
+    size."""
+    if override is None:
+        raw = os.environ.get(MAX_BATCH_BYTES_ENV, "").strip()
+        if not raw:
+            return DEFAULT_MAX_BATCH_BYTES
+        try:
+            override = parse_size(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{MAX_BATCH_BYTES_ENV}: {exc}") from None
+        if override <= 0:
+            raise ConfigError(f"{MAX_BATCH_BYTES_ENV}={raw!r}: must be positive")
+    elif isinstance(override, bool) or not isinstance(override, int) or override <= 0:
+        raise ConfigError(f"max_batch_bytes={override!r}: must be a positive number of bytes")
+    return override
+
+
+def batch_limit(record_count: np.ndarray, max_bytes: int) -> np.ndarray:
+    """The bound for v2 batches of ``record_count`` records each: the count times the longest record the
+    format can frame (:data:`MAX_RECORD_BYTES`), capped by ``max_bytes`` (see :func:`max_batch_bytes`)."""
+    return np.minimum(max_bytes, np.maximum(np.asarray(record_count, dtype=np.int64), 0) * MAX_RECORD_BYTES)
+
+
+def oversized_detail(codec: int, limit: int, declared: int | None = None) -> str:
+    """The detail of an :class:`OversizedBatchError`: what the payload does (inflates past ``limit``, or its
+    frames declare ``declared`` bytes), the bound, and how to raise it."""
+    what = ("payload inflates past" if declared is None else
+            f"payload's frames declare at least {declared} bytes, over")
+    return (f"{CODEC_NAMES.get(codec, codec)} {what} the per-batch bound of {limit} bytes "
+            f"({limit / (1 << 20):g} MiB): a decompression bomb or corrupt data. If the batch is genuine, raise "
+            f"the bound with {MAX_BATCH_BYTES_ENV}=<size> (segjobs dump: --max-batch-bytes; segment_io's decode "
+            f"functions: max_batch_bytes=)")
+
+
+# --------------------------------------------------------------------------------------------------
+# What a frame says about its inflated size
+# --------------------------------------------------------------------------------------------------
+
+
+def plan_payloads(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, codecs: np.ndarray,
+                  limits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each payload ``buf[starts[i]:ends[i]]`` compressed with ``codecs[i]`` and bounded by ``limits[i]``,
+    read from its headers without decompressing: ``(at_least, capacity)``. A valid payload inflates to at
+    least ``at_least`` bytes (what its frames declare: zstd and LZ4 content sizes, snappy preambles, stored
+    blocks), so ``at_least > limit`` refuses it before anything is allocated. ``capacity`` is the slice
+    :meth:`Inflater.add` first decompresses it into: exact or an upper bound where the frames give one, gzip's
+    ISIZE, else a typical compression ratio, and never more than ``limit + 1``."""
+    from segment_io._decode_kernels import plan_payloads as kernel  # numba loads only when decoding needs it
+
+    at_least = np.empty(len(starts), dtype=np.int64)
+    capacity = np.empty(len(starts), dtype=np.int64)
+    kernel(buf, starts.astype(np.int64, copy=False), ends.astype(np.int64, copy=False),
+           codecs.astype(np.int64, copy=False), limits.astype(np.int64, copy=False), at_least, capacity)
+    return at_least, capacity
+
+
+# --------------------------------------------------------------------------------------------------
+# Decompressing
+# --------------------------------------------------------------------------------------------------
+
+
+def _unsnappy_into(data: bytes | memoryview, out: np.ndarray) -> int:
+    """Raw snappy, or xerial's framing of raw blocks, decompressed into ``out``; the bytes written. Each raw
+    block inflates to exactly the length its preamble states (cramjam refuses a block whose preamble does not
+    fit what is left of ``out``), the lengths :func:`plan_payloads` adds up."""
     mv = memoryview(data)
-    pos = _XERIAL_HEADER.size
-    out = []
-    total = 0
+    if mv[:8] != XERIAL_MAGIC:
+        return cramjam.snappy.decompress_raw_into(mv, out)
+    pos, at = _XERIAL_HEADER.size, 0
     while pos < len(mv):
         if pos + 4 > len(mv):
             raise ValueError(f"xerial block length cut short at payload byte {pos}")
@@ -52,13 +170,167 @@ def _unxerial(data: bytes | memoryview) -> bytes:
         pos += 4
         if n < 0 or pos + n > len(mv):
             raise ValueError(f"xerial block length {n} at payload byte {pos - 4} runs past the payload")
-        block = cramjam.snappy.decompress_raw(mv[pos:pos + n])
-        total += len(block)
-        if total > MAX_DECOMPRESSED_BYTES:
-            raise ValueError("decompressed size exceeds the 2 GiB limit")
-        out.append(memoryview(block))
+        at += cramjam.snappy.decompress_raw_into(mv[pos:pos + n], out[at:])
         pos += n
-    return b"".join(out)
+    return at
+
+
+class _OutputFull(Exception):
+    """The buffer a payload decompresses into is full before the payload ends."""
+
+
+def _unlz4_into(data: bytes | memoryview, out: np.ndarray) -> int:
+    """LZ4 frames decompressed into ``out``; the bytes written. Frames as Kafka's Java producer writes them
+    (independent blocks, no checksums, no dictionary) go block by block through the block decoder, which is
+    faster than the frame decoder's streaming copy; from the first other frame on, the frame decoder."""
+    mv = memoryview(data)
+    pos = at = 0
+    while pos < len(mv):
+        flg = mv[pos + 4] if len(mv) - pos > 6 else 0
+        block_max = _LZ4_BLOCK_MAX.get((mv[pos + 5] >> 4) & 7 if len(mv) - pos > 6 else 0)
+        if (mv[pos:pos + 4] != _LZ4_MAGIC_BYTES or flg & ~_LZ4_CONTENT_SIZE_FLAG != _LZ4_INDEPENDENT_PLAIN
+                or block_max is None):
+            return at + cramjam.lz4.decompress_into(mv[pos:], out[at:])
+        pos += 7 + (8 if flg & _LZ4_CONTENT_SIZE_FLAG else 0)
+        while True:
+            if pos + 4 > len(mv):
+                raise ValueError(f"lz4 frame cut short at payload byte {pos}")
+            (size,) = struct.unpack_from("<I", mv, pos)
+            pos += 4
+            if size == 0:  # end mark
+                break
+            stored = size & LZ4_RAW_BLOCK
+            size &= LZ4_RAW_BLOCK - 1
+            if pos + size > len(mv):
+                raise ValueError(f"lz4 block of {size} bytes at payload byte {pos - 4} runs past the payload")
+            room = len(out) - at
+            if stored:
+                if size > room:
+                    raise _OutputFull()
+                out[at:at + size] = mv[pos:pos + size]
+                at += size
+            elif room >= block_max:
+                at += cramjam.lz4.decompress_block_into(mv[pos:pos + size], out[at:at + block_max])
+            else:  # near the end of the buffer a failure could mean corrupt or too big: tell them apart
+                scratch = np.empty(block_max, dtype=np.uint8)
+                n = cramjam.lz4.decompress_block_into(mv[pos:pos + size], scratch)
+                if n > room:
+                    raise _OutputFull()
+                out[at:at + n] = scratch[:n]
+                at += n
+            pos += size
+    return at
+
+
+# codec -> decompress into a given buffer, failing when it is too small
+_INTO = {GZIP: cramjam.gzip.decompress_into, SNAPPY: _unsnappy_into, LZ4: _unlz4_into,
+         ZSTD: cramjam.zstd.decompress_into}
+
+
+class Inflater:
+    """Decompresses payloads one after another into one buffer, each bounded by its own ``limit``.
+
+    The buffer grows as needed; give ``capacity`` (the sum of :meth:`capacity` over the payloads to come) and
+    it is allocated once, with nothing copied later. :meth:`view` returns the payloads decompressed so far.
+    """
+
+    def __init__(self, capacity: int = 0) -> None:
+        self._buf = np.empty(capacity, dtype=np.uint8)
+        self.size = 0
+
+    @staticmethod
+    def capacity(codec: int, data: bytes | memoryview, limit: int) -> int:
+        """The slice :meth:`add` first decompresses ``data`` into (see :func:`plan_payloads`). Raises
+        :class:`OversizedBatchError` when the framing alone says the payload holds more than ``limit`` bytes,
+        before anything is allocated."""
+        from segment_io._decode_kernels import plan_payload
+
+        at_least, capacity = plan_payload(np.frombuffer(data, dtype=np.uint8), codec, limit)
+        if at_least > limit:
+            raise OversizedBatchError(oversized_detail(codec, limit, at_least))
+        return capacity
+
+    def _reserve(self, n: int) -> np.ndarray:
+        if self.size + n > len(self._buf):
+            grown = np.empty(max(2 * len(self._buf), self.size + n), dtype=np.uint8)
+            grown[:self.size] = self._buf[:self.size]
+            self._buf = grown
+        return self._buf[self.size:self.size + n]
+
+    def add(self, codec: int, data: bytes | memoryview, limit: int, capacity: int | None = None) -> int:
+        """Append ``data`` decompressed; returns its length. ``capacity`` is :meth:`capacity` if already known.
+
+        Raises :class:`OversizedBatchError` when the payload inflates past ``limit`` bytes, having written at
+        most ``limit + 1``; :class:`DecompressionError` when it does not decompress (both without a location:
+        callers add file, position and offset).
+        """
+        name = CODEC_NAMES.get(codec, codec)
+        into = _INTO.get(codec)
+        if into is None:
+            raise UnsupportedCodecError(f"unknown compression codec {codec}")
+        try:
+            if capacity is None:
+                capacity = self.capacity(codec, data, limit)
+            while True:
+                try:
+                    n = into(data, self._reserve(capacity))
+                except _OutputFull:
+                    n = capacity + 1  # at least
+                except cramjam.DecompressionError as exc:
+                    if str(exc) != _OUTPUT_FULL:
+                        raise
+                    n = capacity + 1
+                if n > limit:
+                    raise OversizedBatchError(oversized_detail(codec, limit))
+                if n <= capacity:
+                    break
+                # the framing understated the size (gzip with several members): decompress again, bigger
+                capacity = min(max(4 * capacity, MIN_GUESS), limit + 1)
+        except CorruptRecordError:
+            raise
+        except Exception as exc:  # cramjam raises its own DecompressionError, ValueErrors and OSErrors
+            raise DecompressionError(f"{name} payload does not decompress: {exc}") from None
+        self.size += n
+        return n
+
+    def add_all(self, data: memoryview, starts: list[int], ends: list[int], codecs: list[int], limits: list[int],
+                capacities: list[int], done: list[int]) -> None:
+        """:meth:`add` of each payload ``data[starts[j]:ends[j]]`` in turn, its :meth:`capacity` already known
+        (from :func:`plan_payloads`), appending to ``done`` where each one ends in the buffer; when one fails,
+        ``len(done)`` is its index. One call per run of batches: decoding small batches pays per batch only
+        the codec call when the planned slice fits, as it does for genuine payloads."""
+        total = self.size + sum(capacities)
+        if total > len(self._buf):
+            self._reserve(total - self.size)
+        buf = self._buf
+        for start, end, codec, limit, capacity in zip(starts, ends, codecs, limits, capacities):
+            payload = data[start:end]
+            at = self.size
+            try:
+                n = _INTO[codec](payload, buf[at:at + capacity])
+            except Exception:  # noqa: BLE001 - the general path below says what is wrong
+                n = -1
+            if 0 <= n <= min(limit, capacity):
+                self.size = at + n
+            else:
+                self.add(codec, payload, limit, capacity)
+                buf = self._buf  # add may have grown it
+            done.append(self.size)
+
+    def view(self) -> np.ndarray:
+        """The payloads decompressed so far, one after another."""
+        return self._buf[:self.size]
+
+
+def decompress(codec: int, data: bytes | memoryview, *, limit: int | None = None) -> bytes | memoryview:
+    """Decompress one batch payload into a bytes-like object, inflating to at most ``limit`` bytes (default:
+    :func:`max_batch_bytes`). Raises :class:`OversizedBatchError` past it and :class:`DecompressionError` when
+    the payload does not decompress (both without a location: callers add file, position and offset)."""
+    if codec == NONE:
+        return memoryview(data)
+    inflater = Inflater()
+    inflater.add(codec, data, max_batch_bytes() if limit is None else limit)
+    return memoryview(inflater.view())
 
 
 def _lz4_java_frame(data: bytes | memoryview, level: int | None) -> bytes:
@@ -72,37 +344,13 @@ def _lz4_java_frame(data: bytes | memoryview, level: int | None) -> bytes:
         chunk = mv[start:start + _LZ4_BLOCK]
         block = cramjam.lz4.compress_block(chunk, store_size=False, **kw)
         if len(block) >= len(chunk):
-            parts.append(struct.pack("<I", len(chunk) | _LZ4_RAW_BLOCK))
+            parts.append(struct.pack("<I", len(chunk) | LZ4_RAW_BLOCK))
             parts.append(bytes(chunk))
         else:
             parts.append(struct.pack("<I", len(block)))
             parts.append(bytes(block))
     parts.append(b"\x00\x00\x00\x00")
     return b"".join(parts)
-
-
-def decompress(codec: int, data: bytes | memoryview) -> bytes | memoryview:
-    """Decompress one batch payload into a bytes-like object (a memoryview over the codec library's own
-    buffer: no copy). Raises :class:`DecompressionError` (without a location: callers add file, position and
-    offset with :meth:`CorruptRecordError.located`)."""
-    try:
-        if codec == GZIP:
-            return memoryview(cramjam.gzip.decompress(data))
-        if codec == SNAPPY:
-            if bytes(data[:8]) == XERIAL_MAGIC:
-                return _unxerial(data)
-            return memoryview(cramjam.snappy.decompress_raw(data))
-        if codec == LZ4:
-            return memoryview(cramjam.lz4.decompress(data))
-        if codec == ZSTD:
-            return memoryview(cramjam.zstd.decompress(data))
-        if codec == NONE:
-            return memoryview(data)
-    except DecompressionError:
-        raise
-    except Exception as exc:  # cramjam raises its own DecompressionError and ValueErrors
-        raise DecompressionError(f"{CODEC_NAMES.get(codec, codec)} payload does not decompress: {exc}") from None
-    raise UnsupportedCodecError(f"unknown compression codec {codec}")
 
 
 def compress(codec: int, data: bytes | memoryview, level: int | None = None) -> bytes:

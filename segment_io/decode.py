@@ -28,10 +28,10 @@ from segment_io import compression, layout
 from segment_io.errors import (
     CorruptRecordError,
     CrcMismatchError,
-    DecompressionError,
     InvalidLengthError,
     InvalidMagicError,
     InvalidVarintError,
+    OversizedBatchError,
     RecordCountMismatchError,
     TruncatedBatchError,
     UnsupportedCodecError,
@@ -72,7 +72,9 @@ _INT32_MAX = 2**31 - 1
 # allocator reuse the same memory for every chunk instead of faulting in fresh pages. A compressed batch
 # therefore counts _COMPRESSED_WEIGHT times its size, giving ~8 MiB chunks of compressed batches (measured on
 # 1 KB JSON-like values: 1.7-3x faster than 256 MiB chunks) and 64 MiB ones of uncompressed batches (fewer
-# chunks for the encoder and the cleaner downstream; no intermediate buffers to reuse).
+# chunks for the encoder and the cleaner downstream; no intermediate buffers to reuse). The decompressed
+# payloads held at once are also capped at _CHUNK_BYTES (beyond the first batch, itself bounded by
+# compression.max_batch_bytes): a chunk of small batches that inflate a lot is decoded in pieces.
 _CHUNK_BYTES = 64 << 20
 _COMPRESSED_WEIGHT = 8
 _HEADERS_TYPE = RECORD_SCHEMA.field("headers").type
@@ -97,6 +99,7 @@ class _Segment:
     segment_base_offset: int
     verify_crc: bool
     include_control: bool
+    max_batch_bytes: int  # see compression.max_batch_bytes
 
     def error(self, cls: type[CorruptRecordError], detail: str, b: int) -> CorruptRecordError:
         """An exception of ``cls`` located at batch ``b`` (index into ``hdr``)."""
@@ -111,7 +114,8 @@ def _as_bytes(data: bytes | bytearray | memoryview) -> tuple[memoryview, np.ndar
 
 def _open(data: bytes | bytearray | memoryview, *, path: str | None, topic: str, partition: int,
           segment_base_offset: int | None, verify_crc: bool, include_control: bool,
-          allow_truncated_tail: bool) -> _Segment:
+          allow_truncated_tail: bool, max_batch_bytes: int | None) -> _Segment:
+    limit = compression.max_batch_bytes(max_batch_bytes)
     mv, arr = _as_bytes(data)
     hdr = scan_batches(mv, path=path, allow_truncated_tail=True)
     if hdr.truncated_tail and not allow_truncated_tail:
@@ -122,7 +126,7 @@ def _open(data: bytes | bytearray | memoryview, *, path: str | None, topic: str,
             path=path, position=pos, offset=offset)
     if segment_base_offset is None:
         segment_base_offset = int(hdr.base_offset[0]) if len(hdr) else 0
-    return _Segment(mv, arr, hdr, path, topic, partition, segment_base_offset, verify_crc, include_control)
+    return _Segment(mv, arr, hdr, path, topic, partition, segment_base_offset, verify_crc, include_control, limit)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -152,36 +156,93 @@ def _check_v2_crcs(seg: _Segment, batches: np.ndarray) -> None:
                                               f"computed {actual:#010x}", b)
 
 
-def _prepare_v2(seg: _Segment, batches: np.ndarray, *, include_control: bool) -> _V2Input:
-    hdr = seg.hdr
+def _v2_batches(seg: _Segment, batches: np.ndarray) -> np.ndarray:
+    """``batches`` with their CRCs checked (when the segment asks for it), less control batches when the
+    segment leaves them out."""
     if seg.verify_crc:
         _check_v2_crcs(seg, batches)
-    if not include_control:
-        batches = batches[(hdr.attributes[batches] & ATTR_CONTROL) == 0]
+    if not seg.include_control:
+        batches = batches[(seg.hdr.attributes[batches] & ATTR_CONTROL) == 0]
+    return batches
+
+
+def _inflate_error(seg: _Segment, exc: CorruptRecordError, b: int, limit: int) -> CorruptRecordError:
+    """``exc`` located at batch ``b``; past a bound that the batch's record count set (an empty batch inflates
+    to nothing) rather than the configured one, it is the record count that is wrong."""
+    if isinstance(exc, OversizedBatchError) and limit < seg.max_batch_bytes:
+        count = int(seg.hdr.record_count[b])
+        return seg.error(RecordCountMismatchError, f"batch declares {count} records, which cannot inflate past "
+                                                   f"{limit} bytes, but its compressed payload does", b)
+    return seg.error(type(exc), exc.detail, b)
+
+
+def _first_bad_batch(seg: _Segment, batches: np.ndarray, codecs: np.ndarray, counts: np.ndarray,
+                     at_least: np.ndarray, limits: np.ndarray) -> tuple[int, CorruptRecordError | None]:
+    """Index (into ``batches``) of the first compressed batch that fails before decompressing, and its error:
+    an unknown codec, a negative record count, or frames that declare more than the batch's bound."""
+    bad = (codecs > compression.ZSTD) | (counts < 0) | (at_least > limits)
+    if not bad.any():
+        return len(batches), None
+    j = int(np.argmax(bad))
+    b, codec, count, limit = int(batches[j]), int(codecs[j]), int(counts[j]), int(limits[j])
+    if codec > compression.ZSTD:
+        return j, seg.error(UnsupportedCodecError, f"unknown compression codec {codec} in attributes", b)
+    if count < 0:  # what the record kernel would say, before anything is decompressed for it
+        cls, template = _KERNEL_ERRORS[K.ERR_COUNT_NEGATIVE]
+        return j, seg.error(cls, template.format(value=count), b)
+    exc = OversizedBatchError(compression.oversized_detail(codec, limit, int(at_least[j])))
+    return j, _inflate_error(seg, exc, b, limit)
+
+
+def _prepare_v2(seg: _Segment, batches: np.ndarray) -> tuple[_V2Input, int]:
+    """Where the records of ``batches`` lie, decompressing payloads from the first batch on until they pass
+    ``_CHUNK_BYTES`` (always at least one batch): returns the input and how many of ``batches`` it covers.
+
+    Each payload inflates to at most its :func:`compression.batch_limit` and goes straight into one buffer
+    allocated in advance from what the frames say, so a genuine payload is decompressed once and never copied,
+    and a chunk of batches that each stay within the bound still holds no more than about ``_CHUNK_BYTES``."""
+    hdr = seg.hdr
     rstart = hdr.position[batches] + V2_HEADER_SIZE
     rend = hdr.position[batches] + hdr.size[batches].astype(np.int64)
-    src = np.zeros(len(batches), dtype=np.uint8)
-    codecs = hdr.codec[batches]
-    payloads: list[bytes] = []
-    if codecs.any():
-        dec_pos = 0
-        for i in np.flatnonzero(codecs).tolist():
-            b = int(batches[i])
-            codec = int(codecs[i])
-            if codec > compression.ZSTD:
-                raise seg.error(UnsupportedCodecError, f"unknown compression codec {codec} in attributes", b)
-            try:
-                raw = compression.decompress(codec, seg.mv[int(rstart[i]):int(rend[i])])
-            except DecompressionError as exc:
-                raise seg.error(DecompressionError, exc.detail, b) from None
-            payloads.append(raw)
-            src[i] = 1
-            rstart[i] = dec_pos
-            dec_pos += len(raw)
-            rend[i] = dec_pos
-    dec = np.frombuffer(b"".join(payloads), dtype=np.uint8) if payloads else np.zeros(0, np.uint8)
     counts = hdr.record_count[batches].astype(np.int64)
-    return _V2Input(batches, dec, src, rstart, rend, counts)
+    codecs = hdr.codec[batches]
+    n = len(batches)
+    src = np.zeros(n, dtype=np.uint8)
+    which = np.flatnonzero(codecs)
+    if not len(which):
+        return _V2Input(batches, np.zeros(0, np.uint8), src, rstart, rend, counts), n
+    c_codecs, c_counts = codecs[which].astype(np.int64), counts[which]
+    c_start, c_end = rstart[which], rend[which]
+    limits = compression.batch_limit(c_counts, seg.max_batch_bytes)
+    at_least, capacities = compression.plan_payloads(seg.arr, c_start, c_end, c_codecs, limits)
+    first_bad, error = _first_bad_batch(seg, batches[which], c_codecs, c_counts, at_least, limits)
+    if first_bad == 0:
+        raise error
+    # decode the batches before the first bad one (their errors come first) and within the chunk budget
+    take = min(first_bad, max(1, int(np.searchsorted(np.cumsum(capacities), _CHUNK_BYTES, side="right"))))
+    if take < len(which):
+        n = int(which[take])
+    inflater = compression.Inflater()
+    done: list[int] = []
+    try:
+        inflater.add_all(seg.mv, c_start[:take].tolist(), c_end[:take].tolist(), c_codecs[:take].tolist(),
+                         limits[:take].tolist(), capacities[:take].tolist(), done)
+    except CorruptRecordError as exc:
+        j = len(done)
+        raise _inflate_error(seg, exc, int(batches[which[j]]), int(limits[j])) from None
+    taken = which[:take]
+    src[taken] = 1
+    rend[taken] = done
+    rstart[taken] = [0] + done[:-1]
+    return _V2Input(batches[:n], inflater.view(), src[:n], rstart[:n], rend[:n], counts[:n]), n
+
+
+def _v2_inputs(seg: _Segment, batches: np.ndarray) -> Iterator[_V2Input]:
+    """:func:`_prepare_v2` over all of ``batches``, one bounded piece after another."""
+    while len(batches):
+        inp, used = _prepare_v2(seg, batches)
+        yield inp
+        batches = batches[used:]
 
 
 _KERNEL_ERRORS: dict[int, tuple[type[CorruptRecordError], str]] = {
@@ -313,15 +374,23 @@ def _v2_batch_columns(seg: _Segment, batches: np.ndarray, counts: np.ndarray, na
 
 
 def _decode_v2(seg: _Segment, batches: np.ndarray, names: set[str]) -> list[dict[str, pa.Array]]:
-    inp = _prepare_v2(seg, batches, include_control=seg.include_control)
-    cols = _v2_columns(seg, inp, names)
-    if cols is not None:
-        return [cols]
-    if len(batches) == 1:
-        raise seg.error(InvalidLengthError, "batch holds more than 2 GiB of keys, values or headers",
-                        int(batches[0]))
-    half = len(batches) // 2
-    return _decode_v2(seg, batches[:half], names) + _decode_v2(seg, batches[half:], names)
+    return _decode_v2_records(seg, _v2_batches(seg, batches), names)
+
+
+def _decode_v2_records(seg: _Segment, batches: np.ndarray, names: set[str]) -> list[dict[str, pa.Array]]:
+    out: list[dict[str, pa.Array]] = []
+    for inp in _v2_inputs(seg, batches):
+        cols = _v2_columns(seg, inp, names)
+        if cols is not None:
+            out.append(cols)
+            continue
+        if len(inp.batches) == 1:
+            raise seg.error(InvalidLengthError, "batch holds more than 2 GiB of keys, values or headers",
+                            int(inp.batches[0]))
+        half = len(inp.batches) // 2
+        out += _decode_v2_records(seg, inp.batches[:half], names)
+        out += _decode_v2_records(seg, inp.batches[half:], names)
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -420,8 +489,10 @@ def _parse_legacy(mv: memoryview, pos: int, verify_crc: bool) -> tuple[_LegacyMe
     return _LegacyMessage(offset, magic, attrs, ts, fields[0], fields[1]), msg_end
 
 
-def _inner_messages(wrapper: _LegacyMessage, verify_crc: bool) -> list[tuple[int, int, int, _LegacyMessage]]:
-    """Records of a compressed wrapper as ``(absolute offset, timestamp, timestamp type, message)``."""
+def _inner_messages(wrapper: _LegacyMessage, verify_crc: bool,
+                    max_batch_bytes: int) -> list[tuple[int, int, int, _LegacyMessage]]:
+    """Records of a compressed wrapper as ``(absolute offset, timestamp, timestamp type, message)``. The
+    wrapper's payload inflates to at most ``max_batch_bytes`` (its record count is unknown until then)."""
     codec = wrapper.attributes & LEGACY_CODEC_MASK
     if wrapper.value is None:
         raise CorruptRecordError("compressed wrapper message has a null value")
@@ -430,7 +501,7 @@ def _inner_messages(wrapper: _LegacyMessage, verify_crc: bool) -> list[tuple[int
     payload = wrapper.value
     if codec == compression.LZ4 and wrapper.magic == 0:
         payload = _fix_kafka08_lz4(payload)
-    raw = memoryview(compression.decompress(codec, payload))
+    raw = memoryview(compression.decompress(codec, payload, limit=max_batch_bytes))
     inner: list[_LegacyMessage] = []
     pos = 0
     while pos < len(raw):
@@ -476,7 +547,7 @@ def _decode_legacy(seg: _Segment, batches: np.ndarray, names: set[str]) -> list[
                     bool(wrapper.attributes & LEGACY_TIMESTAMP_TYPE))
                 records = [(wrapper.offset, wrapper.timestamp, ts_type, wrapper)]
             else:
-                records = _inner_messages(wrapper, seg.verify_crc)
+                records = _inner_messages(wrapper, seg.verify_crc, seg.max_batch_bytes)
         except CorruptRecordError as exc:
             raise seg.error(type(exc), exc.detail, b) from None
         first = records[0][0]
@@ -583,17 +654,21 @@ def _with_offset(schema: pa.Schema) -> pa.Schema:
 def decode_segment_bytes(data: bytes | bytearray | memoryview, *, path: str | None = None, topic: str = "",
                          partition: int = -1, segment_base_offset: int | None = None,
                          columns: Sequence[str] | None = None, verify_crc: bool = True,
-                         include_control: bool = True, allow_truncated_tail: bool = False) -> pa.Table:
+                         include_control: bool = True, allow_truncated_tail: bool = False,
+                         max_batch_bytes: int | None = None) -> pa.Table:
     """Decode a whole segment's bytes into a table of RECORD_SCHEMA (or its projection on ``columns``).
 
     ``path`` only names the file in errors. ``segment_base_offset`` defaults to the first batch's base
     offset. ``include_control=False`` leaves out the records of control batches. A final batch cut short
     raises :class:`TruncatedBatchError` unless ``allow_truncated_tail``, which returns the records before it.
+    A compressed batch that inflates past ``max_batch_bytes`` (default:
+    :func:`segment_io.compression.max_batch_bytes`, 256 MiB unless ``SEGJOBS_MAX_BATCH_BYTES`` says otherwise)
+    raises :class:`OversizedBatchError` having allocated no more than that.
     """
     schema = project(list(columns) if columns is not None else None)
     seg = _open(data, path=path, topic=topic, partition=partition, segment_base_offset=segment_base_offset,
                 verify_crc=verify_crc, include_control=include_control,
-                allow_truncated_tail=allow_truncated_tail)
+                allow_truncated_tail=allow_truncated_tail, max_batch_bytes=max_batch_bytes)
     return _decode_all(seg, schema)
 
 
@@ -619,9 +694,12 @@ def _iter_decoded(seg: _Segment, schema: pa.Schema, batch_rows: int) -> Iterator
 # --------------------------------------------------------------------------------------------------
 
 
-def _key_hash_v2(seg: _Segment, batches: np.ndarray) -> pa.Table:
+def _key_hash_v2(seg: _Segment, batches: np.ndarray) -> list[pa.Table]:
+    return [_key_hash_input(seg, inp) for inp in _v2_inputs(seg, _v2_batches(seg, batches))]
+
+
+def _key_hash_input(seg: _Segment, inp: _V2Input) -> pa.Table:
     hdr = seg.hdr
-    inp = _prepare_v2(seg, batches, include_control=seg.include_control)
     totals = _scan(seg, inp)
     n = int(totals[K.TOT_RECORDS])
     b = inp.batches
@@ -673,16 +751,18 @@ def _key_hash_legacy(seg: _Segment, batches: np.ndarray) -> pa.Table:
 
 def decode_key_hashes_bytes(data: bytes | bytearray | memoryview, *, path: str | None = None,
                             verify_crc: bool = True, include_control: bool = True,
-                            allow_truncated_tail: bool = False) -> pa.Table:
+                            allow_truncated_tail: bool = False, max_batch_bytes: int | None = None) -> pa.Table:
     """The first compaction pass's view of a segment (KEY_HASH_SCHEMA): offsets, 128-bit key hashes (see
     :mod:`segment_io.hashing`), null flags, timestamps and batch flags, without materialising keys or
-    values. Control records carry their control type (0 abort, 1 commit) from the record key."""
+    values. Control records carry their control type (0 abort, 1 commit) from the record key.
+    ``max_batch_bytes`` as for :func:`decode_segment_bytes`."""
     seg = _open(data, path=path, topic="", partition=-1, segment_base_offset=None, verify_crc=verify_crc,
-                include_control=include_control, allow_truncated_tail=allow_truncated_tail)
+                include_control=include_control, allow_truncated_tail=allow_truncated_tail,
+                max_batch_bytes=max_batch_bytes)
     tables = []
     for chunk in _chunks(seg.hdr, None, _CHUNK_BYTES):
         for is_v2, run in _runs(seg.hdr, chunk):
-            tables.append(_key_hash_v2(seg, run) if is_v2 else _key_hash_legacy(seg, run))
+            tables.extend(_key_hash_v2(seg, run) if is_v2 else [_key_hash_legacy(seg, run)])
     if not tables:
         return KEY_HASH_SCHEMA.empty_table()
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
@@ -693,11 +773,13 @@ def decode_key_hashes_bytes(data: bytes | bytearray | memoryview, *, path: str |
 # --------------------------------------------------------------------------------------------------
 
 
-def verify_segment_crcs(data: bytes | bytearray | memoryview, *, path: str | None = None) -> list[CorruptRecordError]:
+def verify_segment_crcs(data: bytes | bytearray | memoryview, *, path: str | None = None,
+                        max_batch_bytes: int | None = None) -> list[CorruptRecordError]:
     """Every CRC problem of a segment, without stopping at the first: one :class:`CrcMismatchError` per
-    bad batch (for legacy compressed wrappers also per bad inner message), plus a
-    :class:`TruncatedBatchError` for a cut-short tail. A framing error that makes the rest of the file
-    unreadable (bad magic, impossible size) is reported last and ends the scan."""
+    bad batch (for legacy compressed wrappers also per bad inner message, decompressing the wrapper within
+    ``max_batch_bytes`` as decoding does), plus a :class:`TruncatedBatchError` for a cut-short tail. A framing
+    error that makes the rest of the file unreadable (bad magic, impossible size) is reported last and ends
+    the scan."""
     mv, arr = _as_bytes(data)
     problems: list[CorruptRecordError] = []
     framing: CorruptRecordError | None = None
@@ -707,7 +789,7 @@ def verify_segment_crcs(data: bytes | bytearray | memoryview, *, path: str | Non
         framing = exc
         # the batches before the bad framing are still worth checking
         hdr = scan_batches(mv[:exc.position or 0], path=path, allow_truncated_tail=True)
-    seg = _Segment(mv, arr, hdr, path, "", -1, 0, True, True)
+    seg = _Segment(mv, arr, hdr, path, "", -1, 0, True, True, compression.max_batch_bytes(max_batch_bytes))
     for b in range(len(hdr)):
         try:
             if hdr.magic[b] == 2:
@@ -716,7 +798,7 @@ def verify_segment_crcs(data: bytes | bytearray | memoryview, *, path: str | Non
                 pos = int(hdr.position[b])
                 wrapper, _ = _parse_legacy(mv[:pos + int(hdr.size[b])], pos, True)
                 if wrapper.attributes & LEGACY_CODEC_MASK:
-                    _inner_messages(wrapper, True)
+                    _inner_messages(wrapper, True, seg.max_batch_bytes)
         except CrcMismatchError as exc:
             problems.append(exc if exc.path is not None else seg.error(CrcMismatchError, exc.detail, b))
         except CorruptRecordError:
@@ -764,61 +846,68 @@ def _location(uri: str, topic: str | None, partition: int | None) -> tuple[str, 
 
 def _open_file(path_or_uri: str | Path, *, storage: "Storage | None", topic: str | None,
                partition: int | None, verify_crc: bool, include_control: bool,
-               allow_truncated_tail: bool) -> _Segment:
+               allow_truncated_tail: bool, max_batch_bytes: int | None) -> _Segment:
     data, uri = _read_bytes(path_or_uri, storage)
     topic, partition, base = _location(uri, topic, partition)
     return _open(data, path=uri, topic=topic, partition=partition, segment_base_offset=base,
-                 verify_crc=verify_crc, include_control=include_control, allow_truncated_tail=allow_truncated_tail)
+                 verify_crc=verify_crc, include_control=include_control, allow_truncated_tail=allow_truncated_tail,
+                 max_batch_bytes=max_batch_bytes)
 
 
 def read_segment(path_or_uri: str | Path, columns: Sequence[str] | None = None, *,
                  storage: "Storage | None" = None, topic: str | None = None, partition: int | None = None,
                  verify_crc: bool = True, include_control: bool = True,
-                 allow_truncated_tail: bool = False) -> pa.Table:
+                 allow_truncated_tail: bool = False, max_batch_bytes: int | None = None) -> pa.Table:
     """Read one ``.log`` segment (local path or ``s3://`` URI) into a RECORD_SCHEMA table.
 
     ``topic``/``partition`` default to what the parent directory's name says (``""``/``-1`` when it is not a
-    partition directory); ``segment_base_offset`` comes from the file name (else the first batch).
+    partition directory); ``segment_base_offset`` comes from the file name (else the first batch). Other
+    options as for :func:`decode_segment_bytes`.
     """
     schema = project(list(columns) if columns is not None else None)
     seg = _open_file(path_or_uri, storage=storage, topic=topic, partition=partition, verify_crc=verify_crc,
-                     include_control=include_control, allow_truncated_tail=allow_truncated_tail)
+                     include_control=include_control, allow_truncated_tail=allow_truncated_tail,
+                     max_batch_bytes=max_batch_bytes)
     return _decode_all(seg, schema)
 
 
 def iter_segment(path_or_uri: str | Path, columns: Sequence[str] | None = None, *, batch_rows: int = 65536,
                  storage: "Storage | None" = None, topic: str | None = None, partition: int | None = None,
                  verify_crc: bool = True, include_control: bool = True,
-                 allow_truncated_tail: bool = False) -> Iterator[pa.RecordBatch]:
+                 allow_truncated_tail: bool = False, max_batch_bytes: int | None = None) -> Iterator[pa.RecordBatch]:
     """Stream a segment as Arrow record batches of whole Kafka batches, about ``batch_rows`` rows each
     (a Kafka batch is never split), without building the whole table. Same options as :func:`read_segment`."""
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be positive, got {batch_rows}")
     schema = project(list(columns) if columns is not None else None)
     seg = _open_file(path_or_uri, storage=storage, topic=topic, partition=partition, verify_crc=verify_crc,
-                     include_control=include_control, allow_truncated_tail=allow_truncated_tail)
+                     include_control=include_control, allow_truncated_tail=allow_truncated_tail,
+                     max_batch_bytes=max_batch_bytes)
     yield from _iter_decoded(seg, schema, batch_rows)
 
 
 def iter_segment_bytes(data: bytes | bytearray | memoryview, columns: Sequence[str] | None = None, *,
                        batch_rows: int = 65536, path: str | None = None, topic: str = "", partition: int = -1,
                        segment_base_offset: int | None = None, verify_crc: bool = True,
-                       include_control: bool = True, allow_truncated_tail: bool = False) -> Iterator[pa.RecordBatch]:
+                       include_control: bool = True, allow_truncated_tail: bool = False,
+                       max_batch_bytes: int | None = None) -> Iterator[pa.RecordBatch]:
     """:func:`iter_segment` on bytes already in memory (options as :func:`decode_segment_bytes`)."""
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be positive, got {batch_rows}")
     schema = project(list(columns) if columns is not None else None)
     seg = _open(data, path=path, topic=topic, partition=partition, segment_base_offset=segment_base_offset,
-                verify_crc=verify_crc, include_control=include_control, allow_truncated_tail=allow_truncated_tail)
+                verify_crc=verify_crc, include_control=include_control, allow_truncated_tail=allow_truncated_tail,
+                max_batch_bytes=max_batch_bytes)
     yield from _iter_decoded(seg, schema, batch_rows)
 
 
 def read_key_hashes(path_or_uri: str | Path, *, storage: "Storage | None" = None, verify_crc: bool = True,
-                    include_control: bool = True, allow_truncated_tail: bool = False) -> pa.Table:
+                    include_control: bool = True, allow_truncated_tail: bool = False,
+                    max_batch_bytes: int | None = None) -> pa.Table:
     """:func:`decode_key_hashes_bytes` of a segment file or ``s3://`` object."""
     data, uri = _read_bytes(path_or_uri, storage)
     return decode_key_hashes_bytes(data, path=uri, verify_crc=verify_crc, include_control=include_control,
-                                   allow_truncated_tail=allow_truncated_tail)
+                                   allow_truncated_tail=allow_truncated_tail, max_batch_bytes=max_batch_bytes)
 
 
 __all__ = [

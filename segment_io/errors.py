@@ -93,6 +93,12 @@ class DecompressionError(CorruptRecordError):
     """A compressed batch payload could not be decompressed."""
 
 
+class OversizedBatchError(CorruptRecordError):
+    """A compressed batch inflates (or its frames declare it inflates) past the per-batch bound, a decompression
+    bomb or corrupt data: see :func:`segment_io.compression.max_batch_bytes`. The detail names the bound and how
+    to raise it. Nothing beyond the bound is ever allocated."""
+
+
 class UnsupportedCodecError(CorruptRecordError):
     """A batch names a compression codec segjobs does not know (attribute bits 0-2 above 4)."""
 

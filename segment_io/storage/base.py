@@ -167,3 +167,23 @@ class Storage(ABC):
 
     def iter_files(self, prefix: str) -> Iterator[FileInfo]:
         yield from self.list(prefix, recursive=True)
+
+    def list_pending_uploads(self, prefix: str) -> list["PendingUpload"]:
+        """Uploads begun under directory/prefix ``prefix`` and neither completed nor aborted (an S3
+        multipart upload whose writer died): invisible in :meth:`list`, yet their parts are stored (and
+        billed). None on stores without such uploads."""
+        return []
+
+    def abort_pending_upload(self, upload: "PendingUpload") -> None:
+        """Discard a pending upload and its parts."""
+        raise NotImplementedError(f"{type(self).__name__} has no pending uploads")
+
+
+@dataclass(frozen=True)
+class PendingUpload:
+    """An upload that was begun and never completed: where it was going, its id, and its parts' bytes."""
+
+    uri: str
+    upload_id: str
+    size: int
+    initiated_ms: int

@@ -34,7 +34,7 @@ from segment_io.errors import (
     StorageError,
     UsageError,
 )
-from segment_io.storage.base import KIND_DIRECTORY, FileInfo, Storage
+from segment_io.storage.base import KIND_DIRECTORY, FileInfo, PendingUpload, Storage
 from segment_io.storage.options import ENV_VARS, StorageOptions
 
 S3_SCHEME = "s3://"
@@ -371,6 +371,35 @@ class S3Storage(Storage):
         """Nothing to do: S3 has no directories."""
 
     # ------------------------------------------------------------------ multipart helpers and errors
+
+    def list_pending_uploads(self, prefix: str) -> list[PendingUpload]:
+        bucket, key = parse_s3_uri(prefix)
+        out = []
+        paginator = self._client.get_paginator("list_multipart_uploads")
+        try:
+            for page in paginator.paginate(Bucket=bucket, Prefix=_dir_prefix(key)):
+                for u in page.get("Uploads", ()):
+                    uri = f"{S3_SCHEME}{bucket}/{u['Key']}"
+                    parts = self._client.get_paginator("list_parts").paginate(
+                        Bucket=bucket, Key=u["Key"], UploadId=u["UploadId"])
+                    size = sum(p["Size"] for page_ in parts for p in page_.get("Parts", ()))
+                    out.append(PendingUpload(uri=uri, upload_id=u["UploadId"], size=size,
+                                             initiated_ms=int(u["Initiated"].timestamp() * 1000)))
+        except Exception as e:
+            self._raise(e, prefix)
+        return sorted(out, key=lambda u: (u.uri, u.initiated_ms, u.upload_id))
+
+    def abort_pending_upload(self, upload: PendingUpload) -> None:
+        from botocore.exceptions import ClientError
+
+        bucket, key = parse_s3_uri(upload.uri)
+        try:
+            self._client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload.upload_id)
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") != "NoSuchUpload":  # already gone: what we wanted
+                self._raise(e, upload.uri)
+        except Exception as e:
+            self._raise(e, upload.uri)
 
     def _abort_upload(self, uri: str, upload_id: str) -> None:
         bucket, key = parse_s3_uri(uri)

@@ -199,15 +199,16 @@ def test_recover_dry_run_lists_leftovers_and_recover_settles_them(capsys, log_di
     before = _files(log_dir)
 
     assert main(["recover", "--log-dir", str(log_dir), "--now", NOW, "--dry-run"]) == 0
-    out = capsys.readouterr().out
-    assert "00000000000000000000.log.cleaned" in out and "00000000000000000000.index.deleted" in out
-    assert "2 leftover(s)" in out
+    dry = capsys.readouterr().out
+    assert "would drop-cleaned " in dry and "00000000000000000000.log.cleaned" in dry
+    assert "would record-deleted " in dry and "; 2 action(s)" in dry
     assert _files(log_dir) == before
 
     assert main(["recover", "--log-dir", str(log_dir), "--now", NOW]) == 0
     out = capsys.readouterr().out
     assert "drop-cleaned" in out and "00000000000000000000.log.cleaned" in out
     assert "record-deleted" in out
+    assert [line[len("would "):] for line in dry.splitlines()[:-1]] == out.splitlines()[:-1]  # as foretold
     assert not (part / (seg.name + ".cleaned")).exists()
     assert comparable(replay(read_partition(part)).latest) == comparable(original.latest)
 
@@ -223,4 +224,4 @@ def test_recover_missing_log_dir(capsys, tmp_path):
 def test_recover_help_says_what_dry_run_does(capsys):
     with pytest.raises(SystemExit):
         main(["recover", "--help"])
-    assert "not predicted" in capsys.readouterr().out
+    assert "print the actions a real run would take now" in " ".join(capsys.readouterr().out.split())

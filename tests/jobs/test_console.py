@@ -360,3 +360,23 @@ def test_spark_submit_prints_the_summary_on_stdout_and_no_spark_info_lines(tmp_p
     assert "[compact" not in proc.stdout and " INFO " not in proc.stdout  # ... and no progress or log lines in it
     assert "[compact" in proc.stderr and "scanned 1 partition(s)" in proc.stderr
     assert not [line for line in proc.stderr.splitlines() if " INFO " in line], proc.stderr
+
+
+def test_a_run_stopped_before_its_summary_still_prints_what_it_knows() -> None:
+    """A lost lease stops the work before the job's own summary: stdout still lists the partitions reported
+    so far, their errors in short, and the elapsed time."""
+    from jobs.report import RunReport, render_stopped_summary
+
+    report = RunReport(command="compact", log_dir="/logs", now_ms=NOW, dry_run=False)
+    report.partitions += [
+        {"topic": "t", "partition": 10, "action": "compacted"},
+        {"topic": "t", "partition": 2, "action": "error",
+         "error": {"kind": "StorageError", "detail": "boom", "file": "/logs/t-2/00000000000000000000.log"}},
+    ]
+    report.errors.append({"kind": "LeaseLost", "detail": "taken over"})
+    text = render_stopped_summary(report.finish())
+    rows, order, after = _table(text)
+    assert order == ["t-2", "t-10"]
+    assert "FAILED: StorageError in 00000000000000000000.log: boom" in rows["t-2"]
+    assert after[0] == "compact stopped before the end: 1 error(s), on stderr and in the report"
+    assert after[1].startswith("elapsed ")

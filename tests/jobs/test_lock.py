@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
-from jobs.lock import Holder, acquire, lease_uri, work_uri
+from jobs.lock import DEFAULT_TTL_MS, TTL_ENV, Holder, LeaseLost, acquire, lease_ttl_ms, lease_uri, work_uri
+from jobs.timeutil import wall_clock_ms
 from segment_io.errors import LockHeldError, UsageError
 from segment_io.storage import LocalStorage, S3Storage
 
@@ -39,16 +42,25 @@ def test_work_uri_is_a_sibling_never_inside():
 
 _HOLD_SCRIPT = textwrap.dedent("""
     import sys
-    from jobs.lock import acquire
+    from jobs.lock import Holder, acquire
     from segment_io.storage import LocalStorage
-    with acquire(LocalStorage(), sys.argv[1], now_ms=0):
+    with acquire(LocalStorage(), sys.argv[1], now_ms=%d, holder=Holder.this_process("held-run")):
         print("held", flush=True)
         sys.stdin.read()  # hold until the parent closes our stdin
+""" % NOW)
+
+#: Holds the .lock as a broker would: an fcntl lock and nothing else (no holder file).
+_FOREIGN_HOLD_SCRIPT = textwrap.dedent("""
+    import fcntl, os, sys
+    fd = os.open(sys.argv[1] + "/.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    print("held", flush=True)
+    sys.stdin.read()
 """)
 
 
-def _hold_in_subprocess(log_dir: Path) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", _HOLD_SCRIPT, str(log_dir)], stdin=subprocess.PIPE,
+def _hold_in_subprocess(log_dir: Path, script: str = _HOLD_SCRIPT) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", script, str(log_dir)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=os.getcwd()))
     assert proc.stdout.readline().strip() == "held"
     return proc
@@ -59,22 +71,56 @@ def _release(proc: subprocess.Popen) -> None:
     assert proc.wait(timeout=30) == 0
 
 
-def test_local_lock_conflicts_across_processes(tmp_path):
-    proc = _hold_in_subprocess(tmp_path)
+def test_local_lock_conflicts_across_processes_and_names_the_segjobs_holder(tmp_path):
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    proc = _hold_in_subprocess(log_dir)
     try:
-        with pytest.raises(LockHeldError, match=r"\.lock is locked by another process"):
-            with acquire(LocalStorage(), str(tmp_path), now_ms=NOW):
+        assert (log_dir / ".lock").read_bytes() == b""  # nothing foreign in the broker's lock file
+        doc = json.loads((tmp_path / "logs.segjobs" / "lock-holder.json").read_text())
+        assert doc["holder"]["pid"] == proc.pid and doc["holder"]["run_id"] == "held-run"
+        assert doc["acquired_ms"] == NOW and doc["holder"]["host"] == socket.gethostname()
+        with pytest.raises(LockHeldError) as info:
+            with acquire(LocalStorage(), str(log_dir), now_ms=NOW):
                 pass
+        assert (f".lock is held by segjobs run held-run (pid {proc.pid} on host {socket.gethostname()} since "
+                f"2023-11-14T22:13:20.000Z)") in str(info.value)
     finally:
         _release(proc)
-    with acquire(LocalStorage(), str(tmp_path), now_ms=NOW) as lease:
-        assert lease.uri == str(tmp_path / ".lock")
-    assert os.listdir(tmp_path) == [".lock"]  # only what a broker creates itself
+    with acquire(LocalStorage(), str(log_dir), now_ms=NOW) as lease:
+        assert lease.uri == str(log_dir / ".lock")
+    assert os.listdir(log_dir) == [".lock"]  # only what a broker creates itself
+    assert (log_dir / ".lock").read_bytes() == b""
+    assert not (tmp_path / "logs.segjobs").exists()  # the holder file, and the dir made only for it, are gone
+
+
+def test_local_lock_held_by_something_else_is_not_blamed_on_segjobs(tmp_path):
+    """A broker writes no holder file; a stale one (a segjobs run killed earlier) names a dead process."""
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    (tmp_path / "logs.segjobs").mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = {"format": 1, "log_dir": str(log_dir), "acquired_ms": NOW,
+             "holder": {"host": socket.gethostname(), "pid": int(dead.stdout), "run_id": "killed-run"}}
+    for holder_file in (None, stale):
+        if holder_file is not None:
+            (tmp_path / "logs.segjobs" / "lock-holder.json").write_text(json.dumps(holder_file))
+        proc = _hold_in_subprocess(log_dir, _FOREIGN_HOLD_SCRIPT)
+        try:
+            with pytest.raises(LockHeldError, match="held by a process that is not segjobs: a running Kafka "
+                                                    "broker?"):
+                with acquire(LocalStorage(), str(log_dir), now_ms=NOW):
+                    pass
+        finally:
+            _release(proc)
+    with acquire(LocalStorage(), str(log_dir), now_ms=NOW, holder=Holder.this_process("next-run")):
+        doc = json.loads((tmp_path / "logs.segjobs" / "lock-holder.json").read_text())
+        assert doc["holder"]["run_id"] == "next-run"  # the stale file is overwritten by the new holder
 
 
 def test_local_lock_refuses_a_second_acquire_in_the_same_process(tmp_path):
-    with acquire(LocalStorage(), str(tmp_path), now_ms=NOW):
-        with pytest.raises(LockHeldError):
+    with acquire(LocalStorage(), str(tmp_path), now_ms=NOW, holder=Holder.this_process("me")):
+        with pytest.raises(LockHeldError, match=rf"held by segjobs run me \(pid {os.getpid()} on host"):
             with acquire(LocalStorage(), str(tmp_path) + "/", now_ms=NOW):
                 pass
         # the refused attempt must not have dropped our lock: another process still cannot take it
@@ -158,7 +204,7 @@ def test_s3_lease_lives_beside_the_log_dir_and_holds_json(s3):
         assert lease.uri == f"{log_dir}.segjobs/lease.json" == lease_uri(storage, log_dir)
         assert storage.list(log_dir, recursive=True) == []  # nothing inside the log dir
         doc = json.loads(storage.read(lease.uri))
-        assert doc["holder"] == {"host": "driver-1", "pid": 42, "run_id": "run-a"}
+        assert doc["holder"] == {"host": "driver-1", "pid": 42, "run_id": "run-a", "process": None}
         assert (doc["acquired_ms"], doc["expires_ms"]) == (NOW, NOW + TTL)
         assert lease.etag == storage.stat(lease.uri).etag
     assert not storage.exists(lease.uri)  # released
@@ -265,3 +311,163 @@ def test_s3_lease_conflict_between_processes(s3, s3_bucket):
         out = subprocess.run([sys.executable, "-c", script], input=pickle.dumps(storage), capture_output=True,
                              timeout=60, env=dict(os.environ, PYTHONPATH=os.getcwd()))
         assert out.stdout.decode().startswith("refused:") and "parent-run" in out.stdout.decode(), out.stderr
+
+
+# --------------------------------------------------------------------------------------------- holders, TTL
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    out = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(out.stdout)
+
+
+def test_holder_liveness_sees_dead_reused_and_foreign_processes():
+    me = Holder.this_process()
+    assert me.process is not None and me.alive() is True
+    boot, ns, start = me.process.split("|")
+    assert Holder(pid=_dead_pid(), process=None).alive() is False
+    # the pid is alive but belongs to a process that started at another tick: the holder is gone
+    assert Holder(pid=os.getpid(), process=f"{boot}|{ns}|{int(start) + 1}").alive() is False
+    # the host rebooted since the lease was written: every process of then is gone
+    assert Holder(pid=os.getpid(), process=f"not-this-boot|{ns}|{start}").alive() is False
+    # another pid namespace (a container with the same host name) or another host: cannot tell
+    assert Holder(pid=os.getpid(), process=f"{boot}|pid:[1]|{start}").alive() is None
+    assert Holder(host="elsewhere", pid=os.getpid()).alive() is None
+
+
+def test_lease_ttl_comes_from_the_argument_the_environment_or_the_default(monkeypatch):
+    monkeypatch.delenv(TTL_ENV, raising=False)
+    assert lease_ttl_ms() == DEFAULT_TTL_MS == 120_000
+    monkeypatch.setenv(TTL_ENV, "5m")
+    assert lease_ttl_ms() == 300_000
+    assert lease_ttl_ms("90s") == 90_000  # an explicit value (a CLI option) wins over the environment
+    monkeypatch.setenv(TTL_ENV, "45000")
+    assert lease_ttl_ms() == 45_000
+    for bad in ("soon", "-1", "500ms", "2 fortnights"):
+        monkeypatch.setenv(TTL_ENV, bad)
+        with pytest.raises(UsageError, match=TTL_ENV):
+            lease_ttl_ms()
+
+
+# --------------------------------------------------------------------------------------------- heartbeat, breaking
+
+
+def _wait_for(predicate, what: str, timeout_s: float = 60.0) -> None:
+    """Poll until ``predicate()``; the deadline only bounds a hang, it is not what the test measures."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_s3_heartbeat_renews_the_lease_until_release(s3):
+    storage, log_dir = s3
+    with acquire(storage, log_dir, now_ms=wall_clock_ms(), ttl_ms=1500, clock=wall_clock_ms) as lease:
+        first = json.loads(storage.read(lease.uri))["expires_ms"]
+        _wait_for(lambda: json.loads(storage.read(lease.uri))["expires_ms"] > first, "a renewal")
+        lease.check(wall_clock_ms())  # still ours: the object's etag is the one the heartbeat last wrote
+        assert lease.lost is None
+        thread = lease._thread
+    assert not thread.is_alive()  # stopped before the release, which then found its etag
+    assert not storage.exists(lease_uri(storage, log_dir))
+
+
+def test_s3_a_stolen_lease_stops_the_run_before_its_next_commit(s3):
+    storage, log_dir = s3
+    uri = lease_uri(storage, log_dir)
+    with pytest.raises(LeaseLost, match="taken over by segjobs run thief"):
+        with acquire(storage, log_dir, now_ms=wall_clock_ms(), ttl_ms=TTL, clock=wall_clock_ms) as lease:
+            lease.check(wall_clock_ms())
+            thief = {"format": 1, "log_dir": log_dir, "acquired_ms": NOW, "expires_ms": NOW + 10 * TTL,
+                     "holder": {"host": "other", "pid": 7, "run_id": "thief"}}
+            storage.write_atomic(uri, json.dumps(thief).encode())
+            lease.check(wall_clock_ms())  # seen at once, long before the heartbeat's next beat
+    assert json.loads(storage.read(uri))["holder"]["run_id"] == "thief"  # our release left it alone
+
+
+def test_s3_heartbeat_notices_a_takeover(s3):
+    storage, log_dir = s3
+    uri = lease_uri(storage, log_dir)
+    stolen = b'{"holder": {"host": "h", "pid": 1, "run_id": "x"}, "acquired_ms": 0, "expires_ms": 0}'
+    with pytest.raises(LockHeldError, match="taken over"):  # the release, which finds another etag
+        with acquire(storage, log_dir, now_ms=wall_clock_ms(), ttl_ms=1500, clock=wall_clock_ms) as lease:
+            storage.write_atomic(uri, stolen)
+            _wait_for(lambda: lease.lost is not None, "the heartbeat to notice")
+            assert "taken over" in lease.lost
+            with pytest.raises(LeaseLost):
+                lease.check(wall_clock_ms())
+    assert storage.read(uri) == stolen
+
+
+def _lease_of_a_killed_process(storage: S3Storage, log_dir: str, ttl_ms: int, now_ms: int = NOW) -> int:
+    """A lease taken by another process on this host, which was then killed (SIGKILL: no release)."""
+    import pickle
+
+    script = textwrap.dedent(f"""
+        import pickle, sys
+        from jobs.lock import acquire
+        storage = pickle.loads(sys.stdin.buffer.read())
+        cm = acquire(storage, {log_dir!r}, now_ms={now_ms}, ttl_ms={ttl_ms})
+        cm.__enter__()
+        print("held", flush=True)
+        import time; time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    proc.stdin.write(pickle.dumps(storage))
+    proc.stdin.close()
+    assert proc.stdout.readline().strip() == b"held"
+    proc.kill()
+    proc.wait(timeout=30)  # reaped: a zombie would still answer kill(pid, 0)
+    return proc.pid
+
+
+def test_s3_lease_of_a_dead_process_on_this_host_is_broken_at_once(s3):
+    storage, log_dir = s3
+    dead_pid = _lease_of_a_killed_process(storage, log_dir, ttl_ms=10 * 3_600_000)
+    with acquire(storage, log_dir, now_ms=NOW + 1, ttl_ms=TTL, holder=Holder.this_process("heir")) as lease:
+        assert lease.notice is not None
+        assert f"(pid {dead_pid} on host {socket.gethostname()} since 2023-11-14T22:13:20.000Z)" in lease.notice
+        assert f"its process (pid {dead_pid} on this host) is gone" in lease.notice
+        assert json.loads(storage.read(lease.uri))["holder"]["run_id"] == "heir"
+
+
+def test_s3_live_holder_is_refused_with_the_break_lease_command_and_break_needs_its_run_id(s3):
+    storage, log_dir = s3
+    other_host = Holder(host="other-host", pid=4242, run_id="run-far")
+    held = acquire(storage, log_dir, now_ms=NOW, ttl_ms=TTL, holder=other_host)
+    held.__enter__()  # its process "died" on the other host: nobody here can tell
+    uri = lease_uri(storage, log_dir)
+    before = storage.read(uri)
+    with pytest.raises(LockHeldError) as info:
+        with acquire(storage, log_dir, now_ms=NOW + 1, ttl_ms=TTL):
+            pass
+    assert (f"is locked by segjobs run run-far (pid 4242 on host other-host since 2023-11-14T22:13:20.000Z) until "
+            f"2023-11-14T22:14:20.000Z") in str(info.value)
+    assert f"segjobs recover --log-dir {log_dir} --break-lease run-far" in str(info.value)
+    with pytest.raises(LockHeldError, match="--break-lease run-near does not name the holder: the lease is held "
+                                            "by segjobs run run-far"):
+        with acquire(storage, log_dir, now_ms=NOW + 1, ttl_ms=TTL, break_run_id="run-near"):
+            pass
+    assert storage.read(uri) == before  # refusals leave the lease as it was
+    with acquire(storage, log_dir, now_ms=NOW + 1, ttl_ms=TTL, break_run_id="run-far",
+                 holder=Holder.this_process("breaker")) as lease:
+        assert "took over the lease of segjobs run run-far (pid 4242 on host other-host" in lease.notice
+        assert lease.notice.endswith("broken by --break-lease")
+    with pytest.raises(LockHeldError, match="taken over"):
+        held.__exit__(None, None, None)  # the broken run, were it alive, would learn it at its release
+
+
+def test_s3_live_holder_on_this_host_is_refused(s3):
+    storage, log_dir = s3
+    with acquire(storage, log_dir, now_ms=NOW, ttl_ms=TTL, holder=Holder.this_process("alive")):
+        with pytest.raises(LockHeldError, match=r"\(its process is still running on this host\)"):
+            with acquire(storage, log_dir, now_ms=NOW + 1, ttl_ms=TTL):
+                pass
+
+
+def test_break_lease_is_refused_on_a_local_log_dir(tmp_path):
+    with pytest.raises(UsageError, match="nothing to break"):
+        with acquire(LocalStorage(), str(tmp_path), now_ms=NOW, break_run_id="x"):
+            pass

@@ -9,10 +9,13 @@ from pathlib import Path
 import pytest
 
 from jobs.commit import RecoveryError, partition_work_uri
-from jobs.recover import recover_log_dir, recover_partition
+from jobs.recover import LEFTOVER_ACTIONS, PreviewStorage, recover_log_dir, recover_partition
 from segment_io.storage import LocalStorage
+from tests.jobs.test_compact_s3 import s3  # noqa: F401 - the fixture: a bucket and the credentials in the env
 from tests.jobs.test_commit_local import (
+    DELETE_STEPS,
     LOCAL_COMMIT_POINT,
+    do_delete,
     LOCAL_REPLACE_STEPS,
     Scenario,
     build_scenario,
@@ -134,3 +137,168 @@ def test_an_unreadable_intent_stops_recovery_before_any_change(local: Scenario) 
     with pytest.raises(RecoveryError, match="unreadable"):
         recover_partition(storage, local.partition, work_uri=local.work, now_ms=1)
     assert partition_files(storage, local.partition) == before
+
+
+# --------------------------------------------------------------------------------------------------
+# The dry run: the same rules against a preview of the store
+# --------------------------------------------------------------------------------------------------
+
+
+def _everything(storage, scenario: Scenario) -> dict[str, bytes]:
+    return {i.uri: storage.read(i.uri) for root in (scenario.log_dir, scenario.work)
+            for i in storage.list(root, recursive=True)}
+
+
+def _preview_then_recover(scenario: Scenario) -> list:
+    """Recover through a PreviewStorage, check it changed nothing, then for real; returns both reports."""
+    storage = scenario.storage
+    before = _everything(storage, scenario)
+    view = PreviewStorage(storage)
+    preview = recover_log_dir(view, scenario.log_dir, now_ms=5_000)
+    foreseen = _everything(view, scenario)
+    assert _everything(storage, scenario) == before
+    real = recover_log_dir(storage, scenario.log_dir, now_ms=5_000)
+    assert preview == real
+    assert foreseen == _everything(storage, scenario)  # the preview foresaw the outcome, byte for byte
+    return real
+
+
+@pytest.mark.parametrize("step", LOCAL_REPLACE_STEPS + DELETE_STEPS)
+def test_a_preview_predicts_every_action_of_recovery_locally(tmp_path: Path, step: str) -> None:
+    scenario = build_scenario(LocalStorage(), str(tmp_path / "kafka-logs"), stage=step in LOCAL_REPLACE_STEPS)
+    run_to_crash(do_replace(scenario) if step in LOCAL_REPLACE_STEPS else do_delete(scenario), step)
+    assert any(r.changed for r in _preview_then_recover(scenario))
+
+
+@pytest.mark.s3
+def test_a_preview_predicts_every_action_of_recovery_on_s3(s3_bucket) -> None:
+    from segment_io.storage import open_storage
+    from tests.jobs.test_commit_s3 import S3_REPLACE_STEPS
+
+    endpoint, bucket = s3_bucket
+    # one crash point per kind of state (before the commit point, mid-copy, mid-delete, intent gone, cleanup)
+    kinds = ["write-intent", "copy-new:", "delete-old:", "remove-intent", "delete-staged:"]
+    steps = [next(s for s in S3_REPLACE_STEPS if s.startswith(k)) for k in kinds]
+    for i, step in enumerate(steps):  # one log dir per step: a bucket per step would be slower
+        log_dir = f"s3://{bucket}/logs-{i}"
+        scenario = build_scenario(open_storage(log_dir, endpoint.storage_options()), log_dir)
+        run_to_crash(do_replace(scenario), step)
+        assert any(r.changed for r in _preview_then_recover(scenario)), step
+
+
+# --------------------------------------------------------------------------------------------------
+# Leftovers, through the CLI: a dry run prints exactly what the real run then does
+# --------------------------------------------------------------------------------------------------
+
+_TEMPS = ("{log}/t-0/00000000000000000008.log.segjobs-0123456789ab.tmp",
+          "{log}/cleaner-offset-checkpoint.segjobs-abcdefabcdef.tmp",
+          "{work}/commit/t-1/deleted.json.segjobs-aaaaaaaaaaaa.tmp",
+          "{work}/lock-holder.json.segjobs-bbbbbbbbbbbb.tmp")
+#: a broker's own temporary name: not segjobs', so recovery leaves it alone
+_FOREIGN_TEMP = "{log}/t-0/leader-epoch-checkpoint.tmp"
+
+
+def _actions(out: str) -> tuple[list[str], str]:
+    """(action lines, summary line) of ``segjobs recover``'s stdout, the dry run's "would " dropped."""
+    lines = [line[len("would "):] if line.startswith("would ") else line for line in out.splitlines()]
+    return lines[:-1], lines[-1]
+
+
+def _summary_numbers(summary: str) -> list[str]:
+    return [w for w in summary.replace("(", " ").split() if w.isdigit()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)])
+def test_recover_cleans_and_reports_leftovers_exactly_as_its_dry_run_said(store, spark, tmp_path, capsys,
+                                                                          monkeypatch, request):
+    import jobs.compact
+    from jobs.cli import main
+    from tests.jobs.test_compact_faults import CONFIG, NOW, HardCrash, build_partition
+    from tests.jobs.test_compact_s3 import PREFIX, _objects, _upload
+
+    config = tmp_path / "t.toml"
+    config.write_text(CONFIG)
+    for p in (0, 1):
+        build_partition(tmp_path / "logs" / f"t-{p}")
+    if store == "local":
+        log, work = str(tmp_path / "logs"), str(tmp_path / "logs.segjobs")
+        args = ["--log-dir", log]
+
+        def files() -> dict[str, bytes]:
+            return {str(p): p.read_bytes() for d in (tmp_path / "logs", tmp_path / "logs.segjobs")
+                    if d.exists() for p in d.rglob("*") if p.is_file()}
+
+        def put(uri: str, data: bytes) -> None:
+            Path(uri).parent.mkdir(parents=True, exist_ok=True)
+            Path(uri).write_bytes(data)
+        crash_at = "old-to-deleted:"
+    else:
+        endpoint, bucket = request.getfixturevalue("s3")
+        _upload(endpoint, bucket, tmp_path / "logs")
+        log, work = f"s3://{bucket}/{PREFIX}", f"s3://{bucket}/{PREFIX}.segjobs"
+        args = ["--log-dir", log, "--s3-endpoint", endpoint.endpoint_url]
+
+        def files() -> dict[str, bytes]:
+            return {f"s3://{bucket}/{k}": v for k, v in _objects(endpoint, bucket, "").items()}
+
+        def put(uri: str, data: bytes) -> None:
+            endpoint.client().put_object(Bucket=bucket, Key=uri[len(f"s3://{bucket}/"):], Body=data)
+        crash_at = "copy-new:"
+
+    # a compaction dies in t-0's commit; t-1's new segments were staged and are never committed
+    def die(step: str) -> None:
+        if step.startswith(crash_at):
+            raise HardCrash(step)
+
+    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", die)
+    with pytest.raises(HardCrash):
+        main(["compact", *args, "--config", str(config), "--now", NOW, "--quiet"])
+    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", None)
+    temps = [t.format(log=log, work=work) for t in _TEMPS]
+    for i, uri in enumerate(temps):
+        put(uri, b"x" * (100 + i))
+    put(_FOREIGN_TEMP.format(log=log, work=work), b"broker")
+    pending = {}  # S3: an upload of a staged object whose writer died (invisible in listings)
+    if store == "s3":
+        key = f"{PREFIX}.segjobs/commit/t-1/staged/00000000000000000099.log"
+        client = endpoint.client()
+        upload_id = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+        client.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=1, Body=b"p" * 4321)
+        pending = {f"s3://{bucket}/{key}": 4321}
+    before = files()
+    staged = sorted(u for u in before if "/t-1/" in u and ("/staging/" in u or "/staged/" in u))
+    assert staged, sorted(before)
+
+    assert main(["recover", *args, "--now", NOW, "--dry-run"]) == 0
+    dry_lines, dry_summary = _actions(capsys.readouterr().out)
+    assert files() == before  # a dry run changes nothing
+    assert main(["recover", *args, "--now", NOW]) == 0
+    lines, summary = _actions(capsys.readouterr().out)
+    after = files()
+
+    assert lines and lines == dry_lines
+    assert _summary_numbers(summary) == _summary_numbers(dry_summary)
+    removed = {line.split()[1]: line for line in lines if line.split()[0] in LEFTOVER_ACTIONS}
+    expected = set(temps) | set(staged) | set(pending)
+    assert expected <= set(removed), (sorted(expected - set(removed)), lines)
+    sizes = {**{u: len(v) for u, v in before.items()}, **pending}
+    for uri in expected:  # each named with its size, and gone
+        assert removed[uri].endswith(f"{sizes[uri]} bytes)") and uri not in after
+    for uri in pending:
+        assert removed[uri].startswith(f"abort-upload {uri} (an upload begun ")
+    if store == "s3":
+        assert not endpoint.client().list_multipart_uploads(Bucket=bucket).get("Uploads")
+    left_bytes = sum(sizes[u] for u in removed if u in sizes)
+    assert f"{len(removed)} leftover file(s) of interrupted runs ({left_bytes} bytes)" in summary
+    assert after[_FOREIGN_TEMP.format(log=log, work=work)] == b"broker"
+    # t-1 was never committed: its files are as they were, byte for byte
+    t1 = f"{log}/t-1/"
+    assert {u: v for u, v in after.items() if u.startswith(t1)} == {u: v for u, v in before.items() if u.startswith(t1)}
+    assert not [u for u in after if "/staging/" in u or "/staged/" in u or u.endswith((".swap", ".cleaned"))]
+
+    # nothing left: both say so
+    for extra in (["--dry-run"], []):
+        assert main(["recover", *args, "--now", NOW, *extra]) == 0
+        lines, summary = _actions(capsys.readouterr().out)
+        assert lines == [] and "; 0 action(s); 0 leftover file(s)" in summary, (extra, lines)

@@ -1,8 +1,9 @@
 """Fuzz the decoder: any bytes give records or a CorruptRecordError subclass, never another exception
-(IndexError, ValueError, a numba crash, ...) and never a hang.
+(IndexError, ValueError, a numba crash, MemoryError, ...) and never a hang.
 
 CRC checks are switched off for the mutated inputs, or nearly every mutation would stop at the CRC and
-the record kernels would never see corrupt bytes.
+the record kernels would never see corrupt bytes. Compressed batches that inflate a lot, in every framing
+segjobs reads, run against a lowered per-batch bound (``max_batch_bytes``) so that each example stays small.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from segment_io.decode import decode_key_hashes_bytes, decode_segment_bytes, verify_segment_crcs
-from segment_io.errors import CorruptRecordError
+from segment_io.errors import CorruptRecordError, OversizedBatchError
 from tests.conftest import KAFKA_REAL
+from tests.support.bombs import VARIANTS, inflating_payload, records_payload, v2_batch_around
 from tests.segment_io.test_decode_kafka_python import _random_records, _v2_batch
 
 SMALL_FIXTURES = [
@@ -42,20 +44,26 @@ def _seeds() -> list[bytes]:
 SEEDS = _seeds()
 
 
-def _decode_every_way(data: bytes, *, verify_crc: bool) -> None:
+def _decode_every_way(data: bytes, *, verify_crc: bool, max_batch_bytes: int | None = None) -> list:
+    """Decode ``data`` the ways segjobs does; returns what each way gave (a table or the error)."""
+    outcomes: list = []
     for call in (
-        lambda: decode_segment_bytes(data, verify_crc=verify_crc),
+        lambda: decode_segment_bytes(data, verify_crc=verify_crc, max_batch_bytes=max_batch_bytes),
         lambda: decode_segment_bytes(data, verify_crc=verify_crc, allow_truncated_tail=True,
-                                     columns=["offset", "headers"]),
-        lambda: decode_key_hashes_bytes(data, verify_crc=verify_crc, include_control=False),
+                                     columns=["offset", "headers"], max_batch_bytes=max_batch_bytes),
+        lambda: decode_key_hashes_bytes(data, verify_crc=verify_crc, include_control=False,
+                                        max_batch_bytes=max_batch_bytes),
     ):
         try:
             table = call()
         except CorruptRecordError as exc:
             assert exc.detail
+            outcomes.append(exc)
             continue
         table.validate(full=True)
-    verify_segment_crcs(data)
+        outcomes.append(table)
+    verify_segment_crcs(data, max_batch_bytes=max_batch_bytes)
+    return outcomes
 
 
 @st.composite
@@ -111,3 +119,65 @@ def test_every_prefix_of_a_seed(seed: int) -> None:
     data = SEEDS[seed][:2000]
     for cut in range(0, len(data), max(1, len(data) // 150)):
         _decode_every_way(data[:cut], verify_crc=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Batches that inflate: every codec and framing, against a lowered bound
+# --------------------------------------------------------------------------------------------------
+
+BOUND = 256 << 10
+PATTERN = b"0123456789abcdefghijklmnopqrstuvwxyz!"  # does not divide any block size: compressed blocks
+
+
+def _content(kind: str, size: int) -> bytes:
+    if kind == "records":  # a genuine one-record batch whose value makes it about ``size`` bytes
+        return records_payload(max(size - 20, 0))
+    return (PATTERN * (size // len(PATTERN) + 1))[:size] if kind == "pattern" else bytes(size)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("kind", ["zeros", "pattern", "records"])
+def test_an_inflating_batch_of_every_framing_decodes_below_the_bound_and_is_refused_above(variant: str,
+                                                                                           kind: str) -> None:
+    for size in (BOUND // 2, 3 * BOUND):
+        content = _content(kind, size)
+        data = v2_batch_around(inflating_payload(variant, len(content), content), codec=VARIANTS[variant],
+                               count=1, base_offset=7)
+        outcomes = _decode_every_way(data, verify_crc=True, max_batch_bytes=BOUND)
+        if len(content) > BOUND:
+            assert all(isinstance(o, OversizedBatchError) and o.offset == 7 for o in outcomes), outcomes
+        elif kind == "records":
+            assert outcomes[0]["value"].to_pylist() == [bytes(size - 20)]
+        else:  # zeros and text are not records: a clear error about them, not about the size
+            assert all(isinstance(o, CorruptRecordError) and not isinstance(o, OversizedBatchError)
+                       for o in outcomes), outcomes
+
+
+@st.composite
+def inflating_batches(draw: st.DrawFn) -> tuple[bytes, bool]:
+    """A segment whose last batch inflates: any framing, content, size around the bound and record count,
+    sometimes with bytes of the compressed payload changed (the CRC stays correct, so the damage reaches
+    the decompressor). Returns the bytes and whether the payload inflates intact past the bound."""
+    variant = draw(st.sampled_from(sorted(VARIANTS)))
+    kind = draw(st.sampled_from(["zeros", "pattern", "records"]))
+    size = draw(st.sampled_from([0, 1, BOUND - 1, BOUND, BOUND + 1, 4 * BOUND]) | st.integers(0, 4 * BOUND))
+    content = _content(kind, size)
+    payload = bytearray(inflating_payload(variant, len(content), content))
+    mutations = draw(st.integers(0, 3)) if payload else 0
+    for _ in range(mutations):
+        at = draw(st.integers(0, len(payload) - 1))
+        payload[at] = draw(st.sampled_from([0x00, 0x01, 0x7F, 0x80, 0xFF])) ^ draw(st.booleans())
+    count = draw(st.sampled_from([1, 1, 2, 0, 1000]))
+    front = draw(st.sampled_from(SEEDS[-2:] + [b""]))  # a generated v2 batch (zstd or none) before it
+    batch = v2_batch_around(bytes(payload), codec=VARIANTS[variant], count=count, base_offset=10_000)
+    return front + batch, mutations == 0 and count > 0 and len(content) > BOUND
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(inflating_batches())
+def test_inflating_batches(case: tuple[bytes, bool]) -> None:
+    data, oversized = case
+    for verify_crc in (True, False):
+        outcomes = _decode_every_way(data, verify_crc=verify_crc, max_batch_bytes=BOUND)
+        if oversized:
+            assert all(isinstance(o, OversizedBatchError) for o in outcomes), outcomes
