@@ -14,7 +14,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 .PHONY: all venv java test test-fast demo bench clean help
 
 help:
-	@echo "make demo   generate a demo log dir under $(DEMO_DIR)/ and compact it (creates .venv on first use)"
+	@echo "make demo   generate a demo log dir under $(DEMO_DIR)/ and run two nights of compact + retain on it (creates .venv on first use)"
 	@echo "make test   run the whole test suite (creates .venv on first use)"
 	@echo "make bench  run the benchmarks in benchmarks/ (heavy; not part of the suite)"
 

@@ -12,9 +12,15 @@ from segment_io.layout import LogDirListing, closest_topics_hint, parse_partitio
 from segment_io.units import parse_duration, parse_size
 
 
-def add_log_dir_options(p: argparse.ArgumentParser, *, destructive: bool = True, scope_note: str = "") -> None:
-    """--log-dir, --config, --set, --topic, --partition, --now, --report, --master and the S3 options.
-    ``scope_note`` ends the --topic/--partition help with what naming partitions means to the command."""
+#: What every job can print on stdout (--format): the human summary table, or the JSON report.
+OUTPUT_FORMATS = ("table", "json")
+
+
+def add_log_dir_options(p: argparse.ArgumentParser, *, destructive: bool = True, scope_note: str = "",
+                        formats: tuple[str, ...] = OUTPUT_FORMATS) -> None:
+    """--log-dir, --config, --set, --topic, --partition, --now, --report, --master, the S3 options and the
+    output options (--format, --quiet, --verbose). ``scope_note`` ends the --topic/--partition help with what
+    naming partitions means to the command; ``formats`` are the --format choices (the first is the default)."""
     p.add_argument("--log-dir", required=True, metavar="URI",
                    help="Kafka log dir: a local path or s3://bucket/prefix")
     p.add_argument("--config", metavar="FILE", help="topic configuration TOML (see conf/topics.toml)")
@@ -37,7 +43,19 @@ def add_log_dir_options(p: argparse.ArgumentParser, *, destructive: bool = True,
                    help="Spark master (default: what spark-submit set, else local[*])")
     p.add_argument("--s3-endpoint", metavar="URL", help="S3 endpoint URL (default: AWS_ENDPOINT_URL or AWS)")
     p.add_argument("--s3-region", metavar="REGION", help="S3 region (default: from the AWS configuration)")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr (failures are still shown)")
+    _add_output_options(p, formats)
+
+
+def _add_output_options(p: argparse.ArgumentParser, formats: tuple[str, ...]) -> None:
+    """Where a job's output goes: stdout carries the result only (the summary table or, for scripts, the JSON
+    report), stderr the progress lines and errors, and Spark's own log lines only when asked for."""
+    p.add_argument("--format", "--output", dest="format", choices=formats, default=formats[0],
+                   help=f"what stdout gets: {formats[0]} (default) or " + ", ".join(formats[1:])
+                        + "; json is the whole report (the same document as --report), and nothing else goes to "
+                          "stdout")
+    p.add_argument("--verbose", action="store_true",
+                   help="show Spark's own log lines (INFO) on stderr; SEGJOBS_SPARK_LOG=LEVEL picks another level")
 
 
 @dataclass(frozen=True)

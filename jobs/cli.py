@@ -11,7 +11,10 @@ import importlib
 import sys
 from typing import Sequence
 
-from segment_io.errors import SegjobsError
+from segment_io.errors import ConfigError, LockHeldError, SegjobsError, UsageError
+
+#: Errors that mean "nothing was done": exit code 2. Any other SegjobsError reaching main is exit code 1.
+NOTHING_DONE_ERRORS = (ConfigError, UsageError, LockHeldError)
 
 #: command -> (module, one-line help). Order is the order of ``segjobs --help``.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -64,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args._run(args) or 0)
     except SegjobsError as exc:
         print(f"segjobs {args.command}: error: {exc}", file=sys.stderr)
-        return 2 if exc.__class__.__name__ in ("ConfigError", "UsageError", "LockHeldError") else 1
+        return 2 if isinstance(exc, NOTHING_DONE_ERRORS) else 1
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:
@@ -84,9 +87,12 @@ def console_main() -> None:
 
 
 def submit_main(command: str) -> None:
-    """Entry for ``spark-submit jobs/<command>.py ARGS``: the same arguments as ``segjobs <command>``."""
-    from jobs.spark_session import stop_active_session
+    """Entry for ``spark-submit jobs/<command>.py ARGS``: the same arguments as ``segjobs <command>``, and the
+    same streams (summary on stdout, progress and errors on stderr; see
+    :func:`jobs.spark_session.separate_stderr_under_spark_submit`)."""
+    from jobs.spark_session import separate_stderr_under_spark_submit, stop_active_session
 
+    separate_stderr_under_spark_submit()
     try:
         code = main([command, *sys.argv[1:]])
     finally:

@@ -211,6 +211,7 @@ class PurgeResult:
     partition_uri: str
     purged: list[str] = field(default_factory=list)
     kept_until_ms: dict[int, int] = field(default_factory=dict)
+    purged_bytes: int = 0  #: total size of the files in ``purged``
 
 
 @dataclass(frozen=True)
@@ -640,6 +641,7 @@ def purge_deleted(storage: Storage, partition_uri: str, *, now_ms: int, file_del
             if f.base_offset == base and f.transient == DELETED_SUFFIX and f.is_data:
                 storage.delete(f.uri)
                 result.purged.append(f.uri)
+                result.purged_bytes += f.info.size
         del updated[base]
     if updated != ledger:
         write_ledger(storage, pwork, updated)

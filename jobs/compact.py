@@ -48,6 +48,7 @@ if __name__ == "__main__":  # spark-submit jobs/compact.py
 
 import argparse
 import dataclasses
+import functools
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -62,7 +63,7 @@ from jobs.jobrun import JobContext, run_job, scan_error_entry
 from jobs.model import PartitionState, Scope as PlanScope
 from jobs.plan_compact import CompactionPlan, group_segments_by_size, plan_compaction, updated_cleaner_checkpoints
 from jobs.planfile import PlanStage, add_plan_options, decision_difference, load_for_apply, partition_name
-from jobs.report import human_bytes, render_table
+from jobs.report import RunReport, human_bytes, partition_order, problem_notes, render_footer, render_table, truncate
 from jobs.retain import add_max_delete_fraction_option
 from jobs.scan import PartitionError, empty_batches_from_headers
 from segment_io.errors import SegjobsError, UsageError
@@ -416,6 +417,7 @@ def _entry(plan: CompactionPlan, state: PartitionState, outcome: PartitionOutcom
     bytes_before = state.size_bytes
     entry: dict[str, Any] = {
         "topic": plan.topic, "partition": plan.partition, "selected": plan.selected, "reason": plan.reason,
+        "note": plan.note,
         "dirty_ratio": round(plan.dirty_ratio, 4), "clean_bytes": plan.clean_bytes,
         "cleanable_bytes": plan.cleanable_bytes, "first_dirty_offset": plan.first_dirty_offset,
         "first_uncleanable_offset": plan.first_uncleanable_offset, "bound_by": plan.bound_by,
@@ -518,6 +520,7 @@ def _work(ctx: JobContext) -> None:
         outcome = outcomes.get(key)
         committed = False
         untouched = key in held or key in failed
+        warnings = list(ctx.scans[key].warnings)  # the summary's note shows them with the partition's row
         new_cp = checkpoints.get(key)
         if plan.checkpoint_reset and not untouched:
             new_cp, checkpoint_changed = plan.first_dirty_offset, True
@@ -540,7 +543,7 @@ def _work(ctx: JobContext) -> None:
         if outcome is not None and outcome.error is not None:
             ctx.report.errors.append({"partition": f"{plan.topic}-{plan.partition}", **outcome.error.to_dict()})
             state_word = "PARTLY COMPACTED, then failed" if committed else "UNCLEANABLE, left untouched"
-            ctx.progress(f"{plan.topic}-{plan.partition}: {state_word}: {outcome.error}")
+            ctx.progress.error(f"{plan.topic}-{plan.partition}: {state_word}: {outcome.error}")
         elif outcome is not None:
             ctx.progress(f"{plan.topic}-{plan.partition}: {'measured' if ctx.dry_run else 'compacted'} in "
                          f"{outcome.seconds}s")
@@ -548,6 +551,7 @@ def _work(ctx: JobContext) -> None:
                 note = f"{plan.topic}-{plan.partition}: {problem}: {'would rebuild' if ctx.dry_run else 'rebuilt'} it"
                 ctx.progress(note)
                 ctx.report.warnings.append(note)
+                warnings.append(note)
         if new_cp is not None:
             checkpoints[key] = new_cp
         if ctx.dry_run and not untouched:
@@ -558,10 +562,11 @@ def _work(ctx: JobContext) -> None:
             checkpoint = checkpoints.get(key)
         entry = _entry(plan, state, outcome, dry_run=ctx.dry_run, committed=committed, checkpoint=checkpoint)
         if untouched:
-            entry.update(selected=False, action="skipped",
-                         reason=f"left untouched: retention {retention[key]['reason']}")
+            reason = f"left untouched: retention {retention[key]['reason']}"
+            entry.update(selected=False, action="skipped", reason=reason, note=reason)
         if key in retention:
             entry["retention"] = retention[key]
+        entry["warnings"] = warnings
         ctx.report.partitions.append(entry)
     if checkpoint_changed and not ctx.dry_run:
         entries = updated_cleaner_checkpoints(checkpoints, live)
@@ -640,19 +645,55 @@ def _clear_private_staging(ctx: JobContext) -> None:
             ctx.storage.delete(info.uri)
 
 
+_TABLE_COLUMNS = (("partition", "partition"), ("action", "action"), ("dirty", "dirty"), ("segments", "segments"),
+                  ("bytes", "bytes"), ("records_removed", "records removed"),
+                  ("tombstones_removed", "tombstones removed"), ("aborted_removed", "aborted removed"),
+                  ("retention", "retention"), ("note", "note"))
+
+
+def _note(e: dict[str, Any]) -> str | None:
+    """Why a partition was (not) compacted, what failed, whether the clean was partial, and what its
+    retention (compact,delete topics) purged or left pending, in one line."""
+    from jobs.retain import purge_notes
+
+    notes = problem_notes(e)
+    if e.get("partial"):
+        notes.append(f"partial: map full at offset {(e.get('cleaned_range') or [None, '?'])[1]}, "
+                     f"next run continues")
+    retention = e.get("retention") or {}
+    notes += problem_notes(retention, label="retention") + purge_notes(retention)
+    if not e.get("error"):
+        # why it was skipped is the news of a skipped row; why a compacted one was selected comes last
+        notes.insert(0 if not e.get("selected") else len(notes), e.get("note") or "")
+    return truncate("; ".join(n for n in notes if n)) or None
+
+
 def _summarize(ctx: JobContext) -> None:
-    rows = []
+    """Totals into the report, and the console summary (``ctx.render``)."""
     totals = {"partitions": len(ctx.report.partitions), "selected": 0, "records_removed": 0, "bytes_removed": 0,
-              "errors": len(ctx.report.errors)}
+              "errors": len(ctx.report.errors), "bytes_compacted": 0, "files_purged": 0, "bytes_purged": 0}
     for e in ctx.report.partitions:
         if e.get("selected"):
             totals["selected"] += 1
+            totals["bytes_compacted"] += int(e.get("bytes_before") or 0)
         totals["records_removed"] += int(e.get("records_removed") or 0)
         totals["bytes_removed"] += int(e.get("bytes_removed") or 0)
-        stats = e.get("stats") or {}
         retention = e.get("retention") or {}
         if retention.get("bytes_removed"):
             totals["bytes_removed"] += int(retention["bytes_removed"])
+        totals["files_purged"] += len(retention.get("purged") or [])
+        totals["bytes_purged"] += int(retention.get("purged_bytes") or 0)
+    ctx.report.totals.update(totals)
+    ctx.render = functools.partial(render_summary, dry_run=ctx.dry_run)
+
+
+def render_summary(report: RunReport, *, dry_run: bool) -> str:
+    """The compact command's stdout: one row per partition by topic and partition number, the totals line
+    and the footer (elapsed, MB/s). The summary is the command's output: --quiet only silences progress."""
+    rows = []
+    for e in sorted(report.partitions, key=partition_order):
+        stats = e.get("stats") or {}
+        retention = e.get("retention") or {}
         rows.append({
             "partition": f"{e['topic']}-{e['partition']}", "action": e.get("action", ""),
             "dirty": f"{float(e.get('dirty_ratio') or 0):.2f}",
@@ -663,17 +704,19 @@ def _summarize(ctx: JobContext) -> None:
             "aborted_removed": stats.get("aborted_records_removed", "-"),
             "retention": (f"-{len(retention.get('deleted') or [])} seg, "
                           f"{human_bytes(retention.get('bytes_removed'))}") if retention.get("bytes_removed") else "-",
+            "note": _note(e),
         })
-    ctx.report.totals.update(totals)
-    # The summary is the command's output: --quiet only silences the progress lines.
-    print(render_table(rows, [("partition", "partition"), ("action", "action"), ("dirty", "dirty"),
-                              ("segments", "segments"), ("bytes", "bytes"),
-                              ("records_removed", "records removed"), ("tombstones_removed", "tombstones removed"),
-                              ("aborted_removed", "aborted removed"), ("retention", "retention")]))
-    verb = "would remove" if ctx.dry_run else "removed"
-    print(f"\n{totals['selected']} of {totals['partitions']} partition(s) selected; {verb} "
-          f"{totals['records_removed']} record(s), {human_bytes(totals['bytes_removed'])}"
-          + (f"; {totals['errors']} partition(s) FAILED (see above)" if totals["errors"] else ""))
+    t = report.totals
+    verb = "would remove" if dry_run else "removed"
+    return "\n".join([
+        render_table(rows, _TABLE_COLUMNS), "",
+        f"{t['selected']} of {t['partitions']} partition(s) selected; {verb} {t['records_removed']} record(s), "
+        f"{human_bytes(t['bytes_removed'])}"
+        + (f"; purged {t['files_purged']} .deleted file(s), {human_bytes(t['bytes_purged'])}"
+           if t.get("files_purged") else "")
+        + (f"; {t['errors']} partition(s) FAILED (see the notes; full errors on stderr)" if t.get("errors") else ""),
+        render_footer(report, t.get("bytes_compacted", 0), "in the selected partitions"),
+    ])
 
 
 #: The options a plan file records for ``compact``, with their parser defaults (see jobs.planfile).

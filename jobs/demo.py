@@ -1,9 +1,14 @@
-"""``make demo``: generate a demo log dir and run the nightly compaction on it, printing the summary.
+"""``make demo``: generate a demo log dir and run two nights of compaction and retention on it, printing each
+run's summary.
 
-The dataset has three topics (a compacted changelog with transactions and tombstones, a compact,delete
-orders topic, and a delete-only clickstream topic) with records spread over a week. The compaction runs at
-a fixed ``--now`` one day after the last record, so the output is the same on every machine; then every
-rewritten partition is verified with ``segjobs dump --verify``.
+The dataset has four topics: a compacted changelog with transactions and tombstones, a compact,delete orders
+topic, a delete-only clickstream topic, and a small payments topic whose only segment is still active. Each
+night runs ``segjobs compact`` then ``segjobs retain`` at a fixed ``--now`` (night 1: one day after the last
+record; night 2: a day later), so the output is the same on every machine; then every partition is
+verified with ``segjobs dump --verify``. Between them the two nights show every outcome the summary reports:
+partitions compacted, skipped and why, a partial clean continued the next night (the demo gives the offset
+map 450 KB, where the default is 128 MiB, so that orders' 15,000 keys per partition take two passes), segments
+deleted by retention and pending purge, and their purge a night later.
 """
 
 from __future__ import annotations
@@ -18,11 +23,15 @@ from segment_io.generate import GenerateSpec, generate_log_dir
 
 START_MS = 1_700_000_000_000  # 2023-11-14T22:13:20Z
 SPAN_MS = 7 * 86_400_000
-NOW_MS = START_MS + SPAN_MS + 86_400_000
+DAY_MS = 86_400_000
+NOW_MS = START_MS + SPAN_MS + DAY_MS
+#: The offset map of the demo's runs: 18,750 slots of 24 bytes, 14,062 keys at Kafka's 0.75 load factor:
+#: the changelog's 12,000 keys per partition fit, orders' 15,000 do not.
+DEMO_DEDUPE_BUFFER_BYTES = 450_000
 
 
 def build(out: Path) -> None:
-    """Write the demo log dir (about 30 MB) into ``out``."""
+    """Write the demo log dir (about 50 MB) into ``out``."""
     specs = [
         GenerateSpec(topics=("users-changelog",), partitions=3, records=40_000, superseded_share=0.7,
                      tombstone_share=0.05, value_bytes=200, transactional_share=0.2, aborted_share=0.25,
@@ -31,6 +40,8 @@ def build(out: Path) -> None:
                      value_bytes=300, segment_bytes=1 << 20, start_ms=START_MS, span_ms=SPAN_MS, seed=2),
         GenerateSpec(topics=("clicks",), partitions=2, records=20_000, superseded_share=0.0, tombstone_share=0.0,
                      value_bytes=150, segment_bytes=512 << 10, codec=1, start_ms=START_MS, span_ms=SPAN_MS, seed=3),
+        GenerateSpec(topics=("payments",), partitions=1, records=500, superseded_share=0.5, tombstone_share=0.0,
+                     value_bytes=100, segment_bytes=1 << 20, start_ms=START_MS, span_ms=SPAN_MS, seed=4),
     ]
     for spec in specs:
         res = generate_log_dir(spec, out)
@@ -42,33 +53,40 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", default="demo-data",
-                        help="where to build the demo: DIR/logs and DIR/compact-report.json, replaced on every run "
+                        help="where to build the demo: DIR/logs and DIR/*-report.json, replaced on every run "
                              "(default: demo-data)")
     args = parser.parse_args(argv)
     root = Path(args.dir).resolve()
     log_dir = root / "logs"
-    report = root / "compact-report.json"
     # Start afresh, removing only what an earlier demo run made.
     for leftover in (log_dir, Path(str(log_dir) + ".segjobs")):
         shutil.rmtree(leftover, ignore_errors=True)
-    report.unlink(missing_ok=True)
+    for report in root.glob("night-*-report.json"):
+        report.unlink()
+    (root / "compact-report.json").unlink(missing_ok=True)  # an older demo's report
     root.mkdir(parents=True, exist_ok=True)
-    print(f"== 1/3 generating a demo log dir in {log_dir}")
+    print(f"== 1/4 generating a demo log dir in {log_dir}")
     build(log_dir)
     config = Path(__file__).resolve().parent.parent / "conf" / "demo-topics.toml"
-    print(f"\n== 2/3 nightly compaction: segjobs compact --log-dir {log_dir} --config {config} --now {NOW_MS}")
-    code = segjobs(["compact", "--log-dir", str(log_dir), "--config", str(config), "--now", str(NOW_MS),
-                    "--report", str(report)])
-    if code != 0:
-        print(f"compaction exited with {code}", file=sys.stderr)
-        return code
-    print("\n== 3/3 verifying every partition with segjobs dump --verify")
+    for night, step in ((1, 2), (2, 3)):
+        now = NOW_MS + (night - 1) * DAY_MS
+        for command, extra in (("compact", ["--dedupe-buffer-bytes", str(DEMO_DEDUPE_BUFFER_BYTES)]), ("retain", [])):
+            report = root / f"night-{night}-{command}-report.json"
+            argv = [command, "--log-dir", str(log_dir), "--config", str(config), "--now", str(now), *extra,
+                    "--report", str(report)]
+            print(f"\n== {step}/4 night {night}: segjobs {' '.join(argv)}", flush=True)
+            code = segjobs(argv)
+            sys.stdout.flush()
+            if code != 0:
+                print(f"{command} exited with {code}", file=sys.stderr)
+                return code
+    print("\n== 4/4 verifying every partition with segjobs dump --verify")
     for pdir in sorted(p for p in log_dir.iterdir() if p.is_dir()):
         code = _verify(pdir)
         if code != 0:
             return code
-    print(f"\nDone. The report is {report}; try:\n"
-          f"  .venv/bin/segjobs inspect --log-dir {log_dir} --config {config} --now {NOW_MS}\n"
+    print(f"\nDone. The reports are {root}/night-*-report.json; try:\n"
+          f"  .venv/bin/segjobs inspect --log-dir {log_dir} --config {config} --now {NOW_MS + DAY_MS}\n"
           f"  .venv/bin/segjobs dump --deep {log_dir}/users-changelog-0 | head")
     return 0
 

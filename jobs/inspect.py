@@ -54,7 +54,7 @@ from jobs.jobrun import JobContext, run_job
 from jobs.model import PartitionState
 from jobs.plan_compact import CompactionPlan, plan_compaction
 from jobs.plan_retain import RetentionPlan, plan_retention
-from jobs.report import RunReport, human_bytes, render_table
+from jobs.report import RunReport, human_bytes, partition_order, problem_notes, render_footer, render_table, truncate
 from jobs.retain import add_max_delete_fraction_option
 from jobs.scan import PartitionError
 from jobs.timeutil import format_instant
@@ -95,6 +95,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("newest_timestamp", "bigint", "largest record timestamp (epoch ms), null when none"),
     ("compaction_selected", "boolean", "would a compaction run at now select the partition"),
     ("compaction_reason", "string", "why (not)"),
+    ("compaction_note", "string", "why (not), in a few words"),
     ("compaction_records_removed", "bigint", "records a compaction at now would remove"),
     ("compaction_bytes_removed", "bigint", "bytes a compaction at now would remove"),
     ("compaction_measured", "boolean", "true: measured by a compaction dry run (--exact); false: estimated"),
@@ -115,7 +116,7 @@ COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in COLUMNS)
 def configure(p: argparse.ArgumentParser) -> None:
     """The options of ``segjobs inspect``: the shared job options (no --dry-run: nothing is written) plus
     --exact and --format."""
-    add_log_dir_options(p, destructive=False)
+    add_log_dir_options(p, destructive=False, formats=FORMATS)
     add_max_delete_fraction_option(p, help="predict with this delete-fraction limit, as compact and retain "
                                            "--max-delete-fraction would apply it (default: each topic's "
                                            "segjobs.max.delete.fraction, 0.5 unless set)")
@@ -128,9 +129,6 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exact", action="store_true",
                    help="count distinct keys exactly and measure compaction with a dry run of the compaction task "
                         "(slower, 16 bytes of memory per record); default: HyperLogLog estimates")
-    p.add_argument("--format", choices=FORMATS, default="table",
-                   help="table (default): aligned columns and the reasons; json: one JSON document (the report); "
-                        "csv: one row per partition with every column")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -338,6 +336,7 @@ def _plan_values(state: PartitionState, config: TopicConfig, plan: CompactionPla
         "log_start_offset": state.log_start_offset, "log_end_offset": state.log_end_offset,
         "first_dirty_offset": plan.first_dirty_offset, "first_uncleanable_offset": plan.first_uncleanable_offset,
         "bound_by": plan.bound_by, "compaction_selected": plan.selected, "compaction_reason": plan.reason,
+        "compaction_note": plan.note,
         "retention_segments_deleted": len(retention.deletions), "retention_bytes_deleted": retention.bytes_deleted,
         "retention_rules": ",".join(sorted({d.rule for d in retention.deletions})) or None,
         "retention_log_start_offset": retention.new_log_start_offset,
@@ -376,7 +375,8 @@ def _work(ctx: JobContext) -> None:
         # As an unforced (nightly) run would decide: inspect's --topic only narrows what is shown.
         plan = plan_compaction(first.compaction_input(ctx, key)[1].state, config, ctx.now_ms, PlanScope())
         if held:
-            plan = replace(plan, selected=False, reason=f"left untouched: retention {first.refused[key[0]].message()}")
+            why = f"left untouched: retention {first.refused[key[0]].message()}"
+            plan = replace(plan, selected=False, reason=why, note=why)
         retention = retentions[key]
         ctx.report.warnings.extend(f"{scan.name}: retention: {w}" for w in retention.warnings)
         rows[key] = _row(*key, {**_plan_values(scan.state, config, plan, retention, ctx.now_ms),
@@ -394,10 +394,8 @@ def _work(ctx: JobContext) -> None:
     ctx.report.partitions.extend(rows[k] for k in sorted(rows))
     ctx.report.totals.update(_totals(ctx.report.partitions), exact=exact)
     fmt = getattr(ctx.args, "format", None)
-    if fmt is not None:
-        ctx.report.finish()
-        sys.stdout.write(render(ctx.report, fmt))
-        sys.stdout.flush()
+    if fmt in ("table", "csv"):  # json: the job frame prints the report itself
+        ctx.render = lambda report: render(report, fmt)
 
 
 def _totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -423,13 +421,13 @@ def _table_columns(estimated: bool) -> tuple[tuple[str, str], ...]:
             ("dirty", "dirty"), ("records", "records"), ("keys", f"keys{est}"), ("superseded", f"superseded{est}"),
             ("tombstones", "tombstones live/exp"), ("aborted", "aborted"), ("compact", "compact"),
             ("compaction", f"compaction frees{est}"), ("retention", "retention frees"), ("oldest", "oldest"),
-            ("newest", "newest"))
+            ("newest", "newest"), ("note", "note"))
 
 
 def _table_row(r: dict[str, Any]) -> dict[str, Any]:
     name = f"{r['topic']}-{r['partition']}"
     if r["error"] is not None:
-        return {"partition": name, "policy": "UNREADABLE"}
+        return {"partition": name, "policy": "UNREADABLE", "note": truncate("; ".join(problem_notes(r)))}
     return {
         "partition": name, "policy": r["policy"], "segments": r["segments"], "size": human_bytes(r["bytes"]),
         "dirty": f"{r['dirty_ratio']:.2f}", "records": r["records"], "keys": r["distinct_keys"],
@@ -437,6 +435,7 @@ def _table_row(r: dict[str, Any]) -> dict[str, Any]:
         "aborted": r["aborted_records"], "compact": "yes" if r["compaction_selected"] else "no",
         "compaction": human_bytes(r["compaction_bytes_removed"]), "retention": human_bytes(r["retention_bytes_deleted"]),
         "oldest": format_instant(r["oldest_timestamp"])[:10], "newest": format_instant(r["newest_timestamp"])[:10],
+        "note": truncate("; ".join(problem_notes(r) + [r.get("compaction_note") or ""]).strip("; ")) or None,
     }
 
 
@@ -456,7 +455,8 @@ def render(report: RunReport, fmt: str) -> str:
     if fmt != "table":
         raise UsageError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     lines = [f"log dir {report.log_dir} at {format_instant(report.now_ms)} ({report.now_ms})", "",
-             render_table([_table_row(r) for r in rows], _table_columns(not report.totals.get("exact"))), ""]
+             render_table([_table_row(r) for r in sorted(rows, key=partition_order)],
+                          _table_columns(not report.totals.get("exact"))), ""]
     for r in rows:
         name = f"{r['topic']}-{r['partition']}"
         if r["error"] is not None:
@@ -474,7 +474,8 @@ def render(report: RunReport, fmt: str) -> str:
     lines += ["", f"{t['partitions']} partition(s), {human_bytes(t['bytes'])}; compaction at now selects "
                   f"{t['compaction_selected']} and frees {human_bytes(t['compaction_bytes_removed'])}; retention "
                   f"frees {human_bytes(t['retention_bytes_deleted'])}{approx}"
-              + (f"; {t['errors']} partition(s) UNREADABLE" if t["errors"] else ""), ""]
+              + (f"; {t['errors']} partition(s) UNREADABLE" if t["errors"] else ""),
+              render_footer(report, t["bytes"], "inspected"), ""]
     return "\n".join(lines)
 
 

@@ -1,14 +1,20 @@
 """The frame every job runs in: validate → lock → recover → list → scan (Spark) → job work → report.
 
 A job (compact, retain, inspect) gives :func:`run_job` a callback that receives a :class:`JobContext`
-(storage, configs, scope, listing, scans, Spark session, report) and fills ``report.partitions``. Everything
-that can be checked without Spark (configuration, ``--now``, scope syntax, the log dir's existence) is
-checked before Spark starts, so a typo costs a second, not a session start.
+(storage, configs, scope, listing, scans, Spark session, report), fills ``report.partitions`` and sets
+``ctx.render`` to the human summary. Everything that can be checked without Spark (configuration, ``--now``,
+scope syntax, the log dir's existence, that S3 answers and that ``--report``/``--ledger`` can be written) is
+checked before Spark starts, so a typo costs a second, not a session start, and a report that could not be
+written is known before any work.
+
+Output: progress and errors on stderr; on stdout only the result, printed once the report is final: the
+summary (``--format table``) or the JSON report (``--format json``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from contextlib import ExitStack
@@ -23,10 +29,10 @@ from jobs.args import (
     storage_options_from_args,
 )
 from jobs.config import ConfigSet
-from jobs.report import Progress, RunReport, append_ledger, write_report
+from jobs.report import Progress, RunReport, absolute_uri, append_ledger, render_stopped_summary, write_report
 from jobs.scan import PartitionScan, scan_partition
 from jobs.timeutil import format_instant, resolve_now, wall_clock_ms
-from segment_io.errors import CorruptCheckpointError, LockHeldError, SegjobsError, UsageError
+from segment_io.errors import ConfigError, CorruptCheckpointError, LockHeldError, SegjobsError, StorageError, UsageError
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, LogDirListing, list_log_dir
 from segment_io.storage.base import Storage
 
@@ -51,6 +57,8 @@ class JobContext:
     spark: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
     lease: Any = None  #: jobs.lock.Lease while the job holds the log dir (None in dry runs)
+    #: the job's human output (``--format table``): called with the finished report, returns the text
+    render: Callable[[RunReport], str] | None = None
 
     @property
     def sc(self):
@@ -143,8 +151,12 @@ def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext],
     now_ms, now_note = resolve_now(args.now)
     scope = parse_scope(args.topic, args.partition)
     dry_run = bool(getattr(args, "dry_run", False))
-    log_dir = args.log_dir.rstrip("/") if args.log_dir not in ("/",) else args.log_dir
-    storage = open_storage(log_dir, storage_options_from_args(args))
+    log_dir = absolute_uri(args.log_dir.rstrip("/") if args.log_dir not in ("/",) else args.log_dir)
+    options = storage_options_from_args(args)
+    storage = open_storage(log_dir, options)
+    report_uri = absolute_uri(args.report) if args.report else None
+    ledger_uri = absolute_uri(args.ledger) if getattr(args, "ledger", None) else None
+    preflight(storage, log_dir, report_uri, ledger_uri, options)  # first: S3 answers within seconds, or exit 2
     check_log_dir_is_dir(storage, log_dir)
     work_dir = work_uri(log_dir)
     progress = Progress(command, quiet=args.quiet)
@@ -159,6 +171,7 @@ def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext],
     progress(f"log dir {log_dir}, now {format_instant(now_ms)} ({now_ms})" + (" [dry run]" if dry_run else ""))
 
     lease = None
+    ctx: JobContext | None = None
     try:
         with ExitStack() as stack:
             if destructive and not dry_run:
@@ -168,34 +181,113 @@ def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext],
                 if lease.notice:
                     report.warnings.append(lease.notice)
                     progress(lease.notice)
-            _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, configs, scope, now_ms, dry_run,
-                        destructive, report, progress, lease)
+            ctx = _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, configs, scope, now_ms,
+                              dry_run, destructive, report, progress, lease)
     except LeaseLost as exc:
         # Raised before a commit: nothing more was committed after the lease was lost. What was committed
         # before stands (each commit is crash-safe on its own); the next run's recovery settles the rest.
         report.errors.append({"kind": "LeaseLost", "detail": f"{exc}; the run stopped before its next commit"})
-        progress(f"LOST THE LEASE, stopped before the next commit: {exc}")
+        progress.error(f"LOST THE LEASE, stopped before the next commit: {exc}")
     except LockHeldError as exc:
         if lease is None or report.finished_ms is not None:
             raise  # could not take the lock: nothing was done
         # The lease was lost while working (another run took it over after it expired): what this run
         # committed stands, but the user must know another run may have worked at the same time.
         report.errors.append({"kind": "LockHeldError", "detail": str(exc)})
-        progress(f"LOST THE LEASE: {exc}")
+        progress.error(f"LOST THE LEASE: {exc}")
 
     report.finish()
-    options = storage_options_from_args(args)
-    if args.report:
-        write_report(report, args.report, options)
-        progress(f"report written to {args.report}")
-    if getattr(args, "ledger", None):
-        n = append_ledger(args.ledger, report, report.partitions, options)
-        progress(f"{n} row(s) appended to the ledger {args.ledger}")
+    delivered = True
+    if report_uri:
+        delivered &= _deliver(progress, f"report written to {report_uri}", f"could not write the report {report_uri}",
+                              lambda: write_report(report, report_uri, options))
+    if ledger_uri:
+        delivered &= _deliver(progress, f"{len(report.partitions)} row(s) appended to the ledger {ledger_uri}",
+                              f"could not append to the ledger {ledger_uri}",
+                              lambda: append_ledger(ledger_uri, report, report.partitions, options))
+    if not delivered:
+        report.exit_code = 1  # the work ran, but what it did is not (all) on record
+    _print_result(args, report, ctx)
     return report.exit_code
 
 
+def _deliver(progress: Progress, done: str, failed: str, write: Callable[[], Any]) -> bool:
+    """Write the report or the ledger after the work; a failure is an error line, not a lost summary."""
+    try:
+        write()
+    except (SegjobsError, OSError) as exc:
+        progress.error(f"{failed}: {exc}")
+        return False
+    progress(done)
+    return True
+
+
+def _print_result(args: argparse.Namespace, report: RunReport, ctx: JobContext | None) -> None:
+    """stdout gets the result and nothing else: the JSON report (--format json) or the job's summary."""
+    fmt = getattr(args, "format", "table")
+    if fmt == "json":
+        text = report.to_json() + "\n"
+    elif fmt is None:
+        return
+    elif ctx is not None and ctx.render is not None:
+        text = ctx.render(report)
+    else:  # the work stopped before its summary (a lost lease): say what is known
+        text = render_stopped_summary(report)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()
+
+
+def preflight(storage: Storage, log_dir: str, report_uri: str | None, ledger_uri: str | None,
+              options: Any) -> None:
+    """Check, before anything is done, that the run can reach its log dir and write what it promises: S3
+    buckets answer (credentials, endpoint, bucket; within seconds), local ``--report``/``--ledger``
+    destinations can be created. Raises :class:`~segment_io.errors.ConfigError` naming the option and the
+    fix (exit code 2: nothing was done)."""
+    from segment_io.storage import open_storage
+
+    checks = [("--log-dir", log_dir, storage, False)]
+    checks += [(flag, uri, open_storage(uri, options), True)
+               for flag, uri in (("--report", report_uri), ("--ledger", ledger_uri)) if uri]
+    for flag, uri, store, write in checks:
+        try:
+            store.check_reachable(uri)
+        except StorageError as exc:
+            raise ConfigError(f"{flag} {uri}: {exc.detail}; nothing was done") from None
+        path = store.local_path(uri)
+        if write and path is not None:
+            problem = _local_destination_problem(path, file_expected=flag == "--report")
+            if problem:
+                raise ConfigError(f"{flag} {uri}: {problem}; nothing was done")
+
+
+def _local_destination_problem(path: str, *, file_expected: bool) -> str | None:
+    """Why ``path`` cannot be written (its missing parents are created), or None when it can."""
+    if os.path.exists(path):
+        if file_expected and os.path.isdir(path):
+            return "is a directory: give a file name, e.g. report.json"
+        if not os.access(path, os.W_OK):
+            return "not writable"
+        return None
+    parent = os.path.dirname(path)
+    while parent and not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    parent = parent or os.curdir
+    if not os.path.isdir(parent):
+        return f"{parent} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK) or _read_only_filesystem(parent):
+        return f"cannot create files in {parent} (not writable)"
+    return None
+
+
+def _read_only_filesystem(path: str) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
+
+
 def _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, configs, scope, now_ms, dry_run,
-                destructive, report, progress, lease) -> None:
+                destructive, report, progress, lease) -> JobContext:
     """The part of :func:`run_job` that runs under the lock: recover, list, scan, work."""
     from jobs.recover import recover_log_dir
 
@@ -217,7 +309,8 @@ def _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, con
     t0 = time.monotonic()
     from jobs.spark_session import build_session
 
-    spark = build_session(app_name=f"segjobs-{command}", master=args.master)
+    spark = build_session(app_name=f"segjobs-{command}", master=args.master,
+                          verbose=bool(getattr(args, "verbose", False)))
     report.spark_startup_s = round(time.monotonic() - t0, 2)
     progress(f"Spark ready in {report.spark_startup_s}s; scanning {len(selected)} partition(s)")
     ctx = JobContext(args=args, storage=storage, log_dir=log_dir, work_uri=work_dir, configs=configs,
@@ -234,10 +327,11 @@ def _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, con
         for w in scan.warnings:
             report.warnings.append(w)
         if scan.error is not None:
-            progress(f"{scan.name}: UNREADABLE, left untouched: {scan.error}")
+            progress.error(f"{scan.name}: UNREADABLE, left untouched: {scan.error}")
     progress(f"scanned {len(items)} partition(s)")
     _orphan_log_start_entries(ctx)
     work(ctx)
+    return ctx
 
 
 def _check_scope(storage: Storage, log_dir: str, scope: Scope, configs: ConfigSet) -> LogDirListing:

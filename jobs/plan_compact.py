@@ -239,6 +239,8 @@ class CompactionPlan:
     min_cleanable_dirty_ratio: float
     max_compaction_delay_ms: int
     groups: tuple[tuple[SegmentInfo, ...], ...]
+    #: the reason in a few words, for summary tables ("below min.cleanable.dirty.ratio 0.50")
+    note: str = ""
 
     @property
     def total_bytes(self) -> int:
@@ -272,24 +274,31 @@ def plan_compaction(state: PartitionState, config: TopicConfig, now_ms: int,
     numbers = f"dirty ratio {ratio:.4f} ({cleanable_bytes} cleanable of {total} bytes)"
     if not scope.includes(state.topic, state.partition):
         selected, reason = False, "outside the requested scope"
+        note = reason
     elif not config.compact:
         selected, reason = False, f"cleanup.policy={config.policy_text}: not a compacted topic"
+        note = f"no compact policy (cleanup.policy={config.policy_text})"
     elif total == 0:
         selected, reason = False, (f"nothing to clean: no bytes below the first uncleanable offset "
                                    f"{first_uncleanable} (bound by {offsets.bound_by})")
+        note = f"nothing to clean: bound by {offsets.bound_by}"
     elif scope.force:
         selected = True
         reason = f"explicitly requested; {numbers}"
+        note = "requested by --topic/--partition"
         if cleanable_bytes == 0:
             reason += "; no dirty bytes, so only the clean section is rewritten (e.g. to drop expired tombstones)"
     elif delay > 0 and cleanable_bytes > 0:
         selected = True
         reason = (f"max.compaction.lag.ms ({config.max_compaction_lag_ms} ms) exceeded by {delay} ms; {numbers}")
+        note = "max.compaction.lag.ms exceeded"
     elif ratio > min_ratio:
         selected, reason = True, f"{numbers} > min.cleanable.dirty.ratio {min_ratio}"
+        note = f"above min.cleanable.dirty.ratio {min_ratio:.2f}"
     else:
         selected, reason = False, (f"{numbers} <= min.cleanable.dirty.ratio {min_ratio}; "
                                    f"cleanable range ends at {first_uncleanable} (bound by {offsets.bound_by})")
+        note = f"below min.cleanable.dirty.ratio {min_ratio:.2f}"
 
     return CompactionPlan(
         topic=state.topic, partition=state.partition, selected=selected, reason=reason,
@@ -301,14 +310,15 @@ def plan_compaction(state: PartitionState, config: TopicConfig, now_ms: int,
         previous_checkpoint=state.cleaner_checkpoint,
         clean_bytes=clean_bytes, cleanable_bytes=cleanable_bytes, uncleanable_bytes=uncleanable_bytes,
         dirty_ratio=ratio, min_cleanable_dirty_ratio=min_ratio, max_compaction_delay_ms=delay,
-        groups=tuple(groups),
+        groups=tuple(groups), note=note,
     )
 
 
 def _empty_plan(state: PartitionState, config: TopicConfig, reason: str) -> CompactionPlan:
     start = state.log_start_offset
     return CompactionPlan(state.topic, state.partition, False, reason, start, start, start, BOUND_LOG_END,
-                          False, state.cleaner_checkpoint, 0, 0, 0, 0.0, config.min_cleanable_dirty_ratio, 0, ())
+                          False, state.cleaner_checkpoint, 0, 0, 0, 0.0, config.min_cleanable_dirty_ratio, 0, (),
+                          note=reason)
 
 
 def plan_compactions(states: Iterable[PartitionState], config_for: Callable[[str], TopicConfig], now_ms: int,

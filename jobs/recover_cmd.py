@@ -57,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
     now_ms, now_note = resolve_now(args.now)
     log_dir = args.log_dir.rstrip("/") or "/"
     storage = open_storage(log_dir, storage_options_from_args(args))
+    from jobs.jobrun import preflight
+
+    preflight(storage, log_dir, None, None, None)  # S3 answers (within seconds), or exit code 2
     check_log_dir_is_dir(storage, log_dir)
     # an empty log dir is fine (nothing to recover); a partition directory given as one is a mistake
     check_log_dir_has_partitions(log_dir, list_log_dir(storage, log_dir), scoped=False, required=False)

@@ -15,17 +15,28 @@ from typing import Any, Iterable, Sequence, TextIO
 
 
 class Progress:
-    """Progress lines on stderr: ``[compact 12.3s] 3/8 partitions: orders-2 done``. Silent when quiet."""
+    """Progress lines on stderr: ``[compact 12.3s] 3/8 partitions: orders-2 done``. Silent when quiet,
+    except for :meth:`error` lines: a failure is never silenced."""
 
     def __init__(self, command: str, *, quiet: bool = False, stream: TextIO | None = None) -> None:
         self.command = command
         self.quiet = quiet
-        self.stream = stream or sys.stderr
+        self.stream = stream
         self.t0 = time.monotonic()
 
     def __call__(self, message: str) -> None:
         if not self.quiet:
-            print(f"[{self.command} {time.monotonic() - self.t0:6.1f}s] {message}", file=self.stream, flush=True)
+            self._print(message)
+
+    def error(self, message: str) -> None:
+        """A failure (a partition left untouched, a report that could not be written): printed even when quiet."""
+        self._print(message)
+
+    def _print(self, message: str) -> None:
+        # sys.stderr is looked up at each line: under spark-submit it is replaced once the JVM is reachable
+        # (see jobs.spark_session.separate_stderr_under_spark_submit).
+        print(f"[{self.command} {time.monotonic() - self.t0:6.1f}s] {message}", file=self.stream or sys.stderr,
+              flush=True)
 
 
 @dataclass
@@ -45,9 +56,15 @@ class RunReport:
     errors: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     exit_code: int = 0
+    #: seconds from the start of the run to :meth:`finish` (monotonic clock; Spark start-up included)
+    elapsed_s: float | None = None
+
+    def __post_init__(self) -> None:
+        self._t0 = time.monotonic()  # not a field: not part of the JSON
 
     def finish(self) -> "RunReport":
         self.finished_ms = time.time_ns() // 1_000_000
+        self.elapsed_s = round(time.monotonic() - self._t0, 2)
         self.exit_code = 1 if self.errors else 0
         return self
 
@@ -65,6 +82,18 @@ def write_report(report: RunReport, uri: str, options=None) -> None:
     if storage.local_path(uri) is not None:
         storage.makedirs(parent)
     storage.write_atomic(uri, report.to_json().encode("utf-8"))
+
+
+def absolute_uri(uri: str) -> str:
+    """``uri`` with a relative local path made absolute (reports and ledger rows name files that a reader in
+    another directory, or a later run, must find); ``s3://`` and other URIs unchanged."""
+    import os
+
+    from segment_io.storage import scheme_of
+
+    if scheme_of(uri) != "file" or uri.startswith("file://"):
+        return uri
+    return os.path.abspath(uri)
 
 
 def human_bytes(n: float | int | None) -> str:
@@ -91,6 +120,74 @@ def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, st
         lines.append("  ".join(parts).rstrip())
         if j == 0:
             lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+#: Longest note in a summary row; the JSON report has the whole text.
+NOTE_WIDTH = 120
+
+
+def truncate(text: str, width: int = NOTE_WIDTH) -> str:
+    """``text`` on one line, cut to ``width`` characters with ``...`` when longer."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3].rstrip() + "..."
+
+
+def short_error(error: Any) -> str:
+    """A report entry's ``error`` (a string, or a dict with kind/detail/file/position/offset) in a few words:
+    ``CrcMismatchError in 00000000000000000000.log byte 70, offset 2: ...``."""
+    if not isinstance(error, dict):
+        return str(error)
+    where = ", ".join(p for p in (
+        str(error["file"]).rsplit("/", 1)[-1] if error.get("file") else None,
+        f"byte {error['position']}" if error.get("position") is not None else None,
+        f"offset {error['offset']}" if error.get("offset") is not None else None) if p)
+    kind = error.get("kind") or "error"
+    return f"{kind}{' in ' + where if where else ''}: {error.get('detail', '')}"
+
+
+def problem_notes(entry: dict[str, Any], *, label: str = "") -> list[str]:
+    """What went wrong in one partition's report entry, for the summary's note column, whichever job or
+    check put it there: ``FAILED: <short error>`` for an ``error``, ``warning: ...`` for ``warnings``."""
+    notes = []
+    prefix = f"{label}: " if label else ""
+    if entry.get("error"):
+        notes.append(f"{prefix}FAILED: {short_error(entry['error'])}")
+    warnings = [w for w in entry.get("warnings") or () if w]
+    if warnings:
+        more = f" (+{len(warnings) - 1} more)" if len(warnings) > 1 else ""
+        notes.append(f"{prefix}warning: {warnings[0]}{more}")
+    return notes
+
+
+def partition_order(entry: dict[str, Any]) -> tuple[str, int]:
+    """Sort key of report entries: topic, then partition number (orders-2 before orders-10)."""
+    return str(entry.get("topic", "")), int(entry.get("partition", -1))
+
+
+def render_footer(report: RunReport, processed_bytes: int, what: str) -> str:
+    """The summary's last line: how long the run took and how fast it went through ``processed_bytes``
+    (``what`` says which bytes: "compacted", "in scope"). The rate excludes Spark's start-up, which does
+    not grow with the data."""
+    elapsed = report.elapsed_s or 0.0
+    startup = report.spark_startup_s or 0.0
+    work = max(elapsed - startup, 0.0)
+    mbps = processed_bytes / 1e6 / work if work > 0 else 0.0
+    shown = f"{mbps:.0f}" if mbps >= 10 else f"{mbps:.1f}" if mbps >= 0.1 else f"{mbps:.3f}"
+    rate = f", {shown} MB/s excluding start-up" if mbps else ""
+    startup_text = f" (Spark start-up {startup:.1f}s)" if report.spark_startup_s is not None else ""
+    return f"elapsed {elapsed:.1f}s{startup_text}; {human_bytes(processed_bytes)} {what}{rate}"
+
+
+def render_stopped_summary(report: RunReport) -> str:
+    """The summary of a run whose work stopped before it could summarise itself: the partitions it reported
+    so far, its errors, and the elapsed time."""
+    rows = [{"partition": f"{e.get('topic')}-{e.get('partition')}", "action": e.get("action"),
+             "note": truncate("; ".join(problem_notes(e))) or None}
+            for e in sorted(report.partitions, key=partition_order)]
+    lines = [render_table(rows, (("partition", "partition"), ("action", "action"), ("note", "note"))), ""] if rows else []
+    lines.append(f"{report.command} stopped before the end: {len(report.errors)} error(s), on stderr and in the report")
+    lines.append(f"elapsed {report.elapsed_s or 0:.1f}s")
     return "\n".join(lines)
 
 

@@ -61,7 +61,7 @@ from jobs.jobrun import JobContext, run_job, scan_error_entry
 from jobs.model import PartitionState
 from jobs.plan_retain import DeleteShare, RetentionPlan, delete_shares, plan_retention
 from jobs.planfile import PlanStage, add_plan_options, load_for_apply, partition_name
-from jobs.report import human_bytes, render_table
+from jobs.report import RunReport, human_bytes, partition_order, problem_notes, render_footer, render_table, truncate
 from jobs.scan import PartitionError, PartitionScan, scan_partition
 from jobs.timeutil import data_age_warning
 from segment_io.checkpoint import (
@@ -348,7 +348,7 @@ def _purge(p: RetentionParams, scan: PartitionScan, config: TopicConfig, *, just
     p.step(STEP_PURGE)
     res = purge_deleted(p.storage, scan.uri, now_ms=p.now_ms, file_delete_delay_ms=config.file_delete_delay_ms,
                         work_uri=p.work_uri)
-    return {"purged": [u.rsplit("/", 1)[-1] for u in res.purged],
+    return {"purged": [u.rsplit("/", 1)[-1] for u in res.purged], "purged_bytes": res.purged_bytes,
             "purge_pending": {str(b): due for b, due in sorted(res.kept_until_ms.items())}}
 
 
@@ -419,8 +419,11 @@ def _work(ctx: JobContext, *, fault: Fault | None = None) -> None:
         nonlocal done
         done += 1
         _record(ctx, e)
-        if e["action"] != "none" or done % every == 0 or done == len(keys):
-            ctx.progress(f"{done}/{len(keys)} partitions: {e['topic']}-{e['partition']} {_describe(e, ctx.dry_run)}")
+        line = f"{done}/{len(keys)} partitions: {e['topic']}-{e['partition']} {_describe(e, ctx.dry_run)}"
+        if e["action"] in ("error", "refused"):
+            ctx.progress.error(line)
+        elif e["action"] != "none" or done % every == 0 or done == len(keys):
+            ctx.progress(line)
 
     held = {k for k in plans if k[0] in refused}
     retain_partitions(params, [ctx.scans[k] for k in keys if k not in held], ctx.configs.for_topic, progress,
@@ -499,35 +502,67 @@ def _describe(entry: dict[str, Any], dry_run: bool) -> str:
 
 _TABLE_COLUMNS = (("partition", "partition"), ("policy", "policy"), ("action", "action"),
                   ("segments", "segments"), ("deleted", "deleted"), ("removed", "removed"), ("rules", "rules"),
-                  ("log_start", "log start"), ("warnings", "warnings"))
-_TABLE_ROWS = 40
+                  ("log_start", "log start"), ("note", "note"))
+
+
+def purge_notes(entry: dict[str, Any]) -> list[str]:
+    """The second phase of a retention entry in words: ``.deleted`` files unlinked now, and segments whose
+    files stay until their file.delete.delay.ms has passed (counted in --now time; a later run unlinks them)."""
+    from jobs.timeutil import format_instant
+
+    notes = []
+    purged = entry.get("purged") or []
+    if purged:
+        notes.append(f"purged {len(purged)} .deleted file{'s' if len(purged) > 1 else ''}, "
+                     f"{human_bytes(entry.get('purged_bytes') or 0)}")
+    pending = entry.get("purge_pending") or {}
+    if pending:
+        due = format_instant(max(pending.values())).replace(".000Z", "Z")
+        notes.append(f"{len(pending)} deleted segment{'s' if len(pending) > 1 else ''} pending purge until {due}")
+    return notes
+
+
+def _note(entry: dict[str, Any]) -> str | None:
+    notes = problem_notes(entry) + purge_notes(entry)
+    if not notes and entry["action"] == "none":
+        notes.append(entry.get("reason") or "")
+    return truncate("; ".join(n for n in notes if n)) or None
 
 
 def _summarize(ctx: JobContext, entries: list[dict[str, Any]]) -> None:
-    """Totals into the report, and the console summary table (partitions that changed or failed first)."""
+    """Totals into the report, and the console summary (``ctx.render``): one row per partition, by topic and
+    partition number, with a note saying why nothing went, what failed, and what was purged or is pending."""
     deleted = sum(len(e.get("deleted") or []) for e in entries)
     removed = sum(int(e.get("bytes_removed") or 0) for e in entries)
     ctx.report.totals.update(partitions=len(entries), segments_deleted=deleted, bytes_removed=removed,
                              partitions_changed=sum(1 for e in entries if e["action"] == "delete"),
                              errors=len(ctx.report.errors), warnings=len(ctx.report.warnings),
-                             files_purged=sum(len(e.get("purged") or []) for e in entries))
-    notable = sorted((e for e in entries if e["action"] != "none" or e.get("warnings")),
-                     key=lambda e: (e["action"] != "error", -int(e.get("bytes_removed") or 0)))
+                             files_purged=sum(len(e.get("purged") or []) for e in entries),
+                             bytes_purged=sum(int(e.get("purged_bytes") or 0) for e in entries),
+                             bytes_in_scope=sum(int(e.get("bytes_before") or 0) for e in entries))
+    ctx.render = functools.partial(render_summary, dry_run=ctx.dry_run)
+
+
+def render_summary(report: RunReport, *, dry_run: bool) -> str:
+    """The retain command's stdout: the table, the totals line and the footer (elapsed, MB/s)."""
+    entries = sorted(report.partitions, key=partition_order)
     rows = [{"partition": f"{e['topic']}-{e['partition']}", "policy": e.get("policy"), "action": e["action"],
              "segments": (f"{e['segments_before']}->{e['segments_after']}"
                           if e.get("segments_before") is not None else None),
              "deleted": len(e.get("deleted") or []), "removed": human_bytes(e.get("bytes_removed")),
              "rules": ",".join(e.get("rules") or []) or None, "log_start": e.get("log_start_offset"),
-             "warnings": len(e.get("warnings") or [])} for e in notable[:_TABLE_ROWS]]
-    # The summary is the command's output (stdout); --quiet only silences the progress lines on stderr.
-    if rows:
-        print(render_table(rows, _TABLE_COLUMNS))
-        if len(notable) > _TABLE_ROWS:
-            print(f"... and {len(notable) - _TABLE_ROWS} more partition(s) in the report")
-    verb = "would delete" if ctx.dry_run else "deleted"
-    print(f"\n{len(entries)} partition(s); {verb} {deleted} segment(s), {human_bytes(removed)}"
-          + (f"; {len(ctx.report.errors)} partition(s) FAILED and were left untouched" if ctx.report.errors else "")
-          + (f"; {len(ctx.report.warnings)} warning(s)" if ctx.report.warnings else ""))
+             "note": _note(e)} for e in entries]
+    t = report.totals
+    verb = "would delete" if dry_run else "deleted"
+    lines = [render_table(rows, _TABLE_COLUMNS), "",
+             f"{t['partitions']} partition(s); {verb} {t['segments_deleted']} segment(s), "
+             f"{human_bytes(t['bytes_removed'])}"
+             + (f"; purged {t['files_purged']} .deleted file(s), {human_bytes(t['bytes_purged'])}"
+                if t.get("files_purged") else "")
+             + (f"; {t['errors']} partition(s) FAILED and were left untouched" if t.get("errors") else "")
+             + (f"; {t['warnings']} warning(s)" if t.get("warnings") else ""),
+             render_footer(report, t.get("bytes_in_scope", 0), "in scope")]
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -619,7 +654,9 @@ def apply_retention_first(ctx: JobContext, first: RetentionFirst, *,
             ctx.report.errors.append({"partition": name, "during": "retention", **(entry.get("error") or {})})
         ctx.report.warnings.extend(f"{name}: retention: {w}" for w in entry.get("warnings", []))
         entries[(entry["topic"], entry["partition"])] = entry
-        if entry["action"] != "none":
+        if entry["action"] in ("error", "refused"):
+            ctx.progress.error(f"{name}: retention {_describe(entry, ctx.dry_run)}")
+        elif entry["action"] != "none":
             ctx.progress(f"{name}: retention {_describe(entry, ctx.dry_run)}")
 
     held = first.held()

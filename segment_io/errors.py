@@ -160,6 +160,23 @@ class NotFoundError(StorageError):
     """The file or object does not exist."""
 
 
+class StorageAccessError(StorageError):
+    """The store cannot be used at all: no credentials, an endpoint that does not answer, a missing bucket.
+    Raised at the storage boundary; the message says what to set or fix."""
+
+
+class CredentialsError(StorageAccessError):
+    """No credentials were found for S3, or S3 rejected them."""
+
+
+class EndpointUnreachableError(StorageAccessError):
+    """The S3 endpoint did not answer (refused, timed out, or unknown host)."""
+
+
+class BucketNotFoundError(StorageAccessError, NotFoundError):
+    """The bucket a URI names does not exist."""
+
+
 class IrregularEntryError(StorageError):
     """A log-dir entry that must hold data is not a regular file (a dangling symbolic link, a directory, a
     FIFO, ...) or lies where the log dir's lock does not reach (a partition directory linked from outside)."""

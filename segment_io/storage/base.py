@@ -160,6 +160,11 @@ class Storage(ABC):
         """The local filesystem path for ``uri``, or None for remote stores."""
         return None
 
+    def check_reachable(self, uri: str) -> None:
+        """Fail within seconds, with :class:`~segment_io.errors.StorageAccessError`, when the store behind
+        ``uri`` cannot be used at all (S3: no credentials, an endpoint that does not answer, a missing
+        bucket). Reads and writes nothing; local disk has nothing to reach."""
+
     def iter_files(self, prefix: str) -> Iterator[FileInfo]:
         yield from self.list(prefix, recursive=True)
 

@@ -6,8 +6,14 @@ dropped when pickling, so the object can travel to Spark executors.
 
 Every botocore error is translated here, at the boundary: a missing object becomes
 :class:`~segment_io.errors.NotFoundError`, a lost conditional write
-:class:`~segment_io.errors.PreconditionFailedError`, anything else :class:`~segment_io.errors.StorageError`,
-each naming the ``s3://`` URI. Etags are passed around exactly as S3 returns them (quoted).
+:class:`~segment_io.errors.PreconditionFailedError`; missing credentials, an endpoint that does not answer
+and a missing bucket become :class:`~segment_io.errors.StorageAccessError` subclasses whose message says
+which variable or option fixes them; anything else :class:`~segment_io.errors.StorageError`, each naming
+the ``s3://`` URI. Etags are passed around exactly as S3 returns them (quoted).
+
+:meth:`S3Storage.check_reachable` answers "can this bucket be used at all?" within seconds (a HEAD of
+the bucket with short timeouts and one retry), so a job can fail before it starts rather than after it
+worked.
 """
 
 from __future__ import annotations
@@ -19,9 +25,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, BinaryIO, Callable, Iterator, NoReturn, TypeVar
 
-from segment_io.errors import NotFoundError, PreconditionFailedError, StorageError, UsageError
+from segment_io.errors import (
+    BucketNotFoundError,
+    CredentialsError,
+    EndpointUnreachableError,
+    NotFoundError,
+    PreconditionFailedError,
+    StorageError,
+    UsageError,
+)
 from segment_io.storage.base import KIND_DIRECTORY, FileInfo, PendingUpload, Storage
-from segment_io.storage.options import StorageOptions
+from segment_io.storage.options import ENV_VARS, StorageOptions
 
 S3_SCHEME = "s3://"
 MiB = 1 << 20
@@ -35,6 +49,16 @@ T = TypeVar("T")
 _NOT_FOUND_CODES = {"NoSuchKey", "404", "NotFound", "NoSuchBucket"}
 # 409 ConditionalRequestConflict: S3 saw a concurrent conditional write to the same key; it lost.
 _PRECONDITION_CODES = {"PreconditionFailed", "412", "ConditionalRequestConflict"}
+# S3's answers to a key it does not know or a signature it cannot verify: the credentials are the problem.
+_BAD_CREDENTIAL_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken"}
+
+#: Seconds to wait for a TCP connection to the endpoint. botocore's default (60 s, times every retry) turns
+#: an endpoint that does not answer into minutes of silence; a reachable S3 endpoint connects in milliseconds.
+CONNECT_TIMEOUT_S = 10
+#: The reachability check (:meth:`S3Storage.check_reachable`): short timeouts, one retry.
+PROBE_CONNECT_TIMEOUT_S = 3
+PROBE_READ_TIMEOUT_S = 10
+PROBE_MAX_ATTEMPTS = 2
 
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:
@@ -84,6 +108,7 @@ class S3Storage(Storage):
         self._client_obj: Any = None
         self._client_pid = -1
         self._client_lock = threading.Lock()
+        self._probe_obj: Any = None
 
     # ------------------------------------------------------------------ pickling and the client
 
@@ -91,6 +116,7 @@ class S3Storage(Storage):
         state = self.__dict__.copy()
         state["_client_obj"] = None
         state["_client_pid"] = -1
+        state["_probe_obj"] = None
         del state["_client_lock"]
         return state
 
@@ -108,7 +134,8 @@ class S3Storage(Storage):
                     self._client_pid = os.getpid()
         return self._client_obj
 
-    def _make_client(self) -> Any:
+    def _make_client(self, *, connect_timeout: float = CONNECT_TIMEOUT_S, read_timeout: float = 60,
+                     retries: dict[str, Any] | None = None) -> Any:
         import boto3
         from botocore.config import Config
 
@@ -121,7 +148,9 @@ class S3Storage(Storage):
             profile_name=o.profile,
         )
         config = Config(
-            retries={"max_attempts": self.max_attempts, "mode": "adaptive"},
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            retries=retries or {"max_attempts": self.max_attempts, "mode": "adaptive"},
             max_pool_connections=max(10, 2 * self.upload_concurrency),
             # Custom endpoints (MinIO, moto, on-prem) rarely resolve bucket subdomains.
             s3={"addressing_style": "path"} if o.endpoint_url else {},
@@ -130,6 +159,40 @@ class S3Storage(Storage):
             return session.client("s3", endpoint_url=o.endpoint_url, config=config)
         except Exception as e:  # botocore raises plain exceptions for bad profiles and regions
             raise StorageError(f"cannot create an S3 client: {e}") from None
+
+    def check_reachable(self, uri: str) -> None:
+        """Fail within seconds when the bucket of ``uri`` cannot be used: no credentials, an endpoint that
+        does not answer, a bucket that does not exist or that these credentials may not use. One HEAD of
+        the bucket, with short timeouts and one retry (a job's own requests retry far longer)."""
+        bucket, _ = parse_s3_uri(uri)
+        if self._probe_obj is None:
+            self._probe_obj = self._make_client(
+                connect_timeout=PROBE_CONNECT_TIMEOUT_S, read_timeout=PROBE_READ_TIMEOUT_S,
+                retries={"max_attempts": PROBE_MAX_ATTEMPTS, "mode": "standard"})
+        bucket_uri = f"{S3_SCHEME}{bucket}"
+        try:
+            self._probe_obj.head_bucket(Bucket=bucket)
+        except Exception as e:
+            from botocore.exceptions import ClientError
+
+            if isinstance(e, ClientError):
+                # HEAD answers carry no error body: only the status says what went wrong.
+                status = str(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+                code = str(e.response.get("Error", {}).get("Code", ""))
+                if status == "404" or code in ("404", "NoSuchBucket", "NotFound"):
+                    raise self._no_bucket(bucket, bucket_uri) from None
+                if status == "403" or code in ("403", "AccessDenied", "Forbidden"):
+                    raise CredentialsError(
+                        f"access to bucket {bucket!r} denied (403): the credentials in use may not read it, "
+                        f"or belong to another account; {_credentials_hint()}", uri=bucket_uri) from None
+            self._raise(e, bucket_uri)
+
+    def _endpoint_text(self) -> str:
+        return self.options.endpoint_url or "AWS S3 (the default endpoint)"
+
+    def _no_bucket(self, bucket: str, uri: str) -> BucketNotFoundError:
+        return BucketNotFoundError(f"bucket {bucket!r} does not exist at {self._endpoint_text()}: check the "
+                                   f"name, or create the bucket first", uri=uri)
 
     # ------------------------------------------------------------------ naming and listing
 
@@ -351,24 +414,52 @@ class S3Storage(Storage):
         except Exception as e:
             self._raise(e, uri)
 
-    @staticmethod
-    def _raise(e: Exception, uri: str) -> NoReturn:
+    def _raise(self, e: Exception, uri: str) -> NoReturn:
         """Translate a botocore error into a segjobs storage error naming ``uri``."""
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import (
+            BotoCoreError,
+            ClientError,
+            ConnectionClosedError,
+            ConnectTimeoutError,
+            EndpointConnectionError,
+            NoCredentialsError,
+            PartialCredentialsError,
+        )
 
         if isinstance(e, ClientError):
             err = e.response.get("Error", {})
             code = str(err.get("Code", ""))
             status = str(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
             message = err.get("Message") or code or status
+            if code == "NoSuchBucket":
+                raise self._no_bucket(err.get("BucketName") or parse_s3_uri(uri)[0], uri) from None
+            if code in _BAD_CREDENTIAL_CODES:
+                raise CredentialsError(f"S3 rejected the credentials ({code}: {message}); {_credentials_hint()}",
+                                       uri=uri) from None
             if code in _NOT_FOUND_CODES or (not code and status == "404"):
                 raise NotFoundError(f"not found ({code or status}: {message})", uri=uri) from None
             if code in _PRECONDITION_CODES or status == "412":
                 raise PreconditionFailedError(f"precondition failed ({code or status}: {message})", uri=uri) from None
             raise StorageError(f"S3 {code or status}: {message}", uri=uri) from None
+        if isinstance(e, (NoCredentialsError, PartialCredentialsError)):
+            raise CredentialsError(f"no usable AWS credentials ({e}); {_credentials_hint()}", uri=uri) from None
+        if isinstance(e, (EndpointConnectionError, ConnectTimeoutError, ConnectionClosedError)):
+            endpoint = self.options.endpoint_url or getattr(e, "kwargs", {}).get("endpoint_url") or "AWS S3"
+            fix = ("check --s3-endpoint, SEGJOBS_S3_ENDPOINT or AWS_ENDPOINT_URL" if self.options.endpoint_url
+                   else "check the network route to AWS, or point --s3-endpoint (or SEGJOBS_S3_ENDPOINT) at "
+                        "your S3 service")
+            raise EndpointUnreachableError(f"the S3 endpoint {endpoint} did not answer ({type(e).__name__}): "
+                                           f"{fix}", uri=uri) from None
         if isinstance(e, BotoCoreError):
             raise StorageError(f"S3 request failed: {e}", uri=uri) from None
         raise e  # our own errors, and programming errors, pass through unchanged
+
+
+def _credentials_hint() -> str:
+    """Where credentials come from, spelled with the variables :class:`StorageOptions` reads."""
+    key, secret, profile = (ENV_VARS[f] for f in ("access_key_id", "secret_access_key", "profile"))
+    return (f"set {key[1]} and {secret[1]} (or {key[0]} and {secret[0]}), or {profile[1]} for a profile of "
+            f"the AWS config files, or run where an instance or container role provides them")
 
 
 class _MultipartWriter(io.RawIOBase):

@@ -361,8 +361,9 @@ def test_console_shows_progress_and_a_summary_table(tmp_path: Path, spark, capsy
     assert "[retain" in err and "t-0 deleted 2 segment(s)" in err  # progress: stderr
     table = out[out.index("partition  policy"):].split("\n\n")[0].splitlines()  # the summary: stdout
     rows = [line.split() for line in table[2:]]
-    assert [r[0] for r in rows] == ["t-0"]  # nothing happened in t-1
+    assert [r[0] for r in rows] == ["t-0", "t-1"]  # every partition, by topic and partition number
     assert rows[0][3] == "3->1" and "retention.ms" in rows[0]
+    assert rows[1][2] == "none" and table[3].endswith("no segment past retention")  # why nothing happened
     assert "2 partition(s); deleted 2 segment(s)" in out
 
 

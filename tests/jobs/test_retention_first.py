@@ -144,8 +144,8 @@ def test_compact_delete_runs_retention_first_and_the_dry_run_and_inspect_predict
 # ---------------------------------------------------------------------------------------------------
 
 #: Report fields only a real run has (what it did to files), and timings: not predictions.
-DID_ONLY = {"applied", "renamed", "purged", "purge_pending", "snapshots_deleted", "leader_epoch_trimmed",
-            "task_seconds"}
+DID_ONLY = {"applied", "renamed", "purged", "purged_bytes", "purge_pending", "snapshots_deleted",
+            "leader_epoch_trimmed", "task_seconds"}
 #: A dry run's wording of an action -> the real run's.
 WOULD = {"would compact": "compacted", "would leave unchanged": "unchanged"}
 

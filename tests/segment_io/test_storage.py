@@ -11,7 +11,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from segment_io.errors import NotFoundError, PreconditionFailedError, StorageError, UsageError
+from segment_io.errors import (
+    BucketNotFoundError,
+    EndpointUnreachableError,
+    NotFoundError,
+    PreconditionFailedError,
+    StorageError,
+    UsageError,
+)
 from segment_io.storage import LocalStorage, Storage, StorageOptions, open_storage
 from segment_io.storage.local import is_temp_file
 from segment_io.storage.s3 import MIN_PART_SIZE, S3Storage, parse_s3_uri
@@ -382,10 +389,19 @@ def test_s3_bucket_root_listing_and_uri_parsing(s3_bucket):
 def test_s3_errors_never_leak_botocore(s3_bucket):
     endpoint, bucket = s3_bucket
     s = S3Storage(endpoint.storage_options())
-    with pytest.raises(NotFoundError, match="no-such-bucket-x"):
+    # a missing bucket is still "not found" to callers that treat absence as a state, but says what is missing
+    with pytest.raises(BucketNotFoundError, match="bucket 'no-such-bucket-x' does not exist"):
         s.read("s3://no-such-bucket-x/k")
     unreachable = S3Storage(StorageOptions(endpoint_url="http://127.0.0.1:9", region="us-east-1",
                                            access_key_id="a", secret_access_key="b"), max_attempts=1)
-    with pytest.raises(StorageError, match="s3://b/k") as info:
+    with pytest.raises(EndpointUnreachableError, match="s3://b/k: the S3 endpoint http://127.0.0.1:9 did not answer"):
         unreachable.read("s3://b/k")
-    assert type(info.value) is StorageError
+
+
+def test_s3_check_reachable_heads_the_bucket(s3_bucket):
+    endpoint, bucket = s3_bucket
+    s = S3Storage(endpoint.storage_options())
+    s.check_reachable(f"s3://{bucket}/any/prefix")  # exists: nothing to say
+    with pytest.raises(BucketNotFoundError, match=f"bucket 'missing-{bucket}' does not exist at {endpoint.endpoint_url}"):
+        s.check_reachable(f"s3://missing-{bucket}/logs")
+    assert issubclass(BucketNotFoundError, NotFoundError)
