@@ -36,6 +36,13 @@ def add_log_dir_options(p: argparse.ArgumentParser, *, destructive: bool = True,
     if destructive:
         p.add_argument("--dry-run", action="store_true",
                        help="write nothing; report exactly what a real run would remove")
+        p.add_argument("--lease-ttl", metavar="DURATION",
+                       help="S3: how long the log dir's lease lasts without renewal (default 2m, or "
+                            "$SEGJOBS_LEASE_TTL); a heartbeat renews it every third of that while the job runs, "
+                            "so a killed run blocks others for at most this long")
+    p.add_argument("--max-batch-bytes", metavar="SIZE",
+                   help="the most bytes one compressed batch may inflate to before it is reported as corrupt "
+                        "(a decompression bomb); default 256MiB, or $SEGJOBS_MAX_BATCH_BYTES")
     p.add_argument("--report", metavar="FILE.json", help="write the JSON report here (local path or s3:// URI)")
     p.add_argument("--ledger", metavar="URI",
                    help="append one row per partition to this Delta table (default: none)")

@@ -140,6 +140,21 @@ def _scan_task(item: tuple) -> PartitionScan:
                           now_ms=now_ms, producer_id_expiration_ms=pid_exp)
 
 
+def _batch_inflation_bound(option: str | None) -> int:
+    """The per-batch decompression bound (``--max-batch-bytes``, else $SEGJOBS_MAX_BATCH_BYTES, else the
+    default), checked before any work: a malformed value is a usage or configuration error (exit 2)."""
+    from segment_io import compression
+    from segment_io.errors import ConfigError
+    from segment_io.units import parse_size
+
+    if option is None:
+        return compression.max_batch_bytes()
+    try:
+        return compression.max_batch_bytes(parse_size(option))
+    except (ValueError, ConfigError) as e:
+        raise UsageError(f"--max-batch-bytes {option!r}: {e}") from None
+
+
 def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext], None], *,
             scan_depth: str, destructive: bool = True) -> int:
     """Run one job end to end; returns the process exit code (0 ok, 1 some partition failed)."""
@@ -156,6 +171,7 @@ def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext],
     storage = open_storage(log_dir, options)
     report_uri = absolute_uri(args.report) if args.report else None
     ledger_uri = absolute_uri(args.ledger) if getattr(args, "ledger", None) else None
+    max_batch = _batch_inflation_bound(getattr(args, "max_batch_bytes", None))
     preflight(storage, log_dir, report_uri, ledger_uri, options)  # first: S3 answers within seconds, or exit 2
     check_log_dir_is_dir(storage, log_dir)
     work_dir = work_uri(log_dir)
@@ -182,7 +198,7 @@ def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext],
                     report.warnings.append(lease.notice)
                     progress(lease.notice)
             ctx = _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, configs, scope, now_ms,
-                              dry_run, destructive, report, progress, lease)
+                              dry_run, destructive, report, progress, lease, max_batch=max_batch)
     except LeaseLost as exc:
         # Raised before a commit: nothing more was committed after the lease was lost. What was committed
         # before stands (each commit is crash-safe on its own); the next run's recovery settles the rest.
@@ -287,7 +303,7 @@ def _read_only_filesystem(path: str) -> bool:
 
 
 def _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, configs, scope, now_ms, dry_run,
-                destructive, report, progress, lease) -> JobContext:
+                destructive, report, progress, lease, *, max_batch: int) -> JobContext:
     """The part of :func:`run_job` that runs under the lock: recover, list, scan, work."""
     from jobs.recover import recover_log_dir
 
@@ -312,6 +328,11 @@ def _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, con
     spark = build_session(app_name=f"segjobs-{command}", master=args.master,
                           verbose=bool(getattr(args, "verbose", False)))
     report.spark_startup_s = round(time.monotonic() - t0, 2)
+    # Python workers (local or on a cluster's executors) get the environment of the SparkContext: the decoders
+    # there read the bound from it.
+    from segment_io.compression import MAX_BATCH_BYTES_ENV
+
+    spark.sparkContext.environment[MAX_BATCH_BYTES_ENV] = str(max_batch)
     progress(f"Spark ready in {report.spark_startup_s}s; scanning {len(selected)} partition(s)")
     ctx = JobContext(args=args, storage=storage, log_dir=log_dir, work_uri=work_dir, configs=configs,
                      scope=scope, now_ms=now_ms, dry_run=dry_run, listing=listing, scans={},

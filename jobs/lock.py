@@ -89,14 +89,14 @@ def lease_ttl_ms(value: str | int | None = None) -> int:
     """The lease TTL in ms: ``value`` (e.g. a ``--lease-ttl`` option) if given, else ``$SEGJOBS_LEASE_TTL``,
     else :data:`DEFAULT_TTL_MS`. Durations read like topic configs: ``90s``, ``5m``, or plain milliseconds.
     Raises :class:`UsageError` for anything unreadable or shorter than :data:`MIN_TTL_MS`."""
-    from jobs.config import _duration
+    from segment_io.units import parse_duration
 
     source = "lease TTL" if value is not None else TTL_ENV
     raw = value if value is not None else os.environ.get(TTL_ENV)
     if raw is None or raw == "":
         return DEFAULT_TTL_MS
     try:
-        ttl = _duration(raw)
+        ttl = parse_duration(raw)
     except ValueError as e:
         raise UsageError(f"{source}={raw!r}: {e}; give a duration such as 90s or 5m") from None
     if ttl < MIN_TTL_MS:

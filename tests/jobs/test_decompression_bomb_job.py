@@ -73,3 +73,48 @@ def test_a_bomb_partition_is_reported_and_left_untouched_while_the_others_are_co
     assert _files(log_dir / "bomb-0") == bomb_before
     assert entry["users-0"]["action"] == "compacted" and entry["users-0"]["records_removed"] > 0
     assert comparable(replay(read_partition(log_dir / "users-0")).latest) == comparable(users_before.latest)
+
+
+def test_max_batch_bytes_reaches_the_decoders_in_spark_tasks(spark, tmp_path, monkeypatch) -> None:
+    """A genuine 2 MiB batch passes the default bound and is refused under ``--max-batch-bytes 1MiB``: the
+    option travels to the Python workers, not only to the driver."""
+    import gzip
+
+    from segment_io.compression import GZIP
+    from tests.support.bombs import records_payload
+
+    monkeypatch.delenv(MAX_BATCH_BYTES_ENV, raising=False)
+    log_dir = tmp_path / "logs"
+    big = _partition(log_dir, "big")
+    big.next_offset = 10
+    big.roll().batch([rec("z", "active")])
+    first, _ = write_log(big.table(), log_dir / "big-0")
+    with first.open("ab") as f:
+        f.write(v2_batch_around(gzip.compress(records_payload(2 << 20)), codec=GZIP, count=1,
+                                base_offset=6, timestamp=T0 + 100))
+    config = tmp_path / "topics.toml"
+    config.write_text('[defaults]\n"cleanup.policy" = "compact"\n')
+    before = _files(log_dir / "big-0")
+
+    report = tmp_path / "report.json"
+    argv = ["compact", "--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet",
+            "--report", str(report), "--dry-run"]
+    assert main([*argv, "--max-batch-bytes", "1MiB"]) == 1
+    [err] = json.loads(report.read_text())["errors"]
+    assert err["file"] == str(first) and err["offset"] == 6 and "1048576 bytes" in err["detail"]
+    assert _files(log_dir / "big-0") == before
+
+    assert main(argv) == 0  # the default bound (256 MiB) lets the genuine batch through
+    assert json.loads(report.read_text())["errors"] == []
+
+
+def test_a_malformed_bound_is_a_usage_error_before_anything_is_done(tmp_path, monkeypatch, capsys) -> None:
+    log_dir = tmp_path / "logs"
+    write_log(_partition(log_dir, "users").table(), log_dir / "users-0")
+    before = _files(log_dir)
+    assert main(["compact", "--log-dir", str(log_dir), "--max-batch-bytes", "lots"]) == 2
+    assert "--max-batch-bytes 'lots'" in capsys.readouterr().err
+    monkeypatch.setenv(MAX_BATCH_BYTES_ENV, "-3")
+    assert main(["retain", "--log-dir", str(log_dir)]) == 2
+    assert MAX_BATCH_BYTES_ENV in capsys.readouterr().err
+    assert _files(log_dir) == before

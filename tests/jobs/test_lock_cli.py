@@ -173,6 +173,10 @@ def test_a_bad_lease_ttl_is_a_usage_error_before_anything_is_done(s3, tmp_path, 
     everything = _objects(endpoint, bucket, "")
     assert main(["compact", *_s3_args(endpoint, bucket), "--config", str(config), "--now", NOW]) == 2
     assert "SEGJOBS_LEASE_TTL='a while'" in capsys.readouterr().err
+    monkeypatch.delenv("SEGJOBS_LEASE_TTL")
+    err = main_err(["compact", *_s3_args(endpoint, bucket), "--config", str(config), "--now", NOW,
+                    "--lease-ttl", "10ms"], capsys)
+    assert "lease TTL='10ms'" in err and "at least" in err
     assert _objects(endpoint, bucket, "") == everything
 
 

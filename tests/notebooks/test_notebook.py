@@ -13,11 +13,12 @@ import sys
 import time
 from pathlib import Path
 
+# Plain imports, not importorskip: the dev extras install them, and a missing install step must fail the run
+# rather than skip the notebook silently.
+import nbclient
+import nbformat
 import pytest
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-Image = pytest.importorskip("PIL.Image")
+from PIL import Image
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "dirty_ratios.ipynb"
 DEMO_PARTITIONS = ("users-changelog-0", "users-changelog-1", "orders-0", "clicks-0")
