@@ -3,6 +3,9 @@
 Copy into your DAGs folder and adapt the connection, paths and schedule. Each task is idempotent: re-running
 it for the same data interval passes the same --now and changes nothing the first run did not already change.
 Both jobs take the archive's lease, so they never overlap even if a run is retried while another is alive.
+Retention runs first, then compaction, as in a broker (whose retention thread runs every few minutes): the reverse
+order would merge expired segments into segments stamped recently, which retention.ms then keeps. (`compact` also
+applies retention first to compact,delete topics by itself.)
 """
 
 from __future__ import annotations
@@ -42,4 +45,4 @@ with DAG(
         application_args=COMMON,
         properties_file="/opt/segjobs/conf/spark-defaults.conf",
     )
-    compact >> retain
+    retain >> compact

@@ -8,7 +8,11 @@ with --partition/--topic. The latest record of each key survives with its origin
 tombstones get a delete horizon (now + delete.retention.ms) on the first clean and go on a later clean whose
 --now has passed it; aborted transactional records go; markers go once their transaction's data is gone and
 their horizon has passed; each active producer's last batch stays (possibly empty). Segment groups in which
-nothing changes are not rewritten. Topics with cleanup.policy=compact,delete also get retention afterwards.
+nothing changes are not rewritten. Topics with cleanup.policy=compact,delete get retention FIRST, as a broker's
+retention thread (every few minutes) effectively does, and compaction is planned on what it leaves (compacting
+first would merge expired segments into one stamped recently, which retention would then keep); the dry run and
+`segjobs inspect` predict exactly that. Retention's safety limit (--max-delete-fraction) applies: a refused topic
+is left wholly untouched, compaction included.
 
 The log dir is rewritten in place, crash-safely (Kafka's .cleaned -> .swap -> live protocol on local disk; a
 commit intent plus copies on S3); `segjobs recover` (run at the start of every job) finishes or rolls back
@@ -25,6 +29,8 @@ examples:
   segjobs compact --log-dir /var/kafka/logs --config conf/topics.toml
   segjobs compact --log-dir s3://bucket/kafka/logs --topic 'orders*' --now 2026-11-22T02:00:00Z --dry-run
   segjobs compact --log-dir /backup/logs --partition users-3 --report /tmp/compact.json
+  segjobs compact --log-dir /backup/logs --dry-run --plan /tmp/plan.json     # review, then:
+  segjobs compact --log-dir /backup/logs --apply /tmp/plan.json
   spark-submit jobs/compact.py --log-dir s3://bucket/kafka/logs --config conf/topics.toml
 """
 
@@ -56,7 +62,9 @@ from jobs.config import TopicConfig, never_touched
 from jobs.jobrun import JobContext, run_job, scan_error_entry
 from jobs.model import PartitionState, Scope as PlanScope
 from jobs.plan_compact import CompactionPlan, group_segments_by_size, plan_compaction, updated_cleaner_checkpoints
+from jobs.planfile import PlanStage, add_plan_options, decision_difference, load_for_apply, partition_name
 from jobs.report import RunReport, human_bytes, partition_order, problem_notes, render_footer, render_table, truncate
+from jobs.retain import add_max_delete_fraction_option
 from jobs.scan import PartitionError, empty_batches_from_headers
 from segment_io.errors import SegjobsError, UsageError
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, PartitionListing
@@ -75,6 +83,8 @@ COMMIT_FAULT: Callable[[str], None] | None = None
 def configure(p: argparse.ArgumentParser) -> None:
     add_log_dir_options(p, scope_note="; partitions named by --topic or --partition are compacted even when "
                                       "their dirty ratio and max lag would not select them")
+    add_max_delete_fraction_option(p)
+    add_plan_options(p)
     p.add_argument("--strategy", choices=STRATEGIES, default="auto",
                    help="memory: one task per partition with a bounded offset map (multi-pass when full, like "
                         "Kafka); external-sort: for key counts beyond memory (not available yet); "
@@ -461,12 +471,19 @@ def _entry(plan: CompactionPlan, state: PartitionState, outcome: PartitionOutcom
 def _work(ctx: JobContext) -> None:
     from jobs.commit import StagedSegment, replace_segments
     from jobs.offset_map import max_keys_for_buffer
+    from jobs.retain import apply_retention_first, plan_retention_first, retention_decision
     from segment_io.checkpoint import write_offset_checkpoint
 
     args = ctx.args
+    planfile = PlanStage.of(ctx)
+    planfile.check_unchanged(ctx)
     max_keys = max_keys_for_buffer(args.dedupe_buffer_bytes)
     plan_scope = PlanScope(force=bool(args.topic or args.partition))
+    # compact,delete partitions: retention first, compaction planned on what it leaves (see RetentionFirst)
+    first = plan_retention_first(ctx)
+    held = first.held()
     plans: dict[tuple[str, int], CompactionPlan] = {}
+    states: dict[tuple[str, int], PartitionState] = {}
     tasks: list[CompactTask] = []
     for key, scan in sorted(ctx.scans.items()):
         if scan.error is not None:
@@ -475,13 +492,22 @@ def _work(ctx: JobContext) -> None:
             continue
         config = ctx.configs.for_topic(scan.topic)
         scope = plan_scope if ctx.scope.explicit(*key) else PlanScope()
+        listing, scan = first.compaction_input(ctx, key)
         plan = plan_compaction(scan.state, config, ctx.now_ms, scope)
         if never_touched(scan.topic):
             plan = dataclasses.replace(plan, selected=False, reason=never_touched(scan.topic), checkpoint_reset=False)
-        plans[key] = plan
-        if plan.selected:
-            tasks.append(CompactTask(ctx.storage, ctx.listing.partitions[key], scan.state, plan, config, scan.txn,
-                                     ctx.now_ms, max_keys, ctx.dry_run, ctx.work_uri))
+        plans[key], states[key] = plan, scan.state
+        if plan.selected and key not in held:
+            tasks.append(CompactTask(ctx.storage, listing, scan.state, plan, config, scan.txn, ctx.now_ms, max_keys,
+                                     ctx.dry_run, ctx.work_uri))
+    planfile.check_decisions(ctx, {partition_name(k): retention_decision(p, k in held)
+                                   for k, p in first.plans.items()}, "retention")
+    planfile.check_decisions(ctx, {partition_name(k): _compaction_decision(p, k in held)
+                                   for k, p in plans.items()}, "compaction", later=("outcome",))
+    retention = apply_retention_first(ctx, first)
+    # Where retention failed half-way the partition is not what compaction was planned on: leave it alone.
+    failed = {k for k, e in retention.items() if e["action"] == "error" and k in first.plans}
+    tasks = [t for t in tasks if (t.plan.topic, t.plan.partition) not in failed]
     ctx.progress(f"{len(tasks)} of {len(plans)} partition(s) selected for compaction")
     _clear_private_staging(ctx)
     outcomes = {(o.topic, o.partition): o for o in ctx.parallel_map(compact_partition, tasks)}
@@ -490,13 +516,16 @@ def _work(ctx: JobContext) -> None:
     checkpoint_changed = False
     live = set(ctx.listing.partitions)
     for key, plan in plans.items():
-        state = ctx.scans[key].state
+        state = states[key]
         outcome = outcomes.get(key)
         committed = False
+        untouched = key in held or key in failed
         warnings = list(ctx.scans[key].warnings)  # the summary's note shows them with the partition's row
         new_cp = checkpoints.get(key)
-        if plan.checkpoint_reset:
+        if plan.checkpoint_reset and not untouched:
             new_cp, checkpoint_changed = plan.first_dirty_offset, True
+        if outcome is not None and outcome.error is None:
+            _check_outcome_against_plan(ctx, planfile, key, outcome)
         if outcome is not None and outcome.error is None and not ctx.dry_run:
             p_uri = ctx.listing.partitions[key].uri
             try:
@@ -525,20 +554,65 @@ def _work(ctx: JobContext) -> None:
                 warnings.append(note)
         if new_cp is not None:
             checkpoints[key] = new_cp
-        if ctx.dry_run:
+        if ctx.dry_run and not untouched:
             would = outcome.end_offset if outcome and not outcome.error else None
-            checkpoint = would if would is not None else (plan.first_dirty_offset if plan.checkpoint_reset else None)
+            checkpoint = would if would is not None else (plan.first_dirty_offset if plan.checkpoint_reset
+                                                          else checkpoints.get(key))
         else:
             checkpoint = checkpoints.get(key)
         entry = _entry(plan, state, outcome, dry_run=ctx.dry_run, committed=committed, checkpoint=checkpoint)
+        if untouched:
+            reason = f"left untouched: retention {retention[key]['reason']}"
+            entry.update(selected=False, action="skipped", reason=reason, note=reason)
+        if key in retention:
+            entry["retention"] = retention[key]
         entry["warnings"] = warnings
         ctx.report.partitions.append(entry)
     if checkpoint_changed and not ctx.dry_run:
         entries = updated_cleaner_checkpoints(checkpoints, live)
         write_offset_checkpoint(ctx.storage, ctx.storage.join(ctx.log_dir, CLEANER_OFFSET_CHECKPOINT),
                                 dict(sorted(entries.items())))
-    _apply_retention_for_compact_delete(ctx)
+    planfile.write(ctx, "compact", {name: getattr(args, name) for name in PLAN_OPTIONS})
     _summarize(ctx)
+
+
+def _compaction_decision(plan: CompactionPlan, held: bool) -> dict[str, Any]:
+    """What a plan file records of a partition's compaction before any task runs (compared by ``--apply``
+    before anything is changed); the task's outcome is added by :func:`_check_outcome_against_plan`."""
+    if held:
+        return {"selected": False, "held": True}
+    out: dict[str, Any] = {"selected": plan.selected}
+    if plan.selected:
+        out.update(first_dirty_offset=plan.first_dirty_offset, first_uncleanable_offset=plan.first_uncleanable_offset)
+    return out
+
+
+def _check_outcome_against_plan(ctx: JobContext, planfile: PlanStage, key: tuple[str, int],
+                                outcome: PartitionOutcome) -> None:
+    """Record what the cleaning task decided (where the pass ends, the groups it rewrites, what goes) and,
+    with ``--apply``, turn a difference from the plan into the partition's error: its staged files are
+    discarded and nothing of it is committed. The planners and tasks are deterministic, so this only
+    happens when segjobs itself changed between plan and apply."""
+    name = partition_name(key)
+    decided = {"end_offset": outcome.end_offset,
+               "groups": [g.old_bases for g in outcome.groups if g.changed],
+               "records_removed": sum(g.records_before - g.records_after for g in outcome.groups if g.changed),
+               "bytes_removed": sum(g.bytes_before - g.bytes_after for g in outcome.groups if g.changed)}
+    planfile.decisions.setdefault(name, {}).setdefault("compaction", {})["outcome"] = decided
+    planned = planfile.planned(name, "compaction")
+    if planned is None:
+        return
+    diff = decision_difference(planned.get("outcome"), decided, "compaction.outcome")
+    if diff:
+        outcome.error = PartitionError("PlanMismatch", f"the cleaning task decided differently than the plan "
+                                       f"{ctx.args.apply} ({diff}); nothing of this partition was committed")
+        _discard_staged(ctx, ctx.listing.partitions[key].uri, outcome)
+
+
+def _discard_staged(ctx: JobContext, partition_uri: str, outcome: PartitionOutcome) -> None:
+    for g in outcome.groups:
+        for sfx in g.staged_suffixes:
+            ctx.storage.delete(private_stage_uri(ctx.storage, ctx.work_uri, partition_uri, g.old_bases[0], sfx))
 
 
 def _move_to_cleaned(ctx: JobContext, partition_uri: str, g: GroupOutcome) -> None:
@@ -569,15 +643,6 @@ def _clear_private_staging(ctx: JobContext) -> None:
     if ctx.storage.atomic_rename and not ctx.dry_run:
         for info in ctx.storage.list(root, recursive=True):
             ctx.storage.delete(info.uri)
-
-
-def _apply_retention_for_compact_delete(ctx: JobContext) -> None:
-    """Topics with cleanup.policy=compact,delete get retention after compaction, as in a broker."""
-    try:
-        from jobs.retain import retain_after_compaction
-    except ImportError:
-        return
-    retain_after_compaction(ctx)
 
 
 _TABLE_COLUMNS = (("partition", "partition"), ("action", "action"), ("dirty", "dirty"), ("segments", "segments"),
@@ -654,6 +719,10 @@ def render_summary(report: RunReport, *, dry_run: bool) -> str:
     ])
 
 
+#: The options a plan file records for ``compact``, with their parser defaults (see jobs.planfile).
+PLAN_OPTIONS = {"max_delete_fraction": None, "dedupe_buffer_bytes": DEFAULT_DEDUPE_BUFFER_BYTES, "strategy": "auto"}
+
+
 def run(args: argparse.Namespace) -> int:
     # checked here, not in the work function, so that a usage error costs no Spark start and no scan
     if args.strategy == "external-sort":
@@ -661,6 +730,7 @@ def run(args: argparse.Namespace) -> int:
     from jobs.offset_map import max_keys_for_buffer
 
     max_keys_for_buffer(args.dedupe_buffer_bytes)  # raises ConfigError when not even one key fits
+    args.apply_plan = load_for_apply(args, "compact", PLAN_OPTIONS)
     return run_job("compact", args, _work, scan_depth="transactions")
 
 

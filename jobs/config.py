@@ -96,6 +96,9 @@ class TopicConfig:
     producer_id_expiration_ms: int = _DAY_MS
     max_message_bytes: int = 1024 * 1024 + LOG_OVERHEAD
     message_timestamp_type: str = "CreateTime"
+    #: segjobs' own safety limit (``segjobs.max.delete.fraction``): retention leaves a topic untouched when
+    #: its time and size rules would delete more than this share of the topic's bytes (1.0: no limit).
+    max_delete_fraction: float = 0.5
     #: Other Kafka topic configs found in the file: accepted so a config exported from Kafka loads,
     #: reported, but without effect offline (``(name, value)`` pairs, sorted).
     inert_settings: tuple[tuple[str, str], ...] = ()
@@ -136,6 +139,16 @@ class TopicConfig:
         """Kafka's defaults overlaid with ``settings`` (Kafka names, values as in the TOML file)."""
         layer = _Layer.parse(settings, source=source, glob=None)
         return _merge([layer])
+
+    def to_settings(self) -> dict[str, Any]:
+        """Every setting by its key name, as plain JSON/TOML values that :meth:`from_settings` reads back
+        into an equal config (inert settings included)."""
+        out: dict[str, Any] = {}
+        for key, spec in _SPECS.items():
+            value = getattr(self, spec.attr)
+            out[key] = self.policy_text if key == "cleanup.policy" else value
+        out.update(self.inert_settings)
+        return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -219,6 +232,8 @@ _SPECS: dict[str, _Spec] = {
     "producer.id.expiration.ms": _Spec("producer_id_expiration_ms", _duration, 1, INT_MAX),
     "max.message.bytes": _Spec("max_message_bytes", _size, 0, INT_MAX),
     "message.timestamp.type": _Spec("message_timestamp_type", _timestamp_type),
+    # segjobs' own key (no Kafka equivalent): see TopicConfig.max_delete_fraction
+    "segjobs.max.delete.fraction": _Spec("max_delete_fraction", _ratio, 0.0, 1.0),
 }
 
 #: Kafka topic configs that have no effect offline; accepted so that a config exported from a

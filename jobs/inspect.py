@@ -11,7 +11,9 @@ transactions; the oldest and newest record timestamps; whether compaction would 
 Predictions come from the planners the jobs use (jobs.plan_compact, jobs.plan_retain) on the same scan, so a
 `segjobs compact --dry-run` / `segjobs retain --dry-run` at the same --now agrees with them. Selection is
 predicted for a run that names no --topic/--partition (naming a partition forces its compaction); the
-compaction numbers say what a compaction at --now would remove whether or not it is selected.
+compaction numbers say what a compaction at --now would remove whether or not it is selected. For compact,delete
+topics compaction is predicted on what retention at --now leaves of the partition, as `segjobs compact` runs it
+(retention first); a topic the delete-fraction limit refuses is predicted to be left alone.
 
 Distinct keys are approximate by default (a HyperLogLog sketch of the 128-bit key hashes, about 1 % error,
 constant memory) and so are superseded records and the compaction numbers (estimated from the sketch and
@@ -34,7 +36,7 @@ import csv
 import io
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Sequence
@@ -53,6 +55,7 @@ from jobs.model import PartitionState
 from jobs.plan_compact import CompactionPlan, plan_compaction
 from jobs.plan_retain import RetentionPlan, plan_retention
 from jobs.report import RunReport, human_bytes, partition_order, problem_notes, render_footer, render_table, truncate
+from jobs.retain import add_max_delete_fraction_option
 from jobs.scan import PartitionError
 from jobs.timeutil import format_instant
 from segment_io.errors import SegjobsError, UsageError
@@ -101,6 +104,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("retention_bytes_deleted", "bigint", "bytes retention would delete at now"),
     ("retention_rules", "string", "the rules that condemn them (comma-separated)"),
     ("retention_log_start_offset", "bigint", "the log start offset after retention"),
+    ("retention_refused", "string", "why retention would leave the topic untouched (delete-fraction limit); "
+                                    "null when it would not"),
     ("segment_bytes", "array<bigint>", "size of each segment, oldest first"),
     ("segment_age_ms", "array<bigint>", "now minus each segment's largest timestamp (what retention.ms compares)"),
     ("error", "string", "why the partition could not be inspected; null when it could"),
@@ -112,6 +117,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     """The options of ``segjobs inspect``: the shared job options (no --dry-run: nothing is written) plus
     --exact and --format."""
     add_log_dir_options(p, destructive=False, formats=FORMATS)
+    add_max_delete_fraction_option(p, help="predict with this delete-fraction limit, as compact and retain "
+                                           "--max-delete-fraction would apply it (default: each topic's "
+                                           "segjobs.max.delete.fraction, 0.5 unless set)")
     # The shared help says naming a partition forces its compaction; inspect only narrows what it shows.
     # argparse has no public way to reword an added option, hence the walk over its actions.
     for action in p._actions:
@@ -146,6 +154,11 @@ class InspectTask:
     now_ms: int
     exact: bool
     work_uri: str
+    #: compact,delete partitions that lose segments to retention: the listing and scan compaction works on
+    #: (see jobs.retain.RetentionFirst); None: the partition as it is
+    after_retention: tuple[PartitionListing, Any] | None = None
+    #: False where compaction would not touch the partition at all (its topic refused by the delete limit)
+    compactable: bool = True
 
 
 @dataclass
@@ -254,12 +267,15 @@ def inspect_partition(task: InspectTask) -> PartitionStats:
         in_range = _Counts(exact=False)  # the rewritten range, for the estimate only
         last = len(task.listing.segments) - 1
         range_bytes = 0
-        rewritable = task.config.compact and plan.total_bytes > 0
+        rewritable = task.config.compact and plan.total_bytes > 0 and task.compactable
+        # what compaction works on: the segments retention leaves (all of them when it deletes none)
+        kept = {s.base_offset for s in (task.after_retention[0] if task.after_retention else task.listing).segments}
         for i, seg in enumerate(task.listing.segments):
             data = task.storage.read(seg.log.uri)
             kh = decode_key_hashes_bytes(data, path=seg.log.uri, allow_truncated_tail=i == last)
             whole.add(kh, task.txn.aborted, task.now_ms)
-            if rewritable and not task.exact and seg.base_offset < plan.first_uncleanable_offset:
+            if (rewritable and not task.exact and seg.base_offset in kept
+                    and seg.base_offset < plan.first_uncleanable_offset):
                 in_range.add(kh, task.txn.aborted, task.now_ms)
                 range_bytes += len(data)
         distinct = whole.distinct_keys()
@@ -291,8 +307,12 @@ def _measure_compaction(task: InspectTask) -> tuple[dict[str, Any], PartitionErr
     from jobs.compact import DEFAULT_DEDUPE_BUFFER_BYTES, CompactTask, compact_partition
     from jobs.offset_map import max_keys_for_buffer
 
+    listing, state, txn = task.listing, task.state, task.txn
+    if task.after_retention is not None:
+        listing, scan = task.after_retention
+        state, txn = scan.state, scan.txn
     outcome = compact_partition(CompactTask(
-        task.storage, task.listing, task.state, task.plan, task.config, task.txn, task.now_ms,
+        task.storage, listing, state, task.plan, task.config, txn, task.now_ms,
         max_keys_for_buffer(DEFAULT_DEDUPE_BUFFER_BYTES), dry_run=True, work_uri=task.work_uri))
     return ({"compaction_records_removed": sum(g.records_before - g.records_after for g in outcome.groups),
              "compaction_bytes_removed": sum(g.bytes_before - g.bytes_after for g in outcome.groups),
@@ -306,7 +326,8 @@ def _measure_compaction(task: InspectTask) -> tuple[dict[str, Any], PartitionErr
 
 def _plan_values(state: PartitionState, config: TopicConfig, plan: CompactionPlan, retention: RetentionPlan,
                  now_ms: int) -> dict[str, Any]:
-    """The columns the planners decide (no record data needed)."""
+    """The columns the planners decide (no record data needed). ``state`` is the partition as it is; ``plan``
+    is made on what retention leaves of it (see :func:`_work`)."""
     return {
         "policy": config.policy_text, "segments": len(state.segments), "bytes": state.size_bytes,
         "clean_bytes": plan.clean_bytes, "cleanable_bytes": plan.cleanable_bytes,
@@ -333,23 +354,35 @@ def _row(topic: str, partition: int, values: dict[str, Any]) -> dict[str, Any]:
 
 def _work(ctx: JobContext) -> None:
     from jobs.model import Scope as PlanScope
+    from jobs.retain import plan_retention_first, refused_topics
 
     exact = bool(ctx.args.exact)
     rows: dict[tuple[str, int], dict[str, Any]] = {}
     tasks: list[InspectTask] = []
+    retentions = {k: plan_retention(s.state, ctx.configs.for_topic(k[0]), ctx.now_ms)
+                  for k, s in ctx.scans.items() if s.error is None}
+    refused = refused_topics(ctx, retentions)
+    # compact,delete partitions: compaction predicted on what retention leaves, as `compact` runs them
+    first = plan_retention_first(ctx)
+    held_keys = first.held()
     for key, scan in sorted(ctx.scans.items()):
         if scan.error is not None:
             rows[key] = _row(*key, {"error": str(scan.error)})
             ctx.report.errors.append({"partition": scan.name, **scan.error.to_dict()})
             continue
         config = ctx.configs.for_topic(scan.topic)
+        held = key in held_keys
         # As an unforced (nightly) run would decide: inspect's --topic only narrows what is shown.
-        plan = plan_compaction(scan.state, config, ctx.now_ms, PlanScope())
-        retention = plan_retention(scan.state, config, ctx.now_ms)
+        plan = plan_compaction(first.compaction_input(ctx, key)[1].state, config, ctx.now_ms, PlanScope())
+        if held:
+            why = f"left untouched: retention {first.refused[key[0]].message()}"
+            plan = replace(plan, selected=False, reason=why, note=why)
+        retention = retentions[key]
         ctx.report.warnings.extend(f"{scan.name}: retention: {w}" for w in retention.warnings)
-        rows[key] = _row(*key, _plan_values(scan.state, config, plan, retention, ctx.now_ms))
+        rows[key] = _row(*key, {**_plan_values(scan.state, config, plan, retention, ctx.now_ms),
+                                "retention_refused": refused[key[0]].message() if key[0] in refused else None})
         tasks.append(InspectTask(ctx.storage, ctx.listing.partitions[key], scan.state, scan.txn, plan, config,
-                                 ctx.now_ms, exact, ctx.work_uri))
+                                 ctx.now_ms, exact, ctx.work_uri, first.after.get(key), compactable=not held))
     ctx.progress(f"inspecting {len(tasks)} partition(s)" + (" (exact)" if exact else ""))
     for stats in ctx.parallel_map(inspect_partition, tasks):
         key = (stats.topic, stats.partition)
@@ -432,6 +465,9 @@ def render(report: RunReport, fmt: str) -> str:
             verdict = "selected" if r["compaction_selected"] else "not selected"
             retention = (f"; retention deletes {r['retention_segments_deleted']} segment(s) "
                          f"({r['retention_rules']})" if r["retention_segments_deleted"] else "")
+            refused = r.get("retention_refused")
+            if refused and refused not in r["compaction_reason"]:  # (a held compact,delete topic says it already)
+                retention += f"; retention {refused}"
             lines.append(f"{name}: {verdict}: {r['compaction_reason']}{retention}")
     t = report.totals
     approx = "" if t.get("exact") else " (est.: estimated; --exact counts and measures)"

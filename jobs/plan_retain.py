@@ -21,7 +21,7 @@ offset standing in for the high watermark, Kafka's high-watermark bound never ho
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from jobs.config import TopicConfig
 from jobs.model import PartitionState, SegmentInfo
@@ -173,3 +173,66 @@ def state_after_retention(state: PartitionState, plan: RetentionPlan) -> Partiti
     gone = set(plan.deleted_bases)
     return replace(state, segments=tuple(s for s in state.segments if s.base_offset not in gone),
                    log_start_offset=plan.new_log_start_offset)
+
+
+# --------------------------------------------------------------------------------------------------
+# The safety limit: how much of a topic a run may delete
+# --------------------------------------------------------------------------------------------------
+
+#: The rules ``segjobs.max.delete.fraction`` counts: the ones a wrong ``--config`` or ``--now`` can set off.
+#: The log-start rule is not counted: it carries out what an operator already did explicitly (DeleteRecords,
+#: recorded in log-start-offset-checkpoint), not a judgement of this run's settings.
+LIMITED_RULES: frozenset[str] = frozenset({RULE_SIZE, RULE_TIME})
+
+
+@dataclass(frozen=True)
+class DeleteShare:
+    """What retention's time and size rules would delete of one topic, against the topic's limit.
+
+    ``bytes_judged`` is what those rules look at: the topic's bytes (over the partitions planned together)
+    minus what the log-start rule removes first. ``refused`` when more than ``max_fraction`` of it would go.
+    """
+
+    topic: str
+    partitions: int
+    bytes_deleted: int
+    bytes_judged: int
+    max_fraction: float
+
+    @property
+    def fraction(self) -> float:
+        return self.bytes_deleted / self.bytes_judged if self.bytes_judged else 0.0
+
+    @property
+    def refused(self) -> bool:
+        return self.fraction > self.max_fraction
+
+    def message(self) -> str:
+        """Why the topic is left alone, and the two ways to allow it."""
+        return (f"refused: would delete {self.fraction:.1%} of {self.topic}'s bytes ({self.bytes_deleted} of "
+                f"{self.bytes_judged} in {self.partitions} partition(s), by retention.ms/retention.bytes; max "
+                f"{self.max_fraction:.0%}); raise --max-delete-fraction or set segjobs.max.delete.fraction for "
+                f"the topic")
+
+
+def delete_shares(states: Mapping[tuple[str, int], PartitionState],
+                  plans: Mapping[tuple[str, int], RetentionPlan],
+                  max_fraction_for: Callable[[str], float]) -> dict[str, DeleteShare]:
+    """Per topic, the share of its bytes that ``plans`` delete by time and size (see :class:`DeleteShare`).
+
+    Only partitions with both a state and a plan count (an unreadable partition is neither judged nor
+    touched). ``max_fraction_for(topic)`` is the topic's limit.
+    """
+    totals: dict[str, list[int]] = {}
+    for key, plan in plans.items():
+        state = states.get(key)
+        if state is None:
+            continue
+        by_log_start = sum(d.size_bytes for d in plan.deletions if d.rule not in LIMITED_RULES)
+        limited = sum(d.size_bytes for d in plan.deletions if d.rule in LIMITED_RULES)
+        t = totals.setdefault(key[0], [0, 0, 0])
+        t[0] += 1
+        t[1] += limited
+        t[2] += state.size_bytes - by_log_start
+    return {topic: DeleteShare(topic, n, deleted, judged, max_fraction_for(topic))
+            for topic, (n, deleted, judged) in sorted(totals.items())}

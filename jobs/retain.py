@@ -20,11 +20,19 @@ and __transaction_state are compact topics) unless the config names them exactly
 (__cluster_metadata) is never touched. A partition with damage the scan sees (a segment cut short, an entry
 that is not a regular file, an impossible log-start-offset-checkpoint entry) is reported and left untouched.
 
+Safety limit: a topic whose time and size rules would delete more than --max-delete-fraction of its bytes
+(default: the topic's segjobs.max.delete.fraction, 0.5) is left untouched and reported, and the run exits 1:
+a wrong --config or --now must not empty a topic. Deletes below the log start offset are not counted.
+Plans: --dry-run --plan FILE writes what the run would do; --apply FILE does exactly that, or refuses (exit 2)
+if the log dir changed since.
+
 examples:
   segjobs retain --log-dir /var/kafka/logs --config conf/topics.toml --dry-run
   segjobs retain --log-dir s3://bucket/kafka/logs --set 'clicks*:retention.ms=3d' --now 2026-11-22T00:00:00Z
   segjobs retain --log-dir /backup/logs --topic 'audit-*' --set 'audit-*:retention.bytes=10GiB' \\
       --report /tmp/retain.json
+  segjobs retain --log-dir /backup/logs --dry-run --plan /tmp/plan.json      # review, then:
+  segjobs retain --log-dir /backup/logs --apply /tmp/plan.json
   spark-submit jobs/retain.py --log-dir s3://bucket/kafka/logs --config conf/topics.toml
 """
 
@@ -43,7 +51,7 @@ if __name__ == "__main__":  # spark-submit jobs/retain.py
 import argparse
 import functools
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
 from jobs.args import add_log_dir_options
@@ -51,7 +59,8 @@ from jobs.commit import Fault, delete_segments, purge_deleted
 from jobs.config import TopicConfig, never_touched
 from jobs.jobrun import JobContext, run_job, scan_error_entry
 from jobs.model import PartitionState
-from jobs.plan_retain import RetentionPlan, plan_retention
+from jobs.plan_retain import DeleteShare, RetentionPlan, delete_shares, plan_retention
+from jobs.planfile import PlanStage, add_plan_options, load_for_apply, partition_name
 from jobs.report import RunReport, human_bytes, partition_order, problem_notes, render_footer, render_table, truncate
 from jobs.scan import PartitionError, PartitionScan, scan_partition
 from jobs.timeutil import data_age_warning
@@ -66,7 +75,7 @@ from segment_io.layout import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     SNAPSHOT_SUFFIX,
-    list_log_dir,
+    PartitionListing,
     segment_file_name,
 )
 from segment_io.storage.base import Storage
@@ -84,13 +93,40 @@ COMMIT_THREADS = 16
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    """The options of ``segjobs retain`` (the same as every job's; see :func:`jobs.args.add_log_dir_options`)."""
+    """The options of ``segjobs retain``: every job's (see :func:`jobs.args.add_log_dir_options`), the
+    delete-fraction limit, and plan files."""
     add_log_dir_options(p)
+    add_max_delete_fraction_option(p)
+    add_plan_options(p)
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number in [0, 1], e.g. 0.5 (1 disables the limit)")
+    return value
+
+
+def add_max_delete_fraction_option(p: argparse.ArgumentParser, *, help: str | None = None) -> None:
+    """``--max-delete-fraction F``: the safety limit of retention (see :func:`refused_topics`)."""
+    p.add_argument("--max-delete-fraction", type=_fraction, metavar="F",
+                   help=help or "leave a topic untouched (and exit 1) when retention.ms/retention.bytes would "
+                                "delete more than this share of its bytes, so a wrong --config or --now cannot "
+                                "empty it; 1 disables the limit (default: the topic's segjobs.max.delete.fraction, "
+                                "0.5 unless set). Deletes below the log start offset do not count")
+
+
+#: The options a plan file records for ``retain`` (their parser defaults: see :func:`jobs.planfile.load_for_apply`).
+PLAN_OPTIONS = {"max_delete_fraction": None}
 
 
 def run(args: argparse.Namespace, *, fault: Fault | None = None) -> int:
     """Run ``segjobs retain`` with parsed ``args``; returns the exit code. ``fault`` (tests only) is called
     with the name of every destructive step before it runs; raising from it simulates a crash there."""
+    args.apply_plan = load_for_apply(args, "retain", PLAN_OPTIONS)
     return run_job("retain", args, functools.partial(_work, fault=fault), scan_depth="headers")
 
 
@@ -319,10 +355,12 @@ def _purge(p: RetentionParams, scan: PartitionScan, config: TopicConfig, *, just
 def retain_partitions(ctx_or_params: JobContext | RetentionParams, scans: Iterable[PartitionScan],
                       config_for: Callable[[str], TopicConfig],
                       on_entry: Callable[[dict[str, Any]], None] | None = None, *,
-                      threads: int = 1) -> list[dict[str, Any]]:
-    """Retention for many scanned partitions: plan them all, raise their log start offsets in one write,
-    then apply each (:func:`apply_retention`). ``config_for(topic)`` gives a topic's config; ``on_entry``
-    sees each report entry, in ``scans`` order, as soon as it is done (progress). Returns the entries.
+                      threads: int = 1,
+                      plans: Mapping[TopicPartition, RetentionPlan] | None = None) -> list[dict[str, Any]]:
+    """Retention for many scanned partitions: plan them all (or take their plans from ``plans``), raise their
+    log start offsets in one write, then apply each (:func:`apply_retention`). ``config_for(topic)`` gives a
+    topic's config; ``on_entry`` sees each report entry, in ``scans`` order, as soon as it is done
+    (progress). Returns the entries.
 
     ``threads`` > 1 commits that many partitions at once. A partition's commit is a chain of small
     synchronous writes, renames and directory fsyncs (or S3 requests): latency, not CPU, so overlapping
@@ -331,11 +369,12 @@ def retain_partitions(ctx_or_params: JobContext | RetentionParams, scans: Iterab
     """
     p = _params(ctx_or_params)
     scans = list(scans)
-    plans = {}
+    given, plans = plans, {}
     for scan in scans:
-        plan = plan_partition(p, scan, config_for(scan.topic))
+        key = (scan.topic, scan.partition)
+        plan = given.get(key) if given is not None else plan_partition(p, scan, config_for(scan.topic))
         if plan is not None:
-            plans[(scan.topic, scan.partition)] = plan
+            plans[key] = plan
     advance_log_start_offsets(p, plans)
 
     def one(scan: PartitionScan) -> dict[str, Any]:
@@ -357,6 +396,8 @@ def retain_partitions(ctx_or_params: JobContext | RetentionParams, scans: Iterab
 
 def _work(ctx: JobContext, *, fault: Fault | None = None) -> None:
     params = ctx.extra["retention"] = RetentionParams.from_job(ctx, fault=fault)
+    planfile = PlanStage.of(ctx)
+    planfile.check_unchanged(ctx)
     keys = sorted(ctx.scans)
     if ctx.args.now is None:  # judged at the wall clock: is the data older than any retention? (a backup?)
         stale = data_age_warning([s.largest_timestamp for k in keys if ctx.scans[k].state
@@ -366,6 +407,11 @@ def _work(ctx: JobContext, *, fault: Fault | None = None) -> None:
         if stale:
             ctx.report.warnings.append(stale)
             print(f"segjobs retain: warning: {stale}", file=sys.stderr, flush=True)
+    plans = {k: plan for k in keys
+             if (plan := plan_partition(params, ctx.scans[k], ctx.configs.for_topic(k[0]))) is not None}
+    refused = refused_topics(ctx, plans)
+    planfile.check_decisions(ctx, {partition_name(k): retention_decision(plans.get(k), k[0] in refused)
+                                   for k in keys}, "retention")
     every = max(1, len(keys) // 10)
     done = 0
 
@@ -374,20 +420,70 @@ def _work(ctx: JobContext, *, fault: Fault | None = None) -> None:
         done += 1
         _record(ctx, e)
         line = f"{done}/{len(keys)} partitions: {e['topic']}-{e['partition']} {_describe(e, ctx.dry_run)}"
-        if e["action"] == "error":
+        if e["action"] in ("error", "refused"):
             ctx.progress.error(line)
         elif e["action"] != "none" or done % every == 0 or done == len(keys):
             ctx.progress(line)
 
-    retain_partitions(params, [ctx.scans[k] for k in keys], ctx.configs.for_topic, progress,
-                      threads=1 if fault is not None else COMMIT_THREADS)
+    held = {k for k in plans if k[0] in refused}
+    retain_partitions(params, [ctx.scans[k] for k in keys if k not in held], ctx.configs.for_topic, progress,
+                      threads=1 if fault is not None else COMMIT_THREADS, plans=plans)
+    for k in sorted(held):
+        progress(refused_entry(params, ctx.scans[k], ctx.configs.for_topic(k[0]), plans[k], refused[k[0]]))
+    ctx.report.partitions.sort(key=lambda e: (e["topic"], e["partition"]))
+    planfile.write(ctx, "retain", {name: getattr(ctx.args, name) for name in PLAN_OPTIONS})
     _summarize(ctx, ctx.report.partitions)
+
+
+# --------------------------------------------------------------------------------------------------
+# The safety limit, and the decisions a plan file records
+# --------------------------------------------------------------------------------------------------
+
+
+def refused_topics(ctx: JobContext, plans: Mapping[TopicPartition, RetentionPlan]) -> dict[str, DeleteShare]:
+    """The topics whose ``plans`` delete more of their bytes by time and size than allowed (see
+    :class:`jobs.plan_retain.DeleteShare`): retention must leave every partition of them untouched. The limit is
+    ``--max-delete-fraction`` when given, else the topic's ``segjobs.max.delete.fraction``."""
+    flag = getattr(ctx.args, "max_delete_fraction", None)
+
+    def limit(topic: str) -> float:
+        return flag if flag is not None else ctx.configs.for_topic(topic).max_delete_fraction
+
+    states = {k: ctx.scans[k].state for k in plans if ctx.scans[k].state is not None}
+    return {t: share for t, share in delete_shares(states, plans, limit).items() if share.refused}
+
+
+def refused_entry(p: RetentionParams, scan: PartitionScan, config: TopicConfig, plan: RetentionPlan,
+                  share: DeleteShare) -> dict[str, Any]:
+    """The report entry of a partition whose topic the limit refused: nothing deleted, the plan's deletions
+    kept under ``refused.would_delete``, and an error (exit code 1)."""
+    entry = apply_retention(replace(p, dry_run=True), scan, config, plan=plan)
+    message = share.message()
+    entry.update(action="refused", reason=message, applied=False, deleted=[], rules=[], bytes_removed=0,
+                 segments_after=entry["segments_before"], bytes_after=entry["bytes_before"],
+                 log_start_offset=entry["log_start_offset_before"],
+                 refused={"would_delete": entry["deleted"], "fraction": round(share.fraction, 4),
+                          "max_fraction": share.max_fraction},
+                 error={"kind": "MaxDeleteFractionExceeded", "detail": message})
+    return entry
+
+
+def retention_decision(plan: RetentionPlan | None, refused: bool) -> dict[str, Any]:
+    """What a plan file records of one partition's retention (compared field by field by ``--apply``)."""
+    if plan is None:
+        return {"untouched": True}  # unreadable, or the KRaft metadata log
+    out: dict[str, Any] = {"delete": [{"segment": d.segment.base_offset, "bytes": d.size_bytes, "rule": d.rule}
+                                      for d in plan.deletions],
+                           "log_start_offset": plan.new_log_start_offset}
+    if refused:
+        out["refused"] = True
+    return out
 
 
 def _record(ctx: JobContext, entry: dict[str, Any]) -> None:
     ctx.report.partitions.append(entry)
     name = f"{entry['topic']}-{entry['partition']}"
-    if entry["action"] == "error":
+    if entry["action"] in ("error", "refused"):
         ctx.report.errors.append({"partition": name, **(entry.get("error") or {})})
     ctx.report.warnings.extend(f"{name}: {w}" for w in entry.get("warnings", []))
 
@@ -395,6 +491,8 @@ def _record(ctx: JobContext, entry: dict[str, Any]) -> None:
 def _describe(entry: dict[str, Any], dry_run: bool) -> str:
     if entry["action"] == "error":
         return f"ERROR, {entry['reason']}"
+    if entry["action"] == "refused":
+        return entry["reason"].replace("refused", "REFUSED", 1)
     if entry["action"] == "none":
         return "nothing to delete"
     verb = "would delete" if dry_run else "deleted"
@@ -468,62 +566,113 @@ def render_summary(report: RunReport, *, dry_run: bool) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
-# After compaction (compact,delete topics)
+# Before compaction (compact,delete topics)
 # --------------------------------------------------------------------------------------------------
 
 
-def _rescan_task(item: tuple) -> PartitionScan:
-    storage, listing, log_start = item
-    return scan_partition(storage, listing, depth="headers", log_start_checkpoint=log_start)
+def listing_after_retention(listing: PartitionListing, plan: RetentionPlan) -> PartitionListing:
+    """``listing`` without the segments ``plan`` deletes."""
+    gone = set(plan.deleted_bases)
+    return replace(listing, segments=tuple(s for s in listing.segments if s.base_offset not in gone))
 
 
-def retain_after_compaction(ctx: JobContext, *, fault: Fault | None = None) -> list[dict[str, Any]]:
-    """Retention for the ``compact,delete`` partitions of a compaction run, after its commits (as a broker's
-    retention thread would find them). Re-lists and re-scans those partitions (their segments changed) as
-    Spark tasks, applies :func:`retain_partitions`, and attaches each result to the partition's compaction
-    entry under ``"retention"`` (errors also go to ``report.errors``, warnings to ``report.warnings``). A dry
-    run plans on the partitions as they are, i.e. before the compaction it did not do. Returns the entries."""
+def _after_retention_task(item: tuple) -> PartitionScan:
+    storage, listing, plan, cleaner_checkpoint, now_ms, pid_exp = item
+    return scan_partition(storage, listing_after_retention(listing, plan), depth="transactions",
+                          log_start_checkpoint=plan.new_log_start_offset, cleaner_checkpoint=cleaner_checkpoint,
+                          now_ms=now_ms, producer_id_expiration_ms=pid_exp)
+
+
+@dataclass
+class RetentionFirst:
+    """Retention of the ``compact,delete`` partitions of a compaction run (or an inspection), decided before
+    compaction is planned.
+
+    A broker's retention thread runs every few minutes, long before its cleaner reaches old segments; compacting
+    first would merge expired segments into ones whose largest timestamp is recent, and retention would then
+    free nothing. So compaction is planned on what retention leaves: the listing minus the condemned segments,
+    with the raised log start offset (the cleaner only cleans from there), its transaction state replayed from
+    the remaining segments only. :func:`plan_retention_first` derives that state in ONE way for the dry run,
+    the real run and ``inspect``: by scanning the remaining segments, which retention does not change, so the
+    scan is the same before and after the deletes, and a dry run predicts the real run exactly.
+    """
+
+    #: the compact,delete partitions retention may touch (readable, not the KRaft log), by key
+    plans: dict[TopicPartition, RetentionPlan]
+    #: topics the delete-fraction limit refuses: neither retention nor compaction touches them
+    refused: dict[str, DeleteShare]
+    #: for the partitions whose segments retention deletes: the listing and scan of what remains
+    after: dict[TopicPartition, tuple[PartitionListing, PartitionScan]]
+
+    def held(self) -> set[TopicPartition]:
+        """The partitions the limit refused: left wholly untouched (no retention, no compaction)."""
+        return {k for k in self.plans if k[0] in self.refused}
+
+    def compaction_input(self, ctx: JobContext, key: TopicPartition) -> tuple[PartitionListing, PartitionScan]:
+        """The listing and scan compaction must plan ``key`` on (the partition as retention leaves it)."""
+        return self.after.get(key) or (ctx.listing.partitions[key], ctx.scans[key])
+
+
+def _takes_retention_first(ctx: JobContext, key: TopicPartition) -> bool:
+    cfg = ctx.configs.for_topic(key[0])
+    return cfg.compact and cfg.delete and ctx.scans[key].error is None and not never_touched(key[0])
+
+
+def plan_retention_first(ctx: JobContext) -> RetentionFirst:
+    """Plan retention of the run's ``compact,delete`` partitions at ``now``, apply the delete-fraction limit,
+    and scan what remains of each partition that loses segments (Spark tasks; nothing is written)."""
+    params = _params(ctx)
+    plans = {}
+    for key in sorted(ctx.scans):
+        if _takes_retention_first(ctx, key):
+            plan = plan_partition(params, ctx.scans[key], ctx.configs.for_topic(key[0]))
+            if plan is not None:
+                plans[key] = plan
+    refused = refused_topics(ctx, plans)
+    todo = [(ctx.storage, ctx.listing.partitions[k], plan, ctx.scans[k].state.cleaner_checkpoint, ctx.now_ms,
+             ctx.configs.for_topic(k[0]).producer_id_expiration_ms)
+            for k, plan in plans.items() if plan.deletions and k[0] not in refused]
+    after = {}
+    for scan, (_, listing, plan, *_) in zip(ctx.parallel_map(_after_retention_task, todo), todo):
+        after[(scan.topic, scan.partition)] = (listing_after_retention(listing, plan), scan)
+    return RetentionFirst(plans, refused, after)
+
+
+def apply_retention_first(ctx: JobContext, first: RetentionFirst, *,
+                          fault: Fault | None = None) -> dict[TopicPartition, dict[str, Any]]:
+    """Carry out (or, in a dry run, report) the retention ``first`` planned, before compaction. Errors go to
+    ``report.errors`` (with ``"during": "retention"``), warnings to ``report.warnings``. Returns the retention
+    report entry of every ``compact,delete`` partition, by key."""
     params = _params(ctx)
     if fault is not None:
         params.fault = fault
-
-    def wanted(k: TopicPartition) -> bool:
-        cfg = ctx.configs.for_topic(k[0])
-        return cfg.compact and cfg.delete and ctx.scans[k].error is None and not never_touched(k[0])
-
-    keys = [k for k in sorted(ctx.scans) if wanted(k)]
-    if not keys:
-        return []
-    if ctx.dry_run:
-        scans = [ctx.scans[k] for k in keys]
-    else:
-        listing = list_log_dir(ctx.storage, ctx.log_dir)
-        items = [(ctx.storage, listing.partitions[k], params.log_start_checkpoint.get(k))
-                 for k in keys if k in listing.partitions]
-        scans = ctx.parallel_map(_rescan_task, items, tasks=ctx.sc.defaultParallelism * 4)
-    by_key = {(e.get("topic"), e.get("partition")): e for e in ctx.report.partitions}
+    entries: dict[TopicPartition, dict[str, Any]] = {}
 
     def attach(entry: dict[str, Any]) -> None:
         name = f"{entry['topic']}-{entry['partition']}"
-        if entry["action"] == "error":
+        if entry["action"] in ("error", "refused"):
             ctx.report.errors.append({"partition": name, "during": "retention", **(entry.get("error") or {})})
         ctx.report.warnings.extend(f"{name}: retention: {w}" for w in entry.get("warnings", []))
-        owner = by_key.get((entry["topic"], entry["partition"]))
-        if owner is not None:
-            owner["retention"] = entry
-        else:
-            ctx.report.partitions.append({**entry, "command": "retain"})
-        if entry["action"] == "error":
+        entries[(entry["topic"], entry["partition"])] = entry
+        if entry["action"] in ("error", "refused"):
             ctx.progress.error(f"{name}: retention {_describe(entry, ctx.dry_run)}")
         elif entry["action"] != "none":
             ctx.progress(f"{name}: retention {_describe(entry, ctx.dry_run)}")
 
-    return retain_partitions(params, scans, ctx.configs.for_topic, attach,
-                             threads=1 if params.fault is not None else COMMIT_THREADS)
+    held = first.held()
+    keys = [k for k in sorted(ctx.scans) if _takes_retention_first(ctx, k) and k not in held]
+    retain_partitions(params, [ctx.scans[k] for k in keys], ctx.configs.for_topic, attach,
+                      threads=1 if params.fault is not None else COMMIT_THREADS, plans=first.plans)
+    for k in sorted(held):
+        attach(refused_entry(params, ctx.scans[k], ctx.configs.for_topic(k[0]), first.plans[k],
+                             first.refused[k[0]]))
+    return entries
 
 
-__all__ = ["RetentionParams", "advance_log_start_offsets", "apply_retention", "configure",
-           "plan_partition", "retain_after_compaction", "retain_partitions", "run"]
+__all__ = ["RetentionFirst", "RetentionParams", "add_max_delete_fraction_option",
+           "advance_log_start_offsets", "apply_retention", "apply_retention_first", "configure",
+           "listing_after_retention", "plan_partition", "plan_retention_first", "refused_entry", "refused_topics",
+           "retain_partitions", "retention_decision", "run"]
 
 
 if __name__ == "__main__":

@@ -360,3 +360,13 @@ def test_shipped_example_loads_and_layers_as_its_comments_say() -> None:
     changelog = configs.for_topic("app-store-changelog")
     assert changelog.compact and not changelog.delete and changelog.min_cleanable_dirty_ratio == 0.1
     assert configs.for_topic("unlisted").policy_text == "delete"
+
+
+def test_segjobs_max_delete_fraction_is_a_ratio_per_topic_and_settings_round_trip() -> None:
+    configs = load('[topics.orders]\n"segjobs.max.delete.fraction" = 0.9\n')
+    assert configs.for_topic("orders").max_delete_fraction == 0.9
+    assert configs.for_topic("other").max_delete_fraction == 0.5
+    with pytest.raises(ConfigError, match="segjobs.max.delete.fraction: 1.5 is above the maximum"):
+        load('[defaults]\n"segjobs.max.delete.fraction" = 1.5\n')
+    cfg = load(LAYERED, "orders.*:cleanup.policy=compact,delete").for_topic("orders.eu")
+    assert TopicConfig.from_settings(cfg.to_settings()) == cfg

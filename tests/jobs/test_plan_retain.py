@@ -198,3 +198,36 @@ def test_55_an_empty_last_segment_is_never_deleted_and_needs_no_roll() -> None:
 def test_empty_partition_plans_nothing() -> None:
     plan = plan_retention(state([], log_start=7), policy(retention_ms=0, retention_bytes=0), NOW)
     assert plan.deletions == () and plan.new_log_start_offset == 7
+
+
+# ---- the delete-fraction limit (segjobs' own, not Kafka's) -------------------------------------------
+
+def test_delete_share_counts_time_and_size_deletes_per_topic_against_what_the_log_start_leaves() -> None:
+    from jobs.plan_retain import delete_shares
+
+    old = NOW - 10 * DAY
+    states = {
+        ("a", 0): state(uniform_log(4, ts=old), topic="a"),  # 3 of 4 segments expire (the last is kept)
+        ("a", 1): state(uniform_log(4), topic="a", partition=1),  # nothing expires
+        ("b", 0): state(uniform_log(4, ts=old), topic="b", log_start=20),  # log start takes 2, time 1 of 2 left
+    }
+    plans = {k: plan_retention(s, policy(retention_ms=DAY), NOW) for k, s in states.items()}
+    shares = delete_shares(states, plans, {"a": 0.5, "b": 0.5}.__getitem__)
+    a, b = shares["a"], shares["b"]
+    assert (a.partitions, a.bytes_deleted, a.bytes_judged) == (2, 300, 800)
+    assert a.fraction == 0.375 and not a.refused
+    assert (b.bytes_deleted, b.bytes_judged) == (100, 200) and not b.refused  # 0.5 is allowed, not more
+    tight = delete_shares(states, plans, lambda topic: 0.25)
+    assert tight["a"].refused and tight["a"].message() == (
+        "refused: would delete 37.5% of a's bytes (300 of 800 in 2 partition(s), by retention.ms/retention.bytes; "
+        "max 25%); raise --max-delete-fraction or set segjobs.max.delete.fraction for the topic")
+    assert not delete_shares(states, plans, lambda topic: 1.0)["a"].refused
+
+
+def test_delete_share_of_a_topic_retention_leaves_alone_is_zero() -> None:
+    from jobs.plan_retain import delete_shares
+
+    states = {("c", 0): state(uniform_log(3, ts=NOW - 10 * DAY), topic="c")}
+    plans = {k: plan_retention(s, policy("compact", retention_ms=DAY), NOW) for k, s in states.items()}
+    (share,) = delete_shares(states, plans, lambda topic: 0.0).values()
+    assert share.fraction == 0.0 and not share.refused

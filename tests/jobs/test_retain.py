@@ -135,7 +135,8 @@ def test_49_time_retention_deletes_expired_segments_and_follows_the_log_start(tm
                             epochs=[(0, 0), (1, 1), (2, 3), (3, 4)])
     pdir = d / "clicks-0"
     before = sizes(pdir, bases)
-    code, report = retain(d, "--set", "clicks:retention.ms=1d", "--set", "clicks:file.delete.delay.ms=60000")
+    code, report = retain(d, "--set", "clicks:retention.ms=1d", "--set", "clicks:file.delete.delay.ms=60000",
+                          "--max-delete-fraction", "1")  # half the segments, more than half the bytes
     assert code == 0
     e = entry(report, "clicks", 0)
     assert e["action"] == "delete"
@@ -174,7 +175,7 @@ def test_49_largest_timestamp_not_last_decides_and_headers_replace_a_missing_tim
     build_partition(d, "a", 0, [[RECENT, OLD], [OLD], [RECENT]])
     build_partition(d, "b", 0, [[RECENT, OLD], [OLD], [RECENT]], timeindex=False)
     build_partition(d, "c", 0, [[OLD, OLD + 5], [OLD], [RECENT]], timeindex=False)
-    code, report = retain(d, "--set", "*:retention.ms=1d")
+    code, report = retain(d, "--set", "*:retention.ms=1d", "--max-delete-fraction", "1")
     assert code == 0
     assert deleted(entry(report, "a", 0)) == []
     assert deleted(entry(report, "b", 0)) == []
@@ -258,7 +259,7 @@ def test_54_policies(tmp_path: Path, spark) -> None:
     for topic in ("compacted", "both", "deleted"):
         build_partition(d, topic, 0, [[OLD], [OLD], [RECENT]])
     code, report = retain(d, "--set", "*:retention.ms=1d", "--set", "compacted:cleanup.policy=compact",
-                          "--set", "both:cleanup.policy=compact,delete")
+                          "--set", "both:cleanup.policy=compact,delete", "--max-delete-fraction", "1")
     assert code == 0
     assert deleted(entry(report, "compacted", 0)) == []
     assert "only segments below the log start offset" in entry(report, "compacted", 0)["reason"]
@@ -271,7 +272,7 @@ def test_55_everything_expired_keeps_the_active_segment_and_an_empty_last_segmen
     build_partition(d, "t", 0, [[OLD], [OLD], [OLD]])
     build_partition(d, "e", 0, [[OLD], [OLD]])
     (d / "e-0" / segment_file_name(2)).write_bytes(b"")  # an empty active segment at the log end
-    code, report = retain(d, "--set", "*:retention.ms=0")
+    code, report = retain(d, "--set", "*:retention.ms=0", "--max-delete-fraction", "1")
     assert code == 0
     storage = open_storage(str(d))
     t = entry(report, "t", 0)

@@ -52,7 +52,7 @@ def test_retain_on_s3_end_to_end(s3_bucket, s3_env, tmp_path: Path, spark) -> No
     expected_bytes = sizes(local / "t-0", bases)
     upload(storage, local, log_dir)
     opts = ("--s3-endpoint", endpoint.endpoint_url, "--set", "*:retention.ms=1d",
-            "--set", "*:file.delete.delay.ms=60000")
+            "--set", "*:file.delete.delay.ms=60000", "--max-delete-fraction", "1")
 
     code, dry = retain(log_dir, *opts, "--dry-run")
     assert code == 0 and deleted(entry(dry, "t", 0)) == [(0, "retention.ms"), (1, "retention.ms")]

@@ -1,0 +1,321 @@
+"""Plan files: ``--dry-run --plan FILE`` writes down what a run decided; ``--apply FILE`` carries out exactly that.
+
+Like ``terraform plan`` / ``terraform apply``: an operator reviews a big delete (or rewrite) before it happens,
+and what happens is what was reviewed, or nothing.
+
+A plan file is one JSON document (``format``: ``segjobs-plan``, ``version``: 1) holding:
+
+* ``command`` (``retain`` or ``compact``), ``log_dir``, ``now_ms``, ``scope`` (the ``--topic`` globs and
+  ``--partition`` names), ``options`` (the command's own: ``max_delete_fraction``, and for compact
+  ``dedupe_buffer_bytes``);
+* ``configs``: every setting of every topic in scope, resolved (Kafka's defaults, the file, ``--set``);
+* ``fingerprint``: per partition in scope, every live segment file (``.log``, ``.index``, ``.timeindex``,
+  ``.txnindex``) with its size and its mtime (local disk) or ETag and last-modified time (S3); and the SHA-256
+  of the bytes of ``cleaner-offset-checkpoint`` and ``log-start-offset-checkpoint`` (null when absent);
+* ``decisions``: per partition, the segments retention deletes (base offset, bytes, rule) and the new log
+  start offset, or the refusal of the delete-fraction limit; for compact, whether the partition is
+  selected, its cleanable range, where the cleaning pass ends, and every segment group it rewrites (the
+  base offsets of the segments it replaces) with the records and bytes that go.
+
+``--apply FILE`` reads the plan, takes the lock, runs recovery, lists the log dir and recomputes the
+fingerprint: any difference refuses the run with exit code 2, naming the first one (``orders-0:
+00000000000000001000.log changed size 1048576 -> 1049600 since the plan was made``). Otherwise it runs with
+the plan's ``--now``, configs, scope and options, re-derives the decisions with the same deterministic
+planners (and, for compaction, the same cleaning tasks), and executes them only where they equal the file's:
+a plan-level difference (retention deletes, compaction selection or range) refuses the whole run before
+anything is changed (exit 2); a difference in what a cleaning task produced (it cannot happen unless the
+software changed between plan and apply) leaves that partition uncommitted and is reported (exit 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Mapping
+
+from segment_io.errors import SegjobsError, UsageError
+from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, LogDirListing
+from segment_io.storage.base import Storage
+
+PLAN_FORMAT = "segjobs-plan"
+PLAN_VERSION = 1
+#: The checkpoint files the planners read: their bytes are part of the fingerprint.
+FINGERPRINTED_CHECKPOINTS = (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT)
+#: Options ``--apply`` takes from the plan: giving them too is a usage error (unless the values agree).
+_FROM_PLAN = ("now", "config", "set", "topic", "partition")
+
+
+def add_plan_options(p: argparse.ArgumentParser) -> None:
+    """``--plan FILE`` and ``--apply FILE`` (see the module docstring)."""
+    p.add_argument("--plan", metavar="FILE.json",
+                   help="with --dry-run: also write the plan (decisions, resolved configs, --now, scope and a "
+                        "fingerprint of the log dir) to FILE (local path or s3:// URI) for review; "
+                        "--apply FILE carries it out")
+    p.add_argument("--apply", metavar="FILE.json",
+                   help="carry out exactly the plan in FILE (written by --dry-run --plan), with its --now, topic "
+                        "configs and scope; refused with exit code 2, naming the first difference, if the log "
+                        "dir changed since the plan was made. With --dry-run: only show what it would do")
+
+
+@dataclass
+class Plan:
+    """A plan file's content (see the module docstring)."""
+
+    command: str
+    log_dir: str
+    now_ms: int
+    scope: dict[str, list[str]]
+    options: dict[str, Any]
+    configs: dict[str, dict[str, Any]]
+    fingerprint: dict[str, Any]
+    decisions: dict[str, dict[str, Any]]
+    run_id: str | None = None
+    format: str = PLAN_FORMAT
+    version: int = PLAN_VERSION
+
+    def to_json(self) -> str:
+        doc = asdict(self)
+        head = {"format": doc.pop("format"), "version": doc.pop("version")}
+        return json.dumps({**head, **doc}, indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, *, source: str) -> "Plan":
+        """Parse a plan file; :class:`UsageError` naming ``source`` when it is not one this version reads."""
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise UsageError(f"--apply {source}: not a plan file (invalid JSON: {exc})") from None
+        if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT:
+            raise UsageError(f"--apply {source}: not a segjobs plan file (write one with --dry-run --plan)")
+        if doc.get("version") != PLAN_VERSION:
+            raise UsageError(f"--apply {source}: plan file version {doc.get('version')!r}; this segjobs reads "
+                             f"version {PLAN_VERSION}: make the plan again with this version")
+        try:
+            return cls(**doc)
+        except TypeError as exc:
+            raise UsageError(f"--apply {source}: malformed plan file ({exc})") from None
+
+
+def partition_name(key: tuple[str, int]) -> str:
+    return f"{key[0]}-{key[1]}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Options
+# --------------------------------------------------------------------------------------------------
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """``--plan`` needs ``--dry-run``; ``--plan`` and ``--apply`` exclude each other (usage errors)."""
+    if getattr(args, "plan", None) and getattr(args, "apply", None):
+        raise UsageError("--plan and --apply exclude each other: --dry-run --plan FILE writes a plan, "
+                         "--apply FILE carries one out")
+    if getattr(args, "plan", None) and not args.dry_run:
+        raise UsageError("--plan FILE needs --dry-run: a plan is made by a dry run, reviewed, then carried out "
+                         "with --apply FILE")
+
+
+def load_for_apply(args: argparse.Namespace, command: str, option_defaults: Mapping[str, Any]) -> Plan | None:
+    """With ``--apply FILE``: read the plan and make ``args`` say what it says (``--now``, the scope, every
+    topic's settings as ``--set`` overrides, the command's options). ``option_defaults`` are the parser's
+    defaults of the options in ``plan.options``: an option given with another value conflicts with the plan.
+    Returns the plan (None without ``--apply``); :class:`UsageError` for a plan of another command or log
+    dir, or options that contradict it."""
+    check_options(args)
+    uri = getattr(args, "apply", None)
+    if not uri:
+        return None
+    plan = read_plan(uri, args)
+    if plan.command != command:
+        raise UsageError(f"--apply {uri}: the plan was made by `segjobs {plan.command}`, not `segjobs {command}`")
+    if plan.log_dir.rstrip("/") != args.log_dir.rstrip("/"):
+        raise UsageError(f"--apply {uri}: the plan is for --log-dir {plan.log_dir}, not {args.log_dir}")
+    given = [f"--{name}" for name in _FROM_PLAN if getattr(args, name, None)]
+    given += [f"--{name.replace('_', '-')}" for name, value in plan.options.items()
+              if getattr(args, name, None) not in (option_defaults.get(name), value)]
+    if given:
+        raise UsageError(f"--apply takes --now, the topic configs, the scope and the options from the plan "
+                         f"({uri}); drop {', '.join(given)}")
+    args.now = str(plan.now_ms)
+    args.topic = list(plan.scope.get("topics", []))
+    args.partition = list(plan.scope.get("partitions", []))
+    args.config = None
+    # Exact topic names are the most specific layer there is: each topic gets exactly the planned settings.
+    args.set = [f"{topic}:{key}={_setting_text(value)}" for topic, settings in sorted(plan.configs.items())
+                for key, value in settings.items()]
+    for name, value in plan.options.items():
+        setattr(args, name, value)
+    return plan
+
+
+def _setting_text(value: Any) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def read_plan(uri: str, args: argparse.Namespace | None = None) -> Plan:
+    """Read a plan file from a local path or an s3:// URI."""
+    from jobs.args import storage_options_from_args
+    from segment_io.storage import open_storage
+
+    options = storage_options_from_args(args) if args is not None else None
+    try:
+        data = open_storage(uri, options).read(uri)
+    except SegjobsError as exc:
+        raise UsageError(f"--apply {uri}: cannot read the plan: {exc}") from None
+    return Plan.from_json(data.decode("utf-8", errors="replace"), source=uri)
+
+
+def write_plan(plan: Plan, uri: str, args: argparse.Namespace | None = None) -> None:
+    """Write ``plan`` atomically to a local path or an s3:// URI."""
+    from jobs.args import storage_options_from_args
+    from segment_io.storage import open_storage
+
+    storage = open_storage(uri, storage_options_from_args(args) if args is not None else None)
+    if storage.local_path(uri) is not None and "/" in uri:
+        storage.makedirs(uri.rsplit("/", 1)[0])
+    storage.write_atomic(uri, plan.to_json().encode("utf-8"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Fingerprint
+# --------------------------------------------------------------------------------------------------
+
+
+def fingerprint(storage: Storage, log_dir: str, listing: LogDirListing,
+                keys: Iterable[tuple[str, int]]) -> dict[str, Any]:
+    """What the decisions depend on: the live segment files of the partitions ``keys`` (size, mtime, ETag)
+    and the bytes of the checkpoint files the planners read (see the module docstring)."""
+    partitions: dict[str, dict[str, dict[str, Any]]] = {}
+    for key in sorted(keys):
+        files: dict[str, dict[str, Any]] = {}
+        for seg in listing.partitions[key].segments:
+            for f in (seg.log, seg.index, seg.timeindex, seg.txnindex):
+                if f is not None:
+                    files[f.name] = {"size": f.size, "mtime_ms": f.mtime_ms,
+                                     **({"etag": f.etag} if f.etag else {})}
+        partitions[partition_name(key)] = files
+    checkpoints = {}
+    for name in FINGERPRINTED_CHECKPOINTS:
+        present = name in listing.checkpoints
+        checkpoints[name] = hashlib.sha256(storage.read(storage.join(log_dir, name))).hexdigest() if present else None
+    return {"partitions": partitions, "checkpoints": checkpoints}
+
+
+def first_difference(planned: Mapping[str, Any], current: Mapping[str, Any]) -> str | None:
+    """The first way the log dir changed between two fingerprints, in words; None when they are equal."""
+    since = "since the plan was made"
+    a_parts, b_parts = planned.get("partitions", {}), current.get("partitions", {})
+    for name in sorted(set(a_parts) | set(b_parts)):
+        if name not in b_parts:
+            return f"{name}: the partition is gone {since}"
+        if name not in a_parts:
+            return f"{name}: the partition is new {since}"
+        a, b = a_parts[name], b_parts[name]
+        for fname in sorted(set(a) | set(b)):
+            if fname not in b:
+                return f"{name}: {fname} is gone {since}"
+            if fname not in a:
+                return f"{name}: {fname} is new {since}"
+            for fld, word in (("size", "size"), ("etag", "ETag"), ("mtime_ms", "mtime")):
+                if a[fname].get(fld) != b[fname].get(fld):
+                    return f"{name}: {fname} changed {word} {a[fname].get(fld)} -> {b[fname].get(fld)} {since}"
+    a_cps, b_cps = planned.get("checkpoints", {}), current.get("checkpoints", {})
+    for cp in sorted(set(a_cps) | set(b_cps)):
+        if a_cps.get(cp) != b_cps.get(cp):
+            was, now = (h[:12] if h else "absent" for h in (a_cps.get(cp), b_cps.get(cp)))
+            return f"{cp} changed {since} (sha256 {was} -> {now})"
+    return None
+
+
+def decision_difference(planned: Any, current: Any, path: str = "") -> str | None:
+    """The first difference between two decision documents, as ``path: value in the plan, value now``."""
+    if isinstance(planned, dict) and isinstance(current, dict):
+        for k in sorted(set(planned) | set(current), key=str):
+            sub = f"{path}.{k}" if path else str(k)
+            if k not in current:
+                return f"{sub}: in the plan, not decided now"
+            if k not in planned:
+                return f"{sub}: decided now ({current[k]!r}), not in the plan"
+            diff = decision_difference(planned[k], current[k], sub)
+            if diff:
+                return diff
+        return None
+    if planned != current:
+        return f"{path}: {planned!r} in the plan, {current!r} now"
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# In a job
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PlanStage:
+    """The plan-file side of one job run: the plan being applied (``--apply``) or the decisions being
+    collected for ``--plan``."""
+
+    applying: Plan | None
+    decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, ctx) -> "PlanStage":
+        """The stage of a job context (one per run, kept in ``ctx.extra``)."""
+        stage = ctx.extra.get("planfile")
+        if stage is None:
+            stage = ctx.extra["planfile"] = cls(getattr(ctx.args, "apply_plan", None))
+        return stage
+
+    def check_unchanged(self, ctx) -> None:
+        """With ``--apply``: refuse (exit 2) when the log dir differs from the plan's fingerprint. Call it
+        before anything is changed; the listing it checks is the one the run works from (taken under the
+        lock, after recovery)."""
+        if self.applying is None:
+            return
+        now = fingerprint(ctx.storage, ctx.log_dir, ctx.listing, ctx.scans)
+        diff = first_difference(self.applying.fingerprint, now)
+        if diff:
+            raise UsageError(f"--apply {ctx.args.apply}: refused, nothing done: {diff}; make a new plan "
+                             f"(--dry-run --plan)")
+
+    def check_decisions(self, ctx, decisions: Mapping[str, dict[str, Any]], part: str, *,
+                        later: tuple[str, ...] = ()) -> None:
+        """Record ``decisions`` (per partition name, under ``part``) and, with ``--apply``, refuse (exit 2)
+        when they differ from the plan's. Call it before anything is changed; ``later`` names the keys of
+        the plan's decisions that are only known (and checked) later in the run."""
+        for name, d in decisions.items():
+            self.decisions.setdefault(name, {})[part] = d
+        if self.applying is None:
+            return
+        planned = {name: {k: v for k, v in d[part].items() if k not in later}
+                   for name, d in self.applying.decisions.items() if part in d}
+        diff = decision_difference(planned, dict(decisions))
+        if diff:
+            raise UsageError(f"--apply {ctx.args.apply}: refused, nothing done: the {part} decided now differs "
+                             f"from the plan: {diff}")
+
+    def planned(self, name: str, part: str) -> Any:
+        """The plan's decision ``part`` for partition ``name`` (None without ``--apply`` or when absent)."""
+        if self.applying is None:
+            return None
+        return self.applying.decisions.get(name, {}).get(part)
+
+    def write(self, ctx, command: str, options: Mapping[str, Any]) -> None:
+        """With ``--plan FILE`` (a dry run): write the plan of this run."""
+        uri = getattr(ctx.args, "plan", None)
+        if not uri:
+            return
+        plan = Plan(command=command, log_dir=ctx.log_dir, now_ms=ctx.now_ms,
+                    scope={"topics": list(ctx.args.topic), "partitions": list(ctx.args.partition)},
+                    options=dict(options),
+                    configs={t: ctx.configs.for_topic(t).to_settings() for t in sorted({t for t, _ in ctx.scans})},
+                    fingerprint=fingerprint(ctx.storage, ctx.log_dir, ctx.listing, ctx.scans),
+                    decisions={k: self.decisions[k] for k in sorted(self.decisions)}, run_id=ctx.report.run_id)
+        write_plan(plan, uri, ctx.args)
+        ctx.progress(f"plan written to {uri}; carry it out with --apply {uri}")
+
+
+__all__ = ["PLAN_FORMAT", "PLAN_VERSION", "Plan", "PlanStage", "add_plan_options", "check_options",
+           "decision_difference", "fingerprint", "first_difference", "load_for_apply", "read_plan", "write_plan"]
