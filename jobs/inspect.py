@@ -49,7 +49,7 @@ import pyarrow as pa
 
 from jobs.args import add_log_dir_options
 from jobs.cardinality import HyperLogLog, exact_distinct
-from jobs.config import TopicConfig
+from jobs.config import TopicConfig, never_touched
 from jobs.jobrun import JobContext, run_job
 from jobs.model import PartitionState
 from jobs.plan_compact import CompactionPlan, plan_compaction
@@ -352,6 +352,14 @@ def _row(topic: str, partition: int, values: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def _predicted_retention(state: PartitionState, config: TopicConfig, now_ms: int) -> RetentionPlan:
+    """What ``retain`` would do to a partition: nothing for a topic segjobs never touches."""
+    if never_touched(state.topic):
+        return RetentionPlan(state.topic, state.partition, (), state.log_start_offset, state.log_start_offset,
+                             False, ())
+    return plan_retention(state, config, now_ms)
+
+
 def _work(ctx: JobContext) -> None:
     from jobs.model import Scope as PlanScope
     from jobs.retain import plan_retention_first, refused_topics
@@ -359,7 +367,7 @@ def _work(ctx: JobContext) -> None:
     exact = bool(ctx.args.exact)
     rows: dict[tuple[str, int], dict[str, Any]] = {}
     tasks: list[InspectTask] = []
-    retentions = {k: plan_retention(s.state, ctx.configs.for_topic(k[0]), ctx.now_ms)
+    retentions = {k: _predicted_retention(s.state, ctx.configs.for_topic(k[0]), ctx.now_ms)
                   for k, s in ctx.scans.items() if s.error is None}
     refused = refused_topics(ctx, retentions)
     # compact,delete partitions: compaction predicted on what retention leaves, as `compact` runs them
@@ -377,6 +385,9 @@ def _work(ctx: JobContext) -> None:
         if held:
             why = f"left untouched: retention {first.refused[key[0]].message()}"
             plan = replace(plan, selected=False, reason=why, note=why)
+        untouchable = never_touched(scan.topic)
+        if untouchable:  # as compact and retain skip it
+            plan = replace(plan, selected=False, reason=untouchable, note=untouchable)
         retention = retentions[key]
         ctx.report.warnings.extend(f"{scan.name}: retention: {w}" for w in retention.warnings)
         rows[key] = _row(*key, {**_plan_values(scan.state, config, plan, retention, ctx.now_ms),

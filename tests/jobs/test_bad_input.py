@@ -119,6 +119,13 @@ def test_naming_an_internal_topic_exactly_overrides_kafkas_config_but_never_the_
     three_segments(d, "__consumer_offsets")
     three_segments(d, "__cluster_metadata")
     meta = snapshot(d / "__cluster_metadata-0")
+    # inspect predicts what the jobs below do: nothing for the metadata log, however it is configured
+    code, report = run("inspect", d, "--set", "__cluster_metadata:cleanup.policy=compact,delete",
+                       "--set", "*:retention.ms=1d", "--set", "__cluster_metadata:min.cleanable.dirty.ratio=0")
+    assert code == 0
+    e = entry(report, "__cluster_metadata", 0)
+    assert (e["compaction_selected"], e["retention_segments_deleted"]) == (False, 0)
+    assert e["compaction_reason"].startswith("KRaft metadata log, never touched")
     code, report = run("retain", d, "--set", "__consumer_offsets:cleanup.policy=delete",
                        "--set", "__cluster_metadata:cleanup.policy=delete", "--set", "*:retention.ms=1d",
                        "--max-delete-fraction", "1")
