@@ -443,8 +443,8 @@ def test_s3_live_holder_is_refused_with_the_break_lease_command_and_break_needs_
     with pytest.raises(LockHeldError) as info:
         with acquire(storage, log_dir, now_ms=NOW + 1, ttl_ms=TTL):
             pass
-    assert (f"is locked by segjobs run run-far (pid 4242 on host other-host since 2023-11-14T22:13:20.000Z) until "
-            f"2023-11-14T22:14:20.000Z") in str(info.value)
+    assert ("is locked by segjobs run run-far (pid 4242 on host other-host since 2023-11-14T22:13:20.000Z) until "
+            "2023-11-14T22:14:20.000Z") in str(info.value)
     assert f"segjobs recover --log-dir {log_dir} --break-lease run-far" in str(info.value)
     with pytest.raises(LockHeldError, match="--break-lease run-near does not name the holder: the lease is held "
                                             "by segjobs run run-far"):

@@ -29,7 +29,7 @@ from jobs.timeutil import wall_clock_ms
 from segment_io.storage import S3Storage
 from tests.jobs.test_compact_faults import CONFIG, NOW, TOPIC, build_partition
 from tests.jobs.test_compact_s3 import PREFIX, _objects, _upload, s3  # noqa: F401 - s3: the fixture
-from tests.jobs.test_lock import _FOREIGN_HOLD_SCRIPT, _HOLD_SCRIPT, _hold_in_subprocess, _lease_of_a_killed_process, _release
+from tests.jobs.test_lock import _FOREIGN_HOLD_SCRIPT, _hold_in_subprocess, _lease_of_a_killed_process, _release
 
 HOST = socket.gethostname()
 
