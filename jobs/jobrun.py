@@ -30,10 +30,16 @@ from jobs.args import (
 )
 from jobs.config import ConfigSet
 from jobs.report import Progress, RunReport, absolute_uri, append_ledger, render_stopped_summary, write_report
-from jobs.scan import PartitionScan, scan_partition
+from jobs.scan import PartitionError, PartitionScan, scan_partition
 from jobs.timeutil import format_instant, resolve_now, wall_clock_ms
 from segment_io.errors import ConfigError, CorruptCheckpointError, LockHeldError, SegjobsError, StorageError, UsageError
-from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, LogDirListing, list_log_dir
+from segment_io.layout import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    LogDirListing,
+    list_log_dir,
+    parse_partition_dir,
+)
 from segment_io.storage.base import Storage
 
 
@@ -307,10 +313,17 @@ def _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, con
     """The part of :func:`run_job` that runs under the lock: recover, list, scan, work."""
     from jobs.recover import recover_log_dir
 
+    unrecovered: dict[tuple[str, int] | None, Exception] = {}
     if destructive and not dry_run:
         check = None if lease is None else (lambda: lease.check(wall_clock_ms()))
-        recovered = [r for r in recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work_dir, check=check)
-                     if r.changed]
+        reports = recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work_dir, check=check)
+        unrecovered = {parse_partition_dir(r.partition_uri.rstrip("/").rsplit("/", 1)[-1]): r.error
+                       for r in reports if r.error is not None}
+        for r in reports:
+            if r.error is not None:
+                progress.error(f"{r.partition_uri}: NOT RECOVERED, left as it is and not touched by this run: "
+                               f"{r.error}")
+        recovered = [r for r in reports if r.changed]
         for r in recovered:
             progress(f"recovered {r.partition_uri}: {', '.join(a.action for a in r.actions)}")
         report.totals["recovered_partitions"] = len(recovered)
@@ -344,6 +357,9 @@ def _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, con
     # go in a few tasks per core. Transaction scans read whole logs: one task per partition balances them.
     tasks = spark.sparkContext.defaultParallelism * 4 if scan_depth == "headers" else None
     for scan in ctx.parallel_map(_scan_task, items, tasks=tasks):
+        error = unrecovered.get((scan.topic, scan.partition))
+        if error is not None:  # an interrupted commit recovery could not settle: nobody touches the partition
+            scan.error, scan.state, scan.txn = PartitionError.from_exception(error), None, None
         ctx.scans[(scan.topic, scan.partition)] = scan
         for w in scan.warnings:
             report.warnings.append(w)

@@ -104,6 +104,9 @@ class RecoveryReport:
 
     partition_uri: str
     actions: list[RecoveryAction] = field(default_factory=list)
+    #: Set when what an interrupted run left in this partition cannot be settled safely: the partition was
+    #: left exactly as it was (recovery changes nothing before it raises), and no job may touch it.
+    error: RecoveryError | None = None
 
     @property
     def changed(self) -> bool:
@@ -160,7 +163,8 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
     themselves. ``work_uri`` defaults to the log dir's sibling ``<log-dir>.segjobs``; ``check`` is called
     before each partition and before the log-dir step (the caller's lease check: it raises to stop). One
     report per partition, in name order, followed by one for the log dir (``partition_uri`` is the log dir)
-    if that changed anything."""
+    if that changed anything. A partition whose leftovers cannot be settled safely gets a report with ``error``
+    set (and nothing changed in it) while the others are recovered."""
     work = work_uri if work_uri is not None else log_dir_work_uri(log_dir_uri)
     names = {d.rstrip("/").rsplit("/", 1)[-1] for d in storage.list_dirs(log_dir_uri)}
     names |= {d.rstrip("/").rsplit("/", 1)[-1] for d in storage.list_dirs(storage.join(work, COMMIT_DIR))}
@@ -168,7 +172,13 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
     for name in sorted(n for n in names if parse_partition_dir(n) is not None):
         if check is not None:
             check()
-        reports.append(recover_partition(storage, storage.join(log_dir_uri, name), work_uri=work, now_ms=now_ms))
+        partition_uri = storage.join(log_dir_uri, name)
+        try:
+            reports.append(recover_partition(storage, partition_uri, work_uri=work, now_ms=now_ms))
+        except RecoveryError as exc:
+            # One partition that cannot be settled must not hold the others back: it is reported, left as it
+            # is (with its intent and staged files, for a person to look at), and the jobs leave it alone.
+            reports.append(RecoveryReport(partition_uri, error=exc))
     if check is not None:
         check()
     top = RecoveryReport(log_dir_uri)

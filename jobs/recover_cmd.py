@@ -92,6 +92,9 @@ def run(args: argparse.Namespace) -> int:
             if reports is None:
                 raise  # refused: nothing was done
             lost = str(exc)  # taken over after the work was done, found at the release
+    failed = [r for r in reports if r.error is not None]
+    for r in failed:
+        print(f"segjobs recover: {r.partition_uri}: NOT RECOVERED, left as it is: {r.error}", file=sys.stderr)
     changed = [r for r in reports if r.changed]
     for r in changed:
         for a in r.actions:
@@ -105,4 +108,4 @@ def run(args: argparse.Namespace) -> int:
     if lost is not None:
         print(f"segjobs recover: LOST THE LEASE: {lost}", file=sys.stderr)
         return 1
-    return 0
+    return 1 if failed else 0

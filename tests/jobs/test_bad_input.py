@@ -408,3 +408,32 @@ def test_compaction_rebuilds_a_wrong_index_and_says_so(tmp_path: Path, spark, ca
     assert "verify: OK" in capsys.readouterr().err
     code, report = run("compact", d, "--set", "*:cleanup.policy=compact", "--partition", "calm-0")
     assert code == 0 and entry(report, "calm", 0)["action"] == "unchanged"  # nothing left to rebuild
+
+
+def test_a_partition_recovery_cannot_settle_is_left_alone_while_the_others_proceed(tmp_path: Path, spark,
+                                                                                     capsys) -> None:
+    """An interrupted commit whose intent is unreadable: recovery changes nothing in that partition and names
+    it, the job leaves it alone (exit 1), and every other partition is recovered and worked on as usual."""
+    from jobs.commit import partition_work_uri
+    from jobs.lock import work_uri
+
+    d = tmp_path / "logs"
+    three_segments(d, "a")
+    three_segments(d, "b")
+    storage = open_storage(str(d))
+    intent = Path(partition_work_uri(storage, work_uri(str(d)), str(d / "a-0"))) / "replace.json"
+    intent.parent.mkdir(parents=True)
+    intent.write_bytes(b"{not json")
+    before = snapshot(d / "a-0")
+
+    code, report = run("retain", d, "--max-delete-fraction", "1")
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "a-0: NOT RECOVERED, left as it is" in err and "unreadable replace intent" in err
+    assert entry(report, "a", 0)["action"] == "error"
+    assert [x["base_offset"] for x in entry(report, "b", 0)["deleted"]] == [0, 1]  # b's retention still ran
+    assert snapshot(d / "a-0") == before and intent.read_bytes() == b"{not json"
+
+    assert main(["recover", "--log-dir", str(d)]) == 1
+    assert "a-0: NOT RECOVERED, left as it is" in capsys.readouterr().err
+    assert snapshot(d / "a-0") == before
