@@ -40,7 +40,7 @@ def add_log_dir_options(p: argparse.ArgumentParser, *, destructive: bool = True,
                        help="S3: how long the log dir's lease lasts without renewal (default 2m, or "
                             "$SEGJOBS_LEASE_TTL); a heartbeat renews it every third of that while the job runs, "
                             "so a killed run blocks others for at most this long")
-    p.add_argument("--max-batch-bytes", metavar="SIZE",
+    p.add_argument("--max-batch-bytes", type=batch_bytes_arg, metavar="SIZE",
                    help="the most bytes one compressed batch may inflate to before it is reported as corrupt "
                         "(a decompression bomb); default 256MiB, or $SEGJOBS_MAX_BATCH_BYTES")
     p.add_argument("--report", metavar="FILE.json", help="write the JSON report here (local path or s3:// URI)")
@@ -149,6 +149,15 @@ def size_arg(text: str) -> int:
         return parse_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def batch_bytes_arg(text: str) -> int:
+    """argparse ``type=`` for ``--max-batch-bytes``: a positive size (the per-batch decompression bound of
+    :func:`segment_io.compression.max_batch_bytes`)."""
+    value = size_arg(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
 
 
 def duration_arg(text: str) -> int:

@@ -27,7 +27,7 @@ from typing import IO
 
 import numpy as np
 
-from jobs.args import size_arg
+from jobs.args import batch_bytes_arg, size_arg
 from jobs.timeutil import format_instant
 from segment_io import layout
 from segment_io.compression import CODEC_NAMES
@@ -43,7 +43,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="text (default) or jsonl: one JSON object per record")
     p.add_argument("--verify", action="store_true",
                    help="check CRCs, record framing and index sanity; exit 1 on any problem")
-    p.add_argument("--max-batch-bytes", type=_batch_bound, default=None, metavar="SIZE",
+    p.add_argument("--max-batch-bytes", type=batch_bytes_arg, default=None, metavar="SIZE",
                    help="the most bytes one compressed batch may inflate to; past it the batch is reported as "
                         "a decompression bomb (default: $SEGJOBS_MAX_BATCH_BYTES, else 256MiB)")
     p.add_argument("--max-value-bytes", type=size_arg, default=64, metavar="SIZE",
@@ -56,13 +56,6 @@ INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
 CHECKPOINT_FILES = (*layout.OFFSET_CHECKPOINT_FILES, layout.LEADER_EPOCH_CHECKPOINT)
 _WHAT_DUMP_READS = ("dump reads .log segments, .index/.timeindex/.txnindex files, checkpoint files "
                     "and partition directories")
-
-
-def _batch_bound(text: str) -> int:
-    value = size_arg(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
-    return value
 
 
 def _expand(storage, path: str) -> tuple[list[str], list[SegjobsError]]:

@@ -32,6 +32,7 @@ from jobs.config import ConfigSet
 from jobs.report import Progress, RunReport, absolute_uri, append_ledger, render_stopped_summary, write_report
 from jobs.scan import PartitionError, PartitionScan, scan_partition
 from jobs.timeutil import format_instant, resolve_now, wall_clock_ms
+from segment_io import compression
 from segment_io.errors import ConfigError, CorruptCheckpointError, LockHeldError, SegjobsError, StorageError, UsageError
 from segment_io.layout import (
     CLEANER_OFFSET_CHECKPOINT,
@@ -146,21 +147,6 @@ def _scan_task(item: tuple) -> PartitionScan:
                           now_ms=now_ms, producer_id_expiration_ms=pid_exp)
 
 
-def _batch_inflation_bound(option: str | None) -> int:
-    """The per-batch decompression bound (``--max-batch-bytes``, else $SEGJOBS_MAX_BATCH_BYTES, else the
-    default), checked before any work: a malformed value is a usage or configuration error (exit 2)."""
-    from segment_io import compression
-    from segment_io.errors import ConfigError
-    from segment_io.units import parse_size
-
-    if option is None:
-        return compression.max_batch_bytes()
-    try:
-        return compression.max_batch_bytes(parse_size(option))
-    except (ValueError, ConfigError) as e:
-        raise UsageError(f"--max-batch-bytes {option!r}: {e}") from None
-
-
 def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext], None], *,
             scan_depth: str, destructive: bool = True) -> int:
     """Run one job end to end; returns the process exit code (0 ok, 1 some partition failed)."""
@@ -177,7 +163,8 @@ def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext],
     storage = open_storage(log_dir, options)
     report_uri = absolute_uri(args.report) if args.report else None
     ledger_uri = absolute_uri(args.ledger) if getattr(args, "ledger", None) else None
-    max_batch = _batch_inflation_bound(getattr(args, "max_batch_bytes", None))
+    # --max-batch-bytes (already parsed), else $SEGJOBS_MAX_BATCH_BYTES: a malformed one is exit 2 here
+    max_batch = compression.max_batch_bytes(getattr(args, "max_batch_bytes", None))
     preflight(storage, log_dir, report_uri, ledger_uri, options)  # first: S3 answers within seconds, or exit 2
     check_log_dir_is_dir(storage, log_dir)
     work_dir = work_uri(log_dir)
