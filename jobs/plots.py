@@ -143,8 +143,13 @@ def _spans_decades(values: Any, decades: float = LOG_DECADES) -> bool:
     return len(v) > 1 and np.log10(v.max() / v.min()) > decades
 
 
+def _bar_height(n_rows: int, height_per_row: float = 0.35) -> float:
+    """Inches for a bar chart of ``n_rows`` rows: room for each label, and a floor for a handful."""
+    return max(2.5, 1.2 + height_per_row * n_rows)
+
+
 def _bar_figure(n_rows: int, height_per_row: float = 0.35) -> tuple[Figure, Any]:
-    fig = Figure(figsize=(10, max(2.5, 1.2 + height_per_row * n_rows)), layout="constrained")
+    fig = Figure(figsize=(10, _bar_height(n_rows, height_per_row)), layout="constrained")
     return fig, fig.add_subplot()
 
 
@@ -168,7 +173,7 @@ def dirty_ratio_chart(rows: Any, *, by: str = "partition", top: int = TOP) -> Fi
     of every partition's ratio (log counts when they span more than two decades)."""
     df = as_pandas(rows)
     bars, note = _top(_units(df, by), df, by, "dirty_ratio", top, "dirty ratio")
-    height = max(2.5, 1.2 + 0.35 * len(bars))
+    height = _bar_height(len(bars))
     fig = Figure(figsize=(10, height + (3.0 if note else 0.0)), layout="constrained")
     grid = fig.add_gridspec(2 if note else 1, 1, height_ratios=[height, 3.0] if note else [1])
     ax = fig.add_subplot(grid[0])
