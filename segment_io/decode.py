@@ -194,55 +194,85 @@ def _first_bad_batch(seg: _Segment, batches: np.ndarray, codecs: np.ndarray, cou
     return j, _inflate_error(seg, exc, b, limit)
 
 
-def _prepare_v2(seg: _Segment, batches: np.ndarray) -> tuple[_V2Input, int]:
-    """Where the records of ``batches`` lie, decompressing payloads from the first batch on until they pass
-    ``_CHUNK_BYTES`` (always at least one batch): returns the input and how many of ``batches`` it covers.
+@dataclass
+class _V2Plan:
+    """Where the records of ``batches`` lie before any decompression, and what each compressed payload may
+    inflate to: worked out once for all of ``batches``, then cut into bounded pieces by :func:`_prepare_v2`."""
 
-    Each payload inflates to at most its :func:`compression.batch_limit` and goes straight into one buffer
-    allocated in advance from what the frames say, so a genuine payload is decompressed once and never copied,
-    and a chunk of batches that each stay within the bound still holds no more than about ``_CHUNK_BYTES``."""
+    batches: np.ndarray
+    rstart: np.ndarray  # records start / end in the segment, per batch
+    rend: np.ndarray
+    counts: np.ndarray
+    which: np.ndarray  # indices (into batches) of the compressed batches; the arrays below follow them
+    c_codecs: np.ndarray
+    c_start: np.ndarray
+    c_end: np.ndarray
+    limits: np.ndarray
+    capacities: np.ndarray
+    cum_capacity: np.ndarray
+    first_bad: int  # index (into which) of the first compressed batch that fails before decompressing
+    error: CorruptRecordError | None
+
+
+def _plan_v2(seg: _Segment, batches: np.ndarray) -> _V2Plan:
     hdr = seg.hdr
     rstart = hdr.position[batches] + V2_HEADER_SIZE
     rend = hdr.position[batches] + hdr.size[batches].astype(np.int64)
     counts = hdr.record_count[batches].astype(np.int64)
     codecs = hdr.codec[batches]
-    n = len(batches)
-    src = np.zeros(n, dtype=np.uint8)
     which = np.flatnonzero(codecs)
-    if not len(which):
-        return _V2Input(batches, np.zeros(0, np.uint8), src, rstart, rend, counts), n
     c_codecs, c_counts = codecs[which].astype(np.int64), counts[which]
     c_start, c_end = rstart[which], rend[which]
     limits = compression.batch_limit(c_counts, seg.max_batch_bytes)
     at_least, capacities = compression.plan_payloads(seg.arr, c_start, c_end, c_codecs, limits)
     first_bad, error = _first_bad_batch(seg, batches[which], c_codecs, c_counts, at_least, limits)
-    if first_bad == 0:
-        raise error
+    return _V2Plan(batches, rstart, rend, counts, which, c_codecs, c_start, c_end, limits, capacities,
+                   np.cumsum(capacities), first_bad, error)
+
+
+def _prepare_v2(seg: _Segment, plan: _V2Plan, start: int) -> tuple[_V2Input, int]:
+    """The piece of ``plan`` from batch ``start`` on, decompressing payloads until they pass ``_CHUNK_BYTES``
+    (always at least one batch): returns the input and the index of the first batch after it.
+
+    Each payload inflates to at most its :func:`compression.batch_limit` and goes straight into one buffer
+    allocated in advance from what the frames say, so a genuine payload is decompressed once and never copied,
+    and a chunk of batches that each stay within the bound still holds no more than about ``_CHUNK_BYTES``."""
+    n = len(plan.batches)
+    k0 = int(np.searchsorted(plan.which, start))  # the first compressed batch of the piece
+    src = np.zeros(n - start, dtype=np.uint8)
+    rstart, rend, counts = plan.rstart[start:].copy(), plan.rend[start:].copy(), plan.counts[start:]
+    if k0 == len(plan.which):
+        return _V2Input(plan.batches[start:], np.zeros(0, np.uint8), src, rstart, rend, counts), n
+    if k0 == plan.first_bad:
+        raise plan.error
     # decode the batches before the first bad one (their errors come first) and within the chunk budget
-    take = min(first_bad, max(1, int(np.searchsorted(np.cumsum(capacities), _CHUNK_BYTES, side="right"))))
-    if take < len(which):
-        n = int(which[take])
+    before = int(plan.cum_capacity[k0 - 1]) if k0 else 0
+    fitting = int(np.searchsorted(plan.cum_capacity, before + _CHUNK_BYTES, side="right")) - k0
+    k1 = k0 + min(plan.first_bad - k0, max(1, fitting))
+    end = int(plan.which[k1]) if k1 < len(plan.which) else n
     inflater = compression.Inflater()
     done: list[int] = []
     try:
-        inflater.add_all(seg.mv, c_start[:take].tolist(), c_end[:take].tolist(), c_codecs[:take].tolist(),
-                         limits[:take].tolist(), capacities[:take].tolist(), done)
+        inflater.add_all(seg.mv, plan.c_start[k0:k1].tolist(), plan.c_end[k0:k1].tolist(),
+                         plan.c_codecs[k0:k1].tolist(), plan.limits[k0:k1].tolist(),
+                         plan.capacities[k0:k1].tolist(), done)
     except CorruptRecordError as exc:
-        j = len(done)
-        raise _inflate_error(seg, exc, int(batches[which[j]]), int(limits[j])) from None
-    taken = which[:take]
+        k = k0 + len(done)
+        raise _inflate_error(seg, exc, int(plan.batches[plan.which[k]]), int(plan.limits[k])) from None
+    taken = plan.which[k0:k1] - start
     src[taken] = 1
     rend[taken] = done
     rstart[taken] = [0] + done[:-1]
-    return _V2Input(batches[:n], inflater.view(), src[:n], rstart[:n], rend[:n], counts[:n]), n
+    m = end - start
+    return _V2Input(plan.batches[start:end], inflater.view(), src[:m], rstart[:m], rend[:m], counts[:m]), end
 
 
 def _v2_inputs(seg: _Segment, batches: np.ndarray) -> Iterator[_V2Input]:
-    """:func:`_prepare_v2` over all of ``batches``, one bounded piece after another."""
-    while len(batches):
-        inp, used = _prepare_v2(seg, batches)
+    """All of ``batches``, one bounded piece (:func:`_prepare_v2`) after another, planned once."""
+    plan, start = _plan_v2(seg, batches), 0
+    while start < len(batches):
+        inp, start = _prepare_v2(seg, plan, start)
         yield inp
-        batches = batches[used:]
 
 
 _KERNEL_ERRORS: dict[int, tuple[type[CorruptRecordError], str]] = {
