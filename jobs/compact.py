@@ -47,7 +47,6 @@ if __name__ == "__main__":  # spark-submit jobs/compact.py
     sys.path.insert(0, os.path.dirname(_jobs_dir))
 
 import argparse
-import dataclasses
 import functools
 import time
 from contextlib import ExitStack
@@ -58,7 +57,7 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from jobs.args import add_log_dir_options, size_arg
-from jobs.config import TopicConfig, never_touched
+from jobs.config import TopicConfig
 from jobs.jobrun import JobContext, run_job, scan_error_entry
 from jobs.model import PartitionState, Scope as PlanScope
 from jobs.plan_compact import CompactionPlan, group_segments_by_size, plan_compaction, updated_cleaner_checkpoints
@@ -494,8 +493,6 @@ def _work(ctx: JobContext) -> None:
         scope = plan_scope if ctx.scope.explicit(*key) else PlanScope()
         listing, scan = first.compaction_input(ctx, key)
         plan = plan_compaction(scan.state, config, ctx.now_ms, scope)
-        if never_touched(scan.topic):
-            plan = dataclasses.replace(plan, selected=False, reason=never_touched(scan.topic), checkpoint_reset=False)
         plans[key], states[key] = plan, scan.state
         if plan.selected and key not in held:
             tasks.append(CompactTask(ctx.storage, listing, scan.state, plan, config, scan.txn, ctx.now_ms, max_keys,
@@ -509,7 +506,6 @@ def _work(ctx: JobContext) -> None:
     failed = {k for k, e in retention.items() if e["action"] == "error" and k in first.plans}
     tasks = [t for t in tasks if (t.plan.topic, t.plan.partition) not in failed]
     ctx.progress(f"{len(tasks)} of {len(plans)} partition(s) selected for compaction")
-    _clear_private_staging(ctx)
     outcomes = {(o.topic, o.partition): o for o in ctx.parallel_map(compact_partition, tasks)}
 
     checkpoints = dict(ctx.checkpoints[CLEANER_OFFSET_CHECKPOINT])
@@ -635,14 +631,6 @@ def _move_to_cleaned(ctx: JobContext, partition_uri: str, g: GroupOutcome) -> No
                 out.write(storage.read(src))
             storage.set_mtime(dst, g.mtime_ms)
             storage.delete(src)
-
-
-def _clear_private_staging(ctx: JobContext) -> None:
-    """Staged files of an earlier, interrupted run are never committed: remove them before tasks stage anew."""
-    root = ctx.storage.join(ctx.work_uri, STAGING_DIR)
-    if ctx.storage.atomic_rename and not ctx.dry_run:
-        for info in ctx.storage.list(root, recursive=True):
-            ctx.storage.delete(info.uri)
 
 
 _TABLE_COLUMNS = (("partition", "partition"), ("action", "action"), ("dirty", "dirty"), ("segments", "segments"),

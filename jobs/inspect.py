@@ -385,9 +385,6 @@ def _work(ctx: JobContext) -> None:
         if held:
             why = f"left untouched: retention {first.refused[key[0]].message()}"
             plan = replace(plan, selected=False, reason=why, note=why)
-        untouchable = never_touched(scan.topic)
-        if untouchable:  # as compact and retain skip it
-            plan = replace(plan, selected=False, reason=untouchable, note=untouchable)
         retention = retentions[key]
         ctx.report.warnings.extend(f"{scan.name}: retention: {w}" for w in retention.warnings)
         rows[key] = _row(*key, {**_plan_values(scan.state, config, plan, retention, ctx.now_ms),

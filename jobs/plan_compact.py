@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Collection, Iterable, Mapping, Sequence
 
-from jobs.config import INT_MAX, TopicConfig
+from jobs.config import INT_MAX, TopicConfig, never_touched
 from jobs.model import PartitionState, Scope, SegmentInfo
 from segment_io.index import OFFSET_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE
 
@@ -272,7 +272,11 @@ def plan_compaction(state: PartitionState, config: TopicConfig, now_ms: int,
 
     min_ratio = config.min_cleanable_dirty_ratio
     numbers = f"dirty ratio {ratio:.4f} ({cleanable_bytes} cleanable of {total} bytes)"
-    if not scope.includes(state.topic, state.partition):
+    untouchable = never_touched(state.topic)
+    if untouchable:  # a Kafka topic segjobs never rewrites, however it is configured or asked for
+        selected, reason = False, untouchable
+        note = reason
+    elif not scope.includes(state.topic, state.partition):
         selected, reason = False, "outside the requested scope"
         note = reason
     elif not config.compact:
@@ -306,7 +310,7 @@ def plan_compaction(state: PartitionState, config: TopicConfig, now_ms: int,
         first_uncleanable_dirty_offset=offsets.first_uncleanable_dirty_offset,
         first_uncleanable_offset=first_uncleanable, bound_by=offsets.bound_by,
         # Kafka only looks at (and repairs the checkpoints of) compacted logs
-        checkpoint_reset=offsets.checkpoint_reset and config.compact,
+        checkpoint_reset=offsets.checkpoint_reset and config.compact and not untouchable,
         previous_checkpoint=state.cleaner_checkpoint,
         clean_bytes=clean_bytes, cleanable_bytes=cleanable_bytes, uncleanable_bytes=uncleanable_bytes,
         dirty_ratio=ratio, min_cleanable_dirty_ratio=min_ratio, max_compaction_delay_ms=delay,
