@@ -298,16 +298,16 @@ def _read_only_filesystem(path: str) -> bool:
 def _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, configs, scope, now_ms, dry_run,
                 destructive, report, progress, lease, *, max_batch: int) -> JobContext:
     """The part of :func:`run_job` that runs under the lock: recover, list, scan, work."""
+    from jobs.commit import partition_name
     from jobs.recover import recover_log_dir
 
     unrecovered: dict[tuple[str, int] | None, Exception] = {}
     if destructive and not dry_run:
         check = None if lease is None else (lambda: lease.check(wall_clock_ms()))
         reports = recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work_dir, check=check)
-        unrecovered = {parse_partition_dir(r.partition_uri.rstrip("/").rsplit("/", 1)[-1]): r.error
-                       for r in reports if r.error is not None}
         for r in reports:
             if r.error is not None:
+                unrecovered[parse_partition_dir(partition_name(r.partition_uri))] = r.error
                 progress.error(f"{r.partition_uri}: NOT RECOVERED, left as it is and not touched by this run: "
                                f"{r.error}")
         recovered = [r for r in reports if r.changed]
