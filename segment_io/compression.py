@@ -230,12 +230,12 @@ _INTO = {GZIP: cramjam.gzip.decompress_into, SNAPPY: _unsnappy_into, LZ4: _unlz4
 class Inflater:
     """Decompresses payloads one after another into one buffer, each bounded by its own ``limit``.
 
-    The buffer grows as needed; give ``capacity`` (the sum of :meth:`capacity` over the payloads to come) and
-    it is allocated once, with nothing copied later. :meth:`view` returns the payloads decompressed so far.
+    The buffer grows as needed (:meth:`add_all` sizes it once for a run of planned payloads, so nothing is
+    copied later). :meth:`view` returns the payloads decompressed so far.
     """
 
-    def __init__(self, capacity: int = 0) -> None:
-        self._buf = np.empty(capacity, dtype=np.uint8)
+    def __init__(self) -> None:
+        self._buf = np.empty(0, dtype=np.uint8)
         self.size = 0
 
     @staticmethod
@@ -299,9 +299,7 @@ class Inflater:
         (from :func:`plan_payloads`), appending to ``done`` where each one ends in the buffer; when one fails,
         ``len(done)`` is its index. One call per run of batches: decoding small batches pays per batch only
         the codec call when the planned slice fits, as it does for genuine payloads."""
-        total = self.size + sum(capacities)
-        if total > len(self._buf):
-            self._reserve(total - self.size)
+        self._reserve(sum(capacities))
         buf = self._buf
         for start, end, codec, limit, capacity in zip(starts, ends, codecs, limits, capacities):
             payload = data[start:end]
