@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from jobs.model import PartitionState, SegmentInfo
 from segment_io import index as index_io
-from segment_io.index import OFFSET_INDEX_ENTRY_SIZE
+from segment_io.index import OFFSET_INDEX_ENTRY, OFFSET_INDEX_ENTRY_SIZE
 from segment_io.errors import (
     CorruptCheckpointError,
     CorruptIndexError,
@@ -181,7 +181,9 @@ def _last_indexed_position(storage: Storage, seg: SegmentFiles) -> int:
     except StorageError:
         return 0
     # an all-zero last entry is a preallocated tail: not worth a search, the whole file decides
-    return int.from_bytes(last[4:8], "big", signed=True) if len(last) == OFFSET_INDEX_ENTRY_SIZE else 0
+    if len(last) != OFFSET_INDEX_ENTRY_SIZE:
+        return 0
+    return int(np.frombuffer(last, dtype=OFFSET_INDEX_ENTRY)["position"][0])
 
 
 def _check_log_start(listing: PartitionListing, log_start: int | None, log_end: int) -> None:
