@@ -62,7 +62,16 @@ from jobs.jobrun import JobContext, run_job, scan_error_entry
 from jobs.model import PartitionState, Scope as PlanScope
 from jobs.plan_compact import CompactionPlan, group_segments_by_size, plan_compaction, updated_cleaner_checkpoints
 from jobs.planfile import PlanStage, add_plan_options, decision_difference, load_for_apply, partition_name
-from jobs.report import RunReport, human_bytes, partition_order, problem_notes, render_footer, render_table, truncate
+from jobs.report import (
+    RunReport,
+    human_bytes,
+    partition_order,
+    problem_notes,
+    purged_totals,
+    render_footer,
+    render_table,
+    truncate,
+)
 from jobs.retain import add_max_delete_fraction_option
 from jobs.scan import PartitionError, empty_batches_from_headers
 from segment_io.errors import SegjobsError, UsageError
@@ -700,8 +709,7 @@ def render_summary(report: RunReport, *, dry_run: bool) -> str:
         render_table(rows, _TABLE_COLUMNS), "",
         f"{t['selected']} of {t['partitions']} partition(s) selected; {verb} {t['records_removed']} record(s), "
         f"{human_bytes(t['bytes_removed'])}"
-        + (f"; purged {t['files_purged']} .deleted file(s), {human_bytes(t['bytes_purged'])}"
-           if t.get("files_purged") else "")
+        + purged_totals(t)
         + (f"; {t['errors']} partition(s) FAILED (see the notes; full errors on stderr)" if t.get("errors") else ""),
         render_footer(report, t.get("bytes_compacted", 0), "in the selected partitions"),
     ])

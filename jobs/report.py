@@ -96,6 +96,13 @@ def absolute_uri(uri: str) -> str:
     return os.path.abspath(uri)
 
 
+def purged_totals(totals: dict[str, Any]) -> str:
+    """The summary line's ``; purged N .deleted file(s), SIZE`` part (empty when nothing was purged)."""
+    if not totals.get("files_purged"):
+        return ""
+    return f"; purged {totals['files_purged']} .deleted file(s), {human_bytes(totals['bytes_purged'])}"
+
+
 def human_bytes(n: float | int | None) -> str:
     if n is None:
         return "-"

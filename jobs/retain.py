@@ -61,7 +61,16 @@ from jobs.jobrun import JobContext, run_job, scan_error_entry
 from jobs.model import PartitionState
 from jobs.plan_retain import DeleteShare, RetentionPlan, delete_shares, plan_retention
 from jobs.planfile import PlanStage, add_plan_options, load_for_apply, partition_name
-from jobs.report import RunReport, human_bytes, partition_order, problem_notes, render_footer, render_table, truncate
+from jobs.report import (
+    RunReport,
+    human_bytes,
+    partition_order,
+    problem_notes,
+    purged_totals,
+    render_footer,
+    render_table,
+    truncate,
+)
 from jobs.scan import PartitionError, PartitionScan, scan_partition
 from jobs.timeutil import data_age_warning
 from segment_io.checkpoint import (
@@ -557,8 +566,7 @@ def render_summary(report: RunReport, *, dry_run: bool) -> str:
     lines = [render_table(rows, _TABLE_COLUMNS), "",
              f"{t['partitions']} partition(s); {verb} {t['segments_deleted']} segment(s), "
              f"{human_bytes(t['bytes_removed'])}"
-             + (f"; purged {t['files_purged']} .deleted file(s), {human_bytes(t['bytes_purged'])}"
-                if t.get("files_purged") else "")
+             + purged_totals(t)
              + (f"; {t['errors']} partition(s) FAILED and were left untouched" if t.get("errors") else "")
              + (f"; {t['warnings']} warning(s)" if t.get("warnings") else ""),
              render_footer(report, t.get("bytes_in_scope", 0), "in scope")]
