@@ -38,7 +38,6 @@ from segment_io.format import (
     ATTR_DELETE_HORIZON,
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
-    BatchHeaders,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
     SIZE_OFFSET,
@@ -46,6 +45,7 @@ from segment_io.format import (
     V2_CRC_START,
     V2_HEADER,
     V2_HEADER_SIZE,
+    BatchHeaders,
 )
 from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA
 

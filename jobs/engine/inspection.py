@@ -11,7 +11,7 @@ import csv
 import io
 import os
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -454,9 +454,7 @@ def _instant_arg(now: int | str | datetime | None) -> str | None:
     if now is None or isinstance(now, str):
         return now
     if isinstance(now, datetime):
-        from datetime import timezone
-
-        aware = now if now.tzinfo else now.replace(tzinfo=timezone.utc)
+        aware = now if now.tzinfo else now.replace(tzinfo=UTC)
         return str(int(aware.timestamp() * 1000))
     return str(int(now))
 

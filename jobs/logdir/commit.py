@@ -469,7 +469,7 @@ def _plan_replace(storage: Storage, partition_uri: str, work_uri: str, files: li
         uris = {sfx: staged_uri(storage, partition_uri, work_uri, seg.base_offset, sfx)
                 for sfx in _ordered(seg.suffixes)}
         found = _sizes(storage, uris.values())
-        for sfx, uri in uris.items():
+        for uri in uris.values():
             if uri not in found:
                 raise CommitError("staged file is missing", uri=uri, offset=seg.base_offset)
         new[seg.base_offset] = {sfx: found[uri] for sfx, uri in uris.items()}

@@ -181,7 +181,7 @@ class Holder:
         if self.host != socket.gethostname():
             return None
         if self.process is not None:
-            boot, ns, start = (self.process.split("|") + ["", "", ""])[:3]
+            boot, ns, _start = (self.process.split("|") + ["", "", ""])[:3]
             here = process_identity(os.getpid())
             if here is not None:
                 here_boot, here_ns, _ = here.split("|")

@@ -593,7 +593,7 @@ class ConfigSet:
             self.for_topic(topic)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kafka_layer(topic: str) -> _Layer | None:
     """Kafka's creation configs of ``topic`` as a layer, or None when it is not one of Kafka's own."""
     known = KAFKA_TOPICS.get(topic)

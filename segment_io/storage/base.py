@@ -6,12 +6,11 @@ Implementations are pickle-safe (they hold configuration, never live clients or 
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from dataclasses import dataclass
 import mmap
+from abc import ABC, abstractmethod
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import BinaryIO, ContextManager, Iterator
-
 
 #: Kinds of listed entries (:attr:`FileInfo.kind`). Only regular files hold data; the others are what a
 #: listing with ``irregular=True`` reports so that a caller can tell "absent" from "present but unreadable".
@@ -140,7 +139,7 @@ class Storage(ABC):
     def makedirs(self, uri: str) -> None:
         """Create a directory and its parents (a no-op on S3)."""
 
-    def sync_dir(self, uri: str) -> None:
+    def sync_dir(self, uri: str) -> None:  # noqa: B027 - a no-op default: only local disk has dirs to fsync
         """Make renames and creations inside directory ``uri`` durable (fsync on local disk; no-op on S3)."""
 
     @contextmanager
@@ -160,7 +159,7 @@ class Storage(ABC):
         """The local filesystem path for ``uri``, or None for remote stores."""
         return None
 
-    def check_reachable(self, uri: str) -> None:
+    def check_reachable(self, uri: str) -> None:  # noqa: B027 - a no-op default: local disk is always there
         """Fail within seconds, with :class:`~segment_io.errors.StorageAccessError`, when the store behind
         ``uri`` cannot be used at all (S3: no credentials, an endpoint that does not answer, a missing
         bucket). Reads and writes nothing; local disk has nothing to reach."""

@@ -314,7 +314,8 @@ def test_a_compaction_killed_mid_commit_is_completed_by_recover_and_the_next_run
         assert not storage.exists(lease_uri(storage, args[1]))
     else:
         assert not (tmp_path / "src.segjobs" / "lock-holder.json").exists()
-    removed = {line.split()[1] for line in out.splitlines() if line.startswith("delete-staged ") and f"/{TOPIC}-1/" in line}
+    removed = {line.split()[1] for line in out.splitlines()
+               if line.startswith("delete-staged ") and f"/{TOPIC}-1/" in line}
     assert len(removed) == len(staged_for_1) and all(any(r.endswith(k) for r in removed) for k in staged_for_1)
     assert not [k for k in work() if "/staging/" in k or "/staged/" in k or k.endswith("replace.json")]
 

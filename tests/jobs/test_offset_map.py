@@ -143,6 +143,6 @@ def test_hash_table_agrees_with_a_dict(key_ids, capacity):
     else:
         assert stop == -1
     probe_hi = np.asarray([h for h, _ in model] + [123456789], np.int64)
-    probe_lo = np.asarray([l for _, l in model] + [5], np.int64)
+    probe_lo = np.asarray([lo for _, lo in model] + [5], np.int64)
     assert omap.get(probe_hi, probe_lo).tolist() == list(model.values()) + [-1]
     assert omap.size == len(model)

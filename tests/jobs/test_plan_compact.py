@@ -95,7 +95,8 @@ def test_27_index_sizes_are_estimated_when_unknown() -> None:
     # at most one offset index entry per (interval + 1) bytes, never before the first batch;
     # the time index gets at most one more (written at roll)
     assert estimated_index_bytes(seg(0, 10_000), 4096) == (2 * 8, 3 * 12)          # 10000 // 4097 = 2
-    assert estimated_index_bytes(seg(0, 10_000, batches=2), 4096) == (1 * 8, 2 * 12)  # one entry per batch after the first
+    # one entry per batch after the first
+    assert estimated_index_bytes(seg(0, 10_000, batches=2), 4096) == (1 * 8, 2 * 12)
     assert estimated_index_bytes(seg(0, 0), 4096) == (0, 0)
     assert estimated_index_bytes(seg(0, 10_000, index_bytes=40, time_index_bytes=60), 4096) == (40, 60)
 

@@ -252,7 +252,8 @@ def test_random_offset_and_time_ranges_match_a_plain_filter(kafka_real: Path, da
     directory = kafka_real / MONITORING
     table = read_segment(str(next(directory.glob("*.log"))))
     offsets, stamps = table["offset"].to_numpy(), table["timestamp"].to_numpy()
-    o = sorted(data.draw(st.lists(st.integers(max(0, int(offsets.min()) - 5), int(offsets.max()) + 5), min_size=2, max_size=2)))
+    o = sorted(data.draw(st.lists(st.integers(max(0, int(offsets.min()) - 5), int(offsets.max()) + 5),
+                                  min_size=2, max_size=2)))
     t = sorted(data.draw(st.lists(st.integers(int(stamps.min()) - 5, int(stamps.max()) + 5), min_size=2, max_size=2)))
     split_bytes = data.draw(st.sampled_from(["4096", "65536", "134217728"]))
     # Half through options (ending bounds exclusive), half through pushed filters.
