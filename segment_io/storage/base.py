@@ -6,6 +6,7 @@ Implementations are pickle-safe (they hold configuration, never live clients or 
 
 from __future__ import annotations
 
+import builtins  # annotations in the class body say builtins.list: there, `list` is the listing method
 import mmap
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
@@ -60,7 +61,7 @@ class Storage(ABC):
         content follows as usual."""
 
     @abstractmethod
-    def list_dirs(self, prefix: str) -> list[str]:
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
         """Immediate sub-directories (common prefixes) of ``prefix``, as full URIs without a trailing slash."""
 
     @abstractmethod
@@ -131,7 +132,7 @@ class Storage(ABC):
             raise PreconditionFailedError(f"etag is {current}, expected {etag}", uri=uri)
         self.delete(uri)
 
-    def delete_many(self, uris: list[str]) -> None:
+    def delete_many(self, uris: builtins.list[str]) -> None:
         for uri in uris:
             self.delete(uri)
 
@@ -167,7 +168,7 @@ class Storage(ABC):
     def iter_files(self, prefix: str) -> Iterator[FileInfo]:
         yield from self.list(prefix, recursive=True)
 
-    def list_pending_uploads(self, prefix: str) -> list["PendingUpload"]:
+    def list_pending_uploads(self, prefix: str) -> builtins.list[PendingUpload]:
         """Uploads begun under directory/prefix ``prefix`` and neither completed nor aborted (an S3
         multipart upload whose writer died): invisible in :meth:`list`, yet their parts are stored (and
         billed). None on stores without such uploads."""
