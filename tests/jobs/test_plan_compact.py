@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs.rules.config import INT_MAX, TopicConfig
@@ -108,7 +108,6 @@ def test_27_estimated_index_sizes_limit_groups() -> None:
     assert [len(g) for g in groups] == [2, 2]
 
 
-@settings(max_examples=60, deadline=None)
 @given(sizes=st.lists(st.tuples(st.integers(0, 300), st.integers(1, 2**31)), min_size=1, max_size=12),
        max_size=st.integers(1, 1200), max_index=st.integers(1, 400))
 def test_27_groups_partition_the_segments_within_limits_and_greedily(sizes, max_size, max_index) -> None:

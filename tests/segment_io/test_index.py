@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from segment_io.errors import CorruptIndexError, CorruptRecordError
@@ -261,7 +261,6 @@ def test_offset_not_representable_relative_to_base_is_refused() -> None:
     assert e.value.position == 100
 
 
-@settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(70, 3000), st.integers(0, 20), st.integers(-1, 50), st.integers(0, 3)),
                 min_size=0, max_size=60),
        st.sampled_from([0, 1, 100, 4096]), st.integers(0, 1 << 40))

@@ -41,6 +41,7 @@ from segment_io.spark.bounds import RowBounds
 from segment_io.spark.planning import SegmentRef, list_segments, plan_splits
 from segment_io.spark.source import KafkaSegmentsReader
 from segment_io.storage import LocalStorage
+from tests.support.hypothesis_budget import examples
 
 SORT_KEYS = [("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")]
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
@@ -246,7 +247,8 @@ def test_offset_bounds_across_segments_and_legacy_batches(kafka_real: Path) -> N
         assert got.equals(numpy_filter(expected, offset=offsets))
 
 
-@settings(max_examples=25, deadline=None)
+# Each example decodes a real segment and plans splits for it: a quarter of the profile's budget.
+@settings(max_examples=examples(0.25))
 @given(data=st.data())
 def test_random_offset_and_time_ranges_match_a_plain_filter(kafka_real: Path, data: st.DataObject) -> None:
     directory = kafka_real / MONITORING
