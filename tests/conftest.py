@@ -41,6 +41,7 @@ settings.load_profile(os.environ.get(HYPOTHESIS_PROFILE_ENV) or "dev")
 MARKER_OF_FIXTURE = {
     "spark": "spark",  # the shared Spark session
     "s3_endpoint": "s3",  # moto_server, under every S3 fixture
+    "java_probe": "slow",  # compiles a Java program and runs it in a JVM of its own
 }
 
 
@@ -118,19 +119,29 @@ def s3_endpoint():
         server.stop()
 
 
+def _require_s3_marker(request: pytest.FixtureRequest) -> None:
+    """A test that reaches the moto endpoint through ``request.getfixturevalue`` (a parametrized store, say) is
+    not marked from its fixtures: its S3 parameter must carry ``marks=pytest.mark.s3`` itself."""
+    if request.node.get_closest_marker("s3") is None:
+        pytest.fail(f"{request.node.nodeid} uses the moto S3 endpoint but is not marked `s3`: give its S3 "
+                    f"parameter marks=pytest.mark.s3", pytrace=False)
+
+
 @pytest.fixture()
-def s3_bucket(s3_endpoint, request):
+def s3_bucket(s3_endpoint, request: pytest.FixtureRequest):
     """A fresh, empty bucket on the moto endpoint; returns ``(endpoint, bucket_name)``."""
+    _require_s3_marker(request)
     bucket = s3_endpoint.create_bucket(request.node.name)
     return s3_endpoint, bucket
 
 
 @pytest.fixture()
-def s3_env(s3_endpoint, monkeypatch: pytest.MonkeyPatch):
+def s3_env(s3_endpoint, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest):
     """The moto endpoint's credentials in the environment, where a job finds them (the endpoint itself comes
     from --s3-endpoint); returns the endpoint."""
     from tests.support.s3 import ACCESS_KEY, REGION, SECRET_KEY
 
+    _require_s3_marker(request)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)

@@ -24,7 +24,7 @@ from segment_io.storage import LocalStorage, Storage, StorageOptions, open_stora
 from segment_io.storage.local import is_temp_file
 from segment_io.storage.s3 import MIN_PART_SIZE, S3Storage, parse_s3_uri
 
-BACKENDS = ["local", "s3"]
+BACKENDS = ["local", pytest.param("s3", marks=pytest.mark.s3)]
 
 
 @dataclass
