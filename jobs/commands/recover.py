@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
             if reports is None:
                 raise  # refused: nothing was done
             lost = str(exc)  # taken over after the work was done, found at the release
+    assert reports is not None  # every path above that did not set them returned or raised
     failed = [r for r in reports if r.error is not None]
     for r in failed:
         print(f"segjobs recover: {r.partition_uri}: NOT RECOVERED, left as it is: {r.error}", file=sys.stderr)

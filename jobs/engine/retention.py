@@ -62,7 +62,8 @@ TopicPartition = tuple[str, int]
 COMMIT_THREADS = 16
 
 
-#: The options a plan file records for ``retain`` (their parser defaults: see :func:`jobs.engine.planfile.load_for_apply`).
+#: The options a plan file records for ``retain`` (their parser defaults: see
+#: :func:`jobs.engine.planfile.load_for_apply`).
 PLAN_OPTIONS = {"max_delete_fraction": None}
 
 
@@ -336,8 +337,8 @@ def _work(ctx: JobContext, *, fault: Fault | None = None) -> None:
     planfile.check_unchanged(ctx)
     keys = sorted(ctx.scans)
     if ctx.args.now is None:  # judged at the wall clock: is the data older than any retention? (a backup?)
-        stale = data_age_warning([s.largest_timestamp for k in keys if ctx.scans[k].state
-                                  for s in ctx.scans[k].state.segments],
+        stale = data_age_warning([s.largest_timestamp for state in (ctx.scans[k].state for k in keys) if state
+                                  for s in state.segments],
                                  [c.retention_ms for c in map(ctx.configs.for_topic, {t for t, _ in keys}) if c.delete],
                                  ctx.now_ms)
         if stale:
@@ -385,7 +386,7 @@ def refused_topics(ctx: JobContext, plans: Mapping[TopicPartition, RetentionPlan
     def limit(topic: str) -> float:
         return flag if flag is not None else ctx.configs.for_topic(topic).max_delete_fraction
 
-    states = {k: ctx.scans[k].state for k in plans if ctx.scans[k].state is not None}
+    states = {k: state for k in plans if (state := ctx.scans[k].state) is not None}
     return {t: share for t, share in delete_shares(states, plans, limit).items() if share.refused}
 
 
@@ -564,9 +565,10 @@ def plan_retention_first(ctx: JobContext) -> RetentionFirst:
             if plan is not None:
                 plans[key] = plan
     refused = refused_topics(ctx, plans)
-    todo = [(ctx.storage, ctx.listing.partitions[k], plan, ctx.scans[k].state.cleaner_checkpoint, ctx.now_ms,
+    todo = [(ctx.storage, ctx.listing.partitions[k], plan, state.cleaner_checkpoint, ctx.now_ms,
              ctx.configs.for_topic(k[0]).producer_id_expiration_ms)
-            for k, plan in plans.items() if plan.deletions and k[0] not in refused]
+            for k, plan in plans.items()
+            if plan.deletions and k[0] not in refused and (state := ctx.scans[k].state) is not None]
     after = {}
     for scan, (_, listing, plan, *_) in zip(ctx.parallel_map(_after_retention_task, todo), todo):
         after[(scan.topic, scan.partition)] = (listing_after_retention(listing, plan), scan)
