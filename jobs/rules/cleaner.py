@@ -258,20 +258,24 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
 def _control_types(records: pa.Table, starts: np.ndarray, b: dict[str, np.ndarray]) -> np.ndarray:
     """Control type of each record-holding batch's first record (-1 for data batches).
 
-    One Python step per control batch (markers are one record each), never per data record. A key that is
-    not a control key makes Kafka's ControlRecordType.parseTypeId throw; so does this.
+    One Python step per control batch (markers are one record each), never per data record, with the decoder's
+    parser (:func:`segment_io.decode.control_record_type`). A key that is not a control key makes Kafka's
+    ControlRecordType.parseTypeId throw; so does this.
     """
+    from segment_io.decode import control_record_type
+
     ctype = np.full(len(starts), -1, np.int16)
     ctl = np.flatnonzero(b["control"])
     if len(ctl) == 0:
         return ctype
     keys = records.column("key").take(pa.array(starts[ctl])).to_pylist()
     for j, key in zip(ctl, keys):
-        if key is None or len(key) < 4 or int.from_bytes(key[0:2], "big", signed=True) < 0:
-            raise CorruptRecordError(f"control record key {key!r} is not a control key (version int16, type "
-                                     f"int16); source segment {int(b['segment_base_offset'][j])}",
-                                     position=int(b["batch_position"][j]), offset=int(b["batch_base_offset"][j]))
-        ctype[j] = int.from_bytes(key[2:4], "big", signed=True)
+        try:
+            ctype[j] = control_record_type(key)
+        except ValueError as exc:
+            raise CorruptRecordError(f"{exc}: key {key!r}; source segment {int(b['segment_base_offset'][j])}",
+                                     position=int(b["batch_position"][j]),
+                                     offset=int(b["batch_base_offset"][j])) from None
     return ctype
 
 

@@ -664,12 +664,15 @@ def test_unsorted_input_is_refused():
                       key_hashes=hash_keys(t.column("key")))
 
 
-def test_malformed_control_key_is_a_corrupt_record_naming_the_offset():
+@pytest.mark.parametrize("key, words", [(b"\x00", "has 1 bytes; it needs 4"),
+                                        (b"\xff\xff\x00\x01", "version -1; a negative version")])
+def test_malformed_control_key_is_a_corrupt_record_naming_the_offset(key, words):
     log = LogBuilder()
-    log.batch([rec(b"\x00", b"x")], pid=1, epoch=0, transactional=True, control=True)
-    with pytest.raises(CorruptRecordError) as err:
+    log.batch([rec(b"k", b"v")])
+    log.batch([rec(key, b"x")], pid=1, epoch=0, transactional=True, control=True)
+    with pytest.raises(CorruptRecordError, match=words) as err:
         key_hash_table(log.table(), hash_keys(log.table().column("key")))
-    assert err.value.offset == 0
+    assert err.value.offset == 1 and err.value.position is not None
 
 
 # --------------------------------------------------------------------------------------------------
