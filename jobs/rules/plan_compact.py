@@ -19,7 +19,7 @@ when the checkpoint falls inside a segment; so do we, so that ratios match the b
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 from jobs.rules.config import INT_MAX, TopicConfig, never_touched
 from jobs.rules.model import PartitionState, Scope, SegmentInfo
@@ -325,29 +325,11 @@ def _empty_plan(state: PartitionState, config: TopicConfig, reason: str) -> Comp
                           note=reason)
 
 
-def plan_compactions(states: Iterable[PartitionState], config_for: Callable[[str], TopicConfig], now_ms: int,
-                     scope: Scope = Scope()) -> list[CompactionPlan]:
-    """Plan every partition; selected ones first, filthiest (highest dirty ratio) first, as Kafka's
-    grabFilthiestCompactedLog would pick them one after another. ``config_for`` is typically
-    ``ConfigSet.for_topic``."""
-    plans = [plan_compaction(s, config_for(s.topic), now_ms, scope) for s in states]
-    plans.sort(key=lambda p: (not p.selected, -p.dirty_ratio, p.topic, p.partition))
-    return plans
-
-
 # --------------------------------------------------------------------------------------------------
 # Cleaner checkpoint maintenance
 # --------------------------------------------------------------------------------------------------
 
 TopicPartition = tuple[str, int]
-
-
-def truncated_cleaner_checkpoint(checkpoint: int | None, truncation_offset: int) -> int | None:
-    """A partition's cleaner checkpoint after its log is truncated to ``truncation_offset``: lowered to
-    it only when above it (Kafka's maybeTruncateCheckpoint); an absent entry stays absent."""
-    if checkpoint is not None and checkpoint > truncation_offset:
-        return truncation_offset
-    return checkpoint
 
 
 def updated_cleaner_checkpoints(current: Mapping[TopicPartition, int], live: Collection[TopicPartition], *,
