@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Collection, Mapping, Sequence
 
-from jobs.rules.config import INT_MAX, TopicConfig, never_touched
+from jobs.rules.config import TopicConfig, never_touched
+from jobs.rules.kafka_defaults import INT_MAX, default_of
 from jobs.rules.model import PartitionState, Scope, SegmentInfo
 from segment_io.index import OFFSET_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE
 
@@ -167,7 +168,8 @@ def estimated_index_bytes(segment: SegmentInfo, index_interval_bytes: int) -> tu
 
 def group_segments_by_size(segments: Sequence[SegmentInfo], max_size: int, max_index_size: int,
                            first_uncleanable_offset: int,
-                           index_interval_bytes: int = 4096) -> list[tuple[SegmentInfo, ...]]:
+                           index_interval_bytes: int = int(default_of("index.interval.bytes"))
+                           ) -> list[tuple[SegmentInfo, ...]]:
     """Kafka's groupSegmentsBySize: consecutive groups, in order, each becoming one cleaned segment.
 
     A segment joins the current group while the group's log bytes, offset-index bytes and time-index
