@@ -961,6 +961,6 @@ def read_key_hashes(path_or_uri: str | Path, *, storage: "Storage | None" = None
 
 
 __all__ = [
-    "control_record_type", "decode_segment_bytes", "decode_key_hashes_bytes", "hash_keys", "iter_segment", "iter_segment_bytes",
-    "read_key_hashes", "read_segment", "verify_crcs", "verify_segment_crcs",
+    "control_record_type", "decode_segment_bytes", "decode_key_hashes_bytes", "hash_keys", "iter_segment",
+    "iter_segment_bytes", "read_key_hashes", "read_segment", "verify_crcs", "verify_segment_crcs",
 ]

@@ -36,8 +36,8 @@ parser of both is :mod:`segment_io.units`, shared with the command-line options.
 [0, 1]. ``cleanup.policy`` is ``"delete"``, ``"compact"``, ``"compact,delete"`` (any order, any
 spacing, any case) or a TOML list of those words.
 
-Defaults and ranges are Kafka's (``LogConfig``), from the one table :mod:`jobs.rules.kafka_defaults`; ``min.compaction.lag.ms`` must not exceed
-``max.compaction.lag.ms`` (Kafka's ``LogConfig.validateValues``). Every table is validated when the
+Defaults and ranges are Kafka's (``LogConfig``), from the one table :mod:`jobs.rules.kafka_defaults`;
+``min.compaction.lag.ms`` must not exceed ``max.compaction.lag.ms`` (Kafka's ``LogConfig.validateValues``). Every table is validated when the
 file is loaded, each ``[topics]`` table also merged over ``[defaults]``; the full merge for a topic is
 validated again in :meth:`ConfigSet.for_topic`.
 """
@@ -54,7 +54,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from jobs.rules.kafka_defaults import INT_MAX, KAFKA_DEFAULTS, LONG_MAX, LONG_MIN, MIN_SEGMENT_BYTES, default_of
+from jobs.rules.kafka_defaults import KAFKA_DEFAULTS, default_of
 from segment_io.errors import ConfigError
 from segment_io.units import parse_duration, parse_size
 

@@ -6,14 +6,15 @@ configuration (:mod:`jobs.rules.config`), the cleaner, the transaction replay, t
 their defaults from here and nowhere else; ``tests/jobs/test_kafka_defaults.py`` checks that the README's key
 table and ``conf/topics.toml`` agree with it.
 
-The values were read from Apache Kafka's sources (trunk, late 2024): ``LogConfig`` and ``ServerLogConfigs`` for
-topic configs, ``CleanerConfig`` for the cleaner's broker configs, ``TransactionLogConfig`` for
-``producer.id.expiration.ms``.
+The values were read from Apache Kafka's sources (trunk at 1eb7644, October 2024): ``LogConfig`` and
+``ServerLogConfigs`` for topic configs, ``CleanerConfig`` for the cleaner's broker configs,
+``TransactionLogConfig`` for ``producer.id.expiration.ms``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Mapping
 
 from segment_io.format import LEGACY_MIN_SIZE, LOG_OVERHEAD
@@ -135,7 +136,7 @@ _TABLE: tuple[KafkaDefault, ...] = (
 )
 
 #: Every key segjobs reads, by name.
-KAFKA_DEFAULTS: Mapping[str, KafkaDefault] = {d.key: d for d in _TABLE}
+KAFKA_DEFAULTS: Mapping[str, KafkaDefault] = MappingProxyType({d.key: d for d in _TABLE})
 
 
 def default_of(key: str) -> int | float | str:
@@ -175,5 +176,5 @@ def markdown_table() -> str:
 
 
 __all__ = ["DEDUPE_BUFFER_BYTES", "DEDUPE_BUFFER_LOAD_FACTOR", "DELETE_RETENTION_MS", "INT_MAX", "KAFKA_DEFAULTS",
-           "KafkaDefault", "LONG_MAX", "LONG_MIN", "MIN_SEGMENT_BYTES", "PRODUCER_ID_EXPIRATION_MS", "SCOPE_BROKER", "SCOPE_SEGJOBS",
-           "SCOPE_TOPIC", "default_of", "markdown_table"]
+           "KafkaDefault", "LONG_MAX", "LONG_MIN", "MIN_SEGMENT_BYTES", "PRODUCER_ID_EXPIRATION_MS", "SCOPE_BROKER",
+           "SCOPE_SEGJOBS", "SCOPE_TOPIC", "default_of", "markdown_table"]

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.rules.config import INT_MAX, TopicConfig
+from jobs.rules.config import TopicConfig
+from jobs.rules.kafka_defaults import INT_MAX
 from jobs.rules.model import Scope
 from jobs.rules.plan_compact import (
     BOUND_ACTIVE,
