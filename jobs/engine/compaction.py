@@ -27,6 +27,7 @@ from jobs.engine.report import (
 )
 from jobs.engine.scan import PartitionError, empty_batches_from_headers
 from jobs.rules.config import TopicConfig
+from jobs.rules.kafka_defaults import DEDUPE_BUFFER_BYTES
 from jobs.rules.model import PartitionState
 from jobs.rules.model import Scope as PlanScope
 from jobs.rules.plan_compact import (
@@ -39,7 +40,8 @@ from segment_io.errors import SegjobsError
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, PartitionListing
 from segment_io.storage.base import Storage
 
-DEFAULT_DEDUPE_BUFFER_BYTES = 128 * 1024 * 1024
+#: Kafka's log.cleaner.dedupe.buffer.size (128 MiB), the offset-map memory of one task.
+DEFAULT_DEDUPE_BUFFER_BYTES = DEDUPE_BUFFER_BYTES
 #: Extra cleaning passes over a group's output within one run (markers settle after at most two).
 MAX_CONVERGENCE_PASSES = 3
 STRATEGIES = ("auto", "memory", "external-sort")
