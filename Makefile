@@ -13,7 +13,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 
 # What the checks cover: lint (ruff) runs on the code and its tests; types (mypy) and the import contracts
 # (import-linter) on the packages, as configured in pyproject.toml.
-LINT_PATHS := jobs segment_io tests benchmarks
+LINT_PATHS := jobs segment_io tests benchmarks notebooks
 # Property tests try as many examples as this hypothesis profile says (tests/conftest.py): dev or ci.
 export HYPOTHESIS_PROFILE ?= dev
 
@@ -47,7 +47,7 @@ types: $(STAMP)
 	$(PY) -m mypy
 
 imports: $(STAMP)
-	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 # Fast and first: a lint, type or layering error fails the run in seconds, before the tests' minutes.
 check: lint types imports
