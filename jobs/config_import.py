@@ -358,13 +358,12 @@ def import_configs(descriptions: Iterable[TopicDescription], *, all_keys: bool =
                     skipped.append(Skipped(d.topic, key, None, _REASON_SENSITIVE if e.sensitive else _REASON_NO_VALUE,
                                            e.line))
                 continue
-            if creation is not None and key in creation.settings and e.source != TOPIC_SOURCE:
-                if e.source != DEFAULT_SOURCE:
-                    skipped.append(Skipped(d.topic, key, e.value, _REASON_KAFKA_TOPIC, e.line))
-                continue
             typed = _typed(key, e, source)
             if e.source == DEFAULT_SOURCE and (key not in SPEC_KEYS or typed == _typed_default(key)):
                 at_default += 1  # (an inert key's default is unknown here, and without effect anyway)
+                continue
+            if creation is not None and key in creation.settings and e.source != TOPIC_SOURCE:
+                skipped.append(Skipped(d.topic, key, e.value, _REASON_KAFKA_TOPIC, e.line))
                 continue
             broker = e.source in BROKER_SOURCES or e.source == DEFAULT_SOURCE
             kept[d.topic][key] = (typed, _note(e), broker)
