@@ -209,7 +209,7 @@ def render(history: History) -> str:
         return f"ledger {history.ledger}: no runs recorded yet\n"
     several_dirs = len({r.log_dir for r in history.runs}) > 1
     rows = [{"run": r.run_id[:12], "finished": format_instant(r.finished_ms)[:19] + "Z", "command": r.command,
-             "now": format_instant(r.now_ms)[:19] + "Z", "dry_run": "yes" if r.dry_run else "",
+             "now": format_instant(r.now_ms)[:19] + "Z", "dry_run": "yes" if r.dry_run else "no",
              "outcome": r.outcome, "partitions": r.partitions, "changed": r.changed,
              "reclaimed": human_bytes(r.bytes_reclaimed), "log_dir": r.log_dir} for r in history.runs]
     columns = [("run", "run"), ("finished", "finished"), ("command", "command"), ("now", "--now"),
