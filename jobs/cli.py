@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("jobs.inspect", "report per partition: dirty ratio, keys, tombstones, what compaction/retention would reclaim"),
     "dump": ("jobs.dump", "print batches and records of segment files, like kafka-dump-log; --verify checks them"),
     "generate": ("jobs.generate_cmd", "write a synthetic broker-style log dir (demo, tests, benchmarks)"),
-    "config": ("jobs.config_cmd", "topic configuration tools: `config import` writes the TOML from kafka-configs.sh / kafka-topics.sh --describe output"),
+    "config": ("jobs.config_cmd", "`config import`: write the --config TOML from kafka-configs.sh / kafka-topics.sh --describe output"),
     "history": ("jobs.history_cmd", "the last runs and the bytes they reclaimed per topic, from a --ledger Delta table"),
 }
 

@@ -8,13 +8,14 @@ Two inputs are read, as Kafka's tools print them (line formats from ``ConfigComm
     One header per topic, ``All configs for topic T are:`` (``Dynamic configs for topic T are:`` without
     ``--all``: then only the topic's own overrides follow), then one line per config, sorted by name::
 
-      <two spaces>retention.ms=259200000 sensitive=false synonyms={STATIC_BROKER_CONFIG:log.retention.hours=72, ...}
+      <two spaces>segment.bytes=536870912 sensitive=false synonyms={STATIC_BROKER_CONFIG:log.segment.bytes=536870912, ...}
 
     The synonyms are the places the value could come from, highest precedence first: the topic's own
     override (``DYNAMIC_TOPIC_CONFIG``), the broker's dynamic settings (``DYNAMIC_BROKER_CONFIG``,
     ``DYNAMIC_DEFAULT_BROKER_CONFIG``), its ``server.properties`` (``STATIC_BROKER_CONFIG``) and the
     built-in default (``DEFAULT_CONFIG``). The first one is where the value comes from; no synonym at all
-    means Kafka's built-in default. A sensitive value is printed as ``null``.
+    means Kafka's built-in default. A sensitive value is printed as ``null``, and so is a config the broker
+    does not define (it cannot type it, so it treats it as sensitive).
 
 ``kafka-topics.sh --bootstrap-server ... --describe [--topic T]``
     One tab-separated line per topic, ``Topic: T<TAB>TopicId: ...<TAB>PartitionCount: 3<TAB>
@@ -25,7 +26,7 @@ Two inputs are read, as Kafka's tools print them (line formats from ``ConfigComm
 What is imported, and why:
 
 * Only keys segjobs reads (``cleanup.policy``, the retention and compaction settings, ``segment.bytes``, ...:
-  :data:`jobs.config.SPEC_KEYS`). Kafka topic configs without effect offline (``compression.type``,
+  :data:`SPEC_KEYS`). Kafka topic configs without effect offline (``compression.type``,
   ``min.insync.replicas``, ...) are listed as skipped; ``all_keys`` keeps them (the loader accepts them as
   inert). Keys the loader does not know at all (e.g. a vendor's ``confluent.*``) are always skipped, as is a
   value Kafka does not print (``null``: sensitive).
@@ -250,7 +251,8 @@ def _split_configs(text: str, source: str, number: int, line: str) -> list[tuple
 # --------------------------------------------------------------------------------------------------
 
 
-#: The keys segjobs reads (the rest of jobs.config.KNOWN_KEYS is inert).
+#: The keys segjobs reads (the rest of jobs.config.KNOWN_KEYS is inert). segjobs.max.delete.fraction is segjobs'
+#: own and never in Kafka's output; producer.id.expiration.ms is a broker setting Kafka does not list per topic.
 SPEC_KEYS: frozenset[str] = frozenset(TopicConfig().to_settings()) - INERT_KEYS - {"segjobs.max.delete.fraction"}
 
 
