@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import main
-from jobs.config import ConfigSet
-from jobs.config_import import (
+from jobs.commands.cli import main
+from jobs.rules.config import ConfigSet
+from jobs.rules.config_import import (
     DEFAULT_SOURCE,
     TOPIC_SOURCE,
     UNKNOWN_SOURCE,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import main
-from jobs.ledger import read_history
-from jobs.report import RunReport, append_ledger
+from jobs.commands.cli import main
+from jobs.engine.ledger import read_history
+from jobs.engine.report import RunReport, append_ledger
 from tests.support.s3 import ACCESS_KEY, REGION, SECRET_KEY
 
 DAY = 86_400_000
@@ -81,7 +81,7 @@ def test_json_and_last(ledger, capsys) -> None:
 
 
 def test_run_topic_frame_feeds_the_chart(ledger) -> None:
-    from jobs import plots
+    from jobs.engine import plots
 
     uri, runs = ledger
     history = read_history(uri)

@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 
-from jobs.args import storage_options_from_args
+from jobs.commands.args import storage_options_from_args
 
 
 def _positive(text: str) -> int:
@@ -45,8 +45,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the history on stdout; 0, or an error (exit 2) when the ledger cannot be read."""
-    from jobs.ledger import read_history, render
-    from jobs.report import absolute_uri
+    from jobs.engine.ledger import read_history, render
+    from jobs.engine.report import absolute_uri
     from segment_io.errors import ConfigError, StorageAccessError
 
     uri = absolute_uri(args.ledger.rstrip("/"))
@@ -60,3 +60,30 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render(history))
     sys.stdout.flush()
     return 0
+
+
+def write_demo_ledger(out_dir: str, *, nights: int = 3, every_ms: int = 2 * 86_400_000) -> str:
+    """A small ledger to look at (the notebook's default): ``nights`` nights, ``every_ms`` apart, of ``retain``
+    then ``compact`` on a freshly generated demo log dir in ``out_dir/logs``, each run appending to
+    ``out_dir/ledger``, which is returned. Real runs, so they reclaim bytes; the log dir is the demo's own,
+    nothing else is touched."""
+    import contextlib
+    import io
+    import os
+
+    from jobs.commands.cli import main as segjobs
+    from jobs.engine.inspection import write_demo_log_dir
+
+    demo = write_demo_log_dir(out_dir)
+    ledger = os.path.join(out_dir, "ledger")
+    for night in range(nights):
+        for command in ("retain", "compact"):
+            argv = [command, "--log-dir", demo.log_dir, "--now", str(demo.now_ms + night * every_ms),
+                    "--ledger", ledger, "--quiet", "--max-delete-fraction", "1"]
+            argv += [a for o in demo.overrides for a in ("--set", o)]
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                code = segjobs(argv)
+            if code != 0:
+                raise RuntimeError(f"segjobs {' '.join(argv)} exited {code}:\n{out.getvalue()}")
+    return ledger

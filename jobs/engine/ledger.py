@@ -1,7 +1,7 @@
 """Reading the run ledger: the last runs and the bytes they reclaimed per topic.
 
 ``segjobs compact|retain --ledger URI`` appends one row per partition and run to a Delta table
-(:func:`jobs.report.append_ledger`: run_id, command, log_dir, now_ms, dry_run, finished_ms, topic, partition,
+(:func:`jobs.engine.report.append_ledger`: run_id, command, log_dir, now_ms, dry_run, finished_ms, topic, partition,
 action, reason and the partition's numbers). It is written with the ``deltalake`` package and read here with it
 too: no Spark, a local path or an ``s3://`` URI with the same storage options as the jobs.
 
@@ -56,7 +56,7 @@ class RunSummary:
         return ", ".join(f"{n} {action}" for action, n in sorted(self.failures.items()))
 
     def to_dict(self) -> dict[str, Any]:
-        from jobs.timeutil import format_instant
+        from jobs.rules.timeutil import format_instant
 
         return {**asdict(self), "failures": dict(self.failures), "outcome": self.outcome,
                 "now": format_instant(self.now_ms), "finished": format_instant(self.finished_ms)}
@@ -106,7 +106,7 @@ class History:
         dry_run, topic, bytes_removed."""
         import pandas as pd
 
-        from jobs.timeutil import format_instant
+        from jobs.rules.timeutil import format_instant
 
         order = {r.run_id: i for i, r in enumerate(reversed(self.runs))}
         runs = {r.run_id: r for r in self.runs}
@@ -125,7 +125,7 @@ def delta_storage_options(uri: str, options: Any = None) -> dict[str, str] | Non
     the environment), as the jobs use them to append to the ledger."""
     if not uri.startswith("s3://"):
         return None
-    from jobs.report import _object_store_options
+    from jobs.engine.report import _object_store_options
     from segment_io.storage import StorageOptions
 
     return _object_store_options(options or StorageOptions.from_env())
@@ -202,8 +202,8 @@ def read_history(uri: str, *, last: int = 10, options: Any = None) -> History:
 
 def render(history: History) -> str:
     """The history as two plain-text tables: the runs (newest first), then bytes reclaimed per topic."""
-    from jobs.report import human_bytes, render_table
-    from jobs.timeutil import format_instant
+    from jobs.engine.report import human_bytes, render_table
+    from jobs.rules.timeutil import format_instant
 
     if not history.runs:
         return f"ledger {history.ledger}: no runs recorded yet\n"
@@ -229,29 +229,3 @@ def render(history: History) -> str:
         lines.append("reclaimed per topic: nothing (only dry runs among these runs)")
     return "\n".join(lines) + "\n"
 
-
-def write_demo_ledger(out_dir: str, *, nights: int = 3, every_ms: int = 2 * 86_400_000) -> str:
-    """A small ledger to look at (the notebook's default): ``nights`` nights, ``every_ms`` apart, of ``retain``
-    then ``compact`` on a freshly generated demo log dir in ``out_dir/logs``, each run appending to
-    ``out_dir/ledger``, which is returned. Real runs, so they reclaim bytes; the log dir is the demo's own,
-    nothing else is touched."""
-    import contextlib
-    import io
-    import os
-
-    from jobs.cli import main as segjobs
-    from jobs.inspect import write_demo_log_dir
-
-    demo = write_demo_log_dir(out_dir)
-    ledger = os.path.join(out_dir, "ledger")
-    for night in range(nights):
-        for command in ("retain", "compact"):
-            argv = [command, "--log-dir", demo.log_dir, "--now", str(demo.now_ms + night * every_ms),
-                    "--ledger", ledger, "--quiet", "--max-delete-fraction", "1"]
-            argv += [a for o in demo.overrides for a in ("--set", o)]
-            out = io.StringIO()
-            with contextlib.redirect_stdout(out):
-                code = segjobs(argv)
-            if code != 0:
-                raise RuntimeError(f"segjobs {' '.join(argv)} exited {code}:\n{out.getvalue()}")
-    return ledger

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_import(args: argparse.Namespace) -> int:
     """``segjobs config import``: 0 when the TOML was written; a ConfigError/UsageError (exit 2) otherwise."""
-    from jobs.config_import import import_text
+    from jobs.rules.config_import import import_text
 
     text, source = _read_input(args.input)
     output = None if args.output == "-" else Path(args.output)

@@ -1,6 +1,6 @@
 """Topic configs from a running Kafka cluster: the describe output of Kafka's tools, turned into segjobs' TOML.
 
-Pure functions over text: no Spark, no storage, no argparse (the command is :mod:`jobs.config_cmd`).
+Pure functions over text: no Spark, no storage, no argparse (the command is :mod:`jobs.commands.config`).
 
 Two inputs are read, as Kafka's tools print them (line formats from ``ConfigCommand`` and ``TopicCommand``):
 
@@ -40,7 +40,7 @@ What is imported, and why:
 * A broker setting that every imported topic without an override of its own shares goes to ``[defaults]``,
   so topics created after the import get it too; otherwise it stays in the topic's table. kafka-topics.sh
   cannot tell the two apart, so from its output every value goes to the topic's table.
-* Kafka's own topics (``__consumer_offsets``, ...; :data:`jobs.config.KAFKA_TOPICS`): for a key Kafka creates
+* Kafka's own topics (``__consumer_offsets``, ...; :data:`jobs.rules.config.KAFKA_TOPICS`): for a key Kafka creates
   the topic with, segjobs applies its own table of those creation configs; only a topic-level override
   (``DYNAMIC_TOPIC_CONFIG``) replaces it. A broker value there, or one from kafka-topics.sh (source unknown),
   is skipped: segjobs deliberately keeps ``__share_group_state`` free of time and size retention, for one.
@@ -49,7 +49,7 @@ What is imported, and why:
   and the same segments kept (only those below the log start offset go, under every policy).
 
 :func:`import_configs` returns an :class:`ImportResult`; its :meth:`~ImportResult.to_toml` is checked by
-loading it with :class:`jobs.config.ConfigSet` and resolving every topic back to the values Kafka printed.
+loading it with :class:`jobs.rules.config.ConfigSet` and resolving every topic back to the values Kafka printed.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal
 
-from jobs.config import INERT_KEYS, KAFKA_TOPICS, ConfigSet, TopicConfig
+from jobs.rules.config import INERT_KEYS, KAFKA_TOPICS, ConfigSet, TopicConfig
 from segment_io.errors import ConfigError
 
 #: Kafka's ConfigEntry.ConfigSource names that mean "set on the broker", for every topic it hosts.
@@ -251,7 +251,7 @@ def _split_configs(text: str, source: str, number: int, line: str) -> list[tuple
 # --------------------------------------------------------------------------------------------------
 
 
-#: The keys segjobs reads (the rest of jobs.config.KNOWN_KEYS is inert). segjobs.max.delete.fraction is segjobs'
+#: The keys segjobs reads (the rest of jobs.rules.config.KNOWN_KEYS is inert). segjobs.max.delete.fraction is segjobs'
 #: own and never in Kafka's output; producer.id.expiration.ms is a broker setting Kafka does not list per topic.
 SPEC_KEYS: frozenset[str] = frozenset(TopicConfig().to_settings()) - INERT_KEYS - {"segjobs.max.delete.fraction"}
 
