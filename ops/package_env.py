@@ -4,7 +4,7 @@
 
 * ``segjobs-<version>-py3-none-any.whl``: the project itself (``jobs`` and ``segment_io``), for ``pip install``
   on an edge node or into a container image;
-* ``segjobs-env.tar.gz``: a packed virtualenv (``venv-pack``) holding that wheel and every runtime dependency,
+* ``segjobs-env.tar.gz``: a packed virtualenv holding that wheel and every runtime dependency,
   native wheels included (numba and llvmlite, pyarrow, numpy, cramjam, crc32c, deltalake). spark-submit ships it
   with ``--archives dist/segjobs-env.tar.gz#environment``; executors (and, in cluster deploy mode, the driver)
   run ``./environment/bin/python``.
@@ -15,7 +15,7 @@ Python workers' ``PYTHONPATH``, and a second, possibly different, pyspark in the
 running interpreter's environment, so a driver running from ``.venv`` and the executors agree on numpy,
 pyarrow and pandas versions (pickled objects cross between them).
 
-A venv-pack archive does not contain the Python interpreter itself: ``environment/bin/python`` is a link to
+The archive does not contain the Python interpreter itself: ``environment/bin/python`` is a link to
 the base interpreter the archive was built from (or to ``--python-prefix``/bin/python3.X), which must exist at
 that path on every node, with the same minor version and platform as the build machine (native wheels are
 built for them). ``--python-prefix /usr`` builds an archive for nodes whose Python is ``/usr/bin/python3.X``.
@@ -24,15 +24,18 @@ built for them). ``--python-prefix /usr`` builds an archive for nodes whose Pyth
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import time
 import zipfile
 from pathlib import Path
+from typing import Iterator
 
 REPO = Path(__file__).resolve().parent.parent
 ARCHIVE_NAME = "segjobs-env.tar.gz"
@@ -122,40 +125,100 @@ def build_env(wheel: Path, env_dir: Path, constraints: Path) -> Path:
                                    if ln and not ln.startswith(("-e ", "segjobs"))))
     pip_install(env_python, ["--constraint", str(constraints), *runtime_requirements(wheel)])
     pip_install(env_python, ["--no-deps", str(wheel)])
-    # Prove the imports executors need in a process set up as a Python worker is: the environment's python
-    # with nothing but Spark's pyspark.zip and py4j on PYTHONPATH (the build's copies stand in for the nodes').
-    probe = ("import jobs.compact, jobs.retain, segment_io.decode, numba, llvmlite, pyarrow, cramjam, crc32c, "
-             "boto3, deltalake, pandas, sys; print(sys.prefix)")
-    worker_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    worker_env["PYTHONPATH"] = os.pathsep.join(str(p) for p in spark_python_path())
-    prefix = run([str(env_python), "-c", probe], cwd=env_dir, env=worker_env).stdout.strip()
-    if Path(prefix).resolve() != env_dir.resolve():
-        raise SystemExit(f"package: {env_python} runs with sys.prefix {prefix}, not {env_dir}")
     return env_python
 
 
-def pack(env_dir: Path, archive: Path, python_prefix: str | None) -> None:
-    """``venv-pack`` the environment into ``archive`` (readable by everyone: it is copied to nodes)."""
-    venv_pack = Path(sys.executable).with_name("venv-pack")
-    if not venv_pack.exists():
-        raise SystemExit(f"package: venv-pack not found beside {sys.executable}; run `make venv` (it installs "
-                         "the dev extra, which has venv-pack) or pip install venv-pack")
-    if archive.exists():
-        archive.unlink()
-    # Libraries' own test suites (numpy, pandas, pyarrow, numba, llvmlite) are a third of the files and ~80 MB
-    # that every executor would unpack for nothing.
-    cmd = [str(venv_pack), "--prefix", str(env_dir), "--output", str(archive), "--quiet",
-           "--exclude", "lib/python*/site-packages/*/tests/*"]
-    if python_prefix:
-        cmd += ["--python-prefix", python_prefix]
-    run(cmd)
-    archive.chmod(0o644)
+#: Directories no executor needs: the libraries' own test suites (numpy, pandas, pyarrow, numba, llvmlite) are a
+#: third of the files and ~80 MB that every executor would unpack for nothing.
+EXCLUDED_DIRS = ("tests",)
+
+
+def pack(env_dir: Path, archive: Path, python_prefix: str | None) -> Path:
+    """Write ``env_dir`` as a relocatable ``.tar.gz`` (what ``venv-pack`` does for a ``python -m venv`` env; its
+    0.2.0 turns ``--python-prefix /usr`` into a link to ``/usr/bin/python3.113.11``, hence this function).
+
+    * ``bin/`` keeps only the ``python`` links: console scripts and activate scripts name the build directory
+      and no executor runs them;
+    * ``bin/python3.X`` links to ``PYTHON_PREFIX/bin/python3.X`` (the nodes' interpreter) when a prefix is
+      given, else to this machine's base interpreter; ``pyvenv.cfg`` says the same;
+    * modification times are kept, so the compiled ``.pyc`` files stay valid after unpacking.
+
+    Returns the interpreter the archive's ``bin/python`` links to.
+    """
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    interpreter = (Path(python_prefix) / "bin" / version) if python_prefix else Path(os.readlink(env_dir / "bin" / version))
+    if not interpreter.is_absolute():
+        raise SystemExit(f"package: the interpreter the archive links to must be an absolute path, not {interpreter}")
+    keep_in_bin = {"python", "python3", version}
+    pyvenv_cfg = (f"home = {interpreter.parent}\ninclude-system-site-packages = false\n"
+                  f"version = {sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}\n"
+                  f"executable = {interpreter}\n").encode()
+
+    def entries() -> Iterator[Path]:
+        """Every path to archive, relative to ``env_dir``, parents before children."""
+        for dirpath, dirnames, filenames in os.walk(env_dir):  # symlinked dirs (lib64) are listed, not entered
+            rel_dir = Path(dirpath).relative_to(env_dir)
+            if rel_dir == Path("bin"):
+                dirnames[:], filenames = [], [n for n in filenames if n in keep_in_bin]
+            dirnames[:] = sorted(d for d in dirnames if d not in EXCLUDED_DIRS)
+            yield from (rel_dir / name for name in dirnames + sorted(filenames))
+
+    partial = archive.with_name(archive.name + ".partial")
+    try:
+        _write_tar(partial, env_dir, entries(), pyvenv_cfg, Path("bin") / version, interpreter)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    partial.chmod(0o644)  # copied to every node: readable by all
+    partial.replace(archive)
+    return interpreter
+
+
+def _write_tar(path: Path, env_dir: Path, entries: Iterator[Path], pyvenv_cfg: bytes, python_link: Path,
+               interpreter: Path) -> None:
+    with tarfile.open(path, "w:gz", compresslevel=4) as tar:
+        for rel in entries:
+            info = tar.gettarinfo(env_dir / rel, arcname=str(rel))
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            if rel == Path("pyvenv.cfg"):
+                info.size = len(pyvenv_cfg)
+                tar.addfile(info, io.BytesIO(pyvenv_cfg))
+            elif info.isfile():
+                with open(env_dir / rel, "rb") as f:
+                    tar.addfile(info, f)
+            else:
+                if rel == python_link:
+                    info.linkname = str(interpreter)
+                tar.addfile(info)
+
+
+def verify_archive(archive: Path, scratch: Path) -> None:
+    """Unpack ``archive`` as an executor does and import what executors need, in a process set up as a Python
+    worker is: the archive's python with nothing but Spark's pyspark.zip and py4j on PYTHONPATH (this build's
+    copies stand in for the nodes'). Only meaningful when the archive links to this machine's interpreter."""
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    unpacked = scratch / "environment"
+    unpacked.mkdir(parents=True)
+    with tarfile.open(archive) as tar:
+        # The "tar" filter keeps the link to the interpreter; Pythons before 3.11.4 have no filters.
+        tar.extractall(unpacked, **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
+    probe = ("import jobs.compact, jobs.retain, segment_io.decode, segment_io.encode, numba, llvmlite, pyarrow, "
+             "pandas, cramjam, crc32c, boto3, deltalake, sys; print(sys.prefix)")
+    worker_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    worker_env["PYTHONPATH"] = os.pathsep.join(str(p) for p in spark_python_path())
+    # Relative, as spark.pyspark.python names it: sys.prefix must come out as the unpacked copy.
+    prefix = run(["./environment/bin/python", "-c", probe], cwd=scratch, env=worker_env).stdout.strip()
+    if Path(prefix).resolve() != unpacked.resolve():
+        raise SystemExit(f"package: the unpacked archive runs with sys.prefix {prefix}, not {unpacked}")
+    shutil.rmtree(scratch)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="ops/package_env.py",
-        description=__doc__.split("\n\n")[0],
+        description=__doc__,
         epilog="example:\n  .venv/bin/python ops/package_env.py --dist dist --build build\n"
                "  .venv/bin/python ops/package_env.py --python-prefix /usr   # nodes run /usr/bin/python3.X",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -175,15 +238,18 @@ def main(argv: list[str] | None = None) -> int:
     env_dir = build / "executor-env"
     build_env(wheel, env_dir, build / "constraints.txt")
     archive = dist / ARCHIVE_NAME
-    pack(env_dir, archive, args.python_prefix)
+    interpreter = pack(env_dir, archive, args.python_prefix)
+    if Path(interpreter).exists():
+        verify_archive(archive, build / "archive-check")
+    else:
+        print(f"note: {interpreter} does not exist here: the archive's imports were not tried")
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    node_python = Path(args.python_prefix or sys.base_prefix) / "bin" / f"python{version}"
     print(f"\nwheel:   {wheel} ({wheel.stat().st_size / 2**10:.0f} KiB)")
     print(f"archive: {archive} ({archive.stat().st_size / 2**20:.0f} MiB, {sysconfig.get_platform()}, "
           f"Python {version})")
     for name, why in LEFT_OUT.items():
         print(f"         without {name}: {why}")
-    print(f"         every node needs {node_python} (the archive's bin/python links to it)")
+    print(f"         every node needs {interpreter} (the archive's bin/python links to it)")
     print(f"built in {time.monotonic() - started:.0f} s; submit with:\n"
           f"  spark-submit --archives {archive}#environment "
           "--conf spark.pyspark.python=./environment/bin/python jobs/compact.py --log-dir ...")

@@ -48,12 +48,15 @@ TOPICS_TOML = """\
 SUBMIT_TIMEOUT_S = 420
 
 
+# Decided before any fixture starts (the Spark session included).
+pytestmark = pytest.mark.skipif(not os.environ.get("SEGJOBS_DIST"),
+                                reason="runs in `make cluster-test` (SEGJOBS_DIST names make package's output)")
+
+
 @pytest.fixture(scope="module")
 def dist() -> Path:
     """The directory holding the wheel and the environment archive (``make package``'s output)."""
-    given = os.environ.get("SEGJOBS_DIST")
-    if not given:
-        pytest.skip("runs in `make cluster-test` (SEGJOBS_DIST names make package's output)")
+    given = os.environ["SEGJOBS_DIST"]
     if not (Path(given) / ARCHIVE).is_file():
         pytest.fail(f"SEGJOBS_DIST={given} holds no {ARCHIVE}: run `make package` first")
     return Path(given)
@@ -63,15 +66,21 @@ def dist() -> Path:
 def cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
     """A master and two workers (1 core, 1 GiB each), stopped and their unpacked archives removed afterwards."""
     root = tmp_path / "cluster"
+    started = time.monotonic()
     running = StandaloneCluster.start(root, workers=2, cores=1, memory="1g")
+    print(f"master and two workers up in {time.monotonic() - started:.0f} s")
     try:
         yield running
     finally:
+        started = time.monotonic()
         running.stop()
-        # Each executor unpacks the archive (~700 MB) into its work dir; keep the logs, drop the rest.
+        stopped = time.monotonic()
+        # Each executor unpacks the archive (~640 MB) into its work dir; keep the logs, drop the rest.
         for unpacked in root.glob("worker-*/app-*/*/environment"):
             shutil.rmtree(unpacked, ignore_errors=True)
         shutil.rmtree(root / "local", ignore_errors=True)
+        print(f"cluster stopped in {stopped - started:.0f} s, unpacked archives removed in "
+              f"{time.monotonic() - stopped:.0f} s")
 
 
 def file_bytes(log_dir: Path) -> dict[str, bytes]:
