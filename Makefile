@@ -41,7 +41,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -x -m "not slow" tests
 
 demo: java $(STAMP)
-	$(PY) -m jobs.demo --dir $(DEMO_DIR)
+	$(PY) -m jobs.commands.demo --dir $(DEMO_DIR)
 
 bench: java $(STAMP)
 	$(PY) -m benchmarks.run
