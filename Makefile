@@ -49,7 +49,7 @@ bench: java $(STAMP)
 # The wheel and the environment archive spark-submit ships to executors (README: Running on a Spark cluster).
 # EXECUTOR_PYTHON_PREFIX=/usr builds an archive for nodes whose Python is /usr/bin/python3.X.
 package: $(STAMP)
-	$(PY) ops/package_env.py --dist dist --build build
+	$(PY) ops/package_env.py --dist dist --build build $(if $(EXECUTOR_PYTHON_PREFIX),--python-prefix $(EXECUTOR_PYTHON_PREFIX))
 
 # A Spark standalone master and two workers on 127.0.0.1 run the packaged jobs (tests/ops/test_standalone_cluster.py).
 cluster-test: java package

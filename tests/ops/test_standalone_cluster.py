@@ -46,6 +46,8 @@ TOPICS_TOML = """\
 "retention.ms" = "6d"
 """
 SUBMIT_TIMEOUT_S = 420
+#: The packages whose modules hold numba kernels (compiled with cache=True).
+KERNEL_PACKAGES = ("segment_io", "jobs/rules")
 
 
 # Decided before any fixture starts (the Spark session included).
@@ -106,7 +108,7 @@ def numba_cache_dir_name(source_dir: Path) -> str:
 @pytest.mark.slow
 def test_packaged_jobs_on_a_standalone_cluster_write_the_bytes_of_a_local_run(
         tmp_path: Path, dist: Path, spark, cluster: StandaloneCluster) -> None:
-    from jobs.cli import main
+    from jobs.commands.cli import main
 
     source = tmp_path / "source"
     # zstd batches: executors need the archive's cramjam to read and rewrite them, not only numba and pyarrow.
@@ -172,12 +174,12 @@ def test_packaged_jobs_on_a_standalone_cluster_write_the_bytes_of_a_local_run(
     # Both workers ran an executor of each application.
     for worker in ("worker-0", "worker-1"):
         assert len(list((cluster.root / worker).glob("app-*/*/stderr"))) == 2, worker
-    # The executors compiled the numba kernels of the archive's segment_io and jobs (each executor its own
+    # The executors compiled the numba kernels of the archive's segment_io and jobs.rules (each executor its own
     # unpacked copy), never those of this checkout: the archive is what they ran.
     site = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
     unpacked = [Path(os.path.abspath(p)) for p in cluster.root.glob("worker-*/app-*/*/environment")]
     assert unpacked, "no executor unpacked the archive into ./environment"
-    from_archive = {numba_cache_dir_name(env / site / pkg) for env in unpacked for pkg in ("segment_io", "jobs")}
+    from_archive = {numba_cache_dir_name(env / site / pkg) for env in unpacked for pkg in KERNEL_PACKAGES}
     cached = {p.name for p in numba_cache.iterdir()} if numba_cache.is_dir() else set()
     assert cached, f"executors wrote nothing to NUMBA_CACHE_DIR {numba_cache}"
     assert cached <= from_archive, (cached - from_archive, from_archive)
