@@ -226,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dist", type=Path, default=REPO / "dist", help="where the wheel and archive go "
                         "(default: dist/)")
     parser.add_argument("--build", type=Path, default=REPO / "build",
-                        help="scratch directory for the environment being packed (default: build/)")
+                        help="scratch directory for the environment being packed, emptied afterwards "
+                             "(default: build/)")
     parser.add_argument("--python-prefix", default=os.environ.get("EXECUTOR_PYTHON_PREFIX") or None,
                         help="prefix of the Python on the cluster nodes, when it differs from this machine's "
                              f"({sys.base_prefix}); the archive's bin/python links to PREFIX/bin/python"
@@ -240,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     build_env(wheel, env_dir, build / "constraints.txt")
     archive = dist / ARCHIVE_NAME
     interpreter = pack(env_dir, archive, args.python_prefix)
+    shutil.rmtree(env_dir)  # ~640 MB of scratch: the archive is the product
     if Path(interpreter).exists():
         verify_archive(archive, build / "archive-check")
     else:

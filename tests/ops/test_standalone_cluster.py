@@ -3,13 +3,15 @@ with ``--archives dist/segjobs-env.tar.gz#environment`` exactly as the README's 
 
 Retention then compaction run on the cluster and, at the same ``--now`` on a copy of the same generated log
 dir, in ``local[2]``; every file of the two log dirs must have the same bytes. The cluster's daemons (and so
-its executors) see no Python of the test run, and the executors' numba cache must name the archive's
-``segment_io`` as the code it compiled: a broken archive fails the jobs or this check.
+its executors) have no PYSPARK_PYTHON and no segjobs Python on PATH, and the executors' numba cache must name
+the archive's ``segment_io`` and ``jobs/rules`` as the code they compiled: executors that ran anything but the
+archive fail this check, a broken archive fails the jobs.
 
 It runs in ``make cluster-test`` (``.ci/run`` calls it), which builds the archive with ``make package`` and
-passes its directory in ``SEGJOBS_DIST``; ``make test`` reports it skipped. Packaging (~45 s) plus the four runs
-(~2-6 min: each executor unpacks the 240 MiB archive and compiles numba's kernels per application) would
-double the main suite's Spark time.
+passes its directory in ``SEGJOBS_DIST``; ``make test`` reports it skipped. Packaging (42 s on a quiet machine)
+plus this test (7.7-8 min measured at a load average of 12-15, ~3 CPU-minutes: three daemon JVMs, two
+spark-submits, four executors each unpacking the 223 MiB archive, numba compiling per executor) would add a
+third to the main suite.
 """
 
 from __future__ import annotations
