@@ -11,7 +11,7 @@
 
 pyspark is left out of the archive on purpose: every Spark node puts its own ``pyspark.zip`` and py4j on the
 Python workers' ``PYTHONPATH``, and a second, possibly different, pyspark in the archive would only cost
-~450 MB (its jars) per executor download. The other packages are pinned to the versions installed in the
+~490 MB (mostly its jars) in every executor's download. The other packages are pinned to the versions installed in the
 running interpreter's environment, so a driver running from ``.venv`` and the executors agree on numpy,
 pyarrow and pandas versions (pickled objects cross between them).
 
