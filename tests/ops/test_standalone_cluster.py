@@ -9,7 +9,7 @@ archive fail this check, a broken archive fails the jobs.
 
 It runs in ``make cluster-test`` (``.ci/run`` calls it), which builds the archive with ``make package`` and
 passes its directory in ``SEGJOBS_DIST``; ``make test`` reports it skipped. Packaging (42 s on a quiet machine)
-plus this test (7.7-8 min measured at a load average of 12-15, ~3 CPU-minutes: three daemon JVMs, two
+plus this test (7-9 min measured at a load average of 10-15, ~3 CPU-minutes: three daemon JVMs, two
 spark-submits, four executors each unpacking the 223 MiB archive, numba compiling per executor) would add a
 third to the main suite.
 """
