@@ -26,6 +26,7 @@ from jobs.engine.report import (
     truncate,
 )
 from jobs.engine.scan import PartitionError, empty_batches_from_headers
+from jobs.logdir.commit import Committer
 from jobs.rules.config import TopicConfig
 from jobs.rules.model import PartitionState
 from jobs.rules.model import Scope as PlanScope
@@ -65,7 +66,8 @@ class CompactTask:
     now_ms: int
     max_keys: int
     dry_run: bool
-    work_uri: str
+    #: the store's commit protocol: says where the task stages the new segments (see Committer.task_stage_uri)
+    committer: Committer
 
 
 @dataclass
@@ -98,26 +100,6 @@ class PartitionOutcome:
     map_full: bool = False
     error: PartitionError | None = None
     seconds: float = 0.0
-
-
-from jobs.logdir.commit import PRIVATE_STAGING_DIR as STAGING_DIR  # noqa: E402 - recovery empties it too
-
-
-def private_stage_uri(storage: Storage, work_uri: str, partition_uri: str, base_offset: int, suffix: str) -> str:
-    """Where a task stages a new segment before the driver commits it.
-
-    On local disk it cannot be Kafka's ``.cleaned`` name in the partition dir right away: a broker's loader
-    discards every ``.swap`` at or above the lowest ``.cleaned`` offset, so one group's staged files must
-    never sit in the partition dir while another group is being swapped in. Tasks therefore stage in the
-    work dir and the driver moves one group at a time to its ``.cleaned`` name just before committing it.
-    On S3 the commit protocol's own staging location is already outside the partition prefix.
-    """
-    from jobs.logdir.commit import partition_name, staged_uri
-    from segment_io.layout import segment_file_name
-
-    if not storage.atomic_rename:
-        return staged_uri(storage, partition_uri, work_uri, base_offset, suffix)
-    return storage.join(work_uri, STAGING_DIR, partition_name(partition_uri), segment_file_name(base_offset, suffix))
 
 
 def _txn_entries(storage: Storage, listing: PartitionListing, bases: list[int], kept: pa.Table) -> list:
@@ -271,7 +253,7 @@ class _PartitionCleaner:
                 g.bytes_after = encode_batches(result.records, empty_batches=result.empty_batches,
                                                sources=sources).size
             else:
-                target = private_stage_uri(storage, task.work_uri, task.listing.uri, bases[0], ".log")
+                target = task.committer.task_stage_uri(task.listing.uri, bases[0], ".log")
                 written = write_segment(result.records, target, storage=storage,
                                         empty_batches=result.empty_batches, sources=sources,
                                         index_interval_bytes=task.config.index_interval_bytes,
@@ -428,7 +410,7 @@ def _work(ctx: JobContext) -> None:
         plan_retention_first,
         retention_decision,
     )
-    from jobs.logdir.commit import StagedSegment, replace_segments
+    from jobs.logdir.commit import StagedSegment
     from jobs.rules.offset_map import max_keys_for_buffer
     from segment_io.checkpoint import write_offset_checkpoint
 
@@ -455,7 +437,7 @@ def _work(ctx: JobContext) -> None:
         plans[key], states[key] = plan, scan.state
         if plan.selected and key not in held:
             tasks.append(CompactTask(ctx.storage, listing, scan.state, plan, config, scan.txn, ctx.now_ms, max_keys,
-                                     ctx.dry_run, ctx.work_uri))
+                                     ctx.dry_run, ctx.committer))
     planfile.check_decisions(ctx, {partition_name(k): retention_decision(p, k in held)
                                    for k, p in first.plans.items()}, "retention")
     planfile.check_decisions(ctx, {partition_name(k): _compaction_decision(p, k in held)
@@ -487,10 +469,10 @@ def _work(ctx: JobContext) -> None:
                 for g in outcome.groups:
                     if g.changed:
                         ctx.keep_lease()
-                        _move_to_cleaned(ctx, p_uri, g)
-                        replace_segments(ctx.storage, ctx.listing.partitions[key].uri, old_base_offsets=g.old_bases,
-                                         new_segments=[StagedSegment(g.old_bases[0], g.staged_suffixes)],
-                                         work_uri=ctx.work_uri, fault=COMMIT_FAULT)
+                        ctx.committer.promote(p_uri, g.old_bases[0], g.staged_suffixes, g.mtime_ms)
+                        ctx.committer.replace_segments(p_uri, old_base_offsets=g.old_bases,
+                                                       new_segments=[StagedSegment(g.old_bases[0], g.staged_suffixes)],
+                                                       fault=COMMIT_FAULT)
                         g.committed = committed = True
                 new_cp, checkpoint_changed = outcome.end_offset, True
             except SegjobsError as exc:
@@ -566,30 +548,7 @@ def _check_outcome_against_plan(ctx: JobContext, planfile: PlanStage, key: tuple
 
 def _discard_staged(ctx: JobContext, partition_uri: str, outcome: PartitionOutcome) -> None:
     for g in outcome.groups:
-        for sfx in g.staged_suffixes:
-            ctx.storage.delete(private_stage_uri(ctx.storage, ctx.work_uri, partition_uri, g.old_bases[0], sfx))
-
-
-def _move_to_cleaned(ctx: JobContext, partition_uri: str, g: GroupOutcome) -> None:
-    """Local disk: bring one group's privately staged files to their ``.cleaned`` names (see
-    :func:`private_stage_uri`); a crash right after leaves only ``.cleaned`` files, which recovery deletes."""
-    from jobs.logdir.commit import staged_uri
-
-    if not ctx.storage.atomic_rename:
-        return
-    storage = ctx.storage
-    for sfx in g.staged_suffixes:
-        src = private_stage_uri(storage, ctx.work_uri, partition_uri, g.old_bases[0], sfx)
-        dst = staged_uri(storage, partition_uri, ctx.work_uri, g.old_bases[0], sfx)
-        try:
-            storage.rename(src, dst)
-        except SegjobsError:
-            # The work dir lies on another filesystem (a log dir on its own disk or mount): copy instead. A
-            # .cleaned file cut short by a crash is harmless: Kafka's loader and `segjobs recover` delete it.
-            with storage.open_write(dst) as out:
-                out.write(storage.read(src))
-            storage.set_mtime(dst, g.mtime_ms)
-            storage.delete(src)
+        ctx.committer.discard(partition_uri, g.old_bases[0], g.staged_suffixes)
 
 
 _TABLE_COLUMNS = (("partition", "partition"), ("action", "action"), ("dirty", "dirty"), ("segments", "segments"),

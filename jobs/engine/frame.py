@@ -19,7 +19,7 @@ import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from jobs.commands.args import storage_options_from_args
 from jobs.engine.report import (
@@ -53,6 +53,9 @@ from segment_io.layout import (
 )
 from segment_io.storage.base import Storage
 
+if TYPE_CHECKING:
+    from jobs.logdir.commit import Committer
+
 
 @dataclass
 class JobContext:
@@ -76,6 +79,13 @@ class JobContext:
     lease: Any = None  #: jobs.logdir.lock.Lease while the job holds the log dir (None in dry runs)
     #: the job's human output (``--format table``): called with the finished report, returns the text
     render: Callable[[RunReport], str] | None = None
+
+    @property
+    def committer(self) -> "Committer":
+        """The store's commit protocol (see :func:`jobs.logdir.commit.committer_for`)."""
+        from jobs.logdir.commit import committer_for
+
+        return committer_for(self.storage, self.work_uri)
 
     @property
     def sc(self):

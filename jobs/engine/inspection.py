@@ -29,6 +29,7 @@ from jobs.engine.report import (
     truncate,
 )
 from jobs.engine.scan import PartitionError
+from jobs.logdir.commit import Committer
 from jobs.rules.cardinality import HyperLogLog, exact_distinct
 from jobs.rules.config import TopicConfig, never_touched
 from jobs.rules.model import PartitionState
@@ -107,7 +108,7 @@ class InspectTask:
     config: TopicConfig
     now_ms: int
     exact: bool
-    work_uri: str
+    committer: Committer
     #: compact,delete partitions that lose segments to retention: the listing and scan compaction works on
     #: (see jobs.engine.retention.RetentionFirst); None: the partition as it is
     after_retention: tuple[PartitionListing, Any] | None = None
@@ -271,7 +272,7 @@ def _measure_compaction(task: InspectTask) -> tuple[dict[str, Any], PartitionErr
         state, txn = scan.state, scan.txn
     outcome = compact_partition(CompactTask(
         task.storage, listing, state, task.plan, task.config, txn, task.now_ms,
-        max_keys_for_buffer(DEFAULT_DEDUPE_BUFFER_BYTES), dry_run=True, work_uri=task.work_uri))
+        max_keys_for_buffer(DEFAULT_DEDUPE_BUFFER_BYTES), dry_run=True, committer=task.committer))
     return ({"compaction_records_removed": sum(g.records_before - g.records_after for g in outcome.groups),
              "compaction_bytes_removed": sum(g.bytes_before - g.bytes_after for g in outcome.groups),
              "compaction_partial": outcome.map_full}, outcome.error)
@@ -348,7 +349,7 @@ def _work(ctx: JobContext) -> None:
         rows[key] = _row(*key, {**_plan_values(scan.state, config, plan, retention, ctx.now_ms),
                                 "retention_refused": refused[key[0]].message() if key[0] in refused else None})
         tasks.append(InspectTask(ctx.storage, ctx.listing.partitions[key], scan.state, scan.txn, plan, config,
-                                 ctx.now_ms, exact, ctx.work_uri, first.after.get(key), compactable=not held))
+                                 ctx.now_ms, exact, ctx.committer, first.after.get(key), compactable=not held))
     ctx.progress(f"inspecting {len(tasks)} partition(s)" + (" (exact)" if exact else ""))
     for stats in ctx.parallel_map(inspect_partition, tasks):
         key = (stats.topic, stats.partition)

@@ -24,7 +24,7 @@ from jobs.engine.report import (
     truncate,
 )
 from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
-from jobs.logdir.commit import Fault, delete_segments, purge_deleted
+from jobs.logdir.commit import Committer, Fault, committer_for
 from jobs.rules.config import TopicConfig, never_touched
 from jobs.rules.model import PartitionState
 from jobs.rules.plan_retain import (
@@ -96,6 +96,11 @@ class RetentionParams:
                    dry_run=ctx.dry_run, fault=fault,
                    log_start_checkpoint=dict(ctx.checkpoints.get(LOG_START_OFFSET_CHECKPOINT, {})),
                    keep_lease=ctx.keep_lease)
+
+    @property
+    def committer(self) -> Committer:
+        """The store's commit protocol."""
+        return committer_for(self.storage, self.work_uri)
 
     def step(self, name: str) -> None:
         if self.fault is not None:
@@ -214,8 +219,7 @@ def apply_retention(ctx_or_params: JobContext | RetentionParams, scan: Partition
             p.keep_lease()
         advance_log_start_offsets(p, {key: plan})
         if plan.deletions:
-            result = delete_segments(p.storage, scan.uri, list(plan.deleted_bases), now_ms=p.now_ms,
-                                     work_uri=p.work_uri, fault=p.fault)
+            result = p.committer.delete_segments(scan.uri, list(plan.deleted_bases), now_ms=p.now_ms, fault=p.fault)
             entry["renamed"] = len(result.renamed)
         entry.update(_follow_log_start(p, scan, plan.new_log_start_offset))
         entry.update(_purge(p, scan, config, just_deleted=bool(plan.deletions)))
@@ -282,8 +286,7 @@ def _purge(p: RetentionParams, scan: PartitionScan, config: TopicConfig, *, just
     if not just_deleted and not scan.has_deleted_files:
         return {"purged": [], "purge_pending": {}}
     p.step(STEP_PURGE)
-    res = purge_deleted(p.storage, scan.uri, now_ms=p.now_ms, file_delete_delay_ms=config.file_delete_delay_ms,
-                        work_uri=p.work_uri)
+    res = p.committer.purge_deleted(scan.uri, now_ms=p.now_ms, file_delete_delay_ms=config.file_delete_delay_ms)
     return {"purged": [u.rsplit("/", 1)[-1] for u in res.purged], "purged_bytes": res.purged_bytes,
             "purge_pending": {str(b): due for b, due in sorted(res.kept_until_ms.items())}}
 

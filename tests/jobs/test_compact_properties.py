@@ -37,7 +37,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -48,11 +47,10 @@ from hypothesis import strategies as st
 from jobs.engine.compaction import (
     CompactTask,
     PartitionOutcome,
-    _move_to_cleaned,
     compact_partition,
 )
 from jobs.engine.scan import scan_partition
-from jobs.logdir.commit import StagedSegment, replace_segments
+from jobs.logdir.commit import StagedSegment, committer_for
 from jobs.logdir.lock import work_uri
 from jobs.rules.config import TopicConfig
 from jobs.rules.model import Scope
@@ -264,16 +262,16 @@ def compact_once(log_dir: Path, config: TopicConfig, now_ms: int, *,
     if not plan.selected:
         assert "nothing to clean" in plan.reason, plan.reason
         return None
+    committer = committer_for(storage, work)
     task = CompactTask(storage, listing, scan.state, plan, config, scan.txn, now_ms,
-                       max_keys_for_buffer(dedupe_buffer_bytes), False, work)
+                       max_keys_for_buffer(dedupe_buffer_bytes), False, committer)
     outcome: PartitionOutcome = compact_partition(task)
     assert outcome.error is None, outcome.error
-    driver = SimpleNamespace(storage=storage, work_uri=work)  # all _move_to_cleaned reads of the JobContext
     for group in outcome.groups:
         if group.changed:
-            _move_to_cleaned(driver, listing.uri, group)
-            replace_segments(storage, listing.uri, old_base_offsets=group.old_bases,
-                             new_segments=[StagedSegment(group.old_bases[0], group.staged_suffixes)], work_uri=work)
+            committer.promote(listing.uri, group.old_bases[0], group.staged_suffixes, group.mtime_ms)
+            committer.replace_segments(listing.uri, old_base_offsets=group.old_bases,
+                                       new_segments=[StagedSegment(group.old_bases[0], group.staged_suffixes)])
     assert outcome.end_offset is not None
     checkpoints[key] = outcome.end_offset
     write_offset_checkpoint(storage, checkpoint_uri, updated_cleaner_checkpoints(checkpoints, {key}))
