@@ -5,15 +5,15 @@ What `segjobs compact` does, in users' words, is the docstring of :mod:`jobs.com
 
 from __future__ import annotations
 
-import functools
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow as pa
 
 from jobs.engine.frame import JobContext, scan_error_entry
+from jobs.engine.options import DEFAULT_DEDUPE_BUFFER_BYTES, STRATEGIES, CompactOptions
 from jobs.engine.planfile import PlanStage, decision_difference, partition_name
 from jobs.engine.report import (
     RunReport,
@@ -40,14 +40,8 @@ from segment_io.errors import SegjobsError
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, PartitionListing
 from segment_io.storage.base import Storage
 
-DEFAULT_DEDUPE_BUFFER_BYTES = 128 * 1024 * 1024
 #: Extra cleaning passes over a group's output within one run (markers settle after at most two).
 MAX_CONVERGENCE_PASSES = 3
-STRATEGIES = ("auto", "memory", "external-sort")
-
-#: Test seam: when set, the driver passes it as ``fault=`` to every :func:`jobs.logdir.commit.replace_segments`
-#: it calls, so fault-injection tests can interrupt a real job's commit at any step. Always None in use.
-COMMIT_FAULT: Callable[[str], None] | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -404,7 +398,10 @@ def _entry(plan: CompactionPlan, state: PartitionState, outcome: PartitionOutcom
     return entry
 
 
-def _work(ctx: JobContext) -> None:
+def work(ctx: JobContext) -> None:
+    """The compaction job's work (see :func:`jobs.engine.frame.run_job`): retention first for compact,delete
+    partitions, plan, run the cleaning tasks, commit each changed group of each partition, write the cleaner
+    checkpoint, and fill the report (entries and totals)."""
     from jobs.engine.retention import (
         apply_retention_first,
         plan_retention_first,
@@ -414,11 +411,12 @@ def _work(ctx: JobContext) -> None:
     from jobs.rules.offset_map import max_keys_for_buffer
     from segment_io.checkpoint import write_offset_checkpoint
 
-    args = ctx.args
-    planfile = PlanStage.of(ctx)
+    options = ctx.options
+    assert isinstance(options, CompactOptions)
+    planfile = ctx.planfile
     planfile.check_unchanged(ctx)
-    max_keys = max_keys_for_buffer(args.dedupe_buffer_bytes)
-    plan_scope = PlanScope(force=bool(args.topic or args.partition))
+    max_keys = max_keys_for_buffer(options.dedupe_buffer_bytes)
+    plan_scope = PlanScope(force=bool(options.topics or options.partitions))
     # compact,delete partitions: retention first, compaction planned on what it leaves (see RetentionFirst)
     first = plan_retention_first(ctx)
     held = first.held()
@@ -472,7 +470,7 @@ def _work(ctx: JobContext) -> None:
                         ctx.committer.promote(p_uri, g.old_bases[0], g.staged_suffixes, g.mtime_ms)
                         ctx.committer.replace_segments(p_uri, old_base_offsets=g.old_bases,
                                                        new_segments=[StagedSegment(g.old_bases[0], g.staged_suffixes)],
-                                                       fault=COMMIT_FAULT)
+                                                       fault=ctx.fault_for(partition_name(key)))
                         g.committed = committed = True
                 new_cp, checkpoint_changed = outcome.end_offset, True
             except SegjobsError as exc:
@@ -509,7 +507,7 @@ def _work(ctx: JobContext) -> None:
         entries = updated_cleaner_checkpoints(checkpoints, live)
         write_offset_checkpoint(ctx.storage, ctx.storage.join(ctx.log_dir, CLEANER_OFFSET_CHECKPOINT),
                                 dict(sorted(entries.items())))
-    planfile.write(ctx, "compact", {name: getattr(args, name) for name in PLAN_OPTIONS})
+    planfile.write(ctx, "compact", {name: getattr(options, name) for name in PLAN_OPTIONS})
     _summarize(ctx)
 
 
@@ -542,7 +540,7 @@ def _check_outcome_against_plan(ctx: JobContext, planfile: PlanStage, key: tuple
     diff = decision_difference(planned.get("outcome"), decided, "compaction.outcome")
     if diff:
         outcome.error = PartitionError("PlanMismatch", f"the cleaning task decided differently than the plan "
-                                       f"{ctx.args.apply} ({diff}); nothing of this partition was committed")
+                                       f"{planfile.apply_uri} ({diff}); nothing of this partition was committed")
         _discard_staged(ctx, ctx.listing.partitions[key].uri, outcome)
 
 
@@ -575,7 +573,7 @@ def _note(e: dict[str, Any]) -> str | None:
 
 
 def _summarize(ctx: JobContext) -> None:
-    """Totals into the report, and the console summary (``ctx.render``)."""
+    """Totals into the report (the command renders them: :func:`render_summary`)."""
     totals = {"partitions": len(ctx.report.partitions), "selected": 0, "records_removed": 0, "bytes_removed": 0,
               "errors": len(ctx.report.errors), "bytes_compacted": 0, "files_purged": 0, "bytes_purged": 0}
     for e in ctx.report.partitions:
@@ -590,7 +588,6 @@ def _summarize(ctx: JobContext) -> None:
         totals["files_purged"] += len(retention.get("purged") or [])
         totals["bytes_purged"] += int(retention.get("purged_bytes") or 0)
     ctx.report.totals.update(totals)
-    ctx.render = functools.partial(render_summary, dry_run=ctx.dry_run)
 
 
 def render_summary(report: RunReport, *, dry_run: bool) -> str:
@@ -624,6 +621,9 @@ def render_summary(report: RunReport, *, dry_run: bool) -> str:
     ])
 
 
-#: The options a plan file records for ``compact``, with their parser defaults (see jobs.engine.planfile).
-PLAN_OPTIONS = {"max_delete_fraction": None, "dedupe_buffer_bytes": DEFAULT_DEDUPE_BUFFER_BYTES, "strategy": "auto"}
+#: The options a plan file records for ``compact`` (fields of CompactOptions; see jobs.engine.planfile).
+PLAN_OPTIONS = ("max_delete_fraction", "dedupe_buffer_bytes", "strategy")
+
+__all__ = ["DEFAULT_DEDUPE_BUFFER_BYTES", "PLAN_OPTIONS", "STRATEGIES", "CompactTask", "GroupOutcome",
+           "PartitionOutcome", "compact_partition", "render_summary", "work"]
 
