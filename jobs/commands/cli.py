@@ -11,10 +11,7 @@ import importlib
 import sys
 from typing import Sequence
 
-from segment_io.errors import ConfigError, LockHeldError, SegjobsError, UsageError
-
-#: Errors that mean "nothing was done": exit code 2. Any other SegjobsError reaching main is exit code 1.
-NOTHING_DONE_ERRORS = (ConfigError, UsageError, LockHeldError)
+from segment_io.errors import SegjobsError
 
 #: command -> (module, one-line help). Order is the order of ``segjobs --help``.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -62,7 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args._run(args) or 0)
     except SegjobsError as exc:
         print(f"segjobs {args.command}: error: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, NOTHING_DONE_ERRORS) else 1
+        # each error class says what it means: 2 "nothing was done" (ConfigError, UsageError, LockHeldError), else 1
+        return exc.exit_code
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:

@@ -50,6 +50,7 @@ from jobs.commands.args import (
 from jobs.commands.retain import add_max_delete_fraction_option
 from jobs.engine.options import DEFAULT_DEDUPE_BUFFER_BYTES, STRATEGIES, CompactOptions
 from jobs.engine.seams import Seams
+from jobs.rules.map_capacity import LOAD_FACTOR, max_keys_for_buffer
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -62,9 +63,11 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "Kafka); external-sort: for key counts beyond memory (not available yet); "
                         "auto (default): memory")
     p.add_argument("--dedupe-buffer-bytes", type=size_arg, default=DEFAULT_DEDUPE_BUFFER_BYTES, metavar="SIZE",
-                   help="offset-map memory per task, e.g. 512MiB; 24 bytes per key (default: 128MiB, about 4.2 M keys; "
-                        "Kafka's log.cleaner.dedupe.buffer.size). A partition with more dirty keys is cleaned "
-                        "partially and the report says so; the next run continues")
+                   help=f"offset-map memory per task, e.g. 512MiB; 24 bytes a slot, full at {LOAD_FACTOR:g} of the "
+                        f"slots, so about {max_keys_for_buffer(1 << 20):,} keys per MiB (default: 128MiB, "
+                        f"{max_keys_for_buffer(DEFAULT_DEDUPE_BUFFER_BYTES):,} keys; Kafka's "
+                        "log.cleaner.dedupe.buffer.size and log.cleaner.io.buffer.load.factor). A partition with more "
+                        "dirty keys is cleaned partially and the report says so; the next run continues")
 
 
 def options_from_args(args: argparse.Namespace) -> CompactOptions:

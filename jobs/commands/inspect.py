@@ -39,6 +39,7 @@ from jobs.commands.retain import add_max_delete_fraction_option
 from jobs.engine.inspection import FORMATS
 from jobs.engine.options import InspectOptions
 from jobs.engine.seams import Seams
+from jobs.rules.kafka_defaults import default_of
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -47,7 +48,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_log_dir_options(p, destructive=False, formats=FORMATS)
     add_max_delete_fraction_option(p, help="predict with this delete-fraction limit, as compact and retain "
                                            "--max-delete-fraction would apply it (default: each topic's "
-                                           "segjobs.max.delete.fraction, 0.5 unless set)")
+                                           f"segjobs.max.delete.fraction, "
+                                           f"{default_of('segjobs.max.delete.fraction')} unless set)")
     # The shared help says naming a partition forces its compaction; inspect only narrows what it shows.
     # argparse has no public way to reword an added option, hence the walk over its actions.
     for action in p._actions:

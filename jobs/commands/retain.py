@@ -44,6 +44,7 @@ from jobs import api
 from jobs.commands.args import add_log_dir_options, add_plan_options, cli_wording, job_options, print_result
 from jobs.engine.options import RetainOptions
 from jobs.engine.seams import Seams
+from jobs.rules.kafka_defaults import default_of
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -70,7 +71,8 @@ def add_max_delete_fraction_option(p: argparse.ArgumentParser, *, help: str | No
                    help=help or "leave a topic untouched (and exit 1) when retention.ms/retention.bytes would "
                                 "delete more than this share of its bytes, so a wrong --config or --now cannot "
                                 "empty it; 1 disables the limit (default: the topic's segjobs.max.delete.fraction, "
-                                "0.5 unless set). Deletes below the log start offset do not count")
+                                f"{default_of('segjobs.max.delete.fraction')} unless set). Deletes below the log "
+                                "start offset do not count")
 
 
 def options_from_args(args: argparse.Namespace) -> RetainOptions:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable, Sequence
 
 from jobs.rules.config import ConfigSet
+from jobs.rules.kafka_defaults import DEDUPE_BUFFER_BYTES
 from segment_io.errors import ConfigError, SegjobsError, UsageError
 from segment_io.storage.options import StorageOptions
 
@@ -36,8 +37,8 @@ from segment_io.storage.options import StorageOptions
 #: ``[compact   1.2s] scanned 8 partition(s)``. The default (None) prints only failures and notices to stderr.
 ProgressSink = Callable[[str], None]
 
-#: Kafka's ``log.cleaner.dedupe.buffer.size`` default: the offset map's memory per compaction task.
-DEFAULT_DEDUPE_BUFFER_BYTES = 128 * 1024 * 1024
+#: Kafka's ``log.cleaner.dedupe.buffer.size`` default (128 MiB): the offset map's memory per compaction task.
+DEFAULT_DEDUPE_BUFFER_BYTES = DEDUPE_BUFFER_BYTES
 #: How compaction maps the keys of a partition (see :class:`CompactOptions`).
 STRATEGIES = ("auto", "memory", "external-sort")
 
@@ -260,7 +261,7 @@ class CompactOptions(ChangeOptions):
         if isinstance(d, bool) or not isinstance(d, int):
             raise InvalidOptionUsage(f"{owner}.dedupe_buffer_bytes={d!r}: expected a number of bytes",
                                      field="dedupe_buffer_bytes")
-        from jobs.rules.offset_map import max_keys_for_buffer
+        from jobs.rules.map_capacity import max_keys_for_buffer
 
         try:
             max_keys_for_buffer(d)

@@ -24,9 +24,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from jobs.engine.report import human_bytes
+from segment_io.units import DAY_MS
 
-#: One day, in ms.
-_DAY_MS = 86_400_000
 #: Bars (or rows) a chart shows at most, "others" included.
 TOP = 30
 #: Points the key-cardinality chart labels at most.
@@ -320,12 +319,12 @@ def segment_ages_chart(rows: Any, *, by: str = "partition", top: int = TOP) -> F
     units["oldest"] = [max(a) if len(a) else 0 for a in units["segment_age_ms"]]
     lines, note = _top(units, df, by, "oldest", top, "oldest segment")
     fig, ax = _bar_figure(len(lines))
-    all_ages = np.asarray([a for ages in lines["segment_age_ms"] for a in ages], dtype=float) / _DAY_MS
+    all_ages = np.asarray([a for ages in lines["segment_age_ms"] for a in ages], dtype=float) / DAY_MS
     log = _spans_decades(all_ages) and bool((all_ages > 0).all())
     biggest = max([max(b) for b in lines["segment_bytes"] if len(b)] or [1])
     alpha = 0.8 if len(all_ages) < 2_000 else 0.4
     for y, (_, r) in enumerate(lines.iterrows()):
-        ages = np.asarray(r["segment_age_ms"], dtype=float) / _DAY_MS
+        ages = np.asarray(r["segment_age_ms"], dtype=float) / DAY_MS
         sizes = np.asarray(r["segment_bytes"], dtype=float)
         deleted = np.asarray(r["segment_deleted"], dtype=bool)
         if len(ages) > MAX_DOTS:
