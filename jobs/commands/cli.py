@@ -21,6 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("jobs.commands.inspect", "report per partition: dirty ratio, keys, tombstones, what compaction/retention would reclaim"),
     "dump": ("jobs.commands.dump", "print batches and records of segment files, like kafka-dump-log; --verify checks them"),
     "generate": ("jobs.commands.generate", "write a synthetic broker-style log dir (demo, tests, benchmarks)"),
+    "config": ("jobs.commands.config", "`config import`: write the --config TOML from kafka-configs.sh / kafka-topics.sh --describe output"),
+    "history": ("jobs.commands.history", "the last runs and the bytes they reclaimed per topic, from a --ledger Delta table"),
 }
 
 EPILOG = """exit codes:

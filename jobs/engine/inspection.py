@@ -43,7 +43,7 @@ from segment_io.units import DAY_MS
 FORMATS = ("table", "json", "csv")
 
 #: The columns of a partition's row, in order: (name, Spark SQL type, meaning). The one definition the
-#: report entries, the CSV header and :func:`dirty_ratios`' schema all follow.
+#: report entries, the CSV header and :func:`jobs.api.dirty_ratios`' schema all follow.
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("topic", "string", "topic"),
     ("partition", "int", "partition number"),
@@ -286,7 +286,7 @@ def _measure_compaction(task: InspectTask) -> tuple[dict[str, Any], PartitionErr
 def _plan_values(state: PartitionState, config: TopicConfig, plan: CompactionPlan, retention: RetentionPlan,
                  now_ms: int) -> dict[str, Any]:
     """The columns the planners decide (no record data needed). ``state`` is the partition as it is; ``plan``
-    is made on what retention leaves of it (see :func:`_work`)."""
+    is made on what retention leaves of it (see :func:`work`)."""
     return {
         "policy": config.policy_text, "segments": len(state.segments), "bytes": state.size_bytes,
         "clean_bytes": plan.clean_bytes, "cleanable_bytes": plan.cleanable_bytes,
