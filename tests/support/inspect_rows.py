@@ -1,4 +1,4 @@
-"""Synthetic ``segjobs inspect`` rows (the shape of :func:`jobs.engine.inspection.dirty_ratios`), for testing the plots at
+"""Synthetic ``segjobs inspect`` rows (the shape of :func:`jobs.api.dirty_ratios`), for testing the plots at
 any number of partitions without a log dir or Spark.
 
 Sizes follow a log-normal spread across topics (a few huge topics, many small ones, so bytes and records span
