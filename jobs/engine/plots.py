@@ -1,5 +1,5 @@
 """Plots of an inspect report, for notebooks: each function takes the rows of
-:func:`jobs.engine.inspection.dirty_ratios` (a Spark or pandas DataFrame) and returns a matplotlib Figure; and one
+:func:`jobs.api.dirty_ratios` (a Spark or pandas DataFrame) and returns a matplotlib Figure; and one
 plot of the run ledger (:func:`reclaimed_per_run_chart`, from :func:`jobs.engine.ledger.read_history`).
 
 Figures are built without pyplot, so nothing accumulates in a global figure list and any backend works

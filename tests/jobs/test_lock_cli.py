@@ -22,12 +22,11 @@ from pathlib import Path
 
 import pytest
 
-import jobs.engine.compaction
 from jobs.commands.cli import main
 from jobs.logdir.lock import Holder, acquire, lease_uri
 from jobs.rules.timeutil import wall_clock_ms
 from segment_io.storage import S3Storage
-from tests.jobs.test_compact_faults import CONFIG, NOW, TOPIC, build_partition
+from tests.jobs.test_compact_faults import CONFIG, NOW, TOPIC, build_partition, compact_with_fault
 from tests.jobs.test_compact_s3 import PREFIX, _objects, _upload
 from tests.jobs.test_lock import (
     _FOREIGN_HOLD_SCRIPT,
@@ -186,8 +185,7 @@ def test_a_bad_lease_ttl_is_a_usage_error_before_anything_is_done(s3_bucket_env,
 
 
 @pytest.mark.s3
-def test_a_run_whose_lease_is_taken_over_stops_before_its_next_commit(spark, s3_bucket_env, tmp_path, config, capsys,
-                                                                     monkeypatch):
+def test_a_run_whose_lease_is_taken_over_stops_before_its_next_commit(spark, s3_bucket_env, tmp_path, config, capsys):
     endpoint, bucket = s3_bucket_env
     for p in (0, 1):
         build_partition(tmp_path / "logs" / f"{TOPIC}-{p}")
@@ -198,13 +196,13 @@ def test_a_run_whose_lease_is_taken_over_stops_before_its_next_commit(spark, s3_
     thief = json.dumps({"format": 1, "log_dir": log_dir, "acquired_ms": 0, "expires_ms": 4_000_000_000_000,
                         "holder": {"host": "other-host", "pid": 7, "run_id": "thief"}}).encode()
 
-    def steal_during_the_first_commit(step: str) -> None:
+    def steal_during_the_first_commit(partition: str, step: str) -> None:
         if step == "write-intent" and not storage.exists(lease_uri(storage, log_dir) + ".stolen"):
             storage.write_atomic(lease_uri(storage, log_dir), thief)
             storage.write_atomic(lease_uri(storage, log_dir) + ".stolen", b"")
 
-    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", steal_during_the_first_commit)
-    code = main(["compact", *_s3_args(endpoint, bucket), "--config", str(config), "--now", NOW])
+    code = compact_with_fault([*_s3_args(endpoint, bucket), "--config", str(config), "--now", NOW],
+                              steal_during_the_first_commit)
     err = capsys.readouterr().err
     assert code == 1, err
     assert "LOST THE LEASE, stopped before the next commit" in err and "taken over by segjobs run thief" in err
@@ -226,23 +224,21 @@ def test_a_run_whose_lease_is_taken_over_stops_before_its_next_commit(spark, s3_
 #: blocks, so the parent's SIGKILL lands at exactly that step.
 _PAUSING_COMPACT = textwrap.dedent("""
     import os, sys
-    import jobs.engine.compaction
-    from jobs.commands.cli import main
+    from tests.jobs.test_compact_faults import compact_with_fault
 
-    def pause(step):
+    def pause(partition, step):
         if step.startswith(os.environ["PAUSE_AT"]):
             print("paused at " + step, flush=True)
             sys.stdin.read()  # until killed
 
-    jobs.engine.compaction.COMMIT_FAULT = pause
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(compact_with_fault(sys.argv[1:], pause))
 """)
 
 
 def _compact_killed_at(step_prefix: str, argv: list[str], timeout_s: float = 300.0) -> int:
     """Run ``segjobs compact argv`` in a process group of its own, SIGKILL the whole group (driver, JVM,
     workers) once the commit reaches ``step_prefix``; returns the driver's pid."""
-    proc = subprocess.Popen([sys.executable, "-c", _PAUSING_COMPACT, "compact", *argv], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", _PAUSING_COMPACT, *argv], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, start_new_session=True,
                             env=dict(os.environ, PAUSE_AT=step_prefix, PYTHONPATH=os.getcwd(),
                                      SEGJOBS_LEASE_TTL="1h"))  # expiry must not be why the lease is broken

@@ -216,9 +216,8 @@ def _summary_numbers(summary: str) -> list[str]:
 @pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)])
 def test_recover_cleans_and_reports_leftovers_exactly_as_its_dry_run_said(store, spark, tmp_path, capsys,
                                                                           monkeypatch, request):
-    import jobs.engine.compaction
     from jobs.commands.cli import main
-    from tests.jobs.test_compact_faults import CONFIG, NOW, HardCrash, build_partition
+    from tests.jobs.test_compact_faults import CONFIG, NOW, HardCrash, build_partition, compact_with_fault
     from tests.jobs.test_compact_s3 import PREFIX, _objects, _upload
 
     config = tmp_path / "t.toml"
@@ -251,14 +250,12 @@ def test_recover_cleans_and_reports_leftovers_exactly_as_its_dry_run_said(store,
         crash_at = "copy-new:"
 
     # a compaction dies in t-0's commit; t-1's new segments were staged and are never committed
-    def die(step: str) -> None:
+    def die(partition: str, step: str) -> None:
         if step.startswith(crash_at):
             raise HardCrash(step)
 
-    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", die)
     with pytest.raises(HardCrash):
-        main(["compact", *args, "--config", str(config), "--now", NOW, "--quiet"])
-    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", None)
+        compact_with_fault([*args, "--config", str(config), "--now", NOW, "--quiet"], die)
     temps = [t.format(log=log, work=work) for t in _TEMPS]
     for i, uri in enumerate(temps):
         put(uri, b"x" * (100 + i))

@@ -1,5 +1,5 @@
-"""Synthetic ``segjobs inspect`` rows (the shape of :func:`jobs.engine.inspection.dirty_ratios`), for testing the
-plots at any number of partitions without a log dir or Spark.
+"""Synthetic ``segjobs inspect`` rows (the shape of :func:`jobs.api.dirty_ratios`), for testing the plots at
+any number of partitions without a log dir or Spark.
 
 Sizes follow a log-normal spread across topics (a few huge topics, many small ones, so bytes and records span
 several decades as on a real cluster), partitions of one topic vary around the topic's size, and every column
