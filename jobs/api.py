@@ -58,7 +58,7 @@ from jobs.logdir.recover import RecoveryAction, RecoveryReport
 from jobs.rules.timeutil import Instant, resolve_now
 from segment_io.errors import LockHeldError, UsageError
 
-O = TypeVar("O", bound=RunOptions)
+OptionsT = TypeVar("OptionsT", bound=RunOptions)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -366,7 +366,7 @@ class RecoverResult:
 # --------------------------------------------------------------------------------------------------
 
 
-def _checked(options: O | None, kind: type[O], function: str) -> O:
+def _checked(options: OptionsT | None, kind: type[OptionsT], function: str) -> OptionsT:
     if options is None:
         return kind()
     if not isinstance(options, kind):

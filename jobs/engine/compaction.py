@@ -431,10 +431,10 @@ def work(ctx: JobContext) -> None:
         config = ctx.configs.for_topic(scan.topic)
         scope = plan_scope if ctx.scope.explicit(*key) else PlanScope()
         listing, scan = first.compaction_input(ctx, key)
-        plan = plan_compaction(scan.state, config, ctx.now_ms, scope)
-        plans[key], states[key] = plan, scan.state
+        plan = plan_compaction(scan.scanned, config, ctx.now_ms, scope)
+        plans[key], states[key] = plan, scan.scanned
         if plan.selected and key not in held:
-            tasks.append(CompactTask(ctx.storage, listing, scan.state, plan, config, scan.txn, ctx.now_ms, max_keys,
+            tasks.append(CompactTask(ctx.storage, listing, scan.scanned, plan, config, scan.txn, ctx.now_ms, max_keys,
                                      ctx.dry_run, ctx.committer))
     planfile.check_decisions(ctx, {partition_name(k): retention_decision(p, k in held)
                                    for k, p in first.plans.items()}, "retention")

@@ -203,10 +203,10 @@ def _estimate_compaction(rng: _Counts, range_bytes: int, ratio_of_latest: float)
     size, batch overhead included.
     """
     superseded = max(rng.keyed - rng.distinct_keys(), 0)
-    expired_latest = int(round(rng.expired_tombstones * ratio_of_latest))
+    expired_latest = round(rng.expired_tombstones * ratio_of_latest)
     records = rng.aborted + rng.keyless + superseded + expired_latest
     total = rng.records + rng.markers
-    return records, (int(round(range_bytes * records / total)) if total else 0)
+    return records, (round(range_bytes * records / total) if total else 0)
 
 
 def inspect_partition(task: InspectTask) -> PartitionStats:
@@ -306,7 +306,7 @@ def _plan_values(state: PartitionState, config: TopicConfig, plan: CompactionPla
 
 def _row(topic: str, partition: int, values: dict[str, Any]) -> dict[str, Any]:
     """A complete row: every column present, in order (None where unknown)."""
-    row = {name: None for name in COLUMN_NAMES}
+    row: dict[str, Any] = {name: None for name in COLUMN_NAMES}
     row.update(values, topic=topic, partition=partition)
     return row
 
@@ -330,7 +330,7 @@ def work(ctx: JobContext) -> None:
     exact = options.exact
     rows: dict[tuple[str, int], dict[str, Any]] = {}
     tasks: list[InspectTask] = []
-    retentions = {k: _predicted_retention(s.state, ctx.configs.for_topic(k[0]), ctx.now_ms)
+    retentions = {k: _predicted_retention(s.scanned, ctx.configs.for_topic(k[0]), ctx.now_ms)
                   for k, s in ctx.scans.items() if s.error is None}
     refused = refused_topics(ctx, retentions)
     # compact,delete partitions: compaction predicted on what retention leaves, as `compact` runs them
@@ -344,15 +344,15 @@ def work(ctx: JobContext) -> None:
         config = ctx.configs.for_topic(scan.topic)
         held = key in held_keys
         # As an unforced (nightly) run would decide: inspect's --topic only narrows what is shown.
-        plan = plan_compaction(first.compaction_input(ctx, key)[1].state, config, ctx.now_ms, PlanScope())
+        plan = plan_compaction(first.compaction_input(ctx, key)[1].scanned, config, ctx.now_ms, PlanScope())
         if held:
             why = f"left untouched: retention {first.refused[key[0]].message()}"
             plan = replace(plan, selected=False, reason=why, note=why)
         retention = retentions[key]
         ctx.report.warnings.extend(f"{scan.name}: retention: {w}" for w in retention.warnings)
-        rows[key] = _row(*key, {**_plan_values(scan.state, config, plan, retention, ctx.now_ms),
+        rows[key] = _row(*key, {**_plan_values(scan.scanned, config, plan, retention, ctx.now_ms),
                                 "retention_refused": refused[key[0]].message() if key[0] in refused else None})
-        tasks.append(InspectTask(ctx.storage, ctx.listing.partitions[key], scan.state, scan.txn, plan, config,
+        tasks.append(InspectTask(ctx.storage, ctx.listing.partitions[key], scan.scanned, scan.txn, plan, config,
                                  ctx.now_ms, exact, ctx.committer, first.after.get(key), compactable=not held))
     ctx.progress(f"inspecting {len(tasks)} partition(s)" + (" (exact)" if exact else ""))
     for stats in ctx.parallel_map(inspect_partition, tasks):
@@ -401,7 +401,8 @@ def _table_row(r: dict[str, Any]) -> dict[str, Any]:
         "dirty": f"{r['dirty_ratio']:.2f}", "records": r["records"], "keys": r["distinct_keys"],
         "superseded": r["superseded_records"], "tombstones": f"{r['live_tombstones']}/{r['expired_tombstones']}",
         "aborted": r["aborted_records"], "compact": "yes" if r["compaction_selected"] else "no",
-        "compaction": human_bytes(r["compaction_bytes_removed"]), "retention": human_bytes(r["retention_bytes_deleted"]),
+        "compaction": human_bytes(r["compaction_bytes_removed"]),
+        "retention": human_bytes(r["retention_bytes_deleted"]),
         "oldest": format_instant(r["oldest_timestamp"])[:10], "newest": format_instant(r["newest_timestamp"])[:10],
         "note": truncate("; ".join(problem_notes(r) + [r.get("compaction_note") or ""]).strip("; ")) or None,
     }
@@ -476,7 +477,8 @@ def write_demo_log_dir(out_dir: str | os.PathLike, *, records: int = 2_000) -> D
 
     start, span = 1_700_000_000_000, 7 * DAY_MS
     log_dir = Path(out_dir) / "logs"
-    common = dict(records=records, start_ms=start, span_ms=span, segment_bytes=64 << 10, value_bytes=100)
+    common: dict[str, Any] = dict(records=records, start_ms=start, span_ms=span, segment_bytes=64 << 10,
+                                  value_bytes=100)
     for spec in (
         GenerateSpec(topics=("users-changelog",), partitions=2, superseded_share=0.7, tombstone_share=0.05,
                      transactional_share=0.3, aborted_share=0.5, seed=1, **common),

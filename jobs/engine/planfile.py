@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from jobs.engine.frame import JobContext
     from jobs.rules.timeutil import Instant
 
-O = TypeVar("O", bound=ChangeOptions)
+OptionsT = TypeVar("OptionsT", bound=ChangeOptions)
 
 PLAN_FORMAT = "segjobs-plan"
 PLAN_VERSION = 1
@@ -102,8 +102,8 @@ def partition_name(key: tuple[str, int]) -> str:
 # --------------------------------------------------------------------------------------------------
 
 
-def load_for_apply(options: O, command: str, log_dir: str, now: "Instant | None",
-                   plan_options: Iterable[str]) -> tuple[O, "Instant | None", Plan | None]:
+def load_for_apply(options: OptionsT, command: str, log_dir: str, now: "Instant | None",
+                   plan_options: Iterable[str]) -> tuple[OptionsT, "Instant | None", Plan | None]:
     """With ``options.apply``: read the plan and return the options and ``now`` it says (its now, the scope,
     every topic's settings as overrides, the command's ``plan_options``), and the plan. Without it: the
     arguments unchanged and None. An option the plan sets given with a value other than its default and the

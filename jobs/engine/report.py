@@ -210,7 +210,8 @@ def render_stopped_summary(report: RunReport) -> str:
     rows = [{"partition": f"{e.get('topic')}-{e.get('partition')}", "action": e.get("action"),
              "note": truncate("; ".join(problem_notes(e))) or None}
             for e in sorted(report.partitions, key=partition_order)]
-    lines = [render_table(rows, (("partition", "partition"), ("action", "action"), ("note", "note"))), ""] if rows else []
+    columns = (("partition", "partition"), ("action", "action"), ("note", "note"))
+    lines = [render_table(rows, columns), ""] if rows else []
     lines.append(f"{report.command} stopped before the end: {len(report.errors)} error(s), on stderr and in the report")
     lines.append(f"elapsed {report.elapsed_s or 0:.1f}s")
     return "\n".join(lines)

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
 from jobs.engine.frame import JobContext, scan_error_entry
-from jobs.engine.seams import FaultHook
 from jobs.engine.planfile import partition_name
 from jobs.engine.report import (
     RunReport,
@@ -23,6 +22,7 @@ from jobs.engine.report import (
     truncate,
 )
 from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
+from jobs.engine.seams import FaultHook
 from jobs.logdir.commit import Committer, committer_for
 from jobs.rules.config import TopicConfig, never_touched
 from jobs.rules.model import PartitionState
@@ -337,8 +337,8 @@ def work(ctx: JobContext) -> None:
     planfile.check_unchanged(ctx)
     keys = sorted(ctx.scans)
     if ctx.now_from_clock:  # judged at the wall clock: is the data older than any retention? (a backup?)
-        stale = data_age_warning([s.largest_timestamp for k in keys if ctx.scans[k].state
-                                  for s in ctx.scans[k].state.segments],
+        stale = data_age_warning([s.largest_timestamp for state in (ctx.scans[k].state for k in keys) if state
+                                  for s in state.segments],
                                  [c.retention_ms for c in map(ctx.configs.for_topic, {t for t, _ in keys}) if c.delete],
                                  ctx.now_ms)
         if stale:
@@ -386,7 +386,7 @@ def refused_topics(ctx: JobContext, plans: Mapping[TopicPartition, RetentionPlan
     def limit(topic: str) -> float:
         return flag if flag is not None else ctx.configs.for_topic(topic).max_delete_fraction
 
-    states = {k: ctx.scans[k].state for k in plans if ctx.scans[k].state is not None}
+    states = {k: state for k in plans if (state := ctx.scans[k].state) is not None}
     return {t: share for t, share in delete_shares(states, plans, limit).items() if share.refused}
 
 
@@ -567,7 +567,7 @@ def plan_retention_first(ctx: JobContext) -> RetentionFirst:
             if plan is not None:
                 plans[key] = plan
     refused = refused_topics(ctx, plans)
-    todo = [(ctx.storage, ctx.listing.partitions[k], plan, ctx.scans[k].state.cleaner_checkpoint, ctx.now_ms,
+    todo = [(ctx.storage, ctx.listing.partitions[k], plan, ctx.scans[k].scanned.cleaner_checkpoint, ctx.now_ms,
              ctx.configs.for_topic(k[0]).producer_id_expiration_ms)
             for k, plan in plans.items() if plan.deletions and k[0] not in refused]
     after = {}

@@ -437,7 +437,7 @@ def _plan_replace(committer: "Committer", partition_uri: str, files: list[Segmen
                               uri=partition_uri, offset=seg.base_offset)
         uris = {sfx: committer.staged_uri(partition_uri, seg.base_offset, sfx) for sfx in _ordered(seg.suffixes)}
         found = _sizes(storage, uris.values())
-        for sfx, uri in uris.items():
+        for uri in uris.values():
             if uri not in found:
                 raise CommitError("staged file is missing", uri=uri, offset=seg.base_offset)
         new[seg.base_offset] = {sfx: found[uri] for sfx, uri in uris.items()}
@@ -797,7 +797,8 @@ def committer_for(storage: Storage, work_uri: str) -> Committer:
 
 
 __all__ = [
-    "CommitError", "Committer", "CopyCommitter", "DeleteIntent", "RenameCommitter", "DeleteResult", "PurgeResult", "RecoveryError", "ReplaceIntent",
+    "CommitError", "Committer", "CopyCommitter", "DeleteIntent", "RenameCommitter", "DeleteResult", "PurgeResult",
+    "RecoveryError", "ReplaceIntent",
     "ReplaceResult", "SEGMENT_DATA_SUFFIXES", "SegmentFile", "StagedSegment",
     "committer_for", "delete_segments", "list_segment_files", "live_log_bases", "partition_work_uri", "purge_deleted",
     "replace_segments", "staged_uri",

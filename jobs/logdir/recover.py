@@ -38,6 +38,7 @@ reads the store and keeps every change in memory, so it reports exactly the acti
 
 from __future__ import annotations
 
+import builtins  # annotations in PreviewStorage say builtins.list: there, `list` is the listing method
 import io
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -371,7 +372,7 @@ class PreviewStorage(Storage):
                 out[uri] = self._info(uri, p)
         return sorted(out.values(), key=lambda i: i.uri)
 
-    def list_dirs(self, prefix: str) -> list[str]:
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
         root = prefix.rstrip("/") + "/"
         dirs = set(self.base.list_dirs(prefix))
         dirs |= {root + uri[len(root):].split("/", 1)[0] for uri in self._new
@@ -445,7 +446,7 @@ class PreviewStorage(Storage):
     def sync_dir(self, uri: str) -> None:
         pass
 
-    def list_pending_uploads(self, prefix: str) -> list[PendingUpload]:
+    def list_pending_uploads(self, prefix: str) -> builtins.list[PendingUpload]:
         return [u for u in self.base.list_pending_uploads(prefix) if u not in self._aborted]
 
     def abort_pending_upload(self, upload: PendingUpload) -> None:

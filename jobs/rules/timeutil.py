@@ -3,22 +3,22 @@
 ``--now`` is refused before 1970 (Kafka's timestamps are epoch milliseconds; a negative one means "no
 timestamp") and after :data:`LATEST_NOW_MS` (2100-01-01T00:00:00Z, the last instant accepted). The upper
 bound is a fixed date, not "the wall clock plus a margin": a command line that was accepted once is accepted
-again (a backfill re-run must not depend on the day it runs), and the check reads no clock. It catches typos (``2206`` for ``2026``) and
-instants in the wrong unit (epoch microseconds land in the year 55,000), either of which would otherwise
-make every segment look expired.
+again (a backfill re-run must not depend on the day it runs), and the check reads no clock. It catches typos
+(``2206`` for ``2026``) and instants in the wrong unit (epoch microseconds land in the year 55,000), either of
+which would otherwise make every segment look expired.
 """
 
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
-from typing import Callable, Iterable, Union
+from datetime import UTC, datetime
+from typing import Callable, Iterable
 
 from segment_io.errors import UsageError
 from segment_io.units import format_duration
 
 #: An instant as the jobs take it: epoch milliseconds, an ISO-8601 string, or a datetime (naive = UTC).
-Instant = Union[int, str, datetime]
+Instant = int | str | datetime
 
 #: The last instant ``--now`` may be: 2100-01-01T00:00:00Z.
 LATEST_NOW_MS = 4_102_444_800_000
@@ -37,7 +37,7 @@ def parse_instant(text: Instant | None, *, option: str = "--now") -> int:
     if text is None:
         return wall_clock_ms()
     if isinstance(text, datetime):
-        aware = text if text.tzinfo else text.replace(tzinfo=timezone.utc)
+        aware = text if text.tzinfo else text.replace(tzinfo=UTC)
         return _in_range(int(aware.timestamp() * 1000), aware.isoformat(), option)
     if isinstance(text, bool) or not isinstance(text, (int, str)):
         raise UsageError(f"{option}: cannot read {text!r} as an instant: give epoch milliseconds, ISO-8601 such "
@@ -60,7 +60,7 @@ def parse_instant(text: Instant | None, *, option: str = "--now") -> int:
         raise UsageError(f"{option}: cannot read {text!r} as an instant: give epoch milliseconds or ISO-8601 "
                          f"such as 2026-11-22T03:00:00Z") from None
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return _in_range(int(dt.timestamp() * 1000), s, option)
 
 
@@ -109,4 +109,4 @@ def format_instant(ms: int | None) -> str:
     """``1700000000000`` -> ``2023-11-14T22:13:20.000Z``; ``-`` for None or negative."""
     if ms is None or ms < 0:
         return "-"
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

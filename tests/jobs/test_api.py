@@ -5,7 +5,7 @@ they are made, before any work."""
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -105,7 +105,7 @@ def test_a_config_set_and_overrides_combine(tmp_path: Path) -> None:
 def test_now_is_epoch_ms_iso_8601_or_a_datetime() -> None:
     ms = 1_700_000_000_000
     assert parse_instant(ms) == parse_instant(str(ms)) == parse_instant("2023-11-14T22:13:20Z") == ms
-    assert parse_instant(datetime(2023, 11, 14, 22, 13, 20, tzinfo=timezone.utc)) == ms
+    assert parse_instant(datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)) == ms
     assert parse_instant(datetime(2023, 11, 14, 22, 13, 20)) == ms  # naive: UTC
     with pytest.raises(UsageError, match="cannot read"):
         parse_instant(1.5e12)  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+
 import pytest
 
 from jobs.commands.cli import build_parser, main

@@ -54,6 +54,7 @@ from segment_io.schema import RECORD_SCHEMA
 from segment_io.segment_writer import write_segment
 from segment_io.storage import open_storage
 from tests.support.builders import LogBuilder, Rec, rec, write_log
+from tests.support.hypothesis_budget import examples
 from tests.support.replay import (
     OracleBatch,
     OracleRecord,
@@ -332,8 +333,9 @@ def check_no_leftovers(log_dir: Path, partition_dir: Path) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
+# Each example writes a log dir and compacts it on disk: 40% of the profile's budget.
+@settings(max_examples=examples(0.4), suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                             HealthCheck.too_slow])
 @given(spec=log_specs())
 def test_compaction_properties_over_random_logs(spec: LogSpec, tmp_path_factory: pytest.TempPathFactory) -> None:
     log_dir = tmp_path_factory.mktemp("logs")
@@ -406,8 +408,9 @@ def test_compaction_properties_over_random_logs(spec: LogSpec, tmp_path_factory:
 SMALL_DEDUPE_BUFFER_BYTES = buffer_bytes_for_keys(3)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
+# Each example compacts a log dir several times over (one pass per offset-map fill): a quarter of the budget.
+@settings(max_examples=examples(0.25), suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                              HealthCheck.too_slow])
 @given(spec=log_specs())
 def test_partial_passes_with_a_small_offset_map_reach_the_full_clean(
         spec: LogSpec, tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from jobs.commands.cli import main
 from jobs.engine.seams import FaultHook
 from tests.jobs.test_compact_faults import (
@@ -24,18 +22,8 @@ from tests.jobs.test_compact_faults import (
     recording,
     transient,
 )
-from tests.support.s3 import ACCESS_KEY, REGION, SECRET_KEY
 
 PREFIX = "kafka/logs"
-
-
-@pytest.fixture()
-def s3(s3_bucket, monkeypatch):
-    endpoint, bucket = s3_bucket
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    return endpoint, bucket
 
 
 def _upload(endpoint, bucket: str, local_dir: Path) -> None:
@@ -65,8 +53,8 @@ def _run(endpoint, bucket: str, config: Path, command: str = "compact", *extra: 
     return main([command, *argv, *extra])
 
 
-def test_interrupted_at_every_step_on_s3_then_recover_then_compact(spark, s3, tmp_path, capsys):
-    endpoint, bucket = s3
+def test_interrupted_at_every_step_on_s3_then_recover_then_compact(spark, s3_bucket_env, tmp_path, capsys):
+    endpoint, bucket = s3_bucket_env
     config = tmp_path / "t.toml"
     config.write_text(CONFIG)
 

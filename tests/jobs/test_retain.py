@@ -426,7 +426,8 @@ def test_real_fixture_time_retention_uses_the_brokers_timeindex(kafka_real: Path
 
     src = kafka_real / "ronem123-kraft3.9-multiseg" / "kafka-logs"
     d = _copy_writable(src, tmp_path / "logs")
-    ts, _ = struct.unpack(">qi", (src / "__consumer_offsets-31" / segment_file_name(0, ".timeindex")).read_bytes()[-12:])
+    timeindex = src / "__consumer_offsets-31" / segment_file_name(0, ".timeindex")
+    ts, _ = struct.unpack(">qi", timeindex.read_bytes()[-12:])
     opts = ("--set", "__consumer_offsets:cleanup.policy=delete", "--set", f"*:retention.ms={DAY}",
             "--partition", "__consumer_offsets-31", "--partition", "__cluster_metadata-0")
     code, report = retain(d, *opts, now=ts + DAY)  # age == retention.ms: not past it

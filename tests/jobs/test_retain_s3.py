@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from segment_io.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
 from segment_io.layout import segment_file_name
 from segment_io.storage import StorageOptions, open_storage
@@ -25,21 +23,12 @@ from tests.jobs.test_retain import (
     retain,
     sizes,
 )
-from tests.support.s3 import ACCESS_KEY, REGION, SECRET_KEY
 
 
 def upload(storage: Storage, local: Path, log_dir: str) -> None:
     for f in sorted(local.rglob("*")):
         if f.is_file():
             storage.write_atomic(storage.join(log_dir, *f.relative_to(local).parts), f.read_bytes())
-
-
-@pytest.fixture()
-def s3_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Credentials as a job gets them: from the environment (the endpoint comes from --s3-endpoint)."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
 
 
 def test_retain_on_s3_end_to_end(s3_bucket, s3_env, tmp_path: Path, spark) -> None:

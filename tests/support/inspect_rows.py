@@ -3,8 +3,8 @@ any number of partitions without a log dir or Spark.
 
 Sizes follow a log-normal spread across topics (a few huge topics, many small ones, so bytes and records span
 several decades as on a real cluster), partitions of one topic vary around the topic's size, and every column
-of :data:`jobs.engine.inspection.COLUMNS` is present and consistent with the others (dirty ratio from clean and cleanable
-bytes, superseded records from records and distinct keys, selection from the ratio and the policy).
+of :data:`jobs.engine.inspection.COLUMNS` is present and consistent with the others (dirty ratio from clean and
+cleanable bytes, superseded records from records and distinct keys, selection from the ratio and the policy).
 """
 
 from __future__ import annotations
