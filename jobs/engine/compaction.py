@@ -445,7 +445,17 @@ def work(ctx: JobContext) -> None:
     failed = {k for k, e in retention.items() if e["action"] == "error" and k in first.plans}
     tasks = [t for t in tasks if (t.plan.topic, t.plan.partition) not in failed]
     ctx.progress(f"{len(tasks)} of {len(plans)} partition(s) selected for compaction")
-    outcomes = {(o.topic, o.partition): o for o in ctx.parallel_map(compact_partition, tasks)}
+    # --strategy: each partition is cleaned by the memory strategy's task or by the external-sort passes
+    # (jobs.engine.external_sort); both give PartitionOutcomes with staged groups, committed below alike.
+    from jobs.engine.external_sort import choose, run_external_sort
+
+    strategies = choose(tasks, options.strategy)
+    by_sort = [strategies[(t.plan.topic, t.plan.partition)].strategy == "external-sort" for t in tasks]
+    sorted_tasks = [t for t, s in zip(tasks, by_sort) if s]
+    outcomes = {(o.topic, o.partition): o for o in ctx.parallel_map(
+        compact_partition, [t for t, s in zip(tasks, by_sort) if not s])}
+    sort_details: dict[tuple[str, int], dict[str, Any]] = {}
+    outcomes.update(run_external_sort(ctx, sorted_tasks, sort_details))
 
     checkpoints = dict(ctx.checkpoints[CLEANER_OFFSET_CHECKPOINT])
     checkpoint_changed = False
@@ -496,6 +506,10 @@ def work(ctx: JobContext) -> None:
         else:
             checkpoint = checkpoints.get(key)
         entry = _entry(plan, state, outcome, dry_run=ctx.dry_run, committed=committed, checkpoint=checkpoint)
+        if key in strategies and outcome is not None:
+            entry.update(strategy=strategies[key].strategy, strategy_reason=strategies[key].reason)
+            if key in sort_details:
+                entry["external_sort"] = sort_details[key]
         if untouched:
             reason = f"left untouched: retention {retention[key]['reason']}"
             entry.update(selected=False, action="skipped", reason=reason, note=reason)

@@ -1,0 +1,229 @@
+"""The external-sort strategy (and ``auto``) against the memory strategy with a buffer big enough for one pass.
+
+Level exercised: the whole compaction job (:func:`jobs.api.compact`): without Spark for the property test
+(tasks in this process, the sort in memory: :func:`jobs.rules.external_sort.superseded_keys`), and with the
+shared ``local[2]`` session for the Spark plan (window sort, ``mapInArrow`` key pass, ``applyInArrow`` group
+maps). Each run compacts a copy of the same log dir (file times included) at the same ``now``; the property
+is byte equality of every file of the partition and of the cleaner checkpoint, run after run (the first clean,
+then past the tombstone horizon).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jobs import api
+from jobs.engine import external_sort as es
+from jobs.rules.config import ConfigSet
+from jobs.rules.external_sort import choose_strategy, superseded_keys
+from jobs.rules.map_capacity import buffer_bytes_for_keys, max_keys_for_buffer
+from jobs.rules.transactions import AbortedTxns
+from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, partition_dir_name
+from segment_io.storage import open_storage
+from tests.jobs.test_compact_properties import (
+    NOW1,
+    NOW2,
+    PARTITION,
+    TOPIC,
+    LogSpec,
+    build_log,
+    log_specs,
+    topic_config,
+    write_segments,
+)
+from tests.support.builders import LogBuilder, rec, tombstone, write_log
+from tests.support.hypothesis_budget import examples
+
+BIG_BUFFER = 1 << 20  #: every test log's keys fit one memory pass
+TINY_BUFFER = buffer_bytes_for_keys(2)  #: auto picks external-sort for any partition with 2 dirty records
+
+
+def compact(log_dir: Path, config: ConfigSet, now_ms: int, strategy: str, buffer: int, *, spark=None,
+            dry_run: bool = False) -> dict:
+    """One run naming the partition; its report entry."""
+    options = api.CompactOptions(config=config, partitions=(partition_dir_name(TOPIC, PARTITION),),
+                                 dedupe_buffer_bytes=buffer, strategy=strategy, dry_run=dry_run,
+                                 progress=lambda line: None)
+    seams = api.Seams(runner=api.InProcessTasks()) if spark is None else api.Seams()
+    result = api.compact(log_dir, options, now=now_ms, seams=seams, spark=spark)
+    assert result.exit_code == 0, result.errors
+    (entry,) = [p.entry for p in result.partitions]
+    return entry
+
+
+def files(log_dir: Path) -> dict[str, bytes]:
+    """Every file of the partition and the cleaner checkpoint, by name."""
+    pdir = log_dir / partition_dir_name(TOPIC, PARTITION)
+    out = {p.name: p.read_bytes() for p in sorted(pdir.iterdir())}
+    cp = log_dir / CLEANER_OFFSET_CHECKPOINT
+    out[cp.name] = cp.read_bytes() if cp.exists() else b""
+    return out
+
+
+def mtimes(log_dir: Path) -> dict[str, int]:
+    pdir = log_dir / partition_dir_name(TOPIC, PARTITION)
+    return {p.name: p.stat().st_mtime_ns // 1_000_000 for p in sorted(pdir.iterdir())}
+
+
+def copies(source: Path, tmp: Path, n: int) -> list[Path]:
+    """``n`` copies of log dir ``source`` with the file times kept (the legacy horizon and the new segments'
+    times come from them)."""
+    out = []
+    for i in range(n):
+        dst = tmp / f"copy{i}"
+        shutil.copytree(source, dst, copy_function=shutil.copy2)
+        out.append(dst)
+    return out
+
+
+def assert_same_runs(dirs: list[Path], runs: list[tuple[str, int]], config: ConfigSet, *, spark=None) -> list[dict]:
+    """Compact ``dirs[0]`` with memory and a big buffer, each other dir with the given (strategy, buffer), at
+    NOW1 then NOW2: after every run every dir holds the same bytes, and the entries agree."""
+    entries = []
+    for now in (NOW1, NOW2):
+        reference = compact(dirs[0], config, now, "memory", BIG_BUFFER)
+        assert not reference.get("partial")
+        expected = files(dirs[0])
+        for d, (strategy, buffer) in zip(dirs[1:], runs):
+            entry = compact(d, config, now, strategy, buffer, spark=spark)
+            got = files(d)
+            assert got.keys() == expected.keys(), (strategy, now, sorted(got), sorted(expected))
+            for name in expected:
+                assert got[name] == expected[name], (strategy, now, name)
+            assert mtimes(d) == mtimes(dirs[0]), (strategy, now)
+            for k in ("cleaned_range", "partial", "records_removed", "bytes_removed", "groups_rewritten", "stats",
+                      "new_checkpoint", "action"):
+                assert entry.get(k) == reference.get(k), (strategy, now, k, entry.get(k), reference.get(k))
+            entries.append(entry)
+    return entries
+
+
+# --------------------------------------------------------------------------------------------------
+# The property (no Spark)
+# --------------------------------------------------------------------------------------------------
+
+
+# Each example compacts three copies of a log dir twice: about a third of the profile's budget.
+@settings(max_examples=examples(0.35), suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                              HealthCheck.too_slow])
+@given(spec=log_specs())
+def test_external_sort_and_auto_write_the_bytes_of_one_memory_pass(spec: LogSpec,
+                                                                   tmp_path_factory: pytest.TempPathFactory) -> None:
+    tmp = tmp_path_factory.mktemp("ext")
+    source = tmp / "source"
+    write_segments(build_log(spec), source / partition_dir_name(TOPIC, PARTITION))
+    dirs = copies(source, tmp, 3)
+    entries = assert_same_runs(dirs, [("external-sort", TINY_BUFFER), ("auto", TINY_BUFFER)], topic_config(spec))
+    for e in entries:
+        if e["action"] != "skipped":
+            assert e["strategy"] in ("memory", "external-sort") and e["strategy_reason"]
+    # auto with room for 2 keys: external-sort as soon as the dirty range holds 2 records
+    auto = [e for e in entries[1::2] if e["action"] != "skipped"]
+    for e in auto:
+        assert e["strategy"] == ("memory" if "< 2 keys" in e["strategy_reason"] else "external-sort"), e
+
+
+def test_more_keys_than_the_buffer_are_deduplicated_in_one_run(tmp_path: Path) -> None:
+    """200 keys written three times over, a buffer for 10 keys: memory needs many partial runs, external-sort
+    and auto clean everything in one, with exactly the bytes of one big memory pass."""
+    log = LogBuilder(TOPIC, PARTITION, timestamp=NOW1 - 3_600_000)
+    for round_ in range(3):
+        for start in range(0, 200, 20):
+            log.batch([rec(f"k{k}", f"v{round_}-{k}") for k in range(start, start + 20)])
+        log.roll()
+    log.batch([tombstone("k0")])
+    log.roll()
+    source = tmp_path / "source"
+    write_log(log.table(), source / partition_dir_name(TOPIC, PARTITION))
+    dirs = copies(source, tmp_path, 4)
+    config = ConfigSet().with_overrides([f"{TOPIC}:cleanup.policy=compact", f"{TOPIC}:segment.bytes=4000"])
+    small = buffer_bytes_for_keys(10)
+    partial = compact(dirs[3], config, NOW1, "memory", small)
+    assert partial["partial"], "the small buffer must not hold the partition's keys"
+    entries = assert_same_runs(dirs[:3], [("external-sort", small), ("auto", small)], config)
+    first = entries[:2]
+    assert all(not e["partial"] and e["strategy"] == "external-sort" for e in first), first
+    assert first[1]["strategy_reason"].startswith("auto: 600 dirty records >= 10 keys"), first[1]["strategy_reason"]
+    assert first[0]["records_removed"] == 400
+    assert first[0]["external_sort"]["group_tasks"] > 1 and first[0]["external_sort"]["superseded_keys"] > 0
+
+
+def test_a_dry_run_measures_what_memory_measures(tmp_path: Path) -> None:
+    log = LogBuilder(TOPIC, PARTITION, timestamp=NOW1 - 3_600_000)
+    log.batch([rec("a", "1"), rec("b", "1"), rec(None, "x")])
+    log.txn_batch(3, 0, [rec("a", "t")])
+    log.abort(3, 0)
+    log.batch([rec("a", "2"), tombstone("b")])
+    log.roll()
+    log.batch([rec("c", "1")])  # the active segment
+    source = tmp_path / "source"
+    write_log(log.table(), source / partition_dir_name(TOPIC, PARTITION))
+    a, b = copies(source, tmp_path, 2)
+    config = ConfigSet().with_overrides([f"{TOPIC}:cleanup.policy=compact"])
+    mem = compact(a, config, NOW1, "memory", BIG_BUFFER, dry_run=True)
+    ext = compact(b, config, NOW1, "external-sort", BIG_BUFFER, dry_run=True)
+    for k in ("action", "records_removed", "bytes_removed", "stats", "new_checkpoint", "bytes_after"):
+        assert ext[k] == mem[k], (k, ext[k], mem[k])
+    assert ext["action"] == "would compact" and ext["strategy"] == "external-sort"
+    assert files(b) == files(source) | {CLEANER_OFFSET_CHECKPOINT: b""}
+
+
+# --------------------------------------------------------------------------------------------------
+# Pieces
+# --------------------------------------------------------------------------------------------------
+
+
+def test_auto_rule() -> None:
+    assert choose_strategy("auto", dirty_records=9, max_keys=10).strategy == "memory"
+    assert choose_strategy("auto", dirty_records=10, max_keys=10).strategy == "external-sort"
+    assert choose_strategy("auto", dirty_records=None, max_keys=10).strategy == "external-sort"
+    assert choose_strategy("memory", dirty_records=10**9, max_keys=10).strategy == "memory"
+    assert max_keys_for_buffer(api.CompactOptions().dedupe_buffer_bytes) == 5_033_164
+
+
+@settings(max_examples=examples(1))
+@given(rows=st.lists(st.tuples(st.integers(0, 1), st.integers(0, 2), st.integers(0, 3), st.booleans()),
+                     max_size=40))
+def test_superseded_keys_against_a_dictionary(rows: list[tuple[int, int, int, bool]]) -> None:
+    """Row i: (partition, group, key, mappable) at offset i; a key's latest is its last mappable offset."""
+    p = np.array([r[0] for r in rows], np.int32)
+    g = np.array([r[1] for r in rows], np.int32)
+    key = np.array([r[2] for r in rows], np.int64)
+    ok = np.array([r[3] for r in rows], bool)
+    off = np.arange(len(rows), dtype=np.int64)
+    got = superseded_keys(p, g, key * 7, -key, off, ok).to_pylist()
+    latest: dict[tuple[int, int], int] = {}
+    for i, (pp, _, k, m) in enumerate(rows):
+        if m:
+            latest[(pp, k)] = i
+    expected = sorted({(pp, gg, k * 7, -k, latest[(pp, k)]) for i, (pp, gg, k, _) in enumerate(rows)
+                       if latest.get((pp, k), -1) > i})
+    assert [(r["p"], r["g"], r["key_hash_hi"], r["key_hash_lo"], r["latest"]) for r in got] == expected
+
+
+def test_a_split_segment_reads_the_rows_of_the_whole(tmp_path: Path) -> None:
+    log = LogBuilder(TOPIC, PARTITION, timestamp=NOW1)
+    for i in range(50):
+        log.batch([rec(f"k{i % 7}", "v" * (i % 13)), rec(None, "x"), rec(f"j{i}", None)])
+    pdir = tmp_path / partition_dir_name(TOPIC, PARTITION)
+    write_log(log.table(), pdir)
+    (seg,) = sorted(pdir.glob("*.log"))
+    storage = open_storage(str(tmp_path))
+
+    def read(split: int, splits: int) -> pa.Table:
+        return es.read_key_rows(es.KeyReadItem(0, 0, storage, str(seg), split, splits, 10, 120,
+                                               AbortedTxns.empty(), str(tmp_path / "err")))
+
+    whole = read(0, 1)
+    assert whole.num_rows == 100
+    for splits in (2, 3, 7, 200):
+        parts = pa.concat_tables([read(k, splits) for k in range(splits)])
+        assert parts.equals(whole), splits
+    assert whole.column("mappable").to_pylist() == [10 <= o < 120 for o in whole.column("offset").to_pylist()]
