@@ -98,6 +98,7 @@ class KeyReadItem:
     first_uncleanable_offset: int
     aborted: AbortedTxns
     error_uri: str
+    size: int = 0  #: the segment's bytes
 
 
 def read_key_rows(item: KeyReadItem) -> pa.Table:
@@ -326,12 +327,25 @@ def run_external_sort(ctx: JobContext, tasks: Sequence[CompactTask], details: di
         out.end_offset = max(t.plan.first_uncleanable_offset, t.plan.first_dirty_offset)
         parts.append(_Partition(i, t, groups, work, out, time.monotonic()))
     try:
+        t0 = time.monotonic()
         _sort_pass(ctx, parts)
+        ctx.progress(f"external-sort: key pass and sort of {len(parts)} partition(s) in "
+                     f"{time.monotonic() - t0:.1f}s")
+        t0 = time.monotonic()
         _rewrite_passes(ctx, parts, details)
+        ctx.progress(f"external-sort: {sum(len(p.groups) for p in parts)} segment group(s) rewritten in "
+                     f"{time.monotonic() - t0:.1f}s")
     finally:
         for part in parts:
             _clear(storage, part.work)
     return {(p.outcome.topic, p.outcome.partition): p.outcome for p in parts}
+
+
+def task_count(items: int, total_bytes: int, parallelism: int) -> int:
+    """How many tasks share ``items`` (contiguous runs of them) that read ``total_bytes``: every slot busy, and
+    no more tasks than :data:`SPLIT_BYTES` shares of the bytes, so small partitions do not pay a task start
+    per segment or group while a big one gets one task per item."""
+    return max(1, min(items, max(parallelism, -(-total_bytes // SPLIT_BYTES))))
 
 
 def _clear(storage: Storage, uri: str) -> None:
@@ -352,7 +366,7 @@ def _key_items(parts: Sequence[_Partition]) -> list[KeyReadItem]:
                 for k in range(splits):
                     items.append(KeyReadItem(part.p, g, t.storage, files_of[s.base_offset].log.uri, k, splits,
                                              t.plan.first_dirty_offset, t.plan.first_uncleanable_offset,
-                                             t.txn.aborted, error_uri))
+                                             t.txn.aborted, error_uri, s.size_bytes))
                     part.key_tasks += 1
     return items
 
@@ -391,7 +405,8 @@ def _map_uri(storage: Storage, work: str, g: int) -> str:
 
 def _local_sort(ctx: JobContext, items: list[KeyReadItem], parts: list[_Partition]) -> dict[tuple[int, int], int]:
     """Without Spark: the key pass through the runner, the sort in memory."""
-    tables = [t for t in ctx.parallel_map(_read_or_report, items) if t is not None]
+    tasks = task_count(len(items), sum(i.size // i.splits for i in items), ctx.runner.parallelism)
+    tables = [t for t in ctx.parallel_map(_read_or_report, items, tasks=tasks) if t is not None]
     rows = pa.concat_tables(tables) if tables else KEY_ROW_SCHEMA.empty_table()
     col = {f.name: rows.column(f.name).to_numpy() for f in KEY_ROW_SCHEMA}
     sup = superseded_keys(col["p"], col["g"], col["key_hash_hi"], col["key_hash_lo"], col["offset"], col["mappable"])
@@ -422,13 +437,15 @@ def _spark_sort(spark: Any, items: list[KeyReadItem], parts: list[_Partition]) -
                 if table is not None:
                     yield from table.to_batches(max_chunksize=1 << 16)
 
-    def write_group(key, table: pa.Table) -> pa.Table:
+    # No annotations: pyspark infers the function's form from type hints and fails on partial ones.
+    def write_group(key, table):  # type: ignore[no-untyped-def]
         p, g = int(key[0].as_py()), int(key[1].as_py())
         n = write_group_map(storage, _map_uri(storage, work[p], g), table)
         return pa.table({"p": pa.array([p], pa.int32()), "g": pa.array([g], pa.int32()),
                          "n": pa.array([n], pa.int64())})
 
-    rows = spark.range(0, len(items), 1, len(items)).mapInArrow(
+    tasks = task_count(len(items), sum(i.size // i.splits for i in items), int(spark.sparkContext.defaultParallelism))
+    rows = spark.range(0, len(items), 1, tasks).mapInArrow(
         key_pass, "p int, g int, key_hash_hi long, key_hash_lo long, offset long, mappable boolean")
     by_key = Window.partitionBy("p", "key_hash_hi", "key_hash_lo")
     latest = F.max(F.when(F.col("mappable"), F.col("offset"))).over(by_key)
@@ -445,7 +462,7 @@ def _rewrite_passes(ctx: JobContext, parts: list[_Partition], details: dict[tupl
     live = [part for part in parts if part.outcome.error is None]
     items = [GroupItem(part.p, g, part.task, group, part.maps.get(g)) for part in live
              for g, group in enumerate(part.groups)]
-    results: dict[tuple[int, int], GroupResult] = {(r.p, r.g): r for r in ctx.parallel_map(clean_group_item, items)}
+    results: dict[tuple[int, int], GroupResult] = {(r.p, r.g): r for r in _map_groups(ctx, items)}
     # The state each group's markers are judged by on the second wave: the log as the first wave left it.
     needs_tail = [part for part in live if any(len(results[(part.p, g)].marker_offsets) for g in range(len(part.groups)))
                   and not _failed(part, results)]
@@ -465,7 +482,7 @@ def _rewrite_passes(ctx: JobContext, parts: list[_Partition], details: dict[tupl
         if freed.size:
             again += [GroupItem(part.p, g, t, group, part.maps.get(g), refreshed) for g, group in enumerate(part.groups)
                       if np.isin(results[(part.p, g)].marker_offsets, freed).any()]
-    for r in ctx.parallel_map(clean_group_item, again):
+    for r in _map_groups(ctx, again):
         results[(r.p, r.g)] = r
     for part in parts:
         out = part.outcome
@@ -484,9 +501,14 @@ def _rewrite_passes(ctx: JobContext, parts: list[_Partition], details: dict[tupl
             out.stats = {k: int(v) for k, v in total.__dict__.items()}
         out.seconds = round(sum(r.seconds for r in group_results), 3)
         details[(out.topic, out.partition)] = {
-            "key_tasks": part.key_tasks, "group_tasks": len(part.groups),
+            "key_pieces": part.key_tasks, "groups": len(part.groups),
             "groups_recleaned": sum(1 for i in again if i.p == part.p), "superseded_keys": part.superseded,
             "wall_seconds": round(time.monotonic() - part.t0, 3)}
+
+
+def _map_groups(ctx: JobContext, items: list[GroupItem]) -> list[GroupResult]:
+    size = sum(s.size_bytes for i in items for s in i.group)
+    return ctx.parallel_map(clean_group_item, items, tasks=task_count(len(items), size, ctx.runner.parallelism))
 
 
 def _failed(part: _Partition, results: dict[tuple[int, int], GroupResult]) -> bool:

@@ -152,7 +152,7 @@ def test_more_keys_than_the_buffer_are_deduplicated_in_one_run(tmp_path: Path) -
     assert all(not e["partial"] and e["strategy"] == "external-sort" for e in first), first
     assert first[1]["strategy_reason"].startswith("auto: 600 dirty records >= 10 keys"), first[1]["strategy_reason"]
     assert first[0]["records_removed"] == 400
-    assert first[0]["external_sort"]["group_tasks"] > 1 and first[0]["external_sort"]["superseded_keys"] > 0
+    assert first[0]["external_sort"]["groups"] > 1 and first[0]["external_sort"]["superseded_keys"] > 0
 
 
 def test_a_dry_run_measures_what_memory_measures(tmp_path: Path) -> None:
@@ -227,3 +227,70 @@ def test_a_split_segment_reads_the_rows_of_the_whole(tmp_path: Path) -> None:
         parts = pa.concat_tables([read(k, splits) for k in range(splits)])
         assert parts.equals(whole), splits
     assert whole.column("mappable").to_pylist() == [10 <= o < 120 for o in whole.column("offset").to_pylist()]
+
+
+# --------------------------------------------------------------------------------------------------
+# With Spark: the window sort, on generated logs and on every real compacted fixture
+# --------------------------------------------------------------------------------------------------
+
+
+def compact_all(log_dir: Path, config: ConfigSet, now_ms: int, strategy: str, *, spark=None) -> dict[str, dict]:
+    """One run forcing every partition; entries by partition name."""
+    options = api.CompactOptions(config=config, topics=("*",), strategy=strategy, progress=lambda line: None)
+    seams = api.Seams(runner=api.InProcessTasks()) if spark is None else api.Seams()
+    result = api.compact(log_dir, options, now=now_ms, seams=seams, spark=spark)
+    assert result.exit_code == 0, result.errors
+    return {f"{p.entry['topic']}-{p.entry['partition']}": p.entry for p in result.partitions}
+
+
+def all_files(log_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(log_dir)): p.read_bytes() for p in sorted(log_dir.rglob("*"))
+            if p.is_file() and p.name != ".lock"}
+
+
+def assert_spark_matches_memory(source: Path, tmp: Path, config: ConfigSet, nows: list[int], spark) -> dict:
+    mem, ext = copies(source, tmp, 2)
+    entries: dict = {}
+    for now in nows:
+        expected = compact_all(mem, config, now, "memory")
+        entries = compact_all(ext, config, now, "external-sort", spark=spark)
+        assert all_files(ext) == all_files(mem), now
+        for name, e in entries.items():
+            for k in ("cleaned_range", "records_removed", "bytes_removed", "stats", "action"):
+                assert e.get(k) == expected[name].get(k), (name, k)
+    return entries
+
+
+def test_spark_external_sort_on_generated_partitions(spark, tmp_path: Path) -> None:
+    """Two partitions with transactions (half aborted), tombstones and several groups; the
+    second run is past the horizon the first stamps (tombstones and settled markers go)."""
+    from segment_io.generate import GenerateSpec, generate_log_dir
+
+    source = tmp_path / "source"
+    generate_log_dir(GenerateSpec(topics=("orders",), partitions=2, records=1_500, segment_bytes=24 << 10,
+                                  superseded_share=0.6, tombstone_share=0.05, transactional_share=0.3,
+                                  aborted_share=0.5, seed=11), source)
+    config = ConfigSet().with_overrides(["*:cleanup.policy=compact", "*:segment.bytes=40000",
+                                         "*:delete.retention.ms=1000"])
+    start = GenerateSpec().start_ms + GenerateSpec().span_ms
+    entries = assert_spark_matches_memory(source, tmp_path, config, [start + 10, start + 10_000], spark)
+    first = next(iter(entries.values()))
+    assert first["strategy"] == "external-sort" and first["external_sort"]["groups"] > 1, first
+
+
+def test_spark_external_sort_on_every_real_compacted_fixture(spark, kafka_real: Path, tmp_path: Path) -> None:
+    from tests.jobs.test_compact_fixtures import NOW, PARTITIONS
+    from tests.support.replay import read_partition
+
+    source = tmp_path / "source"
+    for fixture, name in PARTITIONS:
+        shutil.copytree(kafka_real / fixture / name, source / name, copy_function=shutil.copy2)
+        end = max(b.last_offset for b in read_partition(source / name)) + 1
+        (source / name / f"{end:020d}.log").write_bytes(b"")  # an empty active segment, as a broker rolls
+    from jobs.rules.timeutil import resolve_now
+
+    now = resolve_now(NOW)[0]
+    config = ConfigSet().with_overrides(["*:cleanup.policy=compact"])
+    entries = assert_spark_matches_memory(source, tmp_path, config, [now], spark)
+    assert {e["action"] for e in entries.values()} <= {"compacted", "unchanged"}, entries
+    assert sum(e["records_removed"] for e in entries.values()) > 0
