@@ -563,8 +563,8 @@ def _discard_staged(ctx: JobContext, partition_uri: str, outcome: PartitionOutco
         ctx.committer.discard(partition_uri, g.old_bases[0], g.staged_suffixes)
 
 
-_TABLE_COLUMNS = (("partition", "partition"), ("action", "action"), ("dirty", "dirty"), ("segments", "segments"),
-                  ("bytes", "bytes"), ("records_removed", "records removed"),
+_TABLE_COLUMNS = (("partition", "partition"), ("action", "action"), ("strategy", "strategy"), ("dirty", "dirty"),
+                  ("segments", "segments"), ("bytes", "bytes"), ("records_removed", "records removed"),
                   ("tombstones_removed", "tombstones removed"), ("aborted_removed", "aborted removed"),
                   ("retention", "retention"), ("note", "note"))
 
@@ -577,7 +577,9 @@ def _note(e: dict[str, Any]) -> str | None:
     notes = problem_notes(e)
     if e.get("partial"):
         notes.append(f"partial: map full at offset {(e.get('cleaned_range') or [None, '?'])[1]}, "
-                     f"next run continues")
+                     f"next run continues (external-sort would clean it in one run)")
+    if e.get("strategy") == "external-sort":  # why memory was not enough (or not asked for)
+        notes.append(f"{e['strategy']}: {e.get('strategy_reason')}")
     retention = e.get("retention") or {}
     notes += problem_notes(retention, label="retention") + purge_notes(retention)
     if not e.get("error"):
@@ -613,6 +615,7 @@ def render_summary(report: RunReport, *, dry_run: bool) -> str:
         retention = e.get("retention") or {}
         rows.append({
             "partition": f"{e['topic']}-{e['partition']}", "action": e.get("action", ""),
+            "strategy": e.get("strategy") or "-",
             "dirty": f"{float(e.get('dirty_ratio') or 0):.2f}",
             "segments": f"{e.get('segments_before', '-')}->{e.get('segments_after', '-')}",
             "bytes": f"{human_bytes(e.get('bytes_before'))} -> {human_bytes(e.get('bytes_after'))}",
