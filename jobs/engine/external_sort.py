@@ -121,8 +121,8 @@ def read_key_rows(item: KeyReadItem) -> pa.Table:
         try:
             table = decode_key_hashes_bytes(view[start:end], path=item.uri)
         except CorruptRecordError as exc:
-            if start and getattr(exc, "position", None) is not None:
-                exc.position += start  # type: ignore[attr-defined]  # report the file's byte, not the slice's
+            if start and exc.position is not None:
+                exc.position += start  # report the file's byte, not the slice's
             raise
         finally:
             del view
@@ -318,9 +318,9 @@ def run_external_sort(ctx: JobContext, tasks: Sequence[CompactTask], details: di
     parts: list[_Partition] = []
     for i, t in enumerate(tasks):
         cfg = t.config
-        groups = group_segments_by_size([s for s in t.state.segments if s.base_offset < t.plan.first_uncleanable_offset],
-                                        cfg.segment_bytes, cfg.segment_index_bytes, t.plan.first_uncleanable_offset,
-                                        cfg.index_interval_bytes)
+        end = t.plan.first_uncleanable_offset
+        groups = group_segments_by_size([s for s in t.state.segments if s.base_offset < end], cfg.segment_bytes,
+                                        cfg.segment_index_bytes, end, cfg.index_interval_bytes)
         work = storage.join(ctx.work_uri, WORK_SUBDIR, f"{t.plan.topic}-{t.plan.partition}")
         _clear(storage, work)  # what a crashed run may have left
         out = PartitionOutcome(t.plan.topic, t.plan.partition)
@@ -438,7 +438,7 @@ def _spark_sort(spark: Any, items: list[KeyReadItem], parts: list[_Partition]) -
                     yield from table.to_batches(max_chunksize=1 << 16)
 
     # No annotations: pyspark infers the function's form from type hints and fails on partial ones.
-    def write_group(key, table):  # type: ignore[no-untyped-def]
+    def write_group(key, table):
         p, g = int(key[0].as_py()), int(key[1].as_py())
         n = write_group_map(storage, _map_uri(storage, work[p], g), table)
         return pa.table({"p": pa.array([p], pa.int32()), "g": pa.array([g], pa.int32()),
@@ -464,8 +464,8 @@ def _rewrite_passes(ctx: JobContext, parts: list[_Partition], details: dict[tupl
              for g, group in enumerate(part.groups)]
     results: dict[tuple[int, int], GroupResult] = {(r.p, r.g): r for r in _map_groups(ctx, items)}
     # The state each group's markers are judged by on the second wave: the log as the first wave left it.
-    needs_tail = [part for part in live if any(len(results[(part.p, g)].marker_offsets) for g in range(len(part.groups)))
-                  and not _failed(part, results)]
+    needs_tail = [part for part in live if not _failed(part, results)
+                  and any(len(results[(part.p, g)].marker_offsets) for g in range(len(part.groups)))]
     tails = dict(ctx.parallel_map(summarize_tail, [TailItem(part.p, part.task, part.outcome.end_offset or 0)
                                                    for part in needs_tail]))
     again = []
