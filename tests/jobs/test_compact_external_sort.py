@@ -294,3 +294,30 @@ def test_spark_external_sort_on_every_real_compacted_fixture(spark, kafka_real: 
     entries = assert_spark_matches_memory(source, tmp_path, config, [now], spark)
     assert {e["action"] for e in entries.values()} <= {"compacted", "unchanged"}, entries
     assert sum(e["records_removed"] for e in entries.values()) > 0
+
+
+def test_a_corrupt_segment_fails_its_partition_only_and_leaves_no_work_files(tmp_path: Path) -> None:
+    """The key pass meets a CRC mismatch the header scan cannot see: that partition is reported with the file
+    and left untouched, the other one is compacted, and the work dir keeps no group map."""
+    from jobs.logdir.lock import work_uri
+
+    log_dir = tmp_path / "logs"
+    for p in (0, 1):
+        log = LogBuilder(TOPIC, p, timestamp=NOW1 - 3_600_000)
+        log.batch([rec("a", "1"), rec("b", "1")]).batch([rec("a", "2")]).roll().batch([rec("c", "1")])
+        write_log(log.table(), log_dir / partition_dir_name(TOPIC, p))
+    seg = log_dir / partition_dir_name(TOPIC, 1) / "00000000000000000000.log"
+    data = bytearray(seg.read_bytes())
+    data[75] ^= 0xFF  # inside the first batch's records: its CRC no longer matches
+    seg.write_bytes(bytes(data))
+    before = seg.read_bytes()
+    options = api.CompactOptions(config=ConfigSet().with_overrides([f"{TOPIC}:cleanup.policy=compact"]),
+                                 topics=(TOPIC,), strategy="external-sort", progress=lambda line: None)
+    result = api.compact(log_dir, options, now=NOW1, seams=api.Seams(runner=api.InProcessTasks()))
+    assert result.exit_code == 1
+    entries = {p.entry["partition"]: p.entry for p in result.partitions}
+    assert entries[0]["action"] == "compacted" and entries[0]["records_removed"] == 1
+    assert entries[1]["action"] == "error" and entries[1]["error"]["file"] == str(seg), entries[1]
+    assert seg.read_bytes() == before
+    leftovers = [p for p in Path(work_uri(str(log_dir))).rglob("*") if p.is_file() and es.WORK_SUBDIR in p.parts]
+    assert leftovers == []
