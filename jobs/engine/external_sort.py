@@ -61,7 +61,8 @@ if TYPE_CHECKING:
 #: A segment bigger than this is read by several key-pass tasks, each taking the batches that start in its
 #: share of the bytes: a 1 GiB segment becomes 16 tasks.
 SPLIT_BYTES = 64 << 20
-#: Where the group maps and key-pass errors live, under the job's work dir.
+#: Where the group maps and key-pass errors live, under the job's work dir (``<WORK_SUBDIR>/run-<run id>/<partition>``,
+#: ``dry-<run id>`` for a dry run), removed at the end of the run.
 WORK_SUBDIR = "external-sort"
 
 
@@ -315,14 +316,21 @@ def run_external_sort(ctx: JobContext, tasks: Sequence[CompactTask], details: di
     if not tasks:
         return {}
     storage = ctx.storage
+    # One dir per run: a dry run (which takes no lock) may run beside a real one. A real run holds the lock, so
+    # another real run's dir can only be a crashed run's leftover: it goes.
+    sort_root = storage.join(ctx.work_uri, WORK_SUBDIR)
+    if not ctx.dry_run:
+        for d in storage.list_dirs(sort_root):
+            if d.rstrip("/").rsplit("/", 1)[-1].startswith("run-"):
+                _clear(storage, d)
+    run_dir = storage.join(sort_root, f"{'dry' if ctx.dry_run else 'run'}-{ctx.report.run_id}")
     parts: list[_Partition] = []
     for i, t in enumerate(tasks):
         cfg = t.config
         end = t.plan.first_uncleanable_offset
         groups = group_segments_by_size([s for s in t.state.segments if s.base_offset < end], cfg.segment_bytes,
                                         cfg.segment_index_bytes, end, cfg.index_interval_bytes)
-        work = storage.join(ctx.work_uri, WORK_SUBDIR, f"{t.plan.topic}-{t.plan.partition}")
-        _clear(storage, work)  # what a crashed run may have left
+        work = storage.join(run_dir, f"{t.plan.topic}-{t.plan.partition}")
         out = PartitionOutcome(t.plan.topic, t.plan.partition)
         out.end_offset = max(t.plan.first_uncleanable_offset, t.plan.first_dirty_offset)
         parts.append(_Partition(i, t, groups, work, out, time.monotonic()))
@@ -336,8 +344,7 @@ def run_external_sort(ctx: JobContext, tasks: Sequence[CompactTask], details: di
         ctx.progress(f"external-sort: {sum(len(p.groups) for p in parts)} segment group(s) rewritten in "
                      f"{time.monotonic() - t0:.1f}s")
     finally:
-        for part in parts:
-            _clear(storage, part.work)
+        _clear(storage, run_dir)
     return {(p.outcome.topic, p.outcome.partition): p.outcome for p in parts}
 
 
@@ -350,6 +357,16 @@ def task_count(items: int, total_bytes: int, parallelism: int) -> int:
 
 def _clear(storage: Storage, uri: str) -> None:
     _delete_quietly(storage, [f.uri for f in storage.list(uri, recursive=True)])
+    _remove_dirs(storage, uri)
+
+
+def _remove_dirs(storage: Storage, uri: str) -> None:
+    """Remove the (now empty) directories under and at ``uri`` on local disk; S3 has none."""
+    import shutil
+
+    path = storage.local_path(uri)
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _key_items(parts: Sequence[_Partition]) -> list[KeyReadItem]:

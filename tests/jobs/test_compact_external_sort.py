@@ -298,7 +298,8 @@ def test_spark_external_sort_on_every_real_compacted_fixture(spark, kafka_real: 
 
 def test_a_corrupt_segment_fails_its_partition_only_and_leaves_no_work_files(tmp_path: Path) -> None:
     """The key pass meets a CRC mismatch the header scan cannot see: that partition is reported with the file
-    and left untouched, the other one is compacted, and the work dir keeps no group map."""
+    and left untouched, the other one is compacted, and the work dir keeps no group map (not even a crashed
+    run's)."""
     from jobs.logdir.lock import work_uri
 
     log_dir = tmp_path / "logs"
@@ -311,6 +312,9 @@ def test_a_corrupt_segment_fails_its_partition_only_and_leaves_no_work_files(tmp
     data[75] ^= 0xFF  # inside the first batch's records: its CRC no longer matches
     seg.write_bytes(bytes(data))
     before = seg.read_bytes()
+    crashed = Path(work_uri(str(log_dir))) / es.WORK_SUBDIR / "run-crashed" / f"{TOPIC}-0" / "group-000000.arrow"
+    crashed.parent.mkdir(parents=True)
+    crashed.write_bytes(b"a crashed run's group map")
     options = api.CompactOptions(config=ConfigSet().with_overrides([f"{TOPIC}:cleanup.policy=compact"]),
                                  topics=(TOPIC,), strategy="external-sort", progress=lambda line: None)
     result = api.compact(log_dir, options, now=NOW1, seams=api.Seams(runner=api.InProcessTasks()))
@@ -319,5 +323,5 @@ def test_a_corrupt_segment_fails_its_partition_only_and_leaves_no_work_files(tmp
     assert entries[0]["action"] == "compacted" and entries[0]["records_removed"] == 1
     assert entries[1]["action"] == "error" and entries[1]["error"]["file"] == str(seg), entries[1]
     assert seg.read_bytes() == before
-    leftovers = [p for p in Path(work_uri(str(log_dir))).rglob("*") if p.is_file() and es.WORK_SUBDIR in p.parts]
+    leftovers = [p for p in Path(work_uri(str(log_dir))).rglob("*") if es.WORK_SUBDIR in p.parts[:-1]]
     assert leftovers == []
