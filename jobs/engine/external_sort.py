@@ -483,7 +483,8 @@ def _rewrite_passes(ctx: JobContext, parts: list[_Partition], details: dict[tupl
     # The state each group's markers are judged by on the second wave: the log as the first wave left it.
     needs_tail = [part for part in live if not _failed(part, results)
                   and any(len(results[(part.p, g)].marker_offsets) for g in range(len(part.groups)))]
-    tails = dict(ctx.parallel_map(summarize_tail, [TailItem(part.p, part.task, part.outcome.end_offset or 0)
+    # the memory strategy's round end: its map never fills here, so the round ends at the first uncleanable offset
+    tails = dict(ctx.parallel_map(summarize_tail, [TailItem(part.p, part.task, part.task.plan.first_uncleanable_offset)
                                                    for part in needs_tail]))
     again = []
     for part in needs_tail:

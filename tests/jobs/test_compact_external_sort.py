@@ -83,11 +83,13 @@ def copies(source: Path, tmp: Path, n: int) -> list[Path]:
     return out
 
 
-def assert_same_runs(dirs: list[Path], runs: list[tuple[str, int]], config: ConfigSet, *, spark=None) -> list[dict]:
+def assert_same_runs(dirs: list[Path], runs: list[tuple[str, int]], config: ConfigSet, *, spark=None,
+                     nows: tuple[int, ...] = (NOW1, NOW2)) -> list[dict]:
     """Compact ``dirs[0]`` with memory and a big buffer, each other dir with the given (strategy, buffer), at
-    NOW1 then NOW2: after every run every dir holds the same bytes, and the entries agree."""
+    each of ``nows`` (the first clean, then past its horizon): after every run every dir holds the same bytes,
+    and the entries agree."""
     entries = []
-    for now in (NOW1, NOW2):
+    for now in nows:
         reference = compact(dirs[0], config, now, "memory", BIG_BUFFER)
         assert not reference.get("partial")
         expected = files(dirs[0])
@@ -118,9 +120,27 @@ def test_external_sort_and_auto_write_the_bytes_of_one_memory_pass(spec: LogSpec
                                                                    tmp_path_factory: pytest.TempPathFactory) -> None:
     tmp = tmp_path_factory.mktemp("ext")
     source = tmp / "source"
-    write_segments(build_log(spec), source / partition_dir_name(TOPIC, PARTITION))
-    dirs = copies(source, tmp, 3)
-    entries = assert_same_runs(dirs, [("external-sort", TINY_BUFFER), ("auto", TINY_BUFFER)], topic_config(spec))
+    built = build_log(spec)
+    runs = [("external-sort", TINY_BUFFER), ("auto", TINY_BUFFER)]
+    name = partition_dir_name(TOPIC, PARTITION)
+    if spec.split is None:
+        write_segments(built, source / name)
+        dirs = copies(source, tmp, 3)
+    else:
+        # an earlier clean of the older segments (each dir with its strategy), then the rest is appended
+        split_base = built.roll_bases[spec.split]
+        write_segments(built, source / name, stop=split_base)
+        source.mkdir(exist_ok=True)
+        dirs = copies(source, tmp, 3)
+        if (source / name).exists():
+            assert_same_runs(dirs, runs, topic_config(spec), nows=(NOW1,))
+        appended = tmp / "appended"
+        write_segments(built, appended / name, start=split_base)
+        for d in dirs:
+            for f in (appended / name).iterdir():
+                (d / name).mkdir(exist_ok=True)
+                shutil.copy2(f, d / name / f.name)
+    entries = assert_same_runs(dirs, runs, topic_config(spec))
     for e in entries:
         if e["action"] != "skipped":
             assert e["strategy"] in ("memory", "external-sort") and e["strategy_reason"]
