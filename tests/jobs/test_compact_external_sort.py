@@ -345,3 +345,30 @@ def test_a_corrupt_segment_fails_its_partition_only_and_leaves_no_work_files(tmp
     assert seg.read_bytes() == before
     leftovers = [p for p in Path(work_uri(str(log_dir))).rglob("*") if es.WORK_SUBDIR in p.parts[:-1]]
     assert leftovers == []
+
+
+def test_the_summary_says_which_strategy_and_why(tmp_path: Path, capsys) -> None:
+    from jobs.commands import compact as compact_command
+    from jobs.commands.cli import build_parser
+
+    log = LogBuilder(TOPIC, PARTITION, timestamp=NOW1 - 3_600_000)
+    for round_ in range(2):
+        log.batch([rec(f"k{k}", f"v{round_}") for k in range(30)])
+    log.roll().batch([rec("z", "active")])
+    write_log(log.table(), tmp_path / "logs" / partition_dir_name(TOPIC, PARTITION))
+    args = build_parser().parse_args(["compact", "--log-dir", str(tmp_path / "logs"), "--now", str(NOW1), "--quiet",
+                                      "--set", f"{TOPIC}:cleanup.policy=compact", "--topic", TOPIC,
+                                      "--dedupe-buffer-bytes", str(buffer_bytes_for_keys(10))])
+    assert compact_command.run(args, seams=api.Seams(runner=api.InProcessTasks())) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("partition "))
+    assert header.split()[:3] == ["partition", "action", "strategy"]
+    row = next(line for line in out.splitlines() if line.startswith(f"{TOPIC}-{PARTITION} "))
+    assert row.split()[1:3] == ["compacted", "external-sort"], row
+    assert "external-sort: auto: 60 dirty records >= 10 keys the map holds" in row, row
+
+
+@pytest.mark.parametrize(("items", "size", "parallelism", "expected"), [
+    (1, 10, 4, 1), (50, 10, 4, 4), (50, 10 * es.SPLIT_BYTES, 2, 10), (5, 100 * es.SPLIT_BYTES, 2, 5)])
+def test_task_count(items: int, size: int, parallelism: int, expected: int) -> None:
+    assert es.task_count(items, size, parallelism) == expected
