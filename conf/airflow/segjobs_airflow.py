@@ -150,6 +150,12 @@ def segjobs_dag(
         if not SET_PATTERN.match(item):
             raise ValueError(f"segjobs_dag({dag_id!r}): sets entry {item!r} is not TOPIC_GLOB:KEY=VALUE, "
                              f"e.g. 'orders*:retention.ms=3d'")
+    taken = {"task_id", "application", "application_args", "conn_id", "conf", "properties_file", "spark_binary",
+             "env_vars", "name"} & set(spark_submit or {})
+    if taken:
+        raise ValueError(f"segjobs_dag({dag_id!r}): spark_submit sets {', '.join(sorted(taken))}, which the factory "
+                         f"sets from its own parameters (conn_id, spark_conf, properties_file, spark_binary, "
+                         f"env_vars, *_application, *_args)")
     applications = {
         "retain": retain_application or _application(dag_id, segjobs_home, "retain"),
         "compact": compact_application or _application(dag_id, segjobs_home, "compact"),
