@@ -64,7 +64,7 @@ airflow-test: java $(STAMP) $(AIRFLOW_STAMP)
 	    $(AIRFLOW_PY) -m pytest -q -p no:cacheprovider tests/ops/test_airflow_dags.py
 
 demo: java $(STAMP)
-	$(PY) -m jobs.demo --dir $(DEMO_DIR)
+	$(PY) -m jobs.commands.demo --dir $(DEMO_DIR)
 
 bench: java $(STAMP)
 	$(PY) -m benchmarks.run

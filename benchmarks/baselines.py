@@ -37,7 +37,7 @@ def timed_session(master: str = "local[2]") -> tuple[Any, float]:
     session (as ``getOrCreate`` would in a notebook) and report the start-up measured by the first.
     """
     global _spark_startup_s
-    from jobs.spark_session import build_session
+    from jobs.engine.spark_session import build_session
 
     t0 = time.perf_counter()
     spark = build_session(app_name="segjobs-bench", master=master)

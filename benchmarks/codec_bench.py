@@ -115,7 +115,8 @@ def run(quick: bool = False) -> list[dict]:
         })
 
     # ---- encode ----
-    from segment_io.generate import GenerateSpec as GS, synthetic_table as st
+    from segment_io.generate import GenerateSpec as GS
+    from segment_io.generate import synthetic_table as st
 
     for label, n, vbytes in (("100 B values", n_small, 100), ("1 KB values", n_large, 1000)):
         table = st(GS(topics=("bench",), partitions=1, records=n, value_bytes=vbytes, tombstone_share=0.0,

@@ -1,7 +1,7 @@
 """End-to-end compaction: the real ``segjobs compact`` job on ``local[2]`` against its baselines.
 
 Data: a generated log dir of 8 partitions of 1 KB values, uncompressed, half of the records superseded
-(4 GB; ``--quick``: 400 MB). The job runs on a fresh copy of it through ``jobs.cli.main``, in this process,
+(4 GB; ``--quick``: 400 MB). The job runs on a fresh copy of it through ``jobs.commands.cli.main``, in this process,
 with the Spark session built (and timed) beforehand, so start-up is reported on its own.
 
 Targets (from the issue): input MB/s >= 300 (input bytes / job time without start-up); >= 10x a
@@ -52,7 +52,7 @@ def _now_after_generated() -> str:
 
 
 def run(quick: bool = False, data_dir: Path = Path("bench-data")) -> list[dict]:
-    from jobs.cli import main as segjobs
+    from jobs.commands.cli import main as segjobs
 
     total = 400_000_000 if quick else 4_000_000_000
     segment_bytes = (8 if quick else 64) << 20

@@ -65,7 +65,7 @@ def build_log_dir(root: Path, partitions: int) -> int:
 
 
 def _run(log_dir: Path, report: Path, *extra: str) -> tuple[float, dict]:
-    from jobs.cli import main
+    from jobs.commands.cli import main
 
     t0 = time.perf_counter()
     code = main(["retain", "--log-dir", str(log_dir), "--now", str(NOW_MS), "--master", "local[2]", "--quiet",
@@ -80,7 +80,7 @@ def _run(log_dir: Path, report: Path, *extra: str) -> tuple[float, dict]:
 
 def run(quick: bool = False, data_dir: Path = Path("bench-data")) -> list[dict]:
     """The benchmark section for ``benchmarks/run.py``: one row per measured run."""
-    from jobs.spark_session import build_session
+    from jobs.engine.spark_session import build_session
 
     partitions = 200 if quick else 2_000
     root = Path(data_dir) / "retain"

@@ -22,7 +22,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from benchmarks.baselines import generate_bench_log_dir, log_files, timed_session, verdict
+from benchmarks.baselines import (
+    generate_bench_log_dir,
+    log_files,
+    timed_session,
+    verdict,
+)
 from benchmarks.memory import PeakTreeRss
 
 TARGET_COUNT_MB_PER_S = 500

@@ -1,3 +1,3 @@
-from jobs.cli import console_main
+from jobs.commands.cli import console_main
 
 console_main()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import build_parser, main
+from jobs.commands.cli import build_parser, main
 from tests.support.builders import LogBuilder, rec, write_log
 
 NOW = "2026-11-22T03:00:00Z"
@@ -167,7 +167,7 @@ def test_an_ambiguous_size_is_refused_everywhere(capsys, log_dir, tmp_path) -> N
 
 def test_a_config_value_with_units_is_the_value_of_the_option(capsys, tmp_path) -> None:
     """--set takes the same spellings as the options: 512MiB is 512 MiB in both."""
-    from jobs.config import ConfigSet
+    from jobs.rules.config import ConfigSet
 
     config = ConfigSet().with_overrides(["t:retention.bytes=512MiB", "t:retention.ms=36h"]).for_topic("t")
     parsed = build_parser().parse_args(["compact", "--log-dir", "x", "--dedupe-buffer-bytes", "512MiB"])
@@ -204,7 +204,7 @@ def test_recover_without_now_prints_the_instant_it_used(capsys, log_dir) -> None
 
 def test_the_now_bound_is_a_fixed_date(monkeypatch) -> None:
     """The bound reads no clock: the same command line is accepted whatever day it runs."""
-    from jobs import timeutil
+    from jobs.rules import timeutil
 
     monkeypatch.setattr(timeutil, "wall_clock_ms", lambda: pytest.fail("the clock was read"))
     assert timeutil.parse_instant("2100-01-01T00:00:00Z") == timeutil.LATEST_NOW_MS  # the last one accepted

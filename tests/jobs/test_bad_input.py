@@ -1,7 +1,7 @@
 """Bad input never costs data (issue 8): Kafka's own topics, impossible log-start-offset-checkpoint entries,
 entries that are not regular files, damage retention can see, garbage checkpoint files and wrong indexes.
 
-Every case runs the real command in-process (``jobs.cli.main`` on the shared Spark session) and compares the
+Every case runs the real command in-process (``jobs.commands.cli.main`` on the shared Spark session) and compares the
 bytes of every file (and what every other entry is) before and after: a partition reported as bad must be
 left exactly as it was, with a message naming the partition, the file and the fix, and the exit code must
 say so (0 ok, 1 some partition failed, 2 nothing done). The S3 cases run against the moto_server fixture.
@@ -17,11 +17,20 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import main
-from jobs.config import KAFKA_TOPICS, ConfigSet
+from jobs.commands.cli import main
+from jobs.rules.config import KAFKA_TOPICS, ConfigSet
 from segment_io.layout import segment_file_name
 from segment_io.storage import open_storage
-from tests.jobs.test_retain import DAY, NOW, OLD, RECENT, build_partition, entry, run_command, write_checkpoint
+from tests.jobs.test_retain import (
+    DAY,
+    NOW,
+    OLD,
+    RECENT,
+    build_partition,
+    entry,
+    run_command,
+    write_checkpoint,
+)
 from tests.jobs.test_retain_s3 import s3_env, upload  # noqa: F401 - s3_env is a fixture used below
 from tests.support.builders import LogBuilder, rec, write_log
 from tests.support.replay import comparable, read_partition, replay
@@ -414,8 +423,8 @@ def test_a_partition_recovery_cannot_settle_is_left_alone_while_the_others_proce
                                                                                      capsys) -> None:
     """An interrupted commit whose intent is unreadable: recovery changes nothing in that partition and names
     it, the job leaves it alone (exit 1), and every other partition is recovered and worked on as usual."""
-    from jobs.commit import partition_work_uri
-    from jobs.lock import work_uri
+    from jobs.logdir.commit import partition_work_uri
+    from jobs.logdir.lock import work_uri
 
     d = tmp_path / "logs"
     three_segments(d, "a")

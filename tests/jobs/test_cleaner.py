@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from jobs.cleaner import (
+from jobs.rules.cleaner import (
     CleanerInputError,
     CleanParams,
     LogClean,
@@ -22,8 +22,8 @@ from jobs.cleaner import (
     key_hash_table,
     legacy_delete_horizon,
 )
-from jobs.offset_map import build_offset_map
-from jobs.transactions import derive_txn_state, summarize_batches
+from jobs.rules.offset_map import build_offset_map
+from jobs.rules.transactions import derive_txn_state, summarize_batches
 from segment_io.errors import CorruptRecordError
 from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA
 from tests.support.builders import LogBuilder, control_key, rec, tombstone

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import main
+from jobs.commands.cli import main
 from tests.support.builders import LogBuilder, rec, tombstone, write_log
 from tests.support.replay import comparable, read_partition, replay
 

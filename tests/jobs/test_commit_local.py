@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from jobs.commit import (
+from jobs.logdir.commit import (
     CommitError,
     StagedSegment,
     delete_segments,
@@ -25,8 +25,8 @@ from jobs.commit import (
     replace_segments,
     staged_uri,
 )
-from jobs.lock import work_uri
-from jobs.recover import recover_partition
+from jobs.logdir.lock import work_uri
+from jobs.logdir.recover import recover_partition
 from segment_io.layout import parse_segment_file
 from segment_io.storage import LocalStorage
 from segment_io.storage.base import Storage

@@ -7,8 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.commit import CommitError, RecoveryError, partition_work_uri, staged_uri
-from jobs.recover import recover_partition
+from jobs.logdir.commit import (
+    CommitError,
+    RecoveryError,
+    partition_work_uri,
+    staged_uri,
+)
+from jobs.logdir.recover import recover_partition
 from segment_io.storage import open_storage
 from tests.jobs.test_commit_local import (
     DELETE_STEPS,

@@ -4,7 +4,7 @@ exactly as a run without a fault does, and the kafka-python oracle sees nothing 
 any point after recovery.
 
 To keep this to three job runs, one log dir holds one copy of the same partition per commit step, and the
-fault hook (``jobs.compact.COMMIT_FAULT``, the driver's real seam into ``replace_segments``) interrupts the
+fault hook (``jobs.engine.compaction.COMMIT_FAULT``, the driver's real seam into ``replace_segments``) interrupts the
 i-th partition's replace at the i-th step, raising a :class:`SegjobsError` - which the driver treats like
 any failure of that partition's commit: it stops there, leaves the files as they are, does not advance
 that partition's checkpoint, and goes on with the next partition. One further test kills the whole run
@@ -19,8 +19,8 @@ from typing import Callable
 
 import pytest
 
-import jobs.compact
-from jobs.cli import main
+import jobs.engine.compaction
+from jobs.commands.cli import main
 from segment_io.errors import SegjobsError
 from tests.support.builders import LogBuilder, rec, tombstone, write_log
 from tests.support.replay import comparable, read_segments, replay
@@ -118,7 +118,7 @@ def reference(spark, tmp_path_factory):
     source = live_logs(_read_tree(root / "logs"), f"{TOPIC}-0")
     steps: list[str] = []
     mp = pytest.MonkeyPatch()
-    mp.setattr(jobs.compact, "COMMIT_FAULT", recording(steps))
+    mp.setattr(jobs.engine.compaction, "COMMIT_FAULT", recording(steps))
     try:
         assert _compact(root / "logs", config) == 0
     finally:
@@ -156,9 +156,9 @@ def test_interrupted_at_every_step_then_recover_then_compact(reference, tmp_path
     for i in range(len(steps)):
         build_partition(log_dir / f"{TOPIC}-{i}")
 
-    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", fault_at_every_step(steps))
+    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", fault_at_every_step(steps))
     assert _compact(log_dir, reference["config"], "--report", str(tmp_path / "r.json")) == 1
-    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", None)
+    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", None)
     crashed = _read_tree(log_dir)
     assert transient(crashed), "the faults left nothing to recover"
 
@@ -193,10 +193,10 @@ def test_a_killed_run_releases_the_lock_and_writes_no_checkpoint(reference, tmp_
         if s == step:
             raise HardCrash(s)
 
-    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", kill)
+    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", kill)
     with pytest.raises(HardCrash):
         _compact(log_dir, reference["config"])
-    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", None)
+    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", None)
     assert not (log_dir / "cleaner-offset-checkpoint").exists()
     assert transient(_read_tree(log_dir))
     # the next run is not locked out; its own recovery completes the replace, then it compacts

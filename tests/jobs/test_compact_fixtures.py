@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from jobs.cli import main
+from jobs.commands.cli import main
 from tests.support.replay import comparable, read_partition, replay
 
 #: (fixture dir, partition dir) pairs; partition names are unique across the list

@@ -1,4 +1,4 @@
-"""The compaction job end to end, as users run it: ``segjobs compact`` through ``jobs.cli.main`` on Spark.
+"""The compaction job end to end, as users run it: ``segjobs compact`` through ``jobs.commands.cli.main`` on Spark.
 
 One log dir holds a partition per behaviour (built with ``LogBuilder`` and ``generate_log_dir``); a fixed
 sequence of runs goes over it, and each test checks one behaviour across the snapshots the runs left:
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import main
+from jobs.commands.cli import main
 from segment_io.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from segment_io.generate import GenerateSpec, generate_log_dir
 from segment_io.storage import open_storage

@@ -1,12 +1,12 @@
 """Property tests of compaction over random partition logs, checked against the kafka-python oracle.
 
-Level exercised: the compaction job *without Spark*. Each run does what ``jobs.compact._work`` does for one
+Level exercised: the compaction job *without Spark*. Each run does what ``jobs.engine.compaction._work`` does for one
 partition, with the job's own functions: list the log dir (``segment_io.layout.list_log_dir``), scan it at
-``depth="transactions"`` with the cleaner checkpoint a previous run left (``jobs.scan.scan_partition``), plan
+``depth="transactions"`` with the cleaner checkpoint a previous run left (``jobs.engine.scan.scan_partition``), plan
 with an explicit request (``plan_compaction(..., Scope(force=True))``), run the executor task
-(``jobs.compact.compact_partition``), then commit every changed group as the driver does
-(``jobs.compact._move_to_cleaned`` with a two-field stand-in for the JobContext, then
-``jobs.commit.replace_segments``) and write ``cleaner-offset-checkpoint``. Only Spark's ``parallel_map``, the
+(``jobs.engine.compaction.compact_partition``), then commit every changed group as the driver does
+(``jobs.engine.compaction._move_to_cleaned`` with a two-field stand-in for the JobContext, then
+``jobs.logdir.commit.replace_segments``) and write ``cleaner-offset-checkpoint``. Only Spark's ``parallel_map``, the
 log-dir lock, recovery and the report are left out.
 
 The random logs (``LogBuilder`` + ``write_log``) have several segments, keys from a small alphabet,
@@ -45,21 +45,36 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.commit import StagedSegment, replace_segments
-from jobs.compact import CompactTask, PartitionOutcome, _move_to_cleaned, compact_partition
-from jobs.config import TopicConfig
-from jobs.lock import work_uri
-from jobs.model import Scope
-from jobs.offset_map import max_keys_for_buffer
-from jobs.plan_compact import plan_compaction, updated_cleaner_checkpoints
-from jobs.scan import scan_partition
+from jobs.engine.compaction import (
+    CompactTask,
+    PartitionOutcome,
+    _move_to_cleaned,
+    compact_partition,
+)
+from jobs.engine.scan import scan_partition
+from jobs.logdir.commit import StagedSegment, replace_segments
+from jobs.logdir.lock import work_uri
+from jobs.rules.config import TopicConfig
+from jobs.rules.model import Scope
+from jobs.rules.offset_map import max_keys_for_buffer
+from jobs.rules.plan_compact import plan_compaction, updated_cleaner_checkpoints
 from segment_io.checkpoint import read_offset_checkpoint, write_offset_checkpoint
-from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, list_log_dir, partition_dir_name
+from segment_io.layout import (
+    CLEANER_OFFSET_CHECKPOINT,
+    list_log_dir,
+    partition_dir_name,
+)
 from segment_io.schema import RECORD_SCHEMA
 from segment_io.segment_writer import write_segment
 from segment_io.storage import open_storage
 from tests.support.builders import LogBuilder, Rec, rec, write_log
-from tests.support.replay import OracleBatch, OracleRecord, comparable, read_partition, replay
+from tests.support.replay import (
+    OracleBatch,
+    OracleRecord,
+    comparable,
+    read_partition,
+    replay,
+)
 
 TOPIC, PARTITION = "prop", 0
 SECOND = 1_000

@@ -1,7 +1,7 @@
 """The compaction job on S3 (moto_server, a real HTTP endpoint): a plain run, and the commit interrupted at
 every step of the S3 replace protocol, then ``segjobs recover`` and a fresh compact. The scheme is the
 local one (see ``test_compact_faults``): one copy of the same partition per step, the i-th partition's
-replace stopped at the i-th step through ``jobs.compact.COMMIT_FAULT``.
+replace stopped at the i-th step through ``jobs.engine.compaction.COMMIT_FAULT``.
 """
 
 from __future__ import annotations
@@ -10,10 +10,19 @@ from pathlib import Path
 
 import pytest
 
-import jobs.compact
-from jobs.cli import main
-from tests.jobs.test_compact_faults import (CONFIG, NOW, TOPIC, build_partition, check_partition, fault_at_every_step,
-                                            live_logs, recording, transient)
+import jobs.engine.compaction
+from jobs.commands.cli import main
+from tests.jobs.test_compact_faults import (
+    CONFIG,
+    NOW,
+    TOPIC,
+    build_partition,
+    check_partition,
+    fault_at_every_step,
+    live_logs,
+    recording,
+    transient,
+)
 from tests.support.s3 import ACCESS_KEY, REGION, SECRET_KEY
 
 PREFIX = "kafka/logs"
@@ -63,7 +72,7 @@ def test_interrupted_at_every_step_on_s3_then_recover_then_compact(spark, s3, tm
     source = _objects(endpoint, bucket)
     source_logs = [source[k] for k in sorted(k for k in source if k.endswith(".log"))]
     steps: list[str] = []
-    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", recording(steps))
+    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", recording(steps))
     assert _run(endpoint, bucket, config) == 0
     done = _objects(endpoint, bucket)
     result_logs = [done[k] for k in sorted(k for k in done if k.endswith(".log"))]
@@ -81,9 +90,9 @@ def test_interrupted_at_every_step_on_s3_then_recover_then_compact(spark, s3, tm
     for i in range(len(steps)):
         build_partition(tmp_path / "many" / f"{TOPIC}-{i}")
     _upload(endpoint, bucket, tmp_path / "many")
-    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", fault_at_every_step(steps))
+    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", fault_at_every_step(steps))
     assert _run(endpoint, bucket, config) == 1
-    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", None)
+    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", None)
 
     assert _run(endpoint, bucket, config, "recover") == 0
     recovered = _objects(endpoint, bucket)

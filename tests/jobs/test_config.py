@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.config import ConfigSet, TopicConfig, glob_specificity, parse_override
+from jobs.rules.config import ConfigSet, TopicConfig, glob_specificity, parse_override
 from segment_io.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

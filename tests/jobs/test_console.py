@@ -3,7 +3,7 @@ cleans, failures, purges and pending purges, elapsed time and MB/s), ``--format 
 checks that fail a run before it starts: unwritable ``--report``/``--ledger`` destinations, and S3 problems
 (missing bucket, missing credentials, an endpoint that does not answer) with exit code 2 and a hint.
 
-Everything goes through the CLI (``jobs.cli.main``): exit code, message text, and what goes to stdout
+Everything goes through the CLI (``jobs.commands.cli.main``): exit code, message text, and what goes to stdout
 (the result) versus stderr (progress and errors).
 """
 
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import main
-from jobs.report import partition_order
-from jobs.spark_session import spark_log_level
-from jobs.timeutil import format_instant
+from jobs.commands.cli import main
+from jobs.engine.report import partition_order
+from jobs.engine.spark_session import spark_log_level
+from jobs.rules.timeutil import format_instant
 from segment_io.layout import segment_file_name
 from tests.support.builders import LogBuilder, rec, timestamped_segments, write_log
 
@@ -367,7 +367,7 @@ def test_spark_submit_prints_the_summary_on_stdout_and_no_spark_info_lines(tmp_p
 def test_a_run_stopped_before_its_summary_still_prints_what_it_knows() -> None:
     """A lost lease stops the work before the job's own summary: stdout still lists the partitions reported
     so far, their errors in short, and the elapsed time."""
-    from jobs.report import RunReport, render_stopped_summary
+    from jobs.engine.report import RunReport, render_stopped_summary
 
     report = RunReport(command="compact", log_dir="/logs", now_ms=NOW, dry_run=False)
     report.partitions += [

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import main
+from jobs.commands.cli import main
 from segment_io.compression import MAX_BATCH_BYTES_ENV, ZSTD
 from tests.support.bombs import inflating_payload, v2_batch_around
 from tests.support.builders import LogBuilder, rec, tombstone, write_log

@@ -1,4 +1,4 @@
-"""`make demo` (python -m jobs.demo) succeeds and shows, on the console, every outcome its docstring promises:
+"""`make demo` (python -m jobs.commands.demo) succeeds and shows, on the console, every outcome its docstring promises:
 compaction selected and skipped with the reason, a partial clean finished the next night, retention deletes
 pending purge and their purge a night later. It runs on the suite's Spark session, so it costs the demo's
 work only (about 50 MB)."""
@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from jobs import demo
+from jobs.commands import demo
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import main
+from jobs.commands.cli import main
 from segment_io.decode import read_segment
 from segment_io.format import scan_batches
 from tests.support.replay import read_partition

@@ -14,9 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.cardinality import HyperLogLog, exact_distinct
-from jobs.cli import main as segjobs
-from jobs.inspect import COLUMN_NAMES, DemoLogDir, dirty_ratios, write_demo_log_dir
+from jobs.commands.cli import main as segjobs
+from jobs.engine.inspection import (
+    COLUMN_NAMES,
+    DemoLogDir,
+    dirty_ratios,
+    write_demo_log_dir,
+)
+from jobs.rules.cardinality import HyperLogLog, exact_distinct
 from segment_io.decode import decode_segment_bytes
 from segment_io.format import CONTROL_ABORT
 from segment_io.layout import list_log_dir
@@ -252,7 +257,7 @@ def test_approximate_run_agrees_with_the_exact_one(approx_frame, exact_run, demo
 def test_plots_draw_every_partition(approx_frame) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from jobs import plots
+    from jobs.engine import plots
 
     pdf = plots.as_pandas(approx_frame)  # from Spark once; the charts take pandas as well
     for chart in (plots.dirty_ratio_chart, plots.reclaimable_chart, plots.key_cardinality_chart,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import jobs.compact
-from jobs.cli import main
-from jobs.timeutil import wall_clock_ms
+import jobs.engine.compaction
+from jobs.commands.cli import main
+from jobs.rules.timeutil import wall_clock_ms
 from segment_io.storage import open_storage
 from tests.support.builders import LogBuilder, rec, tombstone, write_log
 from tests.support.replay import comparable, latest_records, read_partition
@@ -69,11 +69,11 @@ def test_a_commit_failing_midway_is_reported_as_partly_compacted(tmp_path: Path,
             if len(calls) == 2:
                 raise OSError("disk full (simulated)")
 
-    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", fail_in_second_group)
+    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", fail_in_second_group)
     report = tmp_path / "r.json"
     with pytest.raises(OSError):
         compact(tmp_path / "logs", "--report", str(report))
-    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", None)
+    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", None)
     # (a non-segjobs error in the commit propagates: nothing is hidden) — the partition is consistent:
     assert comparable(latest_records(part)) == source
     # now a segjobs error, which the job reports per partition
@@ -88,7 +88,7 @@ def test_a_commit_failing_midway_is_reported_as_partly_compacted(tmp_path: Path,
             if len(calls) == 2:
                 raise StorageError("simulated failure", uri="somewhere")
 
-    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", storage_error_in_second_group)
+    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", storage_error_in_second_group)
     assert compact(tmp_path / "logs2", "--report", str(report)) == 1
     entry = json.loads(report.read_text())["partitions"][0]
     assert entry["action"] == "partly compacted"
@@ -161,7 +161,7 @@ def test_the_s3_lease_runs_on_the_wall_clock_even_for_a_backfill_in_the_past(s3_
                                                                              monkeypatch) -> None:
     """--now is when decisions are made, often long ago (a backfill); the lease guards the real time the run
     takes, so it must be taken at the wall clock, not at --now (else it is expired the moment it is taken)."""
-    import jobs.lock
+    import jobs.logdir.lock
 
     endpoint, bucket = s3_bucket
     build(tmp_path / "logs" / "t-0")
@@ -171,20 +171,20 @@ def test_the_s3_lease_runs_on_the_wall_clock_even_for_a_backfill_in_the_past(s3_
         if f.is_file():
             storage.write_atomic(f"{log_dir}/{f.relative_to(tmp_path / 'logs').as_posix()}", f.read_bytes())
     taken = []
-    real_acquire = jobs.lock.acquire
+    real_acquire = jobs.logdir.lock.acquire
 
     def recording_acquire(storage_, uri, *, now_ms, **kw):
         taken.append(now_ms)
         return real_acquire(storage_, uri, now_ms=now_ms, **kw)
 
-    monkeypatch.setattr(jobs.lock, "acquire", recording_acquire)
+    monkeypatch.setattr(jobs.logdir.lock, "acquire", recording_acquire)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
     before = wall_clock_ms()
     assert main(["compact", "--log-dir", log_dir, "--set", "*:cleanup.policy=compact", "--now", str(NOW),
                  "--s3-endpoint", endpoint.endpoint_url, "--s3-region", REGION, "--quiet"]) == 0
     assert len(taken) == 1 and before <= taken[0] <= wall_clock_ms()
-    assert not storage.exists(jobs.lock.lease_uri(storage, log_dir)), "released at the end"
+    assert not storage.exists(jobs.logdir.lock.lease_uri(storage, log_dir)), "released at the end"
 
 
 def test_a_rewritten_segment_keeps_the_txnindex_entries_of_its_surviving_abort_markers(tmp_path: Path, spark):

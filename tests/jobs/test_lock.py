@@ -14,8 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from jobs.lock import DEFAULT_TTL_MS, TTL_ENV, Holder, LeaseLost, acquire, lease_ttl_ms, lease_uri, work_uri
-from jobs.timeutil import wall_clock_ms
+from jobs.logdir.lock import (
+    DEFAULT_TTL_MS,
+    TTL_ENV,
+    Holder,
+    LeaseLost,
+    acquire,
+    lease_ttl_ms,
+    lease_uri,
+    work_uri,
+)
+from jobs.rules.timeutil import wall_clock_ms
 from segment_io.errors import LockHeldError, UsageError
 from segment_io.storage import LocalStorage, S3Storage
 
@@ -42,7 +51,7 @@ def test_work_uri_is_a_sibling_never_inside():
 
 _HOLD_SCRIPT = textwrap.dedent("""
     import sys
-    from jobs.lock import Holder, acquire
+    from jobs.logdir.lock import Holder, acquire
     from segment_io.storage import LocalStorage
     with acquire(LocalStorage(), sys.argv[1], now_ms=%d, holder=Holder.this_process("held-run")):
         print("held", flush=True)
@@ -296,7 +305,7 @@ def test_s3_lease_conflict_between_processes(s3, s3_bucket):
     endpoint, _ = s3_bucket
     script = textwrap.dedent(f"""
         import pickle, sys
-        from jobs.lock import acquire
+        from jobs.logdir.lock import acquire
         from segment_io.errors import LockHeldError
         storage = pickle.loads(sys.stdin.buffer.read())
         try:
@@ -406,7 +415,7 @@ def _lease_of_a_killed_process(storage: S3Storage, log_dir: str, ttl_ms: int, no
 
     script = textwrap.dedent(f"""
         import pickle, sys
-        from jobs.lock import acquire
+        from jobs.logdir.lock import acquire
         storage = pickle.loads(sys.stdin.buffer.read())
         cm = acquire(storage, {log_dir!r}, now_ms={now_ms}, ttl_ms={ttl_ms})
         cm.__enter__()

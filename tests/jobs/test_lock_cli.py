@@ -22,14 +22,19 @@ from pathlib import Path
 
 import pytest
 
-import jobs.compact
-from jobs.cli import main
-from jobs.lock import Holder, acquire, lease_uri
-from jobs.timeutil import wall_clock_ms
+import jobs.engine.compaction
+from jobs.commands.cli import main
+from jobs.logdir.lock import Holder, acquire, lease_uri
+from jobs.rules.timeutil import wall_clock_ms
 from segment_io.storage import S3Storage
 from tests.jobs.test_compact_faults import CONFIG, NOW, TOPIC, build_partition
 from tests.jobs.test_compact_s3 import PREFIX, _objects, _upload, s3  # noqa: F401 - s3: the fixture
-from tests.jobs.test_lock import _FOREIGN_HOLD_SCRIPT, _hold_in_subprocess, _lease_of_a_killed_process, _release
+from tests.jobs.test_lock import (
+    _FOREIGN_HOLD_SCRIPT,
+    _hold_in_subprocess,
+    _lease_of_a_killed_process,
+    _release,
+)
 
 HOST = socket.gethostname()
 
@@ -198,7 +203,7 @@ def test_a_run_whose_lease_is_taken_over_stops_before_its_next_commit(spark, s3,
             storage.write_atomic(lease_uri(storage, log_dir), thief)
             storage.write_atomic(lease_uri(storage, log_dir) + ".stolen", b"")
 
-    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", steal_during_the_first_commit)
+    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", steal_during_the_first_commit)
     code = main(["compact", *_s3_args(endpoint, bucket), "--config", str(config), "--now", NOW])
     err = capsys.readouterr().err
     assert code == 1, err
@@ -221,15 +226,15 @@ def test_a_run_whose_lease_is_taken_over_stops_before_its_next_commit(spark, s3,
 #: blocks, so the parent's SIGKILL lands at exactly that step.
 _PAUSING_COMPACT = textwrap.dedent("""
     import os, sys
-    import jobs.compact
-    from jobs.cli import main
+    import jobs.engine.compaction
+    from jobs.commands.cli import main
 
     def pause(step):
         if step.startswith(os.environ["PAUSE_AT"]):
             print("paused at " + step, flush=True)
             sys.stdin.read()  # until killed
 
-    jobs.compact.COMMIT_FAULT = pause
+    jobs.engine.compaction.COMMIT_FAULT = pause
     sys.exit(main(sys.argv[1:]))
 """)
 
@@ -319,7 +324,7 @@ def test_a_compaction_killed_mid_commit_is_completed_by_recover_and_the_next_run
 
 @pytest.mark.s3
 def test_recover_stops_before_the_next_partition_once_its_lease_is_taken_over(s3, tmp_path, capsys, monkeypatch):
-    import jobs.recover
+    import jobs.logdir.recover
 
     endpoint, bucket = s3
     for p in (0, 1):
@@ -333,14 +338,14 @@ def test_recover_stops_before_the_next_partition_once_its_lease_is_taken_over(s3
     log_dir = f"s3://{bucket}/{PREFIX}"
     thief = json.dumps({"format": 1, "log_dir": log_dir, "acquired_ms": 0, "expires_ms": 4_000_000_000_000,
                         "holder": {"host": "other-host", "pid": 7, "run_id": "thief"}}).encode()
-    real = jobs.recover.recover_partition
+    real = jobs.logdir.recover.recover_partition
 
     def stolen_after_the_first(*args, **kwargs):
         report = real(*args, **kwargs)
         storage.write_atomic(lease_uri(storage, log_dir), thief)
         return report
 
-    monkeypatch.setattr(jobs.recover, "recover_partition", stolen_after_the_first)
+    monkeypatch.setattr(jobs.logdir.recover, "recover_partition", stolen_after_the_first)
     assert main(["recover", *_s3_args(endpoint, bucket)]) == 1
     err = capsys.readouterr().err
     assert "LOST THE LEASE, stopped before the next partition" in err and "taken over by segjobs run thief" in err

@@ -8,9 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.cleaner import key_hash_table
-from jobs.offset_map import BYTES_PER_ENTRY, OffsetMap, build_offset_map, max_keys_for_buffer
-from jobs.transactions import AbortedTxns, derive_txn_state, summarize_batches
+from jobs.rules.cleaner import key_hash_table
+from jobs.rules.offset_map import (
+    BYTES_PER_ENTRY,
+    OffsetMap,
+    build_offset_map,
+    max_keys_for_buffer,
+)
+from jobs.rules.transactions import AbortedTxns, derive_txn_state, summarize_batches
 from segment_io.errors import ConfigError
 from tests.jobs.test_cleaner import hash_keys
 from tests.support.builders import LogBuilder, rec, tombstone

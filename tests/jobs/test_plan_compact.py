@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.config import INT_MAX, TopicConfig
-from jobs.model import Scope
-from jobs.plan_compact import (
+from jobs.rules.config import INT_MAX, TopicConfig
+from jobs.rules.model import Scope
+from jobs.rules.plan_compact import (
     BOUND_ACTIVE,
     BOUND_DIRTY,
     BOUND_MIN_LAG,

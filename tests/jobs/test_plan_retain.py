@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.config import TopicConfig
-from jobs.plan_retain import (
+from jobs.rules.config import TopicConfig
+from jobs.rules.plan_retain import (
     RULE_LOG_START,
     RULE_SIZE,
     RULE_TIME,
@@ -203,7 +203,7 @@ def test_empty_partition_plans_nothing() -> None:
 # ---- the delete-fraction limit (segjobs' own, not Kafka's) -------------------------------------------
 
 def test_delete_share_counts_time_and_size_deletes_per_topic_against_what_the_log_start_leaves() -> None:
-    from jobs.plan_retain import delete_shares
+    from jobs.rules.plan_retain import delete_shares
 
     old = NOW - 10 * DAY
     states = {
@@ -225,7 +225,7 @@ def test_delete_share_counts_time_and_size_deletes_per_topic_against_what_the_lo
 
 
 def test_delete_share_of_a_topic_retention_leaves_alone_is_zero() -> None:
-    from jobs.plan_retain import delete_shares
+    from jobs.rules.plan_retain import delete_shares
 
     states = {("c", 0): state(uniform_log(3, ts=NOW - 10 * DAY), topic="c")}
     plans = {k: plan_retention(s, policy("compact", retention_ms=DAY), NOW) for k, s in states.items()}

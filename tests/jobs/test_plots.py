@@ -1,4 +1,4 @@
-"""jobs.plots stays readable from a few partitions to thousands: bounded bars and labels (top-N plus an
+"""jobs.engine.plots stays readable from a few partitions to thousands: bounded bars and labels (top-N plus an
 "others" bar that adds up the rest correctly), log scales exactly where values span decades, per-topic
 aggregation that adds up, key-cardinality labels that do not overlap. Rendered to PNG (Agg), no Spark.
 
@@ -16,7 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.text import Text
 from PIL import Image
 
-from jobs import plots
+from jobs.engine import plots
 from tests.support.inspect_rows import inspect_rows
 
 CHARTS = ("dirty_ratio_chart", "reclaimable_chart", "key_cardinality_chart", "segment_ages_chart")

@@ -8,17 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from jobs.commit import RecoveryError, partition_work_uri
-from jobs.recover import LEFTOVER_ACTIONS, PreviewStorage, recover_log_dir, recover_partition
+from jobs.logdir.commit import RecoveryError, partition_work_uri
+from jobs.logdir.recover import (
+    LEFTOVER_ACTIONS,
+    PreviewStorage,
+    recover_log_dir,
+    recover_partition,
+)
 from segment_io.storage import LocalStorage
-from tests.jobs.test_compact_s3 import s3  # noqa: F401 - the fixture: a bucket and the credentials in the env
 from tests.jobs.test_commit_local import (
     DELETE_STEPS,
     LOCAL_COMMIT_POINT,
-    do_delete,
     LOCAL_REPLACE_STEPS,
     Scenario,
     build_scenario,
+    check_replace_outcome,
+    do_delete,
     do_replace,
     live_data,
     name,
@@ -26,13 +31,13 @@ from tests.jobs.test_commit_local import (
     partition_files,
     recover_twice,
     run_to_crash,
-    check_replace_outcome,
 )
+from tests.jobs.test_compact_s3 import s3  # noqa: F401 - the fixture: a bucket and the credentials in the env
 
 
 def kafka_loader(partition: Path) -> None:
     """What a broker's LogLoader does to a partition dir on start, as read from LogLoader.java (load() and
-    removeTempFilesAndCollectSwapFiles()), written independently of jobs.recover.
+    removeTempFilesAndCollectSwapFiles()), written independently of jobs.logdir.recover.
 
     1. unlink ``.deleted`` files; collect ``.cleaned`` and ``.swap`` files;
     2. unlink swaps whose base offset is >= the lowest ``.cleaned`` base offset, then every ``.cleaned``;
@@ -212,8 +217,8 @@ def _summary_numbers(summary: str) -> list[str]:
 @pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)])
 def test_recover_cleans_and_reports_leftovers_exactly_as_its_dry_run_said(store, spark, tmp_path, capsys,
                                                                           monkeypatch, request):
-    import jobs.compact
-    from jobs.cli import main
+    import jobs.engine.compaction
+    from jobs.commands.cli import main
     from tests.jobs.test_compact_faults import CONFIG, NOW, HardCrash, build_partition
     from tests.jobs.test_compact_s3 import PREFIX, _objects, _upload
 
@@ -251,10 +256,10 @@ def test_recover_cleans_and_reports_leftovers_exactly_as_its_dry_run_said(store,
         if step.startswith(crash_at):
             raise HardCrash(step)
 
-    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", die)
+    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", die)
     with pytest.raises(HardCrash):
         main(["compact", *args, "--config", str(config), "--now", NOW, "--quiet"])
-    monkeypatch.setattr(jobs.compact, "COMMIT_FAULT", None)
+    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", None)
     temps = [t.format(log=log, work=work) for t in _TEMPS]
     for i, uri in enumerate(temps):
         put(uri, b"x" * (100 + i))

@@ -18,11 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import main
-from jobs.config import ConfigSet
-from jobs.lock import work_uri
-from jobs.recover import recover_log_dir
-from jobs.retain import (
+from jobs.commands.cli import main
+from jobs.engine.retention import (
     STEP_DELETE_SNAPSHOT,
     STEP_PURGE,
     STEP_TRIM_LEADER_EPOCHS,
@@ -30,7 +27,10 @@ from jobs.retain import (
     RetentionParams,
     retain_partitions,
 )
-from jobs.scan import scan_partition
+from jobs.engine.scan import scan_partition
+from jobs.logdir.lock import work_uri
+from jobs.logdir.recover import recover_log_dir
+from jobs.rules.config import ConfigSet
 from segment_io.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
 from segment_io.layout import list_log_dir, segment_file_name
 from segment_io.storage import open_storage

@@ -10,8 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import main
-from tests.jobs.test_retain import OLD, RECENT, build_partition, deleted, entry, retain, write_checkpoint
+from jobs.commands.cli import main
+from tests.jobs.test_retain import (
+    OLD,
+    RECENT,
+    build_partition,
+    deleted,
+    entry,
+    retain,
+    write_checkpoint,
+)
 from tests.jobs.test_retention_first import by_name, run
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from jobs.cli import main
+from jobs.commands.cli import main
 from segment_io.generate import GenerateSpec, generate_log_dir
 from segment_io.layout import segment_file_name
 from tests.support.builders import LogBuilder, rec, write_log

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.scan import PartitionError, scan_partition
+from jobs.engine.scan import PartitionError, scan_partition
 from segment_io.layout import list_log_dir, segment_file_name
 from segment_io.storage import open_storage
 from tests.support.builders import LogBuilder, rec, timestamped_segments, write_log
@@ -194,8 +194,8 @@ def test_leader_epochs_snapshots_and_deleted_files_come_with_the_scan(tmp_path: 
 
 def test_a_corrupt_leader_epoch_checkpoint_blocks_retention_and_leaves_the_partition_untouched(
         tmp_path: Path) -> None:
-    from jobs.config import TopicConfig
-    from jobs.retain import RetentionParams, apply_retention
+    from jobs.engine.retention import RetentionParams, apply_retention
+    from jobs.rules.config import TopicConfig
 
     pdir = tmp_path / "t-0"
     write(pdir, [[T0], [T0]])

@@ -1,4 +1,4 @@
-"""jobs.timeutil: --now's range, the wall-clock note, and retain's warning about data older than any retention
+"""jobs.rules.timeutil: --now's range, the wall-clock note, and retain's warning about data older than any retention
 (the warning also through the CLI, on a real run of ``segjobs retain``)."""
 
 from __future__ import annotations
@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import main
-from jobs.timeutil import LATEST_NOW_MS, data_age_warning, format_instant, parse_instant, resolve_now
+from jobs.commands.cli import main
+from jobs.rules.timeutil import (
+    LATEST_NOW_MS,
+    data_age_warning,
+    format_instant,
+    parse_instant,
+    resolve_now,
+)
 from segment_io.errors import UsageError
 from tests.support.builders import LogBuilder, rec, write_log
 

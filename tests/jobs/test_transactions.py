@@ -5,8 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from jobs.cleaner import key_hash_table
-from jobs.transactions import AbortedTxns, TxnState, derive_txn_state, summarize_batches
+from jobs.rules.cleaner import key_hash_table
+from jobs.rules.transactions import (
+    AbortedTxns,
+    TxnState,
+    derive_txn_state,
+    summarize_batches,
+)
 from segment_io.schema import BATCH_SCHEMA
 from tests.jobs.test_cleaner import hash_keys
 from tests.support.builders import LogBuilder, rec
@@ -161,8 +166,8 @@ def test_summary_from_headers_agrees_with_the_record_level_summary(kafka_real, t
     give the replay the same inputs as the record-level summary, on real logs and generated transactional ones."""
     import glob
 
-    from jobs.scan import empty_batches_from_headers
-    from jobs.transactions import summarize_batches, summarize_headers
+    from jobs.engine.scan import empty_batches_from_headers
+    from jobs.rules.transactions import summarize_batches, summarize_headers
     from segment_io.decode import decode_key_hashes_bytes
     from segment_io.format import scan_batches
     from segment_io.generate import GenerateSpec, generate_log_dir

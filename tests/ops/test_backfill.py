@@ -12,7 +12,7 @@ file and byte for byte: the failed interval is completed by its rerun, and rerun
 changes nothing. A night whose compaction was partial (its offset map filled) is the exception the README
 states: its rerun continues the clean, as the next night would; the last test shows it.
 
-The runs share the suite's Spark session (``jobs.cli.main`` in this process), except the killed one, which
+The runs share the suite's Spark session (``jobs.commands.cli.main`` in this process), except the killed one, which
 needs a process of its own.
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import main
+from jobs.commands.cli import main
 from tests.ops.nights import NIGHTS, TOPICS_TOML, differences, generate, job_args, snapshot
 
 REPO = Path(__file__).resolve().parents[2]

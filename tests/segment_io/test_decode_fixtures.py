@@ -8,7 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from segment_io.decode import decode_key_hashes_bytes, decode_segment_bytes, read_segment, verify_segment_crcs
+from segment_io.decode import (
+    decode_key_hashes_bytes,
+    decode_segment_bytes,
+    read_segment,
+    verify_segment_crcs,
+)
 from segment_io.format import scan_batches
 from tests.conftest import KAFKA_REAL
 

@@ -14,11 +14,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from segment_io.decode import decode_key_hashes_bytes, decode_segment_bytes, verify_segment_crcs
+from segment_io.decode import (
+    decode_key_hashes_bytes,
+    decode_segment_bytes,
+    verify_segment_crcs,
+)
 from segment_io.errors import CorruptRecordError, OversizedBatchError
 from tests.conftest import KAFKA_REAL
-from tests.support.bombs import VARIANTS, inflating_payload, records_payload, v2_batch_around
 from tests.segment_io.test_decode_kafka_python import _random_records, _v2_batch
+from tests.support.bombs import (
+    VARIANTS,
+    inflating_payload,
+    records_payload,
+    v2_batch_around,
+)
 
 SMALL_FIXTURES = [
     "seanorth-kafka2.8-snappy-headers/kafka-logs/some-topic-0/00000000000000000000.log",

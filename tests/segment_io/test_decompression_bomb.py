@@ -19,7 +19,12 @@ from pathlib import Path
 import pytest
 
 from segment_io import compression
-from segment_io.compression import DEFAULT_MAX_BATCH_BYTES, GZIP, MAX_BATCH_BYTES_ENV, ZSTD
+from segment_io.compression import (
+    DEFAULT_MAX_BATCH_BYTES,
+    GZIP,
+    MAX_BATCH_BYTES_ENV,
+    ZSTD,
+)
 from segment_io.decode import (
     decode_key_hashes_bytes,
     decode_segment_bytes,
@@ -29,9 +34,19 @@ from segment_io.decode import (
     verify_segment_crcs,
 )
 from segment_io.encode import encode_batches
-from segment_io.errors import ConfigError, CorruptRecordError, OversizedBatchError, RecordCountMismatchError
+from segment_io.errors import (
+    ConfigError,
+    CorruptRecordError,
+    OversizedBatchError,
+    RecordCountMismatchError,
+)
 from tests.segment_io.test_decode import _legacy_message
-from tests.support.bombs import VARIANTS, inflating_payload, records_payload, v2_batch_around
+from tests.support.bombs import (
+    VARIANTS,
+    inflating_payload,
+    records_payload,
+    v2_batch_around,
+)
 from tests.support.builders import LogBuilder, rec
 
 REPO = Path(__file__).resolve().parents[2]

@@ -18,7 +18,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from segment_io.errors import CorruptIndexError, CorruptRecordError
-from segment_io.format import ATTR_CODEC_MASK, ATTR_TIMESTAMP_TYPE, BatchHeaders, scan_batches
+from segment_io.format import (
+    ATTR_CODEC_MASK,
+    ATTR_TIMESTAMP_TYPE,
+    BatchHeaders,
+    scan_batches,
+)
 from segment_io.index import (
     AbortedTxn,
     build_offset_and_time_index,
@@ -29,7 +34,6 @@ from segment_io.index import (
     read_time_index,
     read_txn_index,
 )
-
 
 # --------------------------------------------------------------------------------------------------
 # An independent model of LogSegment.append / close, one batch per append

@@ -14,7 +14,12 @@ from segment_io.decode import decode_segment_bytes, read_segment
 from segment_io.encode import encode_batches
 from segment_io.errors import UsageError
 from segment_io.format import scan_batches
-from segment_io.index import AbortedTxn, build_offset_and_time_index, encode_txn_index, read_offset_index
+from segment_io.index import (
+    AbortedTxn,
+    build_offset_and_time_index,
+    encode_txn_index,
+    read_offset_index,
+)
 from segment_io.schema import RECORD_SCHEMA
 from segment_io.segment_writer import write_segment
 from tests.support.builders import LogBuilder, empty_batch, rec, tombstone, write_log

@@ -29,7 +29,14 @@ from pyspark.sql.datasource import (
 from segment_io.decode import read_segment
 from segment_io.errors import NotFoundError
 from segment_io.schema import RECORD_SCHEMA
-from segment_io.spark import FORMAT_NAME, SPARK_SCHEMA, DataSourceOptionError, parse_options, read_split, register
+from segment_io.spark import (
+    FORMAT_NAME,
+    SPARK_SCHEMA,
+    DataSourceOptionError,
+    parse_options,
+    read_split,
+    register,
+)
 from segment_io.spark.bounds import RowBounds
 from segment_io.spark.planning import SegmentRef, list_segments, plan_splits
 from segment_io.spark.source import KafkaSegmentsReader

@@ -58,7 +58,8 @@ def test_format_duration() -> None:
 
 
 def test_config_cli_and_data_source_use_these_parsers() -> None:
-    from jobs import args, config
+    from jobs.commands import args
+    from jobs.rules import config
     from segment_io.spark import options
 
     assert config.parse_size is parse_size and config.parse_duration is parse_duration

@@ -17,6 +17,7 @@ the resulting table (see ``write_log`` once the encoder exists).
 from __future__ import annotations
 
 import os
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -25,8 +26,6 @@ import pyarrow as pa
 
 from segment_io.format import CONTROL_ABORT, CONTROL_COMMIT
 from segment_io.schema import RECORD_SCHEMA
-
-import struct
 
 
 @dataclass

@@ -9,7 +9,7 @@ that: no ``finally``, no lock release but the kernel's, no checkpoint, no report
 Python driver's pipe closes. If the run never reaches that point, the command exits normally and the caller
 sees a return code other than -9.
 
-The hook is the compaction driver's fault seam (``jobs.compact.COMMIT_FAULT``), the same one the
+The hook is the compaction driver's fault seam (``jobs.engine.compaction.COMMIT_FAULT``), the same one the
 in-process fault tests use; here it ends the process instead of raising.
 """
 
@@ -26,8 +26,8 @@ def main(args: list[str]) -> int:
         return 2
     prefix, nth, argv = args[0], int(args[1]), args[3:]
 
-    import jobs.compact
-    from jobs.cli import main as segjobs
+    import jobs.engine.compaction
+    from jobs.commands.cli import main as segjobs
 
     replaces = 0
 
@@ -40,7 +40,7 @@ def main(args: list[str]) -> int:
             sys.stdout.flush()
             os.kill(os.getpid(), signal.SIGKILL)
 
-    jobs.compact.COMMIT_FAULT = kill_at
+    jobs.engine.compaction.COMMIT_FAULT = kill_at
     return segjobs(argv)
 
 

@@ -16,7 +16,7 @@ def get_session():
         return _SESSION
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from jobs.spark_session import build_session
+    from jobs.engine.spark_session import build_session
 
     _SESSION = build_session(
         app_name="segjobs-tests",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from jobs.model import PartitionState, SegmentInfo
+from jobs.rules.model import PartitionState, SegmentInfo
 
 #: An arbitrary fixed "now" for plan tests: 2024-01-01T00:00:00Z.
 NOW = 1_704_067_200_000

@@ -1,7 +1,7 @@
 """``segjobs <command>``: the console entry point.
 
 Every command lives in its own module with ``configure(parser)`` and ``run(args) -> int``; this file only
-routes. The same modules run under ``spark-submit jobs/<command>.py`` through :func:`submit_main`.
+routes. ``spark-submit jobs/compact.py`` and ``jobs/retain.py`` run the same commands through :func:`submit_main`.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ NOTHING_DONE_ERRORS = (ConfigError, UsageError, LockHeldError)
 
 #: command -> (module, one-line help). Order is the order of ``segjobs --help``.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "compact": ("jobs.compact", "compact partitions whose cleanup.policy includes compact (Kafka's log cleaner)"),
-    "retain": ("jobs.retain", "apply retention (retention.ms, retention.bytes, log start offset) and delete segments"),
-    "recover": ("jobs.recover_cmd", "complete or roll back what an interrupted segjobs run left in a log dir"),
-    "inspect": ("jobs.inspect", "report per partition: dirty ratio, keys, tombstones, what compaction/retention would reclaim"),
-    "dump": ("jobs.dump", "print batches and records of segment files, like kafka-dump-log; --verify checks them"),
-    "generate": ("jobs.generate_cmd", "write a synthetic broker-style log dir (demo, tests, benchmarks)"),
+    "compact": ("jobs.commands.compact", "compact partitions whose cleanup.policy includes compact (Kafka's log cleaner)"),
+    "retain": ("jobs.commands.retain", "apply retention (retention.ms, retention.bytes, log start offset) and delete segments"),
+    "recover": ("jobs.commands.recover", "complete or roll back what an interrupted segjobs run left in a log dir"),
+    "inspect": ("jobs.commands.inspect", "report per partition: dirty ratio, keys, tombstones, what compaction/retention would reclaim"),
+    "dump": ("jobs.commands.dump", "print batches and records of segment files, like kafka-dump-log; --verify checks them"),
+    "generate": ("jobs.commands.generate", "write a synthetic broker-style log dir (demo, tests, benchmarks)"),
 }
 
 EPILOG = """exit codes:
@@ -44,12 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="<command>")
     for name, (module_name, help_text) in COMMANDS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue  # command not built yet
-            raise
+        module = importlib.import_module(module_name)
         p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip(),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         module.configure(p)
@@ -77,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def console_main() -> None:
     """The ``segjobs`` console script: :func:`main`, then a clean Spark shutdown."""
-    from jobs.spark_session import stop_active_session
+    from jobs.engine.spark_session import stop_active_session
 
     try:
         code = main()
@@ -89,8 +84,11 @@ def console_main() -> None:
 def submit_main(command: str) -> None:
     """Entry for ``spark-submit jobs/<command>.py ARGS``: the same arguments as ``segjobs <command>``, and the
     same streams (summary on stdout, progress and errors on stderr; see
-    :func:`jobs.spark_session.separate_stderr_under_spark_submit`)."""
-    from jobs.spark_session import separate_stderr_under_spark_submit, stop_active_session
+    :func:`jobs.engine.spark_session.separate_stderr_under_spark_submit`)."""
+    from jobs.engine.spark_session import (
+        separate_stderr_under_spark_submit,
+        stop_active_session,
+    )
 
     separate_stderr_under_spark_submit()
     try:

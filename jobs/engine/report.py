@@ -34,7 +34,7 @@ class Progress:
 
     def _print(self, message: str) -> None:
         # sys.stderr is looked up at each line: under spark-submit it is replaced once the JVM is reachable
-        # (see jobs.spark_session.separate_stderr_under_spark_submit).
+        # (see jobs.engine.spark_session.separate_stderr_under_spark_submit).
         print(f"[{self.command} {time.monotonic() - self.t0:6.1f}s] {message}", file=self.stream or sys.stderr,
               flush=True)
 

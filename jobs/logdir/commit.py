@@ -1,7 +1,7 @@
 """Crash-safe replacement and deletion of segments, on local disk and on S3.
 
 Every operation here is a sequence of single-file steps ordered so that a crash after any step leaves a
-partition that recovery (:mod:`jobs.recover`) turns into exactly the old set of live segments or exactly the
+partition that recovery (:mod:`jobs.logdir.recover`) turns into exactly the old set of live segments or exactly the
 new one: never a gap in offsets, never an overlap, never the loss of the only copy of a record. Before each
 step the optional ``fault(step)`` callback is called with a stable step name; tests raise from it to
 simulate a crash at that point.
@@ -95,7 +95,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from segment_io.errors import NotFoundError, PreconditionFailedError, SegjobsError, located_message
+from segment_io.errors import (
+    NotFoundError,
+    PreconditionFailedError,
+    SegjobsError,
+    located_message,
+)
 from segment_io.layout import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -113,7 +118,7 @@ LOG_SUFFIX = ".log"
 COMMIT_DIR = "commit"
 STAGED_DIR = "staged"
 #: ``<work>/staging/<tp>/``: where compaction tasks write new segments before the driver commits them one group
-#: at a time (see ``jobs.compact.private_stage_uri``). No intent ever refers to it: recovery empties it.
+#: at a time (see ``jobs.engine.compaction.private_stage_uri``). No intent ever refers to it: recovery empties it.
 PRIVATE_STAGING_DIR = "staging"
 REPLACE_INTENT = "replace.json"
 DELETE_INTENT = "delete.json"
@@ -395,9 +400,9 @@ def replace_segments(storage: Storage, partition_uri: str, *, old_base_offsets: 
     crash-safely (see the module docstring for the protocol on each store).
 
     The new segments must start at the first old base offset and lie before the next live segment after
-    the run. ``work_uri`` is the log dir's work location (:func:`jobs.lock.work_uri`). Raises
+    the run. ``work_uri`` is the log dir's work location (:func:`jobs.logdir.lock.work_uri`). Raises
     :class:`CommitError` (before changing anything) when the request does not fit the partition, a staged
-    file is missing, or leftovers of an interrupted operation need :func:`jobs.recover.recover_partition`.
+    file is missing, or leftovers of an interrupted operation need :func:`jobs.logdir.recover.recover_partition`.
     """
     files = list_segment_files(storage, partition_uri)
     intent = _plan_replace(storage, partition_uri, work_uri, files, old_base_offsets, new_segments)

@@ -21,19 +21,29 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from jobs.args import (
-    Scope,
-    check_log_dir_has_partitions,
-    check_log_dir_is_dir,
-    parse_scope,
-    storage_options_from_args,
+from jobs.commands.args import storage_options_from_args
+from jobs.engine.report import (
+    Progress,
+    RunReport,
+    absolute_uri,
+    append_ledger,
+    render_stopped_summary,
+    write_report,
 )
-from jobs.config import ConfigSet
-from jobs.report import Progress, RunReport, absolute_uri, append_ledger, render_stopped_summary, write_report
-from jobs.scan import PartitionError, PartitionScan, scan_partition
-from jobs.timeutil import format_instant, resolve_now, wall_clock_ms
+from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
+from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir
+from jobs.rules.config import ConfigSet
+from jobs.rules.scope import Scope, parse_scope
+from jobs.rules.timeutil import format_instant, resolve_now, wall_clock_ms
 from segment_io import compression
-from segment_io.errors import ConfigError, CorruptCheckpointError, LockHeldError, SegjobsError, StorageError, UsageError
+from segment_io.errors import (
+    ConfigError,
+    CorruptCheckpointError,
+    LockHeldError,
+    SegjobsError,
+    StorageError,
+    UsageError,
+)
 from segment_io.layout import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -63,7 +73,7 @@ class JobContext:
     progress: Progress
     spark: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
-    lease: Any = None  #: jobs.lock.Lease while the job holds the log dir (None in dry runs)
+    lease: Any = None  #: jobs.logdir.lock.Lease while the job holds the log dir (None in dry runs)
     #: the job's human output (``--format table``): called with the finished report, returns the text
     render: Callable[[RunReport], str] | None = None
 
@@ -72,7 +82,7 @@ class JobContext:
         return self.spark.sparkContext
 
     def keep_lease(self) -> None:
-        """Jobs call this before each commit. Raises :class:`jobs.lock.LeaseLost` once the run's S3 lease is
+        """Jobs call this before each commit. Raises :class:`jobs.logdir.lock.LeaseLost` once the run's S3 lease is
         no longer its own (another run took it over after it expired, or it could not be renewed in time), so
         the run commits nothing more; the frame reports it. A heartbeat renews the lease in the background;
         this renews it here only if that fell behind. Local locks do not expire. A lease is timed on the
@@ -150,7 +160,7 @@ def _scan_task(item: tuple) -> PartitionScan:
 def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext], None], *,
             scan_depth: str, destructive: bool = True) -> int:
     """Run one job end to end; returns the process exit code (0 ok, 1 some partition failed)."""
-    from jobs.lock import Holder, LeaseLost, acquire, lease_ttl_ms, work_uri
+    from jobs.logdir.lock import Holder, LeaseLost, acquire, lease_ttl_ms, work_uri
     from segment_io.storage import open_storage
 
     # ---- everything that needs no Spark, first ----
@@ -298,8 +308,8 @@ def _read_only_filesystem(path: str) -> bool:
 def _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, configs, scope, now_ms, dry_run,
                 destructive, report, progress, lease, *, max_batch: int) -> JobContext:
     """The part of :func:`run_job` that runs under the lock: recover, list, scan, work."""
-    from jobs.commit import partition_name
-    from jobs.recover import recover_log_dir
+    from jobs.logdir.commit import partition_name
+    from jobs.logdir.recover import recover_log_dir
 
     unrecovered: dict[tuple[str, int] | None, Exception] = {}
     if destructive and not dry_run:
@@ -323,7 +333,7 @@ def _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, con
             progress(note)
 
     t0 = time.monotonic()
-    from jobs.spark_session import build_session
+    from jobs.engine.spark_session import build_session
 
     spark = build_session(app_name=f"segjobs-{command}", master=args.master,
                           verbose=bool(getattr(args, "verbose", False)))

@@ -27,11 +27,17 @@ from typing import IO
 
 import numpy as np
 
-from jobs.args import batch_bytes_arg, size_arg
-from jobs.timeutil import format_instant
+from jobs.commands.args import batch_bytes_arg, size_arg
+from jobs.rules.timeutil import format_instant
 from segment_io import layout
 from segment_io.compression import CODEC_NAMES
-from segment_io.errors import CorruptCheckpointError, CorruptIndexError, CorruptRecordError, SegjobsError, UsageError
+from segment_io.errors import (
+    CorruptCheckpointError,
+    CorruptIndexError,
+    CorruptRecordError,
+    SegjobsError,
+    UsageError,
+)
 from segment_io.format import LOG_OVERHEAD, BatchHeaders, scan_batches
 from segment_io.storage.base import KIND_FILE
 
@@ -276,7 +282,10 @@ def _write_jsonl(records, out: IO[str]) -> None:
 
 
 def _dump_checkpoint(storage, uri: str, out: IO[str]) -> list[SegjobsError]:
-    from segment_io.checkpoint import parse_leader_epoch_checkpoint, parse_offset_checkpoint
+    from segment_io.checkpoint import (
+        parse_leader_epoch_checkpoint,
+        parse_offset_checkpoint,
+    )
 
     text = storage.read(uri).decode("utf-8", errors="replace")
     try:

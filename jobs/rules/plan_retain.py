@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
-from jobs.config import TopicConfig
-from jobs.model import PartitionState, SegmentInfo
+from jobs.rules.config import TopicConfig
+from jobs.rules.model import PartitionState, SegmentInfo
 
 RULE_LOG_START = "log-start-offset"
 RULE_SIZE = "retention.bytes"

@@ -27,8 +27,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs.args import check_log_dir_has_partitions, check_log_dir_is_dir, storage_options_from_args
-from jobs.timeutil import format_instant, resolve_now, wall_clock_ms
+from jobs.commands.args import storage_options_from_args
+from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir
+from jobs.rules.timeutil import format_instant, resolve_now, wall_clock_ms
 from segment_io.errors import LockHeldError, UsageError
 from segment_io.layout import list_log_dir
 
@@ -50,14 +51,14 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Recover the log dir (or, with --dry-run, print what that would do); returns 0, or 1 when the S3 lease
     was lost on the way (another run took it over)."""
-    from jobs.lock import LeaseLost, acquire, lease_ttl_ms, work_uri
-    from jobs.recover import PreviewStorage, recover_log_dir
+    from jobs.logdir.lock import LeaseLost, acquire, lease_ttl_ms, work_uri
+    from jobs.logdir.recover import PreviewStorage, recover_log_dir
     from segment_io.storage import open_storage
 
     now_ms, now_note = resolve_now(args.now)
     log_dir = args.log_dir.rstrip("/") or "/"
     storage = open_storage(log_dir, storage_options_from_args(args))
-    from jobs.jobrun import preflight
+    from jobs.engine.frame import preflight
 
     preflight(storage, log_dir, None, None, None)  # S3 answers (within seconds), or exit code 2
     check_log_dir_is_dir(storage, log_dir)

@@ -36,7 +36,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 
 from segment_io.errors import SegjobsError, UsageError
-from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, LogDirListing
+from segment_io.layout import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    LogDirListing,
+)
 from segment_io.storage.base import Storage
 
 PLAN_FORMAT = "segjobs-plan"
@@ -156,7 +160,7 @@ def _setting_text(value: Any) -> str:
 
 def read_plan(uri: str, args: argparse.Namespace | None = None) -> Plan:
     """Read a plan file from a local path or an s3:// URI."""
-    from jobs.args import storage_options_from_args
+    from jobs.commands.args import storage_options_from_args
     from segment_io.storage import open_storage
 
     options = storage_options_from_args(args) if args is not None else None
@@ -169,7 +173,7 @@ def read_plan(uri: str, args: argparse.Namespace | None = None) -> Plan:
 
 def write_plan(plan: Plan, uri: str, args: argparse.Namespace | None = None) -> None:
     """Write ``plan`` atomically to a local path or an s3:// URI."""
-    from jobs.args import storage_options_from_args
+    from jobs.commands.args import storage_options_from_args
     from segment_io.storage import open_storage
 
     storage = open_storage(uri, storage_options_from_args(args) if args is not None else None)

@@ -34,8 +34,14 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
 
-from jobs.timeutil import format_instant
-from segment_io.errors import LockHeldError, NotFoundError, PreconditionFailedError, StorageError, UsageError
+from jobs.rules.timeutil import format_instant
+from segment_io.errors import (
+    LockHeldError,
+    NotFoundError,
+    PreconditionFailedError,
+    StorageError,
+    UsageError,
+)
 from segment_io.layout import LOCK_FILE
 from segment_io.storage import Storage
 

@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import fnmatch
-import os
-from dataclasses import dataclass
 
-from segment_io.errors import UsageError
-from segment_io.layout import LogDirListing, closest_topics_hint, parse_partition_dir, parse_segment_file
 from segment_io.units import parse_duration, parse_size
-
 
 #: What every job can print on stdout (--format): the human summary table, or the JSON report.
 OUTPUT_FORMATS = ("table", "json")
@@ -65,65 +59,6 @@ def _add_output_options(p: argparse.ArgumentParser, formats: tuple[str, ...]) ->
                    help="show Spark's own log lines (INFO) on stderr; SEGJOBS_SPARK_LOG=LEVEL picks another level")
 
 
-@dataclass(frozen=True)
-class Scope:
-    """Which partitions a run covers: topic globs and explicit partitions (both empty: everything)."""
-
-    topic_globs: tuple[str, ...] = ()
-    partitions: tuple[tuple[str, int], ...] = ()
-
-    @property
-    def everything(self) -> bool:
-        return not self.topic_globs and not self.partitions
-
-    def explicit(self, topic: str, partition: int) -> bool:
-        """True when the user named this partition (or its topic glob) on the command line."""
-        return (topic, partition) in self.partitions or any(fnmatch.fnmatchcase(topic, g) for g in self.topic_globs)
-
-    def includes(self, topic: str, partition: int) -> bool:
-        return self.everything or self.explicit(topic, partition)
-
-    def check_against(self, present: set[tuple[str, int]]) -> None:
-        """Fail before any work when the scope names something the log dir does not hold, saying what it
-        does hold: the partitions of a named topic, or the topics closest to a name that matches none."""
-        topics = {t for t, _ in present}
-        missing = [(t, p) for t, p in self.partitions if (t, p) not in present]
-        if missing:
-            hints = []
-            for t in dict.fromkeys(t for t, _ in missing):
-                numbers = sorted(p for pt, p in present if pt == t)
-                hints.append(f"{t} has partitions {_number_ranges(numbers)}" if numbers
-                             else f"no topic {t!r}; {closest_topics_hint(t, topics)}")
-            raise UsageError(f"--partition names partitions not in the log dir: "
-                             f"{', '.join(f'{t}-{p}' for t, p in missing)} ({'; '.join(hints)})")
-        unmatched = [g for g in self.topic_globs if not any(fnmatch.fnmatchcase(t, g) for t in topics)]
-        if unmatched:
-            hints = "; ".join(f"{g}: {closest_topics_hint(g, topics)}" for g in unmatched)
-            raise UsageError(f"--topic matches no topic in the log dir: {', '.join(unmatched)} ({hints})")
-
-
-def _number_ranges(numbers: list[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``0-2, 5``."""
-    runs: list[list[int]] = []
-    for n in numbers:
-        if runs and n == runs[-1][1] + 1:
-            runs[-1][1] = n
-        else:
-            runs.append([n, n])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
-
-
-def parse_scope(topic_globs: list[str], partitions: list[str]) -> Scope:
-    """The Scope of --topic and --partition options (``UsageError`` for a partition not named TOPIC-N)."""
-    parsed = []
-    for item in partitions:
-        tp = parse_partition_dir(item)  # a partition is named as its directory is
-        if tp is None:
-            raise UsageError(f"--partition {item!r}: expected TOPIC-N, e.g. orders-3")
-        parsed.append(tp)
-    return Scope(tuple(topic_globs), tuple(parsed))
-
-
 def storage_options_from_args(args: argparse.Namespace):
     """StorageOptions from --s3-endpoint/--s3-region on top of the environment."""
     from dataclasses import replace
@@ -173,44 +108,3 @@ def duration_arg(text: str) -> int:
 # --------------------------------------------------------------------------------------------------
 
 
-def check_log_dir_is_dir(storage, log_dir: str) -> None:
-    """``UsageError`` when ``--log-dir`` names a file (a segment file, most likely) or a missing local dir."""
-    if storage.exists(log_dir):
-        parent, _, name = log_dir.rpartition("/")
-        grand, _, pdir = parent.rpartition("/")
-        if parse_segment_file(name) is not None and parse_partition_dir(pdir) is not None:
-            raise UsageError(f"--log-dir {log_dir} is a segment file, not a log dir: give the log dir and the "
-                             f"partition, --log-dir {grand or '/'} --partition {pdir} "
-                             f"(or read the file with `segjobs dump {log_dir}`)")
-        raise UsageError(f"--log-dir {log_dir} is a file, not a log dir (a directory of <topic>-<n> partition "
-                         f"directories)")
-    local = storage.local_path(log_dir)
-    if local is not None and not os.path.isdir(local):
-        raise UsageError(f"--log-dir {log_dir}: no such directory")
-
-
-def partition_dir_hint(log_dir: str, listing: LogDirListing, *, scoped: bool = True) -> str | None:
-    """When a log dir without partition directories looks like a partition directory itself (it holds
-    segment files), what to give instead (``scoped``: the command takes --partition); None otherwise."""
-    if listing.partitions or not any(parse_segment_file(f.name) for f in listing.top_level_files):
-        return None
-    parent, _, name = log_dir.rstrip("/").rpartition("/")
-    if parse_partition_dir(name) is not None:
-        if not scoped:
-            return f"this looks like a partition; use its parent: --log-dir {parent or '/'}"
-        return (f"this looks like a partition; use its parent with --partition {name}: "
-                f"--log-dir {parent or '/'} --partition {name}")
-    return ("it holds segment files itself, as a partition directory does: give the directory that holds the "
-            "<topic>-<n> partition directories")
-
-
-def check_log_dir_has_partitions(log_dir: str, listing: LogDirListing, *, scoped: bool = True,
-                                 required: bool = True) -> None:
-    """``UsageError`` when the listing holds no partition directory, with :func:`partition_dir_hint`
-    (``required=False``: only when the log dir looks like a partition directory)."""
-    if listing.partitions:
-        return
-    hint = partition_dir_hint(log_dir, listing, scoped=scoped)
-    if hint or required:
-        raise UsageError(f"--log-dir {log_dir}: no partition directories (<topic>-<n>) found"
-                         + (f"; {hint}" if hint else ""))

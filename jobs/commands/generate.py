@@ -18,10 +18,11 @@ import argparse
 import sys
 import time
 
-from jobs.args import duration_arg, size_arg
-from jobs.timeutil import parse_instant
+from jobs.commands.args import duration_arg, size_arg
+from jobs.rules.timeutil import parse_instant
 from segment_io.compression import CODEC_BY_NAME, codec_from_name
 from segment_io.errors import UsageError
+
 
 def _share(text: str) -> float:
     v = float(text)

@@ -19,7 +19,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from jobs.cli import main as segjobs
+from jobs.commands.cli import main as segjobs
 from segment_io.generate import GenerateSpec, generate_log_dir
 
 START_MS = 1_700_000_000_000  # 2023-11-14T22:13:20Z
@@ -27,7 +27,7 @@ SPAN_MS = 7 * 86_400_000
 DAY_MS = 86_400_000
 NOW_MS = START_MS + SPAN_MS + DAY_MS
 #: The offset map of the demo's runs: 15,000 slots of 24 bytes, 11,250 keys at the 0.75 load factor
-#: (jobs.offset_map.LOAD_FACTOR): the changelog's 12,000 keys per partition do not fit in one pass, while what is
+#: (jobs.rules.offset_map.LOAD_FACTOR): the changelog's 12,000 keys per partition do not fit in one pass, while what is
 #: left of orders after retention does.
 DEMO_DEDUPE_BUFFER_BYTES = 360_000
 
@@ -52,7 +52,7 @@ def build(out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jobs.demo", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m jobs.commands.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", default="demo-data",
                         help="where to build the demo: DIR/logs and DIR/*-report.json, replaced on every run "
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     print(f"== 1/4 generating a demo log dir in {log_dir}")
     build(log_dir)
-    config = Path(__file__).resolve().parent.parent / "conf" / "demo-topics.toml"
+    config = Path(__file__).resolve().parents[2] / "conf" / "demo-topics.toml"
     for night, step in ((1, 2), (2, 3)):
         now = NOW_MS + (night - 1) * DAY_MS
         for command, extra in (("compact", ["--dedupe-buffer-bytes", str(DEMO_DEDUPE_BUFFER_BYTES)]), ("retain", [])):

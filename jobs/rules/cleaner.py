@@ -1,7 +1,7 @@
 """Kafka's log-cleaner decisions as pure functions over Arrow tables (no Spark, no I/O, time is a parameter).
 
 This is the second pass of a compaction: given the rows of one segment group, the offset map of the pass
-(:mod:`jobs.offset_map`) and the partition's transaction state (:mod:`jobs.transactions`), decide which
+(:mod:`jobs.rules.offset_map`) and the partition's transaction state (:mod:`jobs.rules.transactions`), decide which
 records survive, which batches stay as empty headers and which batches get a delete horizon stamped. The rules
 are those of Kafka's ``Cleaner.cleanInto`` / ``MemoryRecords.filterTo`` (core LogCleaner.scala):
 
@@ -36,16 +36,26 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.offset_map import OffsetMapResult, build_offset_map
-from jobs.transactions import (
+from jobs.rules.offset_map import OffsetMapResult, build_offset_map
+from jobs.rules.transactions import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     TxnState,
     derive_txn_state,
     summarize_batches,
 )
 from segment_io.errors import CorruptRecordError, SegjobsError
-from segment_io.format import CONTROL_ABORT, CONTROL_COMMIT, NO_TIMESTAMP, V2_HEADER_SIZE
-from segment_io.schema import BATCH_COLUMNS, BATCH_SCHEMA, KEY_HASH_SCHEMA, RECORD_SCHEMA
+from segment_io.format import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    NO_TIMESTAMP,
+    V2_HEADER_SIZE,
+)
+from segment_io.schema import (
+    BATCH_COLUMNS,
+    BATCH_SCHEMA,
+    KEY_HASH_SCHEMA,
+    RECORD_SCHEMA,
+)
 
 #: Kafka's default ``delete.retention.ms`` (1 day).
 DEFAULT_DELETE_RETENTION_MS = 86_400_000

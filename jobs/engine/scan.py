@@ -1,7 +1,7 @@
 """Turning a partition's files into what the planners need: the scan every job starts with.
 
 ``scan_partition`` runs inside a Spark task (one per partition) and returns a small, picklable
-:class:`PartitionScan`: the planner's :class:`~jobs.model.PartitionState` and, when asked, the partition's
+:class:`PartitionScan`: the planner's :class:`~jobs.rules.model.PartitionState` and, when asked, the partition's
 transaction and producer state. A partition whose bytes cannot be read comes back with ``error`` set and no
 state, so the job reports it and leaves it untouched while the others proceed. Besides bytes that do not
 frame as batches, that is an entry with a segment's name that is not a regular file, a partition directory
@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from jobs.model import PartitionState, SegmentInfo
+from jobs.rules.model import PartitionState, SegmentInfo
 from segment_io import index as index_io
-from segment_io.index import OFFSET_INDEX_ENTRY, OFFSET_INDEX_ENTRY_SIZE
+from segment_io.checkpoint import EpochEntry, read_leader_epoch_checkpoint
 from segment_io.errors import (
     CorruptCheckpointError,
     CorruptIndexError,
@@ -41,7 +41,7 @@ from segment_io.errors import (
     StorageError,
 )
 from segment_io.format import BatchHeaders, batch_positions, scan_batches
-from segment_io.checkpoint import EpochEntry, read_leader_epoch_checkpoint
+from segment_io.index import OFFSET_INDEX_ENTRY, OFFSET_INDEX_ENTRY_SIZE
 from segment_io.layout import (
     DELETED_SUFFIX,
     LOG_START_OFFSET_CHECKPOINT,
@@ -88,7 +88,7 @@ class PartitionScan:
     partition: int
     uri: str
     state: PartitionState | None = None
-    txn: Any = None  #: jobs.transactions.TxnState when scanned at depth "transactions"
+    txn: Any = None  #: jobs.rules.transactions.TxnState when scanned at depth "transactions"
     error: PartitionError | None = None
     warnings: list[str] = field(default_factory=list)
     #: the partition's leader-epoch-checkpoint entries (empty when it has none); None when unreadable,
@@ -241,7 +241,7 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
                 h = scan_batches(data, path=seg.log.uri, allow_truncated_tail=active)
                 size = len(data)
                 if depth == "transactions":
-                    from jobs.transactions import summarize_headers
+                    from jobs.rules.transactions import summarize_headers
 
                     # control batches are copied out of the mapping before it closes
                     summaries.append(summarize_headers([(h, data)], path=seg.log.uri))
@@ -266,7 +266,7 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
             _check_log_start(listing, log_start_checkpoint, fixed[-1].next_offset)
         first_unstable = None
         if depth == "transactions":
-            from jobs.transactions import concat_summaries, derive_txn_state
+            from jobs.rules.transactions import concat_summaries, derive_txn_state
 
             summary = concat_summaries(summaries)
             out.txn = derive_txn_state(summary, now_ms=now_ms, producer_id_expiration_ms=producer_id_expiration_ms)

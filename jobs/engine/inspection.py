@@ -1,33 +1,8 @@
-"""Report, per partition, how dirty a log dir is and what compaction and retention would reclaim at --now.
+"""The inspection engine: per-partition statistics (a task reading the key-hash projection, returning numbers
+only), predictions from the planners the jobs use, the report rows and their renderings, and the notebook
+functions (:func:`dirty_ratios`, :func:`inspect_report`).
 
-Nothing is written to the log dir: no lock is taken and no recovery runs, so inspecting a directory a broker
-owns is safe. For every partition: segments and bytes; the clean, cleanable and uncleanable bytes and the
-dirty ratio; data records, transaction markers, keyless records, distinct keys and superseded records
-(records a later record of the same key replaces); live tombstones (no delete horizon yet, or one still in
-the future) and expired ones (horizon <= --now: a clean at --now removes them); records of aborted
-transactions; the oldest and newest record timestamps; whether compaction would select the partition at
---now and why; what it would remove; and what retention would delete at --now, by which rule.
-
-Predictions come from the planners the jobs use (jobs.plan_compact, jobs.plan_retain) on the same scan, so a
-`segjobs compact --dry-run` / `segjobs retain --dry-run` at the same --now agrees with them. Selection is
-predicted for a run that names no --topic/--partition (naming a partition forces its compaction); the
-compaction numbers say what a compaction at --now would remove whether or not it is selected. For compact,delete
-topics compaction is predicted on what retention at --now leaves of the partition, as `segjobs compact` runs it
-(retention first); a topic the delete-fraction limit refuses is predicted to be left alone.
-
-Distinct keys are approximate by default (a HyperLogLog sketch of the 128-bit key hashes, about 1 % error,
-constant memory) and so are superseded records and the compaction numbers (estimated from the sketch and
-the average record size). --exact counts distinct key hashes exactly (exact up to 128-bit hash collisions;
-16 bytes of memory per record) and measures compaction by running the compaction task itself as a dry run.
-
-examples:
-  segjobs inspect --log-dir /var/kafka/logs
-  segjobs inspect --log-dir s3://bucket/kafka/logs --topic 'orders*' --now 2026-11-22T02:00:00Z --exact
-  segjobs inspect --log-dir /backup/logs --config conf/topics.toml --format csv > dirty.csv
-  segjobs inspect --log-dir /backup/logs --format json --report /tmp/inspect.json
-
-In a notebook: jobs.inspect.dirty_ratios(spark, uri) returns the same rows as a Spark DataFrame.
-"""
+What `segjobs inspect` reports, in users' words, is the docstring of :mod:`jobs.commands.inspect`."""
 
 from __future__ import annotations
 
@@ -35,29 +10,31 @@ import argparse
 import csv
 import io
 import os
-import sys
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Sequence
 
-if __name__ == "__main__" and __package__ in (None, ""):  # spark-submit jobs/inspect.py
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 import numpy as np
 import pyarrow as pa
 
-from jobs.args import add_log_dir_options
-from jobs.cardinality import HyperLogLog, exact_distinct
-from jobs.config import TopicConfig, never_touched
-from jobs.jobrun import JobContext, run_job
-from jobs.model import PartitionState
-from jobs.plan_compact import CompactionPlan, plan_compaction
-from jobs.plan_retain import RetentionPlan, plan_retention
-from jobs.report import RunReport, human_bytes, partition_order, problem_notes, render_footer, render_table, truncate
-from jobs.retain import add_max_delete_fraction_option
-from jobs.scan import PartitionError
-from jobs.timeutil import format_instant
+from jobs.engine.frame import JobContext, run_job
+from jobs.engine.report import (
+    RunReport,
+    human_bytes,
+    partition_order,
+    problem_notes,
+    render_footer,
+    render_table,
+    truncate,
+)
+from jobs.engine.scan import PartitionError
+from jobs.rules.cardinality import HyperLogLog, exact_distinct
+from jobs.rules.config import TopicConfig, never_touched
+from jobs.rules.model import PartitionState
+from jobs.rules.plan_compact import CompactionPlan, plan_compaction
+from jobs.rules.plan_retain import RetentionPlan, plan_retention
+from jobs.rules.timeutil import format_instant
 from segment_io.errors import SegjobsError, UsageError
 from segment_io.layout import PartitionListing
 from segment_io.storage.base import Storage
@@ -113,29 +90,6 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in COLUMNS)
 
 
-def configure(p: argparse.ArgumentParser) -> None:
-    """The options of ``segjobs inspect``: the shared job options (no --dry-run: nothing is written) plus
-    --exact and --format."""
-    add_log_dir_options(p, destructive=False, formats=FORMATS)
-    add_max_delete_fraction_option(p, help="predict with this delete-fraction limit, as compact and retain "
-                                           "--max-delete-fraction would apply it (default: each topic's "
-                                           "segjobs.max.delete.fraction, 0.5 unless set)")
-    # The shared help says naming a partition forces its compaction; inspect only narrows what it shows.
-    # argparse has no public way to reword an added option, hence the walk over its actions.
-    for action in p._actions:
-        if action.dest == "partition":
-            action.help = ("only this partition, e.g. orders-3 (repeatable); selection is still predicted as an "
-                           "unforced run would decide it")
-    p.add_argument("--exact", action="store_true",
-                   help="count distinct keys exactly and measure compaction with a dry run of the compaction task "
-                        "(slower, 16 bytes of memory per record); default: HyperLogLog estimates")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run ``segjobs inspect`` with parsed ``args``; returns the exit code (1 when a partition was unreadable)."""
-    return run_job("inspect", args, _work, scan_depth="transactions", destructive=False)
-
-
 # --------------------------------------------------------------------------------------------------
 # The per-partition task (runs on an executor; reads the key-hash projection, returns numbers only)
 # --------------------------------------------------------------------------------------------------
@@ -148,14 +102,14 @@ class InspectTask:
     storage: Storage
     listing: PartitionListing
     state: PartitionState
-    txn: Any  # jobs.transactions.TxnState
+    txn: Any  # jobs.rules.transactions.TxnState
     plan: CompactionPlan
     config: TopicConfig
     now_ms: int
     exact: bool
     work_uri: str
     #: compact,delete partitions that lose segments to retention: the listing and scan compaction works on
-    #: (see jobs.retain.RetentionFirst); None: the partition as it is
+    #: (see jobs.engine.retention.RetentionFirst); None: the partition as it is
     after_retention: tuple[PartitionListing, Any] | None = None
     #: False where compaction would not touch the partition at all (its topic refused by the delete limit)
     compactable: bool = True
@@ -257,7 +211,7 @@ def _estimate_compaction(rng: _Counts, range_bytes: int, ratio_of_latest: float)
 def inspect_partition(task: InspectTask) -> PartitionStats:
     """Count one partition's records, keys and tombstones from its key-hash projection (one segment in memory
     at a time), and what compaction would remove: estimated, or with ``exact`` measured by
-    :func:`jobs.compact.compact_partition` as a dry run."""
+    :func:`jobs.engine.compaction.compact_partition` as a dry run."""
     from segment_io.decode import decode_key_hashes_bytes
 
     plan = task.plan
@@ -304,8 +258,12 @@ def inspect_partition(task: InspectTask) -> PartitionStats:
 def _measure_compaction(task: InspectTask) -> tuple[dict[str, Any], PartitionError | None]:
     """Run the compaction task itself as a dry run: the numbers a compaction dry run reports, by construction
     (or the located error that would make the partition uncleanable)."""
-    from jobs.compact import DEFAULT_DEDUPE_BUFFER_BYTES, CompactTask, compact_partition
-    from jobs.offset_map import max_keys_for_buffer
+    from jobs.engine.compaction import (
+        DEFAULT_DEDUPE_BUFFER_BYTES,
+        CompactTask,
+        compact_partition,
+    )
+    from jobs.rules.offset_map import max_keys_for_buffer
 
     listing, state, txn = task.listing, task.state, task.txn
     if task.after_retention is not None:
@@ -361,8 +319,8 @@ def _predicted_retention(state: PartitionState, config: TopicConfig, now_ms: int
 
 
 def _work(ctx: JobContext) -> None:
-    from jobs.model import Scope as PlanScope
-    from jobs.retain import plan_retention_first, refused_topics
+    from jobs.engine.retention import plan_retention_first, refused_topics
+    from jobs.rules.model import Scope as PlanScope
 
     exact = bool(ctx.args.exact)
     rows: dict[tuple[str, int], dict[str, Any]] = {}
@@ -511,6 +469,8 @@ def inspect_report(uri: str, *, topics: str | Sequence[str] | None = None, now: 
     ``report.errors``. Runs in the active Spark session (one is created when none is). ``topics``: globs;
     ``now``: epoch ms, ISO-8601 or a datetime (default: the wall clock); ``config``: a topics TOML file;
     ``overrides``: ``TOPIC_GLOB:KEY=VALUE`` settings, as ``--set``."""
+    from jobs.commands.inspect import configure
+
     parser = argparse.ArgumentParser(prog="inspect")
     configure(parser)
     argv = ["--log-dir", str(uri), "--quiet"]
@@ -590,12 +550,7 @@ def write_demo_log_dir(out_dir: str | os.PathLike, *, records: int = 2_000) -> D
     return DemoLogDir(str(log_dir), overrides, start + span + _DAY_MS)
 
 
-__all__ = ["COLUMNS", "COLUMN_NAMES", "DemoLogDir", "FORMATS", "InspectTask", "PartitionStats", "configure",
-           "dirty_ratios", "inspect_partition", "inspect_report", "render", "run", "spark_schema",
+__all__ = ["COLUMNS", "COLUMN_NAMES", "DemoLogDir", "FORMATS", "InspectTask", "PartitionStats",
+           "dirty_ratios", "inspect_partition", "inspect_report", "render", "spark_schema",
            "write_demo_log_dir"]
 
-
-if __name__ == "__main__":
-    from jobs.cli import submit_main
-
-    submit_main("inspect")

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Collection, Iterable, Mapping, Sequence
 
-from jobs.config import INT_MAX, TopicConfig, never_touched
-from jobs.model import PartitionState, Scope, SegmentInfo
+from jobs.rules.config import INT_MAX, TopicConfig, never_touched
+from jobs.rules.model import PartitionState, Scope, SegmentInfo
 from segment_io.index import OFFSET_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE
 
 #: Index entries store offsets relative to the segment base in 32 signed bits.

@@ -4,7 +4,7 @@ Run by ``segjobs recover`` and at the start of every job, under the log dir's lo
 
 1. **S3 replace intent** (``replace.json`` on a store without rename): roll forward from the intent alone -
    copy every staged object to its live name, delete the old objects no new one overwrote, remove the
-   intent (see :mod:`jobs.commit`). Staged objects with no intent left are deleted afterwards.
+   intent (see :mod:`jobs.logdir.commit`). Staged objects with no intent left are deleted afterwards.
 2. **Kafka's loader rules** for ``.cleaned`` / ``.swap`` files (what ``LogLoader`` does when a broker
    starts, so a broker and segjobs agree on the outcome): delete every ``.swap`` at or above the lowest
    ``.cleaned`` offset and every ``.cleaned`` file (the replace had not reached its commit point: the old
@@ -43,21 +43,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterator
 
-from segment_io.errors import NotFoundError, PreconditionFailedError
-from segment_io.format import scan_batches
-from segment_io.layout import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, parse_partition_dir
-from jobs.timeutil import format_instant
-from segment_io.storage.base import FileInfo, PendingUpload, Storage
-from segment_io.storage.local import is_temp_file
-
-from jobs.commit import (
+from jobs.logdir.commit import (
+    COMMIT_DIR,
     DELETE_INTENT,
     DELETED_LEDGER,
+    LOG_SUFFIX,
     PRIVATE_STAGING_DIR,
     REPLACE_INTENT,
     STAGED_DIR,
-    COMMIT_DIR,
-    LOG_SUFFIX,
     DeleteIntent,
     RecoveryError,
     ReplaceIntent,
@@ -72,8 +65,18 @@ from jobs.commit import (
     read_replace_intent,
     record_deleted,
 )
-from jobs.lock import work_uri as log_dir_work_uri
-
+from jobs.logdir.lock import work_uri as log_dir_work_uri
+from jobs.rules.timeutil import format_instant
+from segment_io.errors import NotFoundError, PreconditionFailedError
+from segment_io.format import scan_batches
+from segment_io.layout import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    SWAP_SUFFIX,
+    parse_partition_dir,
+)
+from segment_io.storage.base import FileInfo, PendingUpload, Storage
+from segment_io.storage.local import is_temp_file
 
 #: The actions that remove leftovers of interrupted runs (rule 6, and staged objects no intent refers to).
 LEFTOVER_ACTIONS = ("delete-staged", "delete-temp", "abort-upload")
@@ -124,7 +127,7 @@ class RecoveryReport:
 def recover_partition(storage: Storage, partition_uri: str, *, work_uri: str, now_ms: int) -> RecoveryReport:
     """Complete or roll back the interrupted replace / delete of one partition (rules in the module
     docstring). ``work_uri`` is the log dir's work location. Idempotent. Raises
-    :class:`~jobs.commit.RecoveryError` (changing nothing) when an intent is unreadable or names staged
+    :class:`~jobs.logdir.commit.RecoveryError` (changing nothing) when an intent is unreadable or names staged
     objects that are gone."""
     report = RecoveryReport(partition_uri)
     pwork = partition_work_uri(storage, work_uri, partition_uri)

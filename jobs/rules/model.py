@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from jobs.config import topic_matches
+from jobs.rules.config import topic_matches
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class SegmentInfo:
     segment is empty or that timestamp is negative. ``largest_timestamp`` is the largest record
     timestamp; None when unknown or when no record carries one (v0 messages). ``offset_index_bytes``
     and ``time_index_bytes`` are the sizes of the ``.index`` and ``.timeindex`` files when known
-    (None: estimate them, see :func:`jobs.plan_compact.estimated_index_bytes`).
+    (None: estimate them, see :func:`jobs.rules.plan_compact.estimated_index_bytes`).
     """
 
     base_offset: int

@@ -24,7 +24,7 @@ import numba
 import numpy as np
 import pyarrow as pa
 
-from jobs.transactions import AbortedTxns
+from jobs.rules.transactions import AbortedTxns
 from segment_io.errors import ConfigError
 
 #: Bytes one map entry takes: a 16-byte key hash and an 8-byte offset.
@@ -175,7 +175,7 @@ def build_offset_map(key_hash_tables: Iterable[pa.Table], *, start_offset: int, 
     ``key_hash_tables`` are KEY_HASH_SCHEMA tables in offset order (typically one per segment, from
     ``segment_io.read_key_hashes``); they are consumed one at a time, so memory stays bounded by the map.
     ``end_offset`` is the first uncleanable offset (a segment base in Kafka). Control batches, records of
-    aborted transactions (``aborted`` from :func:`jobs.transactions.derive_txn_state`) and keyless records are
+    aborted transactions (``aborted`` from :func:`jobs.rules.transactions.derive_txn_state`) and keyless records are
     not mapped: an aborted value must never shadow a live one. When ``max_keys`` distinct keys are mapped and
     another keyed record comes, the pass stops there (a partial map); run again from ``result.end_offset``.
     """

@@ -1,5 +1,5 @@
 """Plots of an inspect report, for notebooks: each function takes the rows of
-:func:`jobs.inspect.dirty_ratios` (a Spark or pandas DataFrame) and returns a matplotlib Figure.
+:func:`jobs.engine.inspection.dirty_ratios` (a Spark or pandas DataFrame) and returns a matplotlib Figure.
 
 Figures are built without pyplot, so nothing accumulates in a global figure list and any backend works
 (Agg in tests); Jupyter displays a returned Figure inline. Unreadable partitions (``error`` set) are left out.
@@ -23,7 +23,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from jobs.report import human_bytes
+from jobs.engine.report import human_bytes
 
 #: One day, in ms.
 _DAY_MS = 86_400_000

@@ -1,0 +1,83 @@
+"""Compact partitions whose cleanup.policy includes compact, with Kafka's log-cleaner semantics.
+
+For every partition in scope: the cleanable range is [cleaner checkpoint, first uncleanable offset) where
+the first uncleanable offset is the least of the active segment's base, the first offset of an open
+transaction, and the first segment younger than min.compaction.lag.ms. A partition is compacted when its
+dirty ratio exceeds min.cleanable.dirty.ratio, when max.compaction.lag.ms is exceeded, or when you name it
+with --partition/--topic. The latest record of each key survives with its original offset and bytes;
+tombstones get a delete horizon (now + delete.retention.ms) on the first clean and go on a later clean whose
+--now has passed it; aborted transactional records go; markers go once their transaction's data is gone and
+their horizon has passed; each active producer's last batch stays (possibly empty). Segment groups in which
+nothing changes are not rewritten. Topics with cleanup.policy=compact,delete get retention FIRST, as a broker's
+retention thread (every few minutes) effectively does, and compaction is planned on what it leaves (compacting
+first would merge expired segments into one stamped recently, which retention would then keep); the dry run and
+`segjobs inspect` predict exactly that. Retention's safety limit (--max-delete-fraction) applies: a refused topic
+is left wholly untouched, compaction included.
+
+The log dir is rewritten in place, crash-safely (Kafka's .cleaned -> .swap -> live protocol on local disk; a
+commit intent plus copies on S3); `segjobs recover` (run at the start of every job) finishes or rolls back
+an interrupted run. The log dir's .lock (local) or a lease object (S3) keeps brokers and other runs out.
+
+Kafka's own topics keep the configs Kafka creates them with (__consumer_offsets and __transaction_state are
+compact topics) unless the config names them exactly; __cluster_metadata is never touched. A wrong .index or
+.timeindex in a segment group being cleaned is rebuilt (the group is rewritten, its batches copied byte for
+byte), and the progress lines and the report say so. A partition that cannot be read (bad bytes, an entry
+with a segment's name that is not a regular file, an impossible log-start-offset-checkpoint entry) is
+reported and left untouched (exit code 1).
+
+examples:
+  segjobs compact --log-dir /var/kafka/logs --config conf/topics.toml
+  segjobs compact --log-dir s3://bucket/kafka/logs --topic 'orders*' --now 2026-11-22T02:00:00Z --dry-run
+  segjobs compact --log-dir /backup/logs --partition users-3 --report /tmp/compact.json
+  segjobs compact --log-dir /backup/logs --dry-run --plan /tmp/plan.json     # review, then:
+  segjobs compact --log-dir /backup/logs --apply /tmp/plan.json
+  spark-submit jobs/compact.py --log-dir s3://bucket/kafka/logs --config conf/topics.toml
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from jobs.commands.args import add_log_dir_options, size_arg
+from jobs.commands.retain import add_max_delete_fraction_option
+from jobs.engine.compaction import (
+    DEFAULT_DEDUPE_BUFFER_BYTES,
+    PLAN_OPTIONS,
+    STRATEGIES,
+    _work,
+)
+from jobs.engine.frame import run_job
+from jobs.engine.planfile import add_plan_options, load_for_apply
+from segment_io.errors import UsageError
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    add_log_dir_options(p, scope_note="; partitions named by --topic or --partition are compacted even when "
+                                      "their dirty ratio and max lag would not select them")
+    add_max_delete_fraction_option(p)
+    add_plan_options(p)
+    p.add_argument("--strategy", choices=STRATEGIES, default="auto",
+                   help="memory: one task per partition with a bounded offset map (multi-pass when full, like "
+                        "Kafka); external-sort: for key counts beyond memory (not available yet); "
+                        "auto (default): memory")
+    p.add_argument("--dedupe-buffer-bytes", type=size_arg, default=DEFAULT_DEDUPE_BUFFER_BYTES, metavar="SIZE",
+                   help="offset-map memory per task, e.g. 512MiB; 24 bytes per key (default: 128MiB, about 4.2 M keys; "
+                        "Kafka's log.cleaner.dedupe.buffer.size). A partition with more dirty keys is cleaned "
+                        "partially and the report says so; the next run continues")
+
+
+def run(args: argparse.Namespace) -> int:
+    # checked here, not in the work function, so that a usage error costs no Spark start and no scan
+    if args.strategy == "external-sort":
+        raise UsageError("--strategy external-sort is not available yet; use memory (or auto)")
+    from jobs.rules.offset_map import max_keys_for_buffer
+
+    max_keys_for_buffer(args.dedupe_buffer_bytes)  # raises ConfigError when not even one key fits
+    args.apply_plan = load_for_apply(args, "compact", PLAN_OPTIONS)
+    return run_job("compact", args, _work, scan_depth="transactions")
+
+
+if __name__ == "__main__":
+    from jobs.commands.cli import submit_main
+
+    submit_main("compact")

@@ -1,0 +1,62 @@
+"""Report, per partition, how dirty a log dir is and what compaction and retention would reclaim at --now.
+
+Nothing is written to the log dir: no lock is taken and no recovery runs, so inspecting a directory a broker
+owns is safe. For every partition: segments and bytes; the clean, cleanable and uncleanable bytes and the
+dirty ratio; data records, transaction markers, keyless records, distinct keys and superseded records
+(records a later record of the same key replaces); live tombstones (no delete horizon yet, or one still in
+the future) and expired ones (horizon <= --now: a clean at --now removes them); records of aborted
+transactions; the oldest and newest record timestamps; whether compaction would select the partition at
+--now and why; what it would remove; and what retention would delete at --now, by which rule.
+
+Predictions come from the planners the jobs use (jobs.rules.plan_compact, jobs.rules.plan_retain) on the same scan, so a
+`segjobs compact --dry-run` / `segjobs retain --dry-run` at the same --now agrees with them. Selection is
+predicted for a run that names no --topic/--partition (naming a partition forces its compaction); the
+compaction numbers say what a compaction at --now would remove whether or not it is selected. For compact,delete
+topics compaction is predicted on what retention at --now leaves of the partition, as `segjobs compact` runs it
+(retention first); a topic the delete-fraction limit refuses is predicted to be left alone.
+
+Distinct keys are approximate by default (a HyperLogLog sketch of the 128-bit key hashes, about 1 % error,
+constant memory) and so are superseded records and the compaction numbers (estimated from the sketch and
+the average record size). --exact counts distinct key hashes exactly (exact up to 128-bit hash collisions;
+16 bytes of memory per record) and measures compaction by running the compaction task itself as a dry run.
+
+examples:
+  segjobs inspect --log-dir /var/kafka/logs
+  segjobs inspect --log-dir s3://bucket/kafka/logs --topic 'orders*' --now 2026-11-22T02:00:00Z --exact
+  segjobs inspect --log-dir /backup/logs --config conf/topics.toml --format csv > dirty.csv
+  segjobs inspect --log-dir /backup/logs --format json --report /tmp/inspect.json
+
+In a notebook: jobs.engine.inspection.dirty_ratios(spark, uri) returns the same rows as a Spark DataFrame.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from jobs.commands.args import add_log_dir_options
+from jobs.commands.retain import add_max_delete_fraction_option
+from jobs.engine.frame import run_job
+from jobs.engine.inspection import FORMATS, _work
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    """The options of ``segjobs inspect``: the shared job options (no --dry-run: nothing is written) plus
+    --exact and --format."""
+    add_log_dir_options(p, destructive=False, formats=FORMATS)
+    add_max_delete_fraction_option(p, help="predict with this delete-fraction limit, as compact and retain "
+                                           "--max-delete-fraction would apply it (default: each topic's "
+                                           "segjobs.max.delete.fraction, 0.5 unless set)")
+    # The shared help says naming a partition forces its compaction; inspect only narrows what it shows.
+    # argparse has no public way to reword an added option, hence the walk over its actions.
+    for action in p._actions:
+        if action.dest == "partition":
+            action.help = ("only this partition, e.g. orders-3 (repeatable); selection is still predicted as an "
+                           "unforced run would decide it")
+    p.add_argument("--exact", action="store_true",
+                   help="count distinct keys exactly and measure compaction with a dry run of the compaction task "
+                        "(slower, 16 bytes of memory per record); default: HyperLogLog estimates")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``segjobs inspect`` with parsed ``args``; returns the exit code (1 when a partition was unreadable)."""
+    return run_job("inspect", args, _work, scan_depth="transactions", destructive=False)

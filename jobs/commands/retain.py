@@ -1,0 +1,82 @@
+"""Apply Kafka's retention to a log dir: delete the oldest segments that are past retention.ms, past
+retention.bytes, or wholly below the log start offset, the way a broker's retention thread does.
+
+For each partition, oldest segment first, three rules run in Kafka's order, each stopping at the first
+segment it keeps: (1) the log start offset (log-start-offset-checkpoint; applies to every policy, compact
+included); (2) retention.bytes (policy delete / compact,delete); (3) retention.ms, where a segment's age is
+--now minus its largest record timestamp (from its .timeindex when that is sane, else from its batch
+headers; the .log file's modification time only when no record has a timestamp). A segment stamped in the
+future never expires and holds back every later one: it is reported as a warning. The last (active)
+segment is never deleted and a partition always keeps a segment.
+
+Deletes are two-phase and crash-safe: segments are renamed to .deleted (a broker treats them as gone), and
+unlinked by a later run once file.delete.delay.ms has passed since (counted in --now time, across runs).
+Then the log start offset checkpoint is advanced (one atomic write for the whole dir), leader-epoch-checkpoint
+is trimmed to the new start, and producer snapshots below it are removed. The log dir's .lock (local) or lease
+(S3) keeps brokers and other segjobs runs out; `segjobs recover` (run at the start of every job) finishes an
+interrupted delete. --dry-run writes nothing (no lock, no recovery) and lists every segment that would go,
+its bytes and the rule that condemned it. Kafka's own topics get Kafka's creation configs (__consumer_offsets
+and __transaction_state are compact topics) unless the config names them exactly; the KRaft metadata log
+(__cluster_metadata) is never touched. A partition with damage the scan sees (a segment cut short, an entry
+that is not a regular file, an impossible log-start-offset-checkpoint entry) is reported and left untouched.
+
+Safety limit: a topic whose time and size rules would delete more than --max-delete-fraction of its bytes
+(default: the topic's segjobs.max.delete.fraction, 0.5) is left untouched and reported, and the run exits 1:
+a wrong --config or --now must not empty a topic. Deletes below the log start offset are not counted.
+Plans: --dry-run --plan FILE writes what the run would do; --apply FILE does exactly that, or refuses (exit 2)
+if the log dir changed since.
+
+examples:
+  segjobs retain --log-dir /var/kafka/logs --config conf/topics.toml --dry-run
+  segjobs retain --log-dir s3://bucket/kafka/logs --set 'clicks*:retention.ms=3d' --now 2026-11-22T00:00:00Z
+  segjobs retain --log-dir /backup/logs --topic 'audit-*' --set 'audit-*:retention.bytes=10GiB' \
+      --report /tmp/retain.json
+  segjobs retain --log-dir /backup/logs --dry-run --plan /tmp/plan.json      # review, then:
+  segjobs retain --log-dir /backup/logs --apply /tmp/plan.json
+  spark-submit jobs/retain.py --log-dir s3://bucket/kafka/logs --config conf/topics.toml
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+
+from jobs.commands.args import add_log_dir_options
+from jobs.engine.frame import run_job
+from jobs.engine.planfile import add_plan_options, load_for_apply
+from jobs.engine.retention import PLAN_OPTIONS, _work
+from jobs.logdir.commit import Fault
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    """The options of ``segjobs retain``: every job's (see :func:`jobs.commands.args.add_log_dir_options`), the
+    delete-fraction limit, and plan files."""
+    add_log_dir_options(p)
+    add_max_delete_fraction_option(p)
+    add_plan_options(p)
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number in [0, 1], e.g. 0.5 (1 disables the limit)")
+    return value
+
+
+def add_max_delete_fraction_option(p: argparse.ArgumentParser, *, help: str | None = None) -> None:
+    """``--max-delete-fraction F``: the safety limit of retention (see :func:`refused_topics`)."""
+    p.add_argument("--max-delete-fraction", type=_fraction, metavar="F",
+                   help=help or "leave a topic untouched (and exit 1) when retention.ms/retention.bytes would "
+                                "delete more than this share of its bytes, so a wrong --config or --now cannot "
+                                "empty it; 1 disables the limit (default: the topic's segjobs.max.delete.fraction, "
+                                "0.5 unless set). Deletes below the log start offset do not count")
+
+
+def run(args: argparse.Namespace, *, fault: Fault | None = None) -> int:
+    """Run ``segjobs retain`` with parsed ``args``; returns the exit code. ``fault`` (tests only) is called
+    with the name of every destructive step before it runs; raising from it simulates a crash there."""
+    args.apply_plan = load_for_apply(args, "retain", PLAN_OPTIONS)
+    return run_job("retain", args, functools.partial(_work, fault=fault), scan_depth="headers")

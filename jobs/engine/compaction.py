@@ -1,0 +1,670 @@
+"""The compaction engine: the per-partition task (runs on an executor, returns statistics only) and the
+driver that plans, runs the tasks, commits each partition crash-safely and builds the report.
+
+What `segjobs compact` does, in users' words, is the docstring of :mod:`jobs.commands.compact`."""
+
+from __future__ import annotations
+
+import functools
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pyarrow as pa
+
+from jobs.engine.frame import JobContext, scan_error_entry
+from jobs.engine.planfile import PlanStage, decision_difference, partition_name
+from jobs.engine.report import (
+    RunReport,
+    human_bytes,
+    partition_order,
+    problem_notes,
+    purged_totals,
+    render_footer,
+    render_table,
+    truncate,
+)
+from jobs.engine.scan import PartitionError, empty_batches_from_headers
+from jobs.rules.config import TopicConfig
+from jobs.rules.model import PartitionState
+from jobs.rules.model import Scope as PlanScope
+from jobs.rules.plan_compact import (
+    CompactionPlan,
+    group_segments_by_size,
+    plan_compaction,
+    updated_cleaner_checkpoints,
+)
+from segment_io.errors import SegjobsError
+from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, PartitionListing
+from segment_io.storage.base import Storage
+
+DEFAULT_DEDUPE_BUFFER_BYTES = 128 * 1024 * 1024
+#: Extra cleaning passes over a group's output within one run (markers settle after at most two).
+MAX_CONVERGENCE_PASSES = 3
+STRATEGIES = ("auto", "memory", "external-sort")
+
+#: Test seam: when set, the driver passes it as ``fault=`` to every :func:`jobs.logdir.commit.replace_segments`
+#: it calls, so fault-injection tests can interrupt a real job's commit at any step. Always None in use.
+COMMIT_FAULT: Callable[[str], None] | None = None
+
+
+# --------------------------------------------------------------------------------------------------
+# The per-partition task (runs on an executor; returns statistics only, never record data)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompactTask:
+    storage: Storage
+    listing: PartitionListing
+    state: PartitionState
+    plan: CompactionPlan
+    config: TopicConfig
+    txn: Any  # jobs.rules.transactions.TxnState
+    now_ms: int
+    max_keys: int
+    dry_run: bool
+    work_uri: str
+
+
+@dataclass
+class GroupOutcome:
+    """One segment group: the old segments, and (when it changed) the staged replacement."""
+
+    old_bases: list[int]
+    changed: bool
+    bytes_before: int
+    bytes_after: int
+    records_before: int
+    records_after: int
+    staged_suffixes: tuple[str, ...] = ()
+    #: last-modified time the new segment gets (the last replaced segment's, as Kafka does)
+    mtime_ms: int = 0
+    #: set by the driver once the group's replacement is committed
+    committed: bool = False
+    #: what was wrong with the ``.index``/``.timeindex`` files of the group's segments (one line per problem,
+    #: naming the file); the rewrite rebuilds them, so a group with such a problem is always rewritten
+    corrupt_indexes: tuple[str, ...] = ()
+
+
+@dataclass
+class PartitionOutcome:
+    topic: str
+    partition: int
+    groups: list[GroupOutcome] = field(default_factory=list)
+    stats: dict[str, int] = field(default_factory=dict)
+    end_offset: int | None = None
+    map_full: bool = False
+    error: PartitionError | None = None
+    seconds: float = 0.0
+
+
+from jobs.logdir.commit import PRIVATE_STAGING_DIR as STAGING_DIR  # noqa: E402 - recovery empties it too
+
+
+def private_stage_uri(storage: Storage, work_uri: str, partition_uri: str, base_offset: int, suffix: str) -> str:
+    """Where a task stages a new segment before the driver commits it.
+
+    On local disk it cannot be Kafka's ``.cleaned`` name in the partition dir right away: a broker's loader
+    discards every ``.swap`` at or above the lowest ``.cleaned`` offset, so one group's staged files must
+    never sit in the partition dir while another group is being swapped in. Tasks therefore stage in the
+    work dir and the driver moves one group at a time to its ``.cleaned`` name just before committing it.
+    On S3 the commit protocol's own staging location is already outside the partition prefix.
+    """
+    from jobs.logdir.commit import partition_name, staged_uri
+    from segment_io.layout import segment_file_name
+
+    if not storage.atomic_rename:
+        return staged_uri(storage, partition_uri, work_uri, base_offset, suffix)
+    return storage.join(work_uri, STAGING_DIR, partition_name(partition_uri), segment_file_name(base_offset, suffix))
+
+
+def _txn_entries(storage: Storage, listing: PartitionListing, bases: list[int], kept: pa.Table) -> list:
+    """The ``.txnindex`` entries of the new segment: the source segments' entries whose abort marker survives."""
+    from segment_io.index import read_txn_index
+
+    markers = kept.filter(kept["control"])
+    if markers.num_rows == 0:
+        return []
+    marker_offsets = set(markers["offset"].to_pylist())
+    entries = []
+    for seg in listing.segments:
+        if seg.base_offset in bases and seg.txnindex is not None:
+            for e in read_txn_index(storage.read(seg.txnindex.uri), path=seg.txnindex.uri):
+                if e.last_offset in marker_offsets:
+                    entries.append(e)
+    return entries
+
+
+def _merged_result(later, earlier):
+    """The later pass's output with the statistics of both passes (records read once: from the first)."""
+    from dataclasses import replace
+
+    stats = earlier.stats.merged(later.stats)
+    stats = replace(stats, batches_read=earlier.stats.batches_read, records_read=earlier.stats.records_read,
+                    bytes_read=earlier.stats.bytes_read, records_kept=later.stats.records_kept,
+                    bytes_kept_estimate=later.stats.bytes_kept_estimate,
+                    tombstones_kept=later.stats.tombstones_kept, empty_batches_kept=later.stats.empty_batches_kept)
+    return replace(later, stats=stats)
+
+
+@dataclass
+class _GroupRun:
+    """One group cleaned in memory: its outcome, statistics and the first-pass view of its output."""
+
+    outcome: GroupOutcome
+    stats: Any
+    key_hashes: pa.Table  # KEY_HASH_SCHEMA of the surviving records
+    empty_batches: pa.Table  # BATCH_SCHEMA of the header-only batches written
+    marker_offsets: Any  # numpy: offsets of the surviving control records
+
+
+class _PartitionCleaner:
+    """Kafka's doClean for one partition, group by group, with the pieces the task needs twice."""
+
+    def __init__(self, task: CompactTask, staged_written: list[str]) -> None:
+        from jobs.rules.cleaner import CleanParams, legacy_delete_horizon
+
+        self.task = task
+        self.files = {s.base_offset: s for s in task.listing.segments}
+        self.staged_written = staged_written
+        plan, state = task.plan, task.state
+        # Kafka's logSegments(0, firstDirtyOffset): every segment starting below the first dirty offset
+        clean_before = [s for s in state.segments if s.base_offset < plan.first_dirty_offset]
+        legacy_h = legacy_delete_horizon(clean_before[-1].mtime_ms if clean_before else None,
+                                         task.config.delete_retention_ms)
+        self.params = CleanParams(now_ms=task.now_ms, upper_bound_offset=plan.first_uncleanable_offset,
+                                  delete_retention_ms=task.config.delete_retention_ms,
+                                  legacy_delete_horizon_ms=legacy_h)
+
+    def read(self, base: int) -> bytes:
+        return self.task.storage.read(self.files[base].log.uri)
+
+    def mapped(self, base: int):
+        """A closed segment's bytes without a copy (memory-mapped on local disk; one GET on S3). Decoding copies
+        what it keeps, so nothing outlives the mapping but the encoder's verbatim copies, made while it is open."""
+        return self.task.storage.read_mapped(self.files[base].log.uri)
+
+    def index_problems(self, base: int, headers) -> list[str]:
+        """What is wrong with the ``.index`` and ``.timeindex`` of segment ``base`` against its batches (empty
+        when sound or absent). Kafka's loader rebuilds an index that fails its own, weaker sanity check; one
+        that passes it with wrong entries would be served as is, so compaction rebuilds every index it finds
+        wrong in a group it cleans (and says so)."""
+        from segment_io.index import check_indexes
+
+        files = self.files[base]
+        data = {f.uri: self.task.storage.read(f.uri) for f in (files.index, files.timeindex) if f is not None}
+        return [str(e) for e in check_indexes(
+            headers, data.get(files.index.uri) if files.index else None,
+            data.get(files.timeindex.uri) if files.timeindex else None, path=files.log.uri,
+            segment_base_offset=base)]
+
+    def build_map(self):
+        from jobs.rules.offset_map import build_offset_map
+        from segment_io.decode import decode_key_hashes_bytes
+
+        plan = self.task.plan
+        dirty = [s for s in self.task.state.segments
+                 if s.next_offset > plan.first_dirty_offset and s.base_offset < plan.first_uncleanable_offset]
+        def tables():
+            for s in dirty:
+                with self.mapped(s.base_offset) as data:
+                    yield decode_key_hashes_bytes(data, path=self.files[s.base_offset].log.uri)
+
+        return build_offset_map(tables(), start_offset=plan.first_dirty_offset,
+                                end_offset=plan.first_uncleanable_offset, aborted=self.task.txn.aborted,
+                                max_keys=self.task.max_keys)
+
+    def clean_group(self, group, omap, refreshed_txn=None) -> _GroupRun:
+        """Clean one group from its source bytes; stage (or, in a dry run, measure) it when it changed.
+
+        The first pass judges with the transaction state of the log as it was scanned. Kafka stamps a marker's
+        horizon only on the pass *after* the one that removed its transaction's data, and a second pass can
+        change other batches too, so the output is cleaned again (as Kafka's next passes at this `now` would)
+        until it is stable, with ``refreshed_txn`` (the state of the log after the first pass) when given. A
+        re-run with the same --now then changes nothing.
+        """
+        with ExitStack() as mappings:
+            return self._clean_group(group, omap, refreshed_txn, mappings)
+
+    def _clean_group(self, group, omap, refreshed_txn, mappings: ExitStack) -> _GroupRun:
+        from jobs.rules.cleaner import clean_records, key_hash_table
+        from segment_io.decode import decode_segment_bytes
+        from segment_io.encode import encode_batches
+        from segment_io.format import scan_batches
+        from segment_io.segment_writer import write_segment
+
+        task, plan, storage = self.task, self.task.plan, self.task.storage
+        bases = [s.base_offset for s in group]
+        sources: dict[int, bytes] = {}
+        tables, empties, corrupt_indexes = [], [], []
+        for s in group:
+            uri = self.files[s.base_offset].log.uri
+            data = mappings.enter_context(self.mapped(s.base_offset))
+            sources[s.base_offset] = data
+            tables.append(decode_segment_bytes(data, path=uri, topic=plan.topic, partition=plan.partition,
+                                               segment_base_offset=s.base_offset))
+            headers = scan_batches(data, path=uri)
+            empties.append(empty_batches_from_headers(headers, s.base_offset))
+            corrupt_indexes += self.index_problems(s.base_offset, headers)
+        records = pa.concat_tables(tables)
+        mtimes = {s.base_offset: s.mtime_ms for s in group}
+        result = clean_records(records, offset_map=omap, txn_state=task.txn, params=self.params,
+                               empty_batches=pa.concat_tables(empties), segment_last_modified_ms=mtimes)
+        # a group whose index files are wrong is rewritten even when no record goes: that rebuilds them
+        changed = result.changed or bool(corrupt_indexes)
+        for _ in range(MAX_CONVERGENCE_PASSES):
+            again = clean_records(result.records, offset_map=omap, txn_state=refreshed_txn or task.txn,
+                                  params=self.params, empty_batches=result.empty_batches,
+                                  segment_last_modified_ms=mtimes)
+            if not again.changed:
+                break
+            changed = True
+            result = _merged_result(again, result)
+        bytes_before = sum(len(d) for d in sources.values())
+        g = GroupOutcome(bases, changed, bytes_before, bytes_before, records.num_rows, records.num_rows,
+                         corrupt_indexes=tuple(corrupt_indexes))
+        if changed:
+            g.records_after = result.records.num_rows
+            if task.dry_run:
+                g.bytes_after = encode_batches(result.records, empty_batches=result.empty_batches,
+                                               sources=sources).size
+            else:
+                target = private_stage_uri(storage, task.work_uri, task.listing.uri, bases[0], ".log")
+                written = write_segment(result.records, target, storage=storage,
+                                        empty_batches=result.empty_batches, sources=sources,
+                                        index_interval_bytes=task.config.index_interval_bytes,
+                                        aborted_txns=_txn_entries(storage, task.listing, bases, result.records))
+                self.staged_written.extend(written.paths.values())
+                # Kafka gives a cleaned segment the last-modified time of the last segment it replaces:
+                # retention of timestamp-less data and the legacy tombstone horizon count from it.
+                g.mtime_ms = group[-1].mtime_ms
+                for uri in written.paths.values():
+                    storage.set_mtime(uri, g.mtime_ms)
+                g.bytes_after = written.bytes
+                g.staged_suffixes = tuple(written.paths)
+        kept = result.records
+        markers = kept.filter(kept["control"])["offset"].to_numpy()
+        return _GroupRun(g, result.stats, key_hash_table(kept), result.empty_batches, markers)
+
+    def refreshed_txn_state(self, runs: list[_GroupRun], round_end: int):
+        """Transaction and producer state of the log as the first pass left it: the groups' outputs plus
+        every segment beyond the round, replayed like a fresh scan would."""
+        from jobs.rules.transactions import derive_txn_state, summarize_batches
+        from segment_io.decode import decode_key_hashes_bytes
+        from segment_io.format import scan_batches
+
+        tables = [r.key_hashes for r in runs]
+        empties = [r.empty_batches for r in runs]
+        for s in self.task.state.segments:
+            if s.base_offset >= round_end:
+                uri = self.files[s.base_offset].log.uri
+                data = self.read(s.base_offset)
+                active = s is self.task.state.segments[-1]
+                tables.append(decode_key_hashes_bytes(data, path=uri, allow_truncated_tail=active))
+                empties.append(empty_batches_from_headers(scan_batches(data, path=uri, allow_truncated_tail=active),
+                                                          s.base_offset))
+        summary = summarize_batches(tables, empty_batches=pa.concat_tables(empties) if empties else None)
+        return derive_txn_state(summary, now_ms=self.task.now_ms,
+                                producer_id_expiration_ms=self.task.config.producer_id_expiration_ms)
+
+
+def compact_partition(task: CompactTask) -> PartitionOutcome:
+    """Kafka's doClean for one partition: map the dirty range, then clean every segment group below the map's
+    end, staging changed groups for the driver to commit (or, in a dry run, only measuring them)."""
+    import numpy as np
+
+    from jobs.rules.cleaner import CleanStats
+
+    t0 = time.monotonic()
+    plan, state, storage = task.plan, task.state, task.storage
+    out = PartitionOutcome(plan.topic, plan.partition)
+    staged_written: list[str] = []
+    try:
+        cleaner = _PartitionCleaner(task, staged_written)
+        omap = cleaner.build_map()
+        out.end_offset = omap.end_offset
+        out.map_full = omap.full
+        round_end = min(omap.end_offset, plan.first_uncleanable_offset)
+        in_round = [s for s in state.segments if s.base_offset < round_end]
+        groups = group_segments_by_size(in_round, task.config.segment_bytes, task.config.segment_index_bytes,
+                                         plan.first_uncleanable_offset, task.config.index_interval_bytes)
+        runs = [cleaner.clean_group(group, omap) for group in groups]
+        # Markers whose transaction lost its last data in this pass: Kafka's next pass would stamp them.
+        # Re-clean (from the sources) the groups holding such markers, with the state the pass left.
+        if any(r.marker_offsets.size for r in runs):
+            refreshed = cleaner.refreshed_txn_state(runs, round_end)
+            freed = np.setdiff1d(task.txn.completed.markers_with_data(), refreshed.completed.markers_with_data())
+            for i, (group, run) in enumerate(zip(groups, runs)):
+                if freed.size and np.isin(run.marker_offsets, freed).any():
+                    runs[i] = cleaner.clean_group(group, omap, refreshed)
+        total = CleanStats()
+        for run in runs:
+            total = total.merged(run.stats)
+            out.groups.append(run.outcome)
+        out.stats = {k: int(v) for k, v in total.__dict__.items()}
+    except Exception as exc:  # noqa: BLE001 - one partition's failure must not stop the others
+        out.error = PartitionError.from_exception(exc)
+        if not isinstance(exc, SegjobsError):
+            import traceback
+
+            out.error = PartitionError("InternalError", f"{type(exc).__name__}: {exc} (a segjobs bug; please "
+                                       f"report it with this trace: {traceback.format_exc(limit=-3)!r})")
+        for uri in staged_written:  # leave nothing behind for a partition we will not commit
+            try:
+                storage.delete(uri)
+            except SegjobsError:
+                pass
+    out.seconds = round(time.monotonic() - t0, 3)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# The driver
+# --------------------------------------------------------------------------------------------------
+
+
+def _entry(plan: CompactionPlan, state: PartitionState, outcome: PartitionOutcome | None, *, dry_run: bool,
+           committed: bool, checkpoint: int | None) -> dict[str, Any]:
+    segs_before = len(state.segments)
+    bytes_before = state.size_bytes
+    entry: dict[str, Any] = {
+        "topic": plan.topic, "partition": plan.partition, "selected": plan.selected, "reason": plan.reason,
+        "note": plan.note,
+        "dirty_ratio": round(plan.dirty_ratio, 4), "clean_bytes": plan.clean_bytes,
+        "cleanable_bytes": plan.cleanable_bytes, "first_dirty_offset": plan.first_dirty_offset,
+        "first_uncleanable_offset": plan.first_uncleanable_offset, "bound_by": plan.bound_by,
+        "previous_checkpoint": plan.previous_checkpoint, "new_checkpoint": checkpoint,
+        "segments_before": segs_before, "bytes_before": bytes_before,
+        "segments_after": segs_before, "bytes_after": bytes_before,
+        "records_removed": 0, "bytes_removed": 0,
+    }
+    if outcome is None:
+        entry["action"] = "skipped"
+        return entry
+    # What counts: in a dry run every group that would change; in a real run the groups actually committed.
+    applied = [g for g in outcome.groups if g.changed and (dry_run or g.committed)]
+    changed = [g for g in outcome.groups if g.changed]
+    removed_segments = sum(len(g.old_bases) - 1 for g in applied)
+    bytes_after = bytes_before - sum(g.bytes_before - g.bytes_after for g in applied)
+    if outcome.error:
+        action = "partly compacted" if applied and not dry_run else "error"
+    elif dry_run:
+        action = "would compact" if applied else "would leave unchanged"
+    else:
+        action = "compacted" if applied else "unchanged"
+    entry.update({
+        "action": action,
+        "cleaned_range": [plan.first_dirty_offset, outcome.end_offset],
+        "partial": outcome.map_full,
+        "groups": len(outcome.groups), "groups_rewritten": len(applied),
+        "segments_after": segs_before - removed_segments, "bytes_after": bytes_after,
+        "records_before": sum(g.records_before for g in applied),
+        "records_after": sum(g.records_after for g in applied),
+        "bytes_removed": bytes_before - bytes_after,
+        "stats": outcome.stats, "task_seconds": outcome.seconds,
+        "indexes_rebuilt": [p for g in applied for p in g.corrupt_indexes],
+    })
+    entry["records_removed"] = entry["records_before"] - entry["records_after"]
+    if outcome.error and applied and not dry_run:
+        entry["error"] = outcome.error.to_dict()
+        entry["reason"] = (f"partly compacted: {len(applied)} of {len(changed)} changed segment group(s) were "
+                           f"committed before this failure, the rest left untouched and the cleaner checkpoint "
+                           f"not advanced (the next run continues): {outcome.error}")
+        return entry
+    if outcome.map_full:
+        entry["reason"] += (f"; offset map full: cleaned up to offset {outcome.end_offset}, the next run continues "
+                            f"(raise --dedupe-buffer-bytes to clean more per pass)")
+    if outcome.error:
+        entry["error"] = outcome.error.to_dict()
+        entry["reason"] = f"uncleanable, left untouched: {outcome.error}"
+    return entry
+
+
+def _work(ctx: JobContext) -> None:
+    from jobs.engine.retention import (
+        apply_retention_first,
+        plan_retention_first,
+        retention_decision,
+    )
+    from jobs.logdir.commit import StagedSegment, replace_segments
+    from jobs.rules.offset_map import max_keys_for_buffer
+    from segment_io.checkpoint import write_offset_checkpoint
+
+    args = ctx.args
+    planfile = PlanStage.of(ctx)
+    planfile.check_unchanged(ctx)
+    max_keys = max_keys_for_buffer(args.dedupe_buffer_bytes)
+    plan_scope = PlanScope(force=bool(args.topic or args.partition))
+    # compact,delete partitions: retention first, compaction planned on what it leaves (see RetentionFirst)
+    first = plan_retention_first(ctx)
+    held = first.held()
+    plans: dict[tuple[str, int], CompactionPlan] = {}
+    states: dict[tuple[str, int], PartitionState] = {}
+    tasks: list[CompactTask] = []
+    for key, scan in sorted(ctx.scans.items()):
+        if scan.error is not None:
+            ctx.report.partitions.append(scan_error_entry(scan))
+            ctx.report.errors.append({"partition": scan.name, **scan.error.to_dict()})
+            continue
+        config = ctx.configs.for_topic(scan.topic)
+        scope = plan_scope if ctx.scope.explicit(*key) else PlanScope()
+        listing, scan = first.compaction_input(ctx, key)
+        plan = plan_compaction(scan.state, config, ctx.now_ms, scope)
+        plans[key], states[key] = plan, scan.state
+        if plan.selected and key not in held:
+            tasks.append(CompactTask(ctx.storage, listing, scan.state, plan, config, scan.txn, ctx.now_ms, max_keys,
+                                     ctx.dry_run, ctx.work_uri))
+    planfile.check_decisions(ctx, {partition_name(k): retention_decision(p, k in held)
+                                   for k, p in first.plans.items()}, "retention")
+    planfile.check_decisions(ctx, {partition_name(k): _compaction_decision(p, k in held)
+                                   for k, p in plans.items()}, "compaction", later=("outcome",))
+    retention = apply_retention_first(ctx, first)
+    # Where retention failed half-way the partition is not what compaction was planned on: leave it alone.
+    failed = {k for k, e in retention.items() if e["action"] == "error" and k in first.plans}
+    tasks = [t for t in tasks if (t.plan.topic, t.plan.partition) not in failed]
+    ctx.progress(f"{len(tasks)} of {len(plans)} partition(s) selected for compaction")
+    outcomes = {(o.topic, o.partition): o for o in ctx.parallel_map(compact_partition, tasks)}
+
+    checkpoints = dict(ctx.checkpoints[CLEANER_OFFSET_CHECKPOINT])
+    checkpoint_changed = False
+    live = set(ctx.listing.partitions)
+    for key, plan in plans.items():
+        state = states[key]
+        outcome = outcomes.get(key)
+        committed = False
+        untouched = key in held or key in failed
+        warnings = list(ctx.scans[key].warnings)  # the summary's note shows them with the partition's row
+        new_cp = checkpoints.get(key)
+        if plan.checkpoint_reset and not untouched:
+            new_cp, checkpoint_changed = plan.first_dirty_offset, True
+        if outcome is not None and outcome.error is None:
+            _check_outcome_against_plan(ctx, planfile, key, outcome)
+        if outcome is not None and outcome.error is None and not ctx.dry_run:
+            p_uri = ctx.listing.partitions[key].uri
+            try:
+                for g in outcome.groups:
+                    if g.changed:
+                        ctx.keep_lease()
+                        _move_to_cleaned(ctx, p_uri, g)
+                        replace_segments(ctx.storage, ctx.listing.partitions[key].uri, old_base_offsets=g.old_bases,
+                                         new_segments=[StagedSegment(g.old_bases[0], g.staged_suffixes)],
+                                         work_uri=ctx.work_uri, fault=COMMIT_FAULT)
+                        g.committed = committed = True
+                new_cp, checkpoint_changed = outcome.end_offset, True
+            except SegjobsError as exc:
+                outcome.error = PartitionError.from_exception(exc)
+        if outcome is not None and outcome.error is not None:
+            ctx.report.errors.append({"partition": f"{plan.topic}-{plan.partition}", **outcome.error.to_dict()})
+            state_word = "PARTLY COMPACTED, then failed" if committed else "UNCLEANABLE, left untouched"
+            ctx.progress.error(f"{plan.topic}-{plan.partition}: {state_word}: {outcome.error}")
+        elif outcome is not None:
+            ctx.progress(f"{plan.topic}-{plan.partition}: {'measured' if ctx.dry_run else 'compacted'} in "
+                         f"{outcome.seconds}s")
+            for problem in (p for g in outcome.groups if g.committed or ctx.dry_run for p in g.corrupt_indexes):
+                note = f"{plan.topic}-{plan.partition}: {problem}: {'would rebuild' if ctx.dry_run else 'rebuilt'} it"
+                ctx.progress(note)
+                ctx.report.warnings.append(note)
+                warnings.append(note)
+        if new_cp is not None:
+            checkpoints[key] = new_cp
+        if ctx.dry_run and not untouched:
+            would = outcome.end_offset if outcome and not outcome.error else None
+            checkpoint = would if would is not None else (plan.first_dirty_offset if plan.checkpoint_reset
+                                                          else checkpoints.get(key))
+        else:
+            checkpoint = checkpoints.get(key)
+        entry = _entry(plan, state, outcome, dry_run=ctx.dry_run, committed=committed, checkpoint=checkpoint)
+        if untouched:
+            reason = f"left untouched: retention {retention[key]['reason']}"
+            entry.update(selected=False, action="skipped", reason=reason, note=reason)
+        if key in retention:
+            entry["retention"] = retention[key]
+        entry["warnings"] = warnings
+        ctx.report.partitions.append(entry)
+    if checkpoint_changed and not ctx.dry_run:
+        entries = updated_cleaner_checkpoints(checkpoints, live)
+        write_offset_checkpoint(ctx.storage, ctx.storage.join(ctx.log_dir, CLEANER_OFFSET_CHECKPOINT),
+                                dict(sorted(entries.items())))
+    planfile.write(ctx, "compact", {name: getattr(args, name) for name in PLAN_OPTIONS})
+    _summarize(ctx)
+
+
+def _compaction_decision(plan: CompactionPlan, held: bool) -> dict[str, Any]:
+    """What a plan file records of a partition's compaction before any task runs (compared by ``--apply``
+    before anything is changed); the task's outcome is added by :func:`_check_outcome_against_plan`."""
+    if held:
+        return {"selected": False, "held": True}
+    out: dict[str, Any] = {"selected": plan.selected}
+    if plan.selected:
+        out.update(first_dirty_offset=plan.first_dirty_offset, first_uncleanable_offset=plan.first_uncleanable_offset)
+    return out
+
+
+def _check_outcome_against_plan(ctx: JobContext, planfile: PlanStage, key: tuple[str, int],
+                                outcome: PartitionOutcome) -> None:
+    """Record what the cleaning task decided (where the pass ends, the groups it rewrites, what goes) and,
+    with ``--apply``, turn a difference from the plan into the partition's error: its staged files are
+    discarded and nothing of it is committed. The planners and tasks are deterministic, so this only
+    happens when segjobs itself changed between plan and apply."""
+    name = partition_name(key)
+    decided = {"end_offset": outcome.end_offset,
+               "groups": [g.old_bases for g in outcome.groups if g.changed],
+               "records_removed": sum(g.records_before - g.records_after for g in outcome.groups if g.changed),
+               "bytes_removed": sum(g.bytes_before - g.bytes_after for g in outcome.groups if g.changed)}
+    planfile.decisions.setdefault(name, {}).setdefault("compaction", {})["outcome"] = decided
+    planned = planfile.planned(name, "compaction")
+    if planned is None:
+        return
+    diff = decision_difference(planned.get("outcome"), decided, "compaction.outcome")
+    if diff:
+        outcome.error = PartitionError("PlanMismatch", f"the cleaning task decided differently than the plan "
+                                       f"{ctx.args.apply} ({diff}); nothing of this partition was committed")
+        _discard_staged(ctx, ctx.listing.partitions[key].uri, outcome)
+
+
+def _discard_staged(ctx: JobContext, partition_uri: str, outcome: PartitionOutcome) -> None:
+    for g in outcome.groups:
+        for sfx in g.staged_suffixes:
+            ctx.storage.delete(private_stage_uri(ctx.storage, ctx.work_uri, partition_uri, g.old_bases[0], sfx))
+
+
+def _move_to_cleaned(ctx: JobContext, partition_uri: str, g: GroupOutcome) -> None:
+    """Local disk: bring one group's privately staged files to their ``.cleaned`` names (see
+    :func:`private_stage_uri`); a crash right after leaves only ``.cleaned`` files, which recovery deletes."""
+    from jobs.logdir.commit import staged_uri
+
+    if not ctx.storage.atomic_rename:
+        return
+    storage = ctx.storage
+    for sfx in g.staged_suffixes:
+        src = private_stage_uri(storage, ctx.work_uri, partition_uri, g.old_bases[0], sfx)
+        dst = staged_uri(storage, partition_uri, ctx.work_uri, g.old_bases[0], sfx)
+        try:
+            storage.rename(src, dst)
+        except SegjobsError:
+            # The work dir lies on another filesystem (a log dir on its own disk or mount): copy instead. A
+            # .cleaned file cut short by a crash is harmless: Kafka's loader and `segjobs recover` delete it.
+            with storage.open_write(dst) as out:
+                out.write(storage.read(src))
+            storage.set_mtime(dst, g.mtime_ms)
+            storage.delete(src)
+
+
+_TABLE_COLUMNS = (("partition", "partition"), ("action", "action"), ("dirty", "dirty"), ("segments", "segments"),
+                  ("bytes", "bytes"), ("records_removed", "records removed"),
+                  ("tombstones_removed", "tombstones removed"), ("aborted_removed", "aborted removed"),
+                  ("retention", "retention"), ("note", "note"))
+
+
+def _note(e: dict[str, Any]) -> str | None:
+    """Why a partition was (not) compacted, what failed, whether the clean was partial, and what its
+    retention (compact,delete topics) purged or left pending, in one line."""
+    from jobs.engine.retention import purge_notes
+
+    notes = problem_notes(e)
+    if e.get("partial"):
+        notes.append(f"partial: map full at offset {(e.get('cleaned_range') or [None, '?'])[1]}, "
+                     f"next run continues")
+    retention = e.get("retention") or {}
+    notes += problem_notes(retention, label="retention") + purge_notes(retention)
+    if not e.get("error"):
+        # why it was skipped is the news of a skipped row; why a compacted one was selected comes last
+        notes.insert(0 if not e.get("selected") else len(notes), e.get("note") or "")
+    return truncate("; ".join(n for n in notes if n)) or None
+
+
+def _summarize(ctx: JobContext) -> None:
+    """Totals into the report, and the console summary (``ctx.render``)."""
+    totals = {"partitions": len(ctx.report.partitions), "selected": 0, "records_removed": 0, "bytes_removed": 0,
+              "errors": len(ctx.report.errors), "bytes_compacted": 0, "files_purged": 0, "bytes_purged": 0}
+    for e in ctx.report.partitions:
+        if e.get("selected"):
+            totals["selected"] += 1
+            totals["bytes_compacted"] += int(e.get("bytes_before") or 0)
+        totals["records_removed"] += int(e.get("records_removed") or 0)
+        totals["bytes_removed"] += int(e.get("bytes_removed") or 0)
+        retention = e.get("retention") or {}
+        if retention.get("bytes_removed"):
+            totals["bytes_removed"] += int(retention["bytes_removed"])
+        totals["files_purged"] += len(retention.get("purged") or [])
+        totals["bytes_purged"] += int(retention.get("purged_bytes") or 0)
+    ctx.report.totals.update(totals)
+    ctx.render = functools.partial(render_summary, dry_run=ctx.dry_run)
+
+
+def render_summary(report: RunReport, *, dry_run: bool) -> str:
+    """The compact command's stdout: one row per partition by topic and partition number, the totals line
+    and the footer (elapsed, MB/s). The summary is the command's output: --quiet only silences progress."""
+    rows = []
+    for e in sorted(report.partitions, key=partition_order):
+        stats = e.get("stats") or {}
+        retention = e.get("retention") or {}
+        rows.append({
+            "partition": f"{e['topic']}-{e['partition']}", "action": e.get("action", ""),
+            "dirty": f"{float(e.get('dirty_ratio') or 0):.2f}",
+            "segments": f"{e.get('segments_before', '-')}->{e.get('segments_after', '-')}",
+            "bytes": f"{human_bytes(e.get('bytes_before'))} -> {human_bytes(e.get('bytes_after'))}",
+            "records_removed": e.get("records_removed", 0),
+            "tombstones_removed": stats.get("tombstones_removed", "-"),
+            "aborted_removed": stats.get("aborted_records_removed", "-"),
+            "retention": (f"-{len(retention.get('deleted') or [])} seg, "
+                          f"{human_bytes(retention.get('bytes_removed'))}") if retention.get("bytes_removed") else "-",
+            "note": _note(e),
+        })
+    t = report.totals
+    verb = "would remove" if dry_run else "removed"
+    return "\n".join([
+        render_table(rows, _TABLE_COLUMNS), "",
+        f"{t['selected']} of {t['partitions']} partition(s) selected; {verb} {t['records_removed']} record(s), "
+        f"{human_bytes(t['bytes_removed'])}"
+        + purged_totals(t)
+        + (f"; {t['errors']} partition(s) FAILED (see the notes; full errors on stderr)" if t.get("errors") else ""),
+        render_footer(report, t.get("bytes_compacted", 0), "in the selected partitions"),
+    ])
+
+
+#: The options a plan file records for ``compact``, with their parser defaults (see jobs.engine.planfile).
+PLAN_OPTIONS = {"max_delete_fraction": None, "dedupe_buffer_bytes": DEFAULT_DEDUPE_BUFFER_BYTES, "strategy": "auto"}
+

@@ -1,0 +1,611 @@
+"""The retention engine: plans per partition, deletes segments crash-safely, advances the log start offset,
+and the summary. Also used by compaction for compact,delete topics (retention first).
+
+What `segjobs retain` does, in users' words, is the docstring of :mod:`jobs.commands.retain`."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Mapping
+
+from jobs.engine.frame import JobContext, scan_error_entry
+from jobs.engine.planfile import PlanStage, partition_name
+from jobs.engine.report import (
+    RunReport,
+    human_bytes,
+    partition_order,
+    problem_notes,
+    purged_totals,
+    render_footer,
+    render_table,
+    truncate,
+)
+from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
+from jobs.logdir.commit import Fault, delete_segments, purge_deleted
+from jobs.rules.config import TopicConfig, never_touched
+from jobs.rules.model import PartitionState
+from jobs.rules.plan_retain import (
+    DeleteShare,
+    RetentionPlan,
+    delete_shares,
+    plan_retention,
+)
+from jobs.rules.timeutil import data_age_warning
+from segment_io.checkpoint import (
+    read_offset_checkpoint,
+    truncate_epochs_from_start,
+    write_leader_epoch_checkpoint,
+    write_offset_checkpoint,
+)
+from segment_io.errors import SegjobsError
+from segment_io.layout import (
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    SNAPSHOT_SUFFIX,
+    PartitionListing,
+    segment_file_name,
+)
+from segment_io.storage.base import Storage
+
+#: Fault-hook step names of the steps that follow :func:`jobs.logdir.commit.delete_segments`'s own steps.
+STEP_TRIM_LEADER_EPOCHS = "trim-leader-epoch-checkpoint"
+STEP_DELETE_SNAPSHOT = "delete-snapshot"  # followed by ":<file name>"
+STEP_PURGE = "purge-deleted"
+STEP_WRITE_LOG_START = "write-log-start-offset-checkpoint"
+
+TopicPartition = tuple[str, int]
+
+#: Partitions committed at once by the job (see :func:`retain_partitions`).
+COMMIT_THREADS = 16
+
+
+#: The options a plan file records for ``retain`` (their parser defaults: see :func:`jobs.engine.planfile.load_for_apply`).
+PLAN_OPTIONS = {"max_delete_fraction": None}
+
+
+# --------------------------------------------------------------------------------------------------
+# Applying retention (also used by the compaction job for compact,delete topics)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RetentionParams:
+    """What :func:`apply_retention` needs besides the partition: where, when, and how.
+
+    ``log_start_checkpoint`` is ``log-start-offset-checkpoint`` as this run knows it (read when the run
+    started, then kept up to date by :func:`advance_log_start_offsets`).
+    """
+
+    storage: Storage
+    log_dir: str
+    work_uri: str
+    now_ms: int
+    dry_run: bool = False
+    fault: Fault | None = None
+    log_start_checkpoint: dict[TopicPartition, int] = field(default_factory=dict)
+    #: called before each partition's commit: renews the run's S3 lease when due (see JobContext.keep_lease)
+    keep_lease: Callable[[], None] | None = None
+
+    @classmethod
+    def from_job(cls, ctx: JobContext, *, fault: Fault | None = None) -> "RetentionParams":
+        """The parameters of a job run (its storage, log dir, --now, --dry-run and checkpoints)."""
+        return cls(storage=ctx.storage, log_dir=ctx.log_dir, work_uri=ctx.work_uri, now_ms=ctx.now_ms,
+                   dry_run=ctx.dry_run, fault=fault,
+                   log_start_checkpoint=dict(ctx.checkpoints.get(LOG_START_OFFSET_CHECKPOINT, {})),
+                   keep_lease=ctx.keep_lease)
+
+    def step(self, name: str) -> None:
+        if self.fault is not None:
+            self.fault(name)
+
+
+def _params(ctx_or_params: JobContext | RetentionParams) -> RetentionParams:
+    """The RetentionParams of a job context, created once per run and kept in ``ctx.extra``."""
+    if isinstance(ctx_or_params, RetentionParams):
+        return ctx_or_params
+    params = ctx_or_params.extra.get("retention")
+    if params is None:
+        params = ctx_or_params.extra["retention"] = RetentionParams.from_job(ctx_or_params)
+    return params
+
+
+def _blocked(scan: PartitionScan) -> PartitionError | None:
+    """Why retention must leave this partition alone (its files cannot be read), or None."""
+    return scan.error if scan.error is not None or scan.state is None else scan.leader_epochs_error
+
+
+def plan_partition(ctx_or_params: JobContext | RetentionParams, scan: PartitionScan,
+                   config: TopicConfig) -> RetentionPlan | None:
+    """The retention plan of one scanned partition at the run's ``now``; None when the partition is not
+    retention's to touch (unreadable, or a topic segjobs never touches: see jobs.rules.config.KAFKA_TOPICS)."""
+    if _blocked(scan) is not None or scan.state is None or never_touched(scan.topic):
+        return None
+    return plan_retention(scan.state, config, _params(ctx_or_params).now_ms)
+
+
+def _log_start_due(p: RetentionParams, key: TopicPartition, plan: RetentionPlan) -> int | None:
+    """The entry ``log-start-offset-checkpoint`` must get for ``plan``, or None when it needs none.
+
+    Segments are deleted: the entry becomes the new start (Kafka raises the log start before removing
+    them). An existing entry below the start is raised. A missing entry is not added otherwise: Kafka
+    itself only checkpoints a log start above the first segment's base, and derives it otherwise.
+    """
+    recorded = p.log_start_checkpoint.get(key)
+    new = plan.new_log_start_offset
+    if recorded is not None and new <= recorded:
+        return None
+    if plan.deletions or recorded is not None:
+        return new
+    return None
+
+
+def advance_log_start_offsets(ctx_or_params: JobContext | RetentionParams,
+                              plans: Mapping[TopicPartition, RetentionPlan]) -> dict[TopicPartition, int]:
+    """Raise the ``log-start-offset-checkpoint`` entries ``plans`` need, in ONE atomic write of the file
+    (it is shared by every partition of the dir), *before* any segment is deleted, as Kafka raises the log
+    start before it removes segments. A crash after this write leaves segments wholly below the log start,
+    which the next run deletes by the log-start rule: the outcome is the same as without the crash.
+
+    Entries only rise; other partitions' entries are kept (the file is re-read, not trusted from the start
+    of the run). Returns the entries written; empty (and the file untouched) when none is due or in a dry run.
+    """
+    p = _params(ctx_or_params)
+    due = {k: v for k, plan in plans.items() if (v := _log_start_due(p, k, plan)) is not None}
+    if not due or p.dry_run:
+        return {}
+    uri = p.storage.join(p.log_dir, LOG_START_OFFSET_CHECKPOINT)
+    entries = dict(read_offset_checkpoint(p.storage, uri))
+    changed = {k: v for k, v in due.items() if v > entries.get(k, -1)}
+    if changed:
+        entries.update(changed)
+        p.step(STEP_WRITE_LOG_START)
+        write_offset_checkpoint(p.storage, uri, dict(sorted(entries.items())))
+    p.log_start_checkpoint.update({k: entries[k] for k in due})
+    return changed
+
+
+def apply_retention(ctx_or_params: JobContext | RetentionParams, scan: PartitionScan, config: TopicConfig,
+                    *, plan: RetentionPlan | None = None) -> dict[str, Any]:
+    """Apply retention to ONE already-scanned partition and return its report entry.
+
+    Plans (unless ``plan`` is given) with :func:`jobs.rules.plan_retain.plan_retention` at the run's ``now``;
+    unless it is a dry run, then: raises the partition's log-start-offset-checkpoint entry (one write, skipped
+    when :func:`advance_log_start_offsets` already did it for a batch of partitions), renames the condemned
+    segments to ``.deleted`` (:func:`jobs.logdir.commit.delete_segments`), trims ``leader-epoch-checkpoint`` to the
+    new log start (Kafka's ``truncateFromStart``), removes producer snapshots below it, and unlinks
+    ``.deleted`` segments whose ``file.delete.delay.ms`` has passed (:func:`jobs.logdir.commit.purge_deleted`).
+
+    ``scan`` must be current (taken after any change to the partition, e.g. after compaction committed).
+    Every step converges: after a crash anywhere, recovery plus the next run end where an uninterrupted run
+    would have. A :class:`~segment_io.errors.SegjobsError` comes back as an ``action: "error"`` entry; a
+    partition whose files cannot be read is left untouched.
+    """
+    p = _params(ctx_or_params)
+    blocked = _blocked(scan)
+    if blocked is not None or scan.state is None:
+        base = scan_error_entry(scan) if scan.error is not None else {
+            "topic": scan.topic, "partition": scan.partition, "action": "error",
+            "reason": f"unreadable: {blocked}", "error": blocked.to_dict() if blocked else None}
+        return {**base, "segments_before": None, "segments_after": None, "bytes_before": None,
+                "bytes_after": None, "bytes_removed": 0, "deleted": [], "warnings": list(scan.warnings)}
+    state = scan.state
+    key = (state.topic, state.partition)
+    entry: dict[str, Any] = {
+        "topic": state.topic, "partition": state.partition, "policy": config.policy_text,
+        "segments_before": len(state.segments), "bytes_before": state.size_bytes,
+        "log_start_offset_before": state.log_start_offset, "warnings": list(scan.warnings),
+    }
+    plan = plan if plan is not None else plan_partition(p, scan, config)
+    if plan is None:  # never touched
+        entry.update(action="none", reason=never_touched(state.topic),
+                     segments_after=len(state.segments), bytes_after=state.size_bytes, bytes_removed=0,
+                     deleted=[], rules=[], log_start_offset=state.log_start_offset, applied=False)
+        return entry
+    entry.update(_plan_fields(plan, state, config))
+    entry["warnings"] += list(plan.warnings)
+    if p.dry_run:
+        entry["applied"] = False
+        return entry
+    try:
+        if p.keep_lease is not None:
+            p.keep_lease()
+        advance_log_start_offsets(p, {key: plan})
+        if plan.deletions:
+            result = delete_segments(p.storage, scan.uri, list(plan.deleted_bases), now_ms=p.now_ms,
+                                     work_uri=p.work_uri, fault=p.fault)
+            entry["renamed"] = len(result.renamed)
+        entry.update(_follow_log_start(p, scan, plan.new_log_start_offset))
+        entry.update(_purge(p, scan, config, just_deleted=bool(plan.deletions)))
+        entry["applied"] = True
+    except SegjobsError as exc:
+        err = PartitionError.from_exception(exc)
+        entry.update(action="error", applied=False, error=err.to_dict(),
+                     reason=f"failed: {err}; the next run (after its recovery) completes or redoes it")
+    return entry
+
+
+def _plan_fields(plan: RetentionPlan, state: PartitionState, config: TopicConfig) -> dict[str, Any]:
+    """The report fields that describe the decisions (identical in a dry run and a real run)."""
+    removed = plan.bytes_deleted
+    rules = sorted({d.rule for d in plan.deletions})
+    if plan.deletions:
+        reason = f"{len(plan.deletions)} segment(s) past {', '.join(rules)}"
+    elif not config.delete:
+        reason = f"cleanup.policy={config.policy_text}: only segments below the log start offset go; none are"
+    else:
+        reason = "no segment past retention"
+    return {
+        "action": "delete" if plan.deletions else "none",
+        "reason": reason,
+        "segments_after": len(state.segments) - len(plan.deletions),
+        "bytes_after": state.size_bytes - removed,
+        "bytes_removed": removed,
+        "rules": rules,
+        "deleted": [{"base_offset": d.segment.base_offset, "next_offset": d.segment.next_offset,
+                     "bytes": d.size_bytes, "rule": d.rule, "detail": d.detail,
+                     "largest_timestamp": d.segment.effective_largest_timestamp} for d in plan.deletions],
+        "log_start_offset": plan.new_log_start_offset,
+        "kafka_would_roll": plan.kafka_would_roll,
+    }
+
+
+def _follow_log_start(p: RetentionParams, scan: PartitionScan, new_start: int) -> dict[str, Any]:
+    """Trim the leader-epoch checkpoint to ``new_start`` and remove producer snapshots below it. Both
+    checks run on every real run, so a run that died between the deletes and here is completed later.
+
+    Snapshots: Kafka's ``deleteSegments`` drops the snapshot at each deleted segment's base (renamed, then
+    removed after file.delete.delay.ms), and its loader drops any other one below the log start. Here every
+    snapshot below the new start goes at once: they are derived state no record depends on, and the lock
+    keeps readers out. The snapshot *at* the new start (the new first segment's) stays, as in Kafka.
+    """
+    out: dict[str, Any] = {"leader_epoch_trimmed": False, "snapshots_deleted": []}
+    epochs = scan.leader_epochs or []
+    trimmed = truncate_epochs_from_start(epochs, new_start)
+    if trimmed != epochs:
+        p.step(STEP_TRIM_LEADER_EPOCHS)
+        write_leader_epoch_checkpoint(p.storage, p.storage.join(scan.uri, LEADER_EPOCH_CHECKPOINT), trimmed)
+        out["leader_epoch_trimmed"] = True
+    for off in scan.snapshot_offsets:
+        if off < new_start:
+            name = segment_file_name(off, SNAPSHOT_SUFFIX)
+            p.step(f"{STEP_DELETE_SNAPSHOT}:{name}")
+            p.storage.delete(p.storage.join(scan.uri, name))
+            out["snapshots_deleted"].append(name)
+    return out
+
+
+def _purge(p: RetentionParams, scan: PartitionScan, config: TopicConfig, *, just_deleted: bool) -> dict[str, Any]:
+    """Unlink ``.deleted`` segments whose file.delete.delay.ms has passed (this run's, or earlier runs')."""
+    if not just_deleted and not scan.has_deleted_files:
+        return {"purged": [], "purge_pending": {}}
+    p.step(STEP_PURGE)
+    res = purge_deleted(p.storage, scan.uri, now_ms=p.now_ms, file_delete_delay_ms=config.file_delete_delay_ms,
+                        work_uri=p.work_uri)
+    return {"purged": [u.rsplit("/", 1)[-1] for u in res.purged], "purged_bytes": res.purged_bytes,
+            "purge_pending": {str(b): due for b, due in sorted(res.kept_until_ms.items())}}
+
+
+def retain_partitions(ctx_or_params: JobContext | RetentionParams, scans: Iterable[PartitionScan],
+                      config_for: Callable[[str], TopicConfig],
+                      on_entry: Callable[[dict[str, Any]], None] | None = None, *,
+                      threads: int = 1,
+                      plans: Mapping[TopicPartition, RetentionPlan] | None = None) -> list[dict[str, Any]]:
+    """Retention for many scanned partitions: plan them all (or take their plans from ``plans``), raise their
+    log start offsets in one write, then apply each (:func:`apply_retention`). ``config_for(topic)`` gives a
+    topic's config; ``on_entry`` sees each report entry, in ``scans`` order, as soon as it is done
+    (progress). Returns the entries.
+
+    ``threads`` > 1 commits that many partitions at once. A partition's commit is a chain of small
+    synchronous writes, renames and directory fsyncs (or S3 requests): latency, not CPU, so overlapping
+    partitions (each one touching only its own files) is what makes thousands of them affordable. The
+    steps within a partition keep their order; with a fault hook, keep 1 so the steps come in one order.
+    """
+    p = _params(ctx_or_params)
+    scans = list(scans)
+    given, plans = plans, {}
+    for scan in scans:
+        key = (scan.topic, scan.partition)
+        plan = given.get(key) if given is not None else plan_partition(p, scan, config_for(scan.topic))
+        if plan is not None:
+            plans[key] = plan
+    advance_log_start_offsets(p, plans)
+
+    def one(scan: PartitionScan) -> dict[str, Any]:
+        return apply_retention(p, scan, config_for(scan.topic), plan=plans.get((scan.topic, scan.partition)))
+
+    out = []
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        for e in (pool.map(one, scans) if threads > 1 else map(one, scans)):
+            out.append(e)
+            if on_entry is not None:
+                on_entry(e)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# The job
+# --------------------------------------------------------------------------------------------------
+
+
+def _work(ctx: JobContext, *, fault: Fault | None = None) -> None:
+    params = ctx.extra["retention"] = RetentionParams.from_job(ctx, fault=fault)
+    planfile = PlanStage.of(ctx)
+    planfile.check_unchanged(ctx)
+    keys = sorted(ctx.scans)
+    if ctx.args.now is None:  # judged at the wall clock: is the data older than any retention? (a backup?)
+        stale = data_age_warning([s.largest_timestamp for k in keys if ctx.scans[k].state
+                                  for s in ctx.scans[k].state.segments],
+                                 [c.retention_ms for c in map(ctx.configs.for_topic, {t for t, _ in keys}) if c.delete],
+                                 ctx.now_ms)
+        if stale:
+            ctx.report.warnings.append(stale)
+            print(f"segjobs retain: warning: {stale}", file=sys.stderr, flush=True)
+    plans = {k: plan for k in keys
+             if (plan := plan_partition(params, ctx.scans[k], ctx.configs.for_topic(k[0]))) is not None}
+    refused = refused_topics(ctx, plans)
+    planfile.check_decisions(ctx, {partition_name(k): retention_decision(plans.get(k), k[0] in refused)
+                                   for k in keys}, "retention")
+    every = max(1, len(keys) // 10)
+    done = 0
+
+    def progress(e: dict[str, Any]) -> None:
+        nonlocal done
+        done += 1
+        _record(ctx, e)
+        line = f"{done}/{len(keys)} partitions: {e['topic']}-{e['partition']} {_describe(e, ctx.dry_run)}"
+        if e["action"] in ("error", "refused"):
+            ctx.progress.error(line)
+        elif e["action"] != "none" or done % every == 0 or done == len(keys):
+            ctx.progress(line)
+
+    held = {k for k in plans if k[0] in refused}
+    retain_partitions(params, [ctx.scans[k] for k in keys if k not in held], ctx.configs.for_topic, progress,
+                      threads=1 if fault is not None else COMMIT_THREADS, plans=plans)
+    for k in sorted(held):
+        progress(refused_entry(params, ctx.scans[k], ctx.configs.for_topic(k[0]), plans[k], refused[k[0]]))
+    ctx.report.partitions.sort(key=lambda e: (e["topic"], e["partition"]))
+    planfile.write(ctx, "retain", {name: getattr(ctx.args, name) for name in PLAN_OPTIONS})
+    _summarize(ctx, ctx.report.partitions)
+
+
+# --------------------------------------------------------------------------------------------------
+# The safety limit, and the decisions a plan file records
+# --------------------------------------------------------------------------------------------------
+
+
+def refused_topics(ctx: JobContext, plans: Mapping[TopicPartition, RetentionPlan]) -> dict[str, DeleteShare]:
+    """The topics whose ``plans`` delete more of their bytes by time and size than allowed (see
+    :class:`jobs.rules.plan_retain.DeleteShare`): retention must leave every partition of them untouched. The limit is
+    ``--max-delete-fraction`` when given, else the topic's ``segjobs.max.delete.fraction``."""
+    flag = getattr(ctx.args, "max_delete_fraction", None)
+
+    def limit(topic: str) -> float:
+        return flag if flag is not None else ctx.configs.for_topic(topic).max_delete_fraction
+
+    states = {k: ctx.scans[k].state for k in plans if ctx.scans[k].state is not None}
+    return {t: share for t, share in delete_shares(states, plans, limit).items() if share.refused}
+
+
+def refused_entry(p: RetentionParams, scan: PartitionScan, config: TopicConfig, plan: RetentionPlan,
+                  share: DeleteShare) -> dict[str, Any]:
+    """The report entry of a partition whose topic the limit refused: nothing deleted, the plan's deletions
+    kept under ``refused.would_delete``, and an error (exit code 1)."""
+    entry = apply_retention(replace(p, dry_run=True), scan, config, plan=plan)
+    message = share.message()
+    entry.update(action="refused", reason=message, applied=False, deleted=[], rules=[], bytes_removed=0,
+                 segments_after=entry["segments_before"], bytes_after=entry["bytes_before"],
+                 log_start_offset=entry["log_start_offset_before"],
+                 refused={"would_delete": entry["deleted"], "fraction": round(share.fraction, 4),
+                          "max_fraction": share.max_fraction},
+                 error={"kind": "MaxDeleteFractionExceeded", "detail": message})
+    return entry
+
+
+def retention_decision(plan: RetentionPlan | None, refused: bool) -> dict[str, Any]:
+    """What a plan file records of one partition's retention (compared field by field by ``--apply``)."""
+    if plan is None:
+        return {"untouched": True}  # unreadable, or the KRaft metadata log
+    out: dict[str, Any] = {"delete": [{"segment": d.segment.base_offset, "bytes": d.size_bytes, "rule": d.rule}
+                                      for d in plan.deletions],
+                           "log_start_offset": plan.new_log_start_offset}
+    if refused:
+        out["refused"] = True
+    return out
+
+
+def _record(ctx: JobContext, entry: dict[str, Any]) -> None:
+    ctx.report.partitions.append(entry)
+    name = f"{entry['topic']}-{entry['partition']}"
+    if entry["action"] in ("error", "refused"):
+        ctx.report.errors.append({"partition": name, **(entry.get("error") or {})})
+    ctx.report.warnings.extend(f"{name}: {w}" for w in entry.get("warnings", []))
+
+
+def _describe(entry: dict[str, Any], dry_run: bool) -> str:
+    if entry["action"] == "error":
+        return f"ERROR, {entry['reason']}"
+    if entry["action"] == "refused":
+        return entry["reason"].replace("refused", "REFUSED", 1)
+    if entry["action"] == "none":
+        return "nothing to delete"
+    verb = "would delete" if dry_run else "deleted"
+    return (f"{verb} {len(entry['deleted'])} segment(s), {human_bytes(entry['bytes_removed'])} "
+            f"({', '.join(entry['rules'])}); log start {entry['log_start_offset']}")
+
+
+_TABLE_COLUMNS = (("partition", "partition"), ("policy", "policy"), ("action", "action"),
+                  ("segments", "segments"), ("deleted", "deleted"), ("removed", "removed"), ("rules", "rules"),
+                  ("log_start", "log start"), ("note", "note"))
+
+
+def purge_notes(entry: dict[str, Any]) -> list[str]:
+    """The second phase of a retention entry in words: ``.deleted`` files unlinked now, and segments whose
+    files stay until their file.delete.delay.ms has passed (counted in --now time; a later run unlinks them)."""
+    from jobs.rules.timeutil import format_instant
+
+    notes = []
+    purged = entry.get("purged") or []
+    if purged:
+        notes.append(f"purged {len(purged)} .deleted file{'s' if len(purged) > 1 else ''}, "
+                     f"{human_bytes(entry.get('purged_bytes') or 0)}")
+    pending = entry.get("purge_pending") or {}
+    if pending:
+        due = format_instant(max(pending.values())).replace(".000Z", "Z")
+        notes.append(f"{len(pending)} deleted segment{'s' if len(pending) > 1 else ''} pending purge until {due}")
+    return notes
+
+
+def _note(entry: dict[str, Any]) -> str | None:
+    notes = problem_notes(entry) + purge_notes(entry)
+    if not notes and entry["action"] == "none":
+        notes.append(entry.get("reason") or "")
+    return truncate("; ".join(n for n in notes if n)) or None
+
+
+def _summarize(ctx: JobContext, entries: list[dict[str, Any]]) -> None:
+    """Totals into the report, and the console summary (``ctx.render``): one row per partition, by topic and
+    partition number, with a note saying why nothing went, what failed, and what was purged or is pending."""
+    deleted = sum(len(e.get("deleted") or []) for e in entries)
+    removed = sum(int(e.get("bytes_removed") or 0) for e in entries)
+    ctx.report.totals.update(partitions=len(entries), segments_deleted=deleted, bytes_removed=removed,
+                             partitions_changed=sum(1 for e in entries if e["action"] == "delete"),
+                             errors=len(ctx.report.errors), warnings=len(ctx.report.warnings),
+                             files_purged=sum(len(e.get("purged") or []) for e in entries),
+                             bytes_purged=sum(int(e.get("purged_bytes") or 0) for e in entries),
+                             bytes_in_scope=sum(int(e.get("bytes_before") or 0) for e in entries))
+    ctx.render = functools.partial(render_summary, dry_run=ctx.dry_run)
+
+
+def render_summary(report: RunReport, *, dry_run: bool) -> str:
+    """The retain command's stdout: the table, the totals line and the footer (elapsed, MB/s)."""
+    entries = sorted(report.partitions, key=partition_order)
+    rows = [{"partition": f"{e['topic']}-{e['partition']}", "policy": e.get("policy"), "action": e["action"],
+             "segments": (f"{e['segments_before']}->{e['segments_after']}"
+                          if e.get("segments_before") is not None else None),
+             "deleted": len(e.get("deleted") or []), "removed": human_bytes(e.get("bytes_removed")),
+             "rules": ",".join(e.get("rules") or []) or None, "log_start": e.get("log_start_offset"),
+             "note": _note(e)} for e in entries]
+    t = report.totals
+    verb = "would delete" if dry_run else "deleted"
+    lines = [render_table(rows, _TABLE_COLUMNS), "",
+             f"{t['partitions']} partition(s); {verb} {t['segments_deleted']} segment(s), "
+             f"{human_bytes(t['bytes_removed'])}"
+             + purged_totals(t)
+             + (f"; {t['errors']} partition(s) FAILED and were left untouched" if t.get("errors") else "")
+             + (f"; {t['warnings']} warning(s)" if t.get("warnings") else ""),
+             render_footer(report, t.get("bytes_in_scope", 0), "in scope")]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# Before compaction (compact,delete topics)
+# --------------------------------------------------------------------------------------------------
+
+
+def listing_after_retention(listing: PartitionListing, plan: RetentionPlan) -> PartitionListing:
+    """``listing`` without the segments ``plan`` deletes."""
+    gone = set(plan.deleted_bases)
+    return replace(listing, segments=tuple(s for s in listing.segments if s.base_offset not in gone))
+
+
+def _after_retention_task(item: tuple) -> PartitionScan:
+    storage, listing, plan, cleaner_checkpoint, now_ms, pid_exp = item
+    return scan_partition(storage, listing_after_retention(listing, plan), depth="transactions",
+                          log_start_checkpoint=plan.new_log_start_offset, cleaner_checkpoint=cleaner_checkpoint,
+                          now_ms=now_ms, producer_id_expiration_ms=pid_exp)
+
+
+@dataclass
+class RetentionFirst:
+    """Retention of the ``compact,delete`` partitions of a compaction run (or an inspection), decided before
+    compaction is planned.
+
+    A broker's retention thread runs every few minutes, long before its cleaner reaches old segments; compacting
+    first would merge expired segments into ones whose largest timestamp is recent, and retention would then
+    free nothing. So compaction is planned on what retention leaves: the listing minus the condemned segments,
+    with the raised log start offset (the cleaner only cleans from there), its transaction state replayed from
+    the remaining segments only. :func:`plan_retention_first` derives that state in ONE way for the dry run,
+    the real run and ``inspect``: by scanning the remaining segments, which retention does not change, so the
+    scan is the same before and after the deletes, and a dry run predicts the real run exactly.
+    """
+
+    #: the compact,delete partitions retention may touch (readable, not the KRaft log), by key
+    plans: dict[TopicPartition, RetentionPlan]
+    #: topics the delete-fraction limit refuses: neither retention nor compaction touches them
+    refused: dict[str, DeleteShare]
+    #: for the partitions whose segments retention deletes: the listing and scan of what remains
+    after: dict[TopicPartition, tuple[PartitionListing, PartitionScan]]
+
+    def held(self) -> set[TopicPartition]:
+        """The partitions the limit refused: left wholly untouched (no retention, no compaction)."""
+        return {k for k in self.plans if k[0] in self.refused}
+
+    def compaction_input(self, ctx: JobContext, key: TopicPartition) -> tuple[PartitionListing, PartitionScan]:
+        """The listing and scan compaction must plan ``key`` on (the partition as retention leaves it)."""
+        return self.after.get(key) or (ctx.listing.partitions[key], ctx.scans[key])
+
+
+def _takes_retention_first(ctx: JobContext, key: TopicPartition) -> bool:
+    cfg = ctx.configs.for_topic(key[0])
+    return cfg.compact and cfg.delete and ctx.scans[key].error is None and not never_touched(key[0])
+
+
+def plan_retention_first(ctx: JobContext) -> RetentionFirst:
+    """Plan retention of the run's ``compact,delete`` partitions at ``now``, apply the delete-fraction limit,
+    and scan what remains of each partition that loses segments (Spark tasks; nothing is written)."""
+    params = _params(ctx)
+    plans = {}
+    for key in sorted(ctx.scans):
+        if _takes_retention_first(ctx, key):
+            plan = plan_partition(params, ctx.scans[key], ctx.configs.for_topic(key[0]))
+            if plan is not None:
+                plans[key] = plan
+    refused = refused_topics(ctx, plans)
+    todo = [(ctx.storage, ctx.listing.partitions[k], plan, ctx.scans[k].state.cleaner_checkpoint, ctx.now_ms,
+             ctx.configs.for_topic(k[0]).producer_id_expiration_ms)
+            for k, plan in plans.items() if plan.deletions and k[0] not in refused]
+    after = {}
+    for scan, (_, listing, plan, *_) in zip(ctx.parallel_map(_after_retention_task, todo), todo):
+        after[(scan.topic, scan.partition)] = (listing_after_retention(listing, plan), scan)
+    return RetentionFirst(plans, refused, after)
+
+
+def apply_retention_first(ctx: JobContext, first: RetentionFirst, *,
+                          fault: Fault | None = None) -> dict[TopicPartition, dict[str, Any]]:
+    """Carry out (or, in a dry run, report) the retention ``first`` planned, before compaction. Errors go to
+    ``report.errors`` (with ``"during": "retention"``), warnings to ``report.warnings``. Returns the retention
+    report entry of every ``compact,delete`` partition, by key."""
+    params = _params(ctx)
+    if fault is not None:
+        params.fault = fault
+    entries: dict[TopicPartition, dict[str, Any]] = {}
+
+    def attach(entry: dict[str, Any]) -> None:
+        name = f"{entry['topic']}-{entry['partition']}"
+        if entry["action"] in ("error", "refused"):
+            ctx.report.errors.append({"partition": name, "during": "retention", **(entry.get("error") or {})})
+        ctx.report.warnings.extend(f"{name}: retention: {w}" for w in entry.get("warnings", []))
+        entries[(entry["topic"], entry["partition"])] = entry
+        if entry["action"] in ("error", "refused"):
+            ctx.progress.error(f"{name}: retention {_describe(entry, ctx.dry_run)}")
+        elif entry["action"] != "none":
+            ctx.progress(f"{name}: retention {_describe(entry, ctx.dry_run)}")
+
+    held = first.held()
+    keys = [k for k in sorted(ctx.scans) if _takes_retention_first(ctx, k) and k not in held]
+    retain_partitions(params, [ctx.scans[k] for k in keys], ctx.configs.for_topic, attach,
+                      threads=1 if params.fault is not None else COMMIT_THREADS, plans=first.plans)
+    for k in sorted(held):
+        attach(refused_entry(params, ctx.scans[k], ctx.configs.for_topic(k[0]), first.plans[k],
+                             first.refused[k[0]]))
+    return entries
+
+
+__all__ = ["RetentionFirst", "RetentionParams",
+           "advance_log_start_offsets", "apply_retention", "apply_retention_first",
+           "listing_after_retention", "plan_partition", "plan_retention_first", "refused_entry", "refused_topics",
+           "retain_partitions", "retention_decision"]
+

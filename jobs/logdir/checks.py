@@ -1,0 +1,51 @@
+"""--log-dir's usual mistakes (a file, a partition directory, a missing dir), caught before any work."""
+
+from __future__ import annotations
+
+import os
+
+from segment_io.errors import UsageError
+from segment_io.layout import LogDirListing, parse_partition_dir, parse_segment_file
+
+
+def check_log_dir_is_dir(storage, log_dir: str) -> None:
+    """``UsageError`` when ``--log-dir`` names a file (a segment file, most likely) or a missing local dir."""
+    if storage.exists(log_dir):
+        parent, _, name = log_dir.rpartition("/")
+        grand, _, pdir = parent.rpartition("/")
+        if parse_segment_file(name) is not None and parse_partition_dir(pdir) is not None:
+            raise UsageError(f"--log-dir {log_dir} is a segment file, not a log dir: give the log dir and the "
+                             f"partition, --log-dir {grand or '/'} --partition {pdir} "
+                             f"(or read the file with `segjobs dump {log_dir}`)")
+        raise UsageError(f"--log-dir {log_dir} is a file, not a log dir (a directory of <topic>-<n> partition "
+                         f"directories)")
+    local = storage.local_path(log_dir)
+    if local is not None and not os.path.isdir(local):
+        raise UsageError(f"--log-dir {log_dir}: no such directory")
+
+
+def partition_dir_hint(log_dir: str, listing: LogDirListing, *, scoped: bool = True) -> str | None:
+    """When a log dir without partition directories looks like a partition directory itself (it holds
+    segment files), what to give instead (``scoped``: the command takes --partition); None otherwise."""
+    if listing.partitions or not any(parse_segment_file(f.name) for f in listing.top_level_files):
+        return None
+    parent, _, name = log_dir.rstrip("/").rpartition("/")
+    if parse_partition_dir(name) is not None:
+        if not scoped:
+            return f"this looks like a partition; use its parent: --log-dir {parent or '/'}"
+        return (f"this looks like a partition; use its parent with --partition {name}: "
+                f"--log-dir {parent or '/'} --partition {name}")
+    return ("it holds segment files itself, as a partition directory does: give the directory that holds the "
+            "<topic>-<n> partition directories")
+
+
+def check_log_dir_has_partitions(log_dir: str, listing: LogDirListing, *, scoped: bool = True,
+                                 required: bool = True) -> None:
+    """``UsageError`` when the listing holds no partition directory, with :func:`partition_dir_hint`
+    (``required=False``: only when the log dir looks like a partition directory)."""
+    if listing.partitions:
+        return
+    hint = partition_dir_hint(log_dir, listing, scoped=scoped)
+    if hint or required:
+        raise UsageError(f"--log-dir {log_dir}: no partition directories (<topic>-<n>) found"
+                         + (f"; {hint}" if hint else ""))
