@@ -11,7 +11,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 # Local runs (demo, tests) need no network beyond loopback.
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: all venv java test test-fast demo bench clean help airflow-test
+.PHONY: all venv java test test-fast demo bench package cluster-test clean help airflow-test
 
 # `make airflow-test` installs Apache Airflow and its Spark provider into their own virtualenv (never the
 # project's): the pins of conf/airflow/requirements.txt, held by the constraints file of this Python version
@@ -27,6 +27,8 @@ help:
 	@echo "make demo   generate a demo log dir under $(DEMO_DIR)/ and run two nights of compact + retain on it (creates .venv on first use)"
 	@echo "make test   run the whole test suite (creates .venv on first use)"
 	@echo "make bench  run the benchmarks in benchmarks/ (heavy; not part of the suite)"
+	@echo "make package       build dist/segjobs-*.whl and dist/segjobs-env.tar.gz (the executors' environment)"
+	@echo "make cluster-test  package, then run the jobs on a real Spark standalone cluster on 127.0.0.1"
 	@echo "make airflow-test  install Airflow 3 + the Spark provider into $(AIRFLOW_VENV)/ and run the DAGs of conf/airflow for real"
 
 java:
@@ -69,5 +71,14 @@ demo: java $(STAMP)
 bench: java $(STAMP)
 	$(PY) -m benchmarks.run
 
+# The wheel and the environment archive spark-submit ships to executors (README: Running on a Spark cluster).
+# EXECUTOR_PYTHON_PREFIX=/usr builds an archive for nodes whose Python is /usr/bin/python3.X.
+package: $(STAMP)
+	$(PY) ops/package_env.py --dist dist --build build $(if $(EXECUTOR_PYTHON_PREFIX),--python-prefix $(EXECUTOR_PYTHON_PREFIX))
+
+# A Spark standalone master and two workers on 127.0.0.1 run the packaged jobs (tests/ops/test_standalone_cluster.py).
+cluster-test: java package
+	SEGJOBS_DIST=$(abspath dist) $(PY) -m pytest -q -p no:cacheprovider tests/ops/test_standalone_cluster.py
+
 clean:
-	rm -rf $(DEMO_DIR) bench-data .pytest_cache
+	rm -rf $(DEMO_DIR) bench-data .pytest_cache build dist

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from segment_io.layout import segment_file_name
+from segment_io.units import DAY_MS
 
-DAY_MS = 86_400_000
 NOW_MS = 1_700_000_000_000
 RETENTION_MS = 7 * DAY_MS
 SEGMENTS_PER_PARTITION = 20

@@ -53,6 +53,7 @@ ERR_COUNT_SHORT = 5
 ERR_COUNT_EXTRA = 6
 ERR_COUNT_NEGATIVE = 7
 ERR_CONTROL_KEY = 8
+ERR_CONTROL_VERSION = 9
 
 #: Slots of the ``totals`` array :func:`scan_records` fills.
 TOT_RECORDS, TOT_KEY_BYTES, TOT_VALUE_BYTES, TOT_HEADERS, TOT_HKEY_BYTES, TOT_HVALUE_BYTES = range(6)
@@ -90,6 +91,34 @@ def _varint(buf: np.ndarray, pos: int, end: int, max_bytes: int) -> tuple[int, i
             return np.int64(raw >> _ONE) ^ -np.int64(raw & _ONE), pos
         shift += _SEVEN
     return 0, _TOO_LONG
+
+
+#: What :func:`control_key_type` returns for a key that is not a control key (both outside int16, so never a type).
+CONTROL_KEY_SHORT = -(1 << 16)
+CONTROL_KEY_NEGATIVE_VERSION = -(1 << 16) - 1
+
+
+@njit(cache=True, inline="always")
+def _int16(buf, p):  # pragma: no cover - compiled
+    v = (np.int64(buf[p]) << 8) | np.int64(buf[p + 1])
+    return v - 65536 if v >= 32768 else v
+
+
+@njit(cache=True)
+def control_key_type(buf: np.ndarray, p: int, klen: int) -> int:
+    """The type of a control record from its key, the ``klen`` bytes at ``buf[p]``: the one parser of control keys.
+
+    A control key is an int16 version and an int16 type, big-endian, as Kafka's ``ControlRecordType.parseTypeId``
+    reads it: fewer than 4 bytes (or a null key, ``klen`` -1) give :data:`CONTROL_KEY_SHORT`, a negative version
+    :data:`CONTROL_KEY_NEGATIVE_VERSION` (Kafka throws for both); a newer version is read like version 0, and any
+    bytes after the first 4 are ignored, as in Kafka. :func:`segment_io.decode.control_record_type` is the same
+    parser for a key held as Python bytes.
+    """
+    if klen < 4:
+        return CONTROL_KEY_SHORT
+    if _int16(buf, p) < 0:
+        return CONTROL_KEY_NEGATIVE_VERSION
+    return _int16(buf, p + 2)
 
 
 @njit(cache=True, inline="always")
@@ -312,8 +341,8 @@ def hash_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
                  key_hi: np.ndarray, key_lo: np.ndarray, key_null: np.ndarray, value_null: np.ndarray,
                  control_type: np.ndarray, err: np.ndarray) -> bool:
     """Second pass for the first compaction pass: offsets, timestamps, key hashes, null flags and control
-    types, without copying keys or values. False (and ``err``) when a control record's key is too short
-    to hold its version and type."""
+    types, without copying keys or values. False (and ``err``) when a control record's key is not a control
+    key (:func:`control_key_type`)."""
     r = 0
     for b in range(rstart.shape[0]):
         buf = seg if src[b] == 0 else dec
@@ -342,10 +371,12 @@ def hash_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
                 key_lo[r] = 0
                 key_null[r] = True
             if is_control:
-                # control key: int16 version, int16 type, big-endian
-                if klen < 4:
+                ctype = control_key_type(buf, p, klen)
+                if ctype == CONTROL_KEY_SHORT:
                     return _fail(err, ERR_CONTROL_KEY, b, pos, i, klen)
-                control_type[r] = np.int16((np.int32(buf[p + 2]) << 8) | np.int32(buf[p + 3]))
+                if ctype == CONTROL_KEY_NEGATIVE_VERSION:
+                    return _fail(err, ERR_CONTROL_VERSION, b, pos, i, _int16(buf, p))
+                control_type[r] = np.int16(ctype)
             else:
                 control_type[r] = -1
             if klen > 0:

@@ -287,7 +287,27 @@ _KERNEL_ERRORS: dict[int, tuple[type[CorruptRecordError], str]] = {
     K.ERR_COUNT_NEGATIVE: (RecordCountMismatchError, "negative record count {value}"),
     K.ERR_CONTROL_KEY: (InvalidLengthError, "control record key has {value} bytes; it needs 4 "
                                             "(version, type)"),
+    K.ERR_CONTROL_VERSION: (CorruptRecordError, "control record key has version {value}; a negative version "
+                                                "is not a control key (version, type)"),
 }
+
+
+def control_record_type(key: bytes | memoryview | None) -> int:
+    """The type of a control record from its key held as bytes (``CONTROL_ABORT``, ``CONTROL_COMMIT``, ...), read
+    by the same compiled parser as the decoder's (:func:`segment_io._decode_kernels.control_key_type`).
+
+    Raises ``ValueError`` saying why the key is not a control key (fewer than 4 bytes, or a negative version),
+    with the decoder's words; the caller names the file and offset.
+    """
+    buf = np.frombuffer(key, np.uint8) if key is not None else None
+    ctype = K.CONTROL_KEY_SHORT if buf is None else int(K.control_key_type(buf, 0, len(buf)))
+    if ctype == K.CONTROL_KEY_SHORT:
+        code, value = K.ERR_CONTROL_KEY, -1 if buf is None else len(buf)
+    elif ctype == K.CONTROL_KEY_NEGATIVE_VERSION:
+        code, value = K.ERR_CONTROL_VERSION, int.from_bytes(bytes(buf[:2]), "big", signed=True)
+    else:
+        return ctype
+    raise ValueError(_KERNEL_ERRORS[code][1].format(value=value))
 
 
 def _raise_kernel_error(seg: _Segment, inp: _V2Input, err: np.ndarray) -> None:
@@ -941,6 +961,6 @@ def read_key_hashes(path_or_uri: str | Path, *, storage: "Storage | None" = None
 
 
 __all__ = [
-    "decode_segment_bytes", "decode_key_hashes_bytes", "hash_keys", "iter_segment", "iter_segment_bytes",
-    "read_key_hashes", "read_segment", "verify_crcs", "verify_segment_crcs",
+    "control_record_type", "decode_segment_bytes", "decode_key_hashes_bytes", "hash_keys", "iter_segment",
+    "iter_segment_bytes", "read_key_hashes", "read_segment", "verify_crcs", "verify_segment_crcs",
 ]

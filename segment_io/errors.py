@@ -9,7 +9,13 @@ from __future__ import annotations
 
 
 class SegjobsError(Exception):
-    """Root of every error segjobs raises deliberately."""
+    """Root of every error segjobs raises deliberately.
+
+    ``exit_code`` is what the command line exits with when the error ends a command: 1 (the work ran, something
+    failed) unless a subclass says 2 (nothing was done).
+    """
+
+    exit_code: int = 1
 
 
 def located_message(detail: str, *where: str | None) -> str:
@@ -18,36 +24,42 @@ def located_message(detail: str, *where: str | None) -> str:
     return f"{prefix}: {detail}" if prefix else detail
 
 
+class LocatedError(SegjobsError):
+    """An error at a place a user can go and look at: ``detail`` says what is wrong, the other fields where.
+
+    ``path`` names the file or object, ``position`` a byte position in it, ``line`` a line of a text file,
+    ``offset`` the Kafka offset concerned; each is None when unknown. The message is
+    ``"<path>, byte <position>, line <line>, offset <offset>: <detail>"`` with the unknown parts left out.
+    """
+
+    def __init__(self, detail: str, *, path: str | None = None, position: int | None = None,
+                 line: int | None = None, offset: int | None = None) -> None:
+        self.detail = detail
+        self.path = path
+        self.position = position
+        self.line = line
+        self.offset = offset
+        super().__init__(located_message(detail, None if path is None else str(path),
+                                         None if position is None else f"byte {position}",
+                                         None if line is None else f"line {line}",
+                                         None if offset is None else f"offset {offset}"))
+
+
 # --------------------------------------------------------------------------------------------------
 # Segment data
 # --------------------------------------------------------------------------------------------------
 
 
-class CorruptRecordError(SegjobsError):
+class CorruptRecordError(LocatedError):
     """Bytes of a log segment do not form valid Kafka records.
 
     ``path`` names the file, ``position`` the byte position of the batch (or message) that failed,
     ``offset`` the batch base offset when it could be read, ``detail`` what exactly is wrong.
     """
 
-    def __init__(
-        self,
-        detail: str,
-        *,
-        path: str | None = None,
-        position: int | None = None,
-        offset: int | None = None,
-    ) -> None:
-        self.detail = detail
-        self.path = path
-        self.position = position
-        self.offset = offset
-        super().__init__(self._render())
-
-    def _render(self) -> str:
-        return located_message(self.detail, None if self.path is None else str(self.path),
-                               None if self.position is None else f"byte {self.position}",
-                               None if self.offset is None else f"offset {self.offset}")
+    def __init__(self, detail: str, *, path: str | None = None, position: int | None = None,
+                 offset: int | None = None) -> None:
+        super().__init__(detail, path=path, position=position, offset=offset)
 
     def located(self, *, path: str | None = None, offset_shift: int = 0) -> "CorruptRecordError":
         """Return a copy that names ``path`` (decoders that work on bytes do not know the file)."""
@@ -103,15 +115,13 @@ class UnsupportedCodecError(CorruptRecordError):
     """A batch names a compression codec segjobs does not know (attribute bits 0-2 above 4)."""
 
 
-class InvalidRecordsError(SegjobsError):
+class InvalidRecordsError(LocatedError):
     """Rows handed to the encoder cannot be written as Kafka batches: offsets out of order or outside their
     batch, a batch field that differs between rows of one batch, a value the format cannot hold.
     ``offset`` names the first offending record (or batch base offset)."""
 
     def __init__(self, detail: str, *, offset: int | None = None) -> None:
-        self.detail = detail
-        self.offset = offset
-        super().__init__(f"offset {offset}: {detail}" if offset is not None else detail)
+        super().__init__(detail, offset=offset)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -119,27 +129,19 @@ class InvalidRecordsError(SegjobsError):
 # --------------------------------------------------------------------------------------------------
 
 
-class CorruptIndexError(SegjobsError):
+class CorruptIndexError(LocatedError):
     """An ``.index``, ``.timeindex`` or ``.txnindex`` file fails its sanity check."""
 
     def __init__(self, detail: str, *, path: str | None = None, position: int | None = None,
                  offset: int | None = None) -> None:
-        self.detail = detail
-        self.path = path
-        self.position = position
-        self.offset = offset
-        super().__init__(located_message(detail, path, None if position is None else f"byte {position}",
-                                         None if offset is None else f"offset {offset}"))
+        super().__init__(detail, path=path, position=position, offset=offset)
 
 
-class CorruptCheckpointError(SegjobsError):
+class CorruptCheckpointError(LocatedError):
     """A checkpoint file (offset or leader-epoch) is malformed. Names the file and the line."""
 
     def __init__(self, detail: str, *, path: str | None = None, line: int | None = None) -> None:
-        self.detail = detail
-        self.path = path
-        self.line = line
-        super().__init__(located_message(detail, path, None if line is None else f"line {line}"))
+        super().__init__(detail, path=path, line=line)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -147,13 +149,16 @@ class CorruptCheckpointError(SegjobsError):
 # --------------------------------------------------------------------------------------------------
 
 
-class StorageError(SegjobsError):
+class StorageError(LocatedError):
     """An I/O operation on a local path or an object store failed. ``uri`` names the object."""
 
     def __init__(self, detail: str, *, uri: str | None = None) -> None:
-        self.detail = detail
-        self.uri = uri
-        super().__init__(located_message(detail, uri))
+        super().__init__(detail, path=uri)
+
+    @property
+    def uri(self) -> str | None:
+        """The object or file concerned (the located ``path``)."""
+        return self.path
 
 
 class NotFoundError(StorageError):
@@ -187,7 +192,10 @@ class PreconditionFailedError(StorageError):
 
 
 class LockHeldError(SegjobsError):
-    """Another process holds the log dir's lock (a broker's ``.lock``, or another segjobs run's lease)."""
+    """Another process holds the log dir's lock (a broker's ``.lock``, or another segjobs run's lease).
+    Exit code 2: the run did nothing."""
+
+    exit_code = 2
 
 
 # --------------------------------------------------------------------------------------------------
@@ -196,8 +204,14 @@ class LockHeldError(SegjobsError):
 
 
 class ConfigError(SegjobsError):
-    """A topic configuration or command-line setting is invalid; the message names the key."""
+    """A topic configuration or command-line setting is invalid; the message names the key. Exit code 2:
+    nothing was done."""
+
+    exit_code = 2
 
 
 class UsageError(SegjobsError):
-    """The command line asks for something impossible (unknown partition in scope, missing log dir, ...)."""
+    """The command line asks for something impossible (unknown partition in scope, missing log dir, ...).
+    Exit code 2: nothing was done."""
+
+    exit_code = 2

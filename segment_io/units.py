@@ -23,13 +23,14 @@ import re
 from fractions import Fraction
 from typing import Any, Mapping
 
-_DAY_MS = 86_400_000
+#: One day in milliseconds (the ``d`` unit).
+DAY_MS = 86_400_000
 
 SIZE_UNITS: Mapping[str, int] = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 #: decimal-looking size units: refused (see the module docstring)
 AMBIGUOUS_SIZE_UNITS: frozenset[str] = frozenset({"k", "kb", "m", "mb", "g", "gb", "t", "tb"})
-DURATION_UNITS: Mapping[str, int] = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": _DAY_MS,
-                                     "w": 7 * _DAY_MS}
+DURATION_UNITS: Mapping[str, int] = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": DAY_MS,
+                                     "w": 7 * DAY_MS}
 
 SIZE_EXAMPLES = "512MiB, 1GiB, 4096"
 DURATION_EXAMPLES = "7d, 36h, 500ms"
@@ -53,7 +54,7 @@ def format_duration(ms: int) -> str:
         return "-" + format_duration(-ms)
     parts = []
     rest = ms
-    for name, size in (("d", _DAY_MS), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+    for name, size in (("d", DAY_MS), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
         if rest >= size:
             parts.append(f"{rest // size}{name}")
             rest %= size
@@ -93,5 +94,5 @@ def _parse(raw: Any, kind: str, units: Mapping[str, int], examples: str, *, case
     return int(value)
 
 
-__all__ = ["parse_size", "parse_duration", "format_duration", "SIZE_UNITS", "DURATION_UNITS",
+__all__ = ["DAY_MS", "parse_size", "parse_duration", "format_duration", "SIZE_UNITS", "DURATION_UNITS",
            "AMBIGUOUS_SIZE_UNITS", "SIZE_EXAMPLES", "DURATION_EXAMPLES"]

@@ -11,10 +11,7 @@ import importlib
 import sys
 from typing import Sequence
 
-from segment_io.errors import ConfigError, LockHeldError, SegjobsError, UsageError
-
-#: Errors that mean "nothing was done": exit code 2. Any other SegjobsError reaching main is exit code 1.
-NOTHING_DONE_ERRORS = (ConfigError, UsageError, LockHeldError)
+from segment_io.errors import SegjobsError
 
 #: command -> (module, one-line help). Order is the order of ``segjobs --help``.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -24,6 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("jobs.commands.inspect", "report per partition: dirty ratio, keys, tombstones, what compaction/retention would reclaim"),
     "dump": ("jobs.commands.dump", "print batches and records of segment files, like kafka-dump-log; --verify checks them"),
     "generate": ("jobs.commands.generate", "write a synthetic broker-style log dir (demo, tests, benchmarks)"),
+    "config": ("jobs.commands.config", "`config import`: write the --config TOML from kafka-configs.sh / kafka-topics.sh --describe output"),
+    "history": ("jobs.commands.history", "the last runs and the bytes they reclaimed per topic, from a --ledger Delta table"),
 }
 
 EPILOG = """exit codes:
@@ -62,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args._run(args) or 0)
     except SegjobsError as exc:
         print(f"segjobs {args.command}: error: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, NOTHING_DONE_ERRORS) else 1
+        # each error class says what it means: 2 "nothing was done" (ConfigError, UsageError, LockHeldError), else 1
+        return exc.exit_code
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:

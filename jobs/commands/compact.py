@@ -48,6 +48,7 @@ from jobs.engine.compaction import (
 )
 from jobs.engine.frame import run_job
 from jobs.engine.planfile import add_plan_options, load_for_apply
+from jobs.rules.map_capacity import LOAD_FACTOR, max_keys_for_buffer
 from segment_io.errors import UsageError
 
 
@@ -61,17 +62,17 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "Kafka); external-sort: for key counts beyond memory (not available yet); "
                         "auto (default): memory")
     p.add_argument("--dedupe-buffer-bytes", type=size_arg, default=DEFAULT_DEDUPE_BUFFER_BYTES, metavar="SIZE",
-                   help="offset-map memory per task, e.g. 512MiB; 24 bytes per key (default: 128MiB, about 4.2 M keys; "
-                        "Kafka's log.cleaner.dedupe.buffer.size). A partition with more dirty keys is cleaned "
-                        "partially and the report says so; the next run continues")
+                   help=f"offset-map memory per task, e.g. 512MiB; 24 bytes a slot, full at {LOAD_FACTOR:g} of the "
+                        f"slots, so about {max_keys_for_buffer(1 << 20):,} keys per MiB (default: 128MiB, "
+                        f"{max_keys_for_buffer(DEFAULT_DEDUPE_BUFFER_BYTES):,} keys; Kafka's "
+                        "log.cleaner.dedupe.buffer.size and log.cleaner.io.buffer.load.factor). A partition with more "
+                        "dirty keys is cleaned partially and the report says so; the next run continues")
 
 
 def run(args: argparse.Namespace) -> int:
     # checked here, not in the work function, so that a usage error costs no Spark start and no scan
     if args.strategy == "external-sort":
         raise UsageError("--strategy external-sort is not available yet; use memory (or auto)")
-    from jobs.rules.offset_map import max_keys_for_buffer
-
     max_keys_for_buffer(args.dedupe_buffer_bytes)  # raises ConfigError when not even one key fits
     args.apply_plan = load_for_apply(args, "compact", PLAN_OPTIONS)
     return run_job("compact", args, _work, scan_depth="transactions")

@@ -7,7 +7,8 @@ night runs ``segjobs compact`` then ``segjobs retain`` at a fixed ``--now`` (nig
 record; night 2: a day later), so the output is the same on every machine; then every partition is
 verified with ``segjobs dump --verify``. Between them the two nights show every outcome the summary reports:
 partitions compacted, skipped and why, a partial clean continued the next night (the demo gives the offset
-map 360 KB, where the default is 128 MiB, so that the changelog's 12,000 keys per partition take two passes),
+map 300 KB, room for 11,250 keys, where the default is 128 MiB, so that the changelog's 12,000 keys per
+partition take two passes),
 segments deleted by retention and pending purge, and their purge a night later. (clicks' first retention run
 deletes 70% of the topic, more than the default delete-fraction limit: conf/demo-topics.toml allows it.)
 """
@@ -20,16 +21,18 @@ import sys
 from pathlib import Path
 
 from jobs.commands.cli import main as segjobs
+from jobs.rules.map_capacity import buffer_bytes_for_keys
 from segment_io.generate import GenerateSpec, generate_log_dir
+from segment_io.units import DAY_MS
 
 START_MS = 1_700_000_000_000  # 2023-11-14T22:13:20Z
-SPAN_MS = 7 * 86_400_000
-DAY_MS = 86_400_000
+SPAN_MS = 7 * DAY_MS
 NOW_MS = START_MS + SPAN_MS + DAY_MS
-#: The offset map of the demo's runs: 15,000 slots of 24 bytes, 11,250 keys at the 0.75 load factor
-#: (jobs.rules.offset_map.LOAD_FACTOR): the changelog's 12,000 keys per partition do not fit in one pass, while what is
-#: left of orders after retention does.
-DEMO_DEDUPE_BUFFER_BYTES = 360_000
+#: Keys the demo's offset map holds: the changelog's 12,000 keys per partition do not fit in one pass, while what
+#: is left of orders after retention does. The demo's output depends on this number only, not on the load factor.
+DEMO_MAP_KEYS = 11_250
+#: The offset map of the demo's runs: 300,000 bytes, 12,500 slots of 24 bytes at Kafka's 0.9 load factor.
+DEMO_DEDUPE_BUFFER_BYTES = buffer_bytes_for_keys(DEMO_MAP_KEYS)
 
 
 def build(out: Path) -> None:

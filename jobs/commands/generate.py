@@ -22,6 +22,7 @@ from jobs.commands.args import duration_arg, size_arg
 from jobs.rules.timeutil import parse_instant
 from segment_io.compression import CODEC_BY_NAME, codec_from_name
 from segment_io.errors import UsageError
+from segment_io.units import DAY_MS
 
 
 def _share(text: str) -> float:
@@ -49,7 +50,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transactional", type=_share, default=0.0, help="share of batches in transactions (default: 0)")
     p.add_argument("--aborted", type=_share, default=0.0, help="share of transactions that abort (default: 0)")
     p.add_argument("--start", default="2023-11-14T22:13:20Z", help="timestamp of the first record (ms or ISO-8601)")
-    p.add_argument("--span", type=duration_arg, default=7 * 86_400_000, metavar="DURATION",
+    p.add_argument("--span", type=duration_arg, default=7 * DAY_MS, metavar="DURATION",
                    help="timestamps spread over this long, e.g. 36h or 30d (default: 7d)")
     p.add_argument("--value-style", choices=("random", "text"), default="random",
                    help="random bytes (incompressible; default) or JSON-like text that compresses like real events")

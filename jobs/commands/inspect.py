@@ -37,6 +37,7 @@ from jobs.commands.args import add_log_dir_options
 from jobs.commands.retain import add_max_delete_fraction_option
 from jobs.engine.frame import run_job
 from jobs.engine.inspection import FORMATS, _work
+from jobs.rules.kafka_defaults import default_of
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -45,7 +46,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_log_dir_options(p, destructive=False, formats=FORMATS)
     add_max_delete_fraction_option(p, help="predict with this delete-fraction limit, as compact and retain "
                                            "--max-delete-fraction would apply it (default: each topic's "
-                                           "segjobs.max.delete.fraction, 0.5 unless set)")
+                                           f"segjobs.max.delete.fraction, "
+                                           f"{default_of('segjobs.max.delete.fraction')} unless set)")
     # The shared help says naming a partition forces its compaction; inspect only narrows what it shows.
     # argparse has no public way to reword an added option, hence the walk over its actions.
     for action in p._actions:

@@ -46,6 +46,7 @@ from jobs.engine.frame import run_job
 from jobs.engine.planfile import add_plan_options, load_for_apply
 from jobs.engine.retention import PLAN_OPTIONS, _work
 from jobs.logdir.commit import Fault
+from jobs.rules.kafka_defaults import default_of
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -72,7 +73,8 @@ def add_max_delete_fraction_option(p: argparse.ArgumentParser, *, help: str | No
                    help=help or "leave a topic untouched (and exit 1) when retention.ms/retention.bytes would "
                                 "delete more than this share of its bytes, so a wrong --config or --now cannot "
                                 "empty it; 1 disables the limit (default: the topic's segjobs.max.delete.fraction, "
-                                "0.5 unless set). Deletes below the log start offset do not count")
+                                f"{default_of('segjobs.max.delete.fraction')} unless set). Deletes below the log "
+                                "start offset do not count")
 
 
 def run(args: argparse.Namespace, *, fault: Fault | None = None) -> int:

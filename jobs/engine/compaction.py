@@ -35,11 +35,13 @@ from jobs.rules.plan_compact import (
     plan_compaction,
     updated_cleaner_checkpoints,
 )
+from jobs.rules.kafka_defaults import DEDUPE_BUFFER_BYTES
 from segment_io.errors import SegjobsError
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, PartitionListing
 from segment_io.storage.base import Storage
 
-DEFAULT_DEDUPE_BUFFER_BYTES = 128 * 1024 * 1024
+#: Kafka's log.cleaner.dedupe.buffer.size (128 MiB), the offset-map memory of one task.
+DEFAULT_DEDUPE_BUFFER_BYTES = DEDUPE_BUFFER_BYTES
 #: Extra cleaning passes over a group's output within one run (markers settle after at most two).
 MAX_CONVERGENCE_PASSES = 3
 STRATEGIES = ("auto", "memory", "external-sort")

@@ -38,6 +38,7 @@ from jobs.rules.timeutil import format_instant
 from segment_io.errors import SegjobsError, UsageError
 from segment_io.layout import PartitionListing
 from segment_io.storage.base import Storage
+from segment_io.units import DAY_MS
 
 FORMATS = ("table", "json", "csv")
 
@@ -524,17 +525,13 @@ class DemoLogDir:
     now_ms: int
 
 
-#: One day, in ms.
-_DAY_MS = 86_400_000
-
-
 def write_demo_log_dir(out_dir: str | os.PathLike, *, records: int = 2_000) -> DemoLogDir:
     """Write a small log dir into ``out_dir/logs``: a compacted changelog with tombstones and aborted
     transactions, a compact,delete topic, and a delete topic whose oldest segments are past retention at the
     returned ``now`` (a day after the last record). A few hundred KB with the default ``records``."""
     from segment_io.generate import GenerateSpec, generate_log_dir
 
-    start, span = 1_700_000_000_000, 7 * _DAY_MS
+    start, span = 1_700_000_000_000, 7 * DAY_MS
     log_dir = Path(out_dir) / "logs"
     common = dict(records=records, start_ms=start, span_ms=span, segment_bytes=64 << 10, value_bytes=100)
     for spec in (
@@ -547,7 +544,7 @@ def write_demo_log_dir(out_dir: str | os.PathLike, *, records: int = 2_000) -> D
         generate_log_dir(spec, log_dir)
     overrides = ("users-changelog:cleanup.policy=compact", "orders:cleanup.policy=compact,delete",
                  "orders:retention.ms=7d", "clicks:retention.ms=4d")
-    return DemoLogDir(str(log_dir), overrides, start + span + _DAY_MS)
+    return DemoLogDir(str(log_dir), overrides, start + span + DAY_MS)
 
 
 __all__ = ["COLUMNS", "COLUMN_NAMES", "DemoLogDir", "FORMATS", "InspectTask", "PartitionStats",

@@ -1,5 +1,6 @@
 """Plots of an inspect report, for notebooks: each function takes the rows of
-:func:`jobs.engine.inspection.dirty_ratios` (a Spark or pandas DataFrame) and returns a matplotlib Figure.
+:func:`jobs.engine.inspection.dirty_ratios` (a Spark or pandas DataFrame) and returns a matplotlib Figure; and one
+plot of the run ledger (:func:`reclaimed_per_run_chart`, from :func:`jobs.engine.ledger.read_history`).
 
 Figures are built without pyplot, so nothing accumulates in a global figure list and any backend works
 (Agg in tests); Jupyter displays a returned Figure inline. Unreadable partitions (``error`` set) are left out.
@@ -24,9 +25,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from jobs.engine.report import human_bytes
+from segment_io.units import DAY_MS
 
-#: One day, in ms.
-_DAY_MS = 86_400_000
 #: Bars (or rows) a chart shows at most, "others" included.
 TOP = 30
 #: Points the key-cardinality chart labels at most.
@@ -320,12 +320,12 @@ def segment_ages_chart(rows: Any, *, by: str = "partition", top: int = TOP) -> F
     units["oldest"] = [max(a) if len(a) else 0 for a in units["segment_age_ms"]]
     lines, note = _top(units, df, by, "oldest", top, "oldest segment")
     fig, ax = _bar_figure(len(lines))
-    all_ages = np.asarray([a for ages in lines["segment_age_ms"] for a in ages], dtype=float) / _DAY_MS
+    all_ages = np.asarray([a for ages in lines["segment_age_ms"] for a in ages], dtype=float) / DAY_MS
     log = _spans_decades(all_ages) and bool((all_ages > 0).all())
     biggest = max([max(b) for b in lines["segment_bytes"] if len(b)] or [1])
     alpha = 0.8 if len(all_ages) < 2_000 else 0.4
     for y, (_, r) in enumerate(lines.iterrows()):
-        ages = np.asarray(r["segment_age_ms"], dtype=float) / _DAY_MS
+        ages = np.asarray(r["segment_age_ms"], dtype=float) / DAY_MS
         sizes = np.asarray(r["segment_bytes"], dtype=float)
         deleted = np.asarray(r["segment_deleted"], dtype=bool)
         if len(ages) > MAX_DOTS:
@@ -353,5 +353,54 @@ def _even_sample(ages: np.ndarray, n: int) -> np.ndarray:
     return order[np.unique(np.linspace(0, len(order) - 1, n).round().astype(int))]
 
 
-__all__ = ["LABELS", "TOP", "as_pandas", "dirty_ratio_chart", "key_cardinality_chart", "reclaimable_chart",
-           "segment_ages_chart"]
+# --------------------------------------------------------------------------------------------------
+# The run ledger
+# --------------------------------------------------------------------------------------------------
+
+#: Topics the per-run chart colours at most, "others" included.
+LEDGER_TOPICS = 8
+
+
+def reclaimed_per_run_chart(history: Any, *, topics: int = LEDGER_TOPICS) -> Figure:
+    """Bytes reclaimed per run of a ledger (a :class:`jobs.engine.ledger.History`, or its ``run_topic_frame()``), one
+    bar per run, oldest left, stacked by topic: the ``topics - 1`` topics that got the most back, plus one grey
+    "others" part adding up the rest. Dry runs are hatched: what they would have reclaimed."""
+    df = history.run_topic_frame() if hasattr(history, "run_topic_frame") else pd.DataFrame(history)
+    runs = df.drop_duplicates("run_id")[["run_id", "label", "dry_run"]].reset_index(drop=True)
+    fig = Figure(figsize=(10, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    if runs.empty:
+        ax.text(0.5, 0.5, "no runs in the ledger", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
+    table = df.pivot_table(index="run_id", columns="topic", values="bytes_removed", aggfunc="sum", fill_value=0)
+    table = table.reindex(runs["run_id"]).fillna(0)
+    ranked = table.sum().sort_values(ascending=False, kind="stable").index.tolist()
+    note = ""
+    if len(ranked) > topics:
+        kept, rest = ranked[: topics - 1], ranked[topics - 1:]
+        table = table[kept].assign(**{f"others: {len(rest):,} topics": table[rest].sum(axis=1)})
+        note = f"top {topics - 1} of {len(ranked):,} topics by bytes reclaimed"
+    else:
+        table = table[ranked]
+    x = np.arange(len(runs))
+    bottom = np.zeros(len(runs))
+    hatches = ["//" if d else "" for d in runs["dry_run"]]
+    for i, topic in enumerate(table.columns):
+        values = table[topic].to_numpy(dtype=float)
+        color = _OTHERS if str(topic).startswith("others: ") else f"C{i % 10}"
+        bars = ax.bar(x, values, bottom=bottom, color=color, label=str(topic), edgecolor="white", linewidth=0.5)
+        for bar, hatch in zip(bars, hatches):
+            bar.set_hatch(hatch)
+        bottom += values
+    ax.set_xticks(x, runs["label"], rotation=45, ha="right", fontsize=7 if len(runs) > 15 else 9)
+    ax.yaxis.set_major_formatter(_BYTES_AXIS)
+    ax.set_ylabel("bytes reclaimed")
+    dry = " (hatched: dry runs, what they would reclaim)" if runs["dry_run"].any() else ""
+    _title(ax, f"Bytes reclaimed per run, oldest left{dry}", note)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    return fig
+
+
+__all__ = ["LABELS", "LEDGER_TOPICS", "TOP", "as_pandas", "dirty_ratio_chart", "key_cardinality_chart",
+           "reclaimable_chart", "reclaimed_per_run_chart", "segment_ages_chart"]

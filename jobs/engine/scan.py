@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from jobs.rules.kafka_defaults import PRODUCER_ID_EXPIRATION_MS
 from jobs.rules.model import PartitionState, SegmentInfo
 from segment_io import index as index_io
 from segment_io.checkpoint import EpochEntry, read_leader_epoch_checkpoint
@@ -203,7 +204,7 @@ def _check_log_start(listing: PartitionListing, log_start: int | None, log_end: 
 
 def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = "transactions",
                    log_start_checkpoint: int | None = None, cleaner_checkpoint: int | None = None,
-                   now_ms: int = 0, producer_id_expiration_ms: int = 86_400_000) -> PartitionScan:
+                   now_ms: int = 0, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> PartitionScan:
     """Read what the planners need from one partition (see the module docstring for ``depth``)."""
     if depth not in ("headers", "transactions"):
         raise ValueError(f"unknown scan depth {depth!r}")

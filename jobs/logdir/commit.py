@@ -95,12 +95,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from segment_io.errors import (
-    NotFoundError,
-    PreconditionFailedError,
-    SegjobsError,
-    located_message,
-)
+from segment_io.errors import LocatedError, NotFoundError, PreconditionFailedError
 from segment_io.layout import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -128,16 +123,18 @@ _FORMAT_VERSION = 1
 Fault = Callable[[str], None]
 
 
-class CommitError(SegjobsError):
+class CommitError(LocatedError):
     """A replace or delete cannot be done as asked: the request is inconsistent with the partition's live
     segments, a staged file is missing, or an unfinished operation must be recovered first. ``uri`` names
     the partition (or file) and ``offset`` the base offset concerned, when there is one."""
 
     def __init__(self, detail: str, *, uri: str | None = None, offset: int | None = None) -> None:
-        self.detail = detail
-        self.uri = uri
-        self.offset = offset
-        super().__init__(located_message(detail, uri, None if offset is None else f"offset {offset}"))
+        super().__init__(detail, path=uri, offset=offset)
+
+    @property
+    def uri(self) -> str | None:
+        """The partition or file concerned (the located ``path``)."""
+        return self.path
 
 
 class RecoveryError(CommitError):

@@ -18,10 +18,9 @@ Every decision is an array operation over rows or batches; no Python code runs p
 
 Public API::
 
-    CleanParams(now_ms, upper_bound_offset, delete_retention_ms=86_400_000, legacy_delete_horizon_ms=0)
+    CleanParams(now_ms, upper_bound_offset, delete_retention_ms=DELETE_RETENTION_MS, legacy_delete_horizon_ms=0)
     clean_records(records, *, offset_map, txn_state, params, empty_batches=None, key_hashes=None,
                   segment_last_modified_ms=None) -> CleanResult
-    clean_log(records, *, now_ms, first_dirty_offset, first_uncleanable_offset, max_keys, ...) -> LogClean
     key_hash_table(records, key_hashes=None) -> pa.Table (KEY_HASH_SCHEMA)
     legacy_delete_horizon(last_clean_segment_mtime_ms, delete_retention_ms) -> int
     CleanResult: .records (RECORD_SCHEMA), .empty_batches (BATCH_SCHEMA), .changed, .rebuilt_batches, .stats
@@ -36,13 +35,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.rules.offset_map import OffsetMapResult, build_offset_map
-from jobs.rules.transactions import (
-    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-    TxnState,
-    derive_txn_state,
-    summarize_batches,
-)
+from jobs.rules.kafka_defaults import DELETE_RETENTION_MS
+from jobs.rules.offset_map import OffsetMapResult
+from jobs.rules.transactions import TxnState
 from segment_io.errors import CorruptRecordError, SegjobsError
 from segment_io.format import (
     CONTROL_ABORT,
@@ -56,9 +51,6 @@ from segment_io.schema import (
     KEY_HASH_SCHEMA,
     RECORD_SCHEMA,
 )
-
-#: Kafka's default ``delete.retention.ms`` (1 day).
-DEFAULT_DELETE_RETENTION_MS = 86_400_000
 
 class CleanerInputError(SegjobsError):
     """The tables handed to the cleaner break its contract (unsorted offsets, misaligned hashes)."""
@@ -76,7 +68,7 @@ class CleanParams:
 
     now_ms: int
     upper_bound_offset: int
-    delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
+    delete_retention_ms: int = DELETE_RETENTION_MS
     legacy_delete_horizon_ms: int = 0
 
 
@@ -266,20 +258,24 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
 def _control_types(records: pa.Table, starts: np.ndarray, b: dict[str, np.ndarray]) -> np.ndarray:
     """Control type of each record-holding batch's first record (-1 for data batches).
 
-    One Python step per control batch (markers are one record each), never per data record. A key that is
-    not a control key makes Kafka's ControlRecordType.parseTypeId throw; so does this.
+    One Python step per control batch (markers are one record each), never per data record, with the decoder's
+    parser (:func:`segment_io.decode.control_record_type`). A key that is not a control key makes Kafka's
+    ControlRecordType.parseTypeId throw; so does this.
     """
+    from segment_io.decode import control_record_type
+
     ctype = np.full(len(starts), -1, np.int16)
     ctl = np.flatnonzero(b["control"])
     if len(ctl) == 0:
         return ctype
     keys = records.column("key").take(pa.array(starts[ctl])).to_pylist()
     for j, key in zip(ctl, keys):
-        if key is None or len(key) < 4 or int.from_bytes(key[0:2], "big", signed=True) < 0:
-            raise CorruptRecordError(f"control record key {key!r} is not a control key (version int16, type "
-                                     f"int16); source segment {int(b['segment_base_offset'][j])}",
-                                     position=int(b["batch_position"][j]), offset=int(b["batch_base_offset"][j]))
-        ctype[j] = int.from_bytes(key[2:4], "big", signed=True)
+        try:
+            ctype[j] = control_record_type(key)
+        except ValueError as exc:
+            raise CorruptRecordError(f"{exc}: key {key!r}; source segment {int(b['segment_base_offset'][j])}",
+                                     position=int(b["batch_position"][j]),
+                                     offset=int(b["batch_base_offset"][j])) from None
     return ctype
 
 
@@ -414,58 +410,7 @@ def key_hash_table(records: pa.Table, key_hashes: tuple[np.ndarray, np.ndarray] 
                     schema=KEY_HASH_SCHEMA)
 
 
-@dataclass(frozen=True)
-class LogClean:
-    """One cleaning round over a whole partition: the new log and the pass's map and transaction state.
-
-    ``result.records``/``result.empty_batches`` hold the whole partition after the round (the uncleaned tail
-    included, untouched); ``offset_map.end_offset`` is the next first dirty offset.
-    """
-
-    result: CleanResult
-    offset_map: OffsetMapResult
-    txn_state: TxnState
-
-
-def clean_log(records: pa.Table, *, now_ms: int, first_dirty_offset: int, first_uncleanable_offset: int,
-              max_keys: int, delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS,
-              producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-              empty_batches: pa.Table | None = None,
-              key_hashes: tuple[np.ndarray, np.ndarray] | None = None,
-              legacy_delete_horizon_ms: int = 0,
-              segment_last_modified_ms: Mapping[int, int] | None = None) -> LogClean:
-    """Kafka's ``Cleaner.doClean`` over a partition held in memory as one table (all segments, sorted).
-
-    Maps ``[first_dirty_offset, first_uncleanable_offset)``, then cleans every source segment whose base
-    offset lies below the map's end offset (Kafka's ``logSegments(0, endOffset)``) as one group; later
-    segments are returned untouched. Meant for tests, notebooks and small partitions; the Spark job runs the
-    same three steps itself, segment group by segment group.
-    """
-    empties = empty_batches if empty_batches is not None else BATCH_SCHEMA.empty_table()
-    hashes = _hashes(records, key_hashes)
-    kh = key_hash_table(records, hashes)
-    txn_state = derive_txn_state(summarize_batches([kh], empty_batches=empties), now_ms=now_ms,
-                                 producer_id_expiration_ms=producer_id_expiration_ms)
-    omap = build_offset_map([kh], start_offset=first_dirty_offset, end_offset=first_uncleanable_offset,
-                            aborted=txn_state.aborted, max_keys=max_keys)
-    seg = records.column("segment_base_offset").to_numpy()
-    in_round = seg < omap.end_offset
-    e_in_round = empties.column("segment_base_offset").to_numpy() < omap.end_offset
-    params = CleanParams(now_ms=now_ms, upper_bound_offset=first_uncleanable_offset,
-                         delete_retention_ms=delete_retention_ms, legacy_delete_horizon_ms=legacy_delete_horizon_ms)
-    mask = pa.array(in_round)
-    cleaned = clean_records(records.filter(mask), offset_map=omap, txn_state=txn_state, params=params,
-                            empty_batches=empties.filter(pa.array(e_in_round)),
-                            key_hashes=(hashes[0][in_round], hashes[1][in_round]),
-                            segment_last_modified_ms=segment_last_modified_ms)
-    out_records = pa.concat_tables([cleaned.records, records.filter(pa.array(~in_round))])
-    out_empty = pa.concat_tables([cleaned.empty_batches, empties.filter(pa.array(~e_in_round))])
-    result = CleanResult(records=out_records, empty_batches=out_empty.sort_by("batch_base_offset"),
-                         changed=cleaned.changed, rebuilt_batches=cleaned.rebuilt_batches, stats=cleaned.stats)
-    return LogClean(result, omap, txn_state)
-
-
 __all__ = [
-    "CleanParams", "CleanResult", "CleanStats", "CleanerInputError", "DEFAULT_DELETE_RETENTION_MS", "LogClean",
-    "clean_log", "clean_records", "key_hash_table", "legacy_delete_horizon",
+    "CleanParams", "CleanResult", "CleanStats", "CleanerInputError", "clean_records", "key_hash_table",
+    "legacy_delete_horizon",
 ]

@@ -36,8 +36,8 @@ parser of both is :mod:`segment_io.units`, shared with the command-line options.
 [0, 1]. ``cleanup.policy`` is ``"delete"``, ``"compact"``, ``"compact,delete"`` (any order, any
 spacing, any case) or a TOML list of those words.
 
-Ranges follow Kafka's ``LogConfig`` definitions; ``min.compaction.lag.ms`` must not exceed
-``max.compaction.lag.ms`` (Kafka's ``LogConfig.validateValues``). Every table is validated when the
+Defaults and ranges are Kafka's (``LogConfig``), from the one table :mod:`jobs.rules.kafka_defaults`;
+``min.compaction.lag.ms`` must not exceed ``max.compaction.lag.ms`` (Kafka's ``LogConfig.validateValues``). Every table is validated when the
 file is loaded, each ``[topics]`` table also merged over ``[defaults]``; the full merge for a topic is
 validated again in :meth:`ConfigSet.for_topic`.
 """
@@ -54,51 +54,43 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from jobs.rules.kafka_defaults import KAFKA_DEFAULTS, default_of
 from segment_io.errors import ConfigError
-from segment_io.format import LEGACY_MIN_SIZE, LOG_OVERHEAD
 from segment_io.units import parse_duration, parse_size
-
-INT_MAX = 2**31 - 1
-LONG_MAX = 2**63 - 1
-LONG_MIN = -(2**63)
 
 POLICY_COMPACT = "compact"
 POLICY_DELETE = "delete"
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
-
-#: Kafka's floor for segment.bytes: one v0 record's overhead (LegacyRecord.RECORD_OVERHEAD_V0).
-MIN_SEGMENT_BYTES = LEGACY_MIN_SIZE[0]
-
-_DAY_MS = 24 * 60 * 60 * 1000
 
 
 @dataclass(frozen=True)
 class TopicConfig:
     """The settings of one topic that compaction and retention read (Kafka's defaults as field defaults).
 
-    Attribute names are the Kafka names in snake_case. Build one with :meth:`ConfigSet.for_topic`, or in
+    Attribute names are the Kafka names in snake_case; the defaults are those of
+    :data:`jobs.rules.kafka_defaults.KAFKA_DEFAULTS`. Build one with :meth:`ConfigSet.for_topic`, or in
     code with ``TopicConfig.from_settings({"cleanup.policy": "compact"})`` or ``dataclasses.replace``.
     """
 
-    cleanup_policy: frozenset[str] = frozenset({POLICY_DELETE})
-    delete_retention_ms: int = _DAY_MS
-    min_compaction_lag_ms: int = 0
-    max_compaction_lag_ms: int = LONG_MAX
-    min_cleanable_dirty_ratio: float = 0.5
-    segment_bytes: int = 1024 * 1024 * 1024
-    segment_index_bytes: int = 10 * 1024 * 1024
-    index_interval_bytes: int = 4096
-    retention_ms: int = 7 * _DAY_MS
-    retention_bytes: int = -1
-    file_delete_delay_ms: int = 60_000
+    cleanup_policy: frozenset[str] = frozenset(str(default_of("cleanup.policy")).split(","))
+    delete_retention_ms: int = int(default_of("delete.retention.ms"))
+    min_compaction_lag_ms: int = int(default_of("min.compaction.lag.ms"))
+    max_compaction_lag_ms: int = int(default_of("max.compaction.lag.ms"))
+    min_cleanable_dirty_ratio: float = float(default_of("min.cleanable.dirty.ratio"))
+    segment_bytes: int = int(default_of("segment.bytes"))
+    segment_index_bytes: int = int(default_of("segment.index.bytes"))
+    index_interval_bytes: int = int(default_of("index.interval.bytes"))
+    retention_ms: int = int(default_of("retention.ms"))
+    retention_bytes: int = int(default_of("retention.bytes"))
+    file_delete_delay_ms: int = int(default_of("file.delete.delay.ms"))
     #: A broker config (transaction coordinator), accepted here per topic for the offline
     #: "is this producer still active" rule.
-    producer_id_expiration_ms: int = _DAY_MS
-    max_message_bytes: int = 1024 * 1024 + LOG_OVERHEAD
-    message_timestamp_type: str = "CreateTime"
+    producer_id_expiration_ms: int = int(default_of("producer.id.expiration.ms"))
+    max_message_bytes: int = int(default_of("max.message.bytes"))
+    message_timestamp_type: str = str(default_of("message.timestamp.type"))
     #: segjobs' own safety limit (``segjobs.max.delete.fraction``): retention leaves a topic untouched when
     #: its time and size rules would delete more than this share of the topic's bytes (1.0: no limit).
-    max_delete_fraction: float = 0.5
+    max_delete_fraction: float = float(default_of("segjobs.max.delete.fraction"))
     #: Other Kafka topic configs found in the file: accepted so a config exported from Kafka loads,
     #: reported, but without effect offline (``(name, value)`` pairs, sorted).
     inert_settings: tuple[tuple[str, str], ...] = ()
@@ -157,12 +149,17 @@ class TopicConfig:
 
 @dataclass(frozen=True)
 class _Spec:
-    """How one Kafka key is typed and bounded (the bounds of Kafka's ConfigDef for it)."""
+    """How one Kafka key is read and bounded (the bounds of Kafka's ConfigDef for it, from KAFKA_DEFAULTS)."""
 
     attr: str
     parse: Callable[[Any], Any]
     lo: float | None = None
     hi: float | None = None
+
+    @staticmethod
+    def of(key: str, attr: str, parse: Callable[[Any], Any]) -> "_Spec":
+        known = KAFKA_DEFAULTS[key]
+        return _Spec(attr, parse, known.lo, known.hi)
 
     def check(self, value: Any) -> str | None:
         if self.lo is not None and value < self.lo:
@@ -214,27 +211,27 @@ def _timestamp_type(raw: Any) -> str:
     return raw
 
 
-#: Every key that has an effect, with Kafka's type bounds (INT keys are 32-bit in Kafka).
-_SPECS: dict[str, _Spec] = {
-    "cleanup.policy": _Spec("cleanup_policy", _policy),
-    "delete.retention.ms": _Spec("delete_retention_ms", _duration, 0, LONG_MAX),
-    "min.compaction.lag.ms": _Spec("min_compaction_lag_ms", _duration, 0, LONG_MAX),
-    "max.compaction.lag.ms": _Spec("max_compaction_lag_ms", _duration, 1, LONG_MAX),
-    "min.cleanable.dirty.ratio": _Spec("min_cleanable_dirty_ratio", _ratio, 0.0, 1.0),
-    "segment.bytes": _Spec("segment_bytes", _size, MIN_SEGMENT_BYTES, INT_MAX),
-    "segment.index.bytes": _Spec("segment_index_bytes", _size, 4, INT_MAX),
-    "index.interval.bytes": _Spec("index_interval_bytes", _size, 0, INT_MAX),
-    # -1 means unlimited; Kafka allows nothing lower for retention.ms ...
-    "retention.ms": _Spec("retention_ms", _duration, -1, LONG_MAX),
-    # ... but any negative retention.bytes (LogConfig: "can be negative")
-    "retention.bytes": _Spec("retention_bytes", _size, LONG_MIN, LONG_MAX),
-    "file.delete.delay.ms": _Spec("file_delete_delay_ms", _duration, 0, LONG_MAX),
-    "producer.id.expiration.ms": _Spec("producer_id_expiration_ms", _duration, 1, INT_MAX),
-    "max.message.bytes": _Spec("max_message_bytes", _size, 0, INT_MAX),
-    "message.timestamp.type": _Spec("message_timestamp_type", _timestamp_type),
+#: Every key that has an effect: the TopicConfig attribute and the parser of each; the bounds are Kafka's
+#: (KAFKA_DEFAULTS: INT keys are 32-bit in Kafka; -1 means unlimited for retention.ms, any negative value for
+#: retention.bytes).
+_SPECS: dict[str, _Spec] = {key: _Spec.of(key, attr, parse) for key, attr, parse in (
+    ("cleanup.policy", "cleanup_policy", _policy),
+    ("delete.retention.ms", "delete_retention_ms", _duration),
+    ("min.compaction.lag.ms", "min_compaction_lag_ms", _duration),
+    ("max.compaction.lag.ms", "max_compaction_lag_ms", _duration),
+    ("min.cleanable.dirty.ratio", "min_cleanable_dirty_ratio", _ratio),
+    ("segment.bytes", "segment_bytes", _size),
+    ("segment.index.bytes", "segment_index_bytes", _size),
+    ("index.interval.bytes", "index_interval_bytes", _size),
+    ("retention.ms", "retention_ms", _duration),
+    ("retention.bytes", "retention_bytes", _size),
+    ("file.delete.delay.ms", "file_delete_delay_ms", _duration),
+    ("producer.id.expiration.ms", "producer_id_expiration_ms", _duration),
+    ("max.message.bytes", "max_message_bytes", _size),
+    ("message.timestamp.type", "message_timestamp_type", _timestamp_type),
     # segjobs' own key (no Kafka equivalent): see TopicConfig.max_delete_fraction
-    "segjobs.max.delete.fraction": _Spec("max_delete_fraction", _ratio, 0.0, 1.0),
-}
+    ("segjobs.max.delete.fraction", "max_delete_fraction", _ratio),
+)}
 
 #: Kafka topic configs that have no effect offline; accepted so that a config exported from a
 #: cluster loads unchanged, and listed in TopicConfig.inert_settings.
@@ -578,14 +575,6 @@ class ConfigSet:
     def for_topic(self, topic: str) -> TopicConfig:
         """The effective configuration of ``topic``; ``ConfigError`` on a specificity tie or a conflict."""
         return _merge(self.layers_for(topic))
-
-    def explain(self, topic: str) -> dict[str, tuple[Any, str]]:
-        """Every key segjobs reads for ``topic``: (effective value, where it came from)."""
-        result: dict[str, tuple[Any, str]] = {k: (default_value(k), "Kafka's default") for k in _SPECS}
-        for layer in self.layers_for(topic):
-            for key, value in layer.values.items():
-                result[key] = (value, layer.source_of(key))
-        return result
 
     def check_topics(self, topics: Iterable[str]) -> None:
         """Resolve every topic once, so ties and conflicts surface before any work starts."""

@@ -2,13 +2,16 @@
 
 Keys are represented by their 128-bit hash (``key_hash_hi``/``key_hash_lo`` of KEY_HASH_SCHEMA), so one entry
 costs 24 bytes (16 hash + 8 offset) as in Kafka. The table is open-addressed with linear probing, compiled with
-numba, and never holds more than ``slots * 0.75`` keys: like Kafka, a full map ends the pass early and the
-clean point becomes the last mapped offset + 1, so a partition with more keys than the map is cleaned over
-several runs (kafka-behaviours items 31-33).
+numba, and never holds more than ``int(slots * load factor)`` keys, with ``slots = buffer bytes // 24`` and Kafka's
+default load factor 0.9 (``log.cleaner.io.buffer.load.factor``; Kafka's cleaner tests pass 0.75, its broker
+default is 0.9): the capacity of Kafka's ``SkimpyOffsetMap`` under the bound its ``buildOffsetMapForSegment``
+puts on it. Like Kafka, a full map ends the pass early and the clean point becomes the last mapped offset + 1,
+so a partition with more keys than the map is cleaned over several runs (kafka-behaviours items 31-33).
 
 Public API::
 
-    max_keys_for_buffer(dedupe_buffer_bytes) -> int
+    max_keys_for_buffer(dedupe_buffer_bytes) -> int    (from jobs.rules.map_capacity)
+    buffer_bytes_for_keys(keys) -> int
     build_offset_map(key_hash_tables, *, start_offset, end_offset, aborted, max_keys) -> OffsetMapResult
     OffsetMap.get(key_hash_hi, key_hash_lo) -> np.ndarray     # -1 where the key is not mapped
     OffsetMapResult: .offset_map, .latest_offset, .end_offset (the new clean point), .full, .records_read
@@ -24,29 +27,11 @@ import numba
 import numpy as np
 import pyarrow as pa
 
+from jobs.rules.map_capacity import BYTES_PER_ENTRY, LOAD_FACTOR, buffer_bytes_for_keys, max_keys_for_buffer
 from jobs.rules.transactions import AbortedTxns
 from segment_io.errors import ConfigError
 
-#: Bytes one map entry takes: a 16-byte key hash and an 8-byte offset.
-BYTES_PER_ENTRY = 24
-#: Kafka's log.cleaner.io.buffer.load.factor (dupBufferLoadFactor): the map is "full" at this fill ratio.
-LOAD_FACTOR = 0.75
-
 _EMPTY = -1  # offsets are >= 0, so a slot with offset -1 is free
-
-
-def max_keys_for_buffer(dedupe_buffer_bytes: int, *, load_factor: float = LOAD_FACTOR) -> int:
-    """Keys a map of ``dedupe_buffer_bytes`` may hold: ``int(slots * load_factor)`` with 24-byte slots, as Kafka.
-
-    Raises :class:`ConfigError` when not even one key fits (Kafka refuses such a cleaner: it would never make
-    progress).
-    """
-    slots = dedupe_buffer_bytes // BYTES_PER_ENTRY
-    max_keys = int(slots * load_factor)
-    if max_keys < 1:
-        raise ConfigError(f"log.cleaner.dedupe.buffer.size={dedupe_buffer_bytes} holds {slots} slots of "
-                          f"{BYTES_PER_ENTRY} bytes: too small to map even one key")
-    return max_keys
 
 
 class OffsetMap:
@@ -217,5 +202,5 @@ def _records_read(in_range: np.ndarray, control: np.ndarray, batch_base: np.ndar
     return data + len(np.unique(ctl_bases))
 
 
-__all__ = ["BYTES_PER_ENTRY", "LOAD_FACTOR", "OffsetMap", "OffsetMapResult", "build_offset_map",
-           "max_keys_for_buffer"]
+__all__ = ["BYTES_PER_ENTRY", "LOAD_FACTOR", "OffsetMap", "OffsetMapResult", "buffer_bytes_for_keys",
+           "build_offset_map", "max_keys_for_buffer"]

@@ -19,9 +19,10 @@ when the checkpoint falls inside a segment; so do we, so that ratios match the b
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
-from jobs.rules.config import INT_MAX, TopicConfig, never_touched
+from jobs.rules.config import TopicConfig, never_touched
+from jobs.rules.kafka_defaults import INT_MAX, default_of
 from jobs.rules.model import PartitionState, Scope, SegmentInfo
 from segment_io.index import OFFSET_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE
 
@@ -167,7 +168,8 @@ def estimated_index_bytes(segment: SegmentInfo, index_interval_bytes: int) -> tu
 
 def group_segments_by_size(segments: Sequence[SegmentInfo], max_size: int, max_index_size: int,
                            first_uncleanable_offset: int,
-                           index_interval_bytes: int = 4096) -> list[tuple[SegmentInfo, ...]]:
+                           index_interval_bytes: int = int(default_of("index.interval.bytes"))
+                           ) -> list[tuple[SegmentInfo, ...]]:
     """Kafka's groupSegmentsBySize: consecutive groups, in order, each becoming one cleaned segment.
 
     A segment joins the current group while the group's log bytes, offset-index bytes and time-index
@@ -325,29 +327,11 @@ def _empty_plan(state: PartitionState, config: TopicConfig, reason: str) -> Comp
                           note=reason)
 
 
-def plan_compactions(states: Iterable[PartitionState], config_for: Callable[[str], TopicConfig], now_ms: int,
-                     scope: Scope = Scope()) -> list[CompactionPlan]:
-    """Plan every partition; selected ones first, filthiest (highest dirty ratio) first, as Kafka's
-    grabFilthiestCompactedLog would pick them one after another. ``config_for`` is typically
-    ``ConfigSet.for_topic``."""
-    plans = [plan_compaction(s, config_for(s.topic), now_ms, scope) for s in states]
-    plans.sort(key=lambda p: (not p.selected, -p.dirty_ratio, p.topic, p.partition))
-    return plans
-
-
 # --------------------------------------------------------------------------------------------------
 # Cleaner checkpoint maintenance
 # --------------------------------------------------------------------------------------------------
 
 TopicPartition = tuple[str, int]
-
-
-def truncated_cleaner_checkpoint(checkpoint: int | None, truncation_offset: int) -> int | None:
-    """A partition's cleaner checkpoint after its log is truncated to ``truncation_offset``: lowered to
-    it only when above it (Kafka's maybeTruncateCheckpoint); an absent entry stays absent."""
-    if checkpoint is not None and checkpoint > truncation_offset:
-        return truncation_offset
-    return checkpoint
 
 
 def updated_cleaner_checkpoints(current: Mapping[TopicPartition, int], live: Collection[TopicPartition], *,

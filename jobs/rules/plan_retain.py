@@ -20,7 +20,7 @@ offset standing in for the high watermark, Kafka's high-watermark bound never ho
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from jobs.rules.config import TopicConfig
@@ -166,13 +166,6 @@ def _future_timestamp_warnings(remaining: Sequence[SegmentInfo], config: TopicCo
             f"that are past retention" if blocked else "")
     return [f"retention.ms: segment {first.base_offset} has largest timestamp {ts}, {ts - now_ms} ms after "
             f"now ({now_ms}); time retention cannot pass it{tail}"]
-
-
-def state_after_retention(state: PartitionState, plan: RetentionPlan) -> PartitionState:
-    """The partition as it is once ``plan`` is carried out (to plan compaction of what remains)."""
-    gone = set(plan.deleted_bases)
-    return replace(state, segments=tuple(s for s in state.segments if s.base_offset not in gone),
-                   log_start_offset=plan.new_log_start_offset)
 
 
 # --------------------------------------------------------------------------------------------------

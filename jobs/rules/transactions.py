@@ -18,7 +18,7 @@ log gives the same answers the broker's cleaner would get from its (equally clea
 Public API::
 
     summarize_batches(key_hash_tables, *, empty_batches=None) -> BatchSummary
-    derive_txn_state(batches, *, now_ms, producer_id_expiration_ms=86_400_000) -> TxnState
+    derive_txn_state(batches, *, now_ms, producer_id_expiration_ms=PRODUCER_ID_EXPIRATION_MS) -> TxnState
     TxnState: .aborted (AbortedTxns), .completed (CompletedTxns), .open_producer_ids, .open_first_offsets,
               .first_unstable_offset, .active (ActiveProducers)
     AbortedTxns.contains(producer_ids, batch_last_offsets) -> bool mask   (is a data batch aborted?)
@@ -36,13 +36,11 @@ import numba
 import numpy as np
 import pyarrow as pa
 
+from jobs.rules.kafka_defaults import PRODUCER_ID_EXPIRATION_MS
 from segment_io.format import CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_ID
 
 if TYPE_CHECKING:
     from segment_io.format import BatchHeaders
-
-#: Kafka's default ``producer.id.expiration.ms`` (1 day).
-DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 
 _SUMMARY_COLUMNS = ("batch_base_offset", "batch_last_offset", "producer_id", "producer_epoch", "transactional",
                     "control", "control_type", "batch_max_timestamp", "timestamp", "offset")
@@ -314,7 +312,7 @@ class TxnState:
 
 
 def derive_txn_state(batches: BatchSummary, *, now_ms: int,
-                     producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> TxnState:
+                     producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> TxnState:
     """Replay every batch of a partition (``batches`` must cover the WHOLE log, including the uncleanable part
     and the active segment) into transaction outcomes and producer state.
 
@@ -414,7 +412,5 @@ def _replay(pid, epoch, base, last, transactional, control, ctype, max_ts, marke
             p_pid[:npr], p_epoch[:npr], p_last[:npr], p_ts[:npr])
 
 
-__all__ = [
-    "AbortedTxns", "ActiveProducers", "BatchSummary", "CompletedTxns", "DEFAULT_PRODUCER_ID_EXPIRATION_MS",
-    "TxnState", "derive_txn_state", "summarize_batches",
-]
+__all__ = ["AbortedTxns", "ActiveProducers", "BatchSummary", "CompletedTxns", "TxnState", "derive_txn_state",
+           "summarize_batches"]

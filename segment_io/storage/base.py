@@ -132,10 +132,6 @@ class Storage(ABC):
             raise PreconditionFailedError(f"etag is {current}, expected {etag}", uri=uri)
         self.delete(uri)
 
-    def delete_many(self, uris: list[str]) -> None:
-        for uri in uris:
-            self.delete(uri)
-
     @abstractmethod
     def makedirs(self, uri: str) -> None:
         """Create a directory and its parents (a no-op on S3)."""
@@ -164,9 +160,6 @@ class Storage(ABC):
         """Fail within seconds, with :class:`~segment_io.errors.StorageAccessError`, when the store behind
         ``uri`` cannot be used at all (S3: no credentials, an endpoint that does not answer, a missing
         bucket). Reads and writes nothing; local disk has nothing to reach."""
-
-    def iter_files(self, prefix: str) -> Iterator[FileInfo]:
-        yield from self.list(prefix, recursive=True)
 
     def list_pending_uploads(self, prefix: str) -> list["PendingUpload"]:
         """Uploads begun under directory/prefix ``prefix`` and neither completed nor aborted (an S3

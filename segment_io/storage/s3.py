@@ -42,7 +42,6 @@ MiB = 1 << 20
 #: S3's limits: parts (except the last) of at least 5 MiB, single PUT/COPY of at most 5 GiB.
 MIN_PART_SIZE = 5 * MiB
 MAX_SINGLE_COPY = 5 << 30
-_DELETE_BATCH = 1000  # DeleteObjects accepts at most this many keys
 
 T = TypeVar("T")
 
@@ -349,23 +348,6 @@ class S3Storage(Storage):
         if not missing_ok:
             self.stat(uri)  # S3 deletes of missing keys succeed silently
         self._call(uri, lambda: self._client.delete_object(Bucket=bucket, Key=key))
-
-    def delete_many(self, uris: list[str]) -> None:
-        by_bucket: dict[str, list[str]] = {}
-        for uri in uris:
-            bucket, key = parse_s3_uri(uri)
-            by_bucket.setdefault(bucket, []).append(key)
-        for bucket, keys in by_bucket.items():
-            for i in range(0, len(keys), _DELETE_BATCH):
-                batch = [{"Key": k} for k in keys[i:i + _DELETE_BATCH]]
-                where = f"{S3_SCHEME}{bucket}/{batch[0]['Key']}"
-                resp = self._call(where, lambda: self._client.delete_objects(
-                    Bucket=bucket, Delete={"Objects": batch, "Quiet": True}))
-                errors = resp.get("Errors") or []
-                if errors:
-                    first = errors[0]
-                    raise StorageError(f"delete failed for {len(errors)} objects: {first.get('Code')} "
-                                       f"{first.get('Message')}", uri=f"{S3_SCHEME}{bucket}/{first.get('Key')}")
 
     def makedirs(self, uri: str) -> None:
         """Nothing to do: S3 has no directories."""

@@ -85,7 +85,7 @@ def test_kafka_topics_table_matches_kafkas_creation_configs() -> None:
     for topic in ("__consumer_offsets", "__transaction_state"):
         cfg = configs.for_topic(topic)
         assert cfg.policy_text == "compact" and cfg.segment_bytes == 100 * 1024 * 1024
-        assert "Kafka's creation config" in configs.explain(topic)["cleanup.policy"][1]
+        assert "Kafka's creation config" in configs.layers_for(topic)[0].source_of("cleanup.policy")
     share = configs.for_topic("__share_group_state")
     assert share.policy_text == "delete" and share.retention_ms == -1 and share.retention_bytes == -1
     assert configs.for_topic("__remote_log_metadata").retention_ms == -1

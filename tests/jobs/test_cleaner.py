@@ -6,8 +6,6 @@ Kafka's rules by hand (offsets, keys), never copied from this implementation's o
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -16,38 +14,22 @@ import pytest
 from jobs.rules.cleaner import (
     CleanerInputError,
     CleanParams,
-    LogClean,
-    clean_log,
     clean_records,
     key_hash_table,
     legacy_delete_horizon,
 )
 from jobs.rules.offset_map import build_offset_map
 from jobs.rules.transactions import derive_txn_state, summarize_batches
+from segment_io.decode import hash_keys
 from segment_io.errors import CorruptRecordError
 from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA
 from tests.support.builders import LogBuilder, control_key, rec, tombstone
+from tests.support.cleaning import LogClean, clean_log
 
-RETENTION = 86_400_000
+RETENTION = 86_400_000  # delete.retention.ms, set explicitly: the horizons below are worked out from it
 T0 = 1_000_000  # LogBuilder's first timestamp
 NOW = T0 + 1_000  # producers written by LogBuilder are young at NOW
 NEVER_EXPIRE = (1 << 63) - 1
-
-
-def hash_keys(keys: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """The decoder's key hash when it exists; until then an MD5 stand-in (any 128-bit hash serves the tests)."""
-    try:
-        from segment_io.decode import hash_keys as real
-    except ImportError:
-        real = None
-    if real is not None:
-        return real(keys)
-    hi, lo = [], []
-    for k in keys.to_pylist():
-        d = hashlib.md5(k).digest() if k is not None else bytes(16)
-        hi.append(int.from_bytes(d[:8], "big", signed=True))
-        lo.append(int.from_bytes(d[8:], "big", signed=True))
-    return np.asarray(hi, np.int64), np.asarray(lo, np.int64)
 
 
 def log_end(table: pa.Table, empties: pa.Table | None = None) -> int:
@@ -682,12 +664,15 @@ def test_unsorted_input_is_refused():
                       key_hashes=hash_keys(t.column("key")))
 
 
-def test_malformed_control_key_is_a_corrupt_record_naming_the_offset():
+@pytest.mark.parametrize("key, words", [(b"\x00", "has 1 bytes; it needs 4"),
+                                        (b"\xff\xff\x00\x01", "version -1; a negative version")])
+def test_malformed_control_key_is_a_corrupt_record_naming_the_offset(key, words):
     log = LogBuilder()
-    log.batch([rec(b"\x00", b"x")], pid=1, epoch=0, transactional=True, control=True)
-    with pytest.raises(CorruptRecordError) as err:
+    log.batch([rec(b"k", b"v")])
+    log.batch([rec(key, b"x")], pid=1, epoch=0, transactional=True, control=True)
+    with pytest.raises(CorruptRecordError, match=words) as err:
         key_hash_table(log.table(), hash_keys(log.table().column("key")))
-    assert err.value.offset == 0
+    assert err.value.offset == 1 and err.value.position is not None
 
 
 # --------------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from jobs.commands.cli import main
+from jobs.rules.map_capacity import buffer_bytes_for_keys
 from segment_io.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from segment_io.generate import GenerateSpec, generate_log_dir
 from segment_io.storage import open_storage
@@ -443,7 +444,8 @@ def test_partial_clean_continues_to_a_full_clean(spark, tmp_path):
 
     reports = []
     for i in range(6):
-        rc = run_compact(partial, config, T1, tmp_path / f"p{i}.json", "--dedupe-buffer-bytes", str(24 * 8))
+        rc = run_compact(partial, config, T1, tmp_path / f"p{i}.json", "--dedupe-buffer-bytes",
+                         str(buffer_bytes_for_keys(6)))
         assert rc == 0
         e = json.loads((tmp_path / f"p{i}.json").read_text())["partitions"][0]
         reports.append(e)

@@ -56,7 +56,7 @@ from jobs.logdir.commit import StagedSegment, replace_segments
 from jobs.logdir.lock import work_uri
 from jobs.rules.config import TopicConfig
 from jobs.rules.model import Scope
-from jobs.rules.offset_map import max_keys_for_buffer
+from jobs.rules.map_capacity import buffer_bytes_for_keys, max_keys_for_buffer
 from jobs.rules.plan_compact import plan_compaction, updated_cleaner_checkpoints
 from segment_io.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from segment_io.layout import (
@@ -421,8 +421,8 @@ def test_compaction_properties_over_random_logs(spec: LogSpec, tmp_path_factory:
     assert partition_files(pdir) == files2, "a further run past the horizon changed the partition"
 
 
-#: room for 3 keys (24 bytes a slot, 0.9 load factor): most logs need several partial passes
-SMALL_DEDUPE_BUFFER_BYTES = 24 * 4
+#: room for 3 keys: most logs need several partial passes
+SMALL_DEDUPE_BUFFER_BYTES = buffer_bytes_for_keys(3)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,

@@ -295,14 +295,6 @@ def test_equal_specificity_tie_names_both_globs() -> None:
         configs.check_topics(["ax", "zz", "ab"])
 
 
-def test_explain_names_the_source_of_each_value() -> None:
-    explained = load(LAYERED, "orders.*:segment.bytes=8KiB").explain("orders.eu")
-    assert explained["retention.bytes"] == (99, 'topics.toml [topics."orders.eu"]')
-    assert explained["retention.ms"] == (4000, 'topics.toml [topics."orders.eu*"]')
-    assert explained["segment.bytes"] == (8192, "--set orders.*:segment.bytes=8KiB")
-    assert explained["file.delete.delay.ms"] == (60_000, "Kafka's default")
-
-
 # ---- --set ------------------------------------------------------------------------------------------
 
 def test_parse_override() -> None:

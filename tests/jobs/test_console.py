@@ -22,6 +22,7 @@ import pytest
 from jobs.commands.cli import main
 from jobs.engine.report import partition_order
 from jobs.engine.spark_session import spark_log_level
+from jobs.rules.map_capacity import buffer_bytes_for_keys
 from jobs.rules.timeutil import format_instant
 from segment_io.layout import segment_file_name
 from tests.support.builders import LogBuilder, rec, timestamped_segments, write_log
@@ -84,8 +85,8 @@ def compact_dir(tmp_path: Path) -> Path:
 COMPACT_SETTINGS = ["--set", "*:cleanup.policy=compact", "--set", "events:cleanup.policy=delete",
                     "--set", "audit:cleanup.policy=compact,delete", "--set", "audit:retention.ms=3d",
                     "--set", "big:min.cleanable.dirty.ratio=0.1",
-                    # 20 slots of 24 bytes, 15 keys at Kafka's load factor: big-0's 40 keys do not fit
-                    "--dedupe-buffer-bytes", "480"]
+                    # a map of 15 keys: big-0's 40 keys do not fit
+                    "--dedupe-buffer-bytes", str(buffer_bytes_for_keys(15))]
 
 
 def _table(out: str) -> tuple[dict[str, str], list[str], list[str]]:

@@ -11,13 +11,14 @@ from hypothesis import strategies as st
 from jobs.rules.cleaner import key_hash_table
 from jobs.rules.offset_map import (
     BYTES_PER_ENTRY,
+    LOAD_FACTOR,
     OffsetMap,
     build_offset_map,
     max_keys_for_buffer,
 )
 from jobs.rules.transactions import AbortedTxns, derive_txn_state, summarize_batches
+from segment_io.decode import hash_keys
 from segment_io.errors import ConfigError
-from tests.jobs.test_cleaner import hash_keys
 from tests.support.builders import LogBuilder, rec, tombstone
 
 
@@ -42,11 +43,15 @@ def lookup(result, table: pa.Table, keys: list[bytes]) -> list[int]:
 
 
 def test_capacity_follows_kafka_slots_times_load_factor():
-    # Kafka: slots = memory / 24; full at int(slots * 0.75)
-    assert max_keys_for_buffer(3 * BYTES_PER_ENTRY) == 2
-    assert max_keys_for_buffer(128 * 1024 * 1024) == int((128 * 1024 * 1024 // 24) * 0.75)
+    # Kafka: slots = memory / 24 (MD5's 16 bytes + an 8-byte offset); full at (slots * 0.9).toInt, 0.9 being
+    # CleanerConfig.LOG_CLEANER_DEDUPE_BUFFER_LOAD_FACTOR
+    assert LOAD_FACTOR == 0.9
+    assert max_keys_for_buffer(3 * BYTES_PER_ENTRY) == 2  # 2.7
+    assert max_keys_for_buffer(128 * 1024 * 1024) == 5_033_164  # 5,592,405 slots
+    assert max_keys_for_buffer(300_000) == 11_250  # the demo's map: 12,500 slots
+    assert max_keys_for_buffer(300_000, load_factor=0.75) == 9_375  # what Kafka's cleaner tests pass
     with pytest.raises(ConfigError):
-        max_keys_for_buffer(BYTES_PER_ENTRY)  # 1 slot * 0.75 -> 0 keys: no progress possible
+        max_keys_for_buffer(BYTES_PER_ENTRY)  # 1 slot * 0.9 -> 0 keys: no progress possible
 
 
 def test_item31_build_offset_map_over_ranges():

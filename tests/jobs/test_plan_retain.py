@@ -6,17 +6,27 @@ rule quoted beside them.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from jobs.rules.config import TopicConfig
+from jobs.rules.model import PartitionState
 from jobs.rules.plan_retain import (
     RULE_LOG_START,
     RULE_SIZE,
     RULE_TIME,
+    RetentionPlan,
     plan_retention,
-    state_after_retention,
 )
 from tests.support.states import DAY, HOUR, NOW, seg, state, uniform_log
+
+
+def after(st: PartitionState, plan: RetentionPlan) -> PartitionState:
+    """The partition once ``plan`` is carried out: its segments less the deleted ones, the raised log start."""
+    gone = set(plan.deleted_bases)
+    return dataclasses.replace(st, segments=tuple(s for s in st.segments if s.base_offset not in gone),
+                               log_start_offset=plan.new_log_start_offset)
 
 
 def policy(cleanup: str = "delete", **settings: object) -> TopicConfig:
@@ -137,7 +147,7 @@ def test_53_log_start_deletion_unblocks_time_retention_and_a_rerun_deletes_nothi
     plan = plan_retention(st, policy(retention_ms=DAY), NOW)
     assert deleted(plan) == [(0, RULE_LOG_START), (10, RULE_TIME), (20, RULE_TIME)]
     assert plan.warnings == ()  # the future-stamped segment went by the log start rule
-    assert plan_retention(state_after_retention(st, plan), policy(retention_ms=DAY), NOW).deletions == ()
+    assert plan_retention(after(st, plan), policy(retention_ms=DAY), NOW).deletions == ()
 
 
 def test_rules_run_in_kafka_order_each_over_what_is_left() -> None:
@@ -176,10 +186,10 @@ def test_55_all_expired_keeps_the_last_segment_and_says_kafka_would_roll() -> No
     assert plan.kafka_would_roll
     (warning,) = plan.warnings
     assert "last segment 20" in warning and "roll an empty segment at the log end offset 30" in warning
-    after = state_after_retention(st, plan)
-    assert [s.base_offset for s in after.segments] == [20]
-    assert after.log_end_offset == st.log_end_offset == 30
-    assert after.log_start_offset == 20
+    remaining = after(st, plan)
+    assert [s.base_offset for s in remaining.segments] == [20]
+    assert remaining.log_end_offset == st.log_end_offset == 30
+    assert remaining.log_start_offset == 20
 
 
 def test_55_size_zero_retention_keeps_the_last_segment() -> None:

@@ -12,8 +12,8 @@ from jobs.rules.transactions import (
     derive_txn_state,
     summarize_batches,
 )
+from segment_io.decode import hash_keys
 from segment_io.schema import BATCH_SCHEMA
-from tests.jobs.test_cleaner import hash_keys
 from tests.support.builders import LogBuilder, rec
 
 T0 = 1_000_000

@@ -1,7 +1,7 @@
-"""notebooks/dirty_ratios.ipynb runs end to end (nbclient, the venv's kernel) on its generated demo log dir,
-so it cannot rot: every cell executes without error, the inspect table shows every demo partition, and each of
-the five charts renders as one decodable PNG of sane size. The kernel is a separate process and starts its own
-small Spark session."""
+"""notebooks/dirty_ratios.ipynb runs end to end (nbclient, the venv's kernel) on its generated demo log dir and
+demo ledger, so it cannot rot: every cell executes without error, the inspect table shows every demo partition,
+the ledger's run table shows the demo's six runs, and each of the six charts renders as one decodable PNG of sane
+size. The kernel is a separate process and starts its own small Spark session."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_notebook_executes_end_to_end(tmp_path) -> None:
     assert not [o for o in outputs if o.output_type == "error"]
     # every chart cell shows exactly one image, a real PNG of sane size (not an empty or runaway figure)
     chart_cells = [c for c in _code_cells(nb) if "plots." in c.source and "_chart(" in c.source]
-    assert len(chart_cells) == 5
+    assert len(chart_cells) == 6
     for cell in chart_cells:
         pngs = [o["data"]["image/png"] for o in cell.outputs if "image/png" in o.get("data", {})]
         assert len(pngs) == 1, f"{cell.source!r} shows {len(pngs)} image(s)"
@@ -89,4 +89,9 @@ def test_notebook_executes_end_to_end(tmp_path) -> None:
     errors_cell = next(c for c in _code_cells(nb) if "error.isNotNull" in c.source)
     errors_html = errors_cell.outputs[0]["data"]["text/html"]
     assert not any(name in errors_html for name in DEMO_PARTITIONS)
+    # the demo ledger: three nights of retain then compact, every run ok
+    runs_cell = next(c for c in _code_cells(nb) if "read_history(" in c.source)
+    runs_html = runs_cell.outputs[0]["data"]["text/html"]
+    assert runs_html.count("<td>retain</td>") == 3 and runs_html.count("<td>compact</td>") == 3, runs_html
+    assert runs_html.count("<td>ok</td>") == 6, runs_html
     print(f"notebook executed in {elapsed:.1f}s")

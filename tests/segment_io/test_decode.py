@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from segment_io import errors
 from segment_io.decode import (
+    control_record_type,
     decode_key_hashes_bytes,
     decode_segment_bytes,
     hash_keys,
@@ -112,6 +113,22 @@ def test_control_record_with_short_key_is_rejected_by_key_hash_pass() -> None:
     with pytest.raises(errors.InvalidLengthError) as info:
         decode_key_hashes_bytes(marker, path="m.log")
     assert (info.value.path, info.value.position, info.value.offset) == ("m.log", 0, 9)
+
+
+@pytest.mark.parametrize("key, error, words", [
+    (struct.pack(">hh", -1, 1), errors.CorruptRecordError, "version -1; a negative version is not a control key"),
+    (b"\x00\x00\x00", errors.InvalidLengthError, "has 3 bytes; it needs 4"),
+])
+def test_control_key_rules_are_the_same_for_the_key_hash_pass_and_for_key_bytes(key, error, words) -> None:
+    # Kafka's ControlRecordType.parseTypeId: at least 4 bytes, a version >= 0; a newer version reads as 0
+    marker = _rewrite_header(_v2_batch(0, [(key, b"", [], 1)], base_offset=9), attributes=ATTR_CONTROL)
+    with pytest.raises(error, match=words) as info:
+        decode_key_hashes_bytes(marker, path="m.log")
+    assert (info.value.path, info.value.offset) == ("m.log", 9)
+    with pytest.raises(ValueError, match=words):
+        control_record_type(key)
+    assert control_record_type(struct.pack(">hhh", 7, 1, 99)) == 1
+    assert control_record_type(struct.pack(">hh", 0, -2)) == -2
 
 
 def test_header_key_that_is_not_utf8_is_corruption() -> None:

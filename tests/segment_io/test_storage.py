@@ -253,7 +253,8 @@ def test_rename_copy_delete(store: Store):
     assert s.read(b) == b"AAA"
     s.copy(b, c)
     assert s.read(c) == b"AAA" and s.read(b) == b"AAA"
-    s.delete_many([b, c])
+    s.delete(b)
+    s.delete(c)
     assert s.list(store.root) == []
 
 
@@ -275,7 +276,6 @@ def test_listing_flat_recursive_and_dirs(store: Store):
     assert [f.name for f in s.list(store.uri("t-0"))] == ["00000000000000000000.index", "00000000000000000000.log"]
     # a prefix is a directory, not a string prefix: "t-1" must not list "t-10..."
     assert [f.name for f in s.list(store.uri("t-1"))] == ["00000000000000000005.log"]
-    assert sorted(f.uri for f in s.iter_files(store.root)) == sorted(f.uri for f in rec)
     assert s.list(store.root + "/") == flat  # trailing slash is the same directory
 
 

@@ -1,0 +1,64 @@
+"""One cleaning round of a whole partition held in memory: the three steps of Kafka's ``Cleaner.doClean``
+(replay transactions, build the offset map, clean), composed the way the compaction task composes them, for the
+cleaner's rule tests. The Spark task runs the same steps segment group by segment group (jobs.engine.compaction).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from jobs.rules.cleaner import CleanParams, CleanResult, clean_records, key_hash_table
+from jobs.rules.kafka_defaults import DELETE_RETENTION_MS, PRODUCER_ID_EXPIRATION_MS
+from jobs.rules.offset_map import OffsetMapResult, build_offset_map
+from jobs.rules.transactions import TxnState, derive_txn_state, summarize_batches
+from segment_io.decode import hash_keys
+from segment_io.schema import BATCH_SCHEMA
+
+
+@dataclass(frozen=True)
+class LogClean:
+    """One cleaning round over a whole partition: the new log and the pass's map and transaction state.
+
+    ``result.records``/``result.empty_batches`` hold the whole partition after the round (the uncleaned tail
+    included, untouched); ``offset_map.end_offset`` is the next first dirty offset.
+    """
+
+    result: CleanResult
+    offset_map: OffsetMapResult
+    txn_state: TxnState
+
+
+def clean_log(records: pa.Table, *, now_ms: int, first_dirty_offset: int, first_uncleanable_offset: int,
+              max_keys: int, delete_retention_ms: int = DELETE_RETENTION_MS,
+              producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+              empty_batches: pa.Table | None = None,
+              key_hashes: tuple[np.ndarray, np.ndarray] | None = None,
+              legacy_delete_horizon_ms: int = 0,
+              segment_last_modified_ms: Mapping[int, int] | None = None) -> LogClean:
+    """Map ``[first_dirty_offset, first_uncleanable_offset)``, then clean every source segment whose base offset
+    lies below the map's end offset (Kafka's ``logSegments(0, endOffset)``) as one group; later segments are
+    returned untouched."""
+    empties = empty_batches if empty_batches is not None else BATCH_SCHEMA.empty_table()
+    hashes = key_hashes if key_hashes is not None else hash_keys(records.column("key"))
+    kh = key_hash_table(records, hashes)
+    txn_state = derive_txn_state(summarize_batches([kh], empty_batches=empties), now_ms=now_ms,
+                                 producer_id_expiration_ms=producer_id_expiration_ms)
+    omap = build_offset_map([kh], start_offset=first_dirty_offset, end_offset=first_uncleanable_offset,
+                            aborted=txn_state.aborted, max_keys=max_keys)
+    in_round = records.column("segment_base_offset").to_numpy() < omap.end_offset
+    e_in_round = empties.column("segment_base_offset").to_numpy() < omap.end_offset
+    params = CleanParams(now_ms=now_ms, upper_bound_offset=first_uncleanable_offset,
+                         delete_retention_ms=delete_retention_ms, legacy_delete_horizon_ms=legacy_delete_horizon_ms)
+    cleaned = clean_records(records.filter(pa.array(in_round)), offset_map=omap, txn_state=txn_state, params=params,
+                            empty_batches=empties.filter(pa.array(e_in_round)),
+                            key_hashes=(hashes[0][in_round], hashes[1][in_round]),
+                            segment_last_modified_ms=segment_last_modified_ms)
+    out_records = pa.concat_tables([cleaned.records, records.filter(pa.array(~in_round))])
+    out_empty = pa.concat_tables([cleaned.empty_batches, empties.filter(pa.array(~e_in_round))])
+    result = CleanResult(records=out_records, empty_batches=out_empty.sort_by("batch_base_offset"),
+                         changed=cleaned.changed, rebuilt_batches=cleaned.rebuilt_batches, stats=cleaned.stats)
+    return LogClean(result, omap, txn_state)
