@@ -47,9 +47,9 @@ TOPICS_TOML = """\
 "segjobs.max.delete.fraction" = 0.9
 """
 
-#: 1,500 offset-map slots of 24 bytes: about 1,100 keys per pass, fewer than a changelog partition's dirty keys
-#: on night 1, more than what is left of them on night 2.
-DEDUPE_BUFFER_BYTES = "36000"
+#: 1,250 offset-map slots of 24 bytes, about 1,100 keys per pass at the map's 0.9 load factor: fewer than a
+#: changelog partition's dirty keys on night 1, more than what is left of them on night 2.
+DEDUPE_BUFFER_BYTES = "30000"
 
 #: The nights' --now: each night's 02:00 UTC (the DAG's schedule), after the data's last record.
 NIGHTS = ["2023-11-19T02:00:00+00:00", "2023-11-20T02:00:00+00:00", "2023-11-21T02:00:00+00:00"]
