@@ -11,7 +11,13 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 # Local runs (demo, tests) need no network beyond loopback.
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: all venv java test test-fast demo bench package cluster-test clean help airflow-test
+# What the checks cover: lint (ruff) runs on the code and its tests; types (mypy) and the import contracts
+# (import-linter) on the packages, as configured in pyproject.toml.
+LINT_PATHS := jobs segment_io tests benchmarks notebooks ops conf
+# Property tests try as many examples as this hypothesis profile says (tests/conftest.py): dev or ci.
+export HYPOTHESIS_PROFILE ?= dev
+
+.PHONY: all venv java check lint types imports test test-fast demo bench package cluster-test clean help airflow-test
 
 # `make airflow-test` installs Apache Airflow and its Spark provider into their own virtualenv (never the
 # project's): the pins of conf/airflow/requirements.txt, held by the constraints file of this Python version
@@ -25,7 +31,9 @@ AIRFLOW_CONSTRAINTS ?= $(wildcard conf/airflow/constraints-$(PYTHON_VERSION).txt
 
 help:
 	@echo "make demo   generate a demo log dir under $(DEMO_DIR)/ and run two nights of compact + retain on it (creates .venv on first use)"
-	@echo "make test   run the whole test suite (creates .venv on first use)"
+	@echo "make test   lint, type and import checks, then the whole test suite (creates .venv on first use)"
+	@echo "make test-fast  the checks, then the tests that need no Spark, no S3 endpoint and are not slow"
+	@echo "make check  only the checks: ruff, mypy, import-linter"
 	@echo "make bench  run the benchmarks in benchmarks/ (heavy; not part of the suite)"
 	@echo "make package       build dist/segjobs-*.whl and dist/segjobs-env.tar.gz (the executors' environment)"
 	@echo "make cluster-test  package, then run the jobs on a real Spark standalone cluster on 127.0.0.1"
@@ -45,11 +53,25 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-test: java $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider tests
+lint: $(STAMP)
+	$(PY) -m ruff check $(LINT_PATHS)
 
-test-fast: $(STAMP)
-	$(PY) -m pytest -q -x -m "not slow" tests
+types: $(STAMP)
+	$(PY) -m mypy
+
+imports: $(STAMP)
+	$(VENV)/bin/lint-imports --no-cache --no-logo
+
+# Fast and first: a lint, type or layering error fails the run in seconds, before the tests' minutes.
+check: lint types imports
+
+# pytest exits 5 when it runs no test (nothing collected, or everything deselected): make fails on it as on
+# any other non-zero status, so a selection that matches nothing never passes as green.
+test: java $(STAMP) check
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
+
+test-fast: $(STAMP) check
+	$(PY) -m pytest -q -p no:cacheprovider -x -m "not spark and not s3 and not slow" tests
 
 $(AIRFLOW_STAMP): conf/airflow/requirements.txt $(AIRFLOW_CONSTRAINTS)
 	@test -x $(AIRFLOW_PY) || $(PYTHON) -m venv $(AIRFLOW_VENV)

@@ -1,7 +1,7 @@
 """End-to-end compaction: the real ``segjobs compact`` job on ``local[2]`` against its baselines.
 
 Data: a generated log dir of 8 partitions of 1 KB values, uncompressed, half of the records superseded
-(4 GB; ``--quick``: 400 MB). The job runs on a fresh copy of it through ``jobs.commands.cli.main``, in this process,
+(4 GB; ``--quick``: 400 MB). The job runs on a fresh copy of it through :func:`jobs.api.compact`, in this process,
 with the Spark session built (and timed) beforehand, so start-up is reported on its own.
 
 Targets (from the issue): input MB/s >= 300 (input bytes / job time without start-up); >= 10x a
@@ -17,9 +17,6 @@ partition's active segment uncleaned.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import shutil
 import time
 from pathlib import Path
@@ -52,7 +49,7 @@ def _now_after_generated() -> str:
 
 
 def run(quick: bool = False, data_dir: Path = Path("bench-data")) -> list[dict]:
-    from jobs.commands.cli import main as segjobs
+    from jobs import api
 
     total = 400_000_000 if quick else 4_000_000_000
     segment_bytes = (8 if quick else 64) << 20
@@ -66,31 +63,27 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data")) -> list[dict]:
                      "records": gen.records, "MB": round(input_bytes / 1e6), "seconds": round(gen_s, 1),
                      "MB_per_s": round(input_bytes / gen_s / 1e6)})
 
-        _, startup_s = timed_session("local[2]")
+        spark, startup_s = timed_session("local[2]")
         rows.append({"bench": "Spark start-up (local[2], excluded from job times)", "seconds": round(startup_s, 1)})
 
         shutil.copytree(src, work)
-        config, report_path = root / "topics.toml", root / "report.json"
+        config = root / "topics.toml"
         config.write_text(CONFIG_TOML)
-        argv = ["compact", "--log-dir", str(work), "--config", str(config), "--now", _now_after_generated(),
-                "--master", "local[2]", "--report", str(report_path), "--quiet"]
-        with PeakTreeRss() as mem, contextlib.redirect_stdout(io.StringIO()):
+        with PeakTreeRss() as mem:
             t0 = time.perf_counter()
-            code = segjobs(argv)
+            result = api.compact(work, api.CompactOptions(config=config), now=_now_after_generated(), spark=spark)
             wall_s = time.perf_counter() - t0
-        if code != 0:
-            raise RuntimeError(f"segjobs compact exited {code}; see {report_path}")
-        report = json.loads(report_path.read_text())
-        job_s = wall_s - float(report.get("spark_startup_s") or 0.0)
-        totals = report["totals"]
+        if result.exit_code != 0:
+            raise RuntimeError(f"segjobs compact exited {result.exit_code}: {result.errors}")
+        job_s = wall_s - float(result.report.spark_startup_s or 0.0)
         output_bytes = sum(f.stat().st_size for f in log_files(work))
-        cleanable = sum(int(p.get("cleanable_bytes") or 0) for p in report["partitions"])
-        if not totals.get("records_removed"):
+        cleanable = sum(int(p.entry.get("cleanable_bytes") or 0) for p in result.partitions)
+        if not result.records_removed:
             raise RuntimeError("the job removed nothing: the benchmark data or config is wrong")
         mb_s = input_bytes / job_s / 1e6
         rows.append({"bench": "segjobs compact (memory strategy)", "input_MB": round(input_bytes / 1e6),
                      "cleanable_MB": round(cleanable / 1e6), "output_MB": round(output_bytes / 1e6),
-                     "records_removed": totals["records_removed"], "seconds": round(job_s, 1),
+                     "records_removed": result.records_removed, "seconds": round(job_s, 1),
                      "input_MB_per_s": round(mb_s), "target": f">= {TARGET_MB_PER_S} MB/s",
                      "result": verdict(mb_s >= TARGET_MB_PER_S)})
         rows.append({"bench": "peak RSS, whole process tree (driver + JVM + Python workers)",

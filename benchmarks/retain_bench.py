@@ -13,7 +13,6 @@ run (lock + recovery + list + scan + plan + two-phase delete + checkpoints), eac
 
 from __future__ import annotations
 
-import json
 import shutil
 import struct
 import time
@@ -64,18 +63,17 @@ def build_log_dir(root: Path, partitions: int) -> int:
     return count
 
 
-def _run(log_dir: Path, report: Path, *extra: str) -> tuple[float, dict]:
-    from jobs.commands.cli import main
+def _run(log_dir: Path, spark, *, dry_run: bool):
+    from jobs import api
 
+    options = api.RetainOptions(overrides=[f"*:retention.ms={RETENTION_MS}"], dry_run=dry_run)
     t0 = time.perf_counter()
-    code = main(["retain", "--log-dir", str(log_dir), "--now", str(NOW_MS), "--master", "local[2]", "--quiet",
-                 "--set", f"*:retention.ms={RETENTION_MS}", "--report", str(report), *extra])
+    result = api.retain(log_dir, options, now=NOW_MS, spark=spark)
     seconds = time.perf_counter() - t0
-    if code != 0:
-        raise RuntimeError(f"segjobs retain exited with {code}")
-    doc = json.loads(report.read_text())
+    if result.exit_code != 0:
+        raise RuntimeError(f"segjobs retain exited with {result.exit_code}: {result.errors}")
     # the session is warm, but subtract whatever start-up the report still measured
-    return seconds - float(doc.get("spark_startup_s") or 0.0), doc
+    return seconds - float(result.report.spark_startup_s or 0.0), result
 
 
 def run(quick: bool = False, data_dir: Path = Path("bench-data")) -> list[dict]:
@@ -89,14 +87,14 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data")) -> list[dict]:
     t0 = time.perf_counter()
     segments = build_log_dir(log_dir, partitions)
     built = time.perf_counter() - t0
-    build_session(app_name="segjobs-bench", master="local[2]")  # start-up outside the timings
+    spark = build_session(app_name="segjobs-bench", master="local[2]")  # start-up outside the timings
     rows = []
     try:
-        for label, extra in (("dry run: list+scan+plan", ("--dry-run",)), ("real run: +delete+checkpoints", ())):
-            seconds, doc = _run(log_dir, root / "report.json", *extra)
+        for label, dry_run in (("dry run: list+scan+plan", True), ("real run: +delete+checkpoints", False)):
+            seconds, result = _run(log_dir, spark, dry_run=dry_run)
             rows.append({
                 "case": label, "partitions": partitions, "segments": segments,
-                "segments_deleted": doc["totals"]["segments_deleted"], "seconds": round(seconds, 2),
+                "segments_deleted": result.segments_deleted, "seconds": round(seconds, 2),
                 "s_per_1000_segments": round(seconds / segments * 1000, 3),
                 "target_s": 60 if not quick else None, "build_s": round(built, 1),
             })

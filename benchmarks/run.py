@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import importlib
 
-    print(f"# segjobs benchmarks on {platform.machine()} with {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(f"# segjobs benchmarks on {platform.machine()} with {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}")
     for name in [s.strip() for s in args.only.split(",") if s.strip()]:
         if name not in SECTIONS:
             parser.error(f"unknown section {name!r}; choose from {list(SECTIONS)}")

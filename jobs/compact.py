@@ -1,4 +1,5 @@
-"""``spark-submit jobs/compact.py ARGS``: ``segjobs compact ARGS`` as a Spark application (see ``segjobs compact --help``).
+"""``spark-submit jobs/compact.py ARGS``: ``segjobs compact ARGS`` as a Spark application (see
+``segjobs compact --help``).
 
 The command itself is :mod:`jobs.commands.compact`; from Python, call :func:`jobs.api.compact`.
 """

@@ -101,7 +101,7 @@ def pip_install(env_python: Path, args: list[str]) -> None:
                            "--no-warn-script-location", *args], text=True, capture_output=True)
     print("+ pip install " + " ".join(args), flush=True)
     # pip's check reports the requirements left out on purpose as unmet; anything else it says is shown.
-    expected = re.compile(r"segjobs .* requires (%s)\b.*which is not installed" % "|".join(LEFT_OUT))
+    expected = re.compile(rf"segjobs .* requires ({'|'.join(LEFT_OUT)})\b.*which is not installed")
     lines = [ln for ln in (proc.stdout + proc.stderr).splitlines()
              if not expected.search(ln) and "is ignored: it is neither a file nor a directory" not in ln
              and "dependency resolver does not currently take into account" not in ln]
@@ -146,7 +146,8 @@ def pack(env_dir: Path, archive: Path, python_prefix: str | None) -> Path:
     Returns the interpreter the archive's ``bin/python`` links to.
     """
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    interpreter = (Path(python_prefix) / "bin" / version) if python_prefix else Path(os.readlink(env_dir / "bin" / version))
+    interpreter = (Path(python_prefix) / "bin" / version if python_prefix
+                   else Path(os.readlink(env_dir / "bin" / version)))
     if not interpreter.is_absolute():
         raise SystemExit(f"package: the interpreter the archive links to must be an absolute path, not {interpreter}")
     keep_in_bin = {"python", "python3", version}

@@ -20,6 +20,7 @@ from numba.extending import intrinsic
 
 from segment_io.format import (
     LOG_OVERHEAD,
+    SIZE_OFFSET,
     V2_ATTRIBUTES,
     V2_BASE_SEQUENCE,
     V2_BASE_TIMESTAMP,
@@ -32,7 +33,6 @@ from segment_io.format import (
     V2_PRODUCER_EPOCH,
     V2_PRODUCER_ID,
     V2_RECORDS_COUNT,
-    SIZE_OFFSET,
 )
 
 _U7 = np.uint64(7)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import struct
+from typing import Any, Callable
 
 import cramjam
 import numpy as np
@@ -30,6 +31,10 @@ from segment_io.errors import (
     UnsupportedCodecError,
 )
 from segment_io.units import parse_size
+
+# `type: ignore[arg-type]` (and `[dict-item]`) where an ndarray is used as a buffer: numpy declares
+# ndarray.__buffer__ only for Python >= 3.12, so on 3.11 a type checker does not see that an ndarray is a
+# buffer (at run time it is one).
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 CODEC_NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
@@ -161,7 +166,7 @@ def _unsnappy_into(data: bytes | memoryview, out: np.ndarray) -> int:
     fit what is left of ``out``), the lengths :func:`plan_payloads` adds up."""
     mv = memoryview(data)
     if mv[:8] != XERIAL_MAGIC:
-        return cramjam.snappy.decompress_raw_into(mv, out)
+        return cramjam.snappy.decompress_raw_into(mv, out)  # type: ignore[arg-type]
     pos, at = _XERIAL_HEADER.size, 0
     while pos < len(mv):
         if pos + 4 > len(mv):
@@ -170,7 +175,7 @@ def _unsnappy_into(data: bytes | memoryview, out: np.ndarray) -> int:
         pos += 4
         if n < 0 or pos + n > len(mv):
             raise ValueError(f"xerial block length {n} at payload byte {pos - 4} runs past the payload")
-        at += cramjam.snappy.decompress_raw_into(mv[pos:pos + n], out[at:])
+        at += cramjam.snappy.decompress_raw_into(mv[pos:pos + n], out[at:])  # type: ignore[arg-type]
         pos += n
     return at
 
@@ -190,7 +195,7 @@ def _unlz4_into(data: bytes | memoryview, out: np.ndarray) -> int:
         block_max = _LZ4_BLOCK_MAX.get((mv[pos + 5] >> 4) & 7 if len(mv) - pos > 6 else 0)
         if (mv[pos:pos + 4] != _LZ4_MAGIC_BYTES or flg & ~_LZ4_CONTENT_SIZE_FLAG != _LZ4_INDEPENDENT_PLAIN
                 or block_max is None):
-            return at + cramjam.lz4.decompress_into(mv[pos:], out[at:])
+            return at + cramjam.lz4.decompress_into(mv[pos:], out[at:])  # type: ignore[arg-type]
         pos += 7 + (8 if flg & _LZ4_CONTENT_SIZE_FLAG else 0)
         while True:
             if pos + 4 > len(mv):
@@ -210,10 +215,11 @@ def _unlz4_into(data: bytes | memoryview, out: np.ndarray) -> int:
                 out[at:at + size] = mv[pos:pos + size]
                 at += size
             elif room >= block_max:
-                at += cramjam.lz4.decompress_block_into(mv[pos:pos + size], out[at:at + block_max])
+                block = mv[pos:pos + size]
+                at += cramjam.lz4.decompress_block_into(block, out[at:at + block_max])  # type: ignore[arg-type]
             else:  # near the end of the buffer a failure could mean corrupt or too big: tell them apart
                 scratch = np.empty(block_max, dtype=np.uint8)
-                n = cramjam.lz4.decompress_block_into(mv[pos:pos + size], scratch)
+                n = cramjam.lz4.decompress_block_into(mv[pos:pos + size], scratch)  # type: ignore[arg-type]
                 if n > room:
                     raise _OutputFull()
                 out[at:at + n] = scratch[:n]
@@ -223,8 +229,12 @@ def _unlz4_into(data: bytes | memoryview, out: np.ndarray) -> int:
 
 
 # codec -> decompress into a given buffer, failing when it is too small
-_INTO = {GZIP: cramjam.gzip.decompress_into, SNAPPY: _unsnappy_into, LZ4: _unlz4_into,
-         ZSTD: cramjam.zstd.decompress_into}
+_INTO: dict[int, Callable[[bytes | memoryview, np.ndarray], int]] = {
+    GZIP: cramjam.gzip.decompress_into,  # type: ignore[dict-item]
+    SNAPPY: _unsnappy_into,
+    LZ4: _unlz4_into,
+    ZSTD: cramjam.zstd.decompress_into,  # type: ignore[dict-item]
+}
 
 
 class Inflater:
@@ -328,7 +338,7 @@ def decompress(codec: int, data: bytes | memoryview, *, limit: int | None = None
         return memoryview(data)
     inflater = Inflater()
     inflater.add(codec, data, max_batch_bytes() if limit is None else limit)
-    return memoryview(inflater.view())
+    return memoryview(inflater.view())  # type: ignore[arg-type]
 
 
 def _lz4_java_frame(data: bytes | memoryview, level: int | None) -> bytes:
@@ -337,7 +347,7 @@ def _lz4_java_frame(data: bytes | memoryview, level: int | None) -> bytes:
     size, a zero end mark."""
     mv = memoryview(data)
     parts = [_LZ4_JAVA_HEADER]
-    kw = {} if level is None else {"mode": "high_compression", "compression": level}
+    kw: dict[str, Any] = {} if level is None else {"mode": "high_compression", "compression": level}
     for start in range(0, len(mv), _LZ4_BLOCK):
         chunk = mv[start:start + _LZ4_BLOCK]
         block = cramjam.lz4.compress_block(chunk, store_size=False, **kw)

@@ -244,6 +244,7 @@ def _prepare_v2(seg: _Segment, plan: _V2Plan, start: int) -> tuple[_V2Input, int
     if k0 == len(plan.which):
         return _V2Input(plan.batches[start:], np.zeros(0, np.uint8), src, rstart, rend, counts), n
     if k0 == plan.first_bad:
+        assert plan.error is not None  # first_bad < len(which) only when a batch failed
         raise plan.error
     # decode the batches before the first bad one (their errors come first) and within the chunk budget
     before = int(plan.cum_capacity[k0 - 1]) if k0 else 0
@@ -303,7 +304,7 @@ def control_record_type(key: bytes | memoryview | None) -> int:
     ctype = K.CONTROL_KEY_SHORT if buf is None else int(K.control_key_type(buf, 0, len(buf)))
     if ctype == K.CONTROL_KEY_SHORT:
         code, value = K.ERR_CONTROL_KEY, -1 if buf is None else len(buf)
-    elif ctype == K.CONTROL_KEY_NEGATIVE_VERSION:
+    elif ctype == K.CONTROL_KEY_NEGATIVE_VERSION and buf is not None:  # (buf is None only for a short key)
         code, value = K.ERR_CONTROL_VERSION, int.from_bytes(bytes(buf[:2]), "big", signed=True)
     else:
         return ctype
@@ -336,7 +337,7 @@ def _log_append(hdr: BatchHeaders, batches: np.ndarray) -> np.ndarray:
 def _binary(typ: pa.DataType, n: int, offsets: np.ndarray, data: np.ndarray,
             valid: np.ndarray | None) -> pa.Array:
     null_count = 0 if valid is None else n - int(np.count_nonzero(valid))
-    validity = None if null_count == 0 else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    validity = None if valid is None or null_count == 0 else pa.py_buffer(np.packbits(valid, bitorder="little"))
     return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
                                  null_count=null_count)
 

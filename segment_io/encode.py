@@ -38,7 +38,6 @@ from segment_io.format import (
     ATTR_DELETE_HORIZON,
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
-    BatchHeaders,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
     SIZE_OFFSET,
@@ -46,8 +45,12 @@ from segment_io.format import (
     V2_CRC_START,
     V2_HEADER,
     V2_HEADER_SIZE,
+    BatchHeaders,
 )
 from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA
+
+# `memoryview(ndarray)  # type: ignore[arg-type]`: numpy declares ndarray.__buffer__ only for Python >= 3.12,
+# so on 3.11 a type checker does not see that an ndarray is a buffer (at run time it is one).
 
 _INT32_MAX = (1 << 31) - 1
 _LOG_APPEND_TIME = 1
@@ -498,7 +501,7 @@ def _encode_chunkwise(table: pa.Table, empty_batches: pa.Table | None, codec: in
     if not ordered or split_batch:
         return encode_batches(table.combine_chunks(), empty_batches=empty_batches, codec=codec, sources=sources)
     empties = empty_batches if empty_batches is not None and empty_batches.num_rows else None
-    e_base = empties.column("batch_base_offset").to_numpy() if empties is not None else None
+    e_base = empties.column("batch_base_offset").to_numpy() if empties is not None else np.empty(0, np.int64)
     parts: list[EncodedSegment] = []
     for i, chunk in enumerate(chunks):
         part_empties = None
@@ -517,7 +520,7 @@ def _concat_encoded(parts: list[EncodedSegment]) -> EncodedSegment:
     """Encoded parts laid end to end: buffers chained, header positions shifted, order checked."""
     fields = [f.name for f in dataclasses.fields(BatchHeaders) if f.name != "truncated_tail"]
     shift = np.cumsum([0] + [p.size for p in parts[:-1]])
-    cols = {}
+    cols: dict[str, np.ndarray] = {}
     for name in fields:
         arrays = [getattr(p.headers, name) for p in parts]
         if name == "position":
@@ -530,7 +533,7 @@ def _concat_encoded(parts: list[EncodedSegment]) -> EncodedSegment:
         raise InvalidRecordsError(f"batches overlap: batch at offset {int(base[bad])} starts at or before the "
                                   f"previous batch's last offset {int(last[bad - 1])}", offset=int(base[bad]))
     buffers = tuple(b for p in parts for b in p.buffers)
-    return EncodedSegment(buffers, BatchHeaders(**cols))
+    return EncodedSegment(buffers, BatchHeaders(**cols))  # type: ignore[arg-type]  # every field but truncated_tail
 
 
 def _encode_uncompressed(table: pa.Table, plan: _Plan, mask: np.ndarray, final: np.ndarray) -> _Raw:
@@ -580,7 +583,7 @@ def _encode_uncompressed(table: pa.Table, plan: _Plan, mask: np.ndarray, final: 
 
 def _finish_crcs(raw: _Raw, final: np.ndarray) -> None:
     """CRCs of the large uncompressed batches, which the kernel left to the crc32c package."""
-    mv = memoryview(raw.data)
+    mv = memoryview(raw.data)  # type: ignore[arg-type]
     for b in np.flatnonzero(final & ~raw.crc_done).tolist():
         pos, size = int(raw.position[b]), int(raw.size[b])
         crc = crc32c.crc32c(mv[pos + V2_CRC_START:pos + size])
@@ -591,7 +594,7 @@ def _finish_crcs(raw: _Raw, final: np.ndarray) -> None:
 def _compressed_batch(raw: _Raw, b: int, codec: int, base_offset: int) -> tuple[bytearray, int]:
     """Batch ``b`` with its records compressed: new length field and CRC. Returns it and its CRC."""
     pos, size = int(raw.position[b]), int(raw.size[b])
-    mv = memoryview(raw.data)
+    mv = memoryview(raw.data)  # type: ignore[arg-type]
     payload = compress(codec, mv[pos + V2_HEADER_SIZE:pos + size])
     batch = bytearray(V2_HEADER_SIZE + len(payload))
     if len(batch) > _INT32_MAX:
@@ -617,7 +620,7 @@ def _assemble(plan: _Plan, copies: list[memoryview | None], to_compress: np.ndar
     crcs = raw.crc.astype(np.uint32)
     base_ts = plan.base_timestamp.copy()
     max_ts = plan.max_timestamp.copy()
-    raw_mv = memoryview(raw.data)
+    raw_mv = memoryview(raw.data)  # type: ignore[arg-type]
     buffers: list[memoryview] = []
     run_from = 0  # first batch of the current run of uncompressed batches
 

@@ -10,6 +10,7 @@ rebuilds, retention's largest-timestamp scans and ``segjobs dump``.
 
 from __future__ import annotations
 
+import mmap
 import struct
 from dataclasses import dataclass
 
@@ -146,7 +147,7 @@ _PREFIX = struct.Struct(">qiib")
 assert _PREFIX.size == LOG_OVERHEAD + 5
 
 
-def scan_batches(data: bytes | memoryview, *, path: str | None = None, allow_truncated_tail: bool = True,
+def scan_batches(data: bytes | memoryview | mmap.mmap, *, path: str | None = None, allow_truncated_tail: bool = True,
                  start: int = 0) -> BatchHeaders:
     """Read the header of every batch in ``data`` (a whole segment, or its tail from byte ``start``).
 
@@ -163,14 +164,14 @@ def scan_batches(data: bytes | memoryview, *, path: str | None = None, allow_tru
                                           np.asarray(magics, np.int8)), truncated_tail=truncated)
 
 
-def _bytes_view(data: bytes | memoryview) -> memoryview:
+def _bytes_view(data: bytes | memoryview | mmap.mmap) -> memoryview:
     mv = memoryview(data)
     if mv.format != "B" or mv.ndim != 1:
         mv = mv.cast("B")
     return mv
 
 
-def batch_positions(data: bytes | memoryview, *, path: str | None = None, allow_truncated_tail: bool = True,
+def batch_positions(data: bytes | memoryview | mmap.mmap, *, path: str | None = None, allow_truncated_tail: bool = True,
                     start: int = 0) -> tuple[list[int], list[int], int]:
     """The framing walk of :func:`scan_batches` alone (same checks, same errors): the start position and
     magic of every whole batch from byte ``start``, and how many bytes of an incomplete last batch follow.

@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.compute  # makes pa.compute available
 
 from segment_io import layout
 from segment_io.compression import CODEC_NAMES
@@ -95,8 +95,8 @@ def _fixed_binary(data: np.ndarray, width: int, valid: np.ndarray | None = None)
         offsets = np.zeros(n + 1, dtype=np.int32)
         np.cumsum(lengths, out=offsets[1:])
         data = data.reshape(n, width)[valid].reshape(-1) if width else data
-    return pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(data))],
-                                 null_count=null_count)
+    buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(data))]
+    return pa.Array.from_buffers(pa.binary(), n, buffers, null_count=null_count)
 
 
 VALUE_STYLES = ("random", "text")
@@ -255,8 +255,8 @@ def generate_log_dir(spec: GenerateSpec, out_dir: str | os.PathLike,
                      progress: Callable[[str], None] | None = None) -> GenerateResult:
     """Write a broker-style log dir under ``out_dir`` (created; must not already hold partitions)."""
     from segment_io.checkpoint import write_offset_checkpoint
-    from segment_io.storage import open_storage
     from segment_io.segment_writer import write_segment
+    from segment_io.storage import open_storage
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

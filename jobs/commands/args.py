@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from jobs.engine.options import InvalidOption
+from jobs.engine.report import stderr_lines
+from segment_io.storage.options import StorageOptions
 from segment_io.units import parse_duration, parse_size
+
+if TYPE_CHECKING:
+    from jobs.api import JobResult
 
 #: What every job can print on stdout (--format): the human summary table, or the JSON report.
 OUTPUT_FORMATS = ("table", "json")
@@ -59,18 +69,63 @@ def _add_output_options(p: argparse.ArgumentParser, formats: tuple[str, ...]) ->
                    help="show Spark's own log lines (INFO) on stderr; SEGJOBS_SPARK_LOG=LEVEL picks another level")
 
 
-def storage_options_from_args(args: argparse.Namespace):
+def add_plan_options(p: argparse.ArgumentParser) -> None:
+    """``--plan FILE`` and ``--apply FILE`` (see :mod:`jobs.engine.planfile`)."""
+    p.add_argument("--plan", metavar="FILE.json",
+                   help="with --dry-run: also write the plan (decisions, resolved configs, --now, scope and a "
+                        "fingerprint of the log dir) to FILE (local path or s3:// URI) for review; "
+                        "--apply FILE carries it out")
+    p.add_argument("--apply", metavar="FILE.json",
+                   help="carry out exactly the plan in FILE (written by --dry-run --plan), with its --now, topic "
+                        "configs and scope; refused with exit code 2, naming the first difference, if the log "
+                        "dir changed since the plan was made. With --dry-run: only show what it would do")
+
+
+def storage_options_from_args(args: argparse.Namespace) -> StorageOptions:
     """StorageOptions from --s3-endpoint/--s3-region on top of the environment."""
-    from dataclasses import replace
-
-    from segment_io.storage import StorageOptions
-
     opts = StorageOptions.from_env()
     if getattr(args, "s3_endpoint", None):
         opts = replace(opts, endpoint_url=args.s3_endpoint)
     if getattr(args, "s3_region", None):
         opts = replace(opts, region=args.s3_region)
     return opts
+
+
+# --------------------------------------------------------------------------------------------------
+# From parsed arguments to typed options, and from results to stdout
+# --------------------------------------------------------------------------------------------------
+
+
+def job_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`~jobs.engine.options.JobOptions` fields the shared options (:func:`add_log_dir_options`)
+    give, as keyword arguments; --dry-run, --lease-ttl, --plan and --apply where the command has them."""
+    out: dict[str, Any] = dict(
+        config=args.config, overrides=tuple(args.set), topics=tuple(args.topic), partitions=tuple(args.partition),
+        storage=storage_options_from_args(args), report=args.report, ledger=args.ledger,
+        max_batch_bytes=args.max_batch_bytes, max_delete_fraction=getattr(args, "max_delete_fraction", None),
+        master=args.master, spark_verbose=bool(args.verbose), progress=None if args.quiet else stderr_lines)
+    for name in ("dry_run", "lease_ttl", "plan", "apply"):
+        if hasattr(args, name):
+            out[name] = getattr(args, name)
+    return out
+
+
+@contextmanager
+def cli_wording() -> Iterator[None]:
+    """Options refused while being made from the command line are reported with its flags (``--strategy``),
+    not the Python API's field names."""
+    try:
+        yield
+    except InvalidOption as exc:
+        raise exc.for_cli() from None
+
+
+def print_result(fmt: str, result: "JobResult", summary: Callable[[], str]) -> None:
+    """stdout gets the result and nothing else: the JSON report (``--format json``), or ``summary()`` (the
+    table, or for inspect the CSV)."""
+    text = result.to_json() + "\n" if fmt == "json" else summary()
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()
 
 
 # --------------------------------------------------------------------------------------------------

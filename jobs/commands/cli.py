@@ -15,14 +15,20 @@ from segment_io.errors import SegjobsError
 
 #: command -> (module, one-line help). Order is the order of ``segjobs --help``.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "compact": ("jobs.commands.compact", "compact partitions whose cleanup.policy includes compact (Kafka's log cleaner)"),
-    "retain": ("jobs.commands.retain", "apply retention (retention.ms, retention.bytes, log start offset) and delete segments"),
+    "compact": ("jobs.commands.compact",
+                "compact partitions whose cleanup.policy includes compact (Kafka's log cleaner)"),
+    "retain": ("jobs.commands.retain",
+               "apply retention (retention.ms, retention.bytes, log start offset) and delete segments"),
     "recover": ("jobs.commands.recover", "complete or roll back what an interrupted segjobs run left in a log dir"),
-    "inspect": ("jobs.commands.inspect", "report per partition: dirty ratio, keys, tombstones, what compaction/retention would reclaim"),
-    "dump": ("jobs.commands.dump", "print batches and records of segment files, like kafka-dump-log; --verify checks them"),
+    "inspect": ("jobs.commands.inspect",
+                "report per partition: dirty ratio, keys, tombstones, what compaction/retention would reclaim"),
+    "dump": ("jobs.commands.dump",
+             "print batches and records of segment files, like kafka-dump-log; --verify checks them"),
     "generate": ("jobs.commands.generate", "write a synthetic broker-style log dir (demo, tests, benchmarks)"),
-    "config": ("jobs.commands.config", "`config import`: write the --config TOML from kafka-configs.sh / kafka-topics.sh --describe output"),
-    "history": ("jobs.commands.history", "the last runs and the bytes they reclaimed per topic, from a --ledger Delta table"),
+    "config": ("jobs.commands.config",
+               "`config import`: write the --config TOML from kafka-configs.sh / kafka-topics.sh --describe output"),
+    "history": ("jobs.commands.history",
+                "the last runs and the bytes they reclaimed per topic, from a --ledger Delta table"),
 }
 
 EPILOG = """exit codes:

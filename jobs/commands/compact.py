@@ -38,18 +38,19 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.commands.args import add_log_dir_options, size_arg
-from jobs.commands.retain import add_max_delete_fraction_option
-from jobs.engine.compaction import (
-    DEFAULT_DEDUPE_BUFFER_BYTES,
-    PLAN_OPTIONS,
-    STRATEGIES,
-    _work,
+from jobs import api
+from jobs.commands.args import (
+    add_log_dir_options,
+    add_plan_options,
+    cli_wording,
+    job_options,
+    print_result,
+    size_arg,
 )
-from jobs.engine.frame import run_job
-from jobs.engine.planfile import add_plan_options, load_for_apply
+from jobs.commands.retain import add_max_delete_fraction_option
+from jobs.engine.options import DEFAULT_DEDUPE_BUFFER_BYTES, STRATEGIES, CompactOptions
+from jobs.engine.seams import Seams
 from jobs.rules.map_capacity import LOAD_FACTOR, max_keys_for_buffer
-from segment_io.errors import UsageError
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -69,13 +70,20 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "dirty keys is cleaned partially and the report says so; the next run continues")
 
 
-def run(args: argparse.Namespace) -> int:
-    # checked here, not in the work function, so that a usage error costs no Spark start and no scan
-    if args.strategy == "external-sort":
-        raise UsageError("--strategy external-sort is not available yet; use memory (or auto)")
-    max_keys_for_buffer(args.dedupe_buffer_bytes)  # raises ConfigError when not even one key fits
-    args.apply_plan = load_for_apply(args, "compact", PLAN_OPTIONS)
-    return run_job("compact", args, _work, scan_depth="transactions")
+def options_from_args(args: argparse.Namespace) -> CompactOptions:
+    """The typed options of parsed ``segjobs compact`` arguments (checked here, before any Spark start or
+    scan: a usage error costs nothing)."""
+    with cli_wording():
+        return CompactOptions(**job_options(args), dedupe_buffer_bytes=args.dedupe_buffer_bytes,
+                              strategy=args.strategy)
+
+
+def run(args: argparse.Namespace, *, seams: Seams | None = None) -> int:
+    """Run ``segjobs compact`` with parsed ``args``: print the summary (or the JSON report) on stdout and
+    return the exit code. ``seams``: tests only (see :mod:`jobs.engine.seams`)."""
+    result = api.compact(args.log_dir, options_from_args(args), now=args.now, seams=seams)
+    print_result(args.format, result, result.summary)
+    return result.exit_code
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import argparse
 import base64
 import json
 import sys
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
@@ -39,7 +39,10 @@ from segment_io.errors import (
     UsageError,
 )
 from segment_io.format import LOG_OVERHEAD, BatchHeaders, scan_batches
-from segment_io.storage.base import KIND_FILE
+from segment_io.storage.base import KIND_FILE, Storage
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -64,7 +67,7 @@ _WHAT_DUMP_READS = ("dump reads .log segments, .index/.timeindex/.txnindex files
                     "and partition directories")
 
 
-def _expand(storage, path: str) -> tuple[list[str], list[SegjobsError]]:
+def _expand(storage: Storage, path: str) -> tuple[list[str], list[SegjobsError]]:
     """Files to dump for ``path`` (a file is itself, a partition directory expands to its segment files in
     base-offset order), and a problem for every entry bearing a segment file's name that is not a regular file
     (a dangling symbolic link, a directory, a FIFO, ...): a partition holding one cannot be read, so it must not
@@ -92,7 +95,7 @@ def _expand(storage, path: str) -> tuple[list[str], list[SegjobsError]]:
     raise UsageError(f"{path}: no such file or directory")
 
 
-def _kind(storage, uri: str) -> str:
+def _kind(storage: Storage, uri: str) -> str:
     """``log``, ``index`` or ``checkpoint``: what ``uri`` holds, by its name, and for a name that says
     nothing, by whether its first bytes frame a Kafka batch. ``UsageError`` for anything else."""
     name = uri.rstrip("/").rsplit("/", 1)[-1]
@@ -156,7 +159,7 @@ def _batch_line(h: BatchHeaders, i: int, crc_ok: bool | None) -> str:
             + ("" if crc_ok is None else f" crcValid: {str(crc_ok).lower()}"))
 
 
-def _dump_index(storage, uri: str, out: IO[str]) -> list[SegjobsError]:
+def _dump_index(storage: Storage, uri: str, out: IO[str]) -> list[SegjobsError]:
     from segment_io import index
 
     data = storage.read(uri)
@@ -171,9 +174,9 @@ def _dump_index(storage, uri: str, out: IO[str]) -> list[SegjobsError]:
             for t, r in zip(entries.timestamp.tolist(), entries.relative_offset.tolist()):
                 out.write(f"timestamp: {t} offset: {base + r}\n")
         elif name.endswith(".index"):
-            entries = index.read_offset_index(data, path=uri)
-            out.write(f"Dumping {uri}: {len(entries)} offset index entries\n")
-            for r, p in zip(entries.relative_offset.tolist(), entries.position.tolist()):
+            offsets = index.read_offset_index(data, path=uri)
+            out.write(f"Dumping {uri}: {len(offsets)} offset index entries\n")
+            for r, p in zip(offsets.relative_offset.tolist(), offsets.position.tolist()):
                 out.write(f"offset: {base + r} position: {p}\n")
         elif name.endswith(".txnindex"):
             aborted = index.read_txn_index(data, path=uri)
@@ -186,7 +189,7 @@ def _dump_index(storage, uri: str, out: IO[str]) -> list[SegjobsError]:
     return problems
 
 
-def _dump_log(storage, uri: str, args: argparse.Namespace, out: IO[str]) -> tuple[list[SegjobsError], bool]:
+def _dump_log(storage: Storage, uri: str, args: argparse.Namespace, out: IO[str]) -> tuple[list[SegjobsError], bool]:
     """Dump one segment file: (its problems, whether it is readable: empty or holding at least one batch)."""
     from segment_io.decode import decode_segment_bytes, verify_segment_crcs
 
@@ -232,12 +235,12 @@ def _dump_log(storage, uri: str, args: argparse.Namespace, out: IO[str]) -> tupl
         for i in range(len(headers)):
             ok = int(headers.position[i]) not in crc_errors
             out.write(_batch_line(headers, i, ok) + "\n")
-            if args.deep and records is not None:
+            if args.deep and records is not None and starts is not None and ends is not None:
                 _write_records_text(records.slice(int(starts[i]), int(ends[i] - starts[i])), args.max_value_bytes, out)
     return problems, bool(len(headers)) or not data
 
 
-def _verify_indexes(storage, log_uri: str, headers: BatchHeaders) -> list[SegjobsError]:
+def _verify_indexes(storage: Storage, log_uri: str, headers: BatchHeaders) -> list[SegjobsError]:
     from segment_io import index
 
     base_name = log_uri.rsplit("/", 1)[-1]
@@ -253,7 +256,7 @@ def _verify_indexes(storage, log_uri: str, headers: BatchHeaders) -> list[Segjob
                                     segment_base_offset=parsed[0]))
 
 
-def _write_records_text(records, limit: int, out: IO[str]) -> None:
+def _write_records_text(records: pa.Table, limit: int, out: IO[str]) -> None:
     cols = records.select(["offset", "timestamp", "key", "value", "headers"]).to_pydict()
     for off, ts, k, v, hs in zip(cols["offset"], cols["timestamp"], cols["key"], cols["value"], cols["headers"]):
         hk = ",".join(h["key"] for h in hs)
@@ -266,7 +269,7 @@ def _b64(b: bytes | None) -> str | None:
     return None if b is None else base64.b64encode(b).decode("ascii")
 
 
-def _write_jsonl(records, out: IO[str]) -> None:
+def _write_jsonl(records: pa.Table, out: IO[str]) -> None:
     for chunk in records.to_batches(max_chunksize=10_000):
         d = chunk.to_pydict()
         for i in range(chunk.num_rows):
@@ -281,7 +284,7 @@ def _write_jsonl(records, out: IO[str]) -> None:
             }, separators=(",", ":")) + "\n")
 
 
-def _dump_checkpoint(storage, uri: str, out: IO[str]) -> list[SegjobsError]:
+def _dump_checkpoint(storage: Storage, uri: str, out: IO[str]) -> list[SegjobsError]:
     from segment_io.checkpoint import (
         parse_leader_epoch_checkpoint,
         parse_offset_checkpoint,
@@ -311,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
     from segment_io.storage import open_storage
 
     out = sys.stdout
-    todo: list[tuple[object, str, str]] = []
+    todo: list[tuple[Storage, str, str]] = []
     problems: list[SegjobsError] = []
     for path in args.paths:
         storage = open_storage(path)

@@ -41,7 +41,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="roll a new segment after about this many bytes, e.g. 4MiB (default: 1MiB)")
     p.add_argument("--superseded", type=_share, default=0.5,
                    help="share of records superseded by a later record with the same key (default: 0.5)")
-    p.add_argument("--tombstones", type=_share, default=0.02, help="share of records that are tombstones (default: 0.02)")
+    p.add_argument("--tombstones", type=_share, default=0.02,
+                   help="share of records that are tombstones (default: 0.02)")
     p.add_argument("--value-bytes", type=size_arg, default=100, metavar="SIZE",
                    help="bytes per value, e.g. 1KiB (default: 100)")
     p.add_argument("--key-bytes", type=size_arg, default=16, metavar="SIZE", help="bytes per key (default: 16)")

@@ -26,17 +26,19 @@ examples:
   segjobs inspect --log-dir /backup/logs --config conf/topics.toml --format csv > dirty.csv
   segjobs inspect --log-dir /backup/logs --format json --report /tmp/inspect.json
 
-In a notebook: jobs.engine.inspection.dirty_ratios(spark, uri) returns the same rows as a Spark DataFrame.
+In a notebook: jobs.api.dirty_ratios(spark, uri) returns the same rows as a Spark DataFrame.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from jobs.commands.args import add_log_dir_options
+from jobs import api
+from jobs.commands.args import add_log_dir_options, cli_wording, job_options, print_result
 from jobs.commands.retain import add_max_delete_fraction_option
-from jobs.engine.frame import run_job
-from jobs.engine.inspection import FORMATS, _work
+from jobs.engine.inspection import FORMATS
+from jobs.engine.options import InspectOptions
+from jobs.engine.seams import Seams
 from jobs.rules.kafka_defaults import default_of
 
 
@@ -59,6 +61,14 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "(slower, 16 bytes of memory per record); default: HyperLogLog estimates")
 
 
-def run(args: argparse.Namespace) -> int:
+def options_from_args(args: argparse.Namespace) -> InspectOptions:
+    """The typed options of parsed ``segjobs inspect`` arguments."""
+    with cli_wording():
+        return InspectOptions(**job_options(args), exact=args.exact)
+
+
+def run(args: argparse.Namespace, *, seams: Seams | None = None) -> int:
     """Run ``segjobs inspect`` with parsed ``args``; returns the exit code (1 when a partition was unreadable)."""
-    return run_job("inspect", args, _work, scan_depth="transactions", destructive=False)
+    result = api.inspect(args.log_dir, options_from_args(args), now=args.now, seams=seams)
+    print_result(args.format, result, lambda: result.summary(args.format))
+    return result.exit_code

@@ -27,11 +27,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jobs.commands.args import storage_options_from_args
-from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir
-from jobs.rules.timeutil import format_instant, resolve_now, wall_clock_ms
-from segment_io.errors import LockHeldError, UsageError
-from segment_io.layout import list_log_dir
+from jobs import api
+from jobs.commands.args import cli_wording, storage_options_from_args
+from jobs.engine.options import RecoverOptions
+from jobs.engine.report import stderr_lines
+from jobs.engine.seams import Seams
+from jobs.rules.timeutil import format_instant
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -48,65 +49,32 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--s3-region", metavar="REGION", help="S3 region (default: from the AWS configuration)")
 
 
-def run(args: argparse.Namespace) -> int:
-    """Recover the log dir (or, with --dry-run, print what that would do); returns 0, or 1 when the S3 lease
-    was lost on the way (another run took it over)."""
-    from jobs.logdir.lock import LeaseLost, acquire, lease_ttl_ms, work_uri
-    from jobs.logdir.recover import PreviewStorage, recover_log_dir
-    from segment_io.storage import open_storage
+def options_from_args(args: argparse.Namespace) -> RecoverOptions:
+    """The typed options of parsed ``segjobs recover`` arguments (its notices go to stderr)."""
+    with cli_wording():
+        return RecoverOptions(storage=storage_options_from_args(args), progress=stderr_lines, dry_run=args.dry_run,
+                              break_lease=args.break_lease)
 
-    now_ms, now_note = resolve_now(args.now)
-    log_dir = args.log_dir.rstrip("/") or "/"
-    storage = open_storage(log_dir, storage_options_from_args(args))
-    from jobs.engine.frame import preflight
 
-    preflight(storage, log_dir, None, None, None)  # S3 answers (within seconds), or exit code 2
-    check_log_dir_is_dir(storage, log_dir)
-    # an empty log dir is fine (nothing to recover); a partition directory given as one is a mistake
-    check_log_dir_has_partitions(log_dir, list_log_dir(storage, log_dir), scoped=False, required=False)
-    if args.dry_run and args.break_lease:
-        raise UsageError("--break-lease takes the lease over, which a --dry-run does not do; drop one of them")
-    work = work_uri(log_dir)
-    lost = None
-    if args.dry_run:
-        reports = recover_log_dir(PreviewStorage(storage), log_dir, now_ms=now_ms, work_uri=work)
-        prefix, suffix = "would ", " [dry run: nothing changed]"
-    else:
-        if now_note:
-            print(f"segjobs recover: {now_note}", file=sys.stderr, flush=True)
-        prefix, suffix = "", ""
-        reports = None
-        try:
-            # The lease guards the real time this takes, so it runs on the wall clock, never on --now.
-            with acquire(storage, log_dir, now_ms=wall_clock_ms(), ttl_ms=lease_ttl_ms(), clock=wall_clock_ms,
-                         break_run_id=args.break_lease) as lease:
-                if lease.notice:
-                    print(f"segjobs recover: {lease.notice}", file=sys.stderr)
-                reports = recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work,
-                                          check=lambda: lease.check(wall_clock_ms()))
-        except LeaseLost as exc:
-            # Each partition's recovery is complete or not begun; the next recovery does the rest.
-            print(f"segjobs recover: LOST THE LEASE, stopped before the next partition (those before it are "
-                  f"recovered; run recover again once the lease is free): {exc}", file=sys.stderr)
-            return 1
-        except LockHeldError as exc:
-            if reports is None:
-                raise  # refused: nothing was done
-            lost = str(exc)  # taken over after the work was done, found at the release
-    failed = [r for r in reports if r.error is not None]
-    for r in failed:
+def run(args: argparse.Namespace, *, seams: Seams | None = None) -> int:
+    """Recover the log dir (or, with --dry-run, print what that would do); returns 0, or 1 when a partition
+    could not be settled or the S3 lease was lost on the way (another run took it over)."""
+    result = api.recover(args.log_dir, options_from_args(args), now=args.now, seams=seams)
+    if not result.completed:
+        print(f"segjobs recover: LOST THE LEASE, stopped before the next partition (those before it are "
+              f"recovered; run recover again once the lease is free): {result.lease_lost}", file=sys.stderr)
+        return result.exit_code
+    for r in result.failed:
         print(f"segjobs recover: {r.partition_uri}: NOT RECOVERED, left as it is: {r.error}", file=sys.stderr)
-    changed = [r for r in reports if r.changed]
-    for r in changed:
+    prefix, suffix = ("would ", " [dry run: nothing changed]") if result.dry_run else ("", "")
+    for r in result.reports:
         for a in r.actions:
             print(prefix + a.describe())
-    leftovers = [a for r in changed for a in r.leftovers]
-    partitions = [r for r in reports if r.partition_uri != log_dir]
-    print(f"{'would recover' if args.dry_run else 'recovered'} {sum(r.changed for r in partitions)} of "
-          f"{len(partitions)} partition(s) in {log_dir} at {format_instant(now_ms)}; "
-          f"{sum(len(r.actions) for r in changed)} action(s); {len(leftovers)} leftover file(s) of interrupted "
+    leftovers = result.leftovers
+    print(f"{'would recover' if result.dry_run else 'recovered'} {result.partitions_recovered} of "
+          f"{len(result.partitions)} partition(s) in {result.log_dir} at {format_instant(result.now_ms)}; "
+          f"{len(result.actions)} action(s); {len(leftovers)} leftover file(s) of interrupted "
           f"runs ({sum(a.size or 0 for a in leftovers)} bytes){suffix}")
-    if lost is not None:
-        print(f"segjobs recover: LOST THE LEASE: {lost}", file=sys.stderr)
-        return 1
-    return 1 if failed else 0
+    if result.lease_lost is not None:
+        print(f"segjobs recover: LOST THE LEASE: {result.lease_lost}", file=sys.stderr)
+    return result.exit_code

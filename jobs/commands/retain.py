@@ -39,13 +39,11 @@ examples:
 from __future__ import annotations
 
 import argparse
-import functools
 
-from jobs.commands.args import add_log_dir_options
-from jobs.engine.frame import run_job
-from jobs.engine.planfile import add_plan_options, load_for_apply
-from jobs.engine.retention import PLAN_OPTIONS, _work
-from jobs.logdir.commit import Fault
+from jobs import api
+from jobs.commands.args import add_log_dir_options, add_plan_options, cli_wording, job_options, print_result
+from jobs.engine.options import RetainOptions
+from jobs.engine.seams import Seams
 from jobs.rules.kafka_defaults import default_of
 
 
@@ -68,7 +66,7 @@ def _fraction(text: str) -> float:
 
 
 def add_max_delete_fraction_option(p: argparse.ArgumentParser, *, help: str | None = None) -> None:
-    """``--max-delete-fraction F``: the safety limit of retention (see :func:`refused_topics`)."""
+    """``--max-delete-fraction F``: the safety limit of retention (see :func:`jobs.engine.retention.refused_topics`)."""
     p.add_argument("--max-delete-fraction", type=_fraction, metavar="F",
                    help=help or "leave a topic untouched (and exit 1) when retention.ms/retention.bytes would "
                                 "delete more than this share of its bytes, so a wrong --config or --now cannot "
@@ -77,8 +75,15 @@ def add_max_delete_fraction_option(p: argparse.ArgumentParser, *, help: str | No
                                 "start offset do not count")
 
 
-def run(args: argparse.Namespace, *, fault: Fault | None = None) -> int:
-    """Run ``segjobs retain`` with parsed ``args``; returns the exit code. ``fault`` (tests only) is called
-    with the name of every destructive step before it runs; raising from it simulates a crash there."""
-    args.apply_plan = load_for_apply(args, "retain", PLAN_OPTIONS)
-    return run_job("retain", args, functools.partial(_work, fault=fault), scan_depth="headers")
+def options_from_args(args: argparse.Namespace) -> RetainOptions:
+    """The typed options of parsed ``segjobs retain`` arguments."""
+    with cli_wording():
+        return RetainOptions(**job_options(args))
+
+
+def run(args: argparse.Namespace, *, seams: Seams | None = None) -> int:
+    """Run ``segjobs retain`` with parsed ``args``: print the summary (or the JSON report) on stdout and return
+    the exit code. ``seams``: tests only (see :mod:`jobs.engine.seams`)."""
+    result = api.retain(args.log_dir, options_from_args(args), now=args.now, seams=seams)
+    print_result(args.format, result, result.summary)
+    return result.exit_code

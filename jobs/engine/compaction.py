@@ -5,15 +5,15 @@ What `segjobs compact` does, in users' words, is the docstring of :mod:`jobs.com
 
 from __future__ import annotations
 
-import functools
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow as pa
 
 from jobs.engine.frame import JobContext, scan_error_entry
+from jobs.engine.options import DEFAULT_DEDUPE_BUFFER_BYTES, STRATEGIES, CompactOptions
 from jobs.engine.planfile import PlanStage, decision_difference, partition_name
 from jobs.engine.report import (
     RunReport,
@@ -26,6 +26,7 @@ from jobs.engine.report import (
     truncate,
 )
 from jobs.engine.scan import PartitionError, empty_batches_from_headers
+from jobs.logdir.commit import Committer
 from jobs.rules.config import TopicConfig
 from jobs.rules.model import PartitionState
 from jobs.rules.model import Scope as PlanScope
@@ -35,20 +36,12 @@ from jobs.rules.plan_compact import (
     plan_compaction,
     updated_cleaner_checkpoints,
 )
-from jobs.rules.kafka_defaults import DEDUPE_BUFFER_BYTES
 from segment_io.errors import SegjobsError
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, PartitionListing
 from segment_io.storage.base import Storage
 
-#: Kafka's log.cleaner.dedupe.buffer.size (128 MiB), the offset-map memory of one task.
-DEFAULT_DEDUPE_BUFFER_BYTES = DEDUPE_BUFFER_BYTES
 #: Extra cleaning passes over a group's output within one run (markers settle after at most two).
 MAX_CONVERGENCE_PASSES = 3
-STRATEGIES = ("auto", "memory", "external-sort")
-
-#: Test seam: when set, the driver passes it as ``fault=`` to every :func:`jobs.logdir.commit.replace_segments`
-#: it calls, so fault-injection tests can interrupt a real job's commit at any step. Always None in use.
-COMMIT_FAULT: Callable[[str], None] | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -67,7 +60,8 @@ class CompactTask:
     now_ms: int
     max_keys: int
     dry_run: bool
-    work_uri: str
+    #: the store's commit protocol: says where the task stages the new segments (see Committer.task_stage_uri)
+    committer: Committer
 
 
 @dataclass
@@ -100,26 +94,6 @@ class PartitionOutcome:
     map_full: bool = False
     error: PartitionError | None = None
     seconds: float = 0.0
-
-
-from jobs.logdir.commit import PRIVATE_STAGING_DIR as STAGING_DIR  # noqa: E402 - recovery empties it too
-
-
-def private_stage_uri(storage: Storage, work_uri: str, partition_uri: str, base_offset: int, suffix: str) -> str:
-    """Where a task stages a new segment before the driver commits it.
-
-    On local disk it cannot be Kafka's ``.cleaned`` name in the partition dir right away: a broker's loader
-    discards every ``.swap`` at or above the lowest ``.cleaned`` offset, so one group's staged files must
-    never sit in the partition dir while another group is being swapped in. Tasks therefore stage in the
-    work dir and the driver moves one group at a time to its ``.cleaned`` name just before committing it.
-    On S3 the commit protocol's own staging location is already outside the partition prefix.
-    """
-    from jobs.logdir.commit import partition_name, staged_uri
-    from segment_io.layout import segment_file_name
-
-    if not storage.atomic_rename:
-        return staged_uri(storage, partition_uri, work_uri, base_offset, suffix)
-    return storage.join(work_uri, STAGING_DIR, partition_name(partition_uri), segment_file_name(base_offset, suffix))
 
 
 def _txn_entries(storage: Storage, listing: PartitionListing, bases: list[int], kept: pa.Table) -> list:
@@ -273,7 +247,7 @@ class _PartitionCleaner:
                 g.bytes_after = encode_batches(result.records, empty_batches=result.empty_batches,
                                                sources=sources).size
             else:
-                target = private_stage_uri(storage, task.work_uri, task.listing.uri, bases[0], ".log")
+                target = task.committer.task_stage_uri(task.listing.uri, bases[0], ".log")
                 written = write_segment(result.records, target, storage=storage,
                                         empty_batches=result.empty_batches, sources=sources,
                                         index_interval_bytes=task.config.index_interval_bytes,
@@ -424,21 +398,25 @@ def _entry(plan: CompactionPlan, state: PartitionState, outcome: PartitionOutcom
     return entry
 
 
-def _work(ctx: JobContext) -> None:
+def work(ctx: JobContext) -> None:
+    """The compaction job's work (see :func:`jobs.engine.frame.run_job`): retention first for compact,delete
+    partitions, plan, run the cleaning tasks, commit each changed group of each partition, write the cleaner
+    checkpoint, and fill the report (entries and totals)."""
     from jobs.engine.retention import (
         apply_retention_first,
         plan_retention_first,
         retention_decision,
     )
-    from jobs.logdir.commit import StagedSegment, replace_segments
+    from jobs.logdir.commit import StagedSegment
     from jobs.rules.offset_map import max_keys_for_buffer
     from segment_io.checkpoint import write_offset_checkpoint
 
-    args = ctx.args
-    planfile = PlanStage.of(ctx)
+    options = ctx.options
+    assert isinstance(options, CompactOptions)
+    planfile = ctx.planfile
     planfile.check_unchanged(ctx)
-    max_keys = max_keys_for_buffer(args.dedupe_buffer_bytes)
-    plan_scope = PlanScope(force=bool(args.topic or args.partition))
+    max_keys = max_keys_for_buffer(options.dedupe_buffer_bytes)
+    plan_scope = PlanScope(force=bool(options.topics or options.partitions))
     # compact,delete partitions: retention first, compaction planned on what it leaves (see RetentionFirst)
     first = plan_retention_first(ctx)
     held = first.held()
@@ -453,11 +431,11 @@ def _work(ctx: JobContext) -> None:
         config = ctx.configs.for_topic(scan.topic)
         scope = plan_scope if ctx.scope.explicit(*key) else PlanScope()
         listing, scan = first.compaction_input(ctx, key)
-        plan = plan_compaction(scan.state, config, ctx.now_ms, scope)
-        plans[key], states[key] = plan, scan.state
+        plan = plan_compaction(scan.scanned, config, ctx.now_ms, scope)
+        plans[key], states[key] = plan, scan.scanned
         if plan.selected and key not in held:
-            tasks.append(CompactTask(ctx.storage, listing, scan.state, plan, config, scan.txn, ctx.now_ms, max_keys,
-                                     ctx.dry_run, ctx.work_uri))
+            tasks.append(CompactTask(ctx.storage, listing, scan.scanned, plan, config, scan.txn, ctx.now_ms, max_keys,
+                                     ctx.dry_run, ctx.committer))
     planfile.check_decisions(ctx, {partition_name(k): retention_decision(p, k in held)
                                    for k, p in first.plans.items()}, "retention")
     planfile.check_decisions(ctx, {partition_name(k): _compaction_decision(p, k in held)
@@ -489,10 +467,10 @@ def _work(ctx: JobContext) -> None:
                 for g in outcome.groups:
                     if g.changed:
                         ctx.keep_lease()
-                        _move_to_cleaned(ctx, p_uri, g)
-                        replace_segments(ctx.storage, ctx.listing.partitions[key].uri, old_base_offsets=g.old_bases,
-                                         new_segments=[StagedSegment(g.old_bases[0], g.staged_suffixes)],
-                                         work_uri=ctx.work_uri, fault=COMMIT_FAULT)
+                        ctx.committer.promote(p_uri, g.old_bases[0], g.staged_suffixes, g.mtime_ms)
+                        ctx.committer.replace_segments(p_uri, old_base_offsets=g.old_bases,
+                                                       new_segments=[StagedSegment(g.old_bases[0], g.staged_suffixes)],
+                                                       fault=ctx.fault_for(partition_name(key)))
                         g.committed = committed = True
                 new_cp, checkpoint_changed = outcome.end_offset, True
             except SegjobsError as exc:
@@ -529,7 +507,7 @@ def _work(ctx: JobContext) -> None:
         entries = updated_cleaner_checkpoints(checkpoints, live)
         write_offset_checkpoint(ctx.storage, ctx.storage.join(ctx.log_dir, CLEANER_OFFSET_CHECKPOINT),
                                 dict(sorted(entries.items())))
-    planfile.write(ctx, "compact", {name: getattr(args, name) for name in PLAN_OPTIONS})
+    planfile.write(ctx, "compact", {name: getattr(options, name) for name in PLAN_OPTIONS})
     _summarize(ctx)
 
 
@@ -562,36 +540,13 @@ def _check_outcome_against_plan(ctx: JobContext, planfile: PlanStage, key: tuple
     diff = decision_difference(planned.get("outcome"), decided, "compaction.outcome")
     if diff:
         outcome.error = PartitionError("PlanMismatch", f"the cleaning task decided differently than the plan "
-                                       f"{ctx.args.apply} ({diff}); nothing of this partition was committed")
+                                       f"{planfile.apply_uri} ({diff}); nothing of this partition was committed")
         _discard_staged(ctx, ctx.listing.partitions[key].uri, outcome)
 
 
 def _discard_staged(ctx: JobContext, partition_uri: str, outcome: PartitionOutcome) -> None:
     for g in outcome.groups:
-        for sfx in g.staged_suffixes:
-            ctx.storage.delete(private_stage_uri(ctx.storage, ctx.work_uri, partition_uri, g.old_bases[0], sfx))
-
-
-def _move_to_cleaned(ctx: JobContext, partition_uri: str, g: GroupOutcome) -> None:
-    """Local disk: bring one group's privately staged files to their ``.cleaned`` names (see
-    :func:`private_stage_uri`); a crash right after leaves only ``.cleaned`` files, which recovery deletes."""
-    from jobs.logdir.commit import staged_uri
-
-    if not ctx.storage.atomic_rename:
-        return
-    storage = ctx.storage
-    for sfx in g.staged_suffixes:
-        src = private_stage_uri(storage, ctx.work_uri, partition_uri, g.old_bases[0], sfx)
-        dst = staged_uri(storage, partition_uri, ctx.work_uri, g.old_bases[0], sfx)
-        try:
-            storage.rename(src, dst)
-        except SegjobsError:
-            # The work dir lies on another filesystem (a log dir on its own disk or mount): copy instead. A
-            # .cleaned file cut short by a crash is harmless: Kafka's loader and `segjobs recover` delete it.
-            with storage.open_write(dst) as out:
-                out.write(storage.read(src))
-            storage.set_mtime(dst, g.mtime_ms)
-            storage.delete(src)
+        ctx.committer.discard(partition_uri, g.old_bases[0], g.staged_suffixes)
 
 
 _TABLE_COLUMNS = (("partition", "partition"), ("action", "action"), ("dirty", "dirty"), ("segments", "segments"),
@@ -618,7 +573,7 @@ def _note(e: dict[str, Any]) -> str | None:
 
 
 def _summarize(ctx: JobContext) -> None:
-    """Totals into the report, and the console summary (``ctx.render``)."""
+    """Totals into the report (the command renders them: :func:`render_summary`)."""
     totals = {"partitions": len(ctx.report.partitions), "selected": 0, "records_removed": 0, "bytes_removed": 0,
               "errors": len(ctx.report.errors), "bytes_compacted": 0, "files_purged": 0, "bytes_purged": 0}
     for e in ctx.report.partitions:
@@ -633,7 +588,6 @@ def _summarize(ctx: JobContext) -> None:
         totals["files_purged"] += len(retention.get("purged") or [])
         totals["bytes_purged"] += int(retention.get("purged_bytes") or 0)
     ctx.report.totals.update(totals)
-    ctx.render = functools.partial(render_summary, dry_run=ctx.dry_run)
 
 
 def render_summary(report: RunReport, *, dry_run: bool) -> str:
@@ -667,6 +621,9 @@ def render_summary(report: RunReport, *, dry_run: bool) -> str:
     ])
 
 
-#: The options a plan file records for ``compact``, with their parser defaults (see jobs.engine.planfile).
-PLAN_OPTIONS = {"max_delete_fraction": None, "dedupe_buffer_bytes": DEFAULT_DEDUPE_BUFFER_BYTES, "strategy": "auto"}
+#: The options a plan file records for ``compact`` (fields of CompactOptions; see jobs.engine.planfile).
+PLAN_OPTIONS = ("max_delete_fraction", "dedupe_buffer_bytes", "strategy")
+
+__all__ = ["DEFAULT_DEDUPE_BUFFER_BYTES", "PLAN_OPTIONS", "STRATEGIES", "CompactTask", "GroupOutcome",
+           "PartitionOutcome", "compact_partition", "render_summary", "work"]
 

@@ -1,40 +1,40 @@
-"""The frame every job runs in: validate → lock → recover → list → scan (Spark) → job work → report.
+"""The frame every job runs in: validate → lock → recover → list → scan (tasks) → job work → report.
 
-A job (compact, retain, inspect) gives :func:`run_job` a callback that receives a :class:`JobContext`
-(storage, configs, scope, listing, scans, Spark session, report), fills ``report.partitions`` and sets
-``ctx.render`` to the human summary. Everything that can be checked without Spark (configuration, ``--now``,
-scope syntax, the log dir's existence, that S3 answers and that ``--report``/``--ledger`` can be written) is
-checked before Spark starts, so a typo costs a second, not a session start, and a report that could not be
-written is known before any work.
+A job (compact, retain, inspect) gives :func:`run_job` its typed options (:mod:`jobs.engine.options`) and a
+work function that receives a :class:`JobContext` (storage, committer, configs, scope, listing, scans, task
+runner, report) and fills ``report.partitions`` and ``report.totals``. Everything that can be checked without
+Spark (configuration, ``now``, scope syntax, the log dir's existence, that S3 answers and that the report and
+ledger destinations can be written) is checked before Spark starts, so a typo costs a second, not a session
+start, and a report that could not be written is known before any work.
 
-Output: progress and errors on stderr; on stdout only the result, printed once the report is final: the
-summary (``--format table``) or the JSON report (``--format json``).
+The frame prints nothing on stdout: it returns the finished report (:class:`JobRun`), and the command prints
+the summary or the JSON. Progress and errors go to the options' progress sink (stderr by default).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
-from jobs.commands.args import storage_options_from_args
+from jobs.engine.options import ChangeOptions, JobOptions, LockingOptions
+from jobs.engine.planfile import Plan, PlanStage
 from jobs.engine.report import (
     Progress,
     RunReport,
     absolute_uri,
     append_ledger,
-    render_stopped_summary,
     write_report,
 )
 from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
+from jobs.engine.seams import PRODUCTION, Seams, SparkTasks, TaskRunner
 from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir
+from jobs.logdir.commit import Committer, committer_for
 from jobs.rules.config import ConfigSet
 from jobs.rules.scope import Scope, parse_scope
-from jobs.rules.timeutil import format_instant, resolve_now, wall_clock_ms
+from jobs.rules.timeutil import Instant, format_instant, resolve_now
 from segment_io import compression
 from segment_io.errors import (
     ConfigError,
@@ -52,59 +52,76 @@ from segment_io.layout import (
     parse_partition_dir,
 )
 from segment_io.storage.base import Storage
+from segment_io.storage.options import StorageOptions
+
+if TYPE_CHECKING:
+    from jobs.logdir.lock import Lease
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass
 class JobContext:
-    """What a job's work function gets."""
+    """What a job's work function gets: the run's typed options and everything the frame derived from them."""
 
-    args: argparse.Namespace
+    options: JobOptions
     storage: Storage
+    #: the store's commit protocol (see :func:`jobs.logdir.commit.committer_for`)
+    committer: Committer
     log_dir: str
     work_uri: str
     configs: ConfigSet
     scope: Scope
     now_ms: int
+    #: True when ``now`` was not given and the wall clock (``seams.clock``) chose it
+    now_from_clock: bool
     dry_run: bool
     listing: LogDirListing
     scans: dict[tuple[str, int], PartitionScan]
     checkpoints: dict[str, dict[tuple[str, int], int]]
     report: RunReport
     progress: Progress
-    spark: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    lease: Any = None  #: jobs.logdir.lock.Lease while the job holds the log dir (None in dry runs)
-    #: the job's human output (``--format table``): called with the finished report, returns the text
-    render: Callable[[RunReport], str] | None = None
-
-    @property
-    def sc(self):
-        return self.spark.sparkContext
+    #: runs the per-partition tasks (Spark, or in this process for tests)
+    runner: TaskRunner
+    seams: Seams
+    #: the plan file being applied, or the decisions collected for one
+    planfile: PlanStage
+    lease: "Lease | None" = None  #: while the job holds the log dir (None in dry runs and for inspect)
 
     def keep_lease(self) -> None:
-        """Jobs call this before each commit. Raises :class:`jobs.logdir.lock.LeaseLost` once the run's S3 lease is
-        no longer its own (another run took it over after it expired, or it could not be renewed in time), so
-        the run commits nothing more; the frame reports it. A heartbeat renews the lease in the background;
-        this renews it here only if that fell behind. Local locks do not expire. A lease is timed on the
-        wall clock, never on --now: --now is the instant the job's decisions are made at, often in the
-        past, while a lease guards the real time the job runs."""
+        """Jobs call this before each commit. Raises :class:`jobs.logdir.lock.LeaseLost` once the run's S3 lease
+        is no longer its own (another run took it over after it expired, or it could not be renewed in time),
+        so the run commits nothing more; the frame reports it. A heartbeat renews the lease in the background;
+        this renews it here only if that fell behind. Local locks do not expire. A lease is timed on the wall
+        clock (``seams.clock``), never on ``now``: ``now`` is the instant the job's decisions are made at, often
+        in the past, while a lease guards the real time the job runs."""
         if self.lease is not None:
-            self.lease.check(wall_clock_ms())
+            self.lease.check(self.seams.clock())
 
-    def parallel_map(self, fn: Callable[[Any], Any], items: list[Any], *, tasks: int | None = None) -> list[Any]:
-        """Run ``fn`` over ``items`` as Spark tasks (one task per item, or ``tasks`` tasks each taking a
-        contiguous share of the items) and collect the results in order. ``fn`` and the items must pickle;
-        results must be small (statistics, never record data)."""
-        if not items:
-            return []
-        return self.sc.parallelize(items, min(len(items), tasks or len(items))).map(fn).collect()
+    def parallel_map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None) -> list[R]:
+        """Run ``fn`` over ``items`` as tasks (one task per item, or ``tasks`` tasks each taking a contiguous
+        share of the items) and collect the results in order. ``fn`` and the items must pickle; results must
+        be small (statistics, never record data)."""
+        return self.runner.map(fn, items, tasks=tasks)
+
+    def fault_for(self, partition: str) -> Callable[[str], None] | None:
+        """The fault hook of the commit steps of ``partition`` (``""``: the log dir as a whole); None in use."""
+        return self.seams.fault_for(partition)
 
 
-def load_configs(args: argparse.Namespace) -> ConfigSet:
-    """The topic configuration from --config and --set (Kafka's defaults where neither says anything)."""
-    if args.config:
-        return ConfigSet.load(args.config, overrides=args.set)
-    return ConfigSet().with_overrides(args.set)
+@dataclass
+class JobRun:
+    """What :func:`run_job` returns."""
+
+    report: RunReport  #: finished: totals, errors, warnings and exit code set
+    #: the work function returned; False when it stopped early (the S3 lease was lost): the report then holds
+    #: the partitions done so far
+    completed: bool
+    #: True when ``now`` was not given and the wall clock chose it
+    now_from_clock: bool
+    #: the options the run used
+    options: JobOptions
 
 
 #: What to do about a malformed per-log-dir checkpoint file. Kafka does not reset one: reading it fails with
@@ -157,37 +174,51 @@ def _scan_task(item: tuple) -> PartitionScan:
                           now_ms=now_ms, producer_id_expiration_ms=pid_exp)
 
 
-def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext], None], *,
-            scan_depth: str, destructive: bool = True) -> int:
-    """Run one job end to end; returns the process exit code (0 ok, 1 some partition failed)."""
+def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[JobContext], None], *,
+            scan_depth: str, now: Instant | None = None, destructive: bool = True, spark: Any = None,
+            seams: Seams | None = None, applying: Plan | None = None) -> JobRun:
+    """Run one job end to end and return its finished report (exit code 0 ok, 1 some partition failed).
+    Raises :class:`~segment_io.errors.ConfigError`, :class:`~segment_io.errors.UsageError` or
+    :class:`~segment_io.errors.LockHeldError` when nothing was done (exit code 2 on the command line).
+
+    ``now``: the instant the decisions are made at (default: ``seams.clock()``, the wall clock). ``spark``: the
+    session to run tasks in (default: the active one, else a new one; none is needed with ``seams.runner``).
+    ``applying``: the plan file being carried out (see :func:`jobs.engine.planfile.load_for_apply`)."""
     from jobs.logdir.lock import Holder, LeaseLost, acquire, lease_ttl_ms, work_uri
     from segment_io.storage import open_storage
 
+    seams = seams or PRODUCTION
     # ---- everything that needs no Spark, first ----
-    configs = load_configs(args)
-    now_ms, now_note = resolve_now(args.now)
-    scope = parse_scope(args.topic, args.partition)
-    dry_run = bool(getattr(args, "dry_run", False))
-    log_dir = absolute_uri(args.log_dir.rstrip("/") if args.log_dir not in ("/",) else args.log_dir)
-    options = storage_options_from_args(args)
-    storage = open_storage(log_dir, options)
-    report_uri = absolute_uri(args.report) if args.report else None
-    ledger_uri = absolute_uri(args.ledger) if getattr(args, "ledger", None) else None
-    # --max-batch-bytes (already parsed), else $SEGJOBS_MAX_BATCH_BYTES: a malformed one is exit 2 here
-    max_batch = compression.max_batch_bytes(getattr(args, "max_batch_bytes", None))
-    preflight(storage, log_dir, report_uri, ledger_uri, options)  # first: S3 answers within seconds, or exit 2
+    configs = options.load_configs()
+    now_ms, now_note = resolve_now(now, seams.clock)
+    scope = parse_scope(list(options.topics), list(options.partitions))
+    locking = options if isinstance(options, LockingOptions) else None
+    dry_run = bool(locking and locking.dry_run)
+    log_dir = absolute_uri(log_dir.rstrip("/") if log_dir not in ("/",) else log_dir)
+    storage_options = options.storage_options()
+    storage = open_storage(log_dir, storage_options)
+    report_uri = absolute_uri(options.report) if options.report else None
+    ledger_uri = absolute_uri(options.ledger) if options.ledger else None
+    # max_batch_bytes, else $SEGJOBS_MAX_BATCH_BYTES: a malformed one is exit 2 here
+    max_batch = compression.max_batch_bytes(options.max_batch_bytes)
+    preflight(storage, log_dir, report_uri, ledger_uri, storage_options)  # first: S3 answers within seconds, or exit 2
     check_log_dir_is_dir(storage, log_dir)
     work_dir = work_uri(log_dir)
-    progress = Progress(command, quiet=args.quiet)
+    progress = Progress(command, quiet=options.progress is None, sink=options.progress)
     report = RunReport(command=command, log_dir=log_dir, now_ms=now_ms, dry_run=dry_run)
 
     # The scope, the topics' configs and the checkpoint files are checked against a first listing before the
     # lock and recovery: exit code 2 promises that nothing was done. Recovery does not add or remove partitions.
     _read_checkpoints(storage, log_dir, _check_scope(storage, log_dir, scope, configs))
-    ttl_ms = lease_ttl_ms(getattr(args, "lease_ttl", None))
-    if now_note:  # even with --quiet: it is what repeating this run's decisions takes
-        print(f"segjobs {command}: {now_note}", file=sys.stderr, flush=True)
+    ttl_ms = lease_ttl_ms(locking.lease_ttl if locking is not None else None)
+    if now_note:  # even when quiet: it is what repeating this run's decisions takes
+        progress.notice(now_note)
     progress(f"log dir {log_dir}, now {format_instant(now_ms)} ({now_ms})" + (" [dry run]" if dry_run else ""))
+    change = options if isinstance(options, ChangeOptions) else None
+    planfile = PlanStage(applying=applying, apply_uri=change.apply if change else None,
+                         write_uri=change.plan if change else None)
+    frame = _Frame(command, options, work, scan_depth, storage, log_dir, work_dir, configs, scope, now_ms,
+                   now_note is not None, dry_run, destructive, report, progress, seams, planfile, max_batch, spark)
 
     lease = None
     ctx: JobContext | None = None
@@ -195,13 +226,12 @@ def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext],
         with ExitStack() as stack:
             if destructive and not dry_run:
                 # The holder's run id is the report's: a refusal names the run the reports and ledger know.
-                lease = stack.enter_context(acquire(storage, log_dir, now_ms=wall_clock_ms(), ttl_ms=ttl_ms,
-                                                    holder=Holder.this_process(report.run_id), clock=wall_clock_ms))
+                lease = stack.enter_context(acquire(storage, log_dir, now_ms=seams.clock(), ttl_ms=ttl_ms,
+                                                    holder=Holder.this_process(report.run_id), clock=seams.clock))
                 if lease.notice:
                     report.warnings.append(lease.notice)
                     progress(lease.notice)
-            ctx = _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, configs, scope, now_ms,
-                              dry_run, destructive, report, progress, lease, max_batch=max_batch)
+            ctx = frame.run_locked(lease)
     except LeaseLost as exc:
         # Raised before a commit: nothing more was committed after the lease was lost. What was committed
         # before stands (each commit is crash-safe on its own); the next run's recovery settles the rest.
@@ -219,15 +249,14 @@ def run_job(command: str, args: argparse.Namespace, work: Callable[[JobContext],
     delivered = True
     if report_uri:
         delivered &= _deliver(progress, f"report written to {report_uri}", f"could not write the report {report_uri}",
-                              lambda: write_report(report, report_uri, options))
+                              lambda: write_report(report, report_uri, storage_options))
     if ledger_uri:
         delivered &= _deliver(progress, f"{len(report.partitions)} row(s) appended to the ledger {ledger_uri}",
                               f"could not append to the ledger {ledger_uri}",
-                              lambda: append_ledger(ledger_uri, report, report.partitions, options))
+                              lambda: append_ledger(ledger_uri, report, report.partitions, storage_options))
     if not delivered:
         report.exit_code = 1  # the work ran, but what it did is not (all) on record
-    _print_result(args, report, ctx)
-    return report.exit_code
+    return JobRun(report, completed=ctx is not None, now_from_clock=now_note is not None, options=options)
 
 
 def _deliver(progress: Progress, done: str, failed: str, write: Callable[[], Any]) -> bool:
@@ -241,23 +270,8 @@ def _deliver(progress: Progress, done: str, failed: str, write: Callable[[], Any
     return True
 
 
-def _print_result(args: argparse.Namespace, report: RunReport, ctx: JobContext | None) -> None:
-    """stdout gets the result and nothing else: the JSON report (--format json) or the job's summary."""
-    fmt = getattr(args, "format", "table")
-    if fmt == "json":
-        text = report.to_json() + "\n"
-    elif fmt is None:
-        return
-    elif ctx is not None and ctx.render is not None:
-        text = ctx.render(report)
-    else:  # the work stopped before its summary (a lost lease): say what is known
-        text = render_stopped_summary(report)
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    sys.stdout.flush()
-
-
 def preflight(storage: Storage, log_dir: str, report_uri: str | None, ledger_uri: str | None,
-              options: Any) -> None:
+              options: StorageOptions | None) -> None:
     """Check, before anything is done, that the run can reach its log dir and write what it promises: S3
     buckets answer (credentials, endpoint, bucket; within seconds), local ``--report``/``--ledger``
     destinations can be created. Raises :class:`~segment_io.errors.ConfigError` naming the option and the
@@ -305,67 +319,101 @@ def _read_only_filesystem(path: str) -> bool:
         return False
 
 
-def _run_locked(command, args, work, scan_depth, storage, log_dir, work_dir, configs, scope, now_ms, dry_run,
-                destructive, report, progress, lease, *, max_batch: int) -> JobContext:
+@dataclass
+class _Frame:
     """The part of :func:`run_job` that runs under the lock: recover, list, scan, work."""
-    from jobs.logdir.commit import partition_name
-    from jobs.logdir.recover import recover_log_dir
 
-    unrecovered: dict[tuple[str, int] | None, Exception] = {}
-    if destructive and not dry_run:
-        check = None if lease is None else (lambda: lease.check(wall_clock_ms()))
-        reports = recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work_dir, check=check)
-        for r in reports:
-            if r.error is not None:
-                unrecovered[parse_partition_dir(partition_name(r.partition_uri))] = r.error
-                progress.error(f"{r.partition_uri}: NOT RECOVERED, left as it is and not touched by this run: "
-                               f"{r.error}")
-        recovered = [r for r in reports if r.changed]
-        for r in recovered:
-            progress(f"recovered {r.partition_uri}: {', '.join(a.action for a in r.actions)}")
-        report.totals["recovered_partitions"] = len(recovered)
-    listing = _check_scope(storage, log_dir, scope, configs)  # again: recovery may have changed files
-    present = set(listing.partitions)
-    checkpoints = _read_checkpoints(storage, log_dir, listing)
-    selected = sorted(k for k in present if scope.includes(*k))
-    for topic in sorted({t for t, _ in selected}):
-        for note in configs.shadowed(topic):
-            progress(note)
+    command: str
+    options: JobOptions
+    work: Callable[[JobContext], None]
+    scan_depth: str
+    storage: Storage
+    log_dir: str
+    work_dir: str
+    configs: ConfigSet
+    scope: Scope
+    now_ms: int
+    now_from_clock: bool
+    dry_run: bool
+    destructive: bool
+    report: RunReport
+    progress: Progress
+    seams: Seams
+    planfile: PlanStage
+    max_batch: int
+    spark: Any
 
-    t0 = time.monotonic()
-    from jobs.engine.spark_session import build_session
+    def run_locked(self, lease: "Lease | None") -> JobContext:
+        from jobs.logdir.commit import partition_name
+        from jobs.logdir.recover import recover_log_dir
 
-    spark = build_session(app_name=f"segjobs-{command}", master=args.master,
-                          verbose=bool(getattr(args, "verbose", False)))
-    report.spark_startup_s = round(time.monotonic() - t0, 2)
-    # Python workers (local or on a cluster's executors) get the environment of the SparkContext: the decoders
-    # there read the bound from it.
-    from segment_io.compression import MAX_BATCH_BYTES_ENV
+        storage, log_dir, report, progress, seams = self.storage, self.log_dir, self.report, self.progress, self.seams
+        unrecovered: dict[tuple[str, int] | None, Exception] = {}
+        if self.destructive and not self.dry_run:
+            check = None if lease is None else (lambda: lease.check(seams.clock()))
+            reports = recover_log_dir(storage, log_dir, now_ms=self.now_ms, work_uri=self.work_dir, check=check)
+            for r in reports:
+                if r.error is not None:
+                    unrecovered[parse_partition_dir(partition_name(r.partition_uri))] = r.error
+                    progress.error(f"{r.partition_uri}: NOT RECOVERED, left as it is and not touched by this run: "
+                                   f"{r.error}")
+            recovered = [r for r in reports if r.changed]
+            for r in recovered:
+                progress(f"recovered {r.partition_uri}: {', '.join(a.action for a in r.actions)}")
+            report.totals["recovered_partitions"] = len(recovered)
+        listing = _check_scope(storage, log_dir, self.scope, self.configs)  # again: recovery may have changed files
+        present = set(listing.partitions)
+        checkpoints = _read_checkpoints(storage, log_dir, listing)
+        selected = sorted(k for k in present if self.scope.includes(*k))
+        for topic in sorted({t for t, _ in selected}):
+            for note in self.configs.shadowed(topic):
+                progress(note)
 
-    spark.sparkContext.environment[MAX_BATCH_BYTES_ENV] = str(max_batch)
-    progress(f"Spark ready in {report.spark_startup_s}s; scanning {len(selected)} partition(s)")
-    ctx = JobContext(args=args, storage=storage, log_dir=log_dir, work_uri=work_dir, configs=configs,
-                     scope=scope, now_ms=now_ms, dry_run=dry_run, listing=listing, scans={},
-                     checkpoints=checkpoints, report=report, progress=progress, spark=spark, lease=lease)
-    items = [(storage, listing.partitions[k], scan_depth,
-              checkpoints[LOG_START_OFFSET_CHECKPOINT].get(k), checkpoints[CLEANER_OFFSET_CHECKPOINT].get(k),
-              now_ms, configs.for_topic(k[0]).producer_id_expiration_ms) for k in selected]
-    # A header scan takes milliseconds, less than a Spark task's own overhead: thousands of partitions
-    # go in a few tasks per core. Transaction scans read whole logs: one task per partition balances them.
-    tasks = spark.sparkContext.defaultParallelism * 4 if scan_depth == "headers" else None
-    for scan in ctx.parallel_map(_scan_task, items, tasks=tasks):
-        error = unrecovered.get((scan.topic, scan.partition))
-        if error is not None:  # an interrupted commit recovery could not settle: nobody touches the partition
-            scan.error, scan.state, scan.txn = PartitionError.from_exception(error), None, None
-        ctx.scans[(scan.topic, scan.partition)] = scan
-        for w in scan.warnings:
-            report.warnings.append(w)
-        if scan.error is not None:
-            progress.error(f"{scan.name}: UNREADABLE, left untouched: {scan.error}")
-    progress(f"scanned {len(items)} partition(s)")
-    _orphan_log_start_entries(ctx)
-    work(ctx)
-    return ctx
+        runner = self._runner()
+        # Tasks (local or on a cluster's executors) decode with the run's decompression bound.
+        runner.set_environment({compression.MAX_BATCH_BYTES_ENV: str(self.max_batch)})
+        ready = (f"Spark ready in {report.spark_startup_s}s" if report.spark_startup_s is not None
+                 else "tasks run in this process")
+        progress(f"{ready}; scanning {len(selected)} partition(s)")
+        ctx = JobContext(options=self.options, storage=storage, committer=committer_for(storage, self.work_dir),
+                         log_dir=log_dir, work_uri=self.work_dir, configs=self.configs, scope=self.scope,
+                         now_ms=self.now_ms, now_from_clock=self.now_from_clock, dry_run=self.dry_run,
+                         listing=listing, scans={}, checkpoints=checkpoints, report=report, progress=progress,
+                         runner=runner, seams=seams, planfile=self.planfile, lease=lease)
+        configs, now_ms = self.configs, self.now_ms
+        items = [(storage, listing.partitions[k], self.scan_depth,
+                  checkpoints[LOG_START_OFFSET_CHECKPOINT].get(k), checkpoints[CLEANER_OFFSET_CHECKPOINT].get(k),
+                  now_ms, configs.for_topic(k[0]).producer_id_expiration_ms) for k in selected]
+        # A header scan takes milliseconds, less than a Spark task's own overhead: thousands of partitions
+        # go in a few tasks per core. Transaction scans read whole logs: one task per partition balances them.
+        tasks = runner.parallelism * 4 if self.scan_depth == "headers" else None
+        for scan in ctx.parallel_map(_scan_task, items, tasks=tasks):
+            error = unrecovered.get((scan.topic, scan.partition))
+            if error is not None:  # an interrupted commit recovery could not settle: nobody touches the partition
+                scan.error, scan.state, scan.txn = PartitionError.from_exception(error), None, None
+            ctx.scans[(scan.topic, scan.partition)] = scan
+            for w in scan.warnings:
+                report.warnings.append(w)
+            if scan.error is not None:
+                progress.error(f"{scan.name}: UNREADABLE, left untouched: {scan.error}")
+        progress(f"scanned {len(items)} partition(s)")
+        _orphan_log_start_entries(ctx)
+        self.work(ctx)
+        return ctx
+
+    def _runner(self) -> TaskRunner:
+        """The seams' runner, else Spark tasks in the given session (or the active one, or a new one)."""
+        if self.seams.runner is not None:
+            return self.seams.runner
+        t0 = time.monotonic()
+        spark = self.spark
+        if spark is None:
+            from jobs.engine.spark_session import build_session
+
+            spark = build_session(app_name=f"segjobs-{self.command}", master=self.options.master,
+                                  verbose=self.options.spark_verbose)
+        self.report.spark_startup_s = round(time.monotonic() - t0, 2)
+        return SparkTasks(spark)
 
 
 def _check_scope(storage: Storage, log_dir: str, scope: Scope, configs: ConfigSet) -> LogDirListing:
@@ -385,4 +433,4 @@ def scan_error_entry(scan: PartitionScan) -> dict[str, Any]:
             "reason": f"unreadable: {scan.error}", "error": scan.error.to_dict() if scan.error else None}
 
 
-__all__ = ["JobContext", "run_job", "load_configs", "scan_error_entry", "SegjobsError"]
+__all__ = ["JobContext", "JobRun", "preflight", "run_job", "scan_error_entry"]

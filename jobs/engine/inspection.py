@@ -1,24 +1,23 @@
 """The inspection engine: per-partition statistics (a task reading the key-hash projection, returning numbers
-only), predictions from the planners the jobs use, the report rows and their renderings, and the notebook
-functions (:func:`dirty_ratios`, :func:`inspect_report`).
+only), predictions from the planners the jobs use, the report rows and their renderings. From Python (and in
+notebooks): :func:`jobs.api.inspect`, :func:`jobs.api.dirty_ratios`.
 
 What `segjobs inspect` reports, in users' words, is the docstring of :mod:`jobs.commands.inspect`."""
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import os
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from jobs.engine.frame import JobContext, run_job
+from jobs.engine.frame import JobContext
+from jobs.engine.options import InspectOptions
 from jobs.engine.report import (
     RunReport,
     human_bytes,
@@ -29,6 +28,7 @@ from jobs.engine.report import (
     truncate,
 )
 from jobs.engine.scan import PartitionError
+from jobs.logdir.commit import Committer
 from jobs.rules.cardinality import HyperLogLog, exact_distinct
 from jobs.rules.config import TopicConfig, never_touched
 from jobs.rules.model import PartitionState
@@ -43,7 +43,7 @@ from segment_io.units import DAY_MS
 FORMATS = ("table", "json", "csv")
 
 #: The columns of a partition's row, in order: (name, Spark SQL type, meaning). The one definition the
-#: report entries, the CSV header and :func:`dirty_ratios`' schema all follow.
+#: report entries, the CSV header and :func:`jobs.api.dirty_ratios`' schema all follow.
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("topic", "string", "topic"),
     ("partition", "int", "partition number"),
@@ -108,7 +108,7 @@ class InspectTask:
     config: TopicConfig
     now_ms: int
     exact: bool
-    work_uri: str
+    committer: Committer
     #: compact,delete partitions that lose segments to retention: the listing and scan compaction works on
     #: (see jobs.engine.retention.RetentionFirst); None: the partition as it is
     after_retention: tuple[PartitionListing, Any] | None = None
@@ -203,10 +203,10 @@ def _estimate_compaction(rng: _Counts, range_bytes: int, ratio_of_latest: float)
     size, batch overhead included.
     """
     superseded = max(rng.keyed - rng.distinct_keys(), 0)
-    expired_latest = int(round(rng.expired_tombstones * ratio_of_latest))
+    expired_latest = round(rng.expired_tombstones * ratio_of_latest)
     records = rng.aborted + rng.keyless + superseded + expired_latest
     total = rng.records + rng.markers
-    return records, (int(round(range_bytes * records / total)) if total else 0)
+    return records, (round(range_bytes * records / total) if total else 0)
 
 
 def inspect_partition(task: InspectTask) -> PartitionStats:
@@ -272,7 +272,7 @@ def _measure_compaction(task: InspectTask) -> tuple[dict[str, Any], PartitionErr
         state, txn = scan.state, scan.txn
     outcome = compact_partition(CompactTask(
         task.storage, listing, state, task.plan, task.config, txn, task.now_ms,
-        max_keys_for_buffer(DEFAULT_DEDUPE_BUFFER_BYTES), dry_run=True, work_uri=task.work_uri))
+        max_keys_for_buffer(DEFAULT_DEDUPE_BUFFER_BYTES), dry_run=True, committer=task.committer))
     return ({"compaction_records_removed": sum(g.records_before - g.records_after for g in outcome.groups),
              "compaction_bytes_removed": sum(g.bytes_before - g.bytes_after for g in outcome.groups),
              "compaction_partial": outcome.map_full}, outcome.error)
@@ -286,7 +286,7 @@ def _measure_compaction(task: InspectTask) -> tuple[dict[str, Any], PartitionErr
 def _plan_values(state: PartitionState, config: TopicConfig, plan: CompactionPlan, retention: RetentionPlan,
                  now_ms: int) -> dict[str, Any]:
     """The columns the planners decide (no record data needed). ``state`` is the partition as it is; ``plan``
-    is made on what retention leaves of it (see :func:`_work`)."""
+    is made on what retention leaves of it (see :func:`work`)."""
     return {
         "policy": config.policy_text, "segments": len(state.segments), "bytes": state.size_bytes,
         "clean_bytes": plan.clean_bytes, "cleanable_bytes": plan.cleanable_bytes,
@@ -306,7 +306,7 @@ def _plan_values(state: PartitionState, config: TopicConfig, plan: CompactionPla
 
 def _row(topic: str, partition: int, values: dict[str, Any]) -> dict[str, Any]:
     """A complete row: every column present, in order (None where unknown)."""
-    row = {name: None for name in COLUMN_NAMES}
+    row: dict[str, Any] = {name: None for name in COLUMN_NAMES}
     row.update(values, topic=topic, partition=partition)
     return row
 
@@ -319,14 +319,18 @@ def _predicted_retention(state: PartitionState, config: TopicConfig, now_ms: int
     return plan_retention(state, config, now_ms)
 
 
-def _work(ctx: JobContext) -> None:
+def work(ctx: JobContext) -> None:
+    """The inspection job's work (see :func:`jobs.engine.frame.run_job`): one row per partition into the
+    report, and the totals. Nothing is written to the log dir."""
     from jobs.engine.retention import plan_retention_first, refused_topics
     from jobs.rules.model import Scope as PlanScope
 
-    exact = bool(ctx.args.exact)
+    options = ctx.options
+    assert isinstance(options, InspectOptions)
+    exact = options.exact
     rows: dict[tuple[str, int], dict[str, Any]] = {}
     tasks: list[InspectTask] = []
-    retentions = {k: _predicted_retention(s.state, ctx.configs.for_topic(k[0]), ctx.now_ms)
+    retentions = {k: _predicted_retention(s.scanned, ctx.configs.for_topic(k[0]), ctx.now_ms)
                   for k, s in ctx.scans.items() if s.error is None}
     refused = refused_topics(ctx, retentions)
     # compact,delete partitions: compaction predicted on what retention leaves, as `compact` runs them
@@ -340,16 +344,16 @@ def _work(ctx: JobContext) -> None:
         config = ctx.configs.for_topic(scan.topic)
         held = key in held_keys
         # As an unforced (nightly) run would decide: inspect's --topic only narrows what is shown.
-        plan = plan_compaction(first.compaction_input(ctx, key)[1].state, config, ctx.now_ms, PlanScope())
+        plan = plan_compaction(first.compaction_input(ctx, key)[1].scanned, config, ctx.now_ms, PlanScope())
         if held:
             why = f"left untouched: retention {first.refused[key[0]].message()}"
             plan = replace(plan, selected=False, reason=why, note=why)
         retention = retentions[key]
         ctx.report.warnings.extend(f"{scan.name}: retention: {w}" for w in retention.warnings)
-        rows[key] = _row(*key, {**_plan_values(scan.state, config, plan, retention, ctx.now_ms),
+        rows[key] = _row(*key, {**_plan_values(scan.scanned, config, plan, retention, ctx.now_ms),
                                 "retention_refused": refused[key[0]].message() if key[0] in refused else None})
-        tasks.append(InspectTask(ctx.storage, ctx.listing.partitions[key], scan.state, scan.txn, plan, config,
-                                 ctx.now_ms, exact, ctx.work_uri, first.after.get(key), compactable=not held))
+        tasks.append(InspectTask(ctx.storage, ctx.listing.partitions[key], scan.scanned, scan.txn, plan, config,
+                                 ctx.now_ms, exact, ctx.committer, first.after.get(key), compactable=not held))
     ctx.progress(f"inspecting {len(tasks)} partition(s)" + (" (exact)" if exact else ""))
     for stats in ctx.parallel_map(inspect_partition, tasks):
         key = (stats.topic, stats.partition)
@@ -360,9 +364,6 @@ def _work(ctx: JobContext) -> None:
             rows[key].update(stats.values)
     ctx.report.partitions.extend(rows[k] for k in sorted(rows))
     ctx.report.totals.update(_totals(ctx.report.partitions), exact=exact)
-    fmt = getattr(ctx.args, "format", None)
-    if fmt in ("table", "csv"):  # json: the job frame prints the report itself
-        ctx.render = lambda report: render(report, fmt)
 
 
 def _totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -400,7 +401,8 @@ def _table_row(r: dict[str, Any]) -> dict[str, Any]:
         "dirty": f"{r['dirty_ratio']:.2f}", "records": r["records"], "keys": r["distinct_keys"],
         "superseded": r["superseded_records"], "tombstones": f"{r['live_tombstones']}/{r['expired_tombstones']}",
         "aborted": r["aborted_records"], "compact": "yes" if r["compaction_selected"] else "no",
-        "compaction": human_bytes(r["compaction_bytes_removed"]), "retention": human_bytes(r["retention_bytes_deleted"]),
+        "compaction": human_bytes(r["compaction_bytes_removed"]),
+        "retention": human_bytes(r["retention_bytes_deleted"]),
         "oldest": format_instant(r["oldest_timestamp"])[:10], "newest": format_instant(r["newest_timestamp"])[:10],
         "note": truncate("; ".join(problem_notes(r) + [r.get("compaction_note") or ""]).strip("; ")) or None,
     }
@@ -447,73 +449,15 @@ def render(report: RunReport, fmt: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
-# Notebooks
+# Notebooks (the functions themselves are jobs.api.dirty_ratios and jobs.api.inspect)
 # --------------------------------------------------------------------------------------------------
 
 
-def _instant_arg(now: int | str | datetime | None) -> str | None:
-    if now is None or isinstance(now, str):
-        return now
-    if isinstance(now, datetime):
-        from datetime import timezone
-
-        aware = now if now.tzinfo else now.replace(tzinfo=timezone.utc)
-        return str(int(aware.timestamp() * 1000))
-    return str(int(now))
-
-
-def inspect_report(uri: str, *, topics: str | Sequence[str] | None = None, now: int | str | datetime | None = None,
-                   exact: bool = False, config: str | os.PathLike | None = None, overrides: Sequence[str] = (),
-                   master: str | None = None) -> RunReport:
-    """Inspect the log dir at ``uri`` (local path or s3:// URI) and return the report: one entry per partition
-    in ``report.partitions`` (the :data:`COLUMNS`), unreadable partitions with ``error`` set and listed in
-    ``report.errors``. Runs in the active Spark session (one is created when none is). ``topics``: globs;
-    ``now``: epoch ms, ISO-8601 or a datetime (default: the wall clock); ``config``: a topics TOML file;
-    ``overrides``: ``TOPIC_GLOB:KEY=VALUE`` settings, as ``--set``."""
-    from jobs.commands.inspect import configure
-
-    parser = argparse.ArgumentParser(prog="inspect")
-    configure(parser)
-    argv = ["--log-dir", str(uri), "--quiet"]
-    for glob in ([topics] if isinstance(topics, str) else list(topics or ())):
-        argv += ["--topic", glob]
-    for setting in overrides:
-        argv += ["--set", setting]
-    if config is not None:
-        argv += ["--config", os.fspath(config)]
-    if master is not None:
-        argv += ["--master", master]
-    if exact:
-        argv.append("--exact")
-    args = parser.parse_args(argv)
-    args.now = _instant_arg(now)
-    args.format = None  # no console output: the caller gets the report
-    captured: list[RunReport] = []
-
-    def work(ctx: JobContext) -> None:
-        _work(ctx)
-        captured.append(ctx.report)
-
-    run_job("inspect", args, work, scan_depth="transactions", destructive=False)
-    return captured[0]
-
-
 def spark_schema():
-    """The Spark schema of :func:`dirty_ratios`' DataFrame (built from :data:`COLUMNS`)."""
+    """The Spark schema of :func:`jobs.api.dirty_ratios`' DataFrame (built from :data:`COLUMNS`)."""
     from pyspark.sql.types import _parse_datatype_string
 
     return _parse_datatype_string(", ".join(f"{name}: {typ}" for name, typ, _ in COLUMNS))
-
-
-def dirty_ratios(spark, uri: str, *, topics: str | Sequence[str] | None = None,
-                 now: int | str | datetime | None = None, exact: bool = False,
-                 config: str | os.PathLike | None = None, overrides: Sequence[str] = ()):
-    """One row per partition of the log dir at ``uri``, as a Spark DataFrame of :data:`COLUMNS`: what
-    ``segjobs inspect`` reports, for notebooks. Arguments as :func:`inspect_report`; an unreadable partition
-    is a row with ``error`` set and no numbers."""
-    report = inspect_report(uri, topics=topics, now=now, exact=exact, config=config, overrides=overrides)
-    data = [tuple(r[name] for name in COLUMN_NAMES) for r in report.partitions]
-    return spark.createDataFrame(data, schema=spark_schema())
 
 
 @dataclass(frozen=True)
@@ -533,7 +477,8 @@ def write_demo_log_dir(out_dir: str | os.PathLike, *, records: int = 2_000) -> D
 
     start, span = 1_700_000_000_000, 7 * DAY_MS
     log_dir = Path(out_dir) / "logs"
-    common = dict(records=records, start_ms=start, span_ms=span, segment_bytes=64 << 10, value_bytes=100)
+    common: dict[str, Any] = dict(records=records, start_ms=start, span_ms=span, segment_bytes=64 << 10,
+                                  value_bytes=100)
     for spec in (
         GenerateSpec(topics=("users-changelog",), partitions=2, superseded_share=0.7, tombstone_share=0.05,
                      transactional_share=0.3, aborted_share=0.5, seed=1, **common),
@@ -548,6 +493,5 @@ def write_demo_log_dir(out_dir: str | os.PathLike, *, records: int = 2_000) -> D
 
 
 __all__ = ["COLUMNS", "COLUMN_NAMES", "DemoLogDir", "FORMATS", "InspectTask", "PartitionStats",
-           "dirty_ratios", "inspect_partition", "inspect_report", "render", "spark_schema",
-           "write_demo_log_dir"]
+           "inspect_partition", "render", "spark_schema", "work", "write_demo_log_dir"]
 

@@ -29,12 +29,12 @@ software changed between plan and apply) leaves that partition uncommitted and i
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, TypeVar
 
+from jobs.engine.options import ChangeOptions, field_defaults
 from segment_io.errors import SegjobsError, UsageError
 from segment_io.layout import (
     CLEANER_OFFSET_CHECKPOINT,
@@ -42,27 +42,18 @@ from segment_io.layout import (
     LogDirListing,
 )
 from segment_io.storage.base import Storage
+from segment_io.storage.options import StorageOptions
+
+if TYPE_CHECKING:
+    from jobs.engine.frame import JobContext
+    from jobs.rules.timeutil import Instant
+
+OptionsT = TypeVar("OptionsT", bound=ChangeOptions)
 
 PLAN_FORMAT = "segjobs-plan"
 PLAN_VERSION = 1
 #: The checkpoint files the planners read: their bytes are part of the fingerprint.
 FINGERPRINTED_CHECKPOINTS = (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT)
-#: Options ``--apply`` takes from the plan: giving them too is a usage error (unless the values agree).
-_FROM_PLAN = ("now", "config", "set", "topic", "partition")
-
-
-def add_plan_options(p: argparse.ArgumentParser) -> None:
-    """``--plan FILE`` and ``--apply FILE`` (see the module docstring)."""
-    p.add_argument("--plan", metavar="FILE.json",
-                   help="with --dry-run: also write the plan (decisions, resolved configs, --now, scope and a "
-                        "fingerprint of the log dir) to FILE (local path or s3:// URI) for review; "
-                        "--apply FILE carries it out")
-    p.add_argument("--apply", metavar="FILE.json",
-                   help="carry out exactly the plan in FILE (written by --dry-run --plan), with its --now, topic "
-                        "configs and scope; refused with exit code 2, naming the first difference, if the log "
-                        "dir changed since the plan was made. With --dry-run: only show what it would do")
-
-
 @dataclass
 class Plan:
     """A plan file's content (see the module docstring)."""
@@ -111,59 +102,49 @@ def partition_name(key: tuple[str, int]) -> str:
 # --------------------------------------------------------------------------------------------------
 
 
-def check_options(args: argparse.Namespace) -> None:
-    """``--plan`` needs ``--dry-run``; ``--plan`` and ``--apply`` exclude each other (usage errors)."""
-    if getattr(args, "plan", None) and getattr(args, "apply", None):
-        raise UsageError("--plan and --apply exclude each other: --dry-run --plan FILE writes a plan, "
-                         "--apply FILE carries one out")
-    if getattr(args, "plan", None) and not args.dry_run:
-        raise UsageError("--plan FILE needs --dry-run: a plan is made by a dry run, reviewed, then carried out "
-                         "with --apply FILE")
-
-
-def load_for_apply(args: argparse.Namespace, command: str, option_defaults: Mapping[str, Any]) -> Plan | None:
-    """With ``--apply FILE``: read the plan and make ``args`` say what it says (``--now``, the scope, every
-    topic's settings as ``--set`` overrides, the command's options). ``option_defaults`` are the parser's
-    defaults of the options in ``plan.options``: an option given with another value conflicts with the plan.
-    Returns the plan (None without ``--apply``); :class:`UsageError` for a plan of another command or log
-    dir, or options that contradict it."""
-    check_options(args)
-    uri = getattr(args, "apply", None)
+def load_for_apply(options: OptionsT, command: str, log_dir: str, now: "Instant | None",
+                   plan_options: Iterable[str]) -> tuple[OptionsT, "Instant | None", Plan | None]:
+    """With ``options.apply``: read the plan and return the options and ``now`` it says (its now, the scope,
+    every topic's settings as overrides, the command's ``plan_options``), and the plan. Without it: the
+    arguments unchanged and None. An option the plan sets given with a value other than its default and the
+    plan's conflicts with the plan. :class:`UsageError` for a plan of another command or log dir, or options
+    that contradict it (the message names them as the command line does)."""
+    uri = options.apply
     if not uri:
-        return None
-    plan = read_plan(uri, args)
+        return options, now, None
+    plan = read_plan(uri, options.storage_options())
     if plan.command != command:
         raise UsageError(f"--apply {uri}: the plan was made by `segjobs {plan.command}`, not `segjobs {command}`")
-    if plan.log_dir.rstrip("/") != args.log_dir.rstrip("/"):
-        raise UsageError(f"--apply {uri}: the plan is for --log-dir {plan.log_dir}, not {args.log_dir}")
-    given = [f"--{name}" for name in _FROM_PLAN if getattr(args, name, None)]
+    if plan.log_dir.rstrip("/") != log_dir.rstrip("/"):
+        raise UsageError(f"--apply {uri}: the plan is for --log-dir {plan.log_dir}, not {log_dir}")
+    given = [name for name, value in (("--now", now), ("--config", options.config), ("--set", options.overrides),
+                                      ("--topic", options.topics), ("--partition", options.partitions)) if value]
+    defaults = field_defaults(type(options))
+    unknown = sorted(set(plan.options) - set(plan_options))
+    if unknown:
+        raise UsageError(f"--apply {uri}: malformed plan file (options {', '.join(unknown)} are not "
+                         f"`segjobs {command}`'s)")
     given += [f"--{name.replace('_', '-')}" for name, value in plan.options.items()
-              if getattr(args, name, None) not in (option_defaults.get(name), value)]
+              if getattr(options, name) not in (defaults[name], value)]
     if given:
         raise UsageError(f"--apply takes --now, the topic configs, the scope and the options from the plan "
                          f"({uri}); drop {', '.join(given)}")
-    args.now = str(plan.now_ms)
-    args.topic = list(plan.scope.get("topics", []))
-    args.partition = list(plan.scope.get("partitions", []))
-    args.config = None
     # Exact topic names are the most specific layer there is: each topic gets exactly the planned settings.
-    args.set = [f"{topic}:{key}={_setting_text(value)}" for topic, settings in sorted(plan.configs.items())
-                for key, value in settings.items()]
-    for name, value in plan.options.items():
-        setattr(args, name, value)
-    return plan
+    overrides = tuple(f"{topic}:{key}={_setting_text(value)}" for topic, settings in sorted(plan.configs.items())
+                      for key, value in settings.items())
+    applied = replace(options, config=None, overrides=overrides, topics=tuple(plan.scope.get("topics", [])),
+                      partitions=tuple(plan.scope.get("partitions", [])), **plan.options)
+    return applied, plan.now_ms, plan
 
 
 def _setting_text(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def read_plan(uri: str, args: argparse.Namespace | None = None) -> Plan:
+def read_plan(uri: str, options: StorageOptions | None = None) -> Plan:
     """Read a plan file from a local path or an s3:// URI."""
-    from jobs.commands.args import storage_options_from_args
     from segment_io.storage import open_storage
 
-    options = storage_options_from_args(args) if args is not None else None
     try:
         data = open_storage(uri, options).read(uri)
     except SegjobsError as exc:
@@ -171,12 +152,11 @@ def read_plan(uri: str, args: argparse.Namespace | None = None) -> Plan:
     return Plan.from_json(data.decode("utf-8", errors="replace"), source=uri)
 
 
-def write_plan(plan: Plan, uri: str, args: argparse.Namespace | None = None) -> None:
+def write_plan(plan: Plan, uri: str, options: StorageOptions | None = None) -> None:
     """Write ``plan`` atomically to a local path or an s3:// URI."""
-    from jobs.commands.args import storage_options_from_args
     from segment_io.storage import open_storage
 
-    storage = open_storage(uri, storage_options_from_args(args) if args is not None else None)
+    storage = open_storage(uri, options)
     if storage.local_path(uri) is not None and "/" in uri:
         storage.makedirs(uri.rsplit("/", 1)[0])
     storage.write_atomic(uri, plan.to_json().encode("utf-8"))
@@ -258,21 +238,18 @@ def decision_difference(planned: Any, current: Any, path: str = "") -> str | Non
 
 @dataclass
 class PlanStage:
-    """The plan-file side of one job run: the plan being applied (``--apply``) or the decisions being
-    collected for ``--plan``."""
+    """The plan-file side of one job run: the plan being applied (``apply``) or the decisions being collected
+    for ``plan``. Runs without plan files (inspect, or neither option) get one that only collects."""
 
-    applying: Plan | None
+    #: the plan carried out, as :func:`load_for_apply` read it
+    applying: Plan | None = None
+    #: where it was read from (for messages)
+    apply_uri: str | None = None
+    #: where to write the plan of this run (a dry run)
+    write_uri: str | None = None
     decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    @classmethod
-    def of(cls, ctx) -> "PlanStage":
-        """The stage of a job context (one per run, kept in ``ctx.extra``)."""
-        stage = ctx.extra.get("planfile")
-        if stage is None:
-            stage = ctx.extra["planfile"] = cls(getattr(ctx.args, "apply_plan", None))
-        return stage
-
-    def check_unchanged(self, ctx) -> None:
+    def check_unchanged(self, ctx: "JobContext") -> None:
         """With ``--apply``: refuse (exit 2) when the log dir differs from the plan's fingerprint. Call it
         before anything is changed; the listing it checks is the one the run works from (taken under the
         lock, after recovery)."""
@@ -281,10 +258,10 @@ class PlanStage:
         now = fingerprint(ctx.storage, ctx.log_dir, ctx.listing, ctx.scans)
         diff = first_difference(self.applying.fingerprint, now)
         if diff:
-            raise UsageError(f"--apply {ctx.args.apply}: refused, nothing done: {diff}; make a new plan "
+            raise UsageError(f"--apply {self.apply_uri}: refused, nothing done: {diff}; make a new plan "
                              f"(--dry-run --plan)")
 
-    def check_decisions(self, ctx, decisions: Mapping[str, dict[str, Any]], part: str, *,
+    def check_decisions(self, ctx: "JobContext", decisions: Mapping[str, dict[str, Any]], part: str, *,
                         later: tuple[str, ...] = ()) -> None:
         """Record ``decisions`` (per partition name, under ``part``) and, with ``--apply``, refuse (exit 2)
         when they differ from the plan's. Call it before anything is changed; ``later`` names the keys of
@@ -297,7 +274,7 @@ class PlanStage:
                    for name, d in self.applying.decisions.items() if part in d}
         diff = decision_difference(planned, dict(decisions))
         if diff:
-            raise UsageError(f"--apply {ctx.args.apply}: refused, nothing done: the {part} decided now differs "
+            raise UsageError(f"--apply {self.apply_uri}: refused, nothing done: the {part} decided now differs "
                              f"from the plan: {diff}")
 
     def planned(self, name: str, part: str) -> Any:
@@ -306,20 +283,20 @@ class PlanStage:
             return None
         return self.applying.decisions.get(name, {}).get(part)
 
-    def write(self, ctx, command: str, options: Mapping[str, Any]) -> None:
+    def write(self, ctx: "JobContext", command: str, options: Mapping[str, Any]) -> None:
         """With ``--plan FILE`` (a dry run): write the plan of this run."""
-        uri = getattr(ctx.args, "plan", None)
+        uri = self.write_uri
         if not uri:
             return
         plan = Plan(command=command, log_dir=ctx.log_dir, now_ms=ctx.now_ms,
-                    scope={"topics": list(ctx.args.topic), "partitions": list(ctx.args.partition)},
+                    scope={"topics": list(ctx.options.topics), "partitions": list(ctx.options.partitions)},
                     options=dict(options),
                     configs={t: ctx.configs.for_topic(t).to_settings() for t in sorted({t for t, _ in ctx.scans})},
                     fingerprint=fingerprint(ctx.storage, ctx.log_dir, ctx.listing, ctx.scans),
                     decisions={k: self.decisions[k] for k in sorted(self.decisions)}, run_id=ctx.report.run_id)
-        write_plan(plan, uri, ctx.args)
+        write_plan(plan, uri, ctx.options.storage_options())
         ctx.progress(f"plan written to {uri}; carry it out with --apply {uri}")
 
 
-__all__ = ["PLAN_FORMAT", "PLAN_VERSION", "Plan", "PlanStage", "add_plan_options", "check_options",
+__all__ = ["PLAN_FORMAT", "PLAN_VERSION", "Plan", "PlanStage",
            "decision_difference", "fingerprint", "first_difference", "load_for_apply", "read_plan", "write_plan"]

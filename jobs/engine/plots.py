@@ -1,5 +1,5 @@
 """Plots of an inspect report, for notebooks: each function takes the rows of
-:func:`jobs.engine.inspection.dirty_ratios` (a Spark or pandas DataFrame) and returns a matplotlib Figure; and one
+:func:`jobs.api.dirty_ratios` (a Spark or pandas DataFrame) and returns a matplotlib Figure; and one
 plot of the run ledger (:func:`reclaimed_per_run_chart`, from :func:`jobs.engine.ledger.read_history`).
 
 Figures are built without pyplot, so nothing accumulates in a global figure list and any backend works
@@ -98,10 +98,12 @@ def _units(df: pd.DataFrame, by: str) -> pd.DataFrame:
                      selected=df["compaction_selected"].astype(bool).astype(int),
                      dirty_ratio=df["dirty_ratio"].astype(float).fillna(0), min_cleanable_dirty_ratio=ratio,
                      segment_age_ms=df["segment_age_ms"], segment_bytes=df["segment_bytes"],
-                     segment_deleted=[_deleted_flags(r) for _, r in df.iterrows()])
+                     # a column whose cells are lists, which pandas-stubs' assign() does not foresee
+                     segment_deleted=[_deleted_flags(r) for _, r in df.iterrows()])  # type: ignore[misc]
         return u.reset_index(drop=True)
     if by == "topic":
-        return pd.DataFrame([{**_summary(g, topic), "key": topic} for topic, g in df.groupby("topic", sort=True)])
+        return pd.DataFrame([{**_summary(g, str(topic)), "key": topic}
+                             for topic, g in df.groupby("topic", sort=True)])
     raise ValueError(f"by={by!r}: expected 'partition' or 'topic'")
 
 

@@ -11,32 +11,50 @@ import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Sequence, TextIO
+from typing import Any, Callable, Iterable, Sequence, TextIO
 
 
 class Progress:
-    """Progress lines on stderr: ``[compact 12.3s] 3/8 partitions: orders-2 done``. Silent when quiet,
-    except for :meth:`error` lines: a failure is never silenced."""
+    """Progress lines: ``[compact 12.3s] 3/8 partitions: orders-2 done``. With a ``sink`` every line goes to
+    it; without one they are printed on stderr unless quiet. :meth:`error` and :meth:`notice` lines are never
+    silenced: a failure, or what repeating the run takes, is always shown."""
 
-    def __init__(self, command: str, *, quiet: bool = False, stream: TextIO | None = None) -> None:
+    def __init__(self, command: str, *, quiet: bool = False, stream: TextIO | None = None,
+                 sink: Callable[[str], None] | None = None) -> None:
         self.command = command
         self.quiet = quiet
         self.stream = stream
+        self.sink = sink
         self.t0 = time.monotonic()
 
     def __call__(self, message: str) -> None:
-        if not self.quiet:
-            self._print(message)
+        if self.sink is not None or not self.quiet:
+            self._emit(self._timed(message))
 
     def error(self, message: str) -> None:
-        """A failure (a partition left untouched, a report that could not be written): printed even when quiet."""
-        self._print(message)
+        """A failure (a partition left untouched, a report that could not be written): shown even when quiet."""
+        self._emit(self._timed(message))
 
-    def _print(self, message: str) -> None:
+    def notice(self, message: str) -> None:
+        """``segjobs <command>: <message>``, shown even when quiet: what the user must know about the run as a
+        whole (the wall-clock instant it acted at, a warning about its input)."""
+        self._emit(f"segjobs {self.command}: {message}")
+
+    def _timed(self, message: str) -> str:
+        return f"[{self.command} {time.monotonic() - self.t0:6.1f}s] {message}"
+
+    def _emit(self, line: str) -> None:
+        if self.sink is not None:
+            self.sink(line)
+            return
         # sys.stderr is looked up at each line: under spark-submit it is replaced once the JVM is reachable
         # (see jobs.engine.spark_session.separate_stderr_under_spark_submit).
-        print(f"[{self.command} {time.monotonic() - self.t0:6.1f}s] {message}", file=self.stream or sys.stderr,
-              flush=True)
+        print(line, file=self.stream or sys.stderr, flush=True)
+
+
+def stderr_lines(line: str) -> None:
+    """A progress sink that prints each line on stderr (the command line's, without ``--quiet``)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -192,7 +210,8 @@ def render_stopped_summary(report: RunReport) -> str:
     rows = [{"partition": f"{e.get('topic')}-{e.get('partition')}", "action": e.get("action"),
              "note": truncate("; ".join(problem_notes(e))) or None}
             for e in sorted(report.partitions, key=partition_order)]
-    lines = [render_table(rows, (("partition", "partition"), ("action", "action"), ("note", "note"))), ""] if rows else []
+    columns = (("partition", "partition"), ("action", "action"), ("note", "note"))
+    lines = [render_table(rows, columns), ""] if rows else []
     lines.append(f"{report.command} stopped before the end: {len(report.errors)} error(s), on stderr and in the report")
     lines.append(f"elapsed {report.elapsed_s or 0:.1f}s")
     return "\n".join(lines)

@@ -5,14 +5,12 @@ What `segjobs retain` does, in users' words, is the docstring of :mod:`jobs.comm
 
 from __future__ import annotations
 
-import functools
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
 from jobs.engine.frame import JobContext, scan_error_entry
-from jobs.engine.planfile import PlanStage, partition_name
+from jobs.engine.planfile import partition_name
 from jobs.engine.report import (
     RunReport,
     human_bytes,
@@ -24,7 +22,8 @@ from jobs.engine.report import (
     truncate,
 )
 from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
-from jobs.logdir.commit import Fault, delete_segments, purge_deleted
+from jobs.engine.seams import FaultHook
+from jobs.logdir.commit import Committer, committer_for
 from jobs.rules.config import TopicConfig, never_touched
 from jobs.rules.model import PartitionState
 from jobs.rules.plan_retain import (
@@ -62,8 +61,8 @@ TopicPartition = tuple[str, int]
 COMMIT_THREADS = 16
 
 
-#: The options a plan file records for ``retain`` (their parser defaults: see :func:`jobs.engine.planfile.load_for_apply`).
-PLAN_OPTIONS = {"max_delete_fraction": None}
+#: The options a plan file records for ``retain`` (fields of RetainOptions; see jobs.engine.planfile).
+PLAN_OPTIONS = ("max_delete_fraction",)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -76,7 +75,9 @@ class RetentionParams:
     """What :func:`apply_retention` needs besides the partition: where, when, and how.
 
     ``log_start_checkpoint`` is ``log-start-offset-checkpoint`` as this run knows it (read when the run
-    started, then kept up to date by :func:`advance_log_start_offsets`).
+    started, then kept up to date by :func:`advance_log_start_offsets`). ``fault(partition, step)`` is the
+    test seam of :mod:`jobs.engine.seams` (``partition`` is ``""`` for the log-start-offset checkpoint, which
+    the whole dir shares); partitions commit on several threads at once, so it must be thread-safe.
     """
 
     storage: Storage
@@ -84,32 +85,33 @@ class RetentionParams:
     work_uri: str
     now_ms: int
     dry_run: bool = False
-    fault: Fault | None = None
+    fault: FaultHook | None = None
     log_start_checkpoint: dict[TopicPartition, int] = field(default_factory=dict)
     #: called before each partition's commit: renews the run's S3 lease when due (see JobContext.keep_lease)
     keep_lease: Callable[[], None] | None = None
 
     @classmethod
-    def from_job(cls, ctx: JobContext, *, fault: Fault | None = None) -> "RetentionParams":
-        """The parameters of a job run (its storage, log dir, --now, --dry-run and checkpoints)."""
+    def from_job(cls, ctx: JobContext) -> "RetentionParams":
+        """The parameters of a job run (its storage, log dir, now, dry run, checkpoints and fault seam)."""
         return cls(storage=ctx.storage, log_dir=ctx.log_dir, work_uri=ctx.work_uri, now_ms=ctx.now_ms,
-                   dry_run=ctx.dry_run, fault=fault,
+                   dry_run=ctx.dry_run, fault=ctx.seams.fault,
                    log_start_checkpoint=dict(ctx.checkpoints.get(LOG_START_OFFSET_CHECKPOINT, {})),
                    keep_lease=ctx.keep_lease)
 
-    def step(self, name: str) -> None:
+    @property
+    def committer(self) -> Committer:
+        """The store's commit protocol."""
+        return committer_for(self.storage, self.work_uri)
+
+    def step(self, partition: str, name: str) -> None:
+        """Before a destructive step of ``partition`` (``""``: the log dir as a whole): the fault seam."""
         if self.fault is not None:
-            self.fault(name)
+            self.fault(partition, name)
 
-
-def _params(ctx_or_params: JobContext | RetentionParams) -> RetentionParams:
-    """The RetentionParams of a job context, created once per run and kept in ``ctx.extra``."""
-    if isinstance(ctx_or_params, RetentionParams):
-        return ctx_or_params
-    params = ctx_or_params.extra.get("retention")
-    if params is None:
-        params = ctx_or_params.extra["retention"] = RetentionParams.from_job(ctx_or_params)
-    return params
+    def fault_for(self, partition: str) -> Callable[[str], None] | None:
+        """The one-argument hook :mod:`jobs.logdir.commit` calls, for the steps of ``partition``."""
+        hook = self.fault
+        return None if hook is None else (lambda step: hook(partition, step))
 
 
 def _blocked(scan: PartitionScan) -> PartitionError | None:
@@ -117,13 +119,13 @@ def _blocked(scan: PartitionScan) -> PartitionError | None:
     return scan.error if scan.error is not None or scan.state is None else scan.leader_epochs_error
 
 
-def plan_partition(ctx_or_params: JobContext | RetentionParams, scan: PartitionScan,
+def plan_partition(p: RetentionParams, scan: PartitionScan,
                    config: TopicConfig) -> RetentionPlan | None:
     """The retention plan of one scanned partition at the run's ``now``; None when the partition is not
     retention's to touch (unreadable, or a topic segjobs never touches: see jobs.rules.config.KAFKA_TOPICS)."""
     if _blocked(scan) is not None or scan.state is None or never_touched(scan.topic):
         return None
-    return plan_retention(scan.state, config, _params(ctx_or_params).now_ms)
+    return plan_retention(scan.state, config, p.now_ms)
 
 
 def _log_start_due(p: RetentionParams, key: TopicPartition, plan: RetentionPlan) -> int | None:
@@ -142,7 +144,7 @@ def _log_start_due(p: RetentionParams, key: TopicPartition, plan: RetentionPlan)
     return None
 
 
-def advance_log_start_offsets(ctx_or_params: JobContext | RetentionParams,
+def advance_log_start_offsets(p: RetentionParams,
                               plans: Mapping[TopicPartition, RetentionPlan]) -> dict[TopicPartition, int]:
     """Raise the ``log-start-offset-checkpoint`` entries ``plans`` need, in ONE atomic write of the file
     (it is shared by every partition of the dir), *before* any segment is deleted, as Kafka raises the log
@@ -152,7 +154,6 @@ def advance_log_start_offsets(ctx_or_params: JobContext | RetentionParams,
     Entries only rise; other partitions' entries are kept (the file is re-read, not trusted from the start
     of the run). Returns the entries written; empty (and the file untouched) when none is due or in a dry run.
     """
-    p = _params(ctx_or_params)
     due = {k: v for k, plan in plans.items() if (v := _log_start_due(p, k, plan)) is not None}
     if not due or p.dry_run:
         return {}
@@ -161,13 +162,13 @@ def advance_log_start_offsets(ctx_or_params: JobContext | RetentionParams,
     changed = {k: v for k, v in due.items() if v > entries.get(k, -1)}
     if changed:
         entries.update(changed)
-        p.step(STEP_WRITE_LOG_START)
+        p.step("", STEP_WRITE_LOG_START)
         write_offset_checkpoint(p.storage, uri, dict(sorted(entries.items())))
     p.log_start_checkpoint.update({k: entries[k] for k in due})
     return changed
 
 
-def apply_retention(ctx_or_params: JobContext | RetentionParams, scan: PartitionScan, config: TopicConfig,
+def apply_retention(p: RetentionParams, scan: PartitionScan, config: TopicConfig,
                     *, plan: RetentionPlan | None = None) -> dict[str, Any]:
     """Apply retention to ONE already-scanned partition and return its report entry.
 
@@ -183,7 +184,6 @@ def apply_retention(ctx_or_params: JobContext | RetentionParams, scan: Partition
     would have. A :class:`~segment_io.errors.SegjobsError` comes back as an ``action: "error"`` entry; a
     partition whose files cannot be read is left untouched.
     """
-    p = _params(ctx_or_params)
     blocked = _blocked(scan)
     if blocked is not None or scan.state is None:
         base = scan_error_entry(scan) if scan.error is not None else {
@@ -214,8 +214,8 @@ def apply_retention(ctx_or_params: JobContext | RetentionParams, scan: Partition
             p.keep_lease()
         advance_log_start_offsets(p, {key: plan})
         if plan.deletions:
-            result = delete_segments(p.storage, scan.uri, list(plan.deleted_bases), now_ms=p.now_ms,
-                                     work_uri=p.work_uri, fault=p.fault)
+            result = p.committer.delete_segments(scan.uri, list(plan.deleted_bases), now_ms=p.now_ms,
+                                                 fault=p.fault_for(partition_name(key)))
             entry["renamed"] = len(result.renamed)
         entry.update(_follow_log_start(p, scan, plan.new_log_start_offset))
         entry.update(_purge(p, scan, config, just_deleted=bool(plan.deletions)))
@@ -265,13 +265,13 @@ def _follow_log_start(p: RetentionParams, scan: PartitionScan, new_start: int) -
     epochs = scan.leader_epochs or []
     trimmed = truncate_epochs_from_start(epochs, new_start)
     if trimmed != epochs:
-        p.step(STEP_TRIM_LEADER_EPOCHS)
+        p.step(scan.name, STEP_TRIM_LEADER_EPOCHS)
         write_leader_epoch_checkpoint(p.storage, p.storage.join(scan.uri, LEADER_EPOCH_CHECKPOINT), trimmed)
         out["leader_epoch_trimmed"] = True
     for off in scan.snapshot_offsets:
         if off < new_start:
             name = segment_file_name(off, SNAPSHOT_SUFFIX)
-            p.step(f"{STEP_DELETE_SNAPSHOT}:{name}")
+            p.step(scan.name, f"{STEP_DELETE_SNAPSHOT}:{name}")
             p.storage.delete(p.storage.join(scan.uri, name))
             out["snapshots_deleted"].append(name)
     return out
@@ -281,14 +281,13 @@ def _purge(p: RetentionParams, scan: PartitionScan, config: TopicConfig, *, just
     """Unlink ``.deleted`` segments whose file.delete.delay.ms has passed (this run's, or earlier runs')."""
     if not just_deleted and not scan.has_deleted_files:
         return {"purged": [], "purge_pending": {}}
-    p.step(STEP_PURGE)
-    res = purge_deleted(p.storage, scan.uri, now_ms=p.now_ms, file_delete_delay_ms=config.file_delete_delay_ms,
-                        work_uri=p.work_uri)
+    p.step(scan.name, STEP_PURGE)
+    res = p.committer.purge_deleted(scan.uri, now_ms=p.now_ms, file_delete_delay_ms=config.file_delete_delay_ms)
     return {"purged": [u.rsplit("/", 1)[-1] for u in res.purged], "purged_bytes": res.purged_bytes,
             "purge_pending": {str(b): due for b, due in sorted(res.kept_until_ms.items())}}
 
 
-def retain_partitions(ctx_or_params: JobContext | RetentionParams, scans: Iterable[PartitionScan],
+def retain_partitions(p: RetentionParams, scans: Iterable[PartitionScan],
                       config_for: Callable[[str], TopicConfig],
                       on_entry: Callable[[dict[str, Any]], None] | None = None, *,
                       threads: int = 1,
@@ -301,9 +300,9 @@ def retain_partitions(ctx_or_params: JobContext | RetentionParams, scans: Iterab
     ``threads`` > 1 commits that many partitions at once. A partition's commit is a chain of small
     synchronous writes, renames and directory fsyncs (or S3 requests): latency, not CPU, so overlapping
     partitions (each one touching only its own files) is what makes thousands of them affordable. The
-    steps within a partition keep their order; with a fault hook, keep 1 so the steps come in one order.
+    steps within a partition keep their order; those of different partitions interleave (a fault hook sees
+    them from several threads).
     """
-    p = _params(ctx_or_params)
     scans = list(scans)
     given, plans = plans, {}
     for scan in scans:
@@ -330,19 +329,21 @@ def retain_partitions(ctx_or_params: JobContext | RetentionParams, scans: Iterab
 # --------------------------------------------------------------------------------------------------
 
 
-def _work(ctx: JobContext, *, fault: Fault | None = None) -> None:
-    params = ctx.extra["retention"] = RetentionParams.from_job(ctx, fault=fault)
-    planfile = PlanStage.of(ctx)
+def work(ctx: JobContext) -> None:
+    """The retention job's work (see :func:`jobs.engine.frame.run_job`): plan every partition, apply the
+    delete-fraction limit, commit the deletes (several partitions at once), and fill the report."""
+    params = RetentionParams.from_job(ctx)
+    planfile = ctx.planfile
     planfile.check_unchanged(ctx)
     keys = sorted(ctx.scans)
-    if ctx.args.now is None:  # judged at the wall clock: is the data older than any retention? (a backup?)
-        stale = data_age_warning([s.largest_timestamp for k in keys if ctx.scans[k].state
-                                  for s in ctx.scans[k].state.segments],
+    if ctx.now_from_clock:  # judged at the wall clock: is the data older than any retention? (a backup?)
+        stale = data_age_warning([s.largest_timestamp for state in (ctx.scans[k].state for k in keys) if state
+                                  for s in state.segments],
                                  [c.retention_ms for c in map(ctx.configs.for_topic, {t for t, _ in keys}) if c.delete],
                                  ctx.now_ms)
         if stale:
             ctx.report.warnings.append(stale)
-            print(f"segjobs retain: warning: {stale}", file=sys.stderr, flush=True)
+            ctx.progress.notice(f"warning: {stale}")
     plans = {k: plan for k in keys
              if (plan := plan_partition(params, ctx.scans[k], ctx.configs.for_topic(k[0]))) is not None}
     refused = refused_topics(ctx, plans)
@@ -363,11 +364,11 @@ def _work(ctx: JobContext, *, fault: Fault | None = None) -> None:
 
     held = {k for k in plans if k[0] in refused}
     retain_partitions(params, [ctx.scans[k] for k in keys if k not in held], ctx.configs.for_topic, progress,
-                      threads=1 if fault is not None else COMMIT_THREADS, plans=plans)
+                      threads=COMMIT_THREADS, plans=plans)
     for k in sorted(held):
         progress(refused_entry(params, ctx.scans[k], ctx.configs.for_topic(k[0]), plans[k], refused[k[0]]))
     ctx.report.partitions.sort(key=lambda e: (e["topic"], e["partition"]))
-    planfile.write(ctx, "retain", {name: getattr(ctx.args, name) for name in PLAN_OPTIONS})
+    planfile.write(ctx, "retain", {name: getattr(ctx.options, name) for name in PLAN_OPTIONS})
     _summarize(ctx, ctx.report.partitions)
 
 
@@ -380,12 +381,12 @@ def refused_topics(ctx: JobContext, plans: Mapping[TopicPartition, RetentionPlan
     """The topics whose ``plans`` delete more of their bytes by time and size than allowed (see
     :class:`jobs.rules.plan_retain.DeleteShare`): retention must leave every partition of them untouched. The limit is
     ``--max-delete-fraction`` when given, else the topic's ``segjobs.max.delete.fraction``."""
-    flag = getattr(ctx.args, "max_delete_fraction", None)
+    flag = ctx.options.max_delete_fraction
 
     def limit(topic: str) -> float:
         return flag if flag is not None else ctx.configs.for_topic(topic).max_delete_fraction
 
-    states = {k: ctx.scans[k].state for k in plans if ctx.scans[k].state is not None}
+    states = {k: state for k in plans if (state := ctx.scans[k].state) is not None}
     return {t: share for t, share in delete_shares(states, plans, limit).items() if share.refused}
 
 
@@ -466,8 +467,7 @@ def _note(entry: dict[str, Any]) -> str | None:
 
 
 def _summarize(ctx: JobContext, entries: list[dict[str, Any]]) -> None:
-    """Totals into the report, and the console summary (``ctx.render``): one row per partition, by topic and
-    partition number, with a note saying why nothing went, what failed, and what was purged or is pending."""
+    """Totals into the report (the command renders them: :func:`render_summary`)."""
     deleted = sum(len(e.get("deleted") or []) for e in entries)
     removed = sum(int(e.get("bytes_removed") or 0) for e in entries)
     ctx.report.totals.update(partitions=len(entries), segments_deleted=deleted, bytes_removed=removed,
@@ -476,11 +476,12 @@ def _summarize(ctx: JobContext, entries: list[dict[str, Any]]) -> None:
                              files_purged=sum(len(e.get("purged") or []) for e in entries),
                              bytes_purged=sum(int(e.get("purged_bytes") or 0) for e in entries),
                              bytes_in_scope=sum(int(e.get("bytes_before") or 0) for e in entries))
-    ctx.render = functools.partial(render_summary, dry_run=ctx.dry_run)
 
 
 def render_summary(report: RunReport, *, dry_run: bool) -> str:
-    """The retain command's stdout: the table, the totals line and the footer (elapsed, MB/s)."""
+    """The retain command's stdout: one row per partition, by topic and partition number, with a note saying
+    why nothing went, what failed, and what was purged or is pending; the totals line and the footer
+    (elapsed, MB/s)."""
     entries = sorted(report.partitions, key=partition_order)
     rows = [{"partition": f"{e['topic']}-{e['partition']}", "policy": e.get("policy"), "action": e["action"],
              "segments": (f"{e['segments_before']}->{e['segments_after']}"
@@ -538,6 +539,8 @@ class RetentionFirst:
     refused: dict[str, DeleteShare]
     #: for the partitions whose segments retention deletes: the listing and scan of what remains
     after: dict[TopicPartition, tuple[PartitionListing, PartitionScan]]
+    #: the run's retention parameters (they follow the log-start-offset checkpoint as it is raised)
+    params: RetentionParams
 
     def held(self) -> set[TopicPartition]:
         """The partitions the limit refused: left wholly untouched (no retention, no compaction)."""
@@ -556,7 +559,7 @@ def _takes_retention_first(ctx: JobContext, key: TopicPartition) -> bool:
 def plan_retention_first(ctx: JobContext) -> RetentionFirst:
     """Plan retention of the run's ``compact,delete`` partitions at ``now``, apply the delete-fraction limit,
     and scan what remains of each partition that loses segments (Spark tasks; nothing is written)."""
-    params = _params(ctx)
+    params = RetentionParams.from_job(ctx)
     plans = {}
     for key in sorted(ctx.scans):
         if _takes_retention_first(ctx, key):
@@ -564,23 +567,20 @@ def plan_retention_first(ctx: JobContext) -> RetentionFirst:
             if plan is not None:
                 plans[key] = plan
     refused = refused_topics(ctx, plans)
-    todo = [(ctx.storage, ctx.listing.partitions[k], plan, ctx.scans[k].state.cleaner_checkpoint, ctx.now_ms,
+    todo = [(ctx.storage, ctx.listing.partitions[k], plan, ctx.scans[k].scanned.cleaner_checkpoint, ctx.now_ms,
              ctx.configs.for_topic(k[0]).producer_id_expiration_ms)
             for k, plan in plans.items() if plan.deletions and k[0] not in refused]
     after = {}
     for scan, (_, listing, plan, *_) in zip(ctx.parallel_map(_after_retention_task, todo), todo):
         after[(scan.topic, scan.partition)] = (listing_after_retention(listing, plan), scan)
-    return RetentionFirst(plans, refused, after)
+    return RetentionFirst(plans, refused, after, params)
 
 
-def apply_retention_first(ctx: JobContext, first: RetentionFirst, *,
-                          fault: Fault | None = None) -> dict[TopicPartition, dict[str, Any]]:
+def apply_retention_first(ctx: JobContext, first: RetentionFirst) -> dict[TopicPartition, dict[str, Any]]:
     """Carry out (or, in a dry run, report) the retention ``first`` planned, before compaction. Errors go to
     ``report.errors`` (with ``"during": "retention"``), warnings to ``report.warnings``. Returns the retention
     report entry of every ``compact,delete`` partition, by key."""
-    params = _params(ctx)
-    if fault is not None:
-        params.fault = fault
+    params = first.params
     entries: dict[TopicPartition, dict[str, Any]] = {}
 
     def attach(entry: dict[str, Any]) -> None:
@@ -597,14 +597,14 @@ def apply_retention_first(ctx: JobContext, first: RetentionFirst, *,
     held = first.held()
     keys = [k for k in sorted(ctx.scans) if _takes_retention_first(ctx, k) and k not in held]
     retain_partitions(params, [ctx.scans[k] for k in keys], ctx.configs.for_topic, attach,
-                      threads=1 if params.fault is not None else COMMIT_THREADS, plans=first.plans)
+                      threads=COMMIT_THREADS, plans=first.plans)
     for k in sorted(held):
         attach(refused_entry(params, ctx.scans[k], ctx.configs.for_topic(k[0]), first.plans[k],
                              first.refused[k[0]]))
     return entries
 
 
-__all__ = ["RetentionFirst", "RetentionParams",
+__all__ = ["COMMIT_THREADS", "PLAN_OPTIONS", "RetentionFirst", "RetentionParams", "render_summary", "work",
            "advance_log_start_offsets", "apply_retention", "apply_retention_first",
            "listing_after_retention", "plan_partition", "plan_retention_first", "refused_entry", "refused_topics",
            "retain_partitions", "retention_decision"]

@@ -105,6 +105,13 @@ class PartitionScan:
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
 
+    @property
+    def scanned(self) -> PartitionState:
+        """``state``, for a partition that scanned without an error (callers check ``error`` first)."""
+        if self.state is None:
+            raise ValueError(f"partition {self.name} has no scanned state: {self.error}")
+        return self.state
+
 
 def empty_batches_from_headers(h: BatchHeaders, segment_base_offset: int) -> pa.Table:
     """BATCH_SCHEMA rows for the v2 batches that hold no record (header-only batches a clean kept): they
@@ -220,16 +227,17 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
         unreadable = unreadable_entry(listing)
         if unreadable is not None:
             raise unreadable
-        infos, summaries = [], []
+        infos: list[SegmentInfo] = []
+        summaries = []
         segs = listing.segments
         for i, seg in enumerate(segs):
             active = i == len(segs) - 1
             next_base = segs[i + 1].base_offset if not active else None
             largest = None if (active or depth == "transactions") else _timeindex_largest(storage, seg, next_base)
-            if largest is not None:
+            if largest is not None and next_base is not None:
                 _check_tail(storage, seg)
                 # Bounded by the next segment's base: all retention needs of a non-active segment.
-                infos.append(dict(
+                infos.append(SegmentInfo(
                     base_offset=seg.base_offset, size_bytes=seg.log.size, next_offset=next_base,
                     first_batch_timestamp=None, largest_timestamp=largest, mtime_ms=seg.log.mtime_ms,
                     offset_index_bytes=seg.index.size if seg.index else None,
@@ -256,13 +264,13 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
             nxt = int(h.last_offset[-1]) + 1 if len(h) else seg.base_offset
             first_ts = int(h.max_timestamp[0]) if len(h) and int(h.max_timestamp[0]) >= 0 else None
             biggest = int(h.max_timestamp.max()) if len(h) else -1
-            infos.append(dict(
+            infos.append(SegmentInfo(
                 base_offset=seg.base_offset, size_bytes=size, next_offset=max(nxt, seg.base_offset),
                 first_batch_timestamp=first_ts, largest_timestamp=biggest if biggest >= 0 else None,
                 mtime_ms=seg.log.mtime_ms, batch_count=len(h),
                 offset_index_bytes=seg.index.size if seg.index else None,
                 time_index_bytes=seg.timeindex.size if seg.timeindex else None))
-        fixed = [SegmentInfo(**info) for info in infos]
+        fixed = infos
         if fixed:
             _check_log_start(listing, log_start_checkpoint, fixed[-1].next_offset)
         first_unstable = None

@@ -87,7 +87,7 @@ class _JvmStderr(io.TextIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, text: str) -> int:  # type: ignore[override]
+    def write(self, text: str) -> int:
         self._buffer += text
         if "\n" in text:
             self.flush()
@@ -129,7 +129,7 @@ def separate_stderr_under_spark_submit() -> bool:
     jvm = SparkContext._jvm
     if jvm is None:
         return False
-    sys.stderr = _JvmStderr(jvm.System.err, sys.__stderr__)
+    sys.stderr = _JvmStderr(jvm.System.err, sys.__stderr__ or sys.stderr)
     return True
 
 

@@ -6,9 +6,10 @@ import os
 
 from segment_io.errors import UsageError
 from segment_io.layout import LogDirListing, parse_partition_dir, parse_segment_file
+from segment_io.storage.base import Storage
 
 
-def check_log_dir_is_dir(storage, log_dir: str) -> None:
+def check_log_dir_is_dir(storage: Storage, log_dir: str) -> None:
     """``UsageError`` when ``--log-dir`` names a file (a segment file, most likely) or a missing local dir."""
     if storage.exists(log_dir):
         parent, _, name = log_dir.rpartition("/")

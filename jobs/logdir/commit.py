@@ -95,7 +95,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from segment_io.errors import LocatedError, NotFoundError, PreconditionFailedError
+from segment_io.errors import LocatedError, NotFoundError, PreconditionFailedError, SegjobsError
 from segment_io.layout import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -113,7 +113,7 @@ LOG_SUFFIX = ".log"
 COMMIT_DIR = "commit"
 STAGED_DIR = "staged"
 #: ``<work>/staging/<tp>/``: where compaction tasks write new segments before the driver commits them one group
-#: at a time (see ``jobs.engine.compaction.private_stage_uri``). No intent ever refers to it: recovery empties it.
+#: at a time (see :meth:`Committer.task_stage_uri`). No intent ever refers to it: recovery empties it.
 PRIVATE_STAGING_DIR = "staging"
 REPLACE_INTENT = "replace.json"
 DELETE_INTENT = "delete.json"
@@ -158,15 +158,9 @@ def partition_work_uri(storage: Storage, work_uri: str, partition_uri: str) -> s
 
 
 def staged_uri(storage: Storage, partition_uri: str, work_uri: str, base_offset: int, suffix: str) -> str:
-    """Where a job must write a new segment file before :func:`replace_segments` commits it.
-
-    Local disk: ``<partition>/<base><suffix>.cleaned`` (Kafka's own staging name, which a broker's loader
-    deletes). S3: ``<work>/commit/<tp>/staged/<base><suffix>``, outside the live prefix.
-    """
-    name = segment_file_name(base_offset, suffix)
-    if storage.atomic_rename:
-        return storage.join(partition_uri, name + CLEANED_SUFFIX)
-    return storage.join(partition_work_uri(storage, work_uri, partition_uri), STAGED_DIR, name)
+    """Where a job must write a new segment file before :func:`replace_segments` commits it (see
+    :meth:`Committer.staged_uri`)."""
+    return committer_for(storage, work_uri).staged_uri(partition_uri, base_offset, suffix)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -394,37 +388,15 @@ def replace_segments(storage: Storage, partition_uri: str, *, old_base_offsets: 
                      new_segments: list[StagedSegment], work_uri: str,
                      fault: Fault | None = None) -> ReplaceResult:
     """Replace the contiguous run of live segments ``old_base_offsets`` by the staged ``new_segments``,
-    crash-safely (see the module docstring for the protocol on each store).
-
-    The new segments must start at the first old base offset and lie before the next live segment after
-    the run. ``work_uri`` is the log dir's work location (:func:`jobs.logdir.lock.work_uri`). Raises
-    :class:`CommitError` (before changing anything) when the request does not fit the partition, a staged
-    file is missing, or leftovers of an interrupted operation need :func:`jobs.logdir.recover.recover_partition`.
-    """
-    files = list_segment_files(storage, partition_uri)
-    intent = _plan_replace(storage, partition_uri, work_uri, files, old_base_offsets, new_segments)
-    pwork = partition_work_uri(storage, work_uri, partition_uri)
-    result = ReplaceResult(partition_uri, sorted(intent.old), sorted(intent.new))
-    _call(fault, result.steps, "write-intent")
-    intent_uri = _put_intent(storage, pwork, REPLACE_INTENT, intent.to_json(), partition_uri)
-    if storage.atomic_rename:
-        _replace_by_rename(storage, partition_uri, intent, result, fault)
-        _call(fault, result.steps, "remove-intent")
-        storage.delete(intent_uri)
-    else:
-        _replace_by_copy(storage, partition_uri, work_uri, intent, result, fault)
-        _call(fault, result.steps, "remove-intent")
-        storage.delete(intent_uri)
-        for base, sfx in sorted(intent.new_files()):
-            uri = staged_uri(storage, partition_uri, work_uri, base, sfx)
-            _call(fault, result.steps, f"delete-staged:{segment_file_name(base, sfx)}")
-            storage.delete(uri)
-    return result
+    crash-safely, with the store's committer (see :meth:`Committer.replace_segments`)."""
+    return committer_for(storage, work_uri).replace_segments(partition_uri, old_base_offsets=old_base_offsets,
+                                                             new_segments=new_segments, fault=fault)
 
 
-def _plan_replace(storage: Storage, partition_uri: str, work_uri: str, files: list[SegmentFile],
+def _plan_replace(committer: "Committer", partition_uri: str, files: list[SegmentFile],
                   old_base_offsets: list[int], new_segments: list[StagedSegment]) -> ReplaceIntent:
     """Check the request against the partition and return the intent that describes it."""
+    storage = committer.storage
     if not old_base_offsets or not new_segments:
         raise CommitError("a replace needs at least one old and one new segment", uri=partition_uri)
     old = sorted(set(old_base_offsets))
@@ -463,10 +435,9 @@ def _plan_replace(storage: Storage, partition_uri: str, work_uri: str, files: li
         if LOG_SUFFIX not in seg.suffixes or not set(seg.suffixes) <= set(SEGMENT_DATA_SUFFIXES):
             raise CommitError(f"staged segment needs .log and only segment data suffixes, got {seg.suffixes}",
                               uri=partition_uri, offset=seg.base_offset)
-        uris = {sfx: staged_uri(storage, partition_uri, work_uri, seg.base_offset, sfx)
-                for sfx in _ordered(seg.suffixes)}
+        uris = {sfx: committer.staged_uri(partition_uri, seg.base_offset, sfx) for sfx in _ordered(seg.suffixes)}
         found = _sizes(storage, uris.values())
-        for sfx, uri in uris.items():
+        for uri in uris.values():
             if uri not in found:
                 raise CommitError("staged file is missing", uri=uri, offset=seg.base_offset)
         new[seg.base_offset] = {sfx: found[uri] for sfx, uri in uris.items()}
@@ -486,72 +457,6 @@ def _sizes(storage: Storage, uris: Iterable[str]) -> dict[str, int]:
         listed = {info.name: info.size for info in storage.list(parent)}
         sizes.update({storage.join(parent, n): listed[n] for n in names if n in listed})
     return sizes
-
-
-def _replace_by_rename(storage: Storage, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
-                       fault: Fault | None) -> None:
-    def path(base: int, sfx: str, transient: str = "") -> str:
-        return storage.join(partition_uri, segment_file_name(base, sfx) + transient)
-
-    for base in sorted(intent.new, reverse=True):
-        for sfx in _ordered(intent.new[base]):
-            _call(fault, result.steps, f"cleaned-to-swap:{segment_file_name(base, sfx)}")
-            storage.rename(path(base, sfx, CLEANED_SUFFIX), path(base, sfx, SWAP_SUFFIX))
-        storage.sync_dir(partition_uri)
-    for base in sorted(intent.old):
-        for sfx in intent.old[base]:
-            _call(fault, result.steps, f"old-to-deleted:{segment_file_name(base, sfx)}")
-            storage.rename(path(base, sfx), path(base, sfx, DELETED_SUFFIX))
-    storage.sync_dir(partition_uri)
-    for base in sorted(intent.new):
-        for sfx in _ordered(intent.new[base]):
-            _call(fault, result.steps, f"swap-to-live:{segment_file_name(base, sfx)}")
-            storage.rename(path(base, sfx, SWAP_SUFFIX), path(base, sfx))
-            result.installed.append(path(base, sfx))
-    storage.sync_dir(partition_uri)
-    for base in sorted(intent.old):
-        for sfx in intent.old[base]:
-            _call(fault, result.steps, f"purge-old:{segment_file_name(base, sfx)}")
-            storage.delete(path(base, sfx, DELETED_SUFFIX))
-            result.removed.append(path(base, sfx, DELETED_SUFFIX))
-
-
-def _replace_by_copy(storage: Storage, partition_uri: str, work_uri: str, intent: ReplaceIntent,
-                     result: ReplaceResult, fault: Fault | None) -> None:
-    for base in sorted(intent.new, reverse=True):
-        for sfx in _ordered(intent.new[base]):
-            name = segment_file_name(base, sfx)
-            _call(fault, result.steps, f"copy-new:{name}")
-            storage.copy(staged_uri(storage, partition_uri, work_uri, base, sfx), storage.join(partition_uri, name))
-            result.installed.append(storage.join(partition_uri, name))
-    overwritten = intent.new_files()
-    for base, sfx in sorted(intent.old_files() - overwritten):
-        name = segment_file_name(base, sfx)
-        _call(fault, result.steps, f"delete-old:{name}")
-        storage.delete(storage.join(partition_uri, name))
-        result.removed.append(storage.join(partition_uri, name))
-
-
-def finish_replace_by_copy(storage: Storage, partition_uri: str, work_uri: str,
-                           intent: ReplaceIntent) -> list[tuple[str, str]]:
-    """Roll an S3 replace forward from its intent alone; returns the ``(action, uri)`` pairs done.
-
-    Raises :class:`RecoveryError` before changing anything if a staged object is gone or has another
-    size than the intent recorded (then the intent cannot be trusted to describe the new segments).
-    """
-    expected = {staged_uri(storage, partition_uri, work_uri, base, sfx): (base, size)
-                for base, sizes in intent.new.items() for sfx, size in sizes.items()}
-    found = _sizes(storage, expected)
-    for uri, (base, size) in expected.items():
-        if uri not in found:
-            raise RecoveryError("the replace intent names a staged object that is gone", uri=uri, offset=base)
-        actual = found[uri]
-        if actual != size:
-            raise RecoveryError(f"staged object has {actual} bytes, the intent recorded {size}", uri=uri,
-                                offset=base)
-    scratch = ReplaceResult(partition_uri, sorted(intent.old), sorted(intent.new))
-    _replace_by_copy(storage, partition_uri, work_uri, intent, scratch, None)
-    return [("copy-new", uri) for uri in scratch.installed] + [("delete-old", uri) for uri in scratch.removed]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -650,9 +555,251 @@ def purge_deleted(storage: Storage, partition_uri: str, *, now_ms: int, file_del
     return result
 
 
+# --------------------------------------------------------------------------------------------------
+# The committers: one commit protocol per store
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Committer:
+    """The commit protocol of one store, chosen once per store by :func:`committer_for`: compaction, retention
+    and recovery call it and never ask what kind of store they work on.
+
+    Two protocols (the module docstring describes both): :class:`RenameCommitter` for stores with an atomic
+    rename (local disk: Kafka's own ``.cleaned`` -> ``.swap`` -> live protocol, which a broker's loader can
+    finish or undo), :class:`CopyCommitter` for stores without one (S3: an intent object is the commit point,
+    then server-side copies). Retention's two-phase delete and the purge of ``.deleted`` files are the same
+    on both. A committer holds only the store and the log dir's work location, so it pickles into Spark tasks.
+    """
+
+    storage: Storage
+    #: the log dir's work location (:func:`jobs.logdir.lock.work_uri`)
+    work_uri: str
+
+    # ---------------------------------------------------------------- where new segments are written
+
+    def partition_work_uri(self, partition_uri: str) -> str:
+        """Where the intents and the deletion ledger of one partition live."""
+        return partition_work_uri(self.storage, self.work_uri, partition_uri)
+
+    def staged_uri(self, partition_uri: str, base_offset: int, suffix: str) -> str:
+        """Where a new segment file must be when :meth:`replace_segments` starts."""
+        raise NotImplementedError
+
+    def task_stage_uri(self, partition_uri: str, base_offset: int, suffix: str) -> str:
+        """Where a compaction task writes a new segment file before the driver commits it. On local disk it
+        cannot be Kafka's ``.cleaned`` name in the partition dir right away: a broker's loader discards every
+        ``.swap`` at or above the lowest ``.cleaned`` offset, so one group's staged files must never sit in the
+        partition dir while another group is being swapped in. Tasks therefore stage in the work dir, and
+        :meth:`promote` moves one group at a time to its ``.cleaned`` name just before its commit. On S3 the
+        protocol's own staging location is already outside the partition prefix."""
+        raise NotImplementedError
+
+    def promote(self, partition_uri: str, base_offset: int, suffixes: Iterable[str], mtime_ms: int) -> None:
+        """Bring the files a task staged at :meth:`task_stage_uri` to :meth:`staged_uri`, just before their
+        commit (``mtime_ms``: the modification time they keep)."""
+
+    def discard(self, partition_uri: str, base_offset: int, suffixes: Iterable[str]) -> None:
+        """Delete the files a task staged at :meth:`task_stage_uri` and that will not be committed."""
+        for sfx in suffixes:
+            self.storage.delete(self.task_stage_uri(partition_uri, base_offset, sfx))
+
+    # ---------------------------------------------------------------- replace
+
+    def replace_segments(self, partition_uri: str, *, old_base_offsets: list[int],
+                         new_segments: list[StagedSegment], fault: Fault | None = None) -> ReplaceResult:
+        """Replace the contiguous run of live segments ``old_base_offsets`` by the staged ``new_segments``,
+        crash-safely (the module docstring has the protocol of each store).
+
+        The new segments must start at the first old base offset and lie before the next live segment after
+        the run. Raises :class:`CommitError` (before changing anything) when the request does not fit the
+        partition, a staged file is missing, or leftovers of an interrupted operation need
+        :func:`jobs.logdir.recover.recover_partition`. ``fault(step)`` is called before every step (tests
+        raise from it to simulate a crash there).
+        """
+        storage = self.storage
+        files = list_segment_files(storage, partition_uri)
+        intent = _plan_replace(self, partition_uri, files, old_base_offsets, new_segments)
+        pwork = self.partition_work_uri(partition_uri)
+        result = ReplaceResult(partition_uri, sorted(intent.old), sorted(intent.new))
+        _call(fault, result.steps, "write-intent")
+        intent_uri = _put_intent(storage, pwork, REPLACE_INTENT, intent.to_json(), partition_uri)
+        self._install(partition_uri, intent, result, fault)
+        _call(fault, result.steps, "remove-intent")
+        storage.delete(intent_uri)
+        self._after_commit(partition_uri, intent, result, fault)
+        return result
+
+    def _install(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
+                 fault: Fault | None) -> None:
+        """The steps between writing the intent and removing it."""
+        raise NotImplementedError
+
+    def _after_commit(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
+                      fault: Fault | None) -> None:
+        """The steps after the intent is gone (clean-up nothing depends on)."""
+
+    # ---------------------------------------------------------------- delete (the same on every store)
+
+    def delete_segments(self, partition_uri: str, base_offsets: list[int], *, now_ms: int,
+                        fault: Fault | None = None) -> DeleteResult:
+        """Retention's first phase (:func:`delete_segments`)."""
+        return delete_segments(self.storage, partition_uri, base_offsets, now_ms=now_ms, work_uri=self.work_uri,
+                               fault=fault)
+
+    def purge_deleted(self, partition_uri: str, *, now_ms: int, file_delete_delay_ms: int) -> PurgeResult:
+        """Retention's second phase (:func:`purge_deleted`)."""
+        return purge_deleted(self.storage, partition_uri, now_ms=now_ms, file_delete_delay_ms=file_delete_delay_ms,
+                             work_uri=self.work_uri)
+
+    # ---------------------------------------------------------------- recovery
+
+    def roll_forward(self, partition_uri: str, intent: ReplaceIntent,
+                     add: Callable[[str, str], None]) -> ReplaceIntent | None:
+        """Recovery of an interrupted replace, the part only the intent can settle: returns the intent when
+        Kafka's loader rules (``.cleaned``/``.swap`` files) must still settle it, None when it is settled.
+        Every change made is passed to ``add(action, uri)``."""
+        return intent
+
+    def leftover_staged(self, partition_uri: str) -> list[FileInfo]:
+        """Staged files of a commit that is over or never started (recovery deletes them)."""
+        return []
+
+
+@dataclass(frozen=True)
+class RenameCommitter(Committer):
+    """Local disk: Kafka's ``LocalLog.replaceSegments`` protocol (``.cleaned`` -> ``.swap`` -> live), which a
+    broker's loader can finish or undo at every instant."""
+
+    def staged_uri(self, partition_uri: str, base_offset: int, suffix: str) -> str:
+        return self.storage.join(partition_uri, segment_file_name(base_offset, suffix) + CLEANED_SUFFIX)
+
+    def task_stage_uri(self, partition_uri: str, base_offset: int, suffix: str) -> str:
+        return self.storage.join(self.work_uri, PRIVATE_STAGING_DIR, partition_name(partition_uri),
+                                 segment_file_name(base_offset, suffix))
+
+    def promote(self, partition_uri: str, base_offset: int, suffixes: Iterable[str], mtime_ms: int) -> None:
+        """A crash right after leaves only ``.cleaned`` files, which recovery (and Kafka's loader) deletes."""
+        storage = self.storage
+        for sfx in suffixes:
+            src = self.task_stage_uri(partition_uri, base_offset, sfx)
+            dst = self.staged_uri(partition_uri, base_offset, sfx)
+            try:
+                storage.rename(src, dst)
+            except SegjobsError:
+                # The work dir lies on another filesystem (a log dir on its own disk or mount): copy instead. A
+                # .cleaned file cut short by a crash is harmless: Kafka's loader and `segjobs recover` delete it.
+                with storage.open_write(dst) as out:
+                    out.write(storage.read(src))
+                storage.set_mtime(dst, mtime_ms)
+                storage.delete(src)
+
+    def _install(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
+                 fault: Fault | None) -> None:
+        storage = self.storage
+
+        def path(base: int, sfx: str, transient: str = "") -> str:
+            return storage.join(partition_uri, segment_file_name(base, sfx) + transient)
+
+        for base in sorted(intent.new, reverse=True):
+            for sfx in _ordered(intent.new[base]):
+                _call(fault, result.steps, f"cleaned-to-swap:{segment_file_name(base, sfx)}")
+                storage.rename(path(base, sfx, CLEANED_SUFFIX), path(base, sfx, SWAP_SUFFIX))
+            storage.sync_dir(partition_uri)
+        for base in sorted(intent.old):
+            for sfx in intent.old[base]:
+                _call(fault, result.steps, f"old-to-deleted:{segment_file_name(base, sfx)}")
+                storage.rename(path(base, sfx), path(base, sfx, DELETED_SUFFIX))
+        storage.sync_dir(partition_uri)
+        for base in sorted(intent.new):
+            for sfx in _ordered(intent.new[base]):
+                _call(fault, result.steps, f"swap-to-live:{segment_file_name(base, sfx)}")
+                storage.rename(path(base, sfx, SWAP_SUFFIX), path(base, sfx))
+                result.installed.append(path(base, sfx))
+        storage.sync_dir(partition_uri)
+        for base in sorted(intent.old):
+            for sfx in intent.old[base]:
+                _call(fault, result.steps, f"purge-old:{segment_file_name(base, sfx)}")
+                storage.delete(path(base, sfx, DELETED_SUFFIX))
+                result.removed.append(path(base, sfx, DELETED_SUFFIX))
+
+
+@dataclass(frozen=True)
+class CopyCommitter(Committer):
+    """S3 (no rename; per-object atomic PUT/COPY, strongly consistent listing, conditional PUT): the intent
+    object is the commit point, then server-side copies; recovery rolls forward from the intent alone."""
+
+    def staged_uri(self, partition_uri: str, base_offset: int, suffix: str) -> str:
+        return self.storage.join(self.partition_work_uri(partition_uri), STAGED_DIR,
+                                 segment_file_name(base_offset, suffix))
+
+    def task_stage_uri(self, partition_uri: str, base_offset: int, suffix: str) -> str:
+        return self.staged_uri(partition_uri, base_offset, suffix)
+
+    def _install(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
+                 fault: Fault | None) -> None:
+        storage = self.storage
+        for base in sorted(intent.new, reverse=True):
+            for sfx in _ordered(intent.new[base]):
+                name = segment_file_name(base, sfx)
+                _call(fault, result.steps, f"copy-new:{name}")
+                storage.copy(self.staged_uri(partition_uri, base, sfx), storage.join(partition_uri, name))
+                result.installed.append(storage.join(partition_uri, name))
+        overwritten = intent.new_files()
+        for base, sfx in sorted(intent.old_files() - overwritten):
+            name = segment_file_name(base, sfx)
+            _call(fault, result.steps, f"delete-old:{name}")
+            storage.delete(storage.join(partition_uri, name))
+            result.removed.append(storage.join(partition_uri, name))
+
+    def _after_commit(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
+                      fault: Fault | None) -> None:
+        for base, sfx in sorted(intent.new_files()):
+            _call(fault, result.steps, f"delete-staged:{segment_file_name(base, sfx)}")
+            self.storage.delete(self.staged_uri(partition_uri, base, sfx))
+
+    def roll_forward(self, partition_uri: str, intent: ReplaceIntent,
+                     add: Callable[[str, str], None]) -> ReplaceIntent | None:
+        """Finish the replace from its intent alone: copy every staged object to its live name again
+        (idempotent), delete the old objects no new one overwrote, remove the intent. The staged objects stay
+        (:meth:`leftover_staged` lists them). Raises :class:`RecoveryError` before changing anything if a
+        staged object is gone or has another size than the intent recorded (then the intent cannot be trusted
+        to describe the new segments)."""
+        storage = self.storage
+        expected = {self.staged_uri(partition_uri, base, sfx): (base, size)
+                    for base, sizes in intent.new.items() for sfx, size in sizes.items()}
+        found = _sizes(storage, expected)
+        for uri, (base, size) in expected.items():
+            if uri not in found:
+                raise RecoveryError("the replace intent names a staged object that is gone", uri=uri, offset=base)
+            actual = found[uri]
+            if actual != size:
+                raise RecoveryError(f"staged object has {actual} bytes, the intent recorded {size}", uri=uri,
+                                    offset=base)
+        done = ReplaceResult(partition_uri, sorted(intent.old), sorted(intent.new))
+        self._install(partition_uri, intent, done, None)
+        for uri in done.installed:
+            add("copy-new", uri)
+        for uri in done.removed:
+            add("delete-old", uri)
+        intent_uri = storage.join(self.partition_work_uri(partition_uri), REPLACE_INTENT)
+        storage.delete(intent_uri)
+        add("remove-intent", intent_uri)
+        return None
+
+    def leftover_staged(self, partition_uri: str) -> list[FileInfo]:
+        return self.storage.list(self.storage.join(self.partition_work_uri(partition_uri), STAGED_DIR))
+
+
+def committer_for(storage: Storage, work_uri: str) -> Committer:
+    """The commit protocol of ``storage``: the one place that asks whether the store can rename atomically."""
+    return RenameCommitter(storage, work_uri) if storage.atomic_rename else CopyCommitter(storage, work_uri)
+
+
 __all__ = [
-    "CommitError", "DeleteIntent", "DeleteResult", "PurgeResult", "RecoveryError", "ReplaceIntent",
+    "CommitError", "Committer", "CopyCommitter", "DeleteIntent", "RenameCommitter", "DeleteResult", "PurgeResult",
+    "RecoveryError", "ReplaceIntent",
     "ReplaceResult", "SEGMENT_DATA_SUFFIXES", "SegmentFile", "StagedSegment",
-    "delete_segments", "list_segment_files", "live_log_bases", "partition_work_uri", "purge_deleted",
+    "committer_for", "delete_segments", "list_segment_files", "live_log_bases", "partition_work_uri", "purge_deleted",
     "replace_segments", "staged_uri",
 ]

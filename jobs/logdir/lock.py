@@ -181,7 +181,7 @@ class Holder:
         if self.host != socket.gethostname():
             return None
         if self.process is not None:
-            boot, ns, start = (self.process.split("|") + ["", "", ""])[:3]
+            boot, ns, _start = (self.process.split("|") + ["", "", ""])[:3]
             here = process_identity(os.getpid())
             if here is not None:
                 here_boot, here_ns, _ = here.split("|")
@@ -517,6 +517,9 @@ def _take_lease(storage: Storage, log_dir_uri: str, holder: Holder, now_ms: int,
             current = read_lease(storage.read(uri))
         except NotFoundError:
             continue
+        if current is None:
+            raise LockHeldError(f"{log_dir_uri} is locked by an unreadable lease {uri}; if no segjobs run is "
+                                f"working on this log dir, delete that object and run again")
         reason = _takeover_reason(log_dir_uri, uri, current, now_ms, break_run_id)
         try:
             new_etag = storage.put_if_match(uri, record, etag)
@@ -527,13 +530,10 @@ def _take_lease(storage: Storage, log_dir_uri: str, holder: Holder, now_ms: int,
     raise LockHeldError(f"{log_dir_uri}: the lease {uri} kept changing; another run is contending for it")
 
 
-def _takeover_reason(log_dir_uri: str, uri: str, current: LeaseInfo | None, now_ms: int,
+def _takeover_reason(log_dir_uri: str, uri: str, current: LeaseInfo, now_ms: int,
                      break_run_id: str | None) -> str:
     """Why the lease ``current`` may be taken over; raises :class:`LockHeldError` naming its holder when it
     may not."""
-    if current is None:
-        raise LockHeldError(f"{log_dir_uri} is locked by an unreadable lease {uri}; if no segjobs run is working "
-                            f"on this log dir, delete that object and run again")
     who = current.holder.describe(current.acquired_ms)
     if break_run_id is not None:
         if break_run_id != current.holder.run_id:

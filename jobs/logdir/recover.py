@@ -38,6 +38,7 @@ reads the store and keeps every change in memory, so it reports exactly the acti
 
 from __future__ import annotations
 
+import builtins  # annotations in PreviewStorage say builtins.list: there, `list` is the listing method
 import io
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -50,16 +51,14 @@ from jobs.logdir.commit import (
     LOG_SUFFIX,
     PRIVATE_STAGING_DIR,
     REPLACE_INTENT,
-    STAGED_DIR,
     DeleteIntent,
     RecoveryError,
     ReplaceIntent,
     SegmentFile,
+    committer_for,
     deleted_bases,
-    finish_replace_by_copy,
     list_segment_files,
     live_log_bases,
-    partition_work_uri,
     read_delete_intent,
     read_ledger,
     read_replace_intent,
@@ -130,23 +129,20 @@ def recover_partition(storage: Storage, partition_uri: str, *, work_uri: str, no
     :class:`~jobs.logdir.commit.RecoveryError` (changing nothing) when an intent is unreadable or names staged
     objects that are gone."""
     report = RecoveryReport(partition_uri)
-    pwork = partition_work_uri(storage, work_uri, partition_uri)
+    committer = committer_for(storage, work_uri)
+    pwork = committer.partition_work_uri(partition_uri)
     replace = read_replace_intent(storage, pwork)
     delete = read_delete_intent(storage, pwork)
 
-    if replace is not None and not storage.atomic_rename:
-        for action, uri in finish_replace_by_copy(storage, partition_uri, work_uri, replace):
-            report.add(action, uri)
-        _remove(storage, storage.join(pwork, REPLACE_INTENT), report)
-        replace = None
+    if replace is not None:  # rule 1: a store whose commit point is the intent finishes it from the intent
+        replace = committer.roll_forward(partition_uri, replace, report.add)
     outcome = _apply_loader_rules(storage, partition_uri, replace, report)
     if replace is not None:
         _settle_replaced(storage, partition_uri, replace, aborted=outcome == "aborted", report=report)
         _remove(storage, storage.join(pwork, REPLACE_INTENT), report)
-    if not storage.atomic_rename:
-        for info in storage.list(storage.join(pwork, STAGED_DIR)):
-            storage.delete(info.uri)
-            report.add("delete-staged", info.uri, "staged by a commit that is over or never started", info.size)
+    for info in committer.leftover_staged(partition_uri):
+        storage.delete(info.uri)
+        report.add("delete-staged", info.uri, "staged by a commit that is over or never started", info.size)
     if delete is not None:
         _finish_delete(storage, partition_uri, pwork, delete, report)
     files = list_segment_files(storage, partition_uri)
@@ -376,7 +372,7 @@ class PreviewStorage(Storage):
                 out[uri] = self._info(uri, p)
         return sorted(out.values(), key=lambda i: i.uri)
 
-    def list_dirs(self, prefix: str) -> list[str]:
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
         root = prefix.rstrip("/") + "/"
         dirs = set(self.base.list_dirs(prefix))
         dirs |= {root + uri[len(root):].split("/", 1)[0] for uri in self._new
@@ -450,7 +446,7 @@ class PreviewStorage(Storage):
     def sync_dir(self, uri: str) -> None:
         pass
 
-    def list_pending_uploads(self, prefix: str) -> list[PendingUpload]:
+    def list_pending_uploads(self, prefix: str) -> builtins.list[PendingUpload]:
         return [u for u in self.base.list_pending_uploads(prefix) if u not in self._aborted]
 
     def abort_pending_upload(self, upload: PendingUpload) -> None:

@@ -70,8 +70,8 @@ class HyperLogLog:
         alpha = 0.7213 / (1.0 + 1.079 / m)
         raw = alpha * m * m / float(np.ldexp(1.0, -self.registers.astype(np.int64)).sum())
         if raw <= 2.5 * m and zeros:
-            return int(round(m * math.log(m / zeros)))
-        return int(round(raw))
+            return round(m * math.log(m / zeros))
+        return round(raw)
 
 
 def exact_distinct(hash_hi: np.ndarray, hash_lo: np.ndarray) -> int:

@@ -52,6 +52,7 @@ from segment_io.schema import (
     RECORD_SCHEMA,
 )
 
+
 class CleanerInputError(SegjobsError):
     """The tables handed to the cleaner break its contract (unsorted offsets, misaligned hashes)."""
 

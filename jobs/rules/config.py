@@ -37,9 +37,9 @@ parser of both is :mod:`segment_io.units`, shared with the command-line options.
 spacing, any case) or a TOML list of those words.
 
 Defaults and ranges are Kafka's (``LogConfig``), from the one table :mod:`jobs.rules.kafka_defaults`;
-``min.compaction.lag.ms`` must not exceed ``max.compaction.lag.ms`` (Kafka's ``LogConfig.validateValues``). Every table is validated when the
-file is loaded, each ``[topics]`` table also merged over ``[defaults]``; the full merge for a topic is
-validated again in :meth:`ConfigSet.for_topic`.
+``min.compaction.lag.ms`` must not exceed ``max.compaction.lag.ms`` (Kafka's ``LogConfig.validateValues``).
+Every table is validated when the file is loaded, each ``[topics]`` table also merged over ``[defaults]``; the
+full merge for a topic is validated again in :meth:`ConfigSet.for_topic`.
 """
 
 from __future__ import annotations
@@ -582,7 +582,7 @@ class ConfigSet:
             self.for_topic(topic)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kafka_layer(topic: str) -> _Layer | None:
     """Kafka's creation configs of ``topic`` as a layer, or None when it is not one of Kafka's own."""
     known = KAFKA_TOPICS.get(topic)

@@ -8,7 +8,7 @@ Two inputs are read, as Kafka's tools print them (line formats from ``ConfigComm
     One header per topic, ``All configs for topic T are:`` (``Dynamic configs for topic T are:`` without
     ``--all``: then only the topic's own overrides follow), then one line per config, sorted by name::
 
-      <two spaces>segment.bytes=536870912 sensitive=false synonyms={STATIC_BROKER_CONFIG:log.segment.bytes=536870912, ...}
+      <2 spaces>segment.bytes=536870912 sensitive=false synonyms={STATIC_BROKER_CONFIG:log.segment.bytes=536870912, ...}
 
     The synonyms are the places the value could come from, highest precedence first: the topic's own
     override (``DYNAMIC_TOPIC_CONFIG``), the broker's dynamic settings (``DYNAMIC_BROKER_CONFIG``,

@@ -42,8 +42,8 @@ class Scope:
                              f"{', '.join(f'{t}-{p}' for t, p in missing)} ({'; '.join(hints)})")
         unmatched = [g for g in self.topic_globs if not any(fnmatch.fnmatchcase(t, g) for t in topics)]
         if unmatched:
-            hints = "; ".join(f"{g}: {closest_topics_hint(g, topics)}" for g in unmatched)
-            raise UsageError(f"--topic matches no topic in the log dir: {', '.join(unmatched)} ({hints})")
+            glob_hints = "; ".join(f"{g}: {closest_topics_hint(g, topics)}" for g in unmatched)
+            raise UsageError(f"--topic matches no topic in the log dir: {', '.join(unmatched)} ({glob_hints})")
 
 
 def _number_ranges(numbers: list[int]) -> str:

@@ -3,19 +3,22 @@
 ``--now`` is refused before 1970 (Kafka's timestamps are epoch milliseconds; a negative one means "no
 timestamp") and after :data:`LATEST_NOW_MS` (2100-01-01T00:00:00Z, the last instant accepted). The upper
 bound is a fixed date, not "the wall clock plus a margin": a command line that was accepted once is accepted
-again (a backfill re-run must not depend on the day it runs), and the check reads no clock. It catches typos (``2206`` for ``2026``) and
-instants in the wrong unit (epoch microseconds land in the year 55,000), either of which would otherwise
-make every segment look expired.
+again (a backfill re-run must not depend on the day it runs), and the check reads no clock. It catches typos
+(``2206`` for ``2026``) and instants in the wrong unit (epoch microseconds land in the year 55,000), either of
+which would otherwise make every segment look expired.
 """
 
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
-from typing import Iterable
+from datetime import UTC, datetime
+from typing import Callable, Iterable
 
 from segment_io.errors import UsageError
 from segment_io.units import format_duration
+
+#: An instant as the jobs take it: epoch milliseconds, an ISO-8601 string, or a datetime (naive = UTC).
+Instant = int | str | datetime
 
 #: The last instant ``--now`` may be: 2100-01-01T00:00:00Z.
 LATEST_NOW_MS = 4_102_444_800_000
@@ -26,13 +29,19 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def parse_instant(text: str | int | None, *, option: str = "--now") -> int:
+def parse_instant(text: Instant | None, *, option: str = "--now") -> int:
     """Epoch milliseconds from ``"1700000000000"`` or an ISO-8601 string (``2026-11-22``,
-    ``2026-11-22T03:00:00Z``, ``2026-11-22T03:00:00+01:00``; a naive time is taken as UTC).
-    ``None`` means now. ``UsageError`` (naming ``option``) for anything else, and for instants before
-    1970 or after 2100-01-01T00:00:00Z."""
+    ``2026-11-22T03:00:00Z``, ``2026-11-22T03:00:00+01:00``; a naive time is taken as UTC), an int (epoch
+    ms) or a datetime (naive: UTC). ``None`` means now. ``UsageError`` (naming ``option``) for anything else,
+    and for instants before 1970 or after 2100-01-01T00:00:00Z."""
     if text is None:
         return wall_clock_ms()
+    if isinstance(text, datetime):
+        aware = text if text.tzinfo else text.replace(tzinfo=UTC)
+        return _in_range(int(aware.timestamp() * 1000), aware.isoformat(), option)
+    if isinstance(text, bool) or not isinstance(text, (int, str)):
+        raise UsageError(f"{option}: cannot read {text!r} as an instant: give epoch milliseconds, ISO-8601 such "
+                         f"as 2026-11-22T03:00:00Z, or a datetime")
     if isinstance(text, int):
         return _in_range(text, str(text), option)
     s = text.strip()
@@ -51,7 +60,7 @@ def parse_instant(text: str | int | None, *, option: str = "--now") -> int:
         raise UsageError(f"{option}: cannot read {text!r} as an instant: give epoch milliseconds or ISO-8601 "
                          f"such as 2026-11-22T03:00:00Z") from None
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return _in_range(int(dt.timestamp() * 1000), s, option)
 
 
@@ -65,12 +74,12 @@ def _in_range(ms: int, text: str, option: str) -> int:
     return ms
 
 
-def resolve_now(text: str | None) -> tuple[int, str | None]:
-    """``--now`` as epoch ms, and when it was omitted, the note the run prints (the wall-clock instant it
-    used, and how to repeat the run's decisions); None when ``--now`` was given."""
+def resolve_now(text: Instant | None, clock: Callable[[], int] = wall_clock_ms) -> tuple[int, str | None]:
+    """``--now`` as epoch ms, and when it was omitted, the note the run prints (the instant ``clock``, the
+    wall clock, gave, and how to repeat the run's decisions); None when ``--now`` was given."""
     if text is not None:
         return parse_instant(text), None
-    now_ms = wall_clock_ms()
+    now_ms = clock()
     return now_ms, (f"--now not given: acting at {format_instant(now_ms)} ({now_ms}), the wall clock; "
                     f"pass --now {now_ms} to repeat this run's decisions")
 
@@ -100,4 +109,4 @@ def format_instant(ms: int | None) -> str:
     """``1700000000000`` -> ``2023-11-14T22:13:20.000Z``; ``-`` for None or negative."""
     if ms is None or ms < 0:
         return "-"
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

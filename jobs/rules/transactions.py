@@ -40,6 +40,8 @@ from jobs.rules.kafka_defaults import PRODUCER_ID_EXPIRATION_MS
 from segment_io.format import CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_ID
 
 if TYPE_CHECKING:
+    import mmap
+
     from segment_io.format import BatchHeaders
 
 _SUMMARY_COLUMNS = ("batch_base_offset", "batch_last_offset", "producer_id", "producer_epoch", "transactional",
@@ -114,7 +116,7 @@ def summarize_batches(key_hash_tables: Iterable[pa.Table], *, empty_batches: pa.
     return BatchSummary(**{k: np.ascontiguousarray(v) for k, v in summary.items()})
 
 
-def summarize_headers(segments: Iterable[tuple["BatchHeaders", bytes | memoryview]], *,
+def summarize_headers(segments: Iterable[tuple["BatchHeaders", bytes | memoryview | mmap.mmap]], *,
                       path: str | None = None) -> BatchSummary:
     """The same :class:`BatchSummary` as :func:`summarize_batches`, from batch headers alone.
 

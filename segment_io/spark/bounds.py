@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from typing import Any, Iterable, TypeGuard
 
 import numpy as np
 import pyarrow as pa
@@ -145,15 +145,14 @@ class RowBounds:
             value = getattr(f, "value", None)
             if not _is_int(value):
                 return None
-            low, high = _range_of(f, value)
+            low, high = _range_of(f, int(value))
             if low is None and high is None:
                 return None
-            prefix = "offset" if column == "offset" else "timestamp"
-            current_low, current_high = getattr(self, f"{prefix}_min"), getattr(self, f"{prefix}_max")
-            return replace(self, **{
-                f"{prefix}_min": _max_opt(current_low, low),
-                f"{prefix}_max": _min_opt(current_high, high),
-            })
+            if column == "offset":
+                return replace(self, offset_min=_max_opt(self.offset_min, low),
+                               offset_max=_min_opt(self.offset_max, high))
+            return replace(self, timestamp_min=_max_opt(self.timestamp_min, low),
+                           timestamp_max=_min_opt(self.timestamp_max, high))
         return None
 
 
@@ -192,7 +191,7 @@ def _range_of(f: Filter, value: int) -> tuple[int | None, int | None]:
     return None, None
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int | np.integer]:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 

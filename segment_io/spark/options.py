@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
 from segment_io.errors import ConfigError
 from segment_io.layout import parse_partition_dir
 from segment_io.storage import StorageOptions
 from segment_io.units import parse_size
+
+_Get = Callable[[str], str | None]  # an option's value by name, None when not given
 
 DEFAULT_BATCH_ROWS = 65536
 DEFAULT_MAX_SPLIT_BYTES = 128 << 20
@@ -111,7 +113,7 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
     return parsed
 
 
-def _int(get, name: str, *, minimum: int | None = None) -> int | None:
+def _int(get: _Get, name: str, *, minimum: int | None = None) -> int | None:
     raw = get(name)
     if raw is None:
         return None
@@ -124,7 +126,7 @@ def _int(get, name: str, *, minimum: int | None = None) -> int | None:
     return value
 
 
-def _size(get, name: str, *, minimum: int) -> int | None:
+def _size(get: _Get, name: str, *, minimum: int) -> int | None:
     """A size option: bytes, or with a binary unit (``64MiB``), read by :func:`segment_io.units.parse_size`."""
     raw = get(name)
     if raw is None:
@@ -138,7 +140,7 @@ def _size(get, name: str, *, minimum: int) -> int | None:
     return value
 
 
-def _bool(get, name: str, default: bool) -> bool:
+def _bool(get: _Get, name: str, default: bool) -> bool:
     raw = get(name)
     if raw is None:
         return default

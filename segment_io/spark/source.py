@@ -14,6 +14,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
@@ -178,6 +179,6 @@ def _batches_that_may_match(headers: BatchHeaders, bounds: RowBounds, first_floo
     return keep
 
 
-def register(spark: Any) -> None:
-    """Make ``spark.read.format("kafka-segments")`` available in ``spark`` (a SparkSession)."""
+def register(spark: SparkSession) -> None:
+    """Make ``spark.read.format("kafka-segments")`` available in ``spark``."""
     spark.dataSource.register(KafkaSegmentsDataSource)

@@ -6,12 +6,12 @@ Implementations are pickle-safe (they hold configuration, never live clients or 
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from dataclasses import dataclass
+import builtins  # annotations in the class body say builtins.list: there, `list` is the listing method
 import mmap
+from abc import ABC, abstractmethod
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import BinaryIO, ContextManager, Iterator
-
 
 #: Kinds of listed entries (:attr:`FileInfo.kind`). Only regular files hold data; the others are what a
 #: listing with ``irregular=True`` reports so that a caller can tell "absent" from "present but unreadable".
@@ -61,7 +61,7 @@ class Storage(ABC):
         content follows as usual."""
 
     @abstractmethod
-    def list_dirs(self, prefix: str) -> list[str]:
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
         """Immediate sub-directories (common prefixes) of ``prefix``, as full URIs without a trailing slash."""
 
     @abstractmethod
@@ -136,7 +136,7 @@ class Storage(ABC):
     def makedirs(self, uri: str) -> None:
         """Create a directory and its parents (a no-op on S3)."""
 
-    def sync_dir(self, uri: str) -> None:
+    def sync_dir(self, uri: str) -> None:  # noqa: B027 - a no-op default: only local disk has dirs to fsync
         """Make renames and creations inside directory ``uri`` durable (fsync on local disk; no-op on S3)."""
 
     @contextmanager
@@ -156,12 +156,12 @@ class Storage(ABC):
         """The local filesystem path for ``uri``, or None for remote stores."""
         return None
 
-    def check_reachable(self, uri: str) -> None:
+    def check_reachable(self, uri: str) -> None:  # noqa: B027 - a no-op default: local disk is always there
         """Fail within seconds, with :class:`~segment_io.errors.StorageAccessError`, when the store behind
         ``uri`` cannot be used at all (S3: no credentials, an endpoint that does not answer, a missing
         bucket). Reads and writes nothing; local disk has nothing to reach."""
 
-    def list_pending_uploads(self, prefix: str) -> list["PendingUpload"]:
+    def list_pending_uploads(self, prefix: str) -> builtins.list[PendingUpload]:
         """Uploads begun under directory/prefix ``prefix`` and neither completed nor aborted (an S3
         multipart upload whose writer died): invisible in :meth:`list`, yet their parts are stored (and
         billed). None on stores without such uploads."""

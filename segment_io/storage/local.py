@@ -12,6 +12,7 @@ segjobs processes: they hold a POSIX record lock on the target while comparing a
 
 from __future__ import annotations
 
+import builtins  # annotations in the class body say builtins.list: there, `list` is the listing method
 import errno
 import fcntl
 import hashlib
@@ -203,7 +204,7 @@ class LocalStorage(Storage):
             except FileNotFoundError:
                 continue  # removed between scandir and stat: it is simply not there any more
 
-    def list_dirs(self, prefix: str) -> list[str]:
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
         root = to_path(prefix)
 
         def scan() -> list[str]:

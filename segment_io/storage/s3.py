@@ -18,12 +18,13 @@ worked.
 
 from __future__ import annotations
 
+import builtins  # annotations in the class body say builtins.list: there, `list` is the listing method
 import io
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, BinaryIO, Callable, Iterator, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Literal, NoReturn, TypeVar
 
 from segment_io.errors import (
     BucketNotFoundError,
@@ -36,6 +37,10 @@ from segment_io.errors import (
 )
 from segment_io.storage.base import KIND_DIRECTORY, FileInfo, PendingUpload, Storage
 from segment_io.storage.options import ENV_VARS, StorageOptions
+
+if TYPE_CHECKING:  # the client's types come from the boto3-stubs[s3] dev extra; boto3 itself has none
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import CompletedPartTypeDef, ListObjectsV2OutputTypeDef
 
 S3_SCHEME = "s3://"
 MiB = 1 << 20
@@ -104,10 +109,10 @@ class S3Storage(Storage):
         self.single_copy_limit = single_copy_limit
         self.copy_part_size = copy_part_size
         self.max_attempts = max_attempts
-        self._client_obj: Any = None
+        self._client_obj: S3Client | None = None
         self._client_pid = -1
         self._client_lock = threading.Lock()
-        self._probe_obj: Any = None
+        self._probe_obj: S3Client | None = None
 
     # ------------------------------------------------------------------ pickling and the client
 
@@ -124,7 +129,7 @@ class S3Storage(Storage):
         self._client_lock = threading.Lock()
 
     @property
-    def _client(self) -> Any:
+    def _client(self) -> S3Client:
         # A client inherited through fork shares connections with the parent: make a fresh one per pid.
         if self._client_obj is None or self._client_pid != os.getpid():
             with self._client_lock:
@@ -134,7 +139,8 @@ class S3Storage(Storage):
         return self._client_obj
 
     def _make_client(self, *, connect_timeout: float = CONNECT_TIMEOUT_S, read_timeout: float = 60,
-                     retries: dict[str, Any] | None = None) -> Any:
+                     max_attempts: int | None = None,
+                     retry_mode: Literal["standard", "adaptive"] = "adaptive") -> S3Client:
         import boto3
         from botocore.config import Config
 
@@ -149,7 +155,7 @@ class S3Storage(Storage):
         config = Config(
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
-            retries=retries or {"max_attempts": self.max_attempts, "mode": "adaptive"},
+            retries={"max_attempts": self.max_attempts if max_attempts is None else max_attempts, "mode": retry_mode},
             max_pool_connections=max(10, 2 * self.upload_concurrency),
             # Custom endpoints (MinIO, moto, on-prem) rarely resolve bucket subdomains.
             s3={"addressing_style": "path"} if o.endpoint_url else {},
@@ -167,7 +173,7 @@ class S3Storage(Storage):
         if self._probe_obj is None:
             self._probe_obj = self._make_client(
                 connect_timeout=PROBE_CONNECT_TIMEOUT_S, read_timeout=PROBE_READ_TIMEOUT_S,
-                retries={"max_attempts": PROBE_MAX_ATTEMPTS, "mode": "standard"})
+                max_attempts=PROBE_MAX_ATTEMPTS, retry_mode="standard")
         bucket_uri = f"{S3_SCHEME}{bucket}"
         try:
             self._probe_obj.head_bucket(Bucket=bucket)
@@ -218,13 +224,14 @@ class S3Storage(Storage):
                                     kind=KIND_DIRECTORY) for cp in page.get("CommonPrefixes", ()))
         return out
 
-    def list_dirs(self, prefix: str) -> list[str]:
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
         bucket, key = parse_s3_uri(prefix)
         return [f"{S3_SCHEME}{bucket}/{cp['Prefix'].rstrip('/')}"
                 for page in self._pages(prefix, bucket, _dir_prefix(key), False)
                 for cp in page.get("CommonPrefixes", ())]
 
-    def _pages(self, uri: str, bucket: str, key_prefix: str, recursive: bool) -> Iterator[dict[str, Any]]:
+    def _pages(self, uri: str, bucket: str, key_prefix: str,
+               recursive: bool) -> Iterator[ListObjectsV2OutputTypeDef]:
         kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": key_prefix}
         if not recursive:
             kwargs["Delimiter"] = "/"
@@ -330,7 +337,7 @@ class S3Storage(Storage):
         db, dk = parse_s3_uri(dst)
         upload_id = self._call(dst, lambda: self._client.create_multipart_upload(Bucket=db, Key=dk))["UploadId"]
         try:
-            parts = []
+            parts: builtins.list[CompletedPartTypeDef] = []
             for number, start in enumerate(range(0, size, self.copy_part_size), start=1):
                 end = min(start + self.copy_part_size, size) - 1
                 resp = self._call(src, lambda: self._client.upload_part_copy(
@@ -354,7 +361,7 @@ class S3Storage(Storage):
 
     # ------------------------------------------------------------------ multipart helpers and errors
 
-    def list_pending_uploads(self, prefix: str) -> list[PendingUpload]:
+    def list_pending_uploads(self, prefix: str) -> builtins.list[PendingUpload]:
         bucket, key = parse_s3_uri(prefix)
         out = []
         paginator = self._client.get_paginator("list_multipart_uploads")
@@ -414,7 +421,7 @@ class S3Storage(Storage):
             status = str(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
             message = err.get("Message") or code or status
             if code == "NoSuchBucket":
-                raise self._no_bucket(err.get("BucketName") or parse_s3_uri(uri)[0], uri) from None
+                raise self._no_bucket(str(err.get("BucketName") or parse_s3_uri(uri)[0]), uri) from None
             if code in _BAD_CREDENTIAL_CODES:
                 raise CredentialsError(f"S3 rejected the credentials ({code}: {message}); {_credentials_hint()}",
                                        uri=uri) from None
@@ -466,7 +473,7 @@ class _MultipartWriter(io.RawIOBase):
     def tell(self) -> int:
         return self._written
 
-    def write(self, data: Any) -> int:  # type: ignore[override]
+    def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
         self._buffer += view
         self._written += len(view)
@@ -503,7 +510,7 @@ class _MultipartWriter(io.RawIOBase):
             if self._buffer:
                 self._submit(bytes(self._buffer))
             self._buffer = bytearray()
-            parts = [{"PartNumber": n, "ETag": f.result()} for n, f in self._pending]
+            parts: list[CompletedPartTypeDef] = [{"PartNumber": n, "ETag": f.result()} for n, f in self._pending]
             upload_id = self._upload_id
             s._call(self._uri, lambda: s._client.complete_multipart_upload(
                 Bucket=self._bucket, Key=self._key, UploadId=upload_id, MultipartUpload={"Parts": parts}))

@@ -31,7 +31,7 @@ from tests.jobs.test_retain import (
     run_command,
     write_checkpoint,
 )
-from tests.jobs.test_retain_s3 import s3_env, upload  # noqa: F401 - s3_env is a fixture used below
+from tests.jobs.test_retain_s3 import upload
 from tests.support.builders import LogBuilder, rec, write_log
 from tests.support.replay import comparable, read_partition, replay
 
@@ -206,7 +206,7 @@ def test_an_impossible_log_start_entry_leaves_the_partition_untouched(tmp_path: 
     assert "t-0" in capsys.readouterr().err
 
 
-def test_an_impossible_log_start_entry_on_s3(s3_bucket, s3_env, tmp_path: Path, spark) -> None:  # noqa: F811
+def test_an_impossible_log_start_entry_on_s3(s3_bucket, s3_env, tmp_path: Path, spark) -> None:
     endpoint, bucket = s3_bucket
     log_dir = f"s3://{bucket}/kafka/logs"
     storage = open_storage(log_dir, endpoint.storage_options())
@@ -280,7 +280,7 @@ def test_a_partition_dir_linked_from_outside_the_log_dir_is_refused(tmp_path: Pa
 
 
 @pytest.mark.parametrize("marker", ["folder marker", "prefix"])
-def test_a_segment_that_is_an_s3_directory_leaves_the_partition_untouched(s3_bucket, s3_env,  # noqa: F811
+def test_a_segment_that_is_an_s3_directory_leaves_the_partition_untouched(s3_bucket, s3_env,
                                                                          tmp_path: Path, spark, marker) -> None:
     """S3 has no dangling links or FIFOs; what it has is a key named like a segment that is a "directory": a
     zero-byte folder marker ``.../00000000000000000001.log/`` or a prefix with objects below it, in place of

@@ -679,7 +679,7 @@ def test_malformed_control_key_is_a_corrupt_record_naming_the_offset(key, words)
 # Properties over random logs
 # --------------------------------------------------------------------------------------------------
 
-from hypothesis import given, settings  # noqa: E402
+from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 _KEYS = [b"a", b"b", b"c", b"d"]
@@ -748,7 +748,6 @@ def clean_until_done(table: pa.Table, empties: pa.Table | None, *, now: int, max
             return lc
 
 
-@settings(max_examples=60, deadline=None)
 @given(random_logs(), st.sampled_from([1, 2, 3, 1000]))
 def test_property_cleaned_log_replays_to_the_same_state(log_and_aborted, max_keys):
     table, aborted = log_and_aborted
@@ -770,7 +769,6 @@ def test_property_cleaned_log_replays_to_the_same_state(log_and_aborted, max_key
     assert data.column("value").null_count == 0
 
 
-@settings(max_examples=60, deadline=None)
 @given(random_logs())
 def test_property_cleaning_again_at_the_same_time_converges(log_and_aborted):
     # Kafka stamps a marker only on the pass after the one that removed its transaction's last data, so the

@@ -4,23 +4,23 @@ exactly as a run without a fault does, and the kafka-python oracle sees nothing 
 any point after recovery.
 
 To keep this to three job runs, one log dir holds one copy of the same partition per commit step, and the
-fault hook (``jobs.engine.compaction.COMMIT_FAULT``, the driver's real seam into ``replace_segments``) interrupts the
-i-th partition's replace at the i-th step, raising a :class:`SegjobsError` - which the driver treats like
-any failure of that partition's commit: it stops there, leaves the files as they are, does not advance
-that partition's checkpoint, and goes on with the next partition. One further test kills the whole run
-(an exception the driver does not catch) to check the lock is released and no checkpoint is written.
+fault hook (``Seams.fault``, passed to the job by :func:`compact_with_fault`; the driver hands it to the
+committer's ``replace_segments``) interrupts partition ``t-i``'s replace at the i-th step, raising a
+:class:`SegjobsError` - which the driver treats like any failure of that partition's commit: it stops there,
+leaves the files as they are, does not advance that partition's checkpoint, and goes on with the next
+partition. One further test kills the whole run (an exception the driver does not catch) to check the lock is
+released and no checkpoint is written.
 """
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
-import jobs.engine.compaction
-from jobs.commands.cli import main
+from jobs.commands.cli import build_parser, main
+from jobs.engine.seams import FaultHook, Seams
 from segment_io.errors import SegjobsError
 from tests.support.builders import LogBuilder, rec, tombstone, write_log
 from tests.support.replay import comparable, read_segments, replay
@@ -78,21 +78,27 @@ def check_partition(files: dict[str, bytes], partition: str, source: list[bytes]
     return "old"
 
 
-def fault_at_every_step(steps: list[str]) -> Callable[[str], None]:
-    """A hook that stops the i-th replace of the run at ``steps[i]``."""
-    state = {"replace": -1}
+def fault_at_every_step(steps: list[str]) -> FaultHook:
+    """A hook that stops the replace of partition ``t-i`` at ``steps[i]``."""
 
-    def fault(step: str) -> None:
-        if step == "write-intent":
-            state["replace"] += 1
-        if state["replace"] < len(steps) and step == steps[state["replace"]]:
-            raise SimulatedFault(f"simulated crash before {step}")
+    def fault(partition: str, step: str) -> None:
+        i = int(partition.rsplit("-", 1)[1])
+        if i < len(steps) and step == steps[i]:
+            raise SimulatedFault(f"simulated crash of {partition} before {step}")
 
     return fault
 
 
-def recording(steps: list[str]) -> Callable[[str], None]:
-    return steps.append
+def recording(steps: list[str]) -> FaultHook:
+    """A hook that records the steps (of every partition) in order."""
+    return lambda partition, step: steps.append(step)
+
+
+def compact_with_fault(argv: list[str], fault: FaultHook) -> int:
+    """``segjobs compact ARGV`` with ``fault`` as the run's fault seam (see :mod:`jobs.engine.seams`)."""
+    from jobs.commands import compact
+
+    return compact.run(build_parser().parse_args(["compact", *argv]), seams=Seams(fault=fault))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -104,8 +110,9 @@ def _read_tree(d: Path) -> dict[str, bytes]:
     return {str(p.relative_to(d)): p.read_bytes() for p in d.rglob("*") if p.is_file() and p.name != ".lock"}
 
 
-def _compact(log_dir: Path, config: Path, *extra: str) -> int:
-    return main(["compact", "--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet", *extra])
+def _compact(log_dir: Path, config: Path, *extra: str, fault: FaultHook | None = None) -> int:
+    argv = ["--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet", *extra]
+    return main(["compact", *argv]) if fault is None else compact_with_fault(argv, fault)
 
 
 @pytest.fixture(scope="module")
@@ -117,12 +124,7 @@ def reference(spark, tmp_path_factory):
     build_partition(root / "logs" / f"{TOPIC}-0")
     source = live_logs(_read_tree(root / "logs"), f"{TOPIC}-0")
     steps: list[str] = []
-    mp = pytest.MonkeyPatch()
-    mp.setattr(jobs.engine.compaction, "COMMIT_FAULT", recording(steps))
-    try:
-        assert _compact(root / "logs", config) == 0
-    finally:
-        mp.undo()
+    assert _compact(root / "logs", config, fault=recording(steps)) == 0
     result = live_logs(_read_tree(root / "logs"), f"{TOPIC}-0")
     assert result != source and len(result) == 2  # one merged segment plus the active one
     # What a partition whose replace recovery completed becomes on the next run: its checkpoint was not
@@ -150,15 +152,14 @@ def test_the_reference_commit_has_every_step_kind(reference):
     assert sum(s.startswith("old-to-deleted:00000000000000000005.") for s in reference["steps"]) >= 3
 
 
-def test_interrupted_at_every_step_then_recover_then_compact(reference, tmp_path, monkeypatch, capsys):
+def test_interrupted_at_every_step_then_recover_then_compact(reference, tmp_path, capsys):
     steps = reference["steps"]
     log_dir = tmp_path / "logs"
     for i in range(len(steps)):
         build_partition(log_dir / f"{TOPIC}-{i}")
 
-    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", fault_at_every_step(steps))
-    assert _compact(log_dir, reference["config"], "--report", str(tmp_path / "r.json")) == 1
-    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", None)
+    assert _compact(log_dir, reference["config"], "--report", str(tmp_path / "r.json"),
+                    fault=fault_at_every_step(steps)) == 1
     crashed = _read_tree(log_dir)
     assert transient(crashed), "the faults left nothing to recover"
 
@@ -184,19 +185,17 @@ def test_interrupted_at_every_step_then_recover_then_compact(reference, tmp_path
     assert transient(final) == []
 
 
-def test_a_killed_run_releases_the_lock_and_writes_no_checkpoint(reference, tmp_path, monkeypatch):
+def test_a_killed_run_releases_the_lock_and_writes_no_checkpoint(reference, tmp_path):
     log_dir = tmp_path / "logs"
     build_partition(log_dir / f"{TOPIC}-0")
     step = next(s for s in reference["steps"] if s.startswith("old-to-deleted"))
 
-    def kill(s: str) -> None:
+    def kill(partition: str, s: str) -> None:
         if s == step:
             raise HardCrash(s)
 
-    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", kill)
     with pytest.raises(HardCrash):
-        _compact(log_dir, reference["config"])
-    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", None)
+        _compact(log_dir, reference["config"], fault=kill)
     assert not (log_dir / "cleaner-offset-checkpoint").exists()
     assert transient(_read_tree(log_dir))
     # the next run is not locked out; its own recovery completes the replace, then it compacts

@@ -24,7 +24,8 @@ PARTITIONS = [
     ("itumelengmogase-ksqldb-txn-state/kafka-data", "_confluent-ksql-default__command_topic-0"),
     ("itumelengmogase-ksqldb-txn-state/kafka-data", "_schemas-0"),
     ("danielowo-ksqldb-kraft-txn/kafka_data", "CURRENTLOCATION-0"),
-    ("rjmfernandes-cp7.6-kraft-lz4/data", "_confluent-controlcenter-7-6-0-1-aggregate-topic-partition-store-changelog-0"),
+    ("rjmfernandes-cp7.6-kraft-lz4/data",
+     "_confluent-controlcenter-7-6-0-1-aggregate-topic-partition-store-changelog-0"),
     ("rjmfernandes-cp7.6-kraft-lz4/data", "connect-offsets-8"),
     ("rjmfernandes-cp7.6-kraft-lz4/data", "__consumer_offsets-34"),
 ]

@@ -1,13 +1,10 @@
 """Property tests of compaction over random partition logs, checked against the kafka-python oracle.
 
-Level exercised: the compaction job *without Spark*. Each run does what ``jobs.engine.compaction._work`` does for one
-partition, with the job's own functions: list the log dir (``segment_io.layout.list_log_dir``), scan it at
-``depth="transactions"`` with the cleaner checkpoint a previous run left (``jobs.engine.scan.scan_partition``), plan
-with an explicit request (``plan_compaction(..., Scope(force=True))``), run the executor task
-(``jobs.engine.compaction.compact_partition``), then commit every changed group as the driver does
-(``jobs.engine.compaction._move_to_cleaned`` with a two-field stand-in for the JobContext, then
-``jobs.logdir.commit.replace_segments``) and write ``cleaner-offset-checkpoint``. Only Spark's ``parallel_map``, the
-log-dir lock, recovery and the report are left out.
+Level exercised: the whole compaction job *without Spark*: each run is :func:`jobs.api.compact` naming the
+partition (which forces its compaction), its tasks run in this process (``Seams(runner=InProcessTasks())``):
+lock, recovery, listing, the scan with the cleaner checkpoint the previous run left, planning, the cleaning
+task, the driver's own commit loop (group by group through the store's committer) and the
+``cleaner-offset-checkpoint`` write. Only Spark's scheduling is left out.
 
 The random logs (``LogBuilder`` + ``write_log``) have several segments, keys from a small alphabet,
 values, tombstones, keyless records, headers, every codec, both timestamp types, idempotent batches and
@@ -37,7 +34,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -45,29 +41,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.engine.compaction import (
-    CompactTask,
-    PartitionOutcome,
-    _move_to_cleaned,
-    compact_partition,
-)
-from jobs.engine.scan import scan_partition
-from jobs.logdir.commit import StagedSegment, replace_segments
+from jobs import api
 from jobs.logdir.lock import work_uri
-from jobs.rules.config import TopicConfig
-from jobs.rules.model import Scope
-from jobs.rules.map_capacity import buffer_bytes_for_keys, max_keys_for_buffer
-from jobs.rules.plan_compact import plan_compaction, updated_cleaner_checkpoints
-from segment_io.checkpoint import read_offset_checkpoint, write_offset_checkpoint
+from jobs.rules.config import ConfigSet
+from jobs.rules.map_capacity import buffer_bytes_for_keys
+from segment_io.checkpoint import read_offset_checkpoint
 from segment_io.layout import (
     CLEANER_OFFSET_CHECKPOINT,
-    list_log_dir,
     partition_dir_name,
 )
 from segment_io.schema import RECORD_SCHEMA
 from segment_io.segment_writer import write_segment
 from segment_io.storage import open_storage
 from tests.support.builders import LogBuilder, Rec, rec, write_log
+from tests.support.hypothesis_budget import examples
 from tests.support.replay import (
     OracleBatch,
     OracleRecord,
@@ -239,48 +226,43 @@ def write_segments(built: BuiltLog, partition_dir: Path, *, start: int = 0, stop
 # --------------------------------------------------------------------------------------------------
 
 
-def topic_config(spec: LogSpec) -> TopicConfig:
-    return TopicConfig.from_settings({"cleanup.policy": "compact", "delete.retention.ms": RETENTION,
-                                      "segment.bytes": spec.segment_bytes})
+def topic_config(spec: LogSpec | None = None) -> ConfigSet:
+    settings = [f"{TOPIC}:cleanup.policy=compact", f"{TOPIC}:delete.retention.ms={RETENTION}"]
+    if spec is not None:
+        settings.append(f"{TOPIC}:segment.bytes={spec.segment_bytes}")
+    return ConfigSet().with_overrides(settings)
 
 
-def compact_once(log_dir: Path, config: TopicConfig, now_ms: int, *,
-                 dedupe_buffer_bytes: int = DEDUPE_BUFFER_BYTES) -> PartitionOutcome | None:
-    """One forced compaction of the partition at ``now_ms``, committed like the driver commits it.
+@dataclass(frozen=True)
+class Pass:
+    """What one run did to the partition: where the cleaned range ends (the cleaner checkpoint it wrote), and
+    whether the offset map filled up (a partial pass)."""
 
-    Returns the task's outcome (``end_offset`` is the cleaner checkpoint written, ``map_full`` says the
-    pass was partial), or None when the plan has nothing to clean (e.g. the whole log is the active segment).
-    """
-    storage = open_storage(str(log_dir))
-    work = work_uri(str(log_dir))
-    key = (TOPIC, PARTITION)
-    checkpoint_uri = storage.join(str(log_dir), CLEANER_OFFSET_CHECKPOINT)
-    checkpoints = read_offset_checkpoint(storage, checkpoint_uri)
-    listing = list_log_dir(storage, str(log_dir)).partition(*key)
-    scan = scan_partition(storage, listing, depth="transactions", cleaner_checkpoint=checkpoints.get(key),
-                          now_ms=now_ms, producer_id_expiration_ms=config.producer_id_expiration_ms)
-    assert scan.error is None, scan.error
-    plan = plan_compaction(scan.state, config, now_ms, Scope(force=True))
-    if not plan.selected:
-        assert "nothing to clean" in plan.reason, plan.reason
+    end_offset: int
+    map_full: bool
+
+
+def compact_once(log_dir: Path, config: ConfigSet, now_ms: int, *,
+                 dedupe_buffer_bytes: int = DEDUPE_BUFFER_BYTES) -> Pass | None:
+    """One run of the compaction job at ``now_ms`` naming the partition (so it is compacted whatever its dirty
+    ratio), in this process. None when the plan has nothing to clean (e.g. the whole log is the active
+    segment)."""
+    options = api.CompactOptions(config=config, partitions=(partition_dir_name(TOPIC, PARTITION),),
+                                 dedupe_buffer_bytes=dedupe_buffer_bytes, progress=lambda line: None)
+    result = api.compact(log_dir, options, now=now_ms, seams=api.Seams(runner=api.InProcessTasks()))
+    assert result.exit_code == 0, result.errors
+    (entry,) = [p.entry for p in result.partitions]
+    if not entry["selected"]:
+        assert "nothing to clean" in entry["reason"], entry["reason"]
         return None
-    task = CompactTask(storage, listing, scan.state, plan, config, scan.txn, now_ms,
-                       max_keys_for_buffer(dedupe_buffer_bytes), False, work)
-    outcome: PartitionOutcome = compact_partition(task)
-    assert outcome.error is None, outcome.error
-    driver = SimpleNamespace(storage=storage, work_uri=work)  # all _move_to_cleaned reads of the JobContext
-    for group in outcome.groups:
-        if group.changed:
-            _move_to_cleaned(driver, listing.uri, group)
-            replace_segments(storage, listing.uri, old_base_offsets=group.old_bases,
-                             new_segments=[StagedSegment(group.old_bases[0], group.staged_suffixes)], work_uri=work)
-    assert outcome.end_offset is not None
-    checkpoints[key] = outcome.end_offset
-    write_offset_checkpoint(storage, checkpoint_uri, updated_cleaner_checkpoints(checkpoints, {key}))
-    return outcome
+    end = entry["cleaned_range"][1]
+    assert end is not None and entry["new_checkpoint"] == end
+    checkpoints = read_offset_checkpoint(open_storage(str(log_dir)), str(log_dir / CLEANER_OFFSET_CHECKPOINT))
+    assert checkpoints[(TOPIC, PARTITION)] == end
+    return Pass(end, bool(entry["partial"]))
 
 
-def cleaned_to(outcome: PartitionOutcome | None) -> int | None:
+def cleaned_to(outcome: Pass | None) -> int | None:
     """The end of a complete pass's cleaned range (None: nothing was cleaned)."""
     if outcome is None:
         return None
@@ -351,8 +333,9 @@ def check_no_leftovers(log_dir: Path, partition_dir: Path) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
+# Each example writes a log dir and compacts it on disk: 40% of the profile's budget.
+@settings(max_examples=examples(0.4), suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                             HealthCheck.too_slow])
 @given(spec=log_specs())
 def test_compaction_properties_over_random_logs(spec: LogSpec, tmp_path_factory: pytest.TempPathFactory) -> None:
     log_dir = tmp_path_factory.mktemp("logs")
@@ -425,8 +408,9 @@ def test_compaction_properties_over_random_logs(spec: LogSpec, tmp_path_factory:
 SMALL_DEDUPE_BUFFER_BYTES = buffer_bytes_for_keys(3)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
+# Each example compacts a log dir several times over (one pass per offset-map fill): a quarter of the budget.
+@settings(max_examples=examples(0.25), suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                              HealthCheck.too_slow])
 @given(spec=log_specs())
 def test_partial_passes_with_a_small_offset_map_reach_the_full_clean(
         spec: LogSpec, tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -478,7 +462,7 @@ def test_an_active_producers_fencing_abort_marker_is_stable_past_its_horizon(tmp
     pdir = tmp_path / "logs" / partition_dir_name(TOPIC, PARTITION)
     write_log(log.table(), pdir)
     write_segment(RECORD_SCHEMA.empty_table(), str(pdir / f"{log.next_offset:020d}.log"))  # empty active segment
-    config = TopicConfig.from_settings({"cleanup.policy": "compact", "delete.retention.ms": RETENTION})
+    config = topic_config()
     for now in (NOW1, NOW1, NOW2):
         cleaned_to(compact_once(pdir.parent, config, now))
     kept = partition_files(pdir)

@@ -1,40 +1,29 @@
 """The compaction job on S3 (moto_server, a real HTTP endpoint): a plain run, and the commit interrupted at
 every step of the S3 replace protocol, then ``segjobs recover`` and a fresh compact. The scheme is the
 local one (see ``test_compact_faults``): one copy of the same partition per step, the i-th partition's
-replace stopped at the i-th step through ``jobs.engine.compaction.COMMIT_FAULT``.
+replace stopped at the i-th step through the run's fault seam (``Seams.fault``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-import jobs.engine.compaction
 from jobs.commands.cli import main
+from jobs.engine.seams import FaultHook
 from tests.jobs.test_compact_faults import (
     CONFIG,
     NOW,
     TOPIC,
     build_partition,
     check_partition,
+    compact_with_fault,
     fault_at_every_step,
     live_logs,
     recording,
     transient,
 )
-from tests.support.s3 import ACCESS_KEY, REGION, SECRET_KEY
 
 PREFIX = "kafka/logs"
-
-
-@pytest.fixture()
-def s3(s3_bucket, monkeypatch):
-    endpoint, bucket = s3_bucket
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    return endpoint, bucket
 
 
 def _upload(endpoint, bucket: str, local_dir: Path) -> None:
@@ -54,15 +43,18 @@ def _objects(endpoint, bucket: str, prefix: str = PREFIX + "/") -> dict[str, byt
     return out
 
 
-def _run(endpoint, bucket: str, config: Path, command: str = "compact", *extra: str) -> int:
-    argv = [command, "--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", endpoint.endpoint_url, "--now", NOW]
+def _run(endpoint, bucket: str, config: Path, command: str = "compact", *extra: str,
+         fault: FaultHook | None = None) -> int:
+    argv = ["--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", endpoint.endpoint_url, "--now", NOW]
     if command == "compact":
         argv += ["--config", str(config), "--quiet"]
-    return main([*argv, *extra])
+    if fault is not None:
+        return compact_with_fault([*argv, *extra], fault)
+    return main([command, *argv, *extra])
 
 
-def test_interrupted_at_every_step_on_s3_then_recover_then_compact(spark, s3, tmp_path, monkeypatch, capsys):
-    endpoint, bucket = s3
+def test_interrupted_at_every_step_on_s3_then_recover_then_compact(spark, s3_bucket_env, tmp_path, capsys):
+    endpoint, bucket = s3_bucket_env
     config = tmp_path / "t.toml"
     config.write_text(CONFIG)
 
@@ -72,8 +64,7 @@ def test_interrupted_at_every_step_on_s3_then_recover_then_compact(spark, s3, tm
     source = _objects(endpoint, bucket)
     source_logs = [source[k] for k in sorted(k for k in source if k.endswith(".log"))]
     steps: list[str] = []
-    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", recording(steps))
-    assert _run(endpoint, bucket, config) == 0
+    assert _run(endpoint, bucket, config, fault=recording(steps)) == 0
     done = _objects(endpoint, bucket)
     result_logs = [done[k] for k in sorted(k for k in done if k.endswith(".log"))]
     assert len(result_logs) == 2 and result_logs != source_logs
@@ -90,9 +81,7 @@ def test_interrupted_at_every_step_on_s3_then_recover_then_compact(spark, s3, tm
     for i in range(len(steps)):
         build_partition(tmp_path / "many" / f"{TOPIC}-{i}")
     _upload(endpoint, bucket, tmp_path / "many")
-    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", fault_at_every_step(steps))
-    assert _run(endpoint, bucket, config) == 1
-    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", None)
+    assert _run(endpoint, bucket, config, fault=fault_at_every_step(steps)) == 1
 
     assert _run(endpoint, bucket, config, "recover") == 0
     recovered = _objects(endpoint, bucket)

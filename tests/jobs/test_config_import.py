@@ -57,7 +57,8 @@ def test_kafka_configs_describe_all_is_read_entry_by_entry() -> None:
     assert all(len(t.entries) == 36 for t in topics)  # every topic config of Kafka 3.9, default or not
     orders, offsets, changelog, clicks = topics
     policy = orders.entries["cleanup.policy"]
-    assert (policy.value, policy.source, policy.origin) == ("compact,delete", TOPIC_SOURCE, "cleanup.policy=compact,delete")
+    assert (policy.value, policy.source, policy.origin) == ("compact,delete", TOPIC_SOURCE,
+                                                            "cleanup.policy=compact,delete")
     assert policy.line == 2
     seg = clicks.entries["segment.bytes"]
     assert (seg.value, seg.source, seg.origin) == ("536870912", "STATIC_BROKER_CONFIG", "log.segment.bytes=536870912")
@@ -169,7 +170,8 @@ def test_describe_all_resolves_to_what_the_broker_applies() -> None:
     changelog = settings(configs, "user_events-changelog")
     assert (changelog["cleanup.policy"], changelog["delete.retention.ms"]) == ("compact", HOUR)
     offsets = settings(configs, "__consumer_offsets")
-    assert (offsets["cleanup.policy"], offsets["segment.bytes"], offsets["retention.ms"]) == ("compact", 100 * MIB, 3 * DAY)
+    assert (offsets["cleanup.policy"], offsets["segment.bytes"], offsets["retention.ms"]) == \
+        ("compact", 100 * MIB, 3 * DAY)
     # settings at Kafka's built-in default stay Kafka's defaults
     assert (clicks["index.interval.bytes"], clicks["max.compaction.lag.ms"]) == (4096, LONG_MAX)
 
@@ -181,7 +183,8 @@ def test_broker_settings_every_topic_shares_go_to_defaults() -> None:
     assert doc["topics"]["__consumer_offsets"] == {"cleanup.policy": "compact", "segment.bytes": 100 * MIB}
     # so a topic created after the import gets the broker's settings, not Kafka's defaults
     later = settings(ConfigSet.from_mapping(doc), "created-later")
-    assert (later["retention.ms"], later["segment.bytes"], later["delete.retention.ms"]) == (3 * DAY, 512 * MIB, 12 * HOUR)
+    assert (later["retention.ms"], later["segment.bytes"], later["delete.retention.ms"]) == \
+        (3 * DAY, 512 * MIB, 12 * HOUR)
 
 
 def test_broker_values_that_differ_between_topics_stay_with_each_topic() -> None:
@@ -293,7 +296,8 @@ def test_empty_cleanup_policy_of_kafka_4_2_becomes_delete_with_unlimited_retenti
 
 def test_a_value_segjobs_refuses_names_the_input_line() -> None:
     text = ("All configs for topic t are:\n"
-            "  min.cleanable.dirty.ratio=1.5 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:min.cleanable.dirty.ratio=1.5}\n")
+            "  min.cleanable.dirty.ratio=1.5 sensitive=false "
+            "synonyms={DYNAMIC_TOPIC_CONFIG:min.cleanable.dirty.ratio=1.5}\n")
     with pytest.raises(ConfigError) as e:
         import_text(text, source="in.txt")
     assert "in.txt line 2" in str(e.value) and "min.cleanable.dirty.ratio=1.5" in str(e.value)
@@ -304,14 +308,14 @@ def test_broker_and_topic_values_that_conflict_are_refused_as_kafka_would() -> N
             "  max.compaction.lag.ms=1000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:max.compaction.lag.ms=1000}\n"
             "  min.compaction.lag.ms=3600000 sensitive=false synonyms={STATIC_BROKER_CONFIG:"
             "log.cleaner.min.compaction.lag.ms=3600000}\n")
-    with pytest.raises(ConfigError, match="min.compaction.lag.ms .* > max.compaction.lag.ms"):
+    with pytest.raises(ConfigError, match=r"min\.compaction\.lag\.ms .* > max\.compaction\.lag\.ms"):
         import_text(text, source="in.txt").to_toml()
 
 
 def test_the_round_trip_check_catches_a_wrong_file() -> None:
     result = import_text(CONFIGS_ALL.read_text())
     text = result.to_toml().replace('"retention.ms" = 2592000000', '"retention.ms" = 2592000001')
-    with pytest.raises(RuntimeError, match="orders.v1.*retention.ms"):
+    with pytest.raises(RuntimeError, match=r"orders\.v1.*retention\.ms"):
         check_round_trip(result, text)
 
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jobs.api import dirty_ratios
 from jobs.commands.cli import main as segjobs
 from jobs.engine.inspection import (
     COLUMN_NAMES,
     DemoLogDir,
-    dirty_ratios,
     write_demo_log_dir,
 )
 from jobs.rules.cardinality import HyperLogLog, exact_distinct

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import jobs.engine.compaction
+from jobs import api
 from jobs.commands.cli import main
 from jobs.rules.timeutil import wall_clock_ms
 from segment_io.storage import open_storage
@@ -43,6 +43,12 @@ def compact(log_dir: Path, *extra: str) -> int:
                  "--set", "*:segment.bytes=300", "--now", str(NOW), "--quiet", *extra])
 
 
+def compact_with_fault(log_dir: Path, fault, **options) -> api.CompactResult:
+    """The same run through the API, with a fault hook on the commit steps."""
+    return api.compact(log_dir, api.CompactOptions(overrides=("*:cleanup.policy=compact", "*:segment.bytes=300"),
+                                                   **options), now=NOW, seams=api.Seams(fault=fault))
+
+
 def test_compacted_segments_keep_the_mtime_of_the_segments_they_replace(tmp_path: Path, spark) -> None:
     """Kafka sets a cleaned segment's last-modified time to the last replaced segment's: retention of data
     without timestamps and the legacy tombstone horizon count from it, so a rewrite must not reset it."""
@@ -57,39 +63,38 @@ def test_compacted_segments_keep_the_mtime_of_the_segments_they_replace(tmp_path
             assert f.stat().st_mtime_ns // 1_000_000 == MTIME_MS, f.name
 
 
-def test_a_commit_failing_midway_is_reported_as_partly_compacted(tmp_path: Path, spark, monkeypatch) -> None:
+def test_a_commit_failing_midway_is_reported_as_partly_compacted(tmp_path: Path, spark) -> None:
     part = tmp_path / "logs" / "t-0"
     build(part, groups=2)
     source = comparable(latest_records(part))
     calls = []
 
-    def fail_in_second_group(step: str) -> None:
+    def fail_in_second_group(partition: str, step: str) -> None:
         if step == "write-intent":
-            calls.append(step)
+            calls.append((partition, step))
             if len(calls) == 2:
                 raise OSError("disk full (simulated)")
 
-    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", fail_in_second_group)
     report = tmp_path / "r.json"
     with pytest.raises(OSError):
-        compact(tmp_path / "logs", "--report", str(report))
-    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", None)
+        compact_with_fault(tmp_path / "logs", fail_in_second_group, report=str(report))
+    assert calls == [("t-0", "write-intent")] * 2
     # (a non-segjobs error in the commit propagates: nothing is hidden) — the partition is consistent:
     assert comparable(latest_records(part)) == source
     # now a segjobs error, which the job reports per partition
     build(tmp_path / "logs2" / "t-0", groups=2)
     calls.clear()
 
-    def storage_error_in_second_group(step: str) -> None:
+    def storage_error_in_second_group(partition: str, step: str) -> None:
         from segment_io.errors import StorageError
 
         if step == "write-intent":
-            calls.append(step)
+            calls.append((partition, step))
             if len(calls) == 2:
                 raise StorageError("simulated failure", uri="somewhere")
 
-    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", storage_error_in_second_group)
-    assert compact(tmp_path / "logs2", "--report", str(report)) == 1
+    result = compact_with_fault(tmp_path / "logs2", storage_error_in_second_group, report=str(report))
+    assert result.exit_code == 1 and result.partitions[0].action == "partly compacted"
     entry = json.loads(report.read_text())["partitions"][0]
     assert entry["action"] == "partly compacted"
     assert entry["groups_rewritten"] == 1 and "1 of 2 changed segment group(s)" in entry["reason"]
@@ -161,7 +166,7 @@ def test_the_s3_lease_runs_on_the_wall_clock_even_for_a_backfill_in_the_past(s3_
                                                                              monkeypatch) -> None:
     """--now is when decisions are made, often long ago (a backfill); the lease guards the real time the run
     takes, so it must be taken at the wall clock, not at --now (else it is expired the moment it is taken)."""
-    import jobs.logdir.lock
+    from jobs.logdir.lock import lease_uri
 
     endpoint, bucket = s3_bucket
     build(tmp_path / "logs" / "t-0")
@@ -170,21 +175,20 @@ def test_the_s3_lease_runs_on_the_wall_clock_even_for_a_backfill_in_the_past(s3_
     for f in (tmp_path / "logs").rglob("*"):
         if f.is_file():
             storage.write_atomic(f"{log_dir}/{f.relative_to(tmp_path / 'logs').as_posix()}", f.read_bytes())
-    taken = []
-    real_acquire = jobs.logdir.lock.acquire
+    leases = []
 
-    def recording_acquire(storage_, uri, *, now_ms, **kw):
-        taken.append(now_ms)
-        return real_acquire(storage_, uri, now_ms=now_ms, **kw)
+    def look_at_the_lease(partition: str, step: str) -> None:  # while the run holds it, at its first commit
+        if not leases:
+            leases.append(json.loads(storage.read(lease_uri(storage, log_dir))))
 
-    monkeypatch.setattr(jobs.logdir.lock, "acquire", recording_acquire)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
     before = wall_clock_ms()
-    assert main(["compact", "--log-dir", log_dir, "--set", "*:cleanup.policy=compact", "--now", str(NOW),
-                 "--s3-endpoint", endpoint.endpoint_url, "--s3-region", REGION, "--quiet"]) == 0
-    assert len(taken) == 1 and before <= taken[0] <= wall_clock_ms()
-    assert not storage.exists(jobs.logdir.lock.lease_uri(storage, log_dir)), "released at the end"
+    result = compact_with_fault(log_dir, look_at_the_lease, storage=endpoint.storage_options())
+    assert result.exit_code == 0 and result.now_ms == NOW
+    assert len(leases) == 1 and before <= leases[0]["acquired_ms"] <= wall_clock_ms()
+    assert leases[0]["expires_ms"] > leases[0]["acquired_ms"] > NOW
+    assert not storage.exists(lease_uri(storage, log_dir)), "released at the end"
 
 
 def test_a_rewritten_segment_keeps_the_txnindex_entries_of_its_surviving_abort_markers(tmp_path: Path, spark):

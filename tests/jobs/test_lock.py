@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -49,14 +50,14 @@ def test_work_uri_is_a_sibling_never_inside():
 # --------------------------------------------------------------------------------------------- local
 
 
-_HOLD_SCRIPT = textwrap.dedent("""
+_HOLD_SCRIPT = textwrap.dedent(f"""
     import sys
     from jobs.logdir.lock import Holder, acquire
     from segment_io.storage import LocalStorage
-    with acquire(LocalStorage(), sys.argv[1], now_ms=%d, holder=Holder.this_process("held-run")):
+    with acquire(LocalStorage(), sys.argv[1], now_ms={NOW}, holder=Holder.this_process("held-run")):
         print("held", flush=True)
         sys.stdin.read()  # hold until the parent closes our stdin
-""" % NOW)
+""")
 
 #: Holds the .lock as a broker would: an fcntl lock and nothing else (no holder file).
 _FOREIGN_HOLD_SCRIPT = textwrap.dedent("""
@@ -116,8 +117,8 @@ def test_local_lock_held_by_something_else_is_not_blamed_on_segjobs(tmp_path):
             (tmp_path / "logs.segjobs" / "lock-holder.json").write_text(json.dumps(holder_file))
         proc = _hold_in_subprocess(log_dir, _FOREIGN_HOLD_SCRIPT)
         try:
-            with pytest.raises(LockHeldError, match="held by a process that is not segjobs: a running Kafka "
-                                                    "broker?"):
+            with pytest.raises(LockHeldError, match=re.escape("held by a process that is not segjobs: a running "
+                                                              "Kafka broker?")):
                 with acquire(LocalStorage(), str(log_dir), now_ms=NOW):
                     pass
         finally:
@@ -302,7 +303,6 @@ def test_s3_unreadable_lease_is_never_taken_over(s3):
 def test_s3_lease_conflict_between_processes(s3, s3_bucket):
     """A lease taken in one process blocks another process (leases are objects, not per-process locks)."""
     storage, log_dir = s3
-    endpoint, _ = s3_bucket
     script = textwrap.dedent(f"""
         import pickle, sys
         from jobs.logdir.lock import acquire

@@ -22,13 +22,12 @@ from pathlib import Path
 
 import pytest
 
-import jobs.engine.compaction
 from jobs.commands.cli import main
 from jobs.logdir.lock import Holder, acquire, lease_uri
 from jobs.rules.timeutil import wall_clock_ms
 from segment_io.storage import S3Storage
-from tests.jobs.test_compact_faults import CONFIG, NOW, TOPIC, build_partition
-from tests.jobs.test_compact_s3 import PREFIX, _objects, _upload, s3  # noqa: F401 - s3: the fixture
+from tests.jobs.test_compact_faults import CONFIG, NOW, TOPIC, build_partition, compact_with_fault
+from tests.jobs.test_compact_s3 import PREFIX, _objects, _upload
 from tests.jobs.test_lock import (
     _FOREIGN_HOLD_SCRIPT,
     _hold_in_subprocess,
@@ -115,8 +114,8 @@ def test_break_lease_on_a_local_log_dir_is_a_usage_error(tmp_path, capsys):
 
 
 @pytest.mark.s3
-def test_recover_breaks_the_lease_of_a_run_killed_on_this_host_without_waiting(s3, tmp_path, capsys):
-    endpoint, bucket = s3
+def test_recover_breaks_the_lease_of_a_run_killed_on_this_host_without_waiting(s3_bucket_env, tmp_path, capsys):
+    endpoint, bucket = s3_bucket_env
     build_partition(tmp_path / "logs" / f"{TOPIC}-0")
     _upload(endpoint, bucket, tmp_path / "logs")
     storage = S3Storage(endpoint.storage_options())
@@ -133,8 +132,8 @@ def test_recover_breaks_the_lease_of_a_run_killed_on_this_host_without_waiting(s
 
 
 @pytest.mark.s3
-def test_a_live_lease_elsewhere_is_refused_until_broken_by_its_run_id(s3, tmp_path, config, capsys):
-    endpoint, bucket = s3
+def test_a_live_lease_elsewhere_is_refused_until_broken_by_its_run_id(s3_bucket_env, tmp_path, config, capsys):
+    endpoint, bucket = s3_bucket_env
     build_partition(tmp_path / "logs" / f"{TOPIC}-0")
     _upload(endpoint, bucket, tmp_path / "logs")
     storage = S3Storage(endpoint.storage_options())
@@ -170,8 +169,8 @@ def main_err(argv: list[str], capsys) -> str:
 
 
 @pytest.mark.s3
-def test_a_bad_lease_ttl_is_a_usage_error_before_anything_is_done(s3, tmp_path, config, capsys, monkeypatch):
-    endpoint, bucket = s3
+def test_a_bad_lease_ttl_is_a_usage_error_before_anything_is_done(s3_bucket_env, tmp_path, config, capsys, monkeypatch):
+    endpoint, bucket = s3_bucket_env
     build_partition(tmp_path / "logs" / f"{TOPIC}-0")
     _upload(endpoint, bucket, tmp_path / "logs")
     monkeypatch.setenv("SEGJOBS_LEASE_TTL", "a while")
@@ -186,9 +185,8 @@ def test_a_bad_lease_ttl_is_a_usage_error_before_anything_is_done(s3, tmp_path, 
 
 
 @pytest.mark.s3
-def test_a_run_whose_lease_is_taken_over_stops_before_its_next_commit(spark, s3, tmp_path, config, capsys,
-                                                                     monkeypatch):
-    endpoint, bucket = s3
+def test_a_run_whose_lease_is_taken_over_stops_before_its_next_commit(spark, s3_bucket_env, tmp_path, config, capsys):
+    endpoint, bucket = s3_bucket_env
     for p in (0, 1):
         build_partition(tmp_path / "logs" / f"{TOPIC}-{p}")
     _upload(endpoint, bucket, tmp_path / "logs")
@@ -198,13 +196,13 @@ def test_a_run_whose_lease_is_taken_over_stops_before_its_next_commit(spark, s3,
     thief = json.dumps({"format": 1, "log_dir": log_dir, "acquired_ms": 0, "expires_ms": 4_000_000_000_000,
                         "holder": {"host": "other-host", "pid": 7, "run_id": "thief"}}).encode()
 
-    def steal_during_the_first_commit(step: str) -> None:
+    def steal_during_the_first_commit(partition: str, step: str) -> None:
         if step == "write-intent" and not storage.exists(lease_uri(storage, log_dir) + ".stolen"):
             storage.write_atomic(lease_uri(storage, log_dir), thief)
             storage.write_atomic(lease_uri(storage, log_dir) + ".stolen", b"")
 
-    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", steal_during_the_first_commit)
-    code = main(["compact", *_s3_args(endpoint, bucket), "--config", str(config), "--now", NOW])
+    code = compact_with_fault([*_s3_args(endpoint, bucket), "--config", str(config), "--now", NOW],
+                              steal_during_the_first_commit)
     err = capsys.readouterr().err
     assert code == 1, err
     assert "LOST THE LEASE, stopped before the next commit" in err and "taken over by segjobs run thief" in err
@@ -226,23 +224,21 @@ def test_a_run_whose_lease_is_taken_over_stops_before_its_next_commit(spark, s3,
 #: blocks, so the parent's SIGKILL lands at exactly that step.
 _PAUSING_COMPACT = textwrap.dedent("""
     import os, sys
-    import jobs.engine.compaction
-    from jobs.commands.cli import main
+    from tests.jobs.test_compact_faults import compact_with_fault
 
-    def pause(step):
+    def pause(partition, step):
         if step.startswith(os.environ["PAUSE_AT"]):
             print("paused at " + step, flush=True)
             sys.stdin.read()  # until killed
 
-    jobs.engine.compaction.COMMIT_FAULT = pause
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(compact_with_fault(sys.argv[1:], pause))
 """)
 
 
 def _compact_killed_at(step_prefix: str, argv: list[str], timeout_s: float = 300.0) -> int:
     """Run ``segjobs compact argv`` in a process group of its own, SIGKILL the whole group (driver, JVM,
     workers) once the commit reaches ``step_prefix``; returns the driver's pid."""
-    proc = subprocess.Popen([sys.executable, "-c", _PAUSING_COMPACT, "compact", *argv], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", _PAUSING_COMPACT, *argv], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, start_new_session=True,
                             env=dict(os.environ, PAUSE_AT=step_prefix, PYTHONPATH=os.getcwd(),
                                      SEGJOBS_LEASE_TTL="1h"))  # expiry must not be why the lease is broken
@@ -280,7 +276,7 @@ def test_a_compaction_killed_mid_commit_is_completed_by_recover_and_the_next_run
         reference = lambda: _files(ref_dir)  # noqa: E731
         work = lambda: _tree(tmp_path / "src.segjobs")  # noqa: E731
     else:
-        endpoint, bucket = request.getfixturevalue("s3")
+        endpoint, bucket = request.getfixturevalue("s3_bucket_env")
         _upload(endpoint, bucket, tmp_path / "src")
         ref_prefix = "kafka/reference"
         client = endpoint.client()
@@ -310,11 +306,12 @@ def test_a_compaction_killed_mid_commit_is_completed_by_recover_and_the_next_run
     out, err = capsys.readouterr()
     if store == "s3":
         assert f"its process (pid {killed_pid} on this host) is gone" in err, err
-        storage = S3Storage(request.getfixturevalue("s3")[0].storage_options())
+        storage = S3Storage(request.getfixturevalue("s3_bucket_env")[0].storage_options())
         assert not storage.exists(lease_uri(storage, args[1]))
     else:
         assert not (tmp_path / "src.segjobs" / "lock-holder.json").exists()
-    removed = {line.split()[1] for line in out.splitlines() if line.startswith("delete-staged ") and f"/{TOPIC}-1/" in line}
+    removed = {line.split()[1] for line in out.splitlines()
+               if line.startswith("delete-staged ") and f"/{TOPIC}-1/" in line}
     assert len(removed) == len(staged_for_1) and all(any(r.endswith(k) for r in removed) for k in staged_for_1)
     assert not [k for k in work() if "/staging/" in k or "/staged/" in k or k.endswith("replace.json")]
 
@@ -323,10 +320,11 @@ def test_a_compaction_killed_mid_commit_is_completed_by_recover_and_the_next_run
 
 
 @pytest.mark.s3
-def test_recover_stops_before_the_next_partition_once_its_lease_is_taken_over(s3, tmp_path, capsys, monkeypatch):
+def test_recover_stops_before_the_next_partition_once_its_lease_is_taken_over(s3_bucket_env, tmp_path, capsys,
+                                                                              monkeypatch):
     import jobs.logdir.recover
 
-    endpoint, bucket = s3
+    endpoint, bucket = s3_bucket_env
     for p in (0, 1):
         build_partition(tmp_path / "logs" / f"{TOPIC}-{p}")
     _upload(endpoint, bucket, tmp_path / "logs")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs.rules.cleaner import key_hash_table
@@ -130,7 +130,6 @@ def test_aborted_control_and_keyless_records_are_not_mapped():
     assert result.offset_map.size == 2
 
 
-@settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(0, 300), min_size=1, max_size=400), st.integers(1, 50))
 def test_hash_table_agrees_with_a_dict(key_ids, capacity):
     # the compiled table against the obvious model, including probe chains at full load
@@ -148,6 +147,6 @@ def test_hash_table_agrees_with_a_dict(key_ids, capacity):
     else:
         assert stop == -1
     probe_hi = np.asarray([h for h, _ in model] + [123456789], np.int64)
-    probe_lo = np.asarray([l for _, l in model] + [5], np.int64)
+    probe_lo = np.asarray([lo for _, lo in model] + [5], np.int64)
     assert omap.get(probe_hi, probe_lo).tolist() == list(model.values()) + [-1]
     assert omap.size == len(model)

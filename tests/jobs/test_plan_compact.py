@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs.rules.config import TopicConfig
@@ -94,7 +94,8 @@ def test_27_index_sizes_are_estimated_when_unknown() -> None:
     # at most one offset index entry per (interval + 1) bytes, never before the first batch;
     # the time index gets at most one more (written at roll)
     assert estimated_index_bytes(seg(0, 10_000), 4096) == (2 * 8, 3 * 12)          # 10000 // 4097 = 2
-    assert estimated_index_bytes(seg(0, 10_000, batches=2), 4096) == (1 * 8, 2 * 12)  # one entry per batch after the first
+    # one entry per batch after the first
+    assert estimated_index_bytes(seg(0, 10_000, batches=2), 4096) == (1 * 8, 2 * 12)
     assert estimated_index_bytes(seg(0, 0), 4096) == (0, 0)
     assert estimated_index_bytes(seg(0, 10_000, index_bytes=40, time_index_bytes=60), 4096) == (40, 60)
 
@@ -106,7 +107,6 @@ def test_27_estimated_index_sizes_limit_groups() -> None:
     assert [len(g) for g in groups] == [2, 2]
 
 
-@settings(max_examples=60, deadline=None)
 @given(sizes=st.lists(st.tuples(st.integers(0, 300), st.integers(1, 2**31)), min_size=1, max_size=12),
        max_size=st.integers(1, 1200), max_index=st.integers(1, 400))
 def test_27_groups_partition_the_segments_within_limits_and_greedily(sizes, max_size, max_index) -> None:

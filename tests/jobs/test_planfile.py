@@ -19,13 +19,11 @@ from jobs.engine.planfile import (
 )
 from segment_io.layout import segment_file_name
 from segment_io.storage import open_storage
-from tests.jobs import test_retain_s3
 from tests.jobs.test_retain import NOW, OLD, RECENT, build_partition, deleted, entry
 from tests.jobs.test_retain_s3 import upload
 from tests.jobs.test_retention_first import ORDERS, build_orders, by_name
 
 DAY = 86_400_000
-s3_env = test_retain_s3.s3_env  # the fixture: job credentials from the environment
 SETTINGS = ("--set", "t:retention.ms=1d")
 
 

@@ -16,10 +16,11 @@ from jobs.logdir.recover import (
     recover_partition,
 )
 from segment_io.storage import LocalStorage
-from tests.jobs.test_commit_local import (
+from tests.support.commit_scenario import (
     DELETE_STEPS,
     LOCAL_COMMIT_POINT,
     LOCAL_REPLACE_STEPS,
+    S3_REPLACE_STEPS,
     Scenario,
     build_scenario,
     check_replace_outcome,
@@ -32,7 +33,6 @@ from tests.jobs.test_commit_local import (
     recover_twice,
     run_to_crash,
 )
-from tests.jobs.test_compact_s3 import s3  # noqa: F401 - the fixture: a bucket and the credentials in the env
 
 
 def kafka_loader(partition: Path) -> None:
@@ -178,7 +178,6 @@ def test_a_preview_predicts_every_action_of_recovery_locally(tmp_path: Path, ste
 @pytest.mark.s3
 def test_a_preview_predicts_every_action_of_recovery_on_s3(s3_bucket) -> None:
     from segment_io.storage import open_storage
-    from tests.jobs.test_commit_s3 import S3_REPLACE_STEPS
 
     endpoint, bucket = s3_bucket
     # one crash point per kind of state (before the commit point, mid-copy, mid-delete, intent gone, cleanup)
@@ -217,9 +216,8 @@ def _summary_numbers(summary: str) -> list[str]:
 @pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)])
 def test_recover_cleans_and_reports_leftovers_exactly_as_its_dry_run_said(store, spark, tmp_path, capsys,
                                                                           monkeypatch, request):
-    import jobs.engine.compaction
     from jobs.commands.cli import main
-    from tests.jobs.test_compact_faults import CONFIG, NOW, HardCrash, build_partition
+    from tests.jobs.test_compact_faults import CONFIG, NOW, HardCrash, build_partition, compact_with_fault
     from tests.jobs.test_compact_s3 import PREFIX, _objects, _upload
 
     config = tmp_path / "t.toml"
@@ -239,7 +237,7 @@ def test_recover_cleans_and_reports_leftovers_exactly_as_its_dry_run_said(store,
             Path(uri).write_bytes(data)
         crash_at = "old-to-deleted:"
     else:
-        endpoint, bucket = request.getfixturevalue("s3")
+        endpoint, bucket = request.getfixturevalue("s3_bucket_env")
         _upload(endpoint, bucket, tmp_path / "logs")
         log, work = f"s3://{bucket}/{PREFIX}", f"s3://{bucket}/{PREFIX}.segjobs"
         args = ["--log-dir", log, "--s3-endpoint", endpoint.endpoint_url]
@@ -252,14 +250,12 @@ def test_recover_cleans_and_reports_leftovers_exactly_as_its_dry_run_said(store,
         crash_at = "copy-new:"
 
     # a compaction dies in t-0's commit; t-1's new segments were staged and are never committed
-    def die(step: str) -> None:
+    def die(partition: str, step: str) -> None:
         if step.startswith(crash_at):
             raise HardCrash(step)
 
-    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", die)
     with pytest.raises(HardCrash):
-        main(["compact", *args, "--config", str(config), "--now", NOW, "--quiet"])
-    monkeypatch.setattr(jobs.engine.compaction, "COMMIT_FAULT", None)
+        compact_with_fault([*args, "--config", str(config), "--now", NOW, "--quiet"], die)
     temps = [t.format(log=log, work=work) for t in _TEMPS]
     for i, uri in enumerate(temps):
         put(uri, b"x" * (100 + i))

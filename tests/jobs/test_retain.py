@@ -14,26 +14,27 @@ import json
 import os
 import shutil
 import stat
+import threading
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
+from jobs import api
 from jobs.commands.cli import main
 from jobs.engine.retention import (
+    COMMIT_THREADS,
     STEP_DELETE_SNAPSHOT,
     STEP_PURGE,
     STEP_TRIM_LEADER_EPOCHS,
     STEP_WRITE_LOG_START,
-    RetentionParams,
-    retain_partitions,
 )
-from jobs.engine.scan import scan_partition
+from jobs.engine.seams import FaultHook
 from jobs.logdir.lock import work_uri
-from jobs.logdir.recover import recover_log_dir
 from jobs.rules.config import ConfigSet
 from segment_io.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
-from segment_io.layout import list_log_dir, segment_file_name
-from segment_io.storage import open_storage
+from segment_io.layout import segment_file_name
+from segment_io.storage import StorageOptions, open_storage
 from segment_io.storage.base import Storage
 from tests.support.builders import LogBuilder, rec, timestamped_segments, write_log
 
@@ -425,7 +426,8 @@ def test_real_fixture_time_retention_uses_the_brokers_timeindex(kafka_real: Path
 
     src = kafka_real / "ronem123-kraft3.9-multiseg" / "kafka-logs"
     d = _copy_writable(src, tmp_path / "logs")
-    ts, _ = struct.unpack(">qi", (src / "__consumer_offsets-31" / segment_file_name(0, ".timeindex")).read_bytes()[-12:])
+    timeindex = src / "__consumer_offsets-31" / segment_file_name(0, ".timeindex")
+    ts, _ = struct.unpack(">qi", timeindex.read_bytes()[-12:])
     opts = ("--set", "__consumer_offsets:cleanup.policy=delete", "--set", f"*:retention.ms={DAY}",
             "--partition", "__consumer_offsets-31", "--partition", "__cluster_metadata-0")
     code, report = retain(d, *opts, now=ts + DAY)  # age == retention.ms: not past it
@@ -450,6 +452,8 @@ class Crash(Exception):
 
 
 FAULT_CONFIG = ConfigSet().with_overrides(["*:retention.ms=1d", "*:file.delete.delay.ms=0"])
+#: A store for the crash tests: (storage, log dir URI, the StorageOptions the job needs to reach it).
+StoreFactory = Callable[[str], tuple[Storage, str, "StorageOptions | None"]]
 
 
 def build_fault_dir(storage: Storage, log_dir: str, scratch: Path) -> None:
@@ -466,27 +470,11 @@ def build_fault_dir(storage: Storage, log_dir: str, scratch: Path) -> None:
             storage.write_atomic(uri, f.read_bytes())
 
 
-def run_in_process(storage: Storage, log_dir: str, now: int, fault=None) -> list[str]:
-    """What the job does after its scan, without Spark: recover, list, scan, apply, write the checkpoint.
-    Returns the fault-hook steps seen."""
-    steps: list[str] = []
-
-    def hook(step: str) -> None:
-        steps.append(step)
-        if fault is not None:
-            fault(step)
-
-    work = work_uri(log_dir)
-    recover_log_dir(storage, log_dir, now_ms=now, work_uri=work)
-    listing = list_log_dir(storage, log_dir)
-    cp = read_offset_checkpoint(storage, storage.join(log_dir, "log-start-offset-checkpoint"))
-    params = RetentionParams(storage=storage, log_dir=log_dir, work_uri=work, now_ms=now, fault=hook,
-                             log_start_checkpoint=dict(cp))
-    scans = [scan_partition(storage, pl, depth="headers", log_start_checkpoint=cp.get(key))
-             for key, pl in listing.partitions.items()]
-    entries = retain_partitions(params, scans, FAULT_CONFIG.for_topic)
-    assert all(e["action"] != "error" for e in entries), entries
-    return steps
+def run_retain_job(log_dir: str, storage_options, fault: FaultHook | None = None) -> api.RetainResult:
+    """The retain job through the API, its tasks in this process (no Spark): recovery, list, scan, plan, then
+    the real multi-threaded commit (COMMIT_THREADS partitions at once), with ``fault`` as its fault seam."""
+    options = api.RetainOptions(config=FAULT_CONFIG, storage=storage_options, progress=lambda line: None)
+    return api.retain(log_dir, options, now=NOW, seams=api.Seams(fault=fault, runner=api.InProcessTasks()))
 
 
 def state_of(storage: Storage, log_dir: str) -> dict[str, bytes]:
@@ -495,22 +483,43 @@ def state_of(storage: Storage, log_dir: str) -> dict[str, bytes]:
             if not f.name.endswith(".lock")}
 
 
-def fault_steps(storage_factory, tmp_path: Path) -> tuple[list[str], dict[str, bytes]]:
-    storage, log_dir = storage_factory("reference")
+def fault_steps(store: StoreFactory, tmp_path: Path) -> tuple[dict[str, list[str]], dict[str, bytes]]:
+    """An uninterrupted run: the steps of each partition (``""``: the log dir's), and the end state. The two
+    partitions with deletions wait for each other at their first step: the run fails unless they commit on
+    two threads at once."""
+    storage, log_dir, options = store("reference")
     build_fault_dir(storage, log_dir, tmp_path / "reference")
-    steps = run_in_process(storage, log_dir, NOW)
+    steps: dict[str, list[str]] = {}
+    guard = threading.Lock()
+    both = threading.Barrier(2, timeout=30)
+
+    def record(partition: str, step: str) -> None:
+        with guard:
+            steps.setdefault(partition, []).append(step)
+        if step == "write-intent" and partition in ("t-0", "t-1"):
+            both.wait()  # BrokenBarrierError (the run fails) if the other partition is not committing meanwhile
+
+    result = run_retain_job(log_dir, options, record)
+    assert result.exit_code == 0, result.errors
+    assert COMMIT_THREADS > 1
     return steps, state_of(storage, log_dir)
 
 
-def check_every_crash_point(storage_factory, tmp_path: Path) -> None:
-    steps, expected = fault_steps(storage_factory, tmp_path)
-    # the protocol's steps, in order: the log start checkpoint first (as Kafka raises the log start before
-    # removing segments), then per partition the delete (intent, renames, ledger) and the dependants
-    assert steps[0] == STEP_WRITE_LOG_START and steps.count(STEP_WRITE_LOG_START) == 1
-    assert steps[1] == "write-intent" and steps[-1] == STEP_PURGE
-    assert STEP_TRIM_LEADER_EPOCHS in steps and STEP_PURGE in steps
-    assert any(s.startswith(STEP_DELETE_SNAPSHOT) for s in steps)
-    assert any(s.startswith("live-to-deleted:") for s in steps) and "record-deleted" in steps
+def check_every_crash_point(store: StoreFactory, tmp_path: Path,
+                            crash: tuple[str, ...] = ("", "t-0", "t-1")) -> None:
+    """Retention's multi-threaded commit, crashed at every step of one partition (of those in ``crash``; ``""``
+    is the log dir's own step) while the others commit, then recovery and a normal run: the log dir ends
+    exactly as after an uninterrupted run."""
+    steps, expected = fault_steps(store, tmp_path)
+    # the protocol's steps, in order: the log start checkpoint first, for the whole dir (as Kafka raises the log
+    # start before removing segments), then per partition the delete (intent, renames, ledger) and its dependants
+    assert steps[""] == [STEP_WRITE_LOG_START]
+    assert sorted(steps) == ["", "t-0", "t-1"]  # t-2 loses nothing: no destructive step
+    for partition in ("t-0", "t-1"):
+        assert steps[partition][0] == "write-intent" and steps[partition][-1] == STEP_PURGE
+        assert any(s.startswith("live-to-deleted:") for s in steps[partition])
+        assert "record-deleted" in steps[partition] and "remove-intent" in steps[partition]
+    assert STEP_TRIM_LEADER_EPOCHS in steps["t-0"] and any(s.startswith(STEP_DELETE_SNAPSHOT) for s in steps["t-0"])
     # what the uninterrupted run must have produced, stated independently
     assert sorted(k for k in expected if k.endswith(".log")) == \
         ["/t-0/" + segment_file_name(2), "/t-1/" + segment_file_name(1), "/t-2/" + segment_file_name(0),
@@ -518,28 +527,30 @@ def check_every_crash_point(storage_factory, tmp_path: Path) -> None:
     assert not any(k.endswith(".deleted") for k in expected)
     assert expected["/log-start-offset-checkpoint"] == b"0\n3\nt 0 2\nt 1 1\nt 2 0\n"
     assert expected["/t-0/leader-epoch-checkpoint"] == b"0\n1\n2 2\n"
-    for i, step in enumerate(steps):
-        storage, log_dir = storage_factory(f"crash{i}")
-        build_fault_dir(storage, log_dir, tmp_path / f"crash{i}")
-        seen = 0
+    points = [(p, i) for p in sorted(steps) if p in crash for i in range(len(steps[p]))]
+    for n, (partition, i) in enumerate(points):
+        storage, log_dir, options = store(f"crash{n}")
+        build_fault_dir(storage, log_dir, tmp_path / f"crash{n}")
+        seen: list[str] = []
 
-        def crash_at(s: str) -> None:
-            nonlocal seen
-            seen += 1
-            if seen == i + 1:
-                raise Crash(s)
+        def crash_at(p: str, step: str) -> None:
+            if p == partition:  # only this partition's thread calls with p == partition: no lock needed
+                seen.append(step)
+                if len(seen) == i + 1:
+                    raise Crash(f"{p}: {step}")
 
         with pytest.raises(Crash):
-            run_in_process(storage, log_dir, NOW, crash_at)
-        run_in_process(storage, log_dir, NOW)  # recovery first, then a normal run
-        assert state_of(storage, log_dir) == expected, f"crash before step {i} ({step})"
+            run_retain_job(log_dir, options, crash_at)
+        assert seen == steps[partition][:i + 1], "the steps of a partition keep their order"
+        assert run_retain_job(log_dir, options).exit_code == 0  # recovery first, then a normal run
+        assert state_of(storage, log_dir) == expected, f"crash of {partition} before step {i} ({steps[partition][i]})"
 
 
 def test_a_crash_at_every_step_then_recovery_and_a_rerun_ends_as_an_uninterrupted_run(tmp_path: Path) -> None:
-    def local(name: str) -> tuple[Storage, str]:
+    def local(name: str) -> tuple[Storage, str, None]:
         root = tmp_path / name / "logs"
         root.mkdir(parents=True)
-        return open_storage(str(root)), str(root)
+        return open_storage(str(root)), str(root), None
 
     check_every_crash_point(local, tmp_path)
 

@@ -194,8 +194,7 @@ def test_leader_epochs_snapshots_and_deleted_files_come_with_the_scan(tmp_path: 
 
 def test_a_corrupt_leader_epoch_checkpoint_blocks_retention_and_leaves_the_partition_untouched(
         tmp_path: Path) -> None:
-    from jobs.engine.retention import RetentionParams, apply_retention
-    from jobs.rules.config import TopicConfig
+    from jobs import api
 
     pdir = tmp_path / "t-0"
     write(pdir, [[T0], [T0]])
@@ -204,8 +203,9 @@ def test_a_corrupt_leader_epoch_checkpoint_blocks_retention_and_leaves_the_parti
     assert s.leader_epochs is None and s.leader_epochs_error.kind == "CorruptCheckpointError"
     assert s.state is not None  # compaction can still plan; retention must not touch it
     before = sorted(p.name for p in pdir.iterdir())
-    params = RetentionParams(storage=open_storage(str(tmp_path)), log_dir=str(tmp_path),
-                             work_uri=str(tmp_path) + ".segjobs", now_ms=T0 + 10**12)
-    e = apply_retention(params, s, TopicConfig.from_settings({"retention.ms": 1}))
-    assert e["action"] == "error" and e["error"]["file"].endswith("leader-epoch-checkpoint")
+    result = api.retain(tmp_path, api.RetainOptions(overrides=["*:retention.ms=1"], max_delete_fraction=1.0),
+                        now=T0 + 10**12, seams=api.Seams(runner=api.InProcessTasks()))
+    (p,) = result.partitions
+    assert result.exit_code == 1 and p.action == "error" and p.segments_deleted == 0
+    assert p.entry["error"]["file"].endswith("leader-epoch-checkpoint")
     assert sorted(p.name for p in pdir.iterdir()) == before

@@ -97,9 +97,9 @@ class StandaloneCluster:
         with open(log, "wb") as out:
             # A new session: the daemon, the executors it launches and their Python workers form one process
             # group that stop() signals as a whole.
-            self.procs.append(subprocess.Popen([str(spark_home() / "bin" / "spark-class"), *args], stdout=out, stderr=subprocess.STDOUT,
-                                               stdin=subprocess.DEVNULL, env=env, cwd=self.root,
-                                               start_new_session=True))
+            self.procs.append(subprocess.Popen([str(spark_home() / "bin" / "spark-class"), *args], stdout=out,
+                                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                               cwd=self.root, start_new_session=True))
         self.logs.append(log)
 
     @staticmethod
@@ -158,7 +158,8 @@ def run_in_group(cmd: list[str], *, env: dict[str, str], cwd: Path, timeout_s: f
     except subprocess.TimeoutExpired:
         _signal_group(proc, signal.SIGKILL)
         out, err = proc.communicate()
-        raise AssertionError(f"timed out after {timeout_s:.0f} s: {' '.join(cmd)}\n{out[-2000:]}\n{err[-4000:]}")
+        raise AssertionError(f"timed out after {timeout_s:.0f} s: {' '.join(cmd)}\n{out[-2000:]}\n{err[-4000:]}") \
+            from None
     finally:
         # Also after a normal exit: nothing the submission started may outlive it.
         _signal_group(proc, signal.SIGKILL)

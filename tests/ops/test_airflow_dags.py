@@ -30,8 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ops.nights import (DEDUPE_BUFFER_BYTES, NIGHTS, TOPICS_TOML, differences, generate, job_args,
-                              snapshot)
+from tests.ops.nights import DEDUPE_BUFFER_BYTES, NIGHTS, TOPICS_TOML, differences, generate, job_args, snapshot
 
 if importlib.util.find_spec("airflow") is None:
     if os.environ.get("SEGJOBS_REQUIRE_AIRFLOW"):

@@ -140,7 +140,8 @@ def test_packaged_jobs_on_a_standalone_cluster_write_the_bytes_of_a_local_run(
         "--conf", f"spark.pyspark.driver.python={sys.executable}",
         "--conf", f"spark.executorEnv.NUMBA_CACHE_DIR={numba_cache}",
         "--conf", "spark.executor.memory=512m", "--conf", "spark.executor.cores=1", "--conf", "spark.cores.max=2",
-        "--conf", f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:{REPO / 'conf' / 'log4j2.properties'}",
+        "--conf",
+        f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:{REPO / 'conf' / 'log4j2.properties'}",
         "--conf", "spark.ui.enabled=false",
     ]
     timings: dict[str, float] = {}

@@ -11,7 +11,7 @@ import mmh3
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from segment_io import errors
@@ -384,16 +384,15 @@ def test_offsets_only_projection_does_not_need_key_or_value(segment: bytes) -> N
 # ---- the key hash -----------------------------------------------------------------------------------
 
 
-@settings(max_examples=150, deadline=None)
 @given(st.lists(st.one_of(st.none(), st.binary(max_size=70)), max_size=40))
 def test_hash_keys_is_murmur3_x64_128_seed0(keys: list[bytes | None]) -> None:
     hi, lo = hash_keys(pa.array(keys, pa.binary()))
     mask = (1 << 64) - 1
-    for key, h, l in zip(keys, hi.tolist(), lo.tolist()):
+    for key, h, low in zip(keys, hi.tolist(), lo.tolist()):
         if key is None:
-            assert (h, l) == (0, 0)
+            assert (h, low) == (0, 0)
         else:
-            assert ((h & mask) << 64) | (l & mask) == mmh3.hash128(key, 0, signed=False)
+            assert ((h & mask) << 64) | (low & mask) == mmh3.hash128(key, 0, signed=False)
 
 
 def test_hash_keys_accepts_sliced_and_chunked_columns() -> None:

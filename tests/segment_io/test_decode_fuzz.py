@@ -28,6 +28,7 @@ from tests.support.bombs import (
     records_payload,
     v2_batch_around,
 )
+from tests.support.hypothesis_budget import examples
 
 SMALL_FIXTURES = [
     "seanorth-kafka2.8-snappy-headers/kafka-logs/some-topic-0/00000000000000000000.log",
@@ -96,20 +97,20 @@ def mutated(draw: st.DrawFn) -> bytes:
     return bytes(data)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Fuzzing the decoder: cheap examples, and more of them find more: above the profile's budget here and below.
+@settings(max_examples=examples(2), suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=600))
 def test_random_bytes(data: bytes) -> None:
     _decode_every_way(data, verify_crc=True)
     _decode_every_way(data, verify_crc=False)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(2), suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(mutated())
 def test_mutated_fixtures(data: bytes) -> None:
     _decode_every_way(data, verify_crc=False)
 
 
-@settings(max_examples=60, deadline=None)
 @given(st.binary(min_size=0, max_size=120))
 def test_random_record_region_behind_a_valid_header(payload: bytes) -> None:
     # a well-formed v2 header in front of arbitrary record bytes exercises the record kernel directly
@@ -182,7 +183,7 @@ def inflating_batches(draw: st.DrawFn) -> tuple[bytes, bool]:
     return front + batch, mutations == 0 and count > 0 and len(content) > BOUND
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(1.5), suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(inflating_batches())
 def test_inflating_batches(case: tuple[bytes, bool]) -> None:
     data, oversized = case

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.compute  # makes pa.compute available
 import pytest
 from kafka.record import MemoryRecords
 

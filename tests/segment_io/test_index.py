@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from segment_io.errors import CorruptIndexError, CorruptRecordError
@@ -261,7 +261,6 @@ def test_offset_not_representable_relative_to_base_is_refused() -> None:
     assert e.value.position == 100
 
 
-@settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(70, 3000), st.integers(0, 20), st.integers(-1, 50), st.integers(0, 3)),
                 min_size=0, max_size=60),
        st.sampled_from([0, 1, 100, 4096]), st.integers(0, 1 << 40))
@@ -335,7 +334,7 @@ def _one(errors: list[CorruptIndexError]) -> CorruptIndexError:
 
 
 def test_entry_past_log_end_is_caught(real_segment) -> None:
-    h, base, oi, ti, path = real_segment
+    h, base, oi, _ti, path = real_segment
     bad = oi + struct.pack(">ii", int(h.last_offset[-1]) + 5 - base, h.end + 100)
     err = _one(check_indexes(h, bad, None, path=path, segment_base_offset=base))
     assert err.path == path[:-4] + ".index"
@@ -344,7 +343,7 @@ def test_entry_past_log_end_is_caught(real_segment) -> None:
 
 
 def test_decreasing_offsets_are_caught(real_segment) -> None:
-    h, base, oi, ti, path = real_segment
+    h, base, oi, _ti, path = real_segment
     e = np.frombuffer(oi, dtype=[("o", ">i4"), ("p", ">i4")]).copy()
     e["o"][3] = e["o"][1]
     errors = check_indexes(h, e.tobytes(), None, path=path, segment_base_offset=base)
@@ -353,7 +352,7 @@ def test_decreasing_offsets_are_caught(real_segment) -> None:
 
 
 def test_entry_not_at_batch_start_or_wrong_offset_is_caught(real_segment) -> None:
-    h, base, oi, ti, path = real_segment
+    h, base, oi, _ti, path = real_segment
     e = np.frombuffer(oi, dtype=[("o", ">i4"), ("p", ">i4")]).copy()
     e["p"][2] += 1
     err = _one(check_indexes(h, e.tobytes(), None, path=path, segment_base_offset=base))
@@ -372,7 +371,7 @@ def test_odd_sizes_are_caught(real_segment) -> None:
 
 
 def test_time_index_corruption_is_caught(real_segment) -> None:
-    h, base, oi, ti, path = real_segment
+    h, base, _oi, ti, path = real_segment
     e = np.frombuffer(ti, dtype=[("t", ">i8"), ("o", ">i4")]).copy()
     e["t"][5] = e["t"][4] - 1
     err = _one(check_indexes(h, None, e.tobytes(), path=path, segment_base_offset=base))

@@ -61,7 +61,7 @@ def test_pure_listing_classifies_everything() -> None:
     part = listing.partition("my.topic-with-dash", 12)
     assert part.uri == p
     assert [s.base_offset for s in part.segments] == [7, 20, 100]
-    s7, s20, s100 = part.segments
+    s7, _s20, s100 = part.segments
     assert s7.txnindex is not None and s7.index is None and s7.snapshot is None
     assert s100.index.name.endswith(".index") and s100.timeindex is not None and s100.snapshot is not None
     assert [o for o, _ in part.producer_snapshots] == [100, 150]

@@ -82,7 +82,7 @@ def expected_base_timestamps(table: pa.Table) -> list[int]:
     return out
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(logs())
 def test_decode_of_encode_is_identity(log: tuple[pa.Table, pa.Table | None, int]) -> None:
     table, empties, seg = log

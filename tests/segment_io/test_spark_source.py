@@ -41,6 +41,7 @@ from segment_io.spark.bounds import RowBounds
 from segment_io.spark.planning import SegmentRef, list_segments, plan_splits
 from segment_io.spark.source import KafkaSegmentsReader
 from segment_io.storage import LocalStorage
+from tests.support.hypothesis_budget import examples
 
 SORT_KEYS = [("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")]
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
@@ -246,13 +247,15 @@ def test_offset_bounds_across_segments_and_legacy_batches(kafka_real: Path) -> N
         assert got.equals(numpy_filter(expected, offset=offsets))
 
 
-@settings(max_examples=25, deadline=None)
+# Each example decodes a real segment and plans splits for it: a quarter of the profile's budget.
+@settings(max_examples=examples(0.25))
 @given(data=st.data())
 def test_random_offset_and_time_ranges_match_a_plain_filter(kafka_real: Path, data: st.DataObject) -> None:
     directory = kafka_real / MONITORING
     table = read_segment(str(next(directory.glob("*.log"))))
     offsets, stamps = table["offset"].to_numpy(), table["timestamp"].to_numpy()
-    o = sorted(data.draw(st.lists(st.integers(max(0, int(offsets.min()) - 5), int(offsets.max()) + 5), min_size=2, max_size=2)))
+    o = sorted(data.draw(st.lists(st.integers(max(0, int(offsets.min()) - 5), int(offsets.max()) + 5),
+                                  min_size=2, max_size=2)))
     t = sorted(data.draw(st.lists(st.integers(int(stamps.min()) - 5, int(stamps.max()) + 5), min_size=2, max_size=2)))
     split_bytes = data.draw(st.sampled_from(["4096", "65536", "134217728"]))
     # Half through options (ending bounds exclusive), half through pushed filters.

@@ -1,10 +1,10 @@
-"""Synthetic ``segjobs inspect`` rows (the shape of :func:`jobs.engine.inspection.dirty_ratios`), for testing the plots at
+"""Synthetic ``segjobs inspect`` rows (the shape of :func:`jobs.api.dirty_ratios`), for testing the plots at
 any number of partitions without a log dir or Spark.
 
 Sizes follow a log-normal spread across topics (a few huge topics, many small ones, so bytes and records span
 several decades as on a real cluster), partitions of one topic vary around the topic's size, and every column
-of :data:`jobs.engine.inspection.COLUMNS` is present and consistent with the others (dirty ratio from clean and cleanable
-bytes, superseded records from records and distinct keys, selection from the ratio and the policy).
+of :data:`jobs.engine.inspection.COLUMNS` is present and consistent with the others (dirty ratio from clean and
+cleanable bytes, superseded records from records and distinct keys, selection from the ratio and the policy).
 """
 
 from __future__ import annotations

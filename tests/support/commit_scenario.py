@@ -1,7 +1,7 @@
-"""Crash-safe replace and two-phase delete on local disk, with a simulated crash before every step.
+"""A commit-protocol scenario that runs on any store: the partition, the crash hook, the outcome checks, and
+each store's expected step sequence (written from the protocol in ``jobs/logdir/commit.py``'s docstring).
 
-The helpers at the top are store-agnostic (they only use the Storage interface) and are shared with
-``test_commit_s3.py`` and ``test_recover.py``.
+Shared by ``tests/jobs/test_commit.py`` (the protocol on local disk and S3) and ``tests/jobs/test_recover.py``.
 
 Segments here are synthetic but well-framed: each ``.log`` is a run of 61-byte v2 batch headers, one batch
 per offset, with the producer id carrying a tag that tells the old and new versions apart; index files are
@@ -13,22 +13,20 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Callable
 
 import pytest
 
 from jobs.logdir.commit import (
-    CommitError,
     StagedSegment,
     delete_segments,
-    partition_work_uri,
     purge_deleted,
     replace_segments,
     staged_uri,
 )
 from jobs.logdir.lock import work_uri
-from jobs.logdir.recover import recover_partition
+from jobs.logdir.recover import RecoveryReport, recover_partition
 from segment_io.layout import parse_segment_file
-from segment_io.storage import LocalStorage
 from segment_io.storage.base import Storage
 
 # ---------------------------------------------------------------------------------------------------
@@ -159,7 +157,10 @@ def assert_valid_log(live: dict[str, bytes]) -> None:
     assert seen == sorted(set(seen)), "offsets repeat or go backwards across segments"
 
 
-def run_to_crash(action, step: str | None) -> list[str]:
+Action = Callable[[Callable[[str], None] | None], object]  #: a commit call, given the fault hook
+
+
+def run_to_crash(action: Action, step: str | None) -> list[str]:
     """Run ``action(fault)``, crashing before ``step`` (never when None); returns the steps announced."""
     announced: list[str] = []
 
@@ -176,17 +177,17 @@ def run_to_crash(action, step: str | None) -> list[str]:
     return announced
 
 
-def do_replace(scenario: Scenario):
+def do_replace(scenario: Scenario) -> Action:
     return lambda fault: replace_segments(scenario.storage, scenario.partition, old_base_offsets=sorted(OLD_OFFSETS),
                                           new_segments=staged_segments(), work_uri=scenario.work, fault=fault)
 
 
-def do_delete(scenario: Scenario):
+def do_delete(scenario: Scenario) -> Action:
     return lambda fault: delete_segments(scenario.storage, scenario.partition, DELETE_BASES, now_ms=DELETE_NOW_MS,
                                          work_uri=scenario.work, fault=fault)
 
 
-def recover_twice(scenario: Scenario, now_ms: int = 5_000):
+def recover_twice(scenario: Scenario, now_ms: int = 5_000) -> RecoveryReport:
     """Recover, then check a second recovery does nothing at all; returns the first report."""
     storage = scenario.storage
     first = recover_partition(storage, scenario.partition, work_uri=scenario.work, now_ms=now_ms)
@@ -232,7 +233,7 @@ def check_delete_outcome(scenario: Scenario, expect_deleted: bool) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
-# The expected step sequences, written from the protocol in jobs/commit.py's docstring.
+# The expected step sequences, written from the protocol in jobs/logdir/commit.py's docstring.
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -262,99 +263,24 @@ LOCAL_COMMIT_POINT = next(i for i, s in enumerate(LOCAL_REPLACE_STEPS) if s.star
 DELETE_STEPS = delete_steps()
 
 
-@pytest.fixture()
-def local(tmp_path) -> Scenario:
-    return build_scenario(LocalStorage(), str(tmp_path / "kafka-logs"))
+def s3_replace_steps() -> list[str]:
+    """From the protocol on S3: copy new (descending bases), delete the old objects no new one
+    overwrote, remove the intent, delete the staged objects."""
+    new_files = {(b, s) for b in NEW_OFFSETS for s in NEW_SUFFIXES[b]}
+    old_files = {(b, s) for b in OLD_OFFSETS for s in OLD_SUFFIXES[b]}
+    steps = ["write-intent"]
+    for base in sorted(NEW_OFFSETS, reverse=True):
+        steps += [f"copy-new:{name(base, s)}" for s in KAFKA_ORDER if s in NEW_SUFFIXES[base]]
+    steps += [f"delete-old:{name(b, s)}" for b, s in sorted(old_files - new_files)]
+    steps += ["remove-intent"]
+    steps += [f"delete-staged:{name(b, s)}" for b, s in sorted(new_files)]
+    return steps
 
 
-@pytest.fixture()
-def local_unstaged(tmp_path) -> Scenario:
-    """The old segments only: what retention sees."""
-    return build_scenario(LocalStorage(), str(tmp_path / "kafka-logs"), stage=False)
+S3_REPLACE_STEPS = s3_replace_steps()
 
-
-# ---------------------------------------------------------------------------------------------------
-# Tests
-# ---------------------------------------------------------------------------------------------------
-
-
-def test_replace_announces_the_protocol_steps_in_order(local: Scenario) -> None:
-    assert run_to_crash(do_replace(local), None) == LOCAL_REPLACE_STEPS
-    check_replace_outcome(local, expect_new=True)
-
-
-@pytest.mark.parametrize("step", LOCAL_REPLACE_STEPS)
-def test_replace_crash_then_recover_gives_old_or_new_set(local: Scenario, step: str) -> None:
-    run_to_crash(do_replace(local), step)
-    report = recover_twice(local)
-    expect_new = LOCAL_REPLACE_STEPS.index(step) >= LOCAL_COMMIT_POINT
-    check_replace_outcome(local, expect_new)
-    assert report.changed
-
-
-def test_delete_announces_the_protocol_steps_in_order(local_unstaged: Scenario) -> None:
-    assert run_to_crash(do_delete(local_unstaged), None) == DELETE_STEPS
-    check_delete_outcome(local_unstaged, expect_deleted=True)
-
-
-@pytest.mark.parametrize("step", DELETE_STEPS)
-def test_delete_crash_then_recover_rolls_forward_and_purge_honours_the_delay(local_unstaged: Scenario, step: str) -> None:
-    run_to_crash(do_delete(local_unstaged), step)
-    recover_twice(local_unstaged, now_ms=DELETE_NOW_MS + 40_000)  # recovery's own clock must not restart the delay
-    check_delete_outcome(local_unstaged, expect_deleted=step != "write-intent")
-
-
-def test_purge_starts_the_clock_for_unknown_deleted_files_across_runs(local_unstaged: Scenario) -> None:
-    storage, part = local_unstaged.storage, local_unstaged.partition
-    storage.rename(storage.join(part, name(0, ".log")), storage.join(part, name(0, ".log") + ".deleted"))
-    first = purge_deleted(storage, part, now_ms=7_000, file_delete_delay_ms=DELAY_MS, work_uri=local_unstaged.work)
-    assert first.purged == [] and first.kept_until_ms == {0: 7_000 + DELAY_MS}
-    again = purge_deleted(storage, part, now_ms=7_000 + DELAY_MS - 1, file_delete_delay_ms=DELAY_MS,
-                          work_uri=local_unstaged.work)
-    assert again.purged == []
-    done = purge_deleted(storage, part, now_ms=7_000 + DELAY_MS, file_delete_delay_ms=DELAY_MS, work_uri=local_unstaged.work)
-    assert [u.rsplit("/", 1)[-1] for u in done.purged] == [name(0, ".log") + ".deleted"]
-
-
-def test_zero_delay_purges_on_the_same_run(local_unstaged: Scenario) -> None:
-    delete_segments(local_unstaged.storage, local_unstaged.partition, [0], now_ms=10, work_uri=local_unstaged.work)
-    done = purge_deleted(local_unstaged.storage, local_unstaged.partition, now_ms=10, file_delete_delay_ms=0, work_uri=local_unstaged.work)
-    assert len(done.purged) == len(OLD_SUFFIXES[0])
-
-
-@pytest.mark.parametrize("old,new,why", [
-    ([0, 20], [StagedSegment(0, NEW_SUFFIXES[0])], "contiguous"),
-    ([0], [StagedSegment(0, NEW_SUFFIXES[0]), StagedSegment(18, NEW_SUFFIXES[18])], "beyond"),
-    ([10, 20], [StagedSegment(18, NEW_SUFFIXES[18])], "first new segment"),
-    ([0, 10, 20], [StagedSegment(0, (".index",))], ".log"),
-    ([0, 10, 20], [StagedSegment(0, NEW_SUFFIXES[0] + (".txnindex",)), StagedSegment(18, NEW_SUFFIXES[18])],
-     "staged file is missing"),
-    ([0, 10, 20], [StagedSegment(0, NEW_SUFFIXES[0])], "leftover"),
-    ([5], [StagedSegment(0, NEW_SUFFIXES[0])], "not a live segment"),
-])
-def test_replace_refuses_requests_that_do_not_fit(local: Scenario, old, new, why) -> None:
-    before = partition_files(local.storage, local.partition)
-    with pytest.raises(CommitError, match=why):
-        replace_segments(local.storage, local.partition, old_base_offsets=old, new_segments=new, work_uri=local.work)
-    assert partition_files(local.storage, local.partition) == before
-
-
-def test_replace_refuses_leftovers_and_a_concurrent_intent(local: Scenario) -> None:
-    storage, part = local.storage, local.partition
-    storage.write_atomic(storage.join(part, name(30, ".log") + ".swap"), b"x")
-    with pytest.raises(CommitError, match="recover"):
-        do_replace(local)(None)
-    storage.delete(storage.join(part, name(30, ".log") + ".swap"))
-    pwork = partition_work_uri(storage, local.work, part)
-    storage.makedirs(pwork)
-    storage.write_atomic(storage.join(pwork, "replace.json"), b"{}")
-    with pytest.raises(CommitError, match="recover"):
-        do_replace(local)(None)
-    assert live_data(partition_files(storage, part)) == local.old_state
-
-
-@pytest.mark.parametrize("bases,why", [([10], "prefix"), ([0, 10, 20, 30], "empty")])
-def test_delete_refuses_non_prefixes_and_emptying_the_partition(local_unstaged: Scenario, bases, why) -> None:
-    with pytest.raises(CommitError, match=why):
-        delete_segments(local_unstaged.storage, local_unstaged.partition, bases, now_ms=1, work_uri=local_unstaged.work)
-    assert live_data(partition_files(local_unstaged.storage, local_unstaged.partition)) == local_unstaged.old_state
+#: Each store's replace steps, by kind of store.
+REPLACE_STEPS = {"local": LOCAL_REPLACE_STEPS, "s3": S3_REPLACE_STEPS}
+#: The index of the first step whose crash leaves the new set: on local disk Kafka's (once no ``.cleaned`` file
+#: is left, a loader completes the swap), on S3 the intent PUT (from then on recovery rolls forward).
+COMMIT_POINT = {"local": LOCAL_COMMIT_POINT, "s3": S3_REPLACE_STEPS.index("write-intent") + 1}

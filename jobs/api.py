@@ -1,0 +1,502 @@
+"""segjobs as a Python library: :func:`compact`, :func:`retain`, :func:`inspect` and :func:`recover`, with typed
+options in and typed results out. The ``segjobs`` commands and the ``spark-submit`` scripts are thin layers
+over these functions.
+
+::
+
+    from jobs import api
+
+    result = api.compact("/var/kafka/logs", api.CompactOptions(config="conf/topics.toml", dry_run=True),
+                         now="2026-11-22T02:00:00Z")
+    print(result.records_removed, result.bytes_removed, result.exit_code)
+    for p in result.partitions:
+        print(p.name, p.action, p.records_removed)
+
+Options (:mod:`jobs.engine.options`) are frozen dataclasses checked when they are made: a value they refuse
+raises :class:`InvalidOptionUsage` / :class:`InvalidOptionConfig` naming the field. ``now`` is the instant the
+decisions are made at: epoch milliseconds, an ISO-8601 string or a datetime (naive: UTC); None means the wall
+clock, and the result says so (``now_from_wall_clock``). ``spark`` is the session the tasks run in: None takes
+the active session, or creates one (``options.master``).
+
+Errors: when nothing was done (a configuration or usage error, the log dir locked by another run) the
+functions raise :class:`~segment_io.errors.ConfigError`, :class:`~segment_io.errors.UsageError` or
+:class:`~segment_io.errors.LockHeldError` (exit code 2 on the command line); their messages name options as the
+command line spells them (``--dry-run`` is ``dry_run``). Otherwise they return a result whose ``exit_code`` is 0,
+or 1 when some partition failed (its entry says why; the others were done).
+
+``seams`` (:class:`Seams`) are for tests only: fault injection, the clock, and running tasks in this process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence, TypeVar
+
+from jobs.engine import compaction, inspection, retention
+from jobs.engine.frame import JobRun, preflight, run_job
+from jobs.engine.options import (
+    DEFAULT_DEDUPE_BUFFER_BYTES,
+    STRATEGIES,
+    ChangeOptions,
+    CompactOptions,
+    InspectOptions,
+    InvalidOption,
+    InvalidOptionConfig,
+    InvalidOptionUsage,
+    JobOptions,
+    LockingOptions,
+    ProgressSink,
+    RecoverOptions,
+    RetainOptions,
+    RunOptions,
+)
+from jobs.engine.planfile import load_for_apply
+from jobs.engine.report import Progress, RunReport, render_stopped_summary, short_error
+from jobs.engine.seams import PRODUCTION, InProcessTasks, Seams, SparkTasks
+from jobs.logdir.recover import RecoveryAction, RecoveryReport
+from jobs.rules.timeutil import Instant, resolve_now
+from segment_io.errors import LockHeldError, UsageError
+
+OptionsT = TypeVar("OptionsT", bound=RunOptions)
+
+
+# --------------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobResult:
+    """What every job run returns. The typed fields are the common questions; ``report`` (the JSON report
+    as written by ``--report``) has everything else."""
+
+    #: 0: done; 1: some partition failed, or the report/ledger could not be written (see ``errors``)
+    exit_code: int
+    run_id: str
+    log_dir: str
+    #: the instant the decisions were made at (epoch ms)
+    now_ms: int
+    #: True when ``now`` was not given and the wall clock chose it (pass ``now=now_ms`` to repeat the run)
+    now_from_wall_clock: bool
+    dry_run: bool
+    #: False when the run stopped before its end (its S3 lease was lost): ``partitions`` holds what was done
+    completed: bool
+    #: one dict per failure: ``partition`` (when one), ``kind``, ``detail``, and where known ``file``,
+    #: ``position``, ``offset``
+    errors: tuple[dict[str, Any], ...]
+    warnings: tuple[str, ...]
+    report: RunReport
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def to_json(self) -> str:
+        """The JSON report (the document ``--report`` writes and ``--format json`` prints)."""
+        return self.report.to_json()
+
+    @staticmethod
+    def _common(run: JobRun) -> dict[str, Any]:
+        r = run.report
+        return dict(exit_code=r.exit_code, run_id=r.run_id, log_dir=r.log_dir, now_ms=r.now_ms,
+                    now_from_wall_clock=run.now_from_clock, dry_run=r.dry_run, completed=run.completed,
+                    errors=tuple(r.errors), warnings=tuple(r.warnings), report=r)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionResult:
+    """One partition of a run: the common fields, and its report ``entry`` (a dict) with everything else."""
+
+    topic: str
+    partition: int
+    #: what was done; see the subclasses for the values
+    action: str
+    #: why the partition failed or was refused, in a few words; None when it did not
+    error: str | None
+    entry: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        """``topic-partition``, as the partition's directory is named."""
+        return f"{self.topic}-{self.partition}"
+
+
+def _error_text(entry: dict[str, Any]) -> str | None:
+    return short_error(entry["error"]) if entry.get("error") else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetainedPartition(PartitionResult):
+    """A partition's retention. ``action``: ``delete`` (would, in a dry run), ``none``, ``refused`` (the
+    delete-fraction limit left its topic untouched) or ``error``."""
+
+    segments_deleted: int
+    bytes_removed: int
+    #: the log start offset after retention (None when the partition could not be read)
+    log_start_offset: int | None
+    #: the rules that condemned the deleted segments (``retention.ms``, ``retention.bytes``, ``log-start-offset``)
+    rules: tuple[str, ...]
+    #: ``.deleted`` files unlinked because their file.delete.delay.ms had passed
+    files_purged: int
+
+    @classmethod
+    def of(cls, e: dict[str, Any]) -> "RetainedPartition":
+        return cls(topic=e["topic"], partition=e["partition"], action=e.get("action", ""), error=_error_text(e),
+                   entry=e, segments_deleted=len(e.get("deleted") or []),
+                   bytes_removed=int(e.get("bytes_removed") or 0), log_start_offset=e.get("log_start_offset"),
+                   rules=tuple(e.get("rules") or ()),
+                   files_purged=len(e.get("purged") or []))
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactedPartition(PartitionResult):
+    """A partition's compaction. ``action``: ``compacted``, ``unchanged``, ``partly compacted``, ``skipped``,
+    ``error`` (dry run: ``would compact``, ``would leave unchanged``)."""
+
+    #: the planner selected it (dirty ratio, max lag, or named in ``topics``/``partitions``)
+    selected: bool
+    records_removed: int
+    bytes_removed: int
+    segments_before: int | None
+    segments_after: int | None
+    #: the offset map filled up: the clean stopped early and the next run continues
+    partial: bool
+    #: compact,delete topics: the retention applied before compaction
+    retention: RetainedPartition | None
+
+    @classmethod
+    def of(cls, e: dict[str, Any]) -> "CompactedPartition":
+        return cls(topic=e["topic"], partition=e["partition"], action=e.get("action", ""), error=_error_text(e),
+                   entry=e, selected=bool(e.get("selected")), records_removed=int(e.get("records_removed") or 0),
+                   bytes_removed=int(e.get("bytes_removed") or 0), segments_before=e.get("segments_before"),
+                   segments_after=e.get("segments_after"), partial=bool(e.get("partial")),
+                   retention=RetainedPartition.of(e["retention"]) if e.get("retention") else None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactResult(JobResult):
+    """What :func:`compact` did (or, in a dry run, would do)."""
+
+    partitions: tuple[CompactedPartition, ...]
+    #: partitions the planner selected
+    partitions_selected: int
+    #: partitions with at least one segment group rewritten (``compacted`` or ``partly compacted``; dry run:
+    #: ``would compact``)
+    partitions_compacted: int
+    records_removed: int
+    #: by compaction and, for compact,delete topics, by retention first
+    bytes_removed: int
+    #: segments gone: merged by compaction, deleted by retention
+    segments_removed: int
+    files_purged: int
+    bytes_purged: int
+    #: partitions whose interrupted commits recovery settled at the start of the run
+    recovered_partitions: int
+
+    @classmethod
+    def of(cls, run: JobRun) -> "CompactResult":
+        t, parts = run.report.totals, tuple(CompactedPartition.of(e) for e in run.report.partitions)
+        return cls(**cls._common(run), partitions=parts,
+                   partitions_selected=int(t.get("selected", sum(p.selected for p in parts))),
+                   partitions_compacted=sum(p.action in ("compacted", "partly compacted", "would compact")
+                                            for p in parts),
+                   records_removed=int(t.get("records_removed", sum(p.records_removed for p in parts))),
+                   bytes_removed=int(t.get("bytes_removed", 0)),
+                   segments_removed=sum(max((p.segments_before or 0) - (p.segments_after or 0), 0)
+                                        + (p.retention.segments_deleted if p.retention else 0) for p in parts),
+                   files_purged=int(t.get("files_purged", 0)), bytes_purged=int(t.get("bytes_purged", 0)),
+                   recovered_partitions=int(t.get("recovered_partitions", 0)))
+
+    def summary(self) -> str:
+        """The human summary ``segjobs compact`` prints: a row per partition, totals, elapsed time."""
+        if not self.completed:
+            return render_stopped_summary(self.report)
+        return compaction.render_summary(self.report, dry_run=self.dry_run)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetainResult(JobResult):
+    """What :func:`retain` did (or, in a dry run, would do)."""
+
+    partitions: tuple[RetainedPartition, ...]
+    #: partitions that lost segments
+    partitions_changed: int
+    segments_deleted: int
+    bytes_removed: int
+    files_purged: int
+    bytes_purged: int
+    #: topics the delete-fraction limit left untouched
+    refused_topics: tuple[str, ...]
+    recovered_partitions: int
+
+    @classmethod
+    def of(cls, run: JobRun) -> "RetainResult":
+        t, parts = run.report.totals, tuple(RetainedPartition.of(e) for e in run.report.partitions)
+        return cls(**cls._common(run), partitions=parts,
+                   partitions_changed=sum(p.action == "delete" for p in parts),
+                   segments_deleted=sum(p.segments_deleted for p in parts),
+                   bytes_removed=sum(p.bytes_removed for p in parts),
+                   files_purged=int(t.get("files_purged", sum(p.files_purged for p in parts))),
+                   bytes_purged=int(t.get("bytes_purged", 0)),
+                   refused_topics=tuple(sorted({p.topic for p in parts if p.action == "refused"})),
+                   recovered_partitions=int(t.get("recovered_partitions", 0)))
+
+    def summary(self) -> str:
+        """The human summary ``segjobs retain`` prints."""
+        if not self.completed:
+            return render_stopped_summary(self.report)
+        return retention.render_summary(self.report, dry_run=self.dry_run)
+
+
+@dataclass(frozen=True, kw_only=True)
+class InspectedPartition:
+    """One row of :func:`inspect` (every column of :data:`jobs.engine.inspection.COLUMNS` is in ``row``)."""
+
+    topic: str
+    partition: int
+    #: why the partition could not be read; None when it could (then the numbers below are set)
+    error: str | None
+    dirty_ratio: float | None
+    compaction_selected: bool
+    compaction_records_removed: int
+    compaction_bytes_removed: int
+    retention_bytes_deleted: int
+    records: int | None
+    distinct_keys: int | None
+    row: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @classmethod
+    def of(cls, r: dict[str, Any]) -> "InspectedPartition":
+        return cls(topic=r["topic"], partition=r["partition"], error=r.get("error"), dirty_ratio=r.get("dirty_ratio"),
+                   compaction_selected=bool(r.get("compaction_selected")),
+                   compaction_records_removed=int(r.get("compaction_records_removed") or 0),
+                   compaction_bytes_removed=int(r.get("compaction_bytes_removed") or 0),
+                   retention_bytes_deleted=int(r.get("retention_bytes_deleted") or 0), records=r.get("records"),
+                   distinct_keys=r.get("distinct_keys"), row=r)
+
+
+@dataclass(frozen=True, kw_only=True)
+class InspectResult(JobResult):
+    """What :func:`inspect` found: one row per partition, and what compaction and retention would reclaim."""
+
+    partitions: tuple[InspectedPartition, ...]
+    bytes: int
+    records: int
+    #: partitions a compaction at now would select
+    compaction_selected: int
+    #: bytes a compaction at now would remove from the selected partitions
+    compaction_bytes_removed: int
+    retention_bytes_deleted: int
+    #: True: distinct keys counted and compaction measured exactly; False: estimates
+    exact: bool
+
+    @classmethod
+    def of(cls, run: JobRun) -> "InspectResult":
+        t = run.report.totals
+        return cls(**cls._common(run), partitions=tuple(InspectedPartition.of(r) for r in run.report.partitions),
+                   bytes=int(t.get("bytes", 0)), records=int(t.get("records", 0)),
+                   compaction_selected=int(t.get("compaction_selected", 0)),
+                   compaction_bytes_removed=int(t.get("compaction_bytes_removed", 0)),
+                   retention_bytes_deleted=int(t.get("retention_bytes_deleted", 0)), exact=bool(t.get("exact")))
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The rows as dicts of every column (:data:`jobs.engine.inspection.COLUMNS`)."""
+        return [p.row for p in self.partitions]
+
+    def summary(self, fmt: str = "table") -> str:
+        """What ``segjobs inspect --format FMT`` prints: ``table``, ``csv`` or ``json``."""
+        return inspection.render(self.report, fmt)
+
+    def to_dataframe(self, spark: Any):
+        """The rows as a Spark DataFrame with the declared schema (one column per :data:`COLUMNS` entry)."""
+        data = [tuple(r[name] for name in inspection.COLUMN_NAMES) for r in self.rows]
+        return spark.createDataFrame(data, schema=inspection.spark_schema())
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecoverResult:
+    """What :func:`recover` did (or, in a dry run, would do)."""
+
+    #: 0: recovered; 1: a partition could not be settled (``failed``), or the lease was lost
+    exit_code: int
+    log_dir: str
+    now_ms: int
+    now_from_wall_clock: bool
+    dry_run: bool
+    #: False when the run stopped before the end (its S3 lease was taken over): ``reports`` is then empty and
+    #: the partitions before the stop are recovered; run recover again
+    completed: bool
+    #: one report per partition (in name order) and, when it changed anything, one for the log dir itself
+    reports: tuple[RecoveryReport, ...]
+    #: why the lease was lost, when it was (during the run, or found when releasing it)
+    lease_lost: str | None
+
+    @property
+    def partitions(self) -> tuple[RecoveryReport, ...]:
+        """The partitions' reports (without the log dir's own)."""
+        return tuple(r for r in self.reports if r.partition_uri != self.log_dir)
+
+    @property
+    def partitions_recovered(self) -> int:
+        return sum(r.changed for r in self.partitions)
+
+    @property
+    def failed(self) -> tuple[RecoveryReport, ...]:
+        """Partitions whose leftovers could not be settled safely: left as they were, and jobs leave them alone."""
+        return tuple(r for r in self.reports if r.error is not None)
+
+    @property
+    def actions(self) -> tuple[RecoveryAction, ...]:
+        return tuple(a for r in self.reports for a in r.actions)
+
+    @property
+    def leftovers(self) -> tuple[RecoveryAction, ...]:
+        """The actions that removed leftovers of interrupted runs (staged files, temporaries, uploads)."""
+        return tuple(a for r in self.reports for a in r.leftovers)
+
+
+# --------------------------------------------------------------------------------------------------
+# The functions
+# --------------------------------------------------------------------------------------------------
+
+
+def _checked(options: OptionsT | None, kind: type[OptionsT], function: str) -> OptionsT:
+    if options is None:
+        return kind()
+    if not isinstance(options, kind):
+        raise UsageError(f"{function}() takes {kind.__name__}, not {type(options).__name__}")
+    return options
+
+
+def compact(log_dir: str | os.PathLike, options: CompactOptions | None = None, *, now: Instant | None = None,
+            spark: Any = None, seams: Seams | None = None) -> CompactResult:
+    """Compact the partitions of the log dir (a local path or s3:// URI) whose cleanup.policy includes compact,
+    with Kafka's log-cleaner semantics; compact,delete topics get retention first. ``segjobs compact --help``
+    says what it does in detail. Returns what was done; see the module docstring for ``now``, ``spark``,
+    errors and ``seams``."""
+    options = _checked(options, CompactOptions, "compact")
+    log_dir = os.fspath(log_dir)
+    options, now, applying = load_for_apply(options, "compact", log_dir, now, compaction.PLAN_OPTIONS)
+    run = run_job("compact", log_dir, options, compaction.work, scan_depth="transactions", now=now, spark=spark,
+                  seams=seams, applying=applying)
+    return CompactResult.of(run)
+
+
+def retain(log_dir: str | os.PathLike, options: RetainOptions | None = None, *, now: Instant | None = None,
+           spark: Any = None, seams: Seams | None = None) -> RetainResult:
+    """Apply Kafka's retention (log start offset, retention.bytes, retention.ms) to the log dir and delete the
+    condemned segments crash-safely; ``segjobs retain --help`` says what it does in detail."""
+    options = _checked(options, RetainOptions, "retain")
+    log_dir = os.fspath(log_dir)
+    options, now, applying = load_for_apply(options, "retain", log_dir, now, retention.PLAN_OPTIONS)
+    run = run_job("retain", log_dir, options, retention.work, scan_depth="headers", now=now, spark=spark,
+                  seams=seams, applying=applying)
+    return RetainResult.of(run)
+
+
+def inspect(log_dir: str | os.PathLike, options: InspectOptions | None = None, *, now: Instant | None = None,
+            spark: Any = None, seams: Seams | None = None) -> InspectResult:
+    """Report, per partition, how dirty the log dir is and what compaction and retention would reclaim at
+    ``now``. Writes nothing and takes no lock: safe on a directory a broker owns."""
+    options = _checked(options, InspectOptions, "inspect")
+    run = run_job("inspect", os.fspath(log_dir), options, inspection.work, scan_depth="transactions", now=now,
+                  spark=spark, seams=seams, destructive=False)
+    return InspectResult.of(run)
+
+
+def recover(log_dir: str | os.PathLike, options: RecoverOptions | None = None, *, now: Instant | None = None,
+            seams: Seams | None = None) -> RecoverResult:
+    """Complete or roll back what interrupted runs left in the log dir, under its lock (every job does this at
+    its start). ``now`` is the instant recorded for ``.deleted`` files the deletion ledger does not know yet.
+    With ``dry_run`` no lock is taken and nothing changes: the reports list what a real run would do."""
+    from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir
+    from jobs.logdir.lock import LeaseLost, acquire, lease_ttl_ms, work_uri
+    from jobs.logdir.recover import PreviewStorage, recover_log_dir
+    from segment_io.layout import list_log_dir
+    from segment_io.storage import open_storage
+
+    options = _checked(options, RecoverOptions, "recover")
+    seams = seams or PRODUCTION
+    progress = Progress("recover", quiet=options.progress is None, sink=options.progress)
+    now_ms, now_note = resolve_now(now, seams.clock)
+    log_dir = os.fspath(log_dir).rstrip("/") or "/"
+    storage = open_storage(log_dir, options.storage_options())
+    preflight(storage, log_dir, None, None, None)  # S3 answers (within seconds), or exit code 2
+    check_log_dir_is_dir(storage, log_dir)
+    # an empty log dir is fine (nothing to recover); a partition directory given as one is a mistake
+    check_log_dir_has_partitions(log_dir, list_log_dir(storage, log_dir), scoped=False, required=False)
+    work = work_uri(log_dir)
+
+    def result(reports: Sequence[RecoveryReport], lost: str | None, completed: bool = True) -> RecoverResult:
+        failed = any(r.error is not None for r in reports)
+        return RecoverResult(exit_code=1 if failed or lost else 0, log_dir=log_dir, now_ms=now_ms,
+                             now_from_wall_clock=now_note is not None, dry_run=options.dry_run, completed=completed,
+                             reports=tuple(reports), lease_lost=lost)
+
+    if options.dry_run:
+        return result(recover_log_dir(PreviewStorage(storage), log_dir, now_ms=now_ms, work_uri=work), None)
+    if now_note:
+        progress.notice(now_note)
+    reports = None
+    try:
+        # The lease guards the real time this takes, so it runs on the wall clock, never on now.
+        with acquire(storage, log_dir, now_ms=seams.clock(), ttl_ms=lease_ttl_ms(options.lease_ttl),
+                     clock=seams.clock, break_run_id=options.break_lease) as lease:
+            if lease.notice:
+                progress.notice(lease.notice)
+            reports = recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work,
+                                      check=lambda: lease.check(seams.clock()))
+    except LeaseLost as exc:
+        # Each partition's recovery is complete or not begun; the next recovery does the rest.
+        return result((), str(exc), completed=False)
+    except LockHeldError as exc:
+        if reports is None:
+            raise  # refused: nothing was done
+        return result(reports, str(exc))  # taken over after the work was done, found at the release
+    return result(reports, None)
+
+
+# --------------------------------------------------------------------------------------------------
+# Notebooks
+# --------------------------------------------------------------------------------------------------
+
+
+def inspect_report(uri: str | os.PathLike, *, topics: str | Sequence[str] | None = None, now: Instant | None = None,
+                   exact: bool = False, config: str | os.PathLike | None = None, overrides: Sequence[str] = (),
+                   master: str | None = None) -> RunReport:
+    """:func:`inspect` with keyword arguments, returning the report: one entry per partition in
+    ``report.partitions`` (the :data:`~jobs.engine.inspection.COLUMNS`), unreadable partitions with ``error``
+    set and listed in ``report.errors``. Runs in the active Spark session (one is created when none is)."""
+    options = InspectOptions(topics=topics or (), exact=exact, config=config, overrides=overrides, master=master)
+    return inspect(uri, options, now=now).report
+
+
+def dirty_ratios(spark: Any, uri: str | os.PathLike, *, topics: str | Sequence[str] | None = None,
+                 now: Instant | None = None, exact: bool = False, config: str | os.PathLike | None = None,
+                 overrides: Sequence[str] = ()):
+    """One row per partition of the log dir at ``uri``, as a Spark DataFrame of
+    :data:`~jobs.engine.inspection.COLUMNS`: what ``segjobs inspect`` reports, for notebooks. An unreadable
+    partition is a row with ``error`` set and no numbers."""
+    options = InspectOptions(topics=topics or (), exact=exact, config=config, overrides=overrides)
+    return inspect(uri, options, now=now, spark=spark).to_dataframe(spark)
+
+
+__all__ = [
+    # functions
+    "compact", "retain", "inspect", "recover", "dirty_ratios", "inspect_report",
+    # options
+    "RunOptions", "LockingOptions", "JobOptions", "ChangeOptions", "CompactOptions", "RetainOptions",
+    "InspectOptions", "RecoverOptions", "ProgressSink", "DEFAULT_DEDUPE_BUFFER_BYTES", "STRATEGIES",
+    "InvalidOption", "InvalidOptionConfig", "InvalidOptionUsage",
+    # results
+    "JobResult", "PartitionResult", "CompactResult", "CompactedPartition", "RetainResult", "RetainedPartition",
+    "InspectResult", "InspectedPartition", "RecoverResult", "RecoveryReport", "RecoveryAction",
+    # test seams
+    "Seams", "InProcessTasks", "SparkTasks",
+]

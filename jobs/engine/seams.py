@@ -1,0 +1,155 @@
+"""Seams: what a test may replace in a job run, passed as parameters (never by patching module globals).
+
+* ``fault(partition, step)``: called before every destructive step of a commit (compaction's replace,
+  retention's delete, its checkpoint writes and purges) with the partition's name (``orders-3``; ``""`` for a
+  step on the log dir as a whole) and the protocol's step name (``write-intent``, ``cleaned-to-swap:<file>``,
+  ...; see :mod:`jobs.logdir.commit`). Raising from it simulates a crash right there. Retention commits
+  partitions on several threads at once, so a hook must be thread-safe.
+* ``clock()``: the wall clock in epoch ms. It times the S3 lease (taking it, the heartbeat, the check before
+  each commit) and is the default of ``now``. Decisions are never made on it otherwise: ``now`` is an input.
+* ``runner``: how the per-partition tasks (scans, cleaning, inspection) run: as Spark tasks
+  (:class:`SparkTasks`, the default) or one after another in this process (:class:`InProcessTasks`), so
+  the drivers' commit loops can be tested without a Spark session.
+
+Users never need them: :func:`jobs.api.compact` and the others take ``seams=None``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, TypeVar
+
+from jobs.rules.timeutil import wall_clock_ms
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: ``fault(partition, step)``: see the module docstring.
+FaultHook = Callable[[str, str], None]
+
+
+class TaskRunner(Protocol):
+    """Runs a job's per-partition tasks and collects their (small) results in order."""
+
+    @property
+    def parallelism(self) -> int:
+        """How many tasks can run at once (header scans are batched into a few tasks per slot)."""
+        ...
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None) -> list[R]:
+        """``[fn(item) for item in items]``, run as ``tasks`` tasks (default: one per item)."""
+        ...
+
+    def set_environment(self, env: Mapping[str, str]) -> None:
+        """Environment variables the tasks must see (e.g. the decompression bound of the decoders)."""
+        ...
+
+
+class SparkTasks:
+    """Tasks on Spark: ``parallelize(items).map(fn).collect()``. ``fn`` and the items must pickle."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+
+    @property
+    def parallelism(self) -> int:
+        return int(self.spark.sparkContext.defaultParallelism)
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None) -> list[R]:
+        if not items:
+            return []
+        return self.spark.sparkContext.parallelize(list(items), min(len(items), tasks or len(items))).map(fn).collect()
+
+    def set_environment(self, env: Mapping[str, str]) -> None:
+        # Python workers (local or on a cluster's executors) get the environment of the SparkContext.
+        for key, value in env.items():
+            self.spark.sparkContext.environment[key] = value
+
+
+@dataclass
+class InProcessTasks:
+    """Tasks run one after another in this process, for tests of the drivers without Spark. Every item and
+    result makes a pickle round trip, as it would to and from an executor, so a task that could not be
+    shipped fails here too. Storage objects alone pass by reference: their pickling is tested on its own,
+    and a copy would cost a new S3 client (a second or so) per task."""
+
+    parallelism: int = 1
+    env: dict[str, str] = field(default_factory=dict)
+    #: how many tasks ran (tests check the runner was used)
+    calls: int = 0
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None) -> list[R]:
+        out = []
+        with _environment(self.env):
+            for item in items:
+                self.calls += 1
+                out.append(_round_trip(fn(_round_trip(item))))
+        return out
+
+    def set_environment(self, env: Mapping[str, str]) -> None:
+        self.env.update(env)
+
+
+def _round_trip(value: T) -> T:
+    """``value`` pickled and unpickled, storage objects kept as they are (see :class:`InProcessTasks`)."""
+    from segment_io.storage.base import Storage
+
+    kept: list[Any] = []
+
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, obj: Any) -> int | None:
+            if isinstance(obj, Storage):
+                kept.append(obj)
+                return len(kept) - 1
+            return None
+
+    class Unpickler(pickle.Unpickler):
+        def persistent_load(self, pid: Any) -> Any:
+            return kept[pid]
+
+    buf = io.BytesIO()
+    Pickler(buf).dump(value)
+    buf.seek(0)
+    return Unpickler(buf).load()
+
+
+@contextmanager
+def _environment(env: Mapping[str, str]) -> Iterator[None]:
+    """``env`` set in ``os.environ`` for the duration (what a Spark worker would see), then restored."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@dataclass(frozen=True)
+class Seams:
+    """The test seams of one run (see the module docstring). The defaults are what production uses."""
+
+    fault: FaultHook | None = None
+    clock: Callable[[], int] = wall_clock_ms
+    #: None: Spark (the session given to the API, else the active one, else a new one)
+    runner: TaskRunner | None = None
+
+    def fault_for(self, partition: str) -> Callable[[str], None] | None:
+        """The one-argument hook :mod:`jobs.logdir.commit` calls, for the steps of ``partition``."""
+        hook = self.fault
+        if hook is None:
+            return None
+        return lambda step: hook(partition, step)
+
+
+#: The seams of a production run.
+PRODUCTION = Seams()
+
+__all__ = ["FaultHook", "InProcessTasks", "PRODUCTION", "Seams", "SparkTasks", "TaskRunner"]
