@@ -70,7 +70,7 @@ def _add_output_options(p: argparse.ArgumentParser, formats: tuple[str, ...]) ->
                           "stdout")
     p.add_argument("--verbose", action="store_true",
                    help="show Spark's own log lines (INFO) on stderr; SEGJOBS_SPARK_LOG=LEVEL picks another level")
-    add_log_format_option(p)
+    add_log_format_option(p, job=True)
 
 
 #: What --log-format says, shared by every command that prints progress.
@@ -79,13 +79,17 @@ LOG_FORMAT_HELP = (
     "1.3s', or json: one JSON object per line and event, for a log collector, with ts (ISO-8601 UTC), command, "
     "elapsed_s, level (info, notice or error), event (a stable name such as scan.done, compact.partition, "
     "retain.partition, report.written), message (the text line's words) and, where known, partition, "
-    "partitions, seconds, bytes_removed, records_removed, uri. --quiet keeps the notice and error events. "
-    "stdout (--format) is not affected; Spark's own log lines (--verbose) stay text")
+    "partitions, seconds, bytes_removed, records_removed, uri. ")
+#: ... and what it leaves alone, for a job (compact, retain, inspect)
+LOG_FORMAT_JOB_HELP = ("--quiet keeps the notice and error events. stdout (--format) is not affected; Spark's own log "
+                       "lines (--verbose) stay text")
 
 
-def add_log_format_option(p: argparse.ArgumentParser) -> None:
-    """``--log-format text|json``: see :data:`LOG_FORMAT_HELP` and :mod:`jobs.engine.events`."""
-    p.add_argument("--log-format", choices=LOG_FORMATS, default="text", help=LOG_FORMAT_HELP)
+def add_log_format_option(p: argparse.ArgumentParser, *, job: bool = False) -> None:
+    """``--log-format text|json``: see :data:`LOG_FORMAT_HELP` and :mod:`jobs.engine.events`. ``job``: the command
+    has --quiet, --format and --verbose (the help says how they combine)."""
+    tail = LOG_FORMAT_JOB_HELP if job else "stdout (the command's result) is not affected"
+    p.add_argument("--log-format", choices=LOG_FORMATS, default="text", help=LOG_FORMAT_HELP + tail)
 
 
 def progress_sink(args: argparse.Namespace, *, quiet: bool | None = None) -> "ProgressSink | None":
