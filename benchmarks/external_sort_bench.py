@@ -63,7 +63,8 @@ def _tree_cpu_seconds() -> float:
 
 
 def _spark_numbers(spark: Any, group: str) -> dict[str, Any]:
-    """Tasks of the jobs of ``group`` (status tracker) and spilled bytes (REST API; None without the UI)."""
+    """Tasks of the jobs of ``group`` (status tracker; a run's jobs are in ``segjobs-compact-<run id>``) and
+    spilled bytes (REST API; None without the UI)."""
     sc = spark.sparkContext
     tracker = sc.statusTracker()
     stages = []
@@ -108,7 +109,6 @@ def _compact(spark: Any, src: Path, work: Path, strategy: str, buffer: int, segm
     config = ConfigSet().with_overrides(["*:cleanup.policy=compact", f"*:segment.bytes={segment_bytes}"])
     options = api.CompactOptions(config=config, topics=("*",), strategy=strategy, dedupe_buffer_bytes=buffer,
                                  progress=lambda line: None)
-    spark.sparkContext.setJobGroup(group, group)
     t0 = time.perf_counter()
     result = api.compact(work, options, now=NOW, spark=spark)
     wall = time.perf_counter() - t0
@@ -116,6 +116,11 @@ def _compact(spark: Any, src: Path, work: Path, strategy: str, buffer: int, segm
         raise RuntimeError(f"{strategy}: exit {result.exit_code}: {result.errors}")
     (entry,) = [p.entry for p in result.partitions]
     return wall, entry, result
+
+
+def _group(result: Any) -> str:
+    """The Spark job group of a run (see jobs.engine.seams.SparkTasks)."""
+    return f"segjobs-compact-{result.run_id}"
 
 
 def _fresh(src: Path, work: Path) -> None:
@@ -145,14 +150,14 @@ def compare(spark: Any, root: Path, records: int, *, big_buffer: int | None = No
     _fresh(src, work)
     cpu0 = _tree_cpu_seconds()
     with PeakTreeRss() as mem:
-        ext_s, entry, _ = _compact(spark, src, work, "external-sort", buffer, segment_bytes, "ext-sort")
+        ext_s, entry, ext_result = _compact(spark, src, work, "external-sort", buffer, segment_bytes, "ext-sort")
     cpu = _tree_cpu_seconds() - cpu0
     ext_files = {f.name: f.read_bytes() for f in sorted((work / "big-0").iterdir())}
     rows.append({"bench": "external-sort, one run", "seconds": round(ext_s, 1), "cpu_seconds": round(cpu, 1),
                  "cpu_per_wall": round(cpu / ext_s, 2), "MB_per_s": round(input_bytes / ext_s / 1e6, 1),
                  "records_removed": entry["records_removed"], "partial": entry["partial"],
                  "peak_rss_MB": round(mem.peak_bytes / 1e6), **entry.get("external_sort", {}),
-                 **_spark_numbers(spark, "ext-sort")})
+                 **_spark_numbers(spark, _group(ext_result))})
 
     _fresh(src, work)
     runs, partial_s, removed = 0, 0.0, 0
@@ -220,13 +225,13 @@ def huge(spark: Any, root: Path, keys: int) -> list[dict]:
     segment_bytes = max(1 << 20, records * (VALUE_BYTES + 40) // 8)
     cpu0 = _tree_cpu_seconds()
     with PeakTreeRss() as mem:
-        s, entry, _ = _compact(spark, src, src, "external-sort", 128 << 20, segment_bytes, "huge")
+        s, entry, huge_result = _compact(spark, src, src, "external-sort", 128 << 20, segment_bytes, "huge")
     shutil.rmtree(src, ignore_errors=True)
     return [{"bench": f"external-sort, {keys:,} keys", "seconds": round(s, 1),
              "cpu_seconds": round(_tree_cpu_seconds() - cpu0, 1), "MB": round(input_bytes / 1e6),
              "MB_per_s": round(input_bytes / s / 1e6, 1), "target_MB_per_s": 50,
              "verdict": verdict(input_bytes / s / 1e6 >= 50), "partial": entry["partial"],
-             "peak_rss_MB": round(mem.peak_bytes / 1e6), **_spark_numbers(spark, "huge")}]
+             "peak_rss_MB": round(mem.peak_bytes / 1e6), **_spark_numbers(spark, _group(huge_result))}]
 
 
 def run(quick: bool = False, data_dir: Path = Path("bench-data"), *, records: int | None = None,

@@ -397,7 +397,11 @@ def _sort_pass(ctx: JobContext, parts: list[_Partition]) -> None:
     counts: dict[tuple[int, int], int]
     try:
         if isinstance(runner, SparkTasks):
-            counts = _spark_sort(runner.spark, items, parts)
+            from jobs.engine.seams import spark_job_labels
+
+            what = f"segjobs {ctx.report.command}: external-sort key pass and sort of {len(parts)} partition(s)"
+            with spark_job_labels(runner.spark.sparkContext, runner.job_group, what):
+                counts = _spark_sort(runner.spark, items, parts)
         else:
             counts = _local_sort(ctx, items, parts)
     except Exception as exc:  # noqa: BLE001 - e.g. Spark failed the stage: every partition of it fails
@@ -423,7 +427,9 @@ def _map_uri(storage: Storage, work: str, g: int) -> str:
 def _local_sort(ctx: JobContext, items: list[KeyReadItem], parts: list[_Partition]) -> dict[tuple[int, int], int]:
     """Without Spark: the key pass through the runner, the sort in memory."""
     tasks = task_count(len(items), sum(i.size // i.splits for i in items), ctx.runner.parallelism)
-    tables = [t for t in ctx.parallel_map(_read_or_report, items, tasks=tasks) if t is not None]
+    tables = [t for t in ctx.parallel_map(_read_or_report, items, tasks=tasks,
+                                          description=f"external-sort key pass over {len(items)} piece(s)")
+              if t is not None]
     rows = pa.concat_tables(tables) if tables else KEY_ROW_SCHEMA.empty_table()
     col = {f.name: rows.column(f.name).to_numpy() for f in KEY_ROW_SCHEMA}
     sup = superseded_keys(col["p"], col["g"], col["key_hash_hi"], col["key_hash_lo"], col["offset"], col["mappable"])
@@ -484,8 +490,9 @@ def _rewrite_passes(ctx: JobContext, parts: list[_Partition], details: dict[tupl
     needs_tail = [part for part in live if not _failed(part, results)
                   and any(len(results[(part.p, g)].marker_offsets) for g in range(len(part.groups)))]
     # the memory strategy's round end: its map never fills here, so the round ends at the first uncleanable offset
-    tails = dict(ctx.parallel_map(summarize_tail, [TailItem(part.p, part.task, part.task.plan.first_uncleanable_offset)
-                                                   for part in needs_tail]))
+    tail_items = [TailItem(part.p, part.task, part.task.plan.first_uncleanable_offset) for part in needs_tail]
+    tails = dict(ctx.parallel_map(summarize_tail, tail_items, description=f"external-sort state after the first "
+                                                                          f"wave, {len(tail_items)} partition(s)"))
     again = []
     for part in needs_tail:
         tail = tails[part.p]
@@ -526,7 +533,9 @@ def _rewrite_passes(ctx: JobContext, parts: list[_Partition], details: dict[tupl
 
 def _map_groups(ctx: JobContext, items: list[GroupItem]) -> list[GroupResult]:
     size = sum(s.size_bytes for i in items for s in i.group)
-    return ctx.parallel_map(clean_group_item, items, tasks=task_count(len(items), size, ctx.runner.parallelism))
+    wave = "second wave, " if items and items[0].refreshed is not None else ""
+    return ctx.parallel_map(clean_group_item, items, tasks=task_count(len(items), size, ctx.runner.parallelism),
+                            description=f"external-sort rewrite, {wave}{len(items)} segment group(s)")
 
 
 def _failed(part: _Partition, results: dict[tuple[int, int], GroupResult]) -> bool:
