@@ -29,7 +29,7 @@ Public API::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -162,10 +162,5 @@ def choose_strategy(requested: str, *, dirty_records: int | None, max_keys: int)
                                            f"map holds")
 
 
-def summaries_in_order(parts: Sequence[tuple[int, BatchSummary]]) -> list[BatchSummary]:
-    """Summaries keyed by their first offset, sorted (tasks may finish in any order)."""
-    return [s for _, s in sorted(parts, key=lambda item: item[0])]
-
-
 __all__ = ["KEY_ROW_SCHEMA", "SUPERSEDED_SCHEMA", "StrategyChoice", "choose_strategy", "dirty_record_bound",
-           "freed_markers", "group_offset_map", "refreshed_txn_state", "summaries_in_order", "superseded_keys"]
+           "freed_markers", "group_offset_map", "refreshed_txn_state", "superseded_keys"]
