@@ -207,7 +207,7 @@ class _PartitionCleaner:
     def _clean_group(self, group, omap, refreshed_txn, mappings: ExitStack) -> _GroupRun:
         from jobs.rules.cleaner import clean_records, key_hash_table
         from segment_io.decode import decode_segment_bytes
-        from segment_io.encode import encode_batches
+        from segment_io.encode_stream import encoded_size
         from segment_io.format import scan_batches
         from segment_io.segment_writer import write_segment
 
@@ -244,8 +244,7 @@ class _PartitionCleaner:
         if changed:
             g.records_after = result.records.num_rows
             if task.dry_run:
-                g.bytes_after = encode_batches(result.records, empty_batches=result.empty_batches,
-                                               sources=sources).size
+                g.bytes_after = encoded_size(result.records, empty_batches=result.empty_batches, sources=sources)
             else:
                 target = task.committer.task_stage_uri(task.listing.uri, bases[0], ".log")
                 written = write_segment(result.records, target, storage=storage,
