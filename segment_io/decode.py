@@ -836,6 +836,9 @@ def decode_key_hashes_bytes(data: bytes | bytearray | memoryview, *, path: str |
     for chunk in _chunks(seg.hdr, None, _CHUNK_BYTES):
         for is_v2, run in _runs(seg.hdr, chunk):
             tables.extend(_key_hash_v2(seg, run) if is_v2 else [_key_hash_legacy(seg, run)])
+        if isinstance(data, mmap.mmap) and len(chunk):  # pages read: not kept resident (see _decode_all)
+            release_mapped_pages(data, int(seg.hdr.position[chunk[0]]),
+                                 int(seg.hdr.position[chunk[-1]] + seg.hdr.size[chunk[-1]]))
     if not tables:
         return KEY_HASH_SCHEMA.empty_table()
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
