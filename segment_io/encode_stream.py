@@ -33,6 +33,7 @@ from segment_io.encode import (
 from segment_io.errors import InvalidRecordsError, UsageError
 from segment_io.format import BatchHeaders
 from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA
+from segment_io.storage.base import release_mapped_pages
 
 #: Keys and values per encoded part. Large enough that the per-call cost of the encoder (planning, numba
 #: dispatch) is amortised over thousands of records, small enough to be a fixed allowance next to a segment.
@@ -195,6 +196,23 @@ def iter_encoded_parts(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBa
         if len(headers):
             prev_last = int(headers.last_offset[-1])
         yield encoded
+        del encoded
+        if sources:
+            _release_sources_before(part, sources)
+
+
+def _release_sources_before(part: pa.Table, sources: Mapping[int, bytes | memoryview]) -> None:
+    """Once a part is written, the pages of its source segments up to its last batch are not needed again
+    (batches come in file order): a memory-mapped source gives them back, so reading the sources for verbatim
+    copies does not make a whole segment resident. A later read of them would only fault them back in."""
+    if part.num_rows == 0:
+        return
+    segs = np.asarray(part.column("segment_base_offset").to_numpy(), dtype=np.int64)
+    pos = np.asarray(part.column("batch_position").fill_null(0).to_numpy(), dtype=np.int64)
+    for seg in np.unique(segs).tolist():
+        src = sources.get(int(seg))
+        if src is not None:
+            release_mapped_pages(src, 0, int(pos[segs == seg].max()))
 
 
 class HeaderCollector:
