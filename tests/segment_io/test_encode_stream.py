@@ -237,3 +237,22 @@ def test_a_failed_streamed_upload_leaves_no_object_and_no_pending_upload(s3_buck
     good = write_segment(table, f"{prefix}/00000000000000000000.log", storage=storage, part_bytes=1 << 20)
     assert storage.read(f"{prefix}/00000000000000000000.log") == encode_batches(table).to_bytes()
     assert good.bytes > 5 << 20
+
+
+def test_mapped_sources_give_the_same_bytes_as_in_memory_ones(tmp_path: Path) -> None:
+    """Verbatim copies from a memory-mapped source whose pages are given back behind every written part."""
+    from segment_io.storage.local import LocalStorage
+
+    log = LogBuilder(start_offset=0)
+    for i in range(400):
+        log.batch([rec(f"k{i}", os.urandom(300)), rec(f"j{i}", os.urandom(100))], codec=i % 3)
+    data = encode_batches(log.table()).to_bytes()
+    src = tmp_path / "00000000000000000000.log"
+    src.write_bytes(data)
+    decoded = decode_segment_bytes(data, segment_base_offset=0)
+    kept = decoded.filter(pa.array([i % 5 != 0 for i in range(decoded.num_rows)]))  # some batches whole
+    expected = encode_batches(kept, sources={0: data}).to_bytes()
+    out = tmp_path / "out" / "00000000000000000000.log"
+    with LocalStorage().read_mapped(str(src)) as mapped:
+        write_segment(kept, str(out), sources={0: mapped}, part_bytes=4_096)
+    assert out.read_bytes() == expected
