@@ -14,7 +14,8 @@ Rows, each with its target and PASS/MISS:
   kafka-python.
 * **peak RSS per task**: partitions of large segments (``segment.bytes`` 1 GiB; ``--quick`` 256 MiB), two
   partitions of 1.9 segments (one full group each), on ``local[2]``: the largest RSS of any one Python worker
-  (a task runs in one) against ``2 x segment.bytes`` plus the fixed allowance :data:`ALLOWANCE_BYTES` plus the offset map
+  (a task runs in one) against ``2 x segment.bytes`` plus the fixed allowance :data:`ALLOWANCE_BYTES` plus
+  the offset map
   (``--dedupe-buffer-bytes``, 128 MiB by default). The allowance (interpreter, pyarrow, numba and their
   libraries, the encoder's part buffer, the cleaner's per-row temporaries) was measured with this section.
 
