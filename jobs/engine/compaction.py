@@ -94,6 +94,14 @@ class PartitionOutcome:
     error: PartitionError | None = None
     seconds: float = 0.0
 
+    def progress_fields(self) -> dict[str, Any]:
+        """The structured fields of the partition's ``compact.partition`` progress event (the report's names)."""
+        changed = [g for g in self.groups if g.changed]
+        return {"partition": f"{self.topic}-{self.partition}", "seconds": self.seconds,
+                "records_removed": sum(g.records_before - g.records_after for g in changed),
+                "bytes_removed": sum(g.bytes_before - g.bytes_after for g in changed),
+                "segments_rewritten": sum(len(g.old_bases) for g in changed), "partial": self.map_full}
+
 
 def _txn_entries(storage: Storage, listing: PartitionListing, bases: list[int], kept: pa.Table) -> list:
     """The ``.txnindex`` entries of the new segment: the source segments' entries whose abort marker survives."""
@@ -446,8 +454,10 @@ def work(ctx: JobContext) -> None:
     # Where retention failed half-way the partition is not what compaction was planned on: leave it alone.
     failed = {k for k, e in retention.items() if e["action"] == "error" and k in first.plans}
     tasks = [t for t in tasks if (t.plan.topic, t.plan.partition) not in failed]
-    ctx.progress(f"{len(tasks)} of {len(plans)} partition(s) selected for compaction")
-    outcomes = {(o.topic, o.partition): o for o in ctx.parallel_map(compact_partition, tasks)}
+    ctx.progress(f"{len(tasks)} of {len(plans)} partition(s) selected for compaction", event="compact.selected",
+                 partitions=len(tasks))
+    outcomes = {(o.topic, o.partition): o for o in ctx.parallel_map(
+        compact_partition, tasks, description=f"{'measure' if ctx.dry_run else 'compact'} {len(tasks)} partition(s)")}
 
     checkpoints = dict(ctx.checkpoints[CLEANER_OFFSET_CHECKPOINT])
     checkpoint_changed = False
@@ -480,13 +490,14 @@ def work(ctx: JobContext) -> None:
         if outcome is not None and outcome.error is not None:
             ctx.report.errors.append({"partition": f"{plan.topic}-{plan.partition}", **outcome.error.to_dict()})
             state_word = "PARTLY COMPACTED, then failed" if committed else "UNCLEANABLE, left untouched"
-            ctx.progress.error(f"{plan.topic}-{plan.partition}: {state_word}: {outcome.error}")
+            ctx.progress.error(f"{plan.topic}-{plan.partition}: {state_word}: {outcome.error}", event="compact.failed",
+                               partition=f"{plan.topic}-{plan.partition}", committed=committed)
         elif outcome is not None:
             ctx.progress(f"{plan.topic}-{plan.partition}: {'measured' if ctx.dry_run else 'compacted'} in "
-                         f"{outcome.seconds}s")
+                         f"{outcome.seconds}s", event="compact.partition", **outcome.progress_fields())
             for problem in (p for g in outcome.groups if g.committed or ctx.dry_run for p in g.corrupt_indexes):
                 note = f"{plan.topic}-{plan.partition}: {problem}: {'would rebuild' if ctx.dry_run else 'rebuilt'} it"
-                ctx.progress(note)
+                ctx.progress(note, event="index.rebuilt", partition=f"{plan.topic}-{plan.partition}")
                 ctx.report.warnings.append(note)
                 warnings.append(note)
         if new_cp is not None:

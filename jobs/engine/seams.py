@@ -40,8 +40,10 @@ class TaskRunner(Protocol):
         """How many tasks can run at once (header scans are batched into a few tasks per slot)."""
         ...
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None) -> list[R]:
-        """``[fn(item) for item in items]``, run as ``tasks`` tasks (default: one per item)."""
+    def map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None,
+            description: str | None = None) -> list[R]:
+        """``[fn(item) for item in items]``, run as ``tasks`` tasks (default: one per item). ``description``
+        says what they do (``segjobs compact: scan 8 partition(s)``): on Spark, the job's name in the UI."""
         ...
 
     def set_environment(self, env: Mapping[str, str]) -> None:
@@ -50,24 +52,56 @@ class TaskRunner(Protocol):
 
 
 class SparkTasks:
-    """Tasks on Spark: ``parallelize(items).map(fn).collect()``. ``fn`` and the items must pickle."""
+    """Tasks on Spark: ``parallelize(items).map(fn).collect()``. ``fn`` and the items must pickle.
 
-    def __init__(self, spark: Any) -> None:
+    Every Spark job it starts belongs to the job group ``job_group`` (one per segjobs run:
+    ``segjobs-<command>-<run id>``, the run id of the report and the ledger) and carries the ``description``
+    of its :meth:`map` call, so the Spark UI and the history server list ``segjobs compact: scan 8
+    partition(s)`` rather than ``collect at seams.py:NN``, and ``sc.statusTracker().getJobIdsForGroup(group)``
+    (or ``sc.cancelJobGroup``) finds a run's jobs. The session's previous group and description (a notebook's,
+    say) are restored after each job; they are per thread, as Spark's local properties are."""
+
+    def __init__(self, spark: Any, *, job_group: str | None = None) -> None:
         self.spark = spark
+        self.job_group = job_group
 
     @property
     def parallelism(self) -> int:
         return int(self.spark.sparkContext.defaultParallelism)
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None) -> list[R]:
+    def map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None,
+            description: str | None = None) -> list[R]:
         if not items:
             return []
-        return self.spark.sparkContext.parallelize(list(items), min(len(items), tasks or len(items))).map(fn).collect()
+        sc = self.spark.sparkContext
+        with spark_job_labels(sc, self.job_group, description):
+            return sc.parallelize(list(items), min(len(items), tasks or len(items))).map(fn).collect()
 
     def set_environment(self, env: Mapping[str, str]) -> None:
         # Python workers (local or on a cluster's executors) get the environment of the SparkContext.
         for key, value in env.items():
             self.spark.sparkContext.environment[key] = value
+
+
+#: The SparkContext local properties that name a job (what ``setJobGroup`` / ``setJobDescription`` set).
+JOB_GROUP_PROPERTY = "spark.jobGroup.id"
+JOB_DESCRIPTION_PROPERTY = "spark.job.description"
+
+
+@contextmanager
+def spark_job_labels(sc: Any, group: str | None, description: str | None) -> Iterator[None]:
+    """The Spark jobs started in this thread within the block belong to ``group`` and carry ``description``
+    (either may be None: left as it is); the thread's previous values are restored after it."""
+    wanted = {JOB_GROUP_PROPERTY: group, JOB_DESCRIPTION_PROPERTY: description}
+    wanted = {k: v for k, v in wanted.items() if v is not None}
+    saved = {k: sc.getLocalProperty(k) for k in wanted}
+    for key, value in wanted.items():
+        sc.setLocalProperty(key, value)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            sc.setLocalProperty(key, value)  # None removes the property
 
 
 @dataclass
@@ -81,8 +115,14 @@ class InProcessTasks:
     env: dict[str, str] = field(default_factory=dict)
     #: how many tasks ran (tests check the runner was used)
     calls: int = 0
+    #: the description of every :meth:`map` call with items, in order: the Spark jobs :class:`SparkTasks` would
+    #: have started (none for no items)
+    descriptions: list[str | None] = field(default_factory=list)
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None) -> list[R]:
+    def map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None,
+            description: str | None = None) -> list[R]:
+        if items:
+            self.descriptions.append(description)
         out = []
         with _environment(self.env):
             for item in items:
@@ -152,4 +192,4 @@ class Seams:
 #: The seams of a production run.
 PRODUCTION = Seams()
 
-__all__ = ["FaultHook", "InProcessTasks", "PRODUCTION", "Seams", "SparkTasks", "TaskRunner"]
+__all__ = ["FaultHook", "InProcessTasks", "PRODUCTION", "Seams", "SparkTasks", "TaskRunner", "spark_job_labels"]
