@@ -18,6 +18,7 @@ from pathlib import Path
 SECTIONS = {
     "codec": "benchmarks.codec_bench",
     "compact": "benchmarks.compact_bench",
+    "external-sort": "benchmarks.external_sort_bench",
     "retain": "benchmarks.retain_bench",
     "source": "benchmarks.source_bench",
     "costs": "benchmarks.fixed_cost_bench",

@@ -60,8 +60,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_plan_options(p)
     p.add_argument("--strategy", choices=STRATEGIES, default="auto",
                    help="memory: one task per partition with a bounded offset map (multi-pass when full, like "
-                        "Kafka); external-sort: for key counts beyond memory (not available yet); "
-                        "auto (default): memory")
+                        "Kafka); external-sort: exact in one run for any number of keys: Spark sorts the key "
+                        "hashes and offsets (spilling to disk) and several tasks rewrite one partition's segment "
+                        "groups at once; the output is the same bytes a memory pass with a big enough buffer "
+                        "writes; auto (default): memory when a partition's dirty records (an upper bound on its "
+                        "keys, from the scan) fit the --dedupe-buffer-bytes map, else external-sort; the "
+                        "summary's note says which one each partition used and why")
     p.add_argument("--dedupe-buffer-bytes", type=size_arg, default=DEFAULT_DEDUPE_BUFFER_BYTES, metavar="SIZE",
                    help=f"offset-map memory per task, e.g. 512MiB; 24 bytes a slot, full at {LOAD_FACTOR:g} of the "
                         f"slots, so about {max_keys_for_buffer(1 << 20):,} keys per MiB (default: 128MiB, "

@@ -8,7 +8,8 @@ record; night 2: a day later), so the output is the same on every machine; then 
 verified with ``segjobs dump --verify``. Between them the two nights show every outcome the summary reports:
 partitions compacted, skipped and why, a partial clean continued the next night (the demo gives the offset
 map 300 KB, room for 11,250 keys, where the default is 128 MiB, so that the changelog's 12,000 keys per
-partition take two passes),
+partition take two passes; it asks for the memory strategy, which ``auto`` would replace by external-sort's
+single exact pass there),
 segments deleted by retention and pending purge, and their purge a night later. (clicks' first retention run
 deletes 70% of the topic, more than the default delete-fraction limit: conf/demo-topics.toml allows it.)
 """
@@ -75,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     config = Path(__file__).resolve().parents[2] / "conf" / "demo-topics.toml"
     for night, step in ((1, 2), (2, 3)):
         now = NOW_MS + (night - 1) * DAY_MS
-        for command, extra in (("compact", ["--dedupe-buffer-bytes", str(DEMO_DEDUPE_BUFFER_BYTES)]), ("retain", [])):
+        for command, extra in (("compact", ["--dedupe-buffer-bytes", str(DEMO_DEDUPE_BUFFER_BYTES),
+                                            "--strategy", "memory"]), ("retain", [])):
             report = root / f"night-{night}-{command}-report.json"
             argv = [command, "--log-dir", str(log_dir), "--config", str(config), "--now", str(now), *extra,
                     "--report", str(report)]

@@ -456,8 +456,19 @@ def work(ctx: JobContext) -> None:
     tasks = [t for t in tasks if (t.plan.topic, t.plan.partition) not in failed]
     ctx.progress(f"{len(tasks)} of {len(plans)} partition(s) selected for compaction", event="compact.selected",
                  partitions=len(tasks))
+    # --strategy: each partition is cleaned by the memory strategy's task or by the external-sort passes
+    # (jobs.engine.external_sort); both give PartitionOutcomes with staged groups, committed below alike.
+    from jobs.engine.external_sort import choose, run_external_sort
+
+    strategies = choose(tasks, options.strategy)
+    by_sort = [strategies[(t.plan.topic, t.plan.partition)].strategy == "external-sort" for t in tasks]
+    sorted_tasks = [t for t, s in zip(tasks, by_sort) if s]
+    memory_tasks = [t for t, s in zip(tasks, by_sort) if not s]
     outcomes = {(o.topic, o.partition): o for o in ctx.parallel_map(
-        compact_partition, tasks, description=f"{'measure' if ctx.dry_run else 'compact'} {len(tasks)} partition(s)")}
+        compact_partition, memory_tasks,
+        description=f"{'measure' if ctx.dry_run else 'compact'} {len(memory_tasks)} partition(s)")}
+    sort_details: dict[tuple[str, int], dict[str, Any]] = {}
+    outcomes.update(run_external_sort(ctx, sorted_tasks, sort_details))
 
     checkpoints = dict(ctx.checkpoints[CLEANER_OFFSET_CHECKPOINT])
     checkpoint_changed = False
@@ -509,6 +520,10 @@ def work(ctx: JobContext) -> None:
         else:
             checkpoint = checkpoints.get(key)
         entry = _entry(plan, state, outcome, dry_run=ctx.dry_run, committed=committed, checkpoint=checkpoint)
+        if key in strategies and outcome is not None:
+            entry.update(strategy=strategies[key].strategy, strategy_reason=strategies[key].reason)
+            if key in sort_details:
+                entry["external_sort"] = sort_details[key]
         if untouched:
             reason = f"left untouched: retention {retention[key]['reason']}"
             entry.update(selected=False, action="skipped", reason=reason, note=reason)
@@ -562,8 +577,8 @@ def _discard_staged(ctx: JobContext, partition_uri: str, outcome: PartitionOutco
         ctx.committer.discard(partition_uri, g.old_bases[0], g.staged_suffixes)
 
 
-_TABLE_COLUMNS = (("partition", "partition"), ("action", "action"), ("dirty", "dirty"), ("segments", "segments"),
-                  ("bytes", "bytes"), ("records_removed", "records removed"),
+_TABLE_COLUMNS = (("partition", "partition"), ("action", "action"), ("strategy", "strategy"), ("dirty", "dirty"),
+                  ("segments", "segments"), ("bytes", "bytes"), ("records_removed", "records removed"),
                   ("tombstones_removed", "tombstones removed"), ("aborted_removed", "aborted removed"),
                   ("retention", "retention"), ("note", "note"))
 
@@ -576,7 +591,9 @@ def _note(e: dict[str, Any]) -> str | None:
     notes = problem_notes(e)
     if e.get("partial"):
         notes.append(f"partial: map full at offset {(e.get('cleaned_range') or [None, '?'])[1]}, "
-                     f"next run continues")
+                     f"next run continues (external-sort would clean it in one run)")
+    if e.get("strategy") == "external-sort":  # why memory was not enough (or not asked for)
+        notes.append(f"{e['strategy']}: {e.get('strategy_reason')}")
     retention = e.get("retention") or {}
     notes += problem_notes(retention, label="retention") + purge_notes(retention)
     if not e.get("error"):
@@ -612,6 +629,7 @@ def render_summary(report: RunReport, *, dry_run: bool) -> str:
         retention = e.get("retention") or {}
         rows.append({
             "partition": f"{e['topic']}-{e['partition']}", "action": e.get("action", ""),
+            "strategy": e.get("strategy") or "-",
             "dirty": f"{float(e.get('dirty_ratio') or 0):.2f}",
             "segments": f"{e.get('segments_before', '-')}->{e.get('segments_after', '-')}",
             "bytes": f"{human_bytes(e.get('bytes_before'))} -> {human_bytes(e.get('bytes_after'))}",

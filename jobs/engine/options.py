@@ -247,8 +247,10 @@ class CompactOptions(ChangeOptions):
     #: offset-map memory per task (Kafka's log.cleaner.dedupe.buffer.size); a partition with more dirty keys
     #: than fit is cleaned partially and the next run continues
     dedupe_buffer_bytes: int = DEFAULT_DEDUPE_BUFFER_BYTES
-    #: ``memory`` (one task per partition, a bounded offset map), ``external-sort`` (not available yet) or
-    #: ``auto`` (memory)
+    #: ``memory`` (one task per partition, a bounded offset map, partial when it fills), ``external-sort``
+    #: (Spark computes each key's latest offset, spilling to disk; exact in one run for any number of keys,
+    #: several tasks per partition) or ``auto`` (memory when the partition's dirty records fit the map,
+    #: external-sort otherwise; see :func:`jobs.rules.external_sort.choose_strategy`)
     strategy: str = "auto"
 
     def __post_init__(self) -> None:
@@ -257,10 +259,6 @@ class CompactOptions(ChangeOptions):
         if self.strategy not in STRATEGIES:
             raise InvalidOptionUsage(f"{owner}.strategy={self.strategy!r}: unknown; choose one of "
                                      f"{', '.join(STRATEGIES)}", field="strategy")
-        if self.strategy == "external-sort":
-            raise InvalidOptionUsage(f"{owner}.strategy='external-sort' is not available yet; use 'memory' (or "
-                                     f"'auto')", field="strategy",
-                                     cli_message="--strategy external-sort is not available yet; use memory (or auto)")
         d = self.dedupe_buffer_bytes
         if isinstance(d, bool) or not isinstance(d, int):
             raise InvalidOptionUsage(f"{owner}.dedupe_buffer_bytes={d!r}: expected a number of bytes",

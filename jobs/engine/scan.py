@@ -269,7 +269,8 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
                 first_batch_timestamp=first_ts, largest_timestamp=biggest if biggest >= 0 else None,
                 mtime_ms=seg.log.mtime_ms, batch_count=len(h),
                 offset_index_bytes=seg.index.size if seg.index else None,
-                time_index_bytes=seg.timeindex.size if seg.timeindex else None))
+                time_index_bytes=seg.timeindex.size if seg.timeindex else None,
+                record_count=int(h.record_count.astype(np.int64).sum()) if (h.record_count >= 0).all() else None))
         fixed = infos
         if fixed:
             _check_log_start(listing, log_start_checkpoint, fixed[-1].next_offset)

@@ -31,6 +31,9 @@ class SegmentInfo:
     batch_count: int | None = None
     offset_index_bytes: int | None = None
     time_index_bytes: int | None = None
+    #: records in the segment by its batch headers; None when not read or unknown (a compressed legacy
+    #: wrapper does not say how many messages it holds). The ``auto`` strategy bounds a partition's keys by it.
+    record_count: int | None = None
 
     def __post_init__(self) -> None:
         if self.base_offset < 0 or self.size_bytes < 0 or self.next_offset < self.base_offset:

@@ -13,6 +13,7 @@ Public API::
     max_keys_for_buffer(dedupe_buffer_bytes) -> int    (from jobs.rules.map_capacity)
     buffer_bytes_for_keys(keys) -> int
     build_offset_map(key_hash_tables, *, start_offset, end_offset, aborted, max_keys) -> OffsetMapResult
+    mappable_rows(key_hash_table, *, start_offset, end_offset, aborted) -> bool mask (the rows a pass maps)
     OffsetMap.get(key_hash_hi, key_hash_lo) -> np.ndarray     # -1 where the key is not mapped
     OffsetMapResult: .offset_map, .latest_offset, .end_offset (the new clean point), .full, .records_read
 """
@@ -175,11 +176,7 @@ def build_offset_map(key_hash_tables: Iterable[pa.Table], *, start_offset: int, 
         if not in_range.any():
             continue
         control = cols["control"]
-        txn = cols["transactional"] & ~control
-        is_aborted = np.zeros(len(offsets), bool)
-        if txn.any() and len(aborted):
-            is_aborted[txn] = aborted.contains(cols["producer_id"][txn], cols["batch_last_offset"][txn])
-        eligible = in_range & ~control & ~is_aborted & ~cols["key_is_null"]
+        eligible = _mappable(cols, in_range, aborted)
         stop, last_put, last_put_batch = omap._put_run(
             np.ascontiguousarray(cols["key_hash_hi"], np.int64), np.ascontiguousarray(cols["key_hash_lo"], np.int64),
             offsets, np.ascontiguousarray(cols["batch_base_offset"], np.int64), np.ascontiguousarray(eligible))
@@ -196,6 +193,24 @@ def build_offset_map(key_hash_tables: Iterable[pa.Table], *, start_offset: int, 
     return OffsetMapResult(omap, start_offset, max(end_offset, start_offset) - 1, False, records_read)
 
 
+def mappable_rows(table: pa.Table, *, start_offset: int, end_offset: int, aborted: AbortedTxns) -> np.ndarray:
+    """Which rows of a KEY_HASH_SCHEMA table a pass over ``[start_offset, end_offset)`` maps (the rows
+    :func:`build_offset_map` puts): keyed data records in the range that no aborted transaction holds. The
+    external-sort strategy computes each key's latest offset over exactly these rows."""
+    cols = {name: table.column(name).to_numpy() for name in _MAP_COLUMNS}
+    offsets = cols["offset"]
+    return _mappable(cols, (offsets >= start_offset) & (offsets < end_offset), aborted)
+
+
+def _mappable(cols: dict[str, np.ndarray], in_range: np.ndarray, aborted: AbortedTxns) -> np.ndarray:
+    control = cols["control"]
+    txn = cols["transactional"] & ~control
+    is_aborted = np.zeros(len(in_range), bool)
+    if txn.any() and len(aborted):
+        is_aborted[txn] = aborted.contains(cols["producer_id"][txn], cols["batch_last_offset"][txn])
+    return in_range & ~control & ~is_aborted & ~cols["key_is_null"]
+
+
 def _records_read(in_range: np.ndarray, control: np.ndarray, batch_base: np.ndarray) -> int:
     data = int(np.count_nonzero(in_range & ~control))
     ctl_bases = batch_base[in_range & control]
@@ -203,4 +218,4 @@ def _records_read(in_range: np.ndarray, control: np.ndarray, batch_base: np.ndar
 
 
 __all__ = ["BYTES_PER_ENTRY", "LOAD_FACTOR", "OffsetMap", "OffsetMapResult", "buffer_bytes_for_keys",
-           "build_offset_map", "max_keys_for_buffer"]
+           "build_offset_map", "mappable_rows", "max_keys_for_buffer"]

@@ -52,7 +52,6 @@ def test_sequences_become_tuples_and_one_string_is_one_item() -> None:
 
 
 @pytest.mark.parametrize(("make", "field", "error"), [
-    (lambda: api.CompactOptions(strategy="external-sort"), "strategy", UsageError),
     (lambda: api.CompactOptions(strategy="fast"), "strategy", UsageError),
     (lambda: api.CompactOptions(dedupe_buffer_bytes=10), "dedupe_buffer_bytes", ConfigError),
     (lambda: api.CompactOptions(dedupe_buffer_bytes="1MiB"), "dedupe_buffer_bytes", UsageError),
@@ -71,7 +70,7 @@ def test_a_refused_value_names_its_field(make, field, error) -> None:
     with pytest.raises(error) as info:
         make()
     assert isinstance(info.value, api.InvalidOption) and info.value.field == field
-    assert f".{field}" in str(info.value), str(info.value)  # e.g. CompactOptions.strategy='external-sort'
+    assert f".{field}" in str(info.value), str(info.value)  # e.g. CompactOptions.strategy='fast'
 
 
 def test_a_bad_lease_ttl_is_refused_with_the_flags_wording() -> None:
@@ -83,7 +82,6 @@ def test_a_bad_lease_ttl_is_refused_with_the_flags_wording() -> None:
 def test_the_command_line_keeps_its_own_wording(tmp_path: Path, capsys) -> None:
     (tmp_path / "logs").mkdir()
     cases = [
-        (["--strategy", "external-sort"], "--strategy external-sort is not available yet; use memory (or auto)"),
         (["--dedupe-buffer-bytes", "10"], "log.cleaner.dedupe.buffer.size=10 holds 0 slots"),
         (["--plan", "p.json"], "--plan FILE needs --dry-run"),
     ]

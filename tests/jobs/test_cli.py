@@ -142,11 +142,6 @@ def test_garbage_now(capsys, log_dir, config, now):
                 repr(now) if now != "1700000000" else "epoch seconds")
 
 
-def test_external_sort_not_available(capsys, log_dir, config):
-    _fails_fast(capsys, ["compact", "--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet",
-                         "--strategy", "external-sort"], "external-sort")
-
-
 def test_dedupe_buffer_too_small(capsys, log_dir, config):
     _fails_fast(capsys, ["compact", "--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet",
                          "--dedupe-buffer-bytes", "10"], "dedupe.buffer.size=10")

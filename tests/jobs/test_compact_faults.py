@@ -110,30 +110,35 @@ def _read_tree(d: Path) -> dict[str, bytes]:
     return {str(p.relative_to(d)): p.read_bytes() for p in d.rglob("*") if p.is_file() and p.name != ".lock"}
 
 
-def _compact(log_dir: Path, config: Path, *extra: str, fault: FaultHook | None = None) -> int:
-    argv = ["--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet", *extra]
+def _compact(log_dir: Path, config: Path, *extra: str, fault: FaultHook | None = None, strategy: str = "auto") -> int:
+    argv = ["--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet", "--strategy", strategy,
+            *extra]
     return main(["compact", *argv]) if fault is None else compact_with_fault(argv, fault)
 
 
-@pytest.fixture(scope="module")
-def reference(spark, tmp_path_factory):
+# Every test runs with the default strategy (memory for these small partitions) and with external-sort, whose
+# staged groups go through the same commit.
+@pytest.fixture(scope="module", params=["auto", "external-sort"])
+def reference(spark, tmp_path_factory, request):
     """One partition compacted without a fault: its source logs, result logs and the commit's steps."""
+    strategy = request.param
     root = tmp_path_factory.mktemp("faults-ref")
     config = root / "t.toml"
     config.write_text(CONFIG)
     build_partition(root / "logs" / f"{TOPIC}-0")
     source = live_logs(_read_tree(root / "logs"), f"{TOPIC}-0")
     steps: list[str] = []
-    assert _compact(root / "logs", config, fault=recording(steps)) == 0
+    assert _compact(root / "logs", config, fault=recording(steps), strategy=strategy) == 0
     result = live_logs(_read_tree(root / "logs"), f"{TOPIC}-0")
     assert result != source and len(result) == 2  # one merged segment plus the active one
     # What a partition whose replace recovery completed becomes on the next run: its checkpoint was not
     # written, so the next run cleans the result once more at the same --now.
     shutil.copytree(root / "logs", root / "again")
     (root / "again" / "cleaner-offset-checkpoint").unlink()
-    assert _compact(root / "again", config) == 0
+    assert _compact(root / "again", config, strategy=strategy) == 0
     again = live_logs(_read_tree(root / "again"), f"{TOPIC}-0")
-    return {"root": root, "config": config, "source": source, "result": result, "again": again, "steps": steps}
+    return {"root": root, "config": config, "source": source, "result": result, "again": again, "steps": steps,
+            "strategy": strategy}
 
 
 def test_cleaning_the_result_again_at_the_same_now_changes_nothing(reference):
@@ -159,7 +164,7 @@ def test_interrupted_at_every_step_then_recover_then_compact(reference, tmp_path
         build_partition(log_dir / f"{TOPIC}-{i}")
 
     assert _compact(log_dir, reference["config"], "--report", str(tmp_path / "r.json"),
-                    fault=fault_at_every_step(steps)) == 1
+                    fault=fault_at_every_step(steps), strategy=reference["strategy"]) == 1
     crashed = _read_tree(log_dir)
     assert transient(crashed), "the faults left nothing to recover"
 
@@ -175,7 +180,7 @@ def test_interrupted_at_every_step_then_recover_then_compact(reference, tmp_path
     assert not (tmp_path / "logs.segjobs" / "commit" / f"{TOPIC}-0" / "replace.json").exists()
     capsys.readouterr()
 
-    assert _compact(log_dir, reference["config"]) == 0
+    assert _compact(log_dir, reference["config"], strategy=reference["strategy"]) == 0
     final = _read_tree(log_dir)
     for i in range(len(steps)):
         # rolled back: cleaned afresh, like the reference; completed: the reference cleaned once more
@@ -195,11 +200,23 @@ def test_a_killed_run_releases_the_lock_and_writes_no_checkpoint(reference, tmp_
             raise HardCrash(s)
 
     with pytest.raises(HardCrash):
-        _compact(log_dir, reference["config"], fault=kill)
+        _compact(log_dir, reference["config"], fault=kill, strategy=reference["strategy"])
     assert not (log_dir / "cleaner-offset-checkpoint").exists()
     assert transient(_read_tree(log_dir))
     # the next run is not locked out; its own recovery completes the replace, then it compacts
-    assert _compact(log_dir, reference["config"]) == 0
+    assert _compact(log_dir, reference["config"], strategy=reference["strategy"]) == 0
     files = _read_tree(log_dir)
     assert check_partition(files, f"{TOPIC}-0", reference["source"], reference["again"], allow_either=False) == "new"
     assert (log_dir / "cleaner-offset-checkpoint").read_text().splitlines()[2:] == [f"{TOPIC} 0 8"]
+
+
+def test_external_sort_commits_the_bytes_memory_commits(tmp_path):
+    """Both strategies stage the same files for the same commit: the results are byte-identical."""
+    config = tmp_path / "t.toml"
+    config.write_text(CONFIG)
+    results = []
+    for strategy in ("memory", "external-sort"):
+        build_partition(tmp_path / strategy / f"{TOPIC}-0")
+        assert _compact(tmp_path / strategy, config, strategy=strategy, fault=recording([])) == 0
+        results.append(live_logs(_read_tree(tmp_path / strategy), f"{TOPIC}-0"))
+    assert results[0] == results[1]

@@ -445,7 +445,7 @@ def test_partial_clean_continues_to_a_full_clean(spark, tmp_path):
     reports = []
     for i in range(6):
         rc = run_compact(partial, config, T1, tmp_path / f"p{i}.json", "--dedupe-buffer-bytes",
-                         str(buffer_bytes_for_keys(6)))
+                         str(buffer_bytes_for_keys(6)), "--strategy", "memory")
         assert rc == 0
         e = json.loads((tmp_path / f"p{i}.json").read_text())["partitions"][0]
         reports.append(e)

@@ -104,3 +104,22 @@ def test_interrupted_at_every_step_on_s3_then_recover_then_compact(spark, s3_buc
         else:  # completed by recovery, then cleaned once more (no checkpoint was written): the oracle checks
             check_partition(final, name, source_logs, live_logs(final, name), allow_either=False)
     assert transient(final) == []
+
+
+def test_external_sort_on_s3_commits_the_memory_result(spark, s3_bucket_env, tmp_path):
+    """The key pass, the group maps (objects under the work prefix) and the rewrite work through S3 too, and
+    nothing of the maps is left behind."""
+    endpoint, bucket = s3_bucket_env
+    config = tmp_path / "t.toml"
+    config.write_text(CONFIG)
+    build_partition(tmp_path / "s3" / f"{TOPIC}-0")
+    _upload(endpoint, bucket, tmp_path / "s3")
+    assert _run(endpoint, bucket, config, "compact", "--strategy", "external-sort") == 0
+    done = _objects(endpoint, bucket)
+    local = tmp_path / "local"
+    build_partition(local / f"{TOPIC}-0")
+    assert main(["compact", "--log-dir", str(local), "--config", str(config), "--now", NOW, "--quiet",
+                 "--strategy", "memory"]) == 0
+    expected = {str(p.relative_to(local)): p.read_bytes() for p in local.rglob("*") if p.is_file()}
+    assert live_logs(done, f"{TOPIC}-0") == live_logs(expected, f"{TOPIC}-0")
+    assert not [k for k in _objects(endpoint, bucket, PREFIX + ".segjobs/") if "/external-sort/" in k]

@@ -56,3 +56,24 @@ def test_spark_submit_on_a_local_cluster_compacts_like_a_consumer_would_expect(t
     assert after == before
     # The summary table went to stdout even with --quiet.
     assert "compacted" in proc.stdout
+
+    # The external-sort strategy on the same cluster (its key pass, the sort's shuffle and the group rewrites run
+    # in the executors' own JVMs and Python workers) writes the very bytes the memory strategy wrote.
+    sorted_dir = tmp_path / "sorted"
+    shutil.copytree(source_copy, sorted_dir, copy_function=shutil.copy2)
+    proc = subprocess.run(
+        [str(spark_submit), "--master", "local-cluster[2,1,1024]", "--conf", "spark.ui.enabled=false",
+         "--conf", "spark.executor.memory=512m", str(REPO / "jobs" / "compact.py"),
+         "--log-dir", str(sorted_dir), "--set", "*:cleanup.policy=compact", "--now", NOW, "--report",
+         str(tmp_path / "sorted.json"), "--quiet", "--strategy", "external-sort"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    sorted_entries = json.loads((tmp_path / "sorted.json").read_text())["partitions"]
+    assert {e["strategy"] for e in sorted_entries} == {"external-sort"}
+    assert {e["strategy"] for e in entries.values()} == {"memory"}
+
+    def tree(d: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*"))
+                if p.is_file() and p.name != ".lock"}
+
+    assert tree(sorted_dir) == tree(log_dir)

@@ -63,7 +63,8 @@ def generate(python: str | Path, out: Path) -> None:
 
 def job_args(command: str, log_dir: Path, config: Path, now: str) -> list[str]:
     """A night's ``segjobs retain`` or ``segjobs compact`` arguments, as the DAG passes them."""
-    extra = ["--dedupe-buffer-bytes", DEDUPE_BUFFER_BYTES] if command == "compact" else []
+    # memory explicitly: with more dirty records than the map holds, auto would take external-sort's one exact run
+    extra = ["--dedupe-buffer-bytes", DEDUPE_BUFFER_BYTES, "--strategy", "memory"] if command == "compact" else []
     return [command, "--log-dir", str(log_dir), "--config", str(config), "--now", now, *extra]
 
 
