@@ -26,6 +26,9 @@ from jobs.engine.report import (
     truncate,
 )
 from jobs.engine.scan import PartitionError, empty_batches_from_headers
+from jobs.engine.seams import TaskFailure
+from jobs.engine.selection import scan_candidates
+from jobs.engine.streaming import Tally, run_and_settle
 from jobs.logdir.commit import Committer
 from jobs.rules.config import TopicConfig
 from jobs.rules.model import PartitionState
@@ -407,7 +410,6 @@ def work(ctx: JobContext) -> None:
         plan_retention_first,
         retention_decision,
     )
-    from jobs.logdir.commit import StagedSegment
     from jobs.rules.offset_map import max_keys_for_buffer
     from segment_io.checkpoint import write_offset_checkpoint
 
@@ -415,6 +417,7 @@ def work(ctx: JobContext) -> None:
     assert isinstance(options, CompactOptions)
     planfile = ctx.planfile
     planfile.check_unchanged(ctx)
+    scan_candidates(ctx)  # the partitions that may be due, read in full (the frame scanned sizes only)
     max_keys = max_keys_for_buffer(options.dedupe_buffer_bytes)
     plan_scope = PlanScope(force=bool(options.topics or options.partitions))
     # compact,delete partitions: retention first, compaction planned on what it leaves (see RetentionFirst)
@@ -445,70 +448,137 @@ def work(ctx: JobContext) -> None:
     failed = {k for k, e in retention.items() if e["action"] == "error" and k in first.plans}
     tasks = [t for t in tasks if (t.plan.topic, t.plan.partition) not in failed]
     ctx.progress(f"{len(tasks)} of {len(plans)} partition(s) selected for compaction")
-    outcomes = {(o.topic, o.partition): o for o in ctx.parallel_map(compact_partition, tasks)}
-
     checkpoints = dict(ctx.checkpoints[CLEANER_OFFSET_CHECKPOINT])
-    checkpoint_changed = False
     live = set(ctx.listing.partitions)
-    for key, plan in plans.items():
-        state = states[key]
-        outcome = outcomes.get(key)
-        committed = False
-        untouched = key in held or key in failed
-        warnings = list(ctx.scans[key].warnings)  # the summary's note shows them with the partition's row
-        new_cp = checkpoints.get(key)
-        if plan.checkpoint_reset and not untouched:
-            new_cp, checkpoint_changed = plan.first_dirty_offset, True
-        if outcome is not None and outcome.error is None:
-            _check_outcome_against_plan(ctx, planfile, key, outcome)
-        if outcome is not None and outcome.error is None and not ctx.dry_run:
-            p_uri = ctx.listing.partitions[key].uri
-            try:
-                for g in outcome.groups:
-                    if g.changed:
-                        ctx.keep_lease()
-                        ctx.committer.promote(p_uri, g.old_bases[0], g.staged_suffixes, g.mtime_ms)
-                        ctx.committer.replace_segments(p_uri, old_base_offsets=g.old_bases,
-                                                       new_segments=[StagedSegment(g.old_bases[0], g.staged_suffixes)],
-                                                       fault=ctx.fault_for(partition_name(key)))
-                        g.committed = committed = True
-                new_cp, checkpoint_changed = outcome.end_offset, True
-            except SegjobsError as exc:
-                outcome.error = PartitionError.from_exception(exc)
-        if outcome is not None and outcome.error is not None:
-            ctx.report.errors.append({"partition": f"{plan.topic}-{plan.partition}", **outcome.error.to_dict()})
-            state_word = "PARTLY COMPACTED, then failed" if committed else "UNCLEANABLE, left untouched"
-            ctx.progress.error(f"{plan.topic}-{plan.partition}: {state_word}: {outcome.error}")
-        elif outcome is not None:
-            ctx.progress(f"{plan.topic}-{plan.partition}: {'measured' if ctx.dry_run else 'compacted'} in "
-                         f"{outcome.seconds}s")
-            for problem in (p for g in outcome.groups if g.committed or ctx.dry_run for p in g.corrupt_indexes):
-                note = f"{plan.topic}-{plan.partition}: {problem}: {'would rebuild' if ctx.dry_run else 'rebuilt'} it"
-                ctx.progress(note)
-                ctx.report.warnings.append(note)
-                warnings.append(note)
-        if new_cp is not None:
-            checkpoints[key] = new_cp
-        if ctx.dry_run and not untouched:
-            would = outcome.end_offset if outcome and not outcome.error else None
-            checkpoint = would if would is not None else (plan.first_dirty_offset if plan.checkpoint_reset
-                                                          else checkpoints.get(key))
-        else:
-            checkpoint = checkpoints.get(key)
-        entry = _entry(plan, state, outcome, dry_run=ctx.dry_run, committed=committed, checkpoint=checkpoint)
-        if untouched:
-            reason = f"left untouched: retention {retention[key]['reason']}"
-            entry.update(selected=False, action="skipped", reason=reason, note=reason)
-        if key in retention:
-            entry["retention"] = retention[key]
-        entry["warnings"] = warnings
-        ctx.report.partitions.append(entry)
+    task_keys = [(t.plan.topic, t.plan.partition) for t in tasks]
+    tally = Tally(len(tasks), sum(t.state.size_bytes for t in tasks))
+
+    def settle(key: tuple[str, int], outcome: PartitionOutcome | None) -> _Settled:
+        return _settle(ctx, key, plans[key], states[key], outcome, checkpoint=checkpoints.get(key),
+                       untouched=key in held or key in failed, retention=retention, tally=tally)
+
+    def prepare(i: int, result: PartitionOutcome | TaskFailure) -> PartitionOutcome:
+        # on the driver's thread: the plan check records into the plan file's decisions
+        outcome = result if isinstance(result, PartitionOutcome) else _died(tasks[i], result)
+        if outcome.error is None:
+            _check_outcome_against_plan(ctx, planfile, task_keys[i], outcome)
+        return outcome
+
+    # Partitions without a task first (nothing to commit), then each task's partition as its task finishes:
+    # its commit overlaps the tasks still running (see jobs.engine.streaming).
+    with_task = set(task_keys)
+    settled = {key: settle(key, None) for key in plans if key not in with_task}
+    try:
+        done = run_and_settle(ctx.runner, compact_partition, tasks, sizes=[t.state.size_bytes for t in tasks],
+                              prepare=prepare, settle=lambda i, outcome: settle(task_keys[i], outcome))
+    except BaseException as exc:
+        # e.g. the lease was lost: what was committed stands and is reported, the checkpoint is not written
+        settled.update({task_keys[i]: v for i, v in getattr(exc, "partial", {}).items()})
+        _record_settled(ctx, plans, settled, checkpoints)
+        raise
+    settled.update({task_keys[i]: v for i, v in done.items()})
+    checkpoint_changed = _record_settled(ctx, plans, settled, checkpoints)
     if checkpoint_changed and not ctx.dry_run:
+        # once, at the end, as before: a partition's commit is complete without it (a run that stops before
+        # this point cleans the committed range again next time, which changes nothing)
         entries = updated_cleaner_checkpoints(checkpoints, live)
         write_offset_checkpoint(ctx.storage, ctx.storage.join(ctx.log_dir, CLEANER_OFFSET_CHECKPOINT),
                                 dict(sorted(entries.items())))
     planfile.write(ctx, "compact", {name: getattr(options, name) for name in PLAN_OPTIONS})
     _summarize(ctx)
+
+
+@dataclass
+class _Settled:
+    """One partition after its commit: its report entry, what it adds to the run's errors and warnings, and
+    its cleaner checkpoint."""
+
+    entry: dict[str, Any]
+    errors: list[dict[str, Any]]
+    warnings: list[str]
+    checkpoint: int | None
+    checkpoint_changed: bool
+
+
+def _died(task: CompactTask, failure: TaskFailure) -> PartitionOutcome:
+    """The outcome of a partition whose task died (its Python worker was killed, its result would not pickle)."""
+    return PartitionOutcome(task.plan.topic, task.plan.partition,
+                            error=PartitionError(failure.kind, f"the cleaning task failed: {failure.detail}"))
+
+
+def _settle(ctx: JobContext, key: tuple[str, int], plan: CompactionPlan, state: PartitionState,
+            outcome: PartitionOutcome | None, *, checkpoint: int | None, untouched: bool,
+            retention: dict[tuple[str, int], dict[str, Any]], tally: Tally) -> _Settled:
+    """Commit each changed group of one partition (crash-safe, in order) and build its report entry. Runs on
+    a commit thread for partitions with a task: it touches only this partition's files and returns what the
+    run's report and checkpoint need."""
+    from jobs.logdir.commit import StagedSegment
+
+    committed = False
+    errors: list[dict[str, Any]] = []
+    run_warnings: list[str] = []
+    warnings = list(ctx.scans[key].warnings)  # the summary's note shows them with the partition's row
+    new_cp, checkpoint_changed = checkpoint, False
+    if plan.checkpoint_reset and not untouched:
+        new_cp, checkpoint_changed = plan.first_dirty_offset, True
+    if outcome is not None and outcome.error is None and not ctx.dry_run:
+        p_uri = ctx.listing.partitions[key].uri
+        try:
+            for g in outcome.groups:
+                if g.changed:
+                    ctx.keep_lease()
+                    ctx.committer.promote(p_uri, g.old_bases[0], g.staged_suffixes, g.mtime_ms)
+                    ctx.committer.replace_segments(p_uri, old_base_offsets=g.old_bases,
+                                                   new_segments=[StagedSegment(g.old_bases[0], g.staged_suffixes)],
+                                                   fault=ctx.fault_for(partition_name(key)))
+                    g.committed = committed = True
+            new_cp, checkpoint_changed = outcome.end_offset, True
+        except SegjobsError as exc:
+            outcome.error = PartitionError.from_exception(exc)
+    done = f" {tally.add(state.size_bytes)}" if outcome is not None else ""
+    if outcome is not None and outcome.error is not None:
+        errors.append({"partition": f"{plan.topic}-{plan.partition}", **outcome.error.to_dict()})
+        state_word = "PARTLY COMPACTED, then failed" if committed else "UNCLEANABLE, left untouched"
+        ctx.progress.error(f"{plan.topic}-{plan.partition}: {state_word}: {outcome.error}{done}")
+    elif outcome is not None:
+        ctx.progress(f"{plan.topic}-{plan.partition}: {'measured' if ctx.dry_run else 'compacted'} in "
+                     f"{outcome.seconds}s{done}")
+        for problem in (p for g in outcome.groups if g.committed or ctx.dry_run for p in g.corrupt_indexes):
+            note = f"{plan.topic}-{plan.partition}: {problem}: {'would rebuild' if ctx.dry_run else 'rebuilt'} it"
+            ctx.progress(note)
+            run_warnings.append(note)
+            warnings.append(note)
+    if ctx.dry_run and not untouched:
+        would = outcome.end_offset if outcome and not outcome.error else None
+        shown = would if would is not None else (plan.first_dirty_offset if plan.checkpoint_reset else new_cp)
+    else:
+        shown = new_cp
+    entry = _entry(plan, state, outcome, dry_run=ctx.dry_run, committed=committed, checkpoint=shown)
+    if untouched:
+        reason = f"left untouched: retention {retention[key]['reason']}"
+        entry.update(selected=False, action="skipped", reason=reason, note=reason)
+    if key in retention:
+        entry["retention"] = retention[key]
+    entry["warnings"] = warnings
+    return _Settled(entry, errors, run_warnings, new_cp, checkpoint_changed)
+
+
+def _record_settled(ctx: JobContext, plans: dict[tuple[str, int], CompactionPlan],
+                    settled: dict[tuple[str, int], _Settled], checkpoints: dict[tuple[str, int], int]) -> bool:
+    """Report entries, errors and warnings of the settled partitions in partition order (whatever order their
+    tasks finished in), their checkpoints into ``checkpoints``; whether any checkpoint changed."""
+    changed = False
+    for key in plans:
+        s = settled.get(key)
+        if s is None:
+            continue
+        ctx.report.errors.extend(s.errors)
+        ctx.report.warnings.extend(s.warnings)
+        ctx.report.partitions.append(s.entry)
+        if s.checkpoint is not None:
+            checkpoints[key] = s.checkpoint
+        changed |= s.checkpoint_changed
+    return changed
 
 
 def _compaction_decision(plan: CompactionPlan, held: bool) -> dict[str, Any]:

@@ -10,7 +10,7 @@
 * ``runner``: how the per-partition tasks (scans, cleaning, inspection) run: as Spark tasks
   (:class:`SparkTasks`, the default) or one after another in this process (:class:`InProcessTasks`), so
   the drivers' commit loops can be tested without a Spark session. Besides ``map`` (all results at once, in
-  order), a runner ``stream``\ s: items bin-packed by bytes into tasks, each item's result (or its
+  order), a runner streams (``stream``): items bin-packed by bytes into tasks, each item's result (or its
   :class:`TaskFailure`) handed back as soon as its task finishes.
 
 Users never need them: :func:`jobs.api.compact` and the others take ``seams=None``.

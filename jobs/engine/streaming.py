@@ -1,0 +1,126 @@
+"""Tasks whose results are acted on as they finish: a job's per-partition commits overlap its remaining tasks.
+
+A run over thousands of small partitions used to wait for every cleaning task, then commit the partitions one
+after another: the commits (a chain of small writes, renames and directory fsyncs each: latency, not CPU) added
+up, and nothing was printed until the last task ended. Here a driver thread takes each partition's result as
+its task finishes (:meth:`jobs.engine.seams.TaskRunner.stream`), checks it (``prepare``, on the driver's
+thread: it may touch shared state) and hands its commit (``settle``) to a small pool of threads. Each
+partition's commit keeps the crash-safe protocol of :mod:`jobs.logdir.commit` and its order of steps; only
+different partitions' steps interleave (a fault hook sees them from several threads).
+
+:class:`Tally` words the running count, bytes done and an ETA of the progress lines.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, Generic, Sequence, TypeVar
+
+from jobs.engine.report import human_bytes
+from jobs.engine.seams import TaskFailure, TaskRunner
+
+T = TypeVar("T")
+R = TypeVar("R")
+S = TypeVar("S")
+
+#: Partitions committed at once. Commits are latency bound (fsyncs, renames, S3 requests); a few threads
+#: hide most of it without making a local disk's fsyncs queue up behind each other.
+COMMIT_THREADS = 4
+
+
+class Tally(Generic[T]):
+    """Counts finished partitions and their bytes for the progress lines: ``[12/500, 1.9 MB of 63.5 MB,
+    ETA 31s]``. The ETA extrapolates the bytes per second since the tally started (None until some bytes are
+    done). Thread-safe: the commit threads report to it."""
+
+    def __init__(self, items: int, total_bytes: int, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.items = items
+        self.total_bytes = total_bytes
+        self.done_items = 0
+        self.done_bytes = 0
+        self._clock = clock
+        self._t0 = clock()
+        self._lock = threading.Lock()
+
+    def add(self, nbytes: int) -> str:
+        """Count one finished item of ``nbytes`` and return the progress suffix after it."""
+        with self._lock:
+            self.done_items += 1
+            self.done_bytes += max(0, int(nbytes))
+            return self._suffix()
+
+    def _suffix(self) -> str:
+        text = f"[{self.done_items}/{self.items}, {human_bytes(self.done_bytes)} of {human_bytes(self.total_bytes)}"
+        eta = self.eta_seconds()
+        if eta is not None:
+            text += f", ETA {_duration(eta)}"
+        return text + "]"
+
+    def eta_seconds(self) -> float | None:
+        """Seconds left at the rate so far (0 when everything is done, None before any bytes are)."""
+        if self.done_items >= self.items:
+            return 0.0
+        if self.done_bytes <= 0:
+            return None
+        elapsed = self._clock() - self._t0
+        return elapsed * max(self.total_bytes - self.done_bytes, 0) / self.done_bytes
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s}s" if s < 120 else f"{s // 60}m{s % 60:02d}s"
+
+
+def run_and_settle(runner: TaskRunner, fn: Callable[[T], R], items: Sequence[T], *, sizes: Sequence[int],
+                   prepare: Callable[[int, "R | TaskFailure"], R], settle: Callable[[int, R], S],
+                   threads: int = COMMIT_THREADS) -> dict[int, S]:
+    """Run ``fn`` over ``items`` as bin-packed tasks (``sizes`` in bytes) and, as each item's result arrives,
+    call ``prepare(index, result)`` on this thread (it turns a :class:`TaskFailure` into the item's own error
+    result, and may touch shared state), then ``settle(index, prepared)`` on one of ``threads`` threads.
+    Returns ``settle``'s results by index.
+
+    If a ``settle`` raises (e.g. :class:`jobs.logdir.lock.LeaseLost` before a commit), no further item is
+    settled: the commits under way finish, the remaining tasks are abandoned, and the first exception is
+    raised with ``partial`` (the results settled so far) attached, so the caller can report them."""
+    settled: dict[int, S] = {}
+    failure: list[BaseException] = []
+    guard = threading.Lock()
+
+    def one(index: int, result: R) -> None:
+        with guard:
+            if failure:
+                return
+        try:
+            value = settle(index, result)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread below
+            with guard:
+                failure.append(exc)
+            return
+        with guard:
+            settled[index] = value
+
+    futures: list[Future] = []
+    with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="segjobs-commit") as pool:
+        stream = runner.stream(fn, items, sizes=sizes)
+        try:
+            for index, result in stream:
+                with guard:
+                    if failure:
+                        break
+                futures.append(pool.submit(one, index, prepare(index, result)))
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()  # cancels the tasks not yet finished when we stopped early
+    for f in futures:
+        f.result()
+    if failure:
+        exc = failure[0]
+        exc.partial = dict(settled)  # type: ignore[attr-defined]
+        raise exc
+    return settled
+
+
+__all__ = ["COMMIT_THREADS", "Tally", "run_and_settle"]
