@@ -25,7 +25,7 @@ import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, TypeVar, Union
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, TypeVar
 
 from jobs.rules.binpack import pack_by_bytes
 from jobs.rules.timeutil import wall_clock_ms
@@ -119,7 +119,7 @@ class SparkTasks:
         return self.spark.sparkContext.parallelize(list(items), min(len(items), tasks or len(items))).map(fn).collect()
 
     def stream(self, fn: Callable[[T], R], items: Sequence[T], *,
-               sizes: Sequence[int] | None = None) -> Iterator[tuple[int, Union[R, TaskFailure]]]:
+               sizes: Sequence[int] | None = None) -> Iterator[tuple[int, R | TaskFailure]]:
         # One Spark job per bin, submitted from as many driver threads as there are cores: a job's results
         # reach the driver as soon as it ends (collect() of a single job returns only when all of its tasks
         # have, and toLocalIterator runs its partitions' jobs one after another). Spark accepts jobs from
@@ -193,7 +193,7 @@ class InProcessTasks:
         return out
 
     def stream(self, fn: Callable[[T], R], items: Sequence[T], *,
-               sizes: Sequence[int] | None = None) -> Iterator[tuple[int, Union[R, TaskFailure]]]:
+               sizes: Sequence[int] | None = None) -> Iterator[tuple[int, R | TaskFailure]]:
         # the same bins as on Spark, one after another, each item's result handed back as its bin ends
         task = _BinTask(fn)
         for indices in _bins(items, sizes, self.parallelism):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Generic, Sequence, TypeVar
+from typing import Callable, Sequence, TypeVar
 
 from jobs.engine.report import human_bytes
 from jobs.engine.seams import TaskFailure, TaskRunner
@@ -30,7 +30,7 @@ S = TypeVar("S")
 COMMIT_THREADS = 4
 
 
-class Tally(Generic[T]):
+class Tally:
     """Counts finished partitions and their bytes for the progress lines: ``[12/500, 1.9 MB of 63.5 MB,
     ETA 31s]``. The ETA extrapolates the bytes per second since the tally started (None until some bytes are
     done). Thread-safe: the commit threads report to it."""
@@ -69,7 +69,7 @@ class Tally(Generic[T]):
 
 
 def _duration(seconds: float) -> str:
-    s = int(round(seconds))
+    s = round(seconds)
     return f"{s}s" if s < 120 else f"{s // 60}m{s % 60:02d}s"
 
 

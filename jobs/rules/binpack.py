@@ -29,8 +29,9 @@ def pack_by_bytes(sizes: Sequence[int], *, target_bytes: int = DEFAULT_TARGET_BY
     ``min_bins`` (so every core gets work), never more than there are items. Items are placed heaviest first
     into the lightest bin so far (longest-processing-time-first: no bin ends up more than one item heavier
     than needed); an item of ``target_bytes`` or more therefore lands in a bin of its own whenever there are
-    enough bins. No bin holds more than ``max_items``. Ties go to the lower index, so the result depends only on the input. Zero-size items count
-    as one byte: even an empty partition costs a little. Empty bins are dropped.
+    enough bins. No bin holds more than ``max_items``. Ties go to the lower index, so the result depends only
+    on the input. Zero-size items count as one byte: even an empty partition costs a little. Empty bins are
+    dropped.
     """
     if target_bytes <= 0 or max_items <= 0 or min_bins <= 0:
         raise ValueError(f"target_bytes ({target_bytes}), max_items ({max_items}) and min_bins ({min_bins}) "
