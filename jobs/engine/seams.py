@@ -95,7 +95,8 @@ class _BinTask:
         return out
 
 
-def _bins(items: Sequence[Any], sizes: Sequence[int] | None, parallelism: int) -> list[list[int]]:
+def stream_bins(items: Sequence[Any], sizes: Sequence[int] | None, parallelism: int) -> list[list[int]]:
+    """The bins (lists of item indices) :meth:`TaskRunner.stream` runs ``items`` in, one task each."""
     if sizes is not None and len(sizes) != len(items):
         raise ValueError(f"{len(sizes)} sizes for {len(items)} items")
     # at least two bins per core: a core that finishes early finds work, and the first results come early
@@ -141,7 +142,7 @@ class SparkTasks:
             # Run the bin's items one task each: every item but the culprit comes back.
             return [pair for i in indices for pair in run([i])]
 
-        bins = _bins(items, sizes, self.parallelism)
+        bins = stream_bins(items, sizes, self.parallelism)
         pool = ThreadPoolExecutor(max_workers=min(len(bins), max(1, self.parallelism)),
                                   thread_name_prefix="segjobs-tasks")
         pending: set[Future] = {pool.submit(run, b) for b in bins}
@@ -196,7 +197,7 @@ class InProcessTasks:
                sizes: Sequence[int] | None = None) -> Iterator[tuple[int, R | TaskFailure]]:
         # the same bins as on Spark, one after another, each item's result handed back as its bin ends
         task = _BinTask(fn)
-        for indices in _bins(items, sizes, self.parallelism):
+        for indices in stream_bins(items, sizes, self.parallelism):
             with _environment(self.env):
                 self.calls += 1
                 results = _round_trip(task(_round_trip([items[i] for i in indices])))
@@ -265,4 +266,4 @@ class Seams:
 PRODUCTION = Seams()
 
 __all__ = ["FaultHook", "InProcessTasks", "PRODUCTION", "STREAM_MAX_ITEMS", "STREAM_TARGET_BYTES", "Seams",
-           "SparkTasks", "TaskFailure", "TaskRunner"]
+           "SparkTasks", "TaskFailure", "TaskRunner", "stream_bins"]

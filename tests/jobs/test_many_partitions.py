@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from jobs import api
-from jobs.engine.seams import InProcessTasks, SparkTasks, TaskFailure
+from jobs.engine.seams import InProcessTasks, SparkTasks, TaskFailure, stream_bins
 from segment_io.generate import GenerateSpec, generate_log_dir
 from segment_io.layout import segment_file_name
 
@@ -84,22 +84,27 @@ def test_many_small_partitions_compact_exactly_as_each_alone(spark, source: Path
 def test_a_corrupt_partition_in_a_bin_fails_alone(spark, source: Path, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     shutil.copytree(source, logs)
-    seg = logs / "orders-3" / segment_file_name(0)
+    # The cleaning tasks' bins (the tasks come in partition order, sized by their .log bytes): break a partition
+    # that shares its task with another.
+    names = partitions(logs)
+    sizes = [sum(f.stat().st_size for f in (logs / n).glob("*.log")) for n in names]
+    shared = [b for b in stream_bins(names, sizes, SparkTasks(spark).parallelism) if len(b) > 1]
+    assert shared, "every partition got a task of its own: the test data is too big for the bins"
+    victim, neighbours = names[shared[0][0]], [names[i] for i in shared[0][1:]]
+    seg = logs / victim / segment_file_name(0)
     data = bytearray(seg.read_bytes())
     data[75] ^= 0xFF  # inside the first batch's records: its CRC no longer matches
     seg.write_bytes(bytes(data))
-    broken_before = partition_files(logs / "orders-3")
-    # 12 partitions of a few KB on local[2]: 4 tasks of 3 partitions each, so orders-3 shares its task
-    assert SparkTasks(spark).parallelism == 2
+    broken_before = partition_files(logs / victim)
     lines: list[str] = []
     result = api.compact(logs, api.CompactOptions(overrides=SETTINGS, progress=lines.append), now=NOW, spark=spark)
-    assert result.exit_code == 1
-    assert [e["partition"] for e in result.errors] == ["orders-3"] and result.errors[0]["kind"] == "CrcMismatchError"
+    assert result.exit_code == 1  # some partition failed, the others were done
+    assert [e["partition"] for e in result.errors] == [victim] and result.errors[0]["kind"] == "CrcMismatchError"
     actions = {f"{e['topic']}-{e['partition']}": e["action"] for e in result.report.partitions}
-    assert actions.pop("orders-3") == "error"
-    assert set(actions.values()) == {"compacted"} and len(actions) == 11
-    assert partition_files(logs / "orders-3") == broken_before
-    assert any(line.endswith("]") and "orders-3: UNCLEANABLE, left untouched" in line for line in lines)
+    assert actions.pop(victim) == "error"
+    assert set(actions.values()) == {"compacted"} and len(actions) == 11 and set(neighbours) <= set(actions)
+    assert partition_files(logs / victim) == broken_before
+    assert any(line.endswith("]") and f"{victim}: UNCLEANABLE, left untouched" in line for line in lines)
 
 
 def _raise_or_die(item: int) -> int:
