@@ -32,8 +32,9 @@ COMMIT_THREADS = 4
 
 class Tally:
     """Counts finished partitions and their bytes for the progress lines: ``[12/500, 1.9 MB of 63.5 MB,
-    ETA 31s]``. The ETA extrapolates the bytes per second since the tally started (None until some bytes are
-    done). Thread-safe: the commit threads report to it."""
+    ETA 31s]``. The ETA extrapolates the bytes per second since the tally started, once 5% of the bytes are
+    done (before that, the first tasks' start-up, the Python workers' imports, would dominate the rate).
+    Thread-safe: the commit threads report to it."""
 
     def __init__(self, items: int, total_bytes: int, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.items = items
@@ -59,10 +60,10 @@ class Tally:
         return text + "]"
 
     def eta_seconds(self) -> float | None:
-        """Seconds left at the rate so far (0 when everything is done, None before any bytes are)."""
+        """Seconds left at the rate so far (0 when everything is done, None before 5% of the bytes are)."""
         if self.done_items >= self.items:
             return 0.0
-        if self.done_bytes <= 0:
+        if self.done_bytes <= 0 or self.done_bytes * 20 < self.total_bytes:
             return None
         elapsed = self._clock() - self._t0
         return elapsed * max(self.total_bytes - self.done_bytes, 0) / self.done_bytes

@@ -91,9 +91,11 @@ def test_tally_counts_bytes_and_extrapolates_an_eta() -> None:
     assert tally.add(2000) == "[4/4, 4.0 KB of 4.0 KB, ETA 0s]"
 
 
-def test_tally_has_no_eta_before_any_bytes_and_words_long_ones_in_minutes() -> None:
+def test_tally_has_no_eta_before_5_percent_of_the_bytes_and_words_long_ones_in_minutes() -> None:
     now = [0.0]
-    tally = Tally(3, 10_000, clock=lambda: now[0])
+    tally = Tally(4, 10_000, clock=lambda: now[0])
     assert "ETA" not in tally.add(0)
+    now[0] = 10.0
+    assert tally.add(499) == "[2/4, 499 B of 10.0 KB]"  # the first tasks' start-up would make it absurd
     now[0] = 100.0
-    assert tally.add(1000).endswith("ETA 15m00s]")
+    assert tally.add(501).endswith("ETA 15m00s]")

@@ -142,7 +142,7 @@ def test_progress_lines_come_as_tasks_finish_with_count_bytes_and_eta(source: Pa
         counts = line[line.rindex("[") + 1:-1].split(", ")
         assert counts[0] == f"{k}/12"
         assert counts[1].endswith(f" of {api_human_bytes(total)}")
-        assert counts[2].startswith("ETA ")
+        assert k == 1 or counts[2].startswith("ETA ")  # 12 partitions of equal size: 1 of them is 8%
     assert done[-1][1].endswith("ETA 0s]")
 
 
