@@ -32,7 +32,6 @@ from jobs.engine.streaming import Tally, run_and_settle
 from jobs.logdir.commit import Committer
 from jobs.rules.config import TopicConfig
 from jobs.rules.model import PartitionState
-from jobs.rules.model import Scope as PlanScope
 from jobs.rules.plan_compact import (
     CompactionPlan,
     group_segments_by_size,
@@ -419,7 +418,6 @@ def work(ctx: JobContext) -> None:
     planfile.check_unchanged(ctx)
     scan_candidates(ctx)  # the partitions that may be due, read in full (the frame scanned sizes only)
     max_keys = max_keys_for_buffer(options.dedupe_buffer_bytes)
-    plan_scope = PlanScope(force=bool(options.topics or options.partitions))
     # compact,delete partitions: retention first, compaction planned on what it leaves (see RetentionFirst)
     first = plan_retention_first(ctx)
     held = first.held()
@@ -432,9 +430,8 @@ def work(ctx: JobContext) -> None:
             ctx.report.errors.append({"partition": scan.name, **scan.error.to_dict()})
             continue
         config = ctx.configs.for_topic(scan.topic)
-        scope = plan_scope if ctx.scope.explicit(*key) else PlanScope()
         listing, scan = first.compaction_input(ctx, key)
-        plan = plan_compaction(scan.scanned, config, ctx.now_ms, scope)
+        plan = plan_compaction(scan.scanned, config, ctx.now_ms, requested=ctx.scope.explicit(*key))
         plans[key], states[key] = plan, scan.scanned
         if plan.selected and key not in held:
             tasks.append(CompactTask(ctx.storage, listing, scan.scanned, plan, config, scan.txn, ctx.now_ms, max_keys,

@@ -323,7 +323,6 @@ def work(ctx: JobContext) -> None:
     """The inspection job's work (see :func:`jobs.engine.frame.run_job`): one row per partition into the
     report, and the totals. Nothing is written to the log dir."""
     from jobs.engine.retention import plan_retention_first, refused_topics
-    from jobs.rules.model import Scope as PlanScope
 
     options = ctx.options
     assert isinstance(options, InspectOptions)
@@ -344,7 +343,7 @@ def work(ctx: JobContext) -> None:
         config = ctx.configs.for_topic(scan.topic)
         held = key in held_keys
         # As an unforced (nightly) run would decide: inspect's --topic only narrows what is shown.
-        plan = plan_compaction(first.compaction_input(ctx, key)[1].scanned, config, ctx.now_ms, PlanScope())
+        plan = plan_compaction(first.compaction_input(ctx, key)[1].scanned, config, ctx.now_ms)
         if held:
             why = f"left untouched: retention {first.refused[key[0]].message()}"
             plan = replace(plan, selected=False, reason=why, note=why)

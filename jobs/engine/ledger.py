@@ -9,7 +9,8 @@ What a run shows:
 
 * ``partitions``: the rows of the run (one per partition it covered), ``changed``: those that lost bytes;
 * ``reclaimed``: the sum of the rows' ``bytes_removed`` (segments deleted by retention, bytes a compaction
-  removed; in a dry run, what the run would have removed);
+  removed, both for a ``compact,delete`` partition of a compact run; in a dry run, what the run would have
+  removed);
 * ``outcome``: ``ok``, or how many partitions ended in ``error``, ``refused`` (the delete-fraction limit) or
   ``partly compacted``: the rows that make a job exit 1. A run stopped by a lost lease, or whose report could
   not be written, also exited 1 without a failed row: the ledger holds partitions, not exit codes.

@@ -239,12 +239,14 @@ def append_ledger(uri: str, report: RunReport, rows: Iterable[dict[str, Any]], o
                "segments_after", "records_removed", "bytes_removed")
     out = []
     for r in rows:
+        numbers = {k: int(r.get(k) or 0) for k in numeric}
+        _count_retention_step(numbers, r.get("retention"), dry_run=report.dry_run)
         out.append({
             "run_id": report.run_id, "command": report.command, "log_dir": report.log_dir, "now_ms": report.now_ms,
             "dry_run": report.dry_run, "finished_ms": report.finished_ms or 0,
             "topic": str(r.get("topic", "")), "partition": int(r.get("partition", -1)),
             "action": str(r.get("action", "")), "reason": str(r.get("reason", "")),
-            **{k: int(r.get(k) or 0) for k in numeric},
+            **numbers,
         })
     if not out:
         return 0
@@ -260,6 +262,19 @@ def append_ledger(uri: str, report: RunReport, rows: Iterable[dict[str, Any]], o
         storage_options = _object_store_options(options or StorageOptions.from_env())
     write_deltalake(uri, table, mode="append", storage_options=storage_options)
     return len(out)
+
+
+def _count_retention_step(numbers: dict[str, int], retention: dict[str, Any] | None, *, dry_run: bool) -> None:
+    """A compact run deletes a ``compact,delete`` partition's expired segments before cleaning it (the row's
+    ``retention`` step): its ledger row starts from the partition as it was before that step and counts
+    the deleted bytes, so the ledger's reclaimed bytes match the run's summary."""
+    if not retention or not retention.get("bytes_removed"):
+        return
+    if not (retention.get("applied") or dry_run) or retention.get("action") in ("error", "refused"):
+        return
+    numbers["bytes_removed"] += int(retention["bytes_removed"])
+    numbers["bytes_before"] = int(retention.get("bytes_before") or numbers["bytes_before"])
+    numbers["segments_before"] = int(retention.get("segments_before") or numbers["segments_before"])
 
 
 def _object_store_options(options) -> dict[str, str]:

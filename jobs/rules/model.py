@@ -9,8 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from jobs.rules.config import topic_matches
-
 
 @dataclass(frozen=True)
 class SegmentInfo:
@@ -118,20 +116,3 @@ class PartitionState:
         return sum(s.size_bytes for s in self.segments)
 
 
-@dataclass(frozen=True)
-class Scope:
-    """Which partitions a run covers and whether it was explicitly requested.
-
-    ``topics`` are globs (empty: every topic); ``partitions`` None means every partition. ``force``
-    records an explicit request: compaction selection thresholds do not apply inside the scope.
-    """
-
-    topics: tuple[str, ...] = ()
-    partitions: frozenset[int] | None = None
-    force: bool = False
-
-    def includes(self, topic: str, partition: int) -> bool:
-        """Whether ``topic-partition`` lies inside the scope."""
-        if self.topics and not any(topic_matches(g, topic) for g in self.topics):
-            return False
-        return self.partitions is None or partition in self.partitions

@@ -23,7 +23,7 @@ from typing import Collection, Mapping, Sequence
 
 from jobs.rules.config import TopicConfig, never_touched
 from jobs.rules.kafka_defaults import INT_MAX, default_of
-from jobs.rules.model import PartitionState, Scope, SegmentInfo
+from jobs.rules.model import PartitionState, SegmentInfo
 from segment_io.index import OFFSET_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE
 
 #: Index entries store offsets relative to the segment base in 32 signed bits.
@@ -250,14 +250,14 @@ class CompactionPlan:
         return self.clean_bytes + self.cleanable_bytes
 
 
-def plan_compaction(state: PartitionState, config: TopicConfig, now_ms: int,
-                    scope: Scope = Scope()) -> CompactionPlan:
+def plan_compaction(state: PartitionState, config: TopicConfig, now_ms: int, *,
+                    requested: bool = False) -> CompactionPlan:
     """Decide whether and what to compact in one partition at ``now_ms``.
 
-    Selected when the topic's policy includes compact, the partition is in ``scope`` and has clean or
-    cleanable bytes, and: the scope is an explicit request (``scope.force``); or the dirty section's
-    earliest first-batch timestamp is older than ``now - max.compaction.lag.ms`` and there are
-    cleanable bytes; or the dirty ratio exceeds ``min.cleanable.dirty.ratio``.
+    Selected when the topic's policy includes compact, the partition has clean or cleanable bytes, and: the
+    user named it (``requested``: ``--topic``/``--partition``, see :class:`jobs.rules.scope.Scope`); or the
+    dirty section's earliest first-batch timestamp is older than ``now - max.compaction.lag.ms`` and there
+    are cleanable bytes; or the dirty ratio exceeds ``min.cleanable.dirty.ratio``.
     """
     if not state.segments:
         return _empty_plan(state, config, "no segments")
@@ -278,9 +278,6 @@ def plan_compaction(state: PartitionState, config: TopicConfig, now_ms: int,
     if untouchable:  # a Kafka topic segjobs never rewrites, however it is configured or asked for
         selected, reason = False, untouchable
         note = reason
-    elif not scope.includes(state.topic, state.partition):
-        selected, reason = False, "outside the requested scope"
-        note = reason
     elif not config.compact:
         selected, reason = False, f"cleanup.policy={config.policy_text}: not a compacted topic"
         note = f"no compact policy (cleanup.policy={config.policy_text})"
@@ -288,7 +285,7 @@ def plan_compaction(state: PartitionState, config: TopicConfig, now_ms: int,
         selected, reason = False, (f"nothing to clean: no bytes below the first uncleanable offset "
                                    f"{first_uncleanable} (bound by {offsets.bound_by})")
         note = f"nothing to clean: bound by {offsets.bound_by}"
-    elif scope.force:
+    elif requested:
         selected = True
         reason = f"explicitly requested; {numbers}"
         note = "requested by --topic/--partition"

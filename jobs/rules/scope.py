@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass
 
+from jobs.rules.config import topic_matches
 from segment_io.errors import UsageError
 from segment_io.layout import closest_topics_hint, parse_partition_dir
 
@@ -22,7 +22,7 @@ class Scope:
 
     def explicit(self, topic: str, partition: int) -> bool:
         """True when the user named this partition (or its topic glob) on the command line."""
-        return (topic, partition) in self.partitions or any(fnmatch.fnmatchcase(topic, g) for g in self.topic_globs)
+        return (topic, partition) in self.partitions or any(topic_matches(g, topic) for g in self.topic_globs)
 
     def includes(self, topic: str, partition: int) -> bool:
         return self.everything or self.explicit(topic, partition)
@@ -40,7 +40,7 @@ class Scope:
                              else f"no topic {t!r}; {closest_topics_hint(t, topics)}")
             raise UsageError(f"--partition names partitions not in the log dir: "
                              f"{', '.join(f'{t}-{p}' for t, p in missing)} ({'; '.join(hints)})")
-        unmatched = [g for g in self.topic_globs if not any(fnmatch.fnmatchcase(t, g) for t in topics)]
+        unmatched = [g for g in self.topic_globs if not any(topic_matches(g, t) for t in topics)]
         if unmatched:
             glob_hints = "; ".join(f"{g}: {closest_topics_hint(g, topics)}" for g in unmatched)
             raise UsageError(f"--topic matches no topic in the log dir: {', '.join(unmatched)} ({glob_hints})")

@@ -26,6 +26,7 @@ from jobs.rules.map_capacity import buffer_bytes_for_keys
 from jobs.rules.timeutil import format_instant
 from segment_io.layout import segment_file_name
 from tests.support.builders import LogBuilder, rec, timestamped_segments, write_log
+from tests.support.spark import spark_forbidden
 
 DAY = 86_400_000
 NOW = 1_763_780_400_000  # 2025-11-22T03:00:00Z
@@ -216,12 +217,13 @@ def test_format_json_prints_the_report_and_nothing_else(spark, retain_dir: Path,
 # --------------------------------------------------------------------------------------------------
 
 
-def _fails_before_work(capsys, argv: list[str], *expected: str, within_s: float = 5.0) -> str:
-    """The CLI exits 2 within ``within_s`` (no Spark started) with one stderr line holding ``expected``
-    and nothing on stdout."""
+def _fails_before_work(capsys, argv: list[str], *expected: str, within_s: float = 15.0) -> str:
+    """The CLI exits 2 before any Spark session is built, within ``within_s`` (what a user waits for: an
+    unreachable endpoint must not hang), with one stderr line holding ``expected`` and nothing on stdout."""
     capsys.readouterr()
     t0 = time.monotonic()
-    code = main(argv)
+    with spark_forbidden():
+        code = main(argv)
     elapsed = time.monotonic() - t0
     out, err = capsys.readouterr()
     assert code == 2, err

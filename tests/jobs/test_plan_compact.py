@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from jobs.rules.config import TopicConfig
 from jobs.rules.kafka_defaults import INT_MAX
-from jobs.rules.model import Scope
 from jobs.rules.plan_compact import (
     BOUND_ACTIVE,
     BOUND_DIRTY,
@@ -172,13 +171,13 @@ def test_29_non_empty_sparse_segments_do_not_group_but_emptied_ones_merge() -> N
 def test_33_cleaning_end_is_the_active_segment_base_across_a_gap() -> None:
     # offsets 0..9, then a gap, the active segment starts at 11
     plan = plan_compaction(state([seg(0, 100, count=10), seg(11, 50, count=1)]), COMPACT, NOW,
-                           Scope(force=True))
+                           requested=True)
     assert plan.first_uncleanable_offset == 11  # the checkpoint written after the pass
 
 
 def test_33_multiple_gaps() -> None:
     segs = [seg(0, 100, count=10), seg(15, 100, count=10), seg(30, 50, count=1)]
-    plan = plan_compaction(state(segs), COMPACT, NOW, Scope(force=True))
+    plan = plan_compaction(state(segs), COMPACT, NOW, requested=True)
     assert plan.first_uncleanable_offset == 30
     assert bases(plan.groups) == [[0, 15]]
 
@@ -215,7 +214,7 @@ def test_36_active_segment_bounds_the_range() -> None:
     offsets = cleanable_offsets(st, COMPACT, NOW)
     assert (offsets.first_dirty_offset, offsets.first_uncleanable_dirty_offset) == (0, 70)
     assert offsets.bound_by == BOUND_ACTIVE
-    plan = plan_compaction(st, COMPACT, NOW, Scope(force=True))
+    plan = plan_compaction(st, COMPACT, NOW, requested=True)
     assert all(s.base_offset != 70 for g in plan.groups for s in g)
 
 
@@ -344,24 +343,23 @@ def test_40_checkpoint_inside_a_segment_counts_it_as_clean_and_cleanable() -> No
 
 @pytest.mark.parametrize("segments", [[], [seg(0, 0)], [seg(0, 500, count=50)]])
 def test_40_logs_without_clean_or_cleanable_bytes_are_skipped(segments) -> None:
-    plan = plan_compaction(state(segments), compact(min_cleanable_dirty_ratio=0.0), NOW, Scope(force=True))
+    plan = plan_compaction(state(segments), compact(min_cleanable_dirty_ratio=0.0), NOW, requested=True)
     assert not plan.selected and plan.total_bytes == 0
 
 
-def test_40_only_compacted_topics_and_scope() -> None:
+def test_40_only_compacted_topics() -> None:
     st = state(uniform_log(3), checkpoint=0)
     assert plan_compaction(st, compact(), NOW).selected
     delete_only = plan_compaction(st, TopicConfig(), NOW)
     assert not delete_only.selected and "cleanup.policy=delete" in delete_only.reason
-    out = plan_compaction(st, compact(), NOW, Scope(topics=("other*",)))
-    assert not out.selected and "scope" in out.reason
-    assert plan_compaction(st, compact(), NOW, Scope(topics=("t",), partitions=frozenset({0}))).selected
+    # naming a partition (--partition) does not make a delete-only topic compacted
+    assert not plan_compaction(st, TopicConfig(), NOW, requested=True).selected
 
 
 def test_explicit_request_bypasses_the_ratio() -> None:
     st = state(uniform_log(4), checkpoint=30)  # everything clean: ratio 0
     assert not plan_compaction(st, COMPACT, NOW).selected
-    forced = plan_compaction(st, COMPACT, NOW, Scope(force=True))
+    forced = plan_compaction(st, COMPACT, NOW, requested=True)
     assert forced.selected and "explicitly requested" in forced.reason and forced.cleanable_bytes == 0
 
 

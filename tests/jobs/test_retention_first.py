@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 
 from jobs.commands.cli import main
 from segment_io.generate import GenerateSpec, generate_log_dir
@@ -94,7 +95,8 @@ def test_compact_delete_runs_retention_first_and_the_dry_run_and_inspect_predict
     assert code == 0
     code, dry = run("compact", log_dir, *ORDERS, "--dry-run")
     assert code == 0
-    code, real = run("compact", log_dir, *ORDERS)
+    ledger = tmp_path / "ledger"
+    code, real = run("compact", log_dir, *ORDERS, "--ledger", str(ledger))
     assert code == 0
 
     # Retention deleted the two expired segments and they went whole: their bytes sit in .deleted files,
@@ -114,6 +116,13 @@ def test_compact_delete_runs_retention_first_and_the_dry_run_and_inspect_predict
     entry = by_name(real)["orders-0"]
     assert entry["records_removed"] == recent_records - len(expected)
     assert entry["new_checkpoint"] == bases[4]
+
+    # The ledger counts both steps, as the summary does, from the partition as it was before retention.
+    [ledger_row] = DeltaTable(str(ledger)).to_pyarrow_table().to_pylist()
+    assert ledger_row["bytes_removed"] == entry["bytes_removed"] + retention["bytes_removed"] \
+        == real["totals"]["bytes_removed"]
+    assert (ledger_row["bytes_before"], ledger_row["segments_before"]) == \
+           (retention["bytes_before"], retention["segments_before"])
 
     # The dry run and inspect predicted exactly that.
     predicted = by_name(dry)["orders-0"]

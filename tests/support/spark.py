@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
+from typing import Iterator
+
+import pytest
 
 _SESSION = None
 
@@ -31,3 +35,17 @@ def get_session():
     )
     atexit.register(_SESSION.stop)
     return _SESSION
+
+
+@contextlib.contextmanager
+def spark_forbidden() -> Iterator[None]:
+    """Within the block, building a Spark session fails the test: for checks that must refuse bad input
+    before any Spark start-up (a behaviour, asserted without timing it)."""
+    from jobs.engine import spark_session
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a Spark session was built before the input was checked")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(spark_session, "build_session", refuse)
+        yield
