@@ -22,11 +22,9 @@ check ``retain`` makes, and more than a broker makes before its cleaner reads th
 from __future__ import annotations
 
 from jobs.engine.frame import JobContext
-from jobs.engine.options import CompactOptions
 from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
 from jobs.engine.seams import TaskFailure
 from jobs.rules.config import never_touched
-from jobs.rules.model import Scope as PlanScope
 from jobs.rules.plan_compact import plan_compaction
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT
 
@@ -51,10 +49,8 @@ def needs_full_scan(ctx: JobContext, key: tuple[str, int], scan: PartitionScan) 
         return False
     if config.delete:
         return True
-    options = ctx.options
-    assert isinstance(options, CompactOptions)
-    scope = PlanScope(force=bool(options.topics or options.partitions)) if ctx.scope.explicit(*key) else PlanScope()
-    return plan_compaction(scan.scanned, config, ctx.now_ms, scope).selected
+    # the same call compaction's work makes for the partition (see jobs.engine.compaction.work)
+    return plan_compaction(scan.scanned, config, ctx.now_ms, requested=ctx.scope.explicit(*key)).selected
 
 
 def scan_candidates(ctx: JobContext) -> list[tuple[str, int]]:
