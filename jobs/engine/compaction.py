@@ -5,6 +5,7 @@ What `segjobs compact` does, in users' words, is the docstring of :mod:`jobs.com
 
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -485,6 +486,10 @@ def work(ctx: JobContext) -> None:
     _summarize(ctx)
 
 
+#: Progress lines come from the commit threads: one at a time, so that two never mix on the terminal.
+_PROGRESS_LOCK = threading.Lock()
+
+
 @dataclass
 class _Settled:
     """One partition after its commit: its report entry, what it adds to the run's errors and warnings, and
@@ -536,13 +541,16 @@ def _settle(ctx: JobContext, key: tuple[str, int], plan: CompactionPlan, state: 
     if outcome is not None and outcome.error is not None:
         errors.append({"partition": f"{plan.topic}-{plan.partition}", **outcome.error.to_dict()})
         state_word = "PARTLY COMPACTED, then failed" if committed else "UNCLEANABLE, left untouched"
-        ctx.progress.error(f"{plan.topic}-{plan.partition}: {state_word}: {outcome.error}{done}")
+        with _PROGRESS_LOCK:
+            ctx.progress.error(f"{plan.topic}-{plan.partition}: {state_word}: {outcome.error}{done}")
     elif outcome is not None:
-        ctx.progress(f"{plan.topic}-{plan.partition}: {'measured' if ctx.dry_run else 'compacted'} in "
-                     f"{outcome.seconds}s{done}")
+        with _PROGRESS_LOCK:
+            ctx.progress(f"{plan.topic}-{plan.partition}: {'measured' if ctx.dry_run else 'compacted'} in "
+                         f"{outcome.seconds}s{done}")
         for problem in (p for g in outcome.groups if g.committed or ctx.dry_run for p in g.corrupt_indexes):
             note = f"{plan.topic}-{plan.partition}: {problem}: {'would rebuild' if ctx.dry_run else 'rebuilt'} it"
-            ctx.progress(note)
+            with _PROGRESS_LOCK:
+                ctx.progress(note)
             run_warnings.append(note)
             warnings.append(note)
     if ctx.dry_run and not untouched:
