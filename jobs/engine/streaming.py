@@ -103,24 +103,27 @@ def run_and_settle(runner: TaskRunner, fn: Callable[[T], R], items: Sequence[T],
             settled[index] = value
 
     futures: list[Future] = []
-    with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="segjobs-commit") as pool:
-        stream = runner.stream(fn, items, sizes=sizes)
-        try:
-            for index, result in stream:
-                with guard:
-                    if failure:
-                        break
-                futures.append(pool.submit(one, index, prepare(index, result)))
-        finally:
-            close = getattr(stream, "close", None)
-            if close is not None:
-                close()  # cancels the tasks not yet finished when we stopped early
-    for f in futures:
-        f.result()
-    if failure:
-        exc = failure[0]
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="segjobs-commit") as pool:
+            stream = runner.stream(fn, items, sizes=sizes)
+            try:
+                for index, result in stream:
+                    with guard:
+                        if failure:
+                            break
+                    futures.append(pool.submit(one, index, prepare(index, result)))
+            finally:
+                close = getattr(stream, "close", None)
+                if close is not None:
+                    close()  # cancels the tasks not yet finished when we stopped early
+        # (leaving the pool waited for the commits under way)
+        for f in futures:
+            f.result()
+        if failure:
+            raise failure[0]
+    except BaseException as exc:
         exc.partial = dict(settled)  # type: ignore[attr-defined]
-        raise exc
+        raise
     return settled
 
 

@@ -166,3 +166,34 @@ def test_a_run_with_nothing_due_reads_no_partition_in_full(source: Path, tmp_pat
     assert runner.calls == 12  # the sizes scan of each partition, nothing else
     assert not any("read " in line and "in full" in line for line in lines)
     assert not any(e["selected"] for e in again.report.partitions)
+
+
+def _double_or_fail(item: int) -> int:
+    if item == 2:
+        raise ValueError("item 2 is bad")
+    return 2 * item
+
+
+def test_commits_stop_at_the_first_that_raises_and_what_was_settled_is_handed_back() -> None:
+    from jobs.engine.streaming import run_and_settle
+
+    prepared: dict[int, object] = {}
+
+    def prepare(i: int, result: object) -> object:
+        prepared[i] = result
+        return result
+
+    def settle(i: int, result: object) -> object:
+        if i == 5:
+            raise RuntimeError("the lease was lost")
+        return result
+
+    # 10 items in 4 bins ([0, 4, 8], [1, 5, 9], [2, 6], [3, 7]), one commit thread: 0, 4, 8 and 1 are settled,
+    # 5 raises, and nothing after it is settled
+    with pytest.raises(RuntimeError, match="lease") as info:
+        run_and_settle(InProcessTasks(parallelism=2), _double_or_fail, list(range(10)), sizes=[1] * 10,
+                       prepare=prepare, settle=settle, threads=1)
+    assert info.value.partial == {0: 0, 4: 8, 8: 16, 1: 2}  # type: ignore[attr-defined]
+    done = run_and_settle(InProcessTasks(parallelism=2), _double_or_fail, list(range(4)), sizes=[1] * 4,
+                          prepare=prepare, settle=lambda i, r: r)
+    assert done == {0: 0, 1: 2, 2: TaskFailure("ValueError", "item 2 is bad"), 3: 6}
