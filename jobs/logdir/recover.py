@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import builtins  # annotations in PreviewStorage say builtins.list: there, `list` is the listing method
 import io
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterator
@@ -156,10 +155,6 @@ def recover_partition(storage: Storage, partition_uri: str, *, work_uri: str, no
     return report
 
 
-#: Partitions recovered at once (see :func:`recover_log_dir`).
-RECOVERY_THREADS = 16
-
-
 def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri: str | None = None,
                     check: Callable[[], None] | None = None) -> list[RecoveryReport]:
     """:func:`recover_partition` for every partition of the log dir (those with files, and those with
@@ -172,26 +167,17 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
     work = work_uri if work_uri is not None else log_dir_work_uri(log_dir_uri)
     names = {d.rstrip("/").rsplit("/", 1)[-1] for d in storage.list_dirs(log_dir_uri)}
     names |= {d.rstrip("/").rsplit("/", 1)[-1] for d in storage.list_dirs(storage.join(work, COMMIT_DIR))}
-
-    def one(name: str) -> RecoveryReport:
+    reports = []
+    for name in sorted(n for n in names if parse_partition_dir(n) is not None):
         if check is not None:
             check()
         partition_uri = storage.join(log_dir_uri, name)
         try:
-            return recover_partition(storage, partition_uri, work_uri=work, now_ms=now_ms)
+            reports.append(recover_partition(storage, partition_uri, work_uri=work, now_ms=now_ms))
         except RecoveryError as exc:
             # One partition that cannot be settled must not hold the others back: it is reported, left as it
             # is (with its intent and staged files, for a person to look at), and the jobs leave it alone.
-            return RecoveryReport(partition_uri, error=exc)
-
-    # Partitions on several threads: each one's recovery touches only its own files and commit dir, and is
-    # mostly listing (a request per partition on S3: thousands of them, one after another, took minutes).
-    # The reports keep name order; a ``check`` that raises stops the partitions not yet begun.
-    partitions = sorted(n for n in names if parse_partition_dir(n) is not None)
-    # (a dry run's preview keeps its changes in plain dicts: one thread, the order of a real run)
-    threads = 1 if isinstance(storage, PreviewStorage) else RECOVERY_THREADS
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="segjobs-recover") as pool:
-        reports = list(pool.map(one, partitions))
+            reports.append(RecoveryReport(partition_uri, error=exc))
     if check is not None:
         check()
     top = RecoveryReport(log_dir_uri)
