@@ -486,7 +486,7 @@ def work(ctx: JobContext) -> None:
     _summarize(ctx)
 
 
-#: Progress lines come from the commit threads: one at a time, so that two never mix on the terminal.
+#: Progress lines come from the commit thread and the driver's: one at a time, so that two never mix.
 _PROGRESS_LOCK = threading.Lock()
 
 
@@ -512,8 +512,8 @@ def _settle(ctx: JobContext, key: tuple[str, int], plan: CompactionPlan, state: 
             outcome: PartitionOutcome | None, *, checkpoint: int | None, untouched: bool,
             retention: dict[tuple[str, int], dict[str, Any]], tally: Tally) -> _Settled:
     """Commit each changed group of one partition (crash-safe, in order) and build its report entry. Runs on
-    a commit thread for partitions with a task: it touches only this partition's files and returns what the
-    run's report and checkpoint need."""
+    the commit thread for partitions with a task (see jobs.engine.streaming): it touches only this partition's
+    files and returns what the run's report and checkpoint need."""
     from jobs.logdir.commit import StagedSegment
 
     committed = False

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, TypeVar
 
-from jobs.rules.binpack import pack_by_bytes
+from jobs.rules.binpack import pack_in_order
 from jobs.rules.timeutil import wall_clock_ms
 
 T = TypeVar("T")
@@ -52,7 +52,8 @@ class TaskRunner(Protocol):
     def stream(self, fn: Callable[[T], R], items: Sequence[T], *,
                sizes: Sequence[int] | None = None) -> Iterator[tuple[int, "R | TaskFailure"]]:
         """``(index, fn(items[index]))`` for every item, in the order the tasks finish. Items are bin-packed by
-        ``sizes`` (bytes; default: one each) into tasks (:func:`jobs.rules.binpack.pack_by_bytes`). An item whose
+        ``sizes`` (bytes; default: one each) into tasks of consecutive items, submitted in order
+        (:func:`jobs.rules.binpack.pack_in_order`). An item whose
         ``fn`` raised, or whose task died, comes back as a :class:`TaskFailure`: its neighbours in the bin
         are not affected."""
         ...
@@ -99,8 +100,9 @@ def stream_bins(items: Sequence[Any], sizes: Sequence[int] | None, parallelism: 
     """The bins (lists of item indices) :meth:`TaskRunner.stream` runs ``items`` in, one task each."""
     if sizes is not None and len(sizes) != len(items):
         raise ValueError(f"{len(sizes)} sizes for {len(items)} items")
-    # at least two bins per core: a core that finishes early finds work, and the first results come early
-    return pack_by_bytes(list(sizes) if sizes is not None else [1] * len(items), target_bytes=STREAM_TARGET_BYTES,
+    # Consecutive items (results are used in item order: see jobs.engine.streaming), at least two bins per core:
+    # a core that finishes early finds work, and the first results come early.
+    return pack_in_order(list(sizes) if sizes is not None else [1] * len(items), target_bytes=STREAM_TARGET_BYTES,
                          max_items=STREAM_MAX_ITEMS, min_bins=max(1, parallelism) * 2)
 
 

@@ -4,9 +4,10 @@ A run over thousands of small partitions used to wait for every cleaning task, t
 after another: the commits (a chain of small writes, renames and directory fsyncs each: latency, not CPU) added
 up, and nothing was printed until the last task ended. Here a driver thread takes each partition's result as
 its task finishes (:meth:`jobs.engine.seams.TaskRunner.stream`), checks it (``prepare``, on the driver's
-thread: it may touch shared state) and hands its commit (``settle``) to a small pool of threads. Each
-partition's commit keeps the crash-safe protocol of :mod:`jobs.logdir.commit` and its order of steps; only
-different partitions' steps interleave (a fault hook sees them from several threads).
+thread: it may touch shared state) and hands its commit (``settle``) to a commit thread, which commits the
+partitions one at a time in partition order while the remaining tasks run. Each partition's commit keeps the
+crash-safe protocol of :mod:`jobs.logdir.commit`; a lost lease or a kill stops the run between two partitions,
+as before.
 
 :class:`Tally` words the running count, bytes done and an ETA of the progress lines.
 """
@@ -25,16 +26,12 @@ T = TypeVar("T")
 R = TypeVar("R")
 S = TypeVar("S")
 
-#: Partitions committed at once. Commits are latency bound (fsyncs, renames, S3 requests); a few threads
-#: hide most of it without making a local disk's fsyncs queue up behind each other.
-COMMIT_THREADS = 4
-
 
 class Tally:
     """Counts finished partitions and their bytes for the progress lines: ``[12/500, 1.9 MB of 63.5 MB,
     ETA 31s]``. The ETA extrapolates the bytes per second since the tally started, once 5% of the bytes are
     done (before that, the first tasks' start-up, the Python workers' imports, would dominate the rate).
-    Thread-safe: the commit threads report to it."""
+    Thread-safe: the commit thread reports to it."""
 
     def __init__(self, items: int, total_bytes: int, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.items = items
@@ -75,16 +72,18 @@ def _duration(seconds: float) -> str:
 
 
 def run_and_settle(runner: TaskRunner, fn: Callable[[T], R], items: Sequence[T], *, sizes: Sequence[int],
-                   prepare: Callable[[int, "R | TaskFailure"], R], settle: Callable[[int, R], S],
-                   threads: int = COMMIT_THREADS) -> dict[int, S]:
+                   prepare: Callable[[int, "R | TaskFailure"], R], settle: Callable[[int, R], S]) -> dict[int, S]:
     """Run ``fn`` over ``items`` as bin-packed tasks (``sizes`` in bytes) and, as each item's result arrives,
     call ``prepare(index, result)`` on this thread (it turns a :class:`TaskFailure` into the item's own error
-    result, and may touch shared state), then ``settle(index, prepared)`` on one of ``threads`` threads.
-    Returns ``settle``'s results by index.
+    result, and may touch shared state), then ``settle(index, prepared)`` on a commit thread, in item order:
+    item ``i`` is settled once items ``0..i-1`` are (the tasks are consecutive runs of items, submitted in
+    order, so little waits). Returns ``settle``'s results by index.
 
-    If a ``settle`` raises (e.g. :class:`jobs.logdir.lock.LeaseLost` before a commit), no further item is
-    settled: the commits under way finish, the remaining tasks are abandoned, and the first exception is
-    raised with ``partial`` (the results settled so far) attached, so the caller can report them."""
+    One commit at a time, in order, as the job did before its commits overlapped its tasks: a lost lease or a
+    kill stops the run between two partitions, the earlier ones committed and the later ones untouched. If a
+    ``settle`` raises (e.g. :class:`jobs.logdir.lock.LeaseLost` before a commit), nothing after it is settled,
+    the remaining tasks are abandoned, and the exception is raised with ``partial`` (the results settled so
+    far) attached, so the caller can report them."""
     settled: dict[int, S] = {}
     failure: list[BaseException] = []
     guard = threading.Lock()
@@ -103,15 +102,21 @@ def run_and_settle(runner: TaskRunner, fn: Callable[[T], R], items: Sequence[T],
             settled[index] = value
 
     futures: list[Future] = []
+    ready: dict[int, R] = {}
+    next_index = 0
     try:
-        with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="segjobs-commit") as pool:
+        # one thread: commits in submission order, which is item order
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="segjobs-commit") as pool:
             stream = runner.stream(fn, items, sizes=sizes)
             try:
                 for index, result in stream:
                     with guard:
                         if failure:
                             break
-                    futures.append(pool.submit(one, index, prepare(index, result)))
+                    ready[index] = prepare(index, result)
+                    while next_index in ready:
+                        futures.append(pool.submit(one, next_index, ready.pop(next_index)))
+                        next_index += 1
             finally:
                 close = getattr(stream, "close", None)
                 if close is not None:
@@ -127,4 +132,4 @@ def run_and_settle(runner: TaskRunner, fn: Callable[[T], R], items: Sequence[T],
     return settled
 
 
-__all__ = ["COMMIT_THREADS", "Tally", "run_and_settle"]
+__all__ = ["Tally", "run_and_settle"]

@@ -59,4 +59,32 @@ def pack_by_bytes(sizes: Sequence[int], *, target_bytes: int = DEFAULT_TARGET_BY
     return [sorted(bins[b]) for b in order if bins[b]]
 
 
-__all__ = ["DEFAULT_MAX_ITEMS", "DEFAULT_TARGET_BYTES", "pack_by_bytes"]
+def pack_in_order(sizes: Sequence[int], *, target_bytes: int = DEFAULT_TARGET_BYTES,
+                  max_items: int = DEFAULT_MAX_ITEMS, min_bins: int = 1) -> list[list[int]]:
+    """Indices of ``sizes`` cut into consecutive runs (bins), in order: ``[[0, 1, 2], [3], [4, 5], ...]``.
+
+    For work whose results are used in item order (commits in partition order): the bins finish roughly in
+    order, so results can be used as soon as every earlier one is in. A bin takes items while it stays within
+    ``min(target_bytes, total / min_bins)`` bytes (so there are at least about ``min_bins`` bins for the cores
+    to share) and ``max_items`` items; an item bigger than that gets a bin of its own. Zero-size items count as
+    one byte.
+    """
+    if target_bytes <= 0 or max_items <= 0 or min_bins <= 0:
+        raise ValueError(f"target_bytes ({target_bytes}), max_items ({max_items}) and min_bins ({min_bins}) "
+                         f"must be positive")
+    if any(s < 0 for s in sizes):
+        raise ValueError("sizes must not be negative")
+    weights = [max(int(s), 1) for s in sizes]
+    limit = min(target_bytes, max(1, -(-sum(weights) // min_bins)))
+    bins: list[list[int]] = []
+    load = 0
+    for i, w in enumerate(weights):
+        if not bins or len(bins[-1]) >= max_items or load + w > limit:
+            bins.append([])
+            load = 0
+        bins[-1].append(i)
+        load += w
+    return bins
+
+
+__all__ = ["DEFAULT_MAX_ITEMS", "DEFAULT_TARGET_BYTES", "pack_by_bytes", "pack_in_order"]

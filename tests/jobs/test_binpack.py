@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs.engine.streaming import Tally
-from jobs.rules.binpack import pack_by_bytes
+from jobs.rules.binpack import pack_by_bytes, pack_in_order
 
 
 def loads(bins: list[list[int]], sizes: list[int]) -> list[int]:
@@ -78,6 +78,34 @@ def test_every_item_in_exactly_one_bin_balanced_and_deterministic(sizes, target,
             weights = [max(s, 1) for s in sizes]
             lightest = min(loads(bins, sizes))
             assert all(load - max(weights[i] for i in b) <= lightest for b, load in zip(bins, loads(bins, sizes)))
+
+
+def test_in_order_bins_are_consecutive_runs_within_the_byte_and_item_limits() -> None:
+    assert pack_in_order([]) == []
+    assert pack_in_order([10] * 10, target_bytes=30, min_bins=1) == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+    # min_bins lowers the limit so the cores share the work: 100 bytes over 4 bins = 25 per bin
+    assert pack_in_order([10] * 10, target_bytes=1000, min_bins=4) == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
+    assert pack_in_order([1] * 5, target_bytes=1000, max_items=2) == [[0, 1], [2, 3], [4]]
+    # a big item gets a bin of its own; zero-size items count as one byte
+    assert pack_in_order([1, 500, 1, 0, 0], target_bytes=10) == [[0], [1], [2, 3, 4]]
+
+
+@pytest.mark.parametrize("kwargs", [dict(target_bytes=0), dict(max_items=0), dict(min_bins=0)])
+def test_in_order_bad_parameters_are_refused(kwargs) -> None:
+    with pytest.raises(ValueError):
+        pack_in_order([1, 2], **kwargs)
+    with pytest.raises(ValueError, match="negative"):
+        pack_in_order([1, -2])
+
+
+@given(st.lists(st.integers(0, 10_000), max_size=300), st.integers(1, 20_000), st.integers(1, 40), st.integers(1, 8))
+def test_in_order_bins_cover_every_item_once_in_order(sizes, target, max_items, min_bins) -> None:
+    bins = pack_in_order(sizes, target_bytes=target, max_items=max_items, min_bins=min_bins)
+    assert [i for b in bins for i in b] == list(range(len(sizes)))
+    limit = min(target, max(1, -(-sum(max(s, 1) for s in sizes) // min_bins)))
+    for b in bins:
+        assert 0 < len(b) <= max_items
+        assert len(b) == 1 or sum(max(sizes[i], 1) for i in b) <= limit
 
 
 def test_tally_counts_bytes_and_extrapolates_an_eta() -> None:

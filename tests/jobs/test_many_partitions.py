@@ -188,12 +188,13 @@ def test_commits_stop_at_the_first_that_raises_and_what_was_settled_is_handed_ba
             raise RuntimeError("the lease was lost")
         return result
 
-    # 10 items in 4 bins ([0, 4, 8], [1, 5, 9], [2, 6], [3, 7]), one commit thread: 0, 4, 8 and 1 are settled,
-    # 5 raises, and nothing after it is settled
+    # 10 items in 4 bins ([0, 1, 2], [3, 4, 5], [6, 7, 8], [9]), settled in order: 0 to 4 are settled (2 as
+    # its task's failure), 5 raises, and nothing after it is settled
     with pytest.raises(RuntimeError, match="lease") as info:
         run_and_settle(InProcessTasks(parallelism=2), _double_or_fail, list(range(10)), sizes=[1] * 10,
-                       prepare=prepare, settle=settle, threads=1)
-    assert info.value.partial == {0: 0, 4: 8, 8: 16, 1: 2}  # type: ignore[attr-defined]
+                       prepare=prepare, settle=settle)
+    assert info.value.partial == {0: 0, 1: 2, 2: TaskFailure("ValueError", "item 2 is bad"), 3: 6,  # type: ignore
+                                  4: 8}
     done = run_and_settle(InProcessTasks(parallelism=2), _double_or_fail, list(range(4)), sizes=[1] * 4,
                           prepare=prepare, settle=lambda i, r: r)
     assert done == {0: 0, 1: 2, 2: TaskFailure("ValueError", "item 2 is bad"), 3: 6}
