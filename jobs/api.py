@@ -443,14 +443,14 @@ def recover(log_dir: str | os.PathLike, options: RecoverOptions | None = None, *
     if options.dry_run:
         return result(recover_log_dir(PreviewStorage(storage), log_dir, now_ms=now_ms, work_uri=work), None)
     if now_note:
-        progress.notice(now_note)
+        progress.notice(now_note, event="run.now", now_ms=now_ms)
     reports = None
     try:
         # The lease guards the real time this takes, so it runs on the wall clock, never on now.
         with acquire(storage, log_dir, now_ms=seams.clock(), ttl_ms=lease_ttl_ms(options.lease_ttl),
                      clock=seams.clock, break_run_id=options.break_lease) as lease:
             if lease.notice:
-                progress.notice(lease.notice)
+                progress.notice(lease.notice, event="lease.notice")
             reports = recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work,
                                       check=lambda: lease.check(seams.clock()))
     except LeaseLost as exc:

@@ -9,7 +9,11 @@ from collections.abc import Generator
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+
+try:
+    from hypothesis import settings
+except ModuleNotFoundError:  # `make airflow-test` runs its module in Airflow's virtualenv: pytest, no hypothesis
+    settings = None  # type: ignore[assignment]
 
 # Workers must run the same interpreter as the driver, or they pick up whatever python3 is on PATH.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -29,9 +33,10 @@ KAFKA_REAL = REPO.parent / "shared" / "fixtures" / "kafka-real"
 HYPOTHESIS_PROFILE_ENV = "HYPOTHESIS_PROFILE"
 # deadline=None: per-example timings on a shared 2-core machine (numba compiling on first use, Spark jobs)
 # vary too much for a deadline to mean anything. print_blob: a failure prints what reproduces it.
-settings.register_profile("dev", max_examples=30, deadline=None, print_blob=True)
-settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True)
-settings.load_profile(os.environ.get(HYPOTHESIS_PROFILE_ENV) or "dev")
+if settings is not None:
+    settings.register_profile("dev", max_examples=30, deadline=None, print_blob=True)
+    settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True)
+    settings.load_profile(os.environ.get(HYPOTHESIS_PROFILE_ENV) or "dev")
 
 # ---------------------------------------------------------------------------------------------------
 # Markers from fixtures: a test that uses one of these fixtures, directly or through another fixture, gets

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from jobs.engine.events import LOG_FORMATS, ProgressEvent, stderr_sink
 from jobs.engine.options import InvalidOption
 from jobs.engine.report import stderr_lines
 from segment_io.storage.options import StorageOptions
@@ -15,6 +17,7 @@ from segment_io.units import parse_duration, parse_size
 
 if TYPE_CHECKING:
     from jobs.api import JobResult
+    from jobs.engine.options import ProgressSink
 
 #: What every job can print on stdout (--format): the human summary table, or the JSON report.
 OUTPUT_FORMATS = ("table", "json")
@@ -67,6 +70,49 @@ def _add_output_options(p: argparse.ArgumentParser, formats: tuple[str, ...]) ->
                           "stdout")
     p.add_argument("--verbose", action="store_true",
                    help="show Spark's own log lines (INFO) on stderr; SEGJOBS_SPARK_LOG=LEVEL picks another level")
+    add_log_format_option(p, job=True)
+
+
+#: What --log-format says, shared by every command that prints progress.
+LOG_FORMAT_HELP = (
+    "how the progress lines on stderr are written: text (default), e.g. '[compact   4.2s] orders-2: compacted in "
+    "1.3s', or json: one JSON object per line and event, for a log collector, with ts (ISO-8601 UTC), command, "
+    "elapsed_s, level (info, notice or error), event (a stable name such as scan.done, compact.partition, "
+    "retain.partition, report.written), message (the text line's words) and, where known, partition, "
+    "partitions, seconds, bytes_removed, records_removed, uri. ")
+#: ... and what it leaves alone, for a job (compact, retain, inspect)
+LOG_FORMAT_JOB_HELP = ("--quiet keeps the notice and error events. stdout (--format) is not affected; Spark's own log "
+                       "lines (--verbose) stay text")
+
+
+def add_log_format_option(p: argparse.ArgumentParser, *, job: bool = False) -> None:
+    """``--log-format text|json``: see :data:`LOG_FORMAT_HELP` and :mod:`jobs.engine.events`. ``job``: the command
+    has --quiet, --format and --verbose (the help says how they combine)."""
+    tail = LOG_FORMAT_JOB_HELP if job else "stdout (the command's result) is not affected"
+    p.add_argument("--log-format", choices=LOG_FORMATS, default="text", help=LOG_FORMAT_HELP + tail)
+
+
+def progress_sink(args: argparse.Namespace, *, quiet: bool | None = None) -> "ProgressSink | None":
+    """Where the command's progress events go: stderr, as text lines or (--log-format json) JSON objects. With
+    --quiet, text mode passes None (the job prints failures and notices itself, as text); JSON mode keeps
+    those two levels in JSON."""
+    quiet = bool(getattr(args, "quiet", False)) if quiet is None else quiet
+    log_format = getattr(args, "log_format", "text")
+    if log_format == "text":
+        return None if quiet else stderr_lines
+    return stderr_sink(log_format, min_level="notice" if quiet else "info")
+
+
+def error_line(args: argparse.Namespace, message: str, *, event: str = "failed", **fields: Any) -> str:
+    """The stderr line of a command that stops with ``message``: ``segjobs <command>: <message>``, or with
+    --log-format json the same as a JSON ``error`` event."""
+    command = getattr(args, "command", None) or "segjobs"
+    if getattr(args, "log_format", "text") != "json":
+        return f"segjobs {command}: {message}"
+    started = getattr(args, "_started", None)
+    elapsed = time.monotonic() - started if started is not None else 0.0
+    return ProgressEvent(command=command, level="error", event=event, message=message, elapsed_s=elapsed,
+                         ts_ms=time.time_ns() // 1_000_000, fields=fields, style="named").to_json()
 
 
 def add_plan_options(p: argparse.ArgumentParser) -> None:
@@ -103,7 +149,7 @@ def job_options(args: argparse.Namespace) -> dict[str, Any]:
         config=args.config, overrides=tuple(args.set), topics=tuple(args.topic), partitions=tuple(args.partition),
         storage=storage_options_from_args(args), report=args.report, ledger=args.ledger,
         max_batch_bytes=args.max_batch_bytes, max_delete_fraction=getattr(args, "max_delete_fraction", None),
-        master=args.master, spark_verbose=bool(args.verbose), progress=None if args.quiet else stderr_lines)
+        master=args.master, spark_verbose=bool(args.verbose), progress=progress_sink(args))
     for name in ("dry_run", "lease_ttl", "plan", "apply"):
         if hasattr(args, name):
             out[name] = getattr(args, name)

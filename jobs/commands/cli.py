@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import time
 from typing import Sequence
 
+from jobs.commands.args import error_line
 from segment_io.errors import SegjobsError
 
 #: command -> (module, one-line help). Order is the order of ``segjobs --help``.
@@ -63,16 +65,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    args._started = time.monotonic()  # the elapsed_s of an error line in --log-format json
     try:
         return int(args._run(args) or 0)
     except SegjobsError as exc:
-        print(f"segjobs {args.command}: error: {exc}", file=sys.stderr)
         # each error class says what it means: 2 "nothing was done" (ConfigError, UsageError, LockHeldError), else 1
+        print(error_line(args, f"error: {exc}", kind=type(exc).__name__, exit_code=exc.exit_code), file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:
-        print(f"segjobs {args.command}: interrupted", file=sys.stderr)
+        print(error_line(args, "interrupted", exit_code=130), file=sys.stderr)
         return 130
 
 

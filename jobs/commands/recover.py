@@ -25,13 +25,13 @@ examples:
 from __future__ import annotations
 
 import argparse
-import sys
 
 from jobs import api
-from jobs.commands.args import cli_wording, storage_options_from_args
+from jobs.commands.args import add_log_format_option, cli_wording, progress_sink, storage_options_from_args
 from jobs.engine.options import RecoverOptions
-from jobs.engine.report import stderr_lines
+from jobs.engine.report import Progress
 from jobs.engine.seams import Seams
+from jobs.logdir.commit import partition_name
 from jobs.rules.timeutil import format_instant
 
 
@@ -47,25 +47,30 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "died on another host; refused if another run holds the lease")
     p.add_argument("--s3-endpoint", metavar="URL", help="S3 endpoint URL (default: AWS_ENDPOINT_URL or AWS)")
     p.add_argument("--s3-region", metavar="REGION", help="S3 region (default: from the AWS configuration)")
+    add_log_format_option(p)
 
 
 def options_from_args(args: argparse.Namespace) -> RecoverOptions:
     """The typed options of parsed ``segjobs recover`` arguments (its notices go to stderr)."""
     with cli_wording():
-        return RecoverOptions(storage=storage_options_from_args(args), progress=stderr_lines, dry_run=args.dry_run,
-                              break_lease=args.break_lease)
+        return RecoverOptions(storage=storage_options_from_args(args), progress=progress_sink(args, quiet=False),
+                              dry_run=args.dry_run, break_lease=args.break_lease)
 
 
 def run(args: argparse.Namespace, *, seams: Seams | None = None) -> int:
     """Recover the log dir (or, with --dry-run, print what that would do); returns 0, or 1 when a partition
     could not be settled or the S3 lease was lost on the way (another run took it over)."""
-    result = api.recover(args.log_dir, options_from_args(args), now=args.now, seams=seams)
+    options = options_from_args(args)
+    result = api.recover(args.log_dir, options, now=args.now, seams=seams)
+    # the command's own stderr lines: events like the job's notices (text: ``segjobs recover: ...``)
+    errors = Progress("recover", sink=options.progress)
     if not result.completed:
-        print(f"segjobs recover: LOST THE LEASE, stopped before the next partition (those before it are "
-              f"recovered; run recover again once the lease is free): {result.lease_lost}", file=sys.stderr)
+        errors.notice(f"LOST THE LEASE, stopped before the next partition (those before it are recovered; run "
+                      f"recover again once the lease is free): {result.lease_lost}", event="lease.lost", level="error")
         return result.exit_code
     for r in result.failed:
-        print(f"segjobs recover: {r.partition_uri}: NOT RECOVERED, left as it is: {r.error}", file=sys.stderr)
+        errors.notice(f"{r.partition_uri}: NOT RECOVERED, left as it is: {r.error}", event="recovery.failed",
+                      level="error", partition=partition_name(r.partition_uri))
     prefix, suffix = ("would ", " [dry run: nothing changed]") if result.dry_run else ("", "")
     for r in result.reports:
         for a in r.actions:
@@ -76,5 +81,5 @@ def run(args: argparse.Namespace, *, seams: Seams | None = None) -> int:
           f"{len(result.actions)} action(s); {len(leftovers)} leftover file(s) of interrupted "
           f"runs ({sum(a.size or 0 for a in leftovers)} bytes){suffix}")
     if result.lease_lost is not None:
-        print(f"segjobs recover: LOST THE LEASE: {result.lease_lost}", file=sys.stderr)
+        errors.notice(f"LOST THE LEASE: {result.lease_lost}", event="lease.lost", level="error")
     return result.exit_code

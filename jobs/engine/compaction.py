@@ -98,6 +98,14 @@ class PartitionOutcome:
     error: PartitionError | None = None
     seconds: float = 0.0
 
+    def progress_fields(self) -> dict[str, Any]:
+        """The structured fields of the partition's ``compact.partition`` progress event (the report's names)."""
+        changed = [g for g in self.groups if g.changed]
+        return {"partition": f"{self.topic}-{self.partition}", "seconds": self.seconds,
+                "records_removed": sum(g.records_before - g.records_after for g in changed),
+                "bytes_removed": sum(g.bytes_before - g.bytes_after for g in changed),
+                "segments_rewritten": sum(len(g.old_bases) for g in changed), "partial": self.map_full}
+
 
 def _txn_entries(storage: Storage, listing: PartitionListing, bases: list[int], kept: pa.Table) -> list:
     """The ``.txnindex`` entries of the new segment: the source segments' entries whose abort marker survives."""
@@ -445,7 +453,8 @@ def work(ctx: JobContext) -> None:
     # Where retention failed half-way the partition is not what compaction was planned on: leave it alone.
     failed = {k for k, e in retention.items() if e["action"] == "error" and k in first.plans}
     tasks = [t for t in tasks if (t.plan.topic, t.plan.partition) not in failed]
-    ctx.progress(f"{len(tasks)} of {len(plans)} partition(s) selected for compaction")
+    ctx.progress(f"{len(tasks)} of {len(plans)} partition(s) selected for compaction", event="compact.selected",
+                 partitions=len(tasks))
     checkpoints = dict(ctx.checkpoints[CLEANER_OFFSET_CHECKPOINT])
     live = set(ctx.listing.partitions)
     task_keys = [(t.plan.topic, t.plan.partition) for t in tasks]
@@ -468,7 +477,9 @@ def work(ctx: JobContext) -> None:
     settled = {key: settle(key, None) for key in plans if key not in with_task}
     try:
         done = run_and_settle(ctx.runner, compact_partition, tasks, sizes=[t.state.size_bytes for t in tasks],
-                              prepare=prepare, settle=lambda i, outcome: settle(task_keys[i], outcome))
+                              prepare=prepare, settle=lambda i, outcome: settle(task_keys[i], outcome),
+                              description=f"segjobs {ctx.report.command}: "
+                                          f"{'measure' if ctx.dry_run else 'compact'} {len(tasks)} partition(s)")
     except BaseException as exc:
         # e.g. the lease was lost: what was committed stands and is reported, the checkpoint is not written
         settled.update({task_keys[i]: v for i, v in getattr(exc, "partial", {}).items()})
@@ -542,15 +553,18 @@ def _settle(ctx: JobContext, key: tuple[str, int], plan: CompactionPlan, state: 
         errors.append({"partition": f"{plan.topic}-{plan.partition}", **outcome.error.to_dict()})
         state_word = "PARTLY COMPACTED, then failed" if committed else "UNCLEANABLE, left untouched"
         with _PROGRESS_LOCK:
-            ctx.progress.error(f"{plan.topic}-{plan.partition}: {state_word}: {outcome.error}{done}")
+            ctx.progress.error(f"{plan.topic}-{plan.partition}: {state_word}: {outcome.error}{done}",
+                               event="compact.failed", partition=f"{plan.topic}-{plan.partition}",
+                               committed=committed, **tally.fields())
     elif outcome is not None:
         with _PROGRESS_LOCK:
             ctx.progress(f"{plan.topic}-{plan.partition}: {'measured' if ctx.dry_run else 'compacted'} in "
-                         f"{outcome.seconds}s{done}")
+                         f"{outcome.seconds}s{done}", event="compact.partition", **outcome.progress_fields(),
+                         **tally.fields())
         for problem in (p for g in outcome.groups if g.committed or ctx.dry_run for p in g.corrupt_indexes):
             note = f"{plan.topic}-{plan.partition}: {problem}: {'would rebuild' if ctx.dry_run else 'rebuilt'} it"
             with _PROGRESS_LOCK:
-                ctx.progress(note)
+                ctx.progress(note, event="index.rebuilt", partition=f"{plan.topic}-{plan.partition}")
             run_warnings.append(note)
             warnings.append(note)
     if ctx.dry_run and not untouched:

@@ -99,11 +99,14 @@ class JobContext:
         if self.lease is not None:
             self.lease.check(self.seams.clock())
 
-    def parallel_map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None) -> list[R]:
+    def parallel_map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None,
+                     description: str | None = None) -> list[R]:
         """Run ``fn`` over ``items`` as tasks (one task per item, or ``tasks`` tasks each taking a contiguous
         share of the items) and collect the results in order. ``fn`` and the items must pickle; results must
-        be small (statistics, never record data)."""
-        return self.runner.map(fn, items, tasks=tasks)
+        be small (statistics, never record data). ``description`` (``scan 8 partition(s)``) names the Spark
+        job in the UI as ``segjobs <command>: <description>`` (default: the function and the item count)."""
+        what = description or f"{getattr(fn, '__name__', 'tasks')} over {len(items)} item(s)"
+        return self.runner.map(fn, items, tasks=tasks, description=f"segjobs {self.report.command}: {what}")
 
     def fault_for(self, partition: str) -> Callable[[str], None] | None:
         """The fault hook of the commit steps of ``partition`` (``""``: the log dir as a whole); None in use."""
@@ -165,7 +168,7 @@ def _orphan_log_start_entries(ctx: "JobContext") -> None:
                     f"partition, or a copy of only some partitions; if this file came from another log dir, "
                     f"replace it)")
             ctx.report.warnings.append(note)
-            ctx.progress(note)
+            ctx.progress(note, event="checkpoint.orphan", partition=f"{topic}-{partition}")
 
 
 def _scan_task(item: tuple) -> PartitionScan:
@@ -212,8 +215,9 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
     _read_checkpoints(storage, log_dir, _check_scope(storage, log_dir, scope, configs))
     ttl_ms = lease_ttl_ms(locking.lease_ttl if locking is not None else None)
     if now_note:  # even when quiet: it is what repeating this run's decisions takes
-        progress.notice(now_note)
-    progress(f"log dir {log_dir}, now {format_instant(now_ms)} ({now_ms})" + (" [dry run]" if dry_run else ""))
+        progress.notice(now_note, event="run.now", now_ms=now_ms)
+    progress(f"log dir {log_dir}, now {format_instant(now_ms)} ({now_ms})" + (" [dry run]" if dry_run else ""),
+             event="run.start", log_dir=log_dir, now_ms=now_ms, dry_run=dry_run, run_id=report.run_id)
     change = options if isinstance(options, ChangeOptions) else None
     planfile = PlanStage(applying=applying, apply_uri=change.apply if change else None,
                          write_uri=change.plan if change else None)
@@ -230,43 +234,44 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
                                                     holder=Holder.this_process(report.run_id), clock=seams.clock))
                 if lease.notice:
                     report.warnings.append(lease.notice)
-                    progress(lease.notice)
+                    progress(lease.notice, event="lease.notice")
             ctx = frame.run_locked(lease)
     except LeaseLost as exc:
         # Raised before a commit: nothing more was committed after the lease was lost. What was committed
         # before stands (each commit is crash-safe on its own); the next run's recovery settles the rest.
         report.errors.append({"kind": "LeaseLost", "detail": f"{exc}; the run stopped before its next commit"})
-        progress.error(f"LOST THE LEASE, stopped before the next commit: {exc}")
+        progress.error(f"LOST THE LEASE, stopped before the next commit: {exc}", event="lease.lost")
     except LockHeldError as exc:
         if lease is None or report.finished_ms is not None:
             raise  # could not take the lock: nothing was done
         # The lease was lost while working (another run took it over after it expired): what this run
         # committed stands, but the user must know another run may have worked at the same time.
         report.errors.append({"kind": "LockHeldError", "detail": str(exc)})
-        progress.error(f"LOST THE LEASE: {exc}")
+        progress.error(f"LOST THE LEASE: {exc}", event="lease.lost")
 
     report.finish()
     delivered = True
     if report_uri:
         delivered &= _deliver(progress, f"report written to {report_uri}", f"could not write the report {report_uri}",
-                              lambda: write_report(report, report_uri, storage_options))
+                              lambda: write_report(report, report_uri, storage_options), "report", uri=report_uri)
     if ledger_uri:
         delivered &= _deliver(progress, f"{len(report.partitions)} row(s) appended to the ledger {ledger_uri}",
                               f"could not append to the ledger {ledger_uri}",
-                              lambda: append_ledger(ledger_uri, report, report.partitions, storage_options))
+                              lambda: append_ledger(ledger_uri, report, report.partitions, storage_options),
+                              "ledger", uri=ledger_uri, rows=len(report.partitions))
     if not delivered:
         report.exit_code = 1  # the work ran, but what it did is not (all) on record
     return JobRun(report, completed=ctx is not None, now_from_clock=now_note is not None, options=options)
 
 
-def _deliver(progress: Progress, done: str, failed: str, write: Callable[[], Any]) -> bool:
-    """Write the report or the ledger after the work; a failure is an error line, not a lost summary."""
+def _deliver(progress: Progress, done: str, failed: str, write: Callable[[], Any], what: str, **fields: Any) -> bool:
+    """Write the report or the ledger (``what``) after the work; a failure is an error line, not a lost summary."""
     try:
         write()
     except (SegjobsError, OSError) as exc:
-        progress.error(f"{failed}: {exc}")
+        progress.error(f"{failed}: {exc}", event=f"{what}.failed", **fields)
         return False
-    progress(done)
+    progress(done, event="report.written" if what == "report" else "ledger.appended", **fields)
     return True
 
 
@@ -356,10 +361,11 @@ class _Frame:
                 if r.error is not None:
                     unrecovered[parse_partition_dir(partition_name(r.partition_uri))] = r.error
                     progress.error(f"{r.partition_uri}: NOT RECOVERED, left as it is and not touched by this run: "
-                                   f"{r.error}")
+                                   f"{r.error}", event="recovery.failed", partition=partition_name(r.partition_uri))
             recovered = [r for r in reports if r.changed]
             for r in recovered:
-                progress(f"recovered {r.partition_uri}: {', '.join(a.action for a in r.actions)}")
+                progress(f"recovered {r.partition_uri}: {', '.join(a.action for a in r.actions)}",
+                         event="recovery.partition", partition=partition_name(r.partition_uri))
             report.totals["recovered_partitions"] = len(recovered)
         listing = _check_scope(storage, log_dir, self.scope, self.configs)  # again: recovery may have changed files
         present = set(listing.partitions)
@@ -367,14 +373,15 @@ class _Frame:
         selected = sorted(k for k in present if self.scope.includes(*k))
         for topic in sorted({t for t, _ in selected}):
             for note in self.configs.shadowed(topic):
-                progress(note)
+                progress(note, event="config.shadowed", topic=topic)
 
         runner = self._runner()
         # Tasks (local or on a cluster's executors) decode with the run's decompression bound.
         runner.set_environment({compression.MAX_BATCH_BYTES_ENV: str(self.max_batch)})
         ready = (f"Spark ready in {report.spark_startup_s}s" if report.spark_startup_s is not None
                  else "tasks run in this process")
-        progress(f"{ready}; scanning {len(selected)} partition(s)")
+        progress(f"{ready}; scanning {len(selected)} partition(s)", event="scan.start", partitions=len(selected),
+                 spark_startup_s=report.spark_startup_s)
         ctx = JobContext(options=self.options, storage=storage, committer=committer_for(storage, self.work_dir),
                          log_dir=log_dir, work_uri=self.work_dir, configs=self.configs, scope=self.scope,
                          now_ms=self.now_ms, now_from_clock=self.now_from_clock, dry_run=self.dry_run,
@@ -387,7 +394,8 @@ class _Frame:
         # A header scan takes milliseconds, less than a Spark task's own overhead: thousands of partitions
         # go in a few tasks per core. Transaction scans read whole logs: one task per partition balances them.
         tasks = runner.parallelism * 4 if self.scan_depth in ("headers", "sizes") else None
-        for scan in ctx.parallel_map(_scan_task, items, tasks=tasks):
+        for scan in ctx.parallel_map(_scan_task, items, tasks=tasks,
+                                     description=f"scan {len(items)} partition(s) ({self.scan_depth})"):
             error = unrecovered.get((scan.topic, scan.partition))
             if error is not None:  # an interrupted commit recovery could not settle: nobody touches the partition
                 scan.error, scan.state, scan.txn = PartitionError.from_exception(error), None, None
@@ -395,8 +403,9 @@ class _Frame:
             for w in scan.warnings:
                 report.warnings.append(w)
             if scan.error is not None:
-                progress.error(f"{scan.name}: UNREADABLE, left untouched: {scan.error}")
-        progress(f"scanned {len(items)} partition(s)")
+                progress.error(f"{scan.name}: UNREADABLE, left untouched: {scan.error}", event="partition.unreadable",
+                               partition=scan.name)
+        progress(f"scanned {len(items)} partition(s)", event="scan.done", partitions=len(items))
         _orphan_log_start_entries(ctx)
         self.work(ctx)
         return ctx
@@ -413,7 +422,8 @@ class _Frame:
             spark = build_session(app_name=f"segjobs-{self.command}", master=self.options.master,
                                   verbose=self.options.spark_verbose)
         self.report.spark_startup_s = round(time.monotonic() - t0, 2)
-        return SparkTasks(spark)
+        # one Spark job group per run, named by the run id the report and the ledger carry
+        return SparkTasks(spark, job_group=f"segjobs-{self.command}-{self.report.run_id}")
 
 
 def _check_scope(storage: Storage, log_dir: str, scope: Scope, configs: ConfigSet) -> LogDirListing:

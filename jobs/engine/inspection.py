@@ -353,8 +353,10 @@ def work(ctx: JobContext) -> None:
                                 "retention_refused": refused[key[0]].message() if key[0] in refused else None})
         tasks.append(InspectTask(ctx.storage, ctx.listing.partitions[key], scan.scanned, scan.txn, plan, config,
                                  ctx.now_ms, exact, ctx.committer, first.after.get(key), compactable=not held))
-    ctx.progress(f"inspecting {len(tasks)} partition(s)" + (" (exact)" if exact else ""))
-    for stats in ctx.parallel_map(inspect_partition, tasks):
+    ctx.progress(f"inspecting {len(tasks)} partition(s)" + (" (exact)" if exact else ""), event="inspect.start",
+                 partitions=len(tasks), exact=exact)
+    for stats in ctx.parallel_map(inspect_partition, tasks,
+                                  description=f"inspect {len(tasks)} partition(s)" + (" (exact)" if exact else "")):
         key = (stats.topic, stats.partition)
         if stats.error is not None:
             rows[key] = _row(*key, {"error": str(stats.error)})

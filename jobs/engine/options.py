@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Sequence
 
+from jobs.engine.events import ProgressLine
 from jobs.rules.config import ConfigSet
 from jobs.rules.kafka_defaults import DEDUPE_BUFFER_BYTES
 from segment_io.errors import ConfigError, SegjobsError, UsageError
@@ -35,7 +36,10 @@ from segment_io.storage.options import StorageOptions
 
 #: Receives every progress line of a run (failures and notices included), already formatted, e.g.
 #: ``[compact   1.2s] scanned 8 partition(s)``. The default (None) prints only failures and notices to stderr.
-ProgressSink = Callable[[str], None]
+#: The line is a :class:`~jobs.engine.events.ProgressLine`: a ``str``, so a function taking text works as it
+#: is, whose ``event`` attribute is the structured :class:`~jobs.engine.events.ProgressEvent` (level, event
+#: name, partition, bytes, seconds, ...); ``line.event.to_json()`` is what ``--log-format json`` prints.
+ProgressSink = Callable[[ProgressLine], None]
 
 #: Kafka's ``log.cleaner.dedupe.buffer.size`` default (128 MiB): the offset map's memory per compaction task.
 DEFAULT_DEDUPE_BUFFER_BYTES = DEDUPE_BUFFER_BYTES

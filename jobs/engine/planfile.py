@@ -295,7 +295,7 @@ class PlanStage:
                     fingerprint=fingerprint(ctx.storage, ctx.log_dir, ctx.listing, ctx.scans),
                     decisions={k: self.decisions[k] for k in sorted(self.decisions)}, run_id=ctx.report.run_id)
         write_plan(plan, uri, ctx.options.storage_options())
-        ctx.progress(f"plan written to {uri}; carry it out with --apply {uri}")
+        ctx.progress(f"plan written to {uri}; carry it out with --apply {uri}", event="plan.written", uri=uri)
 
 
 __all__ = ["PLAN_FORMAT", "PLAN_VERSION", "Plan", "PlanStage",

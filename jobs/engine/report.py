@@ -11,45 +11,60 @@ import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Sequence, TextIO
+from typing import Any, Callable, Iterable, Mapping, Sequence, TextIO
+
+from jobs.engine.events import ProgressEvent, ProgressLine
 
 
 class Progress:
     """Progress lines: ``[compact 12.3s] 3/8 partitions: orders-2 done``. With a ``sink`` every line goes to
     it; without one they are printed on stderr unless quiet. :meth:`error` and :meth:`notice` lines are never
-    silenced: a failure, or what repeating the run takes, is always shown."""
+    silenced: a failure, or what repeating the run takes, is always shown.
+
+    Every line is a :class:`~jobs.engine.events.ProgressEvent` first: ``event`` names it (``scan.done``,
+    ``compact.partition``, ...) and keyword arguments are its structured fields (``partition="orders-2"``,
+    ``seconds=1.4``), which ``--log-format json`` prints and text mode leaves out. ``progress("text")`` alone
+    is an event named ``message``. The sink receives a :class:`~jobs.engine.events.ProgressLine`: the text
+    line as a ``str``, with the event on its ``event`` attribute."""
 
     def __init__(self, command: str, *, quiet: bool = False, stream: TextIO | None = None,
-                 sink: Callable[[str], None] | None = None) -> None:
+                 sink: Callable[[ProgressLine], None] | None = None) -> None:
         self.command = command
         self.quiet = quiet
         self.stream = stream
         self.sink = sink
         self.t0 = time.monotonic()
 
-    def __call__(self, message: str) -> None:
+    def __call__(self, message: str, *, event: str = "message", **fields: Any) -> None:
+        """An ``info`` line: silenced by quiet (when there is no sink)."""
         if self.sink is not None or not self.quiet:
-            self._emit(self._timed(message))
+            self._emit(self.event("info", event, message, fields))
 
-    def error(self, message: str) -> None:
+    def error(self, message: str, *, event: str = "error", **fields: Any) -> None:
         """A failure (a partition left untouched, a report that could not be written): shown even when quiet."""
-        self._emit(self._timed(message))
+        self._emit(self.event("error", event, message, fields))
 
-    def notice(self, message: str) -> None:
+    def notice(self, message: str, *, event: str = "notice", level: str = "notice", **fields: Any) -> None:
         """``segjobs <command>: <message>``, shown even when quiet: what the user must know about the run as a
-        whole (the wall-clock instant it acted at, a warning about its input)."""
-        self._emit(f"segjobs {self.command}: {message}")
+        whole (the wall-clock instant it acted at, a warning about its input). ``level="error"``: a failure
+        worded the same way (the command's own messages, e.g. ``segjobs recover: ... NOT RECOVERED``)."""
+        self._emit(self.event(level, event, message, fields, style="named"))
 
-    def _timed(self, message: str) -> str:
-        return f"[{self.command} {time.monotonic() - self.t0:6.1f}s] {message}"
+    def event(self, level: str, event: str, message: str, fields: Mapping[str, Any] | None = None, *,
+              style: str = "timed") -> ProgressEvent:
+        """The event of a line emitted now (not emitted: see :meth:`__call__`, :meth:`error`, :meth:`notice`)."""
+        return ProgressEvent(command=self.command, level=level, event=event, message=message,
+                             elapsed_s=time.monotonic() - self.t0, ts_ms=time.time_ns() // 1_000_000,
+                             fields=dict(fields or {}), style=style)
 
-    def _emit(self, line: str) -> None:
+    def _emit(self, event: ProgressEvent) -> None:
+        line = ProgressLine(event)
         if self.sink is not None:
             self.sink(line)
             return
         # sys.stderr is looked up at each line: under spark-submit it is replaced once the JVM is reachable
         # (see jobs.engine.spark_session.separate_stderr_under_spark_submit).
-        print(line, file=self.stream or sys.stderr, flush=True)
+        print(str(line), file=self.stream or sys.stderr, flush=True)
 
 
 def stderr_lines(line: str) -> None:

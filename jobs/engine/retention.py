@@ -343,7 +343,7 @@ def work(ctx: JobContext) -> None:
                                  ctx.now_ms)
         if stale:
             ctx.report.warnings.append(stale)
-            ctx.progress.notice(f"warning: {stale}")
+            ctx.progress.notice(f"warning: {stale}", event="data.stale")
     plans = {k: plan for k in keys
              if (plan := plan_partition(params, ctx.scans[k], ctx.configs.for_topic(k[0]))) is not None}
     refused = refused_topics(ctx, plans)
@@ -358,9 +358,9 @@ def work(ctx: JobContext) -> None:
         _record(ctx, e)
         line = f"{done}/{len(keys)} partitions: {e['topic']}-{e['partition']} {_describe(e, ctx.dry_run)}"
         if e["action"] in ("error", "refused"):
-            ctx.progress.error(line)
+            ctx.progress.error(line, **progress_fields(e), done=done, of=len(keys))
         elif e["action"] != "none" or done % every == 0 or done == len(keys):
-            ctx.progress(line)
+            ctx.progress(line, **progress_fields(e), done=done, of=len(keys))
 
     held = {k for k in plans if k[0] in refused}
     retain_partitions(params, [ctx.scans[k] for k in keys if k not in held], ctx.configs.for_topic, progress,
@@ -423,6 +423,16 @@ def _record(ctx: JobContext, entry: dict[str, Any]) -> None:
     if entry["action"] in ("error", "refused"):
         ctx.report.errors.append({"partition": name, **(entry.get("error") or {})})
     ctx.report.warnings.extend(f"{name}: {w}" for w in entry.get("warnings", []))
+
+
+def progress_fields(entry: dict[str, Any]) -> dict[str, Any]:
+    """The progress event of a partition's retention entry: its name (``retain.partition``, ``retain.failed``,
+    ``retain.refused``) and structured fields (the report's names)."""
+    action = entry["action"]
+    event = {"error": "retain.failed", "refused": "retain.refused"}.get(action, "retain.partition")
+    return {"event": event, "partition": f"{entry['topic']}-{entry['partition']}", "action": action,
+            "segments_deleted": len(entry.get("deleted") or []), "bytes_removed": int(entry.get("bytes_removed") or 0),
+            "log_start_offset": entry.get("log_start_offset")}
 
 
 def _describe(entry: dict[str, Any], dry_run: bool) -> str:
@@ -571,7 +581,9 @@ def plan_retention_first(ctx: JobContext) -> RetentionFirst:
              ctx.configs.for_topic(k[0]).producer_id_expiration_ms)
             for k, plan in plans.items() if plan.deletions and k[0] not in refused]
     after = {}
-    for scan, (_, listing, plan, *_) in zip(ctx.parallel_map(_after_retention_task, todo), todo):
+    rescans = ctx.parallel_map(_after_retention_task, todo,
+                               description=f"scan {len(todo)} partition(s) as retention leaves them")
+    for scan, (_, listing, plan, *_) in zip(rescans, todo):
         after[(scan.topic, scan.partition)] = (listing_after_retention(listing, plan), scan)
     return RetentionFirst(plans, refused, after, params)
 
@@ -590,9 +602,9 @@ def apply_retention_first(ctx: JobContext, first: RetentionFirst) -> dict[TopicP
         ctx.report.warnings.extend(f"{name}: retention: {w}" for w in entry.get("warnings", []))
         entries[(entry["topic"], entry["partition"])] = entry
         if entry["action"] in ("error", "refused"):
-            ctx.progress.error(f"{name}: retention {_describe(entry, ctx.dry_run)}")
+            ctx.progress.error(f"{name}: retention {_describe(entry, ctx.dry_run)}", **progress_fields(entry))
         elif entry["action"] != "none":
-            ctx.progress(f"{name}: retention {_describe(entry, ctx.dry_run)}")
+            ctx.progress(f"{name}: retention {_describe(entry, ctx.dry_run)}", **progress_fields(entry))
 
     held = first.held()
     keys = [k for k in sorted(ctx.scans) if _takes_retention_first(ctx, k) and k not in held]

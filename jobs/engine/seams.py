@@ -45,13 +45,16 @@ class TaskRunner(Protocol):
         """How many tasks can run at once (header scans are batched into a few tasks per slot)."""
         ...
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None) -> list[R]:
-        """``[fn(item) for item in items]``, run as ``tasks`` tasks (default: one per item)."""
+    def map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None,
+            description: str | None = None) -> list[R]:
+        """``[fn(item) for item in items]``, run as ``tasks`` tasks (default: one per item). ``description``
+        says what they do (``segjobs compact: scan 8 partition(s)``): on Spark, the job's name in the UI."""
         ...
 
-    def stream(self, fn: Callable[[T], R], items: Sequence[T], *,
-               sizes: Sequence[int] | None = None) -> Iterator[tuple[int, "R | TaskFailure"]]:
-        """``(index, fn(items[index]))`` for every item, in the order the tasks finish. Items are bin-packed by
+    def stream(self, fn: Callable[[T], R], items: Sequence[T], *, sizes: Sequence[int] | None = None,
+               description: str | None = None) -> Iterator[tuple[int, "R | TaskFailure"]]:
+        """``(index, fn(items[index]))`` for every item, in the order the tasks finish (``description`` as for
+        :meth:`map`). Items are bin-packed by
         ``sizes`` (bytes; default: one each) into tasks of consecutive items, submitted in order
         (:func:`jobs.rules.binpack.pack_in_order`). An item whose
         ``fn`` raised, or whose task died, comes back as a :class:`TaskFailure`: its neighbours in the bin
@@ -107,36 +110,49 @@ def stream_bins(items: Sequence[Any], sizes: Sequence[int] | None, parallelism: 
 
 
 class SparkTasks:
-    """Tasks on Spark: ``parallelize(items).map(fn).collect()``. ``fn`` and the items must pickle."""
+    """Tasks on Spark: ``parallelize(items).map(fn).collect()``. ``fn`` and the items must pickle.
 
-    def __init__(self, spark: Any) -> None:
+    Every Spark job it starts belongs to the job group ``job_group`` (one per segjobs run:
+    ``segjobs-<command>-<run id>``, the run id of the report and the ledger) and carries the ``description``
+    of its :meth:`map` call, so the Spark UI and the history server list ``segjobs compact: scan 8
+    partition(s)`` rather than ``collect at seams.py:NN``, and ``sc.statusTracker().getJobIdsForGroup(group)``
+    (or ``sc.cancelJobGroup``) finds a run's jobs. The session's previous group and description (a notebook's,
+    say) are restored after each job; they are per thread, as Spark's local properties are."""
+
+    def __init__(self, spark: Any, *, job_group: str | None = None) -> None:
         self.spark = spark
+        self.job_group = job_group
 
     @property
     def parallelism(self) -> int:
         return int(self.spark.sparkContext.defaultParallelism)
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None) -> list[R]:
+    def map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None,
+            description: str | None = None) -> list[R]:
         if not items:
             return []
-        return self.spark.sparkContext.parallelize(list(items), min(len(items), tasks or len(items))).map(fn).collect()
+        sc = self.spark.sparkContext
+        with spark_job_labels(sc, self.job_group, description):
+            return sc.parallelize(list(items), min(len(items), tasks or len(items))).map(fn).collect()
 
-    def stream(self, fn: Callable[[T], R], items: Sequence[T], *,
-               sizes: Sequence[int] | None = None) -> Iterator[tuple[int, R | TaskFailure]]:
+    def stream(self, fn: Callable[[T], R], items: Sequence[T], *, sizes: Sequence[int] | None = None,
+               description: str | None = None) -> Iterator[tuple[int, R | TaskFailure]]:
         # One Spark job per bin, submitted from as many driver threads as there are cores: a job's results
         # reach the driver as soon as it ends (collect() of a single job returns only when all of its tasks
         # have, and toLocalIterator runs its partitions' jobs one after another). Spark accepts jobs from
-        # several threads at once; the jobs share a group, cancelled if the caller stops early.
+        # several threads at once; the jobs share the run's group, cancelled if the caller stops early (the run
+        # is stopping then).
         if not items:
             return
         sc = self.spark.sparkContext
-        group = f"segjobs-stream-{uuid.uuid4().hex[:12]}"
+        group = self.job_group or f"segjobs-stream-{uuid.uuid4().hex[:12]}"
         task = _BinTask(fn)
 
         def run(indices: list[int]) -> list[tuple[int, Any]]:
-            sc.setJobGroup(group, f"segjobs: {len(indices)} partition(s)", interruptOnCancel=False)
+            label = f"{description or 'tasks'}: items {indices[0] + 1}-{indices[-1] + 1} of {len(items)}"
             try:
-                results = sc.parallelize([[items[i] for i in indices]], 1).map(task).collect()[0]
+                with spark_job_labels(sc, group, label):
+                    results = sc.parallelize([[items[i] for i in indices]], 1).map(task).collect()[0]
                 return list(zip(indices, results))
             except Exception as exc:  # noqa: BLE001 - the task died: find out which item it was
                 if len(indices) == 1:
@@ -175,6 +191,27 @@ def _first_line(exc: BaseException) -> str:
     return text.strip().splitlines()[0][:500] if text.strip() else type(exc).__name__
 
 
+#: The SparkContext local properties that name a job (what ``setJobGroup`` / ``setJobDescription`` set).
+JOB_GROUP_PROPERTY = "spark.jobGroup.id"
+JOB_DESCRIPTION_PROPERTY = "spark.job.description"
+
+
+@contextmanager
+def spark_job_labels(sc: Any, group: str | None, description: str | None) -> Iterator[None]:
+    """The Spark jobs started in this thread within the block belong to ``group`` and carry ``description``
+    (either may be None: left as it is); the thread's previous values are restored after it."""
+    wanted = {JOB_GROUP_PROPERTY: group, JOB_DESCRIPTION_PROPERTY: description}
+    wanted = {k: v for k, v in wanted.items() if v is not None}
+    saved = {k: sc.getLocalProperty(k) for k in wanted}
+    for key, value in wanted.items():
+        sc.setLocalProperty(key, value)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            sc.setLocalProperty(key, value)  # None removes the property
+
+
 @dataclass
 class InProcessTasks:
     """Tasks run one after another in this process, for tests of the drivers without Spark. Every item and
@@ -186,8 +223,14 @@ class InProcessTasks:
     env: dict[str, str] = field(default_factory=dict)
     #: how many tasks ran (tests check the runner was used)
     calls: int = 0
+    #: the description of every :meth:`map` and :meth:`stream` call with items, in order: the Spark jobs
+    #: :class:`SparkTasks` would have started (none for no items; a stream's jobs, one per bin, share it)
+    descriptions: list[str | None] = field(default_factory=list)
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None) -> list[R]:
+    def map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None,
+            description: str | None = None) -> list[R]:
+        if items:
+            self.descriptions.append(description)
         out = []
         with _environment(self.env):
             for item in items:
@@ -195,9 +238,11 @@ class InProcessTasks:
                 out.append(_round_trip(fn(_round_trip(item))))
         return out
 
-    def stream(self, fn: Callable[[T], R], items: Sequence[T], *,
-               sizes: Sequence[int] | None = None) -> Iterator[tuple[int, R | TaskFailure]]:
+    def stream(self, fn: Callable[[T], R], items: Sequence[T], *, sizes: Sequence[int] | None = None,
+               description: str | None = None) -> Iterator[tuple[int, R | TaskFailure]]:
         # the same bins as on Spark, one after another, each item's result handed back as its bin ends
+        if items:
+            self.descriptions.append(description)
         task = _BinTask(fn)
         for indices in stream_bins(items, sizes, self.parallelism):
             with _environment(self.env):
@@ -268,4 +313,4 @@ class Seams:
 PRODUCTION = Seams()
 
 __all__ = ["FaultHook", "InProcessTasks", "PRODUCTION", "STREAM_MAX_ITEMS", "STREAM_TARGET_BYTES", "Seams",
-           "SparkTasks", "TaskFailure", "TaskRunner", "stream_bins"]
+           "SparkTasks", "TaskFailure", "TaskRunner", "spark_job_labels", "stream_bins"]

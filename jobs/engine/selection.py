@@ -65,7 +65,8 @@ def scan_candidates(ctx: JobContext) -> list[tuple[str, int]]:
     items = [(ctx.storage, ctx.listing.partitions[k], start.get(k), cleaner.get(k), ctx.now_ms,
               ctx.configs.for_topic(k[0]).producer_id_expiration_ms) for k in keys]
     sizes = [ctx.scans[k].scanned.size_bytes for k in keys]
-    for i, result in ctx.runner.stream(_deep_scan, items, sizes=sizes):
+    for i, result in ctx.runner.stream(_deep_scan, items, sizes=sizes, description=f"segjobs "
+                                       f"{ctx.report.command}: read {len(keys)} partition(s) in full"):
         key = keys[i]
         before = ctx.scans[key]
         if isinstance(result, TaskFailure):
@@ -74,8 +75,10 @@ def scan_candidates(ctx: JobContext) -> list[tuple[str, int]]:
         ctx.report.warnings.extend(w for w in result.warnings if w not in before.warnings)
         ctx.scans[key] = result
         if result.error is not None:
-            ctx.progress.error(f"{result.name}: UNREADABLE, left untouched: {result.error}")
-    ctx.progress(f"read {len(keys)} of {len(ctx.scans)} partition(s) in full (the others are not due)")
+            ctx.progress.error(f"{result.name}: UNREADABLE, left untouched: {result.error}",
+                               event="partition.unreadable", partition=result.name)
+    ctx.progress(f"read {len(keys)} of {len(ctx.scans)} partition(s) in full (the others are not due)",
+                 event="scan.full", partitions=len(keys), of=len(ctx.scans))
     return keys
 
 

@@ -56,6 +56,13 @@ class Tally:
             text += f", ETA {_duration(eta)}"
         return text + "]"
 
+    def fields(self) -> dict[str, float | int | None]:
+        """The tally as structured fields of a progress event (``--log-format json``)."""
+        with self._lock:
+            eta = self.eta_seconds()
+            return {"done": self.done_items, "of": self.items, "bytes_done": self.done_bytes,
+                    "bytes_total": self.total_bytes, "eta_s": None if eta is None else round(eta, 1)}
+
     def eta_seconds(self) -> float | None:
         """Seconds left at the rate so far (0 when everything is done, None before 5% of the bytes are)."""
         if self.done_items >= self.items:
@@ -72,12 +79,14 @@ def _duration(seconds: float) -> str:
 
 
 def run_and_settle(runner: TaskRunner, fn: Callable[[T], R], items: Sequence[T], *, sizes: Sequence[int],
-                   prepare: Callable[[int, "R | TaskFailure"], R], settle: Callable[[int, R], S]) -> dict[int, S]:
+                   prepare: Callable[[int, "R | TaskFailure"], R], settle: Callable[[int, R], S],
+                   description: str | None = None) -> dict[int, S]:
     """Run ``fn`` over ``items`` as bin-packed tasks (``sizes`` in bytes) and, as each item's result arrives,
     call ``prepare(index, result)`` on this thread (it turns a :class:`TaskFailure` into the item's own error
     result, and may touch shared state), then ``settle(index, prepared)`` on a commit thread, in item order:
     item ``i`` is settled once items ``0..i-1`` are (the tasks are consecutive runs of items, submitted in
-    order, so little waits). Returns ``settle``'s results by index.
+    order, so little waits). Returns ``settle``'s results by index. ``description`` names the tasks' Spark
+    jobs (as for :meth:`jobs.engine.seams.TaskRunner.map`).
 
     One commit at a time, in order, as the job did before its commits overlapped its tasks: a lost lease or a
     kill stops the run between two partitions, the earlier ones committed and the later ones untouched. If a
@@ -107,7 +116,7 @@ def run_and_settle(runner: TaskRunner, fn: Callable[[T], R], items: Sequence[T],
     try:
         # one thread: commits in submission order, which is item order
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="segjobs-commit") as pool:
-            stream = runner.stream(fn, items, sizes=sizes)
+            stream = runner.stream(fn, items, sizes=sizes, description=description)
             try:
                 for index, result in stream:
                     with guard:

@@ -1,0 +1,176 @@
+"""Progress events: what a run says while it works, as one line of text or one JSON object.
+
+Every progress line a job prints (:class:`jobs.engine.report.Progress`) is an event first:
+
+* ``ts``: when it happened, ISO-8601 UTC with milliseconds (``2026-11-24T02:00:13.402Z``);
+* ``command``: ``compact``, ``retain``, ``inspect``, ``recover``;
+* ``elapsed_s``: seconds since the run started (monotonic clock);
+* ``level``: ``info`` (silenced by ``--quiet``), ``notice`` (what the user must know about the run as a
+  whole: the wall-clock instant it acted at, a warning about its input) or ``error`` (a partition failed, a
+  report could not be written); notices and errors are never silenced;
+* ``event``: a stable, dotted name to filter on (``scan.done``, ``compact.partition``, ``retain.partition``,
+  ...; :data:`EVENTS` lists them), ``message`` when the emitter gave none;
+* ``message``: the text line's words;
+* structured fields where the emitter knows them: ``partition`` (``orders-3``), ``partitions`` (a count),
+  ``seconds``, ``bytes_removed``, ``records_removed``, ``segments``, ``uri``, ... (named as in the JSON report).
+
+Text mode (the default) prints :meth:`ProgressEvent.text`, exactly the lines segjobs always printed;
+``--log-format json`` prints :meth:`ProgressEvent.to_json`, one object per line. A progress sink of the Python
+API (:data:`jobs.engine.options.ProgressSink`) receives a :class:`ProgressLine`: a ``str`` holding the text
+line, so a sink written for text keeps working, with the event on its ``event`` attribute.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Callable, Mapping, TextIO
+
+#: The levels, from least to most severe.
+LEVELS = ("info", "notice", "error")
+
+#: The keys every JSON event has; structured fields may not reuse them.
+BASE_KEYS = ("ts", "command", "elapsed_s", "level", "event", "message")
+
+#: The event names segjobs emits (documentation and a check in the tests; an emitter may add more).
+EVENTS = {
+    "message": "a line given without an event name",
+    "notice": "a notice given without an event name",
+    "error": "an error given without an event name",
+    "failed": "the command stopped before doing anything (exit code 2) or was interrupted",
+    "run.start": "the log dir and the instant the run acts at",
+    "run.now": "no --now was given: the wall-clock instant chosen (pass it as --now to repeat the run)",
+    "lease.notice": "the log dir's lock or lease was taken over from a dead run",
+    "lease.lost": "the S3 lease was lost: the run stopped before its next commit",
+    "recovery.partition": "what recovery did to a partition an interrupted run left",
+    "recovery.failed": "a partition recovery could not settle (left untouched)",
+    "config.shadowed": "a topic's config key is overridden by a more specific entry",
+    "scan.start": "Spark is ready (spark_startup_s); the partitions are being scanned",
+    "scan.done": "every partition in scope was scanned",
+    "partition.unreadable": "a partition could not be read (left untouched)",
+    "checkpoint.orphan": "a log-start-offset-checkpoint entry names a partition the log dir does not hold",
+    "data.stale": "the data is older than any retention at the wall clock (a backup?)",
+    "scan.full": "how many partitions compaction read in full (those that may be due; the others are not)",
+    "compact.selected": "how many partitions compaction selected",
+    "compact.partition": "a partition was compacted (or measured, in a dry run)",
+    "compact.failed": "a partition's compaction failed",
+    "index.rebuilt": "a wrong .index/.timeindex was rebuilt by the rewrite",
+    "retain.partition": "a partition's retention (deleted segments, or nothing to delete)",
+    "retain.failed": "a partition's retention failed",
+    "retain.refused": "the delete-fraction limit left a topic untouched",
+    "inspect.start": "how many partitions are being inspected",
+    "plan.written": "the plan file of a dry run was written",
+    "report.written": "the JSON report was written",
+    "report.failed": "the JSON report could not be written",
+    "ledger.appended": "rows were appended to the Delta ledger",
+    "ledger.failed": "the Delta ledger could not be appended to",
+}
+
+
+def iso_utc(epoch_ms: int) -> str:
+    """``epoch_ms`` as ISO-8601 UTC with milliseconds and a ``Z``."""
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat(timespec="milliseconds") \
+        .replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """One progress event (see the module docstring)."""
+
+    command: str
+    level: str
+    event: str
+    message: str
+    elapsed_s: float
+    #: wall-clock time of the event, epoch milliseconds
+    ts_ms: int
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    #: how the text line looks: ``timed`` (``[compact   1.2s] message``) or ``named`` (``segjobs compact: message``)
+    style: str = "timed"
+
+    def __post_init__(self) -> None:
+        if self.level not in LEVELS:
+            raise ValueError(f"progress event level {self.level!r}: expected one of {', '.join(LEVELS)}")
+        clash = sorted(set(self.fields) & set(BASE_KEYS))
+        if clash:
+            raise ValueError(f"progress event {self.event!r}: field(s) {', '.join(clash)} would overwrite the "
+                             f"event's own keys; name them otherwise")
+
+    @property
+    def ts(self) -> str:
+        return iso_utc(self.ts_ms)
+
+    @property
+    def partition(self) -> str | None:
+        """The partition the event is about (``orders-3``), when it is about one."""
+        value = self.fields.get("partition")
+        return None if value is None else str(value)
+
+    def text(self) -> str:
+        """The line text mode prints."""
+        if self.style == "named":
+            return f"segjobs {self.command}: {self.message}"
+        return f"[{self.command} {self.elapsed_s:6.1f}s] {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object: the base keys first, then the structured fields."""
+        return {"ts": self.ts, "command": self.command, "elapsed_s": round(self.elapsed_s, 3), "level": self.level,
+                "event": self.event, "message": self.message, **self.fields}
+
+    def to_json(self) -> str:
+        """One line of JSON (newlines inside the message are escaped). Values JSON has no type for (a path
+        object, say) are written as their ``str``."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+class ProgressLine(str):
+    """A progress line as a progress sink receives it: the text line itself (a ``str``, so sinks written for
+    text need no change), and the :class:`ProgressEvent` it came from on :attr:`event`."""
+
+    event: ProgressEvent
+
+    def __new__(cls, event: ProgressEvent) -> "ProgressLine":
+        line = super().__new__(cls, event.text())
+        line.event = event
+        return line
+
+
+def event_of(line: str, command: str = "") -> ProgressEvent:
+    """The event of a progress line; a plain string (from code that predates events) becomes an ``info``
+    event named ``message``."""
+    if isinstance(line, ProgressLine):
+        return line.event
+    return ProgressEvent(command=command, level="info", event="message", message=str(line), elapsed_s=0.0,
+                         ts_ms=0)
+
+
+#: the ``--log-format`` choices
+LOG_FORMATS = ("text", "json")
+
+
+def stderr_sink(log_format: str = "text", *, min_level: str = "info",
+                stream: TextIO | None = None) -> Callable[[str], None]:
+    """A progress sink printing on stderr (or ``stream``): each event's text line, or with ``log_format="json"``
+    its JSON object, one per line. Events below ``min_level`` are dropped (``"notice"``: what ``--quiet``
+    keeps)."""
+    if log_format not in LOG_FORMATS:
+        raise ValueError(f"log format {log_format!r}: expected one of {', '.join(LOG_FORMATS)}")
+    if min_level not in LEVELS:
+        raise ValueError(f"min_level {min_level!r}: expected one of {', '.join(LEVELS)}")
+    floor = LEVELS.index(min_level)
+
+    def sink(line: str) -> None:
+        event = event_of(line)
+        if LEVELS.index(event.level) < floor:
+            return
+        # sys.stderr is looked up at each line: under spark-submit it is replaced once the JVM is reachable
+        # (see jobs.engine.spark_session.separate_stderr_under_spark_submit).
+        out = stream or sys.stderr
+        print(event.to_json() if log_format == "json" else str(line), file=out, flush=True)
+
+    return sink
+
+
+__all__ = ["EVENTS", "LEVELS", "LOG_FORMATS", "ProgressEvent", "ProgressLine", "event_of", "iso_utc", "stderr_sink"]
