@@ -149,9 +149,8 @@ class SparkTasks:
         task = _BinTask(fn)
 
         def run(indices: list[int]) -> list[tuple[int, Any]]:
-            label = f"{description or 'tasks'}: items {indices[0] + 1}-{indices[-1] + 1} of {len(items)}"
             try:
-                with spark_job_labels(sc, group, label):
+                with spark_job_labels(sc, group, description):  # every job of the stream: one stage of the run
                     results = sc.parallelize([[items[i] for i in indices]], 1).map(task).collect()[0]
                 return list(zip(indices, results))
             except Exception as exc:  # noqa: BLE001 - the task died: find out which item it was
