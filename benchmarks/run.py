@@ -21,6 +21,7 @@ SECTIONS = {
     "compact": "benchmarks.compact_bench",
     "retain": "benchmarks.retain_bench",
     "source": "benchmarks.source_bench",
+    "costs": "benchmarks.fixed_cost_bench",
 }
 
 

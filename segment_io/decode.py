@@ -12,6 +12,7 @@ byte position of the failing batch and its base offset.
 
 from __future__ import annotations
 
+import mmap
 import posixpath
 import struct
 import zlib
@@ -61,6 +62,7 @@ from segment_io.format import (
 )
 from segment_io.hashing import hash_keys
 from segment_io.schema import HEADER_TYPE, KEY_HASH_SCHEMA, RECORD_SCHEMA, project
+from segment_io.storage.base import release_mapped_pages
 
 if TYPE_CHECKING:
     from segment_io.storage.base import Storage
@@ -720,12 +722,32 @@ def decode_segment_bytes(data: bytes | bytearray | memoryview, *, path: str | No
     seg = _open(data, path=path, topic=topic, partition=partition, segment_base_offset=segment_base_offset,
                 verify_crc=verify_crc, include_control=include_control,
                 allow_truncated_tail=allow_truncated_tail, max_batch_bytes=max_batch_bytes)
-    return _decode_all(seg, schema)
+    return _decode_all(seg, schema, mapped=data if isinstance(data, mmap.mmap) else None)
 
 
-def _decode_all(seg: _Segment, schema: pa.Schema) -> pa.Table:
+def decode_segment_and_headers(data: bytes | bytearray | memoryview, *, path: str | None = None, topic: str = "",
+                               partition: int = -1, segment_base_offset: int | None = None,
+                               allow_truncated_tail: bool = False) -> tuple[pa.Table, BatchHeaders]:
+    """:func:`decode_segment_bytes` (every column) and the headers of every batch it read, which are what
+    :func:`segment_io.format.scan_batches` returns for the same bytes: one pass over the headers instead of
+    two for callers that need both (a memory-mapped file's pages are then touched once)."""
+    seg = _open(data, path=path, topic=topic, partition=partition, segment_base_offset=segment_base_offset,
+                verify_crc=True, include_control=True, allow_truncated_tail=allow_truncated_tail, max_batch_bytes=None)
+    table = _decode_all(seg, project(None), mapped=data if isinstance(data, mmap.mmap) else None)
+    return table, seg.hdr
+
+
+def _decode_all(seg: _Segment, schema: pa.Schema, mapped: mmap.mmap | None = None) -> pa.Table:
+    """Every record of ``seg``, chunk by chunk. When the bytes are a memory-mapped file (``mapped``), the pages of
+    each decoded chunk are given back as it goes (the table holds copies), so a segment's pages and its decoded
+    rows are not both resident in full."""
     full = _with_offset(schema)
-    tables = [_table(seg, chunk, full) for chunk in _chunks(seg.hdr, None, _CHUNK_BYTES)]
+    tables = []
+    for chunk in _chunks(seg.hdr, None, _CHUNK_BYTES):
+        tables.append(_table(seg, chunk, full))
+        if mapped is not None and len(chunk):
+            end = int(seg.hdr.position[chunk[-1]] + seg.hdr.size[chunk[-1]])
+            release_mapped_pages(mapped, int(seg.hdr.position[chunk[0]]), end)
     if not tables:
         return schema.empty_table()
     table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
@@ -814,6 +836,9 @@ def decode_key_hashes_bytes(data: bytes | bytearray | memoryview, *, path: str |
     for chunk in _chunks(seg.hdr, None, _CHUNK_BYTES):
         for is_v2, run in _runs(seg.hdr, chunk):
             tables.extend(_key_hash_v2(seg, run) if is_v2 else [_key_hash_legacy(seg, run)])
+        if isinstance(data, mmap.mmap) and len(chunk):  # pages read: not kept resident (see _decode_all)
+            release_mapped_pages(data, int(seg.hdr.position[chunk[0]]),
+                                 int(seg.hdr.position[chunk[-1]] + seg.hdr.size[chunk[-1]]))
     if not tables:
         return KEY_HASH_SCHEMA.empty_table()
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
@@ -962,6 +987,7 @@ def read_key_hashes(path_or_uri: str | Path, *, storage: "Storage | None" = None
 
 
 __all__ = [
-    "control_record_type", "decode_segment_bytes", "decode_key_hashes_bytes", "hash_keys", "iter_segment",
+    "control_record_type", "decode_segment_and_headers", "decode_segment_bytes", "decode_key_hashes_bytes",
+    "hash_keys", "iter_segment",
     "iter_segment_bytes", "read_key_hashes", "read_segment", "verify_crcs", "verify_segment_crcs",
 ]

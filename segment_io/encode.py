@@ -447,7 +447,12 @@ def encode_batches(records: pa.Table | Iterable[pa.RecordBatch], *, empty_batche
     table = _as_table(records, _RECORD_INPUT, RECORD_SCHEMA, combine=False)
     if table.num_rows and table.column(0).num_chunks > 1:
         return _encode_chunkwise(table, empty_batches, override, sources)
-    table = table.combine_chunks()
+    return _encode_table(table.combine_chunks(), empty_batches, override, sources)
+
+
+def _encode_table(table: pa.Table, empty_batches: pa.Table | None, override: int | None,
+                  sources: Mapping[int, bytes | memoryview] | None) -> EncodedSegment:
+    """Encode a single-chunk table of ``_RECORD_INPUT`` columns (already cast) and its header-only batches."""
     plan = _plan_records(table, override)
     if empty_batches is not None and empty_batches.num_rows:
         empties = _plan_empty(_as_table(empty_batches, _EMPTY_INPUT, BATCH_SCHEMA))

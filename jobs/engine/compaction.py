@@ -217,10 +217,10 @@ class _PartitionCleaner:
 
     def _clean_group(self, group, omap, refreshed_txn, mappings: ExitStack) -> _GroupRun:
         from jobs.rules.cleaner import clean_records, key_hash_table
-        from segment_io.decode import decode_segment_bytes
-        from segment_io.encode import encode_batches
-        from segment_io.format import scan_batches
+        from segment_io.decode import decode_segment_and_headers
+        from segment_io.encode_stream import encoded_size
         from segment_io.segment_writer import write_segment
+        from segment_io.storage.base import release_mapped_pages
 
         task, plan, storage = self.task, self.task.plan, self.task.storage
         bases = [s.base_offset for s in group]
@@ -230,15 +230,21 @@ class _PartitionCleaner:
             uri = self.files[s.base_offset].log.uri
             data = mappings.enter_context(self.mapped(s.base_offset))
             sources[s.base_offset] = data
-            tables.append(decode_segment_bytes(data, path=uri, topic=plan.topic, partition=plan.partition,
-                                               segment_base_offset=s.base_offset))
-            headers = scan_batches(data, path=uri)
+            # one pass over the headers gives the rows and the headers (no second scan of the mapped file)
+            decoded, headers = decode_segment_and_headers(data, path=uri, topic=plan.topic,
+                                                          partition=plan.partition, segment_base_offset=s.base_offset)
+            tables.append(decoded)
+            del decoded  # `tables` alone holds the rows: dropped as a whole once cleaned
             empties.append(empty_batches_from_headers(headers, s.base_offset))
             corrupt_indexes += self.index_problems(s.base_offset, headers)
+            release_mapped_pages(data)  # decoded and checked: its pages need not stay resident (bounded memory)
         records = pa.concat_tables(tables)
+        del tables
         mtimes = {s.base_offset: s.mtime_ms for s in group}
         result = clean_records(records, offset_map=omap, txn_state=task.txn, params=self.params,
                                empty_batches=pa.concat_tables(empties), segment_last_modified_ms=mtimes)
+        records_before = records.num_rows
+        del records  # only the kept rows are needed from here: the decoded group can go (bounded memory)
         # a group whose index files are wrong is rewritten even when no record goes: that rebuilds them
         changed = result.changed or bool(corrupt_indexes)
         for _ in range(MAX_CONVERGENCE_PASSES):
@@ -250,13 +256,12 @@ class _PartitionCleaner:
             changed = True
             result = _merged_result(again, result)
         bytes_before = sum(len(d) for d in sources.values())
-        g = GroupOutcome(bases, changed, bytes_before, bytes_before, records.num_rows, records.num_rows,
+        g = GroupOutcome(bases, changed, bytes_before, bytes_before, records_before, records_before,
                          corrupt_indexes=tuple(corrupt_indexes))
         if changed:
             g.records_after = result.records.num_rows
             if task.dry_run:
-                g.bytes_after = encode_batches(result.records, empty_batches=result.empty_batches,
-                                               sources=sources).size
+                g.bytes_after = encoded_size(result.records, empty_batches=result.empty_batches, sources=sources)
             else:
                 target = task.committer.task_stage_uri(task.listing.uri, bases[0], ".log")
                 written = write_segment(result.records, target, storage=storage,

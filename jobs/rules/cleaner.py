@@ -305,7 +305,8 @@ def _legacy_retain(segment_base: np.ndarray, params: CleanParams,
 def _surviving_rows(records: pa.Table, keep: np.ndarray, batch_id: np.ndarray, rebuilt: np.ndarray,
                     new_has_h: np.ndarray, new_h: np.ndarray, b: dict[str, np.ndarray]) -> pa.Table:
     """Kept rows; header columns of rebuilt batches recomputed as MemoryRecordsBuilder would write them."""
-    out = records.filter(pa.array(keep))
+    # every row kept (a later pass that changes nothing): the same rows, without copying all of them again
+    out = records if keep.all() else records.filter(pa.array(keep))
     if not rebuilt.any():
         return out
     bid = batch_id[keep]

@@ -172,6 +172,24 @@ class Storage(ABC):
         raise NotImplementedError(f"{type(self).__name__} has no pending uploads")
 
 
+def release_mapped_pages(data: object, start: int = 0, end: int | None = None) -> None:
+    """Let go of the resident pages of a memory-mapped file (what :meth:`Storage.read_mapped` yields on local
+    disk) between byte ``start`` and ``end`` (default: the end) once they have been read: they leave this
+    process's RSS and stay in the page cache, so reading them again costs a page fault, not I/O. Only whole
+    pages inside the range are released; anything that is not a mapping is left alone."""
+    if not isinstance(data, mmap.mmap) or data.closed or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    stop = len(data) if end is None else min(end, len(data))
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE  # page-aligned, rounded up: a page partly outside stays
+    last = stop if stop == len(data) else stop // mmap.PAGESIZE * mmap.PAGESIZE
+    if last <= first:
+        return
+    try:
+        data.madvise(mmap.MADV_DONTNEED, first, last - first)
+    except (OSError, ValueError):
+        pass  # advice only: a mapping that cannot take it keeps its pages, nothing else changes
+
+
 @dataclass(frozen=True)
 class PendingUpload:
     """An upload that was begun and never completed: where it was going, its id, and its parts' bytes."""

@@ -191,7 +191,8 @@ def test_write_segment_to_s3(s3_bucket) -> None:
     storage = S3Storage(endpoint.storage_options())
     uri = f"s3://{bucket}/logs/{TOPIC}-{PARTITION}/00000000000000000000.log"
     result = write_segment(_sample(), uri, storage=storage)
-    assert storage.read(uri) == result.encoded.to_bytes()
+    assert storage.read(uri) == encode_batches(_sample()).to_bytes()
+    assert result.bytes == result.headers.end
     assert storage.exists(uri.replace(".log", ".timeindex"))
     back = read_segment(uri, storage=storage)
     assert back.num_rows == 100 and back["topic"][0].as_py() == TOPIC
