@@ -17,6 +17,7 @@ from pathlib import Path
 
 SECTIONS = {
     "codec": "benchmarks.codec_bench",
+    "many-partitions": "benchmarks.many_partitions_bench",
     "compact": "benchmarks.compact_bench",
     "external-sort": "benchmarks.external_sort_bench",
     "retain": "benchmarks.retain_bench",

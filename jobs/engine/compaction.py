@@ -5,6 +5,7 @@ What `segjobs compact` does, in users' words, is the docstring of :mod:`jobs.com
 
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -26,6 +27,9 @@ from jobs.engine.report import (
     truncate,
 )
 from jobs.engine.scan import PartitionError, empty_batches_from_headers
+from jobs.engine.seams import TaskFailure
+from jobs.engine.selection import scan_candidates
+from jobs.engine.streaming import Tally, run_and_settle
 from jobs.logdir.commit import Committer
 from jobs.rules.config import TopicConfig
 from jobs.rules.model import PartitionState
@@ -419,7 +423,6 @@ def work(ctx: JobContext) -> None:
         plan_retention_first,
         retention_decision,
     )
-    from jobs.logdir.commit import StagedSegment
     from jobs.rules.offset_map import max_keys_for_buffer
     from segment_io.checkpoint import write_offset_checkpoint
 
@@ -427,6 +430,7 @@ def work(ctx: JobContext) -> None:
     assert isinstance(options, CompactOptions)
     planfile = ctx.planfile
     planfile.check_unchanged(ctx)
+    scan_candidates(ctx)  # the partitions that may be due, read in full (the frame scanned sizes only)
     max_keys = max_keys_for_buffer(options.dedupe_buffer_bytes)
     # compact,delete partitions: retention first, compaction planned on what it leaves (see RetentionFirst)
     first = plan_retention_first(ctx)
@@ -457,86 +461,172 @@ def work(ctx: JobContext) -> None:
     ctx.progress(f"{len(tasks)} of {len(plans)} partition(s) selected for compaction", event="compact.selected",
                  partitions=len(tasks))
     # --strategy: each partition is cleaned by the memory strategy's task or by the external-sort passes
-    # (jobs.engine.external_sort); both give PartitionOutcomes with staged groups, committed below alike.
+    # (jobs.engine.external_sort); both give PartitionOutcomes with staged groups, committed alike by _settle.
     from jobs.engine.external_sort import choose, run_external_sort
 
     strategies = choose(tasks, options.strategy)
-    by_sort = [strategies[(t.plan.topic, t.plan.partition)].strategy == "external-sort" for t in tasks]
-    sorted_tasks = [t for t, s in zip(tasks, by_sort) if s]
-    memory_tasks = [t for t, s in zip(tasks, by_sort) if not s]
-    outcomes = {(o.topic, o.partition): o for o in ctx.parallel_map(
-        compact_partition, memory_tasks,
-        description=f"{'measure' if ctx.dry_run else 'compact'} {len(memory_tasks)} partition(s)")}
+    sort_tasks = [t for t in tasks if strategies[(t.plan.topic, t.plan.partition)].strategy == "external-sort"]
+    tasks = [t for t in tasks if strategies[(t.plan.topic, t.plan.partition)].strategy != "external-sort"]
     sort_details: dict[tuple[str, int], dict[str, Any]] = {}
-    outcomes.update(run_external_sort(ctx, sorted_tasks, sort_details))
-
     checkpoints = dict(ctx.checkpoints[CLEANER_OFFSET_CHECKPOINT])
-    checkpoint_changed = False
     live = set(ctx.listing.partitions)
-    for key, plan in plans.items():
-        state = states[key]
-        outcome = outcomes.get(key)
-        committed = False
-        untouched = key in held or key in failed
-        warnings = list(ctx.scans[key].warnings)  # the summary's note shows them with the partition's row
-        new_cp = checkpoints.get(key)
-        if plan.checkpoint_reset and not untouched:
-            new_cp, checkpoint_changed = plan.first_dirty_offset, True
-        if outcome is not None and outcome.error is None:
-            _check_outcome_against_plan(ctx, planfile, key, outcome)
-        if outcome is not None and outcome.error is None and not ctx.dry_run:
-            p_uri = ctx.listing.partitions[key].uri
-            try:
-                for g in outcome.groups:
-                    if g.changed:
-                        ctx.keep_lease()
-                        ctx.committer.promote(p_uri, g.old_bases[0], g.staged_suffixes, g.mtime_ms)
-                        ctx.committer.replace_segments(p_uri, old_base_offsets=g.old_bases,
-                                                       new_segments=[StagedSegment(g.old_bases[0], g.staged_suffixes)],
-                                                       fault=ctx.fault_for(partition_name(key)))
-                        g.committed = committed = True
-                new_cp, checkpoint_changed = outcome.end_offset, True
-            except SegjobsError as exc:
-                outcome.error = PartitionError.from_exception(exc)
-        if outcome is not None and outcome.error is not None:
-            ctx.report.errors.append({"partition": f"{plan.topic}-{plan.partition}", **outcome.error.to_dict()})
-            state_word = "PARTLY COMPACTED, then failed" if committed else "UNCLEANABLE, left untouched"
-            ctx.progress.error(f"{plan.topic}-{plan.partition}: {state_word}: {outcome.error}", event="compact.failed",
-                               partition=f"{plan.topic}-{plan.partition}", committed=committed)
-        elif outcome is not None:
-            ctx.progress(f"{plan.topic}-{plan.partition}: {'measured' if ctx.dry_run else 'compacted'} in "
-                         f"{outcome.seconds}s", event="compact.partition", **outcome.progress_fields())
-            for problem in (p for g in outcome.groups if g.committed or ctx.dry_run for p in g.corrupt_indexes):
-                note = f"{plan.topic}-{plan.partition}: {problem}: {'would rebuild' if ctx.dry_run else 'rebuilt'} it"
-                ctx.progress(note, event="index.rebuilt", partition=f"{plan.topic}-{plan.partition}")
-                ctx.report.warnings.append(note)
-                warnings.append(note)
-        if new_cp is not None:
-            checkpoints[key] = new_cp
-        if ctx.dry_run and not untouched:
-            would = outcome.end_offset if outcome and not outcome.error else None
-            checkpoint = would if would is not None else (plan.first_dirty_offset if plan.checkpoint_reset
-                                                          else checkpoints.get(key))
-        else:
-            checkpoint = checkpoints.get(key)
-        entry = _entry(plan, state, outcome, dry_run=ctx.dry_run, committed=committed, checkpoint=checkpoint)
-        if key in strategies and outcome is not None:
-            entry.update(strategy=strategies[key].strategy, strategy_reason=strategies[key].reason)
+    task_keys = [(t.plan.topic, t.plan.partition) for t in tasks]
+    sort_keys = [(t.plan.topic, t.plan.partition) for t in sort_tasks]
+    tally = Tally(len(tasks) + len(sort_tasks), sum(t.state.size_bytes for t in [*tasks, *sort_tasks]))
+
+    def settle(key: tuple[str, int], outcome: PartitionOutcome | None) -> _Settled:
+        settled = _settle(ctx, key, plans[key], states[key], outcome, checkpoint=checkpoints.get(key),
+                          untouched=key in held or key in failed, retention=retention, tally=tally)
+        if outcome is not None and key in strategies:
+            settled.entry.update(strategy=strategies[key].strategy, strategy_reason=strategies[key].reason)
             if key in sort_details:
-                entry["external_sort"] = sort_details[key]
-        if untouched:
-            reason = f"left untouched: retention {retention[key]['reason']}"
-            entry.update(selected=False, action="skipped", reason=reason, note=reason)
-        if key in retention:
-            entry["retention"] = retention[key]
-        entry["warnings"] = warnings
-        ctx.report.partitions.append(entry)
+                settled.entry["external_sort"] = sort_details[key]
+        return settled
+
+    def prepare(i: int, result: PartitionOutcome | TaskFailure) -> PartitionOutcome:
+        # on the driver's thread: the plan check records into the plan file's decisions
+        outcome = result if isinstance(result, PartitionOutcome) else _died(tasks[i], result)
+        if outcome.error is None:
+            _check_outcome_against_plan(ctx, planfile, task_keys[i], outcome)
+        return outcome
+
+    # Partitions without a task first (nothing to commit), then each memory task's partition as its task
+    # finishes: its commit overlaps the tasks still running (see jobs.engine.streaming); then the external-sort
+    # partitions, once their passes are done, one after another in partition order.
+    with_task = set(task_keys) | set(sort_keys)
+    settled = {key: settle(key, None) for key in plans if key not in with_task}
+    streamed = False
+    try:
+        done = run_and_settle(ctx.runner, compact_partition, tasks, sizes=[t.state.size_bytes for t in tasks],
+                              prepare=prepare, settle=lambda i, outcome: settle(task_keys[i], outcome),
+                              description=f"segjobs {ctx.report.command}: "
+                                          f"{'measure' if ctx.dry_run else 'compact'} {len(tasks)} partition(s)")
+        settled.update({task_keys[i]: v for i, v in done.items()})
+        streamed = True
+        sorted_outcomes = run_external_sort(ctx, sort_tasks, sort_details)
+        for key in sort_keys:
+            outcome = sorted_outcomes[key]
+            if outcome.error is None:
+                _check_outcome_against_plan(ctx, planfile, key, outcome)
+            settled[key] = settle(key, outcome)
+    except BaseException as exc:
+        # e.g. the lease was lost: what was committed stands and is reported, the checkpoint is not written
+        if not streamed:
+            settled.update({task_keys[i]: v for i, v in getattr(exc, "partial", {}).items()})
+        _record_settled(ctx, plans, settled, checkpoints)
+        raise
+    checkpoint_changed = _record_settled(ctx, plans, settled, checkpoints)
     if checkpoint_changed and not ctx.dry_run:
+        # once, at the end, as before: a partition's commit is complete without it (a run that stops before
+        # this point cleans the committed range again next time, which changes nothing)
         entries = updated_cleaner_checkpoints(checkpoints, live)
         write_offset_checkpoint(ctx.storage, ctx.storage.join(ctx.log_dir, CLEANER_OFFSET_CHECKPOINT),
                                 dict(sorted(entries.items())))
     planfile.write(ctx, "compact", {name: getattr(options, name) for name in PLAN_OPTIONS})
     _summarize(ctx)
+
+
+#: Progress lines come from the commit thread and the driver's: one at a time, so that two never mix.
+_PROGRESS_LOCK = threading.Lock()
+
+
+@dataclass
+class _Settled:
+    """One partition after its commit: its report entry, what it adds to the run's errors and warnings, and
+    its cleaner checkpoint."""
+
+    entry: dict[str, Any]
+    errors: list[dict[str, Any]]
+    warnings: list[str]
+    checkpoint: int | None
+    checkpoint_changed: bool
+
+
+def _died(task: CompactTask, failure: TaskFailure) -> PartitionOutcome:
+    """The outcome of a partition whose task died (its Python worker was killed, its result would not pickle)."""
+    return PartitionOutcome(task.plan.topic, task.plan.partition,
+                            error=PartitionError(failure.kind, f"the cleaning task failed: {failure.detail}"))
+
+
+def _settle(ctx: JobContext, key: tuple[str, int], plan: CompactionPlan, state: PartitionState,
+            outcome: PartitionOutcome | None, *, checkpoint: int | None, untouched: bool,
+            retention: dict[tuple[str, int], dict[str, Any]], tally: Tally) -> _Settled:
+    """Commit each changed group of one partition (crash-safe, in order) and build its report entry. Runs on
+    the commit thread for partitions with a task (see jobs.engine.streaming): it touches only this partition's
+    files and returns what the run's report and checkpoint need."""
+    from jobs.logdir.commit import StagedSegment
+
+    committed = False
+    errors: list[dict[str, Any]] = []
+    run_warnings: list[str] = []
+    warnings = list(ctx.scans[key].warnings)  # the summary's note shows them with the partition's row
+    new_cp, checkpoint_changed = checkpoint, False
+    if plan.checkpoint_reset and not untouched:
+        new_cp, checkpoint_changed = plan.first_dirty_offset, True
+    if outcome is not None and outcome.error is None and not ctx.dry_run:
+        p_uri = ctx.listing.partitions[key].uri
+        try:
+            for g in outcome.groups:
+                if g.changed:
+                    ctx.keep_lease()
+                    ctx.committer.promote(p_uri, g.old_bases[0], g.staged_suffixes, g.mtime_ms)
+                    ctx.committer.replace_segments(p_uri, old_base_offsets=g.old_bases,
+                                                   new_segments=[StagedSegment(g.old_bases[0], g.staged_suffixes)],
+                                                   fault=ctx.fault_for(partition_name(key)))
+                    g.committed = committed = True
+            new_cp, checkpoint_changed = outcome.end_offset, True
+        except SegjobsError as exc:
+            outcome.error = PartitionError.from_exception(exc)
+    done = f" {tally.add(state.size_bytes)}" if outcome is not None else ""
+    if outcome is not None and outcome.error is not None:
+        errors.append({"partition": f"{plan.topic}-{plan.partition}", **outcome.error.to_dict()})
+        state_word = "PARTLY COMPACTED, then failed" if committed else "UNCLEANABLE, left untouched"
+        with _PROGRESS_LOCK:
+            ctx.progress.error(f"{plan.topic}-{plan.partition}: {state_word}: {outcome.error}{done}",
+                               event="compact.failed", partition=f"{plan.topic}-{plan.partition}",
+                               committed=committed, **tally.fields())
+    elif outcome is not None:
+        with _PROGRESS_LOCK:
+            ctx.progress(f"{plan.topic}-{plan.partition}: {'measured' if ctx.dry_run else 'compacted'} in "
+                         f"{outcome.seconds}s{done}", event="compact.partition", **outcome.progress_fields(),
+                         **tally.fields())
+        for problem in (p for g in outcome.groups if g.committed or ctx.dry_run for p in g.corrupt_indexes):
+            note = f"{plan.topic}-{plan.partition}: {problem}: {'would rebuild' if ctx.dry_run else 'rebuilt'} it"
+            with _PROGRESS_LOCK:
+                ctx.progress(note, event="index.rebuilt", partition=f"{plan.topic}-{plan.partition}")
+            run_warnings.append(note)
+            warnings.append(note)
+    if ctx.dry_run and not untouched:
+        would = outcome.end_offset if outcome and not outcome.error else None
+        shown = would if would is not None else (plan.first_dirty_offset if plan.checkpoint_reset else new_cp)
+    else:
+        shown = new_cp
+    entry = _entry(plan, state, outcome, dry_run=ctx.dry_run, committed=committed, checkpoint=shown)
+    if untouched:
+        reason = f"left untouched: retention {retention[key]['reason']}"
+        entry.update(selected=False, action="skipped", reason=reason, note=reason)
+    if key in retention:
+        entry["retention"] = retention[key]
+    entry["warnings"] = warnings
+    return _Settled(entry, errors, run_warnings, new_cp, checkpoint_changed)
+
+
+def _record_settled(ctx: JobContext, plans: dict[tuple[str, int], CompactionPlan],
+                    settled: dict[tuple[str, int], _Settled], checkpoints: dict[tuple[str, int], int]) -> bool:
+    """Report entries, errors and warnings of the settled partitions in partition order (whatever order their
+    tasks finished in), their checkpoints into ``checkpoints``; whether any checkpoint changed."""
+    changed = False
+    for key in plans:
+        s = settled.get(key)
+        if s is None:
+            continue
+        ctx.report.errors.extend(s.errors)
+        ctx.report.warnings.extend(s.warnings)
+        ctx.report.partitions.append(s.entry)
+        if s.checkpoint is not None:
+            checkpoints[key] = s.checkpoint
+        changed |= s.checkpoint_changed
+    return changed
 
 
 def _compaction_decision(plan: CompactionPlan, held: bool) -> dict[str, Any]:

@@ -52,6 +52,7 @@ EVENTS = {
     "partition.unreadable": "a partition could not be read (left untouched)",
     "checkpoint.orphan": "a log-start-offset-checkpoint entry names a partition the log dir does not hold",
     "data.stale": "the data is older than any retention at the wall clock (a backup?)",
+    "scan.full": "how many partitions compaction read in full (those that may be due; the others are not)",
     "compact.selected": "how many partitions compaction selected",
     "compact.partition": "a partition was compacted (or measured, in a dry run)",
     "compact.failed": "a partition's compaction failed",

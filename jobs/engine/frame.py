@@ -393,7 +393,7 @@ class _Frame:
                   now_ms, configs.for_topic(k[0]).producer_id_expiration_ms) for k in selected]
         # A header scan takes milliseconds, less than a Spark task's own overhead: thousands of partitions
         # go in a few tasks per core. Transaction scans read whole logs: one task per partition balances them.
-        tasks = runner.parallelism * 4 if self.scan_depth == "headers" else None
+        tasks = runner.parallelism * 4 if self.scan_depth in ("headers", "sizes") else None
         for scan in ctx.parallel_map(_scan_task, items, tasks=tasks,
                                      description=f"scan {len(items)} partition(s) ({self.scan_depth})"):
             error = unrecovered.get((scan.topic, scan.partition))

@@ -10,12 +10,16 @@ entry below zero or above the log end offset. Every scan also carries what
 retention keeps in step with the log start offset: the leader-epoch checkpoint entries (read here, in the
 task, so the driver does not read thousands of small files one by one) and the producer snapshot offsets.
 
-Two depths:
+Three depths:
 
 * ``headers`` (retention): batch headers only. A segment's largest timestamp comes from its ``.timeindex``
   when that passes its sanity checks (then only the segment's end is read, from its last ``.index`` entry, to
   check that it ends on a whole batch), else from the batch headers; the active segment's headers are always
   read (it gives the log end offset).
+* ``sizes`` (compaction's selection, see :mod:`jobs.engine.selection`): ``headers``, plus the first batch
+  header of every closed segment a ``.timeindex`` dated (one small read: the first batch timestamp that
+  ``max.compaction.lag.ms`` counts from, and the check that the segment starts at or above its base offset).
+  Everything Kafka's cleaner needs to pick a log, except the last stable offset.
 * ``transactions`` (compaction, inspect): also the first-pass projection of every record (offsets, key
   hashes, batch flags, control types) of the whole log, replayed into transaction and producer state; the
   first unstable offset bounds the cleanable range.
@@ -41,7 +45,7 @@ from segment_io.errors import (
     SegjobsError,
     StorageError,
 )
-from segment_io.format import BatchHeaders, batch_positions, scan_batches
+from segment_io.format import LOG_OVERHEAD, SIZE_OFFSET, BatchHeaders, batch_positions, scan_batches
 from segment_io.index import OFFSET_INDEX_ENTRY, OFFSET_INDEX_ENTRY_SIZE
 from segment_io.layout import (
     DELETED_SUFFIX,
@@ -194,6 +198,35 @@ def _last_indexed_position(storage: Storage, seg: SegmentFiles) -> int:
     return int(np.frombuffer(last, dtype=OFFSET_INDEX_ENTRY)["position"][0])
 
 
+#: Bytes read to find a segment's first batch header: most first batches fit; a bigger one costs a second read.
+_FIRST_BATCH_READ = 1 << 16
+
+
+def _first_batch_timestamp(storage: Storage, seg: SegmentFiles) -> int | None:
+    """A closed segment's first batch timestamp (its first batch's max timestamp, None when negative or the
+    segment is empty), from a read of its first batch only. Raises the framing error when the segment does not
+    start with a batch at or above its base offset, as a full header scan would."""
+    size = seg.log.size
+    if size == 0:
+        return None
+    data = storage.read_range(seg.log.uri, 0, min(size, _FIRST_BATCH_READ))
+    h = scan_batches(data, path=seg.log.uri, allow_truncated_tail=True)
+    if not len(h) and size > len(data) and len(data) >= LOG_OVERHEAD:
+        length = int.from_bytes(bytes(data[SIZE_OFFSET:LOG_OVERHEAD]), "big", signed=True)
+        if 0 < length <= size - LOG_OVERHEAD:
+            data = storage.read_range(seg.log.uri, 0, LOG_OVERHEAD + length)
+            h = scan_batches(data, path=seg.log.uri, allow_truncated_tail=True)
+    if not len(h):  # not even one whole batch where one must start: the full scan says what is wrong
+        with storage.read_mapped(seg.log.uri) as whole:
+            h = scan_batches(whole, path=seg.log.uri, allow_truncated_tail=False)
+    if len(h) and int(h.base_offset[0]) < seg.base_offset:
+        raise CorruptRecordError(f"first batch offset {int(h.base_offset[0])} lies below the segment's "
+                                 f"base offset {seg.base_offset}", path=seg.log.uri, position=0,
+                                 offset=int(h.base_offset[0]))
+    first = int(h.max_timestamp[0]) if len(h) else -1
+    return first if first >= 0 else None
+
+
 def _check_log_start(listing: PartitionListing, log_start: int | None, log_end: int) -> None:
     """Raise when the partition's ``log-start-offset-checkpoint`` entry is impossible: below zero or above the
     log end offset. Such an entry is corrupt input, not an instruction: acted upon, it would condemn every
@@ -213,7 +246,7 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
                    log_start_checkpoint: int | None = None, cleaner_checkpoint: int | None = None,
                    now_ms: int = 0, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> PartitionScan:
     """Read what the planners need from one partition (see the module docstring for ``depth``)."""
-    if depth not in ("headers", "transactions"):
+    if depth not in ("headers", "sizes", "transactions"):
         raise ValueError(f"unknown scan depth {depth!r}")
     out = PartitionScan(listing.topic, listing.partition, listing.uri,
                         snapshot_offsets=tuple(off for off, _ in listing.producer_snapshots),
@@ -236,10 +269,11 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
             largest = None if (active or depth == "transactions") else _timeindex_largest(storage, seg, next_base)
             if largest is not None and next_base is not None:
                 _check_tail(storage, seg)
+                first_ts = _first_batch_timestamp(storage, seg) if depth == "sizes" else None
                 # Bounded by the next segment's base: all retention needs of a non-active segment.
                 infos.append(SegmentInfo(
                     base_offset=seg.base_offset, size_bytes=seg.log.size, next_offset=next_base,
-                    first_batch_timestamp=None, largest_timestamp=largest, mtime_ms=seg.log.mtime_ms,
+                    first_batch_timestamp=first_ts, largest_timestamp=largest, mtime_ms=seg.log.mtime_ms,
                     offset_index_bytes=seg.index.size if seg.index else None,
                     time_index_bytes=seg.timeindex.size if seg.timeindex else None))
                 continue

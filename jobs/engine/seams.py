@@ -9,7 +9,9 @@
   each commit) and is the default of ``now``. Decisions are never made on it otherwise: ``now`` is an input.
 * ``runner``: how the per-partition tasks (scans, cleaning, inspection) run: as Spark tasks
   (:class:`SparkTasks`, the default) or one after another in this process (:class:`InProcessTasks`), so
-  the drivers' commit loops can be tested without a Spark session.
+  the drivers' commit loops can be tested without a Spark session. Besides ``map`` (all results at once, in
+  order), a runner streams (``stream``): items bin-packed by bytes into tasks, each item's result (or its
+  :class:`TaskFailure`) handed back as soon as its task finishes.
 
 Users never need them: :func:`jobs.api.compact` and the others take ``seams=None``.
 """
@@ -19,10 +21,13 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import uuid
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, TypeVar
 
+from jobs.rules.binpack import pack_in_order
 from jobs.rules.timeutil import wall_clock_ms
 
 T = TypeVar("T")
@@ -46,9 +51,62 @@ class TaskRunner(Protocol):
         says what they do (``segjobs compact: scan 8 partition(s)``): on Spark, the job's name in the UI."""
         ...
 
+    def stream(self, fn: Callable[[T], R], items: Sequence[T], *, sizes: Sequence[int] | None = None,
+               description: str | None = None) -> Iterator[tuple[int, "R | TaskFailure"]]:
+        """``(index, fn(items[index]))`` for every item, in the order the tasks finish (``description`` as for
+        :meth:`map`). Items are bin-packed by
+        ``sizes`` (bytes; default: one each) into tasks of consecutive items, submitted in order
+        (:func:`jobs.rules.binpack.pack_in_order`). An item whose
+        ``fn`` raised, or whose task died, comes back as a :class:`TaskFailure`: its neighbours in the bin
+        are not affected."""
+        ...
+
     def set_environment(self, env: Mapping[str, str]) -> None:
         """Environment variables the tasks must see (e.g. the decompression bound of the decoders)."""
         ...
+
+
+@dataclass(frozen=True)
+class TaskFailure:
+    """What became of a streamed item whose function raised (``kind`` is the exception's class name) or
+    whose whole task died (``kind`` ``TaskDied``: a killed Python worker, a result that would not pickle)."""
+
+    kind: str
+    detail: str
+
+
+#: Input bytes per streamed task (see :mod:`jobs.rules.binpack`): a task's own cost, tens of milliseconds,
+#: stays a few percent of its work, and results come back every second or so.
+STREAM_TARGET_BYTES = 16 << 20
+#: Most items per streamed task: a bin's results come back together.
+STREAM_MAX_ITEMS = 64
+
+
+class _BinTask:
+    """The function of one streamed task: ``fn`` over a bin of items, each item's exception caught and
+    returned as its :class:`TaskFailure` (a module-level class, so it pickles by reference with ``fn``)."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, items: list) -> list:
+        out: list = []
+        for item in items:
+            try:
+                out.append(self.fn(item))
+            except Exception as exc:  # noqa: BLE001 - one item's failure must not take its bin down
+                out.append(TaskFailure(type(exc).__name__, str(exc)))
+        return out
+
+
+def stream_bins(items: Sequence[Any], sizes: Sequence[int] | None, parallelism: int) -> list[list[int]]:
+    """The bins (lists of item indices) :meth:`TaskRunner.stream` runs ``items`` in, one task each."""
+    if sizes is not None and len(sizes) != len(items):
+        raise ValueError(f"{len(sizes)} sizes for {len(items)} items")
+    # Consecutive items (results are used in item order: see jobs.engine.streaming), at least two bins per core:
+    # a core that finishes early finds work, and the first results come early.
+    return pack_in_order(list(sizes) if sizes is not None else [1] * len(items), target_bytes=STREAM_TARGET_BYTES,
+                         max_items=STREAM_MAX_ITEMS, min_bins=max(1, parallelism) * 2)
 
 
 class SparkTasks:
@@ -77,10 +135,59 @@ class SparkTasks:
         with spark_job_labels(sc, self.job_group, description):
             return sc.parallelize(list(items), min(len(items), tasks or len(items))).map(fn).collect()
 
+    def stream(self, fn: Callable[[T], R], items: Sequence[T], *, sizes: Sequence[int] | None = None,
+               description: str | None = None) -> Iterator[tuple[int, R | TaskFailure]]:
+        # One Spark job per bin, submitted from as many driver threads as there are cores: a job's results
+        # reach the driver as soon as it ends (collect() of a single job returns only when all of its tasks
+        # have, and toLocalIterator runs its partitions' jobs one after another). Spark accepts jobs from
+        # several threads at once; the jobs share the run's group, cancelled if the caller stops early (the run
+        # is stopping then).
+        if not items:
+            return
+        sc = self.spark.sparkContext
+        group = self.job_group or f"segjobs-stream-{uuid.uuid4().hex[:12]}"
+        task = _BinTask(fn)
+
+        def run(indices: list[int]) -> list[tuple[int, Any]]:
+            try:
+                with spark_job_labels(sc, group, description):  # every job of the stream: one stage of the run
+                    results = sc.parallelize([[items[i] for i in indices]], 1).map(task).collect()[0]
+                return list(zip(indices, results))
+            except Exception as exc:  # noqa: BLE001 - the task died: find out which item it was
+                if len(indices) == 1:
+                    return [(indices[0], TaskFailure("TaskDied", _first_line(exc)))]
+            # Run the bin's items one task each: every item but the culprit comes back.
+            return [pair for i in indices for pair in run([i])]
+
+        bins = stream_bins(items, sizes, self.parallelism)
+        pool = ThreadPoolExecutor(max_workers=min(len(bins), max(1, self.parallelism)),
+                                  thread_name_prefix="segjobs-tasks")
+        pending: set[Future] = {pool.submit(run, b) for b in bins}
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield from future.result()
+        finally:
+            if pending:  # the caller stopped early (e.g. the lease was lost): no more work
+                for future in pending:
+                    future.cancel()
+                sc.cancelJobGroup(group)
+            pool.shutdown(wait=False, cancel_futures=True)
+
     def set_environment(self, env: Mapping[str, str]) -> None:
         # Python workers (local or on a cluster's executors) get the environment of the SparkContext.
         for key, value in env.items():
             self.spark.sparkContext.environment[key] = value
+
+
+def _first_line(exc: BaseException) -> str:
+    """The gist of a failed Spark job (its Java stack trace is long): the first line naming the cause."""
+    text = str(exc)
+    for line in text.splitlines():
+        if "Error" in line or "Exception" in line:
+            return line.strip()[:500]
+    return text.strip().splitlines()[0][:500] if text.strip() else type(exc).__name__
 
 
 #: The SparkContext local properties that name a job (what ``setJobGroup`` / ``setJobDescription`` set).
@@ -115,8 +222,8 @@ class InProcessTasks:
     env: dict[str, str] = field(default_factory=dict)
     #: how many tasks ran (tests check the runner was used)
     calls: int = 0
-    #: the description of every :meth:`map` call with items, in order: the Spark jobs :class:`SparkTasks` would
-    #: have started (none for no items)
+    #: the description of every :meth:`map` and :meth:`stream` call with items, in order: the Spark jobs
+    #: :class:`SparkTasks` would have started (none for no items; a stream's jobs, one per bin, share it)
     descriptions: list[str | None] = field(default_factory=list)
 
     def map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None,
@@ -129,6 +236,18 @@ class InProcessTasks:
                 self.calls += 1
                 out.append(_round_trip(fn(_round_trip(item))))
         return out
+
+    def stream(self, fn: Callable[[T], R], items: Sequence[T], *, sizes: Sequence[int] | None = None,
+               description: str | None = None) -> Iterator[tuple[int, R | TaskFailure]]:
+        # the same bins as on Spark, one after another, each item's result handed back as its bin ends
+        if items:
+            self.descriptions.append(description)
+        task = _BinTask(fn)
+        for indices in stream_bins(items, sizes, self.parallelism):
+            with _environment(self.env):
+                self.calls += 1
+                results = _round_trip(task(_round_trip([items[i] for i in indices])))
+            yield from zip(indices, results)
 
     def set_environment(self, env: Mapping[str, str]) -> None:
         self.env.update(env)
@@ -192,4 +311,5 @@ class Seams:
 #: The seams of a production run.
 PRODUCTION = Seams()
 
-__all__ = ["FaultHook", "InProcessTasks", "PRODUCTION", "Seams", "SparkTasks", "TaskRunner", "spark_job_labels"]
+__all__ = ["FaultHook", "InProcessTasks", "PRODUCTION", "STREAM_MAX_ITEMS", "STREAM_TARGET_BYTES", "Seams",
+           "SparkTasks", "TaskFailure", "TaskRunner", "spark_job_labels", "stream_bins"]

@@ -42,12 +42,28 @@ class OffsetMap:
         if max_keys < 1:
             raise ConfigError(f"an offset map must hold at least one key (asked for {max_keys})")
         self.max_keys = int(max_keys)
-        # Enough slots that max_keys is at most the load factor: probes stay short.
-        self.slots = max(self.max_keys + 1, math.ceil(self.max_keys / LOAD_FACTOR))
-        self._hi = np.zeros(self.slots, np.int64)
-        self._lo = np.zeros(self.slots, np.int64)
-        self._off = np.full(self.slots, _EMPTY, np.int64)
+        # The table starts small and grows as keys come (never past the slots max_keys needs): a 150 KB
+        # partition must not pay for filling a 128 MiB table. Which keys fit, and when the map is full, depend
+        # on max_keys alone, never on the table's current size.
+        self._allocate(_slots_for(min(self.max_keys, _INITIAL_KEYS)))
         self.size = 0
+
+    def _allocate(self, slots: int) -> None:
+        self.slots = slots
+        self._hi = np.zeros(slots, np.int64)
+        self._lo = np.zeros(slots, np.int64)
+        self._off = np.full(slots, _EMPTY, np.int64)
+
+    def _reserve(self, keys: int) -> None:
+        """Grow the table (rehashing what it holds) so that ``keys`` keys stay within the load factor."""
+        keys = min(keys, self.max_keys)
+        if _slots_for(keys) <= self.slots:
+            return
+        # at least double: n inserts cost O(n) rehashing in all
+        grown = min(max(keys, 2 * int(self.slots * LOAD_FACTOR)), self.max_keys)
+        hi, lo, off = self._hi, self._lo, self._off
+        self._allocate(_slots_for(grown))
+        _rehash(self._hi, self._lo, self._off, hi, lo, off)
 
     def get(self, key_hash_hi: np.ndarray, key_hash_lo: np.ndarray) -> np.ndarray:
         """The mapped offset of each key hash, -1 where the key is not in the map."""
@@ -58,6 +74,7 @@ class OffsetMap:
     def _put_run(self, hi: np.ndarray, lo: np.ndarray, offsets: np.ndarray, batch_base: np.ndarray,
                  eligible: np.ndarray) -> tuple[int, int, int]:
         """Insert eligible rows in order until the map is full; see :func:`_insert_run`."""
+        self._reserve(self.size + int(np.count_nonzero(eligible)))
         size, stop, last_put, last_put_batch = _insert_run(
             self._hi, self._lo, self._off, self.size, self.max_keys, hi, lo, offsets, batch_base, eligible)
         self.size = int(size)
@@ -65,8 +82,33 @@ class OffsetMap:
 
     @property
     def utilization(self) -> float:
-        """Fraction of the slots in use (Kafka's bufferUtilization)."""
-        return self.size / self.slots
+        """Fraction of the full-size table in use (Kafka's bufferUtilization), however far it has grown."""
+        return self.size / _slots_for(self.max_keys)
+
+
+#: Keys the table has room for before it first grows.
+_INITIAL_KEYS = 4096
+
+
+def _slots_for(keys: int) -> int:
+    """Enough slots that ``keys`` keys are at most the load factor: probes stay short."""
+    return max(keys + 1, math.ceil(keys / LOAD_FACTOR))
+
+
+@numba.njit(cache=True)
+def _rehash(t_hi, t_lo, t_off, hi, lo, off):  # pragma: no cover - compiled
+    slots = len(t_off)
+    for j in range(len(off)):
+        if off[j] == -1:
+            continue
+        s = _slot(hi[j], lo[j], slots)
+        while t_off[s] != -1:
+            s += 1
+            if s == slots:
+                s = 0
+        t_hi[s] = hi[j]
+        t_lo[s] = lo[j]
+        t_off[s] = off[j]
 
 
 # Golden-ratio multiplier as a signed int64: mixing the halves keeps numba in int64 arithmetic (a uint64

@@ -150,3 +150,42 @@ def test_hash_table_agrees_with_a_dict(key_ids, capacity):
     probe_lo = np.asarray([lo for _, lo in model] + [5], np.int64)
     assert omap.get(probe_hi, probe_lo).tolist() == list(model.values()) + [-1]
     assert omap.size == len(model)
+
+
+def _runs_of(keys: np.ndarray, first_offset: int, run: int):
+    """Key-hash inputs of ``OffsetMap._put_run`` in runs of ``run`` records, offsets from ``first_offset``."""
+    for start in range(0, len(keys), run):
+        chunk = keys[start:start + run]
+        offsets = np.arange(first_offset + start, first_offset + start + len(chunk), dtype=np.int64)
+        yield chunk, offsets
+
+
+@pytest.mark.parametrize("max_keys", [50_000, 7_000])
+def test_the_table_grows_with_the_keys_and_fills_at_max_keys_alone(max_keys: int) -> None:
+    # 20,000 distinct keys (5x the table's first size), each written twice, in runs of 3,000 records
+    rng = np.random.default_rng(5)
+    hi = rng.integers(-(2**62), 2**62, 20_000)
+    lo = rng.integers(-(2**62), 2**62, 20_000)
+    order = np.concatenate([np.arange(20_000), rng.permutation(20_000)])
+    omap = OffsetMap(max_keys)
+    first_slots = omap.slots
+    latest: dict[int, int] = {}
+    stopped = None
+    for chunk, offsets in _runs_of(order, 0, 3_000):
+        stop, _, _ = omap._put_run(hi[chunk], lo[chunk], offsets, offsets, np.ones(len(chunk), bool))
+        end = len(chunk) if stop < 0 else stop
+        for key, off in zip(chunk[:end], offsets[:end]):
+            latest[int(key)] = int(off)
+        if stop >= 0:
+            stopped = int(offsets[stop])
+            break
+    assert omap.slots > first_slots
+    assert omap.size == len(latest) == min(max_keys, 20_000)
+    # the full map stops at the first record of a new key once max_keys are mapped, as the fixed table did
+    assert (stopped is not None) == (max_keys < 20_000)
+    if stopped is not None:
+        assert stopped == max_keys and omap.slots <= max(max_keys + 1, int(np.ceil(max_keys / LOAD_FACTOR)))
+    keys = np.array(sorted(latest))
+    assert omap.get(hi[keys], lo[keys]).tolist() == [latest[int(k)] for k in keys]
+    missing = np.setdiff1d(np.arange(20_000), keys)[:100]
+    assert (omap.get(hi[missing], lo[missing]) == -1).all()

@@ -1,0 +1,85 @@
+"""Which partitions a compaction run reads in full: Kafka's cleaner picks a log from sizes, checkpoints and
+timestamps; so does segjobs, before it reads any log.
+
+The frame scans every partition at depth ``sizes`` (:mod:`jobs.engine.scan`): file sizes from the listing,
+the checkpoints, the ``.timeindex`` and first batch of each closed segment, the active segment's batch headers.
+That is all Kafka's selection uses except the last stable offset, which only a replay of the log's transactions
+gives offline. Leaving it out can only widen the cleanable range: an open transaction lowers the first
+uncleanable offset, and with it the cleanable bytes, the dirty ratio and whether a log is due under
+``max.compaction.lag.ms``. So a partition the planner does not select on its ``sizes`` scan would not be
+selected on a full one either, and is never read further: in a nightly run over a broker's log dir, where
+most partitions are clean, that is most of them.
+
+Every partition that may be selected is then scanned at depth ``transactions`` (the whole log's first-pass
+projection, replayed into transaction and producer state), in bin-packed tasks, and planned on that, exactly
+as before. So are the ``compact,delete`` partitions, whose retention runs first and is planned on the full
+scan. What a partition left at depth ``sizes`` does not get: its report entry gives the cleanable range as
+if no transaction were open (an open one can only shorten it), and a corrupt closed segment that a sane
+``.timeindex`` dated and whose first batch and end frame well goes unnoticed until a run compacts it (the
+check ``retain`` makes, and more than a broker makes before its cleaner reads the segment).
+"""
+
+from __future__ import annotations
+
+from jobs.engine.frame import JobContext
+from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
+from jobs.engine.seams import TaskFailure
+from jobs.rules.config import never_touched
+from jobs.rules.plan_compact import plan_compaction
+from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT
+
+#: The scan depth a compaction run's frame uses (see the module docstring).
+SELECTION_DEPTH = "sizes"
+
+
+def _deep_scan(item: tuple) -> PartitionScan:
+    storage, listing, lso, cco, now_ms, pid_exp = item
+    return scan_partition(storage, listing, depth="transactions", log_start_checkpoint=lso,
+                          cleaner_checkpoint=cco, now_ms=now_ms, producer_id_expiration_ms=pid_exp)
+
+
+def needs_full_scan(ctx: JobContext, key: tuple[str, int], scan: PartitionScan) -> bool:
+    """Whether compaction must read ``key`` in full: it may be selected (planned on its ``sizes`` scan, which
+    can only over-select), or retention runs on it first (``compact,delete``). Unreadable partitions and
+    those already scanned in full are not read again."""
+    if scan.error is not None or scan.txn is not None:
+        return False
+    config = ctx.configs.for_topic(key[0])
+    if never_touched(key[0]) or not config.compact:
+        return False
+    if config.delete:
+        return True
+    # the same call compaction's work makes for the partition (see jobs.engine.compaction.work)
+    return plan_compaction(scan.scanned, config, ctx.now_ms, requested=ctx.scope.explicit(*key)).selected
+
+
+def scan_candidates(ctx: JobContext) -> list[tuple[str, int]]:
+    """Scan at depth ``transactions`` every partition :func:`needs_full_scan` picks, bin-packed by bytes, and
+    put the scans into ``ctx.scans`` in place of the ``sizes`` ones. A partition that turns out unreadable gets
+    its error line, as in the frame's scan. Returns the keys scanned."""
+    keys = [k for k in sorted(ctx.scans) if needs_full_scan(ctx, k, ctx.scans[k])]
+    if not keys:
+        return []
+    start = ctx.checkpoints[LOG_START_OFFSET_CHECKPOINT]
+    cleaner = ctx.checkpoints[CLEANER_OFFSET_CHECKPOINT]
+    items = [(ctx.storage, ctx.listing.partitions[k], start.get(k), cleaner.get(k), ctx.now_ms,
+              ctx.configs.for_topic(k[0]).producer_id_expiration_ms) for k in keys]
+    sizes = [ctx.scans[k].scanned.size_bytes for k in keys]
+    for i, result in ctx.runner.stream(_deep_scan, items, sizes=sizes, description=f"segjobs "
+                                       f"{ctx.report.command}: read {len(keys)} partition(s) in full"):
+        key = keys[i]
+        before = ctx.scans[key]
+        if isinstance(result, TaskFailure):
+            result = PartitionScan(key[0], key[1], before.uri,
+                                   error=PartitionError(result.kind, f"the scan task failed: {result.detail}"))
+        ctx.report.warnings.extend(w for w in result.warnings if w not in before.warnings)
+        ctx.scans[key] = result
+        if result.error is not None:
+            ctx.progress.error(f"{result.name}: UNREADABLE, left untouched: {result.error}",
+                               event="partition.unreadable", partition=result.name)
+    ctx.progress(f"read {len(keys)} of {len(ctx.scans)} partition(s) in full (the others are not due)",
+                 event="scan.full", partitions=len(keys), of=len(ctx.scans))
+    return keys
+
+
+__all__ = ["SELECTION_DEPTH", "needs_full_scan", "scan_candidates"]
