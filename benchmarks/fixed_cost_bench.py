@@ -44,7 +44,7 @@ from benchmarks.baselines import (
     verdict,
 )
 from benchmarks.compact_bench import CONFIG_TOML, _now_after_generated
-from benchmarks.memory import PeakRssByRole
+from benchmarks.memory import PeakRssByRole, process_tree
 
 TARGET_FIXED_S = 8.0
 TARGET_VS_FLOOR = 2.0
@@ -76,10 +76,8 @@ class _TreeCpu:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            try:
-                root = psutil.Process(self.pid)
-                procs = [root, *root.children(recursive=True)]
-            except psutil.NoSuchProcess:
+            procs = process_tree(self.pid)
+            if not procs:
                 return
             for p in procs:
                 try:

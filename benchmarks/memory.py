@@ -16,11 +16,19 @@ from types import TracebackType
 import psutil
 
 
+def process_tree(pid: int) -> list[psutil.Process]:
+    """Process ``pid`` and all its descendants right now (empty once it has exited)."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
 def tree_rss(pid: int | None = None) -> int:
     """Bytes resident right now in process ``pid`` (default: this one) and all its descendants."""
-    root = psutil.Process(pid or os.getpid())
     total = 0
-    for proc in [root, *root.children(recursive=True)]:
+    for proc in process_tree(pid or os.getpid()):
         try:
             total += proc.memory_info().rss
         except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -115,10 +123,8 @@ class PeakRssByRole(PeakTreeRss):
 
     def _sample(self) -> None:
         while not self._stop.is_set():
-            try:
-                root = psutil.Process(self.pid)
-                procs = [root, *root.children(recursive=True)]
-            except psutil.NoSuchProcess:
+            procs = process_tree(self.pid)
+            if not procs:
                 return
             total = 0
             for proc in procs:

@@ -134,8 +134,10 @@ class EncodedSegment:
 # --------------------------------------------------------------------------------------------------
 
 
-def _as_table(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | None,
-              columns: tuple[str, ...], schema: pa.Schema, *, combine: bool = True) -> pa.Table:
+def input_columns(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | None,
+                  columns: tuple[str, ...], schema: pa.Schema) -> pa.Table:
+    """The encoder's input ``columns`` of ``records`` as a table, chunks kept as they are (nothing copied or
+    cast yet); an error naming the columns the input lacks."""
     if records is None:
         return schema.empty_table().select(list(columns))
     if isinstance(records, pa.RecordBatch):
@@ -148,7 +150,12 @@ def _as_table(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | No
     missing = [c for c in columns if c not in table.column_names]
     if missing:
         raise UsageError(f"encoder input lacks column(s) {missing}")
-    table = table.select(list(columns))
+    return table.select(list(columns))
+
+
+def _as_table(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | None,
+              columns: tuple[str, ...], schema: pa.Schema, *, combine: bool = True) -> pa.Table:
+    table = input_columns(records, columns, schema)
     target = pa.schema([schema.field(c) for c in columns])
     if not table.schema.equals(target):
         # Readers may hand over large_binary or binary_view columns; the kernels want the plain layouts.

@@ -29,6 +29,7 @@ from segment_io.encode import (
     _as_table,
     _check_codec,
     _encode_table,
+    input_columns,
 )
 from segment_io.errors import InvalidRecordsError, UsageError
 from segment_io.format import BatchHeaders
@@ -44,21 +45,6 @@ DEFAULT_PART_BYTES = 8 << 20
 _RECORD_OVERHEAD_ESTIMATE = 16
 
 _HEADER_FIELDS = tuple(f.name for f in dataclasses.fields(BatchHeaders) if f.name != "truncated_tail")
-
-
-def _select(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch]) -> pa.Table:
-    """The encoder's input columns of ``records``, chunks kept as they are (nothing copied or cast yet)."""
-    if isinstance(records, pa.RecordBatch):
-        table = pa.Table.from_batches([records])
-    elif isinstance(records, pa.Table):
-        table = records
-    else:
-        batches = list(records)
-        table = pa.Table.from_batches(batches) if batches else RECORD_SCHEMA.empty_table()
-    missing = [c for c in _RECORD_INPUT if c not in table.column_names]
-    if missing:
-        raise UsageError(f"encoder input lacks column(s) {missing}")
-    return table.select(list(_RECORD_INPUT))
 
 
 def _int_column(chunk: pa.RecordBatch, name: str) -> np.ndarray:
@@ -156,7 +142,7 @@ def iter_encoded_parts(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBa
     if part_bytes <= 0:
         raise UsageError(f"part_bytes must be positive, got {part_bytes}")
     override = _check_codec(codec)
-    table = _select(records)
+    table = input_columns(records, _RECORD_INPUT, RECORD_SCHEMA)
     target = pa.schema([RECORD_SCHEMA.field(c) for c in _RECORD_INPUT])
     empties = None
     if empty_batches is not None and empty_batches.num_rows:
