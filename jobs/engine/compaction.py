@@ -475,13 +475,13 @@ def work(ctx: JobContext) -> None:
     tally = Tally(len(tasks) + len(sort_tasks), sum(t.state.size_bytes for t in [*tasks, *sort_tasks]))
 
     def settle(key: tuple[str, int], outcome: PartitionOutcome | None) -> _Settled:
-        settled = _settle(ctx, key, plans[key], states[key], outcome, checkpoint=checkpoints.get(key),
-                          untouched=key in held or key in failed, retention=retention, tally=tally)
+        one = _settle(ctx, key, plans[key], states[key], outcome, checkpoint=checkpoints.get(key),
+                      untouched=key in held or key in failed, retention=retention, tally=tally)
         if outcome is not None and key in strategies:
-            settled.entry.update(strategy=strategies[key].strategy, strategy_reason=strategies[key].reason)
+            one.entry.update(strategy=strategies[key].strategy, strategy_reason=strategies[key].reason)
             if key in sort_details:
-                settled.entry["external_sort"] = sort_details[key]
-        return settled
+                one.entry["external_sort"] = sort_details[key]
+        return one
 
     def prepare(i: int, result: PartitionOutcome | TaskFailure) -> PartitionOutcome:
         # on the driver's thread: the plan check records into the plan file's decisions
