@@ -499,8 +499,8 @@ def work(ctx: JobContext) -> None:
     try:
         done = run_and_settle(ctx.runner, compact_partition, tasks, sizes=[t.state.size_bytes for t in tasks],
                               prepare=prepare, settle=lambda i, outcome: settle(task_keys[i], outcome),
-                              description=f"segjobs {ctx.report.command}: "
-                                          f"{'measure' if ctx.dry_run else 'compact'} {len(tasks)} partition(s)")
+                              description=ctx.job_description(
+                                  f"{'measure' if ctx.dry_run else 'compact'} {len(tasks)} partition(s)"))
         settled.update({task_keys[i]: v for i, v in done.items()})
         streamed = True
         sorted_outcomes = run_external_sort(ctx, sort_tasks, sort_details)

@@ -399,7 +399,7 @@ def _sort_pass(ctx: JobContext, parts: list[_Partition]) -> None:
         if isinstance(runner, SparkTasks):
             from jobs.engine.seams import spark_job_labels
 
-            what = f"segjobs {ctx.report.command}: external-sort key pass and sort of {len(parts)} partition(s)"
+            what = ctx.job_description(f"external-sort key pass and sort of {len(parts)} partition(s)")
             with spark_job_labels(runner.spark.sparkContext, runner.job_group, what):
                 counts = _spark_sort(runner.spark, items, parts)
         else:

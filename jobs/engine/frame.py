@@ -106,7 +106,11 @@ class JobContext:
         be small (statistics, never record data). ``description`` (``scan 8 partition(s)``) names the Spark
         job in the UI as ``segjobs <command>: <description>`` (default: the function and the item count)."""
         what = description or f"{getattr(fn, '__name__', 'tasks')} over {len(items)} item(s)"
-        return self.runner.map(fn, items, tasks=tasks, description=f"segjobs {self.report.command}: {what}")
+        return self.runner.map(fn, items, tasks=tasks, description=self.job_description(what))
+
+    def job_description(self, what: str) -> str:
+        """How a Spark job of this run is named in the UI: ``segjobs <command>: <what>``."""
+        return f"segjobs {self.report.command}: {what}"
 
     def fault_for(self, partition: str) -> Callable[[str], None] | None:
         """The fault hook of the commit steps of ``partition`` (``""``: the log dir as a whole); None in use."""
@@ -171,7 +175,9 @@ def _orphan_log_start_entries(ctx: "JobContext") -> None:
             ctx.progress(note, event="checkpoint.orphan", partition=f"{topic}-{partition}")
 
 
-def _scan_task(item: tuple) -> PartitionScan:
+def scan_task(item: tuple) -> PartitionScan:
+    """One partition's scan as a task: ``item`` is (storage, listing, depth, log start checkpoint, cleaner
+    checkpoint, now_ms, producer id expiration ms)."""
     storage, pl, depth, lso, cco, now_ms, pid_exp = item
     return scan_partition(storage, pl, depth=depth, log_start_checkpoint=lso, cleaner_checkpoint=cco,
                           now_ms=now_ms, producer_id_expiration_ms=pid_exp)
@@ -394,7 +400,7 @@ class _Frame:
         # A header scan takes milliseconds, less than a Spark task's own overhead: thousands of partitions
         # go in a few tasks per core. Transaction scans read whole logs: one task per partition balances them.
         tasks = runner.parallelism * 4 if self.scan_depth in ("headers", "sizes") else None
-        for scan in ctx.parallel_map(_scan_task, items, tasks=tasks,
+        for scan in ctx.parallel_map(scan_task, items, tasks=tasks,
                                      description=f"scan {len(items)} partition(s) ({self.scan_depth})"):
             error = unrecovered.get((scan.topic, scan.partition))
             if error is not None:  # an interrupted commit recovery could not settle: nobody touches the partition

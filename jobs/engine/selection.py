@@ -21,8 +21,8 @@ check ``retain`` makes, and more than a broker makes before its cleaner reads th
 
 from __future__ import annotations
 
-from jobs.engine.frame import JobContext
-from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
+from jobs.engine.frame import JobContext, scan_task
+from jobs.engine.scan import PartitionError, PartitionScan
 from jobs.engine.seams import TaskFailure
 from jobs.rules.config import never_touched
 from jobs.rules.plan_compact import plan_compaction
@@ -30,12 +30,6 @@ from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKP
 
 #: The scan depth a compaction run's frame uses (see the module docstring).
 SELECTION_DEPTH = "sizes"
-
-
-def _deep_scan(item: tuple) -> PartitionScan:
-    storage, listing, lso, cco, now_ms, pid_exp = item
-    return scan_partition(storage, listing, depth="transactions", log_start_checkpoint=lso,
-                          cleaner_checkpoint=cco, now_ms=now_ms, producer_id_expiration_ms=pid_exp)
 
 
 def needs_full_scan(ctx: JobContext, key: tuple[str, int], scan: PartitionScan) -> bool:
@@ -62,11 +56,11 @@ def scan_candidates(ctx: JobContext) -> list[tuple[str, int]]:
         return []
     start = ctx.checkpoints[LOG_START_OFFSET_CHECKPOINT]
     cleaner = ctx.checkpoints[CLEANER_OFFSET_CHECKPOINT]
-    items = [(ctx.storage, ctx.listing.partitions[k], start.get(k), cleaner.get(k), ctx.now_ms,
+    items = [(ctx.storage, ctx.listing.partitions[k], "transactions", start.get(k), cleaner.get(k), ctx.now_ms,
               ctx.configs.for_topic(k[0]).producer_id_expiration_ms) for k in keys]
     sizes = [ctx.scans[k].scanned.size_bytes for k in keys]
-    for i, result in ctx.runner.stream(_deep_scan, items, sizes=sizes, description=f"segjobs "
-                                       f"{ctx.report.command}: read {len(keys)} partition(s) in full"):
+    for i, result in ctx.runner.stream(scan_task, items, sizes=sizes,
+                                       description=ctx.job_description(f"read {len(keys)} partition(s) in full")):
         key = keys[i]
         before = ctx.scans[key]
         if isinstance(result, TaskFailure):
