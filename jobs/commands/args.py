@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from jobs.engine.events import LOG_FORMATS, ProgressEvent, stderr_sink
 from jobs.engine.options import InvalidOption
-from jobs.engine.report import stderr_lines
 from segment_io.storage.options import StorageOptions
 from segment_io.units import parse_duration, parse_size
 
@@ -99,7 +98,7 @@ def progress_sink(args: argparse.Namespace, *, quiet: bool | None = None) -> "Pr
     quiet = bool(getattr(args, "quiet", False)) if quiet is None else quiet
     log_format = getattr(args, "log_format", "text")
     if log_format == "text":
-        return None if quiet else stderr_lines
+        return None if quiet else stderr_sink("text")
     return stderr_sink(log_format, min_level="notice" if quiet else "info")
 
 

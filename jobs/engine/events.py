@@ -25,8 +25,9 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Callable, Mapping, TextIO
+
+from jobs.rules.timeutil import format_instant
 
 #: The levels, from least to most severe.
 LEVELS = ("info", "notice", "error")
@@ -69,12 +70,6 @@ EVENTS = {
 }
 
 
-def iso_utc(epoch_ms: int) -> str:
-    """``epoch_ms`` as ISO-8601 UTC with milliseconds and a ``Z``."""
-    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat(timespec="milliseconds") \
-        .replace("+00:00", "Z")
-
-
 @dataclass(frozen=True)
 class ProgressEvent:
     """One progress event (see the module docstring)."""
@@ -100,7 +95,7 @@ class ProgressEvent:
 
     @property
     def ts(self) -> str:
-        return iso_utc(self.ts_ms)
+        return format_instant(self.ts_ms)
 
     @property
     def partition(self) -> str | None:
@@ -173,4 +168,4 @@ def stderr_sink(log_format: str = "text", *, min_level: str = "info",
     return sink
 
 
-__all__ = ["EVENTS", "LEVELS", "LOG_FORMATS", "ProgressEvent", "ProgressLine", "event_of", "iso_utc", "stderr_sink"]
+__all__ = ["EVENTS", "LEVELS", "LOG_FORMATS", "ProgressEvent", "ProgressLine", "event_of", "stderr_sink"]

@@ -67,11 +67,6 @@ class Progress:
         print(str(line), file=self.stream or sys.stderr, flush=True)
 
 
-def stderr_lines(line: str) -> None:
-    """A progress sink that prints each line on stderr (the command line's, without ``--quiet``)."""
-    print(line, file=sys.stderr, flush=True)
-
-
 @dataclass
 class RunReport:
     """What one run did (or, with --dry-run, would do)."""
