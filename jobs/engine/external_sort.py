@@ -436,7 +436,8 @@ def _local_sort(ctx: JobContext, items: list[KeyReadItem], parts: list[_Partitio
     counts = {}
     p_col, g_col = sup.column("p").to_numpy(), sup.column("g").to_numpy()
     work = {part.p: part.work for part in parts}
-    for p, g in sorted(set(zip(p_col.tolist(), g_col.tolist()))):
+    # the (partition, group) pairs present, without a Python tuple per superseded key
+    for p, g in np.unique(np.stack([p_col, g_col], axis=1), axis=0).tolist():
         mask = (p_col == p) & (g_col == g)
         counts[(p, g)] = write_group_map(ctx.storage, _map_uri(ctx.storage, work[p], g), sup.filter(pa.array(mask)))
     return counts
