@@ -22,7 +22,8 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 REPO = Path(__file__).resolve().parent.parent
-KAFKA_REAL = REPO.parent / "shared" / "fixtures" / "kafka-real"
+# Real broker-written segments, kept in the repository (tests/data/kafka-real/SOURCES.md says what each covers).
+KAFKA_REAL = REPO / "tests" / "data" / "kafka-real"
 
 # ---------------------------------------------------------------------------------------------------
 # Hypothesis: how many examples a property test tries comes from a profile, not from each test. "dev" keeps
@@ -98,7 +99,7 @@ def _check_spark_is_declared(item: pytest.Item, phase: str) -> Generator[None, N
 def kafka_real() -> Path:
     """The directory of real broker-written segments (see its SOURCES.md)."""
     if not KAFKA_REAL.is_dir():
-        pytest.fail(f"real Kafka fixtures not found at {KAFKA_REAL}; the suite expects shared/ beside the repo")
+        pytest.fail(f"real Kafka fixtures not found at {KAFKA_REAL}; they are part of the repository")
     return KAFKA_REAL
 
 

@@ -28,7 +28,7 @@ from segment_io.layout import (
 )
 from segment_io.storage import LocalStorage
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "kafka-real"
+FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "data" / "kafka-real"
 OFFSET_CHECKPOINTS = (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
                       REPLICATION_OFFSET_CHECKPOINT)
 

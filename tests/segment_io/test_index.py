@@ -102,7 +102,7 @@ def record_offset_of_max_timestamp(log: bytes, headers: BatchHeaders) -> Callabl
 # Real fixtures
 # --------------------------------------------------------------------------------------------------
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "kafka-real"
+FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "data" / "kafka-real"
 
 
 def _segments_with_indexes() -> list[str]:

@@ -21,7 +21,7 @@ from segment_io.layout import (
 from segment_io.storage import LocalStorage
 from segment_io.storage.base import FileInfo
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "kafka-real"
+FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "data" / "kafka-real"
 BROKER_DIRS = sorted(str(p.parent.relative_to(FIXTURES)) for p in FIXTURES.rglob("meta.properties"))
 
 
