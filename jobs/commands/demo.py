@@ -1,4 +1,4 @@
-"""``make demo``: generate a demo log dir and run two nights of compaction and retention on it, printing each
+"""``make demo``: generate a demo log dir and run two nights of retention and compaction on it, printing each
 run's summary.
 
 The dataset has four topics: a compacted changelog with transactions and tombstones, a compact,delete orders
