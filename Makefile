@@ -17,7 +17,7 @@ LINT_PATHS := jobs segment_io tests benchmarks notebooks ops conf
 # Property tests try as many examples as this hypothesis profile says (tests/conftest.py): dev or ci.
 export HYPOTHESIS_PROFILE ?= dev
 
-.PHONY: all venv java check lint types imports test test-fast demo bench package cluster-test clean help airflow-test
+.PHONY: all venv java check lint types imports test test-fast demo bench package cluster-test clean help airflow-test docs
 
 # `make airflow-test` installs Apache Airflow and its Spark provider into their own virtualenv (never the
 # project's): the pins of conf/airflow/requirements.txt, held by the constraints file of this Python version
@@ -30,10 +30,11 @@ PYTHON_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_
 AIRFLOW_CONSTRAINTS ?= $(wildcard conf/airflow/constraints-$(PYTHON_VERSION).txt)
 
 help:
-	@echo "make demo   generate a demo log dir under $(DEMO_DIR)/ and run two nights of compact + retain on it (creates .venv on first use)"
+	@echo "make demo   generate a demo log dir under $(DEMO_DIR)/ and run two nights of retain + compact on it (creates .venv on first use)"
 	@echo "make test   lint, type and import checks, then the whole test suite (creates .venv on first use)"
 	@echo "make test-fast  the checks, then the tests that need no Spark, no S3 endpoint and are not slow"
 	@echo "make check  only the checks: ruff, mypy, import-linter"
+	@echo "make docs   build the documentation site (docs/, mkdocs.yml) into build/site with mkdocs build --strict"
 	@echo "make bench  run the benchmarks in benchmarks/ (heavy; not part of the suite)"
 	@echo "make package       build dist/segjobs-*.whl and dist/segjobs-env.tar.gz (the executors' environment)"
 	@echo "make cluster-test  package, then run the jobs on a real Spark standalone cluster on 127.0.0.1"
@@ -73,6 +74,12 @@ test: java $(STAMP) check
 test-fast: $(STAMP) check
 	$(PY) -m pytest -q -p no:cacheprovider -x -m "not spark and not s3 and not slow" tests
 
+# The documentation site: docs/ and mkdocs.yml, with the pages generated from the code (ops/mkdocs_hooks.py) and
+# the API reference from the docstrings. --strict: a broken link, a missing anchor or an unresolved reference
+# fails the build. The output (build/site) is ignored, like the rest of build/.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
 $(AIRFLOW_STAMP): conf/airflow/requirements.txt $(AIRFLOW_CONSTRAINTS)
 	@test -x $(AIRFLOW_PY) || $(PYTHON) -m venv $(AIRFLOW_VENV)
 	$(AIRFLOW_PY) -m pip install --quiet --upgrade pip
@@ -93,7 +100,7 @@ demo: java $(STAMP)
 bench: java $(STAMP)
 	$(PY) -m benchmarks.run
 
-# The wheel and the environment archive spark-submit ships to executors (README: Running on a Spark cluster).
+# The wheel and the environment archive spark-submit ships to executors (docs/operations/cluster.md).
 # EXECUTOR_PYTHON_PREFIX=/usr builds an archive for nodes whose Python is /usr/bin/python3.X.
 package: $(STAMP)
 	$(PY) ops/package_env.py --dist dist --build build $(if $(EXECUTOR_PYTHON_PREFIX),--python-prefix $(EXECUTOR_PYTHON_PREFIX))

@@ -2,7 +2,7 @@
 
 Every section measures segjobs and its baseline in the same run on the same data and prints the ratio, so
 numbers from different machines are comparable by their ratios. Results are also written to
-``benchmarks/results-<section>.json``; the README quotes them with the command that produced them.
+``benchmarks/results-<section>.json``; docs/performance.md quotes them with the command that produced them.
 Heavy: the end-to-end sections generate gigabytes under ./bench-data (removed afterwards).
 """
 

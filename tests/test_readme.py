@@ -1,46 +1,106 @@
-"""The README's Python examples run as written, so the documentation of the library cannot rot: the test
-extracts the fenced block of the "Library" section that uses ``jobs.api`` and executes it unchanged."""
+"""The README's and the documentation site's Python examples run as written, so the documentation cannot rot.
+
+Which blocks run (one convention for every page, README.md and docs/**/*.md alike): a fenced ```python block
+that uses ``jobs.api`` (``from jobs import api``) makes its own data (``write_demo_log_dir`` in a temp dir) and
+is executed unchanged, in the suite's Spark session. Every other ```python block shows the reader's own paths
+(``/var/kafka/logs``, ``s3://bucket``) or needs what the suite has not (Airflow, delta-spark on a cluster): it is
+compiled, so a syntax error still fails here, but not run. Shell blocks are not run; the quoted ``make demo``
+output is checked against the demo's real output by tests/jobs/test_demo.py.
+"""
 
 from __future__ import annotations
 
 import re
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+DOCS = REPO / "docs"
+PAGES = [README, *sorted(DOCS.rglob("*.md"))]
+RUNS_MARK = "from jobs import api"
 
 
-def section(title: str) -> str:
-    """The text of the README section ``## title`` (up to the next ``## ``)."""
-    text = README.read_text()
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## )", text, flags=re.S | re.M)
-    assert match, f"README has no section '## {title}'"
-    return match.group(1)
+def name_of(page: Path) -> str:
+    return str(page.relative_to(REPO))
 
 
 def python_blocks(text: str) -> list[str]:
+    """The fenced ```python blocks of a Markdown text, in order."""
     return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
 
 
-def test_the_library_section_has_one_api_example() -> None:
-    blocks = [b for b in python_blocks(section("Library")) if "from jobs import api" in b]
-    assert len(blocks) == 1, "the Library section should show one runnable jobs.api example"
-    compile(blocks[0], "README.md", "exec")
+def runnable(block: str) -> bool:
+    return RUNS_MARK in block
 
 
-@pytest.mark.spark
-def test_the_library_example_runs_as_written(spark, tmp_path: Path, monkeypatch, capsys) -> None:
-    (code,) = [b for b in python_blocks(section("Library")) if "from jobs import api" in b]
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the example's mkdtemp() lands in the test's dir
-    exec(compile(code, "README.md (Library)", "exec"), {"__name__": "readme_example"})
-    out = capsys.readouterr().out
-    # what the example prints: each demo partition with its action, the summary table, retention's numbers
+ALL_BLOCKS = [(name_of(page), i, block) for page in PAGES for i, block in enumerate(python_blocks(page.read_text()))]
+RUNNABLE = [(page, i) for page, i, block in ALL_BLOCKS if runnable(block)]
+
+
+def block(page: str, index: int) -> str:
+    return python_blocks((REPO / page).read_text())[index]
+
+
+def heading_anchor(heading: str) -> str:
+    """The anchor MkDocs (and GitHub) give a heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.replace("`", "").strip().lower())
+    return re.sub(r"\s+", "-", text)
+
+
+def test_the_readmes_links_into_the_docs_resolve() -> None:
+    # mkdocs build --strict checks the site's own links; the README is outside it, so its links are checked here
+    links = re.findall(r"\]\(([^)#]+\.md)(?:#([^)]+))?\)", README.read_text())
+    assert len(links) > 10, links
+    for path, anchor in links:
+        target = REPO / path
+        assert target.is_file(), f"README links to {path}, which does not exist"
+        if anchor:
+            anchors = {heading_anchor(line.lstrip("#")) for line in target.read_text().splitlines()
+                       if line.startswith("#")}
+            assert anchor in anchors, f"README links to {path}#{anchor}, a heading that does not exist"
+
+
+def test_the_newcomers_pages_have_a_runnable_example() -> None:
+    # the README and the Library page each show one jobs.api example that runs; the convention cannot go unused
+    assert {page for page, _ in RUNNABLE} >= {"README.md", "docs/library.md"}, RUNNABLE
+
+
+@pytest.mark.parametrize(("page", "index"), [(p, i) for p, i, _ in ALL_BLOCKS], ids=lambda v: str(v))
+def test_every_python_block_compiles(page: str, index: int) -> None:
+    compile(block(page, index), f"{page} (python block {index + 1})", "exec")
+
+
+def _library_output(out: str) -> None:
+    # what the Library example prints: each demo partition with its action, the summary table, retention's numbers
     for line in ("users-changelog-0 compacted", "users-changelog-1 compacted", "orders-0 compacted",
                  "clicks-0 skipped"):
         assert line in out, out
     assert "3 of 4 partition(s) selected" in out
     retained = [line for line in out.splitlines() if line.endswith("()")]
     assert retained and int(retained[0].split()[0]) > 0, out  # retention deleted segments, refused nothing
-    assert list((tmp_path).glob("*/logs/users-changelog-0/*.log")), "the demo log dir was written to the temp dir"
+
+
+def _readme_output(out: str) -> None:
+    # the dry run's summary: the partitions a real run would compact, nothing written
+    assert "users-changelog-0" in out and "3 of 4 partition(s) selected" in out, out
+
+
+#: what an example's output must show, beyond running without an error, by page
+EXPECTED_OUTPUT: dict[str, Callable[[str], None]] = {"docs/library.md": _library_output,
+                                                     "README.md": _readme_output}
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("page", "index"), RUNNABLE, ids=lambda v: str(v))
+def test_the_example_runs_as_written(spark, tmp_path: Path, monkeypatch, capsys, page: str, index: int) -> None:
+    code = block(page, index)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the example's mkdtemp() lands in the test's dir
+    exec(compile(code, f"{page} (python block {index + 1})", "exec"), {"__name__": "docs_example"})
+    out = capsys.readouterr().out
+    assert out.strip(), f"{page}: the example printed nothing"
+    EXPECTED_OUTPUT.get(page, lambda _: None)(out)
+    assert list(tmp_path.glob("*/logs/*-0/*.log")), "the demo log dir was written to the temp dir"

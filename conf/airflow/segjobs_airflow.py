@@ -38,7 +38,7 @@ Both jobs take the log dir's lock (local) or lease (S3), so they never overlap e
 another attempt is alive; a killed attempt's half-done commit is finished or rolled back by the next one.
 
 This module needs only Airflow and the apache-airflow-providers-apache-spark provider: segjobs itself runs
-under spark-submit (install it where spark-submit runs its driver; see the README's "Operations" section).
+under spark-submit (install it where spark-submit runs its driver; see docs/operations/airflow.md).
 """
 
 from __future__ import annotations

@@ -1,17 +1,17 @@
-"""``make demo``: generate a demo log dir and run two nights of compaction and retention on it, printing each
+"""``make demo``: generate a demo log dir and run two nights of retention and compaction on it, printing each
 run's summary.
 
 The dataset has four topics: a compacted changelog with transactions and tombstones, a compact,delete orders
 topic, a delete-only clickstream topic, and a small payments topic whose only segment is still active. Each
-night runs ``segjobs compact`` then ``segjobs retain`` at a fixed ``--now`` (night 1: one day after the last
-record; night 2: a day later), so the output is the same on every machine; then every partition is
-verified with ``segjobs dump --verify``. Between them the two nights show every outcome the summary reports:
-partitions compacted, skipped and why, a partial clean continued the next night (the demo gives the offset
-map 300 KB, room for 11,250 keys, where the default is 128 MiB, so that the changelog's 12,000 keys per
-partition take two passes; it asks for the memory strategy, which ``auto`` would replace by external-sort's
-single exact pass there),
-segments deleted by retention and pending purge, and their purge a night later. (clicks' first retention run
-deletes 70% of the topic, more than the default delete-fraction limit: conf/demo-topics.toml allows it.)
+night runs ``segjobs retain`` then ``segjobs compact`` (the nightly order) at a fixed ``--now`` (night 1: one
+day after the last record; night 2: a day later), so the output is the same on every machine; then every
+partition is verified with ``segjobs dump --verify``. Between them the two nights show every outcome the
+summary reports: partitions compacted, skipped and why, a partial clean continued the next night (the demo gives
+the offset map 300 KB, room for 11,250 keys, where the default is 128 MiB, so that the changelog's 12,000 keys
+per partition take two passes; it asks for the memory strategy, which ``auto`` would replace by external-sort's
+single exact pass there), segments deleted by retention and pending purge, and their purge a night later.
+(clicks' first retention run deletes 70% of the topic, more than the default delete-fraction limit:
+conf/demo-topics.toml allows it.)
 """
 
 from __future__ import annotations
@@ -76,8 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     config = Path(__file__).resolve().parents[2] / "conf" / "demo-topics.toml"
     for night, step in ((1, 2), (2, 3)):
         now = NOW_MS + (night - 1) * DAY_MS
-        for command, extra in (("compact", ["--dedupe-buffer-bytes", str(DEMO_DEDUPE_BUFFER_BYTES),
-                                            "--strategy", "memory"]), ("retain", [])):
+        # retain before compact, the nightly order (docs/guide/compact.md, the Airflow DAG): what retention
+        # deletes, compaction then need not read or rewrite
+        for command, extra in (("retain", []), ("compact", ["--dedupe-buffer-bytes", str(DEMO_DEDUPE_BUFFER_BYTES),
+                                                           "--strategy", "memory"])):
             report = root / f"night-{night}-{command}-report.json"
             argv = [command, "--log-dir", str(log_dir), "--config", str(config), "--now", str(now), *extra,
                     "--report", str(report)]

@@ -308,7 +308,7 @@ KAFKA_TOPICS: dict[str, KafkaTopic] = {
          "retention.ms": -1, "retention.bytes": -1},
         "ShareCoordinatorService.shareGroupStateTopicConfigs(); segment.bytes is the broker's "
         "share.coordinator.state.topic.segment.bytes, default 100 MiB (ShareCoordinatorConfig); "
-        "retention.ms and retention.bytes -1 are segjobs' own (see README)"),
+        "retention.ms and retention.bytes -1 are segjobs' own (see docs/configuration.md)"),
     "__remote_log_metadata": KafkaTopic(
         {"cleanup.policy": "delete", "retention.ms": -1, "remote.storage.enable": "false"},
         "TopicBasedRemoteLogMetadataManager.createRemoteLogMetadataTopicRequest(); retention.ms is "

@@ -500,7 +500,7 @@ def _header(result: ImportResult) -> list[str]:
     if overrides_only:
         lines += ["# Some topics were described without --all (topic overrides only): broker settings such as",
                   "# log.retention.hours are not in the input. Describe with --all to carry them over."]
-    lines += ["# Precedence and value syntax: see conf/topics.toml and the README's Configuration section.", ""]
+    lines += ["# Precedence and value syntax: see conf/topics.toml and docs/configuration.md.", ""]
     return lines
 
 

@@ -3,8 +3,9 @@
 Each entry gives the key, its default, its unit, Kafka's type and range (the validator of its ``define``), what it
 means, where in Kafka the default is defined, and, where segjobs deliberately departs from Kafka, how. The topic
 configuration (:mod:`jobs.rules.config`), the cleaner, the transaction replay, the offset map and the scan take
-their defaults from here and nowhere else; ``tests/jobs/test_kafka_defaults.py`` checks that the README's key
-table and ``conf/topics.toml`` agree with it.
+their defaults from here and nowhere else; the documentation's key table is generated from it
+(:func:`markdown_table`, written into docs/configuration.md when the site is built), and
+``tests/jobs/test_kafka_defaults.py`` checks that ``conf/topics.toml`` agrees with it.
 
 The values were read from Apache Kafka's sources (trunk at 1eb7644, October 2024): ``LogConfig`` and
 ``ServerLogConfigs`` for topic configs, ``CleanerConfig`` for the cleaner's broker configs,
@@ -152,7 +153,7 @@ DEDUPE_BUFFER_LOAD_FACTOR: float = float(default_of("log.cleaner.io.buffer.load.
 
 
 def _show(d: KafkaDefault) -> str:
-    """A default as the README writes it: with a unit where one reads better than the raw number."""
+    """A default as the docs write it: with a unit where one reads better than the raw number."""
     value = d.default
     if isinstance(value, str):
         return value
@@ -166,7 +167,7 @@ def _show(d: KafkaDefault) -> str:
 
 
 def markdown_table() -> str:
-    """The README's table of keys (between its ``kafka-defaults`` markers), generated from :data:`KAFKA_DEFAULTS`."""
+    """The documentation's table of keys (docs/configuration.md), generated from :data:`KAFKA_DEFAULTS`."""
     lines = ["| key | default | unit | meaning | Kafka's source | segjobs differs |", "|---|---|---|---|---|---|"]
     for d in _TABLE:
         key = f"`{d.key}`" + (" (broker)" if d.scope == SCOPE_BROKER else "")

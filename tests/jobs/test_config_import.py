@@ -217,7 +217,8 @@ def test_kafka_topics_output_goes_to_each_topic_and_misses_log_retention_hours()
     assert (orders["cleanup.policy"], orders["retention.ms"], orders["segment.bytes"], orders["delete.retention.ms"]) \
         == ("compact,delete", 30 * DAY, 512 * MIB, 12 * HOUR)
     # kafka-topics.sh lists only values whose source is not DEFAULT_CONFIG: the broker's 3-day retention is not in
-    # its output, so Kafka's 7 days apply (the header of the TOML and the README say to use kafka-configs.sh)
+    # its output, so Kafka's 7 days apply (the header of the TOML and docs/guide/config-import.md say to use
+    # kafka-configs.sh)
     assert settings(configs, "clicks")["retention.ms"] == 7 * DAY
     assert "log.retention.hours" in result.to_toml()
     # __consumer_offsets keeps segjobs' table of Kafka's creation configs (source unknown: maybe a broker value)
@@ -227,8 +228,8 @@ def test_kafka_topics_output_goes_to_each_topic_and_misses_log_retention_hours()
 
 
 def test_kafkas_own_topic_keeps_segjobs_creation_config_against_a_broker_value() -> None:
-    # __share_group_state: Kafka sets no retention, segjobs keeps it at -1 (README); a broker's 3 days must not
-    # reach it, while every other topic gets them through [defaults]
+    # __share_group_state: Kafka sets no retention, segjobs keeps it at -1 (docs/configuration.md); a broker's 3
+    # days must not reach it, while every other topic gets them through [defaults]
     text = ("All configs for topic __share_group_state are:\n"
             "  retention.ms=259200000 sensitive=false synonyms={}\n"
             "  segment.bytes=104857600 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:segment.bytes=104857600}\n"

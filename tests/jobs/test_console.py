@@ -337,7 +337,8 @@ def test_every_job_takes_format_verbose_and_output(capsys) -> None:
 
 @pytest.mark.slow
 def test_spark_submit_prints_the_summary_on_stdout_and_no_spark_info_lines(tmp_path: Path) -> None:
-    """The README's spark-submit line: progress on stderr, the summary alone on stdout, no Spark INFO lines.
+    """The spark-submit line of docs/guide/compact.md: progress on stderr, the summary alone on stdout, no Spark INFO
+    lines.
 
     spark-submit merges the Python process's stderr into its stdout; the job puts it back on the JVM's
     stderr. One light run: local[1], a tiny log dir, a dry run."""

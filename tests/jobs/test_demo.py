@@ -1,15 +1,58 @@
 """`make demo` (python -m jobs.commands.demo) succeeds and shows, on the console, every outcome its docstring promises:
 compaction selected and skipped with the reason, a partial clean finished the next night, retention deletes
-pending purge and their purge a night later. It runs on the suite's Spark session, so it costs the demo's
-work only (about 50 MB)."""
+pending purge and their purge a night later; and what the README and the docs quote of its output is what it
+prints. It runs on the suite's Spark session, so it costs the demo's work only (about 50 MB)."""
 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
 from jobs.commands import demo
+
+REPO = Path(__file__).resolve().parents[2]
+#: a quote of the demo's output: the marker, then a fenced block of lines the demo prints (rows may be left out)
+QUOTE = re.compile(r"^<!-- make-demo-output: night (\d) (\w+) -->\n```\n(.*?)^```", flags=re.S | re.M)
+
+
+def quoted_outputs() -> list[tuple[str, int, str, list[str]]]:
+    """(page, night, command, quoted lines) of every quote of the demo's output in the README and docs/."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    return [(str(page.relative_to(REPO)), int(m.group(1)), m.group(2), m.group(3).splitlines())
+            for page in pages for m in QUOTE.finditer(page.read_text())]
+
+
+def run_output(out: str, night: int, command: str) -> list[str]:
+    """The lines one run of the demo printed (from its step banner to the next)."""
+    start = out.index(f"night {night}: segjobs {command} ")
+    section = out[out.index("\n", start) + 1:]
+    end = section.find("\n== ")
+    return (section if end < 0 else section[:end]).splitlines()
+
+
+def assert_quote_matches(quoted: list[str], printed: list[str], where: str) -> None:
+    """Every line of the quote is a line the run printed, in the same order (blank lines included)."""
+    at = 0
+    for line in quoted:
+        try:
+            at = printed.index(line, at) + 1
+        except ValueError:
+            raise AssertionError(f"{where}: the demo no longer prints {line!r}; it printed:\n"
+                                 + "\n".join(printed)) from None
+
+
+def test_the_readme_quotes_the_demo() -> None:
+    assert any(page == "README.md" for page, *_ in quoted_outputs())
+
+
+def test_a_stale_quote_is_caught() -> None:
+    printed = ["partition  action", "orders-0   compacted", "", "1 of 1 partition(s) selected"]
+    assert_quote_matches(["partition  action", "", "1 of 1 partition(s) selected"], printed, "ok")
+    with pytest.raises(AssertionError, match="no longer prints"):
+        assert_quote_matches(["orders-0   compacted", "", "2 of 2 partition(s) selected"], printed, "stale")
 
 
 @pytest.mark.slow
@@ -31,3 +74,7 @@ def test_the_demo_exits_0_and_shows_every_outcome(spark, tmp_path, capsys) -> No
     assert entries("night-1-compact-report.json")["users-changelog-0"]["partial"]
     assert not entries("night-2-compact-report.json")["users-changelog-0"]["partial"]
     assert entries("night-1-retain-report.json")["clicks-0"]["action"] == "delete"
+
+    # the README's and the docs' quotes of the summaries are what the demo printed
+    for page, night, command, quoted in quoted_outputs():
+        assert_quote_matches(quoted, run_output(out, night, command), f"{page} (night {night} {command})")

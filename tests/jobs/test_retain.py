@@ -556,7 +556,7 @@ def test_a_crash_at_every_step_then_recovery_and_a_rerun_ends_as_an_uninterrupte
 
 
 # ---------------------------------------------------------------------------------------------------
-# The GDPR flow (README "Retention and the GDPR flow"): tombstone, compaction, delete horizon, purge
+# The GDPR flow (docs/guide/retain.md, "The GDPR flow"): tombstone, compaction, delete horizon, purge
 # ---------------------------------------------------------------------------------------------------
 
 

@@ -9,8 +9,9 @@ Three nights (tests/ops/nights.py) run on two copies of one generated log dir:
 
 After every step the backfill's log dir and work dir equal the reference's after the same night, file for
 file and byte for byte: the failed interval is completed by its rerun, and rerunning a finished interval
-changes nothing. A night whose compaction was partial (its offset map filled) is the exception the README
-states: its rerun continues the clean, as the next night would; the last test shows it.
+changes nothing. A night whose compaction was partial (its offset map filled) is the exception
+docs/operations/backfills.md states: its rerun continues the clean, as the next night would; the last test shows
+it.
 
 The runs share the suite's Spark session (``jobs.commands.cli.main`` in this process), except the killed one, which
 needs a process of its own.

@@ -1,5 +1,5 @@
 """The packaged jobs on a real Spark standalone cluster: a master and two workers on 127.0.0.1, the jobs submitted
-with ``--archives dist/segjobs-env.tar.gz#environment`` exactly as the README's recipe says.
+with ``--archives dist/segjobs-env.tar.gz#environment`` exactly as the recipe of docs/operations/cluster.md says.
 
 Retention then compaction run on the cluster and, at the same ``--now`` on a copy of the same generated log
 dir, in ``local[2]``; every file of the two log dirs must have the same bytes. The cluster's daemons (and so
