@@ -70,6 +70,17 @@ class InvalidOptionConfig(InvalidOption, ConfigError):
     """An option that contradicts what Kafka allows (exit code 2)."""
 
 
+def require_matplotlib(field: str, cli_flag: str) -> None:
+    """Refuse an option that draws charts when matplotlib is not installed (before any work: exit code 2)."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        fix = "install it: pip install 'segjobs[html]' (or matplotlib)"
+        raise InvalidOptionUsage(f"{field} draws charts with matplotlib, which is not installed; {fix}",
+                                 field=field.rsplit(".", 1)[-1],
+                                 cli_message=f"{cli_flag} draws charts with matplotlib, which is not installed; {fix}")
+
+
 def flag(name: str) -> str:
     """The command-line spelling of an option field: ``dedupe_buffer_bytes`` -> ``--dedupe-buffer-bytes``."""
     return "--" + name.replace("_", "-")
@@ -205,6 +216,15 @@ class InspectOptions(JobOptions):
     #: count distinct keys exactly and measure compaction with a dry run of the compaction task (slower);
     #: False: HyperLogLog estimates
     exact: bool = False
+    #: also write a self-contained HTML report with the charts here (local path or s3:// URI); the JSON report
+    #: names it (``html_report``). Needs matplotlib (``pip install 'segjobs[html]'``)
+    html: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "html", _optional_text(self.html, self._owner, "html"))
+        if self.html:
+            require_matplotlib(f"{self._owner}.html", flag("html"))
 
 
 @dataclass(frozen=True, kw_only=True)
