@@ -22,11 +22,14 @@ from jobs.rules.timeutil import format_instant
 DPI = 100
 
 _STYLE = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1100px;
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1400px;
        color: #222; padding: 0 1em; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 1em 0; }
-th, td { border-bottom: 1px solid #ddd; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
+th, td { border-bottom: 1px solid #ddd; padding: 0.25em 0.6em; text-align: left; vertical-align: top;
+         white-space: nowrap; }
+td:last-child { white-space: normal; min-width: 16em; }
+.scroll { overflow-x: auto; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 figure { margin: 1.5em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { font-size: 0.9em; color: #555; margin-top: 0.3em; }
@@ -68,7 +71,7 @@ def _table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -
             numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
             cells.append(f'<td class="n">{html.escape(text)}</td>' if numeric else f"<td>{html.escape(text)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
 
 
 def _page(title: str, parts: Sequence[str]) -> str:
@@ -143,9 +146,10 @@ def history_html(history: Any) -> str:
     if not history.runs:
         parts.append("<p>No runs recorded yet.</p>")
         return _page("segjobs history", parts)
+    dry = " (hatched: dry runs, what they would have reclaimed)" if any(r.dry_run for r in history.runs) else ""
     parts.append(_figure(Chart("reclaimed-per-run", "Bytes reclaimed per run",
-                               "Bytes reclaimed per run, oldest left, stacked by topic (hatched: dry runs, what "
-                               "they would have reclaimed).", plots.reclaimed_per_run_chart(history))))
+                               f"Bytes reclaimed per run, oldest left, stacked by topic{dry}.",
+                               plots.reclaimed_per_run_chart(history))))
     runs = [{"run": r.run_id[:12], "finished": format_instant(r.finished_ms), "command": r.command,
              "now": format_instant(r.now_ms), "dry_run": "yes" if r.dry_run else "no", "outcome": r.outcome,
              "partitions": r.partitions, "changed": r.changed, "reclaimed": human_bytes(r.bytes_reclaimed)}
