@@ -83,8 +83,8 @@ def add_rows_options(p: argparse.ArgumentParser) -> None:
                            f"(default: one row per partition up to {PARTITION_ROWS_MAX} partitions; beyond, one "
                            f"row per topic, then the partitions that failed or warn, each on its own row). On a "
                            f"terminal the table fits its width: long notes wrap, or go on their own line below "
-                           f"the row; piped or redirected, every row stays on one line. --format json/csv always "
-                           f"hold every partition")
+                           f"the row; piped or redirected, every row stays on one line. The JSON report (and inspect's "
+                           f"--format csv) always holds every partition")
     rows.add_argument("--per-topic", dest="rows", action="store_const", const="topic",
                       help="the summary table gets one row per topic (its partitions added up) however few "
                            "partitions there are")
@@ -105,7 +105,9 @@ LOG_FORMAT_HELP = (
     "partitions, seconds, bytes_removed, records_removed, uri. ")
 #: ... and what it leaves alone, for a job (compact, retain, inspect)
 LOG_FORMAT_JOB_HELP = ("--quiet keeps the notice and error events. stdout (--format) is not affected; Spark's own log "
-                       "lines (--verbose) stay text")
+                       "lines (--verbose) stay text. In text mode on a terminal, the per-partition lines of a stage "
+                       "(compact.partition, retain.partition) are one status line with a bar, redrawn in place; "
+                       "piped, redirected or in json, each event is exactly one line")
 
 
 def add_log_format_option(p: argparse.ArgumentParser, *, job: bool = False) -> None:

@@ -11,7 +11,7 @@ The classes share their fields through inheritance, each field defined once::
     │   └── RecoverOptions  break_lease
     └── JobOptions      config, overrides, topics, partitions, report, ledger, max_batch_bytes,
         │               max_delete_fraction, master, spark_verbose   (the jobs that scan partitions with Spark)
-        ├── InspectOptions  exact
+        ├── InspectOptions  exact, html
         └── ChangeOptions(JobOptions, LockingOptions)  plan, apply
             ├── RetainOptions
             └── CompactOptions  dedupe_buffer_bytes, strategy
