@@ -175,9 +175,11 @@ class StderrSink:
     an ``info`` event with ``done`` and ``of`` fields (a partition of a stage: ``compact.partition``,
     ``retain.partition``) redraws one status line in place: ``[compact  12.3s] #####----- orders-7: compacted
     in 0.04s [812/2000, 103.2 MB of 254.1 MB, ETA 41s]``, cut to the terminal's width;
-    any other line (the stage's start and end, notices, every error) is printed above it, whole. The status
-    line stays on the screen when its stage completes (``done == of``) or the sink is closed (:meth:`close`,
-    which the command line calls at the end of the run), so the last state is never lost."""
+    any other line (the stage's start and end, notices, every error) is printed above it, whole, except that
+    lines the same as the one before but for their partition (a topic's refusal, partition after partition) are
+    counted on one line redrawn in place: ``... the same for 99 more partition(s): orders-1 to orders-99``. The
+    status line stays on the screen when its stage completes (``done == of``) or the sink is closed
+    (:meth:`close`, which the command line calls at the end of the run), so the last state is never lost."""
 
     def __init__(self, log_format: str, floor: int, stream: TextIO | None, live: bool | None) -> None:
         self.log_format = log_format
@@ -185,6 +187,8 @@ class StderrSink:
         self.stream = stream
         self.live = live
         self._status: str | None = None  # the status line on the screen, if one is
+        #: lines the same but for their partition, after the first: (key, first, last partition, how many)
+        self._repeat: tuple[tuple[str, str, str] | None, str | None, str | None, int] = (None, None, None, 0)
         self._lock = threading.Lock()
 
     def _out(self) -> TextIO:
@@ -214,6 +218,7 @@ class StderrSink:
             counted = event.level == "info" and isinstance(event.fields.get("done"), int) \
                 and isinstance(event.fields.get("of"), int)
             if counted:
+                self._end_repeats(out)
                 self._status = self._status_line(event, out)
                 out.write("\r" + self._status + "\x1b[K")
                 if event.fields["done"] >= event.fields["of"]:  # the stage is complete: its last state stays
@@ -221,21 +226,55 @@ class StderrSink:
                     self._status = None
                 out.flush()
                 return
+            key = self._repeat_key(event)
+            if key is not None and key == self._repeat[0]:
+                # the same line as the one before but for the partition (a topic's refusal, partition after
+                # partition): counted on one line redrawn in place
+                self._repeat = (key, self._repeat[1] or event.partition, event.partition, self._repeat[3] + 1)
+                out.write("\r" + self._repeat_line(out) + "\x1b[K")
+                out.flush()
+                return
+            self._end_repeats(out)
             if self._status is not None:
                 out.write("\r\x1b[K")  # the line goes above the status line, which is drawn again below it
             out.write(str(line) + "\n")
+            self._repeat = (key, None, None, 0)
             if self._status is not None:
                 out.write(self._status + "\x1b[K")
             out.flush()
 
-    def close(self) -> None:
-        """End the status line on the screen, if one is (it stays, as the last state of its stage)."""
-        with self._lock:
+    @staticmethod
+    def _repeat_key(event: ProgressEvent) -> tuple[str, str, str] | None:
+        """What makes two lines the same but for their partition: the event, level and message with the partition's
+        name taken out (None for a line about no partition)."""
+        partition = event.partition
+        if not partition or partition not in event.message:
+            return None
+        return event.event, event.level, event.message.replace(partition, "", 1)
+
+    def _repeat_line(self, out: TextIO) -> str:
+        _, first, last, n = self._repeat
+        return _fit(f"    ... the same for {n} more partition(s): {first}" + (f" to {last}" if n > 1 else ""), out)
+
+    def _end_repeats(self, out: TextIO) -> None:
+        """Leave the count of repeated lines on the screen (the status line, if any, is drawn after it)."""
+        if self._repeat[3]:
             if self._status is not None:
-                out = self._out()
+                out.write("\r" + self._repeat_line(out) + "\x1b[K\n" + self._status + "\x1b[K")
+            else:
                 out.write("\n")
-                out.flush()
+        self._repeat = (None, None, None, 0)
+
+    def close(self) -> None:
+        """End the status line on the screen, if one is (it stays, as the last state of its stage), and the count
+        of repeated lines."""
+        with self._lock:
+            out = self._out()
+            self._end_repeats(out)
+            if self._status is not None:
+                out.write("\n")
                 self._status = None
+            out.flush()
 
     @staticmethod
     def _status_line(event: ProgressEvent, out: TextIO) -> str:
@@ -247,12 +286,17 @@ class StderrSink:
         filled = min(BAR_CELLS, BAR_CELLS * done // of)
         bar = full * filled + empty * (BAR_CELLS - filled)
         # the message says the count itself ("[812/2000, ...]", "812/2000 partitions: ...")
-        text = f"{event.text().split('] ', 1)[0]}] {bar} {event.message}"
-        try:
-            columns = os.get_terminal_size(out.fileno()).columns
-        except (AttributeError, OSError, ValueError):
-            columns = 80
-        return text[: max(columns - 1, 20)]
+        return _fit(f"{event.text().split('] ', 1)[0]}] {bar} {event.message}", out)
+
+
+def _fit(text: str, out: TextIO) -> str:
+    """``text`` cut to the terminal's width less one column (so the cursor never wraps to a new line): for lines
+    redrawn in place only; every other line is printed whole."""
+    try:
+        columns = os.get_terminal_size(out.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        columns = 80
+    return text[: max(columns - 1, 20)]
 
 
 __all__ = ["EVENTS", "LEVELS", "LOG_FORMATS", "ProgressEvent", "ProgressLine", "StderrSink", "event_of",

@@ -144,6 +144,30 @@ def test_progress_on_a_terminal_redraws_one_status_line_in_place() -> None:
     assert term.output() == "".join(e.event.to_json() + "\n" for e in events)
 
 
+def test_on_a_terminal_lines_the_same_but_for_their_partition_are_counted_in_place() -> None:
+    def refused(i: int) -> ProgressLine:
+        return ProgressLine(ProgressEvent(
+            command="compact", level="error", event="retain.refused", elapsed_s=2.0, ts_ms=0,
+            message=f"users-changelog-{i}: retention REFUSED: would delete 61.5% of users-changelog's bytes",
+            fields={"partition": f"users-changelog-{i}"}))
+
+    lines = [refused(i) for i in range(30)] + [_events()[0]]
+    with Terminal(columns=120) as term:
+        sink = stderr_sink("text", stream=term.stream)
+        for e in lines:
+            sink(e)
+        sink.close()
+    screen = [re.sub(r".*\r", "", line).replace("\x1b[K", "") for line in term.output().split("\n") if line]
+    assert screen == [lines[0].event.text(),
+                      "    ... the same for 29 more partition(s): users-changelog-1 to users-changelog-29",
+                      lines[-1].event.text()]
+    buf = io.StringIO()  # off a terminal: every one of them, a line each
+    sink = stderr_sink("text", stream=buf)
+    for e in lines:
+        sink(e)
+    assert buf.getvalue().splitlines() == [e.event.text() for e in lines]
+
+
 # --------------------------------------------------------------------------------------------------
 # The commands at scale (Spark)
 # --------------------------------------------------------------------------------------------------
@@ -217,7 +241,8 @@ def test_compact_rolls_up_per_topic_at_scale_and_draws_progress_in_place(spark, 
     # stderr was a terminal: the 23 partitions drew one status line, the errors (refusals, the failure) are whole
     screen = [re.sub(r".*\r", "", line).replace("\x1b[K", "") for line in term.output().split("\n") if line]
     assert sum("measured in" in line for line in screen) == 1
-    assert sum("REFUSED: would delete" in line for line in screen) == 20
+    assert sum("REFUSED: would delete" in line for line in screen) == 1  # the first, whole; then counted
+    assert "    ... the same for 19 more partition(s): users-changelog-1 to users-changelog-19" in screen
     assert sum("orders-5: UNCLEANABLE" in line for line in screen) == 1
     assert "[24/24," in next(line for line in screen if "measured in" in line)
 
