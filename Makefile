@@ -17,7 +17,7 @@ LINT_PATHS := jobs segment_io tests benchmarks notebooks ops conf
 # Property tests try as many examples as this hypothesis profile says (tests/conftest.py): dev or ci.
 export HYPOTHESIS_PROFILE ?= dev
 
-.PHONY: all venv java check lint types imports test test-fast demo bench package cluster-test clean help airflow-test docs
+.PHONY: all venv java chromium check lint types imports test test-fast demo bench package cluster-test clean help airflow-test docs
 
 # `make airflow-test` installs Apache Airflow and its Spark provider into their own virtualenv (never the
 # project's): the pins of conf/airflow/requirements.txt, held by the constraints file of this Python version
@@ -35,6 +35,7 @@ help:
 	@echo "make test-fast  the checks, then the tests that need no Spark, no S3 endpoint and are not slow"
 	@echo "make check  only the checks: ruff, mypy, import-linter"
 	@echo "make docs   build the documentation site (docs/, mkdocs.yml) into build/site with mkdocs build --strict"
+	@echo "make chromium  install Debian's chromium when missing (make test does: the HTML report tests use it)"
 	@echo "make bench  run the benchmarks in benchmarks/ (heavy; not part of the suite)"
 	@echo "make package       build dist/segjobs-*.whl and dist/segjobs-env.tar.gz (the executors' environment)"
 	@echo "make cluster-test  package, then run the jobs on a real Spark standalone cluster on 127.0.0.1"
@@ -45,6 +46,16 @@ java:
 	  echo "error: Java is required by Spark but was not found on PATH." >&2; \
 	  echo "       Install Java 17, e.g. on Debian/Ubuntu: apt-get install openjdk-17-jre-headless" >&2; \
 	  exit 1; }
+
+# The HTML reports' tests (tests/jobs/test_html_report.py) look at the pages in headless Chromium: Debian's package,
+# installed here when missing (CI starts from a fresh machine).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  echo "Chromium not found: installing Debian's chromium package (apt-get), for the HTML report tests" >&2; \
+	  command -v apt-get >/dev/null 2>&1 || { \
+	    echo "error: no apt-get here: install Chromium (chromium or chromium-browser on PATH) yourself" >&2; exit 1; }; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -68,7 +79,7 @@ check: lint types imports
 
 # pytest exits 5 when it runs no test (nothing collected, or everything deselected): make fails on it as on
 # any other non-zero status, so a selection that matches nothing never passes as green.
-test: java $(STAMP) check
+test: java chromium $(STAMP) check
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
 
 test-fast: $(STAMP) check

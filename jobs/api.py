@@ -209,11 +209,13 @@ class CompactResult(JobResult):
                    files_purged=int(t.get("files_purged", 0)), bytes_purged=int(t.get("bytes_purged", 0)),
                    recovered_partitions=int(t.get("recovered_partitions", 0)))
 
-    def summary(self) -> str:
-        """The human summary ``segjobs compact`` prints: a row per partition, totals, elapsed time."""
+    def summary(self, *, layout: str = "auto", width: int | None = None) -> str:
+        """The human summary ``segjobs compact`` prints: a row per partition (``layout``: ``auto`` switches to a
+        row per topic beyond :data:`~jobs.engine.report.PARTITION_ROWS_MAX` partitions; ``partition``,
+        ``topic``), totals, elapsed time; fitted to ``width`` columns when given (notes wrap, never cut)."""
         if not self.completed:
-            return render_stopped_summary(self.report)
-        return compaction.render_summary(self.report, dry_run=self.dry_run)
+            return render_stopped_summary(self.report, width=width)
+        return compaction.render_summary(self.report, dry_run=self.dry_run, layout=layout, width=width)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -243,11 +245,12 @@ class RetainResult(JobResult):
                    refused_topics=tuple(sorted({p.topic for p in parts if p.action == "refused"})),
                    recovered_partitions=int(t.get("recovered_partitions", 0)))
 
-    def summary(self) -> str:
-        """The human summary ``segjobs retain`` prints."""
+    def summary(self, *, layout: str = "auto", width: int | None = None) -> str:
+        """The human summary ``segjobs retain`` prints (``layout`` and ``width`` as for
+        :meth:`CompactResult.summary`)."""
         if not self.completed:
-            return render_stopped_summary(self.report)
-        return retention.render_summary(self.report, dry_run=self.dry_run)
+            return render_stopped_summary(self.report, width=width)
+        return retention.render_summary(self.report, dry_run=self.dry_run, layout=layout, width=width)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -310,9 +313,10 @@ class InspectResult(JobResult):
         """The rows as dicts of every column (:data:`jobs.engine.inspection.COLUMNS`)."""
         return [p.row for p in self.partitions]
 
-    def summary(self, fmt: str = "table") -> str:
-        """What ``segjobs inspect --format FMT`` prints: ``table``, ``csv`` or ``json``."""
-        return inspection.render(self.report, fmt)
+    def summary(self, fmt: str = "table", *, layout: str = "auto", width: int | None = None) -> str:
+        """What ``segjobs inspect --format FMT`` prints: ``table``, ``csv`` or ``json`` (``layout`` and ``width``:
+        the table's, as for :meth:`CompactResult.summary`)."""
+        return inspection.render(self.report, fmt, layout=layout, width=width)
 
     def to_dataframe(self, spark: Any):
         """The rows as a Spark DataFrame with the declared schema (one column per :data:`COLUMNS` entry)."""

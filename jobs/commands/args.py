@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from jobs.engine.events import LOG_FORMATS, ProgressEvent, stderr_sink
 from jobs.engine.options import InvalidOption
+from jobs.engine.report import PARTITION_ROWS_MAX, output_width
 from segment_io.storage.options import StorageOptions
 from segment_io.units import parse_duration, parse_size
 
@@ -69,7 +70,30 @@ def _add_output_options(p: argparse.ArgumentParser, formats: tuple[str, ...]) ->
                           "stdout")
     p.add_argument("--verbose", action="store_true",
                    help="show Spark's own log lines (INFO) on stderr; SEGJOBS_SPARK_LOG=LEVEL picks another level")
+    add_rows_options(p)
     add_log_format_option(p, job=True)
+
+
+def add_rows_options(p: argparse.ArgumentParser) -> None:
+    """``--per-partition`` / ``--per-topic``: the rows of the summary table (see
+    :func:`jobs.engine.report.rows_per_partition`)."""
+    rows = p.add_mutually_exclusive_group()
+    rows.add_argument("--per-partition", dest="rows", action="store_const", const="partition", default="auto",
+                      help=f"the summary table on stdout gets one row per partition however many there are "
+                           f"(default: one row per partition up to {PARTITION_ROWS_MAX} partitions; beyond, one "
+                           f"row per topic, then the partitions that failed or warn, each on its own row). On a "
+                           f"terminal the table fits its width: long notes wrap, or go on their own line below "
+                           f"the row; piped or redirected, every row stays on one line. The JSON report (and inspect's "
+                           f"--format csv) always holds every partition")
+    rows.add_argument("--per-topic", dest="rows", action="store_const", const="topic",
+                      help="the summary table gets one row per topic (its partitions added up) however few "
+                           "partitions there are")
+
+
+def summary_view(args: argparse.Namespace) -> dict[str, Any]:
+    """How the summary table is laid out: ``layout`` (--per-partition / --per-topic, else auto) and ``width``
+    (the terminal's columns when stdout is one, else no limit): keyword arguments of the results' ``summary``."""
+    return {"layout": getattr(args, "rows", "auto") or "auto", "width": output_width(sys.stdout)}
 
 
 #: What --log-format says, shared by every command that prints progress.
@@ -81,7 +105,9 @@ LOG_FORMAT_HELP = (
     "partitions, seconds, bytes_removed, records_removed, uri. ")
 #: ... and what it leaves alone, for a job (compact, retain, inspect)
 LOG_FORMAT_JOB_HELP = ("--quiet keeps the notice and error events. stdout (--format) is not affected; Spark's own log "
-                       "lines (--verbose) stay text")
+                       "lines (--verbose) stay text. In text mode on a terminal, the per-partition lines of a stage "
+                       "(compact.partition, retain.partition) are one status line with a bar, redrawn in place; "
+                       "piped, redirected or in json, each event is exactly one line")
 
 
 def add_log_format_option(p: argparse.ArgumentParser, *, job: bool = False) -> None:
@@ -98,8 +124,19 @@ def progress_sink(args: argparse.Namespace, *, quiet: bool | None = None) -> "Pr
     quiet = bool(getattr(args, "quiet", False)) if quiet is None else quiet
     log_format = getattr(args, "log_format", "text")
     if log_format == "text":
-        return None if quiet else stderr_sink("text")
-    return stderr_sink(log_format, min_level="notice" if quiet else "info")
+        sink = None if quiet else stderr_sink("text")
+    else:
+        sink = stderr_sink(log_format, min_level="notice" if quiet else "info")
+    args._progress_sink = sink  # closed by jobs.commands.cli.main when the command ends (see close_progress)
+    return sink
+
+
+def close_progress(args: argparse.Namespace) -> None:
+    """End the command's progress output: a status line drawn in place on a terminal stays, and what is
+    printed next (the summary, an error) starts on a line of its own."""
+    sink = getattr(args, "_progress_sink", None)
+    if sink is not None and hasattr(sink, "close"):
+        sink.close()
 
 
 def error_line(args: argparse.Namespace, message: str, *, event: str = "failed", **fields: Any) -> str:
@@ -165,10 +202,11 @@ def cli_wording() -> Iterator[None]:
         raise exc.for_cli() from None
 
 
-def print_result(fmt: str, result: "JobResult", summary: Callable[[], str]) -> None:
+def print_result(args: argparse.Namespace, result: "JobResult", summary: Callable[[], str]) -> None:
     """stdout gets the result and nothing else: the JSON report (``--format json``), or ``summary()`` (the
-    table, or for inspect the CSV)."""
-    text = result.to_json() + "\n" if fmt == "json" else summary()
+    table, or for inspect the CSV). The progress output ends first (:func:`close_progress`)."""
+    close_progress(args)
+    text = result.to_json() + "\n" if args.format == "json" else summary()
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     sys.stdout.flush()
 

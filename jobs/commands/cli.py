@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Sequence
 
-from jobs.commands.args import error_line
+from jobs.commands.args import close_progress, error_line
 from segment_io.errors import SegjobsError
 
 #: command -> (module, one-line help). Order is the order of ``segjobs --help``.
@@ -67,7 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args._started = time.monotonic()  # the elapsed_s of an error line in --log-format json
     try:
-        return int(args._run(args) or 0)
+        try:
+            return int(args._run(args) or 0)
+        finally:
+            close_progress(args)
     except SegjobsError as exc:
         # each error class says what it means: 2 "nothing was done" (ConfigError, UsageError, LockHeldError), else 1
         print(error_line(args, f"error: {exc}", kind=type(exc).__name__, exit_code=exc.exit_code), file=sys.stderr)

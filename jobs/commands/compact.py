@@ -46,6 +46,7 @@ from jobs.commands.args import (
     job_options,
     print_result,
     size_arg,
+    summary_view,
 )
 from jobs.commands.retain import add_max_delete_fraction_option
 from jobs.engine.options import DEFAULT_DEDUPE_BUFFER_BYTES, STRATEGIES, CompactOptions
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace, *, seams: Seams | None = None) -> int:
     """Run ``segjobs compact`` with parsed ``args``: print the summary (or the JSON report) on stdout and
     return the exit code. ``seams``: tests only (see :mod:`jobs.engine.seams`)."""
     result = api.compact(args.log_dir, options_from_args(args), now=args.now, seams=seams)
-    print_result(args.format, result, result.summary)
+    print_result(args, result, lambda: result.summary(**summary_view(args)))
     return result.exit_code
 
 

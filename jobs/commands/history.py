@@ -5,11 +5,13 @@ table. This reads it back (no Spark; a local path or an s3:// URI, with the same
 
   segjobs history --ledger /var/lib/segjobs/ledger
   segjobs history --ledger s3://bucket/segjobs/ledger --last 30 --format json
+  segjobs history --ledger /var/lib/segjobs/ledger --html /tmp/history.html   # the chart, for a browser
 
 Per run: its id, when it finished, the command, its --now, whether it was a dry run, its outcome (ok, or how many
 partitions ended in error / refused / partly compacted: the rows that make a job exit 1), the partitions it
 covered, how many lost bytes, and the bytes reclaimed (a dry run: what it would have reclaimed). Then per topic,
-the bytes reclaimed by those runs, dry runs left out, split by command.
+the bytes reclaimed by those runs, dry runs left out, split by command. --html FILE also writes a self-contained
+HTML page with the chart of the bytes reclaimed per run (stacked by topic) and both tables.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import argparse
 import json
 import sys
 
-from jobs.commands.args import storage_options_from_args
+from jobs.commands.args import cli_wording, storage_options_from_args
 
 
 def _positive(text: str) -> int:
@@ -39,6 +41,11 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="how many runs to show, newest first by finish time (default: 10)")
     p.add_argument("--format", "--output", dest="format", choices=("table", "json"), default="table",
                    help="table (default) or json: {ledger, total_runs, runs: [...], topics: [...]}")
+    p.add_argument("--html", metavar="FILE.html",
+                   help="also write a self-contained HTML report (the bytes reclaimed per run as a chart, stacked by "
+                        "topic, and the tables; PNG embedded, nothing loaded from elsewhere) to FILE (local path or "
+                        "s3:// URI); --format json names it (html_report). Needs matplotlib: pip install "
+                        "'segjobs[html]'")
     p.add_argument("--s3-endpoint", metavar="URL", help="S3 endpoint URL (default: AWS_ENDPOINT_URL or AWS)")
     p.add_argument("--s3-region", metavar="REGION", help="S3 region (default: from the AWS configuration)")
 
@@ -50,12 +57,28 @@ def run(args: argparse.Namespace) -> int:
     from segment_io.errors import ConfigError, StorageAccessError
 
     uri = absolute_uri(args.ledger.rstrip("/"))
+    options = storage_options_from_args(args)
+    html_uri = absolute_uri(args.html) if args.html else None
+    if html_uri:  # before reading anything: a missing matplotlib or an unwritable FILE is exit code 2
+        from jobs.engine.frame import check_destinations
+        from jobs.engine.options import require_matplotlib
+
+        with cli_wording():
+            require_matplotlib("html", "--html")
+        check_destinations([("--html", html_uri)], options)
     try:
-        history = read_history(uri, last=args.last, options=storage_options_from_args(args))
+        history = read_history(uri, last=args.last, options=options)
     except StorageAccessError as exc:
         raise ConfigError(f"--ledger {uri}: {exc.detail}") from None
+    doc = history.to_dict()
+    if html_uri:
+        from jobs.engine.html_report import history_html, write_html
+
+        write_html(html_uri, history_html(history), options)
+        doc["html_report"] = html_uri
+        print(f"segjobs history: HTML report written to {html_uri}", file=sys.stderr)
     if args.format == "json":
-        sys.stdout.write(json.dumps(history.to_dict(), indent=2) + "\n")
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         sys.stdout.write(render(history))
     sys.stdout.flush()

@@ -25,6 +25,8 @@ examples:
   segjobs inspect --log-dir s3://bucket/kafka/logs --topic 'orders*' --now 2026-11-22T02:00:00Z --exact
   segjobs inspect --log-dir /backup/logs --config conf/topics.toml --format csv > dirty.csv
   segjobs inspect --log-dir /backup/logs --format json --report /tmp/inspect.json
+  segjobs inspect --log-dir /var/kafka/logs --html /tmp/inspect.html      # the charts, for a browser
+  segjobs inspect --log-dir /var/kafka/logs --per-partition               # every partition's row, however many
 
 In a notebook: jobs.api.dirty_ratios(spark, uri) returns the same rows as a Spark DataFrame.
 """
@@ -34,7 +36,7 @@ from __future__ import annotations
 import argparse
 
 from jobs import api
-from jobs.commands.args import add_log_dir_options, cli_wording, job_options, print_result
+from jobs.commands.args import add_log_dir_options, cli_wording, job_options, print_result, summary_view
 from jobs.commands.retain import add_max_delete_fraction_option
 from jobs.engine.inspection import FORMATS
 from jobs.engine.options import InspectOptions
@@ -56,6 +58,11 @@ def configure(p: argparse.ArgumentParser) -> None:
         if action.dest == "partition":
             action.help = ("only this partition, e.g. orders-3 (repeatable); selection is still predicted as an "
                            "unforced run would decide it")
+    p.add_argument("--html", metavar="FILE.html",
+                   help="also write a self-contained HTML report with the charts (dirty ratio per topic and per "
+                        "partition, reclaimable bytes, key cardinality, segment ages; PNG images embedded, nothing "
+                        "loaded from elsewhere) to FILE (local path or s3:// URI); the JSON report names it "
+                        "(html_report). Needs matplotlib: pip install 'segjobs[html]'")
     p.add_argument("--exact", action="store_true",
                    help="count distinct keys exactly and measure compaction with a dry run of the compaction task "
                         "(slower, 16 bytes of memory per record); default: HyperLogLog estimates")
@@ -64,11 +71,11 @@ def configure(p: argparse.ArgumentParser) -> None:
 def options_from_args(args: argparse.Namespace) -> InspectOptions:
     """The typed options of parsed ``segjobs inspect`` arguments."""
     with cli_wording():
-        return InspectOptions(**job_options(args), exact=args.exact)
+        return InspectOptions(**job_options(args), exact=args.exact, html=args.html)
 
 
 def run(args: argparse.Namespace, *, seams: Seams | None = None) -> int:
     """Run ``segjobs inspect`` with parsed ``args``; returns the exit code (1 when a partition was unreadable)."""
     result = api.inspect(args.log_dir, options_from_args(args), now=args.now, seams=seams)
-    print_result(args.format, result, lambda: result.summary(args.format))
+    print_result(args, result, lambda: result.summary(args.format, **summary_view(args)))
     return result.exit_code

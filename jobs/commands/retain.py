@@ -41,7 +41,14 @@ from __future__ import annotations
 import argparse
 
 from jobs import api
-from jobs.commands.args import add_log_dir_options, add_plan_options, cli_wording, job_options, print_result
+from jobs.commands.args import (
+    add_log_dir_options,
+    add_plan_options,
+    cli_wording,
+    job_options,
+    print_result,
+    summary_view,
+)
 from jobs.engine.options import RetainOptions
 from jobs.engine.seams import Seams
 from jobs.rules.kafka_defaults import default_of
@@ -85,5 +92,5 @@ def run(args: argparse.Namespace, *, seams: Seams | None = None) -> int:
     """Run ``segjobs retain`` with parsed ``args``: print the summary (or the JSON report) on stdout and return
     the exit code. ``seams``: tests only (see :mod:`jobs.engine.seams`)."""
     result = api.retain(args.log_dir, options_from_args(args), now=args.now, seams=seams)
-    print_result(args.format, result, result.summary)
+    print_result(args, result, lambda: result.summary(**summary_view(args)))
     return result.exit_code

@@ -18,13 +18,21 @@ from jobs.engine.options import DEFAULT_DEDUPE_BUFFER_BYTES, STRATEGIES, Compact
 from jobs.engine.planfile import PlanStage, decision_difference, partition_name
 from jobs.engine.report import (
     RunReport,
+    attention_table,
+    by_topic,
+    count_note,
     human_bytes,
+    one_line,
+    outcome_counts,
+    outcome_totals,
     partition_order,
     problem_notes,
     purged_totals,
+    refused_note,
     render_footer,
     render_table,
-    truncate,
+    rows_per_partition,
+    shared_note,
 )
 from jobs.engine.scan import PartitionError, empty_batches_from_headers
 from jobs.engine.seams import TaskFailure
@@ -673,29 +681,43 @@ _TABLE_COLUMNS = (("partition", "partition"), ("action", "action"), ("strategy",
                   ("retention", "retention"), ("note", "note"))
 
 
+_TOPIC_COLUMNS = (("topic", "topic"), ("partitions", "partitions"), ("selected", "selected"),
+                  ("compacted", "compacted"), ("segments", "segments"), ("bytes", "bytes"),
+                  ("records_removed", "records removed"), ("tombstones_removed", "tombstones removed"),
+                  ("aborted_removed", "aborted removed"), ("retention", "retention"), ("note", "note"))
+
+
 def _note(e: dict[str, Any]) -> str | None:
     """Why a partition was (not) compacted, what failed, whether the clean was partial, and what its
     retention (compact,delete topics) purged or left pending, in one line."""
     from jobs.engine.retention import purge_notes
 
+    retention = e.get("retention") or {}
+    if retention.get("action") == "refused":  # the row's whole news: the limit held the partition, said once
+        return one_line("; ".join([f"left untouched: {refused_note(retention)}"] + purge_notes(retention)))
     notes = problem_notes(e)
     if e.get("partial"):
         notes.append(f"partial: map full at offset {(e.get('cleaned_range') or [None, '?'])[1]}, "
                      f"next run continues (external-sort would clean it in one run)")
     if e.get("strategy") == "external-sort":  # why memory was not enough (or not asked for)
         notes.append(f"{e['strategy']}: {e.get('strategy_reason')}")
-    retention = e.get("retention") or {}
     notes += problem_notes(retention, label="retention") + purge_notes(retention)
     if not e.get("error"):
         # why it was skipped is the news of a skipped row; why a compacted one was selected comes last
         notes.insert(0 if not e.get("selected") else len(notes), e.get("note") or "")
-    return truncate("; ".join(n for n in notes if n)) or None
+    return one_line("; ".join(n for n in notes if n)) or None
 
 
 def _summarize(ctx: JobContext) -> None:
-    """Totals into the report (the command renders them: :func:`render_summary`)."""
+    """Totals into the report (the command renders them: :func:`render_summary`). ``errors`` counts every entry
+    of ``report.errors`` (each makes the run exit 1); ``failed`` and ``refused`` split them into failures and
+    partitions the delete-fraction limit left untouched."""
+    from jobs.engine.retention import REFUSED_KIND
+
+    failed, refused = outcome_counts(ctx.report, REFUSED_KIND)
     totals = {"partitions": len(ctx.report.partitions), "selected": 0, "records_removed": 0, "bytes_removed": 0,
-              "errors": len(ctx.report.errors), "bytes_compacted": 0, "files_purged": 0, "bytes_purged": 0}
+              "errors": len(ctx.report.errors), "failed": failed, "refused": refused, "bytes_compacted": 0,
+              "files_purged": 0, "bytes_purged": 0}
     for e in ctx.report.partitions:
         if e.get("selected"):
             totals["selected"] += 1
@@ -710,34 +732,84 @@ def _summarize(ctx: JobContext) -> None:
     ctx.report.totals.update(totals)
 
 
-def render_summary(report: RunReport, *, dry_run: bool) -> str:
-    """The compact command's stdout: one row per partition by topic and partition number, the totals line
-    and the footer (elapsed, MB/s). The summary is the command's output: --quiet only silences progress."""
-    rows = []
-    for e in sorted(report.partitions, key=partition_order):
-        stats = e.get("stats") or {}
-        retention = e.get("retention") or {}
-        rows.append({
-            "partition": f"{e['topic']}-{e['partition']}", "action": e.get("action", ""),
-            "strategy": e.get("strategy") or "-",
-            "dirty": f"{float(e.get('dirty_ratio') or 0):.2f}",
-            "segments": f"{e.get('segments_before', '-')}->{e.get('segments_after', '-')}",
-            "bytes": f"{human_bytes(e.get('bytes_before'))} -> {human_bytes(e.get('bytes_after'))}",
-            "records_removed": e.get("records_removed", 0),
-            "tombstones_removed": stats.get("tombstones_removed", "-"),
-            "aborted_removed": stats.get("aborted_records_removed", "-"),
-            "retention": (f"-{len(retention.get('deleted') or [])} seg, "
-                          f"{human_bytes(retention.get('bytes_removed'))}") if retention.get("bytes_removed") else "-",
-            "note": _note(e),
-        })
+def _row(e: dict[str, Any]) -> dict[str, Any]:
+    """A partition's row of the summary table."""
+    stats = e.get("stats") or {}
+    retention = e.get("retention") or {}
+    return {
+        "partition": f"{e['topic']}-{e['partition']}", "action": e.get("action", ""),
+        "strategy": e.get("strategy") or "-",
+        "dirty": f"{float(e.get('dirty_ratio') or 0):.2f}",
+        "segments": f"{e.get('segments_before', '-')}->{e.get('segments_after', '-')}",
+        "bytes": f"{human_bytes(e.get('bytes_before'))} -> {human_bytes(e.get('bytes_after'))}",
+        "records_removed": e.get("records_removed", 0),
+        "tombstones_removed": stats.get("tombstones_removed", "-"),
+        "aborted_removed": stats.get("aborted_records_removed", "-"),
+        "retention": (f"-{len(retention.get('deleted') or [])} seg, "
+                      f"{human_bytes(retention.get('bytes_removed'))}") if retention.get("bytes_removed") else "-",
+        "note": _note(e),
+    }
+
+
+def _sum(entries: list[dict[str, Any]], key: str, within: str | None = None) -> int:
+    return sum(int(((e.get(within) or {}) if within else e).get(key) or 0) for e in entries)
+
+
+def _topic_row(topic: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """A topic's row of the per-topic summary: its partitions added up, and in the note what its partitions'
+    rows would have said when they all say it (a refusal once, counts of failed and partial partitions)."""
+    retentions = [e.get("retention") or {} for e in entries]
+    refused = next((r for r in retentions if r.get("action") == "refused"), None)
+    failed = sum(1 for e in entries if e.get("error")) + sum(1 for r in retentions
+                                                             if r.get("error") and r.get("action") != "refused")
+    notes = [f"left untouched: {refused_note(refused)}" if refused else "",
+             count_note(failed, "FAILED (listed below)"),
+             count_note(sum(1 for e in entries if e.get("partial")), "partial (listed below)")]
+    if not any(notes):
+        notes.append(shared_note(_note(e) for e in entries))
+    deleted = sum(len(r.get("deleted") or []) for r in retentions)
+    removed = _sum(retentions, "bytes_removed") if not refused else 0
+    return {
+        "topic": topic, "partitions": len(entries), "selected": sum(1 for e in entries if e.get("selected")),
+        "compacted": sum(1 for e in entries if e.get("action") in ("compacted", "partly compacted", "would compact")),
+        "segments": f"{_sum(entries, 'segments_before')}->{_sum(entries, 'segments_after')}",
+        "bytes": f"{human_bytes(_sum(entries, 'bytes_before'))} -> {human_bytes(_sum(entries, 'bytes_after'))}",
+        "records_removed": _sum(entries, "records_removed"),
+        "tombstones_removed": _sum(entries, "tombstones_removed", "stats"),
+        "aborted_removed": _sum(entries, "aborted_records_removed", "stats"),
+        "retention": f"-{deleted} seg, {human_bytes(removed)}" if removed else "-",
+        "note": one_line("; ".join(n for n in notes if n)) or None,
+    }
+
+
+def _needs_a_look(e: dict[str, Any]) -> bool:
+    """A partition a per-topic summary names below its table: failed, partial, or with a warning (a refusal
+    is said once on its topic's row)."""
+    retention = e.get("retention") or {}
+    return bool(e.get("error") or e.get("partial") or e.get("warnings")
+                or (retention.get("error") and retention.get("action") != "refused") or retention.get("warnings"))
+
+
+def render_summary(report: RunReport, *, dry_run: bool, layout: str = "auto", width: int | None = None) -> str:
+    """The compact command's stdout: the table, the totals line and the footer (elapsed, MB/s). The table has a
+    row per partition (by topic and partition number), or beyond :data:`~jobs.engine.report.PARTITION_ROWS_MAX`
+    partitions (``layout``: see :func:`~jobs.engine.report.rows_per_partition`) a row per topic, followed by
+    the partitions that need a look. ``width``: the terminal's, which the table fits (notes wrap, never cut).
+    The summary is the command's output: --quiet only silences progress."""
+    entries = sorted(report.partitions, key=partition_order)
+    if rows_per_partition(layout, len(entries)):
+        body = [render_table([_row(e) for e in entries], _TABLE_COLUMNS, width=width)]
+    else:
+        body = [render_table([_topic_row(t, es) for t, es in by_topic(entries)], _TOPIC_COLUMNS, width=width)]
+        body += attention_table([e for e in entries if _needs_a_look(e)], _row, _TABLE_COLUMNS, width=width)
     t = report.totals
     verb = "would remove" if dry_run else "removed"
     return "\n".join([
-        render_table(rows, _TABLE_COLUMNS), "",
+        *body, "",
         f"{t['selected']} of {t['partitions']} partition(s) selected; {verb} {t['records_removed']} record(s), "
         f"{human_bytes(t['bytes_removed'])}"
         + purged_totals(t)
-        + (f"; {t['errors']} partition(s) FAILED (see the notes; full errors on stderr)" if t.get("errors") else ""),
+        + outcome_totals(t),
         render_footer(report, t.get("bytes_compacted", 0), "in the selected partitions"),
     ])
 

@@ -23,9 +23,11 @@ line, so a sink written for text keeps working, with the event on its ``event`` 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, TextIO
+from typing import Any, Mapping, TextIO
 
 from jobs.rules.timeutil import format_instant
 
@@ -64,6 +66,8 @@ EVENTS = {
     "inspect.start": "how many partitions are being inspected",
     "plan.written": "the plan file of a dry run was written",
     "report.written": "the JSON report was written",
+    "html.written": "the HTML report with the charts was written (inspect --html)",
+    "html.failed": "the HTML report could not be written",
     "report.failed": "the JSON report could not be written",
     "ledger.appended": "rows were appended to the Delta ledger",
     "ledger.failed": "the Delta ledger could not be appended to",
@@ -145,27 +149,155 @@ def event_of(line: str, command: str = "") -> ProgressEvent:
 LOG_FORMATS = ("text", "json")
 
 
-def stderr_sink(log_format: str = "text", *, min_level: str = "info",
-                stream: TextIO | None = None) -> Callable[[str], None]:
+def stderr_sink(log_format: str = "text", *, min_level: str = "info", stream: TextIO | None = None,
+                live: bool | None = None) -> "StderrSink":
     """A progress sink printing on stderr (or ``stream``): each event's text line, or with ``log_format="json"``
     its JSON object, one per line. Events below ``min_level`` are dropped (``"notice"``: what ``--quiet``
-    keeps)."""
+    keeps). ``live`` (text only; None: when the stream is a terminal, checked at each line) draws the events
+    that count partitions through a stage (those with ``done`` and ``of`` fields) as one status line updated
+    in place, with a bar: see :class:`StderrSink`."""
     if log_format not in LOG_FORMATS:
         raise ValueError(f"log format {log_format!r}: expected one of {', '.join(LOG_FORMATS)}")
     if min_level not in LEVELS:
         raise ValueError(f"min_level {min_level!r}: expected one of {', '.join(LEVELS)}")
-    floor = LEVELS.index(min_level)
+    return StderrSink(log_format, LEVELS.index(min_level), stream, live)
 
-    def sink(line: str) -> None:
-        event = event_of(line)
-        if LEVELS.index(event.level) < floor:
-            return
+
+#: Cells of the progress bar on a terminal.
+BAR_CELLS = 24
+
+
+class StderrSink:
+    """The progress sink of the command line (made by :func:`stderr_sink`).
+
+    Not on a terminal (a file, a pipe, Airflow's task log), and always with ``--log-format json``: exactly one
+    line per event, the text line (:meth:`ProgressEvent.text`) or the JSON object. On a terminal, in text mode,
+    an ``info`` event with ``done`` and ``of`` fields (a partition of a stage: ``compact.partition``,
+    ``retain.partition``) redraws one status line in place: ``[compact  12.3s] #####----- orders-7: compacted
+    in 0.04s [812/2000, 103.2 MB of 254.1 MB, ETA 41s]``, cut to the terminal's width;
+    any other line (the stage's start and end, notices, every error) is printed above it, whole, except that
+    lines the same as the one before but for their partition (a topic's refusal, partition after partition) are
+    counted on one line redrawn in place: ``... the same for 99 more partition(s): orders-1 to orders-99``. The
+    status line stays on the screen when its stage completes (``done == of``) or the sink is closed
+    (:meth:`close`, which the command line calls at the end of the run), so the last state is never lost."""
+
+    def __init__(self, log_format: str, floor: int, stream: TextIO | None, live: bool | None) -> None:
+        self.log_format = log_format
+        self.floor = floor
+        self.stream = stream
+        self.live = live
+        self._status: str | None = None  # the status line on the screen, if one is
+        #: lines the same but for their partition, after the first: (key, first, last partition, how many)
+        self._repeat: tuple[tuple[str, str, str] | None, str | None, str | None, int] = (None, None, None, 0)
+        self._lock = threading.Lock()
+
+    def _out(self) -> TextIO:
         # sys.stderr is looked up at each line: under spark-submit it is replaced once the JVM is reachable
         # (see jobs.engine.spark_session.separate_stderr_under_spark_submit).
-        out = stream or sys.stderr
-        print(event.to_json() if log_format == "json" else str(line), file=out, flush=True)
+        return self.stream or sys.stderr
 
-    return sink
+    def _is_live(self, out: TextIO) -> bool:
+        if self.log_format != "text":
+            return False
+        if self.live is not None:
+            return self.live
+        try:
+            return out.isatty()
+        except (AttributeError, ValueError):
+            return False
+
+    def __call__(self, line: str) -> None:
+        event = event_of(line)
+        if LEVELS.index(event.level) < self.floor:
+            return
+        out = self._out()
+        with self._lock:
+            if not self._is_live(out):
+                print(event.to_json() if self.log_format == "json" else str(line), file=out, flush=True)
+                return
+            counted = event.level == "info" and isinstance(event.fields.get("done"), int) \
+                and isinstance(event.fields.get("of"), int)
+            if counted:
+                self._end_repeats(out)
+                self._status = self._status_line(event, out)
+                out.write("\r" + self._status + "\x1b[K")
+                if event.fields["done"] >= event.fields["of"]:  # the stage is complete: its last state stays
+                    out.write("\n")
+                    self._status = None
+                out.flush()
+                return
+            key = self._repeat_key(event)
+            if key is not None and key == self._repeat[0]:
+                # the same line as the one before but for the partition (a topic's refusal, partition after
+                # partition): counted on one line redrawn in place
+                self._repeat = (key, self._repeat[1] or event.partition, event.partition, self._repeat[3] + 1)
+                out.write("\r" + self._repeat_line(out) + "\x1b[K")
+                out.flush()
+                return
+            self._end_repeats(out)
+            if self._status is not None:
+                out.write("\r\x1b[K")  # the line goes above the status line, which is drawn again below it
+            out.write(str(line) + "\n")
+            self._repeat = (key, None, None, 0)
+            if self._status is not None:
+                out.write(self._status + "\x1b[K")
+            out.flush()
+
+    @staticmethod
+    def _repeat_key(event: ProgressEvent) -> tuple[str, str, str] | None:
+        """What makes two lines the same but for their partition: the event, level and message with the partition's
+        name taken out (None for a line about no partition)."""
+        partition = event.partition
+        if not partition or partition not in event.message:
+            return None
+        return event.event, event.level, event.message.replace(partition, "", 1)
+
+    def _repeat_line(self, out: TextIO) -> str:
+        _, first, last, n = self._repeat
+        return _fit(f"    ... the same for {n} more partition(s): {first}" + (f" to {last}" if n > 1 else ""), out)
+
+    def _end_repeats(self, out: TextIO) -> None:
+        """Leave the count of repeated lines on the screen (the status line, if any, is drawn after it)."""
+        if self._repeat[3]:
+            if self._status is not None:
+                out.write("\r" + self._repeat_line(out) + "\x1b[K\n" + self._status + "\x1b[K")
+            else:
+                out.write("\n")
+        self._repeat = (None, None, None, 0)
+
+    def close(self) -> None:
+        """End the status line on the screen, if one is (it stays, as the last state of its stage), and the count
+        of repeated lines."""
+        with self._lock:
+            out = self._out()
+            self._end_repeats(out)
+            if self._status is not None:
+                out.write("\n")
+                self._status = None
+            out.flush()
+
+    @staticmethod
+    def _status_line(event: ProgressEvent, out: TextIO) -> str:
+        """The status line of a counted event, at most the terminal's width less one column (so the cursor
+        never wraps to a new line)."""
+        done, of = int(event.fields["done"]), max(int(event.fields["of"]), 1)
+        unicode = (getattr(out, "encoding", None) or "").lower().replace("-", "") in ("utf8", "utf_8")
+        full, empty = ("\u2588", "\u2591") if unicode else ("#", "-")
+        filled = min(BAR_CELLS, BAR_CELLS * done // of)
+        bar = full * filled + empty * (BAR_CELLS - filled)
+        # the message says the count itself ("[812/2000, ...]", "812/2000 partitions: ...")
+        return _fit(f"{event.text().split('] ', 1)[0]}] {bar} {event.message}", out)
 
 
-__all__ = ["EVENTS", "LEVELS", "LOG_FORMATS", "ProgressEvent", "ProgressLine", "event_of", "stderr_sink"]
+def _fit(text: str, out: TextIO) -> str:
+    """``text`` cut to the terminal's width less one column (so the cursor never wraps to a new line): for lines
+    redrawn in place only; every other line is printed whole."""
+    try:
+        columns = os.get_terminal_size(out.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        columns = 80
+    return text[: max(columns - 1, 20)]
+
+
+__all__ = ["EVENTS", "LEVELS", "LOG_FORMATS", "ProgressEvent", "ProgressLine", "StderrSink", "event_of",
+           "stderr_sink"]

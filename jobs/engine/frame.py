@@ -210,7 +210,9 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
     ledger_uri = absolute_uri(options.ledger) if options.ledger else None
     # max_batch_bytes, else $SEGJOBS_MAX_BATCH_BYTES: a malformed one is exit 2 here
     max_batch = compression.max_batch_bytes(options.max_batch_bytes)
-    preflight(storage, log_dir, report_uri, ledger_uri, storage_options)  # first: S3 answers within seconds, or exit 2
+    html_uri = getattr(options, "html", None)
+    preflight(storage, log_dir, report_uri, ledger_uri, storage_options,  # first: S3 answers within seconds, or exit 2
+              html_uri=absolute_uri(html_uri) if html_uri else None)
     check_log_dir_is_dir(storage, log_dir)
     work_dir = work_uri(log_dir)
     progress = Progress(command, quiet=options.progress is None, sink=options.progress)
@@ -282,24 +284,34 @@ def _deliver(progress: Progress, done: str, failed: str, write: Callable[[], Any
 
 
 def preflight(storage: Storage, log_dir: str, report_uri: str | None, ledger_uri: str | None,
-              options: StorageOptions | None) -> None:
+              options: StorageOptions | None, *, html_uri: str | None = None) -> None:
     """Check, before anything is done, that the run can reach its log dir and write what it promises: S3
     buckets answer (credentials, endpoint, bucket; within seconds), local ``--report``/``--ledger``
     destinations can be created. Raises :class:`~segment_io.errors.ConfigError` naming the option and the
     fix (exit code 2: nothing was done)."""
+    try:
+        storage.check_reachable(log_dir)
+    except StorageError as exc:
+        raise ConfigError(f"--log-dir {log_dir}: {exc.detail}; nothing was done") from None
+    check_destinations([(flag, uri) for flag, uri in (("--report", report_uri), ("--ledger", ledger_uri),
+                                                      ("--html", html_uri)) if uri], options)
+
+
+def check_destinations(destinations: Sequence[tuple[str, str]], options: StorageOptions | None) -> None:
+    """Check that each (flag, uri) of ``destinations`` can be written: an S3 bucket that answers, a local file
+    (or, for ``--ledger``, a directory) that can be created. Raises :class:`~segment_io.errors.ConfigError` naming
+    the flag and the fix (exit code 2: nothing was done)."""
     from segment_io.storage import open_storage
 
-    checks = [("--log-dir", log_dir, storage, False)]
-    checks += [(flag, uri, open_storage(uri, options), True)
-               for flag, uri in (("--report", report_uri), ("--ledger", ledger_uri)) if uri]
-    for flag, uri, store, write in checks:
+    for flag, uri in destinations:
+        store = open_storage(uri, options)
         try:
             store.check_reachable(uri)
         except StorageError as exc:
             raise ConfigError(f"{flag} {uri}: {exc.detail}; nothing was done") from None
         path = store.local_path(uri)
-        if write and path is not None:
-            problem = _local_destination_problem(path, file_expected=flag == "--report")
+        if path is not None:
+            problem = _local_destination_problem(path, file_expected=flag != "--ledger")
             if problem:
                 raise ConfigError(f"{flag} {uri}: {problem}; nothing was done")
 
@@ -308,7 +320,7 @@ def _local_destination_problem(path: str, *, file_expected: bool) -> str | None:
     """Why ``path`` cannot be written (its missing parents are created), or None when it can."""
     if os.path.exists(path):
         if file_expected and os.path.isdir(path):
-            return "is a directory: give a file name, e.g. report.json"
+            return "is a directory: give a file name, e.g. report.json or report.html"
         if not os.access(path, os.W_OK):
             return "not writable"
         return None

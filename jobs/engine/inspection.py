@@ -20,12 +20,17 @@ from jobs.engine.frame import JobContext
 from jobs.engine.options import InspectOptions
 from jobs.engine.report import (
     RunReport,
+    attention_table,
+    by_topic,
+    count_note,
     human_bytes,
+    one_line,
     partition_order,
     problem_notes,
     render_footer,
     render_table,
-    truncate,
+    rows_per_partition,
+    shared_note,
 )
 from jobs.engine.scan import PartitionError
 from jobs.logdir.commit import Committer
@@ -365,6 +370,26 @@ def work(ctx: JobContext) -> None:
             rows[key].update(stats.values)
     ctx.report.partitions.extend(rows[k] for k in sorted(rows))
     ctx.report.totals.update(_totals(ctx.report.partitions), exact=exact)
+    html = getattr(ctx.options, "html", None)  # InspectOptions: ctx.options is typed as any job's
+    if html:
+        _write_html(ctx, html)
+
+
+def _write_html(ctx: JobContext, uri: str) -> None:
+    """The HTML report with the charts (``--html``), named by the JSON report's ``html_report``; a failure to
+    write it is the run's error (exit code 1), not a lost inspection."""
+    from jobs.engine.html_report import inspect_html, write_html
+    from jobs.engine.report import absolute_uri
+
+    uri = absolute_uri(uri)
+    try:
+        write_html(uri, inspect_html(ctx.report), ctx.options.storage_options())
+    except (OSError, SegjobsError) as exc:
+        ctx.report.errors.append({"kind": "HtmlReportFailed", "detail": f"could not write {uri}: {exc}"})
+        ctx.progress.error(f"could not write the HTML report {uri}: {exc}", event="html.failed", uri=uri)
+        return
+    ctx.report.html_report = uri
+    ctx.progress(f"HTML report written to {uri}", event="html.written", uri=uri)
 
 
 def _totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -396,7 +421,7 @@ def _table_columns(estimated: bool) -> tuple[tuple[str, str], ...]:
 def _table_row(r: dict[str, Any]) -> dict[str, Any]:
     name = f"{r['topic']}-{r['partition']}"
     if r["error"] is not None:
-        return {"partition": name, "policy": "UNREADABLE", "note": truncate("; ".join(problem_notes(r)))}
+        return {"partition": name, "policy": "UNREADABLE", "note": one_line("; ".join(problem_notes(r)))}
     return {
         "partition": name, "policy": r["policy"], "segments": r["segments"], "size": human_bytes(r["bytes"]),
         "dirty": f"{r['dirty_ratio']:.2f}", "records": r["records"], "keys": r["distinct_keys"],
@@ -405,13 +430,61 @@ def _table_row(r: dict[str, Any]) -> dict[str, Any]:
         "compaction": human_bytes(r["compaction_bytes_removed"]),
         "retention": human_bytes(r["retention_bytes_deleted"]),
         "oldest": format_instant(r["oldest_timestamp"])[:10], "newest": format_instant(r["newest_timestamp"])[:10],
-        "note": truncate("; ".join(problem_notes(r) + [r.get("compaction_note") or ""]).strip("; ")) or None,
+        "note": one_line("; ".join(problem_notes(r) + [r.get("compaction_note") or ""]).strip("; ")) or None,
     }
 
 
-def render(report: RunReport, fmt: str) -> str:
+def topic_columns(estimated: bool) -> tuple[tuple[str, str], ...]:
+    est = " (est.)" if estimated else ""
+    return (("topic", "topic"), ("policy", "policy"), ("partitions", "partitions"), ("segments", "segs"),
+            ("size", "size"), ("dirty", "dirty"), ("records", "records"), ("keys", f"keys{est}"),
+            ("superseded", f"superseded{est}"), ("tombstones", "tombstones live/exp"), ("aborted", "aborted"),
+            ("compact", "compact"), ("compaction", f"compaction frees{est}"), ("retention", "retention frees"),
+            ("oldest", "oldest"), ("newest", "newest"), ("note", "note"))
+
+
+def topic_row(topic: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A topic's row of the per-topic table: its readable partitions added up. ``dirty`` is the topic's bytes
+    ratio (cleanable over clean + cleanable bytes of all its partitions, as the notebook's per-topic chart
+    weighs it: a mean of ratios would let a tiny partition weigh as much as a huge one); ``compact`` is how
+    many partitions compaction at now selects; the note says a retention refusal once, how many partitions are
+    UNREADABLE (listed below), or the note every partition shares."""
+    ok = [r for r in rows if r["error"] is None]
+    unreadable = len(rows) - len(ok)
+    refused = next((r["retention_refused"] for r in ok if r.get("retention_refused")), None)
+    notes = [f"retention {refused}" if refused else "", count_note(unreadable, "UNREADABLE (listed below)")]
+    if not any(notes):
+        notes.append(shared_note(r.get("compaction_note") for r in ok))
+    if not ok:
+        return {"topic": topic, "policy": "UNREADABLE", "partitions": len(rows), "note": one_line("; ".join(notes))}
+
+    def total(key: str) -> int:
+        return sum(int(r[key] or 0) for r in ok)
+
+    judged = total("clean_bytes") + total("cleanable_bytes")
+    oldest = [r["oldest_timestamp"] for r in ok if r["oldest_timestamp"] is not None]
+    newest = [r["newest_timestamp"] for r in ok if r["newest_timestamp"] is not None]
+    return {
+        "topic": topic, "policy": shared_note(r["policy"] for r in ok) or "mixed", "partitions": len(rows),
+        "segments": total("segments"), "size": human_bytes(total("bytes")),
+        "dirty": f"{total('cleanable_bytes') / judged if judged else 0.0:.2f}", "records": total("records"),
+        "keys": total("distinct_keys"), "superseded": total("superseded_records"),
+        "tombstones": f"{total('live_tombstones')}/{total('expired_tombstones')}", "aborted": total("aborted_records"),
+        "compact": f"{sum(1 for r in ok if r['compaction_selected'])}/{len(ok)}",
+        "compaction": human_bytes(sum(int(r["compaction_bytes_removed"] or 0) for r in ok if r["compaction_selected"])),
+        "retention": human_bytes(total("retention_bytes_deleted")),
+        "oldest": format_instant(min(oldest))[:10] if oldest else None,
+        "newest": format_instant(max(newest))[:10] if newest else None,
+        "note": one_line("; ".join(n for n in notes if n)) or None,
+    }
+
+
+def render(report: RunReport, fmt: str, *, layout: str = "auto", width: int | None = None) -> str:
     """The inspect report as text: ``table`` (with each partition's compaction reason and any error below
-    it), ``json`` (the whole report, one document) or ``csv`` (every column; arrays space-separated)."""
+    it), ``json`` (the whole report, one document) or ``csv`` (every column; arrays space-separated). The table
+    has a row per partition, or beyond :data:`~jobs.engine.report.PARTITION_ROWS_MAX` partitions (``layout``)
+    a row per topic (then only the unreadable partitions are named below it); ``width``: the terminal's, which
+    the table fits (notes wrap, never cut). CSV and JSON always hold every partition."""
     rows = report.partitions
     if fmt == "json":
         return report.to_json() + "\n"
@@ -424,26 +497,39 @@ def render(report: RunReport, fmt: str) -> str:
         return buf.getvalue()
     if fmt != "table":
         raise UsageError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    lines = [f"log dir {report.log_dir} at {format_instant(report.now_ms)} ({report.now_ms})", "",
-             render_table([_table_row(r) for r in sorted(rows, key=partition_order)],
-                          _table_columns(not report.totals.get("exact"))), ""]
+    estimated = not report.totals.get("exact")
+    ordered = sorted(rows, key=partition_order)
+    per_partition = rows_per_partition(layout, len(ordered))
+    lines = [f"log dir {report.log_dir} at {format_instant(report.now_ms)} ({report.now_ms})", ""]
+    if per_partition:
+        lines.append(render_table([_table_row(r) for r in ordered], _table_columns(estimated), width=width))
+    else:
+        lines.append(render_table([topic_row(t, rs) for t, rs in by_topic(ordered)], topic_columns(estimated),
+                                  width=width))
+        lines += attention_table([r for r in ordered if r["error"] is not None], _table_row,
+                                 _table_columns(estimated), width=width)
+    below = []  # each partition's verdict (the rollup leaves them to --per-partition), every error in full
     for r in rows:
         name = f"{r['topic']}-{r['partition']}"
         if r["error"] is not None:
-            lines.append(f"{name}: ERROR {r['error']}")
-        else:
+            below.append(f"{name}: ERROR {r['error']}")
+        elif per_partition:
             verdict = "selected" if r["compaction_selected"] else "not selected"
             retention = (f"; retention deletes {r['retention_segments_deleted']} segment(s) "
                          f"({r['retention_rules']})" if r["retention_segments_deleted"] else "")
             refused = r.get("retention_refused")
             if refused and refused not in r["compaction_reason"]:  # (a held compact,delete topic says it already)
                 retention += f"; retention {refused}"
-            lines.append(f"{name}: {verdict}: {r['compaction_reason']}{retention}")
+            below.append(f"{name}: {verdict}: {r['compaction_reason']}{retention}")
+    if below:
+        lines += ["", *below]
     t = report.totals
     approx = "" if t.get("exact") else " (est.: estimated; --exact counts and measures)"
+    held = sum(1 for r in rows if r.get("retention_refused"))
     lines += ["", f"{t['partitions']} partition(s), {human_bytes(t['bytes'])}; compaction at now selects "
                   f"{t['compaction_selected']} and frees {human_bytes(t['compaction_bytes_removed'])}; retention "
                   f"frees {human_bytes(t['retention_bytes_deleted'])}{approx}"
+              + (f"; retention would be REFUSED for {held} partition(s) by the delete-fraction limit" if held else "")
               + (f"; {t['errors']} partition(s) UNREADABLE" if t["errors"] else ""),
               render_footer(report, t["bytes"], "inspected"), ""]
     return "\n".join(lines)
@@ -494,5 +580,5 @@ def write_demo_log_dir(out_dir: str | os.PathLike, *, records: int = 2_000) -> D
 
 
 __all__ = ["COLUMNS", "COLUMN_NAMES", "DemoLogDir", "FORMATS", "InspectTask", "PartitionStats",
-           "inspect_partition", "render", "spark_schema", "work", "write_demo_log_dir"]
+           "inspect_partition", "render", "spark_schema", "topic_columns", "topic_row", "work", "write_demo_log_dir"]
 

@@ -11,7 +11,7 @@ The classes share their fields through inheritance, each field defined once::
     │   └── RecoverOptions  break_lease
     └── JobOptions      config, overrides, topics, partitions, report, ledger, max_batch_bytes,
         │               max_delete_fraction, master, spark_verbose   (the jobs that scan partitions with Spark)
-        ├── InspectOptions  exact
+        ├── InspectOptions  exact, html
         └── ChangeOptions(JobOptions, LockingOptions)  plan, apply
             ├── RetainOptions
             └── CompactOptions  dedupe_buffer_bytes, strategy
@@ -68,6 +68,17 @@ class InvalidOptionUsage(InvalidOption, UsageError):
 
 class InvalidOptionConfig(InvalidOption, ConfigError):
     """An option that contradicts what Kafka allows (exit code 2)."""
+
+
+def require_matplotlib(field: str, cli_flag: str) -> None:
+    """Refuse an option that draws charts when matplotlib is not installed (before any work: exit code 2)."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        fix = "install it: pip install 'segjobs[html]' (or matplotlib)"
+        raise InvalidOptionUsage(f"{field} draws charts with matplotlib, which is not installed; {fix}",
+                                 field=field.rsplit(".", 1)[-1],
+                                 cli_message=f"{cli_flag} draws charts with matplotlib, which is not installed; {fix}")
 
 
 def flag(name: str) -> str:
@@ -205,6 +216,15 @@ class InspectOptions(JobOptions):
     #: count distinct keys exactly and measure compaction with a dry run of the compaction task (slower);
     #: False: HyperLogLog estimates
     exact: bool = False
+    #: also write a self-contained HTML report with the charts here (local path or s3:// URI); the JSON report
+    #: names it (``html_report``). Needs matplotlib (``pip install 'segjobs[html]'``)
+    html: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "html", _optional_text(self.html, self._owner, "html"))
+        if self.html:
+            require_matplotlib(f"{self._owner}.html", flag("html"))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -86,6 +86,8 @@ class RunReport:
     exit_code: int = 0
     #: seconds from the start of the run to :meth:`finish` (monotonic clock; Spark start-up included)
     elapsed_s: float | None = None
+    #: the HTML report with the charts written by this run (``inspect --html``), else None
+    html_report: str | None = None
 
     def __post_init__(self) -> None:
         self._t0 = time.monotonic()  # not a field: not part of the JSON
@@ -142,30 +144,121 @@ def human_bytes(n: float | int | None) -> str:
     return f"{n:.1f} TB"
 
 
-def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
-    """A plain-text table: ``columns`` are (key, heading) pairs; numbers align right."""
-    cells = [[h for _, h in columns]]
-    for row in rows:
-        cells.append(["-" if row.get(k) is None else str(row.get(k)) for k, _ in columns])
-    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-    numeric = [all(_numberish(r[i]) for r in cells[1:]) and len(cells) > 1 for i in range(len(columns))]
+#: The most partitions a summary shows one row each by default; beyond, a row per topic (``--per-partition``
+#: asks for every partition's row, ``--per-topic`` for the rollup at any size).
+PARTITION_ROWS_MAX = 50
+#: What a summary's rows are: ``auto`` (per partition up to :data:`PARTITION_ROWS_MAX` partitions, else per
+#: topic), ``partition`` or ``topic``.
+ROW_LAYOUTS = ("auto", "partition", "topic")
+#: A wrapped column narrower than this is moved below its row instead (a note wrapped into a sliver of a
+#: column reads worse than one on its own line).
+MIN_WRAP_WIDTH = 30
+#: How far a note moved below its row is indented.
+NOTE_INDENT = 4
+
+
+def rows_per_partition(layout: str, partitions: int) -> bool:
+    """Whether a summary of ``partitions`` partitions shows a row per partition under ``layout``
+    (:data:`ROW_LAYOUTS`)."""
+    if layout not in ROW_LAYOUTS:
+        raise ValueError(f"layout {layout!r}: expected one of {', '.join(ROW_LAYOUTS)}")
+    return layout == "partition" or (layout == "auto" and partitions <= PARTITION_ROWS_MAX)
+
+
+def output_width(stream: TextIO | None = None) -> int | None:
+    """The width a table printed on ``stream`` (default stdout) should fit: the terminal's columns when it is
+    a terminal, else None (a file or a pipe takes lines of any length: each row stays whole on one line)."""
+    import shutil
+
+    stream = stream or sys.stdout
+    try:
+        if not stream.isatty():
+            return None
+    except (AttributeError, ValueError):  # a closed or fake stream
+        return None
+    return shutil.get_terminal_size().columns
+
+
+def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]], *, width: int | None = None,
+                 wrap: str = "note") -> str:
+    """A plain-text table: ``columns`` are (key, heading) pairs; numbers align right. No cell is ever cut.
+
+    With ``width`` (a terminal's columns) a table that would be wider first puts two-word headings on two
+    lines, then wraps the last column when it is ``wrap`` (a free-text note) within the room left, or, when
+    that room is under :data:`MIN_WRAP_WIDTH`, prints each row's note below the row, indented and wrapped to
+    ``width``. Without ``width`` every row is one line, however long."""
+    cells = [["-" if row.get(k) is None else str(row.get(k)) for k, _ in columns] for row in rows]
+    headings = [[h] for _, h in columns]
+    numeric = [bool(cells) and all(_numberish(r[i]) for r in cells) for i in range(len(columns))]
+    flexible = bool(columns) and columns[-1][0] == wrap
+
+    def widths(heads: list[list[str]], upto: int) -> list[int]:
+        return [max([len(x) for x in heads[i]] + [len(r[i]) for r in cells]) for i in range(upto)]
+
+    def total(ws: list[int]) -> int:
+        return sum(ws) + 2 * (len(ws) - 1)
+
+    full = widths(headings, len(columns))
+    if width is None or total(full) <= width:
+        return _table_lines(headings, cells, full, numeric, None)
+    headings = [_two_lines(h[0]) for h in headings]
+    full = widths(headings, len(columns))
+    if total(full) <= width or not flexible:
+        return _table_lines(headings, cells, full, numeric, None)
+    fixed = widths(headings, len(columns) - 1)
+    room = width - total(fixed) - 2
+    if room >= MIN_WRAP_WIDTH:
+        return _table_lines(headings, cells, fixed + [room], numeric, ("wrap", room))
+    return _table_lines(headings[:-1], cells, fixed, numeric, ("below", max(width - NOTE_INDENT, MIN_WRAP_WIDTH)))
+
+
+def _two_lines(heading: str) -> list[str]:
+    """A heading of several words on two lines, split at the space nearest its middle."""
+    spaces = [i for i, c in enumerate(heading) if c == " "]
+    if not spaces:
+        return [heading]
+    cut = min(spaces, key=lambda i: abs(i - len(heading) / 2))
+    return [heading[:cut], heading[cut + 1:]]
+
+
+def _table_lines(headings: list[list[str]], cells: list[list[str]], widths: list[int], numeric: list[bool],
+                 last: tuple[str, int] | None) -> str:
+    """The lines of :func:`render_table`: ``last`` says what becomes of the last column (``("wrap", width)``:
+    wrapped within its column; ``("below", width)``: not a column, printed under each row)."""
+    import textwrap
+
+    n = len(widths)
+    depth = max(len(h) for h in headings) if headings else 1
     lines = []
-    for j, r in enumerate(cells):
-        parts = [(c.rjust(w) if numeric[i] and j else c.ljust(w)) for i, (c, w) in enumerate(zip(r, widths))]
+    for line in range(depth):  # headings sit on their last line(s), bottom-aligned
+        parts = []
+        for i in range(n):
+            h = headings[i]
+            text = h[line - (depth - len(h))] if line >= depth - len(h) else ""
+            parts.append(text.ljust(widths[i]))
         lines.append("  ".join(parts).rstrip())
-        if j == 0:
-            lines.append("  ".join("-" * w for w in widths))
+    lines.append("  ".join("-" * w for w in widths))
+    for r in cells:
+        shown = r[:n]
+        if last is not None and last[0] == "wrap":
+            wrapped = textwrap.wrap(shown[-1], last[1], break_long_words=True, break_on_hyphens=False) or [""]
+            shown = shown[:-1] + [wrapped[0]]
+        else:
+            wrapped = []
+        parts = [(c.rjust(w) if numeric[i] else c.ljust(w)) for i, (c, w) in enumerate(zip(shown, widths))]
+        lines.append("  ".join(parts).rstrip())
+        indent = " " * (sum(widths[:-1]) + 2 * (n - 1))
+        lines.extend(indent + more for more in wrapped[1:])
+        if last is not None and last[0] == "below" and r[-1] not in ("", "-"):
+            lines.extend(" " * NOTE_INDENT + x for x in textwrap.wrap(r[-1], last[1], break_long_words=True,
+                                                                       break_on_hyphens=False))
     return "\n".join(lines)
 
 
-#: Longest note in a summary row; the JSON report has the whole text.
-NOTE_WIDTH = 120
-
-
-def truncate(text: str, width: int = NOTE_WIDTH) -> str:
-    """``text`` on one line, cut to ``width`` characters with ``...`` when longer."""
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 3].rstrip() + "..."
+def one_line(text: str) -> str:
+    """``text`` on one line (whitespace runs, newlines included, made one space), never cut: what a table's note
+    holds (:func:`render_table` wraps it to the terminal)."""
+    return " ".join(text.split())
 
 
 def short_error(error: Any) -> str:
@@ -183,10 +276,14 @@ def short_error(error: Any) -> str:
 
 def problem_notes(entry: dict[str, Any], *, label: str = "") -> list[str]:
     """What went wrong in one partition's report entry, for the summary's note column, whichever job or
-    check put it there: ``FAILED: <short error>`` for an ``error``, ``warning: ...`` for ``warnings``."""
+    check put it there: ``REFUSED: <why>`` for an entry whose action is ``refused`` (the delete-fraction limit
+    left it untouched: not a failure, and never called one), ``FAILED: <short error>`` for any other
+    ``error``, ``warning: ...`` for ``warnings``."""
     notes = []
     prefix = f"{label}: " if label else ""
-    if entry.get("error"):
+    if entry.get("action") == "refused":
+        notes.append(f"{prefix}{refused_note(entry)}")
+    elif entry.get("error"):
         notes.append(f"{prefix}FAILED: {short_error(entry['error'])}")
     warnings = [w for w in entry.get("warnings") or () if w]
     if warnings:
@@ -195,9 +292,74 @@ def problem_notes(entry: dict[str, Any], *, label: str = "") -> list[str]:
     return notes
 
 
+#: The one word every text output uses for a partition the delete-fraction limit left untouched (the report's
+#: ``action`` is ``refused``; ``FAILED`` is kept for real failures).
+REFUSED = "REFUSED"
+
+
+def refused_note(entry: dict[str, Any]) -> str:
+    """``REFUSED: would delete 90.6% of orders' bytes (...)`` for a refused entry (its ``reason``)."""
+    reason = str(entry.get("reason") or "")
+    return f"{REFUSED}: {reason.removeprefix('refused: ')}"
+
+
+def outcome_counts(report: "RunReport", refused_kind: str) -> tuple[int, int]:
+    """(failed, refused): the run's errors that are failures, and those of kind ``refused_kind`` (the
+    delete-fraction limit's refusals, which exit 1 too but are not failures)."""
+    refused = sum(1 for e in report.errors if e.get("kind") == refused_kind)
+    return len(report.errors) - refused, refused
+
+
+def outcome_totals(totals: Mapping[str, Any]) -> str:
+    """The totals line's ``; 12 partition(s) REFUSED ...; 1 partition(s) FAILED ...`` part."""
+    out = ""
+    if totals.get("refused"):
+        out += (f"; {totals['refused']} partition(s) {REFUSED} by the delete-fraction limit and left untouched "
+                f"(--max-delete-fraction)")
+    if totals.get("failed"):
+        out += f"; {totals['failed']} partition(s) FAILED (see the notes; full errors on stderr)"
+    return out
+
+
 def partition_order(entry: dict[str, Any]) -> tuple[str, int]:
     """Sort key of report entries: topic, then partition number (orders-2 before orders-10)."""
     return str(entry.get("topic", "")), int(entry.get("partition", -1))
+
+
+def by_topic(entries: Sequence[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Report entries grouped by topic, topics in name order, each topic's partitions in number order."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for e in sorted(entries, key=partition_order):
+        groups.setdefault(str(e.get("topic", "")), []).append(e)
+    return sorted(groups.items())
+
+
+def count_note(n: int, what: str) -> str:
+    """``3 FAILED`` style counts for a topic row's note (empty when ``n`` is 0)."""
+    return f"{n} {what}" if n else ""
+
+
+def shared_note(notes: Iterable[str | None]) -> str:
+    """The note every partition of a topic row shares, or "" when they differ (their own rows say it)."""
+    distinct = {n for n in notes if n}
+    return next(iter(distinct)) if len(distinct) == 1 else ""
+
+
+#: Partitions a per-topic summary lists below its table at most (the failed and partial ones first).
+ATTENTION_ROWS_MAX = 20
+
+
+def attention_table(entries: Sequence[dict[str, Any]], row: Callable[[dict[str, Any]], dict[str, Any]],
+                    columns: Sequence[tuple[str, str]], *, width: int | None) -> list[str]:
+    """Below a per-topic summary: the partitions worth a look (``entries``: failed, partial, with warnings), one
+    row each as in the per-partition table, at most :data:`ATTENTION_ROWS_MAX`; empty when there are none."""
+    if not entries:
+        return []
+    shown = list(entries)[:ATTENTION_ROWS_MAX]
+    more = len(entries) - len(shown)
+    head = (f"partitions to look at ({len(entries)}"
+            + (f", the first {len(shown)} shown" if more else "") + "; --per-partition lists every partition):")
+    return ["", head, render_table([row(e) for e in shown], columns, width=width)]
 
 
 def render_footer(report: RunReport, processed_bytes: int, what: str) -> str:
@@ -214,14 +376,14 @@ def render_footer(report: RunReport, processed_bytes: int, what: str) -> str:
     return f"elapsed {elapsed:.1f}s{startup_text}; {human_bytes(processed_bytes)} {what}{rate}"
 
 
-def render_stopped_summary(report: RunReport) -> str:
+def render_stopped_summary(report: RunReport, *, width: int | None = None) -> str:
     """The summary of a run whose work stopped before it could summarise itself: the partitions it reported
     so far, its errors, and the elapsed time."""
     rows = [{"partition": f"{e.get('topic')}-{e.get('partition')}", "action": e.get("action"),
-             "note": truncate("; ".join(problem_notes(e))) or None}
+             "note": one_line("; ".join(problem_notes(e))) or None}
             for e in sorted(report.partitions, key=partition_order)]
     columns = (("partition", "partition"), ("action", "action"), ("note", "note"))
-    lines = [render_table(rows, columns), ""] if rows else []
+    lines = [render_table(rows, columns, width=width), ""] if rows else []
     lines.append(f"{report.command} stopped before the end: {len(report.errors)} error(s), on stderr and in the report")
     lines.append(f"elapsed {report.elapsed_s or 0:.1f}s")
     return "\n".join(lines)

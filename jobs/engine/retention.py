@@ -13,13 +13,21 @@ from jobs.engine.frame import JobContext, scan_error_entry
 from jobs.engine.planfile import partition_name
 from jobs.engine.report import (
     RunReport,
+    attention_table,
+    by_topic,
+    count_note,
     human_bytes,
+    one_line,
+    outcome_counts,
+    outcome_totals,
     partition_order,
     problem_notes,
     purged_totals,
+    refused_note,
     render_footer,
     render_table,
-    truncate,
+    rows_per_partition,
+    shared_note,
 )
 from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
 from jobs.engine.seams import FaultHook
@@ -390,6 +398,11 @@ def refused_topics(ctx: JobContext, plans: Mapping[TopicPartition, RetentionPlan
     return {t: share for t, share in delete_shares(states, plans, limit).items() if share.refused}
 
 
+#: The error kind of a partition the delete-fraction limit refused (the entry's action is ``refused``; text output
+#: calls it REFUSED, never FAILED: see :func:`jobs.engine.report.problem_notes`).
+REFUSED_KIND = "MaxDeleteFractionExceeded"
+
+
 def refused_entry(p: RetentionParams, scan: PartitionScan, config: TopicConfig, plan: RetentionPlan,
                   share: DeleteShare) -> dict[str, Any]:
     """The report entry of a partition whose topic the limit refused: nothing deleted, the plan's deletions
@@ -401,7 +414,7 @@ def refused_entry(p: RetentionParams, scan: PartitionScan, config: TopicConfig, 
                  log_start_offset=entry["log_start_offset_before"],
                  refused={"would_delete": entry["deleted"], "fraction": round(share.fraction, 4),
                           "max_fraction": share.max_fraction},
-                 error={"kind": "MaxDeleteFractionExceeded", "detail": message})
+                 error={"kind": REFUSED_KIND, "detail": message})
     return entry
 
 
@@ -439,7 +452,7 @@ def _describe(entry: dict[str, Any], dry_run: bool) -> str:
     if entry["action"] == "error":
         return f"ERROR, {entry['reason']}"
     if entry["action"] == "refused":
-        return entry["reason"].replace("refused", "REFUSED", 1)
+        return refused_note(entry)
     if entry["action"] == "none":
         return "nothing to delete"
     verb = "would delete" if dry_run else "deleted"
@@ -473,39 +486,82 @@ def _note(entry: dict[str, Any]) -> str | None:
     notes = problem_notes(entry) + purge_notes(entry)
     if not notes and entry["action"] == "none":
         notes.append(entry.get("reason") or "")
-    return truncate("; ".join(n for n in notes if n)) or None
+    return one_line("; ".join(n for n in notes if n)) or None
 
 
 def _summarize(ctx: JobContext, entries: list[dict[str, Any]]) -> None:
-    """Totals into the report (the command renders them: :func:`render_summary`)."""
+    """Totals into the report (the command renders them: :func:`render_summary`). ``errors`` counts every entry
+    of ``report.errors`` (each makes the run exit 1); ``failed`` and ``refused`` split them into failures and
+    partitions the delete-fraction limit left untouched."""
     deleted = sum(len(e.get("deleted") or []) for e in entries)
     removed = sum(int(e.get("bytes_removed") or 0) for e in entries)
+    failed, refused = outcome_counts(ctx.report, REFUSED_KIND)
     ctx.report.totals.update(partitions=len(entries), segments_deleted=deleted, bytes_removed=removed,
                              partitions_changed=sum(1 for e in entries if e["action"] == "delete"),
-                             errors=len(ctx.report.errors), warnings=len(ctx.report.warnings),
+                             errors=len(ctx.report.errors), failed=failed, refused=refused,
+                             warnings=len(ctx.report.warnings),
                              files_purged=sum(len(e.get("purged") or []) for e in entries),
                              bytes_purged=sum(int(e.get("purged_bytes") or 0) for e in entries),
                              bytes_in_scope=sum(int(e.get("bytes_before") or 0) for e in entries))
 
 
-def render_summary(report: RunReport, *, dry_run: bool) -> str:
+def _row(e: dict[str, Any]) -> dict[str, Any]:
+    """A partition's row of the summary table."""
+    return {"partition": f"{e['topic']}-{e['partition']}", "policy": e.get("policy"), "action": e["action"],
+            "segments": (f"{e['segments_before']}->{e['segments_after']}"
+                         if e.get("segments_before") is not None else None),
+            "deleted": len(e.get("deleted") or []), "removed": human_bytes(e.get("bytes_removed")),
+            "rules": ",".join(e.get("rules") or []) or None, "log_start": e.get("log_start_offset"),
+            "note": _note(e)}
+
+
+_TOPIC_COLUMNS = (("topic", "topic"), ("policy", "policy"), ("partitions", "partitions"), ("changed", "changed"),
+                  ("segments", "segments"), ("deleted", "deleted"), ("removed", "removed"), ("rules", "rules"),
+                  ("note", "note"))
+
+
+def _topic_row(topic: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """A topic's row of the per-topic summary: its partitions added up; the note says a refusal once, counts
+    failed partitions (listed below the table), or what every partition's note says."""
+    refused = next((e for e in entries if e["action"] == "refused"), None)
+    failed = sum(1 for e in entries if e["action"] == "error")
+    notes = [refused_note(refused) if refused else "", count_note(failed, "FAILED (listed below)")]
+    pending = sum(len(e.get("purge_pending") or {}) for e in entries)
+    purged = sum(len(e.get("purged") or []) for e in entries)
+    notes += [count_note(purged, "purged .deleted file(s)"), count_note(pending, "deleted segment(s) pending purge")]
+    if not any(notes):
+        notes.append(shared_note(_note(e) for e in entries))
+    known = [e for e in entries if e.get("segments_before") is not None]
+    return {"topic": topic, "policy": shared_note(e.get("policy") for e in entries) or "mixed",
+            "partitions": len(entries), "changed": sum(1 for e in entries if e["action"] == "delete"),
+            "segments": (f"{sum(e['segments_before'] for e in known)}->{sum(e['segments_after'] for e in known)}"
+                         if known else None),
+            "deleted": sum(len(e.get("deleted") or []) for e in entries),
+            "removed": human_bytes(sum(int(e.get("bytes_removed") or 0) for e in entries)),
+            "rules": ",".join(sorted({r for e in entries for r in e.get("rules") or []})) or None,
+            "note": one_line("; ".join(n for n in notes if n)) or None}
+
+
+def render_summary(report: RunReport, *, dry_run: bool, layout: str = "auto", width: int | None = None) -> str:
     """The retain command's stdout: one row per partition, by topic and partition number, with a note saying
-    why nothing went, what failed, and what was purged or is pending; the totals line and the footer
-    (elapsed, MB/s)."""
+    why nothing went, what failed or was refused, and what was purged or is pending; or beyond
+    :data:`~jobs.engine.report.PARTITION_ROWS_MAX` partitions (``layout``) a row per topic and the failed
+    partitions below it; then the totals line and the footer (elapsed, MB/s). ``width``: the terminal's, which
+    the table fits (notes wrap, never cut)."""
     entries = sorted(report.partitions, key=partition_order)
-    rows = [{"partition": f"{e['topic']}-{e['partition']}", "policy": e.get("policy"), "action": e["action"],
-             "segments": (f"{e['segments_before']}->{e['segments_after']}"
-                          if e.get("segments_before") is not None else None),
-             "deleted": len(e.get("deleted") or []), "removed": human_bytes(e.get("bytes_removed")),
-             "rules": ",".join(e.get("rules") or []) or None, "log_start": e.get("log_start_offset"),
-             "note": _note(e)} for e in entries]
+    if rows_per_partition(layout, len(entries)):
+        body = [render_table([_row(e) for e in entries], _TABLE_COLUMNS, width=width)]
+    else:
+        body = [render_table([_topic_row(t, es) for t, es in by_topic(entries)], _TOPIC_COLUMNS, width=width)]
+        body += attention_table([e for e in entries if e["action"] == "error" or e.get("warnings")], _row,
+                                _TABLE_COLUMNS, width=width)
     t = report.totals
     verb = "would delete" if dry_run else "deleted"
-    lines = [render_table(rows, _TABLE_COLUMNS), "",
+    lines = [*body, "",
              f"{t['partitions']} partition(s); {verb} {t['segments_deleted']} segment(s), "
              f"{human_bytes(t['bytes_removed'])}"
              + purged_totals(t)
-             + (f"; {t['errors']} partition(s) FAILED and were left untouched" if t.get("errors") else "")
+             + outcome_totals(t)
              + (f"; {t['warnings']} warning(s)" if t.get("warnings") else ""),
              render_footer(report, t.get("bytes_in_scope", 0), "in scope")]
     return "\n".join(lines)
@@ -616,7 +672,8 @@ def apply_retention_first(ctx: JobContext, first: RetentionFirst) -> dict[TopicP
     return entries
 
 
-__all__ = ["COMMIT_THREADS", "PLAN_OPTIONS", "RetentionFirst", "RetentionParams", "render_summary", "work",
+__all__ = ["COMMIT_THREADS", "PLAN_OPTIONS", "REFUSED_KIND", "RetentionFirst", "RetentionParams", "render_summary",
+           "work",
            "advance_log_start_offsets", "apply_retention", "apply_retention_first",
            "listing_after_retention", "plan_partition", "plan_retention_first", "refused_entry", "refused_topics",
            "retain_partitions", "retention_decision"]

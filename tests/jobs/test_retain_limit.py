@@ -43,7 +43,7 @@ def test_retain_refuses_a_topic_over_the_limit_and_the_others_proceed(spark, tmp
 
     capsys.readouterr()
     code, report = retain(d, "--set", "*:retention.ms=1d", quiet=False)
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert code == 1
     e = entry(report, "w", 0)
     assert e["action"] == "refused" and e["reason"].startswith("refused: would delete 66.7% of w's bytes (")
@@ -53,6 +53,12 @@ def test_retain_refuses_a_topic_over_the_limit_and_the_others_proceed(spark, tmp
     assert e["deleted"] == [] and e["bytes_removed"] == 0
     assert "w-0 REFUSED: would delete 66.7% of w's bytes" in err
     assert report["errors"] == [{"partition": "w-0", "kind": "MaxDeleteFractionExceeded", "detail": e["reason"]}]
+    # one name in every text: REFUSED, never FAILED (kept for real failures); the JSON totals count it apart
+    row = next(line for line in out.splitlines() if line.startswith("w-0 "))
+    assert "REFUSED: would delete 66.7% of w's bytes" in row
+    assert "; 1 partition(s) REFUSED by the delete-fraction limit and left untouched" in out
+    assert "FAILED" not in out + err and "MaxDeleteFractionExceeded" not in out + err
+    assert (report["totals"]["errors"], report["totals"]["refused"], report["totals"]["failed"]) == (1, 1, 0)
     assert files(d, "w-0") == untouched
     assert deleted(entry(report, "t", 0)) == [(0, "retention.ms"), (1, "retention.ms")]  # a third of topic t
     assert deleted(entry(report, "u", 0)) == [(0, "retention.ms")]
@@ -69,7 +75,7 @@ def test_retain_refuses_a_topic_over_the_limit_and_the_others_proceed(spark, tmp
 
 
 @pytest.mark.spark
-def test_compact_leaves_a_refused_compact_delete_topic_wholly_untouched(spark, tmp_path: Path) -> None:
+def test_compact_leaves_a_refused_compact_delete_topic_wholly_untouched(spark, tmp_path: Path, capsys) -> None:
     d = tmp_path / "logs"
     build_partition(d, "cd", 0, [[OLD, OLD + 1], [OLD, OLD + 1], [RECENT]])  # 80 % of the bytes expired
     opts = ("--set", "cd:cleanup.policy=compact,delete", "--set", "cd:retention.ms=1d")
@@ -80,8 +86,14 @@ def test_compact_leaves_a_refused_compact_delete_topic_wholly_untouched(spark, t
     assert row["retention_refused"].startswith("refused: would delete 80.0% of cd's bytes")
     assert row["compaction_selected"] is False and row["compaction_bytes_removed"] == 0
 
+    capsys.readouterr()
     code, report = run("compact", d, *opts, "--partition", "cd-0")  # even when asked for by name
     assert code == 1 and files(d, "cd-0") == before
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("cd-0 "))
+    assert "left untouched: REFUSED: would delete 80.0% of cd's bytes" in line and line.count("would delete") == 1
+    assert "1 partition(s) REFUSED by the delete-fraction limit" in out and "FAILED" not in out
+    assert (report["totals"]["refused"], report["totals"]["failed"]) == (1, 0)
     e = by_name(report)["cd-0"]
     assert (e["action"], e["selected"]) == ("skipped", False)
     assert e["reason"] == "left untouched: retention " + row["retention_refused"]

@@ -1,0 +1,181 @@
+"""Self-contained HTML reports with the charts, for people who never open the notebook: ``segjobs inspect --html
+FILE`` (dirty ratios, reclaimable bytes, key cardinality, segment ages) and ``segjobs history --html FILE`` (bytes
+reclaimed per run).
+
+The charts are :mod:`jobs.engine.plots`' figures (the notebook's), embedded as base64 PNG ``<img>`` elements with
+an ``alt`` text and a ``<figcaption>``; the page has no script and loads nothing, so it can be mailed, attached to
+an Airflow task or served from a bucket as it is. The JSON report names the file (``html_report``).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from jobs.engine.report import RunReport, human_bytes
+from jobs.rules.timeutil import format_instant
+
+#: Resolution of the embedded charts (matplotlib's figure sizes are in inches).
+DPI = 100
+
+_STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1400px;
+       color: #222; padding: 0 1em; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 1em 0; }
+th, td { border-bottom: 1px solid #ddd; padding: 0.25em 0.6em; text-align: left; vertical-align: top;
+         white-space: nowrap; }
+td:last-child { white-space: normal; min-width: 16em; }
+.scroll { overflow-x: auto; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; }
+figure { margin: 1.5em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figcaption { font-size: 0.9em; color: #555; margin-top: 0.3em; }
+.meta { color: #555; } .problem { color: #a00; }
+"""
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One figure of a report: a stable ``id`` (the ``<figure>``'s), its alt text and its caption."""
+
+    id: str
+    alt: str
+    caption: str
+    figure: Any  # a matplotlib Figure
+
+
+def png_data_uri(figure: Any) -> str:
+    """``figure`` as a ``data:image/png;base64,...`` URI."""
+    buf = io.BytesIO()
+    figure.savefig(buf, format="png", dpi=DPI)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _figure(chart: Chart) -> str:
+    return (f'<figure id="{chart.id}"><img src="{png_data_uri(chart.figure)}" alt="{html.escape(chart.alt)}">'
+            f"<figcaption>{html.escape(chart.caption)}</figcaption></figure>")
+
+
+def _table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
+    """An HTML table of ``rows`` (dicts) under ``columns`` ((key, heading) pairs); numbers align right."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for _, h in columns)
+    body = []
+    for row in rows:
+        cells = []
+        for key, _ in columns:
+            value = row.get(key)
+            text = "-" if value is None else str(value)
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            cells.append(f'<td class="n">{html.escape(text)}</td>' if numeric else f"<td>{html.escape(text)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+
+
+def _page(title: str, parts: Sequence[str]) -> str:
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>\n<body>\n"
+            f"<h1>{html.escape(title)}</h1>\n" + "\n".join(parts) + "\n</body></html>\n")
+
+
+def inspect_charts(rows: Sequence[dict[str, Any]]) -> list[Chart]:
+    """The charts of an inspect report's rows (the readable partitions; none when no partition is readable)."""
+    from jobs.engine import plots
+
+    readable = [r for r in rows if r.get("error") is None]
+    if not readable:
+        return []
+    return [
+        Chart("dirty-ratio-per-topic", "Dirty ratio per topic",
+              "Dirty ratio per topic: cleanable over clean + cleanable bytes of its partitions (red: compaction at "
+              "now selects a partition of it; black tick: min.cleanable.dirty.ratio).",
+              plots.dirty_ratio_chart(readable, by="topic")),
+        Chart("dirty-ratio-per-partition", "Dirty ratio per partition",
+              "Dirty ratio per partition (the dirtiest, and beyond 30 a histogram of every partition).",
+              plots.dirty_ratio_chart(readable, by="partition")),
+        Chart("reclaimable-bytes", "Reclaimable bytes per topic",
+              "What compaction and retention at now would reclaim per topic, beside its size.",
+              plots.reclaimable_chart(readable, by="topic")),
+        Chart("key-cardinality", "Key cardinality against records",
+              "Distinct keys against records, one point per partition: far below the diagonal, keys churn and "
+              "compaction pays.", plots.key_cardinality_chart(readable)),
+        Chart("segment-ages", "Segment ages per topic",
+              "Every segment's age at now (orange: retention deletes it at now; area: size).",
+              plots.segment_ages_chart(readable, by="topic")),
+    ]
+
+
+def inspect_html(report: RunReport) -> str:
+    """The HTML report of an inspect run: what was inspected, the totals, the charts, a table per topic and
+    the unreadable partitions."""
+    from jobs.engine.inspection import topic_columns, topic_row
+    from jobs.engine.report import by_topic, short_error
+
+    t = report.totals
+    estimated = not t.get("exact")
+    parts = [f'<p class="meta">log dir <code>{html.escape(report.log_dir)}</code> at '
+             f"{html.escape(format_instant(report.now_ms))} ({report.now_ms}); run {html.escape(report.run_id)}</p>",
+             f"<p>{t.get('partitions', 0)} partition(s), {human_bytes(t.get('bytes', 0))}; compaction at now selects "
+             f"{t.get('compaction_selected', 0)} and frees {human_bytes(t.get('compaction_bytes_removed', 0))}; "
+             f"retention frees {human_bytes(t.get('retention_bytes_deleted', 0))}"
+             + (" (estimates: run with --exact to count and measure)" if estimated else "") + "</p>"]
+    charts = inspect_charts(report.partitions)
+    if not charts:
+        parts.append('<p class="problem">No partition could be read: there is nothing to chart.</p>')
+    parts += [_figure(c) for c in charts]
+    parts += ["<h2>Per topic</h2>",
+              _table([topic_row(topic, rows) for topic, rows in by_topic(report.partitions)],
+                     topic_columns(estimated))]
+    bad = [r for r in report.partitions if r.get("error") is not None]
+    if bad:
+        parts.append("<h2>Unreadable partitions</h2><ul>" + "".join(
+            f'<li class="problem">{html.escape(r["topic"])}-{r["partition"]}: {html.escape(short_error(r["error"]))}'
+            f"</li>" for r in bad) + "</ul>")
+    return _page(f"segjobs inspect: {report.log_dir}", parts)
+
+
+def history_html(history: Any) -> str:
+    """The HTML report of a ledger's history (:class:`jobs.engine.ledger.History`): the bytes reclaimed per run
+    (chart), the runs, and the bytes per topic."""
+    from jobs.engine import plots
+
+    parts = [f'<p class="meta">ledger <code>{html.escape(history.ledger)}</code>: the last '
+             f"{len(history.runs)} of {history.total_runs} run(s)</p>"]
+    if not history.runs:
+        parts.append("<p>No runs recorded yet.</p>")
+        return _page("segjobs history", parts)
+    dry = " (hatched: dry runs, what they would have reclaimed)" if any(r.dry_run for r in history.runs) else ""
+    parts.append(_figure(Chart("reclaimed-per-run", "Bytes reclaimed per run",
+                               f"Bytes reclaimed per run, oldest left, stacked by topic{dry}.",
+                               plots.reclaimed_per_run_chart(history))))
+    runs = [{"run": r.run_id[:12], "finished": format_instant(r.finished_ms), "command": r.command,
+             "now": format_instant(r.now_ms), "dry_run": "yes" if r.dry_run else "no", "outcome": r.outcome,
+             "partitions": r.partitions, "changed": r.changed, "reclaimed": human_bytes(r.bytes_reclaimed)}
+            for r in history.runs]
+    parts += ["<h2>Runs, newest first</h2>",
+              _table(runs, [("run", "run"), ("finished", "finished"), ("command", "command"), ("now", "--now"),
+                            ("dry_run", "dry run"), ("outcome", "outcome"), ("partitions", "partitions"),
+                            ("changed", "changed"), ("reclaimed", "reclaimed")])]
+    if history.topics:
+        parts += ["<h2>Reclaimed per topic (dry runs left out)</h2>",
+                  _table([{"topic": t.topic, "runs": t.runs, "reclaimed": human_bytes(t.bytes_reclaimed),
+                           "records": t.records_removed} for t in history.topics],
+                         [("topic", "topic"), ("runs", "runs"), ("reclaimed", "reclaimed"),
+                          ("records", "records removed")])]
+    return _page(f"segjobs history: {history.ledger}", parts)
+
+
+def write_html(uri: str, text: str, options: Any = None) -> None:
+    """Write an HTML report atomically to a local path or an s3:// URI (as the JSON report is written)."""
+    from segment_io.storage import open_storage
+
+    storage = open_storage(uri, options)
+    parent = uri.rsplit("/", 1)[0] if "/" in uri else "."
+    if storage.local_path(uri) is not None:
+        storage.makedirs(parent)
+    storage.write_atomic(uri, text.encode("utf-8"))
+
+
+__all__ = ["Chart", "history_html", "inspect_charts", "inspect_html", "png_data_uri", "write_html"]
