@@ -30,6 +30,7 @@ PYTHON_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_
 AIRFLOW_CONSTRAINTS ?= $(wildcard conf/airflow/constraints-$(PYTHON_VERSION).txt)
 
 help:
+	@echo "make venv   create .venv and install everything (dev tools and JupyterLab included), let .venv/bin/spark-submit find its Spark, compile the kernels once"
 	@echo "make demo   generate a demo log dir under $(DEMO_DIR)/ and run two nights of compact + retain on it (creates .venv on first use)"
 	@echo "make test   lint, type and import checks, then the whole test suite (creates .venv on first use)"
 	@echo "make test-fast  the checks, then the tests that need no Spark, no S3 endpoint and are not slow"
