@@ -30,6 +30,7 @@ PYTHON_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_
 AIRFLOW_CONSTRAINTS ?= $(wildcard conf/airflow/constraints-$(PYTHON_VERSION).txt)
 
 help:
+	@echo "make venv   create .venv and install everything (dev tools and JupyterLab included), let .venv/bin/spark-submit find its Spark, compile the kernels once"
 	@echo "make demo   generate a demo log dir under $(DEMO_DIR)/ and run two nights of retain + compact on it (creates .venv on first use)"
 	@echo "make test   lint, type and import checks, then the whole test suite (creates .venv on first use)"
 	@echo "make test-fast  the checks, then the tests that need no Spark, no S3 endpoint and are not slow"
@@ -42,9 +43,9 @@ help:
 	@echo "make airflow-test  install Airflow 3 + the Spark provider into $(AIRFLOW_VENV)/ and run the DAGs of conf/airflow for real"
 
 java:
-	@command -v java >/dev/null 2>&1 || { \
-	  echo "error: Java is required by Spark but was not found on PATH." >&2; \
-	  echo "       Install Java 17, e.g. on Debian/Ubuntu: apt-get install openjdk-17-jre-headless" >&2; \
+	@{ test -n "$$JAVA_HOME" && test -x "$$JAVA_HOME/bin/java"; } || { test -z "$$JAVA_HOME" && command -v java >/dev/null 2>&1; } || { \
+	  echo "error: Java is required by Spark but was not found (JAVA_HOME/bin/java, else java on PATH)." >&2; \
+	  echo "       Install Java 17 (apt-get install openjdk-17-jre-headless) or set JAVA_HOME" >&2; \
 	  exit 1; }
 
 # The HTML reports' tests (tests/jobs/test_html_report.py) look at the pages in headless Chromium: Debian's package,
@@ -63,7 +64,24 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-venv: $(STAMP)
+# `.venv/bin/spark-submit` (and pyspark) find their Spark by running find_spark_home.py with $PYSPARK_PYTHON,
+# else python3 from PATH: without the venv activated that is the system's Python, which has no pyspark
+# ("Could not find valid SPARK_HOME", exit 127). That script also looks for a spark-distribution directory
+# beside itself: this link makes it find the venv's pyspark whatever Python runs it.
+SPARK_DIST := $(VENV)/bin/spark-distribution
+$(SPARK_DIST): $(STAMP)
+	ln -sfn "$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" $(SPARK_DIST)
+
+# numba compiles the kernels on first use (about a minute) and caches them beside their modules: compile them
+# now, so that no job's first run pays for it (jobs.engine.kernels, `segjobs warm-up`). Redone when a kernel changes.
+KERNELS := $(VENV)/.kernels
+KERNEL_SOURCES := segment_io/_decode_kernels.py segment_io/_encode_kernels.py segment_io/hashing.py \
+                  jobs/rules/offset_map.py jobs/rules/transactions.py
+$(KERNELS): $(STAMP) $(KERNEL_SOURCES)
+	$(PY) -m jobs warm-up
+	@touch $(KERNELS)
+
+venv: $(STAMP) $(SPARK_DIST) $(KERNELS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check $(LINT_PATHS)
@@ -79,10 +97,10 @@ check: lint types imports
 
 # pytest exits 5 when it runs no test (nothing collected, or everything deselected): make fails on it as on
 # any other non-zero status, so a selection that matches nothing never passes as green.
-test: java chromium $(STAMP) check
+test: java chromium venv check
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
 
-test-fast: $(STAMP) check
+test-fast: venv check
 	$(PY) -m pytest -q -p no:cacheprovider -x -m "not spark and not s3 and not slow" tests
 
 # The documentation site: docs/ and mkdocs.yml, with the pages generated from the code (ops/mkdocs_hooks.py) and
@@ -101,14 +119,14 @@ $(AIRFLOW_STAMP): conf/airflow/requirements.txt $(AIRFLOW_CONSTRAINTS)
 # The DAGs run in Airflow's interpreter; their spark-submit, segjobs and the reference CLI runs are the
 # project's (.venv). SEGJOBS_REQUIRE_AIRFLOW makes a missing Airflow an error, not a skip, and pytest fails
 # (exit 5) if it collects no test.
-airflow-test: java $(STAMP) $(AIRFLOW_STAMP)
+airflow-test: java venv $(AIRFLOW_STAMP)
 	SEGJOBS_REQUIRE_AIRFLOW=1 SEGJOBS_PROJECT_PYTHON=$(abspath $(PY)) \
 	    $(AIRFLOW_PY) -m pytest -q -p no:cacheprovider tests/ops/test_airflow_dags.py
 
-demo: java $(STAMP)
+demo: java venv
 	$(PY) -m jobs.commands.demo --dir $(DEMO_DIR)
 
-bench: java $(STAMP)
+bench: java venv
 	$(PY) -m benchmarks.run
 
 # The wheel and the environment archive spark-submit ships to executors (docs/operations/cluster.md).

@@ -198,6 +198,14 @@ class LockHeldError(SegjobsError):
     exit_code = 2
 
 
+class JavaNotFoundError(SegjobsError):
+    """Spark cannot start because there is no usable Java (no ``java`` on PATH, a JAVA_HOME without
+    ``bin/java``, or a JVM that exits at once); the message says how to install one. Exit code 2: nothing was
+    done, and retrying cannot help until the machine changes."""
+
+    exit_code = 2
+
+
 # --------------------------------------------------------------------------------------------------
 # Configuration and usage
 # --------------------------------------------------------------------------------------------------

@@ -253,8 +253,10 @@ def _split_segments(table: pa.Table, segment_bytes: int) -> list[pa.Table]:
 
 def generate_log_dir(spec: GenerateSpec, out_dir: str | os.PathLike,
                      progress: Callable[[str], None] | None = None) -> GenerateResult:
-    """Write a broker-style log dir under ``out_dir`` (created; must not already hold partitions)."""
-    from segment_io.checkpoint import write_offset_checkpoint
+    """Write a broker-style log dir under ``out_dir`` (created; must not already hold the spec's partitions).
+    Partitions of other topics already there are kept, and so are their checkpoint entries: several specs can
+    build one log dir."""
+    from segment_io.checkpoint import read_offset_checkpoint, write_offset_checkpoint
     from segment_io.segment_writer import write_segment
     from segment_io.storage import open_storage
 
@@ -290,6 +292,8 @@ def generate_log_dir(spec: GenerateSpec, out_dir: str | os.PathLike,
             result.per_partition[f"{topic}-{p}"] = written
             if progress:
                 progress(f"{topic}-{p}: {table.num_rows} records, {written} bytes")
-    write_offset_checkpoint(storage, str(out / layout.LOG_START_OFFSET_CHECKPOINT), log_start)
-    write_offset_checkpoint(storage, str(out / layout.CLEANER_OFFSET_CHECKPOINT), {})
+    for name, entries in ((layout.LOG_START_OFFSET_CHECKPOINT, log_start), (layout.CLEANER_OFFSET_CHECKPOINT, {})):
+        path = out / name
+        kept = read_offset_checkpoint(storage, str(path)) if path.exists() else {}
+        write_offset_checkpoint(storage, str(path), dict(sorted({**kept, **entries}.items())))
     return result

@@ -20,6 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 DOCS = REPO / "docs"
+DATA_SOURCE_PAGE = DOCS / "guide" / "data-source.md"
 PAGES = [README, *sorted(DOCS.rglob("*.md"))]
 RUNS_MARK = "from jobs import api"
 
@@ -104,3 +105,37 @@ def test_the_example_runs_as_written(spark, tmp_path: Path, monkeypatch, capsys,
     assert out.strip(), f"{page}: the example printed nothing"
     EXPECTED_OUTPUT.get(page, lambda _: None)(out)
     assert list(tmp_path.glob("*/logs/*-0/*.log")), "the demo log dir was written to the temp dir"
+
+
+def clean_environment(home: Path) -> dict[str, str]:
+    """What a user's fresh shell has: no PYSPARK_PYTHON, no SPARK_HOME, the venv not activated (its bin is not
+    on PATH), java on PATH."""
+    return {"HOME": str(home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+
+
+def data_source_block() -> str:
+    (block,) = [b for b in python_blocks(DATA_SOURCE_PAGE.read_text()) if 'format("kafka-segments")' in b and "register" in b]
+    return block
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_the_data_source_example_runs_in_a_users_own_python(tmp_path: Path) -> None:
+    """The data-source page's snippet, typed into the venv's Python in a clean shell (its own Spark session,
+    no PYSPARK_PYTHON): the workers import segjobs, and the reads answer. One Spark start-up, in a subprocess."""
+    import subprocess
+    import sys
+
+    from segment_io.generate import GenerateSpec, generate_log_dir
+
+    log_dir = tmp_path / "logs"
+    generated = generate_log_dir(GenerateSpec(topics=("orders",), partitions=2, records=2_000), log_dir)
+    script = tmp_path / "snippet.py"
+    script.write_text(data_source_block().replace("/var/kafka/logs", str(log_dir))
+                      + "\nprint('records', df.count())"
+                      + "\nprint('partitions', len(dirty_ratios(spark, " + repr(str(log_dir)) + ").toPandas()))\n")
+    proc = subprocess.run([sys.executable, str(script)], cwd=README.parent, env=clean_environment(tmp_path),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    assert "ModuleNotFoundError" not in proc.stderr
+    assert proc.stdout.splitlines()[-2:] == [f"records {generated.records}", "partitions 2"], proc.stdout

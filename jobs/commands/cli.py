@@ -31,12 +31,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "`config import`: write the --config TOML from kafka-configs.sh / kafka-topics.sh --describe output"),
     "history": ("jobs.commands.history",
                 "the last runs and the bytes they reclaimed per topic, from a --ledger Delta table"),
+    "warm-up": ("jobs.commands.warmup",
+                "compile and cache the kernels ahead of the first run (`make venv` runs it)"),
 }
+
+#: The exit code of a run stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
+INTERRUPTED = 130
 
 EPILOG = """exit codes:
   0  success
   1  the work ran but something failed (e.g. a corrupt partition was reported and left untouched)
   2  usage or configuration error: nothing was done
+  130  interrupted (Ctrl-C): the partitions committed before the stop are listed; the next run does the rest
 
 Every destructive command has --dry-run. Time is always an input: --now EPOCH_MS|ISO8601 (default: now).
 Run `segjobs <command> --help` for the options of one command."""
@@ -77,19 +83,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except BrokenPipeError:
         return 0
-    except KeyboardInterrupt:
-        print(error_line(args, "interrupted", exit_code=130), file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        # a job says what it committed before the stop (jobs.engine.frame.RunInterrupted); Spark is then
+        # stopped quietly (see console_main)
+        print(error_line(args, str(exc) or "interrupted", event="interrupted", exit_code=INTERRUPTED),
+              file=sys.stderr)
+        return INTERRUPTED
 
 
 def console_main() -> None:
     """The ``segjobs`` console script: :func:`main`, then a clean Spark shutdown."""
-    from jobs.engine.spark_session import stop_active_session
+    from jobs.engine.spark_session import silence_spark_on_interrupt, stop_active_session
 
+    silence_spark_on_interrupt()
+    code = 1
     try:
         code = main()
+    except KeyboardInterrupt:  # a second Ctrl-C, while the first one's message was being written
+        code = INTERRUPTED
     finally:
-        stop_active_session()
+        stop_active_session(quiet=code == INTERRUPTED)
     sys.exit(code)
 
 
@@ -99,14 +112,19 @@ def submit_main(command: str) -> None:
     :func:`jobs.engine.spark_session.separate_stderr_under_spark_submit`)."""
     from jobs.engine.spark_session import (
         separate_stderr_under_spark_submit,
+        silence_spark_on_interrupt,
         stop_active_session,
     )
 
     separate_stderr_under_spark_submit()
+    silence_spark_on_interrupt()
+    code = 1
     try:
         code = main([command, *sys.argv[1:]])
+    except KeyboardInterrupt:  # a second Ctrl-C, while the first one's message was being written
+        code = INTERRUPTED
     finally:
-        stop_active_session()
+        stop_active_session(quiet=code == INTERRUPTED)
     sys.exit(code)
 
 

@@ -71,25 +71,27 @@ def main(argv: list[str] | None = None) -> int:
         report.unlink()
     (root / "compact-report.json").unlink(missing_ok=True)  # an older demo's report
     root.mkdir(parents=True, exist_ok=True)
-    print(f"== 1/4 generating a demo log dir in {log_dir}")
-    build(log_dir)
     config = Path(__file__).resolve().parents[2] / "conf" / "demo-topics.toml"
-    for night, step in ((1, 2), (2, 3)):
+    # retain before compact each night, the nightly order (docs/guide/compact.md, the Airflow DAG): what retention
+    # deletes, compaction then need not read or rewrite
+    runs = [(night, command, extra) for night in (1, 2)
+            for command, extra in (("retain", []), ("compact", ["--dedupe-buffer-bytes", str(DEMO_DEDUPE_BUFFER_BYTES),
+                                                               "--strategy", "memory"]))]
+    total = len(runs) + 2  # generate, each run, verify
+    print(f"== 1/{total} generating a demo log dir in {log_dir}")
+    build(log_dir)
+    for step, (night, command, extra) in enumerate(runs, start=2):
         now = NOW_MS + (night - 1) * DAY_MS
-        # retain before compact, the nightly order (docs/guide/compact.md, the Airflow DAG): what retention
-        # deletes, compaction then need not read or rewrite
-        for command, extra in (("retain", []), ("compact", ["--dedupe-buffer-bytes", str(DEMO_DEDUPE_BUFFER_BYTES),
-                                                           "--strategy", "memory"])):
-            report = root / f"night-{night}-{command}-report.json"
-            argv = [command, "--log-dir", str(log_dir), "--config", str(config), "--now", str(now), *extra,
-                    "--report", str(report)]
-            print(f"\n== {step}/4 night {night}: segjobs {' '.join(argv)}", flush=True)
-            code = segjobs(argv)
-            sys.stdout.flush()
-            if code != 0:
-                print(f"{command} exited with {code}", file=sys.stderr)
-                return code
-    print("\n== 4/4 verifying every partition with segjobs dump --verify")
+        report = root / f"night-{night}-{command}-report.json"
+        argv = [command, "--log-dir", str(log_dir), "--config", str(config), "--now", str(now), *extra,
+                "--report", str(report)]
+        print(f"\n== {step}/{total} night {night}: segjobs {' '.join(argv)}", flush=True)
+        code = segjobs(argv)
+        sys.stdout.flush()
+        if code != 0:
+            print(f"{command} exited with {code}", file=sys.stderr)
+            return code
+    print(f"\n== {total}/{total} verifying every partition with segjobs dump --verify")
     for pdir in sorted(p for p in log_dir.iterdir() if p.is_dir()):
         code = _verify(pdir)
         if code != 0:

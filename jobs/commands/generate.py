@@ -3,9 +3,17 @@
 Key cardinality follows from --records and --superseded: with 10,000 records and --superseded 0.5 there are
 exactly 5,000 distinct keys per partition, so compaction keeps 5,000 records (fewer where a tombstone is a key's
 last record, or where all of a key's records were in aborted transactions).
-Timestamps rise evenly over [--start, --start + --span). Transactions: --transactional is the share of
+Timestamps rise evenly over [--start, --start + --span): by default from 2023-11-14T22:13:20Z over 7 days, a
+fixed range so that the same command gives the same bytes on any day. Judged at today's date that data is years
+old: give the jobs --now (the summary line says which instant follows the data), or generate recent data with
+--start (e.g. --start 2026-11-20 --span 2d). Transactions: --transactional is the share of
 batches written in a transaction (each closed by its own marker), --aborted the share of those that abort.
 Sizes take binary units (4MiB, 1KiB; "MB" is refused as ambiguous), durations ms or a unit (36h, 7d).
+
+Beside the log dir it writes its topics config (--config-out; default OUT.topics.toml): the generated topics
+with cleanup.policy=compact (their records supersede each other: made for compaction) and the --segment-bytes
+they were written with, ready for `--config`. --out must be new or empty; --append adds new topics to the log
+dir in it.
 
 example:
   segjobs generate --out /tmp/logs --topics orders,users --partitions 4 --records 200000 \\
@@ -17,12 +25,22 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jobs.commands.args import duration_arg, size_arg
-from jobs.rules.timeutil import parse_instant
+from jobs.rules.timeutil import format_instant, parse_instant
 from segment_io.compression import CODEC_BY_NAME, codec_from_name
 from segment_io.errors import UsageError
+from segment_io.layout import partition_dir_name
 from segment_io.units import DAY_MS
+
+if TYPE_CHECKING:
+    from segment_io.generate import GenerateSpec
+
+
+#: The default --start: fixed, so that the same command writes the same bytes on any day.
+DEFAULT_START = "2023-11-14T22:13:20Z"
 
 
 def _share(text: str) -> float:
@@ -33,7 +51,14 @@ def _share(text: str) -> float:
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="directory to create the log dir in (must be empty or absent)")
+    p.add_argument("--out", required=True,
+                   help="directory to create the log dir in (must be empty or absent, unless --append)")
+    p.add_argument("--append", action="store_true",
+                   help="add the --topics to the log dir already in --out (they must be new topics there; the "
+                        "others, and their checkpoint entries, are kept) and their tables to its topics config")
+    p.add_argument("--config-out", metavar="FILE",
+                   help="where to write the topics config of what was generated (default: OUT.topics.toml beside "
+                        "the log dir, never inside it; 'none': write none)")
     p.add_argument("--topics", default="orders", help="comma-separated topic names (default: orders)")
     p.add_argument("--partitions", type=int, default=2, help="partitions per topic (default: 2)")
     p.add_argument("--records", type=int, default=10_000, help="data records per partition (default: 10000)")
@@ -50,9 +75,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--codec", choices=sorted(CODEC_BY_NAME), default="none", help="compression codec (default: none)")
     p.add_argument("--transactional", type=_share, default=0.0, help="share of batches in transactions (default: 0)")
     p.add_argument("--aborted", type=_share, default=0.0, help="share of transactions that abort (default: 0)")
-    p.add_argument("--start", default="2023-11-14T22:13:20Z", help="timestamp of the first record (ms or ISO-8601)")
+    p.add_argument("--start", default=DEFAULT_START, metavar="EPOCH_MS|ISO8601",
+                   help=f"timestamp of the first record (default: {DEFAULT_START}, fixed so that output is "
+                        "reproducible; run the jobs with --now, or pass a recent --start, e.g. 2026-11-20)")
     p.add_argument("--span", type=duration_arg, default=7 * DAY_MS, metavar="DURATION",
-                   help="timestamps spread over this long, e.g. 36h or 30d (default: 7d)")
+                   help="timestamps spread evenly over [--start, --start + this), e.g. 36h or 30d (default: 7d)")
     p.add_argument("--value-style", choices=("random", "text"), default="random",
                    help="random bytes (incompressible; default) or JSON-like text that compresses like real events")
     p.add_argument("--headers", action="store_true", help="give every record a small header")
@@ -77,13 +104,63 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    out = Path(args.out)
+    _check_out(out, topics, args.partitions, append=args.append)
+    config_out = None if (args.config_out or "").lower() == "none" else Path(args.config_out or f"{out}.topics.toml")
+    if config_out is not None and config_out.exists() and not args.append:
+        raise UsageError(f"--config-out {config_out} exists: name another file with --config-out FILE (or 'none'), "
+                         f"or remove it; nothing was written")
     t0 = time.monotonic()
     progress = None if args.quiet else (lambda line: print(f"  {line}", file=sys.stderr))
     try:
-        res = generate_log_dir(spec, args.out, progress=progress)
+        res = generate_log_dir(spec, out, progress=progress)
     except FileExistsError as exc:
         raise UsageError(str(exc)) from None
     dt = time.monotonic() - t0
     print(f"wrote {res.out_dir}: {res.partitions} partitions, {res.segments} segments, {res.records} records "
           f"(+{res.markers} markers), {res.bytes / 1e6:.1f} MB in {dt:.1f}s")
+    # the instant just after the data: the jobs judge it there (at today's date it may be years old)
+    after = spec.start_ms + spec.span_ms + DAY_MS
+    if config_out is not None:
+        _write_config(config_out, out, spec, append=args.append)
+        print(f"topics config: {config_out} (cleanup.policy=compact for {', '.join(topics)}); e.g.\n"
+              f"  segjobs compact --log-dir {out} --config {config_out} --now {format_instant(after)}")
+    else:
+        print(f"timestamps run from {format_instant(spec.start_ms)} to {format_instant(spec.start_ms + spec.span_ms)}: "
+              f"run the jobs with e.g. --now {format_instant(after)}")
     return 0
+
+
+def _check_out(out: Path, topics: tuple[str, ...], partitions: int, *, append: bool) -> None:
+    """--out must be a new or empty directory; with --append, a directory without these topics' partitions."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file, not a directory")
+    present = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if not append:
+        if present:
+            shown = ", ".join(present[:5]) + (f" and {len(present) - 5} more" if len(present) > 5 else "")
+            raise UsageError(f"--out {out} is not empty (it holds {shown}): give a new or empty directory, or pass "
+                             f"--append to add these topics to the log dir in it; nothing was written")
+        return
+    clash = [name for t in topics for n in range(partitions) if (name := partition_dir_name(t, n)) in present]
+    if clash:
+        raise UsageError(f"--append: {out} already holds {', '.join(clash[:5])}"
+                         + (f" and {len(clash) - 5} more" if len(clash) > 5 else "")
+                         + ": --append adds new topics only; choose other --topics; nothing was written")
+
+
+def _write_config(path: Path, out: Path, spec: "GenerateSpec", *, append: bool) -> None:
+    """The topics config of what was generated (appended to an existing one with --append)."""
+    end = spec.start_ms + spec.span_ms
+    lines = [] if append and path.exists() else [
+        f"# Topic configuration of the log dir {out}, written by `segjobs generate`.",
+        "# Its topics were generated for compaction (records supersede each other by key), so they are",
+        "# compact topics. Their timestamps are fixed by --start/--span: give the jobs a --now after them.",
+        "# Edit freely: see conf/topics.toml for every key and how tables combine.",
+    ]
+    lines += ["", f"# {', '.join(spec.topics)}: timestamps {format_instant(spec.start_ms)} .. {format_instant(end)}"]
+    for topic in spec.topics:
+        lines += [f'[topics."{topic}"]', '"cleanup.policy" = "compact"', f'"segment.bytes" = {spec.segment_bytes}', ""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a" if append else "w", encoding="utf-8") as f:
+        f.write("\n".join(lines).rstrip("\n") + "\n")

@@ -437,7 +437,6 @@ def work(ctx: JobContext) -> None:
     options = ctx.options
     assert isinstance(options, CompactOptions)
     planfile = ctx.planfile
-    planfile.check_unchanged(ctx)
     scan_candidates(ctx)  # the partitions that may be due, read in full (the frame scanned sizes only)
     max_keys = max_keys_for_buffer(options.dedupe_buffer_bytes)
     # compact,delete partitions: retention first, compaction planned on what it leaves (see RetentionFirst)

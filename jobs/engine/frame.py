@@ -19,13 +19,15 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
+from jobs.engine.kernels import COLD_NOTICE, kernels_cold
 from jobs.engine.options import ChangeOptions, JobOptions, LockingOptions
-from jobs.engine.planfile import Plan, PlanStage
+from jobs.engine.planfile import Plan, PlanStage, describe_plan
 from jobs.engine.report import (
     Progress,
     RunReport,
     absolute_uri,
     append_ledger,
+    partition_order,
     write_report,
 )
 from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
@@ -221,14 +223,22 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
     # The scope, the topics' configs and the checkpoint files are checked against a first listing before the
     # lock and recovery: exit code 2 promises that nothing was done. Recovery does not add or remove partitions.
     _read_checkpoints(storage, log_dir, _check_scope(storage, log_dir, scope, configs))
+    if spark is None and seams.runner is None:
+        from jobs.engine.spark_session import check_java
+
+        check_java()  # the run will start Spark: no Java is exit 2 here, before the lock and any work
     ttl_ms = lease_ttl_ms(locking.lease_ttl if locking is not None else None)
     if now_note:  # even when quiet: it is what repeating this run's decisions takes
         progress.notice(now_note, event="run.now", now_ms=now_ms)
     progress(f"log dir {log_dir}, now {format_instant(now_ms)} ({now_ms})" + (" [dry run]" if dry_run else ""),
              event="run.start", log_dir=log_dir, now_ms=now_ms, dry_run=dry_run, run_id=report.run_id)
+    if kernels_cold():  # a first run's minute of compiling, announced as what it is
+        progress(COLD_NOTICE, event="kernels.compiling")
     change = options if isinstance(options, ChangeOptions) else None
     planfile = PlanStage(applying=applying, apply_uri=change.apply if change else None,
                          write_uri=change.plan if change else None)
+    if applying is not None and planfile.apply_uri:  # even when quiet: what this run is about to do
+        progress.notice(describe_plan(applying, planfile.apply_uri), event="plan.applying", uri=planfile.apply_uri)
     frame = _Frame(command, options, work, scan_depth, storage, log_dir, work_dir, configs, scope, now_ms,
                    now_note is not None, dry_run, destructive, report, progress, seams, planfile, max_batch, spark)
 
@@ -249,6 +259,11 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
         # before stands (each commit is crash-safe on its own); the next run's recovery settles the rest.
         report.errors.append({"kind": "LeaseLost", "detail": f"{exc}; the run stopped before its next commit"})
         progress.error(f"LOST THE LEASE, stopped before the next commit: {exc}", event="lease.lost")
+    except KeyboardInterrupt:
+        # Ctrl-C: each partition's commit is complete or not begun (the commits run to their end on their own
+        # thread; the lock is released by now). Say what stands; the rest is the next run's.
+        raise RunInterrupted(interrupted_message(report, writes=destructive and not dry_run,
+                                                 lock_taken=lease is not None)) from None
     except LockHeldError as exc:
         if lease is None or report.finished_ms is not None:
             raise  # could not take the lock: nothing was done
@@ -270,6 +285,35 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
     if not delivered:
         report.exit_code = 1  # the work ran, but what it did is not (all) on record
     return JobRun(report, completed=ctx is not None, now_from_clock=now_note is not None, options=options)
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A job stopped by Ctrl-C (SIGINT). Still a KeyboardInterrupt (a notebook's interrupt stays one); its
+    message says which partitions were committed before the stop and what the next run does about the rest.
+    The command line prints it and exits with 130."""
+
+
+#: The report actions that mean a partition's files were changed (not in a dry run).
+COMMITTED_ACTIONS = ("compacted", "partly compacted", "delete")
+
+
+def interrupted_message(report: RunReport, *, writes: bool, lock_taken: bool, shown: int = 20) -> str:
+    """What an interrupted run says: which partitions it committed (at most ``shown`` by name) and that the
+    next run recovers and does the rest. ``writes``: the run may change files (not a dry run, not inspect);
+    ``lock_taken``: it got as far as taking the log dir's lock."""
+    if not writes:
+        return "interrupted: nothing was changed (this run writes nothing)"
+    if not lock_taken:
+        return "interrupted before any work: nothing was changed"
+    committed = [f"{e['topic']}-{e['partition']} ({e['action']})" for e in sorted(report.partitions,
+                                                                              key=partition_order)
+                 if e.get("action") in COMMITTED_ACTIONS and e.get("applied", True)]
+    rest = ("; the other partitions were left as they were: run the command again to do them (its recovery "
+            "first completes or rolls back any commit the stop cut short; `segjobs recover` does only that)")
+    if not committed:
+        return "interrupted: no partition was committed" + rest
+    names = ", ".join(committed[:shown]) + (f" and {len(committed) - shown} more" if len(committed) > shown else "")
+    return f"interrupted: committed before the stop: {len(committed)} partition(s): {names}" + rest
 
 
 def _deliver(progress: Progress, done: str, failed: str, write: Callable[[], Any], what: str, **fields: Any) -> bool:
@@ -389,6 +433,8 @@ class _Frame:
         present = set(listing.partitions)
         checkpoints = _read_checkpoints(storage, log_dir, listing)
         selected = sorted(k for k in present if self.scope.includes(*k))
+        # --apply on a changed log dir: refused here, before Spark starts (nothing has been done yet)
+        self.planfile.check_unchanged(storage, log_dir, listing, selected)
         for topic in sorted({t for t, _ in selected}):
             for note in self.configs.shadowed(topic):
                 progress(note, event="config.shadowed", topic=topic)
@@ -461,4 +507,5 @@ def scan_error_entry(scan: PartitionScan) -> dict[str, Any]:
             "reason": f"unreadable: {scan.error}", "error": scan.error.to_dict() if scan.error else None}
 
 
-__all__ = ["JobContext", "JobRun", "preflight", "run_job", "scan_error_entry"]
+__all__ = ["JobContext", "JobRun", "RunInterrupted", "interrupted_message", "preflight", "run_job",
+           "scan_error_entry"]

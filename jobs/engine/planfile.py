@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, TypeVar
 
 from jobs.engine.options import ChangeOptions, field_defaults
+from jobs.engine.report import human_bytes
+from jobs.rules.timeutil import format_instant
 from segment_io.errors import SegjobsError, UsageError
 from segment_io.layout import (
     CLEANER_OFFSET_CHECKPOINT,
@@ -67,6 +69,8 @@ class Plan:
     fingerprint: dict[str, Any]
     decisions: dict[str, dict[str, Any]]
     run_id: str | None = None
+    #: when the plan was made (the wall clock, epoch ms; None in plan files written before it was recorded)
+    made_ms: int | None = None
     format: str = PLAN_FORMAT
     version: int = PLAN_VERSION
 
@@ -135,6 +139,31 @@ def load_for_apply(options: OptionsT, command: str, log_dir: str, now: "Instant 
     applied = replace(options, config=None, overrides=overrides, topics=tuple(plan.scope.get("topics", [])),
                       partitions=tuple(plan.scope.get("partitions", [])), **plan.options)
     return applied, plan.now_ms, plan
+
+
+def describe_plan(plan: Plan, uri: str) -> str:
+    """The line an ``--apply`` run starts with: which plan, made when and by which run, and what it will do
+    (from the plan's decisions: the segments retention deletes, the partitions compaction rewrites)."""
+    made = f"made {format_instant(plan.made_ms)}" if plan.made_ms is not None else "made at an unrecorded time"
+    if plan.run_id:
+        made += f" by run {plan.run_id}"
+    retention = [d["retention"] for d in plan.decisions.values() if "retention" in d]
+    deletes = [s for r in retention if not r.get("refused") for s in r.get("delete", [])]
+    refused = sum(1 for r in retention if r.get("refused"))
+    compaction = [d["compaction"] for d in plan.decisions.values() if d.get("compaction", {}).get("selected")]
+    changed = [c["outcome"] for c in compaction if (c.get("outcome") or {}).get("groups")]
+    parts = []
+    if retention:
+        parts.append(f"retention deletes {len(deletes)} segment(s), "
+                     f"{human_bytes(sum(int(s.get('bytes') or 0) for s in deletes))}, in "
+                     f"{sum(1 for r in retention if r.get('delete') and not r.get('refused'))} partition(s)"
+                     + (f" ({refused} partition(s) refused by the delete-fraction limit)" if refused else ""))
+    if plan.command == "compact":
+        parts.append(f"compaction rewrites {len(changed)} of {len(compaction)} selected partition(s), removing "
+                     f"{sum(int(o.get('records_removed') or 0) for o in changed)} record(s), "
+                     f"{human_bytes(sum(int(o.get('bytes_removed') or 0) for o in changed))}")
+    return (f"applying the plan {uri} ({made}; --now {format_instant(plan.now_ms)}, {len(plan.decisions)} "
+            f"partition(s) in scope): " + ("; ".join(parts) or "nothing to do"))
 
 
 def _setting_text(value: Any) -> str:
@@ -249,13 +278,15 @@ class PlanStage:
     write_uri: str | None = None
     decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def check_unchanged(self, ctx: "JobContext") -> None:
-        """With ``--apply``: refuse (exit 2) when the log dir differs from the plan's fingerprint. Call it
-        before anything is changed; the listing it checks is the one the run works from (taken under the
-        lock, after recovery)."""
+    def check_unchanged(self, storage: Storage, log_dir: str, listing: LogDirListing,
+                        keys: Iterable[tuple[str, int]]) -> None:
+        """With ``--apply``: refuse (exit 2) when the log dir differs from the plan's fingerprint over the
+        partitions ``keys`` (the run's scope). Call it before anything is changed and before Spark starts (a
+        refusal costs a listing, not a session start); the listing it checks is the one the run works from
+        (taken under the lock, after recovery)."""
         if self.applying is None:
             return
-        now = fingerprint(ctx.storage, ctx.log_dir, ctx.listing, ctx.scans)
+        now = fingerprint(storage, log_dir, listing, keys)
         diff = first_difference(self.applying.fingerprint, now)
         if diff:
             raise UsageError(f"--apply {self.apply_uri}: refused, nothing done: {diff}; make a new plan "
@@ -293,10 +324,12 @@ class PlanStage:
                     options=dict(options),
                     configs={t: ctx.configs.for_topic(t).to_settings() for t in sorted({t for t, _ in ctx.scans})},
                     fingerprint=fingerprint(ctx.storage, ctx.log_dir, ctx.listing, ctx.scans),
-                    decisions={k: self.decisions[k] for k in sorted(self.decisions)}, run_id=ctx.report.run_id)
+                    decisions={k: self.decisions[k] for k in sorted(self.decisions)}, run_id=ctx.report.run_id,
+                    made_ms=ctx.seams.clock())
         write_plan(plan, uri, ctx.options.storage_options())
         ctx.progress(f"plan written to {uri}; carry it out with --apply {uri}", event="plan.written", uri=uri)
 
 
 __all__ = ["PLAN_FORMAT", "PLAN_VERSION", "Plan", "PlanStage",
-           "decision_difference", "fingerprint", "first_difference", "load_for_apply", "read_plan", "write_plan"]
+           "decision_difference", "describe_plan", "fingerprint", "first_difference", "load_for_apply", "read_plan",
+           "write_plan"]

@@ -120,8 +120,11 @@ class SparkTasks:
     say) are restored after each job; they are per thread, as Spark's local properties are."""
 
     def __init__(self, spark: Any, *, job_group: str | None = None) -> None:
+        from segment_io.spark.workers import use_this_python_for_local_workers
+
         self.spark = spark
         self.job_group = job_group
+        use_this_python_for_local_workers(spark)  # a user's own local session: its workers import segjobs
 
     @property
     def parallelism(self) -> int:
@@ -213,10 +216,10 @@ def spark_job_labels(sc: Any, group: str | None, description: str | None) -> Ite
 
 @dataclass
 class InProcessTasks:
-    """Tasks run one after another in this process, for tests of the drivers without Spark. Every item and
-    result makes a pickle round trip, as it would to and from an executor, so a task that could not be
-    shipped fails here too. Storage objects alone pass by reference: their pickling is tested on its own,
-    and a copy would cost a new S3 client (a second or so) per task."""
+    """Tasks run one after another in this process, for tests of the drivers without Spark (and for ``segjobs
+    warm-up``). Every item and result makes a pickle round trip, as it would to and from an executor, so a task
+    that could not be shipped fails here too. Storage objects alone pass by reference: their pickling is tested
+    on its own, and a copy would cost a new S3 client (a second or so) per task."""
 
     parallelism: int = 1
     env: dict[str, str] = field(default_factory=dict)

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Mapping, TextIO
+
+from segment_io.errors import JavaNotFoundError
 
 #: Settings every segjobs session needs. Arrow is the transport for Python data sources and
 #: mapInArrow; filter pushdown lets the data source skip segments by offset and time.
@@ -42,6 +45,51 @@ def spark_log_level(verbose: bool = False) -> str | None:
     if verbose:
         return "INFO"
     return os.environ.get(LOG_LEVEL_ENV, "").strip().upper() or None
+
+
+#: How to get a Java Spark can run on: the end of every "no Java" error.
+JAVA_FIX = "install Java 17 (apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+
+
+def java_problem() -> str | None:
+    """Why Spark could not launch its JVM from this process, or None when it can (or needs not: a session or
+    spark-submit's JVM is already running). Spark's launcher runs ``$JAVA_HOME/bin/java`` when JAVA_HOME is
+    set, else ``java`` from PATH; this looks for the same file, without running it."""
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return None  # under spark-submit: its JVM is running
+    if "pyspark" in sys.modules:
+        from pyspark import SparkContext
+
+        if SparkContext._active_spark_context is not None:
+            return None
+    java_home = os.environ.get("JAVA_HOME", "").strip()
+    if java_home:
+        java = Path(java_home) / "bin" / "java"
+        if java.is_file() and os.access(java, os.X_OK):
+            return None
+        return f"Spark needs Java, and JAVA_HOME={java_home} has no executable bin/java"
+    if shutil.which("java") is None:
+        return "Spark needs Java, and there is no `java` on PATH (and JAVA_HOME is not set)"
+    return None
+
+
+def check_java() -> None:
+    """Raise :class:`~segment_io.errors.JavaNotFoundError` (exit code 2) when Spark could not launch its JVM
+    (see :func:`java_problem`): the jobs call it before any work, so a machine without Java costs no lock,
+    no recovery and no 30-line gateway traceback."""
+    problem = java_problem()
+    if problem:
+        raise JavaNotFoundError(f"{problem}: {JAVA_FIX}; nothing was done")
+
+
+def _gateway_exited(exc: BaseException) -> bool:
+    """Whether ``exc`` is PySpark's "the Java gateway process exited" (the JVM did not start)."""
+    condition = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
+    try:
+        name = condition() if condition else None
+    except Exception:  # noqa: BLE001 - an older PySpark exception without the accessor
+        name = None
+    return name == "JAVA_GATEWAY_EXITED" or "JAVA_GATEWAY_EXITED" in str(exc)
 
 
 def build_session(app_name: str = "segjobs", master: str | None = None,
@@ -88,8 +136,21 @@ def build_session(app_name: str = "segjobs", master: str | None = None,
             builder = builder.master("local[*]")
     for key, value in conf.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    check_java()
+    try:
+        session = builder.getOrCreate()
+    except Exception as exc:
+        if not _gateway_exited(exc):
+            raise
+        # java was found but its JVM exited at once (a broken or too old Java): the same fix, without
+        # PySpark's traceback
+        java = (f"{os.environ['JAVA_HOME'].strip()}/bin/java" if os.environ.get("JAVA_HOME", "").strip()
+                else shutil.which("java"))
+        raise JavaNotFoundError(f"Spark's JVM ({java}) exited before it started (see the lines above): "
+                                f"{JAVA_FIX}") from None
     session.sparkContext.setLogLevel(level or "WARN")
+    if _QUIET_ON_INTERRUPT:
+        _quiet_on_interrupt(session)
     return session
 
 
@@ -151,13 +212,69 @@ def separate_stderr_under_spark_submit() -> bool:
     return True
 
 
-def stop_active_session() -> None:
+#: Set by the command line (:func:`silence_spark_on_interrupt`): sessions it builds go quiet on Ctrl-C.
+_QUIET_ON_INTERRUPT = False
+
+
+def silence_spark_on_interrupt() -> None:
+    """For the command line: from the first Ctrl-C on, Spark's and Py4J's own log lines are silenced in the
+    sessions :func:`build_session` makes (the jobs being cancelled make Spark log warnings and stack traces
+    that say nothing to the user; the command says what was committed). Not for notebooks, whose sessions
+    outlive an interrupted cell."""
+    global _QUIET_ON_INTERRUPT
+    _QUIET_ON_INTERRUPT = True
+
+
+def _quiet_on_interrupt(session: Any) -> None:
+    """Put a SIGINT handler in front of PySpark's (which cancels the running jobs, then raises
+    KeyboardInterrupt) that first silences Spark's logging."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers belong to the main thread
+    previous = signal.getsignal(signal.SIGINT)
+    if getattr(previous, "segjobs_quiet", False):
+        return
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        _silence(session)
+        if callable(previous):
+            previous(signum, frame)
+        raise KeyboardInterrupt
+
+    on_interrupt.segjobs_quiet = True  # type: ignore[attr-defined]
+    signal.signal(signal.SIGINT, on_interrupt)
+
+
+def _silence(session: Any) -> None:
+    import logging
+
+    logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)
+    try:
+        # every logger, not only the root: conf/log4j2.properties gives org.apache.spark a level of its own
+        log4j = session.sparkContext._jvm.org.apache.logging.log4j
+        log4j.core.config.Configurator.setAllLevels("", log4j.Level.OFF)
+    except Exception:  # noqa: BLE001 - the JVM may be going already; stopping is all that is left
+        pass
+
+
+def stop_active_session(*, quiet: bool = False) -> None:
     """Stop the Spark session this process started, if any: a clean JVM shutdown instead of executors
-    killed mid-heartbeat (what spark-submit and the console script do when a command returns)."""
-    if "pyspark" not in __import__("sys").modules:
+    killed mid-heartbeat (what spark-submit and the console script do when a command returns). ``quiet``
+    (after an interrupt): Spark's and Py4J's own log lines are silenced first, since jobs cancelled mid-task
+    make Spark log errors and stack traces (a broadcast gone, a task killed) that say nothing to the user."""
+    if "pyspark" not in sys.modules:
         return
     from pyspark.sql import SparkSession
 
     session = SparkSession.getActiveSession()
-    if session is not None:
+    if session is None:
+        return
+    if quiet:
+        _silence(session)
+    try:
         session.stop()
+    except Exception:  # noqa: BLE001 - a JVM already gone (its gateway closed): nothing left to stop
+        if not quiet:
+            raise

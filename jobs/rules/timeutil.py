@@ -47,6 +47,10 @@ def parse_instant(text: Instant | None, *, option: str = "--now") -> int:
     s = text.strip()
     if s.lstrip("-").isdigit():
         value = int(s)
+        compact = _compact_date(s)
+        if compact is not None:
+            raise UsageError(f"{option} {s!r} looks like the date {compact}: give it as ISO-8601 ({option} "
+                             f"{compact}) or epoch milliseconds ({parse_instant(compact, option=option)})")
         if 0 <= value < 10**11:
             raise UsageError(f"{option} {s!r} looks like epoch seconds; segjobs takes epoch milliseconds "
                              f"(e.g. {value * 1000}) or ISO-8601")
@@ -62,6 +66,23 @@ def parse_instant(text: Instant | None, *, option: str = "--now") -> int:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     return _in_range(int(dt.timestamp() * 1000), s, option)
+
+
+def _compact_date(digits: str) -> str | None:
+    """``20231122`` -> ``2023-11-22`` (and ``YYYYMMDDHHMM[SS]`` -> ``...THH:MM[:SS]Z``): the ISO-8601 form of
+    a run-together date, or None when ``digits`` is not one. Eight digits read as epoch seconds or milliseconds
+    would fall in 1970, and fourteen after 2100: nobody means those."""
+    formats = {8: "%Y%m%d", 14: "%Y%m%d%H%M%S"}
+    fmt = formats.get(len(digits))
+    if fmt is None:
+        return None
+    try:
+        dt = datetime.strptime(digits, fmt).replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    if not 1970 <= dt.year < 2100:
+        return None
+    return dt.strftime("%Y-%m-%d") if len(digits) == 8 else dt.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _in_range(ms: int, text: str, option: str) -> int:

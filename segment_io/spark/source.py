@@ -180,5 +180,9 @@ def _batches_that_may_match(headers: BatchHeaders, bounds: RowBounds, first_floo
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``spark.read.format("kafka-segments")`` available in ``spark``."""
+    """Make ``spark.read.format("kafka-segments")`` available in ``spark`` (in a local session whose workers'
+    Python nobody chose, they run this interpreter: see :mod:`segment_io.spark.workers`)."""
+    from segment_io.spark.workers import use_this_python_for_local_workers
+
+    use_this_python_for_local_workers(spark)
     spark.dataSource.register(KafkaSegmentsDataSource)

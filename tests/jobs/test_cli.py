@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -220,3 +221,81 @@ def test_recover_help_says_what_dry_run_does(capsys):
     with pytest.raises(SystemExit):
         main(["recover", "--help"])
     assert "print the actions a real run would take now" in " ".join(capsys.readouterr().out.split())
+
+
+# --------------------------------------------------------------------------------------------------
+# Ctrl-C: exit 130, what was committed, no Spark stack
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_ctrl_c_mid_run_lists_the_committed_partitions_and_prints_no_stack(tmp_path) -> None:
+    """SIGINT to the process group (what a terminal's Ctrl-C sends) once the first partition is committed:
+    exit 130, one line naming every committed partition (and only those changed files), no Spark ERROR/WARN
+    lines and no traceback, and nothing left for recovery. One Spark start-up (local[1], a subprocess)."""
+    import signal
+    import subprocess
+    import sys
+
+    from segment_io.generate import GenerateSpec, generate_log_dir
+
+    d = tmp_path / "logs"
+    generate_log_dir(GenerateSpec(topics=("a", "b", "c"), partitions=6, records=20_000, seed=7), d)
+    before = _files(d)
+    env = {k: v for k, v in os.environ.items() if k != "SEGJOBS_SPARK_LOG"}
+    env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    proc = subprocess.Popen([sys.executable, "-m", "jobs", "compact", "--log-dir", str(d), "--set",
+                             "*:cleanup.policy=compact", "--now", NOW, "--master", "local[1]"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    seen = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            seen.append(line)
+            if ": compacted in " in line:
+                os.killpg(proc.pid, signal.SIGINT)
+                break
+        err = "".join(seen) + proc.stderr.read()
+        assert proc.wait(timeout=120) == 130, err
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    lines = err.splitlines()
+    (message,) = [line for line in lines if "interrupted" in line]
+    assert message.startswith("segjobs compact: interrupted: committed before the stop: "), message
+    assert message.endswith("run the command again to do them (its recovery first completes or rolls back any "
+                            "commit the stop cut short; `segjobs recover` does only that)")
+    named = sorted(m.split(" (")[0] for m in message.split(" partition(s): ", 1)[1].split("; ")[0].split(", "))
+    compacted = sorted(line.split("] ", 1)[1].split(":")[0] for line in lines if ": compacted in " in line)
+    assert named == compacted and named, (named, compacted)
+    assert len(named) < 18, "the run ended before the interrupt: nothing to test"
+    # only the partitions named changed (the others were left as they were) ...
+    after = _files(d)
+    changed = sorted({k.split("/")[0] for k in set(before) | set(after) if before.get(k) != after.get(k)})
+    assert [c for c in changed if "-" in c and not c.endswith("checkpoint")] == named
+    # ... and nothing is left for recovery: every commit was complete
+    # (the JVM's own start-up "WARNING: Using incubator modules" is not Spark's log)
+    assert not [line for line in lines if re.search(r"\b(ERROR|WARN)\b|Traceback", line)], err
+    recover = subprocess.run([sys.executable, "-m", "jobs", "recover", "--log-dir", str(d), "--dry-run"],
+                             capture_output=True, text=True, env=env, timeout=120)
+    assert recover.returncode == 0 and "would recover 0 of 18 partition(s)" in recover.stdout, recover
+
+
+def test_the_interrupt_message_names_what_was_committed() -> None:
+    from jobs.engine.frame import interrupted_message
+    from jobs.engine.report import RunReport
+
+    report = RunReport(command="retain", log_dir="/logs", now_ms=0, dry_run=False)
+    report.partitions += [{"topic": "t", "partition": 10, "action": "delete", "applied": True},
+                          {"topic": "t", "partition": 2, "action": "delete", "applied": True},
+                          {"topic": "u", "partition": 0, "action": "none", "applied": False},
+                          {"topic": "v", "partition": 0, "action": "error", "applied": False}]
+    message = interrupted_message(report, writes=True, lock_taken=True)
+    assert message.startswith("interrupted: committed before the stop: 2 partition(s): t-2 (delete), t-10 (delete); "
+                              "the other partitions were left as they were")
+    assert "and 1 more" in interrupted_message(report, writes=True, lock_taken=True, shown=1)
+    assert interrupted_message(report, writes=True, lock_taken=False) == \
+        "interrupted before any work: nothing was changed"
+    assert interrupted_message(report, writes=False, lock_taken=False) == \
+        "interrupted: nothing was changed (this run writes nothing)"

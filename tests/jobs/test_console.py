@@ -341,7 +341,10 @@ def test_spark_submit_prints_the_summary_on_stdout_and_no_spark_info_lines(tmp_p
     lines.
 
     spark-submit merges the Python process's stderr into its stdout; the job puts it back on the JVM's
-    stderr. One light run: local[1], a tiny log dir, a dry run."""
+    stderr. Typed as a user would in a fresh shell: ``.venv/bin/spark-submit`` with the venv not activated and
+    no PYSPARK_PYTHON or SPARK_HOME (spark-submit finds its Spark through the link `make venv` makes, and the
+    script re-runs itself in the venv's Python: jobs.submit_python). One light run: local[1], a tiny log dir,
+    a dry run."""
     import subprocess
     import sys
 
@@ -351,8 +354,7 @@ def test_spark_submit_prints_the_summary_on_stdout_and_no_spark_info_lines(tmp_p
         pytest.fail(f"spark-submit not found beside {sys.executable}: pyspark's scripts are missing")
     d = tmp_path / "logs"
     _keyed(d, "orders", 0, keys=5, rounds=3)
-    env = {k: v for k, v in os.environ.items() if k != "SEGJOBS_SPARK_LOG"}
-    env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "SPARK_LOCAL_IP": "127.0.0.1"}
     proc = subprocess.run(
         [str(spark_submit), "--master", "local[1]", "--properties-file", "conf/spark-defaults.conf",
          "--conf", "spark.ui.enabled=false", "jobs/compact.py", "--log-dir", str(d),

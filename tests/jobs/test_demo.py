@@ -59,6 +59,9 @@ def test_a_stale_quote_is_caught() -> None:
 def test_the_demo_exits_0_and_shows_every_outcome(spark, tmp_path, capsys) -> None:
     assert demo.main(["--dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
+    # one banner per step, numbered in order: generate, compact and retain on each night, verify
+    banners = [line.split()[1] for line in out.splitlines() if line.startswith("== ")]
+    assert banners == [f"{i}/6" for i in range(1, 7)], banners
     night1, night2 = out.split("night 2:", 1)
     for expected in ("no compact policy (cleanup.policy=delete)", "nothing to clean: bound by active segment",
                      "partial: map full at offset", "deleted segments pending purge until"):

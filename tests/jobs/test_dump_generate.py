@@ -51,11 +51,67 @@ def test_generate_writes_a_broker_style_log_dir_that_kafka_python_reads(tmp_path
     assert logs[0].read_bytes() == (again / "user.events-v2-1" / logs[0].name).read_bytes()
 
 
-def test_generate_refuses_a_dir_that_already_holds_partitions(tmp_path: Path, capsys) -> None:
-    assert _generate(tmp_path) == 0
+def test_generate_refuses_a_non_empty_out_naming_append_and_append_adds_topics(tmp_path: Path, capsys) -> None:
+    from jobs.rules.config import ConfigSet
+    from segment_io.checkpoint import read_offset_checkpoint
+    from segment_io.storage import open_storage
+
+    out = tmp_path / "logs"
+    assert _generate(out) == 0
+    config = tmp_path / "logs.topics.toml"
+    written = config.read_text()
+    before = sorted(p.name for p in out.iterdir())
     capsys.readouterr()
-    assert _generate(tmp_path) == 2
-    assert "already holds files" in capsys.readouterr().err
+    assert _generate(out) == 2
+    assert capsys.readouterr().err == (
+        f"segjobs generate: error: --out {out} is not empty (it holds cleaner-offset-checkpoint, "
+        f"log-start-offset-checkpoint, orders-0, orders-1, user.events-v2-0 and 1 more): give a new or empty "
+        f"directory, or pass --append to add these topics to the log dir in it; nothing was written\n")
+    assert sorted(p.name for p in out.iterdir()) == before and config.read_text() == written
+    # --append: new topics only (a clash is refused before anything is written) ...
+    assert main(["generate", "--out", str(out), "--append", "--topics", "clicks,orders", "--quiet"]) == 2
+    assert "already holds orders-0, orders-1: --append adds new topics only" in capsys.readouterr().err
+    assert main(["generate", "--out", str(out), "--append", "--topics", "clicks", "--partitions", "1",
+                 "--records", "100", "--quiet"]) == 0
+    # ... the others and their checkpoint entries are kept, and the topics config covers all of them
+    assert sorted(p.name for p in out.iterdir()) == sorted([*before, "clicks-0"])
+    storage = open_storage(str(out))
+    assert set(read_offset_checkpoint(storage, str(out / "log-start-offset-checkpoint"))) == {
+        ("orders", 0), ("orders", 1), ("user.events-v2", 0), ("user.events-v2", 1), ("clicks", 0)}
+    assert config.read_text().startswith(written)
+    configs = ConfigSet.load(config)
+    for topic in ("orders", "user.events-v2", "clicks"):
+        assert configs.for_topic(topic).compact and configs.for_topic(topic).segment_bytes == (
+            64 << 10 if topic != "clicks" else 1 << 20)
+
+
+def test_generate_writes_its_topics_config_beside_the_log_dir_and_says_how_to_run(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "logs"
+    assert main(["generate", "--out", str(out), "--records", "100", "--start", "2026-11-20", "--span", "2d",
+                 "--quiet"]) == 0
+    stdout = capsys.readouterr().out.splitlines()
+    assert stdout[1:] == [f"topics config: {out}.topics.toml (cleanup.policy=compact for orders); e.g.",
+                          f"  segjobs compact --log-dir {out} --config {out}.topics.toml "
+                          f"--now 2026-11-23T00:00:00.000Z"]
+    assert not [p for p in out.iterdir() if p.is_file() and "toml" in p.name]  # nothing foreign in the log dir
+    # an existing file is not overwritten; 'none' writes no config and says which --now follows the data
+    assert main(["generate", "--out", str(tmp_path / "two"), "--config-out", f"{out}.topics.toml"]) == 2
+    assert "--config-out" in capsys.readouterr().err and not (tmp_path / "two").exists()
+    assert main(["generate", "--out", str(tmp_path / "two"), "--records", "100", "--config-out", "none",
+                 "--quiet"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "timestamps run from 2023-11-14T22:13:20.000Z to 2023-11-21T22:13:20.000Z: run the jobs with e.g. "
+        "--now 2023-11-22T22:13:20.000Z")
+    assert not (tmp_path / "two.topics.toml").exists()
+
+
+def test_generate_help_says_which_timestamps_it_writes_and_how_to_choose(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "by default from 2023-11-14T22:13:20Z over 7 days" in text
+    assert "give the jobs --now" in text and "--start 2026-11-20" in text
+    assert "--append" in text and "--config-out" in text
 
 
 @pytest.mark.parametrize("bad", [["--superseded", "1.5"], ["--segment-bytes", "12 parsecs"], ["--codec", "brotli"]])

@@ -17,6 +17,7 @@ from jobs.engine.planfile import (
     first_difference,
     write_plan,
 )
+from jobs.rules.timeutil import format_instant
 from segment_io.layout import segment_file_name
 from segment_io.storage import open_storage
 from tests.jobs.test_retain import NOW, OLD, RECENT, build_partition, deleted, entry
@@ -125,6 +126,33 @@ def test_apply_refuses_a_log_dir_that_changed_and_names_the_first_difference(spa
     code, _, err = cli(capsys, "retain", "--log-dir", str(log_dir), "--apply", str(plan_file), "--quiet")
     assert code == 2 and files(log_dir) == before
     assert "refused, nothing done: the retention decided now differs from the plan: t-0.delete: " in err
+
+
+def test_apply_on_a_changed_log_dir_is_refused_before_spark_starts(retained, tmp_path, capsys) -> None:
+    from jobs import api
+    from tests.support.spark import spark_forbidden
+
+    log_dir, bases = retained
+    plan_file = tmp_path / "plan.json"
+    # the plan of a dry run whose tasks ran in this process (the same planners and tasks as on Spark)
+    made = api.retain(log_dir, api.RetainOptions(dry_run=True, plan=str(plan_file), overrides=("t:retention.ms=1d",)),
+                      now=NOW, seams=api.Seams(runner=api.InProcessTasks()))
+    assert made.exit_code == 0
+    run_id = json.loads(plan_file.read_text())["run_id"]
+    active = log_dir / "t-0" / segment_file_name(bases[-1])
+    size = active.stat().st_size
+    with active.open("ab") as f:  # a broker appended since the plan was made
+        f.write(b"\0" * 12)
+    before = files(log_dir)
+    with spark_forbidden():
+        code, out, err = cli(capsys, "retain", "--log-dir", str(log_dir), "--apply", str(plan_file))
+    assert code == 2 and files(log_dir) == before and out == ""
+    assert f"refused, nothing done: t-0: {active.name} changed size {size} -> {size + 12} since the plan" in err
+    # the run said first which plan it was applying, when and by which run it was made, and what it would do
+    (applying,) = [line for line in err.splitlines() if "applying the plan" in line]
+    assert applying.startswith(f"segjobs retain: applying the plan {plan_file} (made 20"), applying
+    assert f"by run {run_id}; --now {format_instant(NOW)}, 2 partition(s) in scope): retention deletes 2 " \
+           f"segment(s), " in applying and applying.endswith(", in 1 partition(s)")
 
 
 def test_plan_and_apply_usage_errors_cost_no_spark(retained, tmp_path, capsys) -> None:

@@ -35,6 +35,23 @@ def test_instants_out_of_range_are_refused_naming_the_option(text) -> None:
         parse_instant(text, option="--start")
 
 
+@pytest.mark.parametrize(("text", "iso", "ms"), [("20231122", "2023-11-22", 1_700_611_200_000),
+                                                ("20231122030000", "2023-11-22T03:00:00Z", 1_700_622_000_000)])
+def test_a_run_together_date_is_answered_with_its_iso_form(text, iso, ms) -> None:
+    # read as epoch seconds 20231122 is 1970-08-23: the suggestion is the date that was meant, not that
+    with pytest.raises(UsageError) as info:
+        parse_instant(text)
+    assert str(info.value) == f"--now {text!r} looks like the date {iso}: give it as ISO-8601 (--now {iso}) or " \
+                              f"epoch milliseconds ({ms})"
+    assert parse_instant(iso) == ms
+
+
+@pytest.mark.parametrize("text", ["20231340", "19691231"])  # no such month; a year out of range
+def test_eight_digits_that_are_no_date_still_read_as_seconds(text) -> None:
+    with pytest.raises(UsageError, match="looks like epoch seconds"):
+        parse_instant(text)
+
+
 def test_resolve_now() -> None:
     assert resolve_now("2026-11-22T03:00:00Z") == (parse_instant("2026-11-22T03:00:00Z"), None)
     now, note = resolve_now(None)

@@ -1,0 +1,100 @@
+"""A machine without a usable Java: every command that needs Spark exits 2 before any work, with one line
+that says how to get Java, and no PySpark traceback (issue 18 item 4). Run as a user would, in a subprocess
+whose PATH and JAVA_HOME have no java."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobs.engine.spark_session import JAVA_FIX, java_problem
+from tests.support.builders import LogBuilder, rec, write_log
+
+REPO = Path(__file__).resolve().parents[2]
+NOW = "2026-11-22T03:00:00Z"
+
+
+@pytest.fixture()
+def log_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "logs"
+    log = LogBuilder("orders", 0, timestamp=1_700_000_000_000)
+    log.batch([rec("k", "v1"), rec("k", "v2")])
+    log.roll().batch([rec("k", "active")])
+    write_log(log.table(), d / "orders-0")
+    return d
+
+
+def segjobs(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "jobs", *argv], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def no_java_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The test's environment with a PATH holding no java (an empty directory) and no JAVA_HOME."""
+    empty = tmp_path / "bin"
+    empty.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "PYSPARK_GATEWAY_PORT")}
+    env.update(PATH=str(empty), **extra)
+    return env
+
+
+def leftovers(log_dir: Path) -> list[str]:
+    """What a run that did anything leaves: the lock file, the work dir beside the log dir."""
+    return sorted(p.name for p in [log_dir / ".lock", log_dir.with_name(log_dir.name + ".segjobs")] if p.exists())
+
+
+@pytest.mark.parametrize("command", [["compact"], ["retain"], ["inspect"], ["compact", "--dry-run"]])
+def test_no_java_exits_2_before_any_work_with_the_fix(tmp_path: Path, log_dir: Path, command: list[str]) -> None:
+    proc = segjobs([command[0], "--log-dir", str(log_dir), "--now", NOW, *command[1:]], no_java_env(tmp_path))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (f"segjobs {command[0]}: error: Spark needs Java, and there is no `java` on PATH (and "
+                           f"JAVA_HOME is not set): {JAVA_FIX}; nothing was done\n")
+    assert "install Java 17 (apt-get install openjdk-17-jre-headless) or set JAVA_HOME" in proc.stderr
+    assert proc.stdout == "" and leftovers(log_dir) == []  # no lock taken, no recovery, no Spark
+
+
+def test_a_java_home_without_java_is_named(tmp_path: Path, log_dir: Path) -> None:
+    home = tmp_path / "jdk"
+    home.mkdir()
+    proc = segjobs(["compact", "--log-dir", str(log_dir), "--now", NOW], no_java_env(tmp_path, JAVA_HOME=str(home)))
+    assert proc.returncode == 2
+    assert proc.stderr == (f"segjobs compact: error: Spark needs Java, and JAVA_HOME={home} has no executable "
+                           f"bin/java: {JAVA_FIX}; nothing was done\n")
+
+
+def test_a_jvm_that_exits_at_once_is_the_same_error_without_a_traceback(tmp_path: Path, log_dir: Path) -> None:
+    """A java that is there but does not start (broken, or too old): PySpark's JAVA_GATEWAY_EXITED becomes the
+    same one-line error and exit 2 (Airflow does not retry it). No real JVM starts: the fake one exits at once."""
+    home = tmp_path / "jdk"
+    (home / "bin").mkdir(parents=True)
+    java = home / "bin" / "java"
+    java.write_text("#!/bin/sh\necho 'Error: this JVM cannot start' >&2\nexit 1\n")
+    java.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_GATEWAY_PORT"}
+    env.update(JAVA_HOME=str(home), PATH="/usr/bin:/bin")
+    proc = segjobs(["compact", "--log-dir", str(log_dir), "--now", NOW], env)
+    assert proc.returncode == 2, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == (f"segjobs compact: error: Spark's JVM ({java}) exited before it started (see the lines above): "
+                    f"{JAVA_FIX}")
+    assert "Traceback" not in proc.stderr and "JAVA_GATEWAY_EXITED" not in proc.stderr
+
+
+def test_java_problem_follows_java_home_then_path(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    if "pyspark" in sys.modules:  # the suite's own session, when one runs, is no answer to this question
+        from pyspark import SparkContext
+
+        monkeypatch.setattr(SparkContext, "_active_spark_context", None)
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert "no `java` on PATH" in (java_problem() or "")
+    (tmp_path / "java").write_text("#!/bin/sh\n")
+    (tmp_path / "java").chmod(0o755)
+    assert java_problem() is None
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nowhere"))  # JAVA_HOME wins over PATH, as in spark-class
+    assert "JAVA_HOME=" in (java_problem() or "")
