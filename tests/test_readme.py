@@ -114,7 +114,8 @@ def clean_environment(home: Path) -> dict[str, str]:
 
 
 def data_source_block() -> str:
-    (block,) = [b for b in python_blocks(DATA_SOURCE_PAGE.read_text()) if 'format("kafka-segments")' in b and "register" in b]
+    blocks = python_blocks(DATA_SOURCE_PAGE.read_text())
+    (block,) = [b for b in blocks if 'format("kafka-segments")' in b and "register" in b]
     return block
 
 
