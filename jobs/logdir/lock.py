@@ -79,10 +79,14 @@ def work_uri(log_dir_uri: str) -> str:
 
     ``/data/kafka-logs`` -> ``/data/kafka-logs.segjobs``; ``s3://b/kafka/logs/`` ->
     ``s3://b/kafka/logs.segjobs``. Leases, staging and ledgers all live below it; never inside the log dir.
+    A local log dir is named by its real path (symbolic links resolved), so one log dir reached through a
+    link has one work dir, whatever name each run gives it: its intents and ledger must never split in two.
     """
     scheme, sep, rest = log_dir_uri.partition("://")
     if not sep:
         rest = log_dir_uri
+    if not sep or scheme == "file":
+        rest = os.path.realpath(rest) if rest.strip("/") else rest
     rest = rest.rstrip("/")
     # An s3 URI's first component is the bucket: "s3://bucket" is a root just like "/".
     if not rest or (scheme == "s3" and "/" not in rest):

@@ -85,7 +85,8 @@ LEFTOVER_ACTIONS = ("delete-staged", "delete-temp", "abort-upload")
 class RecoveryAction:
     """One change recovery made. ``action`` is one of: ``copy-new``, ``delete-old``, ``delete-staged``,
     ``delete-temp``, ``abort-upload``, ``drop-swap``, ``drop-cleaned``, ``drop-original``, ``complete-swap``,
-    ``purge-replaced``, ``restore-old``, ``finish-delete``, ``record-deleted``, ``remove-intent``.
+    ``purge-replaced``, ``restore-old``, ``finish-delete``, ``record-deleted``, ``remove-intent``,
+    ``discard-intent`` (a stale intent, removed without being applied).
     ``size`` is the byte size of a file the action removed, where known."""
 
     action: str
@@ -136,10 +137,20 @@ def recover_partition(storage: Storage, partition_uri: str, *, work_uri: str, no
 
     if replace is not None:  # rule 1: a store whose commit point is the intent finishes it from the intent
         replace = committer.roll_forward(partition_uri, replace, report.add)
-    outcome = _apply_loader_rules(storage, partition_uri, replace, report)
+    stale = None if replace is None else _intent_disagreement(storage, partition_uri, replace)
+    outcome = _apply_loader_rules(storage, partition_uri, replace if stale is None else None, report)
     if replace is not None:
-        _settle_replaced(storage, partition_uri, replace, aborted=outcome == "aborted", report=report)
-        _remove(storage, storage.join(pwork, REPLACE_INTENT), report)
+        intent_uri = storage.join(pwork, REPLACE_INTENT)
+        if stale is not None:
+            # The partition moved on without segjobs (a broker finished this replace, then wrote, cleaned or
+            # deleted on its own): the intent describes files that are not there any more. It is never applied;
+            # Kafka's rules alone decided above, and .deleted files go through the deletion ledger.
+            storage.delete(intent_uri)
+            report.add("discard-intent", intent_uri, f"stale: {stale}; Kafka's loader rules decided instead")
+        else:
+            if outcome is not None or _new_segments_live(storage, partition_uri, replace):
+                _settle_replaced(storage, partition_uri, replace, aborted=outcome == "aborted", report=report)
+            _remove(storage, intent_uri, report)
     for info in committer.leftover_staged(partition_uri):
         storage.delete(info.uri)
         report.add("delete-staged", info.uri, "staged by a commit that is over or never started", info.size)
@@ -250,15 +261,17 @@ def _apply_loader_rules(storage: Storage, partition_uri: str, intent: ReplaceInt
     log_swaps = [f for f in valid if f.suffix == LOG_SUFFIX]
     if log_swaps:
         start = min(f.base_offset for f in log_swaps)
+        end = max(_next_offset(storage, f) for f in log_swaps)
         live = [f for f in files if f.transient == "" and f.is_data]
-        if intent is not None and {f.base_offset for f in log_swaps} <= intent.new.keys():
-            doomed = [f for f in live if f.base_offset in intent.old and f.base_offset >= start]
-            why = "an old segment of the replace intent"
-        else:
-            end = max(_next_offset(storage, f) for f in log_swaps)
-            doomed = [f for f in live if start <= f.base_offset < end]
-            why = f"inside the swap range [{start}, {end})"
-        for f in doomed:
+        for f in live:
+            # Kafka's range rule always holds (no live segment may overlap a swap); a verified intent also names
+            # old segments past the swaps' last offset, whose records the new segments dropped.
+            if start <= f.base_offset < end:
+                why = f"inside the swap range [{start}, {end})"
+            elif intent is not None and f.base_offset in intent.old and f.base_offset >= start:
+                why = "an old segment of the replace intent"
+            else:
+                continue
             storage.delete(f.uri)
             report.add("drop-original", f.uri, why, f.info.size)
     for f in sorted(valid, key=lambda f: f.uri):
@@ -266,6 +279,47 @@ def _apply_loader_rules(storage: Storage, partition_uri: str, intent: ReplaceInt
         report.add("complete-swap", _live_name(f))
     storage.sync_dir(partition_uri)
     return "completed" if valid else "aborted"
+
+
+def _intent_disagreement(storage: Storage, partition_uri: str, intent: ReplaceIntent) -> str | None:
+    """Why the partition's files are not a state that the local replace ``intent`` can have left, or None
+    when they are. A replace leaves its new files as ``.cleaned``, ``.swap`` or live files of exactly the
+    sizes the intent recorded, each ``.log`` within the run it replaces; anything else (a ``.swap`` of
+    another size, or reaching past the replaced run) was made by someone else, typically a broker that
+    finished this replace on start-up and whose own cleaner was interrupted later."""
+    files = list_segment_files(storage, partition_uri)
+    recorded = {(b, sfx): size for b, sizes in intent.new.items() for sfx, size in sizes.items()}
+    swap_logs = []
+    for f in files:
+        if f.transient not in (CLEANED_SUFFIX, SWAP_SUFFIX):
+            continue
+        size = recorded.get((f.base_offset, f.suffix))
+        if size is None:
+            return f"{f.info.name} is not a file of its new segments {sorted(intent.new)}"
+        if f.info.size != size:
+            return f"{f.info.name} has {f.info.size} bytes, the intent recorded {size}"
+        if f.transient == SWAP_SUFFIX and f.suffix == LOG_SUFFIX:
+            swap_logs.append(f)
+    new_bases = sorted(intent.new)
+    # The replaced run ends where the next live segment after it (neither old nor new) begins.
+    last_old = max(intent.old, default=new_bases[0] if new_bases else 0)
+    later = [b for b in live_log_bases(files) if b > last_old and b not in intent.new]
+    run_end = min(later, default=None)
+    for f in swap_logs:
+        i = new_bases.index(f.base_offset)
+        bound = new_bases[i + 1] if i + 1 < len(new_bases) else run_end
+        end = _next_offset(storage, f)
+        if bound is not None and end > bound:
+            return (f"{f.info.name} holds offsets up to {end - 1}, past {bound} where the segment after it "
+                    f"begins")
+    return None
+
+
+def _new_segments_live(storage: Storage, partition_uri: str, intent: ReplaceIntent) -> bool:
+    """Whether every new file of ``intent`` is live with the size it recorded: the replace went through."""
+    live = {(f.base_offset, f.suffix): f.info.size for f in list_segment_files(storage, partition_uri)
+            if f.transient == ""}
+    return all(live.get((b, sfx)) == size for b, sizes in intent.new.items() for sfx, size in sizes.items())
 
 
 def _settle_replaced(storage: Storage, partition_uri: str, intent: ReplaceIntent, *, aborted: bool,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import shutil
 from pathlib import Path
 
@@ -27,53 +26,15 @@ from tests.support.commit_scenario import (
     do_delete,
     do_replace,
     live_data,
+    assert_valid_log,
+    file_bytes,
     name,
-    offsets_in,
     partition_files,
     recover_twice,
     run_to_crash,
+    work_files,
 )
-
-
-def kafka_loader(partition: Path) -> None:
-    """What a broker's LogLoader does to a partition dir on start, as read from LogLoader.java (load() and
-    removeTempFilesAndCollectSwapFiles()), written independently of jobs.logdir.recover.
-
-    1. unlink ``.deleted`` files; collect ``.cleaned`` and ``.swap`` files;
-    2. unlink swaps whose base offset is >= the lowest ``.cleaned`` base offset, then every ``.cleaned``;
-    3. over the ``.log.swap`` files left: lo = lowest base offset, hi = highest next offset (last offset
-       + 1, the base offset for an empty log); unlink every other file whose name starts with an offset in
-       [lo, hi) - snapshots included, Kafka rebuilds them;
-    4. rename every remaining ``.swap`` file to its name without the suffix.
-    """
-    cleaned, swaps = [], []
-    for p in sorted(partition.iterdir()):
-        if p.name.endswith(".deleted"):
-            p.unlink()
-        elif p.name.endswith(".cleaned"):
-            cleaned.append(p)
-        elif p.name.endswith(".swap"):
-            swaps.append(p)
-    lowest_cleaned = min((int(p.name[:20]) for p in cleaned), default=math.inf)
-    kept = []
-    for p in swaps:
-        if int(p.name[:20]) >= lowest_cleaned:
-            p.unlink()
-        else:
-            kept.append(p)
-    for p in cleaned:
-        p.unlink()
-    lo, hi = math.inf, -math.inf
-    for p in kept:
-        if p.name.endswith(".log.swap"):
-            base = int(p.name[:20])
-            offsets = offsets_in(p.read_bytes())
-            lo, hi = min(lo, base), max(hi, offsets[-1] + 1 if offsets else base)
-    for p in partition.iterdir():
-        if not p.name.endswith(".swap") and p.name[:20].isdigit() and lo <= int(p.name[:20]) < hi:
-            p.unlink()
-    for p in kept:
-        p.rename(p.with_name(p.name[: -len(".swap")]))
+from tests.support.broker import cleaner_killed_after_swap, load_partition
 
 
 @pytest.fixture()
@@ -87,7 +48,7 @@ def test_a_broker_loading_the_crashed_dir_reaches_the_same_state_as_segjobs(loca
     run_to_crash(do_replace(local), step)
     broker_copy = tmp_path / "broker" / "orders-3"
     shutil.copytree(local.partition, broker_copy)
-    kafka_loader(broker_copy)
+    load_partition(broker_copy)
     broker_live = live_data({p.name: p.read_bytes() for p in broker_copy.iterdir()})
     expect_new = LOCAL_REPLACE_STEPS.index(step) >= LOCAL_COMMIT_POINT
     assert broker_live == (local.new_state if expect_new else local.old_state)
@@ -114,6 +75,71 @@ def test_without_its_intent_recovery_follows_kafkas_swap_range_rule(local: Scena
     # Without the intent nobody knows the old .deleted files belonged to a replace: purge takes them later.
     assert live_data(files) == (local.new_state if expect_new else local.old_state)
     assert not any(n.endswith((".swap", ".cleaned")) for n in files)
+
+
+@pytest.mark.parametrize("survivors", [
+    [1, 3, 13, 29, 35, 41, 49],  # the broker's cleaned segment has another size than segjobs' staged one
+    [1, 3, 13, 35, 49],  # the same size: only its offset range gives it away
+])
+def test_an_intent_left_after_a_broker_finished_the_swap_is_never_applied(local: Scenario, tmp_path: Path,
+                                                                           survivors: list[int]) -> None:
+    """segjobs dies before old-to-deleted; a broker starts and finishes the swap itself (it knows nothing of
+    replace.json), appends, and its own cleaner dies right after .cleaned -> .swap, leaving a swap for base 0
+    that covers [0, 50). The stale intent must not decide which originals go: Kafka's range rule does."""
+    run_to_crash(do_replace(local), next(s for s in LOCAL_REPLACE_STEPS if s.startswith("old-to-deleted:")))
+    partition = Path(local.partition)
+    load_partition(partition)  # the broker's start-up: segjobs' new 0 and 18 are live, 10 and 20 gone
+    assert live_data(partition_files(local.storage, local.partition)) == local.new_state
+    for base, offsets in {40: list(range(40, 50)), 50: list(range(50, 55))}.items():  # the broker appends
+        for sfx in (".log", ".index", ".timeindex"):
+            (partition / name(base, sfx)).write_bytes(file_bytes(base, sfx, offsets, 3))
+    cleaned = {sfx: file_bytes(0, sfx, survivors, 4) for sfx in (".log", ".index", ".timeindex")}
+    assert (len(cleaned[".log"]) == len(local.new_state[name(0, ".log")])) == (len(survivors) == 5)
+    cleaner_killed_after_swap(partition, 0, cleaned)
+
+    broker = tmp_path / "broker" / partition.name  # what a broker's next start makes of the same dir
+    shutil.copytree(partition, broker)
+    load_partition(broker)
+    expected = live_data({p.name: p.read_bytes() for p in broker.iterdir()})
+    assert expected == {**{name(0, s): d for s, d in cleaned.items()},
+                        **{name(50, s): file_bytes(50, s, list(range(50, 55)), 3)
+                           for s in (".log", ".index", ".timeindex")}}
+
+    report = recover_twice(local)
+    live = live_data(partition_files(local.storage, local.partition))
+    assert_valid_log(live)
+    assert live == expected
+    assert [a.action for a in report.actions].count("discard-intent") == 1
+    assert work_files(local.storage, local) == set(), "the stale intent is gone"
+
+
+def test_an_intent_whose_replace_a_broker_finished_and_moved_past_is_removed_unapplied(local: Scenario) -> None:
+    """The broker finished the replace, then retention deleted segment 0 (renamed .deleted, not unlinked yet):
+    the intent names 0 as its new segment, but it must neither purge that .deleted file now nor restore it."""
+    run_to_crash(do_replace(local), next(s for s in LOCAL_REPLACE_STEPS if s.startswith("old-to-deleted:")))
+    partition = Path(local.partition)
+    load_partition(partition)
+    for sfx in (".log", ".index", ".timeindex"):
+        (partition / name(0, sfx)).rename(partition / (name(0, sfx) + ".deleted"))
+    before = partition_files(local.storage, local.partition)
+    recover_twice(local, now_ms=7_000)
+    assert partition_files(local.storage, local.partition) == before
+    from jobs.logdir.commit import read_ledger
+    pwork = partition_work_uri(local.storage, local.work, local.partition)
+    assert read_ledger(local.storage, pwork) == {0: 7_000}, "file.delete.delay.ms counts from now, as for a broker's"
+    assert work_files(local.storage, local) == {"deleted.json"}
+
+
+def test_a_log_dir_reached_through_a_symlink_has_one_work_dir(local: Scenario, tmp_path: Path) -> None:
+    """The intent of a commit made through the real path is found through a link to the log dir (and the
+    other way round): the work dir is named by the log dir's real path, never the path a run was given."""
+    run_to_crash(do_replace(local), "swap-to-live:" + name(18, ".log"))
+    alias = tmp_path / "alias"
+    alias.symlink_to(local.log_dir)
+    reports = recover_log_dir(local.storage, str(alias), now_ms=5_000)
+    assert [a.action for a in reports[0].actions].count("purge-replaced") == 10  # the intent was found and applied
+    check_replace_outcome(local, expect_new=True)
+    assert not (tmp_path / "alias.segjobs").exists()
 
 
 def test_recover_log_dir_visits_every_partition_and_is_idempotent(tmp_path: Path) -> None:
