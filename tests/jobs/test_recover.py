@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
 
@@ -329,3 +330,87 @@ def test_recover_cleans_and_reports_leftovers_exactly_as_its_dry_run_said(store,
         assert main(["recover", *args, "--now", NOW, *extra]) == 0
         lines, summary = _actions(capsys.readouterr().out)
         assert lines == [] and "; 0 action(s); 0 leftover file(s)" in summary, (extra, lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# A broker between two runs (issue: a stale intent made segjobs build overlapping segments)
+# --------------------------------------------------------------------------------------------------
+
+
+def _check_log(partition: Path, truth: dict) -> list[bytes]:
+    """No overlap, no duplicate or lost offset, and the same key -> latest map as ``truth``; returns the
+    live logs."""
+    from tests.support.broker import log_offsets
+    from tests.support.replay import comparable, live_log_files, read_segments, replay
+
+    logs = live_log_files(partition)
+    bases = [int(p.name[:20]) for p in logs]
+    for i, p in enumerate(logs):
+        end = bases[i + 1] if i + 1 < len(bases) else math.inf
+        assert all(bases[i] <= o < end for o in log_offsets(p.read_bytes())), f"{p.name} overlaps the next segment"
+    got = replay(read_segments(p.read_bytes() for p in logs))
+    assert got.offsets == sorted(set(got.offsets)), "duplicate offsets"
+    assert comparable(got.latest) == truth
+    return [p.read_bytes() for p in logs]
+
+
+def test_compact_after_a_broker_finished_its_swap_and_its_own_cleaner_died(spark, tmp_path: Path) -> None:
+    """segjobs is killed before old-to-deleted; a broker starts (LogLoader finishes the swap; replace.json,
+    which it knows nothing of, stays), appends, and its own cleaner is killed after .cleaned -> .swap with a
+    swap for base 0 covering [0, 45). The next `segjobs recover` and `segjobs compact` must end with a
+    consistent log that replays like the broker's, and keep doing so."""
+    from jobs.commands.cli import main
+    from tests.jobs.test_compact_faults import CONFIG, NOW, T0, HardCrash, compact_with_fault
+    from tests.support.builders import LogBuilder, rec, write_log
+    from tests.support.replay import comparable, read_partition, replay
+
+    config = tmp_path / "t.toml"
+    config.write_text(CONFIG)
+    log_dir = tmp_path / "logs"
+    part = log_dir / "t-0"
+    log = LogBuilder("t", 0, timestamp=T0)
+    for o in range(35):  # segments 0, 10, 20 (cleanable) and 30 (active), keys overwritten throughout
+        if o and o % 10 == 0:
+            log.roll()
+        log.batch([rec(f"k{o % 7}", f"v{o}")])
+    write_log(log.table(), part)
+
+    def die(partition: str, step: str) -> None:
+        if step.startswith("old-to-deleted:"):
+            raise HardCrash(step)
+
+    with pytest.raises(HardCrash):
+        compact_with_fault(["--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet"], die)
+    assert list(part.glob("*.log.swap")) and list((tmp_path / "logs.segjobs").rglob("replace.json"))
+
+    load_partition(part)  # the broker starts: segjobs' compacted segment 0 is live, 10 and 20 are gone
+    appended = LogBuilder("t", 0, start_offset=35, timestamp=T0 + 1000)
+    for o in range(35, 50):  # the broker rolls 30 and appends segments 35 and 45
+        if o == 45:
+            appended.roll()
+        appended.batch([rec(f"k{o % 7}", f"w{o}")])
+    write_log(appended.table(), part)
+    truth = comparable(replay(read_partition(part)).latest)
+
+    # The broker's cleaner compacts [0, 45) into one segment at 0 and is killed right after .cleaned -> .swap.
+    batches = [b for b in read_partition(part) if b.base_offset < 45]
+    last = {r.key: r.offset for b in batches for r in b.records}
+    cleaned = LogBuilder("t", 0)
+    for b in batches:
+        for r in b.records:
+            if last[r.key] == r.offset:
+                cleaned.batch([rec(r.key, r.value, timestamp=r.timestamp, offset=r.offset)])
+    write_log(cleaned.table(), tmp_path / "cleaner")
+    cleaner_killed_after_swap(part, 0, {sfx: (tmp_path / "cleaner" / name(0, sfx)).read_bytes()
+                                        for sfx in (".log", ".index", ".timeindex")})
+    broker = tmp_path / "broker" / "t-0"  # what the broker's next start would make of it
+    shutil.copytree(part, broker)
+    load_partition(broker)
+    kafka_logs = _check_log(broker, truth)
+
+    assert main(["recover", "--log-dir", str(log_dir), "--now", NOW]) == 0
+    assert _check_log(part, truth) == kafka_logs
+    assert not list((tmp_path / "logs.segjobs").rglob("replace.json"))
+    for _ in range(2):  # and later runs keep working on it
+        assert main(["compact", "--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet"]) == 0
+        _check_log(part, truth)
