@@ -324,7 +324,8 @@ class InspectResult(JobResult):
 class RecoverResult:
     """What :func:`recover` did (or, in a dry run, would do)."""
 
-    #: 0: recovered; 1: a partition could not be settled (``failed``), or the lease was lost
+    #: 0: recovered; 1: a partition could not be settled (``failed``), a leftover could not be deleted
+    #: (``problems``), or the lease was lost
     exit_code: int
     log_dir: str
     now_ms: int
@@ -351,6 +352,11 @@ class RecoverResult:
     def failed(self) -> tuple[RecoveryReport, ...]:
         """Partitions whose leftovers could not be settled safely: left as they were, and jobs leave them alone."""
         return tuple(r for r in self.reports if r.error is not None)
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        """Leftovers that could not be deleted (harmless where they are; their partitions are recovered)."""
+        return tuple(p for r in self.reports for p in r.problems)
 
     @property
     def actions(self) -> tuple[RecoveryAction, ...]:
@@ -435,7 +441,7 @@ def recover(log_dir: str | os.PathLike, options: RecoverOptions | None = None, *
     work = work_uri(log_dir)
 
     def result(reports: Sequence[RecoveryReport], lost: str | None, completed: bool = True) -> RecoverResult:
-        failed = any(r.error is not None for r in reports)
+        failed = any(r.error is not None or r.problems for r in reports)
         return RecoverResult(exit_code=1 if failed or lost else 0, log_dir=log_dir, now_ms=now_ms,
                              now_from_wall_clock=now_note is not None, dry_run=options.dry_run, completed=completed,
                              reports=tuple(reports), lease_lost=lost)

@@ -71,6 +71,8 @@ def run(args: argparse.Namespace, *, seams: Seams | None = None) -> int:
     for r in result.failed:
         errors.notice(f"{r.partition_uri}: NOT RECOVERED, left as it is: {r.error}", event="recovery.failed",
                       level="error", partition=partition_name(r.partition_uri))
+    for problem in result.problems:
+        errors.notice(problem, event="recovery.leftover", level="error")
     prefix, suffix = ("would ", " [dry run: nothing changed]") if result.dry_run else ("", "")
     for r in result.reports:
         for a in r.actions:

@@ -364,6 +364,9 @@ class _Frame:
             check = None if lease is None else (lambda: lease.check(seams.clock()))
             reports = recover_log_dir(storage, log_dir, now_ms=self.now_ms, work_uri=self.work_dir, check=check)
             for r in reports:
+                for problem in r.problems:  # harmless where it is: the partition is worked on all the same
+                    report.warnings.append(problem)
+                    progress.notice(problem, event="recovery.leftover")
                 if r.error is not None:
                     unrecovered[parse_partition_dir(partition_name(r.partition_uri))] = r.error
                     progress.error(f"{r.partition_uri}: NOT RECOVERED, left as it is and not touched by this run: "
@@ -408,7 +411,7 @@ class _Frame:
             ctx.scans[(scan.topic, scan.partition)] = scan
             for w in scan.warnings:
                 report.warnings.append(w)
-            if scan.error is not None:
+            if scan.error is not None and error is None:  # one recovery could not settle is reported above
                 progress.error(f"{scan.name}: UNREADABLE, left untouched: {scan.error}", event="partition.unreadable",
                                partition=scan.name)
         progress(f"scanned {len(items)} partition(s)", event="scan.done", partitions=len(items))
@@ -445,8 +448,9 @@ def _check_scope(storage: Storage, log_dir: str, scope: Scope, configs: ConfigSe
 
 def scan_error_entry(scan: PartitionScan) -> dict[str, Any]:
     """The report entry of a partition that could not be read."""
+    what = "not recovered, left as it is" if scan.error and scan.error.kind == "RecoveryError" else "unreadable"
     return {"topic": scan.topic, "partition": scan.partition, "action": "error",
-            "reason": f"unreadable: {scan.error}", "error": scan.error.to_dict() if scan.error else None}
+            "reason": f"{what}: {scan.error}", "error": scan.error.to_dict() if scan.error else None}
 
 
 __all__ = ["JobContext", "JobRun", "preflight", "run_job", "scan_error_entry"]

@@ -51,6 +51,7 @@ from jobs.logdir.commit import (
     LOG_SUFFIX,
     PRIVATE_STAGING_DIR,
     REPLACE_INTENT,
+    STAGED_DIR,
     DeleteIntent,
     RecoveryError,
     ReplaceIntent,
@@ -66,7 +67,7 @@ from jobs.logdir.commit import (
 )
 from jobs.logdir.lock import work_uri as log_dir_work_uri
 from jobs.rules.timeutil import format_instant
-from segment_io.errors import NotFoundError, PreconditionFailedError
+from segment_io.errors import NotFoundError, PreconditionFailedError, SegjobsError, StorageAccessError
 from segment_io.format import scan_batches
 from segment_io.layout import (
     CLEANED_SUFFIX,
@@ -107,9 +108,11 @@ class RecoveryReport:
 
     partition_uri: str
     actions: list[RecoveryAction] = field(default_factory=list)
-    #: Set when what an interrupted run left in this partition cannot be settled safely: the partition was
-    #: left exactly as it was (recovery changes nothing before it raises), and no job may touch it.
+    #: Set when what an interrupted run left in this partition cannot be settled: the partition is left as it
+    #: was when recovery stopped (the error says in which state, and what to fix), and no job may touch it.
     error: RecoveryError | None = None
+    #: Leftovers that could not be deleted (harmless where they are): the partition is recovered all the same.
+    problems: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -128,8 +131,16 @@ def recover_partition(storage: Storage, partition_uri: str, *, work_uri: str, no
     """Complete or roll back the interrupted replace / delete of one partition (rules in the module
     docstring). ``work_uri`` is the log dir's work location. Idempotent. Raises
     :class:`~jobs.logdir.commit.RecoveryError` (changing nothing) when an intent is unreadable or names staged
-    objects that are gone."""
+    objects that are gone, and passes on the error of a step that fails (a rename or delete the store
+    refuses): then the partition is left where that step stopped, which the next recovery takes up."""
     report = RecoveryReport(partition_uri)
+    _recover_partition(storage, partition_uri, work_uri, now_ms, report)
+    return report
+
+
+def _recover_partition(storage: Storage, partition_uri: str, work_uri: str, now_ms: int,
+                       report: RecoveryReport) -> None:
+    """:func:`recover_partition` into ``report``, which keeps the actions taken before a failure."""
     committer = committer_for(storage, work_uri)
     pwork = committer.partition_work_uri(partition_uri)
     replace = read_replace_intent(storage, pwork)
@@ -152,8 +163,7 @@ def recover_partition(storage: Storage, partition_uri: str, *, work_uri: str, no
                 _settle_replaced(storage, partition_uri, replace, aborted=outcome == "aborted", report=report)
             _remove(storage, intent_uri, report)
     for info in committer.leftover_staged(partition_uri):
-        storage.delete(info.uri)
-        report.add("delete-staged", info.uri, "staged by a commit that is over or never started", info.size)
+        _delete_leftover(storage, info, report, "delete-staged", "staged by a commit that is over or never started")
     if delete is not None:
         _finish_delete(storage, partition_uri, pwork, delete, report)
     files = list_segment_files(storage, partition_uri)
@@ -163,7 +173,6 @@ def recover_partition(storage: Storage, partition_uri: str, *, work_uri: str, no
                    f"{len(unknown)} .deleted segment(s) first seen at {now_ms}")
     for info in storage.list(partition_uri) + storage.list(pwork, recursive=True):
         _delete_temp(storage, info, report)
-    return report
 
 
 def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri: str | None = None,
@@ -183,12 +192,17 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
         if check is not None:
             check()
         partition_uri = storage.join(log_dir_uri, name)
+        report = RecoveryReport(partition_uri)
         try:
-            reports.append(recover_partition(storage, partition_uri, work_uri=work, now_ms=now_ms))
-        except RecoveryError as exc:
-            # One partition that cannot be settled must not hold the others back: it is reported, left as it
-            # is (with its intent and staged files, for a person to look at), and the jobs leave it alone.
-            reports.append(RecoveryReport(partition_uri, error=exc))
+            _recover_partition(storage, partition_uri, work, now_ms, report)
+        except StorageAccessError:
+            raise  # the store itself cannot be used (credentials, endpoint): no partition would fare better
+        except (SegjobsError, OSError) as exc:
+            # One partition that cannot be settled must not hold the others back: it is reported with the state
+            # it is in, left as it is (intent and staged files included, for a person to look at), and the jobs
+            # leave it alone; the next recovery takes it up where this one stopped.
+            report.error = stuck_error(storage, partition_uri, work, exc)
+        reports.append(report)
     if check is not None:
         check()
     top = RecoveryReport(log_dir_uri)
@@ -198,17 +212,67 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
     staging_root = storage.join(work, PRIVATE_STAGING_DIR) + "/"
     for info in storage.list(work, recursive=True):
         if info.uri.startswith(staging_root):
-            storage.delete(info.uri)
-            top.add("delete-staged", info.uri, "private staging of an interrupted compaction", info.size)
+            _delete_leftover(storage, info, top, "delete-staged", "private staging of an interrupted compaction")
         elif not info.uri.startswith(commit_root):  # the partitions' commit dirs had their turn above
             _delete_temp(storage, info, top)
     for upload in storage.list_pending_uploads(work):
         storage.abort_pending_upload(upload)
         top.add("abort-upload", upload.uri, f"an upload begun {format_instant(upload.initiated_ms)} and never "
                 f"completed", upload.size)
-    if top.changed:
+    if top.changed or top.problems:
         reports.append(top)
     return reports
+
+
+def unfinished_state(storage: Storage, partition_uri: str, work_uri: str) -> str | None:
+    """What an interrupted commit left in the partition, in words (its intents, ``.cleaned`` / ``.swap`` files,
+    staged objects, and the ``.deleted`` files beside them), or None when no commit is unfinished there. Reads
+    only: for reporting a partition left mid-commit."""
+    committer = committer_for(storage, work_uri)
+    pwork = committer.partition_work_uri(partition_uri)
+    parts = []
+    for name, read in ((REPLACE_INTENT, read_replace_intent), (DELETE_INTENT, read_delete_intent)):
+        uri = storage.join(pwork, name)
+        try:
+            intent = read(storage, pwork)
+        except RecoveryError:
+            parts.append(f"an unreadable intent {uri}")
+            continue
+        if isinstance(intent, ReplaceIntent):
+            parts.append(f"the replace intent {uri} (old segments {sorted(intent.old)} -> new {sorted(intent.new)})")
+        elif isinstance(intent, DeleteIntent):
+            parts.append(f"the delete intent {uri} (segments {list(intent.base_offsets)})")
+    files = list_segment_files(storage, partition_uri)
+    transient = {sfx: [f for f in files if f.transient == sfx] for sfx in (CLEANED_SUFFIX, SWAP_SUFFIX)}
+    staged = committer.leftover_staged(partition_uri)
+    if not parts and not any(transient.values()) and not staged:
+        return None
+    transient[DELETED_SUFFIX] = [f for f in files if f.transient == DELETED_SUFFIX]
+    for sfx, found in transient.items():
+        if found:
+            parts.append(f"{len(found)} {sfx} file(s) of segment(s) {sorted({f.base_offset for f in found})}")
+    if staged:
+        parts.append(f"{len(staged)} staged object(s) under {storage.join(pwork, STAGED_DIR)}")
+    return "; ".join(parts)
+
+
+def describe_stuck(storage: Storage, partition_uri: str, work_uri: str,
+                   exc: BaseException | str) -> tuple[str, bool]:
+    """The report of a partition whose commit or recovery stopped at ``exc``: the cause, the state the partition
+    is left in and what to do about it; and whether it is left mid-commit."""
+    try:
+        state = unfinished_state(storage, partition_uri, work_uri)
+    except (SegjobsError, OSError) as e:  # the report must not fail as well: say what is known
+        state = f"a state that could not be read ({e})"
+    if state is None:
+        return f"{exc}; the partition is left with no commit unfinished", False
+    return (f"{exc}; the partition is left mid-commit, with {state}; fix the cause and run `segjobs recover`, which "
+            f"completes or rolls back what is there (until then no segjobs run changes this partition)", True)
+
+
+def stuck_error(storage: Storage, partition_uri: str, work_uri: str, exc: BaseException) -> RecoveryError:
+    """:func:`describe_stuck` as the error of the partition's recovery report."""
+    return RecoveryError(describe_stuck(storage, partition_uri, work_uri, exc)[0])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -217,8 +281,20 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
 def _delete_temp(storage: Storage, info: FileInfo, report: RecoveryReport) -> None:
     """Rule 6 for one listed file: a temporary file of an interrupted segjobs write goes."""
     if is_temp_file(info.name):
+        _delete_leftover(storage, info, report, "delete-temp", "temporary file of an interrupted write")
+
+
+def _delete_leftover(storage: Storage, info: FileInfo, report: RecoveryReport, action: str, why: str) -> None:
+    """Delete a leftover nothing refers to. One that cannot be deleted is harmless where it is (no reader
+    or commit looks at it), so it is noted in ``report.problems`` and recovery goes on."""
+    try:
         storage.delete(info.uri)
-        report.add("delete-temp", info.uri, "temporary file of an interrupted write", info.size)
+    except StorageAccessError:
+        raise
+    except (SegjobsError, OSError) as exc:
+        report.problems.append(f"could not delete the leftover {info.uri} ({why}): {exc}")
+        return
+    report.add(action, info.uri, why, info.size)
 
 
 def _remove(storage: Storage, uri: str, report: RecoveryReport) -> None:
@@ -508,4 +584,4 @@ class PreviewStorage(Storage):
 
 
 __all__ = ["LEFTOVER_ACTIONS", "PreviewStorage", "RecoveryAction", "RecoveryReport", "recover_log_dir",
-           "recover_partition"]
+           "recover_partition", "describe_stuck", "stuck_error", "unfinished_state"]
