@@ -424,7 +424,7 @@ def recover(log_dir: str | os.PathLike, options: RecoverOptions | None = None, *
     With ``dry_run`` no lock is taken and nothing changes: the reports list what a real run would do."""
     from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir
     from jobs.logdir.lock import LeaseLost, acquire, lease_ttl_ms, work_uri
-    from jobs.logdir.recover import PreviewStorage, recover_log_dir
+    from jobs.logdir.recover import PreviewStorage, fence_of, recover_log_dir
     from segment_io.layout import list_log_dir
     from segment_io.storage import open_storage
 
@@ -458,7 +458,7 @@ def recover(log_dir: str | os.PathLike, options: RecoverOptions | None = None, *
             if lease.notice:
                 progress.notice(lease.notice, event="lease.notice")
             reports = recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work,
-                                      check=lambda: lease.check(seams.clock()))
+                                      check=lambda: lease.check(seams.clock()), fence=fence_of(lease, seams.clock()))
     except LeaseLost as exc:
         # Each partition's recovery is complete or not begun; the next recovery does the rest.
         return result((), str(exc), completed=False)

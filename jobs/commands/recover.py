@@ -73,6 +73,9 @@ def run(args: argparse.Namespace, *, seams: Seams | None = None) -> int:
                       level="error", partition=partition_name(r.partition_uri))
     for problem in result.problems:
         errors.notice(problem, event="recovery.leftover", level="error")
+    for r in result.reports:
+        for note in r.notes:
+            errors.notice(note, event="recovery.kept")
     prefix, suffix = ("would ", " [dry run: nothing changed]") if result.dry_run else ("", "")
     for r in result.reports:
         for a in r.actions:

@@ -223,6 +223,9 @@ class Lease:
     etag: str | None = None
     ttl_ms: int = DEFAULT_TTL_MS
     notice: str | None = None
+    #: the run id of the holder whose lease this one took over (expired, dead, or broken), if any: that run may
+    #: still be at work for a while (see :class:`jobs.logdir.recover.Fence`)
+    took_over: str | None = None
     _storage: Storage | None = field(default=None, repr=False)
     _guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _lost: str | None = field(default=None, repr=False)
@@ -502,9 +505,10 @@ def _take_lease(storage: Storage, log_dir_uri: str, holder: Holder, now_ms: int,
     uri = lease_uri(storage, log_dir_uri)
     record = _lease_record(holder, log_dir_uri, now_ms, now_ms + ttl_ms)
 
-    def granted(etag: str | None, notice: str | None) -> Lease:
+    def granted(etag: str | None, notice: str | None, took_over: str | None = None) -> Lease:
         return Lease(log_dir_uri=log_dir_uri, uri=uri, holder=holder, acquired_ms=now_ms,
-                     expires_ms=now_ms + ttl_ms, etag=etag, ttl_ms=ttl_ms, notice=notice, _storage=storage)
+                     expires_ms=now_ms + ttl_ms, etag=etag, ttl_ms=ttl_ms, notice=notice, took_over=took_over,
+                     _storage=storage)
 
     # A few rounds only to ride out a lease that disappears between our failed create and our read.
     for _ in range(_ACQUIRE_ATTEMPTS):
@@ -530,7 +534,8 @@ def _take_lease(storage: Storage, log_dir_uri: str, holder: Holder, now_ms: int,
         except PreconditionFailedError:
             raise LockHeldError(f"{log_dir_uri}: the lease of {current.holder.describe(current.acquired_ms)} was "
                                 f"taken over by another run at the same moment; lease object {uri}") from None
-        return granted(new_etag, f"{log_dir_uri}: took over the lease of {current.describe()}: {reason}")
+        return granted(new_etag, f"{log_dir_uri}: took over the lease of {current.describe()}: {reason}",
+                       current.holder.run_id)
     raise LockHeldError(f"{log_dir_uri}: the lease {uri} kept changing; another run is contending for it")
 
 

@@ -65,6 +65,7 @@ from jobs.logdir.commit import (
     read_replace_intent,
     record_deleted,
 )
+from jobs.logdir.lock import Lease
 from jobs.logdir.lock import work_uri as log_dir_work_uri
 from jobs.rules.timeutil import format_instant
 from segment_io.errors import NotFoundError, PreconditionFailedError, SegjobsError, StorageAccessError
@@ -74,12 +75,34 @@ from segment_io.layout import (
     DELETED_SUFFIX,
     SWAP_SUFFIX,
     parse_partition_dir,
+    segment_file_name,
 )
 from segment_io.storage.base import FileInfo, PendingUpload, Storage
 from segment_io.storage.local import is_temp_file
 
 #: The actions that remove leftovers of interrupted runs (rule 6, and staged objects no intent refers to).
 LEFTOVER_ACTIONS = ("delete-staged", "delete-temp", "abort-upload")
+#: Another run's staged objects no intent refers to are deleted once they are this old (on the wall clock): a
+#: run commits only while it holds the log dir's lease, checked right before each commit, so after a takeover
+#: only a run caught between that check and its intent can still name them; minutes cover that and clock skew.
+STAGED_GRACE_MS = 10 * 60 * 1000
+
+
+@dataclass(frozen=True)
+class Fence:
+    """Runs whose recent stagings recovery must leave alone: the run whose S3 lease the recovering run just took
+    over (expired, or broken with ``--break-lease``) may still be at work - its tasks staging, its driver between
+    its lease check and its intent - so its staged objects younger than :data:`STAGED_GRACE_MS` on ``wall_ms``
+    (the wall clock, as the lease's) stay, and a later recovery deletes them. Nothing is fenced by default."""
+
+    runs: frozenset[str] = frozenset()
+    wall_ms: int = 0
+
+
+def fence_of(lease: Lease | None, wall_ms: int) -> Fence:
+    """The fence of a recovery under ``lease``: the run it took the lease over from, if any."""
+    took_over = None if lease is None else lease.took_over
+    return Fence(frozenset([took_over] if took_over else []), wall_ms)
 
 
 @dataclass(frozen=True)
@@ -113,6 +136,8 @@ class RecoveryReport:
     error: RecoveryError | None = None
     #: Leftovers that could not be deleted (harmless where they are): the partition is recovered all the same.
     problems: list[str] = field(default_factory=list)
+    #: What recovery deliberately left for later (another run's recent stagings).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -127,18 +152,20 @@ class RecoveryReport:
         self.actions.append(RecoveryAction(action, uri, detail, size))
 
 
-def recover_partition(storage: Storage, partition_uri: str, *, work_uri: str, now_ms: int) -> RecoveryReport:
+def recover_partition(storage: Storage, partition_uri: str, *, work_uri: str, now_ms: int,
+                      fence: Fence | None = None) -> RecoveryReport:
     """Complete or roll back the interrupted replace / delete of one partition (rules in the module
-    docstring). ``work_uri`` is the log dir's work location. Idempotent. Raises
+    docstring). ``work_uri`` is the log dir's work location; ``fence`` the runs whose recent stagings are left
+    alone. Idempotent. Raises
     :class:`~jobs.logdir.commit.RecoveryError` (changing nothing) when an intent is unreadable or names staged
     objects that are gone, and passes on the error of a step that fails (a rename or delete the store
     refuses): then the partition is left where that step stopped, which the next recovery takes up."""
     report = RecoveryReport(partition_uri)
-    _recover_partition(storage, partition_uri, work_uri, now_ms, report)
+    _recover_partition(storage, partition_uri, work_uri, now_ms, fence or Fence(), report)
     return report
 
 
-def _recover_partition(storage: Storage, partition_uri: str, work_uri: str, now_ms: int,
+def _recover_partition(storage: Storage, partition_uri: str, work_uri: str, now_ms: int, fence: Fence,
                        report: RecoveryReport) -> None:
     """:func:`recover_partition` into ``report``, which keeps the actions taken before a failure."""
     committer = committer_for(storage, work_uri)
@@ -146,6 +173,9 @@ def _recover_partition(storage: Storage, partition_uri: str, work_uri: str, now_
     replace = read_replace_intent(storage, pwork)
     delete = read_delete_intent(storage, pwork)
 
+    # the staged files of this partition's intent: once it is settled they are garbage, whoever staged them
+    settled = set() if replace is None else {(replace.run_id, segment_file_name(b, sfx)) for b, sfx in
+                                             replace.new_files()}
     if replace is not None:  # rule 1: a store whose commit point is the intent finishes it from the intent
         replace = committer.roll_forward(partition_uri, replace, report.add)
     stale = None if replace is None else _intent_disagreement(storage, partition_uri, replace)
@@ -163,7 +193,17 @@ def _recover_partition(storage: Storage, partition_uri: str, work_uri: str, now_
                 _settle_replaced(storage, partition_uri, replace, aborted=outcome == "aborted", report=report)
             _remove(storage, intent_uri, report)
     for info in committer.leftover_staged(partition_uri):
-        _delete_leftover(storage, info, report, "delete-staged", "staged by a commit that is over or never started")
+        run = committer.staging_run(partition_uri, info.uri)
+        young = fence.wall_ms - info.mtime_ms < STAGED_GRACE_MS
+        if run is not None and run in fence.runs and (run, info.name) not in settled and young:
+            # Staged by the run whose lease was just taken over, recently: that run may still be staging, or be
+            # caught between its lease check and its intent. Left alone; a later recovery deletes it.
+            report.notes.append(f"kept {info.uri}: staged {format_instant(info.mtime_ms)} by run {run}, whose "
+                                f"lease this run took over; deleted by a run from "
+                                f"{format_instant(info.mtime_ms + STAGED_GRACE_MS)} on")
+        else:
+            _delete_leftover(storage, info, report, "delete-staged", "staged by a commit that is over or never "
+                             "started")
     if delete is not None:
         _finish_delete(storage, partition_uri, pwork, delete, report)
     files = list_segment_files(storage, partition_uri)
@@ -176,7 +216,7 @@ def _recover_partition(storage: Storage, partition_uri: str, work_uri: str, now_
 
 
 def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri: str | None = None,
-                    check: Callable[[], None] | None = None) -> list[RecoveryReport]:
+                    check: Callable[[], None] | None = None, fence: Fence | None = None) -> list[RecoveryReport]:
     """:func:`recover_partition` for every partition of the log dir (those with files, and those with
     segjobs bookkeeping in the work location), then rule 6 for the log dir and the work location
     themselves. ``work_uri`` defaults to the log dir's sibling ``<log-dir>.segjobs``; ``check`` is called
@@ -194,7 +234,7 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
         partition_uri = storage.join(log_dir_uri, name)
         report = RecoveryReport(partition_uri)
         try:
-            _recover_partition(storage, partition_uri, work, now_ms, report)
+            _recover_partition(storage, partition_uri, work, now_ms, fence or Fence(), report)
         except StorageAccessError:
             raise  # the store itself cannot be used (credentials, endpoint): no partition would fare better
         except (SegjobsError, OSError) as exc:
@@ -583,5 +623,6 @@ class PreviewStorage(Storage):
         self._aborted.add(upload)
 
 
-__all__ = ["LEFTOVER_ACTIONS", "PreviewStorage", "RecoveryAction", "RecoveryReport", "recover_log_dir",
+__all__ = ["LEFTOVER_ACTIONS", "PreviewStorage", "Fence", "RecoveryAction", "RecoveryReport", "STAGED_GRACE_MS",
+           "fence_of", "recover_log_dir",
            "recover_partition", "describe_stuck", "stuck_error", "unfinished_state"]
