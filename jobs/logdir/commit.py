@@ -18,7 +18,8 @@ and it only understands its own names there). It lives under the *work location*
   the run that deleted it) from which ``file.delete.delay.ms`` counts. Time is an input of every job,
   never the wall clock, so the ledger, not a file's mtime, carries it; this works the same on S3, where an
   object's last-modified time cannot be set.
-* ``staged/`` (S3 only) - new segment objects written by the job before the commit.
+* ``staged/<run id>/`` (S3 only) - new segment objects written by a run before the commit, each run in its own
+  area (a run whose lease was taken over may still be staging; no two runs ever write the same object).
 
 Replace on local disk (Kafka's own protocol, ``LocalLog.replaceSegments``; a broker's ``LogLoader`` can
 finish or undo it at every instant)
@@ -45,12 +46,12 @@ fsynced (``Storage.open_write`` does that).
 
 Replace on S3 (no rename; per-object atomic PUT/COPY, strongly consistent listing, conditional PUT)
 --------------------------------------------------------------------------------------------------
-The job writes new segment objects under ``<work>/commit/<tp>/staged/`` (:func:`staged_uri`), never in the
-partition prefix, so nothing a Kafka restore or a reader lists changes before the commit point.
+The job writes new segment objects under ``<work>/commit/<tp>/staged/<run id>/`` (:func:`staged_uri`), never in
+the partition prefix, so nothing a Kafka restore or a reader lists changes before the commit point.
 
 1. ``write-intent``: ``replace.json`` with ``put_if_absent``, after checking every staged object exists; it
-   lists old and new files and the staged sizes. **This PUT is the commit point**: from then on recovery
-   rolls forward, using the intent alone (the staged objects stay until the intent is gone).
+   lists old and new files, the staged sizes and the run id. **This PUT is the commit point**: from then on
+   recovery rolls forward, using the intent alone (the staged objects stay until the intent is gone).
 2. ``copy-new:<name>``: server-side copy of each staged object to its live name, segments in *descending*
    base order. The lowest new segment shares its base with the first old one and overwrites it, so it is
    copied last: until then every old object is intact.

@@ -4,29 +4,46 @@ Run by ``segjobs recover`` and at the start of every job, under the log dir's lo
 
 1. **S3 replace intent** (``replace.json`` on a store without rename): roll forward from the intent alone -
    copy every staged object to its live name, delete the old objects no new one overwrote, remove the
-   intent (see :mod:`jobs.logdir.commit`). Staged objects with no intent left are deleted afterwards.
-2. **Kafka's loader rules** for ``.cleaned`` / ``.swap`` files (what ``LogLoader`` does when a broker
+   intent (see :mod:`jobs.logdir.commit`). The run that wrote it may be finishing it at the same time (its
+   lease was taken over mid-commit): a staged object that is missing or vanishes is then no error once that
+   run has removed the intent (``settled-elsewhere``). Staged objects with no intent left are deleted
+   afterwards, except the recent ones (:data:`STAGED_GRACE_MS`) of the run whose lease this one just took
+   over (:class:`Fence`): it may still be staging, or about to write its intent; a later run deletes them.
+2. **A local replace intent is checked against the files** before it is trusted: every ``.cleaned`` /
+   ``.swap`` file must be one of its new files with the size it recorded, and each ``.swap`` log must end
+   before the next new segment (or the first live segment after the replaced run). Anything else means the
+   partition moved on without segjobs - typically a broker finished this replace on start-up (it knows
+   nothing of the intent), appended, and its own cleaner was killed after ``.cleaned -> .swap`` - and the
+   intent is discarded unapplied (``discard-intent``): Kafka's rules alone decide, and ``.deleted`` files go
+   through the deletion ledger.
+3. **Kafka's loader rules** for ``.cleaned`` / ``.swap`` files (what ``LogLoader`` does when a broker
    starts, so a broker and segjobs agree on the outcome): delete every ``.swap`` at or above the lowest
    ``.cleaned`` offset and every ``.cleaned`` file (the replace had not reached its commit point: the old
    segments are untouched); for the remaining swaps, delete the live originals they replace and rename the
-   swaps to live names. The originals in a swap's range are, with a local replace intent, exactly the
-   intent's old segments at or above the lowest remaining ``.log.swap``; without one, Kafka's own rule:
-   live files whose base offset lies in [lowest swap base, highest swap next offset). Producer snapshots
-   are kept either way (a broker rebuilds them; segjobs never needs to drop them).
-3. **Local replace intent**: once the swaps are live, unlink the old segments' ``.deleted`` files; if the
-   replace was aborted instead, put back any old ``.deleted`` file whose live name is free (never needed
-   by the protocol, but then no record ever depends on luck). Remove the intent.
-4. **Delete intent**: roll forward - rename the intent's remaining live segments to ``.deleted``, enter them
+   swaps to live names. The originals are the live files whose base offset lies in [lowest swap base,
+   highest swap next offset) (Kafka's rule), plus, with a verified intent, its old segments at or above the
+   lowest remaining ``.log.swap`` (those past the new segments' last offset, whose records compaction
+   dropped). Producer snapshots are kept (a broker rebuilds them; segjobs never needs to drop them).
+4. **A verified local replace intent**: once the swaps are live (or its new files are all live already),
+   unlink the old segments' ``.deleted`` files; if the replace was aborted instead, put back any old
+   ``.deleted`` file whose live name is free (never needed by the protocol, but then no record ever depends
+   on luck). Remove the intent.
+5. **Delete intent**: roll forward - rename the intent's remaining live segments to ``.deleted``, enter them
    in the deletion ledger at the intent's ``now_ms``, remove the intent.
-5. ``.deleted`` segments the ledger does not know are entered at ``now_ms``, so ``file.delete.delay.ms``
+6. ``.deleted`` segments the ledger does not know are entered at ``now_ms``, so ``file.delete.delay.ms``
    counts from when segjobs first saw them.
-6. **Leftovers** no intent refers to are deleted: ``*.segjobs-*.tmp`` files of interrupted writes (in the
+7. **Leftovers** no intent refers to are deleted: ``*.segjobs-*.tmp`` files of interrupted writes (in the
    partition dir and its work dir; at log-dir level, in the log dir itself and anywhere in the work dir
    outside the partitions' commit dirs) and every file of the private staging area ``<work>/staging/``, where
    compaction tasks stage new segments before the driver moves one group at a time to its ``.cleaned``
    name (so nothing there is part of a commit yet), and every S3 multipart upload under the work prefix that
    was begun and never completed (a staged object whose writer died: invisible in listings, its parts still
    stored). Staged objects an S3 replace intent refers to are not leftovers: rule 1 rolls them forward first.
+
+A step the store refuses (a rename or delete failing: an immutable file, a read-only mount) stops that
+partition only: :func:`recover_log_dir` reports it with the state it is left in (:func:`unfinished_state`) and
+what to fix, and goes on with the others; the next recovery takes it up where it stopped. A leftover that cannot
+be deleted is harmless where it is: it is noted (``problems``) and blocks nothing.
 
 Every rule only acts on what it finds, so running recovery again changes nothing. No rule deletes the only
 copy of a record: ``.cleaned`` and aborted ``.swap`` files are copies of records whose originals are still

@@ -16,26 +16,26 @@ from jobs.logdir.recover import (
     recover_partition,
 )
 from segment_io.storage import LocalStorage
+from tests.support.broker import cleaner_killed_after_swap, load_partition
 from tests.support.commit_scenario import (
     DELETE_STEPS,
     LOCAL_COMMIT_POINT,
     LOCAL_REPLACE_STEPS,
     S3_REPLACE_STEPS,
     Scenario,
+    assert_valid_log,
     build_scenario,
     check_replace_outcome,
     do_delete,
     do_replace,
-    live_data,
-    assert_valid_log,
     file_bytes,
+    live_data,
     name,
     partition_files,
     recover_twice,
     run_to_crash,
     work_files,
 )
-from tests.support.broker import cleaner_killed_after_swap, load_partition
 
 
 @pytest.fixture()
