@@ -223,8 +223,8 @@ class Lease:
     etag: str | None = None
     ttl_ms: int = DEFAULT_TTL_MS
     notice: str | None = None
-    #: the run id of the holder whose lease this one took over (expired, dead, or broken), if any: that run may
-    #: still be at work for a while (see :class:`jobs.logdir.recover.Fence`)
+    #: the run id of the holder whose lease this one took over (expired, or broken), unless its process is known
+    #: to be gone: that run may still be at work for a while (see :class:`jobs.logdir.recover.Fence`)
     took_over: str | None = None
     _storage: Storage | None = field(default=None, repr=False)
     _guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -534,8 +534,10 @@ def _take_lease(storage: Storage, log_dir_uri: str, holder: Holder, now_ms: int,
         except PreconditionFailedError:
             raise LockHeldError(f"{log_dir_uri}: the lease of {current.holder.describe(current.acquired_ms)} was "
                                 f"taken over by another run at the same moment; lease object {uri}") from None
+        # A holder known to be gone can do nothing more; any other (expired, broken) may still be at work.
+        gone = current.holder.alive() is False
         return granted(new_etag, f"{log_dir_uri}: took over the lease of {current.describe()}: {reason}",
-                       current.holder.run_id)
+                       None if gone else current.holder.run_id)
     raise LockHeldError(f"{log_dir_uri}: the lease {uri} kept changing; another run is contending for it")
 
 
