@@ -328,7 +328,8 @@ class InspectResult(JobResult):
 class RecoverResult:
     """What :func:`recover` did (or, in a dry run, would do)."""
 
-    #: 0: recovered; 1: a partition could not be settled (``failed``), or the lease was lost
+    #: 0: recovered; 1: a partition could not be settled (``failed``), a leftover could not be deleted
+    #: (``problems``), or the lease was lost
     exit_code: int
     log_dir: str
     now_ms: int
@@ -355,6 +356,11 @@ class RecoverResult:
     def failed(self) -> tuple[RecoveryReport, ...]:
         """Partitions whose leftovers could not be settled safely: left as they were, and jobs leave them alone."""
         return tuple(r for r in self.reports if r.error is not None)
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        """Leftovers that could not be deleted (harmless where they are; their partitions are recovered)."""
+        return tuple(p for r in self.reports for p in r.problems)
 
     @property
     def actions(self) -> tuple[RecoveryAction, ...]:
@@ -422,7 +428,7 @@ def recover(log_dir: str | os.PathLike, options: RecoverOptions | None = None, *
     With ``dry_run`` no lock is taken and nothing changes: the reports list what a real run would do."""
     from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir
     from jobs.logdir.lock import LeaseLost, acquire, lease_ttl_ms, work_uri
-    from jobs.logdir.recover import PreviewStorage, recover_log_dir
+    from jobs.logdir.recover import PreviewStorage, fence_of, recover_log_dir
     from segment_io.layout import list_log_dir
     from segment_io.storage import open_storage
 
@@ -439,7 +445,7 @@ def recover(log_dir: str | os.PathLike, options: RecoverOptions | None = None, *
     work = work_uri(log_dir)
 
     def result(reports: Sequence[RecoveryReport], lost: str | None, completed: bool = True) -> RecoverResult:
-        failed = any(r.error is not None for r in reports)
+        failed = any(r.error is not None or r.problems for r in reports)
         return RecoverResult(exit_code=1 if failed or lost else 0, log_dir=log_dir, now_ms=now_ms,
                              now_from_wall_clock=now_note is not None, dry_run=options.dry_run, completed=completed,
                              reports=tuple(reports), lease_lost=lost)
@@ -456,7 +462,7 @@ def recover(log_dir: str | os.PathLike, options: RecoverOptions | None = None, *
             if lease.notice:
                 progress.notice(lease.notice, event="lease.notice")
             reports = recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work,
-                                      check=lambda: lease.check(seams.clock()))
+                                      check=lambda: lease.check(seams.clock()), fence=fence_of(lease, seams.clock()))
     except LeaseLost as exc:
         # Each partition's recovery is complete or not begun; the next recovery does the rest.
         return result((), str(exc), completed=False)

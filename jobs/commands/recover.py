@@ -1,20 +1,27 @@
 """Complete or roll back what an interrupted segjobs run (or a broker's cleaner) left in a log dir.
 
 Takes the log dir's lock (the broker's .lock on local disk, the lease object on S3), then, partition by
-partition, applies the recovery rules of jobs/recover.py: an S3 replace intent is rolled forward; Kafka's
-loader rules settle .cleaned and .swap files (exactly as a broker would on start-up); a local replace
-intent is finished or undone; a delete intent is rolled forward; .deleted files are entered in the
-deletion ledger; leftovers of interrupted runs no intent refers to (compaction's private staging, S3 staged
-objects, *.segjobs-*.tmp files) are deleted. Every action is printed, with the size of each file removed.
-Running it again changes nothing. Every job runs the same recovery at its start, so this command is for
-inspecting or repairing a log dir by hand.
+partition, applies the recovery rules of jobs/logdir/recover.py: an S3 replace intent is rolled forward; a
+local replace intent is checked against the files and discarded unapplied when they show the partition moved
+on (a broker finished the replace and worked on); Kafka's loader rules settle .cleaned and .swap files (exactly
+as a broker would on start-up); a local replace intent is finished or undone; a delete intent is rolled
+forward; .deleted files are entered in the deletion ledger; leftovers of interrupted runs no intent refers to
+(compaction's private staging, S3 staged objects, *.segjobs-*.tmp files) are deleted. Every action is printed,
+with the size of each file removed. Running it again changes nothing. Every job runs the same recovery at its
+start, so this command is for inspecting or repairing a log dir by hand.
+
+A partition whose recovery cannot finish (a rename or delete the filesystem refuses, an unreadable intent) is
+named with the state it is left in and what to fix, left as it is, and the others are recovered; the exit code
+is then 1, as when a leftover cannot be deleted (named; it blocks nothing).
 
 --dry-run takes no lock and changes nothing: it runs the same rules against an in-memory view of the log
 dir and prints the very actions a real run would take now ("would ..." lines).
 
 A dead run's S3 lease: a run on the same host takes over a lease whose process is gone; an expired lease is
 taken over by anyone. Otherwise --break-lease RUN_ID takes it over, and only if RUN_ID names its holder
-(the refusal message prints it): use it when the holder died on another host.
+(the refusal message prints it): use it when the holder died on another host. That run may still be at work
+for a moment: its staged objects younger than 10 minutes are kept (printed as "kept ..."; a later run deletes
+them), and a commit it is finishing while this one rolls it forward is no error.
 
 examples:
   segjobs recover --log-dir /var/kafka/logs
@@ -71,6 +78,11 @@ def run(args: argparse.Namespace, *, seams: Seams | None = None) -> int:
     for r in result.failed:
         errors.notice(f"{r.partition_uri}: NOT RECOVERED, left as it is: {r.error}", event="recovery.failed",
                       level="error", partition=partition_name(r.partition_uri))
+    for problem in result.problems:
+        errors.notice(problem, event="recovery.leftover", level="error")
+    for r in result.reports:
+        for note in r.notes:
+            errors.notice(note, event="recovery.kept")
     prefix, suffix = ("would ", " [dry run: nothing changed]") if result.dry_run else ("", "")
     for r in result.reports:
         for a in r.actions:

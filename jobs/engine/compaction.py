@@ -5,6 +5,7 @@ What `segjobs compact` does, in users' words, is the docstring of :mod:`jobs.com
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from contextlib import ExitStack
@@ -39,6 +40,7 @@ from jobs.engine.seams import TaskFailure
 from jobs.engine.selection import scan_candidates
 from jobs.engine.streaming import Tally, run_and_settle
 from jobs.logdir.commit import Committer
+from jobs.logdir.recover import describe_stuck
 from jobs.rules.config import TopicConfig
 from jobs.rules.model import PartitionState
 from jobs.rules.plan_compact import (
@@ -47,7 +49,7 @@ from jobs.rules.plan_compact import (
     plan_compaction,
     updated_cleaner_checkpoints,
 )
-from segment_io.errors import SegjobsError
+from segment_io.errors import LocatedError, SegjobsError
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, PartitionListing
 from segment_io.storage.base import Storage
 
@@ -563,7 +565,7 @@ def _settle(ctx: JobContext, key: tuple[str, int], plan: CompactionPlan, state: 
     files and returns what the run's report and checkpoint need."""
     from jobs.logdir.commit import StagedSegment
 
-    committed = False
+    committed = mid_commit = False
     errors: list[dict[str, Any]] = []
     run_warnings: list[str] = []
     warnings = list(ctx.scans[key].warnings)  # the summary's note shows them with the partition's row
@@ -583,11 +585,18 @@ def _settle(ctx: JobContext, key: tuple[str, int], plan: CompactionPlan, state: 
                     g.committed = committed = True
             new_cp, checkpoint_changed = outcome.end_offset, True
         except SegjobsError as exc:
+            # A commit that failed after its intent leaves the partition mid-commit: say so, in what state, and
+            # what to do (the next run's recovery takes it up once the cause is fixed).
             outcome.error = PartitionError.from_exception(exc)
+            detail, mid_commit = describe_stuck(ctx.storage, p_uri, ctx.work_uri, exc.detail
+                                                if isinstance(exc, LocatedError) else exc)
+            if mid_commit:
+                outcome.error = dataclasses.replace(outcome.error, detail=detail)
     done = f" {tally.add(state.size_bytes)}" if outcome is not None else ""
     if outcome is not None and outcome.error is not None:
         errors.append({"partition": f"{plan.topic}-{plan.partition}", **outcome.error.to_dict()})
-        state_word = "PARTLY COMPACTED, then failed" if committed else "UNCLEANABLE, left untouched"
+        state_word = ("LEFT MID-COMMIT" if mid_commit else "PARTLY COMPACTED, then failed" if committed
+                      else "UNCLEANABLE, left untouched")
         with _PROGRESS_LOCK:
             ctx.progress.error(f"{plan.topic}-{plan.partition}: {state_word}: {outcome.error}{done}",
                                event="compact.failed", partition=f"{plan.topic}-{plan.partition}",

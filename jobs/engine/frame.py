@@ -412,14 +412,20 @@ class _Frame:
 
     def run_locked(self, lease: "Lease | None") -> JobContext:
         from jobs.logdir.commit import partition_name
-        from jobs.logdir.recover import recover_log_dir
+        from jobs.logdir.recover import fence_of, recover_log_dir
 
         storage, log_dir, report, progress, seams = self.storage, self.log_dir, self.report, self.progress, self.seams
         unrecovered: dict[tuple[str, int] | None, Exception] = {}
         if self.destructive and not self.dry_run:
             check = None if lease is None else (lambda: lease.check(seams.clock()))
-            reports = recover_log_dir(storage, log_dir, now_ms=self.now_ms, work_uri=self.work_dir, check=check)
+            reports = recover_log_dir(storage, log_dir, now_ms=self.now_ms, work_uri=self.work_dir, check=check,
+                                      fence=fence_of(lease, seams.clock()))
             for r in reports:
+                for problem in r.problems:  # harmless where it is: the partition is worked on all the same
+                    report.warnings.append(problem)
+                    progress.notice(problem, event="recovery.leftover")
+                for note in r.notes:
+                    progress(note, event="recovery.kept")
                 if r.error is not None:
                     unrecovered[parse_partition_dir(partition_name(r.partition_uri))] = r.error
                     progress.error(f"{r.partition_uri}: NOT RECOVERED, left as it is and not touched by this run: "
@@ -446,7 +452,8 @@ class _Frame:
                  else "tasks run in this process")
         progress(f"{ready}; scanning {len(selected)} partition(s)", event="scan.start", partitions=len(selected),
                  spark_startup_s=report.spark_startup_s)
-        ctx = JobContext(options=self.options, storage=storage, committer=committer_for(storage, self.work_dir),
+        committer = committer_for(storage, self.work_dir, report.run_id)
+        ctx = JobContext(options=self.options, storage=storage, committer=committer,
                          log_dir=log_dir, work_uri=self.work_dir, configs=self.configs, scope=self.scope,
                          now_ms=self.now_ms, now_from_clock=self.now_from_clock, dry_run=self.dry_run,
                          listing=listing, scans={}, checkpoints=checkpoints, report=report, progress=progress,
@@ -466,7 +473,7 @@ class _Frame:
             ctx.scans[(scan.topic, scan.partition)] = scan
             for w in scan.warnings:
                 report.warnings.append(w)
-            if scan.error is not None:
+            if scan.error is not None and error is None:  # one recovery could not settle is reported above
                 progress.error(f"{scan.name}: UNREADABLE, left untouched: {scan.error}", event="partition.unreadable",
                                partition=scan.name)
         progress(f"scanned {len(items)} partition(s)", event="scan.done", partitions=len(items))
@@ -503,8 +510,9 @@ def _check_scope(storage: Storage, log_dir: str, scope: Scope, configs: ConfigSe
 
 def scan_error_entry(scan: PartitionScan) -> dict[str, Any]:
     """The report entry of a partition that could not be read."""
+    what = "not recovered, left as it is" if scan.error and scan.error.kind == "RecoveryError" else "unreadable"
     return {"topic": scan.topic, "partition": scan.partition, "action": "error",
-            "reason": f"unreadable: {scan.error}", "error": scan.error.to_dict() if scan.error else None}
+            "reason": f"{what}: {scan.error}", "error": scan.error.to_dict() if scan.error else None}
 
 
 __all__ = ["JobContext", "JobRun", "RunInterrupted", "interrupted_message", "preflight", "run_job",

@@ -18,7 +18,8 @@ and it only understands its own names there). It lives under the *work location*
   the run that deleted it) from which ``file.delete.delay.ms`` counts. Time is an input of every job,
   never the wall clock, so the ledger, not a file's mtime, carries it; this works the same on S3, where an
   object's last-modified time cannot be set.
-* ``staged/`` (S3 only) - new segment objects written by the job before the commit.
+* ``staged/<run id>/`` (S3 only) - new segment objects written by a run before the commit, each run in its own
+  area (a run whose lease was taken over may still be staging; no two runs ever write the same object).
 
 Replace on local disk (Kafka's own protocol, ``LocalLog.replaceSegments``; a broker's ``LogLoader`` can
 finish or undo it at every instant)
@@ -45,12 +46,12 @@ fsynced (``Storage.open_write`` does that).
 
 Replace on S3 (no rename; per-object atomic PUT/COPY, strongly consistent listing, conditional PUT)
 --------------------------------------------------------------------------------------------------
-The job writes new segment objects under ``<work>/commit/<tp>/staged/`` (:func:`staged_uri`), never in the
-partition prefix, so nothing a Kafka restore or a reader lists changes before the commit point.
+The job writes new segment objects under ``<work>/commit/<tp>/staged/<run id>/`` (:func:`staged_uri`), never in
+the partition prefix, so nothing a Kafka restore or a reader lists changes before the commit point.
 
 1. ``write-intent``: ``replace.json`` with ``put_if_absent``, after checking every staged object exists; it
-   lists old and new files and the staged sizes. **This PUT is the commit point**: from then on recovery
-   rolls forward, using the intent alone (the staged objects stay until the intent is gone).
+   lists old and new files, the staged sizes and the run id. **This PUT is the commit point**: from then on
+   recovery rolls forward, using the intent alone (the staged objects stay until the intent is gone).
 2. ``copy-new:<name>``: server-side copy of each staged object to its live name, segments in *descending*
    base order. The lowest new segment shares its base with the first old one and overwrites it, so it is
    copied last: until then every old object is intact.
@@ -217,21 +218,27 @@ class ReplaceIntent:
     partition: str
     old: dict[int, tuple[str, ...]]  #: old base offset -> live data suffixes it had
     new: dict[int, dict[str, int]]  #: new base offset -> suffix -> staged size in bytes
+    #: the run that staged the new segments (on S3 their objects live under ``staged/<run id>/``); None in
+    #: intents written before runs had their own staging, whose objects lie directly under ``staged/``
+    run_id: str | None = None
 
     def to_json(self) -> bytes:
-        return json.dumps({
-            "version": _FORMAT_VERSION, "kind": "replace", "partition": self.partition,
-            "old": [[b, list(s)] for b, s in sorted(self.old.items())],
-            "new": [[b, s] for b, s in sorted(self.new.items())],
-        }, sort_keys=True).encode()
+        doc = {"version": _FORMAT_VERSION, "kind": "replace", "partition": self.partition,
+               "old": [[b, list(s)] for b, s in sorted(self.old.items())],
+               "new": [[b, s] for b, s in sorted(self.new.items())]}
+        if self.run_id is not None:
+            doc["run_id"] = self.run_id
+        return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, data: bytes, uri: str) -> "ReplaceIntent":
         try:
             doc = json.loads(data)
+            run_id = doc.get("run_id")
             return cls(partition=doc["partition"],
                        old={int(b): tuple(s) for b, s in doc["old"]},
-                       new={int(b): {str(k): int(v) for k, v in s.items()} for b, s in doc["new"]})
+                       new={int(b): {str(k): int(v) for k, v in s.items()} for b, s in doc["new"]},
+                       run_id=None if run_id is None else str(run_id))
         except (ValueError, KeyError, TypeError) as e:
             raise RecoveryError(f"unreadable replace intent: {e}", uri=uri) from None
 
@@ -442,7 +449,7 @@ def _plan_replace(committer: "Committer", partition_uri: str, files: list[Segmen
                 raise CommitError("staged file is missing", uri=uri, offset=seg.base_offset)
         new[seg.base_offset] = {sfx: found[uri] for sfx, uri in uris.items()}
     return ReplaceIntent(partition=partition_name(partition_uri),
-                         old={b: _live_data_suffixes(files, b) for b in old}, new=new)
+                         old={b: _live_data_suffixes(files, b) for b in old}, new=new, run_id=committer.run_id)
 
 
 def _sizes(storage: Storage, uris: Iterable[str]) -> dict[str, int]:
@@ -575,6 +582,10 @@ class Committer:
     storage: Storage
     #: the log dir's work location (:func:`jobs.logdir.lock.work_uri`)
     work_uri: str
+    #: the run that commits through this committer (its report's run id): on S3 it names the run's own staging
+    #: area, so that no two runs ever write the same staged object (one that lost its lease may still be
+    #: staging) and recovery can tell a run's stagings from another's
+    run_id: str | None = None
 
     # ---------------------------------------------------------------- where new segments are written
 
@@ -662,8 +673,14 @@ class Committer:
         return intent
 
     def leftover_staged(self, partition_uri: str) -> list[FileInfo]:
-        """Staged files of a commit that is over or never started (recovery deletes them)."""
+        """Staged files no intent refers to (any run's): of a commit that is over or never started, or of a run
+        still staging (recovery deletes them once they are old enough, see :mod:`jobs.logdir.recover`)."""
         return []
+
+    def staging_run(self, partition_uri: str, uri: str) -> str | None:
+        """The run id a staged file of :meth:`leftover_staged` belongs to (None: staged before runs had their
+        own staging)."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -730,7 +747,11 @@ class CopyCommitter(Committer):
     object is the commit point, then server-side copies; recovery rolls forward from the intent alone."""
 
     def staged_uri(self, partition_uri: str, base_offset: int, suffix: str) -> str:
-        return self.storage.join(self.partition_work_uri(partition_uri), STAGED_DIR,
+        return self._staged(partition_uri, self.run_id, base_offset, suffix)
+
+    def _staged(self, partition_uri: str, run_id: str | None, base_offset: int, suffix: str) -> str:
+        """``<work>/commit/<tp>/staged/<run id>/<segment file>`` (without a run id: ``staged/<segment file>``)."""
+        return self.storage.join(self.partition_work_uri(partition_uri), STAGED_DIR, *([run_id] if run_id else []),
                                  segment_file_name(base_offset, suffix))
 
     def task_stage_uri(self, partition_uri: str, base_offset: int, suffix: str) -> str:
@@ -743,7 +764,7 @@ class CopyCommitter(Committer):
             for sfx in _ordered(intent.new[base]):
                 name = segment_file_name(base, sfx)
                 _call(fault, result.steps, f"copy-new:{name}")
-                storage.copy(self.staged_uri(partition_uri, base, sfx), storage.join(partition_uri, name))
+                storage.copy(self._staged(partition_uri, intent.run_id, base, sfx), storage.join(partition_uri, name))
                 result.installed.append(storage.join(partition_uri, name))
         overwritten = intent.new_files()
         for base, sfx in sorted(intent.old_files() - overwritten):
@@ -756,7 +777,7 @@ class CopyCommitter(Committer):
                       fault: Fault | None) -> None:
         for base, sfx in sorted(intent.new_files()):
             _call(fault, result.steps, f"delete-staged:{segment_file_name(base, sfx)}")
-            self.storage.delete(self.staged_uri(partition_uri, base, sfx))
+            self.storage.delete(self._staged(partition_uri, intent.run_id, base, sfx))
 
     def roll_forward(self, partition_uri: str, intent: ReplaceIntent,
                      add: Callable[[str, str], None]) -> ReplaceIntent | None:
@@ -764,36 +785,71 @@ class CopyCommitter(Committer):
         (idempotent), delete the old objects no new one overwrote, remove the intent. The staged objects stay
         (:meth:`leftover_staged` lists them). Raises :class:`RecoveryError` before changing anything if a
         staged object is gone or has another size than the intent recorded (then the intent cannot be trusted
-        to describe the new segments)."""
+        to describe the new segments).
+
+        The run that wrote the intent may still be finishing it (its lease was broken, or expired under it, while
+        it committed): both then copy the same objects, which is harmless, and once it is done it removes the
+        intent and then the staged objects. So a staged object that is missing, or vanishes mid-copy, is an error
+        only while the very same intent is still there; otherwise the other run has settled the replace."""
         storage = self.storage
-        expected = {self.staged_uri(partition_uri, base, sfx): (base, size)
+        intent_uri = storage.join(self.partition_work_uri(partition_uri), REPLACE_INTENT)
+        expected = {self._staged(partition_uri, intent.run_id, base, sfx): (base, size)
                     for base, sizes in intent.new.items() for sfx, size in sizes.items()}
         found = _sizes(storage, expected)
         for uri, (base, size) in expected.items():
             if uri not in found:
+                if self._settled_elsewhere(intent_uri, intent, add):
+                    return None
                 raise RecoveryError("the replace intent names a staged object that is gone", uri=uri, offset=base)
             actual = found[uri]
             if actual != size:
                 raise RecoveryError(f"staged object has {actual} bytes, the intent recorded {size}", uri=uri,
                                     offset=base)
         done = ReplaceResult(partition_uri, sorted(intent.old), sorted(intent.new))
-        self._install(partition_uri, intent, done, None)
+        try:
+            self._install(partition_uri, intent, done, None)
+        except NotFoundError as exc:
+            for uri in done.installed:
+                add("copy-new", uri)
+            if self._settled_elsewhere(intent_uri, intent, add):
+                return None
+            raise RecoveryError(f"a staged object of the replace intent vanished while it was copied ({exc})",
+                                uri=intent_uri) from None
         for uri in done.installed:
             add("copy-new", uri)
         for uri in done.removed:
             add("delete-old", uri)
-        intent_uri = storage.join(self.partition_work_uri(partition_uri), REPLACE_INTENT)
         storage.delete(intent_uri)
         add("remove-intent", intent_uri)
         return None
 
+    def _settled_elsewhere(self, intent_uri: str, intent: ReplaceIntent, add: Callable[[str, str], None]) -> bool:
+        """Whether the intent is gone or replaced since it was read: then the run that wrote it finished it (and
+        removed its staged objects), and there is nothing left to roll forward."""
+        try:
+            current = self.storage.read(intent_uri)
+        except NotFoundError:
+            current = None
+        if current is not None and ReplaceIntent.from_json(current, intent_uri) == intent:
+            return False
+        add("settled-elsewhere", intent_uri)
+        return True
+
     def leftover_staged(self, partition_uri: str) -> list[FileInfo]:
-        return self.storage.list(self.storage.join(self.partition_work_uri(partition_uri), STAGED_DIR))
+        return self.storage.list(self.storage.join(self.partition_work_uri(partition_uri), STAGED_DIR),
+                                 recursive=True)
+
+    def staging_run(self, partition_uri: str, uri: str) -> str | None:
+        root = self.storage.join(self.partition_work_uri(partition_uri), STAGED_DIR) + "/"
+        rest = uri[len(root):] if uri.startswith(root) else ""
+        return rest.split("/", 1)[0] if "/" in rest else None
 
 
-def committer_for(storage: Storage, work_uri: str) -> Committer:
-    """The commit protocol of ``storage``: the one place that asks whether the store can rename atomically."""
-    return RenameCommitter(storage, work_uri) if storage.atomic_rename else CopyCommitter(storage, work_uri)
+def committer_for(storage: Storage, work_uri: str, run_id: str | None = None) -> Committer:
+    """The commit protocol of ``storage``: the one place that asks whether the store can rename atomically.
+    ``run_id``: the committing run's id (see :attr:`Committer.run_id`)."""
+    kind = RenameCommitter if storage.atomic_rename else CopyCommitter
+    return kind(storage, work_uri, run_id)
 
 
 __all__ = [

@@ -79,10 +79,14 @@ def work_uri(log_dir_uri: str) -> str:
 
     ``/data/kafka-logs`` -> ``/data/kafka-logs.segjobs``; ``s3://b/kafka/logs/`` ->
     ``s3://b/kafka/logs.segjobs``. Leases, staging and ledgers all live below it; never inside the log dir.
+    A local log dir is named by its real path (symbolic links resolved), so one log dir reached through a
+    link has one work dir, whatever name each run gives it: its intents and ledger must never split in two.
     """
     scheme, sep, rest = log_dir_uri.partition("://")
     if not sep:
         rest = log_dir_uri
+    if not sep or scheme == "file":
+        rest = os.path.realpath(rest) if rest.strip("/") else rest
     rest = rest.rstrip("/")
     # An s3 URI's first component is the bucket: "s3://bucket" is a root just like "/".
     if not rest or (scheme == "s3" and "/" not in rest):
@@ -219,6 +223,9 @@ class Lease:
     etag: str | None = None
     ttl_ms: int = DEFAULT_TTL_MS
     notice: str | None = None
+    #: the run id of the holder whose lease this one took over (expired, or broken), unless its process is known
+    #: to be gone: that run may still be at work for a while (see :class:`jobs.logdir.recover.Fence`)
+    took_over: str | None = None
     _storage: Storage | None = field(default=None, repr=False)
     _guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _lost: str | None = field(default=None, repr=False)
@@ -498,9 +505,10 @@ def _take_lease(storage: Storage, log_dir_uri: str, holder: Holder, now_ms: int,
     uri = lease_uri(storage, log_dir_uri)
     record = _lease_record(holder, log_dir_uri, now_ms, now_ms + ttl_ms)
 
-    def granted(etag: str | None, notice: str | None) -> Lease:
+    def granted(etag: str | None, notice: str | None, took_over: str | None = None) -> Lease:
         return Lease(log_dir_uri=log_dir_uri, uri=uri, holder=holder, acquired_ms=now_ms,
-                     expires_ms=now_ms + ttl_ms, etag=etag, ttl_ms=ttl_ms, notice=notice, _storage=storage)
+                     expires_ms=now_ms + ttl_ms, etag=etag, ttl_ms=ttl_ms, notice=notice, took_over=took_over,
+                     _storage=storage)
 
     # A few rounds only to ride out a lease that disappears between our failed create and our read.
     for _ in range(_ACQUIRE_ATTEMPTS):
@@ -526,7 +534,10 @@ def _take_lease(storage: Storage, log_dir_uri: str, holder: Holder, now_ms: int,
         except PreconditionFailedError:
             raise LockHeldError(f"{log_dir_uri}: the lease of {current.holder.describe(current.acquired_ms)} was "
                                 f"taken over by another run at the same moment; lease object {uri}") from None
-        return granted(new_etag, f"{log_dir_uri}: took over the lease of {current.describe()}: {reason}")
+        # A holder known to be gone can do nothing more; any other (expired, broken) may still be at work.
+        gone = current.holder.alive() is False
+        return granted(new_etag, f"{log_dir_uri}: took over the lease of {current.describe()}: {reason}",
+                       None if gone else current.holder.run_id)
     raise LockHeldError(f"{log_dir_uri}: the lease {uri} kept changing; another run is contending for it")
 
 

@@ -4,29 +4,46 @@ Run by ``segjobs recover`` and at the start of every job, under the log dir's lo
 
 1. **S3 replace intent** (``replace.json`` on a store without rename): roll forward from the intent alone -
    copy every staged object to its live name, delete the old objects no new one overwrote, remove the
-   intent (see :mod:`jobs.logdir.commit`). Staged objects with no intent left are deleted afterwards.
-2. **Kafka's loader rules** for ``.cleaned`` / ``.swap`` files (what ``LogLoader`` does when a broker
+   intent (see :mod:`jobs.logdir.commit`). The run that wrote it may be finishing it at the same time (its
+   lease was taken over mid-commit): a staged object that is missing or vanishes is then no error once that
+   run has removed the intent (``settled-elsewhere``). Staged objects with no intent left are deleted
+   afterwards, except the recent ones (:data:`STAGED_GRACE_MS`) of the run whose lease this one just took
+   over (:class:`Fence`): it may still be staging, or about to write its intent; a later run deletes them.
+2. **A local replace intent is checked against the files** before it is trusted: every ``.cleaned`` /
+   ``.swap`` file must be one of its new files with the size it recorded, and each ``.swap`` log must end
+   before the next new segment (or the first live segment after the replaced run). Anything else means the
+   partition moved on without segjobs - typically a broker finished this replace on start-up (it knows
+   nothing of the intent), appended, and its own cleaner was killed after ``.cleaned -> .swap`` - and the
+   intent is discarded unapplied (``discard-intent``): Kafka's rules alone decide, and ``.deleted`` files go
+   through the deletion ledger.
+3. **Kafka's loader rules** for ``.cleaned`` / ``.swap`` files (what ``LogLoader`` does when a broker
    starts, so a broker and segjobs agree on the outcome): delete every ``.swap`` at or above the lowest
    ``.cleaned`` offset and every ``.cleaned`` file (the replace had not reached its commit point: the old
    segments are untouched); for the remaining swaps, delete the live originals they replace and rename the
-   swaps to live names. The originals in a swap's range are, with a local replace intent, exactly the
-   intent's old segments at or above the lowest remaining ``.log.swap``; without one, Kafka's own rule:
-   live files whose base offset lies in [lowest swap base, highest swap next offset). Producer snapshots
-   are kept either way (a broker rebuilds them; segjobs never needs to drop them).
-3. **Local replace intent**: once the swaps are live, unlink the old segments' ``.deleted`` files; if the
-   replace was aborted instead, put back any old ``.deleted`` file whose live name is free (never needed
-   by the protocol, but then no record ever depends on luck). Remove the intent.
-4. **Delete intent**: roll forward - rename the intent's remaining live segments to ``.deleted``, enter them
+   swaps to live names. The originals are the live files whose base offset lies in [lowest swap base,
+   highest swap next offset) (Kafka's rule), plus, with a verified intent, its old segments at or above the
+   lowest remaining ``.log.swap`` (those past the new segments' last offset, whose records compaction
+   dropped). Producer snapshots are kept (a broker rebuilds them; segjobs never needs to drop them).
+4. **A verified local replace intent**: once the swaps are live (or its new files are all live already),
+   unlink the old segments' ``.deleted`` files; if the replace was aborted instead, put back any old
+   ``.deleted`` file whose live name is free (never needed by the protocol, but then no record ever depends
+   on luck). Remove the intent.
+5. **Delete intent**: roll forward - rename the intent's remaining live segments to ``.deleted``, enter them
    in the deletion ledger at the intent's ``now_ms``, remove the intent.
-5. ``.deleted`` segments the ledger does not know are entered at ``now_ms``, so ``file.delete.delay.ms``
+6. ``.deleted`` segments the ledger does not know are entered at ``now_ms``, so ``file.delete.delay.ms``
    counts from when segjobs first saw them.
-6. **Leftovers** no intent refers to are deleted: ``*.segjobs-*.tmp`` files of interrupted writes (in the
+7. **Leftovers** no intent refers to are deleted: ``*.segjobs-*.tmp`` files of interrupted writes (in the
    partition dir and its work dir; at log-dir level, in the log dir itself and anywhere in the work dir
    outside the partitions' commit dirs) and every file of the private staging area ``<work>/staging/``, where
    compaction tasks stage new segments before the driver moves one group at a time to its ``.cleaned``
    name (so nothing there is part of a commit yet), and every S3 multipart upload under the work prefix that
    was begun and never completed (a staged object whose writer died: invisible in listings, its parts still
    stored). Staged objects an S3 replace intent refers to are not leftovers: rule 1 rolls them forward first.
+
+A step the store refuses (a rename or delete failing: an immutable file, a read-only mount) stops that
+partition only: :func:`recover_log_dir` reports it with the state it is left in (:func:`unfinished_state`) and
+what to fix, and goes on with the others; the next recovery takes it up where it stopped. A leftover that cannot
+be deleted is harmless where it is: it is noted (``problems``) and blocks nothing.
 
 Every rule only acts on what it finds, so running recovery again changes nothing. No rule deletes the only
 copy of a record: ``.cleaned`` and aborted ``.swap`` files are copies of records whose originals are still
@@ -51,6 +68,7 @@ from jobs.logdir.commit import (
     LOG_SUFFIX,
     PRIVATE_STAGING_DIR,
     REPLACE_INTENT,
+    STAGED_DIR,
     DeleteIntent,
     RecoveryError,
     ReplaceIntent,
@@ -64,28 +82,52 @@ from jobs.logdir.commit import (
     read_replace_intent,
     record_deleted,
 )
+from jobs.logdir.lock import Lease
 from jobs.logdir.lock import work_uri as log_dir_work_uri
 from jobs.rules.timeutil import format_instant
-from segment_io.errors import NotFoundError, PreconditionFailedError
+from segment_io.errors import NotFoundError, PreconditionFailedError, SegjobsError, StorageAccessError
 from segment_io.format import scan_batches
 from segment_io.layout import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
     SWAP_SUFFIX,
     parse_partition_dir,
+    segment_file_name,
 )
 from segment_io.storage.base import FileInfo, PendingUpload, Storage
 from segment_io.storage.local import is_temp_file
 
 #: The actions that remove leftovers of interrupted runs (rule 6, and staged objects no intent refers to).
 LEFTOVER_ACTIONS = ("delete-staged", "delete-temp", "abort-upload")
+#: Another run's staged objects no intent refers to are deleted once they are this old (on the wall clock): a
+#: run commits only while it holds the log dir's lease, checked right before each commit, so after a takeover
+#: only a run caught between that check and its intent can still name them; minutes cover that and clock skew.
+STAGED_GRACE_MS = 10 * 60 * 1000
+
+
+@dataclass(frozen=True)
+class Fence:
+    """Runs whose recent stagings recovery must leave alone: the run whose S3 lease the recovering run just took
+    over (expired, or broken with ``--break-lease``) may still be at work - its tasks staging, its driver between
+    its lease check and its intent - so its staged objects younger than :data:`STAGED_GRACE_MS` on ``wall_ms``
+    (the wall clock, as the lease's) stay, and a later recovery deletes them. Nothing is fenced by default."""
+
+    runs: frozenset[str] = frozenset()
+    wall_ms: int = 0
+
+
+def fence_of(lease: Lease | None, wall_ms: int) -> Fence:
+    """The fence of a recovery under ``lease``: the run it took the lease over from, if any."""
+    took_over = None if lease is None else lease.took_over
+    return Fence(frozenset([took_over] if took_over else []), wall_ms)
 
 
 @dataclass(frozen=True)
 class RecoveryAction:
     """One change recovery made. ``action`` is one of: ``copy-new``, ``delete-old``, ``delete-staged``,
     ``delete-temp``, ``abort-upload``, ``drop-swap``, ``drop-cleaned``, ``drop-original``, ``complete-swap``,
-    ``purge-replaced``, ``restore-old``, ``finish-delete``, ``record-deleted``, ``remove-intent``.
+    ``purge-replaced``, ``restore-old``, ``finish-delete``, ``record-deleted``, ``remove-intent``,
+    ``discard-intent`` (a stale intent, removed without being applied).
     ``size`` is the byte size of a file the action removed, where known."""
 
     action: str
@@ -106,9 +148,13 @@ class RecoveryReport:
 
     partition_uri: str
     actions: list[RecoveryAction] = field(default_factory=list)
-    #: Set when what an interrupted run left in this partition cannot be settled safely: the partition was
-    #: left exactly as it was (recovery changes nothing before it raises), and no job may touch it.
+    #: Set when what an interrupted run left in this partition cannot be settled: the partition is left as it
+    #: was when recovery stopped (the error says in which state, and what to fix), and no job may touch it.
     error: RecoveryError | None = None
+    #: Leftovers that could not be deleted (harmless where they are): the partition is recovered all the same.
+    problems: list[str] = field(default_factory=list)
+    #: What recovery deliberately left for later (another run's recent stagings).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -123,26 +169,58 @@ class RecoveryReport:
         self.actions.append(RecoveryAction(action, uri, detail, size))
 
 
-def recover_partition(storage: Storage, partition_uri: str, *, work_uri: str, now_ms: int) -> RecoveryReport:
+def recover_partition(storage: Storage, partition_uri: str, *, work_uri: str, now_ms: int,
+                      fence: Fence | None = None) -> RecoveryReport:
     """Complete or roll back the interrupted replace / delete of one partition (rules in the module
-    docstring). ``work_uri`` is the log dir's work location. Idempotent. Raises
+    docstring). ``work_uri`` is the log dir's work location; ``fence`` the runs whose recent stagings are left
+    alone. Idempotent. Raises
     :class:`~jobs.logdir.commit.RecoveryError` (changing nothing) when an intent is unreadable or names staged
-    objects that are gone."""
+    objects that are gone, and passes on the error of a step that fails (a rename or delete the store
+    refuses): then the partition is left where that step stopped, which the next recovery takes up."""
     report = RecoveryReport(partition_uri)
+    _recover_partition(storage, partition_uri, work_uri, now_ms, fence or Fence(), report)
+    return report
+
+
+def _recover_partition(storage: Storage, partition_uri: str, work_uri: str, now_ms: int, fence: Fence,
+                       report: RecoveryReport) -> None:
+    """:func:`recover_partition` into ``report``, which keeps the actions taken before a failure."""
     committer = committer_for(storage, work_uri)
     pwork = committer.partition_work_uri(partition_uri)
     replace = read_replace_intent(storage, pwork)
     delete = read_delete_intent(storage, pwork)
 
+    # the staged files of this partition's intent: once it is settled they are garbage, whoever staged them
+    settled = set() if replace is None else {(replace.run_id, segment_file_name(b, sfx)) for b, sfx in
+                                             replace.new_files()}
     if replace is not None:  # rule 1: a store whose commit point is the intent finishes it from the intent
         replace = committer.roll_forward(partition_uri, replace, report.add)
-    outcome = _apply_loader_rules(storage, partition_uri, replace, report)
+    stale = None if replace is None else _intent_disagreement(storage, partition_uri, replace)
+    outcome = _apply_loader_rules(storage, partition_uri, replace if stale is None else None, report)
     if replace is not None:
-        _settle_replaced(storage, partition_uri, replace, aborted=outcome == "aborted", report=report)
-        _remove(storage, storage.join(pwork, REPLACE_INTENT), report)
+        intent_uri = storage.join(pwork, REPLACE_INTENT)
+        if stale is not None:
+            # The partition moved on without segjobs (a broker finished this replace, then wrote, cleaned or
+            # deleted on its own): the intent describes files that are not there any more. It is never applied;
+            # Kafka's rules alone decided above, and .deleted files go through the deletion ledger.
+            storage.delete(intent_uri)
+            report.add("discard-intent", intent_uri, f"stale: {stale}; Kafka's loader rules decided instead")
+        else:
+            if outcome is not None or _new_segments_live(storage, partition_uri, replace):
+                _settle_replaced(storage, partition_uri, replace, aborted=outcome == "aborted", report=report)
+            _remove(storage, intent_uri, report)
     for info in committer.leftover_staged(partition_uri):
-        storage.delete(info.uri)
-        report.add("delete-staged", info.uri, "staged by a commit that is over or never started", info.size)
+        run = committer.staging_run(partition_uri, info.uri)
+        young = fence.wall_ms - info.mtime_ms < STAGED_GRACE_MS
+        if run is not None and run in fence.runs and (run, info.name) not in settled and young:
+            # Staged by the run whose lease was just taken over, recently: that run may still be staging, or be
+            # caught between its lease check and its intent. Left alone; a later recovery deletes it.
+            report.notes.append(f"kept {info.uri}: staged {format_instant(info.mtime_ms)} by run {run}, whose "
+                                f"lease this run took over; deleted by a run from "
+                                f"{format_instant(info.mtime_ms + STAGED_GRACE_MS)} on")
+        else:
+            _delete_leftover(storage, info, report, "delete-staged", "staged by a commit that is over or never "
+                             "started")
     if delete is not None:
         _finish_delete(storage, partition_uri, pwork, delete, report)
     files = list_segment_files(storage, partition_uri)
@@ -152,11 +230,10 @@ def recover_partition(storage: Storage, partition_uri: str, *, work_uri: str, no
                    f"{len(unknown)} .deleted segment(s) first seen at {now_ms}")
     for info in storage.list(partition_uri) + storage.list(pwork, recursive=True):
         _delete_temp(storage, info, report)
-    return report
 
 
 def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri: str | None = None,
-                    check: Callable[[], None] | None = None) -> list[RecoveryReport]:
+                    check: Callable[[], None] | None = None, fence: Fence | None = None) -> list[RecoveryReport]:
     """:func:`recover_partition` for every partition of the log dir (those with files, and those with
     segjobs bookkeeping in the work location), then rule 6 for the log dir and the work location
     themselves. ``work_uri`` defaults to the log dir's sibling ``<log-dir>.segjobs``; ``check`` is called
@@ -172,12 +249,17 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
         if check is not None:
             check()
         partition_uri = storage.join(log_dir_uri, name)
+        report = RecoveryReport(partition_uri)
         try:
-            reports.append(recover_partition(storage, partition_uri, work_uri=work, now_ms=now_ms))
-        except RecoveryError as exc:
-            # One partition that cannot be settled must not hold the others back: it is reported, left as it
-            # is (with its intent and staged files, for a person to look at), and the jobs leave it alone.
-            reports.append(RecoveryReport(partition_uri, error=exc))
+            _recover_partition(storage, partition_uri, work, now_ms, fence or Fence(), report)
+        except StorageAccessError:
+            raise  # the store itself cannot be used (credentials, endpoint): no partition would fare better
+        except (SegjobsError, OSError) as exc:
+            # One partition that cannot be settled must not hold the others back: it is reported with the state
+            # it is in, left as it is (intent and staged files included, for a person to look at), and the jobs
+            # leave it alone; the next recovery takes it up where this one stopped.
+            report.error = stuck_error(storage, partition_uri, work, exc)
+        reports.append(report)
     if check is not None:
         check()
     top = RecoveryReport(log_dir_uri)
@@ -187,17 +269,67 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
     staging_root = storage.join(work, PRIVATE_STAGING_DIR) + "/"
     for info in storage.list(work, recursive=True):
         if info.uri.startswith(staging_root):
-            storage.delete(info.uri)
-            top.add("delete-staged", info.uri, "private staging of an interrupted compaction", info.size)
+            _delete_leftover(storage, info, top, "delete-staged", "private staging of an interrupted compaction")
         elif not info.uri.startswith(commit_root):  # the partitions' commit dirs had their turn above
             _delete_temp(storage, info, top)
     for upload in storage.list_pending_uploads(work):
         storage.abort_pending_upload(upload)
         top.add("abort-upload", upload.uri, f"an upload begun {format_instant(upload.initiated_ms)} and never "
                 f"completed", upload.size)
-    if top.changed:
+    if top.changed or top.problems:
         reports.append(top)
     return reports
+
+
+def unfinished_state(storage: Storage, partition_uri: str, work_uri: str) -> str | None:
+    """What an interrupted commit left in the partition, in words (its intents, ``.cleaned`` / ``.swap`` files,
+    staged objects, and the ``.deleted`` files beside them), or None when no commit is unfinished there. Reads
+    only: for reporting a partition left mid-commit."""
+    committer = committer_for(storage, work_uri)
+    pwork = committer.partition_work_uri(partition_uri)
+    parts = []
+    for name, read in ((REPLACE_INTENT, read_replace_intent), (DELETE_INTENT, read_delete_intent)):
+        uri = storage.join(pwork, name)
+        try:
+            intent = read(storage, pwork)
+        except RecoveryError:
+            parts.append(f"an unreadable intent {uri}")
+            continue
+        if isinstance(intent, ReplaceIntent):
+            parts.append(f"the replace intent {uri} (old segments {sorted(intent.old)} -> new {sorted(intent.new)})")
+        elif isinstance(intent, DeleteIntent):
+            parts.append(f"the delete intent {uri} (segments {list(intent.base_offsets)})")
+    files = list_segment_files(storage, partition_uri)
+    transient = {sfx: [f for f in files if f.transient == sfx] for sfx in (CLEANED_SUFFIX, SWAP_SUFFIX)}
+    staged = committer.leftover_staged(partition_uri)
+    if not parts and not any(transient.values()) and not staged:
+        return None
+    transient[DELETED_SUFFIX] = [f for f in files if f.transient == DELETED_SUFFIX]
+    for sfx, found in transient.items():
+        if found:
+            parts.append(f"{len(found)} {sfx} file(s) of segment(s) {sorted({f.base_offset for f in found})}")
+    if staged:
+        parts.append(f"{len(staged)} staged object(s) under {storage.join(pwork, STAGED_DIR)}")
+    return "; ".join(parts)
+
+
+def describe_stuck(storage: Storage, partition_uri: str, work_uri: str,
+                   exc: BaseException | str) -> tuple[str, bool]:
+    """The report of a partition whose commit or recovery stopped at ``exc``: the cause, the state the partition
+    is left in and what to do about it; and whether it is left mid-commit."""
+    try:
+        state = unfinished_state(storage, partition_uri, work_uri)
+    except (SegjobsError, OSError) as e:  # the report must not fail as well: say what is known
+        state = f"a state that could not be read ({e})"
+    if state is None:
+        return f"{exc}; the partition is left with no commit unfinished", False
+    return (f"{exc}; the partition is left mid-commit, with {state}; fix the cause and run `segjobs recover`, which "
+            f"completes or rolls back what is there (until then no segjobs run changes this partition)", True)
+
+
+def stuck_error(storage: Storage, partition_uri: str, work_uri: str, exc: BaseException) -> RecoveryError:
+    """:func:`describe_stuck` as the error of the partition's recovery report."""
+    return RecoveryError(describe_stuck(storage, partition_uri, work_uri, exc)[0])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -206,8 +338,20 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
 def _delete_temp(storage: Storage, info: FileInfo, report: RecoveryReport) -> None:
     """Rule 6 for one listed file: a temporary file of an interrupted segjobs write goes."""
     if is_temp_file(info.name):
+        _delete_leftover(storage, info, report, "delete-temp", "temporary file of an interrupted write")
+
+
+def _delete_leftover(storage: Storage, info: FileInfo, report: RecoveryReport, action: str, why: str) -> None:
+    """Delete a leftover nothing refers to. One that cannot be deleted is harmless where it is (no reader
+    or commit looks at it), so it is noted in ``report.problems`` and recovery goes on."""
+    try:
         storage.delete(info.uri)
-        report.add("delete-temp", info.uri, "temporary file of an interrupted write", info.size)
+    except StorageAccessError:
+        raise
+    except (SegjobsError, OSError) as exc:
+        report.problems.append(f"could not delete the leftover {info.uri} ({why}): {exc}")
+        return
+    report.add(action, info.uri, why, info.size)
 
 
 def _remove(storage: Storage, uri: str, report: RecoveryReport) -> None:
@@ -250,15 +394,17 @@ def _apply_loader_rules(storage: Storage, partition_uri: str, intent: ReplaceInt
     log_swaps = [f for f in valid if f.suffix == LOG_SUFFIX]
     if log_swaps:
         start = min(f.base_offset for f in log_swaps)
+        end = max(_next_offset(storage, f) for f in log_swaps)
         live = [f for f in files if f.transient == "" and f.is_data]
-        if intent is not None and {f.base_offset for f in log_swaps} <= intent.new.keys():
-            doomed = [f for f in live if f.base_offset in intent.old and f.base_offset >= start]
-            why = "an old segment of the replace intent"
-        else:
-            end = max(_next_offset(storage, f) for f in log_swaps)
-            doomed = [f for f in live if start <= f.base_offset < end]
-            why = f"inside the swap range [{start}, {end})"
-        for f in doomed:
+        for f in live:
+            # Kafka's range rule always holds (no live segment may overlap a swap); a verified intent also names
+            # old segments past the swaps' last offset, whose records the new segments dropped.
+            if start <= f.base_offset < end:
+                why = f"inside the swap range [{start}, {end})"
+            elif intent is not None and f.base_offset in intent.old and f.base_offset >= start:
+                why = "an old segment of the replace intent"
+            else:
+                continue
             storage.delete(f.uri)
             report.add("drop-original", f.uri, why, f.info.size)
     for f in sorted(valid, key=lambda f: f.uri):
@@ -266,6 +412,47 @@ def _apply_loader_rules(storage: Storage, partition_uri: str, intent: ReplaceInt
         report.add("complete-swap", _live_name(f))
     storage.sync_dir(partition_uri)
     return "completed" if valid else "aborted"
+
+
+def _intent_disagreement(storage: Storage, partition_uri: str, intent: ReplaceIntent) -> str | None:
+    """Why the partition's files are not a state that the local replace ``intent`` can have left, or None
+    when they are. A replace leaves its new files as ``.cleaned``, ``.swap`` or live files of exactly the
+    sizes the intent recorded, each ``.log`` within the run it replaces; anything else (a ``.swap`` of
+    another size, or reaching past the replaced run) was made by someone else, typically a broker that
+    finished this replace on start-up and whose own cleaner was interrupted later."""
+    files = list_segment_files(storage, partition_uri)
+    recorded = {(b, sfx): size for b, sizes in intent.new.items() for sfx, size in sizes.items()}
+    swap_logs = []
+    for f in files:
+        if f.transient not in (CLEANED_SUFFIX, SWAP_SUFFIX):
+            continue
+        size = recorded.get((f.base_offset, f.suffix))
+        if size is None:
+            return f"{f.info.name} is not a file of its new segments {sorted(intent.new)}"
+        if f.info.size != size:
+            return f"{f.info.name} has {f.info.size} bytes, the intent recorded {size}"
+        if f.transient == SWAP_SUFFIX and f.suffix == LOG_SUFFIX:
+            swap_logs.append(f)
+    new_bases = sorted(intent.new)
+    # The replaced run ends where the next live segment after it (neither old nor new) begins.
+    last_old = max(intent.old, default=new_bases[0] if new_bases else 0)
+    later = [b for b in live_log_bases(files) if b > last_old and b not in intent.new]
+    run_end = min(later, default=None)
+    for f in swap_logs:
+        i = new_bases.index(f.base_offset)
+        bound = new_bases[i + 1] if i + 1 < len(new_bases) else run_end
+        end = _next_offset(storage, f)
+        if bound is not None and end > bound:
+            return (f"{f.info.name} holds offsets up to {end - 1}, past {bound} where the segment after it "
+                    f"begins")
+    return None
+
+
+def _new_segments_live(storage: Storage, partition_uri: str, intent: ReplaceIntent) -> bool:
+    """Whether every new file of ``intent`` is live with the size it recorded: the replace went through."""
+    live = {(f.base_offset, f.suffix): f.info.size for f in list_segment_files(storage, partition_uri)
+            if f.transient == ""}
+    return all(live.get((b, sfx)) == size for b, sizes in intent.new.items() for sfx, size in sizes.items())
 
 
 def _settle_replaced(storage: Storage, partition_uri: str, intent: ReplaceIntent, *, aborted: bool,
@@ -453,5 +640,6 @@ class PreviewStorage(Storage):
         self._aborted.add(upload)
 
 
-__all__ = ["LEFTOVER_ACTIONS", "PreviewStorage", "RecoveryAction", "RecoveryReport", "recover_log_dir",
-           "recover_partition"]
+__all__ = ["LEFTOVER_ACTIONS", "PreviewStorage", "Fence", "RecoveryAction", "RecoveryReport", "STAGED_GRACE_MS",
+           "fence_of", "recover_log_dir",
+           "recover_partition", "describe_stuck", "stuck_error", "unfinished_state"]

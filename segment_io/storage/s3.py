@@ -362,6 +362,8 @@ class S3Storage(Storage):
     # ------------------------------------------------------------------ multipart helpers and errors
 
     def list_pending_uploads(self, prefix: str) -> builtins.list[PendingUpload]:
+        from botocore.exceptions import ClientError
+
         bucket, key = parse_s3_uri(prefix)
         out = []
         paginator = self._client.get_paginator("list_multipart_uploads")
@@ -371,7 +373,12 @@ class S3Storage(Storage):
                     uri = f"{S3_SCHEME}{bucket}/{u['Key']}"
                     parts = self._client.get_paginator("list_parts").paginate(
                         Bucket=bucket, Key=u["Key"], UploadId=u["UploadId"])
-                    size = sum(p["Size"] for page_ in parts for p in page_.get("Parts", ()))
+                    try:
+                        size = sum(p["Size"] for page_ in parts for p in page_.get("Parts", ()))
+                    except ClientError as e:
+                        if e.response.get("Error", {}).get("Code") == "NoSuchUpload":
+                            continue  # completed or aborted since it was listed: no longer pending
+                        raise
                     out.append(PendingUpload(uri=uri, upload_id=u["UploadId"], size=size,
                                              initiated_ms=int(u["Initiated"].timestamp() * 1000)))
         except Exception as e:

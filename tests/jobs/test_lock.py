@@ -440,6 +440,7 @@ def test_s3_lease_of_a_dead_process_on_this_host_is_broken_at_once(s3):
         assert f"(pid {dead_pid} on host {socket.gethostname()} since 2023-11-14T22:13:20.000Z)" in lease.notice
         assert f"its process (pid {dead_pid} on this host) is gone" in lease.notice
         assert json.loads(storage.read(lease.uri))["holder"]["run_id"] == "heir"
+        assert lease.took_over is None  # a holder known to be gone is fenced off from nothing
 
 
 def test_s3_live_holder_is_refused_with_the_break_lease_command_and_break_needs_its_run_id(s3):
@@ -464,6 +465,7 @@ def test_s3_live_holder_is_refused_with_the_break_lease_command_and_break_needs_
                  holder=Holder.this_process("breaker")) as lease:
         assert "took over the lease of segjobs run run-far (pid 4242 on host other-host" in lease.notice
         assert lease.notice.endswith("broken by --break-lease")
+        assert lease.took_over == "run-far"  # it may still be at work: recovery keeps its recent stagings
     with pytest.raises(LockHeldError, match="taken over"):
         held.__exit__(None, None, None)  # the broken run, were it alive, would learn it at its release
 

@@ -16,64 +16,26 @@ from jobs.logdir.recover import (
     recover_partition,
 )
 from segment_io.storage import LocalStorage
+from tests.support.broker import cleaner_killed_after_swap, load_partition
 from tests.support.commit_scenario import (
     DELETE_STEPS,
     LOCAL_COMMIT_POINT,
     LOCAL_REPLACE_STEPS,
     S3_REPLACE_STEPS,
     Scenario,
+    assert_valid_log,
     build_scenario,
     check_replace_outcome,
     do_delete,
     do_replace,
+    file_bytes,
     live_data,
     name,
-    offsets_in,
     partition_files,
     recover_twice,
     run_to_crash,
+    work_files,
 )
-
-
-def kafka_loader(partition: Path) -> None:
-    """What a broker's LogLoader does to a partition dir on start, as read from LogLoader.java (load() and
-    removeTempFilesAndCollectSwapFiles()), written independently of jobs.logdir.recover.
-
-    1. unlink ``.deleted`` files; collect ``.cleaned`` and ``.swap`` files;
-    2. unlink swaps whose base offset is >= the lowest ``.cleaned`` base offset, then every ``.cleaned``;
-    3. over the ``.log.swap`` files left: lo = lowest base offset, hi = highest next offset (last offset
-       + 1, the base offset for an empty log); unlink every other file whose name starts with an offset in
-       [lo, hi) - snapshots included, Kafka rebuilds them;
-    4. rename every remaining ``.swap`` file to its name without the suffix.
-    """
-    cleaned, swaps = [], []
-    for p in sorted(partition.iterdir()):
-        if p.name.endswith(".deleted"):
-            p.unlink()
-        elif p.name.endswith(".cleaned"):
-            cleaned.append(p)
-        elif p.name.endswith(".swap"):
-            swaps.append(p)
-    lowest_cleaned = min((int(p.name[:20]) for p in cleaned), default=math.inf)
-    kept = []
-    for p in swaps:
-        if int(p.name[:20]) >= lowest_cleaned:
-            p.unlink()
-        else:
-            kept.append(p)
-    for p in cleaned:
-        p.unlink()
-    lo, hi = math.inf, -math.inf
-    for p in kept:
-        if p.name.endswith(".log.swap"):
-            base = int(p.name[:20])
-            offsets = offsets_in(p.read_bytes())
-            lo, hi = min(lo, base), max(hi, offsets[-1] + 1 if offsets else base)
-    for p in partition.iterdir():
-        if not p.name.endswith(".swap") and p.name[:20].isdigit() and lo <= int(p.name[:20]) < hi:
-            p.unlink()
-    for p in kept:
-        p.rename(p.with_name(p.name[: -len(".swap")]))
 
 
 @pytest.fixture()
@@ -87,7 +49,7 @@ def test_a_broker_loading_the_crashed_dir_reaches_the_same_state_as_segjobs(loca
     run_to_crash(do_replace(local), step)
     broker_copy = tmp_path / "broker" / "orders-3"
     shutil.copytree(local.partition, broker_copy)
-    kafka_loader(broker_copy)
+    load_partition(broker_copy)
     broker_live = live_data({p.name: p.read_bytes() for p in broker_copy.iterdir()})
     expect_new = LOCAL_REPLACE_STEPS.index(step) >= LOCAL_COMMIT_POINT
     assert broker_live == (local.new_state if expect_new else local.old_state)
@@ -114,6 +76,71 @@ def test_without_its_intent_recovery_follows_kafkas_swap_range_rule(local: Scena
     # Without the intent nobody knows the old .deleted files belonged to a replace: purge takes them later.
     assert live_data(files) == (local.new_state if expect_new else local.old_state)
     assert not any(n.endswith((".swap", ".cleaned")) for n in files)
+
+
+@pytest.mark.parametrize("survivors", [
+    [1, 3, 13, 29, 35, 41, 49],  # the broker's cleaned segment has another size than segjobs' staged one
+    [1, 3, 13, 35, 49],  # the same size: only its offset range gives it away
+])
+def test_an_intent_left_after_a_broker_finished_the_swap_is_never_applied(local: Scenario, tmp_path: Path,
+                                                                           survivors: list[int]) -> None:
+    """segjobs dies before old-to-deleted; a broker starts and finishes the swap itself (it knows nothing of
+    replace.json), appends, and its own cleaner dies right after .cleaned -> .swap, leaving a swap for base 0
+    that covers [0, 50). The stale intent must not decide which originals go: Kafka's range rule does."""
+    run_to_crash(do_replace(local), next(s for s in LOCAL_REPLACE_STEPS if s.startswith("old-to-deleted:")))
+    partition = Path(local.partition)
+    load_partition(partition)  # the broker's start-up: segjobs' new 0 and 18 are live, 10 and 20 gone
+    assert live_data(partition_files(local.storage, local.partition)) == local.new_state
+    for base, offsets in {40: list(range(40, 50)), 50: list(range(50, 55))}.items():  # the broker appends
+        for sfx in (".log", ".index", ".timeindex"):
+            (partition / name(base, sfx)).write_bytes(file_bytes(base, sfx, offsets, 3))
+    cleaned = {sfx: file_bytes(0, sfx, survivors, 4) for sfx in (".log", ".index", ".timeindex")}
+    assert (len(cleaned[".log"]) == len(local.new_state[name(0, ".log")])) == (len(survivors) == 5)
+    cleaner_killed_after_swap(partition, 0, cleaned)
+
+    broker = tmp_path / "broker" / partition.name  # what a broker's next start makes of the same dir
+    shutil.copytree(partition, broker)
+    load_partition(broker)
+    expected = live_data({p.name: p.read_bytes() for p in broker.iterdir()})
+    assert expected == {**{name(0, s): d for s, d in cleaned.items()},
+                        **{name(50, s): file_bytes(50, s, list(range(50, 55)), 3)
+                           for s in (".log", ".index", ".timeindex")}}
+
+    report = recover_twice(local)
+    live = live_data(partition_files(local.storage, local.partition))
+    assert_valid_log(live)
+    assert live == expected
+    assert [a.action for a in report.actions].count("discard-intent") == 1
+    assert work_files(local.storage, local) == set(), "the stale intent is gone"
+
+
+def test_an_intent_whose_replace_a_broker_finished_and_moved_past_is_removed_unapplied(local: Scenario) -> None:
+    """The broker finished the replace, then retention deleted segment 0 (renamed .deleted, not unlinked yet):
+    the intent names 0 as its new segment, but it must neither purge that .deleted file now nor restore it."""
+    run_to_crash(do_replace(local), next(s for s in LOCAL_REPLACE_STEPS if s.startswith("old-to-deleted:")))
+    partition = Path(local.partition)
+    load_partition(partition)
+    for sfx in (".log", ".index", ".timeindex"):
+        (partition / name(0, sfx)).rename(partition / (name(0, sfx) + ".deleted"))
+    before = partition_files(local.storage, local.partition)
+    recover_twice(local, now_ms=7_000)
+    assert partition_files(local.storage, local.partition) == before
+    from jobs.logdir.commit import read_ledger
+    pwork = partition_work_uri(local.storage, local.work, local.partition)
+    assert read_ledger(local.storage, pwork) == {0: 7_000}, "file.delete.delay.ms counts from now, as for a broker's"
+    assert work_files(local.storage, local) == {"deleted.json"}
+
+
+def test_a_log_dir_reached_through_a_symlink_has_one_work_dir(local: Scenario, tmp_path: Path) -> None:
+    """The intent of a commit made through the real path is found through a link to the log dir (and the
+    other way round): the work dir is named by the log dir's real path, never the path a run was given."""
+    run_to_crash(do_replace(local), "swap-to-live:" + name(18, ".log"))
+    alias = tmp_path / "alias"
+    alias.symlink_to(local.log_dir)
+    reports = recover_log_dir(local.storage, str(alias), now_ms=5_000)
+    assert [a.action for a in reports[0].actions].count("purge-replaced") == 10  # the intent was found and applied
+    check_replace_outcome(local, expect_new=True)
+    assert not (tmp_path / "alias.segjobs").exists()
 
 
 def test_recover_log_dir_visits_every_partition_and_is_idempotent(tmp_path: Path) -> None:
@@ -303,3 +330,87 @@ def test_recover_cleans_and_reports_leftovers_exactly_as_its_dry_run_said(store,
         assert main(["recover", *args, "--now", NOW, *extra]) == 0
         lines, summary = _actions(capsys.readouterr().out)
         assert lines == [] and "; 0 action(s); 0 leftover file(s)" in summary, (extra, lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# A broker between two runs (issue: a stale intent made segjobs build overlapping segments)
+# --------------------------------------------------------------------------------------------------
+
+
+def _check_log(partition: Path, truth: dict) -> list[bytes]:
+    """No overlap, no duplicate or lost offset, and the same key -> latest map as ``truth``; returns the
+    live logs."""
+    from tests.support.broker import log_offsets
+    from tests.support.replay import comparable, live_log_files, read_segments, replay
+
+    logs = live_log_files(partition)
+    bases = [int(p.name[:20]) for p in logs]
+    for i, p in enumerate(logs):
+        end = bases[i + 1] if i + 1 < len(bases) else math.inf
+        assert all(bases[i] <= o < end for o in log_offsets(p.read_bytes())), f"{p.name} overlaps the next segment"
+    got = replay(read_segments(p.read_bytes() for p in logs))
+    assert got.offsets == sorted(set(got.offsets)), "duplicate offsets"
+    assert comparable(got.latest) == truth
+    return [p.read_bytes() for p in logs]
+
+
+def test_compact_after_a_broker_finished_its_swap_and_its_own_cleaner_died(spark, tmp_path: Path) -> None:
+    """segjobs is killed before old-to-deleted; a broker starts (LogLoader finishes the swap; replace.json,
+    which it knows nothing of, stays), appends, and its own cleaner is killed after .cleaned -> .swap with a
+    swap for base 0 covering [0, 45). The next `segjobs recover` and `segjobs compact` must end with a
+    consistent log that replays like the broker's, and keep doing so."""
+    from jobs.commands.cli import main
+    from tests.jobs.test_compact_faults import CONFIG, NOW, T0, HardCrash, compact_with_fault
+    from tests.support.builders import LogBuilder, rec, write_log
+    from tests.support.replay import comparable, read_partition, replay
+
+    config = tmp_path / "t.toml"
+    config.write_text(CONFIG)
+    log_dir = tmp_path / "logs"
+    part = log_dir / "t-0"
+    log = LogBuilder("t", 0, timestamp=T0)
+    for o in range(35):  # segments 0, 10, 20 (cleanable) and 30 (active), keys overwritten throughout
+        if o and o % 10 == 0:
+            log.roll()
+        log.batch([rec(f"k{o % 7}", f"v{o}")])
+    write_log(log.table(), part)
+
+    def die(partition: str, step: str) -> None:
+        if step.startswith("old-to-deleted:"):
+            raise HardCrash(step)
+
+    with pytest.raises(HardCrash):
+        compact_with_fault(["--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet"], die)
+    assert list(part.glob("*.log.swap")) and list((tmp_path / "logs.segjobs").rglob("replace.json"))
+
+    load_partition(part)  # the broker starts: segjobs' compacted segment 0 is live, 10 and 20 are gone
+    appended = LogBuilder("t", 0, start_offset=35, timestamp=T0 + 1000)
+    for o in range(35, 50):  # the broker rolls 30 and appends segments 35 and 45
+        if o == 45:
+            appended.roll()
+        appended.batch([rec(f"k{o % 7}", f"w{o}")])
+    write_log(appended.table(), part)
+    truth = comparable(replay(read_partition(part)).latest)
+
+    # The broker's cleaner compacts [0, 45) into one segment at 0 and is killed right after .cleaned -> .swap.
+    batches = [b for b in read_partition(part) if b.base_offset < 45]
+    last = {r.key: r.offset for b in batches for r in b.records}
+    cleaned = LogBuilder("t", 0)
+    for b in batches:
+        for r in b.records:
+            if last[r.key] == r.offset:
+                cleaned.batch([rec(r.key, r.value, timestamp=r.timestamp, offset=r.offset)])
+    write_log(cleaned.table(), tmp_path / "cleaner")
+    cleaner_killed_after_swap(part, 0, {sfx: (tmp_path / "cleaner" / name(0, sfx)).read_bytes()
+                                        for sfx in (".log", ".index", ".timeindex")})
+    broker = tmp_path / "broker" / "t-0"  # what the broker's next start would make of it
+    shutil.copytree(part, broker)
+    load_partition(broker)
+    kafka_logs = _check_log(broker, truth)
+
+    assert main(["recover", "--log-dir", str(log_dir), "--now", NOW]) == 0
+    assert _check_log(part, truth) == kafka_logs
+    assert not list((tmp_path / "logs.segjobs").rglob("replace.json"))
+    for _ in range(2):  # and later runs keep working on it
+        assert main(["compact", "--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet"]) == 0
+        _check_log(part, truth)
