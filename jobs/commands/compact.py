@@ -72,6 +72,11 @@ def configure(p: argparse.ArgumentParser) -> None:
                         f"{max_keys_for_buffer(DEFAULT_DEDUPE_BUFFER_BYTES):,} keys; Kafka's "
                         "log.cleaner.dedupe.buffer.size and log.cleaner.io.buffer.load.factor). A partition with more "
                         "dirty keys is cleaned partially and the report says so; the next run continues")
+    p.add_argument("--sort-bucket-bytes", type=size_arg, default=None, metavar="SIZE",
+                   help="external-sort: memory one reduce task may take, e.g. 512MiB. A partition's keys are "
+                        "hashed into as many buckets as that needs (about 128 bytes per dirty record), so a task's "
+                        "memory does not grow with the key count (default: a quarter of spark.executor.pyspark."
+                        "memory, else of spark.executor.memory, 1g by default: 256MiB; between 64MiB and 1GiB)")
 
 
 def options_from_args(args: argparse.Namespace) -> CompactOptions:
@@ -79,7 +84,7 @@ def options_from_args(args: argparse.Namespace) -> CompactOptions:
     scan: a usage error costs nothing)."""
     with cli_wording():
         return CompactOptions(**job_options(args), dedupe_buffer_bytes=args.dedupe_buffer_bytes,
-                              strategy=args.strategy)
+                              strategy=args.strategy, sort_bucket_bytes=args.sort_bucket_bytes)
 
 
 def run(args: argparse.Namespace, *, seams: Seams | None = None) -> int:
