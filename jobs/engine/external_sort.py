@@ -193,9 +193,22 @@ def piece_of(table: Any, *, first_dirty_offset: int, first_uncleanable_offset: i
 
 
 def write_rows(storage: Storage, uri: str, rows: np.ndarray) -> None:
-    """One work file: ``rows`` (an int64 array) as little-endian bytes."""
+    """One work file: ``rows`` (an int64 array) as little-endian bytes. On local disk without fsync: a work
+    file lives for one run, and a crashed run's are removed by the next one (written whole or not at all on
+    S3, where a PUT is atomic)."""
+    data = np.ascontiguousarray(rows, "<i8")
     storage.makedirs(uri.rsplit("/", 1)[0])
-    storage.write_atomic(uri, np.ascontiguousarray(rows, "<i8").tobytes())
+    path = storage.local_path(uri)
+    if path is None:
+        storage.write_atomic(uri, data.tobytes())
+        return
+    try:
+        with open(path, "wb") as f:
+            f.write(memoryview(data).cast("B"))
+    except OSError as exc:
+        from segment_io.errors import StorageError
+
+        raise StorageError(f"cannot write a work file: {exc}", uri=uri) from exc
 
 
 def read_rows(storage: Storage, uri: str, start_row: int, rows: int, columns: int) -> np.ndarray:
@@ -408,6 +421,8 @@ class _Partition:
     buckets: int = 1
     key_tasks: int = 0
     superseded: int = 0
+    #: seconds the tasks of each stage worked for this partition (summed over tasks)
+    task_seconds: dict[str, float] = field(default_factory=dict)
     #: per group, its slices of the bucket files
     maps: list[list[Slice]] = field(default_factory=list)
 
@@ -518,6 +533,7 @@ def _key_and_bucket_passes(ctx: JobContext, parts: list[_Partition]) -> None:
     buckets: list[BucketItem] = []
     for part in parts:
         mine = by_part[part.p]
+        part.task_seconds["key_pass"] = round(sum(r.seconds for _, r in mine), 3)
         failed = next((r.error for _, r in mine if r.error is not None), None)
         if failed is not None:
             part.outcome.error = failed
@@ -539,6 +555,7 @@ def _key_and_bucket_passes(ctx: JobContext, parts: list[_Partition]) -> None:
         part.maps = [[] for _ in part.groups]
     for item, result in zip(buckets, reduced):
         part = of[item.p]
+        part.task_seconds["reduce"] = round(part.task_seconds.get("reduce", 0.0) + result.seconds, 3)
         if result.error is not None:
             part.outcome.error = part.outcome.error or result.error
             continue
@@ -599,6 +616,7 @@ def _rewrite_passes(ctx: JobContext, parts: list[_Partition], details: dict[tupl
         details[(out.topic, out.partition)] = {
             "key_pieces": part.key_tasks, "buckets": part.buckets, "groups": len(part.groups),
             "groups_recleaned": sum(1 for i in again if i.p == part.p), "superseded_keys": part.superseded,
+            "task_seconds": {**part.task_seconds, "rewrite": out.seconds},
             "wall_seconds": round(time.monotonic() - part.t0, 3)}
 
 

@@ -60,9 +60,9 @@ SUPERSEDED_SCHEMA = pa.schema([
 PIECE_COLUMNS = ("key_hash_hi", "key_hash_lo", "first", "latest")
 #: Columns of a group-map row (:func:`reduce_bucket`), int64 each, row-major.
 MAP_COLUMNS = ("key_hash_hi", "key_hash_lo", "latest")
-#: Memory a bucket's reduce takes per piece row, at most: the row (32 bytes), its group and key index (12), the
-#: hash table (8-byte slots, 2-4 per row) and its key arrays (28), the output (24). Buckets are sized with it.
-REDUCE_BYTES_PER_ROW = 128
+#: Memory a bucket's reduce takes per piece row, at most: the row (32 bytes), its group and slot index (12), the
+#: hash table (2-4 slots of 33 bytes a row: at most 132) and the output (24), rounded up. Buckets are sized with it.
+REDUCE_BYTES_PER_ROW = 208
 #: Buckets below this many rows are not worth a task of their own (a small partition is one bucket).
 MIN_BUCKET_ROWS = 1 << 18
 
@@ -96,52 +96,48 @@ def _bucket(hi, buckets):  # pragma: no cover - compiled
 
 @numba.njit(cache=True)
 def _piece_kernel(hi, lo, off, ok, keyed, buckets):  # pragma: no cover - compiled
+    # One slot holds (hi, lo, first, latest): a probe touches one cache line, not one per array.
     n = len(hi)
     slots = _table_slots(n)
     mask = slots - 1
-    table = np.full(slots, -1, np.int64)
-    k_hi = np.empty(n, np.int64)
-    k_lo = np.empty(n, np.int64)
-    k_first = np.empty(n, np.int64)
-    k_latest = np.empty(n, np.int64)
+    table = np.empty((slots, 4), np.int64)
+    used = np.zeros(slots, np.bool_)
     k = 0
     for i in range(n):
         if not keyed[i]:
             continue
         s = _probe_start(hi[i], lo[i], mask)
         while True:
-            j = table[s]
-            if j == -1:
-                table[s] = k
-                k_hi[k] = hi[i]
-                k_lo[k] = lo[i]
-                k_first[k] = off[i]
-                k_latest[k] = off[i] if ok[i] else -1
+            if not used[s]:
+                used[s] = True
+                table[s, 0] = hi[i]
+                table[s, 1] = lo[i]
+                table[s, 2] = off[i]
+                table[s, 3] = off[i] if ok[i] else -1
                 k += 1
                 break
-            if k_hi[j] == hi[i] and k_lo[j] == lo[i]:
-                if off[i] < k_first[j]:
-                    k_first[j] = off[i]
-                if ok[i] and off[i] > k_latest[j]:
-                    k_latest[j] = off[i]
+            if table[s, 0] == hi[i] and table[s, 1] == lo[i]:
+                if off[i] < table[s, 2]:
+                    table[s, 2] = off[i]
+                if ok[i] and off[i] > table[s, 3]:
+                    table[s, 3] = off[i]
                 break
             s = (s + 1) & mask
     counts = np.zeros(buckets, np.int64)
-    b = np.empty(k, np.int64)
-    for j in range(k):
-        b[j] = _bucket(k_hi[j], buckets)
-        counts[b[j]] += 1
+    for s in range(slots):
+        if used[s]:
+            counts[_bucket(table[s, 0], buckets)] += 1
     at = np.zeros(buckets, np.int64)
     for x in range(1, buckets):
         at[x] = at[x - 1] + counts[x - 1]
     out = np.empty((k, 4), np.int64)
-    for j in range(k):
-        r = at[b[j]]
-        at[b[j]] += 1
-        out[r, 0] = k_hi[j]
-        out[r, 1] = k_lo[j]
-        out[r, 2] = k_first[j]
-        out[r, 3] = k_latest[j]
+    for s in range(slots):
+        if used[s]:
+            b = _bucket(table[s, 0], buckets)
+            r = at[b]
+            at[b] += 1
+            for c in range(4):
+                out[r, c] = table[s, c]
     return out, counts
 
 
@@ -161,50 +157,54 @@ def piece_rows(key_hash_hi: np.ndarray, key_hash_lo: np.ndarray, offset: np.ndar
 
 @numba.njit(cache=True)
 def _reduce_kernel(rows, group, groups):  # pragma: no cover - compiled
+    # One slot holds (hi, lo, latest, the last group the key was emitted for); key_of[i] is row i's slot.
     n = rows.shape[0]
     slots = _table_slots(n)
     mask = slots - 1
-    table = np.full(slots, -1, np.int64)
-    k_hi = np.empty(n, np.int64)
-    k_lo = np.empty(n, np.int64)
-    k_latest = np.empty(n, np.int64)
-    k_last_group = np.full(n, -1, np.int32)
+    table = np.empty((slots, 4), np.int64)
+    used = np.zeros(slots, np.bool_)
     key_of = np.empty(n, np.int64)
-    k = 0
     for i in range(n):
         hi = rows[i, 0]
         lo = rows[i, 1]
         s = _probe_start(hi, lo, mask)
         while True:
-            j = table[s]
-            if j == -1:
-                table[s] = k
-                k_hi[k] = hi
-                k_lo[k] = lo
-                k_latest[k] = rows[i, 3]
-                key_of[i] = k
-                k += 1
+            if not used[s]:
+                used[s] = True
+                table[s, 0] = hi
+                table[s, 1] = lo
+                table[s, 2] = rows[i, 3]
+                table[s, 3] = -1
                 break
-            if k_hi[j] == hi and k_lo[j] == lo:
-                if rows[i, 3] > k_latest[j]:
-                    k_latest[j] = rows[i, 3]
-                key_of[i] = j
+            if table[s, 0] == hi and table[s, 1] == lo:
+                if rows[i, 3] > table[s, 2]:
+                    table[s, 2] = rows[i, 3]
                 break
             s = (s + 1) & mask
+        key_of[i] = s
     # Rows come in ascending group order, so one (group, key) is emitted once: on its first superseded row.
-    out = np.empty((n, 3), np.int64)
-    counts = np.zeros(groups, np.int64)
     m = 0
     for i in range(n):
-        j = key_of[i]
-        if rows[i, 2] < k_latest[j] and k_last_group[j] != group[i]:
-            k_last_group[j] = group[i]
-            out[m, 0] = k_hi[j]
-            out[m, 1] = k_lo[j]
-            out[m, 2] = k_latest[j]
+        s = key_of[i]
+        if rows[i, 2] < table[s, 2] and table[s, 3] != group[i]:
+            table[s, 3] = group[i]
+            m += 1
+    out = np.empty((m, 3), np.int64)
+    counts = np.zeros(groups, np.int64)
+    for s in range(slots):
+        if used[s]:
+            table[s, 3] = -1
+    m = 0
+    for i in range(n):
+        s = key_of[i]
+        if rows[i, 2] < table[s, 2] and table[s, 3] != group[i]:
+            table[s, 3] = group[i]
+            out[m, 0] = table[s, 0]
+            out[m, 1] = table[s, 1]
+            out[m, 2] = table[s, 2]
             counts[group[i]] += 1
             m += 1
-    return out[:m].copy(), counts
+    return out, counts
 
 
 def reduce_bucket(rows: np.ndarray, group: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
