@@ -419,7 +419,7 @@ def test_bucket_count_bounds_a_reduce_by_the_bucket_bytes() -> None:
 
     assert bucket_count(0, 256 << 20, 2) == 1
     assert bucket_count(1000, 256 << 20, 2) == 1  # small partitions: one bucket, one task
-    assert bucket_count(10_000_000, 256 << 20, 2) == 5  # 1.28 GB of reduce memory in 256 MiB buckets
+    assert bucket_count(10_000_000, 256 << 20, 2) == 8  # 2.08 GB of reduce memory in 256 MiB buckets
     assert bucket_count(1_000_000, 256 << 20, 2) == 2  # big enough for one bucket per core
     for records in (10**6, 10**8, 2 * 10**8):
         assert records * REDUCE_BYTES_PER_ROW / bucket_count(records, 64 << 20, 2) <= 64 << 20
