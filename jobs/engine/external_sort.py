@@ -425,40 +425,65 @@ class _Partition:
     task_seconds: dict[str, float] = field(default_factory=dict)
     #: per group, its slices of the bucket files
     maps: list[list[Slice]] = field(default_factory=list)
+    handed: Handover | None = None
 
 
-def run_external_sort(ctx: JobContext, tasks: Sequence[CompactTask], details: dict[tuple[str, int], dict[str, Any]]
-                      ) -> dict[tuple[str, int], PartitionOutcome]:
-    """Clean every partition of ``tasks`` with the external-sort strategy; outcomes as the memory strategy's.
-    ``details`` receives, per partition, what the report shows of the stages (task counts, buckets,
-    superseded keys, wall time)."""
-    from jobs.engine.compaction import PartitionOutcome
+class ExternalSortRun:
+    """The external-sort side of one compaction run: its work dir, its bucket size, the hand-over specs of the
+    memory-first partitions, and the stages over the partitions that take this strategy.
 
-    if not tasks:
-        return {}
-    storage = ctx.storage
-    # One dir per run: a dry run (which takes no lock) may run beside a real one. A real run holds the lock, so
-    # another real run's dir can only be a crashed run's leftover: it goes.
-    sort_root = storage.join(ctx.work_uri, WORK_SUBDIR)
-    if not ctx.dry_run:
-        for d in storage.list_dirs(sort_root):
-            if d.rstrip("/").rsplit("/", 1)[-1].startswith("run-"):
-                _clear(storage, d)
-    run_dir = storage.join(sort_root, f"{'dry' if ctx.dry_run else 'run'}-{ctx.report.run_id}")
-    bucket_bytes = getattr(ctx.options, "sort_bucket_bytes", None) or default_bucket_bytes(ctx.runner)
-    parts: list[_Partition] = []
-    for i, t in enumerate(tasks):
+    Made before any cleaning task starts (a real run holds the log dir's lock, so another real run's dir under
+    the work dir can only be a crashed run's leftover: it goes now); :meth:`close` removes this run's files.
+    One dir per run: a dry run (which takes no lock) may run beside a real one."""
+
+    def __init__(self, ctx: JobContext) -> None:
+        self.ctx = ctx
+        storage = ctx.storage
+        sort_root = storage.join(ctx.work_uri, WORK_SUBDIR)
+        if not ctx.dry_run:
+            for d in storage.list_dirs(sort_root):
+                if d.rstrip("/").rsplit("/", 1)[-1].startswith("run-"):
+                    _clear(storage, d)
+        self.run_dir = storage.join(sort_root, f"{'dry' if ctx.dry_run else 'run'}-{ctx.report.run_id}")
+        self.bucket_bytes = getattr(ctx.options, "sort_bucket_bytes", None) or default_bucket_bytes(ctx.runner)
+
+    def layout(self, t: CompactTask) -> tuple[list[tuple[SegmentInfo, ...]], str, int]:
+        """A partition's segment groups (every segment below the first uncleanable offset, grouped as the
+        memory strategy groups them when its map does not fill), work dir and bucket count."""
         cfg = t.config
         end = t.plan.first_uncleanable_offset
         groups = group_segments_by_size([s for s in t.state.segments if s.base_offset < end], cfg.segment_bytes,
                                         cfg.segment_index_bytes, end, cfg.index_interval_bytes)
-        work = storage.join(run_dir, f"{t.plan.topic}-{t.plan.partition}")
-        out = PartitionOutcome(t.plan.topic, t.plan.partition)
-        out.end_offset = max(t.plan.first_uncleanable_offset, t.plan.first_dirty_offset)
+        work = self.ctx.storage.join(self.run_dir, f"{t.plan.topic}-{t.plan.partition}")
         records = sum(_records_bound(s) for g in groups for s in g)
-        parts.append(_Partition(i, t, groups, work, out, time.monotonic(),
-                                buckets=bucket_count(records, bucket_bytes, ctx.runner.parallelism)))
-    try:
+        return groups, work, bucket_count(records, self.bucket_bytes, self.ctx.runner.parallelism)
+
+    def handoff(self, t: CompactTask) -> Handoff:
+        """What a memory-first task of ``t``'s partition needs to hand it over (see :class:`PieceCollector`)."""
+        groups, work, buckets = self.layout(t)
+        return Handoff(work, tuple((s.base_offset, g) for g, group in enumerate(groups) for s in group), buckets,
+                       self.bucket_bytes)
+
+    def run(self, tasks: Sequence[CompactTask], details: dict[tuple[str, int], dict[str, Any]],
+            handed: dict[tuple[str, int], Handover] | None = None) -> dict[tuple[str, int], PartitionOutcome]:
+        """Clean every partition of ``tasks`` with the external-sort strategy; outcomes as the memory
+        strategy's. ``handed``: the pieces memory-first tasks wrote before their map filled (their segments
+        are not read again). ``details`` receives, per partition, what the report shows of the stages (task
+        counts, buckets, superseded keys, seconds)."""
+        from jobs.engine.compaction import PartitionOutcome
+
+        handed = handed or {}
+        parts: list[_Partition] = []
+        for i, t in enumerate(tasks):
+            key = (t.plan.topic, t.plan.partition)
+            groups, work, buckets = self.layout(t)
+            out = PartitionOutcome(t.plan.topic, t.plan.partition)
+            out.end_offset = max(t.plan.first_uncleanable_offset, t.plan.first_dirty_offset)
+            parts.append(_Partition(i, t, groups, work, out, time.monotonic(), buckets=buckets,
+                                    handed=handed.get(key)))
+        if not parts:
+            return {}
+        ctx = self.ctx
         t0 = time.monotonic()
         _key_and_bucket_passes(ctx, parts)
         ctx.progress(f"external-sort: key pass and buckets of {len(parts)} partition(s) in "
@@ -467,9 +492,92 @@ def run_external_sort(ctx: JobContext, tasks: Sequence[CompactTask], details: di
         _rewrite_passes(ctx, parts, details)
         ctx.progress(f"external-sort: {sum(len(p.groups) for p in parts)} segment group(s) rewritten in "
                      f"{time.monotonic() - t0:.1f}s")
-    finally:
-        _clear(storage, run_dir)
-    return {(p.outcome.topic, p.outcome.partition): p.outcome for p in parts}
+        return {(p.outcome.topic, p.outcome.partition): p.outcome for p in parts}
+
+    def close(self) -> None:
+        """Remove this run's work files (piece files, bucket files, a dry run's too)."""
+        _clear(self.ctx.storage, self.run_dir)
+
+
+# --------------------------------------------------------------------------------------------------
+# Memory first: the hand-over from a memory task whose map fills
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """Given to a memory-first task (``CompactTask.handoff``): where its partition's external-sort files go,
+    each segment's group, the bucket count, and how many bytes of pieces it may hold before writing them."""
+
+    work: str
+    group_of: tuple[tuple[int, int], ...]  #: (segment base offset, group index)
+    buckets: int
+    hold_bytes: int
+
+
+@dataclass(frozen=True)
+class HandedPiece:
+    """A piece file a memory-first task wrote: one whole segment's rows, per bucket."""
+
+    uri: str
+    g: int
+    base_offset: int
+    counts: np.ndarray
+
+
+@dataclass
+class Handover:
+    """What a memory-first task whose map filled returns instead of cleaning (``PartitionOutcome.handover``)."""
+
+    pieces: list[HandedPiece]
+    keys: int  #: in the map when it filled
+    end_offset: int  #: where the map filled
+
+
+class PieceCollector:
+    """Inside a memory-first task: the key-pass piece of every segment its map pass decodes, held in memory up to
+    ``hold_bytes`` and written to the work dir beyond that. If the map fills, :meth:`hand_over` writes the rest
+    and the partition goes to external-sort with these pieces (nothing read twice); if it does not,
+    :meth:`discard` removes what was written."""
+
+    def __init__(self, task: CompactTask, handoff: Handoff) -> None:
+        self.task = task
+        self.handoff = handoff
+        self.group_of = dict(handoff.group_of)
+        self.held: list[tuple[HandedPiece, np.ndarray]] = []
+        self.held_bytes = 0
+        self.written: list[HandedPiece] = []
+
+    def add(self, base_offset: int, table: Any) -> None:
+        """The piece of the segment at ``base_offset`` from its KEY_HASH_SCHEMA ``table``."""
+        g = self.group_of.get(base_offset)
+        if g is None:  # not below the first uncleanable offset: external-sort does not read it
+            return
+        plan = self.task.plan
+        rows, counts = piece_of(table, first_dirty_offset=plan.first_dirty_offset,
+                                first_uncleanable_offset=plan.first_uncleanable_offset,
+                                aborted=self.task.txn.aborted, buckets=self.handoff.buckets)
+        uri = self.task.storage.join(self.handoff.work, f"piece-{g:06d}-{base_offset:020d}-0000.rows")
+        self.held.append((HandedPiece(uri, g, base_offset, counts), rows))
+        self.held_bytes += rows.nbytes
+        if self.held_bytes > self.handoff.hold_bytes:
+            self._write()
+
+    def _write(self) -> None:
+        for piece, rows in self.held:
+            if len(rows):
+                write_rows(self.task.storage, piece.uri, rows)
+            self.written.append(piece)
+        self.held, self.held_bytes = [], 0
+
+    def hand_over(self, keys: int, end_offset: int) -> Handover:
+        self._write()
+        return Handover(self.written, keys, end_offset)
+
+    def discard(self) -> None:
+        self.held, self.held_bytes = [], 0
+        _delete_quietly(self.task.storage, [p.uri for p in self.written if p.counts.any()])
+        self.written = []
 
 
 def _records_bound(s: SegmentInfo) -> int:
@@ -500,14 +608,16 @@ def _remove_dirs(storage: Storage, uri: str) -> None:
 
 
 def _piece_items(parts: Sequence[_Partition]) -> list[PieceItem]:
-    """Every key-pass task, partition by partition, in group order (the reduce needs the pieces so)."""
+    """Every key-pass task, partition by partition, in group order (but the segments a memory-first task
+    already read)."""
     items = []
     for part in parts:
         t = part.task
         files_of = {s.base_offset: s for s in t.listing.segments}
+        covered = {p.base_offset for p in part.handed.pieces} if part.handed else set()
         for g, group in enumerate(part.groups):
             for s in group:
-                if s.size_bytes == 0:
+                if s.size_bytes == 0 or s.base_offset in covered:
                     continue
                 splits = max(1, -(-s.size_bytes // SPLIT_BYTES))
                 for k in range(splits):
@@ -524,32 +634,40 @@ def _key_and_bucket_passes(ctx: JobContext, parts: list[_Partition]) -> None:
     each group's keys are. A failed task fails its partition (``part.outcome.error``), not the others."""
     storage = ctx.storage
     items = _piece_items(parts)
-    pieces = ctx.parallel_map(read_piece, items, tasks=task_count(len(items), sum(i.size // i.splits for i in items),
-                                                                  ctx.runner.parallelism),
-                              description=f"external-sort key pass over {len(items)} piece(s)")
-    by_part: dict[int, list[tuple[PieceItem, PieceResult]]] = {part.p: [] for part in parts}
-    for item, result in zip(items, pieces):
-        by_part[item.p].append((item, result))
+    results = ctx.parallel_map(read_piece, items,
+                               tasks=task_count(len(items), sum(i.size // i.splits for i in items),
+                                                ctx.runner.parallelism),
+                               description=f"external-sort key pass over {len(items)} piece(s)")
+    # every piece of a partition as (file, group, rows per bucket), read or handed over
+    pieces: dict[int, list[tuple[str, int, np.ndarray]]] = {part.p: [] for part in parts}
+    errors: dict[int, PartitionError] = {}
+    seconds: dict[int, float] = {}
+    for item, result in zip(items, results):
+        pieces[item.p].append((item.out_uri, item.g, result.counts))
+        seconds[item.p] = seconds.get(item.p, 0.0) + result.seconds
+        if result.error is not None:
+            errors.setdefault(item.p, result.error)
     buckets: list[BucketItem] = []
     for part in parts:
-        mine = by_part[part.p]
-        part.task_seconds["key_pass"] = round(sum(r.seconds for _, r in mine), 3)
-        failed = next((r.error for _, r in mine if r.error is not None), None)
-        if failed is not None:
-            part.outcome.error = failed
+        part.task_seconds["key_pass"] = round(seconds.get(part.p, 0.0), 3)
+        if part.p in errors:
+            part.outcome.error = errors[part.p]
             continue
-        starts = {id(i): np.r_[0, np.cumsum(r.counts)] for i, r in mine}
+        mine = pieces[part.p] + [(h.uri, h.g, h.counts) for h in (part.handed.pieces if part.handed else [])]
+        mine.sort(key=lambda piece: piece[0])  # by name: group, segment, split (the reduce needs group order)
+        starts = [np.r_[0, np.cumsum(counts)] for _, _, counts in mine]
         for b in range(part.buckets):
-            slices = tuple((Slice(i.out_uri, int(starts[id(i)][b]), int(r.counts[b])), i.g) for i, r in mine
-                           if r.counts[b])
+            slices = tuple((Slice(uri, int(at[b]), int(counts[b])), g) for (uri, g, counts), at in zip(mine, starts)
+                           if counts[b])
             buckets.append(BucketItem(part.p, b, storage, slices, len(part.groups),
                                       storage.join(part.work, f"bucket-{b:06d}.map")))
     rows = sum(s.rows for item in buckets for s, _ in item.pieces)
     reduced = ctx.parallel_map(reduce_bucket_item, buckets,
                                tasks=task_count(len(buckets), rows * PIECE_ROW_BYTES * 4, ctx.runner.parallelism),
                                description=f"external-sort reduce of {len(buckets)} bucket(s)")
-    # the piece files have served: free their space before the rewrite writes the new segments
-    _delete_quietly(storage, [i.out_uri for i, r in zip(items, pieces) if r.counts.any()])
+# the piece files have served: free their space before the rewrite writes the new segments
+    _delete_quietly(storage, [uri for mine in pieces.values() for uri, _, counts in mine if counts.any()]
+                    + [h.uri for part in parts if part.handed for h in part.handed.pieces if h.counts.any()])
     of = {part.p: part for part in parts}
     for part in parts:
         part.maps = [[] for _ in part.groups]
@@ -614,7 +732,8 @@ def _rewrite_passes(ctx: JobContext, parts: list[_Partition], details: dict[tupl
             out.stats = {k: int(v) for k, v in total.__dict__.items()}
         out.seconds = round(sum(r.seconds for r in group_results), 3)
         details[(out.topic, out.partition)] = {
-            "key_pieces": part.key_tasks, "buckets": part.buckets, "groups": len(part.groups),
+            "key_pieces": part.key_tasks, "reused_pieces": len(part.handed.pieces) if part.handed else 0,
+            "buckets": part.buckets, "groups": len(part.groups),
             "groups_recleaned": sum(1 for i in again if i.p == part.p), "superseded_keys": part.superseded,
             "task_seconds": {**part.task_seconds, "rewrite": out.seconds},
             "wall_seconds": round(time.monotonic() - part.t0, 3)}
@@ -631,6 +750,6 @@ def _failed(part: _Partition, results: dict[tuple[int, int], GroupResult]) -> bo
     return any(results[(part.p, g)].error is not None for g in range(len(part.groups)) if (part.p, g) in results)
 
 
-__all__ = ["SPLIT_BYTES", "WORK_SUBDIR", "BucketItem", "GroupItem", "GroupResult", "PieceItem", "Slice", "choose",
-           "clean_group_item", "default_bucket_bytes", "piece_of", "read_key_hashes", "read_piece",
-           "reduce_bucket_item", "run_external_sort"]
+__all__ = ["SPLIT_BYTES", "WORK_SUBDIR", "BucketItem", "ExternalSortRun", "GroupItem", "GroupResult", "HandedPiece",
+           "Handoff", "Handover", "PieceCollector", "PieceItem", "Slice", "choose", "clean_group_item",
+           "default_bucket_bytes", "piece_of", "read_key_hashes", "read_piece", "reduce_bucket_item"]

@@ -31,6 +31,7 @@ Public API::
     freed_markers(before, after) -> np.ndarray
     dirty_record_bound(state, first_dirty_offset, first_uncleanable_offset) -> int | None
     choose_strategy(requested, *, dirty_records, max_keys) -> StrategyChoice
+    handed_over(choice, *, keys, end_offset, segments_read) -> StrategyChoice
 """
 
 from __future__ import annotations
@@ -300,14 +301,17 @@ class StrategyChoice:
 
     strategy: str  # "memory" or "external-sort"
     reason: str
+    #: memory first: if the map fills, the partition moves to external-sort with what the memory task read
+    memory_first: bool = False
 
 
 def choose_strategy(requested: str, *, dirty_records: int | None, max_keys: int) -> StrategyChoice:
     """``--strategy`` for one partition. ``auto`` takes memory when the dirty records, an upper bound on the
     dirty keys, stay below the map's capacity: one pass then certainly cleans the whole range (the map fills
-    only on a put once ``max_keys`` keys are in it). Otherwise some of those records may share keys and memory
-    might still fit, but only reading every key would tell, which is most of external-sort's first pass; and
-    external-sort is exact whatever the count, so auto takes it."""
+    only on a put once ``max_keys`` keys are in it). Otherwise records may share keys (a changelog of 6 M
+    records may hold 1 M keys), and the memory task's own map is the exact count of what it has read: auto
+    starts with memory, and the task hands the partition to external-sort only when its map fills, with the
+    key-pass pieces of the segments it read (see :mod:`jobs.engine.external_sort`), so nothing is read twice."""
     if requested == "memory":
         return StrategyChoice("memory", "requested")
     if requested == "external-sort":
@@ -315,14 +319,21 @@ def choose_strategy(requested: str, *, dirty_records: int | None, max_keys: int)
     if requested != "auto":
         raise ValueError(f"unknown strategy {requested!r}")
     if dirty_records is None:
-        return StrategyChoice("external-sort", f"auto: dirty record count unknown (compressed legacy messages), "
-                                               f"map holds {max_keys:,} keys")
+        return StrategyChoice("memory", f"auto: dirty record count unknown (compressed legacy messages), map holds "
+                                        f"{max_keys:,} keys: memory first", memory_first=True)
     if dirty_records < max_keys:
         return StrategyChoice("memory", f"auto: {dirty_records:,} dirty records < {max_keys:,} keys the map holds")
-    return StrategyChoice("external-sort", f"auto: {dirty_records:,} dirty records >= {max_keys:,} keys the "
-                                           f"map holds")
+    return StrategyChoice("memory", f"auto: {dirty_records:,} dirty records >= {max_keys:,} keys the map holds, "
+                                    f"but they may share keys: memory first", memory_first=True)
+
+
+def handed_over(choice: StrategyChoice, *, keys: int, end_offset: int, segments_read: int) -> StrategyChoice:
+    """What a memory-first partition became when its map filled: external-sort, and why."""
+    return StrategyChoice("external-sort", f"{choice.reason}; the map filled with {keys:,} keys at offset "
+                                           f"{end_offset:,}: external-sort, reusing the {segments_read} "
+                                           f"segment(s) read", memory_first=True)
 
 
 __all__ = ["MAP_COLUMNS", "PIECE_COLUMNS", "REDUCE_BYTES_PER_ROW", "SUPERSEDED_SCHEMA", "StrategyChoice",
-           "bucket_count", "choose_strategy", "dirty_record_bound", "freed_markers", "group_offset_map",
+           "bucket_count", "choose_strategy", "dirty_record_bound", "freed_markers", "group_offset_map", "handed_over",
            "piece_rows", "reduce_bucket", "refreshed_txn_state", "superseded_keys"]

@@ -144,10 +144,15 @@ def test_external_sort_and_auto_write_the_bytes_of_one_memory_pass(spec: LogSpec
     for e in entries:
         if e["action"] != "skipped":
             assert e["strategy"] in ("memory", "external-sort") and e["strategy_reason"]
-    # auto with room for 2 keys: external-sort as soon as the dirty range holds 2 records
+    # auto with room for 2 keys: memory when the dirty range holds fewer records; else memory first, handed
+    # over to external-sort (with the pieces read) when the map fills
     auto = [e for e in entries[1::2] if e["action"] != "skipped"]
     for e in auto:
-        assert e["strategy"] == ("memory" if "< 2 keys" in e["strategy_reason"] else "external-sort"), e
+        reason = e["strategy_reason"]
+        assert ("< 2 keys" in reason) != ("memory first" in reason), e
+        assert e["strategy"] == ("external-sort" if "the map filled" in reason else "memory"), e
+        if e["strategy"] == "external-sort":
+            assert e["external_sort"]["reused_pieces"] >= 1, e
 
 
 def test_more_keys_than_the_buffer_are_deduplicated_in_one_run(tmp_path: Path) -> None:
@@ -173,6 +178,33 @@ def test_more_keys_than_the_buffer_are_deduplicated_in_one_run(tmp_path: Path) -
     assert first[1]["strategy_reason"].startswith("auto: 600 dirty records >= 10 keys"), first[1]["strategy_reason"]
     assert first[0]["records_removed"] == 400
     assert first[0]["external_sort"]["groups"] > 1 and first[0]["external_sort"]["superseded_keys"] > 0
+    # auto: memory first; its map filled inside the first segment (10 keys), so that segment's piece is handed
+    # over and only the others are read by the key pass: no segment is read twice
+    ext, auto = first[0]["external_sort"], first[1]["external_sort"]
+    assert "the map filled with 10 keys" in first[1]["strategy_reason"], first[1]["strategy_reason"]
+    assert auto["reused_pieces"] == 1 and auto["key_pieces"] == ext["key_pieces"] - 1, (auto, ext)
+
+
+def test_many_records_of_few_keys_stay_with_memory(tmp_path: Path) -> None:
+    """Records are not keys: 600 records of 20 keys with a map for 50 keys: auto starts with memory (the
+    records exceed the map), the map does not fill, so memory cleans it in one pass and the pieces it held
+    for a hand-over leave nothing in the work dir."""
+    from jobs.logdir.lock import work_uri
+
+    log = LogBuilder(TOPIC, PARTITION, timestamp=NOW1 - 3_600_000)
+    for round_ in range(30):
+        log.batch([rec(f"k{k}", f"v{round_}-{k}") for k in range(20)])
+        if round_ % 10 == 9:
+            log.roll()
+    source = tmp_path / "source"
+    write_log(log.table(), source / partition_dir_name(TOPIC, PARTITION))
+    dirs = copies(source, tmp_path, 2)
+    config = ConfigSet().with_overrides([f"{TOPIC}:cleanup.policy=compact", f"{TOPIC}:segment.bytes=4000"])
+    (entry,) = assert_same_runs(dirs, [("auto", buffer_bytes_for_keys(50))], config, nows=(NOW1,))
+    assert entry["strategy"] == "memory" and "memory first" in entry["strategy_reason"], entry
+    assert "external_sort" not in entry and not entry["partial"] and entry["records_removed"] > 0
+    work = Path(work_uri(str(dirs[1]))) / es.WORK_SUBDIR
+    assert not work.exists() or [p for p in work.rglob("*") if p.is_file()] == []
 
 
 def test_a_dry_run_measures_what_memory_measures(tmp_path: Path) -> None:
@@ -201,10 +233,13 @@ def test_a_dry_run_measures_what_memory_measures(tmp_path: Path) -> None:
 
 
 def test_auto_rule() -> None:
-    assert choose_strategy("auto", dirty_records=9, max_keys=10).strategy == "memory"
-    assert choose_strategy("auto", dirty_records=10, max_keys=10).strategy == "external-sort"
-    assert choose_strategy("auto", dirty_records=None, max_keys=10).strategy == "external-sort"
-    assert choose_strategy("memory", dirty_records=10**9, max_keys=10).strategy == "memory"
+    certain = choose_strategy("auto", dirty_records=9, max_keys=10)
+    assert (certain.strategy, certain.memory_first) == ("memory", False)
+    for records in (10, None, 10**9):  # records may share keys: the memory task's map finds out
+        maybe = choose_strategy("auto", dirty_records=records, max_keys=10)
+        assert (maybe.strategy, maybe.memory_first) == ("memory", True), records
+    assert not choose_strategy("memory", dirty_records=10**9, max_keys=10).memory_first
+    assert choose_strategy("external-sort", dirty_records=1, max_keys=10).strategy == "external-sort"
     assert max_keys_for_buffer(api.CompactOptions().dedupe_buffer_bytes) == 5_033_164
 
 
