@@ -242,7 +242,7 @@ def huge(spark: Any, root: Path, keys: int) -> list[dict]:
     segment_bytes = segment_bytes_for(records)
     work = root / "work"
     _fresh(src, work)
-    ext_s, entry, row = _external(spark, work, input_bytes, segment_bytes)
+    ext_s, _, row = _external(spark, work, input_bytes, segment_bytes)
     ext_digest = _digest(work)
     _fresh(src, work)
     big = buffer_bytes_for_keys(keys + 1)

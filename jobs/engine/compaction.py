@@ -532,7 +532,10 @@ def work(ctx: JobContext) -> None:
     # finishes: its commit overlaps the tasks still running (see jobs.engine.streaming); then the external-sort
     # partitions, once their passes are done, one after another in partition order.
     with_task = set(task_keys) | set(sort_keys)
-    settled = {key: settle(key, None) for key in plans if key not in with_task}
+    settled: dict[tuple[str, int], _Settled] = {}
+    for key in plans:
+        if key not in with_task:
+            settled[key] = _must(settle(key, None))
     streamed = False
     try:
         done = run_and_settle(ctx.runner, compact_partition, tasks, sizes=[t.state.size_bytes for t in tasks],
@@ -554,7 +557,7 @@ def work(ctx: JobContext) -> None:
             outcome = sorted_outcomes[key]
             if outcome.error is None:
                 _check_outcome_against_plan(ctx, planfile, key, outcome)
-            settled[key] = settle(key, outcome)
+            settled[key] = _must(settle(key, outcome))
     except BaseException as exc:
         # e.g. the lease was lost: what was committed stands and is reported, the checkpoint is not written
         if not streamed:
@@ -588,6 +591,12 @@ class _Settled:
     warnings: list[str]
     checkpoint: int | None
     checkpoint_changed: bool
+
+
+def _must(one: _Settled | None) -> _Settled:
+    """A settled partition that was not handed over (only a memory-first task's outcome is)."""
+    assert one is not None
+    return one
 
 
 def _died(task: CompactTask, failure: TaskFailure) -> PartitionOutcome:

@@ -204,7 +204,7 @@ def write_rows(storage: Storage, uri: str, rows: np.ndarray) -> None:
         return
     try:
         with open(path, "wb") as f:
-            f.write(memoryview(data).cast("B"))
+            f.write(data.data)
     except OSError as exc:
         from segment_io.errors import StorageError
 
@@ -671,20 +671,20 @@ def _key_and_bucket_passes(ctx: JobContext, parts: list[_Partition]) -> None:
     of = {part.p: part for part in parts}
     for part in parts:
         part.maps = [[] for _ in part.groups]
-    for item, result in zip(buckets, reduced):
-        part = of[item.p]
-        part.task_seconds["reduce"] = round(part.task_seconds.get("reduce", 0.0) + result.seconds, 3)
-        if result.error is not None:
-            part.outcome.error = part.outcome.error or result.error
+    for bucket, done in zip(buckets, reduced):
+        part = of[bucket.p]
+        part.task_seconds["reduce"] = round(part.task_seconds.get("reduce", 0.0) + done.seconds, 3)
+        if done.error is not None:
+            part.outcome.error = part.outcome.error or done.error
             continue
-        at = np.r_[0, np.cumsum(result.counts)]
-        for g in np.flatnonzero(result.counts).tolist():
-            part.maps[g].append(Slice(item.out_uri, int(at[g]), int(result.counts[g])))
-            part.superseded += int(result.counts[g])
+        at = np.r_[0, np.cumsum(done.counts)]
+        for g in np.flatnonzero(done.counts).tolist():
+            part.maps[g].append(Slice(bucket.out_uri, int(at[g]), int(done.counts[g])))
+            part.superseded += int(done.counts[g])
 
 
 def _rewrite_passes(ctx: JobContext, parts: list[_Partition], details: dict[tuple[str, int], dict[str, Any]]) -> None:
-    """Pass 3: every group of every partition as one task; then the second wave for freed markers."""
+    """Stage 3: every group of every partition as one task; then the second wave for freed markers."""
     from jobs.rules.cleaner import CleanStats
 
     live = [part for part in parts if part.outcome.error is None]

@@ -8,9 +8,10 @@ later record supersedes, each with its latest offset. Two compiled kernels do th
 pre-aggregates one piece of a segment (one row per key: its first offset in the piece and its latest mappable
 one) and orders the rows by bucket; :func:`reduce_bucket` takes every piece's rows of one bucket and gives, per
 segment group, the keys a later record supersedes. A key lives in exactly one bucket, so the buckets are
-independent and each is reduced by one task, in memory, whatever the partition's key count. A group cleaned with that small map decides every record exactly as with the partition's
-whole map (a key missing from it has no superseded record in the group, and the whole map would keep all of
-its records too), so :func:`jobs.rules.cleaner.clean_records` runs unchanged and the output is the same bytes.
+independent and each is reduced by one task, in memory, whatever the partition's key count. A group cleaned
+with that small map decides every record exactly as with the partition's whole map (a key missing from it has
+no superseded record in the group, and the whole map would keep all of its records too), so
+:func:`jobs.rules.cleaner.clean_records` runs unchanged and the output is the same bytes.
 
 Everything else a clean decides depends on the record, its batch and the partition's transaction and producer
 state. In segjobs that state is the whole partition's (:class:`jobs.rules.transactions.TxnState`, replayed from

@@ -3,9 +3,9 @@
 Level exercised: the whole compaction job (:func:`jobs.api.compact`): without Spark for the property test
 (the key pass, bucket reduce and rewrite tasks in this process), and with the shared ``local[2]`` session (the
 same stages as Spark tasks, their files in the work dir); the kernels against the in-memory reference
-(:func:`jobs.rules.external_sort.superseded_keys`). Each run compacts a copy of the same log dir (file times included) at the same ``now``; the property
-is byte equality of every file of the partition and of the cleaner checkpoint, run after run (the first clean,
-then past the tombstone horizon).
+(:func:`jobs.rules.external_sort.superseded_keys`). Each run compacts a copy of the same log dir (file times
+included) at the same ``now``; the property is byte equality of every file of the partition and of the cleaner
+checkpoint, run after run (the first clean, then past the tombstone horizon).
 """
 
 from __future__ import annotations
