@@ -118,6 +118,14 @@ def assert_same_runs(dirs: list[Path], runs: list[tuple[str, int]], config: Conf
 @given(spec=log_specs())
 def test_external_sort_and_auto_write_the_bytes_of_one_memory_pass(spec: LogSpec,
                                                                    tmp_path_factory: pytest.TempPathFactory) -> None:
+    # three hash buckets whatever the size: keys of one group spread over several bucket files
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(es, "bucket_count", lambda records, bucket_bytes, parallelism: 3)
+        _external_sort_and_auto_write_the_bytes_of_one_memory_pass(spec, tmp_path_factory)
+
+
+def _external_sort_and_auto_write_the_bytes_of_one_memory_pass(spec: LogSpec,
+                                                                tmp_path_factory: pytest.TempPathFactory) -> None:
     tmp = tmp_path_factory.mktemp("ext")
     source = tmp / "source"
     built = build_log(spec)
@@ -144,6 +152,8 @@ def test_external_sort_and_auto_write_the_bytes_of_one_memory_pass(spec: LogSpec
     for e in entries:
         if e["action"] != "skipped":
             assert e["strategy"] in ("memory", "external-sort") and e["strategy_reason"]
+            if e["strategy"] == "external-sort":
+                assert e["external_sort"]["buckets"] == 3
     # auto with room for 2 keys: memory when the dirty range holds fewer records; else memory first, handed
     # over to external-sort (with the pieces read) when the map fills
     auto = [e for e in entries[1::2] if e["action"] != "skipped"]
