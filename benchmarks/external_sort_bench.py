@@ -20,7 +20,8 @@ Targets (PASS/MISS): external-sort <= 1.5x the one big-buffer memory pass; faste
 runs; ``local[2]`` >= 1.7x ``local[1]``; byte-identical output. ``--huge`` adds 50 M and 100 M keys: one
 external-sort run each (>= 50 MB/s of input and tree peak RSS <= 6 GB at 100 M keys) and one memory pass with a
 buffer for every key, compared by the SHA-256 of every file of the partition (the data dir needs about twice the
-input free: 28 GB of input at 100 M keys). The quick run's ratios are at 1 M keys, not the targets' size.
+input free: 28 GB of input at 100 M keys); their data is generated 4 M records at a time, every key exactly
+twice at pseudo-random places (:func:`generated_in_chunks`; the project's generator holds a partition in memory). The quick run's ratios are at 1 M keys, not the targets' size.
 
 Run alone: ``python -m benchmarks.external_sort_bench --keys 1000000 --data-dir /tmp/bench``; as a section:
 ``python -m benchmarks.run --only external-sort --data-dir DIR [--huge]``.
@@ -36,8 +37,12 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import pyarrow as pa
 
 from benchmarks.baselines import log_files, timed_session, verdict
 from benchmarks.memory import PeakRssByRole
@@ -75,9 +80,77 @@ def segment_bytes_for(records: int) -> int:
     return max(1 << 20, min(MAX_SEGMENT_BYTES, records * (VALUE_BYTES + 40) // 8))
 
 
-def generated(root: Path, keys: int) -> tuple[Path, float]:
+#: Records generated at a time for the huge cases (the generator builds a partition in memory, about 400 bytes a
+#: record: 20 M records took 7.7 GB).
+CHUNK_RECORDS = 4_000_000
+
+
+def _mix(x: np.ndarray, bits: int) -> np.ndarray:
+    """A bijection of [0, 2**bits): odd multiplications and xor-shifts modulo 2**bits."""
+    mask = np.uint64((1 << bits) - 1)
+    x = x.astype(np.uint64)
+    for mult in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB):
+        x = (x * np.uint64(mult)) & mask
+        x ^= x >> np.uint64(max(1, bits // 2))
+    return x
+
+
+def _permuted(j: np.ndarray, n: int) -> np.ndarray:
+    """Position ``j`` of a fixed pseudo-random permutation of [0, n) (cycle walking over :func:`_mix`)."""
+    bits = max(2, (n - 1).bit_length())
+    x = _mix(j, bits)
+    out_of_range = x >= n
+    while out_of_range.any():
+        x[out_of_range] = _mix(x[out_of_range], bits)
+        out_of_range = x >= n
+    return x.astype(np.int64)
+
+
+def generated_in_chunks(out: Path, keys: int, segment_bytes: int) -> None:
+    """One partition of ``2 x keys`` records, every key exactly twice at pseudo-random places (record ``j`` has
+    key ``perm(j) // 2``), written :data:`CHUNK_RECORDS` records at a time: memory stays bounded whatever the
+    size (the huge cases)."""
+    from segment_io import layout
+    from segment_io.checkpoint import write_offset_checkpoint
+    from segment_io.generate import GenerateSpec, _fixed_binary, _keys, _split_segments, synthetic_table
+    from segment_io.segment_writer import write_segment
+    from segment_io.storage import open_storage
+
+    records = 2 * keys
+    pdir = out / PARTITION
+    pdir.mkdir(parents=True, exist_ok=True)
+    base = GenerateSpec(topics=("big",), partitions=1, records=CHUNK_RECORDS, value_bytes=VALUE_BYTES,
+                        superseded_share=0.5, tombstone_share=0.0, batch_records=200, segment_bytes=segment_bytes)
+    chunks = -(-records // CHUNK_RECORDS)
+    for c in range(chunks):
+        n = min(CHUNK_RECORDS, records - c * CHUNK_RECORDS)
+        first = c * CHUNK_RECORDS
+        spec = replace(base, records=n, seed=c, start_ms=base.start_ms + base.span_ms * first // records,
+                       span_ms=max(1, base.span_ms * n // records))
+        table = synthetic_table(spec, "big", 0)
+        ids = _permuted(np.arange(first, first + n, dtype=np.int64), records) // 2
+        table = table.set_column(table.schema.get_field_index("key"), "key",
+                                 _fixed_binary(_keys(ids, spec.key_bytes), spec.key_bytes))
+        for name in ("offset", "batch_base_offset", "batch_last_offset"):
+            i = table.schema.get_field_index(name)
+            table = table.set_column(i, name, pa.array(table[name].to_numpy() + first))
+        for seg in _split_segments(table, segment_bytes):
+            start = int(seg["offset"][0].as_py())
+            seg = seg.set_column(seg.schema.get_field_index("segment_base_offset"), "segment_base_offset",
+                                 pa.array(np.full(seg.num_rows, start, dtype=np.int64)))
+            write_segment(seg, str(pdir / layout.segment_file_name(start)),
+                          index_interval_bytes=spec.index_interval_bytes)
+        del table
+    (pdir / layout.LEADER_EPOCH_CHECKPOINT).write_text("0\n1\n0 0\n")
+    storage = open_storage(str(out))
+    write_offset_checkpoint(storage, str(out / layout.LOG_START_OFFSET_CHECKPOINT), {("big", 0): 0})
+    write_offset_checkpoint(storage, str(out / layout.CLEANER_OFFSET_CHECKPOINT), {})
+
+
+def generated(root: Path, keys: int, *, chunked: bool = False) -> tuple[Path, float]:
     """The log dir of ``keys`` keys under ``root`` (generated unless a previous run left the same one) and the
-    seconds generation took (0 when reused)."""
+    seconds generation took (0 when reused). ``chunked``: :func:`generated_in_chunks` (the huge cases), else
+    the project's generator (random keys, some more than twice), which holds the partition in memory."""
     from segment_io.generate import GenerateSpec, generate_log_dir
 
     records = 2 * keys
@@ -86,13 +159,18 @@ def generated(root: Path, keys: int) -> tuple[Path, float]:
                         segment_bytes=segment_bytes_for(records))
     out = root / f"src-{keys}"
     marker = root / f"src-{keys}.spec"
-    if out.exists() and marker.exists() and marker.read_text() == repr(spec):
+    text = f"chunked {CHUNK_RECORDS} {spec!r}" if chunked else repr(spec)
+    if out.exists() and marker.exists() and marker.read_text() == text:
         return out, 0.0
     shutil.rmtree(out, ignore_errors=True)
+    marker.unlink(missing_ok=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    generate_log_dir(spec, out)
-    marker.write_text(repr(spec))
+    if chunked:
+        generated_in_chunks(out, keys, segment_bytes_for(records))
+    else:
+        generate_log_dir(spec, out)
+    marker.write_text(text)
     return out, time.perf_counter() - t0
 
 
@@ -236,7 +314,7 @@ def huge(spark: Any, root: Path, keys: int) -> list[dict]:
     """One external-sort run and one memory pass with a buffer for every key on ``keys`` keys."""
     from jobs.rules.map_capacity import buffer_bytes_for_keys
 
-    src, gen_s = generated(root, keys)
+    src, gen_s = generated(root, keys, chunked=True)
     records = 2 * keys
     input_bytes = sum(f.stat().st_size for f in log_files(src))
     segment_bytes = segment_bytes_for(records)

@@ -60,12 +60,14 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_plan_options(p)
     p.add_argument("--strategy", choices=STRATEGIES, default="auto",
                    help="memory: one task per partition with a bounded offset map (multi-pass when full, like "
-                        "Kafka); external-sort: exact in one run for any number of keys: Spark sorts the key "
-                        "hashes and offsets (spilling to disk) and several tasks rewrite one partition's segment "
+                        "Kafka); external-sort: exact in one run for any number of keys: key hashes are "
+                        "pre-aggregated into hash buckets in the work dir, each bucket is reduced by its own task "
+                        "(memory set by --sort-bucket-bytes) and several tasks rewrite one partition's segment "
                         "groups at once; the output is the same bytes a memory pass with a big enough buffer "
                         "writes; auto (default): memory when a partition's dirty records (an upper bound on its "
-                        "keys, from the scan) fit the --dedupe-buffer-bytes map, else external-sort; the "
-                        "summary's note says which one each partition used and why")
+                        "keys, from the scan) fit the --dedupe-buffer-bytes map, else memory first, handing the "
+                        "partition to external-sort (with what it read) only if the map fills; the summary's note "
+                        "says which one each partition used and why")
     p.add_argument("--dedupe-buffer-bytes", type=size_arg, default=DEFAULT_DEDUPE_BUFFER_BYTES, metavar="SIZE",
                    help=f"offset-map memory per task, e.g. 512MiB; 24 bytes a slot, full at {LOAD_FACTOR:g} of the "
                         f"slots, so about {max_keys_for_buffer(1 << 20):,} keys per MiB (default: 128MiB, "

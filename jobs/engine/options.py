@@ -248,9 +248,10 @@ class CompactOptions(ChangeOptions):
     #: than fit is cleaned partially and the next run continues
     dedupe_buffer_bytes: int = DEFAULT_DEDUPE_BUFFER_BYTES
     #: ``memory`` (one task per partition, a bounded offset map, partial when it fills), ``external-sort``
-    #: (Spark computes each key's latest offset, spilling to disk; exact in one run for any number of keys,
-    #: several tasks per partition) or ``auto`` (memory when the partition's dirty records fit the map,
-    #: external-sort otherwise; see :func:`jobs.rules.external_sort.choose_strategy`)
+    #: (key hashes in hash buckets, each reduced by its own task; exact in one run for any number of keys,
+    #: several tasks per partition) or ``auto`` (memory when the partition's dirty records fit the map, else
+    #: memory first, handed over to external-sort if the map fills; see
+    #: :func:`jobs.rules.external_sort.choose_strategy`)
     strategy: str = "auto"
     #: external-sort: the memory one bucket's reduce may take (the buckets a partition's keys are hashed into
     #: are as many as that needs, so a task's memory does not grow with the key count); None: a quarter of an
