@@ -21,7 +21,8 @@ runs; ``local[2]`` >= 1.7x ``local[1]``; byte-identical output. ``--huge`` adds 
 external-sort run each (>= 50 MB/s of input and tree peak RSS <= 6 GB at 100 M keys) and one memory pass with a
 buffer for every key, compared by the SHA-256 of every file of the partition (the data dir needs about twice the
 input free: 28 GB of input at 100 M keys); their data is generated 4 M records at a time, every key exactly
-twice at pseudo-random places (:func:`generated_in_chunks`; the project's generator holds a partition in memory). The quick run's ratios are at 1 M keys, not the targets' size.
+twice at pseudo-random places (:func:`generated_in_chunks`; the project's generator holds a partition in
+memory). The quick run's ratios are at 1 M keys, not the targets' size.
 
 Run alone: ``python -m benchmarks.external_sort_bench --keys 1000000 --data-dir /tmp/bench``; as a section:
 ``python -m benchmarks.run --only external-sort --data-dir DIR [--huge]``.
