@@ -148,7 +148,7 @@ def generated_in_chunks(out: Path, keys: int, segment_bytes: int) -> None:
     write_offset_checkpoint(storage, str(out / layout.CLEANER_OFFSET_CHECKPOINT), {})
 
 
-def generated(root: Path, keys: int, *, chunked: bool = False) -> tuple[Path, float]:
+def generated(root: Path, keys: int, *, chunked: bool = False, in_child: bool = False) -> tuple[Path, float]:
     """The log dir of ``keys`` keys under ``root`` (generated unless a previous run left the same one) and the
     seconds generation took (0 when reused). ``chunked``: :func:`generated_in_chunks` (the huge cases), else
     the project's generator (random keys, some more than twice), which holds the partition in memory."""
@@ -167,10 +167,17 @@ def generated(root: Path, keys: int, *, chunked: bool = False) -> tuple[Path, fl
     marker.unlink(missing_ok=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    if chunked:
-        generated_in_chunks(out, keys, segment_bytes_for(records))
+    if in_child:
+        if chunked:
+            generated_in_chunks(out, keys, segment_bytes_for(records))
+        else:
+            generate_log_dir(spec, out)
     else:
-        generate_log_dir(spec, out)
+        # in a child process: what the generator allocated must not count in this process's RSS (the tree's)
+        subprocess.run([sys.executable, "-m", "benchmarks.external_sort_bench", "--generate", str(root), str(keys),
+                        "chunked" if chunked else "whole"], check=True, cwd=Path(__file__).resolve().parents[1])
+        if not out.exists():
+            raise RuntimeError(f"generation of {keys} keys in {root} failed")
     marker.write_text(text)
     return out, time.perf_counter() - t0
 
@@ -376,8 +383,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--huge", action="store_true", help="also 50 M and 100 M keys (see above)")
     p.add_argument("--data-dir", default="bench-data", help="generated data, kept for the next run")
     p.add_argument("--child", nargs=4, metavar=("MASTER", "SRC", "WORK", "SEGMENT_BYTES"), help=argparse.SUPPRESS)
+    p.add_argument("--generate", nargs=3, metavar=("ROOT", "KEYS", "HOW"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if args.generate:
+        root, keys, how = args.generate
+        generated(Path(root), int(keys), chunked=how == "chunked", in_child=True)
+        return 0
     if args.child:
         master, src, work, seg = args.child
         print(json.dumps(_child(master, Path(src), Path(work), int(seg))), flush=True)
