@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller data: a smoke run, numbers less stable")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections of {list(SECTIONS)}")
     parser.add_argument("--data-dir", default="bench-data", help="scratch directory for generated data")
+    parser.add_argument("--huge", action="store_true",
+                        help="external-sort: also 50 M and 100 M keys (14 and 28 GB of input, about twice that "
+                             "free in --data-dir, which should be outside the repository)")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import importlib
@@ -46,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         kwargs = {"quick": args.quick}
         if "data_dir" in module.run.__code__.co_varnames:
             kwargs["data_dir"] = Path(args.data_dir)
+        if "huge_cases" in module.run.__code__.co_varnames:
+            kwargs["huge_cases"] = args.huge
         rows = module.run(**kwargs)
         for row in rows:
             print("  " + "  ".join(f"{k}={v}" for k, v in row.items()), flush=True)

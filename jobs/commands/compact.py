@@ -61,18 +61,25 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_plan_options(p)
     p.add_argument("--strategy", choices=STRATEGIES, default="auto",
                    help="memory: one task per partition with a bounded offset map (multi-pass when full, like "
-                        "Kafka); external-sort: exact in one run for any number of keys: Spark sorts the key "
-                        "hashes and offsets (spilling to disk) and several tasks rewrite one partition's segment "
+                        "Kafka); external-sort: exact in one run for any number of keys: key hashes are "
+                        "pre-aggregated into hash buckets in the work dir, each bucket is reduced by its own task "
+                        "(memory set by --sort-bucket-bytes) and several tasks rewrite one partition's segment "
                         "groups at once; the output is the same bytes a memory pass with a big enough buffer "
                         "writes; auto (default): memory when a partition's dirty records (an upper bound on its "
-                        "keys, from the scan) fit the --dedupe-buffer-bytes map, else external-sort; the "
-                        "summary's note says which one each partition used and why")
+                        "keys, from the scan) fit the --dedupe-buffer-bytes map, else memory first, handing the "
+                        "partition to external-sort (with what it read) only if the map fills; the summary's note "
+                        "says which one each partition used and why")
     p.add_argument("--dedupe-buffer-bytes", type=size_arg, default=DEFAULT_DEDUPE_BUFFER_BYTES, metavar="SIZE",
                    help=f"offset-map memory per task, e.g. 512MiB; 24 bytes a slot, full at {LOAD_FACTOR:g} of the "
                         f"slots, so about {max_keys_for_buffer(1 << 20):,} keys per MiB (default: 128MiB, "
                         f"{max_keys_for_buffer(DEFAULT_DEDUPE_BUFFER_BYTES):,} keys; Kafka's "
                         "log.cleaner.dedupe.buffer.size and log.cleaner.io.buffer.load.factor). A partition with more "
                         "dirty keys is cleaned partially and the report says so; the next run continues")
+    p.add_argument("--sort-bucket-bytes", type=size_arg, default=None, metavar="SIZE",
+                   help="external-sort: memory one reduce task may take, e.g. 512MiB. A partition's keys are "
+                        "hashed into as many buckets as that needs (about 128 bytes per dirty record), so a task's "
+                        "memory does not grow with the key count (default: a quarter of spark.executor.pyspark."
+                        "memory, else of spark.executor.memory, 1g by default: 256MiB; between 64MiB and 1GiB)")
 
 
 def options_from_args(args: argparse.Namespace) -> CompactOptions:
@@ -80,7 +87,7 @@ def options_from_args(args: argparse.Namespace) -> CompactOptions:
     scan: a usage error costs nothing)."""
     with cli_wording():
         return CompactOptions(**job_options(args), dedupe_buffer_bytes=args.dedupe_buffer_bytes,
-                              strategy=args.strategy)
+                              strategy=args.strategy, sort_bucket_bytes=args.sort_bucket_bytes)
 
 
 def run(args: argparse.Namespace, *, seams: Seams | None = None) -> int:

@@ -75,6 +75,9 @@ class CompactTask:
     dry_run: bool
     #: the store's commit protocol: says where the task stages the new segments (see Committer.task_stage_uri)
     committer: Committer
+    #: memory first (``auto`` on a partition whose records may exceed the map): where to hand the partition
+    #: over to external-sort if the map fills (a jobs.engine.external_sort.Handoff)
+    handoff: Any = None
 
 
 @dataclass
@@ -107,6 +110,8 @@ class PartitionOutcome:
     map_full: bool = False
     error: PartitionError | None = None
     seconds: float = 0.0
+    #: a memory-first task whose map filled: the pieces it wrote for external-sort (it cleaned nothing)
+    handover: Any = None
 
     def progress_fields(self) -> dict[str, Any]:
         """The structured fields of the partition's ``compact.partition`` progress event (the report's names)."""
@@ -197,7 +202,9 @@ class _PartitionCleaner:
             data.get(files.timeindex.uri) if files.timeindex else None, path=files.log.uri,
             segment_base_offset=base)]
 
-    def build_map(self):
+    def build_map(self, collector=None):
+        """The offset map of the dirty range; ``collector`` (memory first: a
+        jobs.engine.external_sort.PieceCollector) also gets every decoded segment, to hand over if it fills."""
         from jobs.rules.offset_map import build_offset_map
         from segment_io.decode import decode_key_hashes_bytes
 
@@ -207,7 +214,10 @@ class _PartitionCleaner:
         def tables():
             for s in dirty:
                 with self.mapped(s.base_offset) as data:
-                    yield decode_key_hashes_bytes(data, path=self.files[s.base_offset].log.uri)
+                    table = decode_key_hashes_bytes(data, path=self.files[s.base_offset].log.uri)
+                if collector is not None:
+                    collector.add(s.base_offset, table)
+                yield table
 
         return build_offset_map(tables(), start_offset=plan.first_dirty_offset,
                                 end_offset=plan.first_uncleanable_offset, aborted=self.task.txn.aborted,
@@ -323,9 +333,22 @@ def compact_partition(task: CompactTask) -> PartitionOutcome:
     plan, state, storage = task.plan, task.state, task.storage
     out = PartitionOutcome(plan.topic, plan.partition)
     staged_written: list[str] = []
+    collector = None
     try:
         cleaner = _PartitionCleaner(task, staged_written)
-        omap = cleaner.build_map()
+        if task.handoff is not None:
+            from jobs.engine.external_sort import PieceCollector
+
+            collector = PieceCollector(task, task.handoff)
+        omap = cleaner.build_map(collector)
+        if collector is not None:
+            if omap.full:  # more keys than the map holds: external-sort takes over with what was read
+                out.handover = collector.hand_over(omap.offset_map.size, omap.end_offset)
+                collector = None
+                out.seconds = round(time.monotonic() - t0, 3)
+                return out
+            collector.discard()
+            collector = None
         out.end_offset = omap.end_offset
         out.map_full = omap.full
         round_end = min(omap.end_offset, plan.first_uncleanable_offset)
@@ -347,6 +370,8 @@ def compact_partition(task: CompactTask) -> PartitionOutcome:
             out.groups.append(run.outcome)
         out.stats = {k: int(v) for k, v in total.__dict__.items()}
     except Exception as exc:  # noqa: BLE001 - one partition's failure must not stop the others
+        if collector is not None:
+            collector.discard()
         out.error = PartitionError.from_exception(exc)
         if not isinstance(exc, SegjobsError):
             import traceback
@@ -469,13 +494,22 @@ def work(ctx: JobContext) -> None:
     tasks = [t for t in tasks if (t.plan.topic, t.plan.partition) not in failed]
     ctx.progress(f"{len(tasks)} of {len(plans)} partition(s) selected for compaction", event="compact.selected",
                  partitions=len(tasks))
-    # --strategy: each partition is cleaned by the memory strategy's task or by the external-sort passes
+    # --strategy: each partition is cleaned by the memory strategy's task or by the external-sort stages
     # (jobs.engine.external_sort); both give PartitionOutcomes with staged groups, committed alike by _settle.
-    from jobs.engine.external_sort import choose, run_external_sort
+    # Memory-first partitions (auto, more records than the map holds) run as memory tasks that hand the
+    # partition over to external-sort, with the pieces they read, if their map fills.
+    from dataclasses import replace
+
+    from jobs.engine.external_sort import ExternalSortRun, choose
+    from jobs.rules.external_sort import handed_over
 
     strategies = choose(tasks, options.strategy)
+    sorter = ExternalSortRun(ctx)
     sort_tasks = [t for t in tasks if strategies[(t.plan.topic, t.plan.partition)].strategy == "external-sort"]
-    tasks = [t for t in tasks if strategies[(t.plan.topic, t.plan.partition)].strategy != "external-sort"]
+    tasks = [t if not strategies[(t.plan.topic, t.plan.partition)].memory_first else
+             replace(t, handoff=sorter.handoff(t))
+             for t in tasks if strategies[(t.plan.topic, t.plan.partition)].strategy != "external-sort"]
+    handed: dict[tuple[str, int], Any] = {}
     sort_details: dict[tuple[str, int], dict[str, Any]] = {}
     checkpoints = dict(ctx.checkpoints[CLEANER_OFFSET_CHECKPOINT])
     live = set(ctx.listing.partitions)
@@ -483,7 +517,9 @@ def work(ctx: JobContext) -> None:
     sort_keys = [(t.plan.topic, t.plan.partition) for t in sort_tasks]
     tally = Tally(len(tasks) + len(sort_tasks), sum(t.state.size_bytes for t in [*tasks, *sort_tasks]))
 
-    def settle(key: tuple[str, int], outcome: PartitionOutcome | None) -> _Settled:
+    def settle(key: tuple[str, int], outcome: PartitionOutcome | None) -> _Settled | None:
+        if outcome is not None and outcome.handover is not None:
+            return None  # handed over to external-sort: settled once that has cleaned it
         one = _settle(ctx, key, plans[key], states[key], outcome, checkpoint=checkpoints.get(key),
                       untouched=key in held or key in failed, retention=retention, tally=tally)
         if outcome is not None and key in strategies:
@@ -495,7 +531,9 @@ def work(ctx: JobContext) -> None:
     def prepare(i: int, result: PartitionOutcome | TaskFailure) -> PartitionOutcome:
         # on the driver's thread: the plan check records into the plan file's decisions
         outcome = result if isinstance(result, PartitionOutcome) else _died(tasks[i], result)
-        if outcome.error is None:
+        if outcome.handover is not None:
+            handed[task_keys[i]] = outcome.handover
+        elif outcome.error is None:
             _check_outcome_against_plan(ctx, planfile, task_keys[i], outcome)
         return outcome
 
@@ -503,27 +541,40 @@ def work(ctx: JobContext) -> None:
     # finishes: its commit overlaps the tasks still running (see jobs.engine.streaming); then the external-sort
     # partitions, once their passes are done, one after another in partition order.
     with_task = set(task_keys) | set(sort_keys)
-    settled = {key: settle(key, None) for key in plans if key not in with_task}
+    settled: dict[tuple[str, int], _Settled] = {}
+    for key in plans:
+        if key not in with_task:
+            settled[key] = _must(settle(key, None))
     streamed = False
     try:
         done = run_and_settle(ctx.runner, compact_partition, tasks, sizes=[t.state.size_bytes for t in tasks],
                               prepare=prepare, settle=lambda i, outcome: settle(task_keys[i], outcome),
                               description=ctx.job_description(
                                   f"{'measure' if ctx.dry_run else 'compact'} {len(tasks)} partition(s)"))
-        settled.update({task_keys[i]: v for i, v in done.items()})
+        settled.update({task_keys[i]: v for i, v in done.items() if v is not None})
         streamed = True
-        sorted_outcomes = run_external_sort(ctx, sort_tasks, sort_details)
+        for t in tasks:
+            key = (t.plan.topic, t.plan.partition)
+            if key in handed:
+                h = handed[key]
+                strategies[key] = handed_over(strategies[key], keys=h.keys, end_offset=h.end_offset,
+                                              segments_read=len(h.pieces))
+                sort_tasks.append(t)
+                sort_keys.append(key)
+        sorted_outcomes = sorter.run(sort_tasks, sort_details, handed)
         for key in sort_keys:
             outcome = sorted_outcomes[key]
             if outcome.error is None:
                 _check_outcome_against_plan(ctx, planfile, key, outcome)
-            settled[key] = settle(key, outcome)
+            settled[key] = _must(settle(key, outcome))
     except BaseException as exc:
         # e.g. the lease was lost: what was committed stands and is reported, the checkpoint is not written
         if not streamed:
-            settled.update({task_keys[i]: v for i, v in getattr(exc, "partial", {}).items()})
+            settled.update({task_keys[i]: v for i, v in getattr(exc, "partial", {}).items() if v is not None})
         _record_settled(ctx, plans, settled, checkpoints)
         raise
+    finally:
+        sorter.close()
     checkpoint_changed = _record_settled(ctx, plans, settled, checkpoints)
     if checkpoint_changed and not ctx.dry_run:
         # once, at the end, as before: a partition's commit is complete without it (a run that stops before
@@ -549,6 +600,12 @@ class _Settled:
     warnings: list[str]
     checkpoint: int | None
     checkpoint_changed: bool
+
+
+def _must(one: _Settled | None) -> _Settled:
+    """A settled partition that was not handed over (only a memory-first task's outcome is)."""
+    assert one is not None
+    return one
 
 
 def _died(task: CompactTask, failure: TaskFailure) -> PartitionOutcome:

@@ -1,34 +1,39 @@
-"""The external-sort compaction strategy: exact in one run for any number of keys, parallel inside a partition.
+"""The external-sort compaction strategy: exact in one run for any number of keys, parallel inside a partition,
+its memory bounded by configuration (the bucket size), not by the partition's key count.
 
 The memory strategy (:func:`jobs.engine.compaction.compact_partition`) is one task per partition with a bounded
 offset map; a partition with more dirty keys than the map holds is cleaned partially, like Kafka's cleaner.
-This strategy splits the same clean into passes that Spark spreads over every core, with the decisions of
-:mod:`jobs.rules.external_sort`:
+This strategy splits the same clean into three stages of plain tasks that Spark spreads over every core (and
+every executor), with the decisions of :mod:`jobs.rules.external_sort`:
 
-1. **Key pass** (one task per segment, big segments split at batch boundaries): read only offsets, 128-bit key
-   hashes and batch flags of every keyed data record below the first uncleanable offset (the decoder's
-   key-hash projection: keys and values never leave the task, nothing but 37 bytes a record crosses to the
-   JVM), marking the records a memory pass would map (:func:`jobs.rules.offset_map.mappable_rows`).
-2. **Sort** (Spark SQL): each key's latest mappable offset is a window maximum over (partition, key hash), so
-   Spark sorts and spills to disk as it needs; the rows some later record supersedes, reduced to one
-   (key, latest offset) per segment group, are written per group to the work dir (``external-sort/<partition>/
-   group-<n>.arrow``, a few bytes per superseded key).
+1. **Key pass** (one task per segment, big segments split at batch boundaries): decode only offsets, 128-bit
+   key hashes and batch flags of the piece (keys and values never leave the task) and pre-aggregate them with a
+   compiled kernel (:func:`jobs.rules.external_sort.piece_rows`): one row per key of the piece (its first
+   offset there, its latest mappable offset there), ordered by hash bucket, written as one file to the run's
+   work dir (``external-sort/run-<id>/<partition>/piece-*.rows``); the task returns only the rows per bucket.
+2. **Reduce** (one task per bucket): read every piece's share of the bucket (one ranged read per piece: a
+   bucket is a contiguous range of each piece file), and with a compiled hash table
+   (:func:`jobs.rules.external_sort.reduce_bucket`) find each key's latest offset in the partition and the
+   (group, key) pairs some later record supersedes; write them ordered by group as one file
+   (``bucket-<b>.map``); return the rows per group. A key lives in exactly one bucket, so the buckets are
+   independent; the number of buckets is chosen so that one bucket's reduce fits ``sort_bucket_bytes``.
 3. **Rewrite** (one task per segment group, several groups of a partition at once): each group is cleaned from
    its source segments with the memory strategy's own group cleaner and an offset map holding only its
-   superseded keys (:func:`jobs.rules.external_sort.group_offset_map`), so every record, batch, index and
-   ``.txnindex`` comes out as a memory pass with a large enough buffer writes them. Groups keeping markers then
-   give the driver their output's batch summary; as the memory strategy does, the groups whose markers lost
-   their transaction's last data are cleaned again with the refreshed transaction state (a second, usually
-   empty, wave).
+   superseded keys (its range of every bucket file), so every record, batch, index and ``.txnindex`` comes out
+   as a memory pass with a large enough buffer writes them. Groups keeping markers then give the driver their
+   output's batch summary; as the memory strategy does, the groups whose markers lost their transaction's last
+   data are cleaned again with the refreshed transaction state (a second, usually empty, wave).
 
-The result of a partition is the memory strategy's :class:`~jobs.engine.compaction.PartitionOutcome` with
-staged segments, committed by the driver's unchanged crash-safe loop. Without Spark (``InProcessTasks``, in
-tests) step 2 runs in memory (:func:`jobs.rules.external_sort.superseded_keys`), everything else the same.
+The files move between the stages through the work dir, which lives on the log dir's own storage (a local or
+shared file system, or the S3 prefix): every executor of a cluster already reads the segments and stages new
+ones there, so it reaches these files too, with no shuffle service and no row crossing into the JVM. The driver
+gets counts (rows per piece and bucket, per bucket and group), never per-key data. The result of a partition is
+the memory strategy's :class:`~jobs.engine.compaction.PartitionOutcome` with staged segments, committed by the
+driver's unchanged crash-safe loop. The same stages run through any task runner (``InProcessTasks`` in tests).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
@@ -38,15 +43,15 @@ import pyarrow as pa
 
 from jobs.engine.scan import PartitionError
 from jobs.rules.external_sort import (
-    KEY_ROW_SCHEMA,
-    SUPERSEDED_SCHEMA,
+    MAP_COLUMNS,
+    PIECE_COLUMNS,
     StrategyChoice,
+    bucket_count,
     choose_strategy,
     dirty_record_bound,
     freed_markers,
     group_offset_map,
     refreshed_txn_state,
-    superseded_keys,
 )
 from jobs.rules.model import SegmentInfo
 from jobs.rules.plan_compact import group_segments_by_size
@@ -61,9 +66,16 @@ if TYPE_CHECKING:
 #: A segment bigger than this is read by several key-pass tasks, each taking the batches that start in its
 #: share of the bytes: a 1 GiB segment becomes 16 tasks.
 SPLIT_BYTES = 64 << 20
-#: Where the group maps and key-pass errors live, under the job's work dir (``<WORK_SUBDIR>/run-<run id>/<partition>``,
+#: Where the piece and bucket files live, under the job's work dir (``<WORK_SUBDIR>/run-<run id>/<partition>``,
 #: ``dry-<run id>`` for a dry run), removed at the end of the run.
 WORK_SUBDIR = "external-sort"
+#: Bytes of one piece row and of one group-map row in the work files (little-endian int64 columns, row-major).
+PIECE_ROW_BYTES = 8 * len(PIECE_COLUMNS)
+MAP_ROW_BYTES = 8 * len(MAP_COLUMNS)
+#: ``sort_bucket_bytes`` when not given: a quarter of an executor's memory (``spark.executor.pyspark.memory``
+#: when set, else ``spark.executor.memory``, 1g by default: 256 MiB), within these bounds.
+MIN_BUCKET_BYTES = 64 << 20
+MAX_BUCKET_BYTES = 1 << 30
 
 
 # --------------------------------------------------------------------------------------------------
@@ -80,14 +92,42 @@ def choose(tasks: Sequence[CompactTask], requested: str) -> dict[tuple[str, int]
     return out
 
 
+def _java_size(text: str) -> int:
+    """Bytes of a JVM memory setting (``1g``, ``512m``, ``4096k``, ``2048``: mebibytes without a unit, as Spark
+    reads ``spark.executor.memory``)."""
+    text = text.strip().lower().rstrip("b")
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(float(text)) << 20
+
+
+def default_bucket_bytes(runner: Any) -> int:
+    """``sort_bucket_bytes`` when not given: a quarter of an executor's memory, between
+    :data:`MIN_BUCKET_BYTES` and :data:`MAX_BUCKET_BYTES` (256 MiB with Spark's default 1g, and without Spark)."""
+    from jobs.engine.seams import SparkTasks
+
+    memory = 1 << 30
+    if isinstance(runner, SparkTasks):
+        conf = runner.spark.sparkContext.getConf()
+        setting = conf.get("spark.executor.pyspark.memory") or conf.get("spark.executor.memory")
+        if setting:
+            try:
+                memory = _java_size(setting)
+            except ValueError:
+                pass  # Spark itself refuses a malformed setting at start-up; keep the default
+    return max(MIN_BUCKET_BYTES, min(MAX_BUCKET_BYTES, memory // 4))
+
+
 # --------------------------------------------------------------------------------------------------
-# Pass 1: key rows (runs in tasks)
+# Stage 1: key pass (runs in tasks)
 # --------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class KeyReadItem:
-    """One key-pass task: the batches of one segment starting in ``[split * size / splits, ...)``."""
+class PieceItem:
+    """One key-pass task: the batches of one segment starting in ``[split * size / splits, ...)``, of group
+    ``g`` of partition ``p``, written to ``out_uri`` in ``buckets`` buckets."""
 
     p: int
     g: int
@@ -98,13 +138,22 @@ class KeyReadItem:
     first_dirty_offset: int
     first_uncleanable_offset: int
     aborted: AbortedTxns
-    error_uri: str
+    buckets: int
+    out_uri: str
     size: int = 0  #: the segment's bytes
 
 
-def read_key_rows(item: KeyReadItem) -> pa.Table:
-    """KEY_ROW_SCHEMA rows of the keyed data records of ``item``'s share of its segment."""
-    from jobs.rules.offset_map import mappable_rows
+@dataclass
+class PieceResult:
+    """What a key-pass task returns: the rows it wrote per bucket (or why it failed)."""
+
+    counts: np.ndarray
+    error: PartitionError | None = None
+    seconds: float = 0.0
+
+
+def read_key_hashes(item: PieceItem) -> Any:
+    """The KEY_HASH_SCHEMA rows of ``item``'s share of its segment (whole batches: those starting in it)."""
     from segment_io.decode import decode_key_hashes_bytes
     from segment_io.errors import CorruptRecordError
     from segment_io.format import batch_positions
@@ -120,71 +169,134 @@ def read_key_rows(item: KeyReadItem) -> pa.Table:
             cut = positions + [len(view)]
             start, end = cut[int(bounds[0])], cut[int(bounds[1])]
         try:
-            table = decode_key_hashes_bytes(view[start:end], path=item.uri)
+            return decode_key_hashes_bytes(view[start:end], path=item.uri)
         except CorruptRecordError as exc:
             if start and exc.position is not None:
                 exc.position += start  # report the file's byte, not the slice's
             raise
         finally:
             del view
-    mappable = mappable_rows(table, start_offset=item.first_dirty_offset, end_offset=item.first_uncleanable_offset,
-                             aborted=item.aborted)
+
+
+def piece_of(table: Any, *, first_dirty_offset: int, first_uncleanable_offset: int, aborted: AbortedTxns,
+             buckets: int) -> tuple[np.ndarray, np.ndarray]:
+    """A KEY_HASH_SCHEMA table's piece rows and rows per bucket (:func:`jobs.rules.external_sort.piece_rows`
+    over its keyed data records, the mappable ones those a memory pass would map)."""
+    from jobs.rules.external_sort import piece_rows
+    from jobs.rules.offset_map import mappable_rows
+
+    mappable = mappable_rows(table, start_offset=first_dirty_offset, end_offset=first_uncleanable_offset,
+                             aborted=aborted)
     keyed = ~table.column("control").to_numpy() & ~table.column("key_is_null").to_numpy()
-    n = int(keyed.sum())
-    cols = [np.full(n, item.p, np.int32), np.full(n, item.g, np.int32),
-            table.column("key_hash_hi").to_numpy()[keyed], table.column("key_hash_lo").to_numpy()[keyed],
-            table.column("offset").to_numpy()[keyed], mappable[keyed]]
-    return pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(cols, KEY_ROW_SCHEMA)], schema=KEY_ROW_SCHEMA)
+    return piece_rows(table.column("key_hash_hi").to_numpy(), table.column("key_hash_lo").to_numpy(),
+                      table.column("offset").to_numpy(), mappable, keyed, buckets)
 
 
-def _read_or_report(item: KeyReadItem) -> pa.Table | None:
-    """:func:`read_key_rows`, or None after writing why it failed to ``item.error_uri`` (the partition is then
-    left untouched; the other partitions of the run go on)."""
-    try:
-        return read_key_rows(item)
-    except SegjobsError as exc:
-        err = PartitionError.from_exception(exc)
-        item.storage.makedirs(item.error_uri.rsplit("/", 1)[0])
-        item.storage.write_atomic(item.error_uri, json.dumps(err.to_dict()).encode())
-        return None
-
-
-# --------------------------------------------------------------------------------------------------
-# Group maps (written by the sort, read by the rewrite tasks)
-# --------------------------------------------------------------------------------------------------
-
-
-def write_group_map(storage: Storage, uri: str, rows: pa.Table) -> int:
-    """Write one group's superseded keys (any rows with ``key_hash_hi``/``key_hash_lo``/``latest``), one
-    row per key, as an Arrow IPC file; returns the number of keys."""
-    hi = rows.column("key_hash_hi").to_numpy()
-    lo = rows.column("key_hash_lo").to_numpy()
-    latest = rows.column("latest").to_numpy()
-    if len(hi) > 1:
-        order = np.lexsort((lo, hi))
-        hi, lo, latest = hi[order], lo[order], latest[order]
-        first = np.r_[True, (hi[1:] != hi[:-1]) | (lo[1:] != lo[:-1])]
-        hi, lo, latest = hi[first], lo[first], latest[first]
-    table = pa.table({"key_hash_hi": pa.array(hi, pa.int64()), "key_hash_lo": pa.array(lo, pa.int64()),
-                      "latest": pa.array(latest, pa.int64())})
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
+def write_rows(storage: Storage, uri: str, rows: np.ndarray) -> None:
+    """One work file: ``rows`` (an int64 array) as little-endian bytes. On local disk without fsync: a work
+    file lives for one run, and a crashed run's are removed by the next one (written whole or not at all on
+    S3, where a PUT is atomic)."""
+    data = np.ascontiguousarray(rows, "<i8")
     storage.makedirs(uri.rsplit("/", 1)[0])
-    storage.write_atomic(uri, sink.getvalue().to_pybytes())
-    return len(hi)
+    path = storage.local_path(uri)
+    if path is None:
+        storage.write_atomic(uri, data.tobytes())
+        return
+    try:
+        with open(path, "wb") as f:
+            f.write(data.data)
+    except OSError as exc:
+        from segment_io.errors import StorageError
+
+        raise StorageError(f"cannot write a work file: {exc}", uri=uri) from exc
 
 
-def read_group_map(storage: Storage, uri: str | None) -> pa.Table:
-    """What :func:`write_group_map` wrote (no keys when ``uri`` is None: nothing of the group is superseded)."""
-    if uri is None:
-        return pa.table({"key_hash_hi": pa.array([], pa.int64()), "key_hash_lo": pa.array([], pa.int64()),
-                         "latest": pa.array([], pa.int64())})
-    return pa.ipc.open_file(pa.BufferReader(storage.read(uri))).read_all()
+def read_rows(storage: Storage, uri: str, start_row: int, rows: int, columns: int) -> np.ndarray:
+    """Rows ``[start_row, start_row + rows)`` of a work file of ``columns`` int64 columns: one ranged read."""
+    data = storage.read_range(uri, start_row * 8 * columns, rows * 8 * columns)
+    if len(data) != rows * 8 * columns:
+        raise SegjobsError(f"{uri}: expected {rows * 8 * columns} bytes at {start_row * 8 * columns}, got "
+                           f"{len(data)} (a work file changed under the run)")
+    return np.frombuffer(data, "<i8").reshape(rows, columns)
+
+
+def read_piece(item: PieceItem) -> PieceResult:
+    """Stage 1 for one piece: its rows per bucket written to ``item.out_uri`` (nothing when it has no keys)."""
+    t0 = time.monotonic()
+    try:
+        table = read_key_hashes(item)
+        rows, counts = piece_of(table, first_dirty_offset=item.first_dirty_offset,
+                                first_uncleanable_offset=item.first_uncleanable_offset, aborted=item.aborted,
+                                buckets=item.buckets)
+        del table
+        if len(rows):
+            write_rows(item.storage, item.out_uri, rows)
+        return PieceResult(counts, seconds=time.monotonic() - t0)
+    except Exception as exc:  # noqa: BLE001 - the partition fails, the others go on
+        return PieceResult(np.zeros(item.buckets, np.int64), _task_error(exc), time.monotonic() - t0)
 
 
 # --------------------------------------------------------------------------------------------------
-# Pass 2: group rewrites (runs in tasks)
+# Stage 2: buckets (runs in tasks)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Rows ``[start, start + rows)`` of a work file."""
+
+    uri: str
+    start: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class BucketItem:
+    """One reduce task: bucket ``b`` of partition ``p``, its rows in every piece (in group order, with each
+    piece's group), reduced into ``out_uri``."""
+
+    p: int
+    b: int
+    storage: Storage
+    pieces: tuple[tuple[Slice, int], ...]
+    groups: int
+    out_uri: str
+
+
+@dataclass
+class BucketResult:
+    """What a reduce task returns: the superseded keys it wrote per group (or why it failed)."""
+
+    p: int
+    b: int
+    counts: np.ndarray
+    error: PartitionError | None = None
+    seconds: float = 0.0
+
+
+def reduce_bucket_item(item: BucketItem) -> BucketResult:
+    """Stage 2 for one bucket: its group maps, ordered by group, written to ``item.out_uri``."""
+    from jobs.rules.external_sort import reduce_bucket
+
+    t0 = time.monotonic()
+    try:
+        parts = [read_rows(item.storage, s.uri, s.start, s.rows, len(PIECE_COLUMNS)) for s, _ in item.pieces]
+        rows = np.concatenate(parts) if parts else np.zeros((0, len(PIECE_COLUMNS)), np.int64)
+        group = np.repeat(np.asarray([g for _, g in item.pieces], np.int32),
+                          [s.rows for s, _ in item.pieces]) if parts else np.zeros(0, np.int32)
+        del parts
+        out, counts = reduce_bucket(rows, group, item.groups)
+        del rows, group
+        if len(out):
+            write_rows(item.storage, item.out_uri, out)
+        return BucketResult(item.p, item.b, counts, seconds=time.monotonic() - t0)
+    except Exception as exc:  # noqa: BLE001
+        return BucketResult(item.p, item.b, np.zeros(item.groups, np.int64), _task_error(exc),
+                            time.monotonic() - t0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Stage 3: group rewrites (runs in tasks)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -196,7 +308,8 @@ class GroupItem:
     g: int
     task: CompactTask
     group: tuple[SegmentInfo, ...]
-    map_uri: str | None
+    #: the group's superseded keys: its range of every bucket file that has some
+    maps: tuple[Slice, ...]
     #: the partition's state after every group's first clean (second wave only)
     refreshed: TxnState | None = None
 
@@ -225,8 +338,12 @@ def clean_group_item(item: GroupItem) -> GroupResult:
     out = GroupResult(item.p, item.g)
     try:
         plan = item.task.plan
-        omap = group_offset_map(read_group_map(item.task.storage, item.map_uri), start_offset=plan.first_dirty_offset,
+        parts = [read_rows(item.task.storage, m.uri, m.start, m.rows, len(MAP_COLUMNS)) for m in item.maps]
+        rows = np.concatenate(parts) if parts else np.zeros((0, len(MAP_COLUMNS)), np.int64)
+        del parts
+        omap = group_offset_map(rows[:, 0], rows[:, 1], rows[:, 2], start_offset=plan.first_dirty_offset,
                                 end_offset=plan.first_uncleanable_offset)
+        del rows
         run = _PartitionCleaner(item.task, out.staged).clean_group(item.group, omap, item.refreshed)
         out.outcome, out.stats, out.marker_offsets = run.outcome, run.stats, np.asarray(run.marker_offsets, np.int64)
         if item.refreshed is None:  # every group's batches count for the state the second wave needs
@@ -301,51 +418,172 @@ class _Partition:
     work: str  #: this partition's external-sort dir in the work dir
     outcome: PartitionOutcome
     t0: float
+    buckets: int = 1
     key_tasks: int = 0
     superseded: int = 0
-    maps: dict[int, str] = field(default_factory=dict)
+    #: seconds the tasks of each stage worked for this partition (summed over tasks)
+    task_seconds: dict[str, float] = field(default_factory=dict)
+    #: per group, its slices of the bucket files
+    maps: list[list[Slice]] = field(default_factory=list)
+    handed: Handover | None = None
 
 
-def run_external_sort(ctx: JobContext, tasks: Sequence[CompactTask], details: dict[tuple[str, int], dict[str, Any]]
-                      ) -> dict[tuple[str, int], PartitionOutcome]:
-    """Clean every partition of ``tasks`` with the external-sort strategy; outcomes as the memory strategy's.
-    ``details`` receives, per partition, what the report shows of the passes (task counts, superseded keys,
-    wall time)."""
-    from jobs.engine.compaction import PartitionOutcome
+class ExternalSortRun:
+    """The external-sort side of one compaction run: its work dir, its bucket size, the hand-over specs of the
+    memory-first partitions, and the stages over the partitions that take this strategy.
 
-    if not tasks:
-        return {}
-    storage = ctx.storage
-    # One dir per run: a dry run (which takes no lock) may run beside a real one. A real run holds the lock, so
-    # another real run's dir can only be a crashed run's leftover: it goes.
-    sort_root = storage.join(ctx.work_uri, WORK_SUBDIR)
-    if not ctx.dry_run:
-        for d in storage.list_dirs(sort_root):
-            if d.rstrip("/").rsplit("/", 1)[-1].startswith("run-"):
-                _clear(storage, d)
-    run_dir = storage.join(sort_root, f"{'dry' if ctx.dry_run else 'run'}-{ctx.report.run_id}")
-    parts: list[_Partition] = []
-    for i, t in enumerate(tasks):
+    Made before any cleaning task starts (a real run holds the log dir's lock, so another real run's dir under
+    the work dir can only be a crashed run's leftover: it goes now); :meth:`close` removes this run's files.
+    One dir per run: a dry run (which takes no lock) may run beside a real one."""
+
+    def __init__(self, ctx: JobContext) -> None:
+        self.ctx = ctx
+        storage = ctx.storage
+        sort_root = storage.join(ctx.work_uri, WORK_SUBDIR)
+        if not ctx.dry_run:
+            for d in storage.list_dirs(sort_root):
+                if d.rstrip("/").rsplit("/", 1)[-1].startswith("run-"):
+                    _clear(storage, d)
+        self.run_dir = storage.join(sort_root, f"{'dry' if ctx.dry_run else 'run'}-{ctx.report.run_id}")
+        self.bucket_bytes = getattr(ctx.options, "sort_bucket_bytes", None) or default_bucket_bytes(ctx.runner)
+
+    def layout(self, t: CompactTask) -> tuple[list[tuple[SegmentInfo, ...]], str, int]:
+        """A partition's segment groups (every segment below the first uncleanable offset, grouped as the
+        memory strategy groups them when its map does not fill), work dir and bucket count."""
         cfg = t.config
         end = t.plan.first_uncleanable_offset
         groups = group_segments_by_size([s for s in t.state.segments if s.base_offset < end], cfg.segment_bytes,
                                         cfg.segment_index_bytes, end, cfg.index_interval_bytes)
-        work = storage.join(run_dir, f"{t.plan.topic}-{t.plan.partition}")
-        out = PartitionOutcome(t.plan.topic, t.plan.partition)
-        out.end_offset = max(t.plan.first_uncleanable_offset, t.plan.first_dirty_offset)
-        parts.append(_Partition(i, t, groups, work, out, time.monotonic()))
-    try:
+        work = self.ctx.storage.join(self.run_dir, f"{t.plan.topic}-{t.plan.partition}")
+        records = sum(_records_bound(s) for g in groups for s in g)
+        return groups, work, bucket_count(records, self.bucket_bytes, self.ctx.runner.parallelism)
+
+    def handoff(self, t: CompactTask) -> Handoff:
+        """What a memory-first task of ``t``'s partition needs to hand it over (see :class:`PieceCollector`)."""
+        groups, work, buckets = self.layout(t)
+        return Handoff(work, tuple((s.base_offset, g) for g, group in enumerate(groups) for s in group), buckets,
+                       self.bucket_bytes)
+
+    def run(self, tasks: Sequence[CompactTask], details: dict[tuple[str, int], dict[str, Any]],
+            handed: dict[tuple[str, int], Handover] | None = None) -> dict[tuple[str, int], PartitionOutcome]:
+        """Clean every partition of ``tasks`` with the external-sort strategy; outcomes as the memory
+        strategy's. ``handed``: the pieces memory-first tasks wrote before their map filled (their segments
+        are not read again). ``details`` receives, per partition, what the report shows of the stages (task
+        counts, buckets, superseded keys, seconds)."""
+        from jobs.engine.compaction import PartitionOutcome
+
+        handed = handed or {}
+        parts: list[_Partition] = []
+        for i, t in enumerate(tasks):
+            key = (t.plan.topic, t.plan.partition)
+            groups, work, buckets = self.layout(t)
+            out = PartitionOutcome(t.plan.topic, t.plan.partition)
+            out.end_offset = max(t.plan.first_uncleanable_offset, t.plan.first_dirty_offset)
+            parts.append(_Partition(i, t, groups, work, out, time.monotonic(), buckets=buckets,
+                                    handed=handed.get(key)))
+        if not parts:
+            return {}
+        ctx = self.ctx
         t0 = time.monotonic()
-        _sort_pass(ctx, parts)
-        ctx.progress(f"external-sort: key pass and sort of {len(parts)} partition(s) in "
+        _key_and_bucket_passes(ctx, parts)
+        ctx.progress(f"external-sort: key pass and buckets of {len(parts)} partition(s) in "
                      f"{time.monotonic() - t0:.1f}s")
         t0 = time.monotonic()
         _rewrite_passes(ctx, parts, details)
         ctx.progress(f"external-sort: {sum(len(p.groups) for p in parts)} segment group(s) rewritten in "
                      f"{time.monotonic() - t0:.1f}s")
-    finally:
-        _clear(storage, run_dir)
-    return {(p.outcome.topic, p.outcome.partition): p.outcome for p in parts}
+        return {(p.outcome.topic, p.outcome.partition): p.outcome for p in parts}
+
+    def close(self) -> None:
+        """Remove this run's work files (piece files, bucket files, a dry run's too)."""
+        _clear(self.ctx.storage, self.run_dir)
+
+
+# --------------------------------------------------------------------------------------------------
+# Memory first: the hand-over from a memory task whose map fills
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """Given to a memory-first task (``CompactTask.handoff``): where its partition's external-sort files go,
+    each segment's group, the bucket count, and how many bytes of pieces it may hold before writing them."""
+
+    work: str
+    group_of: tuple[tuple[int, int], ...]  #: (segment base offset, group index)
+    buckets: int
+    hold_bytes: int
+
+
+@dataclass(frozen=True)
+class HandedPiece:
+    """A piece file a memory-first task wrote: one whole segment's rows, per bucket."""
+
+    uri: str
+    g: int
+    base_offset: int
+    counts: np.ndarray
+
+
+@dataclass
+class Handover:
+    """What a memory-first task whose map filled returns instead of cleaning (``PartitionOutcome.handover``)."""
+
+    pieces: list[HandedPiece]
+    keys: int  #: in the map when it filled
+    end_offset: int  #: where the map filled
+
+
+class PieceCollector:
+    """Inside a memory-first task: the key-pass piece of every segment its map pass decodes, held in memory up to
+    ``hold_bytes`` and written to the work dir beyond that. If the map fills, :meth:`hand_over` writes the rest
+    and the partition goes to external-sort with these pieces (nothing read twice); if it does not,
+    :meth:`discard` removes what was written."""
+
+    def __init__(self, task: CompactTask, handoff: Handoff) -> None:
+        self.task = task
+        self.handoff = handoff
+        self.group_of = dict(handoff.group_of)
+        self.held: list[tuple[HandedPiece, np.ndarray]] = []
+        self.held_bytes = 0
+        self.written: list[HandedPiece] = []
+
+    def add(self, base_offset: int, table: Any) -> None:
+        """The piece of the segment at ``base_offset`` from its KEY_HASH_SCHEMA ``table``."""
+        g = self.group_of.get(base_offset)
+        if g is None:  # not below the first uncleanable offset: external-sort does not read it
+            return
+        plan = self.task.plan
+        rows, counts = piece_of(table, first_dirty_offset=plan.first_dirty_offset,
+                                first_uncleanable_offset=plan.first_uncleanable_offset,
+                                aborted=self.task.txn.aborted, buckets=self.handoff.buckets)
+        uri = self.task.storage.join(self.handoff.work, f"piece-{g:06d}-{base_offset:020d}-0000.rows")
+        self.held.append((HandedPiece(uri, g, base_offset, counts), rows))
+        self.held_bytes += rows.nbytes
+        if self.held_bytes > self.handoff.hold_bytes:
+            self._write()
+
+    def _write(self) -> None:
+        for piece, rows in self.held:
+            if len(rows):
+                write_rows(self.task.storage, piece.uri, rows)
+            self.written.append(piece)
+        self.held, self.held_bytes = [], 0
+
+    def hand_over(self, keys: int, end_offset: int) -> Handover:
+        self._write()
+        return Handover(self.written, keys, end_offset)
+
+    def discard(self) -> None:
+        self.held, self.held_bytes = [], 0
+        _delete_quietly(self.task.storage, [p.uri for p in self.written if p.counts.any()])
+        self.written = []
+
+
+def _records_bound(s: SegmentInfo) -> int:
+    """A segment's records by its batch headers; a compressed legacy wrapper hides its count, so then its bytes
+    (a record takes at least one byte even compressed): bucket sizing only, never a decision."""
+    return s.record_count if s.record_count is not None else s.size_bytes
 
 
 def task_count(items: int, total_bytes: int, parallelism: int) -> int:
@@ -369,122 +607,88 @@ def _remove_dirs(storage: Storage, uri: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _key_items(parts: Sequence[_Partition]) -> list[KeyReadItem]:
+def _piece_items(parts: Sequence[_Partition]) -> list[PieceItem]:
+    """Every key-pass task, partition by partition, in group order (but the segments a memory-first task
+    already read)."""
     items = []
     for part in parts:
         t = part.task
         files_of = {s.base_offset: s for s in t.listing.segments}
-        error_uri = t.storage.join(part.work, "key-pass-error.json")
+        covered = {p.base_offset for p in part.handed.pieces} if part.handed else set()
         for g, group in enumerate(part.groups):
             for s in group:
-                if s.size_bytes == 0:
+                if s.size_bytes == 0 or s.base_offset in covered:
                     continue
                 splits = max(1, -(-s.size_bytes // SPLIT_BYTES))
                 for k in range(splits):
-                    items.append(KeyReadItem(part.p, g, t.storage, files_of[s.base_offset].log.uri, k, splits,
-                                             t.plan.first_dirty_offset, t.plan.first_uncleanable_offset,
-                                             t.txn.aborted, error_uri, s.size_bytes))
+                    out = t.storage.join(part.work, f"piece-{g:06d}-{s.base_offset:020d}-{k:04d}.rows")
+                    items.append(PieceItem(part.p, g, t.storage, files_of[s.base_offset].log.uri, k, splits,
+                                           t.plan.first_dirty_offset, t.plan.first_uncleanable_offset,
+                                           t.txn.aborted, part.buckets, out, s.size_bytes))
                     part.key_tasks += 1
     return items
 
 
-def _sort_pass(ctx: JobContext, parts: list[_Partition]) -> None:
-    """Passes 1 and 2: key rows, then each group's superseded keys written to the work dir."""
-    from jobs.engine.seams import SparkTasks
-
-    items = _key_items(parts)
-    runner = ctx.runner
-    counts: dict[tuple[int, int], int]
-    try:
-        if isinstance(runner, SparkTasks):
-            from jobs.engine.seams import spark_job_labels
-
-            what = ctx.job_description(f"external-sort key pass and sort of {len(parts)} partition(s)")
-            with spark_job_labels(runner.spark.sparkContext, runner.job_group, what):
-                counts = _spark_sort(runner.spark, items, parts)
-        else:
-            counts = _local_sort(ctx, items, parts)
-    except Exception as exc:  # noqa: BLE001 - e.g. Spark failed the stage: every partition of it fails
-        err = _task_error(exc)
-        for part in parts:
-            part.outcome.error = err
-        return
+def _key_and_bucket_passes(ctx: JobContext, parts: list[_Partition]) -> None:
+    """Stages 1 and 2: piece files, then every bucket reduced into its group maps; ``part.maps`` says where
+    each group's keys are. A failed task fails its partition (``part.outcome.error``), not the others."""
+    storage = ctx.storage
+    items = _piece_items(parts)
+    results = ctx.parallel_map(read_piece, items,
+                               tasks=task_count(len(items), sum(i.size // i.splits for i in items),
+                                                ctx.runner.parallelism),
+                               description=f"external-sort key pass over {len(items)} piece(s)")
+    # every piece of a partition as (file, group, rows per bucket), read or handed over
+    pieces: dict[int, list[tuple[str, int, np.ndarray]]] = {part.p: [] for part in parts}
+    errors: dict[int, PartitionError] = {}
+    seconds: dict[int, float] = {}
+    for item, result in zip(items, results):
+        pieces[item.p].append((item.out_uri, item.g, result.counts))
+        seconds[item.p] = seconds.get(item.p, 0.0) + result.seconds
+        if result.error is not None:
+            errors.setdefault(item.p, result.error)
+    buckets: list[BucketItem] = []
     for part in parts:
-        uri = ctx.storage.join(part.work, "key-pass-error.json")
-        if ctx.storage.exists(uri):
-            part.outcome.error = PartitionError(**json.loads(ctx.storage.read(uri)))
+        part.task_seconds["key_pass"] = round(seconds.get(part.p, 0.0), 3)
+        if part.p in errors:
+            part.outcome.error = errors[part.p]
             continue
-        for (p, g), n in counts.items():
-            if p == part.p and n:
-                part.maps[g] = _map_uri(ctx.storage, part.work, g)
-                part.superseded += n
-
-
-def _map_uri(storage: Storage, work: str, g: int) -> str:
-    return storage.join(work, f"group-{g:06d}.arrow")
-
-
-def _local_sort(ctx: JobContext, items: list[KeyReadItem], parts: list[_Partition]) -> dict[tuple[int, int], int]:
-    """Without Spark: the key pass through the runner, the sort in memory."""
-    tasks = task_count(len(items), sum(i.size // i.splits for i in items), ctx.runner.parallelism)
-    tables = [t for t in ctx.parallel_map(_read_or_report, items, tasks=tasks,
-                                          description=f"external-sort key pass over {len(items)} piece(s)")
-              if t is not None]
-    rows = pa.concat_tables(tables) if tables else KEY_ROW_SCHEMA.empty_table()
-    col = {f.name: rows.column(f.name).to_numpy() for f in KEY_ROW_SCHEMA}
-    sup = superseded_keys(col["p"], col["g"], col["key_hash_hi"], col["key_hash_lo"], col["offset"], col["mappable"])
-    counts = {}
-    p_col, g_col = sup.column("p").to_numpy(), sup.column("g").to_numpy()
-    work = {part.p: part.work for part in parts}
-    # the (partition, group) pairs present, without a Python tuple per superseded key
-    for p, g in np.unique(np.stack([p_col, g_col], axis=1), axis=0).tolist():
-        mask = (p_col == p) & (g_col == g)
-        counts[(p, g)] = write_group_map(ctx.storage, _map_uri(ctx.storage, work[p], g), sup.filter(pa.array(mask)))
-    return counts
-
-
-def _spark_sort(spark: Any, items: list[KeyReadItem], parts: list[_Partition]) -> dict[tuple[int, int], int]:
-    """The key pass as ``mapInArrow`` tasks (one per item), each key's latest offset as a window maximum
-    (Spark sorts, spilling to disk), and one ``applyInArrow`` call per group writing its superseded keys."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    if not items:
-        return {}
-    storage = parts[0].task.storage
-    work = {part.p: part.work for part in parts}
-
-    def key_pass(batches):  # runs in the Python workers
-        for batch in batches:
-            for i in batch.column(0).to_pylist():
-                table = _read_or_report(items[i])
-                if table is not None:
-                    yield from table.to_batches(max_chunksize=1 << 16)
-
-    # No annotations: pyspark infers the function's form from type hints and fails on partial ones.
-    def write_group(key, table):
-        p, g = int(key[0].as_py()), int(key[1].as_py())
-        n = write_group_map(storage, _map_uri(storage, work[p], g), table)
-        return pa.table({"p": pa.array([p], pa.int32()), "g": pa.array([g], pa.int32()),
-                         "n": pa.array([n], pa.int64())})
-
-    tasks = task_count(len(items), sum(i.size // i.splits for i in items), int(spark.sparkContext.defaultParallelism))
-    rows = spark.range(0, len(items), 1, tasks).mapInArrow(
-        key_pass, "p int, g int, key_hash_hi long, key_hash_lo long, offset long, mappable boolean")
-    by_key = Window.partitionBy("p", "key_hash_hi", "key_hash_lo")
-    latest = F.max(F.when(F.col("mappable"), F.col("offset"))).over(by_key)
-    superseded = (rows.withColumn("latest", latest).where(F.col("latest") > F.col("offset"))
-                  .select(*SUPERSEDED_SCHEMA.names))
-    written = superseded.groupBy("p", "g").applyInArrow(write_group, "p int, g int, n long").collect()
-    return {(int(r["p"]), int(r["g"])): int(r["n"]) for r in written}
+        mine = pieces[part.p] + [(h.uri, h.g, h.counts) for h in (part.handed.pieces if part.handed else [])]
+        mine.sort(key=lambda piece: piece[0])  # by name: group, segment, split (the reduce needs group order)
+        starts = [np.r_[0, np.cumsum(counts)] for _, _, counts in mine]
+        for b in range(part.buckets):
+            slices = tuple((Slice(uri, int(at[b]), int(counts[b])), g) for (uri, g, counts), at in zip(mine, starts)
+                           if counts[b])
+            buckets.append(BucketItem(part.p, b, storage, slices, len(part.groups),
+                                      storage.join(part.work, f"bucket-{b:06d}.map")))
+    rows = sum(s.rows for item in buckets for s, _ in item.pieces)
+    reduced = ctx.parallel_map(reduce_bucket_item, buckets,
+                               tasks=task_count(len(buckets), rows * PIECE_ROW_BYTES * 4, ctx.runner.parallelism),
+                               description=f"external-sort reduce of {len(buckets)} bucket(s)")
+# the piece files have served: free their space before the rewrite writes the new segments
+    _delete_quietly(storage, [uri for mine in pieces.values() for uri, _, counts in mine if counts.any()]
+                    + [h.uri for part in parts if part.handed for h in part.handed.pieces if h.counts.any()])
+    of = {part.p: part for part in parts}
+    for part in parts:
+        part.maps = [[] for _ in part.groups]
+    for bucket, done in zip(buckets, reduced):
+        part = of[bucket.p]
+        part.task_seconds["reduce"] = round(part.task_seconds.get("reduce", 0.0) + done.seconds, 3)
+        if done.error is not None:
+            part.outcome.error = part.outcome.error or done.error
+            continue
+        at = np.r_[0, np.cumsum(done.counts)]
+        for g in np.flatnonzero(done.counts).tolist():
+            part.maps[g].append(Slice(bucket.out_uri, int(at[g]), int(done.counts[g])))
+            part.superseded += int(done.counts[g])
 
 
 def _rewrite_passes(ctx: JobContext, parts: list[_Partition], details: dict[tuple[str, int], dict[str, Any]]) -> None:
-    """Pass 3: every group of every partition as one task; then the second wave for freed markers."""
+    """Stage 3: every group of every partition as one task; then the second wave for freed markers."""
     from jobs.rules.cleaner import CleanStats
 
     live = [part for part in parts if part.outcome.error is None]
-    items = [GroupItem(part.p, g, part.task, group, part.maps.get(g)) for part in live
+    items = [GroupItem(part.p, g, part.task, group, tuple(part.maps[g])) for part in live
              for g, group in enumerate(part.groups)]
     results: dict[tuple[int, int], GroupResult] = {(r.p, r.g): r for r in _map_groups(ctx, items)}
     # The state each group's markers are judged by on the second wave: the log as the first wave left it.
@@ -506,7 +710,8 @@ def _rewrite_passes(ctx: JobContext, parts: list[_Partition], details: dict[tupl
                                         producer_id_expiration_ms=t.config.producer_id_expiration_ms)
         freed = freed_markers(t.txn, refreshed)
         if freed.size:
-            again += [GroupItem(part.p, g, t, group, part.maps.get(g), refreshed) for g, group in enumerate(part.groups)
+            again += [GroupItem(part.p, g, t, group, tuple(part.maps[g]), refreshed)
+                      for g, group in enumerate(part.groups)
                       if np.isin(results[(part.p, g)].marker_offsets, freed).any()]
     for r in _map_groups(ctx, again):
         results[(r.p, r.g)] = r
@@ -527,8 +732,10 @@ def _rewrite_passes(ctx: JobContext, parts: list[_Partition], details: dict[tupl
             out.stats = {k: int(v) for k, v in total.__dict__.items()}
         out.seconds = round(sum(r.seconds for r in group_results), 3)
         details[(out.topic, out.partition)] = {
-            "key_pieces": part.key_tasks, "groups": len(part.groups),
+            "key_pieces": part.key_tasks, "reused_pieces": len(part.handed.pieces) if part.handed else 0,
+            "buckets": part.buckets, "groups": len(part.groups),
             "groups_recleaned": sum(1 for i in again if i.p == part.p), "superseded_keys": part.superseded,
+            "task_seconds": {**part.task_seconds, "rewrite": out.seconds},
             "wall_seconds": round(time.monotonic() - part.t0, 3)}
 
 
@@ -543,5 +750,6 @@ def _failed(part: _Partition, results: dict[tuple[int, int], GroupResult]) -> bo
     return any(results[(part.p, g)].error is not None for g in range(len(part.groups)) if (part.p, g) in results)
 
 
-__all__ = ["SPLIT_BYTES", "GroupItem", "GroupResult", "KeyReadItem", "choose", "clean_group_item",
-           "read_group_map", "read_key_rows", "run_external_sort", "write_group_map"]
+__all__ = ["SPLIT_BYTES", "WORK_SUBDIR", "BucketItem", "ExternalSortRun", "GroupItem", "GroupResult", "HandedPiece",
+           "Handoff", "Handover", "PieceCollector", "PieceItem", "Slice", "choose", "clean_group_item",
+           "default_bucket_bytes", "piece_of", "read_key_hashes", "read_piece", "reduce_bucket_item"]

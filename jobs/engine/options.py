@@ -14,7 +14,7 @@ The classes share their fields through inheritance, each field defined once::
         ├── InspectOptions  exact, html
         └── ChangeOptions(JobOptions, LockingOptions)  plan, apply
             ├── RetainOptions
-            └── CompactOptions  dedupe_buffer_bytes, strategy
+            └── CompactOptions  dedupe_buffer_bytes, strategy, sort_bucket_bytes
 
 A value the options refuse raises :class:`InvalidOptionUsage` or :class:`InvalidOptionConfig` (a
 :class:`~segment_io.errors.UsageError` / :class:`~segment_io.errors.ConfigError`, exit code 2 on the command
@@ -268,14 +268,23 @@ class CompactOptions(ChangeOptions):
     #: than fit is cleaned partially and the next run continues
     dedupe_buffer_bytes: int = DEFAULT_DEDUPE_BUFFER_BYTES
     #: ``memory`` (one task per partition, a bounded offset map, partial when it fills), ``external-sort``
-    #: (Spark computes each key's latest offset, spilling to disk; exact in one run for any number of keys,
-    #: several tasks per partition) or ``auto`` (memory when the partition's dirty records fit the map,
-    #: external-sort otherwise; see :func:`jobs.rules.external_sort.choose_strategy`)
+    #: (key hashes in hash buckets, each reduced by its own task; exact in one run for any number of keys,
+    #: several tasks per partition) or ``auto`` (memory when the partition's dirty records fit the map, else
+    #: memory first, handed over to external-sort if the map fills; see
+    #: :func:`jobs.rules.external_sort.choose_strategy`)
     strategy: str = "auto"
+    #: external-sort: the memory one bucket's reduce may take (the buckets a partition's keys are hashed into
+    #: are as many as that needs, so a task's memory does not grow with the key count); None: a quarter of an
+    #: executor's memory (see :func:`jobs.engine.external_sort.default_bucket_bytes`)
+    sort_bucket_bytes: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         owner = self._owner
+        b = self.sort_bucket_bytes
+        if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1 << 20):
+            raise InvalidOptionUsage(f"{owner}.sort_bucket_bytes={b!r}: expected a number of bytes, at least 1 MiB",
+                                     field="sort_bucket_bytes")
         if self.strategy not in STRATEGIES:
             raise InvalidOptionUsage(f"{owner}.strategy={self.strategy!r}: unknown; choose one of "
                                      f"{', '.join(STRATEGIES)}", field="strategy")

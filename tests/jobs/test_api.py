@@ -36,7 +36,7 @@ def test_the_option_classes_share_their_fields_instead_of_repeating_them() -> No
         return {f.name for f in dataclasses.fields(cls)} - inherited
 
     assert own(api.RetainOptions) == set()
-    assert own(api.CompactOptions) == {"dedupe_buffer_bytes", "strategy"}
+    assert own(api.CompactOptions) == {"dedupe_buffer_bytes", "strategy", "sort_bucket_bytes"}
     assert own(api.InspectOptions) == {"exact", "html"}
     assert own(api.RecoverOptions) == {"break_lease"}
     assert issubclass(api.CompactOptions, api.LockingOptions) and issubclass(api.RecoverOptions, api.LockingOptions)
@@ -53,6 +53,7 @@ def test_sequences_become_tuples_and_one_string_is_one_item() -> None:
 
 @pytest.mark.parametrize(("make", "field", "error"), [
     (lambda: api.CompactOptions(strategy="fast"), "strategy", UsageError),
+    (lambda: api.CompactOptions(sort_bucket_bytes=1000), "sort_bucket_bytes", UsageError),
     (lambda: api.CompactOptions(dedupe_buffer_bytes=10), "dedupe_buffer_bytes", ConfigError),
     (lambda: api.CompactOptions(dedupe_buffer_bytes="1MiB"), "dedupe_buffer_bytes", UsageError),
     (lambda: api.RetainOptions(max_delete_fraction=1.5), "max_delete_fraction", UsageError),

@@ -1,11 +1,11 @@
 """The external-sort strategy (and ``auto``) against the memory strategy with a buffer big enough for one pass.
 
 Level exercised: the whole compaction job (:func:`jobs.api.compact`): without Spark for the property test
-(tasks in this process, the sort in memory: :func:`jobs.rules.external_sort.superseded_keys`), and with the
-shared ``local[2]`` session for the Spark plan (window sort, ``mapInArrow`` key pass, ``applyInArrow`` group
-maps). Each run compacts a copy of the same log dir (file times included) at the same ``now``; the property
-is byte equality of every file of the partition and of the cleaner checkpoint, run after run (the first clean,
-then past the tombstone horizon).
+(the key pass, bucket reduce and rewrite tasks in this process), and with the shared ``local[2]`` session (the
+same stages as Spark tasks, their files in the work dir); the kernels against the in-memory reference
+(:func:`jobs.rules.external_sort.superseded_keys`). Each run compacts a copy of the same log dir (file times
+included) at the same ``now``; the property is byte equality of every file of the partition and of the cleaner
+checkpoint, run after run (the first clean, then past the tombstone horizon).
 """
 
 from __future__ import annotations
@@ -118,6 +118,14 @@ def assert_same_runs(dirs: list[Path], runs: list[tuple[str, int]], config: Conf
 @given(spec=log_specs())
 def test_external_sort_and_auto_write_the_bytes_of_one_memory_pass(spec: LogSpec,
                                                                    tmp_path_factory: pytest.TempPathFactory) -> None:
+    # three hash buckets whatever the size: keys of one group spread over several bucket files
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(es, "bucket_count", lambda records, bucket_bytes, parallelism: 3)
+        _external_sort_and_auto_write_the_bytes_of_one_memory_pass(spec, tmp_path_factory)
+
+
+def _external_sort_and_auto_write_the_bytes_of_one_memory_pass(spec: LogSpec,
+                                                                tmp_path_factory: pytest.TempPathFactory) -> None:
     tmp = tmp_path_factory.mktemp("ext")
     source = tmp / "source"
     built = build_log(spec)
@@ -144,10 +152,17 @@ def test_external_sort_and_auto_write_the_bytes_of_one_memory_pass(spec: LogSpec
     for e in entries:
         if e["action"] != "skipped":
             assert e["strategy"] in ("memory", "external-sort") and e["strategy_reason"]
-    # auto with room for 2 keys: external-sort as soon as the dirty range holds 2 records
+            if e["strategy"] == "external-sort":
+                assert e["external_sort"]["buckets"] == 3
+    # auto with room for 2 keys: memory when the dirty range holds fewer records; else memory first, handed
+    # over to external-sort (with the pieces read) when the map fills
     auto = [e for e in entries[1::2] if e["action"] != "skipped"]
     for e in auto:
-        assert e["strategy"] == ("memory" if "< 2 keys" in e["strategy_reason"] else "external-sort"), e
+        reason = e["strategy_reason"]
+        assert ("< 2 keys" in reason) != ("memory first" in reason), e
+        assert e["strategy"] == ("external-sort" if "the map filled" in reason else "memory"), e
+        if e["strategy"] == "external-sort":
+            assert e["external_sort"]["reused_pieces"] >= 1, e
 
 
 def test_more_keys_than_the_buffer_are_deduplicated_in_one_run(tmp_path: Path) -> None:
@@ -173,6 +188,33 @@ def test_more_keys_than_the_buffer_are_deduplicated_in_one_run(tmp_path: Path) -
     assert first[1]["strategy_reason"].startswith("auto: 600 dirty records >= 10 keys"), first[1]["strategy_reason"]
     assert first[0]["records_removed"] == 400
     assert first[0]["external_sort"]["groups"] > 1 and first[0]["external_sort"]["superseded_keys"] > 0
+    # auto: memory first; its map filled inside the first segment (10 keys), so that segment's piece is handed
+    # over and only the others are read by the key pass: no segment is read twice
+    ext, auto = first[0]["external_sort"], first[1]["external_sort"]
+    assert "the map filled with 10 keys" in first[1]["strategy_reason"], first[1]["strategy_reason"]
+    assert auto["reused_pieces"] == 1 and auto["key_pieces"] == ext["key_pieces"] - 1, (auto, ext)
+
+
+def test_many_records_of_few_keys_stay_with_memory(tmp_path: Path) -> None:
+    """Records are not keys: 600 records of 20 keys with a map for 50 keys: auto starts with memory (the
+    records exceed the map), the map does not fill, so memory cleans it in one pass and the pieces it held
+    for a hand-over leave nothing in the work dir."""
+    from jobs.logdir.lock import work_uri
+
+    log = LogBuilder(TOPIC, PARTITION, timestamp=NOW1 - 3_600_000)
+    for round_ in range(30):
+        log.batch([rec(f"k{k}", f"v{round_}-{k}") for k in range(20)])
+        if round_ % 10 == 9:
+            log.roll()
+    source = tmp_path / "source"
+    write_log(log.table(), source / partition_dir_name(TOPIC, PARTITION))
+    dirs = copies(source, tmp_path, 2)
+    config = ConfigSet().with_overrides([f"{TOPIC}:cleanup.policy=compact", f"{TOPIC}:segment.bytes=4000"])
+    (entry,) = assert_same_runs(dirs, [("auto", buffer_bytes_for_keys(50))], config, nows=(NOW1,))
+    assert entry["strategy"] == "memory" and "memory first" in entry["strategy_reason"], entry
+    assert "external_sort" not in entry and not entry["partial"] and entry["records_removed"] > 0
+    work = Path(work_uri(str(dirs[1]))) / es.WORK_SUBDIR
+    assert not work.exists() or [p for p in work.rglob("*") if p.is_file()] == []
 
 
 def test_a_dry_run_measures_what_memory_measures(tmp_path: Path) -> None:
@@ -201,10 +243,13 @@ def test_a_dry_run_measures_what_memory_measures(tmp_path: Path) -> None:
 
 
 def test_auto_rule() -> None:
-    assert choose_strategy("auto", dirty_records=9, max_keys=10).strategy == "memory"
-    assert choose_strategy("auto", dirty_records=10, max_keys=10).strategy == "external-sort"
-    assert choose_strategy("auto", dirty_records=None, max_keys=10).strategy == "external-sort"
-    assert choose_strategy("memory", dirty_records=10**9, max_keys=10).strategy == "memory"
+    certain = choose_strategy("auto", dirty_records=9, max_keys=10)
+    assert (certain.strategy, certain.memory_first) == ("memory", False)
+    for records in (10, None, 10**9):  # records may share keys: the memory task's map finds out
+        maybe = choose_strategy("auto", dirty_records=records, max_keys=10)
+        assert (maybe.strategy, maybe.memory_first) == ("memory", True), records
+    assert not choose_strategy("memory", dirty_records=10**9, max_keys=10).memory_first
+    assert choose_strategy("external-sort", dirty_records=1, max_keys=10).strategy == "external-sort"
     assert max_keys_for_buffer(api.CompactOptions().dedupe_buffer_bytes) == 5_033_164
 
 
@@ -238,15 +283,17 @@ def test_a_split_segment_reads_the_rows_of_the_whole(tmp_path: Path) -> None:
     storage = open_storage(str(tmp_path))
 
     def read(split: int, splits: int) -> pa.Table:
-        return es.read_key_rows(es.KeyReadItem(0, 0, storage, str(seg), split, splits, 10, 120,
-                                               AbortedTxns.empty(), str(tmp_path / "err")))
+        return es.read_key_hashes(es.PieceItem(0, 0, storage, str(seg), split, splits, 10, 120,
+                                               AbortedTxns.empty(), 1, str(tmp_path / "piece")))
 
     whole = read(0, 1)
-    assert whole.num_rows == 100
+    assert whole.num_rows == 150
     for splits in (2, 3, 7, 200):
         parts = pa.concat_tables([read(k, splits) for k in range(splits)])
         assert parts.equals(whole), splits
-    assert whole.column("mappable").to_pylist() == [10 <= o < 120 for o in whole.column("offset").to_pylist()]
+    rows, counts = es.piece_of(whole, first_dirty_offset=10, first_uncleanable_offset=120,
+                               aborted=AbortedTxns.empty(), buckets=1)
+    assert counts.tolist() == [len(rows)] == [7 + 50]  # one row per key: k0..k6 and j0..j49
 
 
 # --------------------------------------------------------------------------------------------------
@@ -372,3 +419,52 @@ def test_the_summary_says_which_strategy_and_why(tmp_path: Path, capsys) -> None
     (1, 10, 4, 1), (50, 10, 4, 4), (50, 10 * es.SPLIT_BYTES, 2, 10), (5, 100 * es.SPLIT_BYTES, 2, 5)])
 def test_task_count(items: int, size: int, parallelism: int, expected: int) -> None:
     assert es.task_count(items, size, parallelism) == expected
+
+
+@settings(max_examples=examples(1))
+@given(rows=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 6), st.booleans(), st.booleans()), max_size=60),
+       cuts=st.lists(st.integers(0, 60), max_size=6), buckets=st.integers(1, 4))
+def test_pieces_and_buckets_give_the_superseded_keys(rows: list[tuple[int, int, bool, bool]], cuts: list[int],
+                                                     buckets: int) -> None:
+    """Row i: (group, key, mappable, keyed) at offset i, groups ascending; the rows cut into pieces anywhere
+    (never across a group), each piece pre-aggregated into buckets, each bucket reduced: together, exactly the
+    reference's (group, key, latest) rows, each once."""
+    from jobs.rules.external_sort import piece_rows, reduce_bucket
+
+    rows = sorted(rows, key=lambda r: r[0])
+    n = len(rows)
+    g = np.array([r[0] for r in rows], np.int32)
+    key = np.array([r[1] for r in rows], np.int64)
+    ok = np.array([r[2] and r[3] for r in rows], bool)
+    keyed = np.array([r[3] for r in rows], bool)
+    off = np.arange(n, dtype=np.int64)
+    hi, lo = key * 7 + 1, -key
+    ref = superseded_keys(np.zeros(int(keyed.sum()), np.int32), g[keyed], hi[keyed], lo[keyed], off[keyed],
+                          ok[keyed]).to_pylist()
+    expected = sorted((r["g"], r["key_hash_hi"], r["key_hash_lo"], r["latest"]) for r in ref)
+    bounds = sorted({0, n, *(c for c in cuts if c <= n), *np.flatnonzero(np.diff(g)).__add__(1).tolist()})
+    per_bucket: list[list[tuple[np.ndarray, int]]] = [[] for _ in range(buckets)]
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        piece, counts = piece_rows(hi[a:b], lo[a:b], off[a:b], ok[a:b], keyed[a:b], buckets)
+        assert len(piece) == len(np.unique(key[a:b][keyed[a:b]])) == counts.sum()
+        at = np.r_[0, np.cumsum(counts)]
+        for x in range(buckets):
+            per_bucket[x].append((piece[at[x]:at[x + 1]], int(g[a])))
+    got = []
+    for x in range(buckets):
+        bucket_rows = np.concatenate([r for r, _ in per_bucket[x]] or [np.zeros((0, 4), np.int64)])
+        groups = np.concatenate([np.full(len(r), gg, np.int32) for r, gg in per_bucket[x]] or [np.zeros(0, np.int32)])
+        out, counts = reduce_bucket(bucket_rows, groups, 4)
+        got += [(gg, int(r[0]), int(r[1]), int(r[2])) for gg, r in zip(np.repeat(np.arange(4), counts).tolist(), out)]
+    assert sorted(got) == expected
+
+
+def test_bucket_count_bounds_a_reduce_by_the_bucket_bytes() -> None:
+    from jobs.rules.external_sort import REDUCE_BYTES_PER_ROW, bucket_count
+
+    assert bucket_count(0, 256 << 20, 2) == 1
+    assert bucket_count(1000, 256 << 20, 2) == 1  # small partitions: one bucket, one task
+    assert bucket_count(10_000_000, 256 << 20, 2) == 8  # 2.08 GB of reduce memory in 256 MiB buckets
+    assert bucket_count(1_000_000, 256 << 20, 2) == 2  # big enough for one bucket per core
+    for records in (10**6, 10**8, 2 * 10**8):
+        assert records * REDUCE_BYTES_PER_ROW / bucket_count(records, 64 << 20, 2) <= 64 << 20
