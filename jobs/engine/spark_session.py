@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any, Mapping, TextIO
 
 #: Settings every segjobs session needs. Arrow is the transport for Python data sources and
-#: mapInArrow; filter pushdown lets the data source skip segments by offset and time.
+#: mapInArrow; filter pushdown lets the data source skip segments by offset and time where Spark keeps pushed
+#: filters per scan (segment_io.spark.source.PUSHDOWN_IS_PER_SCAN).
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.python.filterPushdown.enabled": "true",
