@@ -344,9 +344,7 @@ def work(ctx: JobContext) -> None:
         if stale:
             ctx.report.warnings.append(stale)
             ctx.progress.notice(f"warning: {stale}", event="data.stale")
-    plans = {k: plan for k in keys
-             if (plan := plan_partition(params, ctx.scans[k], ctx.configs.for_topic(k[0]))) is not None}
-    refused = refused_topics(ctx, plans)
+    plans, refused = retention_decisions(ctx)
     planfile.check_decisions(ctx, {partition_name(k): retention_decision(plans.get(k), k[0] in refused)
                                    for k in keys}, "retention")
     every = max(1, len(keys) // 10)
@@ -375,6 +373,17 @@ def work(ctx: JobContext) -> None:
 # --------------------------------------------------------------------------------------------------
 # The safety limit, and the decisions a plan file records
 # --------------------------------------------------------------------------------------------------
+
+
+def retention_decisions(ctx: JobContext) -> tuple[dict[TopicPartition, RetentionPlan], dict[str, DeleteShare]]:
+    """What a ``retain`` run at the run's ``now`` decides before it touches anything: the plan of every partition
+    retention may touch (:func:`plan_partition`), and the topics the delete-fraction limit refuses
+    (:func:`refused_topics`), whose partitions it leaves untouched. ``retain`` (dry run or not) and ``inspect``'s
+    prediction both take their decisions from here, so they agree by construction."""
+    params = RetentionParams.from_job(ctx)
+    plans = {k: plan for k in sorted(ctx.scans)
+             if (plan := plan_partition(params, ctx.scans[k], ctx.configs.for_topic(k[0]))) is not None}
+    return plans, refused_topics(ctx, plans)
 
 
 def refused_topics(ctx: JobContext, plans: Mapping[TopicPartition, RetentionPlan]) -> dict[str, DeleteShare]:
@@ -619,5 +628,5 @@ def apply_retention_first(ctx: JobContext, first: RetentionFirst) -> dict[TopicP
 __all__ = ["COMMIT_THREADS", "PLAN_OPTIONS", "RetentionFirst", "RetentionParams", "render_summary", "work",
            "advance_log_start_offsets", "apply_retention", "apply_retention_first",
            "listing_after_retention", "plan_partition", "plan_retention_first", "refused_entry", "refused_topics",
-           "retain_partitions", "retention_decision"]
+           "retain_partitions", "retention_decision", "retention_decisions"]
 

@@ -356,3 +356,38 @@ def test_json_format_prints_one_document(exact_run, demo, capsys) -> None:
     # --topic narrows what is shown, not what is predicted
     full = _by_name(exact_run["report"]["partitions"])["clicks-0"]
     assert {k: doc["partitions"][0][k] for k in PLANNED} == {k: full[k] for k in PLANNED}
+
+
+# --------------------------------------------------------------------------------------------------
+# Retention predictions honour the delete-fraction limit (tasks in this process: no Spark)
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [None, "1"], ids=["w-refused", "all-accepted"])
+def test_inspect_predicts_the_bytes_retain_dry_run_deletes_when_the_limit_refuses_a_topic_and_when_not(
+        tmp_path: Path, capsys, limit: str | None) -> None:
+    from jobs import api
+    from jobs.engine.inspection import render
+    from jobs.engine.report import human_bytes
+    from tests.jobs.test_retain import NOW, OLD, RECENT, build_partition
+
+    d = tmp_path / "logs"
+    build_partition(d, "w", 0, [[OLD], [OLD], [RECENT]])  # two thirds of w expire: over the default limit (50 %)
+    build_partition(d, "u", 0, [[OLD], [RECENT], [RECENT]])  # a third of u
+    common = dict(overrides=("*:retention.ms=1d",), max_delete_fraction=None if limit is None else float(limit))
+    seams = api.Seams(runner=api.InProcessTasks())
+    inspected = api.inspect(d, api.InspectOptions(**common), now=NOW, seams=seams)  # type: ignore[arg-type]
+    retained = api.retain(d, api.RetainOptions(**common, dry_run=True), now=NOW, seams=seams)  # type: ignore[arg-type]
+
+    rows, entries = _by_name(inspected.report.partitions), _by_name(retained.report.partitions)
+    for name, entry in entries.items():
+        assert rows[name]["retention_bytes_deleted"] == entry["bytes_removed"], name
+        assert rows[name]["retention_segments_deleted"] == len(entry["deleted"]), name
+        assert rows[name]["retention_log_start_offset"] == entry["log_start_offset"], name
+    freed = retained.report.totals["bytes_removed"]
+    assert inspected.report.totals["retention_bytes_deleted"] == freed > 0
+    assert f"retention frees {human_bytes(freed)}" in render(inspected.report, "table")
+    refused = limit is None
+    assert (entries["w-0"]["action"] == "refused") is refused and (retained.exit_code == 1) is refused
+    assert (rows["w-0"]["retention_refused"] is not None) is refused
+    assert entries["u-0"]["action"] == "delete"
