@@ -53,7 +53,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("clean_bytes", "bigint", "bytes below the first dirty offset (cleaned before)"),
     ("cleanable_bytes", "bigint", "bytes from the first dirty offset to the first uncleanable offset"),
     ("uncleanable_bytes", "bigint", "bytes from the first uncleanable offset on (active segment included)"),
-    ("dirty_ratio", "double", "cleanable / (clean + cleanable) bytes"),
+    ("dirty_ratio", "double", "cleanable / (clean + cleanable) bytes; null where the topic has no compact policy "
+                              "(a compaction measure: not applicable to delete-only topics)"),
     ("min_cleanable_dirty_ratio", "double", "the topic's min.cleanable.dirty.ratio"),
     ("log_start_offset", "bigint", "log start offset"),
     ("log_end_offset", "bigint", "log end offset"),
@@ -394,7 +395,8 @@ def _table_row(r: dict[str, Any]) -> dict[str, Any]:
         return {"partition": name, "policy": "UNREADABLE", "note": truncate("; ".join(problem_notes(r)))}
     return {
         "partition": name, "policy": r["policy"], "segments": r["segments"], "size": human_bytes(r["bytes"]),
-        "dirty": f"{r['dirty_ratio']:.2f}", "records": r["records"], "keys": r["distinct_keys"],
+        "dirty": None if r["dirty_ratio"] is None else f"{r['dirty_ratio']:.2f}",  # None: "-"
+        "records": r["records"], "keys": r["distinct_keys"],
         "superseded": r["superseded_records"], "tombstones": f"{r['live_tombstones']}/{r['expired_tombstones']}",
         "aborted": r["aborted_records"], "compact": "yes" if r["compaction_selected"] else "no",
         "compaction": human_bytes(r["compaction_bytes_removed"]),
