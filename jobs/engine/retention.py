@@ -15,6 +15,7 @@ from jobs.engine.report import (
     RunReport,
     human_bytes,
     partition_order,
+    policy_origins,
     problem_notes,
     purged_totals,
     render_footer,
@@ -516,6 +517,7 @@ def render_summary(report: RunReport, *, dry_run: bool) -> str:
              + purged_totals(t)
              + (f"; {t['errors']} partition(s) FAILED and were left untouched" if t.get("errors") else "")
              + (f"; {t['warnings']} warning(s)" if t.get("warnings") else ""),
+             *filter(None, [policy_origins(report)]),
              render_footer(report, t.get("bytes_in_scope", 0), "in scope")]
     return "\n".join(lines)
 
