@@ -740,8 +740,8 @@ def render_summary(report: RunReport, *, dry_run: bool) -> str:
         f"{human_bytes(t['bytes_removed'])}"
         + purged_totals(t)
         + (f"; {t['errors']} partition(s) FAILED (see the notes; full errors on stderr)" if t.get("errors") else ""),
-        *filter(None, [policy_origins(report)]),
         render_footer(report, t.get("bytes_compacted", 0), "in the selected partitions"),
+        *filter(None, [policy_origins(report)]),
     ])
 
 

@@ -443,8 +443,7 @@ def render(report: RunReport, fmt: str) -> str:
                   f"{t['compaction_selected']} and frees {human_bytes(t['compaction_bytes_removed'])}; retention "
                   f"frees {human_bytes(t['retention_bytes_deleted'])}{approx}"
               + (f"; {t['errors']} partition(s) UNREADABLE" if t["errors"] else ""),
-              *filter(None, [policy_origins(report)]),
-              render_footer(report, t["bytes"], "inspected"), ""]
+              render_footer(report, t["bytes"], "inspected"), *filter(None, [policy_origins(report)]), ""]
     return "\n".join(lines)
 
 

@@ -517,8 +517,8 @@ def render_summary(report: RunReport, *, dry_run: bool) -> str:
              + purged_totals(t)
              + (f"; {t['errors']} partition(s) FAILED and were left untouched" if t.get("errors") else "")
              + (f"; {t['warnings']} warning(s)" if t.get("warnings") else ""),
-             *filter(None, [policy_origins(report)]),
-             render_footer(report, t.get("bytes_in_scope", 0), "in scope")]
+             render_footer(report, t.get("bytes_in_scope", 0), "in scope"),
+             *filter(None, [policy_origins(report)])]
     return "\n".join(lines)
 
 
