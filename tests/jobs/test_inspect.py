@@ -347,7 +347,9 @@ def test_corrupt_partition_is_reported_and_the_others_inspected(spark, demo, tmp
     assert [line.split()[0] for line in table] == sorted(rows)
     assert any(line.startswith("orders-0: ERROR") and str(victim) in line for line in lines)
     assert any(line.startswith("users-changelog-0: selected: dirty ratio") for line in lines)
-    assert "UNREADABLE" in lines[-2] and lines[-1].startswith("elapsed ")
+    assert "UNREADABLE" in lines[-3] and lines[-2].startswith("elapsed ")
+    assert lines[-1].startswith("cleanup.policy: delete from Kafka's default (clicks); ")
+    assert "compact from --set users-changelog:cleanup.policy=compact (users-changelog)" in lines[-1]
 
 
 @pytest.mark.spark
