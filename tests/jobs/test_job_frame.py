@@ -244,6 +244,7 @@ def test_a_config_table_naming_a_misspelled_topic_stops_retain_before_the_lock(t
     assert code == 2
     assert f'{config} [topics."ordres"] names no topic of {d} (closest: orders)' in err
     assert _all_bytes(d) == before and not (d / ".lock").exists()  # not one byte changed, no lock taken
+    assert not (tmp_path / "logs.segjobs").exists()  # nor any work file of segjobs' own
 
 
 def test_entries_outside_the_scope_are_fine_globs_naming_nothing_warn_and_the_report_says_where_policies_come_from(
