@@ -140,3 +140,35 @@ def test_the_data_source_example_runs_in_a_users_own_python(tmp_path: Path) -> N
     assert proc.returncode == 0, proc.stderr[-5000:]
     assert "ModuleNotFoundError" not in proc.stderr
     assert proc.stdout.splitlines()[-2:] == [f"records {generated.records}", "partitions 2"], proc.stdout
+
+
+@pytest.mark.spark
+def test_the_notebook_example_runs_with_its_config(spark, tmp_path: Path) -> None:
+    """The data-source page's block, on a demo log dir and a config for it in place of /var/kafka/logs and
+    conf/topics.toml: dirty_ratios gets the config (without it every topic is Kafka's delete, no dirty ratio)."""
+    import ast
+    import math
+
+    from jobs.engine.inspection import write_demo_log_dir
+
+    (code,) = [b for b in python_blocks(DATA_SOURCE_PAGE.read_text()) if "dirty_ratios(" in b]
+    assert 'config="conf/topics.toml"' in code
+    demo = write_demo_log_dir(tmp_path, records=300)
+    tables: dict[str, list[str]] = {}
+    for override in demo.overrides:  # "orders:retention.ms=7d" -> [topics."orders"] "retention.ms" = "7d"
+        topic, setting = override.split(":", 1)
+        key, value = setting.split("=", 1)
+        tables.setdefault(topic, []).append(f'"{key}" = "{value}"')
+    config = tmp_path / "topics.toml"
+    config.write_text("".join(f'[topics."{t}"]\n' + "\n".join(lines) + "\n" for t, lines in tables.items()))
+    code = code.replace("/var/kafka/logs", demo.log_dir).replace("conf/topics.toml", str(config))
+    tree = ast.parse(code)
+    *body, last = tree.body
+    assert isinstance(last, ast.Expr)  # the dirty_ratios(...).toPandas() line: its value is checked below
+    namespace = {"__name__": "readme_example", "spark": spark}
+    exec(compile(ast.Module(body, type_ignores=[]), "docs/guide/data-source.md", "exec"), namespace)
+    frame = eval(compile(ast.Expression(last.value), "docs/guide/data-source.md", "eval"), namespace)
+    rows = {f"{r.topic}-{r.partition}": r for r in frame.itertuples()}
+    # the config reached inspect: the changelog is compacted and has a dirty ratio, clicks (delete) has none
+    assert rows["users-changelog-0"].policy == "compact" and not math.isnan(rows["users-changelog-0"].dirty_ratio)
+    assert rows["clicks-0"].policy == "delete" and math.isnan(rows["clicks-0"].dirty_ratio)

@@ -30,7 +30,9 @@ def add_log_dir_options(p: argparse.ArgumentParser, *, destructive: bool = True,
     naming partitions means to the command; ``formats`` are the --format choices (the first is the default)."""
     p.add_argument("--log-dir", required=True, metavar="URI",
                    help="Kafka log dir: a local path or s3://bucket/prefix")
-    p.add_argument("--config", metavar="FILE", help="topic configuration TOML (see conf/topics.toml)")
+    p.add_argument("--config", metavar="FILE", help="topic configuration TOML (see conf/topics.toml); a "
+                                                     "[topics.\"NAME\"] table naming no topic of the log dir is an "
+                                                     "error (exit 2), a glob matching none a warning")
     p.add_argument("--set", action="append", default=[], metavar="TOPIC_GLOB:KEY=VALUE",
                    help="override one topic config, e.g. 'orders*:min.cleanable.dirty.ratio=0.1' (repeatable)")
     p.add_argument("--topic", action="append", default=[], metavar="GLOB",

@@ -13,7 +13,8 @@ Predictions come from the planners the jobs use (jobs.rules.plan_compact, jobs.r
 predicted for a run that names no --topic/--partition (naming a partition forces its compaction); the
 compaction numbers say what a compaction at --now would remove whether or not it is selected. For compact,delete
 topics compaction is predicted on what retention at --now leaves of the partition, as `segjobs compact` runs it
-(retention first); a topic the delete-fraction limit refuses is predicted to be left alone.
+(retention first); a topic the delete-fraction limit refuses is predicted to be left alone, by retention (it frees
+nothing there, as `segjobs retain --dry-run` reports) and by compaction.
 
 Distinct keys are approximate by default (a HyperLogLog sketch of the 128-bit key hashes, about 1 % error,
 constant memory) and so are superseded records and the compaction numbers (estimated from the sketch and

@@ -27,6 +27,7 @@ from jobs.engine.report import (
     outcome_counts,
     outcome_totals,
     partition_order,
+    policy_origins,
     problem_notes,
     purged_totals,
     refused_note,
@@ -399,7 +400,8 @@ def _entry(plan: CompactionPlan, state: PartitionState, outcome: PartitionOutcom
     entry: dict[str, Any] = {
         "topic": plan.topic, "partition": plan.partition, "selected": plan.selected, "reason": plan.reason,
         "note": plan.note,
-        "dirty_ratio": round(plan.dirty_ratio, 4), "clean_bytes": plan.clean_bytes,
+        "dirty_ratio": None if plan.dirty_ratio is None else round(plan.dirty_ratio, 4),
+        "clean_bytes": plan.clean_bytes,
         "cleanable_bytes": plan.cleanable_bytes, "first_dirty_offset": plan.first_dirty_offset,
         "first_uncleanable_offset": plan.first_uncleanable_offset, "bound_by": plan.bound_by,
         "previous_checkpoint": plan.previous_checkpoint, "new_checkpoint": checkpoint,
@@ -804,7 +806,7 @@ def _row(e: dict[str, Any]) -> dict[str, Any]:
     return {
         "partition": f"{e['topic']}-{e['partition']}", "action": e.get("action", ""),
         "strategy": e.get("strategy") or "-",
-        "dirty": f"{float(e.get('dirty_ratio') or 0):.2f}",
+        "dirty": None if e.get("dirty_ratio") is None else f"{float(e['dirty_ratio']):.2f}",  # None: "-"
         "segments": f"{e.get('segments_before', '-')}->{e.get('segments_after', '-')}",
         "bytes": f"{human_bytes(e.get('bytes_before'))} -> {human_bytes(e.get('bytes_after'))}",
         "records_removed": e.get("records_removed", 0),
@@ -876,6 +878,7 @@ def render_summary(report: RunReport, *, dry_run: bool, layout: str = "auto", wi
         + purged_totals(t)
         + outcome_totals(t),
         render_footer(report, t.get("bytes_compacted", 0), "in the selected partitions"),
+        *filter(None, [policy_origins(report)]),
     ])
 
 

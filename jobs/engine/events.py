@@ -50,6 +50,7 @@ EVENTS = {
     "recovery.partition": "what recovery did to a partition an interrupted run left",
     "recovery.failed": "a partition recovery could not settle (left untouched)",
     "config.shadowed": "a topic's config key is overridden by a more specific entry",
+    "config.unmatched": "a config entry (a glob, or a --set name) matches no topic of the log dir: no effect",
     "scan.start": "Spark is ready (spark_startup_s); the partitions are being scanned",
     "scan.done": "every partition in scope was scanned",
     "partition.unreadable": "a partition could not be read (left untouched)",

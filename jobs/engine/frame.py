@@ -222,7 +222,11 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
 
     # The scope, the topics' configs and the checkpoint files are checked against a first listing before the
     # lock and recovery: exit code 2 promises that nothing was done. Recovery does not add or remove partitions.
-    _read_checkpoints(storage, log_dir, _check_scope(storage, log_dir, scope, configs))
+    listing = _check_scope(storage, log_dir, scope, configs)
+    for note in configs.check_entries({t for t, _ in listing.partitions}, log_dir):
+        report.warnings.append(note)
+        progress.notice(f"warning: {note}", event="config.unmatched")
+    _read_checkpoints(storage, log_dir, listing)
     if spark is None and seams.runner is None:
         from jobs.engine.spark_session import check_java
 
@@ -444,6 +448,8 @@ class _Frame:
         for topic in sorted({t for t, _ in selected}):
             for note in self.configs.shadowed(topic):
                 progress(note, event="config.shadowed", topic=topic)
+            report.topics[topic] = {"policy": self.configs.for_topic(topic).policy_text,
+                                    "policy_from": self.configs.origin_of(topic)}
 
         runner = self._runner()
         # Tasks (local or on a cluster's executors) decode with the run's decompression bound.

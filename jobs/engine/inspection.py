@@ -26,6 +26,7 @@ from jobs.engine.report import (
     human_bytes,
     one_line,
     partition_order,
+    policy_origins,
     problem_notes,
     render_footer,
     render_table,
@@ -35,10 +36,10 @@ from jobs.engine.report import (
 from jobs.engine.scan import PartitionError
 from jobs.logdir.commit import Committer
 from jobs.rules.cardinality import HyperLogLog, exact_distinct
-from jobs.rules.config import TopicConfig, never_touched
+from jobs.rules.config import TopicConfig
 from jobs.rules.model import PartitionState
 from jobs.rules.plan_compact import CompactionPlan, plan_compaction
-from jobs.rules.plan_retain import RetentionPlan, plan_retention
+from jobs.rules.plan_retain import RetentionPlan
 from jobs.rules.timeutil import format_instant
 from segment_io.errors import SegjobsError, UsageError
 from segment_io.layout import PartitionListing
@@ -58,7 +59,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("clean_bytes", "bigint", "bytes below the first dirty offset (cleaned before)"),
     ("cleanable_bytes", "bigint", "bytes from the first dirty offset to the first uncleanable offset"),
     ("uncleanable_bytes", "bigint", "bytes from the first uncleanable offset on (active segment included)"),
-    ("dirty_ratio", "double", "cleanable / (clean + cleanable) bytes"),
+    ("dirty_ratio", "double", "cleanable / (clean + cleanable) bytes; null where the topic has no compact policy "
+                              "(a compaction measure: not applicable to delete-only topics)"),
     ("min_cleanable_dirty_ratio", "double", "the topic's min.cleanable.dirty.ratio"),
     ("log_start_offset", "bigint", "log start offset"),
     ("log_end_offset", "bigint", "log end offset"),
@@ -83,8 +85,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("compaction_bytes_removed", "bigint", "bytes a compaction at now would remove"),
     ("compaction_measured", "boolean", "true: measured by a compaction dry run (--exact); false: estimated"),
     ("compaction_partial", "boolean", "the offset map would fill up: one run cleans only part of the range"),
-    ("retention_segments_deleted", "int", "segments retention would delete at now"),
-    ("retention_bytes_deleted", "bigint", "bytes retention would delete at now"),
+    ("retention_segments_deleted", "int", "segments retention would delete at now (none where it is refused)"),
+    ("retention_bytes_deleted", "bigint", "bytes retention would delete at now (none where it is refused)"),
     ("retention_rules", "string", "the rules that condemn them (comma-separated)"),
     ("retention_log_start_offset", "bigint", "the log start offset after retention"),
     ("retention_refused", "string", "why retention would leave the topic untouched (delete-fraction limit); "
@@ -288,10 +290,12 @@ def _measure_compaction(task: InspectTask) -> tuple[dict[str, Any], PartitionErr
 # --------------------------------------------------------------------------------------------------
 
 
-def _plan_values(state: PartitionState, config: TopicConfig, plan: CompactionPlan, retention: RetentionPlan,
+def _plan_values(state: PartitionState, config: TopicConfig, plan: CompactionPlan, retention: RetentionPlan | None,
                  now_ms: int) -> dict[str, Any]:
     """The columns the planners decide (no record data needed). ``state`` is the partition as it is; ``plan``
-    is made on what retention leaves of it (see :func:`work`)."""
+    is made on what retention leaves of it (see :func:`work`); ``retention`` is what ``retain`` would delete
+    (None: nothing, as for a topic the delete-fraction limit refuses)."""
+    deletions = retention.deletions if retention is not None else ()
     return {
         "policy": config.policy_text, "segments": len(state.segments), "bytes": state.size_bytes,
         "clean_bytes": plan.clean_bytes, "cleanable_bytes": plan.cleanable_bytes,
@@ -301,9 +305,9 @@ def _plan_values(state: PartitionState, config: TopicConfig, plan: CompactionPla
         "first_dirty_offset": plan.first_dirty_offset, "first_uncleanable_offset": plan.first_uncleanable_offset,
         "bound_by": plan.bound_by, "compaction_selected": plan.selected, "compaction_reason": plan.reason,
         "compaction_note": plan.note,
-        "retention_segments_deleted": len(retention.deletions), "retention_bytes_deleted": retention.bytes_deleted,
-        "retention_rules": ",".join(sorted({d.rule for d in retention.deletions})) or None,
-        "retention_log_start_offset": retention.new_log_start_offset,
+        "retention_segments_deleted": len(deletions), "retention_bytes_deleted": sum(d.size_bytes for d in deletions),
+        "retention_rules": ",".join(sorted({d.rule for d in deletions})) or None,
+        "retention_log_start_offset": state.log_start_offset if retention is None else retention.new_log_start_offset,
         "segment_bytes": [s.size_bytes for s in state.segments],
         "segment_age_ms": [now_ms - s.effective_largest_timestamp for s in state.segments],
     }
@@ -316,27 +320,18 @@ def _row(topic: str, partition: int, values: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _predicted_retention(state: PartitionState, config: TopicConfig, now_ms: int) -> RetentionPlan:
-    """What ``retain`` would do to a partition: nothing for a topic segjobs never touches."""
-    if never_touched(state.topic):
-        return RetentionPlan(state.topic, state.partition, (), state.log_start_offset, state.log_start_offset,
-                             False, ())
-    return plan_retention(state, config, now_ms)
-
-
 def work(ctx: JobContext) -> None:
     """The inspection job's work (see :func:`jobs.engine.frame.run_job`): one row per partition into the
     report, and the totals. Nothing is written to the log dir."""
-    from jobs.engine.retention import plan_retention_first, refused_topics
+    from jobs.engine.retention import plan_retention_first, retention_decisions
 
     options = ctx.options
     assert isinstance(options, InspectOptions)
     exact = options.exact
     rows: dict[tuple[str, int], dict[str, Any]] = {}
     tasks: list[InspectTask] = []
-    retentions = {k: _predicted_retention(s.scanned, ctx.configs.for_topic(k[0]), ctx.now_ms)
-                  for k, s in ctx.scans.items() if s.error is None}
-    refused = refused_topics(ctx, retentions)
+    # retain's own decisions: a topic the delete-fraction limit refuses is predicted to lose nothing, as it does
+    retentions, refused = retention_decisions(ctx)
     # compact,delete partitions: compaction predicted on what retention leaves, as `compact` runs them
     first = plan_retention_first(ctx)
     held_keys = first.held()
@@ -352,9 +347,11 @@ def work(ctx: JobContext) -> None:
         if held:
             why = f"left untouched: retention {first.refused[key[0]].message()}"
             plan = replace(plan, selected=False, reason=why, note=why)
-        retention = retentions[key]
-        ctx.report.warnings.extend(f"{scan.name}: retention: {w}" for w in retention.warnings)
-        rows[key] = _row(*key, {**_plan_values(scan.scanned, config, plan, retention, ctx.now_ms),
+        retention = retentions.get(key)
+        if retention is not None:
+            ctx.report.warnings.extend(f"{scan.name}: retention: {w}" for w in retention.warnings)
+        kept = None if key[0] in refused else retention
+        rows[key] = _row(*key, {**_plan_values(scan.scanned, config, plan, kept, ctx.now_ms),
                                 "retention_refused": refused[key[0]].message() if key[0] in refused else None})
         tasks.append(InspectTask(ctx.storage, ctx.listing.partitions[key], scan.scanned, scan.txn, plan, config,
                                  ctx.now_ms, exact, ctx.committer, first.after.get(key), compactable=not held))
@@ -424,7 +421,8 @@ def _table_row(r: dict[str, Any]) -> dict[str, Any]:
         return {"partition": name, "policy": "UNREADABLE", "note": one_line("; ".join(problem_notes(r)))}
     return {
         "partition": name, "policy": r["policy"], "segments": r["segments"], "size": human_bytes(r["bytes"]),
-        "dirty": f"{r['dirty_ratio']:.2f}", "records": r["records"], "keys": r["distinct_keys"],
+        "dirty": None if r["dirty_ratio"] is None else f"{r['dirty_ratio']:.2f}",  # None: "-"
+        "records": r["records"], "keys": r["distinct_keys"],
         "superseded": r["superseded_records"], "tombstones": f"{r['live_tombstones']}/{r['expired_tombstones']}",
         "aborted": r["aborted_records"], "compact": "yes" if r["compaction_selected"] else "no",
         "compaction": human_bytes(r["compaction_bytes_removed"]),
@@ -531,7 +529,7 @@ def render(report: RunReport, fmt: str, *, layout: str = "auto", width: int | No
                   f"frees {human_bytes(t['retention_bytes_deleted'])}{approx}"
               + (f"; retention would be REFUSED for {held} partition(s) by the delete-fraction limit" if held else "")
               + (f"; {t['errors']} partition(s) UNREADABLE" if t["errors"] else ""),
-              render_footer(report, t["bytes"], "inspected"), ""]
+              render_footer(report, t["bytes"], "inspected"), *filter(None, [policy_origins(report)]), ""]
     return "\n".join(lines)
 
 

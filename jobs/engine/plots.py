@@ -168,16 +168,35 @@ def _selected_color(r: pd.Series) -> str:
 # --------------------------------------------------------------------------------------------------
 
 
+def compacted(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of topics whose cleanup.policy includes compact: the only ones a dirty ratio applies to (inspect
+    reports it as null for delete-only topics)."""
+    return df[df["policy"].fillna("").str.contains("compact", regex=False)]
+
+
 def dirty_ratio_chart(rows: Any, *, by: str = "partition", top: int = TOP) -> Figure:
-    """Dirty ratio per partition or per topic (horizontal bars, red where compaction at now would select it;
-    a topic is red when it has a selected partition), with min.cleanable.dirty.ratio as a black tick. Beyond
-    ``top`` bars: the dirtiest, "others" with the bytes-weighted ratio of the rest, and below them a histogram
-    of every partition's ratio (log counts when they span more than two decades)."""
-    df = as_pandas(rows)
-    bars, note = _top(_units(df, by), df, by, "dirty_ratio", top, "dirty ratio")
+    """Dirty ratio per partition or per topic of the compacted topics (delete-only topics have none and are
+    left out; the title counts them): horizontal bars, red where compaction at now would select it (a topic is
+    red when it has a selected partition), with min.cleanable.dirty.ratio as a black tick. Beyond ``top`` bars:
+    the dirtiest, "others" with the bytes-weighted ratio of the rest, and below them a histogram of every
+    compacted partition's ratio (log counts when they span more than two decades)."""
+    everything = as_pandas(rows)
+    df = compacted(everything)
+    left_out = len(everything) - len(df)
+    units = _units(df, by)
+    if df.empty:
+        fig, ax = _bar_figure(1)
+        ax.text(0.5, 0.5, f"no partition of a compacted topic ({left_out} delete-only: no dirty ratio)",
+                ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
+    bars, note = _top(units, df, by, "dirty_ratio", top, "dirty ratio")
+    cut = len(bars) < len(units)  # then a histogram of every partition follows the bars
+    if left_out:
+        note = "; ".join(n for n in (note, f"{left_out:,} delete-only partition(s) left out: no dirty ratio") if n)
     height = _bar_height(len(bars))
-    fig = Figure(figsize=(10, height + (3.0 if note else 0.0)), layout="constrained")
-    grid = fig.add_gridspec(2 if note else 1, 1, height_ratios=[height, 3.0] if note else [1])
+    fig = Figure(figsize=(10, height + (3.0 if cut else 0.0)), layout="constrained")
+    grid = fig.add_gridspec(2 if cut else 1, 1, height_ratios=[height, 3.0] if cut else [1])
     ax = fig.add_subplot(grid[0])
     y = np.arange(len(bars))
     ax.barh(y, bars["dirty_ratio"], color=[_selected_color(r) for _, r in bars.iterrows()])
@@ -189,13 +208,13 @@ def dirty_ratio_chart(rows: Any, *, by: str = "partition", top: int = TOP) -> Fi
     ax.set_xlabel("dirty ratio (cleanable / (clean + cleanable) bytes)")
     _title(ax, f"Dirty ratio per {by} (red: compaction at now selects it)", note)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    if note:
+    if cut:
         _ratio_histogram(fig.add_subplot(grid[1]), df)
     return fig
 
 
 def _ratio_histogram(ax: Any, df: pd.DataFrame) -> None:
-    """Every partition's dirty ratio in 20 bins, selected ones stacked in red."""
+    """Every partition's dirty ratio (of compacted topics) in 20 bins, selected ones stacked in red."""
     bins = np.linspace(0, 1, 21)
     ratios = df["dirty_ratio"].astype(float).fillna(0).to_numpy()
     sel = df["compaction_selected"].astype(bool).to_numpy()
@@ -207,7 +226,7 @@ def _ratio_histogram(ax: Any, df: pd.DataFrame) -> None:
     ax.set_xlim(0, 1)
     ax.set_xlabel("dirty ratio")
     ax.set_ylabel("partitions" + (" (log scale)" if ax.get_yscale() == "log" else ""))
-    ax.set_title(f"All {len(df):,} partitions", fontsize=10)
+    ax.set_title(f"All {len(df):,} partitions of compacted topics", fontsize=10)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
@@ -404,5 +423,5 @@ def reclaimed_per_run_chart(history: Any, *, topics: int = LEDGER_TOPICS) -> Fig
     return fig
 
 
-__all__ = ["LABELS", "LEDGER_TOPICS", "TOP", "as_pandas", "dirty_ratio_chart", "key_cardinality_chart",
-           "reclaimable_chart", "reclaimed_per_run_chart", "segment_ages_chart"]
+__all__ = ["LABELS", "LEDGER_TOPICS", "TOP", "as_pandas", "compacted", "dirty_ratio_chart",
+           "key_cardinality_chart", "reclaimable_chart", "reclaimed_per_run_chart", "segment_ages_chart"]

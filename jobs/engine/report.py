@@ -80,6 +80,9 @@ class RunReport:
     finished_ms: int | None = None
     spark_startup_s: float | None = None
     partitions: list[dict[str, Any]] = field(default_factory=list)
+    #: per topic in scope: its ``policy`` (cleanup.policy) and ``policy_from``, the config entry that set it
+    #: (see :meth:`jobs.rules.config.ConfigSet.origin_of`)
+    topics: dict[str, dict[str, str]] = field(default_factory=dict)
     totals: dict[str, Any] = field(default_factory=dict)
     errors: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -360,6 +363,21 @@ def attention_table(entries: Sequence[dict[str, Any]], row: Callable[[dict[str, 
     head = (f"partitions to look at ({len(entries)}"
             + (f", the first {len(shown)} shown" if more else "") + "; --per-partition lists every partition):")
     return ["", head, render_table([row(e) for e in shown], columns, width=width)]
+
+
+def policy_origins(report: RunReport, *, shown: int = 6) -> str | None:
+    """The summary line saying where each topic's cleanup.policy comes from, topics grouped by the entry:
+    ``cleanup.policy: compact from topics.toml [topics."orders"] (orders); delete from Kafka's default (clicks)``.
+    None when the run covered no topic."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for topic, t in sorted(report.topics.items()):
+        groups.setdefault((t["policy"], t["policy_from"]), []).append(topic)
+    if not groups:
+        return None
+    parts = [f"{policy} from {origin} ({', '.join(topics[:shown])}"
+             + (f" and {len(topics) - shown} more)" if len(topics) > shown else ")")
+             for (policy, origin), topics in groups.items()]
+    return "cleanup.policy: " + "; ".join(parts)
 
 
 def render_footer(report: RunReport, processed_bytes: int, what: str) -> str:

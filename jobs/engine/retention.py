@@ -21,6 +21,7 @@ from jobs.engine.report import (
     outcome_counts,
     outcome_totals,
     partition_order,
+    policy_origins,
     problem_notes,
     purged_totals,
     refused_note,
@@ -351,9 +352,7 @@ def work(ctx: JobContext) -> None:
         if stale:
             ctx.report.warnings.append(stale)
             ctx.progress.notice(f"warning: {stale}", event="data.stale")
-    plans = {k: plan for k in keys
-             if (plan := plan_partition(params, ctx.scans[k], ctx.configs.for_topic(k[0]))) is not None}
-    refused = refused_topics(ctx, plans)
+    plans, refused = retention_decisions(ctx)
     planfile.check_decisions(ctx, {partition_name(k): retention_decision(plans.get(k), k[0] in refused)
                                    for k in keys}, "retention")
     every = max(1, len(keys) // 10)
@@ -382,6 +381,17 @@ def work(ctx: JobContext) -> None:
 # --------------------------------------------------------------------------------------------------
 # The safety limit, and the decisions a plan file records
 # --------------------------------------------------------------------------------------------------
+
+
+def retention_decisions(ctx: JobContext) -> tuple[dict[TopicPartition, RetentionPlan], dict[str, DeleteShare]]:
+    """What a ``retain`` run at the run's ``now`` decides before it touches anything: the plan of every partition
+    retention may touch (:func:`plan_partition`), and the topics the delete-fraction limit refuses
+    (:func:`refused_topics`), whose partitions it leaves untouched. ``retain`` (dry run or not) and ``inspect``'s
+    prediction both take their decisions from here, so they agree by construction."""
+    params = RetentionParams.from_job(ctx)
+    plans = {k: plan for k in sorted(ctx.scans)
+             if (plan := plan_partition(params, ctx.scans[k], ctx.configs.for_topic(k[0]))) is not None}
+    return plans, refused_topics(ctx, plans)
 
 
 def refused_topics(ctx: JobContext, plans: Mapping[TopicPartition, RetentionPlan]) -> dict[str, DeleteShare]:
@@ -562,7 +572,8 @@ def render_summary(report: RunReport, *, dry_run: bool, layout: str = "auto", wi
              + purged_totals(t)
              + outcome_totals(t)
              + (f"; {t['warnings']} warning(s)" if t.get("warnings") else ""),
-             render_footer(report, t.get("bytes_in_scope", 0), "in scope")]
+             render_footer(report, t.get("bytes_in_scope", 0), "in scope"),
+             *filter(None, [policy_origins(report)])]
     return "\n".join(lines)
 
 
@@ -675,5 +686,5 @@ __all__ = ["COMMIT_THREADS", "PLAN_OPTIONS", "REFUSED_KIND", "RetentionFirst", "
            "work",
            "advance_log_start_offsets", "apply_retention", "apply_retention_first",
            "listing_after_retention", "plan_partition", "plan_retention_first", "refused_entry", "refused_topics",
-           "retain_partitions", "retention_decision"]
+           "retain_partitions", "retention_decision", "retention_decisions"]
 

@@ -13,7 +13,8 @@ from typing import Any, Mapping, TextIO
 from segment_io.errors import JavaNotFoundError
 
 #: Settings every segjobs session needs. Arrow is the transport for Python data sources and
-#: mapInArrow; filter pushdown lets the data source skip segments by offset and time.
+#: mapInArrow; filter pushdown lets the data source skip segments by offset and time where Spark keeps pushed
+#: filters per scan (segment_io.spark.source.PUSHDOWN_IS_PER_SCAN).
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.python.filterPushdown.enabled": "true",

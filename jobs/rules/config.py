@@ -52,14 +52,21 @@ import tomllib
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from jobs.rules.kafka_defaults import KAFKA_DEFAULTS, default_of
 from segment_io.errors import ConfigError
+from segment_io.layout import closest_topics_hint
 from segment_io.units import parse_duration, parse_size
 
 POLICY_COMPACT = "compact"
 POLICY_DELETE = "delete"
+#: Where a key comes from when no entry of the configuration sets it (see :meth:`ConfigSet.origin_of`).
+KAFKA_DEFAULT_ORIGIN = "Kafka's default"
+#: The first line of a file ``segjobs config import`` writes: its entries are named as imported from the broker.
+IMPORTED_HEADER = "# segjobs topic configuration, imported from Kafka by `segjobs config import`"
+#: What the source of an imported file's entries ends with (see :meth:`ConfigSet.load`).
+IMPORTED_MARK = " (imported from the broker)"
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
 
@@ -494,6 +501,8 @@ class ConfigSet:
             doc = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{source}: not valid TOML: {e}") from None
+        if text.startswith(IMPORTED_HEADER):  # every entry names where its values came from: the broker
+            source += IMPORTED_MARK
         return cls.from_mapping(doc, source=source, overrides=overrides)
 
     @classmethod
@@ -580,6 +589,44 @@ class ConfigSet:
         """Resolve every topic once, so ties and conflicts surface before any work starts."""
         for topic in topics:
             self.for_topic(topic)
+
+    def origin_of(self, topic: str, key: str = "cleanup.policy") -> str:
+        """Which entry gives ``topic`` its ``key``: the last layer of :meth:`layers_for` that sets it
+        (``conf/topics.toml [topics."orders"]``, a glob's table, ``[defaults]``, ``--set orders:KEY=VALUE``,
+        Kafka's creation config of one of its own topics), else :data:`KAFKA_DEFAULT_ORIGIN`."""
+        origin = KAFKA_DEFAULT_ORIGIN
+        for layer in self.layers_for(topic):
+            if key in layer.values:
+                origin = layer.source_of(key)
+        return origin
+
+    def check_entries(self, topics: Collection[str], where: str) -> list[str]:
+        """Check that the entries name topics ``where`` (a log dir) holds: ``topics`` are all its topics, whatever
+        the run's scope. A ``[topics."<name>"]`` table of the file naming one exact topic that is not there is a
+        :class:`ConfigError` naming the closest topics: a misspelled name would otherwise leave the real topic
+        to ``[defaults]`` and Kafka's defaults (``delete``), and retention would delete what compaction was meant
+        to keep. Returned as warnings (the entry has no effect): a glob that matches no topic, an exact ``--set``
+        name, and an exact name of one of Kafka's own topics (:data:`KAFKA_TOPICS`, reserved: not a typo; a
+        shared configuration names them for the log dirs that hold them), and any table of a file written by
+        ``segjobs config import`` (it lists every topic of the cluster, while one broker's log dir holds some; its
+        names come from the broker, not from a person's typing)."""
+        present = set(topics)
+        errors, warnings = [], []
+        for layer in (*self.tables, *self.overrides):
+            glob = layer.glob or ""
+            if any(topic_matches(glob, t) for t in present):
+                continue
+            exact = glob_specificity(glob)[0]
+            hint = closest_topics_hint(glob, present)
+            if exact and layer in self.tables and glob not in KAFKA_TOPICS and IMPORTED_MARK not in layer.source:
+                errors.append(f"{layer.source} names no topic of {where} ({hint}): its settings would apply to "
+                              f"nothing, and a topic it was meant for would run with [defaults] and Kafka's defaults")
+            else:
+                what = "names no topic" if exact else "matches no topic"
+                warnings.append(f"{layer.source} {what} of {where} ({hint}): it has no effect")
+        if errors:
+            raise ConfigError("; ".join(errors) + "; fix the name or remove the table; nothing was done")
+        return warnings
 
 
 @functools.cache

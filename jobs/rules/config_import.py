@@ -59,7 +59,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal
 
-from jobs.rules.config import INERT_KEYS, KAFKA_TOPICS, ConfigSet, TopicConfig
+from jobs.rules.config import IMPORTED_HEADER, INERT_KEYS, KAFKA_TOPICS, ConfigSet, TopicConfig
 from segment_io.errors import ConfigError
 
 #: Kafka's ConfigEntry.ConfigSource names that mean "set on the broker", for every topic it hosts.
@@ -479,7 +479,7 @@ def _header(result: ImportResult) -> list[str]:
     tools = sorted({d.tool for d in result.descriptions})
     overrides_only = any(d.overrides_only for d in result.descriptions)
     lines = [
-        "# segjobs topic configuration, imported from Kafka by `segjobs config import`",
+        IMPORTED_HEADER,
         f"# from {result.source}: {len(result.descriptions)} topic(s), the output of "
         + " and ".join({"kafka-configs": "kafka-configs.sh --describe", "kafka-topics": "kafka-topics.sh --describe"}[t]
                        for t in tools) + ".",

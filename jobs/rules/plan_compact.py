@@ -219,7 +219,8 @@ class CompactionPlan:
     gaps: the checkpoint becomes the next segment's base). ``first_uncleanable_dirty_offset`` is the
     unrounded bound and ``bound_by`` says what set it. ``checkpoint_reset`` asks for the cleaner
     checkpoint to be rewritten to ``first_dirty_offset`` whether or not the partition is selected.
-    ``dirty_ratio`` is cleanable / (clean + cleanable) bytes, 0 for an empty log. ``groups`` are the
+    ``dirty_ratio`` is cleanable / (clean + cleanable) bytes, 0 for an empty log, None for a topic without the
+    compact policy (Kafka's cleaner computes it only for compacted logs: it is how it picks them). ``groups`` are the
     segments below ``first_uncleanable_offset`` (clean ones included: a pass rewrites them too) grouped
     for rewriting, assuming the whole dirty range fits in one pass.
     """
@@ -237,7 +238,7 @@ class CompactionPlan:
     clean_bytes: int
     cleanable_bytes: int
     uncleanable_bytes: int
-    dirty_ratio: float
+    dirty_ratio: float | None
     min_cleanable_dirty_ratio: float
     max_compaction_delay_ms: int
     groups: tuple[tuple[SegmentInfo, ...], ...]
@@ -312,7 +313,8 @@ def plan_compaction(state: PartitionState, config: TopicConfig, now_ms: int, *,
         checkpoint_reset=offsets.checkpoint_reset and config.compact and not untouchable,
         previous_checkpoint=state.cleaner_checkpoint,
         clean_bytes=clean_bytes, cleanable_bytes=cleanable_bytes, uncleanable_bytes=uncleanable_bytes,
-        dirty_ratio=ratio, min_cleanable_dirty_ratio=min_ratio, max_compaction_delay_ms=delay,
+        dirty_ratio=ratio if config.compact else None, min_cleanable_dirty_ratio=min_ratio,
+        max_compaction_delay_ms=delay,
         groups=tuple(groups), note=note,
     )
 
@@ -320,7 +322,8 @@ def plan_compaction(state: PartitionState, config: TopicConfig, now_ms: int, *,
 def _empty_plan(state: PartitionState, config: TopicConfig, reason: str) -> CompactionPlan:
     start = state.log_start_offset
     return CompactionPlan(state.topic, state.partition, False, reason, start, start, start, BOUND_LOG_END,
-                          False, state.cleaner_checkpoint, 0, 0, 0, 0.0, config.min_cleanable_dirty_ratio, 0, (),
+                          False, state.cleaner_checkpoint, 0, 0, 0, 0.0 if config.compact else None,
+                          config.min_cleanable_dirty_ratio, 0, (),
                           note=reason)
 
 

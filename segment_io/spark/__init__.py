@@ -22,8 +22,10 @@ exact types of :data:`segment_io.schema.RECORD_SCHEMA`. Options (all optional; n
 =====================  =============================================================================
 
 Filters on ``topic``/``partition`` (``=``, ``IN``) and on ``offset``/``timestamp`` (``=``, ``<``, ``<=``,
-``>``, ``>=``) are pushed down when ``spark.sql.python.filterPushdown.enabled`` is true: splits that cannot
-match are not read. The source reads correctly with the setting off too (Spark then filters).
+``>``, ``>=``) are pushed down when ``spark.sql.python.filterPushdown.enabled`` is true, on a Spark that keeps
+pushed filters to the scan they were pushed for (:data:`segment_io.spark.source.PUSHDOWN_IS_PER_SCAN`; pyspark 4.x
+does not, and Spark applies every filter there): splits that cannot match are not read. The options above skip
+splits on every Spark. The source reads correctly with the setting off too (Spark then filters).
 """
 
 from __future__ import annotations

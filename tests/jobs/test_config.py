@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.rules.config import ConfigSet, TopicConfig, glob_specificity, parse_override
+from jobs.rules.config import IMPORTED_HEADER, ConfigSet, TopicConfig, glob_specificity, parse_override
 from segment_io.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -363,3 +363,61 @@ def test_segjobs_max_delete_fraction_is_a_ratio_per_topic_and_settings_round_tri
         load('[defaults]\n"segjobs.max.delete.fraction" = 1.5\n')
     cfg = load(LAYERED, "orders.*:cleanup.policy=compact,delete").for_topic("orders.eu")
     assert TopicConfig.from_settings(cfg.to_settings()) == cfg
+
+
+# ---- entries that name no topic of the log dir; where each topic's policy comes from -----------------------
+
+ENTRIES = '''
+[defaults]
+"retention.ms" = "3d"
+[topics."*-changelog"]
+"cleanup.policy" = "compact"
+[topics."orders"]
+"cleanup.policy" = "compact,delete"
+'''
+
+
+def test_an_exact_table_naming_no_topic_is_an_error_with_the_closest_names() -> None:
+    configs = load(ENTRIES + '[topics."ordres"]\n"cleanup.policy" = "compact"\n')
+    with pytest.raises(ConfigError) as e:
+        configs.check_entries({"orders", "users-changelog", "clicks"}, "/logs")
+    message = str(e.value)
+    assert message.startswith('topics.toml [topics."ordres"] names no topic of /logs (closest: orders): ')
+    assert message.endswith("fix the name or remove the table; nothing was done")
+    assert "orders" in str(e.value) and "[topics.\"orders\"]" not in message  # the good table is not blamed
+
+
+def test_globs_set_names_and_kafkas_own_topics_naming_nothing_are_warnings() -> None:
+    configs = load(ENTRIES + '[topics."clickz*"]\n"retention.ms" = 1\n[topics."__consumer_offsets"]\n'
+                   '"segment.bytes" = "1GiB"\n', "ordres:retention.ms=1", "users-changelog:retention.ms=1")
+    warnings = configs.check_entries({"orders", "users-changelog", "clicks"}, "/logs")
+    assert warnings == [
+        'topics.toml [topics."clickz*"] matches no topic of /logs (closest: clicks): it has no effect',
+        'topics.toml [topics."__consumer_offsets"] names no topic of /logs (topics there: clicks, orders, '
+        'users-changelog): it has no effect',
+        "--set ordres:... names no topic of /logs (closest: orders): it has no effect",
+    ]
+    assert load(ENTRIES).check_entries({"orders", "a-changelog"}, "/logs") == []
+
+
+def test_an_imported_files_tables_for_topics_elsewhere_in_the_cluster_are_warnings(tmp_path: Path) -> None:
+    # `config import` lists every topic of the cluster; one broker's log dir holds some of them
+    path = tmp_path / "imported.toml"
+    path.write_text(IMPORTED_HEADER + "\n" + ENTRIES + '[topics."payments"]\n"cleanup.policy" = "compact"\n')
+    configs = ConfigSet.load(path)
+    assert configs.check_entries({"orders", "users-changelog"}, "/logs") == [
+        f'{path} (imported from the broker) [topics."payments"] names no topic of /logs (topics there: orders, '
+        'users-changelog): it has no effect']
+
+
+def test_the_origin_of_a_topics_policy_is_the_entry_that_set_it() -> None:
+    configs = load(ENTRIES, "clicks:cleanup.policy=compact")
+    assert configs.origin_of("orders") == 'topics.toml [topics."orders"]'
+    assert configs.origin_of("users-changelog") == 'topics.toml [topics."*-changelog"]'
+    assert configs.origin_of("clicks") == "--set clicks:cleanup.policy=compact"
+    assert configs.origin_of("payments") == "Kafka's default"
+    assert configs.origin_of("payments", "retention.ms") == "topics.toml [defaults]"
+    assert configs.origin_of("__consumer_offsets").startswith("Kafka's creation config of __consumer_offsets")
+    imported = ConfigSet.from_toml("# segjobs topic configuration, imported from Kafka by `segjobs config import`\n"
+                                   + ENTRIES, source="cluster.toml")
+    assert imported.origin_of("orders") == 'cluster.toml (imported from the broker) [topics."orders"]'

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import shutil
 from collections import defaultdict
 from pathlib import Path
@@ -195,7 +196,7 @@ def test_exact_predictions_match_the_compaction_and_retention_dry_runs(exact_run
     for name, r in rows.items():
         c, t = compaction[name], retention[name]
         assert r["compaction_selected"] == c["selected"] and r["compaction_reason"] == c["reason"], name
-        assert round(r["dirty_ratio"], 4) == c["dirty_ratio"]
+        assert (None if r["dirty_ratio"] is None else round(r["dirty_ratio"], 4)) == c["dirty_ratio"]
         assert (r["clean_bytes"], r["cleanable_bytes"]) == (c["clean_bytes"], c["cleanable_bytes"])
         assert r["bytes"] == c["bytes_before"] == t["bytes_before"]
         if c["selected"]:
@@ -267,7 +268,10 @@ def test_plots_draw_every_partition(approx_frame) -> None:
         FigureCanvasAgg(fig).print_png(buf)
         assert buf.getvalue().startswith(b"\x89PNG"), chart.__name__
         ax = fig.axes[0]
-        if chart is not plots.key_cardinality_chart:
+        if chart is plots.dirty_ratio_chart:  # the delete topic (clicks) has no dirty ratio
+            assert [t.get_text() for t in ax.get_yticklabels()] == list(plots.compacted(pdf)["name"])
+            assert "clicks-0" in list(pdf["name"]) and pdf.set_index("name").loc["clicks-0", "policy"] == "delete"
+        elif chart is not plots.key_cardinality_chart:
             assert [t.get_text() for t in ax.get_yticklabels()] == list(pdf["name"]), chart.__name__
     ages = plots.segment_ages_chart(approx_frame).axes[0].collections
     assert sum(len(c.get_offsets()) for c in ages) == int(pdf["segments"].sum())
@@ -343,7 +347,9 @@ def test_corrupt_partition_is_reported_and_the_others_inspected(spark, demo, tmp
     assert [line.split()[0] for line in table] == sorted(rows)
     assert any(line.startswith("orders-0: ERROR") and str(victim) in line for line in lines)
     assert any(line.startswith("users-changelog-0: selected: dirty ratio") for line in lines)
-    assert "UNREADABLE" in lines[-2] and lines[-1].startswith("elapsed ")
+    assert "UNREADABLE" in lines[-3] and lines[-2].startswith("elapsed ")
+    assert lines[-1].startswith("cleanup.policy: delete from Kafka's default (clicks); ")
+    assert "compact from --set users-changelog:cleanup.policy=compact (users-changelog)" in lines[-1]
 
 
 @pytest.mark.spark
@@ -356,3 +362,77 @@ def test_json_format_prints_one_document(exact_run, demo, capsys) -> None:
     # --topic narrows what is shown, not what is predicted
     full = _by_name(exact_run["report"]["partitions"])["clicks-0"]
     assert {k: doc["partitions"][0][k] for k in PLANNED} == {k: full[k] for k in PLANNED}
+
+
+# --------------------------------------------------------------------------------------------------
+# Retention predictions honour the delete-fraction limit (tasks in this process: no Spark)
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [None, "1"], ids=["w-refused", "all-accepted"])
+def test_inspect_predicts_the_bytes_retain_dry_run_deletes_when_the_limit_refuses_a_topic_and_when_not(
+        tmp_path: Path, capsys, limit: str | None) -> None:
+    from jobs import api
+    from jobs.engine.inspection import render
+    from jobs.engine.report import human_bytes
+    from tests.jobs.test_retain import NOW, OLD, RECENT, build_partition
+
+    d = tmp_path / "logs"
+    build_partition(d, "w", 0, [[OLD], [OLD], [RECENT]])  # two thirds of w expire: over the default limit (50 %)
+    build_partition(d, "u", 0, [[OLD], [RECENT], [RECENT]])  # a third of u
+    common = dict(overrides=("*:retention.ms=1d",), max_delete_fraction=None if limit is None else float(limit))
+    seams = api.Seams(runner=api.InProcessTasks())
+    inspected = api.inspect(d, api.InspectOptions(**common), now=NOW, seams=seams)  # type: ignore[arg-type]
+    retained = api.retain(d, api.RetainOptions(**common, dry_run=True), now=NOW, seams=seams)  # type: ignore[arg-type]
+
+    rows, entries = _by_name(inspected.report.partitions), _by_name(retained.report.partitions)
+    for name, entry in entries.items():
+        assert rows[name]["retention_bytes_deleted"] == entry["bytes_removed"], name
+        assert rows[name]["retention_segments_deleted"] == len(entry["deleted"]), name
+        assert rows[name]["retention_log_start_offset"] == entry["log_start_offset"], name
+    freed = retained.report.totals["bytes_removed"]
+    assert inspected.report.totals["retention_bytes_deleted"] == freed > 0
+    assert f"retention frees {human_bytes(freed)}" in render(inspected.report, "table")
+    refused = limit is None
+    assert (entries["w-0"]["action"] == "refused") is refused and (retained.exit_code == 1) is refused
+    assert (rows["w-0"]["retention_refused"] is not None) is refused
+    assert entries["u-0"]["action"] == "delete"
+
+
+def _column(table: str, heading: str) -> dict[str, str]:
+    """Each row's cell under ``heading`` in a rendered summary table (rows named by their first cell)."""
+    lines = table.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("partition"))
+    spans = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[header + 1])]
+    names = [lines[header][a:b].strip() for a, b in spans]
+    a, b = spans[names.index(heading)]
+    out = {}
+    for line in lines[header + 2:]:
+        if not line.strip():
+            break
+        out[line[spans[0][0]:spans[0][1]].strip()] = line[a:b].strip()
+    return out
+
+
+def test_a_delete_only_topic_shows_no_dirty_ratio_in_inspect_and_the_compact_summary(tmp_path: Path) -> None:
+    from jobs import api
+    from tests.jobs.test_retain import NOW, RECENT, build_partition
+
+    d = tmp_path / "logs"
+    for topic in ("events", "users"):  # never cleaned: a compacted topic's dirty ratio is 1.00
+        build_partition(d, topic, 0, [[RECENT, RECENT], [RECENT, RECENT], [RECENT]])
+    overrides = ("users:cleanup.policy=compact",)  # events: Kafka's default, delete
+    seams = api.Seams(runner=api.InProcessTasks())
+    inspected = api.inspect(d, api.InspectOptions(overrides=overrides), now=NOW, seams=seams)
+    rows = _by_name(inspected.report.partitions)
+    assert rows["events-0"]["dirty_ratio"] is None and rows["users-0"]["dirty_ratio"] == 1.0
+    assert _by_name(json.loads(inspected.summary("json"))["partitions"])["events-0"]["dirty_ratio"] is None  # null
+    assert {p.name: p.dirty_ratio for p in inspected.partitions} == {"events-0": None, "users-0": 1.0}
+    assert _column(inspected.summary("table"), "dirty") == {"events-0": "-", "users-0": "1.00"}
+    csv_rows = {f"{r['topic']}-{r['partition']}": r for r in csv.DictReader(io.StringIO(inspected.summary("csv")))}
+    assert csv_rows["events-0"]["dirty_ratio"] == ""
+
+    compacted = api.compact(d, api.CompactOptions(overrides=overrides, dry_run=True), now=NOW, seams=seams)
+    entries = _by_name(compacted.report.partitions)
+    assert entries["events-0"]["dirty_ratio"] is None and entries["users-0"]["dirty_ratio"] == 1.0
+    assert _column(compacted.summary(), "dirty") == {"events-0": "-", "users-0": "1.00"}

@@ -209,3 +209,64 @@ def test_a_rewritten_segment_keeps_the_txnindex_entries_of_its_surviving_abort_m
     kept = [(b.base_offset, b.control) for b in read_partition(part)]
     assert (3, True) in kept and all(base != 2 for base, _ in kept), kept  # data gone, marker kept
     assert read_txn_index((part / "00000000000000000000.txnindex").read_bytes()) == [entry]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Config entries against the log dir: a misspelled topic name stops the run before the lock
+# ---------------------------------------------------------------------------------------------------
+
+
+def _expired_topics(d: Path) -> None:
+    from tests.jobs.test_retain import OLD, RECENT, build_partition
+
+    build_partition(d, "orders", 0, [[OLD], [OLD], [RECENT]])  # retention as a delete topic would take 2 of 3
+    build_partition(d, "clicks", 0, [[OLD], [RECENT], [RECENT]])
+
+
+def _all_bytes(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def test_a_config_table_naming_a_misspelled_topic_stops_retain_before_the_lock(tmp_path: Path, capsys) -> None:
+    from tests.jobs.test_retain import NOW
+    from tests.support.spark import spark_forbidden
+
+    d = tmp_path / "logs"
+    _expired_topics(d)
+    config = tmp_path / "topics.toml"
+    config.write_text('[topics."ordres"]\n"cleanup.policy" = "compact"\n')  # meant for orders
+    before = _all_bytes(d)
+    capsys.readouterr()
+    with spark_forbidden():
+        code = main(["retain", "--log-dir", str(d), "--config", str(config), "--now", str(NOW),
+                     "--max-delete-fraction", "1"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f'{config} [topics."ordres"] names no topic of {d} (closest: orders)' in err
+    assert _all_bytes(d) == before and not (d / ".lock").exists()  # not one byte changed, no lock taken
+    assert not (tmp_path / "logs.segjobs").exists()  # nor any work file of segjobs' own
+
+
+def test_entries_outside_the_scope_are_fine_globs_naming_nothing_warn_and_the_report_says_where_policies_come_from(
+        tmp_path: Path) -> None:
+    from tests.jobs.test_retain import NOW
+
+    d = tmp_path / "logs"
+    _expired_topics(d)
+    config = tmp_path / "topics.toml"
+    config.write_text('[defaults]\n"retention.ms" = "1d"\n[topics."orders"]\n"cleanup.policy" = "compact"\n'
+                      '[topics."click-*"]\n"cleanup.policy" = "compact"\n')
+    result = api.inspect(d, api.InspectOptions(config=config, topics=("clicks",)), now=NOW,
+                         seams=api.Seams(runner=api.InProcessTasks()))
+    assert result.exit_code == 0 and [p.name for p in result.partitions] == ["clicks-0"]  # orders: out of scope
+    assert result.report.warnings == [f'{config} [topics."click-*"] matches no topic of {d} (closest: clicks): '
+                                      f"it has no effect"]
+    assert result.report.topics == {"clicks": {"policy": "delete", "policy_from": "Kafka's default"}}
+    assert "cleanup.policy: delete from Kafka's default (clicks)" in result.summary("table")
+    assert json.loads(result.summary("json"))["topics"]["clicks"]["policy_from"] == "Kafka's default"
+
+    retained = api.retain(d, api.RetainOptions(config=config, dry_run=True, max_delete_fraction=1.0), now=NOW,
+                          seams=api.Seams(runner=api.InProcessTasks()))
+    assert retained.report.topics["orders"] == {"policy": "compact", "policy_from": f'{config} [topics."orders"]'}
+    assert f'cleanup.policy: delete from Kafka\'s default (clicks); compact from {config} [topics."orders"] ' \
+           f"(orders)" in retained.summary()

@@ -356,6 +356,17 @@ def test_40_only_compacted_topics() -> None:
     assert not plan_compaction(st, TopicConfig(), NOW, requested=True).selected
 
 
+def test_a_delete_only_topic_has_no_dirty_ratio() -> None:
+    # the cleaner computes one only for compacted logs: 1.0 (never cleaned) would read as "very dirty"
+    st = state(uniform_log(3))
+    assert plan_compaction(st, compact(), NOW).dirty_ratio == 1.0
+    assert plan_compaction(st, TopicConfig(), NOW).dirty_ratio is None
+    assert plan_compaction(state([]), TopicConfig(), NOW).dirty_ratio is None
+    assert plan_compaction(state([]), compact(), NOW).dirty_ratio == 0.0
+    both = TopicConfig.from_settings({"cleanup.policy": "compact,delete"})
+    assert plan_compaction(st, both, NOW).dirty_ratio == 1.0
+
+
 def test_explicit_request_bypasses_the_ratio() -> None:
     st = state(uniform_log(4), checkpoint=30)  # everything clean: ratio 0
     assert not plan_compaction(st, COMPACT, NOW).selected

@@ -57,6 +57,10 @@ def test_every_chart_renders_to_a_bounded_image(rows, chart) -> None:
 @pytest.mark.parametrize("chart", ["dirty_ratio_chart", "reclaimable_chart", "segment_ages_chart"])
 def test_bar_charts_show_the_top_n_and_others(rows, chart) -> None:
     readable = _readable(rows)
+    if chart == "dirty_ratio_chart":  # a dirty ratio applies to compacted topics only
+        readable = plots.compacted(readable)
+        if readable.empty:
+            return
     ax = getattr(plots, chart)(rows).axes[0]
     labels = [t.get_text() for t in ax.get_yticklabels()]
     if len(readable) <= plots.TOP:
@@ -69,7 +73,7 @@ def test_bar_charts_show_the_top_n_and_others(rows, chart) -> None:
 
 
 def test_others_bar_of_the_dirty_ratio_is_the_bytes_weighted_ratio_of_the_rest() -> None:
-    df = _readable(inspect_rows(500))
+    df = plots.compacted(_readable(inspect_rows(500)))
     ax = plots.dirty_ratio_chart(df).axes[0]
     widths = [p.get_width() for p in ax.patches]
     top = df.sort_values("dirty_ratio", ascending=False, kind="stable")
@@ -79,7 +83,7 @@ def test_others_bar_of_the_dirty_ratio_is_the_bytes_weighted_ratio_of_the_rest()
     assert widths[-1] == pytest.approx(expected)
     # a histogram of every partition sits below the bars, and counts all of them
     hist = plots.dirty_ratio_chart(df).axes[1]
-    assert hist.get_title() == f"All {len(df):,} partitions"
+    assert hist.get_title() == f"All {len(df):,} partitions of compacted topics"
     assert sum(p.get_height() for p in hist.patches) == len(df)
 
 
@@ -102,14 +106,14 @@ def test_per_topic_aggregation_adds_up() -> None:
     df = _readable(inspect_rows(120, topics=6))
     ax = plots.dirty_ratio_chart(df, by="topic").axes[0]
     labels = [t.get_text() for t in ax.get_yticklabels()]
-    by_topic = df.groupby("topic")
-    assert len(labels) == 6
-    for label, bar, (topic, g) in zip(labels, ax.patches, by_topic):
+    compacted = plots.compacted(df).groupby("topic")
+    assert 0 < len(labels) == compacted.ngroups < 6  # the delete-only topics have no dirty ratio
+    for label, bar, (topic, g) in zip(labels, ax.patches, compacted):
         assert label == f"{topic} ({int(g['compaction_selected'].astype(bool).sum())}/{len(g)} selected)"
         weighted = g["cleanable_bytes"].sum() / (g["clean_bytes"].sum() + g["cleanable_bytes"].sum())
         assert bar.get_width() == pytest.approx(weighted)
     ax = plots.reclaimable_chart(df, by="topic").axes[0]
-    assert [p.get_width() for p in ax.patches[:6]] == pytest.approx(list(by_topic["bytes"].sum()))
+    assert [p.get_width() for p in ax.patches[:6]] == pytest.approx(list(df.groupby("topic")["bytes"].sum()))
     ax = plots.segment_ages_chart(df, by="topic").axes[0]
     assert len(ax.get_yticklabels()) == 6
 
@@ -124,8 +128,9 @@ def test_log_scale_exactly_where_values_span_decades() -> None:
     assert plots.reclaimable_chart(narrow).axes[0].get_xscale() == "linear"
     assert plots.key_cardinality_chart(narrow).axes[0].get_xscale() == "linear"
     # the histogram under the dirty ratios: log counts only when counts span decades
-    skewed = wide.copy()
-    skewed["dirty_ratio"] = np.where(np.arange(len(skewed)) < 1, 0.9, 0.05)  # 1 against 199: > 2 decades
+    skewed = plots.compacted(wide).copy()
+    assert len(skewed) > 100
+    skewed["dirty_ratio"] = np.where(np.arange(len(skewed)) < 1, 0.9, 0.05)  # 1 against 100+: > 2 decades
     assert plots.dirty_ratio_chart(skewed).axes[1].get_yscale() == "log"
     assert plots.dirty_ratio_chart(wide).axes[1].get_yscale() == "linear"
 
@@ -168,3 +173,15 @@ def test_segment_ages_rows_draw_a_bounded_sample_with_the_extremes() -> None:
 def test_unknown_grouping_is_refused() -> None:
     with pytest.raises(ValueError, match="by='cluster'"):
         plots.dirty_ratio_chart(inspect_rows(10), by="cluster")
+
+
+def test_delete_only_topics_have_no_bar_in_the_dirty_ratio_chart() -> None:
+    df = _readable(inspect_rows(20, topics=4, errors=0))
+    deleting = df[~df["policy"].str.contains("compact")]
+    assert len(deleting) and deleting["dirty_ratio"].isna().all()  # as inspect reports them
+    ax = plots.dirty_ratio_chart(df).axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == list(plots.compacted(df)["name"]) and not set(labels) & set(deleting["name"])
+    assert f"{len(deleting)} delete-only partition(s) left out: no dirty ratio" in ax.get_title()
+    only_delete = plots.dirty_ratio_chart(deleting)  # nothing to draw: says so instead of an empty frame
+    assert "no partition of a compacted topic" in only_delete.axes[0].texts[0].get_text()

@@ -75,3 +75,25 @@ def test_a_crash_at_every_step_on_s3_then_recovery_and_a_rerun_ends_as_an_uninte
     # t-1's steps are of the kinds t-0 has (t-0 also trims leader epochs and deletes snapshots), and every step of
     # both is crashed on local disk: on S3, where each run costs seconds, the log dir's step and t-0's suffice
     check_every_crash_point(s3, tmp_path, crash=("", "t-0"))
+
+
+def test_a_config_table_naming_a_misspelled_topic_stops_retain_on_s3_before_the_lease(s3_bucket, s3_env,
+                                                                                         tmp_path: Path) -> None:
+    from tests.support.spark import spark_forbidden
+
+    endpoint, bucket = s3_bucket
+    log_dir = f"s3://{bucket}/misspelled/logs"
+    storage = open_storage(log_dir, endpoint.storage_options())
+    local = tmp_path / "logs"
+    build_partition(local, "orders", 0, [[OLD], [OLD], [RECENT]])
+    upload(storage, local, log_dir)
+    everything = f"s3://{bucket}/misspelled"  # the log dir and its sibling logs.segjobs (leases, staging)
+    before = {f.uri: storage.read(f.uri) for f in storage.list(everything, recursive=True)}
+    config = tmp_path / "topics.toml"
+    config.write_text('[topics."ordres"]\n"cleanup.policy" = "compact"\n')
+    with spark_forbidden():
+        code, report = retain(log_dir, "--s3-endpoint", endpoint.endpoint_url, "--config", str(config),
+                              "--max-delete-fraction", "1")
+    assert code == 2 and report is None
+    # not one object changed, added (no lease) or removed
+    assert {f.uri: storage.read(f.uri) for f in storage.list(everything, recursive=True)} == before

@@ -4,7 +4,8 @@ any number of partitions without a log dir or Spark.
 Sizes follow a log-normal spread across topics (a few huge topics, many small ones, so bytes and records span
 several decades as on a real cluster), partitions of one topic vary around the topic's size, and every column
 of :data:`jobs.engine.inspection.COLUMNS` is present and consistent with the others (dirty ratio from clean and
-cleanable bytes, superseded records from records and distinct keys, selection from the ratio and the policy).
+cleanable bytes, null for delete-only topics; superseded records from records and distinct keys, selection from the
+ratio and the policy).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def _row(rng: np.random.Generator, topic: str, partition: int, size: float, poli
     return {
         "topic": topic, "partition": partition, "policy": policy, "segments": segments, "bytes": total,
         "clean_bytes": clean, "cleanable_bytes": cleanable, "uncleanable_bytes": uncleanable,
-        "dirty_ratio": dirty, "min_cleanable_dirty_ratio": min_ratio, "log_start_offset": 0,
+        "dirty_ratio": dirty if compact else None, "min_cleanable_dirty_ratio": min_ratio, "log_start_offset": 0,
         "log_end_offset": records, "first_dirty_offset": 0, "first_uncleanable_offset": records,
         "bound_by": "active segment", "records": records, "markers": 0, "keyless_records": 0,
         "distinct_keys": keys, "distinct_keys_exact": False, "superseded_records": superseded,
