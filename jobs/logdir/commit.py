@@ -119,6 +119,7 @@ REPLACE_INTENT = "replace.json"
 DELETE_INTENT = "delete.json"
 DELETED_LEDGER = "deleted.json"
 _FORMAT_VERSION = 1
+_LONG_MAX = 2**63 - 1
 
 Fault = Callable[[str], None]
 
@@ -540,7 +541,8 @@ def purge_deleted(storage: Storage, partition_uri: str, *, now_ms: int, file_del
     updated = {b: t for b, t in ledger.items() if b in present}
     for base in sorted(present):
         deleted_at = updated.setdefault(base, now_ms)
-        due = deleted_at + file_delete_delay_ms
+        # saturated like Kafka's long arithmetic would need: a due time past 2^63-1 ms is "never"
+        due = min(deleted_at + file_delete_delay_ms, _LONG_MAX)
         if now_ms < due:
             result.kept_until_ms[base] = due
             continue
