@@ -32,8 +32,7 @@ TOPIC = "edges"
 HORIZON_BIT = 0x40  #: the v2 delete-horizon attribute bit, spelled out as the oracle reads it
 
 #: the keys with an effect that count milliseconds, from the one table of keys
-DURATION_KEYS = sorted(k for k, d in KAFKA_DEFAULTS.items() if d.unit == "ms" and d.scope != "broker"
-                       or k == "producer.id.expiration.ms")
+DURATION_KEYS = sorted(k for k, d in KAFKA_DEFAULTS.items() if d.unit == "ms")
 INERT_DURATION_KEYS = sorted(k for k in INERT_KEYS if k.endswith(".ms"))
 
 
