@@ -76,10 +76,13 @@ def test_a_commit_failing_midway_is_reported_as_partly_compacted(tmp_path: Path,
                 raise OSError("disk full (simulated)")
 
     report = tmp_path / "r.json"
-    with pytest.raises(OSError):
-        compact_with_fault(tmp_path / "logs", fail_in_second_group, report=str(report))
+    stopped = compact_with_fault(tmp_path / "logs", fail_in_second_group, report=str(report))
     assert calls == [("t-0", "write-intent")] * 2
-    # (a non-segjobs error in the commit propagates: nothing is hidden) — the partition is consistent:
+    # a non-segjobs error in the commit stops the run, with its report (nothing is hidden: the error and its
+    # trace are there) and exit code 1; the partition is consistent
+    assert stopped.exit_code == 1 and not stopped.completed
+    assert [e["kind"] for e in json.loads(report.read_text())["errors"]] == ["OSError"]
+    assert "a segjobs bug" in stopped.errors[0]["detail"]
     assert comparable(latest_records(part)) == source
     # now a segjobs error, which the job reports per partition
     build(tmp_path / "logs2" / "t-0", groups=2)

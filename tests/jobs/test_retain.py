@@ -447,8 +447,9 @@ def test_real_fixture_time_retention_uses_the_brokers_timeindex(kafka_real: Path
 # ---------------------------------------------------------------------------------------------------
 
 
-class Crash(Exception):
-    """Raised by the fault hook: the process dies before the step runs."""
+class Crash(BaseException):
+    """Raised by the fault hook: the process dies before the step runs (a BaseException, as nothing in segjobs
+    catches a process's death; an Exception would stop the run with its report instead)."""
 
 
 FAULT_CONFIG = ConfigSet().with_overrides(["*:retention.ms=1d", "*:file.delete.delay.ms=0"])
