@@ -244,7 +244,10 @@ class LocalStorage(Storage):
         return to_path(uri)
 
     def same_filesystem(self, a: str, b: str) -> bool:
-        devices = {os.stat(_nearest_existing(to_path(p))).st_dev for p in (a, b)}
+        try:
+            devices = {os.stat(_nearest_existing(to_path(p))).st_dev for p in (a, b)}
+        except OSError:
+            return True  # cannot tell: a rename that then crosses filesystems fails with EXDEV, and is handled
         return len(devices) == 1
 
     def remove_empty_dir(self, uri: str) -> bool:
