@@ -404,9 +404,16 @@ def record_used_settings(ctx: JobContext, topics: Iterable[str]) -> None:
         return
     from jobs.rules.timeutil import format_instant
 
-    used = read_used_settings(ctx.storage, ctx.work_uri)
-    source = f"the settings run {ctx.report.run_id} applied at --now {format_instant(ctx.now_ms)}"
-    used.update({t: UsedSettings.of(ctx.configs.for_topic(t), source) for t in topics})
+    before = read_used_settings(ctx.storage, ctx.work_uri)
+    # no run id in it: reruns of the same interval (a backfill) leave the same file
+    source = f"the settings a run applied at --now {format_instant(ctx.now_ms)}"
+    used = dict(before)
+    for t in topics:
+        now_used = UsedSettings.of(ctx.configs.for_topic(t), source)
+        if t not in before or before[t].differs_from(ctx.configs.for_topic(t)):
+            used[t] = now_used  # only a change is news: unchanged settings keep the run that first applied them
+    if used == before:
+        return
     doc = {"version": 1, "topics": {t: {"cleanup.policy": u.cleanup_policy, "retention.ms": u.retention_ms,
                                          "retention.bytes": u.retention_bytes, "source": u.source}
                                      for t, u in sorted(used.items())}}
