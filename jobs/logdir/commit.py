@@ -684,7 +684,9 @@ class Committer:
         atomically). Run under the log dir's lock, at the end of a run and by recovery. Returns the directories
         removed (none on stores without directories)."""
         storage = self.storage
-        removed = []
+        removed: list[str] = []
+        if storage.local_path(self.work_uri) is None:
+            return removed  # an object store has no directories: nothing to list for
         for root in (storage.join(self.work_uri, PRIVATE_STAGING_DIR), storage.join(self.work_uri, COMMIT_DIR)):
             removed += [d for d in storage.list_dirs(root) if storage.remove_empty_dir(d)]
             if storage.remove_empty_dir(root):
