@@ -161,6 +161,42 @@ class StorageError(LocatedError):
         return self.path
 
 
+class StorageEnvironmentError(StorageError):
+    """The machine refused an I/O operation for a reason of its own, not of the data or of segjobs: the
+    filesystem is full (``ENOSPC``) or over a quota (``EDQUOT``), read-only (``EROFS``), or the file or directory
+    may not be written (``EACCES``, ``EPERM``: permissions, an immutable file). ``errno_name`` says which and
+    ``fix`` what to do; ``needed_bytes`` is the space the write needed where known, ``free_bytes`` what the
+    filesystem had left (None where unknown). The message names the path, the space and the fix."""
+
+    def __init__(self, reason: str, *, uri: str | None = None, errno_name: str = "", fix: str = "",
+                 needed_bytes: int | None = None, free_bytes: int | None = None) -> None:
+        self.reason = reason
+        self.errno_name = errno_name
+        self.fix = fix
+        self.needed_bytes = needed_bytes
+        self.free_bytes = free_bytes
+        space = [f"{needed_bytes} bytes needed" if needed_bytes is not None else "",
+                 f"{free_bytes} bytes free" if free_bytes is not None else ""]
+        shown = ", ".join(p for p in space if p)
+        super().__init__(f"{reason} ({errno_name})" + (f" ({shown})" if shown else "")
+                         + f": a problem of the machine, not of the data or of segjobs; {fix}", uri=uri)
+
+    @property
+    def out_of_space(self) -> bool:
+        """True for a full filesystem or a used-up quota (where the space needed says something)."""
+        return self.errno_name in ("ENOSPC", "EDQUOT")
+
+    def needing(self, needed_bytes: int) -> "StorageEnvironmentError":
+        """The same error, saying how much space the failed write needed."""
+        return StorageEnvironmentError(self.reason, uri=self.uri, errno_name=self.errno_name, fix=self.fix,
+                                       needed_bytes=needed_bytes, free_bytes=self.free_bytes)
+
+
+class CrossDeviceError(StorageError):
+    """A rename between two filesystems (or two mounts of one, such as a bind mount): ``EXDEV``. The caller may
+    copy instead."""
+
+
 class NotFoundError(StorageError):
     """The file or object does not exist."""
 

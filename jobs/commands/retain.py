@@ -20,9 +20,12 @@ and __transaction_state are compact topics) unless the config names them exactly
 (__cluster_metadata) is never touched. A partition with damage the scan sees (a segment cut short, an entry
 that is not a regular file, an impossible log-start-offset-checkpoint entry) is reported and left untouched.
 
-Safety limit: a topic whose time and size rules would delete more than --max-delete-fraction of its bytes
-(default: the topic's segjobs.max.delete.fraction, 0.5) is left untouched and reported, and the run exits 1:
-a wrong --config or --now must not empty a topic. Deletes below the log start offset are not counted.
+Safety limit, aimed at a wrong --now or --config, not at routine retention: each partition is planned again with
+now no later than the newest record in the log dir and with the retention settings the last real run applied
+(else Kafka's defaults). A topic whose time and size rules would delete more than --max-delete-fraction of its
+bytes (default: the topic's segjobs.max.delete.fraction, 0.5) that this reference would keep is left untouched
+and reported, and the run exits 1. A quiet topic's expired segments, or a topic's after a long gap, are deleted
+however many; deletes below the log start offset are never counted.
 Plans: --dry-run --plan FILE writes what the run would do; --apply FILE does exactly that, or refuses (exit 2)
 if the log dir changed since.
 
@@ -76,8 +79,11 @@ def add_max_delete_fraction_option(p: argparse.ArgumentParser, *, help: str | No
     """``--max-delete-fraction F``: the safety limit of retention (see :func:`jobs.engine.retention.refused_topics`)."""
     p.add_argument("--max-delete-fraction", type=_fraction, metavar="F",
                    help=help or "leave a topic untouched (and exit 1) when retention.ms/retention.bytes would "
-                                "delete more than this share of its bytes, so a wrong --config or --now cannot "
-                                "empty it; 1 disables the limit (default: the topic's segjobs.max.delete.fraction, "
+                                "delete more than this share of its bytes that only this run's inputs condemn: "
+                                "segments the same rules would keep at the newest record's time in the log dir and "
+                                "with the settings the last run applied (else Kafka's defaults), so a wrong --now or "
+                                "--config cannot empty it while routine retention goes through; 1 disables the "
+                                "limit (default: the topic's segjobs.max.delete.fraction, "
                                 f"{default_of('segjobs.max.delete.fraction')} unless set). Deletes below the log "
                                 "start offset do not count")
 

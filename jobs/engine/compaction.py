@@ -50,7 +50,7 @@ from jobs.rules.plan_compact import (
     plan_compaction,
     updated_cleaner_checkpoints,
 )
-from segment_io.errors import LocatedError, SegjobsError
+from segment_io.errors import LocatedError, SegjobsError, StorageEnvironmentError
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, PartitionListing
 from segment_io.storage.base import Storage
 
@@ -285,10 +285,17 @@ class _PartitionCleaner:
                 g.bytes_after = encoded_size(result.records, empty_batches=result.empty_batches, sources=sources)
             else:
                 target = task.committer.task_stage_uri(task.listing.uri, bases[0], ".log")
-                written = write_segment(result.records, target, storage=storage,
-                                        empty_batches=result.empty_batches, sources=sources,
-                                        index_interval_bytes=task.config.index_interval_bytes,
-                                        aborted_txns=_txn_entries(storage, task.listing, bases, result.records))
+                try:
+                    written = write_segment(result.records, target, storage=storage,
+                                            empty_batches=result.empty_batches, sources=sources,
+                                            index_interval_bytes=task.config.index_interval_bytes,
+                                            aborted_txns=_txn_entries(storage, task.listing, bases, result.records))
+                except StorageEnvironmentError as exc:
+                    if not exc.out_of_space:
+                        raise
+                    # say how much the new segment needs (its .log; the indexes are small beside it)
+                    raise exc.needing(encoded_size(result.records, empty_batches=result.empty_batches,
+                                                   sources=sources)) from None
                 self.staged_written.extend(written.paths.values())
                 # Kafka gives a cleaned segment the last-modified time of the last segment it replaces:
                 # retention of timestamp-less data and the legacy tombstone horizon count from it.
@@ -373,12 +380,7 @@ def compact_partition(task: CompactTask) -> PartitionOutcome:
     except Exception as exc:  # noqa: BLE001 - one partition's failure must not stop the others
         if collector is not None:
             collector.discard()
-        out.error = PartitionError.from_exception(exc)
-        if not isinstance(exc, SegjobsError):
-            import traceback
-
-            out.error = PartitionError("InternalError", f"{type(exc).__name__}: {exc} (a segjobs bug; please "
-                                       f"report it with this trace: {traceback.format_exc(limit=-3)!r})")
+        out.error = PartitionError.from_task_exception(exc, task.listing.uri)
         for uri in staged_written:  # leave nothing behind for a partition we will not commit
             try:
                 storage.delete(uri)

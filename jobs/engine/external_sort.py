@@ -389,12 +389,7 @@ def summarize_tail(item: TailItem) -> tuple[int, BatchSummary | PartitionError]:
 
 
 def _task_error(exc: BaseException) -> PartitionError:
-    if isinstance(exc, SegjobsError):
-        return PartitionError.from_exception(exc)
-    import traceback
-
-    return PartitionError("InternalError", f"{type(exc).__name__}: {exc} (a segjobs bug; please report it with "
-                          f"this trace: {traceback.format_exc(limit=-3)!r})")
+    return PartitionError.from_task_exception(exc)
 
 
 def _delete_quietly(storage: Storage, uris: Sequence[str]) -> None:

@@ -258,6 +258,8 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
                     report.warnings.append(lease.notice)
                     progress(lease.notice, event="lease.notice")
             ctx = frame.run_locked(lease)
+            if lease is not None:  # under the lock still: the directories this run's staging left empty go
+                frame.committer.remove_empty_dirs(pl.uri for pl in ctx.listing.partitions.values())
     except LeaseLost as exc:
         # Raised before a commit: nothing more was committed after the lease was lost. What was committed
         # before stands (each commit is crash-safe on its own); the next run's recovery settles the rest.
@@ -275,6 +277,14 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
         # committed stands, but the user must know another run may have worked at the same time.
         report.errors.append({"kind": "LockHeldError", "detail": str(exc)})
         progress.error(f"LOST THE LEASE: {exc}", event="lease.lost")
+    except Exception as exc:
+        if isinstance(exc, SegjobsError) and exc.exit_code == 2:
+            raise  # nothing was done: the command says so (exit code 2)
+        # Something no partition's handling caught stopped the run (its Spark tasks are cancelled, not awaited):
+        # what was committed before stands and is reported, the next run's recovery settles the partition that
+        # was being committed, and the run ends now with its report and exit code 1.
+        report.errors.append(_stopped_error(exc))
+        progress.error(f"STOPPED: {report.errors[-1]['detail']}", event="run.stopped")
 
     report.finish()
     delivered = True
@@ -318,6 +328,20 @@ def interrupted_message(report: RunReport, *, writes: bool, lock_taken: bool, sh
         return "interrupted: no partition was committed" + rest
     names = ", ".join(committed[:shown]) + (f" and {len(committed) - shown} more" if len(committed) > shown else "")
     return f"interrupted: committed before the stop: {len(committed)} partition(s): {names}" + rest
+
+
+def _stopped_error(exc: Exception) -> dict[str, Any]:
+    """The report's error for an exception that stopped a run: a segjobs error as it reads; anything else is a
+    bug of segjobs', with the trace to report."""
+    if isinstance(exc, SegjobsError):
+        detail = f"{exc}; the run stopped here"
+    else:
+        import traceback
+
+        detail = (f"{type(exc).__name__}: {exc}; the run stopped here (a segjobs bug; please report it with this "
+                  f"trace: {traceback.format_exc(limit=-4)!r})")
+    return {"kind": type(exc).__name__, "detail": detail + "; what was committed before stands, and the next run's "
+            "recovery completes or rolls back a commit that was under way"}
 
 
 def _deliver(progress: Progress, done: str, failed: str, write: Callable[[], Any], what: str, **fields: Any) -> bool:
@@ -414,6 +438,11 @@ class _Frame:
     max_batch: int
     spark: Any
 
+    @property
+    def committer(self) -> Committer:
+        """The store's commit protocol for this log dir (see :func:`jobs.logdir.commit.committer_for`)."""
+        return committer_for(self.storage, self.work_dir, self.report.run_id, log_dir=self.log_dir)
+
     def run_locked(self, lease: "Lease | None") -> JobContext:
         from jobs.logdir.commit import partition_name
         from jobs.logdir.recover import fence_of, recover_log_dir
@@ -458,8 +487,7 @@ class _Frame:
                  else "tasks run in this process")
         progress(f"{ready}; scanning {len(selected)} partition(s)", event="scan.start", partitions=len(selected),
                  spark_startup_s=report.spark_startup_s)
-        committer = committer_for(storage, self.work_dir, report.run_id)
-        ctx = JobContext(options=self.options, storage=storage, committer=committer,
+        ctx = JobContext(options=self.options, storage=storage, committer=self.committer,
                          log_dir=log_dir, work_uri=self.work_dir, configs=self.configs, scope=self.scope,
                          now_ms=self.now_ms, now_from_clock=self.now_from_clock, dry_run=self.dry_run,
                          listing=listing, scans={}, checkpoints=checkpoints, report=report, progress=progress,

@@ -5,6 +5,7 @@ What `segjobs retain` does, in users' words, is the docstring of :mod:`jobs.comm
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
@@ -33,12 +34,14 @@ from jobs.engine.report import (
 from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
 from jobs.engine.seams import FaultHook
 from jobs.logdir.commit import Committer, committer_for
-from jobs.rules.config import TopicConfig, never_touched
+from jobs.rules.config import ConfigSet, TopicConfig, never_touched
 from jobs.rules.model import PartitionState
 from jobs.rules.plan_retain import (
     DeleteShare,
     RetentionPlan,
-    delete_shares,
+    UsedSettings,
+    delete_guard,
+    newest_timestamp,
     plan_retention,
 )
 from jobs.rules.timeutil import data_age_warning
@@ -371,6 +374,7 @@ def work(ctx: JobContext) -> None:
     held = {k for k in plans if k[0] in refused}
     retain_partitions(params, [ctx.scans[k] for k in keys if k not in held], ctx.configs.for_topic, progress,
                       threads=COMMIT_THREADS, plans=plans)
+    record_used_settings(ctx, {k[0] for k in plans if k not in held})
     for k in sorted(held):
         progress(refused_entry(params, ctx.scans[k], ctx.configs.for_topic(k[0]), plans[k], refused[k[0]]))
     ctx.report.partitions.sort(key=lambda e: (e["topic"], e["partition"]))
@@ -394,17 +398,74 @@ def retention_decisions(ctx: JobContext) -> tuple[dict[TopicPartition, Retention
     return plans, refused_topics(ctx, plans)
 
 
+#: ``<work>/retention-settings.json``: per topic, the retention settings the last real run applied (see
+#: :func:`jobs.rules.plan_retain.delete_guard`, which judges a run's config against them).
+USED_SETTINGS_FILE = "retention-settings.json"
+
+
+def read_used_settings(storage: Storage, work_uri: str) -> dict[str, UsedSettings]:
+    """The retention settings earlier runs applied, by topic (empty when none is recorded or the record is
+    unreadable: the guard then judges against Kafka's defaults)."""
+    try:
+        doc = json.loads(storage.read(storage.join(work_uri, USED_SETTINGS_FILE)))
+        return {t: UsedSettings(str(v["cleanup.policy"]), int(v["retention.ms"]), int(v["retention.bytes"]),
+                                str(v["source"])) for t, v in doc["topics"].items()}
+    except (SegjobsError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def record_used_settings(ctx: JobContext, topics: Iterable[str]) -> None:
+    """Record the retention settings this (real) run applied to ``topics``, for the next runs' guard."""
+    topics = sorted(set(topics))
+    if ctx.dry_run or not topics:
+        return
+    from jobs.rules.timeutil import format_instant
+
+    before = read_used_settings(ctx.storage, ctx.work_uri)
+    # no run id in it: reruns of the same interval (a backfill) leave the same file
+    source = f"the settings a run applied at --now {format_instant(ctx.now_ms)}"
+    used = dict(before)
+    for t in topics:
+        now_used = UsedSettings.of(ctx.configs.for_topic(t), source)
+        if t not in before or before[t].differs_from(ctx.configs.for_topic(t)):
+            used[t] = now_used  # only a change is news: unchanged settings keep the run that first applied them
+    if used == before:
+        return
+    doc = {"version": 1, "topics": {t: {"cleanup.policy": u.cleanup_policy, "retention.ms": u.retention_ms,
+                                         "retention.bytes": u.retention_bytes, "source": u.source}
+                                     for t, u in sorted(used.items())}}
+    ctx.storage.makedirs(ctx.work_uri)
+    ctx.storage.write_atomic(ctx.storage.join(ctx.work_uri, USED_SETTINGS_FILE),
+                             json.dumps(doc, indent=1, sort_keys=True).encode())
+
+
 def refused_topics(ctx: JobContext, plans: Mapping[TopicPartition, RetentionPlan]) -> dict[str, DeleteShare]:
-    """The topics whose ``plans`` delete more of their bytes by time and size than allowed (see
-    :class:`jobs.rules.plan_retain.DeleteShare`): retention must leave every partition of them untouched. The limit is
-    ``--max-delete-fraction`` when given, else the topic's ``segjobs.max.delete.fraction``."""
+    """The topics retention must leave wholly untouched: :func:`jobs.rules.plan_retain.delete_guard` over the
+    run's scans and ``plans``, with the newest record of the log dir and the settings earlier runs applied as the
+    reference. The limit is ``--max-delete-fraction`` when given, else the topic's
+    ``segjobs.max.delete.fraction``. Retention, compaction's retention first and ``inspect`` all call this."""
     flag = ctx.options.max_delete_fraction
 
     def limit(topic: str) -> float:
         return flag if flag is not None else ctx.configs.for_topic(topic).max_delete_fraction
 
+    recorded = read_used_settings(ctx.storage, ctx.work_uri)
+    defaults = ConfigSet()
+
+    def used_for(topic: str) -> UsedSettings:
+        return recorded.get(topic) or UsedSettings.of(defaults.for_topic(topic), "Kafka's default (no earlier run "
+                                                                                   "recorded settings for it)")
+
     states = {k: state for k in plans if (state := ctx.scans[k].state) is not None}
-    return {t: share for t, share in delete_shares(states, plans, limit).items() if share.refused}
+    scanned = [s.state for s in ctx.scans.values() if s.state is not None]
+    newest = newest_timestamp(scanned)
+    # partitions out of the run's scope still tell how recent the log dir is: their segments' last writes
+    others = [seg.log.mtime_ms for k, pl in ctx.listing.partitions.items() if k not in ctx.scans for seg in pl.segments]
+    if others:
+        newest = max(others) if newest is None else max(newest, max(others))
+    shares = delete_guard(states, plans, now_ms=ctx.now_ms, config_for=ctx.configs.for_topic, max_fraction_for=limit,
+                          used_for=used_for, newest_ms=newest)
+    return {t: share for t, share in shares.items() if share.refused}
 
 
 #: The error kind of a partition the delete-fraction limit refused (the entry's action is ``refused``; text output
@@ -676,6 +737,7 @@ def apply_retention_first(ctx: JobContext, first: RetentionFirst) -> dict[TopicP
     keys = [k for k in sorted(ctx.scans) if _takes_retention_first(ctx, k) and k not in held]
     retain_partitions(params, [ctx.scans[k] for k in keys], ctx.configs.for_topic, attach,
                       threads=COMMIT_THREADS, plans=first.plans)
+    record_used_settings(ctx, {k[0] for k in keys})
     for k in sorted(held):
         attach(refused_entry(params, ctx.scans[k], ctx.configs.for_topic(k[0]), first.plans[k],
                              first.refused[k[0]]))
@@ -685,6 +747,7 @@ def apply_retention_first(ctx: JobContext, first: RetentionFirst) -> dict[TopicP
 __all__ = ["COMMIT_THREADS", "PLAN_OPTIONS", "REFUSED_KIND", "RetentionFirst", "RetentionParams", "render_summary",
            "work",
            "advance_log_start_offsets", "apply_retention", "apply_retention_first",
-           "listing_after_retention", "plan_partition", "plan_retention_first", "refused_entry", "refused_topics",
+           "listing_after_retention", "plan_partition", "plan_retention_first", "read_used_settings",
+           "record_used_settings", "refused_entry", "refused_topics",
            "retain_partitions", "retention_decision", "retention_decisions"]
 

@@ -75,6 +75,22 @@ class PartitionError:
                    getattr(exc, "path", None) or getattr(exc, "uri", None),
                    getattr(exc, "position", None), getattr(exc, "offset", None))
 
+    @classmethod
+    def from_task_exception(cls, exc: BaseException, path: str | None = None) -> "PartitionError":
+        """What a partition's task failed with: a segjobs error as it is; an ``OSError`` that escaped the storage
+        layer as the storage error it is (disk full, quota, read-only, permissions: the machine's, said so, with
+        the path, ``path`` where the error names none); anything else as a segjobs bug, with the trace to report."""
+        if isinstance(exc, OSError):
+            from segment_io.storage.local import storage_error
+
+            exc = storage_error(exc, path or "")
+        if isinstance(exc, SegjobsError):
+            return cls.from_exception(exc)
+        import traceback
+
+        return cls("InternalError", f"{type(exc).__name__}: {exc} (a segjobs bug; please report it with this "
+                                    f"trace: {traceback.format_exc(limit=-3)!r})")
+
     def __str__(self) -> str:
         where = ", ".join(p for p in (self.file, None if self.position is None else f"byte {self.position}",
                                        None if self.offset is None else f"offset {self.offset}") if p)

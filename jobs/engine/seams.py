@@ -21,8 +21,9 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import queue
+import threading
 import uuid
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, TypeVar
@@ -143,45 +144,83 @@ class SparkTasks:
         # One Spark job per bin, submitted from as many driver threads as there are cores: a job's results
         # reach the driver as soon as it ends (collect() of a single job returns only when all of its tasks
         # have, and toLocalIterator runs its partitions' jobs one after another). Spark accepts jobs from
-        # several threads at once; the jobs share the run's group, cancelled if the caller stops early (the run
-        # is stopping then).
+        # several threads at once; the jobs share the run's group.
+        #
+        # If the caller stops early (the run is stopping: a lost lease, an error), nothing may keep it waiting:
+        # the threads are daemons (never joined, not even at interpreter exit), they submit no further job once
+        # `stop` is set (and do not retry a cancelled bin item by item), and the group is cancelled now and
+        # again shortly after, for a job a thread submitted just as the first cancel ran (Spark then logs
+        # "Failed to cancel job group": it had no active job yet).
         if not items:
             return
         sc = self.spark.sparkContext
         group = self.job_group or f"segjobs-stream-{uuid.uuid4().hex[:12]}"
         task = _BinTask(fn)
+        stop = threading.Event()
 
         def run(indices: list[int]) -> list[tuple[int, Any]]:
+            if stop.is_set():
+                return []
             try:
                 with spark_job_labels(sc, group, description):  # every job of the stream: one stage of the run
                     results = sc.parallelize([[items[i] for i in indices]], 1).map(task).collect()[0]
                 return list(zip(indices, results))
             except Exception as exc:  # noqa: BLE001 - the task died: find out which item it was
+                if stop.is_set():
+                    return []  # cancelled because the run is stopping: nobody waits for these results
                 if len(indices) == 1:
                     return [(indices[0], TaskFailure("TaskDied", _first_line(exc)))]
             # Run the bin's items one task each: every item but the culprit comes back.
             return [pair for i in indices for pair in run([i])]
 
         bins = stream_bins(items, sizes, self.parallelism)
-        pool = ThreadPoolExecutor(max_workers=min(len(bins), max(1, self.parallelism)),
-                                  thread_name_prefix="segjobs-tasks")
-        pending: set[Future] = {pool.submit(run, b) for b in bins}
+        todo: queue.SimpleQueue[list[int]] = queue.SimpleQueue()
+        for b in bins:
+            todo.put(b)
+        done: queue.SimpleQueue[tuple[list[tuple[int, Any]], BaseException | None]] = queue.SimpleQueue()
+
+        def worker() -> None:
+            while not stop.is_set():
+                try:
+                    indices = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    done.put((run(indices), None))
+                except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread
+                    done.put(([], exc))
+
+        for n in range(min(len(bins), max(1, self.parallelism))):
+            threading.Thread(target=worker, name=f"segjobs-tasks-{n}", daemon=True).start()
+        remaining = len(bins)
         try:
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    yield from future.result()
+            while remaining:
+                pairs, error = done.get()
+                remaining -= 1
+                if error is not None:
+                    raise error
+                yield from pairs
         finally:
-            if pending:  # the caller stopped early (e.g. the lease was lost): no more work
-                for future in pending:
-                    future.cancel()
-                sc.cancelJobGroup(group)
-            pool.shutdown(wait=False, cancel_futures=True)
+            if remaining:  # the caller stopped early: no more work, and nothing to wait for
+                stop.set()
+                _cancel_group(sc, group)
+                for delay in (0.5, 2.0):
+                    timer = threading.Timer(delay, _cancel_group, (sc, group))
+                    timer.daemon = True
+                    timer.start()
 
     def set_environment(self, env: Mapping[str, str]) -> None:
         # Python workers (local or on a cluster's executors) get the environment of the SparkContext.
         for key, value in env.items():
             self.spark.sparkContext.environment[key] = value
+
+
+def _cancel_group(sc: Any, group: str) -> None:
+    """Cancel the Spark jobs of ``group``; quietly, as the session may be stopping or stopped meanwhile."""
+    try:
+        sc.cancelJobGroup(group)
+    except Exception:  # noqa: BLE001 - best effort: a stopped session has no jobs left to cancel
+        pass
 
 
 def _first_line(exc: BaseException) -> str:

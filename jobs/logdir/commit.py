@@ -96,7 +96,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from segment_io.errors import LocatedError, NotFoundError, PreconditionFailedError, SegjobsError
+from segment_io.errors import (
+    CrossDeviceError,
+    LocatedError,
+    NotFoundError,
+    PreconditionFailedError,
+    StorageEnvironmentError,
+)
 from segment_io.layout import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -116,10 +122,15 @@ STAGED_DIR = "staged"
 #: ``<work>/staging/<tp>/``: where compaction tasks write new segments before the driver commits them one group
 #: at a time (see :meth:`Committer.task_stage_uri`). No intent ever refers to it: recovery empties it.
 PRIVATE_STAGING_DIR = "staging"
+#: ``<partition>/.segjobs-staging/``: where tasks stage new segments for a log dir on another filesystem than its
+#: work dir (see :class:`RenameCommitter`). A broker ignores a sub-directory of a partition dir (its loader only
+#: looks at files), no intent refers to it, and recovery empties and removes it.
+STAGING_BESIDE_DIR = ".segjobs-staging"
 REPLACE_INTENT = "replace.json"
 DELETE_INTENT = "delete.json"
 DELETED_LEDGER = "deleted.json"
 _FORMAT_VERSION = 1
+_LONG_MAX = 2**63 - 1
 
 Fault = Callable[[str], None]
 
@@ -547,7 +558,8 @@ def purge_deleted(storage: Storage, partition_uri: str, *, now_ms: int, file_del
     updated = {b: t for b, t in ledger.items() if b in present}
     for base in sorted(present):
         deleted_at = updated.setdefault(base, now_ms)
-        due = deleted_at + file_delete_delay_ms
+        # saturated like Kafka's long arithmetic would need: a due time past 2^63-1 ms is "never"
+        due = min(deleted_at + file_delete_delay_ms, _LONG_MAX)
         if now_ms < due:
             result.kept_until_ms[base] = due
             continue
@@ -682,16 +694,49 @@ class Committer:
         own staging)."""
         return None
 
+    def remove_empty_dirs(self, partition_uris: Iterable[str] = ()) -> list[str]:
+        """Remove the directories that a run's staging and commits leave empty: ``<work>/staging/<tp>/``,
+        ``<work>/commit/<tp>/`` and those two themselves, and ``<partition>/.segjobs-staging/`` of each of
+        ``partition_uris``; never one that holds anything (the store removes only an empty directory,
+        atomically). Run under the log dir's lock, at the end of a run and by recovery. Returns the directories
+        removed (none on stores without directories)."""
+        storage = self.storage
+        removed: list[str] = []
+        if storage.local_path(self.work_uri) is None:
+            return removed  # an object store has no directories: nothing to list for
+        for root in (storage.join(self.work_uri, PRIVATE_STAGING_DIR), storage.join(self.work_uri, COMMIT_DIR)):
+            removed += [d for d in storage.list_dirs(root) if storage.remove_empty_dir(d)]
+            if storage.remove_empty_dir(root):
+                removed.append(root)
+        removed += [d for d in (storage.join(p, STAGING_BESIDE_DIR) for p in partition_uris)
+                    if storage.remove_empty_dir(d)]
+        return removed
+
 
 @dataclass(frozen=True)
 class RenameCommitter(Committer):
     """Local disk: Kafka's ``LocalLog.replaceSegments`` protocol (``.cleaned`` -> ``.swap`` -> live), which a
-    broker's loader can finish or undo at every instant."""
+    broker's loader can finish or undo at every instant.
+
+    Tasks stage new segments in the work dir (:meth:`task_stage_uri`), and :meth:`promote` renames them to their
+    ``.cleaned`` names. When the work dir lies on another filesystem than the log dir (a log dir that is its own
+    mount point: the sibling ``<log-dir>.segjobs`` is on the parent's filesystem) that move would be a copy, which
+    needs the space twice and can fail half-way; so then (``stage_beside``, set by :func:`committer_for`) tasks
+    stage in a sub-directory of the partition dir (:data:`STAGING_BESIDE_DIR`), and every move is a rename. A
+    crash leaves such files behind until the next run's recovery deletes them; a broker ignores them meanwhile
+    (its loader only looks at the files of a partition dir, never into a sub-directory). Where a rename still
+    meets another mount (``EXDEV``: a partition dir that is a bind mount or a mount point of its own),
+    :meth:`promote` copies."""
+
+    #: stage in the partition dir (see the class docstring); never set for a work dir on the log dir's filesystem
+    stage_beside: bool = False
 
     def staged_uri(self, partition_uri: str, base_offset: int, suffix: str) -> str:
         return self.storage.join(partition_uri, segment_file_name(base_offset, suffix) + CLEANED_SUFFIX)
 
     def task_stage_uri(self, partition_uri: str, base_offset: int, suffix: str) -> str:
+        if self.stage_beside:
+            return self.storage.join(partition_uri, STAGING_BESIDE_DIR, segment_file_name(base_offset, suffix))
         return self.storage.join(self.work_uri, PRIVATE_STAGING_DIR, partition_name(partition_uri),
                                  segment_file_name(base_offset, suffix))
 
@@ -703,13 +748,20 @@ class RenameCommitter(Committer):
             dst = self.staged_uri(partition_uri, base_offset, sfx)
             try:
                 storage.rename(src, dst)
-            except SegjobsError:
-                # The work dir lies on another filesystem (a log dir on its own disk or mount): copy instead. A
-                # .cleaned file cut short by a crash is harmless: Kafka's loader and `segjobs recover` delete it.
+                continue
+            except CrossDeviceError:
+                pass
+            # Another mount between the staging and the partition dir (a partition dir that is a bind mount or a
+            # mount point of its own): no rename reaches it. A .cleaned file cut short by a crash is harmless:
+            # Kafka's loader and `segjobs recover` delete it.
+            data = storage.read(src)
+            try:
                 with storage.open_write(dst) as out:
-                    out.write(storage.read(src))
-                storage.set_mtime(dst, mtime_ms)
-                storage.delete(src)
+                    out.write(data)
+            except StorageEnvironmentError as exc:
+                raise (exc.needing(len(data)) if exc.out_of_space else exc) from None
+            storage.set_mtime(dst, mtime_ms)
+            storage.delete(src)
 
     def _install(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
                  fault: Fault | None) -> None:
@@ -739,6 +791,12 @@ class RenameCommitter(Committer):
                 _call(fault, result.steps, f"purge-old:{segment_file_name(base, sfx)}")
                 storage.delete(path(base, sfx, DELETED_SUFFIX))
                 result.removed.append(path(base, sfx, DELETED_SUFFIX))
+
+
+    def leftover_staged(self, partition_uri: str) -> list[FileInfo]:
+        """Files staged in the partition's :data:`STAGING_BESIDE_DIR` whatever ``stage_beside`` says now (the run
+        that staged them may have seen the filesystems otherwise)."""
+        return self.storage.list(self.storage.join(partition_uri, STAGING_BESIDE_DIR), recursive=True)
 
 
 @dataclass(frozen=True)
@@ -845,16 +903,21 @@ class CopyCommitter(Committer):
         return rest.split("/", 1)[0] if "/" in rest else None
 
 
-def committer_for(storage: Storage, work_uri: str, run_id: str | None = None) -> Committer:
+def committer_for(storage: Storage, work_uri: str, run_id: str | None = None, *,
+                  log_dir: str | None = None) -> Committer:
     """The commit protocol of ``storage``: the one place that asks whether the store can rename atomically.
-    ``run_id``: the committing run's id (see :attr:`Committer.run_id`)."""
-    kind = RenameCommitter if storage.atomic_rename else CopyCommitter
-    return kind(storage, work_uri, run_id)
+    ``run_id``: the committing run's id (see :attr:`Committer.run_id`). With ``log_dir`` (a job's driver passes
+    it), a local committer stages beside the partitions when the work dir is on another filesystem (see
+    :class:`RenameCommitter`)."""
+    if not storage.atomic_rename:
+        return CopyCommitter(storage, work_uri, run_id)
+    beside = log_dir is not None and not storage.same_filesystem(work_uri, log_dir)
+    return RenameCommitter(storage, work_uri, run_id, stage_beside=beside)
 
 
 __all__ = [
     "CommitError", "Committer", "CopyCommitter", "DeleteIntent", "RenameCommitter", "DeleteResult", "PurgeResult",
-    "RecoveryError", "ReplaceIntent",
+    "RecoveryError", "ReplaceIntent", "STAGING_BESIDE_DIR",
     "ReplaceResult", "SEGMENT_DATA_SUFFIXES", "SegmentFile", "StagedSegment",
     "committer_for", "delete_segments", "list_segment_files", "live_log_bases", "partition_work_uri", "purge_deleted",
     "replace_segments", "staged_uri",

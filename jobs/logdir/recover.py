@@ -39,6 +39,9 @@ Run by ``segjobs recover`` and at the start of every job, under the log dir's lo
    name (so nothing there is part of a commit yet), and every S3 multipart upload under the work prefix that
    was begun and never completed (a staged object whose writer died: invisible in listings, its parts still
    stored). Staged objects an S3 replace intent refers to are not leftovers: rule 1 rolls them forward first.
+   Files a task staged in a partition dir itself (``*.segjobs-staged``: a work dir on another filesystem) go
+   with their partition's other staged files; the work location's directories left empty go last, silently
+   (only empty ones: :meth:`~jobs.logdir.commit.Committer.remove_empty_dirs`).
 
 A step the store refuses (a rename or delete failing: an immutable file, a read-only mount) stops that
 partition only: :func:`recover_log_dir` reports it with the state it is left in (:func:`unfinished_state`) and
@@ -57,6 +60,7 @@ from __future__ import annotations
 
 import builtins  # annotations in PreviewStorage say builtins.list: there, `list` is the listing method
 import io
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterator
@@ -276,6 +280,9 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
         storage.abort_pending_upload(upload)
         top.add("abort-upload", upload.uri, f"an upload begun {format_instant(upload.initiated_ms)} and never "
                 f"completed", upload.size)
+    # tidying, not a change to report: they hold nothing
+    committer_for(storage, work).remove_empty_dirs(storage.join(log_dir_uri, n) for n in sorted(names)
+                                                   if parse_partition_dir(n) is not None)
     if top.changed or top.problems:
         reports.append(top)
     return reports
@@ -520,6 +527,7 @@ class PreviewStorage(Storage):
         self._new: dict[str, _Pending] = {}
         self._gone: set[str] = set()
         self._aborted: set[PendingUpload] = set()
+        self._gone_dirs: set[str] = set()  #: directories removed in this preview
 
     # ------------------------------------------------------------------ the view
 
@@ -553,7 +561,7 @@ class PreviewStorage(Storage):
     def list(self, prefix: str, *, recursive: bool = False, irregular: bool = False) -> list[FileInfo]:
         root = prefix.rstrip("/") + "/"
         out = {i.uri: i for i in self.base.list(prefix, recursive=recursive, irregular=irregular)
-               if self._visible_in_base(i.uri)}
+               if self._visible_in_base(i.uri) and i.uri not in self._gone_dirs}
         for uri, p in self._new.items():
             if uri.startswith(root) and (recursive or "/" not in uri[len(root):]):
                 out[uri] = self._info(uri, p)
@@ -564,7 +572,7 @@ class PreviewStorage(Storage):
         dirs = set(self.base.list_dirs(prefix))
         dirs |= {root + uri[len(root):].split("/", 1)[0] for uri in self._new
                  if uri.startswith(root) and "/" in uri[len(root):]}
-        return sorted(dirs)
+        return sorted(dirs - self._gone_dirs)
 
     def stat(self, uri: str) -> FileInfo:
         p = self._pending(uri)
@@ -628,7 +636,15 @@ class PreviewStorage(Storage):
         self._gone.add(uri)
 
     def makedirs(self, uri: str) -> None:
-        pass
+        self._gone_dirs.discard(uri)
+
+    def remove_empty_dir(self, uri: str) -> bool:
+        path = self.base.local_path(uri)
+        if uri in self._gone_dirs or path is None or not os.path.isdir(path) \
+                or self.list(uri, recursive=True, irregular=True):
+            return False
+        self._gone_dirs.add(uri)
+        return True
 
     def sync_dir(self, uri: str) -> None:
         pass

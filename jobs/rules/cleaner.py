@@ -12,7 +12,10 @@ are those of Kafka's ``Cleaner.cleanInto`` / ``MemoryRecords.filterTo`` (core Lo
   records are dropped; a record survives iff no newer record of its key is mapped, and a tombstone also
   needs its batch's delete horizon not to have passed (legacy batches: a per-segment rule, item 13);
 * a kept v2 batch that holds a tombstone, or a marker that became removable, gets
-  ``deleteHorizonMs = now + delete.retention.ms`` unless it already has one.
+  ``deleteHorizonMs = now + delete.retention.ms`` unless it already has one. Where that sum does not fit a
+  long (``delete.retention.ms`` near 2^63-1), Kafka's sum wraps negative and ``MemoryRecordsBuilder`` writes no
+  negative horizon: the batch keeps none, so its tombstones and markers are never removed. The same here
+  (:func:`delete_horizon`).
 
 Every decision is an array operation over rows or batches; no Python code runs per record.
 
@@ -22,6 +25,7 @@ Public API::
     clean_records(records, *, offset_map, txn_state, params, empty_batches=None, key_hashes=None,
                   segment_last_modified_ms=None) -> CleanResult
     key_hash_table(records, key_hashes=None) -> pa.Table (KEY_HASH_SCHEMA)
+    delete_horizon(now_ms, delete_retention_ms) -> int | None
     legacy_delete_horizon(last_clean_segment_mtime_ms, delete_retention_ms) -> int
     CleanResult: .records (RECORD_SCHEMA), .empty_batches (BATCH_SCHEMA), .changed, .rebuilt_batches, .stats
 """
@@ -35,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.rules.kafka_defaults import DELETE_RETENTION_MS
+from jobs.rules.kafka_defaults import DELETE_RETENTION_MS, LONG_MAX
 from jobs.rules.offset_map import OffsetMapResult
 from jobs.rules.transactions import TxnState
 from segment_io.errors import CorruptRecordError, SegjobsError
@@ -71,6 +75,15 @@ class CleanParams:
     upper_bound_offset: int
     delete_retention_ms: int = DELETE_RETENTION_MS
     legacy_delete_horizon_ms: int = 0
+
+
+def delete_horizon(now_ms: int, delete_retention_ms: int) -> int | None:
+    """The delete horizon a clean at ``now_ms`` stamps (``now + delete.retention.ms``), or None when Kafka stamps
+    none: its long sum overflows (wraps negative), and ``MemoryRecordsBuilder.hasDeleteHorizonMs`` only writes a
+    horizon >= 0. Such a batch keeps no horizon, so its tombstones and markers stay until delete.retention.ms is
+    lowered: the "never" that 2^63-1 means."""
+    horizon = now_ms + delete_retention_ms
+    return horizon if 0 <= horizon <= LONG_MAX else None
 
 
 def legacy_delete_horizon(last_clean_segment_mtime_ms: int | None, delete_retention_ms: int) -> int:
@@ -221,9 +234,12 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
     kept = np.bincount(batch_id[keep], minlength=nb).astype(np.int64) if n else np.zeros(nb, np.int64)
     kept_tombstones = np.bincount(batch_id[keep & value_null], minlength=nb) if n else np.zeros(nb, np.int64)
     written = kept > 0
+    horizon = delete_horizon(now, params.delete_retention_ms)
     need_horizon = written & (b["magic"] >= 2) & ((kept_tombstones > 0) | marker_for_empty_txn) & ~b_has_h
+    if horizon is None:
+        need_horizon[:] = False  # no horizon Kafka would write: the batch keeps none (see delete_horizon)
     new_has_h = b_has_h | need_horizon
-    new_h = np.where(need_horizon, now + params.delete_retention_ms, b_h)
+    new_h = np.where(need_horizon, np.int64(horizon or 0), b_h)
     rebuilt = written & ((kept < counts) | need_horizon)
     empty_header = ~written & retain_empty
 
@@ -414,5 +430,5 @@ def key_hash_table(records: pa.Table, key_hashes: tuple[np.ndarray, np.ndarray] 
 
 __all__ = [
     "CleanParams", "CleanResult", "CleanStats", "CleanerInputError", "clean_records", "key_hash_table",
-    "legacy_delete_horizon",
+    "delete_horizon", "legacy_delete_horizon",
 ]

@@ -121,7 +121,7 @@ _TABLE: tuple[KafkaDefault, ...] = (
     KafkaDefault(
         "segjobs.max.delete.fraction", 0.5, "ratio", "DOUBLE", 0.0, 1.0,
         "retention leaves a topic untouched (and the run exits 1) when it would delete more than this share of "
-        "the topic's bytes; 1.0: no limit",
+        "the topic's bytes that only the run's --now or settings condemn (see Safety limit); 1.0: no limit",
         "-", scope=SCOPE_SEGJOBS, segjobs_differs="segjobs' own safety limit; Kafka has none"),
     KafkaDefault(
         "log.cleaner.dedupe.buffer.size", 128 * _MIB, "bytes", "LONG", None, None,

@@ -21,7 +21,7 @@ offset standing in for the high watermark, Kafka's high-watermark bound never ho
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from jobs.rules.config import TopicConfig
 from jobs.rules.model import PartitionState, SegmentInfo
@@ -179,11 +179,43 @@ LIMITED_RULES: frozenset[str] = frozenset({RULE_SIZE, RULE_TIME})
 
 
 @dataclass(frozen=True)
+class UsedSettings:
+    """The retention settings a run applied to a topic: what the next runs judge their config against."""
+
+    cleanup_policy: str  #: ``delete``, ``compact`` or ``compact,delete``
+    retention_ms: int
+    retention_bytes: int
+    #: where they come from, in words: ``run <id> at <now>``, or ``Kafka's default`` when no run recorded any
+    source: str
+
+    @classmethod
+    def of(cls, config: TopicConfig, source: str) -> "UsedSettings":
+        return cls(config.policy_text, config.retention_ms, config.retention_bytes, source)
+
+    def differs_from(self, config: TopicConfig) -> list[str]:
+        """The settings of ``config`` that differ from these, as ``key value (was value)`` words."""
+        pairs = (("cleanup.policy", config.policy_text, self.cleanup_policy),
+                 ("retention.ms", config.retention_ms, self.retention_ms),
+                 ("retention.bytes", config.retention_bytes, self.retention_bytes))
+        return [f"{key} {now} (was {was})" for key, now, was in pairs if now != was]
+
+    def applied_to(self, config: TopicConfig) -> TopicConfig:
+        """``config`` with these retention settings instead of its own."""
+        from dataclasses import replace
+
+        return replace(config, cleanup_policy=frozenset(self.cleanup_policy.split(",")),
+                       retention_ms=self.retention_ms, retention_bytes=self.retention_bytes)
+
+
+@dataclass(frozen=True)
 class DeleteShare:
-    """What retention's time and size rules would delete of one topic, against the topic's limit.
+    """What retention's time and size rules would delete of one topic, and how much of that its inputs do not
+    explain (see :func:`delete_guard`), against the topic's limit.
 
     ``bytes_judged`` is what those rules look at: the topic's bytes (over the partitions planned together)
-    minus what the log-start rule removes first. ``refused`` when more than ``max_fraction`` of it would go.
+    minus what the log-start rule removes first. ``bytes_unexplained`` is the part of ``bytes_deleted`` that the
+    reference (the newest record's time, the settings used before) would keep. ``refused`` when more than
+    ``max_fraction`` of ``bytes_judged`` is unexplained.
     """
 
     topic: str
@@ -191,41 +223,84 @@ class DeleteShare:
     bytes_deleted: int
     bytes_judged: int
     max_fraction: float
+    bytes_unexplained: int = 0
+    #: why the unexplained bytes look like a mistake, in words (the doubtful ``--now``, the changed settings)
+    doubts: tuple[str, ...] = ()
 
     @property
     def fraction(self) -> float:
-        return self.bytes_deleted / self.bytes_judged if self.bytes_judged else 0.0
+        """The share of the judged bytes deleted on the strength of a doubtful input."""
+        return self.bytes_unexplained / self.bytes_judged if self.bytes_judged else 0.0
 
     @property
     def refused(self) -> bool:
         return self.fraction > self.max_fraction
 
     def message(self) -> str:
-        """Why the topic is left alone, and the two ways to allow it."""
-        return (f"refused: would delete {self.fraction:.1%} of {self.topic}'s bytes ({self.bytes_deleted} of "
-                f"{self.bytes_judged} in {self.partitions} partition(s), by retention.ms/retention.bytes; max "
-                f"{self.max_fraction:.0%}); raise --max-delete-fraction or set segjobs.max.delete.fraction for "
-                f"the topic")
+        """Why the topic is left alone, and the ways to allow it."""
+        why = "; ".join(self.doubts) or "the inputs differ from the reference"
+        return (f"refused: would delete {self.fraction:.1%} of {self.topic}'s bytes ({self.bytes_unexplained} of "
+                f"{self.bytes_judged} in {self.partitions} partition(s), by retention.ms/retention.bytes) that only "
+                f"this run's inputs condemn: {why}; max {self.max_fraction:.0%}. If the inputs are right, run again "
+                f"with --max-delete-fraction 1 (or set segjobs.max.delete.fraction for the topic)")
 
 
-def delete_shares(states: Mapping[tuple[str, int], PartitionState],
-                  plans: Mapping[tuple[str, int], RetentionPlan],
-                  max_fraction_for: Callable[[str], float]) -> dict[str, DeleteShare]:
-    """Per topic, the share of its bytes that ``plans`` delete by time and size (see :class:`DeleteShare`).
+def newest_timestamp(states: Iterable[PartitionState]) -> int | None:
+    """The newest record timestamp (else segment mtime) of the partitions: the log dir's own idea of "now"."""
+    stamps = [s.effective_largest_timestamp for state in states for s in state.segments]
+    return max(stamps) if stamps else None
 
-    Only partitions with both a state and a plan count (an unreadable partition is neither judged nor
-    touched). ``max_fraction_for(topic)`` is the topic's limit.
+
+def delete_guard(states: Mapping[tuple[str, int], PartitionState],
+                 plans: Mapping[tuple[str, int], RetentionPlan], *, now_ms: int,
+                 config_for: Callable[[str], TopicConfig], max_fraction_for: Callable[[str], float],
+                 used_for: Callable[[str], UsedSettings], newest_ms: int | None) -> dict[str, DeleteShare]:
+    """The safety limit on retention (``segjobs.max.delete.fraction``), per topic: a pure function.
+
+    It is aimed at two mistakes, a wrong ``--now`` and a wrong ``--config``, and not at routine retention. Each
+    partition is planned again against a *reference*: ``now`` no later than ``newest_ms`` (the newest record of
+    the log dir: a ``--now`` far beyond it is doubtful, a quiet topic's old records are not), and the retention
+    settings ``used_for(topic)`` (those the previous runs applied, else Kafka's defaults for the topic: a setting
+    that changed is doubtful, one used before is not). A segment that the time and size rules delete under
+    this run's inputs but not under the reference is *unexplained*; a topic is refused when its unexplained bytes
+    exceed ``max_fraction_for(topic)`` of its judged bytes (see :class:`DeleteShare`). Only partitions with both
+    a state and a plan count (an unreadable partition is neither judged nor touched).
     """
     totals: dict[str, list[int]] = {}
+    doubts: dict[str, list[str]] = {}
     for key, plan in plans.items():
         state = states.get(key)
         if state is None:
             continue
+        topic = key[0]
+        config = config_for(topic)
+        used = used_for(topic)
+        ref_now = now_ms if newest_ms is None else min(now_ms, newest_ms)
+        reference = plan_retention(state, used.applied_to(config), ref_now)
+        kept_by_reference = {d.segment.base_offset for d in plan.deletions} - set(reference.deleted_bases)
+        limited = [d for d in plan.deletions if d.rule in LIMITED_RULES]
+        unexplained = sum(d.size_bytes for d in limited if d.segment.base_offset in kept_by_reference)
         by_log_start = sum(d.size_bytes for d in plan.deletions if d.rule not in LIMITED_RULES)
-        limited = sum(d.size_bytes for d in plan.deletions if d.rule in LIMITED_RULES)
-        t = totals.setdefault(key[0], [0, 0, 0])
+        t = totals.setdefault(topic, [0, 0, 0, 0])
         t[0] += 1
-        t[1] += limited
+        t[1] += sum(d.size_bytes for d in limited)
         t[2] += state.size_bytes - by_log_start
-    return {topic: DeleteShare(topic, n, deleted, judged, max_fraction_for(topic))
-            for topic, (n, deleted, judged) in sorted(totals.items())}
+        t[3] += unexplained
+        if unexplained and topic not in doubts:
+            doubts[topic] = _doubts(config, used, now_ms, newest_ms)
+    return {topic: DeleteShare(topic, n, deleted, judged, max_fraction_for(topic), unexplained,
+                               tuple(doubts.get(topic, ())))
+            for topic, (n, deleted, judged, unexplained) in sorted(totals.items())}
+
+
+def _doubts(config: TopicConfig, used: UsedSettings, now_ms: int, newest_ms: int | None) -> list[str]:
+    from segment_io.units import format_duration
+
+    out = []
+    if newest_ms is not None and now_ms > newest_ms:
+        out.append(f"--now is {format_duration(now_ms - newest_ms)} after the newest record in the log dir "
+                   f"({newest_ms})")
+    changed = used.differs_from(config)
+    if changed:
+        out.append(f"{', '.join(changed)} against {used.source}")
+    return out

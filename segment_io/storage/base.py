@@ -156,6 +156,17 @@ class Storage(ABC):
         """The local filesystem path for ``uri``, or None for remote stores."""
         return None
 
+    def same_filesystem(self, a: str, b: str) -> bool:
+        """Whether a file under ``a`` can be renamed to a name under ``b`` (both on one filesystem; a path that
+        does not exist yet counts by its nearest existing ancestor). True on stores without filesystems."""
+        return True
+
+    def remove_empty_dir(self, uri: str) -> bool:
+        """Remove directory ``uri`` if it is empty (atomically: a directory something was just written into
+        stays); True when it was removed, False when it was not there, not empty, or could not be removed (tidying
+        never fails). A no-op returning False on stores without directories."""
+        return False
+
     def check_reachable(self, uri: str) -> None:  # noqa: B027 - a no-op default: local disk is always there
         """Fail within seconds, with :class:`~segment_io.errors.StorageAccessError`, when the store behind
         ``uri`` cannot be used at all (S3: no credentials, an endpoint that does not answer, a missing

@@ -27,7 +27,13 @@ import uuid
 from contextlib import contextmanager
 from typing import BinaryIO, Callable, Iterator, TypeVar
 
-from segment_io.errors import NotFoundError, PreconditionFailedError, StorageError
+from segment_io.errors import (
+    CrossDeviceError,
+    NotFoundError,
+    PreconditionFailedError,
+    StorageEnvironmentError,
+    StorageError,
+)
 from segment_io.storage.base import (
     KIND_DANGLING_SYMLINK,
     KIND_DEVICE,
@@ -77,6 +83,58 @@ def _file_etag(fd: int) -> str:
     return digest.hexdigest()
 
 
+#: The errors that are the machine's, not the data's nor segjobs': what each means and what fixes it.
+_ENVIRONMENT_ERRNOS: dict[int, str] = {
+    errno.ENOSPC: "the filesystem is full: free space on it (or give the log dir a bigger disk) and run again",
+    errno.EDQUOT: "the user's disk quota on this filesystem is used up: raise the quota or free space, and run again",
+    errno.EROFS: "the filesystem is mounted read-only: remount it read-write (or run on a writable copy)",
+    errno.EACCES: "the user running segjobs may not write here: fix the owner or mode of the file or directory",
+    errno.EPERM: "the operation is not permitted: an immutable or append-only file (lsattr shows 'i' or 'a'; "
+                 "chattr -i / -a clears it) or a mount that forbids it",
+}
+
+
+def _nearest_existing(path: str) -> str:
+    """``path``, or its nearest ancestor that exists (what a file to be created there would live on)."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    return probe
+
+
+def free_bytes(path: str) -> int | None:
+    """Bytes an unprivileged writer may still use on the filesystem holding ``path`` (its nearest existing
+    ancestor), or None when it cannot be told."""
+    try:
+        st = os.statvfs(_nearest_existing(path))
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def storage_error(exc: OSError, path: str, *, needed_bytes: int | None = None) -> StorageError:
+    """The segjobs error for an ``OSError`` on ``path``: :class:`~segment_io.errors.StorageEnvironmentError`
+    (naming the path, the errno, the space needed where known and the fix) for the errors that are the
+    machine's (disk full, quota, read-only, permissions), :class:`~segment_io.errors.NotFoundError` for a
+    missing file, else a plain :class:`~segment_io.errors.StorageError`."""
+    where = exc.filename or path
+    if exc.errno == errno.ENOENT:
+        return NotFoundError("no such file or directory", uri=where)
+    if exc.errno == errno.EXDEV:
+        return CrossDeviceError(f"{exc.strerror or 'cross-device link'} (EXDEV): a rename cannot cross filesystems",
+                                uri=where)
+    fix = _ENVIRONMENT_ERRNOS.get(exc.errno or 0)
+    if fix is None:
+        return StorageError(f"{type(exc).__name__}: {exc.strerror or exc}", uri=where)
+    name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+    free = free_bytes(where) if exc.errno in (errno.ENOSPC, errno.EDQUOT) else None
+    return StorageEnvironmentError(exc.strerror or name, uri=where, errno_name=name, fix=fix,
+                                   needed_bytes=needed_bytes, free_bytes=free)
+
+
 def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -112,6 +170,14 @@ def _write_temp(path: str, data: bytes) -> str:
         raise
     os.close(fd)
     return tmp
+
+
+def _close_quietly(f: BinaryIO) -> None:
+    """Close a file whose buffered bytes may no longer fit: the data is being discarded anyway."""
+    try:
+        f.close()
+    except OSError:
+        pass
 
 
 def _unlink_quietly(path: str) -> None:
@@ -176,6 +242,23 @@ class LocalStorage(Storage):
 
     def local_path(self, uri: str) -> str:
         return to_path(uri)
+
+    def same_filesystem(self, a: str, b: str) -> bool:
+        try:
+            devices = {os.stat(_nearest_existing(to_path(p))).st_dev for p in (a, b)}
+        except OSError:
+            return True  # cannot tell: a rename that then crosses filesystems fails with EXDEV, and is handled
+        return len(devices) == 1
+
+    def remove_empty_dir(self, uri: str) -> bool:
+        path = to_path(uri)
+        if not os.path.isdir(path) or os.path.islink(path):
+            return False
+        try:
+            os.rmdir(path)  # refuses a directory that is not empty: nothing but an empty one can go
+        except OSError:
+            return False  # not empty, or not ours to remove (read-only, permissions): tidying never fails a run
+        return True
 
     def list(self, prefix: str, *, recursive: bool = False, irregular: bool = False) -> list[FileInfo]:
         """Regular files under directory ``prefix`` (plus, with ``irregular``, every other entry: see
@@ -270,13 +353,16 @@ class LocalStorage(Storage):
         tmp = os.path.join(directory, temp_name(name))
         f = self._guard(path, lambda: open(tmp, "xb"))
         try:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-            f.close()
+            try:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+                f.close()
+            except OSError as e:  # a write of the caller's, or the flush: disk full, quota, ...
+                raise storage_error(e, path) from None
             self._guard(path, lambda: os.replace(tmp, path))
         except BaseException:
-            f.close()
+            _close_quietly(f)
             _unlink_quietly(tmp)
             raise
         self._guard(path, lambda: _fsync_dir(directory or "."))
@@ -377,7 +463,7 @@ class LocalStorage(Storage):
             if not missing_ok:
                 raise NotFoundError("no such file", uri=path) from None
         except OSError as e:
-            raise StorageError(f"delete failed: {e.strerror}", uri=path) from None
+            raise storage_error(e, path) from None
 
     def makedirs(self, uri: str) -> None:
         path = to_path(uri)
@@ -394,9 +480,5 @@ class LocalStorage(Storage):
         """Run ``fn`` translating OS errors into segjobs storage errors naming ``path``."""
         try:
             return fn()
-        except FileNotFoundError as e:
-            raise NotFoundError("no such file or directory", uri=e.filename or path) from None
         except OSError as e:
-            if e.errno == errno.ENOENT:
-                raise NotFoundError("no such file or directory", uri=e.filename or path) from None
-            raise StorageError(f"{type(e).__name__}: {e.strerror or e}", uri=e.filename or path) from None
+            raise storage_error(e, path) from None

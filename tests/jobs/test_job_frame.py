@@ -76,10 +76,13 @@ def test_a_commit_failing_midway_is_reported_as_partly_compacted(tmp_path: Path,
                 raise OSError("disk full (simulated)")
 
     report = tmp_path / "r.json"
-    with pytest.raises(OSError):
-        compact_with_fault(tmp_path / "logs", fail_in_second_group, report=str(report))
+    stopped = compact_with_fault(tmp_path / "logs", fail_in_second_group, report=str(report))
     assert calls == [("t-0", "write-intent")] * 2
-    # (a non-segjobs error in the commit propagates: nothing is hidden) — the partition is consistent:
+    # a non-segjobs error in the commit stops the run, with its report (nothing is hidden: the error and its
+    # trace are there) and exit code 1; the partition is consistent
+    assert stopped.exit_code == 1 and not stopped.completed
+    assert [e["kind"] for e in json.loads(report.read_text())["errors"]] == ["OSError"]
+    assert "a segjobs bug" in stopped.errors[0]["detail"]
     assert comparable(latest_records(part)) == source
     # now a segjobs error, which the job reports per partition
     build(tmp_path / "logs2" / "t-0", groups=2)
@@ -103,9 +106,10 @@ def test_a_commit_failing_midway_is_reported_as_partly_compacted(tmp_path: Path,
         latest_records(tmp_path / "logs" / "t-0"))
 
 
-def test_staging_on_another_filesystem_falls_back_to_copying(tmp_path: Path, spark) -> None:
-    """Tasks stage new segments in the sibling work dir; when that is a different filesystem (a log dir on
-    its own mount) the move into the partition dir cannot be a rename."""
+def test_a_work_dir_on_another_filesystem_has_the_tasks_stage_beside_the_partitions(tmp_path: Path, spark) -> None:
+    """Tasks stage new segments in the sibling work dir; when that is a different filesystem (a log dir on its
+    own mount) the move into the partition dir could not be a rename, so they stage in the partition's
+    .segjobs-staging/ instead, and nothing of it stays."""
     shm = Path("/dev/shm")
     if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
         pytest.skip("needs /dev/shm on a filesystem other than the temp dir's")
@@ -120,6 +124,7 @@ def test_staging_on_another_filesystem_falls_back_to_copying(tmp_path: Path, spa
         assert compact(tmp_path / "logs") == 0
         assert comparable(latest_records(part)) == source
         assert not list(part.glob("*.cleaned")) and not list(work.rglob("*.log"))
+        assert not (part / ".segjobs-staging").exists()
         assert len(list(part.glob("*.log"))) == 2
     finally:
         shutil.rmtree(work, ignore_errors=True)

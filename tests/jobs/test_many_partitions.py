@@ -129,6 +129,48 @@ def test_the_spark_runner_reports_each_items_failure_on_its_own(spark) -> None:
     assert {i: v for i, v in got.items() if i not in (2, 5)} == {i: i * 10 for i in (0, 1, 3, 4, 6, 7)}
 
 
+class _Slow:
+    """Each item: mark that it started (a file in ``marks``), then take ``seconds``; item 0 is quick."""
+
+    def __init__(self, marks: str, seconds: float) -> None:
+        self.marks, self.seconds = marks, seconds
+
+    def __call__(self, item: int) -> int:
+        import time
+
+        Path(self.marks, f"{item}-{time.time_ns()}").touch()
+        if item:
+            time.sleep(self.seconds)
+        return item
+
+
+@pytest.mark.spark
+def test_a_stream_stopped_early_runs_nothing_more_and_leaves_no_thread_to_wait_for(spark, tmp_path: Path) -> None:
+    """A run that stops (an error, a lost lease) closes its stream while Spark jobs are in flight: closing returns
+    at once, the cancelled bins are not run again item by item, no further job starts, and no thread is left
+    that the interpreter would wait for at exit (that once kept a stopped run's process alive for minutes)."""
+    import threading
+    import time
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    runner = SparkTasks(spark, job_group="segjobs-test-stop")
+    sizes = [1] + [100] * 24  # bins of several items each
+    assert any(len(b) > 2 for b in stream_bins(list(range(25)), sizes, runner.parallelism))
+    stream = runner.stream(_Slow(str(marks), 0.4), list(range(25)), sizes=sizes)
+    index, value = next(stream)  # one bin is done, others are running
+    assert value == index
+    t0 = time.monotonic()
+    stream.close()
+    assert time.monotonic() - t0 < 2
+    time.sleep(2.5)  # the cancellations land, and anything still going would start its next item by now
+    started = len(list(marks.iterdir()))
+    time.sleep(3)
+    assert len(list(marks.iterdir())) == started, "items kept starting after the stream was closed"
+    left = [t for t in threading.enumerate() if t.name.startswith("segjobs-tasks") and t.is_alive()]
+    assert all(t.daemon for t in left), left
+
+
 def test_progress_lines_come_as_tasks_finish_with_count_bytes_and_eta(source: Path, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     shutil.copytree(source, logs)

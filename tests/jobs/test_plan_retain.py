@@ -210,11 +210,20 @@ def test_empty_partition_plans_nothing() -> None:
     assert plan.deletions == () and plan.new_log_start_offset == 7
 
 
-# ---- the delete-fraction limit (segjobs' own, not Kafka's) -------------------------------------------
+# ---- the delete-fraction limit (segjobs' own, not Kafka's): aimed at a wrong --now or --config -------------
 
-def test_delete_share_counts_time_and_size_deletes_per_topic_against_what_the_log_start_leaves() -> None:
-    from jobs.rules.plan_retain import delete_shares
+def guard(states, plans, *, now=NOW, newest=None, used=None, limit=0.5, config=None):
+    """:func:`delete_guard` with one config for every topic (``config``, default: each plan's policy of
+    ``retention.ms`` 1 day) and ``used`` (default: those same settings, used before)."""
+    from jobs.rules.plan_retain import UsedSettings, delete_guard
 
+    cfg = config or policy(retention_ms=DAY)
+    return delete_guard(states, plans, now_ms=now, config_for=lambda topic: cfg, max_fraction_for=lambda t: limit,
+                        used_for=lambda topic: used or UsedSettings.of(cfg, "run r1"),
+                        newest_ms=newest)
+
+
+def test_the_guard_counts_per_topic_against_what_the_log_start_leaves() -> None:
     old = NOW - 10 * DAY
     states = {
         ("a", 0): state(uniform_log(4, ts=old), topic="a"),  # 3 of 4 segments expire (the last is kept)
@@ -222,22 +231,75 @@ def test_delete_share_counts_time_and_size_deletes_per_topic_against_what_the_lo
         ("b", 0): state(uniform_log(4, ts=old), topic="b", log_start=20),  # log start takes 2, time 1 of 2 left
     }
     plans = {k: plan_retention(s, policy(retention_ms=DAY), NOW) for k, s in states.items()}
-    shares = delete_shares(states, plans, {"a": 0.5, "b": 0.5}.__getitem__)
+    # the newest record is as old as the expired ones: nothing in the log dir explains their deletion
+    shares = guard(states, plans, newest=old)
     a, b = shares["a"], shares["b"]
-    assert (a.partitions, a.bytes_deleted, a.bytes_judged) == (2, 300, 800)
+    assert (a.partitions, a.bytes_deleted, a.bytes_judged, a.bytes_unexplained) == (2, 300, 800, 300)
     assert a.fraction == 0.375 and not a.refused
     assert (b.bytes_deleted, b.bytes_judged) == (100, 200) and not b.refused  # 0.5 is allowed, not more
-    tight = delete_shares(states, plans, lambda topic: 0.25)
-    assert tight["a"].refused and tight["a"].message() == (
-        "refused: would delete 37.5% of a's bytes (300 of 800 in 2 partition(s), by retention.ms/retention.bytes; "
-        "max 25%); raise --max-delete-fraction or set segjobs.max.delete.fraction for the topic")
-    assert not delete_shares(states, plans, lambda topic: 1.0)["a"].refused
+    tight = guard(states, plans, newest=old, limit=0.25)
+    assert tight["a"].refused
+    message = tight["a"].message()
+    assert message.startswith("refused: would delete 37.5% of a's bytes (300 of 800 in 2 partition(s)")
+    assert "--now is 10d after the newest record in the log dir" in message and "--max-delete-fraction 1" in message
+    assert not guard(states, plans, newest=old, limit=1.0)["a"].refused
 
 
-def test_delete_share_of_a_topic_retention_leaves_alone_is_zero() -> None:
-    from jobs.rules.plan_retain import delete_shares
-
+def test_the_guard_leaves_a_topic_retention_does_not_touch_at_zero() -> None:
     states = {("c", 0): state(uniform_log(3, ts=NOW - 10 * DAY), topic="c")}
     plans = {k: plan_retention(s, policy("compact", retention_ms=DAY), NOW) for k, s in states.items()}
-    (share,) = delete_shares(states, plans, lambda topic: 0.0).values()
+    (share,) = guard(states, plans, newest=NOW - 10 * DAY, limit=0.0).values()
     assert share.fraction == 0.0 and not share.refused
+
+
+def _busy(topic: str, *, newest: int, days: int = 7) -> PartitionState:
+    """A topic written steadily: one segment a day up to ``newest``, then the active segment."""
+    return state([seg(10 * i, ts=newest - (days - i) * DAY) for i in range(days)] + [seg(10 * days, ts=newest)],
+                 topic=topic)
+
+
+def test_routine_retention_is_never_refused_however_much_it_deletes() -> None:
+    week = policy(retention_ms=7 * DAY)
+    # a quiet topic: every closed segment long past retention.ms, while another topic is busy up to now
+    quiet = state(uniform_log(5, ts=NOW - 60 * DAY) + [seg(50, ts=NOW - 59 * DAY)], topic="quiet")
+    # a compact,delete topic after a long gap: a month-old run of segments, then new records today
+    gap = state(uniform_log(5, ts=NOW - 40 * DAY) + [seg(50, ts=NOW - HOUR)], topic="gap")
+    busy = _busy("busy", newest=NOW)
+    states = {("quiet", 0): quiet, ("gap", 0): gap, ("busy", 0): busy}
+    plans = {k: plan_retention(s, week, NOW) for k, s in states.items()}
+    assert plans[("quiet", 0)].bytes_deleted == 500 and plans[("gap", 0)].bytes_deleted == 500
+    shares = guard(states, plans, newest=NOW, config=week, limit=0.0)
+    assert {t: sh.refused for t, sh in shares.items()} == {"busy": False, "gap": False, "quiet": False}
+    assert all(sh.bytes_unexplained == 0 for sh in shares.values())
+    # a cluster idle for a day before the run: the day's expiry is not explained by the log dir, but it is a
+    # small share of a week's retention, far under the default limit
+    later = {("busy", 0): _busy("busy", newest=NOW - HOUR)}
+    plan = {("busy", 0): plan_retention(later[("busy", 0)], week, NOW + DAY)}
+    share = guard(later, plan, now=NOW + DAY, newest=NOW - HOUR, config=week)["busy"]
+    assert share.bytes_unexplained == 200 and share.fraction == 0.25 and not share.refused
+
+
+def test_a_now_years_beyond_the_newest_record_is_refused() -> None:
+    week = policy(retention_ms=7 * DAY)
+    states = {("busy", 0): _busy("busy", newest=NOW)}
+    wrong_now = NOW + 3 * 365 * DAY
+    plans = {k: plan_retention(s, week, wrong_now) for k, s in states.items()}
+    share = guard(states, plans, now=wrong_now, newest=NOW, config=week)["busy"]
+    assert share.refused and share.bytes_unexplained == share.bytes_deleted == 700
+    assert "--now is 1095d after the newest record" in share.message()
+
+
+def test_a_config_typod_to_a_tiny_retention_is_refused_and_one_used_before_is_not() -> None:
+    from jobs.rules.plan_retain import UsedSettings
+
+    week, typo = policy(retention_ms=7 * DAY), policy(retention_ms=7)  # "7" meant 7 days
+    states = {("busy", 0): _busy("busy", newest=NOW)}
+    plans = {k: plan_retention(s, typo, NOW) for k, s in states.items()}
+    share = guard(states, plans, newest=NOW, config=typo, used=UsedSettings.of(week, "run r1"))["busy"]
+    assert share.refused and "retention.ms 7 (was 604800000) against run r1" in share.message()
+    # the same settings applied by an earlier run: nothing doubtful, the run goes ahead
+    assert not guard(states, plans, newest=NOW, config=typo, used=UsedSettings.of(typo, "run r1"))["busy"].refused
+    # a policy turned to delete on a topic an earlier run knew as compact is doubtful too
+    compact = policy("compact")
+    share = guard(states, plans, newest=NOW, config=typo, used=UsedSettings.of(compact, "run r1"))["busy"]
+    assert share.refused and "cleanup.policy delete (was compact)" in share.message()

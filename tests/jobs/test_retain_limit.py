@@ -1,7 +1,10 @@
 """The delete-fraction safety limit (issue 9 item 11), through the CLI: a wrong --config or --now must not empty
-a topic. Retention (in ``retain``, and in ``compact`` for compact,delete topics) leaves a topic whose time and size
-rules would delete more than ``--max-delete-fraction`` (default: ``segjobs.max.delete.fraction``, 0.5) of its bytes
-wholly untouched, reports it and exits 1."""
+a topic. Retention (in ``retain``, and in ``compact`` for compact,delete topics) leaves a topic wholly untouched,
+reports it and exits 1 when its time and size rules would delete more than ``--max-delete-fraction`` (default:
+``segjobs.max.delete.fraction``, 0.5) of its bytes that the reference would keep: the newest record of the log
+dir as ``now``, and the settings an earlier run applied (here none: Kafka's defaults, retention.ms 7 days). So
+the data here is 3 days old: past the run's 1-day retention, not past Kafka's week (tests/jobs/test_retain_guard.py
+has the routine cases the limit lets through)."""
 
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ from tests.jobs.test_retain import (
 )
 from tests.jobs.test_retention_first import by_name, run
 
+MID = RECENT - 3 * 86_400_000  #: past the 1-day retention these tests set, within Kafka's default week
+
 
 def files(log_dir: Path, partition: str) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted((log_dir / partition).iterdir())}
@@ -32,7 +37,7 @@ def test_retain_refuses_a_topic_over_the_limit_and_the_others_proceed(spark, tmp
     d = tmp_path / "logs"
     build_partition(d, "t", 0, [[OLD], [OLD], [RECENT]])  # two thirds of the bytes expired
     build_partition(d, "t", 1, [[RECENT], [RECENT], [RECENT]])  # ... but the topic as a whole: a third
-    build_partition(d, "w", 0, [[OLD], [OLD], [RECENT]])  # two thirds
+    build_partition(d, "w", 0, [[MID], [MID], [RECENT]])  # two thirds, unexplained by Kafka's default week
     build_partition(d, "u", 0, [[OLD], [RECENT], [RECENT]])  # a third
     # log start offset: an operator's explicit DeleteRecords, not judged by the limit
     build_partition(d, "s", 0, [[RECENT], [RECENT], [RECENT]])
@@ -47,8 +52,9 @@ def test_retain_refuses_a_topic_over_the_limit_and_the_others_proceed(spark, tmp
     assert code == 1
     e = entry(report, "w", 0)
     assert e["action"] == "refused" and e["reason"].startswith("refused: would delete 66.7% of w's bytes (")
-    assert e["reason"].endswith("by retention.ms/retention.bytes; max 50%); raise --max-delete-fraction or set "
-                                "segjobs.max.delete.fraction for the topic")
+    assert "retention.ms 86400000 (was 604800000) against Kafka's default" in e["reason"]
+    assert e["reason"].endswith("max 50%. If the inputs are right, run again with --max-delete-fraction 1 (or set "
+                                "segjobs.max.delete.fraction for the topic)")
     assert [d_["base_offset"] for d_ in e["refused"]["would_delete"]] == [0, 1]
     assert e["deleted"] == [] and e["bytes_removed"] == 0
     assert "w-0 REFUSED: would delete 66.7% of w's bytes" in err
@@ -68,7 +74,7 @@ def test_retain_refuses_a_topic_over_the_limit_and_the_others_proceed(spark, tmp
     code, report = retain(copy / "logs", "--set", "*:retention.ms=1d", "--set", "w:segjobs.max.delete.fraction=0.7")
     assert code == 0 and deleted(entry(report, "w", 0)) == [(0, "retention.ms"), (1, "retention.ms")]
     # ... or the flag, which decides for every topic when given
-    build_partition(copy / "more", "w", 0, [[OLD], [OLD], [RECENT]])
+    build_partition(copy / "more", "w", 0, [[MID], [MID], [RECENT]])
     code, report = retain(copy / "more", "--set", "*:retention.ms=1d", "--set", "w:segjobs.max.delete.fraction=0.1",
                           "--max-delete-fraction", "1")
     assert code == 0 and len(entry(report, "w", 0)["deleted"]) == 2
@@ -77,7 +83,7 @@ def test_retain_refuses_a_topic_over_the_limit_and_the_others_proceed(spark, tmp
 @pytest.mark.spark
 def test_compact_leaves_a_refused_compact_delete_topic_wholly_untouched(spark, tmp_path: Path, capsys) -> None:
     d = tmp_path / "logs"
-    build_partition(d, "cd", 0, [[OLD, OLD + 1], [OLD, OLD + 1], [RECENT]])  # 80 % of the bytes expired
+    build_partition(d, "cd", 0, [[MID, MID + 1], [MID, MID + 1], [RECENT]])  # 80 % of the bytes expired
     opts = ("--set", "cd:cleanup.policy=compact,delete", "--set", "cd:retention.ms=1d")
     before = files(d, "cd-0")
     code, insp = run("inspect", d, *opts, "--exact", "--format", "json")

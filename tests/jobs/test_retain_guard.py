@@ -1,0 +1,112 @@
+"""The delete-fraction limit aimed at mistakes, not at routine Kafka retention (issue 19 item 7), through whole jobs
+(tasks in this process).
+
+Routine: a quiet topic whose closed segments all passed retention.ms while other topics are busy; a
+``compact,delete`` topic after a long gap (by ``retain`` and by ``compact``'s retention first). Kafka deletes
+those, and so does segjobs, whatever the share. Mistakes: a ``--now`` years after the newest record in the log
+dir; a ``retention.ms`` typo'd to 7 (ms) against the settings an earlier run applied (or, with none recorded,
+Kafka's defaults). Those are refused, and ``inspect`` and ``retain --dry-run`` agree on it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jobs import api
+from tests.jobs.test_retain import build_partition
+
+DAY = 86_400_000
+NOW = 1_700_000_000_000
+WEEK = 7 * DAY
+SEAMS = api.Seams(runner=api.InProcessTasks())
+
+
+def retain(log_dir: Path, *overrides: str, now: int = NOW, dry_run: bool = False, **options) -> api.RetainResult:
+    return api.retain(log_dir, api.RetainOptions(overrides=("*:retention.ms=7d", *overrides), progress=None,
+                                                 dry_run=dry_run, **options), now=now, seams=SEAMS)
+
+
+def inspect(log_dir: Path, *overrides: str, now: int = NOW) -> api.InspectResult:
+    return api.inspect(log_dir, api.InspectOptions(overrides=("*:retention.ms=7d", *overrides), progress=None),
+                       now=now, seams=SEAMS)
+
+
+def busy(log_dir: Path, topic: str = "busy", *, newest: int = NOW - 1000) -> None:
+    """A topic written every day of the last week, up to ``newest``."""
+    build_partition(log_dir, topic, 0, [[newest - (7 - i) * DAY + 1] for i in range(7)] + [[newest]])
+
+
+def actions(result: api.RetainResult) -> dict[str, str]:
+    return {p.name: p.action for p in result.partitions}
+
+
+def test_a_quiet_topic_past_retention_is_deleted_while_others_are_busy(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    busy(logs)
+    build_partition(logs, "quiet", 0, [[NOW - 60 * DAY]] * 5 + [[NOW - 59 * DAY]])  # 5 of 6 segments expire
+    result = retain(logs)
+    assert result.exit_code == 0, result.errors
+    assert actions(result)["quiet-0"] == "delete" and result.refused_topics == ()
+    assert next(p for p in result.partitions if p.name == "quiet-0").segments_deleted == 5
+
+
+def test_a_compact_delete_topic_after_a_long_gap_is_retained_by_retain_and_by_compact(tmp_path: Path) -> None:
+    for job in ("retain", "compact"):
+        logs = tmp_path / job / "logs"
+        build_partition(logs, "cd", 0, [[NOW - 40 * DAY]] * 4 + [[NOW - DAY], [NOW - 1000]])  # a month's gap
+        overrides = ("cd:cleanup.policy=compact,delete",)
+        if job == "retain":
+            result = retain(logs, *overrides)
+            assert result.exit_code == 0 and actions(result)["cd-0"] == "delete", result.errors
+        else:
+            compacted = api.compact(logs, api.CompactOptions(overrides=("*:retention.ms=7d", *overrides),
+                                                             progress=None), now=NOW, seams=SEAMS)
+            assert compacted.exit_code == 0, compacted.errors
+            [part] = compacted.partitions
+            assert part.retention is not None and part.retention.segments_deleted == 4
+
+
+def test_a_now_years_ahead_of_the_newest_record_is_refused(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    busy(logs)
+    wrong = NOW + 3 * 365 * DAY
+    before = sorted(p.name for p in (logs / "busy-0").iterdir())
+    result = retain(logs, now=wrong)
+    assert result.exit_code == 1 and result.refused_topics == ("busy",)
+    [error] = result.errors
+    assert error["kind"] == "MaxDeleteFractionExceeded" and "after the newest record in the log dir" in error["detail"]
+    assert sorted(p.name for p in (logs / "busy-0").iterdir()) == before
+    # the same --now is fine once it is what the user means
+    assert retain(logs, now=wrong, max_delete_fraction=1.0).exit_code == 0
+
+
+def test_a_retention_typo_is_refused_against_the_settings_used_before_and_kafkas_defaults(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    busy(logs)
+    # no earlier run: judged against Kafka's default retention.ms (7 days)
+    first = retain(logs, "*:retention.ms=7", dry_run=True)
+    assert first.refused_topics == ("busy",) and "Kafka's default" in first.errors[0]["detail"]
+    # a real run with the right setting records it; the typo is then judged against it
+    assert retain(logs).exit_code == 0
+    typo = retain(logs, "*:retention.ms=7")
+    assert typo.exit_code == 1 and typo.refused_topics == ("busy",)
+    assert "retention.ms 7 (was 604800000) against the settings a run applied at --now" in typo.errors[0]["detail"]
+    # a shorter retention deliberately allowed once is what the next runs are judged against
+    assert retain(logs, "*:retention.ms=7", max_delete_fraction=1.0).exit_code == 0
+    assert retain(logs, "*:retention.ms=7", now=NOW + 1000).refused_topics == ()
+
+
+def test_inspect_and_the_retain_dry_run_agree_on_what_is_refused(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    busy(logs)
+    build_partition(logs, "quiet", 0, [[NOW - 60 * DAY]] * 5 + [[NOW - 59 * DAY]])
+    for now in (NOW, NOW + 3 * 365 * DAY):
+        dry = retain(logs, now=now, dry_run=True)
+        seen = inspect(logs, now=now)
+        refused_by_inspect = {p.topic for p in seen.partitions if p.row.get("retention_refused")}
+        assert refused_by_inspect == set(dry.refused_topics), now
+        for p in seen.partitions:
+            refused = p.row.get("retention_refused")
+            if refused:
+                dry_entry = next(e for e in dry.report.partitions if e["topic"] == p.topic)
+                assert refused == dry_entry["reason"]
