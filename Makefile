@@ -99,7 +99,7 @@ test-compat: java $(foreach e,$(COMPAT_ENVS),$(COMPAT_DIR)/$(e)/.installed)
 	  py=$(abspath $(COMPAT_DIR))/$$e/bin/python; \
 	  echo "== test-compat $$e: pyspark $$($$py -c 'import pyspark; print(pyspark.__version__)')"; \
 	  PYSPARK_PYTHON=$$py PYSPARK_DRIVER_PYTHON=$$py SEGJOBS_REQUIRE_DELTA=$$(test $$e = delta && echo 1) \
-	    $$py -m pytest -q -p no:cacheprovider $(COMPAT_TESTS); \
+	    $$py -m pytest -q -p no:cacheprovider --durations=5 $(COMPAT_TESTS); \
 	done
 
 $(AIRFLOW_STAMP): conf/airflow/requirements.txt $(AIRFLOW_CONSTRAINTS)
