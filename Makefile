@@ -17,7 +17,7 @@ LINT_PATHS := jobs segment_io tests benchmarks notebooks ops conf
 # Property tests try as many examples as this hypothesis profile says (tests/conftest.py): dev or ci.
 export HYPOTHESIS_PROFILE ?= dev
 
-.PHONY: all venv java chromium check lint types imports test test-fast demo bench package cluster-test clean help airflow-test docs
+.PHONY: all venv java chromium check lint types imports test test-fast test-compat demo bench package cluster-test clean help airflow-test docs
 
 # `make airflow-test` installs Apache Airflow and its Spark provider into their own virtualenv (never the
 # project's): the pins of conf/airflow/requirements.txt, held by the constraints file of this Python version
@@ -34,6 +34,7 @@ help:
 	@echo "make demo   generate a demo log dir under $(DEMO_DIR)/ and run two nights of retain + compact on it (creates .venv on first use)"
 	@echo "make test   lint, type and import checks, then the whole test suite (creates .venv on first use)"
 	@echo "make test-fast  the checks, then the tests that need no Spark, no S3 endpoint and are not slow"
+	@echo "make test-compat  the Spark tests that matter most against each pyspark of conf/compat/ (floor 4.0, 4.2 with delta-spark, ceiling 4.3), each in a venv of its own"
 	@echo "make check  only the checks: ruff, mypy, import-linter"
 	@echo "make docs   build the documentation site (docs/, mkdocs.yml) into build/site with mkdocs build --strict"
 	@echo "make chromium  install Debian's chromium when missing (make test does: the HTML report tests use it)"
@@ -108,6 +109,34 @@ test-fast: venv check
 # fails the build. The output (build/site) is ignored, like the rest of build/.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+# `make test-compat`: the tests that depend most on Spark's APIs (the data source, both compaction strategies,
+# retention, the Python API, spark-submit, the Delta ledger through delta-spark) against every pyspark of
+# conf/compat/<env>.txt, each in its own venv under $(COMPAT_DIR)/ (the project's .venv keeps the newest
+# pyspark). pyspark is an sdist: the first install of a version builds its wheel (a minute or two), later ones
+# reuse pip's wheel cache. A venv is reinstalled only when its requirements or pyproject.toml change.
+# In the delta venv SEGJOBS_REQUIRE_DELTA makes a missing delta-spark an error, not a skip; there the session loads
+# Delta's jars from Maven through spark.jars.packages into the project's .cache/ivy (resolved once, then reused).
+COMPAT_DIR ?= .venv-compat
+COMPAT_ENVS ?= floor delta ceiling
+COMPAT_TESTS ?= tests/segment_io/test_spark_source.py tests/segment_io/test_kafka_schema.py \
+    tests/jobs/test_compact_job.py tests/jobs/test_compact_external_sort.py tests/jobs/test_retain.py \
+    tests/jobs/test_api.py tests/jobs/test_spark_submit_cluster.py tests/jobs/test_history.py \
+    tests/jobs/test_delta_spark.py
+
+$(COMPAT_DIR)/%/.installed: conf/compat/%.txt pyproject.toml
+	@test -x $(COMPAT_DIR)/$*/bin/python || $(PYTHON) -m venv $(COMPAT_DIR)/$*
+	$(COMPAT_DIR)/$*/bin/python -m pip install --quiet --upgrade pip
+	$(COMPAT_DIR)/$*/bin/python -m pip install --quiet -e '.[dev]' -r conf/compat/$*.txt
+	@touch $@
+
+test-compat: java $(foreach e,$(COMPAT_ENVS),$(COMPAT_DIR)/$(e)/.installed)
+	@set -e; for e in $(COMPAT_ENVS); do \
+	  py=$(abspath $(COMPAT_DIR))/$$e/bin/python; \
+	  echo "== test-compat $$e: pyspark $$($$py -c 'import pyspark; print(pyspark.__version__)')"; \
+	  PYSPARK_PYTHON=$$py PYSPARK_DRIVER_PYTHON=$$py SEGJOBS_REQUIRE_DELTA=$$(test $$e = delta && echo 1) \
+	    $$py -m pytest -q -p no:cacheprovider --durations=5 $(COMPAT_TESTS); \
+	done
 
 $(AIRFLOW_STAMP): conf/airflow/requirements.txt $(AIRFLOW_CONSTRAINTS)
 	@test -x $(AIRFLOW_PY) || $(PYTHON) -m venv $(AIRFLOW_VENV)

@@ -419,8 +419,9 @@ def append_ledger(uri: str, report: RunReport, rows: Iterable[dict[str, Any]], o
     """Append one row per partition to the Delta table at ``uri`` (created on first use) and return how many.
 
     Columns: run_id, command, log_dir, now_ms, dry_run, finished_ms, topic, partition, action, reason, and the
-    partition's numbers (records/bytes before and after). Written with the ``deltalake`` package, which any
-    Delta reader (delta-spark included) can read.
+    partition's numbers (records/bytes before and after). Written through Spark's Delta writer when the job's
+    Spark session has Delta Lake (:mod:`jobs.engine.delta_spark`: concurrent runs are then serialised by Delta's
+    commit protocol), else with the embedded ``deltalake`` package; any Delta reader reads either.
     """
     import pyarrow as pa
     from deltalake import write_deltalake
@@ -445,6 +446,12 @@ def append_ledger(uri: str, report: RunReport, rows: Iterable[dict[str, Any]], o
                         ("topic", pa.string()), ("partition", pa.int32()), ("action", pa.string()),
                         ("reason", pa.string())] + [(k, pa.int64()) for k in numeric])
     table = pa.Table.from_pylist(out, schema=schema)
+    from jobs.engine.delta_spark import append_with_spark, delta_session
+
+    spark = delta_session(uri)
+    if spark is not None:
+        append_with_spark(spark, uri, table)
+        return len(out)
     storage_options = None
     if uri.startswith("s3://"):
         from segment_io.storage import StorageOptions

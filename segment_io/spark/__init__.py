@@ -1,7 +1,8 @@
 """Kafka log segments as a Spark data source: ``spark.read.format("kafka-segments").load(uri)``.
 
 ``uri`` is a log dir, a partition dir or one ``.log`` file, local or ``s3://``. Rows have the columns and
-exact types of :data:`segment_io.schema.RECORD_SCHEMA`. Options (all optional; names are case-insensitive):
+exact types of :data:`segment_io.schema.RECORD_SCHEMA`, or with ``schema`` ``kafka`` those of Spark's own
+``kafka`` batch source (:mod:`segment_io.spark.schemas`). Options (all optional; names are case-insensitive):
 
 =====================  =============================================================================
 ``topics``             comma-separated topic globs (``orders*,payments``); a glob that matches no topic
@@ -17,14 +18,19 @@ exact types of :data:`segment_io.schema.RECORD_SCHEMA`. Options (all optional; n
 ``batchRows``          rows per Arrow batch handed to Spark (default 65536)
 ``maxSplitBytes``      segments larger than this are read by several tasks: bytes or a binary unit,
                        ``64MiB`` (default 128MiB)
+``schema``             ``segments`` (default): every record and batch field; ``kafka``: exactly the columns
+                       and types of ``spark.read.format("kafka")`` with ``includeHeaders`` (key, value, topic,
+                       partition, offset, timestamp as a TimestampType, timestampType, headers), so a query
+                       written for the broker reader runs unchanged on segments
 ``s3.endpoint``, ``s3.region``, ``s3.access_key_id``, ``s3.secret_access_key``, ``s3.session_token``,
 ``s3.profile``         S3 settings; unset ones come from the environment (see ``StorageOptions``)
 =====================  =============================================================================
 
 Filters on ``topic``/``partition`` (``=``, ``IN``) and on ``offset``/``timestamp`` (``=``, ``<``, ``<=``,
-``>``, ``>=``) are pushed down when ``spark.sql.python.filterPushdown.enabled`` is true, on a Spark that keeps
-pushed filters to the scan they were pushed for (:data:`segment_io.spark.source.PUSHDOWN_IS_PER_SCAN`; pyspark 4.x
-does not, and Spark applies every filter there): splits that cannot match are not read. The options above skip
+``>``, ``>=``; epoch ms, or with ``schema`` ``kafka`` a timestamp literal) are pushed down when
+``spark.sql.python.filterPushdown.enabled`` is true, on a Spark that keeps pushed filters to the scan they were
+pushed for (:data:`segment_io.spark.source.PUSHDOWN_IS_PER_SCAN`; pyspark 4.x does not, and Spark applies every
+filter there; pyspark 4.0 has no pushdown at all): splits that cannot match are not read. The options above skip
 splits on every Spark. The source reads correctly with the setting off too (Spark then filters).
 """
 

@@ -14,7 +14,8 @@ from typing import Any, Iterable, TypeGuard
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import (
+
+from segment_io.spark.filters import (
     EqualTo,
     Filter,
     GreaterThan,
@@ -23,7 +24,6 @@ from pyspark.sql.datasource import (
     LessThan,
     LessThanOrEqual,
 )
-
 from segment_io.spark.options import ReadOptions
 
 #: Columns whose filters are taken over by the source.

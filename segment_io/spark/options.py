@@ -35,7 +35,7 @@ S3_OPTIONS: dict[str, str] = {
 #: Every option the source accepts, spelt as documented (Spark lower-cases keys before we see them).
 KNOWN_OPTIONS: tuple[str, ...] = (
     "path", "topics", "partitions", "startingOffset", "endingOffset", "startingTimestamp", "endingTimestamp",
-    "includeControl", "verifyCrc", "allowTruncatedTail", "batchRows", "maxSplitBytes", *S3_OPTIONS,
+    "includeControl", "verifyCrc", "allowTruncatedTail", "batchRows", "maxSplitBytes", "schema", *S3_OPTIONS,
 )
 _CANONICAL = {name.lower(): name for name in KNOWN_OPTIONS}
 
@@ -64,6 +64,8 @@ class ReadOptions:
     allow_truncated_tail: bool = False
     batch_rows: int = DEFAULT_BATCH_ROWS
     max_split_bytes: int = DEFAULT_MAX_SPLIT_BYTES
+    #: The rows' schema, a key of :data:`segment_io.spark.schemas.ROW_SCHEMAS`: ``segments`` or ``kafka``.
+    row_schema: str = "segments"
     #: Only the S3 settings the user gave; the rest is resolved from the environment where the read runs.
     s3_overrides: StorageOptions = StorageOptions()
 
@@ -106,6 +108,7 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         allow_truncated_tail=_bool(get, "allowTruncatedTail", False),
         batch_rows=_int(get, "batchRows", minimum=1) or DEFAULT_BATCH_ROWS,
         max_split_bytes=_size(get, "maxSplitBytes", minimum=1) or DEFAULT_MAX_SPLIT_BYTES,
+        row_schema=_row_schema(get("schema")),
         s3_overrides=StorageOptions(**{field: get(opt) for opt, field in S3_OPTIONS.items()}),
     )
     _check_range(parsed.starting_offset, parsed.ending_offset, "endingOffset", "startingOffset")
@@ -150,6 +153,17 @@ def _bool(get: _Get, name: str, default: bool) -> bool:
     if lowered in ("false", "0", "no"):
         return False
     raise DataSourceOptionError(name, f"{raw!r} is not a boolean (true or false)")
+
+
+def _row_schema(raw: str | None) -> str:
+    from segment_io.spark.schemas import DEFAULT_ROW_SCHEMA, ROW_SCHEMAS
+
+    if raw is None:
+        return DEFAULT_ROW_SCHEMA
+    name = raw.strip().lower()
+    if name not in ROW_SCHEMAS:
+        raise DataSourceOptionError("schema", f"{raw!r} is not a schema; give one of {', '.join(ROW_SCHEMAS)}")
+    return name
 
 
 def _topic_globs(raw: str | None) -> tuple[str, ...]:

@@ -16,22 +16,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyspark
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
-from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from segment_io.errors import CorruptRecordError
 from segment_io.format import BatchHeaders, scan_batches
 from segment_io.schema import RECORD_SCHEMA
 from segment_io.spark.bounds import RowBounds
+from segment_io.spark.filters import BASE_PUSH_FILTERS, Filter
 from segment_io.spark.options import ReadOptions, parse_options
 from segment_io.spark.planning import SegmentSplit, batch_min_offsets, list_segments, plan_splits
+from segment_io.spark.schemas import ROW_SCHEMAS, SEGMENTS
 from segment_io.storage import open_storage
 
 FORMAT_NAME = "kafka-segments"
 
-#: The Spark schema of the source, derived from the Arrow record schema and nowhere else.
-SPARK_SCHEMA: StructType = from_arrow_schema(RECORD_SCHEMA)
+#: The Spark schema of the source by default (option ``schema`` ``segments``), derived from the Arrow record schema
+#: and nowhere else; :mod:`segment_io.spark.schemas` has the others.
+SPARK_SCHEMA: StructType = SEGMENTS.spark_schema
 
 _POSITION_COLUMN = RECORD_SCHEMA.get_field_index("batch_position")
 
@@ -56,8 +58,7 @@ class KafkaSegmentsDataSource(DataSource):
 
     def schema(self) -> StructType:
         # Validating here makes a bad option fail at load(), before any job is planned.
-        parse_options(self.options)
-        return SPARK_SCHEMA
+        return ROW_SCHEMAS[parse_options(self.options).row_schema].spark_schema
 
     def reader(self, schema: StructType) -> "KafkaSegmentsReader":
         return KafkaSegmentsReader(parse_options(self.options))
@@ -77,7 +78,7 @@ class _PushFiltersMethod:
 
     def __init__(self, reader: "KafkaSegmentsReader") -> None:
         # An instance attribute, so that it is not turned into a bound method on access.
-        self.__func__ = DataSourceReader.pushFilters
+        self.__func__ = BASE_PUSH_FILTERS  # None on pyspark 4.0, which never calls pushFilters
         self.__self__ = reader
 
     def __call__(self, filters: list[Filter]) -> Iterable[Filter]:
@@ -97,11 +98,12 @@ class KafkaSegmentsReader(DataSourceReader):
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
         self.bounds = RowBounds.from_options(options)
+        self.row_schema = ROW_SCHEMAS[options.row_schema]
 
     def push_filters(self, filters: list[Filter]) -> list[Filter]:
-        """Take over the filters :meth:`RowBounds.narrowed` handles; return the others to Spark. Spark's
-        ``pushFilters`` reaches this only where :data:`PUSHDOWN_IS_PER_SCAN`."""
-        self.bounds, rest = self.bounds.narrowed(filters)
+        """Take over the filters the row schema's bounds handle (:meth:`RowBounds.narrowed`); return the others to
+        Spark. Spark's ``pushFilters`` reaches this only where :data:`PUSHDOWN_IS_PER_SCAN`."""
+        self.bounds, rest = self.row_schema.narrow(self.bounds, filters)
         return rest
 
     def partitions(self) -> Sequence[InputPartition]:
@@ -127,7 +129,7 @@ class KafkaSegmentsReader(DataSourceReader):
             return  # pyspark plans one placeholder partition when partitions() found nothing to read
         table = read_split(partition, self.options, self.bounds)
         if table.num_rows:
-            yield from table.to_batches(max_chunksize=self.options.batch_rows)
+            yield from self.row_schema.rows(table).to_batches(max_chunksize=self.options.batch_rows)
 
 
 def read_split(split: SegmentSplit, options: ReadOptions, bounds: RowBounds) -> pa.Table:

@@ -210,8 +210,9 @@ def test_a_killed_run_releases_the_lock_and_writes_no_checkpoint(reference, tmp_
     assert (log_dir / "cleaner-offset-checkpoint").read_text().splitlines()[2:] == [f"{TOPIC} 0 8"]
 
 
-def test_external_sort_commits_the_bytes_memory_commits(tmp_path):
-    """Both strategies stage the same files for the same commit: the results are byte-identical."""
+def test_external_sort_commits_the_bytes_memory_commits(spark, tmp_path):
+    """Both strategies stage the same files for the same commit: the results are byte-identical. (The memory
+    strategy runs in Spark.)"""
     config = tmp_path / "t.toml"
     config.write_text(CONFIG)
     results = []

@@ -21,6 +21,7 @@ def get_session():
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from jobs.engine.spark_session import build_session
+    from tests.support.delta import delta_conf
 
     _SESSION = build_session(
         app_name="segjobs-tests",
@@ -31,6 +32,7 @@ def get_session():
             "spark.ui.enabled": "false",
             "spark.sql.python.filterPushdown.enabled": "true",
             "spark.driver.memory": "2g",
+            **delta_conf(),
         },
     )
     atexit.register(_SESSION.stop)
