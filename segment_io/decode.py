@@ -61,7 +61,7 @@ from segment_io.format import (
     scan_batches,
 )
 from segment_io.hashing import hash_keys
-from segment_io.schema import HEADER_TYPE, KEY_HASH_SCHEMA, RECORD_SCHEMA, project
+from segment_io.schema import HEADER_TYPE, KEY_HASH_SCHEMA, RECORD_SCHEMA, VALUE_REF_TYPE, project, with_value_refs
 from segment_io.storage.base import release_mapped_pages
 
 if TYPE_CHECKING:
@@ -102,6 +102,8 @@ class _Segment:
     verify_crc: bool
     include_control: bool
     max_batch_bytes: int  # see compression.max_batch_bytes
+    #: v2 values as references into the segment's bytes (VALUE_REF_TYPE) instead of copies
+    value_refs: bool = False
 
     def error(self, cls: type[CorruptRecordError], detail: str, b: int) -> CorruptRecordError:
         """An exception of ``cls`` located at batch ``b`` (index into ``hdr``)."""
@@ -362,21 +364,26 @@ def _v2_columns(seg: _Segment, inp: _V2Input, names: set[str]) -> dict[str, pa.A
     timestamps = np.empty(n, np.int64)
     k_offs, k_data, k_valid = (alloc(want_k, n + 1, np.int32), alloc(want_k, int(totals[K.TOT_KEY_BYTES]), np.uint8),
                                alloc(want_k, n, np.bool_))
-    v_offs, v_data, v_valid = (alloc(want_v, n + 1, np.int32),
-                               alloc(want_v, int(totals[K.TOT_VALUE_BYTES]), np.uint8), alloc(want_v, n, np.bool_))
+    refs = want_v and seg.value_refs
+    copy_v = want_v and not refs
+    v_offs, v_data, v_valid = (alloc(copy_v, n + 1, np.int32),
+                               alloc(copy_v, int(totals[K.TOT_VALUE_BYTES]), np.uint8), alloc(want_v, n, np.bool_))
+    v_refs = alloc(refs, n, np.int64)
     h_offs = alloc(want_h, n + 1, np.int32)
     hk_offs, hk_data = alloc(want_h, h + 1, np.int32), alloc(want_h, int(totals[K.TOT_HKEY_BYTES]), np.uint8)
     hv_offs, hv_data, hv_valid = (alloc(want_h, h + 1, np.int32),
                                   alloc(want_h, int(totals[K.TOT_HVALUE_BYTES]), np.uint8), alloc(want_h, h, np.bool_))
     K.fill_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.counts, hdr.base_offset[batches],
                    hdr.base_timestamp[batches], hdr.max_timestamp[batches], _log_append(hdr, batches),
-                   want_k, want_v, want_h, offsets, timestamps, k_offs, k_data, k_valid, v_offs, v_data, v_valid,
-                   h_offs, hk_offs, hk_data, hv_offs, hv_data, hv_valid)
+                   want_k, copy_v, want_h, refs, offsets, timestamps, k_offs, k_data, k_valid, v_offs, v_data,
+                   v_valid, v_refs, h_offs, hk_offs, hk_data, hv_offs, hv_data, hv_valid)
 
     cols: dict[str, pa.Array] = {"offset": pa.array(offsets), "timestamp": pa.array(timestamps)}
     if want_k:
         cols["key"] = _binary(pa.binary(), n, k_offs, k_data, k_valid)
-    if want_v:
+    if refs:
+        cols["value"] = pa.array(v_refs, VALUE_REF_TYPE, mask=~v_valid)
+    elif want_v:
         cols["value"] = _binary(pa.binary(), n, v_offs, v_data, v_valid)
     if want_h:
         hkeys = _binary(pa.string(), h, hk_offs, hk_data, None)
@@ -727,13 +734,21 @@ def decode_segment_bytes(data: bytes | bytearray | memoryview, *, path: str | No
 
 def decode_segment_and_headers(data: bytes | bytearray | memoryview, *, path: str | None = None, topic: str = "",
                                partition: int = -1, segment_base_offset: int | None = None,
-                               allow_truncated_tail: bool = False) -> tuple[pa.Table, BatchHeaders]:
+                               allow_truncated_tail: bool = False,
+                               value_refs: bool = False) -> tuple[pa.Table, BatchHeaders]:
     """:func:`decode_segment_bytes` (every column) and the headers of every batch it read, which are what
     :func:`segment_io.format.scan_batches` returns for the same bytes: one pass over the headers instead of
-    two for callers that need both (a memory-mapped file's pages are then touched once)."""
+    two for callers that need both (a memory-mapped file's pages are then touched once).
+
+    With ``value_refs`` and a segment of v2 batches only, values are not copied: the ``value`` column is of
+    :data:`~segment_io.schema.VALUE_REF_TYPE` (where each value lies in ``data``; null for a tombstone), and
+    the encoder, given ``data`` among its ``sources``, copies each value it writes straight from there (see
+    :func:`segment_io.encode.encode_batches`). A segment holding legacy batches is decoded with copied values."""
     seg = _open(data, path=path, topic=topic, partition=partition, segment_base_offset=segment_base_offset,
                 verify_crc=True, include_control=True, allow_truncated_tail=allow_truncated_tail, max_batch_bytes=None)
-    table = _decode_all(seg, project(None), mapped=data if isinstance(data, mmap.mmap) else None)
+    seg.value_refs = value_refs and bool(np.all(seg.hdr.magic == 2))
+    schema = with_value_refs(project(None)) if seg.value_refs else project(None)
+    table = _decode_all(seg, schema, mapped=data if isinstance(data, mmap.mmap) else None)
     return table, seg.hdr
 
 
