@@ -16,6 +16,7 @@ import mmap
 import posixpath
 import struct
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Sequence
@@ -911,17 +912,6 @@ verify_crcs = verify_segment_crcs
 # --------------------------------------------------------------------------------------------------
 
 
-def _read_bytes(path_or_uri: str | Path, storage: "Storage | None") -> tuple[bytes, str]:
-    uri = str(path_or_uri)
-    if storage is not None:
-        return storage.read(uri), uri
-    if uri.startswith("s3://"):
-        from segment_io.storage import open_storage
-
-        return open_storage(uri).read(uri), uri
-    return Path(uri).read_bytes(), uri
-
-
 def _location(uri: str, topic: str | None, partition: int | None) -> tuple[str, int, int | None]:
     """Topic and partition (from the parent directory unless given) and the base offset in the file name."""
     name = posixpath.basename(uri.rstrip("/"))
@@ -935,10 +925,24 @@ def _location(uri: str, topic: str | None, partition: int | None) -> tuple[str, 
     return topic, partition, seg_file[0] if seg_file else None
 
 
-def _open_file(path_or_uri: str | Path, *, storage: "Storage | None", topic: str | None,
+@contextmanager
+def _file_bytes(path_or_uri: str | Path, storage: "Storage | None") -> Iterator[tuple[bytes | mmap.mmap, str]]:
+    """A segment file's bytes while the block runs: read through ``storage`` when given, else a local file
+    memory-mapped (decoding copies what it keeps, so the file is not first copied whole into fresh memory,
+    which cost a third of the time of a read) and an S3 object read."""
+    uri = str(path_or_uri)
+    if storage is not None:
+        yield storage.read(uri), uri
+        return
+    from segment_io.storage import open_storage
+
+    with open_storage(uri).read_mapped(uri) as data:
+        yield data, uri
+
+
+def _open_file(data: bytes | mmap.mmap, uri: str, *, topic: str | None,
                partition: int | None, verify_crc: bool, include_control: bool,
                allow_truncated_tail: bool, max_batch_bytes: int | None) -> _Segment:
-    data, uri = _read_bytes(path_or_uri, storage)
     topic, partition, base = _location(uri, topic, partition)
     return _open(data, path=uri, topic=topic, partition=partition, segment_base_offset=base,
                  verify_crc=verify_crc, include_control=include_control, allow_truncated_tail=allow_truncated_tail,
@@ -956,10 +960,13 @@ def read_segment(path_or_uri: str | Path, columns: Sequence[str] | None = None, 
     options as for :func:`decode_segment_bytes`.
     """
     schema = project(list(columns) if columns is not None else None)
-    seg = _open_file(path_or_uri, storage=storage, topic=topic, partition=partition, verify_crc=verify_crc,
-                     include_control=include_control, allow_truncated_tail=allow_truncated_tail,
-                     max_batch_bytes=max_batch_bytes)
-    return _decode_all(seg, schema)
+    with _file_bytes(path_or_uri, storage) as (data, uri):
+        seg = _open_file(data, uri, topic=topic, partition=partition, verify_crc=verify_crc,
+                         include_control=include_control, allow_truncated_tail=allow_truncated_tail,
+                         max_batch_bytes=max_batch_bytes)
+        table = _decode_all(seg, schema, mapped=data if isinstance(data, mmap.mmap) else None)
+        del seg  # its views of the mapping go before the mapping is closed (the table holds copies)
+    return table
 
 
 def iter_segment(path_or_uri: str | Path, columns: Sequence[str] | None = None, *, batch_rows: int = 65536,
@@ -971,10 +978,12 @@ def iter_segment(path_or_uri: str | Path, columns: Sequence[str] | None = None, 
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be positive, got {batch_rows}")
     schema = project(list(columns) if columns is not None else None)
-    seg = _open_file(path_or_uri, storage=storage, topic=topic, partition=partition, verify_crc=verify_crc,
-                     include_control=include_control, allow_truncated_tail=allow_truncated_tail,
-                     max_batch_bytes=max_batch_bytes)
-    yield from _iter_decoded(seg, schema, batch_rows)
+    with _file_bytes(path_or_uri, storage) as (data, uri):
+        seg = _open_file(data, uri, topic=topic, partition=partition, verify_crc=verify_crc,
+                         include_control=include_control, allow_truncated_tail=allow_truncated_tail,
+                         max_batch_bytes=max_batch_bytes)
+        yield from _iter_decoded(seg, schema, batch_rows)  # every batch yielded holds copies
+        del seg
 
 
 def iter_segment_bytes(data: bytes | bytearray | memoryview, columns: Sequence[str] | None = None, *,
@@ -996,9 +1005,9 @@ def read_key_hashes(path_or_uri: str | Path, *, storage: "Storage | None" = None
                     include_control: bool = True, allow_truncated_tail: bool = False,
                     max_batch_bytes: int | None = None) -> pa.Table:
     """:func:`decode_key_hashes_bytes` of a segment file or ``s3://`` object."""
-    data, uri = _read_bytes(path_or_uri, storage)
-    return decode_key_hashes_bytes(data, path=uri, verify_crc=verify_crc, include_control=include_control,
-                                   allow_truncated_tail=allow_truncated_tail, max_batch_bytes=max_batch_bytes)
+    with _file_bytes(path_or_uri, storage) as (data, uri):
+        return decode_key_hashes_bytes(data, path=uri, verify_crc=verify_crc, include_control=include_control,
+                                       allow_truncated_tail=allow_truncated_tail, max_batch_bytes=max_batch_bytes)
 
 
 __all__ = [
