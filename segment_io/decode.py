@@ -112,12 +112,12 @@ class _Segment:
                    offset=int(self.hdr.base_offset[b]))
 
 
-def _as_bytes(data: bytes | bytearray | memoryview) -> tuple[memoryview, np.ndarray]:
+def _as_bytes(data: bytes | bytearray | memoryview | mmap.mmap) -> tuple[memoryview, np.ndarray]:
     mv = memoryview(data).cast("B") if not isinstance(data, memoryview) or data.format != "B" else data
     return mv, np.frombuffer(mv, dtype=np.uint8)
 
 
-def _open(data: bytes | bytearray | memoryview, *, path: str | None, topic: str, partition: int,
+def _open(data: bytes | bytearray | memoryview | mmap.mmap, *, path: str | None, topic: str, partition: int,
           segment_base_offset: int | None, verify_crc: bool, include_control: bool,
           allow_truncated_tail: bool, max_batch_bytes: int | None) -> _Segment:
     limit = compression.max_batch_bytes(max_batch_bytes)
@@ -712,7 +712,7 @@ def _with_offset(schema: pa.Schema) -> pa.Schema:
     return pa.schema([RECORD_SCHEMA.field("offset"), *schema])
 
 
-def decode_segment_bytes(data: bytes | bytearray | memoryview, *, path: str | None = None, topic: str = "",
+def decode_segment_bytes(data: bytes | bytearray | memoryview | mmap.mmap, *, path: str | None = None, topic: str = "",
                          partition: int = -1, segment_base_offset: int | None = None,
                          columns: Sequence[str] | None = None, verify_crc: bool = True,
                          include_control: bool = True, allow_truncated_tail: bool = False,
@@ -733,8 +733,8 @@ def decode_segment_bytes(data: bytes | bytearray | memoryview, *, path: str | No
     return _decode_all(seg, schema, mapped=data if isinstance(data, mmap.mmap) else None)
 
 
-def decode_segment_and_headers(data: bytes | bytearray | memoryview, *, path: str | None = None, topic: str = "",
-                               partition: int = -1, segment_base_offset: int | None = None,
+def decode_segment_and_headers(data: bytes | bytearray | memoryview | mmap.mmap, *, path: str | None = None,
+                               topic: str = "", partition: int = -1, segment_base_offset: int | None = None,
                                allow_truncated_tail: bool = False,
                                value_refs: bool = False) -> tuple[pa.Table, BatchHeaders]:
     """:func:`decode_segment_bytes` (every column) and the headers of every batch it read, which are what
@@ -838,7 +838,7 @@ def _key_hash_legacy(seg: _Segment, batches: np.ndarray) -> pa.Table:
     return pa.Table.from_arrays([out[name] for name in KEY_HASH_SCHEMA.names], schema=KEY_HASH_SCHEMA)
 
 
-def decode_key_hashes_bytes(data: bytes | bytearray | memoryview, *, path: str | None = None,
+def decode_key_hashes_bytes(data: bytes | bytearray | memoryview | mmap.mmap, *, path: str | None = None,
                             verify_crc: bool = True, include_control: bool = True,
                             allow_truncated_tail: bool = False, max_batch_bytes: int | None = None) -> pa.Table:
     """The first compaction pass's view of a segment (KEY_HASH_SCHEMA): offsets, 128-bit key hashes (see
@@ -926,7 +926,8 @@ def _location(uri: str, topic: str | None, partition: int | None) -> tuple[str, 
 
 
 @contextmanager
-def _file_bytes(path_or_uri: str | Path, storage: "Storage | None") -> Iterator[tuple[bytes | mmap.mmap, str]]:
+def _file_bytes(path_or_uri: str | Path,
+                storage: "Storage | None") -> Iterator[tuple[bytes | memoryview | mmap.mmap, str]]:
     """A segment file's bytes while the block runs: read through ``storage`` when given, else a local file
     memory-mapped (decoding copies what it keeps, so the file is not first copied whole into fresh memory,
     which cost a third of the time of a read) and an S3 object read."""
@@ -940,7 +941,7 @@ def _file_bytes(path_or_uri: str | Path, storage: "Storage | None") -> Iterator[
         yield data, uri
 
 
-def _open_file(data: bytes | mmap.mmap, uri: str, *, topic: str | None,
+def _open_file(data: bytes | memoryview | mmap.mmap, uri: str, *, topic: str | None,
                partition: int | None, verify_crc: bool, include_control: bool,
                allow_truncated_tail: bool, max_batch_bytes: int | None) -> _Segment:
     topic, partition, base = _location(uri, topic, partition)
