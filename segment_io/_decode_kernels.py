@@ -253,14 +253,18 @@ def _copy(typingctx, dst, at, buf, start, n):
 @njit(cache=True)
 def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, counts: np.ndarray,
                  base_offset: np.ndarray, base_ts: np.ndarray, max_ts: np.ndarray, log_append: np.ndarray,
-                 want_keys: bool, want_values: bool, want_headers: bool,
+                 want_keys: bool, want_values: bool, want_headers: bool, value_refs: bool,
                  offsets: np.ndarray, timestamps: np.ndarray,
                  k_offs: np.ndarray, k_data: np.ndarray, k_valid: np.ndarray,
-                 v_offs: np.ndarray, v_data: np.ndarray, v_valid: np.ndarray,
+                 v_offs: np.ndarray, v_data: np.ndarray, v_valid: np.ndarray, v_refs: np.ndarray,
                  h_offs: np.ndarray, hk_offs: np.ndarray, hk_data: np.ndarray,
                  hv_offs: np.ndarray, hv_data: np.ndarray, hv_valid: np.ndarray) -> None:
     """Second pass over bytes :func:`scan_records` accepted: writes per-record columns into the given
-    buffers (binary columns as int32 offsets + data + validity bytes). Columns not wanted are skipped."""
+    buffers (binary columns as int32 offsets + data + validity bytes). Columns not wanted are skipped.
+
+    With ``value_refs`` values are not copied: ``v_refs[r]`` is where record ``r``'s value length varint
+    lies, in the segment for an uncompressed batch, else in the batch's decompressed payload (counted from
+    the payload's first byte), and ``v_valid[r]`` says whether the value is non-null."""
     r = 0
     ko = 0
     vo = 0
@@ -301,8 +305,12 @@ def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
                 k_offs[r + 1] = ko
             if klen > 0:
                 p += klen
+            vpos = p
             vlen, p = _varint(buf, p, rec_end, _VARINT32_MAX)
-            if want_values:
+            if value_refs:
+                v_refs[r] = vpos if src[b] == 0 else vpos - rstart[b]
+                v_valid[r] = vlen >= 0
+            elif want_values:
                 if vlen >= 0:
                     _copy(v_data, vo, buf, p, vlen)
                     vo += vlen

@@ -245,3 +245,51 @@ def write_batches(out, batch_pos, row_start, row_end, base_offset, last_offset, 
             crc = _crc32c(crc_tables, out, start + V2_ATTRIBUTES, start + size)
             _put_be(out, start + V2_CRC, crc, 4)
             crc_out[b] = crc
+
+
+@njit(cache=True, nogil=True)
+def ref_value_lengths(buf, refs, valid, rows, lengths) -> int:
+    """For each row ``r`` of ``rows`` with a non-null value: ``lengths[r]`` = the length in the zig-zag varint
+    at ``buf[refs[r]]``, which must be a non-negative int32 whose bytes lie inside ``buf``. Returns the index
+    (into ``rows``) of the first reference that is not such a place, else -1."""
+    n = buf.shape[0]
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        if not valid[r]:
+            lengths[r] = 0
+            continue
+        p = refs[r]
+        if p < 0:
+            return i
+        u = np.uint64(0)
+        shift = np.uint64(0)
+        while True:
+            if p >= n or shift > np.uint64(28):
+                return i
+            byte = np.uint64(buf[p])
+            p += 1
+            u |= (byte & _U7F) << shift
+            if byte < _U80:
+                break
+            shift += _U7
+        if u & np.uint64(1) or u > np.uint64(0xFFFFFFFF):
+            return i  # negative (a null value where the row says there is one) or wider than an int32
+        length = np.int64(u >> np.uint64(1))
+        if p + length > n:
+            return i
+        lengths[r] = length
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def gather_ref_values(buf, refs, valid, rows, offsets, data) -> None:
+    """Copy the value that ``refs[r]`` points at (checked by :func:`ref_value_lengths`) to
+    ``data[offsets[r]:offsets[r + 1]]`` for each row ``r`` of ``rows`` with a non-null value."""
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        if not valid[r]:
+            continue
+        p = refs[r]
+        while buf[p] >= 0x80:
+            p += 1
+        _memcpy(data, offsets[r], buf, p + 1, offsets[r + 1] - offsets[r])

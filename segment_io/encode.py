@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from segment_io import _encode_kernels as kernels
-from segment_io.compression import CODEC_NAMES, NONE, codec_from_name, compress
+from segment_io.compression import CODEC_NAMES, NONE, codec_from_name, compress, decompress
 from segment_io.errors import InvalidRecordsError, UsageError
 from segment_io.format import (
     ATTR_CONTROL,
@@ -47,7 +47,7 @@ from segment_io.format import (
     V2_HEADER_SIZE,
     BatchHeaders,
 )
-from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA
+from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA, has_value_refs, with_value_refs
 
 # `memoryview(ndarray)  # type: ignore[arg-type]`: numpy declares ndarray.__buffer__ only for Python >= 3.12,
 # so on 3.11 a type checker does not see that an ndarray is a buffer (at run time it is one).
@@ -153,10 +153,16 @@ def input_columns(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] 
     return table.select(list(columns))
 
 
+def input_schema(table: pa.Table, columns: tuple[str, ...], schema: pa.Schema) -> pa.Schema:
+    """The types the kernels want for ``columns``: ``schema``'s, with value references kept as such."""
+    target = pa.schema([schema.field(c) for c in columns])
+    return with_value_refs(target) if has_value_refs(table.schema) else target
+
+
 def _as_table(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | None,
               columns: tuple[str, ...], schema: pa.Schema, *, combine: bool = True) -> pa.Table:
     table = input_columns(records, columns, schema)
-    target = pa.schema([schema.field(c) for c in columns])
+    target = input_schema(table, columns, schema)
     if not table.schema.equals(target):
         # Readers may hand over large_binary or binary_view columns; the kernels want the plain layouts.
         table = table.cast(target)
@@ -452,6 +458,7 @@ def encode_batches(records: pa.Table | Iterable[pa.RecordBatch], *, empty_batche
     """
     override = _check_codec(codec)
     table = _as_table(records, _RECORD_INPUT, RECORD_SCHEMA, combine=False)
+    _check_refs(table, sources)
     if table.num_rows and table.column(0).num_chunks > 1:
         return _encode_chunkwise(table, empty_batches, override, sources)
     return _encode_table(table.combine_chunks(), empty_batches, override, sources)
@@ -469,7 +476,7 @@ def _encode_table(table: pa.Table, empty_batches: pa.Table | None, override: int
     copies = _copy_sources(plan, sources)
     is_copy = np.fromiter((c is not None for c in copies), dtype=np.bool_, count=len(copies))
     to_compress = ~is_copy & (plan.codec != NONE) & (plan.row_end > plan.row_start)
-    encoded = _encode_uncompressed(table, plan, ~is_copy, ~is_copy & ~to_compress)
+    encoded = _encode_uncompressed(table, plan, ~is_copy, ~is_copy & ~to_compress, sources)
     return _assemble(plan, copies, to_compress, encoded)
 
 
@@ -548,7 +555,8 @@ def _concat_encoded(parts: list[EncodedSegment]) -> EncodedSegment:
     return EncodedSegment(buffers, BatchHeaders(**cols))  # type: ignore[arg-type]  # every field but truncated_tail
 
 
-def _encode_uncompressed(table: pa.Table, plan: _Plan, mask: np.ndarray, final: np.ndarray) -> _Raw:
+def _encode_uncompressed(table: pa.Table, plan: _Plan, mask: np.ndarray, final: np.ndarray,
+                         sources: Mapping[int, bytes | memoryview] | None) -> _Raw:
     """Write the batches selected by ``mask`` uncompressed into one buffer. ``final`` marks those that stay
     uncompressed: small ones among them are finished (CRC) by the kernel."""
     idx = np.flatnonzero(mask)
@@ -556,9 +564,13 @@ def _encode_uncompressed(table: pa.Table, plan: _Plan, mask: np.ndarray, final: 
     offsets = _ints(table, "offset", np.int64)
     timestamps = _ints(table, "timestamp", np.int64)
     key_off, key_data, key_valid = _binary_parts(_column(table, "key"))
-    val_off, val_data, val_valid = _binary_parts(_column(table, "value"))
-    hdr = _header_parts(_column(table, "headers"))
     row_start, row_end = plan.row_start[idx], plan.row_end[idx]
+    if has_value_refs(table.schema):
+        assert sources is not None  # _check_refs
+        val_off, val_data, val_valid = _gather_refs(table, _rows_of(row_start, row_end), sources)
+    else:
+        val_off, val_data, val_valid = _binary_parts(_column(table, "value"))
+    hdr = _header_parts(_column(table, "headers"))
     base_offset, base_ts = plan.base_offset[idx], plan.base_timestamp[idx]
 
     body_sizes = np.empty(n, dtype=np.int64)
@@ -591,6 +603,109 @@ def _encode_uncompressed(table: pa.Table, plan: _Plan, mask: np.ndarray, final: 
     raw.crc[idx] = crc
     raw.crc_done[idx] = crc_here
     return raw
+
+
+def _rows_of(row_start: np.ndarray, row_end: np.ndarray) -> np.ndarray:
+    """Every row number of the ranges ``[row_start[i], row_end[i])``, in order."""
+    counts = row_end - row_start
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    before = np.zeros(len(counts), np.int64)
+    np.cumsum(counts[:-1], out=before[1:])
+    return np.repeat(row_start - before, counts) + np.arange(total, dtype=np.int64)
+
+
+def _check_refs(table: pa.Table, sources: Mapping[int, bytes | memoryview] | None) -> None:
+    if has_value_refs(table.schema) and table.num_rows and not sources:
+        raise UsageError("the value column holds references into the source segments "
+                         "(segment_io.schema.VALUE_REF_TYPE): pass those segments' bytes as sources")
+
+
+def _payload(src: memoryview, pos: int, codec: int, segment: int) -> np.ndarray:
+    """The decompressed records of the compressed v2 batch at ``pos`` of ``src``, as the decoder saw them."""
+    if pos < 0 or pos + V2_HEADER_SIZE > len(src):
+        raise InvalidRecordsError(f"value references name a batch at byte {pos} of segment {segment}, which "
+                                  f"holds {len(src)} bytes")
+    length = int.from_bytes(src[pos + SIZE_OFFSET:pos + SIZE_OFFSET + 4], "big", signed=True)
+    end = pos + LOG_OVERHEAD + length
+    if end > len(src) or length < V2_HEADER_SIZE - LOG_OVERHEAD:
+        raise InvalidRecordsError(f"value references name a batch at byte {pos} of segment {segment} that "
+                                  f"is not whole there")
+    return np.frombuffer(decompress(codec, src[pos + V2_HEADER_SIZE:end]), np.uint8)
+
+
+def _gather_refs(table: pa.Table, rows: np.ndarray,
+                 sources: Mapping[int, bytes | memoryview]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(offsets int32[n+1], data, validity) of the values that the ``value`` references (VALUE_REF_TYPE) of
+    ``rows`` point at in ``sources``: one copy of each, straight from the segment bytes (a compressed batch's
+    payload is decompressed again, once for all its rows). Rows not in ``rows`` get empty values."""
+    arr = _column(table, "value")
+    n = len(arr)
+    valid = _validity(arr)
+    refs = _ints(table, "value", np.int64)
+    seg = _ints(table, "segment_base_offset", np.int64)
+    codec = _ints(table, "codec", np.int64)
+    bpos = _ints(table, "batch_position", np.int64)
+    offsets = _ints(table, "offset", np.int64)
+    legacy = rows[_ints(table, "magic", np.int64)[rows] < _MAGIC_V2]
+    if len(legacy):
+        raise InvalidRecordsError("value references are only made for v2 batches, but the record at offset "
+                                  f"{offsets[legacy[0]]} is from a legacy one", offset=int(offsets[legacy[0]]))
+    work: list[tuple[np.ndarray, np.ndarray, int]] = []  # (buffer, its rows, segment)
+    for s in np.unique(seg[rows]).tolist():
+        src = sources.get(s)
+        in_seg = rows[seg[rows] == s]
+        if src is None:
+            raise UsageError(f"value references into segment {s} (record offset {offsets[in_seg[0]]}), whose "
+                             "bytes are not among the sources")
+        mv = memoryview(src).cast("B") if not isinstance(src, memoryview) or src.format != "B" else src
+        plain = in_seg[codec[in_seg] == NONE]
+        if len(plain):
+            work.append((np.frombuffer(mv, np.uint8), plain, s))
+        packed = in_seg[codec[in_seg] != NONE]
+        if len(packed):
+            cuts = np.flatnonzero(bpos[packed][1:] != bpos[packed][:-1]) + 1
+            for batch_rows in np.split(packed, cuts):
+                r0 = int(batch_rows[0])
+                work.append((_payload(mv, int(bpos[r0]), int(codec[r0]), s), batch_rows, s))
+    lengths = np.zeros(n, np.int64)
+    for buf, batch_rows, s in work:
+        bad = int(kernels.ref_value_lengths(buf, refs, valid, batch_rows, lengths))
+        if bad >= 0:
+            r = int(batch_rows[bad])
+            raise InvalidRecordsError(f"the value reference {refs[r]} of the record at offset {offsets[r]} does "
+                                      f"not point at a value in segment {s} (batch at byte {bpos[r]})",
+                                      offset=int(offsets[r]))
+    ends = np.cumsum(lengths)
+    if n and ends[-1] > _INT32_MAX:
+        raise InvalidRecordsError("values of one encoder input exceed 2 GiB", offset=int(offsets[0]))
+    value_off = np.zeros(n + 1, np.int32)
+    value_off[1:] = ends
+    data = np.empty(int(ends[-1]) if n else 0, np.uint8)
+    for buf, batch_rows, _ in work:
+        kernels.gather_ref_values(buf, refs, valid, batch_rows, value_off, data)
+    return value_off, data, valid
+
+
+def resolve_value_refs(records: pa.Table, sources: Mapping[int, bytes | memoryview]) -> pa.Table:
+    """``records`` with a ``value`` column of bytes: the values its references (VALUE_REF_TYPE) point at in
+    ``sources`` copied out, chunk by chunk. A table whose values are bytes is returned as it is."""
+    if not has_value_refs(records.schema):
+        return records
+    _check_refs(records, sources)
+    i = records.schema.get_field_index("value")
+    chunks = []
+    for chunk in records.to_batches():
+        part = pa.Table.from_batches([chunk])
+        offs, data, valid = _gather_refs(part, np.arange(part.num_rows, dtype=np.int64), sources)
+        nulls = part.num_rows - int(np.count_nonzero(valid))
+        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+        values = pa.Array.from_buffers(pa.binary(), part.num_rows, [bitmap, pa.py_buffer(offs), pa.py_buffer(data)],
+                                       null_count=nulls)
+        chunks.append(chunk.set_column(i, RECORD_SCHEMA.field("value"), values))
+    schema = records.schema.set(i, RECORD_SCHEMA.field("value"))
+    return pa.Table.from_batches(chunks, schema=schema)
 
 
 def _finish_crcs(raw: _Raw, final: np.ndarray) -> None:
@@ -672,4 +787,4 @@ def _assemble(plan: _Plan, copies: list[memoryview | None], to_compress: np.ndar
     return EncodedSegment(buffers=tuple(buffers), headers=headers)
 
 
-__all__ = ["EncodedSegment", "encode_batches"]
+__all__ = ["EncodedSegment", "encode_batches", "resolve_value_refs"]

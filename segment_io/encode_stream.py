@@ -28,12 +28,14 @@ from segment_io.encode import (
     EncodedSegment,
     _as_table,
     _check_codec,
+    _check_refs,
     _encode_table,
     input_columns,
+    input_schema,
 )
 from segment_io.errors import InvalidRecordsError, UsageError
 from segment_io.format import BatchHeaders
-from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA
+from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA, has_value_refs
 from segment_io.storage.base import release_mapped_pages
 
 #: Keys and values per encoded part. Large enough that the per-call cost of the encoder (planning, numba
@@ -61,6 +63,22 @@ def _byte_lengths(arr: pa.Array) -> np.ndarray:
     return np.asarray(lengths.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
+def _value_bytes(chunk: pa.RecordBatch) -> np.ndarray:
+    """Each row's value bytes. Value references hold no bytes: a row's distance to the next row's reference in
+    the same source batch stands for it (a record's size; 0 for a batch's last row): parts only need an estimate."""
+    if not has_value_refs(chunk.schema):
+        return _byte_lengths(chunk.column("value"))
+    refs = _int_column(chunk, "value")
+    bbo = _int_column(chunk, "batch_base_offset")
+    seg = _int_column(chunk, "segment_base_offset")
+    valid = np.asarray(chunk.column("value").is_valid().to_numpy(zero_copy_only=False), dtype=np.bool_)
+    est = np.zeros(len(refs), np.int64)
+    if len(refs) > 1:
+        same = (bbo[1:] == bbo[:-1]) & (seg[1:] == seg[:-1]) & valid[1:] & valid[:-1]
+        est[:-1] = np.where(same, np.maximum(refs[1:] - refs[:-1], 0), 0)
+    return est
+
+
 def _batch_starts(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """Row numbers where a new output batch starts (where ``segment_base_offset`` or ``batch_base_offset``
     changes, as the encoder groups rows) and the estimated wire bytes of all rows before each of them.
@@ -80,7 +98,7 @@ def _batch_starts(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         boundary = np.empty(n, dtype=np.bool_)
         boundary[0] = prev is None or prev != (int(seg[0]), int(bbo[0]))
         boundary[1:] = (seg[1:] != seg[:-1]) | (bbo[1:] != bbo[:-1])
-        sizes = _byte_lengths(chunk.column("key")) + _byte_lengths(chunk.column("value")) + _RECORD_OVERHEAD_ESTIMATE
+        sizes = _byte_lengths(chunk.column("key")) + _value_bytes(chunk) + _RECORD_OVERHEAD_ESTIMATE
         cum = np.zeros(n, dtype=np.int64)
         np.cumsum(sizes[:-1], out=cum[1:])
         at = np.flatnonzero(boundary)
@@ -143,7 +161,8 @@ def iter_encoded_parts(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBa
         raise UsageError(f"part_bytes must be positive, got {part_bytes}")
     override = _check_codec(codec)
     table = input_columns(records, _RECORD_INPUT, RECORD_SCHEMA)
-    target = pa.schema([RECORD_SCHEMA.field(c) for c in _RECORD_INPUT])
+    target = input_schema(table, _RECORD_INPUT, RECORD_SCHEMA)
+    _check_refs(table, sources)
     empties = None
     if empty_batches is not None and empty_batches.num_rows:
         empties = _as_table(empty_batches, _EMPTY_INPUT, BATCH_SCHEMA)

@@ -57,6 +57,27 @@ RECORD_SCHEMA = pa.schema([
 
 RECORD_COLUMNS: tuple[str, ...] = tuple(RECORD_SCHEMA.names)
 
+#: The type of a ``value`` column that holds references instead of bytes: for each record, where its value's
+#: length varint lies in the source segment (a file position for an uncompressed batch, a position in the
+#: batch's decompressed payload for a compressed one); null for a tombstone. The cleaning task decodes values
+#: this way (no copy of every value, and none again when the kept rows are filtered) and the encoder copies
+#: the values it writes from the segment bytes it is given as ``sources``. A reference is only meaningful
+#: next to its row's ``segment_base_offset``, ``batch_position`` and ``codec``, which the cleaner keeps as they
+#: were read. Never handed to Spark: readers see RECORD_SCHEMA.
+VALUE_REF_TYPE = pa.int64()
+
+
+def with_value_refs(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with its ``value`` field (if any) holding references (:data:`VALUE_REF_TYPE`)."""
+    i = schema.get_field_index("value")
+    return schema if i < 0 else schema.set(i, pa.field("value", VALUE_REF_TYPE, nullable=True))
+
+
+def has_value_refs(schema: pa.Schema) -> bool:
+    """Whether ``schema``'s ``value`` column holds references (:data:`VALUE_REF_TYPE`) rather than bytes."""
+    i = schema.get_field_index("value")
+    return i >= 0 and schema.field(i).type == VALUE_REF_TYPE
+
 #: What the first compaction pass needs, decoded without materialising keys or values. The key is
 #: represented by a 128-bit hash (two int64 halves) so that 24 bytes per key (hash + offset) suffice in
 #: the offset map, as in Kafka, with a collision probability that stays negligible at billions of keys.

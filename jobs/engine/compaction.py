@@ -239,6 +239,7 @@ class _PartitionCleaner:
     def _clean_group(self, group, omap, refreshed_txn, mappings: ExitStack) -> _GroupRun:
         from jobs.rules.cleaner import clean_records, key_hash_table
         from segment_io.decode import decode_segment_and_headers
+        from segment_io.encode import resolve_value_refs
         from segment_io.encode_stream import encoded_size
         from segment_io.segment_writer import write_segment
         from segment_io.storage.base import release_mapped_pages
@@ -252,13 +253,17 @@ class _PartitionCleaner:
             data = mappings.enter_context(self.mapped(s.base_offset))
             sources[s.base_offset] = data
             # one pass over the headers gives the rows and the headers (no second scan of the mapped file)
+            # values stay in the mapped bytes (references): the encoder copies the kept ones from there
             decoded, headers = decode_segment_and_headers(data, path=uri, topic=plan.topic,
-                                                          partition=plan.partition, segment_base_offset=s.base_offset)
+                                                          partition=plan.partition, segment_base_offset=s.base_offset,
+                                                          value_refs=True)
             tables.append(decoded)
             del decoded  # `tables` alone holds the rows: dropped as a whole once cleaned
             empties.append(empty_batches_from_headers(headers, s.base_offset))
             corrupt_indexes += self.index_problems(s.base_offset, headers)
             release_mapped_pages(data)  # decoded and checked: its pages need not stay resident (bounded memory)
+        if len({t.schema for t in tables}) > 1:  # a segment with legacy batches comes with its values copied
+            tables = [resolve_value_refs(t, sources) for t in tables]
         records = pa.concat_tables(tables)
         del tables
         mtimes = {s.base_offset: s.mtime_ms for s in group}

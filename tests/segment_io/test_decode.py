@@ -374,6 +374,35 @@ def test_iter_segment_streams_whole_batches(tmp_path, segment: bytes) -> None:
     assert [c.num_rows for c in iter_segment(path, batch_rows=1_000_000)] == [sum(COUNTS)]
 
 
+def test_a_local_file_is_mapped_not_read_whole(tmp_path, segment: bytes, monkeypatch) -> None:
+    """read_segment, iter_segment and read_key_hashes decode a local file through a mapping: reading it whole
+    into fresh memory first cost a third of the time (issue 24). Its pages are the decoder's input, and the
+    tables hold copies, so they outlive the mapping; a missing file is a located NotFoundError."""
+    import pathlib
+
+    from segment_io.storage.local import LocalStorage
+
+    path = tmp_path / "t-0" / "00000000000000000000.log"
+    path.parent.mkdir()
+    path.write_bytes(segment)
+    expected = decode_segment_bytes(segment, topic="t", partition=0, segment_base_offset=0)
+    expected_hashes = decode_key_hashes_bytes(segment)
+
+    def whole(*args, **kwargs):
+        raise AssertionError("the file was read whole")
+
+    monkeypatch.setattr(pathlib.Path, "read_bytes", whole)
+    monkeypatch.setattr(LocalStorage, "read", whole)
+    table = read_segment(path)
+    assert table.equals(expected)
+    assert pa.Table.from_batches(list(iter_segment(str(path), batch_rows=10))).equals(expected)
+    assert read_key_hashes(path).equals(expected_hashes)
+    monkeypatch.undo()
+    with pytest.raises(errors.NotFoundError) as info:
+        read_segment(tmp_path / "t-0" / "00000000000000000099.log")
+    assert "00000000000000000099.log" in str(info.value)
+
+
 def test_offsets_only_projection_does_not_need_key_or_value(segment: bytes) -> None:
     table = decode_segment_bytes(segment, columns=["timestamp"])
     assert table.schema.names == ["timestamp"]
