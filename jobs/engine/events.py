@@ -50,7 +50,9 @@ EVENTS = {
     "recovery.partition": "what recovery did to a partition an interrupted run left",
     "recovery.failed": "a partition recovery could not settle (left untouched)",
     "config.shadowed": "a topic's config key is overridden by a more specific entry",
-    "scan.start": "Spark is ready (spark_startup_s); the partitions are being scanned",
+    "spark.ready": "Spark started (spark_startup_s): only when some task needs it (a run with nothing due "
+                   "starts none)",
+    "scan.start": "the partitions are being scanned (spark_startup_s: Spark's start-up when it started first)",
     "scan.done": "every partition in scope was scanned",
     "partition.unreadable": "a partition could not be read (left untouched)",
     "checkpoint.orphan": "a log-start-offset-checkpoint entry names a partition the log dir does not hold",

@@ -21,6 +21,8 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import threading
+import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
@@ -184,6 +186,60 @@ class SparkTasks:
             self.spark.sparkContext.environment[key] = value
 
 
+class LazySparkTasks(SparkTasks):
+    """:class:`SparkTasks` whose session is built (``build()``) the first time a task must run or the session is
+    asked for (:attr:`parallelism`, :attr:`spark`): a run whose selection finds nothing due starts no JVM at
+    all. Environment set before the start is handed to the session when it is built. ``on_start(seconds)`` is
+    told how long the start took."""
+
+    def __init__(self, build: Callable[[], Any], *, job_group: str | None = None,
+                 on_start: Callable[[float], None] | None = None) -> None:
+        self._build = build
+        self._session: Any = None
+        self._env: dict[str, str] = {}
+        self._on_start = on_start
+        self._lock = threading.Lock()
+        self.job_group = job_group
+
+    @property
+    def started(self) -> bool:
+        """Whether the session has been built."""
+        return self._session is not None
+
+    @property
+    def spark(self) -> Any:
+        with self._lock:  # stream's threads may ask at once: one start
+            if self._session is None:
+                from segment_io.spark.workers import use_this_python_for_local_workers
+
+                t0 = time.monotonic()
+                session = self._build()
+                use_this_python_for_local_workers(session)
+                for key, value in self._env.items():
+                    session.sparkContext.environment[key] = value
+                self._session = session
+                if self._on_start is not None:
+                    self._on_start(time.monotonic() - t0)
+            return self._session
+
+    def set_environment(self, env: Mapping[str, str]) -> None:
+        self._env.update(env)
+        if self.started:
+            super().set_environment(env)
+
+
+def map_in_driver(fn: Callable[[T], R], items: Sequence[T], *, env: Mapping[str, str] | None = None,
+                  threads: int = 8) -> list[R]:
+    """``[fn(item) for item in items]`` on a few threads of this process, ``env`` set meanwhile: for tasks that
+    take milliseconds each (header and size scans), where a Spark job's overhead, or starting Spark at all,
+    would cost more than the work (the threads overlap their reads, on S3 above all)."""
+    if not items:
+        return []
+    with _environment(env or {}), ThreadPoolExecutor(max_workers=max(1, min(threads, len(items))),
+                                                     thread_name_prefix="segjobs-scan") as pool:
+        return list(pool.map(fn, items))
+
+
 def _first_line(exc: BaseException) -> str:
     """The gist of a failed Spark job (its Java stack trace is long): the first line naming the cause."""
     text = str(exc)
@@ -314,5 +370,5 @@ class Seams:
 #: The seams of a production run.
 PRODUCTION = Seams()
 
-__all__ = ["FaultHook", "InProcessTasks", "PRODUCTION", "STREAM_MAX_ITEMS", "STREAM_TARGET_BYTES", "Seams",
-           "SparkTasks", "TaskFailure", "TaskRunner", "spark_job_labels", "stream_bins"]
+__all__ = ["FaultHook", "InProcessTasks", "LazySparkTasks", "PRODUCTION", "STREAM_MAX_ITEMS", "STREAM_TARGET_BYTES",
+           "Seams", "SparkTasks", "TaskFailure", "TaskRunner", "map_in_driver", "spark_job_labels", "stream_bins"]
