@@ -289,6 +289,7 @@ class InProcessTasks:
             description: str | None = None) -> list[R]:
         if items:
             self.descriptions.append(description)
+            fn = ship_function(fn)
         out = []
         with _environment(self.env):
             for item in items:
@@ -299,9 +300,10 @@ class InProcessTasks:
     def stream(self, fn: Callable[[T], R], items: Sequence[T], *, sizes: Sequence[int] | None = None,
                description: str | None = None) -> Iterator[tuple[int, R | TaskFailure]]:
         # the same bins as on Spark, one after another, each item's result handed back as its bin ends
-        if items:
-            self.descriptions.append(description)
-        task = _BinTask(fn)
+        if not items:
+            return
+        self.descriptions.append(description)
+        task = ship_function(_BinTask(fn))
         for indices in stream_bins(items, sizes, self.parallelism):
             with _environment(self.env):
                 self.calls += 1
@@ -310,6 +312,33 @@ class InProcessTasks:
 
     def set_environment(self, env: Mapping[str, str]) -> None:
         self.env.update(env)
+
+
+class NumbaKernelInTask(pickle.PicklingError):
+    """A task function would carry a compiled (numba) kernel by value (a closure, lambda or ``partial`` over
+    one): each worker would then compile the kernel again (seconds per kernel) instead of loading the cached
+    code its module finds. Tasks reach kernels through module-level functions, which pickle by reference."""
+
+
+def ship_function(fn: T) -> T:
+    """``fn`` pickled as Spark ships a task function (PySpark's cloudpickle: module-level functions and classes
+    by reference, closures and lambdas by value) and unpickled, as an executor gets it. Raises
+    :class:`NumbaKernelInTask` when that would carry a numba dispatcher."""
+    from numba.core.dispatcher import Dispatcher
+    from pyspark import cloudpickle
+
+    class Pickler(cloudpickle.Pickler):
+        def reducer_override(self, obj: Any) -> Any:
+            if isinstance(obj, Dispatcher):
+                raise NumbaKernelInTask(
+                    f"the task function {getattr(fn, '__qualname__', type(fn).__qualname__)} carries the compiled "
+                    f"kernel {obj.py_func.__module__}.{obj.py_func.__qualname__} by value: every worker would "
+                    f"compile it again; call it from a module-level function instead")
+            return super().reducer_override(obj)
+
+    buf = io.BytesIO()
+    Pickler(buf).dump(fn)
+    return pickle.loads(buf.getvalue())
 
 
 def _round_trip(value: T) -> T:
@@ -371,4 +400,5 @@ class Seams:
 PRODUCTION = Seams()
 
 __all__ = ["FaultHook", "InProcessTasks", "LazySparkTasks", "PRODUCTION", "STREAM_MAX_ITEMS", "STREAM_TARGET_BYTES",
-           "Seams", "SparkTasks", "TaskFailure", "TaskRunner", "map_in_driver", "spark_job_labels", "stream_bins"]
+           "NumbaKernelInTask", "Seams", "SparkTasks", "TaskFailure", "TaskRunner", "map_in_driver", "ship_function",
+           "spark_job_labels", "stream_bins"]
