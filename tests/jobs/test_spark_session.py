@@ -76,10 +76,11 @@ def test_a_jvm_that_exits_at_once_is_the_same_error_without_a_traceback(tmp_path
     java.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "PYSPARK_GATEWAY_PORT"}
     env.update(JAVA_HOME=str(home), PATH="/usr/bin:/bin")
-    proc = segjobs(["compact", "--log-dir", str(log_dir), "--now", NOW], env)
+    # inspect: its scans are Spark tasks (a compaction with nothing due, as here, would start no JVM at all)
+    proc = segjobs(["inspect", "--log-dir", str(log_dir), "--now", NOW], env)
     assert proc.returncode == 2, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert last == (f"segjobs compact: error: Spark's JVM ({java}) exited before it started (see the lines above): "
+    assert last == (f"segjobs inspect: error: Spark's JVM ({java}) exited before it started (see the lines above): "
                     f"{JAVA_FIX}")
     assert "Traceback" not in proc.stderr and "JAVA_GATEWAY_EXITED" not in proc.stderr
 
