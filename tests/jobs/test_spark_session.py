@@ -117,9 +117,13 @@ def test_python_workers_fork_from_the_daemon_that_imported_the_hot_modules(spark
 
 def test_the_daemon_preloads_without_starting_blas_threads() -> None:
     code = ("import os; from jobs.engine.worker_daemon import preload; preload(); import sys; "
-            "print(len(os.listdir('/proc/self/task')), 'jobs.engine.compaction' in sys.modules)")
+            "from jobs.engine.kernels import _dispatchers, cached_kernels; "
+            "loaded = {n: len(d.overloads) for n, d in _dispatchers()}; "
+            "print(len(os.listdir('/proc/self/task')), 'jobs.engine.compaction' in sys.modules, "
+            "loaded == cached_kernels() and sum(loaded.values()) > 0)")
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    threads, loaded = out.stdout.split()
-    # numpy without its BLAS pool; pyarrow's one thread (its pools are re-created after a fork)
-    assert loaded == "True" and int(threads) <= 2
+    threads, imported, kernels = out.stdout.split()
+    # numpy without its BLAS pool; pyarrow's one thread (its pools are re-created after a fork); every kernel's
+    # cached code loaded (the install's warm-up cached them)
+    assert imported == "True" and kernels == "True" and int(threads) <= 2
