@@ -51,7 +51,9 @@ EVENTS = {
     "recovery.failed": "a partition recovery could not settle (left untouched)",
     "config.shadowed": "a topic's config key is overridden by a more specific entry",
     "config.unmatched": "a config entry (a glob, or a --set name) matches no topic of the log dir: no effect",
-    "scan.start": "Spark is ready (spark_startup_s); the partitions are being scanned",
+    "spark.ready": "Spark started (spark_startup_s): only when some task needs it (a run with nothing due "
+                   "starts none)",
+    "scan.start": "the partitions are being scanned (spark_startup_s: Spark's start-up when it started first)",
     "scan.done": "every partition in scope was scanned",
     "partition.unreadable": "a partition could not be read (left untouched)",
     "checkpoint.orphan": "a log-start-offset-checkpoint entry names a partition the log dir does not hold",

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -440,7 +441,12 @@ class ExternalSortRun:
                 if d.rstrip("/").rsplit("/", 1)[-1].startswith("run-"):
                     _clear(storage, d)
         self.run_dir = storage.join(sort_root, f"{'dry' if ctx.dry_run else 'run'}-{ctx.report.run_id}")
-        self.bucket_bytes = getattr(ctx.options, "sort_bucket_bytes", None) or default_bucket_bytes(ctx.runner)
+
+    @cached_property
+    def bucket_bytes(self) -> int:
+        """The bucket size; asked only when a partition is sorted (the default reads Spark's settings, which
+        starts Spark)."""
+        return getattr(self.ctx.options, "sort_bucket_bytes", None) or default_bucket_bytes(self.ctx.runner)
 
     def layout(self, t: CompactTask) -> tuple[list[tuple[SegmentInfo, ...]], str, int]:
         """A partition's segment groups (every segment below the first uncleanable offset, grouped as the

@@ -1,11 +1,13 @@
-"""The frame every job runs in: validate → lock → recover → list → scan (tasks) → job work → report.
+"""The frame every job runs in: validate → lock → recover → list → scan → job work (tasks) → report.
 
 A job (compact, retain, inspect) gives :func:`run_job` its typed options (:mod:`jobs.engine.options`) and a
 work function that receives a :class:`JobContext` (storage, committer, configs, scope, listing, scans, task
 runner, report) and fills ``report.partitions`` and ``report.totals``. Everything that can be checked without
 Spark (configuration, ``now``, scope syntax, the log dir's existence, that S3 answers and that the report and
 ledger destinations can be written) is checked before Spark starts, so a typo costs a second, not a session
-start, and a report that could not be written is known before any work.
+start, and a report that could not be written is known before any work. Spark itself starts only when a task
+first needs it (:class:`jobs.engine.seams.LazySparkTasks`): the header and size scans run on the driver's threads,
+so a compaction or retention run that finds nothing due reports, writes its ledger and exits without a JVM.
 
 The frame prints nothing on stdout: it returns the finished report (:class:`JobRun`), and the command prints
 the summary or the JSON. Progress and errors go to the options' progress sink (stderr by default).
@@ -14,7 +16,6 @@ the summary or the JSON. Progress and errors go to the options' progress sink (s
 from __future__ import annotations
 
 import os
-import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
@@ -31,7 +32,7 @@ from jobs.engine.report import (
     write_report,
 )
 from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
-from jobs.engine.seams import PRODUCTION, Seams, SparkTasks, TaskRunner
+from jobs.engine.seams import PRODUCTION, LazySparkTasks, Seams, TaskRunner, map_in_driver
 from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir
 from jobs.logdir.commit import Committer, committer_for
 from jobs.rules.config import ConfigSet
@@ -482,10 +483,14 @@ class _Frame:
 
         runner = self._runner()
         # Tasks (local or on a cluster's executors) decode with the run's decompression bound.
-        runner.set_environment({compression.MAX_BATCH_BYTES_ENV: str(self.max_batch)})
-        ready = (f"Spark ready in {report.spark_startup_s}s" if report.spark_startup_s is not None
-                 else "tasks run in this process")
-        progress(f"{ready}; scanning {len(selected)} partition(s)", event="scan.start", partitions=len(selected),
+        task_env = {compression.MAX_BATCH_BYTES_ENV: str(self.max_batch)}
+        runner.set_environment(task_env)
+        # Header and size scans take milliseconds a partition: they run on the driver's threads, and Spark
+        # starts only when a task needs it (a run with nothing due starts none). A test's runner runs them all.
+        in_driver = self.seams.runner is None and self.scan_depth in ("headers", "sizes")
+        where = ("tasks run in this process" if self.seams.runner is not None
+                 else "on the driver" if in_driver else "as Spark tasks")
+        progress(f"scanning {len(selected)} partition(s) ({where})", event="scan.start", partitions=len(selected),
                  spark_startup_s=report.spark_startup_s)
         ctx = JobContext(options=self.options, storage=storage, committer=self.committer,
                          log_dir=log_dir, work_uri=self.work_dir, configs=self.configs, scope=self.scope,
@@ -498,9 +503,13 @@ class _Frame:
                   now_ms, configs.for_topic(k[0]).producer_id_expiration_ms) for k in selected]
         # A header scan takes milliseconds, less than a Spark task's own overhead: thousands of partitions
         # go in a few tasks per core. Transaction scans read whole logs: one task per partition balances them.
-        tasks = runner.parallelism * 4 if self.scan_depth in ("headers", "sizes") else None
-        for scan in ctx.parallel_map(scan_task, items, tasks=tasks,
-                                     description=f"scan {len(items)} partition(s) ({self.scan_depth})"):
+        if in_driver:
+            scans = map_in_driver(scan_task, items, env=task_env)
+        else:
+            tasks = runner.parallelism * 4 if self.scan_depth in ("headers", "sizes") else None
+            scans = ctx.parallel_map(scan_task, items, tasks=tasks,
+                                     description=f"scan {len(items)} partition(s) ({self.scan_depth})")
+        for scan in scans:
             error = unrecovered.get((scan.topic, scan.partition))
             if error is not None:  # an interrupted commit recovery could not settle: nobody touches the partition
                 scan.error, scan.state, scan.txn = PartitionError.from_exception(error), None, None
@@ -519,16 +528,23 @@ class _Frame:
         """The seams' runner, else Spark tasks in the given session (or the active one, or a new one)."""
         if self.seams.runner is not None:
             return self.seams.runner
-        t0 = time.monotonic()
-        spark = self.spark
-        if spark is None:
+
+        def build() -> Any:
+            if self.spark is not None:
+                return self.spark
             from jobs.engine.spark_session import build_session
 
-            spark = build_session(app_name=f"segjobs-{self.command}", master=self.options.master,
-                                  verbose=self.options.spark_verbose)
-        self.report.spark_startup_s = round(time.monotonic() - t0, 2)
-        # one Spark job group per run, named by the run id the report and the ledger carry
-        return SparkTasks(spark, job_group=f"segjobs-{self.command}-{self.report.run_id}")
+            return build_session(app_name=f"segjobs-{self.command}", master=self.options.master,
+                                 verbose=self.options.spark_verbose)
+
+        def started(seconds: float) -> None:
+            self.report.spark_startup_s = round(seconds, 2)
+            self.progress(f"Spark ready in {self.report.spark_startup_s}s", event="spark.ready",
+                          spark_startup_s=self.report.spark_startup_s)
+
+        # Built when a task first needs it. One Spark job group per run, named by the run id the report and the
+        # ledger carry.
+        return LazySparkTasks(build, job_group=f"segjobs-{self.command}-{self.report.run_id}", on_start=started)
 
 
 def _check_scope(storage: Storage, log_dir: str, scope: Scope, configs: ConfigSet) -> LogDirListing:

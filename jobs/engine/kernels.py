@@ -52,6 +52,26 @@ def cached_kernels() -> dict[str, int]:
     return out
 
 
+def load_cached_kernels() -> int:
+    """Load every compiled version the on-disk cache holds for the current source, as a first call with those
+    argument types would (milliseconds each; nothing is compiled: a stale or missing cache holds none). Returns
+    how many were loaded. For the worker daemon (:mod:`jobs.engine.worker_daemon`), so that the workers it
+    forks start with them."""
+    loaded = 0
+    for _, dispatcher in _dispatchers():
+        try:
+            signatures = [key[0] for key in dispatcher._cache._cache_file._load_index()]
+        except Exception:  # noqa: BLE001 - numba's cache layout is internal: its first call loads it as before
+            continue
+        for signature in signatures:
+            try:
+                dispatcher.compile(signature)
+            except Exception:  # noqa: BLE001 - likewise
+                continue
+            loaded += 1
+    return loaded
+
+
 def kernels_cold() -> bool:
     """Whether a run would compile kernels first: none of them has cached code (a fresh install, a cleared
     cache, or sources changed since the warm-up). A kernel that only rare inputs need (legacy message sets,

@@ -23,7 +23,9 @@ import os
 import pickle
 import queue
 import threading
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, TypeVar
@@ -223,6 +225,60 @@ def _cancel_group(sc: Any, group: str) -> None:
         pass
 
 
+class LazySparkTasks(SparkTasks):
+    """:class:`SparkTasks` whose session is built (``build()``) the first time a task must run or the session is
+    asked for (:attr:`parallelism`, :attr:`spark`): a run whose selection finds nothing due starts no JVM at
+    all. Environment set before the start is handed to the session when it is built. ``on_start(seconds)`` is
+    told how long the start took."""
+
+    def __init__(self, build: Callable[[], Any], *, job_group: str | None = None,
+                 on_start: Callable[[float], None] | None = None) -> None:
+        self._build = build
+        self._session: Any = None
+        self._env: dict[str, str] = {}
+        self._on_start = on_start
+        self._lock = threading.Lock()
+        self.job_group = job_group
+
+    @property
+    def started(self) -> bool:
+        """Whether the session has been built."""
+        return self._session is not None
+
+    @property
+    def spark(self) -> Any:
+        with self._lock:  # stream's threads may ask at once: one start
+            if self._session is None:
+                from segment_io.spark.workers import use_this_python_for_local_workers
+
+                t0 = time.monotonic()
+                session = self._build()
+                use_this_python_for_local_workers(session)
+                for key, value in self._env.items():
+                    session.sparkContext.environment[key] = value
+                self._session = session
+                if self._on_start is not None:
+                    self._on_start(time.monotonic() - t0)
+            return self._session
+
+    def set_environment(self, env: Mapping[str, str]) -> None:
+        self._env.update(env)
+        if self.started:
+            super().set_environment(env)
+
+
+def map_in_driver(fn: Callable[[T], R], items: Sequence[T], *, env: Mapping[str, str] | None = None,
+                  threads: int = 8) -> list[R]:
+    """``[fn(item) for item in items]`` on a few threads of this process, ``env`` set meanwhile: for tasks that
+    take milliseconds each (header and size scans), where a Spark job's overhead, or starting Spark at all,
+    would cost more than the work (the threads overlap their reads, on S3 above all)."""
+    if not items:
+        return []
+    with _environment(env or {}), ThreadPoolExecutor(max_workers=max(1, min(threads, len(items))),
+                                                     thread_name_prefix="segjobs-scan") as pool:
+        return list(pool.map(fn, items))
+
+
 def _first_line(exc: BaseException) -> str:
     """The gist of a failed Spark job (its Java stack trace is long): the first line naming the cause."""
     text = str(exc)
@@ -272,6 +328,7 @@ class InProcessTasks:
             description: str | None = None) -> list[R]:
         if items:
             self.descriptions.append(description)
+            fn = ship_function(fn)
         out = []
         with _environment(self.env):
             for item in items:
@@ -282,9 +339,10 @@ class InProcessTasks:
     def stream(self, fn: Callable[[T], R], items: Sequence[T], *, sizes: Sequence[int] | None = None,
                description: str | None = None) -> Iterator[tuple[int, R | TaskFailure]]:
         # the same bins as on Spark, one after another, each item's result handed back as its bin ends
-        if items:
-            self.descriptions.append(description)
-        task = _BinTask(fn)
+        if not items:
+            return
+        self.descriptions.append(description)
+        task = ship_function(_BinTask(fn))
         for indices in stream_bins(items, sizes, self.parallelism):
             with _environment(self.env):
                 self.calls += 1
@@ -293,6 +351,33 @@ class InProcessTasks:
 
     def set_environment(self, env: Mapping[str, str]) -> None:
         self.env.update(env)
+
+
+class NumbaKernelInTask(pickle.PicklingError):
+    """A task function would carry a compiled (numba) kernel by value (a closure, lambda or ``partial`` over
+    one): each worker would then compile the kernel again (seconds per kernel) instead of loading the cached
+    code its module finds. Tasks reach kernels through module-level functions, which pickle by reference."""
+
+
+def ship_function(fn: T) -> T:
+    """``fn`` pickled as Spark ships a task function (PySpark's cloudpickle: module-level functions and classes
+    by reference, closures and lambdas by value) and unpickled, as an executor gets it. Raises
+    :class:`NumbaKernelInTask` when that would carry a numba dispatcher."""
+    from numba.core.dispatcher import Dispatcher
+    from pyspark import cloudpickle
+
+    class Pickler(cloudpickle.Pickler):
+        def reducer_override(self, obj: Any) -> Any:
+            if isinstance(obj, Dispatcher):
+                raise NumbaKernelInTask(
+                    f"the task function {getattr(fn, '__qualname__', type(fn).__qualname__)} carries the compiled "
+                    f"kernel {obj.py_func.__module__}.{obj.py_func.__qualname__} by value: every worker would "
+                    f"compile it again; call it from a module-level function instead")
+            return super().reducer_override(obj)
+
+    buf = io.BytesIO()
+    Pickler(buf).dump(fn)
+    return pickle.loads(buf.getvalue())
 
 
 def _round_trip(value: T) -> T:
@@ -353,5 +438,6 @@ class Seams:
 #: The seams of a production run.
 PRODUCTION = Seams()
 
-__all__ = ["FaultHook", "InProcessTasks", "PRODUCTION", "STREAM_MAX_ITEMS", "STREAM_TARGET_BYTES", "Seams",
-           "SparkTasks", "TaskFailure", "TaskRunner", "spark_job_labels", "stream_bins"]
+__all__ = ["FaultHook", "InProcessTasks", "LazySparkTasks", "PRODUCTION", "STREAM_MAX_ITEMS", "STREAM_TARGET_BYTES",
+           "NumbaKernelInTask", "Seams", "SparkTasks", "TaskFailure", "TaskRunner", "map_in_driver", "ship_function",
+           "spark_job_labels", "stream_bins"]

@@ -20,6 +20,8 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.python.filterPushdown.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",
+    # Python workers forked from a daemon that has imported the hot modules (see jobs.engine.worker_daemon)
+    "spark.python.daemon.module": "jobs.engine.worker_daemon",
 }
 
 #: Settings for a JVM this process launches itself (a local run, the tests; never a spark-submit JVM, which is

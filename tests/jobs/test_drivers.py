@@ -68,6 +68,40 @@ def test_the_job_runs_without_spark(tmp_path: Path) -> None:
     assert result.report.spark_startup_s is None
 
 
+#: What differs between two runs of the same decisions: the run's identity and its timings.
+VOLATILE = ("run_id", "started_ms", "finished_ms", "elapsed_s", "spark_startup_s")
+
+
+def _report_without_spark(run_command, log_dir: Path, out: Path) -> dict:
+    """Run ``run_command(log_dir, seams, report=, ledger=)`` as in production (no test runner) with Spark
+    forbidden; return its JSON report (volatile fields dropped) after checking its exit code and ledger."""
+    from tests.support.spark import spark_forbidden
+
+    with spark_forbidden():
+        result = run_command(log_dir, None, report=str(out / "report.json"), ledger=str(out / "ledger"))
+    assert result.exit_code == 0 and result.completed
+    assert result.report.spark_startup_s is None
+    assert list((out / "ledger").rglob("*")), "the ledger was not written"
+    return {k: v for k, v in json.loads((out / "report.json").read_text()).items() if k not in VOLATILE}
+
+
+def test_a_compaction_with_nothing_due_starts_no_spark_and_reports_as_with_tasks(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    for p in range(2):
+        build(logs / f"t-{p}")
+    assert compact(logs).partitions_compacted == 2  # now nothing is due
+
+    def run(log_dir, seams, **options):
+        return api.compact(log_dir, api.CompactOptions(overrides=SETTINGS, **options), now=NOW, seams=seams)
+
+    expected_dir = tmp_path / "expected"
+    run(logs, in_process(), report=str(expected_dir / "report.json"))
+    expected = {k: v for k, v in json.loads((expected_dir / "report.json").read_text()).items() if k not in VOLATILE}
+    got = _report_without_spark(run, logs, tmp_path / "got")
+    assert got == expected
+    assert {e["action"] for e in got["partitions"]} == {"skipped"} and len(got["partitions"]) == 2
+
+
 def test_an_error_in_one_partitions_commit_leaves_it_untouched_while_the_others_are_compacted(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     for p in range(3):
@@ -204,6 +238,23 @@ def test_retention_an_error_in_one_partition_while_the_others_commit(tmp_path: P
     assert again.exit_code == 0 and again.recovered_partitions == 1
     assert sorted(p.name for p in (logs / "r-1").glob("*.log")) == LEFT
     assert not list(logs.rglob("*.deleted"))
+
+
+def test_a_retention_with_nothing_due_starts_no_spark_and_reports_as_with_tasks(tmp_path: Path) -> None:
+    from tests.jobs.test_retain import NOW as RETAIN_NOW
+
+    logs = tmp_path / "logs"
+    build_retention_dir(logs)
+    assert retain(logs).exit_code == 0  # now nothing is due
+
+    def run(log_dir, seams, **options):
+        return api.retain(log_dir, api.RetainOptions(overrides=RETAIN_SETTINGS, **options), now=RETAIN_NOW,
+                          seams=seams)
+
+    expected_dir = tmp_path / "expected"
+    run(logs, in_process(), report=str(expected_dir / "report.json"))
+    expected = {k: v for k, v in json.loads((expected_dir / "report.json").read_text()).items() if k not in VOLATILE}
+    assert _report_without_spark(run, logs, tmp_path / "got") == expected
 
 
 def test_retention_dry_run_equals_the_real_run(tmp_path: Path) -> None:

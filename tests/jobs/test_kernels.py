@@ -67,3 +67,49 @@ def test_warm_up_fills_a_cold_cache_and_a_cold_run_says_it_compiles(tmp_path: Pa
     assert " (0 compiled now) " in again.stdout, again.stdout
     proc = python(env, "-c", RETAIN_IN_PROCESS, str(log_dir))
     assert proc.returncode == 0 and COLD_NOTICE not in proc.stderr, proc.stderr
+
+
+# --------------------------------------------------------------------------------------------------
+# Kernels reach the workers through module-level functions (issue 24 item 2): a task function that carried a
+# dispatcher by value would make every worker compile it again.
+# --------------------------------------------------------------------------------------------------
+
+
+def _task_functions() -> list:
+    """Every function the jobs ship to executors as a task."""
+    from jobs.engine import compaction, external_sort, frame, inspection, retention
+
+    return [frame.scan_task, compaction.compact_partition, retention._after_retention_task,
+            inspection.inspect_partition, external_sort.read_piece, external_sort.reduce_bucket_item,
+            external_sort.summarize_tail, external_sort.clean_group_item]
+
+
+@pytest.mark.parametrize("fn", _task_functions(), ids=lambda fn: fn.__name__)
+def test_every_task_function_ships_by_reference(fn) -> None:
+    from jobs.engine.seams import _BinTask, ship_function
+
+    assert ship_function(fn) is fn  # by reference: the worker imports its module and finds the cached kernels
+    assert ship_function(_BinTask(fn)).fn is fn  # as a streamed bin's task
+
+
+def test_a_task_function_carrying_a_kernel_by_value_is_refused() -> None:
+    import functools
+
+    import numpy as np
+
+    from jobs.engine.seams import InProcessTasks, NumbaKernelInTask, ship_function
+    from jobs.rules.offset_map import _rehash
+
+    def closure(n: int) -> int:  # a nested function pickles by value, with the kernel it calls
+        return int(_rehash(np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
+                           np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)) is None)
+
+    with pytest.raises(NumbaKernelInTask, match=r"closure.*offset_map\._rehash"):
+        ship_function(closure)
+    with pytest.raises(NumbaKernelInTask):
+        ship_function(functools.partial(_rehash, np.zeros(1, np.int64)))
+    # the runner the drivers' tests use ships its functions the same way, so each of those tests checks its job
+    with pytest.raises(NumbaKernelInTask):
+        InProcessTasks().map(closure, [1])
+    with pytest.raises(NumbaKernelInTask):
+        list(InProcessTasks().stream(closure, [1]))

@@ -253,11 +253,11 @@ def test_every_spark_job_of_a_run_is_in_its_group_with_a_description(spark, log_
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
         sc.setLocalProperty("spark.job.description", None)
-    # the sizes scan; then the two partitions read in full and compacted, a job per task of a stream (on
-    # any parallelism each of the two tiny partitions gets a task of its own: two or more tasks per core)
-    assert _job_descriptions(spark, f"segjobs-compact-{result.run_id}", 5) == [
-        "segjobs compact: scan 2 partition(s) (sizes)"] + ["segjobs compact: read 2 partition(s) in full"] * 2 + [
-        "segjobs compact: compact 2 partition(s)"] * 2
+    # the two partitions read in full and compacted, a job per task of a stream (on any parallelism each of
+    # the two tiny partitions gets a task of its own: two or more tasks per core); the sizes scan before them
+    # runs on the driver, no Spark job
+    assert _job_descriptions(spark, f"segjobs-compact-{result.run_id}", 4) == [
+        "segjobs compact: read 2 partition(s) in full"] * 2 + ["segjobs compact: compact 2 partition(s)"] * 2
 
     result = api.inspect(log_dir, api.InspectOptions(config=log_dir.parent / "topics.toml"), now=NOW, spark=spark)
     assert _job_descriptions(spark, f"segjobs-inspect-{result.run_id}", 2) == [

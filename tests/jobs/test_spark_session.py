@@ -76,10 +76,11 @@ def test_a_jvm_that_exits_at_once_is_the_same_error_without_a_traceback(tmp_path
     java.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "PYSPARK_GATEWAY_PORT"}
     env.update(JAVA_HOME=str(home), PATH="/usr/bin:/bin")
-    proc = segjobs(["compact", "--log-dir", str(log_dir), "--now", NOW], env)
+    # inspect: its scans are Spark tasks (a compaction with nothing due, as here, would start no JVM at all)
+    proc = segjobs(["inspect", "--log-dir", str(log_dir), "--now", NOW], env)
     assert proc.returncode == 2, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert last == (f"segjobs compact: error: Spark's JVM ({java}) exited before it started (see the lines above): "
+    assert last == (f"segjobs inspect: error: Spark's JVM ({java}) exited before it started (see the lines above): "
                     f"{JAVA_FIX}")
     assert "Traceback" not in proc.stderr and "JAVA_GATEWAY_EXITED" not in proc.stderr
 
@@ -98,3 +99,31 @@ def test_java_problem_follows_java_home_then_path(tmp_path: Path, monkeypatch) -
     assert java_problem() is None
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nowhere"))  # JAVA_HOME wins over PATH, as in spark-class
     assert "JAVA_HOME=" in (java_problem() or "")
+
+
+def _worker_state(_: int) -> tuple[str | None, bool]:
+    """In a Python worker: the module its process was started as, and whether pyarrow was imported before."""
+    main = sys.modules["__main__"]
+    spec = getattr(main, "__spec__", None)
+    return (spec.name if spec else None), "pyarrow" in sys.modules
+
+
+def test_python_workers_fork_from_the_daemon_that_imported_the_hot_modules(spark) -> None:
+    # every worker of a session segjobs builds comes from jobs.engine.worker_daemon, whose process imported
+    # pyarrow, numpy, numba's kernels and the task modules before forking it
+    states = spark.sparkContext.parallelize(range(4), 4).map(_worker_state).collect()
+    assert states == [("jobs.engine.worker_daemon", True)] * 4
+
+
+def test_the_daemon_preloads_without_starting_blas_threads() -> None:
+    code = ("import os; from jobs.engine.worker_daemon import preload; preload(); import sys; "
+            "from jobs.engine.kernels import _dispatchers, cached_kernels; "
+            "loaded = {n: len(d.overloads) for n, d in _dispatchers()}; "
+            "print(len(os.listdir('/proc/self/task')), 'jobs.engine.compaction' in sys.modules, "
+            "loaded == cached_kernels() and sum(loaded.values()) > 0)")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    threads, imported, kernels = out.stdout.split()
+    # numpy without its BLAS pool; pyarrow's one thread (its pools are re-created after a fork); every kernel's
+    # cached code loaded (the install's warm-up cached them)
+    assert imported == "True" and kernels == "True" and int(threads) <= 2

@@ -1,0 +1,35 @@
+"""The Python worker daemon of the Spark sessions segjobs builds (``spark.python.daemon.module``).
+
+PySpark starts one daemon per executor and forks a Python worker from it for each worker it needs; a fresh
+worker then imports pyarrow, numpy, numba and segjobs' task modules (over a second) and loads each kernel's
+cached code at its first call (about a second more). This daemon does both once, before it forks, so every worker
+starts with them. Then it is PySpark's own daemon (:func:`pyspark.daemon.manager`).
+
+PySpark's daemon imports its worker module after the fork, since a library that starts threads at import time
+makes a fork unsafe in general. numpy's BLAS threads are not started (segjobs does no linear algebra:
+one BLAS thread); pyarrow's own pools are re-created in a forked child (Arrow's at-fork handlers).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+
+def preload() -> None:
+    """Import the modules every segjobs task uses and load their kernels' cached code."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy: no BLAS thread pool to fork over
+    from jobs.engine.kernels import KERNEL_MODULES, load_cached_kernels
+
+    for name in ("numpy", "pyarrow", *KERNEL_MODULES, "jobs.engine.frame", "jobs.engine.compaction",
+                 "jobs.engine.external_sort", "jobs.engine.retention", "jobs.engine.inspection",
+                 "segment_io.spark.source", "pyspark.worker"):
+        importlib.import_module(name)
+    load_cached_kernels()
+
+
+if __name__ == "__main__":
+    preload()
+    from pyspark.daemon import manager
+
+    manager()
