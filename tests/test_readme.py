@@ -132,7 +132,10 @@ def test_the_data_source_example_runs_in_a_users_own_python(tmp_path: Path) -> N
     log_dir = tmp_path / "logs"
     generated = generate_log_dir(GenerateSpec(topics=("orders",), partitions=2, records=2_000), log_dir)
     script = tmp_path / "snippet.py"
-    script.write_text(data_source_block().replace("/var/kafka/logs", str(log_dir))
+    config = tmp_path / "topics.toml"  # the block's conf/topics.toml names topics this log dir does not hold
+    config.write_text('[topics."orders"]\n"cleanup.policy" = "compact"\n')
+    snippet = data_source_block().replace("/var/kafka/logs", str(log_dir)).replace("conf/topics.toml", str(config))
+    script.write_text(snippet
                       + "\nprint('records', df.count())"
                       + "\nprint('partitions', len(dirty_ratios(spark, " + repr(str(log_dir)) + ").toPandas()))\n")
     proc = subprocess.run([sys.executable, str(script)], cwd=README.parent, env=clean_environment(tmp_path),

@@ -375,11 +375,14 @@ def test_inspect_predicts_the_bytes_retain_dry_run_deletes_when_the_limit_refuse
     from jobs import api
     from jobs.engine.inspection import render
     from jobs.engine.report import human_bytes
-    from tests.jobs.test_retain import NOW, OLD, RECENT, build_partition
+    from tests.jobs.test_retain import DAY, NOW, RECENT, build_partition
 
+    # 3 days old: past the 1-day retention set below, within Kafka's default week, so the limit counts these
+    # deletions as this run's config's alone (jobs.rules.plan_retain.delete_guard)
+    mid = RECENT - 3 * DAY
     d = tmp_path / "logs"
-    build_partition(d, "w", 0, [[OLD], [OLD], [RECENT]])  # two thirds of w expire: over the default limit (50 %)
-    build_partition(d, "u", 0, [[OLD], [RECENT], [RECENT]])  # a third of u
+    build_partition(d, "w", 0, [[mid], [mid], [RECENT]])  # two thirds of w expire: over the default limit (50 %)
+    build_partition(d, "u", 0, [[mid], [RECENT], [RECENT]])  # a third of u
     common = dict(overrides=("*:retention.ms=1d",), max_delete_fraction=None if limit is None else float(limit))
     seams = api.Seams(runner=api.InProcessTasks())
     inspected = api.inspect(d, api.InspectOptions(**common), now=NOW, seams=seams)  # type: ignore[arg-type]
