@@ -107,7 +107,9 @@ class S3Storage(Storage):
 
     ``part_size`` is the multipart part size of :meth:`open_write` (outputs smaller than one part go up
     in a single PUT); ``copy_part_size`` the part size of server-side copies above ``single_copy_limit``;
-    ``max_attempts`` bounds botocore's retries of throttled or failed requests.
+    ``max_attempts`` bounds botocore's retries of throttled or failed requests; ``io_concurrency`` (default
+    ``SEGJOBS_S3_CONCURRENCY``, else :data:`DEFAULT_CONCURRENCY`) how many read-only requests over many
+    partitions may be in flight at once.
     """
 
     atomic_rename = False

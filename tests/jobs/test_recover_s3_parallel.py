@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import jobs.engine.frame
 import jobs.logdir.recover
 from jobs.logdir.lock import LeaseLost
 from jobs.logdir.recover import PreviewStorage, RecoveryReport, recover_log_dir
@@ -147,3 +148,47 @@ def test_a_lost_lease_stops_parallel_recovery_before_the_next_partition_it_chang
             assert f"{PREFIX}/{name}/00000000000000000000.log.segjobs-0123456789ab.tmp" in objects
         else:
             assert not [k for k in objects if k.startswith(f"{PREFIX}.segjobs/commit/{name}/")]
+
+
+def test_header_scans_over_many_s3_partitions_overlap_and_plan_what_serial_scans_plan(s3_bucket, tmp_path,
+                                                                                      monkeypatch):
+    from jobs import api
+    from jobs.engine.seams import InProcessTasks
+
+    endpoint, bucket = s3_bucket
+    _fill(endpoint, bucket, tmp_path)
+    log_dir = f"s3://{bucket}/{PREFIX}"
+    scanned: list[int] = []
+    real_scan = jobs.engine.frame.scan_task
+
+    def scan(item):  # how many scans are in flight at once
+        scanned.append(1)
+        try:
+            return real_scan(item), len(scanned)
+        finally:
+            scanned.pop()
+
+    def plan(concurrency: int) -> tuple[list, int]:
+        monkeypatch.setenv("SEGJOBS_S3_CONCURRENCY", str(concurrency))
+        most = 0
+
+        def counted(item):
+            nonlocal most
+            result, in_flight = scan(item)
+            most = max(most, in_flight)
+            return result
+
+        monkeypatch.setattr(jobs.engine.frame, "scan_task", counted)
+        result = api.compact(log_dir, api.CompactOptions(storage=endpoint.storage_options(), dry_run=True,
+                                                         overrides=["*:cleanup.policy=compact"]),
+                             now=NOW, seams=api.Seams(runner=InProcessTasks()))
+        assert result.exit_code == 0, result.errors
+        return result.report.partitions, most
+
+    serial, serial_most = plan(1)
+    parallel, parallel_most = plan(8)
+    assert len(serial) == PARTITIONS
+    timing = {"task_seconds"}  # how long each took: the only field that may differ
+    assert [{k: v for k, v in e.items() if k not in timing} for e in parallel] == \
+        [{k: v for k, v in e.items() if k not in timing} for e in serial]
+    assert serial_most == 1 and 1 < parallel_most <= 8
