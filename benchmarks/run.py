@@ -23,6 +23,7 @@ SECTIONS = {
     "retain": "benchmarks.retain_bench",
     "source": "benchmarks.source_bench",
     "costs": "benchmarks.fixed_cost_bench",
+    "s3-planning": "benchmarks.s3_planning_bench",
 }
 
 

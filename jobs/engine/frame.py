@@ -54,7 +54,7 @@ from segment_io.layout import (
     list_log_dir,
     parse_partition_dir,
 )
-from segment_io.storage.base import Storage
+from segment_io.storage.base import Storage, map_ahead
 from segment_io.storage.options import StorageOptions
 
 if TYPE_CHECKING:
@@ -184,6 +184,26 @@ def scan_task(item: tuple) -> PartitionScan:
     storage, pl, depth, lso, cco, now_ms, pid_exp = item
     return scan_partition(storage, pl, depth=depth, log_start_checkpoint=lso, cleaner_checkpoint=cco,
                           now_ms=now_ms, producer_id_expiration_ms=pid_exp)
+
+
+def scan_chunk_task(chunk: list[tuple]) -> list[PartitionScan]:
+    """:func:`scan_task` over a task's share of the partitions, up to the store's ``io_concurrency`` at once:
+    a header scan on an object store is a few round trips of waiting, which threads overlap (reads only)."""
+    if not chunk:
+        return []
+    return list(map_ahead(scan_task, chunk, chunk[0][0].io_concurrency))
+
+
+def _chunks(items: list[tuple], n: int) -> list[list[tuple]]:
+    """``items`` in ``n`` (or fewer) contiguous shares of near-equal length, in order."""
+    n = max(1, min(n, len(items)))
+    step, extra = divmod(len(items), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + step + (1 if i < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out
 
 
 def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[JobContext], None], *,
@@ -501,14 +521,20 @@ class _Frame:
         items = [(storage, listing.partitions[k], self.scan_depth,
                   checkpoints[LOG_START_OFFSET_CHECKPOINT].get(k), checkpoints[CLEANER_OFFSET_CHECKPOINT].get(k),
                   now_ms, configs.for_topic(k[0]).producer_id_expiration_ms) for k in selected]
+        what = f"scan {len(items)} partition(s) ({self.scan_depth})"
         # A header scan takes milliseconds, less than a Spark task's own overhead: thousands of partitions
         # go in a few tasks per core. Transaction scans read whole logs: one task per partition balances them.
         if in_driver:
-            scans = map_in_driver(scan_task, items, env=task_env)
+            # the driver's threads; on an object store as many as it overlaps round trips with (io_concurrency)
+            scans = map_in_driver(scan_task, items, env=task_env, threads=max(8, storage.io_concurrency))
         else:
             tasks = runner.parallelism * 4 if self.scan_depth in ("headers", "sizes") else None
-            scans = ctx.parallel_map(scan_task, items, tasks=tasks,
-                                     description=f"scan {len(items)} partition(s) ({self.scan_depth})")
+            if tasks is not None and storage.io_concurrency > 1:
+                # on an object store each task also overlaps its partitions' round trips (storage.io_concurrency)
+                scans = [s for part in ctx.parallel_map(scan_chunk_task, _chunks(items, tasks), description=what)
+                         for s in part]
+            else:
+                scans = ctx.parallel_map(scan_task, items, tasks=tasks, description=what)
         for scan in scans:
             error = unrecovered.get((scan.topic, scan.partition))
             if error is not None:  # an interrupted commit recovery could not settle: nobody touches the partition

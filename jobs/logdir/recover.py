@@ -61,6 +61,7 @@ from __future__ import annotations
 import builtins  # annotations in PreviewStorage say builtins.list: there, `list` is the listing method
 import io
 import os
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterator
@@ -98,7 +99,7 @@ from segment_io.layout import (
     parse_partition_dir,
     segment_file_name,
 )
-from segment_io.storage.base import FileInfo, PendingUpload, Storage
+from segment_io.storage.base import FileInfo, PendingUpload, Storage, map_ahead
 from segment_io.storage.local import is_temp_file
 
 #: The actions that remove leftovers of interrupted runs (rule 6, and staged objects no intent refers to).
@@ -182,13 +183,35 @@ def recover_partition(storage: Storage, partition_uri: str, *, work_uri: str, no
     objects that are gone, and passes on the error of a step that fails (a rename or delete the store
     refuses): then the partition is left where that step stopped, which the next recovery takes up."""
     report = RecoveryReport(partition_uri)
-    _recover_partition(storage, partition_uri, work_uri, now_ms, fence or Fence(), report)
+    _recover_steps(storage, partition_uri, work_uri, now_ms, fence or Fence(), report)
     return report
 
 
 def _recover_partition(storage: Storage, partition_uri: str, work_uri: str, now_ms: int, fence: Fence,
                        report: RecoveryReport) -> None:
-    """:func:`recover_partition` into ``report``, which keeps the actions taken before a failure."""
+    """:func:`recover_partition` into ``report``, which keeps the actions taken before a failure: the step of
+    :func:`recover_log_dir` that changes a partition, run in partition order under the lease check."""
+    _recover_steps(storage, partition_uri, work_uri, now_ms, fence, report)
+
+
+def _would_act(storage: Storage, partition_uri: str, work_uri: str, now_ms: int, fence: Fence) -> bool:
+    """Whether recovery would change, keep or report anything in the partition: the very rules run against a
+    :class:`PreviewStorage` of ``storage``, so reads only (safe to run ahead, on many partitions at once, and
+    after the lease is lost). An error other than the store's own counts as "would act": the real step meets it
+    in turn and reports it."""
+    preview = RecoveryReport(partition_uri)
+    try:
+        _recover_steps(PreviewStorage(storage), partition_uri, work_uri, now_ms, fence, preview)
+    except StorageAccessError:
+        raise
+    except (SegjobsError, OSError):
+        return True
+    return bool(preview.actions or preview.problems or preview.notes)
+
+
+def _recover_steps(storage: Storage, partition_uri: str, work_uri: str, now_ms: int, fence: Fence,
+                   report: RecoveryReport) -> None:
+    """The rules of the module docstring for one partition, into ``report``."""
     committer = committer_for(storage, work_uri)
     pwork = committer.partition_work_uri(partition_uri)
     replace = read_replace_intent(storage, pwork)
@@ -241,21 +264,34 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
     """:func:`recover_partition` for every partition of the log dir (those with files, and those with
     segjobs bookkeeping in the work location), then rule 6 for the log dir and the work location
     themselves. ``work_uri`` defaults to the log dir's sibling ``<log-dir>.segjobs``; ``check`` is called
-    before each partition and before the log-dir step (the caller's lease check: it raises to stop). One
+    before each partition that recovery changes (or keeps something in, or reports) and before the log-dir step
+    (the caller's lease check: it raises to stop). Whether a partition has anything to settle is found by
+    reads only, up to ``storage.io_concurrency`` partitions at once ahead of the changes, which are made one
+    partition at a time in name order: the outcome, and a dry run's report, are those of a serial run. One
     report per partition, in name order, followed by one for the log dir (``partition_uri`` is the log dir)
     if that changed anything. A partition whose leftovers cannot be settled safely gets a report with ``error``
     set (and nothing changed in it) while the others are recovered."""
     work = work_uri if work_uri is not None else log_dir_work_uri(log_dir_uri)
     names = {d.rstrip("/").rsplit("/", 1)[-1] for d in storage.list_dirs(log_dir_uri)}
     names |= {d.rstrip("/").rsplit("/", 1)[-1] for d in storage.list_dirs(storage.join(work, COMMIT_DIR))}
+    fence = fence or Fence()
+    partitions = [storage.join(log_dir_uri, n) for n in sorted(n for n in names if parse_partition_dir(n) is not None)]
     reports = []
-    for name in sorted(n for n in names if parse_partition_dir(n) is not None):
+    # What may run ahead: the read-only check of whether a partition has anything to settle (up to
+    # io_concurrency partitions at once). What stays ordered: every change, partition by partition in name
+    # order, each preceded by the lease check, so a lost lease stops recovery before the next partition's
+    # first write. A partition with nothing to settle is not written to, so it needs no check.
+    would_act = map_ahead(lambda uri: _would_act(storage, uri, work, now_ms, fence), partitions,
+                          storage.io_concurrency)
+    for partition_uri, acts in zip(partitions, would_act):
+        report = RecoveryReport(partition_uri)
+        reports.append(report)
+        if not acts:
+            continue
         if check is not None:
             check()
-        partition_uri = storage.join(log_dir_uri, name)
-        report = RecoveryReport(partition_uri)
         try:
-            _recover_partition(storage, partition_uri, work, now_ms, fence or Fence(), report)
+            _recover_partition(storage, partition_uri, work, now_ms, fence, report)
         except StorageAccessError:
             raise  # the store itself cannot be used (credentials, endpoint): no partition would fare better
         except (SegjobsError, OSError) as exc:
@@ -263,7 +299,6 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
             # it is in, left as it is (intent and staged files included, for a person to look at), and the jobs
             # leave it alone; the next recovery takes it up where this one stopped.
             report.error = stuck_error(storage, partition_uri, work, exc)
-        reports.append(report)
     if check is not None:
         check()
     top = RecoveryReport(log_dir_uri)
@@ -524,6 +559,9 @@ class PreviewStorage(Storage):
     def __init__(self, base: Storage) -> None:
         self.base = base
         self.atomic_rename = base.atomic_rename
+        self.io_concurrency = base.io_concurrency
+        # recover_log_dir reads through one preview from several threads while it changes it from one
+        self._lock = threading.RLock()
         self._new: dict[str, _Pending] = {}
         self._gone: set[str] = set()
         self._aborted: set[PendingUpload] = set()
@@ -546,8 +584,9 @@ class PreviewStorage(Storage):
         return p.data if p.data is not None else self.base.read(p.source or "")
 
     def _set(self, uri: str, pending: _Pending) -> None:
-        self._gone.discard(uri)
-        self._new[uri] = pending
+        with self._lock:
+            self._gone.discard(uri)
+            self._new[uri] = pending
 
     def _info(self, uri: str, p: _Pending) -> FileInfo:
         return FileInfo(uri=uri, size=p.size, mtime_ms=p.mtime_ms, etag=None)
@@ -560,9 +599,11 @@ class PreviewStorage(Storage):
 
     def list(self, prefix: str, *, recursive: bool = False, irregular: bool = False) -> list[FileInfo]:
         root = prefix.rstrip("/") + "/"
-        out = {i.uri: i for i in self.base.list(prefix, recursive=recursive, irregular=irregular)
-               if self._visible_in_base(i.uri) and i.uri not in self._gone_dirs}
-        for uri, p in self._new.items():
+        listed = self.base.list(prefix, recursive=recursive, irregular=irregular)
+        with self._lock:
+            out = {i.uri: i for i in listed if self._visible_in_base(i.uri) and i.uri not in self._gone_dirs}
+            new = list(self._new.items())
+        for uri, p in new:
             if uri.startswith(root) and (recursive or "/" not in uri[len(root):]):
                 out[uri] = self._info(uri, p)
         return sorted(out.values(), key=lambda i: i.uri)
@@ -570,7 +611,9 @@ class PreviewStorage(Storage):
     def list_dirs(self, prefix: str) -> builtins.list[str]:
         root = prefix.rstrip("/") + "/"
         dirs = set(self.base.list_dirs(prefix))
-        dirs |= {root + uri[len(root):].split("/", 1)[0] for uri in self._new
+        with self._lock:
+            new = list(self._new)
+        dirs |= {root + uri[len(root):].split("/", 1)[0] for uri in new
                  if uri.startswith(root) and "/" in uri[len(root):]}
         return sorted(dirs - self._gone_dirs)
 
@@ -632,8 +675,9 @@ class PreviewStorage(Storage):
     def delete(self, uri: str, *, missing_ok: bool = True) -> None:
         if not missing_ok and not self.exists(uri):
             raise NotFoundError("no such file", uri=uri)
-        self._new.pop(uri, None)
-        self._gone.add(uri)
+        with self._lock:
+            self._new.pop(uri, None)
+            self._gone.add(uri)
 
     def makedirs(self, uri: str) -> None:
         self._gone_dirs.discard(uri)

@@ -11,7 +11,7 @@ import mmap
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import BinaryIO, ContextManager, Iterator
+from typing import BinaryIO, Callable, ContextManager, Iterable, Iterator, TypeVar
 
 #: Kinds of listed entries (:attr:`FileInfo.kind`). Only regular files hold data; the others are what a
 #: listing with ``irregular=True`` reports so that a caller can tell "absent" from "present but unreadable".
@@ -41,11 +41,47 @@ class FileInfo:
         return self.uri.rstrip("/").rsplit("/", 1)[-1]
 
 
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def map_ahead(fn: Callable[[T], R], items: Iterable[T], concurrency: int) -> Iterator[R]:
+    """``fn`` over ``items``, results yielded in the order of ``items``, with at most ``concurrency`` calls in
+    flight on a thread pool; 1 runs them one by one in this thread. The caller consumes results in order, and
+    calls not yet consumed run at most ``2 * concurrency`` items ahead of it: meant for read-only work (listings,
+    header reads, checks) whose results the caller then acts on in order. An exception of ``fn`` is raised when
+    its item's turn comes; stopping early (closing the iterator) waits for the calls in flight and drops the
+    rest."""
+    if concurrency <= 1:
+        yield from map(fn, items)
+        return
+    from collections import deque
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    window: deque[Future[R]] = deque()
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="segjobs-io")
+    try:
+        for item in items:
+            window.append(pool.submit(fn, item))
+            if len(window) >= 2 * concurrency:
+                yield window.popleft().result()
+        while window:
+            yield window.popleft().result()
+    finally:
+        for f in window:
+            f.cancel()
+        pool.shutdown(wait=True)
+
+
 class Storage(ABC):
     """Files under a root. URIs passed in are absolute (local paths or ``s3://bucket/key``)."""
 
     #: True where ``rename`` is atomic (local disk); False on object stores (copy + delete).
     atomic_rename: bool = False
+    #: How many read-only requests (listings, header reads, recovery's checks) may be in flight at once over
+    #: many partitions (see :func:`map_ahead`): 1 on local disk, where a request is a system call; more on
+    #: object stores, where each is a round trip (``SEGJOBS_S3_CONCURRENCY``).
+    io_concurrency: int = 1
 
     @abstractmethod
     def join(self, base: str, *parts: str) -> str:

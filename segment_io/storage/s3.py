@@ -24,7 +24,7 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Literal, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Literal, Mapping, NoReturn, TypeVar
 
 from segment_io.errors import (
     BucketNotFoundError,
@@ -59,6 +59,12 @@ _BAD_CREDENTIAL_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "Invalid
 #: Seconds to wait for a TCP connection to the endpoint. botocore's default (60 s, times every retry) turns
 #: an endpoint that does not answer into minutes of silence; a reachable S3 endpoint connects in milliseconds.
 CONNECT_TIMEOUT_S = 10
+#: Read-only S3 requests in flight at once over many partitions (listings, header reads, recovery's checks; see
+#: :func:`~segment_io.storage.base.map_ahead`), unless ``SEGJOBS_S3_CONCURRENCY`` says otherwise. Each request
+#: is a round trip of milliseconds that costs the client almost no CPU: 16 at once hide the latency without
+#: drawing throttling from S3 (3,500 writes / 5,500 reads per second per prefix).
+DEFAULT_CONCURRENCY = 16
+CONCURRENCY_ENV = "SEGJOBS_S3_CONCURRENCY"
 #: The reachability check (:meth:`S3Storage.check_reachable`): short timeouts, one retry.
 PROBE_CONNECT_TIMEOUT_S = 3
 PROBE_READ_TIMEOUT_S = 10
@@ -75,6 +81,21 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
+def concurrency_from_env(environ: Mapping[str, str] | None = None) -> int:
+    """``SEGJOBS_S3_CONCURRENCY`` (a whole number, at least 1), else :data:`DEFAULT_CONCURRENCY`."""
+    raw = (os.environ if environ is None else environ).get(CONCURRENCY_ENV, "").strip()
+    if not raw:
+        return DEFAULT_CONCURRENCY
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise UsageError(f"{CONCURRENCY_ENV}={raw!r}: expected a whole number of at least 1 (requests in flight at "
+                         f"once; default {DEFAULT_CONCURRENCY})")
+    return value
+
+
 def _dir_prefix(key: str) -> str:
     """The listing prefix of directory ``key``: a directory, never a string prefix (``t-1`` ≠ ``t-10``)."""
     key = key.strip("/")
@@ -86,7 +107,9 @@ class S3Storage(Storage):
 
     ``part_size`` is the multipart part size of :meth:`open_write` (outputs smaller than one part go up
     in a single PUT); ``copy_part_size`` the part size of server-side copies above ``single_copy_limit``;
-    ``max_attempts`` bounds botocore's retries of throttled or failed requests.
+    ``max_attempts`` bounds botocore's retries of throttled or failed requests; ``io_concurrency`` (default
+    ``SEGJOBS_S3_CONCURRENCY``, else :data:`DEFAULT_CONCURRENCY`) how many read-only requests over many
+    partitions may be in flight at once.
     """
 
     atomic_rename = False
@@ -100,6 +123,7 @@ class S3Storage(Storage):
         single_copy_limit: int = MAX_SINGLE_COPY,
         copy_part_size: int = 512 * MiB,
         max_attempts: int = 8,
+        io_concurrency: int | None = None,
     ) -> None:
         if part_size < MIN_PART_SIZE or copy_part_size < MIN_PART_SIZE:
             raise UsageError(f"S3 part sizes must be at least {MIN_PART_SIZE} bytes")
@@ -109,6 +133,7 @@ class S3Storage(Storage):
         self.single_copy_limit = single_copy_limit
         self.copy_part_size = copy_part_size
         self.max_attempts = max_attempts
+        self.io_concurrency = io_concurrency if io_concurrency is not None else concurrency_from_env()
         self._client_obj: S3Client | None = None
         self._client_pid = -1
         self._client_lock = threading.Lock()
@@ -156,7 +181,7 @@ class S3Storage(Storage):
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
             retries={"max_attempts": self.max_attempts if max_attempts is None else max_attempts, "mode": retry_mode},
-            max_pool_connections=max(10, 2 * self.upload_concurrency),
+            max_pool_connections=max(10, 2 * self.upload_concurrency, self.io_concurrency + 2),
             # Custom endpoints (MinIO, moto, on-prem) rarely resolve bucket subdomains.
             s3={"addressing_style": "path"} if o.endpoint_url else {},
         )

@@ -1,0 +1,194 @@
+"""Recovery over many S3 partitions: read-only checks run ahead in parallel, changes stay in partition order.
+
+On the moto endpoint: many partitions, some left with leftovers of interrupted runs. Recovery with
+``io_concurrency`` 8 must give the same reports (dry run and real run) and the same bucket as recovery one
+partition at a time, run its checks on several partitions at once, and, once the lease is lost, still stop
+before the next partition it would change.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import jobs.engine.frame
+import jobs.logdir.recover
+from jobs.logdir.lock import LeaseLost
+from jobs.logdir.recover import PreviewStorage, RecoveryReport, recover_log_dir
+from segment_io.storage import S3Storage
+from tests.jobs.test_compact_faults import TOPIC, build_partition
+from tests.jobs.test_compact_s3 import PREFIX, _objects
+
+pytestmark = pytest.mark.s3
+
+PARTITIONS = 40
+NOW = 1_800_000_000_000
+#: partitions left with something to settle, and what: a staged object of a commit that never reached its
+#: intent, a temporary file of an interrupted write, a .deleted segment the ledger does not know
+DIRTY = {3: "staged", 4: "temp", 17: "deleted", 18: "staged", 29: "temp", 30: "staged", 38: "deleted"}
+
+
+def _fill(endpoint, bucket: str, tmp_path: Path) -> None:
+    """``PARTITIONS`` copies of one partition, with the leftovers of :data:`DIRTY`."""
+    local = tmp_path / "one"
+    if not local.exists():
+        build_partition(local)
+    files = {p.name: p.read_bytes() for p in sorted(local.iterdir()) if p.is_file()}
+    client = endpoint.client()
+    puts = []
+    for i in range(PARTITIONS):
+        name = f"{TOPIC}-{i}"
+        puts += [(f"{PREFIX}/{name}/{n}", data) for n, data in files.items()]
+        kind = DIRTY.get(i)
+        if kind == "staged":
+            puts.append((f"{PREFIX}.segjobs/commit/{name}/staged/00000000000000000000.log", b"staged"))
+        elif kind == "temp":
+            puts.append((f"{PREFIX}/{name}/00000000000000000000.log.segjobs-0123456789ab.tmp", b"partial"))
+        elif kind == "deleted":
+            puts.append((f"{PREFIX}/{name}/00000000000000000000.log.deleted", files["00000000000000000000.log"]))
+    with ThreadPoolExecutor(8) as pool:  # within the client's 10 connections
+        list(pool.map(lambda kv: client.put_object(Bucket=bucket, Key=kv[0], Body=kv[1]), puts))
+
+
+def _lines(reports: list[RecoveryReport]) -> list[str]:
+    """A recovery's output, with the bucket name left out (each run has its own bucket)."""
+    return [f"{r.partition_uri.split('/', 3)[3]}: {a.describe().split('/', 3)[3]}"
+            for r in reports for a in r.actions] + [e for r in reports for e in r.problems + r.notes] + [
+        f"{r.partition_uri}: {r.error}" for r in reports if r.error]
+
+
+class _CountingS3(S3Storage):
+    """S3 storage that records the most listings it had in flight at once."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.in_flight = self.most_in_flight = 0
+        self.guard = threading.Lock()
+
+    def list(self, prefix, *, recursive=False, irregular=False):
+        with self.guard:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            return super().list(prefix, recursive=recursive, irregular=irregular)
+        finally:
+            with self.guard:
+                self.in_flight -= 1
+
+
+def test_parallel_recovery_reports_and_does_what_a_serial_one_does(s3_bucket, tmp_path):
+    endpoint, serial_bucket = s3_bucket
+    parallel_bucket = endpoint.create_bucket("parallel")
+    for bucket in (serial_bucket, parallel_bucket):
+        _fill(endpoint, bucket, tmp_path)
+    serial = S3Storage(endpoint.storage_options(), io_concurrency=1)
+    parallel = _CountingS3(endpoint.storage_options(), io_concurrency=8)
+
+    def recover(storage, bucket, dry_run):
+        view = PreviewStorage(storage) if dry_run else storage
+        return recover_log_dir(view, f"s3://{bucket}/{PREFIX}", now_ms=NOW)
+
+    serial_dry = _lines(recover(serial, serial_bucket, True))
+    parallel_dry = _lines(recover(parallel, parallel_bucket, True))
+    assert parallel_dry == serial_dry
+    # the checks overlapped, within the bound (8 checks, and the ordered changes in the calling thread)
+    assert 1 < parallel.most_in_flight <= 8 + 1
+    assert {line.split(":")[0] for line in serial_dry} == {f"{PREFIX}/{TOPIC}-{i}" for i in DIRTY}
+    assert _objects(endpoint, parallel_bucket, "") == _objects(endpoint, serial_bucket, "")  # a dry run changes nothing
+
+    serial_real = _lines(recover(serial, serial_bucket, False))
+    assert _lines(recover(parallel, parallel_bucket, False)) == serial_real == serial_dry  # the dry run was exact
+    assert _objects(endpoint, parallel_bucket, "") == _objects(endpoint, serial_bucket, "")
+    assert not [r for r in recover_log_dir(parallel, f"s3://{parallel_bucket}/{PREFIX}", now_ms=NOW) if r.changed]
+
+
+def test_a_lost_lease_stops_parallel_recovery_before_the_next_partition_it_changes(s3_bucket, tmp_path, monkeypatch):
+    endpoint, bucket = s3_bucket
+    _fill(endpoint, bucket, tmp_path)
+    storage = S3Storage(endpoint.storage_options(), io_concurrency=8)
+    checked: list[str] = []
+    lost = threading.Event()
+    changed: list[str] = []
+    real_step, real_check = jobs.logdir.recover._recover_partition, jobs.logdir.recover._would_act
+
+    def step(storage_, partition_uri, *args, **kwargs):  # the writing step: the lease is lost after the second
+        real_step(storage_, partition_uri, *args, **kwargs)
+        changed.append(partition_uri.rsplit("/", 1)[1])
+        if len(changed) == 2:
+            lost.set()
+
+    def would_act(storage_, partition_uri, *args, **kwargs):
+        checked.append(partition_uri.rsplit("/", 1)[1])
+        return real_check(storage_, partition_uri, *args, **kwargs)
+
+    def check() -> None:
+        if lost.is_set():
+            raise LeaseLost("taken over")
+
+    monkeypatch.setattr(jobs.logdir.recover, "_recover_partition", step)
+    monkeypatch.setattr(jobs.logdir.recover, "_would_act", would_act)
+    with pytest.raises(LeaseLost):
+        recover_log_dir(storage, f"s3://{bucket}/{PREFIX}", now_ms=NOW, check=check)
+    dirty = sorted((f"{TOPIC}-{i}" for i in DIRTY), key=lambda n: n)  # name order, as recovery goes
+    assert changed == dirty[:2]
+    # the checks ran ahead of the changes (past the partition where recovery stopped) ...
+    assert len(checked) > sorted(f"{TOPIC}-{i}" for i in range(PARTITIONS)).index(dirty[2]) + 1
+    # ... but nothing after the loss was changed: every later leftover is still there
+    objects = _objects(endpoint, bucket, "")
+    for i, kind in DIRTY.items():
+        name = f"{TOPIC}-{i}"
+        if name in changed:
+            continue
+        if kind == "staged":
+            assert f"{PREFIX}.segjobs/commit/{name}/staged/00000000000000000000.log" in objects
+        elif kind == "temp":
+            assert f"{PREFIX}/{name}/00000000000000000000.log.segjobs-0123456789ab.tmp" in objects
+        else:
+            assert not [k for k in objects if k.startswith(f"{PREFIX}.segjobs/commit/{name}/")]
+
+
+def test_header_scans_over_many_s3_partitions_overlap_and_plan_what_serial_scans_plan(s3_bucket, tmp_path,
+                                                                                      monkeypatch):
+    from jobs import api
+    from jobs.engine.seams import InProcessTasks
+
+    endpoint, bucket = s3_bucket
+    _fill(endpoint, bucket, tmp_path)
+    log_dir = f"s3://{bucket}/{PREFIX}"
+    scanned: list[int] = []
+    real_scan = jobs.engine.frame.scan_task
+
+    def scan(item):  # how many scans are in flight at once
+        scanned.append(1)
+        try:
+            return real_scan(item), len(scanned)
+        finally:
+            scanned.pop()
+
+    def plan(concurrency: int) -> tuple[list, int]:
+        monkeypatch.setenv("SEGJOBS_S3_CONCURRENCY", str(concurrency))
+        most = 0
+
+        def counted(item):
+            nonlocal most
+            result, in_flight = scan(item)
+            most = max(most, in_flight)
+            return result
+
+        monkeypatch.setattr(jobs.engine.frame, "scan_task", counted)
+        result = api.compact(log_dir, api.CompactOptions(storage=endpoint.storage_options(), dry_run=True,
+                                                         overrides=["*:cleanup.policy=compact"]),
+                             now=NOW, seams=api.Seams(runner=InProcessTasks()))
+        assert result.exit_code == 0, result.errors
+        return result.report.partitions, most
+
+    serial, serial_most = plan(1)
+    parallel, parallel_most = plan(8)
+    assert len(serial) == PARTITIONS
+    timing = {"task_seconds"}  # how long each took: the only field that may differ
+    assert [{k: v for k, v in e.items() if k not in timing} for e in parallel] == \
+        [{k: v for k, v in e.items() if k not in timing} for e in serial]
+    assert serial_most == 1 and 1 < parallel_most <= 8
