@@ -43,42 +43,42 @@ except ImportError:  # pyspark 4.0
         attribute: tuple[str, ...]
 
     @dataclass(frozen=True)
-    class EqualTo(Filter):  # type: ignore[no-redef]
+    class _Comparison(Filter):
+        """A condition comparing the column with ``value`` (a tuple of values for ``In``)."""
+
         attribute: tuple[str, ...]
         value: Any
 
     @dataclass(frozen=True)
-    class GreaterThan(Filter):  # type: ignore[no-redef]
-        attribute: tuple[str, ...]
-        value: Any
+    class _Test(Filter):
+        """A condition on the column alone."""
 
-    @dataclass(frozen=True)
-    class GreaterThanOrEqual(Filter):  # type: ignore[no-redef]
-        attribute: tuple[str, ...]
-        value: Any
-
-    @dataclass(frozen=True)
-    class LessThan(Filter):  # type: ignore[no-redef]
-        attribute: tuple[str, ...]
-        value: Any
-
-    @dataclass(frozen=True)
-    class LessThanOrEqual(Filter):  # type: ignore[no-redef]
-        attribute: tuple[str, ...]
-        value: Any
-
-    @dataclass(frozen=True)
-    class In(Filter):  # type: ignore[no-redef]
-        attribute: tuple[str, ...]
-        value: tuple[Any, ...]
-
-    @dataclass(frozen=True)
-    class IsNull(Filter):  # type: ignore[no-redef]
         attribute: tuple[str, ...]
 
-    @dataclass(frozen=True)
-    class IsNotNull(Filter):  # type: ignore[no-redef]
-        attribute: tuple[str, ...]
+    # One stand-in per pyspark class the bounds look for, told apart by class as pyspark's are.
+    class EqualTo(_Comparison):  # type: ignore[no-redef]
+        pass
+
+    class GreaterThan(_Comparison):  # type: ignore[no-redef]
+        pass
+
+    class GreaterThanOrEqual(_Comparison):  # type: ignore[no-redef]
+        pass
+
+    class LessThan(_Comparison):  # type: ignore[no-redef]
+        pass
+
+    class LessThanOrEqual(_Comparison):  # type: ignore[no-redef]
+        pass
+
+    class In(_Comparison):  # type: ignore[no-redef]
+        pass
+
+    class IsNull(_Test):  # type: ignore[no-redef]
+        pass
+
+    class IsNotNull(_Test):  # type: ignore[no-redef]
+        pass
 
 
 def _base_push_filters() -> Callable[..., Any] | None:
