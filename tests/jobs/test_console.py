@@ -30,7 +30,8 @@ from tests.support.spark import spark_forbidden
 
 DAY = 86_400_000
 NOW = 1_763_780_400_000  # 2025-11-22T03:00:00Z
-FOOTER = re.compile(r"^elapsed \d+\.\ds \(Spark start-up \d+\.\ds\); .+")
+# a run that needed no Spark (nothing due: scans on the driver) has no start-up to name
+FOOTER = re.compile(r"^elapsed \d+\.\ds( \(Spark start-up \d+\.\ds\))?; .+")
 
 
 def _files(d: Path) -> dict[str, str]:
@@ -206,7 +207,8 @@ def test_format_json_prints_the_report_and_nothing_else(spark, retain_dir: Path,
     doc = json.loads(out)  # the whole of stdout is one JSON document
     assert doc == json.loads((tmp_path / "out" / "r.json").read_text())
     assert doc["log_dir"] == str(retain_dir) and os.path.isabs(doc["log_dir"])
-    assert doc["elapsed_s"] > 0 and doc["totals"]["segments_deleted"] == 4
+    # a run with nothing for Spark can take under the 10 ms elapsed_s resolves to
+    assert doc["elapsed_s"] >= 0 and doc["totals"]["segments_deleted"] == 4
     assert "[retain" in err and f"report written to {tmp_path / 'out' / 'r.json'}" in err
     rows = DeltaTable(str(tmp_path / "ledger")).to_pyarrow_table().to_pylist()
     assert {r["log_dir"] for r in rows} == {str(retain_dir)} and len(rows) == 3

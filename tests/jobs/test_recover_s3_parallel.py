@@ -150,6 +150,22 @@ def test_a_lost_lease_stops_parallel_recovery_before_the_next_partition_it_chang
             assert not [k for k in objects if k.startswith(f"{PREFIX}.segjobs/commit/{name}/")]
 
 
+#: How many header scans are in flight, and the most seen at once: module-level, because the task runner ships
+#: task functions as Spark does (pickled), and a closure's copy would count into cells of its own.
+_IN_FLIGHT: list[int] = []
+_MOST_IN_FLIGHT = [0]
+_REAL_SCAN = jobs.engine.frame.scan_task
+
+
+def _counted_scan(item):
+    _IN_FLIGHT.append(1)
+    try:
+        _MOST_IN_FLIGHT[0] = max(_MOST_IN_FLIGHT[0], len(_IN_FLIGHT))
+        return _REAL_SCAN(item)
+    finally:
+        _IN_FLIGHT.pop()
+
+
 def test_header_scans_over_many_s3_partitions_overlap_and_plan_what_serial_scans_plan(s3_bucket, tmp_path,
                                                                                       monkeypatch):
     from jobs import api
@@ -158,32 +174,16 @@ def test_header_scans_over_many_s3_partitions_overlap_and_plan_what_serial_scans
     endpoint, bucket = s3_bucket
     _fill(endpoint, bucket, tmp_path)
     log_dir = f"s3://{bucket}/{PREFIX}"
-    scanned: list[int] = []
-    real_scan = jobs.engine.frame.scan_task
-
-    def scan(item):  # how many scans are in flight at once
-        scanned.append(1)
-        try:
-            return real_scan(item), len(scanned)
-        finally:
-            scanned.pop()
+    monkeypatch.setattr(jobs.engine.frame, "scan_task", _counted_scan)
 
     def plan(concurrency: int) -> tuple[list, int]:
         monkeypatch.setenv("SEGJOBS_S3_CONCURRENCY", str(concurrency))
-        most = 0
-
-        def counted(item):
-            nonlocal most
-            result, in_flight = scan(item)
-            most = max(most, in_flight)
-            return result
-
-        monkeypatch.setattr(jobs.engine.frame, "scan_task", counted)
+        _MOST_IN_FLIGHT[0] = 0
         result = api.compact(log_dir, api.CompactOptions(storage=endpoint.storage_options(), dry_run=True,
                                                          overrides=["*:cleanup.policy=compact"]),
                              now=NOW, seams=api.Seams(runner=InProcessTasks()))
         assert result.exit_code == 0, result.errors
-        return result.report.partitions, most
+        return result.report.partitions, _MOST_IN_FLIGHT[0]
 
     serial, serial_most = plan(1)
     parallel, parallel_most = plan(8)
