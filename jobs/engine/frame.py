@@ -280,7 +280,7 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
                     progress(lease.notice, event="lease.notice")
             ctx = frame.run_locked(lease)
             if lease is not None:  # under the lock still: the directories this run's staging left empty go
-                frame.committer.remove_empty_dirs(pl.uri for pl in ctx.listing.partitions.values())
+                ctx.committer.remove_empty_dirs(pl.uri for pl in ctx.listing.partitions.values())
     except LeaseLost as exc:
         # Raised before a commit: nothing more was committed after the lease was lost. What was committed
         # before stands (each commit is crash-safe on its own); the next run's recovery settles the rest.
