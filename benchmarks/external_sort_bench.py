@@ -19,8 +19,9 @@ Cases (10 M keys, 20 M records, 2.5 GB; ``--quick``: 1 M keys):
 Targets (PASS/MISS): external-sort <= 1.5x the one big-buffer memory pass; faster than the sum of the partial
 runs; ``local[2]`` >= 1.7x ``local[1]``; byte-identical output. ``--huge`` adds 50 M and 100 M keys: one
 external-sort run each (>= 50 MB/s of input and tree peak RSS <= 6 GB at 100 M keys) and one memory pass with a
-buffer for every key, compared by the SHA-256 of every file of the partition (the data dir needs about twice the
-input free: 28 GB of input at 100 M keys); their data is generated 4 M records at a time, every key exactly
+buffer for every key, compared by the SHA-256 of every file of the partition (each run works on hard links to
+the input, so the data dir needs the input plus the output free: about 45 GB at 100 M keys; the 50 M input is
+deleted after its case); their data is generated 4 M records at a time, every key exactly
 twice at pseudo-random places (:func:`generated_in_chunks`; the project's generator holds a partition in
 memory). The quick run's ratios are at 1 M keys, not the targets' size.
 
@@ -182,10 +183,18 @@ def generated(root: Path, keys: int, *, chunked: bool = False, in_child: bool = 
     return out, time.perf_counter() - t0
 
 
-def _fresh(src: Path, work: Path) -> None:
+def _fresh(src: Path, work: Path, *, link: bool = False) -> None:
+    """A fresh copy of ``src`` at ``work``. ``link``: hard links instead of copies (the huge cases, where a copy
+    would need another 28 GB); safe because a run never writes into an existing file (it writes new files and
+    renames them over), which :func:`_source_stats` checks after the runs."""
     if work.exists():
         shutil.rmtree(work)
-    shutil.copytree(src, work)
+    shutil.copytree(src, work, copy_function=os.link if link else shutil.copy2)
+
+
+def _source_stats(src: Path) -> dict[str, tuple[int, int]]:
+    return {str(f.relative_to(src)): (f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(src.rglob("*"))
+            if f.is_file()}
 
 
 def _compact(spark: Any, work: Path, strategy: str, buffer: int, segment_bytes: int) -> tuple[float, dict]:
@@ -327,15 +336,22 @@ def huge(spark: Any, root: Path, keys: int) -> list[dict]:
     input_bytes = sum(f.stat().st_size for f in log_files(src))
     segment_bytes = segment_bytes_for(records)
     work = root / "work"
-    _fresh(src, work)
+    before = _source_stats(src)
+    _fresh(src, work, link=True)
     ext_s, _, row = _external(spark, work, input_bytes, segment_bytes)
     ext_digest = _digest(work)
-    _fresh(src, work)
+    _fresh(src, work, link=True)
     big = buffer_bytes_for_keys(keys + 1)
     with PeakRssByRole() as mem:
         big_s, _ = _compact(spark, work, "memory", big, segment_bytes)
     same = _digest(work) == ext_digest
     shutil.rmtree(work, ignore_errors=True)
+    if _source_stats(src) != before:
+        raise RuntimeError(f"a run wrote into the hard-linked source {src}: the huge cases' numbers are void")
+    if keys != max(HUGE_KEYS):
+        # the disk holds one huge input at a time (28 GB at 100 M keys); the largest is kept for the next run
+        shutil.rmtree(src, ignore_errors=True)
+        (root / f"src-{keys}.spec").unlink(missing_ok=True)
     rows = [{"bench": f"external-sort, {keys:,} keys, one run", "MB": round(input_bytes / 1e6),
              "generate_seconds": round(gen_s, 1), **row},
             {"bench": f"memory, one pass, {big >> 20} MiB buffer, {keys:,} keys", "seconds": round(big_s, 1),
