@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import KAFKA_REAL
+
 try:
     from hypothesis import settings
 except ModuleNotFoundError:  # `make airflow-test` runs its module in Airflow's virtualenv: pytest, no hypothesis
@@ -20,10 +22,6 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # Tests talk to nothing but loopback: Spark would otherwise bind to the first network interface.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-
-REPO = Path(__file__).resolve().parent.parent
-# Real broker-written segments, kept in the repository (tests/data/kafka-real/SOURCES.md says what each covers).
-KAFKA_REAL = REPO / "tests" / "data" / "kafka-real"
 
 # ---------------------------------------------------------------------------------------------------
 # Hypothesis: how many examples a property test tries comes from a profile, not from each test. "dev" keeps

@@ -15,7 +15,7 @@ from segment_io.decode import (
     verify_segment_crcs,
 )
 from segment_io.format import scan_batches
-from tests.conftest import KAFKA_REAL
+from tests.support.paths import KAFKA_REAL
 
 LOGS = sorted(KAFKA_REAL.glob("**/*.log")) + sorted(KAFKA_REAL.glob("_supplemental/*/*.messageset"))
 

@@ -20,7 +20,6 @@ from segment_io.decode import (
     verify_segment_crcs,
 )
 from segment_io.errors import CorruptRecordError, OversizedBatchError
-from tests.conftest import KAFKA_REAL
 from tests.segment_io.test_decode_kafka_python import _random_records, _v2_batch
 from tests.support.bombs import (
     VARIANTS,
@@ -29,6 +28,7 @@ from tests.support.bombs import (
     v2_batch_around,
 )
 from tests.support.hypothesis_budget import examples
+from tests.support.paths import KAFKA_REAL
 
 SMALL_FIXTURES = [
     "seanorth-kafka2.8-snappy-headers/kafka-logs/some-topic-0/00000000000000000000.log",

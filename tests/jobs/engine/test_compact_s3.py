@@ -10,7 +10,7 @@ from pathlib import Path
 
 from jobs.commands.cli import main
 from jobs.engine.seams import FaultHook
-from tests.jobs.test_compact_faults import (
+from tests.jobs.engine.test_compact_faults import (
     CONFIG,
     NOW,
     TOPIC,

@@ -9,8 +9,7 @@ import pytest
 
 from jobs.rules.config import IMPORTED_HEADER, ConfigSet, TopicConfig, glob_specificity, parse_override
 from segment_io.errors import ConfigError
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
 
 
 def load(text: str, *overrides: str) -> ConfigSet:

@@ -26,6 +26,7 @@ from jobs.rules.map_capacity import buffer_bytes_for_keys
 from jobs.rules.timeutil import format_instant
 from segment_io.layout import segment_file_name
 from tests.support.builders import LogBuilder, rec, timestamped_segments, write_log
+from tests.support.paths import REPO
 from tests.support.spark import spark_forbidden
 
 DAY = 86_400_000
@@ -350,7 +351,6 @@ def test_spark_submit_prints_the_summary_on_stdout_and_no_spark_info_lines(tmp_p
     import subprocess
     import sys
 
-    repo = Path(__file__).resolve().parents[2]
     spark_submit = Path(sys.executable).with_name("spark-submit")
     if not spark_submit.exists():
         pytest.fail(f"spark-submit not found beside {sys.executable}: pyspark's scripts are missing")
@@ -361,7 +361,7 @@ def test_spark_submit_prints_the_summary_on_stdout_and_no_spark_info_lines(tmp_p
         [str(spark_submit), "--master", "local[1]", "--properties-file", "conf/spark-defaults.conf",
          "--conf", "spark.ui.enabled=false", "jobs/compact.py", "--log-dir", str(d),
          "--set", "*:cleanup.policy=compact", "--now", str(NOW), "--dry-run"],
-        cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     rows, order, after = _table(proc.stdout)
     assert order == ["orders-0"] and "would compact" in rows["orders-0"]

@@ -1,5 +1,5 @@
 """`segjobs config import`: the describe output of kafka-configs.sh and kafka-topics.sh (samples written from
-Kafka's ConfigCommand/TopicCommand formats, see tests/jobs/data/kafka-describe/README.md) becomes TOML that
+Kafka's ConfigCommand/TopicCommand formats, see tests/data/kafka-describe/README.md) becomes TOML that
 segjobs' own loader reads back to the values the broker applies.
 
 The expected values below are the sample cluster's, worked out from what it is (server.properties with
@@ -26,12 +26,12 @@ from jobs.rules.config_import import (
     parse_describe,
 )
 from segment_io.errors import ConfigError
+from tests.support.paths import KAFKA_DESCRIBE, REPO
 
-DATA = Path(__file__).resolve().parent / "data" / "kafka-describe"
+DATA = KAFKA_DESCRIBE
 CONFIGS_ALL = DATA / "kafka-configs-describe-all.txt"
 TOPICS = DATA / "kafka-topics-describe.txt"
 OVERRIDES = DATA / "kafka-configs-describe-overrides.txt"
-REPO = Path(__file__).resolve().parents[2]
 
 HOUR, DAY = 3_600_000, 86_400_000
 MIB = 1 << 20

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from jobs.commands import demo
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 #: a quote of the demo's output: the marker, then a fenced block of lines the demo prints (rows may be left out)
 QUOTE = re.compile(r"^<!-- make-demo-output: night (\d) (\w+) -->\n```\n(.*?)^```", flags=re.S | re.M)
 

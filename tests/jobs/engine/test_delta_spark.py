@@ -23,8 +23,8 @@ from jobs.engine.delta_spark import delta_session
 from jobs.engine.ledger import read_ledger
 from jobs.engine.report import RunReport, append_ledger
 from tests.support.delta import delta_required, delta_spark_installed
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 NOW = 1_700_000_000_000
 DAY = 86_400_000
 

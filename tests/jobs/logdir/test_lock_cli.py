@@ -26,9 +26,9 @@ from jobs.commands.cli import main
 from jobs.logdir.lock import Holder, acquire, lease_uri
 from jobs.rules.timeutil import wall_clock_ms
 from segment_io.storage import S3Storage
-from tests.jobs.test_compact_faults import CONFIG, NOW, TOPIC, build_partition, compact_with_fault
-from tests.jobs.test_compact_s3 import PREFIX, _objects, _upload
-from tests.jobs.test_lock import (
+from tests.jobs.engine.test_compact_faults import CONFIG, NOW, TOPIC, build_partition, compact_with_fault
+from tests.jobs.engine.test_compact_s3 import PREFIX, _objects, _upload
+from tests.jobs.logdir.test_lock import (
     _FOREIGN_HOLD_SCRIPT,
     _hold_in_subprocess,
     _lease_of_a_killed_process,
@@ -224,7 +224,7 @@ def test_a_run_whose_lease_is_taken_over_stops_before_its_next_commit(spark, s3_
 #: blocks, so the parent's SIGKILL lands at exactly that step.
 _PAUSING_COMPACT = textwrap.dedent("""
     import os, sys
-    from tests.jobs.test_compact_faults import compact_with_fault
+    from tests.jobs.engine.test_compact_faults import compact_with_fault
 
     def pause(partition, step):
         if step.startswith(os.environ["PAUSE_AT"]):

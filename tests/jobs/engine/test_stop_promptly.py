@@ -32,11 +32,11 @@ import pytest
 from jobs.commands.cli import main
 from tests.support.builders import LogBuilder, rec, tombstone, write_log
 from tests.support.mounts import fill, tmpfs
+from tests.support.paths import REPO
 from tests.support.replay import comparable, latest_records
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000_000
 NOW = str(T0 + 10 * 86_400_000)
 CONFIG = '[defaults]\n"cleanup.policy" = "compact"\n'

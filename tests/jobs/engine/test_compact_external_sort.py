@@ -27,7 +27,7 @@ from jobs.rules.map_capacity import buffer_bytes_for_keys, max_keys_for_buffer
 from jobs.rules.transactions import AbortedTxns
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, partition_dir_name
 from segment_io.storage import open_storage
-from tests.jobs.test_compact_properties import (
+from tests.jobs.engine.test_compact_properties import (
     NOW1,
     NOW2,
     PARTITION,
@@ -346,7 +346,7 @@ def test_spark_external_sort_on_generated_partitions(spark, tmp_path: Path) -> N
 
 
 def test_spark_external_sort_on_every_real_compacted_fixture(spark, kafka_real: Path, tmp_path: Path) -> None:
-    from tests.jobs.test_compact_fixtures import NOW, PARTITIONS
+    from tests.jobs.engine.test_compact_fixtures import NOW, PARTITIONS
     from tests.support.replay import read_partition
 
     source = tmp_path / "source"

@@ -15,8 +15,7 @@ import pytest
 
 from jobs.engine.kernels import COLD_NOTICE, KERNEL_MODULES, cached_kernels
 from segment_io.generate import GenerateSpec, generate_log_dir
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
 
 RETAIN_IN_PROCESS = """
 import sys

@@ -222,7 +222,7 @@ def test_a_rewritten_segment_keeps_the_txnindex_entries_of_its_surviving_abort_m
 
 
 def _expired_topics(d: Path) -> None:
-    from tests.jobs.test_retain import OLD, RECENT, build_partition
+    from tests.jobs.engine.test_retain import OLD, RECENT, build_partition
 
     build_partition(d, "orders", 0, [[OLD], [OLD], [RECENT]])  # retention as a delete topic would take 2 of 3
     build_partition(d, "clicks", 0, [[OLD], [RECENT], [RECENT]])
@@ -233,7 +233,7 @@ def _all_bytes(d: Path) -> dict[str, bytes]:
 
 
 def test_a_config_table_naming_a_misspelled_topic_stops_retain_before_the_lock(tmp_path: Path, capsys) -> None:
-    from tests.jobs.test_retain import NOW
+    from tests.jobs.engine.test_retain import NOW
     from tests.support.spark import spark_forbidden
 
     d = tmp_path / "logs"
@@ -254,7 +254,7 @@ def test_a_config_table_naming_a_misspelled_topic_stops_retain_before_the_lock(t
 
 def test_entries_outside_the_scope_are_fine_globs_naming_nothing_warn_and_the_report_says_where_policies_come_from(
         tmp_path: Path) -> None:
-    from tests.jobs.test_retain import NOW
+    from tests.jobs.engine.test_retain import NOW
 
     d = tmp_path / "logs"
     _expired_topics(d)

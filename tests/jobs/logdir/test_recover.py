@@ -244,8 +244,8 @@ def _summary_numbers(summary: str) -> list[str]:
 def test_recover_cleans_and_reports_leftovers_exactly_as_its_dry_run_said(store, spark, tmp_path, capsys,
                                                                           monkeypatch, request):
     from jobs.commands.cli import main
-    from tests.jobs.test_compact_faults import CONFIG, NOW, HardCrash, build_partition, compact_with_fault
-    from tests.jobs.test_compact_s3 import PREFIX, _objects, _upload
+    from tests.jobs.engine.test_compact_faults import CONFIG, NOW, HardCrash, build_partition, compact_with_fault
+    from tests.jobs.engine.test_compact_s3 import PREFIX, _objects, _upload
 
     config = tmp_path / "t.toml"
     config.write_text(CONFIG)
@@ -360,7 +360,7 @@ def test_compact_after_a_broker_finished_its_swap_and_its_own_cleaner_died(spark
     swap for base 0 covering [0, 45). The next `segjobs recover` and `segjobs compact` must end with a
     consistent log that replays like the broker's, and keep doing so."""
     from jobs.commands.cli import main
-    from tests.jobs.test_compact_faults import CONFIG, NOW, T0, HardCrash, compact_with_fault
+    from tests.jobs.engine.test_compact_faults import CONFIG, NOW, T0, HardCrash, compact_with_fault
     from tests.support.builders import LogBuilder, rec, write_log
     from tests.support.replay import comparable, read_partition, replay
 

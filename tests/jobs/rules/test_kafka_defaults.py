@@ -4,13 +4,11 @@ cleaner's two broker defaults are Kafka's (CleanerConfig; the topic defaults are
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 from jobs.rules import config as config_module
 from jobs.rules.config import ConfigSet, TopicConfig
 from jobs.rules.kafka_defaults import KAFKA_DEFAULTS, SCOPE_BROKER, markdown_table
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
 
 
 def test_cleaner_defaults_are_kafkas() -> None:

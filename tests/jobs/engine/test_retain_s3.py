@@ -11,7 +11,7 @@ from segment_io.checkpoint import read_leader_epoch_checkpoint, read_offset_chec
 from segment_io.layout import segment_file_name
 from segment_io.storage import StorageOptions, open_storage
 from segment_io.storage.base import Storage
-from tests.jobs.test_retain import (
+from tests.jobs.engine.test_retain import (
     OLD,
     RECENT,
     build_partition,

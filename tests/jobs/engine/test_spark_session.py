@@ -13,8 +13,8 @@ import pytest
 
 from jobs.engine.spark_session import JAVA_FIX, java_problem
 from tests.support.builders import LogBuilder, rec, write_log
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 NOW = "2026-11-22T03:00:00Z"
 
 

@@ -19,8 +19,8 @@ import jobs.logdir.recover
 from jobs.logdir.lock import LeaseLost
 from jobs.logdir.recover import PreviewStorage, RecoveryReport, recover_log_dir
 from segment_io.storage import S3Storage
-from tests.jobs.test_compact_faults import TOPIC, build_partition
-from tests.jobs.test_compact_s3 import PREFIX, _objects
+from tests.jobs.engine.test_compact_faults import TOPIC, build_partition
+from tests.jobs.engine.test_compact_s3 import PREFIX, _objects
 
 pytestmark = pytest.mark.s3
 

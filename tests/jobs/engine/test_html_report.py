@@ -17,7 +17,7 @@ from PIL import Image
 
 from jobs.commands.cli import main
 from jobs.engine.inspection import write_demo_log_dir
-from tests.jobs.test_history import _run as ledger_run
+from tests.jobs.engine.test_history import _run as ledger_run
 from tests.support.browser import dump_dom, screenshot
 
 #: matplotlib's tab:red, tab:blue and tab:orange (selected, not selected, retention deletes): no other part of the
