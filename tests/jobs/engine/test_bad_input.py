@@ -21,7 +21,10 @@ from jobs.commands.cli import main
 from jobs.rules.config import KAFKA_TOPICS, ConfigSet
 from segment_io.layout import segment_file_name
 from segment_io.storage import open_storage
-from tests.jobs.engine.test_retain import (
+from tests.support.builders import LogBuilder, rec, write_log
+from tests.support.paths import REPO
+from tests.support.replay import comparable, read_partition, replay
+from tests.support.retention import (
     DAY,
     NOW,
     OLD,
@@ -31,10 +34,7 @@ from tests.jobs.engine.test_retain import (
     run_command,
     write_checkpoint,
 )
-from tests.jobs.engine.test_retain_s3 import upload
-from tests.support.builders import LogBuilder, rec, write_log
-from tests.support.paths import REPO
-from tests.support.replay import comparable, read_partition, replay
+from tests.support.s3_objects import upload
 
 FAR_FUTURE = 4_102_444_800_000  # 2100-01-01: every record of every fixture is past any retention
 

@@ -27,7 +27,9 @@ from jobs.rules.map_capacity import buffer_bytes_for_keys, max_keys_for_buffer
 from jobs.rules.transactions import AbortedTxns
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, partition_dir_name
 from segment_io.storage import open_storage
-from tests.jobs.engine.test_compact_properties import (
+from tests.support.builders import LogBuilder, rec, tombstone, write_log
+from tests.support.hypothesis_budget import examples
+from tests.support.random_logs import (
     NOW1,
     NOW2,
     PARTITION,
@@ -38,8 +40,6 @@ from tests.jobs.engine.test_compact_properties import (
     topic_config,
     write_segments,
 )
-from tests.support.builders import LogBuilder, rec, tombstone, write_log
-from tests.support.hypothesis_budget import examples
 
 BIG_BUFFER = 1 << 20  #: every test log's keys fit one memory pass
 TINY_BUFFER = buffer_bytes_for_keys(2)  #: auto picks external-sort for any partition with 2 dirty records
@@ -346,7 +346,7 @@ def test_spark_external_sort_on_generated_partitions(spark, tmp_path: Path) -> N
 
 
 def test_spark_external_sort_on_every_real_compacted_fixture(spark, kafka_real: Path, tmp_path: Path) -> None:
-    from tests.jobs.engine.test_compact_fixtures import NOW, PARTITIONS
+    from tests.support.compacted_fixtures import NOW, PARTITIONS
     from tests.support.replay import read_partition
 
     source = tmp_path / "source"

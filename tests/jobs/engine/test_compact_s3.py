@@ -10,7 +10,7 @@ from pathlib import Path
 
 from jobs.commands.cli import main
 from jobs.engine.seams import FaultHook
-from tests.jobs.engine.test_compact_faults import (
+from tests.support.compaction_faults import (
     CONFIG,
     NOW,
     TOPIC,
@@ -22,25 +22,7 @@ from tests.jobs.engine.test_compact_faults import (
     recording,
     transient,
 )
-
-PREFIX = "kafka/logs"
-
-
-def _upload(endpoint, bucket: str, local_dir: Path) -> None:
-    client = endpoint.client()
-    for p in sorted(local_dir.rglob("*")):
-        if p.is_file():
-            client.put_object(Bucket=bucket, Key=f"{PREFIX}/{p.relative_to(local_dir)}", Body=p.read_bytes())
-
-
-def _objects(endpoint, bucket: str, prefix: str = PREFIX + "/") -> dict[str, bytes]:
-    """Relative key -> bytes of every object under ``prefix``."""
-    client = endpoint.client()
-    out = {}
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        for o in page.get("Contents", []):
-            out[o["Key"][len(prefix):]] = client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
-    return out
+from tests.support.s3_objects import PREFIX, contents, put_objects
 
 
 def _run(endpoint, bucket: str, config: Path, command: str = "compact", *extra: str,
@@ -60,33 +42,33 @@ def test_interrupted_at_every_step_on_s3_then_recover_then_compact(spark, s3_buc
 
     # the reference: one partition compacted without a fault, recording the S3 commit's steps
     build_partition(tmp_path / "ref" / f"{TOPIC}-0")
-    _upload(endpoint, bucket, tmp_path / "ref")
-    source = _objects(endpoint, bucket)
+    put_objects(endpoint, bucket, tmp_path / "ref")
+    source = contents(endpoint, bucket)
     source_logs = [source[k] for k in sorted(k for k in source if k.endswith(".log"))]
     steps: list[str] = []
     assert _run(endpoint, bucket, config, fault=recording(steps)) == 0
-    done = _objects(endpoint, bucket)
+    done = contents(endpoint, bucket)
     result_logs = [done[k] for k in sorted(k for k in done if k.endswith(".log"))]
     assert len(result_logs) == 2 and result_logs != source_logs
     assert check_partition(done, f"{TOPIC}-0", source_logs, result_logs, allow_either=False) == "new"
     assert {s.split(":")[0] for s in steps} == {"write-intent", "copy-new", "delete-old", "remove-intent",
                                                 "delete-staged"}
     # nothing of segjobs' own is left beside the log dir's files, and the work prefix holds no staged object
-    assert not [k for k in _objects(endpoint, bucket, PREFIX + ".segjobs/") if "/staged/" in k]
+    assert not [k for k in contents(endpoint, bucket, PREFIX + ".segjobs/") if "/staged/" in k]
 
     # every step interrupted, one partition each
     client = endpoint.client()
-    for key in list(_objects(endpoint, bucket, "")):
+    for key in list(contents(endpoint, bucket, "")):
         client.delete_object(Bucket=bucket, Key=key)
     for i in range(len(steps)):
         build_partition(tmp_path / "many" / f"{TOPIC}-{i}")
-    _upload(endpoint, bucket, tmp_path / "many")
+    put_objects(endpoint, bucket, tmp_path / "many")
     assert _run(endpoint, bucket, config, fault=fault_at_every_step(steps)) == 1
 
     assert _run(endpoint, bucket, config, "recover") == 0
-    recovered = _objects(endpoint, bucket)
+    recovered = contents(endpoint, bucket)
     assert transient(recovered) == []
-    work = _objects(endpoint, bucket, PREFIX + ".segjobs/")
+    work = contents(endpoint, bucket, PREFIX + ".segjobs/")
     assert not [k for k in work if k.endswith("replace.json") or "/staged/" in k], sorted(work)
     outcome = {steps[i]: check_partition(recovered, f"{TOPIC}-{i}", source_logs, result_logs, allow_either=True)
                for i in range(len(steps))}
@@ -96,7 +78,7 @@ def test_interrupted_at_every_step_on_s3_then_recover_then_compact(spark, s3_buc
     capsys.readouterr()
 
     assert _run(endpoint, bucket, config) == 0
-    final = _objects(endpoint, bucket)
+    final = contents(endpoint, bucket)
     for i in range(len(steps)):
         name = f"{TOPIC}-{i}"
         if outcome[steps[i]] == "old":  # rolled back, now compacted like the reference
@@ -113,13 +95,13 @@ def test_external_sort_on_s3_commits_the_memory_result(spark, s3_bucket_env, tmp
     config = tmp_path / "t.toml"
     config.write_text(CONFIG)
     build_partition(tmp_path / "s3" / f"{TOPIC}-0")
-    _upload(endpoint, bucket, tmp_path / "s3")
+    put_objects(endpoint, bucket, tmp_path / "s3")
     assert _run(endpoint, bucket, config, "compact", "--strategy", "external-sort") == 0
-    done = _objects(endpoint, bucket)
+    done = contents(endpoint, bucket)
     local = tmp_path / "local"
     build_partition(local / f"{TOPIC}-0")
     assert main(["compact", "--log-dir", str(local), "--config", str(config), "--now", NOW, "--quiet",
                  "--strategy", "memory"]) == 0
     expected = {str(p.relative_to(local)): p.read_bytes() for p in local.rglob("*") if p.is_file()}
     assert live_logs(done, f"{TOPIC}-0") == live_logs(expected, f"{TOPIC}-0")
-    assert not [k for k in _objects(endpoint, bucket, PREFIX + ".segjobs/") if "/external-sort/" in k]
+    assert not [k for k in contents(endpoint, bucket, PREFIX + ".segjobs/") if "/external-sort/" in k]

@@ -17,7 +17,7 @@ from jobs import api
 from jobs.engine.seams import FaultHook
 from segment_io.errors import StorageError, UsageError
 from segment_io.storage import open_storage
-from tests.jobs.engine.test_job_frame import NOW, build
+from tests.support.job_frame import NOW, build
 from tests.support.replay import comparable, latest_records
 
 SETTINGS = ("*:cleanup.policy=compact", "*:segment.bytes=300")
@@ -209,14 +209,14 @@ def test_a_plan_whose_selection_differs_is_refused_before_anything_is_done(tmp_p
 
 
 def build_retention_dir(logs: Path, partitions: int = 3) -> None:
-    from tests.jobs.engine.test_retain import OLD, RECENT, build_partition
+    from tests.support.retention import OLD, RECENT, build_partition
 
     for p in range(partitions):
         build_partition(logs, "r", p, [[OLD], [RECENT], [RECENT]])  # a third goes: below the delete limit
 
 
 def retain(log_dir, fault: FaultHook | None = None, **options) -> api.RetainResult:
-    from tests.jobs.engine.test_retain import NOW as RETAIN_NOW
+    from tests.support.retention import NOW as RETAIN_NOW
 
     options.setdefault("overrides", RETAIN_SETTINGS)
     return api.retain(log_dir, api.RetainOptions(**options), now=RETAIN_NOW, seams=in_process(fault))
@@ -241,7 +241,7 @@ def test_retention_an_error_in_one_partition_while_the_others_commit(tmp_path: P
 
 
 def test_a_retention_with_nothing_due_starts_no_spark_and_reports_as_with_tasks(tmp_path: Path) -> None:
-    from tests.jobs.engine.test_retain import NOW as RETAIN_NOW
+    from tests.support.retention import NOW as RETAIN_NOW
 
     logs = tmp_path / "logs"
     build_retention_dir(logs)
@@ -274,7 +274,7 @@ def test_retention_dry_run_equals_the_real_run(tmp_path: Path) -> None:
 def test_the_clock_seam_is_the_default_now(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     build_retention_dir(logs, partitions=1)
-    from tests.jobs.engine.test_retain import NOW as RETAIN_NOW
+    from tests.support.retention import NOW as RETAIN_NOW
 
     result = api.retain(logs, api.RetainOptions(overrides=RETAIN_SETTINGS, dry_run=True),
                         seams=api.Seams(runner=api.InProcessTasks(), clock=lambda: RETAIN_NOW + 1))

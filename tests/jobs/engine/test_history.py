@@ -10,35 +10,23 @@ import pytest
 
 from jobs.commands.cli import main
 from jobs.engine.ledger import read_history
-from jobs.engine.report import RunReport, append_ledger
+from jobs.engine.report import RunReport
+from tests.support.ledger import DAY, T0, append_run
 from tests.support.s3 import ACCESS_KEY, REGION, SECRET_KEY
-
-DAY = 86_400_000
-T0 = 1_700_000_000_000
-
-
-def _run(ledger: str, command: str, night: int, rows: list[tuple[str, int, str, int]], *, dry_run: bool = False,
-         options=None) -> RunReport:
-    """Append one run to ``ledger``: ``rows`` are (topic, partition, action, bytes_removed)."""
-    report = RunReport(command=command, log_dir="/var/kafka/logs", now_ms=T0 + night * DAY, dry_run=dry_run)
-    report.finished_ms = T0 + night * DAY + 60_000 + (1000 if command == "compact" else 0)
-    partitions = [{"topic": t, "partition": p, "action": a, "reason": "", "bytes_removed": b,
-                   "records_removed": b // 100, "bytes_before": 10_000, "bytes_after": 10_000 - b}
-                  for t, p, a, b in rows]
-    assert append_ledger(ledger, report, partitions, options) == len(rows)
-    return report
 
 
 @pytest.fixture()
 def ledger(tmp_path: Path) -> tuple[str, list[RunReport]]:
     uri = str(tmp_path / "ledger")
     runs = [
-        _run(uri, "retain", 1, [("clicks", 0, "delete", 4000), ("clicks", 1, "none", 0), ("orders", 0, "none", 0)]),
-        _run(uri, "compact", 1, [("orders", 0, "compacted", 1500), ("users", 0, "error", 0),
-                                 ("users", 1, "unchanged", 0)]),
-        _run(uri, "retain", 2, [("clicks", 0, "delete", 2000), ("clicks", 1, "refused", 0), ("orders", 0, "none", 0)]),
-        _run(uri, "compact", 2, [("orders", 0, "would compact", 700), ("users", 0, "would compact", 300)],
-             dry_run=True),
+        append_run(uri, "retain", 1, [("clicks", 0, "delete", 4000), ("clicks", 1, "none", 0),
+                                      ("orders", 0, "none", 0)]),
+        append_run(uri, "compact", 1, [("orders", 0, "compacted", 1500), ("users", 0, "error", 0),
+                                       ("users", 1, "unchanged", 0)]),
+        append_run(uri, "retain", 2, [("clicks", 0, "delete", 2000), ("clicks", 1, "refused", 0),
+                                      ("orders", 0, "none", 0)]),
+        append_run(uri, "compact", 2, [("orders", 0, "would compact", 700), ("users", 0, "would compact", 300)],
+                   dry_run=True),
     ]
     return uri, runs
 
@@ -124,7 +112,7 @@ def test_history_reads_a_ledger_on_s3(s3_bucket, monkeypatch, capsys) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
     uri = f"s3://{bucket}/segjobs/ledger"
-    run = _run(uri, "retain", 1, [("clicks", 0, "delete", 4000)], options=endpoint.storage_options())
+    run = append_run(uri, "retain", 1, [("clicks", 0, "delete", 4000)], options=endpoint.storage_options())
     assert main(["history", "--ledger", uri, "--s3-endpoint", endpoint.endpoint_url, "--s3-region", REGION,
                  "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)

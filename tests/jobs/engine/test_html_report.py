@@ -17,8 +17,8 @@ from PIL import Image
 
 from jobs.commands.cli import main
 from jobs.engine.inspection import write_demo_log_dir
-from tests.jobs.engine.test_history import _run as ledger_run
 from tests.support.browser import dump_dom, screenshot
+from tests.support.ledger import append_run
 
 #: matplotlib's tab:red, tab:blue and tab:orange (selected, not selected, retention deletes): no other part of the
 #: page has these colours, so where they show in a screenshot the charts were rendered.
@@ -107,9 +107,9 @@ def test_inspect_html_report_shows_the_charts_in_a_browser(spark, tmp_path: Path
 
 def test_history_html_report_shows_the_bytes_reclaimed_per_run_in_a_browser(tmp_path: Path, capsys) -> None:
     ledger = str(tmp_path / "ledger")
-    ledger_run(ledger, "retain", 1, [("clicks", 0, "delete", 4000), ("orders", 0, "none", 0)])
-    ledger_run(ledger, "compact", 1, [("orders", 0, "compacted", 1500), ("users", 0, "compacted", 2500)])
-    ledger_run(ledger, "retain", 2, [("clicks", 0, "delete", 2000), ("orders", 0, "none", 0)])
+    append_run(ledger, "retain", 1, [("clicks", 0, "delete", 4000), ("orders", 0, "none", 0)])
+    append_run(ledger, "compact", 1, [("orders", 0, "compacted", 1500), ("users", 0, "compacted", 2500)])
+    append_run(ledger, "retain", 2, [("clicks", 0, "delete", 2000), ("orders", 0, "none", 0)])
     page = tmp_path / "history.html"
     capsys.readouterr()
     assert main(["history", "--ledger", ledger, "--html", str(page), "--format", "json"]) == 0

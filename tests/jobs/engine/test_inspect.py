@@ -375,7 +375,7 @@ def test_inspect_predicts_the_bytes_retain_dry_run_deletes_when_the_limit_refuse
     from jobs import api
     from jobs.engine.inspection import render
     from jobs.engine.report import human_bytes
-    from tests.jobs.engine.test_retain import DAY, NOW, RECENT, build_partition
+    from tests.support.retention import DAY, NOW, RECENT, build_partition
 
     # 3 days old: past the 1-day retention set below, within Kafka's default week, so the limit counts these
     # deletions as this run's config's alone (jobs.rules.plan_retain.delete_guard)
@@ -419,7 +419,7 @@ def _column(table: str, heading: str) -> dict[str, str]:
 
 def test_a_delete_only_topic_shows_no_dirty_ratio_in_inspect_and_the_compact_summary(tmp_path: Path) -> None:
     from jobs import api
-    from tests.jobs.engine.test_retain import NOW, RECENT, build_partition
+    from tests.support.retention import NOW, RECENT, build_partition
 
     d = tmp_path / "logs"
     for topic in ("events", "users"):  # never cleaned: a compacted topic's dirty ratio is 1.00

@@ -14,28 +14,10 @@ from jobs import api
 from jobs.commands.cli import main
 from jobs.rules.timeutil import wall_clock_ms
 from segment_io.storage import open_storage
-from tests.support.builders import LogBuilder, rec, tombstone, write_log
+from tests.support.builders import LogBuilder, rec, write_log
+from tests.support.job_frame import MTIME_MS, NOW, T0, build
 from tests.support.replay import comparable, latest_records, read_partition
 from tests.support.s3 import ACCESS_KEY, REGION, SECRET_KEY
-
-T0 = 1_700_000_000_000
-NOW = T0 + 10 * 86_400_000
-MTIME_MS = T0 + 5 * 86_400_000  # an old, distinctive last-modified time for the source segments
-
-
-def build(partition_dir: Path, *, groups: int = 1) -> None:
-    """``groups`` pairs of dirty segments (each pair one segment group under segment.bytes=300), then the
-    active segment. Every source file gets the mtime MTIME_MS."""
-    log = LogBuilder("t", int(partition_dir.name.rsplit("-", 1)[1]), timestamp=T0)
-    for g in range(groups):
-        if g:
-            log.roll()
-        log.batch([rec(f"k{g}", "1"), rec(f"j{g}", "1")]).batch([rec(f"k{g}", "2")])
-        log.roll().batch([tombstone(f"j{g}")]).batch([rec(f"k{g}", "3")])
-    log.roll().batch([rec("z", "active")])
-    write_log(log.table(), partition_dir)
-    for f in partition_dir.iterdir():
-        os.utime(f, ns=(MTIME_MS * 1_000_000, MTIME_MS * 1_000_000))
 
 
 def compact(log_dir: Path, *extra: str) -> int:
@@ -222,7 +204,7 @@ def test_a_rewritten_segment_keeps_the_txnindex_entries_of_its_surviving_abort_m
 
 
 def _expired_topics(d: Path) -> None:
-    from tests.jobs.engine.test_retain import OLD, RECENT, build_partition
+    from tests.support.retention import OLD, RECENT, build_partition
 
     build_partition(d, "orders", 0, [[OLD], [OLD], [RECENT]])  # retention as a delete topic would take 2 of 3
     build_partition(d, "clicks", 0, [[OLD], [RECENT], [RECENT]])
@@ -233,7 +215,7 @@ def _all_bytes(d: Path) -> dict[str, bytes]:
 
 
 def test_a_config_table_naming_a_misspelled_topic_stops_retain_before_the_lock(tmp_path: Path, capsys) -> None:
-    from tests.jobs.engine.test_retain import NOW
+    from tests.support.retention import NOW
     from tests.support.spark import spark_forbidden
 
     d = tmp_path / "logs"
@@ -254,7 +236,7 @@ def test_a_config_table_naming_a_misspelled_topic_stops_retain_before_the_lock(t
 
 def test_entries_outside_the_scope_are_fine_globs_naming_nothing_warn_and_the_report_says_where_policies_come_from(
         tmp_path: Path) -> None:
-    from tests.jobs.engine.test_retain import NOW
+    from tests.support.retention import NOW
 
     d = tmp_path / "logs"
     _expired_topics(d)

@@ -20,9 +20,9 @@ from jobs.engine.planfile import (
 from jobs.rules.timeutil import format_instant
 from segment_io.layout import segment_file_name
 from segment_io.storage import open_storage
-from tests.jobs.engine.test_retain import NOW, OLD, RECENT, build_partition, deleted, entry
-from tests.jobs.engine.test_retain_s3 import upload
-from tests.jobs.engine.test_retention_first import ORDERS, build_orders, by_name
+from tests.support.retention import NOW, OLD, RECENT, build_partition, deleted, entry
+from tests.support.retention_first import ORDERS, build_orders, by_name
+from tests.support.s3_objects import upload
 
 DAY = 86_400_000
 SETTINGS = ("--set", "t:retention.ms=1d")

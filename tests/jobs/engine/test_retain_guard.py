@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from jobs import api
-from tests.jobs.engine.test_retain import build_partition
+from tests.support.retention import build_partition
 
 DAY = 86_400_000
 NOW = 1_700_000_000_000

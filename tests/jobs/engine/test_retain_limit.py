@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from jobs.commands.cli import main
-from tests.jobs.engine.test_retain import (
+from tests.support.retention import (
     OLD,
     RECENT,
     build_partition,
@@ -23,7 +23,7 @@ from tests.jobs.engine.test_retain import (
     retain,
     write_checkpoint,
 )
-from tests.jobs.engine.test_retention_first import by_name, run
+from tests.support.retention_first import by_name, run
 
 MID = RECENT - 3 * 86_400_000  #: past the 1-day retention these tests set, within Kafka's default week
 

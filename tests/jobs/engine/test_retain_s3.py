@@ -1,6 +1,6 @@
 """The retention job on S3 (a real HTTP endpoint: moto_server), end to end and with a crash at every step.
 
-Log dirs are built locally with the shared helpers of ``test_retain.py`` and uploaded object by object.
+Log dirs are built locally with the helpers of :mod:`tests.support.retention` and uploaded object by object.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from segment_io.checkpoint import read_leader_epoch_checkpoint, read_offset_chec
 from segment_io.layout import segment_file_name
 from segment_io.storage import StorageOptions, open_storage
 from segment_io.storage.base import Storage
-from tests.jobs.engine.test_retain import (
+from tests.support.retention import (
     OLD,
     RECENT,
     build_partition,
@@ -23,12 +23,7 @@ from tests.jobs.engine.test_retain import (
     retain,
     sizes,
 )
-
-
-def upload(storage: Storage, local: Path, log_dir: str) -> None:
-    for f in sorted(local.rglob("*")):
-        if f.is_file():
-            storage.write_atomic(storage.join(log_dir, *f.relative_to(local).parts), f.read_bytes())
+from tests.support.s3_objects import upload
 
 
 def test_retain_on_s3_end_to_end(s3_bucket, s3_env, tmp_path: Path, spark) -> None:

@@ -12,7 +12,6 @@ session, on small generated or built log dirs.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -21,66 +20,14 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from jobs.commands.cli import main
 from segment_io.generate import GenerateSpec, generate_log_dir
 from segment_io.layout import segment_file_name
-from tests.support.builders import LogBuilder, rec, write_log
 from tests.support.replay import latest_values, read_partition
-
-DAY = 86_400_000
-NOW = 1_700_000_000_000
-OLD = NOW - 10 * DAY  # past a 7-day retention.ms
-RECENT = NOW - DAY
-
-
-def run(command: str, log_dir: Path, *options: str, now: int = NOW) -> tuple[int, dict[str, Any]]:
-    """Run ``segjobs COMMAND`` through the CLI; (exit code, its JSON report)."""
-    report = log_dir.parent / f"{command}-{abs(hash(options))}.json"
-    report.unlink(missing_ok=True)
-    code = main([command, "--log-dir", str(log_dir), "--now", str(now), "--report", str(report), "--quiet",
-                 *options])
-    doc = json.loads(report.read_text())
-    report.unlink()
-    return code, doc
-
-
-def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {f"{e['topic']}-{e['partition']}": e for e in report["partitions"]}
-
+from tests.support.retention_first import DAY, NOW, ORDERS, build_orders, by_name, run
 
 # ---------------------------------------------------------------------------------------------------
 # Item 1: the issue's scenario
 # ---------------------------------------------------------------------------------------------------
-
-
-def build_orders(pdir: Path) -> tuple[list[int], dict[bytes, bytes]]:
-    """orders-0: two expired segments full of duplicates (of each other and of later keys), two recent ones
-    with duplicates of their own, and the active segment. Returns the segment bases and the key -> value map
-    of the recent segments (what a consumer reading them would end with)."""
-    log = LogBuilder("orders", 0, timestamp=OLD)
-    bases = [0]
-    for round_ in range(2):  # segment 0: keys k00-k09 twice, expired
-        log.batch([rec(f"k{j:02d}", f"old-{round_}-{j}" * 8) for j in range(10)])
-    bases.append(log.roll().next_offset)
-    for round_ in range(2):  # segment 1: the same keys again, still expired
-        log.batch([rec(f"k{j:02d}", f"older-{round_}-{j}" * 8) for j in range(10)])
-    log.clock = RECENT
-    bases.append(log.roll().next_offset)
-    for round_ in range(4):  # segment 2: k00-k09 four times, recent
-        log.batch([rec(f"k{j:02d}", f"new-{round_}-{j}" * 8) for j in range(10)])
-    bases.append(log.roll().next_offset)
-    for round_ in range(3):  # segment 3: k05-k14 three times, recent
-        log.batch([rec(f"k{j:02d}", f"newer-{round_}-{j}" * 8) for j in range(5, 15)])
-    bases.append(log.roll().next_offset)
-    log.batch([rec("active", "a")])
-    table = log.table()
-    write_log(table, pdir)
-    kept = table.filter([bases[2] <= o < bases[4] for o in table["offset"].to_pylist()])
-    expected = {k: v for k, v in zip(kept["key"].to_pylist(), kept["value"].to_pylist())}
-    return bases, expected
-
-
-ORDERS = ("--set", "orders:cleanup.policy=compact,delete", "--set", "orders:retention.ms=7d")
 
 
 @pytest.mark.spark

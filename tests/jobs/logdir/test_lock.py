@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
@@ -28,8 +27,15 @@ from jobs.logdir.lock import (
 from jobs.rules.timeutil import wall_clock_ms
 from segment_io.errors import LockHeldError, UsageError
 from segment_io.storage import LocalStorage, S3Storage
+from tests.support.lock_holders import (
+    FOREIGN_HOLD_SCRIPT,
+    HOLD_SCRIPT,
+    NOW,
+    hold_in_subprocess,
+    lease_of_a_killed_process,
+    release_holder,
+)
 
-NOW = 1_700_000_000_000
 TTL = 60_000
 
 # --------------------------------------------------------------------------------------------- work_uri
@@ -50,41 +56,10 @@ def test_work_uri_is_a_sibling_never_inside():
 # --------------------------------------------------------------------------------------------- local
 
 
-_HOLD_SCRIPT = textwrap.dedent(f"""
-    import sys
-    from jobs.logdir.lock import Holder, acquire
-    from segment_io.storage import LocalStorage
-    with acquire(LocalStorage(), sys.argv[1], now_ms={NOW}, holder=Holder.this_process("held-run")):
-        print("held", flush=True)
-        sys.stdin.read()  # hold until the parent closes our stdin
-""")
-
-#: Holds the .lock as a broker would: an fcntl lock and nothing else (no holder file).
-_FOREIGN_HOLD_SCRIPT = textwrap.dedent("""
-    import fcntl, os, sys
-    fd = os.open(sys.argv[1] + "/.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    print("held", flush=True)
-    sys.stdin.read()
-""")
-
-
-def _hold_in_subprocess(log_dir: Path, script: str = _HOLD_SCRIPT) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", script, str(log_dir)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=os.getcwd()))
-    assert proc.stdout.readline().strip() == "held"
-    return proc
-
-
-def _release(proc: subprocess.Popen) -> None:
-    proc.stdin.close()
-    assert proc.wait(timeout=30) == 0
-
-
 def test_local_lock_conflicts_across_processes_and_names_the_segjobs_holder(tmp_path):
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
-    proc = _hold_in_subprocess(log_dir)
+    proc = hold_in_subprocess(log_dir)
     try:
         assert (log_dir / ".lock").read_bytes() == b""  # nothing foreign in the broker's lock file
         doc = json.loads((tmp_path / "logs.segjobs" / "lock-holder.json").read_text())
@@ -96,7 +71,7 @@ def test_local_lock_conflicts_across_processes_and_names_the_segjobs_holder(tmp_
         assert (f".lock is held by segjobs run held-run (pid {proc.pid} on host {socket.gethostname()} since "
                 f"2023-11-14T22:13:20.000Z)") in str(info.value)
     finally:
-        _release(proc)
+        release_holder(proc)
     with acquire(LocalStorage(), str(log_dir), now_ms=NOW) as lease:
         assert lease.uri == str(log_dir / ".lock")
     assert os.listdir(log_dir) == [".lock"]  # only what a broker creates itself
@@ -115,14 +90,14 @@ def test_local_lock_held_by_something_else_is_not_blamed_on_segjobs(tmp_path):
     for holder_file in (None, stale):
         if holder_file is not None:
             (tmp_path / "logs.segjobs" / "lock-holder.json").write_text(json.dumps(holder_file))
-        proc = _hold_in_subprocess(log_dir, _FOREIGN_HOLD_SCRIPT)
+        proc = hold_in_subprocess(log_dir, FOREIGN_HOLD_SCRIPT)
         try:
             with pytest.raises(LockHeldError, match=re.escape("held by a process that is not segjobs: a running "
                                                               "Kafka broker?")):
                 with acquire(LocalStorage(), str(log_dir), now_ms=NOW):
                     pass
         finally:
-            _release(proc)
+            release_holder(proc)
     with acquire(LocalStorage(), str(log_dir), now_ms=NOW, holder=Holder.this_process("next-run")):
         doc = json.loads((tmp_path / "logs.segjobs" / "lock-holder.json").read_text())
         assert doc["holder"]["run_id"] == "next-run"  # the stale file is overwritten by the new holder
@@ -134,7 +109,7 @@ def test_local_lock_refuses_a_second_acquire_in_the_same_process(tmp_path):
             with acquire(LocalStorage(), str(tmp_path) + "/", now_ms=NOW):
                 pass
         # the refused attempt must not have dropped our lock: another process still cannot take it
-        child = subprocess.run([sys.executable, "-c", _HOLD_SCRIPT, str(tmp_path)], input="", text=True,
+        child = subprocess.run([sys.executable, "-c", HOLD_SCRIPT, str(tmp_path)], input="", text=True,
                                capture_output=True, env=dict(os.environ, PYTHONPATH=os.getcwd()), timeout=60)
         assert child.returncode != 0 and "LockHeldError" in child.stderr
     with acquire(LocalStorage(), str(tmp_path), now_ms=NOW):
@@ -409,32 +384,9 @@ def test_s3_heartbeat_notices_a_takeover(s3):
     assert storage.read(uri) == stolen
 
 
-def _lease_of_a_killed_process(storage: S3Storage, log_dir: str, ttl_ms: int, now_ms: int = NOW) -> int:
-    """A lease taken by another process on this host, which was then killed (SIGKILL: no release)."""
-    import pickle
-
-    script = textwrap.dedent(f"""
-        import pickle, sys
-        from jobs.logdir.lock import acquire
-        storage = pickle.loads(sys.stdin.buffer.read())
-        cm = acquire(storage, {log_dir!r}, now_ms={now_ms}, ttl_ms={ttl_ms})
-        cm.__enter__()
-        print("held", flush=True)
-        import time; time.sleep(600)
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            env=dict(os.environ, PYTHONPATH=os.getcwd()))
-    proc.stdin.write(pickle.dumps(storage))
-    proc.stdin.close()
-    assert proc.stdout.readline().strip() == b"held"
-    proc.kill()
-    proc.wait(timeout=30)  # reaped: a zombie would still answer kill(pid, 0)
-    return proc.pid
-
-
 def test_s3_lease_of_a_dead_process_on_this_host_is_broken_at_once(s3):
     storage, log_dir = s3
-    dead_pid = _lease_of_a_killed_process(storage, log_dir, ttl_ms=10 * 3_600_000)
+    dead_pid = lease_of_a_killed_process(storage, log_dir, ttl_ms=10 * 3_600_000)
     with acquire(storage, log_dir, now_ms=NOW + 1, ttl_ms=TTL, holder=Holder.this_process("heir")) as lease:
         assert lease.notice is not None
         assert f"(pid {dead_pid} on host {socket.gethostname()} since 2023-11-14T22:13:20.000Z)" in lease.notice

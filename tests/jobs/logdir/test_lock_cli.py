@@ -26,14 +26,14 @@ from jobs.commands.cli import main
 from jobs.logdir.lock import Holder, acquire, lease_uri
 from jobs.rules.timeutil import wall_clock_ms
 from segment_io.storage import S3Storage
-from tests.jobs.engine.test_compact_faults import CONFIG, NOW, TOPIC, build_partition, compact_with_fault
-from tests.jobs.engine.test_compact_s3 import PREFIX, _objects, _upload
-from tests.jobs.logdir.test_lock import (
-    _FOREIGN_HOLD_SCRIPT,
-    _hold_in_subprocess,
-    _lease_of_a_killed_process,
-    _release,
+from tests.support.compaction_faults import CONFIG, NOW, TOPIC, build_partition, compact_with_fault
+from tests.support.lock_holders import (
+    FOREIGN_HOLD_SCRIPT,
+    hold_in_subprocess,
+    lease_of_a_killed_process,
+    release_holder,
 )
+from tests.support.s3_objects import PREFIX, contents, put_objects
 
 HOST = socket.gethostname()
 
@@ -69,7 +69,7 @@ def _s3_args(endpoint, bucket: str) -> list[str]:
 def test_a_run_refused_by_a_segjobs_run_names_it_and_changes_nothing(command, tmp_path, config, capsys):
     log_dir = tmp_path / "logs"
     build_partition(log_dir / f"{TOPIC}-0")
-    proc = _hold_in_subprocess(log_dir)
+    proc = hold_in_subprocess(log_dir)
     try:
         before = _tree(log_dir)  # with the .lock the holder created
         held = _tree(log_dir, tmp_path / "logs.segjobs")
@@ -81,14 +81,14 @@ def test_a_run_refused_by_a_segjobs_run_names_it_and_changes_nothing(command, tm
                 f"2023-11-14T22:13:20.000Z); wait for it to finish or stop it") in err
         assert _tree(log_dir, tmp_path / "logs.segjobs") == held
     finally:
-        _release(proc)
+        release_holder(proc)
     assert _tree(log_dir) == before
 
 
 def test_a_run_refused_by_another_process_suspects_a_broker(tmp_path, config, capsys):
     log_dir = tmp_path / "logs"
     build_partition(log_dir / f"{TOPIC}-0")
-    proc = _hold_in_subprocess(log_dir, _FOREIGN_HOLD_SCRIPT)
+    proc = hold_in_subprocess(log_dir, FOREIGN_HOLD_SCRIPT)
     before = _tree(log_dir)
     try:
         code = main(["compact", "--log-dir", str(log_dir), "--config", str(config), "--now", NOW])
@@ -96,7 +96,7 @@ def test_a_run_refused_by_another_process_suspects_a_broker(tmp_path, config, ca
         assert code == 2, err
         assert "held by a process that is not segjobs: a running Kafka broker? Stop it or choose another log dir" in err
     finally:
-        _release(proc)
+        release_holder(proc)
     assert _tree(log_dir) == before
     assert not (tmp_path / "logs.segjobs").exists()
 
@@ -117,17 +117,17 @@ def test_break_lease_on_a_local_log_dir_is_a_usage_error(tmp_path, capsys):
 def test_recover_breaks_the_lease_of_a_run_killed_on_this_host_without_waiting(s3_bucket_env, tmp_path, capsys):
     endpoint, bucket = s3_bucket_env
     build_partition(tmp_path / "logs" / f"{TOPIC}-0")
-    _upload(endpoint, bucket, tmp_path / "logs")
+    put_objects(endpoint, bucket, tmp_path / "logs")
     storage = S3Storage(endpoint.storage_options())
     log_dir = f"s3://{bucket}/{PREFIX}"
     # taken now, for an hour: expiry cannot be why it is taken over
-    dead_pid = _lease_of_a_killed_process(storage, log_dir, ttl_ms=3_600_000, now_ms=wall_clock_ms())
-    before = _objects(endpoint, bucket)
+    dead_pid = lease_of_a_killed_process(storage, log_dir, ttl_ms=3_600_000, now_ms=wall_clock_ms())
+    before = contents(endpoint, bucket)
     assert main(["recover", *_s3_args(endpoint, bucket), "--now", NOW]) == 0
     err = capsys.readouterr().err
     assert "took over the lease of segjobs run" in err and f"(pid {dead_pid} on host {HOST} since " in err, err
     assert err.rstrip().endswith(f"its process (pid {dead_pid} on this host) is gone"), err
-    assert _objects(endpoint, bucket) == before  # nothing to recover here
+    assert contents(endpoint, bucket) == before  # nothing to recover here
     assert not storage.exists(lease_uri(storage, log_dir))  # released
 
 
@@ -135,13 +135,13 @@ def test_recover_breaks_the_lease_of_a_run_killed_on_this_host_without_waiting(s
 def test_a_live_lease_elsewhere_is_refused_until_broken_by_its_run_id(s3_bucket_env, tmp_path, config, capsys):
     endpoint, bucket = s3_bucket_env
     build_partition(tmp_path / "logs" / f"{TOPIC}-0")
-    _upload(endpoint, bucket, tmp_path / "logs")
+    put_objects(endpoint, bucket, tmp_path / "logs")
     storage = S3Storage(endpoint.storage_options())
     log_dir = f"s3://{bucket}/{PREFIX}"
     far = acquire(storage, log_dir, now_ms=wall_clock_ms(), ttl_ms=3_600_000,
                   holder=Holder(host="other-host", pid=4242, run_id="run-far"))
     far.__enter__()  # never released: it died on a host this one cannot look at
-    everything = _objects(endpoint, bucket, "")
+    everything = contents(endpoint, bucket, "")
 
     for argv in (["compact", *_s3_args(endpoint, bucket), "--config", str(config), "--now", NOW],
                  ["recover", *_s3_args(endpoint, bucket)],
@@ -150,7 +150,7 @@ def test_a_live_lease_elsewhere_is_refused_until_broken_by_its_run_id(s3_bucket_
         err = capsys.readouterr().err
         assert code == 2, err
         assert "segjobs run run-far (pid 4242 on host other-host since " in err, err
-        assert _objects(endpoint, bucket, "") == everything  # refused: not one byte changed
+        assert contents(endpoint, bucket, "") == everything  # refused: not one byte changed
     assert f"segjobs recover --log-dir {log_dir} --break-lease run-far" in main_err(
         ["recover", *_s3_args(endpoint, bucket)], capsys)
 
@@ -159,7 +159,7 @@ def test_a_live_lease_elsewhere_is_refused_until_broken_by_its_run_id(s3_bucket_
     assert "took over the lease of segjobs run run-far (pid 4242 on host other-host since" in err
     assert "broken by --break-lease" in err
     assert not storage.exists(lease_uri(storage, log_dir))
-    assert _objects(endpoint, bucket) == {k[len(PREFIX) + 1:]: v for k, v in everything.items()
+    assert contents(endpoint, bucket) == {k[len(PREFIX) + 1:]: v for k, v in everything.items()
                                           if k.startswith(PREFIX + "/")}
 
 
@@ -172,16 +172,16 @@ def main_err(argv: list[str], capsys) -> str:
 def test_a_bad_lease_ttl_is_a_usage_error_before_anything_is_done(s3_bucket_env, tmp_path, config, capsys, monkeypatch):
     endpoint, bucket = s3_bucket_env
     build_partition(tmp_path / "logs" / f"{TOPIC}-0")
-    _upload(endpoint, bucket, tmp_path / "logs")
+    put_objects(endpoint, bucket, tmp_path / "logs")
     monkeypatch.setenv("SEGJOBS_LEASE_TTL", "a while")
-    everything = _objects(endpoint, bucket, "")
+    everything = contents(endpoint, bucket, "")
     assert main(["compact", *_s3_args(endpoint, bucket), "--config", str(config), "--now", NOW]) == 2
     assert "SEGJOBS_LEASE_TTL='a while'" in capsys.readouterr().err
     monkeypatch.delenv("SEGJOBS_LEASE_TTL")
     err = main_err(["compact", *_s3_args(endpoint, bucket), "--config", str(config), "--now", NOW,
                     "--lease-ttl", "10ms"], capsys)
     assert "lease TTL='10ms'" in err and "at least" in err
-    assert _objects(endpoint, bucket, "") == everything
+    assert contents(endpoint, bucket, "") == everything
 
 
 @pytest.mark.s3
@@ -189,8 +189,8 @@ def test_a_run_whose_lease_is_taken_over_stops_before_its_next_commit(spark, s3_
     endpoint, bucket = s3_bucket_env
     for p in (0, 1):
         build_partition(tmp_path / "logs" / f"{TOPIC}-{p}")
-    _upload(endpoint, bucket, tmp_path / "logs")
-    source = _objects(endpoint, bucket)
+    put_objects(endpoint, bucket, tmp_path / "logs")
+    source = contents(endpoint, bucket)
     storage = S3Storage(endpoint.storage_options())
     log_dir = f"s3://{bucket}/{PREFIX}"
     thief = json.dumps({"format": 1, "log_dir": log_dir, "acquired_ms": 0, "expires_ms": 4_000_000_000_000,
@@ -206,7 +206,7 @@ def test_a_run_whose_lease_is_taken_over_stops_before_its_next_commit(spark, s3_
     err = capsys.readouterr().err
     assert code == 1, err
     assert "LOST THE LEASE, stopped before the next commit" in err and "taken over by segjobs run thief" in err
-    after = _objects(endpoint, bucket)
+    after = contents(endpoint, bucket)
     # the commit under way when the lease went finished (each commit is crash-safe on its own); the next
     # partition was not touched, and no cleaner checkpoint was written after the lease was lost
     assert {k: v for k, v in after.items() if k.startswith(f"{TOPIC}-1/")} == \
@@ -224,7 +224,7 @@ def test_a_run_whose_lease_is_taken_over_stops_before_its_next_commit(spark, s3_
 #: blocks, so the parent's SIGKILL lands at exactly that step.
 _PAUSING_COMPACT = textwrap.dedent("""
     import os, sys
-    from tests.jobs.engine.test_compact_faults import compact_with_fault
+    from tests.support.compaction_faults import compact_with_fault
 
     def pause(partition, step):
         if step.startswith(os.environ["PAUSE_AT"]):
@@ -257,7 +257,7 @@ def _compact_killed_at(step_prefix: str, argv: list[str], timeout_s: float = 300
 
 
 def _s3_snapshot(endpoint, bucket: str, prefix: str) -> dict[str, bytes]:
-    return _objects(endpoint, bucket, prefix + "/")
+    return contents(endpoint, bucket, prefix + "/")
 
 
 @pytest.mark.slow
@@ -277,7 +277,7 @@ def test_a_compaction_killed_mid_commit_is_completed_by_recover_and_the_next_run
         work = lambda: _tree(tmp_path / "src.segjobs")  # noqa: E731
     else:
         endpoint, bucket = request.getfixturevalue("s3_bucket_env")
-        _upload(endpoint, bucket, tmp_path / "src")
+        put_objects(endpoint, bucket, tmp_path / "src")
         ref_prefix = "kafka/reference"
         client = endpoint.client()
         for p in sorted((tmp_path / "ref").rglob("*")):
@@ -327,7 +327,7 @@ def test_recover_stops_before_the_next_partition_once_its_lease_is_taken_over(s3
     endpoint, bucket = s3_bucket_env
     for p in (0, 1):
         build_partition(tmp_path / "logs" / f"{TOPIC}-{p}")
-    _upload(endpoint, bucket, tmp_path / "logs")
+    put_objects(endpoint, bucket, tmp_path / "logs")
     client = endpoint.client()
     for p in (0, 1):  # staged objects of a commit that never reached its intent: recovery deletes them
         client.put_object(Bucket=bucket, Key=f"{PREFIX}.segjobs/commit/{TOPIC}-{p}/staged/00000000000000000000.log",
@@ -346,7 +346,7 @@ def test_recover_stops_before_the_next_partition_once_its_lease_is_taken_over(s3
     assert main(["recover", *_s3_args(endpoint, bucket)]) == 1
     err = capsys.readouterr().err
     assert "LOST THE LEASE, stopped before the next partition" in err and "taken over by segjobs run thief" in err
-    work = _objects(endpoint, bucket, PREFIX + ".segjobs/")
+    work = contents(endpoint, bucket, PREFIX + ".segjobs/")
     assert f"commit/{TOPIC}-0/staged/00000000000000000000.log" not in work  # recovered before the loss
     assert work[f"commit/{TOPIC}-1/staged/00000000000000000000.log"] == b"staged"  # not touched after it
     assert storage.read(lease_uri(storage, log_dir)) == thief

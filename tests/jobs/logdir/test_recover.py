@@ -244,8 +244,8 @@ def _summary_numbers(summary: str) -> list[str]:
 def test_recover_cleans_and_reports_leftovers_exactly_as_its_dry_run_said(store, spark, tmp_path, capsys,
                                                                           monkeypatch, request):
     from jobs.commands.cli import main
-    from tests.jobs.engine.test_compact_faults import CONFIG, NOW, HardCrash, build_partition, compact_with_fault
-    from tests.jobs.engine.test_compact_s3 import PREFIX, _objects, _upload
+    from tests.support.compaction_faults import CONFIG, NOW, HardCrash, build_partition, compact_with_fault
+    from tests.support.s3_objects import PREFIX, contents, put_objects
 
     config = tmp_path / "t.toml"
     config.write_text(CONFIG)
@@ -265,12 +265,12 @@ def test_recover_cleans_and_reports_leftovers_exactly_as_its_dry_run_said(store,
         crash_at = "old-to-deleted:"
     else:
         endpoint, bucket = request.getfixturevalue("s3_bucket_env")
-        _upload(endpoint, bucket, tmp_path / "logs")
+        put_objects(endpoint, bucket, tmp_path / "logs")
         log, work = f"s3://{bucket}/{PREFIX}", f"s3://{bucket}/{PREFIX}.segjobs"
         args = ["--log-dir", log, "--s3-endpoint", endpoint.endpoint_url]
 
         def files() -> dict[str, bytes]:
-            return {f"s3://{bucket}/{k}": v for k, v in _objects(endpoint, bucket, "").items()}
+            return {f"s3://{bucket}/{k}": v for k, v in contents(endpoint, bucket, "").items()}
 
         def put(uri: str, data: bytes) -> None:
             endpoint.client().put_object(Bucket=bucket, Key=uri[len(f"s3://{bucket}/"):], Body=data)
@@ -360,8 +360,8 @@ def test_compact_after_a_broker_finished_its_swap_and_its_own_cleaner_died(spark
     swap for base 0 covering [0, 45). The next `segjobs recover` and `segjobs compact` must end with a
     consistent log that replays like the broker's, and keep doing so."""
     from jobs.commands.cli import main
-    from tests.jobs.engine.test_compact_faults import CONFIG, NOW, T0, HardCrash, compact_with_fault
     from tests.support.builders import LogBuilder, rec, write_log
+    from tests.support.compaction_faults import CONFIG, NOW, T0, HardCrash, compact_with_fault
     from tests.support.replay import comparable, read_partition, replay
 
     config = tmp_path / "t.toml"

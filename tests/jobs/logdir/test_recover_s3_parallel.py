@@ -19,8 +19,8 @@ import jobs.logdir.recover
 from jobs.logdir.lock import LeaseLost
 from jobs.logdir.recover import PreviewStorage, RecoveryReport, recover_log_dir
 from segment_io.storage import S3Storage
-from tests.jobs.engine.test_compact_faults import TOPIC, build_partition
-from tests.jobs.engine.test_compact_s3 import PREFIX, _objects
+from tests.support.compaction_faults import TOPIC, build_partition
+from tests.support.s3_objects import PREFIX, contents
 
 pytestmark = pytest.mark.s3
 
@@ -97,11 +97,11 @@ def test_parallel_recovery_reports_and_does_what_a_serial_one_does(s3_bucket, tm
     # the checks overlapped, within the bound (8 checks, and the ordered changes in the calling thread)
     assert 1 < parallel.most_in_flight <= 8 + 1
     assert {line.split(":")[0] for line in serial_dry} == {f"{PREFIX}/{TOPIC}-{i}" for i in DIRTY}
-    assert _objects(endpoint, parallel_bucket, "") == _objects(endpoint, serial_bucket, "")  # a dry run changes nothing
+    assert contents(endpoint, parallel_bucket, "") == contents(endpoint, serial_bucket, "")  # a dry run changes nothing
 
     serial_real = _lines(recover(serial, serial_bucket, False))
     assert _lines(recover(parallel, parallel_bucket, False)) == serial_real == serial_dry  # the dry run was exact
-    assert _objects(endpoint, parallel_bucket, "") == _objects(endpoint, serial_bucket, "")
+    assert contents(endpoint, parallel_bucket, "") == contents(endpoint, serial_bucket, "")
     assert not [r for r in recover_log_dir(parallel, f"s3://{parallel_bucket}/{PREFIX}", now_ms=NOW) if r.changed]
 
 
@@ -137,7 +137,7 @@ def test_a_lost_lease_stops_parallel_recovery_before_the_next_partition_it_chang
     # the checks ran ahead of the changes (past the partition where recovery stopped) ...
     assert len(checked) > sorted(f"{TOPIC}-{i}" for i in range(PARTITIONS)).index(dirty[2]) + 1
     # ... but nothing after the loss was changed: every later leftover is still there
-    objects = _objects(endpoint, bucket, "")
+    objects = contents(endpoint, bucket, "")
     for i, kind in DIRTY.items():
         name = f"{TOPIC}-{i}"
         if name in changed:
