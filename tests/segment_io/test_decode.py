@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import struct
-import zlib
 
 import cramjam
 import mmh3
@@ -27,7 +26,8 @@ from segment_io.decode import (
 )
 from segment_io.format import ATTR_CONTROL, ATTR_TRANSACTIONAL, scan_batches
 from segment_io.schema import KEY_HASH_SCHEMA, RECORD_SCHEMA, project
-from tests.segment_io.test_decode_kafka_python import _rewrite_header, _v2_batch
+from tests.support.kafka_python_batches import rewrite_header, v2_batch
+from tests.support.legacy_messages import legacy_message
 
 COUNTS = (7, 1, 60, 5)
 BASES = (0, 40, 1000, 5000)
@@ -41,7 +41,7 @@ def _records(n: int, seed: int) -> list:
 
 @pytest.fixture(scope="module")
 def batches() -> list[bytes]:
-    return [_v2_batch(codec, _records(n, i), base_offset=base)
+    return [v2_batch(codec, _records(n, i), base_offset=base)
             for i, (n, base, codec) in enumerate(zip(COUNTS, BASES, (0, 1, 0, 0)))]
 
 
@@ -56,7 +56,7 @@ def _positions(batches: list[bytes]) -> list[int]:
 
 def _resign(batch: bytearray) -> bytes:
     """Recompute a v2 batch's CRC after editing it, so the decoder gets past the CRC check."""
-    return _rewrite_header(bytes(batch))
+    return rewrite_header(bytes(batch))
 
 
 # ---- happy path ------------------------------------------------------------------------------------
@@ -90,10 +90,10 @@ def test_empty_segment_gives_empty_table() -> None:
 
 def test_control_batches_can_be_left_out_and_carry_their_type(segment: bytes) -> None:
     commit_key, commit_value = struct.pack(">hh", 0, 1), struct.pack(">hi", 0, 9)
-    marker = _v2_batch(0, [(commit_key, commit_value, [], 2_000)], base_offset=6000, transactional=True,
-                       pid=3, epoch=0)
+    marker = v2_batch(0, [(commit_key, commit_value, [], 2_000)], base_offset=6000, transactional=True,
+                      pid=3, epoch=0)
     (attrs,) = struct.unpack_from(">h", marker, 21)
-    marker = _rewrite_header(marker, attributes=attrs | ATTR_CONTROL | ATTR_TRANSACTIONAL)
+    marker = rewrite_header(marker, attributes=attrs | ATTR_CONTROL | ATTR_TRANSACTIONAL)
     data = segment + marker
     full = decode_segment_bytes(data)
     assert full.num_rows == sum(COUNTS) + 1
@@ -107,9 +107,9 @@ def test_control_batches_can_be_left_out_and_carry_their_type(segment: bytes) ->
 
 
 def test_control_record_with_short_key_is_rejected_by_key_hash_pass() -> None:
-    marker = _v2_batch(0, [(b"\x00", b"", [], 1)], base_offset=9)
+    marker = v2_batch(0, [(b"\x00", b"", [], 1)], base_offset=9)
     (attrs,) = struct.unpack_from(">h", marker, 21)
-    marker = _rewrite_header(marker, attributes=attrs | ATTR_CONTROL)
+    marker = rewrite_header(marker, attributes=attrs | ATTR_CONTROL)
     with pytest.raises(errors.InvalidLengthError) as info:
         decode_key_hashes_bytes(marker, path="m.log")
     assert (info.value.path, info.value.position, info.value.offset) == ("m.log", 0, 9)
@@ -121,7 +121,7 @@ def test_control_record_with_short_key_is_rejected_by_key_hash_pass() -> None:
 ])
 def test_control_key_rules_are_the_same_for_the_key_hash_pass_and_for_key_bytes(key, error, words) -> None:
     # Kafka's ControlRecordType.parseTypeId: at least 4 bytes, a version >= 0; a newer version reads as 0
-    marker = _rewrite_header(_v2_batch(0, [(key, b"", [], 1)], base_offset=9), attributes=ATTR_CONTROL)
+    marker = rewrite_header(v2_batch(0, [(key, b"", [], 1)], base_offset=9), attributes=ATTR_CONTROL)
     with pytest.raises(error, match=words) as info:
         decode_key_hashes_bytes(marker, path="m.log")
     assert (info.value.path, info.value.offset) == ("m.log", 9)
@@ -132,7 +132,7 @@ def test_control_key_rules_are_the_same_for_the_key_hash_pass_and_for_key_bytes(
 
 
 def test_header_key_that_is_not_utf8_is_corruption() -> None:
-    batch = bytearray(_v2_batch(0, [(b"k", b"v", [("hé", b"x")], 1)], base_offset=0))
+    batch = bytearray(v2_batch(0, [(b"k", b"v", [("hé", b"x")], 1)], base_offset=0))
     at = bytes(batch).index("hé".encode())
     batch[at + 1] = 0xFF  # breaks the two-byte sequence of 'é'
     with pytest.raises(errors.CorruptRecordError, match="UTF-8"):
@@ -141,25 +141,16 @@ def test_header_key_that_is_not_utf8_is_corruption() -> None:
 
 def test_legacy_magic0_lz4_with_kafka08_header_checksum() -> None:
     # Kafka 0.8 computed the LZ4 frame's header checksum over the magic number too (KAFKA-3160).
-    inner = b"".join(_legacy_message(0, 10 + i, b"k%d" % i, b"value-%d" % i) for i in range(3))
+    inner = b"".join(legacy_message(0, 10 + i, b"k%d" % i, b"value-%d" % i) for i in range(3))
     frame = bytearray(cramjam.lz4.compress(inner))
     descriptor_end = 6 + (8 if frame[4] & 0x08 else 0)
     frame[descriptor_end] = (_xxh32_reference(bytes(frame[0:descriptor_end])) >> 8) & 0xFF
-    wrapper = _legacy_message(0, 12, None, bytes(frame), attributes=3)
+    wrapper = legacy_message(0, 12, None, bytes(frame), attributes=3)
     table = decode_segment_bytes(wrapper)
     assert table.column("offset").to_pylist() == [10, 11, 12]
     assert table.column("value").to_pylist() == [b"value-0", b"value-1", b"value-2"]
     assert table.column("timestamp").to_pylist() == [-1, -1, -1]
     assert table.column("batch_base_offset").to_pylist() == [10, 10, 10]
-
-
-def _legacy_message(magic: int, offset: int, key: bytes | None, value: bytes | None, *, attributes: int = 0,
-                    timestamp: int = 0) -> bytes:
-    body = struct.pack(">bb", magic, attributes) + (struct.pack(">q", timestamp) if magic else b"")
-    for field in (key, value):
-        body += struct.pack(">i", -1) if field is None else struct.pack(">i", len(field)) + field
-    message = struct.pack(">I", zlib.crc32(body)) + body
-    return struct.pack(">qi", offset, len(message)) + message
 
 
 def _xxh32_reference(data: bytes) -> int:
@@ -190,8 +181,8 @@ def test_xxh32_reference_matches_lz4_frames() -> None:
 
 
 def test_legacy_uncompressed_magic1_fields() -> None:
-    data = _legacy_message(1, 7, b"k", None, timestamp=123) + _legacy_message(1, 8, None, b"v", attributes=0x08,
-                                                                             timestamp=456)
+    data = legacy_message(1, 7, b"k", None, timestamp=123) + legacy_message(1, 8, None, b"v", attributes=0x08,
+                                                                            timestamp=456)
     table = decode_segment_bytes(data)
     rows = table.to_pylist()
     assert [(r["offset"], r["timestamp"], r["timestamp_type"], r["key"], r["value"]) for r in rows] == [
@@ -256,7 +247,7 @@ def test_record_length_beyond_batch(batches: list[bytes]) -> None:
 
 @pytest.mark.parametrize("delta", [1, -1])
 def test_record_count_mismatch(batches: list[bytes], delta: int) -> None:
-    bad = _rewrite_header(batches[2], count=COUNTS[2] + delta)
+    bad = rewrite_header(batches[2], count=COUNTS[2] + delta)
     data = batches[0] + batches[1] + bad
     with pytest.raises(errors.RecordCountMismatchError) as info:
         decode_segment_bytes(data, path="p")
@@ -267,7 +258,7 @@ def test_record_count_mismatch(batches: list[bytes], delta: int) -> None:
 
 def test_negative_record_count(batches: list[bytes]) -> None:
     with pytest.raises(errors.RecordCountMismatchError):
-        decode_segment_bytes(_rewrite_header(batches[0], count=-5))
+        decode_segment_bytes(rewrite_header(batches[0], count=-5))
 
 
 def test_garbage_compressed_payload(batches: list[bytes]) -> None:
@@ -282,7 +273,7 @@ def test_garbage_compressed_payload(batches: list[bytes]) -> None:
 def test_unknown_codec(batches: list[bytes]) -> None:
     (attrs,) = struct.unpack_from(">h", batches[0], 21)
     with pytest.raises(errors.UnsupportedCodecError):
-        decode_segment_bytes(_rewrite_header(batches[0], attributes=attrs | 7))
+        decode_segment_bytes(rewrite_header(batches[0], attributes=attrs | 7))
 
 
 def test_truncated_tail_raises_or_returns_whole_batches(segment: bytes, batches: list[bytes]) -> None:
@@ -298,7 +289,7 @@ def test_truncated_tail_raises_or_returns_whole_batches(segment: bytes, batches:
 
 
 def test_corruption_in_the_middle_is_not_truncation(batches: list[bytes]) -> None:
-    bad = _rewrite_header(batches[1], count=COUNTS[1] + 1)
+    bad = rewrite_header(batches[1], count=COUNTS[1] + 1)
     data = batches[0] + bad + batches[2]
     with pytest.raises(errors.RecordCountMismatchError) as info:
         decode_segment_bytes(data, allow_truncated_tail=True)
@@ -306,15 +297,15 @@ def test_corruption_in_the_middle_is_not_truncation(batches: list[bytes]) -> Non
 
 
 def test_legacy_crc_and_inner_corruption() -> None:
-    good = _legacy_message(1, 3, b"k", b"v", timestamp=1)
+    good = legacy_message(1, 3, b"k", b"v", timestamp=1)
     bad = bytearray(good)
     bad[-1] ^= 1
     with pytest.raises(errors.CrcMismatchError) as info:
         decode_segment_bytes(good + bytes(bad), path="old.log")
     _located(info.value, "old.log", len(good), 3)
     # an inner message set that ends mid-message
-    inner = _legacy_message(0, 0, b"a", b"b")[:-3]
-    wrapper = _legacy_message(0, 0, None, bytes(cramjam.gzip.compress(inner)), attributes=1)
+    inner = legacy_message(0, 0, b"a", b"b")[:-3]
+    wrapper = legacy_message(0, 0, None, bytes(cramjam.gzip.compress(inner)), attributes=1)
     with pytest.raises(errors.InvalidLengthError):
         decode_segment_bytes(wrapper)
 
@@ -332,7 +323,7 @@ def test_read_segment_names_topic_partition_and_base_from_path(tmp_path, segment
     assert set(table.column("partition").to_pylist()) == {3}
     assert read_segment(path, topic="other", partition=9).column("partition")[0].as_py() == 9
     plain = tmp_path / "seg.bin"
-    plain.write_bytes(segment[len(_v2_batch(0, _records(7, 0), base_offset=0)):])
+    plain.write_bytes(segment[len(v2_batch(0, _records(7, 0), base_offset=0)):])
     anonymous = read_segment(plain)
     assert set(anonymous.column("topic").to_pylist()) == {""}
     assert set(anonymous.column("partition").to_pylist()) == {-1}

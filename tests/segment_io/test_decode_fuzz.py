@@ -20,7 +20,6 @@ from segment_io.decode import (
     verify_segment_crcs,
 )
 from segment_io.errors import CorruptRecordError, OversizedBatchError
-from tests.segment_io.test_decode_kafka_python import _random_records, _v2_batch
 from tests.support.bombs import (
     VARIANTS,
     inflating_payload,
@@ -28,6 +27,7 @@ from tests.support.bombs import (
     v2_batch_around,
 )
 from tests.support.hypothesis_budget import examples
+from tests.support.kafka_python_batches import random_records, v2_batch
 from tests.support.paths import KAFKA_REAL
 
 SMALL_FIXTURES = [
@@ -46,8 +46,8 @@ def _seeds() -> list[bytes]:
     seeds = [(KAFKA_REAL / rel).read_bytes() for rel in SMALL_FIXTURES]
     rng = random.Random(3)
     # zstd and headers-with-null-values are not in the fixtures
-    seeds.append(_v2_batch(4, _random_records(rng, 6), base_offset=12))
-    seeds.append(_v2_batch(0, _random_records(rng, 6), base_offset=99))
+    seeds.append(v2_batch(4, random_records(rng, 6), base_offset=12))
+    seeds.append(v2_batch(0, random_records(rng, 6), base_offset=99))
     return seeds
 
 
@@ -116,11 +116,11 @@ def test_random_record_region_behind_a_valid_header(payload: bytes) -> None:
     # a well-formed v2 header in front of arbitrary record bytes exercises the record kernel directly
     import struct
 
-    from tests.segment_io.test_decode_kafka_python import _rewrite_header
+    from tests.support.kafka_python_batches import rewrite_header
 
-    header = bytearray(_v2_batch(0, [(b"k", b"v", [], 1)], base_offset=0)[:61])
+    header = bytearray(v2_batch(0, [(b"k", b"v", [], 1)], base_offset=0)[:61])
     struct.pack_into(">i", header, 8, 49 + len(payload))
-    batch = _rewrite_header(bytes(header) + payload, count=len(payload) // 8 + 1)
+    batch = rewrite_header(bytes(header) + payload, count=len(payload) // 8 + 1)
     _decode_every_way(batch, verify_crc=True)
 
 

@@ -10,54 +10,15 @@ from __future__ import annotations
 import random
 import struct
 
-import crc32c
 import pytest
-from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from segment_io.decode import decode_key_hashes_bytes, decode_segment_bytes, hash_keys
-from segment_io.format import ATTR_DELETE_HORIZON, ATTR_TIMESTAMP_TYPE, V2_HEADER
+from segment_io.format import ATTR_DELETE_HORIZON, ATTR_TIMESTAMP_TYPE
+from tests.support.kafka_python_batches import random_records, rewrite_header, v2_batch
 
 V2_CODECS = [0, 1, 2, 3, 4]  # none, gzip, snappy, lz4, zstd
-
-
-def _random_records(rng: random.Random, n: int) -> list[tuple[bytes | None, bytes | None, list, int]]:
-    out = []
-    ts = 1_700_000_000_000 + rng.randrange(1000)
-    for _ in range(n):
-        key = None if rng.random() < 0.2 else rng.randbytes(rng.randrange(0, 40))
-        # repetitive values: kafka-python leaves a batch uncompressed when compression does not shrink it
-        value = None if rng.random() < 0.2 else (rng.randbytes(6) * 400)[:rng.choice([0, 1, 10, 300, 2000])]
-        headers = [(f"h{j}-é", None if rng.random() < 0.3 else rng.randbytes(rng.randrange(0, 20)))
-                   for j in range(rng.choice([0, 0, 1, 3]))]
-        ts += rng.randrange(-5, 50)
-        out.append((key, value, headers, ts))
-    return out
-
-
-def _v2_batch(codec: int, records, *, base_offset: int, transactional: bool = False, pid: int = -1,
-              epoch: int = -1, seq: int = -1, offset_step: int = 1) -> bytes:
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=transactional,
-                                        producer_id=pid, producer_epoch=epoch, base_sequence=seq,
-                                        batch_size=1 << 24)
-    for i, (key, value, headers, ts) in enumerate(records):
-        builder.append(i * offset_step, timestamp=ts, key=key, value=value, headers=headers)
-    data = bytearray(builder.build())
-    struct.pack_into(">q", data, 0, base_offset)
-    return bytes(data)
-
-
-def _rewrite_header(batch: bytes, **fields: int) -> bytes:
-    """Change v2 header fields and recompute the CRC (fields named as in V2_HEADER's order below)."""
-    names = ("base_offset", "length", "leader_epoch", "magic", "crc", "attributes", "last_offset_delta",
-             "base_ts", "max_ts", "pid", "epoch", "seq", "count")
-    values = dict(zip(names, V2_HEADER.unpack_from(batch, 0)))
-    values.update(fields)
-    head = bytearray(V2_HEADER.pack(*(values[n] for n in names)))
-    out = bytearray(head + batch[V2_HEADER.size:])
-    struct.pack_into(">I", out, 17, crc32c.crc32c(bytes(out[21:])))
-    return bytes(out)
 
 
 def _kafka_python_records(data: bytes) -> list[dict]:
@@ -82,11 +43,11 @@ def _ours(data: bytes) -> list[dict]:
 def test_v2_every_codec_matches_kafka_python(codec: int) -> None:
     rng = random.Random(1000 + codec)
     batches = [
-        _v2_batch(codec, _random_records(rng, 7), base_offset=0),
-        _v2_batch(codec, _random_records(rng, 1), base_offset=40),
-        _v2_batch(codec, _random_records(rng, 60), base_offset=1_000_000_007, transactional=True, pid=77,
-                  epoch=3, seq=12),
-        _v2_batch(codec, _random_records(rng, 5), base_offset=2_000_000_000, offset_step=3),
+        v2_batch(codec, random_records(rng, 7), base_offset=0),
+        v2_batch(codec, random_records(rng, 1), base_offset=40),
+        v2_batch(codec, random_records(rng, 60), base_offset=1_000_000_007, transactional=True, pid=77,
+                 epoch=3, seq=12),
+        v2_batch(codec, random_records(rng, 5), base_offset=2_000_000_000, offset_step=3),
     ]
     data = b"".join(batches)
     expected = _kafka_python_records(data)
@@ -107,9 +68,9 @@ def test_v2_every_codec_matches_kafka_python(codec: int) -> None:
 
 def test_log_append_time_records_read_the_batch_max_timestamp() -> None:
     rng = random.Random(5)
-    batch = _v2_batch(0, _random_records(rng, 4), base_offset=10)
+    batch = v2_batch(0, random_records(rng, 4), base_offset=10)
     (attrs,) = struct.unpack_from(">h", batch, 21)
-    stamped = _rewrite_header(batch, attributes=attrs | ATTR_TIMESTAMP_TYPE, max_ts=1_234_567)
+    stamped = rewrite_header(batch, attributes=attrs | ATTR_TIMESTAMP_TYPE, max_ts=1_234_567)
     table = decode_segment_bytes(stamped)
     assert table.column("timestamp").to_pylist() == [1_234_567] * 4
     assert table.column("timestamp_type").to_pylist() == [1] * 4
@@ -119,12 +80,12 @@ def test_log_append_time_records_read_the_batch_max_timestamp() -> None:
 
 def test_delete_horizon_batch_reports_horizon_and_offsets_record_timestamps_from_it() -> None:
     rng = random.Random(6)
-    records = _random_records(rng, 3)
-    batch = _v2_batch(0, records, base_offset=0)
+    records = random_records(rng, 3)
+    batch = v2_batch(0, records, base_offset=0)
     (attrs,) = struct.unpack_from(">h", batch, 21)
     original_base = records[0][3]
     horizon = 9_000_000_000_000
-    stamped = _rewrite_header(batch, attributes=attrs | ATTR_DELETE_HORIZON, base_ts=horizon)
+    stamped = rewrite_header(batch, attributes=attrs | ATTR_DELETE_HORIZON, base_ts=horizon)
     table = decode_segment_bytes(stamped)
     assert table.column("delete_horizon_ms").to_pylist() == [horizon] * 3
     # record timestamps are baseTimestamp + delta, and the deltas were written against the original base
@@ -172,7 +133,7 @@ def test_legacy_message_sets_match_kafka_python(magic: int, codec: int) -> None:
 @pytest.mark.parametrize("codec", [0, 3])
 def test_key_hashes_match_hash_keys_of_decoded_keys(codec: int) -> None:
     rng = random.Random(42 + codec)
-    data = b"".join(_v2_batch(codec, _random_records(rng, 30), base_offset=i * 100) for i in range(3))
+    data = b"".join(v2_batch(codec, random_records(rng, 30), base_offset=i * 100) for i in range(3))
     full = decode_segment_bytes(data)
     hashes = decode_key_hashes_bytes(data)
     hi, lo = hash_keys(full.column("key"))

@@ -40,7 +40,6 @@ from segment_io.errors import (
     OversizedBatchError,
     RecordCountMismatchError,
 )
-from tests.segment_io.test_decode import _legacy_message
 from tests.support.bombs import (
     VARIANTS,
     inflating_payload,
@@ -48,6 +47,7 @@ from tests.support.bombs import (
     v2_batch_around,
 )
 from tests.support.builders import LogBuilder, rec
+from tests.support.legacy_messages import legacy_message
 
 REPO = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
@@ -241,10 +241,10 @@ def test_an_empty_batch_whose_payload_inflates_is_a_record_count_error() -> None
 
 
 def test_a_legacy_compressed_wrapper_is_bounded_too() -> None:
-    inner = _legacy_message(1, 0, b"k", bytes(200_000), timestamp=5)
-    wrapper = _legacy_message(1, 0, None, inflating_payload("gzip", len(inner), inner), attributes=GZIP,
-                              timestamp=5)
-    data = _legacy_message(1, 0, b"x", b"y", timestamp=4)  # an uncompressed message first
+    inner = legacy_message(1, 0, b"k", bytes(200_000), timestamp=5)
+    wrapper = legacy_message(1, 0, None, inflating_payload("gzip", len(inner), inner), attributes=GZIP,
+                             timestamp=5)
+    data = legacy_message(1, 0, b"x", b"y", timestamp=4)  # an uncompressed message first
     segment = data + _shift_offset(wrapper, 1)
     table = decode_segment_bytes(segment)
     assert table["offset"].to_pylist() == [0, 1] and len(table["value"][1].as_py()) == 200_000
@@ -270,10 +270,10 @@ def test_decoding_in_pieces_of_decompressed_bytes_gives_the_same_records(monkeyp
     import random
 
     from segment_io import decode
-    from tests.segment_io.test_decode_kafka_python import _random_records, _v2_batch
+    from tests.support.kafka_python_batches import random_records, v2_batch
 
     rng = random.Random(8)
-    data = b"".join(_v2_batch(codec, _random_records(rng, 5), base_offset=10 * i)
+    data = b"".join(v2_batch(codec, random_records(rng, 5), base_offset=10 * i)
                     for i, codec in enumerate([1, 2, 0, 3, 4, 4, 0, 1, 3, 2]))
     whole = decode_segment_bytes(data)
     hashes = decode_key_hashes_bytes(data)

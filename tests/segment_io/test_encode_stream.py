@@ -20,8 +20,8 @@ from segment_io.format import scan_batches
 from segment_io.index import build_offset_and_time_index
 from segment_io.schema import RECORD_SCHEMA
 from segment_io.segment_writer import write_segment
-from tests.segment_io.test_encode_fixtures import empty_batches_of, fixture_files
 from tests.support.builders import LogBuilder, empty_batch, rec
+from tests.support.corpus import empty_batches_of, fixture_files
 
 PART_SIZES = [1, 64, 700, 5_000, 1 << 30]
 

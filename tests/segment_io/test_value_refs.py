@@ -20,9 +20,9 @@ from segment_io.encode import encode_batches, resolve_value_refs
 from segment_io.encode_stream import iter_encoded_parts
 from segment_io.errors import InvalidRecordsError, UsageError
 from segment_io.schema import VALUE_REF_TYPE
-from tests.segment_io.test_encode_fixtures import fixture_files
 from tests.support.builders import LogBuilder, rec, write_log
 from tests.support.cleaning import clean_log
+from tests.support.corpus import fixture_files
 from tests.support.hypothesis_budget import examples
 
 NOW1 = 1_700_000_000_000
