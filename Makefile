@@ -49,8 +49,8 @@ java:
 	  echo "       Install Java 17 (apt-get install openjdk-17-jre-headless) or set JAVA_HOME" >&2; \
 	  exit 1; }
 
-# The HTML reports' tests (tests/jobs/test_html_report.py) look at the pages in headless Chromium: Debian's package,
-# installed here when missing (CI starts from a fresh machine).
+# The HTML reports' tests (tests/jobs/engine/test_html_report.py) look at the pages in headless Chromium: Debian's
+# package, installed here when missing (CI starts from a fresh machine).
 chromium:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
 	  echo "Chromium not found: installing Debian's chromium package (apt-get), for the HTML report tests" >&2; \
@@ -120,9 +120,9 @@ docs: $(STAMP)
 COMPAT_DIR ?= .venv-compat
 COMPAT_ENVS ?= floor delta ceiling
 COMPAT_TESTS ?= tests/segment_io/test_spark_source.py tests/segment_io/test_kafka_schema.py \
-    tests/jobs/test_compact_job.py tests/jobs/test_compact_external_sort.py tests/jobs/test_retain.py \
-    tests/jobs/test_api.py tests/jobs/test_spark_submit_cluster.py tests/jobs/test_history.py \
-    tests/jobs/test_delta_spark.py
+    tests/jobs/engine/test_compact_job.py tests/jobs/engine/test_compact_external_sort.py \
+    tests/jobs/engine/test_retain.py tests/jobs/test_api.py tests/jobs/test_spark_submit_cluster.py \
+    tests/jobs/engine/test_history.py tests/jobs/engine/test_delta_spark.py
 
 $(COMPAT_DIR)/%/.installed: conf/compat/%.txt pyproject.toml
 	@test -x $(COMPAT_DIR)/$*/bin/python || $(PYTHON) -m venv $(COMPAT_DIR)/$*

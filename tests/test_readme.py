@@ -5,7 +5,7 @@ that uses ``jobs.api`` (``from jobs import api``) makes its own data (``write_de
 is executed unchanged, in the suite's Spark session. Every other ```python block shows the reader's own paths
 (``/var/kafka/logs``, ``s3://bucket``) or needs what the suite has not (Airflow, delta-spark on a cluster): it is
 compiled, so a syntax error still fails here, but not run. Shell blocks are not run; the quoted ``make demo``
-output is checked against the demo's real output by tests/jobs/test_demo.py.
+output is checked against the demo's real output by tests/jobs/commands/test_demo.py.
 """
 
 from __future__ import annotations

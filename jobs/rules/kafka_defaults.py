@@ -5,7 +5,7 @@ means, where in Kafka the default is defined, and, where segjobs deliberately de
 configuration (:mod:`jobs.rules.config`), the cleaner, the transaction replay, the offset map and the scan take
 their defaults from here and nowhere else; the documentation's key table is generated from it
 (:func:`markdown_table`, written into docs/configuration.md when the site is built), and
-``tests/jobs/test_kafka_defaults.py`` checks that ``conf/topics.toml`` agrees with it.
+``tests/jobs/rules/test_kafka_defaults.py`` checks that ``conf/topics.toml`` agrees with it.
 
 The values were read from Apache Kafka's sources (trunk at 1eb7644, October 2024): ``LogConfig`` and
 ``ServerLogConfigs`` for topic configs, ``CleanerConfig`` for the cleaner's broker configs,

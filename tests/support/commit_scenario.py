@@ -1,7 +1,8 @@
 """A commit-protocol scenario that runs on any store: the partition, the crash hook, the outcome checks, and
 each store's expected step sequence (written from the protocol in ``jobs/logdir/commit.py``'s docstring).
 
-Shared by ``tests/jobs/test_commit.py`` (the protocol on local disk and S3) and ``tests/jobs/test_recover.py``.
+Shared by ``tests/jobs/logdir/test_commit.py`` (the protocol on local disk and S3) and
+``tests/jobs/logdir/test_recover.py``.
 
 Segments here are synthetic but well-framed: each ``.log`` is a run of 61-byte v2 batch headers, one batch
 per offset, with the producer id carrying a tag that tells the old and new versions apart; index files are

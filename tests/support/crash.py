@@ -10,7 +10,7 @@ Python driver's pipe closes. If the run never reaches that point, the command ex
 sees a return code other than -9.
 
 The hook is the run's fault seam (``Seams.fault``, :mod:`jobs.engine.seams`), the same one the in-process fault
-tests use (tests/jobs/test_compact_faults.py); here it ends the process instead of raising. The seam also sees
+tests use (tests/jobs/engine/test_compact_faults.py); here it ends the process instead of raising. The seam also sees
 retention's deletes (a ``compact,delete`` topic gets retention first within ``segjobs compact``), whose commits
 start with the same ``write-intent`` step: a commit counts as a replace from its first step that only a replace
 has (``cleaned-to-swap:`` on local disk, ``copy-new:`` on S3), so STEP_PREFIX must name a step from there on.
