@@ -583,8 +583,13 @@ class _Frame:
                 return self.spark
             if self.early is not None:
                 return self.early.session()
-            from jobs.engine.spark_session import build_session
+            from jobs.engine.spark_session import EarlySession, build_session, can_start_early
 
+            if can_start_early():
+                # started and claimed at once: the JVM's output comes through the process, so that whoever
+                # reads the command's output does not wait for the JVM's own exit after the run
+                return EarlySession(app_name=f"segjobs-{self.command}", master=self.options.master,
+                                    verbose=self.options.spark_verbose).session()
             return build_session(app_name=f"segjobs-{self.command}", master=self.options.master,
                                  verbose=self.options.spark_verbose)
 

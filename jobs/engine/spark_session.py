@@ -221,8 +221,10 @@ class EarlySession:
     Until claimed, what the JVM writes (its start-up warnings, or why it could not start) is held back, and an
     abandoned session's is dropped: a run with nothing due prints exactly what it printed without the early
     start. Nor does it wait for it: an abandoned JVM is not stopped but left to end with the process (it exits
-    when the pipe to its stdin closes, as every PySpark JVM does), and its output never reaches the caller's
-    stdout or stderr, so a caller reading them is not kept waiting either."""
+    when the pipe to its stdin closes, as every PySpark JVM does). The JVM's output passes through this
+    process, never holding the caller's stdout or stderr itself, so a caller that reads them to their end is not
+    kept waiting for a JVM's exit either (which is why the command line builds even a session it needs at once
+    this way, claiming it at once)."""
 
     def __init__(self, app_name: str = "segjobs", master: str | None = None,
                  extra_conf: Mapping[str, str] | None = None, *, verbose: bool = False) -> None:
