@@ -238,6 +238,7 @@ class EarlySession:
         self._session: Any = None
         self._error: BaseException | None = None
         self._readers: list[threading.Thread] = []
+        self._conn_dirs: list[str] = []
         _early = self
         threading.Thread(target=self._start, args=(options, level), name="segjobs-spark-start", daemon=True).start()
 
@@ -250,8 +251,6 @@ class EarlySession:
         try:
             check_java()
             from pyspark import SparkConf, SparkContext
-            from pyspark.java_gateway import launch_gateway
-
             # The JVM's stdout and stderr go through pipes read here, held until the session is claimed.
             pipes = {name: os.pipe() for name in ("stdout", "stderr")}
             for name, (read_end, _) in pipes.items():
@@ -262,7 +261,7 @@ class EarlySession:
             conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
             try:
                 # the gateway a session builder would launch with these options, with the output pipes
-                gateway = launch_gateway(conf, popen_kwargs={name: w for name, (_, w) in pipes.items()})
+                gateway = self._launch_gateway(conf, {name: w for name, (_, w) in pipes.items()})
             finally:
                 for _, write_end in pipes.values():
                     os.close(write_end)  # the JVM holds its own copies
@@ -303,13 +302,40 @@ class EarlySession:
             _quiet_on_interrupt(self._session)
         return self._session
 
+    def _launch_gateway(self, conf: Any, popen_kwargs: dict[str, Any]) -> Any:
+        """PySpark's ``launch_gateway``, noting the directory it makes for the JVM's connection file: a process
+        that ends while the JVM starts never reaches the call's own clean-up, so :meth:`abandon` removes it."""
+        import tempfile
+
+        from pyspark import java_gateway
+
+        made = self._conn_dirs
+
+        class _Tempfile:  # the tempfile module, but for the directories mkdtemp makes
+            def __getattr__(self, name: str) -> Any:
+                return getattr(tempfile, name)
+
+            def mkdtemp(self, *args: Any, **kwargs: Any) -> str:
+                made.append(tempfile.mkdtemp(*args, **kwargs))
+                return made[-1]
+
+        java_gateway.tempfile = _Tempfile()  # type: ignore[assignment]  # a process launches one gateway
+        try:
+            return java_gateway.launch_gateway(conf, popen_kwargs=popen_kwargs)
+        finally:
+            java_gateway.tempfile = tempfile
+
     def abandon(self) -> None:
         """The run needs no Spark: drop what the JVM wrote and will write; the JVM is left to end with the
-        process (see the class docstring)."""
+        process (see the class docstring). The directory of its connection file goes now, which also ends a
+        JVM still starting (it can no longer say where it listens)."""
         with self._lock:
             if not self._claimed:
                 self._abandoned = True
                 self._held.clear()
+        if self._abandoned:
+            for conn_dir in self._conn_dirs:
+                shutil.rmtree(conn_dir, ignore_errors=True)
 
     def claimed_session(self) -> Any:
         """The session when claimed and started, else None."""

@@ -212,9 +212,12 @@ def test_a_real_jvm_started_early_and_not_needed_neither_prints_nor_holds_the_ru
     argv = ["compact", "--log-dir", str(tmp_path / "logs"), "--now", NOW, "--set",
             "*:cleanup.policy=compact", "--set", "*:min.cleanable.dirty.ratio=0.9"]
     home = _java_home(tmp_path, real=True)
-    env = _early_env(tmp_path, JAVA_HOME=str(home))
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = _early_env(tmp_path, JAVA_HOME=str(home), TMPDIR=str(temp))
     early = segjobs(argv, env)
     assert (home / "ran").exists(), "no JVM was started early"
+    assert list(temp.iterdir()) == []  # PySpark's directory for the JVM's connection file is not left behind
     late = segjobs(argv, {**env, "SEGJOBS_SPARK_EARLY_START": "0"})
     assert early.returncode == late.returncode == 0, early.stderr
     assert _without_times(early.stdout) == _without_times(late.stdout)
