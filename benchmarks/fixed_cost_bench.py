@@ -7,6 +7,8 @@ Rows, each with its target and PASS/MISS:
   as wall seconds and as CPU seconds of the whole process tree (JVM and Python workers included): on a shared
   machine the wall time mostly measures the other tenants, the CPU time much less so. Target: <= 8 s wall on
   an idle machine.
+* **nothing due**: ``segjobs compact`` over 2,000 small partitions that are all clean (``--quick``: 200), end to
+  end in a fresh process: no Spark starts. Target: <= 3 s wall on an idle machine.
 * **floor ratio** and **kafka-python ratio**: the compaction job on 8 partitions of 1 KB values (4 GB;
   ``--quick`` 400 MB), against reading the input twice and writing the output once, and against a
   kafka-python compactor, in the same run (see :mod:`benchmarks.compact_bench` for both baselines). The job's
@@ -125,6 +127,52 @@ def fixed_cost(scratch: Path) -> dict:
             "result": verdict(wall <= TARGET_FIXED_S)}
 
 
+TARGET_NOTHING_DUE_S = 3.0
+
+
+def nothing_due_log_dir(out: Path, partitions: int) -> None:
+    """A log dir of ``partitions`` small compacted partitions (topic ``orders``, 200 records each, two closed
+    segments and an active one) whose cleaner checkpoint stands at each active segment's base: all cleaned, as
+    after last night's run, so a compaction finds nothing due."""
+    from segment_io.checkpoint import write_offset_checkpoint
+    from segment_io.generate import GenerateSpec, generate_log_dir
+    from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, list_log_dir
+    from segment_io.storage import open_storage
+
+    generate_log_dir(GenerateSpec(topics=("orders",), partitions=partitions, records=200, value_bytes=20,
+                                  segment_bytes=4 << 10, superseded_share=0.5), str(out))
+    storage = open_storage(str(out))
+    listing = list_log_dir(storage, str(out))
+    write_offset_checkpoint(storage, storage.join(str(out), CLEANER_OFFSET_CHECKPOINT),
+                            {k: p.segments[-1].base_offset for k, p in listing.partitions.items()})
+
+
+def nothing_due(scratch: Path, quick: bool) -> dict:
+    """``segjobs compact`` over 2,000 clean partitions (``--quick``: 200), as a user runs it (a new process):
+    lock, recovery, listing, the size scan and the selection, then the report; no Spark."""
+    n = 200 if quick else 2000
+    logs = scratch / "nothing-due"
+    nothing_due_log_dir(logs, n)
+    config = scratch / "nothing-due.toml"
+    config.write_text('[defaults]\n"cleanup.policy" = "compact"\n')
+    report = scratch / "nothing-due-report.json"
+    cmd = [str(Path(sys.executable).with_name("segjobs")), "compact", "--log-dir", str(logs), "--config",
+           str(config), "--now", _NOW_DEMO, "--report", str(report)]
+    load = _load()
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t0
+    shutil.rmtree(logs, ignore_errors=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-2000:]}")
+    got = json.loads(report.read_text())
+    if got["totals"].get("selected") or got.get("spark_startup_s") is not None:
+        raise RuntimeError(f"expected nothing due and no Spark: {got['totals']}, {got.get('spark_startup_s')}")
+    return {"bench": f"fixed cost: segjobs compact with nothing due over {n} partitions (new process, end to end)",
+            "wall_s": round(wall, 2), "machine": load, "target": f"<= {TARGET_NOTHING_DUE_S} s wall (idle)",
+            "result": verdict(wall <= TARGET_NOTHING_DUE_S)}
+
+
 def _compact_once(spark, log_dir: Path, config: Path, *, dedupe: int | None = None) -> tuple:
     from jobs import api
 
@@ -226,6 +274,7 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data")) -> list[dict]:
 
     try:
         part("fixed cost", lambda: fixed_cost(scratch))
+        part("nothing due", lambda: nothing_due(scratch, quick))
         spark, startup_s = timed_session("local[2]")
         rows.append({"bench": "Spark start-up in this process (excluded from job times)",
                      "seconds": round(startup_s, 1)})

@@ -54,7 +54,7 @@ from jobs.engine.options import (
 from jobs.engine.planfile import load_for_apply
 from jobs.engine.report import Progress, RunReport, render_stopped_summary, short_error
 from jobs.engine.seams import PRODUCTION, InProcessTasks, Seams, SparkTasks
-from jobs.engine.selection import SELECTION_DEPTH
+from jobs.engine.selection import SELECTION_DEPTH, may_read_in_full
 from jobs.logdir.recover import RecoveryAction, RecoveryReport
 from jobs.rules.timeutil import Instant, resolve_now
 from segment_io.errors import LockHeldError, UsageError
@@ -395,7 +395,7 @@ def compact(log_dir: str | os.PathLike, options: CompactOptions | None = None, *
     log_dir = os.fspath(log_dir)
     options, now, applying = load_for_apply(options, "compact", log_dir, now, compaction.PLAN_OPTIONS)
     run = run_job("compact", log_dir, options, compaction.work, scan_depth=SELECTION_DEPTH, now=now, spark=spark,
-                  seams=seams, applying=applying)
+                  seams=seams, applying=applying, spark_likely=may_read_in_full)
     return CompactResult.of(run)
 
 

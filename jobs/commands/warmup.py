@@ -5,8 +5,12 @@ cached on disk beside their modules (see jobs.engine.kernels). This runs them on
 without Spark, on a small generated log dir that has every codec, transactions (committed and aborted),
 tombstones and headers: inspect, retain, compact (both strategies, twice, so tombstones are also removed)
 and the data source's decoder. `make venv` runs it after installing; run it again after changing a kernel's
-source. Takes about a minute on a cold cache, a few seconds on a warm one. Writes nothing outside a temporary
-directory (and the cache).
+source. Takes about a minute on a cold cache, a few seconds on a warm one.
+
+Then, once per Java and Spark install, it makes the class archive of Spark's driver JVM (jobs.engine.class_archive):
+a small compaction on a local Spark session whose JVM writes the classes it loaded into an archive that later
+runs' JVMs map instead of loading them again. Writes nothing outside a temporary directory, the kernels' cache
+and the archive (in the virtualenv's share/segjobs/jvm).
 """
 
 from __future__ import annotations
@@ -21,6 +25,10 @@ from pathlib import Path
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    p.add_argument("--no-class-archive", action="store_true",
+                   help="only the kernels: do not make the Spark driver JVM's class archive (by default made once "
+                        "per Java and Spark install, in a local Spark session: about half a minute; see "
+                        "jobs.engine.class_archive)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,7 +46,24 @@ def run(args: argparse.Namespace) -> int:
     cached = sum(1 for v in after.values() if v)
     print(f"kernels ready: {cached} of {len(after)} cached ({compiled} compiled now) in "
           f"{time.monotonic() - t0:.1f}s")
+    if not args.no_class_archive:
+        class_archive(say)
     return 0
+
+
+def class_archive(say) -> None:
+    """Make the Spark driver JVM's class archive for this Java and Spark, unless it exists."""
+    from jobs.engine.class_archive import archive_path, make_archive
+
+    t0 = time.monotonic()
+    path = archive_path()
+    if path is not None and path.is_file():
+        print(f"class archive ready: {path}")
+        return
+    say("making the Spark driver's class archive (once per Java and Spark install; about half a minute)...")
+    made = make_archive(say, [sys.executable, "-m", "jobs.commands.warmup"])
+    if made is not None:
+        print(f"class archive ready: {made} ({made.stat().st_size / 1e6:.0f} MB) in {time.monotonic() - t0:.1f}s")
 
 
 def exercise(log_dir: Path, say) -> None:
@@ -75,3 +100,28 @@ def exercise(log_dir: Path, say) -> None:
     say("  retain")
     api.retain(log_dir, api.RetainOptions(overrides=("*:retention.ms=1d", "*:segjobs.max.delete.fraction=1")),
                now=start + 10 * day, seams=seams)
+
+
+def archive_exercise(tmp: str) -> None:
+    """The class archive's exercise (see :func:`jobs.engine.class_archive.make_archive`): an inspection and a
+    compaction on a local Spark session, so that its JVM loads what a run's driver loads, then the JVM is
+    stopped and awaited (it writes the archive as it exits)."""
+    from jobs import api
+    from jobs.engine.class_archive import stop_and_wait
+    from jobs.engine.spark_session import build_session
+    from segment_io.generate import GenerateSpec, generate_log_dir
+
+    log_dir = Path(tmp) / "logs"
+    start, day = 1_700_000_000_000, 86_400_000
+    generate_log_dir(GenerateSpec(topics=("warm",), partitions=2, records=2_000, superseded_share=0.5,
+                                  tombstone_share=0.05, transactional_share=0.3, aborted_share=0.3,
+                                  segment_bytes=64 << 10, start_ms=start, span_ms=day), log_dir)
+    spark = build_session(app_name="segjobs-class-archive", master="local[2]")
+    settings = ("*:cleanup.policy=compact", "*:min.cleanable.dirty.ratio=0.01")
+    api.inspect(log_dir, api.InspectOptions(overrides=settings), now=start + 2 * day, spark=spark)
+    api.compact(log_dir, api.CompactOptions(overrides=settings), now=start + 2 * day, spark=spark)
+    stop_and_wait(spark)
+
+
+if __name__ == "__main__":  # the process jobs.engine.class_archive.make_archive starts, with a scratch directory
+    archive_exercise(sys.argv[1])

@@ -206,16 +206,29 @@ def _chunks(items: list[tuple], n: int) -> list[list[tuple]]:
     return out
 
 
+#: The scan depths the frame runs on the driver's threads (milliseconds a partition); deeper scans are Spark tasks.
+DRIVER_SCAN_DEPTHS = ("headers", "sizes")
+
+#: A job's forecast, from the first listing and the offset checkpoints (before any file is read), of whether its
+#: run will need Spark tasks: (listing, checkpoints by file name, configs, scope) -> bool. Only when Spark starts
+#: depends on it, never what the run does.
+SparkForecast = Callable[[LogDirListing, dict[str, dict[tuple[str, int], int]], ConfigSet, Scope], bool]
+
+
 def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[JobContext], None], *,
             scan_depth: str, now: Instant | None = None, destructive: bool = True, spark: Any = None,
-            seams: Seams | None = None, applying: Plan | None = None) -> JobRun:
+            seams: Seams | None = None, applying: Plan | None = None,
+            spark_likely: SparkForecast | None = None) -> JobRun:
     """Run one job end to end and return its finished report (exit code 0 ok, 1 some partition failed).
     Raises :class:`~segment_io.errors.ConfigError`, :class:`~segment_io.errors.UsageError` or
     :class:`~segment_io.errors.LockHeldError` when nothing was done (exit code 2 on the command line).
 
     ``now``: the instant the decisions are made at (default: ``seams.clock()``, the wall clock). ``spark``: the
     session to run tasks in (default: the active one, else a new one; none is needed with ``seams.runner``).
-    ``applying``: the plan file being carried out (see :func:`jobs.engine.planfile.load_for_apply`)."""
+    ``applying``: the plan file being carried out (see :func:`jobs.engine.planfile.load_for_apply`).
+    ``spark_likely``: the job's forecast of whether it will need Spark; on the command line a run that will
+    (its scan is Spark tasks, or the forecast says so) starts Spark on a background thread before it takes the
+    lock (see :class:`jobs.engine.spark_session.EarlySession`)."""
     from jobs.logdir.lock import Holder, LeaseLost, acquire, lease_ttl_ms, work_uri
     from segment_io.storage import open_storage
 
@@ -247,11 +260,17 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
     for note in configs.check_entries({t for t, _ in listing.partitions}, log_dir):
         report.warnings.append(note)
         progress.notice(f"warning: {note}", event="config.unmatched")
-    _read_checkpoints(storage, log_dir, listing)
+    first_checkpoints = _read_checkpoints(storage, log_dir, listing)
+    early = None
     if spark is None and seams.runner is None:
-        from jobs.engine.spark_session import check_java
+        from jobs.engine.spark_session import EarlySession, can_start_early, check_java
 
         check_java()  # the run will start Spark: no Java is exit 2 here, before the lock and any work
+        if can_start_early() and (scan_depth not in DRIVER_SCAN_DEPTHS or (
+                spark_likely is not None and spark_likely(listing, first_checkpoints, configs, scope))):
+            # the JVM's seconds of start-up overlap the lock, recovery and scans
+            early = EarlySession(app_name=f"segjobs-{command}", master=options.master,
+                                 verbose=options.spark_verbose)
     ttl_ms = lease_ttl_ms(locking.lease_ttl if locking is not None else None)
     if now_note:  # even when quiet: it is what repeating this run's decisions takes
         progress.notice(now_note, event="run.now", now_ms=now_ms)
@@ -265,12 +284,15 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
     if applying is not None and planfile.apply_uri:  # even when quiet: what this run is about to do
         progress.notice(describe_plan(applying, planfile.apply_uri), event="plan.applying", uri=planfile.apply_uri)
     frame = _Frame(command, options, work, scan_depth, storage, log_dir, work_dir, configs, scope, now_ms,
-                   now_note is not None, dry_run, destructive, report, progress, seams, planfile, max_batch, spark)
+                   now_note is not None, dry_run, destructive, report, progress, seams, planfile, max_batch, spark,
+                   early)
 
     lease = None
     ctx: JobContext | None = None
     try:
         with ExitStack() as stack:
+            if early is not None:  # a run that needed no Spark after all does not wait for it
+                stack.callback(early.abandon)
             if destructive and not dry_run:
                 # The holder's run id is the report's: a refusal names the run the reports and ledger know.
                 lease = stack.enter_context(acquire(storage, log_dir, now_ms=seams.clock(), ttl_ms=ttl_ms,
@@ -458,6 +480,7 @@ class _Frame:
     planfile: PlanStage
     max_batch: int
     spark: Any
+    early: Any = None  #: the EarlySession started for this run, if any
 
     @property
     def committer(self) -> Committer:
@@ -507,7 +530,7 @@ class _Frame:
         runner.set_environment(task_env)
         # Header and size scans take milliseconds a partition: they run on the driver's threads, and Spark
         # starts only when a task needs it (a run with nothing due starts none). A test's runner runs them all.
-        in_driver = self.seams.runner is None and self.scan_depth in ("headers", "sizes")
+        in_driver = self.seams.runner is None and self.scan_depth in DRIVER_SCAN_DEPTHS
         where = ("tasks run in this process" if self.seams.runner is not None
                  else "on the driver" if in_driver else "as Spark tasks")
         progress(f"scanning {len(selected)} partition(s) ({where})", event="scan.start", partitions=len(selected),
@@ -528,7 +551,7 @@ class _Frame:
             # the driver's threads; on an object store as many as it overlaps round trips with (io_concurrency)
             scans = map_in_driver(scan_task, items, env=task_env, threads=max(8, storage.io_concurrency))
         else:
-            tasks = runner.parallelism * 4 if self.scan_depth in ("headers", "sizes") else None
+            tasks = runner.parallelism * 4 if self.scan_depth in DRIVER_SCAN_DEPTHS else None
             if tasks is not None and storage.io_concurrency > 1:
                 # on an object store each task also overlaps its partitions' round trips (storage.io_concurrency)
                 scans = [s for part in ctx.parallel_map(scan_chunk_task, _chunks(items, tasks), description=what)
@@ -558,8 +581,15 @@ class _Frame:
         def build() -> Any:
             if self.spark is not None:
                 return self.spark
-            from jobs.engine.spark_session import build_session
+            if self.early is not None:
+                return self.early.session()
+            from jobs.engine.spark_session import EarlySession, build_session, can_start_early
 
+            if can_start_early():
+                # started and claimed at once: the JVM's output comes through the process, so that whoever
+                # reads the command's output does not wait for the JVM's own exit after the run
+                return EarlySession(app_name=f"segjobs-{self.command}", master=self.options.master,
+                                    verbose=self.options.spark_verbose).session()
             return build_session(app_name=f"segjobs-{self.command}", master=self.options.master,
                                  verbose=self.options.spark_verbose)
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 from jobs.engine.frame import JobContext, scan_task
 from jobs.engine.scan import PartitionError, PartitionScan
 from jobs.engine.seams import TaskFailure
-from jobs.rules.config import never_touched
+from jobs.rules.config import ConfigSet, never_touched
 from jobs.rules.plan_compact import plan_compaction
-from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT
+from jobs.rules.scope import Scope
+from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, LogDirListing
 
 #: The scan depth a compaction run's frame uses (see the module docstring).
 SELECTION_DEPTH = "sizes"
@@ -45,6 +46,31 @@ def needs_full_scan(ctx: JobContext, key: tuple[str, int], scan: PartitionScan) 
         return True
     # the same call compaction's work makes for the partition (see jobs.engine.compaction.work)
     return plan_compaction(scan.scanned, config, ctx.now_ms, requested=ctx.scope.explicit(*key)).selected
+
+
+def may_read_in_full(listing: LogDirListing, checkpoints: dict[str, dict[tuple[str, int], int]], configs: ConfigSet,
+                     scope: Scope) -> bool:
+    """A forecast of whether :func:`needs_full_scan` will pick some partition (and so whether the run will need
+    Spark), from the listing and the checkpoints alone, before any file is read: some partition in scope is of a
+    ``compact,delete`` topic (always read in full), or of a compacted topic with a closed segment and either
+    requested by name or holding bytes past its cleaner checkpoint (a clean partition's checkpoint stands at its
+    active segment). It can err both ways (dirty bytes below ``min.cleanable.dirty.ratio``; a checkpoint ahead
+    of a truncated log); the frame only uses it to start Spark early (``run_job(spark_likely=)``)."""
+    cleaner = checkpoints.get(CLEANER_OFFSET_CHECKPOINT, {})
+    for key, partition in listing.partitions.items():
+        if not scope.includes(*key) or never_touched(key[0]):
+            continue
+        config = configs.for_topic(key[0])
+        if not config.compact:
+            continue
+        if config.delete:
+            return True
+        if len(partition.segments) < 2:
+            continue  # the active segment alone: nothing below the first uncleanable offset
+        checkpoint = cleaner.get(key)
+        if scope.explicit(*key) or checkpoint is None or checkpoint < partition.segments[-1].base_offset:
+            return True
+    return False
 
 
 def scan_candidates(ctx: JobContext) -> list[tuple[str, int]]:
@@ -76,4 +102,4 @@ def scan_candidates(ctx: JobContext) -> list[tuple[str, int]]:
     return keys
 
 
-__all__ = ["SELECTION_DEPTH", "needs_full_scan", "scan_candidates"]
+__all__ = ["SELECTION_DEPTH", "may_read_in_full", "needs_full_scan", "scan_candidates"]

@@ -7,6 +7,7 @@ import io
 import os
 import shutil
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Mapping, TextIO
 
@@ -95,15 +96,12 @@ def _gateway_exited(exc: BaseException) -> bool:
     return name == "JAVA_GATEWAY_EXITED" or "JAVA_GATEWAY_EXITED" in str(exc)
 
 
-def build_session(app_name: str = "segjobs", master: str | None = None,
-                  extra_conf: Mapping[str, str] | None = None, *, verbose: bool = False):
-    """Get or create a SparkSession with segjobs' settings. ``master`` None keeps what spark-submit set
-    (or ``local[*]`` when run directly). Spark's start-up lines are hidden unless ``verbose`` (or
-    $SEGJOBS_SPARK_LOG) asks for them: a JVM this call launches reads :data:`LOG4J2_CONF` from its first line."""
+def _session_options(app_name: str, master: str | None, extra_conf: Mapping[str, str] | None, *,
+                     verbose: bool) -> tuple[dict[str, str], str | None]:
+    """The settings :func:`build_session` gives the session builder (``spark.app.name`` and ``spark.master``
+    included when it sets them) and the level of Spark's own log lines; sets the environment the JVM inherits."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
     effective_master = master or ("local[*]" if not os.environ.get("SPARK_ENV_LOADED") else None)
     if effective_master and effective_master.startswith("local"):
         # A local run needs no network beyond loopback; without this Spark binds to the first interface.
@@ -116,7 +114,7 @@ def build_session(app_name: str = "segjobs", master: str | None = None,
     conf = {**DEFAULT_CONF, **(LOCAL_CONF if local and not verbose else {}), **(extra_conf or {})}
     jit = os.environ.get(JIT_OPTS_ENV, FAST_START_JAVA_OPTIONS).strip()
     java_opts = " ".join(o for o in (f"-Dlog4j2.configurationFile=file:{LOG4J2_CONF}" if LOG4J2_CONF.is_file()
-                                     else "", jit) if o)
+                                     else "", jit, _class_archive_options(conf)) if o)
     if java_opts:
         # Only a JVM launched by this call sees them; under spark-submit the JVM is already running and
         # --properties-file conf/spark-defaults.conf passes the log4j2 file.
@@ -124,20 +122,36 @@ def build_session(app_name: str = "segjobs", master: str | None = None,
     if jit:
         # spark-submit first runs a short launcher JVM that builds the real command line: it starts faster too
         os.environ.setdefault("SPARK_LAUNCHER_OPTS", jit)
-    from pyspark import SparkContext
-
-    builder = SparkSession.builder
-    if SparkContext._active_spark_context is not None:
+    if "pyspark" in sys.modules and sys.modules["pyspark"].SparkContext._active_spark_context is not None:
         # A running session takes runtime SQL settings only (and warns on stderr about anything else,
         # its name and master included).
-        conf = {k: v for k, v in conf.items() if k.startswith("spark.sql.")}
-    else:
-        builder = builder.appName(app_name)
-        if master:
-            builder = builder.master(master)
-        elif "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", "") and not os.environ.get("SPARK_ENV_LOADED"):
-            builder = builder.master("local[*]")
-    for key, value in conf.items():
+        return {k: v for k, v in conf.items() if k.startswith("spark.sql.")}, level
+    options = {"spark.app.name": app_name}
+    if master:
+        options["spark.master"] = master
+    elif "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", "") and not os.environ.get("SPARK_ENV_LOADED"):
+        options["spark.master"] = "local[*]"
+    return {**options, **conf}, level
+
+
+def _class_archive_options(conf: Mapping[str, str]) -> str:
+    """The driver JVM's class-archive options (:mod:`jobs.engine.class_archive`), for a JVM this process will
+    launch with segjobs' own Java options."""
+    if "spark.driver.extraJavaOptions" in conf or os.environ.get("PYSPARK_GATEWAY_PORT") or (
+            "pyspark" in sys.modules and sys.modules["pyspark"].SparkContext._active_spark_context is not None):
+        return ""  # the caller's own options, or a JVM that is already running
+    from jobs.engine.class_archive import java_options
+
+    return java_options()
+
+
+def _get_or_create(options: Mapping[str, str], level: str | None) -> Any:
+    """``SparkSession.builder`` with ``options``, got or created (a JVM that exits at once is a
+    :class:`~segment_io.errors.JavaNotFoundError`), its log level set."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    for key, value in options.items():
         builder = builder.config(key, value)
     check_java()
     try:
@@ -145,16 +159,196 @@ def build_session(app_name: str = "segjobs", master: str | None = None,
     except Exception as exc:
         if not _gateway_exited(exc):
             raise
-        # java was found but its JVM exited at once (a broken or too old Java): the same fix, without
-        # PySpark's traceback
-        java = (f"{os.environ['JAVA_HOME'].strip()}/bin/java" if os.environ.get("JAVA_HOME", "").strip()
-                else shutil.which("java"))
-        raise JavaNotFoundError(f"Spark's JVM ({java}) exited before it started (see the lines above): "
-                                f"{JAVA_FIX}") from None
+        raise _jvm_exited() from None
     session.sparkContext.setLogLevel(level or "WARN")
+    return session
+
+
+def _jvm_exited() -> JavaNotFoundError:
+    """Java was found but its JVM exited at once (a broken or too old Java): the same fix as no Java, without
+    PySpark's traceback."""
+    java = (f"{os.environ['JAVA_HOME'].strip()}/bin/java" if os.environ.get("JAVA_HOME", "").strip()
+            else shutil.which("java"))
+    return JavaNotFoundError(f"Spark's JVM ({java}) exited before it started (see the lines above): {JAVA_FIX}")
+
+
+def build_session(app_name: str = "segjobs", master: str | None = None,
+                  extra_conf: Mapping[str, str] | None = None, *, verbose: bool = False):
+    """Get or create a SparkSession with segjobs' settings. ``master`` None keeps what spark-submit set
+    (or ``local[*]`` when run directly). Spark's start-up lines are hidden unless ``verbose`` (or
+    $SEGJOBS_SPARK_LOG) asks for them: a JVM this call launches reads :data:`LOG4J2_CONF` from its first line."""
+    options, level = _session_options(app_name, master, extra_conf, verbose=verbose)
+    session = _get_or_create(options, level)
     if _QUIET_ON_INTERRUPT:
         _quiet_on_interrupt(session)
     return session
+
+
+#: Set by the command line (:func:`allow_early_start`): this process may start Spark ahead of need.
+_EARLY_START_ALLOWED = False
+#: The session :class:`EarlySession` started in this process, if any.
+_early: "EarlySession | None" = None
+
+
+def allow_early_start() -> None:
+    """For the command line: a run that will probably need Spark may start it on a background thread while the
+    driver locks, recovers and scans (see :class:`EarlySession`). Not for notebooks and other API users, whose
+    process outlives the run: a session started for a run that then finds nothing due would be left running."""
+    global _EARLY_START_ALLOWED
+    _EARLY_START_ALLOWED = True
+
+
+#: Environment variable: ``0`` starts Spark only when a task first needs it, never ahead of need.
+EARLY_START_ENV = "SEGJOBS_SPARK_EARLY_START"
+
+
+def can_start_early() -> bool:
+    """Whether :class:`EarlySession` may be used here: the command line allowed it, $SEGJOBS_SPARK_EARLY_START is
+    not ``0``, this process launches the JVM itself (not under spark-submit) and no session or earlier start
+    exists."""
+    if (not _EARLY_START_ALLOWED or _early is not None or os.environ.get("PYSPARK_GATEWAY_PORT")
+            or os.environ.get(EARLY_START_ENV, "").strip() == "0"):
+        return False
+    return not ("pyspark" in sys.modules and sys.modules["pyspark"].SparkContext._active_spark_context is not None)
+
+
+class EarlySession:
+    """A Spark session :func:`build_session` would build, started now on a background thread, so that the JVM's
+    start-up (seconds of it) overlaps the driver's own work: a run that will probably need Spark starts one
+    before it takes the lock, recovers and scans. :meth:`session` claims it (waiting for the rest of its start);
+    :meth:`abandon` gives it up when the run needed no Spark after all.
+
+    Until claimed, what the JVM writes (its start-up warnings, or why it could not start) is held back, and an
+    abandoned session's is dropped: a run with nothing due prints exactly what it printed without the early
+    start. Nor does it wait for it: an abandoned JVM is not stopped but left to end with the process (it exits
+    when the pipe to its stdin closes, as every PySpark JVM does). The JVM's output passes through this
+    process, never holding the caller's stdout or stderr itself, so a caller that reads them to their end is not
+    kept waiting for a JVM's exit either (which is why the command line builds even a session it needs at once
+    this way, claiming it at once)."""
+
+    def __init__(self, app_name: str = "segjobs", master: str | None = None,
+                 extra_conf: Mapping[str, str] | None = None, *, verbose: bool = False) -> None:
+        global _early
+        options, level = _session_options(app_name, master, extra_conf, verbose=verbose)
+        self._lock = threading.Lock()
+        self._held: list[tuple[str, bytes]] = []
+        self._claimed = False
+        self._abandoned = False
+        self._done = threading.Event()
+        self._session: Any = None
+        self._error: BaseException | None = None
+        self._readers: list[threading.Thread] = []
+        self._conn_dirs: list[str] = []
+        _early = self
+        threading.Thread(target=self._start, args=(options, level), name="segjobs-spark-start", daemon=True).start()
+
+    @property
+    def claimed(self) -> bool:
+        """Whether :meth:`session` was called."""
+        return self._claimed
+
+    def _start(self, options: Mapping[str, str], level: str | None) -> None:
+        try:
+            check_java()
+            from pyspark import SparkConf, SparkContext
+            # The JVM's stdout and stderr go through pipes read here, held until the session is claimed.
+            pipes = {name: os.pipe() for name in ("stdout", "stderr")}
+            for name, (read_end, _) in pipes.items():
+                reader = threading.Thread(target=self._forward, args=(name, read_end), daemon=True,
+                                          name=f"segjobs-spark-start-{name}")
+                reader.start()
+                self._readers.append(reader)
+            conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
+            try:
+                # the gateway a session builder would launch with these options, with the output pipes
+                gateway = self._launch_gateway(conf, {name: w for name, (_, w) in pipes.items()})
+            finally:
+                for _, write_end in pipes.values():
+                    os.close(write_end)  # the JVM holds its own copies
+            SparkContext._ensure_initialized(gateway=gateway)
+            self._session = _get_or_create(options, level)
+        except BaseException as exc:  # noqa: BLE001 - raised by session(), in the thread that claims it
+            if _gateway_exited(exc):
+                for reader in self._readers:  # the JVM is gone: what it said is read to its end
+                    reader.join(timeout=2)
+                exc = _jvm_exited()
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def _forward(self, name: str, read_end: int) -> None:
+        with os.fdopen(read_end, "rb") as source:
+            for line in source:
+                with self._lock:
+                    if self._abandoned:
+                        continue
+                    if not self._claimed:
+                        self._held.append((name, line))
+                        continue
+                    _write(name, line)
+
+    def session(self) -> Any:
+        """The session, once started (raises what starting it raised); what the JVM wrote so far is written
+        out now, and from now on as it comes."""
+        self._done.wait()
+        with self._lock:
+            self._claimed = True
+            for name, line in self._held:
+                _write(name, line)
+            self._held.clear()
+        if self._error is not None:
+            raise self._error
+        if _QUIET_ON_INTERRUPT:
+            _quiet_on_interrupt(self._session)
+        return self._session
+
+    def _launch_gateway(self, conf: Any, popen_kwargs: dict[str, Any]) -> Any:
+        """PySpark's ``launch_gateway``, noting the directory it makes for the JVM's connection file: a process
+        that ends while the JVM starts never reaches the call's own clean-up, so :meth:`abandon` removes it."""
+        import tempfile
+
+        from pyspark import java_gateway
+
+        made = self._conn_dirs
+
+        class _Tempfile:  # the tempfile module, but for the directories mkdtemp makes
+            def __getattr__(self, name: str) -> Any:
+                return getattr(tempfile, name)
+
+            def mkdtemp(self, *args: Any, **kwargs: Any) -> str:
+                made.append(tempfile.mkdtemp(*args, **kwargs))
+                return made[-1]
+
+        java_gateway.tempfile = _Tempfile()  # type: ignore[assignment]  # a process launches one gateway
+        try:
+            return java_gateway.launch_gateway(conf, popen_kwargs=popen_kwargs)
+        finally:
+            java_gateway.tempfile = tempfile
+
+    def abandon(self) -> None:
+        """The run needs no Spark: drop what the JVM wrote and will write; the JVM is left to end with the
+        process (see the class docstring). The directory of its connection file goes now, which also ends a
+        JVM still starting (it can no longer say where it listens)."""
+        with self._lock:
+            if not self._claimed:
+                self._abandoned = True
+                self._held.clear()
+        if self._abandoned:
+            for conn_dir in self._conn_dirs:
+                shutil.rmtree(conn_dir, ignore_errors=True)
+
+    def claimed_session(self) -> Any:
+        """The session when claimed and started, else None."""
+        return self._session if self._claimed else None
+
+
+def _write(name: str, line: bytes) -> None:
+    stream = sys.stdout if name == "stdout" else sys.stderr
+    try:
+        stream.write(line.decode("utf-8", "replace"))
+        stream.flush()
+    except (OSError, ValueError):  # a closed stream at exit: the JVM's line has nowhere to go
+        pass
 
 
 class _JvmStderr(io.TextIOBase):
@@ -262,20 +456,28 @@ def _silence(session: Any) -> None:
         pass
 
 
-def stop_active_session(*, quiet: bool = False) -> None:
+def stop_active_session(*, quiet: bool = False, exiting: bool = False) -> None:
     """Stop the Spark session this process started, if any: a clean JVM shutdown instead of executors
     killed mid-heartbeat (what spark-submit and the console script do when a command returns). ``quiet``
     (after an interrupt): Spark's and Py4J's own log lines are silenced first, since jobs cancelled mid-task
-    make Spark log errors and stack traces (a broadcast gone, a task killed) that say nothing to the user."""
+    make Spark log errors and stack traces (a broadcast gone, a task killed) that say nothing to the user.
+    ``exiting``: the process ends right after, so the driver's accumulator server is left to end with it
+    (stopping it waits up to its half-second poll interval; its thread is a daemon, and the JVM has stopped
+    sending to it once the context is stopped)."""
+    if _early is not None and not _early.claimed:
+        return  # started early for a run that needed no Spark: it ends with the process (see EarlySession)
     if "pyspark" not in sys.modules:
         return
     from pyspark.sql import SparkSession
 
-    session = SparkSession.getActiveSession()
+    # an early session was built on another thread, and getActiveSession answers for this thread only
+    session = (_early.claimed_session() if _early is not None else None) or SparkSession.getActiveSession()
     if session is None:
         return
     if quiet:
         _silence(session)
+    if exiting:
+        session.sparkContext._accumulatorServer = None
     try:
         session.stop()
     except Exception:  # noqa: BLE001 - a JVM already gone (its gateway closed): nothing left to stop

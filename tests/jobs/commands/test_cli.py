@@ -299,3 +299,35 @@ def test_the_interrupt_message_names_what_was_committed() -> None:
         "interrupted before any work: nothing was changed"
     assert interrupted_message(report, writes=False, lock_taken=False) == \
         "interrupted: nothing was changed (this run writes nothing)"
+
+
+# --------------------------------------------------------------------------------------------------
+# The console script's exit: what Python would still do, without the interpreter's teardown
+# --------------------------------------------------------------------------------------------------
+
+
+def test_exit_now_finishes_threads_atexit_and_output_but_skips_the_interpreters_teardown(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    marks = tmp_path / "marks"
+    code = f"""
+import atexit, threading, time
+from pathlib import Path
+from jobs.commands.cli import exit_now
+
+marks = Path({str(marks)!r})
+class Teardown:
+    def __del__(self):  # runs in the interpreter's own teardown, which exit_now skips
+        marks.joinpath("finalized").touch()
+kept = Teardown()
+atexit.register(lambda: marks.joinpath("atexit").touch())
+threading.Thread(target=lambda: (time.sleep(0.3), marks.joinpath("thread").touch())).start()
+print("summary without a newline", end="")
+exit_now(3)
+"""
+    marks.mkdir()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout == "summary without a newline"
+    assert sorted(p.name for p in marks.iterdir()) == ["atexit", "thread"]

@@ -52,7 +52,7 @@ def test_warm_up_fills_a_cold_cache_and_a_cold_run_says_it_compiles(tmp_path: Pa
     assert proc.returncode == 0, proc.stderr
     assert COLD_NOTICE in proc.stderr
 
-    warm = python(env, "-m", "jobs", "warm-up")
+    warm = python(env, "-m", "jobs", "warm-up", "--no-class-archive")
     assert warm.returncode == 0, warm.stderr
     assert warm.stderr.startswith("compiling kernels (once; about a minute)...")
     total = len(cached_kernels())
@@ -62,7 +62,7 @@ def test_warm_up_fills_a_cold_cache_and_a_cold_run_says_it_compiles(tmp_path: Pa
 
     # a new process finds them: nothing is compiled again, and jobs start without the notice
     assert python(env, "-c", check).stdout.strip() == "False"
-    again = python(env, "-m", "jobs", "warm-up")
+    again = python(env, "-m", "jobs", "warm-up", "--no-class-archive")
     assert " (0 compiled now) " in again.stdout, again.stdout
     proc = python(env, "-c", RETAIN_IN_PROCESS, str(log_dir))
     assert proc.returncode == 0 and COLD_NOTICE not in proc.stderr, proc.stderr

@@ -5,6 +5,7 @@ whose PATH and JAVA_HOME have no java."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -127,3 +128,98 @@ def test_the_daemon_preloads_without_starting_blas_threads() -> None:
     # numpy without its BLAS pool; pyarrow's one thread (its pools are re-created after a fork); every kernel's
     # cached code loaded (the install's warm-up cached them)
     assert imported == "True" and kernels == "True" and int(threads) <= 2
+
+
+# --------------------------------------------------------------------------------------------------
+# Spark started early (jobs.engine.spark_session.EarlySession): held output, abandoned without a trace
+# --------------------------------------------------------------------------------------------------
+
+
+def _java_home(tmp_path: Path, *, real: bool = False) -> Path:
+    """A JAVA_HOME whose java leaves ``ran`` beside it when run, then runs the real java (``real``), else says
+    something on both streams and exits at once."""
+    home = tmp_path / "jdk"
+    (home / "bin").mkdir(parents=True)
+    java = home / "bin" / "java"
+    then = (f'exec {shutil.which("java")} "$@"\n' if real else
+            "echo 'fake java: on stdout'\necho 'fake java: cannot start' >&2\nexit 1\n")
+    java.write_text(f"#!/bin/sh\ntouch {home}/ran\n{then}")
+    java.chmod(0o755)
+    return home
+
+
+def _dirty_below_ratio(d: Path) -> None:
+    """orders-0: three closed segments, the cleaner checkpoint past the first two: dirty bytes (so the
+    forecast expects a full read) but a dirty ratio of about a third, below the 0.9 the runs ask for."""
+    log = LogBuilder("orders", 0, timestamp=1_700_000_000_000)
+    for s in range(3):
+        log.batch([rec(f"k{s}", "v1"), rec(f"k{s}", "v2")]).roll()
+    log.batch([rec("k", "active")])
+    write_log(log.table(), d / "orders-0")
+    (d / "cleaner-offset-checkpoint").write_text("0\n1\norders 0 4\n")
+
+
+def _early_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_GATEWAY_PORT", "SEGJOBS_SPARK_EARLY_START")}
+    env.update(PATH="/usr/bin:/bin", **extra)
+    return env
+
+
+def test_an_early_start_a_run_did_not_need_is_dropped_without_a_trace(tmp_path: Path) -> None:
+    """The forecast expects work (dirty bytes), the selection finds none: the JVM started early is given up,
+    and nothing it wrote (here a JVM that cannot start) reaches the run's output or exit code."""
+    _dirty_below_ratio(tmp_path / "logs")
+    argv = ["compact", "--log-dir", str(tmp_path / "logs"), "--now", NOW, "--set",
+            "*:cleanup.policy=compact", "--set", "*:min.cleanable.dirty.ratio=0.9"]
+    home = _java_home(tmp_path)
+    proc = segjobs(argv, _early_env(tmp_path, JAVA_HOME=str(home)))
+    assert proc.returncode == 0, proc.stderr
+    assert (home / "ran").exists(), "no JVM was started early"
+    assert "fake java" not in proc.stdout + proc.stderr
+    assert "0 of 1 partition(s) selected" in proc.stdout
+    # the same run that never starts Spark early prints the same, and starts no JVM
+    (home / "ran").unlink()
+    late = segjobs(argv, _early_env(tmp_path, JAVA_HOME=str(home), SEGJOBS_SPARK_EARLY_START="0"))
+    assert late.returncode == 0 and _without_times(late.stdout) == _without_times(proc.stdout)
+    assert not (home / "ran").exists()
+
+
+def _without_times(text: str) -> str:
+    import re
+
+    return re.sub(r"\d+\.\ds", "_s", text)
+
+
+def test_an_early_start_a_run_needs_shows_what_the_jvm_said_before_the_error(tmp_path: Path) -> None:
+    """The forecast and the selection agree (all dirty): the run claims the early start, and what the JVM said
+    while it was held back comes out before the error line."""
+    _dirty_below_ratio(tmp_path / "logs")
+    proc = segjobs(["compact", "--log-dir", str(tmp_path / "logs"), "--now", NOW, "--set", "*:cleanup.policy=compact",
+                    "--set", "*:min.cleanable.dirty.ratio=0.1"],
+                   _early_env(tmp_path, JAVA_HOME=str(_java_home(tmp_path))))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert "fake java: cannot start" in lines[:-1]
+    assert lines[-1].startswith("segjobs compact: error: Spark's JVM (") and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_real_jvm_started_early_and_not_needed_neither_prints_nor_holds_the_run(tmp_path: Path) -> None:
+    """A real JVM: the run with nothing due ends while the JVM is still starting, prints what a run that
+    never started one prints, and the JVM's output never reaches the caller's pipes (which would otherwise
+    stay open until it exits)."""
+    _dirty_below_ratio(tmp_path / "logs")
+    argv = ["compact", "--log-dir", str(tmp_path / "logs"), "--now", NOW, "--set",
+            "*:cleanup.policy=compact", "--set", "*:min.cleanable.dirty.ratio=0.9"]
+    home = _java_home(tmp_path, real=True)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = _early_env(tmp_path, JAVA_HOME=str(home), TMPDIR=str(temp))
+    early = segjobs(argv, env)
+    assert (home / "ran").exists(), "no JVM was started early"
+    assert list(temp.iterdir()) == []  # PySpark's directory for the JVM's connection file is not left behind
+    late = segjobs(argv, {**env, "SEGJOBS_SPARK_EARLY_START": "0"})
+    assert early.returncode == late.returncode == 0, early.stderr
+    assert _without_times(early.stdout) == _without_times(late.stdout)
+    assert _without_times(early.stderr) == _without_times(late.stderr)
+    assert "WARNING" not in early.stderr
