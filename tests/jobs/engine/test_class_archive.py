@@ -13,8 +13,7 @@ import pytest
 
 from jobs.engine import class_archive
 from tests.support.builders import LogBuilder, rec, write_log
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
 
 
 @pytest.fixture()
