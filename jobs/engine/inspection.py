@@ -16,8 +16,9 @@ from typing import Any, Sequence
 import numpy as np
 import pyarrow as pa
 
+from jobs.engine.cleaning import CompactTask, compact_partition
 from jobs.engine.frame import JobContext
-from jobs.engine.options import InspectOptions
+from jobs.engine.options import DEFAULT_DEDUPE_BUFFER_BYTES, InspectOptions
 from jobs.engine.report import (
     RunReport,
     attention_table,
@@ -33,11 +34,13 @@ from jobs.engine.report import (
     rows_per_partition,
     shared_note,
 )
+from jobs.engine.retention import plan_retention_first, retention_decisions
 from jobs.engine.scan import PartitionError
 from jobs.logdir.commit import Committer
 from jobs.rules.cardinality import HyperLogLog, exact_distinct
 from jobs.rules.config import TopicConfig
 from jobs.rules.model import PartitionState
+from jobs.rules.offset_map import max_keys_for_buffer
 from jobs.rules.plan_compact import CompactionPlan, plan_compaction
 from jobs.rules.plan_retain import RetentionPlan
 from jobs.rules.timeutil import format_instant
@@ -219,7 +222,7 @@ def _estimate_compaction(rng: _Counts, range_bytes: int, ratio_of_latest: float)
 def inspect_partition(task: InspectTask) -> PartitionStats:
     """Count one partition's records, keys and tombstones from its key-hash projection (one segment in memory
     at a time), and what compaction would remove: estimated, or with ``exact`` measured by
-    :func:`jobs.engine.compaction.compact_partition` as a dry run."""
+    :func:`jobs.engine.cleaning.compact_partition` as a dry run."""
     from segment_io.decode import decode_key_hashes_bytes
 
     plan = task.plan
@@ -266,13 +269,6 @@ def inspect_partition(task: InspectTask) -> PartitionStats:
 def _measure_compaction(task: InspectTask) -> tuple[dict[str, Any], PartitionError | None]:
     """Run the compaction task itself as a dry run: the numbers a compaction dry run reports, by construction
     (or the located error that would make the partition uncleanable)."""
-    from jobs.engine.compaction import (
-        DEFAULT_DEDUPE_BUFFER_BYTES,
-        CompactTask,
-        compact_partition,
-    )
-    from jobs.rules.offset_map import max_keys_for_buffer
-
     listing, state, txn = task.listing, task.state, task.txn
     if task.after_retention is not None:
         listing, scan = task.after_retention
@@ -323,8 +319,6 @@ def _row(topic: str, partition: int, values: dict[str, Any]) -> dict[str, Any]:
 def work(ctx: JobContext) -> None:
     """The inspection job's work (see :func:`jobs.engine.frame.run_job`): one row per partition into the
     report, and the totals. Nothing is written to the log dir."""
-    from jobs.engine.retention import plan_retention_first, retention_decisions
-
     options = ctx.options
     assert isinstance(options, InspectOptions)
     exact = options.exact

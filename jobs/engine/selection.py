@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from jobs.engine.frame import JobContext, scan_task
 from jobs.engine.scan import PartitionError, PartitionScan
-from jobs.engine.seams import TaskFailure
+from jobs.engine.tasks import TaskFailure
 from jobs.rules.config import never_touched
 from jobs.rules.plan_compact import plan_compaction
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT
