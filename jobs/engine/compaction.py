@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable, Mapping, Sequence
 
 from jobs.engine.cleaning import CompactTask, GroupOutcome, PartitionOutcome, compact_partition
 from jobs.engine.external_sort import ExternalSortRun, choose
@@ -24,6 +24,7 @@ from jobs.engine.outcomes import (
     unreadable_reason,
 )
 from jobs.engine.planfile import PlanStage, decision_difference, partition_name
+from jobs.engine.report import Progress
 from jobs.engine.retention import (
     apply_retention_first,
     plan_retention_first,
@@ -33,7 +34,7 @@ from jobs.engine.scan import PartitionError
 from jobs.engine.selection import scan_candidates
 from jobs.engine.streaming import Tally, run_and_settle
 from jobs.engine.tasks import TaskFailure
-from jobs.logdir.commit import StagedSegment
+from jobs.logdir.commit import Committer, StagedSegment
 from jobs.logdir.recover import describe_stuck
 from jobs.rules.external_sort import handed_over
 from jobs.rules.model import PartitionState
@@ -117,7 +118,7 @@ def work(ctx: JobContext) -> None:
             ctx.report.errors.append({"partition": scan.name, **scan.error.to_dict()})
             continue
         config = ctx.configs.for_topic(scan.topic)
-        listing, scan = first.compaction_input(ctx, key)
+        listing, scan = first.compaction_input(key, ctx.listing.partitions[key], scan)
         plan = plan_compaction(scan.scanned, config, ctx.now_ms, requested=ctx.scope.explicit(*key))
         plans[key], states[key] = plan, scan.scanned
         if plan.selected and key not in held:
@@ -153,10 +154,14 @@ def work(ctx: JobContext) -> None:
     sort_keys = [(t.plan.topic, t.plan.partition) for t in sort_tasks]
     tally = Tally(len(tasks) + len(sort_tasks), sum(t.state.size_bytes for t in [*tasks, *sort_tasks]))
 
+    committing = _Committing(ctx.committer, ctx.keep_lease, ctx.fault_for, ctx.progress, ctx.dry_run,
+                             {k: ctx.listing.partitions[k].uri for k in plans},
+                             {k: ctx.scans[k].warnings for k in plans})
+
     def settle(key: tuple[str, int], outcome: PartitionOutcome | None) -> _Settled | None:
         if outcome is not None and outcome.handover is not None:
             return None  # handed over to external-sort: settled once that has cleaned it
-        one = _settle(ctx, key, plans[key], states[key], outcome, checkpoint=checkpoints.get(key),
+        one = _settle(committing, key, plans[key], states[key], outcome, checkpoint=checkpoints.get(key),
                       untouched=key in held or key in failed, retention=retention, tally=tally)
         if outcome is not None and key in strategies:
             one.outcome = replace(one.outcome, strategy=strategies[key].strategy,
@@ -247,7 +252,22 @@ def _died(task: CompactTask, failure: TaskFailure) -> PartitionOutcome:
                             error=PartitionError(failure.kind, f"the cleaning task failed: {failure.detail}"))
 
 
-def _settle(ctx: JobContext, key: tuple[str, int], plan: CompactionPlan, state: PartitionState,
+@dataclass(frozen=True)
+class _Committing:
+    """What settling a partition uses (see :func:`_settle`): the store's commit protocol, the lease check made
+    before each commit, the fault hook of a partition's commit steps, where progress goes, whether the run is a
+    dry run, and per partition its directory and the warnings its scan found."""
+
+    committer: Committer
+    keep_lease: Callable[[], None]
+    fault_for: Callable[[str], Callable[[str], None] | None]
+    progress: Progress
+    dry_run: bool
+    partition_uris: Mapping[tuple[str, int], str]
+    warnings: Mapping[tuple[str, int], Sequence[str]]
+
+
+def _settle(c: _Committing, key: tuple[str, int], plan: CompactionPlan, state: PartitionState,
             outcome: PartitionOutcome | None, *, checkpoint: int | None, untouched: bool,
             retention: dict[tuple[str, int], RetentionOutcome], tally: Tally) -> _Settled:
     """Commit each changed group of one partition (crash-safe, in order) and build its outcome. Runs on
@@ -256,27 +276,27 @@ def _settle(ctx: JobContext, key: tuple[str, int], plan: CompactionPlan, state: 
     committed = mid_commit = False
     errors: list[dict[str, Any]] = []
     run_warnings: list[str] = []
-    warnings = list(ctx.scans[key].warnings)  # the summary's note shows them with the partition's row
+    warnings = list(c.warnings[key])  # the summary's note shows them with the partition's row
     new_cp, checkpoint_changed = checkpoint, False
     if plan.checkpoint_reset and not untouched:
         new_cp, checkpoint_changed = plan.first_dirty_offset, True
-    if outcome is not None and outcome.error is None and not ctx.dry_run:
-        p_uri = ctx.listing.partitions[key].uri
+    if outcome is not None and outcome.error is None and not c.dry_run:
+        p_uri = c.partition_uris[key]
         try:
             for g in outcome.groups:
                 if g.changed:
-                    ctx.keep_lease()
-                    ctx.committer.promote(p_uri, g.old_bases[0], g.staged_suffixes, g.mtime_ms)
-                    ctx.committer.replace_segments(p_uri, old_base_offsets=g.old_bases,
+                    c.keep_lease()
+                    c.committer.promote(p_uri, g.old_bases[0], g.staged_suffixes, g.mtime_ms)
+                    c.committer.replace_segments(p_uri, old_base_offsets=g.old_bases,
                                                    new_segments=[StagedSegment(g.old_bases[0], g.staged_suffixes)],
-                                                   fault=ctx.fault_for(partition_name(key)))
+                                                   fault=c.fault_for(partition_name(key)))
                     g.committed = committed = True
             new_cp, checkpoint_changed = outcome.end_offset, True
         except SegjobsError as exc:
             # A commit that failed after its intent leaves the partition mid-commit: say so, in what state, and
             # what to do (the next run's recovery takes it up once the cause is fixed).
             outcome.error = PartitionError.from_exception(exc)
-            detail, mid_commit = describe_stuck(ctx.storage, p_uri, ctx.work_uri, exc.detail
+            detail, mid_commit = describe_stuck(c.committer.storage, p_uri, c.committer.work_uri, exc.detail
                                                 if isinstance(exc, LocatedError) else exc)
             if mid_commit:
                 outcome.error = dataclasses.replace(outcome.error, detail=detail)
@@ -286,26 +306,26 @@ def _settle(ctx: JobContext, key: tuple[str, int], plan: CompactionPlan, state: 
         state_word = ("LEFT MID-COMMIT" if mid_commit else "PARTLY COMPACTED, then failed" if committed
                       else "UNCLEANABLE, left untouched")
         with _PROGRESS_LOCK:
-            ctx.progress.error(f"{plan.topic}-{plan.partition}: {state_word}: {outcome.error}{done}",
+            c.progress.error(f"{plan.topic}-{plan.partition}: {state_word}: {outcome.error}{done}",
                                event="compact.failed", partition=f"{plan.topic}-{plan.partition}",
                                committed=committed, **tally.fields())
     elif outcome is not None:
         with _PROGRESS_LOCK:
-            ctx.progress(f"{plan.topic}-{plan.partition}: {'measured' if ctx.dry_run else 'compacted'} in "
+            c.progress(f"{plan.topic}-{plan.partition}: {'measured' if c.dry_run else 'compacted'} in "
                          f"{outcome.seconds}s{done}", event="compact.partition", **outcome.progress_fields(),
                          **tally.fields())
-        for problem in (p for g in outcome.groups if g.committed or ctx.dry_run for p in g.corrupt_indexes):
-            note = f"{plan.topic}-{plan.partition}: {problem}: {'would rebuild' if ctx.dry_run else 'rebuilt'} it"
+        for problem in (p for g in outcome.groups if g.committed or c.dry_run for p in g.corrupt_indexes):
+            note = f"{plan.topic}-{plan.partition}: {problem}: {'would rebuild' if c.dry_run else 'rebuilt'} it"
             with _PROGRESS_LOCK:
-                ctx.progress(note, event="index.rebuilt", partition=f"{plan.topic}-{plan.partition}")
+                c.progress(note, event="index.rebuilt", partition=f"{plan.topic}-{plan.partition}")
             run_warnings.append(note)
             warnings.append(note)
-    if ctx.dry_run and not untouched:
+    if c.dry_run and not untouched:
         would = outcome.end_offset if outcome and not outcome.error else None
         shown = would if would is not None else (plan.first_dirty_offset if plan.checkpoint_reset else new_cp)
     else:
         shown = new_cp
-    one = _outcome(plan, state, outcome, dry_run=ctx.dry_run, checkpoint=shown)
+    one = _outcome(plan, state, outcome, dry_run=c.dry_run, checkpoint=shown)
     if untouched:
         reason = f"left untouched: retention {retention[key].reason}"
         one = replace(one, selected=False, action=Action.SKIPPED, reason=reason, note=reason)

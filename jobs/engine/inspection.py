@@ -337,7 +337,8 @@ def work(ctx: JobContext) -> None:
         config = ctx.configs.for_topic(scan.topic)
         held = key in held_keys
         # As an unforced (nightly) run would decide: inspect's --topic only narrows what is shown.
-        plan = plan_compaction(first.compaction_input(ctx, key)[1].scanned, config, ctx.now_ms)
+        _, compacted = first.compaction_input(key, ctx.listing.partitions[key], scan)
+        plan = plan_compaction(compacted.scanned, config, ctx.now_ms)
         if held:
             why = f"left untouched: retention {first.refused[key[0]].message()}"
             plan = replace(plan, selected=False, reason=why, note=why)

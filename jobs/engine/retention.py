@@ -37,7 +37,7 @@ from jobs.rules.plan_retain import (
 )
 from jobs.rules.timeutil import data_age_warning, format_instant
 from segment_io.errors import SegjobsError
-from segment_io.layout import LOG_START_OFFSET_CHECKPOINT, PartitionListing
+from segment_io.layout import LOG_START_OFFSET_CHECKPOINT, LogDirListing, PartitionListing
 from segment_io.storage.base import Storage
 
 TopicPartition = tuple[str, int]
@@ -310,7 +310,9 @@ def work(ctx: JobContext) -> None:
     held = {k for k in plans if k[0] in refused}
     retain_partitions(params, [ctx.scans[k] for k in keys if k not in held], ctx.configs.for_topic, progress,
                       threads=COMMIT_THREADS, plans=plans)
-    record_used_settings(ctx, {k[0] for k in plans if k not in held})
+    if not ctx.dry_run:
+        record_used_settings(ctx.storage, ctx.work_uri, ctx.configs.for_topic, {k[0] for k in plans if k not in held},
+                             now_ms=ctx.now_ms)
     for k in sorted(held):
         progress(refused_outcome(params, ctx.scans[k], ctx.configs.for_topic(k[0]), plans[k], refused[k[0]]))
     ctx.report.sort_partitions()
@@ -331,7 +333,7 @@ def retention_decisions(ctx: JobContext) -> tuple[dict[TopicPartition, Retention
     params = RetentionParams.from_job(ctx)
     plans = {k: plan for k in sorted(ctx.scans)
              if (plan := plan_partition(params, ctx.scans[k], ctx.configs.for_topic(k[0]))) is not None}
-    return plans, refused_topics(ctx, plans)
+    return plans, _refused_topics(ctx, plans)
 
 
 #: ``<work>/retention-settings.json``: per topic, the retention settings the last real run applied (see
@@ -350,56 +352,65 @@ def read_used_settings(storage: Storage, work_uri: str) -> dict[str, UsedSetting
         return {}
 
 
-def record_used_settings(ctx: JobContext, topics: Iterable[str]) -> None:
-    """Record the retention settings this (real) run applied to ``topics``, for the next runs' guard."""
+def record_used_settings(storage: Storage, work_uri: str, config_for: Callable[[str], TopicConfig],
+                         topics: Iterable[str], *, now_ms: int) -> None:
+    """Record the retention settings a real run at ``now_ms`` applied to ``topics`` (``config_for(topic)``), for
+    the next runs' guard, in ``<work_uri>/retention-settings.json``."""
     topics = sorted(set(topics))
-    if ctx.dry_run or not topics:
+    if not topics:
         return
-    before = read_used_settings(ctx.storage, ctx.work_uri)
+    before = read_used_settings(storage, work_uri)
     # no run id in it: reruns of the same interval (a backfill) leave the same file
-    source = f"the settings a run applied at --now {format_instant(ctx.now_ms)}"
+    source = f"the settings a run applied at --now {format_instant(now_ms)}"
     used = dict(before)
     for t in topics:
-        now_used = UsedSettings.of(ctx.configs.for_topic(t), source)
-        if t not in before or before[t].differs_from(ctx.configs.for_topic(t)):
+        now_used = UsedSettings.of(config_for(t), source)
+        if t not in before or before[t].differs_from(config_for(t)):
             used[t] = now_used  # only a change is news: unchanged settings keep the run that first applied them
     if used == before:
         return
     doc = {"version": 1, "topics": {t: {"cleanup.policy": u.cleanup_policy, "retention.ms": u.retention_ms,
                                          "retention.bytes": u.retention_bytes, "source": u.source}
                                      for t, u in sorted(used.items())}}
-    ctx.storage.makedirs(ctx.work_uri)
-    ctx.storage.write_atomic(ctx.storage.join(ctx.work_uri, USED_SETTINGS_FILE),
+    storage.makedirs(work_uri)
+    storage.write_atomic(storage.join(work_uri, USED_SETTINGS_FILE),
                              json.dumps(doc, indent=1, sort_keys=True).encode())
 
 
-def refused_topics(ctx: JobContext, plans: Mapping[TopicPartition, RetentionPlan]) -> dict[str, DeleteShare]:
+def refused_topics(plans: Mapping[TopicPartition, RetentionPlan], *, scans: Mapping[TopicPartition, PartitionScan],
+                   listing: LogDirListing, config_for: Callable[[str], TopicConfig], storage: Storage, work_uri: str,
+                   now_ms: int, max_delete_fraction: float | None) -> dict[str, DeleteShare]:
     """The topics retention must leave wholly untouched: :func:`jobs.rules.plan_retain.delete_guard` over the
-    run's scans and ``plans``, with the newest record of the log dir and the settings earlier runs applied as the
-    reference. The limit is ``--max-delete-fraction`` when given, else the topic's
-    ``segjobs.max.delete.fraction``. Retention, compaction's retention first and ``inspect`` all call this."""
-    flag = ctx.options.max_delete_fraction
-
+    run's ``scans`` and ``plans``, with the newest record of the log dir (``listing``) and the settings earlier
+    runs applied (read from ``work_uri``) as the reference. The limit is ``max_delete_fraction``
+    (``--max-delete-fraction``) when given, else the topic's ``segjobs.max.delete.fraction``. Retention,
+    compaction's retention first and ``inspect`` all call this."""
     def limit(topic: str) -> float:
-        return flag if flag is not None else ctx.configs.for_topic(topic).max_delete_fraction
+        return max_delete_fraction if max_delete_fraction is not None else config_for(topic).max_delete_fraction
 
-    recorded = read_used_settings(ctx.storage, ctx.work_uri)
+    recorded = read_used_settings(storage, work_uri)
     defaults = ConfigSet()
 
     def used_for(topic: str) -> UsedSettings:
         return recorded.get(topic) or UsedSettings.of(defaults.for_topic(topic), "Kafka's default (no earlier run "
                                                                                    "recorded settings for it)")
 
-    states = {k: state for k in plans if (state := ctx.scans[k].state) is not None}
-    scanned = [s.state for s in ctx.scans.values() if s.state is not None]
+    states = {k: state for k in plans if (state := scans[k].state) is not None}
+    scanned = [s.state for s in scans.values() if s.state is not None]
     newest = newest_timestamp(scanned)
     # partitions out of the run's scope still tell how recent the log dir is: their segments' last writes
-    others = [seg.log.mtime_ms for k, pl in ctx.listing.partitions.items() if k not in ctx.scans for seg in pl.segments]
+    others = [seg.log.mtime_ms for k, pl in listing.partitions.items() if k not in scans for seg in pl.segments]
     if others:
         newest = max(others) if newest is None else max(newest, max(others))
-    shares = delete_guard(states, plans, now_ms=ctx.now_ms, config_for=ctx.configs.for_topic, max_fraction_for=limit,
+    shares = delete_guard(states, plans, now_ms=now_ms, config_for=config_for, max_fraction_for=limit,
                           used_for=used_for, newest_ms=newest)
     return {t: share for t, share in shares.items() if share.refused}
+
+
+def _refused_topics(ctx: JobContext, plans: Mapping[TopicPartition, RetentionPlan]) -> dict[str, DeleteShare]:
+    return refused_topics(plans, scans=ctx.scans, listing=ctx.listing, config_for=ctx.configs.for_topic,
+                          storage=ctx.storage, work_uri=ctx.work_uri, now_ms=ctx.now_ms,
+                          max_delete_fraction=ctx.options.max_delete_fraction)
 
 
 def refused_outcome(p: RetentionParams, scan: PartitionScan, config: TopicConfig, plan: RetentionPlan,
@@ -486,9 +497,11 @@ class RetentionFirst:
         """The partitions the limit refused: left wholly untouched (no retention, no compaction)."""
         return {k for k in self.plans if k[0] in self.refused}
 
-    def compaction_input(self, ctx: JobContext, key: TopicPartition) -> tuple[PartitionListing, PartitionScan]:
-        """The listing and scan compaction must plan ``key`` on (the partition as retention leaves it)."""
-        return self.after.get(key) or (ctx.listing.partitions[key], ctx.scans[key])
+    def compaction_input(self, key: TopicPartition, listing: PartitionListing,
+                         scan: PartitionScan) -> tuple[PartitionListing, PartitionScan]:
+        """The listing and scan compaction must plan ``key`` on: the partition as retention leaves it (as
+        ``listing`` and ``scan`` show it when retention deletes nothing of it)."""
+        return self.after.get(key) or (listing, scan)
 
 
 def _takes_retention_first(ctx: JobContext, key: TopicPartition) -> bool:
@@ -506,7 +519,7 @@ def plan_retention_first(ctx: JobContext) -> RetentionFirst:
             plan = plan_partition(params, ctx.scans[key], ctx.configs.for_topic(key[0]))
             if plan is not None:
                 plans[key] = plan
-    refused = refused_topics(ctx, plans)
+    refused = _refused_topics(ctx, plans)
     todo = [(ctx.storage, ctx.listing.partitions[k], plan, ctx.scans[k].scanned.cleaner_checkpoint, ctx.now_ms,
              ctx.configs.for_topic(k[0]).producer_id_expiration_ms)
             for k, plan in plans.items() if plan.deletions and k[0] not in refused]
@@ -537,7 +550,9 @@ def apply_retention_first(ctx: JobContext, first: RetentionFirst) -> dict[TopicP
     keys = [k for k in sorted(ctx.scans) if _takes_retention_first(ctx, k) and k not in held]
     retain_partitions(params, [ctx.scans[k] for k in keys], ctx.configs.for_topic, attach,
                       threads=COMMIT_THREADS, plans=first.plans)
-    record_used_settings(ctx, {k[0] for k in keys})
+    if not ctx.dry_run:
+        record_used_settings(ctx.storage, ctx.work_uri, ctx.configs.for_topic, {k[0] for k in keys},
+                             now_ms=ctx.now_ms)
     for k in sorted(held):
         attach(refused_outcome(params, ctx.scans[k], ctx.configs.for_topic(k[0]), first.plans[k],
                                first.refused[k[0]]))
