@@ -55,6 +55,7 @@ from jobs.engine.outcomes import (
     Action,
     CompactionOutcome,
     CompactTotals,
+    InspectTotals,
     RetainTotals,
     RetentionOutcome,
 )
@@ -294,12 +295,14 @@ class InspectedPartition:
 
     @classmethod
     def of(cls, r: dict[str, Any]) -> "InspectedPartition":
-        return cls(topic=r["topic"], partition=r["partition"], error=r.get("error"), dirty_ratio=r.get("dirty_ratio"),
-                   compaction_selected=bool(r.get("compaction_selected")),
-                   compaction_records_removed=int(r.get("compaction_records_removed") or 0),
-                   compaction_bytes_removed=int(r.get("compaction_bytes_removed") or 0),
-                   retention_bytes_deleted=int(r.get("retention_bytes_deleted") or 0), records=r.get("records"),
-                   distinct_keys=r.get("distinct_keys"), row=r)
+        """From a row of the report (every column of :data:`jobs.engine.inspection.COLUMNS` is in it; an unreadable
+        partition's numbers are None)."""
+        return cls(topic=r["topic"], partition=r["partition"], error=r["error"], dirty_ratio=r["dirty_ratio"],
+                   compaction_selected=bool(r["compaction_selected"]),
+                   compaction_records_removed=r["compaction_records_removed"] or 0,
+                   compaction_bytes_removed=r["compaction_bytes_removed"] or 0,
+                   retention_bytes_deleted=r["retention_bytes_deleted"] or 0, records=r["records"],
+                   distinct_keys=r["distinct_keys"], row=r)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -319,12 +322,12 @@ class InspectResult(JobResult):
 
     @classmethod
     def of(cls, run: JobRun) -> "InspectResult":
-        t = run.report.totals
-        return cls(**cls._common(run), partitions=tuple(InspectedPartition.of(r) for r in run.report.partitions),
-                   bytes=int(t.get("bytes", 0)), records=int(t.get("records", 0)),
-                   compaction_selected=int(t.get("compaction_selected", 0)),
-                   compaction_bytes_removed=int(t.get("compaction_bytes_removed", 0)),
-                   retention_bytes_deleted=int(t.get("retention_bytes_deleted", 0)), exact=bool(t.get("exact")))
+        rows = run.report.partitions
+        t = InspectTotals.of(rows, exact=bool(run.options.exact) if isinstance(run.options, InspectOptions) else False)
+        return cls(**cls._common(run), partitions=tuple(InspectedPartition.of(r) for r in rows), bytes=t.bytes,
+                   records=t.records, compaction_selected=t.compaction_selected,
+                   compaction_bytes_removed=t.compaction_bytes_removed,
+                   retention_bytes_deleted=t.retention_bytes_deleted, exact=t.exact)
 
     @property
     def rows(self) -> list[dict[str, Any]]:

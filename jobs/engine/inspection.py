@@ -11,7 +11,7 @@ import io
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +19,7 @@ import pyarrow as pa
 from jobs.engine.cleaning import CompactTask, compact_partition
 from jobs.engine.frame import JobContext
 from jobs.engine.options import DEFAULT_DEDUPE_BUFFER_BYTES, InspectOptions
+from jobs.engine.outcomes import InspectTotals
 from jobs.engine.report import (
     RunReport,
     attention_table,
@@ -361,7 +362,7 @@ def work(ctx: JobContext) -> None:
         else:
             rows[key].update(stats.values)
     ctx.report.partitions.extend(rows[k] for k in sorted(rows))
-    ctx.report.totals.update(_totals(ctx.report.partitions), exact=exact)
+    ctx.report.totals.update(InspectTotals.of(ctx.report.partitions, exact=exact).to_dict())
     html = getattr(ctx.options, "html", None)  # InspectOptions: ctx.options is typed as any job's
     if html:
         _write_html(ctx, html)
@@ -382,18 +383,6 @@ def _write_html(ctx: JobContext, uri: str) -> None:
         return
     ctx.report.html_report = uri
     ctx.progress(f"HTML report written to {uri}", event="html.written", uri=uri)
-
-
-def _totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    ok = [r for r in rows if r["error"] is None]
-    return {
-        "partitions": len(rows), "errors": len(rows) - len(ok),
-        "bytes": sum(r["bytes"] for r in ok), "records": sum(r["records"] for r in ok),
-        "compaction_selected": sum(bool(r["compaction_selected"]) for r in ok),
-        # what a compaction run at now reclaims: the selected partitions only
-        "compaction_bytes_removed": sum(r["compaction_bytes_removed"] for r in ok if r["compaction_selected"]),
-        "retention_bytes_deleted": sum(r["retention_bytes_deleted"] for r in ok),
-    }
 
 
 # --------------------------------------------------------------------------------------------------

@@ -427,11 +427,44 @@ class RetainTotals:
                 "bytes_in_scope": self.bytes_in_scope}
 
 
+@dataclass(frozen=True)
+class InspectTotals:
+    """The totals of an inspect run (the report's ``totals``), from its rows (complete rows of
+    :data:`jobs.engine.inspection.COLUMNS`)."""
+
+    partitions: int
+    errors: int
+    bytes: int
+    records: int
+    #: partitions a compaction at now would select
+    compaction_selected: int
+    #: what a compaction run at now reclaims: the selected partitions only
+    compaction_bytes_removed: int
+    retention_bytes_deleted: int
+    #: distinct keys counted and compaction measured exactly (else estimates)
+    exact: bool
+
+    @classmethod
+    def of(cls, rows: Sequence[Mapping[str, Any]], *, exact: bool) -> "InspectTotals":
+        ok = [r for r in rows if r["error"] is None]
+        return cls(partitions=len(rows), errors=len(rows) - len(ok), bytes=sum(r["bytes"] for r in ok),
+                   records=sum(r["records"] for r in ok),
+                   compaction_selected=sum(bool(r["compaction_selected"]) for r in ok),
+                   compaction_bytes_removed=sum(r["compaction_bytes_removed"] for r in ok if r["compaction_selected"]),
+                   retention_bytes_deleted=sum(r["retention_bytes_deleted"] for r in ok), exact=exact)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"partitions": self.partitions, "errors": self.errors, "bytes": self.bytes, "records": self.records,
+                "compaction_selected": self.compaction_selected,
+                "compaction_bytes_removed": self.compaction_bytes_removed,
+                "retention_bytes_deleted": self.retention_bytes_deleted, "exact": self.exact}
+
+
 def ledger_rows(outcomes: Iterable[Outcome], *, dry_run: bool) -> list[dict[str, Any]]:
     """The ledger rows of a run's outcomes (see :func:`jobs.engine.report.append_ledger`)."""
     return [o.ledger_row(dry_run) for o in outcomes]
 
 
 __all__ = ["LEDGER_NUMBERS", "REFUSED_KIND", "Action", "CleanedRange", "CompactTotals", "CompactionOutcome",
-           "DeletedSegment", "Outcome", "Refusal", "RetainTotals", "RetentionOutcome", "ledger_rows",
+           "DeletedSegment", "InspectTotals", "Outcome", "Refusal", "RetainTotals", "RetentionOutcome", "ledger_rows",
            "unreadable_reason"]
