@@ -124,9 +124,9 @@ def work(ctx: JobContext) -> None:
         if plan.selected and key not in held:
             tasks.append(CompactTask(ctx.storage, listing, scan.scanned, plan, config, scan.txn, ctx.now_ms, max_keys,
                                      ctx.dry_run, ctx.committer))
-    planfile.check_decisions(ctx, {partition_name(k): retention_decision(p, k in held)
+    planfile.check_decisions({partition_name(k): retention_decision(p, k in held)
                                    for k, p in first.plans.items()}, "retention")
-    planfile.check_decisions(ctx, {partition_name(k): _compaction_decision(p, k in held)
+    planfile.check_decisions({partition_name(k): _compaction_decision(p, k in held)
                                    for k, p in plans.items()}, "compaction", later=("outcome",))
     retention = apply_retention_first(ctx, first)
     # Where retention failed half-way the partition is not what compaction was planned on: leave it alone.
@@ -220,7 +220,7 @@ def work(ctx: JobContext) -> None:
         entries = updated_cleaner_checkpoints(checkpoints, live)
         write_offset_checkpoint(ctx.storage, ctx.storage.join(ctx.log_dir, CLEANER_OFFSET_CHECKPOINT),
                                 dict(sorted(entries.items())))
-    planfile.write(ctx, "compact", {name: getattr(options, name) for name in PLAN_OPTIONS})
+    ctx.write_plan("compact", {name: getattr(options, name) for name in PLAN_OPTIONS})
     _summarize(ctx)
 
 

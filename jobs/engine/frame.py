@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 from jobs.engine.kernels import COLD_NOTICE, kernels_cold
 from jobs.engine.options import ChangeOptions, JobOptions, LockingOptions
 from jobs.engine.outcomes import ledger_rows
-from jobs.engine.planfile import Plan, PlanStage, describe_plan
+from jobs.engine.planfile import Plan, PlanStage, describe_plan, fingerprint
 from jobs.engine.report import (
     Progress,
     RunReport,
@@ -119,6 +119,20 @@ class JobContext:
     def fault_for(self, partition: str) -> Callable[[str], None] | None:
         """The fault hook of the commit steps of ``partition`` (``""``: the log dir as a whole); None in use."""
         return self.seams.fault_for(partition)
+
+    def write_plan(self, command: str, options: dict[str, Any]) -> None:
+        """With ``--plan FILE`` (a dry run): write this run's plan (``options``: the command's options a plan
+        records), with the decisions its work collected in :attr:`planfile`."""
+        if not self.planfile.write_uri:
+            return
+        assert isinstance(self.options, JobOptions)  # only compact and retain take --plan
+        plan = Plan(command=command, log_dir=self.log_dir, now_ms=self.now_ms,
+                    scope={"topics": list(self.options.topics), "partitions": list(self.options.partitions)},
+                    options=options,
+                    configs={t: self.configs.for_topic(t).to_settings() for t in sorted({t for t, _ in self.scans})},
+                    fingerprint=fingerprint(self.storage, self.log_dir, self.listing, self.scans), decisions={},
+                    run_id=self.report.run_id, made_ms=self.seams.clock())
+        self.planfile.write(plan, self.options.storage_options(), self.progress)
 
 
 @dataclass

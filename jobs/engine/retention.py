@@ -288,7 +288,7 @@ def work(ctx: JobContext) -> None:
             ctx.report.warnings.append(stale)
             ctx.progress.notice(f"warning: {stale}", event="data.stale")
     plans, refused = retention_decisions(ctx)
-    planfile.check_decisions(ctx, {partition_name(k): retention_decision(plans.get(k), k[0] in refused)
+    planfile.check_decisions({partition_name(k): retention_decision(plans.get(k), k[0] in refused)
                                    for k in keys}, "retention")
     every = max(1, len(keys) // 10)
     done = 0
@@ -316,7 +316,7 @@ def work(ctx: JobContext) -> None:
     for k in sorted(held):
         progress(refused_outcome(params, ctx.scans[k], ctx.configs.for_topic(k[0]), plans[k], refused[k[0]]))
     ctx.report.sort_partitions()
-    planfile.write(ctx, "retain", {name: getattr(ctx.options, name) for name in PLAN_OPTIONS})
+    ctx.write_plan("retain", {name: getattr(ctx.options, name) for name in PLAN_OPTIONS})
     ctx.report.totals.update(RetainTotals.of(outcomes, ctx.report.errors, len(ctx.report.warnings)).to_dict())
 
 
