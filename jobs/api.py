@@ -65,9 +65,13 @@ from jobs.engine.report import Progress, RunReport, render_stopped_summary, shor
 from jobs.engine.seams import PRODUCTION, Seams
 from jobs.engine.selection import SELECTION_DEPTH
 from jobs.engine.tasks import InProcessTasks, SparkTasks
-from jobs.logdir.recover import RecoveryAction, RecoveryReport
+from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir
+from jobs.logdir.lock import LeaseLost, acquire, lease_ttl_ms, work_uri
+from jobs.logdir.recover import PreviewStorage, RecoveryAction, RecoveryReport, fence_of, recover_log_dir
 from jobs.rules.timeutil import Instant, resolve_now
 from segment_io.errors import LockHeldError, UsageError
+from segment_io.layout import list_log_dir
+from segment_io.storage import open_storage
 
 OptionsT = TypeVar("OptionsT", bound=RunOptions)
 
@@ -447,12 +451,6 @@ def recover(log_dir: str | os.PathLike, options: RecoverOptions | None = None, *
     """Complete or roll back what interrupted runs left in the log dir, under its lock (every job does this at
     its start). ``now`` is the instant recorded for ``.deleted`` files the deletion ledger does not know yet.
     With ``dry_run`` no lock is taken and nothing changes: the reports list what a real run would do."""
-    from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir
-    from jobs.logdir.lock import LeaseLost, acquire, lease_ttl_ms, work_uri
-    from jobs.logdir.recover import PreviewStorage, fence_of, recover_log_dir
-    from segment_io.layout import list_log_dir
-    from segment_io.storage import open_storage
-
     options = _checked(options, RecoverOptions, "recover")
     seams = seams or PRODUCTION
     progress = Progress("recover", quiet=options.progress is None, sink=options.progress)
