@@ -51,13 +51,27 @@ from jobs.engine.options import (
     RetainOptions,
     RunOptions,
 )
+from jobs.engine.outcomes import (
+    Action,
+    CompactionOutcome,
+    CompactTotals,
+    InspectTotals,
+    RetainTotals,
+    RetentionOutcome,
+)
 from jobs.engine.planfile import load_for_apply
+from jobs.engine.render import render_compact_summary, render_retain_summary
 from jobs.engine.report import Progress, RunReport, render_stopped_summary, short_error
-from jobs.engine.seams import PRODUCTION, InProcessTasks, Seams, SparkTasks
+from jobs.engine.seams import PRODUCTION, Seams
 from jobs.engine.selection import SELECTION_DEPTH, may_read_in_full
-from jobs.logdir.recover import RecoveryAction, RecoveryReport
+from jobs.engine.tasks import InProcessTasks, SparkTasks
+from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir
+from jobs.logdir.lock import LeaseLost, acquire, lease_ttl_ms, work_uri
+from jobs.logdir.recover import PreviewStorage, RecoveryAction, RecoveryReport, fence_of, recover_log_dir
 from jobs.rules.timeutil import Instant, resolve_now
 from segment_io.errors import LockHeldError, UsageError
+from segment_io.layout import list_log_dir
+from segment_io.storage import open_storage
 
 OptionsT = TypeVar("OptionsT", bound=RunOptions)
 
@@ -123,8 +137,8 @@ class PartitionResult:
         return f"{self.topic}-{self.partition}"
 
 
-def _error_text(entry: dict[str, Any]) -> str | None:
-    return short_error(entry["error"]) if entry.get("error") else None
+def _error_text(error: dict[str, Any] | None) -> str | None:
+    return short_error(error) if error else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,13 +155,14 @@ class RetainedPartition(PartitionResult):
     #: ``.deleted`` files unlinked because their file.delete.delay.ms had passed
     files_purged: int
 
+    #: the partition's typed outcome (``entry`` is its serialised form)
+    outcome: RetentionOutcome
+
     @classmethod
-    def of(cls, e: dict[str, Any]) -> "RetainedPartition":
-        return cls(topic=e["topic"], partition=e["partition"], action=e.get("action", ""), error=_error_text(e),
-                   entry=e, segments_deleted=len(e.get("deleted") or []),
-                   bytes_removed=int(e.get("bytes_removed") or 0), log_start_offset=e.get("log_start_offset"),
-                   rules=tuple(e.get("rules") or ()),
-                   files_purged=len(e.get("purged") or []))
+    def of(cls, o: RetentionOutcome, entry: dict[str, Any]) -> "RetainedPartition":
+        return cls(topic=o.topic, partition=o.partition, action=o.action.value, error=_error_text(o.error_dict()),
+                   entry=entry, outcome=o, segments_deleted=len(o.deleted), bytes_removed=o.bytes_removed,
+                   log_start_offset=o.log_start_offset, rules=o.rules, files_purged=o.files_purged)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,13 +181,22 @@ class CompactedPartition(PartitionResult):
     #: compact,delete topics: the retention applied before compaction
     retention: RetainedPartition | None
 
+    #: the partition's typed outcome (``entry`` is its serialised form)
+    outcome: CompactionOutcome
+
     @classmethod
-    def of(cls, e: dict[str, Any]) -> "CompactedPartition":
-        return cls(topic=e["topic"], partition=e["partition"], action=e.get("action", ""), error=_error_text(e),
-                   entry=e, selected=bool(e.get("selected")), records_removed=int(e.get("records_removed") or 0),
-                   bytes_removed=int(e.get("bytes_removed") or 0), segments_before=e.get("segments_before"),
-                   segments_after=e.get("segments_after"), partial=bool(e.get("partial")),
-                   retention=RetainedPartition.of(e["retention"]) if e.get("retention") else None)
+    def of(cls, o: CompactionOutcome, entry: dict[str, Any]) -> "CompactedPartition":
+        retention = (RetainedPartition.of(o.retention, entry["retention"]) if o.retention is not None else None)
+        return cls(topic=o.topic, partition=o.partition, action=o.action.value,
+                   error=_error_text(o.error.to_dict() if o.error else None), entry=entry, outcome=o,
+                   selected=o.selected, records_removed=o.records_removed, bytes_removed=o.bytes_removed,
+                   segments_before=o.segments_before if o.readable else None,
+                   segments_after=o.segments_after if o.readable else None, partial=o.partial, retention=retention)
+
+
+def _recovered(report: RunReport) -> int:
+    """Partitions whose interrupted commits the run's recovery settled (the frame's total)."""
+    return int(report.totals.get("recovered_partitions", 0))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,17 +221,16 @@ class CompactResult(JobResult):
 
     @classmethod
     def of(cls, run: JobRun) -> "CompactResult":
-        t, parts = run.report.totals, tuple(CompactedPartition.of(e) for e in run.report.partitions)
-        return cls(**cls._common(run), partitions=parts,
-                   partitions_selected=int(t.get("selected", sum(p.selected for p in parts))),
-                   partitions_compacted=sum(p.action in ("compacted", "partly compacted", "would compact")
-                                            for p in parts),
-                   records_removed=int(t.get("records_removed", sum(p.records_removed for p in parts))),
-                   bytes_removed=int(t.get("bytes_removed", 0)),
-                   segments_removed=sum(max((p.segments_before or 0) - (p.segments_after or 0), 0)
-                                        + (p.retention.segments_deleted if p.retention else 0) for p in parts),
-                   files_purged=int(t.get("files_purged", 0)), bytes_purged=int(t.get("bytes_purged", 0)),
-                   recovered_partitions=int(t.get("recovered_partitions", 0)))
+        report = run.report
+        outcomes = [o for o in report.outcomes if isinstance(o, CompactionOutcome)]
+        parts = tuple(CompactedPartition.of(o, e) for o, e in zip(outcomes, report.partitions))
+        # the totals of what was settled (all of it, unless the run stopped early)
+        t = CompactTotals.of(outcomes, report.errors)
+        return cls(**cls._common(run), partitions=parts, partitions_selected=t.selected,
+                   partitions_compacted=sum(o.action.rewrote for o in outcomes),
+                   records_removed=t.records_removed, bytes_removed=t.bytes_removed,
+                   segments_removed=sum(o.segments_removed for o in outcomes), files_purged=t.files_purged,
+                   bytes_purged=t.bytes_purged, recovered_partitions=_recovered(report))
 
     def summary(self, *, layout: str = "auto", width: int | None = None) -> str:
         """The human summary ``segjobs compact`` prints: a row per partition (``layout``: ``auto`` switches to a
@@ -215,7 +238,7 @@ class CompactResult(JobResult):
         ``topic``), totals, elapsed time; fitted to ``width`` columns when given (notes wrap, never cut)."""
         if not self.completed:
             return render_stopped_summary(self.report, width=width)
-        return compaction.render_summary(self.report, dry_run=self.dry_run, layout=layout, width=width)
+        return render_compact_summary(self.report, dry_run=self.dry_run, layout=layout, width=width)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -235,22 +258,22 @@ class RetainResult(JobResult):
 
     @classmethod
     def of(cls, run: JobRun) -> "RetainResult":
-        t, parts = run.report.totals, tuple(RetainedPartition.of(e) for e in run.report.partitions)
-        return cls(**cls._common(run), partitions=parts,
-                   partitions_changed=sum(p.action == "delete" for p in parts),
-                   segments_deleted=sum(p.segments_deleted for p in parts),
-                   bytes_removed=sum(p.bytes_removed for p in parts),
-                   files_purged=int(t.get("files_purged", sum(p.files_purged for p in parts))),
-                   bytes_purged=int(t.get("bytes_purged", 0)),
-                   refused_topics=tuple(sorted({p.topic for p in parts if p.action == "refused"})),
-                   recovered_partitions=int(t.get("recovered_partitions", 0)))
+        report = run.report
+        outcomes = [o for o in report.outcomes if isinstance(o, RetentionOutcome)]
+        parts = tuple(RetainedPartition.of(o, e) for o, e in zip(outcomes, report.partitions))
+        t = RetainTotals.of(outcomes, report.errors, len(report.warnings))
+        return cls(**cls._common(run), partitions=parts, partitions_changed=t.partitions_changed,
+                   segments_deleted=t.segments_deleted, bytes_removed=t.bytes_removed, files_purged=t.files_purged,
+                   bytes_purged=t.bytes_purged,
+                   refused_topics=tuple(sorted({o.topic for o in outcomes if o.action is Action.REFUSED})),
+                   recovered_partitions=_recovered(report))
 
     def summary(self, *, layout: str = "auto", width: int | None = None) -> str:
         """The human summary ``segjobs retain`` prints (``layout`` and ``width`` as for
         :meth:`CompactResult.summary`)."""
         if not self.completed:
             return render_stopped_summary(self.report, width=width)
-        return retention.render_summary(self.report, dry_run=self.dry_run, layout=layout, width=width)
+        return render_retain_summary(self.report, dry_run=self.dry_run, layout=layout, width=width)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -276,12 +299,14 @@ class InspectedPartition:
 
     @classmethod
     def of(cls, r: dict[str, Any]) -> "InspectedPartition":
-        return cls(topic=r["topic"], partition=r["partition"], error=r.get("error"), dirty_ratio=r.get("dirty_ratio"),
-                   compaction_selected=bool(r.get("compaction_selected")),
-                   compaction_records_removed=int(r.get("compaction_records_removed") or 0),
-                   compaction_bytes_removed=int(r.get("compaction_bytes_removed") or 0),
-                   retention_bytes_deleted=int(r.get("retention_bytes_deleted") or 0), records=r.get("records"),
-                   distinct_keys=r.get("distinct_keys"), row=r)
+        """From a row of the report (every column of :data:`jobs.engine.inspection.COLUMNS` is in it; an unreadable
+        partition's numbers are None)."""
+        return cls(topic=r["topic"], partition=r["partition"], error=r["error"], dirty_ratio=r["dirty_ratio"],
+                   compaction_selected=bool(r["compaction_selected"]),
+                   compaction_records_removed=r["compaction_records_removed"] or 0,
+                   compaction_bytes_removed=r["compaction_bytes_removed"] or 0,
+                   retention_bytes_deleted=r["retention_bytes_deleted"] or 0, records=r["records"],
+                   distinct_keys=r["distinct_keys"], row=r)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -301,12 +326,12 @@ class InspectResult(JobResult):
 
     @classmethod
     def of(cls, run: JobRun) -> "InspectResult":
-        t = run.report.totals
-        return cls(**cls._common(run), partitions=tuple(InspectedPartition.of(r) for r in run.report.partitions),
-                   bytes=int(t.get("bytes", 0)), records=int(t.get("records", 0)),
-                   compaction_selected=int(t.get("compaction_selected", 0)),
-                   compaction_bytes_removed=int(t.get("compaction_bytes_removed", 0)),
-                   retention_bytes_deleted=int(t.get("retention_bytes_deleted", 0)), exact=bool(t.get("exact")))
+        rows = run.report.partitions
+        t = InspectTotals.of(rows, exact=bool(run.options.exact) if isinstance(run.options, InspectOptions) else False)
+        return cls(**cls._common(run), partitions=tuple(InspectedPartition.of(r) for r in rows), bytes=t.bytes,
+                   records=t.records, compaction_selected=t.compaction_selected,
+                   compaction_bytes_removed=t.compaction_bytes_removed,
+                   retention_bytes_deleted=t.retention_bytes_deleted, exact=t.exact)
 
     @property
     def rows(self) -> list[dict[str, Any]]:
@@ -426,12 +451,6 @@ def recover(log_dir: str | os.PathLike, options: RecoverOptions | None = None, *
     """Complete or roll back what interrupted runs left in the log dir, under its lock (every job does this at
     its start). ``now`` is the instant recorded for ``.deleted`` files the deletion ledger does not know yet.
     With ``dry_run`` no lock is taken and nothing changes: the reports list what a real run would do."""
-    from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir
-    from jobs.logdir.lock import LeaseLost, acquire, lease_ttl_ms, work_uri
-    from jobs.logdir.recover import PreviewStorage, fence_of, recover_log_dir
-    from segment_io.layout import list_log_dir
-    from segment_io.storage import open_storage
-
     options = _checked(options, RecoverOptions, "recover")
     seams = seams or PRODUCTION
     progress = Progress("recover", quiet=options.progress is None, sink=options.progress)

@@ -1,7 +1,7 @@
 """The external-sort compaction strategy: exact in one run for any number of keys, parallel inside a partition,
 its memory bounded by configuration (the bucket size), not by the partition's key count.
 
-The memory strategy (:func:`jobs.engine.compaction.compact_partition`) is one task per partition with a bounded
+The memory strategy (:func:`jobs.engine.cleaning.compact_partition`) is one task per partition with a bounded
 offset map; a partition with more dirty keys than the map holds is cleaned partially, like Kafka's cleaner.
 This strategy splits the same clean into three stages of plain tasks that Spark spreads over every core (and
 every executor), with the decisions of :mod:`jobs.rules.external_sort`:
@@ -28,21 +28,35 @@ The files move between the stages through the work dir, which lives on the log d
 shared file system, or the S3 prefix): every executor of a cluster already reads the segments and stages new
 ones there, so it reaches these files too, with no shuffle service and no row crossing into the JVM. The driver
 gets counts (rows per piece and bucket, per bucket and group), never per-key data. The result of a partition is
-the memory strategy's :class:`~jobs.engine.compaction.PartitionOutcome` with staged segments, committed by the
+the memory strategy's :class:`~jobs.engine.cleaning.PartitionOutcome` with staged segments, committed by the
 driver's unchanged crash-safe loop. The same stages run through any task runner (``InProcessTasks`` in tests).
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
 
+from jobs.engine.cleaning import (
+    CompactTask,
+    Handoff,
+    Handover,
+    PartitionCleaner,
+    PartitionOutcome,
+    delete_quietly,
+    piece_of,
+    tail_batches,
+    write_rows,
+)
 from jobs.engine.scan import PartitionError
+from jobs.engine.tasks import TaskRunner
+from jobs.rules.cleaner import CleanStats
 from jobs.rules.external_sort import (
     MAP_COLUMNS,
     PIECE_COLUMNS,
@@ -52,17 +66,19 @@ from jobs.rules.external_sort import (
     dirty_record_bound,
     freed_markers,
     group_offset_map,
+    reduce_bucket,
     refreshed_txn_state,
 )
 from jobs.rules.model import SegmentInfo
 from jobs.rules.plan_compact import group_segments_by_size
 from jobs.rules.transactions import AbortedTxns, BatchSummary, TxnState, summarize_batches
-from segment_io.errors import SegjobsError
+from segment_io.decode import decode_key_hashes_bytes
+from segment_io.errors import CorruptRecordError, SegjobsError
+from segment_io.format import batch_positions
 from segment_io.storage.base import Storage
 
-if TYPE_CHECKING:
-    from jobs.engine.compaction import CompactTask, PartitionOutcome
-    from jobs.engine.frame import JobContext
+T = TypeVar("T")
+R = TypeVar("R")
 
 #: A segment bigger than this is read by several key-pass tasks, each taking the batches that start in its
 #: share of the bytes: a 1 GiB segment becomes 16 tasks.
@@ -93,30 +109,10 @@ def choose(tasks: Sequence[CompactTask], requested: str) -> dict[tuple[str, int]
     return out
 
 
-def _java_size(text: str) -> int:
-    """Bytes of a JVM memory setting (``1g``, ``512m``, ``4096k``, ``2048``: mebibytes without a unit, as Spark
-    reads ``spark.executor.memory``)."""
-    text = text.strip().lower().rstrip("b")
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(float(text)) << 20
-
-
-def default_bucket_bytes(runner: Any) -> int:
+def default_bucket_bytes(runner: TaskRunner) -> int:
     """``sort_bucket_bytes`` when not given: a quarter of an executor's memory, between
     :data:`MIN_BUCKET_BYTES` and :data:`MAX_BUCKET_BYTES` (256 MiB with Spark's default 1g, and without Spark)."""
-    from jobs.engine.seams import SparkTasks
-
-    memory = 1 << 30
-    if isinstance(runner, SparkTasks):
-        conf = runner.spark.sparkContext.getConf()
-        setting = conf.get("spark.executor.pyspark.memory") or conf.get("spark.executor.memory")
-        if setting:
-            try:
-                memory = _java_size(setting)
-            except ValueError:
-                pass  # Spark itself refuses a malformed setting at start-up; keep the default
+    memory = runner.executor_memory_bytes() or 1 << 30
     return max(MIN_BUCKET_BYTES, min(MAX_BUCKET_BYTES, memory // 4))
 
 
@@ -155,10 +151,6 @@ class PieceResult:
 
 def read_key_hashes(item: PieceItem) -> Any:
     """The KEY_HASH_SCHEMA rows of ``item``'s share of its segment (whole batches: those starting in it)."""
-    from segment_io.decode import decode_key_hashes_bytes
-    from segment_io.errors import CorruptRecordError
-    from segment_io.format import batch_positions
-
     with item.storage.read_mapped(item.uri) as data:
         view = memoryview(data)
         start, end = 0, len(view)
@@ -177,41 +169,6 @@ def read_key_hashes(item: PieceItem) -> Any:
             raise
         finally:
             del view
-
-
-def piece_of(table: Any, *, first_dirty_offset: int, first_uncleanable_offset: int, aborted: AbortedTxns,
-             buckets: int) -> tuple[np.ndarray, np.ndarray]:
-    """A KEY_HASH_SCHEMA table's piece rows and rows per bucket (:func:`jobs.rules.external_sort.piece_rows`
-    over its keyed data records, the mappable ones those a memory pass would map)."""
-    from jobs.rules.external_sort import piece_rows
-    from jobs.rules.offset_map import mappable_rows
-
-    mappable = mappable_rows(table, start_offset=first_dirty_offset, end_offset=first_uncleanable_offset,
-                             aborted=aborted)
-    keyed = ~table.column("control").to_numpy() & ~table.column("key_is_null").to_numpy()
-    return piece_rows(table.column("key_hash_hi").to_numpy(), table.column("key_hash_lo").to_numpy(),
-                      table.column("offset").to_numpy(), mappable, keyed, buckets)
-
-
-def write_rows(storage: Storage, uri: str, rows: np.ndarray) -> None:
-    """One work file: ``rows`` (an int64 array) as little-endian bytes. On local disk without fsync: a work
-    file lives for one run, and a crashed run's are removed by the next one (written whole or not at all on
-    S3, where a PUT is atomic)."""
-    data = np.ascontiguousarray(rows, "<i8")
-    storage.makedirs(uri.rsplit("/", 1)[0])
-    path = storage.local_path(uri)
-    if path is None:
-        storage.write_atomic(uri, data.tobytes())
-        return
-    try:
-        with open(path, "wb") as f:
-            f.write(data.data)
-    except OSError as exc:
-        from segment_io.errors import StorageError
-
-        raise StorageError(f"cannot write a work file: {exc}", uri=uri) from exc
-
-
 def read_rows(storage: Storage, uri: str, start_row: int, rows: int, columns: int) -> np.ndarray:
     """Rows ``[start_row, start_row + rows)`` of a work file of ``columns`` int64 columns: one ranged read."""
     data = storage.read_range(uri, start_row * 8 * columns, rows * 8 * columns)
@@ -277,8 +234,6 @@ class BucketResult:
 
 def reduce_bucket_item(item: BucketItem) -> BucketResult:
     """Stage 2 for one bucket: its group maps, ordered by group, written to ``item.out_uri``."""
-    from jobs.rules.external_sort import reduce_bucket
-
     t0 = time.monotonic()
     try:
         parts = [read_rows(item.storage, s.uri, s.start, s.rows, len(PIECE_COLUMNS)) for s, _ in item.pieces]
@@ -332,9 +287,6 @@ class GroupResult:
 
 def clean_group_item(item: GroupItem) -> GroupResult:
     """Clean (stage, or in a dry run measure) one group with its superseded keys; see the module docstring."""
-    # The memory strategy's group cleaner itself: the same decisions, encoder and files, by construction.
-    from jobs.engine.compaction import _PartitionCleaner
-
     t0 = time.monotonic()
     out = GroupResult(item.p, item.g)
     try:
@@ -345,13 +297,14 @@ def clean_group_item(item: GroupItem) -> GroupResult:
         omap = group_offset_map(rows[:, 0], rows[:, 1], rows[:, 2], start_offset=plan.first_dirty_offset,
                                 end_offset=plan.first_uncleanable_offset)
         del rows
-        run = _PartitionCleaner(item.task, out.staged).clean_group(item.group, omap, item.refreshed)
+        # the memory strategy's group cleaner itself: the same decisions, encoder and files, by construction
+        run = PartitionCleaner(item.task, out.staged).clean_group(item.group, omap, item.refreshed)
         out.outcome, out.stats, out.marker_offsets = run.outcome, run.stats, np.asarray(run.marker_offsets, np.int64)
         if item.refreshed is None:  # every group's batches count for the state the second wave needs
             out.summary = summarize_batches([run.key_hashes], empty_batches=run.empty_batches)
     except Exception as exc:  # noqa: BLE001 - one group's failure fails its partition, not the run
         out.error = _task_error(exc)
-        _delete_quietly(item.task.storage, out.staged)
+        delete_quietly(item.task.storage, out.staged)
         out.staged = []
     out.seconds = time.monotonic() - t0
     return out
@@ -368,22 +321,8 @@ class TailItem:
 
 def summarize_tail(item: TailItem) -> tuple[int, BatchSummary | PartitionError]:
     """As the memory strategy's ``refreshed_txn_state`` reads them: every segment beyond the cleaned range."""
-    from jobs.engine.scan import empty_batches_from_headers
-    from segment_io.decode import decode_key_hashes_bytes
-    from segment_io.format import scan_batches
-
     try:
-        files = {s.base_offset: s for s in item.task.listing.segments}
-        tables, empties = [], []
-        segments = item.task.state.segments
-        for s in segments:
-            if s.base_offset >= item.round_end:
-                uri = files[s.base_offset].log.uri
-                data = item.task.storage.read(uri)
-                active = s is segments[-1]
-                tables.append(decode_key_hashes_bytes(data, path=uri, allow_truncated_tail=active))
-                empties.append(empty_batches_from_headers(scan_batches(data, path=uri, allow_truncated_tail=active),
-                                                          s.base_offset))
+        tables, empties = tail_batches(item.task.storage, item.task.listing, item.task.state, item.round_end)
         return item.p, summarize_batches(tables, empty_batches=pa.concat_tables(empties) if empties else None)
     except Exception as exc:  # noqa: BLE001
         return item.p, _task_error(exc)
@@ -391,14 +330,6 @@ def summarize_tail(item: TailItem) -> tuple[int, BatchSummary | PartitionError]:
 
 def _task_error(exc: BaseException) -> PartitionError:
     return PartitionError.from_task_exception(exc)
-
-
-def _delete_quietly(storage: Storage, uris: Sequence[str]) -> None:
-    for uri in uris:
-        try:
-            storage.delete(uri)
-        except SegjobsError:
-            pass
 
 
 # --------------------------------------------------------------------------------------------------
@@ -432,21 +363,28 @@ class ExternalSortRun:
     the work dir can only be a crashed run's leftover: it goes now); :meth:`close` removes this run's files.
     One dir per run: a dry run (which takes no lock) may run beside a real one."""
 
-    def __init__(self, ctx: JobContext) -> None:
-        self.ctx = ctx
-        storage = ctx.storage
-        sort_root = storage.join(ctx.work_uri, WORK_SUBDIR)
-        if not ctx.dry_run:
+    def __init__(self, storage: Storage, work_uri: str, run_id: str, *, dry_run: bool, runner: TaskRunner,
+                 describe: Callable[[str], str], progress: Callable[[str], None],
+                 bucket_bytes: int | None = None) -> None:
+        """``runner`` runs the stages' tasks, their Spark jobs named ``describe(what)``; ``progress`` is told
+        how long each stage took; ``bucket_bytes``: ``--sort-bucket-bytes`` (None: from the executors' memory)."""
+        self.storage = storage
+        self.runner = runner
+        self.describe = describe
+        self.progress = progress
+        self._bucket_bytes = bucket_bytes
+        sort_root = storage.join(work_uri, WORK_SUBDIR)
+        if not dry_run:
             for d in storage.list_dirs(sort_root):
                 if d.rstrip("/").rsplit("/", 1)[-1].startswith("run-"):
                     _clear(storage, d)
-        self.run_dir = storage.join(sort_root, f"{'dry' if ctx.dry_run else 'run'}-{ctx.report.run_id}")
+        self.run_dir = storage.join(sort_root, f"{'dry' if dry_run else 'run'}-{run_id}")
 
     @cached_property
     def bucket_bytes(self) -> int:
         """The bucket size; asked only when a partition is sorted (the default reads Spark's settings, which
         starts Spark)."""
-        return getattr(self.ctx.options, "sort_bucket_bytes", None) or default_bucket_bytes(self.ctx.runner)
+        return self._bucket_bytes or default_bucket_bytes(self.runner)
 
     def layout(self, t: CompactTask) -> tuple[list[tuple[SegmentInfo, ...]], str, int]:
         """A partition's segment groups (every segment below the first uncleanable offset, grouped as the
@@ -455,9 +393,9 @@ class ExternalSortRun:
         end = t.plan.first_uncleanable_offset
         groups = group_segments_by_size([s for s in t.state.segments if s.base_offset < end], cfg.segment_bytes,
                                         cfg.segment_index_bytes, end, cfg.index_interval_bytes)
-        work = self.ctx.storage.join(self.run_dir, f"{t.plan.topic}-{t.plan.partition}")
+        work = self.storage.join(self.run_dir, f"{t.plan.topic}-{t.plan.partition}")
         records = sum(_records_bound(s) for g in groups for s in g)
-        return groups, work, bucket_count(records, self.bucket_bytes, self.ctx.runner.parallelism)
+        return groups, work, bucket_count(records, self.bucket_bytes, self.runner.parallelism)
 
     def handoff(self, t: CompactTask) -> Handoff:
         """What a memory-first task of ``t``'s partition needs to hand it over (see :class:`PieceCollector`)."""
@@ -471,8 +409,6 @@ class ExternalSortRun:
         strategy's. ``handed``: the pieces memory-first tasks wrote before their map filled (their segments
         are not read again). ``details`` receives, per partition, what the report shows of the stages (task
         counts, buckets, superseded keys, seconds)."""
-        from jobs.engine.compaction import PartitionOutcome
-
         handed = handed or {}
         parts: list[_Partition] = []
         for i, t in enumerate(tasks):
@@ -484,101 +420,25 @@ class ExternalSortRun:
                                     handed=handed.get(key)))
         if not parts:
             return {}
-        ctx = self.ctx
         t0 = time.monotonic()
-        _key_and_bucket_passes(ctx, parts)
-        ctx.progress(f"external-sort: key pass and buckets of {len(parts)} partition(s) in "
+        _key_and_bucket_passes(self, parts)
+        self.progress(f"external-sort: key pass and buckets of {len(parts)} partition(s) in "
                      f"{time.monotonic() - t0:.1f}s")
         t0 = time.monotonic()
-        _rewrite_passes(ctx, parts, details)
-        ctx.progress(f"external-sort: {sum(len(p.groups) for p in parts)} segment group(s) rewritten in "
+        _rewrite_passes(self, parts, details)
+        self.progress(f"external-sort: {sum(len(p.groups) for p in parts)} segment group(s) rewritten in "
                      f"{time.monotonic() - t0:.1f}s")
         return {(p.outcome.topic, p.outcome.partition): p.outcome for p in parts}
 
     def close(self) -> None:
         """Remove this run's work files (piece files, bucket files, a dry run's too)."""
-        _clear(self.ctx.storage, self.run_dir)
+        _clear(self.storage, self.run_dir)
 
+    def map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None,
+            description: str) -> list[R]:
+        """One stage's tasks (``description``: what they do, which names their Spark job)."""
+        return self.runner.map(fn, items, tasks=tasks, description=self.describe(description))
 
-# --------------------------------------------------------------------------------------------------
-# Memory first: the hand-over from a memory task whose map fills
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Handoff:
-    """Given to a memory-first task (``CompactTask.handoff``): where its partition's external-sort files go,
-    each segment's group, the bucket count, and how many bytes of pieces it may hold before writing them."""
-
-    work: str
-    group_of: tuple[tuple[int, int], ...]  #: (segment base offset, group index)
-    buckets: int
-    hold_bytes: int
-
-
-@dataclass(frozen=True)
-class HandedPiece:
-    """A piece file a memory-first task wrote: one whole segment's rows, per bucket."""
-
-    uri: str
-    g: int
-    base_offset: int
-    counts: np.ndarray
-
-
-@dataclass
-class Handover:
-    """What a memory-first task whose map filled returns instead of cleaning (``PartitionOutcome.handover``)."""
-
-    pieces: list[HandedPiece]
-    keys: int  #: in the map when it filled
-    end_offset: int  #: where the map filled
-
-
-class PieceCollector:
-    """Inside a memory-first task: the key-pass piece of every segment its map pass decodes, held in memory up to
-    ``hold_bytes`` and written to the work dir beyond that. If the map fills, :meth:`hand_over` writes the rest
-    and the partition goes to external-sort with these pieces (nothing read twice); if it does not,
-    :meth:`discard` removes what was written."""
-
-    def __init__(self, task: CompactTask, handoff: Handoff) -> None:
-        self.task = task
-        self.handoff = handoff
-        self.group_of = dict(handoff.group_of)
-        self.held: list[tuple[HandedPiece, np.ndarray]] = []
-        self.held_bytes = 0
-        self.written: list[HandedPiece] = []
-
-    def add(self, base_offset: int, table: Any) -> None:
-        """The piece of the segment at ``base_offset`` from its KEY_HASH_SCHEMA ``table``."""
-        g = self.group_of.get(base_offset)
-        if g is None:  # not below the first uncleanable offset: external-sort does not read it
-            return
-        plan = self.task.plan
-        rows, counts = piece_of(table, first_dirty_offset=plan.first_dirty_offset,
-                                first_uncleanable_offset=plan.first_uncleanable_offset,
-                                aborted=self.task.txn.aborted, buckets=self.handoff.buckets)
-        uri = self.task.storage.join(self.handoff.work, f"piece-{g:06d}-{base_offset:020d}-0000.rows")
-        self.held.append((HandedPiece(uri, g, base_offset, counts), rows))
-        self.held_bytes += rows.nbytes
-        if self.held_bytes > self.handoff.hold_bytes:
-            self._write()
-
-    def _write(self) -> None:
-        for piece, rows in self.held:
-            if len(rows):
-                write_rows(self.task.storage, piece.uri, rows)
-            self.written.append(piece)
-        self.held, self.held_bytes = [], 0
-
-    def hand_over(self, keys: int, end_offset: int) -> Handover:
-        self._write()
-        return Handover(self.written, keys, end_offset)
-
-    def discard(self) -> None:
-        self.held, self.held_bytes = [], 0
-        _delete_quietly(self.task.storage, [p.uri for p in self.written if p.counts.any()])
-        self.written = []
 
 
 def _records_bound(s: SegmentInfo) -> int:
@@ -595,14 +455,12 @@ def task_count(items: int, total_bytes: int, parallelism: int) -> int:
 
 
 def _clear(storage: Storage, uri: str) -> None:
-    _delete_quietly(storage, [f.uri for f in storage.list(uri, recursive=True)])
+    delete_quietly(storage, [f.uri for f in storage.list(uri, recursive=True)])
     _remove_dirs(storage, uri)
 
 
 def _remove_dirs(storage: Storage, uri: str) -> None:
     """Remove the (now empty) directories under and at ``uri`` on local disk; S3 has none."""
-    import shutil
-
     path = storage.local_path(uri)
     if path is not None:
         shutil.rmtree(path, ignore_errors=True)
@@ -630,15 +488,14 @@ def _piece_items(parts: Sequence[_Partition]) -> list[PieceItem]:
     return items
 
 
-def _key_and_bucket_passes(ctx: JobContext, parts: list[_Partition]) -> None:
+def _key_and_bucket_passes(run: ExternalSortRun, parts: list[_Partition]) -> None:
     """Stages 1 and 2: piece files, then every bucket reduced into its group maps; ``part.maps`` says where
     each group's keys are. A failed task fails its partition (``part.outcome.error``), not the others."""
-    storage = ctx.storage
+    storage = run.storage
     items = _piece_items(parts)
-    results = ctx.parallel_map(read_piece, items,
-                               tasks=task_count(len(items), sum(i.size // i.splits for i in items),
-                                                ctx.runner.parallelism),
-                               description=f"external-sort key pass over {len(items)} piece(s)")
+    results = run.map(read_piece, items,
+                      tasks=task_count(len(items), sum(i.size // i.splits for i in items), run.runner.parallelism),
+                      description=f"external-sort key pass over {len(items)} piece(s)")
     # every piece of a partition as (file, group, rows per bucket), read or handed over
     pieces: dict[int, list[tuple[str, int, np.ndarray]]] = {part.p: [] for part in parts}
     errors: dict[int, PartitionError] = {}
@@ -663,11 +520,11 @@ def _key_and_bucket_passes(ctx: JobContext, parts: list[_Partition]) -> None:
             buckets.append(BucketItem(part.p, b, storage, slices, len(part.groups),
                                       storage.join(part.work, f"bucket-{b:06d}.map")))
     rows = sum(s.rows for item in buckets for s, _ in item.pieces)
-    reduced = ctx.parallel_map(reduce_bucket_item, buckets,
-                               tasks=task_count(len(buckets), rows * PIECE_ROW_BYTES * 4, ctx.runner.parallelism),
-                               description=f"external-sort reduce of {len(buckets)} bucket(s)")
+    reduced = run.map(reduce_bucket_item, buckets,
+                      tasks=task_count(len(buckets), rows * PIECE_ROW_BYTES * 4, run.runner.parallelism),
+                      description=f"external-sort reduce of {len(buckets)} bucket(s)")
 # the piece files have served: free their space before the rewrite writes the new segments
-    _delete_quietly(storage, [uri for mine in pieces.values() for uri, _, counts in mine if counts.any()]
+    delete_quietly(storage, [uri for mine in pieces.values() for uri, _, counts in mine if counts.any()]
                     + [h.uri for part in parts if part.handed for h in part.handed.pieces if h.counts.any()])
     of = {part.p: part for part in parts}
     for part in parts:
@@ -684,21 +541,20 @@ def _key_and_bucket_passes(ctx: JobContext, parts: list[_Partition]) -> None:
             part.superseded += int(done.counts[g])
 
 
-def _rewrite_passes(ctx: JobContext, parts: list[_Partition], details: dict[tuple[str, int], dict[str, Any]]) -> None:
+def _rewrite_passes(run: ExternalSortRun, parts: list[_Partition],
+                    details: dict[tuple[str, int], dict[str, Any]]) -> None:
     """Stage 3: every group of every partition as one task; then the second wave for freed markers."""
-    from jobs.rules.cleaner import CleanStats
-
     live = [part for part in parts if part.outcome.error is None]
     items = [GroupItem(part.p, g, part.task, group, tuple(part.maps[g])) for part in live
              for g, group in enumerate(part.groups)]
-    results: dict[tuple[int, int], GroupResult] = {(r.p, r.g): r for r in _map_groups(ctx, items)}
+    results: dict[tuple[int, int], GroupResult] = {(r.p, r.g): r for r in _map_groups(run, items)}
     # The state each group's markers are judged by on the second wave: the log as the first wave left it.
     needs_tail = [part for part in live if not _failed(part, results)
                   and any(len(results[(part.p, g)].marker_offsets) for g in range(len(part.groups)))]
     # the memory strategy's round end: its map never fills here, so the round ends at the first uncleanable offset
     tail_items = [TailItem(part.p, part.task, part.task.plan.first_uncleanable_offset) for part in needs_tail]
-    tails = dict(ctx.parallel_map(summarize_tail, tail_items, description=f"external-sort state after the first "
-                                                                          f"wave, {len(tail_items)} partition(s)"))
+    tails = dict(run.map(summarize_tail, tail_items,
+                         description=f"external-sort state after the first wave, {len(tail_items)} partition(s)"))
     again = []
     for part in needs_tail:
         tail = tails[part.p]
@@ -714,7 +570,7 @@ def _rewrite_passes(ctx: JobContext, parts: list[_Partition], details: dict[tupl
             again += [GroupItem(part.p, g, t, group, tuple(part.maps[g]), refreshed)
                       for g, group in enumerate(part.groups)
                       if np.isin(results[(part.p, g)].marker_offsets, freed).any()]
-    for r in _map_groups(ctx, again):
+    for r in _map_groups(run, again):
         results[(r.p, r.g)] = r
     for part in parts:
         out = part.outcome
@@ -723,7 +579,7 @@ def _rewrite_passes(ctx: JobContext, parts: list[_Partition], details: dict[tupl
         if out.error is None and _failed(part, results):
             out.error = next(r.error for r in group_results if r.error is not None)
         if out.error is not None:
-            _delete_quietly(ctx.storage, staged)
+            delete_quietly(run.storage, staged)
             out.groups = []
         else:
             total = CleanStats()
@@ -740,17 +596,17 @@ def _rewrite_passes(ctx: JobContext, parts: list[_Partition], details: dict[tupl
             "wall_seconds": round(time.monotonic() - part.t0, 3)}
 
 
-def _map_groups(ctx: JobContext, items: list[GroupItem]) -> list[GroupResult]:
+def _map_groups(run: ExternalSortRun, items: list[GroupItem]) -> list[GroupResult]:
     size = sum(s.size_bytes for i in items for s in i.group)
     wave = "second wave, " if items and items[0].refreshed is not None else ""
-    return ctx.parallel_map(clean_group_item, items, tasks=task_count(len(items), size, ctx.runner.parallelism),
-                            description=f"external-sort rewrite, {wave}{len(items)} segment group(s)")
+    return run.map(clean_group_item, items, tasks=task_count(len(items), size, run.runner.parallelism),
+                   description=f"external-sort rewrite, {wave}{len(items)} segment group(s)")
 
 
 def _failed(part: _Partition, results: dict[tuple[int, int], GroupResult]) -> bool:
     return any(results[(part.p, g)].error is not None for g in range(len(part.groups)) if (part.p, g) in results)
 
 
-__all__ = ["SPLIT_BYTES", "WORK_SUBDIR", "BucketItem", "ExternalSortRun", "GroupItem", "GroupResult", "HandedPiece",
-           "Handoff", "Handover", "PieceCollector", "PieceItem", "Slice", "choose", "clean_group_item",
+__all__ = ["SPLIT_BYTES", "WORK_SUBDIR", "BucketItem", "ExternalSortRun", "GroupItem", "GroupResult", "PieceItem",
+           "Slice", "choose", "clean_group_item",
            "default_bucket_bytes", "piece_of", "read_key_hashes", "read_piece", "reduce_bucket_item"]

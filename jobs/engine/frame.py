@@ -6,7 +6,7 @@ runner, report) and fills ``report.partitions`` and ``report.totals``. Everythin
 Spark (configuration, ``now``, scope syntax, the log dir's existence, that S3 answers and that the report and
 ledger destinations can be written) is checked before Spark starts, so a typo costs a second, not a session
 start, and a report that could not be written is known before any work. Spark itself starts only when a task
-first needs it (:class:`jobs.engine.seams.LazySparkTasks`): the header and size scans run on the driver's threads,
+first needs it (:class:`jobs.engine.tasks.LazySparkTasks`): the header and size scans run on the driver's threads,
 so a compaction or retention run that finds nothing due reports, writes its ledger and exits without a JVM.
 
 The frame prints nothing on stdout: it returns the finished report (:class:`JobRun`), and the command prints
@@ -22,17 +22,18 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 from jobs.engine.kernels import COLD_NOTICE, kernels_cold
 from jobs.engine.options import ChangeOptions, JobOptions, LockingOptions
-from jobs.engine.planfile import Plan, PlanStage, describe_plan
+from jobs.engine.outcomes import ledger_rows
+from jobs.engine.planfile import Plan, PlanStage, describe_plan, fingerprint
 from jobs.engine.report import (
     Progress,
     RunReport,
     absolute_uri,
     append_ledger,
-    partition_order,
     write_report,
 )
 from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
-from jobs.engine.seams import PRODUCTION, LazySparkTasks, Seams, TaskRunner, map_in_driver
+from jobs.engine.seams import PRODUCTION, Seams
+from jobs.engine.tasks import LazySparkTasks, TaskRunner, map_in_driver
 from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir
 from jobs.logdir.commit import Committer, committer_for
 from jobs.rules.config import ConfigSet
@@ -118,6 +119,20 @@ class JobContext:
     def fault_for(self, partition: str) -> Callable[[str], None] | None:
         """The fault hook of the commit steps of ``partition`` (``""``: the log dir as a whole); None in use."""
         return self.seams.fault_for(partition)
+
+    def write_plan(self, command: str, options: dict[str, Any]) -> None:
+        """With ``--plan FILE`` (a dry run): write this run's plan (``options``: the command's options a plan
+        records), with the decisions its work collected in :attr:`planfile`."""
+        if not self.planfile.write_uri:
+            return
+        assert isinstance(self.options, JobOptions)  # only compact and retain take --plan
+        plan = Plan(command=command, log_dir=self.log_dir, now_ms=self.now_ms,
+                    scope={"topics": list(self.options.topics), "partitions": list(self.options.partitions)},
+                    options=options,
+                    configs={t: self.configs.for_topic(t).to_settings() for t in sorted({t for t, _ in self.scans})},
+                    fingerprint=fingerprint(self.storage, self.log_dir, self.listing, self.scans), decisions={},
+                    run_id=self.report.run_id, made_ms=self.seams.clock())
+        self.planfile.write(plan, self.options.storage_options(), self.progress)
 
 
 @dataclass
@@ -337,7 +352,9 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
     if ledger_uri:
         delivered &= _deliver(progress, f"{len(report.partitions)} row(s) appended to the ledger {ledger_uri}",
                               f"could not append to the ledger {ledger_uri}",
-                              lambda: append_ledger(ledger_uri, report, report.partitions, storage_options),
+                              lambda: append_ledger(ledger_uri, report, ledger_rows(report.outcomes,
+                                                                                     dry_run=report.dry_run),
+                                                    storage_options),
                               "ledger", uri=ledger_uri, rows=len(report.partitions))
     if not delivered:
         report.exit_code = 1  # the work ran, but what it did is not (all) on record
@@ -350,10 +367,6 @@ class RunInterrupted(KeyboardInterrupt):
     The command line prints it and exits with 130."""
 
 
-#: The report actions that mean a partition's files were changed (not in a dry run).
-COMMITTED_ACTIONS = ("compacted", "partly compacted", "delete")
-
-
 def interrupted_message(report: RunReport, *, writes: bool, lock_taken: bool, shown: int = 20) -> str:
     """What an interrupted run says: which partitions it committed (at most ``shown`` by name) and that the
     next run recovers and does the rest. ``writes``: the run may change files (not a dry run, not inspect);
@@ -362,9 +375,8 @@ def interrupted_message(report: RunReport, *, writes: bool, lock_taken: bool, sh
         return "interrupted: nothing was changed (this run writes nothing)"
     if not lock_taken:
         return "interrupted before any work: nothing was changed"
-    committed = [f"{e['topic']}-{e['partition']} ({e['action']})" for e in sorted(report.partitions,
-                                                                              key=partition_order)
-                 if e.get("action") in COMMITTED_ACTIONS and e.get("applied", True)]
+    committed = [f"{o.name} ({o.action})" for o in sorted(report.outcomes, key=lambda o: (o.topic, o.partition))
+                 if o.committed]
     rest = ("; the other partitions were left as they were: run the command again to do them (its recovery "
             "first completes or rolls back any commit the stop cut short; `segjobs recover` does only that)")
     if not committed:
@@ -614,12 +626,4 @@ def _check_scope(storage: Storage, log_dir: str, scope: Scope, configs: ConfigSe
     return listing
 
 
-def scan_error_entry(scan: PartitionScan) -> dict[str, Any]:
-    """The report entry of a partition that could not be read."""
-    what = "not recovered, left as it is" if scan.error and scan.error.kind == "RecoveryError" else "unreadable"
-    return {"topic": scan.topic, "partition": scan.partition, "action": "error",
-            "reason": f"{what}: {scan.error}", "error": scan.error.to_dict() if scan.error else None}
-
-
-__all__ = ["JobContext", "JobRun", "RunInterrupted", "interrupted_message", "preflight", "run_job",
-           "scan_error_entry"]
+__all__ = ["JobContext", "JobRun", "RunInterrupted", "interrupted_message", "preflight", "run_job"]

@@ -11,13 +11,15 @@ import io
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from jobs.engine.cleaning import CompactTask, compact_partition
 from jobs.engine.frame import JobContext
-from jobs.engine.options import InspectOptions
+from jobs.engine.options import DEFAULT_DEDUPE_BUFFER_BYTES, InspectOptions
+from jobs.engine.outcomes import InspectTotals
 from jobs.engine.report import (
     RunReport,
     attention_table,
@@ -33,11 +35,13 @@ from jobs.engine.report import (
     rows_per_partition,
     shared_note,
 )
+from jobs.engine.retention import plan_retention_first, retention_decisions
 from jobs.engine.scan import PartitionError
 from jobs.logdir.commit import Committer
 from jobs.rules.cardinality import HyperLogLog, exact_distinct
 from jobs.rules.config import TopicConfig
 from jobs.rules.model import PartitionState
+from jobs.rules.offset_map import max_keys_for_buffer
 from jobs.rules.plan_compact import CompactionPlan, plan_compaction
 from jobs.rules.plan_retain import RetentionPlan
 from jobs.rules.timeutil import format_instant
@@ -219,7 +223,7 @@ def _estimate_compaction(rng: _Counts, range_bytes: int, ratio_of_latest: float)
 def inspect_partition(task: InspectTask) -> PartitionStats:
     """Count one partition's records, keys and tombstones from its key-hash projection (one segment in memory
     at a time), and what compaction would remove: estimated, or with ``exact`` measured by
-    :func:`jobs.engine.compaction.compact_partition` as a dry run."""
+    :func:`jobs.engine.cleaning.compact_partition` as a dry run."""
     from segment_io.decode import decode_key_hashes_bytes
 
     plan = task.plan
@@ -266,13 +270,6 @@ def inspect_partition(task: InspectTask) -> PartitionStats:
 def _measure_compaction(task: InspectTask) -> tuple[dict[str, Any], PartitionError | None]:
     """Run the compaction task itself as a dry run: the numbers a compaction dry run reports, by construction
     (or the located error that would make the partition uncleanable)."""
-    from jobs.engine.compaction import (
-        DEFAULT_DEDUPE_BUFFER_BYTES,
-        CompactTask,
-        compact_partition,
-    )
-    from jobs.rules.offset_map import max_keys_for_buffer
-
     listing, state, txn = task.listing, task.state, task.txn
     if task.after_retention is not None:
         listing, scan = task.after_retention
@@ -323,8 +320,6 @@ def _row(topic: str, partition: int, values: dict[str, Any]) -> dict[str, Any]:
 def work(ctx: JobContext) -> None:
     """The inspection job's work (see :func:`jobs.engine.frame.run_job`): one row per partition into the
     report, and the totals. Nothing is written to the log dir."""
-    from jobs.engine.retention import plan_retention_first, retention_decisions
-
     options = ctx.options
     assert isinstance(options, InspectOptions)
     exact = options.exact
@@ -343,7 +338,8 @@ def work(ctx: JobContext) -> None:
         config = ctx.configs.for_topic(scan.topic)
         held = key in held_keys
         # As an unforced (nightly) run would decide: inspect's --topic only narrows what is shown.
-        plan = plan_compaction(first.compaction_input(ctx, key)[1].scanned, config, ctx.now_ms)
+        _, compacted = first.compaction_input(key, ctx.listing.partitions[key], scan)
+        plan = plan_compaction(compacted.scanned, config, ctx.now_ms)
         if held:
             why = f"left untouched: retention {first.refused[key[0]].message()}"
             plan = replace(plan, selected=False, reason=why, note=why)
@@ -366,7 +362,7 @@ def work(ctx: JobContext) -> None:
         else:
             rows[key].update(stats.values)
     ctx.report.partitions.extend(rows[k] for k in sorted(rows))
-    ctx.report.totals.update(_totals(ctx.report.partitions), exact=exact)
+    ctx.report.totals.update(InspectTotals.of(ctx.report.partitions, exact=exact).to_dict())
     html = getattr(ctx.options, "html", None)  # InspectOptions: ctx.options is typed as any job's
     if html:
         _write_html(ctx, html)
@@ -387,18 +383,6 @@ def _write_html(ctx: JobContext, uri: str) -> None:
         return
     ctx.report.html_report = uri
     ctx.progress(f"HTML report written to {uri}", event="html.written", uri=uri)
-
-
-def _totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    ok = [r for r in rows if r["error"] is None]
-    return {
-        "partitions": len(rows), "errors": len(rows) - len(ok),
-        "bytes": sum(r["bytes"] for r in ok), "records": sum(r["records"] for r in ok),
-        "compaction_selected": sum(bool(r["compaction_selected"]) for r in ok),
-        # what a compaction run at now reclaims: the selected partitions only
-        "compaction_bytes_removed": sum(r["compaction_bytes_removed"] for r in ok if r["compaction_selected"]),
-        "retention_bytes_deleted": sum(r["retention_bytes_deleted"] for r in ok),
-    }
 
 
 # --------------------------------------------------------------------------------------------------

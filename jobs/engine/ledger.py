@@ -23,10 +23,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
+from jobs.engine.outcomes import Action
 from segment_io.errors import UsageError
 
 #: Row actions that make a job exit 1 (retain: error, refused; compact: error, partly compacted).
-FAILED_ACTIONS = ("error", "refused", "partly compacted")
+FAILED_ACTIONS = tuple(a.value for a in Action if a.failed)
 #: Run-level columns: the same in every row of one run.
 RUN_COLUMNS = ("run_id", "command", "log_dir", "now_ms", "dry_run", "finished_ms")
 _READ_COLUMNS = [*RUN_COLUMNS, "topic", "action", "bytes_removed", "records_removed"]

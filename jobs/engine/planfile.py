@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar
 
 from jobs.engine.options import ChangeOptions, field_defaults
 from jobs.engine.report import human_bytes
@@ -47,7 +47,6 @@ from segment_io.storage.base import Storage
 from segment_io.storage.options import StorageOptions
 
 if TYPE_CHECKING:
-    from jobs.engine.frame import JobContext
     from jobs.rules.timeutil import Instant
 
 OptionsT = TypeVar("OptionsT", bound=ChangeOptions)
@@ -292,7 +291,7 @@ class PlanStage:
             raise UsageError(f"--apply {self.apply_uri}: refused, nothing done: {diff}; make a new plan "
                              f"(--dry-run --plan)")
 
-    def check_decisions(self, ctx: "JobContext", decisions: Mapping[str, dict[str, Any]], part: str, *,
+    def check_decisions(self, decisions: Mapping[str, dict[str, Any]], part: str, *,
                         later: tuple[str, ...] = ()) -> None:
         """Record ``decisions`` (per partition name, under ``part``) and, with ``--apply``, refuse (exit 2)
         when they differ from the plan's. Call it before anything is changed; ``later`` names the keys of
@@ -314,20 +313,15 @@ class PlanStage:
             return None
         return self.applying.decisions.get(name, {}).get(part)
 
-    def write(self, ctx: "JobContext", command: str, options: Mapping[str, Any]) -> None:
-        """With ``--plan FILE`` (a dry run): write the plan of this run."""
+    def write(self, plan: Plan, storage_options: StorageOptions, progress: Callable[..., None]) -> None:
+        """With ``--plan FILE`` (a dry run): write ``plan`` (this run's, see
+        :meth:`jobs.engine.frame.JobContext.write_plan`) with the decisions collected."""
         uri = self.write_uri
         if not uri:
             return
-        plan = Plan(command=command, log_dir=ctx.log_dir, now_ms=ctx.now_ms,
-                    scope={"topics": list(ctx.options.topics), "partitions": list(ctx.options.partitions)},
-                    options=dict(options),
-                    configs={t: ctx.configs.for_topic(t).to_settings() for t in sorted({t for t, _ in ctx.scans})},
-                    fingerprint=fingerprint(ctx.storage, ctx.log_dir, ctx.listing, ctx.scans),
-                    decisions={k: self.decisions[k] for k in sorted(self.decisions)}, run_id=ctx.report.run_id,
-                    made_ms=ctx.seams.clock())
-        write_plan(plan, uri, ctx.options.storage_options())
-        ctx.progress(f"plan written to {uri}; carry it out with --apply {uri}", event="plan.written", uri=uri)
+        plan = replace(plan, decisions={k: self.decisions[k] for k in sorted(self.decisions)})
+        write_plan(plan, uri, storage_options)
+        progress(f"plan written to {uri}; carry it out with --apply {uri}", event="plan.written", uri=uri)
 
 
 __all__ = ["PLAN_FORMAT", "PLAN_VERSION", "Plan", "PlanStage",

@@ -10,10 +10,11 @@ import json
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence, TextIO
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Iterable, Mapping, Sequence, TextIO, TypeVar
 
 from jobs.engine.events import ProgressEvent, ProgressLine
+from jobs.engine.outcomes import LEDGER_NUMBERS, Outcome
 
 
 class Progress:
@@ -66,6 +67,9 @@ class Progress:
         # (see jobs.engine.spark_session.separate_stderr_under_spark_submit).
         print(str(line), file=self.stream or sys.stderr, flush=True)
 
+#: a partition's entry or outcome, as a summary shows it
+E = TypeVar("E")
+
 
 @dataclass
 class RunReport:
@@ -91,6 +95,20 @@ class RunReport:
     elapsed_s: float | None = None
     #: the HTML report with the charts written by this run (``inspect --html``), else None
     html_report: str | None = None
+    #: compact and retain: the outcomes ``partitions`` holds the entries of, in the same order (not in the JSON:
+    #: the entries are their serialised form)
+    outcomes: list[Outcome] = field(default_factory=list, repr=False)
+
+    def add(self, *outcomes: Outcome) -> None:
+        """Partitions settled: their outcomes, and their entries (:meth:`~CompactionOutcome.to_entry`)."""
+        for o in outcomes:
+            self.outcomes.append(o)
+            self.partitions.append(o.to_entry())
+
+    def sort_partitions(self) -> None:
+        """The outcomes and their entries by topic, then partition number."""
+        pairs = sorted(zip(self.outcomes, self.partitions), key=lambda pair: (pair[0].topic, pair[0].partition))
+        self.outcomes, self.partitions = [o for o, _ in pairs], [e for _, e in pairs]
 
     def __post_init__(self) -> None:
         self._t0 = time.monotonic()  # not a field: not part of the JSON
@@ -102,7 +120,8 @@ class RunReport:
         return self
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=False, default=str)
+        doc = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "outcomes"}
+        return json.dumps(doc, indent=2, sort_keys=False, default=str)
 
 
 def write_report(report: RunReport, uri: str, options=None) -> None:
@@ -282,13 +301,20 @@ def problem_notes(entry: dict[str, Any], *, label: str = "") -> list[str]:
     check put it there: ``REFUSED: <why>`` for an entry whose action is ``refused`` (the delete-fraction limit
     left it untouched: not a failure, and never called one), ``FAILED: <short error>`` for any other
     ``error``, ``warning: ...`` for ``warnings``."""
+    return notes_of_problems(entry.get("action"), str(entry.get("reason") or ""), entry.get("error"),
+                             entry.get("warnings") or (), label=label)
+
+
+def notes_of_problems(action: str | None, reason: str, error: Any, warnings: Sequence[str], *,
+                      label: str = "") -> list[str]:
+    """:func:`problem_notes` of a partition's action, reason, error (None when it has none) and warnings."""
     notes = []
     prefix = f"{label}: " if label else ""
-    if entry.get("action") == "refused":
-        notes.append(f"{prefix}{refused_note(entry)}")
-    elif entry.get("error"):
-        notes.append(f"{prefix}FAILED: {short_error(entry['error'])}")
-    warnings = [w for w in entry.get("warnings") or () if w]
+    if action == "refused":
+        notes.append(f"{prefix}{refused_note(reason)}")
+    elif error:
+        notes.append(f"{prefix}FAILED: {short_error(error)}")
+    warnings = [w for w in warnings if w]
     if warnings:
         more = f" (+{len(warnings) - 1} more)" if len(warnings) > 1 else ""
         notes.append(f"{prefix}warning: {warnings[0]}{more}")
@@ -300,17 +326,9 @@ def problem_notes(entry: dict[str, Any], *, label: str = "") -> list[str]:
 REFUSED = "REFUSED"
 
 
-def refused_note(entry: dict[str, Any]) -> str:
-    """``REFUSED: would delete 90.6% of orders' bytes (...)`` for a refused entry (its ``reason``)."""
-    reason = str(entry.get("reason") or "")
+def refused_note(reason: str) -> str:
+    """``REFUSED: would delete 90.6% of orders' bytes (...)`` for a refused partition (from its ``reason``)."""
     return f"{REFUSED}: {reason.removeprefix('refused: ')}"
-
-
-def outcome_counts(report: "RunReport", refused_kind: str) -> tuple[int, int]:
-    """(failed, refused): the run's errors that are failures, and those of kind ``refused_kind`` (the
-    delete-fraction limit's refusals, which exit 1 too but are not failures)."""
-    refused = sum(1 for e in report.errors if e.get("kind") == refused_kind)
-    return len(report.errors) - refused, refused
 
 
 def outcome_totals(totals: Mapping[str, Any]) -> str:
@@ -352,8 +370,8 @@ def shared_note(notes: Iterable[str | None]) -> str:
 ATTENTION_ROWS_MAX = 20
 
 
-def attention_table(entries: Sequence[dict[str, Any]], row: Callable[[dict[str, Any]], dict[str, Any]],
-                    columns: Sequence[tuple[str, str]], *, width: int | None) -> list[str]:
+def attention_table(entries: Sequence[E], row: Callable[[E], dict[str, Any]], columns: Sequence[tuple[str, str]], *,
+                    width: int | None) -> list[str]:
     """Below a per-topic summary: the partitions worth a look (``entries``: failed, partial, with warnings), one
     row each as in the per-partition table, at most :data:`ATTENTION_ROWS_MAX`; empty when there are none."""
     if not entries:
@@ -415,36 +433,28 @@ def _numberish(s: str) -> bool:
     return t.isdigit() or s == "-"
 
 
-def append_ledger(uri: str, report: RunReport, rows: Iterable[dict[str, Any]], options=None) -> int:
-    """Append one row per partition to the Delta table at ``uri`` (created on first use) and return how many.
+def append_ledger(uri: str, report: RunReport, rows: Iterable[Mapping[str, Any]], options=None) -> int:
+    """Append ``rows`` (one per partition: :func:`jobs.engine.outcomes.ledger_rows` of the report's outcomes) to
+    the Delta table at ``uri`` (created on first use) and return how many.
 
-    Columns: run_id, command, log_dir, now_ms, dry_run, finished_ms, topic, partition, action, reason, and the
-    partition's numbers (records/bytes before and after). Written through Spark's Delta writer when the job's
-    Spark session has Delta Lake (:mod:`jobs.engine.delta_spark`: concurrent runs are then serialised by Delta's
-    commit protocol), else with the embedded ``deltalake`` package; any Delta reader reads either.
+    Columns: run_id, command, log_dir, now_ms, dry_run, finished_ms (the report's), then each row's topic,
+    partition, action, reason and numbers (:data:`~jobs.engine.outcomes.LEDGER_NUMBERS`, 0 where a row has
+    none). Written through Spark's Delta writer when the job's Spark session has Delta Lake
+    (:mod:`jobs.engine.delta_spark`: concurrent runs are then serialised by Delta's commit protocol), else with
+    the embedded ``deltalake`` package; any Delta reader reads either.
     """
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    numeric = ("records_before", "records_after", "bytes_before", "bytes_after", "segments_before",
-               "segments_after", "records_removed", "bytes_removed")
-    out = []
-    for r in rows:
-        numbers = {k: int(r.get(k) or 0) for k in numeric}
-        _count_retention_step(numbers, r.get("retention"), dry_run=report.dry_run)
-        out.append({
-            "run_id": report.run_id, "command": report.command, "log_dir": report.log_dir, "now_ms": report.now_ms,
-            "dry_run": report.dry_run, "finished_ms": report.finished_ms or 0,
-            "topic": str(r.get("topic", "")), "partition": int(r.get("partition", -1)),
-            "action": str(r.get("action", "")), "reason": str(r.get("reason", "")),
-            **numbers,
-        })
+    run = {"run_id": report.run_id, "command": report.command, "log_dir": report.log_dir, "now_ms": report.now_ms,
+           "dry_run": report.dry_run, "finished_ms": report.finished_ms or 0}
+    out = [{**run, **dict.fromkeys(LEDGER_NUMBERS, 0), **row} for row in rows]
     if not out:
         return 0
     schema = pa.schema([("run_id", pa.string()), ("command", pa.string()), ("log_dir", pa.string()),
                         ("now_ms", pa.int64()), ("dry_run", pa.bool_()), ("finished_ms", pa.int64()),
                         ("topic", pa.string()), ("partition", pa.int32()), ("action", pa.string()),
-                        ("reason", pa.string())] + [(k, pa.int64()) for k in numeric])
+                        ("reason", pa.string())] + [(k, pa.int64()) for k in LEDGER_NUMBERS])
     table = pa.Table.from_pylist(out, schema=schema)
     from jobs.engine.delta_spark import append_with_spark, delta_session
 
@@ -459,19 +469,6 @@ def append_ledger(uri: str, report: RunReport, rows: Iterable[dict[str, Any]], o
         storage_options = _object_store_options(options or StorageOptions.from_env())
     write_deltalake(uri, table, mode="append", storage_options=storage_options)
     return len(out)
-
-
-def _count_retention_step(numbers: dict[str, int], retention: dict[str, Any] | None, *, dry_run: bool) -> None:
-    """A compact run deletes a ``compact,delete`` partition's expired segments before cleaning it (the row's
-    ``retention`` step): its ledger row starts from the partition as it was before that step and counts
-    the deleted bytes, so the ledger's reclaimed bytes match the run's summary."""
-    if not retention or not retention.get("bytes_removed"):
-        return
-    if not (retention.get("applied") or dry_run) or retention.get("action") in ("error", "refused"):
-        return
-    numbers["bytes_removed"] += int(retention["bytes_removed"])
-    numbers["bytes_before"] = int(retention.get("bytes_before") or numbers["bytes_before"])
-    numbers["segments_before"] = int(retention.get("segments_before") or numbers["segments_before"])
 
 
 def _object_store_options(options) -> dict[str, str]:

@@ -10,30 +10,21 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
-from jobs.engine.frame import JobContext, scan_error_entry
-from jobs.engine.planfile import partition_name
-from jobs.engine.report import (
-    RunReport,
-    attention_table,
-    by_topic,
-    count_note,
-    human_bytes,
-    one_line,
-    outcome_counts,
-    outcome_totals,
-    partition_order,
-    policy_origins,
-    problem_notes,
-    purged_totals,
-    refused_note,
-    render_footer,
-    render_table,
-    rows_per_partition,
-    shared_note,
+from jobs.engine.frame import JobContext
+from jobs.engine.outcomes import (
+    Action,
+    DeletedSegment,
+    Refusal,
+    RetainTotals,
+    RetentionOutcome,
+    unreadable_reason,
 )
+from jobs.engine.planfile import partition_name
+from jobs.engine.render import describe_retention
 from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
 from jobs.engine.seams import FaultHook
-from jobs.logdir.commit import Committer, committer_for
+from jobs.logdir.commit import Committer
+from jobs.logdir.retention import delete_segments, follow_log_start, purge, raise_log_start_offsets
 from jobs.rules.config import ConfigSet, TopicConfig, never_touched
 from jobs.rules.model import PartitionState
 from jobs.rules.plan_retain import (
@@ -44,28 +35,10 @@ from jobs.rules.plan_retain import (
     newest_timestamp,
     plan_retention,
 )
-from jobs.rules.timeutil import data_age_warning
-from segment_io.checkpoint import (
-    read_offset_checkpoint,
-    truncate_epochs_from_start,
-    write_leader_epoch_checkpoint,
-    write_offset_checkpoint,
-)
+from jobs.rules.timeutil import data_age_warning, format_instant
 from segment_io.errors import SegjobsError
-from segment_io.layout import (
-    LEADER_EPOCH_CHECKPOINT,
-    LOG_START_OFFSET_CHECKPOINT,
-    SNAPSHOT_SUFFIX,
-    PartitionListing,
-    segment_file_name,
-)
+from segment_io.layout import LOG_START_OFFSET_CHECKPOINT, LogDirListing, PartitionListing
 from segment_io.storage.base import Storage
-
-#: Fault-hook step names of the steps that follow :func:`jobs.logdir.commit.delete_segments`'s own steps.
-STEP_TRIM_LEADER_EPOCHS = "trim-leader-epoch-checkpoint"
-STEP_DELETE_SNAPSHOT = "delete-snapshot"  # followed by ":<file name>"
-STEP_PURGE = "purge-deleted"
-STEP_WRITE_LOG_START = "write-log-start-offset-checkpoint"
 
 TopicPartition = tuple[str, int]
 
@@ -92,9 +65,9 @@ class RetentionParams:
     the whole dir shares); partitions commit on several threads at once, so it must be thread-safe.
     """
 
-    storage: Storage
+    #: the store's commit protocol (the run's: one per run, never rebuilt per partition)
+    committer: Committer
     log_dir: str
-    work_uri: str
     now_ms: int
     dry_run: bool = False
     fault: FaultHook | None = None
@@ -104,24 +77,19 @@ class RetentionParams:
 
     @classmethod
     def from_job(cls, ctx: JobContext) -> "RetentionParams":
-        """The parameters of a job run (its storage, log dir, now, dry run, checkpoints and fault seam)."""
-        return cls(storage=ctx.storage, log_dir=ctx.log_dir, work_uri=ctx.work_uri, now_ms=ctx.now_ms,
+        """The parameters of a job run (its committer, log dir, now, dry run, checkpoints and fault seam)."""
+        return cls(committer=ctx.committer, log_dir=ctx.log_dir, now_ms=ctx.now_ms,
                    dry_run=ctx.dry_run, fault=ctx.seams.fault,
                    log_start_checkpoint=dict(ctx.checkpoints.get(LOG_START_OFFSET_CHECKPOINT, {})),
                    keep_lease=ctx.keep_lease)
 
     @property
-    def committer(self) -> Committer:
-        """The store's commit protocol."""
-        return committer_for(self.storage, self.work_uri)
-
-    def step(self, partition: str, name: str) -> None:
-        """Before a destructive step of ``partition`` (``""``: the log dir as a whole): the fault seam."""
-        if self.fault is not None:
-            self.fault(partition, name)
+    def storage(self) -> Storage:
+        return self.committer.storage
 
     def fault_for(self, partition: str) -> Callable[[str], None] | None:
-        """The one-argument hook :mod:`jobs.logdir.commit` calls, for the steps of ``partition``."""
+        """The one-argument hook :mod:`jobs.logdir` calls, for the steps of ``partition`` (``""``: the log dir
+        as a whole)."""
         hook = self.fault
         return None if hook is None else (lambda step: hook(partition, step))
 
@@ -169,20 +137,14 @@ def advance_log_start_offsets(p: RetentionParams,
     due = {k: v for k, plan in plans.items() if (v := _log_start_due(p, k, plan)) is not None}
     if not due or p.dry_run:
         return {}
-    uri = p.storage.join(p.log_dir, LOG_START_OFFSET_CHECKPOINT)
-    entries = dict(read_offset_checkpoint(p.storage, uri))
-    changed = {k: v for k, v in due.items() if v > entries.get(k, -1)}
-    if changed:
-        entries.update(changed)
-        p.step("", STEP_WRITE_LOG_START)
-        write_offset_checkpoint(p.storage, uri, dict(sorted(entries.items())))
-    p.log_start_checkpoint.update({k: entries[k] for k in due})
+    entries, changed = raise_log_start_offsets(p.committer, p.log_dir, due, fault=p.fault_for(""))
+    p.log_start_checkpoint.update(entries)
     return changed
 
 
 def apply_retention(p: RetentionParams, scan: PartitionScan, config: TopicConfig,
-                    *, plan: RetentionPlan | None = None) -> dict[str, Any]:
-    """Apply retention to ONE already-scanned partition and return its report entry.
+                    *, plan: RetentionPlan | None = None) -> RetentionOutcome:
+    """Apply retention to ONE already-scanned partition and return its outcome.
 
     Plans (unless ``plan`` is given) with :func:`jobs.rules.plan_retain.plan_retention` at the run's ``now``;
     unless it is a dry run, then: raises the partition's log-start-offset-checkpoint entry (one write, skipped
@@ -193,54 +155,47 @@ def apply_retention(p: RetentionParams, scan: PartitionScan, config: TopicConfig
 
     ``scan`` must be current (taken after any change to the partition, e.g. after compaction committed).
     Every step converges: after a crash anywhere, recovery plus the next run end where an uninterrupted run
-    would have. A :class:`~segment_io.errors.SegjobsError` comes back as an ``action: "error"`` entry; a
+    would have. A :class:`~segment_io.errors.SegjobsError` comes back as an ``Action.ERROR`` outcome; a
     partition whose files cannot be read is left untouched.
     """
     blocked = _blocked(scan)
     if blocked is not None or scan.state is None:
-        base = scan_error_entry(scan) if scan.error is not None else {
-            "topic": scan.topic, "partition": scan.partition, "action": "error",
-            "reason": f"unreadable: {blocked}", "error": blocked.to_dict() if blocked else None}
-        return {**base, "segments_before": None, "segments_after": None, "bytes_before": None,
-                "bytes_after": None, "bytes_removed": 0, "deleted": [], "warnings": list(scan.warnings)}
+        return RetentionOutcome(scan.topic, scan.partition, Action.ERROR, unreadable_reason(blocked),
+                                warnings=tuple(scan.warnings), error=blocked, readable=False)
     state = scan.state
     key = (state.topic, state.partition)
-    entry: dict[str, Any] = {
-        "topic": state.topic, "partition": state.partition, "policy": config.policy_text,
-        "segments_before": len(state.segments), "bytes_before": state.size_bytes,
-        "log_start_offset_before": state.log_start_offset, "warnings": list(scan.warnings),
-    }
+    before: dict[str, Any] = dict(topic=state.topic, partition=state.partition, policy=config.policy_text,
+                  segments_before=len(state.segments), bytes_before=state.size_bytes,
+                  log_start_offset_before=state.log_start_offset)
     plan = plan if plan is not None else plan_partition(p, scan, config)
     if plan is None:  # never touched
-        entry.update(action="none", reason=never_touched(state.topic),
-                     segments_after=len(state.segments), bytes_after=state.size_bytes, bytes_removed=0,
-                     deleted=[], rules=[], log_start_offset=state.log_start_offset, applied=False)
-        return entry
-    entry.update(_plan_fields(plan, state, config))
-    entry["warnings"] += list(plan.warnings)
+        return RetentionOutcome(**before, action=Action.NONE, reason=str(never_touched(state.topic)),
+                                warnings=tuple(scan.warnings), segments_after=len(state.segments),
+                                bytes_after=state.size_bytes, log_start_offset=state.log_start_offset)
+    planned = RetentionOutcome(**before, **_plan_fields(plan, state, config),
+                               warnings=(*scan.warnings, *plan.warnings))
     if p.dry_run:
-        entry["applied"] = False
-        return entry
+        return planned
+    done: dict[str, Any] = {}
     try:
         if p.keep_lease is not None:
             p.keep_lease()
         advance_log_start_offsets(p, {key: plan})
         if plan.deletions:
-            result = p.committer.delete_segments(scan.uri, list(plan.deleted_bases), now_ms=p.now_ms,
-                                                 fault=p.fault_for(partition_name(key)))
-            entry["renamed"] = len(result.renamed)
-        entry.update(_follow_log_start(p, scan, plan.new_log_start_offset))
-        entry.update(_purge(p, scan, config, just_deleted=bool(plan.deletions)))
-        entry["applied"] = True
+            result = delete_segments(p.committer, scan.uri, plan.deleted_bases, now_ms=p.now_ms,
+                                     fault=p.fault_for(partition_name(key)))
+            done["renamed"] = len(result.renamed)
+        done.update(_follow_log_start(p, scan, plan.new_log_start_offset))
+        done.update(_purge(p, scan, config, just_deleted=bool(plan.deletions)))
+        return replace(planned, applied=True, **done)
     except SegjobsError as exc:
         err = PartitionError.from_exception(exc)
-        entry.update(action="error", applied=False, error=err.to_dict(),
-                     reason=f"failed: {err}; the next run (after its recovery) completes or redoes it")
-    return entry
+        return replace(planned, **done, action=Action.ERROR, applied=False, error=err,
+                       reason=f"failed: {err}; the next run (after its recovery) completes or redoes it")
 
 
 def _plan_fields(plan: RetentionPlan, state: PartitionState, config: TopicConfig) -> dict[str, Any]:
-    """The report fields that describe the decisions (identical in a dry run and a real run)."""
+    """The outcome's fields that describe the decisions (identical in a dry run and a real run)."""
     removed = plan.bytes_deleted
     rules = sorted({d.rule for d in plan.deletions})
     if plan.deletions:
@@ -249,65 +204,42 @@ def _plan_fields(plan: RetentionPlan, state: PartitionState, config: TopicConfig
         reason = f"cleanup.policy={config.policy_text}: only segments below the log start offset go; none are"
     else:
         reason = "no segment past retention"
-    return {
-        "action": "delete" if plan.deletions else "none",
-        "reason": reason,
-        "segments_after": len(state.segments) - len(plan.deletions),
-        "bytes_after": state.size_bytes - removed,
-        "bytes_removed": removed,
-        "rules": rules,
-        "deleted": [{"base_offset": d.segment.base_offset, "next_offset": d.segment.next_offset,
-                     "bytes": d.size_bytes, "rule": d.rule, "detail": d.detail,
-                     "largest_timestamp": d.segment.effective_largest_timestamp} for d in plan.deletions],
-        "log_start_offset": plan.new_log_start_offset,
-        "kafka_would_roll": plan.kafka_would_roll,
-    }
+    return dict(
+        action=Action.DELETE if plan.deletions else Action.NONE, reason=reason,
+        segments_after=len(state.segments) - len(plan.deletions), bytes_after=state.size_bytes - removed,
+        bytes_removed=removed, rules=tuple(rules),
+        deleted=tuple(DeletedSegment(d.segment.base_offset, d.segment.next_offset, d.size_bytes, d.rule, d.detail,
+                                     d.segment.effective_largest_timestamp) for d in plan.deletions),
+        log_start_offset=plan.new_log_start_offset, kafka_would_roll=plan.kafka_would_roll)
 
 
 def _follow_log_start(p: RetentionParams, scan: PartitionScan, new_start: int) -> dict[str, Any]:
-    """Trim the leader-epoch checkpoint to ``new_start`` and remove producer snapshots below it. Both
-    checks run on every real run, so a run that died between the deletes and here is completed later.
-
-    Snapshots: Kafka's ``deleteSegments`` drops the snapshot at each deleted segment's base (renamed, then
-    removed after file.delete.delay.ms), and its loader drops any other one below the log start. Here every
-    snapshot below the new start goes at once: they are derived state no record depends on, and the lock
-    keeps readers out. The snapshot *at* the new start (the new first segment's) stays, as in Kafka.
-    """
-    out: dict[str, Any] = {"leader_epoch_trimmed": False, "snapshots_deleted": []}
-    epochs = scan.leader_epochs or []
-    trimmed = truncate_epochs_from_start(epochs, new_start)
-    if trimmed != epochs:
-        p.step(scan.name, STEP_TRIM_LEADER_EPOCHS)
-        write_leader_epoch_checkpoint(p.storage, p.storage.join(scan.uri, LEADER_EPOCH_CHECKPOINT), trimmed)
-        out["leader_epoch_trimmed"] = True
-    for off in scan.snapshot_offsets:
-        if off < new_start:
-            name = segment_file_name(off, SNAPSHOT_SUFFIX)
-            p.step(scan.name, f"{STEP_DELETE_SNAPSHOT}:{name}")
-            p.storage.delete(p.storage.join(scan.uri, name))
-            out["snapshots_deleted"].append(name)
-    return out
+    """Trim the leader-epoch checkpoint and drop the producer snapshots below ``new_start``
+    (:func:`jobs.logdir.retention.follow_log_start`); the report's fields of it."""
+    done = follow_log_start(p.committer, scan.uri, new_start, leader_epochs=scan.leader_epochs or [],
+                            snapshot_offsets=scan.snapshot_offsets, fault=p.fault_for(scan.name))
+    return {"leader_epoch_trimmed": done.leader_epoch_trimmed, "snapshots_deleted": done.snapshots_deleted}
 
 
 def _purge(p: RetentionParams, scan: PartitionScan, config: TopicConfig, *, just_deleted: bool) -> dict[str, Any]:
     """Unlink ``.deleted`` segments whose file.delete.delay.ms has passed (this run's, or earlier runs')."""
     if not just_deleted and not scan.has_deleted_files:
-        return {"purged": [], "purge_pending": {}}
-    p.step(scan.name, STEP_PURGE)
-    res = p.committer.purge_deleted(scan.uri, now_ms=p.now_ms, file_delete_delay_ms=config.file_delete_delay_ms)
-    return {"purged": [u.rsplit("/", 1)[-1] for u in res.purged], "purged_bytes": res.purged_bytes,
+        return {"purged": (), "purge_pending": {}}
+    res = purge(p.committer, scan.uri, now_ms=p.now_ms, file_delete_delay_ms=config.file_delete_delay_ms,
+                fault=p.fault_for(scan.name))
+    return {"purged": tuple(u.rsplit("/", 1)[-1] for u in res.purged), "purged_bytes": res.purged_bytes,
             "purge_pending": {str(b): due for b, due in sorted(res.kept_until_ms.items())}}
 
 
 def retain_partitions(p: RetentionParams, scans: Iterable[PartitionScan],
                       config_for: Callable[[str], TopicConfig],
-                      on_entry: Callable[[dict[str, Any]], None] | None = None, *,
+                      on_entry: Callable[[RetentionOutcome], None] | None = None, *,
                       threads: int = 1,
-                      plans: Mapping[TopicPartition, RetentionPlan] | None = None) -> list[dict[str, Any]]:
+                      plans: Mapping[TopicPartition, RetentionPlan] | None = None) -> list[RetentionOutcome]:
     """Retention for many scanned partitions: plan them all (or take their plans from ``plans``), raise their
     log start offsets in one write, then apply each (:func:`apply_retention`). ``config_for(topic)`` gives a
-    topic's config; ``on_entry`` sees each report entry, in ``scans`` order, as soon as it is done
-    (progress). Returns the entries.
+    topic's config; ``on_entry`` sees each outcome, in ``scans`` order, as soon as it is done
+    (progress). Returns the outcomes.
 
     ``threads`` > 1 commits that many partitions at once. A partition's commit is a chain of small
     synchronous writes, renames and directory fsyncs (or S3 requests): latency, not CPU, so overlapping
@@ -324,7 +256,7 @@ def retain_partitions(p: RetentionParams, scans: Iterable[PartitionScan],
             plans[key] = plan
     advance_log_start_offsets(p, plans)
 
-    def one(scan: PartitionScan) -> dict[str, Any]:
+    def one(scan: PartitionScan) -> RetentionOutcome:
         return apply_retention(p, scan, config_for(scan.topic), plan=plans.get((scan.topic, scan.partition)))
 
     out = []
@@ -356,30 +288,36 @@ def work(ctx: JobContext) -> None:
             ctx.report.warnings.append(stale)
             ctx.progress.notice(f"warning: {stale}", event="data.stale")
     plans, refused = retention_decisions(ctx)
-    planfile.check_decisions(ctx, {partition_name(k): retention_decision(plans.get(k), k[0] in refused)
+    planfile.check_decisions({partition_name(k): retention_decision(plans.get(k), k[0] in refused)
                                    for k in keys}, "retention")
     every = max(1, len(keys) // 10)
     done = 0
 
-    def progress(e: dict[str, Any]) -> None:
+    outcomes: list[RetentionOutcome] = []
+
+    def progress(o: RetentionOutcome) -> None:
         nonlocal done
         done += 1
-        _record(ctx, e)
-        line = f"{done}/{len(keys)} partitions: {e['topic']}-{e['partition']} {_describe(e, ctx.dry_run)}"
-        if e["action"] in ("error", "refused"):
-            ctx.progress.error(line, **progress_fields(e), done=done, of=len(keys))
-        elif e["action"] != "none" or done % every == 0 or done == len(keys):
-            ctx.progress(line, **progress_fields(e), done=done, of=len(keys))
+        outcomes.append(o)
+        ctx.report.add(o)  # at once: a run interrupted later still lists what it committed
+        _record_errors(ctx, o)
+        line = f"{done}/{len(keys)} partitions: {o.name} {describe_retention(o, ctx.dry_run)}"
+        if o.action in (Action.ERROR, Action.REFUSED):
+            ctx.progress.error(line, **progress_fields(o), done=done, of=len(keys))
+        elif o.action is not Action.NONE or done % every == 0 or done == len(keys):
+            ctx.progress(line, **progress_fields(o), done=done, of=len(keys))
 
     held = {k for k in plans if k[0] in refused}
     retain_partitions(params, [ctx.scans[k] for k in keys if k not in held], ctx.configs.for_topic, progress,
                       threads=COMMIT_THREADS, plans=plans)
-    record_used_settings(ctx, {k[0] for k in plans if k not in held})
+    if not ctx.dry_run:
+        record_used_settings(ctx.storage, ctx.work_uri, ctx.configs.for_topic, {k[0] for k in plans if k not in held},
+                             now_ms=ctx.now_ms)
     for k in sorted(held):
-        progress(refused_entry(params, ctx.scans[k], ctx.configs.for_topic(k[0]), plans[k], refused[k[0]]))
-    ctx.report.partitions.sort(key=lambda e: (e["topic"], e["partition"]))
-    planfile.write(ctx, "retain", {name: getattr(ctx.options, name) for name in PLAN_OPTIONS})
-    _summarize(ctx, ctx.report.partitions)
+        progress(refused_outcome(params, ctx.scans[k], ctx.configs.for_topic(k[0]), plans[k], refused[k[0]]))
+    ctx.report.sort_partitions()
+    ctx.write_plan("retain", {name: getattr(ctx.options, name) for name in PLAN_OPTIONS})
+    ctx.report.totals.update(RetainTotals.of(outcomes, ctx.report.errors, len(ctx.report.warnings)).to_dict())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -395,7 +333,7 @@ def retention_decisions(ctx: JobContext) -> tuple[dict[TopicPartition, Retention
     params = RetentionParams.from_job(ctx)
     plans = {k: plan for k in sorted(ctx.scans)
              if (plan := plan_partition(params, ctx.scans[k], ctx.configs.for_topic(k[0]))) is not None}
-    return plans, refused_topics(ctx, plans)
+    return plans, _refused_topics(ctx, plans)
 
 
 #: ``<work>/retention-settings.json``: per topic, the retention settings the last real run applied (see
@@ -414,78 +352,76 @@ def read_used_settings(storage: Storage, work_uri: str) -> dict[str, UsedSetting
         return {}
 
 
-def record_used_settings(ctx: JobContext, topics: Iterable[str]) -> None:
-    """Record the retention settings this (real) run applied to ``topics``, for the next runs' guard."""
+def record_used_settings(storage: Storage, work_uri: str, config_for: Callable[[str], TopicConfig],
+                         topics: Iterable[str], *, now_ms: int) -> None:
+    """Record the retention settings a real run at ``now_ms`` applied to ``topics`` (``config_for(topic)``), for
+    the next runs' guard, in ``<work_uri>/retention-settings.json``."""
     topics = sorted(set(topics))
-    if ctx.dry_run or not topics:
+    if not topics:
         return
-    from jobs.rules.timeutil import format_instant
-
-    before = read_used_settings(ctx.storage, ctx.work_uri)
+    before = read_used_settings(storage, work_uri)
     # no run id in it: reruns of the same interval (a backfill) leave the same file
-    source = f"the settings a run applied at --now {format_instant(ctx.now_ms)}"
+    source = f"the settings a run applied at --now {format_instant(now_ms)}"
     used = dict(before)
     for t in topics:
-        now_used = UsedSettings.of(ctx.configs.for_topic(t), source)
-        if t not in before or before[t].differs_from(ctx.configs.for_topic(t)):
+        now_used = UsedSettings.of(config_for(t), source)
+        if t not in before or before[t].differs_from(config_for(t)):
             used[t] = now_used  # only a change is news: unchanged settings keep the run that first applied them
     if used == before:
         return
     doc = {"version": 1, "topics": {t: {"cleanup.policy": u.cleanup_policy, "retention.ms": u.retention_ms,
                                          "retention.bytes": u.retention_bytes, "source": u.source}
                                      for t, u in sorted(used.items())}}
-    ctx.storage.makedirs(ctx.work_uri)
-    ctx.storage.write_atomic(ctx.storage.join(ctx.work_uri, USED_SETTINGS_FILE),
+    storage.makedirs(work_uri)
+    storage.write_atomic(storage.join(work_uri, USED_SETTINGS_FILE),
                              json.dumps(doc, indent=1, sort_keys=True).encode())
 
 
-def refused_topics(ctx: JobContext, plans: Mapping[TopicPartition, RetentionPlan]) -> dict[str, DeleteShare]:
+def refused_topics(plans: Mapping[TopicPartition, RetentionPlan], *, scans: Mapping[TopicPartition, PartitionScan],
+                   listing: LogDirListing, config_for: Callable[[str], TopicConfig], storage: Storage, work_uri: str,
+                   now_ms: int, max_delete_fraction: float | None) -> dict[str, DeleteShare]:
     """The topics retention must leave wholly untouched: :func:`jobs.rules.plan_retain.delete_guard` over the
-    run's scans and ``plans``, with the newest record of the log dir and the settings earlier runs applied as the
-    reference. The limit is ``--max-delete-fraction`` when given, else the topic's
-    ``segjobs.max.delete.fraction``. Retention, compaction's retention first and ``inspect`` all call this."""
-    flag = ctx.options.max_delete_fraction
-
+    run's ``scans`` and ``plans``, with the newest record of the log dir (``listing``) and the settings earlier
+    runs applied (read from ``work_uri``) as the reference. The limit is ``max_delete_fraction``
+    (``--max-delete-fraction``) when given, else the topic's ``segjobs.max.delete.fraction``. Retention,
+    compaction's retention first and ``inspect`` all call this."""
     def limit(topic: str) -> float:
-        return flag if flag is not None else ctx.configs.for_topic(topic).max_delete_fraction
+        return max_delete_fraction if max_delete_fraction is not None else config_for(topic).max_delete_fraction
 
-    recorded = read_used_settings(ctx.storage, ctx.work_uri)
+    recorded = read_used_settings(storage, work_uri)
     defaults = ConfigSet()
 
     def used_for(topic: str) -> UsedSettings:
         return recorded.get(topic) or UsedSettings.of(defaults.for_topic(topic), "Kafka's default (no earlier run "
                                                                                    "recorded settings for it)")
 
-    states = {k: state for k in plans if (state := ctx.scans[k].state) is not None}
-    scanned = [s.state for s in ctx.scans.values() if s.state is not None]
+    states = {k: state for k in plans if (state := scans[k].state) is not None}
+    scanned = [s.state for s in scans.values() if s.state is not None]
     newest = newest_timestamp(scanned)
     # partitions out of the run's scope still tell how recent the log dir is: their segments' last writes
-    others = [seg.log.mtime_ms for k, pl in ctx.listing.partitions.items() if k not in ctx.scans for seg in pl.segments]
+    others = [seg.log.mtime_ms for k, pl in listing.partitions.items() if k not in scans for seg in pl.segments]
     if others:
         newest = max(others) if newest is None else max(newest, max(others))
-    shares = delete_guard(states, plans, now_ms=ctx.now_ms, config_for=ctx.configs.for_topic, max_fraction_for=limit,
+    shares = delete_guard(states, plans, now_ms=now_ms, config_for=config_for, max_fraction_for=limit,
                           used_for=used_for, newest_ms=newest)
     return {t: share for t, share in shares.items() if share.refused}
 
 
-#: The error kind of a partition the delete-fraction limit refused (the entry's action is ``refused``; text output
-#: calls it REFUSED, never FAILED: see :func:`jobs.engine.report.problem_notes`).
-REFUSED_KIND = "MaxDeleteFractionExceeded"
+def _refused_topics(ctx: JobContext, plans: Mapping[TopicPartition, RetentionPlan]) -> dict[str, DeleteShare]:
+    return refused_topics(plans, scans=ctx.scans, listing=ctx.listing, config_for=ctx.configs.for_topic,
+                          storage=ctx.storage, work_uri=ctx.work_uri, now_ms=ctx.now_ms,
+                          max_delete_fraction=ctx.options.max_delete_fraction)
 
 
-def refused_entry(p: RetentionParams, scan: PartitionScan, config: TopicConfig, plan: RetentionPlan,
-                  share: DeleteShare) -> dict[str, Any]:
-    """The report entry of a partition whose topic the limit refused: nothing deleted, the plan's deletions
-    kept under ``refused.would_delete``, and an error (exit code 1)."""
-    entry = apply_retention(replace(p, dry_run=True), scan, config, plan=plan)
-    message = share.message()
-    entry.update(action="refused", reason=message, applied=False, deleted=[], rules=[], bytes_removed=0,
-                 segments_after=entry["segments_before"], bytes_after=entry["bytes_before"],
-                 log_start_offset=entry["log_start_offset_before"],
-                 refused={"would_delete": entry["deleted"], "fraction": round(share.fraction, 4),
-                          "max_fraction": share.max_fraction},
-                 error={"kind": REFUSED_KIND, "detail": message})
-    return entry
+def refused_outcome(p: RetentionParams, scan: PartitionScan, config: TopicConfig, plan: RetentionPlan,
+                    share: DeleteShare) -> RetentionOutcome:
+    """The outcome of a partition whose topic the limit refused: nothing deleted, the plan's deletions kept
+    under ``refused.would_delete``, and an error (exit code 1)."""
+    planned = apply_retention(replace(p, dry_run=True), scan, config, plan=plan)
+    return replace(planned, action=Action.REFUSED, reason=share.message(), applied=False, deleted=(), rules=(),
+                   bytes_removed=0, segments_after=planned.segments_before, bytes_after=planned.bytes_before,
+                   log_start_offset=planned.log_start_offset_before,
+                   refused=Refusal(planned.deleted, share.fraction, share.max_fraction))
 
 
 def retention_decision(plan: RetentionPlan | None, refused: bool) -> dict[str, Any]:
@@ -500,142 +436,20 @@ def retention_decision(plan: RetentionPlan | None, refused: bool) -> dict[str, A
     return out
 
 
-def _record(ctx: JobContext, entry: dict[str, Any]) -> None:
-    ctx.report.partitions.append(entry)
-    name = f"{entry['topic']}-{entry['partition']}"
-    if entry["action"] in ("error", "refused"):
-        ctx.report.errors.append({"partition": name, **(entry.get("error") or {})})
-    ctx.report.warnings.extend(f"{name}: {w}" for w in entry.get("warnings", []))
+def _record_errors(ctx: JobContext, o: RetentionOutcome, *, during: str | None = None) -> None:
+    """A partition's error (a failure or a refusal: exit code 1) and warnings into the run's report."""
+    label = {"during": during} if during else {}
+    if o.action in (Action.ERROR, Action.REFUSED):
+        ctx.report.errors.append({"partition": o.name, **label, **(o.error_dict() or {})})
+    ctx.report.warnings.extend(f"{o.name}: {during + ': ' if during else ''}{w}" for w in o.warnings)
 
 
-def progress_fields(entry: dict[str, Any]) -> dict[str, Any]:
-    """The progress event of a partition's retention entry: its name (``retain.partition``, ``retain.failed``,
+def progress_fields(o: RetentionOutcome) -> dict[str, Any]:
+    """The progress event of a partition's retention: its name (``retain.partition``, ``retain.failed``,
     ``retain.refused``) and structured fields (the report's names)."""
-    action = entry["action"]
-    event = {"error": "retain.failed", "refused": "retain.refused"}.get(action, "retain.partition")
-    return {"event": event, "partition": f"{entry['topic']}-{entry['partition']}", "action": action,
-            "segments_deleted": len(entry.get("deleted") or []), "bytes_removed": int(entry.get("bytes_removed") or 0),
-            "log_start_offset": entry.get("log_start_offset")}
-
-
-def _describe(entry: dict[str, Any], dry_run: bool) -> str:
-    if entry["action"] == "error":
-        return f"ERROR, {entry['reason']}"
-    if entry["action"] == "refused":
-        return refused_note(entry)
-    if entry["action"] == "none":
-        return "nothing to delete"
-    verb = "would delete" if dry_run else "deleted"
-    return (f"{verb} {len(entry['deleted'])} segment(s), {human_bytes(entry['bytes_removed'])} "
-            f"({', '.join(entry['rules'])}); log start {entry['log_start_offset']}")
-
-
-_TABLE_COLUMNS = (("partition", "partition"), ("policy", "policy"), ("action", "action"),
-                  ("segments", "segments"), ("deleted", "deleted"), ("removed", "removed"), ("rules", "rules"),
-                  ("log_start", "log start"), ("note", "note"))
-
-
-def purge_notes(entry: dict[str, Any]) -> list[str]:
-    """The second phase of a retention entry in words: ``.deleted`` files unlinked now, and segments whose
-    files stay until their file.delete.delay.ms has passed (counted in --now time; a later run unlinks them)."""
-    from jobs.rules.timeutil import format_instant
-
-    notes = []
-    purged = entry.get("purged") or []
-    if purged:
-        notes.append(f"purged {len(purged)} .deleted file{'s' if len(purged) > 1 else ''}, "
-                     f"{human_bytes(entry.get('purged_bytes') or 0)}")
-    pending = entry.get("purge_pending") or {}
-    if pending:
-        due = format_instant(max(pending.values())).replace(".000Z", "Z")
-        notes.append(f"{len(pending)} deleted segment{'s' if len(pending) > 1 else ''} pending purge until {due}")
-    return notes
-
-
-def _note(entry: dict[str, Any]) -> str | None:
-    notes = problem_notes(entry) + purge_notes(entry)
-    if not notes and entry["action"] == "none":
-        notes.append(entry.get("reason") or "")
-    return one_line("; ".join(n for n in notes if n)) or None
-
-
-def _summarize(ctx: JobContext, entries: list[dict[str, Any]]) -> None:
-    """Totals into the report (the command renders them: :func:`render_summary`). ``errors`` counts every entry
-    of ``report.errors`` (each makes the run exit 1); ``failed`` and ``refused`` split them into failures and
-    partitions the delete-fraction limit left untouched."""
-    deleted = sum(len(e.get("deleted") or []) for e in entries)
-    removed = sum(int(e.get("bytes_removed") or 0) for e in entries)
-    failed, refused = outcome_counts(ctx.report, REFUSED_KIND)
-    ctx.report.totals.update(partitions=len(entries), segments_deleted=deleted, bytes_removed=removed,
-                             partitions_changed=sum(1 for e in entries if e["action"] == "delete"),
-                             errors=len(ctx.report.errors), failed=failed, refused=refused,
-                             warnings=len(ctx.report.warnings),
-                             files_purged=sum(len(e.get("purged") or []) for e in entries),
-                             bytes_purged=sum(int(e.get("purged_bytes") or 0) for e in entries),
-                             bytes_in_scope=sum(int(e.get("bytes_before") or 0) for e in entries))
-
-
-def _row(e: dict[str, Any]) -> dict[str, Any]:
-    """A partition's row of the summary table."""
-    return {"partition": f"{e['topic']}-{e['partition']}", "policy": e.get("policy"), "action": e["action"],
-            "segments": (f"{e['segments_before']}->{e['segments_after']}"
-                         if e.get("segments_before") is not None else None),
-            "deleted": len(e.get("deleted") or []), "removed": human_bytes(e.get("bytes_removed")),
-            "rules": ",".join(e.get("rules") or []) or None, "log_start": e.get("log_start_offset"),
-            "note": _note(e)}
-
-
-_TOPIC_COLUMNS = (("topic", "topic"), ("policy", "policy"), ("partitions", "partitions"), ("changed", "changed"),
-                  ("segments", "segments"), ("deleted", "deleted"), ("removed", "removed"), ("rules", "rules"),
-                  ("note", "note"))
-
-
-def _topic_row(topic: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """A topic's row of the per-topic summary: its partitions added up; the note says a refusal once, counts
-    failed partitions (listed below the table), or what every partition's note says."""
-    refused = next((e for e in entries if e["action"] == "refused"), None)
-    failed = sum(1 for e in entries if e["action"] == "error")
-    notes = [refused_note(refused) if refused else "", count_note(failed, "FAILED (listed below)")]
-    pending = sum(len(e.get("purge_pending") or {}) for e in entries)
-    purged = sum(len(e.get("purged") or []) for e in entries)
-    notes += [count_note(purged, "purged .deleted file(s)"), count_note(pending, "deleted segment(s) pending purge")]
-    if not any(notes):
-        notes.append(shared_note(_note(e) for e in entries))
-    known = [e for e in entries if e.get("segments_before") is not None]
-    return {"topic": topic, "policy": shared_note(e.get("policy") for e in entries) or "mixed",
-            "partitions": len(entries), "changed": sum(1 for e in entries if e["action"] == "delete"),
-            "segments": (f"{sum(e['segments_before'] for e in known)}->{sum(e['segments_after'] for e in known)}"
-                         if known else None),
-            "deleted": sum(len(e.get("deleted") or []) for e in entries),
-            "removed": human_bytes(sum(int(e.get("bytes_removed") or 0) for e in entries)),
-            "rules": ",".join(sorted({r for e in entries for r in e.get("rules") or []})) or None,
-            "note": one_line("; ".join(n for n in notes if n)) or None}
-
-
-def render_summary(report: RunReport, *, dry_run: bool, layout: str = "auto", width: int | None = None) -> str:
-    """The retain command's stdout: one row per partition, by topic and partition number, with a note saying
-    why nothing went, what failed or was refused, and what was purged or is pending; or beyond
-    :data:`~jobs.engine.report.PARTITION_ROWS_MAX` partitions (``layout``) a row per topic and the failed
-    partitions below it; then the totals line and the footer (elapsed, MB/s). ``width``: the terminal's, which
-    the table fits (notes wrap, never cut)."""
-    entries = sorted(report.partitions, key=partition_order)
-    if rows_per_partition(layout, len(entries)):
-        body = [render_table([_row(e) for e in entries], _TABLE_COLUMNS, width=width)]
-    else:
-        body = [render_table([_topic_row(t, es) for t, es in by_topic(entries)], _TOPIC_COLUMNS, width=width)]
-        body += attention_table([e for e in entries if e["action"] == "error" or e.get("warnings")], _row,
-                                _TABLE_COLUMNS, width=width)
-    t = report.totals
-    verb = "would delete" if dry_run else "deleted"
-    lines = [*body, "",
-             f"{t['partitions']} partition(s); {verb} {t['segments_deleted']} segment(s), "
-             f"{human_bytes(t['bytes_removed'])}"
-             + purged_totals(t)
-             + outcome_totals(t)
-             + (f"; {t['warnings']} warning(s)" if t.get("warnings") else ""),
-             render_footer(report, t.get("bytes_in_scope", 0), "in scope"),
-             *filter(None, [policy_origins(report)])]
-    return "\n".join(lines)
+    event = {Action.ERROR: "retain.failed", Action.REFUSED: "retain.refused"}.get(o.action, "retain.partition")
+    return {"event": event, "partition": o.name, "action": o.action.value, "segments_deleted": len(o.deleted),
+            "bytes_removed": o.bytes_removed, "log_start_offset": o.log_start_offset}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -683,9 +497,11 @@ class RetentionFirst:
         """The partitions the limit refused: left wholly untouched (no retention, no compaction)."""
         return {k for k in self.plans if k[0] in self.refused}
 
-    def compaction_input(self, ctx: JobContext, key: TopicPartition) -> tuple[PartitionListing, PartitionScan]:
-        """The listing and scan compaction must plan ``key`` on (the partition as retention leaves it)."""
-        return self.after.get(key) or (ctx.listing.partitions[key], ctx.scans[key])
+    def compaction_input(self, key: TopicPartition, listing: PartitionListing,
+                         scan: PartitionScan) -> tuple[PartitionListing, PartitionScan]:
+        """The listing and scan compaction must plan ``key`` on: the partition as retention leaves it (as
+        ``listing`` and ``scan`` show it when retention deletes nothing of it)."""
+        return self.after.get(key) or (listing, scan)
 
 
 def _takes_retention_first(ctx: JobContext, key: TopicPartition) -> bool:
@@ -703,7 +519,7 @@ def plan_retention_first(ctx: JobContext) -> RetentionFirst:
             plan = plan_partition(params, ctx.scans[key], ctx.configs.for_topic(key[0]))
             if plan is not None:
                 plans[key] = plan
-    refused = refused_topics(ctx, plans)
+    refused = _refused_topics(ctx, plans)
     todo = [(ctx.storage, ctx.listing.partitions[k], plan, ctx.scans[k].scanned.cleaner_checkpoint, ctx.now_ms,
              ctx.configs.for_topic(k[0]).producer_id_expiration_ms)
             for k, plan in plans.items() if plan.deletions and k[0] not in refused]
@@ -715,39 +531,37 @@ def plan_retention_first(ctx: JobContext) -> RetentionFirst:
     return RetentionFirst(plans, refused, after, params)
 
 
-def apply_retention_first(ctx: JobContext, first: RetentionFirst) -> dict[TopicPartition, dict[str, Any]]:
+def apply_retention_first(ctx: JobContext, first: RetentionFirst) -> dict[TopicPartition, RetentionOutcome]:
     """Carry out (or, in a dry run, report) the retention ``first`` planned, before compaction. Errors go to
     ``report.errors`` (with ``"during": "retention"``), warnings to ``report.warnings``. Returns the retention
-    report entry of every ``compact,delete`` partition, by key."""
+    outcome of every ``compact,delete`` partition, by key."""
     params = first.params
-    entries: dict[TopicPartition, dict[str, Any]] = {}
+    outcomes: dict[TopicPartition, RetentionOutcome] = {}
 
-    def attach(entry: dict[str, Any]) -> None:
-        name = f"{entry['topic']}-{entry['partition']}"
-        if entry["action"] in ("error", "refused"):
-            ctx.report.errors.append({"partition": name, "during": "retention", **(entry.get("error") or {})})
-        ctx.report.warnings.extend(f"{name}: retention: {w}" for w in entry.get("warnings", []))
-        entries[(entry["topic"], entry["partition"])] = entry
-        if entry["action"] in ("error", "refused"):
-            ctx.progress.error(f"{name}: retention {_describe(entry, ctx.dry_run)}", **progress_fields(entry))
-        elif entry["action"] != "none":
-            ctx.progress(f"{name}: retention {_describe(entry, ctx.dry_run)}", **progress_fields(entry))
+    def attach(o: RetentionOutcome) -> None:
+        _record_errors(ctx, o, during="retention")
+        outcomes[(o.topic, o.partition)] = o
+        if o.action in (Action.ERROR, Action.REFUSED):
+            ctx.progress.error(f"{o.name}: retention {describe_retention(o, ctx.dry_run)}", **progress_fields(o))
+        elif o.action is not Action.NONE:
+            ctx.progress(f"{o.name}: retention {describe_retention(o, ctx.dry_run)}", **progress_fields(o))
 
     held = first.held()
     keys = [k for k in sorted(ctx.scans) if _takes_retention_first(ctx, k) and k not in held]
     retain_partitions(params, [ctx.scans[k] for k in keys], ctx.configs.for_topic, attach,
                       threads=COMMIT_THREADS, plans=first.plans)
-    record_used_settings(ctx, {k[0] for k in keys})
+    if not ctx.dry_run:
+        record_used_settings(ctx.storage, ctx.work_uri, ctx.configs.for_topic, {k[0] for k in keys},
+                             now_ms=ctx.now_ms)
     for k in sorted(held):
-        attach(refused_entry(params, ctx.scans[k], ctx.configs.for_topic(k[0]), first.plans[k],
-                             first.refused[k[0]]))
-    return entries
+        attach(refused_outcome(params, ctx.scans[k], ctx.configs.for_topic(k[0]), first.plans[k],
+                               first.refused[k[0]]))
+    return outcomes
 
 
-__all__ = ["COMMIT_THREADS", "PLAN_OPTIONS", "REFUSED_KIND", "RetentionFirst", "RetentionParams", "render_summary",
-           "work",
+__all__ = ["COMMIT_THREADS", "PLAN_OPTIONS", "RetentionFirst", "RetentionParams", "work",
            "advance_log_start_offsets", "apply_retention", "apply_retention_first",
            "listing_after_retention", "plan_partition", "plan_retention_first", "read_used_settings",
-           "record_used_settings", "refused_entry", "refused_topics",
+           "record_used_settings", "refused_outcome", "refused_topics",
            "retain_partitions", "retention_decision", "retention_decisions"]
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from jobs.engine.frame import JobContext, scan_task
 from jobs.engine.scan import PartitionError, PartitionScan
-from jobs.engine.seams import TaskFailure
+from jobs.engine.tasks import TaskFailure
 from jobs.rules.config import ConfigSet, never_touched
 from jobs.rules.plan_compact import plan_compaction
 from jobs.rules.scope import Scope

@@ -3,7 +3,7 @@
 A run over thousands of small partitions used to wait for every cleaning task, then commit the partitions one
 after another: the commits (a chain of small writes, renames and directory fsyncs each: latency, not CPU) added
 up, and nothing was printed until the last task ended. Here a driver thread takes each partition's result as
-its task finishes (:meth:`jobs.engine.seams.TaskRunner.stream`), checks it (``prepare``, on the driver's
+its task finishes (:meth:`jobs.engine.tasks.TaskRunner.stream`), checks it (``prepare``, on the driver's
 thread: it may touch shared state) and hands its commit (``settle``) to a commit thread, which commits the
 partitions one at a time in partition order while the remaining tasks run. Each partition's commit keeps the
 crash-safe protocol of :mod:`jobs.logdir.commit`; a lost lease or a kill stops the run between two partitions,
@@ -20,7 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Sequence, TypeVar
 
 from jobs.engine.report import human_bytes
-from jobs.engine.seams import TaskFailure, TaskRunner
+from jobs.engine.tasks import TaskFailure, TaskRunner
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -80,20 +80,21 @@ def _duration(seconds: float) -> str:
 
 def run_and_settle(runner: TaskRunner, fn: Callable[[T], R], items: Sequence[T], *, sizes: Sequence[int],
                    prepare: Callable[[int, "R | TaskFailure"], R], settle: Callable[[int, R], S],
-                   description: str | None = None) -> dict[int, S]:
+                   settled: dict[int, S] | None = None, description: str | None = None) -> dict[int, S]:
     """Run ``fn`` over ``items`` as bin-packed tasks (``sizes`` in bytes) and, as each item's result arrives,
     call ``prepare(index, result)`` on this thread (it turns a :class:`TaskFailure` into the item's own error
     result, and may touch shared state), then ``settle(index, prepared)`` on a commit thread, in item order:
     item ``i`` is settled once items ``0..i-1`` are (the tasks are consecutive runs of items, submitted in
-    order, so little waits). Returns ``settle``'s results by index. ``description`` names the tasks' Spark
-    jobs (as for :meth:`jobs.engine.seams.TaskRunner.map`).
+    order, so little waits). Returns ``settle``'s results by index, gathered into ``settled`` (a new dict when
+    not given) as each commit completes. ``description`` names the tasks' Spark jobs (as for
+    :meth:`jobs.engine.tasks.TaskRunner.map`).
 
     One commit at a time, in order, as the job did before its commits overlapped its tasks: a lost lease or a
     kill stops the run between two partitions, the earlier ones committed and the later ones untouched. If a
     ``settle`` raises (e.g. :class:`jobs.logdir.lock.LeaseLost` before a commit), nothing after it is settled,
-    the remaining tasks are abandoned, and the exception is raised with ``partial`` (the results settled so
-    far) attached, so the caller can report them."""
-    settled: dict[int, S] = {}
+    the remaining tasks are abandoned, and the exception is raised; ``settled`` (the caller's) then holds the
+    results settled so far, so the caller can report them."""
+    settled = {} if settled is None else settled
     failure: list[BaseException] = []
     guard = threading.Lock()
 
@@ -113,31 +114,27 @@ def run_and_settle(runner: TaskRunner, fn: Callable[[T], R], items: Sequence[T],
     futures: list[Future] = []
     ready: dict[int, R] = {}
     next_index = 0
-    try:
-        # one thread: commits in submission order, which is item order
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="segjobs-commit") as pool:
-            stream = runner.stream(fn, items, sizes=sizes, description=description)
-            try:
-                for index, result in stream:
-                    with guard:
-                        if failure:
-                            break
-                    ready[index] = prepare(index, result)
-                    while next_index in ready:
-                        futures.append(pool.submit(one, next_index, ready.pop(next_index)))
-                        next_index += 1
-            finally:
-                close = getattr(stream, "close", None)
-                if close is not None:
-                    close()  # cancels the tasks not yet finished when we stopped early
-        # (leaving the pool waited for the commits under way)
-        for f in futures:
-            f.result()
-        if failure:
-            raise failure[0]
-    except BaseException as exc:
-        exc.partial = dict(settled)  # type: ignore[attr-defined]
-        raise
+    # one thread: commits in submission order, which is item order
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="segjobs-commit") as pool:
+        stream = runner.stream(fn, items, sizes=sizes, description=description)
+        try:
+            for index, result in stream:
+                with guard:
+                    if failure:
+                        break
+                ready[index] = prepare(index, result)
+                while next_index in ready:
+                    futures.append(pool.submit(one, next_index, ready.pop(next_index)))
+                    next_index += 1
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()  # cancels the tasks not yet finished when we stopped early
+    # (leaving the pool waited for the commits under way)
+    for f in futures:
+        f.result()
+    if failure:
+        raise failure[0]
     return settled
 
 

@@ -21,9 +21,9 @@ def preload() -> None:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy: no BLAS thread pool to fork over
     from jobs.engine.kernels import KERNEL_MODULES, load_cached_kernels
 
-    for name in ("numpy", "pyarrow", *KERNEL_MODULES, "jobs.engine.frame", "jobs.engine.compaction",
-                 "jobs.engine.external_sort", "jobs.engine.retention", "jobs.engine.inspection",
-                 "segment_io.spark.source", "pyspark.worker"):
+    for name in ("numpy", "pyarrow", *KERNEL_MODULES, "jobs.engine.frame", "jobs.engine.cleaning",
+                 "jobs.engine.compaction", "jobs.engine.external_sort", "jobs.engine.retention",
+                 "jobs.engine.inspection", "segment_io.spark.source", "pyspark.worker"):
         importlib.import_module(name)
     load_cached_kernels()
 

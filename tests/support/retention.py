@@ -13,14 +13,14 @@ import pytest
 
 from jobs import api
 from jobs.commands.cli import main
-from jobs.engine.retention import (
-    COMMIT_THREADS,
+from jobs.engine.retention import COMMIT_THREADS
+from jobs.engine.seams import FaultHook
+from jobs.logdir.retention import (
     STEP_DELETE_SNAPSHOT,
     STEP_PURGE,
     STEP_TRIM_LEADER_EPOCHS,
     STEP_WRITE_LOG_START,
 )
-from jobs.engine.seams import FaultHook
 from jobs.rules.config import ConfigSet
 from segment_io.layout import segment_file_name
 from segment_io.storage import StorageOptions

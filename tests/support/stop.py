@@ -37,7 +37,7 @@ def main(args: list[str]) -> int:
         if raised.is_set() or not step.startswith(prefix):
             return
         raised.set()
-        # The driver threads that run the tasks' Spark jobs (jobs.engine.seams.SparkTasks.stream) live while they
+        # The driver threads that run the tasks' Spark jobs (jobs.engine.tasks.SparkTasks.stream) live while they
         # have a job in flight or one more to submit: those are what once kept a stopped run's process alive.
         active = sum(1 for t in threading.enumerate() if t.name.startswith("segjobs-tasks") and t.is_alive())
         print(f"stop: raised before {step} of {partition} at {time.time():.3f} with {active} task thread(s) "

@@ -284,13 +284,14 @@ def test_ctrl_c_mid_run_lists_the_committed_partitions_and_prints_no_stack(tmp_p
 
 def test_the_interrupt_message_names_what_was_committed() -> None:
     from jobs.engine.frame import interrupted_message
+    from jobs.engine.outcomes import Action, RetentionOutcome
     from jobs.engine.report import RunReport
 
     report = RunReport(command="retain", log_dir="/logs", now_ms=0, dry_run=False)
-    report.partitions += [{"topic": "t", "partition": 10, "action": "delete", "applied": True},
-                          {"topic": "t", "partition": 2, "action": "delete", "applied": True},
-                          {"topic": "u", "partition": 0, "action": "none", "applied": False},
-                          {"topic": "v", "partition": 0, "action": "error", "applied": False}]
+    report.add(RetentionOutcome("t", 10, Action.DELETE, "", applied=True),
+               RetentionOutcome("t", 2, Action.DELETE, "", applied=True),
+               RetentionOutcome("u", 0, Action.NONE, "", applied=False),
+               RetentionOutcome("v", 0, Action.ERROR, "", applied=False))
     message = interrupted_message(report, writes=True, lock_taken=True)
     assert message.startswith("interrupted: committed before the stop: 2 partition(s): t-2 (delete), t-10 (delete); "
                               "the other partitions were left as they were")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
+import jobs.engine.cleaning
 import segment_io.decode
 from jobs import api
 from segment_io.layout import partition_dir_name, segment_file_name
@@ -85,10 +86,10 @@ def test_output_is_the_same_bytes_as_with_copied_values(tmp_path: Path, strategy
     rounds = []
     for now in (NOW1, NOW2):
         with monkeypatch.context() as m:
-            m.setattr(segment_io.decode, "decode_segment_and_headers", spy)
+            m.setattr(jobs.engine.cleaning, "decode_segment_and_headers", spy)  # as the cleaning task calls it
             _compact(referenced, now, strategy)
         with monkeypatch.context() as m:
-            m.setattr(segment_io.decode, "decode_segment_and_headers", without_refs)
+            m.setattr(jobs.engine.cleaning, "decode_segment_and_headers", without_refs)
             _compact(copied, now, strategy)
         rounds.append(_files(pdir))
         assert rounds[-1] == _files(copied / pdir.name)

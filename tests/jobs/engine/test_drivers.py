@@ -330,8 +330,8 @@ def test_compaction_stops_before_its_next_commit_once_the_lease_is_lost(s3_bucke
 
 @pytest.mark.s3
 def test_retention_commits_no_partition_once_the_lease_is_lost(s3_bucket, tmp_path: Path) -> None:
-    from jobs.engine.retention import STEP_WRITE_LOG_START
     from jobs.logdir.lock import lease_uri
+    from jobs.logdir.retention import STEP_WRITE_LOG_START
 
     endpoint, bucket = s3_bucket
     build_retention_dir(tmp_path / "logs")

@@ -76,16 +76,16 @@ def test_warm_up_fills_a_cold_cache_and_a_cold_run_says_it_compiles(tmp_path: Pa
 
 def _task_functions() -> list:
     """Every function the jobs ship to executors as a task."""
-    from jobs.engine import compaction, external_sort, frame, inspection, retention
+    from jobs.engine import cleaning, external_sort, frame, inspection, retention
 
-    return [frame.scan_task, compaction.compact_partition, retention._after_retention_task,
+    return [frame.scan_task, cleaning.compact_partition, retention._after_retention_task,
             inspection.inspect_partition, external_sort.read_piece, external_sort.reduce_bucket_item,
             external_sort.summarize_tail, external_sort.clean_group_item]
 
 
 @pytest.mark.parametrize("fn", _task_functions(), ids=lambda fn: fn.__name__)
 def test_every_task_function_ships_by_reference(fn) -> None:
-    from jobs.engine.seams import _BinTask, ship_function
+    from jobs.engine.tasks import _BinTask, ship_function
 
     assert ship_function(fn) is fn  # by reference: the worker imports its module and finds the cached kernels
     assert ship_function(_BinTask(fn)).fn is fn  # as a streamed bin's task
@@ -96,7 +96,7 @@ def test_a_task_function_carrying_a_kernel_by_value_is_refused() -> None:
 
     import numpy as np
 
-    from jobs.engine.seams import InProcessTasks, NumbaKernelInTask, ship_function
+    from jobs.engine.tasks import InProcessTasks, NumbaKernelInTask, ship_function
     from jobs.rules.offset_map import _rehash
 
     def closure(n: int) -> int:  # a nested function pickles by value, with the kernel it calls

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from jobs import api
-from jobs.engine.seams import InProcessTasks, SparkTasks, TaskFailure, stream_bins
+from jobs.engine.tasks import InProcessTasks, SparkTasks, TaskFailure, stream_bins
 from segment_io.generate import GenerateSpec, generate_log_dir
 from segment_io.layout import segment_file_name
 
@@ -236,11 +236,11 @@ def test_commits_stop_at_the_first_that_raises_and_what_was_settled_is_handed_ba
 
     # 10 items in 4 bins ([0, 1, 2], [3, 4, 5], [6, 7, 8], [9]), settled in order: 0 to 4 are settled (2 as
     # its task's failure), 5 raises, and nothing after it is settled
-    with pytest.raises(RuntimeError, match="lease") as info:
+    settled: dict[int, object] = {}
+    with pytest.raises(RuntimeError, match="lease"):
         run_and_settle(InProcessTasks(parallelism=2), _double_or_fail, list(range(10)), sizes=[1] * 10,
-                       prepare=prepare, settle=settle)
-    assert info.value.partial == {0: 0, 1: 2, 2: TaskFailure("ValueError", "item 2 is bad"), 3: 6,  # type: ignore
-                                  4: 8}
+                       prepare=prepare, settle=settle, settled=settled)
+    assert settled == {0: 0, 1: 2, 2: TaskFailure("ValueError", "item 2 is bad"), 3: 6, 4: 8}
     done = run_and_settle(InProcessTasks(parallelism=2), _double_or_fail, list(range(4)), sizes=[1] * 4,
                           prepare=prepare, settle=lambda i, r: r)
     assert done == {0: 0, 1: 2, 2: TaskFailure("ValueError", "item 2 is bad"), 3: 6}

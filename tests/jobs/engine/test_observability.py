@@ -25,7 +25,8 @@ from jobs import api
 from jobs.commands.cli import main
 from jobs.engine.events import BASE_KEYS, EVENTS, ProgressEvent, ProgressLine, event_of, stderr_sink
 from jobs.engine.report import Progress
-from jobs.engine.seams import InProcessTasks, Seams, SparkTasks
+from jobs.engine.seams import Seams
+from jobs.engine.tasks import InProcessTasks, SparkTasks
 from tests.support.builders import LogBuilder, rec, write_log
 
 DAY = 86_400_000

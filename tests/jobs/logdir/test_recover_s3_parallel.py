@@ -169,7 +169,7 @@ def _counted_scan(item):
 def test_header_scans_over_many_s3_partitions_overlap_and_plan_what_serial_scans_plan(s3_bucket, tmp_path,
                                                                                       monkeypatch):
     from jobs import api
-    from jobs.engine.seams import InProcessTasks
+    from jobs.engine.tasks import InProcessTasks
 
     endpoint, bucket = s3_bucket
     _fill(endpoint, bucket, tmp_path)

@@ -1,0 +1,474 @@
+"""The executor side of cleaning, shared by both compaction strategies: the memory strategy's per-partition task
+(:func:`compact_partition`), the group cleaner both strategies clean a segment group with
+(:class:`PartitionCleaner`), their outcomes, and the hand-over of a memory-first task whose offset map fills to
+external-sort (:class:`PieceCollector`). Everything here runs in tasks and returns statistics only, never record
+data; the drivers are :mod:`jobs.engine.compaction` and :mod:`jobs.engine.external_sort`."""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from jobs.engine.scan import PartitionError, empty_batches_from_headers
+from jobs.logdir.commit import Committer
+from jobs.rules.cleaner import CleanParams, CleanStats, clean_records, key_hash_table, legacy_delete_horizon
+from jobs.rules.config import TopicConfig
+from jobs.rules.external_sort import freed_markers, piece_rows
+from jobs.rules.model import PartitionState
+from jobs.rules.offset_map import build_offset_map, mappable_rows
+from jobs.rules.plan_compact import CompactionPlan, group_segments_by_size
+from jobs.rules.transactions import AbortedTxns, derive_txn_state, summarize_batches
+from segment_io.decode import decode_key_hashes_bytes, decode_segment_and_headers
+from segment_io.encode import resolve_value_refs
+from segment_io.encode_stream import encoded_size
+from segment_io.errors import SegjobsError, StorageEnvironmentError, StorageError
+from segment_io.format import scan_batches
+from segment_io.index import check_indexes, read_txn_index
+from segment_io.layout import PartitionListing
+from segment_io.segment_writer import write_segment
+from segment_io.storage.base import Storage, release_mapped_pages
+
+#: Extra cleaning passes over a group's output within one run (markers settle after at most two).
+MAX_CONVERGENCE_PASSES = 3
+
+
+# --------------------------------------------------------------------------------------------------
+# The per-partition task (runs on an executor; returns statistics only, never record data)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompactTask:
+    storage: Storage
+    listing: PartitionListing
+    state: PartitionState
+    plan: CompactionPlan
+    config: TopicConfig
+    txn: Any  # jobs.rules.transactions.TxnState
+    now_ms: int
+    max_keys: int
+    dry_run: bool
+    #: the store's commit protocol: says where the task stages the new segments (see Committer.task_stage_uri)
+    committer: Committer
+    #: memory first (``auto`` on a partition whose records may exceed the map): where to hand the partition
+    #: over to external-sort if the map fills (a jobs.engine.external_sort.Handoff)
+    handoff: Any = None
+
+
+@dataclass
+class GroupOutcome:
+    """One segment group: the old segments, and (when it changed) the staged replacement."""
+
+    old_bases: list[int]
+    changed: bool
+    bytes_before: int
+    bytes_after: int
+    records_before: int
+    records_after: int
+    staged_suffixes: tuple[str, ...] = ()
+    #: last-modified time the new segment gets (the last replaced segment's, as Kafka does)
+    mtime_ms: int = 0
+    #: set by the driver once the group's replacement is committed
+    committed: bool = False
+    #: what was wrong with the ``.index``/``.timeindex`` files of the group's segments (one line per problem,
+    #: naming the file); the rewrite rebuilds them, so a group with such a problem is always rewritten
+    corrupt_indexes: tuple[str, ...] = ()
+
+
+@dataclass
+class PartitionOutcome:
+    topic: str
+    partition: int
+    groups: list[GroupOutcome] = field(default_factory=list)
+    stats: dict[str, int] = field(default_factory=dict)
+    end_offset: int | None = None
+    map_full: bool = False
+    error: PartitionError | None = None
+    seconds: float = 0.0
+    #: a memory-first task whose map filled: the pieces it wrote for external-sort (it cleaned nothing)
+    handover: Any = None
+
+    def progress_fields(self) -> dict[str, Any]:
+        """The structured fields of the partition's ``compact.partition`` progress event (the report's names)."""
+        changed = [g for g in self.groups if g.changed]
+        return {"partition": f"{self.topic}-{self.partition}", "seconds": self.seconds,
+                "records_removed": sum(g.records_before - g.records_after for g in changed),
+                "bytes_removed": sum(g.bytes_before - g.bytes_after for g in changed),
+                "segments_rewritten": sum(len(g.old_bases) for g in changed), "partial": self.map_full}
+
+
+def _txn_entries(storage: Storage, listing: PartitionListing, bases: list[int], kept: pa.Table) -> list:
+    """The ``.txnindex`` entries of the new segment: the source segments' entries whose abort marker survives."""
+    markers = kept.filter(kept["control"])
+    if markers.num_rows == 0:
+        return []
+    marker_offsets = set(markers["offset"].to_pylist())
+    entries = []
+    for seg in listing.segments:
+        if seg.base_offset in bases and seg.txnindex is not None:
+            for e in read_txn_index(storage.read(seg.txnindex.uri), path=seg.txnindex.uri):
+                if e.last_offset in marker_offsets:
+                    entries.append(e)
+    return entries
+
+
+def _merged_result(later, earlier):
+    """The later pass's output with the statistics of both passes (records read once: from the first)."""
+    stats = earlier.stats.merged(later.stats)
+    stats = replace(stats, batches_read=earlier.stats.batches_read, records_read=earlier.stats.records_read,
+                    bytes_read=earlier.stats.bytes_read, records_kept=later.stats.records_kept,
+                    bytes_kept_estimate=later.stats.bytes_kept_estimate,
+                    tombstones_kept=later.stats.tombstones_kept, empty_batches_kept=later.stats.empty_batches_kept)
+    return replace(later, stats=stats)
+
+
+@dataclass
+class GroupRun:
+    """One group cleaned in memory: its outcome, statistics and the first-pass view of its output."""
+
+    outcome: GroupOutcome
+    stats: Any
+    key_hashes: pa.Table  # KEY_HASH_SCHEMA of the surviving records
+    empty_batches: pa.Table  # BATCH_SCHEMA of the header-only batches written
+    marker_offsets: Any  # numpy: offsets of the surviving control records
+
+
+class PartitionCleaner:
+    """Kafka's doClean for one partition, group by group, with the pieces the task needs twice."""
+
+    def __init__(self, task: CompactTask, staged_written: list[str]) -> None:
+        self.task = task
+        self.files = {s.base_offset: s for s in task.listing.segments}
+        self.staged_written = staged_written
+        plan, state = task.plan, task.state
+        # Kafka's logSegments(0, firstDirtyOffset): every segment starting below the first dirty offset
+        clean_before = [s for s in state.segments if s.base_offset < plan.first_dirty_offset]
+        legacy_h = legacy_delete_horizon(clean_before[-1].mtime_ms if clean_before else None,
+                                         task.config.delete_retention_ms)
+        self.params = CleanParams(now_ms=task.now_ms, upper_bound_offset=plan.first_uncleanable_offset,
+                                  delete_retention_ms=task.config.delete_retention_ms,
+                                  legacy_delete_horizon_ms=legacy_h)
+
+    def mapped(self, base: int):
+        """A closed segment's bytes without a copy (memory-mapped on local disk; one GET on S3). Decoding copies
+        what it keeps, so nothing outlives the mapping but the encoder's verbatim copies, made while it is open."""
+        return self.task.storage.read_mapped(self.files[base].log.uri)
+
+    def index_problems(self, base: int, headers) -> list[str]:
+        """What is wrong with the ``.index`` and ``.timeindex`` of segment ``base`` against its batches (empty
+        when sound or absent). Kafka's loader rebuilds an index that fails its own, weaker sanity check; one
+        that passes it with wrong entries would be served as is, so compaction rebuilds every index it finds
+        wrong in a group it cleans (and says so)."""
+        files = self.files[base]
+        data = {f.uri: self.task.storage.read(f.uri) for f in (files.index, files.timeindex) if f is not None}
+        return [str(e) for e in check_indexes(
+            headers, data.get(files.index.uri) if files.index else None,
+            data.get(files.timeindex.uri) if files.timeindex else None, path=files.log.uri,
+            segment_base_offset=base)]
+
+    def build_map(self, collector=None):
+        """The offset map of the dirty range; ``collector`` (memory first: a
+        jobs.engine.external_sort.PieceCollector) also gets every decoded segment, to hand over if it fills."""
+        plan = self.task.plan
+        dirty = [s for s in self.task.state.segments
+                 if s.next_offset > plan.first_dirty_offset and s.base_offset < plan.first_uncleanable_offset]
+        def tables():
+            for s in dirty:
+                with self.mapped(s.base_offset) as data:
+                    table = decode_key_hashes_bytes(data, path=self.files[s.base_offset].log.uri)
+                if collector is not None:
+                    collector.add(s.base_offset, table)
+                yield table
+
+        return build_offset_map(tables(), start_offset=plan.first_dirty_offset,
+                                end_offset=plan.first_uncleanable_offset, aborted=self.task.txn.aborted,
+                                max_keys=self.task.max_keys)
+
+    def clean_group(self, group, omap, refreshed_txn=None) -> GroupRun:
+        """Clean one group from its source bytes; stage (or, in a dry run, measure) it when it changed.
+
+        The first pass judges with the transaction state of the log as it was scanned. Kafka stamps a marker's
+        horizon only on the pass *after* the one that removed its transaction's data, and a second pass can
+        change other batches too, so the output is cleaned again (as Kafka's next passes at this `now` would)
+        until it is stable, with ``refreshed_txn`` (the state of the log after the first pass) when given. A
+        re-run with the same --now then changes nothing.
+        """
+        with ExitStack() as mappings:
+            return self._clean_group(group, omap, refreshed_txn, mappings)
+
+    def _clean_group(self, group, omap, refreshed_txn, mappings: ExitStack) -> GroupRun:
+        task, plan, storage = self.task, self.task.plan, self.task.storage
+        bases = [s.base_offset for s in group]
+        sources: dict[int, bytes] = {}
+        tables, empties, corrupt_indexes = [], [], []
+        for s in group:
+            uri = self.files[s.base_offset].log.uri
+            data = mappings.enter_context(self.mapped(s.base_offset))
+            sources[s.base_offset] = data
+            # one pass over the headers gives the rows and the headers (no second scan of the mapped file)
+            # values stay in the mapped bytes (references): the encoder copies the kept ones from there
+            decoded, headers = decode_segment_and_headers(data, path=uri, topic=plan.topic,
+                                                          partition=plan.partition, segment_base_offset=s.base_offset,
+                                                          value_refs=True)
+            tables.append(decoded)
+            del decoded  # `tables` alone holds the rows: dropped as a whole once cleaned
+            empties.append(empty_batches_from_headers(headers, s.base_offset))
+            corrupt_indexes += self.index_problems(s.base_offset, headers)
+            release_mapped_pages(data)  # decoded and checked: its pages need not stay resident (bounded memory)
+        if len({t.schema for t in tables}) > 1:  # a segment with legacy batches comes with its values copied
+            tables = [resolve_value_refs(t, sources) for t in tables]
+        records = pa.concat_tables(tables)
+        del tables
+        mtimes = {s.base_offset: s.mtime_ms for s in group}
+        result = clean_records(records, offset_map=omap, txn_state=task.txn, params=self.params,
+                               empty_batches=pa.concat_tables(empties), segment_last_modified_ms=mtimes)
+        records_before = records.num_rows
+        del records  # only the kept rows are needed from here: the decoded group can go (bounded memory)
+        # a group whose index files are wrong is rewritten even when no record goes: that rebuilds them
+        changed = result.changed or bool(corrupt_indexes)
+        for _ in range(MAX_CONVERGENCE_PASSES):
+            again = clean_records(result.records, offset_map=omap, txn_state=refreshed_txn or task.txn,
+                                  params=self.params, empty_batches=result.empty_batches,
+                                  segment_last_modified_ms=mtimes)
+            if not again.changed:
+                break
+            changed = True
+            result = _merged_result(again, result)
+        bytes_before = sum(len(d) for d in sources.values())
+        g = GroupOutcome(bases, changed, bytes_before, bytes_before, records_before, records_before,
+                         corrupt_indexes=tuple(corrupt_indexes))
+        if changed:
+            g.records_after = result.records.num_rows
+            if task.dry_run:
+                g.bytes_after = encoded_size(result.records, empty_batches=result.empty_batches, sources=sources)
+            else:
+                target = task.committer.task_stage_uri(task.listing.uri, bases[0], ".log")
+                try:
+                    written = write_segment(result.records, target, storage=storage,
+                                            empty_batches=result.empty_batches, sources=sources,
+                                            index_interval_bytes=task.config.index_interval_bytes,
+                                            aborted_txns=_txn_entries(storage, task.listing, bases, result.records))
+                except StorageEnvironmentError as exc:
+                    if not exc.out_of_space:
+                        raise
+                    # say how much the new segment needs (its .log; the indexes are small beside it)
+                    raise exc.needing(encoded_size(result.records, empty_batches=result.empty_batches,
+                                                   sources=sources)) from None
+                self.staged_written.extend(written.paths.values())
+                # Kafka gives a cleaned segment the last-modified time of the last segment it replaces:
+                # retention of timestamp-less data and the legacy tombstone horizon count from it.
+                g.mtime_ms = group[-1].mtime_ms
+                for uri in written.paths.values():
+                    storage.set_mtime(uri, g.mtime_ms)
+                g.bytes_after = written.bytes
+                g.staged_suffixes = tuple(written.paths)
+        kept = result.records
+        markers = kept.filter(kept["control"])["offset"].to_numpy()
+        return GroupRun(g, result.stats, key_hash_table(kept), result.empty_batches, markers)
+
+    def refreshed_txn_state(self, runs: list[GroupRun], round_end: int):
+        """Transaction and producer state of the log as the first pass left it: the groups' outputs plus
+        every segment beyond the round, replayed like a fresh scan would."""
+        tail_tables, tail_empties = tail_batches(self.task.storage, self.task.listing, self.task.state, round_end)
+        tables = [r.key_hashes for r in runs] + tail_tables
+        empties = [r.empty_batches for r in runs] + tail_empties
+        summary = summarize_batches(tables, empty_batches=pa.concat_tables(empties) if empties else None)
+        return derive_txn_state(summary, now_ms=self.task.now_ms,
+                                producer_id_expiration_ms=self.task.config.producer_id_expiration_ms)
+
+
+def tail_batches(storage: Storage, listing: PartitionListing, state: PartitionState,
+                 round_end: int) -> tuple[list[pa.Table], list[pa.Table]]:
+    """The KEY_HASH_SCHEMA rows and the header-only batches of every segment from ``round_end`` on (what a clean
+    of the range below it leaves as it is), read as a fresh scan reads them (the active segment may end in a
+    truncated batch). Both strategies derive the state their second pass judges markers by from these."""
+    files = {s.base_offset: s for s in listing.segments}
+    tables, empties = [], []
+    for s in state.segments:
+        if s.base_offset >= round_end:
+            uri = files[s.base_offset].log.uri
+            data = storage.read(uri)
+            active = s is state.segments[-1]
+            tables.append(decode_key_hashes_bytes(data, path=uri, allow_truncated_tail=active))
+            empties.append(empty_batches_from_headers(scan_batches(data, path=uri, allow_truncated_tail=active),
+                                                      s.base_offset))
+    return tables, empties
+
+
+def compact_partition(task: CompactTask) -> PartitionOutcome:
+    """Kafka's doClean for one partition: map the dirty range, then clean every segment group below the map's
+    end, staging changed groups for the driver to commit (or, in a dry run, only measuring them)."""
+    t0 = time.monotonic()
+    plan, state, storage = task.plan, task.state, task.storage
+    out = PartitionOutcome(plan.topic, plan.partition)
+    staged_written: list[str] = []
+    collector = None
+    try:
+        cleaner = PartitionCleaner(task, staged_written)
+        if task.handoff is not None:
+            collector = PieceCollector(task, task.handoff)
+        omap = cleaner.build_map(collector)
+        if collector is not None:
+            if omap.full:  # more keys than the map holds: external-sort takes over with what was read
+                out.handover = collector.hand_over(omap.offset_map.size, omap.end_offset)
+                collector = None
+                out.seconds = round(time.monotonic() - t0, 3)
+                return out
+            collector.discard()
+            collector = None
+        out.end_offset = omap.end_offset
+        out.map_full = omap.full
+        round_end = min(omap.end_offset, plan.first_uncleanable_offset)
+        in_round = [s for s in state.segments if s.base_offset < round_end]
+        groups = group_segments_by_size(in_round, task.config.segment_bytes, task.config.segment_index_bytes,
+                                         plan.first_uncleanable_offset, task.config.index_interval_bytes)
+        runs = [cleaner.clean_group(group, omap) for group in groups]
+        # Markers whose transaction lost its last data in this pass: Kafka's next pass would stamp them.
+        # Re-clean (from the sources) the groups holding such markers, with the state the pass left.
+        if any(r.marker_offsets.size for r in runs):
+            refreshed = cleaner.refreshed_txn_state(runs, round_end)
+            freed = freed_markers(task.txn, refreshed)
+            for i, (group, run) in enumerate(zip(groups, runs)):
+                if freed.size and np.isin(run.marker_offsets, freed).any():
+                    runs[i] = cleaner.clean_group(group, omap, refreshed)
+        total = CleanStats()
+        for run in runs:
+            total = total.merged(run.stats)
+            out.groups.append(run.outcome)
+        out.stats = {k: int(v) for k, v in total.__dict__.items()}
+    except Exception as exc:  # noqa: BLE001 - one partition's failure must not stop the others
+        if collector is not None:
+            collector.discard()
+        out.error = PartitionError.from_task_exception(exc, task.listing.uri)
+        for uri in staged_written:  # leave nothing behind for a partition we will not commit
+            try:
+                storage.delete(uri)
+            except SegjobsError:
+                pass
+    out.seconds = round(time.monotonic() - t0, 3)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Memory first: the hand-over from a memory task whose map fills
+# --------------------------------------------------------------------------------------------------
+
+
+def piece_of(table: Any, *, first_dirty_offset: int, first_uncleanable_offset: int, aborted: AbortedTxns,
+             buckets: int) -> tuple[np.ndarray, np.ndarray]:
+    """A KEY_HASH_SCHEMA table's piece rows and rows per bucket (:func:`jobs.rules.external_sort.piece_rows`
+    over its keyed data records, the mappable ones those a memory pass would map)."""
+    mappable = mappable_rows(table, start_offset=first_dirty_offset, end_offset=first_uncleanable_offset,
+                             aborted=aborted)
+    keyed = ~table.column("control").to_numpy() & ~table.column("key_is_null").to_numpy()
+    return piece_rows(table.column("key_hash_hi").to_numpy(), table.column("key_hash_lo").to_numpy(),
+                      table.column("offset").to_numpy(), mappable, keyed, buckets)
+
+
+def write_rows(storage: Storage, uri: str, rows: np.ndarray) -> None:
+    """One work file: ``rows`` (an int64 array) as little-endian bytes. On local disk without fsync: a work
+    file lives for one run, and a crashed run's are removed by the next one (written whole or not at all on
+    S3, where a PUT is atomic)."""
+    data = np.ascontiguousarray(rows, "<i8")
+    storage.makedirs(uri.rsplit("/", 1)[0])
+    path = storage.local_path(uri)
+    if path is None:
+        storage.write_atomic(uri, data.tobytes())
+        return
+    try:
+        with open(path, "wb") as f:
+            f.write(data.data)
+    except OSError as exc:
+        raise StorageError(f"cannot write a work file: {exc}", uri=uri) from exc
+
+
+
+def delete_quietly(storage: Storage, uris: Sequence[str]) -> None:
+    for uri in uris:
+        try:
+            storage.delete(uri)
+        except SegjobsError:
+            pass
+
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """Given to a memory-first task (``CompactTask.handoff``): where its partition's external-sort files go,
+    each segment's group, the bucket count, and how many bytes of pieces it may hold before writing them."""
+
+    work: str
+    group_of: tuple[tuple[int, int], ...]  #: (segment base offset, group index)
+    buckets: int
+    hold_bytes: int
+
+
+@dataclass(frozen=True)
+class HandedPiece:
+    """A piece file a memory-first task wrote: one whole segment's rows, per bucket."""
+
+    uri: str
+    g: int
+    base_offset: int
+    counts: np.ndarray
+
+
+@dataclass
+class Handover:
+    """What a memory-first task whose map filled returns instead of cleaning (``PartitionOutcome.handover``)."""
+
+    pieces: list[HandedPiece]
+    keys: int  #: in the map when it filled
+    end_offset: int  #: where the map filled
+
+
+class PieceCollector:
+    """Inside a memory-first task: the key-pass piece of every segment its map pass decodes, held in memory up to
+    ``hold_bytes`` and written to the work dir beyond that. If the map fills, :meth:`hand_over` writes the rest
+    and the partition goes to external-sort with these pieces (nothing read twice); if it does not,
+    :meth:`discard` removes what was written."""
+
+    def __init__(self, task: CompactTask, handoff: Handoff) -> None:
+        self.task = task
+        self.handoff = handoff
+        self.group_of = dict(handoff.group_of)
+        self.held: list[tuple[HandedPiece, np.ndarray]] = []
+        self.held_bytes = 0
+        self.written: list[HandedPiece] = []
+
+    def add(self, base_offset: int, table: Any) -> None:
+        """The piece of the segment at ``base_offset`` from its KEY_HASH_SCHEMA ``table``."""
+        g = self.group_of.get(base_offset)
+        if g is None:  # not below the first uncleanable offset: external-sort does not read it
+            return
+        plan = self.task.plan
+        rows, counts = piece_of(table, first_dirty_offset=plan.first_dirty_offset,
+                                first_uncleanable_offset=plan.first_uncleanable_offset,
+                                aborted=self.task.txn.aborted, buckets=self.handoff.buckets)
+        uri = self.task.storage.join(self.handoff.work, f"piece-{g:06d}-{base_offset:020d}-0000.rows")
+        self.held.append((HandedPiece(uri, g, base_offset, counts), rows))
+        self.held_bytes += rows.nbytes
+        if self.held_bytes > self.handoff.hold_bytes:
+            self._write()
+
+    def _write(self) -> None:
+        for piece, rows in self.held:
+            if len(rows):
+                write_rows(self.task.storage, piece.uri, rows)
+            self.written.append(piece)
+        self.held, self.held_bytes = [], 0
+
+    def hand_over(self, keys: int, end_offset: int) -> Handover:
+        self._write()
+        return Handover(self.written, keys, end_offset)
+
+    def discard(self) -> None:
+        self.held, self.held_bytes = [], 0
+        delete_quietly(self.task.storage, [p.uri for p in self.written if p.counts.any()])
+        self.written = []
+

@@ -1,0 +1,470 @@
+"""What the jobs did to each partition, as frozen types: the one source of the JSON report's partition entries
+and totals, the Delta ledger's rows, the summaries and the results of :mod:`jobs.api`.
+
+An outcome is built once, when its partition is settled (:mod:`jobs.engine.compaction`,
+:mod:`jobs.engine.retention`); everything the run reports is derived from it: ``to_entry()`` (the JSON report's
+``partitions[]`` entry, whose format these types keep as it was), ``ledger_row()`` (one row of ``--ledger``), the
+totals (:class:`CompactTotals`, :class:`RetainTotals`) and the summary tables (:mod:`jobs.engine.render`). Adding
+a field to the report touches its type here and the renderer that shows it, nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Iterable, Mapping, Sequence
+
+from jobs.engine.scan import PartitionError
+
+
+class Action(StrEnum):
+    """What was done to a partition (the report's and the ledger's ``action``; the value is the JSON text)."""
+
+    # compact
+    COMPACTED = "compacted"
+    PARTLY_COMPACTED = "partly compacted"
+    UNCHANGED = "unchanged"
+    WOULD_COMPACT = "would compact"
+    WOULD_LEAVE_UNCHANGED = "would leave unchanged"
+    SKIPPED = "skipped"
+    # retain
+    DELETE = "delete"
+    NONE = "none"
+    REFUSED = "refused"
+    # both
+    ERROR = "error"
+
+    @property
+    def rewrote(self) -> bool:
+        """At least one segment group was rewritten (would be, in a dry run)."""
+        return self in (Action.COMPACTED, Action.PARTLY_COMPACTED, Action.WOULD_COMPACT)
+
+    @property
+    def failed(self) -> bool:
+        """The partition makes the run exit 1 (failed, refused by the delete-fraction limit, or partly done)."""
+        return self in (Action.ERROR, Action.REFUSED, Action.PARTLY_COMPACTED)
+
+    @property
+    def committed(self) -> bool:
+        """Something of the partition was committed (what an interrupted run lists as done)."""
+        return self in (Action.COMPACTED, Action.PARTLY_COMPACTED, Action.DELETE)
+
+
+#: The error kind of a partition the delete-fraction limit refused (its action is ``refused``; text output calls
+#: it REFUSED, never FAILED: see :func:`jobs.engine.report.problem_notes`).
+REFUSED_KIND = "MaxDeleteFractionExceeded"
+
+#: The numbers of a ledger row (see :func:`jobs.engine.report.append_ledger`).
+LEDGER_NUMBERS = ("records_before", "records_after", "bytes_before", "bytes_after", "segments_before",
+                  "segments_after", "records_removed", "bytes_removed")
+
+
+def unreadable_reason(error: PartitionError | None) -> str:
+    """The ``reason`` of a partition that could not be read (left untouched)."""
+    what = "not recovered, left as it is" if error is not None and error.kind == "RecoveryError" else "unreadable"
+    return f"{what}: {error}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Retention
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeletedSegment:
+    """A segment retention deletes (would delete, in a dry run), and the rule that condemned it."""
+
+    base_offset: int
+    next_offset: int
+    bytes: int
+    rule: str
+    detail: str
+    largest_timestamp: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"base_offset": self.base_offset, "next_offset": self.next_offset, "bytes": self.bytes,
+                "rule": self.rule, "detail": self.detail, "largest_timestamp": self.largest_timestamp}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why the delete-fraction limit left a partition's topic untouched: what retention would have deleted, the
+    share of the topic that is, and the limit."""
+
+    would_delete: tuple[DeletedSegment, ...]
+    fraction: float
+    max_fraction: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"would_delete": [d.to_dict() for d in self.would_delete], "fraction": round(self.fraction, 4),
+                "max_fraction": self.max_fraction}
+
+
+@dataclass(frozen=True)
+class RetentionOutcome:
+    """One partition's retention (``segjobs retain``, or compaction's retention first of a compact,delete topic).
+
+    ``readable`` False: the partition could not be read and was left untouched (the numbers are then unknown).
+    The fields after ``applied`` say what a real run's steps did; None: the step did not run."""
+
+    topic: str
+    partition: int
+    action: Action
+    reason: str
+    warnings: tuple[str, ...] = ()
+    error: PartitionError | None = None
+    readable: bool = True
+    policy: str | None = None
+    segments_before: int | None = None
+    bytes_before: int | None = None
+    log_start_offset_before: int | None = None
+    segments_after: int | None = None
+    bytes_after: int | None = None
+    bytes_removed: int = 0
+    rules: tuple[str, ...] = ()
+    deleted: tuple[DeletedSegment, ...] = ()
+    log_start_offset: int | None = None
+    #: whether a broker would roll the active segment first (planned partitions only)
+    kafka_would_roll: bool | None = None
+    applied: bool = False
+    renamed: int | None = None
+    leader_epoch_trimmed: bool | None = None
+    snapshots_deleted: tuple[str, ...] | None = None
+    #: file names of the ``.deleted`` files unlinked now
+    purged: tuple[str, ...] | None = None
+    purged_bytes: int | None = None
+    #: base offset (as text) -> when its ``.deleted`` files may go (epoch ms)
+    purge_pending: Mapping[str, int] | None = None
+    refused: Refusal | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def committed(self) -> bool:
+        """Some of the partition's files were changed (what an interrupted run lists as done)."""
+        return self.action.committed and self.applied
+
+    @property
+    def files_purged(self) -> int:
+        return len(self.purged or ())
+
+    def error_dict(self) -> dict[str, Any] | None:
+        """The entry's ``error``: a refusal is an error of kind :data:`REFUSED_KIND` (exit code 1)."""
+        if self.refused is not None:
+            return {"kind": REFUSED_KIND, "detail": self.reason}
+        return self.error.to_dict() if self.error is not None else None
+
+    def to_entry(self) -> dict[str, Any]:
+        """The report's entry of the partition (``partitions[]`` of ``retain``, ``retention`` of ``compact``)."""
+        if not self.readable:
+            return {"topic": self.topic, "partition": self.partition, "action": self.action.value,
+                    "reason": self.reason, "error": self.error_dict(), "segments_before": None,
+                    "segments_after": None, "bytes_before": None, "bytes_after": None, "bytes_removed": 0,
+                    "deleted": [], "warnings": list(self.warnings)}
+        e: dict[str, Any] = {
+            "topic": self.topic, "partition": self.partition, "policy": self.policy,
+            "segments_before": self.segments_before, "bytes_before": self.bytes_before,
+            "log_start_offset_before": self.log_start_offset_before, "warnings": list(self.warnings),
+            "action": self.action.value, "reason": self.reason, "segments_after": self.segments_after,
+            "bytes_after": self.bytes_after, "bytes_removed": self.bytes_removed, "rules": list(self.rules),
+            "deleted": [d.to_dict() for d in self.deleted], "log_start_offset": self.log_start_offset,
+        }
+        if self.kafka_would_roll is not None:
+            e["kafka_would_roll"] = self.kafka_would_roll
+        if self.renamed is not None:
+            e["renamed"] = self.renamed
+        if self.leader_epoch_trimmed is not None:
+            e["leader_epoch_trimmed"] = self.leader_epoch_trimmed
+        if self.snapshots_deleted is not None:
+            e["snapshots_deleted"] = list(self.snapshots_deleted)
+        if self.purged is not None:
+            e["purged"] = list(self.purged)
+        if self.purged_bytes is not None:
+            e["purged_bytes"] = self.purged_bytes
+        if self.purge_pending is not None:
+            e["purge_pending"] = dict(self.purge_pending)
+        e["applied"] = self.applied
+        if self.refused is not None:
+            e["refused"] = self.refused.to_dict()
+        error = self.error_dict()
+        if error is not None:
+            e["error"] = error
+        return e
+
+    def counts_in_ledger(self, dry_run: bool) -> bool:
+        """A compact run's retention step whose deletes its ledger row counts (done, or in a dry run planned)."""
+        return bool(self.bytes_removed) and (self.applied or dry_run) and self.action not in (Action.ERROR,
+                                                                                             Action.REFUSED)
+
+    def ledger_row(self, dry_run: bool) -> dict[str, Any]:
+        """The partition's row of ``--ledger`` (without the run's columns)."""
+        numbers = {"records_before": 0, "records_after": 0, "bytes_before": self.bytes_before or 0,
+                   "bytes_after": self.bytes_after or 0, "segments_before": self.segments_before or 0,
+                   "segments_after": self.segments_after or 0, "records_removed": 0,
+                   "bytes_removed": self.bytes_removed}
+        return {"topic": self.topic, "partition": self.partition, "action": self.action.value,
+                "reason": self.reason, **numbers}
+
+
+# --------------------------------------------------------------------------------------------------
+# Compaction
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CleanedRange:
+    """What the cleaning task of a partition did (would do, in a dry run): present once a task ran."""
+
+    #: [first dirty offset, where the pass ended]
+    cleaned_range: tuple[int, int | None]
+    #: the offset map filled up: the clean stopped early and the next run continues
+    partial: bool
+    groups: int
+    groups_rewritten: int
+    records_before: int
+    records_after: int
+    stats: Mapping[str, int]
+    task_seconds: float
+    indexes_rebuilt: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CompactionOutcome:
+    """One partition's compaction (``segjobs compact``): the plan's view of it, what its task did, and, for a
+    compact,delete topic, the retention applied first. ``readable`` False: the partition could not be read."""
+
+    topic: str
+    partition: int
+    action: Action
+    reason: str
+    error: PartitionError | None = None
+    readable: bool = True
+    selected: bool = False
+    note: str | None = None
+    dirty_ratio: float | None = None
+    clean_bytes: int = 0
+    cleanable_bytes: int = 0
+    first_dirty_offset: int = 0
+    first_uncleanable_offset: int = 0
+    bound_by: str | None = None
+    previous_checkpoint: int | None = None
+    new_checkpoint: int | None = None
+    segments_before: int = 0
+    bytes_before: int = 0
+    segments_after: int = 0
+    bytes_after: int = 0
+    records_removed: int = 0
+    bytes_removed: int = 0
+    cleaned: CleanedRange | None = None
+    #: the strategy that cleaned it (``memory``, ``external-sort``) and why; None when no task ran
+    strategy: str | None = None
+    strategy_reason: str | None = None
+    #: external-sort's stages of the partition (task counts, buckets, superseded keys, seconds)
+    external_sort: Mapping[str, Any] | None = None
+    retention: RetentionOutcome | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def committed(self) -> bool:
+        """Some of the partition's files were changed (what an interrupted run lists as done)."""
+        return self.action.committed
+
+    @property
+    def partial(self) -> bool:
+        return self.cleaned is not None and self.cleaned.partial
+
+    @property
+    def segments_removed(self) -> int:
+        """Segments gone: merged by compaction, deleted by its retention first."""
+        return (max(self.segments_before - self.segments_after, 0)
+                + (len(self.retention.deleted) if self.retention is not None else 0))
+
+    def to_entry(self) -> dict[str, Any]:
+        """The report's entry of the partition (``partitions[]`` of ``compact``)."""
+        if not self.readable:
+            return {"topic": self.topic, "partition": self.partition, "action": self.action.value,
+                    "reason": self.reason, "error": self.error.to_dict() if self.error else None}
+        e: dict[str, Any] = {
+            "topic": self.topic, "partition": self.partition, "selected": self.selected, "reason": self.reason,
+            "note": self.note, "dirty_ratio": self.dirty_ratio, "clean_bytes": self.clean_bytes,
+            "cleanable_bytes": self.cleanable_bytes, "first_dirty_offset": self.first_dirty_offset,
+            "first_uncleanable_offset": self.first_uncleanable_offset, "bound_by": self.bound_by,
+            "previous_checkpoint": self.previous_checkpoint, "new_checkpoint": self.new_checkpoint,
+            "segments_before": self.segments_before, "bytes_before": self.bytes_before,
+            "segments_after": self.segments_after, "bytes_after": self.bytes_after,
+            "records_removed": self.records_removed, "bytes_removed": self.bytes_removed,
+            "action": self.action.value,
+        }
+        c = self.cleaned
+        if c is not None:
+            e.update(cleaned_range=list(c.cleaned_range), partial=c.partial, groups=c.groups,
+                     groups_rewritten=c.groups_rewritten, records_before=c.records_before,
+                     records_after=c.records_after, stats=dict(c.stats), task_seconds=c.task_seconds,
+                     indexes_rebuilt=list(c.indexes_rebuilt))
+        if self.error is not None:
+            e["error"] = self.error.to_dict()
+        if self.retention is not None:
+            e["retention"] = self.retention.to_entry()
+        e["warnings"] = list(self.warnings)
+        if self.strategy is not None:
+            e.update(strategy=self.strategy, strategy_reason=self.strategy_reason)
+        if self.external_sort is not None:
+            e["external_sort"] = dict(self.external_sort)
+        return e
+
+    def ledger_row(self, dry_run: bool) -> dict[str, Any]:
+        """The partition's row of ``--ledger`` (without the run's columns). A compact run deletes a
+        ``compact,delete`` partition's expired segments before cleaning it (the ``retention`` step): its row
+        starts from the partition as it was before that step and counts the deleted bytes, so the ledger's
+        reclaimed bytes match the run's summary."""
+        c = self.cleaned
+        numbers = {"records_before": c.records_before if c else 0, "records_after": c.records_after if c else 0,
+                   "bytes_before": self.bytes_before, "bytes_after": self.bytes_after,
+                   "segments_before": self.segments_before, "segments_after": self.segments_after,
+                   "records_removed": self.records_removed, "bytes_removed": self.bytes_removed}
+        r = self.retention
+        if r is not None and r.counts_in_ledger(dry_run):
+            numbers["bytes_removed"] += r.bytes_removed
+            numbers["bytes_before"] = r.bytes_before or numbers["bytes_before"]
+            numbers["segments_before"] = r.segments_before or numbers["segments_before"]
+        return {"topic": self.topic, "partition": self.partition, "action": self.action.value,
+                "reason": self.reason, **numbers}
+
+
+Outcome = CompactionOutcome | RetentionOutcome
+
+
+# --------------------------------------------------------------------------------------------------
+# Totals
+# --------------------------------------------------------------------------------------------------
+
+
+def _failed_and_refused(errors: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+    """The run's errors split into failures and refusals by the delete-fraction limit."""
+    refused = sum(1 for e in errors if e.get("kind") == REFUSED_KIND)
+    return len(errors) - refused, refused
+
+
+@dataclass(frozen=True)
+class CompactTotals:
+    """The totals of a compact run (the report's ``totals``). ``errors`` counts every entry of the report's
+    errors (each makes the run exit 1); ``failed`` and ``refused`` split them into failures and partitions the
+    delete-fraction limit left untouched."""
+
+    partitions: int
+    selected: int
+    records_removed: int
+    #: by compaction and, for compact,delete topics, by retention first
+    bytes_removed: int
+    errors: int
+    failed: int
+    refused: int
+    #: the bytes of the selected partitions (before the run)
+    bytes_compacted: int
+    files_purged: int
+    bytes_purged: int
+
+    @classmethod
+    def of(cls, outcomes: Sequence[CompactionOutcome], errors: Sequence[Mapping[str, Any]]) -> "CompactTotals":
+        failed, refused = _failed_and_refused(errors)
+        retention = [o.retention for o in outcomes if o.retention is not None]
+        return cls(partitions=len(outcomes), selected=sum(1 for o in outcomes if o.selected),
+                   records_removed=sum(o.records_removed for o in outcomes),
+                   bytes_removed=sum(o.bytes_removed for o in outcomes) + sum(r.bytes_removed for r in retention),
+                   errors=len(errors), failed=failed, refused=refused,
+                   bytes_compacted=sum(o.bytes_before for o in outcomes if o.selected),
+                   files_purged=sum(r.files_purged for r in retention),
+                   bytes_purged=sum(r.purged_bytes or 0 for r in retention))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"partitions": self.partitions, "selected": self.selected, "records_removed": self.records_removed,
+                "bytes_removed": self.bytes_removed, "errors": self.errors, "failed": self.failed,
+                "refused": self.refused, "bytes_compacted": self.bytes_compacted,
+                "files_purged": self.files_purged, "bytes_purged": self.bytes_purged}
+
+
+@dataclass(frozen=True)
+class RetainTotals:
+    """The totals of a retain run (the report's ``totals``; ``errors``, ``failed``, ``refused`` as for
+    :class:`CompactTotals`)."""
+
+    partitions: int
+    segments_deleted: int
+    bytes_removed: int
+    #: partitions that lost segments
+    partitions_changed: int
+    errors: int
+    failed: int
+    refused: int
+    warnings: int
+    files_purged: int
+    bytes_purged: int
+    bytes_in_scope: int
+
+    @classmethod
+    def of(cls, outcomes: Sequence[RetentionOutcome], errors: Sequence[Mapping[str, Any]],
+           warnings: int) -> "RetainTotals":
+        failed, refused = _failed_and_refused(errors)
+        return cls(partitions=len(outcomes), segments_deleted=sum(len(o.deleted) for o in outcomes),
+                   bytes_removed=sum(o.bytes_removed for o in outcomes),
+                   partitions_changed=sum(1 for o in outcomes if o.action is Action.DELETE),
+                   errors=len(errors), failed=failed, refused=refused, warnings=warnings,
+                   files_purged=sum(o.files_purged for o in outcomes),
+                   bytes_purged=sum(o.purged_bytes or 0 for o in outcomes),
+                   bytes_in_scope=sum(o.bytes_before or 0 for o in outcomes))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"partitions": self.partitions, "segments_deleted": self.segments_deleted,
+                "bytes_removed": self.bytes_removed, "partitions_changed": self.partitions_changed,
+                "errors": self.errors, "failed": self.failed, "refused": self.refused, "warnings": self.warnings,
+                "files_purged": self.files_purged, "bytes_purged": self.bytes_purged,
+                "bytes_in_scope": self.bytes_in_scope}
+
+
+@dataclass(frozen=True)
+class InspectTotals:
+    """The totals of an inspect run (the report's ``totals``), from its rows (complete rows of
+    :data:`jobs.engine.inspection.COLUMNS`)."""
+
+    partitions: int
+    errors: int
+    bytes: int
+    records: int
+    #: partitions a compaction at now would select
+    compaction_selected: int
+    #: what a compaction run at now reclaims: the selected partitions only
+    compaction_bytes_removed: int
+    retention_bytes_deleted: int
+    #: distinct keys counted and compaction measured exactly (else estimates)
+    exact: bool
+
+    @classmethod
+    def of(cls, rows: Sequence[Mapping[str, Any]], *, exact: bool) -> "InspectTotals":
+        ok = [r for r in rows if r["error"] is None]
+        return cls(partitions=len(rows), errors=len(rows) - len(ok), bytes=sum(r["bytes"] for r in ok),
+                   records=sum(r["records"] for r in ok),
+                   compaction_selected=sum(bool(r["compaction_selected"]) for r in ok),
+                   compaction_bytes_removed=sum(r["compaction_bytes_removed"] for r in ok if r["compaction_selected"]),
+                   retention_bytes_deleted=sum(r["retention_bytes_deleted"] for r in ok), exact=exact)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"partitions": self.partitions, "errors": self.errors, "bytes": self.bytes, "records": self.records,
+                "compaction_selected": self.compaction_selected,
+                "compaction_bytes_removed": self.compaction_bytes_removed,
+                "retention_bytes_deleted": self.retention_bytes_deleted, "exact": self.exact}
+
+
+def ledger_rows(outcomes: Iterable[Outcome], *, dry_run: bool) -> list[dict[str, Any]]:
+    """The ledger rows of a run's outcomes (see :func:`jobs.engine.report.append_ledger`)."""
+    return [o.ledger_row(dry_run) for o in outcomes]
+
+
+__all__ = ["LEDGER_NUMBERS", "REFUSED_KIND", "Action", "CleanedRange", "CompactTotals", "CompactionOutcome",
+           "DeletedSegment", "InspectTotals", "Outcome", "Refusal", "RetainTotals", "RetentionOutcome", "ledger_rows",
+           "unreadable_reason"]
