@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from jobs.commands.args import (
     add_log_format_option,
@@ -46,6 +47,9 @@ from jobs.commands.args import (
     progress_sink,
     storage_options_from_args,
 )
+
+if TYPE_CHECKING:
+    from jobs.engine.seams import Seams
 
 
 def _partition_number(text: str) -> int:
@@ -87,8 +91,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_log_format_option(p, job=True)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Update the table; 0 when every partition is up to date, 1 when one failed (the others are applied)."""
+def run(args: argparse.Namespace, seams: "Seams | None" = None) -> int:
+    """Update the table; 0 when every partition is up to date, 1 when one failed (the others are applied).
+    ``seams``: tests only (a fault hook, see tests/support/table_crash.py)."""
     import os
 
     from jobs import api
@@ -103,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         from jobs.engine.spark_session import build_session
 
         spark = build_session(app_name="segjobs-table", master=args.master)
-    result = api.table(args.log_dir, options, spark=spark)
+    result = api.table(args.log_dir, options, spark=spark, seams=seams)
     close_progress(args)
     sys.stdout.write(result.to_json() + "\n" if args.format == "json" else result.summary())
     sys.stdout.flush()

@@ -87,8 +87,9 @@ class PartitionPlan:
 
     @property
     def has_work(self) -> bool:
-        """Whether the run writes anything for this partition (rows, or the applied offset alone)."""
-        return self.rebuild or self.end > self.start
+        """Whether the run writes anything for this partition: rows, or the applied offset alone (a partition
+        the table has never seen gets its applied offset even when empty, so the first run creates the table)."""
+        return self.rebuild or self.end > self.start or self.applied is None
 
 
 def plan_partition(topic: str, partition: int, *, applied: int | None, log_start: int, log_end: int,

@@ -1,0 +1,387 @@
+"""``segjobs table``: a compacted topic as a Delta table, incremental and exactly once (issue 22).
+
+The oracle is written here, over the records kafka-python decodes from the segment files (no segjobs decoder,
+transaction logic or latest-per-key kernel): replay every partition in offset order as a ``read_committed``
+consumer that stops at the first offset of a transaction without a marker; aborted data and markers are
+skipped, keyless records ignored, a tombstone removes its key. The table must hold exactly those rows.
+
+Level: :func:`jobs.api.table` with its partition tasks in this process (``Seams(runner=InProcessTasks())``)
+and the embedded ``deltalake`` writer; compaction through :func:`jobs.api.compact`, also in this process.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jobs import api
+from jobs.rules.config import ConfigSet
+from segment_io.checkpoint import write_offset_checkpoint
+from segment_io.layout import LOG_START_OFFSET_CHECKPOINT, partition_dir_name
+from segment_io.storage import open_storage
+from tests.support.builders import LogBuilder, rec, tombstone, write_log
+from tests.support.hypothesis_budget import examples
+from tests.support.replay import read_partition
+
+TOPIC = "prop"
+RETENTION = 86_400_000  #: delete.retention.ms of the compaction runs
+NOW1 = 1_700_000_000_000
+NOW2 = NOW1 + RETENTION + 1  #: past every horizon the first clean stamps
+REPO = Path(__file__).resolve().parents[2]
+
+# --------------------------------------------------------------------------------------------------
+# The oracle
+# --------------------------------------------------------------------------------------------------
+
+
+def expected_rows(log_dir: Path, partitions: list[int]) -> dict[tuple[int, bytes], tuple]:
+    """(partition, key) -> (value, offset, timestamp, headers) of what a read_committed consumer holds."""
+    out: dict[tuple[int, bytes], tuple] = {}
+    for p in partitions:
+        batches = read_partition(log_dir / partition_dir_name(TOPIC, p))
+        outcome: dict[int, str] = {}  # batch index -> "aborted" / "committed" / "open"
+        pending: dict[int, list[int]] = {}
+        for i, b in enumerate(batches):
+            if b.control:
+                kind = b.control_type
+                for j in pending.pop(b.producer_id, []):
+                    outcome[j] = "aborted" if kind == 0 else "committed"
+            elif b.transactional:
+                pending.setdefault(b.producer_id, []).append(i)
+        for idxs in pending.values():
+            for j in idxs:
+                outcome[j] = "open"
+        opens = [batches[j].base_offset for idxs in pending.values() for j in idxs]
+        bound = min(opens) if opens else None
+        latest: dict[bytes, tuple] = {}
+        for i, b in enumerate(batches):
+            if b.control or outcome.get(i) == "aborted":
+                continue
+            for r in b.records:
+                if bound is not None and r.offset >= bound:
+                    break
+                if r.key is None:
+                    continue
+                if r.value is None:
+                    latest.pop(r.key, None)
+                else:
+                    latest[r.key] = (r.value, r.offset, r.timestamp, tuple(r.headers))
+        out.update({(p, k): v for k, v in latest.items()})
+    return out
+
+
+def table_rows(uri: Path) -> dict[tuple[int, bytes], tuple]:
+    rows = DeltaTable(str(uri)).to_pyarrow_table().to_pylist()
+    out = {}
+    for r in rows:
+        assert r["topic"] == TOPIC
+        assert (r["partition"], r["key"]) not in out, "a key appears twice"
+        out[(r["partition"], r["key"])] = (r["value"], r["offset"], r["timestamp"],
+                                           tuple((h["key"], h["value"]) for h in r["headers"]))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Random logs
+# --------------------------------------------------------------------------------------------------
+
+KEYS = st.sampled_from([b"a", b"b", b"c", b"d", b"e", b"f", None])
+RECORD = st.tuples(KEYS, st.one_of(st.none(), st.binary(min_size=1, max_size=6)),
+                   st.lists(st.tuples(st.sampled_from(["h", "x"]), st.binary(max_size=3)), max_size=1))
+OP = st.one_of(
+    st.tuples(st.just("data"), st.lists(RECORD, min_size=1, max_size=3)),
+    st.tuples(st.just("txn"), st.integers(1, 3), st.lists(RECORD, min_size=1, max_size=3)),
+    st.tuples(st.just("end"), st.integers(1, 3), st.sampled_from(["commit", "abort"])),
+    st.tuples(st.just("roll")),
+)
+
+
+def build(ops: list, partition: int) -> pa.Table:
+    log = LogBuilder(topic=TOPIC, partition=partition)
+    open_txn: set[int] = set()
+    for op in ops:
+        if op[0] == "data":
+            log.batch([rec(k, v, headers=h) if v is not None or k is None else tombstone(k) for k, v, h in op[1]])
+        elif op[0] == "txn":
+            log.txn_batch(op[1], 0, [rec(k, v, headers=h) if v is not None or k is None else tombstone(k)
+                                     for k, v, h in op[2]])
+            open_txn.add(op[1])
+        elif op[0] == "end" and op[1] in open_txn:
+            (log.commit if op[2] == "commit" else log.abort)(op[1], 0)
+            open_txn.discard(op[1])
+        elif op[0] == "roll" and log.next_offset > log.segment_base_offset:
+            log.roll()
+    return log.table()
+
+
+def write_topic(log_dir: Path, logs: dict[int, list]) -> None:
+    for p, ops in logs.items():
+        d = log_dir / partition_dir_name(TOPIC, p)
+        shutil.rmtree(d, ignore_errors=True)
+        table = build(ops, p)
+        if table.num_rows:
+            write_log(table, d)
+        else:
+            d.mkdir(parents=True)
+            (d / "00000000000000000000.log").write_bytes(b"")
+
+
+def run(log_dir: Path, table: Path, **kw) -> api.TableResult:
+    options = api.TableOptions(table=str(table), topic=TOPIC, progress=lambda line: None, **kw)
+    return api.table(log_dir, options, seams=api.Seams(runner=api.InProcessTasks()))
+
+
+def compact(log_dir: Path, partitions: list[int], now_ms: int) -> None:
+    config = ConfigSet().with_overrides([f"{TOPIC}:cleanup.policy=compact", f"{TOPIC}:delete.retention.ms={RETENTION}"])
+    options = api.CompactOptions(config=config, partitions=tuple(partition_dir_name(TOPIC, p) for p in partitions),
+                                 progress=lambda line: None)
+    result = api.compact(log_dir, options, now=now_ms, seams=api.Seams(runner=api.InProcessTasks()))
+    assert result.exit_code == 0, result.errors
+
+
+LOGS = st.dictionaries(st.integers(0, 2), st.lists(OP, min_size=1, max_size=14), min_size=1, max_size=2)
+
+
+# --------------------------------------------------------------------------------------------------
+# Properties
+# --------------------------------------------------------------------------------------------------
+
+
+# Each example builds four tables and compacts twice (about 1 s): a third of the profile's examples.
+@settings(max_examples=examples(0.3), suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                             HealthCheck.too_slow])
+@given(logs=LOGS, cut1=st.floats(0, 1), cut2=st.floats(0, 1))
+def test_table_is_the_latest_committed_value_per_key(tmp_path_factory, logs, cut1, cut2):
+    base = tmp_path_factory.mktemp("table")
+    log_dir, full, nightly = base / "logs", base / "full", base / "nightly"
+    parts = sorted(logs)
+    # three nights: the log as it was at two earlier cuts, then whole
+    lo, hi = sorted((cut1, cut2))
+    for share in (lo, hi):
+        write_topic(log_dir, {p: ops[:int(len(ops) * share)] for p, ops in logs.items()})
+        r = run(log_dir, nightly)
+        assert r.exit_code == 0, r.partitions
+        assert table_rows(nightly) == expected_rows(log_dir, parts)
+    write_topic(log_dir, logs)
+    r3 = run(log_dir, nightly)
+    assert r3.exit_code == 0
+    one = run(log_dir, full)
+    expected = expected_rows(log_dir, parts)
+    assert table_rows(full) == expected
+    assert table_rows(nightly) == expected  # three increments == one full build
+    # the counts the run reports are the table's changes
+    assert one.inserts == len(expected) and one.updates == one.deletes == 0
+    # nothing new: no new Delta version
+    version = DeltaTable(str(full)).version()
+    again = run(log_dir, full)
+    assert again.version_after == again.version_before == version == DeltaTable(str(full)).version()
+    assert all(p.action == "unchanged" for p in again.partitions)
+
+    # compaction between runs, up to and past the delete horizon: the table stays right, and a table built
+    # from the compacted log is the same table
+    compact(log_dir, parts, NOW1)
+    compact(log_dir, parts, NOW2)
+    assert expected_rows(log_dir, parts) == expected
+    after = run(log_dir, full)
+    assert after.exit_code == 0
+    assert table_rows(full) == expected
+    fresh = run(log_dir, base / "fresh")
+    assert fresh.exit_code == 0
+    assert table_rows(base / "fresh") == expected
+
+
+def _sample_log(log_dir: Path) -> None:
+    log = LogBuilder(topic=TOPIC, partition=0)
+    log.batch([rec("a", "1"), rec("b", "2"), rec(None, "keyless")])
+    log.txn_batch(7, 0, [rec("c", "aborted")])
+    log.abort(7, 0)
+    log.roll()
+    log.batch([tombstone("a"), rec("b", "22", headers=[("h", b"v")])])
+    log.txn_batch(8, 0, [rec("d", "4")])
+    log.commit(8, 0)
+    log.txn_batch(9, 0, [rec("e", "open")])  # undecided: bounds what is applied
+    log.batch([rec("f", "after the open transaction")])
+    write_log(log.table(), log_dir / partition_dir_name(TOPIC, 0))
+
+
+def test_first_build_then_nothing_new(tmp_path):
+    _sample_log(tmp_path / "logs")
+    dry = run(tmp_path / "logs", tmp_path / "t", dry_run=True)
+    assert not (tmp_path / "t").exists()
+    (p,) = dry.partitions
+    assert (p.action, p.inserts, p.updates, p.deletes, p.tombstones_without_row) == ("would apply", 2, 0, 0, 1)
+    first = run(tmp_path / "logs", tmp_path / "t")
+    (p,) = first.partitions
+    assert (p.action, p.inserts, p.applied_before, p.applied_after) == ("applied", 2, None, 9)
+    assert {k: v[0] for k, v in table_rows(tmp_path / "t").items()} == {(0, b"b"): b"22", (0, b"d"): b"4"}
+    assert DeltaTable(str(tmp_path / "t")).transaction_version("segjobs-table:prop:0") == 9
+    second = run(tmp_path / "logs", tmp_path / "t")
+    assert second.version_after == second.version_before == 0
+
+
+def test_increment_counts_match_dry_run_and_markers_alone_move_the_offset(tmp_path):
+    log_dir = tmp_path / "logs"
+    log = LogBuilder(topic=TOPIC, partition=0)
+    log.batch([rec("a", "1"), rec("b", "2"), rec("c", "3")])
+    write_log(log.table(), log_dir / partition_dir_name(TOPIC, 0))
+    run(log_dir, tmp_path / "t")
+    log.batch([rec("a", "11"), tombstone("b"), tombstone("zz"), rec("d", "4")])
+    shutil.rmtree(log_dir)
+    write_log(log.table(), log_dir / partition_dir_name(TOPIC, 0))
+    dry = run(log_dir, tmp_path / "t", dry_run=True)
+    real = run(log_dir, tmp_path / "t")
+    counts = [(p.inserts, p.updates, p.deletes, p.tombstones_without_row) for p in (dry.partitions[0], real.partitions[0])]
+    assert counts == [(1, 1, 1, 1)] * 2
+    assert real.version_after == 1 and dry.version_after == 0
+    assert {k[1]: v[0] for k, v in table_rows(tmp_path / "t").items()} == {b"a": b"11", b"c": b"3", b"d": b"4"}
+    # an aborted transaction and its marker only: no row changes, but the applied offset moves (one version)
+    log.txn_batch(5, 0, [rec("a", "never")])
+    log.abort(5, 0)
+    shutil.rmtree(log_dir)
+    write_log(log.table(), log_dir / partition_dir_name(TOPIC, 0))
+    moved = run(log_dir, tmp_path / "t")
+    assert (moved.version_after, moved.partitions[0].applied_after) == (2, log.next_offset)
+    assert run(log_dir, tmp_path / "t").version_after == 2
+
+
+def test_retention_gap_is_an_error_naming_it_and_rebuild_repairs(tmp_path):
+    log_dir = tmp_path / "logs"
+    log = LogBuilder(topic=TOPIC, partition=0)
+    log.batch([rec("a", "1"), rec("b", "2")])
+    log.roll()
+    log.batch([rec("c", "3")])
+    write_log(log.table(), log_dir / partition_dir_name(TOPIC, 0))
+    run(log_dir, tmp_path / "t", partitions=(0,))
+    # more records, then retention deletes the first segment and the new records' start before the table saw them
+    log.batch([tombstone("c"), rec("d", "4")])
+    log.roll()
+    log.batch([rec("e", "5")])
+    shutil.rmtree(log_dir)
+    write_log(log.table(), log_dir / partition_dir_name(TOPIC, 0))
+    for seg in sorted((log_dir / partition_dir_name(TOPIC, 0)).glob("*"))[:3]:
+        if seg.name.startswith("00000000000000000000"):
+            seg.unlink()
+    storage = open_storage(str(log_dir))
+    write_offset_checkpoint(storage, str(log_dir / LOG_START_OFFSET_CHECKPOINT), {(TOPIC, 0): 4})
+    refused = run(log_dir, tmp_path / "t")
+    (p,) = refused.partitions
+    assert refused.exit_code == 1 and p.action == "error"
+    assert "prop-0" in p.error and "below 3" in p.error and "starts at 4" in p.error and "--rebuild" in p.error
+    assert refused.version_after == 0
+    rebuilt = run(log_dir, tmp_path / "t", rebuild=True)
+    assert rebuilt.exit_code == 0 and rebuilt.partitions[0].action == "rebuilt"
+    # a and b are no longer in the log: their rows go; c's tombstone (offset 3) is gone with retention too
+    assert {k[1]: v[0] for k, v in table_rows(tmp_path / "t").items()} == {b"d": b"4", b"e": b"5"}
+    assert rebuilt.partitions[0].deletes == 3  # a, b, c
+    assert run(log_dir, tmp_path / "t").version_after == rebuilt.version_after
+
+
+def test_a_table_ahead_of_the_log_is_refused(tmp_path):
+    _sample_log(tmp_path / "logs")
+    run(tmp_path / "logs", tmp_path / "t")
+    shutil.rmtree(tmp_path / "logs")
+    log = LogBuilder(topic=TOPIC, partition=0)
+    log.batch([rec("a", "recreated")])
+    write_log(log.table(), tmp_path / "logs" / partition_dir_name(TOPIC, 0))
+    r = run(tmp_path / "logs", tmp_path / "t")
+    assert r.exit_code == 1 and "recreated or truncated" in (r.partitions[0].error or "")
+
+
+def test_compaction_ahead_of_the_table_is_warned_about(tmp_path):
+    log_dir = tmp_path / "logs"
+    log = LogBuilder(topic=TOPIC, partition=0)
+    log.batch([rec("a", "1")])
+    write_log(log.table(), log_dir / partition_dir_name(TOPIC, 0))
+    run(log_dir, tmp_path / "t")
+    log.batch([rec("a", "2"), rec("b", "1")])
+    log.roll()
+    log.batch([rec("a", "3")])
+    shutil.rmtree(log_dir)
+    write_log(log.table(), log_dir / partition_dir_name(TOPIC, 0))
+    compact(log_dir, [0], NOW1)
+    r = run(log_dir, tmp_path / "t")
+    assert any("compaction cleaned offsets 1..2 before the table applied them" in w for w in r.warnings)
+    assert {k[1]: v[0] for k, v in table_rows(tmp_path / "t").items()} == {b"a": b"3", b"b": b"1"}
+
+
+# --------------------------------------------------------------------------------------------------
+# A run killed mid-merge, then rerun
+# --------------------------------------------------------------------------------------------------
+
+
+def _killed_run(log_dir: Path, table: Path, step: str) -> int:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "tests.support.table_crash", step, "--", "table", "--log-dir",
+                           str(log_dir), "--topic", TOPIC, "--table", str(table), "--quiet"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    return proc.returncode
+
+
+@pytest.mark.parametrize("step", ["merge:start", "merge:committed"])
+def test_run_killed_mid_merge_then_rerun_equals_one_clean_run(tmp_path, step):
+    log_dir = tmp_path / "logs"
+    log = LogBuilder(topic=TOPIC, partition=0)
+    log.batch([rec("a", "1"), rec("b", "2")])
+    for p in (0, 1):
+        write_log(LogBuilder(topic=TOPIC, partition=p).batch([rec("a", "1"), rec("b", "2")]).table(),
+                  log_dir / partition_dir_name(TOPIC, p))
+    run(log_dir, tmp_path / "t")
+    run(log_dir, tmp_path / "clean")
+    for p in (0, 1):
+        more = LogBuilder(topic=TOPIC, partition=p).batch([rec("a", "1"), rec("b", "2")])
+        more.batch([tombstone("a"), rec("c", f"p{p}")])
+        shutil.rmtree(log_dir / partition_dir_name(TOPIC, p))
+        write_log(more.table(), log_dir / partition_dir_name(TOPIC, p))
+    assert _killed_run(log_dir, tmp_path / "t", step) == -signal.SIGKILL
+    expected_version = 1 if step == "merge:committed" else 0
+    assert DeltaTable(str(tmp_path / "t")).version() == expected_version
+    rerun = run(log_dir, tmp_path / "t")
+    assert rerun.exit_code == 0
+    assert [p.action for p in rerun.partitions] == (["unchanged"] * 2 if step == "merge:committed" else ["applied"] * 2)
+    run(log_dir, tmp_path / "clean")
+    assert table_rows(tmp_path / "t") == table_rows(tmp_path / "clean") == expected_rows(log_dir, [0, 1])
+
+
+def test_a_fault_before_the_commit_leaves_the_table_as_it_was(tmp_path):
+    _sample_log(tmp_path / "logs")
+
+    def fault(partition: str, step: str) -> None:
+        if step == "merge:start":
+            raise OSError("disk gone")
+
+    options = api.TableOptions(table=str(tmp_path / "t"), topic=TOPIC, progress=lambda line: None)
+    r = api.table(tmp_path / "logs", options, seams=api.Seams(runner=api.InProcessTasks(), fault=fault))
+    assert r.exit_code == 1 and "disk gone" in (r.partitions[0].error or "")
+    assert not (tmp_path / "t").exists() or not DeltaTable.is_deltatable(str(tmp_path / "t"))
+
+
+# --------------------------------------------------------------------------------------------------
+# The command line
+# --------------------------------------------------------------------------------------------------
+
+
+def test_cli_runs_and_help_teaches(tmp_path, capsys):
+    from jobs.commands.cli import main
+
+    _sample_log(tmp_path / "logs")
+    with pytest.raises(SystemExit):
+        main(["table", "--help"])
+    help_text = capsys.readouterr().out
+    for words in ("latest", "exactly once", "--rebuild", "--dry-run", "keyless", "delete.retention.ms"):
+        assert words in help_text
+    code = main(["table", "--log-dir", str(tmp_path / "logs"), "--topic", TOPIC, "--table", str(tmp_path / "t"),
+                 "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 0 and "prop-0" in out and "2 insert(s)" in out
+    code = main(["table", "--log-dir", str(tmp_path / "logs"), "--topic", "nope", "--table", str(tmp_path / "t")])
+    assert code == 2 and "--topic nope" in capsys.readouterr().err
