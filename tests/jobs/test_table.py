@@ -385,3 +385,19 @@ def test_cli_runs_and_help_teaches(tmp_path, capsys):
     assert code == 0 and "prop-0" in out and "2 insert(s)" in out
     code = main(["table", "--log-dir", str(tmp_path / "logs"), "--topic", "nope", "--table", str(tmp_path / "t")])
     assert code == 2 and "--topic nope" in capsys.readouterr().err
+
+
+def test_readme_sql_runs_against_a_table(tmp_path):
+    """The README's query of a table, run as it is (through deltalake's SQL engine) against a real one."""
+    import re
+
+    from deltalake import QueryBuilder
+
+    readme = (REPO / "README.md").read_text()
+    (query,) = re.findall(r"```sql\n(.*?)```", readme, flags=re.S)
+    _sample_log(tmp_path / "logs")
+    run(tmp_path / "logs", tmp_path / "t")
+    result = pa.table(QueryBuilder().register("orders_latest", DeltaTable(str(tmp_path / "t"))).execute(query)
+                      .read_all())
+    assert result.to_pylist() == [{"partition": 0, "key": "b", "value": "22", "offset": 6},
+                                  {"partition": 0, "key": "d", "value": "4", "offset": 7}]
