@@ -27,7 +27,7 @@ def write_with_spark(spark: Any, uri: str, dt: Any | None, topic: str, changes: 
                      options: StorageOptions | None, *, fault: Callable[[str], None] | None = None,
                      progress: Progress | None = None) -> int:
     """Apply each partition's changes with a delta-spark MERGE of its own; returns the table's new version."""
-    from delta.tables import DeltaTable as SparkDeltaTable
+    from delta.tables import DeltaTable as SparkDeltaTable  # type: ignore[import-not-found]
     from pyspark.sql.pandas.types import from_arrow_schema
 
     path = spark_path(uri)

@@ -240,7 +240,8 @@ def test_increment_counts_match_dry_run_and_markers_alone_move_the_offset(tmp_pa
     write_log(log.table(), log_dir / partition_dir_name(TOPIC, 0))
     dry = run(log_dir, tmp_path / "t", dry_run=True)
     real = run(log_dir, tmp_path / "t")
-    counts = [(p.inserts, p.updates, p.deletes, p.tombstones_without_row) for p in (dry.partitions[0], real.partitions[0])]
+    counts = [(p.inserts, p.updates, p.deletes, p.tombstones_without_row)
+              for p in (dry.partitions[0], real.partitions[0])]
     assert counts == [(1, 1, 1, 1)] * 2
     assert real.version_after == 1 and dry.version_after == 0
     assert {k[1]: v[0] for k, v in table_rows(tmp_path / "t").items()} == {b"a": b"11", b"c": b"3", b"d": b"4"}

@@ -23,7 +23,8 @@ from tests.support.delta import delta_required, delta_spark_installed
 if delta_required() and not delta_spark_installed():
     raise ImportError(f"delta-spark is not importable by {sys.executable}, but SEGJOBS_REQUIRE_DELTA is set")
 pytestmark = pytest.mark.skipif(not delta_spark_installed(),
-                                reason="delta-spark is not installed here: `make test-compat` runs this in its delta venv")
+                                reason="delta-spark is not installed here: `make test-compat` runs this in its "
+                                       "delta venv")
 
 
 def _night(log_dir: Path, night: int) -> None:
