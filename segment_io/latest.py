@@ -21,6 +21,8 @@ Public API::
     eligible_rows(records, *, aborted, start, end) -> np.ndarray   rows that can be a key's latest
     latest_indices(hi, lo, offsets, eligible) -> np.ndarray        indices of each key's latest row
     LatestRows                                          the latest rows of a partition, fed segment by segment
+    aborted_rows(records, txn_state) -> np.ndarray | None          rows of aborted transactions
+    partition_latest(segments, ...) -> pa.Table         a whole partition's live rows, from its segments' bytes
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from segment_io.schema import HEADER_TYPE
+from segment_io.transactions import TxnState
 
 #: The table's rows: one per live key of a partition. ``topic``, ``partition`` and ``offset`` join a row back
 #: to its record in the log; ``value`` is never null in the table (a tombstone deletes its key's row).
@@ -118,9 +121,55 @@ class LatestRows:
         return self._hi, self._lo
 
 
+def aborted_rows(records: pa.Table, txn: TxnState | None) -> np.ndarray | None:
+    """Which rows of ``records`` (decoded, with ``transactional``, ``control``, ``producer_id``,
+    ``batch_last_offset``) belong to an aborted transaction; None when none can (no aborted transaction)."""
+    if txn is None or not len(txn.aborted) or not records.num_rows:
+        return None
+    data = records.column("transactional").to_numpy(zero_copy_only=False) \
+        & ~records.column("control").to_numpy(zero_copy_only=False)
+    out = np.zeros(records.num_rows, bool)
+    if data.any():
+        out[data] = txn.aborted.contains(records.column("producer_id").to_numpy()[data],
+                                         records.column("batch_last_offset").to_numpy()[data])
+    return out
+
+
+def partition_latest(segments: list[tuple[str, bytes]], *, topic: str, partition: int, verify_crc: bool = True,
+                     allow_truncated_tail: bool = False) -> pa.Table:
+    """The live rows (TABLE_SCHEMA) of one partition from its segments' bytes, ``(uri, bytes)`` in offset order:
+    the whole log is replayed for its transactions, and read up to its last stable offset (the first offset of
+    a transaction with no marker yet, else the log end). ``allow_truncated_tail`` applies to the last segment."""
+    from segment_io.decode import decode_segment_bytes
+    from segment_io.format import scan_batches
+    from segment_io.layout import parse_segment_file
+    from segment_io.transactions import concat_summaries, derive_txn_state, summarize_headers
+
+    summaries = []
+    log_end = 0
+    for i, (uri, data) in enumerate(segments):
+        h = scan_batches(data, path=uri, allow_truncated_tail=allow_truncated_tail and i == len(segments) - 1)
+        summaries.append(summarize_headers([(h, data)], path=uri))
+        if len(h):
+            log_end = max(log_end, int(h.last_offset[-1]) + 1)
+    # producer expiry decides nothing here (it only matters to which empty batches a clean keeps)
+    txn = derive_txn_state(concat_summaries(summaries), now_ms=0, producer_id_expiration_ms=0)
+    end = log_end if txn.first_unstable_offset is None else min(log_end, txn.first_unstable_offset)
+    latest = LatestRows()
+    for i, (uri, data) in enumerate(segments):
+        name = parse_segment_file(uri.rsplit("/", 1)[-1])
+        records = decode_segment_bytes(data, path=uri, topic=topic, partition=partition,
+                                       segment_base_offset=name[0] if name else None, columns=SOURCE_COLUMNS,
+                                       verify_crc=verify_crc,
+                                       allow_truncated_tail=allow_truncated_tail and i == len(segments) - 1)
+        latest.add(records, eligible_rows(records, aborted=aborted_rows(records, txn), start=0, end=end))
+    return live_rows(latest.rows())
+
+
 def live_rows(rows: pa.Table) -> pa.Table:
     """The rows that are in the table: the latest rows whose value is not a tombstone."""
     return rows.filter(pc.is_valid(rows.column("value")))
 
 
-__all__ = ["LatestRows", "SOURCE_COLUMNS", "TABLE_SCHEMA", "eligible_rows", "latest_indices", "live_rows"]
+__all__ = ["LatestRows", "SOURCE_COLUMNS", "TABLE_SCHEMA", "aborted_rows", "eligible_rows", "latest_indices",
+           "live_rows", "partition_latest"]

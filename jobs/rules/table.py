@@ -26,18 +26,15 @@ Public API::
 
     PartitionPlan, plan_partition(...) -> PartitionPlan
     GapError, AheadError
-    aborted_rows(records, txn_state) -> np.ndarray | None
+    aborted_rows(records, txn_state) -> np.ndarray | None   (segment_io.latest's, shared with the data source)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-import pyarrow as pa
-
-from jobs.rules.transactions import TxnState
 from segment_io.errors import SegjobsError
+from segment_io.latest import aborted_rows
 
 
 class GapError(SegjobsError):
@@ -117,20 +114,6 @@ def plan_partition(topic: str, partition: int, *, applied: int | None, log_start
                    f"compaction to avoid this")
     return PartitionPlan(topic, partition, applied, applied, max(last_stable, applied), False, log_start, log_end,
                          warning)
-
-
-def aborted_rows(records: pa.Table, txn: TxnState | None) -> np.ndarray | None:
-    """Which rows of ``records`` (decoded, with ``transactional``, ``control``, ``producer_id``,
-    ``batch_last_offset``) belong to an aborted transaction; None when none can (no aborted transaction)."""
-    if txn is None or not len(txn.aborted) or not records.num_rows:
-        return None
-    data = records.column("transactional").to_numpy(zero_copy_only=False) \
-        & ~records.column("control").to_numpy(zero_copy_only=False)
-    out = np.zeros(records.num_rows, bool)
-    if data.any():
-        out[data] = txn.aborted.contains(records.column("producer_id").to_numpy()[data],
-                                         records.column("batch_last_offset").to_numpy()[data])
-    return out
 
 
 __all__ = ["AheadError", "GapError", "PartitionPlan", "aborted_rows", "plan_partition"]
