@@ -402,3 +402,28 @@ def test_readme_sql_runs_against_a_table(tmp_path):
                       .read_all())
     assert result.to_pylist() == [{"partition": 0, "key": "b", "value": "22", "offset": 6},
                                   {"partition": 0, "key": "d", "value": "4", "offset": 7}]
+
+
+def test_a_corrupt_partition_is_reported_and_the_others_are_applied(tmp_path):
+    _sample_log(tmp_path / "logs")
+    bad = tmp_path / "logs" / partition_dir_name(TOPIC, 1)
+    bad.mkdir()
+    (bad / "00000000000000000000.log").write_bytes(b"\x00" * 8 + b"\x00\x00\x00\x40" + b"garbage" * 20)
+    r = run(tmp_path / "logs", tmp_path / "t")
+    by_name = {p.name: p for p in r.partitions}
+    assert r.exit_code == 1
+    assert by_name["prop-1"].action == "error" and "00000000000000000000.log" in (by_name["prop-1"].error or "")
+    assert by_name["prop-0"].action == "applied" and by_name["prop-0"].inserts == 2
+    assert DeltaTable(str(tmp_path / "t")).transaction_version("segjobs-table:prop:1") is None
+
+
+def test_partitions_read_in_spark_tasks(spark, tmp_path):
+    """With a session (as under spark-submit), each partition is read by a Spark task: what a task returns
+    and the code it runs ship to executors."""
+    logs = {0: [("data", [(b"a", b"1", []), (b"b", None, [])]), ("txn", 1, [(b"c", b"x", [])]), ("end", 1, "abort")],
+            1: [("data", [(b"a", b"2", [("h", b"v")])]), ("roll",), ("data", [(b"d", b"4", [])])]}
+    write_topic(tmp_path / "logs", logs)
+    options = api.TableOptions(table=str(tmp_path / "t"), topic=TOPIC, writer="deltalake", progress=lambda line: None)
+    r = api.table(tmp_path / "logs", options, spark=spark)
+    assert r.exit_code == 0, r.partitions
+    assert table_rows(tmp_path / "t") == expected_rows(tmp_path / "logs", [0, 1])
