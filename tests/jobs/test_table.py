@@ -427,3 +427,26 @@ def test_partitions_read_in_spark_tasks(spark, tmp_path):
     r = api.table(tmp_path / "logs", options, spark=spark)
     assert r.exit_code == 0, r.partitions
     assert table_rows(tmp_path / "t") == expected_rows(tmp_path / "logs", [0, 1])
+
+
+@pytest.mark.s3
+def test_log_dir_and_table_on_s3(s3_bucket, tmp_path):
+    """The log dir and the table both in a bucket (moto_server): the same rows, offsets and no-op rerun."""
+    endpoint, bucket = s3_bucket
+    storage_options = endpoint.storage_options()
+    _sample_log(tmp_path / "logs")
+    log_dir, table = f"s3://{bucket}/kafka/logs", f"s3://{bucket}/lake/prop_latest"
+    storage = open_storage(log_dir, storage_options)
+    for f in sorted((tmp_path / "logs").rglob("*")):
+        if f.is_file():
+            storage.write_atomic(storage.join(log_dir, *f.relative_to(tmp_path / "logs").parts), f.read_bytes())
+    options = api.TableOptions(table=table, topic=TOPIC, storage=storage_options, progress=lambda line: None)
+    first = api.table(log_dir, options, seams=api.Seams(runner=api.InProcessTasks()))
+    assert first.exit_code == 0 and first.partitions[0].inserts == 2
+    from jobs.engine.table import delta_storage_options
+
+    dt = DeltaTable(table, storage_options=delta_storage_options(table, storage_options))
+    assert sorted(dt.to_pyarrow_table(columns=["key"]).column("key").to_pylist()) == [b"b", b"d"]
+    assert dt.transaction_version("segjobs-table:prop:0") == 9
+    again = api.table(log_dir, options, seams=api.Seams(runner=api.InProcessTasks()))
+    assert again.version_after == again.version_before == 0
