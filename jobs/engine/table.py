@@ -124,6 +124,9 @@ class PartitionChanges:
     bytes_read: int = 0
     error: PartitionError | None = None
     warnings: list[str] = field(default_factory=list)
+    #: when planned only: the segments to read, ``(uri, allow a truncated tail)``, and the aborted transactions
+    segments: list[tuple[str, bool]] = field(default_factory=list)
+    aborted: Any = None  # segment_io.transactions.AbortedTxns
 
     @property
     def name(self) -> str:
@@ -272,6 +275,8 @@ class PartitionItem:
     cleaner_checkpoint: int | None
     rebuild: bool
     max_batch_bytes: int | None
+    #: False: plan only, and list the segments to read (Spark reads and dedupes them: :mod:`jobs.engine.table_spark`)
+    read_rows: bool = True
 
 
 def partition_changes(item: PartitionItem) -> PartitionChanges:
@@ -305,6 +310,10 @@ def partition_changes(item: PartitionItem) -> PartitionChanges:
                     continue
                 if seg.base_offset >= plan.end:
                     break
+                if not item.read_rows:
+                    out.segments.append((seg.log.uri, i == len(segments) - 1))
+                    out.bytes_read += seg.log.size
+                    continue
                 records = read_segment(seg.log.uri, columns=SOURCE_COLUMNS, storage=item.storage,
                                        topic=pl.topic, partition=pl.partition,
                                        allow_truncated_tail=i == len(segments) - 1,
@@ -313,8 +322,11 @@ def partition_changes(item: PartitionItem) -> PartitionChanges:
                 out.bytes_read += seg.log.size
                 latest.add(records, eligible_rows(records, aborted=aborted_rows(records, scan.txn),
                                                   start=plan.start, end=plan.end))
-        out.rows = latest.rows()
-        out.records_read = latest.records_read
+        if item.read_rows:
+            out.rows = latest.rows()
+            out.records_read = latest.records_read
+        else:
+            out.aborted = scan.txn.aborted if scan.txn is not None else None
     except SegjobsError as exc:
         out.error = PartitionError.from_exception(exc)
     except Exception as exc:  # noqa: BLE001 - one partition's failure is reported, the others proceed
@@ -471,10 +483,12 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
              + (f"version {version_before}" if dt is not None else "(new)"), event="table.start",
              partitions=len(wanted))
 
+    writer = _choose_writer(options.writer, spark, options.table)
+    # With delta-spark, Spark reads and dedupes the records (a shuffle that spills, never a collect to the driver)
     items = [PartitionItem(storage, listing.partition(options.topic, p), applied[p],
                            checkpoints[LOG_START_OFFSET_CHECKPOINT].get((options.topic, p)),
                            checkpoints[CLEANER_OFFSET_CHECKPOINT].get((options.topic, p)), options.rebuild,
-                           options.max_batch_bytes) for p in wanted]
+                           options.max_batch_bytes, read_rows=writer != "spark") for p in wanted]
     runner = _runner(spark, seams)
     results: list[PartitionChanges] = runner.map(partition_changes, items,
                                                  description=f"segjobs table {options.topic}: read partitions")
@@ -492,13 +506,27 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
                 progress(f"{r.name}: nothing new (applied up to offset {plan.end})", event="table.partition.read",
                          partition=r.name, records=0, bytes=0)
                 continue
+            if writer == "spark":
+                progress(f"{r.name}: offsets {plan.start}..{plan.end - 1} in {len(r.segments)} segment(s), read by "
+                         f"Spark", event="table.partition.planned", partition=r.name, bytes=r.bytes_read)
+                continue
             progress(f"{r.name}: read {r.records_read} record(s) in {r.segments_read} segment(s), offsets "
                      f"{plan.start}..{plan.end - 1}: {r.rows.num_rows if r.rows is not None else 0} latest key(s)",
                      event="table.partition.read", partition=r.name, records=r.records_read, bytes=r.bytes_read)
     ok = [r for r in results if r.error is None and r.plan is not None]
     work = [r for r in ok if r.plan is not None and r.plan.has_work]
-    counts = count_changes(dt, work)
-    writer = _choose_writer(options.writer, spark, options.table)
+    spark_latest = None
+    if writer == "spark" and work:
+        from jobs.engine.table_spark import spark_changes, spark_count_changes
+
+        spark_latest, read_counts = spark_changes(spark, storage, options.topic, work, options.max_batch_bytes)
+        counts = spark_count_changes(spark, options.table, spark_latest, work)
+        for r in work:
+            r.records_read = read_counts.get(r.partition, 0)
+        progress(f"Spark read {sum(read_counts.values())} record(s) of {len(work)} partition(s)",
+                 event="table.read", records=sum(read_counts.values()))
+    else:
+        counts = count_changes(dt, work)
     version_after = version_before
     write_error: str | None = None
     if work and not options.dry_run:
@@ -509,7 +537,7 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
                 from jobs.engine.table_spark import write_with_spark
 
                 version_after = write_with_spark(spark, options.table, dt, options.topic, work, storage_options,
-                                                 fault=fault, progress=progress)
+                                                 spark_latest, fault=fault, progress=progress)
             else:
                 version_after = write_with_deltalake(options.table, dt, options.topic, work, storage_options,
                                                      fault=fault)
@@ -518,6 +546,11 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
         except Exception as exc:  # noqa: BLE001 - a Delta commit that failed: nothing of this run is in the table
             write_error = f"{type(exc).__name__}: {exc}"
             progress.error(f"the table was not written: {write_error}", event="table.write.error")
+    if spark_latest is not None:
+        spark_latest.unpersist()
+    # delta-spark commits partition by partition: after a failure, those committed before it are applied
+    committed = applied_offsets(open_table(options.table, storage_options), options.topic,
+                                [r.partition for r in work]) if write_error is not None else {}
     dry = options.dry_run
     parts: list[TablePartition] = []
     for r in results:
@@ -528,7 +561,7 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
                                         applied.get(r.partition), None, None, r.records_read, 0, 0, 0, 0,
                                         error=str(r.error)))
             continue
-        if write_error is not None and plan.has_work:
+        if write_error is not None and plan.has_work and committed.get(r.partition) != plan.end:
             parts.append(TablePartition(r.topic, r.partition, "error", plan.applied, plan.applied, plan.log_start,
                                         plan.log_end, r.records_read, 0, 0, 0, 0, error=write_error))
             continue

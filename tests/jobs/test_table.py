@@ -450,3 +450,40 @@ def test_log_dir_and_table_on_s3(s3_bucket, tmp_path):
     assert dt.transaction_version("segjobs-table:prop:0") == 9
     again = api.table(log_dir, options, seams=api.Seams(runner=api.InProcessTasks()))
     assert again.version_after == again.version_before == 0
+
+
+# One Spark job per example: a tenth of the profile's examples.
+@settings(max_examples=examples(0.1), suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                             HealthCheck.too_slow])
+@given(logs=LOGS)
+def test_spark_dedupe_equals_the_in_memory_one(spark, tmp_path_factory, logs):
+    """The path for topics with more keys than a task's memory (Spark reads every segment and keeps the highest
+    offset per key in a shuffle) gives the rows of the in-memory path."""
+    from jobs.engine.table import PartitionItem, partition_changes
+    from jobs.engine.table_spark import spark_changes
+    from segment_io.layout import list_log_dir
+
+    log_dir = tmp_path_factory.mktemp("dedupe") / "logs"
+    write_topic(log_dir, logs)
+    storage = open_storage(str(log_dir))
+    listing = list_log_dir(storage, str(log_dir))
+    planned, in_memory, records_read = [], {}, 0
+    for p in sorted(logs):
+        item = PartitionItem(storage, listing.partition(TOPIC, p), None, None, None, False, None, read_rows=False)
+        planned.append(partition_changes(item))
+        whole = partition_changes(PartitionItem(*[getattr(item, f) for f in (
+            "storage", "listing", "applied", "log_start_checkpoint", "cleaner_checkpoint", "rebuild",
+            "max_batch_bytes")]))
+        records_read += whole.records_read
+        in_memory.update({(p, r["key"]): r for r in whole.rows.to_pylist()})
+    frame, read = spark_changes(spark, storage, TOPIC, planned, None)
+    try:
+        got = {(r["partition"], bytes(r["key"])): r.asDict(recursive=True) for r in frame.collect()}
+    finally:
+        frame.unpersist()
+    for r in got.values():
+        r["key"], r["value"] = bytes(r["key"]), None if r["value"] is None else bytes(r["value"])
+        r["headers"] = [{"key": h["key"], "value": None if h["value"] is None else bytes(h["value"])}
+                        for h in r["headers"]]
+    assert got == in_memory
+    assert sum(read.values()) == records_read
