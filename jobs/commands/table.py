@@ -20,9 +20,10 @@ ahead of the table). When retention deleted segments the table had not applied, 
 error naming the gap (exit 1): --rebuild reapplies it from the log start offset and deletes the rows no longer
 in the log.
 
-Writers: with --writer auto, delta-spark's MERGE when the Spark session has Delta Lake (one commit per
-partition), else the embedded deltalake package (one commit for the run). Partitions are read in Spark tasks
-under spark-submit, in this process otherwise. The log dir is only read: no lock is taken, nothing is written
+Writers: with --writer auto, delta-spark when the Spark session has Delta Lake: Spark reads the segments and
+keeps the latest record per key in a shuffle that spills (any number of keys, nothing through the driver), then
+one MERGE per partition; else the embedded deltalake package: each partition's changes in memory, one commit for
+the run. Partitions are scanned in Spark tasks under spark-submit, in this process otherwise. The log dir is only read: no lock is taken, nothing is written
 there, so it is safe beside a running broker or a segjobs compact.
 
 examples:

@@ -11,8 +11,10 @@ A run, per partition of the topic:
    aborted records and markers out, keyless records out);
 
 then writes every partition's changes in ONE Delta commit (``deltalake``'s MERGE: upserts, deletes for
-tombstones, and for rebuilt partitions the rows no longer in the log), or, when the session has Delta Lake, one
-delta-spark MERGE per partition.
+tombstones, and for rebuilt partitions the rows no longer in the log). When the session has Delta Lake, step 3
+runs in Spark instead (a task per segment, then an aggregation by key whose shuffle spills: any number of keys,
+nothing collected to the driver) and one delta-spark MERGE per partition writes it
+(:mod:`jobs.engine.table_spark`).
 
 The applied offsets: Delta's application transactions
 ----------------------------------------------------
