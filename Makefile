@@ -122,7 +122,8 @@ COMPAT_ENVS ?= floor delta ceiling
 COMPAT_TESTS ?= tests/segment_io/test_spark_source.py tests/segment_io/test_kafka_schema.py \
     tests/jobs/engine/test_compact_job.py tests/jobs/engine/test_compact_external_sort.py \
     tests/jobs/engine/test_retain.py tests/jobs/test_api.py tests/jobs/test_spark_submit_cluster.py \
-    tests/jobs/engine/test_history.py tests/jobs/engine/test_delta_spark.py
+    tests/jobs/engine/test_history.py tests/jobs/engine/test_delta_spark.py \
+    tests/jobs/engine/test_table_delta_spark.py tests/segment_io/test_spark_latest.py
 
 $(COMPAT_DIR)/%/.installed: conf/compat/%.txt pyproject.toml
 	@test -x $(COMPAT_DIR)/$*/bin/python || $(PYTHON) -m venv $(COMPAT_DIR)/$*

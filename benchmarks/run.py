@@ -24,6 +24,7 @@ SECTIONS = {
     "source": "benchmarks.source_bench",
     "costs": "benchmarks.fixed_cost_bench",
     "s3-planning": "benchmarks.s3_planning_bench",
+    "table": "benchmarks.table_bench",
 }
 
 

@@ -530,3 +530,43 @@ __all__ = [
     # test seams
     "Seams", "InProcessTasks", "SparkTasks",
 ]
+
+
+# --------------------------------------------------------------------------------------------------
+# Compacted topics as Delta tables
+# --------------------------------------------------------------------------------------------------
+
+from jobs.engine.table import TableOptions, TablePartition, TableResult  # noqa: E402 - appended section
+
+
+def table(log_dir: str | os.PathLike, options: TableOptions, *, spark: Any = None,
+          seams: Seams | None = None) -> TableResult:
+    """Keep the Delta table ``options.table`` equal to the latest value per key of ``options.topic`` in the log
+    dir (local path or s3:// URI), applying only what was written since the last run, exactly once (``segjobs
+    table --help`` and docs/guide/table.md say how). Reads the log dir only: no lock, nothing written to it.
+    ``spark``: the session whose executors read the partitions (None: the active session, else this process);
+    with Delta Lake in it the table is written by its MERGE, else by ``deltalake``. Returns per partition what
+    was inserted, updated and deleted (a dry run: what would be); ``exit_code`` 1 when some partition failed."""
+    from jobs.engine.table import run_table
+
+    options = _checked(options, TableOptions, "table")
+    if spark is None and (seams is None or seams.runner is None):
+        spark = _active_spark()
+    return run_table(os.fspath(log_dir), options, spark=spark, seams=seams)
+
+
+def _active_spark() -> Any:
+    """The running Spark session of this process, None when there is none (never starts one)."""
+    import sys
+
+    if "pyspark" not in sys.modules:
+        return None
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    if SparkContext._active_spark_context is None:
+        return None
+    return SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+
+
+__all__ += ["table", "TableOptions", "TableResult", "TablePartition"]

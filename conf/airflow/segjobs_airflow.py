@@ -37,6 +37,12 @@ earlier one is not what running them in order does. Hence ``max_active_runs=1`` 
 Both jobs take the log dir's lock (local) or lease (S3), so they never overlap even if a retry starts while
 another attempt is alive; a killed attempt's half-done commit is finished or rolled back by the next one.
 
+With ``tables`` (topic -> Delta table URI), each run first keeps those compacted topics' tables
+(``segjobs table``, ``jobs/table.py``: one task per topic, ``table_<topic>``) and only then applies retention and
+compaction: the tables read what the night brought before retention deletes segments (a retention gap would
+refuse the partition) and before compaction cleans past what the tables applied (they stay exact while they run
+at least once every ``delete.retention.ms``; see docs/guide/table.md).
+
 This module needs only Airflow and the apache-airflow-providers-apache-spark provider: segjobs itself runs
 under spark-submit (install it where spark-submit runs its driver; see docs/operations/airflow.md).
 """
@@ -96,6 +102,9 @@ def segjobs_dag(
     segjobs_home: str | None = "/opt/segjobs",
     retain_application: str | None = None,
     compact_application: str | None = None,
+    tables: Mapping[str, str] | None = None,
+    table_application: str | None = None,
+    table_args: Sequence[str] = (),
     conn_id: str = "spark_default",
     schedule: Any = "0 2 * * *",
     start_date: datetime | str = "2026-01-01",
@@ -124,6 +133,11 @@ def segjobs_dag(
         to ``SEGJOBS_HOME/jobs/retain.py`` and ``SEGJOBS_HOME/jobs/compact.py``.
     :param retain_application: / :param compact_application: the spark-submit application of each job
         (overrides ``segjobs_home``; e.g. a path inside an image, or ``local:///...`` on Kubernetes).
+    :param tables: compacted topics to keep as Delta tables, ``{topic: table URI}``: a ``table_<topic>`` task per
+        topic runs ``jobs/table.py`` before ``retain`` (see the module docstring).
+    :param table_application: the spark-submit application of the table tasks (default
+        ``SEGJOBS_HOME/jobs/table.py``); :param table_args: more ``segjobs table`` options (``["--s3-endpoint",
+        URL]``, ``["--writer", "deltalake"]``).
     :param conn_id: the Airflow connection (type ``spark``) naming the master: ``local[2]``, ``yarn``,
         ``spark://host:7077``, ``k8s://https://...``; its extra may set ``deploy-mode``, ``queue``, ``namespace``.
     :param schedule: / :param start_date: / :param catchup: as for any DAG (``start_date`` may be an
@@ -144,7 +158,8 @@ def segjobs_dag(
     """
     if not isinstance(log_dir, str) or not log_dir.strip():
         raise ValueError(f"segjobs_dag({dag_id!r}): log_dir must be a path or s3:// URI, got {log_dir!r}")
-    for name, args in (("extra_args", extra_args), ("retain_args", retain_args), ("compact_args", compact_args)):
+    for name, args in (("extra_args", extra_args), ("retain_args", retain_args), ("compact_args", compact_args),
+                       ("table_args", table_args)):
         _check_args(dag_id, name, args)
     for item in sets:
         if not SET_PATTERN.match(item):
@@ -160,6 +175,17 @@ def segjobs_dag(
         "retain": retain_application or _application(dag_id, segjobs_home, "retain"),
         "compact": compact_application or _application(dag_id, segjobs_home, "compact"),
     }
+    tables = dict(tables or {})
+    for topic, uri in tables.items():
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", str(topic)) or not isinstance(uri, str) or not uri.strip():
+            raise ValueError(f"segjobs_dag({dag_id!r}): tables entry {topic!r}: {uri!r} is not a topic name and a "
+                             f"Delta table URI")
+    for option in ("--topic", "--table"):
+        if any(str(a).split("=", 1)[0] == option for a in table_args):
+            raise ValueError(f"segjobs_dag({dag_id!r}): table_args contains {option}, which the DAG sets itself: "
+                             f"use the tables parameter")
+    if tables:
+        applications["table"] = table_application or _application(dag_id, segjobs_home, "table")
     if isinstance(start_date, str):
         start_date = pendulum.parse(start_date, tz="UTC")
 
@@ -198,6 +224,20 @@ def segjobs_dag(
             ))
         retain, compact = tasks
         retain >> compact
+        for topic, uri in tables.items():
+            table = SparkSubmitOperator(
+                task_id=f"table_{topic}",
+                application=applications["table"],
+                application_args=["--log-dir", log_dir, "--topic", topic, "--table", uri, *table_args],
+                conn_id=conn_id,
+                conf=dict(spark_conf or {}),
+                properties_file=properties_file,
+                spark_binary=spark_binary,
+                env_vars=dict(env_vars) if env_vars else None,
+                name=f"{dag_id}.table_{topic}",
+                **dict(spark_submit or {}),
+            )
+            table >> retain
     return dag
 
 

@@ -24,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                 "compact partitions whose cleanup.policy includes compact (Kafka's log cleaner)"),
     "retain": ("jobs.commands.retain",
                "apply retention (retention.ms, retention.bytes, log start offset) and delete segments"),
+    "table": ("jobs.commands.table",
+              "keep a Delta table of a compacted topic's latest value per key, incrementally and exactly once"),
     "recover": ("jobs.commands.recover", "complete or roll back what an interrupted segjobs run left in a log dir"),
     "inspect": ("jobs.commands.inspect",
                 "report per partition: dirty ratio, keys, tombstones, what compaction/retention would reclaim"),

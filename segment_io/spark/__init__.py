@@ -22,6 +22,11 @@ exact types of :data:`segment_io.schema.RECORD_SCHEMA`, or with ``schema`` ``kaf
                        and types of ``spark.read.format("kafka")`` with ``includeHeaders`` (key, value, topic,
                        partition, offset, timestamp as a TimestampType, timestampType, headers), so a query
                        written for the broker reader runs unchanged on segments
+``read``               ``records`` (default): every record; ``latest``: a compacted topic as a table, one row
+                       per live key of each partition with the columns of ``segjobs table``
+                       (:data:`segment_io.latest.TABLE_SCHEMA`): the latest record per key, aborted data,
+                       markers and keyless records left out, up to each partition's last stable offset; the
+                       offset, timestamp, ``includeControl`` and ``schema`` options do not apply
 ``s3.endpoint``, ``s3.region``, ``s3.access_key_id``, ``s3.secret_access_key``, ``s3.session_token``,
 ``s3.profile``         S3 settings; unset ones come from the environment (see ``StorageOptions``)
 =====================  =============================================================================

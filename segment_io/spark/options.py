@@ -35,8 +35,14 @@ S3_OPTIONS: dict[str, str] = {
 #: Every option the source accepts, spelt as documented (Spark lower-cases keys before we see them).
 KNOWN_OPTIONS: tuple[str, ...] = (
     "path", "topics", "partitions", "startingOffset", "endingOffset", "startingTimestamp", "endingTimestamp",
-    "includeControl", "verifyCrc", "allowTruncatedTail", "batchRows", "maxSplitBytes", "schema", *S3_OPTIONS,
+    "includeControl", "verifyCrc", "allowTruncatedTail", "batchRows", "maxSplitBytes", "schema", "read",
+    *S3_OPTIONS,
 )
+#: Values of the ``read`` option: every record, or the latest record per key (a compacted topic as a table).
+READ_MODES = ("records", "latest")
+#: Options that select records by offset or time, or shape record rows: meaningless for ``read`` ``latest``.
+_RECORD_ONLY_OPTIONS = ("startingOffset", "endingOffset", "startingTimestamp", "endingTimestamp", "includeControl",
+                        "schema")
 _CANONICAL = {name.lower(): name for name in KNOWN_OPTIONS}
 
 
@@ -68,6 +74,8 @@ class ReadOptions:
     row_schema: str = "segments"
     #: Only the S3 settings the user gave; the rest is resolved from the environment where the read runs.
     s3_overrides: StorageOptions = StorageOptions()
+    #: ``records`` (default) or ``latest``: one row per live key of each partition (:mod:`segment_io.latest`)
+    read_mode: str = "records"
 
     def storage_options(self) -> StorageOptions | None:
         """Settings for :func:`segment_io.storage.open_storage`: the environment overlaid with the options.
@@ -110,7 +118,13 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         max_split_bytes=_size(get, "maxSplitBytes", minimum=1) or DEFAULT_MAX_SPLIT_BYTES,
         row_schema=_row_schema(get("schema")),
         s3_overrides=StorageOptions(**{field: get(opt) for opt, field in S3_OPTIONS.items()}),
+        read_mode=_read_mode(get("read")),
     )
+    if parsed.read_mode == "latest":
+        for name in _RECORD_ONLY_OPTIONS:
+            if get(name) is not None:
+                raise DataSourceOptionError(name, "not with read=latest, which returns every live key's latest "
+                                                  "record up to each partition's last stable offset")
     _check_range(parsed.starting_offset, parsed.ending_offset, "endingOffset", "startingOffset")
     _check_range(parsed.starting_timestamp, parsed.ending_timestamp, "endingTimestamp", "startingTimestamp")
     return parsed
@@ -153,6 +167,15 @@ def _bool(get: _Get, name: str, default: bool) -> bool:
     if lowered in ("false", "0", "no"):
         return False
     raise DataSourceOptionError(name, f"{raw!r} is not a boolean (true or false)")
+
+
+def _read_mode(raw: str | None) -> str:
+    if raw is None:
+        return "records"
+    mode = raw.strip().lower()
+    if mode not in READ_MODES:
+        raise DataSourceOptionError("read", f"{raw!r}: give one of {', '.join(READ_MODES)}")
+    return mode
 
 
 def _row_schema(raw: str | None) -> str:

@@ -58,10 +58,16 @@ class KafkaSegmentsDataSource(DataSource):
 
     def schema(self) -> StructType:
         # Validating here makes a bad option fail at load(), before any job is planned.
-        return ROW_SCHEMAS[parse_options(self.options).row_schema].spark_schema
+        options = parse_options(self.options)
+        if options.read_mode == "latest":
+            return LATEST_SPARK_SCHEMA
+        return ROW_SCHEMAS[options.row_schema].spark_schema
 
-    def reader(self, schema: StructType) -> "KafkaSegmentsReader":
-        return KafkaSegmentsReader(parse_options(self.options))
+    def reader(self, schema: StructType) -> "KafkaSegmentsReader | LatestReader":
+        options = parse_options(self.options)
+        if options.read_mode == "latest":
+            return LatestReader(options)
+        return KafkaSegmentsReader(options)
 
 
 class _PushFiltersMethod:
@@ -202,3 +208,57 @@ def register(spark: SparkSession) -> None:
 
     use_this_python_for_local_workers(spark)
     spark.dataSource.register(KafkaSegmentsDataSource)
+
+
+# --------------------------------------------------------------------------------------------------
+# read=latest: a compacted topic as a table
+# --------------------------------------------------------------------------------------------------
+
+def _latest_spark_schema() -> StructType:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from segment_io.latest import TABLE_SCHEMA
+
+    return from_arrow_schema(TABLE_SCHEMA)
+
+
+#: The rows of ``read`` ``latest``: :data:`segment_io.latest.TABLE_SCHEMA`, the columns of a ``segjobs table``.
+LATEST_SPARK_SCHEMA: StructType = _latest_spark_schema()
+
+
+class LatestPartition(InputPartition):
+    """Every live segment of one Kafka partition, in offset order: read by one task."""
+
+    def __init__(self, topic: str, partition: int, uris: tuple[str, ...]) -> None:
+        super().__init__((topic, partition))
+        self.topic, self.partition, self.uris = topic, partition, uris
+
+
+class LatestReader(DataSourceReader):
+    """``read`` ``latest``: one task per Kafka partition returns its live keys' latest records, with the
+    semantics of ``segjobs table`` (:func:`segment_io.latest.partition_latest`: aborted data, markers and keyless
+    records out, reading up to the last stable offset)."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self.bounds = RowBounds.from_options(options)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        storage = open_storage(self.options.path, self.options.storage_options())
+        by_partition: dict[tuple[str, int], list[str]] = {}
+        for segment in list_segments(storage, self.options.path, self.bounds):
+            by_partition.setdefault((segment.topic, segment.partition), []).append(segment.uri)
+        return [LatestPartition(t, p, tuple(uris)) for (t, p), uris in sorted(by_partition.items())]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from segment_io.latest import partition_latest
+
+        if not isinstance(partition, LatestPartition):
+            return
+        storage = open_storage(partition.uris[0], self.options.storage_options())
+        segments = [(uri, storage.read(uri)) for uri in partition.uris]
+        rows = partition_latest(segments, topic=partition.topic, partition=partition.partition,
+                                verify_crc=self.options.verify_crc,
+                                allow_truncated_tail=self.options.allow_truncated_tail)
+        if rows.num_rows:
+            yield from rows.to_batches(max_chunksize=self.options.batch_rows)

@@ -121,6 +121,24 @@ def test_the_factory_refuses_what_the_dag_owns_and_unknown_settings(airflow_home
         segjobs_airflow.dag_from_settings(tmp_path / "absent.toml", "x")
 
 
+def test_table_tasks_run_before_retention(airflow_home) -> None:
+    """With ``tables``, a ``table_<topic>`` task per topic submits jobs/table.py for it, upstream of retain."""
+    segjobs_airflow = _factory()
+    dag = segjobs_airflow.segjobs_dag("t", log_dir="/logs", segjobs_home="/opt/segjobs",
+                                      tables={"orders": "s3://lake/orders_latest"},
+                                      table_args=["--writer", "deltalake"])
+    table = dag.get_task("table_orders")
+    assert table.application == "/opt/segjobs/jobs/table.py"
+    assert table.application_args == ["--log-dir", "/logs", "--topic", "orders", "--table", "s3://lake/orders_latest",
+                                      "--writer", "deltalake"]
+    assert table.downstream_task_ids == {"retain"}
+    assert dag.get_task("retain").downstream_task_ids == {"compact"}
+    with pytest.raises(ValueError, match="table_args contains --topic, which the DAG sets itself"):
+        segjobs_airflow.segjobs_dag("x", log_dir="/logs", tables={"a": "/t"}, table_args=["--topic", "b"])
+    with pytest.raises(ValueError, match="tables entry 'a b'"):
+        segjobs_airflow.segjobs_dag("x", log_dir="/logs", tables={"a b": "/t"})
+
+
 def _cli(*argv: str) -> None:
     """``python -m jobs ARGV`` with the project's interpreter, as a user types it."""
     env = dict(os.environ, PYSPARK_PYTHON=str(PROJECT_PYTHON), PYSPARK_DRIVER_PYTHON=str(PROJECT_PYTHON),

@@ -1,0 +1,117 @@
+"""Keep a Delta table of a compacted topic: one row per live key, its latest value, read from the log dir (a
+local path or an s3:// prefix: a broker's own dir, a backup copy, an archive) with Kafka's semantics, never
+through a broker. The table is what a read_committed consumer would hold after reading the whole topic: per key
+the record with the highest offset; a key whose latest record is a tombstone is absent; records of aborted
+transactions and transaction markers never appear; keyless records are not part of the table (a compacted
+topic cannot hold them). Reading stops at each partition's last stable offset: the first offset of a
+transaction with no marker yet (it may still abort), else the log end.
+
+Columns: topic, partition, key, value, headers, offset, timestamp, timestamp_type. (topic, partition, offset)
+joins a row back to its record in the log (`segjobs dump`). The Delta table is partitioned by `partition`.
+
+Incremental and exactly once: each partition's applied offset (everything below it is in the table) is a Delta
+application transaction (txn appId segjobs-table:<topic>:<partition>), committed by the same Delta commit as
+the rows. A run applies what was written since, per partition: upserts of keys with a new latest value, deletes
+for tombstones. A run killed at any point leaves the table at its last commit, and the next run continues from
+there; a run with nothing new writes no table version. Compaction between runs is harmless (it only removes
+records a later record of the same key supersedes), provided the table runs at least once every
+delete.retention.ms, the time Kafka gives every reader to see a tombstone (a warning says when compaction got
+ahead of the table). When retention deleted segments the table had not applied, the partition is refused with an
+error naming the gap (exit 1): --rebuild reapplies it from the log start offset and deletes the rows no longer
+in the log.
+
+Writers: with --writer auto, delta-spark when the Spark session has Delta Lake: Spark reads the segments and
+keeps the latest record per key in a shuffle that spills (any number of keys, nothing through the driver), then
+one MERGE per partition; else the embedded deltalake package: each partition's changes in memory, one commit for
+the run. Partitions are scanned in Spark tasks under spark-submit, in this process otherwise. The log dir is
+only read: no lock is taken, nothing is written there, so it is safe beside a running broker or a segjobs
+compact.
+
+examples:
+  segjobs table --log-dir /var/kafka/logs --topic orders --table /lake/orders_latest
+  segjobs table --log-dir s3://bucket/kafka/logs --topic orders --table s3://lake/orders_latest --dry-run
+  segjobs table --log-dir /backup/logs --topic orders --table /lake/orders_latest --rebuild --partition 3
+  spark-submit --packages io.delta:delta-spark_4.2_2.13:4.4.1 jobs/table.py --log-dir s3://bucket/kafka/logs \\
+      --topic orders --table s3://lake/orders_latest
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from jobs.commands.args import (
+    add_log_format_option,
+    batch_bytes_arg,
+    cli_wording,
+    close_progress,
+    progress_sink,
+    storage_options_from_args,
+)
+
+if TYPE_CHECKING:
+    from jobs.engine.seams import Seams
+
+
+def _partition_number(text: str) -> int:
+    try:
+        value = int(text.rsplit("-", 1)[-1])
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a partition number (3) or TOPIC-N (orders-3)")
+    return value
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    """Add ``table``'s options to ``p``."""
+    p.add_argument("--log-dir", required=True, metavar="URI", help="Kafka log dir: a local path or s3://bucket/prefix")
+    p.add_argument("--topic", required=True, metavar="TOPIC", help="the compacted topic to keep as a table")
+    p.add_argument("--table", required=True, metavar="URI",
+                   help="the Delta table (local path or s3:// URI); the first run creates it, later runs update it")
+    p.add_argument("--partition", action="append", default=[], type=_partition_number, metavar="N",
+                   help="only this partition of the topic, as 3 or orders-3 (repeatable; default: all)")
+    p.add_argument("--rebuild", action="store_true",
+                   help="reapply the partitions from their log start offset and delete rows no longer in the log: "
+                        "the way out of a retention gap (see above); the table stays readable meanwhile")
+    p.add_argument("--dry-run", action="store_true",
+                   help="write nothing; count exactly what a real run would insert, update and delete per partition")
+    p.add_argument("--writer", choices=("auto", "deltalake", "spark"), default="auto",
+                   help="auto (default): delta-spark's MERGE when the Spark session has Delta Lake, else deltalake")
+    p.add_argument("--max-batch-bytes", type=batch_bytes_arg, metavar="SIZE",
+                   help="the most bytes one compressed batch may inflate to before it is reported as corrupt; "
+                        "default 256MiB, or $SEGJOBS_MAX_BATCH_BYTES")
+    p.add_argument("--master", metavar="URL",
+                   help="Spark master, when the partitions should be read by Spark (default: spark-submit's; run "
+                        "directly, partitions are read in this process and no Spark starts)")
+    p.add_argument("--s3-endpoint", metavar="URL", help="S3 endpoint URL (default: AWS_ENDPOINT_URL or AWS)")
+    p.add_argument("--s3-region", metavar="REGION", help="S3 region (default: from the AWS configuration)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr (failures are still shown)")
+    p.add_argument("--format", "--output", dest="format", choices=("table", "json"), default="table",
+                   help="what stdout gets: table (default), or json: the run's result as one document")
+    add_log_format_option(p, job=True)
+
+
+def run(args: argparse.Namespace, seams: "Seams | None" = None) -> int:
+    """Update the table; 0 when every partition is up to date, 1 when one failed (the others are applied).
+    ``seams``: tests only (a fault hook, see tests/support/table_crash.py)."""
+    import os
+
+    from jobs import api
+
+    with cli_wording():
+        options = api.TableOptions(table=args.table.rstrip("/"), topic=args.topic, partitions=tuple(args.partition),
+                                   rebuild=args.rebuild, dry_run=args.dry_run, writer=args.writer,
+                                   max_batch_bytes=args.max_batch_bytes, storage=storage_options_from_args(args),
+                                   progress=progress_sink(args))
+    spark = None
+    if args.master or os.environ.get("SPARK_ENV_LOADED") or args.writer == "spark":
+        from jobs.engine.spark_session import build_session
+
+        spark = build_session(app_name="segjobs-table", master=args.master)
+    result = api.table(args.log_dir, options, spark=spark, seams=seams)
+    close_progress(args)
+    sys.stdout.write(result.to_json() + "\n" if args.format == "json" else result.summary())
+    sys.stdout.flush()
+    return result.exit_code
