@@ -64,7 +64,7 @@ import os
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 from jobs.logdir.commit import (
     COMMIT_DIR,
@@ -82,6 +82,7 @@ from jobs.logdir.commit import (
     deleted_bases,
     list_segment_files,
     live_log_bases,
+    partition_name,
     read_delete_intent,
     read_ledger,
     read_replace_intent,
@@ -97,6 +98,7 @@ from segment_io.layout import (
     DELETED_SUFFIX,
     SWAP_SUFFIX,
     parse_partition_dir,
+    parse_segment_file,
     segment_file_name,
 )
 from segment_io.storage.base import FileInfo, PendingUpload, Storage, map_ahead
@@ -277,16 +279,22 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
     fence = fence or Fence()
     partitions = [storage.join(log_dir_uri, n) for n in sorted(n for n in names if parse_partition_dir(n) is not None)]
     reports = []
-    # What may run ahead: the read-only check of whether a partition has anything to settle (up to
+    # What may run ahead: the reads that decide whether a partition has anything to settle. First one recursive
+    # listing of the log dir and one of the commit dirs, which clear most partitions without a request of their
+    # own (see clean_in_listing); then, for the others, the read-only check of the rules themselves (up to
     # io_concurrency partitions at once). What stays ordered: every change, partition by partition in name
-    # order, each preceded by the lease check, so a lost lease stops recovery before the next partition's
-    # first write. A partition with nothing to settle is not written to, so it needs no check.
-    would_act = map_ahead(lambda uri: _would_act(storage, uri, work, now_ms, fence), partitions,
-                          storage.io_concurrency)
-    for partition_uri, acts in zip(partitions, would_act):
+    # order, each preceded by the lease check, so a lost lease stops recovery before the next partition's first
+    # write. A partition with nothing to settle is not written to, so it needs no check. Reads taken ahead stay
+    # true: a partition's recovery changes only its own files and commit dir, and the lease keeps other runs out.
+    clean = clean_in_listing(log_dir_uri, storage.list(log_dir_uri, recursive=True),
+                             storage.join(work, COMMIT_DIR), storage.list(storage.join(work, COMMIT_DIR),
+                                                                          recursive=True))
+    checked = map_ahead(lambda uri: _would_act(storage, uri, work, now_ms, fence),
+                        [p for p in partitions if partition_name(p) not in clean], storage.io_concurrency)
+    for partition_uri in partitions:
         report = RecoveryReport(partition_uri)
         reports.append(report)
-        if not acts:
+        if partition_name(partition_uri) in clean or not next(checked):
             continue
         if check is not None:
             check()
@@ -321,6 +329,38 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
     if top.changed or top.problems:
         reports.append(top)
     return reports
+
+
+def clean_in_listing(log_dir_uri: str, log_files: Iterable[FileInfo], commit_uri: str,
+                     commit_files: Iterable[FileInfo]) -> frozenset[str]:
+    """The partitions (directory names) that recovery has nothing to settle in, as far as listings alone can
+    tell: ``log_files`` is a recursive listing of the log dir, ``commit_files`` one of the work location's commit
+    dir (``<work>/commit``). A partition is clean when its directory holds only files directly in it, none of them
+    a ``.cleaned``, ``.swap`` or ``.deleted`` segment file or a temporary file of an interrupted write, and its
+    commit dir holds nothing at all (no intent, no staged object, no deletion ledger). Then every rule finds
+    nothing: no intent to roll forward, no loader rule applies, nothing staged (on local disk staging beside the
+    partition is a sub-directory, which a clean partition has none of), no ``.deleted`` segment for the ledger,
+    no temporary file. Anything else, or anything not understood, leaves the partition to the rules themselves
+    (:func:`_would_act`): a partition a crashed run left anything in is never missed. Pure: a function of the
+    listings."""
+    dirty: set[str] = set()
+    seen: set[str] = set()
+    root = log_dir_uri.rstrip("/") + "/"
+    for f in log_files:
+        if not f.uri.startswith(root):
+            continue
+        name, _, rest = f.uri[len(root):].partition("/")
+        if not rest:
+            continue  # a file of the log dir itself: the log-dir step deals with those
+        seen.add(name)
+        parsed = parse_segment_file(rest)
+        if "/" in rest or is_temp_file(rest) or (parsed is not None and parsed[2]):
+            dirty.add(name)
+    commit_root = commit_uri.rstrip("/") + "/"
+    for f in commit_files:
+        if f.uri.startswith(commit_root):
+            dirty.add(f.uri[len(commit_root):].partition("/")[0])
+    return frozenset(n for n in seen - dirty if parse_partition_dir(n) is not None)
 
 
 def unfinished_state(storage: Storage, partition_uri: str, work_uri: str) -> str | None:
@@ -701,5 +741,5 @@ class PreviewStorage(Storage):
 
 
 __all__ = ["LEFTOVER_ACTIONS", "PreviewStorage", "Fence", "RecoveryAction", "RecoveryReport", "STAGED_GRACE_MS",
-           "fence_of", "recover_log_dir",
+           "clean_in_listing", "fence_of", "recover_log_dir",
            "recover_partition", "describe_stuck", "stuck_error", "unfinished_state"]
