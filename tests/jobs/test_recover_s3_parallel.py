@@ -228,3 +228,44 @@ def test_header_scans_over_many_s3_partitions_overlap_and_plan_what_serial_scans
     assert [{k: v for k, v in e.items() if k not in timing} for e in parallel] == \
         [{k: v for k, v in e.items() if k not in timing} for e in serial]
     assert serial_most == 1 and 1 < parallel_most <= 8
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_compaction_run_with_nothing_due_reads_no_object_of_a_partition_it_cannot_select(s3_bucket, tmp_path,
+                                                                                          monkeypatch, dry_run):
+    """Recovery's listing clears the clean partitions, and the selection scan reads nothing of a partition whose
+    only segment is the active one: a run over them costs its listings' pages, not requests per partition."""
+    from jobs import api
+    from jobs.engine.seams import InProcessTasks
+    from segment_io.generate import GenerateSpec, generate_log_dir
+
+    endpoint, bucket = s3_bucket
+    _fill(endpoint, bucket, tmp_path)  # PARTITIONS partitions of three segments, some with leftovers
+    generate_log_dir(GenerateSpec(topics=("small",), partitions=30, records=10, batch_records=10),
+                     str(tmp_path / "small"))
+    client = endpoint.client()
+    for f in sorted(p for p in (tmp_path / "small").rglob("*") if p.is_file()):
+        client.put_object(Bucket=bucket, Key=f"{PREFIX}/{f.relative_to(tmp_path / 'small').as_posix()}",
+                          Body=f.read_bytes())
+    seen: list[tuple[str, str]] = []
+    make_client = S3Storage._make_client
+
+    def counted(self, *args, **kwargs):  # the real client, with botocore's hook recording every request it sends
+        made = make_client(self, *args, **kwargs)
+        made.meta.events.register("before-parameter-build.s3", lambda model, params, **_: seen.append(
+            (model.name, str(params.get("Key") or params.get("Prefix") or ""))))
+        return made
+
+    monkeypatch.setattr(S3Storage, "_make_client", counted)
+    result = api.compact(f"s3://{bucket}/{PREFIX}",
+                         api.CompactOptions(storage=endpoint.storage_options(), dry_run=dry_run,
+                                            overrides=["small:cleanup.policy=compact"]),
+                         now=NOW, seams=api.Seams(runner=InProcessTasks()))
+    assert result.exit_code == 0, result.errors
+    small = {e["partition"]: e for e in result.report.partitions if e["topic"] == "small"}
+    assert len(small) == 30 and not [e for e in small.values() if e["selected"]]
+    assert {e["action"] for e in small.values()} == {"skipped"}
+    named = {m.group(1) for _, key in seen for m in [re.search(r"/(small-\d+)/", key)] if m}
+    assert named == set(), sorted(seen)[:20]
+    # the other topic's partitions were read as before (their closed segments, and those with leftovers)
+    assert any(re.search(rf"/{TOPIC}-\d+/", key) for _, key in seen)
