@@ -268,8 +268,10 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
     themselves. ``work_uri`` defaults to the log dir's sibling ``<log-dir>.segjobs``; ``check`` is called
     before each partition that recovery changes (or keeps something in, or reports) and before the log-dir step
     (the caller's lease check: it raises to stop). Whether a partition has anything to settle is found by
-    reads only, up to ``storage.io_concurrency`` partitions at once ahead of the changes, which are made one
-    partition at a time in name order: the outcome, and a dry run's report, are those of a serial run. One
+    reads only, ahead of the changes: one recursive listing of the log dir and one of the commit dirs clear the
+    partitions that show nothing to settle (:func:`clean_in_listing`), and the others are checked by the rules
+    themselves, up to ``storage.io_concurrency`` partitions at once. The changes are made one partition at a time
+    in name order: the outcome, and a dry run's report, are those of a serial run. One
     report per partition, in name order, followed by one for the log dir (``partition_uri`` is the log dir)
     if that changed anything. A partition whose leftovers cannot be settled safely gets a report with ``error``
     set (and nothing changed in it) while the others are recovered."""
