@@ -101,7 +101,7 @@ from segment_io.layout import (
     parse_segment_file,
     segment_file_name,
 )
-from segment_io.storage.base import FileInfo, PendingUpload, Storage, map_ahead
+from segment_io.storage.base import KIND_DIRECTORY, KIND_FILE, FileInfo, PendingUpload, Storage, map_ahead
 from segment_io.storage.local import is_temp_file
 
 #: The actions that remove leftovers of interrupted runs (rule 6, and staged objects no intent refers to).
@@ -262,7 +262,8 @@ def _recover_steps(storage: Storage, partition_uri: str, work_uri: str, now_ms: 
 
 
 def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri: str | None = None,
-                    check: Callable[[], None] | None = None, fence: Fence | None = None) -> list[RecoveryReport]:
+                    check: Callable[[], None] | None = None, fence: Fence | None = None,
+                    listed: list[FileInfo] | None = None) -> list[RecoveryReport]:
     """:func:`recover_partition` for every partition of the log dir (those with files, and those with
     segjobs bookkeeping in the work location), then rule 6 for the log dir and the work location
     themselves. ``work_uri`` defaults to the log dir's sibling ``<log-dir>.segjobs``; ``check`` is called
@@ -274,10 +275,16 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
     in name order: the outcome, and a dry run's report, are those of a serial run. One
     report per partition, in name order, followed by one for the log dir (``partition_uri`` is the log dir)
     if that changed anything. A partition whose leftovers cannot be settled safely gets a report with ``error``
-    set (and nothing changed in it) while the others are recovered."""
+    set (and nothing changed in it) while the others are recovered. ``listed``: the log dir's recursive listing
+    with irregular entries (what :func:`segment_io.layout.list_log_dir` reads), taken by the caller under the
+    lock so that it can use it again when recovery changed nothing; by default recovery lists it."""
     work = work_uri if work_uri is not None else log_dir_work_uri(log_dir_uri)
-    names = {d.rstrip("/").rsplit("/", 1)[-1] for d in storage.list_dirs(log_dir_uri)}
-    names |= {d.rstrip("/").rsplit("/", 1)[-1] for d in storage.list_dirs(storage.join(work, COMMIT_DIR))}
+    if listed is None:
+        listed = storage.list(log_dir_uri, recursive=True, irregular=True)
+    commit_uri = storage.join(work, COMMIT_DIR)
+    commit_listed = storage.list(commit_uri, recursive=True, irregular=True)
+    # the partitions: every directory of the log dir and of the commit dirs (what listing their directories gives)
+    names = _dir_names(log_dir_uri, listed) | _dir_names(commit_uri, commit_listed)
     fence = fence or Fence()
     partitions = [storage.join(log_dir_uri, n) for n in sorted(n for n in names if parse_partition_dir(n) is not None)]
     reports = []
@@ -288,9 +295,7 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
     # order, each preceded by the lease check, so a lost lease stops recovery before the next partition's first
     # write. A partition with nothing to settle is not written to, so it needs no check. Reads taken ahead stay
     # true: a partition's recovery changes only its own files and commit dir, and the lease keeps other runs out.
-    clean = clean_in_listing(log_dir_uri, storage.list(log_dir_uri, recursive=True),
-                             storage.join(work, COMMIT_DIR), storage.list(storage.join(work, COMMIT_DIR),
-                                                                          recursive=True))
+    clean = clean_in_listing(log_dir_uri, listed, commit_uri, commit_listed)
     checked = map_ahead(lambda uri: _would_act(storage, uri, work, now_ms, fence),
                         [p for p in partitions if partition_name(p) not in clean], storage.io_concurrency)
     for partition_uri in partitions:
@@ -312,8 +317,10 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
     if check is not None:
         check()
     top = RecoveryReport(log_dir_uri)
-    for info in storage.list(log_dir_uri):
-        _delete_temp(storage, info, top)
+    root = log_dir_uri.rstrip("/") + "/"
+    for info in listed:  # the log dir's own files: no partition's recovery changed them
+        if info.kind == KIND_FILE and "/" not in info.uri[len(root):]:
+            _delete_temp(storage, info, top)
     commit_root = storage.join(work, COMMIT_DIR) + "/"
     staging_root = storage.join(work, PRIVATE_STAGING_DIR) + "/"
     for info in storage.list(work, recursive=True):
@@ -336,15 +343,15 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
 def clean_in_listing(log_dir_uri: str, log_files: Iterable[FileInfo], commit_uri: str,
                      commit_files: Iterable[FileInfo]) -> frozenset[str]:
     """The partitions (directory names) that recovery has nothing to settle in, as far as listings alone can
-    tell: ``log_files`` is a recursive listing of the log dir, ``commit_files`` one of the work location's commit
-    dir (``<work>/commit``). A partition is clean when its directory holds only files directly in it, none of them
-    a ``.cleaned``, ``.swap`` or ``.deleted`` segment file or a temporary file of an interrupted write, and its
-    commit dir holds nothing at all (no intent, no staged object, no deletion ledger). Then every rule finds
-    nothing: no intent to roll forward, no loader rule applies, nothing staged (on local disk staging beside the
-    partition is a sub-directory, which a clean partition has none of), no ``.deleted`` segment for the ledger,
-    no temporary file. Anything else, or anything not understood, leaves the partition to the rules themselves
-    (:func:`_would_act`): a partition a crashed run left anything in is never missed. Pure: a function of the
-    listings."""
+    tell: ``log_files`` is a recursive listing of the log dir (with or without irregular entries),
+    ``commit_files`` one of the work location's commit dir (``<work>/commit``). A partition is clean when its
+    directory holds only regular files directly in it, none of them a ``.cleaned``, ``.swap`` or ``.deleted``
+    segment file or a temporary file of an interrupted write, and its commit dir holds nothing at all (no
+    intent, no staged object, no deletion ledger). Then every rule finds nothing: no intent to roll forward, no
+    loader rule applies, nothing staged (on local disk staging beside the partition is a sub-directory, which a
+    clean partition has none of), no ``.deleted`` segment for the ledger, no temporary file. Anything else, or
+    anything not understood, leaves the partition to the rules themselves (:func:`_would_act`): a partition a
+    crashed run left anything in is never missed. Pure: a function of the listings."""
     dirty: set[str] = set()
     seen: set[str] = set()
     root = log_dir_uri.rstrip("/") + "/"
@@ -353,16 +360,31 @@ def clean_in_listing(log_dir_uri: str, log_files: Iterable[FileInfo], commit_uri
             continue
         name, _, rest = f.uri[len(root):].partition("/")
         if not rest:
+            if f.kind == KIND_DIRECTORY:
+                seen.add(name)  # a partition directory (listed when asked for irregular entries)
             continue  # a file of the log dir itself: the log-dir step deals with those
         seen.add(name)
         parsed = parse_segment_file(rest)
-        if "/" in rest or is_temp_file(rest) or (parsed is not None and parsed[2]):
+        if f.kind != KIND_FILE or "/" in rest or is_temp_file(rest) or (parsed is not None and parsed[2]):
             dirty.add(name)
     commit_root = commit_uri.rstrip("/") + "/"
     for f in commit_files:
         if f.uri.startswith(commit_root):
             dirty.add(f.uri[len(commit_root):].partition("/")[0])
     return frozenset(n for n in seen - dirty if parse_partition_dir(n) is not None)
+
+
+def _dir_names(root_uri: str, listed: Iterable[FileInfo]) -> set[str]:
+    """The names of the directories directly under ``root_uri`` in its recursive listing ``listed`` (with
+    irregular entries): those that hold something, and the empty ones a store with directories reports."""
+    root = root_uri.rstrip("/") + "/"
+    names = set()
+    for f in listed:
+        if f.uri.startswith(root):
+            name, sep, _ = f.uri[len(root):].partition("/")
+            if sep or f.kind == KIND_DIRECTORY:
+                names.add(name)
+    return names
 
 
 def unfinished_state(storage: Storage, partition_uri: str, work_uri: str) -> str | None:

@@ -230,30 +230,33 @@ def test_header_scans_over_many_s3_partitions_overlap_and_plan_what_serial_scans
     assert serial_most == 1 and 1 < parallel_most <= 8
 
 
-@pytest.mark.parametrize("dry_run", [True, False])
-def test_a_compaction_run_with_nothing_due_reads_no_object_of_a_partition_it_cannot_select(s3_bucket, tmp_path,
-                                                                                          monkeypatch, dry_run):
-    """Recovery's listing clears the clean partitions, and the selection scan reads nothing of a partition whose
-    only segment is the active one: a run over them costs its listings' pages, not requests per partition."""
-    from jobs import api
-    from jobs.engine.seams import InProcessTasks
+def _upload_small(endpoint, bucket: str, tmp_path: Path, partitions: int = 30) -> None:
+    """``partitions`` generated partitions of topic ``small``, each one active segment of 10 records."""
     from segment_io.generate import GenerateSpec, generate_log_dir
 
-    endpoint, bucket = s3_bucket
-    _fill(endpoint, bucket, tmp_path)  # PARTITIONS partitions of three segments, some with leftovers
-    generate_log_dir(GenerateSpec(topics=("small",), partitions=30, records=10, batch_records=10),
+    generate_log_dir(GenerateSpec(topics=("small",), partitions=partitions, records=10, batch_records=10),
                      str(tmp_path / "small"))
     client = endpoint.client()
     for f in sorted(p for p in (tmp_path / "small").rglob("*") if p.is_file()):
         client.put_object(Bucket=bucket, Key=f"{PREFIX}/{f.relative_to(tmp_path / 'small').as_posix()}",
                           Body=f.read_bytes())
-    seen: list[tuple[str, str]] = []
+
+
+def _compact_counting(endpoint, bucket: str, monkeypatch, dry_run: bool):
+    """``api.compact`` over the bucket's log dir (topic ``small`` compacted), and every request its S3 clients
+    sent, as (operation, key or prefix, delimiter, continued): the real clients, with botocore's own hook
+    recording each request."""
+    from jobs import api
+    from jobs.engine.seams import InProcessTasks
+
+    seen: list[tuple[str, str, str, bool]] = []
     make_client = S3Storage._make_client
 
-    def counted(self, *args, **kwargs):  # the real client, with botocore's hook recording every request it sends
+    def counted(self, *args, **kwargs):
         made = make_client(self, *args, **kwargs)
         made.meta.events.register("before-parameter-build.s3", lambda model, params, **_: seen.append(
-            (model.name, str(params.get("Key") or params.get("Prefix") or ""))))
+            (model.name, str(params.get("Key") or params.get("Prefix") or ""), str(params.get("Delimiter", "")),
+             "ContinuationToken" in params)))
         return made
 
     monkeypatch.setattr(S3Storage, "_make_client", counted)
@@ -262,10 +265,43 @@ def test_a_compaction_run_with_nothing_due_reads_no_object_of_a_partition_it_can
                                             overrides=["small:cleanup.policy=compact"]),
                          now=NOW, seams=api.Seams(runner=InProcessTasks()))
     assert result.exit_code == 0, result.errors
+    return result, seen
+
+
+def _log_dir_listings(seen) -> list[str]:
+    """The listings of the whole log dir a run started (first pages): ``recursive`` or ``delimited``."""
+    return ["delimited" if delim else "recursive" for op, key, delim, more in seen
+            if op == "ListObjectsV2" and key == f"{PREFIX}/" and not more]
+
+
+@pytest.mark.parametrize("leftover", [False, True])
+def test_a_run_lists_the_log_dir_once_under_the_lock_unless_recovery_changed_it(s3_bucket, tmp_path, monkeypatch,
+                                                                                leftover):
+    endpoint, bucket = s3_bucket
+    _upload_small(endpoint, bucket, tmp_path)
+    if leftover:
+        endpoint.client().put_object(Bucket=bucket, Key=f"{PREFIX}/small-3/00000000000000000000.log.segjobs-"
+                                                        f"0123456789ab.tmp", Body=b"partial")
+    result, seen = _compact_counting(endpoint, bucket, monkeypatch, dry_run=False)
+    assert result.report.totals["recovered_partitions"] == int(leftover)
+    # before the lock (to check the scope: exit code 2 promises nothing was done), then once under the lock for
+    # recovery and the scans alike; again only after recovery changed something
+    assert _log_dir_listings(seen) == ["recursive"] * (3 if leftover else 2)
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_compaction_run_with_nothing_due_reads_no_object_of_a_partition_it_cannot_select(s3_bucket, tmp_path,
+                                                                                          monkeypatch, dry_run):
+    """Recovery's listing clears the clean partitions, and the selection scan reads nothing of a partition whose
+    only segment is the active one: a run over them costs its listings' pages, not requests per partition."""
+    endpoint, bucket = s3_bucket
+    _fill(endpoint, bucket, tmp_path)  # PARTITIONS partitions of three segments, some with leftovers
+    _upload_small(endpoint, bucket, tmp_path)
+    result, seen = _compact_counting(endpoint, bucket, monkeypatch, dry_run)
     small = {e["partition"]: e for e in result.report.partitions if e["topic"] == "small"}
     assert len(small) == 30 and not [e for e in small.values() if e["selected"]]
     assert {e["action"] for e in small.values()} == {"skipped"}
-    named = {m.group(1) for _, key in seen for m in [re.search(r"/(small-\d+)/", key)] if m}
+    named = {m.group(1) for _, key, *_ in seen for m in [re.search(r"/(small-\d+)/", key)] if m}
     assert named == set(), sorted(seen)[:20]
     # the other topic's partitions were read as before (their closed segments, and those with leftovers)
-    assert any(re.search(rf"/{TOPIC}-\d+/", key) for _, key in seen)
+    assert any(re.search(rf"/{TOPIC}-\d+/", key) for _, key, *_ in seen)
