@@ -283,8 +283,11 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
         listed = storage.list(log_dir_uri, recursive=True, irregular=True)
     commit_uri = storage.join(work, COMMIT_DIR)
     commit_listed = storage.list(commit_uri, recursive=True, irregular=True)
+    # listings name local files by path, whichever way the log dir was named (a file:// URI, a path)
+    listed_root = storage.local_path(log_dir_uri) or log_dir_uri
+    commit_root = storage.local_path(commit_uri) or commit_uri
     # the partitions: every directory of the log dir and of the commit dirs (what listing their directories gives)
-    names = _dir_names(log_dir_uri, listed) | _dir_names(commit_uri, commit_listed)
+    names = _dir_names(listed_root, listed) | _dir_names(commit_root, commit_listed)
     fence = fence or Fence()
     partitions = [storage.join(log_dir_uri, n) for n in sorted(n for n in names if parse_partition_dir(n) is not None)]
     reports = []
@@ -295,7 +298,7 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
     # order, each preceded by the lease check, so a lost lease stops recovery before the next partition's first
     # write. A partition with nothing to settle is not written to, so it needs no check. Reads taken ahead stay
     # true: a partition's recovery changes only its own files and commit dir, and the lease keeps other runs out.
-    clean = clean_in_listing(log_dir_uri, listed, commit_uri, commit_listed)
+    clean = clean_in_listing(listed_root, listed, commit_root, commit_listed)
     checked = map_ahead(lambda uri: _would_act(storage, uri, work, now_ms, fence),
                         [p for p in partitions if partition_name(p) not in clean], storage.io_concurrency)
     for partition_uri in partitions:
@@ -317,9 +320,9 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
     if check is not None:
         check()
     top = RecoveryReport(log_dir_uri)
-    root = log_dir_uri.rstrip("/") + "/"
+    root = listed_root.rstrip("/") + "/"
     for info in listed:  # the log dir's own files: no partition's recovery changed them
-        if info.kind == KIND_FILE and "/" not in info.uri[len(root):]:
+        if info.kind == KIND_FILE and info.uri.startswith(root) and "/" not in info.uri[len(root):]:
             _delete_temp(storage, info, top)
     commit_root = storage.join(work, COMMIT_DIR) + "/"
     staging_root = storage.join(work, PRIVATE_STAGING_DIR) + "/"

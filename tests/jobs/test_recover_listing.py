@@ -88,3 +88,14 @@ def _no_fence():
     from jobs.logdir.recover import Fence
 
     return Fence()
+
+
+@pytest.mark.parametrize("spelling", ["path", "path/", "file://"])
+def test_recovery_finds_every_partition_however_the_log_dir_is_named(tmp_path: Path, spelling: str) -> None:
+    scenario, _ = _crashed(tmp_path, LOCAL_REPLACE_STEPS[len(LOCAL_REPLACE_STEPS) // 2], delete=False)
+    (Path(scenario.log_dir) / "cleaner-offset-checkpoint.segjobs-0123456789ab.tmp").write_bytes(b"partial")
+    log_dir = {"path": scenario.log_dir, "path/": scenario.log_dir + "/", "file://": "file://" + scenario.log_dir}
+    reports = recover_log_dir(scenario.storage, log_dir[spelling], now_ms=5_000, work_uri=scenario.work)
+    changed = {r.partition_uri.rstrip("/").rsplit("/", 1)[-1]: [a.action for a in r.actions] for r in reports
+               if r.changed}
+    assert set(changed) == {TOPIC_PARTITION, "kafka-logs"} and changed["kafka-logs"] == ["delete-temp"]
