@@ -52,6 +52,7 @@ from segment_io.layout import (
     LOG_START_OFFSET_CHECKPOINT,
     LogDirListing,
     list_log_dir,
+    list_log_dir_top,
     listing_from_files,
     parse_partition_dir,
 )
@@ -244,7 +245,9 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
 
     # The scope, the topics' configs and the checkpoint files are checked against a first listing before the
     # lock and recovery: exit code 2 promises that nothing was done. Recovery does not add or remove partitions.
-    listing = _check_scope(storage, log_dir, scope, configs)
+    # These checks need only the names at the log dir's top level: a listing of that level, not of every file
+    # (on S3 a page per thousand partitions rather than per thousand files).
+    listing = _check_scope(storage, log_dir, scope, configs, list_log_dir_top(storage, log_dir))
     for note in configs.check_entries({t for t, _ in listing.partitions}, log_dir):
         report.warnings.append(note)
         progress.notice(f"warning: {note}", event="config.unmatched")

@@ -275,7 +275,7 @@ def _log_dir_listings(seen) -> list[str]:
 
 
 @pytest.mark.parametrize("leftover", [False, True])
-def test_a_run_lists_the_log_dir_once_under_the_lock_unless_recovery_changed_it(s3_bucket, tmp_path, monkeypatch,
+def test_a_run_lists_the_whole_log_dir_once_under_the_lock_unless_recovery_changed_it(s3_bucket, tmp_path, monkeypatch,
                                                                                 leftover):
     endpoint, bucket = s3_bucket
     _upload_small(endpoint, bucket, tmp_path)
@@ -284,9 +284,17 @@ def test_a_run_lists_the_log_dir_once_under_the_lock_unless_recovery_changed_it(
                                                         f"0123456789ab.tmp", Body=b"partial")
     result, seen = _compact_counting(endpoint, bucket, monkeypatch, dry_run=False)
     assert result.report.totals["recovered_partitions"] == int(leftover)
-    # before the lock (to check the scope: exit code 2 promises nothing was done), then once under the lock for
-    # recovery and the scans alike; again only after recovery changed something
-    assert _log_dir_listings(seen) == ["recursive"] * (3 if leftover else 2)
+    # before the lock, its top level (the scope's and the configs' checks: exit code 2 promises nothing was done);
+    # then the whole of it once under the lock for recovery and the scans alike, again only if recovery changed it
+    assert _log_dir_listings(seen) == ["delimited"] + ["recursive"] * (2 if leftover else 1)
+    result, seen = _compact_counting(endpoint, bucket, monkeypatch, dry_run=True)  # no lock, no recovery
+    assert _log_dir_listings(seen) == ["delimited", "recursive"]
+    seen.clear()  # `segjobs recover`: its top level before the lock, the whole of it once under the lock
+    from jobs import api
+
+    recovered = api.recover(f"s3://{bucket}/{PREFIX}", api.RecoverOptions(storage=endpoint.storage_options()),
+                            now=NOW)
+    assert recovered.exit_code == 0 and _log_dir_listings(seen) == ["delimited", "recursive"]
 
 
 @pytest.mark.parametrize("dry_run", [True, False])
