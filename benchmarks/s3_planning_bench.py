@@ -11,6 +11,12 @@ Timed, each as the CLI runs it (a child process, Spark start-up included where t
 Target (issue 24): planning a run with nothing due over 10,000 S3 partitions within 30 s. ``SEGJOBS_S3_CONCURRENCY=1``
 runs are timed too, for the serial baseline in the same run. moto_server is a single Python process on the same
 2 cores, so it is the floor here, not S3: its time per request is reported. The machine load is reported per row.
+
+Each command's row also counts the requests the endpoint served (from moto_server's request log), which does not
+depend on the machine's load: all of them per partition (``requests_per_partition``, listing pages included), and
+those that name one partition's objects or prefix (``partition_requests_per_partition``: what grows with the
+partition count, as opposed to a listing page, which serves a thousand keys), with the kinds of request
+(``by_kind``).
 """
 
 from __future__ import annotations
@@ -46,6 +52,33 @@ def _upload(client, bucket: str, root: Path, threads: int = 32) -> int:
     return len(files)
 
 
+def _request_kind(method: str, path: str) -> str:
+    """``LIST`` (a listing page), else the method: GET, HEAD, PUT, DELETE of one object."""
+    return "LIST" if method == "GET" and ("list-type=2" in path or "uploads" in path) else method
+
+
+def _requests(log: Path, start: int, partitions: int) -> dict:
+    """The requests moto_server logged from byte ``start`` of its log on, counted (see the module docstring)."""
+    import re
+    from collections import Counter
+
+    with open(log, "rb") as f:
+        f.seek(start)
+        lines = f.read().decode("utf-8", "replace").splitlines()
+    kinds: Counter[str] = Counter()
+    named = 0
+    for line in lines:
+        m = re.search(r'"([A-Z]+) (\S+) HTTP/', line)
+        if not m:
+            continue
+        kinds[_request_kind(*m.groups())] += 1
+        named += bool(re.search(r"(/|%2F)orders-\d+(/|%2F)", m.group(2)))
+    total = sum(kinds.values())
+    return {"requests": total, "requests_per_partition": round(total / partitions, 2),
+            "partition_requests_per_partition": round(named / partitions, 2),
+            "by_kind": "/".join(f"{k}:{v}" for k, v in sorted(kinds.items()))}
+
+
 def _cli(args: list[str], endpoint: str, env: dict[str, str]) -> tuple[float, int, str]:
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "jobs", *args, "--s3-endpoint", endpoint], env=env,
@@ -60,7 +93,10 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data"), counts: tuple[
 
     rows: list[dict] = []
     root = data_dir / "s3-planning"
-    server = MotoServer.start()
+    root.mkdir(parents=True, exist_ok=True)
+    log = data_dir / "s3-planning-moto.log"
+    log.unlink(missing_ok=True)
+    server = MotoServer.start(log_path=str(log))
     try:
         env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
                    AWS_DEFAULT_REGION=REGION, PYSPARK_PYTHON=sys.executable)
@@ -86,11 +122,13 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data"), counts: tuple[
                 for name, args in (("recover", ["recover", *log_dir]),
                                    ("compact --dry-run", ["compact", *log_dir, "--config", str(config), "--dry-run"]),
                                    ("compact (nothing due)", ["compact", *log_dir, "--config", str(config)])):
+                    start = log.stat().st_size
                     seconds, code, err = _cli(args, server.endpoint_url, env)
                     if code != 0:
                         raise RuntimeError(f"segjobs {' '.join(args)} exited {code}: {err}")
+                    time.sleep(0.5)  # the server writes a request's log line after its answer
                     row = {"bench": f"{name} over {n} S3 partitions, SEGJOBS_S3_CONCURRENCY={concurrency}",
-                           "seconds": round(seconds, 1), "load": _load()}
+                           "seconds": round(seconds, 1), "load": _load(), **_requests(log, start, n)}
                     if name.startswith("compact (nothing"):
                         row.update(target=f"<= {TARGET_S:.0f} s at 10,000 partitions",
                                    result=verdict(seconds <= TARGET_S) if n >= 10_000 else "n/a (smaller count)")
@@ -98,6 +136,7 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data"), counts: tuple[
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
+        log.unlink(missing_ok=True)
     return rows
 
 

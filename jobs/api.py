@@ -70,7 +70,7 @@ from jobs.logdir.lock import LeaseLost, acquire, lease_ttl_ms, work_uri
 from jobs.logdir.recover import PreviewStorage, RecoveryAction, RecoveryReport, fence_of, recover_log_dir
 from jobs.rules.timeutil import Instant, resolve_now
 from segment_io.errors import LockHeldError, UsageError
-from segment_io.layout import list_log_dir
+from segment_io.layout import list_log_dir_top
 from segment_io.storage import open_storage
 
 OptionsT = TypeVar("OptionsT", bound=RunOptions)
@@ -460,7 +460,7 @@ def recover(log_dir: str | os.PathLike, options: RecoverOptions | None = None, *
     preflight(storage, log_dir, None, None, None)  # S3 answers (within seconds), or exit code 2
     check_log_dir_is_dir(storage, log_dir)
     # an empty log dir is fine (nothing to recover); a partition directory given as one is a mistake
-    check_log_dir_has_partitions(log_dir, list_log_dir(storage, log_dir), scoped=False, required=False)
+    check_log_dir_has_partitions(log_dir, list_log_dir_top(storage, log_dir), scoped=False, required=False)
     work = work_uri(log_dir)
 
     def result(reports: Sequence[RecoveryReport], lost: str | None, completed: bool = True) -> RecoverResult:

@@ -315,6 +315,15 @@ def list_log_dir(storage: Storage, root: str) -> LogDirListing:
     return listing
 
 
+def list_log_dir_top(storage: Storage, root: str) -> LogDirListing:
+    """The log dir at ``root`` from one listing of its top level only: its partitions by name (without their
+    files), its checkpoint and other files, and its other directories (without what they hold). Enough for the
+    checks of names (scope, configs, a partition directory given as the log dir) at a fraction of
+    :func:`list_log_dir`'s cost on an object store: a request per thousand partitions, not per thousand files."""
+    root = (storage.local_path(root) or root).rstrip("/")
+    return listing_from_files(root, storage.list(root, irregular=True))
+
+
 def irregular_entry_error(f: FileInfo, *, partition_dir: bool = False) -> IrregularEntryError:
     """The error for an entry that must hold data but is not a regular file (``f.kind`` says what it is)."""
     what = f"the partition directory is a {f.kind}" if partition_dir else f"{f.name} is a {f.kind}, not a regular file"

@@ -53,6 +53,8 @@ from segment_io.layout import (
     LOG_START_OFFSET_CHECKPOINT,
     LogDirListing,
     list_log_dir,
+    list_log_dir_top,
+    listing_from_files,
     parse_partition_dir,
 )
 from segment_io.storage.base import Storage, map_ahead
@@ -271,7 +273,9 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
 
     # The scope, the topics' configs and the checkpoint files are checked against a first listing before the
     # lock and recovery: exit code 2 promises that nothing was done. Recovery does not add or remove partitions.
-    listing = _check_scope(storage, log_dir, scope, configs)
+    # These checks need only the names at the log dir's top level: a listing of that level, not of every file
+    # (on S3 a page per thousand partitions rather than per thousand files).
+    listing = _check_scope(storage, log_dir, scope, configs, list_log_dir_top(storage, log_dir))
     for note in configs.check_entries({t for t, _ in listing.partitions}, log_dir):
         report.warnings.append(note)
         progress.notice(f"warning: {note}", event="config.unmatched")
@@ -505,10 +509,14 @@ class _Frame:
 
         storage, log_dir, report, progress, seams = self.storage, self.log_dir, self.report, self.progress, self.seams
         unrecovered: dict[tuple[str, int] | None, Exception] = {}
+        listed = None  # the log dir as recovery found it under the lock, while nothing changed it since
         if self.destructive and not self.dry_run:
             check = None if lease is None else (lambda: lease.check(seams.clock()))
+            listed = storage.list(log_dir, recursive=True, irregular=True)
             reports = recover_log_dir(storage, log_dir, now_ms=self.now_ms, work_uri=self.work_dir, check=check,
-                                      fence=fence_of(lease, seams.clock()))
+                                      fence=fence_of(lease, seams.clock()), listed=listed)
+            if any(r.actions for r in reports) or storage.local_path(log_dir) is not None:
+                listed = None  # changed (or on local disk, where recovery also tidies directories): listed again
             for r in reports:
                 for problem in r.problems:  # harmless where it is: the partition is worked on all the same
                     report.warnings.append(problem)
@@ -524,7 +532,9 @@ class _Frame:
                 progress(f"recovered {r.partition_uri}: {', '.join(a.action for a in r.actions)}",
                          event="recovery.partition", partition=partition_name(r.partition_uri))
             report.totals["recovered_partitions"] = len(recovered)
-        listing = _check_scope(storage, log_dir, self.scope, self.configs)  # again: recovery may have changed files
+        # again, unless recovery changed nothing since it listed: S3 lists a thousand keys a request
+        listing = _check_scope(storage, log_dir, self.scope, self.configs,
+                               None if listed is None else listing_from_files(log_dir, listed))
         present = set(listing.partitions)
         checkpoints = _read_checkpoints(storage, log_dir, listing)
         selected = sorted(k for k in present if self.scope.includes(*k))
@@ -615,10 +625,12 @@ class _Frame:
         return LazySparkTasks(build, job_group=f"segjobs-{self.command}-{self.report.run_id}", on_start=started)
 
 
-def _check_scope(storage: Storage, log_dir: str, scope: Scope, configs: ConfigSet) -> LogDirListing:
+def _check_scope(storage: Storage, log_dir: str, scope: Scope, configs: ConfigSet,
+                 listing: LogDirListing | None = None) -> LogDirListing:
     """Fail with a UsageError/ConfigError when the log dir holds no partition, the scope names one it
-    does not hold, or two topic globs of equal specificity claim a topic."""
-    listing = list_log_dir(storage, log_dir)
+    does not hold, or two topic globs of equal specificity claim a topic. ``listing``: the log dir's, when the
+    caller has it (default: listed here)."""
+    listing = listing if listing is not None else list_log_dir(storage, log_dir)
     check_log_dir_has_partitions(log_dir, listing)
     present = set(listing.partitions)
     scope.check_against(present)

@@ -19,7 +19,11 @@ Three depths:
 * ``sizes`` (compaction's selection, see :mod:`jobs.engine.selection`): ``headers``, plus the first batch
   header of every closed segment a ``.timeindex`` dated (one small read: the first batch timestamp that
   ``max.compaction.lag.ms`` counts from, and the check that the segment starts at or above its base offset).
-  Everything Kafka's cleaner needs to pick a log, except the last stable offset.
+  Everything Kafka's cleaner needs to pick a log, except the last stable offset. Two reads that only retention
+  needs are left out, so a partition compaction cannot select costs no request on an object store: the
+  leader-epoch checkpoint (``leader_epochs`` is None, ``leader_epochs_error`` says it was not read, so nothing
+  that needs it can mistake it for an empty one), and the active segment of a partition that has no other
+  segment, when the checkpoints do not reach past its base offset (:func:`active_segment_unread`).
 * ``transactions`` (compaction, inspect): also the first-pass projection of every record (offsets, key
   hashes, batch flags, control types) of the whole log, replayed into transaction and producer state; the
   first unstable offset bounds the cleanable range.
@@ -120,6 +124,10 @@ class PartitionScan:
     snapshot_offsets: tuple[int, ...] = ()
     #: whether the partition holds ``.deleted`` files (from the listing): something a purge may unlink
     has_deleted_files: bool = False
+    #: the active segment was not read (see :func:`active_segment_unread`): its entry in ``state`` has the
+    #: listing's sizes and its base offset as ``next_offset`` (a lower bound of the log end offset), and no
+    #: timestamps or counts
+    active_unread: bool = False
 
     @property
     def name(self) -> str:
@@ -258,6 +266,26 @@ def _check_log_start(listing: PartitionListing, log_start: int | None, log_end: 
         path=log_dir_file(listing.uri, LOG_START_OFFSET_CHECKPOINT))
 
 
+#: The kind of :attr:`PartitionScan.leader_epochs_error` of a scan that did not read the leader-epoch checkpoint.
+NOT_READ = "NotRead"
+
+
+def active_segment_unread(listing: PartitionListing, depth: str, log_start_checkpoint: int | None,
+                          cleaner_checkpoint: int | None) -> bool:
+    """Whether a scan at ``depth`` leaves the active segment unread: at depth ``sizes``, when it is the
+    partition's only segment and neither checkpoint lies past its base offset. Compaction's selection then
+    cannot depend on what it holds: the cleanable range ends at the active segment's base (Kafka never cleans
+    the active segment), so there is nothing to clean and the partition is not selected; the checkpoints lie
+    at or below the log end offset whatever it is, so neither is reset or found impossible by it. (A log start
+    entry below zero is read as usual: the scan reports it.) Pure: a function of the listing and the
+    checkpoints."""
+    if depth != "sizes" or len(listing.segments) != 1:
+        return False
+    base = listing.segments[0].base_offset
+    return (log_start_checkpoint is None or 0 <= log_start_checkpoint <= base) and \
+        (cleaner_checkpoint is None or cleaner_checkpoint <= base)
+
+
 def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = "transactions",
                    log_start_checkpoint: int | None = None, cleaner_checkpoint: int | None = None,
                    now_ms: int = 0, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> PartitionScan:
@@ -267,7 +295,11 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
     out = PartitionScan(listing.topic, listing.partition, listing.uri,
                         snapshot_offsets=tuple(off for off, _ in listing.producer_snapshots),
                         has_deleted_files=any(t.transient == DELETED_SUFFIX for t in listing.transient))
-    if listing.leader_epoch_checkpoint is not None:
+    if depth == "sizes":  # compaction's selection does not need them: retention plans on scans that read them
+        out.leader_epochs = None
+        out.leader_epochs_error = PartitionError(NOT_READ, "the leader-epoch checkpoint is not read by a scan at "
+                                                           "depth sizes")
+    elif listing.leader_epoch_checkpoint is not None:
         try:
             out.leader_epochs = read_leader_epoch_checkpoint(storage, listing.leader_epoch_checkpoint.uri)
         except SegjobsError as exc:
@@ -279,6 +311,15 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
         infos: list[SegmentInfo] = []
         summaries = []
         segs = listing.segments
+        if active_segment_unread(listing, depth, log_start_checkpoint, cleaner_checkpoint):
+            seg = segs[0]
+            infos.append(SegmentInfo(
+                base_offset=seg.base_offset, size_bytes=seg.log.size, next_offset=seg.base_offset,
+                first_batch_timestamp=None, largest_timestamp=None, mtime_ms=seg.log.mtime_ms,
+                offset_index_bytes=seg.index.size if seg.index else None,
+                time_index_bytes=seg.timeindex.size if seg.timeindex else None))
+            out.active_unread = True
+            segs = ()
         for i, seg in enumerate(segs):
             active = i == len(segs) - 1
             next_base = segs[i + 1].base_offset if not active else None

@@ -2,7 +2,9 @@
 timestamps; so does segjobs, before it reads any log.
 
 The frame scans every partition at depth ``sizes`` (:mod:`jobs.engine.scan`): file sizes from the listing,
-the checkpoints, the ``.timeindex`` and first batch of each closed segment, the active segment's batch headers.
+the checkpoints, the ``.timeindex`` and first batch of each closed segment, the active segment's batch headers
+(except where the active segment is the only one and the checkpoints lie at or below its base: then nothing is
+cleanable whatever it holds, and nothing is read, see :func:`jobs.engine.scan.active_segment_unread`).
 That is all Kafka's selection uses except the last stable offset, which only a replay of the log's transactions
 gives offline. Leaving it out can only widen the cleanable range: an open transaction lowers the first
 uncleanable offset, and with it the cleanable bytes, the dirty ratio and whether a log is due under
@@ -16,7 +18,9 @@ as before. So are the ``compact,delete`` partitions, whose retention runs first 
 scan. What a partition left at depth ``sizes`` does not get: its report entry gives the cleanable range as
 if no transaction were open (an open one can only shorten it), and a corrupt closed segment that a sane
 ``.timeindex`` dated and whose first batch and end frame well goes unnoticed until a run compacts it (the
-check ``retain`` makes, and more than a broker makes before its cleaner reads the segment).
+check ``retain`` makes, and more than a broker makes before its cleaner reads the segment); nor does a damaged
+active segment of a partition that has no other one, which compaction cannot touch (``retain`` and ``inspect``
+read it).
 """
 
 from __future__ import annotations

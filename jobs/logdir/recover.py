@@ -64,7 +64,7 @@ import os
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 from jobs.logdir.commit import (
     COMMIT_DIR,
@@ -82,6 +82,7 @@ from jobs.logdir.commit import (
     deleted_bases,
     list_segment_files,
     live_log_bases,
+    partition_name,
     read_delete_intent,
     read_ledger,
     read_replace_intent,
@@ -97,9 +98,10 @@ from segment_io.layout import (
     DELETED_SUFFIX,
     SWAP_SUFFIX,
     parse_partition_dir,
+    parse_segment_file,
     segment_file_name,
 )
-from segment_io.storage.base import FileInfo, PendingUpload, Storage, map_ahead
+from segment_io.storage.base import KIND_DIRECTORY, KIND_FILE, FileInfo, PendingUpload, Storage, map_ahead
 from segment_io.storage.local import is_temp_file
 
 #: The actions that remove leftovers of interrupted runs (rule 6, and staged objects no intent refers to).
@@ -260,33 +262,49 @@ def _recover_steps(storage: Storage, partition_uri: str, work_uri: str, now_ms: 
 
 
 def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri: str | None = None,
-                    check: Callable[[], None] | None = None, fence: Fence | None = None) -> list[RecoveryReport]:
+                    check: Callable[[], None] | None = None, fence: Fence | None = None,
+                    listed: list[FileInfo] | None = None) -> list[RecoveryReport]:
     """:func:`recover_partition` for every partition of the log dir (those with files, and those with
     segjobs bookkeeping in the work location), then rule 6 for the log dir and the work location
     themselves. ``work_uri`` defaults to the log dir's sibling ``<log-dir>.segjobs``; ``check`` is called
     before each partition that recovery changes (or keeps something in, or reports) and before the log-dir step
     (the caller's lease check: it raises to stop). Whether a partition has anything to settle is found by
-    reads only, up to ``storage.io_concurrency`` partitions at once ahead of the changes, which are made one
-    partition at a time in name order: the outcome, and a dry run's report, are those of a serial run. One
+    reads only, ahead of the changes: one recursive listing of the log dir and one of the commit dirs clear the
+    partitions that show nothing to settle (:func:`clean_in_listing`), and the others are checked by the rules
+    themselves, up to ``storage.io_concurrency`` partitions at once. The changes are made one partition at a time
+    in name order: the outcome, and a dry run's report, are those of a serial run. One
     report per partition, in name order, followed by one for the log dir (``partition_uri`` is the log dir)
     if that changed anything. A partition whose leftovers cannot be settled safely gets a report with ``error``
-    set (and nothing changed in it) while the others are recovered."""
+    set (and nothing changed in it) while the others are recovered. ``listed``: the log dir's recursive listing
+    with irregular entries (what :func:`segment_io.layout.list_log_dir` reads), taken by the caller under the
+    lock so that it can use it again when recovery changed nothing; by default recovery lists it."""
     work = work_uri if work_uri is not None else log_dir_work_uri(log_dir_uri)
-    names = {d.rstrip("/").rsplit("/", 1)[-1] for d in storage.list_dirs(log_dir_uri)}
-    names |= {d.rstrip("/").rsplit("/", 1)[-1] for d in storage.list_dirs(storage.join(work, COMMIT_DIR))}
+    if listed is None:
+        listed = storage.list(log_dir_uri, recursive=True, irregular=True)
+    commit_uri = storage.join(work, COMMIT_DIR)
+    commit_listed = storage.list(commit_uri, recursive=True, irregular=True)
+    # listings name local files by path, whichever way the log dir was named (a file:// URI, a path)
+    listed_root = storage.local_path(log_dir_uri) or log_dir_uri
+    commit_root = storage.local_path(commit_uri) or commit_uri
+    # the partitions: every directory of the log dir and of the commit dirs (what listing their directories gives)
+    names = _dir_names(listed_root, listed) | _dir_names(commit_root, commit_listed)
     fence = fence or Fence()
     partitions = [storage.join(log_dir_uri, n) for n in sorted(n for n in names if parse_partition_dir(n) is not None)]
     reports = []
-    # What may run ahead: the read-only check of whether a partition has anything to settle (up to
+    # What may run ahead: the reads that decide whether a partition has anything to settle. First one recursive
+    # listing of the log dir and one of the commit dirs, which clear most partitions without a request of their
+    # own (see clean_in_listing); then, for the others, the read-only check of the rules themselves (up to
     # io_concurrency partitions at once). What stays ordered: every change, partition by partition in name
-    # order, each preceded by the lease check, so a lost lease stops recovery before the next partition's
-    # first write. A partition with nothing to settle is not written to, so it needs no check.
-    would_act = map_ahead(lambda uri: _would_act(storage, uri, work, now_ms, fence), partitions,
-                          storage.io_concurrency)
-    for partition_uri, acts in zip(partitions, would_act):
+    # order, each preceded by the lease check, so a lost lease stops recovery before the next partition's first
+    # write. A partition with nothing to settle is not written to, so it needs no check. Reads taken ahead stay
+    # true: a partition's recovery changes only its own files and commit dir, and the lease keeps other runs out.
+    clean = clean_in_listing(listed_root, listed, commit_root, commit_listed)
+    checked = map_ahead(lambda uri: _would_act(storage, uri, work, now_ms, fence),
+                        [p for p in partitions if partition_name(p) not in clean], storage.io_concurrency)
+    for partition_uri in partitions:
         report = RecoveryReport(partition_uri)
         reports.append(report)
-        if not acts:
+        if partition_name(partition_uri) in clean or not next(checked):
             continue
         if check is not None:
             check()
@@ -302,8 +320,10 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
     if check is not None:
         check()
     top = RecoveryReport(log_dir_uri)
-    for info in storage.list(log_dir_uri):
-        _delete_temp(storage, info, top)
+    root = listed_root.rstrip("/") + "/"
+    for info in listed:  # the log dir's own files: no partition's recovery changed them
+        if info.kind == KIND_FILE and info.uri.startswith(root) and "/" not in info.uri[len(root):]:
+            _delete_temp(storage, info, top)
     commit_root = storage.join(work, COMMIT_DIR) + "/"
     staging_root = storage.join(work, PRIVATE_STAGING_DIR) + "/"
     for info in storage.list(work, recursive=True):
@@ -321,6 +341,53 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
     if top.changed or top.problems:
         reports.append(top)
     return reports
+
+
+def clean_in_listing(log_dir_uri: str, log_files: Iterable[FileInfo], commit_uri: str,
+                     commit_files: Iterable[FileInfo]) -> frozenset[str]:
+    """The partitions (directory names) that recovery has nothing to settle in, as far as listings alone can
+    tell: ``log_files`` is a recursive listing of the log dir (with or without irregular entries),
+    ``commit_files`` one of the work location's commit dir (``<work>/commit``). A partition is clean when its
+    directory holds only regular files directly in it, none of them a ``.cleaned``, ``.swap`` or ``.deleted``
+    segment file or a temporary file of an interrupted write, and its commit dir holds nothing at all (no
+    intent, no staged object, no deletion ledger). Then every rule finds nothing: no intent to roll forward, no
+    loader rule applies, nothing staged (on local disk staging beside the partition is a sub-directory, which a
+    clean partition has none of), no ``.deleted`` segment for the ledger, no temporary file. Anything else, or
+    anything not understood, leaves the partition to the rules themselves (:func:`_would_act`): a partition a
+    crashed run left anything in is never missed. Pure: a function of the listings."""
+    dirty: set[str] = set()
+    seen: set[str] = set()
+    root = log_dir_uri.rstrip("/") + "/"
+    for f in log_files:
+        if not f.uri.startswith(root):
+            continue
+        name, _, rest = f.uri[len(root):].partition("/")
+        if not rest:
+            if f.kind == KIND_DIRECTORY:
+                seen.add(name)  # a partition directory (listed when asked for irregular entries)
+            continue  # a file of the log dir itself: the log-dir step deals with those
+        seen.add(name)
+        parsed = parse_segment_file(rest)
+        if f.kind != KIND_FILE or "/" in rest or is_temp_file(rest) or (parsed is not None and parsed[2]):
+            dirty.add(name)
+    commit_root = commit_uri.rstrip("/") + "/"
+    for f in commit_files:
+        if f.uri.startswith(commit_root):
+            dirty.add(f.uri[len(commit_root):].partition("/")[0])
+    return frozenset(n for n in seen - dirty if parse_partition_dir(n) is not None)
+
+
+def _dir_names(root_uri: str, listed: Iterable[FileInfo]) -> set[str]:
+    """The names of the directories directly under ``root_uri`` in its recursive listing ``listed`` (with
+    irregular entries): those that hold something, and the empty ones a store with directories reports."""
+    root = root_uri.rstrip("/") + "/"
+    names = set()
+    for f in listed:
+        if f.uri.startswith(root):
+            name, sep, _ = f.uri[len(root):].partition("/")
+            if sep or f.kind == KIND_DIRECTORY:
+                names.add(name)
+    return names
 
 
 def unfinished_state(storage: Storage, partition_uri: str, work_uri: str) -> str | None:
@@ -701,5 +768,5 @@ class PreviewStorage(Storage):
 
 
 __all__ = ["LEFTOVER_ACTIONS", "PreviewStorage", "Fence", "RecoveryAction", "RecoveryReport", "STAGED_GRACE_MS",
-           "fence_of", "recover_log_dir",
+           "clean_in_listing", "fence_of", "recover_log_dir",
            "recover_partition", "describe_stuck", "stuck_error", "unfinished_state"]

@@ -31,14 +31,17 @@ class MotoServer:
     _buckets: list[str] = field(default_factory=list)
 
     @classmethod
-    def start(cls, timeout_s: float = 30.0) -> "MotoServer":
+    def start(cls, timeout_s: float = 30.0, log_path: str | None = None) -> "MotoServer":
+        """Start moto_server on a free port; ``log_path``: a file for its request log (one line per request)."""
         port = _free_port()
         env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
                    AWS_DEFAULT_REGION=REGION)
         moto = os.path.join(os.path.dirname(sys.executable), "moto_server")
         cmd = [moto] if os.path.exists(moto) else [sys.executable, "-m", "moto.server"]
-        proc = subprocess.Popen(cmd + ["-H", "127.0.0.1", "-p", str(port)], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        out = subprocess.DEVNULL if log_path is None else open(log_path, "ab")
+        proc = subprocess.Popen(cmd + ["-H", "127.0.0.1", "-p", str(port)], env=env, stdout=out, stderr=out)
+        if log_path is not None:
+            out.close()  # type: ignore[union-attr]
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:

@@ -209,3 +209,61 @@ def test_a_corrupt_leader_epoch_checkpoint_blocks_retention_and_leaves_the_parti
     assert result.exit_code == 1 and p.action == "error" and p.segments_deleted == 0
     assert p.entry["error"]["file"].endswith("leader-epoch-checkpoint")
     assert sorted(p.name for p in pdir.iterdir()) == before
+
+
+class _Reads:
+    """The reads a scan makes, at the storage boundary (every other call goes to the real store)."""
+
+    def __init__(self, storage) -> None:
+        self.storage, self.uris = storage, []
+
+    def __getattr__(self, name):
+        return getattr(self.storage, name)
+
+    def read(self, uri):
+        self.uris.append(uri)
+        return self.storage.read(uri)
+
+    def read_range(self, uri, start, length):
+        self.uris.append(uri)
+        return self.storage.read_range(uri, start, length)
+
+    def read_mapped(self, uri):
+        self.uris.append(uri)
+        return self.storage.read_mapped(uri)
+
+
+@pytest.mark.parametrize("lso,cco,unread", [
+    (None, None, True), (3, 3, True), (0, 1, True),
+    (4, None, False),  # a log start past the active segment's base: only its end says whether it is possible
+    (None, 4, False),  # a cleaner checkpoint past it: only the log end says whether it is reset
+    (-1, None, False),  # a log start below zero: read, and reported
+])
+def test_a_selection_scan_reads_no_file_of_a_partition_compaction_cannot_select(tmp_path: Path, lso, cco,
+                                                                                 unread) -> None:
+    from jobs.rules.config import ConfigSet
+    from jobs.rules.plan_compact import plan_compaction
+
+    root = tmp_path / "logs"
+    log = LogBuilder("t", 0, start_offset=3, timestamp=T0)  # one segment, the active one: offsets 3-7
+    for i in range(5):
+        log.batch([rec(f"k{i}", "v")])
+    write_log(log.table(), root / "t-0")
+    (root / "t-0" / "leader-epoch-checkpoint").write_text("0\n1\n0 3\n")
+    storage = _Reads(open_storage(str(root)))
+    listing = list_log_dir(storage.storage, str(root)).partition("t", 0)
+    sizes = scan_partition(storage, listing, depth="sizes", log_start_checkpoint=lso, cleaner_checkpoint=cco)
+    assert sizes.active_unread == unread
+    assert (storage.uris == []) == unread
+    assert sizes.leader_epochs is None and sizes.leader_epochs_error.kind == "NotRead"  # retention never plans on it
+    read = scan_partition(open_storage(str(root)), listing, depth="headers", log_start_checkpoint=lso,
+                          cleaner_checkpoint=cco)
+    assert read.leader_epochs is not None and read.leader_epochs_error is None
+    if lso == -1:
+        assert sizes.error is not None and sizes.error == read.error
+        return
+    config = ConfigSet().with_overrides(["t:cleanup.policy=compact"]).for_topic("t")
+    for requested in (False, True):  # the same plan as on a full read of the active segment
+        plan = plan_compaction(sizes.scanned, config, T0 + 10**9, requested=requested)
+        assert plan == plan_compaction(read.scanned, config, T0 + 10**9, requested=requested)
+        assert not (unread and plan.selected)  # one it did not read is never selected, even when named
