@@ -25,7 +25,8 @@ deleted after its case); their data is generated 4 M records at a time, every ke
 twice at pseudo-random places (:func:`generated_in_chunks`; the project's generator holds a partition in
 memory). The quick run's ratios are at 1 M keys, not the targets' size.
 
-Run alone: ``python -m benchmarks.external_sort_bench --keys 1000000 --data-dir /tmp/bench``; as a section:
+Run alone: ``python -m benchmarks.external_sort_bench --keys 1000000 --data-dir /tmp/bench`` (``--huge-only
+100000000``: that case alone, on the data a ``--huge`` run kept); as a section:
 ``python -m benchmarks.run --only external-sort --data-dir DIR [--huge]``.
 """
 
@@ -369,8 +370,8 @@ def huge(spark: Any, root: Path, keys: int) -> list[dict]:
 
 
 def run(quick: bool = False, data_dir: Path = Path("bench-data"), *, huge_cases: bool = False,
-        keys: int | None = None) -> list[dict]:
-    """The section: rows for the table (see the module docstring)."""
+        keys: int | None = None, huge_only: int | None = None) -> list[dict]:
+    """The section: rows for the table (see the module docstring). ``huge_only``: that one huge case alone."""
     keys = keys or (QUICK_KEYS if quick else FULL_KEYS)
     full = keys >= FULL_KEYS
     root = data_dir / "external-sort"
@@ -381,6 +382,10 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data"), *, huge_cases:
     warm, _ = generated(root, 20_000)
     _fresh(warm, root / "work")
     _compact(spark, root / "work", "external-sort", DEFAULT_BUFFER, segment_bytes_for(40_000))
+    if huge_only:
+        rows += huge(spark, root, huge_only)
+        rows.append({"bench": "section wall time (generation included)", "seconds": round(time.perf_counter() - t0, 1)})
+        return rows
     compared, src = compare(spark, root, keys, full=full)
     rows += compared
     rows += scaling(root, src, keys, full=full)
@@ -397,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--keys", type=int, default=FULL_KEYS, help="distinct keys of the compared partition")
     p.add_argument("--huge", action="store_true", help="also 50 M and 100 M keys (see above)")
+    p.add_argument("--huge-only", type=int, choices=HUGE_KEYS, metavar="KEYS",
+                   help="only the huge case of KEYS keys (50000000 or 100000000), reusing its kept data")
     p.add_argument("--data-dir", default="bench-data", help="generated data, kept for the next run")
     p.add_argument("--child", nargs=4, metavar=("MASTER", "SRC", "WORK", "SEGMENT_BYTES"), help=argparse.SUPPRESS)
     p.add_argument("--generate", nargs=3, metavar=("ROOT", "KEYS", "HOW"), help=argparse.SUPPRESS)
@@ -410,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         master, src, work, seg = args.child
         print(json.dumps(_child(master, Path(src), Path(work), int(seg))), flush=True)
         return 0
-    for row in run(data_dir=Path(args.data_dir), keys=args.keys, huge_cases=args.huge):
+    for row in run(data_dir=Path(args.data_dir), keys=args.keys, huge_cases=args.huge, huge_only=args.huge_only):
         print("  " + "  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
     return 0
 
