@@ -286,7 +286,8 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
 
         check_java()  # the run will start Spark: no Java is exit 2 here, before the lock and any work
         if can_start_early() and (scan_depth not in DRIVER_SCAN_DEPTHS or (
-                spark_likely is not None and spark_likely(listing, first_checkpoints, configs, scope))):
+                spark_likely is not None
+                and spark_likely(_forecast_listing(storage, log_dir, listing), first_checkpoints, configs, scope))):
             # the JVM's seconds of start-up overlap the lock, recovery and scans
             early = EarlySession(app_name=f"segjobs-{command}", master=options.master,
                                  verbose=options.spark_verbose)
@@ -363,6 +364,14 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
     if not delivered:
         report.exit_code = 1  # the work ran, but what it did is not (all) on record
     return JobRun(report, completed=ctx is not None, now_from_clock=now_note is not None, options=options)
+
+
+def _forecast_listing(storage: Storage, log_dir: str, top: LogDirListing) -> LogDirListing:
+    """The listing a forecast of Spark's need reads before the lock: every file on a local disk, where that costs
+    little; on an object store the top level alone (``top``), where every file costs a request per thousand: the
+    forecast then sees no segments and starts Spark early only for what it reads in full whatever the segments
+    (``compact,delete`` topics)."""
+    return list_log_dir(storage, log_dir) if storage.local_path(log_dir) is not None else top
 
 
 class RunInterrupted(KeyboardInterrupt):

@@ -247,7 +247,7 @@ def _compact_counting(endpoint, bucket: str, monkeypatch, dry_run: bool):
     sent, as (operation, key or prefix, delimiter, continued): the real clients, with botocore's own hook
     recording each request."""
     from jobs import api
-    from jobs.engine.seams import InProcessTasks
+    from jobs.engine.tasks import InProcessTasks
 
     seen: list[tuple[str, str, str, bool]] = []
     make_client = S3Storage._make_client
