@@ -123,7 +123,7 @@ def work(ctx: JobContext) -> None:
         plans[key], states[key] = plan, scan.scanned
         if plan.selected and key not in held:
             tasks.append(CompactTask(ctx.storage, listing, scan.scanned, plan, config, scan.txn, ctx.now_ms, max_keys,
-                                     ctx.dry_run, ctx.committer))
+                                     ctx.dry_run, ctx.committer, ctx.max_batch_bytes))
     planfile.check_decisions({partition_name(k): retention_decision(p, k in held)
                                    for k, p in first.plans.items()}, "retention")
     planfile.check_decisions({partition_name(k): _compaction_decision(p, k in held)

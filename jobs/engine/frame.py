@@ -91,6 +91,9 @@ class JobContext:
     seams: Seams
     #: the plan file being applied, or the decisions collected for one
     planfile: PlanStage
+    #: the run's decompression bound (see :func:`segment_io.compression.max_batch_bytes`): every task that
+    #: decodes gets it as a parameter
+    max_batch_bytes: int
     lease: "Lease | None" = None  #: while the job holds the log dir (None in dry runs and for inspect)
 
     def keep_lease(self) -> None:
@@ -195,10 +198,10 @@ def _orphan_log_start_entries(ctx: "JobContext") -> None:
 
 def scan_task(item: tuple) -> PartitionScan:
     """One partition's scan as a task: ``item`` is (storage, listing, depth, log start checkpoint, cleaner
-    checkpoint, now_ms, producer id expiration ms)."""
-    storage, pl, depth, lso, cco, now_ms, pid_exp = item
+    checkpoint, now_ms, producer id expiration ms, decompression bound)."""
+    storage, pl, depth, lso, cco, now_ms, pid_exp, max_batch = item
     return scan_partition(storage, pl, depth=depth, log_start_checkpoint=lso, cleaner_checkpoint=cco,
-                          now_ms=now_ms, producer_id_expiration_ms=pid_exp)
+                          now_ms=now_ms, producer_id_expiration_ms=pid_exp, max_batch_bytes=max_batch)
 
 
 def scan_chunk_task(chunk: list[tuple]) -> list[PartitionScan]:
@@ -537,9 +540,6 @@ class _Frame:
                                     "policy_from": self.configs.origin_of(topic)}
 
         runner = self._runner()
-        # Tasks (local or on a cluster's executors) decode with the run's decompression bound.
-        task_env = {compression.MAX_BATCH_BYTES_ENV: str(self.max_batch)}
-        runner.set_environment(task_env)
         # Header and size scans take milliseconds a partition: they run on the driver's threads, and Spark
         # starts only when a task needs it (a run with nothing due starts none). A test's runner runs them all.
         in_driver = self.seams.runner is None and self.scan_depth in DRIVER_SCAN_DEPTHS
@@ -551,17 +551,18 @@ class _Frame:
                          log_dir=log_dir, work_uri=self.work_dir, configs=self.configs, scope=self.scope,
                          now_ms=self.now_ms, now_from_clock=self.now_from_clock, dry_run=self.dry_run,
                          listing=listing, scans={}, checkpoints=checkpoints, report=report, progress=progress,
-                         runner=runner, seams=seams, planfile=self.planfile, lease=lease)
+                         runner=runner, seams=seams, planfile=self.planfile, max_batch_bytes=self.max_batch,
+                         lease=lease)
         configs, now_ms = self.configs, self.now_ms
         items = [(storage, listing.partitions[k], self.scan_depth,
                   checkpoints[LOG_START_OFFSET_CHECKPOINT].get(k), checkpoints[CLEANER_OFFSET_CHECKPOINT].get(k),
-                  now_ms, configs.for_topic(k[0]).producer_id_expiration_ms) for k in selected]
+                  now_ms, configs.for_topic(k[0]).producer_id_expiration_ms, self.max_batch) for k in selected]
         what = f"scan {len(items)} partition(s) ({self.scan_depth})"
         # A header scan takes milliseconds, less than a Spark task's own overhead: thousands of partitions
         # go in a few tasks per core. Transaction scans read whole logs: one task per partition balances them.
         if in_driver:
             # the driver's threads; on an object store as many as it overlaps round trips with (io_concurrency)
-            scans = map_in_driver(scan_task, items, env=task_env, threads=max(8, storage.io_concurrency))
+            scans = map_in_driver(scan_task, items, threads=max(8, storage.io_concurrency))
         else:
             tasks = runner.parallelism * 4 if self.scan_depth in DRIVER_SCAN_DEPTHS else None
             if tasks is not None and storage.io_concurrency > 1:

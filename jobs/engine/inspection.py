@@ -120,6 +120,7 @@ class InspectTask:
     now_ms: int
     exact: bool
     committer: Committer
+    max_batch_bytes: int  #: the run's decompression bound
     #: compact,delete partitions that lose segments to retention: the listing and scan compaction works on
     #: (see jobs.engine.retention.RetentionFirst); None: the partition as it is
     after_retention: tuple[PartitionListing, Any] | None = None
@@ -238,7 +239,8 @@ def inspect_partition(task: InspectTask) -> PartitionStats:
         kept = {s.base_offset for s in (task.after_retention[0] if task.after_retention else task.listing).segments}
         for i, seg in enumerate(task.listing.segments):
             data = task.storage.read(seg.log.uri)
-            kh = decode_key_hashes_bytes(data, path=seg.log.uri, allow_truncated_tail=i == last)
+            kh = decode_key_hashes_bytes(data, path=seg.log.uri, allow_truncated_tail=i == last,
+                                         max_batch_bytes=task.max_batch_bytes)
             whole.add(kh, task.txn.aborted, task.now_ms)
             if (rewritable and not task.exact and seg.base_offset in kept
                     and seg.base_offset < plan.first_uncleanable_offset):
@@ -276,7 +278,8 @@ def _measure_compaction(task: InspectTask) -> tuple[dict[str, Any], PartitionErr
         state, txn = scan.state, scan.txn
     outcome = compact_partition(CompactTask(
         task.storage, listing, state, task.plan, task.config, txn, task.now_ms,
-        max_keys_for_buffer(DEFAULT_DEDUPE_BUFFER_BYTES), dry_run=True, committer=task.committer))
+        max_keys_for_buffer(DEFAULT_DEDUPE_BUFFER_BYTES), dry_run=True, committer=task.committer,
+        max_batch_bytes=task.max_batch_bytes))
     return ({"compaction_records_removed": sum(g.records_before - g.records_after for g in outcome.groups),
              "compaction_bytes_removed": sum(g.bytes_before - g.bytes_after for g in outcome.groups),
              "compaction_partial": outcome.map_full}, outcome.error)
@@ -350,7 +353,8 @@ def work(ctx: JobContext) -> None:
         rows[key] = _row(*key, {**_plan_values(scan.scanned, config, plan, kept, ctx.now_ms),
                                 "retention_refused": refused[key[0]].message() if key[0] in refused else None})
         tasks.append(InspectTask(ctx.storage, ctx.listing.partitions[key], scan.scanned, scan.txn, plan, config,
-                                 ctx.now_ms, exact, ctx.committer, first.after.get(key), compactable=not held))
+                                 ctx.now_ms, exact, ctx.committer, ctx.max_batch_bytes, first.after.get(key),
+                                 compactable=not held))
     ctx.progress(f"inspecting {len(tasks)} partition(s)" + (" (exact)" if exact else ""), event="inspect.start",
                  partitions=len(tasks), exact=exact)
     for stats in ctx.parallel_map(inspect_partition, tasks,

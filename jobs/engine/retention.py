@@ -464,10 +464,10 @@ def listing_after_retention(listing: PartitionListing, plan: RetentionPlan) -> P
 
 
 def _after_retention_task(item: tuple) -> PartitionScan:
-    storage, listing, plan, cleaner_checkpoint, now_ms, pid_exp = item
+    storage, listing, plan, cleaner_checkpoint, now_ms, pid_exp, max_batch = item
     return scan_partition(storage, listing_after_retention(listing, plan), depth="transactions",
                           log_start_checkpoint=plan.new_log_start_offset, cleaner_checkpoint=cleaner_checkpoint,
-                          now_ms=now_ms, producer_id_expiration_ms=pid_exp)
+                          now_ms=now_ms, producer_id_expiration_ms=pid_exp, max_batch_bytes=max_batch)
 
 
 @dataclass
@@ -521,7 +521,7 @@ def plan_retention_first(ctx: JobContext) -> RetentionFirst:
                 plans[key] = plan
     refused = _refused_topics(ctx, plans)
     todo = [(ctx.storage, ctx.listing.partitions[k], plan, ctx.scans[k].scanned.cleaner_checkpoint, ctx.now_ms,
-             ctx.configs.for_topic(k[0]).producer_id_expiration_ms)
+             ctx.configs.for_topic(k[0]).producer_id_expiration_ms, ctx.max_batch_bytes)
             for k, plan in plans.items() if plan.deletions and k[0] not in refused]
     after = {}
     rescans = ctx.parallel_map(_after_retention_task, todo,

@@ -83,7 +83,7 @@ def scan_candidates(ctx: JobContext) -> list[tuple[str, int]]:
     start = ctx.checkpoints[LOG_START_OFFSET_CHECKPOINT]
     cleaner = ctx.checkpoints[CLEANER_OFFSET_CHECKPOINT]
     items = [(ctx.storage, ctx.listing.partitions[k], "transactions", start.get(k), cleaner.get(k), ctx.now_ms,
-              ctx.configs.for_topic(k[0]).producer_id_expiration_ms) for k in keys]
+              ctx.configs.for_topic(k[0]).producer_id_expiration_ms, ctx.max_batch_bytes) for k in keys]
     sizes = [ctx.scans[k].scanned.size_bytes for k in keys]
     for i, result in ctx.runner.stream(scan_task, items, sizes=sizes,
                                        description=ctx.job_description(f"read {len(keys)} partition(s) in full")):
