@@ -26,6 +26,8 @@ from jobs.engine.outcomes import (
 from jobs.engine.planfile import PlanStage, decision_difference, partition_name
 from jobs.engine.report import Progress
 from jobs.engine.retention import (
+    DeleteLimit,
+    RetentionParams,
     apply_retention_first,
     plan_retention_first,
     retention_decision,
@@ -103,10 +105,16 @@ def work(ctx: JobContext) -> None:
     options = ctx.options
     assert isinstance(options, CompactOptions)
     planfile = ctx.planfile
-    scan_candidates(ctx)  # the partitions that may be due, read in full (the frame scanned sizes only)
+    # the partitions that may be due, read in full (the frame scanned sizes only)
+    scan_candidates(ctx.scans, storage=ctx.storage, listing=ctx.listing, checkpoints=ctx.checkpoints,
+                    configs=ctx.configs, scope=ctx.scope, now_ms=ctx.now_ms, max_batch_bytes=ctx.max_batch_bytes,
+                    runner=ctx.runner, job_description=ctx.job_description, warnings=ctx.report.warnings,
+                    progress=ctx.progress)
     max_keys = max_keys_for_buffer(options.dedupe_buffer_bytes)
     # compact,delete partitions: retention first, compaction planned on what it leaves (see RetentionFirst)
-    first = plan_retention_first(ctx)
+    first = plan_retention_first(RetentionParams.from_job(ctx), ctx.scans, ctx.configs.for_topic,
+                                 DeleteLimit.of_job(ctx), parallel_map=ctx.parallel_map,
+                                 max_batch_bytes=ctx.max_batch_bytes)
     held = first.held()
     plans: dict[tuple[str, int], CompactionPlan] = {}
     states: dict[tuple[str, int], PartitionState] = {}
@@ -128,7 +136,8 @@ def work(ctx: JobContext) -> None:
                                    for k, p in first.plans.items()}, "retention")
     planfile.check_decisions({partition_name(k): _compaction_decision(p, k in held)
                                    for k, p in plans.items()}, "compaction", later=("outcome",))
-    retention = apply_retention_first(ctx, first)
+    retention = apply_retention_first(first, ctx.scans, ctx.configs.for_topic, work_uri=ctx.work_uri,
+                                      report=ctx.report, progress=ctx.progress)
     # Where retention failed half-way the partition is not what compaction was planned on: leave it alone.
     failed = {k for k, r in retention.items() if r.action is Action.ERROR and k in first.plans}
     tasks = [t for t in tasks if (t.plan.topic, t.plan.partition) not in failed]

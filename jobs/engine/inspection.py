@@ -35,7 +35,7 @@ from jobs.engine.report import (
     rows_per_partition,
     shared_note,
 )
-from jobs.engine.retention import plan_retention_first, retention_decisions
+from jobs.engine.retention import DeleteLimit, RetentionParams, plan_retention_first, retention_decisions
 from jobs.engine.scan import PartitionError
 from jobs.logdir.commit import Committer
 from jobs.rules.cardinality import HyperLogLog, exact_distinct
@@ -329,9 +329,11 @@ def work(ctx: JobContext) -> None:
     rows: dict[tuple[str, int], dict[str, Any]] = {}
     tasks: list[InspectTask] = []
     # retain's own decisions: a topic the delete-fraction limit refuses is predicted to lose nothing, as it does
-    retentions, refused = retention_decisions(ctx)
+    params, limit = RetentionParams.from_job(ctx), DeleteLimit.of_job(ctx)
+    retentions, refused = retention_decisions(params, ctx.scans, ctx.configs.for_topic, limit)
     # compact,delete partitions: compaction predicted on what retention leaves, as `compact` runs them
-    first = plan_retention_first(ctx)
+    first = plan_retention_first(params, ctx.scans, ctx.configs.for_topic, limit, parallel_map=ctx.parallel_map,
+                                 max_batch_bytes=ctx.max_batch_bytes)
     held_keys = first.held()
     for key, scan in sorted(ctx.scans.items()):
         if scan.error is not None:
