@@ -18,8 +18,11 @@ from jobs.engine.options import DEFAULT_DEDUPE_BUFFER_BYTES, STRATEGIES, Compact
 from jobs.engine.outcomes import (
     Action,
     CleanedRange,
+    CleaningDecision,
+    CompactionDecision,
     CompactionOutcome,
     CompactTotals,
+    RetentionDecision,
     RetentionOutcome,
     unreadable_reason,
 )
@@ -30,7 +33,6 @@ from jobs.engine.retention import (
     RetentionParams,
     apply_retention_first,
     plan_retention_first,
-    retention_decision,
 )
 from jobs.engine.scan import PartitionError
 from jobs.engine.selection import scan_candidates
@@ -132,9 +134,9 @@ def work(ctx: JobContext) -> None:
         if plan.selected and key not in held:
             tasks.append(CompactTask(ctx.storage, listing, scan.scanned, plan, config, scan.txn, ctx.now_ms, max_keys,
                                      ctx.dry_run, ctx.committer, ctx.max_batch_bytes))
-    planfile.check_decisions({partition_name(k): retention_decision(p, k in held)
+    planfile.check_decisions({partition_name(k): RetentionDecision.of(p, k in held)
                                    for k, p in first.plans.items()}, "retention")
-    planfile.check_decisions({partition_name(k): _compaction_decision(p, k in held)
+    planfile.check_decisions({partition_name(k): CompactionDecision.of(p, k in held)
                                    for k, p in plans.items()}, "compaction", later=("outcome",))
     retention = apply_retention_first(first, ctx.scans, ctx.configs.for_topic, work_uri=ctx.work_uri,
                                       report=ctx.report, progress=ctx.progress)
@@ -360,17 +362,6 @@ def _record_settled(ctx: JobContext, plans: dict[tuple[str, int], CompactionPlan
     return changed
 
 
-def _compaction_decision(plan: CompactionPlan, held: bool) -> dict[str, Any]:
-    """What a plan file records of a partition's compaction before any task runs (compared by ``--apply``
-    before anything is changed); the task's outcome is added by :func:`_check_outcome_against_plan`."""
-    if held:
-        return {"selected": False, "held": True}
-    out: dict[str, Any] = {"selected": plan.selected}
-    if plan.selected:
-        out.update(first_dirty_offset=plan.first_dirty_offset, first_uncleanable_offset=plan.first_uncleanable_offset)
-    return out
-
-
 def _check_outcome_against_plan(ctx: JobContext, planfile: PlanStage, key: tuple[str, int],
                                 outcome: PartitionOutcome) -> None:
     """Record what the cleaning task decided (where the pass ends, the groups it rewrites, what goes) and,
@@ -378,10 +369,10 @@ def _check_outcome_against_plan(ctx: JobContext, planfile: PlanStage, key: tuple
     discarded and nothing of it is committed. The planners and tasks are deterministic, so this only
     happens when segjobs itself changed between plan and apply."""
     name = partition_name(key)
-    decided = {"end_offset": outcome.end_offset,
-               "groups": [g.old_bases for g in outcome.groups if g.changed],
-               "records_removed": sum(g.records_before - g.records_after for g in outcome.groups if g.changed),
-               "bytes_removed": sum(g.bytes_before - g.bytes_after for g in outcome.groups if g.changed)}
+    changed = [g for g in outcome.groups if g.changed]
+    decided = CleaningDecision(end_offset=outcome.end_offset, groups=tuple(tuple(g.old_bases) for g in changed),
+                               records_removed=sum(g.records_before - g.records_after for g in changed),
+                               bytes_removed=sum(g.bytes_before - g.bytes_after for g in changed)).to_dict()
     planfile.decisions.setdefault(name, {}).setdefault("compaction", {})["outcome"] = decided
     planned = planfile.planned(name, "compaction")
     if planned is None:

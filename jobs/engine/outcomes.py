@@ -6,6 +6,10 @@ An outcome is built once, when its partition is settled (:mod:`jobs.engine.compa
 ``partitions[]`` entry, whose format these types keep as it was), ``ledger_row()`` (one row of ``--ledger``), the
 totals (:class:`CompactTotals`, :class:`RetainTotals`) and the summary tables (:mod:`jobs.engine.render`). Adding
 a field to the report touches its type here and the renderer that shows it, nothing else.
+
+The decisions a plan file records (``--dry-run --plan``, compared by ``--apply``) are types here too:
+:class:`RetentionDecision`, :class:`CompactionDecision` and :class:`CleaningDecision`, whose ``to_dict()`` is the
+plan file's format (:mod:`jobs.engine.planfile`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from enum import StrEnum
 from typing import Any, Iterable, Mapping, Sequence
 
 from jobs.engine.scan import PartitionError
+from jobs.rules.plan_compact import CompactionPlan
+from jobs.rules.plan_retain import RetentionPlan
 
 
 class Action(StrEnum):
@@ -460,11 +466,107 @@ class InspectTotals:
                 "retention_bytes_deleted": self.retention_bytes_deleted, "exact": self.exact}
 
 
+# --------------------------------------------------------------------------------------------------
+# The decisions a plan file records
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlannedDeletion:
+    """A segment a plan's retention deletes: its base offset, bytes and the rule that condemned it."""
+
+    segment: int
+    bytes: int
+    rule: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"segment": self.segment, "bytes": self.bytes, "rule": self.rule}
+
+
+@dataclass(frozen=True)
+class RetentionDecision:
+    """What a plan file records of one partition's retention (compared field by field by ``--apply``)."""
+
+    #: retention leaves the partition alone whatever its segments (unreadable, or the KRaft metadata log)
+    untouched: bool = False
+    delete: tuple[PlannedDeletion, ...] = ()
+    log_start_offset: int | None = None
+    #: the delete-fraction limit refused the partition's topic
+    refused: bool = False
+
+    @classmethod
+    def of(cls, plan: RetentionPlan | None, refused: bool) -> "RetentionDecision":
+        """The decision of ``plan`` (None: retention does not touch the partition); ``refused``: its topic is
+        held by the delete-fraction limit."""
+        if plan is None:
+            return cls(untouched=True)
+        return cls(delete=tuple(PlannedDeletion(d.segment.base_offset, d.size_bytes, d.rule) for d in plan.deletions),
+                   log_start_offset=plan.new_log_start_offset, refused=refused)
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.untouched:
+            return {"untouched": True}
+        out: dict[str, Any] = {"delete": [d.to_dict() for d in self.delete], "log_start_offset": self.log_start_offset}
+        if self.refused:
+            out["refused"] = True
+        return out
+
+
+@dataclass(frozen=True)
+class CompactionDecision:
+    """What a plan file records of a partition's compaction before any task runs (compared by ``--apply``
+    before anything is changed); what the task decides is a :class:`CleaningDecision`, recorded later."""
+
+    selected: bool
+    #: the delete-fraction limit holds the partition's topic (no retention, no compaction)
+    held: bool = False
+    first_dirty_offset: int | None = None
+    first_uncleanable_offset: int | None = None
+
+    @classmethod
+    def of(cls, plan: CompactionPlan, held: bool) -> "CompactionDecision":
+        if held:
+            return cls(selected=False, held=True)
+        if not plan.selected:
+            return cls(selected=False)
+        return cls(selected=True, first_dirty_offset=plan.first_dirty_offset,
+                   first_uncleanable_offset=plan.first_uncleanable_offset)
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.held:
+            return {"selected": False, "held": True}
+        out: dict[str, Any] = {"selected": self.selected}
+        if self.selected:
+            out.update(first_dirty_offset=self.first_dirty_offset,
+                       first_uncleanable_offset=self.first_uncleanable_offset)
+        return out
+
+
+@dataclass(frozen=True)
+class CleaningDecision:
+    """What a partition's cleaning task decided (the plan file's ``compaction.outcome``): where the pass ends,
+    the groups it rewrites (each by the base offsets of its old segments) and what goes."""
+
+    end_offset: int | None  #: None: the task ended before it decided (an error)
+    groups: tuple[tuple[int, ...], ...]
+    records_removed: int
+    bytes_removed: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"end_offset": self.end_offset, "groups": [list(g) for g in self.groups],
+                "records_removed": self.records_removed, "bytes_removed": self.bytes_removed}
+
+
+#: A decision a plan file records, under its part (``retention``, ``compaction``).
+Decision = RetentionDecision | CompactionDecision
+
+
 def ledger_rows(outcomes: Iterable[Outcome], *, dry_run: bool) -> list[dict[str, Any]]:
     """The ledger rows of a run's outcomes (see :func:`jobs.engine.report.append_ledger`)."""
     return [o.ledger_row(dry_run) for o in outcomes]
 
 
-__all__ = ["LEDGER_NUMBERS", "REFUSED_KIND", "Action", "CleanedRange", "CompactTotals", "CompactionOutcome",
-           "DeletedSegment", "InspectTotals", "Outcome", "Refusal", "RetainTotals", "RetentionOutcome", "ledger_rows",
+__all__ = ["LEDGER_NUMBERS", "REFUSED_KIND", "Action", "CleanedRange", "CleaningDecision", "CompactTotals",
+           "CompactionDecision", "CompactionOutcome", "Decision", "DeletedSegment", "InspectTotals", "Outcome",
+           "PlannedDeletion", "Refusal", "RetainTotals", "RetentionDecision", "RetentionOutcome", "ledger_rows",
            "unreadable_reason"]

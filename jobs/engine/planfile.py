@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar
 
 from jobs.engine.options import ChangeOptions, field_defaults
+from jobs.engine.outcomes import Decision
 from jobs.engine.report import human_bytes
 from jobs.rules.timeutil import format_instant
 from segment_io.errors import SegjobsError, UsageError
@@ -291,18 +292,19 @@ class PlanStage:
             raise UsageError(f"--apply {self.apply_uri}: refused, nothing done: {diff}; make a new plan "
                              f"(--dry-run --plan)")
 
-    def check_decisions(self, decisions: Mapping[str, dict[str, Any]], part: str, *,
+    def check_decisions(self, decisions: Mapping[str, Decision], part: str, *,
                         later: tuple[str, ...] = ()) -> None:
         """Record ``decisions`` (per partition name, under ``part``) and, with ``--apply``, refuse (exit 2)
         when they differ from the plan's. Call it before anything is changed; ``later`` names the keys of
         the plan's decisions that are only known (and checked) later in the run."""
-        for name, d in decisions.items():
-            self.decisions.setdefault(name, {})[part] = d
+        documents = {name: d.to_dict() for name, d in decisions.items()}
+        for name, doc in documents.items():
+            self.decisions.setdefault(name, {})[part] = doc
         if self.applying is None:
             return
         planned = {name: {k: v for k, v in d[part].items() if k not in later}
                    for name, d in self.applying.decisions.items() if part in d}
-        diff = decision_difference(planned, dict(decisions))
+        diff = decision_difference(planned, documents)
         if diff:
             raise UsageError(f"--apply {self.apply_uri}: refused, nothing done: the {part} decided now differs "
                              f"from the plan: {diff}")

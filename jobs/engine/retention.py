@@ -16,6 +16,7 @@ from jobs.engine.outcomes import (
     DeletedSegment,
     Refusal,
     RetainTotals,
+    RetentionDecision,
     RetentionOutcome,
     unreadable_reason,
 )
@@ -289,7 +290,7 @@ def work(ctx: JobContext) -> None:
             ctx.report.warnings.append(stale)
             ctx.progress.notice(f"warning: {stale}", event="data.stale")
     plans, refused = retention_decisions(params, ctx.scans, ctx.configs.for_topic, DeleteLimit.of_job(ctx))
-    planfile.check_decisions({partition_name(k): retention_decision(plans.get(k), k[0] in refused)
+    planfile.check_decisions({partition_name(k): RetentionDecision.of(plans.get(k), k[0] in refused)
                                    for k in keys}, "retention")
     every = max(1, len(keys) // 10)
     done = 0
@@ -447,18 +448,6 @@ def refused_outcome(p: RetentionParams, scan: PartitionScan, config: TopicConfig
                    refused=Refusal(planned.deleted, share.fraction, share.max_fraction))
 
 
-def retention_decision(plan: RetentionPlan | None, refused: bool) -> dict[str, Any]:
-    """What a plan file records of one partition's retention (compared field by field by ``--apply``)."""
-    if plan is None:
-        return {"untouched": True}  # unreadable, or the KRaft metadata log
-    out: dict[str, Any] = {"delete": [{"segment": d.segment.base_offset, "bytes": d.size_bytes, "rule": d.rule}
-                                      for d in plan.deletions],
-                           "log_start_offset": plan.new_log_start_offset}
-    if refused:
-        out["refused"] = True
-    return out
-
-
 def _record_errors(report: RunReport, o: RetentionOutcome, *, during: str | None = None) -> None:
     """A partition's error (a failure or a refusal: exit code 1) and warnings into the run's report."""
     label = {"during": during} if during else {}
@@ -588,5 +577,5 @@ __all__ = ["COMMIT_THREADS", "PLAN_OPTIONS", "DeleteLimit", "RetentionFirst", "R
            "advance_log_start_offsets", "apply_retention", "apply_retention_first",
            "listing_after_retention", "plan_partition", "plan_retention_first", "read_used_settings",
            "record_used_settings", "refused_outcome", "refused_topics",
-           "retain_partitions", "retention_decision", "retention_decisions"]
+           "retain_partitions", "retention_decisions"]
 
