@@ -194,11 +194,6 @@ class CompactedPartition(PartitionResult):
                    segments_after=o.segments_after if o.readable else None, partial=o.partial, retention=retention)
 
 
-def _recovered(report: RunReport) -> int:
-    """Partitions whose interrupted commits the run's recovery settled (the frame's total)."""
-    return int(report.totals.get("recovered_partitions", 0))
-
-
 @dataclass(frozen=True, kw_only=True)
 class CompactResult(JobResult):
     """What :func:`compact` did (or, in a dry run, would do)."""
@@ -230,7 +225,7 @@ class CompactResult(JobResult):
                    partitions_compacted=sum(o.action.rewrote for o in outcomes),
                    records_removed=t.records_removed, bytes_removed=t.bytes_removed,
                    segments_removed=sum(o.segments_removed for o in outcomes), files_purged=t.files_purged,
-                   bytes_purged=t.bytes_purged, recovered_partitions=_recovered(report))
+                   bytes_purged=t.bytes_purged, recovered_partitions=report.recovered_partitions or 0)
 
     def summary(self, *, layout: str = "auto", width: int | None = None) -> str:
         """The human summary ``segjobs compact`` prints: a row per partition (``layout``: ``auto`` switches to a
@@ -266,7 +261,7 @@ class RetainResult(JobResult):
                    segments_deleted=t.segments_deleted, bytes_removed=t.bytes_removed, files_purged=t.files_purged,
                    bytes_purged=t.bytes_purged,
                    refused_topics=tuple(sorted({o.topic for o in outcomes if o.action is Action.REFUSED})),
-                   recovered_partitions=_recovered(report))
+                   recovered_partitions=report.recovered_partitions or 0)
 
     def summary(self, *, layout: str = "auto", width: int | None = None) -> str:
         """The human summary ``segjobs retain`` prints (``layout`` and ``width`` as for

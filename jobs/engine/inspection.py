@@ -18,13 +18,15 @@ import pyarrow as pa
 
 from jobs.engine.cleaning import CompactTask, compact_partition
 from jobs.engine.frame import JobContext
+from jobs.engine.html_report import inspect_html, write_html
 from jobs.engine.options import DEFAULT_DEDUPE_BUFFER_BYTES, InspectOptions
 from jobs.engine.outcomes import InspectTotals
+from jobs.engine.render import inspect_topic_columns, inspect_topic_row
 from jobs.engine.report import (
     RunReport,
+    absolute_uri,
     attention_table,
     by_topic,
-    count_note,
     human_bytes,
     one_line,
     partition_order,
@@ -33,7 +35,6 @@ from jobs.engine.report import (
     render_footer,
     render_table,
     rows_per_partition,
-    shared_note,
 )
 from jobs.engine.retention import DeleteLimit, RetentionParams, plan_retention_first, retention_decisions
 from jobs.engine.scan import PartitionError
@@ -45,7 +46,9 @@ from jobs.rules.offset_map import max_keys_for_buffer
 from jobs.rules.plan_compact import CompactionPlan, plan_compaction
 from jobs.rules.plan_retain import RetentionPlan
 from jobs.rules.timeutil import format_instant
+from segment_io.decode import decode_key_hashes_bytes
 from segment_io.errors import SegjobsError, UsageError
+from segment_io.generate import GenerateSpec, generate_log_dir
 from segment_io.layout import PartitionListing
 from segment_io.storage.base import Storage
 from segment_io.units import DAY_MS
@@ -225,8 +228,6 @@ def inspect_partition(task: InspectTask) -> PartitionStats:
     """Count one partition's records, keys and tombstones from its key-hash projection (one segment in memory
     at a time), and what compaction would remove: estimated, or with ``exact`` measured by
     :func:`jobs.engine.cleaning.compact_partition` as a dry run."""
-    from segment_io.decode import decode_key_hashes_bytes
-
     plan = task.plan
     out = PartitionStats(plan.topic, plan.partition)
     try:
@@ -377,9 +378,6 @@ def work(ctx: JobContext) -> None:
 def _write_html(ctx: JobContext, uri: str) -> None:
     """The HTML report with the charts (``--html``), named by the JSON report's ``html_report``; a failure to
     write it is the run's error (exit code 1), not a lost inspection."""
-    from jobs.engine.html_report import inspect_html, write_html
-    from jobs.engine.report import absolute_uri
-
     uri = absolute_uri(uri)
     try:
         write_html(uri, inspect_html(ctx.report), ctx.options.storage_options())
@@ -422,51 +420,6 @@ def _table_row(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def topic_columns(estimated: bool) -> tuple[tuple[str, str], ...]:
-    est = " (est.)" if estimated else ""
-    return (("topic", "topic"), ("policy", "policy"), ("partitions", "partitions"), ("segments", "segs"),
-            ("size", "size"), ("dirty", "dirty"), ("records", "records"), ("keys", f"keys{est}"),
-            ("superseded", f"superseded{est}"), ("tombstones", "tombstones live/exp"), ("aborted", "aborted"),
-            ("compact", "compact"), ("compaction", f"compaction frees{est}"), ("retention", "retention frees"),
-            ("oldest", "oldest"), ("newest", "newest"), ("note", "note"))
-
-
-def topic_row(topic: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """A topic's row of the per-topic table: its readable partitions added up. ``dirty`` is the topic's bytes
-    ratio (cleanable over clean + cleanable bytes of all its partitions, as the notebook's per-topic chart
-    weighs it: a mean of ratios would let a tiny partition weigh as much as a huge one); ``compact`` is how
-    many partitions compaction at now selects; the note says a retention refusal once, how many partitions are
-    UNREADABLE (listed below), or the note every partition shares."""
-    ok = [r for r in rows if r["error"] is None]
-    unreadable = len(rows) - len(ok)
-    refused = next((r["retention_refused"] for r in ok if r.get("retention_refused")), None)
-    notes = [f"retention {refused}" if refused else "", count_note(unreadable, "UNREADABLE (listed below)")]
-    if not any(notes):
-        notes.append(shared_note(r.get("compaction_note") for r in ok))
-    if not ok:
-        return {"topic": topic, "policy": "UNREADABLE", "partitions": len(rows), "note": one_line("; ".join(notes))}
-
-    def total(key: str) -> int:
-        return sum(int(r[key] or 0) for r in ok)
-
-    judged = total("clean_bytes") + total("cleanable_bytes")
-    oldest = [r["oldest_timestamp"] for r in ok if r["oldest_timestamp"] is not None]
-    newest = [r["newest_timestamp"] for r in ok if r["newest_timestamp"] is not None]
-    return {
-        "topic": topic, "policy": shared_note(r["policy"] for r in ok) or "mixed", "partitions": len(rows),
-        "segments": total("segments"), "size": human_bytes(total("bytes")),
-        "dirty": f"{total('cleanable_bytes') / judged if judged else 0.0:.2f}", "records": total("records"),
-        "keys": total("distinct_keys"), "superseded": total("superseded_records"),
-        "tombstones": f"{total('live_tombstones')}/{total('expired_tombstones')}", "aborted": total("aborted_records"),
-        "compact": f"{sum(1 for r in ok if r['compaction_selected'])}/{len(ok)}",
-        "compaction": human_bytes(sum(int(r["compaction_bytes_removed"] or 0) for r in ok if r["compaction_selected"])),
-        "retention": human_bytes(total("retention_bytes_deleted")),
-        "oldest": format_instant(min(oldest))[:10] if oldest else None,
-        "newest": format_instant(max(newest))[:10] if newest else None,
-        "note": one_line("; ".join(n for n in notes if n)) or None,
-    }
-
-
 def render(report: RunReport, fmt: str, *, layout: str = "auto", width: int | None = None) -> str:
     """The inspect report as text: ``table`` (with each partition's compaction reason and any error below
     it), ``json`` (the whole report, one document) or ``csv`` (every column; arrays space-separated). The table
@@ -492,8 +445,8 @@ def render(report: RunReport, fmt: str, *, layout: str = "auto", width: int | No
     if per_partition:
         lines.append(render_table([_table_row(r) for r in ordered], _table_columns(estimated), width=width))
     else:
-        lines.append(render_table([topic_row(t, rs) for t, rs in by_topic(ordered)], topic_columns(estimated),
-                                  width=width))
+        lines.append(render_table([inspect_topic_row(t, rs) for t, rs in by_topic(ordered)],
+                                  inspect_topic_columns(estimated), width=width))
         lines += attention_table([r for r in ordered if r["error"] is not None], _table_row,
                                  _table_columns(estimated), width=width)
     below = []  # each partition's verdict (the rollup leaves them to --per-partition), every error in full
@@ -530,7 +483,7 @@ def render(report: RunReport, fmt: str, *, layout: str = "auto", width: int | No
 
 def spark_schema():
     """The Spark schema of :func:`jobs.api.dirty_ratios`' DataFrame (built from :data:`COLUMNS`)."""
-    from pyspark.sql.types import _parse_datatype_string
+    from pyspark.sql.types import _parse_datatype_string  # start-up: pyspark, for the notebook's DataFrame only
 
     return _parse_datatype_string(", ".join(f"{name}: {typ}" for name, typ, _ in COLUMNS))
 
@@ -548,8 +501,6 @@ def write_demo_log_dir(out_dir: str | os.PathLike, *, records: int = 2_000) -> D
     """Write a small log dir into ``out_dir/logs``: a compacted changelog with tombstones and aborted
     transactions, a compact,delete topic, and a delete topic whose oldest segments are past retention at the
     returned ``now`` (a day after the last record). A few hundred KB with the default ``records``."""
-    from segment_io.generate import GenerateSpec, generate_log_dir
-
     start, span = 1_700_000_000_000, 7 * DAY_MS
     log_dir = Path(out_dir) / "logs"
     common: dict[str, Any] = dict(records=records, start_ms=start, span_ms=span, segment_bytes=64 << 10,
@@ -568,5 +519,5 @@ def write_demo_log_dir(out_dir: str | os.PathLike, *, records: int = 2_000) -> D
 
 
 __all__ = ["COLUMNS", "COLUMN_NAMES", "DemoLogDir", "FORMATS", "InspectTask", "PartitionStats",
-           "inspect_partition", "render", "spark_schema", "topic_columns", "topic_row", "work", "write_demo_log_dir"]
+           "inspect_partition", "render", "spark_schema", "work", "write_demo_log_dir"]
 

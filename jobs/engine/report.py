@@ -98,6 +98,9 @@ class RunReport:
     #: compact and retain: the outcomes ``partitions`` holds the entries of, in the same order (not in the JSON:
     #: the entries are their serialised form)
     outcomes: list[Outcome] = field(default_factory=list, repr=False)
+    #: partitions whose interrupted commits the run's recovery settled; None where the run recovers nothing (dry
+    #: runs, inspect). In the JSON it is the first of ``totals``.
+    recovered_partitions: int | None = None
 
     def add(self, *outcomes: Outcome) -> None:
         """Partitions settled: their outcomes, and their entries (:meth:`~CompactionOutcome.to_entry`)."""
@@ -120,7 +123,10 @@ class RunReport:
         return self
 
     def to_json(self) -> str:
-        doc = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "outcomes"}
+        doc = {f.name: getattr(self, f.name) for f in fields(self)
+               if f.name not in ("outcomes", "recovered_partitions")}
+        if self.recovered_partitions is not None:
+            doc["totals"] = {"recovered_partitions": self.recovered_partitions, **self.totals}
         return json.dumps(doc, indent=2, sort_keys=False, default=str)
 
 
