@@ -55,6 +55,7 @@ from jobs.engine.outcomes import (
     Action,
     CompactionOutcome,
     CompactTotals,
+    InspectRow,
     InspectTotals,
     RetainTotals,
     RetentionOutcome,
@@ -273,7 +274,7 @@ class RetainResult(JobResult):
 
 @dataclass(frozen=True, kw_only=True)
 class InspectedPartition:
-    """One row of :func:`inspect` (every column of :data:`jobs.engine.inspection.COLUMNS` is in ``row``)."""
+    """One row of :func:`inspect`: the typed row (``outcome``), whose every column is also in ``row``."""
 
     topic: str
     partition: int
@@ -287,21 +288,22 @@ class InspectedPartition:
     records: int | None
     distinct_keys: int | None
     row: dict[str, Any]
+    #: the row as the run built it (every column, typed)
+    outcome: InspectRow
 
     @property
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
 
     @classmethod
-    def of(cls, r: dict[str, Any]) -> "InspectedPartition":
-        """From a row of the report (every column of :data:`jobs.engine.inspection.COLUMNS` is in it; an unreadable
-        partition's numbers are None)."""
-        return cls(topic=r["topic"], partition=r["partition"], error=r["error"], dirty_ratio=r["dirty_ratio"],
-                   compaction_selected=bool(r["compaction_selected"]),
-                   compaction_records_removed=r["compaction_records_removed"] or 0,
-                   compaction_bytes_removed=r["compaction_bytes_removed"] or 0,
-                   retention_bytes_deleted=r["retention_bytes_deleted"] or 0, records=r["records"],
-                   distinct_keys=r["distinct_keys"], row=r)
+    def of(cls, r: InspectRow) -> "InspectedPartition":
+        """From the run's row (an unreadable partition's numbers are None)."""
+        return cls(topic=r.topic, partition=r.partition, error=r.error, dirty_ratio=r.dirty_ratio,
+                   compaction_selected=bool(r.compaction_selected),
+                   compaction_records_removed=r.compaction_records_removed or 0,
+                   compaction_bytes_removed=r.compaction_bytes_removed or 0,
+                   retention_bytes_deleted=r.retention_bytes_deleted or 0, records=r.records,
+                   distinct_keys=r.distinct_keys, row=r.to_entry(), outcome=r)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -321,7 +323,7 @@ class InspectResult(JobResult):
 
     @classmethod
     def of(cls, run: JobRun) -> "InspectResult":
-        rows = run.report.partitions
+        rows = run.report.inspected
         t = InspectTotals.of(rows, exact=bool(run.options.exact) if isinstance(run.options, InspectOptions) else False)
         return cls(**cls._common(run), partitions=tuple(InspectedPartition.of(r) for r in rows), bytes=t.bytes,
                    records=t.records, compaction_selected=t.compaction_selected,

@@ -20,7 +20,7 @@ from jobs.engine.cleaning import CompactTask, compact_partition
 from jobs.engine.frame import JobContext
 from jobs.engine.html_report import inspect_html, write_html
 from jobs.engine.options import DEFAULT_DEDUPE_BUFFER_BYTES, InspectOptions
-from jobs.engine.outcomes import InspectTotals
+from jobs.engine.outcomes import INSPECT_COLUMNS, InspectRow, InspectTotals
 from jobs.engine.render import inspect_topic_columns, inspect_topic_row
 from jobs.engine.report import (
     RunReport,
@@ -55,53 +55,10 @@ from segment_io.units import DAY_MS
 
 FORMATS = ("table", "json", "csv")
 
-#: The columns of a partition's row, in order: (name, Spark SQL type, meaning). The one definition the
-#: report entries, the CSV header and :func:`jobs.api.dirty_ratios`' schema all follow.
-COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("topic", "string", "topic"),
-    ("partition", "int", "partition number"),
-    ("policy", "string", "cleanup.policy"),
-    ("segments", "int", "live segments"),
-    ("bytes", "bigint", "bytes of all segments"),
-    ("clean_bytes", "bigint", "bytes below the first dirty offset (cleaned before)"),
-    ("cleanable_bytes", "bigint", "bytes from the first dirty offset to the first uncleanable offset"),
-    ("uncleanable_bytes", "bigint", "bytes from the first uncleanable offset on (active segment included)"),
-    ("dirty_ratio", "double", "cleanable / (clean + cleanable) bytes; null where the topic has no compact policy "
-                              "(a compaction measure: not applicable to delete-only topics)"),
-    ("min_cleanable_dirty_ratio", "double", "the topic's min.cleanable.dirty.ratio"),
-    ("log_start_offset", "bigint", "log start offset"),
-    ("log_end_offset", "bigint", "log end offset"),
-    ("first_dirty_offset", "bigint", "where the next clean starts"),
-    ("first_uncleanable_offset", "bigint", "where the next clean stops (a segment base)"),
-    ("bound_by", "string", "what sets the first uncleanable offset"),
-    ("records", "bigint", "data records (transaction markers not counted)"),
-    ("markers", "bigint", "transaction markers (control records)"),
-    ("keyless_records", "bigint", "data records without a key (outside aborted transactions)"),
-    ("distinct_keys", "bigint", "distinct keys of the keyed records not in aborted transactions"),
-    ("distinct_keys_exact", "boolean", "false: distinct_keys and superseded_records are HyperLogLog estimates"),
-    ("superseded_records", "bigint", "keyed records a later record of the same key replaces"),
-    ("live_tombstones", "bigint", "tombstones a clean at now keeps (no delete horizon, or one after now)"),
-    ("expired_tombstones", "bigint", "tombstones whose delete horizon is <= now"),
-    ("aborted_records", "bigint", "data records of aborted transactions"),
-    ("oldest_timestamp", "bigint", "smallest record timestamp (epoch ms), null when none"),
-    ("newest_timestamp", "bigint", "largest record timestamp (epoch ms), null when none"),
-    ("compaction_selected", "boolean", "would a compaction run at now select the partition"),
-    ("compaction_reason", "string", "why (not)"),
-    ("compaction_note", "string", "why (not), in a few words"),
-    ("compaction_records_removed", "bigint", "records a compaction at now would remove"),
-    ("compaction_bytes_removed", "bigint", "bytes a compaction at now would remove"),
-    ("compaction_measured", "boolean", "true: measured by a compaction dry run (--exact); false: estimated"),
-    ("compaction_partial", "boolean", "the offset map would fill up: one run cleans only part of the range"),
-    ("retention_segments_deleted", "int", "segments retention would delete at now (none where it is refused)"),
-    ("retention_bytes_deleted", "bigint", "bytes retention would delete at now (none where it is refused)"),
-    ("retention_rules", "string", "the rules that condemn them (comma-separated)"),
-    ("retention_log_start_offset", "bigint", "the log start offset after retention"),
-    ("retention_refused", "string", "why retention would leave the topic untouched (delete-fraction limit); "
-                                    "null when it would not"),
-    ("segment_bytes", "array<bigint>", "size of each segment, oldest first"),
-    ("segment_age_ms", "array<bigint>", "now minus each segment's largest timestamp (what retention.ms compares)"),
-    ("error", "string", "why the partition could not be inspected; null when it could"),
-)
+#: The columns of a partition's row, in order: (name, Spark SQL type, meaning), as
+#: :class:`~jobs.engine.outcomes.InspectRow` declares them: the report entries, the CSV header and
+#: :func:`jobs.api.dirty_ratios`' schema all follow it.
+COLUMNS: tuple[tuple[str, str, str], ...] = INSPECT_COLUMNS
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in COLUMNS)
 
 
@@ -314,20 +271,13 @@ def _plan_values(state: PartitionState, config: TopicConfig, plan: CompactionPla
     }
 
 
-def _row(topic: str, partition: int, values: dict[str, Any]) -> dict[str, Any]:
-    """A complete row: every column present, in order (None where unknown)."""
-    row: dict[str, Any] = {name: None for name in COLUMN_NAMES}
-    row.update(values, topic=topic, partition=partition)
-    return row
-
-
 def work(ctx: JobContext) -> None:
     """The inspection job's work (see :func:`jobs.engine.frame.run_job`): one row per partition into the
     report, and the totals. Nothing is written to the log dir."""
     options = ctx.options
     assert isinstance(options, InspectOptions)
     exact = options.exact
-    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    values: dict[tuple[str, int], dict[str, Any]] = {}  #: each partition's columns, until its row is built
     tasks: list[InspectTask] = []
     # retain's own decisions: a topic the delete-fraction limit refuses is predicted to lose nothing, as it does
     params, limit = RetentionParams.from_job(ctx), DeleteLimit.of_job(ctx)
@@ -338,7 +288,7 @@ def work(ctx: JobContext) -> None:
     held_keys = first.held()
     for key, scan in sorted(ctx.scans.items()):
         if scan.error is not None:
-            rows[key] = _row(*key, {"error": str(scan.error)})
+            values[key] = {"error": str(scan.error)}
             ctx.report.errors.append({"partition": scan.name, **scan.error.to_dict()})
             continue
         config = ctx.configs.for_topic(scan.topic)
@@ -353,8 +303,8 @@ def work(ctx: JobContext) -> None:
         if retention is not None:
             ctx.report.warnings.extend(f"{scan.name}: retention: {w}" for w in retention.warnings)
         kept = None if key[0] in refused else retention
-        rows[key] = _row(*key, {**_plan_values(scan.scanned, config, plan, kept, ctx.now_ms),
-                                "retention_refused": refused[key[0]].message() if key[0] in refused else None})
+        values[key] = {**_plan_values(scan.scanned, config, plan, kept, ctx.now_ms),
+                       "retention_refused": refused[key[0]].message() if key[0] in refused else None}
         tasks.append(InspectTask(ctx.storage, ctx.listing.partitions[key], scan.scanned, scan.txn, plan, config,
                                  ctx.now_ms, exact, ctx.committer, ctx.max_batch_bytes, first.after.get(key),
                                  compactable=not held))
@@ -364,12 +314,14 @@ def work(ctx: JobContext) -> None:
                                   description=f"inspect {len(tasks)} partition(s)" + (" (exact)" if exact else "")):
         key = (stats.topic, stats.partition)
         if stats.error is not None:
-            rows[key] = _row(*key, {"error": str(stats.error)})
+            values[key] = {"error": str(stats.error)}
             ctx.report.errors.append({"partition": f"{stats.topic}-{stats.partition}", **stats.error.to_dict()})
         else:
-            rows[key].update(stats.values)
-    ctx.report.partitions.extend(rows[k] for k in sorted(rows))
-    ctx.report.totals.update(InspectTotals.of(ctx.report.partitions, exact=exact).to_dict())
+            values[key].update(stats.values)
+    rows = [InspectRow.of(*k, values[k]) for k in sorted(values)]
+    ctx.report.inspected.extend(rows)
+    ctx.report.partitions.extend(r.to_entry() for r in rows)
+    ctx.report.totals.update(InspectTotals.of(rows, exact=exact).to_dict())
     html = getattr(ctx.options, "html", None)  # InspectOptions: ctx.options is typed as any job's
     if html:
         _write_html(ctx, html)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Iterable, Mapping, Sequence, TextIO, TypeVar
 
 from jobs.engine.events import ProgressEvent, ProgressLine
-from jobs.engine.outcomes import LEDGER_NUMBERS, Outcome
+from jobs.engine.outcomes import LEDGER_NUMBERS, InspectRow, Outcome
 
 
 class Progress:
@@ -98,6 +98,8 @@ class RunReport:
     #: compact and retain: the outcomes ``partitions`` holds the entries of, in the same order (not in the JSON:
     #: the entries are their serialised form)
     outcomes: list[Outcome] = field(default_factory=list, repr=False)
+    #: inspect: the rows ``partitions`` holds the entries of, in the same order (not in the JSON, as ``outcomes``)
+    inspected: list[InspectRow] = field(default_factory=list, repr=False)
     #: partitions whose interrupted commits the run's recovery settled; None where the run recovers nothing (dry
     #: runs, inspect). In the JSON it is the first of ``totals``.
     recovered_partitions: int | None = None
@@ -124,7 +126,7 @@ class RunReport:
 
     def to_json(self) -> str:
         doc = {f.name: getattr(self, f.name) for f in fields(self)
-               if f.name not in ("outcomes", "recovered_partitions")}
+               if f.name not in ("outcomes", "inspected", "recovered_partitions")}
         if self.recovered_partitions is not None:
             doc["totals"] = {"recovered_partitions": self.recovered_partitions, **self.totals}
         return json.dumps(doc, indent=2, sort_keys=False, default=str)

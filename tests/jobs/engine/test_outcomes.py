@@ -188,3 +188,21 @@ def test_plan_file_decisions_serialise_to_the_plan_files_format() -> None:
     assert json.dumps(cleaned.to_dict()) == json.dumps(
         {"end_offset": 28250, "groups": [[12600, 15700, 18850, 22000], [25100]], "records_removed": 4928,
          "bytes_removed": 1591288})
+
+
+def test_an_inspect_row_is_every_column_in_order_and_refuses_a_name_that_is_none() -> None:
+    """inspect's row type declares the columns (the CSV header, the JSON entry and the DataFrame schema follow
+    it): its entry holds every column in the declared order, None where unknown; a misspelt column is an error,
+    never a silently added key."""
+    import pytest
+
+    from jobs.engine.inspection import COLUMN_NAMES
+    from jobs.engine.outcomes import InspectRow
+
+    row = InspectRow.of("users", 3, {"bytes": 10, "records": 2, "compaction_selected": True})
+    entry = row.to_entry()
+    assert tuple(entry) == COLUMN_NAMES and COLUMN_NAMES[:2] == ("topic", "partition") and COLUMN_NAMES[-1] == "error"
+    assert (entry["topic"], entry["partition"], entry["bytes"], entry["dirty_ratio"]) == ("users", 3, 10, None)
+    assert row.readable and not InspectRow.of("users", 4, {"error": "unreadable"}).readable
+    with pytest.raises(TypeError, match="byets"):
+        InspectRow.of("users", 3, {"byets": 10})
