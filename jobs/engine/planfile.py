@@ -44,6 +44,7 @@ from segment_io.layout import (
     LOG_START_OFFSET_CHECKPOINT,
     LogDirListing,
 )
+from segment_io.storage import open_storage
 from segment_io.storage.base import Storage
 from segment_io.storage.options import StorageOptions
 
@@ -172,8 +173,6 @@ def _setting_text(value: Any) -> str:
 
 def read_plan(uri: str, options: StorageOptions | None = None) -> Plan:
     """Read a plan file from a local path or an s3:// URI."""
-    from segment_io.storage import open_storage
-
     try:
         data = open_storage(uri, options).read(uri)
     except SegjobsError as exc:
@@ -183,8 +182,6 @@ def read_plan(uri: str, options: StorageOptions | None = None) -> Plan:
 
 def write_plan(plan: Plan, uri: str, options: StorageOptions | None = None) -> None:
     """Write ``plan`` atomically to a local path or an s3:// URI."""
-    from segment_io.storage import open_storage
-
     storage = open_storage(uri, options)
     if storage.local_path(uri) is not None and "/" in uri:
         storage.makedirs(uri.rsplit("/", 1)[0])

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar
 
 from jobs.rules.binpack import pack_in_order
+from segment_io.storage.base import Storage
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -374,8 +375,6 @@ def ship_function(fn: T) -> T:
 
 def _round_trip(value: T) -> T:
     """``value`` pickled and unpickled, storage objects kept as they are (see :class:`InProcessTasks`)."""
-    from segment_io.storage.base import Storage
-
     kept: list[Any] = []
 
     class Pickler(pickle.Pickler):
