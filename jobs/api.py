@@ -55,6 +55,7 @@ from jobs.engine.outcomes import (
     Action,
     CompactionOutcome,
     CompactTotals,
+    InspectRow,
     InspectTotals,
     RetainTotals,
     RetentionOutcome,
@@ -194,11 +195,6 @@ class CompactedPartition(PartitionResult):
                    segments_after=o.segments_after if o.readable else None, partial=o.partial, retention=retention)
 
 
-def _recovered(report: RunReport) -> int:
-    """Partitions whose interrupted commits the run's recovery settled (the frame's total)."""
-    return int(report.totals.get("recovered_partitions", 0))
-
-
 @dataclass(frozen=True, kw_only=True)
 class CompactResult(JobResult):
     """What :func:`compact` did (or, in a dry run, would do)."""
@@ -230,7 +226,7 @@ class CompactResult(JobResult):
                    partitions_compacted=sum(o.action.rewrote for o in outcomes),
                    records_removed=t.records_removed, bytes_removed=t.bytes_removed,
                    segments_removed=sum(o.segments_removed for o in outcomes), files_purged=t.files_purged,
-                   bytes_purged=t.bytes_purged, recovered_partitions=_recovered(report))
+                   bytes_purged=t.bytes_purged, recovered_partitions=report.recovered_partitions or 0)
 
     def summary(self, *, layout: str = "auto", width: int | None = None) -> str:
         """The human summary ``segjobs compact`` prints: a row per partition (``layout``: ``auto`` switches to a
@@ -266,7 +262,7 @@ class RetainResult(JobResult):
                    segments_deleted=t.segments_deleted, bytes_removed=t.bytes_removed, files_purged=t.files_purged,
                    bytes_purged=t.bytes_purged,
                    refused_topics=tuple(sorted({o.topic for o in outcomes if o.action is Action.REFUSED})),
-                   recovered_partitions=_recovered(report))
+                   recovered_partitions=report.recovered_partitions or 0)
 
     def summary(self, *, layout: str = "auto", width: int | None = None) -> str:
         """The human summary ``segjobs retain`` prints (``layout`` and ``width`` as for
@@ -278,7 +274,7 @@ class RetainResult(JobResult):
 
 @dataclass(frozen=True, kw_only=True)
 class InspectedPartition:
-    """One row of :func:`inspect` (every column of :data:`jobs.engine.inspection.COLUMNS` is in ``row``)."""
+    """One row of :func:`inspect`: the typed row (``outcome``), whose every column is also in ``row``."""
 
     topic: str
     partition: int
@@ -292,21 +288,22 @@ class InspectedPartition:
     records: int | None
     distinct_keys: int | None
     row: dict[str, Any]
+    #: the row as the run built it (every column, typed)
+    outcome: InspectRow
 
     @property
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
 
     @classmethod
-    def of(cls, r: dict[str, Any]) -> "InspectedPartition":
-        """From a row of the report (every column of :data:`jobs.engine.inspection.COLUMNS` is in it; an unreadable
-        partition's numbers are None)."""
-        return cls(topic=r["topic"], partition=r["partition"], error=r["error"], dirty_ratio=r["dirty_ratio"],
-                   compaction_selected=bool(r["compaction_selected"]),
-                   compaction_records_removed=r["compaction_records_removed"] or 0,
-                   compaction_bytes_removed=r["compaction_bytes_removed"] or 0,
-                   retention_bytes_deleted=r["retention_bytes_deleted"] or 0, records=r["records"],
-                   distinct_keys=r["distinct_keys"], row=r)
+    def of(cls, r: InspectRow) -> "InspectedPartition":
+        """From the run's row (an unreadable partition's numbers are None)."""
+        return cls(topic=r.topic, partition=r.partition, error=r.error, dirty_ratio=r.dirty_ratio,
+                   compaction_selected=bool(r.compaction_selected),
+                   compaction_records_removed=r.compaction_records_removed or 0,
+                   compaction_bytes_removed=r.compaction_bytes_removed or 0,
+                   retention_bytes_deleted=r.retention_bytes_deleted or 0, records=r.records,
+                   distinct_keys=r.distinct_keys, row=r.to_entry(), outcome=r)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -326,7 +323,7 @@ class InspectResult(JobResult):
 
     @classmethod
     def of(cls, run: JobRun) -> "InspectResult":
-        rows = run.report.partitions
+        rows = run.report.inspected
         t = InspectTotals.of(rows, exact=bool(run.options.exact) if isinstance(run.options, InspectOptions) else False)
         return cls(**cls._common(run), partitions=tuple(InspectedPartition.of(r) for r in rows), bytes=t.bytes,
                    records=t.records, compaction_selected=t.compaction_selected,

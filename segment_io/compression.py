@@ -58,7 +58,8 @@ _LZ4_BLOCK = 64 * 1024
 #: ten times that while keeping what one corrupt or hostile batch costs a Spark task to a quarter GiB.
 DEFAULT_MAX_BATCH_BYTES = 256 << 20
 #: Environment variable that overrides :data:`DEFAULT_MAX_BATCH_BYTES` (a size, e.g. ``1GiB``) where no explicit
-#: ``max_batch_bytes`` is passed: it reaches code the command line does not (Spark executors, the data source).
+#: ``max_batch_bytes`` is passed (the jobs resolve it on the driver and pass the value to their tasks; the data
+#: source's executors read it from their own environment).
 MAX_BATCH_BYTES_ENV = "SEGJOBS_MAX_BATCH_BYTES"
 #: The longest record RecordBatch v2 can frame: a varint length (at most 5 bytes) and an int32 body size. A
 #: batch of ``n`` records cannot legitimately inflate past ``n`` times this (so an empty batch inflates to 0).

@@ -735,8 +735,8 @@ def decode_segment_bytes(data: bytes | bytearray | memoryview | mmap.mmap, *, pa
 
 def decode_segment_and_headers(data: bytes | bytearray | memoryview | mmap.mmap, *, path: str | None = None,
                                topic: str = "", partition: int = -1, segment_base_offset: int | None = None,
-                               allow_truncated_tail: bool = False,
-                               value_refs: bool = False) -> tuple[pa.Table, BatchHeaders]:
+                               allow_truncated_tail: bool = False, value_refs: bool = False,
+                               max_batch_bytes: int | None = None) -> tuple[pa.Table, BatchHeaders]:
     """:func:`decode_segment_bytes` (every column) and the headers of every batch it read, which are what
     :func:`segment_io.format.scan_batches` returns for the same bytes: one pass over the headers instead of
     two for callers that need both (a memory-mapped file's pages are then touched once).
@@ -744,9 +744,11 @@ def decode_segment_and_headers(data: bytes | bytearray | memoryview | mmap.mmap,
     With ``value_refs`` and a segment of v2 batches only, values are not copied: the ``value`` column is of
     :data:`~segment_io.schema.VALUE_REF_TYPE` (where each value lies in ``data``; null for a tombstone), and
     the encoder, given ``data`` among its ``sources``, copies each value it writes straight from there (see
-    :func:`segment_io.encode.encode_batches`). A segment holding legacy batches is decoded with copied values."""
+    :func:`segment_io.encode.encode_batches`). A segment holding legacy batches is decoded with copied values.
+    ``max_batch_bytes`` as for :func:`decode_segment_bytes`."""
     seg = _open(data, path=path, topic=topic, partition=partition, segment_base_offset=segment_base_offset,
-                verify_crc=True, include_control=True, allow_truncated_tail=allow_truncated_tail, max_batch_bytes=None)
+                verify_crc=True, include_control=True, allow_truncated_tail=allow_truncated_tail,
+                max_batch_bytes=max_batch_bytes)
     seg.value_refs = value_refs and bool(np.all(seg.hdr.magic == 2))
     schema = with_value_refs(project(None)) if seg.value_refs else project(None)
     table = _decode_all(seg, schema, mapped=data if isinstance(data, mmap.mmap) else None)

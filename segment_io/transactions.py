@@ -120,13 +120,14 @@ def summarize_batches(key_hash_tables: Iterable[pa.Table], *, empty_batches: pa.
 
 
 def summarize_headers(segments: Iterable[tuple["BatchHeaders", bytes | memoryview | mmap.mmap]], *,
-                      path: str | None = None) -> BatchSummary:
+                      path: str | None = None, max_batch_bytes: int | None = None) -> BatchSummary:
     """The same :class:`BatchSummary` as :func:`summarize_batches`, from batch headers alone.
 
     ``segments`` are ``(headers, segment bytes)`` pairs in offset order (``segment_io.format.scan_batches``
     output and the bytes it scanned). Only control batches are decoded (their first record holds the control
     type and the marker's timestamp): all of them at once, from one buffer of their bytes. A log without
-    transactions therefore costs no record-level work at all.
+    transactions therefore costs no record-level work at all. ``max_batch_bytes``: the decompression bound of
+    those control batches (see :func:`segment_io.compression.max_batch_bytes`).
     """
     from segment_io.decode import decode_key_hashes_bytes
 
@@ -143,7 +144,7 @@ def summarize_headers(segments: Iterable[tuple["BatchHeaders", bytes | memoryvie
         if live_control.size:
             mv = memoryview(data)
             blob = b"".join(mv[int(h.position[i]):int(h.position[i] + h.size[i])] for i in live_control)
-            rows = decode_key_hashes_bytes(blob, path=path)
+            rows = decode_key_hashes_bytes(blob, path=path, max_batch_bytes=max_batch_bytes)
             base = rows.column("batch_base_offset").to_numpy()
             first = np.flatnonzero(np.r_[True, base[1:] != base[:-1]])
             at = np.searchsorted(h.base_offset[live_control], base[first])

@@ -55,6 +55,8 @@ class CompactTask:
     dry_run: bool
     #: the store's commit protocol: says where the task stages the new segments (see Committer.task_stage_uri)
     committer: Committer
+    #: the run's decompression bound (see :func:`segment_io.compression.max_batch_bytes`)
+    max_batch_bytes: int
     #: memory first (``auto`` on a partition whose records may exceed the map): where to hand the partition
     #: over to external-sort if the map fills (a jobs.engine.external_sort.Handoff)
     handoff: Any = None
@@ -180,7 +182,8 @@ class PartitionCleaner:
         def tables():
             for s in dirty:
                 with self.mapped(s.base_offset) as data:
-                    table = decode_key_hashes_bytes(data, path=self.files[s.base_offset].log.uri)
+                    table = decode_key_hashes_bytes(data, path=self.files[s.base_offset].log.uri,
+                                                    max_batch_bytes=self.task.max_batch_bytes)
                 if collector is not None:
                     collector.add(s.base_offset, table)
                 yield table
@@ -214,7 +217,7 @@ class PartitionCleaner:
             # values stay in the mapped bytes (references): the encoder copies the kept ones from there
             decoded, headers = decode_segment_and_headers(data, path=uri, topic=plan.topic,
                                                           partition=plan.partition, segment_base_offset=s.base_offset,
-                                                          value_refs=True)
+                                                          value_refs=True, max_batch_bytes=task.max_batch_bytes)
             tables.append(decoded)
             del decoded  # `tables` alone holds the rows: dropped as a whole once cleaned
             empties.append(empty_batches_from_headers(headers, s.base_offset))
@@ -274,7 +277,8 @@ class PartitionCleaner:
     def refreshed_txn_state(self, runs: list[GroupRun], round_end: int):
         """Transaction and producer state of the log as the first pass left it: the groups' outputs plus
         every segment beyond the round, replayed like a fresh scan would."""
-        tail_tables, tail_empties = tail_batches(self.task.storage, self.task.listing, self.task.state, round_end)
+        tail_tables, tail_empties = tail_batches(self.task.storage, self.task.listing, self.task.state, round_end,
+                                                 self.task.max_batch_bytes)
         tables = [r.key_hashes for r in runs] + tail_tables
         empties = [r.empty_batches for r in runs] + tail_empties
         summary = summarize_batches(tables, empty_batches=pa.concat_tables(empties) if empties else None)
@@ -282,8 +286,8 @@ class PartitionCleaner:
                                 producer_id_expiration_ms=self.task.config.producer_id_expiration_ms)
 
 
-def tail_batches(storage: Storage, listing: PartitionListing, state: PartitionState,
-                 round_end: int) -> tuple[list[pa.Table], list[pa.Table]]:
+def tail_batches(storage: Storage, listing: PartitionListing, state: PartitionState, round_end: int,
+                 max_batch_bytes: int) -> tuple[list[pa.Table], list[pa.Table]]:
     """The KEY_HASH_SCHEMA rows and the header-only batches of every segment from ``round_end`` on (what a clean
     of the range below it leaves as it is), read as a fresh scan reads them (the active segment may end in a
     truncated batch). Both strategies derive the state their second pass judges markers by from these."""
@@ -294,7 +298,8 @@ def tail_batches(storage: Storage, listing: PartitionListing, state: PartitionSt
             uri = files[s.base_offset].log.uri
             data = storage.read(uri)
             active = s is state.segments[-1]
-            tables.append(decode_key_hashes_bytes(data, path=uri, allow_truncated_tail=active))
+            tables.append(decode_key_hashes_bytes(data, path=uri, allow_truncated_tail=active,
+                                                  max_batch_bytes=max_batch_bytes))
             empties.append(empty_batches_from_headers(scan_batches(data, path=uri, allow_truncated_tail=active),
                                                       s.base_offset))
     return tables, empties

@@ -18,17 +18,21 @@ from jobs.engine.options import DEFAULT_DEDUPE_BUFFER_BYTES, STRATEGIES, Compact
 from jobs.engine.outcomes import (
     Action,
     CleanedRange,
+    CleaningDecision,
+    CompactionDecision,
     CompactionOutcome,
     CompactTotals,
+    RetentionDecision,
     RetentionOutcome,
     unreadable_reason,
 )
 from jobs.engine.planfile import PlanStage, decision_difference, partition_name
 from jobs.engine.report import Progress
 from jobs.engine.retention import (
+    DeleteLimit,
+    RetentionParams,
     apply_retention_first,
     plan_retention_first,
-    retention_decision,
 )
 from jobs.engine.scan import PartitionError
 from jobs.engine.selection import scan_candidates
@@ -103,10 +107,16 @@ def work(ctx: JobContext) -> None:
     options = ctx.options
     assert isinstance(options, CompactOptions)
     planfile = ctx.planfile
-    scan_candidates(ctx)  # the partitions that may be due, read in full (the frame scanned sizes only)
+    # the partitions that may be due, read in full (the frame scanned sizes only)
+    scan_candidates(ctx.scans, storage=ctx.storage, listing=ctx.listing, checkpoints=ctx.checkpoints,
+                    configs=ctx.configs, scope=ctx.scope, now_ms=ctx.now_ms, max_batch_bytes=ctx.max_batch_bytes,
+                    runner=ctx.runner, job_description=ctx.job_description, warnings=ctx.report.warnings,
+                    progress=ctx.progress)
     max_keys = max_keys_for_buffer(options.dedupe_buffer_bytes)
     # compact,delete partitions: retention first, compaction planned on what it leaves (see RetentionFirst)
-    first = plan_retention_first(ctx)
+    first = plan_retention_first(RetentionParams.from_job(ctx), ctx.scans, ctx.configs.for_topic,
+                                 DeleteLimit.of_job(ctx), parallel_map=ctx.parallel_map,
+                                 max_batch_bytes=ctx.max_batch_bytes)
     held = first.held()
     plans: dict[tuple[str, int], CompactionPlan] = {}
     states: dict[tuple[str, int], PartitionState] = {}
@@ -123,12 +133,13 @@ def work(ctx: JobContext) -> None:
         plans[key], states[key] = plan, scan.scanned
         if plan.selected and key not in held:
             tasks.append(CompactTask(ctx.storage, listing, scan.scanned, plan, config, scan.txn, ctx.now_ms, max_keys,
-                                     ctx.dry_run, ctx.committer))
-    planfile.check_decisions({partition_name(k): retention_decision(p, k in held)
+                                     ctx.dry_run, ctx.committer, ctx.max_batch_bytes))
+    planfile.check_decisions({partition_name(k): RetentionDecision.of(p, k in held)
                                    for k, p in first.plans.items()}, "retention")
-    planfile.check_decisions({partition_name(k): _compaction_decision(p, k in held)
+    planfile.check_decisions({partition_name(k): CompactionDecision.of(p, k in held)
                                    for k, p in plans.items()}, "compaction", later=("outcome",))
-    retention = apply_retention_first(ctx, first)
+    retention = apply_retention_first(first, ctx.scans, ctx.configs.for_topic, work_uri=ctx.work_uri,
+                                      report=ctx.report, progress=ctx.progress)
     # Where retention failed half-way the partition is not what compaction was planned on: leave it alone.
     failed = {k for k, r in retention.items() if r.action is Action.ERROR and k in first.plans}
     tasks = [t for t in tasks if (t.plan.topic, t.plan.partition) not in failed]
@@ -351,17 +362,6 @@ def _record_settled(ctx: JobContext, plans: dict[tuple[str, int], CompactionPlan
     return changed
 
 
-def _compaction_decision(plan: CompactionPlan, held: bool) -> dict[str, Any]:
-    """What a plan file records of a partition's compaction before any task runs (compared by ``--apply``
-    before anything is changed); the task's outcome is added by :func:`_check_outcome_against_plan`."""
-    if held:
-        return {"selected": False, "held": True}
-    out: dict[str, Any] = {"selected": plan.selected}
-    if plan.selected:
-        out.update(first_dirty_offset=plan.first_dirty_offset, first_uncleanable_offset=plan.first_uncleanable_offset)
-    return out
-
-
 def _check_outcome_against_plan(ctx: JobContext, planfile: PlanStage, key: tuple[str, int],
                                 outcome: PartitionOutcome) -> None:
     """Record what the cleaning task decided (where the pass ends, the groups it rewrites, what goes) and,
@@ -369,10 +369,10 @@ def _check_outcome_against_plan(ctx: JobContext, planfile: PlanStage, key: tuple
     discarded and nothing of it is committed. The planners and tasks are deterministic, so this only
     happens when segjobs itself changed between plan and apply."""
     name = partition_name(key)
-    decided = {"end_offset": outcome.end_offset,
-               "groups": [g.old_bases for g in outcome.groups if g.changed],
-               "records_removed": sum(g.records_before - g.records_after for g in outcome.groups if g.changed),
-               "bytes_removed": sum(g.bytes_before - g.bytes_after for g in outcome.groups if g.changed)}
+    changed = [g for g in outcome.groups if g.changed]
+    decided = CleaningDecision(end_offset=outcome.end_offset, groups=tuple(tuple(g.old_bases) for g in changed),
+                               records_removed=sum(g.records_before - g.records_after for g in changed),
+                               bytes_removed=sum(g.bytes_before - g.bytes_after for g in changed)).to_dict()
     planfile.decisions.setdefault(name, {}).setdefault("compaction", {})["outcome"] = decided
     planned = planfile.planned(name, "compaction")
     if planned is None:

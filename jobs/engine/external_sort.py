@@ -137,6 +137,7 @@ class PieceItem:
     aborted: AbortedTxns
     buckets: int
     out_uri: str
+    max_batch_bytes: int  #: the run's decompression bound
     size: int = 0  #: the segment's bytes
 
 
@@ -162,7 +163,7 @@ def read_key_hashes(item: PieceItem) -> Any:
             cut = positions + [len(view)]
             start, end = cut[int(bounds[0])], cut[int(bounds[1])]
         try:
-            return decode_key_hashes_bytes(view[start:end], path=item.uri)
+            return decode_key_hashes_bytes(view[start:end], path=item.uri, max_batch_bytes=item.max_batch_bytes)
         except CorruptRecordError as exc:
             if start and exc.position is not None:
                 exc.position += start  # report the file's byte, not the slice's
@@ -322,7 +323,8 @@ class TailItem:
 def summarize_tail(item: TailItem) -> tuple[int, BatchSummary | PartitionError]:
     """As the memory strategy's ``refreshed_txn_state`` reads them: every segment beyond the cleaned range."""
     try:
-        tables, empties = tail_batches(item.task.storage, item.task.listing, item.task.state, item.round_end)
+        tables, empties = tail_batches(item.task.storage, item.task.listing, item.task.state, item.round_end,
+                                       item.task.max_batch_bytes)
         return item.p, summarize_batches(tables, empty_batches=pa.concat_tables(empties) if empties else None)
     except Exception as exc:  # noqa: BLE001
         return item.p, _task_error(exc)
@@ -483,7 +485,7 @@ def _piece_items(parts: Sequence[_Partition]) -> list[PieceItem]:
                     out = t.storage.join(part.work, f"piece-{g:06d}-{s.base_offset:020d}-{k:04d}.rows")
                     items.append(PieceItem(part.p, g, t.storage, files_of[s.base_offset].log.uri, k, splits,
                                            t.plan.first_dirty_offset, t.plan.first_uncleanable_offset,
-                                           t.txn.aborted, part.buckets, out, s.size_bytes))
+                                           t.txn.aborted, part.buckets, out, t.max_batch_bytes, s.size_bytes))
                     part.key_tasks += 1
     return items
 

@@ -16,10 +16,12 @@ the summary or the JSON. Progress and errors go to the options' progress sink (s
 from __future__ import annotations
 
 import os
+import traceback
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
+from jobs.engine import spark_session
 from jobs.engine.kernels import COLD_NOTICE, kernels_cold
 from jobs.engine.options import ChangeOptions, JobOptions, LockingOptions
 from jobs.engine.outcomes import ledger_rows
@@ -35,11 +37,14 @@ from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
 from jobs.engine.seams import PRODUCTION, Seams
 from jobs.engine.tasks import LazySparkTasks, TaskRunner, map_in_driver
 from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir
-from jobs.logdir.commit import Committer, committer_for
+from jobs.logdir.commit import Committer, committer_for, partition_name
+from jobs.logdir.lock import Holder, Lease, LeaseLost, acquire, lease_ttl_ms, work_uri
+from jobs.logdir.recover import fence_of, recover_log_dir
 from jobs.rules.config import ConfigSet
 from jobs.rules.scope import Scope, parse_scope
 from jobs.rules.timeutil import Instant, format_instant, resolve_now
 from segment_io import compression
+from segment_io.checkpoint import read_offset_checkpoint
 from segment_io.errors import (
     ConfigError,
     CorruptCheckpointError,
@@ -57,11 +62,9 @@ from segment_io.layout import (
     listing_from_files,
     parse_partition_dir,
 )
+from segment_io.storage import open_storage
 from segment_io.storage.base import Storage, map_ahead
 from segment_io.storage.options import StorageOptions
-
-if TYPE_CHECKING:
-    from jobs.logdir.lock import Lease
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -93,6 +96,9 @@ class JobContext:
     seams: Seams
     #: the plan file being applied, or the decisions collected for one
     planfile: PlanStage
+    #: the run's decompression bound (see :func:`segment_io.compression.max_batch_bytes`): every task that
+    #: decodes gets it as a parameter
+    max_batch_bytes: int
     lease: "Lease | None" = None  #: while the job holds the log dir (None in dry runs and for inspect)
 
     def keep_lease(self) -> None:
@@ -165,8 +171,6 @@ def _read_checkpoints(storage: Storage, log_dir: str, listing: LogDirListing) ->
     """The offset checkpoints the jobs read. A malformed file is a :class:`UsageError` (exit code 2): it is
     read before the lock is taken, so nothing has been done, and the message names the file, the line and
     the fix."""
-    from segment_io.checkpoint import read_offset_checkpoint
-
     out = {}
     for name in (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT):
         try:
@@ -197,10 +201,10 @@ def _orphan_log_start_entries(ctx: "JobContext") -> None:
 
 def scan_task(item: tuple) -> PartitionScan:
     """One partition's scan as a task: ``item`` is (storage, listing, depth, log start checkpoint, cleaner
-    checkpoint, now_ms, producer id expiration ms)."""
-    storage, pl, depth, lso, cco, now_ms, pid_exp = item
+    checkpoint, now_ms, producer id expiration ms, decompression bound)."""
+    storage, pl, depth, lso, cco, now_ms, pid_exp, max_batch = item
     return scan_partition(storage, pl, depth=depth, log_start_checkpoint=lso, cleaner_checkpoint=cco,
-                          now_ms=now_ms, producer_id_expiration_ms=pid_exp)
+                          now_ms=now_ms, producer_id_expiration_ms=pid_exp, max_batch_bytes=max_batch)
 
 
 def scan_chunk_task(chunk: list[tuple]) -> list[PartitionScan]:
@@ -246,9 +250,6 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
     ``spark_likely``: the job's forecast of whether it will need Spark; on the command line a run that will
     (its scan is Spark tasks, or the forecast says so) starts Spark on a background thread before it takes the
     lock (see :class:`jobs.engine.spark_session.EarlySession`)."""
-    from jobs.logdir.lock import Holder, LeaseLost, acquire, lease_ttl_ms, work_uri
-    from segment_io.storage import open_storage
-
     seams = seams or PRODUCTION
     # ---- everything that needs no Spark, first ----
     configs = options.load_configs()
@@ -282,15 +283,13 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
     first_checkpoints = _read_checkpoints(storage, log_dir, listing)
     early = None
     if spark is None and seams.runner is None:
-        from jobs.engine.spark_session import EarlySession, can_start_early, check_java
-
-        check_java()  # the run will start Spark: no Java is exit 2 here, before the lock and any work
-        if can_start_early() and (scan_depth not in DRIVER_SCAN_DEPTHS or (
+        spark_session.check_java()  # the run will start Spark: no Java is exit 2 here, before the lock and any work
+        if spark_session.can_start_early() and (scan_depth not in DRIVER_SCAN_DEPTHS or (
                 spark_likely is not None
                 and spark_likely(_forecast_listing(storage, log_dir, listing), first_checkpoints, configs, scope))):
             # the JVM's seconds of start-up overlap the lock, recovery and scans
-            early = EarlySession(app_name=f"segjobs-{command}", master=options.master,
-                                 verbose=options.spark_verbose)
+            early = spark_session.EarlySession(app_name=f"segjobs-{command}", master=options.master,
+                                               verbose=options.spark_verbose)
     ttl_ms = lease_ttl_ms(locking.lease_ttl if locking is not None else None)
     if now_note:  # even when quiet: it is what repeating this run's decisions takes
         progress.notice(now_note, event="run.now", now_ms=now_ms)
@@ -404,8 +403,6 @@ def _stopped_error(exc: Exception) -> dict[str, Any]:
     if isinstance(exc, SegjobsError):
         detail = f"{exc}; the run stopped here"
     else:
-        import traceback
-
         detail = (f"{type(exc).__name__}: {exc}; the run stopped here (a segjobs bug; please report it with this "
                   f"trace: {traceback.format_exc(limit=-4)!r})")
     return {"kind": type(exc).__name__, "detail": detail + "; what was committed before stands, and the next run's "
@@ -441,8 +438,6 @@ def check_destinations(destinations: Sequence[tuple[str, str]], options: Storage
     """Check that each (flag, uri) of ``destinations`` can be written: an S3 bucket that answers, a local file
     (or, for ``--ledger``, a directory) that can be created. Raises :class:`~segment_io.errors.ConfigError` naming
     the flag and the fix (exit code 2: nothing was done)."""
-    from segment_io.storage import open_storage
-
     for flag, uri in destinations:
         store = open_storage(uri, options)
         try:
@@ -513,9 +508,6 @@ class _Frame:
         return committer_for(self.storage, self.work_dir, self.report.run_id, log_dir=self.log_dir)
 
     def run_locked(self, lease: "Lease | None") -> JobContext:
-        from jobs.logdir.commit import partition_name
-        from jobs.logdir.recover import fence_of, recover_log_dir
-
         storage, log_dir, report, progress, seams = self.storage, self.log_dir, self.report, self.progress, self.seams
         unrecovered: dict[tuple[str, int] | None, Exception] = {}
         listed = None  # the log dir as recovery found it under the lock, while nothing changed it since
@@ -540,7 +532,7 @@ class _Frame:
             for r in recovered:
                 progress(f"recovered {r.partition_uri}: {', '.join(a.action for a in r.actions)}",
                          event="recovery.partition", partition=partition_name(r.partition_uri))
-            report.totals["recovered_partitions"] = len(recovered)
+            report.recovered_partitions = len(recovered)
         # again, unless recovery changed nothing since it listed: S3 lists a thousand keys a request
         listing = _check_scope(storage, log_dir, self.scope, self.configs,
                                None if listed is None else listing_from_files(log_dir, listed))
@@ -556,9 +548,6 @@ class _Frame:
                                     "policy_from": self.configs.origin_of(topic)}
 
         runner = self._runner()
-        # Tasks (local or on a cluster's executors) decode with the run's decompression bound.
-        task_env = {compression.MAX_BATCH_BYTES_ENV: str(self.max_batch)}
-        runner.set_environment(task_env)
         # Header and size scans take milliseconds a partition: they run on the driver's threads, and Spark
         # starts only when a task needs it (a run with nothing due starts none). A test's runner runs them all.
         in_driver = self.seams.runner is None and self.scan_depth in DRIVER_SCAN_DEPTHS
@@ -570,17 +559,18 @@ class _Frame:
                          log_dir=log_dir, work_uri=self.work_dir, configs=self.configs, scope=self.scope,
                          now_ms=self.now_ms, now_from_clock=self.now_from_clock, dry_run=self.dry_run,
                          listing=listing, scans={}, checkpoints=checkpoints, report=report, progress=progress,
-                         runner=runner, seams=seams, planfile=self.planfile, lease=lease)
+                         runner=runner, seams=seams, planfile=self.planfile, max_batch_bytes=self.max_batch,
+                         lease=lease)
         configs, now_ms = self.configs, self.now_ms
         items = [(storage, listing.partitions[k], self.scan_depth,
                   checkpoints[LOG_START_OFFSET_CHECKPOINT].get(k), checkpoints[CLEANER_OFFSET_CHECKPOINT].get(k),
-                  now_ms, configs.for_topic(k[0]).producer_id_expiration_ms) for k in selected]
+                  now_ms, configs.for_topic(k[0]).producer_id_expiration_ms, self.max_batch) for k in selected]
         what = f"scan {len(items)} partition(s) ({self.scan_depth})"
         # A header scan takes milliseconds, less than a Spark task's own overhead: thousands of partitions
         # go in a few tasks per core. Transaction scans read whole logs: one task per partition balances them.
         if in_driver:
             # the driver's threads; on an object store as many as it overlaps round trips with (io_concurrency)
-            scans = map_in_driver(scan_task, items, env=task_env, threads=max(8, storage.io_concurrency))
+            scans = map_in_driver(scan_task, items, threads=max(8, storage.io_concurrency))
         else:
             tasks = runner.parallelism * 4 if self.scan_depth in DRIVER_SCAN_DEPTHS else None
             if tasks is not None and storage.io_concurrency > 1:
@@ -614,14 +604,12 @@ class _Frame:
                 return self.spark
             if self.early is not None:
                 return self.early.session()
-            from jobs.engine.spark_session import EarlySession, build_session, can_start_early
-
-            if can_start_early():
+            if spark_session.can_start_early():
                 # started and claimed at once: the JVM's output comes through the process, so that whoever
                 # reads the command's output does not wait for the JVM's own exit after the run
-                return EarlySession(app_name=f"segjobs-{self.command}", master=self.options.master,
+                return spark_session.EarlySession(app_name=f"segjobs-{self.command}", master=self.options.master,
                                     verbose=self.options.spark_verbose).session()
-            return build_session(app_name=f"segjobs-{self.command}", master=self.options.master,
+            return spark_session.build_session(app_name=f"segjobs-{self.command}", master=self.options.master,
                                  verbose=self.options.spark_verbose)
 
         def started(seconds: float) -> None:

@@ -15,8 +15,10 @@ import io
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from jobs.engine.report import RunReport, human_bytes
+from jobs.engine.render import inspect_topic_columns, inspect_topic_row
+from jobs.engine.report import RunReport, by_topic, human_bytes, short_error
 from jobs.rules.timeutil import format_instant
+from segment_io.storage import open_storage
 
 #: Resolution of the embedded charts (matplotlib's figure sizes are in inches).
 DPI = 100
@@ -82,7 +84,7 @@ def _page(title: str, parts: Sequence[str]) -> str:
 
 def inspect_charts(rows: Sequence[dict[str, Any]]) -> list[Chart]:
     """The charts of an inspect report's rows (the readable partitions; none when no partition is readable)."""
-    from jobs.engine import plots
+    from jobs.engine import plots  # matplotlib: an optional dependency (segjobs[html])
 
     readable = [r for r in rows if r.get("error") is None]
     if not readable:
@@ -110,9 +112,6 @@ def inspect_charts(rows: Sequence[dict[str, Any]]) -> list[Chart]:
 def inspect_html(report: RunReport) -> str:
     """The HTML report of an inspect run: what was inspected, the totals, the charts, a table per topic and
     the unreadable partitions."""
-    from jobs.engine.inspection import topic_columns, topic_row
-    from jobs.engine.report import by_topic, short_error
-
     t = report.totals
     estimated = not t.get("exact")
     parts = [f'<p class="meta">log dir <code>{html.escape(report.log_dir)}</code> at '
@@ -126,8 +125,8 @@ def inspect_html(report: RunReport) -> str:
         parts.append('<p class="problem">No partition could be read: there is nothing to chart.</p>')
     parts += [_figure(c) for c in charts]
     parts += ["<h2>Per topic</h2>",
-              _table([topic_row(topic, rows) for topic, rows in by_topic(report.partitions)],
-                     topic_columns(estimated))]
+              _table([inspect_topic_row(topic, rows) for topic, rows in by_topic(report.partitions)],
+                     inspect_topic_columns(estimated))]
     bad = [r for r in report.partitions if r.get("error") is not None]
     if bad:
         parts.append("<h2>Unreadable partitions</h2><ul>" + "".join(
@@ -139,7 +138,7 @@ def inspect_html(report: RunReport) -> str:
 def history_html(history: Any) -> str:
     """The HTML report of a ledger's history (:class:`jobs.engine.ledger.History`): the bytes reclaimed per run
     (chart), the runs, and the bytes per topic."""
-    from jobs.engine import plots
+    from jobs.engine import plots  # matplotlib: an optional dependency (segjobs[html])
 
     parts = [f'<p class="meta">ledger <code>{html.escape(history.ledger)}</code>: the last '
              f"{len(history.runs)} of {history.total_runs} run(s)</p>"]
@@ -169,8 +168,6 @@ def history_html(history: Any) -> str:
 
 def write_html(uri: str, text: str, options: Any = None) -> None:
     """Write an HTML report atomically to a local path or an s3:// URI (as the JSON report is written)."""
-    from segment_io.storage import open_storage
-
     storage = open_storage(uri, options)
     parent = uri.rsplit("/", 1)[0] if "/" in uri else "."
     if storage.local_path(uri) is not None:

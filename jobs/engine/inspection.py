@@ -18,13 +18,15 @@ import pyarrow as pa
 
 from jobs.engine.cleaning import CompactTask, compact_partition
 from jobs.engine.frame import JobContext
+from jobs.engine.html_report import inspect_html, write_html
 from jobs.engine.options import DEFAULT_DEDUPE_BUFFER_BYTES, InspectOptions
-from jobs.engine.outcomes import InspectTotals
+from jobs.engine.outcomes import INSPECT_COLUMNS, InspectRow, InspectTotals
+from jobs.engine.render import inspect_topic_columns, inspect_topic_row
 from jobs.engine.report import (
     RunReport,
+    absolute_uri,
     attention_table,
     by_topic,
-    count_note,
     human_bytes,
     one_line,
     partition_order,
@@ -33,9 +35,8 @@ from jobs.engine.report import (
     render_footer,
     render_table,
     rows_per_partition,
-    shared_note,
 )
-from jobs.engine.retention import plan_retention_first, retention_decisions
+from jobs.engine.retention import DeleteLimit, RetentionParams, plan_retention_first, retention_decisions
 from jobs.engine.scan import PartitionError
 from jobs.logdir.commit import Committer
 from jobs.rules.cardinality import HyperLogLog, exact_distinct
@@ -45,60 +46,19 @@ from jobs.rules.offset_map import max_keys_for_buffer
 from jobs.rules.plan_compact import CompactionPlan, plan_compaction
 from jobs.rules.plan_retain import RetentionPlan
 from jobs.rules.timeutil import format_instant
+from segment_io.decode import decode_key_hashes_bytes
 from segment_io.errors import SegjobsError, UsageError
+from segment_io.generate import GenerateSpec, generate_log_dir
 from segment_io.layout import PartitionListing
 from segment_io.storage.base import Storage
 from segment_io.units import DAY_MS
 
 FORMATS = ("table", "json", "csv")
 
-#: The columns of a partition's row, in order: (name, Spark SQL type, meaning). The one definition the
-#: report entries, the CSV header and :func:`jobs.api.dirty_ratios`' schema all follow.
-COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("topic", "string", "topic"),
-    ("partition", "int", "partition number"),
-    ("policy", "string", "cleanup.policy"),
-    ("segments", "int", "live segments"),
-    ("bytes", "bigint", "bytes of all segments"),
-    ("clean_bytes", "bigint", "bytes below the first dirty offset (cleaned before)"),
-    ("cleanable_bytes", "bigint", "bytes from the first dirty offset to the first uncleanable offset"),
-    ("uncleanable_bytes", "bigint", "bytes from the first uncleanable offset on (active segment included)"),
-    ("dirty_ratio", "double", "cleanable / (clean + cleanable) bytes; null where the topic has no compact policy "
-                              "(a compaction measure: not applicable to delete-only topics)"),
-    ("min_cleanable_dirty_ratio", "double", "the topic's min.cleanable.dirty.ratio"),
-    ("log_start_offset", "bigint", "log start offset"),
-    ("log_end_offset", "bigint", "log end offset"),
-    ("first_dirty_offset", "bigint", "where the next clean starts"),
-    ("first_uncleanable_offset", "bigint", "where the next clean stops (a segment base)"),
-    ("bound_by", "string", "what sets the first uncleanable offset"),
-    ("records", "bigint", "data records (transaction markers not counted)"),
-    ("markers", "bigint", "transaction markers (control records)"),
-    ("keyless_records", "bigint", "data records without a key (outside aborted transactions)"),
-    ("distinct_keys", "bigint", "distinct keys of the keyed records not in aborted transactions"),
-    ("distinct_keys_exact", "boolean", "false: distinct_keys and superseded_records are HyperLogLog estimates"),
-    ("superseded_records", "bigint", "keyed records a later record of the same key replaces"),
-    ("live_tombstones", "bigint", "tombstones a clean at now keeps (no delete horizon, or one after now)"),
-    ("expired_tombstones", "bigint", "tombstones whose delete horizon is <= now"),
-    ("aborted_records", "bigint", "data records of aborted transactions"),
-    ("oldest_timestamp", "bigint", "smallest record timestamp (epoch ms), null when none"),
-    ("newest_timestamp", "bigint", "largest record timestamp (epoch ms), null when none"),
-    ("compaction_selected", "boolean", "would a compaction run at now select the partition"),
-    ("compaction_reason", "string", "why (not)"),
-    ("compaction_note", "string", "why (not), in a few words"),
-    ("compaction_records_removed", "bigint", "records a compaction at now would remove"),
-    ("compaction_bytes_removed", "bigint", "bytes a compaction at now would remove"),
-    ("compaction_measured", "boolean", "true: measured by a compaction dry run (--exact); false: estimated"),
-    ("compaction_partial", "boolean", "the offset map would fill up: one run cleans only part of the range"),
-    ("retention_segments_deleted", "int", "segments retention would delete at now (none where it is refused)"),
-    ("retention_bytes_deleted", "bigint", "bytes retention would delete at now (none where it is refused)"),
-    ("retention_rules", "string", "the rules that condemn them (comma-separated)"),
-    ("retention_log_start_offset", "bigint", "the log start offset after retention"),
-    ("retention_refused", "string", "why retention would leave the topic untouched (delete-fraction limit); "
-                                    "null when it would not"),
-    ("segment_bytes", "array<bigint>", "size of each segment, oldest first"),
-    ("segment_age_ms", "array<bigint>", "now minus each segment's largest timestamp (what retention.ms compares)"),
-    ("error", "string", "why the partition could not be inspected; null when it could"),
-)
+#: The columns of a partition's row, in order: (name, Spark SQL type, meaning), as
+#: :class:`~jobs.engine.outcomes.InspectRow` declares them: the report entries, the CSV header and
+#: :func:`jobs.api.dirty_ratios`' schema all follow it.
+COLUMNS: tuple[tuple[str, str, str], ...] = INSPECT_COLUMNS
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in COLUMNS)
 
 
@@ -120,6 +80,7 @@ class InspectTask:
     now_ms: int
     exact: bool
     committer: Committer
+    max_batch_bytes: int  #: the run's decompression bound
     #: compact,delete partitions that lose segments to retention: the listing and scan compaction works on
     #: (see jobs.engine.retention.RetentionFirst); None: the partition as it is
     after_retention: tuple[PartitionListing, Any] | None = None
@@ -224,8 +185,6 @@ def inspect_partition(task: InspectTask) -> PartitionStats:
     """Count one partition's records, keys and tombstones from its key-hash projection (one segment in memory
     at a time), and what compaction would remove: estimated, or with ``exact`` measured by
     :func:`jobs.engine.cleaning.compact_partition` as a dry run."""
-    from segment_io.decode import decode_key_hashes_bytes
-
     plan = task.plan
     out = PartitionStats(plan.topic, plan.partition)
     try:
@@ -238,7 +197,8 @@ def inspect_partition(task: InspectTask) -> PartitionStats:
         kept = {s.base_offset for s in (task.after_retention[0] if task.after_retention else task.listing).segments}
         for i, seg in enumerate(task.listing.segments):
             data = task.storage.read(seg.log.uri)
-            kh = decode_key_hashes_bytes(data, path=seg.log.uri, allow_truncated_tail=i == last)
+            kh = decode_key_hashes_bytes(data, path=seg.log.uri, allow_truncated_tail=i == last,
+                                         max_batch_bytes=task.max_batch_bytes)
             whole.add(kh, task.txn.aborted, task.now_ms)
             if (rewritable and not task.exact and seg.base_offset in kept
                     and seg.base_offset < plan.first_uncleanable_offset):
@@ -276,7 +236,8 @@ def _measure_compaction(task: InspectTask) -> tuple[dict[str, Any], PartitionErr
         state, txn = scan.state, scan.txn
     outcome = compact_partition(CompactTask(
         task.storage, listing, state, task.plan, task.config, txn, task.now_ms,
-        max_keys_for_buffer(DEFAULT_DEDUPE_BUFFER_BYTES), dry_run=True, committer=task.committer))
+        max_keys_for_buffer(DEFAULT_DEDUPE_BUFFER_BYTES), dry_run=True, committer=task.committer,
+        max_batch_bytes=task.max_batch_bytes))
     return ({"compaction_records_removed": sum(g.records_before - g.records_after for g in outcome.groups),
              "compaction_bytes_removed": sum(g.bytes_before - g.bytes_after for g in outcome.groups),
              "compaction_partial": outcome.map_full}, outcome.error)
@@ -310,29 +271,24 @@ def _plan_values(state: PartitionState, config: TopicConfig, plan: CompactionPla
     }
 
 
-def _row(topic: str, partition: int, values: dict[str, Any]) -> dict[str, Any]:
-    """A complete row: every column present, in order (None where unknown)."""
-    row: dict[str, Any] = {name: None for name in COLUMN_NAMES}
-    row.update(values, topic=topic, partition=partition)
-    return row
-
-
 def work(ctx: JobContext) -> None:
     """The inspection job's work (see :func:`jobs.engine.frame.run_job`): one row per partition into the
     report, and the totals. Nothing is written to the log dir."""
     options = ctx.options
     assert isinstance(options, InspectOptions)
     exact = options.exact
-    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    values: dict[tuple[str, int], dict[str, Any]] = {}  #: each partition's columns, until its row is built
     tasks: list[InspectTask] = []
     # retain's own decisions: a topic the delete-fraction limit refuses is predicted to lose nothing, as it does
-    retentions, refused = retention_decisions(ctx)
+    params, limit = RetentionParams.from_job(ctx), DeleteLimit.of_job(ctx)
+    retentions, refused = retention_decisions(params, ctx.scans, ctx.configs.for_topic, limit)
     # compact,delete partitions: compaction predicted on what retention leaves, as `compact` runs them
-    first = plan_retention_first(ctx)
+    first = plan_retention_first(params, ctx.scans, ctx.configs.for_topic, limit, parallel_map=ctx.parallel_map,
+                                 max_batch_bytes=ctx.max_batch_bytes)
     held_keys = first.held()
     for key, scan in sorted(ctx.scans.items()):
         if scan.error is not None:
-            rows[key] = _row(*key, {"error": str(scan.error)})
+            values[key] = {"error": str(scan.error)}
             ctx.report.errors.append({"partition": scan.name, **scan.error.to_dict()})
             continue
         config = ctx.configs.for_topic(scan.topic)
@@ -347,22 +303,25 @@ def work(ctx: JobContext) -> None:
         if retention is not None:
             ctx.report.warnings.extend(f"{scan.name}: retention: {w}" for w in retention.warnings)
         kept = None if key[0] in refused else retention
-        rows[key] = _row(*key, {**_plan_values(scan.scanned, config, plan, kept, ctx.now_ms),
-                                "retention_refused": refused[key[0]].message() if key[0] in refused else None})
+        values[key] = {**_plan_values(scan.scanned, config, plan, kept, ctx.now_ms),
+                       "retention_refused": refused[key[0]].message() if key[0] in refused else None}
         tasks.append(InspectTask(ctx.storage, ctx.listing.partitions[key], scan.scanned, scan.txn, plan, config,
-                                 ctx.now_ms, exact, ctx.committer, first.after.get(key), compactable=not held))
+                                 ctx.now_ms, exact, ctx.committer, ctx.max_batch_bytes, first.after.get(key),
+                                 compactable=not held))
     ctx.progress(f"inspecting {len(tasks)} partition(s)" + (" (exact)" if exact else ""), event="inspect.start",
                  partitions=len(tasks), exact=exact)
     for stats in ctx.parallel_map(inspect_partition, tasks,
                                   description=f"inspect {len(tasks)} partition(s)" + (" (exact)" if exact else "")):
         key = (stats.topic, stats.partition)
         if stats.error is not None:
-            rows[key] = _row(*key, {"error": str(stats.error)})
+            values[key] = {"error": str(stats.error)}
             ctx.report.errors.append({"partition": f"{stats.topic}-{stats.partition}", **stats.error.to_dict()})
         else:
-            rows[key].update(stats.values)
-    ctx.report.partitions.extend(rows[k] for k in sorted(rows))
-    ctx.report.totals.update(InspectTotals.of(ctx.report.partitions, exact=exact).to_dict())
+            values[key].update(stats.values)
+    rows = [InspectRow.of(*k, values[k]) for k in sorted(values)]
+    ctx.report.inspected.extend(rows)
+    ctx.report.partitions.extend(r.to_entry() for r in rows)
+    ctx.report.totals.update(InspectTotals.of(rows, exact=exact).to_dict())
     html = getattr(ctx.options, "html", None)  # InspectOptions: ctx.options is typed as any job's
     if html:
         _write_html(ctx, html)
@@ -371,9 +330,6 @@ def work(ctx: JobContext) -> None:
 def _write_html(ctx: JobContext, uri: str) -> None:
     """The HTML report with the charts (``--html``), named by the JSON report's ``html_report``; a failure to
     write it is the run's error (exit code 1), not a lost inspection."""
-    from jobs.engine.html_report import inspect_html, write_html
-    from jobs.engine.report import absolute_uri
-
     uri = absolute_uri(uri)
     try:
         write_html(uri, inspect_html(ctx.report), ctx.options.storage_options())
@@ -416,51 +372,6 @@ def _table_row(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def topic_columns(estimated: bool) -> tuple[tuple[str, str], ...]:
-    est = " (est.)" if estimated else ""
-    return (("topic", "topic"), ("policy", "policy"), ("partitions", "partitions"), ("segments", "segs"),
-            ("size", "size"), ("dirty", "dirty"), ("records", "records"), ("keys", f"keys{est}"),
-            ("superseded", f"superseded{est}"), ("tombstones", "tombstones live/exp"), ("aborted", "aborted"),
-            ("compact", "compact"), ("compaction", f"compaction frees{est}"), ("retention", "retention frees"),
-            ("oldest", "oldest"), ("newest", "newest"), ("note", "note"))
-
-
-def topic_row(topic: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """A topic's row of the per-topic table: its readable partitions added up. ``dirty`` is the topic's bytes
-    ratio (cleanable over clean + cleanable bytes of all its partitions, as the notebook's per-topic chart
-    weighs it: a mean of ratios would let a tiny partition weigh as much as a huge one); ``compact`` is how
-    many partitions compaction at now selects; the note says a retention refusal once, how many partitions are
-    UNREADABLE (listed below), or the note every partition shares."""
-    ok = [r for r in rows if r["error"] is None]
-    unreadable = len(rows) - len(ok)
-    refused = next((r["retention_refused"] for r in ok if r.get("retention_refused")), None)
-    notes = [f"retention {refused}" if refused else "", count_note(unreadable, "UNREADABLE (listed below)")]
-    if not any(notes):
-        notes.append(shared_note(r.get("compaction_note") for r in ok))
-    if not ok:
-        return {"topic": topic, "policy": "UNREADABLE", "partitions": len(rows), "note": one_line("; ".join(notes))}
-
-    def total(key: str) -> int:
-        return sum(int(r[key] or 0) for r in ok)
-
-    judged = total("clean_bytes") + total("cleanable_bytes")
-    oldest = [r["oldest_timestamp"] for r in ok if r["oldest_timestamp"] is not None]
-    newest = [r["newest_timestamp"] for r in ok if r["newest_timestamp"] is not None]
-    return {
-        "topic": topic, "policy": shared_note(r["policy"] for r in ok) or "mixed", "partitions": len(rows),
-        "segments": total("segments"), "size": human_bytes(total("bytes")),
-        "dirty": f"{total('cleanable_bytes') / judged if judged else 0.0:.2f}", "records": total("records"),
-        "keys": total("distinct_keys"), "superseded": total("superseded_records"),
-        "tombstones": f"{total('live_tombstones')}/{total('expired_tombstones')}", "aborted": total("aborted_records"),
-        "compact": f"{sum(1 for r in ok if r['compaction_selected'])}/{len(ok)}",
-        "compaction": human_bytes(sum(int(r["compaction_bytes_removed"] or 0) for r in ok if r["compaction_selected"])),
-        "retention": human_bytes(total("retention_bytes_deleted")),
-        "oldest": format_instant(min(oldest))[:10] if oldest else None,
-        "newest": format_instant(max(newest))[:10] if newest else None,
-        "note": one_line("; ".join(n for n in notes if n)) or None,
-    }
-
-
 def render(report: RunReport, fmt: str, *, layout: str = "auto", width: int | None = None) -> str:
     """The inspect report as text: ``table`` (with each partition's compaction reason and any error below
     it), ``json`` (the whole report, one document) or ``csv`` (every column; arrays space-separated). The table
@@ -486,8 +397,8 @@ def render(report: RunReport, fmt: str, *, layout: str = "auto", width: int | No
     if per_partition:
         lines.append(render_table([_table_row(r) for r in ordered], _table_columns(estimated), width=width))
     else:
-        lines.append(render_table([topic_row(t, rs) for t, rs in by_topic(ordered)], topic_columns(estimated),
-                                  width=width))
+        lines.append(render_table([inspect_topic_row(t, rs) for t, rs in by_topic(ordered)],
+                                  inspect_topic_columns(estimated), width=width))
         lines += attention_table([r for r in ordered if r["error"] is not None], _table_row,
                                  _table_columns(estimated), width=width)
     below = []  # each partition's verdict (the rollup leaves them to --per-partition), every error in full
@@ -524,7 +435,7 @@ def render(report: RunReport, fmt: str, *, layout: str = "auto", width: int | No
 
 def spark_schema():
     """The Spark schema of :func:`jobs.api.dirty_ratios`' DataFrame (built from :data:`COLUMNS`)."""
-    from pyspark.sql.types import _parse_datatype_string
+    from pyspark.sql.types import _parse_datatype_string  # start-up: pyspark, for the notebook's DataFrame only
 
     return _parse_datatype_string(", ".join(f"{name}: {typ}" for name, typ, _ in COLUMNS))
 
@@ -542,8 +453,6 @@ def write_demo_log_dir(out_dir: str | os.PathLike, *, records: int = 2_000) -> D
     """Write a small log dir into ``out_dir/logs``: a compacted changelog with tombstones and aborted
     transactions, a compact,delete topic, and a delete topic whose oldest segments are past retention at the
     returned ``now`` (a day after the last record). A few hundred KB with the default ``records``."""
-    from segment_io.generate import GenerateSpec, generate_log_dir
-
     start, span = 1_700_000_000_000, 7 * DAY_MS
     log_dir = Path(out_dir) / "logs"
     common: dict[str, Any] = dict(records=records, start_ms=start, span_ms=span, segment_bytes=64 << 10,
@@ -562,5 +471,5 @@ def write_demo_log_dir(out_dir: str | os.PathLike, *, records: int = 2_000) -> D
 
 
 __all__ = ["COLUMNS", "COLUMN_NAMES", "DemoLogDir", "FORMATS", "InspectTask", "PartitionStats",
-           "inspect_partition", "render", "spark_schema", "topic_columns", "topic_row", "work", "write_demo_log_dir"]
+           "inspect_partition", "render", "spark_schema", "work", "write_demo_log_dir"]
 

@@ -6,15 +6,21 @@ An outcome is built once, when its partition is settled (:mod:`jobs.engine.compa
 ``partitions[]`` entry, whose format these types keep as it was), ``ledger_row()`` (one row of ``--ledger``), the
 totals (:class:`CompactTotals`, :class:`RetainTotals`) and the summary tables (:mod:`jobs.engine.render`). Adding
 a field to the report touches its type here and the renderer that shows it, nothing else.
+
+The decisions a plan file records (``--dry-run --plan``, compared by ``--apply``) are types here too:
+:class:`RetentionDecision`, :class:`CompactionDecision` and :class:`CleaningDecision`, whose ``to_dict()`` is the
+plan file's format (:mod:`jobs.engine.planfile`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, Iterable, Mapping, Sequence
 
 from jobs.engine.scan import PartitionError
+from jobs.rules.plan_compact import CompactionPlan
+from jobs.rules.plan_retain import RetentionPlan
 
 
 class Action(StrEnum):
@@ -427,10 +433,101 @@ class RetainTotals:
                 "bytes_in_scope": self.bytes_in_scope}
 
 
+# --------------------------------------------------------------------------------------------------
+# inspect's rows
+# --------------------------------------------------------------------------------------------------
+
+
+def _key(spark: str, doc: str) -> Any:
+    return field(metadata={"spark": spark, "doc": doc})
+
+
+def _col(spark: str, doc: str) -> Any:
+    return field(default=None, metadata={"spark": spark, "doc": doc})
+
+
+@dataclass(frozen=True)
+class InspectRow:
+    """One partition's row of ``inspect``: the only serialiser of the JSON report's ``partitions[]`` entry, the CSV
+    row and the DataFrame row of an inspect run (:meth:`to_entry`). Each field is a column, with its Spark SQL type
+    and its meaning (:data:`INSPECT_COLUMNS`); an unreadable partition has ``error`` and None elsewhere."""
+
+    topic: str = _key("string", "topic")
+    partition: int = _key("int", "partition number")
+    policy: str | None = _col("string", "cleanup.policy")
+    segments: int | None = _col("int", "live segments")
+    bytes: int | None = _col("bigint", "bytes of all segments")
+    clean_bytes: int | None = _col("bigint", "bytes below the first dirty offset (cleaned before)")
+    cleanable_bytes: int | None = _col("bigint", "bytes from the first dirty offset to the first uncleanable offset")
+    uncleanable_bytes: int | None = _col("bigint", "bytes from the first uncleanable offset on (active segment "
+                                                   "included)")
+    dirty_ratio: float | None = _col("double", "cleanable / (clean + cleanable) bytes; null where the topic has no "
+                                               "compact policy (a compaction measure: not applicable to delete-only "
+                                               "topics)")
+    min_cleanable_dirty_ratio: float | None = _col("double", "the topic's min.cleanable.dirty.ratio")
+    log_start_offset: int | None = _col("bigint", "log start offset")
+    log_end_offset: int | None = _col("bigint", "log end offset")
+    first_dirty_offset: int | None = _col("bigint", "where the next clean starts")
+    first_uncleanable_offset: int | None = _col("bigint", "where the next clean stops (a segment base)")
+    bound_by: str | None = _col("string", "what sets the first uncleanable offset")
+    records: int | None = _col("bigint", "data records (transaction markers not counted)")
+    markers: int | None = _col("bigint", "transaction markers (control records)")
+    keyless_records: int | None = _col("bigint", "data records without a key (outside aborted transactions)")
+    distinct_keys: int | None = _col("bigint", "distinct keys of the keyed records not in aborted transactions")
+    distinct_keys_exact: bool | None = _col("boolean", "false: distinct_keys and superseded_records are HyperLogLog "
+                                                       "estimates")
+    superseded_records: int | None = _col("bigint", "keyed records a later record of the same key replaces")
+    live_tombstones: int | None = _col("bigint", "tombstones a clean at now keeps (no delete horizon, or one after "
+                                                 "now)")
+    expired_tombstones: int | None = _col("bigint", "tombstones whose delete horizon is <= now")
+    aborted_records: int | None = _col("bigint", "data records of aborted transactions")
+    oldest_timestamp: int | None = _col("bigint", "smallest record timestamp (epoch ms), null when none")
+    newest_timestamp: int | None = _col("bigint", "largest record timestamp (epoch ms), null when none")
+    compaction_selected: bool | None = _col("boolean", "would a compaction run at now select the partition")
+    compaction_reason: str | None = _col("string", "why (not)")
+    compaction_note: str | None = _col("string", "why (not), in a few words")
+    compaction_records_removed: int | None = _col("bigint", "records a compaction at now would remove")
+    compaction_bytes_removed: int | None = _col("bigint", "bytes a compaction at now would remove")
+    compaction_measured: bool | None = _col("boolean", "true: measured by a compaction dry run (--exact); false: "
+                                                       "estimated")
+    compaction_partial: bool | None = _col("boolean", "the offset map would fill up: one run cleans only part of the "
+                                                      "range")
+    retention_segments_deleted: int | None = _col("int", "segments retention would delete at now (none where it is "
+                                                         "refused)")
+    retention_bytes_deleted: int | None = _col("bigint", "bytes retention would delete at now (none where it is "
+                                                         "refused)")
+    retention_rules: str | None = _col("string", "the rules that condemn them (comma-separated)")
+    retention_log_start_offset: int | None = _col("bigint", "the log start offset after retention")
+    retention_refused: str | None = _col("string", "why retention would leave the topic untouched (delete-fraction "
+                                                   "limit); null when it would not")
+    segment_bytes: Sequence[int] | None = _col("array<bigint>", "size of each segment, oldest first")
+    segment_age_ms: Sequence[int] | None = _col("array<bigint>", "now minus each segment's largest timestamp (what "
+                                                                 "retention.ms compares)")
+    error: str | None = _col("string", "why the partition could not be inspected; null when it could")
+
+    @classmethod
+    def of(cls, topic: str, partition: int, values: Mapping[str, Any]) -> "InspectRow":
+        """The row of ``topic``-``partition`` with ``values`` (by column name; a name that is no column is an
+        error), None in every other column."""
+        return cls(topic=topic, partition=partition, **values)
+
+    @property
+    def readable(self) -> bool:
+        return self.error is None
+
+    def to_entry(self) -> dict[str, Any]:
+        """Every column, in order (the report's entry)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+#: inspect's columns, in order: (name, Spark SQL type, meaning), from :class:`InspectRow`.
+INSPECT_COLUMNS: tuple[tuple[str, str, str], ...] = tuple((f.name, f.metadata["spark"], f.metadata["doc"])
+                                                          for f in fields(InspectRow))
+
+
 @dataclass(frozen=True)
 class InspectTotals:
-    """The totals of an inspect run (the report's ``totals``), from its rows (complete rows of
-    :data:`jobs.engine.inspection.COLUMNS`)."""
+    """The totals of an inspect run (the report's ``totals``), from its rows."""
 
     partitions: int
     errors: int
@@ -445,13 +542,13 @@ class InspectTotals:
     exact: bool
 
     @classmethod
-    def of(cls, rows: Sequence[Mapping[str, Any]], *, exact: bool) -> "InspectTotals":
-        ok = [r for r in rows if r["error"] is None]
-        return cls(partitions=len(rows), errors=len(rows) - len(ok), bytes=sum(r["bytes"] for r in ok),
-                   records=sum(r["records"] for r in ok),
-                   compaction_selected=sum(bool(r["compaction_selected"]) for r in ok),
-                   compaction_bytes_removed=sum(r["compaction_bytes_removed"] for r in ok if r["compaction_selected"]),
-                   retention_bytes_deleted=sum(r["retention_bytes_deleted"] for r in ok), exact=exact)
+    def of(cls, rows: Sequence[InspectRow], *, exact: bool) -> "InspectTotals":
+        ok = [r for r in rows if r.readable]
+        return cls(partitions=len(rows), errors=len(rows) - len(ok), bytes=sum(r.bytes or 0 for r in ok),
+                   records=sum(r.records or 0 for r in ok),
+                   compaction_selected=sum(bool(r.compaction_selected) for r in ok),
+                   compaction_bytes_removed=sum(r.compaction_bytes_removed or 0 for r in ok if r.compaction_selected),
+                   retention_bytes_deleted=sum(r.retention_bytes_deleted or 0 for r in ok), exact=exact)
 
     def to_dict(self) -> dict[str, Any]:
         return {"partitions": self.partitions, "errors": self.errors, "bytes": self.bytes, "records": self.records,
@@ -460,11 +557,107 @@ class InspectTotals:
                 "retention_bytes_deleted": self.retention_bytes_deleted, "exact": self.exact}
 
 
+# --------------------------------------------------------------------------------------------------
+# The decisions a plan file records
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlannedDeletion:
+    """A segment a plan's retention deletes: its base offset, bytes and the rule that condemned it."""
+
+    segment: int
+    bytes: int
+    rule: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"segment": self.segment, "bytes": self.bytes, "rule": self.rule}
+
+
+@dataclass(frozen=True)
+class RetentionDecision:
+    """What a plan file records of one partition's retention (compared field by field by ``--apply``)."""
+
+    #: retention leaves the partition alone whatever its segments (unreadable, or the KRaft metadata log)
+    untouched: bool = False
+    delete: tuple[PlannedDeletion, ...] = ()
+    log_start_offset: int | None = None
+    #: the delete-fraction limit refused the partition's topic
+    refused: bool = False
+
+    @classmethod
+    def of(cls, plan: RetentionPlan | None, refused: bool) -> "RetentionDecision":
+        """The decision of ``plan`` (None: retention does not touch the partition); ``refused``: its topic is
+        held by the delete-fraction limit."""
+        if plan is None:
+            return cls(untouched=True)
+        return cls(delete=tuple(PlannedDeletion(d.segment.base_offset, d.size_bytes, d.rule) for d in plan.deletions),
+                   log_start_offset=plan.new_log_start_offset, refused=refused)
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.untouched:
+            return {"untouched": True}
+        out: dict[str, Any] = {"delete": [d.to_dict() for d in self.delete], "log_start_offset": self.log_start_offset}
+        if self.refused:
+            out["refused"] = True
+        return out
+
+
+@dataclass(frozen=True)
+class CompactionDecision:
+    """What a plan file records of a partition's compaction before any task runs (compared by ``--apply``
+    before anything is changed); what the task decides is a :class:`CleaningDecision`, recorded later."""
+
+    selected: bool
+    #: the delete-fraction limit holds the partition's topic (no retention, no compaction)
+    held: bool = False
+    first_dirty_offset: int | None = None
+    first_uncleanable_offset: int | None = None
+
+    @classmethod
+    def of(cls, plan: CompactionPlan, held: bool) -> "CompactionDecision":
+        if held:
+            return cls(selected=False, held=True)
+        if not plan.selected:
+            return cls(selected=False)
+        return cls(selected=True, first_dirty_offset=plan.first_dirty_offset,
+                   first_uncleanable_offset=plan.first_uncleanable_offset)
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.held:
+            return {"selected": False, "held": True}
+        out: dict[str, Any] = {"selected": self.selected}
+        if self.selected:
+            out.update(first_dirty_offset=self.first_dirty_offset,
+                       first_uncleanable_offset=self.first_uncleanable_offset)
+        return out
+
+
+@dataclass(frozen=True)
+class CleaningDecision:
+    """What a partition's cleaning task decided (the plan file's ``compaction.outcome``): where the pass ends,
+    the groups it rewrites (each by the base offsets of its old segments) and what goes."""
+
+    end_offset: int | None  #: None: the task ended before it decided (an error)
+    groups: tuple[tuple[int, ...], ...]
+    records_removed: int
+    bytes_removed: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"end_offset": self.end_offset, "groups": [list(g) for g in self.groups],
+                "records_removed": self.records_removed, "bytes_removed": self.bytes_removed}
+
+
+#: A decision a plan file records, under its part (``retention``, ``compaction``).
+Decision = RetentionDecision | CompactionDecision
+
+
 def ledger_rows(outcomes: Iterable[Outcome], *, dry_run: bool) -> list[dict[str, Any]]:
     """The ledger rows of a run's outcomes (see :func:`jobs.engine.report.append_ledger`)."""
     return [o.ledger_row(dry_run) for o in outcomes]
 
 
-__all__ = ["LEDGER_NUMBERS", "REFUSED_KIND", "Action", "CleanedRange", "CompactTotals", "CompactionOutcome",
-           "DeletedSegment", "InspectTotals", "Outcome", "Refusal", "RetainTotals", "RetentionOutcome", "ledger_rows",
-           "unreadable_reason"]
+__all__ = ["INSPECT_COLUMNS", "LEDGER_NUMBERS", "REFUSED_KIND", "Action", "CleanedRange", "CleaningDecision",
+           "CompactTotals", "CompactionDecision", "CompactionOutcome", "Decision", "DeletedSegment", "InspectRow",
+           "InspectTotals", "Outcome", "PlannedDeletion", "Refusal", "RetainTotals", "RetentionDecision",
+           "RetentionOutcome", "ledger_rows", "unreadable_reason"]

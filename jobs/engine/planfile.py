@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar
 
 from jobs.engine.options import ChangeOptions, field_defaults
+from jobs.engine.outcomes import Decision
 from jobs.engine.report import human_bytes
 from jobs.rules.timeutil import format_instant
 from segment_io.errors import SegjobsError, UsageError
@@ -43,6 +44,7 @@ from segment_io.layout import (
     LOG_START_OFFSET_CHECKPOINT,
     LogDirListing,
 )
+from segment_io.storage import open_storage
 from segment_io.storage.base import Storage
 from segment_io.storage.options import StorageOptions
 
@@ -171,8 +173,6 @@ def _setting_text(value: Any) -> str:
 
 def read_plan(uri: str, options: StorageOptions | None = None) -> Plan:
     """Read a plan file from a local path or an s3:// URI."""
-    from segment_io.storage import open_storage
-
     try:
         data = open_storage(uri, options).read(uri)
     except SegjobsError as exc:
@@ -182,8 +182,6 @@ def read_plan(uri: str, options: StorageOptions | None = None) -> Plan:
 
 def write_plan(plan: Plan, uri: str, options: StorageOptions | None = None) -> None:
     """Write ``plan`` atomically to a local path or an s3:// URI."""
-    from segment_io.storage import open_storage
-
     storage = open_storage(uri, options)
     if storage.local_path(uri) is not None and "/" in uri:
         storage.makedirs(uri.rsplit("/", 1)[0])
@@ -291,18 +289,19 @@ class PlanStage:
             raise UsageError(f"--apply {self.apply_uri}: refused, nothing done: {diff}; make a new plan "
                              f"(--dry-run --plan)")
 
-    def check_decisions(self, decisions: Mapping[str, dict[str, Any]], part: str, *,
+    def check_decisions(self, decisions: Mapping[str, Decision], part: str, *,
                         later: tuple[str, ...] = ()) -> None:
         """Record ``decisions`` (per partition name, under ``part``) and, with ``--apply``, refuse (exit 2)
         when they differ from the plan's. Call it before anything is changed; ``later`` names the keys of
         the plan's decisions that are only known (and checked) later in the run."""
-        for name, d in decisions.items():
-            self.decisions.setdefault(name, {})[part] = d
+        documents = {name: d.to_dict() for name, d in decisions.items()}
+        for name, doc in documents.items():
+            self.decisions.setdefault(name, {})[part] = doc
         if self.applying is None:
             return
         planned = {name: {k: v for k, v in d[part].items() if k not in later}
                    for name, d in self.applying.decisions.items() if part in d}
-        diff = decision_difference(planned, dict(decisions))
+        diff = decision_difference(planned, documents)
         if diff:
             raise UsageError(f"--apply {self.apply_uri}: refused, nothing done: the {part} decided now differs "
                              f"from the plan: {diff}")

@@ -284,4 +284,57 @@ def render_compact_summary(report: RunReport, *, dry_run: bool, layout: str = "a
     ])
 
 
-__all__ = ["describe_retention", "purge_notes", "render_compact_summary", "render_retain_summary"]
+# --------------------------------------------------------------------------------------------------
+# inspect (the text and HTML reports' per-topic table)
+# --------------------------------------------------------------------------------------------------
+
+
+def inspect_topic_columns(estimated: bool) -> tuple[tuple[str, str], ...]:
+    """The columns of inspect's per-topic table (``estimated``: distinct keys and compaction are estimates)."""
+    est = " (est.)" if estimated else ""
+    return (("topic", "topic"), ("policy", "policy"), ("partitions", "partitions"), ("segments", "segs"),
+            ("size", "size"), ("dirty", "dirty"), ("records", "records"), ("keys", f"keys{est}"),
+            ("superseded", f"superseded{est}"), ("tombstones", "tombstones live/exp"), ("aborted", "aborted"),
+            ("compact", "compact"), ("compaction", f"compaction frees{est}"), ("retention", "retention frees"),
+            ("oldest", "oldest"), ("newest", "newest"), ("note", "note"))
+
+
+def inspect_topic_row(topic: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A topic's row of inspect's per-topic table (``rows``: its partitions' inspect rows): its readable
+    partitions added up. ``dirty`` is the topic's bytes
+    ratio (cleanable over clean + cleanable bytes of all its partitions, as the notebook's per-topic chart
+    weighs it: a mean of ratios would let a tiny partition weigh as much as a huge one); ``compact`` is how
+    many partitions compaction at now selects; the note says a retention refusal once, how many partitions are
+    UNREADABLE (listed below), or the note every partition shares."""
+    ok = [r for r in rows if r["error"] is None]
+    unreadable = len(rows) - len(ok)
+    refused = next((r["retention_refused"] for r in ok if r.get("retention_refused")), None)
+    notes = [f"retention {refused}" if refused else "", count_note(unreadable, "UNREADABLE (listed below)")]
+    if not any(notes):
+        notes.append(shared_note(r.get("compaction_note") for r in ok))
+    if not ok:
+        return {"topic": topic, "policy": "UNREADABLE", "partitions": len(rows), "note": one_line("; ".join(notes))}
+
+    def total(key: str) -> int:
+        return sum(int(r[key] or 0) for r in ok)
+
+    judged = total("clean_bytes") + total("cleanable_bytes")
+    oldest = [r["oldest_timestamp"] for r in ok if r["oldest_timestamp"] is not None]
+    newest = [r["newest_timestamp"] for r in ok if r["newest_timestamp"] is not None]
+    return {
+        "topic": topic, "policy": shared_note(r["policy"] for r in ok) or "mixed", "partitions": len(rows),
+        "segments": total("segments"), "size": human_bytes(total("bytes")),
+        "dirty": f"{total('cleanable_bytes') / judged if judged else 0.0:.2f}", "records": total("records"),
+        "keys": total("distinct_keys"), "superseded": total("superseded_records"),
+        "tombstones": f"{total('live_tombstones')}/{total('expired_tombstones')}", "aborted": total("aborted_records"),
+        "compact": f"{sum(1 for r in ok if r['compaction_selected'])}/{len(ok)}",
+        "compaction": human_bytes(sum(int(r["compaction_bytes_removed"] or 0) for r in ok if r["compaction_selected"])),
+        "retention": human_bytes(total("retention_bytes_deleted")),
+        "oldest": format_instant(min(oldest))[:10] if oldest else None,
+        "newest": format_instant(max(newest))[:10] if newest else None,
+        "note": one_line("; ".join(n for n in notes if n)) or None,
+    }
+
+
+__all__ = ["describe_retention", "inspect_topic_columns", "inspect_topic_row", "purge_notes", "render_compact_summary",
+           "render_retain_summary"]

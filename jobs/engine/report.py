@@ -7,14 +7,20 @@ in this module knows compaction or retention semantics.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
+import textwrap
 import time
 import uuid
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Iterable, Mapping, Sequence, TextIO, TypeVar
 
+import pyarrow as pa
+
 from jobs.engine.events import ProgressEvent, ProgressLine
-from jobs.engine.outcomes import LEDGER_NUMBERS, Outcome
+from jobs.engine.outcomes import LEDGER_NUMBERS, InspectRow, Outcome
+from segment_io.storage import StorageOptions, open_storage, scheme_of
 
 
 class Progress:
@@ -98,6 +104,11 @@ class RunReport:
     #: compact and retain: the outcomes ``partitions`` holds the entries of, in the same order (not in the JSON:
     #: the entries are their serialised form)
     outcomes: list[Outcome] = field(default_factory=list, repr=False)
+    #: inspect: the rows ``partitions`` holds the entries of, in the same order (not in the JSON, as ``outcomes``)
+    inspected: list[InspectRow] = field(default_factory=list, repr=False)
+    #: partitions whose interrupted commits the run's recovery settled; None where the run recovers nothing (dry
+    #: runs, inspect). In the JSON it is the first of ``totals``.
+    recovered_partitions: int | None = None
 
     def add(self, *outcomes: Outcome) -> None:
         """Partitions settled: their outcomes, and their entries (:meth:`~CompactionOutcome.to_entry`)."""
@@ -120,15 +131,16 @@ class RunReport:
         return self
 
     def to_json(self) -> str:
-        doc = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "outcomes"}
+        doc = {f.name: getattr(self, f.name) for f in fields(self)
+               if f.name not in ("outcomes", "inspected", "recovered_partitions")}
+        if self.recovered_partitions is not None:
+            doc["totals"] = {"recovered_partitions": self.recovered_partitions, **self.totals}
         return json.dumps(doc, indent=2, sort_keys=False, default=str)
 
 
 def write_report(report: RunReport, uri: str, options=None) -> None:
     """Write the JSON report atomically to a local path or an s3:// URI (``options``: the run's
     :class:`~segment_io.storage.StorageOptions`, so --s3-endpoint applies here too)."""
-    from segment_io.storage import open_storage
-
     storage = open_storage(uri, options)
     parent = uri.rsplit("/", 1)[0] if "/" in uri else "."
     if storage.local_path(uri) is not None:
@@ -139,10 +151,6 @@ def write_report(report: RunReport, uri: str, options=None) -> None:
 def absolute_uri(uri: str) -> str:
     """``uri`` with a relative local path made absolute (reports and ledger rows name files that a reader in
     another directory, or a later run, must find); ``s3://`` and other URIs unchanged."""
-    import os
-
-    from segment_io.storage import scheme_of
-
     if scheme_of(uri) != "file" or uri.startswith("file://"):
         return uri
     return os.path.abspath(uri)
@@ -190,8 +198,6 @@ def rows_per_partition(layout: str, partitions: int) -> bool:
 def output_width(stream: TextIO | None = None) -> int | None:
     """The width a table printed on ``stream`` (default stdout) should fit: the terminal's columns when it is
     a terminal, else None (a file or a pipe takes lines of any length: each row stays whole on one line)."""
-    import shutil
-
     stream = stream or sys.stdout
     try:
         if not stream.isatty():
@@ -247,8 +253,6 @@ def _table_lines(headings: list[list[str]], cells: list[list[str]], widths: list
                  last: tuple[str, int] | None) -> str:
     """The lines of :func:`render_table`: ``last`` says what becomes of the last column (``("wrap", width)``:
     wrapped within its column; ``("below", width)``: not a column, printed under each row)."""
-    import textwrap
-
     n = len(widths)
     depth = max(len(h) for h in headings) if headings else 1
     lines = []
@@ -443,8 +447,7 @@ def append_ledger(uri: str, report: RunReport, rows: Iterable[Mapping[str, Any]]
     (:mod:`jobs.engine.delta_spark`: concurrent runs are then serialised by Delta's commit protocol), else with
     the embedded ``deltalake`` package; any Delta reader reads either.
     """
-    import pyarrow as pa
-    from deltalake import write_deltalake
+    from deltalake import write_deltalake  # start-up: ~15 ms on every command; the ledger only
 
     run = {"run_id": report.run_id, "command": report.command, "log_dir": report.log_dir, "now_ms": report.now_ms,
            "dry_run": report.dry_run, "finished_ms": report.finished_ms or 0}
@@ -456,7 +459,7 @@ def append_ledger(uri: str, report: RunReport, rows: Iterable[Mapping[str, Any]]
                         ("topic", pa.string()), ("partition", pa.int32()), ("action", pa.string()),
                         ("reason", pa.string())] + [(k, pa.int64()) for k in LEDGER_NUMBERS])
     table = pa.Table.from_pylist(out, schema=schema)
-    from jobs.engine.delta_spark import append_with_spark, delta_session
+    from jobs.engine.delta_spark import append_with_spark, delta_session  # start-up: pyspark; the ledger only
 
     spark = delta_session(uri)
     if spark is not None:
@@ -464,8 +467,6 @@ def append_ledger(uri: str, report: RunReport, rows: Iterable[Mapping[str, Any]]
         return len(out)
     storage_options = None
     if uri.startswith("s3://"):
-        from segment_io.storage import StorageOptions
-
         storage_options = _object_store_options(options or StorageOptions.from_env())
     write_deltalake(uri, table, mode="append", storage_options=storage_options)
     return len(out)

@@ -16,11 +16,13 @@ from jobs.engine.outcomes import (
     DeletedSegment,
     Refusal,
     RetainTotals,
+    RetentionDecision,
     RetentionOutcome,
     unreadable_reason,
 )
 from jobs.engine.planfile import partition_name
 from jobs.engine.render import describe_retention
+from jobs.engine.report import Progress, RunReport
 from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
 from jobs.engine.seams import FaultHook
 from jobs.logdir.commit import Committer
@@ -287,8 +289,8 @@ def work(ctx: JobContext) -> None:
         if stale:
             ctx.report.warnings.append(stale)
             ctx.progress.notice(f"warning: {stale}", event="data.stale")
-    plans, refused = retention_decisions(ctx)
-    planfile.check_decisions({partition_name(k): retention_decision(plans.get(k), k[0] in refused)
+    plans, refused = retention_decisions(params, ctx.scans, ctx.configs.for_topic, DeleteLimit.of_job(ctx))
+    planfile.check_decisions({partition_name(k): RetentionDecision.of(plans.get(k), k[0] in refused)
                                    for k in keys}, "retention")
     every = max(1, len(keys) // 10)
     done = 0
@@ -300,7 +302,7 @@ def work(ctx: JobContext) -> None:
         done += 1
         outcomes.append(o)
         ctx.report.add(o)  # at once: a run interrupted later still lists what it committed
-        _record_errors(ctx, o)
+        _record_errors(ctx.report, o)
         line = f"{done}/{len(keys)} partitions: {o.name} {describe_retention(o, ctx.dry_run)}"
         if o.action in (Action.ERROR, Action.REFUSED):
             ctx.progress.error(line, **progress_fields(o), done=done, of=len(keys))
@@ -325,15 +327,16 @@ def work(ctx: JobContext) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def retention_decisions(ctx: JobContext) -> tuple[dict[TopicPartition, RetentionPlan], dict[str, DeleteShare]]:
-    """What a ``retain`` run at the run's ``now`` decides before it touches anything: the plan of every partition
-    retention may touch (:func:`plan_partition`), and the topics the delete-fraction limit refuses
-    (:func:`refused_topics`), whose partitions it leaves untouched. ``retain`` (dry run or not) and ``inspect``'s
-    prediction both take their decisions from here, so they agree by construction."""
-    params = RetentionParams.from_job(ctx)
-    plans = {k: plan for k in sorted(ctx.scans)
-             if (plan := plan_partition(params, ctx.scans[k], ctx.configs.for_topic(k[0]))) is not None}
-    return plans, _refused_topics(ctx, plans)
+def retention_decisions(params: RetentionParams, scans: Mapping[TopicPartition, PartitionScan],
+                        config_for: Callable[[str], TopicConfig],
+                        limit: DeleteLimit) -> tuple[dict[TopicPartition, RetentionPlan], dict[str, DeleteShare]]:
+    """What a ``retain`` run at ``params.now_ms`` decides before it touches anything: the plan of every scanned
+    partition retention may touch (:func:`plan_partition`), and the topics the delete-fraction ``limit``
+    refuses, whose partitions it leaves untouched. ``retain`` (dry run or not) and ``inspect``'s prediction both
+    take their decisions from here, so they agree by construction."""
+    plans = {k: plan for k in sorted(scans)
+             if (plan := plan_partition(params, scans[k], config_for(k[0]))) is not None}
+    return plans, limit.refused(plans, scans)
 
 
 #: ``<work>/retention-settings.json``: per topic, the retention settings the last real run applied (see
@@ -407,10 +410,31 @@ def refused_topics(plans: Mapping[TopicPartition, RetentionPlan], *, scans: Mapp
     return {t: share for t, share in shares.items() if share.refused}
 
 
-def _refused_topics(ctx: JobContext, plans: Mapping[TopicPartition, RetentionPlan]) -> dict[str, DeleteShare]:
-    return refused_topics(plans, scans=ctx.scans, listing=ctx.listing, config_for=ctx.configs.for_topic,
-                          storage=ctx.storage, work_uri=ctx.work_uri, now_ms=ctx.now_ms,
-                          max_delete_fraction=ctx.options.max_delete_fraction)
+@dataclass(frozen=True)
+class DeleteLimit:
+    """The delete-fraction limit as one run applies it: :func:`refused_topics` with the run's log dir, configs,
+    work dir, ``now`` and ``--max-delete-fraction``."""
+
+    listing: LogDirListing
+    config_for: Callable[[str], TopicConfig]
+    storage: Storage
+    work_uri: str
+    now_ms: int
+    max_delete_fraction: float | None
+
+    @classmethod
+    def of_job(cls, ctx: JobContext) -> "DeleteLimit":
+        """The limit of a job run."""
+        return cls(listing=ctx.listing, config_for=ctx.configs.for_topic, storage=ctx.storage,
+                   work_uri=ctx.work_uri, now_ms=ctx.now_ms,
+                   max_delete_fraction=ctx.options.max_delete_fraction)
+
+    def refused(self, plans: Mapping[TopicPartition, RetentionPlan],
+                scans: Mapping[TopicPartition, PartitionScan]) -> dict[str, DeleteShare]:
+        """The topics of ``plans`` the limit refuses (see :func:`refused_topics`)."""
+        return refused_topics(plans, scans=scans, listing=self.listing, config_for=self.config_for,
+                              storage=self.storage, work_uri=self.work_uri, now_ms=self.now_ms,
+                              max_delete_fraction=self.max_delete_fraction)
 
 
 def refused_outcome(p: RetentionParams, scan: PartitionScan, config: TopicConfig, plan: RetentionPlan,
@@ -424,24 +448,12 @@ def refused_outcome(p: RetentionParams, scan: PartitionScan, config: TopicConfig
                    refused=Refusal(planned.deleted, share.fraction, share.max_fraction))
 
 
-def retention_decision(plan: RetentionPlan | None, refused: bool) -> dict[str, Any]:
-    """What a plan file records of one partition's retention (compared field by field by ``--apply``)."""
-    if plan is None:
-        return {"untouched": True}  # unreadable, or the KRaft metadata log
-    out: dict[str, Any] = {"delete": [{"segment": d.segment.base_offset, "bytes": d.size_bytes, "rule": d.rule}
-                                      for d in plan.deletions],
-                           "log_start_offset": plan.new_log_start_offset}
-    if refused:
-        out["refused"] = True
-    return out
-
-
-def _record_errors(ctx: JobContext, o: RetentionOutcome, *, during: str | None = None) -> None:
+def _record_errors(report: RunReport, o: RetentionOutcome, *, during: str | None = None) -> None:
     """A partition's error (a failure or a refusal: exit code 1) and warnings into the run's report."""
     label = {"during": during} if during else {}
     if o.action in (Action.ERROR, Action.REFUSED):
-        ctx.report.errors.append({"partition": o.name, **label, **(o.error_dict() or {})})
-    ctx.report.warnings.extend(f"{o.name}: {during + ': ' if during else ''}{w}" for w in o.warnings)
+        report.errors.append({"partition": o.name, **label, **(o.error_dict() or {})})
+    report.warnings.extend(f"{o.name}: {during + ': ' if during else ''}{w}" for w in o.warnings)
 
 
 def progress_fields(o: RetentionOutcome) -> dict[str, Any]:
@@ -464,10 +476,10 @@ def listing_after_retention(listing: PartitionListing, plan: RetentionPlan) -> P
 
 
 def _after_retention_task(item: tuple) -> PartitionScan:
-    storage, listing, plan, cleaner_checkpoint, now_ms, pid_exp = item
+    storage, listing, plan, cleaner_checkpoint, now_ms, pid_exp, max_batch = item
     return scan_partition(storage, listing_after_retention(listing, plan), depth="transactions",
                           log_start_checkpoint=plan.new_log_start_offset, cleaner_checkpoint=cleaner_checkpoint,
-                          now_ms=now_ms, producer_id_expiration_ms=pid_exp)
+                          now_ms=now_ms, producer_id_expiration_ms=pid_exp, max_batch_bytes=max_batch)
 
 
 @dataclass
@@ -504,64 +516,66 @@ class RetentionFirst:
         return self.after.get(key) or (listing, scan)
 
 
-def _takes_retention_first(ctx: JobContext, key: TopicPartition) -> bool:
-    cfg = ctx.configs.for_topic(key[0])
-    return cfg.compact and cfg.delete and ctx.scans[key].error is None and not never_touched(key[0])
+def _takes_retention_first(config: TopicConfig, scan: PartitionScan) -> bool:
+    return config.compact and config.delete and scan.error is None and not never_touched(scan.topic)
 
 
-def plan_retention_first(ctx: JobContext) -> RetentionFirst:
-    """Plan retention of the run's ``compact,delete`` partitions at ``now``, apply the delete-fraction limit,
-    and scan what remains of each partition that loses segments (Spark tasks; nothing is written)."""
-    params = RetentionParams.from_job(ctx)
+def plan_retention_first(params: RetentionParams, scans: Mapping[TopicPartition, PartitionScan],
+                         config_for: Callable[[str], TopicConfig], limit: DeleteLimit, *,
+                         parallel_map: Callable[..., list[Any]], max_batch_bytes: int) -> RetentionFirst:
+    """Plan retention of the ``compact,delete`` partitions among ``scans`` at ``params.now_ms``, apply the
+    delete-fraction ``limit``, and scan what remains of each partition that loses segments, as tasks of
+    ``parallel_map`` (:meth:`jobs.engine.frame.JobContext.parallel_map`) decoding under ``max_batch_bytes``;
+    nothing is written."""
     plans = {}
-    for key in sorted(ctx.scans):
-        if _takes_retention_first(ctx, key):
-            plan = plan_partition(params, ctx.scans[key], ctx.configs.for_topic(key[0]))
+    for key in sorted(scans):
+        if _takes_retention_first(config_for(key[0]), scans[key]):
+            plan = plan_partition(params, scans[key], config_for(key[0]))
             if plan is not None:
                 plans[key] = plan
-    refused = _refused_topics(ctx, plans)
-    todo = [(ctx.storage, ctx.listing.partitions[k], plan, ctx.scans[k].scanned.cleaner_checkpoint, ctx.now_ms,
-             ctx.configs.for_topic(k[0]).producer_id_expiration_ms)
+    refused = limit.refused(plans, scans)
+    todo = [(params.storage, limit.listing.partitions[k], plan, scans[k].scanned.cleaner_checkpoint, params.now_ms,
+             config_for(k[0]).producer_id_expiration_ms, max_batch_bytes)
             for k, plan in plans.items() if plan.deletions and k[0] not in refused]
     after = {}
-    rescans = ctx.parallel_map(_after_retention_task, todo,
-                               description=f"scan {len(todo)} partition(s) as retention leaves them")
+    rescans = parallel_map(_after_retention_task, todo,
+                           description=f"scan {len(todo)} partition(s) as retention leaves them")
     for scan, (_, listing, plan, *_) in zip(rescans, todo):
         after[(scan.topic, scan.partition)] = (listing_after_retention(listing, plan), scan)
     return RetentionFirst(plans, refused, after, params)
 
 
-def apply_retention_first(ctx: JobContext, first: RetentionFirst) -> dict[TopicPartition, RetentionOutcome]:
+def apply_retention_first(first: RetentionFirst, scans: Mapping[TopicPartition, PartitionScan],
+                          config_for: Callable[[str], TopicConfig], *, work_uri: str, report: RunReport,
+                          progress: Progress) -> dict[TopicPartition, RetentionOutcome]:
     """Carry out (or, in a dry run, report) the retention ``first`` planned, before compaction. Errors go to
-    ``report.errors`` (with ``"during": "retention"``), warnings to ``report.warnings``. Returns the retention
-    outcome of every ``compact,delete`` partition, by key."""
+    ``report.errors`` (with ``"during": "retention"``), warnings to ``report.warnings``, the applied settings
+    under ``work_uri``. Returns the retention outcome of every ``compact,delete`` partition, by key."""
     params = first.params
     outcomes: dict[TopicPartition, RetentionOutcome] = {}
 
     def attach(o: RetentionOutcome) -> None:
-        _record_errors(ctx, o, during="retention")
+        _record_errors(report, o, during="retention")
         outcomes[(o.topic, o.partition)] = o
         if o.action in (Action.ERROR, Action.REFUSED):
-            ctx.progress.error(f"{o.name}: retention {describe_retention(o, ctx.dry_run)}", **progress_fields(o))
+            progress.error(f"{o.name}: retention {describe_retention(o, params.dry_run)}", **progress_fields(o))
         elif o.action is not Action.NONE:
-            ctx.progress(f"{o.name}: retention {describe_retention(o, ctx.dry_run)}", **progress_fields(o))
+            progress(f"{o.name}: retention {describe_retention(o, params.dry_run)}", **progress_fields(o))
 
     held = first.held()
-    keys = [k for k in sorted(ctx.scans) if _takes_retention_first(ctx, k) and k not in held]
-    retain_partitions(params, [ctx.scans[k] for k in keys], ctx.configs.for_topic, attach,
+    keys = [k for k in sorted(scans) if _takes_retention_first(config_for(k[0]), scans[k]) and k not in held]
+    retain_partitions(params, [scans[k] for k in keys], config_for, attach,
                       threads=COMMIT_THREADS, plans=first.plans)
-    if not ctx.dry_run:
-        record_used_settings(ctx.storage, ctx.work_uri, ctx.configs.for_topic, {k[0] for k in keys},
-                             now_ms=ctx.now_ms)
+    if not params.dry_run:
+        record_used_settings(params.storage, work_uri, config_for, {k[0] for k in keys}, now_ms=params.now_ms)
     for k in sorted(held):
-        attach(refused_outcome(params, ctx.scans[k], ctx.configs.for_topic(k[0]), first.plans[k],
-                               first.refused[k[0]]))
+        attach(refused_outcome(params, scans[k], config_for(k[0]), first.plans[k], first.refused[k[0]]))
     return outcomes
 
 
-__all__ = ["COMMIT_THREADS", "PLAN_OPTIONS", "RetentionFirst", "RetentionParams", "work",
+__all__ = ["COMMIT_THREADS", "PLAN_OPTIONS", "DeleteLimit", "RetentionFirst", "RetentionParams", "work",
            "advance_log_start_offsets", "apply_retention", "apply_retention_first",
            "listing_after_retention", "plan_partition", "plan_retention_first", "read_used_settings",
            "record_used_settings", "refused_outcome", "refused_topics",
-           "retain_partitions", "retention_decision", "retention_decisions"]
+           "retain_partitions", "retention_decisions"]
 

@@ -288,8 +288,10 @@ def active_segment_unread(listing: PartitionListing, depth: str, log_start_check
 
 def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = "transactions",
                    log_start_checkpoint: int | None = None, cleaner_checkpoint: int | None = None,
-                   now_ms: int = 0, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> PartitionScan:
-    """Read what the planners need from one partition (see the module docstring for ``depth``)."""
+                   now_ms: int = 0, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+                   max_batch_bytes: int | None = None) -> PartitionScan:
+    """Read what the planners need from one partition (see the module docstring for ``depth``);
+    ``max_batch_bytes``: the decompression bound (see :func:`segment_io.compression.max_batch_bytes`)."""
     if depth not in ("headers", "sizes", "transactions"):
         raise ValueError(f"unknown scan depth {depth!r}")
     out = PartitionScan(listing.topic, listing.partition, listing.uri,
@@ -344,7 +346,8 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
                     from jobs.rules.transactions import summarize_headers
 
                     # control batches are copied out of the mapping before it closes
-                    summaries.append(summarize_headers([(h, data)], path=seg.log.uri))
+                    summaries.append(summarize_headers([(h, data)], path=seg.log.uri,
+                                                        max_batch_bytes=max_batch_bytes))
             if h.truncated_tail:
                 out.warnings.append(f"{seg.log.uri}: last {h.truncated_tail} bytes are an incomplete batch "
                                     f"(a broker's recovery would truncate them); the active segment is left as is")

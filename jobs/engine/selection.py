@@ -25,31 +25,37 @@ read it).
 
 from __future__ import annotations
 
-from jobs.engine.frame import JobContext, scan_task
+from typing import Callable, Mapping, MutableMapping
+
+from jobs.engine.frame import scan_task
+from jobs.engine.report import Progress
 from jobs.engine.scan import PartitionError, PartitionScan
-from jobs.engine.tasks import TaskFailure
-from jobs.rules.config import ConfigSet, never_touched
+from jobs.engine.tasks import TaskFailure, TaskRunner
+from jobs.rules.config import ConfigSet, TopicConfig, never_touched
 from jobs.rules.plan_compact import plan_compaction
 from jobs.rules.scope import Scope
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, LogDirListing
+from segment_io.storage.base import Storage
+
+TopicPartition = tuple[str, int]
 
 #: The scan depth a compaction run's frame uses (see the module docstring).
 SELECTION_DEPTH = "sizes"
 
 
-def needs_full_scan(ctx: JobContext, key: tuple[str, int], scan: PartitionScan) -> bool:
-    """Whether compaction must read ``key`` in full: it may be selected (planned on its ``sizes`` scan, which
-    can only over-select), or retention runs on it first (``compact,delete``). Unreadable partitions and
-    those already scanned in full are not read again."""
+def needs_full_scan(scan: PartitionScan, config: TopicConfig, now_ms: int, *, requested: bool) -> bool:
+    """Whether compaction must read the partition of ``scan`` in full: it may be selected at ``now_ms``
+    (planned on its ``sizes`` scan, which can only over-select; ``requested``: named by the run's scope), or
+    retention runs on it first (``compact,delete``). Unreadable partitions and those already scanned in full
+    are not read again."""
     if scan.error is not None or scan.txn is not None:
         return False
-    config = ctx.configs.for_topic(key[0])
-    if never_touched(key[0]) or not config.compact:
+    if never_touched(scan.topic) or not config.compact:
         return False
     if config.delete:
         return True
     # the same call compaction's work makes for the partition (see jobs.engine.compaction.work)
-    return plan_compaction(scan.scanned, config, ctx.now_ms, requested=ctx.scope.explicit(*key)).selected
+    return plan_compaction(scan.scanned, config, now_ms, requested=requested).selected
 
 
 def may_read_in_full(listing: LogDirListing, checkpoints: dict[str, dict[tuple[str, int], int]], configs: ConfigSet,
@@ -77,32 +83,38 @@ def may_read_in_full(listing: LogDirListing, checkpoints: dict[str, dict[tuple[s
     return False
 
 
-def scan_candidates(ctx: JobContext) -> list[tuple[str, int]]:
-    """Scan at depth ``transactions`` every partition :func:`needs_full_scan` picks, bin-packed by bytes, and
-    put the scans into ``ctx.scans`` in place of the ``sizes`` ones. A partition that turns out unreadable gets
-    its error line, as in the frame's scan. Returns the keys scanned."""
-    keys = [k for k in sorted(ctx.scans) if needs_full_scan(ctx, k, ctx.scans[k])]
+def scan_candidates(scans: MutableMapping[TopicPartition, PartitionScan], *, storage: Storage,
+                    listing: LogDirListing, checkpoints: Mapping[str, Mapping[TopicPartition, int]],
+                    configs: ConfigSet, scope: Scope, now_ms: int, max_batch_bytes: int, runner: TaskRunner,
+                    job_description: Callable[[str], str], warnings: list[str],
+                    progress: Progress) -> list[TopicPartition]:
+    """Scan at depth ``transactions`` (tasks of ``runner``, decoding under ``max_batch_bytes``) every partition
+    :func:`needs_full_scan` picks, bin-packed by bytes, and put the scans into ``scans`` in place of the
+    ``sizes`` ones; new scan warnings go to ``warnings``. A partition that turns out unreadable gets its error
+    line, as in the frame's scan. Returns the keys scanned."""
+    keys = [k for k in sorted(scans)
+            if needs_full_scan(scans[k], configs.for_topic(k[0]), now_ms, requested=scope.explicit(*k))]
     if not keys:
         return []
-    start = ctx.checkpoints[LOG_START_OFFSET_CHECKPOINT]
-    cleaner = ctx.checkpoints[CLEANER_OFFSET_CHECKPOINT]
-    items = [(ctx.storage, ctx.listing.partitions[k], "transactions", start.get(k), cleaner.get(k), ctx.now_ms,
-              ctx.configs.for_topic(k[0]).producer_id_expiration_ms) for k in keys]
-    sizes = [ctx.scans[k].scanned.size_bytes for k in keys]
-    for i, result in ctx.runner.stream(scan_task, items, sizes=sizes,
-                                       description=ctx.job_description(f"read {len(keys)} partition(s) in full")):
+    start = checkpoints[LOG_START_OFFSET_CHECKPOINT]
+    cleaner = checkpoints[CLEANER_OFFSET_CHECKPOINT]
+    items = [(storage, listing.partitions[k], "transactions", start.get(k), cleaner.get(k), now_ms,
+              configs.for_topic(k[0]).producer_id_expiration_ms, max_batch_bytes) for k in keys]
+    sizes = [scans[k].scanned.size_bytes for k in keys]
+    for i, result in runner.stream(scan_task, items, sizes=sizes,
+                                   description=job_description(f"read {len(keys)} partition(s) in full")):
         key = keys[i]
-        before = ctx.scans[key]
+        before = scans[key]
         if isinstance(result, TaskFailure):
             result = PartitionScan(key[0], key[1], before.uri,
                                    error=PartitionError(result.kind, f"the scan task failed: {result.detail}"))
-        ctx.report.warnings.extend(w for w in result.warnings if w not in before.warnings)
-        ctx.scans[key] = result
+        warnings.extend(w for w in result.warnings if w not in before.warnings)
+        scans[key] = result
         if result.error is not None:
-            ctx.progress.error(f"{result.name}: UNREADABLE, left untouched: {result.error}",
-                               event="partition.unreadable", partition=result.name)
-    ctx.progress(f"read {len(keys)} of {len(ctx.scans)} partition(s) in full (the others are not due)",
-                 event="scan.full", partitions=len(keys), of=len(ctx.scans))
+            progress.error(f"{result.name}: UNREADABLE, left untouched: {result.error}",
+                           event="partition.unreadable", partition=result.name)
+    progress(f"read {len(keys)} of {len(scans)} partition(s) in full (the others are not due)",
+             event="scan.full", partitions=len(keys), of=len(scans))
     return keys
 
 

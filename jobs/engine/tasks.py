@@ -12,7 +12,6 @@ question about which runner it is.
 from __future__ import annotations
 
 import io
-import os
 import pickle
 import queue
 import threading
@@ -21,9 +20,10 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar
 
 from jobs.rules.binpack import pack_in_order
+from segment_io.storage.base import Storage
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -51,10 +51,6 @@ class TaskRunner(Protocol):
         (:func:`jobs.rules.binpack.pack_in_order`). An item whose
         ``fn`` raised, or whose task died, comes back as a :class:`TaskFailure`: its neighbours in the bin
         are not affected."""
-        ...
-
-    def set_environment(self, env: Mapping[str, str]) -> None:
-        """Environment variables the tasks must see (e.g. the decompression bound of the decoders)."""
         ...
 
     def executor_memory_bytes(self) -> int | None:
@@ -205,11 +201,6 @@ class SparkTasks:
                     timer.daemon = True
                     timer.start()
 
-    def set_environment(self, env: Mapping[str, str]) -> None:
-        # Python workers (local or on a cluster's executors) get the environment of the SparkContext.
-        for key, value in env.items():
-            self.spark.sparkContext.environment[key] = value
-
     def executor_memory_bytes(self) -> int | None:
         """See :meth:`TaskRunner.executor_memory_bytes` (asking starts a lazy session: the setting is its)."""
         conf = self.spark.sparkContext.getConf()
@@ -243,14 +234,13 @@ def _cancel_group(sc: Any, group: str) -> None:
 class LazySparkTasks(SparkTasks):
     """:class:`SparkTasks` whose session is built (``build()``) the first time a task must run or the session is
     asked for (:attr:`parallelism`, :attr:`spark`): a run whose selection finds nothing due starts no JVM at
-    all. Environment set before the start is handed to the session when it is built. ``on_start(seconds)`` is
+    all. ``on_start(seconds)`` is
     told how long the start took."""
 
     def __init__(self, build: Callable[[], Any], *, job_group: str | None = None,
                  on_start: Callable[[float], None] | None = None) -> None:
         self._build = build
         self._session: Any = None
-        self._env: dict[str, str] = {}
         self._on_start = on_start
         self._lock = threading.Lock()
         self.job_group = job_group
@@ -269,28 +259,19 @@ class LazySparkTasks(SparkTasks):
                 t0 = time.monotonic()
                 session = self._build()
                 use_this_python_for_local_workers(session)
-                for key, value in self._env.items():
-                    session.sparkContext.environment[key] = value
                 self._session = session
                 if self._on_start is not None:
                     self._on_start(time.monotonic() - t0)
             return self._session
 
-    def set_environment(self, env: Mapping[str, str]) -> None:
-        self._env.update(env)
-        if self.started:
-            super().set_environment(env)
 
-
-def map_in_driver(fn: Callable[[T], R], items: Sequence[T], *, env: Mapping[str, str] | None = None,
-                  threads: int = 8) -> list[R]:
-    """``[fn(item) for item in items]`` on a few threads of this process, ``env`` set meanwhile: for tasks that
+def map_in_driver(fn: Callable[[T], R], items: Sequence[T], *, threads: int = 8) -> list[R]:
+    """``[fn(item) for item in items]`` on a few threads of this process: for tasks that
     take milliseconds each (header and size scans), where a Spark job's overhead, or starting Spark at all,
     would cost more than the work (the threads overlap their reads, on S3 above all)."""
     if not items:
         return []
-    with _environment(env or {}), ThreadPoolExecutor(max_workers=max(1, min(threads, len(items))),
-                                                     thread_name_prefix="segjobs-scan") as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(items))), thread_name_prefix="segjobs-scan") as pool:
         return list(pool.map(fn, items))
 
 
@@ -332,7 +313,6 @@ class InProcessTasks:
     on its own, and a copy would cost a new S3 client (a second or so) per task."""
 
     parallelism: int = 1
-    env: dict[str, str] = field(default_factory=dict)
     #: how many tasks ran (tests check the runner was used)
     calls: int = 0
     #: the description of every :meth:`map` and :meth:`stream` call with items, in order: the Spark jobs
@@ -345,10 +325,9 @@ class InProcessTasks:
             self.descriptions.append(description)
             fn = ship_function(fn)
         out = []
-        with _environment(self.env):
-            for item in items:
-                self.calls += 1
-                out.append(_round_trip(fn(_round_trip(item))))
+        for item in items:
+            self.calls += 1
+            out.append(_round_trip(fn(_round_trip(item))))
         return out
 
     def stream(self, fn: Callable[[T], R], items: Sequence[T], *, sizes: Sequence[int] | None = None,
@@ -359,13 +338,9 @@ class InProcessTasks:
         self.descriptions.append(description)
         task = ship_function(_BinTask(fn))
         for indices in stream_bins(items, sizes, self.parallelism):
-            with _environment(self.env):
-                self.calls += 1
-                results = _round_trip(task(_round_trip([items[i] for i in indices])))
+            self.calls += 1
+            results = _round_trip(task(_round_trip([items[i] for i in indices])))
             yield from zip(indices, results)
-
-    def set_environment(self, env: Mapping[str, str]) -> None:
-        self.env.update(env)
 
     def executor_memory_bytes(self) -> int | None:
         return None  # this process: no executor setting
@@ -400,8 +375,6 @@ def ship_function(fn: T) -> T:
 
 def _round_trip(value: T) -> T:
     """``value`` pickled and unpickled, storage objects kept as they are (see :class:`InProcessTasks`)."""
-    from segment_io.storage.base import Storage
-
     kept: list[Any] = []
 
     class Pickler(pickle.Pickler):
@@ -419,21 +392,6 @@ def _round_trip(value: T) -> T:
     Pickler(buf).dump(value)
     buf.seek(0)
     return Unpickler(buf).load()
-
-
-@contextmanager
-def _environment(env: Mapping[str, str]) -> Iterator[None]:
-    """``env`` set in ``os.environ`` for the duration (what a Spark worker would see), then restored."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 __all__ = ["STREAM_MAX_ITEMS", "STREAM_TARGET_BYTES", "InProcessTasks", "LazySparkTasks", "NumbaKernelInTask",

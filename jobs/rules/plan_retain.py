@@ -20,11 +20,12 @@ offset standing in for the high watermark, Kafka's high-watermark bound never ho
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
 from jobs.rules.config import TopicConfig
 from jobs.rules.model import PartitionState, SegmentInfo
+from segment_io.units import format_duration
 
 RULE_LOG_START = "log-start-offset"
 RULE_SIZE = "retention.bytes"
@@ -201,8 +202,6 @@ class UsedSettings:
 
     def applied_to(self, config: TopicConfig) -> TopicConfig:
         """``config`` with these retention settings instead of its own."""
-        from dataclasses import replace
-
         return replace(config, cleanup_policy=frozenset(self.cleanup_policy.split(",")),
                        retention_ms=self.retention_ms, retention_bytes=self.retention_bytes)
 
@@ -294,8 +293,6 @@ def delete_guard(states: Mapping[tuple[str, int], PartitionState],
 
 
 def _doubts(config: TopicConfig, used: UsedSettings, now_ms: int, newest_ms: int | None) -> list[str]:
-    from segment_io.units import format_duration
-
     out = []
     if newest_ms is not None and now_ms > newest_ms:
         out.append(f"--now is {format_duration(now_ms - newest_ms)} after the newest record in the log dir "

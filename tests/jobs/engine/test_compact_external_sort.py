@@ -25,6 +25,7 @@ from jobs.rules.config import ConfigSet
 from jobs.rules.external_sort import choose_strategy, superseded_keys
 from jobs.rules.map_capacity import buffer_bytes_for_keys, max_keys_for_buffer
 from jobs.rules.transactions import AbortedTxns
+from segment_io.compression import DEFAULT_MAX_BATCH_BYTES
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, partition_dir_name
 from segment_io.storage import open_storage
 from tests.support.builders import LogBuilder, rec, tombstone, write_log
@@ -284,7 +285,8 @@ def test_a_split_segment_reads_the_rows_of_the_whole(tmp_path: Path) -> None:
 
     def read(split: int, splits: int) -> pa.Table:
         return es.read_key_hashes(es.PieceItem(0, 0, storage, str(seg), split, splits, 10, 120,
-                                               AbortedTxns.empty(), 1, str(tmp_path / "piece")))
+                                               AbortedTxns.empty(), 1, str(tmp_path / "piece"),
+                                               DEFAULT_MAX_BATCH_BYTES))
 
     whole = read(0, 1)
     assert whole.num_rows == 150

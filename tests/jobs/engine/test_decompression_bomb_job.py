@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs import api
 from jobs.commands.cli import main
 from segment_io.compression import MAX_BATCH_BYTES_ENV, ZSTD
 from tests.support.bombs import inflating_payload, v2_batch_around
@@ -108,6 +109,48 @@ def test_max_batch_bytes_reaches_the_decoders_in_spark_tasks(spark, tmp_path, mo
 
     assert main(argv) == 0  # the default bound (256 MiB) lets the genuine batch through
     assert json.loads(report.read_text())["errors"] == []
+
+
+class _NoEnvironmentTasks(api.InProcessTasks):
+    """Tasks in a worker whose environment the driver does not set (a cluster's executors, Spark Connect):
+    whatever the driver might hand over as environment is lost on the way."""
+
+    def set_environment(self, env: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("command", "strategy"), [("compact", "memory"), ("compact", "external-sort"),
+                                                    ("inspect", None)])
+def test_the_bound_travels_with_the_tasks_not_in_the_environment(tmp_path, monkeypatch, command, strategy) -> None:
+    """``max_batch_bytes`` reaches every task that decodes (the full scan, the key pass, the clean, inspect's
+    count) as a parameter: a worker whose environment says nothing about it still refuses a 2 MiB batch under
+    a 1 MiB bound, with the file and offset."""
+    import gzip
+
+    from segment_io.compression import GZIP
+    from tests.support.bombs import records_payload
+
+    monkeypatch.delenv(MAX_BATCH_BYTES_ENV, raising=False)
+    log_dir = tmp_path / "logs"
+    big = _partition(log_dir, "big")
+    big.next_offset = 10
+    big.roll().batch([rec("z", "active")])
+    first, _ = write_log(big.table(), log_dir / "big-0")
+    with first.open("ab") as f:
+        f.write(v2_batch_around(gzip.compress(records_payload(2 << 20)), codec=GZIP, count=1,
+                                base_offset=6, timestamp=T0 + 100))
+    config = tmp_path / "topics.toml"
+    config.write_text('[defaults]\n"cleanup.policy" = "compact"\n')
+    before = _files(log_dir)
+    seams = api.Seams(runner=_NoEnvironmentTasks())
+    if command == "compact":
+        options = api.CompactOptions(config=str(config), max_batch_bytes=1 << 20, dry_run=True, strategy=strategy)
+        [error] = api.compact(log_dir, options, now=NOW, seams=seams).errors
+    else:
+        options = api.InspectOptions(config=str(config), max_batch_bytes=1 << 20, exact=True)
+        [error] = api.inspect(log_dir, options, now=NOW, seams=seams).errors
+    assert (error["file"], error["offset"]) == (str(first), 6) and "1048576 bytes" in error["detail"]
+    assert _files(log_dir) == before
 
 
 def test_a_malformed_bound_is_a_usage_error_before_anything_is_done(tmp_path, monkeypatch, capsys) -> None:

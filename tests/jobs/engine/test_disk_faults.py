@@ -25,6 +25,7 @@ from jobs.logdir.lock import work_uri
 from jobs.rules.config import TopicConfig
 from jobs.rules.map_capacity import max_keys_for_buffer
 from jobs.rules.plan_compact import plan_compaction
+from segment_io.compression import DEFAULT_MAX_BATCH_BYTES
 from segment_io.errors import StorageEnvironmentError
 from segment_io.layout import list_log_dir
 from segment_io.storage import LocalStorage
@@ -123,7 +124,8 @@ def test_each_errno_class_in_a_task_is_the_partitions_environment_failure(tmp_pa
     committer = committer_for(storage, work_uri(str(tmp_path / "logs")), log_dir=str(tmp_path / "logs"))
     before = tree(tmp_path / "logs")
     out = compact_partition(CompactTask(storage, listing, scan.state, plan, config, scan.txn, NOW,
-                                        max_keys_for_buffer(1 << 20), False, committer))
+                                        max_keys_for_buffer(1 << 20), False, committer,
+                                        DEFAULT_MAX_BATCH_BYTES))
     assert out.error is not None
     assert out.error.kind == "StorageEnvironmentError", out.error
     assert ENVIRONMENT_ERRNOS[code] in out.error.detail and "bug" not in out.error.detail

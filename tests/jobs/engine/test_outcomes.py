@@ -163,3 +163,46 @@ def test_a_runs_report_ledger_and_results_come_from_its_outcomes(tmp_path: Path)
     assert doc["totals"]["segments_deleted"] == part.segments_deleted == len(part.outcome.deleted) == 3
     assert ledger_rows(result.report.outcomes, dry_run=False)[0]["bytes_removed"] == part.bytes_removed > 0
     assert "outcomes" not in doc
+
+
+def test_plan_file_decisions_serialise_to_the_plan_files_format() -> None:
+    """The decision types are the plan file's only serialisers: each shape gives exactly the document the
+    demo's plan files hold (night 1, key order included), so plans made before the types still apply."""
+    from jobs.engine.outcomes import CleaningDecision, CompactionDecision, PlannedDeletion, RetentionDecision
+
+    retained = RetentionDecision(delete=(PlannedDeletion(0, 1022895, "retention.ms"),
+                                         PlannedDeletion(3150, 1021687, "retention.ms")), log_start_offset=12600)
+    assert json.dumps(retained.to_dict()) == json.dumps(
+        {"delete": [{"segment": 0, "bytes": 1022895, "rule": "retention.ms"},
+                    {"segment": 3150, "bytes": 1021687, "rule": "retention.ms"}], "log_start_offset": 12600})
+    assert RetentionDecision(log_start_offset=0).to_dict() == {"delete": [], "log_start_offset": 0}
+    assert RetentionDecision.of(None, refused=False).to_dict() == {"untouched": True}
+    assert replace(retained, refused=True).to_dict()["refused"] is True and "refused" not in retained.to_dict()
+    assert CompactionDecision(selected=False).to_dict() == {"selected": False}
+    assert CompactionDecision(selected=False, held=True).to_dict() == {"selected": False, "held": True}
+    selected = CompactionDecision(selected=True, first_dirty_offset=12600, first_uncleanable_offset=28250)
+    assert json.dumps(selected.to_dict()) == json.dumps(
+        {"selected": True, "first_dirty_offset": 12600, "first_uncleanable_offset": 28250})
+    cleaned = CleaningDecision(end_offset=28250, groups=((12600, 15700, 18850, 22000), (25100,)),
+                               records_removed=4928, bytes_removed=1591288)
+    assert json.dumps(cleaned.to_dict()) == json.dumps(
+        {"end_offset": 28250, "groups": [[12600, 15700, 18850, 22000], [25100]], "records_removed": 4928,
+         "bytes_removed": 1591288})
+
+
+def test_an_inspect_row_is_every_column_in_order_and_refuses_a_name_that_is_none() -> None:
+    """inspect's row type declares the columns (the CSV header, the JSON entry and the DataFrame schema follow
+    it): its entry holds every column in the declared order, None where unknown; a misspelt column is an error,
+    never a silently added key."""
+    import pytest
+
+    from jobs.engine.inspection import COLUMN_NAMES
+    from jobs.engine.outcomes import InspectRow
+
+    row = InspectRow.of("users", 3, {"bytes": 10, "records": 2, "compaction_selected": True})
+    entry = row.to_entry()
+    assert tuple(entry) == COLUMN_NAMES and COLUMN_NAMES[:2] == ("topic", "partition") and COLUMN_NAMES[-1] == "error"
+    assert (entry["topic"], entry["partition"], entry["bytes"], entry["dirty_ratio"]) == ("users", 3, 10, None)
+    assert row.readable and not InspectRow.of("users", 4, {"error": "unreadable"}).readable
+    with pytest.raises(TypeError, match="byets"):
+        InspectRow.of("users", 3, {"byets": 10})
