@@ -78,15 +78,14 @@ def test_a_bomb_partition_is_reported_and_left_untouched_while_the_others_are_co
     assert comparable(replay(read_partition(log_dir / "users-0")).latest) == comparable(users_before.latest)
 
 
-def test_max_batch_bytes_reaches_the_decoders_in_spark_tasks(spark, tmp_path, monkeypatch) -> None:
-    """A genuine 2 MiB batch passes the default bound and is refused under ``--max-batch-bytes 1MiB``: the
-    option travels to the Python workers, not only to the driver."""
+def _genuine_2mib_batch(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """big-0 whose first (closed) segment ends with a genuine gzip batch of 2 MiB at offset 6, and a config
+    that compacts every topic: the log dir, that segment and the config file."""
     import gzip
 
     from segment_io.compression import GZIP
     from tests.support.bombs import records_payload
 
-    monkeypatch.delenv(MAX_BATCH_BYTES_ENV, raising=False)
     log_dir = tmp_path / "logs"
     big = _partition(log_dir, "big")
     big.next_offset = 10
@@ -97,6 +96,14 @@ def test_max_batch_bytes_reaches_the_decoders_in_spark_tasks(spark, tmp_path, mo
                                 base_offset=6, timestamp=T0 + 100))
     config = tmp_path / "topics.toml"
     config.write_text('[defaults]\n"cleanup.policy" = "compact"\n')
+    return log_dir, first, config
+
+
+def test_max_batch_bytes_reaches_the_decoders_in_spark_tasks(spark, tmp_path, monkeypatch) -> None:
+    """A genuine 2 MiB batch passes the default bound and is refused under ``--max-batch-bytes 1MiB``: the
+    option travels to the Python workers, not only to the driver."""
+    monkeypatch.delenv(MAX_BATCH_BYTES_ENV, raising=False)
+    log_dir, first, config = _genuine_2mib_batch(tmp_path)
     before = _files(log_dir / "big-0")
 
     report = tmp_path / "report.json"
@@ -125,22 +132,8 @@ def test_the_bound_travels_with_the_tasks_not_in_the_environment(tmp_path, monke
     """``max_batch_bytes`` reaches every task that decodes (the full scan, the key pass, the clean, inspect's
     count) as a parameter: a worker whose environment says nothing about it still refuses a 2 MiB batch under
     a 1 MiB bound, with the file and offset."""
-    import gzip
-
-    from segment_io.compression import GZIP
-    from tests.support.bombs import records_payload
-
     monkeypatch.delenv(MAX_BATCH_BYTES_ENV, raising=False)
-    log_dir = tmp_path / "logs"
-    big = _partition(log_dir, "big")
-    big.next_offset = 10
-    big.roll().batch([rec("z", "active")])
-    first, _ = write_log(big.table(), log_dir / "big-0")
-    with first.open("ab") as f:
-        f.write(v2_batch_around(gzip.compress(records_payload(2 << 20)), codec=GZIP, count=1,
-                                base_offset=6, timestamp=T0 + 100))
-    config = tmp_path / "topics.toml"
-    config.write_text('[defaults]\n"cleanup.policy" = "compact"\n')
+    log_dir, first, config = _genuine_2mib_batch(tmp_path)
     before = _files(log_dir)
     seams = api.Seams(runner=_NoEnvironmentTasks())
     if command == "compact":
