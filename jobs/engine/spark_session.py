@@ -220,11 +220,10 @@ class EarlySession:
 
     Until claimed, what the JVM writes (its start-up warnings, or why it could not start) is held back, and an
     abandoned session's is dropped: a run with nothing due prints exactly what it printed without the early
-    start. Nor does it wait for it: an abandoned JVM is not stopped but left to end with the process (it exits
-    when the pipe to its stdin closes, as every PySpark JVM does). The JVM's output passes through this
-    process, never holding the caller's stdout or stderr itself, so a caller that reads them to their end is not
-    kept waiting for a JVM's exit either (which is why the command line builds even a session it needs at once
-    this way, claiming it at once)."""
+    start. Nor does it wait for it: an abandoned JVM is killed at once (see :meth:`abandon`). The JVM's output
+    passes through this process, never holding the caller's stdout or stderr itself, so a caller that reads
+    them to their end is not kept waiting for a JVM's exit either (which is why the command line builds even a
+    session it needs at once this way, claiming it at once)."""
 
     def __init__(self, app_name: str = "segjobs", master: str | None = None,
                  extra_conf: Mapping[str, str] | None = None, *, verbose: bool = False) -> None:
@@ -239,6 +238,8 @@ class EarlySession:
         self._error: BaseException | None = None
         self._readers: list[threading.Thread] = []
         self._conn_dirs: list[str] = []
+        self._procs: list[Any] = []
+        self._launching = threading.Lock()
         _early = self
         threading.Thread(target=self._start, args=(options, level), name="segjobs-spark-start", daemon=True).start()
 
@@ -303,8 +304,10 @@ class EarlySession:
         return self._session
 
     def _launch_gateway(self, conf: Any, popen_kwargs: dict[str, Any]) -> Any:
-        """PySpark's ``launch_gateway``, noting the directory it makes for the JVM's connection file: a process
-        that ends while the JVM starts never reaches the call's own clean-up, so :meth:`abandon` removes it."""
+        """PySpark's ``launch_gateway``, noting the directory it makes for the JVM's connection file (a process
+        that ends while the JVM starts never reaches the call's own clean-up) and the process it starts, so that
+        :meth:`abandon` can remove the one and end the other."""
+        import subprocess
         import tempfile
 
         from pyspark import java_gateway
@@ -319,23 +322,42 @@ class EarlySession:
                 made.append(tempfile.mkdtemp(*args, **kwargs))
                 return made[-1]
 
-        java_gateway.tempfile = _Tempfile()  # type: ignore[assignment]  # a process launches one gateway
+        def popen(*args: Any, **kwargs: Any) -> subprocess.Popen:
+            # Under the launch lock: abandon() waits for a launch under way, so that every process started is
+            # one it kills, and none starts after it.
+            with self._launching:
+                if self._abandoned:
+                    raise RuntimeError("the early Spark start was abandoned before its JVM was launched")
+                proc = subprocess.Popen(*args, **kwargs)
+                self._procs.append(proc)
+            return proc
+
+        # a process launches one gateway: these stand-ins are PySpark's names only while it does
+        java_gateway.tempfile = _Tempfile()  # type: ignore[assignment]
+        java_gateway.Popen = popen  # type: ignore[assignment,misc]
         try:
             return java_gateway.launch_gateway(conf, popen_kwargs=popen_kwargs)
         finally:
             java_gateway.tempfile = tempfile
+            java_gateway.Popen = subprocess.Popen  # type: ignore[misc]
 
     def abandon(self) -> None:
-        """The run needs no Spark: drop what the JVM wrote and will write; the JVM is left to end with the
-        process (see the class docstring). The directory of its connection file goes now, which also ends a
-        JVM still starting (it can no longer say where it listens)."""
+        """The run needs no Spark: drop what the JVM wrote and will write, end the JVM (or the launcher on its
+        way to it), and remove the directory of its connection file. Ended, not left to notice the closed pipe to
+        its stdin: a JVM that never wrote its connection file never reads that pipe, and its gateway thread would
+        keep it alive after this process ended."""
         with self._lock:
             if not self._claimed:
                 self._abandoned = True
                 self._held.clear()
-        if self._abandoned:
-            for conn_dir in self._conn_dirs:
-                shutil.rmtree(conn_dir, ignore_errors=True)
+        if not self._abandoned:
+            return
+        with self._launching:  # a launch under way ends first; none starts from now on
+            procs = list(self._procs)
+        for proc in procs:
+            proc.kill()  # spark-submit execs its way to the JVM: the process started is the JVM by then
+        for conn_dir in self._conn_dirs:
+            shutil.rmtree(conn_dir, ignore_errors=True)
 
     def claimed_session(self) -> Any:
         """The session when claimed and started, else None."""

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -148,7 +149,8 @@ def _java_home(tmp_path: Path, *, real: bool = False) -> Path:
     java = home / "bin" / "java"
     then = (f'exec {shutil.which("java")} "$@"\n' if real else
             "echo 'fake java: on stdout'\necho 'fake java: cannot start' >&2\nexit 1\n")
-    java.write_text(f"#!/bin/sh\ntouch {home}/ran\n{then}")
+    # each java's process id (exec keeps it: the launcher's, then the JVM's) in ``pids``
+    java.write_text(f"#!/bin/sh\ntouch {home}/ran\necho $$ >> {home}/pids\n{then}")
     java.chmod(0o755)
     return home
 
@@ -198,6 +200,33 @@ def test_an_early_start_a_run_did_not_need_is_dropped_without_a_trace(tmp_path: 
     assert not (late_home / "ran").exists()
 
 
+def _java_processes_settle(home: Path, quiet_s: float = 3.0, limit_s: float = 20.0) -> list[int]:
+    """The java processes of ``home`` (its ``pids`` file) still running once no new one has appeared for
+    ``quiet_s`` and all of them have ended, or when ``limit_s`` is up: a launcher the run left on its way may
+    still reach java after the run ended, so the file is read until it is quiet."""
+    deadline = time.monotonic() + limit_s
+    seen: list[int] = []
+    quiet_since = time.monotonic()
+    while time.monotonic() < deadline:
+        pids = [int(p) for p in (home / "pids").read_text().split()] if (home / "pids").exists() else []
+        if pids != seen:
+            seen, quiet_since = pids, time.monotonic()
+        alive = [p for p in seen if _running(p)]
+        if not alive and time.monotonic() - quiet_since >= quiet_s:
+            return []
+        time.sleep(0.2)
+    return [p for p in seen if _running(p)]
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def _without_times(text: str) -> str:
     import re
 
@@ -230,7 +259,10 @@ def test_a_real_jvm_started_early_and_not_needed_neither_prints_nor_holds_the_ru
     temp.mkdir()
     env = _early_env(tmp_path, JAVA_HOME=str(home), TMPDIR=str(temp))
     early = segjobs(argv, env)
-    # whether java ran before the run ended is a race (see the test above, which asserts the forecast)
+    # whether java ran before the run ended is a race (see the test above, which asserts the forecast); if it
+    # did, the abandoned JVM ends with the run: none outlives it (one that never wrote its connection file
+    # would otherwise wait on its gateway thread forever)
+    assert _java_processes_settle(home) == [], "a JVM started early outlived the run"
     assert list(temp.iterdir()) == []  # PySpark's directory for the JVM's connection file is not left behind
     late = segjobs(argv, {**env, "SEGJOBS_SPARK_EARLY_START": "0"})
     assert early.returncode == late.returncode == 0, early.stderr
