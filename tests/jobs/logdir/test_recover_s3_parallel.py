@@ -283,7 +283,7 @@ def test_a_run_lists_the_whole_log_dir_once_under_the_lock_unless_recovery_chang
         endpoint.client().put_object(Bucket=bucket, Key=f"{PREFIX}/small-3/00000000000000000000.log.segjobs-"
                                                         f"0123456789ab.tmp", Body=b"partial")
     result, seen = _compact_counting(endpoint, bucket, monkeypatch, dry_run=False)
-    assert result.report.totals["recovered_partitions"] == int(leftover)
+    assert result.report.recovered_partitions == int(leftover)
     # before the lock, its top level (the scope's and the configs' checks: exit code 2 promises nothing was done);
     # then the whole of it once under the lock for recovery and the scans alike, again only if recovery changed it
     assert _log_dir_listings(seen) == ["delimited"] + ["recursive"] * (2 if leftover else 1)
