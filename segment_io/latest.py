@@ -31,21 +31,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from segment_io.schema import HEADER_TYPE
+from segment_io.schema import RECORD_SCHEMA
 from segment_io.transactions import TxnState
 
 #: The table's rows: one per live key of a partition. ``topic``, ``partition`` and ``offset`` join a row back
-#: to its record in the log; ``value`` is never null in the table (a tombstone deletes its key's row).
+#: to its record in the log; ``key`` is never null (keyless records are not in the table) and neither is
+#: ``value`` in practice (a tombstone deletes its key's row). The fields are the record schema's own.
 TABLE_SCHEMA = pa.schema([
-    pa.field("topic", pa.string(), nullable=False),
-    pa.field("partition", pa.int32(), nullable=False),
-    pa.field("key", pa.binary(), nullable=False),
-    pa.field("value", pa.binary(), nullable=True),
-    pa.field("headers", pa.list_(pa.field("item", HEADER_TYPE, nullable=False)), nullable=False),
-    pa.field("offset", pa.int64(), nullable=False),
-    pa.field("timestamp", pa.int64(), nullable=False),
-    # -1 no timestamp (magic 0), 0 CreateTime, 1 LogAppendTime
-    pa.field("timestamp_type", pa.int8(), nullable=False),
+    RECORD_SCHEMA.field(name).with_nullable(False) if name == "key" else RECORD_SCHEMA.field(name)
+    for name in ("topic", "partition", "key", "value", "headers", "offset", "timestamp", "timestamp_type")
 ])
 
 #: The decoded columns the table needs (plus ``control``, ``transactional``, ``producer_id`` and
