@@ -204,39 +204,33 @@ def segjobs_dag(
                                     f"end (see conf/airflow/segjobs_airflow.py).")
     dag = DAG(dag_id, schedule=schedule, start_date=start_date, catchup=catchup,
               default_args={**DEFAULT_ARGS, **(default_args or {})}, tags=list(tags), **dag_kwargs)
+    def submit(task_id: str, application: str, args: list[str]) -> SparkSubmitOperator:
+        """One spark-submit task with the DAG's shared Spark settings."""
+        return SparkSubmitOperator(
+            task_id=task_id,
+            application=application,
+            application_args=args,
+            conn_id=conn_id,
+            conf=dict(spark_conf or {}),
+            properties_file=properties_file,
+            spark_binary=spark_binary,
+            env_vars=dict(env_vars) if env_vars else None,
+            name=f"{dag_id}.{task_id}",
+            **dict(spark_submit or {}),
+        )
+
     with dag:
         tasks = []
         for task_id in ("retain", "compact"):
             args = [*common, *per_task[task_id]]
             if report_dir:
                 args += ["--report", f"{report_dir.rstrip('/')}/{REPORT_TEMPLATE}"]
-            tasks.append(SparkSubmitOperator(
-                task_id=task_id,
-                application=applications[task_id],
-                application_args=args,
-                conn_id=conn_id,
-                conf=dict(spark_conf or {}),
-                properties_file=properties_file,
-                spark_binary=spark_binary,
-                env_vars=dict(env_vars) if env_vars else None,
-                name=f"{dag_id}.{task_id}",
-                **dict(spark_submit or {}),
-            ))
+            tasks.append(submit(task_id, applications[task_id], args))
         retain, compact = tasks
         retain >> compact
         for topic, uri in tables.items():
-            table = SparkSubmitOperator(
-                task_id=f"table_{topic}",
-                application=applications["table"],
-                application_args=["--log-dir", log_dir, "--topic", topic, "--table", uri, *table_args],
-                conn_id=conn_id,
-                conf=dict(spark_conf or {}),
-                properties_file=properties_file,
-                spark_binary=spark_binary,
-                env_vars=dict(env_vars) if env_vars else None,
-                name=f"{dag_id}.table_{topic}",
-                **dict(spark_submit or {}),
-            )
+            table = submit(f"table_{topic}", applications["table"],
+                           ["--log-dir", log_dir, "--topic", topic, "--table", uri, *table_args])
             table >> retain
     return dag
 
