@@ -68,7 +68,7 @@ from jobs.engine.selection import SELECTION_DEPTH, may_read_in_full
 from jobs.engine.tasks import InProcessTasks, SparkTasks
 from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir
 from jobs.logdir.lock import LeaseLost, acquire, lease_ttl_ms, work_uri
-from jobs.logdir.recover import PreviewStorage, RecoveryAction, RecoveryReport, fence_of, recover_log_dir
+from jobs.logdir.recover import RecoveryAction, RecoveryReport, fence_of, recover_log_dir
 from jobs.rules.timeutil import Instant, resolve_now
 from segment_io.errors import LockHeldError, UsageError
 from segment_io.layout import list_log_dir_top
@@ -467,7 +467,7 @@ def recover(log_dir: str | os.PathLike, options: RecoverOptions | None = None, *
                              reports=tuple(reports), lease_lost=lost)
 
     if options.dry_run:
-        return result(recover_log_dir(PreviewStorage(storage), log_dir, now_ms=now_ms, work_uri=work), None)
+        return result(recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work, dry_run=True), None)
     if now_note:
         progress.notice(now_note, event="run.now", now_ms=now_ms)
     reports = None

@@ -201,6 +201,19 @@ class ReplaceResult:
     steps: list[str] = field(default_factory=list)  #: the step names passed, in order
 
 
+@dataclass(frozen=True)
+class InstallStep:
+    """One step of installing a replace on a store without rename (:meth:`CopyCommitter.roll_forward_steps`):
+    ``copy-new`` copies the staged ``source`` (of the ``size`` the intent recorded) to ``target``, its live name;
+    ``delete-old`` deletes ``target``, an old object no new one overwrote."""
+
+    step: str
+    target: str
+    base_offset: int
+    source: str | None = None
+    size: int | None = None
+
+
 @dataclass
 class DeleteResult:
     """What :func:`delete_segments` renamed to ``.deleted`` (URIs of the new names)."""
@@ -677,12 +690,10 @@ class Committer:
 
     # ---------------------------------------------------------------- recovery
 
-    def roll_forward(self, partition_uri: str, intent: ReplaceIntent,
-                     add: Callable[[str, str], None]) -> ReplaceIntent | None:
-        """Recovery of an interrupted replace, the part only the intent can settle: returns the intent when
-        Kafka's loader rules (``.cleaned``/``.swap`` files) must still settle it, None when it is settled.
-        Every change made is passed to ``add(action, uri)``."""
-        return intent
+    def roll_forward_steps(self, partition_uri: str, intent: ReplaceIntent) -> list[InstallStep] | None:
+        """The steps that finish an interrupted replace from its intent alone, in order (recovery plans them), or
+        None on a store where the intent is not the commit point (there Kafka's loader rules settle it)."""
+        return None
 
     def leftover_staged(self, partition_uri: str) -> list[FileInfo]:
         """Staged files no intent refers to (any run's): of a commit that is over or never started, or of a run
@@ -817,81 +828,35 @@ class CopyCommitter(Committer):
 
     def _install(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
                  fault: Fault | None) -> None:
-        storage = self.storage
+        for step in self.roll_forward_steps(partition_uri, intent):
+            _call(fault, result.steps, f"{step.step}:{step.target.rsplit('/', 1)[1]}")
+            if step.source is not None:
+                self.storage.copy(step.source, step.target)
+                result.installed.append(step.target)
+            else:
+                self.storage.delete(step.target)
+                result.removed.append(step.target)
+
+    def roll_forward_steps(self, partition_uri: str, intent: ReplaceIntent) -> list[InstallStep]:
+        """The copies of the staged objects to their live names, segments in descending base order (the lowest
+        new segment overwrites the first old one, so until it is copied every old object is intact), then the
+        deletes of the old objects no new one overwrote: the commit's own steps, and what recovery repeats."""
+        steps = []
         for base in sorted(intent.new, reverse=True):
             for sfx in _ordered(intent.new[base]):
-                name = segment_file_name(base, sfx)
-                _call(fault, result.steps, f"copy-new:{name}")
-                storage.copy(self._staged(partition_uri, intent.run_id, base, sfx), storage.join(partition_uri, name))
-                result.installed.append(storage.join(partition_uri, name))
-        overwritten = intent.new_files()
-        for base, sfx in sorted(intent.old_files() - overwritten):
-            name = segment_file_name(base, sfx)
-            _call(fault, result.steps, f"delete-old:{name}")
-            storage.delete(storage.join(partition_uri, name))
-            result.removed.append(storage.join(partition_uri, name))
+                steps.append(InstallStep("copy-new", self.storage.join(partition_uri, segment_file_name(base, sfx)),
+                                         base, self._staged(partition_uri, intent.run_id, base, sfx),
+                                         intent.new[base][sfx]))
+        for base, sfx in sorted(intent.old_files() - intent.new_files()):
+            steps.append(InstallStep("delete-old", self.storage.join(partition_uri, segment_file_name(base, sfx)),
+                                     base))
+        return steps
 
     def _after_commit(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
                       fault: Fault | None) -> None:
         for base, sfx in sorted(intent.new_files()):
             _call(fault, result.steps, f"delete-staged:{segment_file_name(base, sfx)}")
             self.storage.delete(self._staged(partition_uri, intent.run_id, base, sfx))
-
-    def roll_forward(self, partition_uri: str, intent: ReplaceIntent,
-                     add: Callable[[str, str], None]) -> ReplaceIntent | None:
-        """Finish the replace from its intent alone: copy every staged object to its live name again
-        (idempotent), delete the old objects no new one overwrote, remove the intent. The staged objects stay
-        (:meth:`leftover_staged` lists them). Raises :class:`RecoveryError` before changing anything if a
-        staged object is gone or has another size than the intent recorded (then the intent cannot be trusted
-        to describe the new segments).
-
-        The run that wrote the intent may still be finishing it (its lease was broken, or expired under it, while
-        it committed): both then copy the same objects, which is harmless, and once it is done it removes the
-        intent and then the staged objects. So a staged object that is missing, or vanishes mid-copy, is an error
-        only while the very same intent is still there; otherwise the other run has settled the replace."""
-        storage = self.storage
-        intent_uri = storage.join(self.partition_work_uri(partition_uri), REPLACE_INTENT)
-        expected = {self._staged(partition_uri, intent.run_id, base, sfx): (base, size)
-                    for base, sizes in intent.new.items() for sfx, size in sizes.items()}
-        found = _sizes(storage, expected)
-        for uri, (base, size) in expected.items():
-            if uri not in found:
-                if self._settled_elsewhere(intent_uri, intent, add):
-                    return None
-                raise RecoveryError("the replace intent names a staged object that is gone", uri=uri, offset=base)
-            actual = found[uri]
-            if actual != size:
-                raise RecoveryError(f"staged object has {actual} bytes, the intent recorded {size}", uri=uri,
-                                    offset=base)
-        done = ReplaceResult(partition_uri, sorted(intent.old), sorted(intent.new))
-        try:
-            self._install(partition_uri, intent, done, None)
-        except NotFoundError as exc:
-            for uri in done.installed:
-                add("copy-new", uri)
-            if self._settled_elsewhere(intent_uri, intent, add):
-                return None
-            raise RecoveryError(f"a staged object of the replace intent vanished while it was copied ({exc})",
-                                uri=intent_uri) from None
-        for uri in done.installed:
-            add("copy-new", uri)
-        for uri in done.removed:
-            add("delete-old", uri)
-        storage.delete(intent_uri)
-        add("remove-intent", intent_uri)
-        return None
-
-    def _settled_elsewhere(self, intent_uri: str, intent: ReplaceIntent, add: Callable[[str, str], None]) -> bool:
-        """Whether the intent is gone or replaced since it was read: then the run that wrote it finished it (and
-        removed its staged objects), and there is nothing left to roll forward."""
-        try:
-            current = self.storage.read(intent_uri)
-        except NotFoundError:
-            current = None
-        if current is not None and ReplaceIntent.from_json(current, intent_uri) == intent:
-            return False
-        add("settled-elsewhere", intent_uri)
-        return True
 
     def leftover_staged(self, partition_uri: str) -> list[FileInfo]:
         return self.storage.list(self.storage.join(self.partition_work_uri(partition_uri), STAGED_DIR),
@@ -917,7 +882,7 @@ def committer_for(storage: Storage, work_uri: str, run_id: str | None = None, *,
 
 __all__ = [
     "CommitError", "Committer", "CopyCommitter", "DeleteIntent", "RenameCommitter", "DeleteResult", "PurgeResult",
-    "RecoveryError", "ReplaceIntent", "STAGING_BESIDE_DIR",
+    "InstallStep", "RecoveryError", "ReplaceIntent", "STAGING_BESIDE_DIR",
     "ReplaceResult", "SEGMENT_DATA_SUFFIXES", "SegmentFile", "StagedSegment",
     "committer_for", "delete_segments", "list_segment_files", "live_log_bases", "partition_work_uri", "purge_deleted",
     "replace_segments", "staged_uri",

@@ -52,19 +52,19 @@ Every rule only acts on what it finds, so running recovery again changes nothing
 copy of a record: ``.cleaned`` and aborted ``.swap`` files are copies of records whose originals are still
 live; originals are deleted only while their replacements exist as swaps or staged objects.
 
-A dry run (``segjobs recover --dry-run``) runs these very rules against a :class:`PreviewStorage`, which
-reads the store and keeps every change in memory, so it reports exactly the actions a real run would take.
+Recovery is a plan, then its application. :func:`plan_partition` reads what the rules decide from (the listings of
+the partition, its commit dir and its staged files, the intents, the deletion ledger, the last offsets of
+``.swap`` logs) and turns it into the ordered steps of a :class:`RecoveryPlan`, each rule deciding on the state the
+earlier ones leave (a function of the reads, ``now_ms`` and the fence: no store is touched). :func:`apply_plan`
+carries the steps out; a dry run (``segjobs recover --dry-run``) reports them, which is exactly what the real run
+then reports, as long as no store refuses a step.
 """
 
 from __future__ import annotations
 
-import builtins  # annotations in PreviewStorage say builtins.list: there, `list` is the listing method
-import io
-import os
-import threading
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import BinaryIO, Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from jobs.logdir.commit import (
     COMMIT_DIR,
@@ -74,6 +74,7 @@ from jobs.logdir.commit import (
     PRIVATE_STAGING_DIR,
     REPLACE_INTENT,
     STAGED_DIR,
+    Committer,
     DeleteIntent,
     RecoveryError,
     ReplaceIntent,
@@ -84,14 +85,15 @@ from jobs.logdir.commit import (
     live_log_bases,
     partition_name,
     read_delete_intent,
+    read_json_or_none,
     read_ledger,
     read_replace_intent,
-    record_deleted,
+    write_ledger,
 )
 from jobs.logdir.lock import Lease
 from jobs.logdir.lock import work_uri as log_dir_work_uri
 from jobs.rules.timeutil import format_instant
-from segment_io.errors import NotFoundError, PreconditionFailedError, SegjobsError, StorageAccessError
+from segment_io.errors import NotFoundError, SegjobsError, StorageAccessError
 from segment_io.format import scan_batches
 from segment_io.layout import (
     CLEANED_SUFFIX,
@@ -104,7 +106,9 @@ from segment_io.layout import (
 from segment_io.storage.base import KIND_DIRECTORY, KIND_FILE, FileInfo, PendingUpload, Storage, map_ahead
 from segment_io.storage.local import is_temp_file
 
-#: The actions that remove leftovers of interrupted runs (rule 6, and staged objects no intent refers to).
+T = TypeVar("T")
+
+#: The actions that remove leftovers of interrupted runs (rule 7, and staged objects no intent refers to).
 LEFTOVER_ACTIONS = ("delete-staged", "delete-temp", "abort-upload")
 #: Another run's staged objects no intent refers to are deleted once they are this old (on the wall clock): a
 #: run commits only while it holds the log dir's lease, checked right before each commit, so after a takeover
@@ -179,100 +183,28 @@ class RecoveryReport:
 def recover_partition(storage: Storage, partition_uri: str, *, work_uri: str, now_ms: int,
                       fence: Fence | None = None) -> RecoveryReport:
     """Complete or roll back the interrupted replace / delete of one partition (rules in the module
-    docstring). ``work_uri`` is the log dir's work location; ``fence`` the runs whose recent stagings are left
-    alone. Idempotent. Raises
+    docstring): :func:`plan_partition`, then :func:`apply_plan`. ``work_uri`` is the log dir's work location;
+    ``fence`` the runs whose recent stagings are left alone. Idempotent. Raises
     :class:`~jobs.logdir.commit.RecoveryError` (changing nothing) when an intent is unreadable or names staged
     objects that are gone, and passes on the error of a step that fails (a rename or delete the store
     refuses): then the partition is left where that step stopped, which the next recovery takes up."""
     report = RecoveryReport(partition_uri)
-    _recover_steps(storage, partition_uri, work_uri, now_ms, fence or Fence(), report)
+    apply_plan(storage, plan_partition(storage, partition_uri, work_uri=work_uri, now_ms=now_ms, fence=fence), report)
     return report
-
-
-def _recover_partition(storage: Storage, partition_uri: str, work_uri: str, now_ms: int, fence: Fence,
-                       report: RecoveryReport) -> None:
-    """:func:`recover_partition` into ``report``, which keeps the actions taken before a failure: the step of
-    :func:`recover_log_dir` that changes a partition, run in partition order under the lease check."""
-    _recover_steps(storage, partition_uri, work_uri, now_ms, fence, report)
-
-
-def _would_act(storage: Storage, partition_uri: str, work_uri: str, now_ms: int, fence: Fence) -> bool:
-    """Whether recovery would change, keep or report anything in the partition: the very rules run against a
-    :class:`PreviewStorage` of ``storage``, so reads only (safe to run ahead, on many partitions at once, and
-    after the lease is lost). An error other than the store's own counts as "would act": the real step meets it
-    in turn and reports it."""
-    preview = RecoveryReport(partition_uri)
-    try:
-        _recover_steps(PreviewStorage(storage), partition_uri, work_uri, now_ms, fence, preview)
-    except StorageAccessError:
-        raise
-    except (SegjobsError, OSError):
-        return True
-    return bool(preview.actions or preview.problems or preview.notes)
-
-
-def _recover_steps(storage: Storage, partition_uri: str, work_uri: str, now_ms: int, fence: Fence,
-                   report: RecoveryReport) -> None:
-    """The rules of the module docstring for one partition, into ``report``."""
-    committer = committer_for(storage, work_uri)
-    pwork = committer.partition_work_uri(partition_uri)
-    replace = read_replace_intent(storage, pwork)
-    delete = read_delete_intent(storage, pwork)
-
-    # the staged files of this partition's intent: once it is settled they are garbage, whoever staged them
-    settled = set() if replace is None else {(replace.run_id, segment_file_name(b, sfx)) for b, sfx in
-                                             replace.new_files()}
-    if replace is not None:  # rule 1: a store whose commit point is the intent finishes it from the intent
-        replace = committer.roll_forward(partition_uri, replace, report.add)
-    stale = None if replace is None else _intent_disagreement(storage, partition_uri, replace)
-    outcome = _apply_loader_rules(storage, partition_uri, replace if stale is None else None, report)
-    if replace is not None:
-        intent_uri = storage.join(pwork, REPLACE_INTENT)
-        if stale is not None:
-            # The partition moved on without segjobs (a broker finished this replace, then wrote, cleaned or
-            # deleted on its own): the intent describes files that are not there any more. It is never applied;
-            # Kafka's rules alone decided above, and .deleted files go through the deletion ledger.
-            storage.delete(intent_uri)
-            report.add("discard-intent", intent_uri, f"stale: {stale}; Kafka's loader rules decided instead")
-        else:
-            if outcome is not None or _new_segments_live(storage, partition_uri, replace):
-                _settle_replaced(storage, partition_uri, replace, aborted=outcome == "aborted", report=report)
-            _remove(storage, intent_uri, report)
-    for info in committer.leftover_staged(partition_uri):
-        run = committer.staging_run(partition_uri, info.uri)
-        young = fence.wall_ms - info.mtime_ms < STAGED_GRACE_MS
-        if run is not None and run in fence.runs and (run, info.name) not in settled and young:
-            # Staged by the run whose lease was just taken over, recently: that run may still be staging, or be
-            # caught between its lease check and its intent. Left alone; a later recovery deletes it.
-            report.notes.append(f"kept {info.uri}: staged {format_instant(info.mtime_ms)} by run {run}, whose "
-                                f"lease this run took over; deleted by a run from "
-                                f"{format_instant(info.mtime_ms + STAGED_GRACE_MS)} on")
-        else:
-            _delete_leftover(storage, info, report, "delete-staged", "staged by a commit that is over or never "
-                             "started")
-    if delete is not None:
-        _finish_delete(storage, partition_uri, pwork, delete, report)
-    files = list_segment_files(storage, partition_uri)
-    unknown = sorted(deleted_bases(files) - read_ledger(storage, pwork).keys())
-    if unknown and record_deleted(storage, pwork, unknown, now_ms):
-        report.add("record-deleted", storage.join(pwork, DELETED_LEDGER),
-                   f"{len(unknown)} .deleted segment(s) first seen at {now_ms}")
-    for info in storage.list(partition_uri) + storage.list(pwork, recursive=True):
-        _delete_temp(storage, info, report)
 
 
 def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri: str | None = None,
                     check: Callable[[], None] | None = None, fence: Fence | None = None,
-                    listed: list[FileInfo] | None = None) -> list[RecoveryReport]:
+                    listed: list[FileInfo] | None = None, dry_run: bool = False) -> list[RecoveryReport]:
     """:func:`recover_partition` for every partition of the log dir (those with files, and those with
-    segjobs bookkeeping in the work location), then rule 6 for the log dir and the work location
+    segjobs bookkeeping in the work location), then rule 7 for the log dir and the work location
     themselves. ``work_uri`` defaults to the log dir's sibling ``<log-dir>.segjobs``; ``check`` is called
     before each partition that recovery changes (or keeps something in, or reports) and before the log-dir step
-    (the caller's lease check: it raises to stop). Whether a partition has anything to settle is found by
-    reads only, ahead of the changes: one recursive listing of the log dir and one of the commit dirs clear the
-    partitions that show nothing to settle (:func:`clean_in_listing`), and the others are checked by the rules
-    themselves, up to ``storage.io_concurrency`` partitions at once. The changes are made one partition at a time
-    in name order: the outcome, and a dry run's report, are those of a serial run. One
+    (the caller's lease check: it raises to stop). The plans are made by reads only, ahead of the changes: one
+    recursive listing of the log dir and one of the commit dirs clear the partitions that show nothing to settle
+    (:func:`clean_in_listing`), and the others are planned (:func:`plan_partition`), up to
+    ``storage.io_concurrency`` partitions at once. The plans are applied one partition at a time in name order.
+    With ``dry_run`` nothing is applied and the reports are the plans' (what a real run would report). One
     report per partition, in name order, followed by one for the log dir (``partition_uri`` is the log dir)
     if that changed anything. A partition whose leftovers cannot be settled safely gets a report with ``error``
     set (and nothing changed in it) while the others are recovered. ``listed``: the log dir's recursive listing
@@ -291,25 +223,31 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
     fence = fence or Fence()
     partitions = [storage.join(log_dir_uri, n) for n in sorted(n for n in names if parse_partition_dir(n) is not None)]
     reports = []
-    # What may run ahead: the reads that decide whether a partition has anything to settle. First one recursive
-    # listing of the log dir and one of the commit dirs, which clear most partitions without a request of their
-    # own (see clean_in_listing); then, for the others, the read-only check of the rules themselves (up to
-    # io_concurrency partitions at once). What stays ordered: every change, partition by partition in name
-    # order, each preceded by the lease check, so a lost lease stops recovery before the next partition's first
-    # write. A partition with nothing to settle is not written to, so it needs no check. Reads taken ahead stay
-    # true: a partition's recovery changes only its own files and commit dir, and the lease keeps other runs out.
+    # What may run ahead: the reads and the plans made of them. First one recursive listing of the log dir and one
+    # of the commit dirs, which clear most partitions without a request of their own (see clean_in_listing); then
+    # the others' plans (up to io_concurrency partitions at once). What stays ordered: every change, partition by
+    # partition in name order, each preceded by the lease check, so a lost lease stops recovery before the next
+    # partition's first write. A partition with nothing to settle is not written to, so it needs no check. Reads
+    # taken ahead stay true: a partition's recovery changes only its own files and commit dir, and the lease keeps
+    # other runs out.
     clean = clean_in_listing(listed_root, listed, commit_root, commit_listed)
-    checked = map_ahead(lambda uri: _would_act(storage, uri, work, now_ms, fence),
-                        [p for p in partitions if partition_name(p) not in clean], storage.io_concurrency)
+    plans = map_ahead(lambda uri: plan_partition(storage, uri, work_uri=work, now_ms=now_ms, fence=fence),
+                      [p for p in partitions if partition_name(p) not in clean], storage.io_concurrency)
     for partition_uri in partitions:
         report = RecoveryReport(partition_uri)
         reports.append(report)
-        if partition_name(partition_uri) in clean or not next(checked):
+        if partition_name(partition_uri) in clean:
+            continue
+        plan = next(plans)
+        if not plan.acts:
+            continue
+        if dry_run:
+            reports[-1] = plan.dry_report()
             continue
         if check is not None:
             check()
         try:
-            _recover_partition(storage, partition_uri, work, now_ms, fence, report)
+            apply_plan(storage, plan, report)
         except StorageAccessError:
             raise  # the store itself cannot be used (credentials, endpoint): no partition would fare better
         except (SegjobsError, OSError) as exc:
@@ -319,25 +257,15 @@ def recover_log_dir(storage: Storage, log_dir_uri: str, *, now_ms: int, work_uri
             report.error = stuck_error(storage, partition_uri, work, exc)
     if check is not None:
         check()
-    top = RecoveryReport(log_dir_uri)
-    root = listed_root.rstrip("/") + "/"
-    for info in listed:  # the log dir's own files: no partition's recovery changed them
-        if info.kind == KIND_FILE and info.uri.startswith(root) and "/" not in info.uri[len(root):]:
-            _delete_temp(storage, info, top)
-    commit_root = storage.join(work, COMMIT_DIR) + "/"
-    staging_root = storage.join(work, PRIVATE_STAGING_DIR) + "/"
-    for info in storage.list(work, recursive=True):
-        if info.uri.startswith(staging_root):
-            _delete_leftover(storage, info, top, "delete-staged", "private staging of an interrupted compaction")
-        elif not info.uri.startswith(commit_root):  # the partitions' commit dirs had their turn above
-            _delete_temp(storage, info, top)
-    for upload in storage.list_pending_uploads(work):
-        storage.abort_pending_upload(upload)
-        top.add("abort-upload", upload.uri, f"an upload begun {format_instant(upload.initiated_ms)} and never "
-                f"completed", upload.size)
-    # tidying, not a change to report: they hold nothing
-    committer_for(storage, work).remove_empty_dirs(storage.join(log_dir_uri, n) for n in sorted(names)
-                                                   if parse_partition_dir(n) is not None)
+    top_plan = _plan_log_dir(storage, listed_root, listed, work, log_dir_uri)
+    if dry_run:
+        top = top_plan.dry_report()
+    else:
+        top = RecoveryReport(log_dir_uri)
+        apply_plan(storage, top_plan, top)
+        # tidying, not a change to report: they hold nothing
+        committer_for(storage, work).remove_empty_dirs(storage.join(log_dir_uri, n) for n in sorted(names)
+                                                       if parse_partition_dir(n) is not None)
     if top.changed or top.problems:
         reports.append(top)
     return reports
@@ -353,7 +281,7 @@ def clean_in_listing(log_dir_uri: str, log_files: Iterable[FileInfo], commit_uri
     intent, no staged object, no deletion ledger). Then every rule finds nothing: no intent to roll forward, no
     loader rule applies, nothing staged (on local disk staging beside the partition is a sub-directory, which a
     clean partition has none of), no ``.deleted`` segment for the ledger, no temporary file. Anything else, or
-    anything not understood, leaves the partition to the rules themselves (:func:`_would_act`): a partition a
+    anything not understood, leaves the partition to the rules themselves (:func:`plan_partition`): a partition a
     crashed run left anything in is never missed. Pure: a function of the listings."""
     dirty: set[str] = set()
     seen: set[str] = set()
@@ -396,21 +324,29 @@ def unfinished_state(storage: Storage, partition_uri: str, work_uri: str) -> str
     only: for reporting a partition left mid-commit."""
     committer = committer_for(storage, work_uri)
     pwork = committer.partition_work_uri(partition_uri)
-    parts = []
+    intents: list[tuple[str, ReplaceIntent | DeleteIntent | RecoveryError | None]] = []
     for name, read in ((REPLACE_INTENT, read_replace_intent), (DELETE_INTENT, read_delete_intent)):
-        uri = storage.join(pwork, name)
         try:
-            intent = read(storage, pwork)
-        except RecoveryError:
+            intents.append((storage.join(pwork, name), read(storage, pwork)))
+        except RecoveryError as exc:
+            intents.append((storage.join(pwork, name), exc))
+    return _state_words(intents, list_segment_files(storage, partition_uri), committer.leftover_staged(partition_uri),
+                        storage.join(pwork, STAGED_DIR))
+
+
+def _state_words(intents: Sequence[tuple[str, ReplaceIntent | DeleteIntent | RecoveryError | None]],
+                 files: list[SegmentFile], staged: list[FileInfo], staged_dir: str) -> str | None:
+    """:func:`unfinished_state` of what was read: the intents by URI (an error: unreadable; None: absent), the
+    partition's segment files and the staged files."""
+    parts = []
+    for uri, intent in intents:
+        if isinstance(intent, RecoveryError):
             parts.append(f"an unreadable intent {uri}")
-            continue
-        if isinstance(intent, ReplaceIntent):
+        elif isinstance(intent, ReplaceIntent):
             parts.append(f"the replace intent {uri} (old segments {sorted(intent.old)} -> new {sorted(intent.new)})")
         elif isinstance(intent, DeleteIntent):
             parts.append(f"the delete intent {uri} (segments {list(intent.base_offsets)})")
-    files = list_segment_files(storage, partition_uri)
     transient = {sfx: [f for f in files if f.transient == sfx] for sfx in (CLEANED_SUFFIX, SWAP_SUFFIX)}
-    staged = committer.leftover_staged(partition_uri)
     if not parts and not any(transient.values()) and not staged:
         return None
     transient[DELETED_SUFFIX] = [f for f in files if f.transient == DELETED_SUFFIX]
@@ -418,7 +354,7 @@ def unfinished_state(storage: Storage, partition_uri: str, work_uri: str) -> str
         if found:
             parts.append(f"{len(found)} {sfx} file(s) of segment(s) {sorted({f.base_offset for f in found})}")
     if staged:
-        parts.append(f"{len(staged)} staged object(s) under {storage.join(pwork, STAGED_DIR)}")
+        parts.append(f"{len(staged)} staged object(s) under {staged_dir}")
     return "; ".join(parts)
 
 
@@ -430,6 +366,10 @@ def describe_stuck(storage: Storage, partition_uri: str, work_uri: str,
         state = unfinished_state(storage, partition_uri, work_uri)
     except (SegjobsError, OSError) as e:  # the report must not fail as well: say what is known
         state = f"a state that could not be read ({e})"
+    return _stuck_words(exc, state)
+
+
+def _stuck_words(exc: BaseException | str, state: str | None) -> tuple[str, bool]:
     if state is None:
         return f"{exc}; the partition is left with no commit unfinished", False
     return (f"{exc}; the partition is left mid-commit, with {state}; fix the cause and run `segjobs recover`, which "
@@ -442,48 +382,396 @@ def stuck_error(storage: Storage, partition_uri: str, work_uri: str, exc: BaseEx
 
 
 # --------------------------------------------------------------------------------------------------
+# Plans: what recovery does, decided from what it read
+# --------------------------------------------------------------------------------------------------
 
 
-def _delete_temp(storage: Storage, info: FileInfo, report: RecoveryReport) -> None:
-    """Rule 6 for one listed file: a temporary file of an interrupted segjobs write goes."""
-    if is_temp_file(info.name):
-        _delete_leftover(storage, info, report, "delete-temp", "temporary file of an interrupted write")
+@dataclass(frozen=True)
+class Step:
+    """One change of a :class:`RecoveryPlan`. ``op`` is what is done to ``target``: ``delete``; ``rename`` or
+    ``copy`` from ``source``; ``sync`` (a directory's entries reach the disk); ``write-ledger`` (``target`` is the
+    partition's commit dir, ``ledger`` the whole deletion ledger to write there); ``abort-upload`` (``upload``); or
+    ``report`` (nothing to do: a finding, such as ``settled-elsewhere``). ``action`` is what the report says once
+    the step is done (None: nothing, as for a directory sync)."""
+
+    op: str
+    target: str
+    action: RecoveryAction | None = None
+    source: str = ""
+    #: removes a leftover nothing refers to: a store that refuses leaves it harmless where it is (a problem noted)
+    leftover: bool = False
+    #: one of the steps that roll an S3 replace intent forward: skipped once the run that wrote it finished it
+    roll_forward: bool = False
+    ledger: tuple[tuple[int, int], ...] = ()
+    upload: PendingUpload | None = None
 
 
-def _delete_leftover(storage: Storage, info: FileInfo, report: RecoveryReport, action: str, why: str) -> None:
-    """Delete a leftover nothing refers to. One that cannot be deleted is harmless where it is (no reader
-    or commit looks at it), so it is noted in ``report.problems`` and recovery goes on."""
+@dataclass(frozen=True)
+class RecoveryPlan:
+    """What recovery does in one partition (or in the log dir and work dir themselves), in order: a pure function
+    of what it read there (listings, intents, the deletion ledger, the last offsets of ``.swap`` logs), ``now_ms``
+    and the fence, each rule deciding on the state the earlier ones leave. A dry run reports it
+    (:meth:`dry_report`); a real run carries it out (:func:`apply_plan`)."""
+
+    partition_uri: str
+    steps: tuple[Step, ...] = ()
+    #: what recovery deliberately leaves for later (another run's recent stagings)
+    notes: tuple[str, ...] = ()
+    #: where the plan stops: something left that cannot be settled. A real run raises it after the steps before it.
+    error: Exception | None = None
+    #: ``error`` as a dry run reports it, with the state the steps before it leave the partition in
+    stuck: RecoveryError | None = None
+    #: the S3 replace intent the steps roll forward, and its URI: read again should a staged object vanish
+    rolled: ReplaceIntent | None = None
+    rolled_uri: str = ""
+
+    @property
+    def actions(self) -> list[RecoveryAction]:
+        """What the report says the steps did, in order."""
+        return [s.action for s in self.steps if s.action is not None]
+
+    @property
+    def acts(self) -> bool:
+        """Whether recovery changes, keeps or reports anything here: a partition where it does not needs neither
+        a lease check nor a write."""
+        return bool(self.steps or self.notes or self.error is not None)
+
+    def dry_report(self) -> RecoveryReport:
+        """The report of a dry run: exactly what :func:`apply_plan` would report, had no store refused a step."""
+        return RecoveryReport(self.partition_uri, self.actions, error=self.stuck, notes=list(self.notes))
+
+
+@dataclass(frozen=True)
+class _Reads:
+    """Everything a partition's recovery decides from, read before anything changes."""
+
+    partition_uri: str
+    pwork: str
+    replace_uri: str
+    delete_uri: str
+    ledger_uri: str
+    staged_dir: str
+    replace: ReplaceIntent | None
+    delete: DeleteIntent | None
+    partition_files: list[FileInfo]  #: the partition dir's own files
+    work_files: list[FileInfo]  #: everything in its commit dir
+    staged: list[FileInfo]  #: the committer's staged files (:meth:`~jobs.logdir.commit.Committer.leftover_staged`)
+    #: the deletion ledger, or why it cannot be read (the rule that needs it stops there)
+    ledger: dict[int, int] | Exception
+    #: one past the last offset of each ``.log.swap`` file, or why it cannot be read
+    swap_ends: dict[str, int | Exception]
+    #: the replace intent read again after a staged object it names was found missing (see :func:`_roll_forward`)
+    replace_again: ReplaceIntent | Exception | None = None
+
+
+def _value_or_error(read: Callable[[], T]) -> T | Exception:
+    """What ``read`` returns, or the error it raises, kept for the rule that needs it: that rule stops there, after
+    the rules before it. The store's own failures (credentials, endpoint) are raised at once."""
     try:
-        storage.delete(info.uri)
+        return read()
     except StorageAccessError:
         raise
     except (SegjobsError, OSError) as exc:
-        report.problems.append(f"could not delete the leftover {info.uri} ({why}): {exc}")
-        return
-    report.add(action, info.uri, why, info.size)
+        return exc
 
 
-def _remove(storage: Storage, uri: str, report: RecoveryReport) -> None:
-    storage.delete(uri)
-    report.add("remove-intent", uri)
+def _known(value: T | Exception) -> T:
+    if isinstance(value, Exception):
+        raise value
+    return value
+
+
+def _read_partition(storage: Storage, committer: Committer, partition_uri: str) -> _Reads:
+    """The reads of one partition's recovery, intents first (a staged object missing after the intent was read is
+    one its writer has since removed, with the intent)."""
+    pwork = committer.partition_work_uri(partition_uri)
+    replace = read_replace_intent(storage, pwork)
+    delete = read_delete_intent(storage, pwork)
+    partition_files = storage.list(partition_uri)
+    staged = committer.leftover_staged(partition_uri)
+    swap_ends: dict[str, int | Exception] = {}
+    for info in partition_files:
+        parsed = parse_segment_file(info.name)
+        if parsed is not None and parsed[1] == LOG_SUFFIX and parsed[2] == SWAP_SUFFIX:
+            swap_ends[info.uri] = _value_or_error(partial(_next_offset, storage, info.uri, parsed[0]))
+    replace_uri = storage.join(pwork, REPLACE_INTENT)
+    replace_again: ReplaceIntent | Exception | None = replace
+    if replace is not None:
+        listed = {i.uri for i in staged}
+        steps = committer.roll_forward_steps(partition_uri, replace) or []
+        if any(s.source is not None and s.source not in listed for s in steps):
+            replace_again = _value_or_error(lambda: read_replace_intent(storage, pwork))
+    return _Reads(partition_uri, pwork, replace_uri, storage.join(pwork, DELETE_INTENT),
+                  storage.join(pwork, DELETED_LEDGER), storage.join(pwork, STAGED_DIR), replace, delete,
+                  partition_files, storage.list(pwork, recursive=True), staged,
+                  _value_or_error(lambda: read_ledger(storage, pwork)), swap_ends, replace_again)
+
+
+class _View:
+    """One partition as its reads found it, changed by every step planned so far: each rule decides on the state
+    the earlier ones leave, as it would on the store."""
+
+    def __init__(self, reads: _Reads) -> None:
+        self.reads = reads
+        self.partition = {i.uri: i for i in reads.partition_files}
+        self.work = {i.uri: i for i in reads.work_files}
+        self.staged = {i.uri: i for i in reads.staged}
+        self.ledger = reads.ledger
+        self.steps: list[Step] = []
+        self.notes: list[str] = []
+
+    def segment_files(self) -> list[SegmentFile]:
+        """What :func:`~jobs.logdir.commit.list_segment_files` would list now."""
+        out = []
+        for uri in sorted(self.partition):
+            parsed = parse_segment_file(self.partition[uri].name)
+            if parsed is not None:
+                out.append(SegmentFile(self.partition[uri], *parsed))
+        return out
+
+    def files(self) -> list[FileInfo]:
+        """The partition dir's files, then its commit dir's (both in name order), as they are now."""
+        return [self.partition[u] for u in sorted(self.partition)] + [self.work[u] for u in sorted(self.work)]
+
+    def _take(self, uri: str) -> FileInfo | None:
+        found = [d.pop(uri) for d in (self.partition, self.work, self.staged) if uri in d]
+        return found[0] if found else None
+
+    def add(self, op: str, target: str, action: str | None = None, detail: str = "", size: int | None = None,
+            **step: Any) -> None:
+        report = None if action is None else RecoveryAction(action, target, detail, size)
+        self.steps.append(Step(op, target, report, **step))
+
+    def delete(self, uri: str, action: str, detail: str = "", size: int | None = None, *, leftover: bool = False,
+               roll_forward: bool = False) -> None:
+        self._take(uri)
+        self.add("delete", uri, action, detail, size, leftover=leftover, roll_forward=roll_forward)
+
+    def rename(self, src: str, dst: str, action: str) -> None:
+        info = self._take(src)
+        if info is not None:
+            self.partition[dst] = replace(info, uri=dst)
+        self.add("rename", dst, action, source=src)
+
+    def copy(self, src: str, dst: str, action: str, *, roll_forward: bool = False) -> None:
+        info = self.staged.get(src) or self.work.get(src) or self.partition.get(src)
+        if info is not None:
+            self.partition[dst] = replace(info, uri=dst)
+        self.add("copy", dst, action, source=src, roll_forward=roll_forward)
+
+    def sync(self) -> None:
+        self.add("sync", self.reads.partition_uri)
+
+    def record_deleted(self, bases: Iterable[int], now_ms: int, detail: str) -> None:
+        """Enter ``bases`` in the deletion ledger at ``now_ms`` unless already there (an entry keeps its earlier
+        time: the delay never restarts)."""
+        ledger = _known(self.ledger)
+        missing = [b for b in bases if b not in ledger]
+        if not missing:
+            return
+        self.ledger = {**ledger, **{b: now_ms for b in missing}}
+        self.work[self.reads.ledger_uri] = FileInfo(self.reads.ledger_uri, 0, 0)
+        self.add("write-ledger", self.reads.pwork, None, ledger=tuple(sorted(self.ledger.items())))
+        self.steps[-1] = replace(self.steps[-1], action=RecoveryAction("record-deleted", self.reads.ledger_uri,
+                                                                       detail))
+
+    def swap_end(self, f: SegmentFile) -> int:
+        return _known(self.reads.swap_ends[f.uri])
+
+    def state(self) -> str | None:
+        """:func:`unfinished_state` of the partition as the steps so far leave it."""
+        r = self.reads
+        intents = [(r.replace_uri, r.replace if r.replace_uri in self.work else None),
+                   (r.delete_uri, r.delete if r.delete_uri in self.work else None)]
+        return _state_words(intents, self.segment_files(), list(self.staged.values()), r.staged_dir)
+
+
+def plan_partition(storage: Storage, partition_uri: str, *, work_uri: str, now_ms: int,
+                   fence: Fence | None = None) -> RecoveryPlan:
+    """Recovery's plan for one partition (the rules of the module docstring): its reads, then the decisions, a
+    function of them. Reads only, so it may run ahead, on many partitions at once, and after the lease is lost.
+    Raises :class:`~segment_io.errors.StorageAccessError` (the store cannot be used); anything else that stops
+    recovery in the partition is the plan's ``error``."""
+    committer = committer_for(storage, work_uri)
+    try:
+        reads = _read_partition(storage, committer, partition_uri)
+    except StorageAccessError:
+        raise
+    except (SegjobsError, OSError) as exc:
+        return RecoveryPlan(partition_uri, error=exc, stuck=stuck_error(storage, partition_uri, work_uri, exc))
+    view = _View(reads)
+    try:
+        _plan_rules(view, committer, now_ms, fence or Fence())
+    except (SegjobsError, OSError) as exc:
+        return RecoveryPlan(partition_uri, tuple(view.steps), tuple(view.notes), exc,
+                            RecoveryError(_stuck_words(exc, view.state())[0]))
+    return RecoveryPlan(partition_uri, tuple(view.steps), tuple(view.notes),
+                        rolled=reads.replace if any(s.roll_forward for s in view.steps) else None,
+                        rolled_uri=reads.replace_uri)
+
+
+def _plan_rules(view: _View, committer: Committer, now_ms: int, fence: Fence) -> None:
+    """The rules of the module docstring for one partition, planned into ``view``."""
+    reads = view.reads
+    replace = reads.replace
+    # the staged files of this partition's intent: once it is settled they are garbage, whoever staged them
+    settled = set() if replace is None else {(replace.run_id, segment_file_name(b, sfx)) for b, sfx in
+                                             replace.new_files()}
+    if replace is not None:  # rule 1: a store whose commit point is the intent finishes it from the intent
+        replace = _roll_forward(view, committer, replace)
+    stale = None if replace is None else _intent_disagreement(view, replace)
+    outcome = _loader_rules(view, replace if stale is None else None)
+    if replace is not None:
+        if stale is not None:
+            # The partition moved on without segjobs (a broker finished this replace, then wrote, cleaned or
+            # deleted on its own): the intent describes files that are not there any more. It is never applied;
+            # Kafka's rules alone decided above, and .deleted files go through the deletion ledger.
+            view.delete(reads.replace_uri, "discard-intent", f"stale: {stale}; Kafka's loader rules decided instead")
+        else:
+            if outcome is not None or _new_segments_live(view, replace):
+                _settle_replaced(view, replace, aborted=outcome == "aborted")
+            view.delete(reads.replace_uri, "remove-intent")
+    for info in sorted(view.staged.values(), key=lambda i: i.uri):
+        run = committer.staging_run(reads.partition_uri, info.uri)
+        young = fence.wall_ms - info.mtime_ms < STAGED_GRACE_MS
+        if run is not None and run in fence.runs and (run, info.name) not in settled and young:
+            # Staged by the run whose lease was just taken over, recently: that run may still be staging, or be
+            # caught between its lease check and its intent. Left alone; a later recovery deletes it.
+            view.notes.append(f"kept {info.uri}: staged {format_instant(info.mtime_ms)} by run {run}, whose "
+                              f"lease this run took over; deleted by a run from "
+                              f"{format_instant(info.mtime_ms + STAGED_GRACE_MS)} on")
+        else:
+            view.delete(info.uri, "delete-staged", "staged by a commit that is over or never started", info.size,
+                        leftover=True)
+    if reads.delete is not None:
+        _finish_delete(view, reads.delete)
+    unknown = sorted(deleted_bases(view.segment_files()) - _known(view.ledger).keys())
+    if unknown:
+        view.record_deleted(unknown, now_ms, f"{len(unknown)} .deleted segment(s) first seen at {now_ms}")
+    for info in view.files():
+        if is_temp_file(info.name):
+            view.delete(info.uri, "delete-temp", TEMP_WHY, info.size, leftover=True)
+
+
+def apply_plan(storage: Storage, plan: RecoveryPlan, report: RecoveryReport) -> None:
+    """Carry out ``plan``'s steps in order, each reported once done, then raise the error the plan stops at, if
+    any. A leftover the store refuses to delete is noted in ``report.problems`` and the steps go on; any other
+    refusal is raised, leaving the partition where that step stopped (the next recovery takes it up there). When
+    a staged object vanishes while an S3 replace intent is rolled forward, the run that wrote the intent was
+    finishing it at the same time (its lease was taken over mid-commit): once that run has removed the intent the
+    rest of the roll-forward is its, and is skipped (``settled-elsewhere``)."""
+    settled_elsewhere = False
+    report.notes.extend(plan.notes)
+    for step in plan.steps:
+        if step.roll_forward and settled_elsewhere:
+            continue
+        try:
+            _carry_out(storage, step)
+        except StorageAccessError:
+            raise  # the store itself cannot be used: no step would fare better
+        except NotFoundError as exc:
+            if not step.roll_forward:
+                _refused(step, exc, report)
+                continue
+            if plan.rolled is None or not _settled_elsewhere(storage, plan.rolled_uri, plan.rolled):
+                raise RecoveryError(f"a staged object of the replace intent vanished while it was copied ({exc})",
+                                    uri=plan.rolled_uri) from None
+            report.add("settled-elsewhere", plan.rolled_uri)
+            settled_elsewhere = True
+            continue
+        except (SegjobsError, OSError) as exc:
+            _refused(step, exc, report)
+            continue
+        if step.action is not None:
+            report.actions.append(step.action)
+    if plan.error is not None:
+        raise plan.error
+
+
+def _refused(step: Step, exc: Exception, report: RecoveryReport) -> None:
+    """A step the store refused: a leftover stays harmless where it is (noted); anything else stops the plan."""
+    if not step.leftover or step.action is None:
+        raise exc
+    report.problems.append(f"could not delete the leftover {step.target} ({step.action.detail}): {exc}")
+
+
+def _carry_out(storage: Storage, step: Step) -> None:
+    if step.op == "delete":
+        storage.delete(step.target)
+    elif step.op == "rename":
+        storage.rename(step.source, step.target)
+    elif step.op == "copy":
+        storage.copy(step.source, step.target)
+    elif step.op == "sync":
+        storage.sync_dir(step.target)
+    elif step.op == "write-ledger":
+        write_ledger(storage, step.target, dict(step.ledger))
+    elif step.op == "abort-upload" and step.upload is not None:
+        storage.abort_pending_upload(step.upload)
+
+
+def _settled_elsewhere(storage: Storage, intent_uri: str, intent: ReplaceIntent) -> bool:
+    """Whether the intent is gone or replaced since it was read: then the run that wrote it finished it (and
+    removes its staged objects), and there is nothing left to roll forward."""
+    current = read_json_or_none(storage, intent_uri)
+    return current is None or ReplaceIntent.from_json(current, intent_uri) != intent
+
+
+# --------------------------------------------------------------------------------------------------
+# The rules, planned on a view of the partition
+# --------------------------------------------------------------------------------------------------
+
+TEMP_WHY = "temporary file of an interrupted write"
 
 
 def _live_name(f: SegmentFile) -> str:
     return f.uri[: -len(f.transient)]
 
 
-def _next_offset(storage: Storage, log: SegmentFile) -> int:
+def _next_offset(storage: Storage, uri: str, base_offset: int) -> int:
     """One past the last offset in a segment's log (its base offset when it holds no batch): the end of
     the range a ``.swap`` segment replaces, by Kafka's rule."""
-    headers = scan_batches(storage.read(log.uri), path=log.uri)
-    return int(headers.last_offset.max()) + 1 if len(headers) else log.base_offset
+    headers = scan_batches(storage.read(uri), path=uri)
+    return int(headers.last_offset.max()) + 1 if len(headers) else base_offset
 
 
-def _apply_loader_rules(storage: Storage, partition_uri: str, intent: ReplaceIntent | None,
-                        report: RecoveryReport) -> str | None:
+def _roll_forward(view: _View, committer: Committer, intent: ReplaceIntent) -> ReplaceIntent | None:
+    """Rule 1: on a store whose commit point is the intent, finish the replace from the intent alone - copy every
+    staged object to its live name again (idempotent), delete the old objects no new one overwrote, remove the
+    intent; the staged objects stay for the leftover rule. Returns the intent when Kafka's loader rules must still
+    settle it (local disk), None when it is settled. Stops (changing nothing) when a staged object is gone or has
+    another size than the intent recorded - unless the intent itself is gone since: then the run that wrote it
+    finished it (``settled-elsewhere``)."""
+    reads = view.reads
+    steps = committer.roll_forward_steps(reads.partition_uri, intent)
+    if steps is None:
+        return intent
+    for s in steps:
+        if s.source is None:
+            continue
+        info = view.staged.get(s.source)
+        if info is None:
+            if _known(reads.replace_again) != intent:
+                view.add("report", reads.replace_uri, "settled-elsewhere")
+                return None
+            raise RecoveryError("the replace intent names a staged object that is gone", uri=s.source,
+                                offset=s.base_offset)
+        if info.size != s.size:
+            raise RecoveryError(f"staged object has {info.size} bytes, the intent recorded {s.size}", uri=s.source,
+                                offset=s.base_offset)
+    for s in steps:
+        if s.source is not None:
+            view.copy(s.source, s.target, "copy-new", roll_forward=True)
+        else:
+            view.delete(s.target, "delete-old", roll_forward=True)
+    view.delete(reads.replace_uri, "remove-intent", roll_forward=True)
+    return None
+
+
+def _loader_rules(view: _View, intent: ReplaceIntent | None) -> str | None:
     """Kafka's ``LogLoader`` handling of ``.cleaned`` / ``.swap`` files. Returns ``"aborted"`` when only
     discarded swaps were found, ``"completed"`` when swaps were made live, None when there were neither."""
-    files = list_segment_files(storage, partition_uri)
+    files = view.segment_files()
     cleaned = [f for f in files if f.transient == CLEANED_SUFFIX]
     swaps = [f for f in files if f.transient == SWAP_SUFFIX]
     if not cleaned and not swaps:
@@ -492,18 +780,16 @@ def _apply_loader_rules(storage: Storage, partition_uri: str, intent: ReplaceInt
     valid: list[SegmentFile] = []
     for f in swaps:
         if min_cleaned is not None and f.base_offset >= min_cleaned:
-            storage.delete(f.uri)
-            report.add("drop-swap", f.uri, f"at or above the lowest .cleaned offset {min_cleaned}", f.info.size)
+            view.delete(f.uri, "drop-swap", f"at or above the lowest .cleaned offset {min_cleaned}", f.info.size)
         else:
             valid.append(f)
     for f in cleaned:
-        storage.delete(f.uri)
-        report.add("drop-cleaned", f.uri, size=f.info.size)
+        view.delete(f.uri, "drop-cleaned", size=f.info.size)
 
     log_swaps = [f for f in valid if f.suffix == LOG_SUFFIX]
     if log_swaps:
         start = min(f.base_offset for f in log_swaps)
-        end = max(_next_offset(storage, f) for f in log_swaps)
+        end = max(view.swap_end(f) for f in log_swaps)
         live = [f for f in files if f.transient == "" and f.is_data]
         for f in live:
             # Kafka's range rule always holds (no live segment may overlap a swap); a verified intent also names
@@ -514,22 +800,20 @@ def _apply_loader_rules(storage: Storage, partition_uri: str, intent: ReplaceInt
                 why = "an old segment of the replace intent"
             else:
                 continue
-            storage.delete(f.uri)
-            report.add("drop-original", f.uri, why, f.info.size)
+            view.delete(f.uri, "drop-original", why, f.info.size)
     for f in sorted(valid, key=lambda f: f.uri):
-        storage.rename(f.uri, _live_name(f))
-        report.add("complete-swap", _live_name(f))
-    storage.sync_dir(partition_uri)
+        view.rename(f.uri, _live_name(f), "complete-swap")
+    view.sync()
     return "completed" if valid else "aborted"
 
 
-def _intent_disagreement(storage: Storage, partition_uri: str, intent: ReplaceIntent) -> str | None:
+def _intent_disagreement(view: _View, intent: ReplaceIntent) -> str | None:
     """Why the partition's files are not a state that the local replace ``intent`` can have left, or None
     when they are. A replace leaves its new files as ``.cleaned``, ``.swap`` or live files of exactly the
     sizes the intent recorded, each ``.log`` within the run it replaces; anything else (a ``.swap`` of
     another size, or reaching past the replaced run) was made by someone else, typically a broker that
     finished this replace on start-up and whose own cleaner was interrupted later."""
-    files = list_segment_files(storage, partition_uri)
+    files = view.segment_files()
     recorded = {(b, sfx): size for b, sizes in intent.new.items() for sfx, size in sizes.items()}
     swap_logs = []
     for f in files:
@@ -550,223 +834,81 @@ def _intent_disagreement(storage: Storage, partition_uri: str, intent: ReplaceIn
     for f in swap_logs:
         i = new_bases.index(f.base_offset)
         bound = new_bases[i + 1] if i + 1 < len(new_bases) else run_end
-        end = _next_offset(storage, f)
+        end = view.swap_end(f)
         if bound is not None and end > bound:
             return (f"{f.info.name} holds offsets up to {end - 1}, past {bound} where the segment after it "
                     f"begins")
     return None
 
 
-def _new_segments_live(storage: Storage, partition_uri: str, intent: ReplaceIntent) -> bool:
+def _new_segments_live(view: _View, intent: ReplaceIntent) -> bool:
     """Whether every new file of ``intent`` is live with the size it recorded: the replace went through."""
-    live = {(f.base_offset, f.suffix): f.info.size for f in list_segment_files(storage, partition_uri)
-            if f.transient == ""}
+    live = {(f.base_offset, f.suffix): f.info.size for f in view.segment_files() if f.transient == ""}
     return all(live.get((b, sfx)) == size for b, sizes in intent.new.items() for sfx, size in sizes.items())
 
 
-def _settle_replaced(storage: Storage, partition_uri: str, intent: ReplaceIntent, *, aborted: bool,
-                     report: RecoveryReport) -> None:
+def _settle_replaced(view: _View, intent: ReplaceIntent, *, aborted: bool) -> None:
     """The old segments of a local replace: gone for good once it completed, put back if it aborted."""
     old_files = intent.old_files()
-    files = list_segment_files(storage, partition_uri)
+    files = view.segment_files()
     live_names = {f.uri for f in files if f.transient == ""}
     for f in files:
         if f.transient != DELETED_SUFFIX or (f.base_offset, f.suffix) not in old_files:
             continue
         if not aborted:
-            storage.delete(f.uri)
-            report.add("purge-replaced", f.uri, size=f.info.size)
+            view.delete(f.uri, "purge-replaced", size=f.info.size)
         elif _live_name(f) not in live_names:
-            storage.rename(f.uri, _live_name(f))
-            report.add("restore-old", _live_name(f))
-    storage.sync_dir(partition_uri)
+            view.rename(f.uri, _live_name(f), "restore-old")
+    view.sync()
 
 
-def _finish_delete(storage: Storage, partition_uri: str, pwork: str, intent: DeleteIntent,
-                   report: RecoveryReport) -> None:
-    files = list_segment_files(storage, partition_uri)
+def _finish_delete(view: _View, intent: DeleteIntent) -> None:
+    files = view.segment_files()
     targets = set(intent.base_offsets)
     if not [b for b in live_log_bases(files) if b not in targets]:
         raise RecoveryError("finishing the interrupted delete would leave no live segment",
-                            uri=partition_uri, offset=max(targets))
+                            uri=view.reads.partition_uri, offset=max(targets))
     for base in sorted(targets):
         todo = [f for f in files if f.base_offset == base and f.transient == "" and f.is_data]
         for f in todo:
             # On S3 a rename is copy + delete: a .deleted copy may already exist; renaming again is harmless.
-            storage.rename(f.uri, f.uri + DELETED_SUFFIX)
-            report.add("finish-delete", f.uri + DELETED_SUFFIX)
+            view.rename(f.uri, f.uri + DELETED_SUFFIX, "finish-delete")
         if todo:
-            storage.sync_dir(partition_uri)
-    if record_deleted(storage, pwork, sorted(targets), intent.now_ms):
-        report.add("record-deleted", storage.join(pwork, DELETED_LEDGER), f"deleted at {intent.now_ms}")
-    _remove(storage, storage.join(pwork, DELETE_INTENT), report)
+            view.sync()
+    view.record_deleted(sorted(targets), intent.now_ms, f"deleted at {intent.now_ms}")
+    view.delete(view.reads.delete_uri, "remove-intent")
 
 
-# --------------------------------------------------------------------------------------------------
-# Dry run
-# --------------------------------------------------------------------------------------------------
+def _plan_log_dir(storage: Storage, listed_root: str, listed: list[FileInfo], work: str,
+                  log_dir_uri: str) -> RecoveryPlan:
+    """Rule 7 for the log dir and the work location themselves: the log dir's own temporary files (from
+    ``listed``, its recursive listing under ``listed_root``), the private staging area, temporary files of the work
+    location outside the partitions' commit dirs, and uploads begun there and never completed."""
+    steps = []
+    root = listed_root.rstrip("/") + "/"
+    for info in listed:  # the log dir's own files: no partition's recovery changed them
+        if info.kind == KIND_FILE and info.uri.startswith(root) and "/" not in info.uri[len(root):] \
+                and is_temp_file(info.name):
+            steps.append(_leftover(info, "delete-temp", TEMP_WHY))
+    commit_root = storage.join(work, COMMIT_DIR) + "/"
+    staging_root = storage.join(work, PRIVATE_STAGING_DIR) + "/"
+    for info in storage.list(work, recursive=True):
+        if info.uri.startswith(staging_root):
+            steps.append(_leftover(info, "delete-staged", "private staging of an interrupted compaction"))
+        elif not info.uri.startswith(commit_root) and is_temp_file(info.name):  # commit dirs: the partitions'
+            steps.append(_leftover(info, "delete-temp", TEMP_WHY))
+    for upload in storage.list_pending_uploads(work):
+        steps.append(Step("abort-upload", upload.uri, RecoveryAction(
+            "abort-upload", upload.uri, f"an upload begun {format_instant(upload.initiated_ms)} and never completed",
+            upload.size), upload=upload))
+    return RecoveryPlan(log_dir_uri, tuple(steps))
 
 
-@dataclass(frozen=True)
-class _Pending:
-    """A file a preview created: its bytes, or the file its bytes come from (a rename or copy)."""
-
-    size: int
-    data: bytes | None = None
-    source: str | None = None
-    mtime_ms: int = 0
+def _leftover(info: FileInfo, action: str, why: str) -> Step:
+    """Deleting a leftover nothing refers to (one the store refuses to delete is harmless where it is)."""
+    return Step("delete", info.uri, RecoveryAction(action, info.uri, why, info.size), leftover=True)
 
 
-class PreviewStorage(Storage):
-    """A store seen through changes kept in memory: reads and listings come from ``base`` as modified by
-    every write, rename, copy and delete made through this object, and ``base`` itself is never changed.
-    Recovery run against it (a dry run) takes exactly the decisions, in the same order, that it would take
-    against ``base``, because it is the same code looking at the same state."""
-
-    def __init__(self, base: Storage) -> None:
-        self.base = base
-        self.atomic_rename = base.atomic_rename
-        self.io_concurrency = base.io_concurrency
-        # recover_log_dir reads through one preview from several threads while it changes it from one
-        self._lock = threading.RLock()
-        self._new: dict[str, _Pending] = {}
-        self._gone: set[str] = set()
-        self._aborted: set[PendingUpload] = set()
-        self._gone_dirs: set[str] = set()  #: directories removed in this preview
-
-    # ------------------------------------------------------------------ the view
-
-    def _pending(self, uri: str) -> _Pending | None:
-        return self._new.get(uri)
-
-    def _visible_in_base(self, uri: str) -> bool:
-        return uri not in self._gone and uri not in self._new
-
-    def _data(self, uri: str) -> bytes:
-        p = self._pending(uri)
-        if p is None:
-            if uri in self._gone:
-                raise NotFoundError("no such file (removed in this preview)", uri=uri)
-            return self.base.read(uri)
-        return p.data if p.data is not None else self.base.read(p.source or "")
-
-    def _set(self, uri: str, pending: _Pending) -> None:
-        with self._lock:
-            self._gone.discard(uri)
-            self._new[uri] = pending
-
-    def _info(self, uri: str, p: _Pending) -> FileInfo:
-        return FileInfo(uri=uri, size=p.size, mtime_ms=p.mtime_ms, etag=None)
-
-    def join(self, base: str, *parts: str) -> str:
-        return self.base.join(base, *parts)
-
-    def local_path(self, uri: str) -> str | None:
-        return self.base.local_path(uri)
-
-    def list(self, prefix: str, *, recursive: bool = False, irregular: bool = False) -> list[FileInfo]:
-        root = prefix.rstrip("/") + "/"
-        listed = self.base.list(prefix, recursive=recursive, irregular=irregular)
-        with self._lock:
-            out = {i.uri: i for i in listed if self._visible_in_base(i.uri) and i.uri not in self._gone_dirs}
-            new = list(self._new.items())
-        for uri, p in new:
-            if uri.startswith(root) and (recursive or "/" not in uri[len(root):]):
-                out[uri] = self._info(uri, p)
-        return sorted(out.values(), key=lambda i: i.uri)
-
-    def list_dirs(self, prefix: str) -> builtins.list[str]:
-        root = prefix.rstrip("/") + "/"
-        dirs = set(self.base.list_dirs(prefix))
-        with self._lock:
-            new = list(self._new)
-        dirs |= {root + uri[len(root):].split("/", 1)[0] for uri in new
-                 if uri.startswith(root) and "/" in uri[len(root):]}
-        return sorted(dirs - self._gone_dirs)
-
-    def stat(self, uri: str) -> FileInfo:
-        p = self._pending(uri)
-        if p is not None:
-            return self._info(uri, p)
-        if uri in self._gone:
-            raise NotFoundError("no such file (removed in this preview)", uri=uri)
-        return self.base.stat(uri)
-
-    def exists(self, uri: str) -> bool:
-        if uri in self._new:
-            return True
-        return uri not in self._gone and self.base.exists(uri)
-
-    def read(self, uri: str) -> bytes:
-        return self._data(uri)
-
-    def read_range(self, uri: str, start: int, length: int) -> bytes:
-        if uri in self._new or uri in self._gone:
-            return self._data(uri)[start:start + length]
-        return self.base.read_range(uri, start, length)
-
-    # ------------------------------------------------------------------ changes, kept in memory
-
-    def write_atomic(self, uri: str, data: bytes) -> None:
-        self._set(uri, _Pending(len(data), data=bytes(data)))
-
-    @contextmanager
-    def open_write(self, uri: str) -> Iterator[BinaryIO]:
-        buf = io.BytesIO()
-        yield buf
-        self.write_atomic(uri, buf.getvalue())
-
-    def put_if_absent(self, uri: str, data: bytes) -> str | None:
-        if self.exists(uri):
-            raise PreconditionFailedError("already exists", uri=uri)
-        self.write_atomic(uri, data)
-        return None
-
-    def put_if_match(self, uri: str, data: bytes, etag: str | None) -> str | None:
-        if etag is None:
-            return self.put_if_absent(uri, data)
-        if not self.exists(uri):
-            raise PreconditionFailedError(f"does not exist (expected etag {etag})", uri=uri)
-        self.write_atomic(uri, data)
-        return None
-
-    def rename(self, src: str, dst: str) -> None:
-        self.copy(src, dst)
-        self.delete(src, missing_ok=False)
-
-    def copy(self, src: str, dst: str) -> None:
-        info = self.stat(src)
-        p = self._pending(src)
-        self._set(dst, p if p is not None else _Pending(info.size, source=src, mtime_ms=info.mtime_ms))
-
-    def delete(self, uri: str, *, missing_ok: bool = True) -> None:
-        if not missing_ok and not self.exists(uri):
-            raise NotFoundError("no such file", uri=uri)
-        with self._lock:
-            self._new.pop(uri, None)
-            self._gone.add(uri)
-
-    def makedirs(self, uri: str) -> None:
-        self._gone_dirs.discard(uri)
-
-    def remove_empty_dir(self, uri: str) -> bool:
-        path = self.base.local_path(uri)
-        if uri in self._gone_dirs or path is None or not os.path.isdir(path) \
-                or self.list(uri, recursive=True, irregular=True):
-            return False
-        self._gone_dirs.add(uri)
-        return True
-
-    def sync_dir(self, uri: str) -> None:
-        pass
-
-    def list_pending_uploads(self, prefix: str) -> builtins.list[PendingUpload]:
-        return [u for u in self.base.list_pending_uploads(prefix) if u not in self._aborted]
-
-    def abort_pending_upload(self, upload: PendingUpload) -> None:
-        self._aborted.add(upload)
-
-
-__all__ = ["LEFTOVER_ACTIONS", "PreviewStorage", "Fence", "RecoveryAction", "RecoveryReport", "STAGED_GRACE_MS",
-           "clean_in_listing", "fence_of", "recover_log_dir",
+__all__ = ["LEFTOVER_ACTIONS", "Fence", "RecoveryAction", "RecoveryPlan", "RecoveryReport", "STAGED_GRACE_MS", "Step",
+           "apply_plan", "clean_in_listing", "fence_of", "plan_partition", "recover_log_dir",
            "recover_partition", "describe_stuck", "stuck_error", "unfinished_state"]

@@ -336,13 +336,13 @@ def test_recover_stops_before_the_next_partition_once_its_lease_is_taken_over(s3
     log_dir = f"s3://{bucket}/{PREFIX}"
     thief = json.dumps({"format": 1, "log_dir": log_dir, "acquired_ms": 0, "expires_ms": 4_000_000_000_000,
                         "holder": {"host": "other-host", "pid": 7, "run_id": "thief"}}).encode()
-    real = jobs.logdir.recover._recover_partition  # what recover_log_dir runs for each partition
+    real = jobs.logdir.recover.apply_plan  # what recover_log_dir runs for each partition it changes
 
     def stolen_after_the_first(*args, **kwargs):
         real(*args, **kwargs)
         storage.write_atomic(lease_uri(storage, log_dir), thief)
 
-    monkeypatch.setattr(jobs.logdir.recover, "_recover_partition", stolen_after_the_first)
+    monkeypatch.setattr(jobs.logdir.recover, "apply_plan", stolen_after_the_first)
     assert main(["recover", *_s3_args(endpoint, bucket)]) == 1
     err = capsys.readouterr().err
     assert "LOST THE LEASE, stopped before the next partition" in err and "taken over by segjobs run thief" in err

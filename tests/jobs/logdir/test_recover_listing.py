@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from jobs.logdir.commit import COMMIT_DIR, STAGING_BESIDE_DIR
-from jobs.logdir.recover import _would_act, clean_in_listing, recover_log_dir
+from jobs.logdir.recover import Fence, clean_in_listing, plan_partition, recover_log_dir
 from segment_io.storage import LocalStorage
 from segment_io.storage.base import FileInfo
 from tests.support.commit_scenario import (
@@ -67,7 +67,7 @@ def _crashed(tmp_path: Path, step: str | None, *, delete: bool):
                                          *((s, True) for s in DELETE_STEPS), (None, True)])
 def test_the_listing_never_clears_a_partition_a_crashed_commit_left_anything_in(tmp_path: Path, step, delete) -> None:
     scenario, clean = _crashed(tmp_path, step, delete=delete)
-    acts = _would_act(scenario.storage, scenario.partition, scenario.work, 5_000, _no_fence())
+    acts = plan_partition(scenario.storage, scenario.partition, work_uri=scenario.work, now_ms=5_000, fence=Fence()).acts
     if acts:  # whatever the rules would do there, the listing leaves the partition to them
         assert TOPIC_PARTITION not in clean
     # every crash point but a delete's very first (before its intent: nothing written yet) leaves something
@@ -81,13 +81,7 @@ def test_once_recovered_a_partition_is_cleared_by_the_listing(tmp_path: Path) ->
     clean = clean_in_listing(scenario.log_dir, storage.list(scenario.log_dir, recursive=True), commit,
                              storage.list(commit, recursive=True))
     assert TOPIC_PARTITION in clean
-    assert not _would_act(storage, scenario.partition, scenario.work, 5_000, _no_fence())
-
-
-def _no_fence():
-    from jobs.logdir.recover import Fence
-
-    return Fence()
+    assert not plan_partition(storage, scenario.partition, work_uri=scenario.work, now_ms=5_000, fence=Fence()).acts
 
 
 @pytest.mark.parametrize("spelling", ["path", "path/", "file://"])

@@ -18,7 +18,7 @@ import pytest
 import jobs.engine.frame
 import jobs.logdir.recover
 from jobs.logdir.lock import LeaseLost
-from jobs.logdir.recover import PreviewStorage, RecoveryReport, recover_log_dir
+from jobs.logdir.recover import RecoveryReport, recover_log_dir
 from segment_io.storage import S3Storage
 from tests.support.compaction_faults import TOPIC, build_partition
 from tests.support.s3_objects import PREFIX, contents
@@ -89,8 +89,7 @@ def test_parallel_recovery_reports_and_does_what_a_serial_one_does(s3_bucket, tm
     parallel = _CountingS3(endpoint.storage_options(), io_concurrency=8)
 
     def recover(storage, bucket, dry_run):
-        view = PreviewStorage(storage) if dry_run else storage
-        return recover_log_dir(view, f"s3://{bucket}/{PREFIX}", now_ms=NOW)
+        return recover_log_dir(storage, f"s3://{bucket}/{PREFIX}", now_ms=NOW, dry_run=dry_run)
 
     serial_dry = _lines(recover(serial, serial_bucket, True))
     parallel_dry = _lines(recover(parallel, parallel_bucket, True))
@@ -113,11 +112,11 @@ def test_a_lost_lease_stops_parallel_recovery_before_the_next_partition_it_chang
     checked: list[str] = []
     lost = threading.Event()
     changed: list[str] = []
-    real_step, real_check = jobs.logdir.recover._recover_partition, jobs.logdir.recover._would_act
+    real_step, real_check = jobs.logdir.recover.apply_plan, jobs.logdir.recover.plan_partition
 
-    def step(storage_, partition_uri, *args, **kwargs):  # the writing step: the lease is lost after the second
-        real_step(storage_, partition_uri, *args, **kwargs)
-        changed.append(partition_uri.rsplit("/", 1)[1])
+    def step(storage_, plan, *args, **kwargs):  # the writing step: the lease is lost after the second
+        real_step(storage_, plan, *args, **kwargs)
+        changed.append(plan.partition_uri.rsplit("/", 1)[1])
         if len(changed) == 2:
             lost.set()
 
@@ -129,8 +128,8 @@ def test_a_lost_lease_stops_parallel_recovery_before_the_next_partition_it_chang
         if lost.is_set():
             raise LeaseLost("taken over")
 
-    monkeypatch.setattr(jobs.logdir.recover, "_recover_partition", step)
-    monkeypatch.setattr(jobs.logdir.recover, "_would_act", would_act)
+    monkeypatch.setattr(jobs.logdir.recover, "apply_plan", step)
+    monkeypatch.setattr(jobs.logdir.recover, "plan_partition", would_act)
     with pytest.raises(LeaseLost):
         recover_log_dir(storage, f"s3://{bucket}/{PREFIX}", now_ms=NOW, check=check)
     dirty = sorted((f"{TOPIC}-{i}" for i in DIRTY), key=lambda n: n)  # name order, as recovery goes
@@ -177,7 +176,7 @@ def test_recovery_clears_clean_partitions_from_one_listing_without_a_request_of_
     _fill(endpoint, bucket, tmp_path)
     storage = S3Storage(endpoint.storage_options(), io_concurrency=8)
     requests = _Requests(storage)
-    reports = recover_log_dir(PreviewStorage(storage) if dry_run else storage, f"s3://{bucket}/{PREFIX}", now_ms=NOW)
+    reports = recover_log_dir(storage, f"s3://{bucket}/{PREFIX}", now_ms=NOW, dry_run=dry_run)
     # every partition with leftovers is still found and settled (or, in a dry run, reported) ...
     assert {r.partition_uri.rsplit("/", 1)[1] for r in reports if r.changed} == {f"{TOPIC}-{i}" for i in DIRTY}
     # ... and only those were read one by one: the 33 clean ones cost the listings' pages, not ~8 requests each
