@@ -30,11 +30,12 @@ or 1 when some partition failed (its entry says why; the others were done).
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Sequence, TypeVar
 
 from jobs.engine import compaction, inspection, retention
-from jobs.engine.frame import JobRun, preflight, run_job
+from jobs.engine.frame import JobRun, hold_log_dir, open_log_dir, recover_under, run_job
 from jobs.engine.options import (
     DEFAULT_DEDUPE_BUFFER_BYTES,
     STRATEGIES,
@@ -66,13 +67,12 @@ from jobs.engine.report import Progress, RunReport, render_stopped_summary, shor
 from jobs.engine.seams import PRODUCTION, Seams
 from jobs.engine.selection import SELECTION_DEPTH, may_read_in_full
 from jobs.engine.tasks import InProcessTasks, SparkTasks
-from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir
-from jobs.logdir.lock import LeaseLost, acquire, lease_ttl_ms, work_uri
-from jobs.logdir.recover import RecoveryAction, RecoveryReport, fence_of, recover_log_dir
+from jobs.logdir.checks import check_log_dir_has_partitions
+from jobs.logdir.lock import LeaseLost, lease_ttl_ms
+from jobs.logdir.recover import RecoveryAction, RecoveryReport
 from jobs.rules.timeutil import Instant, resolve_now
 from segment_io.errors import LockHeldError, UsageError
 from segment_io.layout import list_log_dir_top
-from segment_io.storage import open_storage
 
 OptionsT = TypeVar("OptionsT", bound=RunOptions)
 
@@ -453,12 +453,9 @@ def recover(log_dir: str | os.PathLike, options: RecoverOptions | None = None, *
     progress = Progress("recover", quiet=options.progress is None, sink=options.progress)
     now_ms, now_note = resolve_now(now, seams.clock)
     log_dir = os.fspath(log_dir).rstrip("/") or "/"
-    storage = open_storage(log_dir, options.storage_options())
-    preflight(storage, log_dir, None, None, None)  # S3 answers (within seconds), or exit code 2
-    check_log_dir_is_dir(storage, log_dir)
+    storage = open_log_dir(log_dir, options.storage_options())  # S3 answers (within seconds), or exit code 2
     # an empty log dir is fine (nothing to recover); a partition directory given as one is a mistake
     check_log_dir_has_partitions(log_dir, list_log_dir_top(storage, log_dir), scoped=False, required=False)
-    work = work_uri(log_dir)
 
     def result(reports: Sequence[RecoveryReport], lost: str | None, completed: bool = True) -> RecoverResult:
         failed = any(r.error is not None or r.problems for r in reports)
@@ -467,18 +464,16 @@ def recover(log_dir: str | os.PathLike, options: RecoverOptions | None = None, *
                              reports=tuple(reports), lease_lost=lost)
 
     if options.dry_run:
-        return result(recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work, dry_run=True), None)
+        return result(recover_under(storage, log_dir, now_ms, None, seams, dry_run=True), None)
     if now_note:
         progress.notice(now_note, event="run.now", now_ms=now_ms)
     reports = None
     try:
-        # The lease guards the real time this takes, so it runs on the wall clock, never on now.
-        with acquire(storage, log_dir, now_ms=seams.clock(), ttl_ms=lease_ttl_ms(options.lease_ttl),
-                     clock=seams.clock, break_run_id=options.break_lease) as lease:
+        with hold_log_dir(storage, log_dir, seams, ttl_ms=lease_ttl_ms(options.lease_ttl),
+                          break_run_id=options.break_lease) as lease:
             if lease.notice:
                 progress.notice(lease.notice, event="lease.notice")
-            reports = recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work,
-                                      check=lambda: lease.check(seams.clock()), fence=fence_of(lease, seams.clock()))
+            reports = recover_under(storage, log_dir, now_ms, lease, seams)
     except LeaseLost as exc:
         # Each partition's recovery is complete or not begun; the next recovery does the rest.
         return result((), str(exc), completed=False)
@@ -533,7 +528,7 @@ __all__ = [
 # Compacted topics as Delta tables
 # --------------------------------------------------------------------------------------------------
 
-from jobs.engine.table import TableOptions, TablePartition, TableResult  # noqa: E402 - appended section
+from jobs.engine.table import TableOptions, TablePartition, TableResult, run_table  # noqa: E402 - appended section
 
 
 def table(log_dir: str | os.PathLike, options: TableOptions, *, spark: Any = None,
@@ -544,8 +539,6 @@ def table(log_dir: str | os.PathLike, options: TableOptions, *, spark: Any = Non
     ``spark``: the session whose executors read the partitions (None: the active session, else this process);
     with Delta Lake in it the table is written by its MERGE, else by ``deltalake``. Returns per partition what
     was inserted, updated and deleted (a dry run: what would be); ``exit_code`` 1 when some partition failed."""
-    from jobs.engine.table import run_table
-
     options = _checked(options, TableOptions, "table")
     if spark is None and (seams is None or seams.runner is None):
         spark = _active_spark()
@@ -554,8 +547,6 @@ def table(log_dir: str | os.PathLike, options: TableOptions, *, spark: Any = Non
 
 def _active_spark() -> Any:
     """The running Spark session of this process, None when there is none (never starts one)."""
-    import sys
-
     if "pyspark" not in sys.modules:
         return None
     from pyspark import SparkContext

@@ -19,7 +19,7 @@ import os
 import traceback
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, ContextManager, Sequence, TypeVar
 
 from jobs.engine import spark_session
 from jobs.engine.kernels import COLD_NOTICE, kernels_cold
@@ -39,7 +39,7 @@ from jobs.engine.tasks import LazySparkTasks, TaskRunner, map_in_driver
 from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir
 from jobs.logdir.commit import Committer, committer_for, partition_name
 from jobs.logdir.lock import Holder, Lease, LeaseLost, acquire, lease_ttl_ms, work_uri
-from jobs.logdir.recover import fence_of, recover_log_dir
+from jobs.logdir.recover import RecoveryReport, fence_of, recover_log_dir
 from jobs.rules.config import ConfigSet
 from jobs.rules.scope import Scope, parse_scope
 from jobs.rules.timeutil import Instant, format_instant, resolve_now
@@ -63,7 +63,7 @@ from segment_io.layout import (
     parse_partition_dir,
 )
 from segment_io.storage import open_storage
-from segment_io.storage.base import Storage, map_ahead
+from segment_io.storage.base import FileInfo, Storage, map_ahead
 from segment_io.storage.options import StorageOptions
 
 T = TypeVar("T")
@@ -259,15 +259,13 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
     dry_run = bool(locking and locking.dry_run)
     log_dir = absolute_uri(log_dir.rstrip("/") if log_dir not in ("/",) else log_dir)
     storage_options = options.storage_options()
-    storage = open_storage(log_dir, storage_options)
     report_uri = absolute_uri(options.report) if options.report else None
     ledger_uri = absolute_uri(options.ledger) if options.ledger else None
     # max_batch_bytes, else $SEGJOBS_MAX_BATCH_BYTES: a malformed one is exit 2 here
     max_batch = compression.max_batch_bytes(options.max_batch_bytes)
     html_uri = getattr(options, "html", None)
-    preflight(storage, log_dir, report_uri, ledger_uri, storage_options,  # first: S3 answers within seconds, or exit 2
-              html_uri=absolute_uri(html_uri) if html_uri else None)
-    check_log_dir_is_dir(storage, log_dir)
+    storage = open_log_dir(log_dir, storage_options, report_uri=report_uri, ledger_uri=ledger_uri,
+                           html_uri=absolute_uri(html_uri) if html_uri else None)
     work_dir = work_uri(log_dir)
     progress = Progress(command, quiet=options.progress is None, sink=options.progress)
     report = RunReport(command=command, log_dir=log_dir, now_ms=now_ms, dry_run=dry_run)
@@ -314,8 +312,7 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
                 stack.callback(early.abandon)
             if destructive and not dry_run:
                 # The holder's run id is the report's: a refusal names the run the reports and ledger know.
-                lease = stack.enter_context(acquire(storage, log_dir, now_ms=seams.clock(), ttl_ms=ttl_ms,
-                                                    holder=Holder.this_process(report.run_id), clock=seams.clock))
+                lease = stack.enter_context(hold_log_dir(storage, log_dir, seams, ttl_ms=ttl_ms, run_id=report.run_id))
                 if lease.notice:
                     report.warnings.append(lease.notice)
                     progress(lease.notice, event="lease.notice")
@@ -434,6 +431,36 @@ def preflight(storage: Storage, log_dir: str, report_uri: str | None, ledger_uri
                                                       ("--html", html_uri)) if uri], options)
 
 
+def open_log_dir(log_dir: str, options: StorageOptions | None, *, report_uri: str | None = None,
+                 ledger_uri: str | None = None, html_uri: str | None = None) -> Storage:
+    """The store of ``log_dir``, checked before anything is done: it answers (within seconds on S3), the run's
+    destinations can be written (:func:`preflight`) and the log dir is a directory. Raises
+    :class:`~segment_io.errors.ConfigError` or :class:`~segment_io.errors.UsageError` otherwise (exit code 2)."""
+    storage = open_storage(log_dir, options)
+    preflight(storage, log_dir, report_uri, ledger_uri, options, html_uri=html_uri)
+    check_log_dir_is_dir(storage, log_dir)
+    return storage
+
+
+def hold_log_dir(storage: Storage, log_dir: str, seams: Seams, *, ttl_ms: int, run_id: str | None = None,
+                 break_run_id: str | None = None) -> ContextManager[Lease]:
+    """The log dir's lock (local disk) or lease (S3) for a run that writes (:func:`~jobs.logdir.lock.acquire`):
+    timed on the wall clock, never on ``now`` (it guards the real time the run takes), held by this process under
+    ``run_id`` (the run the reports and the ledger name); ``break_run_id`` takes over that run's S3 lease."""
+    return acquire(storage, log_dir, now_ms=seams.clock(), ttl_ms=ttl_ms, holder=Holder.this_process(run_id),
+                   clock=seams.clock, break_run_id=break_run_id)
+
+
+def recover_under(storage: Storage, log_dir: str, now_ms: int, lease: Lease | None, seams: Seams, *,
+                  listed: list[FileInfo] | None = None, dry_run: bool = False) -> list[RecoveryReport]:
+    """Recovery of the log dir (:func:`~jobs.logdir.recover.recover_log_dir`), at the start of a run or by
+    ``segjobs recover``, under ``lease``: checked before each partition recovery changes, and the run it took
+    over fenced. ``listed``: the log dir's listing taken under the lock; ``dry_run``: the plans, nothing applied."""
+    check = None if lease is None else (lambda: lease.check(seams.clock()))
+    return recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work_uri(log_dir), check=check,
+                           fence=fence_of(lease, seams.clock()), listed=listed, dry_run=dry_run)
+
+
 def check_destinations(destinations: Sequence[tuple[str, str]], options: StorageOptions | None) -> None:
     """Check that each (flag, uri) of ``destinations`` can be written: an S3 bucket that answers, a local file
     (or, for ``--ledger``, a directory) that can be created. Raises :class:`~segment_io.errors.ConfigError` naming
@@ -512,10 +539,8 @@ class _Frame:
         unrecovered: dict[tuple[str, int] | None, Exception] = {}
         listed = None  # the log dir as recovery found it under the lock, while nothing changed it since
         if self.destructive and not self.dry_run:
-            check = None if lease is None else (lambda: lease.check(seams.clock()))
             listed = storage.list(log_dir, recursive=True, irregular=True)
-            reports = recover_log_dir(storage, log_dir, now_ms=self.now_ms, work_uri=self.work_dir, check=check,
-                                      fence=fence_of(lease, seams.clock()), listed=listed)
+            reports = recover_under(storage, log_dir, self.now_ms, lease, seams, listed=listed)
             if any(r.actions for r in reports) or storage.local_path(log_dir) is not None:
                 listed = None  # changed (or on local disk, where recovery also tidies directories): listed again
             for r in reports:
@@ -635,4 +660,5 @@ def _check_scope(storage: Storage, log_dir: str, scope: Scope, configs: ConfigSe
     return listing
 
 
-__all__ = ["JobContext", "JobRun", "RunInterrupted", "interrupted_message", "preflight", "run_job"]
+__all__ = ["JobContext", "JobRun", "RunInterrupted", "hold_log_dir", "interrupted_message", "open_log_dir", "preflight",
+           "recover_under", "run_job"]
