@@ -15,8 +15,9 @@ import io
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from jobs.engine.render import inspect_topic_columns, inspect_topic_row
-from jobs.engine.report import RunReport, by_topic, human_bytes, short_error
+from jobs.engine.outcomes import InspectRow
+from jobs.engine.render import inspect_topic_columns, inspect_topic_row, inspect_totals, per_topic
+from jobs.engine.report import RunReport, human_bytes, short_error
 from jobs.rules.timeutil import format_instant
 from segment_io.storage import open_storage
 
@@ -82,11 +83,12 @@ def _page(title: str, parts: Sequence[str]) -> str:
             f"<h1>{html.escape(title)}</h1>\n" + "\n".join(parts) + "\n</body></html>\n")
 
 
-def inspect_charts(rows: Sequence[dict[str, Any]]) -> list[Chart]:
+def inspect_charts(rows: Sequence[InspectRow]) -> list[Chart]:
     """The charts of an inspect report's rows (the readable partitions; none when no partition is readable)."""
     from jobs.engine import plots  # matplotlib: an optional dependency (segjobs[html])
 
-    readable = [r for r in rows if r.get("error") is None]
+    # the plots take any table of inspect's columns (a notebook's DataFrame, or these rows' entries)
+    readable = [r.to_entry() for r in rows if r.readable]
     if not readable:
         return []
     return [
@@ -112,25 +114,25 @@ def inspect_charts(rows: Sequence[dict[str, Any]]) -> list[Chart]:
 def inspect_html(report: RunReport) -> str:
     """The HTML report of an inspect run: what was inspected, the totals, the charts, a table per topic and
     the unreadable partitions."""
-    t = report.totals
-    estimated = not t.get("exact")
+    t = inspect_totals(report)
+    estimated = not t.exact
     parts = [f'<p class="meta">log dir <code>{html.escape(report.log_dir)}</code> at '
              f"{html.escape(format_instant(report.now_ms))} ({report.now_ms}); run {html.escape(report.run_id)}</p>",
-             f"<p>{t.get('partitions', 0)} partition(s), {human_bytes(t.get('bytes', 0))}; compaction at now selects "
-             f"{t.get('compaction_selected', 0)} and frees {human_bytes(t.get('compaction_bytes_removed', 0))}; "
-             f"retention frees {human_bytes(t.get('retention_bytes_deleted', 0))}"
+             f"<p>{t.partitions} partition(s), {human_bytes(t.bytes)}; compaction at now selects "
+             f"{t.compaction_selected} and frees {human_bytes(t.compaction_bytes_removed)}; "
+             f"retention frees {human_bytes(t.retention_bytes_deleted)}"
              + (" (estimates: run with --exact to count and measure)" if estimated else "") + "</p>"]
-    charts = inspect_charts(report.partitions)
+    charts = inspect_charts(report.inspected)
     if not charts:
         parts.append('<p class="problem">No partition could be read: there is nothing to chart.</p>')
     parts += [_figure(c) for c in charts]
     parts += ["<h2>Per topic</h2>",
-              _table([inspect_topic_row(topic, rows) for topic, rows in by_topic(report.partitions)],
+              _table([inspect_topic_row(topic, rows) for topic, rows in per_topic(report.inspected)],
                      inspect_topic_columns(estimated))]
-    bad = [r for r in report.partitions if r.get("error") is not None]
+    bad = [r for r in report.inspected if not r.readable]
     if bad:
         parts.append("<h2>Unreadable partitions</h2><ul>" + "".join(
-            f'<li class="problem">{html.escape(r["topic"])}-{r["partition"]}: {html.escape(short_error(r["error"]))}'
+            f'<li class="problem">{html.escape(r.topic)}-{r.partition}: {html.escape(short_error(r.error))}'
             f"</li>" for r in bad) + "</ul>")
     return _page(f"segjobs inspect: {report.log_dir}", parts)
 

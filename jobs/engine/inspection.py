@@ -21,17 +21,15 @@ from jobs.engine.frame import JobContext
 from jobs.engine.html_report import inspect_html, write_html
 from jobs.engine.options import DEFAULT_DEDUPE_BUFFER_BYTES, InspectOptions
 from jobs.engine.outcomes import INSPECT_COLUMNS, InspectRow, InspectTotals
-from jobs.engine.render import inspect_topic_columns, inspect_topic_row
+from jobs.engine.render import in_order, inspect_topic_columns, inspect_topic_row, inspect_totals, per_topic
 from jobs.engine.report import (
     RunReport,
     absolute_uri,
     attention_table,
-    by_topic,
     human_bytes,
+    notes_of_problems,
     one_line,
-    partition_order,
     policy_origins,
-    problem_notes,
     render_footer,
     render_table,
     rows_per_partition,
@@ -321,7 +319,8 @@ def work(ctx: JobContext) -> None:
     rows = [InspectRow.of(*k, values[k]) for k in sorted(values)]
     ctx.report.inspected.extend(rows)
     ctx.report.partitions.extend(r.to_entry() for r in rows)
-    ctx.report.totals.update(InspectTotals.of(rows, exact=exact).to_dict())
+    ctx.report.inspect_totals = InspectTotals.of(rows, exact=exact)
+    ctx.report.totals.update(ctx.report.inspect_totals.to_dict())
     html = getattr(ctx.options, "html", None)  # InspectOptions: ctx.options is typed as any job's
     if html:
         _write_html(ctx, html)
@@ -355,20 +354,21 @@ def _table_columns(estimated: bool) -> tuple[tuple[str, str], ...]:
             ("newest", "newest"), ("note", "note"))
 
 
-def _table_row(r: dict[str, Any]) -> dict[str, Any]:
-    name = f"{r['topic']}-{r['partition']}"
-    if r["error"] is not None:
-        return {"partition": name, "policy": "UNREADABLE", "note": one_line("; ".join(problem_notes(r)))}
+def _table_row(r: InspectRow) -> dict[str, Any]:
+    name = f"{r.topic}-{r.partition}"
+    problems = notes_of_problems(None, "", r.error, ())
+    if not r.readable:
+        return {"partition": name, "policy": "UNREADABLE", "note": one_line("; ".join(problems))}
     return {
-        "partition": name, "policy": r["policy"], "segments": r["segments"], "size": human_bytes(r["bytes"]),
-        "dirty": None if r["dirty_ratio"] is None else f"{r['dirty_ratio']:.2f}",  # None: "-"
-        "records": r["records"], "keys": r["distinct_keys"],
-        "superseded": r["superseded_records"], "tombstones": f"{r['live_tombstones']}/{r['expired_tombstones']}",
-        "aborted": r["aborted_records"], "compact": "yes" if r["compaction_selected"] else "no",
-        "compaction": human_bytes(r["compaction_bytes_removed"]),
-        "retention": human_bytes(r["retention_bytes_deleted"]),
-        "oldest": format_instant(r["oldest_timestamp"])[:10], "newest": format_instant(r["newest_timestamp"])[:10],
-        "note": one_line("; ".join(problem_notes(r) + [r.get("compaction_note") or ""]).strip("; ")) or None,
+        "partition": name, "policy": r.policy, "segments": r.segments, "size": human_bytes(r.bytes or 0),
+        "dirty": None if r.dirty_ratio is None else f"{r.dirty_ratio:.2f}",  # None: "-"
+        "records": r.records, "keys": r.distinct_keys,
+        "superseded": r.superseded_records, "tombstones": f"{r.live_tombstones}/{r.expired_tombstones}",
+        "aborted": r.aborted_records, "compact": "yes" if r.compaction_selected else "no",
+        "compaction": human_bytes(r.compaction_bytes_removed or 0),
+        "retention": human_bytes(r.retention_bytes_deleted or 0),
+        "oldest": format_instant(r.oldest_timestamp)[:10], "newest": format_instant(r.newest_timestamp)[:10],
+        "note": one_line("; ".join(problems + [r.compaction_note or ""]).strip("; ")) or None,
     }
 
 
@@ -378,53 +378,52 @@ def render(report: RunReport, fmt: str, *, layout: str = "auto", width: int | No
     has a row per partition, or beyond :data:`~jobs.engine.report.PARTITION_ROWS_MAX` partitions (``layout``)
     a row per topic (then only the unreadable partitions are named below it); ``width``: the terminal's, which
     the table fits (notes wrap, never cut). CSV and JSON always hold every partition."""
-    rows = report.partitions
     if fmt == "json":
         return report.to_json() + "\n"
+    rows, t = report.inspected, inspect_totals(report)
     if fmt == "csv":
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=COLUMN_NAMES, lineterminator="\n")
         writer.writeheader()
         for r in rows:
-            writer.writerow({k: (" ".join(map(str, v)) if isinstance(v, list) else v) for k, v in r.items()})
+            writer.writerow({k: (" ".join(map(str, v)) if isinstance(v, list) else v) for k, v in r.to_entry().items()})
         return buf.getvalue()
     if fmt != "table":
         raise UsageError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    estimated = not report.totals.get("exact")
-    ordered = sorted(rows, key=partition_order)
+    estimated = not t.exact
+    ordered = in_order(rows)
     per_partition = rows_per_partition(layout, len(ordered))
     lines = [f"log dir {report.log_dir} at {format_instant(report.now_ms)} ({report.now_ms})", ""]
     if per_partition:
         lines.append(render_table([_table_row(r) for r in ordered], _table_columns(estimated), width=width))
     else:
-        lines.append(render_table([inspect_topic_row(t, rs) for t, rs in by_topic(ordered)],
+        lines.append(render_table([inspect_topic_row(topic, rs) for topic, rs in per_topic(ordered)],
                                   inspect_topic_columns(estimated), width=width))
-        lines += attention_table([r for r in ordered if r["error"] is not None], _table_row,
-                                 _table_columns(estimated), width=width)
+        lines += attention_table([r for r in ordered if not r.readable], _table_row, _table_columns(estimated),
+                                 width=width)
     below = []  # each partition's verdict (the rollup leaves them to --per-partition), every error in full
     for r in rows:
-        name = f"{r['topic']}-{r['partition']}"
-        if r["error"] is not None:
-            below.append(f"{name}: ERROR {r['error']}")
+        name = f"{r.topic}-{r.partition}"
+        if not r.readable:
+            below.append(f"{name}: ERROR {r.error}")
         elif per_partition:
-            verdict = "selected" if r["compaction_selected"] else "not selected"
-            retention = (f"; retention deletes {r['retention_segments_deleted']} segment(s) "
-                         f"({r['retention_rules']})" if r["retention_segments_deleted"] else "")
-            refused = r.get("retention_refused")
-            if refused and refused not in r["compaction_reason"]:  # (a held compact,delete topic says it already)
+            verdict = "selected" if r.compaction_selected else "not selected"
+            retention = (f"; retention deletes {r.retention_segments_deleted} segment(s) "
+                         f"({r.retention_rules})" if r.retention_segments_deleted else "")
+            refused = r.retention_refused
+            if refused and refused not in (r.compaction_reason or ""):  # (a held compact,delete topic says it already)
                 retention += f"; retention {refused}"
-            below.append(f"{name}: {verdict}: {r['compaction_reason']}{retention}")
+            below.append(f"{name}: {verdict}: {r.compaction_reason}{retention}")
     if below:
         lines += ["", *below]
-    t = report.totals
-    approx = "" if t.get("exact") else " (est.: estimated; --exact counts and measures)"
-    held = sum(1 for r in rows if r.get("retention_refused"))
-    lines += ["", f"{t['partitions']} partition(s), {human_bytes(t['bytes'])}; compaction at now selects "
-                  f"{t['compaction_selected']} and frees {human_bytes(t['compaction_bytes_removed'])}; retention "
-                  f"frees {human_bytes(t['retention_bytes_deleted'])}{approx}"
+    approx = "" if t.exact else " (est.: estimated; --exact counts and measures)"
+    held = sum(1 for r in rows if r.retention_refused)
+    lines += ["", f"{t.partitions} partition(s), {human_bytes(t.bytes)}; compaction at now selects "
+                  f"{t.compaction_selected} and frees {human_bytes(t.compaction_bytes_removed)}; retention "
+                  f"frees {human_bytes(t.retention_bytes_deleted)}{approx}"
               + (f"; retention would be REFUSED for {held} partition(s) by the delete-fraction limit" if held else "")
-              + (f"; {t['errors']} partition(s) UNREADABLE" if t["errors"] else ""),
-              render_footer(report, t["bytes"], "inspected"), *filter(None, [policy_origins(report)]), ""]
+              + (f"; {t.errors} partition(s) UNREADABLE" if t.errors else ""),
+              render_footer(report, t.bytes, "inspected"), *filter(None, [policy_origins(report)]), ""]
     return "\n".join(lines)
 
 

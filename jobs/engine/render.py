@@ -7,9 +7,9 @@ helpers both use (table layout, notes, footer) are :mod:`jobs.engine.report`'s."
 
 from __future__ import annotations
 
-from typing import Any, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
-from jobs.engine.outcomes import Action, CompactionOutcome, RetentionOutcome
+from jobs.engine.outcomes import Action, CompactionOutcome, InspectRow, InspectTotals, RetentionOutcome
 from jobs.engine.report import (
     RunReport,
     attention_table,
@@ -28,18 +28,18 @@ from jobs.engine.report import (
 )
 from jobs.rules.timeutil import format_instant
 
-OutcomeT = TypeVar("OutcomeT", CompactionOutcome, RetentionOutcome)
+OutcomeT = TypeVar("OutcomeT", CompactionOutcome, RetentionOutcome, InspectRow)
 
 
-def _in_order(outcomes: Sequence[OutcomeT]) -> list[OutcomeT]:
+def in_order(outcomes: Sequence[OutcomeT]) -> list[OutcomeT]:
     """By topic, then partition number (orders-2 before orders-10)."""
     return sorted(outcomes, key=lambda o: (o.topic, o.partition))
 
 
-def _by_topic(outcomes: Sequence[OutcomeT]) -> list[tuple[str, list[OutcomeT]]]:
+def per_topic(outcomes: Sequence[OutcomeT]) -> list[tuple[str, list[OutcomeT]]]:
     """Grouped by topic, topics in name order, each topic's partitions in number order."""
     groups: dict[str, list[OutcomeT]] = {}
-    for o in _in_order(outcomes):
+    for o in in_order(outcomes):
         groups.setdefault(o.topic, []).append(o)
     return sorted(groups.items())
 
@@ -135,11 +135,11 @@ def render_retain_summary(report: RunReport, *, dry_run: bool, layout: str = "au
     :data:`~jobs.engine.report.PARTITION_ROWS_MAX` partitions (``layout``) a row per topic and the failed
     partitions below it; then the totals line and the footer (elapsed, MB/s). ``width``: the terminal's, which
     the table fits (notes wrap, never cut)."""
-    outcomes = _in_order([o for o in report.outcomes if isinstance(o, RetentionOutcome)])
+    outcomes = in_order([o for o in report.outcomes if isinstance(o, RetentionOutcome)])
     if rows_per_partition(layout, len(outcomes)):
         body = [render_table([_retain_row(o) for o in outcomes], _RETAIN_COLUMNS, width=width)]
     else:
-        body = [render_table([_retain_topic_row(t, os) for t, os in _by_topic(outcomes)], _RETAIN_TOPIC_COLUMNS,
+        body = [render_table([_retain_topic_row(t, os) for t, os in per_topic(outcomes)], _RETAIN_TOPIC_COLUMNS,
                              width=width)]
         body += attention_table([o for o in outcomes if o.action is Action.ERROR or o.warnings], _retain_row,
                                 _RETAIN_COLUMNS, width=width)
@@ -263,11 +263,11 @@ def render_compact_summary(report: RunReport, *, dry_run: bool, layout: str = "a
     partitions (``layout``: see :func:`~jobs.engine.report.rows_per_partition`) a row per topic, followed by
     the partitions that need a look. ``width``: the terminal's, which the table fits (notes wrap, never cut).
     The summary is the command's output: --quiet only silences progress."""
-    outcomes = _in_order([o for o in report.outcomes if isinstance(o, CompactionOutcome)])
+    outcomes = in_order([o for o in report.outcomes if isinstance(o, CompactionOutcome)])
     if rows_per_partition(layout, len(outcomes)):
         body = [render_table([_compact_row(o) for o in outcomes], _COMPACT_COLUMNS, width=width)]
     else:
-        body = [render_table([_compact_topic_row(t, os) for t, os in _by_topic(outcomes)], _COMPACT_TOPIC_COLUMNS,
+        body = [render_table([_compact_topic_row(t, os) for t, os in per_topic(outcomes)], _COMPACT_TOPIC_COLUMNS,
                              width=width)]
         body += attention_table([o for o in outcomes if _needs_a_look(o)], _compact_row, _COMPACT_COLUMNS,
                                 width=width)
@@ -299,42 +299,51 @@ def inspect_topic_columns(estimated: bool) -> tuple[tuple[str, str], ...]:
             ("oldest", "oldest"), ("newest", "newest"), ("note", "note"))
 
 
-def inspect_topic_row(topic: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+def inspect_totals(report: RunReport) -> InspectTotals:
+    """The typed totals of an inspect run's report (what its ``totals`` serialise)."""
+    if report.inspect_totals is None:
+        raise ValueError(f"not the report of an inspect run: {report.command} (run {report.run_id})")
+    return report.inspect_totals
+
+
+def inspect_topic_row(topic: str, rows: Sequence[InspectRow]) -> dict[str, Any]:
     """A topic's row of inspect's per-topic table (``rows``: its partitions' inspect rows): its readable
     partitions added up. ``dirty`` is the topic's bytes
     ratio (cleanable over clean + cleanable bytes of all its partitions, as the notebook's per-topic chart
     weighs it: a mean of ratios would let a tiny partition weigh as much as a huge one); ``compact`` is how
     many partitions compaction at now selects; the note says a retention refusal once, how many partitions are
     UNREADABLE (listed below), or the note every partition shares."""
-    ok = [r for r in rows if r["error"] is None]
+    ok = [r for r in rows if r.readable]
     unreadable = len(rows) - len(ok)
-    refused = next((r["retention_refused"] for r in ok if r.get("retention_refused")), None)
+    refused = next((r.retention_refused for r in ok if r.retention_refused), None)
     notes = [f"retention {refused}" if refused else "", count_note(unreadable, "UNREADABLE (listed below)")]
     if not any(notes):
-        notes.append(shared_note(r.get("compaction_note") for r in ok))
+        notes.append(shared_note(r.compaction_note for r in ok))
     if not ok:
         return {"topic": topic, "policy": "UNREADABLE", "partitions": len(rows), "note": one_line("; ".join(notes))}
 
-    def total(key: str) -> int:
-        return sum(int(r[key] or 0) for r in ok)
+    def total(column: Callable[[InspectRow], int | None]) -> int:
+        return sum(column(r) or 0 for r in ok)
 
-    judged = total("clean_bytes") + total("cleanable_bytes")
-    oldest = [r["oldest_timestamp"] for r in ok if r["oldest_timestamp"] is not None]
-    newest = [r["newest_timestamp"] for r in ok if r["newest_timestamp"] is not None]
+    judged = total(lambda r: r.clean_bytes) + total(lambda r: r.cleanable_bytes)
+    oldest = [r.oldest_timestamp for r in ok if r.oldest_timestamp is not None]
+    newest = [r.newest_timestamp for r in ok if r.newest_timestamp is not None]
     return {
-        "topic": topic, "policy": shared_note(r["policy"] for r in ok) or "mixed", "partitions": len(rows),
-        "segments": total("segments"), "size": human_bytes(total("bytes")),
-        "dirty": f"{total('cleanable_bytes') / judged if judged else 0.0:.2f}", "records": total("records"),
-        "keys": total("distinct_keys"), "superseded": total("superseded_records"),
-        "tombstones": f"{total('live_tombstones')}/{total('expired_tombstones')}", "aborted": total("aborted_records"),
-        "compact": f"{sum(1 for r in ok if r['compaction_selected'])}/{len(ok)}",
-        "compaction": human_bytes(sum(int(r["compaction_bytes_removed"] or 0) for r in ok if r["compaction_selected"])),
-        "retention": human_bytes(total("retention_bytes_deleted")),
+        "topic": topic, "policy": shared_note(r.policy for r in ok) or "mixed", "partitions": len(rows),
+        "segments": total(lambda r: r.segments), "size": human_bytes(total(lambda r: r.bytes)),
+        "dirty": f"{total(lambda r: r.cleanable_bytes) / judged if judged else 0.0:.2f}",
+        "records": total(lambda r: r.records), "keys": total(lambda r: r.distinct_keys),
+        "superseded": total(lambda r: r.superseded_records),
+        "tombstones": f"{total(lambda r: r.live_tombstones)}/{total(lambda r: r.expired_tombstones)}",
+        "aborted": total(lambda r: r.aborted_records),
+        "compact": f"{sum(1 for r in ok if r.compaction_selected)}/{len(ok)}",
+        "compaction": human_bytes(total(lambda r: r.compaction_bytes_removed if r.compaction_selected else 0)),
+        "retention": human_bytes(total(lambda r: r.retention_bytes_deleted)),
         "oldest": format_instant(min(oldest))[:10] if oldest else None,
         "newest": format_instant(max(newest))[:10] if newest else None,
         "note": one_line("; ".join(n for n in notes if n)) or None,
     }
 
 
-__all__ = ["describe_retention", "inspect_topic_columns", "inspect_topic_row", "purge_notes", "render_compact_summary",
-           "render_retain_summary"]
+__all__ = ["describe_retention", "per_topic", "in_order", "inspect_topic_columns", "inspect_topic_row",
+           "inspect_totals", "purge_notes", "render_compact_summary", "render_retain_summary"]

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, TextIO, TypeVar
 import pyarrow as pa
 
 from jobs.engine.events import ProgressEvent, ProgressLine
-from jobs.engine.outcomes import LEDGER_NUMBERS, InspectRow, Outcome
+from jobs.engine.outcomes import LEDGER_NUMBERS, InspectRow, InspectTotals, Outcome
 from segment_io.storage import StorageOptions, open_storage, scheme_of
 
 
@@ -106,6 +106,8 @@ class RunReport:
     outcomes: list[Outcome] = field(default_factory=list, repr=False)
     #: inspect: the rows ``partitions`` holds the entries of, in the same order (not in the JSON, as ``outcomes``)
     inspected: list[InspectRow] = field(default_factory=list, repr=False)
+    #: inspect: the totals ``totals`` holds the serialised form of (not in the JSON, as ``inspected``)
+    inspect_totals: InspectTotals | None = field(default=None, repr=False)
     #: partitions whose interrupted commits the run's recovery settled; None where the run recovers nothing (dry
     #: runs, inspect). In the JSON it is the first of ``totals``.
     recovered_partitions: int | None = None
@@ -132,7 +134,7 @@ class RunReport:
 
     def to_json(self) -> str:
         doc = {f.name: getattr(self, f.name) for f in fields(self)
-               if f.name not in ("outcomes", "inspected", "recovered_partitions")}
+               if f.name not in ("outcomes", "inspected", "inspect_totals", "recovered_partitions")}
         if self.recovered_partitions is not None:
             doc["totals"] = {"recovered_partitions": self.recovered_partitions, **self.totals}
         return json.dumps(doc, indent=2, sort_keys=False, default=str)
@@ -349,14 +351,6 @@ def outcome_totals(totals: Mapping[str, Any]) -> str:
 def partition_order(entry: dict[str, Any]) -> tuple[str, int]:
     """Sort key of report entries: topic, then partition number (orders-2 before orders-10)."""
     return str(entry.get("topic", "")), int(entry.get("partition", -1))
-
-
-def by_topic(entries: Sequence[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
-    """Report entries grouped by topic, topics in name order, each topic's partitions in number order."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for e in sorted(entries, key=partition_order):
-        groups.setdefault(str(e.get("topic", "")), []).append(e)
-    return sorted(groups.items())
 
 
 def count_note(n: int, what: str) -> str:
