@@ -16,6 +16,12 @@ import time
 from typing import NoReturn, Sequence
 
 from jobs.commands.args import close_progress, error_line
+from jobs.engine.spark_session import (
+    allow_early_start,
+    separate_stderr_under_spark_submit,
+    silence_spark_on_interrupt,
+    stop_active_session,
+)
 from segment_io.errors import SegjobsError
 
 #: command -> (module, one-line help). Order is the order of ``segjobs --help``.
@@ -98,8 +104,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def console_main() -> None:
     """The ``segjobs`` console script: :func:`main`, then a clean Spark shutdown."""
-    from jobs.engine.spark_session import allow_early_start, silence_spark_on_interrupt, stop_active_session
-
     silence_spark_on_interrupt()
     allow_early_start()
     code = 1
@@ -135,12 +139,6 @@ def submit_main(command: str) -> None:
     """Entry for ``spark-submit jobs/<command>.py ARGS``: the same arguments as ``segjobs <command>``, and the
     same streams (summary on stdout, progress and errors on stderr; see
     :func:`jobs.engine.spark_session.separate_stderr_under_spark_submit`)."""
-    from jobs.engine.spark_session import (
-        separate_stderr_under_spark_submit,
-        silence_spark_on_interrupt,
-        stop_active_session,
-    )
-
     separate_stderr_under_spark_submit()
     silence_spark_on_interrupt()
     code = 1

@@ -17,6 +17,8 @@ conf/demo-topics.toml allows it.)
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import shutil
 import sys
 from pathlib import Path
@@ -103,9 +105,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _verify(pdir: Path) -> int:
-    import contextlib
-    import io
-
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = segjobs(["dump", "--verify", str(pdir)])

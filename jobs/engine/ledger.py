@@ -24,7 +24,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
 from jobs.engine.outcomes import Action
+from jobs.engine.report import _object_store_options, human_bytes, render_table
+from jobs.rules.timeutil import format_instant
 from segment_io.errors import UsageError
+from segment_io.storage import StorageOptions, open_storage
 
 #: Row actions that make a job exit 1 (retain: error, refused; compact: error, partly compacted).
 FAILED_ACTIONS = tuple(a.value for a in Action if a.failed)
@@ -58,8 +61,6 @@ class RunSummary:
         return ", ".join(f"{n} {action}" for action, n in sorted(self.failures.items()))
 
     def to_dict(self) -> dict[str, Any]:
-        from jobs.rules.timeutil import format_instant
-
         return {**asdict(self), "failures": dict(self.failures), "outcome": self.outcome,
                 "now": format_instant(self.now_ms), "finished": format_instant(self.finished_ms)}
 
@@ -108,8 +109,6 @@ class History:
         dry_run, topic, bytes_removed."""
         import pandas as pd
 
-        from jobs.rules.timeutil import format_instant
-
         order = {r.run_id: i for i, r in enumerate(reversed(self.runs))}
         runs = {r.run_id: r for r in self.runs}
         rows = [{"run_id": run_id, "order": order[run_id],
@@ -127,9 +126,6 @@ def delta_storage_options(uri: str, options: Any = None) -> dict[str, str] | Non
     the environment), as the jobs use them to append to the ledger."""
     if not uri.startswith("s3://"):
         return None
-    from jobs.engine.report import _object_store_options
-    from segment_io.storage import StorageOptions
-
     return _object_store_options(options or StorageOptions.from_env())
 
 
@@ -138,8 +134,6 @@ def read_ledger(uri: str, options: Any = None):
     when there is no ledger at ``uri``; a StorageAccessError when S3 cannot be reached."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
-
-    from segment_io.storage import open_storage
 
     open_storage(uri, options).check_reachable(uri)  # S3: credentials, endpoint, bucket, within seconds
     try:
@@ -204,9 +198,6 @@ def read_history(uri: str, *, last: int = 10, options: Any = None) -> History:
 
 def render(history: History) -> str:
     """The history as two plain-text tables: the runs (newest first), then bytes reclaimed per topic."""
-    from jobs.engine.report import human_bytes, render_table
-    from jobs.rules.timeutil import format_instant
-
     if not history.runs:
         return f"ledger {history.ledger}: no runs recorded yet\n"
     several_dirs = len({r.log_dir for r in history.runs}) > 1

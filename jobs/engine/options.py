@@ -23,14 +23,17 @@ line: nothing was done) naming the field, e.g. ``CompactOptions.max_delete_fract
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Sequence
 
 from jobs.engine.events import ProgressLine
+from jobs.logdir.lock import lease_ttl_ms
 from jobs.rules.config import ConfigSet
 from jobs.rules.kafka_defaults import DEDUPE_BUFFER_BYTES
+from jobs.rules.map_capacity import max_keys_for_buffer
 from segment_io.errors import ConfigError, SegjobsError, UsageError
 from segment_io.storage.options import StorageOptions
 
@@ -72,8 +75,6 @@ class InvalidOptionConfig(InvalidOption, ConfigError):
 
 def require_matplotlib(field: str, cli_flag: str) -> None:
     """Refuse an option that draws charts when matplotlib is not installed (before any work: exit code 2)."""
-    import importlib.util
-
     if importlib.util.find_spec("matplotlib") is None:
         fix = "install it: pip install 'segjobs[html]' (or matplotlib)"
         raise InvalidOptionUsage(f"{field} draws charts with matplotlib, which is not installed; {fix}",
@@ -147,8 +148,6 @@ class LockingOptions(RunOptions):
         if not isinstance(self.dry_run, bool):
             raise InvalidOptionUsage(f"{self._owner}.dry_run={self.dry_run!r}: expected True or False", field="dry_run")
         if self.lease_ttl is not None:
-            from jobs.logdir.lock import lease_ttl_ms
-
             lease_ttl_ms(str(self.lease_ttl))  # UsageError naming the value, the same wording as --lease-ttl
 
 
@@ -292,8 +291,6 @@ class CompactOptions(ChangeOptions):
         if isinstance(d, bool) or not isinstance(d, int):
             raise InvalidOptionUsage(f"{owner}.dedupe_buffer_bytes={d!r}: expected a number of bytes",
                                      field="dedupe_buffer_bytes")
-        from jobs.rules.map_capacity import max_keys_for_buffer
-
         try:
             max_keys_for_buffer(d)
         except ConfigError as exc:

@@ -31,6 +31,7 @@ Three depths:
 
 from __future__ import annotations
 
+import traceback
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +62,7 @@ from segment_io.layout import (
 )
 from segment_io.schema import BATCH_SCHEMA
 from segment_io.storage.base import Storage
+from segment_io.storage.local import storage_error
 
 
 @dataclass(frozen=True)
@@ -85,13 +87,9 @@ class PartitionError:
         layer as the storage error it is (disk full, quota, read-only, permissions: the machine's, said so, with
         the path, ``path`` where the error names none); anything else as a segjobs bug, with the trace to report."""
         if isinstance(exc, OSError):
-            from segment_io.storage.local import storage_error
-
             exc = storage_error(exc, path or "")
         if isinstance(exc, SegjobsError):
             return cls.from_exception(exc)
-        import traceback
-
         return cls("InternalError", f"{type(exc).__name__}: {exc} (a segjobs bug; please report it with this "
                                     f"trace: {traceback.format_exc(limit=-3)!r})")
 

@@ -4,13 +4,18 @@ keeping Spark's own output off the job's stdout."""
 from __future__ import annotations
 
 import io
+import logging
 import os
 import shutil
+import signal
+import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Mapping, TextIO
 
+from jobs.engine.class_archive import java_options
 from segment_io.errors import JavaNotFoundError
 
 #: Settings every segjobs session needs. Arrow is the transport for Python data sources and
@@ -140,8 +145,6 @@ def _class_archive_options(conf: Mapping[str, str]) -> str:
     if "spark.driver.extraJavaOptions" in conf or os.environ.get("PYSPARK_GATEWAY_PORT") or (
             "pyspark" in sys.modules and sys.modules["pyspark"].SparkContext._active_spark_context is not None):
         return ""  # the caller's own options, or a JVM that is already running
-    from jobs.engine.class_archive import java_options
-
     return java_options()
 
 
@@ -307,9 +310,6 @@ class EarlySession:
         """PySpark's ``launch_gateway``, noting the directory it makes for the JVM's connection file (a process
         that ends while the JVM starts never reaches the call's own clean-up) and the process it starts, so that
         :meth:`abandon` can remove the one and end the other."""
-        import subprocess
-        import tempfile
-
         from pyspark import java_gateway
 
         made = self._conn_dirs
@@ -447,9 +447,6 @@ def silence_spark_on_interrupt() -> None:
 def _quiet_on_interrupt(session: Any) -> None:
     """Put a SIGINT handler in front of PySpark's (which cancels the running jobs, then raises
     KeyboardInterrupt) that first silences Spark's logging."""
-    import signal
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         return  # signal handlers belong to the main thread
     previous = signal.getsignal(signal.SIGINT)
@@ -467,8 +464,6 @@ def _quiet_on_interrupt(session: Any) -> None:
 
 
 def _silence(session: Any) -> None:
-    import logging
-
     logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)
     try:
         # every logger, not only the root: conf/log4j2.properties gives org.apache.spark a level of its own

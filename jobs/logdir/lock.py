@@ -44,6 +44,7 @@ from segment_io.errors import (
 )
 from segment_io.layout import LOCK_FILE
 from segment_io.storage import Storage
+from segment_io.units import parse_duration
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +100,6 @@ def lease_ttl_ms(value: str | int | None = None) -> int:
     """The lease TTL in ms: ``value`` (e.g. a ``--lease-ttl`` option) if given, else ``$SEGJOBS_LEASE_TTL``,
     else :data:`DEFAULT_TTL_MS`. Durations read like topic configs: ``90s``, ``5m``, or plain milliseconds.
     Raises :class:`UsageError` for anything unreadable or shorter than :data:`MIN_TTL_MS`."""
-    from segment_io.units import parse_duration
-
     source = "lease TTL" if value is not None else TTL_ENV
     raw = value if value is not None else os.environ.get(TTL_ENV)
     if raw is None or raw == "":
