@@ -14,8 +14,9 @@ A partition whose recovery cannot finish (a rename or delete the filesystem refu
 named with the state it is left in and what to fix, left as it is, and the others are recovered; the exit code
 is then 1, as when a leftover cannot be deleted (named; it blocks nothing).
 
---dry-run takes no lock and changes nothing: it runs the same rules against an in-memory view of the log
-dir and prints the very actions a real run would take now ("would ..." lines).
+--dry-run takes no lock and changes nothing: recovery plans its actions from what it reads (listings, intents,
+the deletion ledger) before it applies them, and a dry run prints that plan: the very actions a real run would
+take now ("would ..." lines).
 
 A dead run's S3 lease: a run on the same host takes over a lease whose process is gone; an expired lease is
 taken over by anyone. Otherwise --break-lease RUN_ID takes it over, and only if RUN_ID names its holder

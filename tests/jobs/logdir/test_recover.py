@@ -11,6 +11,7 @@ import pytest
 from jobs.logdir.commit import RecoveryError, partition_work_uri
 from jobs.logdir.recover import (
     LEFTOVER_ACTIONS,
+    RecoveryReport,
     recover_log_dir,
     recover_partition,
 )
@@ -196,6 +197,47 @@ def test_a_preview_predicts_every_action_of_recovery_locally(tmp_path: Path, ste
     scenario = build_scenario(LocalStorage(), str(tmp_path / "kafka-logs"), stage=step in LOCAL_REPLACE_STEPS)
     run_to_crash(do_replace(scenario) if step in LOCAL_REPLACE_STEPS else do_delete(scenario), step)
     assert any(r.changed for r in _preview_then_recover(scenario))
+
+
+def _said(r: RecoveryReport) -> tuple:
+    """What a report says (an error is compared by its words: exceptions are equal only to themselves)."""
+    return r.partition_uri, r.actions, str(r.error), r.problems, r.notes
+
+
+class _ReadOnly(LocalStorage):
+    """A local store that fails every change: what a dry run must never call."""
+
+    def _refuse(self, *args, **kwargs):
+        raise AssertionError(f"a dry run changed the store: {args}")
+
+    write_atomic = open_write = put_if_absent = put_if_match = rename = copy = delete = _refuse  # type: ignore
+    delete_if_match = makedirs = sync_dir = set_mtime = remove_empty_dir = abort_pending_upload = _refuse  # type: ignore
+
+
+@pytest.mark.parametrize("step", LOCAL_REPLACE_STEPS + DELETE_STEPS)
+def test_a_dry_run_only_reads_and_reports_what_the_real_run_then_does(tmp_path: Path, step: str) -> None:
+    scenario = build_scenario(LocalStorage(), str(tmp_path / "kafka-logs"), stage=step in LOCAL_REPLACE_STEPS)
+    run_to_crash(do_replace(scenario) if step in LOCAL_REPLACE_STEPS else do_delete(scenario), step)
+    plan = recover_log_dir(_ReadOnly(), scenario.log_dir, now_ms=5_000, dry_run=True)
+    real = recover_log_dir(scenario.storage, scenario.log_dir, now_ms=5_000)
+    assert plan == real
+
+
+def test_a_plan_stops_where_a_rule_cannot_go_on_after_the_steps_before_it(tmp_path: Path) -> None:
+    """An interrupted delete whose deletion ledger cannot be read: the rest of the delete is rolled forward, then
+    recovery stops at the ledger, the partition left mid-commit; the dry run says so in the same words."""
+    scenario = build_scenario(LocalStorage(), str(tmp_path / "kafka-logs"), stage=False)
+    run_to_crash(do_delete(scenario), DELETE_STEPS[3])
+    storage = scenario.storage
+    storage.write_atomic(storage.join(partition_work_uri(storage, scenario.work, scenario.partition), "deleted.json"),
+                         b"not json")
+    plan = recover_log_dir(_ReadOnly(), scenario.log_dir, now_ms=5_000, dry_run=True)
+    real = recover_log_dir(storage, scenario.log_dir, now_ms=5_000)
+    assert [_said(r) for r in plan] == [_said(r) for r in real]
+    (report,) = [r for r in real if r.partition_uri == scenario.partition]
+    assert [a.action for a in report.actions] == ["finish-delete"] * 5
+    assert report.error is not None and "unreadable deletion ledger" in str(report.error)
+    assert "left mid-commit, with the delete intent" in str(report.error)
 
 
 @pytest.mark.s3
