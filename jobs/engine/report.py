@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, TextIO, TypeVar
 
 import pyarrow as pa
 
+from jobs.engine.delta_spark import append_with_spark, delta_session
 from jobs.engine.events import ProgressEvent, ProgressLine
 from jobs.engine.outcomes import LEDGER_NUMBERS, InspectRow, InspectTotals, Outcome
 from segment_io.storage import StorageOptions, open_storage, scheme_of
@@ -453,8 +454,6 @@ def append_ledger(uri: str, report: RunReport, rows: Iterable[Mapping[str, Any]]
                         ("topic", pa.string()), ("partition", pa.int32()), ("action", pa.string()),
                         ("reason", pa.string())] + [(k, pa.int64()) for k in LEDGER_NUMBERS])
     table = pa.Table.from_pylist(out, schema=schema)
-    from jobs.engine.delta_spark import append_with_spark, delta_session  # start-up: pyspark; the ledger only
-
     spark = delta_session(uri)
     if spark is not None:
         append_with_spark(spark, uri, table)
