@@ -424,6 +424,9 @@ class RecoveryPlan:
     #: the S3 replace intent the steps roll forward, and its URI: read again should a staged object vanish
     rolled: ReplaceIntent | None = None
     rolled_uri: str = ""
+    #: the files the partition dir, its commit dir and its staging hold once the steps are done, as the plan
+    #: foresees them (what the reads found, changed by the steps)
+    leaves: frozenset[str] = frozenset()
 
     @property
     def actions(self) -> list[RecoveryAction]:
@@ -575,6 +578,9 @@ class _View:
         self.steps[-1] = replace(self.steps[-1], action=RecoveryAction("record-deleted", self.reads.ledger_uri,
                                                                        detail))
 
+    def leaves(self) -> frozenset[str]:
+        return frozenset(self.partition) | frozenset(self.work) | frozenset(self.staged)
+
     def swap_end(self, f: SegmentFile) -> int:
         return _known(self.reads.swap_ends[f.uri])
 
@@ -604,10 +610,10 @@ def plan_partition(storage: Storage, partition_uri: str, *, work_uri: str, now_m
         _plan_rules(view, committer, now_ms, fence or Fence())
     except (SegjobsError, OSError) as exc:
         return RecoveryPlan(partition_uri, tuple(view.steps), tuple(view.notes), exc,
-                            RecoveryError(_stuck_words(exc, view.state())[0]))
+                            RecoveryError(_stuck_words(exc, view.state())[0]), leaves=view.leaves())
     return RecoveryPlan(partition_uri, tuple(view.steps), tuple(view.notes),
                         rolled=reads.replace if any(s.roll_forward for s in view.steps) else None,
-                        rolled_uri=reads.replace_uri)
+                        rolled_uri=reads.replace_uri, leaves=view.leaves())
 
 
 def _plan_rules(view: _View, committer: Committer, now_ms: int, fence: Fence) -> None:

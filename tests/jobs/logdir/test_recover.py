@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from jobs.logdir.commit import RecoveryError, partition_work_uri
+from jobs.logdir.commit import RecoveryError, committer_for, partition_work_uri
 from jobs.logdir.recover import (
     LEFTOVER_ACTIONS,
     RecoveryReport,
+    plan_partition,
     recover_log_dir,
     recover_partition,
 )
@@ -186,10 +187,20 @@ def _preview_then_recover(scenario: Scenario) -> list:
     storage = scenario.storage
     before = _everything(storage, scenario)
     preview = recover_log_dir(storage, scenario.log_dir, now_ms=5_000, dry_run=True)
+    plan = plan_partition(storage, scenario.partition, work_uri=scenario.work, now_ms=5_000)
     assert _everything(storage, scenario) == before
     real = recover_log_dir(storage, scenario.log_dir, now_ms=5_000)
     assert preview == real
+    assert plan.leaves == _partition_files(storage, scenario)  # the plan foresaw the files recovery leaves
     return real
+
+
+def _partition_files(storage, scenario: Scenario) -> frozenset[str]:
+    """The files of the scenario's partition dir, its commit dir and its staged files, as they are now."""
+    committer = committer_for(storage, scenario.work)
+    return frozenset(i.uri for i in storage.list(scenario.partition)
+                     + storage.list(committer.partition_work_uri(scenario.partition), recursive=True)
+                     + committer.leftover_staged(scenario.partition))
 
 
 @pytest.mark.parametrize("step", LOCAL_REPLACE_STEPS + DELETE_STEPS)

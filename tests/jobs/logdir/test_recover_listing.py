@@ -67,7 +67,8 @@ def _crashed(tmp_path: Path, step: str | None, *, delete: bool):
                                          *((s, True) for s in DELETE_STEPS), (None, True)])
 def test_the_listing_never_clears_a_partition_a_crashed_commit_left_anything_in(tmp_path: Path, step, delete) -> None:
     scenario, clean = _crashed(tmp_path, step, delete=delete)
-    acts = plan_partition(scenario.storage, scenario.partition, work_uri=scenario.work, now_ms=5_000, fence=Fence()).acts
+    acts = plan_partition(scenario.storage, scenario.partition, work_uri=scenario.work, now_ms=5_000,
+                          fence=Fence()).acts
     if acts:  # whatever the rules would do there, the listing leaves the partition to them
         assert TOPIC_PARTITION not in clean
     # every crash point but a delete's very first (before its intent: nothing written yet) leaves something
