@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 
 from jobs.commands.args import (
     add_log_format_option,
-    batch_bytes_arg,
+    add_max_batch_bytes_option,
     cli_wording,
     close_progress,
     progress_sink,
@@ -79,9 +79,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="write nothing; count exactly what a real run would insert, update and delete per partition")
     p.add_argument("--writer", choices=("auto", "deltalake", "spark"), default="auto",
                    help="auto (default): delta-spark's MERGE when the Spark session has Delta Lake, else deltalake")
-    p.add_argument("--max-batch-bytes", type=batch_bytes_arg, metavar="SIZE",
-                   help="the most bytes one compressed batch may inflate to before it is reported as corrupt; "
-                        "default 256MiB, or $SEGJOBS_MAX_BATCH_BYTES")
+    add_max_batch_bytes_option(p)
     p.add_argument("--master", metavar="URL",
                    help="Spark master, when the partitions should be read by Spark (default: spark-submit's; run "
                         "directly, partitions are read in this process and no Spark starts)")
