@@ -201,10 +201,14 @@ def aborted_rows(records: pa.Table, txn: TxnState | None) -> np.ndarray | None:
 
 
 def partition_latest(segments: list[tuple[str, bytes]], *, topic: str, partition: int, verify_crc: bool = True,
-                     allow_truncated_tail: bool = False) -> pa.Table:
+                     allow_truncated_tail: bool = False, log_start: int = 0,
+                     max_batch_bytes: int | None = None) -> pa.Table:
     """The live rows (TABLE_SCHEMA) of one partition from its segments' bytes, ``(uri, bytes)`` in offset order:
-    the whole log is replayed for its transactions, and read up to its last stable offset (the first offset of
-    a transaction with no marker yet, else the log end). ``allow_truncated_tail`` applies to the last segment."""
+    the whole log is replayed for its transactions, and read from ``log_start`` (the partition's
+    log-start-offset-checkpoint entry: records below it are deleted for every consumer, even while their segment
+    remains) up to its last stable offset (the first offset of a transaction with no marker yet, else the log
+    end). ``allow_truncated_tail`` applies to the last segment; ``max_batch_bytes`` bounds what one compressed
+    batch may inflate to (None: :func:`segment_io.compression.max_batch_bytes`'s default)."""
     from segment_io.decode import decode_segment_bytes
     from segment_io.format import scan_batches
     from segment_io.layout import parse_segment_file
@@ -226,8 +230,9 @@ def partition_latest(segments: list[tuple[str, bytes]], *, topic: str, partition
         records = decode_segment_bytes(data, path=uri, topic=topic, partition=partition,
                                        segment_base_offset=name[0] if name else None, columns=SOURCE_COLUMNS,
                                        verify_crc=verify_crc,
-                                       allow_truncated_tail=allow_truncated_tail and i == len(segments) - 1)
-        latest.add(records, eligible_rows(records, aborted=aborted_rows(records, txn), start=0, end=end))
+                                       allow_truncated_tail=allow_truncated_tail and i == len(segments) - 1,
+                                       max_batch_bytes=max_batch_bytes)
+        latest.add(records, eligible_rows(records, aborted=aborted_rows(records, txn), start=log_start, end=end))
     return live_rows(latest.rows())
 
 

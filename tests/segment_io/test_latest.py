@@ -88,3 +88,20 @@ def test_an_add_costs_the_rows_it_is_given_not_the_rows_held():
     held = _small_adds(full, n, 200)
     assert held < 10 * baseline + 0.1, (held, baseline)
     assert full.rows().num_rows == n + 7
+
+
+def test_partition_latest_bounds_what_a_batch_may_inflate_to(tmp_path):
+    import pytest
+
+    from segment_io.compression import GZIP
+    from segment_io.errors import SegjobsError
+    from segment_io.latest import partition_latest
+    from tests.support.builders import LogBuilder, rec, write_log
+
+    log = LogBuilder(topic="t", partition=0)
+    log.batch([rec("a", "x" * 20_000), rec("b", "y" * 20_000)])
+    (path,) = [p for p in write_log(log.table(), tmp_path / "t-0", codec=GZIP) if p.suffix == ".log"]
+    segments = [(str(path), path.read_bytes())]
+    assert partition_latest(segments, topic="t", partition=0).num_rows == 2
+    with pytest.raises(SegjobsError, match="4096"):
+        partition_latest(segments, topic="t", partition=0, max_batch_bytes=4096)
