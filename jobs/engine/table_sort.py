@@ -50,6 +50,11 @@ DEFAULT_LATEST_BUFFER_BYTES = 256 << 20
 #: What a held latest row costs beyond its record's bytes (offsets, key hashes, the hash table, Arrow
 #: offsets): with the range's segment bytes, the estimate that decides the path (:func:`latest_bytes_bound`).
 ROW_OVERHEAD_BYTES = 96
+#: Both passes decode a segment this many bytes at a time (whole batches), so that what they hold does not grow
+#: with the segment size (1 GiB by default in Kafka); the read pass hands the merge batches of at most
+#: :data:`BATCH_ROWS` rows.
+PIECE_BYTES = 8 << 20
+BATCH_ROWS = 1 << 16
 #: Offset of a table key in the bucket rows: below every offset (and the -1 of "no eligible record").
 _IN_TABLE = -2
 #: Columns of a keep file (int64 each, row-major): the key's latest offset, 1 when the table has the key.
@@ -125,18 +130,18 @@ def prepare(storage: Storage, work: Storage, root: str, *, partition: int, start
     ends = np.zeros(len(segments), np.int64)  # each segment's last offset + 1
     last = start
     for i, (uri, tail) in enumerate(segments):
-        with storage.read_mapped(uri) as data:
-            table = decode_key_hashes_bytes(data, path=uri, allow_truncated_tail=tail, max_batch_bytes=max_batch_bytes)
-        out.counts.records_read += table.num_rows
-        if table.num_rows:
-            last = max(last, int(pc.max(table.column("offset")).as_py()) + 1)
+        for j, (view, at) in enumerate(_pieces(storage, uri, tail)):
+            table = _located(at, decode_key_hashes_bytes, view, path=uri, max_batch_bytes=max_batch_bytes)
+            del view
+            out.counts.records_read += table.num_rows
+            if table.num_rows:
+                last = max(last, int(pc.max(table.column("offset")).as_py()) + 1)
+            rows, counts = piece_of(table, first_dirty_offset=start, first_uncleanable_offset=end, aborted=aborted,
+                                    buckets=buckets)
+            del table
+            if len(rows):
+                pieces.append(_write_piece(work, f"{base}/segment-{i}-{j}.rows", rows, counts, buckets))
         ends[i] = last
-        rows, counts = piece_of(table, first_dirty_offset=start, first_uncleanable_offset=end, aborted=aborted,
-                                buckets=buckets)
-        del table
-        if len(rows):
-            # rows of keys with no eligible record in the segment (aborted, out of range) say nothing here
-            pieces.append(_write_piece(work, f"{base}/segment-{i}.rows", rows, counts, buckets))
     for j, keys in enumerate(table_keys):
         hi, lo = hash_keys(keys)
         n = len(hi)
@@ -177,6 +182,42 @@ def prepare(storage: Storage, work: Storage, root: str, *, partition: int, start
     return out
 
 
+def _pieces(storage: Storage, uri: str, tail: bool) -> Iterator[tuple[memoryview, int]]:
+    """A segment's bytes as views of whole batches, about :data:`PIECE_BYTES` each, with their byte position;
+    an incomplete last batch of the ``tail`` segment (a broker still writing it) is left out. The views must
+    be dropped before the next one is asked for."""
+    from contextlib import nullcontext
+
+    from segment_io.format import batch_positions
+
+    # the active segment is read, not mapped: a broker may truncate it, and a mapping would then fault
+    with (nullcontext(storage.read(uri)) if tail else storage.read_mapped(uri)) as data:
+        view = memoryview(data)
+        positions, _, rest = batch_positions(data, path=uri, allow_truncated_tail=tail)
+        if positions:
+            cuts = np.asarray(positions + [len(view) - rest], np.int64)
+            wanted = np.arange(PIECE_BYTES, int(cuts[-1]), PIECE_BYTES)
+            bounds = np.unique(np.concatenate([[0], np.searchsorted(cuts, wanted), [len(cuts) - 1]]))
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                start, stop = int(cuts[a]), int(cuts[b])
+                piece = view[start:stop]
+                yield piece, start
+                piece.release()
+        del view
+
+
+def _located(at: int, decode: Any, *args: Any, **kwargs: Any) -> Any:
+    """``decode(*args, **kwargs)`` of a piece starting at byte ``at``, its errors' byte positions made the file's."""
+    from segment_io.errors import CorruptRecordError
+
+    try:
+        return decode(*args, **kwargs)
+    except CorruptRecordError as exc:
+        if at and exc.position is not None:
+            exc.position += at
+        raise
+
+
 def _write_piece(work: Storage, uri: str, rows: np.ndarray, counts: np.ndarray,
                  buckets: int) -> tuple[str, np.ndarray]:
     from jobs.engine.cleaning import write_rows
@@ -190,8 +231,9 @@ def read_rows_of(storage: Storage, work: Storage, part: SortedPartition, *, topi
     """Stage 3: the partition's latest rows (TABLE_SCHEMA; tombstones included unless ``live_only``), a segment
     at a time in offset order, counting them into ``part.counts`` as they go."""
     from jobs.engine.external_sort import read_rows
-    from segment_io.decode import read_segment
+    from segment_io.decode import decode_segment_bytes
     from segment_io.latest import SOURCE_COLUMNS, TABLE_SCHEMA
+    from segment_io.layout import parse_segment_file
 
     names = list(TABLE_SCHEMA.names)
     for i, (uri, tail) in enumerate(part.segments):
@@ -205,29 +247,39 @@ def read_rows_of(storage: Storage, work: Storage, part: SortedPartition, *, topi
             continue
         keep = np.concatenate(shares)
         keep = keep[np.argsort(keep[:, 0], kind="stable")]
-        records = read_segment(uri, columns=SOURCE_COLUMNS, storage=storage, topic=topic, partition=part.partition,
-                               allow_truncated_tail=tail, max_batch_bytes=max_batch_bytes)
-        offsets = records.column("offset").to_numpy()
-        at = np.searchsorted(offsets, keep[:, 0])
-        found = at < len(offsets)
-        found[found] = offsets[at[found]] == keep[found, 0]
+        found = np.zeros(len(keep), bool)
+        name = parse_segment_file(uri.rsplit("/", 1)[-1])
+        for view, at_byte in _pieces(storage, uri, tail):
+            records = _located(at_byte, decode_segment_bytes, view, path=uri, topic=topic, partition=part.partition,
+                               segment_base_offset=name[0] if name else None, columns=SOURCE_COLUMNS,
+                               max_batch_bytes=max_batch_bytes)
+            del view
+            offsets = records.column("offset").to_numpy()
+            if not len(offsets):
+                continue
+            lo_k, hi_k = np.searchsorted(keep[:, 0], [offsets[0], offsets[-1] + 1])
+            want = keep[lo_k:hi_k]
+            at = np.searchsorted(offsets, want[:, 0])
+            hit = at < len(offsets)
+            hit[hit] = offsets[at[hit]] == want[hit, 0]
+            found[lo_k:hi_k] = hit
+            rows = records.take(pa.array(at[hit])).select(names).cast(TABLE_SCHEMA)
+            del records
+            live = pc.is_valid(rows.column("value")).to_numpy(zero_copy_only=False)
+            present = want[hit, 1].astype(bool)
+            c = part.counts
+            c.inserts += int((live & ~present).sum())
+            c.updates += int((live & present).sum())
+            c.deletes += int((~live & present).sum())
+            c.tombstones_without_row += int((~live & ~present).sum())
+            if live_only:
+                rows = rows.filter(pa.array(live))
+            yield from rows.to_batches(max_chunksize=BATCH_ROWS)
         if not found.all():
             missing = int(keep[~found, 0][0])
             raise LocatedError(f"offset {missing} was in the segment when the run listed its keys and is gone now: "
                                f"the log changed during the run (a compaction?); rerun the table",
                                path=uri, offset=missing)
-        rows = records.take(pa.array(at)).select(names).cast(TABLE_SCHEMA)
-        del records
-        live = pc.is_valid(rows.column("value")).to_numpy(zero_copy_only=False)
-        present = keep[:, 1].astype(bool)
-        c = part.counts
-        c.inserts += int((live & ~present).sum())
-        c.updates += int((live & present).sum())
-        c.deletes += int((~live & present).sum())
-        c.tombstones_without_row += int((~live & ~present).sum())
-        if live_only:
-            rows = rows.filter(pa.array(live))
-        yield from rows.to_batches()
 
 
 __all__ = ["DEFAULT_LATEST_BUFFER_BYTES", "SortedCounts", "SortedPartition", "latest_bytes_bound", "prepare",
