@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from numba import njit
 
 from segment_io.schema import RECORD_SCHEMA
 from segment_io.transactions import TxnState
@@ -75,16 +76,25 @@ def latest_indices(hi: np.ndarray, lo: np.ndarray, offsets: np.ndarray, eligible
 
 class LatestRows:
     """The latest row per key of one partition, fed its records in offset order (a segment at a time), so a
-    partition never has to be decoded whole: what is held is one row per distinct key seen so far.
+    partition never has to be decoded whole: what is held is one row per distinct key seen so far (plus the
+    rows superseded since the last compaction of the held rows, at most as many again).
+
+    Each :meth:`add` costs time linear in the rows it is given (amortized): a compiled hash table maps each key
+    hash to its held row, and a row a later record of its key supersedes is only marked dead; the held rows are
+    compacted when the dead ones outnumber the live ones, or when the table grows.
 
     ``rows()`` gives TABLE_SCHEMA rows in offset order, tombstones included (a null ``value``: the key is
     deleted), so a caller can tell upserts from deletes.
     """
 
     def __init__(self) -> None:
-        self._rows = TABLE_SCHEMA.empty_table()
-        self._hi = np.zeros(0, np.int64)
-        self._lo = np.zeros(0, np.int64)
+        self._chunks: list[pa.Table] = []
+        self._hi_chunks: list[np.ndarray] = []
+        self._lo_chunks: list[np.ndarray] = []
+        self._dead = np.zeros(0, np.bool_)
+        self._total = 0  # rows held, dead ones included
+        self._live = 0
+        self._slots = _empty_slots(16)
         #: records looked at and records that could count (data, keyed, committed, in range)
         self.records_read = 0
         self.records_eligible = 0
@@ -100,19 +110,80 @@ class LatestRows:
             return
         new = records.take(pa.array(idx)).select(list(TABLE_SCHEMA.names)).cast(TABLE_SCHEMA)
         hi, lo = hash_keys(new.column("key"))
-        rows = pa.concat_tables([self._rows, new])
-        all_hi, all_lo = np.concatenate([self._hi, hi]), np.concatenate([self._lo, lo])
-        offsets = rows.column("offset").to_numpy()
-        keep = latest_indices(all_hi, all_lo, offsets, np.ones(len(offsets), bool))
-        self._rows = rows.take(pa.array(keep)).combine_chunks()
-        self._hi, self._lo = all_hi[keep], all_lo[keep]
+        n = len(idx)
+        if 2 * (self._live + n) > len(self._slots[2]):
+            self._compact(slots=_slot_count(2 * (self._live + n)))
+        if self._total + n > len(self._dead):
+            dead = np.zeros(max(2 * len(self._dead), self._total + n), np.bool_)
+            dead[:self._total] = self._dead[:self._total]
+            self._dead = dead
+        slot_hi, slot_lo, slot_row = self._slots
+        self._live += _upsert(slot_hi, slot_lo, slot_row, np.ascontiguousarray(hi, np.int64),
+                              np.ascontiguousarray(lo, np.int64), self._total, self._dead)
+        self._chunks.append(new)
+        self._hi_chunks.append(hi)
+        self._lo_chunks.append(lo)
+        self._total += n
+        if self._total - self._live > max(self._live, 1 << 16):
+            self._compact(slots=len(slot_row))
+
+    def _compact(self, *, slots: int) -> None:
+        """Drop the dead rows, renumber the live ones and rebuild the hash table with ``slots`` slots."""
+        keep = ~self._dead[:self._total]
+        rows = pa.concat_tables(self._chunks).filter(pa.array(keep)).combine_chunks() if self._chunks \
+            else TABLE_SCHEMA.empty_table()
+        hi = np.concatenate(self._hi_chunks)[keep] if self._hi_chunks else np.zeros(0, np.int64)
+        lo = np.concatenate(self._lo_chunks)[keep] if self._lo_chunks else np.zeros(0, np.int64)
+        self._chunks, self._hi_chunks, self._lo_chunks = [rows], [hi], [lo]
+        self._total = self._live = len(hi)
+        self._dead = np.zeros(max(len(hi), 16), np.bool_)
+        self._slots = _empty_slots(slots)
+        _upsert(*self._slots, np.ascontiguousarray(hi, np.int64), np.ascontiguousarray(lo, np.int64), 0,
+                self._dead)
 
     def rows(self) -> pa.Table:
-        return self._rows
+        if self._total != self._live or len(self._chunks) != 1:
+            self._compact(slots=len(self._slots[2]))
+        return self._chunks[0]
 
     def hashes(self) -> tuple[np.ndarray, np.ndarray]:
         """The key hashes of :meth:`rows`, aligned with them."""
-        return self._hi, self._lo
+        self.rows()
+        return self._hi_chunks[0], self._lo_chunks[0]
+
+
+def _slot_count(n: int) -> int:
+    """A power of two of at least ``n`` (and 16) slots."""
+    return 1 << max(4, int(n - 1).bit_length())
+
+
+def _empty_slots(slots: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An empty hash table of key hash -> held row: its hi, lo and row columns (row -1: a free slot)."""
+    return np.zeros(slots, np.int64), np.zeros(slots, np.int64), np.full(slots, -1, np.int64)
+
+
+@njit(cache=True)
+def _upsert(slot_hi, slot_lo, slot_row, hi, lo, first_row, dead):  # pragma: no cover - compiled
+    # Open addressing with linear probing; rows come in offset order, so a key's later row replaces its earlier
+    # one, which is marked dead. Returns how many keys were new.
+    mask = len(slot_row) - 1
+    added = 0
+    for i in range(len(hi)):
+        s = ((hi[i] ^ (lo[i] * -7046029254386353131)) & 0x7FFFFFFFFFFFFFFF) & mask
+        while True:
+            r = slot_row[s]
+            if r < 0:
+                slot_hi[s] = hi[i]
+                slot_lo[s] = lo[i]
+                slot_row[s] = first_row + i
+                added += 1
+                break
+            if slot_hi[s] == hi[i] and slot_lo[s] == lo[i]:
+                dead[r] = True
+                slot_row[s] = first_row + i
+                break
+            s = (s + 1) & mask
+    return added
 
 
 def aborted_rows(records: pa.Table, txn: TxnState | None) -> np.ndarray | None:
@@ -130,10 +201,14 @@ def aborted_rows(records: pa.Table, txn: TxnState | None) -> np.ndarray | None:
 
 
 def partition_latest(segments: list[tuple[str, bytes]], *, topic: str, partition: int, verify_crc: bool = True,
-                     allow_truncated_tail: bool = False) -> pa.Table:
+                     allow_truncated_tail: bool = False, log_start: int = 0,
+                     max_batch_bytes: int | None = None) -> pa.Table:
     """The live rows (TABLE_SCHEMA) of one partition from its segments' bytes, ``(uri, bytes)`` in offset order:
-    the whole log is replayed for its transactions, and read up to its last stable offset (the first offset of
-    a transaction with no marker yet, else the log end). ``allow_truncated_tail`` applies to the last segment."""
+    the whole log is replayed for its transactions, and read from ``log_start`` (the partition's
+    log-start-offset-checkpoint entry: records below it are deleted for every consumer, even while their segment
+    remains) up to its last stable offset (the first offset of a transaction with no marker yet, else the log
+    end). ``allow_truncated_tail`` applies to the last segment; ``max_batch_bytes`` bounds what one compressed
+    batch may inflate to (None: :func:`segment_io.compression.max_batch_bytes`'s default)."""
     from segment_io.decode import decode_segment_bytes
     from segment_io.format import scan_batches
     from segment_io.layout import parse_segment_file
@@ -155,8 +230,9 @@ def partition_latest(segments: list[tuple[str, bytes]], *, topic: str, partition
         records = decode_segment_bytes(data, path=uri, topic=topic, partition=partition,
                                        segment_base_offset=name[0] if name else None, columns=SOURCE_COLUMNS,
                                        verify_crc=verify_crc,
-                                       allow_truncated_tail=allow_truncated_tail and i == len(segments) - 1)
-        latest.add(records, eligible_rows(records, aborted=aborted_rows(records, txn), start=0, end=end))
+                                       allow_truncated_tail=allow_truncated_tail and i == len(segments) - 1,
+                                       max_batch_bytes=max_batch_bytes)
+        latest.add(records, eligible_rows(records, aborted=aborted_rows(records, txn), start=log_start, end=end))
     return live_rows(latest.rows())
 
 

@@ -49,9 +49,7 @@ def add_log_dir_options(p: argparse.ArgumentParser, *, destructive: bool = True,
                        help="S3: how long the log dir's lease lasts without renewal (default 2m, or "
                             "$SEGJOBS_LEASE_TTL); a heartbeat renews it every third of that while the job runs, "
                             "so a killed run blocks others for at most this long")
-    p.add_argument("--max-batch-bytes", type=batch_bytes_arg, metavar="SIZE",
-                   help="the most bytes one compressed batch may inflate to before it is reported as corrupt "
-                        "(a decompression bomb); default 256MiB, or $SEGJOBS_MAX_BATCH_BYTES")
+    add_max_batch_bytes_option(p)
     p.add_argument("--report", metavar="FILE.json", help="write the JSON report here (local path or s3:// URI)")
     p.add_argument("--ledger", metavar="URI",
                    help="append one row per partition to this Delta table (default: none)")
@@ -61,6 +59,13 @@ def add_log_dir_options(p: argparse.ArgumentParser, *, destructive: bool = True,
     p.add_argument("--s3-region", metavar="REGION", help="S3 region (default: from the AWS configuration)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr (failures are still shown)")
     _add_output_options(p, formats)
+
+
+def add_max_batch_bytes_option(p: argparse.ArgumentParser) -> None:
+    """--max-batch-bytes: the per-batch decompression bound (:func:`segment_io.compression.max_batch_bytes`)."""
+    p.add_argument("--max-batch-bytes", type=batch_bytes_arg, metavar="SIZE",
+                   help="the most bytes one compressed batch may inflate to before it is reported as corrupt "
+                        "(a decompression bomb); default 256MiB, or $SEGJOBS_MAX_BATCH_BYTES")
 
 
 def _add_output_options(p: argparse.ArgumentParser, formats: tuple[str, ...]) -> None:

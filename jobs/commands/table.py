@@ -43,12 +43,14 @@ from typing import TYPE_CHECKING
 
 from jobs.commands.args import (
     add_log_format_option,
-    batch_bytes_arg,
+    add_max_batch_bytes_option,
     cli_wording,
     close_progress,
     progress_sink,
+    size_arg,
     storage_options_from_args,
 )
+from jobs.engine.table_sort import DEFAULT_LATEST_BUFFER_BYTES
 
 if TYPE_CHECKING:
     from jobs.engine.seams import Seams
@@ -79,9 +81,12 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="write nothing; count exactly what a real run would insert, update and delete per partition")
     p.add_argument("--writer", choices=("auto", "deltalake", "spark"), default="auto",
                    help="auto (default): delta-spark's MERGE when the Spark session has Delta Lake, else deltalake")
-    p.add_argument("--max-batch-bytes", type=batch_bytes_arg, metavar="SIZE",
-                   help="the most bytes one compressed batch may inflate to before it is reported as corrupt; "
-                        "default 256MiB, or $SEGJOBS_MAX_BATCH_BYTES")
+    p.add_argument("--latest-buffer-bytes", type=size_arg, default=DEFAULT_LATEST_BUFFER_BYTES, metavar="SIZE",
+                   help="deltalake writer: the memory one partition's latest rows may take (default 256MiB). A "
+                        "partition whose records to apply may need more (their bytes plus about 100 bytes each) "
+                        "is deduped on disk instead: key hashes in hash buckets, then a read that keeps each key's "
+                        "latest record, streamed to the merge, in memory bounded by this whatever the key count")
+    add_max_batch_bytes_option(p)
     p.add_argument("--master", metavar="URL",
                    help="Spark master, when the partitions should be read by Spark (default: spark-submit's; run "
                         "directly, partitions are read in this process and no Spark starts)")
@@ -103,8 +108,8 @@ def run(args: argparse.Namespace, seams: "Seams | None" = None) -> int:
     with cli_wording():
         options = api.TableOptions(table=args.table.rstrip("/"), topic=args.topic, partitions=tuple(args.partition),
                                    rebuild=args.rebuild, dry_run=args.dry_run, writer=args.writer,
-                                   max_batch_bytes=args.max_batch_bytes, storage=storage_options_from_args(args),
-                                   progress=progress_sink(args))
+                                   max_batch_bytes=args.max_batch_bytes, latest_buffer_bytes=args.latest_buffer_bytes,
+                                   storage=storage_options_from_args(args), progress=progress_sink(args))
     spark = None
     if args.master or os.environ.get("SPARK_ENV_LOADED") or args.writer == "spark":
         from jobs.engine.spark_session import build_session

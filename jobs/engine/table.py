@@ -31,10 +31,11 @@ writes no commit.
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -44,6 +45,7 @@ from jobs.engine.options import InvalidOptionUsage, RunOptions
 from jobs.engine.report import Progress
 from jobs.engine.scan import PartitionError
 from jobs.engine.seams import PRODUCTION, Seams
+from jobs.engine.table_sort import DEFAULT_LATEST_BUFFER_BYTES, SortedPartition, latest_bytes_bound
 from jobs.engine.tasks import InProcessTasks, SparkTasks, TaskRunner
 from jobs.rules.table import PartitionPlan, aborted_rows, plan_partition
 from segment_io.errors import ConfigError, SegjobsError, StorageError, UsageError
@@ -84,6 +86,10 @@ class TableOptions(RunOptions):
     writer: str = "auto"
     #: the most bytes one compressed batch may inflate to (None: $SEGJOBS_MAX_BATCH_BYTES, else 256 MiB)
     max_batch_bytes: int | None = None
+    #: deltalake writer: the memory one partition's latest rows may take. A partition whose range to apply may
+    #: need more (its segments' bytes plus a per-record overhead) is deduped on disk instead, an external-sort
+    #: pass whose memory stays within this whatever the key count (:mod:`jobs.engine.table_sort`)
+    latest_buffer_bytes: int = DEFAULT_LATEST_BUFFER_BYTES
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -108,6 +114,10 @@ class TableOptions(RunOptions):
         if self.writer not in WRITERS:
             raise InvalidOptionUsage(f"{owner}.writer={self.writer!r}: expected one of {', '.join(WRITERS)}",
                                      field="writer")
+        b = self.latest_buffer_bytes
+        if isinstance(b, bool) or not isinstance(b, int) or b <= 0:
+            raise InvalidOptionUsage(f"{owner}.latest_buffer_bytes={b!r}: expected a positive number of bytes",
+                                     field="latest_buffer_bytes")
         for name in ("rebuild", "dry_run"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidOptionUsage(f"{owner}.{name}={getattr(self, name)!r}: expected True or False",
@@ -130,6 +140,10 @@ class PartitionChanges:
     #: when planned only: the segments to read, ``(uri, allow a truncated tail)``, and the aborted transactions
     segments: list[tuple[str, bool]] = field(default_factory=list)
     aborted: Any = None  # segment_io.transactions.AbortedTxns
+    #: the range may need more memory than latest_buffer_bytes: planned only, deduped on disk by the driver
+    #: (:mod:`jobs.engine.table_sort`); ``records_bound``: the range's records (by batch headers) or an estimate
+    sort_on_disk: bool = False
+    records_bound: int = 0
 
     @property
     def name(self) -> str:
@@ -159,6 +173,9 @@ class TablePartition:
     #: tombstones of keys the table did not hold (nothing to delete)
     tombstones_without_row: int
     error: str | None = None
+    #: how the latest record per key was found: ``memory`` (in the partition's task), ``external-sort`` (on
+    #: disk: more than latest_buffer_bytes could be needed) or ``spark`` (delta-spark's aggregation)
+    dedupe: str = "memory"
 
     @property
     def name(self) -> str:
@@ -280,6 +297,8 @@ class PartitionItem:
     max_batch_bytes: int | None
     #: False: plan only, and list the segments to read (Spark reads and dedupes them: :mod:`jobs.engine.table_spark`)
     read_rows: bool = True
+    #: a range that may need more memory than this is planned only, and deduped on disk by the driver
+    latest_buffer_bytes: int = DEFAULT_LATEST_BUFFER_BYTES
 
 
 def partition_changes(item: PartitionItem) -> PartitionChanges:
@@ -306,6 +325,8 @@ def partition_changes(item: PartitionItem) -> PartitionChanges:
         latest = LatestRows()
         if plan.end > plan.start:
             segments = pl.segments
+            in_range = []
+            record_count: int | None = 0
             for i, seg in enumerate(segments):
                 info = state.segments[i] if i < len(state.segments) else None
                 next_offset = info.next_offset if info is not None else None
@@ -313,7 +334,16 @@ def partition_changes(item: PartitionItem) -> PartitionChanges:
                     continue
                 if seg.base_offset >= plan.end:
                     break
-                if not item.read_rows:
+                in_range.append((i, seg))
+                count = info.record_count if info is not None else None
+                record_count = None if record_count is None or count is None else record_count + count
+            size = sum(seg.log.size for _, seg in in_range)
+            # unknown record counts (compressed legacy wrappers): no fewer records than 10 bytes each
+            out.records_bound = record_count if record_count is not None else size // 10
+            need = latest_bytes_bound(size, out.records_bound)
+            out.sort_on_disk = item.read_rows and need > item.latest_buffer_bytes
+            for i, seg in in_range:
+                if not item.read_rows or out.sort_on_disk:
                     out.segments.append((seg.log.uri, i == len(segments) - 1))
                     out.bytes_read += seg.log.size
                     continue
@@ -325,7 +355,7 @@ def partition_changes(item: PartitionItem) -> PartitionChanges:
                 out.bytes_read += seg.log.size
                 latest.add(records, eligible_rows(records, aborted=aborted_rows(records, scan.txn),
                                                   start=plan.start, end=plan.end))
-        if item.read_rows:
+        if item.read_rows and not out.sort_on_disk:
             out.rows = latest.rows()
             out.records_read = latest.records_read
         else:
@@ -387,9 +417,11 @@ _SET = {name: f"s.{name}" for name in TABLE_SCHEMA.names}
 
 
 def write_with_deltalake(uri: str, dt: Any | None, topic: str, changes: Sequence[PartitionChanges],
-                         options: StorageOptions | None, fault: Callable[[str], None] | None = None) -> int:
+                         options: StorageOptions | None, fault: Callable[[str], None] | None = None,
+                         sorted_rows: Callable[[bool], Iterator[pa.RecordBatch]] | None = None) -> int:
     """Apply every partition's changes and applied offset to the table in one Delta commit; returns the new
-    table version. ``fault`` (tests) is called with ``merge:start`` and ``merge:committed``."""
+    table version. ``sorted_rows(live_only)`` (partitions deduped on disk) streams more rows to the same merge.
+    ``fault`` (tests) is called with ``merge:start`` and ``merge:committed``."""
     from deltalake import CommitProperties, Transaction, write_deltalake
 
     now = int(time.time() * 1000)
@@ -397,18 +429,27 @@ def write_with_deltalake(uri: str, dt: Any | None, topic: str, changes: Sequence
     commit = CommitProperties(app_transactions=txns, custom_metadata={"segjobs.table.topic": topic})
     rows = pa.concat_tables([c.rows for c in changes if c.rows is not None] or [TABLE_SCHEMA.empty_table()])
     so = delta_storage_options(uri, options)
+
+    def source(live_only: bool) -> Any:
+        first = rows.filter(pc.is_valid(rows.column("value"))) if live_only else rows
+        if sorted_rows is None:
+            return first
+        # one stream: the merge reads it once, a segment's rows at a time (streamed_exec), never whole
+        return pa.RecordBatchReader.from_batches(TABLE_SCHEMA, itertools.chain(first.to_batches(),
+                                                                              sorted_rows(live_only)))
+
     if fault:
         fault("merge:start")
     if dt is None:
-        live = rows.filter(pc.is_valid(rows.column("value")))
-        write_deltalake(uri, live, mode="error", partition_by=list(PARTITION_BY), name=topic,
+        write_deltalake(uri, source(True), mode="error", partition_by=list(PARTITION_BY), name=topic,
                         description=f"segjobs table: the latest value per key of Kafka topic {topic}",
                         storage_options=so, commit_properties=commit)
     else:
         before = dt.version()
         rebuilt = sorted(c.partition for c in changes if c.plan is not None and c.plan.rebuild)
-        if rows.num_rows or rebuilt:
-            merger = dt.merge(rows, _MERGE_PREDICATE, source_alias="s", target_alias="t", commit_properties=commit) \
+        if rows.num_rows or rebuilt or sorted_rows is not None:
+            merger = dt.merge(source(False), _MERGE_PREDICATE, source_alias="s", target_alias="t",
+                              commit_properties=commit, streamed_exec=True) \
                 .when_matched_delete(predicate="s.value IS NULL") \
                 .when_matched_update(updates=_SET, predicate="s.value IS NOT NULL") \
                 .when_not_matched_insert(updates=_SET, predicate="s.value IS NOT NULL")
@@ -491,10 +532,71 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
     items = [PartitionItem(storage, listing.partition(options.topic, p), applied[p],
                            checkpoints[LOG_START_OFFSET_CHECKPOINT].get((options.topic, p)),
                            checkpoints[CLEANER_OFFSET_CHECKPOINT].get((options.topic, p)), options.rebuild,
-                           options.max_batch_bytes, read_rows=writer != "spark") for p in wanted]
+                           options.max_batch_bytes, read_rows=writer != "spark",
+                           latest_buffer_bytes=options.latest_buffer_bytes) for p in wanted]
     runner = _runner(spark, seams)
     results: list[PartitionChanges] = runner.map(partition_changes, items,
                                                  description=f"segjobs table {options.topic}: read partitions")
+    on_disk: dict[int, SortedPartition] = {}
+    work_root: str | None = None
+    work_store: Storage | None = None
+    try:
+        if any(r.sort_on_disk and r.error is None for r in results):
+            work_store, work_root = _sort_on_disk(storage, dt, results, on_disk, options, progress)
+        return _apply(log_dir, options, spark, seams, storage, storage_options, dt, version_before, applied, writer,
+                      results, on_disk, work_store, progress, t0)
+    finally:
+        if work_root is not None:
+            from jobs.engine.table_sort import remove_work_dir
+
+            remove_work_dir(work_root)
+
+
+def _sort_on_disk(storage: Storage, dt: Any | None, results: list[PartitionChanges], out: dict[int, SortedPartition],
+                  options: TableOptions, progress: Progress) -> tuple[Storage, str]:
+    """The key pass and buckets of every partition whose range may not fit ``latest_buffer_bytes``
+    (:func:`jobs.engine.table_sort.prepare`), in this process; a partition that fails is reported, the others
+    go on. Returns the work dir (the caller removes it)."""
+    from jobs.engine.table_sort import prepare, work_dir
+
+    work, root = work_dir()
+    dataset = dt.to_pyarrow_dataset() if dt is not None else None
+    for r in results:
+        if not r.sort_on_disk or r.error is not None or r.plan is None:
+            continue
+        plan = r.plan
+        in_partition = pc.field("partition") == r.partition
+        table_keys: Any = ()
+        table_rows = 0
+        if dataset is not None:
+            table_rows = dataset.count_rows(filter=in_partition)
+            table_keys = (b.column(0) for b in dataset.to_batches(columns=["key"], filter=in_partition))
+        try:
+            part = prepare(storage, work, root, partition=r.partition, start=plan.start, end=plan.end,
+                           rebuild=plan.rebuild, segments=r.segments, aborted=r.aborted, records=r.records_bound,
+                           table_keys=table_keys, table_rows=table_rows,
+                           latest_buffer_bytes=options.latest_buffer_bytes, max_batch_bytes=options.max_batch_bytes)
+        except SegjobsError as exc:
+            r.error = PartitionError.from_exception(exc)
+            continue
+        except Exception as exc:  # noqa: BLE001 - one partition's failure is reported, the others proceed
+            r.error = PartitionError.from_task_exception(exc, r.segments[0][0] if r.segments else None)
+            continue
+        out[r.partition] = part
+        r.records_read = part.counts.records_read
+        progress(f"{r.name}: up to {r.records_bound} record(s) in offsets {plan.start}..{plan.end - 1} may not fit "
+                 f"--latest-buffer-bytes {options.latest_buffer_bytes}: deduped on disk ({part.buckets} bucket(s), "
+                 f"{part.keys} latest key(s))", event="table.partition.sorted", partition=r.name, keys=part.keys,
+                 buckets=part.buckets)
+    return work, root
+
+
+def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storage: Storage,
+           storage_options: StorageOptions, dt: Any | None, version_before: int | None,
+           applied: dict[int, int | None], writer: str, results: list[PartitionChanges],
+           on_disk: dict[int, SortedPartition], work_store: Storage | None, progress: Progress,
+           t0: float) -> TableResult:
+    """Count and write what the partitions' tasks found (see :func:`run_table`)."""
     warnings: list[str] = []
     for r in results:
         warnings.extend(r.warnings)
@@ -509,9 +611,10 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
                 progress(f"{r.name}: nothing new (applied up to offset {plan.end})", event="table.partition.read",
                          partition=r.name, records=0, bytes=0)
                 continue
-            if writer == "spark":
-                progress(f"{r.name}: offsets {plan.start}..{plan.end - 1} in {len(r.segments)} segment(s), read by "
-                         f"Spark", event="table.partition.planned", partition=r.name, bytes=r.bytes_read)
+            if writer == "spark" or r.partition in on_disk:
+                if writer == "spark":
+                    progress(f"{r.name}: offsets {plan.start}..{plan.end - 1} in {len(r.segments)} segment(s), read "
+                             f"by Spark", event="table.partition.planned", partition=r.name, bytes=r.bytes_read)
                 continue
             progress(f"{r.name}: read {r.records_read} record(s) in {r.segments_read} segment(s), offsets "
                      f"{plan.start}..{plan.end - 1}: {r.rows.num_rows if r.rows is not None else 0} latest key(s)",
@@ -529,7 +632,35 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
         progress(f"Spark read {sum(read_counts.values())} record(s) of {len(work)} partition(s)",
                  event="table.read", records=sum(read_counts.values()))
     else:
-        counts = count_changes(dt, work)
+        counts = count_changes(dt, [r for r in work if r.partition not in on_disk])
+    stream_errors: list[BaseException] = []
+    sorted_rows: Callable[[bool], Iterator[pa.RecordBatch]] | None = None
+    if on_disk:
+        from jobs.engine.table_sort import read_rows_of
+
+        assert work_store is not None
+        by_partition = {r.partition: r for r in work}
+
+        def read_sorted(live_only: bool) -> Iterator[pa.RecordBatch]:
+            for part in on_disk.values():
+                if part.partition not in by_partition:
+                    continue
+                try:
+                    yield from read_rows_of(storage, work_store, part, topic=options.topic, live_only=live_only,
+                                            max_batch_bytes=options.max_batch_bytes)
+                except Exception as exc:
+                    stream_errors.append(exc)  # the merge may wrap it: the run reports this one
+                    raise
+
+        sorted_rows = read_sorted
+        if options.dry_run:
+            for part in on_disk.values():  # counts only
+                try:
+                    for _ in read_rows_of(storage, work_store, part, topic=options.topic, live_only=False,
+                                          max_batch_bytes=options.max_batch_bytes):
+                        pass
+                except SegjobsError as exc:
+                    by_partition[part.partition].error = PartitionError.from_exception(exc)
     version_after = version_before
     write_error: str | None = None
     if work and not options.dry_run:
@@ -543,11 +674,14 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
                                                  spark_latest, fault=fault, progress=progress)
             else:
                 version_after = write_with_deltalake(options.table, dt, options.topic, work, storage_options,
-                                                     fault=fault)
-        except SegjobsError:
-            raise
+                                                     fault=fault, sorted_rows=sorted_rows)
+        except SegjobsError as exc:
+            if not stream_errors:
+                raise
+            write_error = str(exc)
         except Exception as exc:  # noqa: BLE001 - a Delta commit that failed: nothing of this run is in the table
-            write_error = f"{type(exc).__name__}: {exc}"
+            cause = stream_errors[0] if stream_errors else exc
+            write_error = f"{type(cause).__name__}: {cause}"
             progress.error(f"the table was not written: {write_error}", event="table.write.error")
     if spark_latest is not None:
         spark_latest.unpersist()
@@ -556,9 +690,13 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
                                 [r.partition for r in work]) if write_error is not None else {}
     dry = options.dry_run
     parts: list[TablePartition] = []
+    for part in on_disk.values():
+        sc = part.counts
+        counts[part.partition] = Counts(sc.inserts, sc.updates, sc.deletes, sc.tombstones_without_row)
     for r in results:
         plan = r.plan
         c = counts.get(r.partition, Counts())
+        dedupe = "spark" if writer == "spark" else "external-sort" if r.partition in on_disk else "memory"
         if r.error is not None or plan is None:
             parts.append(TablePartition(r.topic, r.partition, "error", applied.get(r.partition),
                                         applied.get(r.partition), None, None, r.records_read, 0, 0, 0, 0,
@@ -576,7 +714,8 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
             action = "would apply" if dry else "applied"
         after = plan.applied if (dry or not plan.has_work) else plan.end
         parts.append(TablePartition(r.topic, r.partition, action, plan.applied, after, plan.log_start, plan.log_end,
-                                    r.records_read, c.inserts, c.updates, c.deletes, c.tombstones_without_row))
+                                    r.records_read, c.inserts, c.updates, c.deletes, c.tombstones_without_row,
+                                    dedupe=dedupe))
     failed = any(p.action == "error" for p in parts)
     return TableResult(exit_code=1 if failed else 0, log_dir=log_dir, table=options.table, topic=options.topic,
                     dry_run=dry, writer=writer, partitions=tuple(parts), version_before=version_before,

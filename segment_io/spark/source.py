@@ -229,15 +229,17 @@ LATEST_SPARK_SCHEMA: StructType = _latest_spark_schema()
 class LatestPartition(InputPartition):
     """Every live segment of one Kafka partition, in offset order: read by one task."""
 
-    def __init__(self, topic: str, partition: int, uris: tuple[str, ...]) -> None:
+    def __init__(self, topic: str, partition: int, uris: tuple[str, ...], log_start: int = 0) -> None:
         super().__init__((topic, partition))
-        self.topic, self.partition, self.uris = topic, partition, uris
+        self.topic, self.partition, self.uris, self.log_start = topic, partition, uris, log_start
 
 
 class LatestReader(DataSourceReader):
     """``read`` ``latest``: one task per Kafka partition returns its live keys' latest records, with the
     semantics of ``segjobs table`` (:func:`segment_io.latest.partition_latest`: aborted data, markers and keyless
-    records out, reading up to the last stable offset)."""
+    records out, from the partition's log start offset up to its last stable offset). The log start offset
+    is the log dir's ``log-start-offset-checkpoint`` entry when there is one: records below it are deleted for
+    every consumer (DeleteRecords, retention), even while their segment is still on disk."""
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
@@ -248,7 +250,9 @@ class LatestReader(DataSourceReader):
         by_partition: dict[tuple[str, int], list[str]] = {}
         for segment in list_segments(storage, self.options.path, self.bounds):
             by_partition.setdefault((segment.topic, segment.partition), []).append(segment.uri)
-        return [LatestPartition(t, p, tuple(uris)) for (t, p), uris in sorted(by_partition.items())]
+        checkpoints: dict[str, dict[tuple[str, int], int]] = {}
+        return [LatestPartition(t, p, tuple(uris), _log_start(storage, t, p, uris[0], checkpoints))
+                for (t, p), uris in sorted(by_partition.items())]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from segment_io.latest import partition_latest
@@ -259,6 +263,23 @@ class LatestReader(DataSourceReader):
         segments = [(uri, storage.read(uri)) for uri in partition.uris]
         rows = partition_latest(segments, topic=partition.topic, partition=partition.partition,
                                 verify_crc=self.options.verify_crc,
-                                allow_truncated_tail=self.options.allow_truncated_tail)
+                                allow_truncated_tail=self.options.allow_truncated_tail,
+                                log_start=partition.log_start)
         if rows.num_rows:
             yield from rows.to_batches(max_chunksize=self.options.batch_rows)
+
+
+def _log_start(storage: Any, topic: str, partition: int, segment_uri: str,
+               checkpoints: dict[str, dict[tuple[str, int], int]]) -> int:
+    """The partition's entry in the ``log-start-offset-checkpoint`` of the log dir holding ``segment_uri``
+    (0 when there is none, or the segment is not in a partition dir); ``checkpoints`` caches the files read."""
+    from segment_io.checkpoint import read_offset_checkpoint
+    from segment_io.layout import LOG_START_OFFSET_CHECKPOINT, log_dir_file
+
+    if not topic or partition < 0:
+        return 0
+    partition_dir = segment_uri.rsplit("/", 1)[0]
+    uri = log_dir_file(partition_dir, LOG_START_OFFSET_CHECKPOINT)
+    if uri not in checkpoints:
+        checkpoints[uri] = read_offset_checkpoint(storage, uri)
+    return max(checkpoints[uri].get((topic, partition), 0), 0)

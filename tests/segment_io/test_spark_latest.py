@@ -46,3 +46,24 @@ def test_read_latest_refuses_record_options():
         parse_options({"path": "/x", "read": "latest", "startingOffset": "3"})
     with pytest.raises(DataSourceOptionError, match="'read'"):
         parse_options({"path": "/x", "read": "newest"})
+
+
+def test_read_latest_starts_at_the_log_start_offset(spark, tmp_path):
+    """Records below the log-start-offset-checkpoint's entry are deleted for a consumer, segment or not."""
+    from segment_io.checkpoint import write_offset_checkpoint
+    from segment_io.layout import LOG_START_OFFSET_CHECKPOINT, partition_dir_name
+    from segment_io.storage import open_storage
+    from tests.support.builders import LogBuilder, rec, write_log
+
+    register(spark)
+    log_dir = tmp_path / "logs"
+    log = LogBuilder(topic=TOPIC, partition=0)
+    log.batch([rec("a", "1"), rec("b", "2")])
+    log.batch([rec("c", "3"), rec("a", "11")])
+    write_log(log.table(), log_dir / partition_dir_name(TOPIC, 0))
+    write_offset_checkpoint(open_storage(str(log_dir)), str(log_dir / LOG_START_OFFSET_CHECKPOINT), {(TOPIC, 0): 2})
+    rows = latest_frame_rows(spark, log_dir)
+    assert {k[1]: v[:2] for k, v in rows.items()} == {b"a": (b"11", 3), b"c": (b"3", 2)}
+    # the partition dir read alone finds the checkpoint of its log dir too
+    rows = latest_frame_rows(spark, log_dir / partition_dir_name(TOPIC, 0))
+    assert {k for _, k in rows} == {b"a", b"c"}

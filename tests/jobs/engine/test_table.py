@@ -388,3 +388,34 @@ def test_spark_dedupe_equals_the_in_memory_one(spark, tmp_path_factory, logs):
                         for h in r["headers"]]
     assert got == in_memory
     assert sum(read.values()) == records_read
+
+
+def _log_start_inside_a_segment(log_dir: Path) -> None:
+    """One segment a=1 b=2 c=3 a=11 (offsets 0..3) whose log start offset (DeleteRecords) is 2."""
+    log = LogBuilder(topic=TOPIC, partition=0)
+    log.batch([rec("a", "1"), rec("b", "2")])
+    log.batch([rec("c", "3"), rec("a", "11")])
+    write_log(log.table(), log_dir / partition_dir_name(TOPIC, 0))
+    write_offset_checkpoint(open_storage(str(log_dir)), str(log_dir / LOG_START_OFFSET_CHECKPOINT), {(TOPIC, 0): 2})
+
+
+def test_records_below_the_log_start_offset_are_not_in_the_table(tmp_path):
+    """A consumer never sees records below the log start offset, even while their segment is on disk."""
+    _log_start_inside_a_segment(tmp_path / "logs")
+    r = run(tmp_path / "logs", tmp_path / "t")
+    assert r.exit_code == 0 and r.partitions[0].log_start_offset == 2
+    assert {k[1]: v[:2] for k, v in table_rows(tmp_path / "t").items()} == {b"a": (b"11", 3), b"c": (b"3", 2)}
+
+
+def test_max_batch_bytes_bounds_what_a_batch_may_inflate_to(tmp_path):
+    from segment_io.compression import GZIP
+
+    log_dir = tmp_path / "logs"
+    log = LogBuilder(topic=TOPIC, partition=0)
+    log.batch([rec("a", "x" * 20_000), rec("b", "y" * 20_000)])
+    write_log(log.table(), log_dir / partition_dir_name(TOPIC, 0), codec=GZIP)
+    bounded = run(log_dir, tmp_path / "t", max_batch_bytes=4096)
+    (p,) = bounded.partitions
+    assert bounded.exit_code == 1 and p.action == "error" and "4096" in (p.error or ""), p.error
+    assert not (tmp_path / "t").exists()
+    assert run(log_dir, tmp_path / "t").partitions[0].inserts == 2
