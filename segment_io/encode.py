@@ -47,7 +47,7 @@ from segment_io.format import (
     V2_HEADER_SIZE,
     BatchHeaders,
 )
-from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA, has_value_refs, with_value_refs
+from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA, has_value_refs, validity, with_value_refs
 
 # `memoryview(ndarray)  # type: ignore[arg-type]`: numpy declares ndarray.__buffer__ only for Python >= 3.12,
 # so on 3.11 a type checker does not see that an ndarray is a buffer (at run time it is one).
@@ -147,7 +147,8 @@ def input_columns(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] 
     else:
         batches = list(records)
         table = pa.Table.from_batches(batches) if batches else schema.empty_table()
-    missing = [c for c in columns if c not in table.column_names]
+    names = set(table.schema.names)  # one set: `column_names` builds a new list on every access
+    missing = [c for c in columns if c not in names]
     if missing:
         raise UsageError(f"encoder input lacks column(s) {missing}")
     return table.select(list(columns))
@@ -182,12 +183,6 @@ def _ints(table: pa.Table, name: str, dtype: type) -> np.ndarray:
     return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=dtype)
 
 
-def _validity(arr: pa.Array) -> np.ndarray:
-    if arr.null_count == 0:
-        return np.ones(len(arr), dtype=np.bool_)
-    return np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=np.bool_)
-
-
 def _binary_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(offsets int32[n+1], data uint8, validity bool[n]) of a binary or string array, zero-copy."""
     n = len(arr)
@@ -198,7 +193,7 @@ def _binary_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         offsets = np.frombuffer(bufs[1], dtype=np.int32, count=n + 1, offset=arr.offset * 4)
     data = np.frombuffer(bufs[2], dtype=np.uint8) if len(bufs) > 2 and bufs[2] is not None else \
         np.zeros(0, dtype=np.uint8)
-    return offsets, data, _validity(arr)
+    return offsets, data, validity(arr)
 
 
 def _header_parts(arr: pa.ListArray) -> tuple[np.ndarray, ...]:
@@ -213,7 +208,7 @@ def _header_parts(arr: pa.ListArray) -> tuple[np.ndarray, ...]:
     keys, values = arr.values.flatten()
     hk_off, hk_data, _ = _binary_parts(keys)
     hv_off, hv_data, hv_valid = _binary_parts(values)
-    return (list_offsets, _validity(arr), hk_off, hk_data, hv_off, hv_data, hv_valid)
+    return (list_offsets, validity(arr), hk_off, hk_data, hv_off, hv_data, hv_valid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -294,7 +289,7 @@ def _plan_records(table: pa.Table, codec_override: int | None) -> _Plan:
 
     cols = {name: _ints(table, name, np.int64) for name in _BATCH_CONSTANT}
     horizon_arr = _column(table, "delete_horizon_ms")
-    has_h = _validity(horizon_arr)
+    has_h = validity(horizon_arr)
     horizon = _ints(table, "delete_horizon_ms", np.int64)
     for name, values in list(cols.items()) + [("delete_horizon_ms", np.where(has_h, horizon, np.iinfo(np.int64).min))]:
         differs = np.flatnonzero(values != np.repeat(values[starts], counts))
@@ -642,7 +637,7 @@ def _gather_refs(table: pa.Table, rows: np.ndarray,
     payload is decompressed again, once for all its rows). Rows not in ``rows`` get empty values."""
     arr = _column(table, "value")
     n = len(arr)
-    valid = _validity(arr)
+    valid = validity(arr)
     refs = _ints(table, "value", np.int64)
     seg = _ints(table, "segment_base_offset", np.int64)
     codec = _ints(table, "codec", np.int64)

@@ -37,7 +37,6 @@ from typing import Mapping
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from jobs.rules.kafka_defaults import DELETE_RETENTION_MS, LONG_MAX
 from jobs.rules.offset_map import OffsetMapResult
@@ -54,6 +53,8 @@ from segment_io.schema import (
     BATCH_SCHEMA,
     KEY_HASH_SCHEMA,
     RECORD_SCHEMA,
+    int64_or_zero,
+    validity,
 )
 
 
@@ -165,8 +166,8 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
         raise CleanerInputError("clean_records needs rows in strictly increasing offset order")
     col = {name: records.column(name).to_numpy() for name in _BATCH_NUMERIC}
     horizon_col = records.column("delete_horizon_ms")
-    row_has_h = pc.is_valid(horizon_col).to_numpy(zero_copy_only=False)
-    row_h = horizon_col.fill_null(0).to_numpy()
+    row_has_h = validity(horizon_col)
+    row_h = int64_or_zero(horizon_col)
 
     # ---- batches: runs of rows from the same source batch, then the header-only batches ----
     boundary = np.ones(n, bool)
@@ -185,8 +186,8 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
         e_h = empties.column("delete_horizon_ms")
         for name in _BATCH_NUMERIC:
             b[name] = np.concatenate([b[name], empties.column(name).to_numpy()])
-        b_has_h = np.concatenate([b_has_h, pc.is_valid(e_h).to_numpy(zero_copy_only=False)])
-        b_h = np.concatenate([b_h, e_h.fill_null(0).to_numpy()])
+        b_has_h = np.concatenate([b_has_h, validity(e_h)])
+        b_h = np.concatenate([b_h, int64_or_zero(e_h)])
         b_ctype = np.concatenate([b_ctype, np.full(empties.num_rows, -1, np.int16)])
         counts = np.concatenate([counts, np.zeros(empties.num_rows, np.int64)])
 
@@ -201,7 +202,8 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
     known_marker = (b_ctype == CONTROL_ABORT) | (b_ctype == CONTROL_COMMIT)
     # A marker may go once its transaction has no data left in the log (for ABORT: every aborted batch is
     # gone, item 15; for COMMIT: this pass saw none of its data, item 16). An emptied marker always may.
-    marker_has_data = np.isin(b["batch_base_offset"], txn_state.completed.markers_with_data())
+    with_data = txn_state.completed.markers_with_data()
+    marker_has_data = np.isin(b["batch_base_offset"], with_data) if len(with_data) else np.zeros(len(control), bool)
     can_discard = np.where(control, (counts == 0) | (known_marker & ~marker_has_data), aborted_data)
     discard_records = np.where(control, can_discard & b_has_h & (b_h <= now), can_discard)
     last_of_producer = txn_state.active.is_last_batch(pid, last, b["producer_epoch"], control)
@@ -212,8 +214,8 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
     # ---- shouldRetainRecord, per row ----
     row_discard = discard_records[batch_id]
     row_control = control[batch_id]
-    key_null = pc.is_null(records.column("key")).to_numpy(zero_copy_only=False)
-    value_null = pc.is_null(records.column("value")).to_numpy(zero_copy_only=False)
+    key_null = ~validity(records.column("key"))
+    value_null = ~validity(records.column("value"))
     past_latest = offsets > offset_map.latest_offset
     judged = ~row_discard & ~row_control & ~past_latest  # data rows the map decides
     keyless = judged & key_null
@@ -339,9 +341,8 @@ def _surviving_rows(records: pa.Table, keep: np.ndarray, batch_id: np.ndarray, r
     last_off = np.full(nb, -1, np.int64)
     np.maximum.at(last_off, bid, offs)
 
-    has_h = np.where(row_rebuilt, new_has_h[bid], pc.is_valid(out.column("delete_horizon_ms")).to_numpy(
-        zero_copy_only=False))
-    h = np.where(row_rebuilt, new_h[bid], out.column("delete_horizon_ms").fill_null(0).to_numpy())
+    has_h = np.where(row_rebuilt, new_has_h[bid], validity(out.column("delete_horizon_ms")))
+    h = np.where(row_rebuilt, new_h[bid], int64_or_zero(out.column("delete_horizon_ms")))
     base_ts = np.where(new_has_h, new_h, ts[first_row])
     batch_max = np.where(b["timestamp_type"] == 1, b["batch_max_timestamp"], max_ts)
     legacy = b["magic"] < 2
@@ -362,7 +363,9 @@ def _surviving_rows(records: pa.Table, keep: np.ndarray, batch_id: np.ndarray, r
 
 def _empty_headers(b: dict[str, np.ndarray], selected: np.ndarray) -> pa.Table:
     """Header-only batches as Kafka's DefaultRecordBatch.writeEmptyHeader writes them."""
-    k = int(selected.sum())
+    k = int(np.count_nonzero(selected))
+    if k == 0:  # the common case: no table to assemble column by column
+        return _EMPTY_BATCHES
     cols = {name: b[name][selected] for name in _BATCH_NUMERIC}
     cols["batch_size"] = np.full(k, V2_HEADER_SIZE, np.int32)
     cols["batch_base_timestamp"] = np.full(k, NO_TIMESTAMP, np.int64)
@@ -380,6 +383,9 @@ def _empty_headers(b: dict[str, np.ndarray], selected: np.ndarray) -> pa.Table:
             arrays.append(pa.array(cols[name], ftype))
     table = pa.Table.from_arrays(arrays, schema=BATCH_SCHEMA)
     return table.sort_by("batch_base_offset") if k > 1 else table
+
+
+_EMPTY_BATCHES = BATCH_SCHEMA.empty_table()
 
 
 def _bytes_kept(size: np.ndarray, counts: np.ndarray, kept: np.ndarray, written: np.ndarray, rebuilt: np.ndarray,
@@ -402,7 +408,7 @@ def key_hash_table(records: pa.Table, key_hashes: tuple[np.ndarray, np.ndarray] 
     Null keys hash to (0, 0). ``key_hashes`` defaults to ``segment_io.decode.hash_keys`` of the key column.
     """
     hi, lo = _hashes(records, key_hashes)
-    key_null = pc.is_null(records.column("key")).to_numpy(zero_copy_only=False)
+    key_null = ~validity(records.column("key"))
     hi = np.where(key_null, 0, hi)
     lo = np.where(key_null, 0, lo)
     n = records.num_rows
@@ -421,7 +427,7 @@ def key_hash_table(records: pa.Table, key_hashes: tuple[np.ndarray, np.ndarray] 
         ctype = np.where(control, per_batch[np.cumsum(boundary) - 1], -1).astype(np.int16)
     arrays = {
         "key_hash_hi": pa.array(hi, pa.int64()), "key_hash_lo": pa.array(lo, pa.int64()),
-        "key_is_null": pa.array(key_null), "value_is_null": pc.is_null(records.column("value")),
+        "key_is_null": pa.array(key_null), "value_is_null": pa.array(~validity(records.column("value"))),
         "control_type": pa.array(ctype, pa.int16()),
     }
     return pa.table([arrays[f.name] if f.name in arrays else records.column(f.name) for f in KEY_HASH_SCHEMA],
