@@ -146,4 +146,4 @@ def int64_or_zero(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
         return np.zeros(len(arr), np.int64)
     if nulls:
         arr = arr.fill_null(0)
-    return np.asarray(arr.to_numpy(), np.int64)
+    return np.asarray(arr.to_numpy(zero_copy_only=False), np.int64)

@@ -224,6 +224,24 @@ def test_invalid_rows_raise_with_the_offset() -> None:
         encode_batches(_with(table, "timestamp", [-5, 1, 2]))
 
 
+def test_batch_columns_differing_within_a_batch_name_the_first_such_column() -> None:
+    log = LogBuilder()
+    log.batch([rec("a", "1"), rec("b", "2"), rec("c", "3")])
+    log.batch([rec("d", "4")])
+    table = log.table()
+    # producer_id differs on the second row, partition_leader_epoch on the third: the column checked first
+    # (the encoder's order of batch-level columns) is named, with the first row where it differs
+    bad = _with(_with(table, "producer_id", [-1, 7, 7, -1]), "partition_leader_epoch", [0, 0, 3, 0])
+    with pytest.raises(InvalidRecordsError, match="producer_id") as err:
+        encode_batches(bad)
+    assert err.value.offset == 1
+    with pytest.raises(InvalidRecordsError, match="partition_leader_epoch") as err:
+        encode_batches(_with(table, "partition_leader_epoch", [0, 0, 3, 0]))
+    assert err.value.offset == 2
+    # values that differ between batches but not within one are fine
+    assert encode_batches(_with(table, "producer_epoch", [1, 1, 1, 2])).batch_count == 2
+
+
 def test_nothing_encodes_to_nothing() -> None:
     enc = encode_batches(RECORD_SCHEMA.empty_table())
     assert enc.size == 0 and enc.to_bytes() == b"" and enc.batch_count == 0
