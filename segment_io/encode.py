@@ -157,8 +157,21 @@ def input_columns(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] 
 
 def input_schema(table: pa.Table, columns: tuple[str, ...], schema: pa.Schema) -> pa.Schema:
     """The types the kernels want for ``columns``: ``schema``'s, with value references kept as such."""
+    refs = has_value_refs(table.schema)
+    # Built once per (columns, schema, refs): assembling a schema field by field costs more than encoding a
+    # small partition's batches. Keyed by identity (hashing a schema costs as much); the entry keeps the
+    # schema it was built from alive, so an identity match is that schema.
+    key = (columns, id(schema), refs)
+    hit = _INPUT_SCHEMAS.get(key)
+    if hit is not None and hit[0] is schema:
+        return hit[1]
     target = pa.schema([schema.field(c) for c in columns])
-    return with_value_refs(target) if has_value_refs(table.schema) else target
+    target = with_value_refs(target) if refs else target
+    _INPUT_SCHEMAS[key] = (schema, target)
+    return target
+
+
+_INPUT_SCHEMAS: dict[tuple[tuple[str, ...], int, bool], tuple[pa.Schema, pa.Schema]] = {}
 
 
 def _as_table(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | None,

@@ -165,7 +165,8 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
     file mtime, for the legacy tombstone rule (a segment not listed keeps its legacy tombstones).
     """
     n = records.num_rows
-    if records.num_columns and records.column(0).num_chunks > 1 and records.nbytes <= _COMBINE_BYTES:
+    if records.num_columns and records.column(0).num_chunks > 1 \
+            and records.get_total_buffer_size() <= _COMBINE_BYTES:  # (`nbytes` costs more than the copy)
         # A small group (the segments of a small partition, one chunk each) is cheaper to handle as one chunk:
         # every column below is then read without a concatenation, and the kept rows filtered in one pass.
         records = records.combine_chunks()
@@ -233,9 +234,11 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
         hi, lo = _hashes(records, key_hashes)
         mapped[lookup] = offset_map.offset_map.get(hi[lookup], lo[lookup])
     latest_for_key = offsets >= mapped
-    retain_deletes = np.where(col["magic"] < 2, _legacy_retain(col["segment_base_offset"], params,
-                                                               segment_last_modified_ms),
-                              ~row_has_h | (now < row_h))
+    retain_deletes = ~row_has_h | (now < row_h)
+    legacy_rows = col["magic"] < 2
+    if legacy_rows.any():  # the per-segment rule of pre-v2 tombstones (rare: old archives)
+        retain_deletes = np.where(legacy_rows, _legacy_retain(col["segment_base_offset"], params,
+                                                              segment_last_modified_ms), retain_deletes)
     keep_judged = latest_for_key & (~value_null | retain_deletes)
     keep = ~row_discard & (row_control | past_latest | (lookup & keep_judged))
 
