@@ -186,7 +186,7 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
                         | (col["segment_base_offset"][1:] != col["segment_base_offset"][:-1]))
     starts = np.flatnonzero(boundary)
     batch_id = np.cumsum(boundary) - 1
-    counts = np.diff(np.r_[starts, n]).astype(np.int64)
+    counts = np.diff(np.append(starts, n)).astype(np.int64)
     b = {name: col[name][starts] for name in _BATCH_NUMERIC}
     b_has_h, b_h = row_has_h[starts], row_h[starts]
     b_ctype = _control_types(records, starts, b)
@@ -343,14 +343,17 @@ def _surviving_rows(records: pa.Table, keep: np.ndarray, batch_id: np.ndarray, r
     ts = out.column("timestamp").to_numpy()
     offs = out.column("offset").to_numpy()
     nb = len(rebuilt)
-    # Rows of one batch are contiguous: the first kept row of each batch gives its first timestamp/offset.
+    # Rows of one batch are contiguous and in offset order (batch ids never decrease): the first kept row of
+    # each batch gives its first timestamp/offset, the last its last offset, a reduction over each run its
+    # max timestamp. (Rows are kept, so there is at least one run.)
+    first_idx = np.flatnonzero(np.diff(bid, prepend=-1))
+    present = bid[first_idx]
     first_row = np.zeros(nb, np.int64)
-    present, first_idx = np.unique(bid, return_index=True)
     first_row[present] = first_idx
     max_ts = np.full(nb, np.iinfo(np.int64).min, np.int64)
-    np.maximum.at(max_ts, bid, ts)
+    max_ts[present] = np.maximum.reduceat(ts, first_idx)
     last_off = np.full(nb, -1, np.int64)
-    np.maximum.at(last_off, bid, offs)
+    last_off[present] = offs[np.append(first_idx[1:], len(bid)) - 1]
 
     has_h = np.where(row_rebuilt, new_has_h[bid], validity(out.column("delete_horizon_ms")))
     h = np.where(row_rebuilt, new_h[bid], int64_or_zero(out.column("delete_horizon_ms")))
