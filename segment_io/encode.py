@@ -54,6 +54,8 @@ from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA, has_value_refs, valid
 
 _INT32_MAX = (1 << 31) - 1
 _INT64_MIN = np.int64(-(1 << 63))
+#: Up to this many rows the batch-constant columns are checked stacked in one comparison (see _plan_records).
+_STACKED_CHECK_ROWS = 1 << 14
 _LOG_APPEND_TIME = 1
 _MAGIC_V2 = 2
 
@@ -309,11 +311,17 @@ def _plan_records(table: pa.Table, codec_override: int | None) -> _Plan:
     horizon = _ints(table, "delete_horizon_ms", np.int64)
     checked = list(cols.items()) + [("delete_horizon_ms", np.where(has_h, horizon, _INT64_MIN))]
     if n > 1:
-        # All columns at once: a row that differs from the row before it in its batch (one comparison for the
-        # common case of valid input); the column-by-column search below names the first offending column.
+        # Valid input (the common case) is recognised by comparing each row with the row before it in its
+        # batch; the column-by-column search below then only runs to name the first offending column. Few
+        # rows: all columns stacked into one comparison (per-call overhead dominates); many: one column at a
+        # time (no copy of all of them at once).
         inside = ~boundary[1:]
-        stacked = np.stack([values for _, values in checked])
-        if not ((stacked[:, 1:] != stacked[:, :-1]) & inside).any():
+        if n <= _STACKED_CHECK_ROWS:
+            stacked = np.stack([values for _, values in checked])
+            differ = bool(((stacked[:, 1:] != stacked[:, :-1]) & inside).any())
+        else:
+            differ = any(bool(((values[1:] != values[:-1]) & inside).any()) for _, values in checked)
+        if not differ:
             checked = []
     for name, values in checked:
         differs = np.flatnonzero(values != np.repeat(values[starts], counts))

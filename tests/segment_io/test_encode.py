@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 from kafka.record import MemoryRecords
 
+from segment_io import encode
 from segment_io.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD, compress
 from segment_io.encode import encode_batches
 from segment_io.errors import InvalidRecordsError, UsageError
@@ -224,7 +225,11 @@ def test_invalid_rows_raise_with_the_offset() -> None:
         encode_batches(_with(table, "timestamp", [-5, 1, 2]))
 
 
-def test_batch_columns_differing_within_a_batch_name_the_first_such_column() -> None:
+@pytest.mark.parametrize("stacked_rows", [1 << 14, 0], ids=["stacked", "column-by-column"])
+def test_batch_columns_differing_within_a_batch_name_the_first_such_column(stacked_rows: int,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # both ways of recognising valid input: all columns in one comparison (few rows) and one by one (many)
+    monkeypatch.setattr(encode, "_STACKED_CHECK_ROWS", stacked_rows)
     log = LogBuilder()
     log.batch([rec("a", "1"), rec("b", "2"), rec("c", "3")])
     log.batch([rec("d", "4")])
