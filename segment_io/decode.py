@@ -39,6 +39,7 @@ from segment_io.errors import (
     UnsupportedCodecError,
 )
 from segment_io.format import (
+    ATTR_CODEC_MASK,
     ATTR_CONTROL,
     ATTR_DELETE_HORIZON,
     ATTR_TIMESTAMP_TYPE,
@@ -81,6 +82,8 @@ _INT32_MAX = 2**31 - 1
 _CHUNK_BYTES = 64 << 20
 _COMPRESSED_WEIGHT = 8
 _HEADERS_TYPE = RECORD_SCHEMA.field("headers").type
+_RECORD_TYPES = {f.name: f.type for f in RECORD_SCHEMA}
+_KEY_HASH_TYPES = {f.name: f.type for f in KEY_HASH_SCHEMA}
 _NO_TIMESTAMP_TYPE, _CREATE_TIME, _LOG_APPEND_TIME = -1, 0, 1
 
 
@@ -153,11 +156,11 @@ class _V2Input:
 
 def _check_v2_crcs(seg: _Segment, batches: np.ndarray) -> None:
     hdr, mv = seg.hdr, seg.mv
-    for b in batches.tolist():
-        pos = int(hdr.position[b])
-        actual = crc32c.crc32c(mv[pos + V2_CRC_START:pos + int(hdr.size[b])])
-        if actual != int(hdr.crc[b]):
-            raise seg.error(CrcMismatchError, f"CRC-32C mismatch: stored {int(hdr.crc[b]):#010x}, "
+    for b, pos, size, stored in zip(batches.tolist(), hdr.position[batches].tolist(), hdr.size[batches].tolist(),
+                                    hdr.crc[batches].tolist()):
+        actual = crc32c.crc32c(mv[pos + V2_CRC_START:pos + size])
+        if actual != stored:
+            raise seg.error(CrcMismatchError, f"CRC-32C mismatch: stored {stored:#010x}, "
                                               f"computed {actual:#010x}", b)
 
 
@@ -224,8 +227,11 @@ def _plan_v2(seg: _Segment, batches: np.ndarray) -> _V2Plan:
     rstart = hdr.position[batches] + V2_HEADER_SIZE
     rend = hdr.position[batches] + hdr.size[batches].astype(np.int64)
     counts = hdr.record_count[batches].astype(np.int64)
-    codecs = hdr.codec[batches]
+    codecs = hdr.attributes[batches] & ATTR_CODEC_MASK  # v2 batches only: BatchHeaders.codec without the legacy case
     which = np.flatnonzero(codecs)
+    if len(which) == 0:  # nothing compressed (common for small partitions): nothing to plan or bound
+        none = np.zeros(0, np.int64)
+        return _V2Plan(batches, rstart, rend, counts, which, none, none, none, none, none, none, 0, None)
     c_codecs, c_counts = codecs[which].astype(np.int64), counts[which]
     c_start, c_end = rstart[which], rend[which]
     limits = compression.batch_limit(c_counts, seg.max_batch_bytes)
@@ -405,33 +411,40 @@ def _v2_batch_columns(seg: _Segment, batches: np.ndarray, counts: np.ndarray, na
     """Batch-level columns of RECORD_SCHEMA, repeated once per record."""
     hdr = seg.hdr
     attrs = hdr.attributes[batches]
-    horizon = (attrs & ATTR_DELETE_HORIZON) != 0
     per_batch = {
-        "timestamp_type": ((attrs & ATTR_TIMESTAMP_TYPE) != 0).astype(np.int8),
-        "batch_base_offset": hdr.base_offset[batches],
-        "batch_last_offset": hdr.last_offset[batches],
-        "batch_position": hdr.position[batches],
-        "batch_size": hdr.size[batches],
-        "batch_base_timestamp": hdr.base_timestamp[batches],
-        "batch_max_timestamp": hdr.max_timestamp[batches],
-        "magic": hdr.magic[batches],
-        "codec": hdr.codec[batches],
-        "transactional": (attrs & ATTR_TRANSACTIONAL) != 0,
-        "control": (attrs & ATTR_CONTROL) != 0,
-        "producer_id": hdr.producer_id[batches],
-        "producer_epoch": hdr.producer_epoch[batches],
-        "base_sequence": hdr.base_sequence[batches],
-        "partition_leader_epoch": hdr.partition_leader_epoch[batches],
+        "timestamp_type": lambda: ((attrs & ATTR_TIMESTAMP_TYPE) != 0).astype(np.int8),
+        "batch_base_offset": lambda: hdr.base_offset[batches],
+        "batch_last_offset": lambda: hdr.last_offset[batches],
+        "batch_position": lambda: hdr.position[batches],
+        "batch_size": lambda: hdr.size[batches],
+        "batch_base_timestamp": lambda: hdr.base_timestamp[batches],
+        "batch_max_timestamp": lambda: hdr.max_timestamp[batches],
+        "magic": lambda: hdr.magic[batches],
+        "codec": lambda: (attrs & ATTR_CODEC_MASK).astype(np.int8),  # v2 only: no legacy codec bits to pick
+        "transactional": lambda: (attrs & ATTR_TRANSACTIONAL) != 0,
+        "control": lambda: (attrs & ATTR_CONTROL) != 0,
+        "producer_id": lambda: hdr.producer_id[batches],
+        "producer_epoch": lambda: hdr.producer_epoch[batches],
+        "base_sequence": lambda: hdr.base_sequence[batches],
+        "partition_leader_epoch": lambda: hdr.partition_leader_epoch[batches],
     }
     out: dict[str, pa.Array] = {}
     for name, values in per_batch.items():
         if name in names:
-            out[name] = pa.array(np.repeat(values, counts), type=RECORD_SCHEMA.field(name).type)
+            out[name] = pa.array(np.repeat(values(), counts), type=_RECORD_TYPES[name])
     if "delete_horizon_ms" in names:
-        valid = np.repeat(horizon, counts)
-        out["delete_horizon_ms"] = pa.array(np.repeat(hdr.base_timestamp[batches], counts), type=pa.int64(),
-                                            mask=~valid)
+        out["delete_horizon_ms"] = _horizons(attrs, hdr.base_timestamp[batches], counts)
     return out
+
+
+def _horizons(attrs: np.ndarray, base_timestamp: np.ndarray, counts: np.ndarray) -> pa.Array:
+    """The ``delete_horizon_ms`` column of records of v2 batches: the base timestamp of a batch whose delete
+    horizon flag is set, else null."""
+    horizon = (attrs & ATTR_DELETE_HORIZON) != 0
+    n = int(counts.sum())
+    if not horizon.any():  # the common case: no mask to build and apply
+        return pa.nulls(n, pa.int64())
+    return pa.array(np.repeat(base_timestamp, counts), type=pa.int64(), mask=~np.repeat(horizon, counts))
 
 
 def _decode_v2(seg: _Segment, batches: np.ndarray, names: set[str]) -> list[dict[str, pa.Array]]:
@@ -654,6 +667,9 @@ def _runs(hdr: BatchHeaders, batches: np.ndarray) -> Iterator[tuple[bool, np.nda
     if len(batches) == 0:
         return
     is_v2 = hdr.magic[batches] == 2
+    if is_v2.all():
+        yield True, batches
+        return
     cuts = np.flatnonzero(is_v2[1:] != is_v2[:-1]) + 1
     for run in np.split(batches, cuts):
         yield bool(hdr.magic[run[0]] == 2), run
@@ -685,6 +701,9 @@ def _chunks(hdr: BatchHeaders, max_rows: int | None, max_bytes: int) -> Iterator
     larger batch forms its own group)."""
     n = len(hdr)
     if n == 0:
+        return
+    if max_rows is None and hdr.end - int(hdr.position[0]) <= max_bytes // _COMPRESSED_WEIGHT:
+        yield np.arange(n, dtype=np.int64)  # within budget even if every batch were compressed: one chunk
         return
     rows = np.cumsum(np.maximum(hdr.record_count.astype(np.int64), 1))
     weight = np.where(hdr.codec != 0, _COMPRESSED_WEIGHT, 1)
@@ -812,11 +831,10 @@ def _key_hash_input(seg: _Segment, inp: _V2Input) -> pa.Table:
         "producer_id": hdr.producer_id[b], "producer_epoch": hdr.producer_epoch[b],
         "batch_max_timestamp": hdr.max_timestamp[b], "magic": hdr.magic[b],
     }
-    cols: dict[str, pa.Array] = {name: pa.array(values) for name, values in out.items()}
+    cols: dict[str, pa.Array] = {name: pa.array(values, type=_KEY_HASH_TYPES[name]) for name, values in out.items()}
     for name, values in repeated.items():
-        cols[name] = pa.array(np.repeat(values, counts), type=KEY_HASH_SCHEMA.field(name).type)
-    horizon = np.repeat((attrs & ATTR_DELETE_HORIZON) != 0, counts)
-    cols["delete_horizon_ms"] = pa.array(np.repeat(hdr.base_timestamp[b], counts), type=pa.int64(), mask=~horizon)
+        cols[name] = pa.array(np.repeat(values, counts), type=_KEY_HASH_TYPES[name])
+    cols["delete_horizon_ms"] = _horizons(attrs, hdr.base_timestamp[b], counts)
     return pa.Table.from_arrays([cols[name] for name in KEY_HASH_SCHEMA.names], schema=KEY_HASH_SCHEMA)
 
 

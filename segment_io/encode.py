@@ -47,12 +47,15 @@ from segment_io.format import (
     V2_HEADER_SIZE,
     BatchHeaders,
 )
-from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA, has_value_refs, with_value_refs
+from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA, has_value_refs, validity, with_value_refs
 
 # `memoryview(ndarray)  # type: ignore[arg-type]`: numpy declares ndarray.__buffer__ only for Python >= 3.12,
 # so on 3.11 a type checker does not see that an ndarray is a buffer (at run time it is one).
 
 _INT32_MAX = (1 << 31) - 1
+_INT64_MIN = np.int64(-(1 << 63))
+#: Up to this many rows the batch-constant columns are checked stacked in one comparison (see _plan_records).
+_STACKED_CHECK_ROWS = 1 << 14
 _LOG_APPEND_TIME = 1
 _MAGIC_V2 = 2
 
@@ -147,7 +150,8 @@ def input_columns(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] 
     else:
         batches = list(records)
         table = pa.Table.from_batches(batches) if batches else schema.empty_table()
-    missing = [c for c in columns if c not in table.column_names]
+    names = set(table.schema.names)  # one set: `column_names` builds a new list on every access
+    missing = [c for c in columns if c not in names]
     if missing:
         raise UsageError(f"encoder input lacks column(s) {missing}")
     return table.select(list(columns))
@@ -155,8 +159,21 @@ def input_columns(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] 
 
 def input_schema(table: pa.Table, columns: tuple[str, ...], schema: pa.Schema) -> pa.Schema:
     """The types the kernels want for ``columns``: ``schema``'s, with value references kept as such."""
+    refs = has_value_refs(table.schema)
+    # Built once per (columns, schema, refs): assembling a schema field by field costs more than encoding a
+    # small partition's batches. Keyed by identity (hashing a schema costs as much); the entry keeps the
+    # schema it was built from alive, so an identity match is that schema.
+    key = (columns, id(schema), refs)
+    hit = _INPUT_SCHEMAS.get(key)
+    if hit is not None and hit[0] is schema:
+        return hit[1]
     target = pa.schema([schema.field(c) for c in columns])
-    return with_value_refs(target) if has_value_refs(table.schema) else target
+    target = with_value_refs(target) if refs else target
+    _INPUT_SCHEMAS[key] = (schema, target)
+    return target
+
+
+_INPUT_SCHEMAS: dict[tuple[tuple[str, ...], int, bool], tuple[pa.Schema, pa.Schema]] = {}
 
 
 def _as_table(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | None,
@@ -177,15 +194,11 @@ def _column(table: pa.Table, name: str) -> pa.Array:
 
 def _ints(table: pa.Table, name: str, dtype: type) -> np.ndarray:
     arr = _column(table, name)
+    if arr.null_count == len(arr):  # e.g. no delete horizon anywhere: no compute call for it
+        return np.zeros(len(arr), dtype=dtype)
     if arr.null_count:
         arr = arr.fill_null(False if pa.types.is_boolean(arr.type) else 0)
     return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=dtype)
-
-
-def _validity(arr: pa.Array) -> np.ndarray:
-    if arr.null_count == 0:
-        return np.ones(len(arr), dtype=np.bool_)
-    return np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=np.bool_)
 
 
 def _binary_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -198,7 +211,7 @@ def _binary_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         offsets = np.frombuffer(bufs[1], dtype=np.int32, count=n + 1, offset=arr.offset * 4)
     data = np.frombuffer(bufs[2], dtype=np.uint8) if len(bufs) > 2 and bufs[2] is not None else \
         np.zeros(0, dtype=np.uint8)
-    return offsets, data, _validity(arr)
+    return offsets, data, validity(arr)
 
 
 def _header_parts(arr: pa.ListArray) -> tuple[np.ndarray, ...]:
@@ -213,7 +226,7 @@ def _header_parts(arr: pa.ListArray) -> tuple[np.ndarray, ...]:
     keys, values = arr.values.flatten()
     hk_off, hk_data, _ = _binary_parts(keys)
     hv_off, hv_data, hv_valid = _binary_parts(values)
-    return (list_offsets, _validity(arr), hk_off, hk_data, hv_off, hv_data, hv_valid)
+    return (list_offsets, validity(arr), hk_off, hk_data, hv_off, hv_data, hv_valid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -294,9 +307,23 @@ def _plan_records(table: pa.Table, codec_override: int | None) -> _Plan:
 
     cols = {name: _ints(table, name, np.int64) for name in _BATCH_CONSTANT}
     horizon_arr = _column(table, "delete_horizon_ms")
-    has_h = _validity(horizon_arr)
+    has_h = validity(horizon_arr)
     horizon = _ints(table, "delete_horizon_ms", np.int64)
-    for name, values in list(cols.items()) + [("delete_horizon_ms", np.where(has_h, horizon, np.iinfo(np.int64).min))]:
+    checked = list(cols.items()) + [("delete_horizon_ms", np.where(has_h, horizon, _INT64_MIN))]
+    if n > 1:
+        # Valid input (the common case) is recognised by comparing each row with the row before it in its
+        # batch; the column-by-column search below then only runs to name the first offending column. Few
+        # rows: all columns stacked into one comparison (per-call overhead dominates); many: one column at a
+        # time (no copy of all of them at once).
+        inside = ~boundary[1:]
+        if n <= _STACKED_CHECK_ROWS:
+            stacked = np.stack([values for _, values in checked])
+            differ = bool(((stacked[:, 1:] != stacked[:, :-1]) & inside).any())
+        else:
+            differ = any(bool(((values[1:] != values[:-1]) & inside).any()) for _, values in checked)
+        if not differ:
+            checked = []
+    for name, values in checked:
         differs = np.flatnonzero(values != np.repeat(values[starts], counts))
         if len(differs):
             i = int(differs[0])
@@ -642,7 +669,7 @@ def _gather_refs(table: pa.Table, rows: np.ndarray,
     payload is decompressed again, once for all its rows). Rows not in ``rows`` get empty values."""
     arr = _column(table, "value")
     n = len(arr)
-    valid = _validity(arr)
+    valid = validity(arr)
     refs = _ints(table, "value", np.int64)
     seg = _ints(table, "segment_base_offset", np.int64)
     codec = _ints(table, "codec", np.int64)

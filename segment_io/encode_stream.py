@@ -35,7 +35,7 @@ from segment_io.encode import (
 )
 from segment_io.errors import InvalidRecordsError, UsageError
 from segment_io.format import BatchHeaders
-from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA, has_value_refs
+from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA, has_value_refs, int64_or_zero
 from segment_io.storage.base import release_mapped_pages
 
 #: Keys and values per encoded part. Large enough that the per-call cost of the encoder (planning, numba
@@ -50,10 +50,7 @@ _HEADER_FIELDS = tuple(f.name for f in dataclasses.fields(BatchHeaders) if f.nam
 
 
 def _int_column(chunk: pa.RecordBatch, name: str) -> np.ndarray:
-    arr = chunk.column(name)
-    if arr.null_count:
-        arr = arr.fill_null(0)
-    return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.int64)
+    return int64_or_zero(chunk.column(name))
 
 
 def _byte_lengths(arr: pa.Array) -> np.ndarray:
@@ -213,7 +210,7 @@ def _release_sources_before(part: pa.Table, sources: Mapping[int, bytes | memory
     if part.num_rows == 0:
         return
     segs = np.asarray(part.column("segment_base_offset").to_numpy(), dtype=np.int64)
-    pos = np.asarray(part.column("batch_position").fill_null(0).to_numpy(), dtype=np.int64)
+    pos = int64_or_zero(part.column("batch_position"))
     for seg in np.unique(segs).tolist():
         src = sources.get(int(seg))
         if src is not None:

@@ -212,53 +212,89 @@ def batch_positions(data: bytes | memoryview | mmap.mmap, *, path: str | None = 
     return positions, magics, truncated
 
 
-def _field(buf: np.ndarray, positions: np.ndarray, at: int, big_endian: str) -> np.ndarray:
-    """The big-endian field of type ``big_endian`` (e.g. ``">i8"``) at byte ``at`` of every batch."""
-    dtype = np.dtype(big_endian)
-    raw = buf[positions[:, None] + np.arange(at, at + dtype.itemsize)]
-    return np.ascontiguousarray(raw).view(dtype).reshape(-1)
+#: The fixed v2 header as numpy reads it: one record per batch over the gathered header bytes, each field at
+#: its byte offset, big-endian (the columns of :class:`BatchHeaders` are then one conversion each).
+_V2_RECORD = np.dtype({
+    "names": ["base_offset", "size", "partition_leader_epoch", "crc", "attributes", "last_offset_delta",
+              "base_timestamp", "max_timestamp", "producer_id", "producer_epoch", "base_sequence", "record_count"],
+    "formats": [">i8", ">i4", ">i4", ">u4", ">i2", ">i4", ">i8", ">i8", ">i8", ">i2", ">i4", ">i4"],
+    "offsets": [0, SIZE_OFFSET, V2_PARTITION_LEADER_EPOCH, V2_CRC, V2_ATTRIBUTES, V2_LAST_OFFSET_DELTA,
+                V2_BASE_TIMESTAMP, V2_MAX_TIMESTAMP, V2_PRODUCER_ID, V2_PRODUCER_EPOCH, V2_BASE_SEQUENCE,
+                V2_RECORDS_COUNT],
+    "itemsize": V2_HEADER_SIZE,
+})
+_V2_SPAN = np.arange(V2_HEADER_SIZE, dtype=np.int64)
+#: The legacy header up to the magic-1 timestamp (a magic-0 message is shorter: its bytes past the
+#: attributes are read from a zero-padded copy and then ignored).
+_LEGACY_RECORD = np.dtype({
+    "names": ["base_offset", "size", "crc", "attributes", "timestamp"],
+    "formats": [">i8", ">i4", ">u4", "i1", ">i8"],
+    "offsets": [0, SIZE_OFFSET, LEGACY_CRC, LEGACY_ATTRIBUTES, LEGACY_TIMESTAMP],
+    "itemsize": LEGACY_V1_HEADER.size,
+})
+_LEGACY_SPAN = np.arange(LEGACY_V1_HEADER.size, dtype=np.int64)
+
+
+def _gather(buf: np.ndarray, positions: np.ndarray, span: np.ndarray, record: np.dtype) -> np.ndarray:
+    """The header bytes at every position in one gather, viewed as one ``record`` per batch (big-endian
+    fields read in place; the caller converts each column once)."""
+    raw = buf[positions[:, None] + span]
+    return raw.view(record).reshape(-1)
+
+
+def _v2_columns(buf: np.ndarray, positions: np.ndarray) -> dict[str, np.ndarray]:
+    """Every :class:`BatchHeaders` column of v2 batches at ``positions`` (framing checked)."""
+    rec = _gather(buf, positions, _V2_SPAN, _V2_RECORD)
+    base = rec["base_offset"].astype(np.int64)
+    return {
+        "position": positions, "size": rec["size"].astype(np.int32) + np.int32(LOG_OVERHEAD),
+        "base_offset": base, "last_offset": base + rec["last_offset_delta"],
+        "magic": np.full(len(positions), 2, np.int8), "attributes": rec["attributes"].astype(np.int16),
+        "base_timestamp": rec["base_timestamp"].astype(np.int64),
+        "max_timestamp": rec["max_timestamp"].astype(np.int64), "producer_id": rec["producer_id"].astype(np.int64),
+        "producer_epoch": rec["producer_epoch"].astype(np.int16),
+        "base_sequence": rec["base_sequence"].astype(np.int32),
+        "partition_leader_epoch": rec["partition_leader_epoch"].astype(np.int32),
+        "record_count": rec["record_count"].astype(np.int32), "crc": rec["crc"].astype(np.uint32),
+    }
 
 
 def _header_columns(buf: np.ndarray, positions: np.ndarray, magics: np.ndarray) -> dict[str, np.ndarray]:
     """Every :class:`BatchHeaders` column for the batches at ``positions`` (framing already checked, so
     each batch's fixed header lies inside ``buf``)."""
+    v2 = magics == 2
+    if v2.all():  # the common case: one gather, no masked assignment
+        return _v2_columns(buf, positions)
     k = len(positions)
     cols = {name: np.empty(k, dtype=dtype) for name, dtype in _FIELDS}
     cols["position"][:] = positions
     cols["magic"][:] = magics
-    cols["base_offset"][:] = _field(buf, positions, 0, ">i8")
-    cols["size"][:] = _field(buf, positions, SIZE_OFFSET, ">i4") + LOG_OVERHEAD
-
-    v2 = magics == 2
-    p = positions[v2]
-    for name, at, fmt in (
-        ("partition_leader_epoch", V2_PARTITION_LEADER_EPOCH, ">i4"), ("crc", V2_CRC, ">u4"),
-        ("attributes", V2_ATTRIBUTES, ">i2"), ("base_timestamp", V2_BASE_TIMESTAMP, ">i8"),
-        ("max_timestamp", V2_MAX_TIMESTAMP, ">i8"), ("producer_id", V2_PRODUCER_ID, ">i8"),
-        ("producer_epoch", V2_PRODUCER_EPOCH, ">i2"), ("base_sequence", V2_BASE_SEQUENCE, ">i4"),
-        ("record_count", V2_RECORDS_COUNT, ">i4"),
-    ):
-        cols[name][v2] = _field(buf, p, at, fmt)
-    cols["last_offset"][v2] = cols["base_offset"][v2] + _field(buf, p, V2_LAST_OFFSET_DELTA, ">i4")
+    if v2.any():
+        for name, values in _v2_columns(buf, positions[v2]).items():
+            cols[name][v2] = values
 
     legacy = ~v2
-    if legacy.any():
-        p = positions[legacy]
-        attrs = _field(buf, p, LEGACY_ATTRIBUTES, ">i1")  # a signed byte, as the v0/v1 headers declare it
-        cols["crc"][legacy] = _field(buf, p, LEGACY_CRC, ">u4")
-        cols["attributes"][legacy] = attrs
-        ts = np.full(len(p), NO_TIMESTAMP, dtype=np.int64)
-        v1 = magics[legacy] == 1
-        ts[v1] = _field(buf, p[v1], LEGACY_TIMESTAMP, ">i8")
-        cols["base_timestamp"][legacy] = ts
-        cols["max_timestamp"][legacy] = ts
-        cols["last_offset"][legacy] = cols["base_offset"][legacy]
-        cols["partition_leader_epoch"][legacy] = NO_PARTITION_LEADER_EPOCH
-        cols["producer_id"][legacy] = NO_PRODUCER_ID
-        cols["producer_epoch"][legacy] = NO_PRODUCER_EPOCH
-        cols["base_sequence"][legacy] = NO_SEQUENCE
-        # A compressed wrapper's record count is unknown without decompressing it.
-        cols["record_count"][legacy] = np.where((attrs & LEGACY_CODEC_MASK) == 0, 1, -1)
+    p = positions[legacy]
+    # A magic-0 message may end before the magic-1 timestamp would (even at the end of the file): read from a
+    # copy padded with zeros past the end; those bytes are never used.
+    padded = np.concatenate([buf, np.zeros(len(_LEGACY_SPAN), np.uint8)]) if len(buf) < int(p.max()) + len(
+        _LEGACY_SPAN) else buf
+    rec = _gather(padded, p, _LEGACY_SPAN, _LEGACY_RECORD)
+    attrs = rec["attributes"].astype(np.int16)  # a signed byte, as the v0/v1 headers declare it
+    cols["base_offset"][legacy] = rec["base_offset"]
+    cols["size"][legacy] = rec["size"].astype(np.int32) + np.int32(LOG_OVERHEAD)
+    cols["crc"][legacy] = rec["crc"]
+    cols["attributes"][legacy] = attrs
+    ts = np.where(magics[legacy] == 1, rec["timestamp"].astype(np.int64), NO_TIMESTAMP)
+    cols["base_timestamp"][legacy] = ts
+    cols["max_timestamp"][legacy] = ts
+    cols["last_offset"][legacy] = cols["base_offset"][legacy]
+    cols["partition_leader_epoch"][legacy] = NO_PARTITION_LEADER_EPOCH
+    cols["producer_id"][legacy] = NO_PRODUCER_ID
+    cols["producer_epoch"][legacy] = NO_PRODUCER_EPOCH
+    cols["base_sequence"][legacy] = NO_SEQUENCE
+    # A compressed wrapper's record count is unknown without decompressing it.
+    cols["record_count"][legacy] = np.where((attrs & LEGACY_CODEC_MASK) == 0, 1, -1)
     return cols
 
 

@@ -188,6 +188,8 @@ def _without_zero_tail(entries: np.ndarray) -> np.ndarray:
     time-index entries strictly increase. A file consisting only of zeros is read as empty.
     """
     raw = entries.view(np.uint8).reshape(len(entries), entries.dtype.itemsize)
+    if not len(entries) or raw[-1].any():  # a closed segment's index: nothing to trim
+        return entries
     nonzero = np.flatnonzero(raw.any(axis=1))
     return entries[: int(nonzero[-1]) + 1 if len(nonzero) else 0]
 
@@ -244,8 +246,8 @@ def _index_path(log_path: str | None, suffix: str) -> str | None:
 
 
 def _first_bad(mask: np.ndarray) -> int | None:
-    hits = np.flatnonzero(mask)
-    return int(hits[0]) if len(hits) else None
+    # any/argmax: two calls into C (np.flatnonzero goes through several Python layers; indexes are small)
+    return int(mask.argmax()) if mask.any() else None
 
 
 def _check_offset_index(headers: BatchHeaders, data: bytes, path: str | None, base: int,
@@ -267,10 +269,10 @@ def _check_offset_index(headers: BatchHeaders, data: bytes, path: str | None, ba
     # Kafka's own check: the last entry must not lie before the segment's base offset.
     if offsets[-1] < base:
         report(len(offsets) - 1, f"last entry's offset is below the segment base offset {base}")
-    i = _first_bad(np.diff(offsets) <= 0)
+    i = _first_bad(offsets[1:] <= offsets[:-1])
     if i is not None:
         report(i + 1, f"offset does not increase (previous entry has offset {int(offsets[i])})")
-    i = _first_bad(np.diff(positions) <= 0)
+    i = _first_bad(positions[1:] <= positions[:-1])
     if i is not None:
         report(i + 1, f"position {int(positions[i + 1])} does not increase (previous entry has "
                       f"position {int(positions[i])})")
@@ -313,10 +315,10 @@ def _check_time_index(headers: BatchHeaders, data: bytes, path: str | None, base
     if offsets[-1] < base:
         report(len(offsets) - 1, f"last entry's offset is below the segment base offset {base}")
     # Kafka appends only strictly greater timestamps and never a smaller offset.
-    i = _first_bad(np.diff(ts) <= 0)
+    i = _first_bad(ts[1:] <= ts[:-1])
     if i is not None:
         report(i + 1, f"timestamp {int(ts[i + 1])} does not increase (previous entry has {int(ts[i])})")
-    i = _first_bad(np.diff(offsets) < 0)
+    i = _first_bad(offsets[1:] < offsets[:-1])
     if i is not None:
         report(i + 1, f"offset decreases (previous entry has offset {int(offsets[i])})")
     i = _first_bad(ts < 0)

@@ -7,6 +7,7 @@ declared schema, so everything here is ``binary`` (never ``large_binary``), ``st
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 #: A record header: Kafka header keys are UTF-8 strings, values are raw bytes (null allowed).
@@ -124,3 +125,25 @@ BATCH_COLUMNS: tuple[str, ...] = (
     "producer_epoch", "base_sequence", "partition_leader_epoch", "delete_horizon_ms", "segment_base_offset",
 )
 BATCH_SCHEMA = pa.schema([RECORD_SCHEMA.field(c) for c in BATCH_COLUMNS])
+
+
+def validity(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Whether each entry of ``arr`` is set, as a numpy bool array. Columns without nulls (or without values)
+    are answered from their null count, without a compute call: on the small tables of a small partition the
+    call costs more than the work."""
+    nulls = arr.null_count
+    if nulls == 0:
+        return np.ones(len(arr), np.bool_)
+    if nulls == len(arr):
+        return np.zeros(len(arr), np.bool_)
+    return np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), np.bool_)
+
+
+def int64_or_zero(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """An integer column as int64, nulls read as 0 (see :func:`validity` for why nulls are counted first)."""
+    nulls = arr.null_count
+    if nulls == len(arr):
+        return np.zeros(len(arr), np.int64)
+    if nulls:
+        arr = arr.fill_null(0)
+    return np.asarray(arr.to_numpy(zero_copy_only=False), np.int64)

@@ -158,6 +158,8 @@ def summarize_headers(segments: Iterable[tuple["BatchHeaders", bytes | memoryvie
         })
     if not parts:
         return BatchSummary(**_empty_summary())
+    if len(parts) == 1:  # one segment (a scan summarizes segment by segment): its arrays are new and contiguous
+        return BatchSummary(**parts[0])
     return BatchSummary(**{k: np.ascontiguousarray(np.concatenate([p[k] for p in parts])) for k in parts[0]})
 
 
@@ -166,6 +168,8 @@ def concat_summaries(summaries: Iterable[BatchSummary]) -> BatchSummary:
     parts = [s for s in summaries if len(s)]
     if not parts:
         return BatchSummary(**_empty_summary())
+    if len(parts) == 1:
+        return parts[0]
     names = BatchSummary.__dataclass_fields__
     return BatchSummary(**{k: np.ascontiguousarray(np.concatenate([getattr(p, k) for p in parts])) for k in names})
 

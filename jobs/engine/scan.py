@@ -139,11 +139,16 @@ class PartitionScan:
         return self.state
 
 
+_NO_EMPTY_BATCHES = BATCH_SCHEMA.empty_table()
+
+
 def empty_batches_from_headers(h: BatchHeaders, segment_base_offset: int) -> pa.Table:
     """BATCH_SCHEMA rows for the v2 batches that hold no record (header-only batches a clean kept): they
     carry producer state although no record row shows them."""
     idx = np.flatnonzero((h.magic == 2) & (h.record_count == 0))
     n = len(idx)
+    if n == 0:  # the common case: nothing to assemble (an Arrow table is immutable, so one can be shared)
+        return _NO_EMPTY_BATCHES
     horizon = np.where(h.has_delete_horizon[idx], h.base_timestamp[idx], 0)
     cols = {
         "batch_base_offset": h.base_offset[idx], "batch_last_offset": h.last_offset[idx],

@@ -37,7 +37,6 @@ from typing import Mapping
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from jobs.rules.kafka_defaults import DELETE_RETENTION_MS, LONG_MAX
 from jobs.rules.offset_map import OffsetMapResult
@@ -54,6 +53,8 @@ from segment_io.schema import (
     BATCH_SCHEMA,
     KEY_HASH_SCHEMA,
     RECORD_SCHEMA,
+    int64_or_zero,
+    validity,
 )
 
 
@@ -142,6 +143,10 @@ class CleanResult:
     stats: CleanStats = field(default_factory=CleanStats)
 
 
+#: Records of at most this many bytes (keys, value references, batch columns) are combined into one chunk
+#: before cleaning: a bounded copy that saves a concatenation per column and a filter per chunk.
+_COMBINE_BYTES = 4 << 20
+
 _BATCH_NUMERIC = ("batch_base_offset", "batch_last_offset", "batch_position", "batch_size", "batch_base_timestamp",
                   "batch_max_timestamp", "timestamp_type", "magic", "codec", "transactional", "control",
                   "producer_id", "producer_epoch", "base_sequence", "partition_leader_epoch", "segment_base_offset")
@@ -160,13 +165,18 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
     file mtime, for the legacy tombstone rule (a segment not listed keeps its legacy tombstones).
     """
     n = records.num_rows
+    if records.num_columns and records.column(0).num_chunks > 1 \
+            and records.get_total_buffer_size() <= _COMBINE_BYTES:  # (`nbytes` costs more than the copy)
+        # A small group (the segments of a small partition, one chunk each) is cheaper to handle as one chunk:
+        # every column below is then read without a concatenation, and the kept rows filtered in one pass.
+        records = records.combine_chunks()
     offsets = records.column("offset").to_numpy()
     if n > 1 and not np.all(offsets[1:] > offsets[:-1]):
         raise CleanerInputError("clean_records needs rows in strictly increasing offset order")
     col = {name: records.column(name).to_numpy() for name in _BATCH_NUMERIC}
     horizon_col = records.column("delete_horizon_ms")
-    row_has_h = pc.is_valid(horizon_col).to_numpy(zero_copy_only=False)
-    row_h = horizon_col.fill_null(0).to_numpy()
+    row_has_h = validity(horizon_col)
+    row_h = int64_or_zero(horizon_col)
 
     # ---- batches: runs of rows from the same source batch, then the header-only batches ----
     boundary = np.ones(n, bool)
@@ -176,7 +186,7 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
                         | (col["segment_base_offset"][1:] != col["segment_base_offset"][:-1]))
     starts = np.flatnonzero(boundary)
     batch_id = np.cumsum(boundary) - 1
-    counts = np.diff(np.r_[starts, n]).astype(np.int64)
+    counts = np.diff(np.append(starts, n)).astype(np.int64)
     b = {name: col[name][starts] for name in _BATCH_NUMERIC}
     b_has_h, b_h = row_has_h[starts], row_h[starts]
     b_ctype = _control_types(records, starts, b)
@@ -185,8 +195,8 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
         e_h = empties.column("delete_horizon_ms")
         for name in _BATCH_NUMERIC:
             b[name] = np.concatenate([b[name], empties.column(name).to_numpy()])
-        b_has_h = np.concatenate([b_has_h, pc.is_valid(e_h).to_numpy(zero_copy_only=False)])
-        b_h = np.concatenate([b_h, e_h.fill_null(0).to_numpy()])
+        b_has_h = np.concatenate([b_has_h, validity(e_h)])
+        b_h = np.concatenate([b_h, int64_or_zero(e_h)])
         b_ctype = np.concatenate([b_ctype, np.full(empties.num_rows, -1, np.int16)])
         counts = np.concatenate([counts, np.zeros(empties.num_rows, np.int64)])
 
@@ -201,7 +211,8 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
     known_marker = (b_ctype == CONTROL_ABORT) | (b_ctype == CONTROL_COMMIT)
     # A marker may go once its transaction has no data left in the log (for ABORT: every aborted batch is
     # gone, item 15; for COMMIT: this pass saw none of its data, item 16). An emptied marker always may.
-    marker_has_data = np.isin(b["batch_base_offset"], txn_state.completed.markers_with_data())
+    with_data = txn_state.completed.markers_with_data()
+    marker_has_data = np.isin(b["batch_base_offset"], with_data) if len(with_data) else np.zeros(len(control), bool)
     can_discard = np.where(control, (counts == 0) | (known_marker & ~marker_has_data), aborted_data)
     discard_records = np.where(control, can_discard & b_has_h & (b_h <= now), can_discard)
     last_of_producer = txn_state.active.is_last_batch(pid, last, b["producer_epoch"], control)
@@ -212,8 +223,8 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
     # ---- shouldRetainRecord, per row ----
     row_discard = discard_records[batch_id]
     row_control = control[batch_id]
-    key_null = pc.is_null(records.column("key")).to_numpy(zero_copy_only=False)
-    value_null = pc.is_null(records.column("value")).to_numpy(zero_copy_only=False)
+    key_null = ~validity(records.column("key"))
+    value_null = ~validity(records.column("value"))
     past_latest = offsets > offset_map.latest_offset
     judged = ~row_discard & ~row_control & ~past_latest  # data rows the map decides
     keyless = judged & key_null
@@ -223,9 +234,11 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
         hi, lo = _hashes(records, key_hashes)
         mapped[lookup] = offset_map.offset_map.get(hi[lookup], lo[lookup])
     latest_for_key = offsets >= mapped
-    retain_deletes = np.where(col["magic"] < 2, _legacy_retain(col["segment_base_offset"], params,
-                                                               segment_last_modified_ms),
-                              ~row_has_h | (now < row_h))
+    retain_deletes = ~row_has_h | (now < row_h)
+    legacy_rows = col["magic"] < 2
+    if legacy_rows.any():  # the per-segment rule of pre-v2 tombstones (rare: old archives)
+        retain_deletes = np.where(legacy_rows, _legacy_retain(col["segment_base_offset"], params,
+                                                              segment_last_modified_ms), retain_deletes)
     keep_judged = latest_for_key & (~value_null | retain_deletes)
     keep = ~row_discard & (row_control | past_latest | (lookup & keep_judged))
 
@@ -330,18 +343,20 @@ def _surviving_rows(records: pa.Table, keep: np.ndarray, batch_id: np.ndarray, r
     ts = out.column("timestamp").to_numpy()
     offs = out.column("offset").to_numpy()
     nb = len(rebuilt)
-    # Rows of one batch are contiguous: the first kept row of each batch gives its first timestamp/offset.
+    # Rows of one batch are contiguous and in offset order (batch ids never decrease): the first kept row of
+    # each batch gives its first timestamp/offset, the last its last offset, a reduction over each run its
+    # max timestamp. (Rows are kept, so there is at least one run.)
+    first_idx = np.flatnonzero(np.diff(bid, prepend=-1))
+    present = bid[first_idx]
     first_row = np.zeros(nb, np.int64)
-    present, first_idx = np.unique(bid, return_index=True)
     first_row[present] = first_idx
     max_ts = np.full(nb, np.iinfo(np.int64).min, np.int64)
-    np.maximum.at(max_ts, bid, ts)
+    max_ts[present] = np.maximum.reduceat(ts, first_idx)
     last_off = np.full(nb, -1, np.int64)
-    np.maximum.at(last_off, bid, offs)
+    last_off[present] = offs[np.append(first_idx[1:], len(bid)) - 1]
 
-    has_h = np.where(row_rebuilt, new_has_h[bid], pc.is_valid(out.column("delete_horizon_ms")).to_numpy(
-        zero_copy_only=False))
-    h = np.where(row_rebuilt, new_h[bid], out.column("delete_horizon_ms").fill_null(0).to_numpy())
+    has_h = np.where(row_rebuilt, new_has_h[bid], validity(out.column("delete_horizon_ms")))
+    h = np.where(row_rebuilt, new_h[bid], int64_or_zero(out.column("delete_horizon_ms")))
     base_ts = np.where(new_has_h, new_h, ts[first_row])
     batch_max = np.where(b["timestamp_type"] == 1, b["batch_max_timestamp"], max_ts)
     legacy = b["magic"] < 2
@@ -362,7 +377,9 @@ def _surviving_rows(records: pa.Table, keep: np.ndarray, batch_id: np.ndarray, r
 
 def _empty_headers(b: dict[str, np.ndarray], selected: np.ndarray) -> pa.Table:
     """Header-only batches as Kafka's DefaultRecordBatch.writeEmptyHeader writes them."""
-    k = int(selected.sum())
+    k = int(np.count_nonzero(selected))
+    if k == 0:  # the common case: no table to assemble column by column
+        return _EMPTY_BATCHES
     cols = {name: b[name][selected] for name in _BATCH_NUMERIC}
     cols["batch_size"] = np.full(k, V2_HEADER_SIZE, np.int32)
     cols["batch_base_timestamp"] = np.full(k, NO_TIMESTAMP, np.int64)
@@ -380,6 +397,9 @@ def _empty_headers(b: dict[str, np.ndarray], selected: np.ndarray) -> pa.Table:
             arrays.append(pa.array(cols[name], ftype))
     table = pa.Table.from_arrays(arrays, schema=BATCH_SCHEMA)
     return table.sort_by("batch_base_offset") if k > 1 else table
+
+
+_EMPTY_BATCHES = BATCH_SCHEMA.empty_table()
 
 
 def _bytes_kept(size: np.ndarray, counts: np.ndarray, kept: np.ndarray, written: np.ndarray, rebuilt: np.ndarray,
@@ -402,7 +422,7 @@ def key_hash_table(records: pa.Table, key_hashes: tuple[np.ndarray, np.ndarray] 
     Null keys hash to (0, 0). ``key_hashes`` defaults to ``segment_io.decode.hash_keys`` of the key column.
     """
     hi, lo = _hashes(records, key_hashes)
-    key_null = pc.is_null(records.column("key")).to_numpy(zero_copy_only=False)
+    key_null = ~validity(records.column("key"))
     hi = np.where(key_null, 0, hi)
     lo = np.where(key_null, 0, lo)
     n = records.num_rows
@@ -421,7 +441,7 @@ def key_hash_table(records: pa.Table, key_hashes: tuple[np.ndarray, np.ndarray] 
         ctype = np.where(control, per_batch[np.cumsum(boundary) - 1], -1).astype(np.int16)
     arrays = {
         "key_hash_hi": pa.array(hi, pa.int64()), "key_hash_lo": pa.array(lo, pa.int64()),
-        "key_is_null": pa.array(key_null), "value_is_null": pc.is_null(records.column("value")),
+        "key_is_null": pa.array(key_null), "value_is_null": pa.array(~validity(records.column("value"))),
         "control_type": pa.array(ctype, pa.int16()),
     }
     return pa.table([arrays[f.name] if f.name in arrays else records.column(f.name) for f in KEY_HASH_SCHEMA],

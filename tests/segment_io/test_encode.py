@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 from kafka.record import MemoryRecords
 
+from segment_io import encode
 from segment_io.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD, compress
 from segment_io.encode import encode_batches
 from segment_io.errors import InvalidRecordsError, UsageError
@@ -222,6 +223,28 @@ def test_invalid_rows_raise_with_the_offset() -> None:
         encode_batches(table, empty_batches=empty_batch(1, 1))
     with pytest.raises(InvalidRecordsError, match="timestamp"):
         encode_batches(_with(table, "timestamp", [-5, 1, 2]))
+
+
+@pytest.mark.parametrize("stacked_rows", [1 << 14, 0], ids=["stacked", "column-by-column"])
+def test_batch_columns_differing_within_a_batch_name_the_first_such_column(stacked_rows: int,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # both ways of recognising valid input: all columns in one comparison (few rows) and one by one (many)
+    monkeypatch.setattr(encode, "_STACKED_CHECK_ROWS", stacked_rows)
+    log = LogBuilder()
+    log.batch([rec("a", "1"), rec("b", "2"), rec("c", "3")])
+    log.batch([rec("d", "4")])
+    table = log.table()
+    # producer_id differs on the second row, partition_leader_epoch on the third: the column checked first
+    # (the encoder's order of batch-level columns) is named, with the first row where it differs
+    bad = _with(_with(table, "producer_id", [-1, 7, 7, -1]), "partition_leader_epoch", [0, 0, 3, 0])
+    with pytest.raises(InvalidRecordsError, match="producer_id") as err:
+        encode_batches(bad)
+    assert err.value.offset == 1
+    with pytest.raises(InvalidRecordsError, match="partition_leader_epoch") as err:
+        encode_batches(_with(table, "partition_leader_epoch", [0, 0, 3, 0]))
+    assert err.value.offset == 2
+    # values that differ between batches but not within one are fine
+    assert encode_batches(_with(table, "producer_epoch", [1, 1, 1, 2])).batch_count == 2
 
 
 def test_nothing_encodes_to_nothing() -> None:
