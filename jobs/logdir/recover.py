@@ -574,9 +574,9 @@ class _View:
             return
         self.ledger = {**ledger, **{b: now_ms for b in missing}}
         self.work[self.reads.ledger_uri] = FileInfo(self.reads.ledger_uri, 0, 0)
-        self.add("write-ledger", self.reads.pwork, None, ledger=tuple(sorted(self.ledger.items())))
-        self.steps[-1] = replace(self.steps[-1], action=RecoveryAction("record-deleted", self.reads.ledger_uri,
-                                                                       detail))
+        self.steps.append(Step("write-ledger", self.reads.pwork,
+                               RecoveryAction("record-deleted", self.reads.ledger_uri, detail),
+                               ledger=tuple(sorted(self.ledger.items()))))
 
     def leaves(self) -> frozenset[str]:
         return frozenset(self.partition) | frozenset(self.work) | frozenset(self.staged)

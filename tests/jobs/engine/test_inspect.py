@@ -439,3 +439,26 @@ def test_a_delete_only_topic_shows_no_dirty_ratio_in_inspect_and_the_compact_sum
     entries = _by_name(compacted.report.partitions)
     assert entries["events-0"]["dirty_ratio"] is None and entries["users-0"]["dirty_ratio"] == 1.0
     assert _column(compacted.summary(), "dirty") == {"events-0": "-", "users-0": "1.00"}
+
+
+def test_the_text_and_html_reports_render_from_the_typed_rows_and_totals(tmp_path: Path) -> None:
+    """The renderers read the run's typed rows and totals, never the JSON report's dict entries: with those
+    entries gone the table, the rollup, the CSV and the HTML page say the same."""
+    from jobs import api
+    from jobs.engine.html_report import inspect_html
+    from jobs.engine.inspection import render
+    from tests.support.retention import DAY, NOW, RECENT, build_partition
+
+    pytest.importorskip("matplotlib")
+    d = tmp_path / "logs"
+    build_partition(d, "w", 0, [[RECENT - 3 * DAY], [RECENT]])
+    build_partition(d, "u", 0, [[RECENT], [RECENT]])
+    report = api.inspect(d, api.InspectOptions(overrides=("*:retention.ms=1d",)), now=NOW,
+                         seams=api.Seams(runner=api.InProcessTasks())).report
+    shown = [render(report, "table"), render(report, "table", layout="topic"), render(report, "csv"),
+             inspect_html(report)]
+    report.partitions.clear()
+    report.totals.clear()
+    assert [render(report, "table"), render(report, "table", layout="topic"), render(report, "csv"),
+            inspect_html(report)] == shown
+    assert "w-0" in shown[0] and "retention frees" in shown[0]
