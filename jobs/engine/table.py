@@ -416,17 +416,31 @@ _MERGE_PREDICATE = "t.partition = s.partition AND t.key = s.key"
 _SET = {name: f"s.{name}" for name in TABLE_SCHEMA.names}
 
 
+class TableConflictError(SegjobsError):
+    """Another writer committed to the table between this run's read of it and its commit."""
+
+    def __init__(self, uri: str, read_version: int | None, detail: str) -> None:
+        read = "before it existed" if read_version is None else f"at version {read_version}"
+        super().__init__(
+            f"{uri}: another writer committed to the table after this run read it ({read}; {detail}): nothing of "
+            f"this run was written, so no offset is applied twice and no newer row is overwritten; run segjobs "
+            f"table again to apply what remains, and run one segjobs table per table at a time")
+
+
 def write_with_deltalake(uri: str, dt: Any | None, topic: str, changes: Sequence[PartitionChanges],
                          options: StorageOptions | None, fault: Callable[[str], None] | None = None,
                          sorted_rows: Callable[[bool], Iterator[pa.RecordBatch]] | None = None) -> int:
     """Apply every partition's changes and applied offset to the table in one Delta commit; returns the new
     table version. ``sorted_rows(live_only)`` (partitions deduped on disk) streams more rows to the same merge.
     ``fault`` (tests) is called with ``merge:start`` and ``merge:committed``."""
-    from deltalake import CommitProperties, Transaction, write_deltalake
+    from deltalake import CommitProperties, Transaction
 
     now = int(time.time() * 1000)
     txns = [Transaction(app_id(topic, c.partition), c.plan.end, now) for c in changes if c.plan is not None]
-    commit = CommitProperties(app_transactions=txns, custom_metadata={"segjobs.table.topic": topic})
+    # No retries: a commit retried on a newer version would have been computed from an older table and log
+    # (another run's newer rows overwritten with older ones, applied offsets moved back); it fails instead.
+    commit = CommitProperties(app_transactions=txns, custom_metadata={"segjobs.table.topic": topic},
+                              max_commit_retries=0)
     rows = pa.concat_tables([c.rows for c in changes if c.rows is not None] or [TABLE_SCHEMA.empty_table()])
     so = delta_storage_options(uri, options)
 
@@ -440,6 +454,31 @@ def write_with_deltalake(uri: str, dt: Any | None, topic: str, changes: Sequence
 
     if fault:
         fault("merge:start")
+    try:
+        _commit(uri, dt, topic, changes, rows, source, commit, so, streamed=sorted_rows is not None)
+    except Exception as exc:
+        if _is_conflict(exc):
+            raise TableConflictError(uri, None if dt is None else int(dt.version()), f"{type(exc).__name__}: "
+                                                                                     f"{exc}") from exc
+        raise
+    if fault:
+        fault("merge:committed")
+    final = open_table(uri, options)
+    return int(final.version()) if final is not None else -1
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    """Whether a failed Delta write lost a race: a commit of that version already exists (``deltalake`` says
+    CommitFailedError; creating a table someone else created in the meantime says it already exists)."""
+    from deltalake.exceptions import CommitFailedError
+
+    return isinstance(exc, CommitFailedError) or "already exists" in str(exc).lower()
+
+
+def _commit(uri: str, dt: Any | None, topic: str, changes: Sequence[PartitionChanges], rows: pa.Table,
+            source: Callable[[bool], Any], commit: Any, so: dict[str, str] | None, *, streamed: bool) -> None:
+    from deltalake import write_deltalake
+
     if dt is None:
         write_deltalake(uri, source(True), mode="error", partition_by=list(PARTITION_BY), name=topic,
                         description=f"segjobs table: the latest value per key of Kafka topic {topic}",
@@ -447,7 +486,7 @@ def write_with_deltalake(uri: str, dt: Any | None, topic: str, changes: Sequence
     else:
         before = dt.version()
         rebuilt = sorted(c.partition for c in changes if c.plan is not None and c.plan.rebuild)
-        if rows.num_rows or rebuilt or sorted_rows is not None:
+        if rows.num_rows or rebuilt or streamed:
             merger = dt.merge(source(False), _MERGE_PREDICATE, source_alias="s", target_alias="t",
                               commit_properties=commit, streamed_exec=True) \
                 .when_matched_delete(predicate="s.value IS NULL") \
@@ -463,10 +502,6 @@ def write_with_deltalake(uri: str, dt: Any | None, topic: str, changes: Sequence
             # applied offsets still move, in a commit of their own that adds no file
             write_deltalake(dt, TABLE_SCHEMA.empty_table(), mode="append", storage_options=so,
                             commit_properties=commit)
-    if fault:
-        fault("merge:committed")
-    final = open_table(uri, options)
-    return int(final.version()) if final is not None else -1
 
 
 # --------------------------------------------------------------------------------------------------
@@ -675,6 +710,8 @@ def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storag
             else:
                 version_after = write_with_deltalake(options.table, dt, options.topic, work, storage_options,
                                                      fault=fault, sorted_rows=sorted_rows)
+        except TableConflictError as exc:
+            write_error = str(exc)
         except SegjobsError as exc:
             if not stream_errors:
                 raise

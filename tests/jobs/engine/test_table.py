@@ -419,3 +419,47 @@ def test_max_batch_bytes_bounds_what_a_batch_may_inflate_to(tmp_path):
     assert bounded.exit_code == 1 and p.action == "error" and "4096" in (p.error or ""), p.error
     assert not (tmp_path / "t").exists()
     assert run(log_dir, tmp_path / "t").partitions[0].inserts == 2
+
+
+@pytest.mark.parametrize("case", ["first build", "merge", "offsets only"])
+def test_a_concurrent_run_cannot_apply_twice_or_overwrite_newer_rows(tmp_path, case):
+    """Run A reads the log and the table, then, before it commits, run B reads a longer log and commits. A's
+    commit was computed from an older table and log: it must fail (nothing written, an error saying what
+    happened and what to do) rather than overwrite B's newer rows or move the applied offset back (which would
+    apply B's range a second time). "offsets only": A found only an aborted transaction, so its commit adds no
+    file, a blind append Delta would otherwise let through."""
+    log_dir = tmp_path / "logs"
+    log = LogBuilder(topic=TOPIC, partition=0)
+    log.batch([rec("a", "1"), rec("b", "2")])
+
+    def write() -> None:
+        shutil.rmtree(log_dir, ignore_errors=True)
+        write_log(log.table(), log_dir / partition_dir_name(TOPIC, 0))
+
+    write()
+    if case != "first build":
+        run(log_dir, tmp_path / "t")
+        if case == "merge":
+            log.batch([rec("a", "11"), rec("c", "3")])
+        else:
+            log.txn_batch(5, 0, [rec("a", "never")])
+            log.abort(5, 0)
+        write()
+
+    def other_run_commits_first(partition: str, step: str) -> None:
+        if step == "merge:start":
+            log.batch([rec("a", "111"), tombstone("b")])
+            write()
+            other = run(log_dir, tmp_path / "t")
+            assert other.exit_code == 0 and other.partitions[0].applied_after == log.next_offset
+
+    options = api.TableOptions(table=str(tmp_path / "t"), topic=TOPIC, progress=lambda line: None)
+    late = api.table(log_dir, options, seams=api.Seams(runner=api.InProcessTasks(), fault=other_run_commits_first))
+    (p,) = late.partitions
+    assert late.exit_code == 1 and p.action == "error"
+    assert "another writer committed to the table" in (p.error or "") and "run segjobs table again" in p.error
+    dt = DeltaTable(str(tmp_path / "t"))
+    assert dt.transaction_version("segjobs-table:prop:0") == log.next_offset
+    assert table_rows(tmp_path / "t") == expected_rows(log_dir, [0])  # the newer run's rows stand
+    again = run(log_dir, tmp_path / "t")
+    assert again.exit_code == 0 and again.version_after == again.version_before == dt.version()
