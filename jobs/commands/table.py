@@ -22,10 +22,11 @@ in the log.
 
 Writers: with --writer auto, delta-spark when the Spark session has Delta Lake: Spark reads the segments and
 keeps the latest record per key in a shuffle that spills (any number of keys, nothing through the driver), then
-one MERGE per partition; else the embedded deltalake package: each partition's changes in memory, one commit for
-the run. Partitions are scanned in Spark tasks under spark-submit, in this process otherwise. The log dir is
-only read: no lock is taken, nothing is written there, so it is safe beside a running broker or a segjobs
-compact.
+one MERGE per partition; else the embedded deltalake package: each partition's changes in memory (on disk, in
+memory bounded by --latest-buffer-bytes, when they may not fit), one commit for the run. A run that another
+writer of the table overtook fails without writing anything (exit 1): rerun it. Partitions are scanned in Spark
+tasks under spark-submit, in this process otherwise. The log dir is only read: no lock is taken, nothing is
+written there, so it is safe beside a running broker or a segjobs compact.
 
 examples:
   segjobs table --log-dir /var/kafka/logs --topic orders --table /lake/orders_latest

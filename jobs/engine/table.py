@@ -8,7 +8,8 @@ A run, per partition of the topic:
    range to apply (:func:`jobs.rules.table.plan_partition`: from the applied offset to the last stable offset;
    a retention gap is an error unless ``rebuild``);
 3. decodes the segments of that range and keeps the latest record per key (:class:`segment_io.latest.LatestRows`,
-   aborted records and markers out, keyless records out);
+   aborted records and markers out, keyless records out); a range that may not fit ``latest_buffer_bytes`` is
+   only planned here, and the driver dedupes it on disk (:mod:`jobs.engine.table_sort`) into the same merge;
 
 then writes every partition's changes in ONE Delta commit (``deltalake``'s MERGE: upserts, deletes for
 tombstones, and for rebuilt partitions the rows no longer in the log). When the session has Delta Lake, step 3
@@ -26,7 +27,8 @@ both absent: a run killed at any point leaves the table at its last commit, and 
 of the Delta protocol (Structured Streaming's exactly-once sinks use them), so ``deltalake``
 (``CommitProperties(app_transactions=...)``, ``DeltaTable.transaction_version``) and delta-spark (the
 ``txnAppId``/``txnVersion`` write options and settings) read and write the same state. A run with nothing new
-writes no commit.
+writes no commit. The ``deltalake`` commit is made without retries on the version the run read: a run another
+writer overtook fails (:class:`TableConflictError`) instead of being rebased onto rows it did not see.
 """
 
 from __future__ import annotations
@@ -475,6 +477,14 @@ def _is_conflict(exc: BaseException) -> bool:
     return isinstance(exc, CommitFailedError) or "already exists" in str(exc).lower()
 
 
+def _whole_partitions(changes: Sequence[PartitionChanges]) -> bool:
+    """Whether every partition's rows are read from its log start (rebuilt, or new to the table), with at
+    least one rebuilt: the run then knows each partition's whole content."""
+    plans = [c.plan for c in changes]
+    return bool(plans) and all(p is not None and (p.rebuild or p.applied is None) for p in plans) \
+        and any(p is not None and p.rebuild for p in plans)
+
+
 def _commit(uri: str, dt: Any | None, topic: str, changes: Sequence[PartitionChanges], rows: pa.Table,
             source: Callable[[bool], Any], commit: Any, so: dict[str, str] | None, *, streamed: bool) -> None:
     from deltalake import write_deltalake
@@ -483,6 +493,12 @@ def _commit(uri: str, dt: Any | None, topic: str, changes: Sequence[PartitionCha
         write_deltalake(uri, source(True), mode="error", partition_by=list(PARTITION_BY), name=topic,
                         description=f"segjobs table: the latest value per key of Kafka topic {topic}",
                         storage_options=so, commit_properties=commit)
+    elif _whole_partitions(changes):
+        # a rebuild: each partition's rows are its whole new content, so they replace its files (no join with
+        # the table's rows, whose memory grows with them: the rows are streamed to the writer as in a first build)
+        parts = ", ".join(str(c.partition) for c in changes)
+        write_deltalake(dt, source(True), mode="overwrite", predicate=f"partition IN ({parts})", storage_options=so,
+                        commit_properties=commit)
     else:
         before = dt.version()
         rebuilt = sorted(c.partition for c in changes if c.plan is not None and c.plan.rebuild)
