@@ -312,7 +312,7 @@ def partition_changes(item: PartitionItem) -> PartitionChanges:
     out = PartitionChanges(pl.topic, pl.partition)
     try:
         scan = scan_partition(item.storage, pl, depth="transactions", log_start_checkpoint=item.log_start_checkpoint,
-                              cleaner_checkpoint=item.cleaner_checkpoint)
+                              cleaner_checkpoint=item.cleaner_checkpoint, max_batch_bytes=item.max_batch_bytes)
         out.warnings.extend(scan.warnings)
         if scan.error is not None:
             out.error = scan.error

@@ -463,3 +463,19 @@ def test_a_concurrent_run_cannot_apply_twice_or_overwrite_newer_rows(tmp_path, c
     assert table_rows(tmp_path / "t") == expected_rows(log_dir, [0])  # the newer run's rows stand
     again = run(log_dir, tmp_path / "t")
     assert again.exit_code == 0 and again.version_after == again.version_before == dt.version()
+
+
+def test_max_batch_bytes_reaches_the_scan_of_the_transaction_markers(tmp_path):
+    """With nothing new to apply, a run only scans: the bound still applies to the compressed markers it
+    decodes there (the scan's transaction state), so a bound below a marker's size refuses the partition."""
+    from segment_io.compression import GZIP
+
+    log_dir = tmp_path / "logs"
+    log = LogBuilder(topic=TOPIC, partition=0)
+    log.txn_batch(7, 0, [rec("a", "1")])
+    log.commit(7, 0)
+    write_log(log.table(), log_dir / partition_dir_name(TOPIC, 0), codec=GZIP)
+    assert run(log_dir, tmp_path / "t").partitions[0].inserts == 1
+    bounded = run(log_dir, tmp_path / "t", max_batch_bytes=4)
+    (p,) = bounded.partitions
+    assert bounded.exit_code == 1 and p.action == "error" and "4 bytes" in (p.error or ""), p.error
