@@ -84,7 +84,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="auto (default): delta-spark's MERGE when the Spark session has Delta Lake, else deltalake")
     p.add_argument("--latest-buffer-bytes", type=size_arg, default=DEFAULT_LATEST_BUFFER_BYTES, metavar="SIZE",
                    help="deltalake writer: the memory one partition's latest rows may take (default 256MiB). A "
-                        "partition whose records to apply may need more (their bytes plus about 100 bytes each) "
+                        "partition whose records to apply may need more (their bytes plus about 400 bytes each) "
                         "is deduped on disk instead: key hashes in hash buckets, then a read that keeps each key's "
                         "latest record, streamed to the merge, in memory bounded by this whatever the key count")
     add_max_batch_bytes_option(p)
