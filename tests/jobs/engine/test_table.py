@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -331,8 +332,10 @@ def test_partitions_read_in_spark_tasks(spark, tmp_path):
 
 
 @pytest.mark.s3
-def test_log_dir_and_table_on_s3(s3_bucket, tmp_path):
-    """The log dir and the table both in a bucket (moto_server): the same rows, offsets and no-op rerun."""
+@pytest.mark.parametrize("dedupe", ["memory", "external-sort"])
+def test_log_dir_and_table_on_s3(s3_bucket, tmp_path, dedupe):
+    """The log dir and the table both in a bucket (moto_server): the same rows, offsets and no-op rerun, with
+    either dedupe (on disk: the segments and the table's keys read from the bucket)."""
     endpoint, bucket = s3_bucket
     storage_options = endpoint.storage_options()
     _sample_log(tmp_path / "logs")
@@ -341,9 +344,10 @@ def test_log_dir_and_table_on_s3(s3_bucket, tmp_path):
     for f in sorted((tmp_path / "logs").rglob("*")):
         if f.is_file():
             storage.write_atomic(storage.join(log_dir, *f.relative_to(tmp_path / "logs").parts), f.read_bytes())
-    options = api.TableOptions(table=table, topic=TOPIC, storage=storage_options, progress=lambda line: None)
+    options = api.TableOptions(table=table, topic=TOPIC, storage=storage_options, progress=lambda line: None,
+                               latest_buffer_bytes=1 if dedupe == "external-sort" else 256 << 20)
     first = api.table(log_dir, options, seams=api.Seams(runner=api.InProcessTasks()))
-    assert first.exit_code == 0 and first.partitions[0].inserts == 2
+    assert first.exit_code == 0 and first.partitions[0].inserts == 2 and first.partitions[0].dedupe == dedupe
     from jobs.engine.table import delta_storage_options
 
     dt = DeltaTable(table, storage_options=delta_storage_options(table, storage_options))
@@ -351,6 +355,11 @@ def test_log_dir_and_table_on_s3(s3_bucket, tmp_path):
     assert dt.transaction_version("segjobs-table:prop:0") == 9
     again = api.table(log_dir, options, seams=api.Seams(runner=api.InProcessTasks()))
     assert again.version_after == again.version_before == 0
+    rebuilt = api.table(log_dir, replace(options, rebuild=True), seams=api.Seams(runner=api.InProcessTasks()))
+    (p,) = rebuilt.partitions
+    assert (p.action, p.inserts, p.updates, p.deletes, p.dedupe) == ("rebuilt", 0, 2, 0, dedupe)
+    dt = DeltaTable(table, storage_options=delta_storage_options(table, storage_options))
+    assert sorted(dt.to_pyarrow_table(columns=["key"]).column("key").to_pylist()) == [b"b", b"d"]
 
 
 # One Spark job per example: a tenth of the profile's examples.
