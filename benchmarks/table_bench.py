@@ -134,7 +134,8 @@ def more_keys_than_memory(keys: int, root: Path) -> list[dict]:
     log_bytes = sum(f.stat().st_size for f in log_dir.glob("*/*.log"))
     rows = []
     try:
-        for case, bound in (("baseline (imports only)", 0), ("in memory", 1 << 40), ("on disk, 16 MiB bound", 16 << 20)):
+        cases = (("baseline (imports only)", 0), ("in memory", 1 << 40), ("on disk, 16 MiB bound", 16 << 20))
+        for case, bound in cases:
             table = root / f"table-{bound}"
             out = subprocess.run([sys.executable, "-c", _CHILD, str(log_dir), str(table), str(bound)], check=True,
                                  capture_output=True, text=True)

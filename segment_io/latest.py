@@ -218,7 +218,7 @@ def partition_latest(segments: list[tuple[str, bytes]], *, topic: str, partition
     log_end = 0
     for i, (uri, data) in enumerate(segments):
         h = scan_batches(data, path=uri, allow_truncated_tail=allow_truncated_tail and i == len(segments) - 1)
-        summaries.append(summarize_headers([(h, data)], path=uri))
+        summaries.append(summarize_headers([(h, data)], path=uri, max_batch_bytes=max_batch_bytes))
         if len(h):
             log_end = max(log_end, int(h.last_offset[-1]) + 1)
     # producer expiry decides nothing here (it only matters to which empty batches a clean keeps)

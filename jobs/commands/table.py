@@ -22,10 +22,11 @@ in the log.
 
 Writers: with --writer auto, delta-spark when the Spark session has Delta Lake: Spark reads the segments and
 keeps the latest record per key in a shuffle that spills (any number of keys, nothing through the driver), then
-one MERGE per partition; else the embedded deltalake package: each partition's changes in memory, one commit for
-the run. Partitions are scanned in Spark tasks under spark-submit, in this process otherwise. The log dir is
-only read: no lock is taken, nothing is written there, so it is safe beside a running broker or a segjobs
-compact.
+one MERGE per partition; else the embedded deltalake package: each partition's changes in memory (on disk, in
+memory bounded by --latest-buffer-bytes, when they may not fit), one commit for the run. A run that another
+writer of the table overtook fails without writing anything (exit 1): rerun it. Partitions are scanned in Spark
+tasks under spark-submit, in this process otherwise. The log dir is only read: no lock is taken, nothing is
+written there, so it is safe beside a running broker or a segjobs compact.
 
 examples:
   segjobs table --log-dir /var/kafka/logs --topic orders --table /lake/orders_latest
@@ -83,7 +84,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="auto (default): delta-spark's MERGE when the Spark session has Delta Lake, else deltalake")
     p.add_argument("--latest-buffer-bytes", type=size_arg, default=DEFAULT_LATEST_BUFFER_BYTES, metavar="SIZE",
                    help="deltalake writer: the memory one partition's latest rows may take (default 256MiB). A "
-                        "partition whose records to apply may need more (their bytes plus about 100 bytes each) "
+                        "partition whose records to apply may need more (their bytes plus about 400 bytes each) "
                         "is deduped on disk instead: key hashes in hash buckets, then a read that keeps each key's "
                         "latest record, streamed to the merge, in memory bounded by this whatever the key count")
     add_max_batch_bytes_option(p)

@@ -8,7 +8,8 @@ A run, per partition of the topic:
    range to apply (:func:`jobs.rules.table.plan_partition`: from the applied offset to the last stable offset;
    a retention gap is an error unless ``rebuild``);
 3. decodes the segments of that range and keeps the latest record per key (:class:`segment_io.latest.LatestRows`,
-   aborted records and markers out, keyless records out);
+   aborted records and markers out, keyless records out); a range that may not fit ``latest_buffer_bytes`` is
+   only planned here, and the driver dedupes it on disk (:mod:`jobs.engine.table_sort`) into the same merge;
 
 then writes every partition's changes in ONE Delta commit (``deltalake``'s MERGE: upserts, deletes for
 tombstones, and for rebuilt partitions the rows no longer in the log). When the session has Delta Lake, step 3
@@ -26,7 +27,8 @@ both absent: a run killed at any point leaves the table at its last commit, and 
 of the Delta protocol (Structured Streaming's exactly-once sinks use them), so ``deltalake``
 (``CommitProperties(app_transactions=...)``, ``DeltaTable.transaction_version``) and delta-spark (the
 ``txnAppId``/``txnVersion`` write options and settings) read and write the same state. A run with nothing new
-writes no commit.
+writes no commit. The ``deltalake`` commit is made without retries on the version the run read: a run another
+writer overtook fails (:class:`TableConflictError`) instead of being rebased onto rows it did not see.
 """
 
 from __future__ import annotations
@@ -310,7 +312,7 @@ def partition_changes(item: PartitionItem) -> PartitionChanges:
     out = PartitionChanges(pl.topic, pl.partition)
     try:
         scan = scan_partition(item.storage, pl, depth="transactions", log_start_checkpoint=item.log_start_checkpoint,
-                              cleaner_checkpoint=item.cleaner_checkpoint)
+                              cleaner_checkpoint=item.cleaner_checkpoint, max_batch_bytes=item.max_batch_bytes)
         out.warnings.extend(scan.warnings)
         if scan.error is not None:
             out.error = scan.error
@@ -416,17 +418,31 @@ _MERGE_PREDICATE = "t.partition = s.partition AND t.key = s.key"
 _SET = {name: f"s.{name}" for name in TABLE_SCHEMA.names}
 
 
+class TableConflictError(SegjobsError):
+    """Another writer committed to the table between this run's read of it and its commit."""
+
+    def __init__(self, uri: str, read_version: int | None, detail: str) -> None:
+        read = "before it existed" if read_version is None else f"at version {read_version}"
+        super().__init__(
+            f"{uri}: another writer committed to the table after this run read it ({read}; {detail}): nothing of "
+            f"this run was written, so no offset is applied twice and no newer row is overwritten; run segjobs "
+            f"table again to apply what remains, and run one segjobs table per table at a time")
+
+
 def write_with_deltalake(uri: str, dt: Any | None, topic: str, changes: Sequence[PartitionChanges],
                          options: StorageOptions | None, fault: Callable[[str], None] | None = None,
                          sorted_rows: Callable[[bool], Iterator[pa.RecordBatch]] | None = None) -> int:
     """Apply every partition's changes and applied offset to the table in one Delta commit; returns the new
     table version. ``sorted_rows(live_only)`` (partitions deduped on disk) streams more rows to the same merge.
     ``fault`` (tests) is called with ``merge:start`` and ``merge:committed``."""
-    from deltalake import CommitProperties, Transaction, write_deltalake
+    from deltalake import CommitProperties, Transaction
 
     now = int(time.time() * 1000)
     txns = [Transaction(app_id(topic, c.partition), c.plan.end, now) for c in changes if c.plan is not None]
-    commit = CommitProperties(app_transactions=txns, custom_metadata={"segjobs.table.topic": topic})
+    # No retries: a commit retried on a newer version would have been computed from an older table and log
+    # (another run's newer rows overwritten with older ones, applied offsets moved back); it fails instead.
+    commit = CommitProperties(app_transactions=txns, custom_metadata={"segjobs.table.topic": topic},
+                              max_commit_retries=0)
     rows = pa.concat_tables([c.rows for c in changes if c.rows is not None] or [TABLE_SCHEMA.empty_table()])
     so = delta_storage_options(uri, options)
 
@@ -440,14 +456,53 @@ def write_with_deltalake(uri: str, dt: Any | None, topic: str, changes: Sequence
 
     if fault:
         fault("merge:start")
+    try:
+        _commit(uri, dt, topic, changes, rows, source, commit, so, streamed=sorted_rows is not None)
+    except Exception as exc:
+        if _is_conflict(exc):
+            raise TableConflictError(uri, None if dt is None else int(dt.version()), f"{type(exc).__name__}: "
+                                                                                     f"{exc}") from exc
+        raise
+    if fault:
+        fault("merge:committed")
+    final = open_table(uri, options)
+    return int(final.version()) if final is not None else -1
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    """Whether a failed Delta write lost a race: a commit of that version already exists (``deltalake`` says
+    CommitFailedError; creating a table someone else created in the meantime says it already exists)."""
+    from deltalake.exceptions import CommitFailedError
+
+    return isinstance(exc, CommitFailedError) or "already exists" in str(exc).lower()
+
+
+def _whole_partitions(changes: Sequence[PartitionChanges]) -> bool:
+    """Whether every partition's rows are read from its log start (rebuilt, or new to the table), with at
+    least one rebuilt: the run then knows each partition's whole content."""
+    plans = [c.plan for c in changes]
+    return bool(plans) and all(p is not None and (p.rebuild or p.applied is None) for p in plans) \
+        and any(p is not None and p.rebuild for p in plans)
+
+
+def _commit(uri: str, dt: Any | None, topic: str, changes: Sequence[PartitionChanges], rows: pa.Table,
+            source: Callable[[bool], Any], commit: Any, so: dict[str, str] | None, *, streamed: bool) -> None:
+    from deltalake import write_deltalake
+
     if dt is None:
         write_deltalake(uri, source(True), mode="error", partition_by=list(PARTITION_BY), name=topic,
                         description=f"segjobs table: the latest value per key of Kafka topic {topic}",
                         storage_options=so, commit_properties=commit)
+    elif _whole_partitions(changes):
+        # a rebuild: each partition's rows are its whole new content, so they replace its files (no join with
+        # the table's rows, whose memory grows with them: the rows are streamed to the writer as in a first build)
+        parts = ", ".join(str(c.partition) for c in changes)
+        write_deltalake(dt, source(True), mode="overwrite", predicate=f"partition IN ({parts})", storage_options=so,
+                        commit_properties=commit)
     else:
         before = dt.version()
         rebuilt = sorted(c.partition for c in changes if c.plan is not None and c.plan.rebuild)
-        if rows.num_rows or rebuilt or sorted_rows is not None:
+        if rows.num_rows or rebuilt or streamed:
             merger = dt.merge(source(False), _MERGE_PREDICATE, source_alias="s", target_alias="t",
                               commit_properties=commit, streamed_exec=True) \
                 .when_matched_delete(predicate="s.value IS NULL") \
@@ -463,10 +518,6 @@ def write_with_deltalake(uri: str, dt: Any | None, topic: str, changes: Sequence
             # applied offsets still move, in a commit of their own that adds no file
             write_deltalake(dt, TABLE_SCHEMA.empty_table(), mode="append", storage_options=so,
                             commit_properties=commit)
-    if fault:
-        fault("merge:committed")
-    final = open_table(uri, options)
-    return int(final.version()) if final is not None else -1
 
 
 # --------------------------------------------------------------------------------------------------
@@ -675,6 +726,8 @@ def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storag
             else:
                 version_after = write_with_deltalake(options.table, dt, options.topic, work, storage_options,
                                                      fault=fault, sorted_rows=sorted_rows)
+        except TableConflictError as exc:
+            write_error = str(exc)
         except SegjobsError as exc:
             if not stream_errors:
                 raise

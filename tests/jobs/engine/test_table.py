@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -331,8 +332,10 @@ def test_partitions_read_in_spark_tasks(spark, tmp_path):
 
 
 @pytest.mark.s3
-def test_log_dir_and_table_on_s3(s3_bucket, tmp_path):
-    """The log dir and the table both in a bucket (moto_server): the same rows, offsets and no-op rerun."""
+@pytest.mark.parametrize("dedupe", ["memory", "external-sort"])
+def test_log_dir_and_table_on_s3(s3_bucket, tmp_path, dedupe):
+    """The log dir and the table both in a bucket (moto_server): the same rows, offsets and no-op rerun, with
+    either dedupe (on disk: the segments and the table's keys read from the bucket)."""
     endpoint, bucket = s3_bucket
     storage_options = endpoint.storage_options()
     _sample_log(tmp_path / "logs")
@@ -341,9 +344,10 @@ def test_log_dir_and_table_on_s3(s3_bucket, tmp_path):
     for f in sorted((tmp_path / "logs").rglob("*")):
         if f.is_file():
             storage.write_atomic(storage.join(log_dir, *f.relative_to(tmp_path / "logs").parts), f.read_bytes())
-    options = api.TableOptions(table=table, topic=TOPIC, storage=storage_options, progress=lambda line: None)
+    options = api.TableOptions(table=table, topic=TOPIC, storage=storage_options, progress=lambda line: None,
+                               latest_buffer_bytes=1 if dedupe == "external-sort" else 256 << 20)
     first = api.table(log_dir, options, seams=api.Seams(runner=api.InProcessTasks()))
-    assert first.exit_code == 0 and first.partitions[0].inserts == 2
+    assert first.exit_code == 0 and first.partitions[0].inserts == 2 and first.partitions[0].dedupe == dedupe
     from jobs.engine.table import delta_storage_options
 
     dt = DeltaTable(table, storage_options=delta_storage_options(table, storage_options))
@@ -351,6 +355,11 @@ def test_log_dir_and_table_on_s3(s3_bucket, tmp_path):
     assert dt.transaction_version("segjobs-table:prop:0") == 9
     again = api.table(log_dir, options, seams=api.Seams(runner=api.InProcessTasks()))
     assert again.version_after == again.version_before == 0
+    rebuilt = api.table(log_dir, replace(options, rebuild=True), seams=api.Seams(runner=api.InProcessTasks()))
+    (p,) = rebuilt.partitions
+    assert (p.action, p.inserts, p.updates, p.deletes, p.dedupe) == ("rebuilt", 0, 2, 0, dedupe)
+    dt = DeltaTable(table, storage_options=delta_storage_options(table, storage_options))
+    assert sorted(dt.to_pyarrow_table(columns=["key"]).column("key").to_pylist()) == [b"b", b"d"]
 
 
 # One Spark job per example: a tenth of the profile's examples.
@@ -419,3 +428,63 @@ def test_max_batch_bytes_bounds_what_a_batch_may_inflate_to(tmp_path):
     assert bounded.exit_code == 1 and p.action == "error" and "4096" in (p.error or ""), p.error
     assert not (tmp_path / "t").exists()
     assert run(log_dir, tmp_path / "t").partitions[0].inserts == 2
+
+
+@pytest.mark.parametrize("case", ["first build", "merge", "offsets only"])
+def test_a_concurrent_run_cannot_apply_twice_or_overwrite_newer_rows(tmp_path, case):
+    """Run A reads the log and the table, then, before it commits, run B reads a longer log and commits. A's
+    commit was computed from an older table and log: it must fail (nothing written, an error saying what
+    happened and what to do) rather than overwrite B's newer rows or move the applied offset back (which would
+    apply B's range a second time). "offsets only": A found only an aborted transaction, so its commit adds no
+    file, a blind append Delta would otherwise let through."""
+    log_dir = tmp_path / "logs"
+    log = LogBuilder(topic=TOPIC, partition=0)
+    log.batch([rec("a", "1"), rec("b", "2")])
+
+    def write() -> None:
+        shutil.rmtree(log_dir, ignore_errors=True)
+        write_log(log.table(), log_dir / partition_dir_name(TOPIC, 0))
+
+    write()
+    if case != "first build":
+        run(log_dir, tmp_path / "t")
+        if case == "merge":
+            log.batch([rec("a", "11"), rec("c", "3")])
+        else:
+            log.txn_batch(5, 0, [rec("a", "never")])
+            log.abort(5, 0)
+        write()
+
+    def other_run_commits_first(partition: str, step: str) -> None:
+        if step == "merge:start":
+            log.batch([rec("a", "111"), tombstone("b")])
+            write()
+            other = run(log_dir, tmp_path / "t")
+            assert other.exit_code == 0 and other.partitions[0].applied_after == log.next_offset
+
+    options = api.TableOptions(table=str(tmp_path / "t"), topic=TOPIC, progress=lambda line: None)
+    late = api.table(log_dir, options, seams=api.Seams(runner=api.InProcessTasks(), fault=other_run_commits_first))
+    (p,) = late.partitions
+    assert late.exit_code == 1 and p.action == "error"
+    assert "another writer committed to the table" in (p.error or "") and "run segjobs table again" in p.error
+    dt = DeltaTable(str(tmp_path / "t"))
+    assert dt.transaction_version("segjobs-table:prop:0") == log.next_offset
+    assert table_rows(tmp_path / "t") == expected_rows(log_dir, [0])  # the newer run's rows stand
+    again = run(log_dir, tmp_path / "t")
+    assert again.exit_code == 0 and again.version_after == again.version_before == dt.version()
+
+
+def test_max_batch_bytes_reaches_the_scan_of_the_transaction_markers(tmp_path):
+    """With nothing new to apply, a run only scans: the bound still applies to the compressed markers it
+    decodes there (the scan's transaction state), so a bound below a marker's size refuses the partition."""
+    from segment_io.compression import GZIP
+
+    log_dir = tmp_path / "logs"
+    log = LogBuilder(topic=TOPIC, partition=0)
+    log.txn_batch(7, 0, [rec("a", "1")])
+    log.commit(7, 0)
+    write_log(log.table(), log_dir / partition_dir_name(TOPIC, 0), codec=GZIP)
+    assert run(log_dir, tmp_path / "t").partitions[0].inserts == 1
+    bounded = run(log_dir, tmp_path / "t", max_batch_bytes=4)
+    (p,) = bounded.partitions
+    assert bounded.exit_code == 1 and p.action == "error" and "4 bytes" in (p.error or ""), p.error

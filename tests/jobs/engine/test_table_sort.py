@@ -57,7 +57,11 @@ def both(log_dir: Path, memory: Path, disk: Path, **kw) -> tuple[api.TableResult
 @settings(max_examples=examples(0.3), suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                              HealthCheck.too_slow])
 @given(logs=LOGS, cut1=st.floats(0, 1), cut2=st.floats(0, 1))
-def test_on_disk_dedupe_gives_the_in_memory_table(tmp_path_factory, logs, cut1, cut2):
+def test_on_disk_dedupe_gives_the_in_memory_table(tmp_path_factory, monkeypatch, logs, cut1, cut2):
+    from jobs.engine import table_sort
+
+    # pieces of a few batches: the passes' splitting of a segment is exercised too
+    monkeypatch.setattr(table_sort, "PIECE_BYTES", 200)
     base = tmp_path_factory.mktemp("sorted")
     log_dir, memory, disk = base / "logs", base / "memory", base / "disk"
     lo, hi = sorted((cut1, cut2))
