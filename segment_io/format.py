@@ -224,8 +224,9 @@ _V2_RECORD = np.dtype({
     "itemsize": V2_HEADER_SIZE,
 })
 _V2_SPAN = np.arange(V2_HEADER_SIZE, dtype=np.int64)
-#: The legacy header up to the magic-1 timestamp (a magic-0 message is shorter: its bytes past the
-#: attributes are read from a zero-padded copy and then ignored).
+#: The legacy header up to the magic-1 timestamp. Framing admits no message shorter than these bytes (a magic-0
+#: message has at least LEGACY_MIN_SIZE[0] bytes after the size field), so reading them stays inside the
+#: data; for magic 0 the bytes where magic 1 keeps its timestamp are read and ignored.
 _LEGACY_RECORD = np.dtype({
     "names": ["base_offset", "size", "crc", "attributes", "timestamp"],
     "formats": [">i8", ">i4", ">u4", "i1", ">i8"],
@@ -233,6 +234,7 @@ _LEGACY_RECORD = np.dtype({
     "itemsize": LEGACY_V1_HEADER.size,
 })
 _LEGACY_SPAN = np.arange(LEGACY_V1_HEADER.size, dtype=np.int64)
+assert LOG_OVERHEAD + LEGACY_MIN_SIZE[0] >= LEGACY_V1_HEADER.size
 
 
 def _gather(buf: np.ndarray, positions: np.ndarray, span: np.ndarray, record: np.dtype) -> np.ndarray:
@@ -275,11 +277,7 @@ def _header_columns(buf: np.ndarray, positions: np.ndarray, magics: np.ndarray) 
 
     legacy = ~v2
     p = positions[legacy]
-    # A magic-0 message may end before the magic-1 timestamp would (even at the end of the file): read from a
-    # copy padded with zeros past the end; those bytes are never used.
-    padded = np.concatenate([buf, np.zeros(len(_LEGACY_SPAN), np.uint8)]) if len(buf) < int(p.max()) + len(
-        _LEGACY_SPAN) else buf
-    rec = _gather(padded, p, _LEGACY_SPAN, _LEGACY_RECORD)
+    rec = _gather(buf, p, _LEGACY_SPAN, _LEGACY_RECORD)
     attrs = rec["attributes"].astype(np.int16)  # a signed byte, as the v0/v1 headers declare it
     cols["base_offset"][legacy] = rec["base_offset"]
     cols["size"][legacy] = rec["size"].astype(np.int32) + np.int32(LOG_OVERHEAD)

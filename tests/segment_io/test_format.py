@@ -25,7 +25,7 @@ def test_every_column_of_mixed_v2_and_legacy_batches() -> None:
     v1 = legacy_message(1, 105, b"k", b"v", attributes=0x0A, timestamp=1_650_000_000_123)  # snappy bit + append
     b = _v2_batch(106, last_delta=0, count=0, attrs=0x60, base_ts=-1, max_ts=42, pid=-1, epoch=-1, seq=-1,
                   leader_epoch=-1, crc=1, payload=b"")
-    v0 = legacy_message(0, 107, None, b"")  # the shortest message, at the very end: no timestamp bytes follow
+    v0 = legacy_message(0, 107, None, b"")  # the shortest message there is, ending the file: read up to its last byte
     data = a + v1 + b + v0
     h = scan_batches(data)
     assert h.truncated_tail == 0
