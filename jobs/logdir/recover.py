@@ -707,16 +707,16 @@ class PreviewStorage(Storage):
 
     # ------------------------------------------------------------------ changes, kept in memory
 
-    def write_atomic(self, uri: str, data: bytes) -> None:
+    def write_atomic(self, uri: str, data: bytes, *, durable: bool = True) -> None:
         self._set(uri, _Pending(len(data), data=bytes(data)))
 
     @contextmanager
-    def open_write(self, uri: str) -> Iterator[BinaryIO]:
+    def open_write(self, uri: str, *, durable: bool = True) -> Iterator[BinaryIO]:
         buf = io.BytesIO()
         yield buf
         self.write_atomic(uri, buf.getvalue())
 
-    def put_if_absent(self, uri: str, data: bytes) -> str | None:
+    def put_if_absent(self, uri: str, data: bytes, *, durable: bool = True) -> str | None:
         if self.exists(uri):
             raise PreconditionFailedError("already exists", uri=uri)
         self.write_atomic(uri, data)
