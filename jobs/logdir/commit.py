@@ -93,14 +93,17 @@ first sees it, never earlier.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from functools import partial
+from typing import Callable, Iterable, Sequence
 
 from segment_io.errors import (
     CrossDeviceError,
     LocatedError,
     NotFoundError,
     PreconditionFailedError,
+    SegjobsError,
     StorageEnvironmentError,
 )
 from segment_io.layout import (
@@ -199,6 +202,43 @@ class ReplaceResult:
     installed: list[str] = field(default_factory=list)  #: live URIs of the new segments' files
     removed: list[str] = field(default_factory=list)  #: URIs of old files removed
     steps: list[str] = field(default_factory=list)  #: the step names passed, in order
+
+
+@dataclass(frozen=True)
+class ReplaceRequest:
+    """One partition's replace in :meth:`Committer.replace_lockstep` (the arguments of
+    :meth:`Committer.replace_segments`). With ``promote``, the new segments' files are first brought from where
+    a task staged them (:meth:`Committer.promote`, keeping ``mtime_ms``)."""
+
+    partition_uri: str
+    old_base_offsets: list[int]
+    new_segments: list[StagedSegment]
+    fault: Fault | None = None
+    promote: bool = False
+    mtime_ms: int = 0
+
+
+#: The order of the remove-intent step among a replace's stages (install steps lie below, clean-up above).
+_REMOVE_INTENT = 10
+
+
+@dataclass(frozen=True)
+class _Stage:
+    """One step of one partition's replace: ``run`` it, then (if ``sync`` names a directory) make it durable
+    before any stage of a later ``order``. Partitions in lockstep run the stages of equal order together."""
+
+    order: tuple[int, int]
+    name: str
+    run: Callable[[], None]
+    sync: str | None = None
+
+
+@dataclass(frozen=True)
+class _Replace:
+    """A checked replace of one partition: its result (filled as its stages run) and its stages."""
+
+    result: "ReplaceResult"
+    stages: list[_Stage]
 
 
 @dataclass
@@ -386,11 +426,12 @@ def write_ledger(storage: Storage, pwork: str, ledger: dict[int, int]) -> None:
     storage.write_atomic(uri, json.dumps(doc, sort_keys=True).encode())
 
 
-def _put_intent(storage: Storage, pwork: str, name: str, data: bytes, partition_uri: str) -> str:
+def _put_intent(storage: Storage, pwork: str, name: str, data: bytes, partition_uri: str, *,
+                durable: bool = True) -> str:
     storage.makedirs(pwork)
     uri = storage.join(pwork, name)
     try:
-        storage.put_if_absent(uri, data)
+        storage.put_if_absent(uri, data, durable=durable)
     except PreconditionFailedError:
         raise CommitError(f"an unfinished operation left {uri}; run `segjobs recover` first",
                           uri=partition_uri) from None
@@ -640,27 +681,135 @@ class Committer:
         :func:`jobs.logdir.recover.recover_partition`. ``fault(step)`` is called before every step (tests
         raise from it to simulate a crash there).
         """
+        request = ReplaceRequest(partition_uri, old_base_offsets, new_segments, fault)
+        replace = self._prepare(request)
+        for order in sorted({st.order for st in replace.stages}):
+            for stage in replace.stages:
+                if stage.order == order:
+                    stage.run()
+                    if stage.sync is not None:
+                        self.storage.barrier([stage.sync])
+        return replace.result
+
+    def replace_lockstep(self, requests: Sequence["ReplaceRequest"], *,
+                         barrier_fault: Fault | None = None) -> list["ReplaceResult | SegjobsError"]:
+        """:meth:`replace_segments` of several partitions at once, in lockstep: every partition takes the same
+        step of the protocol (each its own files), then one :meth:`Storage.barrier` makes that step durable for
+        all of them, then the next step. Each partition passes through exactly the states a replace of it alone
+        passes through, in the same order, each made durable before the next begins; only the syncs are shared
+        (one barrier for a bin of partitions instead of one sync per partition and step).
+
+        A request with ``promote`` first has its files moved from where its task staged them (:meth:`promote`).
+        A partition whose promotion, check or step raises a :class:`SegjobsError` leaves the lockstep where it
+        stands (as a replace of it alone would have stopped there) and the others go on; a failed barrier is the
+        failure of every partition it covered. Returns, per request, its :class:`ReplaceResult` or the error that
+        stopped it. Anything else raised (a crash) stops them all. ``barrier_fault(step)`` is called before each
+        barrier shared by two or more partitions with ``barrier:<step>`` (``barrier:write-intent``,
+        ``barrier:cleaned-to-swap``, ...): tests raise from it to crash the run just before a shared sync."""
+        outcomes: list[ReplaceResult | SegjobsError | None] = [None] * len(requests)
+        live: dict[int, _Replace] = {}
+        for i, request in enumerate(requests):
+            try:
+                if request.promote:
+                    for seg in request.new_segments:
+                        self.promote(request.partition_uri, seg.base_offset, seg.suffixes, request.mtime_ms)
+                live[i] = self._prepare(request)
+            except SegjobsError as exc:
+                outcomes[i] = exc
+        for order in sorted({st.order for r in live.values() for st in r.stages}):
+            stages = {i: [st for st in r.stages if st.order == order] for i, r in live.items()}
+            failed = self._run_stage(stages)
+            for i, error in failed.items():
+                outcomes[i] = error
+                del live[i]
+            synced = {i: [st.sync for st in stages[i] if st.sync is not None] for i in live if i in stages}
+            synced = {i: uris for i, uris in synced.items() if uris}
+            if not synced:
+                continue
+            name = next(st.name for i in synced for st in stages[i])
+            if barrier_fault is not None and len(synced) > 1:
+                # (over one partition the barrier is that partition's own sync: no state a replace of it alone
+                # does not pass through, so no point of its own)
+                barrier_fault(f"barrier:{name}")
+            try:
+                self.storage.barrier([u for uris in synced.values() for u in uris])
+            except SegjobsError as exc:
+                for i in synced:
+                    outcomes[i] = exc
+                    del live[i]
+        for i, r in live.items():
+            outcomes[i] = r.result
+        return [o for o in outcomes if o is not None]
+
+    def _run_stage(self, stages: dict[int, list["_Stage"]]) -> dict[int, SegjobsError]:
+        """Run each partition's stages of one step; the partitions whose step failed, with the error. Stores
+        whose requests are round trips (S3) run the partitions' steps on a few threads. A crash (any other
+        exception) stops the lockstep where it is: raised at once on one thread; on several, no partition
+        starts its step after it and it is raised once the steps under way are done."""
+
+        crashed: list[BaseException] = []
+
+        def run(i: int) -> SegjobsError | None:
+            if crashed:
+                return None  # a crash stops the lockstep: no partition starts its step after it
+            try:
+                for stage in stages[i]:
+                    stage.run()
+            except SegjobsError as exc:
+                return exc
+            except BaseException as exc:  # noqa: BLE001 - raised below, on the caller's thread
+                crashed.append(exc)
+                if threads <= 1:
+                    raise
+            return None
+
+        keys = [i for i, st in stages.items() if st]
+        threads = min(self.storage.io_concurrency, len(keys))
+        if threads > 1:
+            with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="segjobs-commit-step") as pool:
+                errors = list(pool.map(run, keys))
+        else:
+            errors = [run(i) for i in keys]
+        if crashed:
+            raise crashed[0]
+        return {i: err for i, err in zip(keys, errors) if err is not None}
+
+    def _prepare(self, request: "ReplaceRequest") -> "_Replace":
+        """Check ``request`` against the partition (raises :class:`CommitError` before changing anything) and
+        lay out its replace as stages, in protocol order."""
         storage = self.storage
+        partition_uri = request.partition_uri
         files = list_segment_files(storage, partition_uri)
-        intent = _plan_replace(self, partition_uri, files, old_base_offsets, new_segments)
+        intent = _plan_replace(self, partition_uri, files, request.old_base_offsets, request.new_segments)
         pwork = self.partition_work_uri(partition_uri)
         result = ReplaceResult(partition_uri, sorted(intent.old), sorted(intent.new))
-        _call(fault, result.steps, "write-intent")
-        intent_uri = _put_intent(storage, pwork, REPLACE_INTENT, intent.to_json(), partition_uri)
-        self._install(partition_uri, intent, result, fault)
-        _call(fault, result.steps, "remove-intent")
-        storage.delete(intent_uri)
-        self._after_commit(partition_uri, intent, result, fault)
-        return result
+        fault = request.fault
+        intent_uri = storage.join(pwork, REPLACE_INTENT)
 
-    def _install(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
-                 fault: Fault | None) -> None:
-        """The steps between writing the intent and removing it."""
+        def write_intent() -> None:
+            _call(fault, result.steps, "write-intent")
+            _put_intent(storage, pwork, REPLACE_INTENT, intent.to_json(), partition_uri, durable=False)
+
+        def remove_intent() -> None:
+            _call(fault, result.steps, "remove-intent")
+            storage.delete(intent_uri)
+
+        stages = [_Stage((0, 0), "write-intent", write_intent, pwork),
+                  *self._install_stages(partition_uri, intent, result, fault),
+                  _Stage((_REMOVE_INTENT, 0), "remove-intent", remove_intent),
+                  *self._after_commit_stages(partition_uri, intent, result, fault)]
+        return _Replace(result, stages)
+
+    def _install_stages(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
+                        fault: Fault | None) -> list["_Stage"]:
+        """The steps between writing the intent and removing it (orders between 1 and :data:`_REMOVE_INTENT`)."""
         raise NotImplementedError
 
-    def _after_commit(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
-                      fault: Fault | None) -> None:
-        """The steps after the intent is gone (clean-up nothing depends on)."""
+    def _after_commit_stages(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
+                             fault: Fault | None) -> list["_Stage"]:
+        """The steps after the intent is gone (clean-up nothing depends on; orders above
+        :data:`_REMOVE_INTENT`)."""
+        return []
 
     # ---------------------------------------------------------------- delete (the same on every store)
 
@@ -763,35 +912,44 @@ class RenameCommitter(Committer):
             storage.set_mtime(dst, mtime_ms)
             storage.delete(src)
 
-    def _install(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
-                 fault: Fault | None) -> None:
+    def _install_stages(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
+                        fault: Fault | None) -> list["_Stage"]:
         storage = self.storage
 
         def path(base: int, sfx: str, transient: str = "") -> str:
             return storage.join(partition_uri, segment_file_name(base, sfx) + transient)
 
-        for base in sorted(intent.new, reverse=True):
+        def cleaned_to_swap(base: int) -> None:
             for sfx in _ordered(intent.new[base]):
                 _call(fault, result.steps, f"cleaned-to-swap:{segment_file_name(base, sfx)}")
                 storage.rename(path(base, sfx, CLEANED_SUFFIX), path(base, sfx, SWAP_SUFFIX))
-            storage.sync_dir(partition_uri)
-        for base in sorted(intent.old):
-            for sfx in intent.old[base]:
-                _call(fault, result.steps, f"old-to-deleted:{segment_file_name(base, sfx)}")
-                storage.rename(path(base, sfx), path(base, sfx, DELETED_SUFFIX))
-        storage.sync_dir(partition_uri)
-        for base in sorted(intent.new):
-            for sfx in _ordered(intent.new[base]):
-                _call(fault, result.steps, f"swap-to-live:{segment_file_name(base, sfx)}")
-                storage.rename(path(base, sfx, SWAP_SUFFIX), path(base, sfx))
-                result.installed.append(path(base, sfx))
-        storage.sync_dir(partition_uri)
-        for base in sorted(intent.old):
-            for sfx in intent.old[base]:
-                _call(fault, result.steps, f"purge-old:{segment_file_name(base, sfx)}")
-                storage.delete(path(base, sfx, DELETED_SUFFIX))
-                result.removed.append(path(base, sfx, DELETED_SUFFIX))
 
+        def old_to_deleted() -> None:
+            for base in sorted(intent.old):
+                for sfx in intent.old[base]:
+                    _call(fault, result.steps, f"old-to-deleted:{segment_file_name(base, sfx)}")
+                    storage.rename(path(base, sfx), path(base, sfx, DELETED_SUFFIX))
+
+        def swap_to_live() -> None:
+            for base in sorted(intent.new):
+                for sfx in _ordered(intent.new[base]):
+                    _call(fault, result.steps, f"swap-to-live:{segment_file_name(base, sfx)}")
+                    storage.rename(path(base, sfx, SWAP_SUFFIX), path(base, sfx))
+                    result.installed.append(path(base, sfx))
+
+        def purge_old() -> None:
+            for base in sorted(intent.old):
+                for sfx in intent.old[base]:
+                    _call(fault, result.steps, f"purge-old:{segment_file_name(base, sfx)}")
+                    storage.delete(path(base, sfx, DELETED_SUFFIX))
+                    result.removed.append(path(base, sfx, DELETED_SUFFIX))
+
+        # one sync per new segment (descending), then one per phase: see the module docstring
+        return [*(_Stage((1, k), "cleaned-to-swap", partial(cleaned_to_swap, base), partition_uri)
+                  for k, base in enumerate(sorted(intent.new, reverse=True))),
+                _Stage((2, 0), "old-to-deleted", old_to_deleted, partition_uri),
+                _Stage((3, 0), "swap-to-live", swap_to_live, partition_uri),
+                _Stage((4, 0), "purge-old", purge_old)]
 
     def leftover_staged(self, partition_uri: str) -> list[FileInfo]:
         """Files staged in the partition's :data:`STAGING_BESIDE_DIR` whatever ``stage_beside`` says now (the run
@@ -815,27 +973,44 @@ class CopyCommitter(Committer):
     def task_stage_uri(self, partition_uri: str, base_offset: int, suffix: str) -> str:
         return self.staged_uri(partition_uri, base_offset, suffix)
 
+    def _install_stages(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
+                        fault: Fault | None) -> list["_Stage"]:
+        storage = self.storage
+
+        def copy_new() -> None:
+            for base in sorted(intent.new, reverse=True):
+                for sfx in _ordered(intent.new[base]):
+                    name = segment_file_name(base, sfx)
+                    _call(fault, result.steps, f"copy-new:{name}")
+                    storage.copy(self._staged(partition_uri, intent.run_id, base, sfx),
+                                 storage.join(partition_uri, name))
+                    result.installed.append(storage.join(partition_uri, name))
+
+        def delete_old() -> None:
+            overwritten = intent.new_files()
+            for base, sfx in sorted(intent.old_files() - overwritten):
+                name = segment_file_name(base, sfx)
+                _call(fault, result.steps, f"delete-old:{name}")
+                storage.delete(storage.join(partition_uri, name))
+                result.removed.append(storage.join(partition_uri, name))
+
+        # each answered request is durable: no syncs
+        return [_Stage((1, 0), "copy-new", copy_new), _Stage((2, 0), "delete-old", delete_old)]
+
     def _install(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
                  fault: Fault | None) -> None:
-        storage = self.storage
-        for base in sorted(intent.new, reverse=True):
-            for sfx in _ordered(intent.new[base]):
-                name = segment_file_name(base, sfx)
-                _call(fault, result.steps, f"copy-new:{name}")
-                storage.copy(self._staged(partition_uri, intent.run_id, base, sfx), storage.join(partition_uri, name))
-                result.installed.append(storage.join(partition_uri, name))
-        overwritten = intent.new_files()
-        for base, sfx in sorted(intent.old_files() - overwritten):
-            name = segment_file_name(base, sfx)
-            _call(fault, result.steps, f"delete-old:{name}")
-            storage.delete(storage.join(partition_uri, name))
-            result.removed.append(storage.join(partition_uri, name))
+        """The steps between writing the intent and removing it, at once (recovery's roll forward)."""
+        for stage in self._install_stages(partition_uri, intent, result, fault):
+            stage.run()
 
-    def _after_commit(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
-                      fault: Fault | None) -> None:
-        for base, sfx in sorted(intent.new_files()):
-            _call(fault, result.steps, f"delete-staged:{segment_file_name(base, sfx)}")
-            self.storage.delete(self._staged(partition_uri, intent.run_id, base, sfx))
+    def _after_commit_stages(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
+                             fault: Fault | None) -> list["_Stage"]:
+        def delete_staged() -> None:
+            for base, sfx in sorted(intent.new_files()):
+                _call(fault, result.steps, f"delete-staged:{segment_file_name(base, sfx)}")
+                self.storage.delete(self._staged(partition_uri, intent.run_id, base, sfx))
+
+        return [_Stage((_REMOVE_INTENT + 1, 0), "delete-staged", delete_staged)]
 
     def roll_forward(self, partition_uri: str, intent: ReplaceIntent,
                      add: Callable[[str, str], None]) -> ReplaceIntent | None:
@@ -917,7 +1092,7 @@ def committer_for(storage: Storage, work_uri: str, run_id: str | None = None, *,
 
 __all__ = [
     "CommitError", "Committer", "CopyCommitter", "DeleteIntent", "RenameCommitter", "DeleteResult", "PurgeResult",
-    "RecoveryError", "ReplaceIntent", "STAGING_BESIDE_DIR",
+    "RecoveryError", "ReplaceIntent", "ReplaceRequest", "STAGING_BESIDE_DIR",
     "ReplaceResult", "SEGMENT_DATA_SUFFIXES", "SegmentFile", "StagedSegment",
     "committer_for", "delete_segments", "list_segment_files", "live_log_bases", "partition_work_uri", "purge_deleted",
     "replace_segments", "staged_uri",
