@@ -96,7 +96,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable, Iterable, Sequence
+from typing import Callable, ClassVar, Iterable, Sequence
 
 from segment_io.errors import (
     CrossDeviceError,
@@ -639,6 +639,9 @@ class Committer:
     #: area, so that no two runs ever write the same staged object (one that lost its lease may still be
     #: staging) and recovery can tell a run's stagings from another's
     run_id: str | None = None
+    #: whether a step is durable only once synced (local disk: :meth:`Storage.barrier` after it), rather than
+    #: as soon as the store answers (S3)
+    syncs: ClassVar[bool] = False
 
     # ---------------------------------------------------------------- where new segments are written
 
@@ -794,7 +797,7 @@ class Committer:
             _call(fault, result.steps, "remove-intent")
             storage.delete(intent_uri)
 
-        stages = [_Stage((0, 0), "write-intent", write_intent, pwork),
+        stages = [_Stage((0, 0), "write-intent", write_intent, pwork if self.syncs else None),
                   *self._install_stages(partition_uri, intent, result, fault),
                   _Stage((_REMOVE_INTENT, 0), "remove-intent", remove_intent),
                   *self._after_commit_stages(partition_uri, intent, result, fault)]
@@ -879,6 +882,7 @@ class RenameCommitter(Committer):
 
     #: stage in the partition dir (see the class docstring); never set for a work dir on the log dir's filesystem
     stage_beside: bool = False
+    syncs: ClassVar[bool] = True
 
     def staged_uri(self, partition_uri: str, base_offset: int, suffix: str) -> str:
         return self.storage.join(partition_uri, segment_file_name(base_offset, suffix) + CLEANED_SUFFIX)
