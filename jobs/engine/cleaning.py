@@ -129,6 +129,20 @@ def _merged_result(later, earlier):
     return replace(later, stats=stats)
 
 
+def _stable(result) -> bool:
+    """Whether cleaning ``result`` (a pass's output) again, with the same map, transaction state and ``now``,
+    certainly changes nothing, so the convergence pass can be left out. A pass keeps a record iff it is the
+    latest of its key in the map (the same map keeps it again) and removes aborted transactional data and keyless
+    records (none are left to remove); what only a later pass does concerns tombstones (a horizon stamped now, and
+    due at once with delete.retention.ms 0), transaction markers (their horizon, or their transaction's data gone
+    in this pass) and the header-only batches kept for producer state. So an output without tombstones, without
+    transactional or control records and without header-only batches is stable."""
+    kept = result.records
+    return (result.empty_batches.num_rows == 0 and kept.column("value").null_count == 0
+            and not kept.column("control").to_numpy(zero_copy_only=False).any()
+            and not kept.column("transactional").to_numpy(zero_copy_only=False).any())
+
+
 @dataclass
 class GroupRun:
     """One group cleaned in memory: its outcome, statistics and the first-pass view of its output."""
@@ -238,6 +252,8 @@ class PartitionCleaner:
         # a group whose index files are wrong is rewritten even when no record goes: that rebuilds them
         changed = result.changed or bool(corrupt_indexes)
         for _ in range(MAX_CONVERGENCE_PASSES):
+            if _stable(result):
+                break
             again = clean_records(result.records, offset_map=omap, txn_state=refreshed_txn or task.txn,
                                   params=self.params, empty_batches=result.empty_batches,
                                   segment_last_modified_ms=mtimes)

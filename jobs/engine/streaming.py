@@ -5,9 +5,11 @@ after another: the commits (a chain of small writes, renames and directory fsync
 up, and nothing was printed until the last task ended. Here a driver thread takes each partition's result as
 its task finishes (:meth:`jobs.engine.tasks.TaskRunner.stream`), checks it (``prepare``, on the driver's
 thread: it may touch shared state) and hands its commit (``settle``) to a commit thread, which commits the
-partitions one at a time in partition order while the remaining tasks run. Each partition's commit keeps the
-crash-safe protocol of :mod:`jobs.logdir.commit`; a lost lease or a kill stops the run between two partitions,
-as before.
+partitions in partition order while the remaining tasks run. Each partition's commit keeps the crash-safe
+protocol of :mod:`jobs.logdir.commit`; a lost lease or a kill stops the run between two partitions, as before.
+:func:`run_and_settle_bins` does the same a bin at a time: one task call cleans a bin's partitions, and the
+commit thread gets them together, to commit in lockstep (one durability barrier per protocol step for the bin,
+see :meth:`jobs.logdir.commit.Committer.replace_lockstep`).
 
 :class:`Tally` words the running count, bytes done and an ETA of the progress lines.
 """

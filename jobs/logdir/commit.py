@@ -25,7 +25,7 @@ Replace on local disk (Kafka's own protocol, ``LocalLog.replaceSegments``; a bro
 finish or undo it at every instant)
 ---------------------------------------------------------------------------------------------------
 The job writes new segments as ``<base>.<suffix>.cleaned`` in the partition dir (:func:`staged_uri`),
-fsynced (``Storage.open_write`` does that).
+durable (fsynced by ``Storage.open_write``, or by the barrier a cleaning task ends its bin with).
 
 1. ``write-intent``: ``replace.json`` in the work dir (``put_if_absent``).
 2. ``cleaned-to-swap:<file>``: rename each new segment's files ``.cleaned`` -> ``.swap``, segments in
@@ -43,6 +43,21 @@ fsynced (``Storage.open_write`` does that).
 5. ``purge-old:<file>``: unlink the old ``.deleted`` files (segjobs holds the log dir's lock, so no reader
    has them open; there is nothing to wait for).
 6. ``remove-intent``.
+
+Several partitions in lockstep (:meth:`Committer.replace_lockstep`)
+-------------------------------------------------------------------
+The compaction job commits the partitions cleaned in one task (a bin) together: every partition takes the same
+step (its own files), then one durability barrier (:meth:`Storage.barrier`: an fsync of each directory the step
+touched, on a few threads, so the filesystem's journal commits them together) stands for each partition's own
+sync, then the next step. The intent's content is synced before its name appears, as alone; its directory entry
+waits for the step's barrier. So each partition passes through exactly the states of a replace of it alone, in
+the same order, each durable before the next begins, and recovery sees nothing new. A partition whose step
+fails leaves the lockstep where it stands; a crash stops them all where they stand (each in one of its own
+states). Besides each partition's ``fault(step)``, a ``barrier_fault("barrier:<step>")`` is called before each
+barrier shared by two or more partitions (``barrier:write-intent``, ``barrier:cleaned-to-swap``,
+``barrier:old-to-deleted``, ``barrier:swap-to-live``); the job's fault seam gets it with the partition ``""``.
+On S3 there is no barrier (an answered request is durable) and the partitions' requests of one step run on a
+few threads.
 
 Replace on S3 (no rename; per-object atomic PUT/COPY, strongly consistent listing, conditional PUT)
 --------------------------------------------------------------------------------------------------

@@ -140,6 +140,21 @@ def storage_error(exc: OSError, path: str, *, needed_bytes: int | None = None) -
 _BARRIER_THREADS = 8
 
 
+_POOL: tuple[int, ThreadPoolExecutor] | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _barrier_pool() -> ThreadPoolExecutor:
+    """The threads of :meth:`LocalStorage.barrier`, made once per process (a forked worker makes its own: threads
+    do not survive a fork)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL[0] != os.getpid():
+            _POOL = (os.getpid(), ThreadPoolExecutor(max_workers=_BARRIER_THREADS,
+                                                     thread_name_prefix="segjobs-barrier"))
+        return _POOL[1]
+
+
 def _fsync_path(path: str) -> None:
     """fsync a file or a directory (both open read-only)."""
     fd = os.open(path, os.O_RDONLY)
@@ -516,11 +531,9 @@ class LocalStorage(Storage):
         if len(paths) == 1:
             self._guard(paths[0], lambda: _fsync_path(paths[0]))
             return
-        with ThreadPoolExecutor(max_workers=min(_BARRIER_THREADS, len(paths)),
-                                thread_name_prefix="segjobs-barrier") as pool:
-            for path, error in zip(paths, pool.map(_fsync_quietly, paths)):
-                if error is not None:
-                    raise storage_error(error, path) from None
+        for path, error in zip(paths, _barrier_pool().map(_fsync_quietly, paths)):
+            if error is not None:
+                raise storage_error(error, path) from None
 
     # ------------------------------------------------------------------ errors
 
