@@ -49,13 +49,16 @@ Several partitions in lockstep (:meth:`Committer.replace_lockstep`)
 The compaction job commits the partitions cleaned in one task (a bin) together: every partition takes the same
 step (its own files), then one durability barrier (:meth:`Storage.barrier`: an fsync of each directory the step
 touched, on a few threads, so the filesystem's journal commits them together) stands for each partition's own
-sync, then the next step. The intent's content is synced before its name appears, as alone; its directory entry
-waits for the step's barrier. So each partition passes through exactly the states of a replace of it alone, in
-the same order, each durable before the next begins, and recovery sees nothing new. A partition whose step
+sync, then the next step. The intent is written in the two halves of ``put_if_absent``: its content to a
+temporary file, a barrier, then its name (a link), then the step's barrier; so its content is durable before its
+name appears, as alone. So each partition passes through exactly the states of a replace of it alone, in
+the same order, each durable before the next begins, and recovery sees nothing new (a crash between the halves
+leaves a temporary file, as a crash inside ``put_if_absent`` can, which recovery deletes). A partition whose step
 fails leaves the lockstep where it stands; a crash stops them all where they stand (each in one of its own
 states). Besides each partition's ``fault(step)``, a ``barrier_fault("barrier:<step>")`` is called before each
-barrier shared by two or more partitions (``barrier:write-intent``, ``barrier:cleaned-to-swap``,
-``barrier:old-to-deleted``, ``barrier:swap-to-live``); the job's fault seam gets it with the partition ``""``.
+barrier shared by two or more partitions (``barrier:write-intent`` for the intents' content,
+``barrier:intent-entry`` for their names, ``barrier:cleaned-to-swap``, ``barrier:old-to-deleted``,
+``barrier:swap-to-live``); the job's fault seam gets it with the partition ``""``.
 On S3 there is no barrier (an answered request is durable) and the partitions' requests of one step run on a
 few threads.
 
@@ -237,10 +240,11 @@ class ReplaceRequest:
 _REMOVE_INTENT = 10
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Stage:
-    """One step of one partition's replace: ``run`` it, then (if ``sync`` names a directory) make it durable
-    before any stage of a later ``order``. Partitions in lockstep run the stages of equal order together."""
+    """One step of one partition's replace: ``run`` it, then (if ``sync`` names a file or directory, set at the
+    latest by ``run``) make it durable before any stage of a later ``order``. Partitions in lockstep run the
+    stages of equal order together."""
 
     order: tuple[int, int]
     name: str
@@ -441,12 +445,11 @@ def write_ledger(storage: Storage, pwork: str, ledger: dict[int, int]) -> None:
     storage.write_atomic(uri, json.dumps(doc, sort_keys=True).encode())
 
 
-def _put_intent(storage: Storage, pwork: str, name: str, data: bytes, partition_uri: str, *,
-                durable: bool = True) -> str:
+def _put_intent(storage: Storage, pwork: str, name: str, data: bytes, partition_uri: str) -> str:
     storage.makedirs(pwork)
     uri = storage.join(pwork, name)
     try:
-        storage.put_if_absent(uri, data, durable=durable)
+        storage.put_if_absent(uri, data)
     except PreconditionFailedError:
         raise CommitError(f"an unfinished operation left {uri}; run `segjobs recover` first",
                           uri=partition_uri) from None
@@ -806,13 +809,35 @@ class Committer:
 
         def write_intent() -> None:
             _call(fault, result.steps, "write-intent")
-            _put_intent(storage, pwork, REPLACE_INTENT, intent.to_json(), partition_uri, durable=False)
+            _put_intent(storage, pwork, REPLACE_INTENT, intent.to_json(), partition_uri)
+
+        temp: list[str] = []
+
+        def write_intent_data() -> None:
+            # local disk: put_if_absent in two halves, so that one barrier syncs the intents of many partitions
+            # (their content before their names, as put_if_absent alone does)
+            _call(fault, result.steps, "write-intent")
+            storage.makedirs(pwork)
+            temp.append(storage.write_temp(intent_uri, intent.to_json()))
+            intent_stage.sync = temp[0]
+
+        def link_intent() -> None:
+            try:
+                storage.link_temp(temp[0], intent_uri)
+            except PreconditionFailedError:
+                raise CommitError(f"an unfinished operation left {intent_uri}; run `segjobs recover` first",
+                                  uri=partition_uri) from None
 
         def remove_intent() -> None:
             _call(fault, result.steps, "remove-intent")
             storage.delete(intent_uri)
 
-        stages = [_Stage((0, 0), "write-intent", write_intent, pwork if self.syncs else None),
+        if self.syncs:
+            intent_stage = _Stage((0, 0), "write-intent", write_intent_data)
+            intents = [intent_stage, _Stage((0, 1), "intent-entry", link_intent, pwork)]
+        else:
+            intents = [_Stage((0, 0), "write-intent", write_intent)]
+        stages = [*intents,
                   *self._install_stages(partition_uri, intent, result, fault),
                   _Stage((_REMOVE_INTENT, 0), "remove-intent", remove_intent),
                   *self._after_commit_stages(partition_uri, intent, result, fault)]

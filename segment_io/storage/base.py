@@ -141,6 +141,18 @@ class Storage(ABC):
         The content is durable before the name appears, always; ``durable=False`` leaves out only the fsync
         of the directory entry, which the caller then makes with :meth:`barrier` on the directory."""
 
+    def write_temp(self, uri: str, data: bytes) -> str:
+        """The first half of a :meth:`put_if_absent` whose syncs a :meth:`barrier` makes, on stores with an atomic
+        rename: ``data`` in a new temporary sibling of ``uri`` (its name one :func:`is_temp_file` recognises),
+        not synced. Returns the temporary file's URI, for :meth:`link_temp` once a barrier has made it durable."""
+        raise NotImplementedError(f"{type(self).__name__} has no temporary files")
+
+    def link_temp(self, temp_uri: str, uri: str) -> None:
+        """The second half: give the (durable) temporary file ``temp_uri`` the name ``uri`` unless something is
+        there (:class:`~segment_io.errors.PreconditionFailedError`), and drop the temporary name either way. The
+        new entry is durable once a :meth:`barrier` covers ``uri``'s directory."""
+        raise NotImplementedError(f"{type(self).__name__} has no temporary files")
+
     @abstractmethod
     def put_if_match(self, uri: str, data: bytes, etag: str | None) -> str | None:
         """Overwrite ``uri`` only if its current etag is ``etag`` (local: only if it exists and its

@@ -432,6 +432,23 @@ class LocalStorage(Storage):
 
         return self._guard(path, do)
 
+    def write_temp(self, uri: str, data: bytes) -> str:
+        path = to_path(uri)
+        return self._guard(path, lambda: _write_temp(path, data, durable=False))
+
+    def link_temp(self, temp_uri: str, uri: str) -> None:
+        tmp, path = to_path(temp_uri), to_path(uri)
+
+        def do() -> None:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise PreconditionFailedError("already exists", uri=uri) from None
+            finally:
+                _unlink_quietly(tmp)
+
+        self._guard(path, do)
+
     def put_if_match(self, uri: str, data: bytes, etag: str | None) -> str:
         """Replace ``uri`` only while its content hash is ``etag``; ``etag=None`` means "only if absent".
         Returns the new etag."""

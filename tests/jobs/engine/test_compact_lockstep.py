@@ -94,10 +94,11 @@ def test_the_three_partitions_commit_in_lockstep_and_u0_in_two_rounds(reference)
     # every partition writes its intent before any partition's files move, and barriers separate the steps
     first_move = next(i for i, (_, s) in enumerate(points) if s.startswith("cleaned-to-swap"))
     assert {p for p, s in points[:first_move] if s == "write-intent"} == set(BIN)
-    assert points[first_move - 1] == ("", "barrier:write-intent")
+    assert points[first_move - 2:first_move] == [("", "barrier:write-intent"), ("", "barrier:intent-entry")]
     barriers = [s for p, s in points if p == ""]
-    assert barriers == ["barrier:write-intent", "barrier:cleaned-to-swap", "barrier:old-to-deleted",
-                        "barrier:swap-to-live"]  # the second round is u-0's alone: its own syncs, no shared barrier
+    # (the second round is u-0's alone: its own syncs, no shared barrier)
+    assert barriers == ["barrier:write-intent", "barrier:intent-entry", "barrier:cleaned-to-swap",
+                        "barrier:old-to-deleted", "barrier:swap-to-live"]
     assert sum(1 for p, s in points if p == "u-0" and s == "write-intent") == 2
     # each partition's own steps are those of a replace of it alone, in order
     for p in BIN:

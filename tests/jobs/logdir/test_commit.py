@@ -327,8 +327,8 @@ def test_in_lockstep_each_partition_takes_its_own_steps_and_a_barrier_follows_ea
     assert kinds == sorted(kinds, key=lambda k: [s.split(":")[0] for s in REPLACE_STEPS[store.kind]].index(k))
     barriers = [s for p, s in points if not p]
     if store.kind == "local":  # one per sync of a replace alone (two new segments: two cleaned-to-swap syncs)
-        assert barriers == ["barrier:write-intent", "barrier:cleaned-to-swap", "barrier:cleaned-to-swap",
-                            "barrier:old-to-deleted", "barrier:swap-to-live"]
+        assert barriers == ["barrier:write-intent", "barrier:intent-entry", "barrier:cleaned-to-swap",
+                            "barrier:cleaned-to-swap", "barrier:old-to-deleted", "barrier:swap-to-live"]
     else:  # an answered request is durable: nothing to wait for between steps
         assert barriers == []
 
@@ -338,7 +338,7 @@ def _lockstep_cases() -> list:
     cases = []
     for kind in REPLACE_STEPS:
         steps = REPLACE_STEPS[kind]
-        n = len(steps) * len(LOCKSTEP) + (5 if kind == "local" else 0)
+        n = len(steps) * len(LOCKSTEP) + (6 if kind == "local" else 0)
         cases += [pytest.param(kind, i, id=f"{kind}-{i}", marks=[pytest.mark.s3] if kind == "s3" else [])
                   for i in range(n)]
     return cases
