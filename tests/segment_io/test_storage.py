@@ -452,3 +452,16 @@ def test_a_barrier_over_a_missing_file_names_it(tmp_path) -> None:
     missing = str(tmp_path / "gone.log")
     with pytest.raises(StorageError, match=re.escape(missing)):
         LocalStorage().barrier([str(tmp_path), missing])
+
+
+def test_put_if_absent_in_two_halves_refuses_an_existing_name_and_leaves_no_temporary(tmp_path) -> None:
+    storage = LocalStorage()
+    target = str(tmp_path / "replace.json")
+    temp = storage.write_temp(target, b"first")
+    assert is_temp_file(temp.rsplit("/", 1)[1]) and not os.path.exists(target)
+    storage.link_temp(temp, target)
+    assert (tmp_path / "replace.json").read_bytes() == b"first" and not os.path.exists(temp)
+    again = storage.write_temp(target, b"second")
+    with pytest.raises(PreconditionFailedError):
+        storage.link_temp(again, target)
+    assert (tmp_path / "replace.json").read_bytes() == b"first" and os.listdir(tmp_path) == ["replace.json"]
