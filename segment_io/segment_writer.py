@@ -82,7 +82,7 @@ def write_segment(table_or_batches: pa.Table | Iterable[pa.RecordBatch], path_or
                   codec: int | str | None = None, sources: Mapping[int, bytes | memoryview] | None = None,
                   index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES, write_indexes: bool = True,
                   aborted_txns: Iterable[AbortedTxn] | None = None,
-                  part_bytes: int = DEFAULT_PART_BYTES) -> SegmentWriteResult:
+                  part_bytes: int = DEFAULT_PART_BYTES, durable: bool = True) -> SegmentWriteResult:
     """Encode ``table_or_batches`` (see :func:`segment_io.encode.encode_batches` for ``empty_batches``,
     ``codec`` and ``sources``) into the segment file ``path_or_uri`` and write its siblings.
 
@@ -92,7 +92,9 @@ def write_segment(table_or_batches: pa.Table | Iterable[pa.RecordBatch], path_or
     written; ``aborted_txns``, when given and non-empty, becomes the ``.txnindex`` (Kafka creates no
     ``.txnindex`` file for a segment without aborted transactions). ``storage`` defaults to the store
     :func:`segment_io.storage.open_storage` picks for the URI. ``part_bytes`` is how much of the input is
-    encoded at a time (the writer's memory; the bytes written do not depend on it).
+    encoded at a time (the writer's memory; the bytes written do not depend on it). ``durable=False`` writes
+    every file without a sync: the caller makes them durable with one :meth:`Storage.barrier` over
+    :attr:`SegmentWriteResult.paths` and their directory (a cleaning task does, once for a whole bin).
     """
     segment_base = _segment_base_offset(path_or_uri)
     if storage is None:
@@ -109,7 +111,7 @@ def write_segment(table_or_batches: pa.Table | Iterable[pa.RecordBatch], path_or
     directory = path_or_uri.rpartition("/")[0]
     if directory:
         storage.makedirs(directory)
-    with storage.open_write(path_or_uri) as stream:
+    with storage.open_write(path_or_uri, durable=durable) as stream:
         for part in itertools.chain([first], parts):
             part.write_to(stream)
             collected.add(part)
@@ -131,7 +133,7 @@ def write_segment(table_or_batches: pa.Table | Iterable[pa.RecordBatch], path_or
     paths = {LOG_SUFFIX: path_or_uri}
     for suffix, data in files.items():
         uri = segment_sibling(path_or_uri, suffix)
-        storage.write_atomic(uri, data)
+        storage.write_atomic(uri, data, durable=durable)
         paths[suffix] = uri
     n = len(headers)
     return SegmentWriteResult(

@@ -129,6 +129,20 @@ def _merged_result(later, earlier):
     return replace(later, stats=stats)
 
 
+def _stable(result) -> bool:
+    """Whether cleaning ``result`` (a pass's output) again, with the same map, transaction state and ``now``,
+    certainly changes nothing, so the convergence pass can be left out. A pass keeps a record iff it is the
+    latest of its key in the map (the same map keeps it again) and removes aborted transactional data and keyless
+    records (none are left to remove); what only a later pass does concerns tombstones (a horizon stamped now, and
+    due at once with delete.retention.ms 0), transaction markers (their horizon, or their transaction's data gone
+    in this pass) and the header-only batches kept for producer state. So an output without tombstones, without
+    transactional or control records and without header-only batches is stable."""
+    kept = result.records
+    return (result.empty_batches.num_rows == 0 and kept.column("value").null_count == 0
+            and not kept.column("control").to_numpy(zero_copy_only=False).any()
+            and not kept.column("transactional").to_numpy(zero_copy_only=False).any())
+
+
 @dataclass
 class GroupRun:
     """One group cleaned in memory: its outcome, statistics and the first-pass view of its output."""
@@ -143,8 +157,11 @@ class GroupRun:
 class PartitionCleaner:
     """Kafka's doClean for one partition, group by group, with the pieces the task needs twice."""
 
-    def __init__(self, task: CompactTask, staged_written: list[str]) -> None:
+    def __init__(self, task: CompactTask, staged_written: list[str], *, durable: bool = True) -> None:
         self.task = task
+        #: False: staged files are written without syncs, and whoever runs the cleaner makes them durable with a
+        #: barrier (see :func:`compact_bin`) before the driver may commit them
+        self.durable = durable
         self.files = {s.base_offset: s for s in task.listing.segments}
         self.staged_written = staged_written
         plan, state = task.plan, task.state
@@ -235,6 +252,8 @@ class PartitionCleaner:
         # a group whose index files are wrong is rewritten even when no record goes: that rebuilds them
         changed = result.changed or bool(corrupt_indexes)
         for _ in range(MAX_CONVERGENCE_PASSES):
+            if _stable(result):
+                break
             again = clean_records(result.records, offset_map=omap, txn_state=refreshed_txn or task.txn,
                                   params=self.params, empty_batches=result.empty_batches,
                                   segment_last_modified_ms=mtimes)
@@ -255,7 +274,8 @@ class PartitionCleaner:
                     written = write_segment(result.records, target, storage=storage,
                                             empty_batches=result.empty_batches, sources=sources,
                                             index_interval_bytes=task.config.index_interval_bytes,
-                                            aborted_txns=_txn_entries(storage, task.listing, bases, result.records))
+                                            aborted_txns=_txn_entries(storage, task.listing, bases, result.records),
+                                            durable=self.durable)
                 except StorageEnvironmentError as exc:
                     if not exc.out_of_space:
                         raise
@@ -305,16 +325,49 @@ def tail_batches(storage: Storage, listing: PartitionListing, state: PartitionSt
     return tables, empties
 
 
-def compact_partition(task: CompactTask) -> PartitionOutcome:
+def compact_bin(tasks: list[CompactTask]) -> list[PartitionOutcome]:
+    """The memory strategy's task over a bin of partitions (see :func:`jobs.engine.streaming.run_and_settle_bins`):
+    :func:`compact_partition` of each, their staged files written without a sync, then one
+    :meth:`Storage.barrier` over all of them before the task returns, so that the driver only ever commits durable
+    staged files. If the barrier fails, every partition that staged files fails with it (its files deleted)."""
+    staged: list[list[str]] = []
+    outcomes = []
+    for task in tasks:
+        written: list[str] = []
+        outcomes.append(compact_partition(task, durable=False, staged_written=written))
+        staged.append(written if outcomes[-1].error is None else [])
+    uris = [u for written in staged for u in written]
+    if uris:
+        t0 = time.monotonic()
+        storage = tasks[0].storage
+        try:
+            storage.barrier([*uris, *dict.fromkeys(u.rsplit("/", 1)[0] for u in uris)])
+        except SegjobsError as exc:
+            for task, out, written in zip(tasks, outcomes, staged):
+                if written:
+                    out.error = PartitionError.from_task_exception(exc, task.listing.uri)
+                    delete_quietly(storage, written)
+        # the barrier is part of every staging partition's cost: shared out evenly
+        share = (time.monotonic() - t0) / max(1, sum(1 for w in staged if w))
+        for out, written in zip(outcomes, staged):
+            if written:
+                out.seconds = round(out.seconds + share, 3)
+    return outcomes
+
+
+def compact_partition(task: CompactTask, *, durable: bool = True,
+                      staged_written: list[str] | None = None) -> PartitionOutcome:
     """Kafka's doClean for one partition: map the dirty range, then clean every segment group below the map's
-    end, staging changed groups for the driver to commit (or, in a dry run, only measuring them)."""
+    end, staging changed groups for the driver to commit (or, in a dry run, only measuring them). With
+    ``durable=False`` the staged files are written without syncs and their URIs appended to ``staged_written``:
+    the caller makes them durable (:func:`compact_bin`)."""
     t0 = time.monotonic()
     plan, state, storage = task.plan, task.state, task.storage
     out = PartitionOutcome(plan.topic, plan.partition)
-    staged_written: list[str] = []
+    staged_written = [] if staged_written is None else staged_written
     collector = None
     try:
-        cleaner = PartitionCleaner(task, staged_written)
+        cleaner = PartitionCleaner(task, staged_written, durable=durable)
         if task.handoff is not None:
             collector = PieceCollector(task, task.handoff)
         omap = cleaner.build_map(collector)

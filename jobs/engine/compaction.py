@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
-from jobs.engine.cleaning import CompactTask, GroupOutcome, PartitionOutcome, compact_partition
+from jobs.engine.cleaning import CompactTask, GroupOutcome, PartitionOutcome, compact_bin, compact_partition
 from jobs.engine.external_sort import ExternalSortRun, choose
 from jobs.engine.frame import JobContext
 from jobs.engine.options import DEFAULT_DEDUPE_BUFFER_BYTES, STRATEGIES, CompactOptions
@@ -36,9 +36,9 @@ from jobs.engine.retention import (
 )
 from jobs.engine.scan import PartitionError
 from jobs.engine.selection import scan_candidates
-from jobs.engine.streaming import Tally, run_and_settle
+from jobs.engine.streaming import Tally, run_and_settle_bins
 from jobs.engine.tasks import TaskFailure
-from jobs.logdir.commit import Committer, StagedSegment
+from jobs.logdir.commit import Committer, ReplaceRequest, StagedSegment
 from jobs.logdir.recover import describe_stuck
 from jobs.rules.external_sort import handed_over
 from jobs.rules.model import PartitionState
@@ -169,15 +169,32 @@ def work(ctx: JobContext) -> None:
                              {k: ctx.listing.partitions[k].uri for k in plans},
                              {k: ctx.scans[k].warnings for k in plans})
 
+    def settle_bin(batch: list[tuple[tuple[str, int], PartitionOutcome | None]],
+                   emit: Callable[[tuple[str, int], _Settled | None], None]) -> None:
+        # the bin's partitions committed together (see _commit_bin), each reported as soon as it is done
+        def report(key: tuple[str, int], outcome: PartitionOutcome | None, commit: _Commit | None) -> None:
+            one = _settle(committing, key, plans[key], states[key], outcome, checkpoint=checkpoints.get(key),
+                          untouched=key in held or key in failed, retention=retention, tally=tally, commit=commit)
+            if outcome is not None and key in strategies:
+                one.outcome = replace(one.outcome, strategy=strategies[key].strategy,
+                                      strategy_reason=strategies[key].reason, external_sort=sort_details.get(key))
+            emit(key, one)
+
+        commits = []
+        for key, outcome in batch:
+            if outcome is not None and outcome.handover is not None:
+                emit(key, None)  # handed over to external-sort: settled once that has cleaned it
+            elif outcome is None or outcome.error is not None or ctx.dry_run or not any(g.changed
+                                                                                        for g in outcome.groups):
+                report(key, outcome, None)
+            else:
+                commits.append(_Commit(key, outcome))
+        _commit_bin(committing, commits, lambda x: report(x.key, x.outcome, x))
+
     def settle(key: tuple[str, int], outcome: PartitionOutcome | None) -> _Settled | None:
-        if outcome is not None and outcome.handover is not None:
-            return None  # handed over to external-sort: settled once that has cleaned it
-        one = _settle(committing, key, plans[key], states[key], outcome, checkpoint=checkpoints.get(key),
-                      untouched=key in held or key in failed, retention=retention, tally=tally)
-        if outcome is not None and key in strategies:
-            one.outcome = replace(one.outcome, strategy=strategies[key].strategy,
-                                  strategy_reason=strategies[key].reason, external_sort=sort_details.get(key))
-        return one
+        one: list[_Settled | None] = []
+        settle_bin([(key, outcome)], lambda _, value: one.append(value))
+        return one[0] if one else None
 
     def prepare(i: int, result: PartitionOutcome | TaskFailure) -> PartitionOutcome:
         # on the driver's thread: the plan check records into the plan file's decisions
@@ -198,10 +215,13 @@ def work(ctx: JobContext) -> None:
             settled[key] = _must(settle(key, None))
     done: dict[int, _Settled | None] = {}  # the memory tasks' partitions, by task, as each is settled
     try:
-        run_and_settle(ctx.runner, compact_partition, tasks, sizes=[t.state.size_bytes for t in tasks],
-                       prepare=prepare, settle=lambda i, outcome: settle(task_keys[i], outcome), settled=done,
-                       description=ctx.job_description(
-                           f"{'measure' if ctx.dry_run else 'compact'} {len(tasks)} partition(s)"))
+        index_of = {key: i for i, key in enumerate(task_keys)}
+        run_and_settle_bins(ctx.runner, compact_bin, tasks, sizes=[t.state.size_bytes for t in tasks],
+                            prepare=prepare, settled=done,
+                            settle=lambda batch, emit: settle_bin([(task_keys[i], o) for i, o in batch],
+                                                                  lambda key, v: emit(index_of[key], v)),
+                            description=ctx.job_description(
+                                f"{'measure' if ctx.dry_run else 'compact'} {len(tasks)} partition(s)"))
         settled.update({task_keys[i]: v for i, v in done.items() if v is not None})
         for t in tasks:
             key = (t.plan.topic, t.plan.partition)
@@ -278,13 +298,67 @@ class _Committing:
     warnings: Mapping[tuple[str, int], Sequence[str]]
 
 
+@dataclass
+class _Commit:
+    """One partition of a bin whose changed groups are being committed (see :func:`_commit_bin`)."""
+
+    key: tuple[str, int]
+    outcome: PartitionOutcome
+    #: some group of it was committed
+    committed: bool = False
+    #: its commit failed after its intent: the partition is left mid-commit (recovery takes it up)
+    mid_commit: bool = False
+
+
+def _commit_bin(c: _Committing, commits: Sequence[_Commit], finished: Callable[[_Commit], None]) -> None:
+    """Commit the changed groups of a bin's partitions, in lockstep (``Committer.replace_lockstep``): round ``r``
+    commits the ``r``-th changed group of every partition that has one, in order, so each partition's groups are
+    committed one after another as before, while the syncs of a round are shared by all of its partitions. The
+    lease is checked before each round (as it was before each group's commit): a lost lease stops the run
+    between two rounds, each partition's committed groups standing. ``finished(commit)`` is called for each
+    partition once its last group is committed or its commit failed (``outcome.error`` then says how, and
+    whether it was left mid-commit)."""
+    active = list(commits)
+    changed = {x.key: [g for g in x.outcome.groups if g.changed] for x in commits}
+    r = 0
+    while active:
+        c.keep_lease()
+        groups = [changed[x.key][r] for x in active]
+        requests = [ReplaceRequest(c.partition_uris[x.key], g.old_bases, [StagedSegment(g.old_bases[0],
+                                                                                         g.staged_suffixes)],
+                                   fault=c.fault_for(partition_name(x.key)), promote=True, mtime_ms=g.mtime_ms)
+                    for x, g in zip(active, groups)]
+        results = c.committer.replace_lockstep(requests, barrier_fault=c.fault_for(""))
+        still = []
+        for x, g, result in zip(active, groups, results):
+            if isinstance(result, SegjobsError):
+                # A commit that failed after its intent leaves the partition mid-commit: say so, in what state,
+                # and what to do (the next run's recovery takes it up once the cause is fixed).
+                x.outcome.error = PartitionError.from_exception(result)
+                detail, x.mid_commit = describe_stuck(c.committer.storage, c.partition_uris[x.key],
+                                                      c.committer.work_uri, result.detail
+                                                      if isinstance(result, LocatedError) else result)
+                if x.mid_commit:
+                    x.outcome.error = dataclasses.replace(x.outcome.error, detail=detail)
+                finished(x)
+                continue
+            g.committed = x.committed = True
+            if r + 1 < len(changed[x.key]):
+                still.append(x)
+            else:
+                finished(x)
+        active, r = still, r + 1
+
+
 def _settle(c: _Committing, key: tuple[str, int], plan: CompactionPlan, state: PartitionState,
             outcome: PartitionOutcome | None, *, checkpoint: int | None, untouched: bool,
-            retention: dict[tuple[str, int], RetentionOutcome], tally: Tally) -> _Settled:
-    """Commit each changed group of one partition (crash-safe, in order) and build its outcome. Runs on
-    the commit thread for partitions with a task (see jobs.engine.streaming): it touches only this partition's
-    files and returns what the run's report and checkpoint need."""
-    committed = mid_commit = False
+            retention: dict[tuple[str, int], RetentionOutcome], tally: Tally, commit: _Commit | None) -> _Settled:
+    """The outcome of one partition once its changed groups are committed (``commit``: how that went; None when
+    nothing was to commit) or it failed. Runs on the commit thread for partitions with a task (see
+    jobs.engine.streaming): it touches only this partition's entry and returns what the run's report and
+    checkpoint need."""
+    committed = commit is not None and commit.committed
+    mid_commit = commit is not None and commit.mid_commit
     errors: list[dict[str, Any]] = []
     run_warnings: list[str] = []
     warnings = list(c.warnings[key])  # the summary's note shows them with the partition's row
@@ -292,25 +366,7 @@ def _settle(c: _Committing, key: tuple[str, int], plan: CompactionPlan, state: P
     if plan.checkpoint_reset and not untouched:
         new_cp, checkpoint_changed = plan.first_dirty_offset, True
     if outcome is not None and outcome.error is None and not c.dry_run:
-        p_uri = c.partition_uris[key]
-        try:
-            for g in outcome.groups:
-                if g.changed:
-                    c.keep_lease()
-                    c.committer.promote(p_uri, g.old_bases[0], g.staged_suffixes, g.mtime_ms)
-                    c.committer.replace_segments(p_uri, old_base_offsets=g.old_bases,
-                                                   new_segments=[StagedSegment(g.old_bases[0], g.staged_suffixes)],
-                                                   fault=c.fault_for(partition_name(key)))
-                    g.committed = committed = True
-            new_cp, checkpoint_changed = outcome.end_offset, True
-        except SegjobsError as exc:
-            # A commit that failed after its intent leaves the partition mid-commit: say so, in what state, and
-            # what to do (the next run's recovery takes it up once the cause is fixed).
-            outcome.error = PartitionError.from_exception(exc)
-            detail, mid_commit = describe_stuck(c.committer.storage, p_uri, c.committer.work_uri, exc.detail
-                                                if isinstance(exc, LocatedError) else exc)
-            if mid_commit:
-                outcome.error = dataclasses.replace(outcome.error, detail=detail)
+        new_cp, checkpoint_changed = outcome.end_offset, True
     done = f" {tally.add(state.size_bytes)}" if outcome is not None else ""
     if outcome is not None and outcome.error is not None:
         errors.append({"partition": f"{plan.topic}-{plan.partition}", **outcome.error.to_dict()})

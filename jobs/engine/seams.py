@@ -3,8 +3,10 @@
 * ``fault(partition, step)``: called before every destructive step of a commit (compaction's replace,
   retention's delete, its checkpoint writes and purges) with the partition's name (``orders-3``; ``""`` for a
   step on the log dir as a whole) and the protocol's step name (``write-intent``, ``cleaned-to-swap:<file>``,
-  ...; see :mod:`jobs.logdir.commit`). Raising from it simulates a crash right there. Retention commits
-  partitions on several threads at once, so a hook must be thread-safe.
+  ...; see :mod:`jobs.logdir.commit`). Raising from it simulates a crash right there. Compaction commits the
+  partitions of a bin in lockstep and calls it with ``("", "barrier:<step>")`` before each durability barrier
+  they share (``barrier:write-intent``, ``barrier:intent-entry``, ``barrier:cleaned-to-swap``, ...). Retention
+  commits partitions on several threads at once, so a hook must be thread-safe.
 * ``clock()``: the wall clock in epoch ms. It times the S3 lease (taking it, the heartbeat, the check before
   each commit) and is the default of ``now``. Decisions are never made on it otherwise: ``now`` is an input.
 * ``runner``: how the per-partition tasks (scans, cleaning, inspection) run: as Spark tasks

@@ -5,9 +5,11 @@ after another: the commits (a chain of small writes, renames and directory fsync
 up, and nothing was printed until the last task ended. Here a driver thread takes each partition's result as
 its task finishes (:meth:`jobs.engine.tasks.TaskRunner.stream`), checks it (``prepare``, on the driver's
 thread: it may touch shared state) and hands its commit (``settle``) to a commit thread, which commits the
-partitions one at a time in partition order while the remaining tasks run. Each partition's commit keeps the
-crash-safe protocol of :mod:`jobs.logdir.commit`; a lost lease or a kill stops the run between two partitions,
-as before.
+partitions in partition order while the remaining tasks run. Each partition's commit keeps the crash-safe
+protocol of :mod:`jobs.logdir.commit`; a lost lease or a kill stops the run between two partitions, as before.
+:func:`run_and_settle_bins` does the same a bin at a time: one task call cleans a bin's partitions, and the
+commit thread gets them together, to commit in lockstep (one durability barrier per protocol step for the bin,
+see :meth:`jobs.logdir.commit.Committer.replace_lockstep`).
 
 :class:`Tally` words the running count, bytes done and an ETA of the progress lines.
 """
@@ -20,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Sequence, TypeVar
 
 from jobs.engine.report import human_bytes
-from jobs.engine.tasks import TaskFailure, TaskRunner
+from jobs.engine.tasks import BinTask, TaskFailure, TaskRunner
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -94,38 +96,62 @@ def run_and_settle(runner: TaskRunner, fn: Callable[[T], R], items: Sequence[T],
     ``settle`` raises (e.g. :class:`jobs.logdir.lock.LeaseLost` before a commit), nothing after it is settled,
     the remaining tasks are abandoned, and the exception is raised; ``settled`` (the caller's) then holds the
     results settled so far, so the caller can report them."""
+
+    def settle_one_by_one(batch: list[tuple[int, R]], emit: Callable[[int, S], None]) -> None:
+        for index, result in batch:
+            emit(index, settle(index, result))
+
+    return run_and_settle_bins(runner, BinTask(fn), items, sizes=sizes, prepare=prepare, settle=settle_one_by_one,
+                               settled=settled, description=description)
+
+
+def run_and_settle_bins(runner: TaskRunner, bin_fn: Callable[[list[T]], Sequence["R | TaskFailure"]],
+                        items: Sequence[T], *, sizes: Sequence[int], prepare: Callable[[int, "R | TaskFailure"], R],
+                        settle: Callable[[list[tuple[int, R]], Callable[[int, S], None]], None],
+                        settled: dict[int, S] | None = None, description: str | None = None) -> dict[int, S]:
+    """:func:`run_and_settle` a bin at a time: ``bin_fn`` gets a whole bin of items in one task call and returns
+    their results (an item's own failure as its :class:`TaskFailure`), and ``settle(batch, emit)`` gets the bin's
+    prepared results together (``[(index, prepared), ...]``, in item order), on the commit thread, bins in item
+    order, and calls ``emit(index, value)`` for each item it has settled: what was emitted before a ``settle``
+    raised is in ``settled``, as with :func:`run_and_settle`. So a bin's partitions are committed together (see
+    :meth:`jobs.logdir.commit.Committer.replace_lockstep`)."""
     settled = {} if settled is None else settled
     failure: list[BaseException] = []
     guard = threading.Lock()
 
-    def one(index: int, result: R) -> None:
+    def emit(index: int, value: S) -> None:
+        with guard:
+            settled[index] = value
+
+    def one(batch: list[tuple[int, R]]) -> None:
         with guard:
             if failure:
                 return
         try:
-            value = settle(index, result)
+            settle(batch, emit)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread below
             with guard:
                 failure.append(exc)
-            return
-        with guard:
-            settled[index] = value
 
     futures: list[Future] = []
-    ready: dict[int, R] = {}
+    ready: dict[int, list[tuple[int, R]]] = {}  # bins by their first index
     next_index = 0
     # one thread: commits in submission order, which is item order
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="segjobs-commit") as pool:
-        stream = runner.stream(fn, items, sizes=sizes, description=description)
+        stream = runner.stream_bins(bin_fn, items, sizes=sizes, description=description)
         try:
-            for index, result in stream:
+            for pairs in stream:
                 with guard:
                     if failure:
                         break
-                ready[index] = prepare(index, result)
+                batch = sorted((index, prepare(index, result)) for index, result in pairs)
+                if not batch:
+                    continue
+                ready[batch[0][0]] = batch
                 while next_index in ready:
-                    futures.append(pool.submit(one, next_index, ready.pop(next_index)))
-                    next_index += 1
+                    batch = ready.pop(next_index)
+                    futures.append(pool.submit(one, batch))
+                    next_index = batch[-1][0] + 1
         finally:
             close = getattr(stream, "close", None)
             if close is not None:
@@ -138,4 +164,4 @@ def run_and_settle(runner: TaskRunner, fn: Callable[[T], R], items: Sequence[T],
     return settled
 
 
-__all__ = ["Tally", "run_and_settle"]
+__all__ = ["Tally", "run_and_settle", "run_and_settle_bins"]

@@ -53,6 +53,15 @@ class TaskRunner(Protocol):
         are not affected."""
         ...
 
+    def stream_bins(self, bin_fn: Callable[[list[T]], Sequence["R | TaskFailure"]], items: Sequence[T], *,
+                    sizes: Sequence[int] | None = None,
+                    description: str | None = None) -> Iterator[list[tuple[int, "R | TaskFailure"]]]:
+        """As :meth:`stream`, but each bin is one call of ``bin_fn`` with the bin's items (it returns their
+        results in order, an item's own failure as its :class:`TaskFailure`: :class:`BinTask` makes such a
+        function of a per-item one), and each bin's ``(index, result)`` pairs come back together. A bin whose
+        task died is run again item by item (one-item bins), so only the culprit comes back as ``TaskDied``."""
+        ...
+
     def executor_memory_bytes(self) -> int | None:
         """The memory of one task's process as the cluster is configured (Spark:
         ``spark.executor.pyspark.memory``, else ``spark.executor.memory``); None when the runner sets none."""
@@ -75,7 +84,7 @@ STREAM_TARGET_BYTES = 16 << 20
 STREAM_MAX_ITEMS = 64
 
 
-class _BinTask:
+class BinTask:
     """The function of one streamed task: ``fn`` over a bin of items, each item's exception caught and
     returned as its :class:`TaskFailure` (a module-level class, so it pickles by reference with ``fn``)."""
 
@@ -133,6 +142,12 @@ class SparkTasks:
 
     def stream(self, fn: Callable[[T], R], items: Sequence[T], *, sizes: Sequence[int] | None = None,
                description: str | None = None) -> Iterator[tuple[int, R | TaskFailure]]:
+        for pairs in self.stream_bins(BinTask(fn), items, sizes=sizes, description=description):
+            yield from pairs
+
+    def stream_bins(self, bin_fn: Callable[[list[T]], Sequence[R | TaskFailure]], items: Sequence[T], *,
+                    sizes: Sequence[int] | None = None,
+                    description: str | None = None) -> Iterator[list[tuple[int, R | TaskFailure]]]:
         # One Spark job per bin, submitted from as many driver threads as there are cores: a job's results
         # reach the driver as soon as it ends (collect() of a single job returns only when all of its tasks
         # have, and toLocalIterator runs its partitions' jobs one after another). Spark accepts jobs from
@@ -147,7 +162,7 @@ class SparkTasks:
             return
         sc = self.spark.sparkContext
         group = self.job_group or f"segjobs-stream-{uuid.uuid4().hex[:12]}"
-        task = _BinTask(fn)
+        task = bin_fn
         stop = threading.Event()
 
         def run(indices: list[int]) -> list[tuple[int, Any]]:
@@ -191,7 +206,8 @@ class SparkTasks:
                 remaining -= 1
                 if error is not None:
                     raise error
-                yield from pairs
+                if pairs:
+                    yield pairs
         finally:
             if remaining:  # the caller stopped early: no more work, and nothing to wait for
                 stop.set()
@@ -332,15 +348,21 @@ class InProcessTasks:
 
     def stream(self, fn: Callable[[T], R], items: Sequence[T], *, sizes: Sequence[int] | None = None,
                description: str | None = None) -> Iterator[tuple[int, R | TaskFailure]]:
-        # the same bins as on Spark, one after another, each item's result handed back as its bin ends
+        for pairs in self.stream_bins(BinTask(fn), items, sizes=sizes, description=description):
+            yield from pairs
+
+    def stream_bins(self, bin_fn: Callable[[list[T]], Sequence[R | TaskFailure]], items: Sequence[T], *,
+                    sizes: Sequence[int] | None = None,
+                    description: str | None = None) -> Iterator[list[tuple[int, R | TaskFailure]]]:
+        # the same bins as on Spark, one after another, each bin's results handed back as it ends
         if not items:
             return
         self.descriptions.append(description)
-        task = ship_function(_BinTask(fn))
+        task = ship_function(bin_fn)
         for indices in stream_bins(items, sizes, self.parallelism):
             self.calls += 1
             results = _round_trip(task(_round_trip([items[i] for i in indices])))
-            yield from zip(indices, results)
+            yield list(zip(indices, results))
 
     def executor_memory_bytes(self) -> int | None:
         return None  # this process: no executor setting
@@ -394,6 +416,6 @@ def _round_trip(value: T) -> T:
     return Unpickler(buf).load()
 
 
-__all__ = ["STREAM_MAX_ITEMS", "STREAM_TARGET_BYTES", "InProcessTasks", "LazySparkTasks", "NumbaKernelInTask",
-           "SparkTasks", "TaskFailure", "TaskRunner", "java_size", "map_in_driver", "ship_function",
-           "spark_job_labels", "stream_bins"]
+__all__ = ["STREAM_MAX_ITEMS", "STREAM_TARGET_BYTES", "BinTask", "InProcessTasks", "LazySparkTasks",
+           "NumbaKernelInTask", "SparkTasks", "TaskFailure", "TaskRunner", "java_size", "map_in_driver",
+           "ship_function", "spark_job_labels", "stream_bins"]

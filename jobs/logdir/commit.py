@@ -25,7 +25,7 @@ Replace on local disk (Kafka's own protocol, ``LocalLog.replaceSegments``; a bro
 finish or undo it at every instant)
 ---------------------------------------------------------------------------------------------------
 The job writes new segments as ``<base>.<suffix>.cleaned`` in the partition dir (:func:`staged_uri`),
-fsynced (``Storage.open_write`` does that).
+durable (fsynced by ``Storage.open_write``, or by the barrier a cleaning task ends its bin with).
 
 1. ``write-intent``: ``replace.json`` in the work dir (``put_if_absent``).
 2. ``cleaned-to-swap:<file>``: rename each new segment's files ``.cleaned`` -> ``.swap``, segments in
@@ -43,6 +43,24 @@ fsynced (``Storage.open_write`` does that).
 5. ``purge-old:<file>``: unlink the old ``.deleted`` files (segjobs holds the log dir's lock, so no reader
    has them open; there is nothing to wait for).
 6. ``remove-intent``.
+
+Several partitions in lockstep (:meth:`Committer.replace_lockstep`)
+-------------------------------------------------------------------
+The compaction job commits the partitions cleaned in one task (a bin) together: every partition takes the same
+step (its own files), then one durability barrier (:meth:`Storage.barrier`: an fsync of each directory the step
+touched, on a few threads, so the filesystem's journal commits them together) stands for each partition's own
+sync, then the next step. The intent is written in the two halves of ``put_if_absent``: its content to a
+temporary file, a barrier, then its name (a link), then the step's barrier; so its content is durable before its
+name appears, as alone. So each partition passes through exactly the states of a replace of it alone, in
+the same order, each durable before the next begins, and recovery sees nothing new (a crash between the halves
+leaves a temporary file, as a crash inside ``put_if_absent`` can, which recovery deletes). A partition whose step
+fails leaves the lockstep where it stands; a crash stops them all where they stand (each in one of its own
+states). Besides each partition's ``fault(step)``, a ``barrier_fault("barrier:<step>")`` is called before each
+barrier shared by two or more partitions (``barrier:write-intent`` for the intents' content,
+``barrier:intent-entry`` for their names, ``barrier:cleaned-to-swap``, ``barrier:old-to-deleted``,
+``barrier:swap-to-live``); the job's fault seam gets it with the partition ``""``.
+On S3 there is no barrier (an answered request is durable) and the partitions' requests of one step run on a
+few threads.
 
 Replace on S3 (no rename; per-object atomic PUT/COPY, strongly consistent listing, conditional PUT)
 --------------------------------------------------------------------------------------------------
@@ -93,14 +111,17 @@ first sees it, never earlier.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from functools import partial
+from typing import Callable, ClassVar, Iterable, Sequence
 
 from segment_io.errors import (
     CrossDeviceError,
     LocatedError,
     NotFoundError,
     PreconditionFailedError,
+    SegjobsError,
     StorageEnvironmentError,
 )
 from segment_io.layout import (
@@ -212,6 +233,44 @@ class InstallStep:
     base_offset: int
     source: str | None = None
     size: int | None = None
+
+
+@dataclass(frozen=True)
+class ReplaceRequest:
+    """One partition's replace in :meth:`Committer.replace_lockstep` (the arguments of
+    :meth:`Committer.replace_segments`). With ``promote``, the new segments' files are first brought from where
+    a task staged them (:meth:`Committer.promote`, keeping ``mtime_ms``)."""
+
+    partition_uri: str
+    old_base_offsets: list[int]
+    new_segments: list[StagedSegment]
+    fault: Fault | None = None
+    promote: bool = False
+    mtime_ms: int = 0
+
+
+#: The order of the remove-intent step among a replace's stages (install steps lie below, clean-up above).
+_REMOVE_INTENT = 10
+
+
+@dataclass
+class _Stage:
+    """One step of one partition's replace: ``run`` it, then (if ``sync`` names a file or directory, set at the
+    latest by ``run``) make it durable before any stage of a later ``order``. Partitions in lockstep run the
+    stages of equal order together."""
+
+    order: tuple[int, int]
+    name: str
+    run: Callable[[], None]
+    sync: str | None = None
+
+
+@dataclass(frozen=True)
+class _Replace:
+    """A checked replace of one partition: its result (filled as its stages run) and its stages."""
+
+    result: "ReplaceResult"
+    stages: list[_Stage]
 
 
 @dataclass
@@ -611,6 +670,9 @@ class Committer:
     #: area, so that no two runs ever write the same staged object (one that lost its lease may still be
     #: staging) and recovery can tell a run's stagings from another's
     run_id: str | None = None
+    #: whether a step is durable only once synced (local disk: :meth:`Storage.barrier` after it), rather than
+    #: as soon as the store answers (S3)
+    syncs: ClassVar[bool] = False
 
     # ---------------------------------------------------------------- where new segments are written
 
@@ -653,27 +715,157 @@ class Committer:
         :func:`jobs.logdir.recover.recover_partition`. ``fault(step)`` is called before every step (tests
         raise from it to simulate a crash there).
         """
+        request = ReplaceRequest(partition_uri, old_base_offsets, new_segments, fault)
+        replace = self._prepare(request)
+        for order in sorted({st.order for st in replace.stages}):
+            for stage in replace.stages:
+                if stage.order == order:
+                    stage.run()
+                    if stage.sync is not None:
+                        self.storage.barrier([stage.sync])
+        return replace.result
+
+    def replace_lockstep(self, requests: Sequence["ReplaceRequest"], *,
+                         barrier_fault: Fault | None = None) -> list["ReplaceResult | SegjobsError"]:
+        """:meth:`replace_segments` of several partitions at once, in lockstep: every partition takes the same
+        step of the protocol (each its own files), then one :meth:`Storage.barrier` makes that step durable for
+        all of them, then the next step. Each partition passes through exactly the states a replace of it alone
+        passes through, in the same order, each made durable before the next begins; only the syncs are shared
+        (one barrier for a bin of partitions instead of one sync per partition and step).
+
+        A request with ``promote`` first has its files moved from where its task staged them (:meth:`promote`).
+        A partition whose promotion, check or step raises a :class:`SegjobsError` leaves the lockstep where it
+        stands (as a replace of it alone would have stopped there) and the others go on; a failed barrier is the
+        failure of every partition it covered. Returns, per request, its :class:`ReplaceResult` or the error that
+        stopped it. Anything else raised (a crash) stops them all. ``barrier_fault(step)`` is called before each
+        barrier shared by two or more partitions with ``barrier:<step>`` (``barrier:write-intent``,
+        ``barrier:cleaned-to-swap``, ...): tests raise from it to crash the run just before a shared sync."""
+        outcomes: list[ReplaceResult | SegjobsError | None] = [None] * len(requests)
+        live: dict[int, _Replace] = {}
+        for i, request in enumerate(requests):
+            try:
+                if request.promote:
+                    for seg in request.new_segments:
+                        self.promote(request.partition_uri, seg.base_offset, seg.suffixes, request.mtime_ms)
+                live[i] = self._prepare(request)
+            except SegjobsError as exc:
+                outcomes[i] = exc
+        for order in sorted({st.order for r in live.values() for st in r.stages}):
+            stages = {i: [st for st in r.stages if st.order == order] for i, r in live.items()}
+            failed = self._run_stage(stages)
+            for i, error in failed.items():
+                outcomes[i] = error
+                del live[i]
+            synced = {i: [st.sync for st in stages[i] if st.sync is not None] for i in live if i in stages}
+            synced = {i: uris for i, uris in synced.items() if uris}
+            if not synced:
+                continue
+            name = next(st.name for i in synced for st in stages[i])
+            if barrier_fault is not None and len(synced) > 1:
+                # (over one partition the barrier is that partition's own sync: no state a replace of it alone
+                # does not pass through, so no point of its own)
+                barrier_fault(f"barrier:{name}")
+            try:
+                self.storage.barrier([u for uris in synced.values() for u in uris])
+            except SegjobsError as exc:
+                for i in synced:
+                    outcomes[i] = exc
+                    del live[i]
+        for i, r in live.items():
+            outcomes[i] = r.result
+        return [o for o in outcomes if o is not None]
+
+    def _run_stage(self, stages: dict[int, list["_Stage"]]) -> dict[int, SegjobsError]:
+        """Run each partition's stages of one step; the partitions whose step failed, with the error. Stores
+        whose requests are round trips (S3) run the partitions' steps on a few threads. A crash (any other
+        exception) stops the lockstep where it is: raised at once on one thread; on several, no partition
+        starts its step after it and it is raised once the steps under way are done."""
+
+        crashed: list[BaseException] = []
+
+        def run(i: int) -> SegjobsError | None:
+            if crashed:
+                return None  # a crash stops the lockstep: no partition starts its step after it
+            try:
+                for stage in stages[i]:
+                    stage.run()
+            except SegjobsError as exc:
+                return exc
+            except BaseException as exc:  # noqa: BLE001 - raised below, on the caller's thread
+                crashed.append(exc)
+                if threads <= 1:
+                    raise
+            return None
+
+        keys = [i for i, st in stages.items() if st]
+        threads = min(self.storage.io_concurrency, len(keys))
+        if threads > 1:
+            with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="segjobs-commit-step") as pool:
+                errors = list(pool.map(run, keys))
+        else:
+            errors = [run(i) for i in keys]
+        if crashed:
+            raise crashed[0]
+        return {i: err for i, err in zip(keys, errors) if err is not None}
+
+    def _prepare(self, request: "ReplaceRequest") -> "_Replace":
+        """Check ``request`` against the partition (raises :class:`CommitError` before changing anything) and
+        lay out its replace as stages, in protocol order."""
         storage = self.storage
+        partition_uri = request.partition_uri
         files = list_segment_files(storage, partition_uri)
-        intent = _plan_replace(self, partition_uri, files, old_base_offsets, new_segments)
+        intent = _plan_replace(self, partition_uri, files, request.old_base_offsets, request.new_segments)
         pwork = self.partition_work_uri(partition_uri)
         result = ReplaceResult(partition_uri, sorted(intent.old), sorted(intent.new))
-        _call(fault, result.steps, "write-intent")
-        intent_uri = _put_intent(storage, pwork, REPLACE_INTENT, intent.to_json(), partition_uri)
-        self._install(partition_uri, intent, result, fault)
-        _call(fault, result.steps, "remove-intent")
-        storage.delete(intent_uri)
-        self._after_commit(partition_uri, intent, result, fault)
-        return result
+        fault = request.fault
+        intent_uri = storage.join(pwork, REPLACE_INTENT)
 
-    def _install(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
-                 fault: Fault | None) -> None:
-        """The steps between writing the intent and removing it."""
+        def write_intent() -> None:
+            _call(fault, result.steps, "write-intent")
+            _put_intent(storage, pwork, REPLACE_INTENT, intent.to_json(), partition_uri)
+
+        temp: list[str] = []
+
+        def write_intent_data() -> None:
+            # local disk: put_if_absent in two halves, so that one barrier syncs the intents of many partitions
+            # (their content before their names, as put_if_absent alone does)
+            _call(fault, result.steps, "write-intent")
+            storage.makedirs(pwork)
+            temp.append(storage.write_temp(intent_uri, intent.to_json()))
+            intent_stage.sync = temp[0]
+
+        def link_intent() -> None:
+            try:
+                storage.link_temp(temp[0], intent_uri)
+            except PreconditionFailedError:
+                raise CommitError(f"an unfinished operation left {intent_uri}; run `segjobs recover` first",
+                                  uri=partition_uri) from None
+
+        def remove_intent() -> None:
+            _call(fault, result.steps, "remove-intent")
+            storage.delete(intent_uri)
+
+        if self.syncs:
+            intent_stage = _Stage((0, 0), "write-intent", write_intent_data)
+            intents = [intent_stage, _Stage((0, 1), "intent-entry", link_intent, pwork)]
+        else:
+            intents = [_Stage((0, 0), "write-intent", write_intent)]
+        stages = [*intents,
+                  *self._install_stages(partition_uri, intent, result, fault),
+                  _Stage((_REMOVE_INTENT, 0), "remove-intent", remove_intent),
+                  *self._after_commit_stages(partition_uri, intent, result, fault)]
+        return _Replace(result, stages)
+
+    def _install_stages(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
+                        fault: Fault | None) -> list["_Stage"]:
+        """The steps between writing the intent and removing it (orders between 1 and :data:`_REMOVE_INTENT`)."""
         raise NotImplementedError
 
-    def _after_commit(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
-                      fault: Fault | None) -> None:
-        """The steps after the intent is gone (clean-up nothing depends on)."""
+    def _after_commit_stages(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
+                             fault: Fault | None) -> list["_Stage"]:
+        """The steps after the intent is gone (clean-up nothing depends on; orders above
+        :data:`_REMOVE_INTENT`)."""
+        return []
 
     # ---------------------------------------------------------------- delete (the same on every store)
 
@@ -741,6 +933,7 @@ class RenameCommitter(Committer):
 
     #: stage in the partition dir (see the class docstring); never set for a work dir on the log dir's filesystem
     stage_beside: bool = False
+    syncs: ClassVar[bool] = True
 
     def staged_uri(self, partition_uri: str, base_offset: int, suffix: str) -> str:
         return self.storage.join(partition_uri, segment_file_name(base_offset, suffix) + CLEANED_SUFFIX)
@@ -774,35 +967,44 @@ class RenameCommitter(Committer):
             storage.set_mtime(dst, mtime_ms)
             storage.delete(src)
 
-    def _install(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
-                 fault: Fault | None) -> None:
+    def _install_stages(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
+                        fault: Fault | None) -> list["_Stage"]:
         storage = self.storage
 
         def path(base: int, sfx: str, transient: str = "") -> str:
             return storage.join(partition_uri, segment_file_name(base, sfx) + transient)
 
-        for base in sorted(intent.new, reverse=True):
+        def cleaned_to_swap(base: int) -> None:
             for sfx in _ordered(intent.new[base]):
                 _call(fault, result.steps, f"cleaned-to-swap:{segment_file_name(base, sfx)}")
                 storage.rename(path(base, sfx, CLEANED_SUFFIX), path(base, sfx, SWAP_SUFFIX))
-            storage.sync_dir(partition_uri)
-        for base in sorted(intent.old):
-            for sfx in intent.old[base]:
-                _call(fault, result.steps, f"old-to-deleted:{segment_file_name(base, sfx)}")
-                storage.rename(path(base, sfx), path(base, sfx, DELETED_SUFFIX))
-        storage.sync_dir(partition_uri)
-        for base in sorted(intent.new):
-            for sfx in _ordered(intent.new[base]):
-                _call(fault, result.steps, f"swap-to-live:{segment_file_name(base, sfx)}")
-                storage.rename(path(base, sfx, SWAP_SUFFIX), path(base, sfx))
-                result.installed.append(path(base, sfx))
-        storage.sync_dir(partition_uri)
-        for base in sorted(intent.old):
-            for sfx in intent.old[base]:
-                _call(fault, result.steps, f"purge-old:{segment_file_name(base, sfx)}")
-                storage.delete(path(base, sfx, DELETED_SUFFIX))
-                result.removed.append(path(base, sfx, DELETED_SUFFIX))
 
+        def old_to_deleted() -> None:
+            for base in sorted(intent.old):
+                for sfx in intent.old[base]:
+                    _call(fault, result.steps, f"old-to-deleted:{segment_file_name(base, sfx)}")
+                    storage.rename(path(base, sfx), path(base, sfx, DELETED_SUFFIX))
+
+        def swap_to_live() -> None:
+            for base in sorted(intent.new):
+                for sfx in _ordered(intent.new[base]):
+                    _call(fault, result.steps, f"swap-to-live:{segment_file_name(base, sfx)}")
+                    storage.rename(path(base, sfx, SWAP_SUFFIX), path(base, sfx))
+                    result.installed.append(path(base, sfx))
+
+        def purge_old() -> None:
+            for base in sorted(intent.old):
+                for sfx in intent.old[base]:
+                    _call(fault, result.steps, f"purge-old:{segment_file_name(base, sfx)}")
+                    storage.delete(path(base, sfx, DELETED_SUFFIX))
+                    result.removed.append(path(base, sfx, DELETED_SUFFIX))
+
+        # one sync per new segment (descending), then one per phase: see the module docstring
+        return [*(_Stage((1, k), "cleaned-to-swap", partial(cleaned_to_swap, base), partition_uri)
+                  for k, base in enumerate(sorted(intent.new, reverse=True))),
+                _Stage((2, 0), "old-to-deleted", old_to_deleted, partition_uri),
+                _Stage((3, 0), "swap-to-live", swap_to_live, partition_uri),
+                _Stage((4, 0), "purge-old", purge_old)]
 
     def leftover_staged(self, partition_uri: str) -> list[FileInfo]:
         """Files staged in the partition's :data:`STAGING_BESIDE_DIR` whatever ``stage_beside`` says now (the run
@@ -826,16 +1028,30 @@ class CopyCommitter(Committer):
     def task_stage_uri(self, partition_uri: str, base_offset: int, suffix: str) -> str:
         return self.staged_uri(partition_uri, base_offset, suffix)
 
-    def _install(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
-                 fault: Fault | None) -> None:
-        for step in self.roll_forward_steps(partition_uri, intent):
-            _call(fault, result.steps, f"{step.step}:{step.target.rsplit('/', 1)[1]}")
-            if step.source is not None:
-                self.storage.copy(step.source, step.target)
-                result.installed.append(step.target)
-            else:
-                self.storage.delete(step.target)
-                result.removed.append(step.target)
+    def _install_stages(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
+                        fault: Fault | None) -> list["_Stage"]:
+        steps = self.roll_forward_steps(partition_uri, intent)
+
+        def run(kind: str) -> None:
+            for step in steps:
+                if step.step != kind:
+                    continue
+                _call(fault, result.steps, f"{step.step}:{step.target.rsplit('/', 1)[1]}")
+                if step.source is not None:
+                    self.storage.copy(step.source, step.target)
+                    result.installed.append(step.target)
+                else:
+                    self.storage.delete(step.target)
+                    result.removed.append(step.target)
+
+        def copy_new() -> None:
+            run("copy-new")
+
+        def delete_old() -> None:
+            run("delete-old")
+
+        # each answered request is durable: no syncs
+        return [_Stage((1, 0), "copy-new", copy_new), _Stage((2, 0), "delete-old", delete_old)]
 
     def roll_forward_steps(self, partition_uri: str, intent: ReplaceIntent) -> list[InstallStep]:
         """The copies of the staged objects to their live names, segments in descending base order (the lowest
@@ -852,11 +1068,14 @@ class CopyCommitter(Committer):
                                      base))
         return steps
 
-    def _after_commit(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
-                      fault: Fault | None) -> None:
-        for base, sfx in sorted(intent.new_files()):
-            _call(fault, result.steps, f"delete-staged:{segment_file_name(base, sfx)}")
-            self.storage.delete(self._staged(partition_uri, intent.run_id, base, sfx))
+    def _after_commit_stages(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,
+                             fault: Fault | None) -> list["_Stage"]:
+        def delete_staged() -> None:
+            for base, sfx in sorted(intent.new_files()):
+                _call(fault, result.steps, f"delete-staged:{segment_file_name(base, sfx)}")
+                self.storage.delete(self._staged(partition_uri, intent.run_id, base, sfx))
+
+        return [_Stage((_REMOVE_INTENT + 1, 0), "delete-staged", delete_staged)]
 
     def leftover_staged(self, partition_uri: str) -> list[FileInfo]:
         return self.storage.list(self.storage.join(self.partition_work_uri(partition_uri), STAGED_DIR),
@@ -882,7 +1101,7 @@ def committer_for(storage: Storage, work_uri: str, run_id: str | None = None, *,
 
 __all__ = [
     "CommitError", "Committer", "CopyCommitter", "DeleteIntent", "RenameCommitter", "DeleteResult", "PurgeResult",
-    "InstallStep", "RecoveryError", "ReplaceIntent", "STAGING_BESIDE_DIR",
+    "InstallStep", "RecoveryError", "ReplaceIntent", "ReplaceRequest", "STAGING_BESIDE_DIR",
     "ReplaceResult", "SEGMENT_DATA_SUFFIXES", "SegmentFile", "StagedSegment",
     "committer_for", "delete_segments", "list_segment_files", "live_log_bases", "partition_work_uri", "purge_deleted",
     "replace_segments", "staged_uri",

@@ -122,20 +122,36 @@ class Storage(ABC):
         """``length`` bytes from ``start`` (fewer at the end of the file)."""
 
     @abstractmethod
-    def write_atomic(self, uri: str, data: bytes) -> None:
+    def write_atomic(self, uri: str, data: bytes, *, durable: bool = True) -> None:
         """Replace ``uri`` with ``data`` so a reader sees the old or the new content, never a mix.
-        Local: temp file, fsync, rename, fsync the directory. S3: a single PUT."""
+        Local: temp file, fsync, rename, fsync the directory. S3: a single PUT. With ``durable=False`` the
+        fsyncs are left out: the caller makes the file durable later with :meth:`barrier` (``uri`` and its
+        directory), many files at once."""
 
     @abstractmethod
-    def open_write(self, uri: str) -> ContextManager[BinaryIO]:
+    def open_write(self, uri: str, *, durable: bool = True) -> ContextManager[BinaryIO]:
         """A writable binary stream for large outputs. Content becomes visible only when the context
         exits without error (local: temp + fsync + rename; S3: multipart upload completed at exit,
-        aborted on error)."""
+        aborted on error). ``durable=False``: as for :meth:`write_atomic`."""
 
     @abstractmethod
-    def put_if_absent(self, uri: str, data: bytes) -> str | None:
+    def put_if_absent(self, uri: str, data: bytes, *, durable: bool = True) -> str | None:
         """Create ``uri`` only if nothing is there. Raises
-        :class:`~segment_io.errors.PreconditionFailedError` if it exists. Returns the new etag (S3)."""
+        :class:`~segment_io.errors.PreconditionFailedError` if it exists. Returns the new etag (S3).
+        The content is durable before the name appears, always; ``durable=False`` leaves out only the fsync
+        of the directory entry, which the caller then makes with :meth:`barrier` on the directory."""
+
+    def write_temp(self, uri: str, data: bytes) -> str:
+        """The first half of a :meth:`put_if_absent` whose syncs a :meth:`barrier` makes, on stores with an atomic
+        rename: ``data`` in a new temporary sibling of ``uri`` (its name one :func:`is_temp_file` recognises),
+        not synced. Returns the temporary file's URI, for :meth:`link_temp` once a barrier has made it durable."""
+        raise NotImplementedError(f"{type(self).__name__} has no temporary files")
+
+    def link_temp(self, temp_uri: str, uri: str) -> None:
+        """The second half: give the (durable) temporary file ``temp_uri`` the name ``uri`` unless something is
+        there (:class:`~segment_io.errors.PreconditionFailedError`), and drop the temporary name either way. The
+        new entry is durable once a :meth:`barrier` covers ``uri``'s directory."""
+        raise NotImplementedError(f"{type(self).__name__} has no temporary files")
 
     @abstractmethod
     def put_if_match(self, uri: str, data: bytes, etag: str | None) -> str | None:
@@ -174,6 +190,12 @@ class Storage(ABC):
 
     def sync_dir(self, uri: str) -> None:  # noqa: B027 - a no-op default: only local disk has dirs to fsync
         """Make renames and creations inside directory ``uri`` durable (fsync on local disk; no-op on S3)."""
+
+    def barrier(self, uris: Iterable[str]) -> None:  # noqa: B027 - a no-op default: nothing buffered to sync
+        """Make durable, together, what was written without durability (``durable=False``) and the renames and
+        creations since: the content of each file and the entries of each directory in ``uris``. One barrier for
+        many files costs far less than a sync per file (local disk: concurrent fsyncs, which the filesystem's
+        journal commits together). A no-op where every answered request is already durable (S3)."""
 
     @contextmanager
     def read_mapped(self, uri: str) -> Iterator[bytes | memoryview | mmap.mmap]:

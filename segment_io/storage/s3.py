@@ -300,12 +300,12 @@ class S3Storage(Storage):
 
     # ------------------------------------------------------------------ writing
 
-    def write_atomic(self, uri: str, data: bytes) -> None:
+    def write_atomic(self, uri: str, data: bytes, *, durable: bool = True) -> None:
         bucket, key = parse_s3_uri(uri)
         self._call(uri, lambda: self._client.put_object(Bucket=bucket, Key=key, Body=data))
 
     @contextmanager
-    def open_write(self, uri: str) -> Iterator[BinaryIO]:
+    def open_write(self, uri: str, *, durable: bool = True) -> Iterator[BinaryIO]:
         writer = _MultipartWriter(self, uri)
         try:
             yield writer  # type: ignore[misc]
@@ -314,7 +314,7 @@ class S3Storage(Storage):
             writer.abort()
             raise
 
-    def put_if_absent(self, uri: str, data: bytes) -> str:
+    def put_if_absent(self, uri: str, data: bytes, *, durable: bool = True) -> str:
         bucket, key = parse_s3_uri(uri)
         resp = self._call(uri, lambda: self._client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*"))
         return resp["ETag"]

@@ -408,3 +408,60 @@ def test_s3_check_reachable_heads_the_bucket(s3_bucket):
     with pytest.raises(BucketNotFoundError, match=re.escape(expected)):
         s.check_reachable(f"s3://missing-{bucket}/logs")
     assert issubclass(BucketNotFoundError, NotFoundError)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Writes without a sync, and the barrier that makes many durable at once
+# ---------------------------------------------------------------------------------------------------
+
+
+def _counting_fsyncs(monkeypatch) -> list[int]:
+    calls: list[int] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return calls
+
+
+def test_writes_without_a_sync_sync_nothing_and_a_barrier_syncs_each_file_and_directory_once(tmp_path,
+                                                                                             monkeypatch) -> None:
+    storage = LocalStorage()
+    d = tmp_path / "staging"
+    storage.makedirs(str(d))
+    fsyncs = _counting_fsyncs(monkeypatch)
+    storage.write_atomic(str(d / "a.index"), b"index", durable=False)
+    with storage.open_write(str(d / "a.log"), durable=False) as f:
+        f.write(b"log")
+    storage.put_if_absent(str(d / "intent.json"), b"{}", durable=False)
+    assert len(fsyncs) == 1  # put_if_absent's content, always synced before its name appears
+    assert sorted(p.name for p in d.iterdir()) == ["a.index", "a.log", "intent.json"]  # no temporaries left
+    assert (d / "a.log").read_bytes() == b"log" and (d / "a.index").read_bytes() == b"index"
+    fsyncs.clear()
+    storage.barrier([str(d / "a.log"), str(d / "a.index"), str(d), str(d)])
+    assert len(fsyncs) == 3
+    fsyncs.clear()
+    storage.write_atomic(str(d / "b.index"), b"index")  # durable: the file and its directory
+    assert len(fsyncs) == 2
+
+
+def test_a_barrier_over_a_missing_file_names_it(tmp_path) -> None:
+    missing = str(tmp_path / "gone.log")
+    with pytest.raises(StorageError, match=re.escape(missing)):
+        LocalStorage().barrier([str(tmp_path), missing])
+
+
+def test_put_if_absent_in_two_halves_refuses_an_existing_name_and_leaves_no_temporary(tmp_path) -> None:
+    storage = LocalStorage()
+    target = str(tmp_path / "replace.json")
+    temp = storage.write_temp(target, b"first")
+    assert is_temp_file(temp.rsplit("/", 1)[1]) and not os.path.exists(target)
+    storage.link_temp(temp, target)
+    assert (tmp_path / "replace.json").read_bytes() == b"first" and not os.path.exists(temp)
+    again = storage.write_temp(target, b"second")
+    with pytest.raises(PreconditionFailedError):
+        storage.link_temp(again, target)
+    assert (tmp_path / "replace.json").read_bytes() == b"first" and os.listdir(tmp_path) == ["replace.json"]

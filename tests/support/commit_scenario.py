@@ -92,10 +92,11 @@ class Scenario:
     snapshots: dict[str, bytes]
 
 
-def build_scenario(storage: Storage, log_dir: str, *, stage: bool = True) -> Scenario:
+def build_scenario(storage: Storage, log_dir: str, *, stage: bool = True,
+                   partition_name: str = TOPIC_PARTITION) -> Scenario:
     """Write the old segments and snapshots live, and (when ``stage``) the new segments where the job
-    stages them."""
-    partition = storage.join(log_dir, TOPIC_PARTITION)
+    stages them (of the partition ``partition_name``: several partitions of one log dir may play it)."""
+    partition = storage.join(log_dir, partition_name)
     work = work_uri(log_dir)
     storage.makedirs(partition)
     old_state: dict[str, bytes] = {}

@@ -66,9 +66,12 @@ def check_partition(files: dict[str, bytes], partition: str, source: list[bytes]
 
 
 def fault_at_every_step(steps: list[str]) -> FaultHook:
-    """A hook that stops the replace of partition ``t-i`` at ``steps[i]``."""
+    """A hook that stops the replace of partition ``t-i`` at ``steps[i]`` (the barriers of a bin's lockstep
+    commit, ``partition`` ``""``, pass)."""
 
     def fault(partition: str, step: str) -> None:
+        if not partition:
+            return
         i = int(partition.rsplit("-", 1)[1])
         if i < len(steps) and step == steps[i]:
             raise SimulatedFault(f"simulated crash of {partition} before {step}")

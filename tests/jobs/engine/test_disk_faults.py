@@ -93,8 +93,8 @@ class _RefusingWrites(LocalStorage):
     def __init__(self, code: int) -> None:
         self.code = code
 
-    def open_write(self, uri: str):  # type: ignore[override]
-        inner = super().open_write(uri)
+    def open_write(self, uri: str, *, durable: bool = True):  # type: ignore[override]
+        inner = super().open_write(uri, durable=durable)
         code = self.code
 
         class Failing:

@@ -85,10 +85,10 @@ def _task_functions() -> list:
 
 @pytest.mark.parametrize("fn", _task_functions(), ids=lambda fn: fn.__name__)
 def test_every_task_function_ships_by_reference(fn) -> None:
-    from jobs.engine.tasks import _BinTask, ship_function
+    from jobs.engine.tasks import BinTask, ship_function
 
     assert ship_function(fn) is fn  # by reference: the worker imports its module and finds the cached kernels
-    assert ship_function(_BinTask(fn)).fn is fn  # as a streamed bin's task
+    assert ship_function(BinTask(fn)).fn is fn  # as a streamed bin's task
 
 
 def test_a_task_function_carrying_a_kernel_by_value_is_refused() -> None:

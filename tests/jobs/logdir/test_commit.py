@@ -10,13 +10,17 @@ and delete, a reader's view mid-commit, staged objects gone).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import pytest
 
 from jobs.logdir.commit import (
     CommitError,
     RecoveryError,
+    ReplaceRequest,
+    ReplaceResult,
     StagedSegment,
+    committer_for,
     delete_segments,
     partition_work_uri,
     purge_deleted,
@@ -37,6 +41,7 @@ from tests.support.commit_scenario import (
     OLD_SUFFIXES,
     REPLACE_STEPS,
     S3_REPLACE_STEPS,
+    Crash,
     Scenario,
     build_scenario,
     check_delete_outcome,
@@ -49,6 +54,7 @@ from tests.support.commit_scenario import (
     partition_files,
     recover_twice,
     run_to_crash,
+    staged_segments,
 )
 
 
@@ -279,3 +285,102 @@ def test_on_s3_recovery_finishes_a_rename_cut_between_copy_and_delete(s3_unstage
     storage.copy(live_index, live_index + ".deleted")
     recover_twice(s3_unstaged)
     check_delete_outcome(s3_unstaged, expect_deleted=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Several partitions in lockstep (Committer.replace_lockstep)
+# ---------------------------------------------------------------------------------------------------
+
+LOCKSTEP = ("orders-0", "orders-1", "orders-2")
+
+
+def _lockstep(store: Store) -> tuple[list[Scenario], Callable[[Callable[[str, str], None]], list]]:
+    """Three partitions playing the scenario in one log dir, and their replace in lockstep given a
+    ``fault(partition, step)`` hook (``""`` for the barriers)."""
+    scenarios = [build_scenario(store.storage, store.log_dir, partition_name=p) for p in LOCKSTEP]
+    committer = committer_for(store.storage, scenarios[0].work)
+
+    def run(fault: Callable[[str, str], None]) -> list:
+        requests = [ReplaceRequest(s.partition, sorted(OLD_OFFSETS), staged_segments(),
+                                   fault=lambda step, p=p: fault(p, step)) for p, s in zip(LOCKSTEP, scenarios)]
+        return committer.replace_lockstep(requests, barrier_fault=lambda step: fault("", step))
+
+    return scenarios, run
+
+
+def _lockstep_points(store: Store) -> list[tuple[str, str]]:
+    scenarios, run = _lockstep(store)
+    points: list[tuple[str, str]] = []
+    results = run(lambda p, step: points.append((p, step)))
+    assert all(isinstance(r, ReplaceResult) for r in results)
+    for s in scenarios:
+        check_replace_outcome(s, expect_new=True)
+    return points
+
+
+def test_in_lockstep_each_partition_takes_its_own_steps_and_a_barrier_follows_each_synced_step(store: Store) -> None:
+    points = _lockstep_points(store)
+    for p in LOCKSTEP:
+        assert [s for q, s in points if q == p] == REPLACE_STEPS[store.kind]
+    # step by step: every partition's steps of one kind before any partition's steps of the next
+    kinds = [s.split(":")[0] for p, s in points if p]
+    assert kinds == sorted(kinds, key=lambda k: [s.split(":")[0] for s in REPLACE_STEPS[store.kind]].index(k))
+    barriers = [s for p, s in points if not p]
+    if store.kind == "local":  # one per sync of a replace alone (two new segments: two cleaned-to-swap syncs)
+        assert barriers == ["barrier:write-intent", "barrier:intent-entry", "barrier:cleaned-to-swap",
+                            "barrier:cleaned-to-swap", "barrier:old-to-deleted", "barrier:swap-to-live"]
+    else:  # an answered request is durable: nothing to wait for between steps
+        assert barriers == []
+
+
+def _lockstep_cases() -> list:
+    """(store kind, index of the point) for every point of a lockstep replace of three partitions."""
+    cases = []
+    for kind in REPLACE_STEPS:
+        steps = REPLACE_STEPS[kind]
+        n = len(steps) * len(LOCKSTEP) + (6 if kind == "local" else 0)
+        cases += [pytest.param(kind, i, id=f"{kind}-{i}", marks=[pytest.mark.s3] if kind == "s3" else [])
+                  for i in range(n)]
+    return cases
+
+
+@pytest.mark.parametrize("store,point", _lockstep_cases(), indirect=["store"])
+def test_in_lockstep_a_crash_at_any_point_then_recover_gives_each_partition_its_old_or_new_set(
+        store: Store, point: int, tmp_path) -> None:
+    scenarios, run = _lockstep(store)
+    seen: list[tuple[str, str]] = []
+    after: list[tuple[str, str]] = []
+
+    def crash(p: str, step: str) -> None:
+        if len(seen) == point:
+            after.append((p, step))
+            raise Crash(f"{p} {step}")
+        seen.append((p, step))
+
+    with pytest.raises(Crash):
+        run(crash)
+    if store.kind == "local":  # (on S3 the other partitions' requests under way when it came are answered)
+        assert len(after) == 1, f"steps ran after the crash: {after[1:]}"
+    for s in scenarios:
+        recover_twice(s)
+    for p, s in zip(LOCKSTEP, scenarios):
+        # the partition's steps that ran before the crash decide, exactly as for a replace of it alone
+        done = sum(1 for q, _ in seen if q == p)
+        check_replace_outcome(s, expect_new=done >= COMMIT_POINT[store.kind])
+
+
+def test_in_lockstep_a_partition_whose_step_fails_stops_there_and_the_others_finish(store: Store) -> None:
+    scenarios, run = _lockstep(store)
+    failing = REPLACE_STEPS[store.kind][COMMIT_POINT[store.kind] + 1]
+
+    def fail(p: str, step: str) -> None:
+        if p == "orders-1" and step == failing:
+            raise CommitError("simulated failure", uri=p)
+
+    results = run(fail)
+    assert isinstance(results[1], CommitError)
+    assert all(isinstance(results[i], ReplaceResult) for i in (0, 2))
+    assert partition_files(store.storage, scenarios[1].partition) != scenarios[1].new_state  # left mid-commit
+    recover_twice(scenarios[1])
+    for s in scenarios:  # (orders-1 was past its commit point: recovery rolled it forward)
+        check_replace_outcome(s, expect_new=True)
