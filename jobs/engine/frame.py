@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import traceback
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, ContextManager, Sequence, TypeVar
 
 from jobs.engine import spark_session
@@ -55,6 +55,7 @@ from segment_io.errors import (
 )
 from segment_io.layout import (
     CLEANER_OFFSET_CHECKPOINT,
+    DELETED_SUFFIX,
     LOG_START_OFFSET_CHECKPOINT,
     LogDirListing,
     list_log_dir,
@@ -558,12 +559,22 @@ class _Frame:
                 progress(f"recovered {r.partition_uri}: {', '.join(a.action for a in r.actions)}",
                          event="recovery.partition", partition=partition_name(r.partition_uri))
             report.recovered_partitions = len(recovered)
+        foreseen: dict[tuple[str, int], list[FileInfo]] = {}
+        pending: set[tuple[str, int]] = set()
+        if self.destructive and self.dry_run:
+            foreseen, pending = self._recovery_first(unrecovered)
         # again, unless recovery changed nothing since it listed: S3 lists a thousand keys a request
         listing = _check_scope(storage, log_dir, self.scope, self.configs,
                                None if listed is None else listing_from_files(log_dir, listed))
+        for key, files in foreseen.items():  # a dry run: these partitions as the real run's recovery leaves them
+            if key in listing.partitions:
+                after = listing_from_files(listing.root, files).partitions.get(key)
+                if after is not None:
+                    listing.partitions[key] = replace(after,
+                                                      outside_log_dir=listing.partitions[key].outside_log_dir)
         present = set(listing.partitions)
         checkpoints = _read_checkpoints(storage, log_dir, listing)
-        selected = sorted(k for k in present if self.scope.includes(*k))
+        selected = sorted(k for k in present if self.scope.includes(*k) and k not in pending)
         # --apply on a changed log dir: refused here, before Spark starts (nothing has been done yet)
         self.planfile.check_unchanged(storage, log_dir, listing, selected)
         for topic in sorted({t for t, _ in selected}):
@@ -619,6 +630,61 @@ class _Frame:
         self.work(ctx)
         return ctx
 
+    def _recovery_first(self, unrecovered: dict[tuple[str, int] | None, Exception]
+                        ) -> tuple[dict[tuple[str, int], list[FileInfo]], set[tuple[str, int]]]:
+        """A dry run's account of the recovery a real run does first (it takes no lock and changes nothing, so it
+        only plans that recovery: reads only). Every partition the plans would change is reported (progress,
+        ``report.recovery_first``), and then:
+
+        - recovery would stop in it: it is marked not recovered (``unrecovered``), as the real run marks it;
+        - recovery would only delete files (leftovers, ``.cleaned`` files, aborted swaps, intents) or write the
+          deletion ledger, or roll a delete intent forward (live segments become ``.deleted``): returned with the
+          files it would leave (every one of them a file that is there now), which the run plans on - exactly the
+          state the real run would see;
+        - recovery would make files live under another name (a ``.swap`` or an old ``.deleted`` segment renamed,
+          an S3 staged object copied): returned as pending and left out of the run. The scans and the cleaner
+          read segments by their names, and those names hold other bytes, or nothing, until recovery ran.
+        """
+        storage, log_dir, progress = self.storage, self.log_dir, self.progress
+        root = (storage.local_path(log_dir) or log_dir).rstrip("/")
+        listed = storage.list(root, recursive=True, irregular=True)
+        reports = recover_under(storage, log_dir, self.now_ms, None, self.seams, listed=listed, dry_run=True)
+        foreseen: dict[tuple[str, int], list[FileInfo]] = {}
+        pending: set[tuple[str, int]] = set()
+        for r in reports:
+            key = parse_partition_dir(partition_name(r.partition_uri))
+            if not r.actions and r.error is None:
+                continue
+            actions = ", ".join(dict.fromkeys(a.action for a in r.actions))
+            if key is None:  # the log dir's and work dir's own leftovers: nothing the run reads
+                planned, note = "unchanged", f"recovery first: {r.partition_uri}: a real run would first {actions}"
+            elif r.error is not None:
+                unrecovered[key] = r.error
+                planned, note = "not recovered", (f"recovery first: {r.partition_uri}: a real run's recovery would "
+                                                  f"stop here ({r.error}); planned as the real run would: left "
+                                                  f"untouched")
+            elif any(a.action in RENAMING_ACTIONS for a in r.actions):
+                pending.add(key)
+                planned, note = "pending recovery", (
+                    f"{partition_name(r.partition_uri)}: pending recovery: a real run would first {actions} (it "
+                    f"makes files live under other names, which this dry run cannot read before recovery ran); "
+                    f"left out of these counts: run `segjobs recover` first for exact counts")
+                self.report.warnings.append(note)
+            else:
+                foreseen[key] = _files_after(root, log_dir, partition_name(r.partition_uri), listed, r)
+                planned, note = "after recovery", (f"recovery first: {r.partition_uri}: a real run would first "
+                                                   f"{actions}; planned on the files that leaves")
+            self.report.recovery_first.append({"uri": r.partition_uri, "partition": None if key is None else
+                                               partition_name(r.partition_uri), "planned": planned,
+                                               "actions": [a.describe() for a in r.actions]})
+            if planned == "pending recovery":
+                progress.notice(note, event="recovery.pending", partition=partition_name(r.partition_uri))
+            elif planned == "not recovered":
+                progress.error(note, event="recovery.failed", partition=partition_name(r.partition_uri))
+            else:
+                progress(note, event="recovery.planned", partition=partition_name(r.partition_uri))
+        return foreseen, pending
+
     def _runner(self) -> TaskRunner:
         """The seams' runner, else Spark tasks in the given session (or the active one, or a new one)."""
         if self.seams.runner is not None:
@@ -645,6 +711,30 @@ class _Frame:
         # Built when a task first needs it. One Spark job group per run, named by the run id the report and the
         # ledger carry.
         return LazySparkTasks(build, job_group=f"segjobs-{self.command}-{self.report.run_id}", on_start=started)
+
+
+#: Recovery's actions that make a file live under another name (a ``.swap`` renamed, an old ``.deleted`` segment
+#: put back, an S3 staged object copied, or a roll-forward another run finished): a dry run cannot read what such a
+#: partition will hold before recovery ran.
+RENAMING_ACTIONS = frozenset({"complete-swap", "restore-old", "copy-new", "settled-elsewhere"})
+
+
+def _files_after(root: str, log_dir: str, name: str, listed: list[FileInfo], report: RecoveryReport) -> list[FileInfo]:
+    """The entries of partition ``name`` in ``listed`` (the log dir's recursive listing under ``root``) once the
+    actions of ``report`` (recovery's plan, with no action of :data:`RENAMING_ACTIONS`) are done: deleted files
+    gone, segments a delete intent condemns under their ``.deleted`` names. Every entry is a file there now."""
+    prefix = root + "/"
+    files = {f.uri[len(prefix):]: f for f in listed if f.uri.startswith(prefix)
+             and (f.uri[len(prefix):] == name or f.uri[len(prefix):].startswith(name + "/"))}
+    for a in report.actions:
+        rel = a.uri[len(log_dir.rstrip("/")) + 1:]
+        if a.action == "finish-delete":  # live name -> .deleted: the same file under its new name
+            info = files.pop(rel[: -len(DELETED_SUFFIX)], None)
+            if info is not None:
+                files[rel] = replace(info, uri=prefix + rel)
+        else:  # a delete (or a write outside the partition dir, which is not in the listing)
+            files.pop(rel, None)
+    return list(files.values())
 
 
 def _check_scope(storage: Storage, log_dir: str, scope: Scope, configs: ConfigSet,
