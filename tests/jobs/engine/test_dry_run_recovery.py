@@ -4,7 +4,8 @@ A real run recovers first (under the lock), then plans; a dry run takes no lock 
 recovery (reads only), reports it, and plans each partition on the files recovery would leave (read where they are
 now): its decisions and counts are then exactly the real run's. With ``--plan`` the partitions where recovery
 would rename files are "pending recovery" and left out of the counts (a plan records files by name). One log dir
-holds one partition per commit step, each interrupted before its step (see :mod:`tests.support.compaction_faults`).
+holds one partition per commit step, each interrupted before its step (see :mod:`tests.support.compaction_faults`);
+on S3 the partitions whose intent recovery rolls forward (copying staged objects) are pending.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from jobs import api
 from jobs.commands.cli import main
+from jobs.engine.seams import FaultHook
 from tests.support.compaction_faults import (
     CONFIG,
     NOW,
@@ -25,6 +28,10 @@ from tests.support.compaction_faults import (
     fault_at_every_step,
     recording,
 )
+from segment_io.storage import Storage, open_storage
+from tests.support.retention import FAULT_CONFIG, Crash, build_fault_dir, fault_steps, run_retain_job, state_of
+from tests.support.retention import NOW as RETAIN_NOW
+from tests.support.s3_objects import PREFIX, contents, put_objects
 
 #: what differs between a dry run's entry and the real run's for the same decisions
 _RUN_ONLY = ("action", "task_seconds")
@@ -89,9 +96,11 @@ def _same_decisions(dry: dict, real: dict, names: set[str]) -> None:
     assert dry["totals"]["partitions"] == len(names)
 
 
-def test_a_dry_run_plans_on_the_files_recovery_leaves(crashed, tmp_path):
+def test_a_dry_run_plans_on_the_files_recovery_leaves(crashed, tmp_path, capsys):
     log_dir = _copy(crashed, tmp_path)
     dry, real = _dry_then_real(log_dir, crashed["config"])
+    assert (f"recovery first: a real run first settles the unfinished commits of {len(crashed['steps'])} "
+            f"partition(s); planned here on the files recovery leaves: ") in capsys.readouterr().out
     names = {f"{TOPIC}-{i}" for i in range(len(crashed["steps"]))}
     # every partition was left mid-commit: the dry run says what recovery would do in each, first
     first = {e["partition"]: e for e in dry["recovery_first"] if e["partition"] is not None}
@@ -105,9 +114,10 @@ def test_a_dry_run_plans_on_the_files_recovery_leaves(crashed, tmp_path):
     assert dry["totals"] == {k: v for k, v in real["totals"].items() if k != "recovered_partitions"}
 
 
-def test_with_plan_partitions_recovery_renames_in_are_pending(crashed, tmp_path):
+def test_with_plan_partitions_recovery_renames_in_are_pending(crashed, tmp_path, capsys):
     log_dir = _copy(crashed, tmp_path)
     dry, real = _dry_then_real(log_dir, crashed["config"], "--plan", str(tmp_path / "plan.json"))
+    assert "PENDING RECOVERY, left out of these counts (run `segjobs recover` first" in capsys.readouterr().out
     first = {e["partition"]: e for e in dry["recovery_first"] if e["partition"] is not None}
     pending = {n for n, e in first.items() if e["planned"] == "pending recovery"}
     # pending: exactly the partitions whose recovery makes a .swap file live (the swaps passed their commit point)
@@ -122,3 +132,83 @@ def test_a_dry_run_over_a_clean_log_dir_reports_no_recovery(crashed, tmp_path):
     build_partition(tmp_path / "logs" / f"{TOPIC}-0")
     assert _compact(tmp_path / "logs", crashed["config"], "--dry-run", "--report", str(tmp_path / "r.json")) == 0
     assert "recovery_first" not in json.loads((tmp_path / "r.json").read_text())
+
+
+def test_on_s3_a_rolled_forward_intent_is_pending_and_the_rest_exact(spark, s3_bucket_env, tmp_path):
+    endpoint, bucket = s3_bucket_env
+    config = tmp_path / "t.toml"
+    config.write_text(CONFIG)
+    log_dir = f"s3://{bucket}/{PREFIX}"
+
+    def run(*extra: str, fault: FaultHook | None = None) -> int:
+        argv = ["--log-dir", log_dir, "--s3-endpoint", endpoint.endpoint_url, "--now", NOW, "--config", str(config),
+                "--quiet", *extra]
+        return main(["compact", *argv]) if fault is None else compact_with_fault(argv, fault)
+
+    build_partition(tmp_path / "ref" / f"{TOPIC}-0")
+    put_objects(endpoint, bucket, tmp_path / "ref")
+    steps: list[str] = []
+    assert run(fault=recording(steps)) == 0
+    client = endpoint.client()
+    for key in list(contents(endpoint, bucket, "")):
+        client.delete_object(Bucket=bucket, Key=key)
+    for i in range(len(steps)):
+        build_partition(tmp_path / "many" / f"{TOPIC}-{i}")
+    put_objects(endpoint, bucket, tmp_path / "many")
+    assert run(fault=fault_at_every_step(steps)) == 1
+
+    before = contents(endpoint, bucket, "")
+    assert run("--dry-run", "--report", str(tmp_path / "dry.json")) == 0
+    assert contents(endpoint, bucket, "") == before, "a dry run changed objects"
+    assert run("--report", str(tmp_path / "real.json")) == 0
+    dry = json.loads((tmp_path / "dry.json").read_text())
+    real = json.loads((tmp_path / "real.json").read_text())
+    first = {e["partition"]: e for e in dry["recovery_first"] if e["partition"] is not None}
+    pending = {n for n, e in first.items() if e["planned"] == "pending recovery"}
+    # the intent is the commit point: from it on recovery copies staged objects to their live names
+    assert pending == {n for n, e in first.items() if any(a.startswith("copy-new ") for a in e["actions"])}
+    assert pending and f"{TOPIC}-0" not in pending
+    _same_decisions(dry, real, {f"{TOPIC}-{i}" for i in range(len(steps))} - pending)
+
+
+def test_retain_dry_run_at_every_crash_point_decides_as_the_real_run(tmp_path):
+    """Retention's commit (delete intent, renames to .deleted, ledger, purge) crashed before each of its steps:
+    the dry run, planned on what recovery leaves (a delete intent rolled forward), decides exactly as the real run
+    that recovers first. Tasks run in this process (no Spark)."""
+
+    def local(name: str) -> tuple[Storage, str, None]:
+        root = tmp_path / name / "logs"
+        root.mkdir(parents=True)
+        return open_storage(str(root)), str(root), None
+
+    steps, _ = fault_steps(local, tmp_path)
+    planned_after = 0
+    for i, step in enumerate(steps["t-0"]):
+        storage, log_dir, _ = local(f"crash{i}")
+        build_fault_dir(storage, log_dir, tmp_path / f"crash{i}")
+        seen: list[str] = []
+
+        def crash_at(p: str, s: str) -> None:
+            if p == "t-0":
+                seen.append(s)
+                if len(seen) == i + 1:
+                    raise Crash(f"{p}: {s}")
+
+        with pytest.raises(Crash):
+            run_retain_job(log_dir, None, crash_at)
+        before = state_of(storage, log_dir)
+        dry = api.retain(log_dir, api.RetainOptions(config=FAULT_CONFIG, progress=lambda line: None, dry_run=True),
+                         now=RETAIN_NOW, seams=api.Seams(runner=api.InProcessTasks()))
+        assert state_of(storage, log_dir) == before, step
+        real = run_retain_job(log_dir, None)
+        assert real.exit_code == 0 and dry.exit_code == 0, step
+
+        def decisions(result: api.RetainResult) -> dict[str, tuple]:
+            return {f"{p.topic}-{p.partition}": (p.action, p.segments_deleted, p.bytes_removed, p.log_start_offset,
+                                                 p.rules) for p in result.partitions}
+
+        assert decisions(dry) == decisions(real), step
+        first = [e for e in dry.report.recovery_first if e["partition"] == "t-0"]
+        assert [e["planned"] for e in first] == (["after recovery"] if real.recovered_partitions else []), step
+        planned_after += bool(first)
+    assert planned_after >= 3  # the delete intent rolled forward at several points (renames, ledger, intent)
