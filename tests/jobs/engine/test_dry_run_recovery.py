@@ -19,6 +19,7 @@ import pytest
 from jobs import api
 from jobs.commands.cli import main
 from jobs.engine.seams import FaultHook
+from segment_io.storage import Storage, open_storage
 from tests.support.compaction_faults import (
     CONFIG,
     NOW,
@@ -28,7 +29,6 @@ from tests.support.compaction_faults import (
     fault_at_every_step,
     recording,
 )
-from segment_io.storage import Storage, open_storage
 from tests.support.retention import FAULT_CONFIG, Crash, build_fault_dir, fault_steps, run_retain_job, state_of
 from tests.support.retention import NOW as RETAIN_NOW
 from tests.support.s3_objects import PREFIX, contents, put_objects
@@ -171,6 +171,19 @@ def test_on_s3_a_rolled_forward_intent_is_pending_and_the_rest_exact(spark, s3_b
     _same_decisions(dry, real, {f"{TOPIC}-{i}" for i in range(len(steps))} - pending)
 
 
+def _crash_before(partition: str, i: int) -> FaultHook:
+    """A fault hook that kills the run before the i-th step of ``partition``'s commit."""
+    seen: list[str] = []
+
+    def crash_at(p: str, step: str) -> None:
+        if p == partition:
+            seen.append(step)
+            if len(seen) == i + 1:
+                raise Crash(f"{p}: {step}")
+
+    return crash_at
+
+
 def test_retain_dry_run_at_every_crash_point_decides_as_the_real_run(tmp_path):
     """Retention's commit (delete intent, renames to .deleted, ledger, purge) crashed before each of its steps:
     the dry run, planned on what recovery leaves (a delete intent rolled forward), decides exactly as the real run
@@ -186,16 +199,8 @@ def test_retain_dry_run_at_every_crash_point_decides_as_the_real_run(tmp_path):
     for i, step in enumerate(steps["t-0"]):
         storage, log_dir, _ = local(f"crash{i}")
         build_fault_dir(storage, log_dir, tmp_path / f"crash{i}")
-        seen: list[str] = []
-
-        def crash_at(p: str, s: str) -> None:
-            if p == "t-0":
-                seen.append(s)
-                if len(seen) == i + 1:
-                    raise Crash(f"{p}: {s}")
-
         with pytest.raises(Crash):
-            run_retain_job(log_dir, None, crash_at)
+            run_retain_job(log_dir, None, _crash_before("t-0", i))
         before = state_of(storage, log_dir)
         dry = api.retain(log_dir, api.RetainOptions(config=FAULT_CONFIG, progress=lambda line: None, dry_run=True),
                          now=RETAIN_NOW, seams=api.Seams(runner=api.InProcessTasks()))
