@@ -564,7 +564,9 @@ class _Frame:
         foreseen: dict[tuple[str, int], dict[str, FileInfo]] = {}
         pending: set[tuple[str, int]] = set()
         if self.destructive and self.dry_run:
-            foreseen, pending = self._recovery_first(unrecovered)
+            foreseen, pending, dry_listed = self._recovery_first(unrecovered)
+            if storage.local_path(log_dir) is None:
+                listed = dry_listed  # nothing has changed it (on local disk listed again, as above)
         # again, unless recovery changed nothing since it listed: S3 lists a thousand keys a request
         listing = _check_scope(storage, log_dir, self.scope, self.configs,
                                None if listed is None else listing_from_files(log_dir, listed))
@@ -633,7 +635,7 @@ class _Frame:
         return ctx
 
     def _recovery_first(self, unrecovered: dict[tuple[str, int] | None, Exception]
-                        ) -> tuple[dict[tuple[str, int], dict[str, FileInfo]], set[tuple[str, int]]]:
+                        ) -> tuple[dict[tuple[str, int], dict[str, FileInfo]], set[tuple[str, int]], list[FileInfo]]:
         """A dry run's account of the recovery a real run does first (it takes no lock and changes nothing, so it
         only plans that recovery: reads only). Every partition the plans would change is reported (progress,
         ``report.recovery_first``), and then:
@@ -647,6 +649,8 @@ class _Frame:
         - recovery would copy S3 staged objects to their live names (an intent rolled forward: the report does not
           name the objects), or, with ``--plan``, rename files (a plan records the files by name, and names read
           before recovery would not be the ones ``--apply`` finds): pending, left out of the run and its counts.
+
+        Returns those partitions' files (:func:`_files_after`), the pending ones, and the listing it planned on.
         """
         storage, log_dir, progress = self.storage, self.log_dir, self.progress
         root = (storage.local_path(log_dir) or log_dir).rstrip("/")
@@ -688,7 +692,7 @@ class _Frame:
                 progress.error(note, event="recovery.failed", partition=partition_name(r.partition_uri))
             else:
                 progress(note, event="recovery.planned", partition=partition_name(r.partition_uri))
-        return foreseen, pending
+        return foreseen, pending, listed
 
     def _runner(self) -> TaskRunner:
         """The seams' runner, else Spark tasks in the given session (or the active one, or a new one)."""

@@ -217,3 +217,29 @@ def test_retain_dry_run_at_every_crash_point_decides_as_the_real_run(tmp_path):
         assert [e["planned"] for e in first] == (["after recovery"] if real.recovered_partitions else []), step
         planned_after += bool(first)
     assert planned_after >= 3  # the delete intent rolled forward at several points (renames, ledger, intent)
+
+
+def test_a_partition_recovery_would_stop_in_is_reported_as_the_real_run_reports_it(tmp_path):
+    """An unreadable intent: recovery stops there, and the real run leaves the partition untouched (an error);
+    the dry run says so too, and plans the other partition as usual. Tasks run in this process (no Spark)."""
+    log_dir = tmp_path / "logs"
+    for i in range(2):
+        build_partition(log_dir / f"{TOPIC}-{i}")
+    intent = tmp_path / "logs.segjobs" / "commit" / f"{TOPIC}-0" / "replace.json"
+    intent.parent.mkdir(parents=True)
+    intent.write_text("{not json")
+    (tmp_path / "t.toml").write_text(CONFIG)
+
+    def run(dry_run: bool) -> api.CompactResult:
+        options = api.CompactOptions(config=str(tmp_path / "t.toml"), progress=lambda line: None, dry_run=dry_run)
+        return api.compact(log_dir, options, now=int(NOW), seams=api.Seams(runner=api.InProcessTasks()))
+
+    before = _tree(log_dir, tmp_path / "logs.segjobs")
+    dry = run(True)
+    assert _tree(log_dir, tmp_path / "logs.segjobs") == before
+    real = run(False)
+    assert dry.exit_code == real.exit_code == 1
+    assert [(e["partition"], e["planned"]) for e in dry.report.recovery_first] == [(f"{TOPIC}-0", "not recovered")]
+    assert {p.partition: p.action for p in dry.partitions} == {0: "error", 1: "would compact"}
+    assert {p.partition: p.action for p in real.partitions} == {0: "error", 1: "compacted"}
+    assert dry.partitions[1].records_removed == real.partitions[1].records_removed > 0
