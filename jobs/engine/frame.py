@@ -743,14 +743,17 @@ def _files_after(root: str, log_dir: str, name: str, listed: list[FileInfo],
     prefix = root + "/"
     files = {f.uri[len(prefix):]: f for f in listed if f.uri.startswith(prefix)
              and (f.uri[len(prefix):] == name or f.uri[len(prefix):].startswith(name + "/"))}
+    log_prefix = log_dir.rstrip("/") + "/"
     for a in report.actions:
-        rel = a.uri[len(log_dir.rstrip("/")) + 1:]
+        if not a.uri.startswith(log_prefix):
+            continue  # the work dir's (intents, staged objects, the deletion ledger): not in the listing
+        rel = a.uri[len(log_prefix):]
         renamed_from = _RENAMED_FROM.get(a.action)
         if renamed_from is not None:
             info = files.pop(renamed_from(rel), None)
             if info is not None:
                 files[rel] = info
-        else:  # a delete (or a change outside the partition dir, which is not in the listing)
+        else:  # a delete
             files.pop(rel, None)
     return {prefix + rel: info for rel, info in files.items()}
 
