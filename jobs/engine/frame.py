@@ -677,7 +677,9 @@ class _Frame:
                     f"{partition_name(r.partition_uri)}: pending recovery: a real run would first {actions} (what "
                     f"it leaves cannot be read before it ran: staged objects it copies, or with --plan files it "
                     f"renames, which a plan records by name); "
-                    f"left out of these counts: run `segjobs recover` first for exact counts")
+                    f"left out of these counts: run `segjobs recover` first for exact counts"
+                    + ("; --apply refuses this plan, which does not hold the partition" if self.planfile.write_uri
+                       else ""))
                 self.report.warnings.append(note)
             else:
                 foreseen[key] = _files_after(root, log_dir, partition_name(r.partition_uri), listed, r)

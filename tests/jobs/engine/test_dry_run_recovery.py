@@ -116,15 +116,24 @@ def test_a_dry_run_plans_on_the_files_recovery_leaves(crashed, tmp_path, capsys)
 
 def test_with_plan_partitions_recovery_renames_in_are_pending(crashed, tmp_path, capsys):
     log_dir = _copy(crashed, tmp_path)
-    dry, real = _dry_then_real(log_dir, crashed["config"], "--plan", str(tmp_path / "plan.json"))
+    plan = str(tmp_path / "plan.json")
+    assert _compact(log_dir, crashed["config"], "--dry-run", "--plan", plan,
+                    "--report", str(tmp_path / "dry.json")) == 0
     assert "PENDING RECOVERY, left out of these counts (run `segjobs recover` first" in capsys.readouterr().out
+    dry = json.loads((tmp_path / "dry.json").read_text())
+    # the plan does not hold the pending partitions: --apply (which recovers first) refuses it, nothing compacted
+    assert main(["compact", "--log-dir", str(log_dir), "--quiet", "--apply", plan]) == 2
+    assert "the partition is new since the plan was made" in capsys.readouterr().err
+    assert _compact(log_dir, crashed["config"], "--report", str(tmp_path / "real.json")) == 0
+    real = json.loads((tmp_path / "real.json").read_text())
     first = {e["partition"]: e for e in dry["recovery_first"] if e["partition"] is not None}
     pending = {n for n, e in first.items() if e["planned"] == "pending recovery"}
     # pending: exactly the partitions whose recovery makes a .swap file live (the swaps passed their commit point)
     assert pending == {n for n, e in first.items() if any(a.startswith("complete-swap ") for a in e["actions"])}
     assert pending and len(pending) < len(first)
     for name in pending:
-        assert any(w.startswith(f"{name}: pending recovery") and "`segjobs recover`" in w for w in dry["warnings"])
+        assert any(w.startswith(f"{name}: pending recovery") and "--apply refuses this plan" in w
+                   for w in dry["warnings"])
     _same_decisions(dry, real, set(first) - pending)
 
 
