@@ -44,7 +44,11 @@ def add_log_dir_options(p: argparse.ArgumentParser, *, destructive: bool = True,
                         "so re-running with the same --now reproduces the same decisions")
     if destructive:
         p.add_argument("--dry-run", action="store_true",
-                       help="write nothing; report exactly what a real run would remove")
+                       help="write nothing; report exactly what a real run would remove. Takes no lock and recovers "
+                            "nothing: over a commit a crashed run left unfinished it reports what a real run's "
+                            "recovery would do first and plans on the files recovery leaves; a partition it "
+                            "cannot read that way (S3 staged copies; renames, with --plan) is PENDING RECOVERY, "
+                            "left out of the counts: run `segjobs recover` first for exact counts")
         p.add_argument("--lease-ttl", metavar="DURATION",
                        help="S3: how long the log dir's lease lasts without renewal (default 2m, or "
                             "$SEGJOBS_LEASE_TTL); a heartbeat renews it every third of that while the job runs, "

@@ -16,7 +16,9 @@ is left wholly untouched, compaction included.
 
 The log dir is rewritten in place, crash-safely (Kafka's .cleaned -> .swap -> live protocol on local disk; a
 commit intent plus copies on S3); `segjobs recover` (run at the start of every job) finishes or rolls back
-an interrupted run. The log dir's .lock (local) or a lease object (S3) keeps brokers and other runs out.
+an interrupted run; a --dry-run takes no lock and recovers nothing, but plans that recovery and plans on the
+files it leaves (see --dry-run). The log dir's .lock (local) or a lease object (S3) keeps brokers and other runs
+out.
 
 Kafka's own topics keep the configs Kafka creates them with (__consumer_offsets and __transaction_state are
 compact topics) unless the config names them exactly; __cluster_metadata is never touched. A wrong .index or

@@ -15,10 +15,12 @@ Then the log start offset checkpoint is advanced (one atomic write for the whole
 is trimmed to the new start, and producer snapshots below it are removed. The log dir's .lock (local) or lease
 (S3) keeps brokers and other segjobs runs out; `segjobs recover` (run at the start of every job) finishes an
 interrupted delete. --dry-run writes nothing (no lock, no recovery) and lists every segment that would go,
-its bytes and the rule that condemned it. Kafka's own topics get Kafka's creation configs (__consumer_offsets
-and __transaction_state are compact topics) unless the config names them exactly; the KRaft metadata log
-(__cluster_metadata) is never touched. A partition with damage the scan sees (a segment cut short, an entry
-that is not a regular file, an impossible log-start-offset-checkpoint entry) is reported and left untouched.
+its bytes and the rule that condemned it; over an unfinished commit it says what a real run's recovery
+would do first and plans on the files that leaves (see --dry-run). Kafka's own topics get Kafka's creation
+configs (__consumer_offsets and __transaction_state are compact topics) unless the config names them exactly;
+the KRaft metadata log (__cluster_metadata) is never touched. A partition with damage the scan sees (a segment
+cut short, an entry that is not a regular file, an impossible log-start-offset-checkpoint entry) is reported and
+left untouched.
 
 Safety limit, aimed at a wrong --now or --config, not at routine retention: each partition is planned again with
 now no later than the newest record in the log dir and with the retention settings the last real run applied

@@ -49,6 +49,8 @@ EVENTS = {
     "lease.lost": "the S3 lease was lost: the run stopped before its next commit",
     "recovery.partition": "what recovery did to a partition an interrupted run left",
     "recovery.failed": "a partition recovery could not settle (left untouched)",
+    "recovery.planned": "a dry run: what a real run's recovery would do first, planned on the files it leaves",
+    "recovery.pending": "a dry run: a partition left out of the counts until `segjobs recover` has run",
     "config.shadowed": "a topic's config key is overridden by a more specific entry",
     "config.unmatched": "a config entry (a glob, or a --set name) matches no topic of the log dir: no effect",
     "spark.ready": "Spark started (spark_startup_s): only when some task needs it (a run with nothing due "

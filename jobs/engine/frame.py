@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import traceback
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, ContextManager, Sequence, TypeVar
 
 from jobs.engine import spark_session
@@ -55,8 +55,11 @@ from segment_io.errors import (
 )
 from segment_io.layout import (
     CLEANER_OFFSET_CHECKPOINT,
+    DELETED_SUFFIX,
     LOG_START_OFFSET_CHECKPOINT,
+    SWAP_SUFFIX,
     LogDirListing,
+    PartitionListing,
     list_log_dir,
     list_log_dir_top,
     listing_from_files,
@@ -558,12 +561,24 @@ class _Frame:
                 progress(f"recovered {r.partition_uri}: {', '.join(a.action for a in r.actions)}",
                          event="recovery.partition", partition=partition_name(r.partition_uri))
             report.recovered_partitions = len(recovered)
+        foreseen: dict[tuple[str, int], dict[str, FileInfo]] = {}
+        pending: set[tuple[str, int]] = set()
+        if self.destructive and self.dry_run:
+            foreseen, pending, dry_listed = self._recovery_first(unrecovered)
+            if storage.local_path(log_dir) is None:
+                listed = dry_listed  # nothing has changed it (on local disk listed again, as above)
         # again, unless recovery changed nothing since it listed: S3 lists a thousand keys a request
         listing = _check_scope(storage, log_dir, self.scope, self.configs,
                                None if listed is None else listing_from_files(log_dir, listed))
+        for key, files in foreseen.items():  # a dry run: these partitions as the real run's recovery leaves them
+            if key in listing.partitions:
+                after = _listing_after(listing.root, key, files)
+                if after is not None:
+                    listing.partitions[key] = replace(after,
+                                                      outside_log_dir=listing.partitions[key].outside_log_dir)
         present = set(listing.partitions)
         checkpoints = _read_checkpoints(storage, log_dir, listing)
-        selected = sorted(k for k in present if self.scope.includes(*k))
+        selected = sorted(k for k in present if self.scope.includes(*k) and k not in pending)
         # --apply on a changed log dir: refused here, before Spark starts (nothing has been done yet)
         self.planfile.check_unchanged(storage, log_dir, listing, selected)
         for topic in sorted({t for t, _ in selected}):
@@ -619,6 +634,68 @@ class _Frame:
         self.work(ctx)
         return ctx
 
+    def _recovery_first(self, unrecovered: dict[tuple[str, int] | None, Exception]
+                        ) -> tuple[dict[tuple[str, int], dict[str, FileInfo]], set[tuple[str, int]], list[FileInfo]]:
+        """A dry run's account of the recovery a real run does first (it takes no lock and changes nothing, so it
+        only plans that recovery: reads only). Every partition the plans would change is reported (progress,
+        ``report.recovery_first``), and then:
+
+        - recovery would stop in it: it is marked not recovered (``unrecovered``), as the real run marks it;
+        - otherwise recovery only deletes files (leftovers, ``.cleaned`` files, aborted swaps, originals, intents),
+          renames them (a ``.swap`` made live, an old segment put back, a delete intent's segments to
+          ``.deleted``) or writes the deletion ledger: the partition is returned with the files recovery leaves
+          (by their names then, each read where it is now: see :func:`_listing_after`), and planned on them:
+          exactly the state the real run plans on;
+        - recovery would copy S3 staged objects to their live names (an intent rolled forward: the report does not
+          name the objects), or, with ``--plan``, rename files (a plan records the files by name, and names read
+          before recovery would not be the ones ``--apply`` finds): pending, left out of the run and its counts.
+
+        Returns those partitions' files (:func:`_files_after`), the pending ones, and the listing it planned on.
+        """
+        storage, log_dir, progress = self.storage, self.log_dir, self.progress
+        root = (storage.local_path(log_dir) or log_dir).rstrip("/")
+        listed = storage.list(root, recursive=True, irregular=True)
+        reports = recover_under(storage, log_dir, self.now_ms, None, self.seams, listed=listed, dry_run=True)
+        foreseen: dict[tuple[str, int], dict[str, FileInfo]] = {}
+        pending: set[tuple[str, int]] = set()
+        for r in reports:
+            key = parse_partition_dir(partition_name(r.partition_uri))
+            if not r.actions and r.error is None:
+                continue
+            actions = ", ".join(dict.fromkeys(a.action for a in r.actions))
+            if key is None:  # the log dir's and work dir's own leftovers: nothing the run reads
+                planned, note = "unchanged", f"recovery first: {r.partition_uri}: a real run would first {actions}"
+            elif r.error is not None:
+                unrecovered[key] = r.error
+                planned, note = "not recovered", (f"recovery first: {r.partition_uri}: a real run's recovery would "
+                                                  f"stop here ({r.error}); planned as the real run would: left "
+                                                  f"untouched")
+            elif any(a.action in UNFORESEEABLE_ACTIONS for a in r.actions) or (
+                    self.planfile.write_uri and any(a.action in _RENAMED_FROM for a in r.actions)):
+                pending.add(key)
+                planned, note = "pending recovery", (
+                    f"{partition_name(r.partition_uri)}: pending recovery: a real run would first {actions} (what "
+                    f"it leaves cannot be read before it ran: staged objects it copies, or with --plan files it "
+                    f"renames, which a plan records by name); "
+                    f"left out of these counts: run `segjobs recover` first for exact counts"
+                    + ("; --apply refuses this plan, which does not hold the partition" if self.planfile.write_uri
+                       else ""))
+                self.report.warnings.append(note)
+            else:
+                foreseen[key] = _files_after(root, log_dir, partition_name(r.partition_uri), listed, r)
+                planned, note = "after recovery", (f"recovery first: {r.partition_uri}: a real run would first "
+                                                   f"{actions}; planned on the files that leaves")
+            self.report.recovery_first.append({"uri": r.partition_uri, "partition": None if key is None else
+                                               partition_name(r.partition_uri), "planned": planned,
+                                               "actions": [a.describe() for a in r.actions]})
+            if planned == "pending recovery":
+                progress.notice(note, event="recovery.pending", partition=partition_name(r.partition_uri))
+            elif planned == "not recovered":
+                progress.error(note, event="recovery.failed", partition=partition_name(r.partition_uri))
+            else:
+                progress(note, event="recovery.planned", partition=partition_name(r.partition_uri))
+        return foreseen, pending, listed
+
     def _runner(self) -> TaskRunner:
         """The seams' runner, else Spark tasks in the given session (or the active one, or a new one)."""
         if self.seams.runner is not None:
@@ -645,6 +722,58 @@ class _Frame:
         # Built when a task first needs it. One Spark job group per run, named by the run id the report and the
         # ledger carry.
         return LazySparkTasks(build, job_group=f"segjobs-{self.command}-{self.report.run_id}", on_start=started)
+
+
+#: What a file recovery renames was called before, from its new name: recovery's renaming actions (a delete intent's
+#: segments to ``.deleted``, a ``.swap`` made live, an aborted replace's old segment put back).
+_RENAMED_FROM: dict[str, Callable[[str], str]] = {
+    "finish-delete": lambda uri: uri[: -len(DELETED_SUFFIX)],
+    "complete-swap": lambda uri: uri + SWAP_SUFFIX,
+    "restore-old": lambda uri: uri + DELETED_SUFFIX,
+}
+#: Recovery's actions whose outcome a dry run cannot read before recovery ran: an S3 staged object copied to its live
+#: name (the report does not name the object), a roll-forward another run finished at the same time.
+UNFORESEEABLE_ACTIONS = frozenset({"copy-new", "settled-elsewhere"})
+
+
+def _files_after(root: str, log_dir: str, name: str, listed: list[FileInfo],
+                 report: RecoveryReport) -> dict[str, FileInfo]:
+    """Partition ``name``'s entries in ``listed`` (the log dir's recursive listing under ``root``) once the actions
+    of ``report`` (recovery's plan, with no action of :data:`UNFORESEEABLE_ACTIONS`) are done: by the URI they
+    have then, the entry of the file that is there now (deleted files gone, renamed ones under their new URI).
+    Recovery only deletes and renames in a partition dir, so every file it leaves is one that is there now."""
+    prefix = root + "/"
+    files = {f.uri[len(prefix):]: f for f in listed if f.uri.startswith(prefix)
+             and (f.uri[len(prefix):] == name or f.uri[len(prefix):].startswith(name + "/"))}
+    log_prefix = log_dir.rstrip("/") + "/"
+    for a in report.actions:
+        if not a.uri.startswith(log_prefix):
+            continue  # the work dir's (intents, staged objects, the deletion ledger): not in the listing
+        rel = a.uri[len(log_prefix):]
+        renamed_from = _RENAMED_FROM.get(a.action)
+        if renamed_from is not None:
+            info = files.pop(renamed_from(rel), None)
+            if info is not None:
+                files[rel] = info
+        else:  # a delete
+            files.pop(rel, None)
+    return {prefix + rel: info for rel, info in files.items()}
+
+
+def _listing_after(root: str, key: tuple[str, int], files: dict[str, FileInfo]) -> PartitionListing | None:
+    """The listing of partition ``key`` holding ``files`` (:func:`_files_after`): classified by the names recovery
+    leaves, each segment file read where it is now (a ``.swap`` file recovery would make live is read as it is)."""
+    after = listing_from_files(root, [replace(info, uri=uri) for uri, info in files.items()]).partitions.get(key)
+    if after is None:
+        return None
+
+    def now(info: FileInfo | None) -> FileInfo | None:
+        return None if info is None else files[info.uri]
+
+    segments = tuple(replace(s, log=files[s.log.uri], index=now(s.index), timeindex=now(s.timeindex),
+                             txnindex=now(s.txnindex), snapshot=now(s.snapshot)) for s in after.segments)
+    return replace(after, segments=segments,
+                   producer_snapshots=tuple((o, files[i.uri]) for o, i in after.producer_snapshots))
 
 
 def _check_scope(storage: Storage, log_dir: str, scope: Scope, configs: ConfigSet,

@@ -151,9 +151,35 @@ def render_retain_summary(report: RunReport, *, dry_run: bool, layout: str = "au
              + purged_totals(t)
              + outcome_totals(t)
              + (f"; {t['warnings']} warning(s)" if t["warnings"] else ""),
+             *filter(None, [recovery_first_line(report)]),
              render_footer(report, t["bytes_in_scope"], "in scope"),
              *filter(None, [policy_origins(report)])]
     return "\n".join(lines)
+
+
+def recovery_first_line(report: RunReport, *, shown: int = 10) -> str | None:
+    """A dry run's line about the partitions a crashed run left mid-commit (``report.recovery_first``): a real run
+    recovers them first, and the dry run planned them on the files recovery leaves, left them out of its counts
+    (pending recovery) or found that recovery would stop in them. None when there were none."""
+    entries = [e for e in report.recovery_first if e["partition"] is not None]
+    if not entries:
+        return None
+    by: dict[str, list[str]] = {}
+    for e in entries:
+        by.setdefault(e["planned"], []).append(e["partition"])
+
+    def names(planned: str) -> str:
+        found = by[planned]
+        return ", ".join(found[:shown]) + (f" and {len(found) - shown} more" if len(found) > shown else "")
+
+    line = f"recovery first: a real run first settles the unfinished commits of {len(entries)} partition(s)"
+    for planned, what in (("after recovery", "planned here on the files recovery leaves"),
+                          ("pending recovery", "PENDING RECOVERY, left out of these counts (run `segjobs recover` "
+                                               "first for exact counts)"),
+                          ("not recovered", "recovery would stop in (left untouched)")):
+        if planned in by:
+            line += f"; {what}: {names(planned)}"
+    return line
 
 
 # --------------------------------------------------------------------------------------------------
@@ -279,6 +305,7 @@ def render_compact_summary(report: RunReport, *, dry_run: bool, layout: str = "a
         f"{human_bytes(t['bytes_removed'])}"
         + purged_totals(t)
         + outcome_totals(t),
+        *filter(None, [recovery_first_line(report)]),
         render_footer(report, t["bytes_compacted"], "in the selected partitions"),
         *filter(None, [policy_origins(report)]),
     ])

@@ -112,6 +112,12 @@ class RunReport:
     #: partitions whose interrupted commits the run's recovery settled; None where the run recovers nothing (dry
     #: runs, inspect). In the JSON it is the first of ``totals``.
     recovered_partitions: int | None = None
+    #: dry runs of compact and retain: each partition (or the log dir, ``partition`` None) whose interrupted commit
+    #: a real run's recovery would settle first: its ``uri``, the ``actions`` recovery would take, and how this
+    #: run ``planned`` it: ``after recovery`` (on the files recovery leaves), ``pending recovery`` (left out of
+    #: the counts), ``not recovered`` (recovery would stop: left untouched) or ``unchanged``. In the JSON only
+    #: when not empty.
+    recovery_first: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, *outcomes: Outcome) -> None:
         """Partitions settled: their outcomes, and their entries (:meth:`~CompactionOutcome.to_entry`)."""
@@ -135,9 +141,11 @@ class RunReport:
 
     def to_json(self) -> str:
         doc = {f.name: getattr(self, f.name) for f in fields(self)
-               if f.name not in ("outcomes", "inspected", "inspect_totals", "recovered_partitions")}
+               if f.name not in ("outcomes", "inspected", "inspect_totals", "recovered_partitions", "recovery_first")}
         if self.recovered_partitions is not None:
             doc["totals"] = {"recovered_partitions": self.recovered_partitions, **self.totals}
+        if self.recovery_first:
+            doc["recovery_first"] = self.recovery_first
         return json.dumps(doc, indent=2, sort_keys=False, default=str)
 
 
