@@ -26,6 +26,7 @@ from tests.support.commit_scenario import (
     Scenario,
     assert_valid_log,
     build_scenario,
+    check_delete_outcome,
     check_replace_outcome,
     do_delete,
     do_replace,
@@ -264,6 +265,21 @@ def test_a_preview_predicts_every_action_of_recovery_on_s3(s3_bucket) -> None:
         scenario = build_scenario(open_storage(log_dir, endpoint.storage_options()), log_dir)
         run_to_crash(do_replace(scenario), step)
         assert any(r.changed for r in _preview_then_recover(scenario)), step
+
+
+@pytest.mark.s3
+def test_on_s3_a_dry_run_predicts_recovery_of_a_delete_at_every_crash_point(s3_bucket) -> None:
+    """An S3 delete (a rename there is copy + delete) cut at each step: the dry run says exactly what recovery then
+    does, and recovery leaves the delete rolled forward (or, before its intent, not begun)."""
+    from segment_io.storage import open_storage
+
+    endpoint, bucket = s3_bucket
+    for i, step in enumerate(DELETE_STEPS):  # one log dir per step: a bucket per step would be slower
+        log_dir = f"s3://{bucket}/delete-{i}"
+        scenario = build_scenario(open_storage(log_dir, endpoint.storage_options()), log_dir, stage=False)
+        run_to_crash(do_delete(scenario), step)
+        _preview_then_recover(scenario)
+        check_delete_outcome(scenario, expect_deleted=step != "write-intent")
 
 
 # --------------------------------------------------------------------------------------------------
