@@ -593,7 +593,11 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
     work_store: Storage | None = None
     try:
         if any(r.sort_on_disk and r.error is None for r in results):
-            work_store, work_root = _sort_on_disk(storage, dt, results, on_disk, options, progress)
+            from jobs.engine.table_sort import work_dir
+
+            # made here, so that the finally below removes it whatever stops the run (an interrupt included)
+            work_store, work_root = work_dir()
+            _sort_on_disk(storage, work_store, work_root, dt, results, on_disk, options, progress)
         return _apply(log_dir, options, spark, seams, storage, storage_options, dt, version_before, applied, writer,
                       results, on_disk, work_store, progress, t0)
     finally:
@@ -603,14 +607,13 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
             remove_work_dir(work_root)
 
 
-def _sort_on_disk(storage: Storage, dt: Any | None, results: list[PartitionChanges], out: dict[int, SortedPartition],
-                  options: TableOptions, progress: Progress) -> tuple[Storage, str]:
+def _sort_on_disk(storage: Storage, work: Storage, root: str, dt: Any | None, results: list[PartitionChanges],
+                  out: dict[int, SortedPartition], options: TableOptions, progress: Progress) -> None:
     """The key pass and buckets of every partition whose range may not fit ``latest_buffer_bytes``
-    (:func:`jobs.engine.table_sort.prepare`), in this process; a partition that fails is reported, the others
-    go on. Returns the work dir (the caller removes it)."""
-    from jobs.engine.table_sort import prepare, work_dir
+    (:func:`jobs.engine.table_sort.prepare`), in this process, into the work dir ``root`` (the caller removes
+    it); a partition that fails is reported, the others go on."""
+    from jobs.engine.table_sort import prepare
 
-    work, root = work_dir()
     dataset = dt.to_pyarrow_dataset() if dt is not None else None
     for r in results:
         if not r.sort_on_disk or r.error is not None or r.plan is None:
@@ -639,7 +642,6 @@ def _sort_on_disk(storage: Storage, dt: Any | None, results: list[PartitionChang
                  f"--latest-buffer-bytes {options.latest_buffer_bytes}: deduped on disk ({part.buckets} bucket(s), "
                  f"{part.keys} latest key(s))", event="table.partition.sorted", partition=r.name, keys=part.keys,
                  buckets=part.buckets)
-    return work, root
 
 
 def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storage: Storage,

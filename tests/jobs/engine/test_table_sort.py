@@ -147,3 +147,27 @@ def test_a_segment_that_lost_a_kept_record_fails_the_partition_naming_it(tmp_pat
 def test_option_is_checked():
     with pytest.raises(api.InvalidOptionUsage, match="latest_buffer_bytes"):
         api.TableOptions(table="/t", topic="x", latest_buffer_bytes=0)
+
+
+def test_the_work_files_go_when_the_run_is_interrupted_during_the_on_disk_dedupe(tmp_path, monkeypatch):
+    """An interrupt (Ctrl-C) while partitions are deduped on disk: the work dir (32 bytes a key and segment) is
+    removed all the same, never left in $TMPDIR."""
+    import tempfile
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read $TMPDIR again
+    log = LogBuilder(topic=TOPIC, partition=0)
+    log.batch([rec("a", "1"), rec("b", "2")])
+    _log(tmp_path / "logs", log)
+
+    def interrupted(line) -> None:
+        if "deduped on disk" in str(line):
+            assert list(scratch.iterdir()), "the work dir exists while the dedupe runs"
+            raise KeyboardInterrupt
+
+    options = api.TableOptions(table=str(tmp_path / "t"), topic=TOPIC, progress=interrupted, latest_buffer_bytes=TINY)
+    with pytest.raises(KeyboardInterrupt):
+        api.table(tmp_path / "logs", options, seams=api.Seams(runner=api.InProcessTasks()))
+    assert list(scratch.iterdir()) == []
