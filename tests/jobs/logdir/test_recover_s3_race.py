@@ -99,12 +99,14 @@ def test_another_runs_recent_stagings_are_kept_then_deleted_by_a_later_run(scena
     assert partition_files(storage, scenario.partition) == before
 
     # Later: a run that took over nobody's lease deletes them; so does one past the grace period.
-    mtime = max(i.mtime_ms for i in storage.list(staged_root, recursive=True))
+    # (the objects' times may differ by a second: the fenced run is within the grace of the oldest, the late one
+    # past that of the newest)
+    mtimes = [i.mtime_ms for i in storage.list(staged_root, recursive=True)]
     fenced = recover_log_dir(storage, scenario.log_dir, now_ms=NOW,
-                             fence=Fence(frozenset([OLD_RUN]), mtime + STAGED_GRACE_MS - 1))
+                             fence=Fence(frozenset([OLD_RUN]), min(mtimes) + STAGED_GRACE_MS - 1))
     assert not [a for r in fenced for a in r.actions] and storage.list(staged_root, recursive=True)
     late = recover_log_dir(storage, scenario.log_dir, now_ms=NOW, fence=Fence(frozenset([OLD_RUN]),
-                                                                               mtime + STAGED_GRACE_MS))
+                                                                               max(mtimes) + STAGED_GRACE_MS))
     assert {a.uri for r in late for a in r.actions if a.action == "delete-staged"} == left
     assert storage.list(staged_root, recursive=True) == []
     assert partition_files(storage, scenario.partition) == before
