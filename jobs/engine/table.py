@@ -47,7 +47,7 @@ from jobs.engine.options import InvalidOptionUsage, RunOptions
 from jobs.engine.report import Progress
 from jobs.engine.scan import PartitionError
 from jobs.engine.seams import PRODUCTION, Seams
-from jobs.engine.table_sort import DEFAULT_LATEST_BUFFER_BYTES, SortedPartition, latest_bytes_bound
+from jobs.engine.table_sort import DEFAULT_LATEST_BUFFER_BYTES, SortedCounts, SortedPartition, latest_bytes_bound
 from jobs.engine.tasks import InProcessTasks, SparkTasks, TaskRunner
 from jobs.rules.table import PartitionPlan, aborted_rows, plan_partition
 from segment_io.errors import ConfigError, SegjobsError, StorageError, UsageError
@@ -686,7 +686,7 @@ def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storag
                  event="table.read", records=sum(read_counts.values()))
     else:
         counts = count_changes(dt, [r for r in work if r.partition not in on_disk])
-    stream_errors: list[BaseException] = []
+    stream_errors: list[tuple[int, BaseException]] = []  # (partition, what stopped its read)
     sorted_rows: Callable[[bool], Iterator[pa.RecordBatch]] | None = None
     if on_disk:
         from jobs.engine.table_sort import read_rows_of
@@ -702,7 +702,7 @@ def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storag
                     yield from read_rows_of(storage, work_store, part, topic=options.topic, live_only=live_only,
                                             max_batch_bytes=options.max_batch_bytes)
                 except Exception as exc:
-                    stream_errors.append(exc)  # the merge may wrap it: the run reports this one
+                    stream_errors.append((part.partition, exc))  # the merge may wrap it: the run reports this one
                     raise
 
         sorted_rows = read_sorted
@@ -719,25 +719,43 @@ def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storag
     if work and not options.dry_run:
         progress(f"writing {len(work)} partition(s) with {writer}", event="table.write", partitions=len(work))
         fault = seams.fault_for(options.topic) if seams.fault else None
-        try:
-            if writer == "spark":
-                from jobs.engine.table_spark import write_with_spark
+        while work:
+            try:
+                if writer == "spark":
+                    from jobs.engine.table_spark import write_with_spark
 
-                version_after = write_with_spark(spark, options.table, dt, options.topic, work, storage_options,
-                                                 spark_latest, fault=fault, progress=progress)
-            else:
-                version_after = write_with_deltalake(options.table, dt, options.topic, work, storage_options,
-                                                     fault=fault, sorted_rows=sorted_rows)
-        except TableConflictError as exc:
-            write_error = str(exc)
-        except SegjobsError as exc:
-            if not stream_errors:
-                raise
-            write_error = str(exc)
-        except Exception as exc:  # noqa: BLE001 - a Delta commit that failed: nothing of this run is in the table
-            cause = stream_errors[0] if stream_errors else exc
-            write_error = f"{type(cause).__name__}: {cause}"
-            progress.error(f"the table was not written: {write_error}", event="table.write.error")
+                    version_after = write_with_spark(spark, options.table, dt, options.topic, work, storage_options,
+                                                     spark_latest, fault=fault, progress=progress)
+                else:
+                    version_after = write_with_deltalake(options.table, dt, options.topic, work, storage_options,
+                                                         fault=fault, sorted_rows=sorted_rows)
+                break
+            except TableConflictError as exc:
+                write_error = str(exc)
+                break
+            except SegjobsError as exc:
+                if not stream_errors:
+                    raise
+                write_error = str(exc)
+            except Exception as exc:  # noqa: BLE001 - a Delta commit that failed: nothing of this run is in the table
+                cause = stream_errors[-1][1] if stream_errors else exc
+                write_error = f"{type(cause).__name__}: {cause}"
+                if not stream_errors or not isinstance(cause, SegjobsError):
+                    progress.error(f"the table was not written: {write_error}", event="table.write.error")
+                    break
+            if not isinstance(stream_errors[-1][1], SegjobsError):
+                break
+            # The read of one partition failed (its log changed under the run) and nothing was committed: that
+            # partition is reported and left as it was, and the others are written without it, as its dry run says.
+            failed, cause = stream_errors.pop()
+            stream_errors.clear()
+            write_error = None
+            r = by_partition.pop(failed)
+            r.error = PartitionError.from_exception(cause)
+            progress.error(f"{r.name}: {r.error}; left as it was", event="table.partition.error", partition=r.name)
+            work = [w for w in work if w.partition != failed]
+            for part in on_disk.values():  # the next write counts them again
+                part.counts = SortedCounts(records_read=part.counts.records_read)
     if spark_latest is not None:
         spark_latest.unpersist()
     # delta-spark commits partition by partition: after a failure, those committed before it are applied
