@@ -16,7 +16,7 @@ is then 1, as when a leftover cannot be deleted (named; it blocks nothing).
 
 --dry-run takes no lock and changes nothing: recovery plans its actions from what it reads (listings, intents,
 the deletion ledger) before it applies them, and a dry run prints that plan: the very actions a real run would
-take now ("would ..." lines).
+take now ("would ..." lines), the recent stagings of a run whose S3 lease it would take over kept as it would.
 
 A dead run's S3 lease: a run on the same host takes over a lease whose process is gone; an expired lease is
 taken over by anyone. Otherwise --break-lease RUN_ID takes it over, and only if RUN_ID names its holder

@@ -47,7 +47,7 @@ from jobs.engine.options import InvalidOptionUsage, RunOptions
 from jobs.engine.report import Progress
 from jobs.engine.scan import PartitionError
 from jobs.engine.seams import PRODUCTION, Seams
-from jobs.engine.table_sort import DEFAULT_LATEST_BUFFER_BYTES, SortedPartition, latest_bytes_bound
+from jobs.engine.table_sort import DEFAULT_LATEST_BUFFER_BYTES, SortedCounts, SortedPartition, latest_bytes_bound
 from jobs.engine.tasks import InProcessTasks, SparkTasks, TaskRunner
 from jobs.rules.table import PartitionPlan, aborted_rows, plan_partition
 from segment_io.errors import ConfigError, SegjobsError, StorageError, UsageError
@@ -593,7 +593,11 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
     work_store: Storage | None = None
     try:
         if any(r.sort_on_disk and r.error is None for r in results):
-            work_store, work_root = _sort_on_disk(storage, dt, results, on_disk, options, progress)
+            from jobs.engine.table_sort import work_dir
+
+            # made here, so that the finally below removes it whatever stops the run (an interrupt included)
+            work_store, work_root = work_dir()
+            _sort_on_disk(storage, work_store, work_root, dt, results, on_disk, options, progress)
         return _apply(log_dir, options, spark, seams, storage, storage_options, dt, version_before, applied, writer,
                       results, on_disk, work_store, progress, t0)
     finally:
@@ -603,14 +607,13 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
             remove_work_dir(work_root)
 
 
-def _sort_on_disk(storage: Storage, dt: Any | None, results: list[PartitionChanges], out: dict[int, SortedPartition],
-                  options: TableOptions, progress: Progress) -> tuple[Storage, str]:
+def _sort_on_disk(storage: Storage, work: Storage, root: str, dt: Any | None, results: list[PartitionChanges],
+                  out: dict[int, SortedPartition], options: TableOptions, progress: Progress) -> None:
     """The key pass and buckets of every partition whose range may not fit ``latest_buffer_bytes``
-    (:func:`jobs.engine.table_sort.prepare`), in this process; a partition that fails is reported, the others
-    go on. Returns the work dir (the caller removes it)."""
-    from jobs.engine.table_sort import prepare, work_dir
+    (:func:`jobs.engine.table_sort.prepare`), in this process, into the work dir ``root`` (the caller removes
+    it); a partition that fails is reported, the others go on."""
+    from jobs.engine.table_sort import prepare
 
-    work, root = work_dir()
     dataset = dt.to_pyarrow_dataset() if dt is not None else None
     for r in results:
         if not r.sort_on_disk or r.error is not None or r.plan is None:
@@ -639,7 +642,6 @@ def _sort_on_disk(storage: Storage, dt: Any | None, results: list[PartitionChang
                  f"--latest-buffer-bytes {options.latest_buffer_bytes}: deduped on disk ({part.buckets} bucket(s), "
                  f"{part.keys} latest key(s))", event="table.partition.sorted", partition=r.name, keys=part.keys,
                  buckets=part.buckets)
-    return work, root
 
 
 def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storage: Storage,
@@ -684,7 +686,7 @@ def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storag
                  event="table.read", records=sum(read_counts.values()))
     else:
         counts = count_changes(dt, [r for r in work if r.partition not in on_disk])
-    stream_errors: list[BaseException] = []
+    stream_errors: list[tuple[int, BaseException]] = []  # (partition, what stopped its read)
     sorted_rows: Callable[[bool], Iterator[pa.RecordBatch]] | None = None
     if on_disk:
         from jobs.engine.table_sort import read_rows_of
@@ -700,7 +702,7 @@ def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storag
                     yield from read_rows_of(storage, work_store, part, topic=options.topic, live_only=live_only,
                                             max_batch_bytes=options.max_batch_bytes)
                 except Exception as exc:
-                    stream_errors.append(exc)  # the merge may wrap it: the run reports this one
+                    stream_errors.append((part.partition, exc))  # the merge may wrap it: the run reports this one
                     raise
 
         sorted_rows = read_sorted
@@ -717,25 +719,43 @@ def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storag
     if work and not options.dry_run:
         progress(f"writing {len(work)} partition(s) with {writer}", event="table.write", partitions=len(work))
         fault = seams.fault_for(options.topic) if seams.fault else None
-        try:
-            if writer == "spark":
-                from jobs.engine.table_spark import write_with_spark
+        while work:
+            try:
+                if writer == "spark":
+                    from jobs.engine.table_spark import write_with_spark
 
-                version_after = write_with_spark(spark, options.table, dt, options.topic, work, storage_options,
-                                                 spark_latest, fault=fault, progress=progress)
-            else:
-                version_after = write_with_deltalake(options.table, dt, options.topic, work, storage_options,
-                                                     fault=fault, sorted_rows=sorted_rows)
-        except TableConflictError as exc:
-            write_error = str(exc)
-        except SegjobsError as exc:
-            if not stream_errors:
-                raise
-            write_error = str(exc)
-        except Exception as exc:  # noqa: BLE001 - a Delta commit that failed: nothing of this run is in the table
-            cause = stream_errors[0] if stream_errors else exc
-            write_error = f"{type(cause).__name__}: {cause}"
-            progress.error(f"the table was not written: {write_error}", event="table.write.error")
+                    version_after = write_with_spark(spark, options.table, dt, options.topic, work, storage_options,
+                                                     spark_latest, fault=fault, progress=progress)
+                else:
+                    version_after = write_with_deltalake(options.table, dt, options.topic, work, storage_options,
+                                                         fault=fault, sorted_rows=sorted_rows)
+                break
+            except TableConflictError as exc:
+                write_error = str(exc)
+                break
+            except SegjobsError as exc:
+                if not stream_errors:
+                    raise
+                write_error = str(exc)
+            except Exception as exc:  # noqa: BLE001 - a Delta commit that failed: nothing of this run is in the table
+                cause = stream_errors[-1][1] if stream_errors else exc
+                write_error = f"{type(cause).__name__}: {cause}"
+                if not stream_errors or not isinstance(cause, SegjobsError):
+                    progress.error(f"the table was not written: {write_error}", event="table.write.error")
+                    break
+            if not isinstance(stream_errors[-1][1], SegjobsError):
+                break
+            # The read of one partition failed (its log changed under the run) and nothing was committed: that
+            # partition is reported and left as it was, and the others are written without it, as its dry run says.
+            failed, cause = stream_errors.pop()
+            stream_errors.clear()
+            write_error = None
+            r = by_partition.pop(failed)
+            r.error = PartitionError.from_exception(cause)
+            progress.error(f"{r.name}: {r.error}; left as it was", event="table.partition.error", partition=r.name)
+            work = [w for w in work if w.partition != failed]
+            for part in on_disk.values():  # the next write counts them again
+                part.counts = SortedCounts(records_read=part.counts.records_read)
     if spark_latest is not None:
         spark_latest.unpersist()
     # delta-spark commits partition by partition: after a failure, those committed before it are applied

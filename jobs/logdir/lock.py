@@ -540,6 +540,22 @@ def _take_lease(storage: Storage, log_dir_uri: str, holder: Holder, now_ms: int,
     raise LockHeldError(f"{log_dir_uri}: the lease {uri} kept changing; another run is contending for it")
 
 
+def lease_to_take_over(storage: Storage, log_dir_uri: str) -> str | None:
+    """Reads only: the run whose S3 lease a run starting now would take over and fence (what :func:`acquire`
+    gives as ``Lease.took_over``), so that a dry run, which takes no lease, plans as that run would. The holder of
+    a lease that has not expired counts too (a real run is refused then, and its stagings are its own); None on
+    local disk, with no lease or an unreadable one, or when the holder is known to be gone."""
+    if storage.local_path(log_dir_uri) is not None:
+        return None
+    try:
+        current = read_lease(storage.read(lease_uri(storage, log_dir_uri)))
+    except NotFoundError:
+        return None
+    if current is None or current.holder.alive() is False:
+        return None
+    return current.holder.run_id
+
+
 def _takeover_reason(log_dir_uri: str, uri: str, current: LeaseInfo, now_ms: int,
                      break_run_id: str | None) -> str:
     """Why the lease ``current`` may be taken over; raises :class:`LockHeldError` naming its holder when it

@@ -20,7 +20,8 @@ Run by ``segjobs recover`` and at the start of every job, under the log dir's lo
    starts, so a broker and segjobs agree on the outcome): delete every ``.swap`` at or above the lowest
    ``.cleaned`` offset and every ``.cleaned`` file (the replace had not reached its commit point: the old
    segments are untouched); for the remaining swaps, delete the live originals they replace and rename the
-   swaps to live names. The originals are the live files whose base offset lies in [lowest swap base,
+   swaps to live names (ascending bases, ``.log`` first, so a recovery killed midway leaves a state the next one
+   settles the same way). The originals are the live files whose base offset lies in [lowest swap base,
    highest swap next offset) (Kafka's rule), plus, with a verified intent, its old segments at or above the
    lowest remaining ``.log.swap`` (those past the new segments' last offset, whose records compaction
    dropped). Producer snapshots are kept (a broker rebuilds them; segjobs never needs to drop them).
@@ -98,6 +99,7 @@ from segment_io.format import scan_batches
 from segment_io.layout import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
+    SEGMENT_SUFFIXES,
     SWAP_SUFFIX,
     parse_partition_dir,
     parse_segment_file,
@@ -807,7 +809,10 @@ def _loader_rules(view: _View, intent: ReplaceIntent | None) -> str | None:
             else:
                 continue
             view.delete(f.uri, "drop-original", why, f.info.size)
-    for f in sorted(valid, key=lambda f: f.uri):
+    # Ascending bases, ``.log`` first within a segment (Kafka's order, and the commit's): a recovery killed midway
+    # never leaves a new index live beside its segment's remaining ``.log.swap``, where the next recovery would take
+    # it for an original inside the swap range and delete it.
+    for f in sorted(valid, key=lambda f: (f.base_offset, SEGMENT_SUFFIXES.index(f.suffix), f.uri)):
         view.rename(f.uri, _live_name(f), "complete-swap")
     view.sync()
     return "completed" if valid else "aborted"

@@ -26,6 +26,7 @@ from tests.support.commit_scenario import (
     Scenario,
     assert_valid_log,
     build_scenario,
+    check_delete_outcome,
     check_replace_outcome,
     do_delete,
     do_replace,
@@ -172,6 +173,57 @@ def test_an_unreadable_intent_stops_recovery_before_any_change(local: Scenario) 
     assert partition_files(storage, local.partition) == before
 
 
+class _Crash(BaseException):
+    """A crash of recovery itself (not an error it handles)."""
+
+
+class _CrashingStore(LocalStorage):
+    """A local store whose recovery dies before its ``at``-th change (a rename, delete, copy or write)."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.left = at
+
+    def _change(self, name: str, *args, **kwargs):
+        if self.left == 0:
+            raise _Crash(name)
+        self.left -= 1
+        return getattr(LocalStorage, name)(self, *args, **kwargs)
+
+    def rename(self, *a, **k):  # type: ignore[override]
+        return self._change("rename", *a, **k)
+
+    def delete(self, *a, **k):  # type: ignore[override]
+        return self._change("delete", *a, **k)
+
+    def copy(self, *a, **k):  # type: ignore[override]
+        return self._change("copy", *a, **k)
+
+    def write_atomic(self, *a, **k):  # type: ignore[override]
+        return self._change("write_atomic", *a, **k)
+
+
+@pytest.mark.parametrize("step", LOCAL_REPLACE_STEPS + DELETE_STEPS)
+def test_recovery_killed_at_any_change_is_finished_by_the_next_one(tmp_path: Path, step: str) -> None:
+    """A crash of the commit at ``step``, then of its recovery before each of the changes recovery makes in turn:
+    the next recovery still leaves exactly the old or exactly the new set (and rolls the delete forward)."""
+    replace = step in LOCAL_REPLACE_STEPS
+    probe = build_scenario(LocalStorage(), str(tmp_path / "probe"), stage=replace)
+    run_to_crash(do_replace(probe) if replace else do_delete(probe), step)
+    changes = len([s for s in plan_partition(probe.storage, probe.partition, work_uri=probe.work, now_ms=5_000).steps
+                   if s.op != "sync"])
+    for at in range(changes):
+        scenario = build_scenario(LocalStorage(), str(tmp_path / f"at-{at}"), stage=replace)
+        run_to_crash(do_replace(scenario) if replace else do_delete(scenario), step)
+        with pytest.raises(_Crash):
+            recover_partition(_CrashingStore(at), scenario.partition, work_uri=scenario.work, now_ms=5_000)
+        recover_twice(scenario, now_ms=6_000)
+        if replace:
+            check_replace_outcome(scenario, expect_new=LOCAL_REPLACE_STEPS.index(step) >= LOCAL_COMMIT_POINT)
+        else:
+            check_delete_outcome(scenario, expect_deleted=step != "write-intent")
+
+
 # --------------------------------------------------------------------------------------------------
 # The dry run: the same rules against a preview of the store
 # --------------------------------------------------------------------------------------------------
@@ -264,6 +316,21 @@ def test_a_preview_predicts_every_action_of_recovery_on_s3(s3_bucket) -> None:
         scenario = build_scenario(open_storage(log_dir, endpoint.storage_options()), log_dir)
         run_to_crash(do_replace(scenario), step)
         assert any(r.changed for r in _preview_then_recover(scenario)), step
+
+
+@pytest.mark.s3
+def test_on_s3_a_dry_run_predicts_recovery_of_a_delete_at_every_crash_point(s3_bucket) -> None:
+    """An S3 delete (a rename there is copy + delete) cut at each step: the dry run says exactly what recovery then
+    does, and recovery leaves the delete rolled forward (or, before its intent, not begun)."""
+    from segment_io.storage import open_storage
+
+    endpoint, bucket = s3_bucket
+    for i, step in enumerate(DELETE_STEPS):  # one log dir per step: a bucket per step would be slower
+        log_dir = f"s3://{bucket}/delete-{i}"
+        scenario = build_scenario(open_storage(log_dir, endpoint.storage_options()), log_dir, stage=False)
+        run_to_crash(do_delete(scenario), step)
+        _preview_then_recover(scenario)
+        check_delete_outcome(scenario, expect_deleted=step != "write-intent")
 
 
 # --------------------------------------------------------------------------------------------------

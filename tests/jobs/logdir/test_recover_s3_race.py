@@ -99,12 +99,14 @@ def test_another_runs_recent_stagings_are_kept_then_deleted_by_a_later_run(scena
     assert partition_files(storage, scenario.partition) == before
 
     # Later: a run that took over nobody's lease deletes them; so does one past the grace period.
-    mtime = max(i.mtime_ms for i in storage.list(staged_root, recursive=True))
+    # (the objects' times may differ by a second: the fenced run is within the grace of the oldest, the late one
+    # past that of the newest)
+    mtimes = [i.mtime_ms for i in storage.list(staged_root, recursive=True)]
     fenced = recover_log_dir(storage, scenario.log_dir, now_ms=NOW,
-                             fence=Fence(frozenset([OLD_RUN]), mtime + STAGED_GRACE_MS - 1))
+                             fence=Fence(frozenset([OLD_RUN]), min(mtimes) + STAGED_GRACE_MS - 1))
     assert not [a for r in fenced for a in r.actions] and storage.list(staged_root, recursive=True)
     late = recover_log_dir(storage, scenario.log_dir, now_ms=NOW, fence=Fence(frozenset([OLD_RUN]),
-                                                                               mtime + STAGED_GRACE_MS))
+                                                                               max(mtimes) + STAGED_GRACE_MS))
     assert {a.uri for r in late for a in r.actions if a.action == "delete-staged"} == left
     assert storage.list(staged_root, recursive=True) == []
     assert partition_files(storage, scenario.partition) == before
@@ -162,3 +164,20 @@ def test_staged_objects_vanishing_under_recovery_because_the_old_run_finished_th
     assert "settled-elsewhere" in [a.action for a in report.actions]
     check_replace_outcome(scenario, expect_new=True)
     assert not [r for r in recover_log_dir(storage, scenario.log_dir, now_ms=NOW) if r.changed]
+
+
+def test_a_dry_run_fences_the_run_whose_expired_lease_a_real_run_takes_over(scenario, s3_bucket):
+    """The old run's lease expired (the wall clock is past it), its recent stagings still there: a real run takes
+    the lease over and keeps them; its dry run, which takes no lease, says the same and deletes nothing."""
+    endpoint, _ = s3_bucket
+    storage = scenario.storage
+    held = _old_holder(storage, scenario.log_dir)  # noqa: F841 - expired long ago on the wall clock
+    _stage(scenario, OLD_RUN)
+    _stage(scenario, "run-older")  # a run whose lease nobody takes over now: its stagings go
+    dry = api.recover(scenario.log_dir, RecoverOptions(storage=endpoint.storage_options(), dry_run=True), now=NOW)
+    real = api.recover(scenario.log_dir, RecoverOptions(storage=endpoint.storage_options()), now=NOW)
+    assert real.exit_code == dry.exit_code == 0
+    notes = [n for r in real.reports for n in r.notes]
+    assert len(notes) == 7 and all(f"by run {OLD_RUN}, whose lease this run took over" in n for n in notes), notes
+    assert [(r.partition_uri, r.actions, r.notes) for r in dry.reports] == \
+        [(r.partition_uri, r.actions, r.notes) for r in real.reports]
