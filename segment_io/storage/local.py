@@ -140,21 +140,6 @@ def storage_error(exc: OSError, path: str, *, needed_bytes: int | None = None) -
 _BARRIER_THREADS = 8
 
 
-_POOL: tuple[int, ThreadPoolExecutor] | None = None
-_POOL_LOCK = threading.Lock()
-
-
-def _barrier_pool() -> ThreadPoolExecutor:
-    """The threads of :meth:`LocalStorage.barrier`, made once per process (a forked worker makes its own: threads
-    do not survive a fork)."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None or _POOL[0] != os.getpid():
-            _POOL = (os.getpid(), ThreadPoolExecutor(max_workers=_BARRIER_THREADS,
-                                                     thread_name_prefix="segjobs-barrier"))
-        return _POOL[1]
-
-
 def _fsync_path(path: str) -> None:
     """fsync a file or a directory (both open read-only)."""
     fd = os.open(path, os.O_RDONLY)
@@ -548,7 +533,12 @@ class LocalStorage(Storage):
         if len(paths) == 1:
             self._guard(paths[0], lambda: _fsync_path(paths[0]))
             return
-        for path, error in zip(paths, _barrier_pool().map(_fsync_quietly, paths)):
+        # Threads of this call only: an idle pool kept for the process would hold its exit (the console script
+        # joins every non-daemon thread before it exits; see jobs.commands.cli.exit_now).
+        with ThreadPoolExecutor(max_workers=min(_BARRIER_THREADS, len(paths)),
+                                thread_name_prefix="segjobs-barrier") as pool:
+            errors = list(pool.map(_fsync_quietly, paths))
+        for path, error in zip(paths, errors):
             if error is not None:
                 raise storage_error(error, path) from None
 

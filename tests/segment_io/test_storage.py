@@ -454,6 +454,16 @@ def test_a_barrier_over_a_missing_file_names_it(tmp_path) -> None:
         LocalStorage().barrier([str(tmp_path), missing])
 
 
+def test_a_barrier_leaves_no_thread_behind(tmp_path) -> None:
+    # The console script joins every non-daemon thread before it exits (jobs.commands.cli.exit_now): a thread a
+    # barrier left waiting for work would hold every command that made a barrier forever.
+    (tmp_path / "a.log").write_bytes(b"a")
+    (tmp_path / "b.log").write_bytes(b"b")
+    before = set(threading.enumerate())
+    LocalStorage().barrier([str(tmp_path), str(tmp_path / "a.log"), str(tmp_path / "b.log")])
+    assert [t.name for t in set(threading.enumerate()) - before if t.is_alive()] == []
+
+
 def test_put_if_absent_in_two_halves_refuses_an_existing_name_and_leaves_no_temporary(tmp_path) -> None:
     storage = LocalStorage()
     target = str(tmp_path / "replace.json")
