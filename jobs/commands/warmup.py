@@ -72,6 +72,8 @@ def exercise(log_dir: Path, say) -> None:
     from segment_io.compression import CODEC_BY_NAME
     from segment_io.decode import decode_segment_bytes
     from segment_io.generate import GenerateSpec, generate_log_dir
+    from segment_io.latest import partition_latest
+    from segment_io.layout import parse_partition_dir
 
     start, day = 1_700_000_000_000, 86_400_000
     for codec_name, codec in sorted(CODEC_BY_NAME.items()):
@@ -81,6 +83,11 @@ def exercise(log_dir: Path, say) -> None:
                                       value_style="text", start_ms=start, span_ms=day, seed=codec), log_dir)
     for segment in sorted(log_dir.glob("*/*.log")):  # the data source's decoder reads whole files as bytes
         decode_segment_bytes(segment.read_bytes(), path=str(segment))
+    for partition in sorted(p for p in log_dir.iterdir() if p.is_dir() and parse_partition_dir(p.name)):
+        # the latest row per key (`segjobs table`, read=latest)
+        topic, number = parse_partition_dir(partition.name) or ("", 0)
+        segments = [(str(s), s.read_bytes()) for s in sorted(partition.glob("*.log"))]
+        partition_latest(segments, topic=topic, partition=number, allow_truncated_tail=True)
     seams = api.Seams(runner=api.InProcessTasks())
     settings = ("*:cleanup.policy=compact,delete", "*:retention.ms=30d", "*:min.cleanable.dirty.ratio=0.01",
                 "*:delete.retention.ms=1h", "*:segjobs.max.delete.fraction=1")
