@@ -16,7 +16,8 @@ Each command's row also counts the requests the endpoint served (from moto_serve
 depend on the machine's load: all of them per partition (``requests_per_partition``, listing pages included), and
 those that name one partition's objects or prefix (``partition_requests_per_partition``: what grows with the
 partition count, as opposed to a listing page, which serves a thousand keys), with the kinds of request
-(``by_kind``).
+(``by_kind``), and its time over the floor measured in the same run (``ratio_to_floor``): one listing of every object
+under the prefix with boto3's paginator, which any planner that must know each partition's segments pays.
 """
 
 from __future__ import annotations
@@ -79,6 +80,15 @@ def _requests(log: Path, start: int, partitions: int) -> dict:
             "by_kind": "/".join(f"{k}:{v}" for k, v in sorted(kinds.items()))}
 
 
+def _list_everything(client, bucket: str) -> float:
+    """Seconds to list every object under the log dir's prefix once, page after page: what any planner that must
+    know each partition's segments pays at least (on moto_server a page's cost grows with the keys it returns)."""
+    t0 = time.perf_counter()
+    for _ in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{PREFIX}/"):
+        pass
+    return time.perf_counter() - t0
+
+
 def _cli(args: list[str], endpoint: str, env: dict[str, str]) -> tuple[float, int, str]:
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "jobs", *args, "--s3-endpoint", endpoint], env=env,
@@ -116,6 +126,9 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data"), counts: tuple[
             server.client().list_objects_v2(Bucket=bucket, Prefix=f"{PREFIX}/{'orders-0'}/")
             request_ms = 1000 * (time.perf_counter() - t0)
             rows.append({"bench": "moto_server: one partition's listing", "ms": round(request_ms, 1)})
+            floor_s = _list_everything(server.client(), bucket)
+            rows.append({"bench": f"floor: list every object of the {n} partitions once (boto3, one prefix)",
+                         "seconds": round(floor_s, 1), "load": _load()})
             settings = ((1, 16) if serial else (16,))
             for concurrency in settings:
                 env["SEGJOBS_S3_CONCURRENCY"] = str(concurrency)
@@ -129,6 +142,7 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data"), counts: tuple[
                     time.sleep(0.5)  # the server writes a request's log line after its answer
                     row = {"bench": f"{name} over {n} S3 partitions, SEGJOBS_S3_CONCURRENCY={concurrency}",
                            "seconds": round(seconds, 1), "load": _load(), **_requests(log, start, n)}
+                    row["ratio_to_floor"] = round(seconds / floor_s, 2)
                     if name.startswith("compact (nothing"):
                         row.update(target=f"<= {TARGET_S:.0f} s at 10,000 partitions",
                                    result=verdict(seconds <= TARGET_S) if n >= 10_000 else "n/a (smaller count)")
