@@ -198,6 +198,17 @@ def _write_temp(path: str, data: bytes, *, durable: bool = True) -> str:
     return tmp
 
 
+def _link_new(tmp: str, path: str, uri: str) -> None:
+    """Give the written temp file ``tmp`` the name ``path`` unless that name exists (then
+    :class:`PreconditionFailedError` naming ``uri``); the temp name goes either way."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise PreconditionFailedError("already exists", uri=uri) from None
+    finally:
+        _unlink_quietly(tmp)
+
+
 def _close_quietly(f: BinaryIO) -> None:
     """Close a file whose buffered bytes may no longer fit: the data is being discarded anyway."""
     try:
@@ -404,13 +415,7 @@ class LocalStorage(Storage):
         path = to_path(uri)
 
         def do() -> str:
-            tmp = _write_temp(path, data)
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                raise PreconditionFailedError("already exists", uri=uri) from None
-            finally:
-                _unlink_quietly(tmp)
+            _link_new(_write_temp(path, data), path, uri)
             if durable:
                 _fsync_dir(os.path.dirname(path) or ".")
             return content_etag(data)
@@ -423,16 +428,7 @@ class LocalStorage(Storage):
 
     def link_temp(self, temp_uri: str, uri: str) -> None:
         tmp, path = to_path(temp_uri), to_path(uri)
-
-        def do() -> None:
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                raise PreconditionFailedError("already exists", uri=uri) from None
-            finally:
-                _unlink_quietly(tmp)
-
-        self._guard(path, do)
+        self._guard(path, lambda: _link_new(tmp, path, uri))
 
     def put_if_match(self, uri: str, data: bytes, etag: str | None) -> str:
         """Replace ``uri`` only while its content hash is ``etag``; ``etag=None`` means "only if absent".

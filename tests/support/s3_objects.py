@@ -28,6 +28,14 @@ def contents(endpoint, bucket: str, prefix: str = PREFIX + "/") -> dict[str, byt
     return out
 
 
+def replace_all_objects(endpoint, bucket: str, local_dir: Path) -> None:
+    """Every object of ``bucket`` deleted, then :func:`put_objects` of ``local_dir`` (boto3, no segjobs code)."""
+    client = endpoint.client()
+    for key in list(contents(endpoint, bucket, "")):
+        client.delete_object(Bucket=bucket, Key=key)
+    put_objects(endpoint, bucket, local_dir)
+
+
 def upload(storage: Storage, local: Path, log_dir: str) -> None:
     """Every file under ``local`` written below ``log_dir`` through segjobs' own ``storage``."""
     for f in sorted(local.rglob("*")):

@@ -22,7 +22,7 @@ from tests.support.compaction_faults import (
     recording,
     transient,
 )
-from tests.support.s3_objects import PREFIX, contents, put_objects
+from tests.support.s3_objects import PREFIX, contents, put_objects, replace_all_objects
 
 
 def _run(endpoint, bucket: str, config: Path, command: str = "compact", *extra: str,
@@ -57,12 +57,9 @@ def test_interrupted_at_every_step_on_s3_then_recover_then_compact(spark, s3_buc
     assert not [k for k in contents(endpoint, bucket, PREFIX + ".segjobs/") if "/staged/" in k]
 
     # every step interrupted, one partition each
-    client = endpoint.client()
-    for key in list(contents(endpoint, bucket, "")):
-        client.delete_object(Bucket=bucket, Key=key)
     for i in range(len(steps)):
         build_partition(tmp_path / "many" / f"{TOPIC}-{i}")
-    put_objects(endpoint, bucket, tmp_path / "many")
+    replace_all_objects(endpoint, bucket, tmp_path / "many")
     assert _run(endpoint, bucket, config, fault=fault_at_every_step(steps)) == 1
 
     assert _run(endpoint, bucket, config, "recover") == 0
