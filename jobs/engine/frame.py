@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, ContextManager, Sequence, TypeVar
 
 from jobs.engine import spark_session
+from jobs.engine.collector import frozen_heap
 from jobs.engine.kernels import COLD_NOTICE, kernels_cold
 from jobs.engine.options import ChangeOptions, JobOptions, LockingOptions
 from jobs.engine.outcomes import ledger_rows
@@ -634,7 +635,8 @@ class _Frame:
                                partition=scan.name)
         progress(f"scanned {len(items)} partition(s)", event="scan.done", partitions=len(items))
         _orphan_log_start_entries(ctx)
-        self.work(ctx)
+        with frozen_heap():  # the modules and the session are loaded by now (see jobs.engine.collector)
+            self.work(ctx)
         return ctx
 
     def _recovery_first(self, unrecovered: dict[tuple[str, int] | None, Exception]
