@@ -65,7 +65,7 @@ from jobs.engine.planfile import load_for_apply
 from jobs.engine.render import render_compact_summary, render_retain_summary
 from jobs.engine.report import Progress, RunReport, render_stopped_summary, short_error
 from jobs.engine.seams import PRODUCTION, Seams
-from jobs.engine.selection import SELECTION_DEPTH, may_read_in_full
+from jobs.engine.selection import SELECTION_DEPTH, may_read_in_full, read_at_first_scan
 from jobs.engine.tasks import InProcessTasks, SparkTasks
 from jobs.logdir.checks import check_log_dir_has_partitions
 from jobs.logdir.lock import LeaseLost, lease_ttl_ms
@@ -417,7 +417,8 @@ def compact(log_dir: str | os.PathLike, options: CompactOptions | None = None, *
     log_dir = os.fspath(log_dir)
     options, now, applying = load_for_apply(options, "compact", log_dir, now, compaction.PLAN_OPTIONS)
     run = run_job("compact", log_dir, options, compaction.work, scan_depth=SELECTION_DEPTH, now=now, spark=spark,
-                  seams=seams, applying=applying, spark_likely=may_read_in_full)
+                  seams=seams, applying=applying, spark_likely=may_read_in_full,
+                  read_first=read_at_first_scan)
     return CompactResult.of(run)
 
 

@@ -56,11 +56,13 @@ EVENTS = {
     "spark.ready": "Spark started (spark_startup_s): only when some task needs it (a run with nothing due "
                    "starts none)",
     "scan.start": "the partitions are being scanned (spark_startup_s: Spark's start-up when it started first)",
-    "scan.done": "every partition in scope was scanned",
+    "scan.done": "every partition in scope was scanned (read_in_full: how many small ones that may be due were "
+                 "read in full at once)",
     "partition.unreadable": "a partition could not be read (left untouched)",
     "checkpoint.orphan": "a log-start-offset-checkpoint entry names a partition the log dir does not hold",
     "data.stale": "the data is older than any retention at the wall clock (a backup?)",
-    "scan.full": "how many partitions compaction read in full (those that may be due; the others are not)",
+    "scan.full": "how many more partitions compaction read in full, in tasks (those that may be due; the others are "
+                 "not)",
     "compact.selected": "how many partitions compaction selected",
     "compact.partition": "a partition was compacted (or measured, in a dry run)",
     "compact.failed": "a partition's compaction failed",

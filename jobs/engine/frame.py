@@ -239,11 +239,17 @@ DRIVER_SCAN_DEPTHS = ("headers", "sizes")
 #: depends on it, never what the run does.
 SparkForecast = Callable[[LogDirListing, dict[str, dict[tuple[str, int], int]], ConfigSet, Scope], bool]
 
+#: Of a job whose scan is at depth ``sizes``: the partitions of the listing (with the offset checkpoints, configs and
+#: scope) that its scan reads at depth ``transactions`` at once, as its work would read them in full anyway (small
+#: partitions that may be due: reading them on the driver's threads costs less than a stage of tasks to read
+#: them again; see :func:`jobs.engine.selection.read_at_first_scan`).
+FirstReads = Callable[[LogDirListing, dict[str, dict[tuple[str, int], int]], ConfigSet, Scope], set[tuple[str, int]]]
+
 
 def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[JobContext], None], *,
             scan_depth: str, now: Instant | None = None, destructive: bool = True, spark: Any = None,
             seams: Seams | None = None, applying: Plan | None = None,
-            spark_likely: SparkForecast | None = None) -> JobRun:
+            spark_likely: SparkForecast | None = None, read_first: FirstReads | None = None) -> JobRun:
     """Run one job end to end and return its finished report (exit code 0 ok, 1 some partition failed).
     Raises :class:`~segment_io.errors.ConfigError`, :class:`~segment_io.errors.UsageError` or
     :class:`~segment_io.errors.LockHeldError` when nothing was done (exit code 2 on the command line).
@@ -253,7 +259,8 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
     ``applying``: the plan file being carried out (see :func:`jobs.engine.planfile.load_for_apply`).
     ``spark_likely``: the job's forecast of whether it will need Spark; on the command line a run that will
     (its scan is Spark tasks, or the forecast says so) starts Spark on a background thread before it takes the
-    lock (see :class:`jobs.engine.spark_session.EarlySession`)."""
+    lock (see :class:`jobs.engine.spark_session.EarlySession`). ``read_first``: of a job whose scan is at depth
+    ``sizes``, the partitions its scan reads at depth ``transactions`` at once (see :data:`FirstReads`)."""
     seams = seams or PRODUCTION
     # ---- everything that needs no Spark, first ----
     configs = options.load_configs()
@@ -306,7 +313,7 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
         progress.notice(describe_plan(applying, planfile.apply_uri), event="plan.applying", uri=planfile.apply_uri)
     frame = _Frame(command, options, work, scan_depth, storage, log_dir, work_dir, configs, scope, now_ms,
                    now_note is not None, dry_run, destructive, report, progress, seams, planfile, max_batch, spark,
-                   early)
+                   early, read_first)
 
     lease = None
     ctx: JobContext | None = None
@@ -535,6 +542,7 @@ class _Frame:
     max_batch: int
     spark: Any
     early: Any = None  #: the EarlySession started for this run, if any
+    read_first: "FirstReads | None" = None  #: see run_job
 
     @property
     def committer(self) -> Committer:
@@ -606,7 +614,10 @@ class _Frame:
                          runner=runner, seams=seams, planfile=self.planfile, max_batch_bytes=self.max_batch,
                          lease=lease)
         configs, now_ms = self.configs, self.now_ms
-        items = [(storage, listing.partitions[k], self.scan_depth,
+        full: set[tuple[str, int]] = set()
+        if self.read_first is not None and self.scan_depth == "sizes":
+            full = self.read_first(listing, checkpoints, configs, self.scope) & set(selected)
+        items = [(storage, listing.partitions[k], "transactions" if k in full else self.scan_depth,
                   checkpoints[LOG_START_OFFSET_CHECKPOINT].get(k), checkpoints[CLEANER_OFFSET_CHECKPOINT].get(k),
                   now_ms, configs.for_topic(k[0]).producer_id_expiration_ms, self.max_batch) for k in selected]
         what = f"scan {len(items)} partition(s) ({self.scan_depth})"
@@ -633,7 +644,9 @@ class _Frame:
             if scan.error is not None and error is None:  # one recovery could not settle is reported above
                 progress.error(f"{scan.name}: UNREADABLE, left untouched: {scan.error}", event="partition.unreadable",
                                partition=scan.name)
-        progress(f"scanned {len(items)} partition(s)", event="scan.done", partitions=len(items))
+        progress(f"scanned {len(items)} partition(s)" + (f", {len(full)} small one(s) that may be due read in full"
+                                                          if full else ""),
+                 event="scan.done", partitions=len(items), read_in_full=len(full))
         _orphan_log_start_entries(ctx)
         with frozen_heap():  # the modules and the session are loaded by now (see jobs.engine.collector)
             self.work(ctx)

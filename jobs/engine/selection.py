@@ -15,7 +15,11 @@ most partitions are clean, that is most of them.
 Every partition that may be selected is then scanned at depth ``transactions`` (the whole log's first-pass
 projection, replayed into transaction and producer state), in bin-packed tasks, and planned on that, exactly
 as before. So are the ``compact,delete`` partitions, whose retention runs first and is planned on the full
-scan. What a partition left at depth ``sizes`` does not get: its report entry gives the cleanable range as
+scan. A small partition that the listing and its cleaner checkpoint say may be due (:func:`read_at_first_scan`)
+is read at that depth by the frame's scan itself, on the driver's threads: its full read costs about a
+millisecond, less than a task's round trip to read it again, so a log dir of thousands of small partitions has
+no second scan stage; its scan, plan and cleaning are the same. What a partition left at depth ``sizes`` does
+not get: its report entry gives the cleanable range as
 if no transaction were open (an open one can only shorten it), and a corrupt closed segment that a sane
 ``.timeindex`` dated and whose first batch and end frame well goes unnoticed until a run compacts it (the
 check ``retain`` makes, and more than a broker makes before its cleaner reads the segment); nor does a damaged
@@ -32,9 +36,10 @@ from jobs.engine.report import Progress
 from jobs.engine.scan import PartitionError, PartitionScan
 from jobs.engine.tasks import TaskFailure, TaskRunner
 from jobs.rules.config import ConfigSet, TopicConfig, never_touched
+from jobs.rules.kafka_defaults import LONG_MAX
 from jobs.rules.plan_compact import plan_compaction
 from jobs.rules.scope import Scope
-from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, LogDirListing
+from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, LogDirListing, PartitionListing
 from segment_io.storage.base import Storage
 
 TopicPartition = tuple[str, int]
@@ -58,6 +63,43 @@ def needs_full_scan(scan: PartitionScan, config: TopicConfig, now_ms: int, *, re
     return plan_compaction(scan.scanned, config, now_ms, requested=requested).selected
 
 
+#: A partition of at most this many bytes that may be due is read in full by the run's first scan, on the driver's
+#: threads (:func:`read_at_first_scan`): its header scan takes about a millisecond.
+SMALL_PARTITION_BYTES = 1 << 20
+#: At most this many bytes in all are read in full that way (the first partitions in order); the rest are read by
+#: the stage of tasks, which a cluster's executors share (the driver's threads are one machine's).
+FIRST_SCAN_BUDGET_BYTES = 256 << 20
+
+
+def _may_be_due(key: TopicPartition, partition: PartitionListing, cleaner: Mapping[TopicPartition, int],
+                configs: ConfigSet, scope: Scope) -> bool:
+    """A forecast, from the listing and the cleaner checkpoint alone, of whether :func:`needs_full_scan` may pick
+    the partition (see :func:`may_read_in_full`)."""
+    if not scope.includes(*key) or never_touched(key[0]):
+        return False
+    config = configs.for_topic(key[0])
+    if not config.compact:
+        return False
+    if config.delete:
+        return True
+    if len(partition.segments) < 2:
+        return False  # the active segment alone: nothing below the first uncleanable offset
+    checkpoint = cleaner.get(key)
+    return scope.explicit(*key) or checkpoint is None or checkpoint < partition.segments[-1].base_offset
+
+
+def _dirty_enough(partition: PartitionListing, checkpoint: int | None, config: TopicConfig, requested: bool) -> bool:
+    """Whether the closed segments past the cleaner checkpoint, by their file sizes, may reach
+    ``min.cleanable.dirty.ratio`` (or another rule may select the partition whatever its bytes). Generous: the plan's
+    cleanable bytes stop at the first uncleanable offset, never beyond the active segment."""
+    if requested or config.delete or config.max_compaction_lag_ms < LONG_MAX:
+        return True
+    closed = partition.segments[:-1]
+    dirty = sum(s.log.size for s in closed if checkpoint is None or s.base_offset >= checkpoint)
+    total = sum(s.log.size for s in closed)
+    return total > 0 and dirty / total >= config.min_cleanable_dirty_ratio
+
+
 def may_read_in_full(listing: LogDirListing, checkpoints: dict[str, dict[tuple[str, int], int]], configs: ConfigSet,
                      scope: Scope) -> bool:
     """A forecast of whether :func:`needs_full_scan` will pick some partition (and so whether the run will need
@@ -67,20 +109,27 @@ def may_read_in_full(listing: LogDirListing, checkpoints: dict[str, dict[tuple[s
     active segment). It can err both ways (dirty bytes below ``min.cleanable.dirty.ratio``; a checkpoint ahead
     of a truncated log); the frame only uses it to start Spark early (``run_job(spark_likely=)``)."""
     cleaner = checkpoints.get(CLEANER_OFFSET_CHECKPOINT, {})
-    for key, partition in listing.partitions.items():
-        if not scope.includes(*key) or never_touched(key[0]):
-            continue
-        config = configs.for_topic(key[0])
-        if not config.compact:
-            continue
-        if config.delete:
-            return True
-        if len(partition.segments) < 2:
-            continue  # the active segment alone: nothing below the first uncleanable offset
-        checkpoint = cleaner.get(key)
-        if scope.explicit(*key) or checkpoint is None or checkpoint < partition.segments[-1].base_offset:
-            return True
-    return False
+    return any(_may_be_due(key, partition, cleaner, configs, scope) for key, partition in listing.partitions.items())
+
+
+def read_at_first_scan(listing: LogDirListing, checkpoints: dict[str, dict[tuple[str, int], int]],
+                       configs: ConfigSet, scope: Scope) -> set[TopicPartition]:
+    """The partitions compaction's first scan reads in full at once (``run_job(read_first=)``): those that may be
+    due (:func:`may_read_in_full`'s forecast, per partition) and hold at most :data:`SMALL_PARTITION_BYTES`, in
+    partition order up to :data:`FIRST_SCAN_BUDGET_BYTES` in all. Reading one that turns out not due costs its
+    header scan (about a millisecond); a partition read this way is never read again by :func:`scan_candidates`,
+    and its scan, plan and cleaning are exactly those of a partition read by the stage."""
+    cleaner = checkpoints.get(CLEANER_OFFSET_CHECKPOINT, {})
+    chosen: set[TopicPartition] = set()
+    budget = FIRST_SCAN_BUDGET_BYTES
+    for key in sorted(listing.partitions):
+        partition = listing.partitions[key]
+        size = sum(s.log.size for s in partition.segments)
+        if size <= min(SMALL_PARTITION_BYTES, budget) and _may_be_due(key, partition, cleaner, configs, scope) \
+                and _dirty_enough(partition, cleaner.get(key), configs.for_topic(key[0]), scope.explicit(*key)):
+            chosen.add(key)
+            budget -= size
+    return chosen
 
 
 def scan_candidates(scans: MutableMapping[TopicPartition, PartitionScan], *, storage: Storage,
@@ -118,4 +167,5 @@ def scan_candidates(scans: MutableMapping[TopicPartition, PartitionScan], *, sto
     return keys
 
 
-__all__ = ["SELECTION_DEPTH", "may_read_in_full", "needs_full_scan", "scan_candidates"]
+__all__ = ["FIRST_SCAN_BUDGET_BYTES", "SELECTION_DEPTH", "SMALL_PARTITION_BYTES", "may_read_in_full",
+           "needs_full_scan", "read_at_first_scan", "scan_candidates"]
