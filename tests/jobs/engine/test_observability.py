@@ -23,8 +23,8 @@ import pytest
 
 from jobs import api
 from jobs.commands.cli import main
-from jobs.engine.events import BASE_KEYS, EVENTS, ProgressEvent, ProgressLine, event_of, stderr_sink
 from jobs.engine import selection
+from jobs.engine.events import BASE_KEYS, EVENTS, ProgressEvent, ProgressLine, event_of, stderr_sink
 from jobs.engine.report import Progress
 from jobs.engine.seams import Seams
 from jobs.engine.tasks import InProcessTasks, SparkTasks

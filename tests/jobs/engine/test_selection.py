@@ -89,9 +89,6 @@ def test_the_first_scan_reads_in_full_the_small_partitions_that_may_be_due(tmp_p
     assert _forecast(tmp_path, cleaner, first=True) == {("t", 0), ("t", 1)}
 
 
-GENERATED = ("orders", 6, 600)
-
-
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory) -> Path:
     from segment_io.generate import GenerateSpec, generate_log_dir
@@ -130,7 +127,7 @@ def test_a_partition_read_by_the_first_scan_is_compacted_exactly_as_one_read_by_
                                                       progress=lines.append), now=now, seams=api.Seams(runner=runner))
         assert result.exit_code == 0 and result.partitions_compacted == 6
         runs[name] = (logs, result, runner, lines)
-    (first, r1, run1, lines1), (stage, r2, run2, lines2) = runs["first"], runs["stage"]
+    (first, r1, run1, lines1), (stage, r2, run2, _) = runs["first"], runs["stage"]
     assert _files(first) == _files(stage)
     assert json.dumps(_entries(r1.report), sort_keys=True, default=str) == \
         json.dumps(_entries(r2.report), sort_keys=True, default=str)
