@@ -64,7 +64,8 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data")) -> list[dict]:
                      "MB_per_s": round(input_bytes / gen_s / 1e6)})
 
         spark, startup_s = timed_session("local[2]")
-        rows.append({"bench": "Spark start-up (local[2], excluded from job times)", "seconds": round(startup_s, 1)})
+        rows.append({"bench": "Spark start-up and its Python workers (local[2], excluded from job times)",
+                     "seconds": round(startup_s, 1)})
 
         shutil.copytree(src, work)
         config = root / "topics.toml"

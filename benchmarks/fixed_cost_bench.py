@@ -276,7 +276,7 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data")) -> list[dict]:
         part("fixed cost", lambda: fixed_cost(scratch))
         part("nothing due", lambda: nothing_due(scratch, quick))
         spark, startup_s = timed_session("local[2]")
-        rows.append({"bench": "Spark start-up in this process (excluded from job times)",
+        rows.append({"bench": "Spark start-up and its Python workers in this process (excluded from job times)",
                      "seconds": round(startup_s, 1)})
         part("bounded memory", lambda: bounded_memory(spark, scratch, quick))
         part("floor and kafka-python", lambda: floor_and_baseline(spark, scratch, quick))
