@@ -30,6 +30,7 @@ from segment_io.errors import SegjobsError, StorageEnvironmentError, StorageErro
 from segment_io.format import scan_batches
 from segment_io.index import check_indexes, read_txn_index
 from segment_io.layout import PartitionListing
+from segment_io.schema import int64_or_zero, validity
 from segment_io.segment_writer import write_segment
 from segment_io.storage.base import Storage, release_mapped_pages
 
@@ -129,18 +130,29 @@ def _merged_result(later, earlier):
     return replace(later, stats=stats)
 
 
-def _stable(result) -> bool:
+def _stable(result, now_ms: int) -> bool:
     """Whether cleaning ``result`` (a pass's output) again, with the same map, transaction state and ``now``,
     certainly changes nothing, so the convergence pass can be left out. A pass keeps a record iff it is the
     latest of its key in the map (the same map keeps it again) and removes aborted transactional data and keyless
-    records (none are left to remove); what only a later pass does concerns tombstones (a horizon stamped now, and
-    due at once with delete.retention.ms 0), transaction markers (their horizon, or their transaction's data gone
-    in this pass) and the header-only batches kept for producer state. So an output without tombstones, without
-    transactional or control records and without header-only batches is stable."""
+    records (none are left to remove); what only a later pass does concerns transaction markers (their horizon,
+    or their transaction's data gone in this pass), the header-only batches kept for producer state, and
+    tombstones whose delete horizon has passed at ``now_ms``. A v2 tombstone this pass kept either has a horizon
+    (already there, or stamped now: ``now + delete.retention.ms``, which ``now`` has passed only when
+    delete.retention.ms <= 0) or none because Kafka writes none (see :func:`jobs.rules.cleaner.delete_horizon`,
+    the same at the same ``now``); a legacy (magic 0/1) tombstone has no horizon and is judged by its segment's
+    last-modified time, which no pass changes. So an output without transactional or control records, without
+    header-only batches and without a tombstone whose horizon is at or before ``now_ms`` is stable."""
     kept = result.records
-    return (result.empty_batches.num_rows == 0 and kept.column("value").null_count == 0
-            and not kept.column("control").to_numpy(zero_copy_only=False).any()
-            and not kept.column("transactional").to_numpy(zero_copy_only=False).any())
+    if (result.empty_batches.num_rows
+            or kept.column("control").to_numpy(zero_copy_only=False).any()
+            or kept.column("transactional").to_numpy(zero_copy_only=False).any()):
+        return False
+    value = kept.column("value")
+    if value.null_count == 0:
+        return True
+    horizon = kept.column("delete_horizon_ms")
+    due = ~validity(value) & validity(horizon) & (int64_or_zero(horizon) <= now_ms)
+    return not due.any()
 
 
 @dataclass
@@ -252,7 +264,7 @@ class PartitionCleaner:
         # a group whose index files are wrong is rewritten even when no record goes: that rebuilds them
         changed = result.changed or bool(corrupt_indexes)
         for _ in range(MAX_CONVERGENCE_PASSES):
-            if _stable(result):
+            if _stable(result, self.params.now_ms):
                 break
             again = clean_records(result.records, offset_map=omap, txn_state=refreshed_txn or task.txn,
                                   params=self.params, empty_batches=result.empty_batches,
