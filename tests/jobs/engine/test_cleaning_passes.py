@@ -15,18 +15,12 @@ import pytest
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 import jobs.engine.cleaning as cleaning
-from jobs.engine.cleaning import CompactTask, compact_partition
-from jobs.engine.scan import scan_partition
-from jobs.logdir.commit import committer_for
-from jobs.logdir.lock import work_uri
+from jobs.engine.cleaning import compact_partition
 from jobs.rules.config import TopicConfig
 from jobs.rules.kafka_defaults import LONG_MAX
-from jobs.rules.map_capacity import max_keys_for_buffer
-from jobs.rules.plan_compact import plan_compaction
-from segment_io.compression import DEFAULT_MAX_BATCH_BYTES
-from segment_io.layout import list_log_dir, segment_file_name
-from segment_io.storage import LocalStorage
+from segment_io.layout import segment_file_name
 from tests.support.builders import LogBuilder, rec, tombstone, write_log
+from tests.support.cleaning import partition_task
 
 T0 = 1_700_000_000_000
 NOW = T0 + 10 * 86_400_000
@@ -73,17 +67,11 @@ def _clean(log_dir: Path, retention_ms: int, monkeypatch) -> tuple[dict[str, byt
         return real(*args, **kwargs)
 
     monkeypatch.setattr(cleaning, "clean_records", clean_records)
-    storage = LocalStorage()
-    listing = list_log_dir(storage, str(log_dir)).partitions[("t", 0)]
-    scan = scan_partition(storage, listing, now_ms=NOW)
     config = TopicConfig.from_settings({"cleanup.policy": "compact"})
     # set past the config's check, which refuses a negative value (as Kafka's does): the cleaner's rules still
     # define what one does, and _stable must follow them there too
     object.__setattr__(config, "delete_retention_ms", retention_ms)
-    plan = plan_compaction(scan.state, config, NOW, requested=True)
-    committer = committer_for(storage, work_uri(str(log_dir)), log_dir=str(log_dir))
-    out = compact_partition(CompactTask(storage, listing, scan.state, plan, config, scan.txn, NOW,
-                                        max_keys_for_buffer(1 << 20), False, committer, DEFAULT_MAX_BATCH_BYTES))
+    out = compact_partition(partition_task(log_dir, "t", 0, NOW, config=config))
     monkeypatch.setattr(cleaning, "clean_records", real)
     assert out.error is None and [g.changed for g in out.groups] == [True]
     staged = {p.name: p.read_bytes() for p in Path(str(log_dir) + ".segjobs").rglob("*") if p.is_file()}
