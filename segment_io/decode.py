@@ -63,7 +63,15 @@ from segment_io.format import (
     scan_batches,
 )
 from segment_io.hashing import hash_keys
-from segment_io.schema import HEADER_TYPE, KEY_HASH_SCHEMA, RECORD_SCHEMA, VALUE_REF_TYPE, project, with_value_refs
+from segment_io.schema import (
+    HEADER_TYPE,
+    KEY_HASH_SCHEMA,
+    RECORD_SCHEMA,
+    VALUE_REF_TYPE,
+    arrow_array,
+    project,
+    with_value_refs,
+)
 from segment_io.storage.base import release_mapped_pages
 
 if TYPE_CHECKING:
@@ -431,7 +439,7 @@ def _v2_batch_columns(seg: _Segment, batches: np.ndarray, counts: np.ndarray, na
     out: dict[str, pa.Array] = {}
     for name, values in per_batch.items():
         if name in names:
-            out[name] = pa.array(np.repeat(values(), counts), type=_RECORD_TYPES[name])
+            out[name] = arrow_array(np.repeat(values(), counts), _RECORD_TYPES[name])
     if "delete_horizon_ms" in names:
         out["delete_horizon_ms"] = _horizons(attrs, hdr.base_timestamp[batches], counts)
     return out
@@ -831,9 +839,9 @@ def _key_hash_input(seg: _Segment, inp: _V2Input) -> pa.Table:
         "producer_id": hdr.producer_id[b], "producer_epoch": hdr.producer_epoch[b],
         "batch_max_timestamp": hdr.max_timestamp[b], "magic": hdr.magic[b],
     }
-    cols: dict[str, pa.Array] = {name: pa.array(values, type=_KEY_HASH_TYPES[name]) for name, values in out.items()}
+    cols: dict[str, pa.Array] = {name: arrow_array(values, _KEY_HASH_TYPES[name]) for name, values in out.items()}
     for name, values in repeated.items():
-        cols[name] = pa.array(np.repeat(values, counts), type=_KEY_HASH_TYPES[name])
+        cols[name] = arrow_array(np.repeat(values, counts), _KEY_HASH_TYPES[name])
     cols["delete_horizon_ms"] = _horizons(attrs, hdr.base_timestamp[b], counts)
     return pa.Table.from_arrays([cols[name] for name in KEY_HASH_SCHEMA.names], schema=KEY_HASH_SCHEMA)
 

@@ -305,7 +305,8 @@ class PartitionCleaner:
             empties.append(empty_batches_from_headers(headers, s.base_offset))
             corrupt_indexes += self.index_problems(s.base_offset, headers)
             release_mapped_pages(data)  # decoded and checked: its pages need not stay resident (bounded memory)
-        if len({t.schema for t in tables}) > 1:  # a segment with legacy batches comes with its values copied
+        # a segment with legacy batches comes with its values copied (schemas compared, not hashed: cheaper)
+        if any(t.schema != tables[0].schema for t in tables[1:]):
             tables = [resolve_value_refs(t, sources) for t in tables]
         records = pa.concat_tables(tables)
         del tables
