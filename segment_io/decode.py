@@ -91,6 +91,7 @@ _CHUNK_BYTES = 64 << 20
 _COMPRESSED_WEIGHT = 8
 _HEADERS_TYPE = RECORD_SCHEMA.field("headers").type
 _RECORD_TYPES = {f.name: f.type for f in RECORD_SCHEMA}
+_RECORD_REF_SCHEMA = with_value_refs(RECORD_SCHEMA)
 _KEY_HASH_TYPES = {f.name: f.type for f in KEY_HASH_SCHEMA}
 _NO_TIMESTAMP_TYPE, _CREATE_TIME, _LOG_APPEND_TIME = -1, 0, 1
 
@@ -777,7 +778,7 @@ def decode_segment_and_headers(data: bytes | bytearray | memoryview | mmap.mmap,
                 verify_crc=True, include_control=True, allow_truncated_tail=allow_truncated_tail,
                 max_batch_bytes=max_batch_bytes)
     seg.value_refs = value_refs and bool(np.all(seg.hdr.magic == 2))
-    schema = with_value_refs(project(None)) if seg.value_refs else project(None)
+    schema = _RECORD_REF_SCHEMA if seg.value_refs else RECORD_SCHEMA
     table = _decode_all(seg, schema, mapped=data if isinstance(data, mmap.mmap) else None)
     return table, seg.hdr
 

@@ -112,12 +112,12 @@ class PartitionOutcome:
                 "segments_rewritten": sum(len(g.old_bases) for g in changed), "partial": self.map_full}
 
 
-def _txn_entries(storage: Storage, listing: PartitionListing, bases: list[int], kept: pa.Table) -> list:
-    """The ``.txnindex`` entries of the new segment: the source segments' entries whose abort marker survives."""
-    markers = kept.filter(kept["control"])
-    if markers.num_rows == 0:
+def _txn_entries(storage: Storage, listing: PartitionListing, bases: list[int], markers: np.ndarray) -> list:
+    """The ``.txnindex`` entries of the new segment: the source segments' entries whose abort marker survives
+    (``markers``: the offsets of the surviving control records)."""
+    if len(markers) == 0:
         return []
-    marker_offsets = set(markers["offset"].to_pylist())
+    marker_offsets = set(markers.tolist())
     entries = []
     for seg in listing.segments:
         if seg.base_offset in bases and seg.txnindex is not None:
@@ -331,6 +331,8 @@ class PartitionCleaner:
                 break
             changed = True
             result = _merged_result(again, result)
+        kept = result.records
+        markers = kept.column("offset").to_numpy()[kept.column("control").to_numpy(zero_copy_only=False)]
         bytes_before = sum(len(d) for d in sources.values())
         g = GroupOutcome(bases, changed, bytes_before, bytes_before, records_before, records_before,
                          corrupt_indexes=tuple(corrupt_indexes))
@@ -344,7 +346,7 @@ class PartitionCleaner:
                     written = write_segment(result.records, target, storage=storage,
                                             empty_batches=result.empty_batches, sources=sources,
                                             index_interval_bytes=task.config.index_interval_bytes,
-                                            aborted_txns=_txn_entries(storage, task.listing, bases, result.records),
+                                            aborted_txns=_txn_entries(storage, task.listing, bases, markers),
                                             durable=self.durable)
                 except StorageEnvironmentError as exc:
                     if not exc.out_of_space:
@@ -360,8 +362,6 @@ class PartitionCleaner:
                     storage.set_mtime(uri, g.mtime_ms)
                 g.bytes_after = written.bytes
                 g.staged_suffixes = tuple(written.paths)
-        kept = result.records
-        markers = kept.column("offset").to_numpy()[kept.column("control").to_numpy(zero_copy_only=False)]
         run = GroupRun(g, result.stats, result.empty_batches, markers, kept=kept)
         if not defer_key_hashes:
             run.key_hashes  # noqa: B018 - derived now: the rows need not be held (bounded memory)
