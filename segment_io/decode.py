@@ -420,27 +420,30 @@ def _v2_batch_columns(seg: _Segment, batches: np.ndarray, counts: np.ndarray, na
     """Batch-level columns of RECORD_SCHEMA, repeated once per record."""
     hdr = seg.hdr
     attrs = hdr.attributes[batches]
-    per_batch = {
-        "timestamp_type": lambda: ((attrs & ATTR_TIMESTAMP_TYPE) != 0).astype(np.int8),
-        "batch_base_offset": lambda: hdr.base_offset[batches],
-        "batch_last_offset": lambda: hdr.last_offset[batches],
-        "batch_position": lambda: hdr.position[batches],
-        "batch_size": lambda: hdr.size[batches],
-        "batch_base_timestamp": lambda: hdr.base_timestamp[batches],
-        "batch_max_timestamp": lambda: hdr.max_timestamp[batches],
-        "magic": lambda: hdr.magic[batches],
-        "codec": lambda: (attrs & ATTR_CODEC_MASK).astype(np.int8),  # v2 only: no legacy codec bits to pick
-        "transactional": lambda: (attrs & ATTR_TRANSACTIONAL) != 0,
-        "control": lambda: (attrs & ATTR_CONTROL) != 0,
-        "producer_id": lambda: hdr.producer_id[batches],
-        "producer_epoch": lambda: hdr.producer_epoch[batches],
-        "base_sequence": lambda: hdr.base_sequence[batches],
-        "partition_leader_epoch": lambda: hdr.partition_leader_epoch[batches],
+    # each record's batch, once: every column is then one gather (not a gather per batch and a repeat)
+    rows = np.repeat(batches, counts)
+    row_attrs = np.repeat(attrs, counts)
+    per_row = {
+        "timestamp_type": lambda: ((row_attrs & ATTR_TIMESTAMP_TYPE) != 0).astype(np.int8),
+        "batch_base_offset": lambda: hdr.base_offset[rows],
+        "batch_last_offset": lambda: hdr.last_offset[rows],
+        "batch_position": lambda: hdr.position[rows],
+        "batch_size": lambda: hdr.size[rows],
+        "batch_base_timestamp": lambda: hdr.base_timestamp[rows],
+        "batch_max_timestamp": lambda: hdr.max_timestamp[rows],
+        "magic": lambda: hdr.magic[rows],
+        "codec": lambda: (row_attrs & ATTR_CODEC_MASK).astype(np.int8),  # v2 only: no legacy codec bits to pick
+        "transactional": lambda: (row_attrs & ATTR_TRANSACTIONAL) != 0,
+        "control": lambda: (row_attrs & ATTR_CONTROL) != 0,
+        "producer_id": lambda: hdr.producer_id[rows],
+        "producer_epoch": lambda: hdr.producer_epoch[rows],
+        "base_sequence": lambda: hdr.base_sequence[rows],
+        "partition_leader_epoch": lambda: hdr.partition_leader_epoch[rows],
     }
     out: dict[str, pa.Array] = {}
-    for name, values in per_batch.items():
+    for name, values in per_row.items():
         if name in names:
-            out[name] = arrow_array(np.repeat(values(), counts), _RECORD_TYPES[name])
+            out[name] = arrow_array(values(), _RECORD_TYPES[name])
     if "delete_horizon_ms" in names:
         out["delete_horizon_ms"] = _horizons(attrs, hdr.base_timestamp[batches], counts)
     return out
