@@ -88,8 +88,9 @@ class OffsetMap:
         return self.size / _slots_for(self.max_keys)
 
 
-#: Keys the table has room for before it first grows.
-_INITIAL_KEYS = 4096
+#: Keys the table has room for before it first grows (a small partition's: a thousand records of 48 KiB
+#: segments hold fewer keys; allocating and clearing room for more cost it more than the mapping).
+_INITIAL_KEYS = 1024
 
 
 def _slots_for(keys: int) -> int:

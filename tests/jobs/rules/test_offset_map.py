@@ -162,7 +162,7 @@ def _runs_of(keys: np.ndarray, first_offset: int, run: int):
 
 @pytest.mark.parametrize("max_keys", [50_000, 7_000])
 def test_the_table_grows_with_the_keys_and_fills_at_max_keys_alone(max_keys: int) -> None:
-    # 20,000 distinct keys (5x the table's first size), each written twice, in runs of 3,000 records
+    # 20,000 distinct keys (many times the table's first size), each written twice, in runs of 3,000 records
     rng = np.random.default_rng(5)
     hi = rng.integers(-(2**62), 2**62, 20_000)
     lo = rng.integers(-(2**62), 2**62, 20_000)
