@@ -63,7 +63,15 @@ from segment_io.format import (
     scan_batches,
 )
 from segment_io.hashing import hash_keys
-from segment_io.schema import HEADER_TYPE, KEY_HASH_SCHEMA, RECORD_SCHEMA, VALUE_REF_TYPE, project, with_value_refs
+from segment_io.schema import (
+    HEADER_TYPE,
+    KEY_HASH_SCHEMA,
+    RECORD_SCHEMA,
+    VALUE_REF_TYPE,
+    arrow_array,
+    project,
+    with_value_refs,
+)
 from segment_io.storage.base import release_mapped_pages
 
 if TYPE_CHECKING:
@@ -83,6 +91,7 @@ _CHUNK_BYTES = 64 << 20
 _COMPRESSED_WEIGHT = 8
 _HEADERS_TYPE = RECORD_SCHEMA.field("headers").type
 _RECORD_TYPES = {f.name: f.type for f in RECORD_SCHEMA}
+_RECORD_REF_SCHEMA = with_value_refs(RECORD_SCHEMA)
 _KEY_HASH_TYPES = {f.name: f.type for f in KEY_HASH_SCHEMA}
 _NO_TIMESTAMP_TYPE, _CREATE_TIME, _LOG_APPEND_TIME = -1, 0, 1
 
@@ -411,27 +420,30 @@ def _v2_batch_columns(seg: _Segment, batches: np.ndarray, counts: np.ndarray, na
     """Batch-level columns of RECORD_SCHEMA, repeated once per record."""
     hdr = seg.hdr
     attrs = hdr.attributes[batches]
-    per_batch = {
-        "timestamp_type": lambda: ((attrs & ATTR_TIMESTAMP_TYPE) != 0).astype(np.int8),
-        "batch_base_offset": lambda: hdr.base_offset[batches],
-        "batch_last_offset": lambda: hdr.last_offset[batches],
-        "batch_position": lambda: hdr.position[batches],
-        "batch_size": lambda: hdr.size[batches],
-        "batch_base_timestamp": lambda: hdr.base_timestamp[batches],
-        "batch_max_timestamp": lambda: hdr.max_timestamp[batches],
-        "magic": lambda: hdr.magic[batches],
-        "codec": lambda: (attrs & ATTR_CODEC_MASK).astype(np.int8),  # v2 only: no legacy codec bits to pick
-        "transactional": lambda: (attrs & ATTR_TRANSACTIONAL) != 0,
-        "control": lambda: (attrs & ATTR_CONTROL) != 0,
-        "producer_id": lambda: hdr.producer_id[batches],
-        "producer_epoch": lambda: hdr.producer_epoch[batches],
-        "base_sequence": lambda: hdr.base_sequence[batches],
-        "partition_leader_epoch": lambda: hdr.partition_leader_epoch[batches],
+    # each record's batch, once: every column is then one gather (not a gather per batch and a repeat)
+    rows = np.repeat(batches, counts)
+    row_attrs = np.repeat(attrs, counts)
+    per_row = {
+        "timestamp_type": lambda: ((row_attrs & ATTR_TIMESTAMP_TYPE) != 0).astype(np.int8),
+        "batch_base_offset": lambda: hdr.base_offset[rows],
+        "batch_last_offset": lambda: hdr.last_offset[rows],
+        "batch_position": lambda: hdr.position[rows],
+        "batch_size": lambda: hdr.size[rows],
+        "batch_base_timestamp": lambda: hdr.base_timestamp[rows],
+        "batch_max_timestamp": lambda: hdr.max_timestamp[rows],
+        "magic": lambda: hdr.magic[rows],
+        "codec": lambda: (row_attrs & ATTR_CODEC_MASK).astype(np.int8),  # v2 only: no legacy codec bits to pick
+        "transactional": lambda: (row_attrs & ATTR_TRANSACTIONAL) != 0,
+        "control": lambda: (row_attrs & ATTR_CONTROL) != 0,
+        "producer_id": lambda: hdr.producer_id[rows],
+        "producer_epoch": lambda: hdr.producer_epoch[rows],
+        "base_sequence": lambda: hdr.base_sequence[rows],
+        "partition_leader_epoch": lambda: hdr.partition_leader_epoch[rows],
     }
     out: dict[str, pa.Array] = {}
-    for name, values in per_batch.items():
+    for name, values in per_row.items():
         if name in names:
-            out[name] = pa.array(np.repeat(values(), counts), type=_RECORD_TYPES[name])
+            out[name] = arrow_array(values(), _RECORD_TYPES[name])
     if "delete_horizon_ms" in names:
         out["delete_horizon_ms"] = _horizons(attrs, hdr.base_timestamp[batches], counts)
     return out
@@ -769,7 +781,7 @@ def decode_segment_and_headers(data: bytes | bytearray | memoryview | mmap.mmap,
                 verify_crc=True, include_control=True, allow_truncated_tail=allow_truncated_tail,
                 max_batch_bytes=max_batch_bytes)
     seg.value_refs = value_refs and bool(np.all(seg.hdr.magic == 2))
-    schema = with_value_refs(project(None)) if seg.value_refs else project(None)
+    schema = _RECORD_REF_SCHEMA if seg.value_refs else RECORD_SCHEMA
     table = _decode_all(seg, schema, mapped=data if isinstance(data, mmap.mmap) else None)
     return table, seg.hdr
 
@@ -831,9 +843,9 @@ def _key_hash_input(seg: _Segment, inp: _V2Input) -> pa.Table:
         "producer_id": hdr.producer_id[b], "producer_epoch": hdr.producer_epoch[b],
         "batch_max_timestamp": hdr.max_timestamp[b], "magic": hdr.magic[b],
     }
-    cols: dict[str, pa.Array] = {name: pa.array(values, type=_KEY_HASH_TYPES[name]) for name, values in out.items()}
+    cols: dict[str, pa.Array] = {name: arrow_array(values, _KEY_HASH_TYPES[name]) for name, values in out.items()}
     for name, values in repeated.items():
-        cols[name] = pa.array(np.repeat(values, counts), type=_KEY_HASH_TYPES[name])
+        cols[name] = arrow_array(np.repeat(values, counts), _KEY_HASH_TYPES[name])
     cols["delete_horizon_ms"] = _horizons(attrs, hdr.base_timestamp[b], counts)
     return pa.Table.from_arrays([cols[name] for name in KEY_HASH_SCHEMA.names], schema=KEY_HASH_SCHEMA)
 

@@ -47,7 +47,7 @@ from segment_io.format import (
     V2_HEADER_SIZE,
     BatchHeaders,
 )
-from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA, has_value_refs, validity, with_value_refs
+from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA, has_value_refs, int64_or_zero, validity, with_value_refs
 
 # `memoryview(ndarray)  # type: ignore[arg-type]`: numpy declares ndarray.__buffer__ only for Python >= 3.12,
 # so on 3.11 a type checker does not see that an ndarray is a buffer (at run time it is one).
@@ -197,7 +197,9 @@ def _ints(table: pa.Table, name: str, dtype: type) -> np.ndarray:
     if arr.null_count == len(arr):  # e.g. no delete horizon anywhere: no compute call for it
         return np.zeros(len(arr), dtype=dtype)
     if arr.null_count:
-        arr = arr.fill_null(False if pa.types.is_boolean(arr.type) else 0)
+        if not pa.types.is_boolean(arr.type):  # from the buffers: no compute call for a small column
+            return int64_or_zero(arr).astype(dtype, copy=False)
+        arr = arr.fill_null(False)
     return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=dtype)
 
 

@@ -19,7 +19,6 @@ from typing import Iterable, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from segment_io.encode import (
     _EMPTY_INPUT,
@@ -35,7 +34,7 @@ from segment_io.encode import (
 )
 from segment_io.errors import InvalidRecordsError, UsageError
 from segment_io.format import BatchHeaders
-from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA, has_value_refs, int64_or_zero
+from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA, has_value_refs, int64_or_zero, validity
 from segment_io.storage.base import release_mapped_pages
 
 #: Keys and values per encoded part. Large enough that the per-call cost of the encoder (planning, numba
@@ -54,10 +53,18 @@ def _int_column(chunk: pa.RecordBatch, name: str) -> np.ndarray:
 
 
 def _byte_lengths(arr: pa.Array) -> np.ndarray:
-    lengths = pc.binary_length(arr)
-    if lengths.null_count:
-        lengths = lengths.fill_null(0)
-    return np.asarray(lengths.to_numpy(zero_copy_only=False), dtype=np.int64)
+    """Each entry's bytes (0 for a null) of a binary or string array, from its offsets (no compute call)."""
+    large = pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type)
+    if not large and not (pa.types.is_binary(arr.type) or pa.types.is_string(arr.type)):
+        raise TypeError(f"byte lengths of a {arr.type} column")
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    offsets = np.frombuffer(arr.buffers()[1], np.int64 if large else np.int32, count=arr.offset + n + 1)
+    lengths = np.diff(offsets[arr.offset:]).astype(np.int64)
+    if arr.null_count:  # a null's slot need not be empty
+        lengths[~validity(arr)] = 0
+    return lengths
 
 
 def _value_bytes(chunk: pa.RecordBatch) -> np.ndarray:
@@ -68,7 +75,7 @@ def _value_bytes(chunk: pa.RecordBatch) -> np.ndarray:
     refs = _int_column(chunk, "value")
     bbo = _int_column(chunk, "batch_base_offset")
     seg = _int_column(chunk, "segment_base_offset")
-    valid = np.asarray(chunk.column("value").is_valid().to_numpy(zero_copy_only=False), dtype=np.bool_)
+    valid = validity(chunk.column("value"))
     est = np.zeros(len(refs), np.int64)
     if len(refs) > 1:
         same = (bbo[1:] == bbo[:-1]) & (seg[1:] == seg[:-1]) & valid[1:] & valid[:-1]

@@ -127,16 +127,25 @@ BATCH_COLUMNS: tuple[str, ...] = (
 BATCH_SCHEMA = pa.schema([RECORD_SCHEMA.field(c) for c in BATCH_COLUMNS])
 
 
+def arrow_array(values: np.ndarray, typ: pa.DataType) -> pa.Array:
+    """``values`` (a numpy array of a plain numeric or bool dtype) as an Arrow array of ``typ``. pyarrow's typed
+    conversion (``pa.array(values, type=typ)``) first looks for pandas datetime types and costs several times
+    the untyped one on the small arrays of a small partition; the dtype almost always is ``typ``'s already."""
+    arr = pa.array(values)
+    return arr if arr.type == typ else arr.cast(typ)
+
+
 def validity(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Whether each entry of ``arr`` is set, as a numpy bool array. Columns without nulls (or without values)
-    are answered from their null count, without a compute call: on the small tables of a small partition the
-    call costs more than the work."""
+    are answered from their null count, the others from their validity bitmaps: on the small tables of a small
+    partition a compute call costs more than the work."""
     nulls = arr.null_count
     if nulls == 0:
         return np.ones(len(arr), np.bool_)
     if nulls == len(arr):
         return np.zeros(len(arr), np.bool_)
-    return np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), np.bool_)
+    parts = [_valid_bits(chunk) for chunk in _chunks_of(arr)]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def int64_or_zero(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -144,6 +153,31 @@ def int64_or_zero(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     nulls = arr.null_count
     if nulls == len(arr):
         return np.zeros(len(arr), np.int64)
-    if nulls:
-        arr = arr.fill_null(0)
-    return np.asarray(arr.to_numpy(zero_copy_only=False), np.int64)
+    if nulls == 0:
+        return np.asarray(arr.to_numpy(zero_copy_only=False), np.int64)
+    parts = [_ints_or_zero(chunk) for chunk in _chunks_of(arr)]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _chunks_of(arr: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+    return arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]
+
+
+def _valid_bits(chunk: pa.Array) -> np.ndarray:
+    """A chunk's validity bitmap as bools (without a compute call)."""
+    n = len(chunk)
+    bitmap = chunk.buffers()[0] if chunk.null_count else None
+    if bitmap is None:  # no nulls, or (an all-null chunk) no bitmap
+        return np.full(n, chunk.null_count == 0, np.bool_)
+    bits = np.unpackbits(np.frombuffer(bitmap, np.uint8), count=chunk.offset + n, bitorder="little")
+    return bits[chunk.offset:].view(np.bool_)
+
+
+def _ints_or_zero(chunk: pa.Array) -> np.ndarray:
+    """An integer chunk's values as int64, nulls read as 0, from its buffers (without a compute call)."""
+    n = len(chunk)
+    if chunk.null_count == n:
+        return np.zeros(n, np.int64)
+    dtype = np.dtype(chunk.type.to_pandas_dtype())
+    values = np.frombuffer(chunk.buffers()[1], dtype, count=chunk.offset + n)[chunk.offset:]
+    return np.where(_valid_bits(chunk), values, 0).astype(np.int64, copy=False)

@@ -20,21 +20,29 @@ from jobs.rules.cleaner import CleanParams, CleanStats, clean_records, key_hash_
 from jobs.rules.config import TopicConfig
 from jobs.rules.external_sort import freed_markers, piece_rows
 from jobs.rules.model import PartitionState
-from jobs.rules.offset_map import build_offset_map, mappable_rows
+from jobs.rules.offset_map import build_offset_map, mappable_rows, record_map_columns
 from jobs.rules.plan_compact import CompactionPlan, group_segments_by_size
 from jobs.rules.transactions import AbortedTxns, derive_txn_state, summarize_batches
 from segment_io.decode import decode_key_hashes_bytes, decode_segment_and_headers
 from segment_io.encode import resolve_value_refs
 from segment_io.encode_stream import encoded_size
 from segment_io.errors import SegjobsError, StorageEnvironmentError, StorageError
-from segment_io.format import scan_batches
+from segment_io.format import BatchHeaders, scan_batches
+from segment_io.hashing import hash_keys
 from segment_io.index import check_indexes, read_txn_index
 from segment_io.layout import PartitionListing
+from segment_io.schema import int64_or_zero, validity
 from segment_io.segment_writer import write_segment
 from segment_io.storage.base import Storage, release_mapped_pages
 
 #: Extra cleaning passes over a group's output within one run (markers settle after at most two).
 MAX_CONVERGENCE_PASSES = 3
+
+#: A partition whose dirty segments hold at most this many bytes decodes each of them once: the offset map is
+#: built from the full decode its clean uses, which is kept from the map's pass to the clean (otherwise the map's
+#: key-hash pass and the clean each decode every dirty segment). The bound keeps what is held small beside what
+#: cleaning one group holds anyway.
+SINGLE_DECODE_BYTES = 4 << 20
 
 
 # --------------------------------------------------------------------------------------------------
@@ -104,12 +112,12 @@ class PartitionOutcome:
                 "segments_rewritten": sum(len(g.old_bases) for g in changed), "partial": self.map_full}
 
 
-def _txn_entries(storage: Storage, listing: PartitionListing, bases: list[int], kept: pa.Table) -> list:
-    """The ``.txnindex`` entries of the new segment: the source segments' entries whose abort marker survives."""
-    markers = kept.filter(kept["control"])
-    if markers.num_rows == 0:
+def _txn_entries(storage: Storage, listing: PartitionListing, bases: list[int], markers: np.ndarray) -> list:
+    """The ``.txnindex`` entries of the new segment: the source segments' entries whose abort marker survives
+    (``markers``: the offsets of the surviving control records)."""
+    if len(markers) == 0:
         return []
-    marker_offsets = set(markers["offset"].to_pylist())
+    marker_offsets = set(markers.tolist())
     entries = []
     for seg in listing.segments:
         if seg.base_offset in bases and seg.txnindex is not None:
@@ -129,18 +137,29 @@ def _merged_result(later, earlier):
     return replace(later, stats=stats)
 
 
-def _stable(result) -> bool:
+def _stable(result, now_ms: int) -> bool:
     """Whether cleaning ``result`` (a pass's output) again, with the same map, transaction state and ``now``,
     certainly changes nothing, so the convergence pass can be left out. A pass keeps a record iff it is the
     latest of its key in the map (the same map keeps it again) and removes aborted transactional data and keyless
-    records (none are left to remove); what only a later pass does concerns tombstones (a horizon stamped now, and
-    due at once with delete.retention.ms 0), transaction markers (their horizon, or their transaction's data gone
-    in this pass) and the header-only batches kept for producer state. So an output without tombstones, without
-    transactional or control records and without header-only batches is stable."""
+    records (none are left to remove); what only a later pass does concerns transaction markers (their horizon,
+    or their transaction's data gone in this pass), the header-only batches kept for producer state, and
+    tombstones whose delete horizon has passed at ``now_ms``. A v2 tombstone this pass kept either has a horizon
+    (already there, or stamped now: ``now + delete.retention.ms``, which ``now`` has passed only when
+    delete.retention.ms <= 0) or none because Kafka writes none (see :func:`jobs.rules.cleaner.delete_horizon`,
+    the same at the same ``now``); a legacy (magic 0/1) tombstone has no horizon and is judged by its segment's
+    last-modified time, which no pass changes. So an output without transactional or control records, without
+    header-only batches and without a tombstone whose horizon is at or before ``now_ms`` is stable."""
     kept = result.records
-    return (result.empty_batches.num_rows == 0 and kept.column("value").null_count == 0
-            and not kept.column("control").to_numpy(zero_copy_only=False).any()
-            and not kept.column("transactional").to_numpy(zero_copy_only=False).any())
+    if (result.empty_batches.num_rows
+            or kept.column("control").to_numpy(zero_copy_only=False).any()
+            or kept.column("transactional").to_numpy(zero_copy_only=False).any()):
+        return False
+    value = kept.column("value")
+    if value.null_count == 0:
+        return True
+    horizon = kept.column("delete_horizon_ms")
+    due = ~validity(value) & validity(horizon) & (int64_or_zero(horizon) <= now_ms)
+    return not due.any()
 
 
 @dataclass
@@ -149,9 +168,29 @@ class GroupRun:
 
     outcome: GroupOutcome
     stats: Any
-    key_hashes: pa.Table  # KEY_HASH_SCHEMA of the surviving records
     empty_batches: pa.Table  # BATCH_SCHEMA of the header-only batches written
     marker_offsets: Any  # numpy: offsets of the surviving control records
+    #: the surviving records, kept (without their value bytes) only until :attr:`key_hashes` is first read
+    kept: pa.Table | None = field(default=None, repr=False)
+    _key_hashes: pa.Table | None = field(default=None, repr=False)
+
+    @property
+    def key_hashes(self) -> pa.Table:
+        """KEY_HASH_SCHEMA of the surviving records (derived on first use: most partitions never need it)."""
+        if self._key_hashes is None:
+            assert self.kept is not None
+            self._key_hashes, self.kept = key_hash_table(self.kept), None
+        return self._key_hashes
+
+
+@dataclass
+class _Decoded:
+    """A dirty segment decoded in full by the map's pass, for its clean (see :data:`SINGLE_DECODE_BYTES`)."""
+
+    data: bytes
+    records: pa.Table
+    headers: BatchHeaders
+    key_hashes: tuple[np.ndarray, np.ndarray]
 
 
 class PartitionCleaner:
@@ -164,6 +203,8 @@ class PartitionCleaner:
         self.durable = durable
         self.files = {s.base_offset: s for s in task.listing.segments}
         self.staged_written = staged_written
+        #: dirty segments the map's pass decoded in full, by base offset (a small partition's, see build_map)
+        self.decoded: dict[int, _Decoded] = {}
         plan, state = task.plan, task.state
         # Kafka's logSegments(0, firstDirtyOffset): every segment starting below the first dirty offset
         clean_before = [s for s in state.segments if s.base_offset < plan.first_dirty_offset]
@@ -190,14 +231,34 @@ class PartitionCleaner:
             data.get(files.timeindex.uri) if files.timeindex else None, path=files.log.uri,
             segment_base_offset=base)]
 
+    def decode(self, data, base: int):
+        """Segment ``base``'s records (values as references into ``data``) and batch headers."""
+        plan = self.task.plan
+        return decode_segment_and_headers(data, path=self.files[base].log.uri, topic=plan.topic,
+                                          partition=plan.partition, segment_base_offset=base, value_refs=True,
+                                          max_batch_bytes=self.task.max_batch_bytes)
+
     def build_map(self, collector=None):
         """The offset map of the dirty range; ``collector`` (memory first: a
-        jobs.engine.external_sort.PieceCollector) also gets every decoded segment, to hand over if it fills."""
+        jobs.engine.external_sort.PieceCollector) also gets every decoded segment, to hand over if it fills.
+        Dirty segments of at most :data:`SINGLE_DECODE_BYTES` in all are decoded in full, once: the map is built
+        from that decode and :meth:`clean_group` cleans from it."""
         plan = self.task.plan
         dirty = [s for s in self.task.state.segments
                  if s.next_offset > plan.first_dirty_offset and s.base_offset < plan.first_uncleanable_offset]
+        once = sum(s.size_bytes for s in dirty) <= SINGLE_DECODE_BYTES
+
         def tables():
             for s in dirty:
+                if once:
+                    data = self.task.storage.read(self.files[s.base_offset].log.uri)
+                    records, headers = self.decode(data, s.base_offset)
+                    hashes = hash_keys(records.column("key"))
+                    self.decoded[s.base_offset] = _Decoded(data, records, headers, hashes)
+                    if collector is not None:
+                        collector.add(s.base_offset, key_hash_table(records, hashes))
+                    yield record_map_columns(records, hashes)
+                    continue
                 with self.mapped(s.base_offset) as data:
                     table = decode_key_hashes_bytes(data, path=self.files[s.base_offset].log.uri,
                                                     max_batch_bytes=self.task.max_batch_bytes)
@@ -209,7 +270,7 @@ class PartitionCleaner:
                                 end_offset=plan.first_uncleanable_offset, aborted=self.task.txn.aborted,
                                 max_keys=self.task.max_keys)
 
-    def clean_group(self, group, omap, refreshed_txn=None) -> GroupRun:
+    def clean_group(self, group, omap, refreshed_txn=None, *, defer_key_hashes: bool = False) -> GroupRun:
         """Clean one group from its source bytes; stage (or, in a dry run, measure) it when it changed.
 
         The first pass judges with the transaction state of the log as it was scanned. Kafka stamps a marker's
@@ -217,42 +278,51 @@ class PartitionCleaner:
         change other batches too, so the output is cleaned again (as Kafka's next passes at this `now` would)
         until it is stable, with ``refreshed_txn`` (the state of the log after the first pass) when given. A
         re-run with the same --now then changes nothing.
+
+        With ``defer_key_hashes`` the run's :attr:`GroupRun.key_hashes` are derived only if asked for.
         """
         with ExitStack() as mappings:
-            return self._clean_group(group, omap, refreshed_txn, mappings)
+            return self._clean_group(group, omap, refreshed_txn, mappings, defer_key_hashes)
 
-    def _clean_group(self, group, omap, refreshed_txn, mappings: ExitStack) -> GroupRun:
-        task, plan, storage = self.task, self.task.plan, self.task.storage
+    def _clean_group(self, group, omap, refreshed_txn, mappings: ExitStack, defer_key_hashes: bool) -> GroupRun:
+        task, storage = self.task, self.task.storage
         bases = [s.base_offset for s in group]
         sources: dict[int, bytes] = {}
-        tables, empties, corrupt_indexes = [], [], []
+        tables, empties, corrupt_indexes, hashes = [], [], [], []
         for s in group:
-            uri = self.files[s.base_offset].log.uri
-            data = mappings.enter_context(self.mapped(s.base_offset))
+            cached = self.decoded.get(s.base_offset)
+            if cached is not None:
+                data, decoded, headers = cached.data, cached.records, cached.headers
+                hashes.append(cached.key_hashes)
+            else:
+                data = mappings.enter_context(self.mapped(s.base_offset))
+                # one pass over the headers gives the rows and the headers (no second scan of the mapped file)
+                # values stay in the mapped bytes (references): the encoder copies the kept ones from there
+                decoded, headers = self.decode(data, s.base_offset)
             sources[s.base_offset] = data
-            # one pass over the headers gives the rows and the headers (no second scan of the mapped file)
-            # values stay in the mapped bytes (references): the encoder copies the kept ones from there
-            decoded, headers = decode_segment_and_headers(data, path=uri, topic=plan.topic,
-                                                          partition=plan.partition, segment_base_offset=s.base_offset,
-                                                          value_refs=True, max_batch_bytes=task.max_batch_bytes)
             tables.append(decoded)
             del decoded  # `tables` alone holds the rows: dropped as a whole once cleaned
             empties.append(empty_batches_from_headers(headers, s.base_offset))
             corrupt_indexes += self.index_problems(s.base_offset, headers)
             release_mapped_pages(data)  # decoded and checked: its pages need not stay resident (bounded memory)
-        if len({t.schema for t in tables}) > 1:  # a segment with legacy batches comes with its values copied
+        # a segment with legacy batches comes with its values copied (schemas compared, not hashed: cheaper)
+        if any(t.schema != tables[0].schema for t in tables[1:]):
             tables = [resolve_value_refs(t, sources) for t in tables]
         records = pa.concat_tables(tables)
         del tables
+        # every segment's key hashes known from the map's pass: the clean need not hash the keys again
+        key_hashes = ((np.concatenate([h[0] for h in hashes]), np.concatenate([h[1] for h in hashes]))
+                      if len(hashes) == len(group) else None)
         mtimes = {s.base_offset: s.mtime_ms for s in group}
         result = clean_records(records, offset_map=omap, txn_state=task.txn, params=self.params,
-                               empty_batches=pa.concat_tables(empties), segment_last_modified_ms=mtimes)
+                               empty_batches=pa.concat_tables(empties), key_hashes=key_hashes,
+                               segment_last_modified_ms=mtimes)
         records_before = records.num_rows
         del records  # only the kept rows are needed from here: the decoded group can go (bounded memory)
         # a group whose index files are wrong is rewritten even when no record goes: that rebuilds them
         changed = result.changed or bool(corrupt_indexes)
         for _ in range(MAX_CONVERGENCE_PASSES):
-            if _stable(result):
+            if _stable(result, self.params.now_ms):
                 break
             again = clean_records(result.records, offset_map=omap, txn_state=refreshed_txn or task.txn,
                                   params=self.params, empty_batches=result.empty_batches,
@@ -261,6 +331,8 @@ class PartitionCleaner:
                 break
             changed = True
             result = _merged_result(again, result)
+        kept = result.records
+        markers = kept.column("offset").to_numpy()[kept.column("control").to_numpy(zero_copy_only=False)]
         bytes_before = sum(len(d) for d in sources.values())
         g = GroupOutcome(bases, changed, bytes_before, bytes_before, records_before, records_before,
                          corrupt_indexes=tuple(corrupt_indexes))
@@ -274,7 +346,7 @@ class PartitionCleaner:
                     written = write_segment(result.records, target, storage=storage,
                                             empty_batches=result.empty_batches, sources=sources,
                                             index_interval_bytes=task.config.index_interval_bytes,
-                                            aborted_txns=_txn_entries(storage, task.listing, bases, result.records),
+                                            aborted_txns=_txn_entries(storage, task.listing, bases, markers),
                                             durable=self.durable)
                 except StorageEnvironmentError as exc:
                     if not exc.out_of_space:
@@ -290,9 +362,10 @@ class PartitionCleaner:
                     storage.set_mtime(uri, g.mtime_ms)
                 g.bytes_after = written.bytes
                 g.staged_suffixes = tuple(written.paths)
-        kept = result.records
-        markers = kept.filter(kept["control"])["offset"].to_numpy()
-        return GroupRun(g, result.stats, key_hash_table(kept), result.empty_batches, markers)
+        run = GroupRun(g, result.stats, result.empty_batches, markers, kept=kept)
+        if not defer_key_hashes:
+            run.key_hashes  # noqa: B018 - derived now: the rows need not be held (bounded memory)
+        return run
 
     def refreshed_txn_state(self, runs: list[GroupRun], round_end: int):
         """Transaction and producer state of the log as the first pass left it: the groups' outputs plus
@@ -385,7 +458,10 @@ def compact_partition(task: CompactTask, *, durable: bool = True,
         in_round = [s for s in state.segments if s.base_offset < round_end]
         groups = group_segments_by_size(in_round, task.config.segment_bytes, task.config.segment_index_bytes,
                                          plan.first_uncleanable_offset, task.config.index_interval_bytes)
-        runs = [cleaner.clean_group(group, omap) for group in groups]
+        # Only the last group's key hashes wait: whether any are needed is known once every group is cleaned
+        # (a marker survives somewhere), and holding a group's rows past its own clean stays bounded only for one.
+        runs = [cleaner.clean_group(group, omap, defer_key_hashes=i == len(groups) - 1)
+                for i, group in enumerate(groups)]
         # Markers whose transaction lost its last data in this pass: Kafka's next pass would stamp them.
         # Re-clean (from the sources) the groups holding such markers, with the state the pass left.
         if any(r.marker_offsets.size for r in runs):
@@ -393,7 +469,7 @@ def compact_partition(task: CompactTask, *, durable: bool = True,
             freed = freed_markers(task.txn, refreshed)
             for i, (group, run) in enumerate(zip(groups, runs)):
                 if freed.size and np.isin(run.marker_offsets, freed).any():
-                    runs[i] = cleaner.clean_group(group, omap, refreshed)
+                    runs[i] = cleaner.clean_group(group, omap, refreshed, defer_key_hashes=True)
         total = CleanStats()
         for run in runs:
             total = total.merged(run.stats)

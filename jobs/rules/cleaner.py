@@ -53,6 +53,7 @@ from segment_io.schema import (
     BATCH_SCHEMA,
     KEY_HASH_SCHEMA,
     RECORD_SCHEMA,
+    arrow_array,
     int64_or_zero,
     validity,
 )
@@ -365,7 +366,7 @@ def _surviving_rows(records: pa.Table, keep: np.ndarray, batch_id: np.ndarray, r
 
     def patched(name: str, per_batch: np.ndarray) -> pa.Array:
         current = out.column(name).to_numpy()
-        return pa.array(np.where(row_rebuilt, per_batch[bid], current), RECORD_SCHEMA.field(name).type)
+        return arrow_array(np.where(row_rebuilt, per_batch[bid], current), RECORD_SCHEMA.field(name).type)
 
     out = out.set_column(out.schema.get_field_index("delete_horizon_ms"), RECORD_SCHEMA.field("delete_horizon_ms"),
                          pa.array(h, pa.int64(), mask=~has_h))
@@ -394,7 +395,7 @@ def _empty_headers(b: dict[str, np.ndarray], selected: np.ndarray) -> pa.Table:
         if name == "delete_horizon_ms":
             arrays.append(pa.nulls(k, ftype))
         else:
-            arrays.append(pa.array(cols[name], ftype))
+            arrays.append(arrow_array(cols[name], ftype))
     table = pa.Table.from_arrays(arrays, schema=BATCH_SCHEMA)
     return table.sort_by("batch_base_offset") if k > 1 else table
 
@@ -440,9 +441,9 @@ def key_hash_table(records: pa.Table, key_hashes: tuple[np.ndarray, np.ndarray] 
         per_batch = _control_types(records, starts, batch_cols)
         ctype = np.where(control, per_batch[np.cumsum(boundary) - 1], -1).astype(np.int16)
     arrays = {
-        "key_hash_hi": pa.array(hi, pa.int64()), "key_hash_lo": pa.array(lo, pa.int64()),
+        "key_hash_hi": arrow_array(hi, pa.int64()), "key_hash_lo": arrow_array(lo, pa.int64()),
         "key_is_null": pa.array(key_null), "value_is_null": pa.array(~validity(records.column("value"))),
-        "control_type": pa.array(ctype, pa.int16()),
+        "control_type": arrow_array(ctype, pa.int16()),
     }
     return pa.table([arrays[f.name] if f.name in arrays else records.column(f.name) for f in KEY_HASH_SCHEMA],
                     schema=KEY_HASH_SCHEMA)

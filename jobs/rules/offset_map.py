@@ -13,6 +13,7 @@ Public API::
     max_keys_for_buffer(dedupe_buffer_bytes) -> int    (from jobs.rules.map_capacity)
     buffer_bytes_for_keys(keys) -> int
     build_offset_map(key_hash_tables, *, start_offset, end_offset, aborted, max_keys) -> OffsetMapResult
+    record_map_columns(records, key_hashes) -> what build_offset_map reads, from decoded records
     mappable_rows(key_hash_table, *, start_offset, end_offset, aborted) -> bool mask (the rows a pass maps)
     OffsetMap.get(key_hash_hi, key_hash_lo) -> np.ndarray     # -1 where the key is not mapped
     OffsetMapResult: .offset_map, .latest_offset, .end_offset (the new clean point), .full, .records_read
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Mapping, TypeAlias
 
 import numba
 import numpy as np
@@ -31,6 +32,7 @@ import pyarrow as pa
 from jobs.rules.map_capacity import BYTES_PER_ENTRY, LOAD_FACTOR, buffer_bytes_for_keys, max_keys_for_buffer
 from jobs.rules.transactions import AbortedTxns
 from segment_io.errors import ConfigError
+from segment_io.schema import validity
 
 _EMPTY = -1  # offsets are >= 0, so a slot with offset -1 is free
 
@@ -86,8 +88,9 @@ class OffsetMap:
         return self.size / _slots_for(self.max_keys)
 
 
-#: Keys the table has room for before it first grows.
-_INITIAL_KEYS = 4096
+#: Keys the table has room for before it first grows (a small partition's: a thousand records of 48 KiB
+#: segments hold fewer keys; allocating and clearing room for more cost it more than the mapping).
+_INITIAL_KEYS = 1024
 
 
 def _slots_for(keys: int) -> int:
@@ -195,13 +198,38 @@ class OffsetMapResult:
 _MAP_COLUMNS = ("offset", "key_hash_hi", "key_hash_lo", "key_is_null", "batch_base_offset", "batch_last_offset",
                 "transactional", "control", "producer_id")
 
+#: the map's columns that decoded records (RECORD_SCHEMA) hold as they are
+_RECORD_MAP_COLUMNS = ("offset", "batch_base_offset", "batch_last_offset", "transactional", "control", "producer_id")
 
-def build_offset_map(key_hash_tables: Iterable[pa.Table], *, start_offset: int, end_offset: int,
+#: What :func:`build_offset_map` reads of a segment: a KEY_HASH_SCHEMA table, or its ``_MAP_COLUMNS`` as numpy
+#: arrays (see :func:`record_map_columns`).
+MapSource: TypeAlias = "pa.Table | Mapping[str, np.ndarray]"
+
+
+def _map_columns(source: MapSource) -> Mapping[str, np.ndarray]:
+    if isinstance(source, pa.Table):
+        return {name: source.column(name).to_numpy() for name in _MAP_COLUMNS}
+    return source
+
+
+def record_map_columns(records: pa.Table, key_hashes: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
+    """What :func:`build_offset_map` reads of a segment, from its decoded records (RECORD_SCHEMA, one segment in
+    offset order) and their keys' hashes (``segment_io.hashing.hash_keys``, aligned with ``records``): the same
+    rows as its KEY_HASH_SCHEMA table gives, so a task that decodes a segment in full for its clean anyway
+    maps it without a second decode."""
+    cols = {name: records.column(name).to_numpy() for name in _RECORD_MAP_COLUMNS}
+    cols["key_hash_hi"], cols["key_hash_lo"] = key_hashes
+    cols["key_is_null"] = ~validity(records.column("key"))
+    return cols
+
+
+def build_offset_map(key_hash_tables: Iterable[MapSource], *, start_offset: int, end_offset: int,
                      aborted: AbortedTxns, max_keys: int) -> OffsetMapResult:
     """Map each key to its latest offset over ``[start_offset, end_offset)``, Kafka's ``buildOffsetMap``.
 
     ``key_hash_tables`` are KEY_HASH_SCHEMA tables in offset order (typically one per segment, from
-    ``segment_io.read_key_hashes``); they are consumed one at a time, so memory stays bounded by the map.
+    ``segment_io.read_key_hashes``), or the same columns as :func:`record_map_columns` gives them; they are
+    consumed one at a time, so memory stays bounded by the map.
     ``end_offset`` is the first uncleanable offset (a segment base in Kafka). Control batches, records of
     aborted transactions (``aborted`` from :func:`jobs.rules.transactions.derive_txn_state`) and keyless records are
     not mapped: an aborted value must never shadow a live one. When ``max_keys`` distinct keys are mapped and
@@ -210,9 +238,9 @@ def build_offset_map(key_hash_tables: Iterable[pa.Table], *, start_offset: int, 
     omap = OffsetMap(max_keys)
     records_read = 0
     for table in key_hash_tables:
-        if table.num_rows == 0:
+        cols = _map_columns(table)
+        if len(cols["offset"]) == 0:
             continue
-        cols = {name: table.column(name).to_numpy() for name in _MAP_COLUMNS}
         offsets = np.ascontiguousarray(cols["offset"], np.int64)
         in_range = (offsets >= start_offset) & (offsets < end_offset)
         if not in_range.any():
@@ -239,12 +267,12 @@ def mappable_rows(table: pa.Table, *, start_offset: int, end_offset: int, aborte
     """Which rows of a KEY_HASH_SCHEMA table a pass over ``[start_offset, end_offset)`` maps (the rows
     :func:`build_offset_map` puts): keyed data records in the range that no aborted transaction holds. The
     external-sort strategy computes each key's latest offset over exactly these rows."""
-    cols = {name: table.column(name).to_numpy() for name in _MAP_COLUMNS}
+    cols = _map_columns(table)
     offsets = cols["offset"]
     return _mappable(cols, (offsets >= start_offset) & (offsets < end_offset), aborted)
 
 
-def _mappable(cols: dict[str, np.ndarray], in_range: np.ndarray, aborted: AbortedTxns) -> np.ndarray:
+def _mappable(cols: Mapping[str, np.ndarray], in_range: np.ndarray, aborted: AbortedTxns) -> np.ndarray:
     control = cols["control"]
     txn = cols["transactional"] & ~control
     is_aborted = np.zeros(len(in_range), bool)
@@ -259,5 +287,5 @@ def _records_read(in_range: np.ndarray, control: np.ndarray, batch_base: np.ndar
     return data + len(np.unique(ctl_bases))
 
 
-__all__ = ["BYTES_PER_ENTRY", "LOAD_FACTOR", "OffsetMap", "OffsetMapResult", "buffer_bytes_for_keys",
-           "build_offset_map", "mappable_rows", "max_keys_for_buffer"]
+__all__ = ["BYTES_PER_ENTRY", "LOAD_FACTOR", "MapSource", "OffsetMap", "OffsetMapResult", "buffer_bytes_for_keys",
+           "build_offset_map", "mappable_rows", "max_keys_for_buffer", "record_map_columns"]

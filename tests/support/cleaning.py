@@ -5,8 +5,9 @@ cleaner's rule tests. The Spark task runs the same steps segment group by segmen
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +18,10 @@ from jobs.rules.offset_map import OffsetMapResult, build_offset_map
 from jobs.rules.transactions import TxnState, derive_txn_state, summarize_batches
 from segment_io.decode import hash_keys
 from segment_io.schema import BATCH_SCHEMA
+
+if TYPE_CHECKING:
+    from jobs.engine.cleaning import CompactTask
+    from jobs.rules.config import TopicConfig
 
 
 @dataclass(frozen=True)
@@ -62,3 +67,32 @@ def clean_log(records: pa.Table, *, now_ms: int, first_dirty_offset: int, first_
     result = CleanResult(records=out_records, empty_batches=out_empty.sort_by("batch_base_offset"),
                          changed=cleaned.changed, rebuilt_batches=cleaned.rebuilt_batches, stats=cleaned.stats)
     return LogClean(result, omap, txn_state)
+
+
+def partition_task(log_dir: "str | os.PathLike[str]", topic: str, partition: int, now_ms: int, *,
+                   config: "TopicConfig | None" = None, max_keys: int | None = None,
+                   cleaner_checkpoint: int | None = None) -> "CompactTask":
+    """The memory strategy's task for one partition of a local log dir, as the driver would build it (scan, plan
+    with the partition requested, the store's committer): for tests that run ``compact_partition`` directly.
+    ``config`` defaults to a compacted topic with Kafka's defaults; ``max_keys`` to a map of 1 MiB;
+    ``cleaner_checkpoint`` is the partition's cleaner-offset-checkpoint entry (none by default)."""
+    from jobs.engine.cleaning import CompactTask
+    from jobs.engine.scan import scan_partition
+    from jobs.logdir.commit import committer_for
+    from jobs.logdir.lock import work_uri
+    from jobs.rules.config import TopicConfig
+    from jobs.rules.map_capacity import max_keys_for_buffer
+    from jobs.rules.plan_compact import plan_compaction
+    from segment_io.compression import DEFAULT_MAX_BATCH_BYTES
+    from segment_io.layout import list_log_dir
+    from segment_io.storage import LocalStorage
+
+    storage = LocalStorage()
+    listing = list_log_dir(storage, str(log_dir)).partitions[(topic, partition)]
+    scan = scan_partition(storage, listing, now_ms=now_ms, cleaner_checkpoint=cleaner_checkpoint)
+    config = config or TopicConfig.from_settings({"cleanup.policy": "compact"})
+    plan = plan_compaction(scan.state, config, now_ms, requested=True)
+    committer = committer_for(storage, work_uri(str(log_dir)), log_dir=str(log_dir))
+    return CompactTask(storage, listing, scan.state, plan, config, scan.txn, now_ms,
+                       max_keys if max_keys is not None else max_keys_for_buffer(1 << 20), False, committer,
+                       DEFAULT_MAX_BATCH_BYTES)

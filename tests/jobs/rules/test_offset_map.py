@@ -162,7 +162,7 @@ def _runs_of(keys: np.ndarray, first_offset: int, run: int):
 
 @pytest.mark.parametrize("max_keys", [50_000, 7_000])
 def test_the_table_grows_with_the_keys_and_fills_at_max_keys_alone(max_keys: int) -> None:
-    # 20,000 distinct keys (5x the table's first size), each written twice, in runs of 3,000 records
+    # 20,000 distinct keys (many times the table's first size), each written twice, in runs of 3,000 records
     rng = np.random.default_rng(5)
     hi = rng.integers(-(2**62), 2**62, 20_000)
     lo = rng.integers(-(2**62), 2**62, 20_000)
@@ -189,3 +189,34 @@ def test_the_table_grows_with_the_keys_and_fills_at_max_keys_alone(max_keys: int
     assert omap.get(hi[keys], lo[keys]).tolist() == [latest[int(k)] for k in keys]
     missing = np.setdiff1d(np.arange(20_000), keys)[:100]
     assert (omap.get(hi[missing], lo[missing]) == -1).all()
+
+
+def test_the_map_columns_of_decoded_records_are_those_of_the_key_hash_pass(tmp_path) -> None:
+    """``record_map_columns`` (a segment's full decode and its keys' hashes) gives what the key-hash decode gives
+    the map, and ``key_hash_table`` of the same the whole KEY_HASH_SCHEMA table (what a memory-first task hands
+    to external-sort): on v2 segments with transactions, aborts, markers, tombstones, headers and zstd, and on a
+    legacy (magic 1) one."""
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    from jobs.rules.offset_map import _MAP_COLUMNS, record_map_columns
+    from segment_io.decode import decode_key_hashes_bytes, decode_segment_and_headers
+    from segment_io.generate import GenerateSpec, generate_log_dir
+
+    generate_log_dir(GenerateSpec(partitions=1, records=1200, segment_bytes=16 << 10, codec=4, tombstone_share=0.1,
+                                  transactional_share=0.4, aborted_share=0.4, headers=True, seed=3), str(tmp_path))
+    segments = [p.read_bytes() for p in sorted(tmp_path.rglob("*.log"))]
+    legacy = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 20)
+    for i in range(6):
+        legacy.append(i, timestamp=1_000 + i, key=None if i == 2 else k(i % 3), value=None if i == 4 else b"v")
+    segments.append(bytes(legacy.build()))
+    for data in segments:
+        expected = decode_key_hashes_bytes(data, allow_truncated_tail=True)
+        records, _ = decode_segment_and_headers(data, allow_truncated_tail=True, value_refs=True)
+        hashes = hash_keys(records.column("key"))
+        cols = record_map_columns(records, hashes)
+        assert sorted(cols) == sorted(_MAP_COLUMNS)
+        for name in _MAP_COLUMNS:
+            assert np.array_equal(cols[name], expected.column(name).to_numpy()), name
+        assert key_hash_table(records, hashes).equals(expected)
+    assert any(expected.column("control").to_numpy().any() for expected in
+               (decode_key_hashes_bytes(d, allow_truncated_tail=True) for d in segments))
