@@ -112,6 +112,7 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, ClassVar, Iterable, Sequence
@@ -521,23 +522,31 @@ def _plan_replace(committer: "Committer", partition_uri: str, files: list[Segmen
                               "first", uri=partition_uri, offset=f.base_offset)
 
     new: dict[int, dict[str, int]] = {}
+    staged: dict[int, dict[str, str]] = {}
     for seg in new_segments:
         if LOG_SUFFIX not in seg.suffixes or not set(seg.suffixes) <= set(SEGMENT_DATA_SUFFIXES):
             raise CommitError(f"staged segment needs .log and only segment data suffixes, got {seg.suffixes}",
                               uri=partition_uri, offset=seg.base_offset)
-        uris = {sfx: committer.staged_uri(partition_uri, seg.base_offset, sfx) for sfx in _ordered(seg.suffixes)}
-        found = _sizes(storage, uris.values())
+        staged[seg.base_offset] = {sfx: committer.staged_uri(partition_uri, seg.base_offset, sfx)
+                                   for sfx in _ordered(seg.suffixes)}
+    # local disk stages in the partition dir, whose listing (``files``) already has the sizes
+    found = _sizes(storage, [u for uris in staged.values() for u in uris.values()],
+                   {f.uri: f.info.size for f in files})
+    for base, uris in staged.items():
         for uri in uris.values():
             if uri not in found:
-                raise CommitError("staged file is missing", uri=uri, offset=seg.base_offset)
-        new[seg.base_offset] = {sfx: found[uri] for sfx, uri in uris.items()}
+                raise CommitError("staged file is missing", uri=uri, offset=base)
+        new[base] = {sfx: found[uri] for sfx, uri in uris.items()}
     return ReplaceIntent(partition=partition_name(partition_uri),
                          old={b: _live_data_suffixes(files, b) for b in old}, new=new, run_id=committer.run_id)
 
 
-def _sizes(storage: Storage, uris: Iterable[str]) -> dict[str, int]:
-    """Sizes of those of ``uris`` that exist. One listing per parent: ``LocalStorage.stat`` would hash
-    whole files, and on S3 a listing is one request for many objects."""
+def _sizes(storage: Storage, uris: Sequence[str], listed: dict[str, int]) -> dict[str, int]:
+    """Sizes of those of ``uris`` that exist: from ``listed`` (uri -> size, a listing of their parent taken
+    already), else one listing per parent (``LocalStorage.stat`` would hash whole files, and on S3 a listing is
+    one request for many objects)."""
+    if all(uri in listed for uri in uris):
+        return {uri: listed[uri] for uri in uris}
     by_parent: dict[str, list[str]] = {}
     for uri in uris:
         parent, name = uri.rstrip("/").rsplit("/", 1)
@@ -750,34 +759,46 @@ class Committer:
                 live[i] = self._prepare(request)
             except SegjobsError as exc:
                 outcomes[i] = exc
-        for order in sorted({st.order for r in live.values() for st in r.stages}):
-            stages = {i: [st for st in r.stages if st.order == order] for i, r in live.items()}
-            failed = self._run_stage(stages)
-            for i, error in failed.items():
-                outcomes[i] = error
-                del live[i]
-            synced = {i: [st.sync for st in stages[i] if st.sync is not None] for i in live if i in stages}
-            synced = {i: uris for i, uris in synced.items() if uris}
-            if not synced:
-                continue
-            name = next(st.name for i in synced for st in stages[i])
-            if barrier_fault is not None and len(synced) > 1:
-                # (over one partition the barrier is that partition's own sync: no state a replace of it alone
-                # does not pass through, so no point of its own)
-                barrier_fault(f"barrier:{name}")
-            try:
-                self.storage.barrier([u for uris in synced.values() for u in uris])
-            except SegjobsError as exc:
-                for i in synced:
-                    outcomes[i] = exc
+        # the stages of each step, in protocol order (one pass over every partition's stages)
+        steps: dict[tuple[int, int], dict[int, list[_Stage]]] = {}
+        for i, r in live.items():
+            for st in r.stages:
+                steps.setdefault(st.order, {}).setdefault(i, []).append(st)
+        threads = min(self.storage.io_concurrency, len(live))
+        # One pool of step threads (stores of round trips) and one of barrier threads for the whole lockstep, not
+        # one per step: both end with it, so no thread outlives the call.
+        with self.storage.barriers() as barrier, \
+                (ThreadPoolExecutor(max_workers=threads, thread_name_prefix="segjobs-commit-step") if threads > 1
+                 else nullcontext()) as pool:
+            for order in sorted(steps):
+                stages = {i: st for i, st in steps[order].items() if i in live}
+                failed = self._run_stage(stages, pool)
+                for i, error in failed.items():
+                    outcomes[i] = error
                     del live[i]
+                synced = {i: [st.sync for st in stages[i] if st.sync is not None] for i in stages if i in live}
+                synced = {i: uris for i, uris in synced.items() if uris}
+                if not synced:
+                    continue
+                name = next(st.name for i in synced for st in stages[i])
+                if barrier_fault is not None and len(synced) > 1:
+                    # (over one partition the barrier is that partition's own sync: no state a replace of it alone
+                    # does not pass through, so no point of its own)
+                    barrier_fault(f"barrier:{name}")
+                try:
+                    barrier([u for uris in synced.values() for u in uris])
+                except SegjobsError as exc:
+                    for i in synced:
+                        outcomes[i] = exc
+                        del live[i]
         for i, r in live.items():
             outcomes[i] = r.result
         return [o for o in outcomes if o is not None]
 
-    def _run_stage(self, stages: dict[int, list["_Stage"]]) -> dict[int, SegjobsError]:
+    def _run_stage(self, stages: dict[int, list["_Stage"]],
+                   pool: ThreadPoolExecutor | None = None) -> dict[int, SegjobsError]:
         """Run each partition's stages of one step; the partitions whose step failed, with the error. Stores
-        whose requests are round trips (S3) run the partitions' steps on a few threads. A crash (any other
+        whose requests are round trips (S3) run the partitions' steps on ``pool``'s threads. A crash (any other
         exception) stops the lockstep where it is: raised at once on one thread; on several, no partition
         starts its step after it and it is raised once the steps under way are done."""
 
@@ -793,17 +814,13 @@ class Committer:
                 return exc
             except BaseException as exc:  # noqa: BLE001 - raised below, on the caller's thread
                 crashed.append(exc)
-                if threads <= 1:
+                if not on_threads:
                     raise
             return None
 
         keys = [i for i, st in stages.items() if st]
-        threads = min(self.storage.io_concurrency, len(keys))
-        if threads > 1:
-            with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="segjobs-commit-step") as pool:
-                errors = list(pool.map(run, keys))
-        else:
-            errors = [run(i) for i in keys]
+        on_threads = pool is not None and len(keys) > 1
+        errors = list(pool.map(run, keys)) if pool is not None and on_threads else [run(i) for i in keys]
         if crashed:
             raise crashed[0]
         return {i: err for i, err in zip(keys, errors) if err is not None}
