@@ -73,6 +73,8 @@ class GroupOutcome:
     records_before: int
     records_after: int
     staged_suffixes: tuple[str, ...] = ()
+    #: staged as the partition's only group, under its ``.cleaned`` names (see Committer.task_stage_uri)
+    staged_alone: bool = False
     #: last-modified time the new segment gets (the last replaced segment's, as Kafka does)
     mtime_ms: int = 0
     #: set by the driver once the group's replacement is committed
@@ -164,6 +166,8 @@ class PartitionCleaner:
         self.durable = durable
         self.files = {s.base_offset: s for s in task.listing.segments}
         self.staged_written = staged_written
+        #: the partition's only group this run (set once the groups are known): see Committer.task_stage_uri
+        self.alone = False
         plan, state = task.plan, task.state
         # Kafka's logSegments(0, firstDirtyOffset): every segment starting below the first dirty offset
         clean_before = [s for s in state.segments if s.base_offset < plan.first_dirty_offset]
@@ -269,7 +273,7 @@ class PartitionCleaner:
             if task.dry_run:
                 g.bytes_after = encoded_size(result.records, empty_batches=result.empty_batches, sources=sources)
             else:
-                target = task.committer.task_stage_uri(task.listing.uri, bases[0], ".log")
+                target = task.committer.task_stage_uri(task.listing.uri, bases[0], ".log", alone=self.alone)
                 try:
                     written = write_segment(result.records, target, storage=storage,
                                             empty_batches=result.empty_batches, sources=sources,
@@ -290,6 +294,7 @@ class PartitionCleaner:
                     storage.set_mtime(uri, g.mtime_ms)
                 g.bytes_after = written.bytes
                 g.staged_suffixes = tuple(written.paths)
+                g.staged_alone = self.alone
         kept = result.records
         markers = kept.filter(kept["control"])["offset"].to_numpy()
         return GroupRun(g, result.stats, key_hash_table(kept), result.empty_batches, markers)
@@ -385,6 +390,7 @@ def compact_partition(task: CompactTask, *, durable: bool = True,
         in_round = [s for s in state.segments if s.base_offset < round_end]
         groups = group_segments_by_size(in_round, task.config.segment_bytes, task.config.segment_index_bytes,
                                          plan.first_uncleanable_offset, task.config.index_interval_bytes)
+        cleaner.alone = len(groups) == 1
         runs = [cleaner.clean_group(group, omap) for group in groups]
         # Markers whose transaction lost its last data in this pass: Kafka's next pass would stamp them.
         # Re-clean (from the sources) the groups holding such markers, with the state the pass left.
