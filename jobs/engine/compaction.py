@@ -7,6 +7,7 @@ What `segjobs compact` does, in users' words, is the docstring of :mod:`jobs.com
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
@@ -113,8 +114,11 @@ def work(ctx: JobContext) -> None:
                     runner=ctx.runner, job_description=ctx.job_description, warnings=ctx.report.warnings,
                     progress=ctx.progress)
     max_keys = max_keys_for_buffer(options.dedupe_buffer_bytes)
+    # each topic's configuration resolved once: its partitions' tasks then share one object, which a bin's task
+    # pickles once (rather than once per partition)
+    config_of = functools.cache(ctx.configs.for_topic)
     # compact,delete partitions: retention first, compaction planned on what it leaves (see RetentionFirst)
-    first = plan_retention_first(RetentionParams.from_job(ctx), ctx.scans, ctx.configs.for_topic,
+    first = plan_retention_first(RetentionParams.from_job(ctx), ctx.scans, config_of,
                                  DeleteLimit.of_job(ctx), parallel_map=ctx.parallel_map,
                                  max_batch_bytes=ctx.max_batch_bytes)
     held = first.held()
@@ -127,7 +131,7 @@ def work(ctx: JobContext) -> None:
                                              error=scan.error, readable=False))
             ctx.report.errors.append({"partition": scan.name, **scan.error.to_dict()})
             continue
-        config = ctx.configs.for_topic(scan.topic)
+        config = config_of(scan.topic)
         listing, scan = first.compaction_input(key, ctx.listing.partitions[key], scan)
         plan = plan_compaction(scan.scanned, config, ctx.now_ms, requested=ctx.scope.explicit(*key))
         plans[key], states[key] = plan, scan.scanned
@@ -138,7 +142,7 @@ def work(ctx: JobContext) -> None:
                                    for k, p in first.plans.items()}, "retention")
     planfile.check_decisions({partition_name(k): CompactionDecision.of(p, k in held)
                                    for k, p in plans.items()}, "compaction", later=("outcome",))
-    retention = apply_retention_first(first, ctx.scans, ctx.configs.for_topic, work_uri=ctx.work_uri,
+    retention = apply_retention_first(first, ctx.scans, config_of, work_uri=ctx.work_uri,
                                       report=ctx.report, progress=ctx.progress)
     # Where retention failed half-way the partition is not what compaction was planned on: leave it alone.
     failed = {k for k, r in retention.items() if r.action is Action.ERROR and k in first.plans}
@@ -326,7 +330,8 @@ def _commit_bin(c: _Committing, commits: Sequence[_Commit], finished: Callable[[
         groups = [changed[x.key][r] for x in active]
         requests = [ReplaceRequest(c.partition_uris[x.key], g.old_bases, [StagedSegment(g.old_bases[0],
                                                                                          g.staged_suffixes)],
-                                   fault=c.fault_for(partition_name(x.key)), promote=True, mtime_ms=g.mtime_ms)
+                                   fault=c.fault_for(partition_name(x.key)), promote=not g.staged_alone,
+                                   mtime_ms=g.mtime_ms)
                     for x, g in zip(active, groups)]
         results = c.committer.replace_lockstep(requests, barrier_fault=c.fault_for(""))
         still = []
@@ -442,7 +447,7 @@ def _check_outcome_against_plan(ctx: JobContext, planfile: PlanStage, key: tuple
 
 def _discard_staged(ctx: JobContext, partition_uri: str, outcome: PartitionOutcome) -> None:
     for g in outcome.groups:
-        ctx.committer.discard(partition_uri, g.old_bases[0], g.staged_suffixes)
+        ctx.committer.discard(partition_uri, g.old_bases[0], g.staged_suffixes, alone=g.staged_alone)
 
 
 def _summarize(ctx: JobContext) -> None:

@@ -25,7 +25,10 @@ Replace on local disk (Kafka's own protocol, ``LocalLog.replaceSegments``; a bro
 finish or undo it at every instant)
 ---------------------------------------------------------------------------------------------------
 The job writes new segments as ``<base>.<suffix>.cleaned`` in the partition dir (:func:`staged_uri`),
-durable (fsynced by ``Storage.open_write``, or by the barrier a cleaning task ends its bin with).
+durable (fsynced by ``Storage.open_write``, or by the barrier a cleaning task ends its bin with). A compaction
+task writes the only group it cleans in a partition there directly; several groups of one partition are staged
+in the work dir and moved to their ``.cleaned`` names one group at a time, just before each one's commit (see
+:meth:`Committer.task_stage_uri`).
 
 1. ``write-intent``: ``replace.json`` in the work dir (``put_if_absent``).
 2. ``cleaned-to-swap:<file>``: rename each new segment's files ``.cleaned`` -> ``.swap``, segments in
@@ -112,6 +115,7 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, ClassVar, Iterable, Sequence
@@ -140,8 +144,9 @@ LOG_SUFFIX = ".log"
 
 COMMIT_DIR = "commit"
 STAGED_DIR = "staged"
-#: ``<work>/staging/<tp>/``: where compaction tasks write new segments before the driver commits them one group
-#: at a time (see :meth:`Committer.task_stage_uri`). No intent ever refers to it: recovery empties it.
+#: ``<work>/staging/<tp>/``: where compaction tasks write the new segments of a partition with several groups
+#: before the driver commits them one group at a time (see :meth:`Committer.task_stage_uri`). No intent ever
+#: refers to it: recovery empties it.
 PRIVATE_STAGING_DIR = "staging"
 #: ``<partition>/.segjobs-staging/``: where tasks stage new segments for a log dir on another filesystem than its
 #: work dir (see :class:`RenameCommitter`). A broker ignores a sub-directory of a partition dir (its loader only
@@ -521,23 +526,31 @@ def _plan_replace(committer: "Committer", partition_uri: str, files: list[Segmen
                               "first", uri=partition_uri, offset=f.base_offset)
 
     new: dict[int, dict[str, int]] = {}
+    staged: dict[int, dict[str, str]] = {}
     for seg in new_segments:
         if LOG_SUFFIX not in seg.suffixes or not set(seg.suffixes) <= set(SEGMENT_DATA_SUFFIXES):
             raise CommitError(f"staged segment needs .log and only segment data suffixes, got {seg.suffixes}",
                               uri=partition_uri, offset=seg.base_offset)
-        uris = {sfx: committer.staged_uri(partition_uri, seg.base_offset, sfx) for sfx in _ordered(seg.suffixes)}
-        found = _sizes(storage, uris.values())
+        staged[seg.base_offset] = {sfx: committer.staged_uri(partition_uri, seg.base_offset, sfx)
+                                   for sfx in _ordered(seg.suffixes)}
+    # local disk stages in the partition dir, whose listing (``files``) already has the sizes
+    found = _sizes(storage, [u for uris in staged.values() for u in uris.values()],
+                   {f.uri: f.info.size for f in files})
+    for base, uris in staged.items():
         for uri in uris.values():
             if uri not in found:
-                raise CommitError("staged file is missing", uri=uri, offset=seg.base_offset)
-        new[seg.base_offset] = {sfx: found[uri] for sfx, uri in uris.items()}
+                raise CommitError("staged file is missing", uri=uri, offset=base)
+        new[base] = {sfx: found[uri] for sfx, uri in uris.items()}
     return ReplaceIntent(partition=partition_name(partition_uri),
                          old={b: _live_data_suffixes(files, b) for b in old}, new=new, run_id=committer.run_id)
 
 
-def _sizes(storage: Storage, uris: Iterable[str]) -> dict[str, int]:
-    """Sizes of those of ``uris`` that exist. One listing per parent: ``LocalStorage.stat`` would hash
-    whole files, and on S3 a listing is one request for many objects."""
+def _sizes(storage: Storage, uris: Sequence[str], listed: dict[str, int]) -> dict[str, int]:
+    """Sizes of those of ``uris`` that exist: from ``listed`` (uri -> size, a listing of their parent taken
+    already), else one listing per parent (``LocalStorage.stat`` would hash whole files, and on S3 a listing is
+    one request for many objects)."""
+    if all(uri in listed for uri in uris):
+        return {uri: listed[uri] for uri in uris}
     by_parent: dict[str, list[str]] = {}
     for uri in uris:
         parent, name = uri.rstrip("/").rsplit("/", 1)
@@ -684,23 +697,28 @@ class Committer:
         """Where a new segment file must be when :meth:`replace_segments` starts."""
         raise NotImplementedError
 
-    def task_stage_uri(self, partition_uri: str, base_offset: int, suffix: str) -> str:
+    def task_stage_uri(self, partition_uri: str, base_offset: int, suffix: str, *, alone: bool = False) -> str:
         """Where a compaction task writes a new segment file before the driver commits it. On local disk it
-        cannot be Kafka's ``.cleaned`` name in the partition dir right away: a broker's loader discards every
-        ``.swap`` at or above the lowest ``.cleaned`` offset, so one group's staged files must never sit in the
-        partition dir while another group is being swapped in. Tasks therefore stage in the work dir, and
-        :meth:`promote` moves one group at a time to its ``.cleaned`` name just before its commit. On S3 the
-        protocol's own staging location is already outside the partition prefix."""
+        cannot be Kafka's ``.cleaned`` name in the partition dir right away when the partition has several groups
+        to commit: a broker's loader discards every ``.swap`` at or above the lowest ``.cleaned`` offset, and a
+        replace refuses to start beside ``.cleaned`` files not its own, so one group's staged files must never sit
+        in the partition dir while another group is being swapped in. Tasks therefore stage in the work dir, and
+        :meth:`promote` moves one group at a time to its ``.cleaned`` name just before its commit. ``alone``: the
+        group is the only one its task cleans in the partition (no other is staged or committed in it this run),
+        so on local disk it is staged under its ``.cleaned`` name right away (:meth:`staged_uri`), with no
+        directory of its own and nothing to promote: what a crash leaves of it is the state a crash right after
+        :meth:`promote` leaves, which Kafka's loader and recovery both settle by deleting the ``.cleaned`` files.
+        On S3 the protocol's own staging location is already outside the partition prefix."""
         raise NotImplementedError
 
     def promote(self, partition_uri: str, base_offset: int, suffixes: Iterable[str], mtime_ms: int) -> None:
-        """Bring the files a task staged at :meth:`task_stage_uri` to :meth:`staged_uri`, just before their
-        commit (``mtime_ms``: the modification time they keep)."""
+        """Bring the files a task staged at :meth:`task_stage_uri` (not ``alone``) to :meth:`staged_uri`, just
+        before their commit (``mtime_ms``: the modification time they keep)."""
 
-    def discard(self, partition_uri: str, base_offset: int, suffixes: Iterable[str]) -> None:
+    def discard(self, partition_uri: str, base_offset: int, suffixes: Iterable[str], *, alone: bool = False) -> None:
         """Delete the files a task staged at :meth:`task_stage_uri` and that will not be committed."""
         for sfx in suffixes:
-            self.storage.delete(self.task_stage_uri(partition_uri, base_offset, sfx))
+            self.storage.delete(self.task_stage_uri(partition_uri, base_offset, sfx, alone=alone))
 
     # ---------------------------------------------------------------- replace
 
@@ -750,34 +768,46 @@ class Committer:
                 live[i] = self._prepare(request)
             except SegjobsError as exc:
                 outcomes[i] = exc
-        for order in sorted({st.order for r in live.values() for st in r.stages}):
-            stages = {i: [st for st in r.stages if st.order == order] for i, r in live.items()}
-            failed = self._run_stage(stages)
-            for i, error in failed.items():
-                outcomes[i] = error
-                del live[i]
-            synced = {i: [st.sync for st in stages[i] if st.sync is not None] for i in live if i in stages}
-            synced = {i: uris for i, uris in synced.items() if uris}
-            if not synced:
-                continue
-            name = next(st.name for i in synced for st in stages[i])
-            if barrier_fault is not None and len(synced) > 1:
-                # (over one partition the barrier is that partition's own sync: no state a replace of it alone
-                # does not pass through, so no point of its own)
-                barrier_fault(f"barrier:{name}")
-            try:
-                self.storage.barrier([u for uris in synced.values() for u in uris])
-            except SegjobsError as exc:
-                for i in synced:
-                    outcomes[i] = exc
+        # the stages of each step, in protocol order (one pass over every partition's stages)
+        steps: dict[tuple[int, int], dict[int, list[_Stage]]] = {}
+        for i, r in live.items():
+            for st in r.stages:
+                steps.setdefault(st.order, {}).setdefault(i, []).append(st)
+        threads = min(self.storage.io_concurrency, len(live))
+        # One pool of step threads (stores of round trips) and one of barrier threads for the whole lockstep, not
+        # one per step: both end with it, so no thread outlives the call.
+        with self.storage.barriers() as barrier, \
+                (ThreadPoolExecutor(max_workers=threads, thread_name_prefix="segjobs-commit-step") if threads > 1
+                 else nullcontext()) as pool:
+            for order in sorted(steps):
+                stages = {i: st for i, st in steps[order].items() if i in live}
+                failed = self._run_stage(stages, pool)
+                for i, error in failed.items():
+                    outcomes[i] = error
                     del live[i]
+                synced = {i: [st.sync for st in stages[i] if st.sync is not None] for i in stages if i in live}
+                synced = {i: uris for i, uris in synced.items() if uris}
+                if not synced:
+                    continue
+                name = next(st.name for i in synced for st in stages[i])
+                if barrier_fault is not None and len(synced) > 1:
+                    # (over one partition the barrier is that partition's own sync: no state a replace of it alone
+                    # does not pass through, so no point of its own)
+                    barrier_fault(f"barrier:{name}")
+                try:
+                    barrier([u for uris in synced.values() for u in uris])
+                except SegjobsError as exc:
+                    for i in synced:
+                        outcomes[i] = exc
+                        del live[i]
         for i, r in live.items():
             outcomes[i] = r.result
         return [o for o in outcomes if o is not None]
 
-    def _run_stage(self, stages: dict[int, list["_Stage"]]) -> dict[int, SegjobsError]:
+    def _run_stage(self, stages: dict[int, list["_Stage"]],
+                   pool: ThreadPoolExecutor | None = None) -> dict[int, SegjobsError]:
         """Run each partition's stages of one step; the partitions whose step failed, with the error. Stores
-        whose requests are round trips (S3) run the partitions' steps on a few threads. A crash (any other
+        whose requests are round trips (S3) run the partitions' steps on ``pool``'s threads. A crash (any other
         exception) stops the lockstep where it is: raised at once on one thread; on several, no partition
         starts its step after it and it is raised once the steps under way are done."""
 
@@ -793,17 +823,13 @@ class Committer:
                 return exc
             except BaseException as exc:  # noqa: BLE001 - raised below, on the caller's thread
                 crashed.append(exc)
-                if threads <= 1:
+                if not on_threads:
                     raise
             return None
 
         keys = [i for i, st in stages.items() if st]
-        threads = min(self.storage.io_concurrency, len(keys))
-        if threads > 1:
-            with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="segjobs-commit-step") as pool:
-                errors = list(pool.map(run, keys))
-        else:
-            errors = [run(i) for i in keys]
+        on_threads = pool is not None and len(keys) > 1
+        errors = list(pool.map(run, keys)) if pool is not None and on_threads else [run(i) for i in keys]
         if crashed:
             raise crashed[0]
         return {i: err for i, err in zip(keys, errors) if err is not None}
@@ -921,15 +947,16 @@ class RenameCommitter(Committer):
     """Local disk: Kafka's ``LocalLog.replaceSegments`` protocol (``.cleaned`` -> ``.swap`` -> live), which a
     broker's loader can finish or undo at every instant.
 
-    Tasks stage new segments in the work dir (:meth:`task_stage_uri`), and :meth:`promote` renames them to their
-    ``.cleaned`` names. When the work dir lies on another filesystem than the log dir (a log dir that is its own
-    mount point: the sibling ``<log-dir>.segjobs`` is on the parent's filesystem) that move would be a copy, which
-    needs the space twice and can fail half-way; so then (``stage_beside``, set by :func:`committer_for`) tasks
-    stage in a sub-directory of the partition dir (:data:`STAGING_BESIDE_DIR`), and every move is a rename. A
-    crash leaves such files behind until the next run's recovery deletes them; a broker ignores them meanwhile
-    (its loader only looks at the files of a partition dir, never into a sub-directory). Where a rename still
-    meets another mount (``EXDEV``: a partition dir that is a bind mount or a mount point of its own),
-    :meth:`promote` copies."""
+    A task stages the only group it cleans in a partition under its ``.cleaned`` names (:meth:`task_stage_uri`
+    ``alone``); the groups of a partition with several it stages in the work dir, and :meth:`promote` renames
+    each group's files to their ``.cleaned`` names just before its commit. When the work dir lies on another
+    filesystem than the log dir (a log dir that is its own mount point: the sibling ``<log-dir>.segjobs`` is on
+    the parent's filesystem) that move would be a copy, which needs the space twice and can fail half-way; so
+    then (``stage_beside``, set by :func:`committer_for`) tasks stage those groups in a sub-directory of the
+    partition dir (:data:`STAGING_BESIDE_DIR`), and every move is a rename. A crash leaves such files behind
+    until the next run's recovery deletes them; a broker ignores them meanwhile (its loader only looks at the
+    files of a partition dir, never into a sub-directory). Where a rename still meets another mount (``EXDEV``: a
+    partition dir that is a bind mount or a mount point of its own), :meth:`promote` copies."""
 
     #: stage in the partition dir (see the class docstring); never set for a work dir on the log dir's filesystem
     stage_beside: bool = False
@@ -938,7 +965,9 @@ class RenameCommitter(Committer):
     def staged_uri(self, partition_uri: str, base_offset: int, suffix: str) -> str:
         return self.storage.join(partition_uri, segment_file_name(base_offset, suffix) + CLEANED_SUFFIX)
 
-    def task_stage_uri(self, partition_uri: str, base_offset: int, suffix: str) -> str:
+    def task_stage_uri(self, partition_uri: str, base_offset: int, suffix: str, *, alone: bool = False) -> str:
+        if alone:
+            return self.staged_uri(partition_uri, base_offset, suffix)
         if self.stage_beside:
             return self.storage.join(partition_uri, STAGING_BESIDE_DIR, segment_file_name(base_offset, suffix))
         return self.storage.join(self.work_uri, PRIVATE_STAGING_DIR, partition_name(partition_uri),
@@ -971,33 +1000,37 @@ class RenameCommitter(Committer):
                         fault: Fault | None) -> list["_Stage"]:
         storage = self.storage
 
-        def path(base: int, sfx: str, transient: str = "") -> str:
-            return storage.join(partition_uri, segment_file_name(base, sfx) + transient)
+        def files(base: int, suffixes: Iterable[str]) -> list[tuple[str, str]]:
+            names = [segment_file_name(base, sfx) for sfx in suffixes]
+            return [(name, storage.join(partition_uri, name)) for name in names]
+
+        # (name, live path) of each file, in the order the steps take them; a transient name is the live path plus
+        # its suffix (each path joined once: the joins showed in the driver's profile of many small partitions)
+        new = {base: files(base, _ordered(intent.new[base])) for base in intent.new}
+        old = [f for base in sorted(intent.old) for f in files(base, intent.old[base])]
 
         def cleaned_to_swap(base: int) -> None:
-            for sfx in _ordered(intent.new[base]):
-                _call(fault, result.steps, f"cleaned-to-swap:{segment_file_name(base, sfx)}")
-                storage.rename(path(base, sfx, CLEANED_SUFFIX), path(base, sfx, SWAP_SUFFIX))
+            for name, live in new[base]:
+                _call(fault, result.steps, f"cleaned-to-swap:{name}")
+                storage.rename(live + CLEANED_SUFFIX, live + SWAP_SUFFIX)
 
         def old_to_deleted() -> None:
-            for base in sorted(intent.old):
-                for sfx in intent.old[base]:
-                    _call(fault, result.steps, f"old-to-deleted:{segment_file_name(base, sfx)}")
-                    storage.rename(path(base, sfx), path(base, sfx, DELETED_SUFFIX))
+            for name, live in old:
+                _call(fault, result.steps, f"old-to-deleted:{name}")
+                storage.rename(live, live + DELETED_SUFFIX)
 
         def swap_to_live() -> None:
-            for base in sorted(intent.new):
-                for sfx in _ordered(intent.new[base]):
-                    _call(fault, result.steps, f"swap-to-live:{segment_file_name(base, sfx)}")
-                    storage.rename(path(base, sfx, SWAP_SUFFIX), path(base, sfx))
-                    result.installed.append(path(base, sfx))
+            for base in sorted(new):
+                for name, live in new[base]:
+                    _call(fault, result.steps, f"swap-to-live:{name}")
+                    storage.rename(live + SWAP_SUFFIX, live)
+                    result.installed.append(live)
 
         def purge_old() -> None:
-            for base in sorted(intent.old):
-                for sfx in intent.old[base]:
-                    _call(fault, result.steps, f"purge-old:{segment_file_name(base, sfx)}")
-                    storage.delete(path(base, sfx, DELETED_SUFFIX))
-                    result.removed.append(path(base, sfx, DELETED_SUFFIX))
+            for name, live in old:
+                _call(fault, result.steps, f"purge-old:{name}")
+                storage.delete(live + DELETED_SUFFIX)
+                result.removed.append(live + DELETED_SUFFIX)
 
         # one sync per new segment (descending), then one per phase: see the module docstring
         return [*(_Stage((1, k), "cleaned-to-swap", partial(cleaned_to_swap, base), partition_uri)
@@ -1025,7 +1058,7 @@ class CopyCommitter(Committer):
         return self.storage.join(self.partition_work_uri(partition_uri), STAGED_DIR, *([run_id] if run_id else []),
                                  segment_file_name(base_offset, suffix))
 
-    def task_stage_uri(self, partition_uri: str, base_offset: int, suffix: str) -> str:
+    def task_stage_uri(self, partition_uri: str, base_offset: int, suffix: str, *, alone: bool = False) -> str:
         return self.staged_uri(partition_uri, base_offset, suffix)
 
     def _install_stages(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,

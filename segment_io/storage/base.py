@@ -198,6 +198,13 @@ class Storage(ABC):
         journal commits together). A no-op where every answered request is already durable (S3)."""
 
     @contextmanager
+    def barriers(self) -> Iterator[Callable[[Iterable[str]], None]]:
+        """For many :meth:`barrier` calls in a row (a bin's commit takes one per protocol step): yields the
+        barrier to call. Where a barrier syncs on threads, the block keeps them between its barriers (a barrier
+        alone starts and stops its own), and none outlives the block."""
+        yield self.barrier
+
+    @contextmanager
     def read_mapped(self, uri: str) -> Iterator[bytes | memoryview | mmap.mmap]:
         """A file's bytes without copying them where the store can (a local file is memory-mapped, so a
         header scan touches only the pages it reads); elsewhere the whole object, as :meth:`read`. Only for

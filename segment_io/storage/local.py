@@ -157,6 +157,24 @@ def _fsync_quietly(path: str) -> OSError | None:
         return exc
 
 
+def _barrier_pool(paths: int) -> ThreadPoolExecutor:
+    """The threads of a barrier (or of a block of them): started as fsyncs need them, at most
+    :data:`_BARRIER_THREADS`."""
+    return ThreadPoolExecutor(max_workers=min(_BARRIER_THREADS, paths), thread_name_prefix="segjobs-barrier")
+
+
+def _sync_all(paths: list[str], pool: ThreadPoolExecutor | None) -> None:
+    """fsync each of ``paths`` (on ``pool``'s threads when there are several); the first failure is raised, naming
+    its path, once all are done."""
+    if len(paths) <= 1 or pool is None:
+        errors = [_fsync_quietly(p) for p in paths]
+    else:
+        errors = list(pool.map(_fsync_quietly, paths))
+    for path, error in zip(paths, errors):
+        if error is not None:
+            raise storage_error(error, path) from None
+
+
 def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -490,8 +508,11 @@ class LocalStorage(Storage):
     # ------------------------------------------------------------------ moving and removing
 
     def rename(self, src: str, dst: str) -> None:
-        s, d = to_path(src), to_path(dst)
-        self._guard(s, lambda: os.replace(s, d))
+        s = to_path(src)
+        try:  # (not through _guard: a commit renames every file three times, and its closure showed)
+            os.replace(s, to_path(dst))
+        except OSError as e:
+            raise storage_error(e, s) from None
 
     def copy(self, src: str, dst: str) -> None:
         s, d = to_path(src), to_path(dst)
@@ -526,17 +547,21 @@ class LocalStorage(Storage):
         (Kafka leaves flushing to the page cache), so each barrier would wait for, and force out, gigabytes that
         are none of segjobs' business, stalling the broker's I/O."""
         paths = list(dict.fromkeys(to_path(u) for u in uris))
-        if len(paths) == 1:
-            self._guard(paths[0], lambda: _fsync_path(paths[0]))
+        if len(paths) <= 1:
+            _sync_all(paths, None)
             return
         # Threads of this call only: an idle pool kept for the process would hold its exit (the console script
         # joins every non-daemon thread before it exits; see jobs.commands.cli.exit_now).
-        with ThreadPoolExecutor(max_workers=min(_BARRIER_THREADS, len(paths)),
-                                thread_name_prefix="segjobs-barrier") as pool:
-            errors = list(pool.map(_fsync_quietly, paths))
-        for path, error in zip(paths, errors):
-            if error is not None:
-                raise storage_error(error, path) from None
+        with _barrier_pool(len(paths)) as pool:
+            _sync_all(paths, pool)
+
+    @contextmanager
+    def barriers(self) -> Iterator[Callable[[Iterable[str]], None]]:
+        """One pool of fsync threads for the block's barriers (a bin's commit takes five or more in a row: starting
+        and joining threads for each showed in the driver's profile), shut down when the block ends, so no thread
+        outlives it (see :meth:`barrier`)."""
+        with _barrier_pool(_BARRIER_THREADS) as pool:
+            yield lambda uris: _sync_all(list(dict.fromkeys(to_path(u) for u in uris)), pool)
 
     # ------------------------------------------------------------------ errors
 

@@ -21,6 +21,7 @@ from segment_io.errors import (
     UsageError,
 )
 from segment_io.storage import LocalStorage, Storage, StorageOptions, open_storage
+from segment_io.storage import local as local_storage
 from segment_io.storage.local import is_temp_file
 from segment_io.storage.s3 import MIN_PART_SIZE, S3Storage, parse_s3_uri
 
@@ -462,6 +463,33 @@ def test_a_barrier_leaves_no_thread_behind(tmp_path) -> None:
     before = set(threading.enumerate())
     LocalStorage().barrier([str(tmp_path), str(tmp_path / "a.log"), str(tmp_path / "b.log")])
     assert [t.name for t in set(threading.enumerate()) - before if t.is_alive()] == []
+
+
+def test_a_block_of_barriers_shares_its_threads_and_leaves_none_behind(tmp_path, monkeypatch) -> None:
+    # a bin's commit takes a barrier per protocol step: starting and joining threads for each cost the driver
+    files = [tmp_path / f"{i}.log" for i in range(12)]
+    for f in files:
+        f.write_bytes(b"x")
+    threads: list[threading.Thread] = []  # the objects themselves: a thread's ident may be reused once it ends
+    synced: list[str] = []
+    real = local_storage._fsync_quietly
+
+    def fsync(path: str) -> OSError | None:
+        threads.append(threading.current_thread())
+        synced.append(path)
+        return real(path)
+
+    monkeypatch.setattr(local_storage, "_fsync_quietly", fsync)
+    before = set(threading.enumerate())
+    with LocalStorage().barriers() as barrier:
+        for _ in range(4):
+            barrier([str(tmp_path), *map(str, files)])
+    assert len(synced) == 4 * 13
+    assert len({id(t) for t in threads}) <= local_storage._BARRIER_THREADS
+    assert [t.name for t in set(threading.enumerate()) - before if t.is_alive()] == []
+    with LocalStorage().barriers() as barrier:
+        with pytest.raises(StorageError, match=re.escape(str(tmp_path / "gone.log"))):
+            barrier([str(tmp_path), str(tmp_path / "gone.log")])
 
 
 def test_put_if_absent_in_two_halves_refuses_an_existing_name_and_leaves_no_temporary(tmp_path) -> None:

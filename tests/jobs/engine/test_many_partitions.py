@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from jobs import api
+from jobs.engine.cleaning import CompactTask
 from jobs.engine.tasks import InProcessTasks, SparkTasks, TaskFailure, stream_bins
 from segment_io.generate import GenerateSpec, generate_log_dir
 from segment_io.layout import segment_file_name
@@ -244,3 +245,28 @@ def test_commits_stop_at_the_first_that_raises_and_what_was_settled_is_handed_ba
     done = run_and_settle(InProcessTasks(parallelism=2), _double_or_fail, list(range(4)), sizes=[1] * 4,
                           prepare=prepare, settle=lambda i, r: r)
     assert done == {0: 0, 1: 2, 2: TaskFailure("ValueError", "item 2 is bad"), 3: 6}
+
+
+def test_the_cleaning_tasks_of_one_topic_share_one_configuration(source: Path, tmp_path: Path) -> None:
+    """A bin's task pickles its partitions' tasks together: one configuration object per topic is pickled once,
+    where a copy per partition made every task carry its own."""
+
+    class Recording(InProcessTasks):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bins: list[list] = []
+
+        def stream_bins(self, bin_fn, items, *, sizes=None, description=None):  # type: ignore[no-untyped-def]
+            self.bins.append(list(items))
+            return super().stream_bins(bin_fn, items, sizes=sizes, description=description)
+
+    logs = tmp_path / "logs"
+    shutil.copytree(source, logs)
+    runner = Recording()
+    result = api.compact(logs, api.CompactOptions(overrides=SETTINGS), now=NOW, seams=api.Seams(runner=runner))
+    assert result.exit_code == 0 and result.partitions_compacted == 12
+    [tasks] = [items for items in runner.bins if isinstance(items[0], CompactTask)]
+    by_topic: dict[str, set[int]] = {}
+    for task in tasks:
+        by_topic.setdefault(task.plan.topic, set()).add(id(task.config))
+    assert {t: len(ids) for t, ids in by_topic.items()} == {"orders": 1, "txns": 1}

@@ -167,6 +167,26 @@ def test_replace_refuses_leftovers_of_an_interrupted_operation(staged: Scenario,
     assert live_data(partition_files(storage, part)) == staged.old_state
 
 
+def test_on_local_disk_a_replace_lists_its_partition_once(tmp_path) -> None:
+    """The request's check and the staged files' sizes come from one listing of the partition dir, where local
+    disk stages (a second listing showed in the driver's profile of many small partitions)."""
+
+    class CountingStorage(LocalStorage):
+        def __init__(self) -> None:
+            self.listed: list[str] = []
+
+        def list(self, prefix: str, *, recursive: bool = False, irregular: bool = False) -> list:
+            self.listed.append(prefix)
+            return super().list(prefix, recursive=recursive, irregular=irregular)
+
+    storage = CountingStorage()
+    scenario = build_scenario(storage, str(tmp_path / "kafka-logs"))
+    storage.listed.clear()
+    do_replace(scenario)(None)
+    assert storage.listed == [scenario.partition]
+    check_replace_outcome(scenario, expect_new=True)
+
+
 def test_replace_refuses_a_concurrent_intent(staged: Scenario) -> None:
     storage = staged.storage
     pwork = partition_work_uri(storage, staged.work, staged.partition)
