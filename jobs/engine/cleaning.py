@@ -81,8 +81,6 @@ class GroupOutcome:
     records_before: int
     records_after: int
     staged_suffixes: tuple[str, ...] = ()
-    #: staged as the partition's only group, under its ``.cleaned`` names (see Committer.task_stage_uri)
-    staged_alone: bool = False
     #: last-modified time the new segment gets (the last replaced segment's, as Kafka does)
     mtime_ms: int = 0
     #: set by the driver once the group's replacement is committed
@@ -207,8 +205,6 @@ class PartitionCleaner:
         self.staged_written = staged_written
         #: dirty segments the map's pass decoded in full, by base offset (a small partition's, see build_map)
         self.decoded: dict[int, _Decoded] = {}
-        #: the partition's only group this run (set once the groups are known): see Committer.task_stage_uri
-        self.alone = False
         plan, state = task.plan, task.state
         # Kafka's logSegments(0, firstDirtyOffset): every segment starting below the first dirty offset
         clean_before = [s for s in state.segments if s.base_offset < plan.first_dirty_offset]
@@ -345,7 +341,7 @@ class PartitionCleaner:
             if task.dry_run:
                 g.bytes_after = encoded_size(result.records, empty_batches=result.empty_batches, sources=sources)
             else:
-                target = task.committer.task_stage_uri(task.listing.uri, bases[0], ".log", alone=self.alone)
+                target = task.committer.task_stage_uri(task.listing.uri, bases[0], ".log")
                 try:
                     written = write_segment(result.records, target, storage=storage,
                                             empty_batches=result.empty_batches, sources=sources,
@@ -366,7 +362,6 @@ class PartitionCleaner:
                     storage.set_mtime(uri, g.mtime_ms)
                 g.bytes_after = written.bytes
                 g.staged_suffixes = tuple(written.paths)
-                g.staged_alone = self.alone
         run = GroupRun(g, result.stats, result.empty_batches, markers, kept=kept)
         if not defer_key_hashes:
             run.key_hashes  # noqa: B018 - derived now: the rows need not be held (bounded memory)
@@ -463,7 +458,6 @@ def compact_partition(task: CompactTask, *, durable: bool = True,
         in_round = [s for s in state.segments if s.base_offset < round_end]
         groups = group_segments_by_size(in_round, task.config.segment_bytes, task.config.segment_index_bytes,
                                          plan.first_uncleanable_offset, task.config.index_interval_bytes)
-        cleaner.alone = len(groups) == 1
         # Only the last group's key hashes wait: whether any are needed is known once every group is cleaned
         # (a marker survives somewhere), and holding a group's rows past its own clean stays bounded only for one.
         runs = [cleaner.clean_group(group, omap, defer_key_hashes=i == len(groups) - 1)

@@ -330,8 +330,7 @@ def _commit_bin(c: _Committing, commits: Sequence[_Commit], finished: Callable[[
         groups = [changed[x.key][r] for x in active]
         requests = [ReplaceRequest(c.partition_uris[x.key], g.old_bases, [StagedSegment(g.old_bases[0],
                                                                                          g.staged_suffixes)],
-                                   fault=c.fault_for(partition_name(x.key)), promote=not g.staged_alone,
-                                   mtime_ms=g.mtime_ms)
+                                   fault=c.fault_for(partition_name(x.key)), promote=True, mtime_ms=g.mtime_ms)
                     for x, g in zip(active, groups)]
         results = c.committer.replace_lockstep(requests, barrier_fault=c.fault_for(""))
         still = []
@@ -447,7 +446,7 @@ def _check_outcome_against_plan(ctx: JobContext, planfile: PlanStage, key: tuple
 
 def _discard_staged(ctx: JobContext, partition_uri: str, outcome: PartitionOutcome) -> None:
     for g in outcome.groups:
-        ctx.committer.discard(partition_uri, g.old_bases[0], g.staged_suffixes, alone=g.staged_alone)
+        ctx.committer.discard(partition_uri, g.old_bases[0], g.staged_suffixes)
 
 
 def _summarize(ctx: JobContext) -> None:

@@ -25,10 +25,7 @@ Replace on local disk (Kafka's own protocol, ``LocalLog.replaceSegments``; a bro
 finish or undo it at every instant)
 ---------------------------------------------------------------------------------------------------
 The job writes new segments as ``<base>.<suffix>.cleaned`` in the partition dir (:func:`staged_uri`),
-durable (fsynced by ``Storage.open_write``, or by the barrier a cleaning task ends its bin with). A compaction
-task writes the only group it cleans in a partition there directly; several groups of one partition are staged
-in the work dir and moved to their ``.cleaned`` names one group at a time, just before each one's commit (see
-:meth:`Committer.task_stage_uri`).
+durable (fsynced by ``Storage.open_write``, or by the barrier a cleaning task ends its bin with).
 
 1. ``write-intent``: ``replace.json`` in the work dir (``put_if_absent``).
 2. ``cleaned-to-swap:<file>``: rename each new segment's files ``.cleaned`` -> ``.swap``, segments in
@@ -144,9 +141,8 @@ LOG_SUFFIX = ".log"
 
 COMMIT_DIR = "commit"
 STAGED_DIR = "staged"
-#: ``<work>/staging/<tp>/``: where compaction tasks write the new segments of a partition with several groups
-#: before the driver commits them one group at a time (see :meth:`Committer.task_stage_uri`). No intent ever
-#: refers to it: recovery empties it.
+#: ``<work>/staging/<tp>/``: where compaction tasks write new segments before the driver commits them one group
+#: at a time (see :meth:`Committer.task_stage_uri`). No intent ever refers to it: recovery empties it.
 PRIVATE_STAGING_DIR = "staging"
 #: ``<partition>/.segjobs-staging/``: where tasks stage new segments for a log dir on another filesystem than its
 #: work dir (see :class:`RenameCommitter`). A broker ignores a sub-directory of a partition dir (its loader only
@@ -697,28 +693,23 @@ class Committer:
         """Where a new segment file must be when :meth:`replace_segments` starts."""
         raise NotImplementedError
 
-    def task_stage_uri(self, partition_uri: str, base_offset: int, suffix: str, *, alone: bool = False) -> str:
+    def task_stage_uri(self, partition_uri: str, base_offset: int, suffix: str) -> str:
         """Where a compaction task writes a new segment file before the driver commits it. On local disk it
-        cannot be Kafka's ``.cleaned`` name in the partition dir right away when the partition has several groups
-        to commit: a broker's loader discards every ``.swap`` at or above the lowest ``.cleaned`` offset, and a
-        replace refuses to start beside ``.cleaned`` files not its own, so one group's staged files must never sit
-        in the partition dir while another group is being swapped in. Tasks therefore stage in the work dir, and
-        :meth:`promote` moves one group at a time to its ``.cleaned`` name just before its commit. ``alone``: the
-        group is the only one its task cleans in the partition (no other is staged or committed in it this run),
-        so on local disk it is staged under its ``.cleaned`` name right away (:meth:`staged_uri`), with no
-        directory of its own and nothing to promote: what a crash leaves of it is the state a crash right after
-        :meth:`promote` leaves, which Kafka's loader and recovery both settle by deleting the ``.cleaned`` files.
-        On S3 the protocol's own staging location is already outside the partition prefix."""
+        cannot be Kafka's ``.cleaned`` name in the partition dir right away: a broker's loader discards every
+        ``.swap`` at or above the lowest ``.cleaned`` offset, so one group's staged files must never sit in the
+        partition dir while another group is being swapped in. Tasks therefore stage in the work dir, and
+        :meth:`promote` moves one group at a time to its ``.cleaned`` name just before its commit. On S3 the
+        protocol's own staging location is already outside the partition prefix."""
         raise NotImplementedError
 
     def promote(self, partition_uri: str, base_offset: int, suffixes: Iterable[str], mtime_ms: int) -> None:
-        """Bring the files a task staged at :meth:`task_stage_uri` (not ``alone``) to :meth:`staged_uri`, just
-        before their commit (``mtime_ms``: the modification time they keep)."""
+        """Bring the files a task staged at :meth:`task_stage_uri` to :meth:`staged_uri`, just before their
+        commit (``mtime_ms``: the modification time they keep)."""
 
-    def discard(self, partition_uri: str, base_offset: int, suffixes: Iterable[str], *, alone: bool = False) -> None:
+    def discard(self, partition_uri: str, base_offset: int, suffixes: Iterable[str]) -> None:
         """Delete the files a task staged at :meth:`task_stage_uri` and that will not be committed."""
         for sfx in suffixes:
-            self.storage.delete(self.task_stage_uri(partition_uri, base_offset, sfx, alone=alone))
+            self.storage.delete(self.task_stage_uri(partition_uri, base_offset, sfx))
 
     # ---------------------------------------------------------------- replace
 
@@ -947,16 +938,15 @@ class RenameCommitter(Committer):
     """Local disk: Kafka's ``LocalLog.replaceSegments`` protocol (``.cleaned`` -> ``.swap`` -> live), which a
     broker's loader can finish or undo at every instant.
 
-    A task stages the only group it cleans in a partition under its ``.cleaned`` names (:meth:`task_stage_uri`
-    ``alone``); the groups of a partition with several it stages in the work dir, and :meth:`promote` renames
-    each group's files to their ``.cleaned`` names just before its commit. When the work dir lies on another
-    filesystem than the log dir (a log dir that is its own mount point: the sibling ``<log-dir>.segjobs`` is on
-    the parent's filesystem) that move would be a copy, which needs the space twice and can fail half-way; so
-    then (``stage_beside``, set by :func:`committer_for`) tasks stage those groups in a sub-directory of the
-    partition dir (:data:`STAGING_BESIDE_DIR`), and every move is a rename. A crash leaves such files behind
-    until the next run's recovery deletes them; a broker ignores them meanwhile (its loader only looks at the
-    files of a partition dir, never into a sub-directory). Where a rename still meets another mount (``EXDEV``: a
-    partition dir that is a bind mount or a mount point of its own), :meth:`promote` copies."""
+    Tasks stage new segments in the work dir (:meth:`task_stage_uri`), and :meth:`promote` renames them to their
+    ``.cleaned`` names. When the work dir lies on another filesystem than the log dir (a log dir that is its own
+    mount point: the sibling ``<log-dir>.segjobs`` is on the parent's filesystem) that move would be a copy, which
+    needs the space twice and can fail half-way; so then (``stage_beside``, set by :func:`committer_for`) tasks
+    stage in a sub-directory of the partition dir (:data:`STAGING_BESIDE_DIR`), and every move is a rename. A
+    crash leaves such files behind until the next run's recovery deletes them; a broker ignores them meanwhile
+    (its loader only looks at the files of a partition dir, never into a sub-directory). Where a rename still
+    meets another mount (``EXDEV``: a partition dir that is a bind mount or a mount point of its own),
+    :meth:`promote` copies."""
 
     #: stage in the partition dir (see the class docstring); never set for a work dir on the log dir's filesystem
     stage_beside: bool = False
@@ -965,9 +955,7 @@ class RenameCommitter(Committer):
     def staged_uri(self, partition_uri: str, base_offset: int, suffix: str) -> str:
         return self.storage.join(partition_uri, segment_file_name(base_offset, suffix) + CLEANED_SUFFIX)
 
-    def task_stage_uri(self, partition_uri: str, base_offset: int, suffix: str, *, alone: bool = False) -> str:
-        if alone:
-            return self.staged_uri(partition_uri, base_offset, suffix)
+    def task_stage_uri(self, partition_uri: str, base_offset: int, suffix: str) -> str:
         if self.stage_beside:
             return self.storage.join(partition_uri, STAGING_BESIDE_DIR, segment_file_name(base_offset, suffix))
         return self.storage.join(self.work_uri, PRIVATE_STAGING_DIR, partition_name(partition_uri),
@@ -1000,37 +988,33 @@ class RenameCommitter(Committer):
                         fault: Fault | None) -> list["_Stage"]:
         storage = self.storage
 
-        def files(base: int, suffixes: Iterable[str]) -> list[tuple[str, str]]:
-            names = [segment_file_name(base, sfx) for sfx in suffixes]
-            return [(name, storage.join(partition_uri, name)) for name in names]
-
-        # (name, live path) of each file, in the order the steps take them; a transient name is the live path plus
-        # its suffix (each path joined once: the joins showed in the driver's profile of many small partitions)
-        new = {base: files(base, _ordered(intent.new[base])) for base in intent.new}
-        old = [f for base in sorted(intent.old) for f in files(base, intent.old[base])]
+        def path(base: int, sfx: str, transient: str = "") -> str:
+            return storage.join(partition_uri, segment_file_name(base, sfx) + transient)
 
         def cleaned_to_swap(base: int) -> None:
-            for name, live in new[base]:
-                _call(fault, result.steps, f"cleaned-to-swap:{name}")
-                storage.rename(live + CLEANED_SUFFIX, live + SWAP_SUFFIX)
+            for sfx in _ordered(intent.new[base]):
+                _call(fault, result.steps, f"cleaned-to-swap:{segment_file_name(base, sfx)}")
+                storage.rename(path(base, sfx, CLEANED_SUFFIX), path(base, sfx, SWAP_SUFFIX))
 
         def old_to_deleted() -> None:
-            for name, live in old:
-                _call(fault, result.steps, f"old-to-deleted:{name}")
-                storage.rename(live, live + DELETED_SUFFIX)
+            for base in sorted(intent.old):
+                for sfx in intent.old[base]:
+                    _call(fault, result.steps, f"old-to-deleted:{segment_file_name(base, sfx)}")
+                    storage.rename(path(base, sfx), path(base, sfx, DELETED_SUFFIX))
 
         def swap_to_live() -> None:
-            for base in sorted(new):
-                for name, live in new[base]:
-                    _call(fault, result.steps, f"swap-to-live:{name}")
-                    storage.rename(live + SWAP_SUFFIX, live)
-                    result.installed.append(live)
+            for base in sorted(intent.new):
+                for sfx in _ordered(intent.new[base]):
+                    _call(fault, result.steps, f"swap-to-live:{segment_file_name(base, sfx)}")
+                    storage.rename(path(base, sfx, SWAP_SUFFIX), path(base, sfx))
+                    result.installed.append(path(base, sfx))
 
         def purge_old() -> None:
-            for name, live in old:
-                _call(fault, result.steps, f"purge-old:{name}")
-                storage.delete(live + DELETED_SUFFIX)
-                result.removed.append(live + DELETED_SUFFIX)
+            for base in sorted(intent.old):
+                for sfx in intent.old[base]:
+                    _call(fault, result.steps, f"purge-old:{segment_file_name(base, sfx)}")
+                    storage.delete(path(base, sfx, DELETED_SUFFIX))
+                    result.removed.append(path(base, sfx, DELETED_SUFFIX))
 
         # one sync per new segment (descending), then one per phase: see the module docstring
         return [*(_Stage((1, k), "cleaned-to-swap", partial(cleaned_to_swap, base), partition_uri)
@@ -1058,7 +1042,7 @@ class CopyCommitter(Committer):
         return self.storage.join(self.partition_work_uri(partition_uri), STAGED_DIR, *([run_id] if run_id else []),
                                  segment_file_name(base_offset, suffix))
 
-    def task_stage_uri(self, partition_uri: str, base_offset: int, suffix: str, *, alone: bool = False) -> str:
+    def task_stage_uri(self, partition_uri: str, base_offset: int, suffix: str) -> str:
         return self.staged_uri(partition_uri, base_offset, suffix)
 
     def _install_stages(self, partition_uri: str, intent: ReplaceIntent, result: ReplaceResult,

@@ -33,17 +33,16 @@ Run by ``segjobs recover`` and at the start of every job, under the log dir's lo
    in the deletion ledger at the intent's ``now_ms``, remove the intent.
 6. ``.deleted`` segments the ledger does not know are entered at ``now_ms``, so ``file.delete.delay.ms``
    counts from when segjobs first saw them.
-7. **Leftovers** no intent refers to are deleted: ``*.segjobs-*.tmp`` files of interrupted writes (in the partition
-   dir and its work dir; at log-dir level, in the log dir itself and anywhere in the work dir outside the
-   partitions' commit dirs) and every file of the private staging area ``<work>/staging/``, where compaction tasks
-   stage the new segments of a partition with several groups before the driver moves one group at a time to its
-   ``.cleaned`` name (so nothing there is part of a commit yet; a partition's only group is staged under its
-   ``.cleaned`` names, which rule 3 deletes), and every S3 multipart upload under the work prefix that was begun and
-   never completed (a staged object whose writer died: invisible in listings, its parts still stored). Staged
-   objects an S3 replace intent refers to are not leftovers: rule 1 rolls them forward first. Files a task staged in
-   a partition dir itself (``*.segjobs-staged``: a work dir on another filesystem) go with their partition's other
-   staged files; the work location's directories left empty go last, silently (only empty ones:
-   :meth:`~jobs.logdir.commit.Committer.remove_empty_dirs`).
+7. **Leftovers** no intent refers to are deleted: ``*.segjobs-*.tmp`` files of interrupted writes (in the
+   partition dir and its work dir; at log-dir level, in the log dir itself and anywhere in the work dir
+   outside the partitions' commit dirs) and every file of the private staging area ``<work>/staging/``, where
+   compaction tasks stage new segments before the driver moves one group at a time to its ``.cleaned``
+   name (so nothing there is part of a commit yet), and every S3 multipart upload under the work prefix that
+   was begun and never completed (a staged object whose writer died: invisible in listings, its parts still
+   stored). Staged objects an S3 replace intent refers to are not leftovers: rule 1 rolls them forward first.
+   Files a task staged in a partition dir itself (``*.segjobs-staged``: a work dir on another filesystem) go
+   with their partition's other staged files; the work location's directories left empty go last, silently
+   (only empty ones: :meth:`~jobs.logdir.commit.Committer.remove_empty_dirs`).
 
 A step the store refuses (a rename or delete failing: an immutable file, a read-only mount) stops that
 partition only: :func:`recover_log_dir` reports it with the state it is left in (:func:`unfinished_state`) and

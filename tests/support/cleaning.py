@@ -20,7 +20,7 @@ from segment_io.decode import hash_keys
 from segment_io.schema import BATCH_SCHEMA
 
 if TYPE_CHECKING:
-    from jobs.engine.cleaning import CompactTask
+    from jobs.engine.cleaning import CompactTask, PartitionOutcome
     from jobs.rules.config import TopicConfig
 
 
@@ -96,3 +96,16 @@ def partition_task(log_dir: "str | os.PathLike[str]", topic: str, partition: int
     return CompactTask(storage, listing, scan.state, plan, config, scan.txn, now_ms,
                        max_keys if max_keys is not None else max_keys_for_buffer(1 << 20), False, committer,
                        DEFAULT_MAX_BATCH_BYTES)
+
+
+def staged_files(task: "CompactTask", outcome: "PartitionOutcome") -> dict[str, bytes]:
+    """The bytes of every file ``outcome``'s task staged, by file name (wherever the store's committer had the task
+    stage each group: see ``Committer.task_stage_uri``)."""
+    from segment_io.layout import segment_file_name
+
+    out: dict[str, bytes] = {}
+    for g in outcome.groups:
+        for sfx in g.staged_suffixes:
+            uri = task.committer.task_stage_uri(task.listing.uri, g.old_bases[0], sfx)
+            out[segment_file_name(g.old_bases[0], sfx)] = task.storage.read(uri)
+    return out

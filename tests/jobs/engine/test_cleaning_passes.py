@@ -20,7 +20,7 @@ from jobs.rules.config import TopicConfig
 from jobs.rules.kafka_defaults import LONG_MAX
 from segment_io.layout import segment_file_name
 from tests.support.builders import LogBuilder, rec, tombstone, write_log
-from tests.support.cleaning import partition_task
+from tests.support.cleaning import partition_task, staged_files
 
 T0 = 1_700_000_000_000
 NOW = T0 + 10 * 86_400_000
@@ -71,10 +71,11 @@ def _clean(log_dir: Path, retention_ms: int, monkeypatch) -> tuple[dict[str, byt
     # set past the config's check, which refuses a negative value (as Kafka's does): the cleaner's rules still
     # define what one does, and _stable must follow them there too
     object.__setattr__(config, "delete_retention_ms", retention_ms)
-    out = compact_partition(partition_task(log_dir, "t", 0, NOW, config=config))
+    task = partition_task(log_dir, "t", 0, NOW, config=config)
+    out = compact_partition(task)
     monkeypatch.setattr(cleaning, "clean_records", real)
     assert out.error is None and [g.changed for g in out.groups] == [True]
-    staged = {p.name: p.read_bytes() for p in Path(str(log_dir) + ".segjobs").rglob("*") if p.is_file()}
+    staged = staged_files(task, out)
     assert staged
     return staged, calls[0], out.stats["tombstones_kept"]
 

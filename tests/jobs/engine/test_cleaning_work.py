@@ -25,7 +25,7 @@ from segment_io.decode import decode_segment_and_headers, hash_keys
 from segment_io.generate import GenerateSpec, generate_log_dir
 from segment_io.layout import list_log_dir
 from segment_io.storage import LocalStorage
-from tests.support.cleaning import partition_task
+from tests.support.cleaning import partition_task, staged_files
 
 T0 = 1_700_000_000_000
 NOW = T0 + 9 * 86_400_000
@@ -77,8 +77,7 @@ def _run(source: Path, name: str, partition: int, monkeypatch, *, bound: int, ma
         task = partition_task(log_dir, TOPIC, partition, NOW, max_keys=max_keys, cleaner_checkpoint=checkpoint)
         out = compact_partition(task)
     assert out.error is None, out.error
-    staged = {str(p.relative_to(log_dir.parent / f"{name}.segjobs")): p.read_bytes()
-              for p in (log_dir.parent / f"{name}.segjobs").rglob("*") if p.is_file()}
+    staged = staged_files(task, out)
     (omap,) = maps
     files = {s.base_offset: s.log.uri for s in task.listing.segments}
     dirty = [files[s.base_offset] for s in task.state.segments if s.next_offset > task.plan.first_dirty_offset

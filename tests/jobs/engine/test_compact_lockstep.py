@@ -18,7 +18,6 @@ import pytest
 
 from jobs import api
 from jobs.engine.seams import FaultHook
-from jobs.logdir.lock import work_uri
 from tests.support.builders import LogBuilder, rec, tombstone, write_log
 from tests.support.compaction_faults import NOW, T0, HardCrash, SimulatedFault, build_partition, transient
 from tests.support.replay import comparable, read_segments, replay
@@ -105,30 +104,6 @@ def test_the_three_partitions_commit_in_lockstep_and_u0_in_two_rounds(reference)
     for p in BIN:
         steps = [s.split(":")[0] for q, s in points if q == p]
         assert steps[0] == "write-intent" and steps[-1] == "remove-intent"
-
-
-def test_a_partitions_only_group_is_staged_under_its_cleaned_names_and_several_groups_in_the_work_dir(
-        reference, tmp_path):
-    """t-0 and t-1 clean one group each: their tasks write the new segment straight to its ``.cleaned`` names in
-    the partition dir (no staging directory is made, nothing is moved); u-0's two groups are staged in the work
-    dir and moved to their ``.cleaned`` names one group at a time, just before each one's commit."""
-    log_dir = tmp_path / "logs"
-    shutil.copytree(reference["root"] / "logs", log_dir)
-    staging = Path(work_uri(str(log_dir))) / "staging"
-    seen: dict[str, list[tuple[list[str], list[str] | None]]] = {}
-
-    def look(partition: str, step: str) -> None:
-        if step == "write-intent":  # the group's first commit step: its .cleaned files are there
-            cleaned = sorted(p.name for p in (log_dir / partition).iterdir() if p.name.endswith(".cleaned"))
-            d = staging / partition
-            seen.setdefault(partition, []).append((cleaned, sorted(p.name for p in d.iterdir()) if d.exists()
-                                                   else None))
-
-    assert _compact(log_dir, reference["config"], fault=look).exit_code == 0
-    first, second = ([f"{base:020d}{s}" for s in (".index", ".log", ".timeindex")] for base in (0, 5))
-    assert seen["t-0"] == seen["t-1"] == [([f"{n}.cleaned" for n in first], None)]  # no staging dir at all
-    assert seen["u-0"] == [([f"{n}.cleaned" for n in first], second), ([f"{n}.cleaned" for n in second], [])]
-    assert _tree(log_dir) == reference["clean"]
 
 
 def _check_recovered(files: dict[str, bytes], ref: dict) -> None:

@@ -64,7 +64,7 @@ def test_the_job_runs_without_spark(tmp_path: Path) -> None:
     result = api.compact(tmp_path / "logs", api.CompactOptions(overrides=SETTINGS), now=NOW,
                          seams=api.Seams(runner=runner))
     assert result.exit_code == 0 and result.completed and result.partitions_compacted == 1
-    assert runner.calls == 3  # t-0's scans (sizes, then in full: it is due) and its compaction task
+    assert runner.calls == 2  # t-0's scan (in full at once: small, and it may be due) and its compaction task
     assert result.report.spark_startup_s is None
 
 
