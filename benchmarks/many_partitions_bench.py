@@ -71,6 +71,8 @@ def _rewrite_floor(log_dir: Path) -> float:
     replace protocol (``.cleaned`` -> ``.swap`` -> live, old files -> ``.deleted``, unlink), each durability step
     one barrier over every partition at once (concurrent fsyncs: the least syncing the protocol allows). The
     per-partition work runs on two threads (the job's two cores). Consumes ``log_dir``."""
+    from segment_io.storage.local import _fsync_path as fsync  # the job's own fsync of a file or a directory
+
     parts = sorted(d for d in log_dir.iterdir() if d.is_dir())
     plans: list[tuple[Path, list[str], list[str]]] = []
 
@@ -83,14 +85,7 @@ def _rewrite_floor(log_dir: Path) -> float:
         old = [n for log in logs for n in (log, log[:-4] + ".index", log[:-4] + ".timeindex") if (part / n).exists()]
         return part, new, old
 
-    def fsync(path: Path) -> None:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def step(fn: Any, barrier: list[Path] | None) -> None:
+    def step(fn: Any, barrier: list[str] | None) -> None:
         list(work.map(fn, plans))
         if barrier:
             list(syncs.map(fsync, barrier))
@@ -115,8 +110,8 @@ def _rewrite_floor(log_dir: Path) -> float:
     t0 = time.perf_counter()
     with ThreadPoolExecutor(2) as work, ThreadPoolExecutor(8) as syncs:
         plans.extend(work.map(stage, parts))
-        list(syncs.map(fsync, [p / (n + ".cleaned") for p, new, _ in plans for n in new]))
-        dirs = [p for p, _, _ in plans]
+        list(syncs.map(fsync, [str(p / (n + ".cleaned")) for p, new, _ in plans for n in new]))
+        dirs = [str(p) for p, _, _ in plans]
         step(swap, dirs)
         step(old_away, dirs)
         step(live, dirs)
