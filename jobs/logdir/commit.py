@@ -814,13 +814,13 @@ class Committer:
                 return exc
             except BaseException as exc:  # noqa: BLE001 - raised below, on the caller's thread
                 crashed.append(exc)
-                if not on_threads:
+                if threaded is None:
                     raise
             return None
 
         keys = [i for i, st in stages.items() if st]
-        on_threads = pool is not None and len(keys) > 1
-        errors = list(pool.map(run, keys)) if pool is not None and on_threads else [run(i) for i in keys]
+        threaded = pool if len(keys) > 1 else None
+        errors = [run(i) for i in keys] if threaded is None else list(threaded.map(run, keys))
         if crashed:
             raise crashed[0]
         return {i: err for i, err in zip(keys, errors) if err is not None}

@@ -163,6 +163,11 @@ def _barrier_pool(paths: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=min(_BARRIER_THREADS, paths), thread_name_prefix="segjobs-barrier")
 
 
+def _unique_paths(uris: Iterable[str]) -> list[str]:
+    """The local paths of ``uris``, each once, in order."""
+    return list(dict.fromkeys(to_path(u) for u in uris))
+
+
 def _sync_all(paths: list[str], pool: ThreadPoolExecutor | None) -> None:
     """fsync each of ``paths`` (on ``pool``'s threads when there are several); the first failure is raised, naming
     its path, once all are done."""
@@ -508,11 +513,8 @@ class LocalStorage(Storage):
     # ------------------------------------------------------------------ moving and removing
 
     def rename(self, src: str, dst: str) -> None:
-        s = to_path(src)
-        try:  # (not through _guard: a commit renames every file three times, and its closure showed)
-            os.replace(s, to_path(dst))
-        except OSError as e:
-            raise storage_error(e, s) from None
+        s, d = to_path(src), to_path(dst)
+        self._guard(s, lambda: os.replace(s, d))
 
     def copy(self, src: str, dst: str) -> None:
         s, d = to_path(src), to_path(dst)
@@ -546,7 +548,7 @@ class LocalStorage(Storage):
         filesystem, and on a broker host the log dir's filesystem holds the broker's own unflushed log data
         (Kafka leaves flushing to the page cache), so each barrier would wait for, and force out, gigabytes that
         are none of segjobs' business, stalling the broker's I/O."""
-        paths = list(dict.fromkeys(to_path(u) for u in uris))
+        paths = _unique_paths(uris)
         if len(paths) <= 1:
             _sync_all(paths, None)
             return
@@ -561,7 +563,7 @@ class LocalStorage(Storage):
         and joining threads for each showed in the driver's profile), shut down when the block ends, so no thread
         outlives it (see :meth:`barrier`)."""
         with _barrier_pool(_BARRIER_THREADS) as pool:
-            yield lambda uris: _sync_all(list(dict.fromkeys(to_path(u) for u in uris)), pool)
+            yield lambda uris: _sync_all(_unique_paths(uris), pool)
 
     # ------------------------------------------------------------------ errors
 
