@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import mmap
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -109,6 +109,13 @@ class BatchHeaders:
 
     def __len__(self) -> int:
         return len(self.position)
+
+    def part(self, start: int, stop: int, position: int) -> "BatchHeaders":
+        """Batches ``start:stop`` as the headers of a file that begins at byte ``position`` of this one (the
+        headers of one segment among several decoded as one byte string)."""
+        cut = {f.name: getattr(self, f.name)[start:stop] for f in fields(self) if f.name != "truncated_tail"}
+        cut["position"] = cut["position"] - position
+        return BatchHeaders(**cut)
 
     @property
     def codec(self) -> np.ndarray:

@@ -154,12 +154,17 @@ def _stable(result, now_ms: int) -> bool:
             or kept.column("control").to_numpy(zero_copy_only=False).any()
             or kept.column("transactional").to_numpy(zero_copy_only=False).any()):
         return False
+    return not due_tombstones(kept, now_ms).any()
+
+
+def due_tombstones(kept: pa.Table, now_ms: int) -> np.ndarray:
+    """Which of a pass's kept rows are tombstones whose delete horizon has passed at ``now_ms`` (a later pass at
+    this ``now`` removes them; see :func:`_stable`)."""
     value = kept.column("value")
     if value.null_count == 0:
-        return True
+        return np.zeros(kept.num_rows, bool)
     horizon = kept.column("delete_horizon_ms")
-    due = ~validity(value) & validity(horizon) & (int64_or_zero(horizon) <= now_ms)
-    return not due.any()
+    return ~validity(value) & validity(horizon) & (int64_or_zero(horizon) <= now_ms)
 
 
 @dataclass
@@ -199,7 +204,7 @@ class PartitionCleaner:
     def __init__(self, task: CompactTask, staged_written: list[str], *, durable: bool = True) -> None:
         self.task = task
         #: False: staged files are written without syncs, and whoever runs the cleaner makes them durable with a
-        #: barrier (see :func:`compact_bin`) before the driver may commit them
+        #: barrier (see :func:`jobs.engine.bin_cleaning.compact_bin`) before the driver may commit them
         self.durable = durable
         self.files = {s.base_offset: s for s in task.listing.segments}
         self.staged_written = staged_written
@@ -398,42 +403,12 @@ def tail_batches(storage: Storage, listing: PartitionListing, state: PartitionSt
     return tables, empties
 
 
-def compact_bin(tasks: list[CompactTask]) -> list[PartitionOutcome]:
-    """The memory strategy's task over a bin of partitions (see :func:`jobs.engine.streaming.run_and_settle_bins`):
-    :func:`compact_partition` of each, their staged files written without a sync, then one
-    :meth:`Storage.barrier` over all of them before the task returns, so that the driver only ever commits durable
-    staged files. If the barrier fails, every partition that staged files fails with it (its files deleted)."""
-    staged: list[list[str]] = []
-    outcomes = []
-    for task in tasks:
-        written: list[str] = []
-        outcomes.append(compact_partition(task, durable=False, staged_written=written))
-        staged.append(written if outcomes[-1].error is None else [])
-    uris = [u for written in staged for u in written]
-    if uris:
-        t0 = time.monotonic()
-        storage = tasks[0].storage
-        try:
-            storage.barrier([*uris, *dict.fromkeys(u.rsplit("/", 1)[0] for u in uris)])
-        except SegjobsError as exc:
-            for task, out, written in zip(tasks, outcomes, staged):
-                if written:
-                    out.error = PartitionError.from_task_exception(exc, task.listing.uri)
-                    delete_quietly(storage, written)
-        # the barrier is part of every staging partition's cost: shared out evenly
-        share = (time.monotonic() - t0) / max(1, sum(1 for w in staged if w))
-        for out, written in zip(outcomes, staged):
-            if written:
-                out.seconds = round(out.seconds + share, 3)
-    return outcomes
-
-
 def compact_partition(task: CompactTask, *, durable: bool = True,
                       staged_written: list[str] | None = None) -> PartitionOutcome:
     """Kafka's doClean for one partition: map the dirty range, then clean every segment group below the map's
     end, staging changed groups for the driver to commit (or, in a dry run, only measuring them). With
     ``durable=False`` the staged files are written without syncs and their URIs appended to ``staged_written``:
-    the caller makes them durable (:func:`compact_bin`)."""
+    the caller makes them durable (:func:`jobs.engine.bin_cleaning.compact_bin`)."""
     t0 = time.monotonic()
     plan, state, storage = task.plan, task.state, task.storage
     out = PartitionOutcome(plan.topic, plan.partition)

@@ -12,7 +12,8 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
-from jobs.engine.cleaning import CompactTask, GroupOutcome, PartitionOutcome, compact_bin, compact_partition
+from jobs.engine.bin_cleaning import compact_bin
+from jobs.engine.cleaning import CompactTask, GroupOutcome, PartitionOutcome, compact_partition
 from jobs.engine.external_sort import ExternalSortRun, choose
 from jobs.engine.frame import JobContext
 from jobs.engine.options import DEFAULT_DEDUPE_BUFFER_BYTES, STRATEGIES, CompactOptions

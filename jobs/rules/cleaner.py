@@ -33,7 +33,7 @@ Public API::
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -135,6 +135,9 @@ class CleanResult:
 
     ``changed`` is False when writing the group would reproduce its source batches exactly (nothing dropped,
     emptied or rebuilt), so the job may leave the group's files alone.
+
+    ``partitions``: when several partitions were cleaned in one call (see :class:`PartitionRows`), what each of
+    them became, in partition order; ``stats`` and ``changed`` are then the sums over all of them.
     """
 
     records: pa.Table
@@ -142,6 +145,47 @@ class CleanResult:
     changed: bool
     rebuilt_batches: np.ndarray
     stats: CleanStats = field(default_factory=CleanStats)
+    partitions: tuple["PartitionClean", ...] = ()
+
+
+@dataclass(frozen=True)
+class PartitionRows:
+    """The rows of several partitions cleaned in one call of :func:`clean_records` (a bin's small partitions,
+    see :mod:`jobs.engine.bin_cleaning`): which partition each row belongs to, and per partition what a
+    single-partition clean takes from its map, its round and its topic. Each partition's rows are contiguous
+    and in offset order (offsets start again at the next partition); the key hashes given to the cleaner and
+    the map it looks them up in are keyed by partition and key (:func:`jobs.rules.offset_map.partition_keyed`),
+    so no key of one partition ever shadows another's.
+
+    Only data the per-partition rules treat alike in one array pass may be cleaned together: no transactional
+    or control batches (their state is per partition and per transaction), no header-only batches and no legacy
+    (magic 0/1) batches; :func:`clean_records` refuses anything else."""
+
+    #: partition index of each row (non-decreasing)
+    row_partition: np.ndarray
+    #: per partition: its offset map's latest offset (Kafka's ``map.latestOffset``)
+    latest_offset: np.ndarray
+    #: per partition: its round's first uncleanable offset (``CleanParams.upper_bound_offset``)
+    upper_bound_offset: np.ndarray
+    #: per partition: its topic's ``delete.retention.ms``
+    delete_retention_ms: np.ndarray
+    #: per partition: its transaction and producer state (only its active producers matter here)
+    txn_states: Sequence[TxnState]
+
+    @property
+    def count(self) -> int:
+        return len(self.latest_offset)
+
+
+@dataclass(frozen=True)
+class PartitionClean:
+    """What one partition of a :class:`PartitionRows` clean became: its kept rows are
+    ``CleanResult.records[row_start:row_end]``."""
+
+    changed: bool
+    stats: CleanStats
+    row_start: int
+    row_end: int
 
 
 #: Records of at most this many bytes (keys, value references, batch columns) are combined into one chunk
@@ -156,7 +200,8 @@ _BATCH_NUMERIC = ("batch_base_offset", "batch_last_offset", "batch_position", "b
 def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: TxnState, params: CleanParams,
                   empty_batches: pa.Table | None = None,
                   key_hashes: tuple[np.ndarray, np.ndarray] | None = None,
-                  segment_last_modified_ms: Mapping[int, int] | None = None) -> CleanResult:
+                  segment_last_modified_ms: Mapping[int, int] | None = None,
+                  partitions: PartitionRows | None = None) -> CleanResult:
     """Clean the rows of one segment group (RECORD_SCHEMA, strictly increasing offsets) like Kafka's cleanInto.
 
     ``empty_batches`` are the group's header-only batches (BATCH_SCHEMA, e.g. kept by an earlier clean): they
@@ -164,6 +209,11 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
     rehashing when the caller has them; by default keys are hashed with ``segment_io.decode.hash_keys``, the
     hash the offset map was built with. ``segment_last_modified_ms`` maps a source segment's base offset to its
     file mtime, for the legacy tombstone rule (a segment not listed keeps its legacy tombstones).
+
+    ``partitions`` cleans the rows of several partitions at once (see :class:`PartitionRows`): the map's latest
+    offset, the round's upper bound, ``delete.retention.ms`` and the active producers are then each row's
+    partition's, ``txn_state`` and those fields of ``params`` are not used, and ``CleanResult.partitions`` says
+    what each partition became; every decision is the one a clean of that partition alone makes.
     """
     n = records.num_rows
     if records.num_columns and records.column(0).num_chunks > 1 \
@@ -172,7 +222,15 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
         # every column below is then read without a concatenation, and the kept rows filtered in one pass.
         records = records.combine_chunks()
     offsets = records.column("offset").to_numpy()
-    if n > 1 and not np.all(offsets[1:] > offsets[:-1]):
+    part = None if partitions is None else np.asarray(partitions.row_partition, np.int64)
+    if part is not None and len(part) != n:
+        raise CleanerInputError(f"row_partition has {len(part)} entries for {n} records")
+    increasing = offsets[1:] > offsets[:-1]
+    if part is not None and n > 1:
+        if not np.all(part[1:] >= part[:-1]):
+            raise CleanerInputError("each partition's rows must be contiguous, in partition order")
+        increasing |= part[1:] != part[:-1]
+    if n > 1 and not np.all(increasing):
         raise CleanerInputError("clean_records needs rows in strictly increasing offset order")
     col = {name: records.column(name).to_numpy() for name in _BATCH_NUMERIC}
     horizon_col = records.column("delete_horizon_ms")
@@ -185,6 +243,8 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
         boundary[1:] = ((col["batch_base_offset"][1:] != col["batch_base_offset"][:-1])
                         | (col["batch_position"][1:] != col["batch_position"][:-1])
                         | (col["segment_base_offset"][1:] != col["segment_base_offset"][:-1]))
+        if part is not None:
+            boundary[1:] |= part[1:] != part[:-1]
     starts = np.flatnonzero(boundary)
     batch_id = np.cumsum(boundary) - 1
     counts = np.diff(np.append(starts, n)).astype(np.int64)
@@ -192,6 +252,10 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
     b_has_h, b_h = row_has_h[starts], row_h[starts]
     b_ctype = _control_types(records, starts, b)
     empties = empty_batches if empty_batches is not None else BATCH_SCHEMA.empty_table()
+    if partitions is not None and (empties.num_rows or b["transactional"].any() or b["control"].any()
+                                   or (b["magic"] < 2).any()):
+        raise CleanerInputError("partitions cleaned together may hold no header-only, transactional, control or "
+                                "legacy batches")
     if empties.num_rows:
         e_h = empties.column("delete_horizon_ms")
         for name in _BATCH_NUMERIC:
@@ -216,8 +280,14 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
     marker_has_data = np.isin(b["batch_base_offset"], with_data) if len(with_data) else np.zeros(len(control), bool)
     can_discard = np.where(control, (counts == 0) | (known_marker & ~marker_has_data), aborted_data)
     discard_records = np.where(control, can_discard & b_has_h & (b_h <= now), can_discard)
-    last_of_producer = txn_state.active.is_last_batch(pid, last, b["producer_epoch"], control)
-    retain_empty = last_of_producer | (last + 1 == params.upper_bound_offset)
+    if partitions is None:
+        last_of_producer = txn_state.active.is_last_batch(pid, last, b["producer_epoch"], control)
+        upper_bound: np.ndarray | int = params.upper_bound_offset
+    else:
+        b_part = part[starts]
+        last_of_producer = _last_of_producers(partitions, b_part, pid, last, b["producer_epoch"], control)
+        upper_bound = np.asarray(partitions.upper_bound_offset, np.int64)[b_part]
+    retain_empty = last_of_producer | (last + 1 == upper_bound)
     marker_for_empty_txn = can_discard & control
     deleted_whole = discard_records & ~retain_empty
 
@@ -226,7 +296,8 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
     row_control = control[batch_id]
     key_null = ~validity(records.column("key"))
     value_null = ~validity(records.column("value"))
-    past_latest = offsets > offset_map.latest_offset
+    past_latest = offsets > (offset_map.latest_offset if part is None
+                             else np.asarray(partitions.latest_offset, np.int64)[part])
     judged = ~row_discard & ~row_control & ~past_latest  # data rows the map decides
     keyless = judged & key_null
     lookup = judged & ~key_null
@@ -248,42 +319,109 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
     kept = np.bincount(batch_id[keep], minlength=nb).astype(np.int64) if n else np.zeros(nb, np.int64)
     kept_tombstones = np.bincount(batch_id[keep & value_null], minlength=nb) if n else np.zeros(nb, np.int64)
     written = kept > 0
-    horizon = delete_horizon(now, params.delete_retention_ms)
     need_horizon = written & (b["magic"] >= 2) & ((kept_tombstones > 0) | marker_for_empty_txn) & ~b_has_h
-    if horizon is None:
-        need_horizon[:] = False  # no horizon Kafka would write: the batch keeps none (see delete_horizon)
+    if partitions is None:
+        horizon = delete_horizon(now, params.delete_retention_ms)
+        if horizon is None:
+            need_horizon[:] = False  # no horizon Kafka would write: the batch keeps none (see delete_horizon)
+        stamp: np.ndarray | np.int64 = np.int64(horizon or 0)
+    else:
+        horizons = [delete_horizon(now, int(ms)) for ms in partitions.delete_retention_ms]
+        need_horizon &= np.array([h is not None for h in horizons], bool)[b_part]
+        stamp = np.array([h or 0 for h in horizons], np.int64)[b_part]
     new_has_h = b_has_h | need_horizon
-    new_h = np.where(need_horizon, np.int64(horizon or 0), b_h)
+    new_h = np.where(need_horizon, stamp, b_h)
     rebuilt = written & ((kept < counts) | need_horizon)
     empty_header = ~written & retain_empty
 
     out_records = _surviving_rows(records, keep, batch_id, rebuilt, new_has_h, new_h, b)
     header_differs = ((b["batch_base_timestamp"] != NO_TIMESTAMP) | (b["codec"] != 0) | b_has_h | (b["magic"] != 2))
-    changed = bool(np.any(rebuilt) | np.any((counts > 0) & ~written) | np.any((counts == 0) & ~empty_header)
-                   | np.any((counts == 0) & empty_header & header_differs))
+    batch_changed = (rebuilt | ((counts > 0) & ~written) | ((counts == 0) & ~empty_header)
+                     | ((counts == 0) & empty_header & header_differs))
 
-    stats = CleanStats(
-        batches_read=int(nb),
-        records_read=int(counts[~deleted_whole].sum()),
-        records_kept=int(keep.sum()),
-        bytes_read=int(b["batch_size"].astype(np.int64).sum()),
-        bytes_kept_estimate=_bytes_kept(b["batch_size"], counts, kept, written, rebuilt, empty_header),
-        duplicates_removed=int((lookup & ~latest_for_key).sum()),
-        tombstones_kept=int((keep & value_null & ~row_control).sum()),
-        tombstones_removed=int((lookup & latest_for_key & value_null & ~retain_deletes).sum()),
-        aborted_records_removed=int((row_discard & ~row_control).sum()),
-        markers_removed=int((row_discard & row_control).sum()),
-        keyless_dropped=int(keyless.sum()),
-        empty_batches_kept=int(empty_header.sum()),
-        horizons_stamped=int(need_horizon.sum()),
+    # Each statistic summed per partition (one "partition" when the rows are one partition's).
+    k = 1 if partitions is None else partitions.count
+    per_row = _Owners(part, k)
+    per_batch = _Owners(None if partitions is None else b_part, k)
+    columns = dict(
+        batches_read=per_batch.count(np.ones(nb, bool)),
+        records_read=per_batch.total(np.where(deleted_whole, 0, counts)),
+        records_kept=per_row.count(keep),
+        bytes_read=per_batch.total(b["batch_size"].astype(np.int64)),
+        bytes_kept_estimate=per_batch.estimate(_bytes_kept(b["batch_size"], counts, kept, written, rebuilt),
+                                               V2_HEADER_SIZE * per_batch.count(empty_header)),
+        duplicates_removed=per_row.count(lookup & ~latest_for_key),
+        tombstones_kept=per_row.count(keep & value_null & ~row_control),
+        tombstones_removed=per_row.count(lookup & latest_for_key & value_null & ~retain_deletes),
+        aborted_records_removed=per_row.count(row_discard & ~row_control),
+        markers_removed=per_row.count(row_discard & row_control),
+        keyless_dropped=per_row.count(keyless),
+        empty_batches_kept=per_batch.count(empty_header),
+        horizons_stamped=per_batch.count(need_horizon),
     )
+    stats = [CleanStats(**{name: int(v[i]) for name, v in columns.items()}) for i in range(k)]
+    by_partition: tuple[PartitionClean, ...] = ()
+    if partitions is not None:
+        changed_of = per_batch.count(batch_changed)
+        row_end = np.cumsum(columns["records_kept"])
+        by_partition = tuple(PartitionClean(bool(changed_of[i]), stats[i], int(row_end[i] - columns["records_kept"][i]),
+                                            int(row_end[i])) for i in range(k))
+    total = stats[0]
+    for one in stats[1:]:
+        total = total.merged(one)
     return CleanResult(
         records=out_records,
         empty_batches=_empty_headers(b, empty_header),
-        changed=changed,
+        changed=bool(batch_changed.any()),
         rebuilt_batches=np.sort(b["batch_base_offset"][rebuilt]),
-        stats=stats,
+        stats=total,
+        partitions=by_partition,
     )
+
+
+class _Owners:
+    """Sums over rows or batches per partition (``owner``: each row's or batch's partition index; None: all of
+    them are the one partition's)."""
+
+    def __init__(self, owner: np.ndarray | None, k: int) -> None:
+        self.owner, self.k = owner, k
+
+    def count(self, mask: np.ndarray) -> np.ndarray:
+        if self.owner is None:
+            return np.array([np.count_nonzero(mask)], np.int64)
+        return np.bincount(self.owner[mask], minlength=self.k)
+
+    def total(self, values: np.ndarray) -> np.ndarray:
+        if self.owner is None:
+            return np.array([int(values.sum())], np.int64)
+        return self._sums(values).astype(np.int64)
+
+    def estimate(self, values: np.ndarray, extra: np.ndarray) -> np.ndarray:
+        """Float ``values`` summed, plus ``extra``, truncated to whole bytes: each partition's sum taken over its
+        own (contiguous) values as one array, so that it rounds exactly as a clean of that partition alone."""
+        if self.owner is None:
+            return np.array([int(values.sum() + int(extra[0]))], np.int64)
+        bounds = np.searchsorted(self.owner, np.arange(self.k + 1))
+        return np.array([int(values[bounds[i]:bounds[i + 1]].sum() + int(extra[i])) for i in range(self.k)],
+                        np.int64)
+
+    def _sums(self, values: np.ndarray) -> np.ndarray:
+        sums = np.zeros(self.k, values.dtype)
+        np.add.at(sums, self.owner, values)
+        return sums
+
+
+def _last_of_producers(partitions: PartitionRows, b_part: np.ndarray, pid: np.ndarray, last: np.ndarray,
+                       epoch: np.ndarray, control: np.ndarray) -> np.ndarray:
+    """Kafka's isBatchLastRecordOfProducer for batches of several partitions, each judged by its own partition's
+    active producers (one call per partition that has any, never per batch)."""
+    out = np.zeros(len(b_part), bool)
+    bounds = np.searchsorted(b_part, np.arange(partitions.count + 1))
+    for i, state in enumerate(partitions.txn_states):
+        lo, hi = int(bounds[i]), int(bounds[i + 1])
+        if hi > lo and len(state.active):
+            out[lo:hi] = state.active.is_last_batch(pid[lo:hi], last[lo:hi], epoch[lo:hi], control[lo:hi])
+    return out
 
 
 def _control_types(records: pa.Table, starts: np.ndarray, b: dict[str, np.ndarray]) -> np.ndarray:
@@ -403,13 +541,13 @@ def _empty_headers(b: dict[str, np.ndarray], selected: np.ndarray) -> pa.Table:
 _EMPTY_BATCHES = BATCH_SCHEMA.empty_table()
 
 
-def _bytes_kept(size: np.ndarray, counts: np.ndarray, kept: np.ndarray, written: np.ndarray, rebuilt: np.ndarray,
-                empty_header: np.ndarray) -> int:
+def _bytes_kept(size: np.ndarray, counts: np.ndarray, kept: np.ndarray, written: np.ndarray,
+                rebuilt: np.ndarray) -> np.ndarray:
+    """Each record-holding batch's estimated bytes after the clean (header-only batches are counted apart)."""
     size = size.astype(np.int64)
     payload = np.maximum(size - V2_HEADER_SIZE, 0)
     share = np.divide(kept, counts, out=np.zeros(len(counts)), where=counts > 0)
-    est = np.where(rebuilt, V2_HEADER_SIZE + payload * share, np.where(written, size, 0))
-    return int(est.sum() + V2_HEADER_SIZE * int(empty_header.sum()))
+    return np.where(rebuilt, V2_HEADER_SIZE + payload * share, np.where(written, size, 0))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ Public API::
     mappable_rows(key_hash_table, *, start_offset, end_offset, aborted) -> bool mask (the rows a pass maps)
     OffsetMap.get(key_hash_hi, key_hash_lo) -> np.ndarray     # -1 where the key is not mapped
     OffsetMapResult: .offset_map, .latest_offset, .end_offset (the new clean point), .full, .records_read
+    build_partitions_offset_map(columns, *, row_partition, start_offsets, end_offsets, max_keys)
+        -> PartitionsMap | None     (one map over several small partitions, keyed by partition and key)
 """
 
 from __future__ import annotations
@@ -263,6 +265,61 @@ def build_offset_map(key_hash_tables: Iterable[MapSource], *, start_offset: int,
     return OffsetMapResult(omap, start_offset, max(end_offset, start_offset) - 1, False, records_read)
 
 
+#: Partition ``p``'s key hashes are moved by ``p`` times this odd constant in their high half (see
+#: :func:`partition_keyed`): a bijection for each partition, and two partitions never map a key to the same pair.
+_PARTITION_MIX = 0xC2B2AE3D27D4EB4F - (1 << 64)
+
+
+def partition_keyed(key_hash_hi: np.ndarray, key_hash_lo: np.ndarray,
+                    row_partition: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Key hashes keyed by partition as well: one map can then hold several partitions' keys, a key of one never
+    shadowing the same key of another (their pairs differ whenever the partitions do; two different keys meet
+    no more often than two random 128-bit hashes do)."""
+    with np.errstate(over="ignore"):
+        moved = np.asarray(row_partition, np.int64) * np.int64(_PARTITION_MIX)
+    return np.asarray(key_hash_hi, np.int64) ^ moved, np.asarray(key_hash_lo, np.int64)
+
+
+@dataclass(frozen=True)
+class PartitionsMap:
+    """One offset map over several partitions (:func:`build_partitions_offset_map`)."""
+
+    offset_map: OffsetMap
+    #: per partition: what :attr:`OffsetMapResult.latest_offset` is for a map of that partition alone
+    latest_offset: np.ndarray
+    #: the rows' key hashes keyed by partition (:func:`partition_keyed`): what the clean looks up
+    key_hash_hi: np.ndarray
+    key_hash_lo: np.ndarray
+
+
+def build_partitions_offset_map(columns: Mapping[str, np.ndarray], *, row_partition: np.ndarray,
+                                start_offsets: np.ndarray, end_offsets: np.ndarray,
+                                max_keys: int) -> PartitionsMap | None:
+    """:func:`build_offset_map` of several partitions at once, in one map keyed by partition and key.
+
+    ``columns`` are :func:`record_map_columns` of all their rows, each partition's rows contiguous and in offset
+    order, ``row_partition`` the partition index of each row, ``start_offsets``/``end_offsets`` each partition's
+    range. Only partitions without transactions may be mapped together (no aborted data to leave out). Returns
+    None when a map of ``max_keys`` keys could fill (more mappable rows than that): a full map ends a partition's
+    pass early, which only a map of its own gives right. Otherwise every partition's map is complete, as alone."""
+    part = np.asarray(row_partition, np.int64)
+    offsets = np.ascontiguousarray(columns["offset"], np.int64)
+    start = np.asarray(start_offsets, np.int64)
+    end = np.asarray(end_offsets, np.int64)
+    in_range = (offsets >= start[part]) & (offsets < end[part])
+    if (columns["transactional"] & ~columns["control"]).any():
+        raise ValueError("partitions with transactional data are mapped one at a time")
+    eligible = _mappable(columns, in_range, AbortedTxns.empty())
+    if np.count_nonzero(eligible) > max_keys:
+        return None
+    hi, lo = partition_keyed(columns["key_hash_hi"], columns["key_hash_lo"], part)
+    omap = OffsetMap(max_keys)
+    stop, _, _ = omap._put_run(hi, lo, offsets, np.ascontiguousarray(columns["batch_base_offset"], np.int64),
+                               np.ascontiguousarray(eligible))
+    assert stop < 0, "a map with room for every mappable row cannot fill"
+    return PartitionsMap(omap, np.maximum(end, start) - 1, hi, lo)
+
+
 def mappable_rows(table: pa.Table, *, start_offset: int, end_offset: int, aborted: AbortedTxns) -> np.ndarray:
     """Which rows of a KEY_HASH_SCHEMA table a pass over ``[start_offset, end_offset)`` maps (the rows
     :func:`build_offset_map` puts): keyed data records in the range that no aborted transaction holds. The
@@ -287,5 +344,6 @@ def _records_read(in_range: np.ndarray, control: np.ndarray, batch_base: np.ndar
     return data + len(np.unique(ctl_bases))
 
 
-__all__ = ["BYTES_PER_ENTRY", "LOAD_FACTOR", "MapSource", "OffsetMap", "OffsetMapResult", "buffer_bytes_for_keys",
-           "build_offset_map", "mappable_rows", "max_keys_for_buffer", "record_map_columns"]
+__all__ = ["BYTES_PER_ENTRY", "LOAD_FACTOR", "MapSource", "OffsetMap", "OffsetMapResult", "PartitionsMap",
+           "buffer_bytes_for_keys", "build_offset_map", "build_partitions_offset_map", "mappable_rows",
+           "max_keys_for_buffer", "partition_keyed", "record_map_columns"]
