@@ -40,11 +40,12 @@ from jobs.rules.offset_map import OffsetMapResult, build_partitions_offset_map, 
 from jobs.rules.plan_compact import group_segments_by_size
 from jobs.rules.transactions import TxnState
 from segment_io.decode import decode_segment_and_headers
-from segment_io.hashing import hash_keys
 from segment_io.errors import SegjobsError
+from segment_io.hashing import hash_keys
 from segment_io.schema import VALUE_REF_TYPE
+
 try:
-    from segment_io.segment_writer import SegmentSplit, write_segments
+    from segment_io.segment_writer import SegmentSplit, write_segments  # type: ignore[attr-defined]
 except ImportError:  # TEMPORARY until the split encoder lands
     from segment_io.segment_writer import write_segment
 
@@ -55,7 +56,7 @@ except ImportError:  # TEMPORARY until the split encoder lands
         row_end: int
         index_interval_bytes: int
 
-    def write_segments(records, splits, *, storage, sources=None, durable=True):  # type: ignore[no-redef]
+    def write_segments(records, splits, *, storage, sources=None, durable=True):
         return [write_segment(records.slice(s.row_start, s.row_end - s.row_start), s.uri, storage=storage,
                               sources=sources, index_interval_bytes=s.index_interval_bytes, durable=durable)
                 for s in splits]

@@ -280,7 +280,7 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
     marker_has_data = np.isin(b["batch_base_offset"], with_data) if len(with_data) else np.zeros(len(control), bool)
     can_discard = np.where(control, (counts == 0) | (known_marker & ~marker_has_data), aborted_data)
     discard_records = np.where(control, can_discard & b_has_h & (b_h <= now), can_discard)
-    if partitions is None:
+    if partitions is None or part is None:
         last_of_producer = txn_state.active.is_last_batch(pid, last, b["producer_epoch"], control)
         upper_bound: np.ndarray | int = params.upper_bound_offset
     else:
@@ -296,7 +296,7 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
     row_control = control[batch_id]
     key_null = ~validity(records.column("key"))
     value_null = ~validity(records.column("value"))
-    past_latest = offsets > (offset_map.latest_offset if part is None
+    past_latest = offsets > (offset_map.latest_offset if partitions is None or part is None
                              else np.asarray(partitions.latest_offset, np.int64)[part])
     judged = ~row_discard & ~row_control & ~past_latest  # data rows the map decides
     keyless = judged & key_null
@@ -406,6 +406,7 @@ class _Owners:
                         np.int64)
 
     def _sums(self, values: np.ndarray) -> np.ndarray:
+        assert self.owner is not None
         sums = np.zeros(self.k, values.dtype)
         np.add.at(sums, self.owner, values)
         return sums
