@@ -22,6 +22,7 @@ from segment_io.format import BatchHeaders, scan_batches
 from segment_io.layout import parse_segment_file
 from segment_io.schema import VALUE_REF_TYPE
 from segment_io.segment_writer import SegmentSplit, SegmentWriteResult, write_segment, write_segments
+from segment_io.storage.base import Storage
 from segment_io.storage.local import LocalStorage
 from tests.support.builders import LogBuilder, rec
 from tests.support.corpus import fixture_files
@@ -30,12 +31,13 @@ from tests.support.corpus import fixture_files
 Spec = tuple[str, int, int, int]
 
 
-def _files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+def _files(storage: Storage, root: str) -> dict[str, bytes]:
+    """Every file under ``root`` by its path relative to ``root``."""
+    return {f.uri[len(root):]: storage.read(f.uri) for f in storage.list(root, recursive=True)}
 
 
-def _assert_same_result(got: SegmentWriteResult, want: SegmentWriteResult, together: Path, alone: Path) -> None:
-    assert {k: v.replace(str(together), str(alone)) for k, v in got.paths.items()} == want.paths
+def _assert_same_result(got: SegmentWriteResult, want: SegmentWriteResult, together: str, alone: str) -> None:
+    assert {k: v.replace(together, alone) for k, v in got.paths.items()} == want.paths
     for name in ("bytes", "batches", "records", "base_offset", "last_offset", "max_timestamp"):
         assert getattr(got, name) == getattr(want, name), name
     for f in dataclasses.fields(BatchHeaders):
@@ -47,19 +49,25 @@ def _assert_same_result(got: SegmentWriteResult, want: SegmentWriteResult, toget
 
 
 def assert_same_as_one_at_a_time(records: pa.Table, specs: list[Spec], sources: dict[int, bytes] | None,
-                                 root: Path, *, durable: bool = False) -> list[SegmentWriteResult]:
+                                 root: Path | str, *, durable: bool = False,
+                                 storage: Storage | None = None) -> list[SegmentWriteResult]:
     """write_segments of ``specs`` under ``root/together``, write_segment of each slice under ``root/alone``:
     the same files, the same results."""
-    storage = LocalStorage()
-    together, alone = root / "together", root / "alone"
-    splits = [SegmentSplit(str(together / name), a, b, interval) for name, a, b, interval in specs]
+    storage = storage or LocalStorage()
+    together, alone = f"{root}/together/", f"{root}/alone/"
+    splits = [SegmentSplit(together + name, a, b, interval) for name, a, b, interval in specs]
     got = write_segments(records, splits, storage=storage, sources=sources, durable=durable)
     assert len(got) == len(specs)
     for (name, a, b, interval), result in zip(specs, got):
-        want = write_segment(records.slice(a, b - a), str(alone / name), storage=storage, sources=sources,
+        want = write_segment(records.slice(a, b - a), alone + name, storage=storage, sources=sources,
                              index_interval_bytes=interval, durable=durable)
         _assert_same_result(result, want, together, alone)
-    assert _files(together) == _files(alone)
+    written = _files(storage, together)
+    assert sorted(written) == sorted(f"{name.rpartition('.log')[0]}{suffix}{name.rpartition('.log')[2]}"
+                                     for name, *_ in specs for suffix in (".log", ".index", ".timeindex"))
+    assert written == _files(storage, alone)
+    if not durable:
+        storage.barrier([p for r in got for p in r.paths.values()])
     return got
 
 
@@ -208,6 +216,23 @@ def test_rows_outside_every_split_are_not_written(tmp_path: Path) -> None:
                                                  ("t-2/00000000000000000000.log", 4, 6, 0)], None, tmp_path)
     assert sorted(p.name for p in (tmp_path / "together").iterdir()) == ["t-0", "t-2"]
     assert [r.records for r in got] == [2, 2]
+
+
+@pytest.mark.s3
+def test_a_bin_written_to_s3_equals_each_segment_alone(s3_bucket) -> None:
+    from segment_io.storage import S3Storage
+
+    endpoint, bucket = s3_bucket
+    tables = []
+    for p in range(3):
+        log = LogBuilder("t", p, start_offset=5 * p)
+        for i in range(20):
+            log.batch([rec(f"k{i}", f"v{i}" * 30), rec(f"j{i}", None)], codec=i % 3)
+        tables.append(log.table())
+    specs = [(f"t-{p}/{5 * p:020d}.log", 40 * p, 40 * p + 40, 100) for p in range(3)]
+    got = assert_same_as_one_at_a_time(pa.concat_tables(tables), specs, None, f"s3://{bucket}/logs",
+                                       storage=S3Storage(endpoint.storage_options()))
+    assert [r.base_offset for r in got] == [0, 5, 10]
 
 
 def test_no_splits_write_nothing(tmp_path: Path) -> None:
