@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import BinaryIO, Iterable, Mapping
+from typing import BinaryIO, Iterable, Mapping, Sequence
 
 import crc32c
 import numpy as np
@@ -57,6 +57,8 @@ _INT64_MIN = np.int64(-(1 << 63))
 #: Up to this many rows the batch-constant columns are checked stacked in one comparison (see _plan_records).
 _STACKED_CHECK_ROWS = 1 << 14
 _LOG_APPEND_TIME = 1
+#: Every BatchHeaders field but truncated_tail (which an encoding never has).
+_HEADER_FIELDS = tuple(f.name for f in dataclasses.fields(BatchHeaders) if f.name != "truncated_tail")
 _MAGIC_V2 = 2
 
 #: Columns the encoder reads; the others (topic, partition, batch_size, batch_base_timestamp) are not needed
@@ -130,6 +132,33 @@ class EncodedSegment:
         for buf in self.buffers:
             stream.write(buf)
         return self.size
+
+    def split(self, batch_cuts: Sequence[int] | np.ndarray) -> list["EncodedSegment"]:
+        """The batches ``[batch_cuts[i], batch_cuts[i + 1])`` as segments of their own, in order: their
+        buffers are views of this one's bytes (nothing copied), their header positions relative to their own
+        first byte. ``batch_cuts`` ascend from 0 to :attr:`batch_count`."""
+        cuts = np.asarray(batch_cuts, dtype=np.int64)
+        nb = self.batch_count
+        if len(cuts) < 2 or cuts[0] != 0 or cuts[-1] != nb or np.any(np.diff(cuts) < 0):
+            raise UsageError(f"batch cuts must ascend from 0 to {nb}, got {cuts.tolist()}")
+        byte_cuts = np.append(self.headers.position, self.size)[cuts].tolist()
+        pieces: list[EncodedSegment] = []
+        buf_no, buf_start = 0, 0  # the buffer holding the next byte to hand out, and its first byte's position
+        for k, (a, b) in enumerate(zip(cuts[:-1].tolist(), cuts[1:].tolist())):
+            lo, hi = byte_cuts[k], byte_cuts[k + 1]
+            views: list[memoryview] = []
+            while lo < hi:
+                while buf_start + len(self.buffers[buf_no]) <= lo:
+                    buf_start += len(self.buffers[buf_no])
+                    buf_no += 1
+                buf = self.buffers[buf_no]
+                view = buf[lo - buf_start:min(hi - buf_start, len(buf))]
+                views.append(view)
+                lo += len(view)
+            cols = {name: getattr(self.headers, name)[a:b] for name in _HEADER_FIELDS}
+            cols["position"] = cols["position"] - byte_cuts[k]
+            pieces.append(EncodedSegment(tuple(views), BatchHeaders(**cols)))
+        return pieces
 
 
 # --------------------------------------------------------------------------------------------------
@@ -287,7 +316,10 @@ def _check_codec(codec: int | str | None) -> int | None:
     return int(codec)
 
 
-def _plan_records(table: pa.Table, codec_override: int | None) -> _Plan:
+def _plan_records(table: pa.Table, codec_override: int | None, split_starts: np.ndarray | None = None) -> _Plan:
+    """One entry per output batch of ``table``'s rows. ``split_starts`` (row numbers) cut the rows into runs
+    that belong to different segments: a batch starts at each of them even when its neighbour row shares the
+    batch columns, and offsets may go back there (different partitions)."""
     n = table.num_rows
     offsets = _ints(table, "offset", np.int64)
     timestamps = _ints(table, "timestamp", np.int64)
@@ -296,13 +328,16 @@ def _plan_records(table: pa.Table, codec_override: int | None) -> _Plan:
     if n == 0:
         starts = np.zeros(0, dtype=np.int64)
     else:
-        bad = np.flatnonzero(np.diff(offsets) <= 0)
+        restart = np.zeros(n, dtype=np.bool_)
+        if split_starts is not None:
+            restart[split_starts] = True
+        bad = np.flatnonzero((np.diff(offsets) <= 0) & ~restart[1:])
         if len(bad):
             i = int(bad[0])
             raise InvalidRecordsError(f"record offsets must increase strictly: {offsets[i + 1]} follows "
                                       f"{offsets[i]}", offset=int(offsets[i + 1]))
         boundary = np.ones(n, dtype=np.bool_)
-        boundary[1:] = (seg[1:] != seg[:-1]) | (bbo[1:] != bbo[:-1])
+        boundary[1:] = (seg[1:] != seg[:-1]) | (bbo[1:] != bbo[:-1]) | restart[1:]
         starts = np.flatnonzero(boundary)
     ends = np.append(starts[1:], n).astype(np.int64)
     counts = ends - starts
@@ -406,7 +441,9 @@ def _plan_empty(table: pa.Table) -> _Plan:
     )
 
 
-def _check_order(plan: _Plan) -> None:
+def _check_order(plan: _Plan, split_batches: np.ndarray | None = None) -> None:
+    """Batches in offset order and within Kafka's limits; ``split_batches`` (batch numbers) start new
+    segments, which need not follow the batch before them."""
     bad = np.flatnonzero(plan.last_offset < plan.base_offset)
     if len(bad):
         i = int(bad[0])
@@ -417,7 +454,10 @@ def _check_order(plan: _Plan) -> None:
         i = int(too_far[0])
         raise InvalidRecordsError(f"batch spans more than 2^31 offsets (last offset {plan.last_offset[i]})",
                                   offset=int(plan.base_offset[i]))
-    overlap = np.flatnonzero(plan.base_offset[1:] <= plan.last_offset[:-1])
+    follows = plan.base_offset[1:] <= plan.last_offset[:-1]
+    if split_batches is not None and len(follows):
+        follows[split_batches[split_batches > 0] - 1] = False
+    overlap = np.flatnonzero(follows)
     if len(overlap):
         i = int(overlap[0]) + 1
         raise InvalidRecordsError(f"batch with base offset {plan.base_offset[i]} overlaps the previous batch, "
@@ -494,14 +534,25 @@ def encode_batches(records: pa.Table | Iterable[pa.RecordBatch], *, empty_batche
 
 
 def _encode_table(table: pa.Table, empty_batches: pa.Table | None, override: int | None,
-                  sources: Mapping[int, bytes | memoryview] | None) -> EncodedSegment:
-    """Encode a single-chunk table of ``_RECORD_INPUT`` columns (already cast) and its header-only batches."""
-    plan = _plan_records(table, override)
-    if empty_batches is not None and empty_batches.num_rows:
+                  sources: Mapping[int, bytes | memoryview] | None,
+                  split_starts: np.ndarray | None = None) -> EncodedSegment:
+    """Encode a single-chunk table of ``_RECORD_INPUT`` columns (already cast) and its header-only batches.
+
+    ``split_starts`` (ascending row numbers, the first 0) cut the rows into the runs of several segments,
+    encoded together: each run's batches are what encoding the run alone gives, and each run starts a batch
+    (see :meth:`EncodedSegment.split`). Header-only batches cannot be placed among runs whose offsets
+    restart, so they are not taken then."""
+    plan = _plan_records(table, override, split_starts)
+    split_batches = None
+    if split_starts is not None:
+        if empty_batches is not None and empty_batches.num_rows:
+            raise UsageError("header-only batches cannot be encoded with split rows")
+        split_batches = np.searchsorted(plan.row_start, split_starts)
+    elif empty_batches is not None and empty_batches.num_rows:
         empties = _plan_empty(_as_table(empty_batches, _EMPTY_INPUT, BATCH_SCHEMA))
         merged = _Plan.concat(plan, empties)
         plan = merged.take(np.argsort(merged.base_offset, kind="stable"))
-    _check_order(plan)
+    _check_order(plan, split_batches)
     copies = _copy_sources(plan, sources)
     is_copy = np.fromiter((c is not None for c in copies), dtype=np.bool_, count=len(copies))
     to_compress = ~is_copy & (plan.codec != NONE) & (plan.row_end > plan.row_start)
@@ -566,10 +617,9 @@ def _encode_chunkwise(table: pa.Table, empty_batches: pa.Table | None, codec: in
 
 def _concat_encoded(parts: list[EncodedSegment]) -> EncodedSegment:
     """Encoded parts laid end to end: buffers chained, header positions shifted, order checked."""
-    fields = [f.name for f in dataclasses.fields(BatchHeaders) if f.name != "truncated_tail"]
     shift = np.cumsum([0] + [p.size for p in parts[:-1]])
     cols: dict[str, np.ndarray] = {}
-    for name in fields:
+    for name in _HEADER_FIELDS:
         arrays = [getattr(p.headers, name) for p in parts]
         if name == "position":
             arrays = [a + off for a, off in zip(arrays, shift)]

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from segment_io.encode import (
     _EMPTY_INPUT,
+    _HEADER_FIELDS,
     _MAGIC_V2,
     _RECORD_INPUT,
     EncodedSegment,
@@ -44,8 +45,6 @@ DEFAULT_PART_BYTES = 8 << 20
 #: What a record costs on the wire beyond its key and value (length, attributes, varint deltas, header
 #: count): only used to size parts, so an estimate is enough.
 _RECORD_OVERHEAD_ESTIMATE = 16
-
-_HEADER_FIELDS = tuple(f.name for f in dataclasses.fields(BatchHeaders) if f.name != "truncated_tail")
 
 
 def _int_column(chunk: pa.RecordBatch, name: str) -> np.ndarray:

@@ -118,10 +118,11 @@ class UnsupportedCodecError(CorruptRecordError):
 class InvalidRecordsError(LocatedError):
     """Rows handed to the encoder cannot be written as Kafka batches: offsets out of order or outside their
     batch, a batch field that differs between rows of one batch, a value the format cannot hold.
-    ``offset`` names the first offending record (or batch base offset)."""
+    ``offset`` names the first offending record (or batch base offset), ``path`` the segment being written
+    when known."""
 
-    def __init__(self, detail: str, *, offset: int | None = None) -> None:
-        super().__init__(detail, offset=offset)
+    def __init__(self, detail: str, *, offset: int | None = None, path: str | None = None) -> None:
+        super().__init__(detail, path=path, offset=offset)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -8,22 +8,28 @@ encoder reports as it goes (no re-read of the bytes), by :func:`segment_io.index
 ``.txnindex`` from the aborted transactions the caller knows. An error at any point (invalid rows, offsets
 that do not fit the segment's base, a failed write) discards the staged ``.log``: no partial file appears
 under its final name.
+
+:func:`write_segments` writes the segments of several partitions from one table of their rows: one encode
+over all of them (a small partition's segment costs the encoder's fixed work once per bin, not once per
+partition), cut into one file each, every file what :func:`write_segment` writes for its rows.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 
+from segment_io.encode import _RECORD_INPUT, _check_refs, _encode_table, input_columns, input_schema
 from segment_io.encode_stream import DEFAULT_PART_BYTES, HeaderCollector, iter_encoded_parts
-from segment_io.errors import UsageError
+from segment_io.errors import CorruptRecordError, InvalidRecordsError, UsageError
 from segment_io.format import NO_TIMESTAMP, BatchHeaders
 from segment_io.index import DEFAULT_INDEX_INTERVAL_BYTES, AbortedTxn, build_offset_and_time_index, encode_txn_index
 from segment_io.layout import parse_segment_file, segment_file_name
+from segment_io.schema import RECORD_SCHEMA
 from segment_io.storage.base import Storage
 
 LOG_SUFFIX = ".log"
@@ -121,26 +127,159 @@ def write_segment(table_or_batches: pa.Table | Iterable[pa.RecordBatch], path_or
         # Built inside the block: offsets that do not fit the segment's base raise here and the staged
         # .log is discarded instead of published.
         if write_indexes:
-            offset_index, time_index = build_offset_and_time_index(
-                headers, segment_base_offset=segment_base, index_interval_bytes=index_interval_bytes)
-            files[INDEX_SUFFIX] = offset_index
-            files[TIME_INDEX_SUFFIX] = time_index
+            files.update(_index_files(headers, segment_base, index_interval_bytes))
         if aborted_txns is not None:
             entries = list(aborted_txns)
             if entries:
                 files[TXN_INDEX_SUFFIX] = encode_txn_index(entries)
 
-    paths = {LOG_SUFFIX: path_or_uri}
+    paths = _write_siblings(storage, path_or_uri, files, durable)
+    return _result(paths, collected.size, headers, segment_base)
+
+
+def _index_files(headers: BatchHeaders, segment_base: int, index_interval_bytes: int) -> dict[str, bytes]:
+    offset_index, time_index = build_offset_and_time_index(
+        headers, segment_base_offset=segment_base, index_interval_bytes=index_interval_bytes)
+    return {INDEX_SUFFIX: offset_index, TIME_INDEX_SUFFIX: time_index}
+
+
+def _write_siblings(storage: Storage, log_uri: str, files: dict[str, bytes], durable: bool) -> dict[str, str]:
+    """Write the ``.log``'s sibling files; every path written, the ``.log``'s included, by suffix."""
+    paths = {LOG_SUFFIX: log_uri}
     for suffix, data in files.items():
-        uri = segment_sibling(path_or_uri, suffix)
+        uri = segment_sibling(log_uri, suffix)
         storage.write_atomic(uri, data, durable=durable)
         paths[suffix] = uri
+    return paths
+
+
+def _result(paths: dict[str, str], size: int, headers: BatchHeaders, segment_base: int) -> SegmentWriteResult:
     n = len(headers)
     return SegmentWriteResult(
-        paths=paths, bytes=collected.size, batches=n, records=int(headers.record_count.sum(dtype=np.int64)),
+        paths=paths, bytes=size, batches=n, records=int(headers.record_count.sum(dtype=np.int64)),
         base_offset=segment_base, last_offset=int(headers.last_offset[-1]) if n else -1,
         max_timestamp=int(headers.max_timestamp.max()) if n else NO_TIMESTAMP, headers=headers,
     )
 
 
-__all__ = ["SegmentWriteResult", "segment_sibling", "write_segment"]
+# --------------------------------------------------------------------------------------------------
+# Several segments from one encode
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SegmentSplit:
+    """One segment :func:`write_segments` writes: where, and which rows of its input it holds."""
+
+    #: the ``.log`` to write, named as for :func:`write_segment` (``<20-digit base offset>.log``, optionally
+    #: followed by ``.cleaned`` or ``.swap``)
+    uri: str
+    #: the segment holds the rows ``records[row_start:row_end]``
+    row_start: int
+    row_end: int
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
+
+
+def write_segments(records: pa.Table, splits: Sequence[SegmentSplit], *, storage: Storage,
+                   sources: Mapping[int, bytes | memoryview] | None = None,
+                   durable: bool = True) -> list[SegmentWriteResult]:
+    """Write one segment per split of ``records`` (RECORD_SCHEMA rows; values may be references into
+    ``sources``, as for :func:`segment_io.encode.encode_batches`), encoding all of them at once.
+
+    Result ``i``, and the files it names, are byte for byte what
+    ``write_segment(records.slice(s.row_start, s.row_end - s.row_start), s.uri, storage=storage,
+    sources=sources, index_interval_bytes=s.index_interval_bytes, durable=durable)`` gives for
+    ``s = splits[i]``; but the encoder's fixed work (planning, checks, verbatim copies, the compiled kernel,
+    laying out the bytes) is done once for all the rows, which is what makes a bin of small partitions cheap.
+
+    The splits come in row order, each non-empty, none overlapping another (rows outside every split are not
+    written). A split's rows are in offset order; the splits may be of different partitions, so offsets may
+    start again at any split. ``sources`` is keyed by ``segment_base_offset`` as for ``write_segment``: when
+    several partitions' segments have the same base offset, the caller numbers them apart in that column
+    and in ``sources`` (the column is not written). No header-only batches, codec override or aborted
+    transactions: those segments go through :func:`write_segment`.
+
+    Everything is encoded, and every index built, before the first file is written: input the encoder
+    rejects raises :class:`~segment_io.errors.InvalidRecordsError` naming the split's ``.log`` and writes
+    nothing. All the segments' bytes are held at once, so this is for inputs of tens of MiB, not for large
+    segments (those stream through :func:`write_segment`). Files are written as ``write_segment`` writes
+    them (each directory created once); with ``durable=False`` the caller makes them durable with one
+    :meth:`Storage.barrier` over every result's :attr:`SegmentWriteResult.paths`.
+    """
+    bases = [_segment_base_offset(s.uri) for s in splits]
+    starts = _split_starts(splits, records.num_rows)
+    if not splits:
+        return []
+    table = input_columns(records, _RECORD_INPUT, RECORD_SCHEMA)
+    target = input_schema(table, _RECORD_INPUT, RECORD_SCHEMA)
+    _check_refs(table, sources)
+    first, last = splits[0].row_start, splits[-1].row_end
+    if all(a.row_end == b.row_start for a, b in zip(splits, splits[1:])):  # no rows between splits
+        table = table.slice(first, last - first)
+        starts = starts - first
+    else:
+        table = pa.concat_tables([table.slice(s.row_start, s.row_end - s.row_start) for s in splits])
+        starts = np.concatenate(([0], np.cumsum([s.row_end - s.row_start for s in splits])[:-1])).astype(np.int64)
+    if not table.schema.equals(target):
+        table = table.cast(target)
+    table = table.combine_chunks()
+    try:
+        encoded = _encode_table(table, None, None, sources, split_starts=starts)
+    except InvalidRecordsError as exc:
+        raise _naming_the_split(exc, table, starts, splits, sources) from None
+    # every batch holds rows (no header-only ones here) and each split starts a batch: a split's first batch
+    # is the one with as many rows before it as there are before the split
+    counts = encoded.headers.record_count.astype(np.int64)
+    rows_before = np.cumsum(counts) - counts
+    cuts = np.append(np.searchsorted(rows_before, starts), len(counts))
+    pieces = encoded.split(cuts)
+    del encoded
+    indexes = []
+    for split, base, piece in zip(splits, bases, pieces):
+        try:
+            indexes.append(_index_files(piece.headers, base, split.index_interval_bytes))
+        except CorruptRecordError as exc:
+            raise exc.located(path=split.uri) from None
+
+    results = []
+    made: set[str] = set()
+    for split, base, piece, files in zip(splits, bases, pieces, indexes):
+        directory = split.uri.rpartition("/")[0]
+        if directory and directory not in made:
+            storage.makedirs(directory)
+            made.add(directory)
+        with storage.open_write(split.uri, durable=durable) as stream:
+            piece.write_to(stream)
+        paths = _write_siblings(storage, split.uri, files, durable)
+        results.append(_result(paths, piece.size, piece.headers, base))
+    return results
+
+
+def _split_starts(splits: Sequence[SegmentSplit], num_rows: int) -> np.ndarray:
+    """The splits' first rows, after checking that they are non-empty ranges of the input, in order."""
+    end = 0
+    for s in splits:
+        if not end <= s.row_start < s.row_end <= num_rows:
+            raise UsageError(f"{s.uri}: rows [{s.row_start}, {s.row_end}) are not a non-empty range of the "
+                             f"{num_rows} input rows after the previous split's (which ends at row {end})")
+        if s.index_interval_bytes < 0:
+            raise UsageError(f"{s.uri}: index_interval_bytes must be >= 0, got {s.index_interval_bytes}")
+        end = s.row_end
+    return np.array([s.row_start for s in splits], dtype=np.int64)
+
+
+def _naming_the_split(exc: InvalidRecordsError, table: pa.Table, starts: np.ndarray,
+                      splits: Sequence[SegmentSplit], sources: Mapping[int, bytes | memoryview] | None,
+                      ) -> InvalidRecordsError:
+    """The encoder's error for the first split it rejects alone, naming that split's ``.log``; on the error
+    path only, so the encode of all the splits together need not know which rows belong to which file."""
+    ends = np.append(starts[1:], table.num_rows)
+    for split, a, b in zip(splits, starts.tolist(), ends.tolist()):
+        try:
+            _encode_table(table.slice(a, b - a), None, None, sources)
+        except InvalidRecordsError as alone:
+            return InvalidRecordsError(alone.detail, offset=alone.offset, path=split.uri)
+    return exc
+
+
+__all__ = ["SegmentSplit", "SegmentWriteResult", "segment_sibling", "write_segment", "write_segments"]

@@ -359,3 +359,32 @@ def test_a_table_of_several_chunks_encodes_to_the_same_bytes_as_one_chunk() -> N
     split = pa.Table.from_batches([kept.slice(0, inside).to_batches()[0], kept.slice(inside).combine_chunks()
                                    .to_batches()[0]])
     assert encode_batches(split, empty_batches=empties).to_bytes() == one.to_bytes()
+
+
+def test_an_encoding_split_into_segments_of_whole_batches() -> None:
+    """Pieces of whole batches cut across copied, compressed and plain runs: laid end to end they are the
+    encoding, each piece's headers positioned from its own first byte."""
+    import numpy as np
+
+    from segment_io.decode import decode_segment_bytes
+
+    log = LogBuilder()
+    for i in range(9):
+        log.batch([rec(f"k{i}", f"v{i}" * 10), rec(f"j{i}", None)], codec=(0, 0, 1, 3)[i % 4])
+    data = encode_batches(log.table()).to_bytes()
+    decoded = decode_segment_bytes(data, segment_base_offset=0)
+    kept = decoded.filter(pa.array([i % 6 != 1 for i in range(decoded.num_rows)]))  # every third batch re-encoded
+    whole = encode_batches(kept, sources={0: data})
+    assert len(whole.buffers) > 3
+    for cuts in ([0, 9], [0, 1, 2, 9], [0, 4, 4, 5, 9], [0, 3, 6, 7, 8, 9]):
+        pieces = whole.split(cuts)
+        assert b"".join(p.to_bytes() for p in pieces) == whole.to_bytes()
+        for piece, a, b in zip(pieces, cuts, cuts[1:]):
+            assert piece.batch_count == b - a
+            first = whole.headers.position[a] if b > a else 0
+            assert np.array_equal(piece.headers.position, whole.headers.position[a:b] - first)
+            assert np.array_equal(piece.headers.crc, whole.headers.crc[a:b])
+            assert piece.size == sum(len(v) for v in piece.buffers)
+    for bad in ([0], [1, 9], [0, 8], [0, 5, 3, 9]):
+        with pytest.raises(UsageError, match="batch cuts"):
+            whole.split(bad)
