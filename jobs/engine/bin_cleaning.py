@@ -43,23 +43,7 @@ from segment_io.decode import decode_segment_and_headers
 from segment_io.errors import SegjobsError
 from segment_io.hashing import hash_keys
 from segment_io.schema import VALUE_REF_TYPE
-
-try:
-    from segment_io.segment_writer import SegmentSplit, write_segments  # type: ignore[attr-defined]
-except ImportError:  # TEMPORARY until the split encoder lands
-    from segment_io.segment_writer import write_segment
-
-    @dataclass(frozen=True)
-    class SegmentSplit:  # type: ignore[no-redef]
-        uri: str
-        row_start: int
-        row_end: int
-        index_interval_bytes: int
-
-    def write_segments(records, splits, *, storage, sources=None, durable=True):
-        return [write_segment(records.slice(s.row_start, s.row_end - s.row_start), s.uri, storage=storage,
-                              sources=sources, index_interval_bytes=s.index_interval_bytes, durable=durable)
-                for s in splits]
+from segment_io.segment_writer import SegmentSplit, write_segments
 
 #: Partitions of a bin that must qualify before they are cleaned together (fewer gain nothing).
 TOGETHER_MIN_PARTITIONS = 2
