@@ -54,7 +54,7 @@ DIRTY_RATIO = 0.01
 SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
 #: what two runs of the same work legitimately differ in: timings and the run's identity
 RUN_SPECIFIC = frozenset({"run_id", "started_ms", "finished_ms", "elapsed_s", "spark_startup_s", "task_seconds",
-                          "seconds"})
+                          "seconds", "wall_seconds", "eta_s"})
 
 
 @dataclass(frozen=True)
@@ -169,9 +169,11 @@ def append(rest: Path, log_dir: Path) -> None:
     shutil.copytree(rest, log_dir, dirs_exist_ok=True)
 
 
-def compact_in_process(log_dir: Path, config: ConfigSet, now_ms: int, *, dry_run: bool = False) -> api.CompactResult:
-    """One ``compact`` run over ``log_dir`` at ``now_ms``, its tasks in this process (bins as on Spark)."""
-    options = api.CompactOptions(config=config, dry_run=dry_run, progress=lambda line: None)
+def compact_in_process(log_dir: Path, config: ConfigSet, now_ms: int, *, dry_run: bool = False,
+                       **options: Any) -> api.CompactResult:
+    """One ``compact`` run over ``log_dir`` at ``now_ms``, its tasks in this process (bins as on Spark);
+    ``options``: more :class:`jobs.api.CompactOptions`."""
+    options = api.CompactOptions(config=config, dry_run=dry_run, progress=lambda line: None, **options)
     return api.compact(log_dir, options, now=now_ms, seams=api.Seams(runner=api.InProcessTasks()))
 
 
@@ -274,16 +276,15 @@ def legacy_partition(partition_dir: Path, mtime_ms: int) -> None:
     write_log(log.table(), partition_dir)
 
 
-def big_partition(partition_dir: Path, dirty_bytes: int) -> None:
-    """A partition of at least ``dirty_bytes`` bytes in two closed segments (8 KiB values over 50 keys, so most
-    records are superseded), then the active segment."""
+def keyed_partition(partition_dir: Path, records: int, *, keys: int, value_bytes: int) -> None:
+    """``records`` single-record batches over ``keys`` keys in turn (values of ``value_bytes`` bytes) in two
+    closed segments, then the active segment."""
     log = LogBuilder(partition_dir.name.rsplit("-", 1)[0], int(partition_dir.name.rsplit("-", 1)[1]),
                      timestamp=NOW1 - 3 * DAY)
-    count = -(-dirty_bytes // (8 << 10))
-    for i in range(count):
-        if i == count // 2:
+    for i in range(records):
+        if i == records // 2:
             log.roll()
-        log.batch([rec(f"k{i % 50}", b"%08d" % i * 1024)])
+        log.batch([rec(f"k{i % keys}", (b"%08d" % i * value_bytes)[:value_bytes])])
     log.roll()
     log.batch([rec("k0", "active")])
     write_log(log.table(), partition_dir)

@@ -32,17 +32,18 @@ from jobs.engine import bin_cleaning
 from jobs.engine.cleaning import SINGLE_DECODE_BYTES, PartitionOutcome
 from jobs.engine.tasks import InProcessTasks, stream_bins
 from jobs.rules.config import ConfigSet
+from jobs.rules.map_capacity import buffer_bytes_for_keys
 from segment_io.layout import segment_file_name
 from tests.support.bin_logs import (
     NOW2,
     RunView,
     append,
     assert_same_runs,
-    big_partition,
     bin_specs,
     compact_in_process,
     flip_crc,
     fresh_copy,
+    keyed_partition,
     legacy_partition,
     log_dir_files,
     observe,
@@ -92,9 +93,10 @@ class Together:
         self.on = on
         self.monkeypatch.setattr(bin_cleaning, "TOGETHER_MIN_PARTITIONS", ON if on else OFF)
 
-    def run(self, source: Path, work: Path, config: ConfigSet, steps: list[Step]) -> list[RunView]:
-        """Every step from a fresh copy of ``source`` at ``work/logs``, off then on: asserts the two sequences
-        equal step by step and returns the views of the run with the path off."""
+    def run(self, source: Path, work: Path, config: ConfigSet, steps: list[Step], **options: Any) -> list[RunView]:
+        """Every step from a fresh copy of ``source`` at ``work/logs``, off then on, with ``options`` (more
+        :class:`jobs.api.CompactOptions`): asserts the two sequences equal step by step and returns the views of
+        the runs with the path off."""
         views: dict[bool, list[RunView]] = {}
         for on in (False, True):
             self.force(on)
@@ -104,7 +106,7 @@ class Together:
                 if step.append_from is not None:
                     append(step.append_from, log_dir)
                 views[on].append(observe(log_dir, compact_in_process(log_dir, config, step.now_ms,
-                                                                     dry_run=step.dry_run)))
+                                                                     dry_run=step.dry_run, **options)))
         assert self.cleaned[False] == 0, "the together path ran although it was forced off"
         for step, off, on_view in zip(steps, views[False], views[True]):
             assert_same_runs(off, on_view, step.label)
@@ -124,6 +126,12 @@ def compact_config(*topics: str) -> ConfigSet:
 
 def entries(view: RunView) -> dict[str, dict[str, Any]]:
     return {f"{e['topic']}-{e['partition']}": e for e in view.report["partitions"]}
+
+
+def bins(log_dir: Path, names: list[str]) -> list[list[str]]:
+    """The bins a run over every partition of ``log_dir`` (``names``, in the run's order) makes: by their bytes."""
+    sizes = [sum(f.stat().st_size for f in (log_dir / name).glob("*.log")) for name in names]
+    return [[names[i] for i in b] for b in stream_bins(names, sizes, InProcessTasks().parallelism)]
 
 
 def plain_bin(log_dir: Path, names: list[str], **kw: Any) -> None:
@@ -184,11 +192,9 @@ def test_a_bin_mixing_partitions_the_together_path_leaves_alone(together: Togeth
         elif kind == "legacy":
             legacy_partition(source / name, mtime_ms=NOW1 - 2 * DAY)
         else:  # the second one is the larger: a bin holds half the bytes, so the first shares one
-            big_partition(source / name, SINGLE_DECODE_BYTES + (64 << 10) + (SINGLE_DECODE_BYTES // 4) * (
-                kind == "bigger"))
-    # the bins the run makes (by partition bytes, in partition order): the first holds every kind
-    sizes = [sum(f.stat().st_size for f in (source / name).glob("*.log")) for name in kinds]
-    first_bin = {list(kinds)[i] for i in stream_bins(list(kinds), sizes, InProcessTasks().parallelism)[0]}
+            dirty = SINGLE_DECODE_BYTES + (64 << 10) + (SINGLE_DECODE_BYTES // 4) * (kind == "bigger")
+            keyed_partition(source / name, -(-dirty // (8 << 10)), keys=50, value_bytes=8 << 10)
+    first_bin = bins(source, list(kinds))[0]
     assert {kinds[n] for n in first_bin} == {"plain", "big", "transactions", "legacy"}, first_bin
 
     (view,) = together.run(source, tmp_path / "run", compact_config("mixed"), [Step("run", NOW1)])
@@ -211,6 +217,7 @@ def test_a_corrupt_batch_fails_its_partition_alone_either_way(together: Together
     broken = source / "t-2" / segment_file_name(0)
     position, offset = flip_crc(broken, 3)
     before = log_dir_files(source / "t-2")
+    assert [len(b) for b in bins(source, names) if "t-2" in b] == [3]  # beside two the together path takes
 
     (view,) = together.run(source, tmp_path / "run", compact_config("t"), [Step("run", NOW1)])
     assert view.report["exit_code"] == 1
@@ -227,9 +234,10 @@ def test_a_wrong_offset_index_is_rebuilt_either_way(together: Together, tmp_path
     """A partition whose .index points inside a batch, among plain ones: rewritten with a sound index and a
     warning naming the file, exactly as one at a time."""
     source = tmp_path / "source"
-    names = [f"t-{p}" for p in range(5)]
+    names = [f"t-{p}" for p in range(8)]
     plain_bin(source, names, value=b"v" * 1000)  # 1 KB values: the segments get index entries
     shift_first_index_entry(source / "t-3" / segment_file_name(0, ".index"))
+    assert [len(b) > 2 for b in bins(source, names) if "t-3" in b] == [True]
 
     (view,) = together.run(source, tmp_path / "run", compact_config("t"), [Step("run", NOW1)])
     assert view.report["exit_code"] == 0, view.report["errors"]
@@ -247,3 +255,27 @@ def test_a_dry_run_reports_the_same_either_way(together: Together, tmp_path: Pat
     assert view.files == log_dir_files(source)
     would = [e for e in entries(view).values() if e["action"] == "would compact"]
     assert len(would) == len(names) and all(e["records_removed"] > 0 for e in would)
+
+
+def test_memory_first_partitions_in_a_bin_go_one_at_a_time(together: Together, tmp_path: Path) -> None:
+    """With a map of 30 keys, the plain partitions (fewer dirty records) are cleaned in memory, while two of
+    their bins' partitions go memory first (more records than the map holds): one whose keys fit, one handed
+    over to external-sort when its map fills. The result is the same either way."""
+    source = tmp_path / "source"
+    names = [f"t-{p}" for p in range(8)]
+    handed_over, fitting = "t-2", "t-5"
+    plain_bin(source, [n for n in names if n not in (handed_over, fitting)])
+    keyed_partition(source / handed_over, 40, keys=35, value_bytes=1)
+    keyed_partition(source / fitting, 40, keys=4, value_bytes=1)
+    for b in bins(source, names):
+        assert handed_over not in b and fitting not in b or len(b) >= 3, b  # each with two plain partitions
+
+    (view,) = together.run(source, tmp_path / "run", compact_config("t"), [Step("run", NOW1)],
+                           dedupe_buffer_bytes=buffer_bytes_for_keys(30))
+    assert view.report["exit_code"] == 0, view.report["errors"]
+    by_name = entries(view)
+    assert {n: e["action"] for n, e in by_name.items()} == {n: "compacted" for n in names}
+    assert by_name[fitting]["strategy"] == "memory" and "memory first" in by_name[fitting]["strategy_reason"]
+    assert by_name[handed_over]["strategy"] == "external-sort"
+    assert "map filled" in by_name[handed_over]["strategy_reason"]
+    assert together.cleaned[True] >= 2
