@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import shutil
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,6 @@ from hypothesis import strategies as st
 from jobs import api
 from jobs.rules.config import ConfigSet
 from segment_io.checkpoint import write_offset_checkpoint
-from segment_io.format import scan_batches
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, partition_dir_name, segment_file_name
 from segment_io.storage import LocalStorage
 from tests.support.builders import LogBuilder, rec, tombstone, write_log
@@ -288,24 +286,3 @@ def keyed_partition(partition_dir: Path, records: int, *, keys: int, value_bytes
     log.roll()
     log.batch([rec("k0", "active")])
     write_log(log.table(), partition_dir)
-
-
-def flip_crc(segment: Path, batch: int) -> tuple[int, int]:
-    """Break the stored CRC of batch number ``batch`` of ``segment``; returns its byte position and base
-    offset (what the error must name)."""
-    data = bytearray(segment.read_bytes())
-    headers = scan_batches(bytes(data), path=str(segment))
-    position = int(headers.position[batch])
-    data[position + 17] ^= 0xFF  # the first byte of the CRC (after base offset, length, leader epoch, magic)
-    segment.write_bytes(bytes(data))
-    return position, int(headers.base_offset[batch])
-
-
-def shift_first_index_entry(index: Path) -> None:
-    """Make the first entry of an offset index point one byte into its batch: Kafka's loader's sanity check
-    passes it (entries ascending, within the file), only a check against the batches finds it."""
-    raw = bytearray(index.read_bytes())
-    assert len(raw) >= 8, f"{index} has no entry to break"
-    relative, position = struct.unpack(">ii", raw[:8])
-    raw[:8] = struct.pack(">ii", relative, position + 1)
-    index.write_bytes(bytes(raw))

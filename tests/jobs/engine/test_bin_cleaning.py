@@ -41,17 +41,16 @@ from tests.support.bin_logs import (
     assert_same_runs,
     bin_specs,
     compact_in_process,
-    flip_crc,
     fresh_copy,
     keyed_partition,
     legacy_partition,
     log_dir_files,
     observe,
     plain_partition,
-    shift_first_index_entry,
     transactional_partition,
     write_source,
 )
+from tests.support.damage import flip_crc, shift_first_index_entry
 from tests.support.hypothesis_budget import examples
 from tests.support.random_logs import DAY, NOW1
 
