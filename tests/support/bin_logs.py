@@ -80,12 +80,14 @@ class BinSpec:
     partitions: tuple[PartitionSpec, ...]
 
     def config(self) -> ConfigSet:
-        settings = []
-        for t in self.topics:
-            settings += [f"{t.name}:cleanup.policy=compact", f"{t.name}:delete.retention.ms={t.delete_retention_ms}",
-                         f"{t.name}:segment.bytes={t.segment_bytes}",
-                         f"{t.name}:min.cleanable.dirty.ratio={DIRTY_RATIO}"]
-        return ConfigSet().with_overrides(settings)
+        return ConfigSet().with_overrides([s for t in self.topics for s in compacted(
+            t.name, f"delete.retention.ms={t.delete_retention_ms}", f"segment.bytes={t.segment_bytes}")])
+
+
+def compacted(topic: str, *settings: str) -> list[str]:
+    """The ``--set`` overrides of a compacted topic due as soon as it holds dirty data, and ``settings``."""
+    return [f"{topic}:{s}" for s in ("cleanup.policy=compact", f"min.cleanable.dirty.ratio={DIRTY_RATIO}",
+                                     *settings)]
 
 
 @st.composite

@@ -36,11 +36,13 @@ from jobs.rules.map_capacity import buffer_bytes_for_keys
 from segment_io.layout import segment_file_name
 from tests.support.bin_logs import (
     NOW2,
+    BinSpec,
     RunView,
     append,
     assert_same_runs,
     bin_specs,
     compact_in_process,
+    compacted,
     fresh_copy,
     keyed_partition,
     legacy_partition,
@@ -119,8 +121,7 @@ def together(monkeypatch: pytest.MonkeyPatch) -> Together:
 
 def compact_config(*topics: str) -> ConfigSet:
     """Compacted topics, due as soon as they hold dirty data."""
-    return ConfigSet().with_overrides([s for t in topics for s in (f"{t}:cleanup.policy=compact",
-                                                                   f"{t}:min.cleanable.dirty.ratio=0.01")])
+    return ConfigSet().with_overrides([s for t in topics for s in compacted(t)])
 
 
 def entries(view: RunView) -> dict[str, dict[str, Any]]:
@@ -147,7 +148,7 @@ def test_random_bins_clean_together_exactly_as_one_at_a_time(together: Together,
     # Each example writes a small log dir and compacts it eight times (four steps, both ways): half the budget.
     @settings(max_examples=examples(0.5), deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(spec=bin_specs())
-    def check(spec: Any) -> None:
+    def check(spec: BinSpec) -> None:
         root = tmp_path / "example"
         shutil.rmtree(root, ignore_errors=True)
         source = write_source(spec, root / "source")
