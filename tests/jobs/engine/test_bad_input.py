@@ -22,6 +22,7 @@ from jobs.rules.config import KAFKA_TOPICS, ConfigSet
 from segment_io.layout import segment_file_name
 from segment_io.storage import open_storage
 from tests.support.builders import LogBuilder, rec, write_log
+from tests.support.damage import shift_first_index_entry
 from tests.support.paths import REPO
 from tests.support.replay import comparable, read_partition, replay
 from tests.support.retention import (
@@ -389,11 +390,7 @@ def _indexed_partition(d: Path, topic: str, *, duplicates: bool) -> Path:
     log.roll().batch([rec("z", "active")])
     write_log(log.table(), d / f"{topic}-0")
     index = d / f"{topic}-0" / segment_file_name(0, ".index")
-    raw = bytearray(index.read_bytes())
-    assert len(raw) >= 8
-    rel, pos = struct.unpack(">ii", raw[:8])
-    raw[:8] = struct.pack(">ii", rel, pos + 1)  # passes Kafka's sanity check, points inside a batch
-    index.write_bytes(bytes(raw))
+    shift_first_index_entry(index)
     return index
 
 
