@@ -41,6 +41,7 @@ from jobs.rules.plan_compact import group_segments_by_size
 from jobs.rules.transactions import TxnState
 from segment_io.decode import decode_segment_and_headers
 from segment_io.errors import SegjobsError
+from segment_io.format import BatchHeaders
 from segment_io.hashing import hash_keys
 from segment_io.schema import VALUE_REF_TYPE
 from segment_io.segment_writer import SegmentSplit, write_segments
@@ -164,14 +165,13 @@ class _Round:
             staged[index].extend(paths)
         return {index: outcome for index, (outcome, _) in outcomes.items()}
 
-    def _clean(self, written: list[str]) -> dict[int, tuple[PartitionOutcome, list[str]]]:
-        storage = self.storage
-        # ---- one decode: every group's segments, back to back ----
+    def _decode(self, members: list[_Member]) -> "_Decoded":
+        """The members' group segments back to back, decoded once."""
         datas, piece_member, piece_base = [], [], []
-        for k, m in enumerate(self.members):
+        for k, m in enumerate(members):
             files = {s.base_offset: s for s in m.task.listing.segments}
             for seg in m.group:
-                datas.append(storage.read(files[seg.base_offset].log.uri))
+                datas.append(self.storage.read(files[seg.base_offset].log.uri))
                 piece_member.append(k)
                 piece_base.append(seg.base_offset)
         lengths = np.array([len(d) for d in datas], np.int64)
@@ -180,7 +180,7 @@ class _Round:
         del datas
         records, headers = decode_segment_and_headers(blob, path="(segments cleaned together)",
                                                       segment_base_offset=0, value_refs=True,
-                                                      max_batch_bytes=self.members[0].task.max_batch_bytes)
+                                                      max_batch_bytes=members[0].task.max_batch_bytes)
         # Each segment parsed alone must give exactly these batches: the batches tile the bytes, and every
         # segment starts at a batch boundary.
         position, size = headers.position, headers.size.astype(np.int64)
@@ -190,24 +190,30 @@ class _Round:
         if headers.truncated_tail or not tiled:
             raise _NotTogether("the segments do not split into whole batches")
         batch_piece = np.searchsorted(piece_start, position, side="right") - 1
+        return _Decoded(blob, records, headers, np.asarray(piece_member, np.int64), piece_base, piece_start,
+                        lengths, batch_piece)
+
+    def _clean(self, written: list[str]) -> dict[int, tuple[PartitionOutcome, list[str]]]:
+        storage = self.storage
+        # ---- one decode: every group's segments, back to back; decoded again without the partitions found to
+        # hold what is not cleaned together (rare: transactions the scan did not show, legacy or header-only
+        # batches) ----
+        members = self.members
+        while True:
+            d = self._decode(members)
+            h = d.headers
+            odd = (h.magic != 2) | h.control | h.transactional | (h.record_count == 0)
+            if not odd.any():
+                break
+            refused = set(d.piece_member[d.batch_piece[odd]].tolist())
+            members = [m for k, m in enumerate(members) if k not in refused]
+            if len(members) < TOGETHER_MIN_PARTITIONS:
+                raise _NotTogether("too few partitions qualify")
+        records, headers, blob = d.records, d.headers, d.blob
         if records.schema.field("value").type != VALUE_REF_TYPE:
-            raise _NotTogether("legacy batches")
-        member_of_batch = np.asarray(piece_member, np.int64)[batch_piece]
-        refused = np.zeros(len(self.members), bool)
-        odd = (headers.magic != 2) | headers.control | headers.transactional | (headers.record_count == 0)
-        refused[member_of_batch[odd]] = True
-        row_member = _row_owner(records, piece_start, np.asarray(piece_member, np.int64))
-        if refused.any():
-            keep = ~refused[row_member]
-            records, row_member = records.filter(pa.array(keep)), row_member[keep]
-        taken = np.flatnonzero(~refused)
-        if len(taken) < TOGETHER_MIN_PARTITIONS:
-            raise _NotTogether("too few partitions qualify")
-        # members renumbered 0..len(taken)-1 among those taken
-        renumber = np.full(len(self.members), -1, np.int64)
-        renumber[taken] = np.arange(len(taken))
-        row_part = renumber[row_member]
-        members = [self.members[i] for i in taken]
+            raise _NotTogether("values not decoded as references")
+        row_part = _row_owner(records, d.piece_start, d.piece_member)
+        lengths, piece_start, piece_member = d.lengths, d.piece_start, d.piece_member
 
         # ---- one map, keyed by partition and key ----
         hashes = hash_keys(records.column("key"))
@@ -239,20 +245,19 @@ class _Round:
         unsettled = np.bincount(kept_part[due], minlength=len(members)) > 0
 
         # ---- index checks, then one encode for every partition that changed ----
-        bounds = np.searchsorted(batch_piece, np.arange(len(lengths) + 1))
+        bounds = np.searchsorted(d.batch_piece, np.arange(len(lengths) + 1))
         outcomes: dict[int, tuple[PartitionOutcome, list[str]]] = {}
         splits, split_of = [], []
         for j, m in enumerate(members):
             pc = result.partitions[j]
             if unsettled[j] or pc.stats.empty_batches_kept or pc.row_end == pc.row_start:
                 continue
-            k = int(taken[j])
             cleaner = PartitionCleaner(m.task, [], durable=False)
-            pieces = [p for p in range(len(lengths)) if piece_member[p] == k]
+            pieces = np.flatnonzero(piece_member == j)
             problems: list[str] = []
             for p in pieces:
-                problems += cleaner.index_problems(piece_base[p], headers.part(int(bounds[p]), int(bounds[p + 1]),
-                                                                               int(piece_start[p])))
+                problems += cleaner.index_problems(d.piece_base[p], headers.part(int(bounds[p]), int(bounds[p + 1]),
+                                                                                 int(piece_start[p])))
             bases = [s.base_offset for s in m.group]
             before = int(lengths[pieces].sum())
             g = GroupOutcome(bases, pc.changed or bool(problems), before, before, int(records_before[j]),
@@ -265,8 +270,6 @@ class _Round:
                 splits.append(SegmentSplit(m.task.committer.task_stage_uri(m.task.listing.uri, bases[0], ".log"),
                                            pc.row_start, pc.row_end, m.task.config.index_interval_bytes))
                 split_of.append((m, g))
-        if len(outcomes) < TOGETHER_MIN_PARTITIONS:
-            raise _NotTogether("too few partitions settle in one pass")
         if splits:
             results = write_segments(kept, splits, storage=storage, sources={0: blob}, durable=False)
             for (m, g), w in zip(split_of, results):
@@ -280,6 +283,21 @@ class _Round:
                 g.bytes_after = w.bytes
                 g.staged_suffixes = tuple(w.paths)
         return outcomes
+
+
+@dataclass
+class _Decoded:
+    """Segments decoded as one byte string: the bytes, rows and batch headers, and per segment (piece) its
+    member, base offset, start in the bytes and length; per batch its piece."""
+
+    blob: bytes
+    records: pa.Table
+    headers: BatchHeaders
+    piece_member: np.ndarray
+    piece_base: list[int]
+    piece_start: np.ndarray
+    lengths: np.ndarray
+    batch_piece: np.ndarray
 
 
 class _NotTogether(Exception):
