@@ -78,9 +78,17 @@ class PartitionSpec:
 class BinSpec:
     topics: tuple[TopicSpec, ...]
     partitions: tuple[PartitionSpec, ...]
+    #: with :data:`BALLAST` (left out of the spec's fields: its repr would fill a failure's report)
+    ballast: bool
+
+    def all_topics(self) -> tuple[TopicSpec, ...]:
+        return self.topics + (BALLAST_TOPIC,) * self.ballast
+
+    def all_partitions(self) -> tuple[PartitionSpec, ...]:
+        return self.partitions + (BALLAST,) * self.ballast
 
     def config(self) -> ConfigSet:
-        return ConfigSet().with_overrides([s for t in self.topics for s in compacted(
+        return ConfigSet().with_overrides([s for t in self.all_topics() for s in compacted(
             t.name, f"delete.retention.ms={t.delete_retention_ms}", f"segment.bytes={t.segment_bytes}")])
 
 
@@ -141,10 +149,7 @@ def bin_specs(draw: st.DrawFn) -> BinSpec:
             first_rolls = rolls if log.split is None else log.split
             checkpoint = draw(st.one_of(st.none(), st.integers(0, first_rolls - 1))) if first_rolls else None
             partitions.append(PartitionSpec(topic.name, p, log, checkpoint))
-    if draw(st.sampled_from([True, True, True, False])):
-        topics += (BALLAST_TOPIC,)
-        partitions.append(BALLAST)
-    return BinSpec(topics, tuple(partitions))
+    return BinSpec(topics, tuple(partitions), draw(st.sampled_from([True, True, True, False])))
 
 
 @dataclass(frozen=True)
@@ -159,7 +164,7 @@ def write_source(spec: BinSpec, root: Path) -> Source:
     source.first.mkdir(parents=True)
     source.rest.mkdir(parents=True)
     checkpoints = {}
-    for p in spec.partitions:
+    for p in spec.all_partitions():
         built = build_log(p.log)
         name = partition_dir_name(p.topic, p.partition)
         if p.log.split is None:
@@ -248,12 +253,13 @@ def assert_same_runs(off: RunView, on: RunView, what: str) -> None:
 
 
 def plain_partition(partition_dir: Path, variant: int, *, value: bytes = b"v") -> None:
-    """A small partition the together path can take (``variant`` varies its keys and codecs): two closed
+    """A small partition the together path can take (``variant`` varies its keys, from five that every
+    partition draws on, and codecs): two closed
     segments with duplicates, a tombstone, a keyless record, an idempotent batch and a compressed one, then
     the active segment. ``value`` is every value's stem (1 KB values give the segments index entries)."""
     log = LogBuilder(partition_dir.name.rsplit("-", 1)[0], int(partition_dir.name.rsplit("-", 1)[1]),
                      timestamp=NOW1 - 3 * DAY)
-    keys = [f"k{variant}-{i}" for i in range(3 + variant % 3)]
+    keys = [f"k{(variant + i) % 5}" for i in range(3 + variant % 3)]  # shared with other variants, in turn
     for i in range(8):
         log.batch([rec(keys[i % len(keys)], value + b"%d" % i)], codec=(variant + i) % 5 if i % 3 == 0 else 0)
     log.batch([rec(keys[0], value + b"p0"), rec(keys[1], value + b"p1")], pid=40 + variant, epoch=0,

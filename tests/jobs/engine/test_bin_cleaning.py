@@ -249,19 +249,28 @@ def test_a_corrupt_batch_fails_its_partition_alone_either_way(together: Together
 
 
 def test_a_wrong_offset_index_is_rebuilt_either_way(together: Together, tmp_path: Path) -> None:
-    """A partition whose .index points inside a batch, among plain ones: rewritten with a sound index and a
-    warning naming the file, exactly as one at a time."""
+    """Two partitions whose .index points inside a batch, among plain ones (one with records to remove, one
+    without, rewritten for its index alone): rewritten with sound indexes and a warning naming each file,
+    exactly as one at a time."""
     source = tmp_path / "source"
     names = [f"t-{p}" for p in range(8)]
-    plain_bin(source, names, value=b"v" * 1000)  # 1 KB values: the segments get index entries
-    shift_first_index_entry(source / "t-3" / segment_file_name(0, ".index"))
-    assert [len(b) > 2 for b in bins(source, names) if "t-3" in b] == [True]
+    calm = "t-4"  # every key once: nothing to remove
+    plain_bin(source, [n for n in names if n != calm], value=b"v" * 1000)  # 1 KB values: index entries
+    keyed_partition(source / calm, 12, keys=12, value_bytes=1000)
+    for name in ("t-3", calm):
+        shift_first_index_entry(source / name / segment_file_name(0, ".index"))
+    assert all(len(b) > 2 for b in bins(source, names) if "t-3" in b or calm in b)
 
     (view,) = together.run(source, tmp_path / "run", compact_config("t"), [Step("run", NOW1)])
     assert view.report["exit_code"] == 0, view.report["errors"]
-    rebuilt = {n: e["indexes_rebuilt"] for n, e in entries(view).items() if e["indexes_rebuilt"]}
-    assert list(rebuilt) == ["t-3"] and segment_file_name(0, ".index") in rebuilt["t-3"][0], rebuilt
-    assert any("t-3" in w and segment_file_name(0, ".index") in w for w in view.report["warnings"])
+    by_name = entries(view)
+    rebuilt = {n: e["indexes_rebuilt"] for n, e in by_name.items() if e["indexes_rebuilt"]}
+    assert sorted(rebuilt) == ["t-3", calm], rebuilt
+    for name, problems in rebuilt.items():
+        assert len(problems) == 1 and segment_file_name(0, ".index") in problems[0], problems
+        assert any(name in w and segment_file_name(0, ".index") in w for w in view.report["warnings"])
+    assert by_name[calm]["records_removed"] == 0 and by_name[calm]["action"] == "compacted"
+    assert together.cleaned[True] >= 2
 
 
 def test_a_dry_run_reports_the_same_either_way(together: Together, tmp_path: Path) -> None:
