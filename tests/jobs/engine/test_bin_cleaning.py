@@ -15,9 +15,8 @@ position and offset; the totals, warnings and exit code).
   (transactions, legacy messages, more dirty bytes than one decode holds; memory first, one handed over to
   external-sort).
 * A corrupt batch in one partition of a bin; wrong offset indexes in two; a dry run.
-* The together path did run when forced on (else the above would prove nothing), and never when forced off.
-  Where a partition it leaves alone keeps the others from being cleaned together although the result is the
-  same (a legacy one, today), the test says so as an expected failure.
+* The together path did run when forced on (else the above would prove nothing), and never when forced off;
+  a partition it leaves alone does not keep the others of its bin from being cleaned together.
 """
 
 from __future__ import annotations
@@ -84,12 +83,17 @@ class Together:
         self.on = False
         #: partitions clean_together returned an outcome without error for, by mode
         self.cleaned = {False: 0, True: 0}
+        #: the names of those partitions (with the path on)
+        self.names: set[str] = set()
         original = bin_cleaning.clean_together
 
         def spy(*args: Any, **kwargs: Any) -> Any:
             outcomes = original(*args, **kwargs)
             items = outcomes.values() if isinstance(outcomes, dict) else outcomes
-            self.cleaned[self.on] += sum(isinstance(o, PartitionOutcome) and o.error is None for o in items)
+            done = [o for o in items if isinstance(o, PartitionOutcome) and o.error is None]
+            self.cleaned[self.on] += len(done)
+            if self.on:
+                self.names.update(f"{o.topic}-{o.partition}" for o in done)
             return outcomes
 
         monkeypatch.setattr(bin_cleaning, "clean_together", spy)
@@ -185,7 +189,7 @@ def test_the_together_path_cleans_a_bin_of_small_partitions(together: Together, 
     (view,) = together.run(source, tmp_path / "run", config, [Step("run", NOW1)])
     plain = [entries(view)[n] for n in names]
     assert {e["action"] for e in plain} == {"compacted"} and all(e["stats"]["horizons_stamped"] for e in plain)
-    assert entries(view)[ballast]["selected"] and together.cleaned[True] >= 4
+    assert entries(view)[ballast]["selected"] and together.names == set(names)
 
 
 #: partitions the together path leaves to the per-partition one, between plain ones: two with more dirty bytes
@@ -223,10 +227,8 @@ def test_a_bin_mixing_partitions_the_together_path_leaves_alone(together: Togeth
     assert of["big"]["cleanable_bytes"] > SINGLE_DECODE_BYTES and of["bigger"]["cleanable_bytes"] > SINGLE_DECODE_BYTES
     assert of["transactions"]["stats"]["aborted_records_removed"] > 0
     assert not legacy or of["legacy"]["records_removed"] > 0
-    if legacy and together.cleaned[True] < 2:
-        # the result is the same, but a legacy partition among them sends the whole round one at a time
-        pytest.xfail("a legacy partition keeps its bin's plain partitions from being cleaned together")
-    assert together.cleaned[True] >= 2
+    # the plain partitions of the bin, whatever it holds besides them
+    assert together.names == {name for name, kind in kinds.items() if kind == "plain"}
 
 
 def test_a_corrupt_batch_fails_its_partition_alone_either_way(together: Together, tmp_path: Path) -> None:
@@ -249,6 +251,7 @@ def test_a_corrupt_batch_fails_its_partition_alone_either_way(together: Together
     actions = {n: e["action"] for n, e in entries(view).items()}
     assert actions.pop("t-2") == "error" and set(actions.values()) == {"compacted"}
     assert log_dir_files(tmp_path / "run" / "logs" / "t-2") == before
+    assert together.cleaned[True] >= 2
 
 
 def test_a_wrong_offset_index_is_rebuilt_either_way(together: Together, tmp_path: Path) -> None:
