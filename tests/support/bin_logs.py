@@ -43,9 +43,9 @@ from tests.support.random_logs import (
 NOW2 = NOW1 + DAY + 1
 TOPIC_NAMES = ("alpha", "beta", "gamma")
 #: 0 removes a tombstone in the round that stamps it (a second pass over the output); 3 days: not by NOW2
-RETENTIONS = st.sampled_from([0, HOUR, DAY, 3 * DAY])
+RETENTIONS = st.sampled_from([HOUR, DAY, 3 * DAY, HOUR, DAY, 0])
 #: a huge segment.bytes cleans a partition as one segment group; 400 bytes splits it into several
-SEGMENT_BYTES = st.sampled_from([1 << 30, 1 << 30, 1 << 30, 400])
+SEGMENT_BYTES = st.sampled_from([1 << 30] * 5 + [400])
 #: far below any dirty ratio a partition with new closed segments has: every such partition is due
 DIRTY_RATIO = 0.01
 #: segment files: their last-modified time is data (retention, legacy tombstones), so runs must agree on it too
@@ -78,9 +78,17 @@ class PartitionSpec:
 class BinSpec:
     topics: tuple[TopicSpec, ...]
     partitions: tuple[PartitionSpec, ...]
+    #: with :data:`BALLAST` (left out of the spec's fields: its repr would fill a failure's report)
+    ballast: bool
+
+    def all_topics(self) -> tuple[TopicSpec, ...]:
+        return self.topics + (BALLAST_TOPIC,) * self.ballast
+
+    def all_partitions(self) -> tuple[PartitionSpec, ...]:
+        return self.partitions + (BALLAST,) * self.ballast
 
     def config(self) -> ConfigSet:
-        return ConfigSet().with_overrides([s for t in self.topics for s in compacted(
+        return ConfigSet().with_overrides([s for t in self.all_topics() for s in compacted(
             t.name, f"delete.retention.ms={t.delete_retention_ms}", f"segment.bytes={t.segment_bytes}")])
 
 
@@ -90,12 +98,25 @@ def compacted(topic: str, *settings: str) -> list[str]:
                                      *settings)]
 
 
+def _ballast() -> LogSpec:
+    ops = [("data", ((b"u%d" % i, b"x" * 1000, (), None),), 0, 0, False) for i in range(64)]
+    # the first round sees two segments (one to clean: the ballast is due), the second one more
+    return LogSpec(NOW1 - 30 * DAY, (*ops, ("roll",), *ops, ("roll",), *ops, ("roll",), *ops[:1]), False, 0, 1)
+
+
+#: A partition in a topic of its own, ordered after the others, of more bytes than they hold (1 KB values, all
+#: kept) in each round: a run's bins hold at most half its bytes, so the other partitions share one bin (rather
+#: than falling into bins of one or two as their sizes vary), and this one gets a bin of its own.
+BALLAST_TOPIC = TopicSpec("zeta", DAY, 1 << 30)
+BALLAST = PartitionSpec(BALLAST_TOPIC.name, 0, _ballast(), None)
+
+
 @st.composite
 def plain_log_specs(draw: st.DrawFn) -> LogSpec:
     """A partition of 1-3 segments without transactions: duplicate keys, tombstones, keyless records, headers,
     every codec, both timestamp types, idempotent batches (of one producer, expired or active at NOW1)."""
     ops: list[tuple] = []
-    for segment in range(draw(st.integers(1, 3))):
+    for segment in range(draw(st.sampled_from([1, 2, 3, 3]))):
         if segment:
             ops.append(("roll",))
         for _ in range(draw(st.integers(1, 4))):
@@ -104,16 +125,19 @@ def plain_log_specs(draw: st.DrawFn) -> LogSpec:
             ops.append(("data", draw(records_st), draw(CODECS), draw(st.sampled_from([0, 0, 1])),
                         draw(st.booleans())))
     rolls = sum(op[0] == "roll" for op in ops)
-    split = draw(st.one_of(st.none(), st.integers(0, rolls - 1))) if rolls else None
+    # mostly a split that leaves both rounds something to clean (one closed segment before it, one after)
+    splits = [st.none(), st.integers(0, rolls - 1)] + [st.integers(1, rolls - 1)] * 2 * (rolls > 1)
+    split = draw(st.one_of(splits)) if rolls else None
     return LogSpec(draw(CLOCK_STARTS), tuple(ops), draw(st.booleans()), 0, split)
 
 
 @st.composite
 def bin_specs(draw: st.DrawFn) -> BinSpec:
-    """2-12 small partitions across 1-3 topics of different configs."""
+    """2-12 small partitions across 1-3 topics of different configs (and mostly :data:`BALLAST`)."""
     topics = tuple(TopicSpec(name, draw(RETENTIONS), draw(SEGMENT_BYTES))
                    for name in TOPIC_NAMES[:draw(st.integers(1, len(TOPIC_NAMES)))])
-    count = draw(st.integers(max(2, len(topics)), 12))
+    # mostly many: a bin of the run holds about half its partitions, and only a bin of several has a choice
+    count = draw(st.one_of(st.integers(max(2, len(topics)), 12), st.integers(8, 12)))
     # every topic gets a partition, the rest go anywhere
     owners = list(range(len(topics))) + draw(st.lists(st.integers(0, len(topics) - 1), min_size=count - len(topics),
                                                       max_size=count - len(topics)))
@@ -125,7 +149,7 @@ def bin_specs(draw: st.DrawFn) -> BinSpec:
             first_rolls = rolls if log.split is None else log.split
             checkpoint = draw(st.one_of(st.none(), st.integers(0, first_rolls - 1))) if first_rolls else None
             partitions.append(PartitionSpec(topic.name, p, log, checkpoint))
-    return BinSpec(topics, tuple(partitions))
+    return BinSpec(topics, tuple(partitions), draw(st.sampled_from([True, True, True, False])))
 
 
 @dataclass(frozen=True)
@@ -140,7 +164,7 @@ def write_source(spec: BinSpec, root: Path) -> Source:
     source.first.mkdir(parents=True)
     source.rest.mkdir(parents=True)
     checkpoints = {}
-    for p in spec.partitions:
+    for p in spec.all_partitions():
         built = build_log(p.log)
         name = partition_dir_name(p.topic, p.partition)
         if p.log.split is None:
@@ -229,12 +253,13 @@ def assert_same_runs(off: RunView, on: RunView, what: str) -> None:
 
 
 def plain_partition(partition_dir: Path, variant: int, *, value: bytes = b"v") -> None:
-    """A small partition the together path can take (``variant`` varies its keys and codecs): two closed
+    """A small partition the together path can take (``variant`` varies its keys, from five that every
+    partition draws on, and codecs): two closed
     segments with duplicates, a tombstone, a keyless record, an idempotent batch and a compressed one, then
     the active segment. ``value`` is every value's stem (1 KB values give the segments index entries)."""
     log = LogBuilder(partition_dir.name.rsplit("-", 1)[0], int(partition_dir.name.rsplit("-", 1)[1]),
                      timestamp=NOW1 - 3 * DAY)
-    keys = [f"k{variant}-{i}" for i in range(3 + variant % 3)]
+    keys = [f"k{(variant + i) % 5}" for i in range(3 + variant % 3)]  # shared with other variants, in turn
     for i in range(8):
         log.batch([rec(keys[i % len(keys)], value + b"%d" % i)], codec=(variant + i) % 5 if i % 3 == 0 else 0)
     log.batch([rec(keys[0], value + b"p0"), rec(keys[1], value + b"p1")], pid=40 + variant, epoch=0,
@@ -288,3 +313,11 @@ def keyed_partition(partition_dir: Path, records: int, *, keys: int, value_bytes
     log.roll()
     log.batch([rec("k0", "active")])
     write_log(log.table(), partition_dir)
+
+
+def ballast_partition(log_dir: Path) -> str:
+    """:data:`BALLAST`'s first round written into ``log_dir`` (whose other partitions hold less): its name."""
+    name = partition_dir_name(BALLAST.topic, BALLAST.partition)
+    built = build_log(BALLAST.log)
+    write_segments(built, log_dir / name, stop=built.roll_bases[BALLAST.log.split])
+    return name

@@ -12,9 +12,11 @@ position and offset; the totals, warnings and exit code).
 * The property: random bins of 2-12 partitions over 1-3 topics of different configs, two cleaning rounds (the
   second past some delete horizons, over the first's output plus new segments), each a dry run then a run.
 * A bin mixing partitions the together path takes with those it leaves to the per-partition path
-  (transactions, legacy messages, more dirty bytes than one decode holds).
-* A corrupt batch in one partition of a bin; a wrong offset index in one; a dry run.
-* The together path did run when forced on (else the above would prove nothing), and never when forced off.
+  (transactions, legacy messages, more dirty bytes than one decode holds; memory first, one handed over to
+  external-sort).
+* A corrupt batch in one partition of a bin; wrong offset indexes in two; a dry run.
+* The together path did run when forced on (else the above would prove nothing), and never when forced off;
+  a partition it leaves alone does not keep the others of its bin from being cleaned together.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from tests.support.bin_logs import (
     RunView,
     append,
     assert_same_runs,
+    ballast_partition,
     bin_specs,
     compact_in_process,
     compacted,
@@ -80,12 +83,17 @@ class Together:
         self.on = False
         #: partitions clean_together returned an outcome without error for, by mode
         self.cleaned = {False: 0, True: 0}
+        #: the names of those partitions (with the path on)
+        self.names: set[str] = set()
         original = bin_cleaning.clean_together
 
         def spy(*args: Any, **kwargs: Any) -> Any:
             outcomes = original(*args, **kwargs)
             items = outcomes.values() if isinstance(outcomes, dict) else outcomes
-            self.cleaned[self.on] += sum(isinstance(o, PartitionOutcome) and o.error is None for o in items)
+            done = [o for o in items if isinstance(o, PartitionOutcome) and o.error is None]
+            self.cleaned[self.on] += len(done)
+            if self.on:
+                self.names.update(f"{o.topic}-{o.partition}" for o in done)
             return outcomes
 
         monkeypatch.setattr(bin_cleaning, "clean_together", spy)
@@ -169,21 +177,34 @@ def test_random_bins_clean_together_exactly_as_one_at_a_time(together: Together,
 
 
 def test_the_together_path_cleans_a_bin_of_small_partitions(together: Together, tmp_path: Path) -> None:
-    """Forced on, six small plain partitions of two topics go through clean_together, with the same result."""
+    """Forced on, six small plain partitions of two topics (tombstones kept for an hour in one, a week in the
+    other) go through clean_together, with the same result."""
     source = tmp_path / "source"
     names = ["left-0", "left-1", "left-2", "right-0", "right-1", "right-2"]
     plain_bin(source, names)
-    (view,) = together.run(source, tmp_path / "run", compact_config("left", "right"), [Step("run", NOW1)])
-    assert {e["action"] for e in entries(view).values()} == {"compacted"}
-    assert together.cleaned[True] >= 2
+    ballast = ballast_partition(source)
+    config = ConfigSet().with_overrides([*compacted("left", "delete.retention.ms=3600000"),
+                                         *compacted("right", "delete.retention.ms=604800000"), *compacted("zeta")])
+    assert bins(source, [*names, ballast]) == [names, [ballast]]
+    (view,) = together.run(source, tmp_path / "run", config, [Step("run", NOW1)])
+    plain = [entries(view)[n] for n in names]
+    assert {e["action"] for e in plain} == {"compacted"} and all(e["stats"]["horizons_stamped"] for e in plain)
+    assert entries(view)[ballast]["selected"] and together.names == set(names)
 
 
-def test_a_bin_mixing_partitions_the_together_path_leaves_alone(together: Together, tmp_path: Path) -> None:
+#: partitions the together path leaves to the per-partition one, between plain ones: two with more dirty bytes
+#: than one decode holds (the second the larger: a bin holds at most half the run's bytes, so the first shares one),
+#: transactions (commit and abort markers), and with ``legacy`` magic-1 messages
+MIXED = ["plain", "big", "plain", "transactions", "legacy", "plain", "plain", "bigger"]
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["without legacy", "with legacy"])
+def test_a_bin_mixing_partitions_the_together_path_leaves_alone(together: Together, tmp_path: Path,
+                                                                 legacy: bool) -> None:
     """Transactions, legacy messages and more dirty bytes than one decode holds go one at a time, beside
     plain partitions cleaned together in the same bin: the result is the same."""
     source = tmp_path / "source"
-    kinds = {"mixed-0": "plain", "mixed-1": "big", "mixed-2": "plain", "mixed-3": "transactions",
-             "mixed-4": "legacy", "mixed-5": "plain", "mixed-6": "plain", "mixed-7": "bigger"}
+    kinds = {f"mixed-{i}": kind for i, kind in enumerate(k for k in MIXED if legacy or k != "legacy")}
     for i, (name, kind) in enumerate(kinds.items()):
         if kind == "plain":
             plain_partition(source / name, i)
@@ -191,21 +212,23 @@ def test_a_bin_mixing_partitions_the_together_path_leaves_alone(together: Togeth
             transactional_partition(source / name)
         elif kind == "legacy":
             legacy_partition(source / name, mtime_ms=NOW1 - 2 * DAY)
-        else:  # the second one is the larger: a bin holds half the bytes, so the first shares one
+        else:
             dirty = SINGLE_DECODE_BYTES + (64 << 10) + (SINGLE_DECODE_BYTES // 4) * (kind == "bigger")
             keyed_partition(source / name, -(-dirty // (8 << 10)), keys=50, value_bytes=8 << 10)
     first_bin = bins(source, list(kinds))[0]
-    assert {kinds[n] for n in first_bin} == {"plain", "big", "transactions", "legacy"}, first_bin
+    assert {kinds[n] for n in first_bin} == set(kinds.values()) - {"bigger"}, first_bin
 
     (view,) = together.run(source, tmp_path / "run", compact_config("mixed"), [Step("run", NOW1)])
     assert view.report["exit_code"] == 0, view.report["errors"]
     by_name = entries(view)
     assert {n: e["action"] for n, e in by_name.items()} == {n: "compacted" for n in kinds}
     # each kind is what it claims to be
-    assert all(by_name[n]["cleanable_bytes"] > SINGLE_DECODE_BYTES for n in ("mixed-1", "mixed-7"))
-    assert by_name["mixed-3"]["stats"]["aborted_records_removed"] > 0
-    assert by_name["mixed-4"]["records_removed"] > 0
-    assert together.cleaned[True] >= 2
+    of = {kind: by_name[name] for name, kind in kinds.items() if kind != "plain"}
+    assert of["big"]["cleanable_bytes"] > SINGLE_DECODE_BYTES and of["bigger"]["cleanable_bytes"] > SINGLE_DECODE_BYTES
+    assert of["transactions"]["stats"]["aborted_records_removed"] > 0
+    assert not legacy or of["legacy"]["records_removed"] > 0
+    # the plain partitions of the bin, whatever it holds besides them
+    assert together.names == {name for name, kind in kinds.items() if kind == "plain"}
 
 
 def test_a_corrupt_batch_fails_its_partition_alone_either_way(together: Together, tmp_path: Path) -> None:
@@ -228,22 +251,32 @@ def test_a_corrupt_batch_fails_its_partition_alone_either_way(together: Together
     actions = {n: e["action"] for n, e in entries(view).items()}
     assert actions.pop("t-2") == "error" and set(actions.values()) == {"compacted"}
     assert log_dir_files(tmp_path / "run" / "logs" / "t-2") == before
+    assert together.cleaned[True] >= 2
 
 
 def test_a_wrong_offset_index_is_rebuilt_either_way(together: Together, tmp_path: Path) -> None:
-    """A partition whose .index points inside a batch, among plain ones: rewritten with a sound index and a
-    warning naming the file, exactly as one at a time."""
+    """Two partitions whose .index points inside a batch, among plain ones (one with records to remove, one
+    without, rewritten for its index alone): rewritten with sound indexes and a warning naming each file,
+    exactly as one at a time."""
     source = tmp_path / "source"
     names = [f"t-{p}" for p in range(8)]
-    plain_bin(source, names, value=b"v" * 1000)  # 1 KB values: the segments get index entries
-    shift_first_index_entry(source / "t-3" / segment_file_name(0, ".index"))
-    assert [len(b) > 2 for b in bins(source, names) if "t-3" in b] == [True]
+    calm = "t-4"  # every key once: nothing to remove
+    plain_bin(source, [n for n in names if n != calm], value=b"v" * 1000)  # 1 KB values: index entries
+    keyed_partition(source / calm, 12, keys=12, value_bytes=1000)
+    for name in ("t-3", calm):
+        shift_first_index_entry(source / name / segment_file_name(0, ".index"))
+    assert all(len(b) > 2 for b in bins(source, names) if "t-3" in b or calm in b)
 
     (view,) = together.run(source, tmp_path / "run", compact_config("t"), [Step("run", NOW1)])
     assert view.report["exit_code"] == 0, view.report["errors"]
-    rebuilt = {n: e["indexes_rebuilt"] for n, e in entries(view).items() if e["indexes_rebuilt"]}
-    assert list(rebuilt) == ["t-3"] and segment_file_name(0, ".index") in rebuilt["t-3"][0], rebuilt
-    assert any("t-3" in w and segment_file_name(0, ".index") in w for w in view.report["warnings"])
+    by_name = entries(view)
+    rebuilt = {n: e["indexes_rebuilt"] for n, e in by_name.items() if e["indexes_rebuilt"]}
+    assert sorted(rebuilt) == ["t-3", calm], rebuilt
+    for name, problems in rebuilt.items():
+        assert len(problems) == 1 and segment_file_name(0, ".index") in problems[0], problems
+        assert any(name in w and segment_file_name(0, ".index") in w for w in view.report["warnings"])
+    assert by_name[calm]["records_removed"] == 0 and by_name[calm]["action"] == "compacted"
+    assert together.cleaned[True] >= 2
 
 
 def test_a_dry_run_reports_the_same_either_way(together: Together, tmp_path: Path) -> None:
