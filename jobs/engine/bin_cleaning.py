@@ -44,10 +44,20 @@ from segment_io.errors import SegjobsError
 from segment_io.format import BatchHeaders
 from segment_io.hashing import hash_keys
 from segment_io.schema import VALUE_REF_TYPE
-from segment_io.segment_writer import SegmentSplit, write_segments
+from segment_io.segment_writer import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    SegmentSplit,
+    segment_sibling,
+    write_segments,
+)
 
 #: Partitions of a bin that must qualify before they are cleaned together (fewer gain nothing).
 TOGETHER_MIN_PARTITIONS = 2
+
+#: The files :func:`write_segments` writes for a segment (no ``.txnindex``: no partition here has aborted data).
+_WRITTEN_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 
 #: Segment bytes cleaned together at most (they and their decoded rows are held at once); a bin holding more
 #: small partitions cleans them in several such rounds.
@@ -271,10 +281,12 @@ class _Round:
                                            pc.row_start, pc.row_end, m.task.config.index_interval_bytes))
                 split_of.append((m, g))
         if splits:
+            # every file the encode may write, known before it starts: a write that fails half-way (a full disk)
+            # leaves none of them behind
+            written.extend(segment_sibling(s.uri, suffix) for s in splits for suffix in _WRITTEN_SUFFIXES)
             results = write_segments(kept, splits, storage=storage, sources={0: blob}, durable=False)
             for (m, g), w in zip(split_of, results):
                 paths = list(w.paths.values())
-                written.extend(paths)
                 outcomes[m.index][1].extend(paths)
                 # Kafka gives a cleaned segment the last-modified time of the last segment it replaces
                 g.mtime_ms = m.group[-1].mtime_ms

@@ -35,6 +35,7 @@ from jobs.engine.cleaning import SINGLE_DECODE_BYTES, PartitionOutcome
 from jobs.engine.tasks import InProcessTasks, stream_bins
 from jobs.rules.config import ConfigSet
 from jobs.rules.map_capacity import buffer_bytes_for_keys
+from segment_io.errors import StorageEnvironmentError
 from segment_io.layout import segment_file_name
 from tests.support.bin_logs import (
     NOW2,
@@ -312,3 +313,40 @@ def test_memory_first_partitions_in_a_bin_go_one_at_a_time(together: Together, t
     assert by_name[handed_over]["strategy"] == "external-sort"
     assert "map filled" in by_name[handed_over]["strategy_reason"]
     assert together.cleaned[True] >= 2
+
+
+def test_a_write_that_fails_half_way_leaves_nothing_and_the_partitions_go_one_at_a_time(
+        together: Together, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The together path's encode fails after writing some of its partitions' staged files (the disk filled up
+    half-way): what it wrote is deleted, and each partition of the round is then cleaned on its own, so the
+    run leaves and reports exactly what one at a time does (here the second attempt succeeds)."""
+    source = tmp_path / "source"
+    names = [f"t-{p}" for p in range(5)]
+    plain_bin(source, names)
+    failures: list[list[str]] = []
+    unchecked: list[str] = []  # a failed round's files, until the next partition is cleaned on its own
+    real = bin_cleaning.write_segments
+
+    def fills_up(records: Any, splits: Any, **kw: Any) -> Any:
+        written = real(records, splits[:2], **kw)  # two partitions' files are on disk ...
+        failures.append([p for w in written for p in w.paths.values()])
+        unchecked.extend(failures[-1])
+        raise StorageEnvironmentError("no space left on device", uri=splits[2].uri, errno_name="ENOSPC",
+                                      fix="free some space")  # ... when the third does not fit
+
+    left_behind: list[str] = []
+    one_at_a_time = bin_cleaning.compact_partition
+
+    def alone(*args: Any, **kw: Any) -> Any:  # by the time a partition is cleaned on its own ...
+        left_behind.extend(p for p in unchecked if Path(p).exists())
+        unchecked.clear()
+        return one_at_a_time(*args, **kw)
+
+    monkeypatch.setattr(bin_cleaning, "write_segments", fills_up)
+    monkeypatch.setattr(bin_cleaning, "compact_partition", alone)
+    (view,) = together.run(source, tmp_path / "run", compact_config("t"), [Step("run", NOW1)])
+    assert view.report["exit_code"] == 0, view.report["errors"]
+    assert {e["action"] for e in entries(view).values()} == {"compacted"}
+    assert failures and all(len(paths) == 6 for paths in failures)  # .log, .index, .timeindex of two
+    assert left_behind == []  # ... the failed round's files are gone
+    assert together.cleaned[True] == 0  # every partition of the round went through its own pipeline
