@@ -20,7 +20,7 @@ from segment_io.format import scan_batches
 from segment_io.index import build_offset_and_time_index
 from segment_io.schema import RECORD_SCHEMA
 from segment_io.segment_writer import write_segment
-from tests.support.builders import LogBuilder, empty_batch, rec
+from tests.support.builders import LogBuilder, batch_from_spec, empty_batch, rec
 from tests.support.corpus import empty_batches_of, fixture_files
 
 PART_SIZES = [1, 64, 700, 5_000, 1 << 30]
@@ -64,11 +64,7 @@ def cleaned_logs(draw) -> tuple[pa.Table, pa.Table | None, dict[int, bytes]]:
     for spec in draw(st.lists(_batch, min_size=1, max_size=25)):
         if spec["roll"]:
             log.roll()
-        log.next_offset += spec["gap"]
-        pid = spec["pid"]
-        log.batch([rec(k, v, headers=h) for k, v, h in spec["records"]], codec=spec["codec"], pid=pid,
-                  epoch=0 if pid >= 0 else -1, base_sequence=0 if pid >= 0 else -1,
-                  timestamp_type=spec["timestamp_type"], delete_horizon_ms=spec["horizon"])
+        batch_from_spec(log, spec)
     built = log.table()
     sources: dict[int, bytes] = {}
     tables = []

@@ -24,7 +24,7 @@ from segment_io.schema import VALUE_REF_TYPE
 from segment_io.segment_writer import SegmentSplit, SegmentWriteResult, write_segment, write_segments
 from segment_io.storage.base import Storage
 from segment_io.storage.local import LocalStorage
-from tests.support.builders import LogBuilder, rec
+from tests.support.builders import LogBuilder, batch_from_spec, rec
 from tests.support.corpus import fixture_files
 
 #: (name relative to the output root, row_start, row_end, index_interval_bytes)
@@ -125,11 +125,7 @@ def bins(draw: st.DrawFn) -> tuple[pa.Table, list[Spec], dict[int, bytes] | None
         for b in spec["batches"]:
             if b["roll"] and log.next_offset > log.segment_base_offset:
                 log.roll()
-            log.next_offset += b["gap"]
-            pid = b["pid"]
-            log.batch([rec(k, v, headers=h) for k, v, h in b["records"]], codec=b["codec"], pid=pid,
-                      epoch=0 if pid >= 0 else -1, base_sequence=0 if pid >= 0 else -1,
-                      timestamp_type=b["timestamp_type"], delete_horizon_ms=b["horizon"])
+            batch_from_spec(log, b)
             keep_modes.append(b["keep"])
         built = log.table()
         bases = sorted(set(built["segment_base_offset"].to_pylist()))

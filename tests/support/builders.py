@@ -20,7 +20,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -148,6 +148,17 @@ class LogBuilder:
     def table(self) -> pa.Table:
         """All batches so far as one RECORD_SCHEMA table."""
         return pa.Table.from_pylist(self._rows, schema=RECORD_SCHEMA)
+
+
+def batch_from_spec(log: LogBuilder, spec: Mapping[str, Any]) -> None:
+    """Append the batch a property test's drawn ``spec`` describes: ``gap`` offsets skipped first, then
+    ``records`` (key, value, headers) with its ``codec``, ``pid`` (idempotent when >= 0), ``timestamp_type`` and
+    ``horizon`` (the delete horizon, or None)."""
+    log.next_offset += spec["gap"]
+    pid = spec["pid"]
+    log.batch([rec(k, v, headers=h) for k, v, h in spec["records"]], codec=spec["codec"], pid=pid,
+              epoch=0 if pid >= 0 else -1, base_sequence=0 if pid >= 0 else -1,
+              timestamp_type=spec["timestamp_type"], delete_horizon_ms=spec["horizon"])
 
 
 def records_table(keys_values: Sequence[tuple[bytes | str | None, bytes | str | None]], **kw) -> pa.Table:
