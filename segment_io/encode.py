@@ -22,7 +22,6 @@ batch, never per record.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import BinaryIO, Iterable, Mapping, Sequence
 
@@ -38,6 +37,7 @@ from segment_io.format import (
     ATTR_DELETE_HORIZON,
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
+    HEADER_ARRAYS,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
     SIZE_OFFSET,
@@ -57,8 +57,6 @@ _INT64_MIN = np.int64(-(1 << 63))
 #: Up to this many rows the batch-constant columns are checked stacked in one comparison (see _plan_records).
 _STACKED_CHECK_ROWS = 1 << 14
 _LOG_APPEND_TIME = 1
-#: Every BatchHeaders field but truncated_tail (which an encoding never has).
-_HEADER_FIELDS = tuple(f.name for f in dataclasses.fields(BatchHeaders) if f.name != "truncated_tail")
 _MAGIC_V2 = 2
 
 #: Columns the encoder reads; the others (topic, partition, batch_size, batch_base_timestamp) are not needed
@@ -155,9 +153,7 @@ class EncodedSegment:
                 view = buf[lo - buf_start:min(hi - buf_start, len(buf))]
                 views.append(view)
                 lo += len(view)
-            cols = {name: getattr(self.headers, name)[a:b] for name in _HEADER_FIELDS}
-            cols["position"] = cols["position"] - byte_cuts[k]
-            pieces.append(EncodedSegment(tuple(views), BatchHeaders(**cols)))
+            pieces.append(EncodedSegment(tuple(views), self.headers.part(a, b, byte_cuts[k])))
         return pieces
 
 
@@ -619,7 +615,7 @@ def _concat_encoded(parts: list[EncodedSegment]) -> EncodedSegment:
     """Encoded parts laid end to end: buffers chained, header positions shifted, order checked."""
     shift = np.cumsum([0] + [p.size for p in parts[:-1]])
     cols: dict[str, np.ndarray] = {}
-    for name in _HEADER_FIELDS:
+    for name in HEADER_ARRAYS:
         arrays = [getattr(p.headers, name) for p in parts]
         if name == "position":
             arrays = [a + off for a, off in zip(arrays, shift)]

@@ -22,7 +22,6 @@ import pyarrow as pa
 
 from segment_io.encode import (
     _EMPTY_INPUT,
-    _HEADER_FIELDS,
     _MAGIC_V2,
     _RECORD_INPUT,
     EncodedSegment,
@@ -34,7 +33,7 @@ from segment_io.encode import (
     input_schema,
 )
 from segment_io.errors import InvalidRecordsError, UsageError
-from segment_io.format import BatchHeaders
+from segment_io.format import HEADER_ARRAYS, BatchHeaders
 from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA, has_value_refs, int64_or_zero, validity
 from segment_io.storage.base import release_mapped_pages
 
@@ -241,7 +240,7 @@ class HeaderCollector:
         """All batches' headers, in order."""
         if len(self._parts) == 1:
             return self._parts[0]
-        cols = {name: np.concatenate([getattr(h, name) for h in self._parts]) for name in _HEADER_FIELDS}
+        cols = {name: np.concatenate([getattr(h, name) for h in self._parts]) for name in HEADER_ARRAYS}
         return BatchHeaders(**cols)  # type: ignore[arg-type]  # every field but truncated_tail
 
 

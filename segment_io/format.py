@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import mmap
 import struct
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -113,7 +113,7 @@ class BatchHeaders:
     def part(self, start: int, stop: int, position: int) -> "BatchHeaders":
         """Batches ``start:stop`` as the headers of a file that begins at byte ``position`` of this one (the
         headers of one segment among several decoded as one byte string)."""
-        cut = {f.name: getattr(self, f.name)[start:stop] for f in fields(self) if f.name != "truncated_tail"}
+        cut = {name: getattr(self, name)[start:stop] for name in HEADER_ARRAYS}
         cut["position"] = cut["position"] - position
         return BatchHeaders(**cut)
 
@@ -147,6 +147,8 @@ _FIELDS = (
     ("producer_id", np.int64), ("producer_epoch", np.int16), ("base_sequence", np.int32),
     ("partition_leader_epoch", np.int32), ("record_count", np.int32), ("crc", np.uint32),
 )
+#: The per-batch arrays of :class:`BatchHeaders` (every field but ``truncated_tail``).
+HEADER_ARRAYS = tuple(name for name, _ in _FIELDS)
 
 
 #: baseOffset, batchLength, partitionLeaderEpoch (v2; legacy: crc), magic: what the walk needs per batch
