@@ -32,12 +32,13 @@ from jobs.engine.cleaning import (
     PartitionOutcome,
     compact_partition,
     delete_quietly,
+    dirty_segments,
     due_tombstones,
 )
 from jobs.engine.scan import PartitionError
 from jobs.rules.cleaner import CleanParams, PartitionRows, clean_records
+from jobs.rules.model import SegmentInfo
 from jobs.rules.offset_map import OffsetMapResult, build_partitions_offset_map, record_map_columns
-from jobs.rules.plan_compact import group_segments_by_size
 from jobs.rules.transactions import TxnState
 from segment_io.decode import decode_segment_and_headers
 from segment_io.errors import SegjobsError
@@ -101,27 +102,26 @@ def compact_bin(tasks: list[CompactTask]) -> list[PartitionOutcome]:
 
 @dataclass(frozen=True)
 class _Member:
-    """A partition taken into a round: its task's index in the bin, and its one segment group."""
+    """A partition taken into a round: its task's index in the bin, its cleaner (its files, its index checks)
+    and its one segment group."""
 
     index: int
     task: CompactTask
-    group: tuple
+    cleaner: PartitionCleaner
+    group: tuple[SegmentInfo, ...]
 
 
-def _group_if_small(task: CompactTask) -> tuple | None:
-    """The partition's single segment group when it may be cleaned together (see the module notes), else None."""
-    plan, state, txn = task.plan, task.state, task.txn
+def _group_if_small(task: CompactTask) -> tuple[SegmentInfo, ...] | None:
+    """The partition's single segment group when it may be cleaned together (see the module notes), else None.
+    With a map that does not fill, the round ends at the first uncleanable offset: its groups are the plan's."""
+    txn = task.txn
     if task.dry_run or task.handoff is not None or len(txn.aborted) or len(txn.completed) \
             or len(txn.open_producer_ids):
         return None
-    dirty = [s for s in state.segments
-             if s.next_offset > plan.first_dirty_offset and s.base_offset < plan.first_uncleanable_offset]
+    dirty = dirty_segments(task)
     if not dirty or sum(s.size_bytes for s in dirty) > SINGLE_DECODE_BYTES:
         return None
-    in_round = [s for s in state.segments if s.base_offset < plan.first_uncleanable_offset]
-    groups = group_segments_by_size(in_round, task.config.segment_bytes, task.config.segment_index_bytes,
-                                     plan.first_uncleanable_offset, task.config.index_interval_bytes)
-    return groups[0] if len(groups) == 1 else None
+    return task.plan.groups[0] if len(task.plan.groups) == 1 else None
 
 
 def clean_together(tasks: list[CompactTask], staged: list[list[str]]) -> dict[int, PartitionOutcome]:
@@ -133,7 +133,7 @@ def clean_together(tasks: list[CompactTask], staged: list[list[str]]) -> dict[in
     for i, task in enumerate(tasks):
         group = _group_if_small(task)
         if group is not None:
-            members.append(_Member(i, task, group))
+            members.append(_Member(i, task, PartitionCleaner(task, [], durable=False), group))
     if len(members) < TOGETHER_MIN_PARTITIONS:
         return {}
     rounds: list[list[_Member]] = [[]]
@@ -175,13 +175,12 @@ class _Round:
             staged[index].extend(paths)
         return {index: outcome for index, (outcome, _) in outcomes.items()}
 
-    def _decode(self, members: list[_Member]) -> "_Decoded":
+    def _decode(self, members: list[_Member]) -> "_Joined":
         """The members' group segments back to back, decoded once."""
         datas, piece_member, piece_base = [], [], []
         for k, m in enumerate(members):
-            files = {s.base_offset: s for s in m.task.listing.segments}
             for seg in m.group:
-                datas.append(self.storage.read(files[seg.base_offset].log.uri))
+                datas.append(self.storage.read(m.cleaner.files[seg.base_offset].log.uri))
                 piece_member.append(k)
                 piece_base.append(seg.base_offset)
         lengths = np.array([len(d) for d in datas], np.int64)
@@ -200,7 +199,7 @@ class _Round:
         if headers.truncated_tail or not tiled:
             raise _NotTogether("the segments do not split into whole batches")
         batch_piece = np.searchsorted(piece_start, position, side="right") - 1
-        return _Decoded(blob, records, headers, np.asarray(piece_member, np.int64), piece_base, piece_start,
+        return _Joined(blob, records, headers, np.asarray(piece_member, np.int64), piece_base, piece_start,
                         lengths, batch_piece)
 
     def _clean(self, written: list[str]) -> dict[int, tuple[PartitionOutcome, list[str]]]:
@@ -262,11 +261,10 @@ class _Round:
             pc = result.partitions[j]
             if unsettled[j] or pc.stats.empty_batches_kept or pc.row_end == pc.row_start:
                 continue
-            cleaner = PartitionCleaner(m.task, [], durable=False)
             pieces = np.flatnonzero(piece_member == j)
             problems: list[str] = []
             for p in pieces:
-                problems += cleaner.index_problems(d.piece_base[p], headers.part(int(bounds[p]), int(bounds[p + 1]),
+                problems += m.cleaner.index_problems(d.piece_base[p], headers.part(int(bounds[p]), int(bounds[p + 1]),
                                                                                  int(piece_start[p])))
             bases = [s.base_offset for s in m.group]
             before = int(lengths[pieces].sum())
@@ -286,19 +284,13 @@ class _Round:
             written.extend(segment_sibling(s.uri, suffix) for s in splits for suffix in _WRITTEN_SUFFIXES)
             results = write_segments(kept, splits, storage=storage, sources={0: blob}, durable=False)
             for (m, g), w in zip(split_of, results):
-                paths = list(w.paths.values())
-                outcomes[m.index][1].extend(paths)
-                # Kafka gives a cleaned segment the last-modified time of the last segment it replaces
-                g.mtime_ms = m.group[-1].mtime_ms
-                for uri in paths:
-                    storage.set_mtime(uri, g.mtime_ms)
-                g.bytes_after = w.bytes
-                g.staged_suffixes = tuple(w.paths)
+                outcomes[m.index][1].extend(w.paths.values())
+                g.staged(w, m.group, storage)
         return outcomes
 
 
 @dataclass
-class _Decoded:
+class _Joined:
     """Segments decoded as one byte string: the bytes, rows and batch headers, and per segment (piece) its
     member, base offset, start in the bytes and length; per batch its piece."""
 

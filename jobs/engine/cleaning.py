@@ -19,7 +19,7 @@ from jobs.logdir.commit import Committer
 from jobs.rules.cleaner import CleanParams, CleanStats, clean_records, key_hash_table, legacy_delete_horizon
 from jobs.rules.config import TopicConfig
 from jobs.rules.external_sort import freed_markers, piece_rows
-from jobs.rules.model import PartitionState
+from jobs.rules.model import PartitionState, SegmentInfo
 from jobs.rules.offset_map import build_offset_map, mappable_rows, record_map_columns
 from jobs.rules.plan_compact import CompactionPlan, group_segments_by_size
 from jobs.rules.transactions import AbortedTxns, derive_txn_state, summarize_batches
@@ -32,7 +32,7 @@ from segment_io.hashing import hash_keys
 from segment_io.index import check_indexes, read_txn_index
 from segment_io.layout import PartitionListing
 from segment_io.schema import int64_or_zero, validity
-from segment_io.segment_writer import write_segment
+from segment_io.segment_writer import SegmentWriteResult, write_segment
 from segment_io.storage.base import Storage, release_mapped_pages
 
 #: Extra cleaning passes over a group's output within one run (markers settle after at most two).
@@ -89,6 +89,16 @@ class GroupOutcome:
     #: naming the file); the rewrite rebuilds them, so a group with such a problem is always rewritten
     corrupt_indexes: tuple[str, ...] = ()
 
+    def staged(self, written: SegmentWriteResult, group: Sequence[SegmentInfo], storage: Storage) -> None:
+        """Record the replacement a task staged for ``group`` (``written``), and give its files the
+        last-modified time of the last segment they replace, as Kafka does: retention of timestamp-less data and
+        the legacy tombstone horizon count from it."""
+        self.mtime_ms = group[-1].mtime_ms
+        for uri in written.paths.values():
+            storage.set_mtime(uri, self.mtime_ms)
+        self.bytes_after = written.bytes
+        self.staged_suffixes = tuple(written.paths)
+
 
 @dataclass
 class PartitionOutcome:
@@ -110,6 +120,14 @@ class PartitionOutcome:
                 "records_removed": sum(g.records_before - g.records_after for g in changed),
                 "bytes_removed": sum(g.bytes_before - g.bytes_after for g in changed),
                 "segments_rewritten": sum(len(g.old_bases) for g in changed), "partial": self.map_full}
+
+
+def dirty_segments(task: CompactTask) -> list[SegmentInfo]:
+    """The segments a task's offset map reads: those overlapping its dirty range (first dirty to first
+    uncleanable offset)."""
+    plan = task.plan
+    return [s for s in task.state.segments
+            if s.next_offset > plan.first_dirty_offset and s.base_offset < plan.first_uncleanable_offset]
 
 
 def _txn_entries(storage: Storage, listing: PartitionListing, bases: list[int], markers: np.ndarray) -> list:
@@ -249,8 +267,7 @@ class PartitionCleaner:
         Dirty segments of at most :data:`SINGLE_DECODE_BYTES` in all are decoded in full, once: the map is built
         from that decode and :meth:`clean_group` cleans from it."""
         plan = self.task.plan
-        dirty = [s for s in self.task.state.segments
-                 if s.next_offset > plan.first_dirty_offset and s.base_offset < plan.first_uncleanable_offset]
+        dirty = dirty_segments(self.task)
         once = sum(s.size_bytes for s in dirty) <= SINGLE_DECODE_BYTES
 
         def tables():
@@ -360,13 +377,7 @@ class PartitionCleaner:
                     raise exc.needing(encoded_size(result.records, empty_batches=result.empty_batches,
                                                    sources=sources)) from None
                 self.staged_written.extend(written.paths.values())
-                # Kafka gives a cleaned segment the last-modified time of the last segment it replaces:
-                # retention of timestamp-less data and the legacy tombstone horizon count from it.
-                g.mtime_ms = group[-1].mtime_ms
-                for uri in written.paths.values():
-                    storage.set_mtime(uri, g.mtime_ms)
-                g.bytes_after = written.bytes
-                g.staged_suffixes = tuple(written.paths)
+                g.staged(written, group, storage)
         run = GroupRun(g, result.stats, result.empty_batches, markers, kept=kept)
         if not defer_key_hashes:
             run.key_hashes  # noqa: B018 - derived now: the rows need not be held (bounded memory)
