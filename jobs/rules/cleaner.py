@@ -222,11 +222,12 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
         # every column below is then read without a concatenation, and the kept rows filtered in one pass.
         records = records.combine_chunks()
     offsets = records.column("offset").to_numpy()
-    part = None if partitions is None else np.asarray(partitions.row_partition, np.int64)
-    if part is not None and len(part) != n:
+    # each row's partition (none when the rows are one partition's)
+    part = np.zeros(0, np.int64) if partitions is None else np.asarray(partitions.row_partition, np.int64)
+    if partitions is not None and len(part) != n:
         raise CleanerInputError(f"row_partition has {len(part)} entries for {n} records")
     increasing = offsets[1:] > offsets[:-1]
-    if part is not None and n > 1:
+    if partitions is not None and n > 1:
         if not np.all(part[1:] >= part[:-1]):
             raise CleanerInputError("each partition's rows must be contiguous, in partition order")
         increasing |= part[1:] != part[:-1]
@@ -243,7 +244,7 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
         boundary[1:] = ((col["batch_base_offset"][1:] != col["batch_base_offset"][:-1])
                         | (col["batch_position"][1:] != col["batch_position"][:-1])
                         | (col["segment_base_offset"][1:] != col["segment_base_offset"][:-1]))
-        if part is not None:
+        if partitions is not None:
             boundary[1:] |= part[1:] != part[:-1]
     starts = np.flatnonzero(boundary)
     batch_id = np.cumsum(boundary) - 1
@@ -280,7 +281,7 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
     marker_has_data = np.isin(b["batch_base_offset"], with_data) if len(with_data) else np.zeros(len(control), bool)
     can_discard = np.where(control, (counts == 0) | (known_marker & ~marker_has_data), aborted_data)
     discard_records = np.where(control, can_discard & b_has_h & (b_h <= now), can_discard)
-    if partitions is None or part is None:
+    if partitions is None:
         last_of_producer = txn_state.active.is_last_batch(pid, last, b["producer_epoch"], control)
         upper_bound: np.ndarray | int = params.upper_bound_offset
     else:
@@ -296,7 +297,7 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
     row_control = control[batch_id]
     key_null = ~validity(records.column("key"))
     value_null = ~validity(records.column("value"))
-    past_latest = offsets > (offset_map.latest_offset if partitions is None or part is None
+    past_latest = offsets > (offset_map.latest_offset if partitions is None
                              else np.asarray(partitions.latest_offset, np.int64)[part])
     judged = ~row_discard & ~row_control & ~past_latest  # data rows the map decides
     keyless = judged & key_null
@@ -341,7 +342,7 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
 
     # Each statistic summed per partition (one "partition" when the rows are one partition's).
     k = 1 if partitions is None else partitions.count
-    per_row = _Owners(part, k)
+    per_row = _Owners(None if partitions is None else part, k)
     per_batch = _Owners(None if partitions is None else b_part, k)
     columns = dict(
         batches_read=per_batch.count(np.ones(nb, bool)),
