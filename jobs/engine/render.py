@@ -336,8 +336,9 @@ def inspect_totals(report: RunReport) -> InspectTotals:
 def inspect_topic_row(topic: str, rows: Sequence[InspectRow]) -> dict[str, Any]:
     """A topic's row of inspect's per-topic table (``rows``: its partitions' inspect rows): its readable
     partitions added up. ``dirty`` is the topic's bytes
-    ratio (cleanable over clean + cleanable bytes of all its partitions, as the notebook's per-topic chart
-    weighs it: a mean of ratios would let a tiny partition weigh as much as a huge one); ``compact`` is how
+    ratio (cleanable over clean + cleanable bytes of its partitions that have a dirty ratio, as the notebook's
+    per-topic chart weighs it: a mean of ratios would let a tiny partition weigh as much as a huge one; None, shown
+    "-", for a topic without a compact policy); ``compact`` is how
     many partitions compaction at now selects; the note says a retention refusal once, how many partitions are
     UNREADABLE (listed below), or the note every partition shares."""
     ok = [r for r in rows if r.readable]
@@ -352,13 +353,17 @@ def inspect_topic_row(topic: str, rows: Sequence[InspectRow]) -> dict[str, Any]:
     def total(column: Callable[[InspectRow], int | None]) -> int:
         return sum(column(r) or 0 for r in ok)
 
-    judged = total(lambda r: r.clean_bytes) + total(lambda r: r.cleanable_bytes)
+    # a dirty ratio is a compaction measure: only the partitions that have one (a compact policy) weigh in, and a
+    # delete-only topic has none ("-", as its partitions' rows)
+    compacted = [r for r in ok if r.dirty_ratio is not None]
+    cleanable = sum(r.cleanable_bytes or 0 for r in compacted)
+    judged = sum(r.clean_bytes or 0 for r in compacted) + cleanable
     oldest = [r.oldest_timestamp for r in ok if r.oldest_timestamp is not None]
     newest = [r.newest_timestamp for r in ok if r.newest_timestamp is not None]
     return {
         "topic": topic, "policy": shared_note(r.policy for r in ok) or "mixed", "partitions": len(rows),
         "segments": total(lambda r: r.segments), "size": human_bytes(total(lambda r: r.bytes)),
-        "dirty": f"{total(lambda r: r.cleanable_bytes) / judged if judged else 0.0:.2f}",
+        "dirty": f"{cleanable / judged if judged else 0.0:.2f}" if compacted else None,
         "records": total(lambda r: r.records), "keys": total(lambda r: r.distinct_keys),
         "superseded": total(lambda r: r.superseded_records),
         "tombstones": f"{total(lambda r: r.live_tombstones)}/{total(lambda r: r.expired_tombstones)}",
