@@ -484,3 +484,26 @@ def test_the_text_and_html_reports_render_from_the_typed_rows_and_totals(tmp_pat
     assert [render(report, "table"), render(report, "table", layout="topic"), render(report, "csv"),
             inspect_html(report)] == shown
     assert "w-0" in shown[0] and "retention frees" in shown[0]
+
+
+def test_the_notebooks_parameters_come_from_the_environment_and_keep_their_defaults_without_it() -> None:
+    from jobs.engine.inspection import NOTEBOOK_PARAMETERS, notebook_parameters
+    from segment_io.errors import UsageError
+
+    defaults = dict(LOG_DIR=None, NOW=None, TOPICS=None, CONFIG=None, OVERRIDES=[], EXACT=False, LEDGER=None,
+                    SPARK_MASTER="local[2]")
+    assert list(defaults) == list(NOTEBOOK_PARAMETERS)  # every parameter of the notebook's cell
+    assert notebook_parameters({}, **defaults) == tuple(defaults.values())
+    assert notebook_parameters({"SEGJOBS_LOG_DIR": "", "LOG_DIR": "/elsewhere"}, **defaults) == tuple(defaults.values())
+    env = {"SEGJOBS_LOG_DIR": "s3://bucket/kafka/logs", "SEGJOBS_NOW": "2026-11-22T02:00:00Z",
+           "SEGJOBS_TOPICS": "orders* users", "SEGJOBS_OVERRIDES": "'orders:cleanup.policy=compact,delete' "
+                                                                   "orders:retention.ms=7d",
+           "SEGJOBS_EXACT": "yes", "SEGJOBS_SPARK_MASTER": "local[4]"}
+    assert notebook_parameters(env, **defaults) == (
+        "s3://bucket/kafka/logs", "2026-11-22T02:00:00Z", ["orders*", "users"], None,
+        ["orders:cleanup.policy=compact,delete", "orders:retention.ms=7d"], True, None, "local[4]")
+    assert notebook_parameters({"SEGJOBS_EXACT": "0"}, EXACT=True) == (False,)
+    with pytest.raises(UsageError, match="SEGJOBS_EXACT='maybe': expected 1 or 0"):
+        notebook_parameters({"SEGJOBS_EXACT": "maybe"}, EXACT=False)
+    with pytest.raises(UsageError, match="LOGDIR: not a parameter of the notebook"):
+        notebook_parameters({}, LOGDIR=None)
