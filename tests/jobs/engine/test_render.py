@@ -69,3 +69,19 @@ def test_compact_topic_rows_give_the_dry_run_and_the_real_run_the_same_notes(tmp
     assert real["orders"] == f"{dry['orders']}; 2 deleted segment(s) pending purge"
     assert dry["users"] == real["users"] == ("1 of 2 partition(s): above min.cleanable.dirty.ratio 0.50; "
                                              "1 of 2 partition(s): nothing to clean: bound by active segment")
+
+
+def test_inspect_topic_rows_say_how_many_partitions_a_compaction_note_is_true_of() -> None:
+    from jobs.engine.outcomes import InspectRow
+    from jobs.engine.render import inspect_topic_row
+
+    def row(partition: int, note: str) -> InspectRow:
+        return InspectRow.of("users", partition, {"policy": "compact", "compaction_note": note, "dirty_ratio": 0.5,
+                                                  "clean_bytes": 100, "cleanable_bytes": 100})
+
+    rows = [row(0, "above min.cleanable.dirty.ratio 0.10"), row(1, "nothing to clean: bound by active segment"),
+            row(2, "above min.cleanable.dirty.ratio 0.10"), InspectRow.of("users", 3, {"error": "CRC mismatch"})]
+    assert inspect_topic_row("users", rows)["note"] == (
+        "1 UNREADABLE (listed below); 2 of 4 partition(s): above min.cleanable.dirty.ratio 0.10; "
+        "1 of 4 partition(s): nothing to clean: bound by active segment")
+    assert inspect_topic_row("users", rows[:1])["note"] == "above min.cleanable.dirty.ratio 0.10"
