@@ -15,6 +15,7 @@ import io
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from jobs.engine.ledger import topics_table
 from jobs.engine.outcomes import InspectRow
 from jobs.engine.render import inspect_topic_columns, inspect_topic_row, inspect_totals, per_topic
 from jobs.engine.report import RunReport, human_bytes, short_error
@@ -32,11 +33,13 @@ table { border-collapse: collapse; font-size: 0.85em; margin: 1em 0; }
 th, td { border-bottom: 1px solid #ddd; padding: 0.25em 0.6em; text-align: left; vertical-align: top;
          white-space: nowrap; }
 td:last-child { white-space: normal; min-width: 16em; }
+td.wrap { white-space: normal; min-width: 18em; max-width: 36em; }
 .scroll { overflow-x: auto; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 figure { margin: 1.5em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { font-size: 0.9em; color: #555; margin-top: 0.3em; }
 .meta { color: #555; } .problem { color: #a00; }
+.alert { font-weight: bold; border-left: 4px solid #a00; background: #fdf0f0; padding: 0.4em 0.8em; }
 """
 
 
@@ -62,8 +65,9 @@ def _figure(chart: Chart) -> str:
             f"<figcaption>{html.escape(chart.caption)}</figcaption></figure>")
 
 
-def _table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
-    """An HTML table of ``rows`` (dicts) under ``columns`` ((key, heading) pairs); numbers align right."""
+def _table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]], *, wrap: Sequence[str] = ()) -> str:
+    """An HTML table of ``rows`` (dicts) under ``columns`` ((key, heading) pairs); numbers align right, the cells
+    of the ``wrap`` columns wrap (the others stay on one line)."""
     head = "".join(f"<th>{html.escape(h)}</th>" for _, h in columns)
     body = []
     for row in rows:
@@ -72,7 +76,8 @@ def _table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -
             value = row.get(key)
             text = "-" if value is None else str(value)
             numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-            cells.append(f'<td class="n">{html.escape(text)}</td>' if numeric else f"<td>{html.escape(text)}</td>")
+            kind = ' class="n"' if numeric else ' class="wrap"' if key in wrap else ""
+            cells.append(f"<td{kind}>{html.escape(text)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
 
@@ -111,9 +116,19 @@ def inspect_charts(rows: Sequence[InspectRow]) -> list[Chart]:
     ]
 
 
+def _refusals(rows: Sequence[InspectRow]) -> list[str]:
+    """One line per topic the delete-fraction limit would hold: what retention at now would not do, and why."""
+    lines = []
+    for topic, topic_rows in per_topic([r for r in rows if r.retention_refused]):
+        lines.append(f'<p class="problem alert">{html.escape(topic)} ({len(topic_rows)} partition(s)): retention '
+                     f"{html.escape(str(topic_rows[0].retention_refused))}</p>")
+    return lines
+
+
 def inspect_html(report: RunReport) -> str:
-    """The HTML report of an inspect run: what was inspected, the totals, the charts, a table per topic and
-    the unreadable partitions."""
+    """The HTML report of an inspect run: what was inspected, the totals, then first what needs a person (the
+    topics retention would be refused for, the unreadable partitions), the charts, and a table per topic (its note
+    second and wrapping, where a narrow window still shows it)."""
     t = inspect_totals(report)
     estimated = not t.exact
     parts = [f'<p class="meta">log dir <code>{html.escape(report.log_dir)}</code> at '
@@ -122,18 +137,21 @@ def inspect_html(report: RunReport) -> str:
              f"{t.compaction_selected} and frees {human_bytes(t.compaction_bytes_removed)}; "
              f"retention frees {human_bytes(t.retention_bytes_deleted)}"
              + (" (estimates: run with --exact to count and measure)" if estimated else "") + "</p>"]
-    charts = inspect_charts(report.inspected)
-    if not charts:
-        parts.append('<p class="problem">No partition could be read: there is nothing to chart.</p>')
-    parts += [_figure(c) for c in charts]
-    parts += ["<h2>Per topic</h2>",
-              _table([inspect_topic_row(topic, rows) for topic, rows in per_topic(report.inspected)],
-                     inspect_topic_columns(estimated))]
+    parts += _refusals(report.inspected)
     bad = [r for r in report.inspected if not r.readable]
     if bad:
         parts.append("<h2>Unreadable partitions</h2><ul>" + "".join(
             f'<li class="problem">{html.escape(r.topic)}-{r.partition}: {html.escape(short_error(r.error))}'
             f"</li>" for r in bad) + "</ul>")
+    charts = inspect_charts(report.inspected)
+    if not charts:
+        parts.append('<p class="problem">No partition could be read: there is nothing to chart.</p>')
+    parts += [_figure(c) for c in charts]
+    columns = inspect_topic_columns(estimated)
+    columns = (columns[0], *[c for c in columns if c[0] == "note"], *[c for c in columns[1:] if c[0] != "note"])
+    parts += ["<h2>Per topic</h2>",
+              _table([inspect_topic_row(topic, rows) for topic, rows in per_topic(report.inspected)], columns,
+                     wrap=("note",))]
     return _page(f"segjobs inspect: {report.log_dir}", parts)
 
 
@@ -160,11 +178,7 @@ def history_html(history: Any) -> str:
                             ("dry_run", "dry run"), ("outcome", "outcome"), ("partitions", "partitions"),
                             ("changed", "changed"), ("reclaimed", "reclaimed")])]
     if history.topics:
-        parts += ["<h2>Reclaimed per topic (dry runs left out)</h2>",
-                  _table([{"topic": t.topic, "runs": t.runs, "reclaimed": human_bytes(t.bytes_reclaimed),
-                           "records": t.records_removed} for t in history.topics],
-                         [("topic", "topic"), ("runs", "runs"), ("reclaimed", "reclaimed"),
-                          ("records", "records removed")])]
+        parts += ["<h2>Reclaimed per topic (dry runs left out)</h2>", _table(*topics_table(history))]
     return _page(f"segjobs history: {history.ledger}", parts)
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import csv
 import io
 import os
+import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -469,6 +470,42 @@ def write_demo_log_dir(out_dir: str | os.PathLike, *, records: int = 2_000) -> D
     return DemoLogDir(str(log_dir), overrides, start + span + DAY_MS)
 
 
-__all__ = ["COLUMNS", "COLUMN_NAMES", "DemoLogDir", "FORMATS", "InspectTask", "PartitionStats",
-           "inspect_partition", "render", "spark_schema", "work", "write_demo_log_dir"]
+#: The notebook's parameters that the environment can set (``SEGJOBS_<NAME>``), and how its text is read: ``text``
+#: as it is, ``list`` split like a shell's words (``SEGJOBS_TOPICS="orders* users"``), ``bool`` 1/0, true/false,
+#: yes/no. NOW stays text: the jobs take an ISO-8601 instant or epoch milliseconds.
+NOTEBOOK_PARAMETERS: dict[str, str] = {"LOG_DIR": "text", "NOW": "text", "TOPICS": "list", "CONFIG": "text",
+                                       "OVERRIDES": "list", "EXACT": "bool", "LEDGER": "text",
+                                       "SPARK_MASTER": "text"}
+_BOOLEANS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
+
+def notebook_parameters(environ: Mapping[str, str] | None = None, **defaults: Any) -> tuple[Any, ...]:
+    """The notebook's parameters (``defaults``: its parameters cell's values, by name), each replaced by
+    ``SEGJOBS_<NAME>`` where ``environ`` (default: the process's environment) sets it and is not empty, so that a
+    headless run (``SEGJOBS_LOG_DIR=/var/kafka/logs jupyter nbconvert --execute ...``) needs no edit of the
+    notebook. Returned in the order given. A name that is no parameter, or a value that cannot be read, is a
+    :class:`~segment_io.errors.UsageError` naming the variable."""
+    env = os.environ if environ is None else environ
+    values = []
+    for name, default in defaults.items():
+        kind = NOTEBOOK_PARAMETERS.get(name)
+        if kind is None:
+            raise UsageError(f"{name}: not a parameter of the notebook; they are {', '.join(NOTEBOOK_PARAMETERS)}")
+        text = env.get(f"SEGJOBS_{name}", "").strip()
+        if not text:
+            values.append(default)
+        elif kind == "list":
+            values.append(shlex.split(text))
+        elif kind == "bool":
+            if text.lower() not in _BOOLEANS:
+                raise UsageError(f"SEGJOBS_{name}={text!r}: expected 1 or 0 (true/false, yes/no)")
+            values.append(_BOOLEANS[text.lower()])
+        else:
+            values.append(text)
+    return tuple(values)
+
+
+__all__ = ["COLUMNS", "COLUMN_NAMES", "DemoLogDir", "FORMATS", "InspectTask", "NOTEBOOK_PARAMETERS",
+           "PartitionStats", "inspect_partition", "notebook_parameters", "render", "spark_schema", "work",
+           "write_demo_log_dir"]
 

@@ -196,6 +196,18 @@ def read_history(uri: str, *, last: int = 10, options: Any = None) -> History:
     return summarize(read_ledger(uri, options), last=last, ledger=uri)
 
 
+def topics_table(history: History) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """The rows and (key, heading) columns of the bytes reclaimed per topic, split by command (``by compact``,
+    ``by retain``): the text table's and the HTML report's."""
+    commands = sorted({c for t in history.topics for c in t.by_command})
+    rows = [{"topic": t.topic, "runs": t.runs, "reclaimed": human_bytes(t.bytes_reclaimed),
+             "records": t.records_removed, **{c: human_bytes(t.by_command.get(c, 0)) for c in commands}}
+            for t in history.topics]
+    columns = [("topic", "topic"), ("runs", "runs"), ("reclaimed", "reclaimed")] + \
+              [(c, f"by {c}") for c in commands] + [("records", "records removed")]
+    return rows, columns
+
+
 def render(history: History) -> str:
     """The history as two plain-text tables: the runs (newest first), then bytes reclaimed per topic."""
     if not history.runs:
@@ -211,13 +223,7 @@ def render(history: History) -> str:
     lines = [f"last {len(history.runs)} of {history.total_runs} run(s) in {history.ledger}, newest first:",
              render_table(rows, columns), ""]
     if history.topics:
-        commands = sorted({c for t in history.topics for c in t.by_command})
-        trows = [{"topic": t.topic, "runs": t.runs, "reclaimed": human_bytes(t.bytes_reclaimed),
-                  "records": t.records_removed,
-                  **{c: human_bytes(t.by_command.get(c, 0)) for c in commands}} for t in history.topics]
-        tcols = [("topic", "topic"), ("runs", "runs"), ("reclaimed", "reclaimed")] + \
-                [(c, f"by {c}") for c in commands] + [("records", "records removed")]
-        lines += ["reclaimed per topic by these runs (dry runs left out):", render_table(trows, tcols)]
+        lines += ["reclaimed per topic by these runs (dry runs left out):", render_table(*topics_table(history))]
     else:
         lines.append("reclaimed per topic: nothing (only dry runs among these runs)")
     return "\n".join(lines) + "\n"

@@ -233,7 +233,9 @@ def _ratio_histogram(ax: Any, df: pd.DataFrame) -> None:
 def reclaimable_chart(rows: Any, *, by: str = "partition", top: int = TOP) -> Figure:
     """Bytes per partition or per topic: what compaction would remove at now and what retention would delete
     at now, beside the size. Beyond ``top`` rows: the ones with the most to reclaim, and "others" adding up
-    the rest. The byte axis is logarithmic when sizes span more than two decades."""
+    the rest. The byte axis is logarithmic when sizes span more than two decades. The axis is scaled to the named
+    bars: an "others" bar adding up hundreds of partitions runs off its right end, its value written on it, rather
+    than squeezing the named bars into a corner of the chart."""
     df = as_pandas(rows)
     units = _units(df, by)
     units["reclaimable"] = units["compaction_bytes_removed"] + units["retention_bytes_deleted"]
@@ -246,15 +248,39 @@ def reclaimable_chart(rows: Any, *, by: str = "partition", top: int = TOP) -> Fi
     ax.barh(y + h, bars["retention_bytes_deleted"], height=h, color=_DELETED, label="retention deletes")
     ax.set_yticks(y, _labels(bars, by), fontsize=8 if len(bars) > 15 else 10)
     ax.invert_yaxis()
-    values = bars[["bytes", "compaction_bytes_removed", "retention_bytes_deleted"]].to_numpy().ravel()
+    columns = ["bytes", "compaction_bytes_removed", "retention_bytes_deleted"]
+    named = bars[~bars["others"].astype(bool)]
+    values = named[columns].to_numpy().ravel()
     if _spans_decades(values):
         ax.set_xscale("log")
+    if len(named) < len(bars):
+        _fit_to_named(ax, bars, columns, offsets=[-h, 0.0, h], log=ax.get_xscale() == "log")
     ax.xaxis.set_major_formatter(_BYTES_AXIS)
     ax.set_xlabel("bytes" + (" (log scale)" if ax.get_xscale() == "log" else ""))
     measured = bool(df["compaction_measured"].astype(bool).all()) if len(df) else True
     _title(ax, f"Reclaimable bytes at now, per {by}" + ("" if measured else " (compaction: estimates)"), note)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
+
+
+def _fit_to_named(ax: Any, bars: pd.DataFrame, columns: list[str], *, offsets: list[float], log: bool) -> None:
+    """Scale the byte axis of a bar chart to its named bars (``bars``' rows that are not "others"), and write on
+    each "others" bar that runs past the right end its value (``columns``: one set of bars each, at ``offsets``
+    from the row)."""
+    named = bars[~bars["others"].astype(bool)][columns].to_numpy(dtype=float)
+    largest = float(named.max()) if named.size else 0.0
+    if largest <= 0:
+        return
+    right = largest * (1.6 if log else 1.08)
+    ax.set_xlim(right=right)
+    for y, (_, r) in enumerate(bars.iterrows()):
+        if not r["others"]:
+            continue
+        for column, dy in zip(columns, offsets):
+            if r[column] > right:
+                ax.annotate(f"{human_bytes(r[column])} \u25b6", (1.0, y + dy), xycoords=("axes fraction", "data"),
+                            xytext=(-4, 0), textcoords="offset points", ha="right", va="center", fontsize=7,
+                            bbox=dict(boxstyle="square,pad=0.1", facecolor="white", edgecolor="none", alpha=0.8))
 
 
 def key_cardinality_chart(rows: Any, *, labels: int = LABELS) -> Figure:

@@ -18,6 +18,7 @@ from jobs.engine.report import (
     notes_of_problems,
     one_line,
     outcome_totals,
+    partitions_note,
     policy_origins,
     purged_totals,
     refused_note,
@@ -87,10 +88,15 @@ def purge_notes(o: RetentionOutcome) -> list[str]:
     return notes
 
 
+def _retain_decision(o: RetentionOutcome) -> str | None:
+    """Why a partition lost no segment (None where it lost some, failed or was refused): the same words in a
+    dry run and a real run."""
+    return o.reason or None if o.action is Action.NONE else None
+
+
 def _retain_note(o: RetentionOutcome) -> str | None:
-    notes = _problems(o) + purge_notes(o)
-    if not notes and o.action is Action.NONE:
-        notes.append(o.reason or "")
+    # the decision first, then what only a real run does (purges): a dry run's note is the real run's start
+    notes = _problems(o) + [_retain_decision(o) or ""] + purge_notes(o)
     return one_line("; ".join(n for n in notes if n)) or None
 
 
@@ -109,15 +115,15 @@ _RETAIN_TOPIC_COLUMNS = (("topic", "topic"), ("policy", "policy"), ("partitions"
 
 def _retain_topic_row(topic: str, outcomes: list[RetentionOutcome]) -> dict[str, Any]:
     """A topic's row of the per-topic summary: its partitions added up; the note says a refusal once, counts
-    failed partitions (listed below the table), or what every partition's note says."""
+    failed partitions (listed below the table), says why partitions lost nothing (with how many when not all
+    did: :func:`~jobs.engine.report.partitions_note`), then the topic's purges (a real run's)."""
     refused = next((o for o in outcomes if o.action is Action.REFUSED), None)
     failed = sum(1 for o in outcomes if o.action is Action.ERROR)
-    notes = [refused_note(refused.reason) if refused else "", count_note(failed, "FAILED (listed below)")]
     pending = sum(len(o.purge_pending or {}) for o in outcomes)
     purged = sum(o.files_purged for o in outcomes)
-    notes += [count_note(purged, "purged .deleted file(s)"), count_note(pending, "deleted segment(s) pending purge")]
-    if not any(notes):
-        notes.append(shared_note(_retain_note(o) for o in outcomes))
+    notes = [refused_note(refused.reason) if refused else "", count_note(failed, "FAILED (listed below)"),
+             partitions_note([_retain_decision(o) for o in outcomes]),
+             count_note(purged, "purged .deleted file(s)"), count_note(pending, "deleted segment(s) pending purge")]
     known = [o for o in outcomes if o.segments_before is not None]
     return {"topic": topic, "policy": shared_note(o.policy for o in outcomes) or "mixed",
             "partitions": len(outcomes), "changed": sum(1 for o in outcomes if o.action is Action.DELETE),
@@ -246,18 +252,31 @@ def _retention_failed(r: RetentionOutcome | None) -> bool:
     return r is not None and r.error is not None and r.action is not Action.REFUSED
 
 
+def _compact_decision(o: CompactionOutcome) -> str | None:
+    """Why a partition was (not) selected (None for a failed one, or one the delete-fraction limit held: its
+    topic's row says that once): the same words in a dry run and a real run."""
+    held = o.retention is not None and o.retention.action is Action.REFUSED
+    return o.note or None if o.error is None and not held else None
+
+
 def _compact_topic_row(topic: str, outcomes: list[CompactionOutcome]) -> dict[str, Any]:
-    """A topic's row of the per-topic summary: its partitions added up, and in the note what its partitions'
-    rows would have said when they all say it (a refusal once, counts of failed and partial partitions)."""
+    """A topic's row of the per-topic summary: its partitions added up, and in the note what is true of each
+    partition it summarises: a refusal once, counts of failed and partial partitions (listed below), the
+    strategies' and selections' reasons (with how many partitions when not all share one:
+    :func:`~jobs.engine.report.partitions_note`), then the topic's purges (a real run's), as the retain summary
+    counts them."""
     retentions = [o.retention for o in outcomes if o.retention is not None]
     refused = next((r for r in retentions if r.action is Action.REFUSED), None)
     failed = sum(1 for o in outcomes if o.error is not None) + sum(1 for o in outcomes
                                                                     if _retention_failed(o.retention))
     notes = [f"left untouched: {refused_note(refused.reason)}" if refused else "",
              count_note(failed, "FAILED (listed below)"),
-             count_note(sum(1 for o in outcomes if o.partial), "partial (listed below)")]
-    if not any(notes):
-        notes.append(shared_note(_compact_note(o) for o in outcomes))
+             count_note(sum(1 for o in outcomes if o.partial), "partial (listed below)"),
+             partitions_note([f"{o.strategy}: {o.strategy_reason}" if o.strategy == "external-sort" else None
+                              for o in outcomes]),
+             partitions_note([_compact_decision(o) for o in outcomes]),
+             count_note(sum(r.files_purged for r in retentions), "purged .deleted file(s)"),
+             count_note(sum(len(r.purge_pending or {}) for r in retentions), "deleted segment(s) pending purge")]
     deleted = sum(len(r.deleted) for r in retentions)
     removed = sum(r.bytes_removed for r in retentions) if not refused else 0
     stats = [o.cleaned.stats for o in outcomes if o.cleaned is not None]
@@ -336,29 +355,34 @@ def inspect_totals(report: RunReport) -> InspectTotals:
 def inspect_topic_row(topic: str, rows: Sequence[InspectRow]) -> dict[str, Any]:
     """A topic's row of inspect's per-topic table (``rows``: its partitions' inspect rows): its readable
     partitions added up. ``dirty`` is the topic's bytes
-    ratio (cleanable over clean + cleanable bytes of all its partitions, as the notebook's per-topic chart
-    weighs it: a mean of ratios would let a tiny partition weigh as much as a huge one); ``compact`` is how
+    ratio (cleanable over clean + cleanable bytes of its partitions that have a dirty ratio, as the notebook's
+    per-topic chart weighs it: a mean of ratios would let a tiny partition weigh as much as a huge one; None, shown
+    "-", for a topic without a compact policy); ``compact`` is how
     many partitions compaction at now selects; the note says a retention refusal once, how many partitions are
-    UNREADABLE (listed below), or the note every partition shares."""
+    UNREADABLE (listed below), and the partitions' compaction notes (with how many partitions when not all share
+    one: :func:`~jobs.engine.report.partitions_note`)."""
     ok = [r for r in rows if r.readable]
     unreadable = len(rows) - len(ok)
     refused = next((r.retention_refused for r in ok if r.retention_refused), None)
-    notes = [f"retention {refused}" if refused else "", count_note(unreadable, "UNREADABLE (listed below)")]
-    if not any(notes):
-        notes.append(shared_note(r.compaction_note for r in ok))
+    notes = [f"retention {refused}" if refused else "", count_note(unreadable, "UNREADABLE (listed below)"),
+             partitions_note([r.compaction_note for r in rows])]
     if not ok:
         return {"topic": topic, "policy": "UNREADABLE", "partitions": len(rows), "note": one_line("; ".join(notes))}
 
     def total(column: Callable[[InspectRow], int | None]) -> int:
         return sum(column(r) or 0 for r in ok)
 
-    judged = total(lambda r: r.clean_bytes) + total(lambda r: r.cleanable_bytes)
+    # a dirty ratio is a compaction measure: only the partitions that have one (a compact policy) weigh in, and a
+    # delete-only topic has none ("-", as its partitions' rows)
+    compacted = [r for r in ok if r.dirty_ratio is not None]
+    cleanable = sum(r.cleanable_bytes or 0 for r in compacted)
+    judged = sum(r.clean_bytes or 0 for r in compacted) + cleanable
     oldest = [r.oldest_timestamp for r in ok if r.oldest_timestamp is not None]
     newest = [r.newest_timestamp for r in ok if r.newest_timestamp is not None]
     return {
         "topic": topic, "policy": shared_note(r.policy for r in ok) or "mixed", "partitions": len(rows),
         "segments": total(lambda r: r.segments), "size": human_bytes(total(lambda r: r.bytes)),
-        "dirty": f"{total(lambda r: r.cleanable_bytes) / judged if judged else 0.0:.2f}",
+        "dirty": f"{cleanable / judged if judged else 0.0:.2f}" if compacted else None,
         "records": total(lambda r: r.records), "keys": total(lambda r: r.distinct_keys),
         "superseded": total(lambda r: r.superseded_records),
         "tombstones": f"{total(lambda r: r.live_tombstones)}/{total(lambda r: r.expired_tombstones)}",

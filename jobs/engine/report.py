@@ -368,9 +368,35 @@ def count_note(n: int, what: str) -> str:
 
 
 def shared_note(notes: Iterable[str | None]) -> str:
-    """The note every partition of a topic row shares, or "" when they differ (their own rows say it)."""
+    """The value every partition of a topic row shares (its policy), or "" when they differ."""
     distinct = {n for n in notes if n}
     return next(iter(distinct)) if len(distinct) == 1 else ""
+
+
+#: Distinct notes a topic row's note names at most (then it counts the partitions whose notes it leaves out).
+TOPIC_NOTES_MAX = 2
+
+
+def partitions_note(notes: Sequence[str | None]) -> str:
+    """What a topic row says of its partitions' notes (``notes``: one per partition, None or "" where a partition
+    has none), true of every partition it summarises: a note every partition has, once; a note only some have,
+    with how many (``2 of 3 partition(s): no segment past retention``), the commonest first and at most
+    :data:`TOPIC_NOTES_MAX` of them, then how many partitions say something else. "" when none has a note."""
+    counts: dict[str, int] = {}
+    for note in notes:
+        if note:
+            counts[note] = counts.get(note, 0) + 1
+    if not counts:
+        return ""
+    n = len(notes)
+    if len(counts) == 1 and next(iter(counts.values())) == n:
+        return next(iter(counts))
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    parts = [f"{k} of {n} partition(s): {note}" for note, k in ranked[:TOPIC_NOTES_MAX]]
+    rest = sum(k for _, k in ranked[TOPIC_NOTES_MAX:])
+    if rest:
+        parts.append(f"{rest} of {n} partition(s) other notes (--per-partition)")
+    return "; ".join(parts)
 
 
 #: Partitions a per-topic summary lists below its table at most (the failed and partial ones first).

@@ -6,8 +6,10 @@ PNG that is not blank, and the rendered page has the charts' colours where they 
 from __future__ import annotations
 
 import base64
+import html
 import io
 import json
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from PIL import Image
 
 from jobs.commands.cli import main
 from jobs.engine.inspection import write_demo_log_dir
+from jobs.engine.report import human_bytes
 from tests.support.browser import dump_dom, screenshot
 from tests.support.ledger import append_run
 
@@ -105,6 +108,17 @@ def test_inspect_html_report_shows_the_charts_in_a_browser(spark, tmp_path: Path
                                      "key-cardinality", "segment-ages"])
 
 
+def _html_table(dom: str, section: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The headings and the rows (by their first cell) of the table after ``<h2>section</h2>`` in ``dom``."""
+    table = dom.split(f"<h2>{section}</h2>", 1)[1].split("</table>", 1)[0]
+    headings = [html.unescape(h) for h in re.findall(r"<th>(.*?)</th>", table)]
+    rows = {}
+    for row in re.findall(r"<tr>(.*?)</tr>", table.split("<tbody>", 1)[1]):
+        cells = [html.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+        rows[cells[0]] = cells
+    return headings, rows
+
+
 def test_history_html_report_shows_the_bytes_reclaimed_per_run_in_a_browser(tmp_path: Path, capsys) -> None:
     ledger = str(tmp_path / "ledger")
     append_run(ledger, "retain", 1, [("clicks", 0, "delete", 4000), ("orders", 0, "none", 0)])
@@ -116,6 +130,50 @@ def test_history_html_report_shows_the_bytes_reclaimed_per_run_in_a_browser(tmp_
     out, err = capsys.readouterr()
     assert json.loads(out)["html_report"] == str(page) and f"HTML report written to {page}" in err
     _check_rendered(page, tmp_path, ["reclaimed-per-run"])
+    # the per-topic table has the console's columns, the bytes split by command among them
+    capsys.readouterr()
+    assert main(["history", "--ledger", ledger]) == 0
+    console = capsys.readouterr().out.split("reclaimed per topic by these runs (dry runs left out):\n", 1)[1]
+    headings, rows = _html_table(dump_dom(page, tmp_path), "Reclaimed per topic (dry runs left out)")
+    assert headings == ["topic", "runs", "reclaimed", "by compact", "by retain", "records removed"]
+    assert [line.split() for line in console.splitlines()[2:]] == [
+        [c for cell in rows[t] for c in cell.split()] for t in ("clicks", "users", "orders")]
+    assert rows["clicks"][3:5] == ["0 B", human_bytes(6000)] and rows["users"][3:5] == [human_bytes(2500), "0 B"]
+
+
+def test_inspect_html_report_puts_a_refused_retention_first_where_a_person_sees_it(tmp_path: Path) -> None:
+    """The limit's refusal is the report's most important line: a highlighted line above the charts (red in the
+    screenshot, above the first chart), and the per-topic table's note is its second column, wrapping."""
+    from jobs import api
+    from jobs.engine.html_report import inspect_html
+    from tests.support.retention import DAY, NOW, RECENT, build_partition
+
+    mid = RECENT - 3 * DAY  # past the 1-day retention set below, within Kafka's default week
+    d = tmp_path / "logs"
+    build_partition(d, "w", 0, [[mid], [mid], [RECENT]])  # two thirds of w expire: over the default limit (50 %)
+    build_partition(d, "u", 0, [[mid], [RECENT], [RECENT]])
+    report = api.inspect(d, api.InspectOptions(overrides=("*:retention.ms=1d",)), now=NOW,
+                         seams=api.Seams(runner=api.InProcessTasks())).report
+    refused = next(r.retention_refused for r in report.inspected if r.topic == "w")
+    assert refused and refused.startswith("refused: would delete 66.7% of w's bytes")
+    page = tmp_path / "inspect.html"
+    page.write_text(inspect_html(report))
+    dom = dump_dom(page, tmp_path)
+    alert = re.search(r'<p class="problem alert">(.*?)</p>', dom)
+    assert alert and html.unescape(alert.group(1)) == f"w (1 partition(s)): retention {refused}"
+    assert dom.index(alert.group(0)) < dom.index("<figure")
+    headings, rows = _html_table(dom, "Per topic")
+    assert headings[:2] == ["topic", "note"] and rows["w"][1].startswith(f"retention {refused}")
+    assert f'<td class="wrap">{html.escape(f"retention {refused}", quote=False)}' in dom
+    # what a person sees in a window of a laptop's width: the refusal in red above the first chart
+    shot = np.asarray(Image.open(screenshot(page, tmp_path / "page.png", width=1000, height=1500)).convert("RGB"),
+                      dtype=int)
+    chart = np.zeros(shot.shape[:2], dtype=bool)
+    for colour in CHART_COLOURS:
+        chart |= (np.abs(shot - np.array(colour)).sum(axis=2) < 30)
+    first_chart = int(np.flatnonzero(chart.any(axis=1)).min())
+    red_text = (np.abs(shot[:first_chart] - np.array((170, 0, 0))).sum(axis=2) < 60)
+    assert red_text.sum() > 300, "no refusal in red above the charts"
 
 
 def test_an_html_destination_that_cannot_be_written_is_refused_before_any_work(tmp_path: Path, capsys) -> None:

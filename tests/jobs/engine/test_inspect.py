@@ -5,6 +5,8 @@ notebook API (dirty_ratios) and the plots; plus the distinct-key counters withou
 from __future__ import annotations
 
 import csv
+import html
+import importlib.util
 import io
 import json
 import re
@@ -17,6 +19,7 @@ import pytest
 
 from jobs.api import dirty_ratios
 from jobs.commands.cli import main as segjobs
+from jobs.engine.html_report import inspect_html
 from jobs.engine.inspection import (
     COLUMN_NAMES,
     DemoLogDir,
@@ -402,10 +405,11 @@ def test_inspect_predicts_the_bytes_retain_dry_run_deletes_when_the_limit_refuse
     assert entries["u-0"]["action"] == "delete"
 
 
-def _column(table: str, heading: str) -> dict[str, str]:
-    """Each row's cell under ``heading`` in a rendered summary table (rows named by their first cell)."""
+def _column(table: str, heading: str, *, first: str = "partition") -> dict[str, str]:
+    """Each row's cell under ``heading`` in a rendered summary table whose first column is ``first`` (rows named
+    by their first cell)."""
     lines = table.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("partition"))
+    header = next(i for i, line in enumerate(lines) if line.startswith(first))
     spans = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[header + 1])]
     names = [lines[header][a:b].strip() for a, b in spans]
     a, b = spans[names.index(heading)]
@@ -414,6 +418,19 @@ def _column(table: str, heading: str) -> dict[str, str]:
         if not line.strip():
             break
         out[line[spans[0][0]:spans[0][1]].strip()] = line[a:b].strip()
+    return out
+
+
+def _html_column(page: str, section: str, heading: str) -> dict[str, str]:
+    """Each row's cell under ``heading`` in the HTML table following ``<h2>section</h2>`` (rows named by their
+    first cell)."""
+    table = page.split(f"<h2>{section}</h2>", 1)[1].split("</table>", 1)[0]
+    headings = [html.unescape(h) for h in re.findall(r"<th>(.*?)</th>", table)]
+    column = headings.index(heading)
+    out = {}
+    for row in re.findall(r"<tr>(.*?)</tr>", table.split("<tbody>", 1)[1]):
+        cells = [html.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+        out[cells[0]] = cells[column]
     return out
 
 
@@ -432,6 +449,11 @@ def test_a_delete_only_topic_shows_no_dirty_ratio_in_inspect_and_the_compact_sum
     assert _by_name(json.loads(inspected.summary("json"))["partitions"])["events-0"]["dirty_ratio"] is None  # null
     assert {p.name: p.dirty_ratio for p in inspected.partitions} == {"events-0": None, "users-0": 1.0}
     assert _column(inspected.summary("table"), "dirty") == {"events-0": "-", "users-0": "1.00"}
+    # the per-topic rows (console and HTML) say the same as the partitions' rows
+    assert _column(inspected.summary("table", layout="topic"), "dirty", first="topic") == {"events": "-",
+                                                                                           "users": "1.00"}
+    if importlib.util.find_spec("matplotlib"):
+        assert _html_column(inspect_html(inspected.report), "Per topic", "dirty") == {"events": "-", "users": "1.00"}
     csv_rows = {f"{r['topic']}-{r['partition']}": r for r in csv.DictReader(io.StringIO(inspected.summary("csv")))}
     assert csv_rows["events-0"]["dirty_ratio"] == ""
 
@@ -462,3 +484,26 @@ def test_the_text_and_html_reports_render_from_the_typed_rows_and_totals(tmp_pat
     assert [render(report, "table"), render(report, "table", layout="topic"), render(report, "csv"),
             inspect_html(report)] == shown
     assert "w-0" in shown[0] and "retention frees" in shown[0]
+
+
+def test_the_notebooks_parameters_come_from_the_environment_and_keep_their_defaults_without_it() -> None:
+    from jobs.engine.inspection import NOTEBOOK_PARAMETERS, notebook_parameters
+    from segment_io.errors import UsageError
+
+    defaults = dict(LOG_DIR=None, NOW=None, TOPICS=None, CONFIG=None, OVERRIDES=[], EXACT=False, LEDGER=None,
+                    SPARK_MASTER="local[2]")
+    assert list(defaults) == list(NOTEBOOK_PARAMETERS)  # every parameter of the notebook's cell
+    assert notebook_parameters({}, **defaults) == tuple(defaults.values())
+    assert notebook_parameters({"SEGJOBS_LOG_DIR": "", "LOG_DIR": "/elsewhere"}, **defaults) == tuple(defaults.values())
+    env = {"SEGJOBS_LOG_DIR": "s3://bucket/kafka/logs", "SEGJOBS_NOW": "2026-11-22T02:00:00Z",
+           "SEGJOBS_TOPICS": "orders* users", "SEGJOBS_OVERRIDES": "'orders:cleanup.policy=compact,delete' "
+                                                                   "orders:retention.ms=7d",
+           "SEGJOBS_EXACT": "yes", "SEGJOBS_SPARK_MASTER": "local[4]"}
+    assert notebook_parameters(env, **defaults) == (
+        "s3://bucket/kafka/logs", "2026-11-22T02:00:00Z", ["orders*", "users"], None,
+        ["orders:cleanup.policy=compact,delete", "orders:retention.ms=7d"], True, None, "local[4]")
+    assert notebook_parameters({"SEGJOBS_EXACT": "0"}, EXACT=True) == (False,)
+    with pytest.raises(UsageError, match="SEGJOBS_EXACT='maybe': expected 1 or 0"):
+        notebook_parameters({"SEGJOBS_EXACT": "maybe"}, EXACT=False)
+    with pytest.raises(UsageError, match="LOGDIR: not a parameter of the notebook"):
+        notebook_parameters({}, LOGDIR=None)

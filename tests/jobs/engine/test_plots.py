@@ -17,6 +17,7 @@ from matplotlib.text import Text
 from PIL import Image
 
 from jobs.engine import plots
+from jobs.engine.report import human_bytes
 from tests.support.inspect_rows import inspect_rows
 
 CHARTS = ("dirty_ratio_chart", "reclaimable_chart", "key_cardinality_chart", "segment_ages_chart")
@@ -100,6 +101,40 @@ def test_others_bar_of_reclaimable_bytes_adds_up_the_rest() -> None:
     assert retention[-1].get_width() == pytest.approx(rest["retention_bytes_deleted"].sum())
     # all the bytes are there: shown plus others
     assert sum(p.get_width() for p in size) == pytest.approx(df["bytes"].sum())
+
+
+def test_the_others_bar_does_not_flatten_the_named_bars() -> None:
+    """The axis is the named bars': "others" (the rest added up, hundreds of times any named bar) neither turns it
+    logarithmic nor stretches it, so the named bars keep their proportions; it runs off the right end with its
+    value written on it."""
+    df = _readable(inspect_rows(300, topics=15, errors=0))
+    size = np.linspace(1e6, 5e6, len(df)).round()  # partitions of 1 to 5 MB: one decade, a linear axis
+    df["bytes"], df["compaction_bytes_removed"], df["retention_bytes_deleted"] = size, size * 0.3, size * 0.2
+    fig = plots.reclaimable_chart(df)
+    ax = fig.axes[0]
+    bars = ax.patches[:plots.TOP]
+    others, named = bars[-1].get_width(), [p.get_width() for p in bars[:-1]]
+    assert others > 100 * max(named)
+    assert ax.get_xscale() == "linear" and max(named) <= ax.get_xlim()[1] < others
+    to_axes = (ax.transData + ax.transAxes.inverted()).transform
+    x0 = to_axes((0, 0))[0]
+    lengths = [to_axes((w, 0))[0] - x0 for w in named]
+    assert max(lengths) > 0.85, "the largest named bar is squeezed into the left of the chart"
+    assert min(lengths) / max(lengths) == pytest.approx(min(named) / max(named), rel=0.01)  # proportions kept
+    rest = df.nsmallest(len(df) - plots.TOP + 1, "bytes")  # reclaimable goes with size here
+    columns = ("bytes", "compaction_bytes_removed", "retention_bytes_deleted")
+    assert [t.get_text() for t in ax.texts] == [f"{human_bytes(rest[c].sum())} \u25b6" for c in columns]
+    _png(fig, "reclaimable-others")
+
+
+@pytest.mark.parametrize("by", ["partition", "topic"])
+def test_on_a_log_axis_too_the_others_bar_runs_off_the_named_bars_axis(by: str) -> None:
+    df = _readable(inspect_rows(1200, topics=300))
+    ax = plots.reclaimable_chart(df, by=by).axes[0]
+    bars = ax.patches[:plots.TOP]
+    others, largest = bars[-1].get_width(), max(p.get_width() for p in bars[:-1])
+    assert ax.get_xscale() == "log" and largest <= ax.get_xlim()[1] < others
+    assert f"{human_bytes(others)} \u25b6" in [t.get_text() for t in ax.texts]
 
 
 def test_per_topic_aggregation_adds_up() -> None:
