@@ -23,13 +23,25 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
-from jobs.rules.config import TopicConfig
+from jobs.rules.config import TopicConfig, never_touched
 from jobs.rules.model import PartitionState, SegmentInfo
+from segment_io.layout import LOG_START_OFFSET_CHECKPOINT
 from segment_io.units import format_duration
 
 RULE_LOG_START = "log-start-offset"
 RULE_SIZE = "retention.bytes"
 RULE_TIME = "retention.ms"
+
+#: The offset checkpoint files whose entries a retention decision reads, for the partitions it reads
+#: (:func:`retention_reads`).
+RETENTION_CHECKPOINTS = (LOG_START_OFFSET_CHECKPOINT,)
+
+
+def retention_reads(topic: str, config: TopicConfig) -> bool:
+    """Whether a retention run reads, and may change, the partitions of ``topic``: every one segjobs may touch,
+    whatever its policy (the log start rule applies to compact topics too). ``config`` is not needed for that;
+    it is taken for the same shape as :func:`jobs.rules.plan_compact.compaction_reads`."""
+    return not never_touched(topic)
 
 
 @dataclass(frozen=True)
