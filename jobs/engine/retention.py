@@ -412,11 +412,9 @@ def refused_topics(plans: Mapping[TopicPartition, RetentionPlan], *, scans: Mapp
     def limit(topic: str) -> float:
         return max_delete_fraction if max_delete_fraction is not None else config_for(topic).max_delete_fraction
 
-    if accept_config_baseline:
-        def used_for(topic: str) -> UsedSettings:
-            return UsedSettings.of(config_for(topic), ACCEPTED_BASELINE)
-    else:
-        used_for = reference_settings(storage, work_uri)
+    used_for: Callable[[str], UsedSettings] = (
+        (lambda topic: UsedSettings.of(config_for(topic), ACCEPTED_BASELINE)) if accept_config_baseline
+        else reference_settings(storage, work_uri))
 
     states = {k: state for k in plans if (state := scans[k].state) is not None}
     scanned = [s.state for s in scans.values() if s.state is not None]

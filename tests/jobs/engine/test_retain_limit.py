@@ -108,9 +108,14 @@ def test_compact_leaves_a_refused_compact_delete_topic_wholly_untouched(spark, t
     assert e["retention"]["action"] == "refused"
     assert [x["kind"] for x in report["errors"]] == ["MaxDeleteFractionExceeded"]
 
+    accepted = tmp_path / "accepted" / "logs"
+    shutil.copytree(d, accepted)
     code, report = run("compact", d, *opts, "--partition", "cd-0", "--max-delete-fraction", "1")
     assert code == 0
     assert len(by_name(report)["cd-0"]["retention"]["deleted"]) == 2
+    # the config accepted as the baseline: compaction's retention first goes ahead too
+    code, report = run("compact", accepted, *opts, "--partition", "cd-0", "--accept-config-baseline")
+    assert code == 0 and len(by_name(report)["cd-0"]["retention"]["deleted"]) == 2
 
 
 def refusals(err: str) -> list[str]:
