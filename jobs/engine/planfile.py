@@ -163,8 +163,9 @@ def load_for_apply(options: OptionsT, command: str, log_dir: str, now: "Instant 
         raise UsageError(f"--apply takes --now, the topic configs, the scope and the options from the plan "
                          f"({uri}); drop {', '.join(given)}")
     # Each topic gets exactly the planned settings, named as the plan recorded where they came from.
+    unrecorded = ", which does not record where each setting came from" if plan.config_origins is None else ""
     configs = ConfigSet.from_resolved(dict(sorted(plan.configs.items())), plan.config_origins,
-                                      source=f"the plan {uri}, which does not record where each setting came from")
+                                      source=f"the plan {uri}{unrecorded}")
     applied = replace(options, config=configs, overrides=(), topics=tuple(plan.scope.get("topics", [])),
                       partitions=tuple(plan.scope.get("partitions", [])), **planned)
     return applied, plan.now_ms, plan

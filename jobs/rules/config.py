@@ -540,7 +540,7 @@ class ConfigSet:
         """Every topic of ``settings`` with exactly those settings (as :meth:`TopicConfig.to_settings` writes
         them; a plan file's), named as coming from where ``origins[topic][key]`` says (:data:`KAFKA_DEFAULT_ORIGIN`
         for a key it leaves out), or from ``source`` for every key when ``origins`` is None (not recorded).
-        Each topic's settings are one layer naming it exactly, above everything else."""
+        Each topic's settings are one layer naming it exactly, above everything else, itself named ``source``."""
         layers = []
         for topic, values in settings.items():
             layer = _Layer.parse(values, source=source, glob=topic)
