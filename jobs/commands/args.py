@@ -196,6 +196,7 @@ def job_options(args: argparse.Namespace) -> dict[str, Any]:
         config=args.config, overrides=tuple(args.set), topics=tuple(args.topic), partitions=tuple(args.partition),
         storage=storage_options_from_args(args), report=args.report, ledger=args.ledger,
         max_batch_bytes=args.max_batch_bytes, max_delete_fraction=getattr(args, "max_delete_fraction", None),
+        accept_config_baseline=bool(getattr(args, "accept_config_baseline", False)),
         master=args.master, spark_verbose=bool(args.verbose), progress=progress_sink(args))
     for name in ("dry_run", "lease_ttl", "plan", "apply"):
         if hasattr(args, name):

@@ -11,8 +11,8 @@ their horizon has passed; each active producer's last batch stays (possibly empt
 nothing changes are not rewritten. Topics with cleanup.policy=compact,delete get retention FIRST, as a broker's
 retention thread (every few minutes) effectively does, and compaction is planned on what it leaves (compacting
 first would merge expired segments into one stamped recently, which retention would then keep); the dry run and
-`segjobs inspect` predict exactly that. Retention's safety limit (--max-delete-fraction) applies: a refused topic
-is left wholly untouched, compaction included.
+`segjobs inspect` predict exactly that. Retention's safety limit (--max-delete-fraction,
+--accept-config-baseline) applies: a refused topic is left wholly untouched, compaction included.
 
 The log dir is rewritten in place, crash-safely (Kafka's .cleaned -> .swap -> live protocol on local disk; a
 commit intent plus copies on S3); `segjobs recover` (run at the start of every job) finishes or rolls back
@@ -50,7 +50,7 @@ from jobs.commands.args import (
     size_arg,
     summary_view,
 )
-from jobs.commands.retain import add_max_delete_fraction_option
+from jobs.commands.retain import add_accept_config_baseline_option, add_max_delete_fraction_option
 from jobs.engine.options import DEFAULT_DEDUPE_BUFFER_BYTES, STRATEGIES, CompactOptions
 from jobs.engine.seams import Seams
 from jobs.rules.map_capacity import LOAD_FACTOR, max_keys_for_buffer
@@ -60,6 +60,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_log_dir_options(p, scope_note="; partitions named by --topic or --partition are compacted even when "
                                       "their dirty ratio and max lag would not select them")
     add_max_delete_fraction_option(p)
+    add_accept_config_baseline_option(p)
     add_plan_options(p)
     p.add_argument("--strategy", choices=STRATEGIES, default="auto",
                    help="memory: one task per partition with a bounded offset map (multi-pass when full, like "

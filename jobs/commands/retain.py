@@ -28,6 +28,8 @@ now no later than the newest record in the log dir and with the retention settin
 bytes (default: the topic's segjobs.max.delete.fraction, 0.5) that this reference would keep is left untouched
 and reported, and the run exits 1. A quiet topic's expired segments, or a topic's after a long gap, are deleted
 however many; deletes below the log start offset are never counted.
+Before any real run has recorded settings, Kafka's defaults are the reference, so the first run of a config with
+shorter retention may be refused: if the config is right, run once with --accept-config-baseline.
 Plans: --dry-run --plan FILE writes what the run would do; --apply FILE does exactly that, or refuses (exit 2)
 if the log dir changed since.
 
@@ -36,6 +38,7 @@ examples:
   segjobs retain --log-dir s3://bucket/kafka/logs --set 'clicks*:retention.ms=3d' --now 2026-11-22T00:00:00Z
   segjobs retain --log-dir /backup/logs --topic 'audit-*' --set 'audit-*:retention.bytes=10GiB' \
       --report /tmp/retain.json
+  segjobs retain --log-dir /var/kafka/logs --config conf/topics.toml --accept-config-baseline  # a first run
   segjobs retain --log-dir /backup/logs --dry-run --plan /tmp/plan.json      # review, then:
   segjobs retain --log-dir /backup/logs --apply /tmp/plan.json
   spark-submit jobs/retain.py --log-dir s3://bucket/kafka/logs --config conf/topics.toml
@@ -64,6 +67,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     delete-fraction limit, and plan files."""
     add_log_dir_options(p)
     add_max_delete_fraction_option(p)
+    add_accept_config_baseline_option(p)
     add_plan_options(p)
 
 
@@ -88,6 +92,20 @@ def add_max_delete_fraction_option(p: argparse.ArgumentParser, *, help: str | No
                                 "limit (default: the topic's segjobs.max.delete.fraction, "
                                 f"{default_of('segjobs.max.delete.fraction')} unless set). Deletes below the log "
                                 "start offset do not count")
+
+
+def add_accept_config_baseline_option(p: argparse.ArgumentParser) -> None:
+    """``--accept-config-baseline``: the safety limit judges this run's settings against themselves (see
+    :func:`jobs.engine.retention.refused_topics`)."""
+    p.add_argument("--accept-config-baseline", action="store_true",
+                   help="accept this run's retention settings (cleanup.policy, retention.ms, retention.bytes of every "
+                        "topic in scope) as the safety limit's baseline: they are not judged against the settings the "
+                        "last real run applied (or, before any run, Kafka's defaults), so the first run of a new "
+                        "config, or a deliberate change, is not refused for deleting what the old settings would "
+                        "keep. A --now far beyond the newest record is still refused. A real run records the "
+                        "settings in <log-dir>.segjobs/retention-settings.json, and later runs are judged against "
+                        "them without this option; with --dry-run it shows what that run would do; a plan "
+                        "(--dry-run --plan) records it and --apply uses it")
 
 
 def options_from_args(args: argparse.Namespace) -> RetainOptions:

@@ -457,7 +457,7 @@ def _summarize(ctx: JobContext) -> None:
 
 
 #: The options a plan file records for ``compact`` (fields of CompactOptions; see jobs.engine.planfile).
-PLAN_OPTIONS = ("max_delete_fraction", "dedupe_buffer_bytes", "strategy")
+PLAN_OPTIONS = ("max_delete_fraction", "accept_config_baseline", "dedupe_buffer_bytes", "strategy")
 
 __all__ = ["DEFAULT_DEDUPE_BUFFER_BYTES", "PLAN_OPTIONS", "STRATEGIES", "CompactTask", "GroupOutcome",
            "PartitionOutcome", "compact_partition", "work"]

@@ -26,7 +26,7 @@ from jobs.engine.collector import frozen_heap
 from jobs.engine.kernels import COLD_NOTICE, kernels_cold
 from jobs.engine.options import ChangeOptions, JobOptions, LockingOptions
 from jobs.engine.outcomes import ledger_rows
-from jobs.engine.planfile import Plan, PlanStage, describe_plan, fingerprint
+from jobs.engine.planfile import Plan, PlanStage, config_origins, describe_plan, fingerprint
 from jobs.engine.report import (
     Progress,
     RunReport,
@@ -138,12 +138,13 @@ class JobContext:
         if not self.planfile.write_uri:
             return
         assert isinstance(self.options, JobOptions)  # only compact and retain take --plan
+        topics = sorted({t for t, _ in self.scans})
         plan = Plan(command=command, log_dir=self.log_dir, now_ms=self.now_ms,
                     scope={"topics": list(self.options.topics), "partitions": list(self.options.partitions)},
-                    options=options,
-                    configs={t: self.configs.for_topic(t).to_settings() for t in sorted({t for t, _ in self.scans})},
-                    fingerprint=fingerprint(self.storage, self.log_dir, self.listing, self.scans), decisions={},
-                    run_id=self.report.run_id, made_ms=self.seams.clock())
+                    options=options, configs={t: self.configs.for_topic(t).to_settings() for t in topics},
+                    config_origins=config_origins(self.configs, topics),
+                    fingerprint=fingerprint(command, self.listing, self.scans, self.configs, self.checkpoints),
+                    decisions={}, run_id=self.report.run_id, made_ms=self.seams.clock())
         self.planfile.write(plan, self.options.storage_options(), self.progress)
 
 
@@ -592,7 +593,7 @@ class _Frame:
         checkpoints = _read_checkpoints(storage, log_dir, listing)
         selected = sorted(k for k in present if self.scope.includes(*k) and k not in pending)
         # --apply on a changed log dir: refused here, before Spark starts (nothing has been done yet)
-        self.planfile.check_unchanged(storage, log_dir, listing, selected)
+        self.planfile.check_unchanged(storage, log_dir, listing, selected, self.configs, checkpoints)
         for topic in sorted({t for t, _ in selected}):
             for note in self.configs.shadowed(topic):
                 progress(note, event="config.shadowed", topic=topic)

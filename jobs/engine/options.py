@@ -10,7 +10,8 @@ The classes share their fields through inheritance, each field defined once::
     ├── LockingOptions  dry_run, lease_ttl                     (runs that change the log dir under its lock)
     │   └── RecoverOptions  break_lease
     └── JobOptions      config, overrides, topics, partitions, report, ledger, max_batch_bytes,
-        │               max_delete_fraction, master, spark_verbose   (the jobs that scan partitions with Spark)
+        │               max_delete_fraction, accept_config_baseline, master, spark_verbose
+        │               (the jobs that scan partitions with Spark)
         ├── InspectOptions  exact, html
         └── ChangeOptions(JobOptions, LockingOptions)  plan, apply
             ├── RetainOptions
@@ -172,6 +173,10 @@ class JobOptions(RunOptions):
     #: retention's safety limit for every topic (a share of its bytes, in [0, 1]; 1 disables it); None: each
     #: topic's segjobs.max.delete.fraction
     max_delete_fraction: float | None = None
+    #: the safety limit judges this run's retention settings against themselves, not against those the last real
+    #: run applied (or Kafka's defaults): a new or deliberately changed config is not refused for being new; a
+    #: doubtful ``now`` still is. A real run records the settings as usual, so later runs are judged against them
+    accept_config_baseline: bool = False
     #: the Spark master when the run creates its session (None: what spark-submit set, else local[*])
     master: str | None = None
     #: show Spark's own log lines (INFO) on stderr when the run creates its session
@@ -191,6 +196,9 @@ class JobOptions(RunOptions):
         if mbb is not None and (isinstance(mbb, bool) or not isinstance(mbb, int) or mbb <= 0):
             raise InvalidOptionUsage(f"{owner}.max_batch_bytes={mbb!r}: expected a positive number of bytes",
                                      field="max_batch_bytes")
+        if not isinstance(self.accept_config_baseline, bool):
+            raise InvalidOptionUsage(f"{owner}.accept_config_baseline={self.accept_config_baseline!r}: expected True "
+                                     f"or False", field="accept_config_baseline")
         f = self.max_delete_fraction
         if f is not None:
             if isinstance(f, bool) or not isinstance(f, (int, float)) or math.isnan(f) or not 0.0 <= f <= 1.0:

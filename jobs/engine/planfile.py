@@ -8,10 +8,21 @@ A plan file is one JSON document (``format``: ``segjobs-plan``, ``version``: 1) 
 * ``command`` (``retain`` or ``compact``), ``log_dir``, ``now_ms``, ``scope`` (the ``--topic`` globs and
   ``--partition`` names), ``options`` (the command's own: ``max_delete_fraction``, and for compact
   ``dedupe_buffer_bytes``);
-* ``configs``: every setting of every topic in scope, resolved (Kafka's defaults, the file, ``--set``);
-* ``fingerprint``: per partition in scope, every live segment file (``.log``, ``.index``, ``.timeindex``,
-  ``.txnindex``) with its size and its mtime (local disk) or ETag and last-modified time (S3); and the SHA-256
-  of the bytes of ``cleaner-offset-checkpoint`` and ``log-start-offset-checkpoint`` (null when absent);
+* ``configs``: every setting of every topic in scope, resolved (Kafka's defaults, the file, ``--set``), and
+  ``config_origins``: where each setting came from, as the summary names it (``conf/topics.toml
+  [topics."orders"]``, ``--set orders:retention.ms=3d``), per topic and key, Kafka's defaults left out. An
+  ``--apply`` run names the same origins in its summary, report and JSON as the dry run that made the plan. A
+  plan without ``config_origins`` (made before it was recorded) still applies; its settings are then named as
+  coming from the plan, which does not say where they came from;
+* ``fingerprint``: what the job reads and changes, so that nothing else makes the plan stale (a ``compact``
+  plan made before the night's ``retain`` survives what retention does to delete-only topics). Per partition
+  the job reads (``retain``: every partition in scope; ``compact``: those of topics whose policy includes
+  compact), every live segment file (``.log``, ``.index``, ``.timeindex``, ``.txnindex``) with its size and its
+  mtime (local disk) or ETag and last-modified time (S3); and under ``checkpoint_entries``, per checkpoint file
+  the job reads (``retain``: ``log-start-offset-checkpoint``; ``compact``: that and
+  ``cleaner-offset-checkpoint``), those partitions' entries (null when absent). Plans made before this
+  version hold ``checkpoints`` instead, the SHA-256 of each whole file, and cover every partition in scope:
+  they are checked as they were made;
 * ``decisions``: per partition, the segments retention deletes (base offset, bytes, rule) and the new log
   start offset, or the refusal of the delete-fraction limit; for compact, whether the partition is
   selected, its cleanable range, where the cleaning pass ends, and every segment group it rewrites (the
@@ -37,6 +48,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar
 from jobs.engine.options import ChangeOptions, field_defaults
 from jobs.engine.outcomes import Decision
 from jobs.engine.report import human_bytes
+from jobs.rules.config import KAFKA_DEFAULT_ORIGIN, ConfigSet, TopicConfig
+from jobs.rules.plan_compact import COMPACTION_CHECKPOINTS, compaction_reads
+from jobs.rules.plan_retain import RETENTION_CHECKPOINTS, retention_reads
 from jobs.rules.timeutil import format_instant
 from segment_io.errors import SegjobsError, UsageError
 from segment_io.layout import (
@@ -55,8 +69,16 @@ OptionsT = TypeVar("OptionsT", bound=ChangeOptions)
 
 PLAN_FORMAT = "segjobs-plan"
 PLAN_VERSION = 1
-#: The checkpoint files the planners read: their bytes are part of the fingerprint.
+#: The checkpoint files a plan made before ``checkpoint_entries`` fingerprinted whole (see :func:`legacy_fingerprint`).
 FINGERPRINTED_CHECKPOINTS = (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT)
+#: Per command, what its decisions read: which partitions (``reads(topic, config)``) and the entries of which
+#: offset checkpoint files (for those partitions). A plan fingerprints exactly these.
+PLAN_INPUTS: dict[str, tuple[Callable[[str, TopicConfig], bool], tuple[str, ...]]] = {
+    "retain": (retention_reads, RETENTION_CHECKPOINTS),
+    "compact": (compaction_reads, COMPACTION_CHECKPOINTS),
+}
+
+
 @dataclass
 class Plan:
     """A plan file's content (see the module docstring)."""
@@ -72,6 +94,9 @@ class Plan:
     run_id: str | None = None
     #: when the plan was made (the wall clock, epoch ms; None in plan files written before it was recorded)
     made_ms: int | None = None
+    #: per topic and key, where ``configs``' value came from, Kafka's defaults left out (see
+    #: :func:`config_origins`); None in plan files written before it was recorded
+    config_origins: dict[str, dict[str, str]] | None = None
     format: str = PLAN_FORMAT
     version: int = PLAN_VERSION
 
@@ -110,10 +135,11 @@ def partition_name(key: tuple[str, int]) -> str:
 def load_for_apply(options: OptionsT, command: str, log_dir: str, now: "Instant | None",
                    plan_options: Iterable[str]) -> tuple[OptionsT, "Instant | None", Plan | None]:
     """With ``options.apply``: read the plan and return the options and ``now`` it says (its now, the scope,
-    every topic's settings as overrides, the command's ``plan_options``), and the plan. Without it: the
-    arguments unchanged and None. An option the plan sets given with a value other than its default and the
-    plan's conflicts with the plan. :class:`UsageError` for a plan of another command or log dir, or options
-    that contradict it (the message names them as the command line does)."""
+    every topic's settings with the origins the plan recorded, the command's ``plan_options``), and the plan.
+    Without it: the arguments unchanged and None. An option of ``plan_options`` given with a value other than
+    its default and the plan's conflicts with the plan (one the plan does not record has its default there).
+    :class:`UsageError` for a plan of another command or log dir, or options that contradict it (the message
+    names them as the command line does)."""
     uri = options.apply
     if not uri:
         return options, now, None
@@ -129,17 +155,30 @@ def load_for_apply(options: OptionsT, command: str, log_dir: str, now: "Instant 
     if unknown:
         raise UsageError(f"--apply {uri}: malformed plan file (options {', '.join(unknown)} are not "
                          f"`segjobs {command}`'s)")
-    given += [f"--{name.replace('_', '-')}" for name, value in plan.options.items()
+    # an option added after the plan was made is not in it: the plan was made with its default
+    planned = {name: plan.options.get(name, defaults[name]) for name in plan_options}
+    given += [f"--{name.replace('_', '-')}" for name, value in planned.items()
               if getattr(options, name) not in (defaults[name], value)]
     if given:
         raise UsageError(f"--apply takes --now, the topic configs, the scope and the options from the plan "
                          f"({uri}); drop {', '.join(given)}")
-    # Exact topic names are the most specific layer there is: each topic gets exactly the planned settings.
-    overrides = tuple(f"{topic}:{key}={_setting_text(value)}" for topic, settings in sorted(plan.configs.items())
-                      for key, value in settings.items())
-    applied = replace(options, config=None, overrides=overrides, topics=tuple(plan.scope.get("topics", [])),
-                      partitions=tuple(plan.scope.get("partitions", [])), **plan.options)
+    # Each topic gets exactly the planned settings, named as the plan recorded where they came from.
+    unrecorded = ", which does not record where each setting came from" if plan.config_origins is None else ""
+    configs = ConfigSet.from_resolved(dict(sorted(plan.configs.items())), plan.config_origins,
+                                      source=f"the plan {uri}{unrecorded}")
+    applied = replace(options, config=configs, overrides=(), topics=tuple(plan.scope.get("topics", [])),
+                      partitions=tuple(plan.scope.get("partitions", [])), **planned)
     return applied, plan.now_ms, plan
+
+
+def config_origins(configs: ConfigSet, topics: Iterable[str]) -> dict[str, dict[str, str]]:
+    """Where each setting of ``topics`` comes from (:meth:`ConfigSet.origin_of`), per topic and key, the keys
+    Kafka's defaults give left out (what a plan records, see :attr:`Plan.config_origins`)."""
+    out = {}
+    for topic in sorted(topics):
+        keys = configs.for_topic(topic).to_settings()
+        out[topic] = {k: origin for k in keys if (origin := configs.origin_of(topic, k)) != KAFKA_DEFAULT_ORIGIN}
+    return out
 
 
 def describe_plan(plan: Plan, uri: str) -> str:
@@ -167,10 +206,6 @@ def describe_plan(plan: Plan, uri: str) -> str:
             f"partition(s) in scope): " + ("; ".join(parts) or "nothing to do"))
 
 
-def _setting_text(value: Any) -> str:
-    return repr(value) if isinstance(value, float) else str(value)
-
-
 def read_plan(uri: str, options: StorageOptions | None = None) -> Plan:
     """Read a plan file from a local path or an s3:// URI."""
     try:
@@ -193,12 +228,40 @@ def write_plan(plan: Plan, uri: str, options: StorageOptions | None = None) -> N
 # --------------------------------------------------------------------------------------------------
 
 
-def fingerprint(storage: Storage, log_dir: str, listing: LogDirListing,
-                keys: Iterable[tuple[str, int]]) -> dict[str, Any]:
-    """What the decisions depend on: the live segment files of the partitions ``keys`` (size, mtime, ETag)
-    and the bytes of the checkpoint files the planners read (see the module docstring)."""
+def read_by(command: str, keys: Iterable[tuple[str, int]], configs: ConfigSet) -> list[tuple[str, int]]:
+    """The partitions of ``keys`` whose files and checkpoint entries ``command``'s decisions read (see
+    :data:`PLAN_INPUTS`), in order."""
+    reads = PLAN_INPUTS[command][0]
+    return sorted(k for k in keys if reads(k[0], configs.for_topic(k[0])))
+
+
+def fingerprint(command: str, listing: LogDirListing, keys: Iterable[tuple[str, int]], configs: ConfigSet,
+                checkpoints: Mapping[str, Mapping[tuple[str, int], int]]) -> dict[str, Any]:
+    """What ``command``'s decisions over the partitions ``keys`` (its scope) depend on in the log dir and may
+    change: the live segment files of the partitions it reads (size, mtime, ETag), and their entries of the
+    checkpoint files it reads (``checkpoints``: the files' entries as the run read them). See the module
+    docstring."""
+    read = read_by(command, keys, configs)
+    entries = {name: {partition_name(k): checkpoints.get(name, {}).get(k) for k in read}
+               for name in PLAN_INPUTS[command][1]}
+    return {"partitions": _segment_files(listing, read), "checkpoint_entries": entries}
+
+
+def legacy_fingerprint(storage: Storage, log_dir: str, listing: LogDirListing,
+                       keys: Iterable[tuple[str, int]]) -> dict[str, Any]:
+    """The fingerprint of a plan file made before :func:`fingerprint` covered only what a job reads (its
+    ``checkpoints`` hold SHA-256s): the live segment files of every partition of ``keys`` and the bytes of both
+    checkpoint files. Such a plan is checked as it was made."""
+    checkpoints = {}
+    for name in FINGERPRINTED_CHECKPOINTS:
+        present = name in listing.checkpoints
+        checkpoints[name] = hashlib.sha256(storage.read(storage.join(log_dir, name))).hexdigest() if present else None
+    return {"partitions": _segment_files(listing, sorted(keys)), "checkpoints": checkpoints}
+
+
+def _segment_files(listing: LogDirListing, keys: Iterable[tuple[str, int]]) -> dict[str, dict[str, dict[str, Any]]]:
     partitions: dict[str, dict[str, dict[str, Any]]] = {}
-    for key in sorted(keys):
+    for key in keys:
         files: dict[str, dict[str, Any]] = {}
         for seg in listing.partitions[key].segments:
             for f in (seg.log, seg.index, seg.timeindex, seg.txnindex):
@@ -206,11 +269,7 @@ def fingerprint(storage: Storage, log_dir: str, listing: LogDirListing,
                     files[f.name] = {"size": f.size, "mtime_ms": f.mtime_ms,
                                      **({"etag": f.etag} if f.etag else {})}
         partitions[partition_name(key)] = files
-    checkpoints = {}
-    for name in FINGERPRINTED_CHECKPOINTS:
-        present = name in listing.checkpoints
-        checkpoints[name] = hashlib.sha256(storage.read(storage.join(log_dir, name))).hexdigest() if present else None
-    return {"partitions": partitions, "checkpoints": checkpoints}
+    return partitions
 
 
 def first_difference(planned: Mapping[str, Any], current: Mapping[str, Any]) -> str | None:
@@ -231,6 +290,13 @@ def first_difference(planned: Mapping[str, Any], current: Mapping[str, Any]) -> 
             for fld, word in (("size", "size"), ("etag", "ETag"), ("mtime_ms", "mtime")):
                 if a[fname].get(fld) != b[fname].get(fld):
                     return f"{name}: {fname} changed {word} {a[fname].get(fld)} -> {b[fname].get(fld)} {since}"
+    a_entries, b_entries = planned.get("checkpoint_entries", {}), current.get("checkpoint_entries", {})
+    for cp in sorted(set(a_entries) | set(b_entries)):
+        a, b = a_entries.get(cp, {}), b_entries.get(cp, {})
+        for name in sorted(set(a) | set(b)):
+            if a.get(name) != b.get(name):
+                was, now = ("none" if v is None else v for v in (a.get(name), b.get(name)))
+                return f"{cp}: the entry of {name} changed {was} -> {now} {since}"
     a_cps, b_cps = planned.get("checkpoints", {}), current.get("checkpoints", {})
     for cp in sorted(set(a_cps) | set(b_cps)):
         if a_cps.get(cp) != b_cps.get(cp):
@@ -275,16 +341,21 @@ class PlanStage:
     write_uri: str | None = None
     decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def check_unchanged(self, storage: Storage, log_dir: str, listing: LogDirListing,
-                        keys: Iterable[tuple[str, int]]) -> None:
-        """With ``--apply``: refuse (exit 2) when the log dir differs from the plan's fingerprint over the
-        partitions ``keys`` (the run's scope). Call it before anything is changed and before Spark starts (a
-        refusal costs a listing, not a session start); the listing it checks is the one the run works from
-        (taken under the lock, after recovery)."""
+    def check_unchanged(self, storage: Storage, log_dir: str, listing: LogDirListing, keys: Iterable[tuple[str, int]],
+                        configs: ConfigSet, checkpoints: Mapping[str, Mapping[tuple[str, int], int]]) -> None:
+        """With ``--apply``: refuse (exit 2) when what the plan's decisions read differs from its fingerprint
+        (:func:`fingerprint` over the partitions ``keys``, the run's scope, with the run's ``configs`` and
+        ``checkpoints``). Call it before anything is changed and before Spark starts (a refusal costs a listing,
+        not a session start); the listing it checks is the one the run works from (taken under the lock, after
+        recovery)."""
         if self.applying is None:
             return
-        now = fingerprint(storage, log_dir, listing, keys)
-        diff = first_difference(self.applying.fingerprint, now)
+        planned = self.applying.fingerprint
+        if "checkpoints" in planned:  # made by an earlier version: checked as it was made
+            now = legacy_fingerprint(storage, log_dir, listing, keys)
+        else:
+            now = fingerprint(self.applying.command, listing, keys, configs, checkpoints)
+        diff = first_difference(planned, now)
         if diff:
             raise UsageError(f"--apply {self.apply_uri}: refused, nothing done: {diff}; make a new plan "
                              f"(--dry-run --plan)")
@@ -323,6 +394,6 @@ class PlanStage:
         progress(f"plan written to {uri}; carry it out with --apply {uri}", event="plan.written", uri=uri)
 
 
-__all__ = ["PLAN_FORMAT", "PLAN_VERSION", "Plan", "PlanStage",
-           "decision_difference", "describe_plan", "fingerprint", "first_difference", "load_for_apply", "read_plan",
-           "write_plan"]
+__all__ = ["PLAN_FORMAT", "PLAN_INPUTS", "PLAN_VERSION", "Plan", "PlanStage", "config_origins",
+           "decision_difference", "describe_plan", "fingerprint", "first_difference", "legacy_fingerprint",
+           "load_for_apply", "read_by", "read_plan", "write_plan"]

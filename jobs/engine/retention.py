@@ -22,7 +22,7 @@ from jobs.engine.outcomes import (
 )
 from jobs.engine.planfile import partition_name
 from jobs.engine.render import describe_retention
-from jobs.engine.report import Progress, RunReport
+from jobs.engine.report import Progress, RunReport, refused_note
 from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
 from jobs.engine.seams import FaultHook
 from jobs.logdir.commit import Committer
@@ -30,6 +30,7 @@ from jobs.logdir.retention import delete_segments, follow_log_start, purge, rais
 from jobs.rules.config import ConfigSet, TopicConfig, never_touched
 from jobs.rules.model import PartitionState
 from jobs.rules.plan_retain import (
+    ACCEPTED_BASELINE,
     DeleteShare,
     RetentionPlan,
     UsedSettings,
@@ -49,7 +50,7 @@ COMMIT_THREADS = 16
 
 
 #: The options a plan file records for ``retain`` (fields of RetainOptions; see jobs.engine.planfile).
-PLAN_OPTIONS = ("max_delete_fraction",)
+PLAN_OPTIONS = ("max_delete_fraction", "accept_config_baseline")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -289,9 +290,11 @@ def work(ctx: JobContext) -> None:
         if stale:
             ctx.report.warnings.append(stale)
             ctx.progress.notice(f"warning: {stale}", event="data.stale")
-    plans, refused = retention_decisions(params, ctx.scans, ctx.configs.for_topic, DeleteLimit.of_job(ctx))
+    limit = DeleteLimit.of_job(ctx)
+    plans, refused = retention_decisions(params, ctx.scans, ctx.configs.for_topic, limit)
     planfile.check_decisions({partition_name(k): RetentionDecision.of(plans.get(k), k[0] in refused)
                                    for k in keys}, "retention")
+    announce_accepted(limit, {k[0] for k in plans}, ctx.progress, dry_run=ctx.dry_run)
     every = max(1, len(keys) // 10)
     done = 0
 
@@ -304,8 +307,10 @@ def work(ctx: JobContext) -> None:
         ctx.report.add(o)  # at once: a run interrupted later still lists what it committed
         _record_errors(ctx.report, o)
         line = f"{done}/{len(keys)} partitions: {o.name} {describe_retention(o, ctx.dry_run)}"
-        if o.action in (Action.ERROR, Action.REFUSED):
+        if o.action is Action.ERROR:
             ctx.progress.error(line, **progress_fields(o), done=done, of=len(keys))
+        elif o.action is Action.REFUSED:  # said once for its whole topic (see refused_line)
+            pass
         elif o.action is not Action.NONE or done % every == 0 or done == len(keys):
             ctx.progress(line, **progress_fields(o), done=done, of=len(keys))
 
@@ -315,8 +320,11 @@ def work(ctx: JobContext) -> None:
     if not ctx.dry_run:
         record_used_settings(ctx.storage, ctx.work_uri, ctx.configs.for_topic, {k[0] for k in plans if k not in held},
                              now_ms=ctx.now_ms)
-    for k in sorted(held):
-        progress(refused_outcome(params, ctx.scans[k], ctx.configs.for_topic(k[0]), plans[k], refused[k[0]]))
+    for topic, share in sorted(refused.items()):
+        message, fields = refused_line(share)
+        ctx.progress.error(message, **fields)
+        for k in sorted(k for k in held if k[0] == topic):
+            progress(refused_outcome(params, ctx.scans[k], ctx.configs.for_topic(topic), plans[k], share))
     ctx.report.sort_partitions()
     ctx.write_plan("retain", {name: getattr(ctx.options, name) for name in PLAN_OPTIONS})
     ctx.report.totals.update(RetainTotals.of(outcomes, ctx.report.errors, len(ctx.report.warnings)).to_dict())
@@ -380,23 +388,33 @@ def record_used_settings(storage: Storage, work_uri: str, config_for: Callable[[
                              json.dumps(doc, indent=1, sort_keys=True).encode())
 
 
-def refused_topics(plans: Mapping[TopicPartition, RetentionPlan], *, scans: Mapping[TopicPartition, PartitionScan],
-                   listing: LogDirListing, config_for: Callable[[str], TopicConfig], storage: Storage, work_uri: str,
-                   now_ms: int, max_delete_fraction: float | None) -> dict[str, DeleteShare]:
-    """The topics retention must leave wholly untouched: :func:`jobs.rules.plan_retain.delete_guard` over the
-    run's ``scans`` and ``plans``, with the newest record of the log dir (``listing``) and the settings earlier
-    runs applied (read from ``work_uri``) as the reference. The limit is ``max_delete_fraction``
-    (``--max-delete-fraction``) when given, else the topic's ``segjobs.max.delete.fraction``. Retention,
-    compaction's retention first and ``inspect`` all call this."""
-    def limit(topic: str) -> float:
-        return max_delete_fraction if max_delete_fraction is not None else config_for(topic).max_delete_fraction
-
+def reference_settings(storage: Storage, work_uri: str) -> Callable[[str], UsedSettings]:
+    """Per topic, the retention settings the safety limit judges a run's config against: those the last real run
+    applied (recorded under ``work_uri``), else Kafka's defaults for the topic."""
     recorded = read_used_settings(storage, work_uri)
     defaults = ConfigSet()
 
     def used_for(topic: str) -> UsedSettings:
         return recorded.get(topic) or UsedSettings.of(defaults.for_topic(topic), "Kafka's default (no earlier run "
                                                                                    "recorded settings for it)")
+    return used_for
+
+
+def refused_topics(plans: Mapping[TopicPartition, RetentionPlan], *, scans: Mapping[TopicPartition, PartitionScan],
+                   listing: LogDirListing, config_for: Callable[[str], TopicConfig], storage: Storage, work_uri: str,
+                   now_ms: int, max_delete_fraction: float | None,
+                   accept_config_baseline: bool = False) -> dict[str, DeleteShare]:
+    """The topics retention must leave wholly untouched: :func:`jobs.rules.plan_retain.delete_guard` over the
+    run's ``scans`` and ``plans``, with the newest record of the log dir (``listing``) and the settings earlier
+    runs applied (read from ``work_uri``; with ``accept_config_baseline``, this run's own) as the reference. The
+    limit is ``max_delete_fraction`` (``--max-delete-fraction``) when given, else the topic's
+    ``segjobs.max.delete.fraction``. Retention, compaction's retention first and ``inspect`` all call this."""
+    def limit(topic: str) -> float:
+        return max_delete_fraction if max_delete_fraction is not None else config_for(topic).max_delete_fraction
+
+    used_for: Callable[[str], UsedSettings] = (
+        (lambda topic: UsedSettings.of(config_for(topic), ACCEPTED_BASELINE)) if accept_config_baseline
+        else reference_settings(storage, work_uri))
 
     states = {k: state for k in plans if (state := scans[k].state) is not None}
     scanned = [s.state for s in scans.values() if s.state is not None]
@@ -421,20 +439,56 @@ class DeleteLimit:
     work_uri: str
     now_ms: int
     max_delete_fraction: float | None
+    #: ``--accept-config-baseline``: this run's settings are the reference (see :func:`refused_topics`)
+    accept_config_baseline: bool = False
 
     @classmethod
     def of_job(cls, ctx: JobContext) -> "DeleteLimit":
         """The limit of a job run."""
         return cls(listing=ctx.listing, config_for=ctx.configs.for_topic, storage=ctx.storage,
                    work_uri=ctx.work_uri, now_ms=ctx.now_ms,
-                   max_delete_fraction=ctx.options.max_delete_fraction)
+                   max_delete_fraction=ctx.options.max_delete_fraction,
+                   accept_config_baseline=ctx.options.accept_config_baseline)
 
     def refused(self, plans: Mapping[TopicPartition, RetentionPlan],
                 scans: Mapping[TopicPartition, PartitionScan]) -> dict[str, DeleteShare]:
         """The topics of ``plans`` the limit refuses (see :func:`refused_topics`)."""
         return refused_topics(plans, scans=scans, listing=self.listing, config_for=self.config_for,
                               storage=self.storage, work_uri=self.work_uri, now_ms=self.now_ms,
-                              max_delete_fraction=self.max_delete_fraction)
+                              max_delete_fraction=self.max_delete_fraction,
+                              accept_config_baseline=self.accept_config_baseline)
+
+    def accepted(self, topics: Iterable[str]) -> list[str]:
+        """With ``accept_config_baseline``: per topic of ``topics`` whose settings differ from the reference it
+        replaces, what is accepted, in words (``clicks: retention.ms 3d (was 7d) against Kafka's default (...)``);
+        empty without it."""
+        if not self.accept_config_baseline:
+            return []
+        used_for = reference_settings(self.storage, self.work_uri)
+        return [f"{topic}: {', '.join(changed)} against {used_for(topic).source}" for topic in sorted(set(topics))
+                if (changed := used_for(topic).differs_from(self.config_for(topic)))]
+
+
+def announce_accepted(limit: DeleteLimit, topics: Iterable[str], progress: Progress, *, dry_run: bool,
+                      shown: int = 6) -> None:
+    """Say (even when quiet) which topics' new settings ``--accept-config-baseline`` lets through (the first
+    ``shown`` of them in full), and that a real run records them as the reference of later runs."""
+    accepted = limit.accepted(topics)
+    if accepted:
+        verb = "would be" if dry_run else "are"
+        more = f"; and {len(accepted) - shown} more topic(s)" if len(accepted) > shown else ""
+        progress.notice(f"--accept-config-baseline: the settings of {len(accepted)} topic(s) {verb} accepted as the "
+                        f"safety limit's baseline and recorded for later runs: " + "; ".join(accepted[:shown]) + more,
+                        event="retain.baseline", topics=len(accepted))
+
+
+def refused_line(share: DeleteShare, what: str = "") -> tuple[str, dict[str, Any]]:
+    """The one progress line (and its fields) of a topic the delete-fraction limit refused, for all its
+    partitions (the summary and the report have each one): ``clicks: 3 partition(s) REFUSED: would delete ...``;
+    ``what`` names the stage (``retention`` in a compaction run)."""
+    return (f"{share.topic}: {share.partitions} partition(s) {what + ' ' if what else ''}"
+            f"{refused_note(share.message())}",
+            {"event": "retain.refused", "topic": share.topic, "partitions": share.partitions})
 
 
 def refused_outcome(p: RetentionParams, scan: PartitionScan, config: TopicConfig, plan: RetentionPlan,
@@ -504,6 +558,8 @@ class RetentionFirst:
     after: dict[TopicPartition, tuple[PartitionListing, PartitionScan]]
     #: the run's retention parameters (they follow the log-start-offset checkpoint as it is raised)
     params: RetentionParams
+    #: the delete-fraction limit the plans were judged by
+    limit: DeleteLimit | None = None
 
     def held(self) -> set[TopicPartition]:
         """The partitions the limit refused: left wholly untouched (no retention, no compaction)."""
@@ -542,7 +598,7 @@ def plan_retention_first(params: RetentionParams, scans: Mapping[TopicPartition,
                            description=f"scan {len(todo)} partition(s) as retention leaves them")
     for scan, (_, listing, plan, *_) in zip(rescans, todo):
         after[(scan.topic, scan.partition)] = (listing_after_retention(listing, plan), scan)
-    return RetentionFirst(plans, refused, after, params)
+    return RetentionFirst(plans, refused, after, params, limit)
 
 
 def apply_retention_first(first: RetentionFirst, scans: Mapping[TopicPartition, PartitionScan],
@@ -564,18 +620,25 @@ def apply_retention_first(first: RetentionFirst, scans: Mapping[TopicPartition, 
 
     held = first.held()
     keys = [k for k in sorted(scans) if _takes_retention_first(config_for(k[0]), scans[k]) and k not in held]
+    if first.limit is not None:
+        announce_accepted(first.limit, {k[0] for k in keys}, progress, dry_run=params.dry_run)
     retain_partitions(params, [scans[k] for k in keys], config_for, attach,
                       threads=COMMIT_THREADS, plans=first.plans)
     if not params.dry_run:
         record_used_settings(params.storage, work_uri, config_for, {k[0] for k in keys}, now_ms=params.now_ms)
-    for k in sorted(held):
-        attach(refused_outcome(params, scans[k], config_for(k[0]), first.plans[k], first.refused[k[0]]))
+    for topic, share in sorted(first.refused.items()):
+        message, fields = refused_line(share, "retention")
+        progress.error(message, **fields)
+        for k in sorted(k for k in held if k[0] == topic):
+            o = refused_outcome(params, scans[k], config_for(topic), first.plans[k], share)
+            _record_errors(report, o, during="retention")
+            outcomes[k] = o
     return outcomes
 
 
 __all__ = ["COMMIT_THREADS", "PLAN_OPTIONS", "DeleteLimit", "RetentionFirst", "RetentionParams", "work",
-           "advance_log_start_offsets", "apply_retention", "apply_retention_first",
+           "advance_log_start_offsets", "announce_accepted", "apply_retention", "apply_retention_first",
            "listing_after_retention", "plan_partition", "plan_retention_first", "read_used_settings",
-           "record_used_settings", "refused_outcome", "refused_topics",
+           "record_used_settings", "reference_settings", "refused_line", "refused_outcome", "refused_topics",
            "retain_partitions", "retention_decisions"]
 

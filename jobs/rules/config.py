@@ -534,20 +534,43 @@ class ConfigSet:
         configs._validate_layers()
         return configs.with_overrides(overrides)
 
+    @classmethod
+    def from_resolved(cls, settings: Mapping[str, Mapping[str, Any]],
+                      origins: Mapping[str, Mapping[str, str]] | None, *, source: str) -> "ConfigSet":
+        """Every topic of ``settings`` with exactly those settings (as :meth:`TopicConfig.to_settings` writes
+        them; a plan file's), named as coming from where ``origins[topic][key]`` says (:data:`KAFKA_DEFAULT_ORIGIN`
+        for a key it leaves out), or from ``source`` for every key when ``origins`` is None (not recorded).
+        Each topic's settings are one layer naming it exactly, above everything else, itself named ``source``."""
+        layers = []
+        for topic, values in settings.items():
+            layer = _Layer.parse(values, source=source, glob=topic)
+            if origins is not None:
+                recorded = origins.get(topic, {})
+                layer = dataclasses.replace(layer, key_sources={k: recorded.get(k, KAFKA_DEFAULT_ORIGIN)
+                                                                for k in layer.values})
+            layers.append(layer)
+        configs = cls(overrides=tuple(layers))
+        configs._validate_layers()
+        return configs
+
     def with_overrides(self, overrides: Sequence[str | Override]) -> "ConfigSet":
         """A copy with ``--set`` overrides added on top (texts are parsed; later options win per key)."""
         # one layer per glob: options naming the same glob never tie with each other
         values: dict[str, dict[str, Any]] = {}
         sources: dict[str, dict[str, str]] = {}
+        # a layer keeps its name (one from_resolved made is not a --set)
+        names: dict[str, str] = {}
         for layer in self.overrides:
             assert layer.glob is not None
             values[layer.glob] = dict(layer.values)
             sources[layer.glob] = dict(layer.key_sources)
+            names[layer.glob] = layer.source
         for item in overrides:
             o = parse_override(item) if isinstance(item, str) else item
             values.setdefault(o.glob, {})[o.key] = o.value
             sources.setdefault(o.glob, {})[o.key] = f"--set {o.text}"
-        layers = tuple(_Layer(f"--set {glob}:...", glob, values[glob], sources[glob]) for glob in values)
+        layers = tuple(_Layer(names.get(glob, f"--set {glob}:..."), glob, values[glob], sources[glob])
+                       for glob in values)
         result = dataclasses.replace(self, overrides=layers)
         result._validate_layers()
         return result

@@ -25,6 +25,7 @@ from jobs.rules.config import TopicConfig, never_touched
 from jobs.rules.kafka_defaults import INT_MAX, default_of
 from jobs.rules.model import PartitionState, SegmentInfo
 from segment_io.index import OFFSET_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE
+from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT
 
 #: Index entries store offsets relative to the segment base in 32 signed bits.
 MAX_RELATIVE_OFFSET = INT_MAX
@@ -35,6 +36,19 @@ BOUND_MIN_LAG = "min.compaction.lag.ms"
 BOUND_OPEN_TXN = "open transaction"
 BOUND_LOG_END = "log end offset"
 BOUND_DIRTY = "first dirty offset"
+
+#: The offset checkpoint files whose entries a compaction decision reads, for the partitions it reads
+#: (:func:`compaction_reads`): where cleaning resumes, and the log start (retention first on compact,delete
+#: topics, and the first offset the cleaner may clean).
+COMPACTION_CHECKPOINTS = (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT)
+
+
+def compaction_reads(topic: str, config: TopicConfig) -> bool:
+    """Whether a compaction run reads, and may change, the partitions of ``topic`` (configured ``config``): those
+    whose policy includes compact and that segjobs may touch. A delete-only topic's partitions are listed and
+    reported as skipped, nothing more: what retention does to them changes no compaction decision (so a plan
+    file fingerprints only the partitions this says, see :mod:`jobs.engine.planfile`)."""
+    return config.compact and not never_touched(topic)
 
 
 # --------------------------------------------------------------------------------------------------

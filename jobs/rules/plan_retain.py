@@ -23,13 +23,26 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
-from jobs.rules.config import TopicConfig
+from jobs.rules.config import TopicConfig, never_touched
 from jobs.rules.model import PartitionState, SegmentInfo
+from jobs.rules.timeutil import format_instant
+from segment_io.layout import LOG_START_OFFSET_CHECKPOINT
 from segment_io.units import format_duration
 
 RULE_LOG_START = "log-start-offset"
 RULE_SIZE = "retention.bytes"
 RULE_TIME = "retention.ms"
+
+#: The offset checkpoint files whose entries a retention decision reads, for the partitions it reads
+#: (:func:`retention_reads`).
+RETENTION_CHECKPOINTS = (LOG_START_OFFSET_CHECKPOINT,)
+
+
+def retention_reads(topic: str, config: TopicConfig) -> bool:
+    """Whether a retention run reads, and may change, the partitions of ``topic``: every one segjobs may touch,
+    whatever its policy (the log start rule applies to compact topics too). ``config`` is not needed for that;
+    it is taken for the same shape as :func:`jobs.rules.plan_compact.compaction_reads`."""
+    return not never_touched(topic)
 
 
 @dataclass(frozen=True)
@@ -179,6 +192,20 @@ def _future_timestamp_warnings(remaining: Sequence[SegmentInfo], config: TopicCo
 LIMITED_RULES: frozenset[str] = frozenset({RULE_SIZE, RULE_TIME})
 
 
+#: Where the reference settings come from when a run accepts its own as the baseline (``--accept-config-baseline``).
+ACCEPTED_BASELINE = "this run's settings, accepted as the baseline (--accept-config-baseline)"
+
+
+def setting_words(key: str, value: int | str) -> str:
+    """A retention setting as a person reads it: a duration as ``3d`` (``retention.ms``), Kafka's ``-1`` as
+    ``unlimited``, anything else as it is."""
+    if isinstance(value, int) and value < 0:
+        return "unlimited"
+    if key.endswith(".ms") and isinstance(value, int):
+        return format_duration(value)
+    return str(value)
+
+
 @dataclass(frozen=True)
 class UsedSettings:
     """The retention settings a run applied to a topic: what the next runs judge their config against."""
@@ -194,11 +221,13 @@ class UsedSettings:
         return cls(config.policy_text, config.retention_ms, config.retention_bytes, source)
 
     def differs_from(self, config: TopicConfig) -> list[str]:
-        """The settings of ``config`` that differ from these, as ``key value (was value)`` words."""
+        """The settings of ``config`` that differ from these, as ``key value (was value)`` words
+        (``retention.ms 3d (was 7d)``)."""
         pairs = (("cleanup.policy", config.policy_text, self.cleanup_policy),
                  ("retention.ms", config.retention_ms, self.retention_ms),
                  ("retention.bytes", config.retention_bytes, self.retention_bytes))
-        return [f"{key} {now} (was {was})" for key, now, was in pairs if now != was]
+        return [f"{key} {setting_words(key, now)} (was {setting_words(key, was)})" for key, now, was in pairs
+                if now != was]
 
     def applied_to(self, config: TopicConfig) -> TopicConfig:
         """``config`` with these retention settings instead of its own."""
@@ -223,8 +252,26 @@ class DeleteShare:
     bytes_judged: int
     max_fraction: float
     bytes_unexplained: int = 0
-    #: why the unexplained bytes look like a mistake, in words (the doubtful ``--now``, the changed settings)
-    doubts: tuple[str, ...] = ()
+    #: why ``--now`` is doubtful, in words (it is beyond the newest record), or None
+    now_doubt: str | None = None
+    #: why the settings are doubtful, in words (they changed since the reference), or None
+    settings_doubt: str | None = None
+    #: the part of ``bytes_unexplained`` that stays unexplained with this run's settings as the reference (what
+    #: only the doubtful ``--now`` condemns; see ``--accept-config-baseline``)
+    bytes_unexplained_if_accepted: int = 0
+
+    @property
+    def accepting_suffices(self) -> bool:
+        """Whether accepting this run's settings as the baseline alone would let the topic through."""
+        return self.settings_doubt is not None and (
+            not self.bytes_judged or self.bytes_unexplained_if_accepted / self.bytes_judged <= self.max_fraction)
+
+    @property
+    def doubts(self) -> tuple[str, ...]:
+        """Why the unexplained bytes look like a mistake, in words: the doubtful ``--now`` (unless accepting the
+        settings alone would let the topic through: then it is not what refuses it), the changed settings."""
+        now = None if self.accepting_suffices else self.now_doubt
+        return tuple(d for d in (now, self.settings_doubt) if d)
 
     @property
     def fraction(self) -> float:
@@ -236,12 +283,32 @@ class DeleteShare:
         return self.fraction > self.max_fraction
 
     def message(self) -> str:
-        """Why the topic is left alone, and the ways to allow it."""
+        """Why the topic is left alone, and the ways to allow it: accepting the config as the baseline when its
+        settings are what is doubtful, lifting the limit when ``--now`` is."""
         why = "; ".join(self.doubts) or "the inputs differ from the reference"
-        return (f"refused: would delete {self.fraction:.1%} of {self.topic}'s bytes ({self.bytes_unexplained} of "
-                f"{self.bytes_judged} in {self.partitions} partition(s), by retention.ms/retention.bytes) that only "
-                f"this run's inputs condemn: {why}; max {self.max_fraction:.0%}. If the inputs are right, run again "
-                f"with --max-delete-fraction 1 (or set segjobs.max.delete.fraction for the topic)")
+        lift = "--max-delete-fraction 1 (or set segjobs.max.delete.fraction for the topic)"
+        if self.settings_doubt and not self.accepting_suffices:
+            fix = (f"If the config is right, run again with --accept-config-baseline (its settings become the "
+                   f"reference later runs are judged against); if --now is right too, add {lift}")
+        elif self.settings_doubt:
+            fix = ("If the config is right, run again with --accept-config-baseline: its settings become the "
+                   "reference later runs are judged against")
+        else:
+            fix = f"If --now is right, run again with {lift}"
+        return (f"refused: would delete {_percent(self.fraction, self.max_fraction)} of {self.topic}'s bytes "
+                f"({self.bytes_unexplained} of {self.bytes_judged} in {self.partitions} partition(s), by "
+                f"retention.ms/retention.bytes) that only this run's inputs condemn: {why}; max "
+                f"{self.max_fraction:.0%}. {fix}")
+
+
+def _percent(fraction: float, limit: float) -> str:
+    """``fraction`` as a percentage with as many decimals as it takes to read as more than ``limit``'s (a share
+    just over 50% is not printed as ``50.0%`` beside ``max 50%``)."""
+    for decimals in range(1, 5):
+        text = f"{fraction:.{decimals}%}"
+        if fraction <= limit or float(text.rstrip("%")) > limit * 100:
+            return text
+    return text
 
 
 def newest_timestamp(states: Iterable[PartitionState]) -> int | None:
@@ -266,7 +333,7 @@ def delete_guard(states: Mapping[tuple[str, int], PartitionState],
     a state and a plan count (an unreadable partition is neither judged nor touched).
     """
     totals: dict[str, list[int]] = {}
-    doubts: dict[str, list[str]] = {}
+    doubts: dict[str, tuple[str | None, str | None]] = {}
     for key, plan in plans.items():
         state = states.get(key)
         if state is None:
@@ -275,29 +342,38 @@ def delete_guard(states: Mapping[tuple[str, int], PartitionState],
         config = config_for(topic)
         used = used_for(topic)
         ref_now = now_ms if newest_ms is None else min(now_ms, newest_ms)
-        reference = plan_retention(state, used.applied_to(config), ref_now)
-        kept_by_reference = {d.segment.base_offset for d in plan.deletions} - set(reference.deleted_bases)
         limited = [d for d in plan.deletions if d.rule in LIMITED_RULES]
-        unexplained = sum(d.size_bytes for d in limited if d.segment.base_offset in kept_by_reference)
+        unexplained = _kept_by(state, plan, used.applied_to(config), ref_now)
+        # what would stay unexplained with this run's settings as the reference (--accept-config-baseline)
+        if_accepted = _kept_by(state, plan, config, ref_now) if unexplained and used.differs_from(config) \
+            else unexplained
         by_log_start = sum(d.size_bytes for d in plan.deletions if d.rule not in LIMITED_RULES)
-        t = totals.setdefault(topic, [0, 0, 0, 0])
+        t = totals.setdefault(topic, [0, 0, 0, 0, 0])
         t[0] += 1
         t[1] += sum(d.size_bytes for d in limited)
         t[2] += state.size_bytes - by_log_start
         t[3] += unexplained
+        t[4] += if_accepted
         if unexplained and topic not in doubts:
             doubts[topic] = _doubts(config, used, now_ms, newest_ms)
     return {topic: DeleteShare(topic, n, deleted, judged, max_fraction_for(topic), unexplained,
-                               tuple(doubts.get(topic, ())))
-            for topic, (n, deleted, judged, unexplained) in sorted(totals.items())}
+                               *doubts.get(topic, (None, None)), bytes_unexplained_if_accepted=if_accepted)
+            for topic, (n, deleted, judged, unexplained, if_accepted) in sorted(totals.items())}
 
 
-def _doubts(config: TopicConfig, used: UsedSettings, now_ms: int, newest_ms: int | None) -> list[str]:
-    out = []
+def _kept_by(state: PartitionState, plan: RetentionPlan, reference: TopicConfig, reference_now: int) -> int:
+    """The bytes of ``plan``'s deletions by the limited rules that retention under ``reference`` at
+    ``reference_now`` keeps: what the reference does not explain."""
+    kept = set(plan.deleted_bases) - set(plan_retention(state, reference, reference_now).deleted_bases)
+    return sum(d.size_bytes for d in plan.deletions if d.rule in LIMITED_RULES and d.segment.base_offset in kept)
+
+
+def _doubts(config: TopicConfig, used: UsedSettings, now_ms: int,
+            newest_ms: int | None) -> tuple[str | None, str | None]:
+    """Why ``--now`` and why the settings are doubtful, in words (None where they are not)."""
+    now = None
     if newest_ms is not None and now_ms > newest_ms:
-        out.append(f"--now is {format_duration(now_ms - newest_ms)} after the newest record in the log dir "
-                   f"({newest_ms})")
+        now = (f"--now is {format_duration(now_ms - newest_ms)} after the newest record in the log dir "
+               f"({format_instant(newest_ms)})")
     changed = used.differs_from(config)
-    if changed:
-        out.append(f"{', '.join(changed)} against {used.source}")
-    return out
+    return now, (f"{', '.join(changed)} against {used.source}" if changed else None)

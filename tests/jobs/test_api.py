@@ -59,6 +59,7 @@ def test_sequences_become_tuples_and_one_string_is_one_item() -> None:
     (lambda: api.RetainOptions(max_delete_fraction=1.5), "max_delete_fraction", UsageError),
     (lambda: api.InspectOptions(max_delete_fraction=float("nan")), "max_delete_fraction", UsageError),
     (lambda: api.RetainOptions(max_batch_bytes=0), "max_batch_bytes", UsageError),
+    (lambda: api.RetainOptions(accept_config_baseline="yes"), "accept_config_baseline", UsageError),
     (lambda: api.RetainOptions(plan="p.json"), "plan", UsageError),
     (lambda: api.RetainOptions(plan="p.json", apply="a.json", dry_run=True), "apply", UsageError),
     (lambda: api.RecoverOptions(dry_run=True, break_lease="run"), "break_lease", UsageError),

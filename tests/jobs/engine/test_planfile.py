@@ -3,7 +3,9 @@ that plan or, when the log dir changed since, refuses (exit 2) naming the first 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,7 @@ from jobs.engine.planfile import (
 from jobs.rules.timeutil import format_instant
 from segment_io.layout import segment_file_name
 from segment_io.storage import open_storage
-from tests.support.retention import NOW, OLD, RECENT, build_partition, deleted, entry
+from tests.support.retention import NOW, OLD, RECENT, build_partition, deleted, entry, write_checkpoint
 from tests.support.retention_first import ORDERS, build_orders, by_name
 from tests.support.s3_objects import upload
 
@@ -40,6 +42,11 @@ def files(log_dir: Path) -> dict[str, bytes]:
     """The bytes of every file of the log dir that a run may change (the broker's .lock aside)."""
     return {str(p.relative_to(log_dir)): p.read_bytes() for p in sorted(log_dir.rglob("*"))
             if p.is_file() and p.name != ".lock"}
+
+
+def append(path: Path, data: bytes) -> None:
+    with path.open("ab") as f:
+        f.write(data)
 
 
 def report_of(path: Path) -> dict:
@@ -74,8 +81,8 @@ def test_retain_plan_then_apply_executes_the_plan_with_its_now_and_configs(spark
     assert plan["configs"]["t"]["retention.ms"] == DAY and plan["configs"]["u"]["retention.ms"] == 7 * DAY
     log0 = segment_file_name(0)
     assert plan["fingerprint"]["partitions"]["t-0"][log0]["size"] == (log_dir / "t-0" / log0).stat().st_size
-    assert plan["fingerprint"]["checkpoints"] == {"cleaner-offset-checkpoint": None,
-                                                  "log-start-offset-checkpoint": None}
+    # retention reads the log start entries of the partitions in scope (none are written here)
+    assert plan["fingerprint"]["checkpoint_entries"] == {"log-start-offset-checkpoint": {"t-0": None, "u-0": None}}
     assert [d["segment"] for d in plan["decisions"]["t-0"]["retention"]["delete"]] == bases[:2]
     assert plan["decisions"]["u-0"]["retention"]["delete"] == []
 
@@ -181,6 +188,70 @@ def test_plan_and_apply_usage_errors_cost_no_spark(retained, tmp_path, capsys) -
     assert code == 2 and "plan file version 99" in err
 
 
+def policy_line(out: str) -> str:
+    """The summary's last line: where each topic's cleanup.policy came from."""
+    (line,) = [x for x in out.splitlines() if x.startswith("cleanup.policy: ")]
+    return line
+
+
+@pytest.mark.spark
+def test_apply_names_the_origins_of_the_settings_the_plan_recorded(spark, retained, tmp_path, capsys) -> None:
+    log_dir, bases = retained
+    config = tmp_path / "topics.toml"
+    config.write_text('[topics."t"]\n"cleanup.policy" = "delete"\n')
+    plan_file, planned, applied = tmp_path / "plan.json", tmp_path / "planned.json", tmp_path / "applied.json"
+    code, dry_out, _ = cli(capsys, "retain", "--log-dir", str(log_dir), "--now", str(NOW), "--config", str(config),
+                           *SETTINGS, "--dry-run", "--plan", str(plan_file), "--report", str(planned), "--quiet")
+    assert code == 0
+    origins = json.loads(plan_file.read_text())["config_origins"]
+    assert origins["t"] == {"cleanup.policy": f'{config} [topics."t"]', "retention.ms": "--set t:retention.ms=1d"}
+    assert origins["u"] == {}  # Kafka's defaults are not written down
+    assert report_of(planned)["topics"] == {
+        "t": {"policy": "delete", "policy_from": f'{config} [topics."t"]'},
+        "u": {"policy": "delete", "policy_from": "Kafka's default"}}
+
+    # the applied run says what the dry run said (no --set was given to either for cleanup.policy)
+    code, out, _ = cli(capsys, "retain", "--log-dir", str(log_dir), "--apply", str(plan_file), "--report",
+                       str(applied), "--quiet")
+    assert code == 0 and deleted(entry(report_of(applied), "t", 0)) == [(bases[0], "retention.ms"),
+                                                                        (bases[1], "retention.ms")]
+    assert report_of(applied)["topics"] == report_of(planned)["topics"]
+    assert policy_line(out) == policy_line(dry_out) == (f'cleanup.policy: delete from {config} [topics."t"] (t); '
+                                                        f"delete from Kafka's default (u)")
+
+
+@pytest.mark.spark
+def test_a_plan_made_before_origins_and_entry_fingerprints_still_applies(spark, retained, tmp_path, capsys) -> None:
+    """A plan file of the previous version: no config_origins, and a fingerprint of every partition in scope
+    with the SHA-256 of each whole checkpoint file. It applies as it did, and names where its settings came from
+    as honestly as it can: from the plan."""
+    log_dir, bases = retained
+    write_checkpoint(log_dir, "log-start-offset-checkpoint", {("u", 0): 0})
+    plan_file, applied = tmp_path / "plan.json", tmp_path / "applied.json"
+    assert cli(capsys, "retain", "--log-dir", str(log_dir), "--now", str(NOW), *SETTINGS, "--dry-run", "--plan",
+               str(plan_file), "--quiet")[0] == 0
+    doc = json.loads(plan_file.read_text())
+    del doc["config_origins"]
+    checkpoint = (log_dir / "log-start-offset-checkpoint").read_bytes()
+    doc["fingerprint"] = {"partitions": doc["fingerprint"]["partitions"],
+                          "checkpoints": {"cleaner-offset-checkpoint": None,
+                                          "log-start-offset-checkpoint": hashlib.sha256(checkpoint).hexdigest()}}
+    plan_file.write_text(json.dumps(doc))
+    # such a plan is checked as it was made: the whole file, even an entry of a partition out of its scope
+    write_checkpoint(log_dir, "log-start-offset-checkpoint", {("u", 0): 0, ("gone", 0): 5})
+    code, _, err = cli(capsys, "retain", "--log-dir", str(log_dir), "--apply", str(plan_file), "--quiet")
+    assert code == 2 and "log-start-offset-checkpoint changed since the plan was made (sha256 " in err
+    (log_dir / "log-start-offset-checkpoint").write_bytes(checkpoint)
+    code, out, _ = cli(capsys, "retain", "--log-dir", str(log_dir), "--apply", str(plan_file), "--report",
+                       str(applied), "--quiet")
+    assert code == 0 and deleted(entry(report_of(applied), "t", 0)) == [(bases[0], "retention.ms"),
+                                                                        (bases[1], "retention.ms")]
+    unknown = f"the plan {plan_file}, which does not record where each setting came from"
+    assert report_of(applied)["topics"] == {"t": {"policy": "delete", "policy_from": unknown},
+                                            "u": {"policy": "delete", "policy_from": unknown}}
+    assert policy_line(out) == f"cleanup.policy: delete from {unknown} (t, u)"
+
+
 def test_first_difference_and_decision_difference_name_what_changed() -> None:
     planned = {"partitions": {"orders-0": {"00000000000000001000.log": {"size": 1048576, "mtime_ms": 5}}},
                "checkpoints": {"log-start-offset-checkpoint": "ab" * 32}}
@@ -239,6 +310,72 @@ def test_compact_plan_apply_dry_run_and_apply(spark, tmp_path, capsys) -> None:
            ("compacted", predicted["records_removed"], predicted["bytes_removed"])
     assert [d["base_offset"] for d in e["retention"]["deleted"]] == bases[:2]
     assert sorted(int(p.name[:20]) for p in (log_dir / "orders-0").glob("*.log")) == [bases[2], bases[4]]
+
+
+NIGHT = '[topics."orders"]\n"cleanup.policy" = "compact"\n\n[topics."clicks"]\n"retention.ms" = "1d"\n'
+
+
+@pytest.mark.spark
+def test_both_plans_of_a_night_made_before_it_apply_in_order(spark, tmp_path, capsys) -> None:
+    """A night reviewed beforehand: the retain plan and the compact plan made first, then `retain --apply` and
+    `compact --apply`. Retention deletes from the delete-only topic clicks and raises its log start entry, which
+    compaction neither reads nor changes: its plan still applies. A change to what compaction does read still
+    makes it stale, named."""
+    log_dir = tmp_path / "logs"
+    clicks = build_partition(log_dir, "clicks", 0, [[OLD], [OLD], [RECENT], [RECENT], [RECENT]])
+    build_orders(log_dir / "orders-0")
+    config = tmp_path / "topics.toml"
+    config.write_text(NIGHT)
+    retain_plan, compact_plan = tmp_path / "retain-plan.json", tmp_path / "compact-plan.json"
+    planned = tmp_path / "planned.json"
+    for command, plan_file, report in (("retain", retain_plan, None), ("compact", compact_plan, planned)):
+        assert cli(capsys, command, "--log-dir", str(log_dir), "--now", str(NOW), "--config", str(config),
+                   "--dry-run", "--plan", str(plan_file), "--quiet",
+                   *(("--report", str(report)) if report else ()))[0] == 0
+    fingerprint = json.loads(compact_plan.read_text())["fingerprint"]
+    assert list(fingerprint["partitions"]) == ["orders-0"]
+    assert fingerprint["checkpoint_entries"] == {"cleaner-offset-checkpoint": {"orders-0": None},
+                                                 "log-start-offset-checkpoint": {"orders-0": None}}
+    predicted = by_name(report_of(planned))["orders-0"]
+    assert predicted["action"] == "would compact" and predicted["records_removed"] > 0
+
+    # a snapshot of the log dir before the night, for the stale case below
+    before_night = tmp_path / "before"
+    shutil.copytree(log_dir, before_night)
+
+    retained_report, compacted_report = tmp_path / "retained.json", tmp_path / "compacted.json"
+    code, _, err = cli(capsys, "retain", "--log-dir", str(log_dir), "--apply", str(retain_plan), "--report",
+                       str(retained_report), "--quiet")
+    assert code == 0, err
+    assert deleted(entry(report_of(retained_report), "clicks", 0)) == [(clicks[0], "retention.ms"),
+                                                                       (clicks[1], "retention.ms")]
+    assert "clicks 0 2" in (log_dir / "log-start-offset-checkpoint").read_text()
+    code, _, err = cli(capsys, "compact", "--log-dir", str(log_dir), "--apply", str(compact_plan), "--report",
+                       str(compacted_report), "--quiet")
+    assert code == 0, err
+    done = by_name(report_of(compacted_report))["orders-0"]
+    assert (done["action"], done["records_removed"], done["bytes_removed"]) == \
+           ("compacted", predicted["records_removed"], predicted["bytes_removed"])
+
+    # What compaction reads changed since the plan: refused, nothing done, the difference named.
+    for change, named in (
+            (lambda d: write_checkpoint(d, "log-start-offset-checkpoint", {("orders", 0): 3}),
+             "log-start-offset-checkpoint: the entry of orders-0 changed none -> 3 since the plan was made"),
+            (lambda d: write_checkpoint(d, "cleaner-offset-checkpoint", {("orders", 0): 5}),
+             "cleaner-offset-checkpoint: the entry of orders-0 changed none -> 5 since the plan was made"),
+            (lambda d: append(d / "orders-0" / segment_file_name(0), b"\0" * 12),
+             f"orders-0: {segment_file_name(0)} changed size ")):
+        again = tmp_path / "again"
+        shutil.rmtree(again, ignore_errors=True)
+        shutil.copytree(before_night, again)
+        change(again)
+        doc = json.loads(compact_plan.read_text())
+        doc["log_dir"] = str(again)
+        moved = tmp_path / "moved-plan.json"
+        moved.write_text(json.dumps(doc))
+        state = files(again)
+        code, _, err = cli(capsys, "compact", "--log-dir", str(again), "--apply", str(moved), "--quiet")
+        assert code == 2 and files(again) == state and named in err, err
 
 
 # ---------------------------------------------------------------------------------------------------

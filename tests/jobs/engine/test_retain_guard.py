@@ -90,7 +90,7 @@ def test_a_retention_typo_is_refused_against_the_settings_used_before_and_kafkas
     assert retain(logs).exit_code == 0
     typo = retain(logs, "*:retention.ms=7")
     assert typo.exit_code == 1 and typo.refused_topics == ("busy",)
-    assert "retention.ms 7 (was 604800000) against the settings a run applied at --now" in typo.errors[0]["detail"]
+    assert "retention.ms 7ms (was 7d) against the settings a run applied at --now" in typo.errors[0]["detail"]
     # a shorter retention deliberately allowed once is what the next runs are judged against
     assert retain(logs, "*:retention.ms=7", max_delete_fraction=1.0).exit_code == 0
     assert retain(logs, "*:retention.ms=7", now=NOW + 1000).refused_topics == ()

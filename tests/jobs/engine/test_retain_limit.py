@@ -8,6 +8,7 @@ the data here is 3 days old: past the run's 1-day retention, not past Kafka's we
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 
 from jobs.commands.cli import main
 from tests.support.retention import (
+    NOW,
     OLD,
     RECENT,
     build_partition,
@@ -52,12 +54,12 @@ def test_retain_refuses_a_topic_over_the_limit_and_the_others_proceed(spark, tmp
     assert code == 1
     e = entry(report, "w", 0)
     assert e["action"] == "refused" and e["reason"].startswith("refused: would delete 66.7% of w's bytes (")
-    assert "retention.ms 86400000 (was 604800000) against Kafka's default" in e["reason"]
-    assert e["reason"].endswith("max 50%. If the inputs are right, run again with --max-delete-fraction 1 (or set "
-                                "segjobs.max.delete.fraction for the topic)")
+    assert "retention.ms 1d (was 7d) against Kafka's default" in e["reason"]
+    assert e["reason"].endswith("max 50%. If the config is right, run again with --accept-config-baseline: its "
+                                "settings become the reference later runs are judged against")
     assert [d_["base_offset"] for d_ in e["refused"]["would_delete"]] == [0, 1]
     assert e["deleted"] == [] and e["bytes_removed"] == 0
-    assert "w-0 REFUSED: would delete 66.7% of w's bytes" in err
+    assert "w: 1 partition(s) REFUSED: would delete 66.7% of w's bytes" in err
     assert report["errors"] == [{"partition": "w-0", "kind": "MaxDeleteFractionExceeded", "detail": e["reason"]}]
     # one name in every text: REFUSED, never FAILED (kept for real failures); the JSON totals count it apart
     row = next(line for line in out.splitlines() if line.startswith("w-0 "))
@@ -106,9 +108,74 @@ def test_compact_leaves_a_refused_compact_delete_topic_wholly_untouched(spark, t
     assert e["retention"]["action"] == "refused"
     assert [x["kind"] for x in report["errors"]] == ["MaxDeleteFractionExceeded"]
 
+    accepted = tmp_path / "accepted" / "logs"
+    shutil.copytree(d, accepted)
     code, report = run("compact", d, *opts, "--partition", "cd-0", "--max-delete-fraction", "1")
     assert code == 0
     assert len(by_name(report)["cd-0"]["retention"]["deleted"]) == 2
+    # the config accepted as the baseline: compaction's retention first goes ahead too
+    code, report = run("compact", accepted, *opts, "--partition", "cd-0", "--accept-config-baseline")
+    assert code == 0 and len(by_name(report)["cd-0"]["retention"]["deleted"]) == 2
+
+
+def refusals(err: str) -> list[str]:
+    return [line for line in err.splitlines() if "REFUSED" in line]
+
+
+@pytest.mark.spark
+def test_the_first_real_run_of_a_new_config_is_refused_once_per_topic_and_accepted_once(spark, tmp_path: Path,
+                                                                                       capsys) -> None:
+    """The first real `retain` of a config shorter than Kafka's default week: no run recorded settings yet, so
+    Kafka's defaults are the reference and the limit refuses routine retention. It says so once for the topic, in
+    durations, and names the way out: --accept-config-baseline, which a dry run shows, a plan records and its
+    --apply carries out; the settings are then recorded, and later runs are judged against them without the
+    option. (That the option does not let a wrong --now through: tests/jobs/rules/test_plan_retain.py.)"""
+    d = tmp_path / "logs"
+    for p in range(3):  # two thirds of each partition past the 1-day retention, within Kafka's default week
+        build_partition(d, "w", p, [[MID], [MID], [RECENT]])
+    new_config = ("--set", "w:retention.ms=1d")
+    before = {p: files(d, f"w-{p}") for p in range(3)}
+    recorded = tmp_path / "logs.segjobs" / "retention-settings.json"
+
+    capsys.readouterr()
+    code, report = retain(d, *new_config, quiet=False)
+    err = capsys.readouterr().err
+    assert code == 1 and {p: files(d, f"w-{p}") for p in range(3)} == before
+    (line,) = refusals(err)  # once for the topic, not once per partition
+    assert "w: 3 partition(s) REFUSED: would delete 66.7% of w's bytes (" in line and " in 3 partition(s), " in line
+    assert "retention.ms 1d (was 7d) against Kafka's default" in line and "--accept-config-baseline" in line
+    assert str(86_400_000) not in line and str(7 * 86_400_000) not in line
+    assert [e["action"] for e in report["partitions"]] == ["refused"] * 3  # the report keeps every partition
+
+    # the dry run shows what the accepting run does, writes nothing and records nothing
+    capsys.readouterr()
+    code, report = retain(d, *new_config, "--accept-config-baseline", "--dry-run", quiet=False)
+    err = capsys.readouterr().err
+    assert code == 0 and [len(e["deleted"]) for e in report["partitions"]] == [2, 2, 2]
+    assert ("--accept-config-baseline: the settings of 1 topic(s) would be accepted as the safety limit's baseline "
+            "and recorded for later runs: w: retention.ms 1d (was 7d) against Kafka's default") in err
+    assert {p: files(d, f"w-{p}") for p in range(3)} == before and not recorded.exists()
+
+    # reviewed as a plan, carried out by --apply (which takes the option from the plan)
+    plan_file = tmp_path / "plan.json"
+    assert main(["retain", "--log-dir", str(d), "--now", str(NOW), *new_config, "--accept-config-baseline",
+                 "--dry-run", "--plan", str(plan_file), "--quiet"]) == 0
+    assert json.loads(plan_file.read_text())["options"]["accept_config_baseline"] is True
+    applied = tmp_path / "applied.json"
+    assert main(["retain", "--log-dir", str(d), "--apply", str(plan_file), "--report", str(applied), "--quiet"]) == 0
+    assert [len(e["deleted"]) for e in json.loads(applied.read_text())["partitions"]] == [2, 2, 2]
+    assert json.loads(recorded.read_text())["topics"]["w"]["retention.ms"] == 86_400_000
+
+    # Later runs are judged against the recorded settings, without the option: a partition added to w since
+    # (five of its six segments, most of the topic's bytes, past the day) is routine retention now; the same
+    # log dir without that record refuses it.
+    build_partition(d, "w", 3, [[MID]] * 5 + [[RECENT]])
+    control = tmp_path / "control" / "logs"
+    shutil.copytree(d, control)
+    code, report = retain(d, *new_config)
+    assert code == 0 and len(entry(report, "w", 3)["deleted"]) == 5
+    code, report = retain(control, *new_config)
+    assert code == 1 and entry(report, "w", 3)["action"] == "refused"
 
 
 def test_a_fraction_outside_0_to_1_is_a_usage_error(tmp_path: Path, capsys) -> None:

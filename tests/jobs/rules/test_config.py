@@ -420,3 +420,19 @@ def test_the_origin_of_a_topics_policy_is_the_entry_that_set_it() -> None:
     imported = ConfigSet.from_toml("# segjobs topic configuration, imported from Kafka by `segjobs config import`\n"
                                    + ENTRIES, source="cluster.toml")
     assert imported.origin_of("orders") == 'cluster.toml (imported from the broker) [topics."orders"]'
+
+
+def test_resolved_settings_keep_the_origins_recorded_with_them() -> None:
+    """What --apply runs with: a plan's resolved settings, each named where the dry run said it came from."""
+    first = ConfigSet.from_toml(ENTRIES, source="topics.toml", overrides=["orders:retention.ms=3d"])
+    settings = {t: first.for_topic(t).to_settings() for t in ("orders", "payments", "__consumer_offsets")}
+    origins = {t: {k: first.origin_of(t, k) for k in s if first.origin_of(t, k) != "Kafka's default"}
+               for t, s in settings.items()}
+    again = ConfigSet.from_resolved(settings, origins, source="the plan p.json").with_overrides([])
+    for topic, keys in settings.items():
+        assert again.for_topic(topic) == first.for_topic(topic)
+        assert {k: again.origin_of(topic, k) for k in keys} == {k: first.origin_of(topic, k) for k in keys}
+    assert again.origin_of("orders", "retention.ms") == "--set orders:retention.ms=3d"
+    unrecorded = ConfigSet.from_resolved(settings, None, source="the plan p.json, which does not record it")
+    assert unrecorded.origin_of("payments") == "the plan p.json, which does not record it"
+    assert unrecorded.for_topic("orders") == first.for_topic("orders")

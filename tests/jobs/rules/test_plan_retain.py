@@ -19,6 +19,7 @@ from jobs.rules.plan_retain import (
     RetentionPlan,
     plan_retention,
 )
+from jobs.rules.timeutil import format_instant
 from tests.support.states import DAY, HOUR, NOW, seg, state, uniform_log
 
 
@@ -296,10 +297,55 @@ def test_a_config_typod_to_a_tiny_retention_is_refused_and_one_used_before_is_no
     states = {("busy", 0): _busy("busy", newest=NOW)}
     plans = {k: plan_retention(s, typo, NOW) for k, s in states.items()}
     share = guard(states, plans, newest=NOW, config=typo, used=UsedSettings.of(week, "run r1"))["busy"]
-    assert share.refused and "retention.ms 7 (was 604800000) against run r1" in share.message()
+    assert share.refused and "retention.ms 7ms (was 7d) against run r1" in share.message()
     # the same settings applied by an earlier run: nothing doubtful, the run goes ahead
     assert not guard(states, plans, newest=NOW, config=typo, used=UsedSettings.of(typo, "run r1"))["busy"].refused
     # a policy turned to delete on a topic an earlier run knew as compact is doubtful too
     compact = policy("compact")
     share = guard(states, plans, newest=NOW, config=typo, used=UsedSettings.of(compact, "run r1"))["busy"]
     assert share.refused and "cleanup.policy delete (was compact)" in share.message()
+
+
+def test_the_first_run_of_a_shorter_config_is_refused_in_words_and_accepting_it_lets_it_through() -> None:
+    """A config shorter than Kafka's default week, and no earlier run: Kafka's default is the reference. The
+    message says the settings as a person writes them, the newest record's instant in ISO, and the one way out
+    that fits (accepting the config as the baseline), not lifting the limit, which would also let a wrong --now
+    through."""
+    from jobs.rules.plan_retain import ACCEPTED_BASELINE, UsedSettings
+
+    week, three_days = policy(retention_ms=7 * DAY), policy(retention_ms=3 * DAY)
+    newest = NOW - HOUR  # the run is an hour after the newest record: a doubt, but not what refuses it
+    states = {("busy", 0): _busy("busy", newest=newest)}
+    plans = {k: plan_retention(s, three_days, NOW) for k, s in states.items()}
+    share = guard(states, plans, newest=newest, config=three_days,
+                  used=UsedSettings.of(week, "Kafka's default (no earlier run recorded settings for it)"))["busy"]
+    assert share.refused and share.accepting_suffices
+    message = share.message()
+    assert "retention.ms 3d (was 7d) against Kafka's default" in message
+    assert message.endswith("max 50%. If the config is right, run again with --accept-config-baseline: its settings "
+                            "become the reference later runs are judged against")
+    assert "--now is" not in message and "--max-delete-fraction" not in message
+    assert str(3 * DAY) not in message and str(7 * DAY) not in message  # no raw milliseconds
+    accepted = UsedSettings.of(three_days, ACCEPTED_BASELINE)
+    assert not guard(states, plans, newest=newest, config=three_days, used=accepted)["busy"].refused
+
+    # with a --now also far beyond the newest record, accepting the config alone is not enough: both are said
+    late = NOW + 30 * DAY
+    states = {("busy", 0): _busy("busy", newest=newest, days=3)}
+    plans = {k: plan_retention(s, three_days, late) for k, s in states.items()}
+    share = guard(states, plans, now=late, newest=newest, config=three_days, used=UsedSettings.of(week, "run r1"))
+    both = share["busy"]
+    assert both.refused and not both.accepting_suffices
+    assert f"--now is 30d 1h after the newest record in the log dir ({format_instant(newest)})" in both.message()
+    assert both.message().endswith("If the config is right, run again with --accept-config-baseline (its settings "
+                                   "become the reference later runs are judged against); if --now is right too, add "
+                                   "--max-delete-fraction 1 (or set segjobs.max.delete.fraction for the topic)")
+    assert guard(states, plans, now=late, newest=newest, config=three_days, used=accepted)["busy"].refused
+
+
+def test_a_share_just_over_the_limit_does_not_read_as_equal_to_it() -> None:
+    from jobs.rules.plan_retain import DeleteShare
+
+    share = DeleteShare("t", 1, 5004, 10_000, 0.5, 5004, settings_doubt="retention.ms 3d (was 7d) against run r1")
+    assert share.refused and "would delete 50.04% of t's bytes" in share.message()
+    assert "would delete 40.0% of" in DeleteShare("t", 1, 4, 10, 0.5, 4, now_doubt="x").message()
