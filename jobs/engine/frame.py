@@ -800,7 +800,7 @@ def _check_scope(storage: Storage, log_dir: str, scope: Scope, configs: ConfigSe
     does not hold, or two topic globs of equal specificity claim a topic. ``listing``: the log dir's, when the
     caller has it (default: listed here)."""
     listing = listing if listing is not None else list_log_dir(storage, log_dir)
-    check_log_dir_has_partitions(log_dir, listing)
+    check_log_dir_has_partitions(log_dir, listing, storage=storage)
     present = set(listing.partitions)
     scope.check_against(present)
     configs.check_topics({t for t, _ in present})
