@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any, Mapping, TextIO
 
@@ -252,6 +253,9 @@ class EarlySession:
     def __init__(self, app_name: str = "segjobs", master: str | None = None,
                  extra_conf: Mapping[str, str] | None = None, *, verbose: bool = False) -> None:
         global _early
+        #: when the start began and when the session was ready (monotonic clock)
+        self.began = time.monotonic()
+        self.ready_at: float | None = None
         options, level = _session_options(app_name, master, extra_conf, verbose=verbose)
         self._lock = threading.Lock()
         self._held: list[tuple[str, bytes]] = []
@@ -292,6 +296,7 @@ class EarlySession:
                     os.close(write_end)  # the JVM holds its own copies
             SparkContext._ensure_initialized(gateway=gateway)
             self._session = _get_or_create(options, level)
+            self.ready_at = time.monotonic()
         except BaseException as exc:  # noqa: BLE001 - raised by session(), in the thread that claims it
             if _gateway_exited(exc):
                 for reader in self._readers:  # the JVM is gone: what it said is read to its end
@@ -385,6 +390,15 @@ class EarlySession:
     def claimed_session(self) -> Any:
         """The session when claimed and started, else None."""
         return self._session if self._claimed else None
+
+
+def early_start_seconds(session: Any) -> float | None:
+    """How long Spark's start took, from its beginning, when ``session`` is the one :class:`EarlySession` started
+    (ahead of need or at need); None for any other session. A run that claims a session started early waits only
+    for the rest of its start: this is the time the start itself took."""
+    if _early is None or _early.ready_at is None or _early.claimed_session() is not session:
+        return None
+    return _early.ready_at - _early.began
 
 
 def _write(name: str, line: bytes) -> None:

@@ -310,12 +310,22 @@ def test_a_spark_run_from_a_plain_shell_writes_no_jvm_noise_on_stderr(log_dir, c
     as_json = _console_run([*argv, "--log-dir", str(log_dir), "--log-format", "json"], env)
     assert as_json.returncode == 0, as_json.stderr
     events = [json.loads(line) for line in as_json.stderr.splitlines()]  # each line one object, nothing else
-    assert "spark.ready" in {e["event"] for e in events}, as_json.stderr
+    # started early (the run will need Spark), while the driver locked, recovered and scanned: the start-up named
+    # is what the start took, not only the rest of it the run waited for
+    (ready,) = [e for e in events if e["event"] == "spark.ready"]
+    assert ready["spark_started_early_s"] > ready["spark_startup_s"], ready
+    assert ready["message"] == (f"Spark ready: started early, its start took {ready['spark_started_early_s']}s, "
+                                f"{ready['spark_startup_s']}s of it waited for")
+    (footer,) = [line for line in as_json.stdout.splitlines() if line.startswith("elapsed ")]
+    assert (f"(Spark start-up {ready['spark_started_early_s']:.1f}s, started early: {ready['spark_startup_s']:.1f}s "
+            f"waited)") in footer, footer
     # Spark started when a task needs it, not ahead (the other way the console script starts it)
     quiet = _console_run([*argv, "--log-dir", str(twin), "--quiet"], {**env, "SEGJOBS_SPARK_EARLY_START": "0"})
     assert quiet.returncode == 0, quiet.stderr
     assert "2 of 2 partition(s) selected" in quiet.stdout
     assert quiet.stderr == ""
+    # started at need: the start-up is what the run waited for
+    assert re.search(r"^elapsed \d+\.\ds \(Spark start-up \d+\.\ds\); ", quiet.stdout, re.MULTILINE), quiet.stdout
     for run in (as_json, quiet):
         assert "incubator" not in run.stderr + run.stdout and "loopback" not in run.stderr + run.stdout
 
