@@ -348,3 +348,65 @@ def unreadable_entry(listing: PartitionListing) -> StorageError | None:
             f"fix: move the partition into the log dir, or run segjobs on the log dir it belongs to; "
             f"the partition is left untouched", uri=listing.uri)
     return None
+
+
+#: How far :func:`log_dirs_near` looks for the log dir a wrong ``--log-dir`` missed: directories up to this many
+#: levels below it, its parent and its parent's other directories (siblings), and no more than
+#: :data:`NEAR_MAX_LISTINGS` listings in all (one listing each, on S3 a delimited LIST: never a whole bucket).
+NEAR_DEPTH = 2
+NEAR_MAX_LISTINGS = 24
+
+
+def log_dirs_near(storage: "Storage", root: str, *, depth: int = NEAR_DEPTH,
+                  max_listings: int = NEAR_MAX_LISTINGS) -> list[str]:
+    """Directories (prefixes) near ``root``, which holds no partition directory, that do hold some: first those
+    below it (up to ``depth`` levels, breadth first), then its parent, then its siblings; each a log dir the user
+    may have meant. Bounded: at most ``max_listings`` listings of one level each; a directory that cannot be
+    listed is passed over. Partition directories themselves are not descended into."""
+    root = (storage.local_path(root) or root).rstrip("/")
+    budget = [max_listings]
+
+    def subdirs(uri: str) -> list[str] | None:
+        """``uri``'s sub-directories, or None when the budget is spent."""
+        if budget[0] <= 0:
+            return None
+        budget[0] -= 1
+        try:
+            return sorted(storage.list_dirs(uri))
+        except (StorageError, OSError):
+            return []
+
+    def is_partition(uri: str) -> bool:
+        return parse_partition_dir(uri.rstrip("/").rpartition("/")[2]) is not None
+
+    found: list[str] = []
+    level = [root]
+    for distance in range(depth + 1):  # the root's listing, then one per directory at each distance below it
+        below: list[str] = []
+        for uri in level:
+            dirs = subdirs(uri)
+            if dirs is None:
+                return found
+            if any(is_partition(d) for d in dirs):
+                if distance > 0:
+                    found.append(uri)
+                continue
+            below += [d for d in dirs if not d.rpartition("/")[2].startswith(".")]
+        level = below if distance < depth else []
+    parent = root.rpartition("/")[0]
+    if not parent or parent.endswith(":/") or parent == root:  # a bucket or the file system's root
+        return found
+    siblings = subdirs(parent)
+    if siblings is None:
+        return found
+    if any(is_partition(d) for d in siblings):
+        return [*found, parent]  # the root is a directory inside the log dir (a topic name, a typo)
+    for sibling in siblings:
+        if sibling.rstrip("/") == root or sibling.rpartition("/")[2].startswith("."):
+            continue
+        dirs = subdirs(sibling)
+        if dirs is None:
+            break
+        if any(is_partition(d) for d in dirs):
+            found.append(sibling)
+    return found

@@ -53,8 +53,9 @@ EVENTS = {
     "recovery.pending": "a dry run: a partition left out of the counts until `segjobs recover` has run",
     "config.shadowed": "a topic's config key is overridden by a more specific entry",
     "config.unmatched": "a config entry (a glob, or a --set name) matches no topic of the log dir: no effect",
-    "spark.ready": "Spark started (spark_startup_s): only when some task needs it (a run with nothing due "
-                   "starts none)",
+    "spark.ready": "Spark started (spark_startup_s: how long the run waited for it): only when some task needs it "
+                   "(a run with nothing due starts none); spark_started_early_s: how long its start took when it "
+                   "was started ahead of need, overlapping the run's own work",
     "scan.start": "the partitions are being scanned (spark_startup_s: Spark's start-up when it started first)",
     "scan.done": "every partition in scope was scanned (read_in_full: how many small ones that may be due were "
                  "read in full at once)",

@@ -733,10 +733,17 @@ class _Frame:
             return spark_session.build_session(app_name=f"segjobs-{self.command}", master=self.options.master,
                                  verbose=self.options.spark_verbose)
 
-        def started(seconds: float) -> None:
-            self.report.spark_startup_s = round(seconds, 2)
-            self.progress(f"Spark ready in {self.report.spark_startup_s}s", event="spark.ready",
-                          spark_startup_s=self.report.spark_startup_s)
+        def started(waited: float, took: float) -> None:
+            self.report.spark_startup_s = round(waited, 2)
+            if round(took, 2) > self.report.spark_startup_s:  # started ahead: its start overlapped the run's work
+                self.report.spark_started_early_s = round(took, 2)
+                self.progress(f"Spark ready: started early, its start took {self.report.spark_started_early_s}s, "
+                              f"{self.report.spark_startup_s}s of it waited for", event="spark.ready",
+                              spark_startup_s=self.report.spark_startup_s,
+                              spark_started_early_s=self.report.spark_started_early_s)
+            else:
+                self.progress(f"Spark ready in {self.report.spark_startup_s}s", event="spark.ready",
+                              spark_startup_s=self.report.spark_startup_s)
 
         # Built when a task first needs it. One Spark job group per run, named by the run id the report and the
         # ledger carry.
@@ -801,7 +808,7 @@ def _check_scope(storage: Storage, log_dir: str, scope: Scope, configs: ConfigSe
     does not hold, or two topic globs of equal specificity claim a topic. ``listing``: the log dir's, when the
     caller has it (default: listed here)."""
     listing = listing if listing is not None else list_log_dir(storage, log_dir)
-    check_log_dir_has_partitions(log_dir, listing)
+    check_log_dir_has_partitions(log_dir, listing, storage=storage)
     present = set(listing.partitions)
     scope.check_against(present)
     configs.check_topics({t for t, _ in present})

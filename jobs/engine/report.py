@@ -90,6 +90,10 @@ class RunReport:
     started_ms: int = field(default_factory=lambda: time.time_ns() // 1_000_000)
     finished_ms: int | None = None
     spark_startup_s: float | None = None
+    #: when Spark was started ahead of need (the console script's early start; see
+    #: :class:`jobs.engine.spark_session.EarlySession`): how long its start took from its beginning, of which the
+    #: run waited ``spark_startup_s``; None when it started at need, or not at all
+    spark_started_early_s: float | None = None
     partitions: list[dict[str, Any]] = field(default_factory=list)
     #: per topic in scope: its ``policy`` (cleanup.policy) and ``policy_from``, the config entry that set it
     #: (see :meth:`jobs.rules.config.ConfigSet.origin_of`)
@@ -442,6 +446,8 @@ def render_footer(report: RunReport, processed_bytes: int, what: str) -> str:
     shown = f"{mbps:.0f}" if mbps >= 10 else f"{mbps:.1f}" if mbps >= 0.1 else f"{mbps:.3f}"
     rate = f", {shown} MB/s excluding start-up" if mbps else ""
     startup_text = f" (Spark start-up {startup:.1f}s)" if report.spark_startup_s is not None else ""
+    if report.spark_started_early_s is not None:  # the rate excludes only what the run waited for
+        startup_text = f" (Spark start-up {report.spark_started_early_s:.1f}s, started early: {startup:.1f}s waited)"
     return f"elapsed {elapsed:.1f}s{startup_text}; {human_bytes(processed_bytes)} {what}{rate}"
 
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any, Mapping, TextIO
 
@@ -179,7 +180,11 @@ def build_session(app_name: str = "segjobs", master: str | None = None,
                   extra_conf: Mapping[str, str] | None = None, *, verbose: bool = False):
     """Get or create a SparkSession with segjobs' settings. ``master`` None keeps what spark-submit set
     (or ``local[*]`` when run directly). Spark's start-up lines are hidden unless ``verbose`` (or
-    $SEGJOBS_SPARK_LOG) asks for them: a JVM this call launches reads :data:`LOG4J2_CONF` from its first line."""
+    $SEGJOBS_SPARK_LOG) asks for them: a JVM this call launches reads :data:`LOG4J2_CONF` from its first line.
+    On the command line a JVM this call launches writes through this process (see :class:`EarlySession`), which
+    keeps :data:`JVM_NOISE` off the command's stderr."""
+    if _EARLY_START_ALLOWED and _early is None and not _jvm_running():
+        return EarlySession(app_name, master, extra_conf, verbose=verbose).session()
     options, level = _session_options(app_name, master, extra_conf, verbose=verbose)
     session = _get_or_create(options, level)
     if _QUIET_ON_INTERRUPT:
@@ -209,10 +214,27 @@ def can_start_early() -> bool:
     """Whether :class:`EarlySession` may be used here: the command line allowed it, $SEGJOBS_SPARK_EARLY_START is
     not ``0``, this process launches the JVM itself (not under spark-submit) and no session or earlier start
     exists."""
-    if (not _EARLY_START_ALLOWED or _early is not None or os.environ.get("PYSPARK_GATEWAY_PORT")
-            or os.environ.get(EARLY_START_ENV, "").strip() == "0"):
+    if not _EARLY_START_ALLOWED or _early is not None or os.environ.get(EARLY_START_ENV, "").strip() == "0":
         return False
-    return not ("pyspark" in sys.modules and sys.modules["pyspark"].SparkContext._active_spark_context is not None)
+    return not _jvm_running()
+
+
+def _jvm_running() -> bool:
+    """Whether this process has a JVM already: spark-submit's, or one a session was built on."""
+    return bool(os.environ.get("PYSPARK_GATEWAY_PORT")) or (
+        "pyspark" in sys.modules and sys.modules["pyspark"].SparkContext._active_spark_context is not None)
+
+
+#: Lines the driver JVM writes on every start that say nothing to a segjobs user, kept off the command's stderr
+#: (where they also broke ``--log-format json``'s one JSON object per line) when the JVM's output passes through
+#: this process (:class:`EarlySession`: the command line). Spark's launcher always adds
+#: ``--add-modules=jdk.incubator.vector`` and Java announces an incubator module before any logging starts, with
+#: no option to turn it off. Exact lines only: any other output of the JVM is shown.
+JVM_NOISE: frozenset[bytes] = frozenset({b"WARNING: Using incubator modules: jdk.incubator.vector"})
+
+
+def _is_jvm_noise(line: bytes) -> bool:
+    return line.rstrip(b"\r\n") in JVM_NOISE
 
 
 class EarlySession:
@@ -231,6 +253,9 @@ class EarlySession:
     def __init__(self, app_name: str = "segjobs", master: str | None = None,
                  extra_conf: Mapping[str, str] | None = None, *, verbose: bool = False) -> None:
         global _early
+        #: when the start began and when the session was ready (monotonic clock)
+        self.began = time.monotonic()
+        self.ready_at: float | None = None
         options, level = _session_options(app_name, master, extra_conf, verbose=verbose)
         self._lock = threading.Lock()
         self._held: list[tuple[str, bytes]] = []
@@ -271,6 +296,7 @@ class EarlySession:
                     os.close(write_end)  # the JVM holds its own copies
             SparkContext._ensure_initialized(gateway=gateway)
             self._session = _get_or_create(options, level)
+            self.ready_at = time.monotonic()
         except BaseException as exc:  # noqa: BLE001 - raised by session(), in the thread that claims it
             if _gateway_exited(exc):
                 for reader in self._readers:  # the JVM is gone: what it said is read to its end
@@ -283,6 +309,8 @@ class EarlySession:
     def _forward(self, name: str, read_end: int) -> None:
         with os.fdopen(read_end, "rb") as source:
             for line in source:
+                if _is_jvm_noise(line):
+                    continue
                 with self._lock:
                     if self._abandoned:
                         continue
@@ -362,6 +390,15 @@ class EarlySession:
     def claimed_session(self) -> Any:
         """The session when claimed and started, else None."""
         return self._session if self._claimed else None
+
+
+def early_start_seconds(session: Any) -> float | None:
+    """How long Spark's start took, from its beginning, when ``session`` is the one :class:`EarlySession` started
+    (ahead of need or at need); None for any other session. A run that claims a session started early waits only
+    for the rest of its start: this is the time the start itself took."""
+    if _early is None or _early.ready_at is None or _early.claimed_session() is not session:
+        return None
+    return _early.ready_at - _early.began
 
 
 def _write(name: str, line: bytes) -> None:

@@ -252,11 +252,13 @@ def _cancel_group(sc: Any, group: str) -> None:
 class LazySparkTasks(SparkTasks):
     """:class:`SparkTasks` whose session is built (``build()``) the first time a task must run or the session is
     asked for (:attr:`parallelism`, :attr:`spark`): a run whose selection finds nothing due starts no JVM at
-    all. ``on_start(seconds)`` is
-    told how long the start took."""
+    all. ``on_start(waited, took)`` is told how long the run waited for the session and how long its start took
+    from its beginning: the same for a session started at need; for one started ahead of need (see
+    :class:`jobs.engine.spark_session.EarlySession`) the start overlapped the run's own work, and what the run
+    waited is only its rest (often nothing)."""
 
     def __init__(self, build: Callable[[], Any], *, job_group: str | None = None,
-                 on_start: Callable[[float], None] | None = None) -> None:
+                 on_start: Callable[[float, float], None] | None = None) -> None:
         self._build = build
         self._session: Any = None
         self._on_start = on_start
@@ -272,6 +274,7 @@ class LazySparkTasks(SparkTasks):
     def spark(self) -> Any:
         with self._lock:  # stream's threads may ask at once: one start
             if self._session is None:
+                from jobs.engine.spark_session import early_start_seconds
                 from segment_io.spark.workers import use_this_python_for_local_workers
 
                 t0 = time.monotonic()
@@ -279,7 +282,9 @@ class LazySparkTasks(SparkTasks):
                 use_this_python_for_local_workers(session)
                 self._session = session
                 if self._on_start is not None:
-                    self._on_start(time.monotonic() - t0)
+                    waited = time.monotonic() - t0
+                    took = early_start_seconds(session)
+                    self._on_start(waited, max(waited, took) if took is not None else waited)
             return self._session
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from segment_io.errors import UsageError
-from segment_io.layout import LogDirListing, parse_partition_dir, parse_segment_file
+from segment_io.layout import LogDirListing, log_dirs_near, parse_partition_dir, parse_segment_file
 from segment_io.storage.base import Storage
 
 
@@ -40,13 +40,29 @@ def partition_dir_hint(log_dir: str, listing: LogDirListing, *, scoped: bool = T
             "<topic>-<n> partition directories")
 
 
+def nearby_log_dirs_hint(storage: Storage, log_dir: str, *, shown: int = 4) -> str | None:
+    """For a log dir without partition directories: the directories near it that hold some (below it, its
+    parent, its siblings; see :func:`segment_io.layout.log_dirs_near`, a bounded search), as the hint of
+    :func:`check_log_dir_has_partitions`; None when there are none."""
+    found = log_dirs_near(storage, log_dir)
+    if not found:
+        return None
+    more = f" and {len(found) - shown} more" if len(found) > shown else ""
+    example = found[0]
+    return (f"partition directories found under {', '.join(found[:shown])}{more}: give the one you mean as the log "
+            f"dir, e.g. --log-dir {example}")
+
+
 def check_log_dir_has_partitions(log_dir: str, listing: LogDirListing, *, scoped: bool = True,
-                                 required: bool = True) -> None:
-    """``UsageError`` when the listing holds no partition directory, with :func:`partition_dir_hint`
-    (``required=False``: only when the log dir looks like a partition directory)."""
+                                 required: bool = True, storage: Storage | None = None) -> None:
+    """``UsageError`` when the listing holds no partition directory, with :func:`partition_dir_hint`, else
+    (given the ``storage``) :func:`nearby_log_dirs_hint` (``required=False``: only when the log dir looks like
+    a partition directory)."""
     if listing.partitions:
         return
     hint = partition_dir_hint(log_dir, listing, scoped=scoped)
+    if hint is None and required and storage is not None:
+        hint = nearby_log_dirs_hint(storage, log_dir)
     if hint or required:
         raise UsageError(f"--log-dir {log_dir}: no partition directories (<topic>-<n>) found"
                          + (f"; {hint}" if hint else ""))

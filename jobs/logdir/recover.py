@@ -655,7 +655,8 @@ def _plan_rules(view: _View, committer: Committer, now_ms: int, fence: Fence) ->
         _finish_delete(view, reads.delete)
     unknown = sorted(deleted_bases(view.segment_files()) - _known(view.ledger).keys())
     if unknown:
-        view.record_deleted(unknown, now_ms, f"{len(unknown)} .deleted segment(s) first seen at {now_ms}")
+        view.record_deleted(unknown, now_ms,
+                            f"{len(unknown)} .deleted segment(s) first seen at {format_instant(now_ms)}")
     for info in view.files():
         if is_temp_file(info.name):
             view.delete(info.uri, "delete-temp", TEMP_WHY, info.size, leftover=True)
@@ -886,7 +887,7 @@ def _finish_delete(view: _View, intent: DeleteIntent) -> None:
             view.rename(f.uri, f.uri + DELETED_SUFFIX, "finish-delete")
         if todo:
             view.sync()
-    view.record_deleted(sorted(targets), intent.now_ms, f"deleted at {intent.now_ms}")
+    view.record_deleted(sorted(targets), intent.now_ms, f"deleted at {format_instant(intent.now_ms)}")
     view.delete(view.reads.delete_uri, "remove-intent")
 
 

@@ -26,6 +26,7 @@ from jobs.rules.kafka_defaults import INT_MAX, default_of
 from jobs.rules.model import PartitionState, SegmentInfo
 from segment_io.index import OFFSET_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT
+from segment_io.units import format_duration
 
 #: Index entries store offsets relative to the segment base in 32 signed bits.
 MAX_RELATIVE_OFFSET = INT_MAX
@@ -308,7 +309,8 @@ def plan_compaction(state: PartitionState, config: TopicConfig, now_ms: int, *,
             reason += "; no dirty bytes, so only the clean section is rewritten (e.g. to drop expired tombstones)"
     elif delay > 0 and cleanable_bytes > 0:
         selected = True
-        reason = (f"max.compaction.lag.ms ({config.max_compaction_lag_ms} ms) exceeded by {delay} ms; {numbers}")
+        reason = (f"max.compaction.lag.ms ({format_duration(config.max_compaction_lag_ms)}) exceeded by "
+                  f"{format_duration(delay)}; {numbers}")
         note = "max.compaction.lag.ms exceeded"
     elif ratio > min_ratio:
         selected, reason = True, f"{numbers} > min.cleanable.dirty.ratio {min_ratio}"

@@ -10,8 +10,9 @@ which would otherwise make every segment look expired.
 
 from __future__ import annotations
 
+import re
 import time
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Callable, Iterable
 
 from segment_io.errors import UsageError
@@ -58,6 +59,7 @@ def parse_instant(text: Instant | None, *, option: str = "--now") -> int:
             raise UsageError(f"{option} {s!r} looks like epoch microseconds; segjobs takes epoch milliseconds "
                              f"(e.g. {value // 1000}) or ISO-8601")
         return _in_range(value, s, option)
+    _refuse_week_or_ordinal(s, option)
     try:
         dt = datetime.fromisoformat(s.replace("Z", "+00:00"))
     except ValueError:
@@ -68,11 +70,49 @@ def parse_instant(text: Instant | None, *, option: str = "--now") -> int:
     return _in_range(int(dt.timestamp() * 1000), s, option)
 
 
+#: ISO-8601's week dates (``2026-W10``, ``2026W10``, ``2026-W10-1``) and ordinal dates (``2026-061``), with or
+#: without a time after them: groups year, week, weekday / year, day of the year.
+_WEEK_DATE = re.compile(r"(\d{4})-?W(\d{2})(?:-?([1-7]))?(?=$|T)", re.IGNORECASE)
+_ORDINAL_DATE = re.compile(r"(\d{4})-(\d{3})(?=$|T)")
+
+
+def _refuse_week_or_ordinal(s: str, option: str) -> None:
+    """Refuse ISO-8601's week and ordinal dates, naming the calendar date to give instead: Python reads a week
+    (``2026-W10``) as its Monday's midnight without a word, and a week is not an instant; an ordinal date is
+    one, but a day count is easy to get wrong by one, and the runs echo calendar dates only."""
+    week = _WEEK_DATE.match(s)
+    if week is not None:
+        year, number, day = int(week[1]), int(week[2]), week[3]
+        try:
+            monday = date.fromisocalendar(year, number, int(day or 1))
+        except ValueError:
+            raise UsageError(f"{option}: {s!r} is no ISO week date ({year} has no week {number}): give a "
+                             f"calendar date such as 2026-03-02") from None
+        if day is None:
+            raise UsageError(f"{option}: {s!r} is an ISO week, and an ISO week is not an instant; give a date such "
+                             f"as {monday.isoformat()} (the Monday of that week)")
+        raise UsageError(f"{option}: {s!r} is an ISO week date; give it as a calendar date: "
+                         f"{option} {monday.isoformat()}{s[week.end():]}")
+    ordinal = _ORDINAL_DATE.match(s)
+    if ordinal is not None:
+        year, day_of_year = int(ordinal[1]), int(ordinal[2])
+        try:
+            day = datetime.strptime(f"{year:04d}{day_of_year:03d}", "%Y%j").date()
+            if day.year != year:  # strptime takes day 366 of a common year as the next year's first
+                raise ValueError(day)
+        except ValueError:
+            raise UsageError(f"{option}: {s!r} is no ordinal date ({year} has no day {day_of_year}): give a "
+                             f"calendar date such as 2026-03-02") from None
+        raise UsageError(f"{option}: {s!r} is an ordinal date (day {day_of_year} of {year}); give it as a calendar "
+                         f"date: {option} {day.isoformat()}{s[ordinal.end():]}")
+
+
 def _compact_date(digits: str) -> str | None:
-    """``20231122`` -> ``2023-11-22`` (and ``YYYYMMDDHHMM[SS]`` -> ``...THH:MM[:SS]Z``): the ISO-8601 form of
-    a run-together date, or None when ``digits`` is not one. Eight digits read as epoch seconds or milliseconds
-    would fall in 1970, and fourteen after 2100: nobody means those."""
-    formats = {8: "%Y%m%d", 14: "%Y%m%d%H%M%S"}
+    """``20231122`` -> ``2023-11-22`` (and ``YYYYMMDDHHMMSS`` -> ``...THH:MM:SSZ``, ordinal ``YYYYDDD`` ->
+    its calendar date): the ISO-8601 form of a run-together date, or None when ``digits`` is not one. Seven or
+    eight digits read as epoch seconds or milliseconds would fall in 1970, and fourteen after 2100: nobody means
+    those."""
+    formats = {7: "%Y%j", 8: "%Y%m%d", 14: "%Y%m%d%H%M%S"}
     fmt = formats.get(len(digits))
     if fmt is None:
         return None
@@ -80,9 +120,11 @@ def _compact_date(digits: str) -> str | None:
         dt = datetime.strptime(digits, fmt).replace(tzinfo=UTC)
     except ValueError:
         return None
+    if dt.strftime(fmt) != digits:  # day 366 of a common year: strptime's next year
+        return None
     if not 1970 <= dt.year < 2100:
         return None
-    return dt.strftime("%Y-%m-%d") if len(digits) == 8 else dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.strftime("%Y-%m-%d") if len(digits) < 14 else dt.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _in_range(ms: int, text: str, option: str) -> int:

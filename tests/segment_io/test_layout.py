@@ -188,3 +188,56 @@ def test_s3_style_directories_named_like_segments() -> None:
     assert [s.base_offset for s in part.segments] == [0]
     assert [f.name for f in part.irregular] == [segment_file_name(1), segment_file_name(2)]
     assert [f.name for f in part.unknown] == ["part-0"]
+
+
+# ---- log dirs near a wrong --log-dir ---------------------------------------------------------------------------
+
+
+class _CountingStorage(LocalStorage):
+    """Local storage that counts its one-level listings."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listings = 0
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        self.listings += 1
+        return super().list_dirs(prefix)
+
+
+def _partition_dirs(*dirs: Path) -> None:
+    for d in dirs:
+        d.mkdir(parents=True)
+
+
+def test_log_dirs_near_finds_them_below_beside_and_above(tmp_path: Path) -> None:
+    from segment_io.layout import log_dirs_near
+
+    root = tmp_path / "data"
+    _partition_dirs(root / "kafka" / "broker1" / "orders-0", root / "kafka" / "broker2" / "orders-1",
+                    root / "old" / "users-0", root / "kafka" / "broker2" / "nested" / "deeper" / "too-deep-0")
+    storage = LocalStorage()
+    # two levels below; never inside a partition directory; not three levels down
+    assert log_dirs_near(storage, str(root)) == [str(root / "old"), str(root / "kafka" / "broker1"),
+                                                 str(root / "kafka" / "broker2")]
+    # a sibling that holds them (a typo of the log dir's name; on S3 a prefix that does not exist)
+    _partition_dirs(tmp_path / "logs" / "orders-0")
+    assert log_dirs_near(storage, str(tmp_path / "logz")) == [str(tmp_path / "logs")]
+    # a directory inside a log dir (a topic name given as the log dir): the log dir is its parent
+    _partition_dirs(tmp_path / "logs" / "orders")
+    assert log_dirs_near(storage, str(tmp_path / "logs" / "orders")) == [str(tmp_path / "logs")]
+
+
+def test_log_dirs_near_is_bounded(tmp_path: Path) -> None:
+    from segment_io.layout import NEAR_MAX_LISTINGS, log_dirs_near
+
+    root = tmp_path / "bucket"
+    for i in range(60):  # wide: far more directories than listings allowed
+        (root / f"d{i:02d}" / "x").mkdir(parents=True)
+    _partition_dirs(root / "d00" / "x" / "orders-0")
+    storage = _CountingStorage()
+    assert log_dirs_near(storage, str(root)) == []  # d00/x is two levels down, but the budget ran out first
+    assert storage.listings == NEAR_MAX_LISTINGS
+    storage.listings = 0
+    assert log_dirs_near(storage, str(root), max_listings=200) == [str(root / "d00" / "x")]
+    assert storage.listings == 1 + 60 + 60 + 1  # the root, two levels, the parent

@@ -50,3 +50,18 @@ def test_arrow_array_gives_the_type_asked_for() -> None:
         values = np.arange(5).astype(dtype)
         arr = arrow_array(values, typ)
         assert arr.type == typ and arr.equals(pa.array(values, type=typ))
+
+
+def test_the_data_source_page_lists_every_field_of_the_default_schema() -> None:
+    """docs/guide/data-source.md's table of the default schema: every field of RECORD_SCHEMA, in order, with the
+    Spark type and nullability the data source declares, and a meaning; no field the schema does not have."""
+    from segment_io.spark.schemas import SEGMENTS
+    from tests.support.paths import REPO
+
+    text = (REPO / "docs" / "guide" / "data-source.md").read_text()
+    table = text.split("<!-- record-schema:", 1)[1].split("\n\n", 1)[0].splitlines()[3:]
+    rows = [[cell.strip() for cell in line.strip("|").split(" | ")] for line in table]
+    expected = [(f"`{f.name}`", f"`{f.dataType.simpleString()}`", "yes" if f.nullable else "no")
+                for f in SEGMENTS.spark_schema.fields]
+    assert [tuple(row[:3]) for row in rows] == expected, "\n".join(f"| {n} | {t} | {z} | ... |" for n, t, z in expected)
+    assert all(len(row) == 4 and row[3] for row in rows)

@@ -102,6 +102,38 @@ def test_an_empty_log_dir_is_still_refused_without_a_partition_hint(capsys, tmp_
     assert "no partition directories" in line and "looks like a partition" not in line
 
 
+@pytest.mark.parametrize("command", ["compact", "retain", "inspect"])
+def test_a_log_dir_above_the_real_one_names_where_the_partitions_are(capsys, log_dir, tmp_path, command) -> None:
+    """--log-dir one level too high (the broker's log dirs are below it): the error names the directory that
+    holds the partition directories."""
+    above = tmp_path / "kafka"
+    (above / "broker-a").mkdir(parents=True)
+    log_dir.rename(above / "broker-a" / "logs")
+    line = _usage_error(capsys, [command, "--log-dir", str(above), "--now", NOW] + ["--quiet"] * (command != "inspect"))
+    assert line.endswith(f"--log-dir {above}: no partition directories (<topic>-<n>) found; partition directories "
+                         f"found under {above}/broker-a/logs: give the one you mean as the log dir, e.g. --log-dir "
+                         f"{above}/broker-a/logs"), line
+
+
+@pytest.mark.s3
+def test_a_wrong_s3_prefix_names_the_prefixes_that_hold_partitions(capsys, log_dir, s3_bucket_env) -> None:
+    """On S3: a prefix that does not exist (a typo) and one too high both name the prefixes that hold
+    partition directories."""
+    from segment_io.storage import open_storage
+    from tests.support.s3_objects import upload
+
+    endpoint, bucket = s3_bucket_env
+    storage = open_storage(f"s3://{bucket}", endpoint.storage_options())
+    upload(storage, log_dir, f"s3://{bucket}/logs/broker1")
+    upload(storage, log_dir, f"s3://{bucket}/logs/broker2")
+    base = ["retain", "--s3-endpoint", endpoint.endpoint_url, "--now", NOW, "--quiet"]
+    line = _usage_error(capsys, [*base, "--log-dir", f"s3://{bucket}/logs"])
+    assert line.endswith(f"found under s3://{bucket}/logs/broker1, s3://{bucket}/logs/broker2: give the one you "
+                         f"mean as the log dir, e.g. --log-dir s3://{bucket}/logs/broker1"), line
+    line = _usage_error(capsys, [*base, "--log-dir", f"s3://{bucket}/logs/broker3"])
+    assert f"found under s3://{bucket}/logs/broker1, s3://{bucket}/logs/broker2:" in line
+
+
 # --------------------------------------------------------------------------------------------------
 # --topic, --partition
 # --------------------------------------------------------------------------------------------------

@@ -9,6 +9,8 @@ import hashlib
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -198,6 +200,7 @@ def test_recover_dry_run_lists_leftovers_and_recover_settles_them(capsys, log_di
     dry = capsys.readouterr().out
     assert "would drop-cleaned " in dry and "00000000000000000000.log.cleaned" in dry
     assert "would record-deleted " in dry and "; 2 action(s)" in dry
+    assert "1 .deleted segment(s) first seen at 2026-11-22T03:00:00.000Z" in dry  # an instant, not epoch ms
     assert _files(log_dir) == before
 
     assert main(["recover", "--log-dir", str(log_dir), "--now", NOW]) == 0
@@ -274,12 +277,57 @@ def test_ctrl_c_mid_run_lists_the_committed_partitions_and_prints_no_stack(tmp_p
     after = _files(d)
     changed = sorted({k.split("/")[0] for k in set(before) | set(after) if before.get(k) != after.get(k)})
     assert [c for c in changed if "-" in c and not c.endswith("checkpoint")] == named
-    # ... and nothing is left for recovery: every commit was complete
-    # (the JVM's own start-up "WARNING: Using incubator modules" is not Spark's log)
-    assert not [line for line in lines if re.search(r"\b(ERROR|WARN)\b|Traceback", line)], err
+    # ... and nothing is left for recovery: every commit was complete; the JVM's start-up said nothing either
+    assert not [line for line in lines if re.search(r"\b(ERROR|WARN|WARNING)\b|Traceback", line)], err
     recover = subprocess.run([sys.executable, "-m", "jobs", "recover", "--log-dir", str(d), "--dry-run"],
                              capture_output=True, text=True, env=env, timeout=120)
     assert recover.returncode == 0 and "would recover 0 of 18 partition(s)" in recover.stdout, recover
+
+
+# --------------------------------------------------------------------------------------------------
+# Spark's start-up says nothing on the console script's stderr
+# --------------------------------------------------------------------------------------------------
+
+
+def _console_run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "jobs", *argv], capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_a_spark_run_from_a_plain_shell_writes_no_jvm_noise_on_stderr(log_dir, config) -> None:
+    """A compaction on Spark from a shell that set nothing (no SPARK_LOCAL_IP; this machine's hostname resolves
+    to a loopback address): with --log-format json every stderr line is a JSON object, and --quiet leaves
+    stderr empty; neither run shows the JVM's incubator-module line or Spark's loopback-hostname warning.
+    Two Spark start-ups (local[1], subprocesses)."""
+    import shutil
+
+    twin = log_dir.parent / "twin"
+    shutil.copytree(log_dir, twin)
+    env = {k: v for k, v in os.environ.items() if k not in ("SEGJOBS_SPARK_LOG", "SPARK_LOCAL_IP")}
+    env.update(PYSPARK_PYTHON=sys.executable)
+    argv = ["compact", "--config", str(config), "--now", NOW, "--master", "local[1]"]
+    as_json = _console_run([*argv, "--log-dir", str(log_dir), "--log-format", "json"], env)
+    assert as_json.returncode == 0, as_json.stderr
+    events = [json.loads(line) for line in as_json.stderr.splitlines()]  # each line one object, nothing else
+    # started early (the run will need Spark), while the driver locked, recovered and scanned: the start-up named
+    # is what the start took, not only the rest of it the run waited for
+    (ready,) = [e for e in events if e["event"] == "spark.ready"]
+    assert ready["spark_started_early_s"] > ready["spark_startup_s"], ready
+    assert ready["message"] == (f"Spark ready: started early, its start took {ready['spark_started_early_s']}s, "
+                                f"{ready['spark_startup_s']}s of it waited for")
+    (footer,) = [line for line in as_json.stdout.splitlines() if line.startswith("elapsed ")]
+    assert (f"(Spark start-up {ready['spark_started_early_s']:.1f}s, started early: {ready['spark_startup_s']:.1f}s "
+            f"waited)") in footer, footer
+    # Spark started when a task needs it, not ahead (the other way the console script starts it)
+    quiet = _console_run([*argv, "--log-dir", str(twin), "--quiet"], {**env, "SEGJOBS_SPARK_EARLY_START": "0"})
+    assert quiet.returncode == 0, quiet.stderr
+    assert "2 of 2 partition(s) selected" in quiet.stdout
+    assert quiet.stderr == ""
+    # started at need: the start-up is what the run waited for
+    assert re.search(r"^elapsed \d+\.\ds \(Spark start-up \d+\.\ds\); ", quiet.stdout, re.MULTILINE), quiet.stdout
+    for run in (as_json, quiet):
+        assert "incubator" not in run.stderr + run.stdout and "loopback" not in run.stderr + run.stdout
 
 
 def test_the_interrupt_message_names_what_was_committed() -> None:

@@ -101,7 +101,7 @@ def test_an_archive_the_jvm_cannot_use_neither_breaks_a_run_nor_prints(tmp_path:
     assert proc.returncode == 0, proc.stderr
     assert "1 of 1 partition(s) selected" in proc.stdout
     jvm_lines = [line for line in proc.stdout.splitlines() + proc.stderr.splitlines()
-                 if not line.startswith(("[compact", "WARNING: Using incubator modules"))
+                 if not line.startswith("[compact")
                  and ("cds" in line.lower() or "archive" in line.lower() or "error" in line.lower()
                       or "warning" in line.lower())]
     assert jvm_lines == []

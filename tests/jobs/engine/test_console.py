@@ -32,7 +32,7 @@ from tests.support.spark import spark_forbidden
 DAY = 86_400_000
 NOW = 1_763_780_400_000  # 2025-11-22T03:00:00Z
 # a run that needed no Spark (nothing due: scans on the driver) has no start-up to name
-FOOTER = re.compile(r"^elapsed \d+\.\ds( \(Spark start-up \d+\.\ds\))?; .+")
+FOOTER = re.compile(r"^elapsed \d+\.\ds( \(Spark start-up \d+\.\ds(, started early: \d+\.\ds waited)?\))?; .+")
 
 
 def _files(d: Path) -> dict[str, str]:

@@ -52,6 +52,29 @@ def test_eight_digits_that_are_no_date_still_read_as_seconds(text) -> None:
         parse_instant(text)
 
 
+@pytest.mark.parametrize(("text", "message"), [
+    # Python reads a week as its Monday's midnight without a word: a week is no instant
+    ("2026-W10", "--now: '2026-W10' is an ISO week, and an ISO week is not an instant; give a date such as "
+                 "2026-03-02 (the Monday of that week)"),
+    ("2026W10", "--now: '2026W10' is an ISO week, and an ISO week is not an instant; give a date such as "
+                "2026-03-02 (the Monday of that week)"),
+    ("2026-W10-3T03:00:00Z", "--now: '2026-W10-3T03:00:00Z' is an ISO week date; give it as a calendar date: "
+                             "--now 2026-03-04T03:00:00Z"),
+    ("2026-W54", "--now: '2026-W54' is no ISO week date (2026 has no week 54): give a calendar date such as "
+                 "2026-03-02"),
+    ("2026-061", "--now: '2026-061' is an ordinal date (day 61 of 2026); give it as a calendar date: --now 2026-03-02"),
+    ("2024-366T01:00", "--now: '2024-366T01:00' is an ordinal date (day 366 of 2024); give it as a calendar date: "
+                       "--now 2024-12-31T01:00"),
+    ("2026-366", "--now: '2026-366' is no ordinal date (2026 has no day 366): give a calendar date such as 2026-03-02"),
+    ("2026061", "--now '2026061' looks like the date 2026-03-02: give it as ISO-8601 (--now 2026-03-02) or epoch "
+                "milliseconds (1772409600000)"),
+])
+def test_iso_week_and_ordinal_dates_are_refused_naming_the_calendar_date(text, message) -> None:
+    with pytest.raises(UsageError) as info:
+        parse_instant(text)
+    assert str(info.value) == message
+
+
 def test_resolve_now() -> None:
     assert resolve_now("2026-11-22T03:00:00Z") == (parse_instant("2026-11-22T03:00:00Z"), None)
     now, note = resolve_now(None)
