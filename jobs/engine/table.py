@@ -716,6 +716,9 @@ def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storag
                     by_partition[part.partition].error = PartitionError.from_exception(exc)
     version_after = version_before
     write_error: str | None = None
+    # The partitions whose rows and applied offset a commit of THIS run holds: only they are reported as applied
+    # (a winning concurrent run may have committed the same offsets; its rows are not this run's to count).
+    written: set[int] = set()
     if work and not options.dry_run:
         progress(f"writing {len(work)} partition(s) with {writer}", event="table.write", partitions=len(work))
         fault = seams.fault_for(options.topic) if seams.fault else None
@@ -725,13 +728,15 @@ def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storag
                     from jobs.engine.table_spark import write_with_spark
 
                     version_after = write_with_spark(spark, options.table, dt, options.topic, work, storage_options,
-                                                     spark_latest, fault=fault, progress=progress)
+                                                     spark_latest, fault=fault, progress=progress, written=written)
                 else:
                     version_after = write_with_deltalake(options.table, dt, options.topic, work, storage_options,
                                                          fault=fault, sorted_rows=sorted_rows)
+                    written.update(w.partition for w in work)  # one commit: all of them, or (raised) none
                 break
             except TableConflictError as exc:
                 write_error = str(exc)
+                progress.error(f"the table was not written: {write_error}", event="table.write.conflict")
                 break
             except SegjobsError as exc:
                 if not stream_errors:
@@ -758,9 +763,6 @@ def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storag
                 part.counts = SortedCounts(records_read=part.counts.records_read)
     if spark_latest is not None:
         spark_latest.unpersist()
-    # delta-spark commits partition by partition: after a failure, those committed before it are applied
-    committed = applied_offsets(open_table(options.table, storage_options), options.topic,
-                                [r.partition for r in work]) if write_error is not None else {}
     dry = options.dry_run
     parts: list[TablePartition] = []
     for part in on_disk.values():
@@ -775,7 +777,7 @@ def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storag
                                         applied.get(r.partition), None, None, r.records_read, 0, 0, 0, 0,
                                         error=str(r.error)))
             continue
-        if write_error is not None and plan.has_work and committed.get(r.partition) != plan.end:
+        if write_error is not None and plan.has_work and r.partition not in written:
             parts.append(TablePartition(r.topic, r.partition, "error", plan.applied, plan.applied, plan.log_start,
                                         plan.log_end, r.records_read, 0, 0, 0, 0, error=write_error))
             continue

@@ -474,6 +474,38 @@ def test_a_concurrent_run_cannot_apply_twice_or_overwrite_newer_rows(tmp_path, c
     assert again.exit_code == 0 and again.version_after == again.version_before == dt.version()
 
 
+@pytest.mark.parametrize("case", ["first build", "merge"])
+def test_a_run_overtaken_by_one_applying_the_same_range_reports_nothing_written(tmp_path, case):
+    """Two runs of the same log at once: the other run commits exactly the offsets this run was about to commit.
+    The table is right either way, but this run wrote nothing: it must say so (exit 1, no insert, update or
+    delete counted, the partition an error saying another writer committed) rather than report the other run's
+    rows as its own."""
+    log_dir = tmp_path / "logs"
+    log = LogBuilder(topic=TOPIC, partition=0)
+    log.batch([rec("a", "1"), rec("b", "2")])
+    write_log(log.table(), log_dir / partition_dir_name(TOPIC, 0))
+    if case == "merge":
+        run(log_dir, tmp_path / "t")
+        shutil.rmtree(log_dir)
+        log.batch([rec("a", "11"), rec("c", "3"), tombstone("b")])
+        write_log(log.table(), log_dir / partition_dir_name(TOPIC, 0))
+
+    def same_log_committed_first(partition: str, step: str) -> None:
+        if step == "merge:start":
+            assert run(log_dir, tmp_path / "t").exit_code == 0
+
+    options = api.TableOptions(table=str(tmp_path / "t"), topic=TOPIC, progress=lambda line: None)
+    late = api.table(log_dir, options, seams=api.Seams(runner=api.InProcessTasks(), fault=same_log_committed_first))
+    (p,) = late.partitions
+    assert late.exit_code == 1 and p.action == "error", p
+    assert "another writer committed to the table" in (p.error or "")
+    assert (p.inserts, p.updates, p.deletes, p.applied_after) == (0, 0, 0, p.applied_before)
+    assert (late.inserts, late.updates, late.deletes) == (0, 0, 0)
+    assert late.version_after == late.version_before
+    assert "wrote 0 insert(s), 0 update(s), 0 delete(s)" in late.summary()
+    assert table_rows(tmp_path / "t") == expected_rows(log_dir, [0])
+
+
 def test_max_batch_bytes_reaches_the_scan_of_the_transaction_markers(tmp_path):
     """With nothing new to apply, a run only scans: the bound still applies to the compressed markers it
     decodes there (the scan's transaction state), so a bound below a marker's size refuses the partition."""
