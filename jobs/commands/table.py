@@ -45,11 +45,13 @@ from typing import TYPE_CHECKING
 from jobs.commands.args import (
     add_log_format_option,
     add_max_batch_bytes_option,
+    add_rows_options,
     cli_wording,
     close_progress,
     progress_sink,
     size_arg,
     storage_options_from_args,
+    summary_view,
 )
 from jobs.engine.table_sort import DEFAULT_LATEST_BUFFER_BYTES
 
@@ -96,6 +98,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr (failures are still shown)")
     p.add_argument("--format", "--output", dest="format", choices=("table", "json"), default="table",
                    help="what stdout gets: table (default), or json: the run's result as one document")
+    add_rows_options(p)
     add_log_format_option(p, job=True)
 
 
@@ -118,6 +121,6 @@ def run(args: argparse.Namespace, seams: "Seams | None" = None) -> int:
         spark = build_session(app_name="segjobs-table", master=args.master)
     result = api.table(args.log_dir, options, spark=spark, seams=seams)
     close_progress(args)
-    sys.stdout.write(result.to_json() + "\n" if args.format == "json" else result.summary())
+    sys.stdout.write(result.to_json() + "\n" if args.format == "json" else result.summary(**summary_view(args)))
     sys.stdout.flush()
     return result.exit_code

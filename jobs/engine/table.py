@@ -230,9 +230,11 @@ class TableResult:
     def ok(self) -> bool:
         return self.exit_code == 0
 
-    def summary(self) -> str:
-        """What ``segjobs table`` prints: a row per partition, then the totals."""
-        return render_summary(self)
+    def summary(self, *, layout: str = "auto", width: int | None = None) -> str:
+        """What ``segjobs table`` prints: a row per partition (beyond
+        :data:`~jobs.engine.report.PARTITION_ROWS_MAX` partitions, ``layout``: a row for the topic and the failed
+        partitions), then the totals; ``width``: the terminal's, which the table fits."""
+        return render_summary(self, layout=layout, width=width)
 
     def to_json(self) -> str:
         import json
@@ -809,19 +811,45 @@ def _choose_writer(requested: str, spark: Any, uri: str) -> str:
     return "spark" if session is not None else "deltalake"
 
 
-def render_summary(run: TableResult) -> str:
-    """The human summary: a row per partition and the totals."""
-    from jobs.engine.report import render_table
+_PARTITION_COLUMNS = [("partition", "partition"), ("action", "action"), ("applied", "applied from"),
+                      ("to", "applied to"), ("read", "records read"), ("inserts", "inserts"), ("updates", "updates"),
+                      ("deletes", "deletes"), ("note", "note")]
+_TOPIC_COLUMNS = [("topic", "topic"), ("partitions", "partitions"), ("actions", "actions"), ("read", "records read"),
+                  ("inserts", "inserts"), ("updates", "updates"), ("deletes", "deletes"), ("note", "note")]
 
-    rows = [{"partition": p.name, "action": p.action,
-             "applied": "-" if p.applied_before is None else str(p.applied_before),
-             "to": "-" if p.applied_after is None else str(p.applied_after),
-             "read": str(p.records_read), "inserts": str(p.inserts), "updates": str(p.updates),
-             "deletes": str(p.deletes), "note": p.error or ""} for p in run.partitions]
-    columns = [("partition", "partition"), ("action", "action"), ("applied", "applied from"), ("to", "applied to"),
-               ("read", "records read"), ("inserts", "inserts"), ("updates", "updates"), ("deletes", "deletes"),
-               ("note", "note")]
-    lines = [render_table(rows, columns)]
+
+def _partition_row(p: TablePartition) -> dict[str, str]:
+    return {"partition": p.name, "action": p.action,
+            "applied": "-" if p.applied_before is None else str(p.applied_before),
+            "to": "-" if p.applied_after is None else str(p.applied_after),
+            "read": str(p.records_read), "inserts": str(p.inserts), "updates": str(p.updates),
+            "deletes": str(p.deletes), "note": p.error or ""}
+
+
+def _topic_row(run: TableResult) -> dict[str, str]:
+    """The partitions of the run added up: how many took each action, and the counts."""
+    actions: dict[str, int] = {}
+    for p in run.partitions:
+        actions[p.action] = actions.get(p.action, 0) + 1
+    failed = actions.get("error", 0)
+    return {"topic": run.topic, "partitions": str(len(run.partitions)),
+            "actions": ", ".join(f"{a} {n}" for a, n in sorted(actions.items())), "read": str(run.records_read),
+            "inserts": str(run.inserts), "updates": str(run.updates), "deletes": str(run.deletes),
+            "note": f"{failed} partition(s) failed, below" if failed else ""}
+
+
+def render_summary(run: TableResult, *, layout: str = "auto", width: int | None = None) -> str:
+    """The human summary: a row per partition, or beyond :data:`~jobs.engine.report.PARTITION_ROWS_MAX`
+    partitions (as every command's summary, ``layout``) a row for the topic and the failed partitions below it;
+    then the totals."""
+    from jobs.engine.report import attention_table, render_table, rows_per_partition
+
+    if rows_per_partition(layout, len(run.partitions)):
+        lines = [render_table([_partition_row(p) for p in run.partitions], _PARTITION_COLUMNS, width=width)]
+    else:
+        lines = [render_table([_topic_row(run)], _TOPIC_COLUMNS, width=width)]
+        lines += attention_table([p for p in run.partitions if p.action == "error"], _partition_row,
+                                 _PARTITION_COLUMNS, width=width)
     verb = "would write" if run.dry_run else "wrote"
     if run.version_after == run.version_before and not run.dry_run:
         version = "no new table version (nothing new)" if run.exit_code == 0 else "no new table version"

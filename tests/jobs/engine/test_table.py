@@ -520,3 +520,26 @@ def test_max_batch_bytes_reaches_the_scan_of_the_transaction_markers(tmp_path):
     bounded = run(log_dir, tmp_path / "t", max_batch_bytes=4)
     (p,) = bounded.partitions
     assert bounded.exit_code == 1 and p.action == "error" and "4 bytes" in (p.error or ""), p.error
+
+
+def test_beyond_fifty_partitions_the_summary_has_a_row_for_the_topic_as_every_command(tmp_path):
+    """Above PARTITION_ROWS_MAX partitions the summary switches to a row per topic (the failed partitions below
+    it), as retain, compact and inspect do; --per-partition still lists every partition."""
+    from jobs.engine.report import PARTITION_ROWS_MAX
+
+    log_dir = tmp_path / "logs"
+    count = PARTITION_ROWS_MAX + 1
+    for p in range(count):
+        log = LogBuilder(topic=TOPIC, partition=p)
+        log.batch([rec("a", str(p)), rec("b", "2")])
+        write_log(log.table(), log_dir / partition_dir_name(TOPIC, p))
+    r = run(log_dir, tmp_path / "t")
+    assert r.exit_code == 0 and len(r.partitions) == count
+    lines = r.summary().splitlines()
+    assert not any(line.startswith(f"{TOPIC}-") for line in lines), lines
+    (row,) = [line for line in lines if line.startswith(f"{TOPIC} ")]
+    assert row.split()[:4] == [TOPIC, str(count), "applied", str(count)] and row.split()[-3:] == [str(2 * count), "0", "0"]
+    per_partition = r.summary(layout="partition").splitlines()
+    assert sum(line.startswith(f"{TOPIC}-") for line in per_partition) == count
+    few = replace(r, partitions=r.partitions[:PARTITION_ROWS_MAX])
+    assert sum(line.startswith(f"{TOPIC}-") for line in few.summary().splitlines()) == PARTITION_ROWS_MAX
