@@ -32,8 +32,11 @@ examples:
   segjobs table --log-dir /var/kafka/logs --topic orders --table /lake/orders_latest
   segjobs table --log-dir s3://bucket/kafka/logs --topic orders --table s3://lake/orders_latest --dry-run
   segjobs table --log-dir /backup/logs --topic orders --table /lake/orders_latest --rebuild --partition 3
-  spark-submit --packages io.delta:delta-spark_4.2_2.13:4.4.1 jobs/table.py --log-dir s3://bucket/kafka/logs \\
-      --topic orders --table s3://lake/orders_latest
+  spark-submit --packages DELTA_SPARK_PACKAGE \\
+      --conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension \\
+      --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog \\
+      jobs/table.py --log-dir s3://bucket/kafka/logs --topic orders --table s3://lake/orders_latest
+(`make venv-delta` builds .venv-delta with delta-spark, `pip install 'segjobs[delta]'`, to try this from a clone)
 """
 
 from __future__ import annotations
@@ -53,7 +56,11 @@ from jobs.commands.args import (
     storage_options_from_args,
     summary_view,
 )
+from jobs.engine.delta_spark import DELTA_SPARK_PACKAGE
 from jobs.engine.table_sort import DEFAULT_LATEST_BUFFER_BYTES
+
+# the coordinate of Delta's jars is defined once (jobs.engine.delta_spark); the help quotes it
+__doc__ = (__doc__ or "").replace("DELTA_SPARK_PACKAGE", DELTA_SPARK_PACKAGE)
 
 if TYPE_CHECKING:
     from jobs.engine.seams import Seams

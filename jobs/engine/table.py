@@ -806,8 +806,11 @@ def _choose_writer(requested: str, spark: Any, uri: str) -> str:
 
     session = delta_session(uri) if spark is not None or requested == "spark" else None
     if requested == "spark" and session is None:
-        raise UsageError("--writer spark: the Spark session has no Delta Lake (start it with delta-spark's package "
-                         "and extensions, see docs/guide/table.md), or it cannot write the --table URI")
+        from jobs.engine.delta_spark import DELTA_SPARK_PACKAGE
+
+        raise UsageError(f"--writer spark: the Spark session has no Delta Lake (start it with delta-spark's package "
+                         f"{DELTA_SPARK_PACKAGE} and extensions, see docs/guide/table.md), or it cannot write the "
+                         f"--table URI")
     return "spark" if session is not None else "deltalake"
 
 
