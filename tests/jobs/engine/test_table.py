@@ -33,6 +33,7 @@ from segment_io.storage import open_storage
 from tests.support.builders import LogBuilder, rec, tombstone, write_log
 from tests.support.hypothesis_budget import examples
 from tests.support.paths import REPO
+from tests.support.replay import read_partition
 from tests.support.table_oracle import LOGS, TOPIC, expected_rows, table_rows, write_topic
 
 RETENTION = 86_400_000  #: delete.retention.ms of the compaction runs
@@ -544,3 +545,28 @@ def test_beyond_fifty_partitions_the_summary_has_a_row_for_the_topic_as_every_co
     assert sum(line.startswith(f"{TOPIC}-") for line in per_partition) == count
     few = replace(r, partitions=r.partitions[:PARTITION_ROWS_MAX])
     assert sum(line.startswith(f"{TOPIC}-") for line in few.summary().splitlines()) == PARTITION_ROWS_MAX
+
+
+def test_the_table_picks_up_exactly_the_records_generate_appends(tmp_path):
+    """The guide's incremental story with the project's tools: generate a topic, build the table, append a
+    night's records with `segjobs generate --append`, run the table again: it applies exactly the appended
+    offsets, and holds what a consumer of the whole log holds."""
+    from jobs.commands.cli import main
+
+    log_dir = tmp_path / "logs"
+    common = ["--topics", TOPIC, "--segment-bytes", "16KiB", "--transactional", "0.2", "--aborted", "0.5",
+              "--tombstones", "0.05", "--config-out", "none", "--quiet"]
+    assert main(["generate", "--out", str(log_dir), "--partitions", "2", "--records", "2000", *common]) == 0
+    first = run(log_dir, tmp_path / "t")
+    ends = {p.partition: p.applied_after for p in first.partitions}
+    assert main(["generate", "--out", str(log_dir), "--append", "--records", "700", *common]) == 0
+    second = run(log_dir, tmp_path / "t")
+    assert second.exit_code == 0
+    for p in second.partitions:
+        appended = sum(len(b.records) for b in read_partition(log_dir / partition_dir_name(TOPIC, p.partition))
+                       if b.base_offset >= ends[p.partition])
+        assert (p.action, p.applied_before) == ("applied", ends[p.partition])
+        assert p.applied_after == p.log_end_offset == ends[p.partition] + appended
+        assert p.records_read == appended  # only the new segments were read
+        assert p.updates > 0  # the appended records update keys the first ones wrote
+    assert table_rows(tmp_path / "t") == expected_rows(log_dir, [0, 1])
