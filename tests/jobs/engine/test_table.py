@@ -409,11 +409,13 @@ def _log_start_inside_a_segment(log_dir: Path) -> None:
     write_offset_checkpoint(open_storage(str(log_dir)), str(log_dir / LOG_START_OFFSET_CHECKPOINT), {(TOPIC, 0): 2})
 
 
-def test_records_below_the_log_start_offset_are_not_in_the_table(tmp_path):
-    """A consumer never sees records below the log start offset, even while their segment is on disk."""
+@pytest.mark.parametrize("dedupe", ["memory", "external-sort"])
+def test_records_below_the_log_start_offset_are_not_in_the_table(tmp_path, dedupe):
+    """A consumer never sees records below the log start offset, even while their segment is on disk; whichever
+    way the partition is deduped."""
     _log_start_inside_a_segment(tmp_path / "logs")
-    r = run(tmp_path / "logs", tmp_path / "t")
-    assert r.exit_code == 0 and r.partitions[0].log_start_offset == 2
+    r = run(tmp_path / "logs", tmp_path / "t", **({"latest_buffer_bytes": 1} if dedupe != "memory" else {}))
+    assert r.exit_code == 0 and r.partitions[0].log_start_offset == 2 and r.partitions[0].dedupe == dedupe
     assert {k[1]: v[:2] for k, v in table_rows(tmp_path / "t").items()} == {b"a": (b"11", 3), b"c": (b"3", 2)}
 
 
