@@ -433,10 +433,12 @@ class TableConflictError(SegjobsError):
 
 def write_with_deltalake(uri: str, dt: Any | None, topic: str, changes: Sequence[PartitionChanges],
                          options: StorageOptions | None, fault: Callable[[str], None] | None = None,
-                         sorted_rows: Callable[[bool], Iterator[pa.RecordBatch]] | None = None) -> int:
+                         sorted_rows: Callable[[bool], Iterator[pa.RecordBatch]] | None = None,
+                         written: set[int] | None = None) -> int:
     """Apply every partition's changes and applied offset to the table in one Delta commit; returns the new
     table version. ``sorted_rows(live_only)`` (partitions deduped on disk) streams more rows to the same merge.
-    ``fault`` (tests) is called with ``merge:start`` and ``merge:committed``."""
+    ``written`` receives every partition once the commit is in the table. ``fault`` (tests) is called with
+    ``merge:start`` and ``merge:committed``."""
     from deltalake import CommitProperties, Transaction
 
     now = int(time.time() * 1000)
@@ -465,6 +467,8 @@ def write_with_deltalake(uri: str, dt: Any | None, topic: str, changes: Sequence
             raise TableConflictError(uri, None if dt is None else int(dt.version()), f"{type(exc).__name__}: "
                                                                                      f"{exc}") from exc
         raise
+    if written is not None:
+        written.update(c.partition for c in changes)
     if fault:
         fault("merge:committed")
     final = open_table(uri, options)
@@ -733,8 +737,7 @@ def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storag
                                                      spark_latest, fault=fault, progress=progress, written=written)
                 else:
                     version_after = write_with_deltalake(options.table, dt, options.topic, work, storage_options,
-                                                         fault=fault, sorted_rows=sorted_rows)
-                    written.update(w.partition for w in work)  # one commit: all of them, or (raised) none
+                                                         fault=fault, sorted_rows=sorted_rows, written=written)
                 break
             except TableConflictError as exc:
                 write_error = str(exc)
