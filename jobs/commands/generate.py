@@ -18,9 +18,10 @@ they were written with, ready for `--config`. --out must be new or empty, unless
 records per partition, appended after each partition's log end offset in new segments after its last one, as a
 producer would: offsets continue, new transactions take producer ids above every one the partition holds, the
 batches carry the leader epoch of its leader-epoch checkpoint, its checkpoint entries and its topics config stay
-as they were, and its timestamps continue just after its newest one (unless --start). Keys are drawn from the
-same key space, so the new records update keys the first ones wrote (--superseded 0.5: half the new records are
-keys of their own). That is a night's traffic for `segjobs table` or compaction to pick up.
+as they were, and its timestamps continue just after its newest one (unless --start). Keys come from the same
+key space (ids from 0): the new records' --records x (1 - --superseded) distinct keys are keys the first records
+wrote wherever those had as many, so they mostly update and delete existing keys. That is a night's traffic for
+`segjobs table` or compaction to pick up.
 
 examples:
   segjobs generate --out /tmp/logs --topics orders,users --partitions 4 --records 200000 \\
