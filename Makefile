@@ -17,7 +17,7 @@ LINT_PATHS := jobs segment_io tests benchmarks notebooks ops conf
 # Property tests try as many examples as this hypothesis profile says (tests/conftest.py): dev or ci.
 export HYPOTHESIS_PROFILE ?= dev
 
-.PHONY: all venv java chromium check lint types imports test test-fast test-compat demo bench package cluster-test clean help airflow-test docs
+.PHONY: all venv java chromium check lint types imports test test-fast test-compat demo bench package cluster-test clean help airflow-test docs venv-delta
 
 # `make airflow-test` installs Apache Airflow and its Spark provider into their own virtualenv (never the
 # project's): the pins of conf/airflow/requirements.txt, held by the constraints file of this Python version
@@ -42,6 +42,7 @@ help:
 	@echo "make package       build dist/segjobs-*.whl and dist/segjobs-env.tar.gz (the executors' environment)"
 	@echo "make cluster-test  package, then run the jobs on a real Spark standalone cluster on 127.0.0.1"
 	@echo "make airflow-test  install Airflow 3 + the Spark provider into $(AIRFLOW_VENV)/ and run the DAGs of conf/airflow for real"
+	@echo "make venv-delta    create $(DELTA_VENV)/ with segjobs[delta] (delta-spark and the pyspark it supports), to try segjobs table's Spark writer and Spark SQL over the table"
 
 java:
 	@{ test -n "$$JAVA_HOME" && test -x "$$JAVA_HOME/bin/java"; } || { test -z "$$JAVA_HOME" && command -v java >/dev/null 2>&1; } || { \
@@ -152,6 +153,27 @@ $(AIRFLOW_STAMP): conf/airflow/requirements.txt $(AIRFLOW_CONSTRAINTS)
 airflow-test: java venv $(AIRFLOW_STAMP)
 	SEGJOBS_REQUIRE_AIRFLOW=1 SEGJOBS_PROJECT_PYTHON=$(abspath $(PY)) \
 	    $(AIRFLOW_PY) -m pytest -q -p no:cacheprovider tests/ops/test_airflow_dags.py
+
+# `make venv-delta`: a venv of its own (the project's .venv keeps the newest pyspark, which delta-spark does not
+# support yet) with the `delta` extra: delta-spark and a pyspark it supports. Delta's jars are not in it: Spark
+# fetches them from Maven the first time a session asks for them (--packages, printed below), into ~/.ivy2.
+# Reinstalled only when pyproject.toml changes.
+DELTA_VENV ?= .venv-delta
+DELTA_STAMP := $(DELTA_VENV)/.installed
+$(DELTA_STAMP): pyproject.toml
+	@test -x $(DELTA_VENV)/bin/python || $(PYTHON) -m venv $(DELTA_VENV)
+	$(DELTA_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DELTA_VENV)/bin/python -m pip install --quiet -e '.[delta]'
+	ln -sfn "$$($(DELTA_VENV)/bin/python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" \
+	    $(DELTA_VENV)/bin/spark-distribution
+	@touch $@
+
+venv-delta: java $(DELTA_STAMP)
+	@pkg=$$($(DELTA_VENV)/bin/python -c 'from jobs.engine.delta_spark import DELTA_SPARK_PACKAGE as p; print(p)'); \
+	  conf="--conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog"; \
+	  echo "$(DELTA_VENV) is ready: pyspark $$($(DELTA_VENV)/bin/python -c 'import pyspark; print(pyspark.__version__)'), delta-spark with $$pkg. Try:"; \
+	  echo "  $(DELTA_VENV)/bin/spark-submit --packages $$pkg $$conf jobs/table.py --log-dir LOG_DIR --topic TOPIC --table TABLE"; \
+	  echo "  $(DELTA_VENV)/bin/pyspark --packages $$pkg $$conf     # then: spark.sql(\"SELECT * FROM delta.\`TABLE\`\").show()"
 
 demo: java venv
 	$(PY) -m jobs.commands.demo --dir $(DEMO_DIR)

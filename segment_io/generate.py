@@ -79,6 +79,8 @@ class GenerateResult:
     markers: int = 0
     bytes: int = 0
     per_partition: dict[str, int] = field(default_factory=dict)
+    #: the partitions that were there already and got records appended (``append``)
+    appended: list[str] = field(default_factory=list)
 
 
 def _fixed_binary(data: np.ndarray, width: int, valid: np.ndarray | None = None) -> pa.Array:
@@ -129,10 +131,13 @@ def _keys(ids: np.ndarray, width: int) -> np.ndarray:
     return digits.reshape(-1)
 
 
-def synthetic_table(spec: GenerateSpec, topic: str, partition: int,
-                    rng: np.random.Generator | None = None) -> pa.Table:
+def synthetic_table(spec: GenerateSpec, topic: str, partition: int, rng: np.random.Generator | None = None, *,
+                    first_offset: int = 0, first_producer_id: int | None = None, leader_epoch: int = 0) -> pa.Table:
     """All records of one partition (data and markers) as a RECORD_SCHEMA table in offset order, batch
-    fields set; ``segment_base_offset`` is still 0 and ``batch_position``/``batch_size`` are placeholders."""
+    fields set; ``segment_base_offset`` is still 0 and ``batch_position``/``batch_size`` are placeholders.
+
+    Offsets start at ``first_offset``; each transaction has a producer id of its own, from ``first_producer_id``
+    on (default ``1000 + partition * 1_000_000``), epoch 0, sequence 0; every batch carries ``leader_epoch``."""
     rng = rng if rng is not None else np.random.default_rng(spec.seed)
     n = spec.records
     k = spec.distinct_keys
@@ -160,7 +165,8 @@ def synthetic_table(spec: GenerateSpec, topic: str, partition: int,
 
     ts = spec.start_ms + (np.arange(total, dtype=np.int64) * spec.span_ms) // max(1, total)
 
-    pid_of_batch = np.where(txn_batch, 1000 + partition * 1_000_000 + np.arange(nb), -1).astype(np.int64)
+    first_pid = 1000 + partition * 1_000_000 if first_producer_id is None else first_producer_id
+    pid_of_batch = np.where(txn_batch, first_pid + np.arange(nb), -1).astype(np.int64)
     epoch_of_batch = np.where(txn_batch, 0, -1).astype(np.int16)
     seq_of_batch = np.where(txn_batch, 0, -1).astype(np.int32)
 
@@ -187,7 +193,7 @@ def synthetic_table(spec: GenerateSpec, topic: str, partition: int,
     def col(data_part, marker_part, dtype):
         return np.concatenate([np.asarray(data_part, dtype=dtype), np.asarray(marker_part, dtype=dtype)])
 
-    offsets = col(data_offset, marker_offset, np.int64)
+    offsets = col(data_offset, marker_offset, np.int64) + first_offset
     order = np.argsort(offsets, kind="stable")
     header_list = _headers(n, m, spec.headers)
     columns = {
@@ -199,8 +205,8 @@ def synthetic_table(spec: GenerateSpec, topic: str, partition: int,
         "key": pa.concat_arrays([keys, _fixed_binary(mkeys.reshape(-1), 4)]),
         "value": pa.concat_arrays([values, _fixed_binary(mvals.reshape(-1), 6)]),
         "headers": header_list,
-        "batch_base_offset": pa.array(col(b_first, marker_offset, np.int64)),
-        "batch_last_offset": pa.array(col(b_last, marker_offset, np.int64)),
+        "batch_base_offset": pa.array(col(b_first, marker_offset, np.int64) + first_offset),
+        "batch_last_offset": pa.array(col(b_last, marker_offset, np.int64) + first_offset),
         "batch_position": pa.array(np.zeros(total, dtype=np.int64)),
         "batch_size": pa.array(np.zeros(total, dtype=np.int32)),
         "batch_base_timestamp": pa.array(col(first_ts[batch_of_record], ts[marker_offset], np.int64)),
@@ -212,7 +218,7 @@ def synthetic_table(spec: GenerateSpec, topic: str, partition: int,
         "producer_id": pa.array(col(pid_of_batch[batch_of_record], pid_of_batch[marker_batches], np.int64)),
         "producer_epoch": pa.array(col(epoch_of_batch[batch_of_record], epoch_of_batch[marker_batches], np.int16)),
         "base_sequence": pa.array(col(seq_of_batch[batch_of_record], np.full(m, -1), np.int32)),
-        "partition_leader_epoch": pa.array(np.zeros(total, dtype=np.int32)),
+        "partition_leader_epoch": pa.array(np.full(total, leader_epoch, dtype=np.int32)),
         "delete_horizon_ms": pa.nulls(total, pa.int64()),
         "segment_base_offset": pa.array(np.zeros(total, dtype=np.int64)),
     }
@@ -251,47 +257,146 @@ def _split_segments(table: pa.Table, segment_bytes: int) -> list[pa.Table]:
     return [table.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def generate_log_dir(spec: GenerateSpec, out_dir: str | os.PathLike,
-                     progress: Callable[[str], None] | None = None) -> GenerateResult:
-    """Write a broker-style log dir under ``out_dir`` (created; must not already hold the spec's partitions).
-    Partitions of other topics already there are kept, and so are their checkpoint entries: several specs can
-    build one log dir."""
-    from segment_io.checkpoint import read_offset_checkpoint, write_offset_checkpoint
+@dataclass(frozen=True)
+class PartitionTail:
+    """Where an existing partition ends: what records appended to it continue from."""
+
+    #: the next offset to write, and the base offset of the new first segment
+    log_end_offset: int
+    #: the largest batch timestamp in the partition (-1: none)
+    max_timestamp: int
+    #: above every producer id the partition holds: appended transactions take new producers from here
+    next_producer_id: int
+    #: the leader epoch appended batches carry: the leader-epoch checkpoint's last epoch (else the last batch's)
+    leader_epoch: int
+    #: the leader-epoch checkpoint's entries (empty: none), which the append keeps
+    epochs: tuple[tuple[int, int], ...]
+    #: the partition's first offset (the first segment's base)
+    first_offset: int
+    #: files of an empty last segment based at the log end, which the first appended segment replaces
+    empty_active: tuple[str, ...] = ()
+
+
+def partition_tail(pdir: str | os.PathLike, partition: int = 0) -> PartitionTail | None:
+    """How the partition in the directory ``pdir`` ends (None: it holds no segment). Raises ValueError for a
+    partition no records can be appended to: one whose last segment ends in a cut-short batch, or with files a
+    crashed run left (``.cleaned``, ``.swap``, ``.deleted``: run ``segjobs recover`` first)."""
+    from segment_io.checkpoint import read_leader_epoch_checkpoint
+    from segment_io.format import scan_batches
+    from segment_io.storage import open_storage
+
+    path = Path(pdir)
+    storage = open_storage(str(path))
+    listing = layout.listing_from_files(str(path.parent), storage.list(str(path))).partitions.get(
+        layout.parse_partition_dir(path.name) or ("", -1))
+    if listing is None or not listing.segments:
+        return None
+    if listing.transient:
+        left = listing.transient[0].info.uri.rsplit("/", 1)[-1]
+        raise ValueError(f"{path} holds files of an unfinished run ({left}): run segjobs recover on the log dir "
+                         f"first")
+    end, max_ts, max_pid, last_epoch = listing.segments[0].base_offset, -1, -1, -1
+    for seg in listing.segments:
+        headers = scan_batches(storage.read(seg.log.uri), path=seg.log.uri, allow_truncated_tail=True)
+        if headers.truncated_tail:
+            raise ValueError(f"{seg.log.uri}: its last batch is cut short at byte {headers.end}: records cannot be "
+                             f"appended after it")
+        end = max(end, seg.base_offset)
+        if len(headers):
+            end = max(end, int(headers.last_offset[-1]) + 1)
+            max_ts = max(max_ts, int(headers.max_timestamp.max()))
+            max_pid = max(max_pid, int(headers.producer_id.max()))
+            last_epoch = int(headers.partition_leader_epoch[-1])
+    last = listing.segments[-1]
+    empty_active = tuple(f.uri for f in (last.log, last.index, last.timeindex, last.txnindex) if f is not None) \
+        if last.log.size == 0 and last.base_offset == end else ()
+    epochs = tuple((e.epoch, e.start_offset) for e in read_leader_epoch_checkpoint(
+        storage, str(path / layout.LEADER_EPOCH_CHECKPOINT)))
+    epoch = epochs[-1][0] if epochs else max(last_epoch, 0)
+    return PartitionTail(log_end_offset=end, max_timestamp=max_ts,
+                         next_producer_id=max(max_pid + 1, 1000 + partition * 1_000_000), leader_epoch=epoch,
+                         epochs=epochs, first_offset=listing.segments[0].base_offset, empty_active=empty_active)
+
+
+def _write_partition(spec: GenerateSpec, pdir: Path, table: pa.Table, result: GenerateResult,
+                     name: str) -> int:
+    """Write ``table`` as segments of ``pdir`` (each named by its first offset); returns the bytes written."""
     from segment_io.segment_writer import write_segment
+
+    written = 0
+    for seg in _split_segments(table, spec.segment_bytes):
+        base = int(seg["offset"][0].as_py()) if seg.num_rows else 0
+        seg = seg.set_column(seg.schema.get_field_index("segment_base_offset"), "segment_base_offset",
+                             pa.array(np.full(seg.num_rows, base, dtype=np.int64)))
+        res = write_segment(seg, str(pdir / layout.segment_file_name(base)),
+                            index_interval_bytes=spec.index_interval_bytes)
+        written += res.bytes
+        result.segments += 1
+    markers = int(pa.compute.sum(table["control"]).as_py() or 0)
+    result.partitions += 1
+    result.records += table.num_rows - markers
+    result.markers += markers
+    result.bytes += written
+    result.per_partition[name] = written
+    return written
+
+
+def generate_log_dir(spec: GenerateSpec, out_dir: str | os.PathLike,
+                     progress: Callable[[str], None] | None = None, *, append: bool = False) -> GenerateResult:
+    """Write a broker-style log dir under ``out_dir`` (created). Partitions of other topics already there are
+    kept, and so are their checkpoint entries: several specs can build one log dir.
+
+    A partition of the spec that is already there is refused (FileExistsError), unless ``append``: then its
+    ``spec.records`` new records follow its log end offset, in new segments after its last one (an empty last
+    segment at the log end is replaced), its transactions with producer ids above every one it holds, its batches
+    in the leader epoch of its leader-epoch checkpoint, which is kept (written when absent), as are its
+    log-start-offset and cleaner-offset checkpoint entries. ``result.appended`` names those partitions."""
+    from segment_io.checkpoint import read_offset_checkpoint, write_leader_epoch_checkpoint, write_offset_checkpoint
     from segment_io.storage import open_storage
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     storage = open_storage(str(out))
     result = GenerateResult(out_dir=str(out))
-    rng = np.random.default_rng(spec.seed)
+    tails = {(topic, p): partition_tail(out / layout.partition_dir_name(topic, p), p)
+             for topic in spec.topics for p in range(spec.partitions)
+             if (out / layout.partition_dir_name(topic, p)).is_dir()}
+    ends = sorted(t.log_end_offset for t in tails.values() if t is not None)
+    # appended records get keys and values of their own, not the first run's again
+    rng = np.random.default_rng([spec.seed, *ends] if ends else spec.seed)
     log_start: dict[tuple[str, int], int] = {}
     for topic in spec.topics:
         for p in range(spec.partitions):
             pdir = out / layout.partition_dir_name(topic, p)
-            if pdir.exists() and any(pdir.iterdir()):
+            tail = tails.get((topic, p))
+            if tail is None and pdir.exists() and any(pdir.iterdir()):
+                raise FileExistsError(f"{pdir} already holds files but no segment; generate into an empty directory")
+            if tail is not None and not append:
                 raise FileExistsError(f"{pdir} already holds files; generate into an empty directory")
+            name = f"{topic}-{p}"
+            if tail is not None:
+                table = synthetic_table(spec, topic, p, rng, first_offset=tail.log_end_offset,
+                                        first_producer_id=tail.next_producer_id, leader_epoch=tail.leader_epoch)
+                if not spec.records:
+                    continue
+                for uri in tail.empty_active:
+                    storage.delete(uri)
+                written = _write_partition(spec, pdir, table, result, name)
+                if not tail.epochs:
+                    write_leader_epoch_checkpoint(storage, str(pdir / layout.LEADER_EPOCH_CHECKPOINT),
+                                                  [(tail.leader_epoch, tail.first_offset)])
+                result.appended.append(name)
+                if progress:
+                    progress(f"{name}: appended {table.num_rows} records at offsets {tail.log_end_offset}.."
+                             f"{tail.log_end_offset + table.num_rows - 1}, {written} bytes")
+                continue
             pdir.mkdir(parents=True, exist_ok=True)
             table = synthetic_table(spec, topic, p, rng)
-            markers = int(pa.compute.sum(table["control"]).as_py() or 0)
-            written = 0
-            for seg in _split_segments(table, spec.segment_bytes):
-                base = int(seg["offset"][0].as_py()) if seg.num_rows else 0
-                seg = seg.set_column(seg.schema.get_field_index("segment_base_offset"), "segment_base_offset",
-                                     pa.array(np.full(seg.num_rows, base, dtype=np.int64)))
-                res = write_segment(seg, str(pdir / layout.segment_file_name(base)),
-                                    index_interval_bytes=spec.index_interval_bytes)
-                written += res.bytes
-                result.segments += 1
+            written = _write_partition(spec, pdir, table, result, name)
             (pdir / layout.LEADER_EPOCH_CHECKPOINT).write_text("0\n1\n0 0\n")
             log_start[(topic, p)] = 0
-            result.partitions += 1
-            result.records += table.num_rows - markers
-            result.markers += markers
-            result.bytes += written
-            result.per_partition[f"{topic}-{p}"] = written
             if progress:
-                progress(f"{topic}-{p}: {table.num_rows} records, {written} bytes")
+                progress(f"{name}: {table.num_rows} records, {written} bytes")
     for name, entries in ((layout.LOG_START_OFFSET_CHECKPOINT, log_start), (layout.CLEANER_OFFSET_CHECKPOINT, {})):
         path = out / name
         kept = read_offset_checkpoint(storage, str(path)) if path.exists() else {}

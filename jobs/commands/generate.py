@@ -12,12 +12,21 @@ Sizes take binary units (4MiB, 1KiB; "MB" is refused as ambiguous), durations ms
 
 Beside the log dir it writes its topics config (--config-out; default OUT.topics.toml): the generated topics
 with cleanup.policy=compact (their records supersede each other: made for compaction) and the --segment-bytes
-they were written with, ready for `--config`. --out must be new or empty; --append adds new topics to the log
-dir in it.
+they were written with, ready for `--config`. --out must be new or empty, unless --append.
 
-example:
+--append adds to the log dir in --out: a topic not there is created; a topic that is there gets --records more
+records per partition, appended after each partition's log end offset in new segments after its last one, as a
+producer would: offsets continue, new transactions take producer ids above every one the partition holds, the
+batches carry the leader epoch of its leader-epoch checkpoint, its checkpoint entries and its topics config stay
+as they were, and its timestamps continue just after its newest one (unless --start). Keys come from the same
+key space (ids from 0): the new records' --records x (1 - --superseded) distinct keys are keys the first records
+wrote wherever those had as many, so they mostly update and delete existing keys. That is a night's traffic for
+`segjobs table` or compaction to pick up.
+
+examples:
   segjobs generate --out /tmp/logs --topics orders,users --partitions 4 --records 200000 \\
       --segment-bytes 4MiB --superseded 0.5 --tombstones 0.02 --value-bytes 1000 --codec lz4
+  segjobs generate --out /tmp/logs --topics orders --records 1000 --append    # 1000 more records a partition
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from jobs.commands.args import duration_arg, size_arg
 from jobs.rules.timeutil import format_instant, parse_instant
 from segment_io.compression import CODEC_BY_NAME, codec_from_name
 from segment_io.errors import UsageError
-from segment_io.layout import partition_dir_name
+from segment_io.layout import parse_partition_dir, partition_dir_name
 from segment_io.units import DAY_MS
 
 if TYPE_CHECKING:
@@ -54,13 +63,15 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True,
                    help="directory to create the log dir in (must be empty or absent, unless --append)")
     p.add_argument("--append", action="store_true",
-                   help="add the --topics to the log dir already in --out (they must be new topics there; the "
-                        "others, and their checkpoint entries, are kept) and their tables to its topics config")
+                   help="add to the log dir already in --out: new --topics are created (and added to its topics "
+                        "config); the partitions of a topic already there get --records more records after their "
+                        "log end offset, in new segments (see above); everything else is kept")
     p.add_argument("--config-out", metavar="FILE",
                    help="where to write the topics config of what was generated (default: OUT.topics.toml beside "
                         "the log dir, never inside it; 'none': write none)")
     p.add_argument("--topics", default="orders", help="comma-separated topic names (default: orders)")
-    p.add_argument("--partitions", type=int, default=2, help="partitions per topic (default: 2)")
+    p.add_argument("--partitions", type=int, default=None,
+                   help="partitions per topic (default: 2; with --append, a topic already there keeps its count)")
     p.add_argument("--records", type=int, default=10_000, help="data records per partition (default: 10000)")
     p.add_argument("--segment-bytes", type=size_arg, default=1 << 20, metavar="SIZE",
                    help="roll a new segment after about this many bytes, e.g. 4MiB (default: 1MiB)")
@@ -75,9 +86,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--codec", choices=sorted(CODEC_BY_NAME), default="none", help="compression codec (default: none)")
     p.add_argument("--transactional", type=_share, default=0.0, help="share of batches in transactions (default: 0)")
     p.add_argument("--aborted", type=_share, default=0.0, help="share of transactions that abort (default: 0)")
-    p.add_argument("--start", default=DEFAULT_START, metavar="EPOCH_MS|ISO8601",
+    p.add_argument("--start", default=None, metavar="EPOCH_MS|ISO8601",
                    help=f"timestamp of the first record (default: {DEFAULT_START}, fixed so that output is "
-                        "reproducible; run the jobs with --now, or pass a recent --start, e.g. 2026-11-20)")
+                        "reproducible; run the jobs with --now, or pass a recent --start, e.g. 2026-11-20; with "
+                        "--append to a topic already there: just after the newest timestamp of its partitions)")
     p.add_argument("--span", type=duration_arg, default=7 * DAY_MS, metavar="DURATION",
                    help="timestamps spread evenly over [--start, --start + this), e.g. 36h or 30d (default: 7d)")
     p.add_argument("--value-style", choices=("random", "text"), default="random",
@@ -88,42 +100,61 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from segment_io.generate import GenerateSpec, generate_log_dir
+    from segment_io.generate import GenerateResult, GenerateSpec, generate_log_dir
 
     topics = tuple(t.strip() for t in args.topics.split(",") if t.strip())
     if not topics:
         raise UsageError("--topics names no topic")
+    out = Path(args.out)
+    _check_out(out, append=args.append)
+    existing = _existing_partitions(out, topics) if args.append else {}
+    counts = {t: _partition_count(t, existing.get(t), args.partitions) for t in topics}
+    start = args.start
+    if start is None:
+        newest = _newest_timestamp(out, existing)
+        start = str(newest + 1) if newest is not None else DEFAULT_START
+    specs: list[GenerateSpec] = []
     try:
-        spec = GenerateSpec(
-            topics=topics, partitions=args.partitions, records=args.records, segment_bytes=args.segment_bytes,
-            superseded_share=args.superseded, tombstone_share=args.tombstones, value_bytes=args.value_bytes,
-            key_bytes=args.key_bytes, batch_records=args.batch_records, codec=codec_from_name(args.codec),
-            transactional_share=args.transactional, aborted_share=args.aborted,
-            start_ms=parse_instant(args.start, option="--start"), span_ms=args.span, seed=args.seed,
-            headers=args.headers, value_style=args.value_style,
-        )
+        for n in sorted(set(counts.values())):
+            specs.append(GenerateSpec(
+                topics=tuple(t for t in topics if counts[t] == n), partitions=n, records=args.records,
+                segment_bytes=args.segment_bytes, superseded_share=args.superseded, tombstone_share=args.tombstones,
+                value_bytes=args.value_bytes, key_bytes=args.key_bytes, batch_records=args.batch_records,
+                codec=codec_from_name(args.codec), transactional_share=args.transactional,
+                aborted_share=args.aborted, start_ms=parse_instant(start, option="--start"), span_ms=args.span,
+                seed=args.seed, headers=args.headers, value_style=args.value_style))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    out = Path(args.out)
-    _check_out(out, topics, args.partitions, append=args.append)
+    spec = specs[0]
     config_out = None if (args.config_out or "").lower() == "none" else Path(args.config_out or f"{out}.topics.toml")
     if config_out is not None and config_out.exists() and not args.append:
         raise UsageError(f"--config-out {config_out} exists: name another file with --config-out FILE (or 'none'), "
                          f"or remove it; nothing was written")
     t0 = time.monotonic()
     progress = None if args.quiet else (lambda line: print(f"  {line}", file=sys.stderr))
+    res = GenerateResult(out_dir=str(out))
     try:
-        res = generate_log_dir(spec, out, progress=progress)
+        for one in specs:
+            part = generate_log_dir(one, out, progress=progress, append=args.append)
+            res.partitions += part.partitions
+            res.segments += part.segments
+            res.records += part.records
+            res.markers += part.markers
+            res.bytes += part.bytes
+            res.appended += part.appended
     except FileExistsError as exc:
         raise UsageError(str(exc)) from None
     dt = time.monotonic() - t0
     print(f"wrote {res.out_dir}: {res.partitions} partitions, {res.segments} segments, {res.records} records "
-          f"(+{res.markers} markers), {res.bytes / 1e6:.1f} MB in {dt:.1f}s")
+          f"(+{res.markers} markers), {res.bytes / 1e6:.1f} MB in {dt:.1f}s"
+          + (f"; appended to {_names(res.appended)} after their log end offsets" if res.appended else ""))
     # the instant just after the data: the jobs judge it there (at today's date it may be years old)
     after = spec.start_ms + spec.span_ms + DAY_MS
-    if config_out is not None:
-        _write_config(config_out, out, spec, append=args.append)
-        print(f"topics config: {config_out} (cleanup.policy=compact for {', '.join(topics)}); e.g.\n"
+    new_topics = tuple(t for t in topics if t not in existing)
+    if config_out is not None and (new_topics or config_out.exists()):
+        _write_config(config_out, out, spec, new_topics, append=args.append)
+        policy = f" (cleanup.policy=compact for {', '.join(new_topics)})" if new_topics else ""
+        print(f"topics config: {config_out}{policy}; e.g.\n"
               f"  segjobs compact --log-dir {out} --config {config_out} --now {format_instant(after)}")
     else:
         print(f"timestamps run from {format_instant(spec.start_ms)} to {format_instant(spec.start_ms + spec.span_ms)}: "
@@ -131,26 +162,63 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_out(out: Path, topics: tuple[str, ...], partitions: int, *, append: bool) -> None:
-    """--out must be a new or empty directory; with --append, a directory without these topics' partitions."""
+def _names(names: list[str], shown: int = 5) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def _check_out(out: Path, *, append: bool) -> None:
+    """--out must be a new or empty directory, unless --append."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file, not a directory")
     present = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
-    if not append:
-        if present:
-            shown = ", ".join(present[:5]) + (f" and {len(present) - 5} more" if len(present) > 5 else "")
-            raise UsageError(f"--out {out} is not empty (it holds {shown}): give a new or empty directory, or pass "
-                             f"--append to add these topics to the log dir in it; nothing was written")
+    if present and not append:
+        shown = ", ".join(present[:5]) + (f" and {len(present) - 5} more" if len(present) > 5 else "")
+        raise UsageError(f"--out {out} is not empty (it holds {shown}): give a new or empty directory, or pass "
+                         f"--append to add these topics to the log dir in it; nothing was written")
+
+
+def _existing_partitions(out: Path, topics: tuple[str, ...]) -> dict[str, list[int]]:
+    """The partition numbers of each of ``topics`` that --out already holds (topics it lacks are left out)."""
+    found: dict[str, list[int]] = {}
+    for entry in sorted(out.iterdir()) if out.is_dir() else []:
+        tp = parse_partition_dir(entry.name)
+        if entry.is_dir() and tp is not None and tp[0] in topics:
+            found.setdefault(tp[0], []).append(tp[1])
+    return {t: sorted(ps) for t, ps in found.items()}
+
+
+def _partition_count(topic: str, existing: list[int] | None, asked: int | None) -> int:
+    """How many partitions ``topic`` gets: --partitions (2 by default), or the count it has when it exists."""
+    if existing is None:
+        return 2 if asked is None else asked
+    have = max(existing) + 1
+    if asked is not None and asked != have:
+        raise UsageError(f"--partitions {asked}: {topic} has {have} partition(s) in the log dir already; --append "
+                         f"adds records to those (omit --partitions); nothing was written")
+    return have
+
+
+def _newest_timestamp(out: Path, existing: dict[str, list[int]]) -> int | None:
+    """The newest batch timestamp of the partitions records are appended to (None: none, or no timestamp)."""
+    from segment_io.generate import partition_tail
+
+    newest = -1
+    for topic, parts in existing.items():
+        for p in parts:
+            try:
+                tail = partition_tail(out / partition_dir_name(topic, p), p)
+            except ValueError as exc:
+                raise UsageError(f"--append: {exc}; nothing was written") from None
+            if tail is not None:
+                newest = max(newest, tail.max_timestamp)
+    return newest if newest >= 0 else None
+
+
+def _write_config(path: Path, out: Path, spec: "GenerateSpec", topics: tuple[str, ...], *, append: bool) -> None:
+    """The topics config of the new ``topics`` (appended to an existing one with --append; a topic the log dir
+    had keeps its table there)."""
+    if not topics:
         return
-    clash = [name for t in topics for n in range(partitions) if (name := partition_dir_name(t, n)) in present]
-    if clash:
-        raise UsageError(f"--append: {out} already holds {', '.join(clash[:5])}"
-                         + (f" and {len(clash) - 5} more" if len(clash) > 5 else "")
-                         + ": --append adds new topics only; choose other --topics; nothing was written")
-
-
-def _write_config(path: Path, out: Path, spec: "GenerateSpec", *, append: bool) -> None:
-    """The topics config of what was generated (appended to an existing one with --append)."""
     end = spec.start_ms + spec.span_ms
     lines = [] if append and path.exists() else [
         f"# Topic configuration of the log dir {out}, written by `segjobs generate`.",
@@ -158,8 +226,8 @@ def _write_config(path: Path, out: Path, spec: "GenerateSpec", *, append: bool) 
         "# compact topics. Their timestamps are fixed by --start/--span: give the jobs a --now after them.",
         "# Edit freely: see conf/topics.toml for every key and how tables combine.",
     ]
-    lines += ["", f"# {', '.join(spec.topics)}: timestamps {format_instant(spec.start_ms)} .. {format_instant(end)}"]
-    for topic in spec.topics:
+    lines += ["", f"# {', '.join(topics)}: timestamps {format_instant(spec.start_ms)} .. {format_instant(end)}"]
+    for topic in topics:
         lines += [f'[topics."{topic}"]', '"cleanup.policy" = "compact"', f'"segment.bytes" = {spec.segment_bytes}', ""]
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a" if append else "w", encoding="utf-8") as f:

@@ -32,8 +32,11 @@ examples:
   segjobs table --log-dir /var/kafka/logs --topic orders --table /lake/orders_latest
   segjobs table --log-dir s3://bucket/kafka/logs --topic orders --table s3://lake/orders_latest --dry-run
   segjobs table --log-dir /backup/logs --topic orders --table /lake/orders_latest --rebuild --partition 3
-  spark-submit --packages io.delta:delta-spark_4.2_2.13:4.4.1 jobs/table.py --log-dir s3://bucket/kafka/logs \\
-      --topic orders --table s3://lake/orders_latest
+  spark-submit --packages DELTA_SPARK_PACKAGE \\
+      --conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension \\
+      --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog \\
+      jobs/table.py --log-dir s3://bucket/kafka/logs --topic orders --table s3://lake/orders_latest
+(`make venv-delta` builds .venv-delta with delta-spark, `pip install 'segjobs[delta]'`, to try this from a clone)
 """
 
 from __future__ import annotations
@@ -45,13 +48,19 @@ from typing import TYPE_CHECKING
 from jobs.commands.args import (
     add_log_format_option,
     add_max_batch_bytes_option,
+    add_rows_options,
     cli_wording,
     close_progress,
     progress_sink,
     size_arg,
     storage_options_from_args,
+    summary_view,
 )
+from jobs.engine.delta_spark import DELTA_SPARK_PACKAGE
 from jobs.engine.table_sort import DEFAULT_LATEST_BUFFER_BYTES
+
+# the coordinate of Delta's jars is defined once (jobs.engine.delta_spark); the help quotes it
+__doc__ = (__doc__ or "").replace("DELTA_SPARK_PACKAGE", DELTA_SPARK_PACKAGE)
 
 if TYPE_CHECKING:
     from jobs.engine.seams import Seams
@@ -96,6 +105,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr (failures are still shown)")
     p.add_argument("--format", "--output", dest="format", choices=("table", "json"), default="table",
                    help="what stdout gets: table (default), or json: the run's result as one document")
+    add_rows_options(p)
     add_log_format_option(p, job=True)
 
 
@@ -118,6 +128,6 @@ def run(args: argparse.Namespace, seams: "Seams | None" = None) -> int:
         spark = build_session(app_name="segjobs-table", master=args.master)
     result = api.table(args.log_dir, options, spark=spark, seams=seams)
     close_progress(args)
-    sys.stdout.write(result.to_json() + "\n" if args.format == "json" else result.summary())
+    sys.stdout.write(result.to_json() + "\n" if args.format == "json" else result.summary(**summary_view(args)))
     sys.stdout.flush()
     return result.exit_code

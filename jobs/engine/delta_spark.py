@@ -16,6 +16,20 @@ from typing import Any
 
 from segment_io.errors import StorageError
 
+#: The delta-spark release segjobs is tested with (``make test-compat``'s delta venv, conf/compat/delta.txt) and the
+#: ``delta`` extra pins (``pip install 'segjobs[delta]'``). Its PyPI successor 4.4.1 has no jars on Maven Central.
+DELTA_SPARK_VERSION = "4.4.0"
+#: The Spark line that release's jar is built for (delta-spark 4.4.0 admits pyspark 4.0.1 to 4.2.0).
+DELTA_SPARK_FOR_SPARK = "4.2"
+#: The Maven coordinate of Delta's jars, for ``spark-submit --packages`` or ``spark.jars.packages``: the one
+#: coordinate ``segjobs table --help`` and the docs quote (tests/jobs/engine/test_delta_spark.py checks them).
+DELTA_SPARK_PACKAGE = f"io.delta:delta-spark_{DELTA_SPARK_FOR_SPARK}_2.13:{DELTA_SPARK_VERSION}"
+#: The session settings that turn Delta Lake on (its SQL extension and catalog), beside its jars.
+DELTA_SPARK_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
 #: Delta's error when two writers create a table in the same empty directory at once: one commit wins, the other
 #: must retry (and then appends to the table the winner created). Appends to an existing table never conflict.
 _CONCURRENT_CREATE = ("DELTA_PROTOCOL_CHANGED", "ProtocolChangedException", "DELTA_METADATA_CHANGED")

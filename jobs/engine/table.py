@@ -230,9 +230,11 @@ class TableResult:
     def ok(self) -> bool:
         return self.exit_code == 0
 
-    def summary(self) -> str:
-        """What ``segjobs table`` prints: a row per partition, then the totals."""
-        return render_summary(self)
+    def summary(self, *, layout: str = "auto", width: int | None = None) -> str:
+        """What ``segjobs table`` prints: a row per partition (beyond
+        :data:`~jobs.engine.report.PARTITION_ROWS_MAX` partitions, ``layout``: a row for the topic and the failed
+        partitions), then the totals; ``width``: the terminal's, which the table fits."""
+        return render_summary(self, layout=layout, width=width)
 
     def to_json(self) -> str:
         import json
@@ -431,10 +433,12 @@ class TableConflictError(SegjobsError):
 
 def write_with_deltalake(uri: str, dt: Any | None, topic: str, changes: Sequence[PartitionChanges],
                          options: StorageOptions | None, fault: Callable[[str], None] | None = None,
-                         sorted_rows: Callable[[bool], Iterator[pa.RecordBatch]] | None = None) -> int:
+                         sorted_rows: Callable[[bool], Iterator[pa.RecordBatch]] | None = None,
+                         written: set[int] | None = None) -> int:
     """Apply every partition's changes and applied offset to the table in one Delta commit; returns the new
     table version. ``sorted_rows(live_only)`` (partitions deduped on disk) streams more rows to the same merge.
-    ``fault`` (tests) is called with ``merge:start`` and ``merge:committed``."""
+    ``written`` receives every partition once the commit is in the table. ``fault`` (tests) is called with
+    ``merge:start`` and ``merge:committed``."""
     from deltalake import CommitProperties, Transaction
 
     now = int(time.time() * 1000)
@@ -463,6 +467,8 @@ def write_with_deltalake(uri: str, dt: Any | None, topic: str, changes: Sequence
             raise TableConflictError(uri, None if dt is None else int(dt.version()), f"{type(exc).__name__}: "
                                                                                      f"{exc}") from exc
         raise
+    if written is not None:
+        written.update(c.partition for c in changes)
     if fault:
         fault("merge:committed")
     final = open_table(uri, options)
@@ -716,6 +722,9 @@ def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storag
                     by_partition[part.partition].error = PartitionError.from_exception(exc)
     version_after = version_before
     write_error: str | None = None
+    # The partitions whose rows and applied offset a commit of THIS run holds: only they are reported as applied
+    # (a winning concurrent run may have committed the same offsets; its rows are not this run's to count).
+    written: set[int] = set()
     if work and not options.dry_run:
         progress(f"writing {len(work)} partition(s) with {writer}", event="table.write", partitions=len(work))
         fault = seams.fault_for(options.topic) if seams.fault else None
@@ -725,13 +734,14 @@ def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storag
                     from jobs.engine.table_spark import write_with_spark
 
                     version_after = write_with_spark(spark, options.table, dt, options.topic, work, storage_options,
-                                                     spark_latest, fault=fault, progress=progress)
+                                                     spark_latest, fault=fault, progress=progress, written=written)
                 else:
                     version_after = write_with_deltalake(options.table, dt, options.topic, work, storage_options,
-                                                         fault=fault, sorted_rows=sorted_rows)
+                                                         fault=fault, sorted_rows=sorted_rows, written=written)
                 break
             except TableConflictError as exc:
                 write_error = str(exc)
+                progress.error(f"the table was not written: {write_error}", event="table.write.conflict")
                 break
             except SegjobsError as exc:
                 if not stream_errors:
@@ -758,9 +768,6 @@ def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storag
                 part.counts = SortedCounts(records_read=part.counts.records_read)
     if spark_latest is not None:
         spark_latest.unpersist()
-    # delta-spark commits partition by partition: after a failure, those committed before it are applied
-    committed = applied_offsets(open_table(options.table, storage_options), options.topic,
-                                [r.partition for r in work]) if write_error is not None else {}
     dry = options.dry_run
     parts: list[TablePartition] = []
     for part in on_disk.values():
@@ -775,7 +782,7 @@ def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storag
                                         applied.get(r.partition), None, None, r.records_read, 0, 0, 0, 0,
                                         error=str(r.error)))
             continue
-        if write_error is not None and plan.has_work and committed.get(r.partition) != plan.end:
+        if write_error is not None and plan.has_work and r.partition not in written:
             parts.append(TablePartition(r.topic, r.partition, "error", plan.applied, plan.applied, plan.log_start,
                                         plan.log_end, r.records_read, 0, 0, 0, 0, error=write_error))
             continue
@@ -802,24 +809,53 @@ def _choose_writer(requested: str, spark: Any, uri: str) -> str:
 
     session = delta_session(uri) if spark is not None or requested == "spark" else None
     if requested == "spark" and session is None:
-        raise UsageError("--writer spark: the Spark session has no Delta Lake (start it with delta-spark's package "
-                         "and extensions, see docs/guide/table.md), or it cannot write the --table URI")
+        from jobs.engine.delta_spark import DELTA_SPARK_PACKAGE
+
+        raise UsageError(f"--writer spark: the Spark session has no Delta Lake (start it with delta-spark's package "
+                         f"{DELTA_SPARK_PACKAGE} and extensions, see docs/guide/table.md), or it cannot write the "
+                         f"--table URI")
     return "spark" if session is not None else "deltalake"
 
 
-def render_summary(run: TableResult) -> str:
-    """The human summary: a row per partition and the totals."""
-    from jobs.engine.report import render_table
+_PARTITION_COLUMNS = [("partition", "partition"), ("action", "action"), ("applied", "applied from"),
+                      ("to", "applied to"), ("read", "records read"), ("inserts", "inserts"), ("updates", "updates"),
+                      ("deletes", "deletes"), ("note", "note")]
+_TOPIC_COLUMNS = [("topic", "topic"), ("partitions", "partitions"), ("actions", "actions"), ("read", "records read"),
+                  ("inserts", "inserts"), ("updates", "updates"), ("deletes", "deletes"), ("note", "note")]
 
-    rows = [{"partition": p.name, "action": p.action,
-             "applied": "-" if p.applied_before is None else str(p.applied_before),
-             "to": "-" if p.applied_after is None else str(p.applied_after),
-             "read": str(p.records_read), "inserts": str(p.inserts), "updates": str(p.updates),
-             "deletes": str(p.deletes), "note": p.error or ""} for p in run.partitions]
-    columns = [("partition", "partition"), ("action", "action"), ("applied", "applied from"), ("to", "applied to"),
-               ("read", "records read"), ("inserts", "inserts"), ("updates", "updates"), ("deletes", "deletes"),
-               ("note", "note")]
-    lines = [render_table(rows, columns)]
+
+def _partition_row(p: TablePartition) -> dict[str, str]:
+    return {"partition": p.name, "action": p.action,
+            "applied": "-" if p.applied_before is None else str(p.applied_before),
+            "to": "-" if p.applied_after is None else str(p.applied_after),
+            "read": str(p.records_read), "inserts": str(p.inserts), "updates": str(p.updates),
+            "deletes": str(p.deletes), "note": p.error or ""}
+
+
+def _topic_row(run: TableResult) -> dict[str, str]:
+    """The partitions of the run added up: how many took each action, and the counts."""
+    actions: dict[str, int] = {}
+    for p in run.partitions:
+        actions[p.action] = actions.get(p.action, 0) + 1
+    failed = actions.get("error", 0)
+    return {"topic": run.topic, "partitions": str(len(run.partitions)),
+            "actions": ", ".join(f"{a} {n}" for a, n in sorted(actions.items())), "read": str(run.records_read),
+            "inserts": str(run.inserts), "updates": str(run.updates), "deletes": str(run.deletes),
+            "note": f"{failed} partition(s) failed, below" if failed else ""}
+
+
+def render_summary(run: TableResult, *, layout: str = "auto", width: int | None = None) -> str:
+    """The human summary: a row per partition, or beyond :data:`~jobs.engine.report.PARTITION_ROWS_MAX`
+    partitions (as every command's summary, ``layout``) a row for the topic and the failed partitions below it;
+    then the totals."""
+    from jobs.engine.report import attention_table, render_table, rows_per_partition
+
+    if rows_per_partition(layout, len(run.partitions)):
+        lines = [render_table([_partition_row(p) for p in run.partitions], _PARTITION_COLUMNS, width=width)]
+    else:
+        lines = [render_table([_topic_row(run)], _TOPIC_COLUMNS, width=width)]
+        lines += attention_table([p for p in run.partitions if p.action == "error"], _partition_row,
+                                 _PARTITION_COLUMNS, width=width)
     verb = "would write" if run.dry_run else "wrote"
     if run.version_after == run.version_before and not run.dry_run:
         version = "no new table version (nothing new)" if run.exit_code == 0 else "no new table version"

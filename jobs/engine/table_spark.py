@@ -121,9 +121,13 @@ def spark_count_changes(spark: Any, uri: str, latest: Any, changes: Sequence[Par
 
 def write_with_spark(spark: Any, uri: str, dt: Any | None, topic: str, changes: Sequence[PartitionChanges],
                      options: StorageOptions | None, latest: Any, *, fault: Callable[[str], None] | None = None,
-                     progress: Progress | None = None) -> int:
+                     progress: Progress | None = None, written: set[int] | None = None) -> int:
     """Apply each partition's changes (``latest``: :func:`spark_changes`) with a delta-spark MERGE of its own;
-    returns the table's new version."""
+    returns the table's new version. ``written`` receives each partition once its commit is in the table.
+
+    Raises :class:`jobs.engine.table.TableConflictError` when another writer applied a partition after this run
+    read the table: Delta would silently skip a write whose ``txnVersion`` the table already holds, and the run
+    would report rows it did not write."""
     from delta.tables import DeltaTable as SparkDeltaTable  # type: ignore[import-not-found]
 
     path = spark_path(uri)
@@ -131,6 +135,7 @@ def write_with_spark(spark: Any, uri: str, dt: Any | None, topic: str, changes: 
     for c in changes:
         if c.plan is None:
             continue
+        _check_not_overtaken(uri, options, dt, topic, c)
         source = latest.where(f"partition = {c.partition}")
         txn_id, txn_version = app_id(topic, c.partition), str(c.plan.end)
         if fault:
@@ -162,6 +167,8 @@ def write_with_spark(spark: Any, uri: str, dt: Any | None, topic: str, changes: 
                 # nothing changed: the applied offset moves in a commit that adds no file
                 source.limit(0).write.format("delta").mode("append").option("txnAppId", txn_id) \
                     .option("txnVersion", txn_version).save(path)
+        if written is not None:
+            written.add(c.partition)
         if progress is not None:
             progress(f"{c.name}: merged with delta-spark, applied up to offset {c.plan.end}",
                      event="table.partition.merged", partition=c.name)
@@ -169,6 +176,21 @@ def write_with_spark(spark: Any, uri: str, dt: Any | None, topic: str, changes: 
         fault("merge:committed")
     final = open_table(uri, options)
     return int(final.version()) if final is not None else -1
+
+
+def _check_not_overtaken(uri: str, options: StorageOptions | None, dt: Any | None, topic: str,
+                         change: PartitionChanges) -> None:
+    """Raise :class:`TableConflictError` when the table's applied offset of ``change``'s partition is no longer
+    the one this run planned from (another run applied it since)."""
+    from jobs.engine.table import TableConflictError
+
+    assert change.plan is not None
+    now = open_table(uri, options)
+    current = now.transaction_version(app_id(topic, change.partition)) if now is not None else None
+    if current != change.plan.applied:
+        raise TableConflictError(uri, None if dt is None else int(dt.version()),
+                                 f"{change.name}'s applied offset is now {current}, this run planned from "
+                                 f"{change.plan.applied}")
 
 
 def _version(spark: Any, path: str) -> int:

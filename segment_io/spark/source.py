@@ -9,7 +9,10 @@ by :func:`segment_io.decode.decode_segment_bytes` in a task, straight into Arrow
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Sequence
+import functools
+import os
+import sys
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -19,7 +22,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from segment_io.errors import CorruptRecordError
+from segment_io.errors import CorruptRecordError, SegjobsError
 from segment_io.format import BatchHeaders, scan_batches
 from segment_io.schema import RECORD_SCHEMA
 from segment_io.spark.bounds import RowBounds
@@ -49,6 +52,44 @@ _POSITION_COLUMN = RECORD_SCHEMA.get_field_index("batch_position")
 PUSHDOWN_IS_PER_SCAN: bool = int(pyspark.__version__.split(".")[0]) >= 5
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+#: The modules of Spark's Python workers that plan a data source's read: they create the source (``schema``,
+#: ``reader``) and list its partitions.
+_PLANNER_WORKERS = ("pyspark.sql.worker.create_data_source", "pyspark.sql.worker.plan_data_source_read")
+
+
+def _in_spark_planner() -> bool:
+    """Whether this process is one of Spark's Python workers that plan a data source's read: forked by
+    ``pyspark.daemon``, which imports the worker's module, or started as ``python -m`` that module."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return any(name in sys.modules for name in _PLANNER_WORKERS) or getattr(spec, "name", None) in _PLANNER_WORKERS
+
+
+def message_first(method: _F) -> _F:
+    """Let a user's mistake (a bad option, a ``topics`` glob matching no topic, a path with nothing to read: any
+    :class:`~segment_io.errors.SegjobsError`) reach the user as its message, not under a traceback.
+
+    Spark reports an error of the Python worker that plans the read as ``[PYTHON_DATA_SOURCE_ERROR] Failed to
+    ...: `` followed by what the worker formatted: by default the whole traceback, the message 800 characters
+    further on. The worker formats the message alone when ``SPARK_HIDE_TRACEBACK`` is set (what Spark's
+    ``spark.sql.execution.pyspark.udf.hideTraceback.enabled`` sets), read when the exception is reported; the
+    planner's worker is destroyed after an error, never reused, so no other error loses its traceback. Errors
+    that are not the user's (a bug) keep their traceback."""
+
+    @functools.wraps(method)
+    def planned(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except SegjobsError:
+            if _in_spark_planner():
+                os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+            raise
+
+    return planned  # type: ignore[return-value]
+
+
 class KafkaSegmentsDataSource(DataSource):
     """``spark.read.format("kafka-segments").load(uri)``: see :mod:`segment_io.spark` for the options."""
 
@@ -56,6 +97,7 @@ class KafkaSegmentsDataSource(DataSource):
     def name(cls) -> str:
         return FORMAT_NAME
 
+    @message_first
     def schema(self) -> StructType:
         # Validating here makes a bad option fail at load(), before any job is planned.
         options = parse_options(self.options)
@@ -63,6 +105,7 @@ class KafkaSegmentsDataSource(DataSource):
             return LATEST_SPARK_SCHEMA
         return ROW_SCHEMAS[options.row_schema].spark_schema
 
+    @message_first
     def reader(self, schema: StructType) -> "KafkaSegmentsReader | LatestReader":
         options = parse_options(self.options)
         if options.read_mode == "latest":
@@ -112,6 +155,7 @@ class KafkaSegmentsReader(DataSourceReader):
         self.bounds, rest = self.row_schema.narrow(self.bounds, filters)
         return rest
 
+    @message_first
     def partitions(self) -> Sequence[InputPartition]:
         """One split per segment, more for segments above ``maxSplitBytes``; splits that cannot match
         the options and pushed filters are left out."""
@@ -245,6 +289,7 @@ class LatestReader(DataSourceReader):
         self.options = options
         self.bounds = RowBounds.from_options(options)
 
+    @message_first
     def partitions(self) -> Sequence[InputPartition]:
         storage = open_storage(self.options.path, self.options.storage_options())
         by_partition: dict[tuple[str, int], list[str]] = {}

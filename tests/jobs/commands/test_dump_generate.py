@@ -68,9 +68,11 @@ def test_generate_refuses_a_non_empty_out_naming_append_and_append_adds_topics(t
         f"log-start-offset-checkpoint, orders-0, orders-1, user.events-v2-0 and 1 more): give a new or empty "
         f"directory, or pass --append to add these topics to the log dir in it; nothing was written\n")
     assert sorted(p.name for p in out.iterdir()) == before and config.read_text() == written
-    # --append: new topics only (a clash is refused before anything is written) ...
-    assert main(["generate", "--out", str(out), "--append", "--topics", "clicks,orders", "--quiet"]) == 2
-    assert "already holds orders-0, orders-1: --append adds new topics only" in capsys.readouterr().err
+    # --append: a topic there keeps its partition count (another is refused before anything is written) ...
+    assert main(["generate", "--out", str(out), "--append", "--topics", "clicks,orders", "--partitions", "3",
+                 "--quiet"]) == 2
+    assert "--partitions 3: orders has 2 partition(s) in the log dir already" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == before
     assert main(["generate", "--out", str(out), "--append", "--topics", "clicks", "--partitions", "1",
                  "--records", "100", "--quiet"]) == 0
     # ... the others and their checkpoint entries are kept, and the topics config covers all of them
@@ -83,6 +85,48 @@ def test_generate_refuses_a_non_empty_out_naming_append_and_append_adds_topics(t
     for topic in ("orders", "user.events-v2", "clicks"):
         assert configs.for_topic(topic).compact and configs.for_topic(topic).segment_bytes == (
             64 << 10 if topic != "clicks" else 1 << 20)
+
+
+def test_generate_append_continues_existing_partitions_as_a_producer_would(tmp_path: Path, capsys) -> None:
+    """--append to a topic already there: new segments after the last one, offsets continuing from the log end
+    offset, transactions with new producer ids, the leader epoch, checkpoints and topics config kept, timestamps
+    after the newest; the partitions still pass dump --verify."""
+    from segment_io.checkpoint import read_offset_checkpoint
+    from segment_io.storage import open_storage
+
+    out = tmp_path / "logs"
+    assert _generate(out) == 0
+    config = tmp_path / "logs.topics.toml"
+    written = config.read_text()
+    part = out / "orders-1"
+    old_files = {p.name: p.read_bytes() for p in part.iterdir()}
+    old = read_partition(part)
+    old_end = old[-1].records[-1].offset + 1
+    checkpoint = read_offset_checkpoint(open_storage(str(out)), str(out / "log-start-offset-checkpoint"))
+    capsys.readouterr()
+    assert main(["generate", "--out", str(out), "--append", "--topics", "orders", "--records", "500",
+                 "--segment-bytes", "16KiB", "--transactional", "0.3", "--aborted", "0.5", "--quiet"]) == 0
+    assert "appended to orders-0, orders-1 after their log end offsets" in capsys.readouterr().out
+    # the old files are untouched; the new segments start at the old log end offset
+    assert {p.name: p.read_bytes() for p in part.iterdir() if p.name in old_files} == old_files
+    new_logs = sorted(p.name for p in part.glob("*.log") if p.name not in old_files)
+    assert len(new_logs) > 1 and new_logs[0] == f"{old_end:020d}.log"
+    batches = read_partition(part)
+    offsets = [r.offset for b in batches for r in b.records]
+    assert offsets == list(range(len(offsets)))
+    added = batches[len(old):]
+    assert sum(len(b.records) for b in added if not b.control) == 500
+    old_pids = {b.producer_id for b in old if b.producer_id >= 0}
+    new_pids = [b.producer_id for b in added if b.transactional and not b.control]
+    assert new_pids and min(new_pids) > max(old_pids) and len(set(new_pids)) == len(new_pids)
+    assert all(b.producer_epoch == 0 for b in added if b.transactional)
+    assert min(r.timestamp for b in added for r in b.records) > max(r.timestamp for b in old for r in b.records)
+    assert {b.leader_epoch for b in added} == {0}
+    assert (part / "leader-epoch-checkpoint").read_text() == "0\n1\n0 0\n"
+    assert read_offset_checkpoint(open_storage(str(out)), str(out / "log-start-offset-checkpoint")) == checkpoint
+    assert config.read_text() == written  # orders' table stays as it was, not written twice
+    for p in ("orders-0", "orders-1", "user.events-v2-0"):
+        assert main(["dump", "--verify", str(out / p)]) == 0, capsys.readouterr()
 
 
 def test_generate_writes_its_topics_config_beside_the_log_dir_and_says_how_to_run(tmp_path: Path, capsys) -> None:

@@ -153,3 +153,30 @@ def test_without_delta_in_the_session_the_embedded_deltalake_writes(spark, tmp_p
     assert append_ledger(str(ledger), report, rows) == 2
     assert [e.split("-")[0] for e in commit_engines(ledger)] == ["delta"]
     assert read_ledger(str(ledger)).num_rows == 2
+
+
+def test_one_delta_coordinate_everywhere(capsys) -> None:
+    """Delta's jars are named once (DELTA_SPARK_PACKAGE): the `delta` extra and the compat venv pin its release,
+    and `segjobs table --help`, the docs and the README quote no other coordinate (4.4.1, quoted once, has no jars
+    on Maven Central)."""
+    import re
+    import tomllib
+
+    from jobs.engine.delta_spark import DELTA_SPARK_FOR_SPARK, DELTA_SPARK_PACKAGE, DELTA_SPARK_VERSION
+
+    coordinate = re.compile(r"io\.delta:delta-spark_[0-9.]+_2\.1[23]:[0-9][0-9.]*[0-9]")
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["delta"]
+    assert f"delta-spark=={DELTA_SPARK_VERSION}" in extra
+    pyspark_pin = next(r for r in extra if r.startswith("pyspark"))
+    assert f"<={DELTA_SPARK_FOR_SPARK}." in pyspark_pin, pyspark_pin
+    compat = (REPO / "conf" / "compat" / "delta.txt").read_text()
+    assert f"delta-spark=={DELTA_SPARK_VERSION}" in compat.splitlines()
+    assert f"pyspark=={DELTA_SPARK_FOR_SPARK}." in compat
+    with pytest.raises(SystemExit):
+        main(["table", "--help"])
+    quoted = {"table --help": capsys.readouterr().out}
+    for path in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), *sorted((REPO / "conf").rglob("*.txt"))]:
+        quoted[str(path.relative_to(REPO))] = path.read_text()
+    found = {where: set(coordinate.findall(text)) for where, text in quoted.items()}
+    assert DELTA_SPARK_PACKAGE in found["table --help"] and DELTA_SPARK_PACKAGE in found["docs/guide/table.md"]
+    assert {where: c for where, c in found.items() if c - {DELTA_SPARK_PACKAGE}} == {}

@@ -33,6 +33,7 @@ from segment_io.storage import open_storage
 from tests.support.builders import LogBuilder, rec, tombstone, write_log
 from tests.support.hypothesis_budget import examples
 from tests.support.paths import REPO
+from tests.support.replay import read_partition
 from tests.support.table_oracle import LOGS, TOPIC, expected_rows, table_rows, write_topic
 
 RETENTION = 86_400_000  #: delete.retention.ms of the compaction runs
@@ -408,11 +409,13 @@ def _log_start_inside_a_segment(log_dir: Path) -> None:
     write_offset_checkpoint(open_storage(str(log_dir)), str(log_dir / LOG_START_OFFSET_CHECKPOINT), {(TOPIC, 0): 2})
 
 
-def test_records_below_the_log_start_offset_are_not_in_the_table(tmp_path):
-    """A consumer never sees records below the log start offset, even while their segment is on disk."""
+@pytest.mark.parametrize("dedupe", ["memory", "external-sort"])
+def test_records_below_the_log_start_offset_are_not_in_the_table(tmp_path, dedupe):
+    """A consumer never sees records below the log start offset, even while their segment is on disk; whichever
+    way the partition is deduped."""
     _log_start_inside_a_segment(tmp_path / "logs")
-    r = run(tmp_path / "logs", tmp_path / "t")
-    assert r.exit_code == 0 and r.partitions[0].log_start_offset == 2
+    r = run(tmp_path / "logs", tmp_path / "t", **({"latest_buffer_bytes": 1} if dedupe != "memory" else {}))
+    assert r.exit_code == 0 and r.partitions[0].log_start_offset == 2 and r.partitions[0].dedupe == dedupe
     assert {k[1]: v[:2] for k, v in table_rows(tmp_path / "t").items()} == {b"a": (b"11", 3), b"c": (b"3", 2)}
 
 
@@ -474,6 +477,38 @@ def test_a_concurrent_run_cannot_apply_twice_or_overwrite_newer_rows(tmp_path, c
     assert again.exit_code == 0 and again.version_after == again.version_before == dt.version()
 
 
+@pytest.mark.parametrize("case", ["first build", "merge"])
+def test_a_run_overtaken_by_one_applying_the_same_range_reports_nothing_written(tmp_path, case):
+    """Two runs of the same log at once: the other run commits exactly the offsets this run was about to commit.
+    The table is right either way, but this run wrote nothing: it must say so (exit 1, no insert, update or
+    delete counted, the partition an error saying another writer committed) rather than report the other run's
+    rows as its own."""
+    log_dir = tmp_path / "logs"
+    log = LogBuilder(topic=TOPIC, partition=0)
+    log.batch([rec("a", "1"), rec("b", "2")])
+    write_log(log.table(), log_dir / partition_dir_name(TOPIC, 0))
+    if case == "merge":
+        run(log_dir, tmp_path / "t")
+        shutil.rmtree(log_dir)
+        log.batch([rec("a", "11"), rec("c", "3"), tombstone("b")])
+        write_log(log.table(), log_dir / partition_dir_name(TOPIC, 0))
+
+    def same_log_committed_first(partition: str, step: str) -> None:
+        if step == "merge:start":
+            assert run(log_dir, tmp_path / "t").exit_code == 0
+
+    options = api.TableOptions(table=str(tmp_path / "t"), topic=TOPIC, progress=lambda line: None)
+    late = api.table(log_dir, options, seams=api.Seams(runner=api.InProcessTasks(), fault=same_log_committed_first))
+    (p,) = late.partitions
+    assert late.exit_code == 1 and p.action == "error", p
+    assert "another writer committed to the table" in (p.error or "")
+    assert (p.inserts, p.updates, p.deletes, p.applied_after) == (0, 0, 0, p.applied_before)
+    assert (late.inserts, late.updates, late.deletes) == (0, 0, 0)
+    assert late.version_after == late.version_before
+    assert "wrote 0 insert(s), 0 update(s), 0 delete(s)" in late.summary()
+    assert table_rows(tmp_path / "t") == expected_rows(log_dir, [0])
+
+
 def test_max_batch_bytes_reaches_the_scan_of_the_transaction_markers(tmp_path):
     """With nothing new to apply, a run only scans: the bound still applies to the compressed markers it
     decodes there (the scan's transaction state), so a bound below a marker's size refuses the partition."""
@@ -488,3 +523,52 @@ def test_max_batch_bytes_reaches_the_scan_of_the_transaction_markers(tmp_path):
     bounded = run(log_dir, tmp_path / "t", max_batch_bytes=4)
     (p,) = bounded.partitions
     assert bounded.exit_code == 1 and p.action == "error" and "4 bytes" in (p.error or ""), p.error
+
+
+def test_beyond_fifty_partitions_the_summary_has_a_row_for_the_topic_as_every_command(tmp_path):
+    """Above PARTITION_ROWS_MAX partitions the summary switches to a row per topic (the failed partitions below
+    it), as retain, compact and inspect do; --per-partition still lists every partition."""
+    from jobs.engine.report import PARTITION_ROWS_MAX
+
+    log_dir = tmp_path / "logs"
+    count = PARTITION_ROWS_MAX + 1
+    for p in range(count):
+        log = LogBuilder(topic=TOPIC, partition=p)
+        log.batch([rec("a", str(p)), rec("b", "2")])
+        write_log(log.table(), log_dir / partition_dir_name(TOPIC, p))
+    r = run(log_dir, tmp_path / "t")
+    assert r.exit_code == 0 and len(r.partitions) == count
+    lines = r.summary().splitlines()
+    assert not any(line.startswith(f"{TOPIC}-") for line in lines), lines
+    (row,) = [line for line in lines if line.startswith(f"{TOPIC} ")]
+    # topic, partitions, "applied N", records read, inserts, updates, deletes
+    assert row.split() == [TOPIC, str(count), "applied", str(count), str(2 * count), str(2 * count), "0", "0"]
+    per_partition = r.summary(layout="partition").splitlines()
+    assert sum(line.startswith(f"{TOPIC}-") for line in per_partition) == count
+    few = replace(r, partitions=r.partitions[:PARTITION_ROWS_MAX])
+    assert sum(line.startswith(f"{TOPIC}-") for line in few.summary().splitlines()) == PARTITION_ROWS_MAX
+
+
+def test_the_table_picks_up_exactly_the_records_generate_appends(tmp_path):
+    """The guide's incremental story with the project's tools: generate a topic, build the table, append a
+    night's records with `segjobs generate --append`, run the table again: it applies exactly the appended
+    offsets, and holds what a consumer of the whole log holds."""
+    from jobs.commands.cli import main
+
+    log_dir = tmp_path / "logs"
+    common = ["--topics", TOPIC, "--segment-bytes", "16KiB", "--transactional", "0.2", "--aborted", "0.5",
+              "--tombstones", "0.05", "--config-out", "none", "--quiet"]
+    assert main(["generate", "--out", str(log_dir), "--partitions", "2", "--records", "2000", *common]) == 0
+    first = run(log_dir, tmp_path / "t")
+    ends = {p.partition: p.applied_after for p in first.partitions}
+    assert main(["generate", "--out", str(log_dir), "--append", "--records", "700", *common]) == 0
+    second = run(log_dir, tmp_path / "t")
+    assert second.exit_code == 0
+    for p in second.partitions:
+        appended = sum(len(b.records) for b in read_partition(log_dir / partition_dir_name(TOPIC, p.partition))
+                       if b.base_offset >= ends[p.partition])
+        assert (p.action, p.applied_before) == ("applied", ends[p.partition])
+        assert p.applied_after == p.log_end_offset == ends[p.partition] + appended
+        assert p.records_read == appended  # only the new segments were read
+        assert p.updates > 0  # the appended records update keys the first ones wrote
+    assert table_rows(tmp_path / "t") == expected_rows(log_dir, [0, 1])
