@@ -193,6 +193,20 @@ class StorageEnvironmentError(StorageError):
                                        needed_bytes=needed_bytes, free_bytes=self.free_bytes)
 
 
+class NotWritableError(SegjobsError):
+    """A directory a run must write (the log dir, or its work dir beside it) cannot take a file: found before any
+    work by creating one there. ``uri`` names the directory, ``cause`` is the error the machine gave (a
+    :class:`StorageEnvironmentError` for a read-only filesystem, permissions or an immutable directory). Exit
+    code 2: nothing was done."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, uri: str, cause: StorageError) -> None:
+        self.uri = uri
+        self.cause = cause
+        super().__init__(message)
+
+
 class CrossDeviceError(StorageError):
     """A rename between two filesystems (or two mounts of one, such as a bind mount): ``EXDEV``. The caller may
     copy instead."""

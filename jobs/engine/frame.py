@@ -37,7 +37,7 @@ from jobs.engine.report import (
 from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
 from jobs.engine.seams import PRODUCTION, Seams
 from jobs.engine.tasks import LazySparkTasks, TaskRunner, map_in_driver
-from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir
+from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir, check_log_dir_writable
 from jobs.logdir.commit import Committer, committer_for, partition_name
 from jobs.logdir.lock import Holder, Lease, LeaseLost, acquire, lease_to_take_over, lease_ttl_ms, work_uri
 from jobs.logdir.recover import Fence, RecoveryReport, fence_of, recover_log_dir
@@ -277,6 +277,8 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
     html_uri = getattr(options, "html", None)
     storage = open_log_dir(log_dir, storage_options, report_uri=report_uri, ledger_uri=ledger_uri,
                            html_uri=absolute_uri(html_uri) if html_uri else None)
+    if destructive and not dry_run:  # a read-only log dir is exit code 2 here, not a failure of every partition
+        check_log_dir_writable(storage, log_dir, command)
     work_dir = work_uri(log_dir)
     progress = Progress(command, quiet=options.progress is None, sink=options.progress)
     report = RunReport(command=command, log_dir=log_dir, now_ms=now_ms, dry_run=dry_run)
