@@ -115,6 +115,12 @@ class UnsupportedCodecError(CorruptRecordError):
     """A batch names a compression codec segjobs does not know (attribute bits 0-2 above 4)."""
 
 
+class OffsetOrderError(CorruptRecordError):
+    """A batch's offsets do not follow the previous batch's in the segment: they go backwards or overlap it, with
+    valid CRCs (a segment assembled wrongly, by a bad copy or a tool, not a broker: Kafka refuses such an append
+    with OffsetsOutOfOrderException). ``position`` and ``offset`` name the batch that goes back."""
+
+
 class InvalidRecordsError(LocatedError):
     """Rows handed to the encoder cannot be written as Kafka batches: offsets out of order or outside their
     batch, a batch field that differs between rows of one batch, a value the format cannot hold.
