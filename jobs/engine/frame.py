@@ -521,16 +521,11 @@ def _prove_local_destination(flag: str, path: str, *, file_expected: bool,
     if existing and not os.path.isdir(existing):
         return f"{existing} is not a directory"
     created = _missing_dirs(directory)
-    problem = None
     try:
         os.makedirs(directory or os.curdir, exist_ok=True)
+        problem = _cannot_write_to(path, directory, file_expected=file_expected)
     except OSError as exc:
         problem = f"creating the directory {directory} failed: {storage_error(exc, directory).detail}"
-    if problem is None:
-        problem = _cannot_create(path if file_expected and not os.path.lexists(path) else
-                                 os.path.join(directory or os.curdir, temp_name(os.path.basename(path) or "probe")))
-    if problem is None and file_expected and os.path.lexists(path) and not os.access(path, os.W_OK):
-        problem = "exists and may not be replaced (not writable)"
     if problem is not None:
         for d in reversed(created):  # innermost first; a directory something else put there since stays
             try:
@@ -543,6 +538,19 @@ def _prove_local_destination(flag: str, path: str, *, file_expected: bool,
         progress(f"{flag}: created the missing directory {created[-1]}{above}", event="destination.created_dir",
                  flag=flag, directory=created[-1])
     return None
+
+
+def _cannot_write_to(path: str, directory: str, *, file_expected: bool) -> str | None:
+    """Why the destination ``path`` (in the existing ``directory``) cannot be written, or None: a new file is
+    created there and removed; an existing one (replaced from a temporary sibling) must be writable and the
+    directory must take that sibling; a ledger's directory must take a file."""
+    exists = file_expected and os.path.lexists(path)
+    if file_expected and not exists:
+        return _cannot_create(path)
+    problem = _cannot_create(os.path.join(directory or os.curdir, temp_name(os.path.basename(path) or "probe")))
+    if problem is None and exists and not os.access(path, os.W_OK):
+        return "exists and may not be replaced (not writable)"
+    return problem
 
 
 def _missing_dirs(directory: str) -> list[str]:
