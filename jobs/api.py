@@ -67,7 +67,7 @@ from jobs.engine.report import Progress, RunReport, render_stopped_summary, shor
 from jobs.engine.seams import PRODUCTION, Seams
 from jobs.engine.selection import SELECTION_DEPTH, may_read_in_full, read_at_first_scan
 from jobs.engine.tasks import InProcessTasks, SparkTasks
-from jobs.logdir.checks import check_log_dir_has_partitions
+from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_writable
 from jobs.logdir.lock import LeaseLost, lease_ttl_ms
 from jobs.logdir.recover import RecoveryAction, RecoveryReport
 from jobs.rules.timeutil import Instant, resolve_now
@@ -466,6 +466,7 @@ def recover(log_dir: str | os.PathLike, options: RecoverOptions | None = None, *
 
     if options.dry_run:
         return result(recover_under(storage, log_dir, now_ms, None, seams, dry_run=True), None)
+    check_log_dir_writable(storage, log_dir, "recover")  # a read-only log dir: exit code 2, nothing done
     if now_note:
         progress.notice(now_note, event="run.now", now_ms=now_ms)
     reports = None

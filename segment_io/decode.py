@@ -60,6 +60,7 @@ from segment_io.format import (
     V2_CRC_START,
     V2_HEADER_SIZE,
     BatchHeaders,
+    check_offset_order,
     scan_batches,
 )
 from segment_io.hashing import hash_keys
@@ -141,6 +142,7 @@ def _open(data: bytes | bytearray | memoryview | mmap.mmap, *, path: str | None,
         raise TruncatedBatchError(
             f"last batch is cut short: only {hdr.truncated_tail} bytes remain at the end of the file",
             path=path, position=pos, offset=offset)
+    check_offset_order(hdr, path)
     if segment_base_offset is None:
         segment_base_offset = int(hdr.base_offset[0]) if len(hdr) else 0
     return _Segment(mv, arr, hdr, path, topic, partition, segment_base_offset, verify_crc, include_control, limit)

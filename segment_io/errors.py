@@ -115,6 +115,12 @@ class UnsupportedCodecError(CorruptRecordError):
     """A batch names a compression codec segjobs does not know (attribute bits 0-2 above 4)."""
 
 
+class OffsetOrderError(CorruptRecordError):
+    """A batch's offsets do not follow the previous batch's in the segment: they go backwards or overlap it, with
+    valid CRCs (a segment assembled wrongly, by a bad copy or a tool, not a broker: Kafka refuses such an append
+    with OffsetsOutOfOrderException). ``position`` and ``offset`` name the batch that goes back."""
+
+
 class InvalidRecordsError(LocatedError):
     """Rows handed to the encoder cannot be written as Kafka batches: offsets out of order or outside their
     batch, a batch field that differs between rows of one batch, a value the format cannot hold.
@@ -191,6 +197,20 @@ class StorageEnvironmentError(StorageError):
         """The same error, saying how much space the failed write needed."""
         return StorageEnvironmentError(self.reason, uri=self.uri, errno_name=self.errno_name, fix=self.fix,
                                        needed_bytes=needed_bytes, free_bytes=self.free_bytes)
+
+
+class NotWritableError(SegjobsError):
+    """A directory a run must write (the log dir, or its work dir beside it) cannot take a file: found before any
+    work by creating one there. ``uri`` names the directory, ``cause`` is the error the machine gave (a
+    :class:`StorageEnvironmentError` for a read-only filesystem, permissions or an immutable directory). Exit
+    code 2: nothing was done."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, uri: str, cause: StorageError) -> None:
+        self.uri = uri
+        self.cause = cause
+        super().__init__(message)
 
 
 class CrossDeviceError(StorageError):

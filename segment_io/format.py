@@ -20,6 +20,7 @@ from segment_io.errors import (
     CorruptRecordError,
     InvalidLengthError,
     InvalidMagicError,
+    OffsetOrderError,
     TruncatedBatchError,
 )
 
@@ -305,4 +306,29 @@ def _header_columns(buf: np.ndarray, positions: np.ndarray, magics: np.ndarray) 
     return cols
 
 
-__all__ = ["BatchHeaders", "scan_batches", "CorruptRecordError"]
+def check_offset_order(hdr: BatchHeaders, path: str | None) -> None:
+    """Raise :class:`~segment_io.errors.OffsetOrderError` at the first batch of ``hdr`` (one segment's, of
+    :func:`scan_batches`; ``path`` names the file) that starts at or below the previous batch's last offset
+    (v2 batches and uncompressed legacy messages; a compressed legacy wrapper is not judged by its offset). Checked
+    where batches are read (the decoder, the jobs' header scans), not left to whatever consumes the records in
+    offset order."""
+    if len(hdr) < 2:
+        return
+    # A compressed legacy wrapper's offset is what its writer set: a broker sets its last inner message's, a client
+    # (the bytes of a produce request) often 0; its inner offsets are read, and checked, no further here.
+    wrapper = (hdr.magic < 2) & (hdr.codec != 0)
+    back = np.flatnonzero((hdr.base_offset[1:] <= hdr.last_offset[:-1]) & ~wrapper[1:] & ~wrapper[:-1])
+    if not len(back):
+        return
+    b = int(back[0]) + 1
+    base, last = int(hdr.base_offset[b]), int(hdr.last_offset[b])
+    prev_base, prev_last = int(hdr.base_offset[b - 1]), int(hdr.last_offset[b - 1])
+    raise OffsetOrderError(f"offsets go backwards: this batch holds offsets {base}-{last}, but the batch before it "
+                           f"(byte {int(hdr.position[b - 1])}) ends at offset {prev_last} "
+                           f"(offsets {prev_base}-{prev_last}); a segment's batches hold increasing offsets (Kafka "
+                           f"refuses such an append: OffsetsOutOfOrderException), so this file was not written by "
+                           f"a broker as it is (a bad copy or concatenation?)",
+                           path=path, position=int(hdr.position[b]), offset=base)
+
+
+__all__ = ["BatchHeaders", "check_offset_order", "scan_batches", "CorruptRecordError"]

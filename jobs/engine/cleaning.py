@@ -26,7 +26,7 @@ from jobs.rules.transactions import AbortedTxns, derive_txn_state, summarize_bat
 from segment_io.decode import decode_key_hashes_bytes, decode_segment_and_headers
 from segment_io.encode import resolve_value_refs
 from segment_io.encode_stream import encoded_size
-from segment_io.errors import SegjobsError, StorageEnvironmentError, StorageError
+from segment_io.errors import SegjobsError, StorageEnvironmentError
 from segment_io.format import BatchHeaders, scan_batches
 from segment_io.hashing import hash_keys
 from segment_io.index import check_indexes, read_txn_index
@@ -34,6 +34,7 @@ from segment_io.layout import PartitionListing
 from segment_io.schema import int64_or_zero, validity
 from segment_io.segment_writer import SegmentWriteResult, write_segment
 from segment_io.storage.base import Storage, release_mapped_pages
+from segment_io.storage.local import storage_error
 
 #: Extra cleaning passes over a group's output within one run (markers settle after at most two).
 MAX_CONVERGENCE_PASSES = 3
@@ -503,8 +504,8 @@ def write_rows(storage: Storage, uri: str, rows: np.ndarray) -> None:
     try:
         with open(path, "wb") as f:
             f.write(data.data)
-    except OSError as exc:
-        raise StorageError(f"cannot write a work file: {exc}", uri=uri) from exc
+    except OSError as exc:  # a full disk is the machine's (StorageEnvironmentError), with the bytes it needed
+        raise storage_error(exc, path, needed_bytes=data.nbytes) from exc
 
 
 

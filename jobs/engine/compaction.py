@@ -376,7 +376,8 @@ def _settle(c: _Committing, key: tuple[str, int], plan: CompactionPlan, state: P
     if outcome is not None and outcome.error is not None:
         errors.append({"partition": f"{plan.topic}-{plan.partition}", **outcome.error.to_dict()})
         state_word = ("LEFT MID-COMMIT" if mid_commit else "PARTLY COMPACTED, then failed" if committed
-                      else "UNCLEANABLE, left untouched")
+                      else "NOT COMPACTED (the machine refused), left untouched"
+                      if outcome.error.kind == "StorageEnvironmentError" else "UNCLEANABLE, left untouched")
         with _PROGRESS_LOCK:
             c.progress.error(f"{plan.topic}-{plan.partition}: {state_word}: {outcome.error}{done}",
                                event="compact.failed", partition=f"{plan.topic}-{plan.partition}",

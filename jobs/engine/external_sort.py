@@ -73,7 +73,7 @@ from jobs.rules.model import SegmentInfo
 from jobs.rules.plan_compact import group_segments_by_size
 from jobs.rules.transactions import AbortedTxns, BatchSummary, TxnState, summarize_batches
 from segment_io.decode import decode_key_hashes_bytes
-from segment_io.errors import CorruptRecordError, SegjobsError
+from segment_io.errors import CorruptRecordError, SegjobsError, StorageEnvironmentError
 from segment_io.format import batch_positions
 from segment_io.storage.base import Storage
 
@@ -189,10 +189,31 @@ def read_piece(item: PieceItem) -> PieceResult:
                                 buckets=item.buckets)
         del table
         if len(rows):
-            write_rows(item.storage, item.out_uri, rows)
+            write_spill(item.storage, item.out_uri, rows)
         return PieceResult(counts, seconds=time.monotonic() - t0)
     except Exception as exc:  # noqa: BLE001 - the partition fails, the others go on
         return PieceResult(np.zeros(item.buckets, np.int64), _task_error(exc), time.monotonic() - t0)
+
+
+def write_spill(storage: Storage, uri: str, rows: np.ndarray) -> None:
+    """One work file of the sort (:func:`~jobs.engine.cleaning.write_rows`). Out of space is the machine's fault,
+    said as such (:class:`~segment_io.errors.StorageEnvironmentError`, the bytes needed and free) with what fixes
+    it here: the work files go to the log dir's work dir, not beside the segments. A file the machine refused is
+    removed at once, so its partial bytes do not fail the other partitions' files too."""
+    try:
+        write_rows(storage, uri, rows)
+    except StorageEnvironmentError as exc:
+        delete_quietly(storage, [uri])  # what a full disk took of it goes back to the other partitions' files
+        if not exc.out_of_space:
+            raise
+        work = uri.split(f"/{WORK_SUBDIR}/", 1)[0]
+        raise StorageEnvironmentError(
+            exc.reason, uri=exc.uri, errno_name=exc.errno_name, needed_bytes=exc.needed_bytes,
+            free_bytes=exc.free_bytes,
+            fix=f"the external sort writes its work files (about {PIECE_ROW_BYTES} bytes per dirty key, twice) to "
+                f"the work dir {work} beside the log dir: free space on its filesystem and run again, or compact "
+                f"these partitions with --strategy memory (no work files; a partition with more dirty keys than "
+                f"the offset map holds is then cleaned over several runs)") from None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -245,7 +266,7 @@ def reduce_bucket_item(item: BucketItem) -> BucketResult:
         out, counts = reduce_bucket(rows, group, item.groups)
         del rows, group
         if len(out):
-            write_rows(item.storage, item.out_uri, out)
+            write_spill(item.storage, item.out_uri, out)
         return BucketResult(item.p, item.b, counts, seconds=time.monotonic() - t0)
     except Exception as exc:  # noqa: BLE001
         return BucketResult(item.p, item.b, np.zeros(item.groups, np.int64), _task_error(exc),
@@ -428,8 +449,9 @@ class ExternalSortRun:
                      f"{time.monotonic() - t0:.1f}s")
         t0 = time.monotonic()
         _rewrite_passes(self, parts, details)
-        self.progress(f"external-sort: {sum(len(p.groups) for p in parts)} segment group(s) rewritten in "
-                     f"{time.monotonic() - t0:.1f}s")
+        done = [p for p in parts if p.outcome.error is None]
+        self.progress(f"external-sort: {sum(len(p.groups) for p in done)} segment group(s) of {len(done)} "
+                      f"partition(s) rewritten in {time.monotonic() - t0:.1f}s" + _not_compacted(parts))
         return {(p.outcome.topic, p.outcome.partition): p.outcome for p in parts}
 
     def close(self) -> None:
@@ -441,6 +463,20 @@ class ExternalSortRun:
         """One stage's tasks (``description``: what they do, which names their Spark job)."""
         return self.runner.map(fn, items, tasks=tasks, description=self.describe(description))
 
+
+
+def _not_compacted(parts: Sequence[_Partition], shown: int = 10) -> str:
+    """The progress line's ``; 2 partition(s) not compacted: orders-0, orders-1 (StorageEnvironmentError: ...)``
+    (empty when every partition was): names, and each distinct reason once."""
+    failed = [p for p in parts if p.outcome.error is not None]
+    if not failed:
+        return ""
+    names = [f"{p.outcome.topic}-{p.outcome.partition}" for p in failed]
+    reasons = dict.fromkeys(f"{p.outcome.error.kind}: {p.outcome.error.detail}" for p in failed
+                            if p.outcome.error is not None)
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return (f"; {len(failed)} partition(s) not compacted: {', '.join(names[:shown])}{more} "
+            f"({'; '.join(list(reasons)[:3])})")
 
 
 def _records_bound(s: SegmentInfo) -> int:

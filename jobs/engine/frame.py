@@ -37,7 +37,7 @@ from jobs.engine.report import (
 from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
 from jobs.engine.seams import PRODUCTION, Seams
 from jobs.engine.tasks import LazySparkTasks, TaskRunner, map_in_driver
-from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir
+from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir, check_log_dir_writable
 from jobs.logdir.commit import Committer, committer_for, partition_name
 from jobs.logdir.lock import Holder, Lease, LeaseLost, acquire, lease_to_take_over, lease_ttl_ms, work_uri
 from jobs.logdir.recover import Fence, RecoveryReport, fence_of, recover_log_dir
@@ -68,6 +68,7 @@ from segment_io.layout import (
 )
 from segment_io.storage import open_storage
 from segment_io.storage.base import FileInfo, Storage, map_ahead
+from segment_io.storage.local import storage_error, temp_name
 from segment_io.storage.options import StorageOptions
 
 T = TypeVar("T")
@@ -276,10 +277,14 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
     # max_batch_bytes, else $SEGJOBS_MAX_BATCH_BYTES: a malformed one is exit 2 here
     max_batch = compression.max_batch_bytes(options.max_batch_bytes)
     html_uri = getattr(options, "html", None)
-    storage = open_log_dir(log_dir, storage_options, report_uri=report_uri, ledger_uri=ledger_uri,
-                           html_uri=absolute_uri(html_uri) if html_uri else None)
-    work_dir = work_uri(log_dir)
+    plan_uri = getattr(options, "plan", None)
     progress = Progress(command, quiet=options.progress is None, sink=options.progress)
+    storage = open_log_dir(log_dir, storage_options, report_uri=report_uri, ledger_uri=ledger_uri,
+                           html_uri=absolute_uri(html_uri) if html_uri else None,
+                           plan_uri=absolute_uri(plan_uri) if plan_uri else None, progress=progress)
+    if destructive and not dry_run:  # a read-only log dir is exit code 2 here, not a failure of every partition
+        check_log_dir_writable(storage, log_dir, command)
+    work_dir = work_uri(log_dir)
     report = RunReport(command=command, log_dir=log_dir, now_ms=now_ms, dry_run=dry_run)
 
     # The scope, the topics' configs and the checkpoint files are checked against a first listing before the
@@ -430,26 +435,31 @@ def _deliver(progress: Progress, done: str, failed: str, write: Callable[[], Any
 
 
 def preflight(storage: Storage, log_dir: str, report_uri: str | None, ledger_uri: str | None,
-              options: StorageOptions | None, *, html_uri: str | None = None) -> None:
+              options: StorageOptions | None, *, html_uri: str | None = None, plan_uri: str | None = None,
+              progress: Callable[..., None] | None = None) -> None:
     """Check, before anything is done, that the run can reach its log dir and write what it promises: S3
-    buckets answer (credentials, endpoint, bucket; within seconds), local ``--report``/``--ledger``
-    destinations can be created. Raises :class:`~segment_io.errors.ConfigError` naming the option and the
-    fix (exit code 2: nothing was done)."""
+    buckets answer (credentials, endpoint, bucket; within seconds), local ``--report``, ``--html``, ``--plan``
+    and ``--ledger`` destinations take a file (see :func:`check_destinations`; a missing directory created is
+    said on ``progress``). Raises :class:`~segment_io.errors.ConfigError` naming the option and the fix (exit
+    code 2: nothing was done)."""
     try:
         storage.check_reachable(log_dir)
     except StorageError as exc:
         raise ConfigError(f"--log-dir {log_dir}: {exc.detail}; nothing was done") from None
     check_destinations([(flag, uri) for flag, uri in (("--report", report_uri), ("--ledger", ledger_uri),
-                                                      ("--html", html_uri)) if uri], options)
+                                                      ("--html", html_uri), ("--plan", plan_uri)) if uri],
+                       options, progress)
 
 
 def open_log_dir(log_dir: str, options: StorageOptions | None, *, report_uri: str | None = None,
-                 ledger_uri: str | None = None, html_uri: str | None = None) -> Storage:
+                 ledger_uri: str | None = None, html_uri: str | None = None, plan_uri: str | None = None,
+                 progress: Callable[..., None] | None = None) -> Storage:
     """The store of ``log_dir``, checked before anything is done: it answers (within seconds on S3), the run's
     destinations can be written (:func:`preflight`) and the log dir is a directory. Raises
     :class:`~segment_io.errors.ConfigError` or :class:`~segment_io.errors.UsageError` otherwise (exit code 2)."""
     storage = open_storage(log_dir, options)
-    preflight(storage, log_dir, report_uri, ledger_uri, options, html_uri=html_uri)
+    preflight(storage, log_dir, report_uri, ledger_uri, options, html_uri=html_uri, plan_uri=plan_uri,
+              progress=progress)
     check_log_dir_is_dir(storage, log_dir)
     return storage
 
@@ -476,10 +486,12 @@ def recover_under(storage: Storage, log_dir: str, now_ms: int, lease: Lease | No
                            fence=fence, listed=listed, dry_run=dry_run)
 
 
-def check_destinations(destinations: Sequence[tuple[str, str]], options: StorageOptions | None) -> None:
-    """Check that each (flag, uri) of ``destinations`` can be written: an S3 bucket that answers, a local file
-    (or, for ``--ledger``, a directory) that can be created. Raises :class:`~segment_io.errors.ConfigError` naming
-    the flag and the fix (exit code 2: nothing was done)."""
+def check_destinations(destinations: Sequence[tuple[str, str]], options: StorageOptions | None,
+                       progress: Callable[..., None] | None = None) -> None:
+    """Check that each (flag, uri) of ``destinations`` can be written: an S3 bucket that answers; on local disk the
+    file itself (or, for ``--ledger``, a file in the table's directory) created and removed again, its missing
+    parent directories created (and said so on ``progress``). Raises :class:`~segment_io.errors.ConfigError`
+    naming the flag, what failed and the fix (exit code 2: nothing was done)."""
     for flag, uri in destinations:
         store = open_storage(uri, options)
         try:
@@ -488,35 +500,83 @@ def check_destinations(destinations: Sequence[tuple[str, str]], options: Storage
             raise ConfigError(f"{flag} {uri}: {exc.detail}; nothing was done") from None
         path = store.local_path(uri)
         if path is not None:
-            problem = _local_destination_problem(path, file_expected=flag != "--ledger")
+            problem = _prove_local_destination(flag, path, file_expected=flag != "--ledger", progress=progress)
             if problem:
                 raise ConfigError(f"{flag} {uri}: {problem}; nothing was done")
 
 
-def _local_destination_problem(path: str, *, file_expected: bool) -> str | None:
-    """Why ``path`` cannot be written (its missing parents are created), or None when it can."""
-    if os.path.exists(path):
-        if file_expected and os.path.isdir(path):
-            return "is a directory: give a file name, e.g. report.json or report.html"
-        if not os.access(path, os.W_OK):
-            return "not writable"
-        return None
-    parent = os.path.dirname(path)
-    while parent and not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    parent = parent or os.curdir
-    if not os.path.isdir(parent):
-        return f"{parent} is not a directory"
-    if not os.access(parent, os.W_OK | os.X_OK) or _read_only_filesystem(parent):
-        return f"cannot create files in {parent} (not writable)"
+def _prove_local_destination(flag: str, path: str, *, file_expected: bool,
+                             progress: Callable[..., None] | None) -> str | None:
+    """Why ``path`` cannot be written, or None once that is proven by writing there: a file destination is created
+    and removed at once (so a run refused later leaves no empty report behind), an existing one must be a
+    writable file in a directory that takes the temporary file it is replaced from; a ledger's directory must take
+    a file. Neither the mode bits nor ``os.access`` prove it (root passes both where the filesystem refuses, as
+    in ``/proc``). The missing parent directories are created first (said on ``progress``) and stay; removed
+    again when the check fails."""
+    if file_expected and os.path.isdir(path):
+        return "is a directory: give a file name, e.g. report.json or report.html"
+    directory = os.path.dirname(path) if file_expected else path
+    existing = directory
+    while existing and not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if existing and not os.path.isdir(existing):
+        return f"{existing} is not a directory"
+    created = _missing_dirs(directory)
+    try:
+        os.makedirs(directory or os.curdir, exist_ok=True)
+        problem = _cannot_write_to(path, directory, file_expected=file_expected)
+    except OSError as exc:
+        problem = f"creating the directory {directory} failed: {storage_error(exc, directory).detail}"
+    if problem is not None:
+        for d in reversed(created):  # innermost first; a directory something else put there since stays
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+        return problem
+    if created and progress is not None:
+        above = f" (and its missing parents from {created[0]})" if len(created) > 1 else ""
+        progress(f"{flag}: created the missing directory {created[-1]}{above}", event="destination.created_dir",
+                 flag=flag, directory=created[-1])
     return None
 
 
-def _read_only_filesystem(path: str) -> bool:
+def _cannot_write_to(path: str, directory: str, *, file_expected: bool) -> str | None:
+    """Why the destination ``path`` (in the existing ``directory``) cannot be written, or None: a new file is
+    created there and removed; an existing one (replaced from a temporary sibling) must be writable and the
+    directory must take that sibling; a ledger's directory must take a file."""
+    exists = file_expected and os.path.lexists(path)
+    if file_expected and not exists:
+        return _cannot_create(path)
+    problem = _cannot_create(os.path.join(directory or os.curdir, temp_name(os.path.basename(path) or "probe")))
+    if problem is None and exists and not os.access(path, os.W_OK):
+        return "exists and may not be replaced (not writable)"
+    return problem
+
+
+def _missing_dirs(directory: str) -> list[str]:
+    """The directories of ``directory``'s path that do not exist yet, outermost first."""
+    missing = []
+    while directory and not os.path.exists(directory):
+        missing.append(directory)
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            break
+        directory = parent
+    return missing[::-1]
+
+
+def _cannot_create(path: str) -> str | None:
+    """Why the new file ``path`` cannot be created (and removed again), or None when it was."""
     try:
-        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-    except (OSError, AttributeError):
-        return False
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except OSError as exc:
+        return f"creating it failed: {storage_error(exc, path).detail}"
+    try:
+        os.unlink(path)
+    except OSError as exc:
+        return f"removing the file it created failed ({path} is left): {storage_error(exc, path).detail}"
+    return None
 
 
 @dataclass

@@ -50,7 +50,14 @@ from segment_io.errors import (
     SegjobsError,
     StorageError,
 )
-from segment_io.format import LOG_OVERHEAD, SIZE_OFFSET, BatchHeaders, batch_positions, scan_batches
+from segment_io.format import (
+    LOG_OVERHEAD,
+    SIZE_OFFSET,
+    BatchHeaders,
+    batch_positions,
+    check_offset_order,
+    scan_batches,
+)
 from segment_io.index import OFFSET_INDEX_ENTRY, OFFSET_INDEX_ENTRY_SIZE
 from segment_io.layout import (
     DELETED_SUFFIX,
@@ -354,6 +361,7 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
             if h.truncated_tail:
                 out.warnings.append(f"{seg.log.uri}: last {h.truncated_tail} bytes are an incomplete batch "
                                     f"(a broker's recovery would truncate them); the active segment is left as is")
+            check_offset_order(h, seg.log.uri)
             if len(h) and int(h.base_offset[0]) < seg.base_offset:
                 raise CorruptRecordError(f"first batch offset {int(h.base_offset[0])} lies below the segment's "
                                          f"base offset {seg.base_offset}", path=seg.log.uri, position=0,

@@ -1,12 +1,15 @@
-"""--log-dir's usual mistakes (a file, a partition directory, a missing dir), caught before any work."""
+"""--log-dir's usual mistakes (a file, a partition directory, a missing dir, a dir that cannot be written), caught
+before any work."""
 
 from __future__ import annotations
 
 import os
 
-from segment_io.errors import UsageError
+from jobs.logdir.lock import work_uri
+from segment_io.errors import NotWritableError, StorageError, UsageError
 from segment_io.layout import LogDirListing, log_dirs_near, parse_partition_dir, parse_segment_file
 from segment_io.storage.base import Storage
+from segment_io.storage.local import storage_error, temp_name
 
 
 def check_log_dir_is_dir(storage: Storage, log_dir: str) -> None:
@@ -23,6 +26,54 @@ def check_log_dir_is_dir(storage: Storage, log_dir: str) -> None:
     local = storage.local_path(log_dir)
     if local is not None and not os.path.isdir(local):
         raise UsageError(f"--log-dir {log_dir}: no such directory")
+
+
+def check_log_dir_writable(storage: Storage, log_dir: str, command: str) -> None:
+    """``NotWritableError`` (exit code 2) when a local log dir, or its work dir beside it (or, before its first run,
+    the directory it is created in), cannot take a new file: a read-only filesystem, a directory the user may not
+    write, an immutable one. Found by creating a file there and removing it, since neither the mode bits nor
+    ``os.access`` tell (root passes both on a read-only mount or an immutable directory). ``command``: what the
+    run is, for the message. An object store is not probed: its permissions are found by the lease's first write.
+
+    A partition directory is not probed: one that cannot be written fails alone, named, and the others go on."""
+    local = storage.local_path(log_dir)
+    if local is None:
+        return
+    work = storage.local_path(work_uri(log_dir)) or ""
+    work_at = _nearest_existing_dir(work)
+    for what, directory, where, holds in (
+            ("the log dir", local, local, "its lock, checkpoint files and segment files"),
+            ("the log dir's work dir", work_at, work if work_at == work else f"{work_at} (where the work dir {work} "
+             f"is to be created)", "its commit intents and staged segments")):
+        failed = _cannot_write(directory)
+        if failed is not None:
+            step, cause = failed
+            raise NotWritableError(f"{what} is not writable: {where}: {step} failed: {cause.detail}; segjobs "
+                                   f"{command} writes {holds} there; nothing was done (--dry-run and `segjobs "
+                                   f"inspect` write nothing and can run on it as it is)", uri=directory, cause=cause)
+
+
+def _nearest_existing_dir(path: str) -> str:
+    """``path`` or, where it does not exist yet, its nearest existing ancestor (where it would be created)."""
+    while path and not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
+def _cannot_write(directory: str) -> tuple[str, StorageError] | None:
+    """What failed (creating or removing a file) in ``directory`` and why, or None when a file can be created and
+    removed there. The probe's name is a temporary file's (``*.segjobs-<hex>.tmp``), which recovery removes if
+    a crash leaves it."""
+    probe = os.path.join(directory, temp_name(".segjobs-probe"))
+    try:
+        os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except OSError as exc:
+        return "creating a file in it", storage_error(exc, directory)
+    try:
+        os.unlink(probe)
+    except OSError as exc:  # an append-only directory: files can be created there but not removed
+        return f"removing a file from it ({probe}, left there)", storage_error(exc, probe)
+    return None
 
 
 def partition_dir_hint(log_dir: str, listing: LogDirListing, *, scoped: bool = True) -> str | None:

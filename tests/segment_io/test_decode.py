@@ -26,6 +26,7 @@ from segment_io.decode import (
 )
 from segment_io.format import ATTR_CONTROL, ATTR_TRANSACTIONAL, scan_batches
 from segment_io.schema import KEY_HASH_SCHEMA, RECORD_SCHEMA, project
+from tests.support.damage import backwards_offsets
 from tests.support.kafka_python_batches import rewrite_header, v2_batch
 from tests.support.legacy_messages import legacy_message
 
@@ -296,13 +297,28 @@ def test_corruption_in_the_middle_is_not_truncation(batches: list[bytes]) -> Non
     assert not isinstance(info.value, errors.TruncatedBatchError)
 
 
+@pytest.mark.parametrize("overlap", [False, True])
+def test_offsets_going_backwards_inside_a_segment_are_corrupt_input_naming_file_byte_and_offset(tmp_path,
+                                                                                             overlap) -> None:
+    # every batch's CRC is valid: only their order is wrong, which nothing but the order check sees
+    segment, position, offset = backwards_offsets(tmp_path / "t-0", overlap=overlap)
+    assert verify_segment_crcs(segment.read_bytes(), path=str(segment)) == []
+    for read in (read_segment, read_key_hashes, lambda path: list(iter_segment(path))):
+        with pytest.raises(errors.OffsetOrderError) as info:
+            read(str(segment))
+        assert isinstance(info.value, errors.CorruptRecordError)
+        assert (info.value.path, info.value.position, info.value.offset) == (str(segment), position, offset)
+        assert str(info.value).startswith(f"{segment}, byte {position}, offset {offset}: offsets go backwards")
+        assert "(byte 81) ends at offset 3" in str(info.value)
+
+
 def test_legacy_crc_and_inner_corruption() -> None:
     good = legacy_message(1, 3, b"k", b"v", timestamp=1)
-    bad = bytearray(good)
+    bad = bytearray(legacy_message(1, 4, b"k", b"v", timestamp=1))  # the next offset: only its CRC is wrong
     bad[-1] ^= 1
     with pytest.raises(errors.CrcMismatchError) as info:
         decode_segment_bytes(good + bytes(bad), path="old.log")
-    _located(info.value, "old.log", len(good), 3)
+    _located(info.value, "old.log", len(good), 4)
     # an inner message set that ends mid-message
     inner = legacy_message(0, 0, b"a", b"b")[:-3]
     wrapper = legacy_message(0, 0, None, bytes(cramjam.gzip.compress(inner)), attributes=1)

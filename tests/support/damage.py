@@ -6,7 +6,10 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+from segment_io.encode import encode_batches
 from segment_io.format import scan_batches
+from segment_io.layout import segment_file_name
+from tests.support.builders import LogBuilder, rec, write_log
 
 
 def flip_crc(segment: Path, batch: int) -> tuple[int, int]:
@@ -28,3 +31,24 @@ def shift_first_index_entry(index: Path) -> None:
     relative, position = struct.unpack(">ii", raw[:8])
     raw[:8] = struct.pack(">ii", relative, position + 1)
     index.write_bytes(bytes(raw))
+
+
+def backwards_offsets(partition_dir: Path, *, overlap: bool = False,
+                      timestamp: int = 1_700_000_000_000) -> tuple[Path, int, int]:
+    """Write a partition (``<topic>-<n>`` of ``partition_dir``'s name) whose first segment's batches, each with
+    a valid CRC, go back in offsets: batches at 0-1 and 2-3, then one at 0-1 again (``overlap``: at 3-4, inside
+    the batch before it), as two copies pasted into one file would; then the active segment at 5. Returns the
+    segment and the byte position and base offset of the batch that goes back (what the error must name)."""
+    topic, _, n = partition_dir.name.rpartition("-")
+    first = LogBuilder(topic, int(n), timestamp=timestamp)
+    first.batch([rec("k1", "1"), rec("k2", "1")]).batch([rec("k1", "2"), rec("k3", "1")])
+    again = LogBuilder(topic, int(n), timestamp=timestamp + 100, start_offset=3 if overlap else 0)
+    again.batch([rec("k1", "3"), rec("k4", "1")])
+    head = b"".join(encode_batches(first.table()).buffers)
+    segment = partition_dir / segment_file_name(0)
+    active = LogBuilder(topic, int(n), timestamp=timestamp + 200, start_offset=5)
+    write_log(active.batch([rec("z", "active")]).table(), partition_dir)
+    segment.write_bytes(head + b"".join(encode_batches(again.table()).buffers))
+    for suffix in (".index", ".timeindex"):  # empty indexes: a broker's loader rebuilds them, as segjobs does
+        (partition_dir / segment_file_name(0, suffix)).write_bytes(b"")
+    return segment, len(head), 3 if overlap else 0

@@ -25,10 +25,12 @@ def _umount(path: Path) -> None:
 
 
 @contextmanager
-def tmpfs(path: Path, size_bytes: int) -> Iterator[Path]:
-    """A tmpfs of ``size_bytes`` mounted at ``path`` (created): its own filesystem, full at that size."""
+def tmpfs(path: Path, size_bytes: int, *, inodes: int | None = None) -> Iterator[Path]:
+    """A tmpfs of ``size_bytes`` mounted at ``path`` (created): its own filesystem, full at that size (or, with
+    ``inodes``, once it holds that many files and directories, its root among them: ENOSPC on the next create)."""
     path.mkdir(parents=True, exist_ok=True)
-    done = _run("mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(path))
+    limit = f",nr_inodes={inodes}" if inodes is not None else ""
+    done = _run("mount", "-t", "tmpfs", "-o", f"size={size_bytes}{limit}", "tmpfs", str(path))
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip() or 'mount failed'}): the test needs root "
                     f"or CAP_SYS_ADMIN")

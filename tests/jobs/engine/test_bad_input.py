@@ -22,7 +22,7 @@ from jobs.rules.config import KAFKA_TOPICS, ConfigSet
 from segment_io.layout import segment_file_name
 from segment_io.storage import open_storage
 from tests.support.builders import LogBuilder, rec, write_log
-from tests.support.damage import shift_first_index_entry
+from tests.support.damage import backwards_offsets, shift_first_index_entry
 from tests.support.paths import REPO
 from tests.support.replay import comparable, read_partition, replay
 from tests.support.retention import (
@@ -354,6 +354,32 @@ def test_retention_deletes_only_whole_expired_segments_around_damage_it_cannot_s
     before = snapshot(d)
     code, report = run("compact", d, "--set", "*:cleanup.policy=compact", "--partition", "t-0")
     assert code == 1 and error_of(report, "t-0")["kind"] == "CrcMismatchError" and snapshot(d) == before
+
+
+@pytest.mark.parametrize("command", ["compact", "retain"])
+def test_offsets_going_backwards_inside_a_segment_leave_the_partition_untouched_and_the_others_proceed(
+        tmp_path: Path, spark, capsys, command: str) -> None:
+    """Batches with valid CRCs whose offsets go back (two copies pasted into one segment): found where the batches
+    are read (compaction's decode, retention's header scan), reported like any corrupt input with the file, the
+    byte position and the offset; the partition is left byte for byte, the others proceed, exit code 1."""
+    d = tmp_path / "logs"
+    segment, position, offset = backwards_offsets(d / "t-0", timestamp=OLD)
+    three_segments(d, "u")
+    before = snapshot(d)
+    code, report = run(command, d, "--set", "*:cleanup.policy=compact,delete", "--set", "*:retention.ms=1d",
+                       "--max-delete-fraction", "1")
+    err = capsys.readouterr().err
+    assert code == 1, err
+    hit = error_of(report, "t-0")
+    assert hit["kind"] == "OffsetOrderError" and "offsets go backwards" in hit["detail"]
+    assert (hit["file"], hit["position"], hit["offset"]) == (str(segment), position, offset)
+    assert f"{segment}, byte {position}, offset {offset}: offsets go backwards" in err
+    assert "clean_records" not in err and "bug" not in err
+    after = snapshot(d)
+    assert {k: v for k, v in after.items() if k.startswith("logs/t-0")} == \
+        {k: v for k, v in before.items() if k.startswith("logs/t-0")}
+    # the other partition proceeded: its two expired segments are gone from the live log
+    assert f"logs/u-0/{segment_file_name(0)}" in before and f"logs/u-0/{segment_file_name(0)}" not in after
 
 
 # --------------------------------------------------------------------------------------------------

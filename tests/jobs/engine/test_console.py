@@ -26,6 +26,7 @@ from jobs.rules.map_capacity import buffer_bytes_for_keys
 from jobs.rules.timeutil import format_instant
 from segment_io.layout import segment_file_name
 from tests.support.builders import LogBuilder, rec, timestamped_segments, write_log
+from tests.support.mounts import tmpfs
 from tests.support.paths import REPO
 from tests.support.spark import spark_forbidden
 
@@ -249,6 +250,58 @@ def test_an_unwritable_destination_fails_before_the_job(capsys, retain_dir: Path
                                 flag, str(target)],
                        f"{flag} {target}", f"{blocker} is not a directory", "nothing was done")
     assert _files(retain_dir) == before
+
+
+def _full_of_inodes(directory: Path) -> None:
+    """Fill the inode-limited tmpfs at ``directory`` with empty files until it takes no more."""
+    for i in range(1000):
+        try:
+            (directory / f"file-{i}").touch()
+        except OSError:
+            return
+    pytest.fail("the tmpfs never ran out of inodes")
+
+
+@pytest.mark.parametrize("flag", ["--report", "--plan", "--html"])
+def test_a_destination_that_passes_for_writable_but_takes_no_file_fails_before_the_job(
+        capsys, retain_dir: Path, tmp_path: Path, flag: str) -> None:
+    # a filesystem out of inodes: the directory's mode, os.access and statvfs's read-only flag all say writable,
+    # and only creating the file tells (before the check, the real run ran and its report was lost)
+    command, extra = {"--report": ("retain", []), "--plan": ("retain", ["--dry-run"]),
+                      "--html": ("inspect", [])}[flag]
+    before = _files(retain_dir)
+    with tmpfs(tmp_path / "reports", 1 << 20, inodes=8) as reports:
+        _full_of_inodes(reports)
+        assert os.access(reports, os.W_OK)
+        target = reports / "out.json"
+        _fails_before_work(capsys, [command, "--log-dir", str(retain_dir), "--now", str(NOW), *RETAIN_SETTINGS,
+                                    *extra, flag, str(target)],
+                           f"{flag} {target}: creating it failed: No space left on device (ENOSPC)",
+                           "nothing was done")
+        assert not target.exists()
+    assert _files(retain_dir) == before  # nothing retained
+
+
+def test_a_file_name_too_long_fails_before_the_job_and_leaves_no_directory(capsys, retain_dir: Path,
+                                                                          tmp_path: Path) -> None:
+    target = tmp_path / "new" / "reports" / ("r" * 300 + ".json")
+    before = _files(retain_dir)
+    _fails_before_work(capsys, ["retain", "--log-dir", str(retain_dir), "--now", str(NOW), *RETAIN_SETTINGS,
+                                "--report", str(target)], "--report", "creating it failed", "File name too long")
+    assert _files(retain_dir) == before and not (tmp_path / "new").exists()  # the directories made are gone again
+
+
+@pytest.mark.spark
+def test_a_missing_report_directory_is_created_and_said_once(spark, capsys, retain_dir: Path, tmp_path: Path) -> None:
+    target = tmp_path / "reports" / "nightly" / "retain.json"
+    capsys.readouterr()
+    assert main(["retain", "--log-dir", str(retain_dir), "--now", str(NOW), *RETAIN_SETTINGS, "--report",
+                 str(target)]) == 0
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if "created the missing directory" in line]
+    assert len(said) == 1 and said[0].endswith(f"--report: created the missing directory {target.parent} (and its "
+                                               f"missing parents from {tmp_path / 'reports'})"), err
+    assert json.loads(target.read_text())["command"] == "retain"
 
 
 def test_a_report_path_that_is_a_directory_fails_before_the_job(capsys, retain_dir: Path, tmp_path: Path) -> None:

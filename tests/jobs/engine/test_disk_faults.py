@@ -31,7 +31,7 @@ from segment_io.layout import list_log_dir
 from segment_io.storage import LocalStorage
 from segment_io.storage.local import storage_error
 from tests.support.builders import LogBuilder, rec, tombstone, write_log
-from tests.support.mounts import read_only, tmpfs
+from tests.support.mounts import fill, read_only, tmpfs
 from tests.support.replay import comparable, latest_records
 
 T0 = 1_700_000_000_000
@@ -214,3 +214,43 @@ def test_no_empty_staging_or_commit_dir_is_left_after_a_run_and_a_non_empty_one_
     api.recover(logs, now=NOW)
     assert not (work / "staging").exists() and not (work / "commit" / "t-1").exists()
     assert keep.exists()
+
+
+def _keyed(partition_dir: Path, keys: int) -> None:
+    """Two dirty segments rewriting ``keys`` keys, then the active one: external sort spills a row per key."""
+    log = LogBuilder("t", int(partition_dir.name.rsplit("-", 1)[1]), timestamp=T0)
+    for round_ in range(2):
+        if round_:
+            log.roll()
+        log.batch([rec(f"k{i}", f"v{round_}") for i in range(keys)])
+    log.roll().batch([rec("z", "active")])
+    write_log(log.table(), partition_dir)
+
+
+def test_a_full_work_dir_fails_the_external_sort_as_the_machines_fault_and_the_summary_says_so(tmp_path):
+    logs = tmp_path / "logs"
+    _keyed(logs / "t-0", 20_000)  # its pieces need some 1.3 MB of work files: more than the work dir has
+    _keyed(logs / "t-1", 3)  # its pieces fit
+    before = tree(logs / "t-0")
+    source = comparable(latest_records(logs / "t-1"))
+    lines: list[str] = []
+    with tmpfs(tmp_path / "logs.segjobs", 1 << 20) as work:
+        free = fill(work, 160 << 10)
+        result = api.compact(logs, api.CompactOptions(overrides=OVERRIDES, strategy="external-sort",
+                                                      progress=lines.append),
+                             now=NOW, seams=api.Seams(runner=api.InProcessTasks()))
+        free.unlink()
+    assert result.exit_code == 1
+    by_partition = {p.partition: p for p in result.partitions}
+    assert by_partition[1].action == "compacted" and by_partition[0].action == "error", (result.errors, lines)
+    [error] = result.errors
+    assert error["kind"] == "StorageEnvironmentError", error
+    detail = error["detail"]
+    assert "No space left on device (ENOSPC)" in detail and "bytes needed" in detail and "bytes free" in detail
+    assert f"the work dir {work}" in detail and "--strategy memory" in detail and "bug" not in detail
+    assert tree(logs / "t-0") == before  # untouched, byte for byte
+    assert comparable(latest_records(logs / "t-1")) == source
+    [rewritten] = [line for line in lines if "segment group(s)" in line]
+    assert "of 1 partition(s) rewritten" in rewritten
+    assert "1 partition(s) not compacted: t-0 (StorageEnvironmentError: No space left on device" in rewritten
+    assert any("t-0: NOT COMPACTED (the machine refused), left untouched" in line for line in lines), lines
