@@ -7,7 +7,8 @@ on (a broker finished the replace and worked on); Kafka's loader rules settle .c
 as a broker would on start-up); a local replace intent is finished or undone; a delete intent is rolled
 forward; .deleted files are entered in the deletion ledger; leftovers of interrupted runs no intent refers to
 (compaction's private staging, S3 staged objects, *.segjobs-*.tmp files) are deleted. Every action is printed,
-with the size of each file removed. Running it again changes nothing. Every job runs the same recovery at its
+with the size of each file removed, then a summary that says per partition what was completed or rolled back
+(beyond 50 partitions per topic, summed). Running it again changes nothing. Every job runs the same recovery at its
 start, so this command is for inspecting or repairing a log dir by hand.
 
 A partition whose recovery cannot finish (a rename or delete the filesystem refuses, an unreadable intent) is
@@ -37,9 +38,12 @@ import argparse
 from jobs import api
 from jobs.commands.args import add_log_format_option, cli_wording, progress_sink, storage_options_from_args
 from jobs.engine.options import RecoverOptions
+from jobs.engine.recovery_summary import recovery_details
 from jobs.engine.report import Progress
 from jobs.engine.seams import Seams
 from jobs.logdir.commit import partition_name
+from jobs.logdir.lock import work_uri
+from jobs.logdir.recover import tally_reports
 from jobs.rules.timeutil import format_instant
 
 
@@ -89,10 +93,13 @@ def run(args: argparse.Namespace, *, seams: Seams | None = None) -> int:
         for a in r.actions:
             print(prefix + a.describe())
     leftovers = result.leftovers
-    print(f"{'would recover' if result.dry_run else 'recovered'} {result.partitions_recovered} of "
+    tallies = tally_reports(result.reports, result.log_dir, work_uri(result.log_dir))
+    # per partition what was completed or rolled back (a partition's private staging counted as its own)
+    what = f": {recovery_details(tallies)}" if tallies else ""
+    print(f"{'would recover' if result.dry_run else 'recovered'} {sum(1 for t in tallies if t.partition)} of "
           f"{len(result.partitions)} partition(s) in {result.log_dir} at {format_instant(result.now_ms)}; "
           f"{len(result.actions)} action(s); {len(leftovers)} leftover file(s) of interrupted "
-          f"runs ({sum(a.size or 0 for a in leftovers)} bytes){suffix}")
+          f"runs ({sum(a.size or 0 for a in leftovers)} bytes){what}{suffix}")
     if result.lease_lost is not None:
         errors.notice(f"LOST THE LEASE: {result.lease_lost}", event="lease.lost", level="error")
     return result.exit_code

@@ -63,7 +63,7 @@ then reports, as long as no store refuses a step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
@@ -180,6 +180,119 @@ class RecoveryReport:
 
     def add(self, action: str, uri: str, detail: str = "", size: int | None = None) -> None:
         self.actions.append(RecoveryAction(action, uri, detail, size))
+
+
+#: What an action says about the commit it settles, for :class:`RecoveryTally`: the actions of a replace that went
+#: through (its new segments made live, its old ones removed), of one rolled back, and of a delete finished.
+_COMPLETING = frozenset({"copy-new", "complete-swap", "drop-original", "delete-old", "purge-replaced"})
+_MADE_LIVE = frozenset({"copy-new", "complete-swap"})
+_REPLACED = frozenset({"drop-original", "delete-old", "purge-replaced"})
+_ROLLING_BACK = frozenset({"drop-cleaned", "drop-swap", "restore-old"})
+#: leftover actions -> the tally's (count, bytes) fields
+_LEFTOVER_FIELDS = {"delete-staged": ("staged", "staged_bytes"), "delete-temp": ("temps", "temp_bytes"),
+                    "abort-upload": ("uploads", "upload_bytes")}
+
+
+@dataclass
+class RecoveryTally:
+    """What recovery did in one partition, in counts that sum (a summary of many partitions adds them up per
+    topic): the commits it completed or rolled back and the segments they moved, the leftovers it deleted.
+    ``partition`` is the partition's name, or ``""`` for the log dir and the work dir themselves."""
+
+    partition: str
+    #: replaces completed (rolled forward, or their swaps made live), the new segments they made live and the
+    #: old ones they removed
+    completed: int = 0
+    made_live: int = 0
+    replaced: int = 0
+    #: replaces rolled back (their ``.cleaned`` / ``.swap`` files dropped), those files, the old segments put back
+    rolled_back: int = 0
+    dropped: int = 0
+    restored: int = 0
+    #: retention deletes finished, and the segments they renamed to ``.deleted``
+    deletes: int = 0
+    deleted: int = 0
+    #: partitions whose unknown ``.deleted`` segments were entered in the deletion ledger
+    ledgered: int = 0
+    #: stale intents removed unapplied; roll-forwards the run that wrote the intent finished itself; intents
+    #: removed with nothing else left to do
+    discarded: int = 0
+    settled_elsewhere: int = 0
+    intents: int = 0
+    #: leftovers no intent refers to, deleted: staged files, temporary files, unfinished uploads (and their bytes)
+    staged: int = 0
+    staged_bytes: int = 0
+    temps: int = 0
+    temp_bytes: int = 0
+    uploads: int = 0
+    upload_bytes: int = 0
+
+    @property
+    def topic(self) -> str:
+        parsed = parse_partition_dir(self.partition)
+        return "" if parsed is None else parsed[0]
+
+    def __add__(self, other: "RecoveryTally") -> "RecoveryTally":
+        """The sum of two tallies (``partition`` is this one's)."""
+        return RecoveryTally(self.partition, *(getattr(self, f.name) + getattr(other, f.name)
+                                               for f in fields(self) if f.name != "partition"))
+
+    @classmethod
+    def of(cls, partition: str, actions: Sequence[RecoveryAction]) -> "RecoveryTally":
+        """The tally of ``actions``, all recovery did in one partition."""
+        t = cls(partition)
+        done = {a.action for a in actions}
+        logs = {name: sum(1 for a in actions if a.action in name_set and _is_log(a.uri))
+                for name, name_set in (("made_live", _MADE_LIVE), ("replaced", _REPLACED))}
+        if done & _COMPLETING:
+            t.completed, t.made_live, t.replaced = 1, logs["made_live"], logs["replaced"]
+        if done & _ROLLING_BACK and not done & _COMPLETING:
+            t.rolled_back = 1
+        t.dropped = sum(1 for a in actions if a.action in ("drop-cleaned", "drop-swap"))
+        t.restored = sum(1 for a in actions if a.action == "restore-old" and _is_log(a.uri))
+        if "finish-delete" in done:
+            t.deletes, t.deleted = 1, sum(1 for a in actions if a.action == "finish-delete" and _is_log(a.uri))
+        elif "record-deleted" in done:
+            t.ledgered = 1
+        t.discarded = sum(1 for a in actions if a.action == "discard-intent")
+        t.settled_elsewhere = sum(1 for a in actions if a.action == "settled-elsewhere")
+        if "remove-intent" in done and not done & (_COMPLETING | _ROLLING_BACK | {"finish-delete"}):
+            t.intents = 1
+        for a in actions:
+            if a.action in _LEFTOVER_FIELDS:
+                count, size = _LEFTOVER_FIELDS[a.action]
+                setattr(t, count, getattr(t, count) + 1)
+                setattr(t, size, getattr(t, size) + (a.size or 0))
+        return t
+
+
+def _is_log(uri: str) -> bool:
+    """Whether ``uri`` names a segment's ``.log`` file (live, or under a transient suffix): one segment."""
+    parsed = parse_segment_file(uri.rsplit("/", 1)[-1])
+    return parsed is not None and parsed[1] == LOG_SUFFIX
+
+
+def tally_reports(reports: Iterable[RecoveryReport], log_dir_uri: str, work_uri: str) -> list[RecoveryTally]:
+    """What :func:`recover_log_dir`'s ``reports`` did, per partition (by topic, then partition number), the log
+    dir's own last: the log-dir step's actions on a partition's files in the work location (its private staging,
+    its staged uploads) are counted with that partition's, so that every partition a crashed run left something
+    of is named. Partitions where recovery did nothing are left out."""
+    actions: dict[str, list[RecoveryAction]] = {}
+    roots = [work_uri.rstrip("/") + "/" + d + "/" for d in (PRIVATE_STAGING_DIR, COMMIT_DIR)]
+    for r in reports:
+        if r.partition_uri != log_dir_uri:
+            actions.setdefault(partition_name(r.partition_uri), []).extend(r.actions)
+            continue
+        for a in r.actions:
+            owner = next((a.uri[len(root):].split("/", 1)[0] for root in roots if a.uri.startswith(root)), "")
+            actions.setdefault(owner if parse_partition_dir(owner) is not None else "", []).append(a)
+    tallies = [RecoveryTally.of(name, done) for name, done in actions.items() if done]
+
+    def order(t: RecoveryTally) -> tuple[bool, str, int]:
+        parsed = parse_partition_dir(t.partition)
+        return (parsed is None, *(parsed or ("", 0)))
+
+    return sorted(tallies, key=order)
 
 
 def recover_partition(storage: Storage, partition_uri: str, *, work_uri: str, now_ms: int,
@@ -920,6 +1033,6 @@ def _leftover(info: FileInfo, action: str, why: str) -> Step:
     return Step("delete", info.uri, RecoveryAction(action, info.uri, why, info.size), leftover=True)
 
 
-__all__ = ["LEFTOVER_ACTIONS", "Fence", "RecoveryAction", "RecoveryPlan", "RecoveryReport", "STAGED_GRACE_MS", "Step",
-           "apply_plan", "clean_in_listing", "fence_of", "plan_partition", "recover_log_dir",
-           "recover_partition", "describe_stuck", "stuck_error", "unfinished_state"]
+__all__ = ["LEFTOVER_ACTIONS", "Fence", "RecoveryAction", "RecoveryPlan", "RecoveryReport", "RecoveryTally",
+           "STAGED_GRACE_MS", "Step", "apply_plan", "clean_in_listing", "fence_of", "plan_partition", "recover_log_dir",
+           "recover_partition", "describe_stuck", "stuck_error", "tally_reports", "unfinished_state"]
