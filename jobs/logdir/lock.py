@@ -252,9 +252,14 @@ class Lease:
             try:
                 self.etag = self._storage.put_if_match(self.uri, record, self.etag)
             except PreconditionFailedError:
-                raise LockHeldError(f"{self.log_dir_uri}: lease {self.uri} was taken over by another run (it "
-                                    f"expired at {format_instant(self.expires_ms)}, or was broken with "
-                                    f"--break-lease); stop writing") from None
+                # A renewal whose answer was lost (the PUT applied, the client's retry then failed its condition)
+                # is no takeover: the lease object still names this run, renewed as asked.
+                etag = _still_ours(self._storage, self.uri, LeaseInfo(self.holder, self.acquired_ms, now_ms + ttl))
+                if etag is None:
+                    raise LockHeldError(f"{self.log_dir_uri}: lease {self.uri} was taken over by another run (it "
+                                        f"expired at {format_instant(self.expires_ms)}, or was broken with "
+                                        f"--break-lease); stop writing") from None
+                self.etag = etag
             self.expires_ms = now_ms + ttl
 
     def check(self, now_ms: int) -> None:
@@ -497,6 +502,19 @@ def _holder_of(storage: Storage, uri: str) -> str:
     return "it was taken over by " + (current.describe() if current else "an unreadable lease")
 
 
+def _still_ours(storage: Storage, uri: str, expected: LeaseInfo) -> str | None:
+    """The etag of the lease object ``uri`` when it reads as ``expected`` (this run's lease as it last wrote it),
+    else None: after a conditional PUT failed, whether it failed only because the client retried a PUT that had
+    applied (its answer lost on the way), which leaves the object as that PUT wrote it. The etag is taken before
+    the read: a lease written by anyone after this run's PUT would read as theirs, not as ``expected``."""
+    try:
+        etag = storage.stat(uri).etag
+        current = read_lease(storage.read(uri))
+    except StorageError:
+        return None
+    return etag if current == expected else None
+
+
 def _take_lease(storage: Storage, log_dir_uri: str, holder: Holder, now_ms: int, ttl_ms: int,
                 break_run_id: str | None) -> Lease:
     if ttl_ms <= 0:
@@ -513,10 +531,12 @@ def _take_lease(storage: Storage, log_dir_uri: str, holder: Holder, now_ms: int,
     for _ in range(_ACQUIRE_ATTEMPTS):
         try:
             etag = storage.put_if_absent(uri, record)
+        except PreconditionFailedError:
+            # taken by someone, or by this very PUT, applied before its answer was lost and the retry refused
+            etag = _still_ours(storage, uri, LeaseInfo(holder, now_ms, now_ms + ttl_ms))
+        if etag is not None:
             return granted(etag, None if break_run_id is None else
                            f"{log_dir_uri}: no lease to break (none was held); took a fresh one")
-        except PreconditionFailedError:
-            pass
         try:
             # stat before read: if the object changes in between, the etag is the older one and the
             # takeover below fails its condition rather than overwriting a lease we did not look at.
@@ -531,8 +551,10 @@ def _take_lease(storage: Storage, log_dir_uri: str, holder: Holder, now_ms: int,
         try:
             new_etag = storage.put_if_match(uri, record, etag)
         except PreconditionFailedError:
+            new_etag = _still_ours(storage, uri, LeaseInfo(holder, now_ms, now_ms + ttl_ms))
+        if new_etag is None:
             raise LockHeldError(f"{log_dir_uri}: the lease of {current.holder.describe(current.acquired_ms)} was "
-                                f"taken over by another run at the same moment; lease object {uri}") from None
+                                f"taken over by another run at the same moment; lease object {uri}")
         # A holder known to be gone can do nothing more; any other (expired, broken) may still be at work.
         gone = current.holder.alive() is False
         return granted(new_etag, f"{log_dir_uri}: took over the lease of {current.describe()}: {reason}",
