@@ -17,13 +17,15 @@ is then 1, as when a leftover cannot be deleted (named; it blocks nothing).
 
 --dry-run takes no lock and changes nothing: recovery plans its actions from what it reads (listings, intents,
 the deletion ledger) before it applies them, and a dry run prints that plan: the very actions a real run would
-take now ("would ..." lines), the recent stagings of a run whose S3 lease it would take over kept as it would.
+take now ("would ..." lines); on S3 it reads the lease (writing nothing) and keeps, as a run taking it over would,
+the recent stagings of its holder and of the run that holder took the lease over from.
 
 A dead run's S3 lease: a run on the same host takes over a lease whose process is gone; an expired lease is
 taken over by anyone. Otherwise --break-lease RUN_ID takes it over, and only if RUN_ID names its holder
-(the refusal message prints it): use it when the holder died on another host. That run may still be at work
-for a moment: its staged objects younger than 10 minutes are kept (printed as "kept ..."; a later run deletes
-them), and a commit it is finishing while this one rolls it forward is no error.
+(the refusal message prints it): use it when the holder died on another host. That run (and the one it took the
+lease over from, if it did) may still be at work for a moment: their staged objects younger than 10 minutes are
+kept (printed as "kept ..."; a later run deletes them), and a commit it is finishing while this one rolls it
+forward is no error.
 
 examples:
   segjobs recover --log-dir /var/kafka/logs

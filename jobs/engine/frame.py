@@ -40,8 +40,8 @@ from jobs.engine.seams import PRODUCTION, Seams
 from jobs.engine.tasks import LazySparkTasks, TaskRunner, map_in_driver
 from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir
 from jobs.logdir.commit import Committer, committer_for, partition_name
-from jobs.logdir.lock import Holder, Lease, LeaseLost, acquire, lease_to_take_over, lease_ttl_ms, work_uri
-from jobs.logdir.recover import Fence, RecoveryReport, fence_of, recover_log_dir, tally_reports
+from jobs.logdir.lock import Holder, Lease, LeaseLost, acquire, lease_ttl_ms, work_uri
+from jobs.logdir.recover import RecoveryReport, fence_of, fence_to_take_over, recover_log_dir, tally_reports
 from jobs.rules.config import ConfigSet
 from jobs.rules.scope import Scope, parse_scope
 from jobs.rules.timeutil import Instant, format_instant, resolve_now
@@ -470,8 +470,8 @@ def recover_under(storage: Storage, log_dir: str, now_ms: int, lease: Lease | No
     over fenced. ``listed``: the log dir's listing taken under the lock; ``dry_run``: the plans, nothing applied."""
     check = None if lease is None else (lambda: lease.check(seams.clock()))
     fence = fence_of(lease, seams.clock())
-    if dry_run and lease is None:  # no lease taken: fence the run whose lease a real run would take over
-        fence = Fence(frozenset(r for r in [lease_to_take_over(storage, log_dir)] if r), fence.wall_ms)
+    if dry_run and lease is None:  # no lease taken: fence the runs a real run taking the lease over would
+        fence = fence_to_take_over(storage, log_dir, fence.wall_ms)
     return recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work_uri(log_dir), check=check,
                            fence=fence, listed=listed, dry_run=dry_run)
 

@@ -91,7 +91,7 @@ from jobs.logdir.commit import (
     read_replace_intent,
     write_ledger,
 )
-from jobs.logdir.lock import Lease
+from jobs.logdir.lock import Lease, lease_to_take_over
 from jobs.logdir.lock import work_uri as log_dir_work_uri
 from jobs.rules.timeutil import format_instant
 from segment_io.errors import NotFoundError, SegjobsError, StorageAccessError
@@ -123,16 +123,32 @@ class Fence:
     """Runs whose recent stagings recovery must leave alone: the run whose S3 lease the recovering run just took
     over (expired, or broken with ``--break-lease``) may still be at work - its tasks staging, its driver between
     its lease check and its intent - so its staged objects younger than :data:`STAGED_GRACE_MS` on ``wall_ms``
-    (the wall clock, as the lease's) stay, and a later recovery deletes them. Nothing is fenced by default."""
+    (the wall clock, as the lease's) stay, and a later recovery deletes them; and so may the run that one had
+    taken the lease over from. Nothing is fenced by default."""
 
     runs: frozenset[str] = frozenset()
     wall_ms: int = 0
+    #: of ``runs``, the one whose lease the recovering run took over (None: each of them)
+    took_over: str | None = None
+
+    def whose(self, run: str) -> str:
+        """Why ``run``'s stagings are fenced, in words."""
+        if self.took_over is None or run == self.took_over:
+            return "whose lease this run took over"
+        return f"whose lease run {self.took_over} took over before this run took it"
 
 
 def fence_of(lease: Lease | None, wall_ms: int) -> Fence:
-    """The fence of a recovery under ``lease``: the run it took the lease over from, if any."""
-    took_over = None if lease is None else lease.took_over
-    return Fence(frozenset([took_over] if took_over else []), wall_ms)
+    """The fence of a recovery under ``lease``: the run it took the lease over from and the run that one had
+    taken it from (:attr:`~jobs.logdir.lock.Lease.fenced`), if any."""
+    return Fence(wall_ms=wall_ms) if lease is None else Fence(lease.fenced, wall_ms, lease.took_over)
+
+
+def fence_to_take_over(storage: Storage, log_dir_uri: str, wall_ms: int) -> Fence:
+    """Reads only: the fence of a recovery that took the log dir's lease now, as it stands (a dry run's, which
+    takes no lease: :func:`~jobs.logdir.lock.lease_to_take_over`)."""
+    took_over, runs = lease_to_take_over(storage, log_dir_uri)
+    return Fence(runs, wall_ms, took_over)
 
 
 @dataclass(frozen=True)
@@ -758,8 +774,8 @@ def _plan_rules(view: _View, committer: Committer, now_ms: int, fence: Fence) ->
         if run is not None and run in fence.runs and (run, info.name) not in settled and young:
             # Staged by the run whose lease was just taken over, recently: that run may still be staging, or be
             # caught between its lease check and its intent. Left alone; a later recovery deletes it.
-            view.notes.append(f"kept {info.uri}: staged {format_instant(info.mtime_ms)} by run {run}, whose "
-                              f"lease this run took over; deleted by a run from "
+            view.notes.append(f"kept {info.uri}: staged {format_instant(info.mtime_ms)} by run {run}, "
+                              f"{fence.whose(run)}; deleted by a run from "
                               f"{format_instant(info.mtime_ms + STAGED_GRACE_MS)} on")
         else:
             view.delete(info.uri, "delete-staged", "staged by a commit that is over or never started", info.size,
@@ -1034,5 +1050,6 @@ def _leftover(info: FileInfo, action: str, why: str) -> Step:
 
 
 __all__ = ["LEFTOVER_ACTIONS", "Fence", "RecoveryAction", "RecoveryPlan", "RecoveryReport", "RecoveryTally",
-           "STAGED_GRACE_MS", "Step", "apply_plan", "clean_in_listing", "fence_of", "plan_partition", "recover_log_dir",
-           "recover_partition", "describe_stuck", "stuck_error", "tally_reports", "unfinished_state"]
+           "STAGED_GRACE_MS", "Step", "apply_plan", "clean_in_listing", "fence_of", "fence_to_take_over",
+           "plan_partition", "recover_log_dir", "recover_partition", "describe_stuck", "stuck_error", "tally_reports",
+           "unfinished_state"]
