@@ -7,7 +7,8 @@ on (a broker finished the replace and worked on); Kafka's loader rules settle .c
 as a broker would on start-up); a local replace intent is finished or undone; a delete intent is rolled
 forward; .deleted files are entered in the deletion ledger; leftovers of interrupted runs no intent refers to
 (compaction's private staging, S3 staged objects, *.segjobs-*.tmp files) are deleted. Every action is printed,
-with the size of each file removed. Running it again changes nothing. Every job runs the same recovery at its
+with the size of each file removed, then a summary that says per partition what was completed or rolled back
+(beyond 50 partitions per topic, summed). Running it again changes nothing. Every job runs the same recovery at its
 start, so this command is for inspecting or repairing a log dir by hand.
 
 A partition whose recovery cannot finish (a rename or delete the filesystem refuses, an unreadable intent) is
@@ -16,13 +17,15 @@ is then 1, as when a leftover cannot be deleted (named; it blocks nothing).
 
 --dry-run takes no lock and changes nothing: recovery plans its actions from what it reads (listings, intents,
 the deletion ledger) before it applies them, and a dry run prints that plan: the very actions a real run would
-take now ("would ..." lines), the recent stagings of a run whose S3 lease it would take over kept as it would.
+take now ("would ..." lines); on S3 it reads the lease (writing nothing) and keeps, as a run taking it over would,
+the recent stagings of its holder and of the run that holder took the lease over from.
 
 A dead run's S3 lease: a run on the same host takes over a lease whose process is gone; an expired lease is
 taken over by anyone. Otherwise --break-lease RUN_ID takes it over, and only if RUN_ID names its holder
-(the refusal message prints it): use it when the holder died on another host. That run may still be at work
-for a moment: its staged objects younger than 10 minutes are kept (printed as "kept ..."; a later run deletes
-them), and a commit it is finishing while this one rolls it forward is no error.
+(the refusal message prints it): use it when the holder died on another host. That run (and the one it took the
+lease over from, if it did) may still be at work for a moment: their staged objects younger than 10 minutes are
+kept (printed as "kept ..."; a later run deletes them), and a commit it is finishing while this one rolls it
+forward is no error.
 
 examples:
   segjobs recover --log-dir /var/kafka/logs
@@ -37,9 +40,12 @@ import argparse
 from jobs import api
 from jobs.commands.args import add_log_format_option, cli_wording, progress_sink, storage_options_from_args
 from jobs.engine.options import RecoverOptions
+from jobs.engine.recovery_summary import recovery_details
 from jobs.engine.report import Progress
 from jobs.engine.seams import Seams
 from jobs.logdir.commit import partition_name
+from jobs.logdir.lock import work_uri
+from jobs.logdir.recover import tally_reports
 from jobs.rules.timeutil import format_instant
 
 
@@ -89,10 +95,13 @@ def run(args: argparse.Namespace, *, seams: Seams | None = None) -> int:
         for a in r.actions:
             print(prefix + a.describe())
     leftovers = result.leftovers
-    print(f"{'would recover' if result.dry_run else 'recovered'} {result.partitions_recovered} of "
+    tallies = tally_reports(result.reports, result.log_dir, work_uri(result.log_dir))
+    # per partition what was completed or rolled back (a partition's private staging counted as its own)
+    what = f": {recovery_details(tallies)}" if tallies else ""
+    print(f"{'would recover' if result.dry_run else 'recovered'} {sum(1 for t in tallies if t.partition)} of "
           f"{len(result.partitions)} partition(s) in {result.log_dir} at {format_instant(result.now_ms)}; "
           f"{len(result.actions)} action(s); {len(leftovers)} leftover file(s) of interrupted "
-          f"runs ({sum(a.size or 0 for a in leftovers)} bytes){suffix}")
+          f"runs ({sum(a.size or 0 for a in leftovers)} bytes){what}{suffix}")
     if result.lease_lost is not None:
         errors.notice(f"LOST THE LEASE: {result.lease_lost}", event="lease.lost", level="error")
     return result.exit_code

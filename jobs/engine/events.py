@@ -47,7 +47,8 @@ EVENTS = {
     "run.now": "no --now was given: the wall-clock instant chosen (pass it as --now to repeat the run)",
     "lease.notice": "the log dir's lock or lease was taken over from a dead run",
     "lease.lost": "the S3 lease was lost: the run stopped before its next commit",
-    "recovery.partition": "what recovery did to a partition an interrupted run left",
+    "recovery.done": "what recovery did to the partitions interrupted runs left (partitions: how many), per partition "
+                     "or per topic summed",
     "recovery.failed": "a partition recovery could not settle (left untouched)",
     "recovery.planned": "a dry run: what a real run's recovery would do first, planned on the files it leaves",
     "recovery.pending": "a dry run: a partition left out of the counts until `segjobs recover` has run",

@@ -56,6 +56,7 @@ from jobs.engine.cleaning import (
 )
 from jobs.engine.scan import PartitionError
 from jobs.engine.tasks import TaskRunner
+from jobs.logdir.commit import EXTERNAL_SORT_DIR
 from jobs.rules.cleaner import CleanStats
 from jobs.rules.external_sort import (
     MAP_COLUMNS,
@@ -85,7 +86,7 @@ R = TypeVar("R")
 SPLIT_BYTES = 64 << 20
 #: Where the piece and bucket files live, under the job's work dir (``<WORK_SUBDIR>/run-<run id>/<partition>``,
 #: ``dry-<run id>`` for a dry run), removed at the end of the run.
-WORK_SUBDIR = "external-sort"
+WORK_SUBDIR = EXTERNAL_SORT_DIR
 #: Bytes of one piece row and of one group-map row in the work files (little-endian int64 columns, row-major).
 PIECE_ROW_BYTES = 8 * len(PIECE_COLUMNS)
 MAP_ROW_BYTES = 8 * len(MAP_COLUMNS)

@@ -27,6 +27,7 @@ from jobs.engine.kernels import COLD_NOTICE, kernels_cold
 from jobs.engine.options import ChangeOptions, JobOptions, LockingOptions
 from jobs.engine.outcomes import ledger_rows
 from jobs.engine.planfile import Plan, PlanStage, config_origins, describe_plan, fingerprint
+from jobs.engine.recovery_summary import recovered_text
 from jobs.engine.report import (
     Progress,
     RunReport,
@@ -39,8 +40,8 @@ from jobs.engine.seams import PRODUCTION, Seams
 from jobs.engine.tasks import LazySparkTasks, TaskRunner, map_in_driver
 from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir, check_log_dir_writable
 from jobs.logdir.commit import Committer, committer_for, partition_name
-from jobs.logdir.lock import Holder, Lease, LeaseLost, acquire, lease_to_take_over, lease_ttl_ms, work_uri
-from jobs.logdir.recover import Fence, RecoveryReport, fence_of, recover_log_dir
+from jobs.logdir.lock import Holder, Lease, LeaseLost, acquire, lease_ttl_ms, work_uri
+from jobs.logdir.recover import RecoveryReport, fence_of, fence_to_take_over, recover_log_dir, tally_reports
 from jobs.rules.config import ConfigSet
 from jobs.rules.scope import Scope, parse_scope
 from jobs.rules.timeutil import Instant, format_instant, resolve_now
@@ -480,8 +481,8 @@ def recover_under(storage: Storage, log_dir: str, now_ms: int, lease: Lease | No
     over fenced. ``listed``: the log dir's listing taken under the lock; ``dry_run``: the plans, nothing applied."""
     check = None if lease is None else (lambda: lease.check(seams.clock()))
     fence = fence_of(lease, seams.clock())
-    if dry_run and lease is None:  # no lease taken: fence the run whose lease a real run would take over
-        fence = Fence(frozenset(r for r in [lease_to_take_over(storage, log_dir)] if r), fence.wall_ms)
+    if dry_run and lease is None:  # no lease taken: fence the runs a real run taking the lease over would
+        fence = fence_to_take_over(storage, log_dir, fence.wall_ms)
     return recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work_uri(log_dir), check=check,
                            fence=fence, listed=listed, dry_run=dry_run)
 
@@ -629,11 +630,12 @@ class _Frame:
                     unrecovered[parse_partition_dir(partition_name(r.partition_uri))] = r.error
                     progress.error(f"{r.partition_uri}: NOT RECOVERED, left as it is and not touched by this run: "
                                    f"{r.error}", event="recovery.failed", partition=partition_name(r.partition_uri))
-            recovered = [r for r in reports if r.changed]
-            for r in recovered:
-                progress(f"recovered {r.partition_uri}: {', '.join(a.action for a in r.actions)}",
-                         event="recovery.partition", partition=partition_name(r.partition_uri))
-            report.recovered_partitions = len(recovered)
+            # what a crashed run left, per partition (its private staging too), summed: one line
+            tallies = tally_reports(reports, log_dir, self.work_dir)
+            report.recovered_partitions = sum(1 for t in tallies if t.partition)
+            if tallies:
+                progress(f"recovered {recovered_text(tallies)}", event="recovery.done",
+                         partitions=report.recovered_partitions, actions=sum(len(r.actions) for r in reports))
         foreseen: dict[tuple[str, int], dict[str, FileInfo]] = {}
         pending: set[tuple[str, int]] = set()
         if self.destructive and self.dry_run:

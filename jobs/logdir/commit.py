@@ -148,6 +148,9 @@ PRIVATE_STAGING_DIR = "staging"
 #: work dir (see :class:`RenameCommitter`). A broker ignores a sub-directory of a partition dir (its loader only
 #: looks at files), no intent refers to it, and recovery empties and removes it.
 STAGING_BESIDE_DIR = ".segjobs-staging"
+#: ``<work>/external-sort/``: the external-sort strategy's work files, one dir per run (``run-<id>``, a dry run's
+#: ``dry-<id>``), each removed by its run (see :mod:`jobs.engine.external_sort`); the dir itself goes once empty.
+EXTERNAL_SORT_DIR = "external-sort"
 REPLACE_INTENT = "replace.json"
 DELETE_INTENT = "delete.json"
 DELETED_LEDGER = "deleted.json"
@@ -915,22 +918,31 @@ class Committer:
         return None
 
     def remove_empty_dirs(self, partition_uris: Iterable[str] = ()) -> list[str]:
-        """Remove the directories that a run's staging and commits leave empty: ``<work>/staging/<tp>/``,
-        ``<work>/commit/<tp>/`` and those two themselves, and ``<partition>/.segjobs-staging/`` of each of
-        ``partition_uris``; never one that holds anything (the store removes only an empty directory,
-        atomically). Run under the log dir's lock, at the end of a run and by recovery. Returns the directories
-        removed (none on stores without directories)."""
+        """Remove the directories that a run's staging, commits and external sort leave empty:
+        ``<work>/staging/<tp>/``, ``<work>/commit/<tp>/``, ``<work>/external-sort/run-<id>/`` and those three
+        themselves, and ``<partition>/.segjobs-staging/`` of each of ``partition_uris``; never one that holds
+        anything (the store removes only an empty directory, atomically), nor a dry run's ``dry-<id>`` (a dry run
+        takes no lock, so one may be at work beside this run). Run under the log dir's lock, at the end of a run
+        and by recovery. Returns the directories removed (none on stores without directories)."""
         storage = self.storage
         removed: list[str] = []
         if storage.local_path(self.work_uri) is None:
             return removed  # an object store has no directories: nothing to list for
-        for root in (storage.join(self.work_uri, PRIVATE_STAGING_DIR), storage.join(self.work_uri, COMMIT_DIR)):
-            removed += [d for d in storage.list_dirs(root) if storage.remove_empty_dir(d)]
+        for root, runs_only in ((storage.join(self.work_uri, PRIVATE_STAGING_DIR), False),
+                                (storage.join(self.work_uri, COMMIT_DIR), False),
+                                (storage.join(self.work_uri, EXTERNAL_SORT_DIR), True)):
+            removed += [d for d in storage.list_dirs(root) if (not runs_only or _is_real_run_dir(d))
+                        and storage.remove_empty_dir(d)]
             if storage.remove_empty_dir(root):
                 removed.append(root)
         removed += [d for d in (storage.join(p, STAGING_BESIDE_DIR) for p in partition_uris)
                     if storage.remove_empty_dir(d)]
         return removed
+
+
+def _is_real_run_dir(uri: str) -> bool:
+    """Whether ``uri`` is a real run's external-sort dir (``run-<id>``): only runs that hold the lock make one."""
+    return uri.rstrip("/").rsplit("/", 1)[-1].startswith("run-")
 
 
 @dataclass(frozen=True)

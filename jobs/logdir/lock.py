@@ -15,9 +15,11 @@ PUT (``If-None-Match: *``). It names its holder and an expiry a short TTL ahead 
 ``SEGJOBS_LEASE_TTL``); while the run works, a heartbeat thread renews it every TTL/3 with ``If-Match`` on
 its etag. The lease can be taken over (``If-Match`` on the etag it was read with, so two racing takers
 cannot both win) when it has expired, when its holder ran on this host and that process is gone, or when
-the user names the holder's run id (``segjobs recover --break-lease RUN_ID``). Release deletes it only while
-the etag is still ours. The lease lives under :func:`work_uri`, never inside the log dir itself, because a
-log dir must hold only what a broker understands.
+the user names the holder's run id (``segjobs recover --break-lease RUN_ID``); the new lease names the run it was
+taken from (``took_over``), which may still be at work. Release deletes it only while the etag is still ours. A
+conditional PUT refused only because the client retried one that had applied (its answer lost on the network) is
+recognised by reading the lease back: it is still this run's, as written. The lease lives under :func:`work_uri`,
+never inside the log dir itself, because a log dir must hold only what a broker understands.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import socket
 import threading
 import uuid
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Iterator
 
 from jobs.rules.timeutil import format_instant
@@ -223,8 +225,12 @@ class Lease:
     ttl_ms: int = DEFAULT_TTL_MS
     notice: str | None = None
     #: the run id of the holder whose lease this one took over (expired, or broken), unless its process is known
-    #: to be gone: that run may still be at work for a while (see :class:`jobs.logdir.recover.Fence`)
+    #: to be gone: that run may still be at work for a while (see :class:`jobs.logdir.recover.Fence`); recorded in
+    #: the lease object
     took_over: str | None = None
+    #: the runs recovery under this lease leaves their recent stagings to: ``took_over`` and the run that one had
+    #: taken the lease over from, if any (:func:`fenced_by_takeover`)
+    fenced: frozenset[str] = frozenset()
     _storage: Storage | None = field(default=None, repr=False)
     _guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _lost: str | None = field(default=None, repr=False)
@@ -248,13 +254,19 @@ class Lease:
         assert self._storage is not None
         ttl = self.ttl_ms if ttl_ms is None else ttl_ms
         with self._guard:  # the heartbeat and the driver may renew at the same moment
-            record = _lease_record(self.holder, self.log_dir_uri, self.acquired_ms, now_ms + ttl)
+            renewed = LeaseInfo(self.holder, self.acquired_ms, now_ms + ttl, self.took_over)
+            record = _lease_record(self.log_dir_uri, renewed)
             try:
                 self.etag = self._storage.put_if_match(self.uri, record, self.etag)
             except PreconditionFailedError:
-                raise LockHeldError(f"{self.log_dir_uri}: lease {self.uri} was taken over by another run (it "
-                                    f"expired at {format_instant(self.expires_ms)}, or was broken with "
-                                    f"--break-lease); stop writing") from None
+                # A renewal whose answer was lost (the PUT applied, the client's retry then failed its condition)
+                # is no takeover: the lease object still names this run, renewed as asked.
+                etag = _still_ours(self._storage, self.uri, renewed)
+                if etag is None:
+                    raise LockHeldError(f"{self.log_dir_uri}: lease {self.uri} was taken over by another run (it "
+                                        f"expired at {format_instant(self.expires_ms)}, or was broken with "
+                                        f"--break-lease); stop writing") from None
+                self.etag = etag
             self.expires_ms = now_ms + ttl
 
     def check(self, now_ms: int) -> None:
@@ -463,30 +475,44 @@ def lease_uri(storage: Storage, log_dir_uri: str) -> str:
     return storage.join(work_uri(log_dir_uri), LEASE_NAME)
 
 
-def _lease_record(holder: Holder, log_dir_uri: str, acquired_ms: int, expires_ms: int) -> bytes:
-    return json.dumps({"format": _LEASE_FORMAT, "log_dir": log_dir_uri, "holder": asdict(holder),
-                       "acquired_ms": acquired_ms, "expires_ms": expires_ms}, sort_keys=True).encode()
-
-
 @dataclass(frozen=True)
 class LeaseInfo:
-    """A lease object as read back: its holder, when it was taken and when it expires."""
+    """A lease object as read back: its holder, when it was taken and when it expires, and the run its holder
+    took it over from (and fences: see :attr:`Lease.took_over`)."""
 
     holder: Holder
     acquired_ms: int
     expires_ms: int
+    took_over: str | None = None
 
     def describe(self) -> str:
         return f"{self.holder.describe(self.acquired_ms)}, expiring {format_instant(self.expires_ms)}"
+
+
+def _lease_record(log_dir_uri: str, lease: LeaseInfo) -> bytes:
+    doc = {"format": _LEASE_FORMAT, "log_dir": log_dir_uri, "holder": asdict(lease.holder),
+           "acquired_ms": lease.acquired_ms, "expires_ms": lease.expires_ms}
+    if lease.took_over is not None:
+        doc["took_over"] = lease.took_over
+    return json.dumps(doc, sort_keys=True).encode()
 
 
 def read_lease(data: bytes) -> LeaseInfo | None:
     """The lease in ``data``, or None when it cannot be read (then it is never taken over silently)."""
     try:
         doc = json.loads(data)
-        return LeaseInfo(Holder.from_dict(doc["holder"]), int(doc["acquired_ms"]), int(doc["expires_ms"]))
+        took_over = doc.get("took_over")
+        return LeaseInfo(Holder.from_dict(doc["holder"]), int(doc["acquired_ms"]), int(doc["expires_ms"]),
+                         None if took_over is None else str(took_over))
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def fenced_by_takeover(current: LeaseInfo, *, gone: bool) -> frozenset[str]:
+    """The runs a run that takes the lease ``current`` over leaves their recent stagings to (see
+    :class:`jobs.logdir.recover.Fence`): its holder, unless its process is known to be ``gone``, and the run that
+    holder took the lease over from (it may be at work still, as far as anyone can tell: a takeover moments ago)."""
+    return frozenset(([] if gone else [current.holder.run_id]) + ([current.took_over] if current.took_over else []))
 
 
 def _holder_of(storage: Storage, uri: str) -> str:
@@ -497,26 +523,42 @@ def _holder_of(storage: Storage, uri: str) -> str:
     return "it was taken over by " + (current.describe() if current else "an unreadable lease")
 
 
+def _still_ours(storage: Storage, uri: str, expected: LeaseInfo) -> str | None:
+    """The etag of the lease object ``uri`` when it reads as ``expected`` (this run's lease as it last wrote it),
+    else None: after a conditional PUT failed, whether it failed only because the client retried a PUT that had
+    applied (its answer lost on the way), which leaves the object as that PUT wrote it. The etag is taken before
+    the read: a lease written by anyone after this run's PUT would read as theirs, not as ``expected``."""
+    try:
+        etag = storage.stat(uri).etag
+        current = read_lease(storage.read(uri))
+    except StorageError:
+        return None
+    return etag if current == expected else None
+
+
 def _take_lease(storage: Storage, log_dir_uri: str, holder: Holder, now_ms: int, ttl_ms: int,
                 break_run_id: str | None) -> Lease:
     if ttl_ms <= 0:
         raise UsageError(f"lease ttl must be positive, got {ttl_ms} ms")
     uri = lease_uri(storage, log_dir_uri)
-    record = _lease_record(holder, log_dir_uri, now_ms, now_ms + ttl_ms)
+    fresh = LeaseInfo(holder, now_ms, now_ms + ttl_ms)
 
-    def granted(etag: str | None, notice: str | None, took_over: str | None = None) -> Lease:
+    def granted(etag: str | None, notice: str | None, took_over: str | None = None,
+                fenced: frozenset[str] = frozenset()) -> Lease:
         return Lease(log_dir_uri=log_dir_uri, uri=uri, holder=holder, acquired_ms=now_ms,
                      expires_ms=now_ms + ttl_ms, etag=etag, ttl_ms=ttl_ms, notice=notice, took_over=took_over,
-                     _storage=storage)
+                     fenced=fenced, _storage=storage)
 
     # A few rounds only to ride out a lease that disappears between our failed create and our read.
     for _ in range(_ACQUIRE_ATTEMPTS):
         try:
-            etag = storage.put_if_absent(uri, record)
+            etag = storage.put_if_absent(uri, _lease_record(log_dir_uri, fresh))
+        except PreconditionFailedError:
+            # taken by someone, or by this very PUT, applied before its answer was lost and the retry refused
+            etag = _still_ours(storage, uri, fresh)
+        if etag is not None:
             return granted(etag, None if break_run_id is None else
                            f"{log_dir_uri}: no lease to break (none was held); took a fresh one")
-        except PreconditionFailedError:
-            pass
         try:
             # stat before read: if the object changes in between, the etag is the older one and the
             # takeover below fails its condition rather than overwriting a lease we did not look at.
@@ -528,32 +570,37 @@ def _take_lease(storage: Storage, log_dir_uri: str, holder: Holder, now_ms: int,
             raise LockHeldError(f"{log_dir_uri} is locked by an unreadable lease {uri}; if no segjobs run is "
                                 f"working on this log dir, delete that object and run again")
         reason = _takeover_reason(log_dir_uri, uri, current, now_ms, break_run_id)
-        try:
-            new_etag = storage.put_if_match(uri, record, etag)
-        except PreconditionFailedError:
-            raise LockHeldError(f"{log_dir_uri}: the lease of {current.holder.describe(current.acquired_ms)} was "
-                                f"taken over by another run at the same moment; lease object {uri}") from None
         # A holder known to be gone can do nothing more; any other (expired, broken) may still be at work.
         gone = current.holder.alive() is False
+        taken = replace(fresh, took_over=None if gone else current.holder.run_id)
+        try:
+            new_etag = storage.put_if_match(uri, _lease_record(log_dir_uri, taken), etag)
+        except PreconditionFailedError:
+            new_etag = _still_ours(storage, uri, taken)
+        if new_etag is None:
+            raise LockHeldError(f"{log_dir_uri}: the lease of {current.holder.describe(current.acquired_ms)} was "
+                                f"taken over by another run at the same moment; lease object {uri}")
         return granted(new_etag, f"{log_dir_uri}: took over the lease of {current.describe()}: {reason}",
-                       None if gone else current.holder.run_id)
+                       taken.took_over, fenced_by_takeover(current, gone=gone))
     raise LockHeldError(f"{log_dir_uri}: the lease {uri} kept changing; another run is contending for it")
 
 
-def lease_to_take_over(storage: Storage, log_dir_uri: str) -> str | None:
-    """Reads only: the run whose S3 lease a run starting now would take over and fence (what :func:`acquire`
-    gives as ``Lease.took_over``), so that a dry run, which takes no lease, plans as that run would. The holder of
-    a lease that has not expired counts too (a real run is refused then, and its stagings are its own); None on
-    local disk, with no lease or an unreadable one, or when the holder is known to be gone."""
+def lease_to_take_over(storage: Storage, log_dir_uri: str) -> tuple[str | None, frozenset[str]]:
+    """Reads only: the run whose S3 lease a run starting now would take over, and the runs it would fence (what
+    :func:`acquire` gives as ``Lease.took_over`` and ``Lease.fenced``), so that a dry run, which takes no lease,
+    plans as that run would. The holder of a lease that has not expired counts too (a real run is refused then:
+    that holder is at work, and so may be the run it took the lease over from, whose stagings its own recovery
+    kept). Nothing on local disk, with no lease or an unreadable one."""
     if storage.local_path(log_dir_uri) is not None:
-        return None
+        return None, frozenset()
     try:
         current = read_lease(storage.read(lease_uri(storage, log_dir_uri)))
     except NotFoundError:
-        return None
-    if current is None or current.holder.alive() is False:
-        return None
-    return current.holder.run_id
+        return None, frozenset()
+    if current is None:
+        return None, frozenset()
+    gone = current.holder.alive() is False
+    return None if gone else current.holder.run_id, fenced_by_takeover(current, gone=gone)
 
 
 def _takeover_reason(log_dir_uri: str, uri: str, current: LeaseInfo, now_ms: int,

@@ -63,7 +63,7 @@ then reports, as long as no store refuses a step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
@@ -91,7 +91,7 @@ from jobs.logdir.commit import (
     read_replace_intent,
     write_ledger,
 )
-from jobs.logdir.lock import Lease
+from jobs.logdir.lock import Lease, lease_to_take_over
 from jobs.logdir.lock import work_uri as log_dir_work_uri
 from jobs.rules.timeutil import format_instant
 from segment_io.errors import NotFoundError, SegjobsError, StorageAccessError
@@ -123,16 +123,32 @@ class Fence:
     """Runs whose recent stagings recovery must leave alone: the run whose S3 lease the recovering run just took
     over (expired, or broken with ``--break-lease``) may still be at work - its tasks staging, its driver between
     its lease check and its intent - so its staged objects younger than :data:`STAGED_GRACE_MS` on ``wall_ms``
-    (the wall clock, as the lease's) stay, and a later recovery deletes them. Nothing is fenced by default."""
+    (the wall clock, as the lease's) stay, and a later recovery deletes them; and so may the run that one had
+    taken the lease over from. Nothing is fenced by default."""
 
     runs: frozenset[str] = frozenset()
     wall_ms: int = 0
+    #: of ``runs``, the one whose lease the recovering run took over (None: each of them)
+    took_over: str | None = None
+
+    def whose(self, run: str) -> str:
+        """Why ``run``'s stagings are fenced, in words."""
+        if self.took_over is None or run == self.took_over:
+            return "whose lease this run took over"
+        return f"whose lease run {self.took_over} took over before this run took it"
 
 
 def fence_of(lease: Lease | None, wall_ms: int) -> Fence:
-    """The fence of a recovery under ``lease``: the run it took the lease over from, if any."""
-    took_over = None if lease is None else lease.took_over
-    return Fence(frozenset([took_over] if took_over else []), wall_ms)
+    """The fence of a recovery under ``lease``: the run it took the lease over from and the run that one had
+    taken it from (:attr:`~jobs.logdir.lock.Lease.fenced`), if any."""
+    return Fence(wall_ms=wall_ms) if lease is None else Fence(lease.fenced, wall_ms, lease.took_over)
+
+
+def fence_to_take_over(storage: Storage, log_dir_uri: str, wall_ms: int) -> Fence:
+    """Reads only: the fence of a recovery that took the log dir's lease now, as it stands (a dry run's, which
+    takes no lease: :func:`~jobs.logdir.lock.lease_to_take_over`)."""
+    took_over, runs = lease_to_take_over(storage, log_dir_uri)
+    return Fence(runs, wall_ms, took_over)
 
 
 @dataclass(frozen=True)
@@ -180,6 +196,119 @@ class RecoveryReport:
 
     def add(self, action: str, uri: str, detail: str = "", size: int | None = None) -> None:
         self.actions.append(RecoveryAction(action, uri, detail, size))
+
+
+#: What an action says about the commit it settles, for :class:`RecoveryTally`: the actions of a replace that went
+#: through (its new segments made live, its old ones removed), of one rolled back, and of a delete finished.
+_COMPLETING = frozenset({"copy-new", "complete-swap", "drop-original", "delete-old", "purge-replaced"})
+_MADE_LIVE = frozenset({"copy-new", "complete-swap"})
+_REPLACED = frozenset({"drop-original", "delete-old", "purge-replaced"})
+_ROLLING_BACK = frozenset({"drop-cleaned", "drop-swap", "restore-old"})
+#: leftover actions -> the tally's (count, bytes) fields
+_LEFTOVER_FIELDS = {"delete-staged": ("staged", "staged_bytes"), "delete-temp": ("temps", "temp_bytes"),
+                    "abort-upload": ("uploads", "upload_bytes")}
+
+
+@dataclass
+class RecoveryTally:
+    """What recovery did in one partition, in counts that sum (a summary of many partitions adds them up per
+    topic): the commits it completed or rolled back and the segments they moved, the leftovers it deleted.
+    ``partition`` is the partition's name, or ``""`` for the log dir and the work dir themselves."""
+
+    partition: str
+    #: replaces completed (rolled forward, or their swaps made live), the new segments they made live and the
+    #: old ones they removed
+    completed: int = 0
+    made_live: int = 0
+    replaced: int = 0
+    #: replaces rolled back (their ``.cleaned`` / ``.swap`` files dropped), those files, the old segments put back
+    rolled_back: int = 0
+    dropped: int = 0
+    restored: int = 0
+    #: retention deletes finished, and the segments they renamed to ``.deleted``
+    deletes: int = 0
+    deleted: int = 0
+    #: partitions whose unknown ``.deleted`` segments were entered in the deletion ledger
+    ledgered: int = 0
+    #: stale intents removed unapplied; roll-forwards the run that wrote the intent finished itself; intents
+    #: removed with nothing else left to do
+    discarded: int = 0
+    settled_elsewhere: int = 0
+    intents: int = 0
+    #: leftovers no intent refers to, deleted: staged files, temporary files, unfinished uploads (and their bytes)
+    staged: int = 0
+    staged_bytes: int = 0
+    temps: int = 0
+    temp_bytes: int = 0
+    uploads: int = 0
+    upload_bytes: int = 0
+
+    @property
+    def topic(self) -> str:
+        parsed = parse_partition_dir(self.partition)
+        return "" if parsed is None else parsed[0]
+
+    def __add__(self, other: "RecoveryTally") -> "RecoveryTally":
+        """The sum of two tallies (``partition`` is this one's)."""
+        return RecoveryTally(self.partition, *(getattr(self, f.name) + getattr(other, f.name)
+                                               for f in fields(self) if f.name != "partition"))
+
+    @classmethod
+    def of(cls, partition: str, actions: Sequence[RecoveryAction]) -> "RecoveryTally":
+        """The tally of ``actions``, all recovery did in one partition."""
+        t = cls(partition)
+        done = {a.action for a in actions}
+        logs = {name: sum(1 for a in actions if a.action in name_set and _is_log(a.uri))
+                for name, name_set in (("made_live", _MADE_LIVE), ("replaced", _REPLACED))}
+        if done & _COMPLETING:
+            t.completed, t.made_live, t.replaced = 1, logs["made_live"], logs["replaced"]
+        if done & _ROLLING_BACK and not done & _COMPLETING:
+            t.rolled_back = 1
+        t.dropped = sum(1 for a in actions if a.action in ("drop-cleaned", "drop-swap"))
+        t.restored = sum(1 for a in actions if a.action == "restore-old" and _is_log(a.uri))
+        if "finish-delete" in done:
+            t.deletes, t.deleted = 1, sum(1 for a in actions if a.action == "finish-delete" and _is_log(a.uri))
+        elif "record-deleted" in done:
+            t.ledgered = 1
+        t.discarded = sum(1 for a in actions if a.action == "discard-intent")
+        t.settled_elsewhere = sum(1 for a in actions if a.action == "settled-elsewhere")
+        if "remove-intent" in done and not done & (_COMPLETING | _ROLLING_BACK | {"finish-delete"}):
+            t.intents = 1
+        for a in actions:
+            if a.action in _LEFTOVER_FIELDS:
+                count, size = _LEFTOVER_FIELDS[a.action]
+                setattr(t, count, getattr(t, count) + 1)
+                setattr(t, size, getattr(t, size) + (a.size or 0))
+        return t
+
+
+def _is_log(uri: str) -> bool:
+    """Whether ``uri`` names a segment's ``.log`` file (live, or under a transient suffix): one segment."""
+    parsed = parse_segment_file(uri.rsplit("/", 1)[-1])
+    return parsed is not None and parsed[1] == LOG_SUFFIX
+
+
+def tally_reports(reports: Iterable[RecoveryReport], log_dir_uri: str, work_uri: str) -> list[RecoveryTally]:
+    """What :func:`recover_log_dir`'s ``reports`` did, per partition (by topic, then partition number), the log
+    dir's own last: the log-dir step's actions on a partition's files in the work location (its private staging,
+    its staged uploads) are counted with that partition's, so that every partition a crashed run left something
+    of is named. Partitions where recovery did nothing are left out."""
+    actions: dict[str, list[RecoveryAction]] = {}
+    roots = [work_uri.rstrip("/") + "/" + d + "/" for d in (PRIVATE_STAGING_DIR, COMMIT_DIR)]
+    for r in reports:
+        if r.partition_uri != log_dir_uri:
+            actions.setdefault(partition_name(r.partition_uri), []).extend(r.actions)
+            continue
+        for a in r.actions:
+            owner = next((a.uri[len(root):].split("/", 1)[0] for root in roots if a.uri.startswith(root)), "")
+            actions.setdefault(owner if parse_partition_dir(owner) is not None else "", []).append(a)
+    tallies = [RecoveryTally.of(name, done) for name, done in actions.items() if done]
+
+    def order(t: RecoveryTally) -> tuple[bool, str, int]:
+        parsed = parse_partition_dir(t.partition)
+        return (parsed is None, *(parsed or ("", 0)))
+
+    return sorted(tallies, key=order)
 
 
 def recover_partition(storage: Storage, partition_uri: str, *, work_uri: str, now_ms: int,
@@ -645,8 +774,8 @@ def _plan_rules(view: _View, committer: Committer, now_ms: int, fence: Fence) ->
         if run is not None and run in fence.runs and (run, info.name) not in settled and young:
             # Staged by the run whose lease was just taken over, recently: that run may still be staging, or be
             # caught between its lease check and its intent. Left alone; a later recovery deletes it.
-            view.notes.append(f"kept {info.uri}: staged {format_instant(info.mtime_ms)} by run {run}, whose "
-                              f"lease this run took over; deleted by a run from "
+            view.notes.append(f"kept {info.uri}: staged {format_instant(info.mtime_ms)} by run {run}, "
+                              f"{fence.whose(run)}; deleted by a run from "
                               f"{format_instant(info.mtime_ms + STAGED_GRACE_MS)} on")
         else:
             view.delete(info.uri, "delete-staged", "staged by a commit that is over or never started", info.size,
@@ -921,6 +1050,7 @@ def _leftover(info: FileInfo, action: str, why: str) -> Step:
     return Step("delete", info.uri, RecoveryAction(action, info.uri, why, info.size), leftover=True)
 
 
-__all__ = ["LEFTOVER_ACTIONS", "Fence", "RecoveryAction", "RecoveryPlan", "RecoveryReport", "STAGED_GRACE_MS", "Step",
-           "apply_plan", "clean_in_listing", "fence_of", "plan_partition", "recover_log_dir",
-           "recover_partition", "describe_stuck", "stuck_error", "unfinished_state"]
+__all__ = ["LEFTOVER_ACTIONS", "Fence", "RecoveryAction", "RecoveryPlan", "RecoveryReport", "RecoveryTally",
+           "STAGED_GRACE_MS", "Step", "apply_plan", "clean_in_listing", "fence_of", "fence_to_take_over",
+           "plan_partition", "recover_log_dir", "recover_partition", "describe_stuck", "stuck_error", "tally_reports",
+           "unfinished_state"]

@@ -470,3 +470,25 @@ def test_bucket_count_bounds_a_reduce_by_the_bucket_bytes() -> None:
     assert bucket_count(1_000_000, 256 << 20, 2) == 2  # big enough for one bucket per core
     for records in (10**6, 10**8, 2 * 10**8):
         assert records * REDUCE_BYTES_PER_ROW / bucket_count(records, 64 << 20, 2) <= 64 << 20
+
+
+def test_an_external_sort_run_leaves_no_empty_work_dir(tmp_path: Path) -> None:
+    """The run removes its own dir, then (under the lock still) the external-sort dir it leaves empty; a dry run,
+    which holds no lock, removes only its own."""
+    from jobs.logdir.lock import work_uri
+
+    log_dir = tmp_path / "logs"
+    log = LogBuilder(TOPIC, PARTITION, timestamp=NOW1 - 3_600_000)
+    log.batch([rec("a", "1"), rec("b", "1")]).batch([rec("a", "2")]).roll().batch([rec("c", "1")])
+    write_log(log.table(), log_dir / partition_dir_name(TOPIC, PARTITION))
+    sort_dir = Path(work_uri(str(log_dir))) / es.WORK_SUBDIR
+    for dry_run in (True, False):
+        options = api.CompactOptions(config=ConfigSet().with_overrides([f"{TOPIC}:cleanup.policy=compact"]),
+                                     topics=(TOPIC,), strategy="external-sort", dry_run=dry_run,
+                                     progress=lambda line: None)
+        result = api.compact(log_dir, options, now=NOW1, seams=api.Seams(runner=api.InProcessTasks()))
+        (entry,) = [p.entry for p in result.partitions]
+        assert result.exit_code == 0 and entry["strategy"] == "external-sort" and entry["records_removed"] == 1
+        if dry_run:
+            assert sort_dir.is_dir() and list(sort_dir.iterdir()) == []  # no lock held: not its to remove
+    assert not sort_dir.exists()

@@ -434,3 +434,53 @@ def test_break_lease_is_refused_on_a_local_log_dir(tmp_path):
     with pytest.raises(UsageError, match="nothing to break"):
         with acquire(LocalStorage(), str(tmp_path), now_ms=NOW, break_run_id="x"):
             pass
+
+
+# --------------------------------------------------------------------------------------------- lost answers
+
+
+@pytest.fixture()
+def lossy_s3(s3_bucket):
+    """The S3 store through a proxy that loses the answers it is told to (:mod:`tests.support.lossy_proxy`)."""
+    from dataclasses import replace
+
+    from tests.support.lossy_proxy import LossyProxy
+
+    endpoint, bucket = s3_bucket
+    with LossyProxy(endpoint.endpoint_url) as proxy:
+        storage = S3Storage(replace(endpoint.storage_options(), endpoint_url=proxy.endpoint_url))
+        yield storage, f"s3://{bucket}/kafka/logs", proxy
+
+
+def test_s3_a_renewal_whose_answer_was_lost_keeps_the_lease(lossy_s3):
+    """The renewal's conditional PUT applies, its answer is lost, botocore retries and gets 412: the lease still
+    names this run, renewed as asked, so the run goes on (no "taken over" with no other run there), and its
+    next check and its release find the lease its own."""
+    storage, log_dir, proxy = lossy_s3
+    uri = lease_uri(storage, log_dir)
+    with acquire(storage, log_dir, now_ms=NOW, ttl_ms=TTL, holder=Holder(run_id="run-a")) as lease:
+        proxy.drop("PUT", "/kafka/logs.segjobs/lease.json")
+        lease.renew(NOW + 1_000)
+        assert len(proxy.dropped) == 1 and proxy.dropped[0].startswith("PUT "), proxy.dropped
+        assert json.loads(storage.read(uri))["expires_ms"] == lease.expires_ms == NOW + 1_000 + TTL
+        assert lease.etag == storage.stat(uri).etag
+        lease.check(NOW + 2_000)
+        assert lease.lost is None
+    assert not storage.exists(uri)
+
+
+def test_s3_a_lease_taken_whose_answer_was_lost_is_held(lossy_s3):
+    """The same for taking a fresh lease (If-None-Match) and for taking over an expired one (If-Match)."""
+    storage, log_dir, proxy = lossy_s3
+    uri = lease_uri(storage, log_dir)
+    proxy.drop("PUT", "/kafka/logs.segjobs/lease.json")
+    dead = acquire(storage, log_dir, now_ms=NOW, ttl_ms=TTL, holder=Holder(host="other-host", pid=1, run_id="run-a"))
+    lease = dead.__enter__()  # never released: the holder "died" (keep the reference, or GC would release it)
+    assert len(proxy.dropped) == 1 and lease.etag == storage.stat(uri).etag
+    proxy.drop("PUT", "/kafka/logs.segjobs/lease.json")
+    with acquire(storage, log_dir, now_ms=NOW + TTL, ttl_ms=TTL, holder=Holder(run_id="run-b")) as heir:
+        assert len(proxy.dropped) == 2 and heir.took_over == "run-a" and "it expired" in (heir.notice or "")
+        assert json.loads(storage.read(uri))["holder"]["run_id"] == "run-b" and heir.etag == storage.stat(uri).etag
+        with pytest.raises(LeaseLost, match="taken over by segjobs run run-b"):
+            lease.check(NOW + TTL + 1)
+    assert not storage.exists(uri)

@@ -530,3 +530,29 @@ def test_compact_after_a_broker_finished_its_swap_and_its_own_cleaner_died(spark
     for _ in range(2):  # and later runs keep working on it
         assert main(["compact", "--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet"]) == 0
         _check_log(part, truth)
+
+
+def test_recover_removes_the_empty_work_dirs_and_no_other(tmp_path: Path, capsys) -> None:
+    """An external-sort dir a run left empty, and an empty real run's dir in it, go; a crashed run's dir that
+    holds files, and a dry run's (which may be at work beside this run: it holds no lock), stay, and so does
+    the external-sort dir holding them. Nothing of it is reported: removing an empty dir changes nothing."""
+    from jobs.commands.cli import main
+    from jobs.logdir.commit import EXTERNAL_SORT_DIR
+    from jobs.logdir.lock import work_uri
+
+    log_dir = tmp_path / "logs"
+    (log_dir / "orders-0").mkdir(parents=True)
+    sort_dir = Path(work_uri(str(log_dir))) / EXTERNAL_SORT_DIR
+    (sort_dir / "run-empty").mkdir(parents=True)
+    (sort_dir / "dry-beside").mkdir()
+    (sort_dir / "run-crashed" / "orders-0").mkdir(parents=True)
+    (sort_dir / "run-crashed" / "orders-0" / "piece-0.rows").write_bytes(b"rows")
+    assert main(["recover", "--log-dir", str(log_dir)]) == 0
+    assert "; 0 action(s); 0 leftover file(s)" in capsys.readouterr().out
+    assert sorted(p.name for p in sort_dir.iterdir()) == ["dry-beside", "run-crashed"]
+    assert (sort_dir / "run-crashed" / "orders-0" / "piece-0.rows").read_bytes() == b"rows"
+
+    shutil.rmtree(sort_dir / "run-crashed")
+    (sort_dir / "dry-beside").rmdir()  # the dry run ended
+    assert main(["recover", "--log-dir", str(log_dir)]) == 0
+    assert not sort_dir.exists()

@@ -181,3 +181,38 @@ def test_a_dry_run_fences_the_run_whose_expired_lease_a_real_run_takes_over(scen
     assert len(notes) == 7 and all(f"by run {OLD_RUN}, whose lease this run took over" in n for n in notes), notes
     assert [(r.partition_uri, r.actions, r.notes) for r in dry.reports] == \
         [(r.partition_uri, r.actions, r.notes) for r in real.reports]
+
+
+def test_during_a_takeover_a_dry_run_keeps_what_the_run_that_took_over_keeps(scenario, s3_bucket):
+    """The old run's lease expired with its recent stagings there; run B took the lease over, and its recovery kept
+    them; while B holds the lease a dry run says the same (it fences B and the run B took the lease from, as a run
+    taking over from B does), never that it would delete them."""
+    from jobs.engine.frame import recover_under
+    from jobs.engine.seams import Seams
+
+    endpoint, _ = s3_bucket
+    storage = scenario.storage
+    held = _old_holder(storage, scenario.log_dir)  # noqa: F841 - expired, its holder on another host
+    _stage(scenario, OLD_RUN)
+    _stage(scenario, "run-older")  # a run whose lease nobody takes over now: its stagings go
+    taking = acquire(storage, scenario.log_dir, now_ms=NOW + 120_000, ttl_ms=60_000,
+                     holder=Holder(host="far-host", pid=7, run_id="run-b"))
+    lease = taking.__enter__()  # run B, at work (keep the reference, or GC would release the lease)
+    assert lease.took_over == OLD_RUN and lease.fenced == {OLD_RUN}
+    dry = api.recover(scenario.log_dir, RecoverOptions(storage=endpoint.storage_options(), dry_run=True), now=NOW)
+    real = recover_under(storage, scenario.log_dir, NOW, lease, Seams())  # B's recovery
+    assert dry.exit_code == 0
+    assert [(r.partition_uri, r.actions) for r in dry.reports] == [(r.partition_uri, r.actions) for r in real]
+    kept = [n for r in real for n in r.notes]
+    assert len(kept) == 7 and all(f"by run {OLD_RUN}, whose lease this run took over" in n for n in kept), kept
+    said = [n for r in dry.reports for n in r.notes]
+    assert len(said) == 7 and all(f"by run {OLD_RUN}, whose lease run run-b took over before this run took it" in n
+                                  for n in said), said
+    # B dies in turn (on its host: its lease is broken); the run that takes over from it fences both, exactly as
+    # a dry run then says
+    dry = api.recover(scenario.log_dir, RecoverOptions(storage=endpoint.storage_options(), dry_run=True), now=NOW)
+    after = api.recover(scenario.log_dir, RecoverOptions(storage=endpoint.storage_options(), break_lease="run-b"),
+                        now=NOW)
+    assert [(r.partition_uri, r.actions, r.notes) for r in after.reports] == \
+        [(r.partition_uri, r.actions, r.notes) for r in dry.reports]
+    assert len([n for r in after.reports for n in r.notes]) == 7
