@@ -239,3 +239,71 @@ def _answers(port: int) -> bool:
 
 __all__ = ["CLEAN_SHUTDOWN", "JARS", "KAFKA_VERSION", "REQUIRE_ENV", "Broker", "BrokerError", "classpath",
            "free_port", "java", "run_tool", "unavailable"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Comparing segjobs' output with Kafka's cleaner output
+# --------------------------------------------------------------------------------------------------
+
+#: codecs whose compressed bytes depend on the compressor's implementation: Kafka deflates gzip with the JVM's
+#: zlib and compresses zstd with zstd-jni, segjobs with cramjam's (Rust) libraries; the records are the same
+LIBRARY_DEPENDENT_CODECS = frozenset({1, 4})  # gzip, zstd
+_CODEC_BITS = 0x07
+
+
+def batch_differences(ours: Path, kafka: Path) -> list[str]:
+    """Where the batches of two partition dirs differ in a way no codec library explains: a batch that is not
+    byte-identical must be a gzip or zstd batch whose header fields and records are all the same (kafka-python
+    reads both). Empty when the two are the same cleaner output."""
+    from tests.support.replay import read_partition
+
+    def view(b):  # everything but the compressed payload, its CRC and its length
+        return (b.base_offset, b.last_offset, b.attributes, b.delete_horizon_ms, b.max_timestamp, b.producer_id,
+                b.producer_epoch, b.base_sequence, b.leader_epoch, b.transactional, b.control,
+                tuple((r.offset, r.key, r.value, r.headers, r.timestamp) for r in b.records))
+
+    mine, theirs = read_partition(ours), read_partition(kafka)
+    out = []
+    if [b.base_offset for b in mine] != [b.base_offset for b in theirs]:
+        return [f"batches at {[b.base_offset for b in mine]}, Kafka's at {[b.base_offset for b in theirs]}"]
+    for a, b in zip(mine, theirs):
+        if view(a) != view(b):
+            out.append(f"batch {a.base_offset}: {view(a)} != Kafka's {view(b)}")
+        elif a.raw != b.raw and a.attributes & _CODEC_BITS not in LIBRARY_DEPENDENT_CODECS:
+            out.append(f"batch {a.base_offset} (codec {a.attributes & _CODEC_BITS}): bytes differ from Kafka's")
+    return out
+
+
+def rebuilt_codecs(source: Path, cleaned: Path) -> dict[int, int]:
+    """Per codec, how many batches of ``cleaned`` Kafka rebuilt (records dropped or a horizon stamped) from
+    ``source``: what a byte comparison of the two cleaners' output covers."""
+    from tests.support.replay import read_partition
+
+    before = {b.base_offset: b for b in read_partition(source)}
+    out: dict[int, int] = {}
+    for b in read_partition(cleaned):
+        s = before[b.base_offset]
+        if b.records and b.raw != s.raw:
+            out[b.attributes & _CODEC_BITS] = out.get(b.attributes & _CODEC_BITS, 0) + 1
+    return out
+
+
+def segment_file_differences(ours: Path, kafka: Path) -> list[str]:
+    """The segment files (``.log``, ``.index``, ``.timeindex``) of two partition dirs that differ although every
+    batch of their segment is byte-identical, and every ``.txnindex`` that differs; and names only one has."""
+    from tests.support.replay import live_log_files, read_batches
+
+    suffixes = (".log", ".index", ".timeindex", ".txnindex")
+    mine = {p.name for p in ours.iterdir() if p.suffix in suffixes}
+    theirs = {p.name for p in kafka.iterdir() if p.suffix in suffixes}
+    out = [f"only in one of them: {sorted(mine ^ theirs)}"] if mine != theirs else []
+    for log in live_log_files(kafka):
+        stem = log.name[:-4]
+        same_batches = [b.raw for b in read_batches((ours / log.name).read_bytes())] == \
+            [b.raw for b in read_batches(log.read_bytes())]
+        for suffix in (".log", ".index", ".timeindex", ".txnindex") if same_batches else (".txnindex",):
+            name = stem + suffix
+            if (kafka / name).exists() and (ours / name).exists() \
+                    and (kafka / name).read_bytes() != (ours / name).read_bytes():
+                out.append(f"{name} differs from Kafka's")
+    return out
