@@ -131,12 +131,16 @@ def dirty_segments(task: CompactTask) -> list[SegmentInfo]:
             if s.next_offset > plan.first_dirty_offset and s.base_offset < plan.first_uncleanable_offset]
 
 
-def _txn_entries(storage: Storage, listing: PartitionListing, bases: list[int], markers: np.ndarray) -> list:
+def _txn_entries(storage: Storage, listing: PartitionListing, bases: list[int], markers: np.ndarray,
+                 with_data: np.ndarray) -> list:
     """The ``.txnindex`` entries of the new segment: the source segments' entries whose abort marker survives
-    (``markers``: the offsets of the surviving control records)."""
+    (``markers``: the offsets of the surviving control records) and whose transaction this pass found data of
+    (``with_data``: ``CompletedTxns.markers_with_data``). Kafka's cleaner writes an aborted transaction's
+    entry again only when it read a batch of it (``CleanedTransactionMetadata``): the clean after the one that
+    removed its data drops the entry, while its marker stays until its horizon."""
     if len(markers) == 0:
         return []
-    marker_offsets = set(markers.tolist())
+    marker_offsets = set(markers.tolist()) & set(np.asarray(with_data).tolist())
     entries = []
     for seg in listing.segments:
         if seg.base_offset in bases and seg.txnindex is not None:
@@ -353,7 +357,8 @@ class PartitionCleaner:
                     written = write_segment(result.records, target, storage=storage,
                                             empty_batches=result.empty_batches, sources=sources,
                                             index_interval_bytes=task.config.index_interval_bytes,
-                                            aborted_txns=_txn_entries(storage, task.listing, bases, markers),
+                                            aborted_txns=_txn_entries(storage, task.listing, bases, markers,
+                                                                      task.txn.completed.markers_with_data()),
                                             durable=self.durable)
                 except StorageEnvironmentError as exc:
                     if not exc.out_of_space:

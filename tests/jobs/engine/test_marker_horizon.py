@@ -6,7 +6,9 @@ committed one. Only then does ``filterTo`` count it as a marker of an empty tran
 ``deleteHorizonMs = now + delete.retention.ms`` on its batch (attribute bit 0x40, the base timestamp replaced
 by the horizon). So the clean that removes a transaction's last data keeps its marker unstamped; the next clean
 stamps it; a clean at or past the horizon removes it. Three runs of the job, each checked on the marker batch's
-header bytes as written in the segment file.
+header bytes as written in the segment file. An aborted transaction's ``.txnindex`` entry follows the same rule:
+a clean writes it again only when it read a batch of the transaction, so the second run drops it (while the
+marker stays until its horizon).
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ TRANSACTIONAL, CONTROL, DELETE_HORIZON = 0x10, 0x20, 0x40
 
 
 def _build(pdir: Path, marker: str) -> None:
-    """Segment 0: a transaction of producer 7 whose only data (key ``a``) the first clean removes (aborted, or
-    committed and superseded by a later ``a``), its marker, a record; segment 1 (active): one record."""
+    """Segment 0: a transaction of producer 7 whose only data (key ``a``) the first clean removes (aborted, with
+    its ``.txnindex`` entry, or committed and superseded by a later ``a``), its marker, a record; segment 1
+    (active): one record."""
     log = LogBuilder(TOPIC, PARTITION, timestamp=T0)
     log.txn_batch(7, 0, [rec("a", "in-txn")])  # 0
     if marker == "abort":
@@ -47,6 +50,8 @@ def _build(pdir: Path, marker: str) -> None:
     log.batch([rec("b", "1")])  # 3
     log.roll().batch([rec("z", "active")])  # 4
     write_log(log.table(), pdir)
+    if marker == "abort":  # the broker's index of the aborted transaction: version, pid, first, last, LSO
+        (pdir / "00000000000000000000.txnindex").write_bytes(struct.pack(">hqqqq", 0, 7, 0, 1, 2))
 
 
 def _compact(log_dir: Path, now_ms: int, strategy: str) -> None:
@@ -62,6 +67,18 @@ def _marker(pdir: Path) -> OracleBatch | None:
     markers = [b for b in read_partition(pdir) if b.control]
     assert len(markers) <= 1
     return markers[0] if markers else None
+
+
+def _txn_index(pdir: Path) -> list[tuple[int, int, int]]:
+    """(producer id, first offset, last offset) of every entry of the partition's ``.txnindex`` files: 34-byte
+    entries (version, producer id, first offset, last offset, last stable offset), read here independently."""
+    out = []
+    for path in sorted(pdir.glob("*.txnindex")):
+        data = path.read_bytes()
+        for pos in range(0, len(data), 34):
+            _, pid, first, last, _ = struct.unpack_from(">hqqqq", data, pos)
+            out.append((pid, first, last))
+    return out
 
 
 def _header(batch: OracleBatch) -> tuple[int, int]:
@@ -90,6 +107,7 @@ def test_a_marker_is_stamped_by_the_clean_after_the_one_removing_its_data(tmp_pa
     assert attributes == TRANSACTIONAL | CONTROL, f"run 1 stamped the marker: attributes {attributes:#x}"
     assert base_timestamp == source.base_timestamp
     assert first.raw == source.raw
+    assert _txn_index(pdir) == ([(7, 0, 1)] if marker == "abort" else [])
 
     # run 2 sees no data of the transaction: it stamps now + delete.retention.ms, and keeps the marker
     _compact(log_dir, NOW2, strategy)
@@ -99,6 +117,7 @@ def test_a_marker_is_stamped_by_the_clean_after_the_one_removing_its_data(tmp_pa
     assert attributes == TRANSACTIONAL | CONTROL | DELETE_HORIZON
     assert base_timestamp == NOW2 + RETENTION
     assert second.records == first.records  # the control record itself (key, value, timestamp) is unchanged
+    assert _txn_index(pdir) == []  # this clean read no batch of the aborted transaction
 
     # a run before the horizon keeps it as it is; one at the horizon removes it
     _compact(log_dir, NOW2 + RETENTION - 1, strategy)
