@@ -214,6 +214,30 @@ def read_all(ck: Any, broker: Broker, topic: str, isolation: str) -> list[tuple]
         consumer.close()
 
 
+def wait_until_stable(ck: Any, broker: Broker, topic: str) -> None:
+    """Until every transaction of ``topic`` has its marker in the log (the last stable offset reaches the high
+    watermark): a transaction's coordinator writes its markers after the producer's commit or abort returns,
+    and a broker stopped before that writes them itself on its next start, which would give the next broker
+    other input than segjobs."""
+    consumer = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"stable-{topic}",
+                            "isolation.level": "read_committed"})
+    try:
+        part = ck.TopicPartition(topic, 0)
+        _wait_for(lambda: consumer.get_watermark_offsets(part, timeout=10, cached=False)[1]
+                  == _high_watermark(ck, broker, topic), f"the markers of {topic}'s transactions")
+    finally:
+        consumer.close()
+
+
+def _high_watermark(ck: Any, broker: Broker, topic: str) -> int:
+    consumer = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"hw-{topic}",
+                            "isolation.level": "read_uncommitted"})
+    try:
+        return int(consumer.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=10, cached=False)[1])
+    finally:
+        consumer.close()
+
+
 def committed_offsets(ck: Any, broker: Broker) -> dict[str, int]:
     consumer = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": GROUP, "enable.auto.commit": False})
     try:
@@ -295,7 +319,26 @@ def write_everything(ck: Any, broker: Broker) -> Written:
         consumer.close()
     for producer in (*plain.values(), tx):
         producer.flush(30)
+    wait_until_stable(ck, broker, COMPACTED)
     return written
+
+
+def write_more(ck: Any, broker: Broker, written: Written) -> None:
+    """More records onto segjobs' output (broker A restarted on it): updates, a tombstone, a committed
+    transaction, then a record stamped ahead that rolls a new active segment."""
+    p = Producing(ck, broker, written)
+    plain = p.producer(**{"compression.type": "none"})
+    now = int(time.time() * 1000)
+    p.send(plain, COMPACTED, [(b"k0", b"v7-0", [], now), (b"k3", None, [], now + 1), (b"k16", b"v7-16", [], now + 2)])
+    tx = p.producer(**{"transactional.id": "tx-compacted"})
+    tx.init_transactions(60)
+    tx.begin_transaction()
+    p.send(tx, COMPACTED, [(b"k17", b"tx-committed-later", [], now + 3)])
+    tx.commit_transaction(60)
+    p.send(plain, COMPACTED, [(b"k18", b"active-later", [], int(time.time() * 1000) + 10 * MINUTE)])
+    for producer in (plain, tx):
+        producer.flush(30)
+    wait_until_stable(ck, broker, COMPACTED)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -305,7 +348,8 @@ def write_everything(ck: Any, broker: Broker) -> Written:
 
 @dataclass
 class Live:
-    written: Written
+    written: Written  #: everything produced, the records written onto segjobs' output included
+    first: dict[str, list[Produced]]  #: what the first producers wrote
     source: Path  #: A's log dir as the producers left it (a copy)
     kafka: Path  #: B's log dir after Kafka's cleaner
     segjobs: Path  #: A's log dir after segjobs (a copy, before A restarted on it)
@@ -315,6 +359,11 @@ class Live:
     committed: dict[str, int]
     recovered: Path  #: C's log dir after its forced recovery
     recovery_log: str
+    second_source: Path  #: segjobs' output with more records (a copy), before its second clean
+    second_kafka: Path  #: that, after Kafka's cleaner (broker D)
+    second_segjobs: Path  #: that, after segjobs' second compaction at the time of Kafka's
+    second_reads: dict[str, list[tuple]]  #: consumers on D, once its cleaner ran over segjobs' files
+    second_log: str  #: D's log
     segjobs_output: str
     timings: dict[str, float]
 
@@ -423,8 +472,28 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
                  for iso in ("read_committed", "read_uncommitted")}
         committed = committed_offsets(ck, a)
         restart_log = a.log_text()
+        first = {t: list(rs) for t, rs in written.records.items()}
+        write_more(ck, a, written)
     assert a.clean, f"A did not shut down cleanly after the restart (exit {a.returncode}):\n{a.tail()}"
     timings["restart"] = time.monotonic() - t0 - sum(timings.values())
+
+    # 4b. Kafka's own cleaner over segjobs' files and the new records (broker D, a copy), then segjobs' second
+    # compaction of the same at the time of D's clean
+    second_source = root / "second-source"
+    _copy_node(a.home, second_source)
+    d = Broker(root / "d", ORACLE, cluster=a.cluster)
+    _copy_node(a.home, d.home)
+    second_active = _segment_bases(_partition(a.log_dir, COMPACTED))[-1]
+    with d.running():
+        _wait_for(lambda: _cleaner_checkpoint(d.log_dir).get(f"{COMPACTED}-0", 0) >= second_active,
+                  "Kafka's cleaner to clean segjobs' output up to the new active segment")
+        second_reads = {iso: read_all(ck, d, COMPACTED, iso) for iso in ("read_committed", "read_uncommitted")}
+    assert d.clean, f"D did not shut down cleanly (exit {d.returncode}):\n{d.tail()}"
+    now2 = max(b.delete_horizon_ms or 0 for b in read_partition(_partition(d.log_dir, COMPACTED))) \
+        - DELETE_RETENTION_MS
+    output += _segjobs("compact", "--log-dir", str(a.log_dir), "--config", str(config), "--now", str(now2),
+                       "--topic", COMPACTED)
+    timings["second clean"] = time.monotonic() - t0 - sum(timings.values())
 
     # 5. a forced recovery of segjobs' output
     c_home = root / "c"
@@ -436,8 +505,9 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     assert c.clean, f"C did not shut down cleanly after its recovery (exit {c.returncode}):\n{c.tail()}"
     timings["recovery"] = time.monotonic() - t0 - sum(timings.values())
     print(f"live broker (Kafka {KAFKA_VERSION}) stages: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items()))
-    yield Live(written, source / "logs", b.log_dir, after / "logs", now_ms, restart_log, reads, committed,
-               c.log_dir, c.log_text(), output, timings)
+    yield Live(written, first, source / "logs", b.log_dir, after / "logs", now_ms, restart_log, reads, committed,
+               c.log_dir, c.log_text(), second_source / "logs", d.log_dir, a.log_dir, second_reads, d.log_text(),
+               output, timings)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -472,11 +542,11 @@ def test_segjobs_did_compact_and_retain(live: Live) -> None:
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
 def test_consumers_read_what_kafkas_rules_keep_at_the_original_offsets(live: Live, isolation: str) -> None:
     first_uncleanable = _segment_bases(_partition(live.source, COMPACTED))[-1]
-    expected = compacted_expectation(live.written.records[COMPACTED], first_uncleanable,
+    expected = compacted_expectation(live.first[COMPACTED], first_uncleanable,
                                      read_committed=isolation == "read_committed")
     assert live.reads[(COMPACTED, isolation)] == expected
     # the retained topic: whole segments from the new log start on
-    events = live.written.records[EVENTS]
+    events = live.first[EVENTS]
     assert live.reads[(EVENTS, isolation)] == retention_expectation(
         events, _segment_bases(_partition(live.source, EVENTS)), live.now_ms)
 
@@ -499,7 +569,7 @@ def test_consumer_group_offsets_are_intact(live: Live) -> None:
 
 def test_kafkas_cleaner_keeps_the_same_batches_and_records(live: Live) -> None:
     # offsets, keys, values, headers, timestamps, producer fields, delete horizons; the bytes too but for the
-    # compressed payload of a batch Kafka rebuilt with gzip or zstd (the compressor's library decides those)
+    # compressed payload of a batch Kafka rebuilt with gzip, snappy or zstd (the compressor's library decides those)
     assert batch_differences(_partition(live.segjobs, COMPACTED), _partition(live.kafka, COMPACTED)) == []
 
 
@@ -521,6 +591,32 @@ def test_segment_files_are_kafkas_byte_for_byte_where_their_batches_are(live: Li
     # transaction indexes always are (the leader-epoch checkpoint differs: broker B became leader again in a new
     # epoch, which is not the cleaner's doing)
     assert segment_file_differences(_partition(live.segjobs, COMPACTED), _partition(live.kafka, COMPACTED)) == []
+
+
+# --------------------------------------------------------------------------------------------------
+# More records, then Kafka's own cleaner over segjobs' files, and both cleaners' second clean
+# --------------------------------------------------------------------------------------------------
+
+
+def test_kafkas_cleaner_cleans_segjobs_output_again_and_consumers_read_kafkas_rules(live: Live) -> None:
+    lines = _data_lines(live.second_log)
+    assert [line for line in lines if re.search(r" (WARN|ERROR) .*(LogCleaner|Cleaner|kafka\.log|storage)", line)
+            and "is deprecated" not in line] == []
+    first_uncleanable = _segment_bases(_partition(live.second_source, COMPACTED))[-1]
+    for isolation, read in live.second_reads.items():
+        assert read == compacted_expectation(live.written.records[COMPACTED], first_uncleanable,
+                                             read_committed=isolation == "read_committed"), isolation
+
+
+def test_the_second_clean_is_kafkas_and_stamps_the_markers_the_first_left(live: Live) -> None:
+    ours, kafka = _partition(live.second_segjobs, COMPACTED), _partition(live.second_kafka, COMPACTED)
+    assert batch_differences(ours, kafka) == []
+    assert segment_file_differences(ours, kafka) == []
+    # the markers whose transactions the first clean emptied, unstamped by it, carry a horizon now
+    first = {b.base_offset for b in read_partition(_partition(live.kafka, COMPACTED)) if b.control and b.records
+             and not b.delete_horizon_ms}
+    emptied = {b.base_offset for b in read_partition(kafka) if b.control and b.delete_horizon_ms}
+    assert emptied and emptied <= first
 
 
 # --------------------------------------------------------------------------------------------------

@@ -6,8 +6,8 @@ transaction whose only record a later record supersedes, a committed and an abor
 in the active segment) and the same partition after Kafka's own log cleaner (``kafka-cleaner/``), both copied
 from a run of ``tests/compat/test_live_broker.py`` (its README says how). segjobs' compaction of ``source/`` at
 the time of Kafka's clean (the horizon Kafka stamped minus ``delete.retention.ms``) must write Kafka's batches
-and records, with both strategies, byte for byte but for the compressed payload of a batch rebuilt with gzip or
-zstd, and Kafka's files wherever their batches are Kafka's bytes: among them the markers of the transactions
+and records, with both strategies, byte for byte but for the compressed payload of a batch rebuilt with gzip,
+snappy or zstd, and Kafka's files wherever their batches are Kafka's bytes: among them the markers of the transactions
 this clean emptied, which Kafka leaves unstamped.
 """
 

@@ -245,15 +245,16 @@ __all__ = ["CLEAN_SHUTDOWN", "JARS", "KAFKA_VERSION", "REQUIRE_ENV", "Broker", "
 # Comparing segjobs' output with Kafka's cleaner output
 # --------------------------------------------------------------------------------------------------
 
-#: codecs whose compressed bytes depend on the compressor's implementation: Kafka deflates gzip with the JVM's
-#: zlib and compresses zstd with zstd-jni, segjobs with cramjam's (Rust) libraries; the records are the same
-LIBRARY_DEPENDENT_CODECS = frozenset({1, 4})  # gzip, zstd
+#: codecs whose compressed bytes depend on the compressor's implementation: Kafka compresses with the JVM's zlib
+#: (gzip), snappy-java and zstd-jni, segjobs with cramjam's (Rust) libraries; the records are the same. (lz4 and
+#: no codec are not among them: there segjobs writes Kafka's bytes.)
+LIBRARY_DEPENDENT_CODECS = frozenset({1, 2, 4})  # gzip, snappy, zstd
 _CODEC_BITS = 0x07
 
 
 def batch_differences(ours: Path, kafka: Path) -> list[str]:
     """Where the batches of two partition dirs differ in a way no codec library explains: a batch that is not
-    byte-identical must be a gzip or zstd batch whose header fields and records are all the same (kafka-python
+    byte-identical must be a gzip, snappy or zstd batch whose header fields and records are all the same (kafka-python
     reads both). Empty when the two are the same cleaner output."""
     from tests.support.replay import read_partition
 
