@@ -17,7 +17,7 @@ LINT_PATHS := jobs segment_io tests benchmarks notebooks ops conf
 # Property tests try as many examples as this hypothesis profile says (tests/conftest.py): dev or ci.
 export HYPOTHESIS_PROFILE ?= dev
 
-.PHONY: all venv java chromium check lint types imports test test-fast test-compat demo bench package cluster-test clean help airflow-test docs venv-delta
+.PHONY: all venv java chromium check lint types imports test test-fast test-compat demo bench package cluster-test clean help airflow-test docs venv-delta broker-jars broker-test
 
 # `make airflow-test` installs Apache Airflow and its Spark provider into their own virtualenv (never the
 # project's): the pins of conf/airflow/requirements.txt, held by the constraints file of this Python version
@@ -43,6 +43,7 @@ help:
 	@echo "make cluster-test  package, then run the jobs on a real Spark standalone cluster on 127.0.0.1"
 	@echo "make airflow-test  install Airflow 3 + the Spark provider into $(AIRFLOW_VENV)/ and run the DAGs of conf/airflow for real"
 	@echo "make venv-delta    create $(DELTA_VENV)/ with segjobs[delta] (delta-spark and the pyspark it supports), to try segjobs table's Spark writer and Spark SQL over the table"
+	@echo "make broker-test   fetch Apache Kafka $(KAFKA_VERSION)'s jars (Maven) and run segjobs against a real broker and Kafka's own cleaner"
 
 java:
 	@{ test -n "$$JAVA_HOME" && test -x "$$JAVA_HOME/bin/java"; } || { test -z "$$JAVA_HOME" && command -v java >/dev/null 2>&1; } || { \
@@ -100,10 +101,10 @@ check: lint types imports
 # pytest exits 5 when it runs no test (nothing collected, or everything deselected): make fails on it as on
 # any other non-zero status, so a selection that matches nothing never passes as green.
 test: java chromium venv check
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -m "not broker" tests
 
 test-fast: venv check
-	$(PY) -m pytest -q -p no:cacheprovider -x -m "not spark and not s3 and not slow" tests
+	$(PY) -m pytest -q -p no:cacheprovider -x -m "not spark and not s3 and not slow and not broker" tests
 
 # The documentation site: docs/ and mkdocs.yml, with the pages generated from the code (ops/mkdocs_hooks.py) and
 # the API reference from the docstrings. --strict: a broken link, a missing anchor or an unresolved reference
@@ -174,6 +175,25 @@ venv-delta: java $(DELTA_STAMP)
 	  echo "$(DELTA_VENV) is ready: pyspark $$($(DELTA_VENV)/bin/python -c 'import pyspark; print(pyspark.__version__)'), delta-spark with $$pkg. Try:"; \
 	  echo "  $(DELTA_VENV)/bin/spark-submit --packages $$pkg $$conf jobs/table.py --log-dir LOG_DIR --topic TOPIC --table TABLE"; \
 	  echo "  $(DELTA_VENV)/bin/pyspark --packages $$pkg $$conf     # then: spark.sql(\"SELECT * FROM delta.\`TABLE\`\").show()"
+# `make broker-test`: a real Apache Kafka broker (one KRaft node on 127.0.0.1, in a temporary dir, never left
+# running) with Kafka's own jars: the version of ops/broker/pom.xml and its transitive closure, resolved from Maven
+# Central into the ignored .cache/ (the Maven repository in .cache/m2, the jars in .cache/kafka-<version>/),
+# again only when the pom changes. SEGJOBS_REQUIRE_BROKER makes missing Java, jars or client an error, not a skip.
+KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' ops/broker/pom.xml)
+KAFKA_JARS := .cache/kafka-$(KAFKA_VERSION)
+KAFKA_STAMP := $(KAFKA_JARS)/.resolved
+$(KAFKA_STAMP): ops/broker/pom.xml
+	@command -v mvn >/dev/null 2>&1 || { \
+	  echo "error: Maven (mvn) fetches Kafka's jars for make broker-test: apt-get install maven" >&2; exit 1; }
+	rm -rf $(KAFKA_JARS)
+	mvn -q -B -f ops/broker/pom.xml -Dmaven.repo.local=$(abspath .cache/m2) dependency:copy-dependencies \
+	    -DincludeScope=runtime -DoutputDirectory=$(abspath $(KAFKA_JARS))
+	@touch $@
+
+broker-jars: $(KAFKA_STAMP)
+
+broker-test: java venv $(KAFKA_STAMP)
+	SEGJOBS_REQUIRE_BROKER=1 $(PY) -m pytest -q -p no:cacheprovider -rs -m broker tests/compat/test_live_broker.py
 
 demo: java venv
 	$(PY) -m jobs.commands.demo --dir $(DEMO_DIR)

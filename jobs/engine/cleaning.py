@@ -18,16 +18,16 @@ from jobs.engine.scan import PartitionError, empty_batches_from_headers
 from jobs.logdir.commit import Committer
 from jobs.rules.cleaner import CleanParams, CleanStats, clean_records, key_hash_table, legacy_delete_horizon
 from jobs.rules.config import TopicConfig
-from jobs.rules.external_sort import freed_markers, piece_rows
+from jobs.rules.external_sort import piece_rows
 from jobs.rules.model import PartitionState, SegmentInfo
 from jobs.rules.offset_map import build_offset_map, mappable_rows, record_map_columns
 from jobs.rules.plan_compact import CompactionPlan, group_segments_by_size
-from jobs.rules.transactions import AbortedTxns, derive_txn_state, summarize_batches
+from jobs.rules.transactions import AbortedTxns
 from segment_io.decode import decode_key_hashes_bytes, decode_segment_and_headers
 from segment_io.encode import resolve_value_refs
 from segment_io.encode_stream import encoded_size
 from segment_io.errors import SegjobsError, StorageEnvironmentError
-from segment_io.format import BatchHeaders, scan_batches
+from segment_io.format import BatchHeaders
 from segment_io.hashing import hash_keys
 from segment_io.index import check_indexes, read_txn_index
 from segment_io.layout import PartitionListing
@@ -36,7 +36,8 @@ from segment_io.segment_writer import SegmentWriteResult, write_segment
 from segment_io.storage.base import Storage, release_mapped_pages
 from segment_io.storage.local import storage_error
 
-#: Extra cleaning passes over a group's output within one run (markers settle after at most two).
+#: Extra cleaning passes over a group's output within one run (a horizon due as soon as it is stamped,
+#: delete.retention.ms <= 0, settles on the second).
 MAX_CONVERGENCE_PASSES = 3
 
 #: A partition whose dirty segments hold at most this many bytes decodes each of them once: the offset map is
@@ -131,12 +132,16 @@ def dirty_segments(task: CompactTask) -> list[SegmentInfo]:
             if s.next_offset > plan.first_dirty_offset and s.base_offset < plan.first_uncleanable_offset]
 
 
-def _txn_entries(storage: Storage, listing: PartitionListing, bases: list[int], markers: np.ndarray) -> list:
+def _txn_entries(storage: Storage, listing: PartitionListing, bases: list[int], markers: np.ndarray,
+                 with_data: np.ndarray) -> list:
     """The ``.txnindex`` entries of the new segment: the source segments' entries whose abort marker survives
-    (``markers``: the offsets of the surviving control records)."""
+    (``markers``: the offsets of the surviving control records) and whose transaction this pass found data of
+    (``with_data``: ``CompletedTxns.markers_with_data``). Kafka's cleaner writes an aborted transaction's
+    entry again only when it read a batch of it (``CleanedTransactionMetadata``): the clean after the one that
+    removed its data drops the entry, while its marker stays until its horizon."""
     if len(markers) == 0:
         return []
-    marker_offsets = set(markers.tolist())
+    marker_offsets = set(markers.tolist()) & set(np.asarray(with_data).tolist())
     entries = []
     for seg in listing.segments:
         if seg.base_offset in bases and seg.txnindex is not None:
@@ -160,8 +165,8 @@ def _stable(result, now_ms: int) -> bool:
     """Whether cleaning ``result`` (a pass's output) again, with the same map, transaction state and ``now``,
     certainly changes nothing, so the convergence pass can be left out. A pass keeps a record iff it is the
     latest of its key in the map (the same map keeps it again) and removes aborted transactional data and keyless
-    records (none are left to remove); what only a later pass does concerns transaction markers (their horizon,
-    or their transaction's data gone in this pass), the header-only batches kept for producer state, and
+    records (none are left to remove); what only a later pass does concerns transaction markers (their horizon),
+    the header-only batches kept for producer state, and
     tombstones whose delete horizon has passed at ``now_ms``. A v2 tombstone this pass kept either has a horizon
     (already there, or stamped now: ``now + delete.retention.ms``, which ``now`` has passed only when
     delete.retention.ms <= 0) or none because Kafka writes none (see :func:`jobs.rules.cleaner.delete_horizon`,
@@ -188,23 +193,10 @@ def due_tombstones(kept: pa.Table, now_ms: int) -> np.ndarray:
 
 @dataclass
 class GroupRun:
-    """One group cleaned in memory: its outcome, statistics and the first-pass view of its output."""
+    """One group cleaned in memory: its outcome and statistics."""
 
     outcome: GroupOutcome
     stats: Any
-    empty_batches: pa.Table  # BATCH_SCHEMA of the header-only batches written
-    marker_offsets: Any  # numpy: offsets of the surviving control records
-    #: the surviving records, kept (without their value bytes) only until :attr:`key_hashes` is first read
-    kept: pa.Table | None = field(default=None, repr=False)
-    _key_hashes: pa.Table | None = field(default=None, repr=False)
-
-    @property
-    def key_hashes(self) -> pa.Table:
-        """KEY_HASH_SCHEMA of the surviving records (derived on first use: most partitions never need it)."""
-        if self._key_hashes is None:
-            assert self.kept is not None
-            self._key_hashes, self.kept = key_hash_table(self.kept), None
-        return self._key_hashes
 
 
 @dataclass
@@ -293,21 +285,18 @@ class PartitionCleaner:
                                 end_offset=plan.first_uncleanable_offset, aborted=self.task.txn.aborted,
                                 max_keys=self.task.max_keys)
 
-    def clean_group(self, group, omap, refreshed_txn=None, *, defer_key_hashes: bool = False) -> GroupRun:
+    def clean_group(self, group, omap) -> GroupRun:
         """Clean one group from its source bytes; stage (or, in a dry run, measure) it when it changed.
 
-        The first pass judges with the transaction state of the log as it was scanned. Kafka stamps a marker's
-        horizon only on the pass *after* the one that removed its transaction's data, and a second pass can
-        change other batches too, so the output is cleaned again (as Kafka's next passes at this `now` would)
-        until it is stable, with ``refreshed_txn`` (the state of the log after the first pass) when given. A
-        re-run with the same --now then changes nothing.
-
-        With ``defer_key_hashes`` the run's :attr:`GroupRun.key_hashes` are derived only if asked for.
+        Every pass judges transactions with the state of the log as it was scanned, as Kafka's cleaner judges
+        them with what its pass traverses: a marker whose transaction's last data this run removes keeps no
+        horizon until the next run (Kafka's next clean) stamps one. The output is cleaned again (as Kafka's
+        next passes at this `now` would) until it is stable under that state.
         """
         with ExitStack() as mappings:
-            return self._clean_group(group, omap, refreshed_txn, mappings, defer_key_hashes)
+            return self._clean_group(group, omap, mappings)
 
-    def _clean_group(self, group, omap, refreshed_txn, mappings: ExitStack, defer_key_hashes: bool) -> GroupRun:
+    def _clean_group(self, group, omap, mappings: ExitStack) -> GroupRun:
         task, storage = self.task, self.task.storage
         bases = [s.base_offset for s in group]
         sources: dict[int, bytes] = {}
@@ -347,7 +336,7 @@ class PartitionCleaner:
         for _ in range(MAX_CONVERGENCE_PASSES):
             if _stable(result, self.params.now_ms):
                 break
-            again = clean_records(result.records, offset_map=omap, txn_state=refreshed_txn or task.txn,
+            again = clean_records(result.records, offset_map=omap, txn_state=task.txn,
                                   params=self.params, empty_batches=result.empty_batches,
                                   segment_last_modified_ms=mtimes)
             if not again.changed:
@@ -369,7 +358,8 @@ class PartitionCleaner:
                     written = write_segment(result.records, target, storage=storage,
                                             empty_batches=result.empty_batches, sources=sources,
                                             index_interval_bytes=task.config.index_interval_bytes,
-                                            aborted_txns=_txn_entries(storage, task.listing, bases, markers),
+                                            aborted_txns=_txn_entries(storage, task.listing, bases, markers,
+                                                                      task.txn.completed.markers_with_data()),
                                             durable=self.durable)
                 except StorageEnvironmentError as exc:
                     if not exc.out_of_space:
@@ -379,40 +369,7 @@ class PartitionCleaner:
                                                    sources=sources)) from None
                 self.staged_written.extend(written.paths.values())
                 g.staged(written, group, storage)
-        run = GroupRun(g, result.stats, result.empty_batches, markers, kept=kept)
-        if not defer_key_hashes:
-            run.key_hashes  # noqa: B018 - derived now: the rows need not be held (bounded memory)
-        return run
-
-    def refreshed_txn_state(self, runs: list[GroupRun], round_end: int):
-        """Transaction and producer state of the log as the first pass left it: the groups' outputs plus
-        every segment beyond the round, replayed like a fresh scan would."""
-        tail_tables, tail_empties = tail_batches(self.task.storage, self.task.listing, self.task.state, round_end,
-                                                 self.task.max_batch_bytes)
-        tables = [r.key_hashes for r in runs] + tail_tables
-        empties = [r.empty_batches for r in runs] + tail_empties
-        summary = summarize_batches(tables, empty_batches=pa.concat_tables(empties) if empties else None)
-        return derive_txn_state(summary, now_ms=self.task.now_ms,
-                                producer_id_expiration_ms=self.task.config.producer_id_expiration_ms)
-
-
-def tail_batches(storage: Storage, listing: PartitionListing, state: PartitionState, round_end: int,
-                 max_batch_bytes: int) -> tuple[list[pa.Table], list[pa.Table]]:
-    """The KEY_HASH_SCHEMA rows and the header-only batches of every segment from ``round_end`` on (what a clean
-    of the range below it leaves as it is), read as a fresh scan reads them (the active segment may end in a
-    truncated batch). Both strategies derive the state their second pass judges markers by from these."""
-    files = {s.base_offset: s for s in listing.segments}
-    tables, empties = [], []
-    for s in state.segments:
-        if s.base_offset >= round_end:
-            uri = files[s.base_offset].log.uri
-            data = storage.read(uri)
-            active = s is state.segments[-1]
-            tables.append(decode_key_hashes_bytes(data, path=uri, allow_truncated_tail=active,
-                                                  max_batch_bytes=max_batch_bytes))
-            empties.append(empty_batches_from_headers(scan_batches(data, path=uri, allow_truncated_tail=active),
-                                                      s.base_offset))
-    return tables, empties
+        return GroupRun(g, result.stats)
 
 
 def compact_partition(task: CompactTask, *, durable: bool = True,
@@ -445,18 +402,7 @@ def compact_partition(task: CompactTask, *, durable: bool = True,
         in_round = [s for s in state.segments if s.base_offset < round_end]
         groups = group_segments_by_size(in_round, task.config.segment_bytes, task.config.segment_index_bytes,
                                          plan.first_uncleanable_offset, task.config.index_interval_bytes)
-        # Only the last group's key hashes wait: whether any are needed is known once every group is cleaned
-        # (a marker survives somewhere), and holding a group's rows past its own clean stays bounded only for one.
-        runs = [cleaner.clean_group(group, omap, defer_key_hashes=i == len(groups) - 1)
-                for i, group in enumerate(groups)]
-        # Markers whose transaction lost its last data in this pass: Kafka's next pass would stamp them.
-        # Re-clean (from the sources) the groups holding such markers, with the state the pass left.
-        if any(r.marker_offsets.size for r in runs):
-            refreshed = cleaner.refreshed_txn_state(runs, round_end)
-            freed = freed_markers(task.txn, refreshed)
-            for i, (group, run) in enumerate(zip(groups, runs)):
-                if freed.size and np.isin(run.marker_offsets, freed).any():
-                    runs[i] = cleaner.clean_group(group, omap, refreshed, defer_key_hashes=True)
+        runs = [cleaner.clean_group(group, omap) for group in groups]
         total = CleanStats()
         for run in runs:
             total = total.merged(run.stats)

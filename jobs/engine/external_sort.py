@@ -20,9 +20,7 @@ every executor), with the decisions of :mod:`jobs.rules.external_sort`:
 3. **Rewrite** (one task per segment group, several groups of a partition at once): each group is cleaned from
    its source segments with the memory strategy's own group cleaner and an offset map holding only its
    superseded keys (its range of every bucket file), so every record, batch, index and ``.txnindex`` comes out
-   as a memory pass with a large enough buffer writes them. Groups keeping markers then give the driver their
-   output's batch summary; as the memory strategy does, the groups whose markers lost their transaction's last
-   data are cleaned again with the refreshed transaction state (a second, usually empty, wave).
+   as a memory pass with a large enough buffer writes them.
 
 The files move between the stages through the work dir, which lives on the log dir's own storage (a local or
 shared file system, or the S3 prefix): every executor of a cluster already reads the segments and stages new
@@ -41,7 +39,6 @@ from functools import cached_property
 from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
-import pyarrow as pa
 
 from jobs.engine.cleaning import (
     CompactTask,
@@ -51,7 +48,6 @@ from jobs.engine.cleaning import (
     PartitionOutcome,
     delete_quietly,
     piece_of,
-    tail_batches,
     write_rows,
 )
 from jobs.engine.scan import PartitionError
@@ -65,14 +61,12 @@ from jobs.rules.external_sort import (
     bucket_count,
     choose_strategy,
     dirty_record_bound,
-    freed_markers,
     group_offset_map,
     reduce_bucket,
-    refreshed_txn_state,
 )
 from jobs.rules.model import SegmentInfo
 from jobs.rules.plan_compact import group_segments_by_size
-from jobs.rules.transactions import AbortedTxns, BatchSummary, TxnState, summarize_batches
+from jobs.rules.transactions import AbortedTxns
 from segment_io.decode import decode_key_hashes_bytes
 from segment_io.errors import CorruptRecordError, SegjobsError, StorageEnvironmentError
 from segment_io.format import batch_positions
@@ -289,20 +283,16 @@ class GroupItem:
     group: tuple[SegmentInfo, ...]
     #: the group's superseded keys: its range of every bucket file that has some
     maps: tuple[Slice, ...]
-    #: the partition's state after every group's first clean (second wave only)
-    refreshed: TxnState | None = None
 
 
 @dataclass
 class GroupResult:
-    """What a rewrite task returns: statistics and a batch summary, never record data."""
+    """What a rewrite task returns: statistics, never record data."""
 
     p: int
     g: int
     outcome: Any = None  # GroupOutcome
     stats: Any = None  # CleanStats
-    summary: BatchSummary | None = None
-    marker_offsets: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     staged: list[str] = field(default_factory=list)
     error: PartitionError | None = None
     seconds: float = 0.0
@@ -321,35 +311,14 @@ def clean_group_item(item: GroupItem) -> GroupResult:
                                 end_offset=plan.first_uncleanable_offset)
         del rows
         # the memory strategy's group cleaner itself: the same decisions, encoder and files, by construction
-        run = PartitionCleaner(item.task, out.staged).clean_group(item.group, omap, item.refreshed)
-        out.outcome, out.stats, out.marker_offsets = run.outcome, run.stats, np.asarray(run.marker_offsets, np.int64)
-        if item.refreshed is None:  # every group's batches count for the state the second wave needs
-            out.summary = summarize_batches([run.key_hashes], empty_batches=run.empty_batches)
+        run = PartitionCleaner(item.task, out.staged).clean_group(item.group, omap)
+        out.outcome, out.stats = run.outcome, run.stats
     except Exception as exc:  # noqa: BLE001 - one group's failure fails its partition, not the run
         out.error = _task_error(exc)
         delete_quietly(item.task.storage, out.staged)
         out.staged = []
     out.seconds = time.monotonic() - t0
     return out
-
-
-@dataclass(frozen=True)
-class TailItem:
-    """The batch summary of a partition's segments from ``round_end`` on (what stays as it is)."""
-
-    p: int
-    task: CompactTask
-    round_end: int
-
-
-def summarize_tail(item: TailItem) -> tuple[int, BatchSummary | PartitionError]:
-    """As the memory strategy's ``refreshed_txn_state`` reads them: every segment beyond the cleaned range."""
-    try:
-        tables, empties = tail_batches(item.task.storage, item.task.listing, item.task.state, item.round_end,
-                                       item.task.max_batch_bytes)
-        return item.p, summarize_batches(tables, empty_batches=pa.concat_tables(empties) if empties else None)
-    except Exception as exc:  # noqa: BLE001
-        return item.p, _task_error(exc)
 
 
 def _task_error(exc: BaseException) -> PartitionError:
@@ -582,35 +551,10 @@ def _key_and_bucket_passes(run: ExternalSortRun, parts: list[_Partition]) -> Non
 
 def _rewrite_passes(run: ExternalSortRun, parts: list[_Partition],
                     details: dict[tuple[str, int], dict[str, Any]]) -> None:
-    """Stage 3: every group of every partition as one task; then the second wave for freed markers."""
-    live = [part for part in parts if part.outcome.error is None]
-    items = [GroupItem(part.p, g, part.task, group, tuple(part.maps[g])) for part in live
-             for g, group in enumerate(part.groups)]
+    """Stage 3: every group of every partition as one task."""
+    items = [GroupItem(part.p, g, part.task, group, tuple(part.maps[g])) for part in parts
+             if part.outcome.error is None for g, group in enumerate(part.groups)]
     results: dict[tuple[int, int], GroupResult] = {(r.p, r.g): r for r in _map_groups(run, items)}
-    # The state each group's markers are judged by on the second wave: the log as the first wave left it.
-    needs_tail = [part for part in live if not _failed(part, results)
-                  and any(len(results[(part.p, g)].marker_offsets) for g in range(len(part.groups)))]
-    # the memory strategy's round end: its map never fills here, so the round ends at the first uncleanable offset
-    tail_items = [TailItem(part.p, part.task, part.task.plan.first_uncleanable_offset) for part in needs_tail]
-    tails = dict(run.map(summarize_tail, tail_items,
-                         description=f"external-sort state after the first wave, {len(tail_items)} partition(s)"))
-    again = []
-    for part in needs_tail:
-        tail = tails[part.p]
-        if isinstance(tail, PartitionError):
-            part.outcome.error = tail
-            continue
-        t = part.task
-        summaries = [results[(part.p, g)].summary for g in range(len(part.groups))]
-        refreshed = refreshed_txn_state([*(x for x in summaries if x is not None), tail], now_ms=t.now_ms,
-                                        producer_id_expiration_ms=t.config.producer_id_expiration_ms)
-        freed = freed_markers(t.txn, refreshed)
-        if freed.size:
-            again += [GroupItem(part.p, g, t, group, tuple(part.maps[g]), refreshed)
-                      for g, group in enumerate(part.groups)
-                      if np.isin(results[(part.p, g)].marker_offsets, freed).any()]
-    for r in _map_groups(run, again):
-        results[(r.p, r.g)] = r
     for part in parts:
         out = part.outcome
         group_results = [results[(part.p, g)] for g in range(len(part.groups)) if (part.p, g) in results]
@@ -630,16 +574,15 @@ def _rewrite_passes(run: ExternalSortRun, parts: list[_Partition],
         details[(out.topic, out.partition)] = {
             "key_pieces": part.key_tasks, "reused_pieces": len(part.handed.pieces) if part.handed else 0,
             "buckets": part.buckets, "groups": len(part.groups),
-            "groups_recleaned": sum(1 for i in again if i.p == part.p), "superseded_keys": part.superseded,
+            "superseded_keys": part.superseded,
             "task_seconds": {**part.task_seconds, "rewrite": out.seconds},
             "wall_seconds": round(time.monotonic() - part.t0, 3)}
 
 
 def _map_groups(run: ExternalSortRun, items: list[GroupItem]) -> list[GroupResult]:
     size = sum(s.size_bytes for i in items for s in i.group)
-    wave = "second wave, " if items and items[0].refreshed is not None else ""
     return run.map(clean_group_item, items, tasks=task_count(len(items), size, run.runner.parallelism),
-                   description=f"external-sort rewrite, {wave}{len(items)} segment group(s)")
+                   description=f"external-sort rewrite, {len(items)} segment group(s)")
 
 
 def _failed(part: _Partition, results: dict[tuple[int, int], GroupResult]) -> bool:

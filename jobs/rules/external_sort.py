@@ -16,10 +16,8 @@ no superseded record in the group, and the whole map would keep all of its recor
 Everything else a clean decides depends on the record, its batch and the partition's transaction and producer
 state. In segjobs that state is the whole partition's (:class:`jobs.rules.transactions.TxnState`, replayed from
 every batch by the scan), not something carried from one group to the next, so it is computed once and given
-to every group; so is the state after the first clean of every group (:func:`refreshed_txn_state`), which
-decides the markers whose transaction lost its last data in this run (Kafka stamps those on its next pass,
-and the memory strategy re-cleans such groups at once). With both precomputed the groups are independent and
-may be rewritten in parallel.
+to every group (a marker whose transaction loses its last data in this run is stamped by the next run, as by
+Kafka's next clean). With it precomputed the groups are independent and may be rewritten in parallel.
 
 Public API::
 
@@ -28,8 +26,6 @@ Public API::
     bucket_count(records, bucket_bytes, parallelism) -> int
     superseded_keys(partition, group, key_hash_hi, key_hash_lo, offset, mappable) -> pa.Table (the reference)
     group_offset_map(key_hash_hi, key_hash_lo, latest, *, start_offset, end_offset) -> OffsetMapResult
-    refreshed_txn_state(summaries, *, now_ms, producer_id_expiration_ms) -> TxnState
-    freed_markers(before, after) -> np.ndarray
     dirty_record_bound(state, first_dirty_offset, first_uncleanable_offset) -> int | None
     choose_strategy(requested, *, dirty_records, max_keys) -> StrategyChoice
     handed_over(choice, *, keys, end_offset, segments_read) -> StrategyChoice
@@ -38,7 +34,6 @@ Public API::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
 
 import numba
 import numpy as np
@@ -46,7 +41,6 @@ import pyarrow as pa
 
 from jobs.rules.model import PartitionState
 from jobs.rules.offset_map import OffsetMap, OffsetMapResult
-from jobs.rules.transactions import BatchSummary, TxnState, concat_summaries, derive_txn_state
 
 #: What the sort hands a group: one row per (key, group) with a superseded record in the group.
 SUPERSEDED_SCHEMA = pa.schema([
@@ -269,20 +263,6 @@ def group_offset_map(key_hash_hi: np.ndarray, key_hash_lo: np.ndarray, latest: n
     return OffsetMapResult(omap, start_offset, max(end_offset, start_offset) - 1, False, 0)
 
 
-def refreshed_txn_state(summaries: Iterable[BatchSummary], *, now_ms: int,
-                        producer_id_expiration_ms: int) -> TxnState:
-    """Transaction and producer state of a partition from the batch summaries of its parts in offset order
-    (each group's first-clean output, then the segments beyond the cleaned range): what a fresh scan of the
-    log the first clean leaves would find."""
-    return derive_txn_state(concat_summaries(summaries), now_ms=now_ms,
-                            producer_id_expiration_ms=producer_id_expiration_ms)
-
-
-def freed_markers(before: TxnState, after: TxnState) -> np.ndarray:
-    """Offsets of the markers whose transaction had data before the clean and has none after it."""
-    return np.setdiff1d(before.completed.markers_with_data(), after.completed.markers_with_data())
-
-
 def dirty_record_bound(state: PartitionState, first_dirty_offset: int, first_uncleanable_offset: int) -> int | None:
     """An upper bound on the keys a pass over ``[first_dirty_offset, first_uncleanable_offset)`` maps: the
     records, by batch headers, of every segment overlapping the range (each mapped key needs a record). None
@@ -336,5 +316,5 @@ def handed_over(choice: StrategyChoice, *, keys: int, end_offset: int, segments_
 
 
 __all__ = ["MAP_COLUMNS", "PIECE_COLUMNS", "REDUCE_BYTES_PER_ROW", "SUPERSEDED_SCHEMA", "StrategyChoice",
-           "bucket_count", "choose_strategy", "dirty_record_bound", "freed_markers", "group_offset_map", "handed_over",
-           "piece_rows", "reduce_bucket", "refreshed_txn_state", "superseded_keys"]
+           "bucket_count", "choose_strategy", "dirty_record_bound", "group_offset_map", "handed_over",
+           "piece_rows", "reduce_bucket", "superseded_keys"]

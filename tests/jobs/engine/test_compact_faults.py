@@ -34,6 +34,7 @@ from tests.support.compaction_faults import (
     recording,
     transient,
 )
+from tests.support.replay import read_segments
 
 # --------------------------------------------------------------------------------------------------
 # Local disk
@@ -75,11 +76,15 @@ def reference(spark, tmp_path_factory, request):
             "strategy": strategy}
 
 
-def test_cleaning_the_result_again_at_the_same_now_changes_nothing(reference):
-    # The first clean removes aborted data; Kafka would stamp the abort marker's horizon only on its next pass.
-    # The job cleans again with the refreshed transaction state within the run, so a forced re-clean at the
-    # same --now finds nothing left to change.
-    assert reference["again"] == reference["result"]
+def test_cleaning_the_result_again_at_the_same_now_stamps_only_the_emptied_transactions_marker(reference):
+    # The first clean removes the aborted data and, as Kafka's cleaner does, leaves its abort marker unstamped: the
+    # clean after it (here a forced re-clean at the same --now) stamps the marker's delete horizon, nothing else.
+    first, again = read_segments(reference["result"]), read_segments(reference["again"])
+    assert [b.base_offset for b in again] == [b.base_offset for b in first]
+    assert [(b.base_offset, b.control) for a, b in zip(first, again) if a.raw != b.raw] == [(3, True)]
+    (marker_before,), (marker_after,) = [b for b in first if b.control], [b for b in again if b.control]
+    assert marker_before.delete_horizon_ms is None and marker_after.delete_horizon_ms is not None
+    assert marker_after.records == marker_before.records
 
 
 def test_the_reference_commit_has_every_step_kind(reference):

@@ -14,7 +14,8 @@ the first clean stamps:
 
   run 0  at NOW1         (some logs) the older segments alone, before the rest is appended as new segments
   run 1  at NOW1         the first clean (of the whole log, or of the appended dirty range after run 0)
-  run 1b at NOW1         changes no byte of the partition
+  run 1b at NOW1         stamps the markers whose transaction run 1 emptied (Kafka's next clean), nothing else
+  run 1c at NOW1         changes no byte of the partition
   run 2  at H + 1        tombstones (and settled markers) below the cleaned range's end go
   run 2b at H + 1        changes no byte of the partition
 
@@ -25,7 +26,8 @@ Properties (the issue's, plus the exact survivor set they imply):
   (b) every surviving record equals its source record at that offset (key, value, headers, timestamp), no
       offset appears twice, every batch keeps its offsets and producer fields, and a batch that lost no
       record and gained no horizon is byte-identical with its source;
-  (c) a second run at the same now changes no file of the partition;
+  (c) a second run at the same now changes no batch but the markers of transactions the first emptied, which
+      it stamps with their delete horizon; a third changes no file of the partition;
   (d) after the horizon, the tombstones below the cleaned range's end are gone and the replay is still the
       source's (the oracle already treats a tombstone as deleting its key); a further run changes nothing.
 """
@@ -58,6 +60,7 @@ from tests.support.random_logs import (
     NOW1,
     NOW2,
     PARTITION,
+    RETENTION,
     TOPIC,
     LogSpec,
     build_log,
@@ -168,6 +171,17 @@ def check_survivors(source: list[OracleBatch], after: list[OracleBatch], run: st
             assert b.raw == s.raw, (run, b.base_offset, "an untouched batch is not byte-identical")
 
 
+def check_only_markers_stamped(before: list[OracleBatch], after: list[OracleBatch], horizon: int) -> None:
+    """Property (c): every batch is unchanged but for transaction markers that gained ``horizon``."""
+    assert [b.base_offset for b in after] == [b.base_offset for b in before], "batches came or went"
+    for b, a in zip(before, after):
+        if a.raw == b.raw:
+            continue
+        assert a.control and a.records, (a.base_offset, "a batch other than a marker changed")
+        assert b.delete_horizon_ms is None and a.delete_horizon_ms == horizon, (a.base_offset, a.delete_horizon_ms)
+        assert a.records == b.records and a.attributes & ~HORIZON_BIT == b.attributes, a.base_offset
+
+
 def check_replay(source: list[OracleBatch], after: list[OracleBatch], run: str) -> None:
     """Property (a): the consumer's view is unchanged."""
     assert comparable(replay(after).latest) == comparable(replay(source).latest), (run, "replay differs")
@@ -229,11 +243,14 @@ def test_compaction_properties_over_random_logs(spec: LogSpec, tmp_path_factory:
     assert sorted(r.offset for r in data_records(after1) if r.offset < end) == expected_clean
     # the uncleaned rest is not touched
     assert [r for r in data_records(after1) if r.offset >= end] == [r for r in data_records(source) if r.offset >= end]
-    files1 = partition_files(pdir)
 
-    # run 1b: (c) idempotence at the same now
+    # run 1b: (c) the clean after the first may stamp the markers of the transactions the first emptied (Kafka
+    # stamps a marker only on a clean that finds none of its data), and change nothing else; run 1c nothing at all
     assert cleaned_to(compact_once(log_dir, config, NOW1)) == end
-    assert partition_files(pdir) == files1, "a second run at the same now changed the partition"
+    check_only_markers_stamped(after1, read_partition(pdir), NOW1 + RETENTION)
+    files1b = partition_files(pdir)
+    assert cleaned_to(compact_once(log_dir, config, NOW1)) == end
+    assert partition_files(pdir) == files1b, "a third run at the same now changed the partition"
 
     # run 2: (d) past the horizon every tombstone below the cleaned range's end goes, and the replay is still
     # the source's (the oracle's map already lacks every key whose latest record is a tombstone)

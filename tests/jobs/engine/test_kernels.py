@@ -80,7 +80,7 @@ def _task_functions() -> list:
 
     return [frame.scan_task, cleaning.compact_partition, retention._after_retention_task,
             inspection.inspect_partition, external_sort.read_piece, external_sort.reduce_bucket_item,
-            external_sort.summarize_tail, external_sort.clean_group_item]
+            external_sort.clean_group_item]
 
 
 @pytest.mark.parametrize("fn", _task_functions(), ids=lambda fn: fn.__name__)
