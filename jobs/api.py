@@ -68,8 +68,8 @@ from jobs.engine.seams import PRODUCTION, Seams
 from jobs.engine.selection import SELECTION_DEPTH, may_read_in_full, read_at_first_scan
 from jobs.engine.tasks import InProcessTasks, SparkTasks
 from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_writable
-from jobs.logdir.lock import LeaseLost, lease_ttl_ms
-from jobs.logdir.recover import RecoveryAction, RecoveryReport
+from jobs.logdir.lock import LeaseLost, lease_ttl_ms, work_uri
+from jobs.logdir.recover import RecoveryAction, RecoveryReport, RecoveryTally, tally_reports
 from jobs.rules.timeutil import Instant, resolve_now
 from segment_io.errors import LockHeldError, UsageError
 from segment_io.layout import list_log_dir_top
@@ -371,8 +371,16 @@ class RecoverResult:
         return tuple(r for r in self.reports if r.partition_uri != self.log_dir)
 
     @property
+    def tallies(self) -> tuple[RecoveryTally, ...]:
+        """Per partition, what was completed or rolled back, summed; a partition's files in the work dir (its
+        private staging, its staged uploads) counted as its own. Partitions where nothing was done are left out;
+        the log dir's and work dir's own leftovers are the one tally whose ``partition`` is ``""``."""
+        return tuple(tally_reports(self.reports, self.log_dir, work_uri(self.log_dir)))
+
+    @property
     def partitions_recovered(self) -> int:
-        return sum(r.changed for r in self.partitions)
+        """How many partitions recovery changed something for (what `segjobs recover` prints)."""
+        return sum(1 for t in self.tallies if t.partition)
 
     @property
     def failed(self) -> tuple[RecoveryReport, ...]:

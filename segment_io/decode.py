@@ -132,7 +132,7 @@ def _as_bytes(data: bytes | bytearray | memoryview | mmap.mmap) -> tuple[memoryv
 
 def _open(data: bytes | bytearray | memoryview | mmap.mmap, *, path: str | None, topic: str, partition: int,
           segment_base_offset: int | None, verify_crc: bool, include_control: bool,
-          allow_truncated_tail: bool, max_batch_bytes: int | None) -> _Segment:
+          allow_truncated_tail: bool, max_batch_bytes: int | None, check_order: bool = True) -> _Segment:
     limit = compression.max_batch_bytes(max_batch_bytes)
     mv, arr = _as_bytes(data)
     hdr = scan_batches(mv, path=path, allow_truncated_tail=True)
@@ -142,7 +142,8 @@ def _open(data: bytes | bytearray | memoryview | mmap.mmap, *, path: str | None,
         raise TruncatedBatchError(
             f"last batch is cut short: only {hdr.truncated_tail} bytes remain at the end of the file",
             path=path, position=pos, offset=offset)
-    check_offset_order(hdr, path)
+    if check_order:
+        check_offset_order(hdr, path)
     if segment_base_offset is None:
         segment_base_offset = int(hdr.base_offset[0]) if len(hdr) else 0
     return _Segment(mv, arr, hdr, path, topic, partition, segment_base_offset, verify_crc, include_control, limit)
@@ -769,7 +770,8 @@ def decode_segment_bytes(data: bytes | bytearray | memoryview | mmap.mmap, *, pa
 def decode_segment_and_headers(data: bytes | bytearray | memoryview | mmap.mmap, *, path: str | None = None,
                                topic: str = "", partition: int = -1, segment_base_offset: int | None = None,
                                allow_truncated_tail: bool = False, value_refs: bool = False,
-                               max_batch_bytes: int | None = None) -> tuple[pa.Table, BatchHeaders]:
+                               max_batch_bytes: int | None = None,
+                               check_order: bool = True) -> tuple[pa.Table, BatchHeaders]:
     """:func:`decode_segment_bytes` (every column) and the headers of every batch it read, which are what
     :func:`segment_io.format.scan_batches` returns for the same bytes: one pass over the headers instead of
     two for callers that need both (a memory-mapped file's pages are then touched once).
@@ -778,10 +780,11 @@ def decode_segment_and_headers(data: bytes | bytearray | memoryview | mmap.mmap,
     :data:`~segment_io.schema.VALUE_REF_TYPE` (where each value lies in ``data``; null for a tombstone), and
     the encoder, given ``data`` among its ``sources``, copies each value it writes straight from there (see
     :func:`segment_io.encode.encode_batches`). A segment holding legacy batches is decoded with copied values.
-    ``max_batch_bytes`` as for :func:`decode_segment_bytes`."""
+    ``max_batch_bytes`` as for :func:`decode_segment_bytes`. ``check_order=False`` is for bytes that are several
+    segments back to back (whose offsets restart at each one): the caller checks the order within each."""
     seg = _open(data, path=path, topic=topic, partition=partition, segment_base_offset=segment_base_offset,
                 verify_crc=True, include_control=True, allow_truncated_tail=allow_truncated_tail,
-                max_batch_bytes=max_batch_bytes)
+                max_batch_bytes=max_batch_bytes, check_order=check_order)
     seg.value_refs = value_refs and bool(np.all(seg.hdr.magic == 2))
     schema = _RECORD_REF_SCHEMA if seg.value_refs else RECORD_SCHEMA
     table = _decode_all(seg, schema, mapped=data if isinstance(data, mmap.mmap) else None)

@@ -44,8 +44,6 @@ from jobs.engine.recovery_summary import recovery_details
 from jobs.engine.report import Progress
 from jobs.engine.seams import Seams
 from jobs.logdir.commit import partition_name
-from jobs.logdir.lock import work_uri
-from jobs.logdir.recover import tally_reports
 from jobs.rules.timeutil import format_instant
 
 
@@ -95,10 +93,10 @@ def run(args: argparse.Namespace, *, seams: Seams | None = None) -> int:
         for a in r.actions:
             print(prefix + a.describe())
     leftovers = result.leftovers
-    tallies = tally_reports(result.reports, result.log_dir, work_uri(result.log_dir))
+    tallies = result.tallies
     # per partition what was completed or rolled back (a partition's private staging counted as its own)
     what = f": {recovery_details(tallies)}" if tallies else ""
-    print(f"{'would recover' if result.dry_run else 'recovered'} {sum(1 for t in tallies if t.partition)} of "
+    print(f"{'would recover' if result.dry_run else 'recovered'} {result.partitions_recovered} of "
           f"{len(result.partitions)} partition(s) in {result.log_dir} at {format_instant(result.now_ms)}; "
           f"{len(result.actions)} action(s); {len(leftovers)} leftover file(s) of interrupted "
           f"runs ({sum(a.size or 0 for a in leftovers)} bytes){what}{suffix}")

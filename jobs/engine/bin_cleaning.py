@@ -189,7 +189,8 @@ class _Round:
         del datas
         records, headers = decode_segment_and_headers(blob, path="(segments cleaned together)",
                                                       segment_base_offset=0, value_refs=True,
-                                                      max_batch_bytes=members[0].task.max_batch_bytes)
+                                                      max_batch_bytes=members[0].task.max_batch_bytes,
+                                                      check_order=False)
         # Each segment parsed alone must give exactly these batches: the batches tile the bytes, and every
         # segment starts at a batch boundary.
         position, size = headers.position, headers.size.astype(np.int64)
@@ -199,6 +200,13 @@ class _Round:
         if headers.truncated_tail or not tiled:
             raise _NotTogether("the segments do not split into whole batches")
         batch_piece = np.searchsorted(piece_start, position, side="right") - 1
+        # Offsets restart at each segment (and partition), so their order is judged within a segment only; a
+        # segment whose offsets go backwards is cleaned alone, where the decoder names its file, byte and offset.
+        v2 = headers.magic == 2
+        backwards = ((headers.base_offset[1:] <= headers.last_offset[:-1]) & (batch_piece[1:] == batch_piece[:-1])
+                     & v2[1:] & v2[:-1])
+        if backwards.any():
+            raise _NotTogether("offsets go backwards in a segment")
         return _Joined(blob, records, headers, np.asarray(piece_member, np.int64), piece_base, piece_start,
                         lengths, batch_piece)
 

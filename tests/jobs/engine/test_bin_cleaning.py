@@ -56,7 +56,7 @@ from tests.support.bin_logs import (
     transactional_partition,
     write_source,
 )
-from tests.support.damage import flip_crc, shift_first_index_entry
+from tests.support.damage import backwards_offsets, flip_crc, shift_first_index_entry
 from tests.support.hypothesis_budget import examples
 from tests.support.random_logs import DAY, NOW1
 
@@ -247,6 +247,32 @@ def test_a_corrupt_batch_fails_its_partition_alone_either_way(together: Together
     assert view.report["exit_code"] == 1
     (error,) = view.report["errors"]
     assert (error["partition"], error["kind"]) == ("t-2", "CrcMismatchError"), error
+    named = f"{error.get('file')} {error.get('position')} {error.get('offset')} {error['detail']}"
+    assert broken.name in named and str(position) in named and str(offset) in named, error
+    actions = {n: e["action"] for n, e in entries(view).items()}
+    assert actions.pop("t-2") == "error" and set(actions.values()) == {"compacted"}
+    assert log_dir_files(tmp_path / "run" / "logs" / "t-2") == before
+    assert together.cleaned[True] >= 2
+
+
+def test_a_segment_whose_offsets_go_backwards_fails_its_partition_alone_and_its_bin_mates_go_together(
+        together: Together, tmp_path: Path) -> None:
+    """Offsets restart at every segment cleaned together, so their order is judged within each segment: one
+    partition whose segment goes back in offsets fails alone, naming its file, byte and offset, and its bin-mates
+    are still cleaned together (judged over the joined bytes, every round went one at a time)."""
+    source = tmp_path / "source"
+    names = [f"t-{p}" for p in range(6)]
+    plain_bin(source, names)
+    shutil.rmtree(source / "t-2")
+    (source / "t-2").mkdir()
+    broken, position, offset = backwards_offsets(source / "t-2")
+    before = log_dir_files(source / "t-2")
+    assert next(len(b) for b in bins(source, names) if "t-2" in b) >= 3
+
+    (view,) = together.run(source, tmp_path / "run", compact_config("t"), [Step("run", NOW1)])
+    assert view.report["exit_code"] == 1
+    (error,) = view.report["errors"]
+    assert (error["partition"], error["kind"]) == ("t-2", "OffsetOrderError"), error
     named = f"{error.get('file')} {error.get('position')} {error.get('offset')} {error['detail']}"
     assert broken.name in named and str(position) in named and str(offset) in named, error
     actions = {n: e["action"] for n, e in entries(view).items()}

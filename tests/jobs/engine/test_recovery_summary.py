@@ -83,3 +83,11 @@ def test_beyond_the_partition_rows_recovery_is_summed_per_topic(tmp_path: Path) 
     text = recovered_text(tally_reports(reports, str(log_dir), work_uri(str(log_dir))))
     assert text == ("60 partition(s): orders (40 partition(s)) rolled back (deleted 80 staged file(s), 40.0 KB); "
                     "users (20 partition(s)) rolled back (deleted 40 staged file(s), 20.0 KB)")
+
+
+def test_the_python_api_counts_the_partitions_recover_prints(tmp_path: Path) -> None:
+    """t-2's only leftovers sit in the work dir's private staging: the API's count names it as the command does."""
+    log_dir = _crashed_compaction(tmp_path)
+    result = api.recover(log_dir, now=int(NOW))
+    assert result.partitions_recovered == 3
+    assert [t.partition for t in result.tallies] == [f"{TOPIC}-0", f"{TOPIC}-1", f"{TOPIC}-2"]
