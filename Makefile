@@ -17,7 +17,7 @@ LINT_PATHS := jobs segment_io tests benchmarks notebooks ops conf
 # Property tests try as many examples as this hypothesis profile says (tests/conftest.py): dev or ci.
 export HYPOTHESIS_PROFILE ?= dev
 
-.PHONY: all venv java chromium check lint types imports test test-fast test-compat demo bench package cluster-test clean help airflow-test docs venv-delta broker-jars broker-test
+.PHONY: all venv java chromium check lint types imports test test-fast test-scenarios test-compat demo bench package cluster-test clean help airflow-test docs venv-delta broker-jars broker-test
 
 # `make airflow-test` installs Apache Airflow and its Spark provider into their own virtualenv (never the
 # project's): the pins of conf/airflow/requirements.txt, held by the constraints file of this Python version
@@ -34,6 +34,7 @@ help:
 	@echo "make demo   generate a demo log dir under $(DEMO_DIR)/ and run two nights of retain + compact on it (creates .venv on first use)"
 	@echo "make test   lint, type and import checks, then the whole test suite (creates .venv on first use)"
 	@echo "make test-fast  the checks, then the tests that need no Spark, no S3 endpoint and are not slow"
+	@echo "make test-scenarios  the heavy scenarios make test leaves out: spark-submit, notebook, demo, backfills, crash matrices"
 	@echo "make test-compat  the Spark tests that matter most against each pyspark of conf/compat/ (floor 4.0, 4.2 with delta-spark, ceiling 4.3), each in a venv of its own"
 	@echo "make check  only the checks: ruff, mypy, import-linter"
 	@echo "make docs   build the documentation site (docs/, mkdocs.yml) into build/site with mkdocs build --strict"
@@ -100,8 +101,14 @@ check: lint types imports
 
 # pytest exits 5 when it runs no test (nothing collected, or everything deselected): make fails on it as on
 # any other non-zero status, so a selection that matches nothing never passes as green.
+# `make test` is every test but the heavy scenarios (marker `scenario`: whole-process runs such as spark-submit,
+# the notebook, the demo and three backfilled nights, JVM start-ups with a broken class archive, and the crash
+# matrices that kill a run at every step of every partition); `make test-scenarios` runs those, and CI runs both.
 test: java chromium venv check
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -m "not broker" tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -m "not broker and not scenario" tests
+
+test-scenarios: java chromium venv
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -m "scenario and not broker" tests
 
 test-fast: venv check
 	$(PY) -m pytest -q -p no:cacheprovider -x -m "not spark and not s3 and not slow and not broker" tests

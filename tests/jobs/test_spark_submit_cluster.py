@@ -19,6 +19,8 @@ import pytest
 from segment_io.generate import GenerateSpec, generate_log_dir
 from tests.support.replay import comparable, latest_records
 
+pytestmark = pytest.mark.scenario  # minutes of whole-process runs: `make test-scenarios` runs it, not `make test`
+
 REPO = Path(__file__).resolve().parents[2]
 NOW = "2023-11-30T00:00:00Z"
 

@@ -23,6 +23,8 @@ import nbformat
 import pytest
 from PIL import Image
 
+pytestmark = pytest.mark.scenario  # minutes of whole-process runs: `make test-scenarios` runs it, not `make test`
+
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "dirty_ratios.ipynb"
 DEMO_PARTITIONS = ("users-changelog-0", "users-changelog-1", "orders-0", "clicks-0")
 #: Modules the notebook may import: the package, and what displays its results.

@@ -32,6 +32,8 @@ import pytest
 from jobs.commands.cli import main
 from tests.ops.nights import NIGHTS, TOPICS_TOML, differences, generate, job_args, snapshot
 
+pytestmark = pytest.mark.scenario  # minutes of whole-process runs: `make test-scenarios` runs it, not `make test`
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -231,6 +231,7 @@ def test_recover_help_says_what_dry_run_does(capsys):
 # --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.scenario
 @pytest.mark.slow
 @pytest.mark.spark
 def test_ctrl_c_mid_run_lists_the_committed_partitions_and_prints_no_stack(tmp_path) -> None:
@@ -293,6 +294,7 @@ def _console_run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedPr
     return subprocess.run([sys.executable, "-m", "jobs", *argv], capture_output=True, text=True, env=env, timeout=300)
 
 
+@pytest.mark.scenario
 @pytest.mark.slow
 @pytest.mark.spark
 def test_a_spark_run_from_a_plain_shell_writes_no_jvm_noise_on_stderr(log_dir, config) -> None:

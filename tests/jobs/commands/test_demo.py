@@ -13,6 +13,8 @@ import pytest
 from jobs.commands import demo
 from tests.support.paths import REPO
 
+pytestmark = pytest.mark.scenario  # minutes of whole-process runs: `make test-scenarios` runs it, not `make test`
+
 #: a quote of the demo's output: the marker, then a fenced block of lines the demo prints (rows may be left out)
 QUOTE = re.compile(r"^<!-- make-demo-output: night (\d) (\w+) -->\n```\n(.*?)^```", flags=re.S | re.M)
 

@@ -73,6 +73,7 @@ def _stale_archive(path: Path, tmp_path: Path) -> None:
     assert path.is_file()
 
 
+@pytest.mark.scenario
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["garbage", "other class path"])
 def test_an_archive_the_jvm_cannot_use_neither_breaks_a_run_nor_prints(tmp_path: Path, kind: str) -> None:

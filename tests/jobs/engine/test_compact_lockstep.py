@@ -136,6 +136,7 @@ def _check_recovered(files: dict[str, bytes], ref: dict) -> None:
             assert logs in (old, new), p
 
 
+@pytest.mark.scenario
 def test_killed_at_every_step_of_every_partition_and_at_every_barrier(reference, tmp_path):
     points = [pt for pt in reference["points"] if pt[0] != "z-0"]
     seen: dict[tuple[str, str], int] = {}

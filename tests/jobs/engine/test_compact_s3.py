@@ -35,6 +35,7 @@ def _run(endpoint, bucket: str, config: Path, command: str = "compact", *extra: 
     return main([command, *argv, *extra])
 
 
+@pytest.mark.scenario
 def test_interrupted_at_every_step_on_s3_then_recover_then_compact(spark, s3_bucket_env, tmp_path, capsys):
     endpoint, bucket = s3_bucket_env
     config = tmp_path / "t.toml"

@@ -391,6 +391,7 @@ def test_every_job_takes_format_verbose_and_output(capsys) -> None:
         assert "--format" in text and "--output" in text and "--verbose" in text, command
 
 
+@pytest.mark.scenario
 @pytest.mark.slow
 def test_spark_submit_prints_the_summary_on_stdout_and_no_spark_info_lines(tmp_path: Path) -> None:
     """The spark-submit line of docs/guide/compact.md: progress on stderr, the summary alone on stdout, no Spark INFO

@@ -143,6 +143,7 @@ def test_a_dry_run_over_a_clean_log_dir_reports_no_recovery(crashed, tmp_path):
     assert "recovery_first" not in json.loads((tmp_path / "r.json").read_text())
 
 
+@pytest.mark.scenario
 def test_on_s3_a_rolled_forward_intent_is_pending_and_the_rest_exact(spark, s3_bucket_env, tmp_path):
     endpoint, bucket = s3_bucket_env
     config = tmp_path / "t.toml"

@@ -39,6 +39,7 @@ def test_every_module_with_a_cached_kernel_is_warmed_up_and_checked() -> None:
     assert {name.rsplit(".", 1)[0] for name in cached_kernels()} == set(KERNEL_MODULES)
 
 
+@pytest.mark.scenario
 @pytest.mark.slow
 def test_warm_up_fills_a_cold_cache_and_a_cold_run_says_it_compiles(tmp_path: Path) -> None:
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))

@@ -59,6 +59,7 @@ def test_retain_on_s3_end_to_end(s3_bucket, s3_env, tmp_path: Path, spark) -> No
     assert code == 0 and not [n for n in names(storage, f"{log_dir}/t-0") if n.endswith(".deleted")]
 
 
+@pytest.mark.scenario
 def test_a_crash_at_every_step_on_s3_then_recovery_and_a_rerun_ends_as_an_uninterrupted_run(
         s3_bucket, tmp_path: Path) -> None:
     endpoint, bucket = s3_bucket

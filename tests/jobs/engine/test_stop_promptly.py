@@ -35,7 +35,7 @@ from tests.support.mounts import fill, tmpfs
 from tests.support.paths import REPO
 from tests.support.replay import comparable, latest_records
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.scenario, pytest.mark.slow]
 
 T0 = 1_700_000_000_000
 NOW = str(T0 + 10 * 86_400_000)
