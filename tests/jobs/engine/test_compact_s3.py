@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from jobs.commands.cli import main
 from jobs.engine.seams import FaultHook
 from tests.support.compaction_faults import (

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from segment_io.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
 from segment_io.layout import segment_file_name
 from segment_io.storage import StorageOptions, open_storage
