@@ -43,7 +43,7 @@ def _crashed_compaction(tmp_path: Path) -> str:
 
 
 EXPECTED = (f"{TOPIC}-0 completed a compaction commit (1 segment(s) made live, 2 replaced); "
-            f"{TOPIC}-1 rolled back (deleted 3 staged file(s), 307 B); "
+            f"{TOPIC}-1 rolled back (deleted 3 staged file(s), 303 B); "
             f"{TOPIC}-2 rolled back (deleted {STAGED} staged file(s), 9.0 KB)")
 
 
