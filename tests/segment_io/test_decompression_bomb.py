@@ -291,6 +291,9 @@ def test_errors_come_in_batch_order_even_when_a_later_batch_is_refused_unread() 
         decode_segment_bytes(zeros + bomb, max_batch_bytes=1 << 20)
     assert not isinstance(info.value, OversizedBatchError)  # the first batch's records are the first problem
     assert (info.value.position, info.value.offset) == (0, 0) and "record size 0" in info.value.detail
+    # the other way round (offsets still increasing: a segment whose offsets go back is refused for that first)
+    bomb_first = v2_batch_around(inflating_payload("zstd-content-size", 8 << 20), codec=ZSTD, count=1, base_offset=0)
+    zeros_after = v2_batch_around(inflating_payload("zstd-no-content-size", 1000), codec=ZSTD, count=1, base_offset=1)
     with pytest.raises(OversizedBatchError) as info:
-        decode_segment_bytes(bomb + zeros, max_batch_bytes=1 << 20)
-    assert (info.value.position, info.value.offset) == (0, 1)
+        decode_segment_bytes(bomb_first + zeros_after, max_batch_bytes=1 << 20)
+    assert (info.value.position, info.value.offset) == (0, 0)

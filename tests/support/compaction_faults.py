@@ -89,3 +89,31 @@ def compact_with_fault(argv: list[str], fault: FaultHook) -> int:
     from jobs.commands import compact
 
     return compact.run(build_parser().parse_args(["compact", *argv]), seams=Seams(fault=fault))
+
+
+def differences_but_stamped_markers(clean: dict[str, bytes], got: dict[str, bytes],
+                                    partitions: set[str]) -> list[str]:
+    """What differs between two snapshots of a log dir (name -> bytes) other than what the next clean of
+    ``partitions`` would change: in those partitions' segments, transaction markers gaining their delete horizon
+    (and so the offset and time indexes of such a segment, whose later batches moved). A rerun whose killed run
+    had completed some partitions' replaces cleans those once more, as Kafka's cleaner does after an interrupted
+    clean: that is all it may change. Returns one line per other difference ([] when there is none)."""
+    problems = sorted(f"{n}: only in one of the two" for n in set(clean) ^ set(got))
+    stamped: set[str] = set()
+    for name in sorted(n for n in set(clean) & set(got) if clean[n] != got[n] and n.endswith(".log")):
+        if name.split("/", 1)[0] not in partitions:
+            problems.append(f"{name}: changed in a partition the killed run had not replaced")
+            continue
+        before, after = read_segments([clean[name]]), read_segments([got[name]])
+        if [b.base_offset for b in before] != [b.base_offset for b in after]:
+            problems.append(f"{name}: batches came or went")
+            continue
+        for b, a in zip(before, after):
+            if a.raw != b.raw and not (a.control and b.delete_horizon_ms is None and a.delete_horizon_ms is not None
+                                       and a.records == b.records):
+                problems.append(f"{name}: the batch at offset {a.base_offset} changed, and not as a stamped marker")
+        stamped.add(name[:-len(".log")])
+    for name in sorted(n for n in set(clean) & set(got) if clean[n] != got[n] and not n.endswith(".log")):
+        if name.rsplit(".", 1)[0] not in stamped:
+            problems.append(f"{name}: changed")
+    return problems

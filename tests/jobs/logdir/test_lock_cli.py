@@ -26,7 +26,14 @@ from jobs.commands.cli import main
 from jobs.logdir.lock import Holder, acquire, lease_uri
 from jobs.rules.timeutil import wall_clock_ms
 from segment_io.storage import S3Storage
-from tests.support.compaction_faults import CONFIG, NOW, TOPIC, build_partition, compact_with_fault
+from tests.support.compaction_faults import (
+    CONFIG,
+    NOW,
+    TOPIC,
+    build_partition,
+    compact_with_fault,
+    differences_but_stamped_markers,
+)
 from tests.support.lock_holders import (
     FOREIGN_HOLD_SCRIPT,
     hold_in_subprocess,
@@ -261,6 +268,7 @@ def _s3_snapshot(endpoint, bucket: str, prefix: str) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
+@pytest.mark.scenario
 @pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)])
 def test_a_compaction_killed_mid_commit_is_completed_by_recover_and_the_next_run(store, spark, tmp_path, config,
                                                                                 capsys, request):
@@ -316,7 +324,9 @@ def test_a_compaction_killed_mid_commit_is_completed_by_recover_and_the_next_run
     assert not [k for k in work() if "/staging/" in k or "/staged/" in k or k.endswith("replace.json")]
 
     assert main(["compact", *args, *compact_args]) == 0
-    assert snapshot() == clean
+    # the clean run's bytes, but for t-0, whose replace the killed run had completed: cleaned once more, its abort
+    # marker gets the delete horizon the clean run's next night would give it (Kafka stamps on the next clean)
+    assert differences_but_stamped_markers(clean, snapshot(), {f"{TOPIC}-0"}) == []
 
 
 @pytest.mark.s3
