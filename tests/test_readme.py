@@ -119,6 +119,7 @@ def data_source_block() -> str:
     return block
 
 
+@pytest.mark.scenario
 @pytest.mark.slow
 @pytest.mark.spark
 def test_the_data_source_example_runs_in_a_users_own_python(tmp_path: Path) -> None:

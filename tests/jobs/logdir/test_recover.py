@@ -318,6 +318,7 @@ def test_a_preview_predicts_every_action_of_recovery_on_s3(s3_bucket) -> None:
         assert any(r.changed for r in _preview_then_recover(scenario)), step
 
 
+@pytest.mark.scenario
 @pytest.mark.s3
 def test_on_s3_a_dry_run_predicts_recovery_of_a_delete_at_every_crash_point(s3_bucket) -> None:
     """An S3 delete (a rename there is copy + delete) cut at each step: the dry run says exactly what recovery then

@@ -80,6 +80,7 @@ class _CountingS3(S3Storage):
                 self.in_flight -= 1
 
 
+@pytest.mark.scenario
 def test_parallel_recovery_reports_and_does_what_a_serial_one_does(s3_bucket, tmp_path):
     endpoint, serial_bucket = s3_bucket
     parallel_bucket = endpoint.create_bucket("parallel")
@@ -201,6 +202,7 @@ def _counted_scan(item):
         _IN_FLIGHT.pop()
 
 
+@pytest.mark.scenario
 def test_header_scans_over_many_s3_partitions_overlap_and_plan_what_serial_scans_plan(s3_bucket, tmp_path,
                                                                                       monkeypatch):
     from jobs import api
