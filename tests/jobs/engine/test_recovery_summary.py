@@ -10,6 +10,7 @@ import pytest
 from jobs import api
 from jobs.commands.cli import main
 from jobs.engine.recovery_summary import recovered_text
+from jobs.engine.report import human_bytes
 from jobs.logdir.commit import PRIVATE_STAGING_DIR
 from jobs.logdir.lock import work_uri
 from jobs.logdir.recover import recover_log_dir, tally_reports
@@ -42,29 +43,38 @@ def _crashed_compaction(tmp_path: Path) -> str:
     return log_dir
 
 
-EXPECTED = (f"{TOPIC}-0 completed a compaction commit (1 segment(s) made live, 2 replaced); "
+def _expected(log_dir: str) -> str:
+    """What recovery must say of the crashed compaction: t-2's staging holds the 90 files written above and,
+    depending on how far its own task got before the crash, the segments it staged itself (counted from the
+    files, before recovery)."""
+    files = [f for f in (Path(work_uri(log_dir)) / PRIVATE_STAGING_DIR / f"{TOPIC}-2").rglob("*") if f.is_file()]
+    assert len(files) >= STAGED
+    return (f"{TOPIC}-0 completed a compaction commit (1 segment(s) made live, 2 replaced); "
             f"{TOPIC}-1 rolled back (deleted 3 staged file(s), 303 B); "
-            f"{TOPIC}-2 rolled back (deleted {STAGED} staged file(s), 9.0 KB)")
+            f"{TOPIC}-2 rolled back (deleted {len(files)} staged file(s), "
+            f"{human_bytes(sum(f.stat().st_size for f in files))})")
 
 
 def test_a_job_says_per_partition_what_recovery_completed_or_rolled_back(tmp_path: Path) -> None:
     log_dir = _crashed_compaction(tmp_path)
+    expected = _expected(log_dir)
     lines: list[str] = []
     result = api.retain(log_dir, api.RetainOptions(config=CONFIG, progress=lines.append), now=int(NOW),
                         seams=api.Seams(runner=api.InProcessTasks()))
     said = [str(line).split("] ", 1)[1] for line in lines if "recovered" in str(line)]
-    assert said == [f"recovered 3 partition(s): {EXPECTED}"], lines
+    assert said == [f"recovered 3 partition(s): {expected}"], lines
     assert result.recovered_partitions == 3  # t-2 counted too, whose only leftovers were in the work dir
 
 
 def test_recover_sums_its_actions_per_partition_in_its_summary(tmp_path: Path, capsys) -> None:
     log_dir = _crashed_compaction(tmp_path)
+    expected = _expected(log_dir)
     assert main(["recover", "--log-dir", log_dir, "--now", NOW, "--dry-run"]) == 0
     dry = capsys.readouterr().out.splitlines()[-1]
     assert main(["recover", "--log-dir", log_dir, "--now", NOW]) == 0
     real = capsys.readouterr().out.splitlines()[-1]
-    assert real.startswith(f"recovered 3 of 3 partition(s) in {log_dir} ") and real.endswith(f": {EXPECTED}"), real
-    assert dry.startswith("would recover 3 of 3 partition(s)") and dry.endswith(f": {EXPECTED} [dry run: nothing "
+    assert real.startswith(f"recovered 3 of 3 partition(s) in {log_dir} ") and real.endswith(f": {expected}"), real
+    assert dry.startswith("would recover 3 of 3 partition(s)") and dry.endswith(f": {expected} [dry run: nothing "
                                                                                  f"changed]"), dry
 
 
