@@ -38,7 +38,12 @@ from jobs.engine.report import (
 from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
 from jobs.engine.seams import PRODUCTION, Seams
 from jobs.engine.tasks import LazySparkTasks, TaskRunner, map_in_driver
-from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_is_dir, check_log_dir_writable
+from jobs.logdir.checks import (
+    check_log_dir_has_partitions,
+    check_log_dir_is_dir,
+    check_log_dir_writable,
+    probe_new_file,
+)
 from jobs.logdir.commit import Committer, committer_for, partition_name
 from jobs.logdir.lock import Holder, Lease, LeaseLost, acquire, lease_ttl_ms, work_uri
 from jobs.logdir.recover import RecoveryReport, fence_of, fence_to_take_over, recover_log_dir, tally_reports
@@ -569,15 +574,13 @@ def _missing_dirs(directory: str) -> list[str]:
 
 def _cannot_create(path: str) -> str | None:
     """Why the new file ``path`` cannot be created (and removed again), or None when it was."""
-    try:
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-    except OSError as exc:
-        return f"creating it failed: {storage_error(exc, path).detail}"
-    try:
-        os.unlink(path)
-    except OSError as exc:
-        return f"removing the file it created failed ({path} is left): {storage_error(exc, path).detail}"
-    return None
+    failed = probe_new_file(path)
+    if failed is None:
+        return None
+    step, error = failed
+    if step == "create":
+        return f"creating it failed: {error.detail}"
+    return f"removing the file it created failed ({path} is left): {error.detail}"
 
 
 @dataclass

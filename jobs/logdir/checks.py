@@ -60,20 +60,32 @@ def _nearest_existing_dir(path: str) -> str:
     return path
 
 
+def probe_new_file(path: str) -> tuple[str, StorageError] | None:
+    """Create the file ``path`` (which must not exist) and remove it again: the real write, not the mode bits
+    (which root ignores). None when both worked, else which step failed (``"create"`` or ``"remove"``) and why."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except OSError as exc:
+        return "create", storage_error(exc, path)
+    try:
+        os.unlink(path)
+    except OSError as exc:  # an append-only directory: files can be created there but not removed
+        return "remove", storage_error(exc, path)
+    return None
+
+
 def _cannot_write(directory: str) -> tuple[str, StorageError] | None:
     """What failed (creating or removing a file) in ``directory`` and why, or None when a file can be created and
     removed there. The probe's name is a temporary file's (``*.segjobs-<hex>.tmp``), which recovery removes if
     a crash leaves it."""
     probe = os.path.join(directory, temp_name(".segjobs-probe"))
-    try:
-        os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-    except OSError as exc:
-        return "creating a file in it", storage_error(exc, directory)
-    try:
-        os.unlink(probe)
-    except OSError as exc:  # an append-only directory: files can be created there but not removed
-        return f"removing a file from it ({probe}, left there)", storage_error(exc, probe)
-    return None
+    failed = probe_new_file(probe)
+    if failed is None:
+        return None
+    step, error = failed
+    if step == "create":
+        return "creating a file in it", error
+    return f"removing a file from it ({probe}, left there)", error
 
 
 def partition_dir_hint(log_dir: str, listing: LogDirListing, *, scoped: bool = True) -> str | None:
