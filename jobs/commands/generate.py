@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jobs.commands.args import duration_arg, size_arg
+from jobs.engine.report import listed
 from jobs.rules.timeutil import format_instant, parse_instant
 from segment_io.compression import CODEC_BY_NAME, codec_from_name
 from segment_io.errors import UsageError
@@ -147,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
     dt = time.monotonic() - t0
     print(f"wrote {res.out_dir}: {res.partitions} partitions, {res.segments} segments, {res.records} records "
           f"(+{res.markers} markers), {res.bytes / 1e6:.1f} MB in {dt:.1f}s"
-          + (f"; appended to {_names(res.appended)} after their log end offsets" if res.appended else ""))
+          + (f"; appended to {listed(res.appended, 5)} after their log end offsets" if res.appended else ""))
     # the instant just after the data: the jobs judge it there (at today's date it may be years old)
     after = spec.start_ms + spec.span_ms + DAY_MS
     new_topics = tuple(t for t in topics if t not in existing)
@@ -160,10 +161,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"timestamps run from {format_instant(spec.start_ms)} to {format_instant(spec.start_ms + spec.span_ms)}: "
               f"run the jobs with e.g. --now {format_instant(after)}")
     return 0
-
-
-def _names(names: list[str], shown: int = 5) -> str:
-    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def _check_out(out: Path, *, append: bool) -> None:

@@ -50,6 +50,7 @@ from jobs.engine.cleaning import (
     piece_of,
     write_rows,
 )
+from jobs.engine.report import listed
 from jobs.engine.scan import PartitionError
 from jobs.engine.tasks import TaskRunner
 from jobs.logdir.commit import EXTERNAL_SORT_DIR
@@ -444,8 +445,7 @@ def _not_compacted(parts: Sequence[_Partition], shown: int = 10) -> str:
     names = [f"{p.outcome.topic}-{p.outcome.partition}" for p in failed]
     reasons = dict.fromkeys(f"{p.outcome.error.kind}: {p.outcome.error.detail}" for p in failed
                             if p.outcome.error is not None)
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return (f"; {len(failed)} partition(s) not compacted: {', '.join(names[:shown])}{more} "
+    return (f"; {len(failed)} partition(s) not compacted: {listed(names, shown)} "
             f"({'; '.join(list(reasons)[:3])})")
 
 

@@ -15,6 +15,7 @@ from jobs.engine.report import (
     attention_table,
     count_note,
     human_bytes,
+    listed,
     notes_of_problems,
     one_line,
     outcome_totals,
@@ -175,8 +176,7 @@ def recovery_first_line(report: RunReport, *, shown: int = 10) -> str | None:
         by.setdefault(e["planned"], []).append(e["partition"])
 
     def names(planned: str) -> str:
-        found = by[planned]
-        return ", ".join(found[:shown]) + (f" and {len(found) - shown} more" if len(found) > shown else "")
+        return listed(by[planned], shown)
 
     line = f"recovery first: a real run first settles the unfinished commits of {len(entries)} partition(s)"
     for planned, what in (("after recovery", "planned here on the files recovery leaves"),

@@ -366,6 +366,11 @@ def partition_order(entry: dict[str, Any]) -> tuple[str, int]:
     return str(entry.get("topic", "")), int(entry.get("partition", -1))
 
 
+def listed(names: Sequence[str], shown: int) -> str:
+    """The first ``shown`` names, comma-separated, and how many more there are (``a, b and 3 more``)."""
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
 def count_note(n: int, what: str) -> str:
     """``3 FAILED`` style counts for a topic row's note (empty when ``n`` is 0)."""
     return f"{n} {what}" if n else ""
