@@ -306,18 +306,22 @@ def _header_columns(buf: np.ndarray, positions: np.ndarray, magics: np.ndarray) 
     return cols
 
 
-def check_offset_order(hdr: BatchHeaders, path: str | None) -> None:
+def check_offset_order(hdr: BatchHeaders, path: str | None, pieces: np.ndarray | None = None) -> None:
     """Raise :class:`~segment_io.errors.OffsetOrderError` at the first batch of ``hdr`` (one segment's, of
     :func:`scan_batches`; ``path`` names the file) that starts at or below the previous batch's last offset
     (v2 batches and uncompressed legacy messages; a compressed legacy wrapper is not judged by its offset). Checked
     where batches are read (the decoder, the jobs' header scans), not left to whatever consumes the records in
-    offset order."""
+    offset order. ``pieces`` (one number per batch) is for several segments read back to back, whose offsets
+    restart at each: the order is judged only between batches of the same piece."""
     if len(hdr) < 2:
         return
     # A compressed legacy wrapper's offset is what its writer set: a broker sets its last inner message's, a client
     # (the bytes of a produce request) often 0; its inner offsets are read, and checked, no further here.
     wrapper = (hdr.magic < 2) & (hdr.codec != 0)
-    back = np.flatnonzero((hdr.base_offset[1:] <= hdr.last_offset[:-1]) & ~wrapper[1:] & ~wrapper[:-1])
+    judged = ~wrapper[1:] & ~wrapper[:-1]
+    if pieces is not None:
+        judged &= pieces[1:] == pieces[:-1]
+    back = np.flatnonzero((hdr.base_offset[1:] <= hdr.last_offset[:-1]) & judged)
     if not len(back):
         return
     b = int(back[0]) + 1

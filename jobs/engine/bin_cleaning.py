@@ -41,8 +41,8 @@ from jobs.rules.model import SegmentInfo
 from jobs.rules.offset_map import OffsetMapResult, build_partitions_offset_map, record_map_columns
 from jobs.rules.transactions import TxnState
 from segment_io.decode import decode_segment_and_headers
-from segment_io.errors import SegjobsError
-from segment_io.format import BatchHeaders
+from segment_io.errors import OffsetOrderError, SegjobsError
+from segment_io.format import BatchHeaders, check_offset_order
 from segment_io.hashing import hash_keys
 from segment_io.schema import VALUE_REF_TYPE
 from segment_io.segment_writer import (
@@ -202,11 +202,10 @@ class _Round:
         batch_piece = np.searchsorted(piece_start, position, side="right") - 1
         # Offsets restart at each segment (and partition), so their order is judged within a segment only; a
         # segment whose offsets go backwards is cleaned alone, where the decoder names its file, byte and offset.
-        v2 = headers.magic == 2
-        backwards = ((headers.base_offset[1:] <= headers.last_offset[:-1]) & (batch_piece[1:] == batch_piece[:-1])
-                     & v2[1:] & v2[:-1])
-        if backwards.any():
-            raise _NotTogether("offsets go backwards in a segment")
+        try:
+            check_offset_order(headers, None, pieces=batch_piece)
+        except OffsetOrderError:
+            raise _NotTogether("offsets go backwards in a segment") from None
         return _Joined(blob, records, headers, np.asarray(piece_member, np.int64), piece_base, piece_start,
                         lengths, batch_piece)
 
