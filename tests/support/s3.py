@@ -1,4 +1,5 @@
-"""A real S3 HTTP endpoint for tests: moto_server started as a subprocess on 127.0.0.1."""
+"""A real S3 HTTP endpoint for tests: moto_server started as a subprocess on 127.0.0.1 (through
+moto_launcher.py, which spares it a directory listing per request)."""
 
 from __future__ import annotations
 
@@ -36,8 +37,7 @@ class MotoServer:
         port = _free_port()
         env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
                    AWS_DEFAULT_REGION=REGION)
-        moto = os.path.join(os.path.dirname(sys.executable), "moto_server")
-        cmd = [moto] if os.path.exists(moto) else [sys.executable, "-m", "moto.server"]
+        cmd = [sys.executable, os.path.join(os.path.dirname(__file__), "moto_launcher.py")]
         out = subprocess.DEVNULL if log_path is None else open(log_path, "ab")
         proc = subprocess.Popen(cmd + ["-H", "127.0.0.1", "-p", str(port)], env=env, stdout=out, stderr=out)
         if log_path is not None:
