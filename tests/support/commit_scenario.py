@@ -281,6 +281,32 @@ def s3_replace_steps() -> list[str]:
 
 S3_REPLACE_STEPS = s3_replace_steps()
 
+def crash_cases(steps_of_store: dict[str, list[str]]) -> list:
+    """``(store kind, step)`` params for crashing at every step of each store's protocol. On S3 a crash point costs
+    seconds of requests to the endpoint, so `make test` crashes at the first and the last step of each kind of
+    step there (``copy-new:...`` is of kind ``copy-new``) and leaves the steps between them, which repeat the same
+    request on another file, to the heavy scenarios (`make test-scenarios`, marker ``scenario``)."""
+    cases = []
+    for kind, steps in steps_of_store.items():
+        ends = _first_and_last_of_each_kind(steps)
+        for i, step in enumerate(steps):
+            marks = [pytest.mark.s3] if kind == "s3" else []
+            if kind == "s3" and i not in ends:
+                marks.append(pytest.mark.scenario)
+            cases.append(pytest.param(kind, step, id=f"{kind}-{step}", marks=marks))
+    return cases
+
+
+def _first_and_last_of_each_kind(steps: list[str]) -> set[int]:
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for i, step in enumerate(steps):
+        kind = step.split(":", 1)[0]
+        first.setdefault(kind, i)
+        last[kind] = i
+    return set(first.values()) | set(last.values())
+
+
 #: Each store's replace steps, by kind of store.
 REPLACE_STEPS = {"local": LOCAL_REPLACE_STEPS, "s3": S3_REPLACE_STEPS}
 #: The index of the first step whose crash leaves the new set: on local disk Kafka's (once no ``.cleaned`` file

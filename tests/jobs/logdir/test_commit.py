@@ -46,6 +46,7 @@ from tests.support.commit_scenario import (
     build_scenario,
     check_delete_outcome,
     check_replace_outcome,
+    crash_cases,
     do_delete,
     do_replace,
     live_data,
@@ -101,13 +102,7 @@ def test_replace_announces_the_protocol_steps_in_order(store: Store, staged: Sce
     check_replace_outcome(staged, expect_new=True)
 
 
-def _replace_cases() -> list:
-    """(store kind, step) for every step of each store's replace, marked like the store fixture's params."""
-    return [pytest.param(kind, step, id=f"{kind}-{step}", marks=[pytest.mark.s3] if kind == "s3" else [])
-            for kind, steps in REPLACE_STEPS.items() for step in steps]
-
-
-@pytest.mark.parametrize("store,step", _replace_cases(), indirect=["store"])
+@pytest.mark.parametrize("store,step", crash_cases(REPLACE_STEPS), indirect=["store"])
 def test_replace_crash_then_recover_gives_old_or_new_set(store: Store, staged: Scenario, step: str) -> None:
     run_to_crash(do_replace(staged), step)
     report = recover_twice(staged)
@@ -216,7 +211,8 @@ def test_delete_announces_the_protocol_steps_in_order(unstaged: Scenario) -> Non
     check_delete_outcome(unstaged, expect_deleted=True)
 
 
-@pytest.mark.parametrize("step", DELETE_STEPS)
+@pytest.mark.parametrize("store,step", crash_cases({kind: DELETE_STEPS for kind in REPLACE_STEPS}),
+                         indirect=["store"])
 def test_delete_crash_then_recover_rolls_forward_and_purge_honours_the_delay(unstaged: Scenario,
                                                                              step: str) -> None:
     run_to_crash(do_delete(unstaged), step)
@@ -353,23 +349,23 @@ def test_in_lockstep_each_partition_takes_its_own_steps_and_a_barrier_follows_ea
         assert barriers == []
 
 
-#: On S3 each point costs seconds of requests to the endpoint: `make test` crashes every this-many-th point (every
-#: step of one partition is crashed on S3 by test_replace_crash_then_recover_gives_old_or_new_set), and the heavy
-#: scenarios (`make test-scenarios`) the rest.
-S3_LOCKSTEP_SAMPLE = 8
-
-
 def _lockstep_cases() -> list:
-    """(store kind, index of the point) for every point of a lockstep replace of three partitions."""
+    """(store kind, index of the point) for every point of a lockstep replace of three partitions. On S3 each point
+    costs seconds of requests to the endpoint: `make test` crashes at the first point of each kind of step and at
+    the last point (every step of one partition is crashed on S3 by
+    test_replace_crash_then_recover_gives_old_or_new_set), and the heavy scenarios (`make test-scenarios`) the rest."""
     cases = []
     for kind in REPLACE_STEPS:
         steps = REPLACE_STEPS[kind]
         n = len(steps) * len(LOCKSTEP) + (6 if kind == "local" else 0)
+        # every partition takes a kind of step before any partition takes the next (no barriers on S3)
+        kinds = [step.split(":")[0] for step in steps for _ in LOCKSTEP]
+        sampled = {kinds.index(k) for k in kinds} | {n - 1}
         for i in range(n):
             marks = []
             if kind == "s3":
                 marks.append(pytest.mark.s3)
-                if i % S3_LOCKSTEP_SAMPLE and i != n - 1:
+                if i not in sampled:
                     marks.append(pytest.mark.scenario)
             cases.append(pytest.param(kind, i, id=f"{kind}-{i}", marks=marks))
     return cases
