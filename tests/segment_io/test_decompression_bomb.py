@@ -113,6 +113,7 @@ def _run_dump(*args: str) -> tuple[int, str, str, int]:
         return proc.returncode, out.read().decode(), err.read().decode(), usage.ru_maxrss * 1024
 
 
+@pytest.mark.slow
 def test_dump_verify_of_2gib_bombs_exits_1_naming_the_batch_within_bounded_memory(bombs) -> None:
     rc, _, err, baseline = _run_dump("--verify", str(bombs["normal"][0]))
     assert rc == 0, err
@@ -137,6 +138,7 @@ def test_dump_verify_of_2gib_bombs_exits_1_naming_the_batch_within_bounded_memor
     assert peak - baseline < SLACK, f"{peak / 1e6:.0f} MB vs {baseline / 1e6:.0f} MB"
 
 
+@pytest.mark.slow
 def test_dump_max_batch_bytes_raises_the_bound_and_rejects_nonsense(bombs, tmp_path) -> None:
     path, position = _segment(tmp_path, inflating_payload("gzip", 3 << 20), codec=GZIP)
     rc, _, err, _ = _run_dump("--verify", "--max-batch-bytes", str(1 << 20), str(path))

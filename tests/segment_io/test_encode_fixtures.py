@@ -33,6 +33,7 @@ def segments(kafka_real: Path) -> list[tuple[Path, bytes, pa.Table]]:
     return out
 
 
+@pytest.mark.slow
 def test_every_uncompressed_v2_batch_reencodes_byte_for_byte(segments) -> None:
     checked = 0
     for path, data, table in segments:

@@ -131,6 +131,7 @@ def test_part_size_must_be_positive() -> None:
 # --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_real_segments_stream_to_the_same_bytes(kafka_real: Path) -> None:
     files = fixture_files(kafka_real)
     assert len(files) > 40

@@ -108,6 +108,7 @@ def test_an_unknown_schema_is_an_option_error_naming_the_choices() -> None:
         parse_options({"path": "/x", "schema": "avro"})
 
 
+@pytest.mark.slow
 def test_rows_are_what_sparks_kafka_source_returns(kafka_real: Path) -> None:
     log_dir = kafka_real / LOG_DIR
     got = reader_rows(make_reader(log_dir, maxSplitBytes="65536"))
@@ -139,6 +140,7 @@ def test_a_timestamp_filter_on_an_instant_selects_the_same_milliseconds(micros: 
                 LessThanOrEqual: record_ms <= translated.value}[cls] == holds
 
 
+@pytest.mark.slow
 def test_pushed_filters_are_translated_and_the_rest_go_back_to_spark_unchanged(kafka_real: Path) -> None:
     log_dir = kafka_real / LOG_DIR
     cut = dt.datetime(2024, 4, 19, 15, 0, 0, 250, tzinfo=dt.UTC)

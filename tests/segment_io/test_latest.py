@@ -8,6 +8,7 @@ import tracemalloc
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -69,6 +70,7 @@ def test_many_updates_of_few_keys_keep_the_last_of_each():
     assert rows.column("offset").to_pylist() == [199_998, 199_999]
 
 
+@pytest.mark.slow
 def test_an_add_costs_the_rows_it_is_given_not_the_rows_held():
     # What this replaced concatenated and re-sorted every held row at each add. With 400,000 keys held, 200
     # adds of one record each must allocate nothing the size of the held rows (numpy's allocations are traced;

@@ -84,6 +84,7 @@ def expected_base_timestamps(table: pa.Table) -> list[int]:
 
 @settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(logs())
+@pytest.mark.slow
 def test_decode_of_encode_is_identity(log: tuple[pa.Table, pa.Table | None, int]) -> None:
     table, empties, seg = log
     enc = encode_batches(table, empty_batches=empties)

@@ -158,6 +158,7 @@ def bins(draw: st.DrawFn) -> tuple[pa.Table, list[Spec], dict[int, bytes] | None
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(bins())
+@pytest.mark.slow
 def test_each_segment_is_what_write_segment_writes_alone(case) -> None:
     records, specs, sources = case
     with tempfile.TemporaryDirectory(prefix="write-segments-") as tmp:
@@ -241,6 +242,7 @@ def test_no_splits_write_nothing(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_real_segments_written_together_equal_each_alone(kafka_real: Path) -> None:
     """Every v2 segment of the corpus decoded with value references, a bin of several of them (all rows, and
     about half of them) written together: each file what write_segment writes for that segment alone."""

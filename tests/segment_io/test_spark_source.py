@@ -185,6 +185,7 @@ def test_splits_tile_the_segment_and_read_the_same_rows(kafka_real: Path, use_in
         assert split.max_timestamp is None or part["timestamp"].to_numpy().max() <= split.max_timestamp
 
 
+@pytest.mark.slow
 def test_every_fixture_segment_splits_without_losing_or_repeating_a_batch(kafka_real: Path) -> None:
     storage = LocalStorage()
     opts = parse_options({"path": str(kafka_real), "includeControl": "true"})

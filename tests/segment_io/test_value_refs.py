@@ -113,6 +113,7 @@ def test_cleaner_rounds_encode_the_same_bytes(sources: dict[int, bytes]) -> None
             return
 
 
+@pytest.mark.slow
 def test_real_fixtures_encode_the_same_bytes(kafka_real: Path) -> None:
     """Every broker-written v2 segment: any kept subset re-encodes the same with references as with copies,
     and one cleaning round does too. Segments with legacy batches come back with copied values."""

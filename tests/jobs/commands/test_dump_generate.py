@@ -197,6 +197,7 @@ def test_dump_jsonl_has_offsets_timestamps_keys_values_and_headers(kafka_real: P
         assert [h["key"] for h in got["headers"]] == [h["key"] for h in want["headers"]]
 
 
+@pytest.mark.slow
 def test_dump_verify_passes_on_real_fixtures_and_fails_on_each_kind_of_damage(kafka_real: Path, tmp_path: Path,
                                                                             capsys) -> None:
     src = kafka_real / "ronem123-kraft3.9-multiseg"

@@ -153,6 +153,7 @@ def plain_bin(log_dir: Path, names: list[str], **kw: Any) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_random_bins_clean_together_exactly_as_one_at_a_time(together: Together, tmp_path: Path) -> None:
     # Each example writes a small log dir and compacts it eight times (four steps, both ways): half the budget.
     @settings(max_examples=examples(0.5), deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -117,6 +117,7 @@ def assert_same_runs(dirs: list[Path], runs: list[tuple[str, int]], config: Conf
 @settings(max_examples=examples(0.35), suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                               HealthCheck.too_slow])
 @given(spec=log_specs())
+@pytest.mark.slow
 def test_external_sort_and_auto_write_the_bytes_of_one_memory_pass(spec: LogSpec,
                                                                    tmp_path_factory: pytest.TempPathFactory) -> None:
     # three hash buckets whatever the size: keys of one group spread over several bucket files

@@ -205,6 +205,7 @@ def check_no_leftovers(log_dir: Path, partition_dir: Path) -> None:
 @settings(max_examples=examples(0.4), suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                              HealthCheck.too_slow])
 @given(spec=log_specs())
+@pytest.mark.slow
 def test_compaction_properties_over_random_logs(spec: LogSpec, tmp_path_factory: pytest.TempPathFactory) -> None:
     log_dir = tmp_path_factory.mktemp("logs")
     pdir = log_dir / partition_dir_name(TOPIC, PARTITION)

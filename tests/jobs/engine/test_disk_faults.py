@@ -227,6 +227,7 @@ def _keyed(partition_dir: Path, keys: int) -> None:
     write_log(log.table(), partition_dir)
 
 
+@pytest.mark.slow
 def test_a_full_work_dir_fails_the_external_sort_as_the_machines_fault_and_the_summary_says_so(tmp_path):
     logs = tmp_path / "logs"
     _keyed(logs / "t-0", 20_000)  # its pieces need some 1.3 MB of work files: more than the work dir has

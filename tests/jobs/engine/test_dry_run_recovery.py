@@ -191,6 +191,7 @@ def _crash_before(partition: str, i: int) -> FaultHook:
     return crash_at
 
 
+@pytest.mark.slow
 def test_retain_dry_run_at_every_crash_point_decides_as_the_real_run(tmp_path):
     """Retention's commit (delete intent, renames to .deleted, ledger, purge) crashed before each of its steps:
     the dry run, planned on what recovery leaves (a delete intent rolled forward), decides exactly as the real run

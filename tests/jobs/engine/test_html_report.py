@@ -119,6 +119,7 @@ def _html_table(dom: str, section: str) -> tuple[list[str], dict[str, list[str]]
     return headings, rows
 
 
+@pytest.mark.slow
 def test_history_html_report_shows_the_bytes_reclaimed_per_run_in_a_browser(tmp_path: Path, capsys) -> None:
     ledger = str(tmp_path / "ledger")
     append_run(ledger, "retain", 1, [("clicks", 0, "delete", 4000), ("orders", 0, "none", 0)])
@@ -141,6 +142,7 @@ def test_history_html_report_shows_the_bytes_reclaimed_per_run_in_a_browser(tmp_
     assert rows["clicks"][3:5] == ["0 B", human_bytes(6000)] and rows["users"][3:5] == [human_bytes(2500), "0 B"]
 
 
+@pytest.mark.slow
 def test_inspect_html_report_puts_a_refused_retention_first_where_a_person_sees_it(tmp_path: Path) -> None:
     """The limit's refusal is the report's most important line: a highlighted line above the charts (red in the
     screenshot, above the first chart), and the per-topic table's note is its second column, wrapping."""

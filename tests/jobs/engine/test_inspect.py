@@ -434,6 +434,7 @@ def _html_column(page: str, section: str, heading: str) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow
 def test_a_delete_only_topic_shows_no_dirty_ratio_in_inspect_and_the_compact_summary(tmp_path: Path) -> None:
     from jobs import api
     from tests.support.retention import NOW, RECENT, build_partition
@@ -463,6 +464,7 @@ def test_a_delete_only_topic_shows_no_dirty_ratio_in_inspect_and_the_compact_sum
     assert _column(compacted.summary(), "dirty") == {"events-0": "-", "users-0": "1.00"}
 
 
+@pytest.mark.slow
 def test_the_text_and_html_reports_render_from_the_typed_rows_and_totals(tmp_path: Path) -> None:
     """The renderers read the run's typed rows and totals, never the JSON report's dict entries: with those
     entries gone the table, the rollup, the CSV and the HTML page say the same."""

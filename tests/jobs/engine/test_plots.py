@@ -45,6 +45,7 @@ def _readable(df: pd.DataFrame) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("chart", CHARTS)
+@pytest.mark.slow
 def test_every_chart_renders_to_a_bounded_image(rows, chart) -> None:
     fig = getattr(plots, chart)(rows)
     image = _png(fig, f"{chart}-{len(rows)}")
@@ -153,6 +154,7 @@ def test_per_topic_aggregation_adds_up() -> None:
     assert len(ax.get_yticklabels()) == 6
 
 
+@pytest.mark.slow
 def test_log_scale_exactly_where_values_span_decades() -> None:
     wide = inspect_rows(200)  # sizes from 100 KB to tens of GB
     assert plots.reclaimable_chart(wide).axes[0].get_xscale() == "log"
@@ -170,6 +172,7 @@ def test_log_scale_exactly_where_values_span_decades() -> None:
     assert plots.dirty_ratio_chart(wide).axes[1].get_yscale() == "linear"
 
 
+@pytest.mark.slow
 def test_key_cardinality_labels_are_few_and_do_not_overlap(rows) -> None:
     fig = plots.key_cardinality_chart(rows)
     ax = fig.axes[0]

@@ -15,6 +15,8 @@ import shutil
 import stat
 from pathlib import Path
 
+import pytest
+
 from jobs.commands.cli import main
 from jobs.logdir.lock import work_uri
 from segment_io.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
@@ -378,6 +380,7 @@ def test_real_fixture_time_retention_uses_the_brokers_timeindex(kafka_real: Path
 # ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_crash_at_every_step_then_recovery_and_a_rerun_ends_as_an_uninterrupted_run(tmp_path: Path) -> None:
     def local(name: str) -> tuple[Storage, str, None]:
         root = tmp_path / name / "logs"

@@ -110,6 +110,7 @@ def _entries(report) -> list[dict]:
     return [{k: v for k, v in e.items() if "seconds" not in k} for e in report.partitions]
 
 
+@pytest.mark.slow
 def test_a_partition_read_by_the_first_scan_is_compacted_exactly_as_one_read_by_the_stage(
         generated: Path, tmp_path: Path, monkeypatch) -> None:
     from segment_io.generate import GenerateSpec

@@ -56,6 +56,7 @@ def leftovers(log_dir: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("command", [["compact"], ["retain"], ["inspect"], ["compact", "--dry-run"]])
+@pytest.mark.slow
 def test_no_java_exits_2_before_any_work_with_the_fix(tmp_path: Path, log_dir: Path, command: list[str]) -> None:
     proc = segjobs([command[0], "--log-dir", str(log_dir), "--now", NOW, *command[1:]], no_java_env(tmp_path))
     assert proc.returncode == 2, proc.stderr
@@ -65,6 +66,7 @@ def test_no_java_exits_2_before_any_work_with_the_fix(tmp_path: Path, log_dir: P
     assert proc.stdout == "" and leftovers(log_dir) == []  # no lock taken, no recovery, no Spark
 
 
+@pytest.mark.slow
 def test_a_java_home_without_java_is_named(tmp_path: Path, log_dir: Path) -> None:
     home = tmp_path / "jdk"
     home.mkdir()
@@ -74,6 +76,7 @@ def test_a_java_home_without_java_is_named(tmp_path: Path, log_dir: Path) -> Non
                            f"bin/java: {JAVA_FIX}; nothing was done\n")
 
 
+@pytest.mark.slow
 def test_a_jvm_that_exits_at_once_is_the_same_error_without_a_traceback(tmp_path: Path, log_dir: Path) -> None:
     """A java that is there but does not start (broken, or too old): PySpark's JAVA_GATEWAY_EXITED becomes the
     same one-line error and exit 2 (Airflow does not retry it). No real JVM starts: the fake one exits at once."""
@@ -135,6 +138,7 @@ def test_python_workers_do_not_collect_the_preloaded_heap_after_each_task(spark)
     assert all(frozen > 10 * tracked for frozen, tracked in heaps), heaps
 
 
+@pytest.mark.slow
 def test_the_daemon_preloads_without_starting_blas_threads() -> None:
     code = ("import os; from jobs.engine.worker_daemon import preload; preload(); import sys; "
             "from jobs.engine.kernels import _dispatchers, cached_kernels; "
@@ -185,6 +189,7 @@ def _early_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_an_early_start_a_run_did_not_need_is_dropped_without_a_trace(tmp_path: Path) -> None:
     """The forecast expects work (dirty bytes), the selection finds none: the JVM started early is given up,
     and nothing it wrote (here a JVM that cannot start) reaches the run's output or exit code.
@@ -246,6 +251,7 @@ def _without_times(text: str) -> str:
     return re.sub(r"\d+\.\ds", "_s", text)
 
 
+@pytest.mark.slow
 def test_an_early_start_a_run_needs_shows_what_the_jvm_said_before_the_error(tmp_path: Path) -> None:
     """The forecast and the selection agree (all dirty): the run claims the early start, and what the JVM said
     while it was held back comes out before the error line."""

@@ -64,6 +64,7 @@ def compact(log_dir: Path, partitions: list[int], now_ms: int) -> None:
 @settings(max_examples=examples(0.3), suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                              HealthCheck.too_slow])
 @given(logs=LOGS, cut1=st.floats(0, 1), cut2=st.floats(0, 1))
+@pytest.mark.slow
 def test_table_is_the_latest_committed_value_per_key(tmp_path_factory, logs, cut1, cut2):
     base = tmp_path_factory.mktemp("table")
     log_dir, full, nightly = base / "logs", base / "full", base / "nightly"
@@ -232,6 +233,7 @@ def _killed_run(log_dir: Path, table: Path, step: str) -> int:
 
 
 @pytest.mark.parametrize("step", ["merge:start", "merge:committed"])
+@pytest.mark.slow
 def test_run_killed_mid_merge_then_rerun_equals_one_clean_run(tmp_path, step):
     log_dir = tmp_path / "logs"
     log = LogBuilder(topic=TOPIC, partition=0)

@@ -57,6 +57,7 @@ def both(log_dir: Path, memory: Path, disk: Path, **kw) -> tuple[api.TableResult
 @settings(max_examples=examples(0.3), suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                              HealthCheck.too_slow])
 @given(logs=LOGS, cut1=st.floats(0, 1), cut2=st.floats(0, 1))
+@pytest.mark.slow
 def test_on_disk_dedupe_gives_the_in_memory_table(tmp_path_factory, monkeypatch, logs, cut1, cut2):
     from jobs.engine import table_sort
 

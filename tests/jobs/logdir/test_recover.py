@@ -204,6 +204,7 @@ class _CrashingStore(LocalStorage):
 
 
 @pytest.mark.parametrize("step", LOCAL_REPLACE_STEPS + DELETE_STEPS)
+@pytest.mark.slow
 def test_recovery_killed_at_any_change_is_finished_by_the_next_one(tmp_path: Path, step: str) -> None:
     """A crash of the commit at ``step``, then of its recovery before each of the changes recovery makes in turn:
     the next recovery still leaves exactly the old or exactly the new set (and rolls the delete forward)."""

@@ -83,6 +83,7 @@ def together(parts: list[dict], txns: list[TxnState], now: int, *, max_keys: int
 @settings(max_examples=examples(1.0), deadline=None)
 @given(st.lists(partitions(), min_size=2, max_size=5),
        st.integers(START, START + PRODUCER_ID_EXPIRATION_MS + 100))
+@pytest.mark.slow
 def test_partitions_cleaned_together_decide_what_each_alone_decides(parts, now):
     singles = [alone(p, now) for p in parts]
     result, pmap = together(parts, [s[1] for s in singles], now)

@@ -336,6 +336,7 @@ def test_cli_writes_the_file_and_summarises_on_stderr(tmp_path: Path, capsys) ->
     assert oct(out.stat().st_mode & 0o777) != "0o600"  # not left private like a temporary file
 
 
+@pytest.mark.slow
 def test_cli_reads_stdin_and_writes_stdout() -> None:
     proc = subprocess.run([sys.executable, "-m", "jobs", "config", "import"], stdin=TOPICS.open("rb"),
                           capture_output=True, cwd=REPO, timeout=60)
