@@ -56,6 +56,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for fixture, marker in MARKER_OF_FIXTURE.items():
             if fixture in used and item.get_closest_marker(marker) is None:
                 item.add_marker(marker)
+        if item.get_closest_marker("spark") is not None:
+            # Run in parallel (`-n 2 --dist loadgroup`), every test of the Spark session goes to one worker, so
+            # that a run still starts one Spark session; the other worker takes the tests that need none.
+            item.add_marker(pytest.mark.xdist_group("spark"))
 
 
 def _spark_running() -> bool:
