@@ -203,7 +203,7 @@ def main(argv: list[str]) -> int:
         print(f"error: {reason}", file=sys.stderr)
         return 2
     import confluent_kafka as ck
-    import confluent_kafka.admin  # noqa: F401 (ck.admin)
+    import confluent_kafka.admin  # (ck.admin)
 
     out = Path(argv[0]) if argv else DEFAULT_OUT
     with tempfile.TemporaryDirectory(prefix="segjobs-tiered-") as tmp:
