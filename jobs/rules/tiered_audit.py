@@ -1,0 +1,272 @@
+"""The audit of one tiered partition: what the replayed remote log metadata (:mod:`jobs.rules.remote_log`), the
+log dir and the remote store's listing say together. Pure: a function of them, the topic's retention and
+``now``.
+
+Findings, per partition:
+
+- **gap** (data loss): an offset range from the log start offset to the log end offset in no finished remote
+  segment and no local segment;
+- **missing object**: a finished segment whose object the layout requires is absent, or whose segment object's
+  size is not the metadata's;
+- **orphan**: an object no finished segment stands behind: a copy that never finished (COPY_SEGMENT_STARTED), a
+  delete that stalled (DELETE_SEGMENT_STARTED), a segment deleted (DELETE_SEGMENT_FINISHED) or forgotten by a
+  finished partition delete, or a segment id the metadata never named;
+- **overdue**: a finished segment remote retention should already have deleted, judged as Kafka's expiration
+  task judges: its end offset below the log start offset; its max timestamp at or before ``now`` minus
+  ``retention.ms`` (and the ``grace_ms`` the task needs to come round); oldest first, while the partition's size
+  (finished remote segments plus the local segments above the last remote offset) less the segment's size
+  stays at or above ``retention.bytes``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from jobs.rules.remote_log import PartitionReplay, RemoteSegment
+from segment_io.remote_metadata import SegmentState
+
+#: orphan reasons, in the words of the reports
+DANGLING_COPY = "copy never finished (COPY_SEGMENT_STARTED)"
+STALLED_DELETE = "delete never finished (DELETE_SEGMENT_STARTED)"
+DELETED = "segment deleted (DELETE_SEGMENT_FINISHED)"
+PARTITION_DELETED = "partition deleted (DELETE_PARTITION_FINISHED)"
+UNKNOWN = "no metadata names this segment"
+
+
+@dataclass(frozen=True)
+class LocalLog:
+    """What the log dir says of one user partition (None where it does not say)."""
+
+    log_start_offset: int | None  #: the log-start-offset checkpoint's (Kafka's log start, remote included)
+    local_start: int | None  #: the first local segment's base offset
+    log_end: int | None  #: the next offset to be written
+    #: (base offset, bytes) of each local segment, in offset order
+    segments: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def local_bytes(self) -> int:
+        return sum(size for _, size in self.segments)
+
+
+@dataclass(frozen=True)
+class Retention:
+    """A topic's remote retention: ``retention.ms`` and ``retention.bytes`` (-1: none)."""
+
+    ms: int = -1
+    bytes: int = -1
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One remote object as the audit needs it."""
+
+    uri: str
+    size: int
+    suffix: str
+
+
+@dataclass(frozen=True)
+class Gap:
+    first: int
+    last: int  #: inclusive
+
+
+@dataclass(frozen=True)
+class MissingObject:
+    segment_id: str
+    start_offset: int
+    end_offset: int
+    suffix: str
+    problem: str  #: "absent" or what is wrong with its size
+    uri: str | None = None
+
+
+@dataclass(frozen=True)
+class Orphan:
+    segment_id: str
+    reason: str
+    objects: tuple[ObjectInfo, ...]
+    start_offset: int | None = None
+    end_offset: int | None = None
+
+    @property
+    def bytes(self) -> int:
+        return sum(o.size for o in self.objects)
+
+
+@dataclass(frozen=True)
+class Overdue:
+    segment_id: str
+    start_offset: int
+    end_offset: int
+    size_bytes: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class StateTotals:
+    segments: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class PartitionAudit:
+    """Every finding of one partition, and the totals of its remote segments by state."""
+
+    topic: str
+    partition: int
+    topic_id: str
+    in_log_dir: bool
+    log_start_offset: int | None
+    log_end: int | None
+    local: LocalLog | None
+    finished: StateTotals = StateTotals()
+    dangling: StateTotals = StateTotals()
+    deleting: StateTotals = StateTotals()
+    gaps: list[Gap] = field(default_factory=list)
+    missing: list[MissingObject] = field(default_factory=list)
+    orphans: list[Orphan] = field(default_factory=list)
+    overdue: list[Overdue] = field(default_factory=list)
+    dropped_events: int = 0
+
+    @property
+    def data_loss(self) -> bool:
+        """Records Kafka should serve cannot be read: a gap, or a finished segment with an object missing."""
+        return bool(self.gaps or self.missing)
+
+
+def _totals(segments: Sequence[RemoteSegment]) -> StateTotals:
+    return StateTotals(len(segments), sum(s.size_bytes for s in segments))
+
+
+def coverage_gaps(log_start: int, log_end: int, ranges: Sequence[tuple[int, int]]) -> list[Gap]:
+    """The offset ranges in [``log_start``, ``log_end``) that no range (first, last inclusive) covers."""
+    gaps, next_needed = [], log_start
+    for first, last in sorted(ranges):
+        if last < next_needed:
+            continue
+        if first > next_needed:
+            gaps.append(Gap(next_needed, min(first, log_end) - 1))
+        next_needed = max(next_needed, last + 1)
+        if next_needed >= log_end:
+            break
+    if next_needed < log_end:
+        gaps.append(Gap(next_needed, log_end - 1))
+    return [g for g in gaps if g.first <= g.last]
+
+
+def _coverage(local: LocalLog, finished: Sequence[RemoteSegment]) -> tuple[int | None, list[Gap]]:
+    ranges = [(s.start_offset, s.end_offset) for s in finished]
+    if local.local_start is not None and local.log_end is not None and local.log_end > local.local_start:
+        ranges.append((local.local_start, local.log_end - 1))
+    starts = [first for first, _ in ranges] + ([local.local_start] if local.local_start is not None else [])
+    log_start = local.log_start_offset if local.log_start_offset is not None else (min(starts) if starts else None)
+    if log_start is None or local.log_end is None:
+        return log_start, []
+    return log_start, coverage_gaps(log_start, local.log_end, ranges)
+
+
+def missing_objects(finished: Sequence[RemoteSegment], objects: Mapping[str, Sequence[ObjectInfo]],
+                    required: Mapping[bool, Sequence[str]], size_suffix: str) -> list[MissingObject]:
+    """The objects of finished segments that are absent or (the segment object) not of the metadata's size.
+    ``objects``: segment id -> its objects; ``required``: txn_index_empty -> the suffixes a segment needs."""
+    out = []
+    for seg in finished:
+        have = {o.suffix: o for o in objects.get(seg.segment_id, ())}
+        for suffix in required[seg.metadata.txn_index_empty]:
+            obj = have.get(suffix)
+            if obj is None:
+                out.append(MissingObject(seg.segment_id, seg.start_offset, seg.end_offset, suffix, "absent"))
+            elif suffix == size_suffix and obj.size != seg.size_bytes:
+                out.append(MissingObject(seg.segment_id, seg.start_offset, seg.end_offset, suffix,
+                                         f"{obj.size} bytes, the metadata says {seg.size_bytes}", obj.uri))
+    return out
+
+
+def orphans(part: PartitionReplay | None, objects: Mapping[str, Sequence[ObjectInfo]]) -> list[Orphan]:
+    """Objects with no finished segment behind them, per segment id, with the reason."""
+    out = []
+    for segment_id, objs in sorted(objects.items()):
+        seg, reason = _owner(part, segment_id)
+        if reason is None:
+            continue
+        out.append(Orphan(segment_id, reason, tuple(sorted(objs, key=lambda o: o.uri)),
+                          seg.start_offset if seg else None, seg.end_offset if seg else None))
+    return out
+
+
+def _owner(part: PartitionReplay | None, segment_id: str) -> tuple[RemoteSegment | None, str | None]:
+    if part is None:
+        return None, UNKNOWN
+    seg = part.segments.get(segment_id)
+    if seg is not None:
+        return seg, {SegmentState.COPY_SEGMENT_FINISHED: None, SegmentState.COPY_SEGMENT_STARTED: DANGLING_COPY,
+                     SegmentState.DELETE_SEGMENT_STARTED: STALLED_DELETE}.get(seg.state, DELETED)
+    if segment_id in part.deleted:
+        return part.deleted[segment_id], DELETED
+    if segment_id in part.forgotten:
+        return part.forgotten[segment_id], PARTITION_DELETED
+    return None, UNKNOWN
+
+
+def overdue(finished: Sequence[RemoteSegment], local: LocalLog | None, retention: Retention, *, now_ms: int,
+            log_start: int | None, grace_ms: int = 0) -> list[Overdue]:
+    """Finished segments the expiration task should have deleted by ``now_ms`` (see the module docstring)."""
+    out: list[Overdue] = []
+    chosen: set[str] = set()
+
+    def add(seg: RemoteSegment, reason: str) -> None:
+        if seg.segment_id not in chosen:
+            chosen.add(seg.segment_id)
+            out.append(Overdue(seg.segment_id, seg.start_offset, seg.end_offset, seg.size_bytes, reason))
+
+    ordered = sorted(finished, key=lambda s: (s.start_offset, s.first_event))
+    if log_start is not None:
+        for seg in ordered:
+            if seg.end_offset < log_start:
+                add(seg, f"ends below the log start offset {log_start}")
+    if retention.ms >= 0:
+        limit = now_ms - retention.ms - grace_ms
+        for seg in ordered:
+            if seg.metadata.max_timestamp_ms <= limit:
+                add(seg, f"newest record older than retention.ms={retention.ms}")
+    if retention.bytes >= 0:
+        remote_end = max((s.end_offset for s in ordered), default=-1)
+        local_only = sum(size for base, size in (local.segments if local else ()) if base > remote_end)
+        breach = sum(s.size_bytes for s in ordered) + local_only - retention.bytes
+        for seg in ordered:
+            if breach - seg.size_bytes < 0:
+                break
+            breach -= seg.size_bytes
+            add(seg, f"beyond retention.bytes={retention.bytes}")
+    return sorted(out, key=lambda o: o.start_offset)
+
+
+def audit_partition(part: PartitionReplay | None, *, topic: str, partition: int, topic_id: str,
+                    local: LocalLog | None, objects: Mapping[str, Sequence[ObjectInfo]],
+                    required: Mapping[bool, Sequence[str]], size_suffix: str, retention: Retention, now_ms: int,
+                    grace_ms: int = 0) -> PartitionAudit:
+    """Every finding of one partition. ``part`` is its replayed metadata (None: the metadata never names it),
+    ``local`` what the log dir says (None: the partition is not in the log dir, so coverage and retention are
+    not judged), ``objects`` its remote objects per segment id."""
+    finished = part.finished() if part else []
+    audit = PartitionAudit(topic, partition, topic_id, local is not None, None, local.log_end if local else None,
+                           local)
+    if part is not None:
+        audit.finished = _totals(finished)
+        audit.dangling = _totals(part.in_state(SegmentState.COPY_SEGMENT_STARTED))
+        audit.deleting = _totals(part.in_state(SegmentState.DELETE_SEGMENT_STARTED))
+        audit.dropped_events = len(part.dropped)
+    if local is not None:
+        audit.log_start_offset, audit.gaps = _coverage(local, finished)
+        audit.overdue = overdue(finished, local, retention, now_ms=now_ms, log_start=audit.log_start_offset,
+                                grace_ms=grace_ms)
+    audit.missing = missing_objects(finished, objects, required, size_suffix)
+    audit.orphans = orphans(part, objects)
+    return audit
+
+
+__all__ = ["DANGLING_COPY", "DELETED", "PARTITION_DELETED", "STALLED_DELETE", "UNKNOWN", "Gap", "LocalLog",
+           "MissingObject", "ObjectInfo", "Orphan", "Overdue", "PartitionAudit", "Retention", "StateTotals",
+           "audit_partition", "coverage_gaps", "missing_objects", "orphans", "overdue"]

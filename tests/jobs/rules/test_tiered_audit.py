@@ -1,0 +1,159 @@
+"""jobs.rules.tiered_audit: each finding of the tiered audit, on metadata events built here (Kafka's encoding,
+tests.support.remote_metadata) and a local log described by hand."""
+
+from __future__ import annotations
+
+from jobs.rules.remote_log import replay
+from jobs.rules.tiered_audit import (
+    DANGLING_COPY,
+    DELETED,
+    PARTITION_DELETED,
+    STALLED_DELETE,
+    UNKNOWN,
+    Gap,
+    LocalLog,
+    ObjectInfo,
+    Retention,
+    audit_partition,
+    coverage_gaps,
+)
+from segment_io.remote_metadata import decode_metadata_value
+from tests.support import remote_metadata as rm
+
+T, TID = "t", "AAAAAAAAAAAAAAAAAAAAAQ"
+IDS = [f"AAAAAAAAAAAAAAAAAAAA{c}A" for c in "BCDEFGHIJ"]
+STARTED, FINISHED, DELETE_STARTED, DELETE_FINISHED = 0, 1, 2, 3
+REQUIRED = {True: (".log", ".index"), False: (".log", ".index", ".txnindex")}
+DAY = 86_400_000
+NOW = 100 * DAY
+
+
+def _part(*values: bytes):
+    state = replay((i, decode_metadata_value(v)) for i, v in enumerate(values))
+    return state.partitions.get((TID, 0))
+
+
+def _finished(i: int, start: int, end: int, *, size: int = 100, max_ts: int = NOW - DAY) -> list[bytes]:
+    return [rm.segment_value(T, TID, 0, IDS[i], start, end, size=size, max_ts=max_ts, tagged={0: b"\x01"}),
+            rm.update_value(T, TID, 0, IDS[i], FINISHED)]
+
+
+def _objects(*ids_sizes: tuple[str, int]) -> dict[str, list[ObjectInfo]]:
+    return {sid: [ObjectInfo(f"/r/{sid}.log", size, ".log"), ObjectInfo(f"/r/{sid}.index", 0, ".index")]
+            for sid, size in ids_sizes}
+
+
+NO_RETENTION = Retention()
+
+
+def _audit(part, local, objects, retention=NO_RETENTION, grace_ms=0):
+    return audit_partition(part, topic=T, partition=0, topic_id=TID, local=local, objects=objects,
+                           required=REQUIRED, size_suffix=".log", retention=retention, now_ms=NOW, grace_ms=grace_ms)
+
+
+def _local(start: int | None, end: int, log_start: int | None = 0, segments=((0, 0),)) -> LocalLog:
+    return LocalLog(log_start, start, end, tuple(segments) if start is not None else ())
+
+
+def test_coverage_gaps_are_the_offsets_nothing_holds() -> None:
+    assert coverage_gaps(0, 30, [(0, 9), (20, 29)]) == [Gap(10, 19)]
+    assert coverage_gaps(0, 30, [(0, 9), (5, 29)]) == []
+    assert coverage_gaps(5, 30, [(0, 9), (12, 20)]) == [Gap(10, 11), Gap(21, 29)]
+    assert coverage_gaps(0, 0, []) == []
+    assert coverage_gaps(3, 10, []) == [Gap(3, 9)]
+
+
+def test_remote_then_local_with_nothing_missing_is_clean() -> None:
+    part = _part(*_finished(0, 0, 9), *_finished(1, 10, 19))
+    audit = _audit(part, _local(20, 25, segments=((20, 50),)), _objects((IDS[0], 100), (IDS[1], 100)))
+    assert (audit.gaps, audit.missing, audit.orphans, audit.overdue) == ([], [], [], [])
+    assert audit.finished.segments == 2 and audit.finished.bytes == 200 and not audit.data_loss
+
+
+def test_a_gap_between_remote_and_local_is_data_loss() -> None:
+    part = _part(*_finished(0, 0, 9))
+    audit = _audit(part, _local(15, 25, segments=((15, 50),)), _objects((IDS[0], 100)))
+    assert audit.gaps == [Gap(10, 14)] and audit.data_loss
+
+
+def test_a_copy_that_never_finished_does_not_cover_its_offsets() -> None:
+    part = _part(*_finished(0, 0, 9), rm.segment_value(T, TID, 0, IDS[1], 10, 19))
+    audit = _audit(part, _local(20, 25, segments=((20, 50),)), _objects((IDS[0], 100), (IDS[1], 100)))
+    assert audit.gaps == [Gap(10, 19)]
+    assert [(o.segment_id, o.reason, o.bytes) for o in audit.orphans] == [(IDS[1], DANGLING_COPY, 100)]
+    assert audit.dangling.segments == 1
+
+
+def test_the_log_start_offset_bounds_coverage() -> None:
+    part = _part(*_finished(1, 10, 19))
+    audit = _audit(part, _local(20, 25, log_start=10, segments=((20, 50),)), _objects((IDS[1], 100)))
+    assert audit.gaps == [] and audit.log_start_offset == 10
+    audit = _audit(part, _local(20, 25, log_start=0, segments=((20, 50),)), _objects((IDS[1], 100)))
+    assert audit.gaps == [Gap(0, 9)]
+
+
+def test_a_finished_segment_with_an_object_absent_or_of_the_wrong_size_is_missing() -> None:
+    part = _part(*_finished(0, 0, 9), *_finished(1, 10, 19))
+    objects = _objects((IDS[0], 99))
+    audit = _audit(part, _local(20, 20), objects)
+    assert [(m.segment_id, m.suffix, m.problem) for m in audit.missing] == [
+        (IDS[0], ".log", "99 bytes, the metadata says 100"), (IDS[1], ".log", "absent"), (IDS[1], ".index", "absent")]
+    assert audit.data_loss
+
+
+def test_a_transaction_index_is_required_where_the_metadata_says_there_is_one() -> None:
+    part = _part(rm.segment_value(T, TID, 0, IDS[0], 0, 9, size=100), rm.update_value(T, TID, 0, IDS[0], FINISHED))
+    audit = _audit(part, _local(10, 10), _objects((IDS[0], 100)))
+    assert [(m.suffix, m.problem) for m in audit.missing] == [(".txnindex", "absent")]
+
+
+def test_orphans_say_why_no_finished_segment_stands_behind_them() -> None:
+    part = _part(*_finished(0, 0, 9),
+                 *_finished(1, 0, 9), rm.update_value(T, TID, 0, IDS[1], DELETE_STARTED),
+                 *_finished(2, 0, 9), rm.update_value(T, TID, 0, IDS[2], DELETE_STARTED),
+                 rm.update_value(T, TID, 0, IDS[2], DELETE_FINISHED))
+    objects = _objects((IDS[0], 100), (IDS[1], 100), (IDS[2], 100), (IDS[3], 7))
+    audit = _audit(part, _local(10, 10), objects)
+    assert [(o.segment_id, o.reason) for o in audit.orphans] == [
+        (IDS[1], STALLED_DELETE), (IDS[2], DELETED), (IDS[3], UNKNOWN)]
+    assert audit.orphans[-1].bytes == 7 and audit.deleting.segments == 1
+
+
+def test_objects_of_a_partition_whose_delete_finished_are_orphans() -> None:
+    part = _part(*_finished(0, 0, 9), rm.delete_value(T, TID, 0, 0), rm.delete_value(T, TID, 0, 2))
+    audit = _audit(part, None, _objects((IDS[0], 100)))
+    assert [(o.segment_id, o.reason) for o in audit.orphans] == [(IDS[0], PARTITION_DELETED)]
+    assert audit.gaps == [] and audit.overdue == []  # not in the log dir: nothing to cover, no retention
+
+
+def test_objects_the_metadata_never_names_are_orphans_even_without_any_metadata() -> None:
+    audit = _audit(None, None, _objects((IDS[0], 100)))
+    assert [(o.segment_id, o.reason) for o in audit.orphans] == [(IDS[0], UNKNOWN)]
+
+
+def test_overdue_by_retention_ms_waits_out_the_grace() -> None:
+    part = _part(*_finished(0, 0, 9, max_ts=NOW - 3 * DAY), *_finished(1, 10, 19, max_ts=NOW - DAY))
+    objects = _objects((IDS[0], 100), (IDS[1], 100))
+    audit = _audit(part, _local(20, 20), objects, Retention(ms=2 * DAY))
+    assert [(o.segment_id, o.reason) for o in audit.overdue] == [
+        (IDS[0], f"newest record older than retention.ms={2 * DAY}")]
+    assert _audit(part, _local(20, 20), objects, Retention(ms=2 * DAY), grace_ms=2 * DAY).overdue == []
+    assert _audit(part, _local(20, 20), objects, Retention(ms=-1)).overdue == []
+
+
+def test_overdue_by_retention_bytes_counts_the_local_only_segments() -> None:
+    part = _part(*_finished(0, 0, 9), *_finished(1, 10, 19), *_finished(2, 20, 29))
+    objects = _objects((IDS[0], 100), (IDS[1], 100), (IDS[2], 100))
+    # 300 bytes remote, none local above them: 50 over 250, less than a segment; 100 over 200, one segment
+    assert _audit(part, _local(30, 30), objects, Retention(bytes=250)).overdue == []
+    assert [o.segment_id for o in _audit(part, _local(30, 30), objects, Retention(bytes=200)).overdue] == [IDS[0]]
+    # 220 more bytes in local segments above the remote ones: 270 over 250, two remote segments must go (a local
+    # segment the remote ones also hold does not count twice)
+    local = _local(20, 50, segments=((20, 100), (30, 100), (40, 120)))
+    assert [o.segment_id for o in _audit(part, local, objects, Retention(bytes=250)).overdue] == [IDS[0], IDS[1]]
+
+
+def test_overdue_below_the_log_start_offset() -> None:
+    part = _part(*_finished(0, 0, 9), *_finished(1, 10, 19))
+    audit = _audit(part, _local(20, 20, log_start=10), _objects((IDS[0], 100), (IDS[1], 100)))
+    assert [(o.segment_id, o.reason) for o in audit.overdue] == [(IDS[0], "ends below the log start offset 10")]
