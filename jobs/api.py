@@ -67,10 +67,12 @@ from jobs.engine.report import Progress, RunReport, render_stopped_summary, shor
 from jobs.engine.seams import PRODUCTION, Seams
 from jobs.engine.selection import SELECTION_DEPTH, may_read_in_full, read_at_first_scan
 from jobs.engine.tasks import InProcessTasks, SparkTasks
+from jobs.engine.tiered.audit import TieredAudit, TieredAuditOptions, run_audit
 from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_writable
 from jobs.logdir.lock import LeaseLost, lease_ttl_ms, work_uri
 from jobs.logdir.recover import RecoveryAction, RecoveryReport, RecoveryTally, tally_reports
-from jobs.rules.timeutil import Instant, resolve_now
+from jobs.rules.config import ConfigSet
+from jobs.rules.timeutil import Instant, parse_instant, resolve_now
 from segment_io.errors import LockHeldError, UsageError
 from segment_io.layout import list_log_dir_top
 
@@ -568,3 +570,29 @@ def _active_spark() -> Any:
 
 
 __all__ += ["table", "TableOptions", "TableResult", "TablePartition"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Tiered storage
+# --------------------------------------------------------------------------------------------------
+
+
+def tiered_audit(log_dir: str | os.PathLike, remote: str | os.PathLike, *, layout: str = "local-tiered-storage",
+                 metadata_dir: str | os.PathLike | None = None, topic_ids: dict[str, str] | None = None,
+                 config: str | os.PathLike | None = None, overrides: Sequence[str] = (), now: Instant | None = None,
+                 grace_ms: int = 0) -> TieredAudit:
+    """Audit tiered storage: ``log_dir``'s ``__remote_log_metadata`` replayed, its partitions and the remote store
+    ``remote`` (in ``layout``) read together; per partition, gaps, missing objects, orphans and overdue segments
+    (see :mod:`jobs.engine.tiered.audit`). ``topic_ids`` maps topic ids to names for topics ``log_dir`` has no
+    partition of; ``config``/``overrides`` give each topic's retention. Reads only. The result's ``exit_code``
+    is 1 when records cannot be read (a gap or a missing object)."""
+    configs = (ConfigSet.load(os.fspath(config), overrides=list(overrides)) if config is not None
+               else ConfigSet().with_overrides(list(overrides)))
+    options = TieredAuditOptions(os.fspath(log_dir), os.fspath(remote), layout=layout,
+                                 metadata_dir=None if metadata_dir is None else os.fspath(metadata_dir),
+                                 topic_ids=dict(topic_ids or {}), configs=configs, now_ms=parse_instant(now),
+                                 grace_ms=grace_ms)
+    return run_audit(options)
+
+
+__all__ += ["tiered_audit"]
