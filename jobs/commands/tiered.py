@@ -17,7 +17,7 @@ from pathlib import Path
 
 from jobs import api
 from jobs.commands.args import duration_arg
-from segment_io.errors import UsageError
+from segment_io.errors import CorruptCheckpointError, CorruptRecordError, SegjobsError, UsageError
 
 AUDIT_HELP = """Replay the broker's remote log metadata (every __remote_log_metadata-N partition of --log-dir, or of
 --metadata-dir) as Kafka's metadata cache holds it, list the remote store (--remote, in --layout) and read each
@@ -68,6 +68,13 @@ def configure(p: argparse.ArgumentParser) -> None:
     audit.set_defaults(_tiered_run=run_audit)
 
 
+class AuditRefused(SegjobsError):
+    """The audit stopped before reading everything (a malformed metadata record or text file): exit code 2, the
+    message naming the file, the record's offset or line, and the byte."""
+
+    exit_code = 2
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the chosen subcommand."""
     return int(args._tiered_run(args))
@@ -89,9 +96,12 @@ def run_audit(args: argparse.Namespace) -> int:
     """``segjobs tiered audit``: the report, and the exit code of :attr:`TieredAudit.exit_code`."""
     from jobs.engine.tiered.audit import audit_json, audit_text
 
-    audit = api.tiered_audit(args.log_dir, args.remote, layout=args.layout, metadata_dir=args.metadata_dir,
-                             topic_ids=_topic_ids(args.topic_ids), config=args.config, overrides=args.set,
-                             now=args.now, grace_ms=args.grace)
+    try:
+        audit = api.tiered_audit(args.log_dir, args.remote, layout=args.layout, metadata_dir=args.metadata_dir,
+                                 topic_ids=_topic_ids(args.topic_ids), config=args.config, overrides=args.set,
+                                 now=args.now, grace_ms=args.grace)
+    except (CorruptRecordError, CorruptCheckpointError) as exc:
+        raise AuditRefused(f"{exc}; nothing audited") from exc
     text = (json.dumps(audit_json(audit), indent=2) + "\n") if args.format == "json" else audit_text(audit) + "\n"
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")

@@ -31,32 +31,12 @@ METADATA = FIXTURE / "logs" / "__remote_log_metadata-0"
 TOPIC_ID, SEG = "3hkKp7BATom3_tVt48rN_Q", "6QRGyTw3TG2Bem_F3n_zdw"
 
 
-def _as_kafka_prints(message: object) -> dict[str, object]:
-    """Our decoding in the fields and spelling of Kafka's formatter."""
-    if isinstance(message, PartitionDelete):
-        tp = message.partition
-        return {"kind": "delete", "topic_id": tp.topic_id, "topic": tp.topic, "partition": str(tp.partition),
-                "state": message.state.name, "event_ts": str(message.event_timestamp_ms),
-                "broker": str(message.broker_id)}
-    assert isinstance(message, (SegmentMetadata, SegmentUpdate))
-    tp = message.partition
-    out: dict[str, object] = {"topic_id": tp.topic_id, "topic": tp.topic, "partition": str(tp.partition),
-                              "segment_id": message.segment_id, "state": message.state.name,
-                              "event_ts": str(message.event_timestamp_ms), "broker": str(message.broker_id),
-                              "custom": "Optional.empty" if message.custom_metadata is None else "?"}
-    if isinstance(message, SegmentUpdate):
-        return {"kind": "update", **out}
-    return {"kind": "segment", **out, "start": str(message.start_offset), "end": str(message.end_offset),
-            "max_ts": str(message.max_timestamp_ms), "epochs": message.leader_epochs,
-            "size": str(message.size_bytes), "txn": str(message.txn_index_empty).lower()}
-
-
 def test_every_record_of_a_real_broker_reads_as_kafka_reads_it() -> None:
     ours = list(read_metadata_partition(str(METADATA)))
     kafka = [rm.parse_kafka_line(line) for line in (FIXTURE / "kafka-metadata.txt").read_text().splitlines()]
     assert [o for o, _ in ours] == [o for o, _ in kafka] == list(range(41))
     for (offset, message), (_, fields) in zip(ours, kafka):
-        assert _as_kafka_prints(message) == fields, f"offset {offset}"
+        assert rm.kafka_fields(message) == fields, f"offset {offset}"
     states = {m.state for _, m in ours if isinstance(m, (SegmentMetadata, SegmentUpdate))}
     assert states == set(SegmentState)  # the fixture has every segment state
     assert any(len(m.leader_epochs) and m.leader_epochs[0][0] == 2 for _, m in ours if isinstance(m, SegmentMetadata))

@@ -3,7 +3,8 @@
 :func:`segment_value`, :func:`update_value` and :func:`delete_value` write values the way Kafka's generated
 messages do (written here from the message definitions, not with the code under test), with knobs to write what
 Kafka does not (a wrong frame, extra bytes, unknown tagged fields). :func:`parse_kafka_line` reads one line of
-Kafka's ``RemoteLogMetadataFormatter`` (the fixtures' ``kafka-metadata.txt``) into the fields it prints.
+Kafka's ``RemoteLogMetadataFormatter`` (the fixtures' ``kafka-metadata.txt``) into the fields it prints;
+:func:`kafka_fields` puts segjobs' decoding of a value in the same terms, so the two compare.
 """
 
 from __future__ import annotations
@@ -108,3 +109,25 @@ def parse_kafka_line(line: str) -> tuple[int, dict[str, Any]]:
                 fields["epochs"] = tuple((int(e), int(o)) for e, o in pairs)
             return offset, fields
     raise AssertionError(f"a value this reader does not know: {text!r}")
+
+
+def kafka_fields(message: object) -> dict[str, object]:
+    """segjobs' decoding of a value in the fields and spelling of :func:`parse_kafka_line`."""
+    from segment_io.remote_metadata import PartitionDelete, SegmentMetadata, SegmentUpdate
+
+    if isinstance(message, PartitionDelete):
+        tp = message.partition
+        return {"kind": "delete", "topic_id": tp.topic_id, "topic": tp.topic, "partition": str(tp.partition),
+                "state": message.state.name, "event_ts": str(message.event_timestamp_ms),
+                "broker": str(message.broker_id)}
+    assert isinstance(message, (SegmentMetadata, SegmentUpdate))
+    tp = message.partition
+    out: dict[str, object] = {"topic_id": tp.topic_id, "topic": tp.topic, "partition": str(tp.partition),
+                              "segment_id": message.segment_id, "state": message.state.name,
+                              "event_ts": str(message.event_timestamp_ms), "broker": str(message.broker_id),
+                              "custom": "Optional.empty" if message.custom_metadata is None else "?"}
+    if isinstance(message, SegmentUpdate):
+        return {"kind": "update", **out}
+    return {"kind": "segment", **out, "start": str(message.start_offset), "end": str(message.end_offset),
+            "max_ts": str(message.max_timestamp_ms), "epochs": message.leader_epochs,
+            "size": str(message.size_bytes), "txn": str(message.txn_index_empty).lower()}

@@ -154,3 +154,14 @@ def test_json_report_on_stdout(capsys) -> None:
     kept = next(p for p in report["partitions"] if p["topic"] == "kept")
     assert kept["remote"]["finished"] == {"segments": 6, "bytes": 8766}
     assert kept["local"] == {"start_offset": 120, "segments": 1, "bytes": 0}
+
+
+def test_a_damaged_metadata_record_stops_the_audit_naming_file_and_offset(node: Path, capsys) -> None:
+    log = node / "logs" / "__remote_log_metadata-0" / "00000000000000000000.log"
+    data = bytearray(log.read_bytes())
+    data[-5] ^= 0xFF  # inside the last batch (offsets 37-40): its CRC no longer matches
+    log.write_bytes(bytes(data))
+    rc = main(["tiered", "audit", "--log-dir", str(node / "logs"), "--remote", str(node / "remote")])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert str(log) in err and ", offset 37: CRC-32C mismatch" in err and err.rstrip().endswith("nothing audited")
