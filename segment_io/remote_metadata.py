@@ -24,7 +24,7 @@ import base64
 import enum
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from segment_io.errors import CorruptRecordError
 
@@ -302,7 +302,8 @@ def _segment_snapshot(r: _Reader) -> SegmentSnapshot:
                            _txn_index_empty(tags))
 
 
-_MESSAGES = {0: _segment_metadata, 1: _segment_update, 2: _partition_delete, 3: _segment_snapshot}
+_MESSAGES: dict[int, Callable[[_Reader], RemoteLogMetadata]] = {
+    0: _segment_metadata, 1: _segment_update, 2: _partition_delete, 3: _segment_snapshot}
 
 
 def decode_metadata_value(value: bytes, *, path: str | None = None, offset: int | None = None) -> RemoteLogMetadata:
