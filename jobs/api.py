@@ -75,6 +75,7 @@ from jobs.rules.config import ConfigSet
 from jobs.rules.timeutil import Instant, parse_instant, resolve_now
 from segment_io.errors import LockHeldError, UsageError
 from segment_io.layout import list_log_dir_top
+from segment_io.storage import StorageOptions
 
 OptionsT = TypeVar("OptionsT", bound=RunOptions)
 
@@ -580,18 +581,19 @@ __all__ += ["table", "TableOptions", "TableResult", "TablePartition"]
 def tiered_audit(log_dir: str | os.PathLike, remote: str | os.PathLike, *, layout: str = "local-tiered-storage",
                  metadata_dir: str | os.PathLike | None = None, topic_ids: dict[str, str] | None = None,
                  config: str | os.PathLike | None = None, overrides: Sequence[str] = (), now: Instant | None = None,
-                 grace_ms: int = 0) -> TieredAudit:
+                 grace_ms: int = 0, storage_options: StorageOptions | None = None) -> TieredAudit:
     """Audit tiered storage: ``log_dir``'s ``__remote_log_metadata`` replayed, its partitions and the remote store
     ``remote`` (in ``layout``) read together; per partition, gaps, missing objects, orphans and overdue segments
     (see :mod:`jobs.engine.tiered.audit`). ``topic_ids`` maps topic ids to names for topics ``log_dir`` has no
-    partition of; ``config``/``overrides`` give each topic's retention. Reads only. The result's ``exit_code``
-    is 1 when records cannot be read (a gap or a missing object)."""
+    partition of; ``config``/``overrides`` give each topic's retention; ``storage_options`` reach ``s3://`` URIs
+    (None: from the environment). Reads only. The result's ``exit_code`` is 1 when records cannot be read (a gap
+    or a missing object)."""
     configs = (ConfigSet.load(os.fspath(config), overrides=list(overrides)) if config is not None
                else ConfigSet().with_overrides(list(overrides)))
     options = TieredAuditOptions(os.fspath(log_dir), os.fspath(remote), layout=layout,
                                  metadata_dir=None if metadata_dir is None else os.fspath(metadata_dir),
                                  topic_ids=dict(topic_ids or {}), configs=configs, now_ms=parse_instant(now),
-                                 grace_ms=grace_ms)
+                                 grace_ms=grace_ms, storage_options=storage_options)
     return run_audit(options)
 
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from jobs import api
-from jobs.commands.args import duration_arg
+from jobs.commands.args import duration_arg, storage_options_from_args
 from segment_io.errors import CorruptCheckpointError, CorruptRecordError, SegjobsError, UsageError
 
 AUDIT_HELP = """Replay the broker's remote log metadata (every __remote_log_metadata-N partition of --log-dir, or of
@@ -63,6 +63,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     audit.add_argument("--grace", type=duration_arg, default=duration_arg("5m"), metavar="DURATION",
                        help="how long past retention.ms a segment may wait for Kafka's expiration task before it "
                             "counts as overdue (default 5m)")
+    audit.add_argument("--s3-endpoint", metavar="URL", help="S3 endpoint URL (default: AWS_ENDPOINT_URL or AWS)")
+    audit.add_argument("--s3-region", metavar="REGION", help="S3 region (default: from the AWS configuration)")
     audit.add_argument("--format", choices=("text", "json"), default="text", help="report format (default text)")
     audit.add_argument("--output", metavar="FILE", help="write the report here instead of stdout")
     audit.set_defaults(_tiered_run=run_audit)
@@ -99,7 +101,7 @@ def run_audit(args: argparse.Namespace) -> int:
     try:
         audit = api.tiered_audit(args.log_dir, args.remote, layout=args.layout, metadata_dir=args.metadata_dir,
                                  topic_ids=_topic_ids(args.topic_ids), config=args.config, overrides=args.set,
-                                 now=args.now, grace_ms=args.grace)
+                                 now=args.now, grace_ms=args.grace, storage_options=storage_options_from_args(args))
     except (CorruptRecordError, CorruptCheckpointError) as exc:
         raise AuditRefused(f"{exc}; nothing audited") from exc
     text = (json.dumps(audit_json(audit), indent=2) + "\n") if args.format == "json" else audit_text(audit) + "\n"

@@ -27,7 +27,7 @@ from segment_io.errors import UsageError
 from segment_io.format import scan_batches
 from segment_io.remote_layout import RemoteLayout, RemoteListing, detect_root, layout_named
 from segment_io.remote_metadata import METADATA_TOPIC, RemoteLogMetadata, read_metadata_partition
-from segment_io.storage import open_storage
+from segment_io.storage import StorageOptions, open_storage
 from segment_io.storage.base import FileInfo, Storage
 from segment_io.topic_ids import merge_topic_ids, read_partition_metadata
 
@@ -49,6 +49,8 @@ class TieredAuditOptions:
     configs: ConfigSet = field(default_factory=ConfigSet)
     now_ms: int = 0
     grace_ms: int = 0
+    #: how ``s3://`` URIs are reached (None: from the environment)
+    storage_options: StorageOptions | None = None
 
 
 @dataclass
@@ -138,16 +140,16 @@ def _objects(listing: RemoteListing) -> dict[tuple[str, int], dict[str, list[Obj
 def run_audit(options: TieredAuditOptions) -> TieredAudit:
     """Read everything and audit every tiered partition (see the module docstring)."""
     layout: RemoteLayout = layout_named(options.layout)
-    log_store = open_storage(options.log_dir)
+    log_store = open_storage(options.log_dir, options.storage_options)
     found, local, names = _local_logs(log_store, options.log_dir)
     meta_dir = options.metadata_dir or options.log_dir
-    meta_store = log_store if meta_dir == options.log_dir else open_storage(meta_dir)
+    meta_store = log_store if meta_dir == options.log_dir else open_storage(meta_dir, options.storage_options)
     uris = _metadata_partitions(meta_store, meta_dir, found if meta_dir == options.log_dir else {})
     if not uris:
         raise UsageError(f"{meta_dir}: no {METADATA_TOPIC}-<n> partition: give the log dir of a broker that holds "
                          f"the remote log metadata (or --metadata-dir)")
     state = _replay_all(meta_store, uris)
-    remote_store = open_storage(options.remote)
+    remote_store = open_storage(options.remote, options.storage_options)
     listing = layout.list(remote_store, detect_root(remote_store, options.remote, layout))
     objects = _objects(listing)
     names = merge_topic_ids(names, options.topic_ids,

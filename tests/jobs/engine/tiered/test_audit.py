@@ -165,3 +165,26 @@ def test_a_damaged_metadata_record_stops_the_audit_naming_file_and_offset(node: 
     err = capsys.readouterr().err
     assert rc == 2
     assert str(log) in err and ", offset 37: CRC-32C mismatch" in err and err.rstrip().endswith("nothing audited")
+
+
+@pytest.mark.s3
+def test_log_dir_and_remote_store_on_s3_read_as_on_disk(s3_bucket_env, node: Path, capsys) -> None:
+    endpoint, bucket = s3_bucket_env
+    (_remote_dir(node, "kept") / f"{KEPT_40}.log").unlink()
+    client = endpoint.client()
+    for p in sorted(node.rglob("*")):
+        if p.is_file():
+            client.put_object(Bucket=bucket, Key=f"node/{p.relative_to(node)}", Body=p.read_bytes())
+    on_disk = audit_json(_audit(node))
+    rc = main(["tiered", "audit", "--log-dir", f"s3://{bucket}/node/logs", "--remote", f"s3://{bucket}/node/remote",
+               "--s3-endpoint", endpoint.endpoint_url, "--now", NOW, "--format", "json",
+               *[a for s in AS_CREATED for a in ("--set", s)]])
+    on_s3 = json.loads(capsys.readouterr().out)
+    assert rc == 1
+
+    def local_view(report):  # type: ignore[no-untyped-def]
+        return [{k: v for k, v in p.items() if k != "orphans"} for p in report["partitions"]]
+
+    assert local_view(on_s3) == local_view(on_disk)
+    (kept,) = [p for p in on_s3["partitions"] if p["topic"] == "kept"]
+    assert [(m["start_offset"], m["problem"]) for m in kept["missing_objects"]] == [(40, "absent")]
