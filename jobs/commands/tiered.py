@@ -21,13 +21,14 @@ from segment_io.errors import CorruptCheckpointError, CorruptRecordError, Segjob
 
 AUDIT_HELP = """Replay the broker's remote log metadata (every __remote_log_metadata-N partition of --log-dir, or of
 --metadata-dir) as Kafka's metadata cache holds it, list the remote store (--remote, in --layout) and read each
-partition's partition.metadata, log-start-offset-checkpoint and local segments. Per partition: remote segments and
+partition's partition.metadata, log-start-offset-checkpoint, leader-epoch-checkpoint and local segments. Per partition: remote segments and
 bytes by state (finished, copy started, delete started) and the local tail, and these findings:
 
   GAP      offsets from the log start to the log end in no finished remote segment and no local segment: data loss
   MISSING  a finished segment whose object is absent or not of the size the metadata records: data loss
   orphan   objects no finished segment stands behind (a copy that never finished, a delete that stalled, a
-           segment or partition deleted, a segment the metadata never names), with their bytes
+           segment or partition deleted, a segment the metadata never names), and finished segments outside the
+           partition's leader-epoch lineage (Kafka never serves them), with their bytes
   overdue  finished segments remote retention (retention.ms, retention.bytes from --config/--set, the log start
            offset) should already have deleted, with their bytes
 

@@ -10,7 +10,9 @@ Findings, per partition:
   size is not the metadata's;
 - **orphan**: an object no finished segment stands behind: a copy that never finished (COPY_SEGMENT_STARTED), a
   delete that stalled (DELETE_SEGMENT_STARTED), a segment deleted (DELETE_SEGMENT_FINISHED) or forgotten by a
-  finished partition delete, or a segment id the metadata never named;
+  finished partition delete, or a segment id the metadata never named; and a finished segment outside the
+  partition's leader-epoch lineage (the log dir's ``leader-epoch-checkpoint``), which Kafka never serves: its
+  epochs judged as Kafka's remote log manager judges them (:func:`lineage_problem`), and it covers no offset;
 - **overdue**: a finished segment remote retention should already have deleted, judged as Kafka's expiration
   task judges: its end offset below the log start offset; its max timestamp at or before ``now`` minus
   ``retention.ms`` (and the ``grace_ms`` the task needs to come round); oldest first, while the partition's size
@@ -32,6 +34,7 @@ STALLED_DELETE = "delete never finished (DELETE_SEGMENT_STARTED)"
 DELETED = "segment deleted (DELETE_SEGMENT_FINISHED)"
 PARTITION_DELETED = "partition deleted (DELETE_PARTITION_FINISHED)"
 UNKNOWN = "no metadata names this segment"
+OUTSIDE_LINEAGE = "finished, outside the leader-epoch lineage"
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,8 @@ class LocalLog:
     log_end: int | None  #: the next offset to be written
     #: (base offset, bytes) of each local segment, in offset order
     segments: tuple[tuple[int, int], ...] = ()
+    #: the partition's leader-epoch lineage, (epoch, start offset) in epoch order (its leader-epoch-checkpoint)
+    epochs: tuple[tuple[int, int], ...] = ()
 
     @property
     def local_bytes(self) -> int:
@@ -167,6 +172,66 @@ def _coverage(local: LocalLog, finished: Sequence[RemoteSegment]) -> tuple[int |
     return log_start, coverage_gaps(log_start, local.log_end, ranges)
 
 
+def without_empty_epochs(epochs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``epochs`` less those that hold no record: an epoch whose start offset is the next epoch's."""
+    ordered = sorted(epochs)
+    return [e for e, n in zip(ordered, [*ordered[1:], None]) if n is None or n[1] != e[1]]
+
+
+def lineage_problem(epochs: Sequence[tuple[int, int]], end_offset: int, log_end: int,
+                    lineage: Sequence[tuple[int, int]]) -> str | None:
+    """Why a remote segment (its ``epochs`` and ``end_offset``) lies outside the partition's leader-epoch
+    ``lineage`` ending at ``log_end``; None when it lies within. Kafka's rule, epochs without records left out of
+    both: the segment's last epoch is within the lineage's; from its first epoch at or after the lineage's first,
+    each epoch is in the lineage, the first starts no earlier than the lineage says (unless it is the lineage's
+    first), each but the last is followed by the same epoch at the same offset in both, the last ends before
+    the lineage's next epoch starts; and the segment ends before the log end."""
+    seg, line = without_empty_epochs(epochs), dict(without_empty_epochs(lineage))
+    if not seg or not line:
+        return None if seg else "the segment has no leader epoch"
+    line_epochs, seg_map = sorted(line), dict(seg)
+    last = seg[-1][0]
+    if not line_epochs[0] <= last <= line_epochs[-1]:
+        return f"its last epoch {last} is outside the lineage's epochs {line_epochs[0]}-{line_epochs[-1]}"
+    first = next((e for e, _ in seg if e >= line_epochs[0]), None)
+    if first is None:
+        return f"none of its epochs is at or after the lineage's first, {line_epochs[0]}"
+    for epoch, offset in seg:
+        if epoch < first:
+            continue
+        if epoch not in line:
+            return f"its epoch {epoch} is not in the lineage"
+        if epoch == first and epoch != line_epochs[0] and offset < line[epoch]:
+            return f"its epoch {epoch} starts at {offset}, before the lineage's {line[epoch]}"
+        later = [e for e in line_epochs if e > epoch]
+        if epoch == last:
+            if later and end_offset > line[later[0]] - 1:
+                return f"it ends at {end_offset}, after epoch {epoch} ends at {line[later[0]] - 1}"
+        else:
+            seg_next = min(e for e in seg_map if e > epoch)
+            if not later or (later[0], line[later[0]]) != (seg_next, seg_map[seg_next]):
+                return f"after its epoch {epoch} comes epoch {seg_next} at {seg_map[seg_next]}, not the lineage's"
+    if end_offset >= log_end:
+        return f"it ends at {end_offset}, at or past the log end {log_end}"
+    return None
+
+
+def _outside_lineage(finished: Sequence[RemoteSegment], local: LocalLog,
+                     objects: Mapping[str, Sequence[ObjectInfo]]) -> list[Orphan]:
+    if not local.epochs or local.log_end is None:
+        return []
+    out = []
+    for seg in finished:
+        if local.log_start_offset is not None and seg.end_offset < local.log_start_offset:
+            continue  # due for deletion by the log start offset, which Kafka judges first
+        why = lineage_problem(seg.metadata.leader_epochs, seg.end_offset, local.log_end, local.epochs)
+        if why is not None:
+            out.append(Orphan(seg.segment_id, f"{OUTSIDE_LINEAGE}: {why}",
+                              tuple(sorted(objects.get(seg.segment_id, ()), key=lambda o: o.uri)),
+                              seg.start_offset, seg.end_offset))
+    return out
+
+
 def missing_objects(finished: Sequence[RemoteSegment], objects: Mapping[str, Sequence[ObjectInfo]],
                     required: Mapping[bool, Sequence[str]], size_suffix: str) -> list[MissingObject]:
     """The objects of finished segments that are absent or (the segment object) not of the metadata's size.
@@ -251,10 +316,14 @@ def audit_partition(part: PartitionReplay | None, *, topic: str, partition: int,
     ``local`` what the log dir says (None: the partition is not in the log dir, so coverage and retention are
     not judged), ``objects`` its remote objects per segment id."""
     finished = part.finished() if part else []
+    outside = _outside_lineage(finished, local, objects) if local is not None else []
+    if outside:
+        dropped = {o.segment_id for o in outside}
+        finished = [s for s in finished if s.segment_id not in dropped]
     audit = PartitionAudit(topic, partition, topic_id, local is not None, None, local.log_end if local else None,
                            local)
     if part is not None:
-        audit.finished = _totals(finished)
+        audit.finished = _totals(part.finished())
         audit.dangling = _totals(part.in_state(SegmentState.COPY_SEGMENT_STARTED))
         audit.deleting = _totals(part.in_state(SegmentState.DELETE_SEGMENT_STARTED))
         audit.dropped_events = len(part.dropped)
@@ -263,10 +332,11 @@ def audit_partition(part: PartitionReplay | None, *, topic: str, partition: int,
         audit.overdue = overdue(finished, local, retention, now_ms=now_ms, log_start=audit.log_start_offset,
                                 grace_ms=grace_ms)
     audit.missing = missing_objects(finished, objects, required, size_suffix)
-    audit.orphans = orphans(part, objects)
+    audit.orphans = sorted([*orphans(part, objects), *outside], key=lambda o: o.segment_id)
     return audit
 
 
-__all__ = ["DANGLING_COPY", "DELETED", "PARTITION_DELETED", "STALLED_DELETE", "UNKNOWN", "Gap", "LocalLog",
-           "MissingObject", "ObjectInfo", "Orphan", "Overdue", "PartitionAudit", "Retention", "StateTotals",
-           "audit_partition", "coverage_gaps", "missing_objects", "orphans", "overdue"]
+__all__ = ["DANGLING_COPY", "DELETED", "OUTSIDE_LINEAGE", "PARTITION_DELETED", "STALLED_DELETE", "UNKNOWN", "Gap",
+           "LocalLog", "MissingObject", "ObjectInfo", "Orphan", "Overdue", "PartitionAudit", "Retention",
+           "StateTotals", "audit_partition", "coverage_gaps", "lineage_problem", "missing_objects", "orphans",
+           "overdue", "without_empty_epochs"]

@@ -4,7 +4,8 @@ per partition what is where and what is wrong (:mod:`jobs.rules.tiered_audit` sa
 Reads only; writes nothing but the report. Steps: (1) every ``__remote_log_metadata-N`` partition of the
 metadata dir (the log dir unless told) is decoded and replayed (:func:`jobs.rules.remote_log.replay`); (2) the log
 dir gives, per user partition, its topic id (``partition.metadata``; ``--topic-ids`` for topics it lacks), its log
-start offset (``log-start-offset-checkpoint``) and its local segments; (3) the remote store is listed through its
+start offset (``log-start-offset-checkpoint``), its leader-epoch lineage (``leader-epoch-checkpoint``) and its local
+segments; (3) the remote store is listed through its
 layout; (4) each partition the metadata, the log dir or the store names is audited with the topic's retention
 (``--config``/``--set``) at ``now``. A partition of the log dir that no remote segment and no metadata names is
 not tiered and is left out.
@@ -22,7 +23,7 @@ from jobs.rules.remote_log import DroppedEvent, RemoteLogState, replay
 from jobs.rules.tiered_audit import LocalLog, ObjectInfo, PartitionAudit, Retention, audit_partition
 from jobs.rules.timeutil import format_instant
 from segment_io import layout as logdir_layout
-from segment_io.checkpoint import read_offset_checkpoint
+from segment_io.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
 from segment_io.errors import UsageError
 from segment_io.format import scan_batches
 from segment_io.remote_layout import RemoteLayout, RemoteListing, detect_root, layout_named
@@ -108,8 +109,11 @@ def _local_logs(storage: Storage, log_dir: str) -> tuple[dict[str, tuple[str, in
             continue  # no id: the metadata cannot name it (Kafka writes partition.metadata for every partition)
         names[topic_id] = topic
         segs = [(s.base_offset, s.log) for s in p.segments]
+        epochs = (read_leader_epoch_checkpoint(storage, p.leader_epoch_checkpoint.uri)
+                  if p.leader_epoch_checkpoint else [])
         local[(topic_id, partition)] = LocalLog(starts.get((topic, partition)), segs[0][0] if segs else None,
-                                                _log_end(storage, segs), tuple((b, f.size) for b, f in segs))
+                                                _log_end(storage, segs), tuple((b, f.size) for b, f in segs),
+                                                tuple((e.epoch, e.start_offset) for e in epochs))
     return metadata, local, names
 
 

@@ -3,10 +3,13 @@ tests.support.remote_metadata) and a local log described by hand."""
 
 from __future__ import annotations
 
+import pytest
+
 from jobs.rules.remote_log import replay
 from jobs.rules.tiered_audit import (
     DANGLING_COPY,
     DELETED,
+    OUTSIDE_LINEAGE,
     PARTITION_DELETED,
     STALLED_DELETE,
     UNKNOWN,
@@ -16,6 +19,7 @@ from jobs.rules.tiered_audit import (
     Retention,
     audit_partition,
     coverage_gaps,
+    lineage_problem,
 )
 from segment_io.remote_metadata import decode_metadata_value
 from tests.support import remote_metadata as rm
@@ -156,4 +160,52 @@ def test_overdue_by_retention_bytes_counts_the_local_only_segments() -> None:
 def test_overdue_below_the_log_start_offset() -> None:
     part = _part(*_finished(0, 0, 9), *_finished(1, 10, 19))
     audit = _audit(part, _local(20, 20, log_start=10), _objects((IDS[0], 100), (IDS[1], 100)))
+    assert [(o.segment_id, o.reason) for o in audit.overdue] == [(IDS[0], "ends below the log start offset 10")]
+
+
+# --- the leader-epoch lineage (Kafka's RemoteLogManager.isRemoteSegmentWithinLeaderEpochs, case by case) ---
+
+LINEAGE = ((5, 10), (7, 15), (9, 100))
+
+
+@pytest.mark.parametrize("epochs, end, problem", [
+    (((5, 10), (7, 15)), 50, None),  # Kafka's own example: segment1
+    (((5, 14), (7, 15), (9, 100)), 150, None),  # and segment2, which overlaps it
+    (((7, 15),), 99, None),
+    (((7, 15),), 100, "it ends at 100, after epoch 7 ends at 99"),
+    (((9, 100),), 200, "it ends at 200, at or past the log end 200"),
+    (((11, 200),), 210, "its last epoch 11 is outside the lineage's epochs 5-9"),
+    (((3, 0),), 9, "its last epoch 3 is outside the lineage's epochs 5-9"),
+    (((6, 12),), 50, "its epoch 6 is not in the lineage"),
+    (((5, 10), (6, 12), (7, 15)), 50, "after its epoch 5 comes epoch 6 at 12, not the lineage's"),
+    (((7, 12),), 50, "its epoch 7 starts at 12, before the lineage's 15"),
+    (((5, 10), (7, 16)), 50, "after its epoch 5 comes epoch 7 at 16, not the lineage's"),
+    (((5, 10), (6, 15), (7, 15)), 50, None),  # epoch 6 holds no record: left out, as Kafka does
+    (((3, 0), (7, 15)), 50, None),  # epochs before the lineage's first (truncated by the log start) are skipped
+])
+def test_a_segment_within_or_outside_the_lineage(epochs, end, problem) -> None:
+    assert lineage_problem(epochs, end, 200, LINEAGE) == problem
+
+
+def test_a_finished_segment_outside_the_lineage_is_an_orphan_and_covers_nothing() -> None:
+    # an unclean election: epoch 1 wrote 10-19 remotely, the new leader's epoch 2 rewrote from 10 on
+    part = _part(*_finished(0, 0, 9),
+                 rm.segment_value(T, TID, 0, IDS[1], 10, 19, epochs=((1, 10),), size=100, tagged={0: b"\x01"}),
+                 rm.update_value(T, TID, 0, IDS[1], FINISHED))
+    local = LocalLog(0, 15, 30, ((15, 100),), ((0, 0), (2, 10)))
+    audit = _audit(part, local, _objects((IDS[0], 100), (IDS[1], 100)))
+    assert [(o.segment_id, o.reason, o.bytes) for o in audit.orphans] == [
+        (IDS[1], f"{OUTSIDE_LINEAGE}: its epoch 1 is not in the lineage", 100)]
+    assert audit.gaps == [Gap(10, 14)]  # its offsets count as lost: Kafka will not serve them from it
+    assert audit.finished.segments == 2  # the metadata's count
+
+
+def test_a_segment_below_the_log_start_is_overdue_not_an_orphan_of_the_truncated_lineage() -> None:
+    # the log start moved to 10: Kafka truncated the lineage to it, and deletes segment 0-9 by the log start
+    part = _part(*_finished(0, 0, 9),
+                 rm.segment_value(T, TID, 0, IDS[1], 10, 19, epochs=((1, 10),), size=100, tagged={0: b"\x01"}),
+                 rm.update_value(T, TID, 0, IDS[1], FINISHED))
+    local = LocalLog(10, 20, 20, ((20, 0),), ((1, 10),))
+    audit = _audit(part, local, _objects((IDS[0], 100), (IDS[1], 100)))
+    assert audit.orphans == [] and audit.gaps == []
     assert [(o.segment_id, o.reason) for o in audit.overdue] == [(IDS[0], "ends below the log start offset 10")]

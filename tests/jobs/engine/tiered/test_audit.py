@@ -188,3 +188,15 @@ def test_log_dir_and_remote_store_on_s3_read_as_on_disk(s3_bucket_env, node: Pat
     assert local_view(on_s3) == local_view(on_disk)
     (kept,) = [p for p in on_s3["partitions"] if p["topic"] == "kept"]
     assert [(m["start_offset"], m["problem"]) for m in kept["missing_objects"]] == [(40, "absent")]
+
+
+def test_remote_segments_of_an_epoch_the_lineage_lost_are_orphans_and_their_offsets_a_gap(node: Path) -> None:
+    # what an unclean election leaves: the new leader's lineage has no epoch 2, whose segments 60-119 are remote
+    cp = node / "logs" / "kept-0" / "leader-epoch-checkpoint"
+    assert cp.read_text() == "0\n2\n0 0\n2 60\n"
+    cp.write_text("0\n2\n0 0\n3 60\n")
+    kept = _by_topic(_audit(node))["kept"]
+    assert [(o.start_offset, o.reason, o.bytes) for o in sorted(kept.orphans, key=lambda o: o.start_offset)] == [
+        (start, "finished, outside the leader-epoch lineage: its epoch 2 is not in the lineage", 1461 + 12 + 102 + 13)
+        for start in (60, 80, 100)]
+    assert kept.gaps == [Gap(60, 119)]
