@@ -21,8 +21,9 @@ from segment_io.errors import CorruptCheckpointError, CorruptRecordError, Segjob
 
 AUDIT_HELP = """Replay the broker's remote log metadata (every __remote_log_metadata-N partition of --log-dir, or of
 --metadata-dir) as Kafka's metadata cache holds it, list the remote store (--remote, in --layout) and read each
-partition's partition.metadata, log-start-offset-checkpoint, leader-epoch-checkpoint and local segments. Per partition: remote segments and
-bytes by state (finished, copy started, delete started) and the local tail, and these findings:
+partition's partition.metadata, log-start-offset-checkpoint, leader-epoch-checkpoint and local segments. Per
+partition: remote segments and bytes by state (finished, copy started, delete started) and the local tail, and
+these findings:
 
   GAP      offsets from the log start to the log end in no finished remote segment and no local segment: data loss
   MISSING  a finished segment whose object is absent or not of the size the metadata records: data loss
