@@ -69,6 +69,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     audit.add_argument("--s3-region", metavar="REGION", help="S3 region (default: from the AWS configuration)")
     audit.add_argument("--format", choices=("text", "json"), default="text", help="report format (default text)")
     audit.add_argument("--output", metavar="FILE", help="write the report here instead of stdout")
+    audit.add_argument("--html", metavar="FILE", help="also write the report as a self-contained HTML page here "
+                                                      "(local path or s3:// URI)")
     audit.set_defaults(_tiered_run=run_audit)
 
 
@@ -111,4 +113,9 @@ def run_audit(args: argparse.Namespace) -> int:
         Path(args.output).write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
+    if args.html:
+        from jobs.engine.html_report import write_html
+        from jobs.engine.tiered.html import tiered_audit_html
+
+        write_html(args.html, tiered_audit_html(audit), storage_options_from_args(args))
     return audit.exit_code

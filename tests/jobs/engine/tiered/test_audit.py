@@ -200,3 +200,17 @@ def test_remote_segments_of_an_epoch_the_lineage_lost_are_orphans_and_their_offs
         (start, "finished, outside the leader-epoch lineage: its epoch 2 is not in the lineage", 1461 + 12 + 102 + 13)
         for start in (60, 80, 100)]
     assert kept.gaps == [Gap(60, 119)]
+
+
+def test_the_html_page_lists_every_finding(node: Path, tmp_path: Path, capsys) -> None:
+    (_remote_dir(node, "kept") / f"{KEPT_40}.log").unlink()
+    (_remote_dir(node, "expiring") / f"00000000000000000000-{EXPIRED_ID}.log").write_bytes(b"x" * 1461)
+    page = tmp_path / "out" / "audit.html"
+    rc = main(["tiered", "audit", "--log-dir", str(node / "logs"), "--remote", str(node / "remote"), "--now", NOW,
+               "--html", str(page), *[a for s in AS_CREATED for a in ("--set", s)]])
+    capsys.readouterr()
+    text = page.read_text()
+    assert rc == 1 and text.startswith("<!DOCTYPE html>") and "<script" not in text
+    assert "<h2>Missing objects (data loss): 1</h2>" in text and "<td class=\"wrap\">absent</td>" in text
+    assert "<h2>Orphans: 1</h2>" in text and "segment deleted (DELETE_SEGMENT_FINISHED)" in text
+    assert "<h2>Gaps (data loss): 0</h2>" in text and "Data loss: exit code 1." in text
