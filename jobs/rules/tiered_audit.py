@@ -129,6 +129,8 @@ class PartitionAudit:
     finished: StateTotals = StateTotals()
     dangling: StateTotals = StateTotals()
     deleting: StateTotals = StateTotals()
+    #: segments whose delete finished (DELETE_SEGMENT_FINISHED), or that a finished partition delete forgot
+    deleted: StateTotals = StateTotals()
     gaps: list[Gap] = field(default_factory=list)
     missing: list[MissingObject] = field(default_factory=list)
     orphans: list[Orphan] = field(default_factory=list)
@@ -326,6 +328,7 @@ def audit_partition(part: PartitionReplay | None, *, topic: str, partition: int,
         audit.finished = _totals(part.finished())
         audit.dangling = _totals(part.in_state(SegmentState.COPY_SEGMENT_STARTED))
         audit.deleting = _totals(part.in_state(SegmentState.DELETE_SEGMENT_STARTED))
+        audit.deleted = _totals([*part.deleted.values(), *part.forgotten.values()])
         audit.dropped_events = len(part.dropped)
     if local is not None:
         audit.log_start_offset, audit.gaps = _coverage(local, finished)

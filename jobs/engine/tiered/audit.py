@@ -193,7 +193,7 @@ def audit_json(audit: TieredAudit) -> dict[str, Any]:
             "local": None if p.local is None else {"start_offset": p.local.local_start, "segments": len(
                 p.local.segments), "bytes": p.local.local_bytes},
             "remote": {"finished": vars(p.finished), "copy_started": vars(p.dangling),
-                       "delete_started": vars(p.deleting)},
+                       "delete_started": vars(p.deleting), "deleted": vars(p.deleted)},
             "dropped_events": p.dropped_events,
             "gaps": [{"first_offset": g.first, "last_offset": g.last} for g in p.gaps],
             "missing_objects": [vars(m) for m in p.missing],
@@ -222,7 +222,7 @@ def _partition_lines(p: PartitionAudit) -> list[str]:
                                         f"{human_bytes(p.local.local_bytes)}")
     lines = [f"{p.topic}-{p.partition} [{p.topic_id}]{where}{span}: remote {p.finished.segments} finished "
              f"({human_bytes(p.finished.bytes)}), {p.dangling.segments} copy started, {p.deleting.segments} "
-             f"delete started{local}"]
+             f"delete started, {p.deleted.segments} deleted{local}"]
     lines += [f"  GAP (data loss): offsets {g.first}-{g.last} are in no finished remote segment and no local "
               f"segment" for g in p.gaps]
     lines += [f"  MISSING: segment {m.segment_id} (offsets {m.start_offset}-{m.end_offset}): its {m.suffix} object "

@@ -52,6 +52,7 @@ def test_what_the_broker_left_has_nothing_to_report() -> None:
     assert (kept.log_start_offset, kept.log_end, kept.finished.segments, kept.finished.bytes) == (0, 120, 6, 6 * 1461)
     assert (expiring.log_start_offset, expiring.finished.segments) == (20, 5)
     assert not parts["dropped"].in_log_dir and parts["dropped"].finished.segments == 0
+    assert (parts["dropped"].deleted.segments, expiring.deleted.segments, kept.deleted.segments) == (4, 1, 0)
     for p in audit.partitions:
         assert (p.gaps, p.missing, p.orphans, p.overdue, p.dropped_events) == ([], [], [], [], 0), p.topic
     assert audit.exit_code == 0 and audit.metadata_events == 41 and audit.unrecognised == []
@@ -214,3 +215,17 @@ def test_the_html_page_lists_every_finding(node: Path, tmp_path: Path, capsys) -
     assert "<h2>Missing objects (data loss): 1</h2>" in text and "<td class=\"wrap\">absent</td>" in text
     assert "<h2>Orphans: 1</h2>" in text and "segment deleted (DELETE_SEGMENT_FINISHED)" in text
     assert "<h2>Gaps (data loss): 0</h2>" in text and "Data loss: exit code 1." in text
+
+
+def test_the_guide_quotes_what_the_command_prints(node: Path, capsys, monkeypatch) -> None:
+    """docs/guide/tiered.md's example: the fixture with a remote .log removed, a deleted segment's object put back
+    and retention.bytes tightened."""
+    page = (Path(__file__).resolve().parents[4] / "docs" / "guide" / "tiered.md").read_text()
+    block = page.split("```text\n$ segjobs tiered audit --log-dir logs", 1)[1].split("```", 1)[0]
+    command, quoted = block.split("\n", 1)
+    (_remote_dir(node, "kept") / f"{KEPT_40}.log").unlink()
+    (_remote_dir(node, "expiring") / f"00000000000000000000-{EXPIRED_ID}.log").write_bytes(b"x" * 1461)
+    monkeypatch.chdir(node)
+    args = ["--log-dir", "logs", *[a.strip("'") for a in command.split()]]
+    assert main(["tiered", "audit", *args]) == 1
+    assert capsys.readouterr().out == quoted
