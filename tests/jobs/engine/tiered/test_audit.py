@@ -229,3 +229,20 @@ def test_the_guide_quotes_what_the_command_prints(node: Path, capsys, monkeypatc
     args = ["--log-dir", "logs", *[a.strip("'") for a in command.split()]]
     assert main(["tiered", "audit", *args]) == 1
     assert capsys.readouterr().out == quoted
+
+
+def test_topic_ids_file_and_unsupported_layout_on_the_command_line(node: Path, tmp_path: Path, capsys) -> None:
+    shutil.rmtree(node / "logs" / "kept-0")
+    ids = tmp_path / "ids.txt"
+    ids.write_text(f"# kept lives on other brokers\nkept-elsewhere {KEPT_ID}\n")
+    rc = main(["tiered", "audit", "--log-dir", str(node / "logs"), "--remote", str(node / "remote"), "--now", NOW,
+               "--topic-ids", str(ids), "--format", "json", *[a for s in AS_CREATED for a in ("--set", s)]])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0 and "kept-elsewhere" in [p["topic"] for p in report["partitions"]]
+    ids.write_text("not a pair\n")
+    assert main(["tiered", "audit", "--log-dir", str(node / "logs"), "--remote", str(node / "remote"),
+                 "--topic-ids", str(ids)]) == 2
+    assert f"{ids}, line 1: not '<topic> <topic id>'" in capsys.readouterr().err
+    assert main(["tiered", "audit", "--log-dir", str(node / "logs"), "--remote", str(node / "remote"),
+                 "--layout", "aiven"]) == 2
+    assert "remote layout 'aiven' is not supported" in capsys.readouterr().err
