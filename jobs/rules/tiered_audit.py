@@ -13,6 +13,8 @@ Findings, per partition:
   finished partition delete, or a segment id the metadata never named; and a finished segment outside the
   partition's leader-epoch lineage (the log dir's ``leader-epoch-checkpoint``), which Kafka never serves: its
   epochs judged as Kafka's remote log manager judges them (:func:`lineage_problem`), and it covers no offset;
+  and a finished segment of a topic id the log dir has replaced (its topic's name now has another id there: the
+  topic was deleted and created again, and the delete never reached the remote store);
 - **overdue**: a finished segment remote retention should already have deleted, judged as Kafka's expiration
   task judges: its end offset below the log start offset; its max timestamp at or before ``now`` minus
   ``retention.ms`` (and the ``grace_ms`` the task needs to come round); oldest first, while the partition's size
@@ -35,6 +37,7 @@ DELETED = "segment deleted (DELETE_SEGMENT_FINISHED)"
 PARTITION_DELETED = "partition deleted (DELETE_PARTITION_FINISHED)"
 UNKNOWN = "no metadata names this segment"
 OUTSIDE_LINEAGE = "finished, outside the leader-epoch lineage"
+TOPIC_REPLACED = "finished, of a deleted topic"
 
 
 @dataclass(frozen=True)
@@ -313,12 +316,18 @@ def overdue(finished: Sequence[RemoteSegment], local: LocalLog | None, retention
 def audit_partition(part: PartitionReplay | None, *, topic: str, partition: int, topic_id: str,
                     local: LocalLog | None, objects: Mapping[str, Sequence[ObjectInfo]],
                     required: Mapping[bool, Sequence[str]], size_suffix: str, retention: Retention, now_ms: int,
-                    grace_ms: int = 0) -> PartitionAudit:
+                    grace_ms: int = 0, replaced_by: str | None = None) -> PartitionAudit:
     """Every finding of one partition. ``part`` is its replayed metadata (None: the metadata never names it),
     ``local`` what the log dir says (None: the partition is not in the log dir, so coverage and retention are
-    not judged), ``objects`` its remote objects per segment id."""
+    not judged), ``objects`` its remote objects per segment id; ``replaced_by`` the topic id the log dir has for
+    this partition's topic name when it is another (this topic id was deleted)."""
     finished = part.finished() if part else []
-    outside = _outside_lineage(finished, local, objects) if local is not None else []
+    if replaced_by is not None:
+        outside = [Orphan(seg.segment_id, f"{TOPIC_REPLACED} (the log dir's {topic} is topic id {replaced_by})",
+                          tuple(sorted(objects.get(seg.segment_id, ()), key=lambda o: o.uri)), seg.start_offset,
+                          seg.end_offset) for seg in finished]
+    else:
+        outside = _outside_lineage(finished, local, objects) if local is not None else []
     if outside:
         dropped = {o.segment_id for o in outside}
         finished = [s for s in finished if s.segment_id not in dropped]
@@ -339,7 +348,8 @@ def audit_partition(part: PartitionReplay | None, *, topic: str, partition: int,
     return audit
 
 
-__all__ = ["DANGLING_COPY", "DELETED", "OUTSIDE_LINEAGE", "PARTITION_DELETED", "STALLED_DELETE", "UNKNOWN", "Gap",
+__all__ = ["DANGLING_COPY", "DELETED", "OUTSIDE_LINEAGE", "PARTITION_DELETED", "STALLED_DELETE", "TOPIC_REPLACED",
+           "UNKNOWN", "Gap",
            "LocalLog", "MissingObject", "ObjectInfo", "Orphan", "Overdue", "PartitionAudit", "Retention",
            "StateTotals", "audit_partition", "coverage_gaps", "lineage_problem", "missing_objects", "orphans",
            "overdue", "without_empty_epochs"]

@@ -8,7 +8,8 @@ start offset (``log-start-offset-checkpoint``), its leader-epoch lineage (``lead
 segments; (3) the remote store is listed through its
 layout; (4) each partition the metadata, the log dir or the store names is audited with the topic's retention
 (``--config``/``--set``) at ``now``. A partition of the log dir that no remote segment and no metadata names is
-not tiered and is left out.
+not tiered and is left out. A topic id the metadata names whose topic name the log dir holds under another id
+was deleted: its finished segments are orphans.
 """
 
 from __future__ import annotations
@@ -145,7 +146,7 @@ def run_audit(options: TieredAuditOptions) -> TieredAudit:
     """Read everything and audit every tiered partition (see the module docstring)."""
     layout: RemoteLayout = layout_named(options.layout)
     log_store = open_storage(options.log_dir, options.storage_options)
-    found, local, names = _local_logs(log_store, options.log_dir)
+    found, local, log_dir_names = _local_logs(log_store, options.log_dir)
     meta_dir = options.metadata_dir or options.log_dir
     meta_store = log_store if meta_dir == options.log_dir else open_storage(meta_dir, options.storage_options)
     uris = _metadata_partitions(meta_store, meta_dir, found if meta_dir == options.log_dir else {})
@@ -156,27 +157,26 @@ def run_audit(options: TieredAuditOptions) -> TieredAudit:
     remote_store = open_storage(options.remote, options.storage_options)
     listing = layout.list(remote_store, detect_root(remote_store, options.remote, layout))
     objects = _objects(listing)
-    names = merge_topic_ids(names, options.topic_ids,
+    names = merge_topic_ids(log_dir_names, options.topic_ids,
                             {tid: p.partition.topic for (tid, _), p in state.partitions.items()},
                             {o.topic_id: o.topic for o in listing.objects})
-    keys = set(state.partitions) | set(objects) | {k for k in local if _named(k, state, objects)}
+    keys = set(state.partitions) | set(objects)
+    # topic name -> the id the log dir has for it: a metadata topic id of the same name that differs was deleted
+    current_ids = {name: tid for tid, name in log_dir_names.items()}
     required = {flag: layout.required_suffixes(flag) for flag in (False, True)}
     audits = []
     for topic_id, partition in sorted(keys, key=lambda k: (names.get(k[0], k[0]), k[1])):
         topic = names.get(topic_id, topic_id)
         cfg = options.configs.for_topic(topic)
+        replaced_by = current_ids.get(topic) if current_ids.get(topic, topic_id) != topic_id else None
         audits.append(audit_partition(state.partitions.get((topic_id, partition)), topic=topic, partition=partition,
                                       topic_id=topic_id, local=local.get((topic_id, partition)),
                                       objects=objects.get((topic_id, partition), {}), required=required,
                                       size_suffix=layout.segment_suffix(),
                                       retention=Retention(cfg.retention_ms, cfg.retention_bytes),
-                                      now_ms=options.now_ms, grace_ms=options.grace_ms))
+                                      now_ms=options.now_ms, grace_ms=options.grace_ms, replaced_by=replaced_by))
     return TieredAudit(options.log_dir, options.remote, layout.name, options.now_ms, state.events, audits,
                        state.dropped(), listing.unrecognised)
-
-
-def _named(key: tuple[str, int], state: RemoteLogState, objects: dict[tuple[str, int], Any]) -> bool:
-    return key in state.partitions or key in objects
 
 
 # --------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from jobs.rules.tiered_audit import (
     OUTSIDE_LINEAGE,
     PARTITION_DELETED,
     STALLED_DELETE,
+    TOPIC_REPLACED,
     UNKNOWN,
     Gap,
     LocalLog,
@@ -209,3 +210,13 @@ def test_a_segment_below_the_log_start_is_overdue_not_an_orphan_of_the_truncated
     audit = _audit(part, local, _objects((IDS[0], 100), (IDS[1], 100)))
     assert audit.orphans == [] and audit.gaps == []
     assert [(o.segment_id, o.reason) for o in audit.overdue] == [(IDS[0], "ends below the log start offset 10")]
+
+
+def test_finished_segments_of_a_replaced_topic_id_are_orphans_and_nothing_else_is_judged() -> None:
+    part = _part(*_finished(0, 0, 9))
+    audit = audit_partition(part, topic=T, partition=0, topic_id=TID, local=None, objects=_objects((IDS[0], 100)),
+                            required=REQUIRED, size_suffix=".log", retention=Retention(bytes=0), now_ms=NOW,
+                            replaced_by="AAAAAAAAAAAAAAAAAAAAAA")
+    assert [(o.segment_id, o.reason, o.bytes) for o in audit.orphans] == [
+        (IDS[0], f"{TOPIC_REPLACED} (the log dir's t is topic id AAAAAAAAAAAAAAAAAAAAAA)", 100)]
+    assert audit.missing == [] and audit.overdue == []

@@ -246,3 +246,16 @@ def test_topic_ids_file_and_unsupported_layout_on_the_command_line(node: Path, t
     assert main(["tiered", "audit", "--log-dir", str(node / "logs"), "--remote", str(node / "remote"),
                  "--layout", "aiven"]) == 2
     assert "remote layout 'aiven' is not supported" in capsys.readouterr().err
+
+
+def test_finished_segments_of_a_topic_deleted_and_created_again_are_orphans(node: Path) -> None:
+    # the log dir's kept is a new topic (another id); the metadata's kept was deleted without its remote delete
+    meta = node / "logs" / "kept-0" / "partition.metadata"
+    meta.write_text(meta.read_text().replace(KEPT_ID, "AAAAAAAAAAAAAAAAAAAAAA"))
+    audit = _audit(node)
+    (old,) = [p for p in audit.partitions if p.topic_id == KEPT_ID]
+    assert not old.in_log_dir and old.gaps == [] and old.missing == []
+    assert sorted((o.start_offset, o.reason) for o in old.orphans) == [
+        (start, "finished, of a deleted topic (the log dir's kept is topic id AAAAAAAAAAAAAAAAAAAAAA)")
+        for start in range(0, 120, 20)]
+    assert sum(o.bytes for o in old.orphans) == sum(f.stat().st_size for f in _remote_dir(node, "kept").iterdir())
