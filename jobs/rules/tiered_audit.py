@@ -5,7 +5,7 @@ log dir and the remote store's listing say together. Pure: a function of them, t
 Findings, per partition:
 
 - **gap** (data loss): an offset range from the log start offset to the log end offset in no finished remote
-  segment and no local segment;
+  segment and no local segment (each local segment holding its base offset up to its last);
 - **missing object**: a finished segment whose object the layout requires is absent, or whose segment object's
   size is not the metadata's;
 - **orphan**: an object no finished segment stands behind: a copy that never finished (COPY_SEGMENT_STARTED), a
@@ -51,6 +51,17 @@ class LocalLog:
     segments: tuple[tuple[int, int], ...] = ()
     #: the partition's leader-epoch lineage, (epoch, start offset) in epoch order (its leader-epoch-checkpoint)
     epochs: tuple[tuple[int, int], ...] = ()
+    #: one past the last offset of each local segment, in the order of ``segments`` (empty: unknown, and the
+    #: local log is taken as contiguous from ``local_start`` to ``log_end``)
+    next_offsets: tuple[int, ...] = ()
+
+    def ranges(self) -> list[tuple[int, int]]:
+        """The offset ranges (first, last inclusive) the local segments hold."""
+        if self.next_offsets:
+            return [(base, end - 1) for (base, _), end in zip(self.segments, self.next_offsets) if end > base]
+        if self.local_start is not None and self.log_end is not None and self.log_end > self.local_start:
+            return [(self.local_start, self.log_end - 1)]
+        return []
 
     @property
     def local_bytes(self) -> int:
@@ -167,9 +178,7 @@ def coverage_gaps(log_start: int, log_end: int, ranges: Sequence[tuple[int, int]
 
 
 def _coverage(local: LocalLog, finished: Sequence[RemoteSegment]) -> tuple[int | None, list[Gap]]:
-    ranges = [(s.start_offset, s.end_offset) for s in finished]
-    if local.local_start is not None and local.log_end is not None and local.log_end > local.local_start:
-        ranges.append((local.local_start, local.log_end - 1))
+    ranges = [(s.start_offset, s.end_offset) for s in finished] + local.ranges()
     starts = [first for first, _ in ranges] + ([local.local_start] if local.local_start is not None else [])
     log_start = local.log_start_offset if local.log_start_offset is not None else (min(starts) if starts else None)
     if log_start is None or local.log_end is None:

@@ -5,7 +5,7 @@ Reads only; writes nothing but the report. Steps: (1) every ``__remote_log_metad
 metadata dir (the log dir unless told) is decoded and replayed (:func:`jobs.rules.remote_log.replay`); (2) the log
 dir gives, per user partition, its topic id (``partition.metadata``; ``--topic-ids`` for topics it lacks), its log
 start offset (``log-start-offset-checkpoint``), its leader-epoch lineage (``leader-epoch-checkpoint``) and its local
-segments; (3) the remote store is listed through its
+segments, each with its last offset (read from its tail); (3) the remote store is listed through its
 layout; (4) each partition the metadata, the log dir or the store names is audited with the topic's retention
 (``--config``/``--set``) at ``now``. A partition of the log dir that no remote segment and no metadata names is
 not tiered and is left out. A topic id the metadata names whose topic name the log dir holds under another id
@@ -27,6 +27,8 @@ from segment_io import layout as logdir_layout
 from segment_io.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
 from segment_io.errors import UsageError
 from segment_io.format import scan_batches
+from segment_io.index import read_offset_index
+from segment_io.layout import SegmentFiles
 from segment_io.remote_layout import RemoteLayout, RemoteListing, detect_root, layout_named
 from segment_io.remote_metadata import METADATA_TOPIC, RemoteLogMetadata, read_metadata_partition
 from segment_io.storage import StorageOptions, open_storage
@@ -78,15 +80,21 @@ class TieredAudit:
         return 1 if self.data_loss else 0
 
 
-def _log_end(storage: Storage, segments: Sequence[tuple[int, FileInfo]]) -> int | None:
-    """One past the last offset of the local log: the last segment's last batch, or its base when empty."""
-    if not segments:
-        return None
-    base, info = segments[-1]
-    if info.size == 0:
-        return base
-    headers = scan_batches(storage.read(info.uri), path=info.uri)
-    return int(headers.last_offset.max()) + 1 if len(headers) else base
+def _next_offset(storage: Storage, segment: SegmentFiles) -> int:
+    """One past a local segment's last offset (its base when it is empty). Only its tail is read: from the last
+    entry of its offset index (at most ``index.interval.bytes`` and a batch before the end), the whole segment
+    when it has no usable index."""
+    log = segment.log
+    if log.size == 0:
+        return segment.base_offset
+    start = 0
+    if segment.index is not None and segment.index.size:
+        entries = read_offset_index(storage.read(segment.index.uri), path=segment.index.uri)
+        start = int(entries.position[-1]) if len(entries) and 0 <= entries.position[-1] < log.size else 0
+    headers = scan_batches(storage.read_range(log.uri, start, log.size - start), path=log.uri)
+    if len(headers) == 0 and start:
+        headers = scan_batches(storage.read(log.uri), path=log.uri)
+    return int(headers.last_offset.max()) + 1 if len(headers) else segment.base_offset
 
 
 def _local_logs(storage: Storage, log_dir: str) -> tuple[dict[str, tuple[str, int]], dict[tuple[str, int], LocalLog],
@@ -109,12 +117,14 @@ def _local_logs(storage: Storage, log_dir: str) -> tuple[dict[str, tuple[str, in
         if topic_id is None:
             continue  # no id: the metadata cannot name it (Kafka writes partition.metadata for every partition)
         names[topic_id] = topic
-        segs = [(s.base_offset, s.log) for s in p.segments]
+        ends = tuple(_next_offset(storage, s) for s in p.segments)
         epochs = (read_leader_epoch_checkpoint(storage, p.leader_epoch_checkpoint.uri)
                   if p.leader_epoch_checkpoint else [])
-        local[(topic_id, partition)] = LocalLog(starts.get((topic, partition)), segs[0][0] if segs else None,
-                                                _log_end(storage, segs), tuple((b, f.size) for b, f in segs),
-                                                tuple((e.epoch, e.start_offset) for e in epochs))
+        local[(topic_id, partition)] = LocalLog(starts.get((topic, partition)),
+                                                p.segments[0].base_offset if p.segments else None,
+                                                ends[-1] if ends else None,
+                                                tuple((s.base_offset, s.log.size) for s in p.segments),
+                                                tuple((e.epoch, e.start_offset) for e in epochs), ends)
     return metadata, local, names
 
 

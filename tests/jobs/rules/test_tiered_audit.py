@@ -220,3 +220,9 @@ def test_finished_segments_of_a_replaced_topic_id_are_orphans_and_nothing_else_i
     assert [(o.segment_id, o.reason, o.bytes) for o in audit.orphans] == [
         (IDS[0], f"{TOPIC_REPLACED} (the log dir's t is topic id AAAAAAAAAAAAAAAAAAAAAA)", 100)]
     assert audit.missing == [] and audit.overdue == []
+
+
+def test_local_segments_cover_each_its_own_offsets() -> None:
+    part = _part(*_finished(0, 0, 9))
+    local = LocalLog(0, 10, 40, ((10, 50), (30, 50)), next_offsets=(20, 40))
+    assert _audit(part, local, _objects((IDS[0], 100))).gaps == [Gap(20, 29)]

@@ -259,3 +259,20 @@ def test_finished_segments_of_a_topic_deleted_and_created_again_are_orphans(node
         (start, "finished, of a deleted topic (the log dir's kept is topic id AAAAAAAAAAAAAAAAAAAAAA)")
         for start in range(0, 120, 20)]
     assert sum(o.bytes for o in old.orphans) == sum(f.stat().st_size for f in _remote_dir(node, "kept").iterdir())
+
+
+def test_a_local_segment_missing_from_the_middle_of_the_local_log_leaves_a_gap(node: Path) -> None:
+    from tests.support.builders import records_table, write_log
+
+    pdir = node / "logs" / "kept-0"
+    for f in pdir.glob("0000*"):
+        f.unlink()
+    logs = write_log(records_table([(f"k{i}", "v" * 100) for i in range(600)]), pdir, segment_bytes=16_384)
+    bases = [int(p.name[:20]) for p in logs]
+    assert len(bases) >= 4 and all((p.with_suffix(".index")).stat().st_size > 0 for p in logs)
+    kept = _by_topic(_audit(node))["kept"]
+    assert (kept.log_end, kept.gaps) == (600, [])
+    assert kept.local is not None and kept.local.next_offsets == (*bases[1:], 600)  # each read from its tail
+    logs[2].unlink()
+    kept = _by_topic(_audit(node))["kept"]
+    assert kept.gaps == [Gap(bases[2], bases[3] - 1)]
