@@ -16,10 +16,10 @@ Findings, per partition:
   and a finished segment of a topic id the log dir has replaced (its topic's name now has another id there: the
   topic was deleted and created again, and the delete never reached the remote store);
 - **overdue**: a finished segment remote retention should already have deleted, judged as Kafka's expiration
-  task judges: its end offset below the log start offset; its max timestamp at or before ``now`` minus
-  ``retention.ms`` (and the ``grace_ms`` the task needs to come round); oldest first, while the partition's size
-  (finished remote segments plus the local segments above the last remote offset) less the segment's size
-  stays at or above ``retention.bytes``.
+  task judges, oldest first and stopping at the first segment not due (:func:`overdue`): its end offset below
+  the log start offset; its max timestamp at or before ``now`` minus ``retention.ms`` (and the ``grace_ms`` the
+  task needs to come round); the partition's size (finished remote segments plus the local segments above the
+  last remote offset) less the segment's size still at or above ``retention.bytes``.
 """
 
 from __future__ import annotations
@@ -291,35 +291,30 @@ def _owner(part: PartitionReplay | None, segment_id: str) -> tuple[RemoteSegment
 
 def overdue(finished: Sequence[RemoteSegment], local: LocalLog | None, retention: Retention, *, now_ms: int,
             log_start: int | None, grace_ms: int = 0) -> list[Overdue]:
-    """Finished segments the expiration task should have deleted by ``now_ms`` (see the module docstring)."""
-    out: list[Overdue] = []
-    chosen: set[str] = set()
-
-    def add(seg: RemoteSegment, reason: str) -> None:
-        if seg.segment_id not in chosen:
-            chosen.add(seg.segment_id)
-            out.append(Overdue(seg.segment_id, seg.start_offset, seg.end_offset, seg.size_bytes, reason))
-
+    """Finished segments the expiration task should have deleted by ``now_ms``. Its walk: oldest first, each
+    segment is due when it ends below the log start offset, else when its newest record is at or before ``now_ms``
+    minus ``retention.ms`` (and ``grace_ms``), else when deleting it still leaves the partition at or above
+    ``retention.bytes`` (finished remote segments plus the local segments above the last remote offset); the walk
+    stops at the first segment that is not due, as Kafka's does."""
     ordered = sorted(finished, key=lambda s: (s.start_offset, s.first_event))
-    if log_start is not None:
-        for seg in ordered:
-            if seg.end_offset < log_start:
-                add(seg, f"ends below the log start offset {log_start}")
-    if retention.ms >= 0:
-        limit = now_ms - retention.ms - grace_ms
-        for seg in ordered:
-            if seg.metadata.max_timestamp_ms <= limit:
-                add(seg, f"newest record older than retention.ms={retention.ms}")
-    if retention.bytes >= 0:
-        remote_end = max((s.end_offset for s in ordered), default=-1)
-        local_only = sum(size for base, size in (local.segments if local else ()) if base > remote_end)
-        breach = sum(s.size_bytes for s in ordered) + local_only - retention.bytes
-        for seg in ordered:
-            if breach - seg.size_bytes < 0:
-                break
+    remote_end = max((s.end_offset for s in ordered), default=-1)
+    local_only = sum(size for base, size in (local.segments if local else ()) if base > remote_end)
+    breach = sum(s.size_bytes for s in ordered) + local_only - retention.bytes
+    limit = now_ms - retention.ms - grace_ms
+    out = []
+    for seg in ordered:
+        if log_start is not None and seg.end_offset < log_start:
+            reason = f"ends below the log start offset {log_start}"
+        elif retention.ms >= 0 and seg.metadata.max_timestamp_ms <= limit:
+            breach = max(0, breach - seg.size_bytes)  # what time deletes, the size need not
+            reason = f"newest record older than retention.ms={retention.ms}"
+        elif retention.bytes >= 0 and breach > 0 and breach - seg.size_bytes >= 0:
             breach -= seg.size_bytes
-            add(seg, f"beyond retention.bytes={retention.bytes}")
-    return sorted(out, key=lambda o: o.start_offset)
+            reason = f"beyond retention.bytes={retention.bytes}"
+        else:
+            break
+        out.append(Overdue(seg.segment_id, seg.start_offset, seg.end_offset, seg.size_bytes, reason))
+    return out
 
 
 def audit_partition(part: PartitionReplay | None, *, topic: str, partition: int, topic_id: str,

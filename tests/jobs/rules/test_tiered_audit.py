@@ -226,3 +226,21 @@ def test_local_segments_cover_each_its_own_offsets() -> None:
     part = _part(*_finished(0, 0, 9))
     local = LocalLog(0, 10, 40, ((10, 50), (30, 50)), next_offsets=(20, 40))
     assert _audit(part, local, _objects((IDS[0], 100))).gaps == [Gap(20, 29)]
+
+
+def test_the_expiration_walk_stops_at_the_first_segment_not_due() -> None:
+    # segment 10-19 holds older records than 0-9 (CreateTime set by producers): Kafka's walk stops at 0-9
+    part = _part(*_finished(0, 0, 9, max_ts=NOW - DAY), *_finished(1, 10, 19, max_ts=NOW - 5 * DAY))
+    assert _audit(part, _local(20, 20), _objects((IDS[0], 100), (IDS[1], 100)), Retention(ms=2 * DAY)).overdue == []
+
+
+def test_a_segment_taken_by_time_counts_against_the_size_too() -> None:
+    part = _part(*_finished(0, 0, 9, max_ts=NOW - 5 * DAY), *_finished(1, 10, 19), *_finished(2, 20, 29))
+    objects = _objects((IDS[0], 100), (IDS[1], 100), (IDS[2], 100))
+    # 300 bytes, 150 kept by size: 150 over. 0-9 goes by time, which leaves 50 over: less than 10-19's 100
+    audit = _audit(part, _local(30, 30), objects, Retention(ms=2 * DAY, bytes=150))
+    assert [(o.segment_id, o.reason) for o in audit.overdue] == [
+        (IDS[0], f"newest record older than retention.ms={2 * DAY}")]
+    # 100 kept by size: 200 over; 100 left after time took 0-9, exactly 10-19's size
+    audit = _audit(part, _local(30, 30), objects, Retention(ms=2 * DAY, bytes=100))
+    assert [o.segment_id for o in audit.overdue] == [IDS[0], IDS[1]]
