@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Sequence, TypeVar
 
 from jobs.engine import compaction, inspection, retention
 from jobs.engine.frame import JobRun, hold_log_dir, open_log_dir, recover_under, run_job
@@ -67,7 +67,6 @@ from jobs.engine.report import Progress, RunReport, render_stopped_summary, shor
 from jobs.engine.seams import PRODUCTION, Seams
 from jobs.engine.selection import SELECTION_DEPTH, may_read_in_full, read_at_first_scan
 from jobs.engine.tasks import InProcessTasks, SparkTasks
-from jobs.engine.tiered.audit import TieredAudit, TieredAuditOptions, run_audit
 from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_writable
 from jobs.logdir.lock import LeaseLost, lease_ttl_ms, work_uri
 from jobs.logdir.recover import RecoveryAction, RecoveryReport, RecoveryTally, tally_reports
@@ -76,6 +75,9 @@ from jobs.rules.timeutil import Instant, parse_instant, resolve_now
 from segment_io.errors import LockHeldError, UsageError
 from segment_io.layout import list_log_dir_top
 from segment_io.storage import StorageOptions
+
+if TYPE_CHECKING:
+    from jobs.engine.tiered.audit import TieredAudit
 
 OptionsT = TypeVar("OptionsT", bound=RunOptions)
 
@@ -588,6 +590,9 @@ def tiered_audit(log_dir: str | os.PathLike, remote: str | os.PathLike, *, layou
     partition of; ``config``/``overrides`` give each topic's retention; ``storage_options`` reach ``s3://`` URIs
     (None: from the environment). Reads only. The result's ``exit_code`` is 1 when records cannot be read (a gap
     or a missing object)."""
+    # imported here: the other commands' start-up (and their fail-fast checks) does not pay for it
+    from jobs.engine.tiered.audit import TieredAuditOptions, run_audit
+
     configs = (ConfigSet.load(os.fspath(config), overrides=list(overrides)) if config is not None
                else ConfigSet().with_overrides(list(overrides)))
     options = TieredAuditOptions(os.fspath(log_dir), os.fspath(remote), layout=layout,
