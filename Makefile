@@ -207,7 +207,8 @@ $(KAFKA_STAMP): ops/broker/pom.xml
 broker-jars: $(KAFKA_STAMP)
 
 broker-test: java venv $(KAFKA_STAMP)
-	SEGJOBS_REQUIRE_BROKER=1 $(PY) -m pytest -q -p no:cacheprovider -rs -m broker tests/compat/test_live_broker.py
+	SEGJOBS_REQUIRE_BROKER=1 $(PY) -m pytest -q -p no:cacheprovider -rs -m broker tests/compat/test_live_broker.py \
+	    tests/compat/test_live_tiered.py
 
 demo: java venv
 	$(PY) -m jobs.commands.demo --dir $(DEMO_DIR)

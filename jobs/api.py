@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Sequence, TypeVar
 
 from jobs.engine import compaction, inspection, retention
 from jobs.engine.frame import JobRun, hold_log_dir, open_log_dir, recover_under, run_job
@@ -70,9 +70,14 @@ from jobs.engine.tasks import InProcessTasks, SparkTasks
 from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_writable
 from jobs.logdir.lock import LeaseLost, lease_ttl_ms, work_uri
 from jobs.logdir.recover import RecoveryAction, RecoveryReport, RecoveryTally, tally_reports
-from jobs.rules.timeutil import Instant, resolve_now
+from jobs.rules.config import ConfigSet
+from jobs.rules.timeutil import Instant, parse_instant, resolve_now
 from segment_io.errors import LockHeldError, UsageError
 from segment_io.layout import list_log_dir_top
+from segment_io.storage import StorageOptions
+
+if TYPE_CHECKING:
+    from jobs.engine.tiered.audit import TieredAudit
 
 OptionsT = TypeVar("OptionsT", bound=RunOptions)
 
@@ -568,3 +573,33 @@ def _active_spark() -> Any:
 
 
 __all__ += ["table", "TableOptions", "TableResult", "TablePartition"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Tiered storage
+# --------------------------------------------------------------------------------------------------
+
+
+def tiered_audit(log_dir: str | os.PathLike, remote: str | os.PathLike, *, layout: str = "local-tiered-storage",
+                 metadata_dir: str | os.PathLike | None = None, topic_ids: dict[str, str] | None = None,
+                 config: str | os.PathLike | None = None, overrides: Sequence[str] = (), now: Instant | None = None,
+                 grace_ms: int = 0, storage_options: StorageOptions | None = None) -> TieredAudit:
+    """Audit tiered storage: ``log_dir``'s ``__remote_log_metadata`` replayed, its partitions and the remote store
+    ``remote`` (in ``layout``) read together; per partition, gaps, missing objects, orphans and overdue segments
+    (see :mod:`jobs.engine.tiered.audit`). ``topic_ids`` maps topic ids to names for topics ``log_dir`` has no
+    partition of; ``config``/``overrides`` give each topic's retention; ``storage_options`` reach ``s3://`` URIs
+    (None: from the environment). Reads only. The result's ``exit_code`` is 1 when records cannot be read (a gap
+    or a missing object)."""
+    # imported here: the other commands' start-up (and their fail-fast checks) does not pay for it
+    from jobs.engine.tiered.audit import TieredAuditOptions, run_audit
+
+    configs = (ConfigSet.load(os.fspath(config), overrides=list(overrides)) if config is not None
+               else ConfigSet().with_overrides(list(overrides)))
+    options = TieredAuditOptions(os.fspath(log_dir), os.fspath(remote), layout=layout,
+                                 metadata_dir=None if metadata_dir is None else os.fspath(metadata_dir),
+                                 topic_ids=dict(topic_ids or {}), configs=configs, now_ms=parse_instant(now),
+                                 grace_ms=grace_ms, storage_options=storage_options)
+    return run_audit(options)
+
+
+__all__ += ["tiered_audit"]

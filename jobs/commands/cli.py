@@ -35,6 +35,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "recover": ("jobs.commands.recover", "complete or roll back what an interrupted segjobs run left in a log dir"),
     "inspect": ("jobs.commands.inspect",
                 "report per partition: dirty ratio, keys, tombstones, what compaction/retention would reclaim"),
+    "tiered": ("jobs.commands.tiered",
+               "`tiered audit`: remote log metadata, log dir and remote store together: gaps, orphans, overdue"),
     "dump": ("jobs.commands.dump",
              "print batches and records of segment files, like kafka-dump-log; --verify checks them"),
     "generate": ("jobs.commands.generate", "write a synthetic broker-style log dir (demo, tests, benchmarks)"),
