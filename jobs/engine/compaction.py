@@ -40,13 +40,13 @@ from jobs.engine.scan import PartitionError
 from jobs.engine.selection import scan_candidates
 from jobs.engine.streaming import Tally, run_and_settle_bins
 from jobs.engine.tasks import TaskFailure
+from jobs.logdir.checkpoints import write_cleaner_checkpoint
 from jobs.logdir.commit import Committer, ReplaceRequest, StagedSegment
 from jobs.logdir.recover import describe_stuck
 from jobs.rules.external_sort import handed_over
 from jobs.rules.model import PartitionState
 from jobs.rules.offset_map import max_keys_for_buffer
 from jobs.rules.plan_compact import CompactionPlan, plan_compaction, updated_cleaner_checkpoints
-from segment_io.checkpoint import write_offset_checkpoint
 from segment_io.errors import LocatedError, SegjobsError
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT
 
@@ -254,8 +254,7 @@ def work(ctx: JobContext) -> None:
         # once, at the end, as before: a partition's commit is complete without it (a run that stops before
         # this point cleans the committed range again next time, which changes nothing)
         entries = updated_cleaner_checkpoints(checkpoints, live)
-        write_offset_checkpoint(ctx.storage, ctx.storage.join(ctx.log_dir, CLEANER_OFFSET_CHECKPOINT),
-                                dict(sorted(entries.items())))
+        write_cleaner_checkpoint(ctx.storage, ctx.log_dir, entries)
     ctx.write_plan("compact", {name: getattr(options, name) for name in PLAN_OPTIONS})
     _summarize(ctx)
 

@@ -38,6 +38,7 @@ from jobs.engine.report import (
 from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
 from jobs.engine.seams import PRODUCTION, Seams
 from jobs.engine.tasks import LazySparkTasks, TaskRunner, map_in_driver
+from jobs.logdir.checkpoints import read_job_checkpoints
 from jobs.logdir.checks import (
     check_log_dir_has_partitions,
     check_log_dir_is_dir,
@@ -51,14 +52,11 @@ from jobs.rules.config import ConfigSet
 from jobs.rules.scope import Scope, parse_scope
 from jobs.rules.timeutil import Instant, format_instant, resolve_now
 from segment_io import compression
-from segment_io.checkpoint import read_offset_checkpoint
 from segment_io.errors import (
     ConfigError,
-    CorruptCheckpointError,
     LockHeldError,
     SegjobsError,
     StorageError,
-    UsageError,
 )
 from segment_io.layout import (
     CLEANER_OFFSET_CHECKPOINT,
@@ -169,30 +167,6 @@ class JobRun:
     options: JobOptions
 
 
-#: What to do about a malformed per-log-dir checkpoint file. Kafka does not reset one: reading it fails with
-#: an IOException and the broker takes the whole log dir offline (CheckpointFileWithFailureHandler.read).
-_CHECKPOINT_FIXES = {
-    CLEANER_OFFSET_CHECKPOINT: "delete the file: compaction then starts again from each partition's log start, "
-                               "as Kafka's cleaner does without a checkpoint (extra work, nothing is lost)",
-    LOG_START_OFFSET_CHECKPOINT: "restore the file from a replica's log dir, or correct the line named; do not "
-                                 "delete it: records below each raised log start would come back into view",
-}
-
-
-def _read_checkpoints(storage: Storage, log_dir: str, listing: LogDirListing) -> dict[str, dict[tuple[str, int], int]]:
-    """The offset checkpoints the jobs read. A malformed file is a :class:`UsageError` (exit code 2): it is
-    read before the lock is taken, so nothing has been done, and the message names the file, the line and
-    the fix."""
-    out = {}
-    for name in (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT):
-        try:
-            out[name] = read_offset_checkpoint(storage, storage.join(log_dir, name)) \
-                if name in listing.checkpoints else {}
-        except CorruptCheckpointError as exc:
-            raise UsageError(f"{exc}; nothing was done; fix: {_CHECKPOINT_FIXES[name]}") from None
-    return out
-
-
 def _orphan_log_start_entries(ctx: "JobContext") -> None:
     """Warn about every ``log-start-offset-checkpoint`` entry naming a partition the log dir does not hold.
 
@@ -301,7 +275,7 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
     for note in configs.check_entries({t for t, _ in listing.partitions}, log_dir):
         report.warnings.append(note)
         progress.notice(f"warning: {note}", event="config.unmatched")
-    first_checkpoints = _read_checkpoints(storage, log_dir, listing)
+    first_checkpoints = read_job_checkpoints(storage, log_dir, listing)
     early = None
     if spark is None and seams.runner is None:
         spark_session.check_java()  # the run will start Spark: no Java is exit 2 here, before the lock and any work
@@ -655,7 +629,7 @@ class _Frame:
                     listing.partitions[key] = replace(after,
                                                       outside_log_dir=listing.partitions[key].outside_log_dir)
         present = set(listing.partitions)
-        checkpoints = _read_checkpoints(storage, log_dir, listing)
+        checkpoints = read_job_checkpoints(storage, log_dir, listing)
         selected = sorted(k for k in present if self.scope.includes(*k) and k not in pending)
         # --apply on a changed log dir: refused here, before Spark starts (nothing has been done yet)
         self.planfile.check_unchanged(storage, log_dir, listing, selected, self.configs, checkpoints)

@@ -49,6 +49,7 @@ from jobs.engine.scan import PartitionError
 from jobs.engine.seams import PRODUCTION, Seams
 from jobs.engine.table_sort import DEFAULT_LATEST_BUFFER_BYTES, SortedCounts, SortedPartition, latest_bytes_bound
 from jobs.engine.tasks import InProcessTasks, SparkTasks, TaskRunner
+from jobs.logdir.checkpoints import read_job_checkpoints
 from jobs.rules.table import PartitionPlan, aborted_rows, plan_partition
 from segment_io.errors import ConfigError, SegjobsError, StorageError, UsageError
 from segment_io.latest import SOURCE_COLUMNS, TABLE_SCHEMA, LatestRows, eligible_rows
@@ -541,7 +542,6 @@ def _runner(spark: Any, seams: Seams) -> TaskRunner:
 
 def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: Seams | None = None) -> TableResult:
     """Bring the table up to date with the log dir (see the module docstring)."""
-    from segment_io.checkpoint import read_offset_checkpoint
     from segment_io.layout import (
         CLEANER_OFFSET_CHECKPOINT,
         LOG_START_OFFSET_CHECKPOINT,
@@ -568,9 +568,7 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
             raise UsageError(f"--partition {missing[0]}: {options.topic} has no partition {missing[0]} in {log_dir} "
                              f"(it has {', '.join(str(p) for p in wanted)})")
         wanted = sorted(options.partitions)
-    checkpoints = {name: read_offset_checkpoint(storage, storage.join(log_dir, name))
-                   if name in listing.checkpoints else {}
-                   for name in (LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT)}
+    checkpoints = read_job_checkpoints(storage, log_dir, listing)
 
     dt = open_table(options.table, storage_options)
     if dt is not None:
