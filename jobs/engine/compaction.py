@@ -28,7 +28,7 @@ from jobs.engine.outcomes import (
     RetentionOutcome,
     unreadable_reason,
 )
-from jobs.engine.planfile import PlanStage, decision_difference, partition_name
+from jobs.engine.planfile import PlanStage, partition_name
 from jobs.engine.report import Progress
 from jobs.engine.retention import (
     DeleteLimit,
@@ -142,7 +142,7 @@ def work(ctx: JobContext) -> None:
     planfile.check_decisions({partition_name(k): RetentionDecision.of(p, k in held)
                                    for k, p in first.plans.items()}, "retention")
     planfile.check_decisions({partition_name(k): CompactionDecision.of(p, k in held)
-                                   for k, p in plans.items()}, "compaction", later=("outcome",))
+                                   for k, p in plans.items()}, "compaction")
     retention = apply_retention_first(first, ctx.scans, config_of, work_uri=ctx.work_uri,
                                       report=ctx.report, progress=ctx.progress)
     # Where retention failed half-way the partition is not what compaction was planned on: leave it alone.
@@ -433,12 +433,8 @@ def _check_outcome_against_plan(ctx: JobContext, planfile: PlanStage, key: tuple
     changed = [g for g in outcome.groups if g.changed]
     decided = CleaningDecision(end_offset=outcome.end_offset, groups=tuple(tuple(g.old_bases) for g in changed),
                                records_removed=sum(g.records_before - g.records_after for g in changed),
-                               bytes_removed=sum(g.bytes_before - g.bytes_after for g in changed)).to_dict()
-    planfile.decisions.setdefault(name, {}).setdefault("compaction", {})["outcome"] = decided
-    planned = planfile.planned(name, "compaction")
-    if planned is None:
-        return
-    diff = decision_difference(planned.get("outcome"), decided, "compaction.outcome")
+                               bytes_removed=sum(g.bytes_before - g.bytes_after for g in changed))
+    diff = planfile.record_cleaning(name, decided)
     if diff:
         outcome.error = PartitionError("PlanMismatch", f"the cleaning task decided differently than the plan "
                                        f"{planfile.apply_uri} ({diff}); nothing of this partition was committed")
