@@ -35,7 +35,7 @@ from jobs.engine.report import (
     append_ledger,
     write_report,
 )
-from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
+from jobs.engine.scan import PartitionError, PartitionScan, ScanItem
 from jobs.engine.seams import PRODUCTION, Seams
 from jobs.engine.tasks import LazySparkTasks, TaskRunner, map_in_driver
 from jobs.logdir.checkpoints import read_job_checkpoints
@@ -185,23 +185,20 @@ def _orphan_log_start_entries(ctx: "JobContext") -> None:
             ctx.progress(note, event="checkpoint.orphan", partition=f"{topic}-{partition}")
 
 
-def scan_task(item: tuple) -> PartitionScan:
-    """One partition's scan as a task: ``item`` is (storage, listing, depth, log start checkpoint, cleaner
-    checkpoint, now_ms, producer id expiration ms, decompression bound)."""
-    storage, pl, depth, lso, cco, now_ms, pid_exp, max_batch = item
-    return scan_partition(storage, pl, depth=depth, log_start_checkpoint=lso, cleaner_checkpoint=cco,
-                          now_ms=now_ms, producer_id_expiration_ms=pid_exp, max_batch_bytes=max_batch)
+def scan_task(item: ScanItem) -> PartitionScan:
+    """One partition's scan as a task."""
+    return item.scan()
 
 
-def scan_chunk_task(chunk: list[tuple]) -> list[PartitionScan]:
+def scan_chunk_task(chunk: list[ScanItem]) -> list[PartitionScan]:
     """:func:`scan_task` over a task's share of the partitions, up to the store's ``io_concurrency`` at once:
     a header scan on an object store is a few round trips of waiting, which threads overlap (reads only)."""
     if not chunk:
         return []
-    return list(map_ahead(scan_task, chunk, chunk[0][0].io_concurrency))
+    return list(map_ahead(scan_task, chunk, chunk[0].storage.io_concurrency))
 
 
-def _chunks(items: list[tuple], n: int) -> list[list[tuple]]:
+def _chunks(items: list[ScanItem], n: int) -> list[list[ScanItem]]:
     """``items`` in ``n`` (or fewer) contiguous shares of near-equal length, in order."""
     n = max(1, min(n, len(items)))
     step, extra = divmod(len(items), n)
@@ -657,9 +654,10 @@ class _Frame:
         full: set[tuple[str, int]] = set()
         if self.read_first is not None and self.scan_depth == "sizes":
             full = self.read_first(listing, checkpoints, configs, self.scope) & set(selected)
-        items = [(storage, listing.partitions[k], "transactions" if k in full else self.scan_depth,
-                  checkpoints[LOG_START_OFFSET_CHECKPOINT].get(k), checkpoints[CLEANER_OFFSET_CHECKPOINT].get(k),
-                  now_ms, configs.for_topic(k[0]).producer_id_expiration_ms, self.max_batch) for k in selected]
+        start, cleaner = checkpoints[LOG_START_OFFSET_CHECKPOINT], checkpoints[CLEANER_OFFSET_CHECKPOINT]
+        items = [ScanItem(storage, listing.partitions[k], "transactions" if k in full else self.scan_depth,
+                          start.get(k), cleaner.get(k), now_ms, configs.for_topic(k[0]).producer_id_expiration_ms,
+                          self.max_batch) for k in selected]
         what = f"scan {len(items)} partition(s) ({self.scan_depth})"
         # A header scan takes milliseconds, less than a Spark task's own overhead: thousands of partitions
         # go in a few tasks per core. Transaction scans read whole logs: one task per partition balances them.

@@ -395,3 +395,25 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
         out.state = None
         out.txn = None
     return out
+
+
+@dataclass(frozen=True)
+class ScanItem:
+    """One partition's scan as a task's payload (it pickles into Spark tasks): the arguments of
+    :func:`scan_partition`."""
+
+    storage: Storage
+    listing: PartitionListing
+    depth: str
+    log_start_checkpoint: int | None
+    cleaner_checkpoint: int | None
+    now_ms: int
+    producer_id_expiration_ms: int
+    max_batch_bytes: int | None
+
+    def scan(self) -> PartitionScan:
+        return scan_partition(self.storage, self.listing, depth=self.depth,
+                              log_start_checkpoint=self.log_start_checkpoint,
+                              cleaner_checkpoint=self.cleaner_checkpoint, now_ms=self.now_ms,
+                              producer_id_expiration_ms=self.producer_id_expiration_ms,
+                              max_batch_bytes=self.max_batch_bytes)
