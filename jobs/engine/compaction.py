@@ -36,7 +36,7 @@ from jobs.engine.retention import (
     apply_retention_first,
     plan_retention_first,
 )
-from jobs.engine.scan import PartitionError
+from jobs.engine.scan import PartitionError, ReportError
 from jobs.engine.selection import scan_candidates
 from jobs.engine.streaming import Tally, run_and_settle_bins
 from jobs.engine.tasks import TaskFailure
@@ -269,7 +269,7 @@ class _Settled:
     its cleaner checkpoint."""
 
     outcome: CompactionOutcome
-    errors: list[dict[str, Any]]
+    errors: list[ReportError]
     warnings: list[str]
     checkpoint: int | None
     checkpoint_changed: bool
@@ -363,7 +363,7 @@ def _settle(c: _Committing, key: tuple[str, int], plan: CompactionPlan, state: P
     checkpoint need."""
     committed = commit is not None and commit.committed
     mid_commit = commit is not None and commit.mid_commit
-    errors: list[dict[str, Any]] = []
+    errors: list[ReportError] = []
     run_warnings: list[str] = []
     warnings = list(c.warnings[key])  # the summary's note shows them with the partition's row
     new_cp, checkpoint_changed = checkpoint, False

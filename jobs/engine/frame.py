@@ -35,7 +35,7 @@ from jobs.engine.report import (
     append_ledger,
     write_report,
 )
-from jobs.engine.scan import PartitionError, PartitionScan, ScanItem
+from jobs.engine.scan import PartitionError, PartitionScan, ReportError, ScanItem
 from jobs.engine.seams import PRODUCTION, Seams
 from jobs.engine.tasks import LazySparkTasks, TaskRunner, map_in_driver
 from jobs.logdir.checkpoints import read_job_checkpoints
@@ -388,7 +388,7 @@ def interrupted_message(report: RunReport, *, writes: bool, lock_taken: bool, sh
     return f"interrupted: committed before the stop: {len(committed)} partition(s): {names}" + rest
 
 
-def _stopped_error(exc: Exception) -> dict[str, Any]:
+def _stopped_error(exc: Exception) -> ReportError:
     """The report's error for an exception that stopped a run: a segjobs error as it reads; anything else is a
     bug of segjobs', with the trace to report."""
     if isinstance(exc, SegjobsError):

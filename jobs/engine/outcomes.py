@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any, Iterable, Mapping, Sequence
 
-from jobs.engine.scan import PartitionError
+from jobs.engine.scan import PartitionError, ReportError
 from jobs.rules.plan_compact import CompactionPlan
 from jobs.rules.plan_retain import DeletionRule, RetentionPlan
 
@@ -156,7 +156,7 @@ class RetentionOutcome:
     def files_purged(self) -> int:
         return len(self.purged or ())
 
-    def error_dict(self) -> dict[str, Any] | None:
+    def error_dict(self) -> ReportError | None:
         """The entry's ``error``: a refusal is an error of kind :data:`REFUSED_KIND` (exit code 1)."""
         if self.refused is not None:
             return {"kind": REFUSED_KIND, "detail": self.reason}
@@ -352,9 +352,9 @@ Outcome = CompactionOutcome | RetentionOutcome
 # --------------------------------------------------------------------------------------------------
 
 
-def _failed_and_refused(errors: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+def _failed_and_refused(errors: Sequence[ReportError]) -> tuple[int, int]:
     """The run's errors split into failures and refusals by the delete-fraction limit."""
-    refused = sum(1 for e in errors if e.get("kind") == REFUSED_KIND)
+    refused = sum(1 for e in errors if e["kind"] == REFUSED_KIND)
     return len(errors) - refused, refused
 
 
@@ -378,7 +378,7 @@ class CompactTotals:
     bytes_purged: int
 
     @classmethod
-    def of(cls, outcomes: Sequence[CompactionOutcome], errors: Sequence[Mapping[str, Any]]) -> "CompactTotals":
+    def of(cls, outcomes: Sequence[CompactionOutcome], errors: Sequence[ReportError]) -> "CompactTotals":
         failed, refused = _failed_and_refused(errors)
         retention = [o.retention for o in outcomes if o.retention is not None]
         return cls(partitions=len(outcomes), selected=sum(1 for o in outcomes if o.selected),
@@ -415,7 +415,7 @@ class RetainTotals:
     bytes_in_scope: int
 
     @classmethod
-    def of(cls, outcomes: Sequence[RetentionOutcome], errors: Sequence[Mapping[str, Any]],
+    def of(cls, outcomes: Sequence[RetentionOutcome], errors: Sequence[ReportError],
            warnings: int) -> "RetainTotals":
         failed, refused = _failed_and_refused(errors)
         return cls(partitions=len(outcomes), segments_deleted=sum(len(o.deleted) for o in outcomes),
@@ -736,5 +736,5 @@ def ledger_rows(outcomes: Iterable[Outcome], *, dry_run: bool) -> list[dict[str,
 __all__ = ["INSPECT_COLUMNS", "LEDGER_NUMBERS", "REFUSED_KIND", "Action", "CleanedRange", "CleaningDecision",
            "CompactTotals", "CompactionDecision", "CompactionOutcome", "Decision", "DeletedSegment", "InspectRow",
            "InspectTotals", "Outcome", "PartitionDecisions", "PlannedDeletion", "Refusal", "RetainTotals",
-           "RetentionDecision",
+           "ReportError", "RetentionDecision",
            "RetentionOutcome", "ledger_rows", "unreadable_reason"]

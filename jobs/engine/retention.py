@@ -23,7 +23,7 @@ from jobs.engine.outcomes import (
 from jobs.engine.planfile import partition_name
 from jobs.engine.render import describe_retention
 from jobs.engine.report import Progress, RunReport, refused_note
-from jobs.engine.scan import PartitionError, PartitionScan, ScanItem
+from jobs.engine.scan import PartitionError, PartitionScan, ReportError, ScanItem
 from jobs.engine.seams import FaultHook
 from jobs.logdir.commit import Committer
 from jobs.logdir.retention import delete_segments, follow_log_start, purge, raise_log_start_offsets
@@ -504,9 +504,11 @@ def refused_outcome(p: RetentionParams, scan: PartitionScan, config: TopicConfig
 
 def _record_errors(report: RunReport, o: RetentionOutcome, *, during: str | None = None) -> None:
     """A partition's error (a failure or a refusal: exit code 1) and warnings into the run's report."""
-    label = {"during": during} if during else {}
-    if o.action in (Action.ERROR, Action.REFUSED):
-        report.errors.append({"partition": o.name, **label, **(o.error_dict() or {})})
+    error = o.error_dict()
+    if o.action in (Action.ERROR, Action.REFUSED) and error is not None:
+        entry: ReportError = {"partition": o.name, "during": during, **error} if during \
+            else {"partition": o.name, **error}
+        report.errors.append(entry)
     report.warnings.extend(f"{o.name}: {during + ': ' if during else ''}{w}" for w in o.warnings)
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
@@ -832,10 +833,8 @@ def _partition_row(p: TablePartition) -> dict[str, str]:
 
 def _topic_row(run: TableResult) -> dict[str, str]:
     """The partitions of the run added up: how many took each action, and the counts."""
-    actions: dict[str, int] = {}
-    for p in run.partitions:
-        actions[p.action] = actions.get(p.action, 0) + 1
-    failed = actions.get("error", 0)
+    actions = Counter(p.action for p in run.partitions)
+    failed = actions["error"]
     return {"topic": run.topic, "partitions": str(len(run.partitions)),
             "actions": ", ".join(f"{a} {n}" for a, n in sorted(actions.items())), "read": str(run.records_read),
             "inserts": str(run.inserts), "updates": str(run.updates), "deletes": str(run.deletes),
