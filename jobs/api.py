@@ -58,6 +58,7 @@ from jobs.engine.outcomes import (
     CompactTotals,
     InspectRow,
     InspectTotals,
+    ReportError,
     RetainTotals,
     RetentionOutcome,
 )
@@ -143,7 +144,7 @@ class PartitionResult:
         return f"{self.topic}-{self.partition}"
 
 
-def _error_text(error: dict[str, Any] | None) -> str | None:
+def _error_text(error: ReportError | None) -> str | None:
     return short_error(error) if error else None
 
 

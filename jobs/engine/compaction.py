@@ -28,7 +28,7 @@ from jobs.engine.outcomes import (
     RetentionOutcome,
     unreadable_reason,
 )
-from jobs.engine.planfile import PlanStage, decision_difference, partition_name
+from jobs.engine.planfile import PlanStage, partition_name
 from jobs.engine.report import Progress
 from jobs.engine.retention import (
     DeleteLimit,
@@ -36,17 +36,17 @@ from jobs.engine.retention import (
     apply_retention_first,
     plan_retention_first,
 )
-from jobs.engine.scan import PartitionError
+from jobs.engine.scan import PartitionError, ReportError
 from jobs.engine.selection import scan_candidates
 from jobs.engine.streaming import Tally, run_and_settle_bins
 from jobs.engine.tasks import TaskFailure
+from jobs.logdir.checkpoints import write_cleaner_checkpoint
 from jobs.logdir.commit import Committer, ReplaceRequest, StagedSegment
 from jobs.logdir.recover import describe_stuck
 from jobs.rules.external_sort import handed_over
 from jobs.rules.model import PartitionState
 from jobs.rules.offset_map import max_keys_for_buffer
 from jobs.rules.plan_compact import CompactionPlan, plan_compaction, updated_cleaner_checkpoints
-from segment_io.checkpoint import write_offset_checkpoint
 from segment_io.errors import LocatedError, SegjobsError
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT
 
@@ -142,7 +142,7 @@ def work(ctx: JobContext) -> None:
     planfile.check_decisions({partition_name(k): RetentionDecision.of(p, k in held)
                                    for k, p in first.plans.items()}, "retention")
     planfile.check_decisions({partition_name(k): CompactionDecision.of(p, k in held)
-                                   for k, p in plans.items()}, "compaction", later=("outcome",))
+                                   for k, p in plans.items()}, "compaction")
     retention = apply_retention_first(first, ctx.scans, config_of, work_uri=ctx.work_uri,
                                       report=ctx.report, progress=ctx.progress)
     # Where retention failed half-way the partition is not what compaction was planned on: leave it alone.
@@ -254,8 +254,7 @@ def work(ctx: JobContext) -> None:
         # once, at the end, as before: a partition's commit is complete without it (a run that stops before
         # this point cleans the committed range again next time, which changes nothing)
         entries = updated_cleaner_checkpoints(checkpoints, live)
-        write_offset_checkpoint(ctx.storage, ctx.storage.join(ctx.log_dir, CLEANER_OFFSET_CHECKPOINT),
-                                dict(sorted(entries.items())))
+        write_cleaner_checkpoint(ctx.storage, ctx.log_dir, entries)
     ctx.write_plan("compact", {name: getattr(options, name) for name in PLAN_OPTIONS})
     _summarize(ctx)
 
@@ -270,7 +269,7 @@ class _Settled:
     its cleaner checkpoint."""
 
     outcome: CompactionOutcome
-    errors: list[dict[str, Any]]
+    errors: list[ReportError]
     warnings: list[str]
     checkpoint: int | None
     checkpoint_changed: bool
@@ -364,7 +363,7 @@ def _settle(c: _Committing, key: tuple[str, int], plan: CompactionPlan, state: P
     checkpoint need."""
     committed = commit is not None and commit.committed
     mid_commit = commit is not None and commit.mid_commit
-    errors: list[dict[str, Any]] = []
+    errors: list[ReportError] = []
     run_warnings: list[str] = []
     warnings = list(c.warnings[key])  # the summary's note shows them with the partition's row
     new_cp, checkpoint_changed = checkpoint, False
@@ -434,12 +433,8 @@ def _check_outcome_against_plan(ctx: JobContext, planfile: PlanStage, key: tuple
     changed = [g for g in outcome.groups if g.changed]
     decided = CleaningDecision(end_offset=outcome.end_offset, groups=tuple(tuple(g.old_bases) for g in changed),
                                records_removed=sum(g.records_before - g.records_after for g in changed),
-                               bytes_removed=sum(g.bytes_before - g.bytes_after for g in changed)).to_dict()
-    planfile.decisions.setdefault(name, {}).setdefault("compaction", {})["outcome"] = decided
-    planned = planfile.planned(name, "compaction")
-    if planned is None:
-        return
-    diff = decision_difference(planned.get("outcome"), decided, "compaction.outcome")
+                               bytes_removed=sum(g.bytes_before - g.bytes_after for g in changed))
+    diff = planfile.record_cleaning(name, decided)
     if diff:
         outcome.error = PartitionError("PlanMismatch", f"the cleaning task decided differently than the plan "
                                        f"{planfile.apply_uri} ({diff}); nothing of this partition was committed")

@@ -35,9 +35,10 @@ from jobs.engine.report import (
     append_ledger,
     write_report,
 )
-from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
+from jobs.engine.scan import PartitionError, PartitionScan, ReportError, ScanItem
 from jobs.engine.seams import PRODUCTION, Seams
 from jobs.engine.tasks import LazySparkTasks, TaskRunner, map_in_driver
+from jobs.logdir.checkpoints import read_job_checkpoints
 from jobs.logdir.checks import (
     check_log_dir_has_partitions,
     check_log_dir_is_dir,
@@ -51,14 +52,11 @@ from jobs.rules.config import ConfigSet
 from jobs.rules.scope import Scope, parse_scope
 from jobs.rules.timeutil import Instant, format_instant, resolve_now
 from segment_io import compression
-from segment_io.checkpoint import read_offset_checkpoint
 from segment_io.errors import (
     ConfigError,
-    CorruptCheckpointError,
     LockHeldError,
     SegjobsError,
     StorageError,
-    UsageError,
 )
 from segment_io.layout import (
     CLEANER_OFFSET_CHECKPOINT,
@@ -169,30 +167,6 @@ class JobRun:
     options: JobOptions
 
 
-#: What to do about a malformed per-log-dir checkpoint file. Kafka does not reset one: reading it fails with
-#: an IOException and the broker takes the whole log dir offline (CheckpointFileWithFailureHandler.read).
-_CHECKPOINT_FIXES = {
-    CLEANER_OFFSET_CHECKPOINT: "delete the file: compaction then starts again from each partition's log start, "
-                               "as Kafka's cleaner does without a checkpoint (extra work, nothing is lost)",
-    LOG_START_OFFSET_CHECKPOINT: "restore the file from a replica's log dir, or correct the line named; do not "
-                                 "delete it: records below each raised log start would come back into view",
-}
-
-
-def _read_checkpoints(storage: Storage, log_dir: str, listing: LogDirListing) -> dict[str, dict[tuple[str, int], int]]:
-    """The offset checkpoints the jobs read. A malformed file is a :class:`UsageError` (exit code 2): it is
-    read before the lock is taken, so nothing has been done, and the message names the file, the line and
-    the fix."""
-    out = {}
-    for name in (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT):
-        try:
-            out[name] = read_offset_checkpoint(storage, storage.join(log_dir, name)) \
-                if name in listing.checkpoints else {}
-        except CorruptCheckpointError as exc:
-            raise UsageError(f"{exc}; nothing was done; fix: {_CHECKPOINT_FIXES[name]}") from None
-    return out
-
-
 def _orphan_log_start_entries(ctx: "JobContext") -> None:
     """Warn about every ``log-start-offset-checkpoint`` entry naming a partition the log dir does not hold.
 
@@ -211,23 +185,20 @@ def _orphan_log_start_entries(ctx: "JobContext") -> None:
             ctx.progress(note, event="checkpoint.orphan", partition=f"{topic}-{partition}")
 
 
-def scan_task(item: tuple) -> PartitionScan:
-    """One partition's scan as a task: ``item`` is (storage, listing, depth, log start checkpoint, cleaner
-    checkpoint, now_ms, producer id expiration ms, decompression bound)."""
-    storage, pl, depth, lso, cco, now_ms, pid_exp, max_batch = item
-    return scan_partition(storage, pl, depth=depth, log_start_checkpoint=lso, cleaner_checkpoint=cco,
-                          now_ms=now_ms, producer_id_expiration_ms=pid_exp, max_batch_bytes=max_batch)
+def scan_task(item: ScanItem) -> PartitionScan:
+    """One partition's scan as a task."""
+    return item.scan()
 
 
-def scan_chunk_task(chunk: list[tuple]) -> list[PartitionScan]:
+def scan_chunk_task(chunk: list[ScanItem]) -> list[PartitionScan]:
     """:func:`scan_task` over a task's share of the partitions, up to the store's ``io_concurrency`` at once:
     a header scan on an object store is a few round trips of waiting, which threads overlap (reads only)."""
     if not chunk:
         return []
-    return list(map_ahead(scan_task, chunk, chunk[0][0].io_concurrency))
+    return list(map_ahead(scan_task, chunk, chunk[0].storage.io_concurrency))
 
 
-def _chunks(items: list[tuple], n: int) -> list[list[tuple]]:
+def _chunks(items: list[ScanItem], n: int) -> list[list[ScanItem]]:
     """``items`` in ``n`` (or fewer) contiguous shares of near-equal length, in order."""
     n = max(1, min(n, len(items)))
     step, extra = divmod(len(items), n)
@@ -301,7 +272,7 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
     for note in configs.check_entries({t for t, _ in listing.partitions}, log_dir):
         report.warnings.append(note)
         progress.notice(f"warning: {note}", event="config.unmatched")
-    first_checkpoints = _read_checkpoints(storage, log_dir, listing)
+    first_checkpoints = read_job_checkpoints(storage, log_dir, listing)
     early = None
     if spark is None and seams.runner is None:
         spark_session.check_java()  # the run will start Spark: no Java is exit 2 here, before the lock and any work
@@ -417,7 +388,7 @@ def interrupted_message(report: RunReport, *, writes: bool, lock_taken: bool, sh
     return f"interrupted: committed before the stop: {len(committed)} partition(s): {names}" + rest
 
 
-def _stopped_error(exc: Exception) -> dict[str, Any]:
+def _stopped_error(exc: Exception) -> ReportError:
     """The report's error for an exception that stopped a run: a segjobs error as it reads; anything else is a
     bug of segjobs', with the trace to report."""
     if isinstance(exc, SegjobsError):
@@ -655,7 +626,7 @@ class _Frame:
                     listing.partitions[key] = replace(after,
                                                       outside_log_dir=listing.partitions[key].outside_log_dir)
         present = set(listing.partitions)
-        checkpoints = _read_checkpoints(storage, log_dir, listing)
+        checkpoints = read_job_checkpoints(storage, log_dir, listing)
         selected = sorted(k for k in present if self.scope.includes(*k) and k not in pending)
         # --apply on a changed log dir: refused here, before Spark starts (nothing has been done yet)
         self.planfile.check_unchanged(storage, log_dir, listing, selected, self.configs, checkpoints)
@@ -683,9 +654,10 @@ class _Frame:
         full: set[tuple[str, int]] = set()
         if self.read_first is not None and self.scan_depth == "sizes":
             full = self.read_first(listing, checkpoints, configs, self.scope) & set(selected)
-        items = [(storage, listing.partitions[k], "transactions" if k in full else self.scan_depth,
-                  checkpoints[LOG_START_OFFSET_CHECKPOINT].get(k), checkpoints[CLEANER_OFFSET_CHECKPOINT].get(k),
-                  now_ms, configs.for_topic(k[0]).producer_id_expiration_ms, self.max_batch) for k in selected]
+        start, cleaner = checkpoints[LOG_START_OFFSET_CHECKPOINT], checkpoints[CLEANER_OFFSET_CHECKPOINT]
+        items = [ScanItem(storage, listing.partitions[k], "transactions" if k in full else self.scan_depth,
+                          start.get(k), cleaner.get(k), now_ms, configs.for_topic(k[0]).producer_id_expiration_ms,
+                          self.max_batch) for k in selected]
         what = f"scan {len(items)} partition(s) ({self.scan_depth})"
         # A header scan takes milliseconds, less than a Spark task's own overhead: thousands of partitions
         # go in a few tasks per core. Transaction scans read whole logs: one task per partition balances them.

@@ -14,13 +14,13 @@ plan file's format (:mod:`jobs.engine.planfile`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any, Iterable, Mapping, Sequence
 
-from jobs.engine.scan import PartitionError
+from jobs.engine.scan import PartitionError, ReportError
 from jobs.rules.plan_compact import CompactionPlan
-from jobs.rules.plan_retain import RetentionPlan
+from jobs.rules.plan_retain import DeletionRule, RetentionPlan
 
 
 class Action(StrEnum):
@@ -83,13 +83,13 @@ class DeletedSegment:
     base_offset: int
     next_offset: int
     bytes: int
-    rule: str
+    rule: DeletionRule
     detail: str
     largest_timestamp: int | None
 
     def to_dict(self) -> dict[str, Any]:
         return {"base_offset": self.base_offset, "next_offset": self.next_offset, "bytes": self.bytes,
-                "rule": self.rule, "detail": self.detail, "largest_timestamp": self.largest_timestamp}
+                "rule": str(self.rule), "detail": self.detail, "largest_timestamp": self.largest_timestamp}
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ class RetentionOutcome:
     segments_after: int | None = None
     bytes_after: int | None = None
     bytes_removed: int = 0
-    rules: tuple[str, ...] = ()
+    rules: tuple[DeletionRule, ...] = ()
     deleted: tuple[DeletedSegment, ...] = ()
     log_start_offset: int | None = None
     #: whether a broker would roll the active segment first (planned partitions only)
@@ -156,7 +156,7 @@ class RetentionOutcome:
     def files_purged(self) -> int:
         return len(self.purged or ())
 
-    def error_dict(self) -> dict[str, Any] | None:
+    def error_dict(self) -> ReportError | None:
         """The entry's ``error``: a refusal is an error of kind :data:`REFUSED_KIND` (exit code 1)."""
         if self.refused is not None:
             return {"kind": REFUSED_KIND, "detail": self.reason}
@@ -174,7 +174,8 @@ class RetentionOutcome:
             "segments_before": self.segments_before, "bytes_before": self.bytes_before,
             "log_start_offset_before": self.log_start_offset_before, "warnings": list(self.warnings),
             "action": self.action.value, "reason": self.reason, "segments_after": self.segments_after,
-            "bytes_after": self.bytes_after, "bytes_removed": self.bytes_removed, "rules": list(self.rules),
+            "bytes_after": self.bytes_after, "bytes_removed": self.bytes_removed,
+            "rules": [str(r) for r in self.rules],
             "deleted": [d.to_dict() for d in self.deleted], "log_start_offset": self.log_start_offset,
         }
         if self.kafka_would_roll is not None:
@@ -351,9 +352,9 @@ Outcome = CompactionOutcome | RetentionOutcome
 # --------------------------------------------------------------------------------------------------
 
 
-def _failed_and_refused(errors: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+def _failed_and_refused(errors: Sequence[ReportError]) -> tuple[int, int]:
     """The run's errors split into failures and refusals by the delete-fraction limit."""
-    refused = sum(1 for e in errors if e.get("kind") == REFUSED_KIND)
+    refused = sum(1 for e in errors if e["kind"] == REFUSED_KIND)
     return len(errors) - refused, refused
 
 
@@ -377,7 +378,7 @@ class CompactTotals:
     bytes_purged: int
 
     @classmethod
-    def of(cls, outcomes: Sequence[CompactionOutcome], errors: Sequence[Mapping[str, Any]]) -> "CompactTotals":
+    def of(cls, outcomes: Sequence[CompactionOutcome], errors: Sequence[ReportError]) -> "CompactTotals":
         failed, refused = _failed_and_refused(errors)
         retention = [o.retention for o in outcomes if o.retention is not None]
         return cls(partitions=len(outcomes), selected=sum(1 for o in outcomes if o.selected),
@@ -414,7 +415,7 @@ class RetainTotals:
     bytes_in_scope: int
 
     @classmethod
-    def of(cls, outcomes: Sequence[RetentionOutcome], errors: Sequence[Mapping[str, Any]],
+    def of(cls, outcomes: Sequence[RetentionOutcome], errors: Sequence[ReportError],
            warnings: int) -> "RetainTotals":
         failed, refused = _failed_and_refused(errors)
         return cls(partitions=len(outcomes), segments_deleted=sum(len(o.deleted) for o in outcomes),
@@ -568,10 +569,14 @@ class PlannedDeletion:
 
     segment: int
     bytes: int
-    rule: str
+    rule: DeletionRule
 
     def to_dict(self) -> dict[str, Any]:
-        return {"segment": self.segment, "bytes": self.bytes, "rule": self.rule}
+        return {"segment": self.segment, "bytes": self.bytes, "rule": str(self.rule)}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> "PlannedDeletion":
+        return cls(doc["segment"], doc["bytes"], DeletionRule(doc["rule"]))
 
 
 @dataclass(frozen=True)
@@ -601,6 +606,13 @@ class RetentionDecision:
         if self.refused:
             out["refused"] = True
         return out
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> "RetentionDecision":
+        if doc.get("untouched"):
+            return cls(untouched=True)
+        return cls(delete=tuple(PlannedDeletion.from_dict(d) for d in doc["delete"]),
+                   log_start_offset=doc["log_start_offset"], refused=bool(doc.get("refused")))
 
 
 @dataclass(frozen=True)
@@ -632,6 +644,15 @@ class CompactionDecision:
                        first_uncleanable_offset=self.first_uncleanable_offset)
         return out
 
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> "CompactionDecision":
+        if doc.get("held"):
+            return cls(selected=False, held=True)
+        if not doc["selected"]:
+            return cls(selected=False)
+        return cls(selected=True, first_dirty_offset=doc["first_dirty_offset"],
+                   first_uncleanable_offset=doc["first_uncleanable_offset"])
+
 
 @dataclass(frozen=True)
 class CleaningDecision:
@@ -647,9 +668,64 @@ class CleaningDecision:
         return {"end_offset": self.end_offset, "groups": [list(g) for g in self.groups],
                 "records_removed": self.records_removed, "bytes_removed": self.bytes_removed}
 
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> "CleaningDecision":
+        return cls(end_offset=doc["end_offset"], groups=tuple(tuple(g) for g in doc["groups"]),
+                   records_removed=doc["records_removed"], bytes_removed=doc["bytes_removed"])
+
 
 #: A decision a plan file records, under its part (``retention``, ``compaction``).
 Decision = RetentionDecision | CompactionDecision
+
+
+@dataclass(frozen=True)
+class PartitionDecisions:
+    """Everything a plan file records of one partition: its retention and its compaction (each None when the run
+    did not decide it), and what its cleaning task decided (None until then; the plan file's
+    ``compaction.outcome``)."""
+
+    retention: RetentionDecision | None = None
+    compaction: CompactionDecision | None = None
+    cleaning: CleaningDecision | None = None
+
+    def with_decision(self, decision: Decision | CleaningDecision) -> "PartitionDecisions":
+        """These decisions with ``decision`` in its place."""
+        if isinstance(decision, RetentionDecision):
+            return replace(self, retention=decision)
+        if isinstance(decision, CompactionDecision):
+            return replace(self, compaction=decision)
+        return replace(self, cleaning=decision)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.retention is not None:
+            out["retention"] = self.retention.to_dict()
+        if self.compaction is not None or self.cleaning is not None:
+            compaction = self.compaction.to_dict() if self.compaction is not None else {}
+            if self.cleaning is not None:
+                compaction["outcome"] = self.cleaning.to_dict()
+            out["compaction"] = compaction
+        return out
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> "PartitionDecisions":
+        """The decisions of a plan file as read back; ``ValueError`` when the document is not one that
+        :meth:`to_dict` writes (an unknown key, a value of another shape), so that what ``--apply`` compares is
+        exactly what the file says."""
+        try:
+            retention = doc.get("retention")
+            compaction = doc.get("compaction")
+            decisions = cls(
+                retention=None if retention is None else RetentionDecision.from_dict(retention),
+                compaction=CompactionDecision.from_dict(compaction)
+                if compaction is not None and ("selected" in compaction or "held" in compaction) else None,
+                cleaning=None if compaction is None or compaction.get("outcome") is None
+                else CleaningDecision.from_dict(compaction["outcome"]))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"malformed decisions {doc!r} ({type(exc).__name__}: {exc})") from None
+        if decisions.to_dict() != doc:
+            raise ValueError(f"decisions {doc!r} are not as this version writes them")
+        return decisions
 
 
 def ledger_rows(outcomes: Iterable[Outcome], *, dry_run: bool) -> list[dict[str, Any]]:
@@ -659,5 +735,6 @@ def ledger_rows(outcomes: Iterable[Outcome], *, dry_run: bool) -> list[dict[str,
 
 __all__ = ["INSPECT_COLUMNS", "LEDGER_NUMBERS", "REFUSED_KIND", "Action", "CleanedRange", "CleaningDecision",
            "CompactTotals", "CompactionDecision", "CompactionOutcome", "Decision", "DeletedSegment", "InspectRow",
-           "InspectTotals", "Outcome", "PlannedDeletion", "Refusal", "RetainTotals", "RetentionDecision",
+           "InspectTotals", "Outcome", "PartitionDecisions", "PlannedDeletion", "Refusal", "RetainTotals",
+           "ReportError", "RetentionDecision",
            "RetentionOutcome", "ledger_rows", "unreadable_reason"]

@@ -42,11 +42,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, TypeVar
 
 from jobs.engine.options import ChangeOptions, field_defaults
-from jobs.engine.outcomes import Decision
+from jobs.engine.outcomes import CleaningDecision, Decision, PartitionDecisions
 from jobs.engine.report import human_bytes
 from jobs.rules.config import KAFKA_DEFAULT_ORIGIN, ConfigSet, TopicConfig
 from jobs.rules.plan_compact import COMPACTION_CHECKPOINTS, compaction_reads
@@ -89,8 +89,10 @@ class Plan:
     scope: dict[str, list[str]]
     options: dict[str, Any]
     configs: dict[str, dict[str, Any]]
-    fingerprint: dict[str, Any]
-    decisions: dict[str, dict[str, Any]]
+    #: what the decisions read (documents, as a plan file holds them, are read into a :class:`Fingerprint`)
+    fingerprint: "Fingerprint"
+    #: per partition name (documents, as a plan file holds them, are read into :class:`PartitionDecisions`)
+    decisions: dict[str, PartitionDecisions]
     run_id: str | None = None
     #: when the plan was made (the wall clock, epoch ms; None in plan files written before it was recorded)
     made_ms: int | None = None
@@ -100,10 +102,20 @@ class Plan:
     format: str = PLAN_FORMAT
     version: int = PLAN_VERSION
 
+    def __post_init__(self) -> None:
+        fingerprint: Any = self.fingerprint
+        if not isinstance(fingerprint, Fingerprint):
+            self.fingerprint = Fingerprint.from_dict(fingerprint)
+        self.decisions = {name: d if isinstance(d, PartitionDecisions) else PartitionDecisions.from_dict(d)
+                          for name, d in self.decisions.items()}
+
     def to_json(self) -> str:
-        doc = asdict(self)
-        head = {"format": doc.pop("format"), "version": doc.pop("version")}
-        return json.dumps({**head, **doc}, indent=2) + "\n"
+        doc = {"format": self.format, "version": self.version, "command": self.command, "log_dir": self.log_dir,
+               "now_ms": self.now_ms, "scope": self.scope, "options": self.options, "configs": self.configs,
+               "fingerprint": self.fingerprint.to_dict(),
+               "decisions": {name: d.to_dict() for name, d in self.decisions.items()},
+               "run_id": self.run_id, "made_ms": self.made_ms, "config_origins": self.config_origins}
+        return json.dumps(doc, indent=2) + "\n"
 
     @classmethod
     def from_json(cls, text: str, *, source: str) -> "Plan":
@@ -119,7 +131,7 @@ class Plan:
                              f"version {PLAN_VERSION}: make the plan again with this version")
         try:
             return cls(**doc)
-        except TypeError as exc:
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
             raise UsageError(f"--apply {source}: malformed plan file ({exc})") from None
 
 
@@ -187,21 +199,21 @@ def describe_plan(plan: Plan, uri: str) -> str:
     made = f"made {format_instant(plan.made_ms)}" if plan.made_ms is not None else "made at an unrecorded time"
     if plan.run_id:
         made += f" by run {plan.run_id}"
-    retention = [d["retention"] for d in plan.decisions.values() if "retention" in d]
-    deletes = [s for r in retention if not r.get("refused") for s in r.get("delete", [])]
-    refused = sum(1 for r in retention if r.get("refused"))
-    compaction = [d["compaction"] for d in plan.decisions.values() if d.get("compaction", {}).get("selected")]
-    changed = [c["outcome"] for c in compaction if (c.get("outcome") or {}).get("groups")]
+    retention = [d.retention for d in plan.decisions.values() if d.retention is not None]
+    deletes = [s for r in retention if not r.refused for s in r.delete]
+    refused = sum(1 for r in retention if r.refused)
+    compaction = [d for d in plan.decisions.values() if d.compaction is not None and d.compaction.selected]
+    changed = [d.cleaning for d in compaction if d.cleaning is not None and d.cleaning.groups]
     parts = []
     if retention:
         parts.append(f"retention deletes {len(deletes)} segment(s), "
-                     f"{human_bytes(sum(int(s.get('bytes') or 0) for s in deletes))}, in "
-                     f"{sum(1 for r in retention if r.get('delete') and not r.get('refused'))} partition(s)"
+                     f"{human_bytes(sum(s.bytes for s in deletes))}, in "
+                     f"{sum(1 for r in retention if r.delete and not r.refused)} partition(s)"
                      + (f" ({refused} partition(s) refused by the delete-fraction limit)" if refused else ""))
     if plan.command == "compact":
         parts.append(f"compaction rewrites {len(changed)} of {len(compaction)} selected partition(s), removing "
-                     f"{sum(int(o.get('records_removed') or 0) for o in changed)} record(s), "
-                     f"{human_bytes(sum(int(o.get('bytes_removed') or 0) for o in changed))}")
+                     f"{sum(o.records_removed for o in changed)} record(s), "
+                     f"{human_bytes(sum(o.bytes_removed for o in changed))}")
     return (f"applying the plan {uri} ({made}; --now {format_instant(plan.now_ms)}, {len(plan.decisions)} "
             f"partition(s) in scope): " + ("; ".join(parts) or "nothing to do"))
 
@@ -235,8 +247,158 @@ def read_by(command: str, keys: Iterable[tuple[str, int]], configs: ConfigSet) -
     return sorted(k for k in keys if reads(k[0], configs.for_topic(k[0])))
 
 
+_SINCE = "since the plan was made"
+
+
+@dataclass(frozen=True)
+class FileStamp:
+    """What a plan fingerprints of one live segment file: its size, its mtime (local disk) and its ETag (S3)."""
+
+    size: int | None
+    mtime_ms: int | None
+    etag: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"size": self.size, "mtime_ms": self.mtime_ms, **({"etag": self.etag} if self.etag else {})}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> "FileStamp":
+        return cls(doc.get("size"), doc.get("mtime_ms"), doc.get("etag"))
+
+
+class Requirement(Protocol):
+    """One thing a plan's decisions read from the log dir, as it was when the plan was made."""
+
+    def validate(self, now: "Fingerprint") -> str | None:
+        """How the log dir differs from it now (``now``: the fingerprint taken again), in words; None: it holds."""
+        ...
+
+
+@dataclass(frozen=True)
+class AssertPartitionFiles:
+    """The partition is there with exactly these live segment files, each of the same size, ETag and mtime."""
+
+    partition: str
+    files: Mapping[str, FileStamp]
+
+    def validate(self, now: "Fingerprint") -> str | None:
+        name, current = self.partition, now.partitions.get(self.partition)
+        if current is None:
+            return f"{name}: the partition is gone {_SINCE}"
+        for file in sorted(set(self.files) | set(current)):
+            if file not in current:
+                return f"{name}: {file} is gone {_SINCE}"
+            if file not in self.files:
+                return f"{name}: {file} is new {_SINCE}"
+            was, stamp = self.files[file], current[file]
+            for attr, word in (("size", "size"), ("etag", "ETag"), ("mtime_ms", "mtime")):
+                if getattr(was, attr) != getattr(stamp, attr):
+                    return f"{name}: {file} changed {word} {getattr(was, attr)} -> {getattr(stamp, attr)} {_SINCE}"
+        return None
+
+
+@dataclass(frozen=True)
+class AssertNoNewPartition:
+    """No partition the plan did not read lies between ``after`` and ``before`` in name order (None: unbounded):
+    placed between the :class:`AssertPartitionFiles` of a plan, these report a new partition where a comparison of
+    every partition in name order meets it."""
+
+    after: str | None
+    before: str | None
+
+    def validate(self, now: "Fingerprint") -> str | None:
+        for name in sorted(now.partitions):
+            if (self.after is None or name > self.after) and (self.before is None or name < self.before):
+                return f"{name}: the partition is new {_SINCE}"
+        return None
+
+
+@dataclass(frozen=True)
+class AssertCheckpointEntries:
+    """The entries of one offset checkpoint file for the partitions the plan read are as they were (None: the file
+    had no entry for the partition)."""
+
+    checkpoint: str
+    entries: Mapping[str, int | None]
+
+    def validate(self, now: "Fingerprint") -> str | None:
+        current = (now.checkpoint_entries or {}).get(self.checkpoint, {})
+        for name in sorted(set(self.entries) | set(current)):
+            was, entry = self.entries.get(name), current.get(name)
+            if was != entry:
+                return (f"{self.checkpoint}: the entry of {name} changed {'none' if was is None else was} -> "
+                        f"{'none' if entry is None else entry} {_SINCE}")
+        return None
+
+
+@dataclass(frozen=True)
+class AssertCheckpointHash:
+    """A whole checkpoint file has the same SHA-256 (None: the file was absent); the fingerprint of plans made
+    before :class:`AssertCheckpointEntries`."""
+
+    checkpoint: str
+    sha256: str | None
+
+    def validate(self, now: "Fingerprint") -> str | None:
+        current = (now.checkpoints or {}).get(self.checkpoint)
+        if current != self.sha256:
+            was, is_now = (h[:12] if h else "absent" for h in (self.sha256, current))
+            return f"{self.checkpoint} changed {_SINCE} (sha256 {was} -> {is_now})"
+        return None
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What a plan's decisions read from the log dir (see the module docstring): the live segment files of the
+    partitions they read, per partition name, and the entries of the checkpoint files they read; or, in plans made
+    before entries were recorded, the SHA-256 of each whole checkpoint file (``checkpoints``)."""
+
+    partitions: Mapping[str, Mapping[str, FileStamp]]
+    checkpoint_entries: Mapping[str, Mapping[str, int | None]] | None = None
+    checkpoints: Mapping[str, str | None] | None = None
+
+    @property
+    def legacy(self) -> bool:
+        """Made before :class:`AssertCheckpointEntries`: checked as it was made (see :func:`legacy_fingerprint`)."""
+        return self.checkpoints is not None
+
+    def requirements(self, now: "Fingerprint") -> list[Requirement]:
+        """The requirements of this fingerprint, in the order their differences are reported: the partitions in
+        name order (each with its files), then the checkpoint entries, then the whole checkpoint files. A checkpoint
+        file only ``now`` has is required to be as it was when absent (no entries, no file)."""
+        out: list[Requirement] = []
+        names = sorted(self.partitions)
+        for after, name in zip([None, *names], names):
+            out += [AssertNoNewPartition(after, name), AssertPartitionFiles(name, self.partitions[name])]
+        out.append(AssertNoNewPartition(names[-1] if names else None, None))
+        entries, current_entries = self.checkpoint_entries or {}, now.checkpoint_entries or {}
+        out += [AssertCheckpointEntries(cp, entries.get(cp, {})) for cp in sorted(set(entries) | set(current_entries))]
+        hashes, current_hashes = self.checkpoints or {}, now.checkpoints or {}
+        out += [AssertCheckpointHash(cp, hashes.get(cp)) for cp in sorted(set(hashes) | set(current_hashes))]
+        return out
+
+    def validate(self, now: "Fingerprint") -> str | None:
+        """The first requirement ``now`` fails, in words; None when the log dir is as the plan saw it."""
+        return next((diff for r in self.requirements(now) if (diff := r.validate(now)) is not None), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"partitions": {name: {file: stamp.to_dict() for file, stamp in files.items()}
+                                              for name, files in self.partitions.items()}}
+        if self.checkpoint_entries is not None:
+            out["checkpoint_entries"] = {cp: dict(e) for cp, e in self.checkpoint_entries.items()}
+        if self.checkpoints is not None:
+            out["checkpoints"] = dict(self.checkpoints)
+        return out
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> "Fingerprint":
+        partitions = {name: {file: FileStamp.from_dict(stamp) for file, stamp in files.items()}
+                      for name, files in doc.get("partitions", {}).items()}
+        return cls(partitions, doc.get("checkpoint_entries"), doc.get("checkpoints"))
+
+
 def fingerprint(command: str, listing: LogDirListing, keys: Iterable[tuple[str, int]], configs: ConfigSet,
-                checkpoints: Mapping[str, Mapping[tuple[str, int], int]]) -> dict[str, Any]:
+                checkpoints: Mapping[str, Mapping[tuple[str, int], int]]) -> Fingerprint:
     """What ``command``'s decisions over the partitions ``keys`` (its scope) depend on in the log dir and may
     change: the live segment files of the partitions it reads (size, mtime, ETag), and their entries of the
     checkpoint files it reads (``checkpoints``: the files' entries as the run read them). See the module
@@ -244,11 +406,11 @@ def fingerprint(command: str, listing: LogDirListing, keys: Iterable[tuple[str, 
     read = read_by(command, keys, configs)
     entries = {name: {partition_name(k): checkpoints.get(name, {}).get(k) for k in read}
                for name in PLAN_INPUTS[command][1]}
-    return {"partitions": _segment_files(listing, read), "checkpoint_entries": entries}
+    return Fingerprint(_segment_files(listing, read), checkpoint_entries=entries)
 
 
 def legacy_fingerprint(storage: Storage, log_dir: str, listing: LogDirListing,
-                       keys: Iterable[tuple[str, int]]) -> dict[str, Any]:
+                       keys: Iterable[tuple[str, int]]) -> Fingerprint:
     """The fingerprint of a plan file made before :func:`fingerprint` covered only what a job reads (its
     ``checkpoints`` hold SHA-256s): the live segment files of every partition of ``keys`` and the bytes of both
     checkpoint files. Such a plan is checked as it was made."""
@@ -256,53 +418,28 @@ def legacy_fingerprint(storage: Storage, log_dir: str, listing: LogDirListing,
     for name in FINGERPRINTED_CHECKPOINTS:
         present = name in listing.checkpoints
         checkpoints[name] = hashlib.sha256(storage.read(storage.join(log_dir, name))).hexdigest() if present else None
-    return {"partitions": _segment_files(listing, sorted(keys)), "checkpoints": checkpoints}
+    return Fingerprint(_segment_files(listing, sorted(keys)), checkpoints=checkpoints)
 
 
-def _segment_files(listing: LogDirListing, keys: Iterable[tuple[str, int]]) -> dict[str, dict[str, dict[str, Any]]]:
-    partitions: dict[str, dict[str, dict[str, Any]]] = {}
+def _segment_files(listing: LogDirListing, keys: Iterable[tuple[str, int]]) -> dict[str, dict[str, FileStamp]]:
+    partitions: dict[str, dict[str, FileStamp]] = {}
     for key in keys:
-        files: dict[str, dict[str, Any]] = {}
+        files: dict[str, FileStamp] = {}
         for seg in listing.partitions[key].segments:
             for f in (seg.log, seg.index, seg.timeindex, seg.txnindex):
                 if f is not None:
-                    files[f.name] = {"size": f.size, "mtime_ms": f.mtime_ms,
-                                     **({"etag": f.etag} if f.etag else {})}
+                    files[f.name] = FileStamp(f.size, f.mtime_ms, f.etag or None)
         partitions[partition_name(key)] = files
     return partitions
 
 
-def first_difference(planned: Mapping[str, Any], current: Mapping[str, Any]) -> str | None:
-    """The first way the log dir changed between two fingerprints, in words; None when they are equal."""
-    since = "since the plan was made"
-    a_parts, b_parts = planned.get("partitions", {}), current.get("partitions", {})
-    for name in sorted(set(a_parts) | set(b_parts)):
-        if name not in b_parts:
-            return f"{name}: the partition is gone {since}"
-        if name not in a_parts:
-            return f"{name}: the partition is new {since}"
-        a, b = a_parts[name], b_parts[name]
-        for fname in sorted(set(a) | set(b)):
-            if fname not in b:
-                return f"{name}: {fname} is gone {since}"
-            if fname not in a:
-                return f"{name}: {fname} is new {since}"
-            for fld, word in (("size", "size"), ("etag", "ETag"), ("mtime_ms", "mtime")):
-                if a[fname].get(fld) != b[fname].get(fld):
-                    return f"{name}: {fname} changed {word} {a[fname].get(fld)} -> {b[fname].get(fld)} {since}"
-    a_entries, b_entries = planned.get("checkpoint_entries", {}), current.get("checkpoint_entries", {})
-    for cp in sorted(set(a_entries) | set(b_entries)):
-        a, b = a_entries.get(cp, {}), b_entries.get(cp, {})
-        for name in sorted(set(a) | set(b)):
-            if a.get(name) != b.get(name):
-                was, now = ("none" if v is None else v for v in (a.get(name), b.get(name)))
-                return f"{cp}: the entry of {name} changed {was} -> {now} {since}"
-    a_cps, b_cps = planned.get("checkpoints", {}), current.get("checkpoints", {})
-    for cp in sorted(set(a_cps) | set(b_cps)):
-        if a_cps.get(cp) != b_cps.get(cp):
-            was, now = (h[:12] if h else "absent" for h in (a_cps.get(cp), b_cps.get(cp)))
-            return f"{cp} changed {since} (sha256 {was} -> {now})"
-    return None
+def first_difference(planned: Fingerprint | Mapping[str, Any], current: Fingerprint | Mapping[str, Any]) -> str | None:
+    """The first way the log dir changed between two fingerprints (or their documents), in words; None when they
+    are equal (see :meth:`Fingerprint.validate`)."""
+    def typed(fp: Fingerprint | Mapping[str, Any]) -> Fingerprint:
+        return fp if isinstance(fp, Fingerprint) else Fingerprint.from_dict(fp)
+
+    return typed(planned).validate(typed(current))
 
 
 def decision_difference(planned: Any, current: Any, path: str = "") -> str | None:
@@ -339,7 +476,7 @@ class PlanStage:
     apply_uri: str | None = None
     #: where to write the plan of this run (a dry run)
     write_uri: str | None = None
-    decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    decisions: dict[str, PartitionDecisions] = field(default_factory=dict)
 
     def check_unchanged(self, storage: Storage, log_dir: str, listing: LogDirListing, keys: Iterable[tuple[str, int]],
                         configs: ConfigSet, checkpoints: Mapping[str, Mapping[tuple[str, int], int]]) -> None:
@@ -351,37 +488,45 @@ class PlanStage:
         if self.applying is None:
             return
         planned = self.applying.fingerprint
-        if "checkpoints" in planned:  # made by an earlier version: checked as it was made
+        if planned.legacy:  # made by an earlier version: checked as it was made
             now = legacy_fingerprint(storage, log_dir, listing, keys)
         else:
             now = fingerprint(self.applying.command, listing, keys, configs, checkpoints)
-        diff = first_difference(planned, now)
+        diff = planned.validate(now)
         if diff:
             raise UsageError(f"--apply {self.apply_uri}: refused, nothing done: {diff}; make a new plan "
                              f"(--dry-run --plan)")
 
-    def check_decisions(self, decisions: Mapping[str, Decision], part: str, *,
-                        later: tuple[str, ...] = ()) -> None:
-        """Record ``decisions`` (per partition name, under ``part``) and, with ``--apply``, refuse (exit 2)
-        when they differ from the plan's. Call it before anything is changed; ``later`` names the keys of
-        the plan's decisions that are only known (and checked) later in the run."""
-        documents = {name: d.to_dict() for name, d in decisions.items()}
-        for name, doc in documents.items():
-            self.decisions.setdefault(name, {})[part] = doc
+    def check_decisions(self, decisions: Mapping[str, Decision], part: str) -> None:
+        """Record ``decisions`` (per partition name, under ``part``: ``retention`` or ``compaction``) and, with
+        ``--apply``, refuse (exit 2) when they differ from the plan's. Call it before anything is changed; what the
+        cleaning tasks decide is only known (and checked) later in the run (:meth:`record_cleaning`)."""
+        for name, decision in decisions.items():
+            self.decisions[name] = self.decisions.get(name, PartitionDecisions()).with_decision(decision)
         if self.applying is None:
             return
-        planned = {name: {k: v for k, v in d[part].items() if k not in later}
-                   for name, d in self.applying.decisions.items() if part in d}
-        diff = decision_difference(planned, documents)
+        planned = {name: planned.to_dict() for name, d in self.applying.decisions.items()
+                   if (planned := getattr(d, part)) is not None}
+        diff = decision_difference(planned, {name: d.to_dict() for name, d in decisions.items()})
         if diff:
             raise UsageError(f"--apply {self.apply_uri}: refused, nothing done: the {part} decided now differs "
                              f"from the plan: {diff}")
 
-    def planned(self, name: str, part: str) -> Any:
-        """The plan's decision ``part`` for partition ``name`` (None without ``--apply`` or when absent)."""
+    def record_cleaning(self, name: str, decided: CleaningDecision) -> str | None:
+        """Record what the cleaning task of partition ``name`` decided and, with ``--apply``, how it differs from
+        the plan's ``compaction.outcome`` (None: it does not, or the plan has no compaction decision for it)."""
+        self.decisions[name] = self.decisions.get(name, PartitionDecisions()).with_decision(decided)
+        planned = self.planned(name)
+        if planned is None or planned.compaction is None:
+            return None
+        return decision_difference(None if planned.cleaning is None else planned.cleaning.to_dict(),
+                                   decided.to_dict(), "compaction.outcome")
+
+    def planned(self, name: str) -> PartitionDecisions | None:
+        """The plan's decisions for partition ``name`` (None without ``--apply`` or when absent)."""
         if self.applying is None:
             return None
-        return self.applying.decisions.get(name, {}).get(part)
+        return self.applying.decisions.get(name)
 
     def write(self, plan: Plan, storage_options: StorageOptions, progress: Callable[..., None]) -> None:
         """With ``--plan FILE`` (a dry run): write ``plan`` (this run's, see
@@ -394,6 +539,8 @@ class PlanStage:
         progress(f"plan written to {uri}; carry it out with --apply {uri}", event="plan.written", uri=uri)
 
 
-__all__ = ["PLAN_FORMAT", "PLAN_INPUTS", "PLAN_VERSION", "Plan", "PlanStage", "config_origins",
+__all__ = ["PLAN_FORMAT", "PLAN_INPUTS", "PLAN_VERSION", "AssertCheckpointEntries", "AssertCheckpointHash",
+           "AssertNoNewPartition", "AssertPartitionFiles", "FileStamp", "Fingerprint", "Plan", "PlanStage",
+           "Requirement", "config_origins",
            "decision_difference", "describe_plan", "fingerprint", "first_difference", "legacy_fingerprint",
            "load_for_apply", "read_by", "read_plan", "write_plan"]

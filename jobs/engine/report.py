@@ -14,13 +14,13 @@ import textwrap
 import time
 import uuid
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Iterable, Mapping, Sequence, TextIO, TypeVar
+from typing import Any, Callable, Iterable, Mapping, Sequence, TextIO, TypedDict, TypeVar
 
 import pyarrow as pa
 
 from jobs.engine.delta_spark import append_with_spark, delta_session
 from jobs.engine.events import ProgressEvent, ProgressLine
-from jobs.engine.outcomes import LEDGER_NUMBERS, InspectRow, InspectTotals, Outcome
+from jobs.engine.outcomes import LEDGER_NUMBERS, InspectRow, InspectTotals, Outcome, ReportError
 from segment_io.storage import StorageOptions, open_storage, scheme_of
 
 
@@ -78,6 +78,14 @@ class Progress:
 E = TypeVar("E")
 
 
+class TopicPolicy(TypedDict):
+    """A topic's entry of the report's ``topics``: its cleanup.policy and ``policy_from``, the config entry that set
+    it (see :meth:`jobs.rules.config.ConfigSet.origin_of`)."""
+
+    policy: str
+    policy_from: str
+
+
 @dataclass
 class RunReport:
     """What one run did (or, with --dry-run, would do)."""
@@ -95,11 +103,10 @@ class RunReport:
     #: run waited ``spark_startup_s``; None when it started at need, or not at all
     spark_started_early_s: float | None = None
     partitions: list[dict[str, Any]] = field(default_factory=list)
-    #: per topic in scope: its ``policy`` (cleanup.policy) and ``policy_from``, the config entry that set it
-    #: (see :meth:`jobs.rules.config.ConfigSet.origin_of`)
-    topics: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: per topic in scope: its cleanup.policy and the config entry that set it
+    topics: dict[str, "TopicPolicy"] = field(default_factory=dict)
     totals: dict[str, Any] = field(default_factory=dict)
-    errors: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[ReportError] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     exit_code: int = 0
     #: seconds from the start of the run to :meth:`finish` (monotonic clock; Spark start-up included)

@@ -23,7 +23,7 @@ from jobs.engine.outcomes import (
 from jobs.engine.planfile import partition_name
 from jobs.engine.render import describe_retention
 from jobs.engine.report import Progress, RunReport, refused_note
-from jobs.engine.scan import PartitionError, PartitionScan, scan_partition
+from jobs.engine.scan import PartitionError, PartitionScan, ReportError, ScanItem
 from jobs.engine.seams import FaultHook
 from jobs.logdir.commit import Committer
 from jobs.logdir.retention import delete_segments, follow_log_start, purge, raise_log_start_offsets
@@ -504,9 +504,11 @@ def refused_outcome(p: RetentionParams, scan: PartitionScan, config: TopicConfig
 
 def _record_errors(report: RunReport, o: RetentionOutcome, *, during: str | None = None) -> None:
     """A partition's error (a failure or a refusal: exit code 1) and warnings into the run's report."""
-    label = {"during": during} if during else {}
-    if o.action in (Action.ERROR, Action.REFUSED):
-        report.errors.append({"partition": o.name, **label, **(o.error_dict() or {})})
+    error = o.error_dict()
+    if o.action in (Action.ERROR, Action.REFUSED) and error is not None:
+        entry: ReportError = {"partition": o.name, "during": during, **error} if during \
+            else {"partition": o.name, **error}
+        report.errors.append(entry)
     report.warnings.extend(f"{o.name}: {during + ': ' if during else ''}{w}" for w in o.warnings)
 
 
@@ -529,11 +531,10 @@ def listing_after_retention(listing: PartitionListing, plan: RetentionPlan) -> P
     return replace(listing, segments=tuple(s for s in listing.segments if s.base_offset not in gone))
 
 
-def _after_retention_task(item: tuple) -> PartitionScan:
-    storage, listing, plan, cleaner_checkpoint, now_ms, pid_exp, max_batch = item
-    return scan_partition(storage, listing_after_retention(listing, plan), depth="transactions",
-                          log_start_checkpoint=plan.new_log_start_offset, cleaner_checkpoint=cleaner_checkpoint,
-                          now_ms=now_ms, producer_id_expiration_ms=pid_exp, max_batch_bytes=max_batch)
+def _after_retention_task(item: ScanItem) -> PartitionScan:
+    """The scan of a partition as retention leaves it (``item``: its listing without the deleted segments, its new
+    log start offset)."""
+    return item.scan()
 
 
 @dataclass
@@ -590,14 +591,15 @@ def plan_retention_first(params: RetentionParams, scans: Mapping[TopicPartition,
             if plan is not None:
                 plans[key] = plan
     refused = limit.refused(plans, scans)
-    todo = [(params.storage, limit.listing.partitions[k], plan, scans[k].scanned.cleaner_checkpoint, params.now_ms,
-             config_for(k[0]).producer_id_expiration_ms, max_batch_bytes)
+    todo = [ScanItem(params.storage, listing_after_retention(limit.listing.partitions[k], plan), "transactions",
+                     plan.new_log_start_offset, scans[k].scanned.cleaner_checkpoint, params.now_ms,
+                     config_for(k[0]).producer_id_expiration_ms, max_batch_bytes)
             for k, plan in plans.items() if plan.deletions and k[0] not in refused]
     after = {}
     rescans = parallel_map(_after_retention_task, todo,
                            description=f"scan {len(todo)} partition(s) as retention leaves them")
-    for scan, (_, listing, plan, *_) in zip(rescans, todo):
-        after[(scan.topic, scan.partition)] = (listing_after_retention(listing, plan), scan)
+    for scan, item in zip(rescans, todo):
+        after[(scan.topic, scan.partition)] = (item.listing, scan)
     return RetentionFirst(plans, refused, after, params, limit)
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import traceback
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -72,6 +72,20 @@ from segment_io.storage.base import Storage
 from segment_io.storage.local import storage_error
 
 
+class ReportError(TypedDict):
+    """An entry of the report's ``errors`` (each makes the run exit 1), and a partition entry's ``error``: what went
+    wrong and, for a partition's error, which partition, in which step of the run (``during``, e.g. ``retention``
+    before compaction) and where in its files (as :meth:`PartitionError.to_dict` gives it)."""
+
+    kind: str
+    detail: str
+    partition: NotRequired[str]
+    during: NotRequired[str]
+    file: NotRequired[str | None]
+    position: NotRequired[int | None]
+    offset: NotRequired[int | None]
+
+
 @dataclass(frozen=True)
 class PartitionError:
     """Why a partition could not be scanned (or processed): enough to find the bytes with ``segjobs dump``."""
@@ -105,7 +119,7 @@ class PartitionError:
                                        None if self.offset is None else f"offset {self.offset}") if p)
         return f"{where}: {self.detail} ({self.kind})" if where else f"{self.detail} ({self.kind})"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ReportError:
         return {"kind": self.kind, "detail": self.detail, "file": self.file, "position": self.position,
                 "offset": self.offset}
 
@@ -395,3 +409,25 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
         out.state = None
         out.txn = None
     return out
+
+
+@dataclass(frozen=True)
+class ScanItem:
+    """One partition's scan as a task's payload (it pickles into Spark tasks): the arguments of
+    :func:`scan_partition`."""
+
+    storage: Storage
+    listing: PartitionListing
+    depth: str
+    log_start_checkpoint: int | None
+    cleaner_checkpoint: int | None
+    now_ms: int
+    producer_id_expiration_ms: int
+    max_batch_bytes: int | None
+
+    def scan(self) -> PartitionScan:
+        return scan_partition(self.storage, self.listing, depth=self.depth,
+                              log_start_checkpoint=self.log_start_checkpoint,
+                              cleaner_checkpoint=self.cleaner_checkpoint, now_ms=self.now_ms,
+                              producer_id_expiration_ms=self.producer_id_expiration_ms,
+                              max_batch_bytes=self.max_batch_bytes)

@@ -33,7 +33,7 @@ from typing import Callable, Mapping, MutableMapping
 
 from jobs.engine.frame import scan_task
 from jobs.engine.report import Progress
-from jobs.engine.scan import PartitionError, PartitionScan
+from jobs.engine.scan import PartitionError, PartitionScan, ScanItem
 from jobs.engine.tasks import TaskFailure, TaskRunner
 from jobs.rules.config import ConfigSet, TopicConfig, never_touched
 from jobs.rules.kafka_defaults import LONG_MAX
@@ -147,8 +147,8 @@ def scan_candidates(scans: MutableMapping[TopicPartition, PartitionScan], *, sto
         return []
     start = checkpoints[LOG_START_OFFSET_CHECKPOINT]
     cleaner = checkpoints[CLEANER_OFFSET_CHECKPOINT]
-    items = [(storage, listing.partitions[k], "transactions", start.get(k), cleaner.get(k), now_ms,
-              configs.for_topic(k[0]).producer_id_expiration_ms, max_batch_bytes) for k in keys]
+    items = [ScanItem(storage, listing.partitions[k], "transactions", start.get(k), cleaner.get(k), now_ms,
+                      configs.for_topic(k[0]).producer_id_expiration_ms, max_batch_bytes) for k in keys]
     sizes = [scans[k].scanned.size_bytes for k in keys]
     for i, result in runner.stream(scan_task, items, sizes=sizes,
                                    description=job_description(f"read {len(keys)} partition(s) in full")):

@@ -36,6 +36,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
@@ -49,6 +50,7 @@ from jobs.engine.scan import PartitionError
 from jobs.engine.seams import PRODUCTION, Seams
 from jobs.engine.table_sort import DEFAULT_LATEST_BUFFER_BYTES, SortedCounts, SortedPartition, latest_bytes_bound
 from jobs.engine.tasks import InProcessTasks, SparkTasks, TaskRunner
+from jobs.logdir.checkpoints import read_job_checkpoints
 from jobs.rules.table import PartitionPlan, aborted_rows, plan_partition
 from segment_io.errors import ConfigError, SegjobsError, StorageError, UsageError
 from segment_io.latest import SOURCE_COLUMNS, TABLE_SCHEMA, LatestRows, eligible_rows
@@ -541,7 +543,6 @@ def _runner(spark: Any, seams: Seams) -> TaskRunner:
 
 def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: Seams | None = None) -> TableResult:
     """Bring the table up to date with the log dir (see the module docstring)."""
-    from segment_io.checkpoint import read_offset_checkpoint
     from segment_io.layout import (
         CLEANER_OFFSET_CHECKPOINT,
         LOG_START_OFFSET_CHECKPOINT,
@@ -568,9 +569,7 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
             raise UsageError(f"--partition {missing[0]}: {options.topic} has no partition {missing[0]} in {log_dir} "
                              f"(it has {', '.join(str(p) for p in wanted)})")
         wanted = sorted(options.partitions)
-    checkpoints = {name: read_offset_checkpoint(storage, storage.join(log_dir, name))
-                   if name in listing.checkpoints else {}
-                   for name in (LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT)}
+    checkpoints = read_job_checkpoints(storage, log_dir, listing)
 
     dt = open_table(options.table, storage_options)
     if dt is not None:
@@ -834,10 +833,8 @@ def _partition_row(p: TablePartition) -> dict[str, str]:
 
 def _topic_row(run: TableResult) -> dict[str, str]:
     """The partitions of the run added up: how many took each action, and the counts."""
-    actions: dict[str, int] = {}
-    for p in run.partitions:
-        actions[p.action] = actions.get(p.action, 0) + 1
-    failed = actions.get("error", 0)
+    actions = Counter(p.action for p in run.partitions)
+    failed = actions["error"]
     return {"topic": run.topic, "partitions": str(len(run.partitions)),
             "actions": ", ".join(f"{a} {n}" for a, n in sorted(actions.items())), "read": str(run.records_read),
             "inserts": str(run.inserts), "updates": str(run.updates), "deletes": str(run.deletes),

@@ -67,7 +67,8 @@ from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
-from jobs.logdir.commit import (
+from jobs.logdir.commit.committers import Committer, committer_for
+from jobs.logdir.commit.records import (
     COMMIT_DIR,
     DELETE_INTENT,
     DELETED_LEDGER,
@@ -75,12 +76,10 @@ from jobs.logdir.commit import (
     PRIVATE_STAGING_DIR,
     REPLACE_INTENT,
     STAGED_DIR,
-    Committer,
     DeleteIntent,
     RecoveryError,
     ReplaceIntent,
     SegmentFile,
-    committer_for,
     deleted_bases,
     list_segment_files,
     live_log_bases,

@@ -18,23 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from jobs.logdir.checkpoints import STEP_WRITE_LOG_START, TopicPartition, raise_log_start_checkpoint
 from jobs.logdir.commit import Committer, DeleteResult, Fault, PurgeResult
-from segment_io.checkpoint import (
-    EpochEntry,
-    read_offset_checkpoint,
-    truncate_epochs_from_start,
-    write_leader_epoch_checkpoint,
-    write_offset_checkpoint,
-)
-from segment_io.layout import LEADER_EPOCH_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, SNAPSHOT_SUFFIX, segment_file_name
+from segment_io.checkpoint import EpochEntry, truncate_epochs_from_start, write_leader_epoch_checkpoint
+from segment_io.layout import LEADER_EPOCH_CHECKPOINT, SNAPSHOT_SUFFIX, segment_file_name
 
 #: Fault-hook step names of the steps that follow :func:`jobs.logdir.commit.delete_segments`'s own steps.
 STEP_TRIM_LEADER_EPOCHS = "trim-leader-epoch-checkpoint"
 STEP_DELETE_SNAPSHOT = "delete-snapshot"  # followed by ":<file name>"
 STEP_PURGE = "purge-deleted"
-STEP_WRITE_LOG_START = "write-log-start-offset-checkpoint"
-
-TopicPartition = tuple[str, int]
 
 
 def _step(fault: Fault | None, name: str) -> None:
@@ -45,20 +37,9 @@ def _step(fault: Fault | None, name: str) -> None:
 def raise_log_start_offsets(committer: Committer, log_dir: str, due: Mapping[TopicPartition, int], *,
                             fault: Fault | None = None
                             ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
-    """Raise the ``log-start-offset-checkpoint`` entries of ``due`` in ONE atomic write of the file (every
-    partition of the dir shares it). Entries only rise; other partitions' entries are kept (the file is re-read,
-    not trusted from the start of the run). Returns the file's entries for the keys of ``due`` after the call, and
-    the entries written; the file is written only when one of them rises (``fault`` is called before, with
-    :data:`STEP_WRITE_LOG_START`)."""
-    storage = committer.storage
-    uri = storage.join(log_dir, LOG_START_OFFSET_CHECKPOINT)
-    entries = dict(read_offset_checkpoint(storage, uri))
-    changed = {k: v for k, v in due.items() if v > entries.get(k, -1)}
-    if changed:
-        entries.update(changed)
-        _step(fault, STEP_WRITE_LOG_START)
-        write_offset_checkpoint(storage, uri, dict(sorted(entries.items())))
-    return {k: entries[k] for k in due}, changed
+    """Retention's first step, once for the whole dir: :func:`jobs.logdir.checkpoints.raise_log_start_checkpoint`
+    on the committer's store."""
+    return raise_log_start_checkpoint(committer.storage, log_dir, due, fault=fault)
 
 
 def delete_segments(committer: Committer, partition_uri: str, base_offsets: Sequence[int], *, now_ms: int,

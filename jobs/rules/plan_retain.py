@@ -21,6 +21,7 @@ offset standing in for the high watermark, Kafka's high-watermark bound never ho
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Callable, Iterable, Mapping, Sequence
 
 from jobs.rules.config import TopicConfig, never_touched
@@ -29,9 +30,19 @@ from jobs.rules.timeutil import format_instant
 from segment_io.layout import LOG_START_OFFSET_CHECKPOINT
 from segment_io.units import format_duration
 
-RULE_LOG_START = "log-start-offset"
-RULE_SIZE = "retention.bytes"
-RULE_TIME = "retention.ms"
+
+class DeletionRule(StrEnum):
+    """The rule that condemns a segment (Kafka's ``SegmentDeletionReason``); the value is the text the report, the
+    ledger and the plan file carry."""
+
+    LOG_START = "log-start-offset"
+    SIZE = "retention.bytes"
+    TIME = "retention.ms"
+
+
+RULE_LOG_START = DeletionRule.LOG_START
+RULE_SIZE = DeletionRule.SIZE
+RULE_TIME = DeletionRule.TIME
 
 #: The offset checkpoint files whose entries a retention decision reads, for the partitions it reads
 #: (:func:`retention_reads`).
@@ -50,7 +61,7 @@ class SegmentDeletion:
     """One segment condemned by a rule, with the reason in words."""
 
     segment: SegmentInfo
-    rule: str
+    rule: DeletionRule
     detail: str
 
     @property
@@ -99,7 +110,7 @@ def plan_retention(state: PartitionState, config: TopicConfig, now_ms: int) -> R
     warnings: list[str] = []
     would_roll = False
 
-    def run(rule: str, predicate: _Predicate) -> None:
+    def run(rule: DeletionRule, predicate: _Predicate) -> None:
         nonlocal remaining, log_start, would_roll
         condemned: list[SegmentDeletion] = []
         for i, seg in enumerate(remaining):
@@ -189,7 +200,7 @@ def _future_timestamp_warnings(remaining: Sequence[SegmentInfo], config: TopicCo
 #: The rules ``segjobs.max.delete.fraction`` counts: the ones a wrong ``--config`` or ``--now`` can set off.
 #: The log-start rule is not counted: it carries out what an operator already did explicitly (DeleteRecords,
 #: recorded in log-start-offset-checkpoint), not a judgement of this run's settings.
-LIMITED_RULES: frozenset[str] = frozenset({RULE_SIZE, RULE_TIME})
+LIMITED_RULES: frozenset[DeletionRule] = frozenset({RULE_SIZE, RULE_TIME})
 
 
 #: Where the reference settings come from when a run accepts its own as the baseline (``--accept-config-baseline``).

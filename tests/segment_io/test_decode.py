@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 import struct
 
-import cramjam
 import mmh3
 import numpy as np
 import pyarrow as pa
@@ -26,9 +25,8 @@ from segment_io.decode import (
 )
 from segment_io.format import ATTR_CONTROL, ATTR_TRANSACTIONAL, scan_batches
 from segment_io.schema import KEY_HASH_SCHEMA, RECORD_SCHEMA, project
-from tests.support.damage import backwards_offsets
+from tests.support.damage import assert_located, backwards_offsets
 from tests.support.kafka_python_batches import rewrite_header, v2_batch
-from tests.support.legacy_messages import legacy_message
 
 COUNTS = (7, 1, 60, 5)
 BASES = (0, 40, 1000, 5000)
@@ -140,64 +138,7 @@ def test_header_key_that_is_not_utf8_is_corruption() -> None:
         decode_segment_bytes(_resign(batch))
 
 
-def test_legacy_magic0_lz4_with_kafka08_header_checksum() -> None:
-    # Kafka 0.8 computed the LZ4 frame's header checksum over the magic number too (KAFKA-3160).
-    inner = b"".join(legacy_message(0, 10 + i, b"k%d" % i, b"value-%d" % i) for i in range(3))
-    frame = bytearray(cramjam.lz4.compress(inner))
-    descriptor_end = 6 + (8 if frame[4] & 0x08 else 0)
-    frame[descriptor_end] = (_xxh32_reference(bytes(frame[0:descriptor_end])) >> 8) & 0xFF
-    wrapper = legacy_message(0, 12, None, bytes(frame), attributes=3)
-    table = decode_segment_bytes(wrapper)
-    assert table.column("offset").to_pylist() == [10, 11, 12]
-    assert table.column("value").to_pylist() == [b"value-0", b"value-1", b"value-2"]
-    assert table.column("timestamp").to_pylist() == [-1, -1, -1]
-    assert table.column("batch_base_offset").to_pylist() == [10, 10, 10]
-
-
-def _xxh32_reference(data: bytes) -> int:
-    """xxHash32, straight from its specification (inputs shorter than 16 bytes)."""
-    p1, p2, p3, p4, p5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
-    m = 0xFFFFFFFF
-
-    def rotl(x: int, r: int) -> int:
-        return ((x << r) | (x >> (32 - r))) & m
-
-    acc = (p5 + len(data)) & m
-    i = 0
-    for i in range(0, len(data) - 3, 4):
-        acc = rotl((acc + int.from_bytes(data[i:i + 4], "little") * p3) & m, 17) * p4 & m
-    i = len(data) - len(data) % 4
-    for b in data[i:]:
-        acc = rotl((acc + b * p5) & m, 11) * p1 & m
-    acc = ((acc ^ (acc >> 15)) * p2) & m
-    acc = ((acc ^ (acc >> 13)) * p3) & m
-    return acc ^ (acc >> 16)
-
-
-def test_xxh32_reference_matches_lz4_frames() -> None:
-    # the LZ4 frame format's own header checksum is xxh32(descriptor) >> 8: check the reference against it
-    frame = bytes(cramjam.lz4.compress(b"abc" * 100))
-    descriptor_end = 6 + (8 if frame[4] & 0x08 else 0)
-    assert frame[descriptor_end] == (_xxh32_reference(frame[4:descriptor_end]) >> 8) & 0xFF
-
-
-def test_legacy_uncompressed_magic1_fields() -> None:
-    data = legacy_message(1, 7, b"k", None, timestamp=123) + legacy_message(1, 8, None, b"v", attributes=0x08,
-                                                                            timestamp=456)
-    table = decode_segment_bytes(data)
-    rows = table.to_pylist()
-    assert [(r["offset"], r["timestamp"], r["timestamp_type"], r["key"], r["value"]) for r in rows] == [
-        (7, 123, 0, b"k", None), (8, 456, 1, None, b"v")]
-    assert {r["producer_id"] for r in rows} == {-1}
-    assert {r["headers"] == [] for r in rows} == {True}
-
-
 # ---- corruption ------------------------------------------------------------------------------------
-
-
-def _located(exc: errors.CorruptRecordError, path: str, position: int, offset: int) -> None:
-    assert (exc.path, exc.position, exc.offset) == (path, position, offset)
-    assert path in str(exc) and f"byte {position}" in str(exc)
 
 
 def test_crc_flip_names_batch(batches: list[bytes]) -> None:
@@ -206,7 +147,7 @@ def test_crc_flip_names_batch(batches: list[bytes]) -> None:
     data = b"".join(batches[:2]) + bytes(bad) + batches[3]
     with pytest.raises(errors.CrcMismatchError) as info:
         decode_segment_bytes(data, path="seg.log")
-    _located(info.value, "seg.log", _positions(batches)[2], BASES[2])
+    assert_located(info.value, "seg.log", _positions(batches)[2], BASES[2])
     assert decode_segment_bytes(data, verify_crc=False).num_rows == sum(COUNTS)
     problems = verify_segment_crcs(data, path="seg.log")
     assert [(type(p), p.position) for p in problems] == [(errors.CrcMismatchError, _positions(batches)[2])]
@@ -226,7 +167,7 @@ def test_bad_magic(batches: list[bytes]) -> None:
     data = batches[0] + bytes(bad) + b"".join(batches[2:])
     with pytest.raises(errors.InvalidMagicError) as info:
         decode_segment_bytes(data, path="p")
-    _located(info.value, "p", _positions(batches)[1], BASES[1])
+    assert_located(info.value, "p", _positions(batches)[1], BASES[1])
 
 
 def test_absurd_varint_in_record(batches: list[bytes]) -> None:
@@ -234,7 +175,7 @@ def test_absurd_varint_in_record(batches: list[bytes]) -> None:
     bad[61:72] = b"\xff" * 11  # first record's length varint never ends
     with pytest.raises(errors.InvalidVarintError) as info:
         decode_segment_bytes(_resign(bad), path="p")
-    _located(info.value, "p", 0, BASES[2])
+    assert_located(info.value, "p", 0, BASES[2])
     assert "record 0" in info.value.detail
 
 
@@ -252,7 +193,7 @@ def test_record_count_mismatch(batches: list[bytes], delta: int) -> None:
     data = batches[0] + batches[1] + bad
     with pytest.raises(errors.RecordCountMismatchError) as info:
         decode_segment_bytes(data, path="p")
-    _located(info.value, "p", _positions(batches)[2], BASES[2])
+    assert_located(info.value, "p", _positions(batches)[2], BASES[2])
     with pytest.raises(errors.RecordCountMismatchError):
         decode_key_hashes_bytes(data)
 
@@ -268,7 +209,7 @@ def test_garbage_compressed_payload(batches: list[bytes]) -> None:
     data = batches[0] + _resign(bad)
     with pytest.raises(errors.DecompressionError) as info:
         decode_segment_bytes(data, path="p")
-    _located(info.value, "p", len(batches[0]), BASES[1])
+    assert_located(info.value, "p", len(batches[0]), BASES[1])
 
 
 def test_unknown_codec(batches: list[bytes]) -> None:
@@ -281,7 +222,7 @@ def test_truncated_tail_raises_or_returns_whole_batches(segment: bytes, batches:
     cut = segment[: len(segment) - 10]
     with pytest.raises(errors.TruncatedBatchError) as info:
         decode_segment_bytes(cut, path="p")
-    _located(info.value, "p", _positions(batches)[3], BASES[3])
+    assert_located(info.value, "p", _positions(batches)[3], BASES[3])
     table = decode_segment_bytes(cut, allow_truncated_tail=True)
     assert table.num_rows == sum(COUNTS[:3])
     assert decode_key_hashes_bytes(cut, allow_truncated_tail=True).num_rows == sum(COUNTS[:3])
@@ -310,20 +251,6 @@ def test_offsets_going_backwards_inside_a_segment_are_corrupt_input_naming_file_
         assert (info.value.path, info.value.position, info.value.offset) == (str(segment), position, offset)
         assert str(info.value).startswith(f"{segment}, byte {position}, offset {offset}: offsets go backwards")
         assert "(byte 81) ends at offset 3" in str(info.value)
-
-
-def test_legacy_crc_and_inner_corruption() -> None:
-    good = legacy_message(1, 3, b"k", b"v", timestamp=1)
-    bad = bytearray(legacy_message(1, 4, b"k", b"v", timestamp=1))  # the next offset: only its CRC is wrong
-    bad[-1] ^= 1
-    with pytest.raises(errors.CrcMismatchError) as info:
-        decode_segment_bytes(good + bytes(bad), path="old.log")
-    _located(info.value, "old.log", len(good), 4)
-    # an inner message set that ends mid-message
-    inner = legacy_message(0, 0, b"a", b"b")[:-3]
-    wrapper = legacy_message(0, 0, None, bytes(cramjam.gzip.compress(inner)), attributes=1)
-    with pytest.raises(errors.InvalidLengthError):
-        decode_segment_bytes(wrapper)
 
 
 # ---- files, URIs and streaming ----------------------------------------------------------------------

@@ -271,7 +271,7 @@ def _shift_offset(message: bytes, offset: int) -> bytes:
 def test_decoding_in_pieces_of_decompressed_bytes_gives_the_same_records(monkeypatch) -> None:
     import random
 
-    from segment_io import decode
+    from segment_io import decode_v2
     from tests.support.kafka_python_batches import random_records, v2_batch
 
     rng = random.Random(8)
@@ -280,7 +280,7 @@ def test_decoding_in_pieces_of_decompressed_bytes_gives_the_same_records(monkeyp
     whole = decode_segment_bytes(data)
     hashes = decode_key_hashes_bytes(data)
     # every compressed batch in a piece of its own: the chunk budget is smaller than any payload
-    monkeypatch.setattr(decode, "_CHUNK_BYTES", 1)
+    monkeypatch.setattr(decode_v2, "_PAYLOAD_BYTES", 1)
     assert decode_segment_bytes(data).equals(whole)
     assert decode_key_hashes_bytes(data).equals(hashes)
     assert whole.num_rows == 50 and set(whole["codec"].to_pylist()) == {0, 1, 2, 3, 4}

@@ -1,7 +1,7 @@
 """A commit-protocol scenario that runs on any store: the partition, the crash hook, the outcome checks, and
-each store's expected step sequence (written from the protocol in ``jobs/logdir/commit.py``'s docstring).
+each store's expected step sequence (written from the protocol in ``jobs/logdir/commit/committers.py``'s docstring).
 
-Shared by ``tests/jobs/logdir/test_commit.py`` (the protocol on local disk and S3) and
+Shared by ``tests/jobs/logdir/commit/test_committers.py`` (the protocol on local disk and S3) and
 ``tests/jobs/logdir/test_recover.py``.
 
 Segments here are synthetic but well-framed: each ``.log`` is a run of 61-byte v2 batch headers, one batch
@@ -235,7 +235,7 @@ def check_delete_outcome(scenario: Scenario, expect_deleted: bool) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
-# The expected step sequences, written from the protocol in jobs/logdir/commit.py's docstring.
+# The expected step sequences, written from the protocol in jobs/logdir/commit/committers.py's docstring.
 # ---------------------------------------------------------------------------------------------------
 
 

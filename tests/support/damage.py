@@ -7,9 +7,16 @@ import struct
 from pathlib import Path
 
 from segment_io.encode import encode_batches
+from segment_io.errors import CorruptRecordError
 from segment_io.format import scan_batches
 from segment_io.layout import segment_file_name
 from tests.support.builders import LogBuilder, rec, write_log
+
+
+def assert_located(exc: CorruptRecordError, path: str, position: int, offset: int) -> None:
+    """``exc`` names ``path``, the byte ``position`` and the ``offset``, in its fields and in its message."""
+    assert (exc.path, exc.position, exc.offset) == (path, position, offset)
+    assert path in str(exc) and f"byte {position}" in str(exc)
 
 
 def flip_crc(segment: Path, batch: int) -> tuple[int, int]:

@@ -272,6 +272,57 @@ def test_first_difference_and_decision_difference_name_what_changed() -> None:
         "a-0.delete: [1] in the plan, [1, 2] now"
 
 
+def test_the_first_difference_is_met_in_partition_name_order_even_for_a_new_partition() -> None:
+    stamp = {"size": 10, "mtime_ms": 5}
+    planned = {"partitions": {"a-0": {"x.log": stamp}, "c-0": {"x.log": stamp}}, "checkpoint_entries": {}}
+    now = {"partitions": {"a-0": {"x.log": stamp}, "b-0": {"x.log": stamp}, "c-0": {"x.log": {**stamp, "size": 11}},
+                          "d-0": {}}, "checkpoint_entries": {}}
+    assert first_difference(planned, now) == "b-0: the partition is new since the plan was made"
+    del now["partitions"]["b-0"]
+    assert first_difference(planned, now) == "c-0: x.log changed size 10 -> 11 since the plan was made"
+    now["partitions"]["c-0"] = {"x.log": stamp}
+    assert first_difference(planned, now) == "d-0: the partition is new since the plan was made"
+
+
+def _plan_document() -> dict:
+    return {"format": PLAN_FORMAT, "version": PLAN_VERSION, "command": "compact", "log_dir": "/logs", "now_ms": NOW,
+            "scope": {"topics": [], "partitions": []}, "options": {}, "configs": {},
+            "fingerprint": {"partitions": {"t-0": {"00000000000000000000.log": {"size": 1, "mtime_ms": 2,
+                                                                                 "etag": "e"}}},
+                            "checkpoint_entries": {"cleaner-offset-checkpoint": {"t-0": None}}},
+            "decisions": {"t-0": {"retention": {"delete": [{"segment": 0, "bytes": 1, "rule": "retention.ms"}],
+                                                "log_start_offset": 5},
+                                  "compaction": {"selected": True, "first_dirty_offset": 5,
+                                                 "first_uncleanable_offset": 9,
+                                                 "outcome": {"end_offset": 9, "groups": [[5]], "records_removed": 2,
+                                                             "bytes_removed": 70}}},
+                          "u-0": {"retention": {"untouched": True}, "compaction": {"selected": False, "held": True}}},
+            "run_id": "r", "made_ms": 1, "config_origins": {}}
+
+
+def test_a_plan_file_reads_back_into_its_types_and_writes_the_same_bytes() -> None:
+    text = json.dumps(_plan_document(), indent=2) + "\n"
+    plan = Plan.from_json(text, source="p.json")
+    assert plan.decisions["t-0"].cleaning is not None and plan.decisions["t-0"].cleaning.groups == ((5,),)
+    assert plan.decisions["u-0"].compaction is not None and plan.decisions["u-0"].compaction.held
+    assert plan.fingerprint.partitions["t-0"]["00000000000000000000.log"].etag == "e"
+    assert plan.to_json() == text
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: d["retention"]["delete"][0].update(rule="retention.forever"),
+    lambda d: d["retention"].update(refused=False),
+    lambda d: d["compaction"].update(colour="blue"),
+])
+def test_decisions_this_version_does_not_write_make_a_malformed_plan_file(tmp_path, edit) -> None:
+    from segment_io.errors import UsageError
+
+    doc = _plan_document()
+    edit(doc["decisions"]["t-0"])
+    with pytest.raises(UsageError, match="malformed plan file"):
+        Plan.from_json(json.dumps(doc), source="p.json")
+
+
 # ---------------------------------------------------------------------------------------------------
 # compact (compact,delete: retention and compaction in one plan)
 # ---------------------------------------------------------------------------------------------------

@@ -293,6 +293,22 @@ def test_cli_runs_and_help_teaches(tmp_path, capsys):
     assert code == 2 and "--topic nope" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name, fix", [("cleaner-offset-checkpoint", "delete the file"),
+                                       ("log-start-offset-checkpoint", "restore the file")])
+def test_a_garbage_checkpoint_file_stops_the_table_job_with_the_fix_as_it_stops_the_other_jobs(tmp_path, capsys, name,
+                                                                                                fix):
+    from jobs.commands.cli import main
+
+    _sample_log(tmp_path / "logs")
+    (tmp_path / "logs" / name).write_text("0\n1\nt zero 5\n")
+    code = main(["table", "--log-dir", str(tmp_path / "logs"), "--topic", TOPIC, "--table", str(tmp_path / "t"),
+                 "--quiet"])
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and line.startswith(f"segjobs table: error: {tmp_path / 'logs' / name}, line 3: ")
+    assert "nothing was done" in line and f"fix: {fix}" in line
+    assert not (tmp_path / "t").exists()
+
+
 def test_readme_sql_runs_against_a_table(tmp_path):
     """The README's query of a table, run as it is (through deltalake's SQL engine) against a real one."""
     import re

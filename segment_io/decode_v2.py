@@ -1,0 +1,419 @@
+"""RecordBatch v2 decoding: the records of v2 batches, decoded by the numba kernels of
+:mod:`segment_io._decode_kernels`, which write straight into numpy buffers that become Arrow arrays without a
+Python object per record; the per-batch Python work is limited to CRC checks and decompressing compressed
+payloads (into one buffer per bounded piece, see :func:`_prepare_v2`).
+
+Every failure raises a subclass of :class:`~segment_io.errors.CorruptRecordError` naming the file, the byte
+position of the failing batch and its base offset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import crc32c
+import numpy as np
+import pyarrow as pa
+
+from segment_io import _decode_kernels as K
+from segment_io import compression
+from segment_io.decode_input import CHUNK_BYTES, HEADERS_TYPE, SegmentBytes
+from segment_io.errors import (
+    CorruptRecordError,
+    CrcMismatchError,
+    InvalidLengthError,
+    InvalidVarintError,
+    OversizedBatchError,
+    RecordCountMismatchError,
+    UnsupportedCodecError,
+)
+from segment_io.format import (
+    ATTR_CODEC_MASK,
+    ATTR_CONTROL,
+    ATTR_DELETE_HORIZON,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
+    V2_CRC_START,
+    V2_HEADER_SIZE,
+    BatchHeaders,
+)
+from segment_io.schema import HEADER_TYPE, KEY_HASH_SCHEMA, RECORD_SCHEMA, VALUE_REF_TYPE, arrow_array
+
+_INT32_MAX = 2**31 - 1
+#: the decompressed payloads of one piece of v2 batches (beyond its first batch) are capped at the chunk size
+_PAYLOAD_BYTES = CHUNK_BYTES
+_RECORD_TYPES = {f.name: f.type for f in RECORD_SCHEMA}
+_KEY_HASH_TYPES = {f.name: f.type for f in KEY_HASH_SCHEMA}
+
+
+@dataclass
+class _V2Input:
+    """Where the records of a run of v2 batches lie, ready for the kernels."""
+
+    batches: np.ndarray  # int64 indices into hdr of the batches decoded (control batches may be left out)
+    dec: np.ndarray  # uint8, decompressed payloads one after another
+    src: np.ndarray  # uint8 per batch: 0 records in the segment, 1 in ``dec``
+    rstart: np.ndarray  # int64
+    rend: np.ndarray  # int64
+    counts: np.ndarray  # int64, declared record counts
+
+
+def check_v2_crcs(seg: SegmentBytes, batches: np.ndarray) -> None:
+    hdr, mv = seg.hdr, seg.mv
+    for b, pos, size, stored in zip(batches.tolist(), hdr.position[batches].tolist(), hdr.size[batches].tolist(),
+                                    hdr.crc[batches].tolist()):
+        actual = crc32c.crc32c(mv[pos + V2_CRC_START:pos + size])
+        if actual != stored:
+            raise seg.error(CrcMismatchError, f"CRC-32C mismatch: stored {stored:#010x}, "
+                                              f"computed {actual:#010x}", b)
+
+
+def _v2_batches(seg: SegmentBytes, batches: np.ndarray) -> np.ndarray:
+    """``batches`` with their CRCs checked (when the segment asks for it), less control batches when the
+    segment leaves them out."""
+    if seg.verify_crc:
+        check_v2_crcs(seg, batches)
+    if not seg.include_control:
+        batches = batches[(seg.hdr.attributes[batches] & ATTR_CONTROL) == 0]
+    return batches
+
+
+def _inflate_error(seg: SegmentBytes, exc: CorruptRecordError, b: int, limit: int) -> CorruptRecordError:
+    """``exc`` located at batch ``b``; past a bound that the batch's record count set (an empty batch inflates
+    to nothing) rather than the configured one, it is the record count that is wrong."""
+    if isinstance(exc, OversizedBatchError) and limit < seg.max_batch_bytes:
+        count = int(seg.hdr.record_count[b])
+        return seg.error(RecordCountMismatchError, f"batch declares {count} records, which cannot inflate past "
+                                                   f"{limit} bytes, but its compressed payload does", b)
+    return seg.error(type(exc), exc.detail, b)
+
+
+def _first_bad_batch(seg: SegmentBytes, batches: np.ndarray, codecs: np.ndarray, counts: np.ndarray,
+                     at_least: np.ndarray, limits: np.ndarray) -> tuple[int, CorruptRecordError | None]:
+    """Index (into ``batches``) of the first compressed batch that fails before decompressing, and its error:
+    an unknown codec, a negative record count, or frames that declare more than the batch's bound."""
+    bad = (codecs > compression.ZSTD) | (counts < 0) | (at_least > limits)
+    if not bad.any():
+        return len(batches), None
+    j = int(np.argmax(bad))
+    b, codec, count, limit = int(batches[j]), int(codecs[j]), int(counts[j]), int(limits[j])
+    if codec > compression.ZSTD:
+        return j, seg.error(UnsupportedCodecError, f"unknown compression codec {codec} in attributes", b)
+    if count < 0:  # what the record kernel would say, before anything is decompressed for it
+        cls, template = _KERNEL_ERRORS[K.ERR_COUNT_NEGATIVE]
+        return j, seg.error(cls, template.format(value=count), b)
+    exc = OversizedBatchError(compression.oversized_detail(codec, limit, int(at_least[j])))
+    return j, _inflate_error(seg, exc, b, limit)
+
+
+@dataclass
+class _V2Plan:
+    """Where the records of ``batches`` lie before any decompression, and what each compressed payload may
+    inflate to: worked out once for all of ``batches``, then cut into bounded pieces by :func:`_prepare_v2`."""
+
+    batches: np.ndarray
+    rstart: np.ndarray  # records start / end in the segment, per batch
+    rend: np.ndarray
+    counts: np.ndarray
+    which: np.ndarray  # indices (into batches) of the compressed batches; the arrays below follow them
+    c_codecs: np.ndarray
+    c_start: np.ndarray
+    c_end: np.ndarray
+    limits: np.ndarray
+    capacities: np.ndarray
+    cum_capacity: np.ndarray
+    first_bad: int  # index (into which) of the first compressed batch that fails before decompressing
+    error: CorruptRecordError | None
+
+
+def _plan_v2(seg: SegmentBytes, batches: np.ndarray) -> _V2Plan:
+    hdr = seg.hdr
+    rstart = hdr.position[batches] + V2_HEADER_SIZE
+    rend = hdr.position[batches] + hdr.size[batches].astype(np.int64)
+    counts = hdr.record_count[batches].astype(np.int64)
+    codecs = hdr.attributes[batches] & ATTR_CODEC_MASK  # v2 batches only: BatchHeaders.codec without the legacy case
+    which = np.flatnonzero(codecs)
+    if len(which) == 0:  # nothing compressed (common for small partitions): nothing to plan or bound
+        none = np.zeros(0, np.int64)
+        return _V2Plan(batches, rstart, rend, counts, which, none, none, none, none, none, none, 0, None)
+    c_codecs, c_counts = codecs[which].astype(np.int64), counts[which]
+    c_start, c_end = rstart[which], rend[which]
+    limits = compression.batch_limit(c_counts, seg.max_batch_bytes)
+    at_least, capacities = compression.plan_payloads(seg.arr, c_start, c_end, c_codecs, limits)
+    first_bad, error = _first_bad_batch(seg, batches[which], c_codecs, c_counts, at_least, limits)
+    return _V2Plan(batches, rstart, rend, counts, which, c_codecs, c_start, c_end, limits, capacities,
+                   np.cumsum(capacities), first_bad, error)
+
+
+def _prepare_v2(seg: SegmentBytes, plan: _V2Plan, start: int) -> tuple[_V2Input, int]:
+    """The piece of ``plan`` from batch ``start`` on, decompressing payloads until they pass ``_PAYLOAD_BYTES``
+    (always at least one batch): returns the input and the index of the first batch after it.
+
+    Each payload inflates to at most its :func:`compression.batch_limit` and goes straight into one buffer
+    allocated in advance from what the frames say, so a genuine payload is decompressed once and never copied,
+    and a chunk of batches that each stay within the bound still holds no more than about ``_PAYLOAD_BYTES``."""
+    n = len(plan.batches)
+    k0 = int(np.searchsorted(plan.which, start))  # the first compressed batch of the piece
+    src = np.zeros(n - start, dtype=np.uint8)
+    rstart, rend, counts = plan.rstart[start:].copy(), plan.rend[start:].copy(), plan.counts[start:]
+    if k0 == len(plan.which):
+        return _V2Input(plan.batches[start:], np.zeros(0, np.uint8), src, rstart, rend, counts), n
+    if k0 == plan.first_bad:
+        assert plan.error is not None  # first_bad < len(which) only when a batch failed
+        raise plan.error
+    # decode the batches before the first bad one (their errors come first) and within the chunk budget
+    before = int(plan.cum_capacity[k0 - 1]) if k0 else 0
+    fitting = int(np.searchsorted(plan.cum_capacity, before + _PAYLOAD_BYTES, side="right")) - k0
+    k1 = k0 + min(plan.first_bad - k0, max(1, fitting))
+    end = int(plan.which[k1]) if k1 < len(plan.which) else n
+    inflater = compression.Inflater()
+    done: list[int] = []
+    try:
+        inflater.add_all(seg.mv, plan.c_start[k0:k1].tolist(), plan.c_end[k0:k1].tolist(),
+                         plan.c_codecs[k0:k1].tolist(), plan.limits[k0:k1].tolist(),
+                         plan.capacities[k0:k1].tolist(), done)
+    except CorruptRecordError as exc:
+        k = k0 + len(done)
+        raise _inflate_error(seg, exc, int(plan.batches[plan.which[k]]), int(plan.limits[k])) from None
+    taken = plan.which[k0:k1] - start
+    src[taken] = 1
+    rend[taken] = done
+    rstart[taken] = [0] + done[:-1]
+    m = end - start
+    return _V2Input(plan.batches[start:end], inflater.view(), src[:m], rstart[:m], rend[:m], counts[:m]), end
+
+
+def _v2_inputs(seg: SegmentBytes, batches: np.ndarray) -> Iterator[_V2Input]:
+    """All of ``batches``, one bounded piece (:func:`_prepare_v2`) after another, planned once."""
+    plan, start = _plan_v2(seg, batches), 0
+    while start < len(batches):
+        inp, start = _prepare_v2(seg, plan, start)
+        yield inp
+
+
+_KERNEL_ERRORS: dict[int, tuple[type[CorruptRecordError], str]] = {
+    K.ERR_VARINT_PAST_END: (InvalidVarintError, "varint runs past the end of its record or batch"),
+    K.ERR_VARINT_TOO_LONG: (InvalidVarintError, "varint is longer than allowed"),
+    K.ERR_LENGTH: (InvalidLengthError, "length field {value} is negative or runs past its record"),
+    K.ERR_RECORD_SIZE: (InvalidLengthError, "record size {value} does not match the fields it holds"),
+    K.ERR_COUNT_SHORT: (RecordCountMismatchError, "batch declares {value} records but its bytes end "
+                                                  "after {record}"),
+    K.ERR_COUNT_EXTRA: (RecordCountMismatchError, "batch declares {value} records but bytes remain after "
+                                                  "the last of them"),
+    K.ERR_COUNT_NEGATIVE: (RecordCountMismatchError, "negative record count {value}"),
+    K.ERR_CONTROL_KEY: (InvalidLengthError, "control record key has {value} bytes; it needs 4 "
+                                            "(version, type)"),
+    K.ERR_CONTROL_VERSION: (CorruptRecordError, "control record key has version {value}; a negative version "
+                                                "is not a control key (version, type)"),
+}
+
+
+def control_record_type(key: bytes | memoryview | None) -> int:
+    """The type of a control record from its key held as bytes (``CONTROL_ABORT``, ``CONTROL_COMMIT``, ...), read
+    by the same compiled parser as the decoder's (:func:`segment_io._decode_kernels.control_key_type`).
+
+    Raises ``ValueError`` saying why the key is not a control key (fewer than 4 bytes, or a negative version),
+    with the decoder's words; the caller names the file and offset.
+    """
+    buf = np.frombuffer(key, np.uint8) if key is not None else None
+    ctype = K.CONTROL_KEY_SHORT if buf is None else int(K.control_key_type(buf, 0, len(buf)))
+    if ctype == K.CONTROL_KEY_SHORT:
+        code, value = K.ERR_CONTROL_KEY, -1 if buf is None else len(buf)
+    elif ctype == K.CONTROL_KEY_NEGATIVE_VERSION and buf is not None:  # (buf is None only for a short key)
+        code, value = K.ERR_CONTROL_VERSION, int.from_bytes(bytes(buf[:2]), "big", signed=True)
+    else:
+        return ctype
+    raise ValueError(_KERNEL_ERRORS[code][1].format(value=value))
+
+
+def _raise_kernel_error(seg: SegmentBytes, inp: _V2Input, err: np.ndarray) -> None:
+    code, i, pos, record, value = (int(x) for x in err)
+    cls, template = _KERNEL_ERRORS[code]
+    detail = template.format(value=value, record=record)
+    if inp.src[i] == 0:
+        where = f"file byte {pos}"
+    else:
+        where = f"byte {pos - int(inp.rstart[i])} of the decompressed payload"
+    raise seg.error(cls, f"{detail} (record {record}, {where})", int(inp.batches[i]))
+
+
+def _scan(seg: SegmentBytes, inp: _V2Input) -> np.ndarray:
+    totals = np.zeros(6, dtype=np.int64)
+    err = np.zeros(5, dtype=np.int64)
+    if not K.scan_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.rend, inp.counts, totals, err):
+        _raise_kernel_error(seg, inp, err)
+    return totals
+
+
+def _log_append(hdr: BatchHeaders, batches: np.ndarray) -> np.ndarray:
+    return (hdr.attributes[batches] & ATTR_TIMESTAMP_TYPE) != 0
+
+
+def _binary(typ: pa.DataType, n: int, offsets: np.ndarray, data: np.ndarray,
+            valid: np.ndarray | None) -> pa.Array:
+    null_count = 0 if valid is None else n - int(np.count_nonzero(valid))
+    validity = None if valid is None or null_count == 0 else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                 null_count=null_count)
+
+
+def _v2_columns(seg: SegmentBytes, inp: _V2Input, names: set[str]) -> dict[str, pa.Array] | None:
+    """Record columns of one run of v2 batches; None when a binary column would overflow int32 offsets."""
+    totals = _scan(seg, inp)
+    n = int(totals[K.TOT_RECORDS])
+    h = int(totals[K.TOT_HEADERS])
+    if max(totals[K.TOT_KEY_BYTES], totals[K.TOT_VALUE_BYTES], totals[K.TOT_HKEY_BYTES],
+           totals[K.TOT_HVALUE_BYTES], h) > _INT32_MAX:
+        return None
+    want_k, want_v, want_h = "key" in names, "value" in names, "headers" in names
+
+    def alloc(wanted: bool, size: int, dtype: type) -> np.ndarray:
+        return np.empty(size if wanted else 0, dtype=dtype)
+
+    hdr, batches = seg.hdr, inp.batches
+    offsets = np.empty(n, np.int64)
+    timestamps = np.empty(n, np.int64)
+    k_offs, k_data, k_valid = (alloc(want_k, n + 1, np.int32), alloc(want_k, int(totals[K.TOT_KEY_BYTES]), np.uint8),
+                               alloc(want_k, n, np.bool_))
+    refs = want_v and seg.value_refs
+    copy_v = want_v and not refs
+    v_offs, v_data, v_valid = (alloc(copy_v, n + 1, np.int32),
+                               alloc(copy_v, int(totals[K.TOT_VALUE_BYTES]), np.uint8), alloc(want_v, n, np.bool_))
+    v_refs = alloc(refs, n, np.int64)
+    h_offs = alloc(want_h, n + 1, np.int32)
+    hk_offs, hk_data = alloc(want_h, h + 1, np.int32), alloc(want_h, int(totals[K.TOT_HKEY_BYTES]), np.uint8)
+    hv_offs, hv_data, hv_valid = (alloc(want_h, h + 1, np.int32),
+                                  alloc(want_h, int(totals[K.TOT_HVALUE_BYTES]), np.uint8), alloc(want_h, h, np.bool_))
+    K.fill_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.counts, hdr.base_offset[batches],
+                   hdr.base_timestamp[batches], hdr.max_timestamp[batches], _log_append(hdr, batches),
+                   want_k, copy_v, want_h, refs, offsets, timestamps, k_offs, k_data, k_valid, v_offs, v_data,
+                   v_valid, v_refs, h_offs, hk_offs, hk_data, hv_offs, hv_data, hv_valid)
+
+    cols: dict[str, pa.Array] = {"offset": pa.array(offsets), "timestamp": pa.array(timestamps)}
+    if want_k:
+        cols["key"] = _binary(pa.binary(), n, k_offs, k_data, k_valid)
+    if refs:
+        cols["value"] = pa.array(v_refs, VALUE_REF_TYPE, mask=~v_valid)
+    elif want_v:
+        cols["value"] = _binary(pa.binary(), n, v_offs, v_data, v_valid)
+    if want_h:
+        hkeys = _binary(pa.string(), h, hk_offs, hk_data, None)
+        try:
+            hkeys.validate(full=True)
+        except pa.ArrowInvalid:
+            bad = int(batches[0])
+            raise seg.error(CorruptRecordError, "a record header key is not valid UTF-8 (in this batch or one "
+                                                "of the batches after it)", bad) from None
+        hvals = _binary(pa.binary(), h, hv_offs, hv_data, hv_valid)
+        items = pa.StructArray.from_arrays([hkeys, hvals], fields=list(HEADER_TYPE))
+        cols["headers"] = pa.Array.from_buffers(HEADERS_TYPE, n, [None, pa.py_buffer(h_offs)], children=[items])
+    cols.update(_v2_batch_columns(seg, batches, inp.counts, names))
+    return cols
+
+
+def _v2_batch_columns(seg: SegmentBytes, batches: np.ndarray, counts: np.ndarray,
+                      names: set[str]) -> dict[str, pa.Array]:
+    """Batch-level columns of RECORD_SCHEMA, repeated once per record."""
+    hdr = seg.hdr
+    attrs = hdr.attributes[batches]
+    # each record's batch, once: every column is then one gather (not a gather per batch and a repeat)
+    rows = np.repeat(batches, counts)
+    row_attrs = np.repeat(attrs, counts)
+    per_row = {
+        "timestamp_type": lambda: ((row_attrs & ATTR_TIMESTAMP_TYPE) != 0).astype(np.int8),
+        "batch_base_offset": lambda: hdr.base_offset[rows],
+        "batch_last_offset": lambda: hdr.last_offset[rows],
+        "batch_position": lambda: hdr.position[rows],
+        "batch_size": lambda: hdr.size[rows],
+        "batch_base_timestamp": lambda: hdr.base_timestamp[rows],
+        "batch_max_timestamp": lambda: hdr.max_timestamp[rows],
+        "magic": lambda: hdr.magic[rows],
+        "codec": lambda: (row_attrs & ATTR_CODEC_MASK).astype(np.int8),  # v2 only: no legacy codec bits to pick
+        "transactional": lambda: (row_attrs & ATTR_TRANSACTIONAL) != 0,
+        "control": lambda: (row_attrs & ATTR_CONTROL) != 0,
+        "producer_id": lambda: hdr.producer_id[rows],
+        "producer_epoch": lambda: hdr.producer_epoch[rows],
+        "base_sequence": lambda: hdr.base_sequence[rows],
+        "partition_leader_epoch": lambda: hdr.partition_leader_epoch[rows],
+    }
+    out: dict[str, pa.Array] = {}
+    for name, values in per_row.items():
+        if name in names:
+            out[name] = arrow_array(values(), _RECORD_TYPES[name])
+    if "delete_horizon_ms" in names:
+        out["delete_horizon_ms"] = _horizons(attrs, hdr.base_timestamp[batches], counts)
+    return out
+
+
+def _horizons(attrs: np.ndarray, base_timestamp: np.ndarray, counts: np.ndarray) -> pa.Array:
+    """The ``delete_horizon_ms`` column of records of v2 batches: the base timestamp of a batch whose delete
+    horizon flag is set, else null."""
+    horizon = (attrs & ATTR_DELETE_HORIZON) != 0
+    n = int(counts.sum())
+    if not horizon.any():  # the common case: no mask to build and apply
+        return pa.nulls(n, pa.int64())
+    return pa.array(np.repeat(base_timestamp, counts), type=pa.int64(), mask=~np.repeat(horizon, counts))
+
+
+def decode_v2(seg: SegmentBytes, batches: np.ndarray, names: set[str]) -> list[dict[str, pa.Array]]:
+    return _decode_v2_records(seg, _v2_batches(seg, batches), names)
+
+
+def _decode_v2_records(seg: SegmentBytes, batches: np.ndarray, names: set[str]) -> list[dict[str, pa.Array]]:
+    out: list[dict[str, pa.Array]] = []
+    for inp in _v2_inputs(seg, batches):
+        cols = _v2_columns(seg, inp, names)
+        if cols is not None:
+            out.append(cols)
+            continue
+        if len(inp.batches) == 1:
+            raise seg.error(InvalidLengthError, "batch holds more than 2 GiB of keys, values or headers",
+                            int(inp.batches[0]))
+        half = len(inp.batches) // 2
+        out += _decode_v2_records(seg, inp.batches[:half], names)
+        out += _decode_v2_records(seg, inp.batches[half:], names)
+    return out
+
+
+
+# --------------------------------------------------------------------------------------------------
+# Key hashes (first compaction pass)
+# --------------------------------------------------------------------------------------------------
+
+
+def key_hash_v2(seg: SegmentBytes, batches: np.ndarray) -> list[pa.Table]:
+    return [_key_hash_input(seg, inp) for inp in _v2_inputs(seg, _v2_batches(seg, batches))]
+
+
+def _key_hash_input(seg: SegmentBytes, inp: _V2Input) -> pa.Table:
+    hdr = seg.hdr
+    totals = _scan(seg, inp)
+    n = int(totals[K.TOT_RECORDS])
+    b = inp.batches
+    out = {name: np.empty(n, dtype) for name, dtype in (
+        ("offset", np.int64), ("timestamp", np.int64), ("key_hash_hi", np.int64), ("key_hash_lo", np.int64),
+        ("key_is_null", np.bool_), ("value_is_null", np.bool_), ("control_type", np.int16))}
+    err = np.zeros(5, dtype=np.int64)
+    control = (hdr.attributes[b] & ATTR_CONTROL) != 0
+    if not K.hash_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.counts, hdr.base_offset[b],
+                          hdr.base_timestamp[b], hdr.max_timestamp[b], _log_append(hdr, b), control,
+                          out["offset"], out["timestamp"], out["key_hash_hi"], out["key_hash_lo"],
+                          out["key_is_null"], out["value_is_null"], out["control_type"], err):
+        _raise_kernel_error(seg, inp, err)
+    counts = inp.counts
+    attrs = hdr.attributes[b]
+    repeated = {
+        "batch_base_offset": hdr.base_offset[b], "batch_last_offset": hdr.last_offset[b],
+        "transactional": (attrs & ATTR_TRANSACTIONAL) != 0, "control": control,
+        "producer_id": hdr.producer_id[b], "producer_epoch": hdr.producer_epoch[b],
+        "batch_max_timestamp": hdr.max_timestamp[b], "magic": hdr.magic[b],
+    }
+    cols: dict[str, pa.Array] = {name: arrow_array(values, _KEY_HASH_TYPES[name]) for name, values in out.items()}
+    for name, values in repeated.items():
+        cols[name] = arrow_array(np.repeat(values, counts), _KEY_HASH_TYPES[name])
+    cols["delete_horizon_ms"] = _horizons(attrs, hdr.base_timestamp[b], counts)
+    return pa.Table.from_arrays([cols[name] for name in KEY_HASH_SCHEMA.names], schema=KEY_HASH_SCHEMA)
+
+
+__all__ = ["check_v2_crcs", "control_record_type", "decode_v2", "key_hash_v2"]
