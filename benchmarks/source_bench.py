@@ -138,7 +138,8 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data")) -> list[dict]:
         large, large_s = generate_bench_log_dir(root / "log-dir", total, segment_bytes=(8 if quick else 64) << 20)
         small, small_s = generate_bench_log_dir(root / "small-segments", SMALL_DIR_BYTES,
                                                 segment_bytes=SMALL_SEGMENT_BYTES, batch_records=SMALL_BATCH_RECORDS)
-        rows: list[dict] = [{"bench": "generate both log dirs (untimed set-up)", "seconds": round(large_s + small_s, 1)}]
+        rows: list[dict] = [{"bench": "generate both log dirs (untimed set-up)",
+                             "seconds": round(large_s + small_s, 1)}]
         spark, startup_s = timed_session("local[2]")
         rows.append({"bench": "Spark start-up (local[2], excluded from query times)", "seconds": round(startup_s, 1)})
         register(spark)

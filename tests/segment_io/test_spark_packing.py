@@ -16,7 +16,6 @@ from segment_io.decode import read_segment
 from segment_io.generate import GenerateSpec, generate_log_dir
 from segment_io.schema import RECORD_SCHEMA
 from segment_io.spark import FORMAT_NAME, DataSourceOptionError, parse_options, register
-from segment_io.spark.bounds import RowBounds
 from segment_io.spark.filters import EqualTo, GreaterThanOrEqual, LessThan
 from segment_io.spark.packing import SPLIT_OPEN_COST_BYTES, PackedSplit, pack_splits
 from segment_io.spark.planning import SegmentSplit
