@@ -19,6 +19,7 @@ SECTIONS = {
     "codec": "benchmarks.codec_bench",
     "many-partitions": "benchmarks.many_partitions_bench",
     "compact": "benchmarks.compact_bench",
+    "e2e": "benchmarks.e2e_bench",
     "external-sort": "benchmarks.external_sort_bench",
     "retain": "benchmarks.retain_bench",
     "source": "benchmarks.source_bench",
@@ -37,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--huge", action="store_true",
                         help="external-sort: also 50 M and 100 M keys (14 and 28 GB of input, about twice that "
                              "free in --data-dir, which should be outside the repository)")
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="e2e: runs of each case (default 3; 1 for a single look at the 4 GB cases)")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import importlib
@@ -51,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         kwargs = {"quick": args.quick}
         if "data_dir" in module.run.__code__.co_varnames:
             kwargs["data_dir"] = Path(args.data_dir)
+        if "repeat" in module.run.__code__.co_varnames:
+            kwargs["repeat"] = args.repeat
         if "huge_cases" in module.run.__code__.co_varnames:
             kwargs["huge_cases"] = args.huge
         rows = module.run(**kwargs)
