@@ -12,14 +12,10 @@ Data (:mod:`segment_io.generate`), shaped like compacted logs: 1 KB values, ever
 order (so superseded records are spread over every batch), in several segment sizes, Kafka's default 1 GiB
 among them, and some codecs (values JSON-like text where compressed, so the codec has work):
 
-=========================================  =====================================  ==============================
-case                                       full run                               ``--quick``
-=========================================  =====================================  ==============================
-uncompressed, 128 MiB segments             4 GB in 8 partitions                   200 MB, 8 MiB segments
-uncompressed, 1 GiB segments               4 GB in 2 partitions (2 segments each)  200 MB in 2, 64 MiB segments
-lz4, 128 MiB segments                      1 GB in 8 partitions                   50 MB, 8 MiB segments
-zstd, 128 MiB segments                     1 GB in 8 partitions                   50 MB, 8 MiB segments
-=========================================  =====================================  ==============================
+* uncompressed, 128 MiB segments: 4 GB in 8 partitions (``--quick``: 200 MB, 8 MiB segments);
+* uncompressed, 1 GiB segments: 4 GB in 2 partitions, two segments each (``--quick``: 200 MB in 2, 64 MiB);
+* lz4, 128 MiB segments: 1 GB of records in 8 partitions (``--quick``: 50 MB, 8 MiB segments);
+* zstd, 128 MiB segments: 1 GB of records in 8 partitions (``--quick``: 50 MB, 8 MiB segments).
 
 Each case runs ``--repeat`` times (default 3) on a fresh copy of its log dir, and each run's
 timeline is printed: when each progress line reached this process (seconds from the process's start: start-up
@@ -170,7 +166,7 @@ def run_case(case: Case, root: Path, repeat: int) -> list[dict]:
     summary = {"bench": f"e2e {case.name}: segjobs compact, new process, default options (median of {repeat})",
                "input_MB": round(input_bytes / 1e6), "output_MB": round(runs[-1].output_bytes / 1e6),
                "wall_s": round(median_wall, 1), "wall_min_max_s": f"{min(walls):.1f}-{max(walls):.1f}",
-               "floor_s": round(median_floor, 2), "floor_min_max_s": f"{min(floors):.1f}-{max(floors):.1f}",
+               "floor_s": round(median_floor, 2), "floor_min_max_s": f"{min(floors):.2f}-{max(floors):.2f}",
                "ratio_to_floor": round(ratio, 2), "loads": "; ".join(r.load for r in runs)}
     if case.total_bytes >= 4_000_000_000:
         summary.update(target=f"<= {TARGET_VS_FLOOR}x the floor (idle)", result=verdict(ratio <= TARGET_VS_FLOOR))

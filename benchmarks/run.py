@@ -24,6 +24,7 @@ SECTIONS = {
     "retain": "benchmarks.retain_bench",
     "source": "benchmarks.source_bench",
     "costs": "benchmarks.fixed_cost_bench",
+    "cost-parts": "benchmarks.fixed_cost_parts",
     "s3-planning": "benchmarks.s3_planning_bench",
     "table": "benchmarks.table_bench",
 }
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="external-sort: also 50 M and 100 M keys (14 and 28 GB of input, about twice that "
                              "free in --data-dir, which should be outside the repository)")
     parser.add_argument("--repeat", type=int, default=None,
-                        help="e2e: runs of each case (default 3; 1 for a single look at the 4 GB cases)")
+                        help="e2e, cost-parts: runs of each case (default 3; 1 for a single look at the 4 GB cases)")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import importlib
