@@ -9,11 +9,13 @@ Heavy: the end-to-end sections generate gigabytes under ./bench-data (removed af
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import platform
 import sys
 from pathlib import Path
+from typing import Any
 
 SECTIONS = {
     "codec": "benchmarks.codec_bench",
@@ -52,12 +54,14 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown section {name!r}; choose from {list(SECTIONS)}")
         module = importlib.import_module(SECTIONS[name])
         print(f"\n## {name}", flush=True)
-        kwargs = {"quick": args.quick}
-        if "data_dir" in module.run.__code__.co_varnames:
+        # only the parameters a section's run() declares (co_varnames would also list its local variables)
+        parameters = inspect.signature(module.run).parameters
+        kwargs: dict[str, Any] = {"quick": args.quick}
+        if "data_dir" in parameters:
             kwargs["data_dir"] = Path(args.data_dir)
-        if "repeat" in module.run.__code__.co_varnames:
+        if "repeat" in parameters:
             kwargs["repeat"] = args.repeat
-        if "huge_cases" in module.run.__code__.co_varnames:
+        if "huge_cases" in parameters:
             kwargs["huge_cases"] = args.huge
         rows = module.run(**kwargs)
         for row in rows:
