@@ -77,8 +77,8 @@ def session_parts() -> dict[str, float]:
     ended = time.time()
     marks = json.loads(out.strip().splitlines()[-1])
     return {"interpreter start to first line": marks["started"] - t0,
-            "imports (spark_session, pyspark)": marks["imported"] - marks["started"],
-            "JVM and Spark session": marks["session"] - marks["imported"],
+            "imports (jobs.engine.spark_session)": marks["imported"] - marks["started"],
+            "JVM and Spark session (pyspark's imports included)": marks["session"] - marks["imported"],
             "Python workers and first task": marks["first_task"] - marks["session"],
             "a warm task": marks["warm_task"] - marks["first_task"],
             "stop": marks["stopped"] - marks["warm_task"],
