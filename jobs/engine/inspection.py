@@ -22,7 +22,7 @@ from jobs.engine.frame import JobContext
 from jobs.engine.html_report import inspect_html, write_html
 from jobs.engine.options import DEFAULT_DEDUPE_BUFFER_BYTES, InspectOptions
 from jobs.engine.outcomes import INSPECT_COLUMNS, InspectRow, InspectTotals
-from jobs.engine.packed_tasks import StageProgress, read_cost, run_packed
+from jobs.engine.packed_tasks import StageProgress, log_bytes, read_cost, run_packed
 from jobs.engine.render import in_order, inspect_topic_columns, inspect_topic_row, inspect_totals, per_topic
 from jobs.engine.report import (
     RunReport,
@@ -321,7 +321,8 @@ def work(ctx: JobContext) -> None:
     inspected = run_packed(ctx.runner, inspect_partition, tasks, costs,
                            description=ctx.job_description(f"inspect {len(tasks)} partition(s)"
                                                            + (" (exact)" if exact else "")),
-                           progress=StageProgress(ctx.progress, "inspecting", costs, "inspect.progress"),
+                           progress=StageProgress(ctx.progress, "inspecting",
+                                                  [log_bytes(task.listing) for task in tasks], "inspect.progress"),
                            on_failure=_failed_inspection)
     for stats in inspected:
         key = (stats.topic, stats.partition)

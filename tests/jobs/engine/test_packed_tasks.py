@@ -49,7 +49,7 @@ def test_run_packed_returns_every_result_in_order_packing_small_items_into_few_t
     assert runner.calls < 10  # bins of many small items, not a task each
     assert runner.descriptions == ["squares"]
     # the last bin's results always make a line, whatever the interval
-    assert lines.lines[-1][0] == "squaring: 40 of 40 partition(s) done, 0.0 of 0.0 MB read (with open costs)"
+    assert lines.lines[-1][0] == "squaring: 40 of 40 partition(s) done, 0.0 of 0.0 MB"
     assert lines.lines[-1][1] == {"event": "test.progress", "done": 40, "of": 40,
                                   "seconds": lines.lines[-1][1]["seconds"]}
 
