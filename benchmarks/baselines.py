@@ -51,10 +51,10 @@ def timed_session(master: str = "local[2]") -> tuple[Any, float]:
 
 
 def generate_bench_log_dir(out_dir: Path, total_bytes: int, *, partitions: int = 8, segment_bytes: int,
-                           superseded_share: float = 0.5) -> tuple[Any, float]:
+                           superseded_share: float = 0.5, batch_records: int = 50) -> tuple[Any, float]:
     """A fresh broker-style log dir of about ``total_bytes`` of 1 KB-value records (uncompressed, no
-    tombstones, no transactions) in ``partitions`` partitions of topic ``bench``; returns the generator's
-    result and the seconds generation took."""
+    tombstones, no transactions, ``batch_records`` records a batch) in ``partitions`` partitions of topic
+    ``bench``; returns the generator's result and the seconds generation took."""
     from segment_io.generate import GenerateSpec, generate_log_dir
 
     if out_dir.exists():
@@ -62,7 +62,7 @@ def generate_bench_log_dir(out_dir: Path, total_bytes: int, *, partitions: int =
     spec = GenerateSpec(topics=("bench",), partitions=partitions,
                         records=max(1, total_bytes // partitions // BYTES_PER_1KB_RECORD),
                         value_bytes=1000, superseded_share=superseded_share, tombstone_share=0.0,
-                        segment_bytes=segment_bytes)
+                        segment_bytes=segment_bytes, batch_records=batch_records)
     t0 = time.perf_counter()
     result = generate_log_dir(spec, out_dir)
     return result, time.perf_counter() - t0

@@ -9,20 +9,24 @@ Heavy: the end-to-end sections generate gigabytes under ./bench-data (removed af
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import platform
 import sys
 from pathlib import Path
+from typing import Any
 
 SECTIONS = {
     "codec": "benchmarks.codec_bench",
     "many-partitions": "benchmarks.many_partitions_bench",
     "compact": "benchmarks.compact_bench",
+    "e2e": "benchmarks.e2e_bench",
     "external-sort": "benchmarks.external_sort_bench",
     "retain": "benchmarks.retain_bench",
     "source": "benchmarks.source_bench",
     "costs": "benchmarks.fixed_cost_bench",
+    "cost-parts": "benchmarks.fixed_cost_parts",
     "s3-planning": "benchmarks.s3_planning_bench",
     "table": "benchmarks.table_bench",
 }
@@ -37,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--huge", action="store_true",
                         help="external-sort: also 50 M and 100 M keys (14 and 28 GB of input, about twice that "
                              "free in --data-dir, which should be outside the repository)")
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="e2e, cost-parts: runs of each case (default 3; 1 for a single look at the 4 GB cases)")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import importlib
@@ -48,10 +54,14 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown section {name!r}; choose from {list(SECTIONS)}")
         module = importlib.import_module(SECTIONS[name])
         print(f"\n## {name}", flush=True)
-        kwargs = {"quick": args.quick}
-        if "data_dir" in module.run.__code__.co_varnames:
+        # only the parameters a section's run() declares (co_varnames would also list its local variables)
+        parameters = inspect.signature(module.run).parameters
+        kwargs: dict[str, Any] = {"quick": args.quick}
+        if "data_dir" in parameters:
             kwargs["data_dir"] = Path(args.data_dir)
-        if "huge_cases" in module.run.__code__.co_varnames:
+        if "repeat" in parameters:
+            kwargs["repeat"] = args.repeat
+        if "huge_cases" in parameters:
             kwargs["huge_cases"] = args.huge
         rows = module.run(**kwargs)
         for row in rows:

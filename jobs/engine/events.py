@@ -58,6 +58,9 @@ EVENTS = {
                    "(a run with nothing due starts none); spark_started_early_s: how long its start took when it "
                    "was started ahead of need, overlapping the run's own work",
     "scan.start": "the partitions are being scanned (spark_startup_s: Spark's start-up when it started first)",
+    "scan.progress": "how far a scan that reads whole logs is (done: partitions scanned, of: in all; seconds since "
+                     "its start): when results come back, and every few seconds while none does "
+                     "(jobs.engine.packed_tasks)",
     "scan.done": "every partition in scope was scanned (read_in_full: how many small ones that may be due were "
                  "read in full at once)",
     "partition.unreadable": "a partition could not be read (left untouched)",
@@ -73,6 +76,7 @@ EVENTS = {
     "retain.failed": "a partition's retention failed",
     "retain.refused": "the delete-fraction limit left a topic untouched",
     "inspect.start": "how many partitions are being inspected",
+    "inspect.progress": "how far the inspection tasks are (done: partitions inspected, of: in all), as scan.progress",
     "plan.written": "the plan file of a dry run was written",
     "report.written": "the JSON report was written",
     "html.written": "the HTML report with the charts was written (inspect --html)",

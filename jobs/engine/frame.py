@@ -26,6 +26,7 @@ from jobs.engine.collector import frozen_heap
 from jobs.engine.kernels import COLD_NOTICE, kernels_cold
 from jobs.engine.options import ChangeOptions, JobOptions, LockingOptions
 from jobs.engine.outcomes import ledger_rows
+from jobs.engine.packed_tasks import StageProgress, failed_scan, log_bytes, read_cost, run_packed
 from jobs.engine.planfile import Plan, PlanStage, config_origins, describe_plan, fingerprint
 from jobs.engine.recovery_summary import recovered_text
 from jobs.engine.report import (
@@ -670,6 +671,11 @@ class _Frame:
                 # on an object store each task also overlaps its partitions' round trips (storage.io_concurrency)
                 scans = [s for part in ctx.parallel_map(scan_chunk_task, _chunks(items, tasks), description=what)
                          for s in part]
+            elif tasks is None:  # whole logs: packed by bytes, each task's scans reported as it ends
+                costs, sizes = [read_cost(item[1]) for item in items], [log_bytes(item[1]) for item in items]
+                scans = run_packed(runner, scan_task, items, costs, description=ctx.job_description(what),
+                                   progress=StageProgress(progress, "scanning", sizes, "scan.progress"),
+                                   on_failure=failed_scan)
             else:
                 scans = ctx.parallel_map(scan_task, items, tasks=tasks, description=what)
         for scan in scans:

@@ -22,6 +22,7 @@ from jobs.engine.frame import JobContext
 from jobs.engine.html_report import inspect_html, write_html
 from jobs.engine.options import DEFAULT_DEDUPE_BUFFER_BYTES, InspectOptions
 from jobs.engine.outcomes import INSPECT_COLUMNS, InspectRow, InspectTotals
+from jobs.engine.packed_tasks import StageProgress, log_bytes, read_cost, run_packed
 from jobs.engine.render import in_order, inspect_topic_columns, inspect_topic_row, inspect_totals, per_topic
 from jobs.engine.report import (
     RunReport,
@@ -37,6 +38,7 @@ from jobs.engine.report import (
 )
 from jobs.engine.retention import DeleteLimit, RetentionParams, plan_retention_first, retention_decisions
 from jobs.engine.scan import PartitionError
+from jobs.engine.tasks import TaskFailure
 from jobs.logdir.commit import Committer
 from jobs.rules.cardinality import HyperLogLog, exact_distinct
 from jobs.rules.config import TopicConfig
@@ -270,6 +272,12 @@ def _plan_values(state: PartitionState, config: TopicConfig, plan: CompactionPla
     }
 
 
+def _failed_inspection(task: InspectTask, failure: TaskFailure) -> PartitionStats:
+    """The statistics of a partition whose inspection task died: its row reports the error."""
+    return PartitionStats(task.listing.topic, task.listing.partition, error=PartitionError(failure.kind,
+                                                                                          failure.detail))
+
+
 def work(ctx: JobContext) -> None:
     """The inspection job's work (see :func:`jobs.engine.frame.run_job`): one row per partition into the
     report, and the totals. Nothing is written to the log dir."""
@@ -309,8 +317,14 @@ def work(ctx: JobContext) -> None:
                                  compactable=not held))
     ctx.progress(f"inspecting {len(tasks)} partition(s)" + (" (exact)" if exact else ""), event="inspect.start",
                  partitions=len(tasks), exact=exact)
-    for stats in ctx.parallel_map(inspect_partition, tasks,
-                                  description=f"inspect {len(tasks)} partition(s)" + (" (exact)" if exact else "")):
+    costs = [read_cost(task.listing) for task in tasks]
+    inspected = run_packed(ctx.runner, inspect_partition, tasks, costs,
+                           description=ctx.job_description(f"inspect {len(tasks)} partition(s)"
+                                                           + (" (exact)" if exact else "")),
+                           progress=StageProgress(ctx.progress, "inspecting",
+                                                  [log_bytes(task.listing) for task in tasks], "inspect.progress"),
+                           on_failure=_failed_inspection)
+    for stats in inspected:
         key = (stats.topic, stats.partition)
         if stats.error is not None:
             values[key] = {"error": str(stats.error)}

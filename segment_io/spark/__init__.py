@@ -16,8 +16,13 @@ exact types of :data:`segment_io.schema.RECORD_SCHEMA`, or with ``schema`` ``kaf
 ``verifyCrc``          check every batch CRC (default true)
 ``allowTruncatedTail`` read a segment whose last batch is cut short, without that batch (default false)
 ``batchRows``          rows per Arrow batch handed to Spark (default 65536)
-``maxSplitBytes``      segments larger than this are read by several tasks: bytes or a binary unit,
-                       ``64MiB`` (default 128MiB)
+``maxSplitBytes``      the most one task reads: segments larger than this are read by several tasks,
+                       consecutive smaller ones are packed into one task up to it, each weighing its size
+                       plus 1 MiB (:mod:`segment_io.spark.packing`); bytes or a binary unit, ``64MiB``
+                       (default 128MiB)
+``columns``            comma-separated columns of the chosen ``schema``: the rows have only these, in this
+                       order, and only what they need is decoded (no record bytes without ``key``, ``value``
+                       and ``headers``); Spark does no column pruning for a Python data source
 ``schema``             ``segments`` (default): every record and batch field; ``kafka``: exactly the columns
                        and types of ``spark.read.format("kafka")`` with ``includeHeaders`` (key, value, topic,
                        partition, offset, timestamp as a TimestampType, timestampType, headers), so a query

@@ -83,6 +83,12 @@ class RowBounds:
         return any(v is not None for v in (self.offset_min, self.offset_max, self.timestamp_min, self.timestamp_max))
 
     @property
+    def filters_rows(self) -> bool:
+        """Whether :meth:`row_mask` filters rows (an offset or timestamp range is bounded)."""
+        return any(bound is not None for bound in (self.offset_min, self.offset_max, self.timestamp_min,
+                                                   self.timestamp_max))
+
+    @property
     def is_empty(self) -> bool:
         """True when the ranges contradict each other, so nothing can match."""
         return _empty(self.offset_min, self.offset_max) or _empty(self.timestamp_min, self.timestamp_max)

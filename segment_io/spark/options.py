@@ -35,14 +35,14 @@ S3_OPTIONS: dict[str, str] = {
 #: Every option the source accepts, spelt as documented (Spark lower-cases keys before we see them).
 KNOWN_OPTIONS: tuple[str, ...] = (
     "path", "topics", "partitions", "startingOffset", "endingOffset", "startingTimestamp", "endingTimestamp",
-    "includeControl", "verifyCrc", "allowTruncatedTail", "batchRows", "maxSplitBytes", "schema", "read",
-    *S3_OPTIONS,
+    "includeControl", "verifyCrc", "allowTruncatedTail", "batchRows", "maxSplitBytes", "schema", "columns",
+    "read", *S3_OPTIONS,
 )
 #: Values of the ``read`` option: every record, or the latest record per key (a compacted topic as a table).
 READ_MODES = ("records", "latest")
 #: Options that select records by offset or time, or shape record rows: meaningless for ``read`` ``latest``.
 _RECORD_ONLY_OPTIONS = ("startingOffset", "endingOffset", "startingTimestamp", "endingTimestamp", "includeControl",
-                        "schema")
+                        "schema", "columns")
 _CANONICAL = {name.lower(): name for name in KNOWN_OPTIONS}
 
 
@@ -72,6 +72,10 @@ class ReadOptions:
     max_split_bytes: int = DEFAULT_MAX_SPLIT_BYTES
     #: The rows' schema, a key of :data:`segment_io.spark.schemas.ROW_SCHEMAS`: ``segments`` or ``kafka``.
     row_schema: str = "segments"
+    #: The columns of the rows, of the row schema, in this order (the ``columns`` option); None: all of them.
+    #: Spark does not tell a Python data source which columns a query uses, so this is how a query that needs
+    #: no ``value`` avoids decoding one.
+    columns: tuple[str, ...] | None = None
     #: Only the S3 settings the user gave; the rest is resolved from the environment where the read runs.
     s3_overrides: StorageOptions = StorageOptions()
     #: ``records`` (default) or ``latest``: one row per live key of each partition (:mod:`segment_io.latest`)
@@ -117,6 +121,7 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         batch_rows=_int(get, "batchRows", minimum=1) or DEFAULT_BATCH_ROWS,
         max_split_bytes=_size(get, "maxSplitBytes", minimum=1) or DEFAULT_MAX_SPLIT_BYTES,
         row_schema=_row_schema(get("schema")),
+        columns=_columns(get("columns"), _row_schema(get("schema"))),
         s3_overrides=StorageOptions(**{field: get(opt) for opt, field in S3_OPTIONS.items()}),
         read_mode=_read_mode(get("read")),
     )
@@ -187,6 +192,23 @@ def _row_schema(raw: str | None) -> str:
     if name not in ROW_SCHEMAS:
         raise DataSourceOptionError("schema", f"{raw!r} is not a schema; give one of {', '.join(ROW_SCHEMAS)}")
     return name
+
+
+def _columns(raw: str | None, row_schema: str) -> tuple[str, ...] | None:
+    from segment_io.spark.schemas import ROW_SCHEMAS
+
+    if raw is None:
+        return None
+    names = tuple(name.strip() for name in raw.split(","))
+    known = ROW_SCHEMAS[row_schema].arrow_schema.names
+    for name in names:
+        if name not in known:
+            raise DataSourceOptionError("columns", f"{name!r} is not a column of schema {row_schema!r}; its columns "
+                                                   f"are {', '.join(known)}")
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise DataSourceOptionError("columns", f"{', '.join(map(repr, repeated))} given more than once")
+    return names
 
 
 def _topic_globs(raw: str | None) -> tuple[str, ...]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -67,6 +67,11 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICROS_PER_MS = 1000
 
 
+#: How one column of a row schema is made from a decoded ``RECORD_SCHEMA`` table: the record columns it reads, and
+#: the function that makes it (vectorised: no Python object per record).
+ColumnMaker = tuple[tuple[str, ...], Callable[[pa.Table], Any]]
+
+
 @dataclass(frozen=True)
 class RowSchema:
     """One choice of the ``schema`` option: what Spark is told, and how decoded records become its rows."""
@@ -74,14 +79,32 @@ class RowSchema:
     name: str
     spark_schema: StructType
     arrow_schema: pa.Schema
-    #: A ``RECORD_SCHEMA`` table -> a table of ``arrow_schema``.
-    convert: Callable[[pa.Table], pa.Table]
+    #: Every column of ``arrow_schema`` -> how it is made (:data:`ColumnMaker`).
+    makers: dict[str, ColumnMaker]
     #: Whether filters on ``timestamp`` carry instants (translated to the records' epoch milliseconds).
     timestamp_filters: bool = False
 
-    def rows(self, table: pa.Table) -> pa.Table:
-        """``table`` (of ``RECORD_SCHEMA``) as rows of this schema."""
-        return self.convert(table)
+    def column_names(self, columns: Sequence[str] | None = None) -> tuple[str, ...]:
+        """The columns of the rows: ``columns`` (the ``columns`` option) or, when None, all of them."""
+        return tuple(self.arrow_schema.names) if columns is None else tuple(columns)
+
+    def spark_schema_of(self, columns: Sequence[str] | None = None) -> StructType:
+        """What Spark is told the rows are: this schema's fields for ``columns`` (None: all), in that order."""
+        return StructType([self.spark_schema[name] for name in self.column_names(columns)])
+
+    def record_columns(self, columns: Sequence[str] | None = None) -> tuple[str, ...]:
+        """The ``RECORD_SCHEMA`` columns the rows of ``columns`` (None: all) are made of: all that must be
+        decoded. Without ``key``, ``value`` and ``headers`` no record's bytes are copied (see
+        :func:`segment_io.decode.decode_segment_bytes`)."""
+        needed = {source for name in self.column_names(columns) for source in self.makers[name][0]}
+        return tuple(name for name in RECORD_SCHEMA.names if name in needed)
+
+    def rows(self, table: pa.Table, columns: Sequence[str] | None = None) -> pa.Table:
+        """``table`` (of ``RECORD_SCHEMA``, or at least its :meth:`record_columns`) as rows of this schema's
+        ``columns`` (None: all)."""
+        names = self.column_names(columns)
+        schema = pa.schema([self.arrow_schema.field(name) for name in names])
+        return pa.Table.from_arrays([self.makers[name][1](table) for name in names], schema=schema)
 
     def source_filters(self, filters: list[Any]) -> list[tuple[Any, Any]]:
         """Pair each of Spark's filters with its equivalent on ``RECORD_SCHEMA`` (None: none, Spark applies it).
@@ -105,24 +128,27 @@ class RowSchema:
         return narrowed, [f for f, s in pairs if s is None or id(s) in unhandled]
 
 
-def _identity(table: pa.Table) -> pa.Table:
-    return table
+def _record_column(name: str) -> ColumnMaker:
+    return (name,), lambda table: table.column(name)
 
 
-def _to_kafka_rows(table: pa.Table) -> pa.Table:
-    """The kafka schema's columns from a ``RECORD_SCHEMA`` table: vectorised, no Python object per record."""
+def _kafka_timestamp(table: pa.Table) -> Any:
     millis = table.column("timestamp").cast(pa.timestamp("ms", tz="UTC"))
-    columns = [
-        table.column("key"),
-        table.column("value"),
-        table.column("topic"),
-        table.column("partition"),
-        table.column("offset"),
-        millis.cast(KAFKA_ARROW_SCHEMA.field("timestamp").type),
-        table.column("timestamp_type").cast(pa.int32()),
-        _headers_or_null(table.column("headers"), KAFKA_ARROW_SCHEMA.field("headers").type),
-    ]
-    return pa.Table.from_arrays(columns, schema=KAFKA_ARROW_SCHEMA)
+    return millis.cast(KAFKA_ARROW_SCHEMA.field("timestamp").type)
+
+
+#: The kafka schema's columns from a ``RECORD_SCHEMA`` table.
+_KAFKA_MAKERS: dict[str, ColumnMaker] = {
+    "key": _record_column("key"),
+    "value": _record_column("value"),
+    "topic": _record_column("topic"),
+    "partition": _record_column("partition"),
+    "offset": _record_column("offset"),
+    "timestamp": (("timestamp",), _kafka_timestamp),
+    "timestampType": (("timestamp_type",), lambda table: table.column("timestamp_type").cast(pa.int32())),
+    "headers": (("headers",), lambda table: _headers_or_null(table.column("headers"),
+                                                             KAFKA_ARROW_SCHEMA.field("headers").type)),
+}
 
 
 def _headers_or_null(headers: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
@@ -158,8 +184,9 @@ def _millisecond_filter(f: Any) -> Any:
     return None
 
 
-SEGMENTS = RowSchema("segments", from_arrow_schema(RECORD_SCHEMA), RECORD_SCHEMA, _identity)
-KAFKA = RowSchema("kafka", KAFKA_SPARK_SCHEMA, KAFKA_ARROW_SCHEMA, _to_kafka_rows, timestamp_filters=True)
+SEGMENTS = RowSchema("segments", from_arrow_schema(RECORD_SCHEMA), RECORD_SCHEMA,
+                     {name: _record_column(name) for name in RECORD_SCHEMA.names})
+KAFKA = RowSchema("kafka", KAFKA_SPARK_SCHEMA, KAFKA_ARROW_SCHEMA, _KAFKA_MAKERS, timestamp_filters=True)
 
 #: The values of the ``schema`` option; the first is the default.
 ROW_SCHEMAS: dict[str, RowSchema] = {s.name: s for s in (SEGMENTS, KAFKA)}

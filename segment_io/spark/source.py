@@ -3,8 +3,9 @@
     segment_io.spark.register(spark)
     df = spark.read.format("kafka-segments").option("topics", "orders*").load("s3://bucket/kafka/logs")
 
-Planning (listing, split cutting, pruning) runs in Spark's planner Python worker; each split is decoded
-by :func:`segment_io.decode.decode_segment_bytes` in a task, straight into Arrow record batches.
+Planning (listing, split cutting, pruning, packing small splits into tasks: :mod:`segment_io.spark.packing`)
+runs in Spark's planner Python worker; each split is decoded by :func:`segment_io.decode.decode_segment_bytes` in
+a task, straight into Arrow record batches, decoding only the columns the ``columns`` option asks for.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from segment_io.schema import RECORD_SCHEMA
 from segment_io.spark.bounds import RowBounds
 from segment_io.spark.filters import BASE_PUSH_FILTERS, Filter
 from segment_io.spark.options import ReadOptions, parse_options
+from segment_io.spark.packing import PackedSplit, pack_splits
 from segment_io.spark.planning import SegmentSplit, batch_min_offsets, list_segments, plan_splits
 from segment_io.spark.schemas import ROW_SCHEMAS, SEGMENTS
-from segment_io.storage import open_storage
+from segment_io.storage import Storage, open_storage
+from segment_io.storage.base import map_ahead
 
 FORMAT_NAME = "kafka-segments"
 
@@ -38,7 +41,8 @@ FORMAT_NAME = "kafka-segments"
 #: and nowhere else; :mod:`segment_io.spark.schemas` has the others.
 SPARK_SCHEMA: StructType = SEGMENTS.spark_schema
 
-_POSITION_COLUMN = RECORD_SCHEMA.get_field_index("batch_position")
+#: The columns :meth:`RowBounds.row_mask` reads.
+_FILTER_COLUMNS = ("offset", "timestamp")
 
 #: Whether Spark keeps the read plan made after ``pushFilters`` (the partitions and the pickled reader) with the
 #: one scan it was made for. pyspark 4.1 to 4.3 do not: ``PythonScanBuilder.pushFilters`` stores it on the
@@ -103,7 +107,7 @@ class KafkaSegmentsDataSource(DataSource):
         options = parse_options(self.options)
         if options.read_mode == "latest":
             return LATEST_SPARK_SCHEMA
-        return ROW_SCHEMAS[options.row_schema].spark_schema
+        return ROW_SCHEMAS[options.row_schema].spark_schema_of(options.columns)
 
     @message_first
     def reader(self, schema: StructType) -> "KafkaSegmentsReader | LatestReader":
@@ -158,7 +162,8 @@ class KafkaSegmentsReader(DataSourceReader):
     @message_first
     def partitions(self) -> Sequence[InputPartition]:
         """One split per segment, more for segments above ``maxSplitBytes``; splits that cannot match
-        the options and pushed filters are left out."""
+        the options and pushed filters are left out, and the rest packed into tasks of up to ``maxSplitBytes``
+        (:func:`~segment_io.spark.packing.pack_splits`)."""
         if self.bounds.is_empty:
             return []
         storage = open_storage(self.options.path, self.options.storage_options())
@@ -171,24 +176,89 @@ class KafkaSegmentsReader(DataSourceReader):
                 continue  # skipped before its index is read or its batches are scanned
             splits.extend(s for s in plan_splits(storage, segment, self.options.max_split_bytes)
                           if s.may_match(self.bounds))
-        return splits
+        return pack_splits(splits, self.options.max_split_bytes)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Decode one split and yield its matching rows in batches of about ``batchRows`` rows."""
-        if not isinstance(partition, SegmentSplit):
+        """Decode the splits of one task and yield their matching rows in batches of about ``batchRows`` rows:
+        the rows of small segments are gathered until there are that many, so they travel to Spark together."""
+        if not isinstance(partition, PackedSplit):
             return  # pyspark plans one placeholder partition when partitions() found nothing to read
-        table = read_split(partition, self.options, self.bounds)
-        if table.num_rows:
-            yield from self.row_schema.rows(table).to_batches(max_chunksize=self.options.batch_rows)
+        columns = self.options.columns
+        batch_rows = self.options.batch_rows
+        small = _Gathered(batch_rows)
+        for table in read_splits(partition.splits, self.options, self.bounds,
+                                 self.row_schema.record_columns(columns)):
+            if not table.num_rows:
+                continue
+            rows = self.row_schema.rows(table, columns)
+            if rows.num_rows < batch_rows:
+                yield from small.add(rows)
+            else:  # a large split's rows go as they are (no copy), after the small ones before it
+                yield from small.flush()
+                yield from rows.to_batches(max_chunksize=batch_rows)
+        yield from small.flush()
 
 
-def read_split(split: SegmentSplit, options: ReadOptions, bounds: RowBounds) -> pa.Table:
-    """The records of ``split`` that satisfy ``bounds``, as a table of ``RECORD_SCHEMA``."""
+class _Gathered:
+    """Rows of small splits gathered into record batches of ``batch_rows`` rows (one copy of them)."""
+
+    def __init__(self, batch_rows: int) -> None:
+        self.batch_rows = batch_rows
+        self.tables: list[pa.Table] = []
+        self.rows = 0
+
+    def add(self, table: pa.Table) -> list[pa.RecordBatch]:
+        """Take ``table``'s rows; the full batches that makes."""
+        self.tables.append(table)
+        self.rows += table.num_rows
+        if self.rows < self.batch_rows:
+            return []
+        rows = pa.concat_tables(self.tables).combine_chunks()
+        whole = self.rows - self.rows % self.batch_rows
+        self.tables, self.rows = [rows.slice(whole)], self.rows - whole
+        return rows.slice(0, whole).to_batches(max_chunksize=self.batch_rows)
+
+    def flush(self) -> list[pa.RecordBatch]:
+        """The rows taken and not yet in a batch, as one batch (or none)."""
+        rows = self.rows
+        tables, self.tables, self.rows = self.tables, [], 0
+        return pa.concat_tables(tables).combine_chunks().to_batches() if rows else []
+
+
+def read_splits(splits: Sequence[SegmentSplit], options: ReadOptions, bounds: RowBounds,
+                columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
+    """:func:`read_split` of each of ``splits`` in order, their bytes fetched a few splits ahead where the store
+    answers each request with a round trip (S3: ``io_concurrency`` requests at once), one by one on local disk."""
+    if not splits:
+        return
+    storage = open_storage(splits[0].uri, options.storage_options())
+    fetched = map_ahead(lambda split: _split_bytes(storage, split), splits, storage.io_concurrency)
+    for split, data in zip(splits, fetched):
+        yield decode_split(data, split, options, bounds, columns)
+
+
+def read_split(split: SegmentSplit, options: ReadOptions, bounds: RowBounds,
+               columns: Sequence[str] | None = None) -> pa.Table:
+    """The records of ``split`` that satisfy ``bounds``, as a table of ``RECORD_SCHEMA`` (or of its ``columns``,
+    in ``RECORD_SCHEMA``'s order, when given)."""
+    storage = open_storage(split.uri, options.storage_options())
+    return decode_split(_split_bytes(storage, split), split, options, bounds, columns)
+
+
+def _split_bytes(storage: Storage, split: SegmentSplit) -> bytes:
+    return (storage.read(split.uri) if split.is_whole_segment
+            else storage.read_range(split.uri, split.start, split.end - split.start))
+
+
+def decode_split(data: bytes, split: SegmentSplit, options: ReadOptions, bounds: RowBounds,
+                 columns: Sequence[str] | None = None) -> pa.Table:
+    """:func:`read_split` of the split's bytes ``data``, already read."""
     from segment_io.decode import decode_segment_bytes
 
-    storage = open_storage(split.uri, options.storage_options())
-    data = (storage.read(split.uri) if split.is_whole_segment
-            else storage.read_range(split.uri, split.start, split.end - split.start))
+    wanted_columns = RECORD_SCHEMA.names if columns is None else list(columns)
+    # The row filter reads offsets and timestamps whether or not the rows carry them.
+    decoded = [name for name in RECORD_SCHEMA.names
+               if name in wanted_columns or (name in _FILTER_COLUMNS and bounds.filters_rows)]
     allow_tail = options.allow_truncated_tail and split.is_segment_tail
     first = 0
     try:
@@ -199,16 +269,19 @@ def read_split(split: SegmentSplit, options: ReadOptions, bounds: RowBounds) -> 
         table = decode_segment_bytes(
             memoryview(data)[first:stop], path=split.uri, topic=split.topic, partition=split.partition,
             segment_base_offset=split.segment_base_offset, verify_crc=options.verify_crc,
-            include_control=options.include_control, allow_truncated_tail=allow_tail)
+            include_control=options.include_control, allow_truncated_tail=allow_tail, columns=decoded)
     except CorruptRecordError as err:
         # Positions inside the slice become positions inside the file.
         raise err.located(path=split.uri, offset_shift=split.start + first) from err
     shift = split.start + first
-    if shift:
-        positions = pc.add(table.column(_POSITION_COLUMN), pa.scalar(shift, pa.int64()))
-        table = table.set_column(_POSITION_COLUMN, RECORD_SCHEMA.field(_POSITION_COLUMN), positions)
+    position = table.schema.get_field_index("batch_position")
+    if shift and position >= 0:
+        positions = pc.add(table.column(position), pa.scalar(shift, pa.int64()))
+        table = table.set_column(position, table.schema.field(position), positions)
     mask = bounds.row_mask(table)
-    return table if mask is None else table.filter(mask)
+    if mask is not None:
+        table = table.filter(mask)
+    return table if columns is None else table.select([name for name in decoded if name in wanted_columns])
 
 
 def _batch_range(data: bytes, split: SegmentSplit, bounds: RowBounds, allow_tail: bool) -> tuple[int, int] | None:

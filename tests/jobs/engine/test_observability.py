@@ -273,8 +273,9 @@ def test_every_spark_job_of_a_run_is_in_its_group_with_a_description(spark, log_
         "segjobs compact: read 2 partition(s) in full"] * 2 + ["segjobs compact: compact 2 partition(s)"] * 2
 
     result = api.inspect(log_dir, api.InspectOptions(config=log_dir.parent / "topics.toml"), now=NOW, spark=spark)
-    assert _job_descriptions(spark, f"segjobs-inspect-{result.run_id}", 2) == [
-        "segjobs inspect: scan 2 partition(s) (transactions)", "segjobs inspect: inspect 2 partition(s)"]
+    # inspect's scans and inspection tasks are streams too (jobs.engine.packed_tasks): a job per task
+    assert _job_descriptions(spark, f"segjobs-inspect-{result.run_id}", 4) == [
+        "segjobs inspect: scan 2 partition(s) (transactions)"] * 2 + ["segjobs inspect: inspect 2 partition(s)"] * 2
     assert sc.getLocalProperty("spark.jobGroup.id") is None
 
 
