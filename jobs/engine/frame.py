@@ -672,7 +672,7 @@ class _Frame:
                 scans = [s for part in ctx.parallel_map(scan_chunk_task, _chunks(items, tasks), description=what)
                          for s in part]
             elif tasks is None:  # whole logs: packed by bytes, each task's scans reported as it ends
-                costs, sizes = [read_cost(item[1]) for item in items], [log_bytes(item[1]) for item in items]
+                costs, sizes = [read_cost(item.listing) for item in items], [log_bytes(item.listing) for item in items]
                 scans = run_packed(runner, scan_task, items, costs, description=ctx.job_description(what),
                                    progress=StageProgress(progress, "scanning", sizes, "scan.progress"),
                                    on_failure=failed_scan)

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Callable, Sequence, TypeVar
 
-from jobs.engine.scan import PartitionError, PartitionScan
+from jobs.engine.scan import PartitionError, PartitionScan, ScanItem
 from jobs.engine.tasks import STREAM_TARGET_BYTES, BinTask, TaskFailure, TaskRunner
 from segment_io.layout import PartitionListing
 from segment_io.spark.options import DEFAULT_MAX_SPLIT_BYTES
@@ -115,10 +115,10 @@ def run_packed(runner: TaskRunner, fn: Callable[[T], R], items: Sequence[T], cos
     return results  # type: ignore[return-value]  # every index came back
 
 
-def failed_scan(item: tuple, failure: TaskFailure) -> PartitionScan:
-    """The scan of a partition whose task died (``item`` as :func:`jobs.engine.frame.scan_task` takes it): the
-    partition is reported unreadable and left untouched, as a scan that raised."""
-    listing: PartitionListing = item[1]
+def failed_scan(item: ScanItem, failure: TaskFailure) -> PartitionScan:
+    """The scan of a partition whose task died: the partition is reported unreadable and left untouched, as a
+    scan that raised."""
+    listing = item.listing
     return PartitionScan(listing.topic, listing.partition, listing.uri,
                          error=PartitionError(failure.kind, failure.detail))
 
