@@ -16,7 +16,7 @@ Three depths:
   when that passes its sanity checks (then only the segment's end is read, from its last ``.index`` entry, to
   check that it ends on a whole batch), else from the batch headers; the active segment's headers are always
   read (it gives the log end offset).
-* ``sizes`` (compaction's selection, see :mod:`jobs.engine.selection`): ``headers``, plus the first batch
+* ``sizes`` (compaction's selection, see :mod:`jobs.engine.compact.selection`): ``headers``, plus the first batch
   header of every closed segment a ``.timeindex`` dated (one small read: the first batch timestamp that
   ``max.compaction.lag.ms`` counts from, and the check that the segment starts at or above its base offset).
   Everything Kafka's cleaner needs to pick a log, except the last stable offset. Two reads that only retention
