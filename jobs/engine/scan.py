@@ -41,6 +41,7 @@ import pyarrow as pa
 
 from jobs.rules.kafka_defaults import PRODUCER_ID_EXPIRATION_MS
 from jobs.rules.model import PartitionState, SegmentInfo
+from jobs.rules.transactions import concat_summaries, derive_txn_state, summarize_headers
 from segment_io import index as index_io
 from segment_io.checkpoint import EpochEntry, read_leader_epoch_checkpoint
 from segment_io.errors import (
@@ -353,8 +354,6 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
                 h = scan_batches(data, path=seg.log.uri, allow_truncated_tail=active)
                 size = len(data)
                 if depth == "transactions":
-                    from jobs.rules.transactions import summarize_headers
-
                     # control batches are copied out of the mapping before it closes
                     summaries.append(summarize_headers([(h, data)], path=seg.log.uri,
                                                         max_batch_bytes=max_batch_bytes))
@@ -381,8 +380,6 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
             _check_log_start(listing, log_start_checkpoint, fixed[-1].next_offset)
         first_unstable = None
         if depth == "transactions":
-            from jobs.rules.transactions import concat_summaries, derive_txn_state
-
             summary = concat_summaries(summaries)
             out.txn = derive_txn_state(summary, now_ms=now_ms, producer_id_expiration_ms=producer_id_expiration_ms)
             first_unstable = out.txn.first_unstable_offset

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar
 
+from jobs.engine.runtime.spark_session import early_start_seconds
 from jobs.rules.binpack import pack_in_order
 from segment_io.storage.base import Storage
 
@@ -274,7 +275,6 @@ class LazySparkTasks(SparkTasks):
     def spark(self) -> Any:
         with self._lock:  # stream's threads may ask at once: one start
             if self._session is None:
-                from jobs.engine.runtime.spark_session import early_start_seconds
                 from segment_io.spark.workers import use_this_python_for_local_workers
 
                 t0 = time.monotonic()

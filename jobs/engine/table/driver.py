@@ -34,9 +34,10 @@ writer overtook fails (:class:`TableConflictError`) instead of being rebased ont
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -44,29 +45,43 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.engine.frame.options import InvalidOptionUsage, RunOptions
-from jobs.engine.report.run_report import Progress
+from jobs.engine.report.run_report import Progress, attention_table, render_table, rows_per_partition
+from jobs.engine.runtime.delta_spark import DELTA_SPARK_PACKAGE, delta_session
 from jobs.engine.runtime.seams import PRODUCTION, Seams
 from jobs.engine.runtime.tasks import InProcessTasks, SparkTasks, TaskRunner
-from jobs.engine.scan import PartitionError
-from jobs.engine.table.sort import DEFAULT_LATEST_BUFFER_BYTES, SortedCounts, SortedPartition, latest_bytes_bound
-from jobs.rules.table import PartitionPlan, aborted_rows, plan_partition
-from segment_io.errors import ConfigError, SegjobsError, StorageError, UsageError
+from jobs.engine.scan import PartitionError, scan_partition
+from jobs.engine.table.changes import Counts, PartitionChanges
+from jobs.engine.table.sort import (
+    DEFAULT_LATEST_BUFFER_BYTES,
+    SortedCounts,
+    SortedPartition,
+    latest_bytes_bound,
+    prepare,
+    read_rows_of,
+    remove_work_dir,
+    work_dir,
+)
+from jobs.engine.table.spark_writer import spark_changes, spark_count_changes, write_with_spark
+from jobs.engine.table.state import (
+    PARTITION_BY,
+    TableConflictError,
+    app_id,
+    applied_offsets,
+    delta_storage_options,
+    open_table,
+)
+from jobs.rules.table import aborted_rows, plan_partition
+from segment_io.checkpoint import read_offset_checkpoint
+from segment_io.decode import read_segment
+from segment_io.errors import ConfigError, SegjobsError, UsageError
 from segment_io.latest import SOURCE_COLUMNS, TABLE_SCHEMA, LatestRows, eligible_rows
+from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, closest_topics_hint, list_log_dir
+from segment_io.storage import open_storage
 from segment_io.storage.base import Storage
 from segment_io.storage.options import StorageOptions
 
 #: How a run writes the table (see :class:`TableOptions`).
 WRITERS = ("auto", "deltalake", "spark")
-#: The prefix of the Delta application-transaction id that holds a partition's applied offset.
-APP_ID_PREFIX = "segjobs-table"
-#: The Delta table's partition column: one Kafka partition's rows per directory, so a MERGE of one partition
-#: reads and rewrites only that partition's files.
-PARTITION_BY = ("partition",)
-
-
-def app_id(topic: str, partition: int) -> str:
-    """The Delta application-transaction id of one partition's applied offset (Kafka topic names hold no ':')."""
-    return f"{APP_ID_PREFIX}:{topic}:{partition}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,32 +141,6 @@ class TableOptions(RunOptions):
                                          field=name)
 
 
-@dataclass
-class PartitionChanges:
-    """What one partition's task found: its plan and its latest rows (tombstones included), or its error."""
-
-    topic: str
-    partition: int
-    plan: PartitionPlan | None = None
-    rows: pa.Table | None = None
-    records_read: int = 0
-    segments_read: int = 0
-    bytes_read: int = 0
-    error: PartitionError | None = None
-    warnings: list[str] = field(default_factory=list)
-    #: when planned only: the segments to read, ``(uri, allow a truncated tail)``, and the aborted transactions
-    segments: list[tuple[str, bool]] = field(default_factory=list)
-    aborted: Any = None  # segment_io.transactions.AbortedTxns
-    #: the range may need more memory than latest_buffer_bytes: planned only, deduped on disk by the driver
-    #: (:mod:`jobs.engine.table_sort`); ``records_bound``: the range's records (by batch headers) or an estimate
-    sort_on_disk: bool = False
-    records_bound: int = 0
-
-    @property
-    def name(self) -> str:
-        return f"{self.topic}-{self.partition}"
-
-
 @dataclass(frozen=True)
 class TablePartition:
     """One partition of a run. ``action``: ``applied`` (rows and offset committed; dry run: ``would apply``),
@@ -188,8 +177,6 @@ class TablePartition:
         return self.inserts + self.updates
 
     def to_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
         return {"name": self.name, **asdict(self)}
 
 
@@ -237,8 +224,6 @@ class TableResult:
         return render_summary(self, layout=layout, width=width)
 
     def to_json(self) -> str:
-        import json
-
         return json.dumps(self.to_dict(), indent=2)
 
     def to_dict(self) -> dict[str, Any]:
@@ -249,40 +234,6 @@ class TableResult:
                            "records_read": self.records_read},
                 "partitions": [p.to_dict() for p in self.partitions], "warnings": list(self.warnings),
                 "seconds": round(self.seconds, 3)}
-
-
-# --------------------------------------------------------------------------------------------------
-# The table's state
-# --------------------------------------------------------------------------------------------------
-
-
-def delta_storage_options(uri: str, options: StorageOptions | None) -> dict[str, str] | None:
-    """What ``deltalake`` needs to reach ``uri`` (None for a local path)."""
-    if not uri.startswith("s3://"):
-        return None
-    from jobs.engine.report.run_report import _object_store_options
-
-    return _object_store_options(options or StorageOptions.from_env())
-
-
-def open_table(uri: str, options: StorageOptions | None = None) -> Any | None:
-    """The ``deltalake.DeltaTable`` at ``uri``, None when there is none yet."""
-    from deltalake import DeltaTable
-
-    so = delta_storage_options(uri, options)
-    try:
-        if not DeltaTable.is_deltatable(uri, storage_options=so):
-            return None
-        return DeltaTable(uri, storage_options=so)
-    except OSError as exc:
-        raise StorageError(f"cannot read the Delta table: {exc}", uri=uri) from exc
-
-
-def applied_offsets(dt: Any | None, topic: str, partitions: Sequence[int]) -> dict[int, int | None]:
-    """Each partition's applied offset in the table ``dt`` (None: never applied, or no table)."""
-    if dt is None:
-        return {p: None for p in partitions}
-    return {p: dt.transaction_version(app_id(topic, p)) for p in partitions}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -307,9 +258,6 @@ class PartitionItem:
 
 def partition_changes(item: PartitionItem) -> PartitionChanges:
     """One partition's latest rows over the range its plan applies (never raises: errors are returned)."""
-    from jobs.engine.scan import scan_partition
-    from segment_io.decode import read_segment
-
     pl = item.listing
     out = PartitionChanges(pl.topic, pl.partition)
     try:
@@ -376,14 +324,6 @@ def partition_changes(item: PartitionItem) -> PartitionChanges:
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Counts:
-    inserts: int = 0
-    updates: int = 0
-    deletes: int = 0
-    tombstones_without_row: int = 0
-
-
 def count_changes(dt: Any | None, changes: Sequence[PartitionChanges]) -> dict[int, Counts]:
     """Per partition, how many rows the changes insert, update and delete in the table ``dt`` (exact: the
     partitions' current keys are read, key column only)."""
@@ -418,17 +358,6 @@ def count_changes(dt: Any | None, changes: Sequence[PartitionChanges]) -> dict[i
 
 _MERGE_PREDICATE = "t.partition = s.partition AND t.key = s.key"
 _SET = {name: f"s.{name}" for name in TABLE_SCHEMA.names}
-
-
-class TableConflictError(SegjobsError):
-    """Another writer committed to the table between this run's read of it and its commit."""
-
-    def __init__(self, uri: str, read_version: int | None, detail: str) -> None:
-        read = "before it existed" if read_version is None else f"at version {read_version}"
-        super().__init__(
-            f"{uri}: another writer committed to the table after this run read it ({read}; {detail}): nothing of "
-            f"this run was written, so no offset is applied twice and no newer row is overwritten; run segjobs "
-            f"table again to apply what remains, and run one segjobs table per table at a time")
 
 
 def write_with_deltalake(uri: str, dt: Any | None, topic: str, changes: Sequence[PartitionChanges],
@@ -541,15 +470,6 @@ def _runner(spark: Any, seams: Seams) -> TaskRunner:
 
 def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: Seams | None = None) -> TableResult:
     """Bring the table up to date with the log dir (see the module docstring)."""
-    from segment_io.checkpoint import read_offset_checkpoint
-    from segment_io.layout import (
-        CLEANER_OFFSET_CHECKPOINT,
-        LOG_START_OFFSET_CHECKPOINT,
-        closest_topics_hint,
-        list_log_dir,
-    )
-    from segment_io.storage import open_storage
-
     seams = seams or PRODUCTION
     t0 = time.monotonic()
     progress = Progress("table", quiet=options.progress is None, sink=options.progress)
@@ -599,8 +519,6 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
     work_store: Storage | None = None
     try:
         if any(r.sort_on_disk and r.error is None for r in results):
-            from jobs.engine.table.sort import work_dir
-
             # made here, so that the finally below removes it whatever stops the run (an interrupt included)
             work_store, work_root = work_dir()
             _sort_on_disk(storage, work_store, work_root, dt, results, on_disk, options, progress)
@@ -608,8 +526,6 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
                       results, on_disk, work_store, progress, t0)
     finally:
         if work_root is not None:
-            from jobs.engine.table.sort import remove_work_dir
-
             remove_work_dir(work_root)
 
 
@@ -618,8 +534,6 @@ def _sort_on_disk(storage: Storage, work: Storage, root: str, dt: Any | None, re
     """The key pass and buckets of every partition whose range may not fit ``latest_buffer_bytes``
     (:func:`jobs.engine.table_sort.prepare`), in this process, into the work dir ``root`` (the caller removes
     it); a partition that fails is reported, the others go on."""
-    from jobs.engine.table.sort import prepare
-
     dataset = dt.to_pyarrow_dataset() if dt is not None else None
     for r in results:
         if not r.sort_on_disk or r.error is not None or r.plan is None:
@@ -682,8 +596,6 @@ def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storag
     work = [r for r in ok if r.plan is not None and r.plan.has_work]
     spark_latest = None
     if writer == "spark" and work:
-        from jobs.engine.table.spark_writer import spark_changes, spark_count_changes
-
         spark_latest, read_counts = spark_changes(spark, storage, options.topic, work, options.max_batch_bytes)
         counts = spark_count_changes(spark, options.table, spark_latest, work)
         for r in work:
@@ -695,8 +607,6 @@ def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storag
     stream_errors: list[tuple[int, BaseException]] = []  # (partition, what stopped its read)
     sorted_rows: Callable[[bool], Iterator[pa.RecordBatch]] | None = None
     if on_disk:
-        from jobs.engine.table.sort import read_rows_of
-
         assert work_store is not None
         by_partition = {r.partition: r for r in work}
 
@@ -731,8 +641,6 @@ def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storag
         while work:
             try:
                 if writer == "spark":
-                    from jobs.engine.table.spark_writer import write_with_spark
-
                     version_after = write_with_spark(spark, options.table, dt, options.topic, work, storage_options,
                                                      spark_latest, fault=fault, progress=progress, written=written)
                 else:
@@ -805,12 +713,8 @@ def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storag
 def _choose_writer(requested: str, spark: Any, uri: str) -> str:
     if requested == "deltalake":
         return "deltalake"
-    from jobs.engine.runtime.delta_spark import delta_session
-
     session = delta_session(uri) if spark is not None or requested == "spark" else None
     if requested == "spark" and session is None:
-        from jobs.engine.runtime.delta_spark import DELTA_SPARK_PACKAGE
-
         raise UsageError(f"--writer spark: the Spark session has no Delta Lake (start it with delta-spark's package "
                          f"{DELTA_SPARK_PACKAGE} and extensions, see docs/guide/table.md), or it cannot write the "
                          f"--table URI")
@@ -848,8 +752,6 @@ def render_summary(run: TableResult, *, layout: str = "auto", width: int | None 
     """The human summary: a row per partition, or beyond :data:`~jobs.engine.report.PARTITION_ROWS_MAX`
     partitions (as every command's summary, ``layout``) a row for the topic and the failed partitions below it;
     then the totals."""
-    from jobs.engine.report.run_report import attention_table, render_table, rows_per_partition
-
     if rows_per_partition(layout, len(run.partitions)):
         lines = [render_table([_partition_row(p) for p in run.partitions], _PARTITION_COLUMNS, width=width)]
     else:
@@ -869,6 +771,5 @@ def render_summary(run: TableResult, *, layout: str = "auto", width: int | None 
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["APP_ID_PREFIX", "PartitionChanges", "TableOptions", "TablePartition", "TableResult", "WRITERS", "app_id",
-           "applied_offsets", "count_changes", "open_table", "partition_changes", "render_summary", "run_table",
-           "write_with_deltalake"]
+__all__ = ["TableOptions", "TablePartition", "TableResult", "WRITERS", "count_changes", "partition_changes",
+           "render_summary", "run_table", "write_with_deltalake"]

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -37,13 +38,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from segment_io.errors import LocatedError
+from jobs.engine.compact.cleaning import piece_of, write_rows
+from jobs.engine.compact.external_sort import read_rows
+from jobs.rules.external_sort import PIECE_COLUMNS, bucket_count, piece_rows
+from jobs.rules.transactions import AbortedTxns
+from segment_io.decode import decode_key_hashes_bytes, decode_segment_bytes
+from segment_io.errors import CorruptRecordError, LocatedError
+from segment_io.format import batch_positions
+from segment_io.hashing import hash_keys
+from segment_io.latest import SOURCE_COLUMNS, TABLE_SCHEMA
+from segment_io.layout import parse_segment_file
+from segment_io.storage import open_storage
 
 if TYPE_CHECKING:
-    from jobs.rules.transactions import AbortedTxns
     from segment_io.storage.base import Storage
-
-# The compiled kernels are imported where used: the command line imports this module for its defaults.
 
 #: ``latest_buffer_bytes`` when not given: the memory one partition's latest rows may take in its task.
 DEFAULT_LATEST_BUFFER_BYTES = 256 << 20
@@ -99,8 +107,6 @@ class SortedPartition:
 
 def work_dir() -> tuple[Storage, str]:
     """A fresh local work directory for one run's files, and the storage that reaches it."""
-    from segment_io.storage import open_storage
-
     root = tempfile.mkdtemp(prefix="segjobs-table-")
     return open_storage(root), root
 
@@ -115,13 +121,6 @@ def prepare(storage: Storage, work: Storage, root: str, *, partition: int, start
     """Stages 1 and 2 (see the module docstring) for one partition. ``segments``: ``(uri, allow a truncated
     tail)`` of the range, in offset order; ``records``: an upper bound of their records; ``table_keys``: an
     iterable of the table's key arrays of the partition (batches), ``table_rows`` how many."""
-    from jobs.engine.compact.cleaning import piece_of, write_rows
-    from jobs.engine.compact.external_sort import read_rows
-    from jobs.rules.external_sort import PIECE_COLUMNS, bucket_count, piece_rows
-    from jobs.rules.transactions import AbortedTxns
-    from segment_io.decode import decode_key_hashes_bytes
-    from segment_io.hashing import hash_keys
-
     aborted = aborted if aborted is not None else AbortedTxns.empty()
     out = SortedPartition(partition, start, end, rebuild, segments)
     # (never more buckets than rows: a bound below one row's bytes still makes a bucket a row)
@@ -188,9 +187,6 @@ def _pieces(storage: Storage, uri: str, tail: bool) -> Iterator[tuple[memoryview
     """A segment's bytes as views of whole batches, about :data:`PIECE_BYTES` each, with their byte position;
     an incomplete last batch of the ``tail`` segment (a broker still writing it) is left out. The views must
     be dropped before the next one is asked for."""
-    from contextlib import nullcontext
-
-    from segment_io.format import batch_positions
 
     # the active segment is read, not mapped: a broker may truncate it, and a mapping would then fault
     with (nullcontext(storage.read(uri)) if tail else storage.read_mapped(uri)) as data:
@@ -210,8 +206,6 @@ def _pieces(storage: Storage, uri: str, tail: bool) -> Iterator[tuple[memoryview
 
 def _located(at: int, decode: Any, *args: Any, **kwargs: Any) -> Any:
     """``decode(*args, **kwargs)`` of a piece starting at byte ``at``, its errors' byte positions made the file's."""
-    from segment_io.errors import CorruptRecordError
-
     try:
         return decode(*args, **kwargs)
     except CorruptRecordError as exc:
@@ -222,8 +216,6 @@ def _located(at: int, decode: Any, *args: Any, **kwargs: Any) -> Any:
 
 def _write_piece(work: Storage, uri: str, rows: np.ndarray, counts: np.ndarray,
                  buckets: int) -> tuple[str, np.ndarray]:
-    from jobs.engine.compact.cleaning import write_rows
-
     write_rows(work, uri, rows)
     return uri, np.asarray(counts, np.int64).reshape(buckets)
 
@@ -232,11 +224,6 @@ def read_rows_of(storage: Storage, work: Storage, part: SortedPartition, *, topi
                  max_batch_bytes: int | None) -> Iterator[pa.RecordBatch]:
     """Stage 3: the partition's latest rows (TABLE_SCHEMA; tombstones included unless ``live_only``), a segment
     at a time in offset order, counting them into ``part.counts`` as they go."""
-    from jobs.engine.compact.external_sort import read_rows
-    from segment_io.decode import decode_segment_bytes
-    from segment_io.latest import SOURCE_COLUMNS, TABLE_SCHEMA
-    from segment_io.layout import parse_segment_file
-
     names = list(TABLE_SCHEMA.names)
     for i, (uri, tail) in enumerate(part.segments):
         shares = []

@@ -15,10 +15,13 @@ from typing import Any, Callable, Sequence
 
 from jobs.engine.report.run_report import Progress
 from jobs.engine.runtime.delta_spark import spark_path
-from jobs.engine.table.driver import PARTITION_BY, PartitionChanges, app_id, open_table
-from segment_io.latest import TABLE_SCHEMA
+from jobs.engine.table.changes import Counts, PartitionChanges
+from jobs.engine.table.state import PARTITION_BY, TableConflictError, app_id, open_table
+from segment_io.decode import read_segment
+from segment_io.latest import SOURCE_COLUMNS, TABLE_SCHEMA, LatestRows, aborted_rows, eligible_rows
 from segment_io.storage.base import Storage
 from segment_io.storage.options import StorageOptions
+from segment_io.transactions import TxnState
 
 _TXN_APP = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -42,9 +45,6 @@ def spark_changes(spark: Any, storage: Storage, topic: str, changes: Sequence[Pa
     schema = from_arrow_schema(TABLE_SCHEMA)
 
     def read(batches: Any) -> Any:
-        from segment_io.decode import read_segment
-        from segment_io.latest import SOURCE_COLUMNS, LatestRows, eligible_rows
-
         for batch in batches:
             for partition, uri, tail in zip(*(batch.column(i).to_pylist() for i in range(3))):
                 start, end, aborted = plans[partition]
@@ -68,9 +68,6 @@ def spark_changes(spark: Any, storage: Storage, topic: str, changes: Sequence[Pa
 
 
 def _aborted(records: Any, aborted: Any) -> Any:
-    from segment_io.latest import aborted_rows
-    from segment_io.transactions import TxnState
-
     if aborted is None:
         return None
     empty = TxnState.empty()
@@ -83,7 +80,6 @@ def spark_count_changes(spark: Any, uri: str, latest: Any, changes: Sequence[Par
     per-partition totals are all that reach the driver)."""
     from pyspark.sql import functions as F
 
-    from jobs.engine.table.driver import Counts, open_table
 
     parts = [c.partition for c in changes]
     rebuilt = [c.partition for c in changes if c.plan is not None and c.plan.rebuild]
@@ -182,7 +178,6 @@ def _check_not_overtaken(uri: str, options: StorageOptions | None, dt: Any | Non
                          change: PartitionChanges) -> None:
     """Raise :class:`TableConflictError` when the table's applied offset of ``change``'s partition is no longer
     the one this run planned from (another run applied it since)."""
-    from jobs.engine.table.driver import TableConflictError
 
     assert change.plan is not None
     now = open_table(uri, options)

@@ -349,7 +349,7 @@ def test_log_dir_and_table_on_s3(s3_bucket, tmp_path, dedupe):
                                latest_buffer_bytes=1 if dedupe == "external-sort" else 256 << 20)
     first = api.table(log_dir, options, seams=api.Seams(runner=api.InProcessTasks()))
     assert first.exit_code == 0 and first.partitions[0].inserts == 2 and first.partitions[0].dedupe == dedupe
-    from jobs.engine.table.driver import delta_storage_options
+    from jobs.engine.table.state import delta_storage_options
 
     dt = DeltaTable(table, storage_options=delta_storage_options(table, storage_options))
     assert sorted(dt.to_pyarrow_table(columns=["key"]).column("key").to_pylist()) == [b"b", b"d"]
