@@ -1,7 +1,7 @@
 """The memory strategy's task over a bin of partitions (:func:`compact_bin`), whose small partitions are cleaned
 together: one decode, one offset map, one clean and one encode over all their records, rather than one small
 pipeline each (:func:`clean_together`); what that leaves is cleaned one partition at a time
-(:func:`jobs.engine.cleaning.compact_partition`).
+(:func:`jobs.engine.compact.cleaning.compact_partition`).
 
 A small partition's cleaning is a few hundred numpy, Arrow and kernel calls on a few thousand rows, so its cost is
 the calls, not the rows; done once for a bin of tens of partitions it is paid once. Every decision stays the one a
@@ -10,8 +10,8 @@ cleaner takes each partition's bounds, topic settings and producers (``jobs.rule
 partition still gets its own staged segment and indexes, byte for byte those of its own pipeline.
 
 Only what one array pass treats alike is taken: partitions without transactions, whose whole round is one segment
-group of at most :data:`jobs.engine.cleaning.SINGLE_DECODE_BYTES` dirty bytes, of v2 batches that hold records and
-no control or transactional batch, and whose cleaned output needs no second pass. Anything else, and any error at
+group of at most :data:`jobs.engine.compact.cleaning.SINGLE_DECODE_BYTES` dirty bytes, of v2 batches that hold records
+and no control or transactional batch, and whose cleaned output needs no second pass. Anything else, and any error at
 all (a corrupt batch, a failed write), goes to the per-partition pipeline, which reports it with its file, byte
 position and offset: cleaning together is never the reason a partition fails.
 """
@@ -66,11 +66,12 @@ TOGETHER_MAX_BYTES = 32 << 20
 
 
 def compact_bin(tasks: list[CompactTask]) -> list[PartitionOutcome]:
-    """The memory strategy's task over a bin of partitions (see :func:`jobs.engine.streaming.run_and_settle_bins`):
-    its small partitions cleaned together (:func:`clean_together`), :func:`compact_partition` of each of the
-    others, their staged files written without a sync, then one :meth:`Storage.barrier` over all of them before
-    the task returns, so that the driver only ever commits durable staged files. If the barrier fails, every
-    partition that staged files fails with it (its files deleted)."""
+    """The memory strategy's task over a bin of partitions (see
+    :func:`jobs.engine.compact.streaming.run_and_settle_bins`): its small partitions cleaned together
+    (:func:`clean_together`), :func:`compact_partition` of each of the others, their staged files written without
+    a sync, then one :meth:`Storage.barrier` over all of them before the task returns, so that the driver only
+    ever commits durable staged files. If the barrier fails, every partition that staged files fails with it (its
+    files deleted)."""
     staged: list[list[str]] = [[] for _ in tasks]
     together = clean_together(tasks, staged)
     outcomes = []

@@ -2,7 +2,7 @@
 (:func:`compact_partition`), the group cleaner both strategies clean a segment group with
 (:class:`PartitionCleaner`), their outcomes, and the hand-over of a memory-first task whose offset map fills to
 external-sort (:class:`PieceCollector`). Everything here runs in tasks and returns statistics only, never record
-data; the drivers are :mod:`jobs.engine.compaction` and :mod:`jobs.engine.external_sort`."""
+data; the drivers are :mod:`jobs.engine.compact.driver` and :mod:`jobs.engine.compact.external_sort`."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ class CompactTask:
     #: the run's decompression bound (see :func:`segment_io.compression.max_batch_bytes`)
     max_batch_bytes: int
     #: memory first (``auto`` on a partition whose records may exceed the map): where to hand the partition
-    #: over to external-sort if the map fills (a jobs.engine.external_sort.Handoff)
+    #: over to external-sort if the map fills (a jobs.engine.compact.external_sort.Handoff)
     handoff: Any = None
 
 
@@ -215,7 +215,7 @@ class PartitionCleaner:
     def __init__(self, task: CompactTask, staged_written: list[str], *, durable: bool = True) -> None:
         self.task = task
         #: False: staged files are written without syncs, and whoever runs the cleaner makes them durable with a
-        #: barrier (see :func:`jobs.engine.bin_cleaning.compact_bin`) before the driver may commit them
+        #: barrier (see :func:`jobs.engine.compact.bin_cleaning.compact_bin`) before the driver may commit them
         self.durable = durable
         self.files = {s.base_offset: s for s in task.listing.segments}
         self.staged_written = staged_written
@@ -256,7 +256,7 @@ class PartitionCleaner:
 
     def build_map(self, collector=None):
         """The offset map of the dirty range; ``collector`` (memory first: a
-        jobs.engine.external_sort.PieceCollector) also gets every decoded segment, to hand over if it fills.
+        jobs.engine.compact.external_sort.PieceCollector) also gets every decoded segment, to hand over if it fills.
         Dirty segments of at most :data:`SINGLE_DECODE_BYTES` in all are decoded in full, once: the map is built
         from that decode and :meth:`clean_group` cleans from it."""
         plan = self.task.plan
@@ -377,7 +377,7 @@ def compact_partition(task: CompactTask, *, durable: bool = True,
     """Kafka's doClean for one partition: map the dirty range, then clean every segment group below the map's
     end, staging changed groups for the driver to commit (or, in a dry run, only measuring them). With
     ``durable=False`` the staged files are written without syncs and their URIs appended to ``staged_written``:
-    the caller makes them durable (:func:`jobs.engine.bin_cleaning.compact_bin`)."""
+    the caller makes them durable (:func:`jobs.engine.compact.bin_cleaning.compact_bin`)."""
     t0 = time.monotonic()
     plan, state, storage = task.plan, task.state, task.storage
     out = PartitionOutcome(plan.topic, plan.partition)

@@ -1,6 +1,6 @@
 """The compaction job's driver: retention first for compact,delete partitions, plan, run the cleaning tasks of
-either strategy (:mod:`jobs.engine.cleaning`, :mod:`jobs.engine.external_sort`), commit each partition
-crash-safely, and build the report. Its summary is rendered by :mod:`jobs.engine.render`.
+either strategy (:mod:`jobs.engine.compact.cleaning`, :mod:`jobs.engine.compact.external_sort`), commit each partition
+crash-safely, and build the report. Its summary is rendered by :mod:`jobs.engine.report.render`.
 
 What `segjobs compact` does, in users' words, is the docstring of :mod:`jobs.commands.compact`."""
 
@@ -103,7 +103,7 @@ def _outcome(plan: CompactionPlan, state: PartitionState, outcome: PartitionOutc
 
 
 def work(ctx: JobContext) -> None:
-    """The compaction job's work (see :func:`jobs.engine.frame.run_job`): retention first for compact,delete
+    """The compaction job's work (see :func:`jobs.engine.frame.job.run_job`): retention first for compact,delete
     partitions, plan, run the cleaning tasks, commit each changed group of each partition, write the cleaner
     checkpoint, and fill the report (entries and totals)."""
     options = ctx.options
@@ -151,7 +151,7 @@ def work(ctx: JobContext) -> None:
     ctx.progress(f"{len(tasks)} of {len(plans)} partition(s) selected for compaction", event="compact.selected",
                  partitions=len(tasks))
     # --strategy: each partition is cleaned by the memory strategy's task or by the external-sort stages
-    # (jobs.engine.external_sort); both give PartitionOutcomes with staged groups, committed alike by _settle.
+    # (jobs.engine.compact.external_sort); both give PartitionOutcomes with staged groups, committed alike by _settle.
     # Memory-first partitions (auto, more records than the map holds) run as memory tasks that hand the
     # partition over to external-sort, with the pieces they read, if their map fills.
     strategies = choose(tasks, options.strategy)
@@ -211,7 +211,7 @@ def work(ctx: JobContext) -> None:
         return outcome
 
     # Partitions without a task first (nothing to commit), then each memory task's partition as its task
-    # finishes: its commit overlaps the tasks still running (see jobs.engine.streaming); then the external-sort
+    # finishes: its commit overlaps the tasks still running (see jobs.engine.compact.streaming); then the external-sort
     # partitions, once their passes are done, one after another in partition order.
     with_task = set(task_keys) | set(sort_keys)
     settled: dict[tuple[str, int], _Settled] = {}
@@ -251,7 +251,7 @@ def work(ctx: JobContext) -> None:
         sorter.close()
     checkpoint_changed = _record_settled(ctx, plans, settled, checkpoints)
     if checkpoint_changed and not ctx.dry_run:
-        # once, at the end, as before: a partition's commit is complete without it (a run that stops before
+        # once, at the end: a partition's commit is complete without it (a run that stops before
         # this point cleans the committed range again next time, which changes nothing)
         entries = updated_cleaner_checkpoints(checkpoints, live)
         write_offset_checkpoint(ctx.storage, ctx.storage.join(ctx.log_dir, CLEANER_OFFSET_CHECKPOINT),
@@ -318,8 +318,8 @@ class _Commit:
 def _commit_bin(c: _Committing, commits: Sequence[_Commit], finished: Callable[[_Commit], None]) -> None:
     """Commit the changed groups of a bin's partitions, in lockstep (``Committer.replace_lockstep``): round ``r``
     commits the ``r``-th changed group of every partition that has one, in order, so each partition's groups are
-    committed one after another as before, while the syncs of a round are shared by all of its partitions. The
-    lease is checked before each round (as it was before each group's commit): a lost lease stops the run
+    committed one after another, while the syncs of a round are shared by all of its partitions. The lease is
+    checked before each round: a lost lease stops the run
     between two rounds, each partition's committed groups standing. ``finished(commit)`` is called for each
     partition once its last group is committed or its commit failed (``outcome.error`` then says how, and
     whether it was left mid-commit)."""
@@ -360,7 +360,7 @@ def _settle(c: _Committing, key: tuple[str, int], plan: CompactionPlan, state: P
             retention: dict[tuple[str, int], RetentionOutcome], tally: Tally, commit: _Commit | None) -> _Settled:
     """The outcome of one partition once its changed groups are committed (``commit``: how that went; None when
     nothing was to commit) or it failed. Runs on the commit thread for partitions with a task (see
-    jobs.engine.streaming): it touches only this partition's entry and returns what the run's report and
+    jobs.engine.compact.streaming): it touches only this partition's entry and returns what the run's report and
     checkpoint need."""
     committed = commit is not None and commit.committed
     mid_commit = commit is not None and commit.mid_commit
@@ -452,12 +452,12 @@ def _discard_staged(ctx: JobContext, partition_uri: str, outcome: PartitionOutco
 
 
 def _summarize(ctx: JobContext) -> None:
-    """Totals into the report (the command renders them: :func:`jobs.engine.render.render_compact_summary`)."""
+    """Totals into the report (the command renders them: :func:`jobs.engine.report.render.render_compact_summary`)."""
     outcomes = [o for o in ctx.report.outcomes if isinstance(o, CompactionOutcome)]
     ctx.report.totals.update(CompactTotals.of(outcomes, ctx.report.errors).to_dict())
 
 
-#: The options a plan file records for ``compact`` (fields of CompactOptions; see jobs.engine.planfile).
+#: The options a plan file records for ``compact`` (fields of CompactOptions; see jobs.engine.frame.planfile).
 PLAN_OPTIONS = ("max_delete_fraction", "accept_config_baseline", "dedupe_buffer_bytes", "strategy")
 
 __all__ = ["DEFAULT_DEDUPE_BUFFER_BYTES", "PLAN_OPTIONS", "STRATEGIES", "CompactTask", "GroupOutcome",

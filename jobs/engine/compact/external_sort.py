@@ -1,7 +1,7 @@
 """The external-sort compaction strategy: exact in one run for any number of keys, parallel inside a partition,
 its memory bounded by configuration (the bucket size), not by the partition's key count.
 
-The memory strategy (:func:`jobs.engine.cleaning.compact_partition`) is one task per partition with a bounded
+The memory strategy (:func:`jobs.engine.compact.cleaning.compact_partition`) is one task per partition with a bounded
 offset map; a partition with more dirty keys than the map holds is cleaned partially, like Kafka's cleaner.
 This strategy splits the same clean into three stages of plain tasks that Spark spreads over every core (and
 every executor), with the decisions of :mod:`jobs.rules.external_sort`:
@@ -26,7 +26,7 @@ The files move between the stages through the work dir, which lives on the log d
 shared file system, or the S3 prefix): every executor of a cluster already reads the segments and stages new
 ones there, so it reaches these files too, with no shuffle service and no row crossing into the JVM. The driver
 gets counts (rows per piece and bucket, per bucket and group), never per-key data. The result of a partition is
-the memory strategy's :class:`~jobs.engine.cleaning.PartitionOutcome` with staged segments, committed by the
+the memory strategy's :class:`~jobs.engine.compact.cleaning.PartitionOutcome` with staged segments, committed by the
 driver's unchanged crash-safe loop. The same stages run through any task runner (``InProcessTasks`` in tests).
 """
 
@@ -192,8 +192,8 @@ def read_piece(item: PieceItem) -> PieceResult:
 
 
 def write_spill(storage: Storage, uri: str, rows: np.ndarray) -> None:
-    """One work file of the sort (:func:`~jobs.engine.cleaning.write_rows`). Out of space is the machine's fault,
-    said as such (:class:`~segment_io.errors.StorageEnvironmentError`, the bytes needed and free) with what fixes
+    """One work file of the sort (:func:`~jobs.engine.compact.cleaning.write_rows`). Out of space is the machine's
+    fault, said as such (:class:`~segment_io.errors.StorageEnvironmentError`, the bytes needed and free) with what fixes
     it here: the work files go to the log dir's work dir, not beside the segments. A file the machine refused is
     removed at once, so its partial bytes do not fail the other partitions' files too."""
     try:

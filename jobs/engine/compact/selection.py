@@ -13,12 +13,12 @@ selected on a full one either, and is never read further: in a nightly run over 
 most partitions are clean, that is most of them.
 
 Every partition that may be selected is then scanned at depth ``transactions`` (the whole log's first-pass
-projection, replayed into transaction and producer state), in bin-packed tasks, and planned on that, exactly
-as before. So are the ``compact,delete`` partitions, whose retention runs first and is planned on the full
-scan. A small partition that the listing and its cleaner checkpoint say may be due (:func:`read_at_first_scan`)
-is read at that depth by the frame's scan itself, on the driver's threads: its full read costs about a
-millisecond, less than a task's round trip to read it again, so a log dir of thousands of small partitions has
-no second scan stage; its scan, plan and cleaning are the same. What a partition left at depth ``sizes`` does
+projection, replayed into transaction and producer state), in bin-packed tasks, and planned on that. So are
+the ``compact,delete`` partitions, whose retention runs first and is planned on the full scan. A small
+partition that the listing and its cleaner checkpoint say may be due (:func:`read_at_first_scan`) is read at
+that depth by the frame's scan itself, on the driver's threads: its full read costs about a millisecond, less
+than a task's round trip to read it again, so a log dir of thousands of small partitions has no second scan
+stage; its scan, plan and cleaning are the same. What a partition left at depth ``sizes`` does
 not get: its report entry gives the cleanable range as
 if no transaction were open (an open one can only shorten it), and a corrupt closed segment that a sane
 ``.timeindex`` dated and whose first batch and end frame well goes unnoticed until a run compacts it (the
@@ -59,7 +59,7 @@ def needs_full_scan(scan: PartitionScan, config: TopicConfig, now_ms: int, *, re
         return False
     if config.delete:
         return True
-    # the same call compaction's work makes for the partition (see jobs.engine.compaction.work)
+    # the same call compaction's work makes for the partition (see jobs.engine.compact.driver.work)
     return plan_compaction(scan.scanned, config, now_ms, requested=requested).selected
 
 

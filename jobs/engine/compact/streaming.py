@@ -1,12 +1,12 @@
 """Tasks whose results are acted on as they finish: a job's per-partition commits overlap its remaining tasks.
 
-A run over thousands of small partitions used to wait for every cleaning task, then commit the partitions one
-after another: the commits (a chain of small writes, renames and directory fsyncs each: latency, not CPU) added
-up, and nothing was printed until the last task ended. Here a driver thread takes each partition's result as
-its task finishes (:meth:`jobs.engine.tasks.TaskRunner.stream`), checks it (``prepare``, on the driver's
+Over thousands of small partitions, waiting for every cleaning task and then committing the partitions one after
+another would add the commits up (a chain of small writes, renames and directory fsyncs each: latency, not CPU)
+and print nothing until the last task ended. Instead a driver thread takes each partition's result as
+its task finishes (:meth:`jobs.engine.runtime.tasks.TaskRunner.stream`), checks it (``prepare``, on the driver's
 thread: it may touch shared state) and hands its commit (``settle``) to a commit thread, which commits the
 partitions in partition order while the remaining tasks run. Each partition's commit keeps the crash-safe
-protocol of :mod:`jobs.logdir.commit`; a lost lease or a kill stops the run between two partitions, as before.
+protocol of :mod:`jobs.logdir.commit`; a lost lease or a kill stops the run between two partitions.
 :func:`run_and_settle_bins` does the same a bin at a time: one task call cleans a bin's partitions, and the
 commit thread gets them together, to commit in lockstep (one durability barrier per protocol step for the bin,
 see :meth:`jobs.logdir.commit.Committer.replace_lockstep`).
@@ -89,7 +89,7 @@ def run_and_settle(runner: TaskRunner, fn: Callable[[T], R], items: Sequence[T],
     item ``i`` is settled once items ``0..i-1`` are (the tasks are consecutive runs of items, submitted in
     order, so little waits). Returns ``settle``'s results by index, gathered into ``settled`` (a new dict when
     not given) as each commit completes. ``description`` names the tasks' Spark jobs (as for
-    :meth:`jobs.engine.tasks.TaskRunner.map`).
+    :meth:`jobs.engine.runtime.tasks.TaskRunner.map`).
 
     One commit at a time, in order, as the job did before its commits overlapped its tasks: a lost lease or a
     kill stops the run between two partitions, the earlier ones committed and the later ones untouched. If a

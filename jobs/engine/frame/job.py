@@ -1,13 +1,13 @@
 """The frame every job runs in: validate → lock → recover → list → scan → job work (tasks) → report.
 
-A job (compact, retain, inspect) gives :func:`run_job` its typed options (:mod:`jobs.engine.options`) and a
+A job (compact, retain, inspect) gives :func:`run_job` its typed options (:mod:`jobs.engine.frame.options`) and a
 work function that receives a :class:`JobContext` (storage, committer, configs, scope, listing, scans, task
 runner, report) and fills ``report.partitions`` and ``report.totals``. Everything that can be checked without
 Spark (configuration, ``now``, scope syntax, the log dir's existence, that S3 answers and that the report and
 ledger destinations can be written) is checked before Spark starts, so a typo costs a second, not a session
 start, and a report that could not be written is known before any work. Spark itself starts only when a task
-first needs it (:class:`jobs.engine.tasks.LazySparkTasks`): the header and size scans run on the driver's threads,
-so a compaction or retention run that finds nothing due reports, writes its ledger and exits without a JVM.
+first needs it (:class:`jobs.engine.runtime.tasks.LazySparkTasks`): the header and size scans run on the driver's
+threads, so a compaction or retention run that finds nothing due reports, writes its ledger and exits without a JVM.
 
 The frame prints nothing on stdout: it returns the finished report (:class:`JobRun`), and the command prints
 the summary or the JSON. Progress and errors go to the options' progress sink (stderr by default).
@@ -250,7 +250,7 @@ SparkForecast = Callable[[LogDirListing, dict[str, dict[tuple[str, int], int]], 
 #: Of a job whose scan is at depth ``sizes``: the partitions of the listing (with the offset checkpoints, configs and
 #: scope) that its scan reads at depth ``transactions`` at once, as its work would read them in full anyway (small
 #: partitions that may be due: reading them on the driver's threads costs less than a stage of tasks to read
-#: them again; see :func:`jobs.engine.selection.read_at_first_scan`).
+#: them again; see :func:`jobs.engine.compact.selection.read_at_first_scan`).
 FirstReads = Callable[[LogDirListing, dict[str, dict[tuple[str, int], int]], ConfigSet, Scope], set[tuple[str, int]]]
 
 
@@ -264,10 +264,10 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
 
     ``now``: the instant the decisions are made at (default: ``seams.clock()``, the wall clock). ``spark``: the
     session to run tasks in (default: the active one, else a new one; none is needed with ``seams.runner``).
-    ``applying``: the plan file being carried out (see :func:`jobs.engine.planfile.load_for_apply`).
+    ``applying``: the plan file being carried out (see :func:`jobs.engine.frame.planfile.load_for_apply`).
     ``spark_likely``: the job's forecast of whether it will need Spark; on the command line a run that will
     (its scan is Spark tasks, or the forecast says so) starts Spark on a background thread before it takes the
-    lock (see :class:`jobs.engine.spark_session.EarlySession`). ``read_first``: of a job whose scan is at depth
+    lock (see :class:`jobs.engine.runtime.spark_session.EarlySession`). ``read_first``: of a job whose scan is at depth
     ``sizes``, the partitions its scan reads at depth ``transactions`` at once (see :data:`FirstReads`)."""
     seams = seams or PRODUCTION
     # ---- everything that needs no Spark, first ----
@@ -714,7 +714,7 @@ class _Frame:
                                                           if full else ""),
                  event="scan.done", partitions=len(items), read_in_full=len(full))
         _orphan_log_start_entries(ctx)
-        with frozen_heap():  # the modules and the session are loaded by now (see jobs.engine.collector)
+        with frozen_heap():  # the modules and the session are loaded by now (see jobs.engine.runtime.collector)
             self.work(ctx)
         return ctx
 

@@ -40,8 +40,8 @@ from segment_io.storage.options import StorageOptions
 
 #: Receives every progress line of a run (failures and notices included), already formatted, e.g.
 #: ``[compact   1.2s] scanned 8 partition(s)``. The default (None) prints only failures and notices to stderr.
-#: The line is a :class:`~jobs.engine.events.ProgressLine`: a ``str``, so a function taking text works as it
-#: is, whose ``event`` attribute is the structured :class:`~jobs.engine.events.ProgressEvent` (level, event
+#: The line is a :class:`~jobs.engine.report.events.ProgressLine`: a ``str``, so a function taking text works as it
+#: is, whose ``event`` attribute is the structured :class:`~jobs.engine.report.events.ProgressEvent` (level, event
 #: name, partition, bytes, seconds, ...); ``line.event.to_json()`` is what ``--log-format json`` prints.
 ProgressSink = Callable[[ProgressLine], None]
 
@@ -282,7 +282,7 @@ class CompactOptions(ChangeOptions):
     strategy: str = "auto"
     #: external-sort: the memory one bucket's reduce may take (the buckets a partition's keys are hashed into
     #: are as many as that needs, so a task's memory does not grow with the key count); None: a quarter of an
-    #: executor's memory (see :func:`jobs.engine.external_sort.default_bucket_bytes`)
+    #: executor's memory (see :func:`jobs.engine.compact.external_sort.default_bucket_bytes`)
     sort_bucket_bytes: int | None = None
 
     def __post_init__(self) -> None:

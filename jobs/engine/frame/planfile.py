@@ -385,7 +385,7 @@ class PlanStage:
 
     def write(self, plan: Plan, storage_options: StorageOptions, progress: Callable[..., None]) -> None:
         """With ``--plan FILE`` (a dry run): write ``plan`` (this run's, see
-        :meth:`jobs.engine.frame.JobContext.write_plan`) with the decisions collected."""
+        :meth:`jobs.engine.frame.job.JobContext.write_plan`) with the decisions collected."""
         uri = self.write_uri
         if not uri:
             return

@@ -55,7 +55,7 @@ from segment_io.units import DAY_MS
 FORMATS = ("table", "json", "csv")
 
 #: The columns of a partition's row, in order: (name, Spark SQL type, meaning), as
-#: :class:`~jobs.engine.outcomes.InspectRow` declares them: the report entries, the CSV header and
+#: :class:`~jobs.engine.report.outcomes.InspectRow` declares them: the report entries, the CSV header and
 #: :func:`jobs.api.dirty_ratios`' schema all follow it.
 COLUMNS: tuple[tuple[str, str, str], ...] = INSPECT_COLUMNS
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in COLUMNS)
@@ -81,7 +81,7 @@ class InspectTask:
     committer: Committer
     max_batch_bytes: int  #: the run's decompression bound
     #: compact,delete partitions that lose segments to retention: the listing and scan compaction works on
-    #: (see jobs.engine.retention.RetentionFirst); None: the partition as it is
+    #: (see jobs.engine.retain.driver.RetentionFirst); None: the partition as it is
     after_retention: tuple[PartitionListing, Any] | None = None
     #: False where compaction would not touch the partition at all (its topic refused by the delete limit)
     compactable: bool = True
@@ -183,7 +183,7 @@ def _estimate_compaction(rng: _Counts, range_bytes: int, ratio_of_latest: float)
 def inspect_partition(task: InspectTask) -> PartitionStats:
     """Count one partition's records, keys and tombstones from its key-hash projection (one segment in memory
     at a time), and what compaction would remove: estimated, or with ``exact`` measured by
-    :func:`jobs.engine.cleaning.compact_partition` as a dry run."""
+    :func:`jobs.engine.compact.cleaning.compact_partition` as a dry run."""
     plan = task.plan
     out = PartitionStats(plan.topic, plan.partition)
     try:
@@ -271,7 +271,7 @@ def _plan_values(state: PartitionState, config: TopicConfig, plan: CompactionPla
 
 
 def work(ctx: JobContext) -> None:
-    """The inspection job's work (see :func:`jobs.engine.frame.run_job`): one row per partition into the
+    """The inspection job's work (see :func:`jobs.engine.frame.job.run_job`): one row per partition into the
     report, and the totals. Nothing is written to the log dir."""
     options = ctx.options
     assert isinstance(options, InspectOptions)
@@ -376,7 +376,7 @@ def _table_row(r: InspectRow) -> dict[str, Any]:
 def render(report: RunReport, fmt: str, *, layout: str = "auto", width: int | None = None) -> str:
     """The inspect report as text: ``table`` (with each partition's compaction reason and any error below
     it), ``json`` (the whole report, one document) or ``csv`` (every column; arrays space-separated). The table
-    has a row per partition, or beyond :data:`~jobs.engine.report.PARTITION_ROWS_MAX` partitions (``layout``)
+    has a row per partition, or beyond :data:`~jobs.engine.report.run_report.PARTITION_ROWS_MAX` partitions (``layout``)
     a row per topic (then only the unreadable partitions are named below it); ``width``: the terminal's, which
     the table fits (notes wrap, never cut). CSV and JSON always hold every partition."""
     if fmt == "json":

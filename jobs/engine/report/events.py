@@ -1,6 +1,6 @@
 """Progress events: what a run says while it works, as one line of text or one JSON object.
 
-Every progress line a job prints (:class:`jobs.engine.report.Progress`) is an event first:
+Every progress line a job prints (:class:`jobs.engine.report.run_report.Progress`) is an event first:
 
 * ``ts``: when it happened, ISO-8601 UTC with milliseconds (``2026-11-24T02:00:13.402Z``);
 * ``command``: ``compact``, ``retain``, ``inspect``, ``recover``;
@@ -16,7 +16,7 @@ Every progress line a job prints (:class:`jobs.engine.report.Progress`) is an ev
 
 Text mode (the default) prints :meth:`ProgressEvent.text`, exactly the lines segjobs always printed;
 ``--log-format json`` prints :meth:`ProgressEvent.to_json`, one object per line. A progress sink of the Python
-API (:data:`jobs.engine.options.ProgressSink`) receives a :class:`ProgressLine`: a ``str`` holding the text
+API (:data:`jobs.engine.frame.options.ProgressSink`) receives a :class:`ProgressLine`: a ``str`` holding the text
 line, so a sink written for text keeps working, with the event on its ``event`` attribute.
 """
 
@@ -202,7 +202,7 @@ class StderrSink:
 
     def _out(self) -> TextIO:
         # sys.stderr is looked up at each line: under spark-submit it is replaced once the JVM is reachable
-        # (see jobs.engine.spark_session.separate_stderr_under_spark_submit).
+        # (see jobs.engine.runtime.spark_session.separate_stderr_under_spark_submit).
         return self.stream or sys.stderr
 
     def _is_live(self, out: TextIO) -> bool:

@@ -2,7 +2,7 @@
 FILE`` (dirty ratios, reclaimable bytes, key cardinality, segment ages) and ``segjobs history --html FILE`` (bytes
 reclaimed per run).
 
-The charts are :mod:`jobs.engine.plots`' figures (the notebook's), embedded as base64 PNG ``<img>`` elements with
+The charts are :mod:`jobs.engine.report.plots`' figures (the notebook's), embedded as base64 PNG ``<img>`` elements with
 an ``alt`` text and a ``<figcaption>``; the page has no script and loads nothing, so it can be mailed, attached to
 an Airflow task or served from a bucket as it is. The JSON report names the file (``html_report``).
 """
@@ -156,7 +156,7 @@ def inspect_html(report: RunReport) -> str:
 
 
 def history_html(history: Any) -> str:
-    """The HTML report of a ledger's history (:class:`jobs.engine.ledger.History`): the bytes reclaimed per run
+    """The HTML report of a ledger's history (:class:`jobs.engine.report.ledger.History`): the bytes reclaimed per run
     (chart), the runs, and the bytes per topic."""
     from jobs.engine.report import plots  # matplotlib: an optional dependency (segjobs[html])
 

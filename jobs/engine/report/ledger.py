@@ -1,9 +1,9 @@
 """Reading the run ledger: the last runs and the bytes they reclaimed per topic.
 
 ``segjobs compact|retain --ledger URI`` appends one row per partition and run to a Delta table
-(:func:`jobs.engine.report.append_ledger`: run_id, command, log_dir, now_ms, dry_run, finished_ms, topic, partition,
-action, reason and the partition's numbers). It is written with the ``deltalake`` package and read here with it
-too: no Spark, a local path or an ``s3://`` URI with the same storage options as the jobs.
+(:func:`jobs.engine.report.run_report.append_ledger`: run_id, command, log_dir, now_ms, dry_run, finished_ms, topic,
+partition, action, reason and the partition's numbers). It is written with the ``deltalake`` package and read here with
+it too: no Spark, a local path or an ``s3://`` URI with the same storage options as the jobs.
 
 What a run shows:
 

@@ -1,15 +1,15 @@
 """What the jobs did to each partition, as frozen types: the one source of the JSON report's partition entries
 and totals, the Delta ledger's rows, the summaries and the results of :mod:`jobs.api`.
 
-An outcome is built once, when its partition is settled (:mod:`jobs.engine.compaction`,
-:mod:`jobs.engine.retention`); everything the run reports is derived from it: ``to_entry()`` (the JSON report's
+An outcome is built once, when its partition is settled (:mod:`jobs.engine.compact.driver`,
+:mod:`jobs.engine.retain.driver`); everything the run reports is derived from it: ``to_entry()`` (the JSON report's
 ``partitions[]`` entry, whose format these types keep as it was), ``ledger_row()`` (one row of ``--ledger``), the
-totals (:class:`CompactTotals`, :class:`RetainTotals`) and the summary tables (:mod:`jobs.engine.render`). Adding
+totals (:class:`CompactTotals`, :class:`RetainTotals`) and the summary tables (:mod:`jobs.engine.report.render`). Adding
 a field to the report touches its type here and the renderer that shows it, nothing else.
 
 The decisions a plan file records (``--dry-run --plan``, compared by ``--apply``) are types here too:
 :class:`RetentionDecision`, :class:`CompactionDecision` and :class:`CleaningDecision`, whose ``to_dict()`` is the
-plan file's format (:mod:`jobs.engine.planfile`).
+plan file's format (:mod:`jobs.engine.frame.planfile`).
 """
 
 from __future__ import annotations
@@ -57,10 +57,10 @@ class Action(StrEnum):
 
 
 #: The error kind of a partition the delete-fraction limit refused (its action is ``refused``; text output calls
-#: it REFUSED, never FAILED: see :func:`jobs.engine.report.problem_notes`).
+#: it REFUSED, never FAILED: see :func:`jobs.engine.report.run_report.problem_notes`).
 REFUSED_KIND = "MaxDeleteFractionExceeded"
 
-#: The numbers of a ledger row (see :func:`jobs.engine.report.append_ledger`).
+#: The numbers of a ledger row (see :func:`jobs.engine.report.run_report.append_ledger`).
 LEDGER_NUMBERS = ("records_before", "records_after", "bytes_before", "bytes_after", "segments_before",
                   "segments_after", "records_removed", "bytes_removed")
 
@@ -653,7 +653,7 @@ Decision = RetentionDecision | CompactionDecision
 
 
 def ledger_rows(outcomes: Iterable[Outcome], *, dry_run: bool) -> list[dict[str, Any]]:
-    """The ledger rows of a run's outcomes (see :func:`jobs.engine.report.append_ledger`)."""
+    """The ledger rows of a run's outcomes (see :func:`jobs.engine.report.run_report.append_ledger`)."""
     return [o.ledger_row(dry_run) for o in outcomes]
 
 

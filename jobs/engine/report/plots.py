@@ -1,6 +1,6 @@
 """Plots of an inspect report, for notebooks: each function takes the rows of
 :func:`jobs.api.dirty_ratios` (a Spark or pandas DataFrame) and returns a matplotlib Figure; and one
-plot of the run ledger (:func:`reclaimed_per_run_chart`, from :func:`jobs.engine.ledger.read_history`).
+plot of the run ledger (:func:`reclaimed_per_run_chart`, from :func:`jobs.engine.report.ledger.read_history`).
 
 Figures are built without pyplot, so nothing accumulates in a global figure list and any backend works
 (Agg in tests); Jupyter displays a returned Figure inline. Unreadable partitions (``error`` set) are left out.
@@ -409,8 +409,8 @@ LEDGER_TOPICS = 8
 
 
 def reclaimed_per_run_chart(history: Any, *, topics: int = LEDGER_TOPICS) -> Figure:
-    """Bytes reclaimed per run of a ledger (a :class:`jobs.engine.ledger.History`, or its ``run_topic_frame()``), one
-    bar per run, oldest left, stacked by topic: the ``topics - 1`` topics that got the most back, plus one grey
+    """Bytes reclaimed per run of a ledger (a :class:`jobs.engine.report.ledger.History`, or its ``run_topic_frame()``),
+    one bar per run, oldest left, stacked by topic: the ``topics - 1`` topics that got the most back, plus one grey
     "others" part adding up the rest. Dry runs are hatched: what they would have reclaimed."""
     df = history.run_topic_frame() if hasattr(history, "run_topic_frame") else pd.DataFrame(history)
     runs = df.drop_duplicates("run_id")[["run_id", "label", "dry_run"]].reset_index(drop=True)

@@ -1,9 +1,9 @@
 """The text summaries of the compaction and retention jobs: the table (a row per partition, or per topic with the
 partitions that need a look below it), the totals line and the footer, rendered from the run's typed outcomes
-(:mod:`jobs.engine.outcomes`).
+(:mod:`jobs.engine.report.outcomes`).
 
 The commands print them (:meth:`jobs.api.CompactResult.summary`, :meth:`jobs.api.RetainResult.summary`); the
-helpers both use (table layout, notes, footer) are :mod:`jobs.engine.report`'s."""
+helpers both use (table layout, notes, footer) are :mod:`jobs.engine.report.run_report`'s."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ _RETAIN_TOPIC_COLUMNS = (("topic", "topic"), ("policy", "policy"), ("partitions"
 def _retain_topic_row(topic: str, outcomes: list[RetentionOutcome]) -> dict[str, Any]:
     """A topic's row of the per-topic summary: its partitions added up; the note says a refusal once, counts
     failed partitions (listed below the table), says why partitions lost nothing (with how many when not all
-    did: :func:`~jobs.engine.report.partitions_note`), then the topic's purges (a real run's)."""
+    did: :func:`~jobs.engine.report.run_report.partitions_note`), then the topic's purges (a real run's)."""
     refused = next((o for o in outcomes if o.action is Action.REFUSED), None)
     failed = sum(1 for o in outcomes if o.action is Action.ERROR)
     pending = sum(len(o.purge_pending or {}) for o in outcomes)
@@ -139,7 +139,7 @@ def _retain_topic_row(topic: str, outcomes: list[RetentionOutcome]) -> dict[str,
 def render_retain_summary(report: RunReport, *, dry_run: bool, layout: str = "auto", width: int | None = None) -> str:
     """The retain command's stdout: one row per partition, by topic and partition number, with a note saying
     why nothing went, what failed or was refused, and what was purged or is pending; or beyond
-    :data:`~jobs.engine.report.PARTITION_ROWS_MAX` partitions (``layout``) a row per topic and the failed
+    :data:`~jobs.engine.report.run_report.PARTITION_ROWS_MAX` partitions (``layout``) a row per topic and the failed
     partitions below it; then the totals line and the footer (elapsed, MB/s). ``width``: the terminal's, which
     the table fits (notes wrap, never cut)."""
     outcomes = in_order([o for o in report.outcomes if isinstance(o, RetentionOutcome)])
@@ -263,8 +263,8 @@ def _compact_topic_row(topic: str, outcomes: list[CompactionOutcome]) -> dict[st
     """A topic's row of the per-topic summary: its partitions added up, and in the note what is true of each
     partition it summarises: a refusal once, counts of failed and partial partitions (listed below), the
     strategies' and selections' reasons (with how many partitions when not all share one:
-    :func:`~jobs.engine.report.partitions_note`), then the topic's purges (a real run's), as the retain summary
-    counts them."""
+    :func:`~jobs.engine.report.run_report.partitions_note`), then the topic's purges (a real run's), as the retain
+    summary counts them."""
     retentions = [o.retention for o in outcomes if o.retention is not None]
     refused = next((r for r in retentions if r.action is Action.REFUSED), None)
     failed = sum(1 for o in outcomes if o.error is not None) + sum(1 for o in outcomes
@@ -304,9 +304,10 @@ def _needs_a_look(o: CompactionOutcome) -> bool:
 
 def render_compact_summary(report: RunReport, *, dry_run: bool, layout: str = "auto", width: int | None = None) -> str:
     """The compact command's stdout: the table, the totals line and the footer (elapsed, MB/s). The table has a
-    row per partition (by topic and partition number), or beyond :data:`~jobs.engine.report.PARTITION_ROWS_MAX`
-    partitions (``layout``: see :func:`~jobs.engine.report.rows_per_partition`) a row per topic, followed by
-    the partitions that need a look. ``width``: the terminal's, which the table fits (notes wrap, never cut).
+    row per partition (by topic and partition number), or beyond
+    :data:`~jobs.engine.report.run_report.PARTITION_ROWS_MAX` partitions (``layout``: see
+    :func:`~jobs.engine.report.run_report.rows_per_partition`) a row per topic, followed by the partitions that need
+    a look. ``width``: the terminal's, which the table fits (notes wrap, never cut).
     The summary is the command's output: --quiet only silences progress."""
     outcomes = in_order([o for o in report.outcomes if isinstance(o, CompactionOutcome)])
     if rows_per_partition(layout, len(outcomes)):
@@ -360,7 +361,7 @@ def inspect_topic_row(topic: str, rows: Sequence[InspectRow]) -> dict[str, Any]:
     "-", for a topic without a compact policy); ``compact`` is how
     many partitions compaction at now selects; the note says a retention refusal once, how many partitions are
     UNREADABLE (listed below), and the partitions' compaction notes (with how many partitions when not all share
-    one: :func:`~jobs.engine.report.partitions_note`)."""
+    one: :func:`~jobs.engine.report.run_report.partitions_note`)."""
     ok = [r for r in rows if r.readable]
     unreadable = len(rows) - len(ok)
     refused = next((r.retention_refused for r in ok if r.retention_refused), None)

@@ -29,10 +29,10 @@ class Progress:
     it; without one they are printed on stderr unless quiet. :meth:`error` and :meth:`notice` lines are never
     silenced: a failure, or what repeating the run takes, is always shown.
 
-    Every line is a :class:`~jobs.engine.events.ProgressEvent` first: ``event`` names it (``scan.done``,
+    Every line is a :class:`~jobs.engine.report.events.ProgressEvent` first: ``event`` names it (``scan.done``,
     ``compact.partition``, ...) and keyword arguments are its structured fields (``partition="orders-2"``,
     ``seconds=1.4``), which ``--log-format json`` prints and text mode leaves out. ``progress("text")`` alone
-    is an event named ``message``. The sink receives a :class:`~jobs.engine.events.ProgressLine`: the text
+    is an event named ``message``. The sink receives a :class:`~jobs.engine.report.events.ProgressLine`: the text
     line as a ``str``, with the event on its ``event`` attribute."""
 
     def __init__(self, command: str, *, quiet: bool = False, stream: TextIO | None = None,
@@ -71,7 +71,7 @@ class Progress:
             self.sink(line)
             return
         # sys.stderr is looked up at each line: under spark-submit it is replaced once the JVM is reachable
-        # (see jobs.engine.spark_session.separate_stderr_under_spark_submit).
+        # (see jobs.engine.runtime.spark_session.separate_stderr_under_spark_submit).
         print(str(line), file=self.stream or sys.stderr, flush=True)
 
 #: a partition's entry or outcome, as a summary shows it
@@ -91,8 +91,8 @@ class RunReport:
     finished_ms: int | None = None
     spark_startup_s: float | None = None
     #: when Spark was started ahead of need (the console script's early start; see
-    #: :class:`jobs.engine.spark_session.EarlySession`): how long its start took from its beginning, of which the
-    #: run waited ``spark_startup_s``; None when it started at need, or not at all
+    #: :class:`jobs.engine.runtime.spark_session.EarlySession`): how long its start took from its beginning, of which
+    #: the run waited ``spark_startup_s``; None when it started at need, or not at all
     spark_started_early_s: float | None = None
     partitions: list[dict[str, Any]] = field(default_factory=list)
     #: per topic in scope: its ``policy`` (cleanup.policy) and ``policy_from``, the config entry that set it
@@ -478,13 +478,13 @@ def _numberish(s: str) -> bool:
 
 
 def append_ledger(uri: str, report: RunReport, rows: Iterable[Mapping[str, Any]], options=None) -> int:
-    """Append ``rows`` (one per partition: :func:`jobs.engine.outcomes.ledger_rows` of the report's outcomes) to
+    """Append ``rows`` (one per partition: :func:`jobs.engine.report.outcomes.ledger_rows` of the report's outcomes) to
     the Delta table at ``uri`` (created on first use) and return how many.
 
     Columns: run_id, command, log_dir, now_ms, dry_run, finished_ms (the report's), then each row's topic,
-    partition, action, reason and numbers (:data:`~jobs.engine.outcomes.LEDGER_NUMBERS`, 0 where a row has
+    partition, action, reason and numbers (:data:`~jobs.engine.report.outcomes.LEDGER_NUMBERS`, 0 where a row has
     none). Written through Spark's Delta writer when the job's Spark session has Delta Lake
-    (:mod:`jobs.engine.delta_spark`: concurrent runs are then serialised by Delta's commit protocol), else with
+    (:mod:`jobs.engine.runtime.delta_spark`: concurrent runs are then serialised by Delta's commit protocol), else with
     the embedded ``deltalake`` package; any Delta reader reads either.
     """
     from deltalake import write_deltalake  # start-up: ~15 ms on every command; the ledger only

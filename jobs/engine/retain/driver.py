@@ -49,7 +49,7 @@ TopicPartition = tuple[str, int]
 COMMIT_THREADS = 16
 
 
-#: The options a plan file records for ``retain`` (fields of RetainOptions; see jobs.engine.planfile).
+#: The options a plan file records for ``retain`` (fields of RetainOptions; see jobs.engine.frame.planfile).
 PLAN_OPTIONS = ("max_delete_fraction", "accept_config_baseline")
 
 
@@ -64,7 +64,7 @@ class RetentionParams:
 
     ``log_start_checkpoint`` is ``log-start-offset-checkpoint`` as this run knows it (read when the run
     started, then kept up to date by :func:`advance_log_start_offsets`). ``fault(partition, step)`` is the
-    test seam of :mod:`jobs.engine.seams` (``partition`` is ``""`` for the log-start-offset checkpoint, which
+    test seam of :mod:`jobs.engine.runtime.seams` (``partition`` is ``""`` for the log-start-offset checkpoint, which
     the whole dir shares); partitions commit on several threads at once, so it must be thread-safe.
     """
 
@@ -277,7 +277,7 @@ def retain_partitions(p: RetentionParams, scans: Iterable[PartitionScan],
 
 
 def work(ctx: JobContext) -> None:
-    """The retention job's work (see :func:`jobs.engine.frame.run_job`): plan every partition, apply the
+    """The retention job's work (see :func:`jobs.engine.frame.job.run_job`): plan every partition, apply the
     delete-fraction limit, commit the deletes (several partitions at once), and fill the report."""
     params = RetentionParams.from_job(ctx)
     planfile = ctx.planfile
@@ -581,7 +581,7 @@ def plan_retention_first(params: RetentionParams, scans: Mapping[TopicPartition,
                          parallel_map: Callable[..., list[Any]], max_batch_bytes: int) -> RetentionFirst:
     """Plan retention of the ``compact,delete`` partitions among ``scans`` at ``params.now_ms``, apply the
     delete-fraction ``limit``, and scan what remains of each partition that loses segments, as tasks of
-    ``parallel_map`` (:meth:`jobs.engine.frame.JobContext.parallel_map`) decoding under ``max_batch_bytes``;
+    ``parallel_map`` (:meth:`jobs.engine.frame.job.JobContext.parallel_map`) decoding under ``max_batch_bytes``;
     nothing is written."""
     plans = {}
     for key in sorted(scans):

@@ -3,7 +3,7 @@
 A local run's driver JVM loads, parses and verifies some ten thousand classes from Spark's jars before it can
 run a task: most of its seconds of start-up CPU. ``segjobs warm-up`` (which ``make venv`` runs) runs one small
 compaction on Spark with ``-XX:ArchiveClassesAtExit``, so the JVM writes the classes it loaded into an archive
-as it exits; every later JVM :func:`jobs.engine.spark_session.build_session` launches maps them from it
+as it exits; every later JVM :func:`jobs.engine.runtime.spark_session.build_session` launches maps them from it
 (``-XX:SharedArchiveFile``) instead.
 
 An archive is valid only for the JVM build and the class path it was made with, so its file name carries a key
@@ -100,7 +100,7 @@ def make_archive(say: Callable[[str], None], exercise: Sequence[str], *, timeout
     """Write this JVM's and Spark's archive (replacing older ones): ``exercise`` (a command, given a scratch
     directory as its last argument) runs in a fresh process with the environment that makes the JVM it
     launches write the archive at exit; it builds a session with
-    :func:`jobs.engine.spark_session.build_session`, runs what a run runs on it, then calls
+    :func:`jobs.engine.runtime.spark_session.build_session`, runs what a run runs on it, then calls
     :func:`stop_and_wait`. Returns the archive's path, or None (after saying why) when there is no java or
     Spark, or the JVM did not write it: runs then go without one."""
     path = archive_path()

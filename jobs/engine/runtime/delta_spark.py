@@ -4,8 +4,8 @@ On a cluster that runs delta-spark (its jars on the classpath, e.g. ``--packages
 major.minor>_2.13:<version>``), several jobs appending to one ledger are then serialised by Delta's commit
 protocol, as any other Spark writer of that table. Everywhere else (no Spark session, a session without Delta,
 a filesystem the session cannot write) the ledger is written by the embedded ``deltalake`` package
-(:func:`jobs.engine.report.append_ledger`). Both write the same columns, so either reads what the other wrote.
-"""
+(:func:`jobs.engine.report.run_report.append_ledger`). Both write the same columns, so either reads what the other
+wrote. """
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ DELTA_SPARK_VERSION = "4.4.0"
 #: The Spark line that release's jar is built for (delta-spark 4.4.0 admits pyspark 4.0.1 to 4.2.0).
 DELTA_SPARK_FOR_SPARK = "4.2"
 #: The Maven coordinate of Delta's jars, for ``spark-submit --packages`` or ``spark.jars.packages``: the one
-#: coordinate ``segjobs table --help`` and the docs quote (tests/jobs/engine/test_delta_spark.py checks them).
+#: coordinate ``segjobs table --help`` and the docs quote (tests/jobs/engine/runtime/test_delta_spark.py checks them).
 DELTA_SPARK_PACKAGE = f"io.delta:delta-spark_{DELTA_SPARK_FOR_SPARK}_2.13:{DELTA_SPARK_VERSION}"
 #: The session settings that turn Delta Lake on (its SQL extension and catalog), beside its jars.
 DELTA_SPARK_CONF = {

@@ -55,7 +55,7 @@ def cached_kernels() -> dict[str, int]:
 def load_cached_kernels() -> int:
     """Load every compiled version the on-disk cache holds for the current source, as a first call with those
     argument types would (milliseconds each; nothing is compiled: a stale or missing cache holds none). Returns
-    how many were loaded. For the worker daemon (:mod:`jobs.engine.worker_daemon`), so that the workers it
+    how many were loaded. For the worker daemon (:mod:`jobs.engine.runtime.worker_daemon`), so that the workers it
     forks start with them."""
     loaded = 0
     for _, dispatcher in _dispatchers():

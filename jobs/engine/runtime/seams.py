@@ -10,9 +10,9 @@
 * ``clock()``: the wall clock in epoch ms. It times the S3 lease (taking it, the heartbeat, the check before
   each commit) and is the default of ``now``. Decisions are never made on it otherwise: ``now`` is an input.
 * ``runner``: how the per-partition tasks (scans, cleaning, inspection) run: as Spark tasks
-  (:class:`~jobs.engine.tasks.SparkTasks`, the default) or one after another in this process
-  (:class:`~jobs.engine.tasks.InProcessTasks`), so the drivers' commit loops can be tested without a Spark
-  session (see :mod:`jobs.engine.tasks`).
+  (:class:`~jobs.engine.runtime.tasks.SparkTasks`, the default) or one after another in this process
+  (:class:`~jobs.engine.runtime.tasks.InProcessTasks`), so the drivers' commit loops can be tested without a Spark
+  session (see :mod:`jobs.engine.runtime.tasks`).
 
 Users never need them: :func:`jobs.api.compact` and the others take ``seams=None``.
 """

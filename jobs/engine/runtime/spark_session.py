@@ -27,7 +27,7 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.python.filterPushdown.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",
-    # Python workers forked from a daemon that has imported the hot modules (see jobs.engine.worker_daemon)
+    # Python workers forked from a daemon that has imported the hot modules (see jobs.engine.runtime.worker_daemon)
     "spark.python.daemon.module": "jobs.engine.runtime.worker_daemon",
 }
 
@@ -141,7 +141,7 @@ def _session_options(app_name: str, master: str | None, extra_conf: Mapping[str,
 
 
 def _class_archive_options(conf: Mapping[str, str]) -> str:
-    """The driver JVM's class-archive options (:mod:`jobs.engine.class_archive`), for a JVM this process will
+    """The driver JVM's class-archive options (:mod:`jobs.engine.runtime.class_archive`), for a JVM this process will
     launch with segjobs' own Java options."""
     if "spark.driver.extraJavaOptions" in conf or os.environ.get("PYSPARK_GATEWAY_PORT") or (
             "pyspark" in sys.modules and sys.modules["pyspark"].SparkContext._active_spark_context is not None):

@@ -2,7 +2,7 @@
 
 :class:`SparkTasks` runs them as Spark tasks (production; :class:`LazySparkTasks` starts the session only when a
 task must run); :class:`InProcessTasks` runs them one after another in this process (tests: the drivers' commit
-loops without a Spark session; a test passes one as ``Seams.runner``, see :mod:`jobs.engine.seams`). Besides
+loops without a Spark session; a test passes one as ``Seams.runner``, see :mod:`jobs.engine.runtime.seams`). Besides
 ``map`` (all results at once, in order), a runner streams (``stream``): items bin-packed by bytes into tasks, each
 item's result (or its :class:`TaskFailure`) handed back as soon as its task finishes. What a job needs from the
 cluster beyond running tasks is a capability of the runner (:meth:`TaskRunner.executor_memory_bytes`), never a
@@ -108,7 +108,7 @@ def stream_bins(items: Sequence[Any], sizes: Sequence[int] | None, parallelism: 
     """The bins (lists of item indices) :meth:`TaskRunner.stream` runs ``items`` in, one task each."""
     if sizes is not None and len(sizes) != len(items):
         raise ValueError(f"{len(sizes)} sizes for {len(items)} items")
-    # Consecutive items (results are used in item order: see jobs.engine.streaming), at least two bins per core:
+    # Consecutive items (results are used in item order: see jobs.engine.compact.streaming), at least two bins per core:
     # a core that finishes early finds work, and the first results come early.
     return pack_in_order(list(sizes) if sizes is not None else [1] * len(items), target_bytes=STREAM_TARGET_BYTES,
                          max_items=STREAM_MAX_ITEMS, min_bins=max(1, parallelism) * 2)
@@ -255,7 +255,7 @@ class LazySparkTasks(SparkTasks):
     asked for (:attr:`parallelism`, :attr:`spark`): a run whose selection finds nothing due starts no JVM at
     all. ``on_start(waited, took)`` is told how long the run waited for the session and how long its start took
     from its beginning: the same for a session started at need; for one started ahead of need (see
-    :class:`jobs.engine.spark_session.EarlySession`) the start overlapped the run's own work, and what the run
+    :class:`jobs.engine.runtime.spark_session.EarlySession`) the start overlapped the run's own work, and what the run
     waited is only its rest (often nothing)."""
 
     def __init__(self, build: Callable[[], Any], *, job_group: str | None = None,

@@ -30,7 +30,7 @@ class PartitionChanges:
     segments: list[tuple[str, bool]] = field(default_factory=list)
     aborted: Any = None  # segment_io.transactions.AbortedTxns
     #: the range may need more memory than latest_buffer_bytes: planned only, deduped on disk by the driver
-    #: (:mod:`jobs.engine.table_sort`); ``records_bound``: the range's records (by batch headers) or an estimate
+    #: (:mod:`jobs.engine.table.sort`); ``records_bound``: the range's records (by batch headers) or an estimate
     sort_on_disk: bool = False
     records_bound: int = 0
 

@@ -9,13 +9,13 @@ A run, per partition of the topic:
    a retention gap is an error unless ``rebuild``);
 3. decodes the segments of that range and keeps the latest record per key (:class:`segment_io.latest.LatestRows`,
    aborted records and markers out, keyless records out); a range that may not fit ``latest_buffer_bytes`` is
-   only planned here, and the driver dedupes it on disk (:mod:`jobs.engine.table_sort`) into the same merge;
+   only planned here, and the driver dedupes it on disk (:mod:`jobs.engine.table.sort`) into the same merge;
 
 then writes every partition's changes in ONE Delta commit (``deltalake``'s MERGE: upserts, deletes for
 tombstones, and for rebuilt partitions the rows no longer in the log). When the session has Delta Lake, step 3
 runs in Spark instead (a task per segment, then an aggregation by key whose shuffle spills: any number of keys,
 nothing collected to the driver) and one delta-spark MERGE per partition writes it
-(:mod:`jobs.engine.table_spark`).
+(:mod:`jobs.engine.table.spark_writer`).
 
 The applied offsets: Delta's application transactions
 ----------------------------------------------------
@@ -105,7 +105,7 @@ class TableOptions(RunOptions):
     max_batch_bytes: int | None = None
     #: deltalake writer: the memory one partition's latest rows may take. A partition whose range to apply may
     #: need more (its segments' bytes plus a per-record overhead) is deduped on disk instead, an external-sort
-    #: pass whose memory stays within this whatever the key count (:mod:`jobs.engine.table_sort`)
+    #: pass whose memory stays within this whatever the key count (:mod:`jobs.engine.table.sort`)
     latest_buffer_bytes: int = DEFAULT_LATEST_BUFFER_BYTES
 
     def __post_init__(self) -> None:
@@ -219,8 +219,8 @@ class TableResult:
 
     def summary(self, *, layout: str = "auto", width: int | None = None) -> str:
         """What ``segjobs table`` prints: a row per partition (beyond
-        :data:`~jobs.engine.report.PARTITION_ROWS_MAX` partitions, ``layout``: a row for the topic and the failed
-        partitions), then the totals; ``width``: the terminal's, which the table fits."""
+        :data:`~jobs.engine.report.run_report.PARTITION_ROWS_MAX` partitions, ``layout``: a row for the topic and the
+        failed partitions), then the totals; ``width``: the terminal's, which the table fits."""
         return render_summary(self, layout=layout, width=width)
 
     def to_json(self) -> str:
@@ -250,7 +250,8 @@ class PartitionItem:
     cleaner_checkpoint: int | None
     rebuild: bool
     max_batch_bytes: int | None
-    #: False: plan only, and list the segments to read (Spark reads and dedupes them: :mod:`jobs.engine.table_spark`)
+    #: False: plan only, and list the segments to read (Spark reads and dedupes them:
+    #: :mod:`jobs.engine.table.spark_writer`)
     read_rows: bool = True
     #: a range that may need more memory than this is planned only, and deduped on disk by the driver
     latest_buffer_bytes: int = DEFAULT_LATEST_BUFFER_BYTES
@@ -532,7 +533,7 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
 def _sort_on_disk(storage: Storage, work: Storage, root: str, dt: Any | None, results: list[PartitionChanges],
                   out: dict[int, SortedPartition], options: TableOptions, progress: Progress) -> None:
     """The key pass and buckets of every partition whose range may not fit ``latest_buffer_bytes``
-    (:func:`jobs.engine.table_sort.prepare`), in this process, into the work dir ``root`` (the caller removes
+    (:func:`jobs.engine.table.sort.prepare`), in this process, into the work dir ``root`` (the caller removes
     it); a partition that fails is reported, the others go on."""
     dataset = dt.to_pyarrow_dataset() if dt is not None else None
     for r in results:
@@ -749,7 +750,7 @@ def _topic_row(run: TableResult) -> dict[str, str]:
 
 
 def render_summary(run: TableResult, *, layout: str = "auto", width: int | None = None) -> str:
-    """The human summary: a row per partition, or beyond :data:`~jobs.engine.report.PARTITION_ROWS_MAX`
+    """The human summary: a row per partition, or beyond :data:`~jobs.engine.report.run_report.PARTITION_ROWS_MAX`
     partitions (as every command's summary, ``layout``) a row for the topic and the failed partitions below it;
     then the totals."""
     if rows_per_partition(layout, len(run.partitions)):

@@ -6,7 +6,7 @@ batches. Its memory is bounded by ``latest_buffer_bytes`` and the size of one se
 For one partition and the range ``[start, end)`` its plan applies:
 
 1. **Key pass** (a segment at a time): decode offsets, 128-bit key hashes and batch flags only
-   (:func:`segment_io.decode.decode_key_hashes_bytes`); :func:`jobs.engine.cleaning.piece_of` pre-aggregates
+   (:func:`segment_io.decode.decode_key_hashes_bytes`); :func:`jobs.engine.compact.cleaning.piece_of` pre-aggregates
    them, one row per key of the segment with its latest *eligible* offset (keyed data records in the range that
    no aborted transaction holds: :func:`jobs.rules.offset_map.mappable_rows`, the table's rule too), ordered by
    hash bucket, written as one work file. The table's current keys of the partition (read in batches, key column

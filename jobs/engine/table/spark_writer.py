@@ -4,7 +4,7 @@ One MERGE per partition, each committing its partition's rows together with its 
 records one application transaction per commit (the ``spark.databricks.delta.write.txnAppId`` /
 ``txnVersion`` settings for DML, the ``txnAppId`` / ``txnVersion`` options for a write), so a partition is the
 unit of exactly-once here, and a run killed between two partitions leaves the first committed and the second
-as it was. The state is the same ``txn`` action ``deltalake`` writes (:mod:`jobs.engine.table`), so either
+as it was. The state is the same ``txn`` action ``deltalake`` writes (:mod:`jobs.engine.table.driver`), so either
 writer continues what the other began. The merge reads only the partition's files (the table is partitioned
 by ``partition`` and the condition names it).
 """
@@ -76,7 +76,7 @@ def _aborted(records: Any, aborted: Any) -> Any:
 
 
 def spark_count_changes(spark: Any, uri: str, latest: Any, changes: Sequence[PartitionChanges]) -> dict[int, Any]:
-    """:func:`jobs.engine.table.count_changes` in Spark: the latest rows joined with the table's keys (the small
+    """:func:`jobs.engine.table.driver.count_changes` in Spark: the latest rows joined with the table's keys (the small
     per-partition totals are all that reach the driver)."""
     from pyspark.sql import functions as F
 
@@ -121,7 +121,7 @@ def write_with_spark(spark: Any, uri: str, dt: Any | None, topic: str, changes: 
     """Apply each partition's changes (``latest``: :func:`spark_changes`) with a delta-spark MERGE of its own;
     returns the table's new version. ``written`` receives each partition once its commit is in the table.
 
-    Raises :class:`jobs.engine.table.TableConflictError` when another writer applied a partition after this run
+    Raises :class:`jobs.engine.table.state.TableConflictError` when another writer applied a partition after this run
     read the table: Delta would silently skip a write whose ``txnVersion`` the table already holds, and the run
     would report rows it did not write."""
     from delta.tables import DeltaTable as SparkDeltaTable  # type: ignore[import-not-found]

@@ -1,4 +1,4 @@
-"""Cleaning a bin's small partitions together (:mod:`jobs.engine.bin_cleaning`) changes nothing: every run with
+"""Cleaning a bin's small partitions together (:mod:`jobs.engine.compact.bin_cleaning`) changes nothing: every run with
 the together path forced on leaves exactly what the same run with it forced off (one pipeline per partition)
 leaves, and reports the same.
 
@@ -76,7 +76,7 @@ class Step:
 
 class Together:
     """Runs the same steps from the same source with the together path forced off, then on, and compares
-    them; a spy on :func:`jobs.engine.bin_cleaning.clean_together` counts the partitions it cleaned in each
+    them; a spy on :func:`jobs.engine.compact.bin_cleaning.clean_together` counts the partitions it cleaned in each
     mode."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,7 @@
 """The forecasts of whether a compaction run will read partitions in full (and so need Spark), made from the
-listing and the checkpoints alone: :func:`jobs.engine.selection.may_read_in_full`, and which small partitions the
-first scan reads in full at once (:func:`jobs.engine.selection.read_at_first_scan`), with the run that does."""
+listing and the checkpoints alone: :func:`jobs.engine.compact.selection.may_read_in_full`, and which small partitions
+the first scan reads in full at once (:func:`jobs.engine.compact.selection.read_at_first_scan`), with the run that
+does."""
 
 from __future__ import annotations
 

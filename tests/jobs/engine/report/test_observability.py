@@ -155,7 +155,7 @@ def test_jobs_name_their_tasks_without_spark(log_dir: Path, tmp_path: Path, monk
     result = api.compact(log_dir, api.CompactOptions(config=log_dir.parent / "topics.toml"), now=NOW,
                          seams=Seams(runner=runner))
     assert result.ok
-    # the two small partitions may be due: the first scan reads them in full (see jobs.engine.selection)
+    # the two small partitions may be due: the first scan reads them in full (see jobs.engine.compact.selection)
     assert runner.descriptions == ["segjobs compact: scan 2 partition(s) (sizes)",
                                    "segjobs compact: compact 2 partition(s)"]
     monkeypatch.setattr(selection, "SMALL_PARTITION_BYTES", 0)  # none small: the stage reads them

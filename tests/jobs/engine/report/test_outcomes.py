@@ -1,4 +1,4 @@
-"""The typed outcomes (jobs.engine.outcomes) are the only serialisers of the JSON report's partition entries and
+"""The typed outcomes (jobs.engine.report.outcomes) are the only serialisers of the JSON report's partition entries and
 totals and of the ledger's rows: each shape serialises to exactly the entry the jobs wrote before the types
 existed (the literals below are entries of real `make demo` runs, key order included), and a real run's JSON
 report, ledger rows and api results are all derived from the same outcomes."""

@@ -1,4 +1,4 @@
-"""jobs.engine.plots stays readable from a few partitions to thousands: bounded bars and labels (top-N plus an
+"""jobs.engine.report.plots stays readable from a few partitions to thousands: bounded bars and labels (top-N plus an
 "others" bar that adds up the rest correctly), log scales exactly where values span decades, per-topic
 aggregation that adds up, key-cardinality labels that do not overlap. Rendered to PNG (Agg), no Spark.
 

@@ -4,7 +4,7 @@ reports it and exits 1 when its time and size rules would delete more than ``--m
 ``segjobs.max.delete.fraction``, 0.5) of its bytes that the reference would keep: the newest record of the log
 dir as ``now``, and the settings an earlier run applied (here none: Kafka's defaults, retention.ms 7 days). So
 the data here is 3 days old: past the run's 1-day retention, not past Kafka's week
-(tests/jobs/engine/test_retain_guard.py has the routine cases the limit lets through)."""
+(tests/jobs/engine/retain/test_guard.py has the routine cases the limit lets through)."""
 
 from __future__ import annotations
 

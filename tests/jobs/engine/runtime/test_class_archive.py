@@ -1,4 +1,4 @@
-"""The Spark driver JVM's class archive (:mod:`jobs.engine.class_archive`): keyed by the JVM build and Spark's
+"""The Spark driver JVM's class archive (:mod:`jobs.engine.runtime.class_archive`): keyed by the JVM build and Spark's
 jars, used only when the key matches, and harmless when the JVM finds it unusable all the same."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The collector during a run (jobs.engine.collector): the heap built before the work is frozen for the work's
+"""The collector during a run (jobs.engine.runtime.collector): the heap built before the work is frozen for the work's
 duration, and the caller's collector is given back as it was."""
 
 from __future__ import annotations

@@ -117,7 +117,7 @@ def _worker_state(_: int) -> tuple[str | None, bool]:
 
 
 def test_python_workers_fork_from_the_daemon_that_imported_the_hot_modules(spark) -> None:
-    # every worker of a session segjobs builds comes from jobs.engine.worker_daemon, whose process imported
+    # every worker of a session segjobs builds comes from jobs.engine.runtime.worker_daemon, whose process imported
     # pyarrow, numpy, numba's kernels and the task modules before forking it
     states = spark.sparkContext.parallelize(range(4), 4).map(_worker_state).collect()
     assert states == [("jobs.engine.runtime.worker_daemon", True)] * 4
@@ -150,7 +150,7 @@ def test_the_daemon_preloads_without_starting_blas_threads() -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Spark started early (jobs.engine.spark_session.EarlySession): held output, abandoned without a trace
+# Spark started early (jobs.engine.runtime.spark_session.EarlySession): held output, abandoned without a trace
 # --------------------------------------------------------------------------------------------------
 
 

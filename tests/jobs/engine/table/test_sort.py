@@ -1,5 +1,5 @@
 """``segjobs table`` with the ``deltalake`` writer on partitions whose latest rows may not fit memory: the
-on-disk dedupe (:mod:`jobs.engine.table_sort`, the external-sort key pass and buckets) gives the table the
+on-disk dedupe (:mod:`jobs.engine.table.sort`, the external-sort key pass and buckets) gives the table the
 in-memory dedupe gives, with the same exact counts, and it is the path taken when the range may not fit
 ``latest_buffer_bytes``.
 
