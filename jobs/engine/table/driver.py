@@ -50,13 +50,13 @@ from jobs.engine.runtime.delta_spark import DELTA_SPARK_PACKAGE, delta_session
 from jobs.engine.runtime.seams import PRODUCTION, Seams
 from jobs.engine.runtime.tasks import InProcessTasks, SparkTasks, TaskRunner
 from jobs.engine.scan import PartitionError, scan_partition
+from jobs.engine.table import sort
 from jobs.engine.table.changes import Counts, PartitionChanges
 from jobs.engine.table.sort import (
     DEFAULT_LATEST_BUFFER_BYTES,
     SortedCounts,
     SortedPartition,
     latest_bytes_bound,
-    prepare,
     read_rows_of,
     remove_work_dir,
     work_dir,
@@ -547,10 +547,11 @@ def _sort_on_disk(storage: Storage, work: Storage, root: str, dt: Any | None, re
             table_rows = dataset.count_rows(filter=in_partition)
             table_keys = (b.column(0) for b in dataset.to_batches(columns=["key"], filter=in_partition))
         try:
-            part = prepare(storage, work, root, partition=r.partition, start=plan.start, end=plan.end,
-                           rebuild=plan.rebuild, segments=r.segments, aborted=r.aborted, records=r.records_bound,
-                           table_keys=table_keys, table_rows=table_rows,
-                           latest_buffer_bytes=options.latest_buffer_bytes, max_batch_bytes=options.max_batch_bytes)
+            part = sort.prepare(storage, work, root, partition=r.partition, start=plan.start, end=plan.end,
+                                rebuild=plan.rebuild, segments=r.segments, aborted=r.aborted,
+                                records=r.records_bound, table_keys=table_keys, table_rows=table_rows,
+                                latest_buffer_bytes=options.latest_buffer_bytes,
+                                max_batch_bytes=options.max_batch_bytes)
         except SegjobsError as exc:
             r.error = PartitionError.from_exception(exc)
             continue
