@@ -55,8 +55,10 @@ MASKS: list[tuple[str, str, Callable[[str], str]]] = [
      lambda t: re.sub(r'"(\w*_s|\w*seconds)":\s*[0-9.]+', r'"\1": "<masked>"', t)),
     ("how long something took, in text (0.333s, ETA 4s) and the throughput it gives (735 MB/s)", "",
      lambda t: re.sub(r"(?<![\w.])[0-9]+(\.[0-9]+)?(s|ms)\b", "<t>", re.sub(r"[0-9.]+ [KMGT]?B/s", "<rate>", t))),
-    ("a run's random id (32 hex digits)", "",
-     lambda t: re.sub(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])", "<run-id>", t)),
+    ("a wall-clock instant in text (a plan's, a ledger row's): any instant after the demo's data, which ends in 2023",
+     "", lambda t: re.sub(r"20(2[4-9]|[3-9][0-9])-[0-9]{2}-[0-9]{2}T[0-9:]{8}(\.[0-9]+)?Z", "<instant>", t)),
+    ("a run's random id (32 hex digits; history shows its first 12)", "",
+     lambda t: re.sub(r"(?<![0-9a-f])(?=[0-9]*[a-f])([0-9a-f]{32}|[0-9a-f]{12})(?![0-9a-f])", "<run-id>", t)),
     ("a file's modification time (a plan's fingerprint): each proof writes the log dir anew", "",
      lambda t: re.sub(r'"mtime_ms":\s*[0-9]+', '"mtime_ms": "<masked>"', t)),
 ]

@@ -64,3 +64,17 @@ def test_counts_name_the_three_numbers(tmp_path):
     body = "\n".join(f"    x{i} = {i}" for i in range(80))
     (engine / "m.py").write_text(f'def long():\n    import os\n{body}\n\n\ndef short(d):\n    return d.get("k")\n')
     assert counts(tmp_path) == 'functions over 80 lines: 1, .get(" in jobs/engine: 1, function-level imports: 1'
+
+
+def test_the_wall_clock_is_masked_but_not_the_demos_now(tmp_path):
+    """A plan made at another wall-clock instant agrees; a plan for another ``--now`` (the demo's, in 2023) does
+    not."""
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    for root, made, now in ((a, "2026-11-29T04:19:52.393Z", "2023-11-23T22:13:20.000Z"),
+                            (b, "2026-11-29T04:38:10.714Z", "2023-11-23T22:13:20.000Z"),
+                            (c, "2026-11-29T04:38:10.714Z", "2023-11-24T22:13:20.000Z")):
+        root.mkdir()
+        (root / "10-retain.err").write_text(f'{{"event":"plan.applying","message":"applying the plan (made {made} by '
+                                            f'run 8635c85c9bff; --now {now})"}}\n')
+    assert compare(a, b) == 0
+    assert compare(a, c) == 1
