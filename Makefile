@@ -52,7 +52,7 @@ java:
 	  echo "       Install Java 17 (apt-get install openjdk-17-jre-headless) or set JAVA_HOME" >&2; \
 	  exit 1; }
 
-# The HTML reports' tests (tests/jobs/engine/test_html_report.py) look at the pages in headless Chromium: Debian's
+# The HTML reports' tests (tests/jobs/engine/report/test_html.py) look at the pages in headless Chromium: Debian's
 # package, installed here when missing (CI starts from a fresh machine).
 chromium:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
@@ -77,7 +77,7 @@ $(SPARK_DIST): $(STAMP)
 	ln -sfn "$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" $(SPARK_DIST)
 
 # numba compiles the kernels on first use (about a minute) and caches them beside their modules: compile them
-# now, so that no job's first run pays for it (jobs.engine.kernels, `segjobs warm-up`). Redone when a kernel changes.
+# now, so that no job's first run pays for it (jobs.engine.runtime.kernels, `segjobs warm-up`). Redone when a kernel changes.
 KERNELS := $(VENV)/.kernels
 KERNEL_SOURCES := segment_io/_decode_kernels.py segment_io/_encode_kernels.py segment_io/hashing.py \
                   jobs/rules/offset_map.py jobs/rules/transactions.py
@@ -136,10 +136,10 @@ docs: $(STAMP)
 COMPAT_DIR ?= .venv-compat
 COMPAT_ENVS ?= floor delta ceiling
 COMPAT_TESTS ?= tests/segment_io/test_spark_source.py tests/segment_io/test_kafka_schema.py \
-    tests/jobs/engine/test_compact_job.py tests/jobs/engine/test_compact_external_sort.py \
-    tests/jobs/engine/test_retain.py tests/jobs/test_api.py tests/jobs/test_spark_submit_cluster.py \
-    tests/jobs/engine/test_history.py tests/jobs/engine/test_delta_spark.py \
-    tests/jobs/engine/test_table_delta_spark.py tests/segment_io/test_spark_latest.py
+    tests/jobs/engine/compact/test_job.py tests/jobs/engine/compact/test_external_sort.py \
+    tests/jobs/engine/retain/test_job.py tests/jobs/test_api.py tests/jobs/test_spark_submit_cluster.py \
+    tests/jobs/engine/report/test_history.py tests/jobs/engine/runtime/test_delta_spark.py \
+    tests/jobs/engine/table/test_delta_spark.py tests/segment_io/test_spark_latest.py
 
 $(COMPAT_DIR)/%/.installed: conf/compat/%.txt pyproject.toml
 	@test -x $(COMPAT_DIR)/$*/bin/python || $(PYTHON) -m venv $(COMPAT_DIR)/$*
@@ -184,7 +184,7 @@ $(DELTA_STAMP): pyproject.toml
 	@touch $@
 
 venv-delta: java $(DELTA_STAMP)
-	@pkg=$$($(DELTA_VENV)/bin/python -c 'from jobs.engine.delta_spark import DELTA_SPARK_PACKAGE as p; print(p)'); \
+	@pkg=$$($(DELTA_VENV)/bin/python -c 'from jobs.engine.runtime.delta_spark import DELTA_SPARK_PACKAGE as p; print(p)'); \
 	  conf="--conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog"; \
 	  echo "$(DELTA_VENV) is ready: pyspark $$($(DELTA_VENV)/bin/python -c 'import pyspark; print(pyspark.__version__)'), delta-spark with $$pkg. Try:"; \
 	  echo "  $(DELTA_VENV)/bin/spark-submit --packages $$pkg $$conf jobs/table.py --log-dir LOG_DIR --topic TOPIC --table TABLE"; \

@@ -39,7 +39,7 @@ def timed_session(master: str = "local[2]") -> tuple[Any, float]:
     session's first Python task, which would otherwise fall into whichever job a section times first.
     """
     global _spark_startup_s
-    from jobs.engine.spark_session import build_session
+    from jobs.engine.runtime.spark_session import build_session
 
     t0 = time.perf_counter()
     spark = build_session(app_name="segjobs-bench", master=master)

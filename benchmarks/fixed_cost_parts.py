@@ -5,14 +5,14 @@ Parts (medians of ``--repeat`` runs, 3 by default; every one a new process, as a
 * **interpreter**: ``python -c pass``;
 * **imports**: ``python -c "import jobs.commands.cli"`` (what the console script imports before it parses its
   arguments) less the interpreter;
-* in one process that builds segjobs' session (:func:`jobs.engine.spark_session.build_session`, ``local[*]`` as
+* in one process that builds segjobs' session (:func:`jobs.engine.runtime.spark_session.build_session`, ``local[*]`` as
   the console script), times taken from inside it:
 
   - **JVM and Spark session**: ``build_session`` returning;
   - **Python workers and first task**: a first one-element job (Spark starts the Python worker daemon, which
-    preloads segjobs' modules and kernels: :mod:`jobs.engine.worker_daemon`);
+    preloads segjobs' modules and kernels: :mod:`jobs.engine.runtime.worker_daemon`);
   - **a warm task**: the same job again (what each later Spark job of a run costs at least);
-  - **stop**: :func:`jobs.engine.spark_session.stop_active_session` as the console script calls it at exit;
+  - **stop**: :func:`jobs.engine.runtime.spark_session.stop_active_session` as the console script calls it at exit;
   - **exit**: from the stop's return to the process's end, timed by this process;
 
 * **end to end**: ``segjobs compact`` on a tiny log dir (one partition of 11 records in two segments, one of them
@@ -45,7 +45,7 @@ DEFAULT_REPEAT = 3
 _SESSION_PARTS = """
 import json, time
 marks = {"started": time.time()}
-from jobs.engine.spark_session import build_session, stop_active_session
+from jobs.engine.runtime.spark_session import build_session, stop_active_session
 marks["imported"] = time.time()
 spark = build_session("segjobs-fixed-cost")
 marks["session"] = time.time()
@@ -77,7 +77,7 @@ def session_parts() -> dict[str, float]:
     ended = time.time()
     marks = json.loads(out.strip().splitlines()[-1])
     return {"interpreter start to first line": marks["started"] - t0,
-            "imports (jobs.engine.spark_session)": marks["imported"] - marks["started"],
+            "imports (jobs.engine.runtime.spark_session)": marks["imported"] - marks["started"],
             "JVM and Spark session (pyspark's imports included)": marks["session"] - marks["imported"],
             "Python workers and first task": marks["first_task"] - marks["session"],
             "a warm task": marks["warm_task"] - marks["first_task"],

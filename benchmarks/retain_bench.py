@@ -78,7 +78,7 @@ def _run(log_dir: Path, spark, *, dry_run: bool):
 
 def run(quick: bool = False, data_dir: Path = Path("bench-data")) -> list[dict]:
     """The benchmark section for ``benchmarks/run.py``: one row per measured run."""
-    from jobs.engine.spark_session import build_session
+    from jobs.engine.runtime.spark_session import build_session
 
     partitions = 200 if quick else 2_000
     root = Path(data_dir) / "retain"

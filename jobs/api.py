@@ -12,7 +12,7 @@ over these functions.
     for p in result.partitions:
         print(p.name, p.action, p.records_removed)
 
-Options (:mod:`jobs.engine.options`) are frozen dataclasses checked when they are made: a value they refuse
+Options (:mod:`jobs.engine.frame.options`) are frozen dataclasses checked when they are made: a value they refuse
 raises :class:`InvalidOptionUsage` / :class:`InvalidOptionConfig` naming the field. ``now`` is the instant the
 decisions are made at: epoch milliseconds, an ISO-8601 string or a datetime (naive: UTC); None means the wall
 clock, and the result says so (``now_from_wall_clock``). ``spark`` is the session the tasks run in: None takes
@@ -34,9 +34,10 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence, TypeVar
 
-from jobs.engine import compaction, inspection, retention
-from jobs.engine.frame import JobRun, hold_log_dir, open_log_dir, recover_under, run_job
-from jobs.engine.options import (
+from jobs.engine.compact import driver as compaction
+from jobs.engine.compact.selection import SELECTION_DEPTH, may_read_in_full, read_at_first_scan
+from jobs.engine.frame.job import JobRun, hold_log_dir, open_log_dir, recover_under, run_job
+from jobs.engine.frame.options import (
     DEFAULT_DEDUPE_BUFFER_BYTES,
     STRATEGIES,
     ChangeOptions,
@@ -52,7 +53,9 @@ from jobs.engine.options import (
     RetainOptions,
     RunOptions,
 )
-from jobs.engine.outcomes import (
+from jobs.engine.frame.planfile import load_for_apply
+from jobs.engine.inspect import driver as inspection
+from jobs.engine.report.outcomes import (
     Action,
     CompactionOutcome,
     CompactTotals,
@@ -62,12 +65,11 @@ from jobs.engine.outcomes import (
     RetainTotals,
     RetentionOutcome,
 )
-from jobs.engine.planfile import load_for_apply
-from jobs.engine.render import render_compact_summary, render_retain_summary
-from jobs.engine.report import Progress, RunReport, render_stopped_summary, short_error
-from jobs.engine.seams import PRODUCTION, Seams
-from jobs.engine.selection import SELECTION_DEPTH, may_read_in_full, read_at_first_scan
-from jobs.engine.tasks import InProcessTasks, SparkTasks
+from jobs.engine.report.render import render_compact_summary, render_retain_summary
+from jobs.engine.report.run_report import Progress, RunReport, render_stopped_summary, short_error
+from jobs.engine.retain import driver as retention
+from jobs.engine.runtime.seams import PRODUCTION, Seams
+from jobs.engine.runtime.tasks import InProcessTasks, SparkTasks
 from jobs.logdir.checks import check_log_dir_has_partitions, check_log_dir_writable
 from jobs.logdir.lock import LeaseLost, lease_ttl_ms, work_uri
 from jobs.logdir.recover import RecoveryAction, RecoveryReport, RecoveryTally, tally_reports
@@ -236,7 +238,7 @@ class CompactResult(JobResult):
 
     def summary(self, *, layout: str = "auto", width: int | None = None) -> str:
         """The human summary ``segjobs compact`` prints: a row per partition (``layout``: ``auto`` switches to a
-        row per topic beyond :data:`~jobs.engine.report.PARTITION_ROWS_MAX` partitions; ``partition``,
+        row per topic beyond :data:`~jobs.engine.report.run_report.PARTITION_ROWS_MAX` partitions; ``partition``,
         ``topic``), totals, elapsed time; fitted to ``width`` columns when given (notes wrap, never cut)."""
         if not self.completed:
             return render_stopped_summary(self.report, width=width)
@@ -338,7 +340,7 @@ class InspectResult(JobResult):
 
     @property
     def rows(self) -> list[dict[str, Any]]:
-        """The rows as dicts of every column (:data:`jobs.engine.inspection.COLUMNS`)."""
+        """The rows as dicts of every column (:data:`jobs.engine.inspect.driver.COLUMNS`)."""
         return [p.row for p in self.partitions]
 
     def summary(self, fmt: str = "table", *, layout: str = "auto", width: int | None = None) -> str:
@@ -509,7 +511,7 @@ def inspect_report(uri: str | os.PathLike, *, topics: str | Sequence[str] | None
                    exact: bool = False, config: str | os.PathLike | None = None, overrides: Sequence[str] = (),
                    master: str | None = None) -> RunReport:
     """:func:`inspect` with keyword arguments, returning the report: one entry per partition in
-    ``report.partitions`` (the :data:`~jobs.engine.inspection.COLUMNS`), unreadable partitions with ``error``
+    ``report.partitions`` (the :data:`~jobs.engine.inspect.driver.COLUMNS`), unreadable partitions with ``error``
     set and listed in ``report.errors``. Runs in the active Spark session (one is created when none is)."""
     options = InspectOptions(topics=topics or (), exact=exact, config=config, overrides=overrides, master=master)
     return inspect(uri, options, now=now).report
@@ -519,7 +521,7 @@ def dirty_ratios(spark: Any, uri: str | os.PathLike, *, topics: str | Sequence[s
                  now: Instant | None = None, exact: bool = False, config: str | os.PathLike | None = None,
                  overrides: Sequence[str] = ()):
     """One row per partition of the log dir at ``uri``, as a Spark DataFrame of
-    :data:`~jobs.engine.inspection.COLUMNS`: what ``segjobs inspect`` reports, for notebooks. An unreadable
+    :data:`~jobs.engine.inspect.driver.COLUMNS`: what ``segjobs inspect`` reports, for notebooks. An unreadable
     partition is a row with ``error`` set and no numbers."""
     options = InspectOptions(topics=topics or (), exact=exact, config=config, overrides=overrides)
     return inspect(uri, options, now=now, spark=spark).to_dataframe(spark)
@@ -544,7 +546,7 @@ __all__ = [
 # Compacted topics as Delta tables
 # --------------------------------------------------------------------------------------------------
 
-from jobs.engine.table import TableOptions, TablePartition, TableResult, run_table  # noqa: E402 - appended section
+from jobs.engine.table.driver import TableOptions, TablePartition, TableResult, run_table  # noqa: E402 - appended section
 
 
 def table(log_dir: str | os.PathLike, options: TableOptions, *, spark: Any = None,

@@ -205,7 +205,7 @@ def verify_archive(archive: Path, scratch: Path) -> None:
     with tarfile.open(archive) as tar:
         # The "tar" filter keeps the link to the interpreter; Pythons before 3.11.4 have no filters.
         tar.extractall(unpacked, **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
-    probe = ("import jobs.commands.cli, jobs.engine.compaction, jobs.engine.retention, jobs.engine.scan, "
+    probe = ("import jobs.commands.cli, jobs.engine.compact.driver, jobs.engine.retain.driver, jobs.engine.scan, "
              "jobs.rules.offset_map, segment_io.decode, segment_io.encode, numba, llvmlite, pyarrow, pandas, "
              "cramjam, crc32c, boto3, deltalake, sys; print(sys.prefix)")
     worker_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}

@@ -153,7 +153,7 @@ def test_the_notebook_example_runs_with_its_config(spark, tmp_path: Path) -> Non
     import ast
     import math
 
-    from jobs.engine.inspection import write_demo_log_dir
+    from jobs.engine.inspect.driver import write_demo_log_dir
 
     (code,) = [b for b in python_blocks(DATA_SOURCE_PAGE.read_text()) if "dirty_ratios(" in b]
     assert 'config="conf/topics.toml"' in code

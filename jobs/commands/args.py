@@ -9,15 +9,15 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from jobs.engine.events import LOG_FORMATS, ProgressEvent, stderr_sink
-from jobs.engine.options import InvalidOption
-from jobs.engine.report import PARTITION_ROWS_MAX, output_width
+from jobs.engine.frame.options import InvalidOption
+from jobs.engine.report.events import LOG_FORMATS, ProgressEvent, stderr_sink
+from jobs.engine.report.run_report import PARTITION_ROWS_MAX, output_width
 from segment_io.storage.options import StorageOptions
 from segment_io.units import parse_duration, parse_size
 
 if TYPE_CHECKING:
     from jobs.api import JobResult
-    from jobs.engine.options import ProgressSink
+    from jobs.engine.frame.options import ProgressSink
 
 #: What every job can print on stdout (--format): the human summary table, or the JSON report.
 OUTPUT_FORMATS = ("table", "json")
@@ -87,7 +87,7 @@ def _add_output_options(p: argparse.ArgumentParser, formats: tuple[str, ...]) ->
 
 def add_rows_options(p: argparse.ArgumentParser) -> None:
     """``--per-partition`` / ``--per-topic``: the rows of the summary table (see
-    :func:`jobs.engine.report.rows_per_partition`)."""
+    :func:`jobs.engine.report.run_report.rows_per_partition`)."""
     rows = p.add_mutually_exclusive_group()
     rows.add_argument("--per-partition", dest="rows", action="store_const", const="partition", default="auto",
                       help=f"the summary table on stdout gets one row per partition however many there are "
@@ -122,8 +122,8 @@ LOG_FORMAT_JOB_HELP = ("--quiet keeps the notice and error events. stdout (--for
 
 
 def add_log_format_option(p: argparse.ArgumentParser, *, job: bool = False) -> None:
-    """``--log-format text|json``: see :data:`LOG_FORMAT_HELP` and :mod:`jobs.engine.events`. ``job``: the command
-    has --quiet, --format and --verbose (the help says how they combine)."""
+    """``--log-format text|json``: see :data:`LOG_FORMAT_HELP` and :mod:`jobs.engine.report.events`. ``job``: the
+    command has --quiet, --format and --verbose (the help says how they combine)."""
     tail = LOG_FORMAT_JOB_HELP if job else "stdout (the command's result) is not affected"
     p.add_argument("--log-format", choices=LOG_FORMATS, default="text", help=LOG_FORMAT_HELP + tail)
 
@@ -163,7 +163,7 @@ def error_line(args: argparse.Namespace, message: str, *, event: str = "failed",
 
 
 def add_plan_options(p: argparse.ArgumentParser) -> None:
-    """``--plan FILE`` and ``--apply FILE`` (see :mod:`jobs.engine.planfile`)."""
+    """``--plan FILE`` and ``--apply FILE`` (see :mod:`jobs.engine.frame.planfile`)."""
     p.add_argument("--plan", metavar="FILE.json",
                    help="with --dry-run: also write the plan (decisions, resolved configs, --now, scope and a "
                         "fingerprint of the log dir) to FILE (local path or s3:// URI) for review; "
@@ -190,7 +190,7 @@ def storage_options_from_args(args: argparse.Namespace) -> StorageOptions:
 
 
 def job_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The :class:`~jobs.engine.options.JobOptions` fields the shared options (:func:`add_log_dir_options`)
+    """The :class:`~jobs.engine.frame.options.JobOptions` fields the shared options (:func:`add_log_dir_options`)
     give, as keyword arguments; --dry-run, --lease-ttl, --plan and --apply where the command has them."""
     out: dict[str, Any] = dict(
         config=args.config, overrides=tuple(args.set), topics=tuple(args.topic), partitions=tuple(args.partition),

@@ -16,7 +16,7 @@ import time
 from typing import NoReturn, Sequence
 
 from jobs.commands.args import close_progress, error_line
-from jobs.engine.spark_session import (
+from jobs.engine.runtime.spark_session import (
     allow_early_start,
     separate_stderr_under_spark_submit,
     silence_spark_on_interrupt,
@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt as exc:
-        # a job says what it committed before the stop (jobs.engine.frame.RunInterrupted); Spark is then
+        # a job says what it committed before the stop (jobs.engine.frame.job.RunInterrupted); Spark is then
         # stopped quietly (see console_main)
         print(error_line(args, str(exc) or "interrupted", event="interrupted", exit_code=INTERRUPTED),
               file=sys.stderr)
@@ -140,7 +140,7 @@ def exit_now(code: int) -> NoReturn:
 def submit_main(command: str) -> None:
     """Entry for ``spark-submit jobs/<command>.py ARGS``: the same arguments as ``segjobs <command>``, and the
     same streams (summary on stdout, progress and errors on stderr; see
-    :func:`jobs.engine.spark_session.separate_stderr_under_spark_submit`)."""
+    :func:`jobs.engine.runtime.spark_session.separate_stderr_under_spark_submit`)."""
     separate_stderr_under_spark_submit()
     silence_spark_on_interrupt()
     code = 1

@@ -51,8 +51,8 @@ from jobs.commands.args import (
     summary_view,
 )
 from jobs.commands.retain import add_accept_config_baseline_option, add_max_delete_fraction_option
-from jobs.engine.options import DEFAULT_DEDUPE_BUFFER_BYTES, STRATEGIES, CompactOptions
-from jobs.engine.seams import Seams
+from jobs.engine.frame.options import DEFAULT_DEDUPE_BUFFER_BYTES, STRATEGIES, CompactOptions
+from jobs.engine.runtime.seams import Seams
 from jobs.rules.map_capacity import LOAD_FACTOR, max_keys_for_buffer
 
 
@@ -95,7 +95,7 @@ def options_from_args(args: argparse.Namespace) -> CompactOptions:
 
 def run(args: argparse.Namespace, *, seams: Seams | None = None) -> int:
     """Run ``segjobs compact`` with parsed ``args``: print the summary (or the JSON report) on stdout and
-    return the exit code. ``seams``: tests only (see :mod:`jobs.engine.seams`)."""
+    return the exit code. ``seams``: tests only (see :mod:`jobs.engine.runtime.seams`)."""
     result = api.compact(args.log_dir, options_from_args(args), now=args.now, seams=seams)
     print_result(args, result, lambda: result.summary(**summary_view(args)))
     return result.exit_code

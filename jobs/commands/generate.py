@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jobs.commands.args import duration_arg, size_arg
-from jobs.engine.report import listed
+from jobs.engine.report.run_report import listed
 from jobs.rules.timeutil import format_instant, parse_instant
 from segment_io.compression import CODEC_BY_NAME, codec_from_name
 from segment_io.errors import UsageError

@@ -24,9 +24,9 @@ import os
 import sys
 
 from jobs.commands.args import cli_wording, storage_options_from_args
-from jobs.engine.ledger import read_history, render
-from jobs.engine.options import require_matplotlib
-from jobs.engine.report import absolute_uri
+from jobs.engine.frame.options import require_matplotlib
+from jobs.engine.report.ledger import read_history, render
+from jobs.engine.report.run_report import absolute_uri
 from segment_io.errors import ConfigError, StorageAccessError
 
 
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     options = storage_options_from_args(args)
     html_uri = absolute_uri(args.html) if args.html else None
     if html_uri:  # before reading anything: a missing matplotlib or an unwritable FILE is exit code 2
-        from jobs.engine.frame import check_destinations  # start-up: the job frame (~30 ms) for --html only
+        from jobs.engine.frame.job import check_destinations  # start-up: the job frame (~30 ms) for --html only
 
         with cli_wording():
             require_matplotlib("html", "--html")
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--ledger {uri}: {exc.detail}") from None
     doc = history.to_dict()
     if html_uri:
-        from jobs.engine.html_report import history_html, write_html  # start-up: --html only
+        from jobs.engine.report.html import history_html, write_html  # start-up: --html only
 
         write_html(html_uri, history_html(history), options)
         doc["html_report"] = html_uri
@@ -93,7 +93,7 @@ def write_demo_ledger(out_dir: str, *, nights: int = 3, every_ms: int = 2 * 86_4
     ``out_dir/ledger``, which is returned. Real runs, so they reclaim bytes; the log dir is the demo's own,
     nothing else is touched."""
     from jobs.commands.cli import main as segjobs  # a cycle: the command line imports this command
-    from jobs.engine.inspection import write_demo_log_dir  # start-up: the decoders' numba kernels (~0.2 s)
+    from jobs.engine.inspect.driver import write_demo_log_dir  # start-up: the decoders' numba kernels (~0.2 s)
 
     demo = write_demo_log_dir(out_dir)
     ledger = os.path.join(out_dir, "ledger")

@@ -39,9 +39,9 @@ import argparse
 from jobs import api
 from jobs.commands.args import add_log_dir_options, cli_wording, job_options, print_result, summary_view
 from jobs.commands.retain import add_max_delete_fraction_option
-from jobs.engine.inspection import FORMATS
-from jobs.engine.options import InspectOptions
-from jobs.engine.seams import Seams
+from jobs.engine.frame.options import InspectOptions
+from jobs.engine.inspect.driver import FORMATS
+from jobs.engine.runtime.seams import Seams
 from jobs.rules.kafka_defaults import default_of
 
 

@@ -39,10 +39,10 @@ import argparse
 
 from jobs import api
 from jobs.commands.args import add_log_format_option, cli_wording, progress_sink, storage_options_from_args
-from jobs.engine.options import RecoverOptions
-from jobs.engine.recovery_summary import recovery_details
-from jobs.engine.report import Progress
-from jobs.engine.seams import Seams
+from jobs.engine.frame.options import RecoverOptions
+from jobs.engine.report.recovery import recovery_details
+from jobs.engine.report.run_report import Progress
+from jobs.engine.runtime.seams import Seams
 from jobs.logdir.commit import partition_name
 from jobs.rules.timeutil import format_instant
 

@@ -57,8 +57,8 @@ from jobs.commands.args import (
     print_result,
     summary_view,
 )
-from jobs.engine.options import RetainOptions
-from jobs.engine.seams import Seams
+from jobs.engine.frame.options import RetainOptions
+from jobs.engine.runtime.seams import Seams
 from jobs.rules.kafka_defaults import default_of
 
 
@@ -82,7 +82,8 @@ def _fraction(text: str) -> float:
 
 
 def add_max_delete_fraction_option(p: argparse.ArgumentParser, *, help: str | None = None) -> None:
-    """``--max-delete-fraction F``: the safety limit of retention (see :func:`jobs.engine.retention.refused_topics`)."""
+    """``--max-delete-fraction F``: the safety limit of retention (see
+    :func:`jobs.engine.retain.driver.refused_topics`)."""
     p.add_argument("--max-delete-fraction", type=_fraction, metavar="F",
                    help=help or "leave a topic untouched (and exit 1) when retention.ms/retention.bytes would "
                                 "delete more than this share of its bytes that only this run's inputs condemn: "
@@ -96,7 +97,7 @@ def add_max_delete_fraction_option(p: argparse.ArgumentParser, *, help: str | No
 
 def add_accept_config_baseline_option(p: argparse.ArgumentParser) -> None:
     """``--accept-config-baseline``: the safety limit judges this run's settings against themselves (see
-    :func:`jobs.engine.retention.refused_topics`)."""
+    :func:`jobs.engine.retain.driver.refused_topics`)."""
     p.add_argument("--accept-config-baseline", action="store_true",
                    help="accept this run's retention settings (cleanup.policy, retention.ms, retention.bytes of every "
                         "topic in scope) as the safety limit's baseline: they are not judged against the settings the "
@@ -116,7 +117,7 @@ def options_from_args(args: argparse.Namespace) -> RetainOptions:
 
 def run(args: argparse.Namespace, *, seams: Seams | None = None) -> int:
     """Run ``segjobs retain`` with parsed ``args``: print the summary (or the JSON report) on stdout and return
-    the exit code. ``seams``: tests only (see :mod:`jobs.engine.seams`)."""
+    the exit code. ``seams``: tests only (see :mod:`jobs.engine.runtime.seams`)."""
     result = api.retain(args.log_dir, options_from_args(args), now=args.now, seams=seams)
     print_result(args, result, lambda: result.summary(**summary_view(args)))
     return result.exit_code

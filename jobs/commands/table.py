@@ -56,14 +56,14 @@ from jobs.commands.args import (
     storage_options_from_args,
     summary_view,
 )
-from jobs.engine.delta_spark import DELTA_SPARK_PACKAGE
-from jobs.engine.table_sort import DEFAULT_LATEST_BUFFER_BYTES
+from jobs.engine.runtime.delta_spark import DELTA_SPARK_PACKAGE
+from jobs.engine.table.sort import DEFAULT_LATEST_BUFFER_BYTES
 
-# the coordinate of Delta's jars is defined once (jobs.engine.delta_spark); the help quotes it
+# the coordinate of Delta's jars is defined once (jobs.engine.runtime.delta_spark); the help quotes it
 __doc__ = (__doc__ or "").replace("DELTA_SPARK_PACKAGE", DELTA_SPARK_PACKAGE)
 
 if TYPE_CHECKING:
-    from jobs.engine.seams import Seams
+    from jobs.engine.runtime.seams import Seams
 
 
 def _partition_number(text: str) -> int:
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace, seams: "Seams | None" = None) -> int:
                                    storage=storage_options_from_args(args), progress=progress_sink(args))
     spark = None
     if args.master or os.environ.get("SPARK_ENV_LOADED") or args.writer == "spark":
-        from jobs.engine.spark_session import build_session
+        from jobs.engine.runtime.spark_session import build_session
 
         spark = build_session(app_name="segjobs-table", master=args.master)
     result = api.table(args.log_dir, options, spark=spark, seams=seams)

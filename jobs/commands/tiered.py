@@ -114,7 +114,7 @@ def run_audit(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     if args.html:
-        from jobs.engine.html_report import write_html
+        from jobs.engine.report.html import write_html
         from jobs.engine.tiered.html import tiered_audit_html
 
         write_html(args.html, tiered_audit_html(audit), storage_options_from_args(args))

@@ -1,16 +1,16 @@
 """Compile segjobs' kernels (numba) and cache them, so that no job's first run spends a minute compiling.
 
 The decoder, encoder, key hash, offset map and transaction walk are compiled the first time they run and
-cached on disk beside their modules (see jobs.engine.kernels). This runs them once, in this process and
+cached on disk beside their modules (see jobs.engine.runtime.kernels). This runs them once, in this process and
 without Spark, on a small generated log dir that has every codec, transactions (committed and aborted),
 tombstones and headers: inspect, retain, compact (both strategies, twice, so tombstones are also removed)
 and the data source's decoder. `make venv` runs it after installing; run it again after changing a kernel's
 source. Takes about a minute on a cold cache, a few seconds on a warm one.
 
-Then, once per Java and Spark install, it makes the class archive of Spark's driver JVM (jobs.engine.class_archive):
-a small compaction on a local Spark session whose JVM writes the classes it loaded into an archive that later
-runs' JVMs map instead of loading them again. Writes nothing outside a temporary directory, the kernels' cache
-and the archive (in the virtualenv's share/segjobs/jvm).
+Then, once per Java and Spark install, it makes the class archive of Spark's driver JVM
+(jobs.engine.runtime.class_archive): a small compaction on a local Spark session whose JVM writes the classes it
+loaded into an archive that later runs' JVMs map instead of loading them again. Writes nothing outside a
+temporary directory, the kernels' cache and the archive (in the virtualenv's share/segjobs/jvm).
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-class-archive", action="store_true",
                    help="only the kernels: do not make the Spark driver JVM's class archive (by default made once "
                         "per Java and Spark install, in a local Spark session: about half a minute; see "
-                        "jobs.engine.class_archive)")
+                        "jobs.engine.runtime.class_archive)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from jobs.engine.kernels import cached_kernels
+    from jobs.engine.runtime.kernels import cached_kernels
 
     t0 = time.monotonic()
     before = cached_kernels()
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
 def class_archive(say) -> None:
     """Make the Spark driver JVM's class archive for this Java and Spark, unless it exists."""
-    from jobs.engine.class_archive import archive_path, make_archive
+    from jobs.engine.runtime.class_archive import archive_path, make_archive
 
     t0 = time.monotonic()
     path = archive_path()
@@ -110,12 +110,12 @@ def exercise(log_dir: Path, say) -> None:
 
 
 def archive_exercise(tmp: str) -> None:
-    """The class archive's exercise (see :func:`jobs.engine.class_archive.make_archive`): an inspection and a
+    """The class archive's exercise (see :func:`jobs.engine.runtime.class_archive.make_archive`): an inspection and a
     compaction on a local Spark session, so that its JVM loads what a run's driver loads, then the JVM is
     stopped and awaited (it writes the archive as it exits)."""
     from jobs import api
-    from jobs.engine.class_archive import stop_and_wait
-    from jobs.engine.spark_session import build_session
+    from jobs.engine.runtime.class_archive import stop_and_wait
+    from jobs.engine.runtime.spark_session import build_session
     from segment_io.generate import GenerateSpec, generate_log_dir
 
     log_dir = Path(tmp) / "logs"
@@ -130,5 +130,6 @@ def archive_exercise(tmp: str) -> None:
     stop_and_wait(spark)
 
 
-if __name__ == "__main__":  # the process jobs.engine.class_archive.make_archive starts, with a scratch directory
+# The process jobs.engine.runtime.class_archive.make_archive starts, with a scratch directory.
+if __name__ == "__main__":
     archive_exercise(sys.argv[1])

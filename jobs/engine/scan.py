@@ -16,7 +16,7 @@ Three depths:
   when that passes its sanity checks (then only the segment's end is read, from its last ``.index`` entry, to
   check that it ends on a whole batch), else from the batch headers; the active segment's headers are always
   read (it gives the log end offset).
-* ``sizes`` (compaction's selection, see :mod:`jobs.engine.selection`): ``headers``, plus the first batch
+* ``sizes`` (compaction's selection, see :mod:`jobs.engine.compact.selection`): ``headers``, plus the first batch
   header of every closed segment a ``.timeindex`` dated (one small read: the first batch timestamp that
   ``max.compaction.lag.ms`` counts from, and the check that the segment starts at or above its base offset).
   Everything Kafka's cleaner needs to pick a log, except the last stable offset. Two reads that only retention
@@ -41,6 +41,7 @@ import pyarrow as pa
 
 from jobs.rules.kafka_defaults import PRODUCER_ID_EXPIRATION_MS
 from jobs.rules.model import PartitionState, SegmentInfo
+from jobs.rules.transactions import concat_summaries, derive_txn_state, summarize_headers
 from segment_io import index as index_io
 from segment_io.checkpoint import EpochEntry, read_leader_epoch_checkpoint
 from segment_io.errors import (
@@ -367,8 +368,6 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
                 h = scan_batches(data, path=seg.log.uri, allow_truncated_tail=active)
                 size = len(data)
                 if depth == "transactions":
-                    from jobs.rules.transactions import summarize_headers
-
                     # control batches are copied out of the mapping before it closes
                     summaries.append(summarize_headers([(h, data)], path=seg.log.uri,
                                                         max_batch_bytes=max_batch_bytes))
@@ -395,8 +394,6 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
             _check_log_start(listing, log_start_checkpoint, fixed[-1].next_offset)
         first_unstable = None
         if depth == "transactions":
-            from jobs.rules.transactions import concat_summaries, derive_txn_state
-
             summary = concat_summaries(summaries)
             out.txn = derive_txn_state(summary, now_ms=now_ms, producer_id_expiration_ms=producer_id_expiration_ms)
             first_unstable = out.txn.first_unstable_offset

@@ -4,7 +4,7 @@ raise ``log-start-offset-checkpoint`` (once for the whole dir, before any segmen
 start before it removes segments), rename the condemned segments to ``.deleted``, trim the leader-epoch
 checkpoint and drop the producer snapshots below the new log start, and unlink the ``.deleted`` files whose
 ``file.delete.delay.ms`` has passed. In Kafka the log owns these steps (``deleteSegments``); here the log-dir
-layer does, and the retention job (:mod:`jobs.engine.retention`) decides what they get.
+layer does, and the retention job (:mod:`jobs.engine.retain.driver`) decides what they get.
 
 Every step takes the store's :class:`~jobs.logdir.commit.Committer`, the partition, and the fault hook that a
 test uses to stop the run just before the step (``fault(step)``, called with the step names below; the

@@ -151,7 +151,7 @@ class CleanResult:
 @dataclass(frozen=True)
 class PartitionRows:
     """The rows of several partitions cleaned in one call of :func:`clean_records` (a bin's small partitions,
-    see :mod:`jobs.engine.bin_cleaning`): which partition each row belongs to, and per partition what a
+    see :mod:`jobs.engine.compact.bin_cleaning`): which partition each row belongs to, and per partition what a
     single-partition clean takes from its map, its round and its topic. Each partition's rows are contiguous
     and in offset order (offsets start again at the next partition); the key hashes given to the cleaner and
     the map it looks them up in are keyed by partition and key (:func:`jobs.rules.offset_map.partition_keyed`),

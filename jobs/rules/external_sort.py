@@ -292,7 +292,7 @@ def choose_strategy(requested: str, *, dirty_records: int | None, max_keys: int)
     only on a put once ``max_keys`` keys are in it). Otherwise records may share keys (a changelog of 6 M
     records may hold 1 M keys), and the memory task's own map is the exact count of what it has read: auto
     starts with memory, and the task hands the partition to external-sort only when its map fills, with the
-    key-pass pieces of the segments it read (see :mod:`jobs.engine.external_sort`), so nothing is read twice."""
+    key-pass pieces of the segments it read (see :mod:`jobs.engine.compact.external_sort`), so nothing is read twice."""
     if requested == "memory":
         return StrategyChoice("memory", "requested")
     if requested == "external-sort":

@@ -48,7 +48,7 @@ def compaction_reads(topic: str, config: TopicConfig) -> bool:
     """Whether a compaction run reads, and may change, the partitions of ``topic`` (configured ``config``): those
     whose policy includes compact and that segjobs may touch. A delete-only topic's partitions are listed and
     reported as skipped, nothing more: what retention does to them changes no compaction decision (so a plan
-    file fingerprints only the partitions this says, see :mod:`jobs.engine.planfile`)."""
+    file fingerprints only the partitions this says, see :mod:`jobs.engine.frame.planfile`)."""
     return config.compact and not never_touched(topic)
 
 

@@ -46,7 +46,7 @@ def test_notebook_is_stored_clean_and_holds_no_logic() -> None:
     assert "parameters" in cells[0].metadata.get("tags", [])
     assert "LOG_DIR = None" in cells[0].source
     # every parameter can come from the environment, and the first cell says how
-    from jobs.engine.inspection import NOTEBOOK_PARAMETERS
+    from jobs.engine.inspect.driver import NOTEBOOK_PARAMETERS
 
     names = [t.targets[0].id for t in ast.parse(cells[0].source).body if isinstance(t, ast.Assign)]
     assert names == list(NOTEBOOK_PARAMETERS)
@@ -69,7 +69,7 @@ def test_notebook_is_stored_clean_and_holds_no_logic() -> None:
 def test_notebook_executes_end_to_end(tmp_path, monkeypatch) -> None:
     from jupyter_client.kernelspec import KernelSpecManager
 
-    from jobs.engine.inspection import write_demo_log_dir
+    from jobs.engine.inspect.driver import write_demo_log_dir
     from jobs.rules.timeutil import format_instant
 
     # the parameters a headless run on one's own log dir gives, in the environment the kernel inherits

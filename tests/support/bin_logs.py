@@ -1,5 +1,5 @@
 """Log dirs of several small partitions, for the tests that clean a bin's partitions together against one at a
-time (tests/jobs/engine/test_bin_cleaning.py): the hypothesis strategy (:func:`bin_specs`), the source a spec
+time (tests/jobs/engine/compact/test_bin_cleaning.py): the hypothesis strategy (:func:`bin_specs`), the source a spec
 describes (:func:`write_source`), one in-process run of ``compact`` (:func:`compact_in_process`) and what a run
 leaves behind (:func:`observe`, :func:`assert_same_runs`).
 

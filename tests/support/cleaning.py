@@ -1,6 +1,6 @@
 """One cleaning round of a whole partition held in memory: the three steps of Kafka's ``Cleaner.doClean``
 (replay transactions, build the offset map, clean), composed the way the compaction task composes them, for the
-cleaner's rule tests. The Spark task runs the same steps segment group by segment group (jobs.engine.compaction).
+cleaner's rule tests. The Spark task runs the same steps segment group by segment group (jobs.engine.compact.driver).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from segment_io.decode import hash_keys
 from segment_io.schema import BATCH_SCHEMA
 
 if TYPE_CHECKING:
-    from jobs.engine.cleaning import CompactTask, PartitionOutcome
+    from jobs.engine.compact.cleaning import CompactTask, PartitionOutcome
     from jobs.rules.config import TopicConfig
 
 
@@ -76,7 +76,7 @@ def partition_task(log_dir: "str | os.PathLike[str]", topic: str, partition: int
     with the partition requested, the store's committer): for tests that run ``compact_partition`` directly.
     ``config`` defaults to a compacted topic with Kafka's defaults; ``max_keys`` to a map of 1 MiB;
     ``cleaner_checkpoint`` is the partition's cleaner-offset-checkpoint entry (none by default)."""
-    from jobs.engine.cleaning import CompactTask
+    from jobs.engine.compact.cleaning import CompactTask
     from jobs.engine.scan import scan_partition
     from jobs.logdir.commit import committer_for
     from jobs.logdir.lock import work_uri

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from jobs.commands.cli import build_parser
-from jobs.engine.seams import FaultHook, Seams
+from jobs.engine.runtime.seams import FaultHook, Seams
 from segment_io.errors import SegjobsError
 from tests.support.builders import LogBuilder, rec, tombstone, write_log
 from tests.support.replay import comparable, read_segments, replay
@@ -85,7 +85,7 @@ def recording(steps: list[str]) -> FaultHook:
 
 
 def compact_with_fault(argv: list[str], fault: FaultHook) -> int:
-    """``segjobs compact ARGV`` with ``fault`` as the run's fault seam (see :mod:`jobs.engine.seams`)."""
+    """``segjobs compact ARGV`` with ``fault`` as the run's fault seam (see :mod:`jobs.engine.runtime.seams`)."""
     from jobs.commands import compact
 
     return compact.run(build_parser().parse_args(["compact", *argv]), seams=Seams(fault=fault))

@@ -9,8 +9,8 @@ that: no ``finally``, no lock release but the kernel's, no checkpoint, no report
 Python driver's pipe closes. If the run never reaches that point, the command exits normally and the caller
 sees a return code other than -9.
 
-The hook is the run's fault seam (``Seams.fault``, :mod:`jobs.engine.seams`), the same one the in-process fault
-tests use (tests/jobs/engine/test_compact_faults.py); here it ends the process instead of raising. The seam also sees
+The hook is the run's fault seam (``Seams.fault``, :mod:`jobs.engine.runtime.seams`), the same one the in-process fault
+tests use (tests/jobs/engine/compact/test_faults.py); here it ends the process instead of raising. The seam also sees
 retention's deletes (a ``compact,delete`` topic gets retention first within ``segjobs compact``), whose commits
 start with the same ``write-intent`` step: a commit counts as a replace from its first step that only a replace
 has (``cleaned-to-swap:`` on local disk, ``copy-new:`` on S3), so STEP_PREFIX must name a step from there on.
@@ -34,7 +34,7 @@ def main(args: list[str]) -> int:
     prefix, nth, argv = args[0], int(args[1]), args[3:]
 
     from jobs.commands.cli import build_parser
-    from jobs.engine.seams import Seams
+    from jobs.engine.runtime.seams import Seams
 
     replaces = 0
     # partition -> the number of the replace it is in (0: in none, or in a delete); retention commits partitions

@@ -3,7 +3,7 @@ any number of partitions without a log dir or Spark.
 
 Sizes follow a log-normal spread across topics (a few huge topics, many small ones, so bytes and records span
 several decades as on a real cluster), partitions of one topic vary around the topic's size, and every column
-of :data:`jobs.engine.inspection.COLUMNS` is present and consistent with the others (dirty ratio from clean and
+of :data:`jobs.engine.inspect.driver.COLUMNS` is present and consistent with the others (dirty ratio from clean and
 cleanable bytes, null for delete-only topics; superseded records from records and distinct keys, selection from the
 ratio and the policy).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from jobs.engine.inspection import COLUMN_NAMES
+from jobs.engine.inspect.driver import COLUMN_NAMES
 
 DAY_MS = 86_400_000
 NOW_MS = 1_800_000_000_000

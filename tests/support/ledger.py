@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from jobs.engine.report import RunReport, append_ledger
+from jobs.engine.report.run_report import RunReport, append_ledger
 
 DAY = 86_400_000
 T0 = 1_700_000_000_000

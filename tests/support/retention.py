@@ -13,8 +13,8 @@ import pytest
 
 from jobs import api
 from jobs.commands.cli import main
-from jobs.engine.retention import COMMIT_THREADS
-from jobs.engine.seams import FaultHook
+from jobs.engine.retain.driver import COMMIT_THREADS
+from jobs.engine.runtime.seams import FaultHook
 from jobs.logdir.retention import (
     STEP_DELETE_SNAPSHOT,
     STEP_PURGE,

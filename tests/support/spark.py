@@ -20,7 +20,7 @@ def get_session():
         return _SESSION
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from jobs.engine.spark_session import build_session
+    from jobs.engine.runtime.spark_session import build_session
     from tests.support.delta import delta_conf
 
     _SESSION = build_session(
@@ -43,7 +43,7 @@ def get_session():
 def spark_forbidden() -> Iterator[None]:
     """Within the block, building a Spark session fails the test: for checks that must refuse bad input
     before any Spark start-up (a behaviour, asserted without timing it)."""
-    from jobs.engine import spark_session
+    from jobs.engine.runtime import spark_session
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a Spark session was built before the input was checked")

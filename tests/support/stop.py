@@ -5,7 +5,7 @@
 runs ``segjobs compact ...`` in this process (then stops the Spark session, as ``segjobs`` does) and raises a
 ``RuntimeError`` (an exception no partition's handling expects: a stand-in for a bug, or for an ``OSError`` that
 escaped the storage layer) just before the first commit step whose name starts with STEP_PREFIX, through the run's
-fault seam (``Seams.fault``, :mod:`jobs.engine.seams`). Before raising it prints one line on stderr::
+fault seam (``Seams.fault``, :mod:`jobs.engine.runtime.seams`). Before raising it prints one line on stderr::
 
     stop: raised before STEP of PARTITION at EPOCH_SECONDS with N task thread(s) running Spark jobs
 
@@ -28,8 +28,8 @@ def main(args: list[str]) -> int:
     prefix, argv = args[0], args[2:]
 
     from jobs.commands.cli import build_parser
-    from jobs.engine.seams import Seams
-    from jobs.engine.spark_session import stop_active_session
+    from jobs.engine.runtime.seams import Seams
+    from jobs.engine.runtime.spark_session import stop_active_session
 
     raised = threading.Event()
 
@@ -37,8 +37,8 @@ def main(args: list[str]) -> int:
         if raised.is_set() or not step.startswith(prefix):
             return
         raised.set()
-        # The driver threads that run the tasks' Spark jobs (jobs.engine.tasks.SparkTasks.stream) live while they
-        # have a job in flight or one more to submit: those are what once kept a stopped run's process alive.
+        # The driver threads that run the tasks' Spark jobs (jobs.engine.runtime.tasks.SparkTasks.stream) live while
+        # they have a job in flight or one more to submit: those are what once kept a stopped run's process alive.
         active = sum(1 for t in threading.enumerate() if t.name.startswith("segjobs-tasks") and t.is_alive())
         print(f"stop: raised before {step} of {partition} at {time.time():.3f} with {active} task thread(s) "
               f"running Spark jobs", file=sys.stderr, flush=True)

@@ -22,8 +22,8 @@ def main(args: list[str]) -> int:
     step, argv = args[0], args[2:]
 
     from jobs.commands.cli import build_parser
-    from jobs.engine.seams import Seams
-    from jobs.engine.tasks import InProcessTasks
+    from jobs.engine.runtime.seams import Seams
+    from jobs.engine.runtime.tasks import InProcessTasks
 
     def kill_at(partition: str, at: str) -> None:
         if at == step:

@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
-from jobs.engine.report import human_bytes, listed
+from jobs.engine.report.run_report import human_bytes, listed
 from jobs.rules.config import ConfigSet
 from jobs.rules.remote_log import DroppedEvent, RemoteLogState, replay
 from jobs.rules.tiered_audit import LocalLog, ObjectInfo, PartitionAudit, Retention, audit_partition

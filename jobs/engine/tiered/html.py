@@ -1,5 +1,5 @@
 """The tiered audit as a self-contained HTML page (``segjobs tiered audit --html FILE``), in the style of the
-other reports (:mod:`jobs.engine.html_report`): the summary, then one table per finding and one of every
+other reports (:mod:`jobs.engine.report.html`): the summary, then one table per finding and one of every
 partition. No script, nothing loaded: it can be mailed or served from a bucket as it is."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from jobs.engine.html_report import _page, _table
-from jobs.engine.report import human_bytes
+from jobs.engine.report.html import html_page, html_table
+from jobs.engine.report.run_report import human_bytes
 from jobs.engine.tiered.audit import TieredAudit
 from jobs.rules.timeutil import format_instant
 
@@ -54,14 +54,14 @@ def tiered_audit_html(audit: TieredAudit) -> str:
                                   ("bytes", "bytes"), ("reason", "reason")])):
         parts.append(f"<h2>{html.escape(title)}: {len(rows)}</h2>")
         if rows:
-            parts.append(_table(rows, columns, wrap=("reason", "problem")))
-    parts += ["<h2>Partitions</h2>", _table(_partition_rows(audit), [
+            parts.append(html_table(rows, columns, wrap=("reason", "problem")))
+    parts += ["<h2>Partitions</h2>", html_table(_partition_rows(audit), [
         ("partition", "partition"), ("topic_id", "topic id"), ("in_log_dir", "in log dir"),
         ("log_start", "log start"), ("log_end", "log end"), ("finished", "finished"),
         ("finished_bytes", "finished bytes"), ("copy_started", "copy started"), ("delete_started", "delete started"),
         ("local_bytes", "local bytes"), ("findings", "findings")])]
     if audit.unrecognised:
         parts += [f"<h2>Files no {html.escape(audit.layout)} object: {len(audit.unrecognised)}</h2>",
-                  _table([{"uri": f.uri, "bytes": f.size} for f in audit.unrecognised],
+                  html_table([{"uri": f.uri, "bytes": f.size} for f in audit.unrecognised],
                          [("uri", "file"), ("bytes", "bytes")])]
-    return _page("segjobs tiered audit", parts)
+    return html_page("segjobs tiered audit", parts)

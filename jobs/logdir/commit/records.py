@@ -46,7 +46,8 @@ PRIVATE_STAGING_DIR = "staging"
 #: partition dir (its loader only looks at files), no intent refers to it, and recovery empties and removes it.
 STAGING_BESIDE_DIR = ".segjobs-staging"
 #: ``<work>/external-sort/``: the external-sort strategy's work files, one dir per run (``run-<id>``, a dry run's
-#: ``dry-<id>``), each removed by its run (see :mod:`jobs.engine.external_sort`); the dir itself goes once empty.
+#: ``dry-<id>``), each removed by its run (see :mod:`jobs.engine.compact.external_sort`); the dir itself goes once
+#: empty.
 EXTERNAL_SORT_DIR = "external-sort"
 REPLACE_INTENT = "replace.json"
 DELETE_INTENT = "delete.json"

@@ -333,9 +333,9 @@ def test_a_spark_run_from_a_plain_shell_writes_no_jvm_noise_on_stderr(log_dir, c
 
 
 def test_the_interrupt_message_names_what_was_committed() -> None:
-    from jobs.engine.frame import interrupted_message
-    from jobs.engine.outcomes import Action, RetentionOutcome
-    from jobs.engine.report import RunReport
+    from jobs.engine.frame.job import interrupted_message
+    from jobs.engine.report.outcomes import Action, RetentionOutcome
+    from jobs.engine.report.run_report import RunReport
 
     report = RunReport(command="retain", log_dir="/logs", now_ms=0, dry_run=False)
     report.add(RetentionOutcome("t", 10, Action.DELETE, "", applied=True),

@@ -18,7 +18,7 @@ from typing import BinaryIO
 import pytest
 
 from jobs import api
-from jobs.engine.cleaning import CompactTask, compact_partition
+from jobs.engine.compact.cleaning import CompactTask, compact_partition
 from jobs.engine.scan import scan_partition
 from jobs.logdir.commit import STAGING_BESIDE_DIR, RenameCommitter, committer_for
 from jobs.logdir.lock import work_uri

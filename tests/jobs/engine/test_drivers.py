@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from jobs import api
-from jobs.engine.seams import FaultHook
+from jobs.engine.runtime.seams import FaultHook
 from segment_io.errors import StorageError, UsageError
 from segment_io.storage import open_storage
 from tests.support.job_frame import NOW, build

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import jobs.engine.frame
+import jobs.engine.frame.job
 import jobs.logdir.recover
 from jobs.logdir.lock import LeaseLost
 from jobs.logdir.recover import RecoveryReport, recover_log_dir
@@ -190,7 +190,7 @@ def test_recovery_clears_clean_partitions_from_one_listing_without_a_request_of_
 #: task functions as Spark does (pickled), and a closure's copy would count into cells of its own.
 _IN_FLIGHT: list[int] = []
 _MOST_IN_FLIGHT = [0]
-_REAL_SCAN = jobs.engine.frame.scan_task
+_REAL_SCAN = jobs.engine.frame.job.scan_task
 
 
 def _counted_scan(item):
@@ -206,12 +206,12 @@ def _counted_scan(item):
 def test_header_scans_over_many_s3_partitions_overlap_and_plan_what_serial_scans_plan(s3_bucket, tmp_path,
                                                                                       monkeypatch):
     from jobs import api
-    from jobs.engine.tasks import InProcessTasks
+    from jobs.engine.runtime.tasks import InProcessTasks
 
     endpoint, bucket = s3_bucket
     _fill(endpoint, bucket, tmp_path)
     log_dir = f"s3://{bucket}/{PREFIX}"
-    monkeypatch.setattr(jobs.engine.frame, "scan_task", _counted_scan)
+    monkeypatch.setattr(jobs.engine.frame.job, "scan_task", _counted_scan)
 
     def plan(concurrency: int) -> tuple[list, int]:
         monkeypatch.setenv("SEGJOBS_S3_CONCURRENCY", str(concurrency))
@@ -248,7 +248,7 @@ def _compact_counting(endpoint, bucket: str, monkeypatch, dry_run: bool):
     sent, as (operation, key or prefix, delimiter, continued): the real clients, with botocore's own hook
     recording each request."""
     from jobs import api
-    from jobs.engine.tasks import InProcessTasks
+    from jobs.engine.runtime.tasks import InProcessTasks
 
     seen: list[tuple[str, str, str, bool]] = []
     make_client = S3Storage._make_client

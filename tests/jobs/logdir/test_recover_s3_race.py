@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from jobs import api
-from jobs.engine.options import RecoverOptions
+from jobs.engine.frame.options import RecoverOptions
 from jobs.logdir.commit import committer_for, partition_work_uri
 from jobs.logdir.lock import Holder, acquire
 from jobs.logdir.recover import STAGED_GRACE_MS, Fence, recover_log_dir
@@ -187,8 +187,8 @@ def test_during_a_takeover_a_dry_run_keeps_what_the_run_that_took_over_keeps(sce
     """The old run's lease expired with its recent stagings there; run B took the lease over, and its recovery kept
     them; while B holds the lease a dry run says the same (it fences B and the run B took the lease from, as a run
     taking over from B does), never that it would delete them."""
-    from jobs.engine.frame import recover_under
-    from jobs.engine.seams import Seams
+    from jobs.engine.frame.job import recover_under
+    from jobs.engine.runtime.seams import Seams
 
     endpoint, _ = s3_bucket
     storage = scenario.storage

@@ -1,5 +1,5 @@
 """Bin-packing partitions into tasks by bytes (:mod:`jobs.rules.binpack`) and the progress tally of streamed
-commits (:class:`jobs.engine.streaming.Tally`): pure functions, no files, no Spark."""
+commits (:class:`jobs.engine.compact.streaming.Tally`): pure functions, no files, no Spark."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs.engine.streaming import Tally
+from jobs.engine.compact.streaming import Tally
 from jobs.rules.binpack import pack_by_bytes, pack_in_order
 
 

@@ -1,0 +1,862 @@
+"""The frame every job runs in: validate → lock → recover → list → scan → job work (tasks) → report.
+
+A job (compact, retain, inspect) gives :func:`run_job` its typed options (:mod:`jobs.engine.frame.options`) and a
+work function that receives a :class:`JobContext` (storage, committer, configs, scope, listing, scans, task
+runner, report) and fills ``report.partitions`` and ``report.totals``. Everything that can be checked without
+Spark (configuration, ``now``, scope syntax, the log dir's existence, that S3 answers and that the report and
+ledger destinations can be written) is checked before Spark starts, so a typo costs a second, not a session
+start, and a report that could not be written is known before any work. Spark itself starts only when a task
+first needs it (:class:`jobs.engine.runtime.tasks.LazySparkTasks`): the header and size scans run on the driver's
+threads, so a compaction or retention run that finds nothing due reports, writes its ledger and exits without a JVM.
+
+The frame prints nothing on stdout: it returns the finished report (:class:`JobRun`), and the command prints
+the summary or the JSON. Progress and errors go to the options' progress sink (stderr by default).
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from typing import Any, Callable, ContextManager, Sequence, TypeVar
+
+from jobs.engine.frame.options import ChangeOptions, JobOptions, LockingOptions
+from jobs.engine.frame.packed_tasks import StageProgress, failed_scan, log_bytes, read_cost, run_packed
+from jobs.engine.frame.planfile import Plan, PlanStage, config_origins, describe_plan, fingerprint
+from jobs.engine.report.outcomes import ledger_rows
+from jobs.engine.report.recovery import recovered_text
+from jobs.engine.report.run_report import (
+    Progress,
+    RunReport,
+    absolute_uri,
+    append_ledger,
+    write_report,
+)
+from jobs.engine.runtime import spark_session
+from jobs.engine.runtime.collector import frozen_heap
+from jobs.engine.runtime.kernels import COLD_NOTICE, kernels_cold
+from jobs.engine.runtime.seams import PRODUCTION, Seams
+from jobs.engine.runtime.tasks import LazySparkTasks, TaskRunner, map_in_driver
+from jobs.engine.scan import PartitionError, PartitionScan, ReportError, ScanItem
+from jobs.logdir.checkpoints import read_job_checkpoints
+from jobs.logdir.checks import (
+    check_log_dir_has_partitions,
+    check_log_dir_is_dir,
+    check_log_dir_writable,
+    probe_new_file,
+)
+from jobs.logdir.commit import Committer, committer_for, partition_name
+from jobs.logdir.lock import Holder, Lease, LeaseLost, acquire, lease_ttl_ms, work_uri
+from jobs.logdir.recover import RecoveryReport, fence_of, fence_to_take_over, recover_log_dir, tally_reports
+from jobs.rules.config import ConfigSet
+from jobs.rules.scope import Scope, parse_scope
+from jobs.rules.timeutil import Instant, format_instant, resolve_now
+from segment_io import compression
+from segment_io.errors import (
+    ConfigError,
+    LockHeldError,
+    SegjobsError,
+    StorageError,
+)
+from segment_io.layout import (
+    CLEANER_OFFSET_CHECKPOINT,
+    DELETED_SUFFIX,
+    LOG_START_OFFSET_CHECKPOINT,
+    SWAP_SUFFIX,
+    LogDirListing,
+    PartitionListing,
+    list_log_dir,
+    list_log_dir_top,
+    listing_from_files,
+    parse_partition_dir,
+)
+from segment_io.storage import open_storage
+from segment_io.storage.base import FileInfo, Storage, map_ahead
+from segment_io.storage.local import storage_error, temp_name
+from segment_io.storage.options import StorageOptions
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class JobContext:
+    """What a job's work function gets: the run's typed options and everything the frame derived from them."""
+
+    options: JobOptions
+    storage: Storage
+    #: the store's commit protocol (see :func:`jobs.logdir.commit.committer_for`)
+    committer: Committer
+    log_dir: str
+    work_uri: str
+    configs: ConfigSet
+    scope: Scope
+    now_ms: int
+    #: True when ``now`` was not given and the wall clock (``seams.clock``) chose it
+    now_from_clock: bool
+    dry_run: bool
+    listing: LogDirListing
+    scans: dict[tuple[str, int], PartitionScan]
+    checkpoints: dict[str, dict[tuple[str, int], int]]
+    report: RunReport
+    progress: Progress
+    #: runs the per-partition tasks (Spark, or in this process for tests)
+    runner: TaskRunner
+    seams: Seams
+    #: the plan file being applied, or the decisions collected for one
+    planfile: PlanStage
+    #: the run's decompression bound (see :func:`segment_io.compression.max_batch_bytes`): every task that
+    #: decodes gets it as a parameter
+    max_batch_bytes: int
+    lease: "Lease | None" = None  #: while the job holds the log dir (None in dry runs and for inspect)
+
+    def keep_lease(self) -> None:
+        """Jobs call this before each commit. Raises :class:`jobs.logdir.lock.LeaseLost` once the run's S3 lease
+        is no longer its own (another run took it over after it expired, or it could not be renewed in time),
+        so the run commits nothing more; the frame reports it. A heartbeat renews the lease in the background;
+        this renews it here only if that fell behind. Local locks do not expire. A lease is timed on the wall
+        clock (``seams.clock``), never on ``now``: ``now`` is the instant the job's decisions are made at, often
+        in the past, while a lease guards the real time the job runs."""
+        if self.lease is not None:
+            self.lease.check(self.seams.clock())
+
+    def parallel_map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None,
+                     description: str | None = None) -> list[R]:
+        """Run ``fn`` over ``items`` as tasks (one task per item, or ``tasks`` tasks each taking a contiguous
+        share of the items) and collect the results in order. ``fn`` and the items must pickle; results must
+        be small (statistics, never record data). ``description`` (``scan 8 partition(s)``) names the Spark
+        job in the UI as ``segjobs <command>: <description>`` (default: the function and the item count)."""
+        what = description or f"{getattr(fn, '__name__', 'tasks')} over {len(items)} item(s)"
+        return self.runner.map(fn, items, tasks=tasks, description=self.job_description(what))
+
+    def job_description(self, what: str) -> str:
+        """How a Spark job of this run is named in the UI: ``segjobs <command>: <what>``."""
+        return f"segjobs {self.report.command}: {what}"
+
+    def fault_for(self, partition: str) -> Callable[[str], None] | None:
+        """The fault hook of the commit steps of ``partition`` (``""``: the log dir as a whole); None in use."""
+        return self.seams.fault_for(partition)
+
+    def write_plan(self, command: str, options: dict[str, Any]) -> None:
+        """With ``--plan FILE`` (a dry run): write this run's plan (``options``: the command's options a plan
+        records), with the decisions its work collected in :attr:`planfile`."""
+        if not self.planfile.write_uri:
+            return
+        assert isinstance(self.options, JobOptions)  # only compact and retain take --plan
+        topics = sorted({t for t, _ in self.scans})
+        plan = Plan(command=command, log_dir=self.log_dir, now_ms=self.now_ms,
+                    scope={"topics": list(self.options.topics), "partitions": list(self.options.partitions)},
+                    options=options, configs={t: self.configs.for_topic(t).to_settings() for t in topics},
+                    config_origins=config_origins(self.configs, topics),
+                    fingerprint=fingerprint(command, self.listing, self.scans, self.configs, self.checkpoints),
+                    decisions={}, run_id=self.report.run_id, made_ms=self.seams.clock())
+        self.planfile.write(plan, self.options.storage_options(), self.progress)
+
+
+@dataclass
+class JobRun:
+    """What :func:`run_job` returns."""
+
+    report: RunReport  #: finished: totals, errors, warnings and exit code set
+    #: the work function returned; False when it stopped early (the S3 lease was lost): the report then holds
+    #: the partitions done so far
+    completed: bool
+    #: True when ``now`` was not given and the wall clock chose it
+    now_from_clock: bool
+    #: the options the run used
+    options: JobOptions
+
+
+def _orphan_log_start_entries(ctx: "JobContext") -> None:
+    """Warn about every ``log-start-offset-checkpoint`` entry naming a partition the log dir does not hold.
+
+    A warning, not an error: Kafka ignores such entries (it looks up the entry of each log it loads), and a
+    broker leaves them behind for a while after a partition is deleted or moved to another log dir; a copy
+    of some of a dir's partitions has them too (two of the real broker dirs in the test fixtures do). The
+    entry is kept as it is."""
+    uri = ctx.storage.join(ctx.log_dir, LOG_START_OFFSET_CHECKPOINT)
+    for (topic, partition), offset in ctx.checkpoints[LOG_START_OFFSET_CHECKPOINT].items():
+        if (topic, partition) not in ctx.listing.partitions:
+            note = (f"{uri}: the entry for {topic}-{partition} is {offset}, but the log dir holds no partition "
+                    f"{topic}-{partition}: ignored and kept, as Kafka does (a leftover of a deleted or moved "
+                    f"partition, or a copy of only some partitions; if this file came from another log dir, "
+                    f"replace it)")
+            ctx.report.warnings.append(note)
+            ctx.progress(note, event="checkpoint.orphan", partition=f"{topic}-{partition}")
+
+
+def scan_task(item: ScanItem) -> PartitionScan:
+    """One partition's scan as a task."""
+    return item.scan()
+
+
+def scan_chunk_task(chunk: list[ScanItem]) -> list[PartitionScan]:
+    """:func:`scan_task` over a task's share of the partitions, up to the store's ``io_concurrency`` at once:
+    a header scan on an object store is a few round trips of waiting, which threads overlap (reads only)."""
+    if not chunk:
+        return []
+    return list(map_ahead(scan_task, chunk, chunk[0].storage.io_concurrency))
+
+
+def _chunks(items: list[ScanItem], n: int) -> list[list[ScanItem]]:
+    """``items`` in ``n`` (or fewer) contiguous shares of near-equal length, in order."""
+    n = max(1, min(n, len(items)))
+    step, extra = divmod(len(items), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + step + (1 if i < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out
+
+
+#: The scan depths the frame runs on the driver's threads (milliseconds a partition); deeper scans are Spark tasks.
+DRIVER_SCAN_DEPTHS = ("headers", "sizes")
+
+#: A job's forecast, from the first listing and the offset checkpoints (before any file is read), of whether its
+#: run will need Spark tasks: (listing, checkpoints by file name, configs, scope) -> bool. Only when Spark starts
+#: depends on it, never what the run does.
+SparkForecast = Callable[[LogDirListing, dict[str, dict[tuple[str, int], int]], ConfigSet, Scope], bool]
+
+#: Of a job whose scan is at depth ``sizes``: the partitions of the listing (with the offset checkpoints, configs and
+#: scope) that its scan reads at depth ``transactions`` at once, as its work would read them in full anyway (small
+#: partitions that may be due: reading them on the driver's threads costs less than a stage of tasks to read
+#: them again; see :func:`jobs.engine.compact.selection.read_at_first_scan`).
+FirstReads = Callable[[LogDirListing, dict[str, dict[tuple[str, int], int]], ConfigSet, Scope], set[tuple[str, int]]]
+
+
+def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[JobContext], None], *,
+            scan_depth: str, now: Instant | None = None, destructive: bool = True, spark: Any = None,
+            seams: Seams | None = None, applying: Plan | None = None,
+            spark_likely: SparkForecast | None = None, read_first: FirstReads | None = None) -> JobRun:
+    """Run one job end to end and return its finished report (exit code 0 ok, 1 some partition failed).
+    Raises :class:`~segment_io.errors.ConfigError`, :class:`~segment_io.errors.UsageError` or
+    :class:`~segment_io.errors.LockHeldError` when nothing was done (exit code 2 on the command line).
+
+    ``now``: the instant the decisions are made at (default: ``seams.clock()``, the wall clock). ``spark``: the
+    session to run tasks in (default: the active one, else a new one; none is needed with ``seams.runner``).
+    ``applying``: the plan file being carried out (see :func:`jobs.engine.frame.planfile.load_for_apply`).
+    ``spark_likely``: the job's forecast of whether it will need Spark; on the command line a run that will
+    (its scan is Spark tasks, or the forecast says so) starts Spark on a background thread before it takes the
+    lock (see :class:`jobs.engine.runtime.spark_session.EarlySession`). ``read_first``: of a job whose scan is at depth
+    ``sizes``, the partitions its scan reads at depth ``transactions`` at once (see :data:`FirstReads`)."""
+    seams = seams or PRODUCTION
+    # ---- everything that needs no Spark, first ----
+    configs = options.load_configs()
+    now_ms, now_note = resolve_now(now, seams.clock)
+    scope = parse_scope(list(options.topics), list(options.partitions))
+    locking = options if isinstance(options, LockingOptions) else None
+    dry_run = bool(locking and locking.dry_run)
+    log_dir = absolute_uri(log_dir.rstrip("/") if log_dir not in ("/",) else log_dir)
+    storage_options = options.storage_options()
+    report_uri = absolute_uri(options.report) if options.report else None
+    ledger_uri = absolute_uri(options.ledger) if options.ledger else None
+    # max_batch_bytes, else $SEGJOBS_MAX_BATCH_BYTES: a malformed one is exit 2 here
+    max_batch = compression.max_batch_bytes(options.max_batch_bytes)
+    html_uri = getattr(options, "html", None)
+    plan_uri = getattr(options, "plan", None)
+    progress = Progress(command, quiet=options.progress is None, sink=options.progress)
+    storage = open_log_dir(log_dir, storage_options, report_uri=report_uri, ledger_uri=ledger_uri,
+                           html_uri=absolute_uri(html_uri) if html_uri else None,
+                           plan_uri=absolute_uri(plan_uri) if plan_uri else None, progress=progress)
+    if destructive and not dry_run:  # a read-only log dir is exit code 2 here, not a failure of every partition
+        check_log_dir_writable(storage, log_dir, command)
+    work_dir = work_uri(log_dir)
+    report = RunReport(command=command, log_dir=log_dir, now_ms=now_ms, dry_run=dry_run)
+
+    # The scope, the topics' configs and the checkpoint files are checked against a first listing before the
+    # lock and recovery: exit code 2 promises that nothing was done. Recovery does not add or remove partitions.
+    # These checks need only the names at the log dir's top level: a listing of that level, not of every file
+    # (on S3 a page per thousand partitions rather than per thousand files).
+    listing = _check_scope(storage, log_dir, scope, configs, list_log_dir_top(storage, log_dir))
+    for note in configs.check_entries({t for t, _ in listing.partitions}, log_dir):
+        report.warnings.append(note)
+        progress.notice(f"warning: {note}", event="config.unmatched")
+    first_checkpoints = read_job_checkpoints(storage, log_dir, listing)
+    early = None
+    if spark is None and seams.runner is None:
+        spark_session.check_java()  # the run will start Spark: no Java is exit 2 here, before the lock and any work
+        if spark_session.can_start_early() and (scan_depth not in DRIVER_SCAN_DEPTHS or (
+                spark_likely is not None
+                and spark_likely(_forecast_listing(storage, log_dir, listing), first_checkpoints, configs, scope))):
+            # the JVM's seconds of start-up overlap the lock, recovery and scans
+            early = spark_session.EarlySession(app_name=f"segjobs-{command}", master=options.master,
+                                               verbose=options.spark_verbose)
+    ttl_ms = lease_ttl_ms(locking.lease_ttl if locking is not None else None)
+    if now_note:  # even when quiet: it is what repeating this run's decisions takes
+        progress.notice(now_note, event="run.now", now_ms=now_ms)
+    progress(f"log dir {log_dir}, now {format_instant(now_ms)} ({now_ms})" + (" [dry run]" if dry_run else ""),
+             event="run.start", log_dir=log_dir, now_ms=now_ms, dry_run=dry_run, run_id=report.run_id)
+    if kernels_cold():  # a first run's minute of compiling, announced as what it is
+        progress(COLD_NOTICE, event="kernels.compiling")
+    change = options if isinstance(options, ChangeOptions) else None
+    planfile = PlanStage(applying=applying, apply_uri=change.apply if change else None,
+                         write_uri=change.plan if change else None)
+    if applying is not None and planfile.apply_uri:  # even when quiet: what this run is about to do
+        progress.notice(describe_plan(applying, planfile.apply_uri), event="plan.applying", uri=planfile.apply_uri)
+    frame = _Frame(command, options, work, scan_depth, storage, log_dir, work_dir, configs, scope, now_ms,
+                   now_note is not None, dry_run, destructive, report, progress, seams, planfile, max_batch, spark,
+                   early, read_first)
+
+    lease = None
+    ctx: JobContext | None = None
+    try:
+        with ExitStack() as stack:
+            if early is not None:  # a run that needed no Spark after all does not wait for it
+                stack.callback(early.abandon)
+            if destructive and not dry_run:
+                # The holder's run id is the report's: a refusal names the run the reports and ledger know.
+                lease = stack.enter_context(hold_log_dir(storage, log_dir, seams, ttl_ms=ttl_ms, run_id=report.run_id))
+                if lease.notice:
+                    report.warnings.append(lease.notice)
+                    progress(lease.notice, event="lease.notice")
+            ctx = frame.run_locked(lease)
+            if lease is not None:  # under the lock still: the directories this run's staging left empty go
+                ctx.committer.remove_empty_dirs(pl.uri for pl in ctx.listing.partitions.values())
+    except LeaseLost as exc:
+        # Raised before a commit: nothing more was committed after the lease was lost. What was committed
+        # before stands (each commit is crash-safe on its own); the next run's recovery settles the rest.
+        report.errors.append({"kind": "LeaseLost", "detail": f"{exc}; the run stopped before its next commit"})
+        progress.error(f"LOST THE LEASE, stopped before the next commit: {exc}", event="lease.lost")
+    except KeyboardInterrupt:
+        # Ctrl-C: each partition's commit is complete or not begun (the commits run to their end on their own
+        # thread; the lock is released by now). Say what stands; the rest is the next run's.
+        raise RunInterrupted(interrupted_message(report, writes=destructive and not dry_run,
+                                                 lock_taken=lease is not None)) from None
+    except LockHeldError as exc:
+        if lease is None or report.finished_ms is not None:
+            raise  # could not take the lock: nothing was done
+        # The lease was lost while working (another run took it over after it expired): what this run
+        # committed stands, but the user must know another run may have worked at the same time.
+        report.errors.append({"kind": "LockHeldError", "detail": str(exc)})
+        progress.error(f"LOST THE LEASE: {exc}", event="lease.lost")
+    except Exception as exc:
+        if isinstance(exc, SegjobsError) and exc.exit_code == 2:
+            raise  # nothing was done: the command says so (exit code 2)
+        # Something no partition's handling caught stopped the run (its Spark tasks are cancelled, not awaited):
+        # what was committed before stands and is reported, the next run's recovery settles the partition that
+        # was being committed, and the run ends now with its report and exit code 1.
+        report.errors.append(_stopped_error(exc))
+        progress.error(f"STOPPED: {report.errors[-1]['detail']}", event="run.stopped")
+
+    report.finish()
+    delivered = True
+    if report_uri:
+        delivered &= _deliver(progress, f"report written to {report_uri}", f"could not write the report {report_uri}",
+                              lambda: write_report(report, report_uri, storage_options), "report", uri=report_uri)
+    if ledger_uri:
+        delivered &= _deliver(progress, f"{len(report.partitions)} row(s) appended to the ledger {ledger_uri}",
+                              f"could not append to the ledger {ledger_uri}",
+                              lambda: append_ledger(ledger_uri, report, ledger_rows(report.outcomes,
+                                                                                     dry_run=report.dry_run),
+                                                    storage_options),
+                              "ledger", uri=ledger_uri, rows=len(report.partitions))
+    if not delivered:
+        report.exit_code = 1  # the work ran, but what it did is not (all) on record
+    return JobRun(report, completed=ctx is not None, now_from_clock=now_note is not None, options=options)
+
+
+def _forecast_listing(storage: Storage, log_dir: str, top: LogDirListing) -> LogDirListing:
+    """The listing a forecast of Spark's need reads before the lock: every file on a local disk, where that costs
+    little; on an object store the top level alone (``top``), where every file costs a request per thousand: the
+    forecast then sees no segments and starts Spark early only for what it reads in full whatever the segments
+    (``compact,delete`` topics)."""
+    return list_log_dir(storage, log_dir) if storage.local_path(log_dir) is not None else top
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A job stopped by Ctrl-C (SIGINT). Still a KeyboardInterrupt (a notebook's interrupt stays one); its
+    message says which partitions were committed before the stop and what the next run does about the rest.
+    The command line prints it and exits with 130."""
+
+
+def interrupted_message(report: RunReport, *, writes: bool, lock_taken: bool, shown: int = 20) -> str:
+    """What an interrupted run says: which partitions it committed (at most ``shown`` by name) and that the
+    next run recovers and does the rest. ``writes``: the run may change files (not a dry run, not inspect);
+    ``lock_taken``: it got as far as taking the log dir's lock."""
+    if not writes:
+        return "interrupted: nothing was changed (this run writes nothing)"
+    if not lock_taken:
+        return "interrupted before any work: nothing was changed"
+    committed = [f"{o.name} ({o.action})" for o in sorted(report.outcomes, key=lambda o: (o.topic, o.partition))
+                 if o.committed]
+    rest = ("; the other partitions were left as they were: run the command again to do them (its recovery "
+            "first completes or rolls back any commit the stop cut short; `segjobs recover` does only that)")
+    if not committed:
+        return "interrupted: no partition was committed" + rest
+    names = ", ".join(committed[:shown]) + (f" and {len(committed) - shown} more" if len(committed) > shown else "")
+    return f"interrupted: committed before the stop: {len(committed)} partition(s): {names}" + rest
+
+
+def _stopped_error(exc: Exception) -> ReportError:
+    """The report's error for an exception that stopped a run: a segjobs error as it reads; anything else is a
+    bug of segjobs', with the trace to report."""
+    if isinstance(exc, SegjobsError):
+        detail = f"{exc}; the run stopped here"
+    else:
+        detail = (f"{type(exc).__name__}: {exc}; the run stopped here (a segjobs bug; please report it with this "
+                  f"trace: {traceback.format_exc(limit=-4)!r})")
+    return {"kind": type(exc).__name__, "detail": detail + "; what was committed before stands, and the next run's "
+            "recovery completes or rolls back a commit that was under way"}
+
+
+def _deliver(progress: Progress, done: str, failed: str, write: Callable[[], Any], what: str, **fields: Any) -> bool:
+    """Write the report or the ledger (``what``) after the work; a failure is an error line, not a lost summary."""
+    try:
+        write()
+    except (SegjobsError, OSError) as exc:
+        progress.error(f"{failed}: {exc}", event=f"{what}.failed", **fields)
+        return False
+    progress(done, event="report.written" if what == "report" else "ledger.appended", **fields)
+    return True
+
+
+def preflight(storage: Storage, log_dir: str, report_uri: str | None, ledger_uri: str | None,
+              options: StorageOptions | None, *, html_uri: str | None = None, plan_uri: str | None = None,
+              progress: Callable[..., None] | None = None) -> None:
+    """Check, before anything is done, that the run can reach its log dir and write what it promises: S3
+    buckets answer (credentials, endpoint, bucket; within seconds), local ``--report``, ``--html``, ``--plan``
+    and ``--ledger`` destinations take a file (see :func:`check_destinations`; a missing directory created is
+    said on ``progress``). Raises :class:`~segment_io.errors.ConfigError` naming the option and the fix (exit
+    code 2: nothing was done)."""
+    try:
+        storage.check_reachable(log_dir)
+    except StorageError as exc:
+        raise ConfigError(f"--log-dir {log_dir}: {exc.detail}; nothing was done") from None
+    check_destinations([(flag, uri) for flag, uri in (("--report", report_uri), ("--ledger", ledger_uri),
+                                                      ("--html", html_uri), ("--plan", plan_uri)) if uri],
+                       options, progress)
+
+
+def open_log_dir(log_dir: str, options: StorageOptions | None, *, report_uri: str | None = None,
+                 ledger_uri: str | None = None, html_uri: str | None = None, plan_uri: str | None = None,
+                 progress: Callable[..., None] | None = None) -> Storage:
+    """The store of ``log_dir``, checked before anything is done: it answers (within seconds on S3), the run's
+    destinations can be written (:func:`preflight`) and the log dir is a directory. Raises
+    :class:`~segment_io.errors.ConfigError` or :class:`~segment_io.errors.UsageError` otherwise (exit code 2)."""
+    storage = open_storage(log_dir, options)
+    preflight(storage, log_dir, report_uri, ledger_uri, options, html_uri=html_uri, plan_uri=plan_uri,
+              progress=progress)
+    check_log_dir_is_dir(storage, log_dir)
+    return storage
+
+
+def hold_log_dir(storage: Storage, log_dir: str, seams: Seams, *, ttl_ms: int, run_id: str | None = None,
+                 break_run_id: str | None = None) -> ContextManager[Lease]:
+    """The log dir's lock (local disk) or lease (S3) for a run that writes (:func:`~jobs.logdir.lock.acquire`):
+    timed on the wall clock, never on ``now`` (it guards the real time the run takes), held by this process under
+    ``run_id`` (the run the reports and the ledger name); ``break_run_id`` takes over that run's S3 lease."""
+    return acquire(storage, log_dir, now_ms=seams.clock(), ttl_ms=ttl_ms, holder=Holder.this_process(run_id),
+                   clock=seams.clock, break_run_id=break_run_id)
+
+
+def recover_under(storage: Storage, log_dir: str, now_ms: int, lease: Lease | None, seams: Seams, *,
+                  listed: list[FileInfo] | None = None, dry_run: bool = False) -> list[RecoveryReport]:
+    """Recovery of the log dir (:func:`~jobs.logdir.recover.recover_log_dir`), at the start of a run or by
+    ``segjobs recover``, under ``lease``: checked before each partition recovery changes, and the run it took
+    over fenced. ``listed``: the log dir's listing taken under the lock; ``dry_run``: the plans, nothing applied."""
+    check = None if lease is None else (lambda: lease.check(seams.clock()))
+    fence = fence_of(lease, seams.clock())
+    if dry_run and lease is None:  # no lease taken: fence the runs a real run taking the lease over would
+        fence = fence_to_take_over(storage, log_dir, fence.wall_ms)
+    return recover_log_dir(storage, log_dir, now_ms=now_ms, work_uri=work_uri(log_dir), check=check,
+                           fence=fence, listed=listed, dry_run=dry_run)
+
+
+def check_destinations(destinations: Sequence[tuple[str, str]], options: StorageOptions | None,
+                       progress: Callable[..., None] | None = None) -> None:
+    """Check that each (flag, uri) of ``destinations`` can be written: an S3 bucket that answers; on local disk the
+    file itself (or, for ``--ledger``, a file in the table's directory) created and removed again, its missing
+    parent directories created (and said so on ``progress``). Raises :class:`~segment_io.errors.ConfigError`
+    naming the flag, what failed and the fix (exit code 2: nothing was done)."""
+    for flag, uri in destinations:
+        store = open_storage(uri, options)
+        try:
+            store.check_reachable(uri)
+        except StorageError as exc:
+            raise ConfigError(f"{flag} {uri}: {exc.detail}; nothing was done") from None
+        path = store.local_path(uri)
+        if path is not None:
+            problem = _prove_local_destination(flag, path, file_expected=flag != "--ledger", progress=progress)
+            if problem:
+                raise ConfigError(f"{flag} {uri}: {problem}; nothing was done")
+
+
+def _prove_local_destination(flag: str, path: str, *, file_expected: bool,
+                             progress: Callable[..., None] | None) -> str | None:
+    """Why ``path`` cannot be written, or None once that is proven by writing there: a file destination is created
+    and removed at once (so a run refused later leaves no empty report behind), an existing one must be a
+    writable file in a directory that takes the temporary file it is replaced from; a ledger's directory must take
+    a file. Neither the mode bits nor ``os.access`` prove it (root passes both where the filesystem refuses, as
+    in ``/proc``). The missing parent directories are created first (said on ``progress``) and stay; removed
+    again when the check fails."""
+    if file_expected and os.path.isdir(path):
+        return "is a directory: give a file name, e.g. report.json or report.html"
+    directory = os.path.dirname(path) if file_expected else path
+    existing = directory
+    while existing and not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if existing and not os.path.isdir(existing):
+        return f"{existing} is not a directory"
+    created = _missing_dirs(directory)
+    try:
+        os.makedirs(directory or os.curdir, exist_ok=True)
+        problem = _cannot_write_to(path, directory, file_expected=file_expected)
+    except OSError as exc:
+        problem = f"creating the directory {directory} failed: {storage_error(exc, directory).detail}"
+    if problem is not None:
+        for d in reversed(created):  # innermost first; a directory something else put there since stays
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+        return problem
+    if created and progress is not None:
+        above = f" (and its missing parents from {created[0]})" if len(created) > 1 else ""
+        progress(f"{flag}: created the missing directory {created[-1]}{above}", event="destination.created_dir",
+                 flag=flag, directory=created[-1])
+    return None
+
+
+def _cannot_write_to(path: str, directory: str, *, file_expected: bool) -> str | None:
+    """Why the destination ``path`` (in the existing ``directory``) cannot be written, or None: a new file is
+    created there and removed; an existing one (replaced from a temporary sibling) must be writable and the
+    directory must take that sibling; a ledger's directory must take a file."""
+    exists = file_expected and os.path.lexists(path)
+    if file_expected and not exists:
+        return _cannot_create(path)
+    problem = _cannot_create(os.path.join(directory or os.curdir, temp_name(os.path.basename(path) or "probe")))
+    if problem is None and exists and not os.access(path, os.W_OK):
+        return "exists and may not be replaced (not writable)"
+    return problem
+
+
+def _missing_dirs(directory: str) -> list[str]:
+    """The directories of ``directory``'s path that do not exist yet, outermost first."""
+    missing = []
+    while directory and not os.path.exists(directory):
+        missing.append(directory)
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            break
+        directory = parent
+    return missing[::-1]
+
+
+def _cannot_create(path: str) -> str | None:
+    """Why the new file ``path`` cannot be created (and removed again), or None when it was."""
+    failed = probe_new_file(path)
+    if failed is None:
+        return None
+    step, error = failed
+    if step == "create":
+        return f"creating it failed: {error.detail}"
+    return f"removing the file it created failed ({path} is left): {error.detail}"
+
+
+@dataclass
+class _Frame:
+    """The part of :func:`run_job` that runs under the lock: recover, list, scan, work."""
+
+    command: str
+    options: JobOptions
+    work: Callable[[JobContext], None]
+    scan_depth: str
+    storage: Storage
+    log_dir: str
+    work_dir: str
+    configs: ConfigSet
+    scope: Scope
+    now_ms: int
+    now_from_clock: bool
+    dry_run: bool
+    destructive: bool
+    report: RunReport
+    progress: Progress
+    seams: Seams
+    planfile: PlanStage
+    max_batch: int
+    spark: Any
+    early: Any = None  #: the EarlySession started for this run, if any
+    read_first: "FirstReads | None" = None  #: see run_job
+
+    @property
+    def committer(self) -> Committer:
+        """The store's commit protocol for this log dir (see :func:`jobs.logdir.commit.committer_for`)."""
+        return committer_for(self.storage, self.work_dir, self.report.run_id, log_dir=self.log_dir)
+
+    def run_locked(self, lease: "Lease | None") -> JobContext:
+        storage, log_dir, report, progress, seams = self.storage, self.log_dir, self.report, self.progress, self.seams
+        unrecovered: dict[tuple[str, int] | None, Exception] = {}
+        listed = None  # the log dir as recovery found it under the lock, while nothing changed it since
+        if self.destructive and not self.dry_run:
+            listed = storage.list(log_dir, recursive=True, irregular=True)
+            reports = recover_under(storage, log_dir, self.now_ms, lease, seams, listed=listed)
+            if any(r.actions for r in reports) or storage.local_path(log_dir) is not None:
+                listed = None  # changed (or on local disk, where recovery also tidies directories): listed again
+            for r in reports:
+                for problem in r.problems:  # harmless where it is: the partition is worked on all the same
+                    report.warnings.append(problem)
+                    progress.notice(problem, event="recovery.leftover")
+                for note in r.notes:
+                    progress(note, event="recovery.kept")
+                if r.error is not None:
+                    unrecovered[parse_partition_dir(partition_name(r.partition_uri))] = r.error
+                    progress.error(f"{r.partition_uri}: NOT RECOVERED, left as it is and not touched by this run: "
+                                   f"{r.error}", event="recovery.failed", partition=partition_name(r.partition_uri))
+            # what a crashed run left, per partition (its private staging too), summed: one line
+            tallies = tally_reports(reports, log_dir, self.work_dir)
+            report.recovered_partitions = sum(1 for t in tallies if t.partition)
+            if tallies:
+                progress(f"recovered {recovered_text(tallies)}", event="recovery.done",
+                         partitions=report.recovered_partitions, actions=sum(len(r.actions) for r in reports))
+        foreseen: dict[tuple[str, int], dict[str, FileInfo]] = {}
+        pending: set[tuple[str, int]] = set()
+        if self.destructive and self.dry_run:
+            foreseen, pending, dry_listed = self._recovery_first(unrecovered)
+            if storage.local_path(log_dir) is None:
+                listed = dry_listed  # nothing has changed it (on local disk listed again, as above)
+        # again, unless recovery changed nothing since it listed: S3 lists a thousand keys a request
+        listing = _check_scope(storage, log_dir, self.scope, self.configs,
+                               None if listed is None else listing_from_files(log_dir, listed))
+        for key, files in foreseen.items():  # a dry run: these partitions as the real run's recovery leaves them
+            if key in listing.partitions:
+                after = _listing_after(listing.root, key, files)
+                if after is not None:
+                    listing.partitions[key] = replace(after,
+                                                      outside_log_dir=listing.partitions[key].outside_log_dir)
+        present = set(listing.partitions)
+        checkpoints = read_job_checkpoints(storage, log_dir, listing)
+        selected = sorted(k for k in present if self.scope.includes(*k) and k not in pending)
+        # --apply on a changed log dir: refused here, before Spark starts (nothing has been done yet)
+        self.planfile.check_unchanged(storage, log_dir, listing, selected, self.configs, checkpoints)
+        for topic in sorted({t for t, _ in selected}):
+            for note in self.configs.shadowed(topic):
+                progress(note, event="config.shadowed", topic=topic)
+            report.topics[topic] = {"policy": self.configs.for_topic(topic).policy_text,
+                                    "policy_from": self.configs.origin_of(topic)}
+
+        runner = self._runner()
+        # Header and size scans take milliseconds a partition: they run on the driver's threads, and Spark
+        # starts only when a task needs it (a run with nothing due starts none). A test's runner runs them all.
+        in_driver = self.seams.runner is None and self.scan_depth in DRIVER_SCAN_DEPTHS
+        where = ("tasks run in this process" if self.seams.runner is not None
+                 else "on the driver" if in_driver else "as Spark tasks")
+        progress(f"scanning {len(selected)} partition(s) ({where})", event="scan.start", partitions=len(selected),
+                 spark_startup_s=report.spark_startup_s)
+        ctx = JobContext(options=self.options, storage=storage, committer=self.committer,
+                         log_dir=log_dir, work_uri=self.work_dir, configs=self.configs, scope=self.scope,
+                         now_ms=self.now_ms, now_from_clock=self.now_from_clock, dry_run=self.dry_run,
+                         listing=listing, scans={}, checkpoints=checkpoints, report=report, progress=progress,
+                         runner=runner, seams=seams, planfile=self.planfile, max_batch_bytes=self.max_batch,
+                         lease=lease)
+        configs, now_ms = self.configs, self.now_ms
+        full: set[tuple[str, int]] = set()
+        if self.read_first is not None and self.scan_depth == "sizes":
+            full = self.read_first(listing, checkpoints, configs, self.scope) & set(selected)
+        start, cleaner = checkpoints[LOG_START_OFFSET_CHECKPOINT], checkpoints[CLEANER_OFFSET_CHECKPOINT]
+        items = [ScanItem(storage, listing.partitions[k], "transactions" if k in full else self.scan_depth,
+                          start.get(k), cleaner.get(k), now_ms, configs.for_topic(k[0]).producer_id_expiration_ms,
+                          self.max_batch) for k in selected]
+        what = f"scan {len(items)} partition(s) ({self.scan_depth})"
+        # A header scan takes milliseconds, less than a Spark task's own overhead: thousands of partitions
+        # go in a few tasks per core. Transaction scans read whole logs: one task per partition balances them.
+        if in_driver:
+            # the driver's threads; on an object store as many as it overlaps round trips with (io_concurrency)
+            scans = map_in_driver(scan_task, items, threads=max(8, storage.io_concurrency))
+        else:
+            tasks = runner.parallelism * 4 if self.scan_depth in DRIVER_SCAN_DEPTHS else None
+            if tasks is not None and storage.io_concurrency > 1:
+                # on an object store each task also overlaps its partitions' round trips (storage.io_concurrency)
+                scans = [s for part in ctx.parallel_map(scan_chunk_task, _chunks(items, tasks), description=what)
+                         for s in part]
+            elif tasks is None:  # whole logs: packed by bytes, each task's scans reported as it ends
+                costs, sizes = [read_cost(item.listing) for item in items], [log_bytes(item.listing) for item in items]
+                scans = run_packed(runner, scan_task, items, costs, description=ctx.job_description(what),
+                                   progress=StageProgress(progress, "scanning", sizes, "scan.progress"),
+                                   on_failure=failed_scan)
+            else:
+                scans = ctx.parallel_map(scan_task, items, tasks=tasks, description=what)
+        for scan in scans:
+            error = unrecovered.get((scan.topic, scan.partition))
+            if error is not None:  # an interrupted commit recovery could not settle: nobody touches the partition
+                scan.error, scan.state, scan.txn = PartitionError.from_exception(error), None, None
+            ctx.scans[(scan.topic, scan.partition)] = scan
+            for w in scan.warnings:
+                report.warnings.append(w)
+            if scan.error is not None and error is None:  # one recovery could not settle is reported above
+                progress.error(f"{scan.name}: UNREADABLE, left untouched: {scan.error}", event="partition.unreadable",
+                               partition=scan.name)
+        progress(f"scanned {len(items)} partition(s)" + (f", {len(full)} small one(s) that may be due read in full"
+                                                          if full else ""),
+                 event="scan.done", partitions=len(items), read_in_full=len(full))
+        _orphan_log_start_entries(ctx)
+        with frozen_heap():  # the modules and the session are loaded by now (see jobs.engine.runtime.collector)
+            self.work(ctx)
+        return ctx
+
+    def _recovery_first(self, unrecovered: dict[tuple[str, int] | None, Exception]
+                        ) -> tuple[dict[tuple[str, int], dict[str, FileInfo]], set[tuple[str, int]], list[FileInfo]]:
+        """A dry run's account of the recovery a real run does first (it takes no lock and changes nothing, so it
+        only plans that recovery: reads only). Every partition the plans would change is reported (progress,
+        ``report.recovery_first``), and then:
+
+        - recovery would stop in it: it is marked not recovered (``unrecovered``), as the real run marks it;
+        - otherwise recovery only deletes files (leftovers, ``.cleaned`` files, aborted swaps, originals, intents),
+          renames them (a ``.swap`` made live, an old segment put back, a delete intent's segments to
+          ``.deleted``) or writes the deletion ledger: the partition is returned with the files recovery leaves
+          (by their names then, each read where it is now: see :func:`_listing_after`), and planned on them:
+          exactly the state the real run plans on;
+        - recovery would copy S3 staged objects to their live names (an intent rolled forward: the report does not
+          name the objects), or, with ``--plan``, rename files (a plan records the files by name, and names read
+          before recovery would not be the ones ``--apply`` finds): pending, left out of the run and its counts.
+
+        Returns those partitions' files (:func:`_files_after`), the pending ones, and the listing it planned on.
+        """
+        storage, log_dir, progress = self.storage, self.log_dir, self.progress
+        root = (storage.local_path(log_dir) or log_dir).rstrip("/")
+        listed = storage.list(root, recursive=True, irregular=True)
+        reports = recover_under(storage, log_dir, self.now_ms, None, self.seams, listed=listed, dry_run=True)
+        foreseen: dict[tuple[str, int], dict[str, FileInfo]] = {}
+        pending: set[tuple[str, int]] = set()
+        for r in reports:
+            key = parse_partition_dir(partition_name(r.partition_uri))
+            if not r.actions and r.error is None:
+                continue
+            actions = ", ".join(dict.fromkeys(a.action for a in r.actions))
+            if key is None:  # the log dir's and work dir's own leftovers: nothing the run reads
+                planned, note = "unchanged", f"recovery first: {r.partition_uri}: a real run would first {actions}"
+            elif r.error is not None:
+                unrecovered[key] = r.error
+                planned, note = "not recovered", (f"recovery first: {r.partition_uri}: a real run's recovery would "
+                                                  f"stop here ({r.error}); planned as the real run would: left "
+                                                  f"untouched")
+            elif any(a.action in UNFORESEEABLE_ACTIONS for a in r.actions) or (
+                    self.planfile.write_uri and any(a.action in _RENAMED_FROM for a in r.actions)):
+                pending.add(key)
+                planned, note = "pending recovery", (
+                    f"{partition_name(r.partition_uri)}: pending recovery: a real run would first {actions} (what "
+                    f"it leaves cannot be read before it ran: staged objects it copies, or with --plan files it "
+                    f"renames, which a plan records by name); "
+                    f"left out of these counts: run `segjobs recover` first for exact counts"
+                    + ("; --apply refuses this plan, which does not hold the partition" if self.planfile.write_uri
+                       else ""))
+                self.report.warnings.append(note)
+            else:
+                foreseen[key] = _files_after(root, log_dir, partition_name(r.partition_uri), listed, r)
+                planned, note = "after recovery", (f"recovery first: {r.partition_uri}: a real run would first "
+                                                   f"{actions}; planned on the files that leaves")
+            self.report.recovery_first.append({"uri": r.partition_uri, "partition": None if key is None else
+                                               partition_name(r.partition_uri), "planned": planned,
+                                               "actions": [a.describe() for a in r.actions]})
+            if planned == "pending recovery":
+                progress.notice(note, event="recovery.pending", partition=partition_name(r.partition_uri))
+            elif planned == "not recovered":
+                progress.error(note, event="recovery.failed", partition=partition_name(r.partition_uri))
+            else:
+                progress(note, event="recovery.planned", partition=partition_name(r.partition_uri))
+        return foreseen, pending, listed
+
+    def _runner(self) -> TaskRunner:
+        """The seams' runner, else Spark tasks in the given session (or the active one, or a new one)."""
+        if self.seams.runner is not None:
+            return self.seams.runner
+
+        def build() -> Any:
+            if self.spark is not None:
+                return self.spark
+            if self.early is not None:
+                return self.early.session()
+            if spark_session.can_start_early():
+                # started and claimed at once: the JVM's output comes through the process, so that whoever
+                # reads the command's output does not wait for the JVM's own exit after the run
+                return spark_session.EarlySession(app_name=f"segjobs-{self.command}", master=self.options.master,
+                                    verbose=self.options.spark_verbose).session()
+            return spark_session.build_session(app_name=f"segjobs-{self.command}", master=self.options.master,
+                                 verbose=self.options.spark_verbose)
+
+        def started(waited: float, took: float) -> None:
+            self.report.spark_startup_s = round(waited, 2)
+            if round(took, 2) > self.report.spark_startup_s:  # started ahead: its start overlapped the run's work
+                self.report.spark_started_early_s = round(took, 2)
+                self.progress(f"Spark ready: started early, its start took {self.report.spark_started_early_s}s, "
+                              f"{self.report.spark_startup_s}s of it waited for", event="spark.ready",
+                              spark_startup_s=self.report.spark_startup_s,
+                              spark_started_early_s=self.report.spark_started_early_s)
+            else:
+                self.progress(f"Spark ready in {self.report.spark_startup_s}s", event="spark.ready",
+                              spark_startup_s=self.report.spark_startup_s)
+
+        # Built when a task first needs it. One Spark job group per run, named by the run id the report and the
+        # ledger carry.
+        return LazySparkTasks(build, job_group=f"segjobs-{self.command}-{self.report.run_id}", on_start=started)
+
+
+#: What a file recovery renames was called before, from its new name: recovery's renaming actions (a delete intent's
+#: segments to ``.deleted``, a ``.swap`` made live, an aborted replace's old segment put back).
+_RENAMED_FROM: dict[str, Callable[[str], str]] = {
+    "finish-delete": lambda uri: uri[: -len(DELETED_SUFFIX)],
+    "complete-swap": lambda uri: uri + SWAP_SUFFIX,
+    "restore-old": lambda uri: uri + DELETED_SUFFIX,
+}
+#: Recovery's actions whose outcome a dry run cannot read before recovery ran: an S3 staged object copied to its live
+#: name (the report does not name the object), a roll-forward another run finished at the same time.
+UNFORESEEABLE_ACTIONS = frozenset({"copy-new", "settled-elsewhere"})
+
+
+def _files_after(root: str, log_dir: str, name: str, listed: list[FileInfo],
+                 report: RecoveryReport) -> dict[str, FileInfo]:
+    """Partition ``name``'s entries in ``listed`` (the log dir's recursive listing under ``root``) once the actions
+    of ``report`` (recovery's plan, with no action of :data:`UNFORESEEABLE_ACTIONS`) are done: by the URI they
+    have then, the entry of the file that is there now (deleted files gone, renamed ones under their new URI).
+    Recovery only deletes and renames in a partition dir, so every file it leaves is one that is there now."""
+    prefix = root + "/"
+    files = {f.uri[len(prefix):]: f for f in listed if f.uri.startswith(prefix)
+             and (f.uri[len(prefix):] == name or f.uri[len(prefix):].startswith(name + "/"))}
+    log_prefix = log_dir.rstrip("/") + "/"
+    for a in report.actions:
+        if not a.uri.startswith(log_prefix):
+            continue  # the work dir's (intents, staged objects, the deletion ledger): not in the listing
+        rel = a.uri[len(log_prefix):]
+        renamed_from = _RENAMED_FROM.get(a.action)
+        if renamed_from is not None:
+            info = files.pop(renamed_from(rel), None)
+            if info is not None:
+                files[rel] = info
+        else:  # a delete
+            files.pop(rel, None)
+    return {prefix + rel: info for rel, info in files.items()}
+
+
+def _listing_after(root: str, key: tuple[str, int], files: dict[str, FileInfo]) -> PartitionListing | None:
+    """The listing of partition ``key`` holding ``files`` (:func:`_files_after`): classified by the names recovery
+    leaves, each segment file read where it is now (a ``.swap`` file recovery would make live is read as it is)."""
+    after = listing_from_files(root, [replace(info, uri=uri) for uri, info in files.items()]).partitions.get(key)
+    if after is None:
+        return None
+
+    def now(info: FileInfo | None) -> FileInfo | None:
+        return None if info is None else files[info.uri]
+
+    segments = tuple(replace(s, log=files[s.log.uri], index=now(s.index), timeindex=now(s.timeindex),
+                             txnindex=now(s.txnindex), snapshot=now(s.snapshot)) for s in after.segments)
+    return replace(after, segments=segments,
+                   producer_snapshots=tuple((o, files[i.uri]) for o, i in after.producer_snapshots))
+
+
+def _check_scope(storage: Storage, log_dir: str, scope: Scope, configs: ConfigSet,
+                 listing: LogDirListing | None = None) -> LogDirListing:
+    """Fail with a UsageError/ConfigError when the log dir holds no partition, the scope names one it
+    does not hold, or two topic globs of equal specificity claim a topic. ``listing``: the log dir's, when the
+    caller has it (default: listed here)."""
+    listing = listing if listing is not None else list_log_dir(storage, log_dir)
+    check_log_dir_has_partitions(log_dir, listing, storage=storage)
+    present = set(listing.partitions)
+    scope.check_against(present)
+    configs.check_topics({t for t, _ in present})
+    return listing
+
+
+__all__ = ["JobContext", "JobRun", "RunInterrupted", "hold_log_dir", "interrupted_message", "open_log_dir", "preflight",
+           "recover_under", "run_job"]

@@ -1,0 +1,1 @@
+"""The inspection job's :mod:`.driver`: per-partition statistics, the planners' predictions, the report rows."""

@@ -1,0 +1,83 @@
+"""segjobs' compiled kernels (numba): which they are, and whether their compiled code is cached.
+
+The decoder, the encoder, the key hash, the offset map and the transaction walk are compiled by numba the
+first time they are called with given argument types, and cached on disk (``cache=True``: in a
+``__pycache__`` directory beside each module, or numba's per-user cache directory when that one is not
+writable; ``$NUMBA_CACHE_DIR`` overrides both). Compiling them all takes tens of seconds, the same machine's
+later runs load them in milliseconds, and a local Spark session's Python workers run the same modules, so they
+read the same cache. ``segjobs warm-up`` (:mod:`jobs.commands.warmup`, run by ``make venv``) compiles them at
+install time; a job whose kernels are not cached says so before it starts, so that its first run is not
+mistaken for slowness.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Iterator
+
+#: The modules that hold numba kernels.
+KERNEL_MODULES = ("segment_io._decode_kernels", "segment_io._encode_kernels", "segment_io.hashing",
+                  "segment_io.transactions", "segment_io.latest", "jobs.rules.offset_map", "jobs.rules.external_sort")
+
+#: The progress line of a run that finds the kernels' cache cold.
+COLD_NOTICE = ("compiling kernels (once): this install's decoders and encoders are not compiled yet, so this run "
+               "compiles them first (about a minute; later runs load them in milliseconds). `segjobs warm-up` "
+               "(which `make venv` runs) does it ahead of time")
+
+
+def _dispatchers() -> Iterator[tuple[str, Any]]:
+    """(qualified name, dispatcher) of every cached kernel defined in :data:`KERNEL_MODULES` that is compiled
+    on its own (kernels inlined into their callers, ``inline="always"``, have no code of their own)."""
+    from numba.core.registry import CPUDispatcher
+
+    for module_name in KERNEL_MODULES:
+        module = importlib.import_module(module_name)
+        for name, obj in sorted(vars(module).items()):
+            if (isinstance(obj, CPUDispatcher) and obj.py_func.__module__ == module_name
+                    and obj.targetoptions.get("inline", "never") == "never"
+                    and getattr(obj, "_cache", None) is not None):
+                yield f"{module_name}.{name}", obj
+
+
+def cached_kernels() -> dict[str, int]:
+    """Per kernel, how many compiled versions its on-disk cache holds for the current source (0: none, or the
+    module changed since they were compiled)."""
+    out = {}
+    for name, dispatcher in _dispatchers():
+        try:
+            index = dispatcher._cache._cache_file._load_index()  # empty when missing or stale
+        except Exception:  # noqa: BLE001 - numba's cache layout is internal; unknown counts as cached
+            index = {None: None}
+        out[name] = len(index)
+    return out
+
+
+def load_cached_kernels() -> int:
+    """Load every compiled version the on-disk cache holds for the current source, as a first call with those
+    argument types would (milliseconds each; nothing is compiled: a stale or missing cache holds none). Returns
+    how many were loaded. For the worker daemon (:mod:`jobs.engine.runtime.worker_daemon`), so that the workers it
+    forks start with them."""
+    loaded = 0
+    for _, dispatcher in _dispatchers():
+        try:
+            signatures = [key[0] for key in dispatcher._cache._cache_file._load_index()]
+        except Exception:  # noqa: BLE001 - numba's cache layout is internal: its first call loads it as before
+            continue
+        for signature in signatures:
+            try:
+                dispatcher.compile(signature)
+            except Exception:  # noqa: BLE001 - likewise
+                continue
+            loaded += 1
+    return loaded
+
+
+def kernels_cold() -> bool:
+    """Whether a run would compile kernels first: none of them has cached code (a fresh install, a cleared
+    cache, or sources changed since the warm-up). A kernel that only rare inputs need (legacy message sets,
+    say) is compiled when first met either way, in well under a second."""
+    counts = cached_kernels()
+    return bool(counts) and not any(counts.values())
+
+
+__all__ = ["COLD_NOTICE", "KERNEL_MODULES", "cached_kernels", "kernels_cold"]

@@ -1,0 +1,166 @@
+"""Work the cleaning task does once, or only when it is needed.
+
+A partition whose dirty segments are small (at most ``cleaning.SINGLE_DECODE_BYTES`` in all) decodes each of them
+once: the offset map is built from the full decode the clean then uses, instead of a key-hash decode for the map
+and a full one for the clean. It must give the same map, the same staged bytes and the same statistics as the two
+decodes, with transactions, aborts, tombstones, headers and compressed batches; when the dirty range starts after
+the first segment (or inside a segment); when the map fills; and the bound must hold: one byte over it and the
+partition is decoded twice, as before.
+
+The key hashes of a group's output (for the transaction state the first pass leaves) are derived only when a
+marker survives somewhere in the partition: every group's then, the last group's never otherwise."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jobs.engine.compact.cleaning as cleaning
+from jobs.engine.compact.cleaning import compact_partition
+from jobs.rules.config import TopicConfig
+from segment_io.decode import decode_segment_and_headers, hash_keys
+from segment_io.generate import GenerateSpec, generate_log_dir
+from segment_io.layout import list_log_dir
+from segment_io.storage import LocalStorage
+from tests.support.cleaning import partition_task, staged_files
+
+T0 = 1_700_000_000_000
+NOW = T0 + 9 * 86_400_000
+TOPIC = "mixed"
+
+
+def _source(root: Path) -> Path:
+    """Two partitions of about ten 16 KiB segments: transactions (some aborted), tombstones, headers, zstd."""
+    log_dir = root / "src"
+    generate_log_dir(GenerateSpec(topics=(TOPIC,), partitions=2, records=1500, segment_bytes=16 << 10, codec=4,
+                                  tombstone_share=0.05, transactional_share=0.3, aborted_share=0.3, headers=True,
+                                  value_bytes=60, start_ms=T0, span_ms=7 * 86_400_000, seed=7), str(log_dir))
+    return log_dir
+
+
+def _checkpoint(source: Path, partition: int, where: str | None) -> int | None:
+    """No cleaner checkpoint, one at the third segment's base offset (``segment``) or inside it (``inside``)."""
+    if where is None:
+        return None
+    listing = list_log_dir(LocalStorage(), str(source)).partitions[(TOPIC, partition)]
+    return listing.segments[2].base_offset + (0 if where == "segment" else 7)
+
+
+def _run(source: Path, name: str, partition: int, monkeypatch, *, bound: int, max_keys: int | None = None,
+         checkpoint: int | None = None):
+    """``compact_partition`` on a copy of ``source`` with ``SINGLE_DECODE_BYTES = bound``: its outcome, the staged
+    files' bytes, the map it built, how many times each dirty segment was decoded for the map (key hashes),
+    how many times each segment was decoded in full, the task and the dirty segments."""
+    log_dir = source.parent / name
+    shutil.copytree(source, log_dir, copy_function=shutil.copy2)
+    maps, key_hash_decodes, full_decodes = [], {}, {}
+
+    def spy(counts, real):
+        def call(data, *, path, **kwargs):
+            counts[path] = counts.get(path, 0) + 1
+            return real(data, path=path, **kwargs)
+        return call
+
+    def build_offset_map(*args, **kwargs):
+        maps.append(real_build(*args, **kwargs))
+        return maps[-1]
+
+    real_build = cleaning.build_offset_map
+    with monkeypatch.context() as m:
+        m.setattr(cleaning, "SINGLE_DECODE_BYTES", bound)
+        m.setattr(cleaning, "build_offset_map", build_offset_map)
+        m.setattr(cleaning, "decode_key_hashes_bytes", spy(key_hash_decodes, cleaning.decode_key_hashes_bytes))
+        m.setattr(cleaning, "decode_segment_and_headers", spy(full_decodes, cleaning.decode_segment_and_headers))
+        task = partition_task(log_dir, TOPIC, partition, NOW, max_keys=max_keys, cleaner_checkpoint=checkpoint)
+        out = compact_partition(task)
+    assert out.error is None, out.error
+    staged = staged_files(task, out)
+    (omap,) = maps
+    files = {s.base_offset: s.log.uri for s in task.listing.segments}
+    dirty = [files[s.base_offset] for s in task.state.segments if s.next_offset > task.plan.first_dirty_offset
+             and s.base_offset < task.plan.first_uncleanable_offset]
+    # the segments beyond the round are read for the state the pass leaves (tail_batches): not the map's decodes
+    map_decodes = {uri: n for uri, n in key_hash_decodes.items() if uri in dirty}
+    return out, staged, omap, map_decodes, full_decodes, task, dirty
+
+
+def _same_map(a, b, task) -> None:
+    assert (a.latest_offset, a.full, a.records_read, a.offset_map.size) == \
+        (b.latest_offset, b.full, b.records_read, b.offset_map.size)
+    storage = task.storage
+    for seg in task.listing.segments:  # every key of the partition: mapped to the same offset, or to none
+        records, _ = decode_segment_and_headers(storage.read(seg.log.uri), allow_truncated_tail=True)
+        hi, lo = hash_keys(records.column("key"))
+        assert np.array_equal(a.offset_map.get(hi, lo), b.offset_map.get(hi, lo))
+
+
+def _outcome(out):
+    return out.stats, [(g.old_bases, g.changed, g.bytes_before, g.bytes_after, g.records_before, g.records_after,
+                        g.staged_suffixes, g.mtime_ms, g.corrupt_indexes) for g in out.groups], out.end_offset, \
+        out.map_full
+
+
+@pytest.mark.parametrize("checkpoint", [None, "segment", "inside"])
+@pytest.mark.parametrize("partition", [0, 1])
+def test_one_decode_gives_the_map_bytes_and_counts_of_two(tmp_path, monkeypatch, checkpoint, partition):
+    source = _source(tmp_path)
+    at = _checkpoint(source, partition, checkpoint)
+    once = _run(source, "once", partition, monkeypatch, bound=cleaning.SINGLE_DECODE_BYTES, checkpoint=at)
+    twice = _run(source, "twice", partition, monkeypatch, bound=-1, checkpoint=at)
+    out, staged, omap, key_hash_decodes, full_decodes, task, dirty = once
+    assert staged and staged == twice[1]
+    assert _outcome(out) == _outcome(twice[0])
+    assert out.stats["duplicates_removed"] > 0 and out.stats["aborted_records_removed"] > 0
+    _same_map(omap, twice[2], task)
+    # once: no key-hash decode of a dirty segment, each decoded in full once; twice: both, for each
+    assert key_hash_decodes == {} and all(full_decodes[uri] == 1 for uri in dirty)
+    assert twice[3] == {uri: 1 for uri in twice[6]} and all(twice[4][uri] >= 1 for uri in twice[6])
+    if checkpoint is not None:  # the dirty range starts after the first segments, which the map reads in no case
+        assert task.listing.segments[0].log.uri not in dirty and task.listing.segments[1].log.uri not in dirty
+        assert task.listing.segments[0].log.uri in full_decodes  # cleaned, from a decode of its own
+
+
+def test_a_map_that_fills_gives_the_same_round(tmp_path, monkeypatch):
+    source = _source(tmp_path)
+    once = _run(source, "once", 0, monkeypatch, bound=cleaning.SINGLE_DECODE_BYTES, max_keys=300)
+    twice = _run(source, "twice", 0, monkeypatch, bound=-1, max_keys=300)
+    assert once[2].full and once[0].map_full
+    assert once[1] and once[1] == twice[1] and _outcome(once[0]) == _outcome(twice[0])
+    _same_map(once[2], twice[2], once[5])
+    # the segments of the round were decoded once; those beyond it are read for the state the pass leaves
+    task = once[5]
+    in_round = {f.log.uri for f in task.listing.segments if f.base_offset < once[2].end_offset}
+    assert in_round and not in_round & set(once[3]) and all(once[4][uri] == 1 for uri in in_round)
+
+
+def test_a_partition_over_the_bound_is_decoded_twice(tmp_path, monkeypatch):
+    source = _source(tmp_path)
+    at = _run(source, "at", 0, monkeypatch, bound=cleaning.SINGLE_DECODE_BYTES)
+    dirty_bytes = sum(s.size_bytes for s in at[5].state.segments
+                      if at[5].listing.segments[at[5].state.segments.index(s)].log.uri in at[6])
+    exact = _run(source, "exact", 0, monkeypatch, bound=dirty_bytes)
+    over = _run(source, "over", 0, monkeypatch, bound=dirty_bytes - 1)
+    assert exact[3] == {}  # at the bound: one decode
+    assert len(over[3]) == len(over[6]) and all(n == 1 for n in over[3].values())  # one byte over: two
+    assert over[1] == exact[1] and _outcome(over[0]) == _outcome(exact[0])
+
+
+@pytest.mark.parametrize("transactions", [False, True])
+def test_a_clean_derives_no_key_hashes_of_its_output(tmp_path, monkeypatch, transactions):
+    # markers are judged by the state of the log as scanned (as Kafka judges them by what its pass traverses),
+    # so no group's output is hashed again to derive the state a clean leaves
+    log_dir = tmp_path / "logs"
+    generate_log_dir(GenerateSpec(topics=(TOPIC,), partitions=1, records=1500, segment_bytes=16 << 10,
+                                  tombstone_share=0.05, transactional_share=0.3 if transactions else 0.0,
+                                  aborted_share=0.3, start_ms=T0, span_ms=7 * 86_400_000, seed=5), str(log_dir))
+    calls = []
+    real = cleaning.key_hash_table
+    monkeypatch.setattr(cleaning, "key_hash_table", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    # groups of two or three segments
+    config = TopicConfig.from_settings({"cleanup.policy": "compact", "segment.bytes": 40_000})
+    out = compact_partition(partition_task(log_dir, TOPIC, 0, NOW, config=config))
+    assert out.error is None and len(out.groups) > 2
+    assert calls == []

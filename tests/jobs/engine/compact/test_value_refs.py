@@ -1,0 +1,98 @@
+"""The cleaning task decodes values as references into the mapped segments (``value_refs``) and the encoder copies
+the kept ones from there: the files a compaction writes must be the very bytes it wrote when values were copied
+into Arrow. Checked on a partition whose cleaned group mixes a legacy (magic 1) segment, whose values are
+copied, with v2 segments of every codec, headers, tombstones and transactions, over two runs (the first stamps
+delete horizons, the second, past them, rewrites the stamped batches), with both strategies. The whole job
+runs in this process (no Spark)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+import jobs.engine.compact.cleaning
+import segment_io.decode
+from jobs import api
+from segment_io.layout import partition_dir_name, segment_file_name
+from tests.support.builders import LogBuilder, rec, write_log
+
+TOPIC, PARTITION = "refs", 0
+NOW1 = 1_700_000_000_000
+RETENTION = 3_600_000
+NOW2 = NOW1 + RETENTION + 1
+
+
+def _legacy_segment(path: Path, count: int) -> None:
+    """``count`` magic-1 messages at offsets 0.. with keys k0..k3 (so most are superseded), one a tombstone."""
+    builder = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 20)
+    for i in range(count):
+        builder.append(i, timestamp=NOW1 - 10_000 + i, key=f"k{i % 4}".encode(),
+                       value=None if i == 5 else f"legacy-{i}".encode() * 3)
+    path.write_bytes(bytes(builder.build()))
+
+
+def _partition(root: Path) -> Path:
+    pdir = root / partition_dir_name(TOPIC, PARTITION)
+    pdir.mkdir(parents=True)
+    _legacy_segment(pdir / segment_file_name(0), 8)
+    log = LogBuilder(TOPIC, PARTITION, start_offset=8, timestamp=NOW1 - 5_000)
+    for i, codec in enumerate((0, 1, 2, 3, 4, 0)):
+        log.batch([rec(f"k{(i + j) % 5}", None if j == 2 else f"v{i}-{j}" * 20, headers=[("h", b"x")] * (j % 2))
+                   for j in range(5)], codec=codec)
+        log.txn_batch(7, 0, [rec(f"k{i}", f"t{i}")], base_sequence=i, codec=codec)
+        (log.commit if i % 2 else log.abort)(7, 0)
+        if i == 2:
+            log.roll()
+    write_log(log.table(), pdir)
+    end = log.next_offset
+    (pdir / segment_file_name(end)).write_bytes(b"")  # the active segment: everything before it is cleanable
+    config = root.parent / f"{root.name}.toml"
+    config.write_text(f'[defaults]\n"cleanup.policy" = "compact"\n"delete.retention.ms" = {RETENTION}\n')
+    return pdir
+
+
+def _compact(log_dir: Path, now: int, strategy: str) -> None:
+    options = api.CompactOptions(config=str(log_dir.parent / f"{log_dir.name}.toml"),
+                                 partitions=(partition_dir_name(TOPIC, PARTITION),), strategy=strategy,
+                                 progress=lambda line: None)
+    result = api.compact(log_dir, options, now=now, seams=api.Seams(runner=api.InProcessTasks()))
+    assert result.exit_code == 0, result.errors
+
+
+def _files(pdir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(pdir.iterdir()) if p.is_file()}
+
+
+@pytest.mark.parametrize("strategy", ["memory", "external-sort"])
+def test_output_is_the_same_bytes_as_with_copied_values(tmp_path: Path, strategy: str, monkeypatch) -> None:
+    referenced = tmp_path / "referenced"
+    pdir = _partition(referenced)
+    copied = tmp_path / "copied"
+    shutil.copytree(referenced, copied)
+    shutil.copy(tmp_path / "referenced.toml", tmp_path / "copied.toml")
+    decode = segment_io.decode.decode_segment_and_headers
+    calls: list[bool] = []
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("value_refs", False))
+        return decode(*args, **kwargs)
+
+    def without_refs(*args, **kwargs):
+        return decode(*args, **{**kwargs, "value_refs": False})
+
+    rounds = []
+    for now in (NOW1, NOW2):
+        with monkeypatch.context() as m:
+            m.setattr(jobs.engine.compact.cleaning, "decode_segment_and_headers", spy)  # as the cleaning task calls it
+            _compact(referenced, now, strategy)
+        with monkeypatch.context() as m:
+            m.setattr(jobs.engine.compact.cleaning, "decode_segment_and_headers", without_refs)
+            _compact(copied, now, strategy)
+        rounds.append(_files(pdir))
+        assert rounds[-1] == _files(copied / pdir.name)
+    assert calls and all(calls)  # the task asked for references
+    assert rounds[0] != rounds[1]  # the second run rewrote the batches the first stamped
+    assert segment_file_name(0) in rounds[1]  # the legacy segment's group was cleaned, not dropped
