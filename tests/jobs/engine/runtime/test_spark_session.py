@@ -135,7 +135,9 @@ def test_python_workers_do_not_collect_the_preloaded_heap_after_each_task(spark)
     # PySpark runs gc.collect() after every task of a reused worker: over the daemon's preloaded modules that is
     # a full walk of some 170,000 objects per task, unless the daemon froze them before forking
     heaps = spark.sparkContext.parallelize(range(4), 4).map(_worker_heap).collect()
-    assert all(frozen > 10 * tracked for frozen, tracked in heaps), heaps
+    # Unfrozen, the count is 0. What a reused worker tracks depends on the tasks it ran before (tens of thousands
+    # of objects after the compaction tests), so it is bounded loosely: well under the frozen heap.
+    assert all(frozen > 100_000 and tracked < frozen / 3 for frozen, tracked in heaps), heaps
 
 
 @pytest.mark.slow
