@@ -215,7 +215,7 @@ package: $(STAMP)
 
 # A Spark standalone master and two workers on 127.0.0.1 run the packaged jobs (tests/ops/test_standalone_cluster.py).
 cluster-test: java package
-	SEGJOBS_DIST=$(abspath dist) $(PY) -m pytest -q -p no:cacheprovider tests/ops/test_standalone_cluster.py
+	SEGJOBS_DIST=$(abspath dist) $(PY) -m pytest -q -p no:cacheprovider tests/ops/test_standalone_cluster.py tests/ops/test_netns_cluster.py
 
 clean:
 	rm -rf $(DEMO_DIR) bench-data .pytest_cache build dist

@@ -288,16 +288,34 @@ class NetnsCluster:
     def driver_env(self, host: str) -> dict[str, str]:
         """The environment of a driver on ``host``: this checkout first on the path, the S3 credentials."""
         env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "SPARK_LOCAL_IP")}
-        env.update(PYTHONPATH=str(REPO), PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP=self.hosts[host].address,
+        address = self.hosts[host].address
+        # The driver tells executors its address, not its host name: the workers' hosts do not resolve it.
+        env.update(PYTHONPATH=str(REPO), PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP=address,
+                   SPARK_LOCAL_HOSTNAME=address,
                    AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_DEFAULT_REGION=REGION)
         return env
+
+    def on_host(self, host: str, cmd: list[str]) -> list[str]:
+        """``cmd`` run on ``host``: in its network namespace and, as a host of its own, under its own host name
+        (a UTS namespace: a lease names its holder's host by it) that the cluster's hosts file resolves."""
+        return ["ip", "netns", "exec", self.hosts[host].netns, "unshare", "--uts", "--mount", "sh", "-c",
+                'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"', host,
+                str(self._hosts_file()), *cmd]
+
+    def _hosts_file(self) -> Path:
+        """The cluster's ``/etc/hosts`` (every host by name, as a cluster's DNS would answer), bound over the
+        machine's in a host's own mount namespace."""
+        path = self.root / "hosts"
+        if not path.exists():
+            path.write_text("127.0.0.1 localhost\n" + "".join(f"{h.address} {h.name}\n" for h in self.hosts.values()))
+        return path
 
     def start_driver(self, host: str, cmd: list[str], log: Path) -> subprocess.Popen:
         """``cmd`` on ``host`` in a session of its own (so its JVM and Python die together), output to ``log``."""
         with open(log, "wb") as out:
-            return subprocess.Popen(["ip", "netns", "exec", self.hosts[host].netns, *cmd], stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.driver_env(host),
-                                    cwd=self.root, start_new_session=True)
+            return subprocess.Popen(self.on_host(host, cmd), stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=self.driver_env(host), cwd=self.root,
+                                    start_new_session=True)
 
     def run_driver(self, host: str, cmd: list[str], log: Path, timeout_s: float = 300) -> int:
         """:meth:`start_driver` and wait; every process of its session is killed when it ends or times out."""
