@@ -339,10 +339,12 @@ class NetnsCluster:
         return [p for p in _pids_in(self.hosts[worker].netns) if "CoarseGrainedExecutorBackend" in _cmdline(p)]
 
     def python_worker_pids(self, worker: str) -> list[int]:
-        """The Python workers running tasks on ``worker`` now (the children of pyspark's daemon, not the daemon)."""
+        """The Python workers on ``worker`` now: the children of the Python daemon an executor JVM started
+        (whatever its module, ``spark.python.daemon.module``), not the daemon itself."""
         pids = _pids_in(self.hosts[worker].netns)
-        daemons = {p for p in pids if "pyspark.daemon" in _cmdline(p)}
-        return [p for p in pids if p not in daemons and _parent(p) in daemons]
+        executors = set(self.executor_pids(worker))
+        daemons = {p for p in pids if _parent(p) in executors and "python" in _cmdline(p)}
+        return [p for p in pids if _parent(p) in daemons]
 
     def executor_logs(self, limit: int = 3000) -> str:
         """The tail of every executor's stderr (for failure messages)."""
