@@ -41,7 +41,7 @@ help:
 	@echo "make chromium  install Debian's chromium when missing (make test does: the HTML report tests use it)"
 	@echo "make bench  run the benchmarks in benchmarks/ (heavy; not part of the suite)"
 	@echo "make package       build dist/segjobs-*.whl and dist/segjobs-env.tar.gz (the executors' environment)"
-	@echo "make cluster-test  package, then run the jobs on a real Spark standalone cluster on 127.0.0.1"
+	@echo "make cluster-test  package, then run the jobs on a real Spark standalone cluster on 127.0.0.1, then on one of several hosts (network namespaces, root) with faults"
 	@echo "make airflow-test  install Airflow 3 + the Spark provider into $(AIRFLOW_VENV)/ and run the DAGs of conf/airflow for real"
 	@echo "make venv-delta    create $(DELTA_VENV)/ with segjobs[delta] (delta-spark and the pyspark it supports), to try segjobs table's Spark writer and Spark SQL over the table"
 	@echo "make broker-test   fetch Apache Kafka $(KAFKA_VERSION)'s jars (Maven) and run segjobs against a real broker and Kafka's own cleaner"
@@ -221,9 +221,11 @@ bench: java venv
 package: $(STAMP)
 	$(PY) ops/package_env.py --dist dist --build build $(if $(EXECUTOR_PYTHON_PREFIX),--python-prefix $(EXECUTOR_PYTHON_PREFIX))
 
-# A Spark standalone master and two workers on 127.0.0.1 run the packaged jobs (tests/ops/test_standalone_cluster.py).
+# A Spark standalone master and two workers on 127.0.0.1 run the packaged jobs (tests/ops/test_standalone_cluster.py);
+# then a master, three workers and two driver hosts, each in a network namespace, run them with faults
+# (tests/ops/test_netns_cluster.py: needs root, skips saying why without namespaces).
 cluster-test: java package
-	SEGJOBS_DIST=$(abspath dist) $(PY) -m pytest -q -p no:cacheprovider tests/ops/test_standalone_cluster.py
+	SEGJOBS_DIST=$(abspath dist) $(PY) -m pytest -q -p no:cacheprovider tests/ops/test_standalone_cluster.py tests/ops/test_netns_cluster.py
 
 clean:
 	rm -rf $(DEMO_DIR) bench-data .pytest_cache build dist

@@ -1,5 +1,5 @@
-"""A real S3 HTTP endpoint for tests: moto_server started as a subprocess on 127.0.0.1 (through
-moto_launcher.py, which spares it a directory listing per request)."""
+"""A real S3 HTTP endpoint for tests: moto_server started as a subprocess on 127.0.0.1 (or another address),
+through moto_launcher.py, which spares it a directory listing per request."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ SECRET_KEY = "testing"
 REGION = "us-east-1"
 
 
-def _free_port() -> int:
+def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -32,14 +32,15 @@ class MotoServer:
     _buckets: list[str] = field(default_factory=list)
 
     @classmethod
-    def start(cls, timeout_s: float = 30.0, log_path: str | None = None) -> "MotoServer":
-        """Start moto_server on a free port; ``log_path``: a file for its request log (one line per request)."""
-        port = _free_port()
+    def start(cls, timeout_s: float = 30.0, log_path: str | None = None, host: str = "127.0.0.1") -> "MotoServer":
+        """Start moto_server on a free port of ``host``; ``log_path``: a file for its request log (one line per
+        request)."""
+        port = _free_port(host)
         env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
                    AWS_DEFAULT_REGION=REGION)
         cmd = [sys.executable, os.path.join(os.path.dirname(__file__), "moto_launcher.py")]
         out = subprocess.DEVNULL if log_path is None else open(log_path, "ab")
-        proc = subprocess.Popen(cmd + ["-H", "127.0.0.1", "-p", str(port)], env=env, stdout=out, stderr=out)
+        proc = subprocess.Popen(cmd + ["-H", host, "-p", str(port)], env=env, stdout=out, stderr=out)
         if log_path is not None:
             out.close()  # type: ignore[union-attr]
         deadline = time.monotonic() + timeout_s
@@ -47,12 +48,12 @@ class MotoServer:
             if proc.poll() is not None:
                 raise RuntimeError(f"moto_server exited with {proc.returncode} before it listened")
             try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    return cls(proc, f"http://127.0.0.1:{port}")
+                with socket.create_connection((host, port), timeout=0.5):
+                    return cls(proc, f"http://{host}:{port}")
             except OSError:
                 time.sleep(0.1)
         proc.kill()
-        raise RuntimeError(f"moto_server did not listen on 127.0.0.1:{port} within {timeout_s}s")
+        raise RuntimeError(f"moto_server did not listen on {host}:{port} within {timeout_s}s")
 
     def client(self):
         import boto3

@@ -312,7 +312,9 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
                     report.warnings.append(lease.notice)
                     progress(lease.notice, event="lease.notice")
             ctx = frame.run_locked(lease)
-            if lease is not None:  # under the lock still: the directories this run's staging left empty go
+            if lease is not None:  # under the lock still: what late task attempts staged, then the directories
+                # this run's staging left empty go
+                ctx.committer.sweep_own_staging(pl.uri for pl in ctx.listing.partitions.values())
                 ctx.committer.remove_empty_dirs(pl.uri for pl in ctx.listing.partitions.values())
     except LeaseLost as exc:
         # Raised before a commit: nothing more was committed after the lease was lost. What was committed

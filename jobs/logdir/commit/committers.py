@@ -675,6 +675,14 @@ class Committer:
         own staging)."""
         return None
 
+    def sweep_own_staging(self, partition_uris: Iterable[str]) -> list[str]:
+        """At the end of a run, under its lock: delete what this run staged for ``partition_uris`` that no intent
+        refers to, and return it. A task attempt that outlived its task (a speculative attempt that lost, a retried
+        task's first attempt on a lost executor) may stage a copy after the driver committed the winner's and
+        deleted it; no commit reads such a copy. Stores whose tasks stage outside the commit protocol's own area
+        leave this to recovery (nothing to do here)."""
+        return []
+
     def remove_empty_dirs(self, partition_uris: Iterable[str] = ()) -> list[str]:
         """Remove the directories that a run's staging, commits and external sort leave empty:
         ``<work>/staging/<tp>/``, ``<work>/commit/<tp>/``, ``<work>/external-sort/run-<id>/`` and those three
@@ -872,6 +880,21 @@ class CopyCommitter(Committer):
         root = self.storage.join(self.partition_work_uri(partition_uri), STAGED_DIR) + "/"
         rest = uri[len(root):] if uri.startswith(root) else ""
         return rest.split("/", 1)[0] if "/" in rest else None
+
+    def sweep_own_staging(self, partition_uris: Iterable[str]) -> list[str]:
+        if self.run_id is None:
+            return []
+        listed = {f.uri for f in self.storage.list(self.storage.join(self.work_uri, COMMIT_DIR), recursive=True)}
+        swept = []
+        for partition_uri in partition_uris:
+            pwork = self.partition_work_uri(partition_uri)
+            if self.storage.join(pwork, REPLACE_INTENT) in listed:
+                continue  # a commit under way: its staged objects are recovery's to copy
+            root = self.storage.join(pwork, STAGED_DIR, self.run_id) + "/"
+            swept += sorted(u for u in listed if u.startswith(root))
+        for uri in swept:
+            self.storage.delete(uri)
+        return swept
 
 
 def committer_for(storage: Storage, work_uri: str, run_id: str | None = None, *,

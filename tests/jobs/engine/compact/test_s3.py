@@ -105,3 +105,39 @@ def test_external_sort_on_s3_commits_the_memory_result(spark, s3_bucket_env, tmp
     expected = {str(p.relative_to(local)): p.read_bytes() for p in local.rglob("*") if p.is_file()}
     assert live_logs(done, f"{TOPIC}-0") == live_logs(expected, f"{TOPIC}-0")
     assert not [k for k in contents(endpoint, bucket, PREFIX + ".segjobs/") if "/external-sort/" in k]
+
+
+def test_a_late_attempt_staging_again_after_the_commit_leaves_no_staged_object(spark, s3_bucket_env, tmp_path):
+    """A task attempt that outlives its task (the loser of a speculative race, a retried task's first attempt on an
+    executor taken for lost) may put its copy of a staged segment after the driver committed the winner's and
+    deleted it. Here that PUT lands between the commit's deletes of two staged objects: the run deletes what it
+    staged and no intent refers to before it ends, so nothing of it is left under the work prefix."""
+    endpoint, bucket = s3_bucket_env
+    config = tmp_path / "t.toml"
+    config.write_text(CONFIG)
+    build_partition(tmp_path / "s3" / f"{TOPIC}-0")
+    put_objects(endpoint, bucket, tmp_path / "s3")
+    source = contents(endpoint, bucket)
+    source_logs = [source[k] for k in sorted(k for k in source if k.endswith(".log"))]
+    client = endpoint.client()
+    late: dict[str, bytes] = {}
+    put_back: list[str] = []
+
+    def fault(partition: str, step: str) -> None:
+        if not step.startswith("delete-staged:"):
+            return
+        if not late:  # the first staged object, about to be deleted: what the late attempt will put again
+            name = step.split(":", 1)[1]
+            staged = contents(endpoint, bucket, f"{PREFIX}.segjobs/commit/{partition}/staged/")
+            key = next(k for k in staged if k.endswith("/" + name))
+            late[f"{PREFIX}.segjobs/commit/{partition}/staged/{key}"] = staged[key]
+        elif not put_back:  # it is deleted now: the late attempt's PUT lands
+            for key, data in late.items():
+                client.put_object(Bucket=bucket, Key=key, Body=data)
+                put_back.append(key)
+
+    assert _run(endpoint, bucket, config, fault=fault) == 0
+    assert put_back, "the late attempt's PUT did not happen"
+    done = contents(endpoint, bucket)
+    check_partition(done, f"{TOPIC}-0", source_logs, live_logs(done, f"{TOPIC}-0"), allow_either=False)
+    assert [k for k in contents(endpoint, bucket, PREFIX + ".segjobs/") if "/staged/" in k] == []
