@@ -41,14 +41,14 @@ import pytest
 from tests.support.live_broker import (
     CLEAN_SHUTDOWN,
     KAFKA_VERSION,
-    REQUIRE_ENV,
     ROOT,
     Broker,
     batch_differences,
+    live_clients,
     rebuilt_codecs,
     run_tool,
     segment_file_differences,
-    unavailable,
+    wait_for,
 )
 from tests.support.replay import live_log_files, read_partition
 
@@ -89,12 +89,6 @@ REPAIR = re.compile(r"Recovering unflushed segment|Recovering \d+ logs|since no 
                     r"|Deleting all segments|stray|CorruptRecord|InvalidRecord")
 #: what DumpLogSegments prints for a problem it finds
 DUMP_PROBLEM = re.compile(r"[Mm]ismatch|[Cc]orrupt|[Ee]xception|[Ii]nvalid|non-consecutive|out of order|[Ee]rror")
-
-
-def _require(reason: str) -> None:
-    if os.environ.get(REQUIRE_ENV) == "1":
-        pytest.fail(f"{reason} ({REQUIRE_ENV}=1: the live-broker tests may not be skipped)", pytrace=False)
-    pytest.skip(reason)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -223,7 +217,7 @@ def wait_until_stable(ck: Any, broker: Broker, topic: str) -> None:
                             "isolation.level": "read_committed"})
     try:
         part = ck.TopicPartition(topic, 0)
-        _wait_for(lambda: consumer.get_watermark_offsets(part, timeout=10, cached=False)[1]
+        wait_for(lambda: consumer.get_watermark_offsets(part, timeout=10, cached=False)[1]
                   == _high_watermark(ck, broker, topic), f"the markers of {topic}'s transactions")
     finally:
         consumer.close()
@@ -386,15 +380,6 @@ def _kafka_horizon(pdir: Path) -> int:
     return stamped.pop()
 
 
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
 def _cleaner_checkpoint(log_dir: Path) -> dict[str, int]:
     path = log_dir / "cleaner-offset-checkpoint"
     if not path.is_file():
@@ -423,14 +408,7 @@ def _reset_recovery(log_dir: Path) -> None:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    reason = unavailable()
-    if reason:
-        _require(reason)
-    try:
-        import confluent_kafka as ck
-        import confluent_kafka.admin  # (ck.admin)
-    except ImportError:
-        _require("confluent-kafka is not installed (a dev dependency: pip install -e '.[dev]')")
+    ck = live_clients()
     root = tmp_path_factory.mktemp("live")
     timings: dict[str, float] = {}
     t0 = time.monotonic()
@@ -450,7 +428,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     b = Broker(b_home, ORACLE, cluster=a.cluster)
     active_base = _segment_bases(_partition(a.log_dir, COMPACTED))[-1]
     with b.running():
-        _wait_for(lambda: _cleaner_checkpoint(b.log_dir).get(f"{COMPACTED}-0", 0) >= active_base,
+        wait_for(lambda: _cleaner_checkpoint(b.log_dir).get(f"{COMPACTED}-0", 0) >= active_base,
                   "Kafka's cleaner to reach the active segment")
     assert b.clean, f"B did not shut down cleanly (exit {b.returncode}):\n{b.tail()}"
     timings["kafka cleaner"] = time.monotonic() - t0 - sum(timings.values())
@@ -485,7 +463,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     _copy_node(a.home, d.home)
     second_active = _segment_bases(_partition(a.log_dir, COMPACTED))[-1]
     with d.running():
-        _wait_for(lambda: _cleaner_checkpoint(d.log_dir).get(f"{COMPACTED}-0", 0) >= second_active,
+        wait_for(lambda: _cleaner_checkpoint(d.log_dir).get(f"{COMPACTED}-0", 0) >= second_active,
                   "Kafka's cleaner to clean segjobs' output up to the new active segment")
         second_reads = {iso: read_all(ck, d, COMPACTED, iso) for iso in ("read_committed", "read_uncommitted")}
     assert d.clean, f"D did not shut down cleanly (exit {d.returncode}):\n{d.tail()}"

@@ -12,7 +12,6 @@ deleted), then segjobs on what it left:
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Iterator
 
@@ -20,29 +19,16 @@ import pytest
 
 from jobs import api
 from segment_io.remote_metadata import read_metadata_partition
-from tests.support.live_broker import REQUIRE_ENV, unavailable
+from tests.support.live_broker import live_clients
 from tests.support.remote_metadata import kafka_fields, parse_kafka_line
 from tests.support.tiered_broker import EXPIRING, KEPT, METADATA_TOPIC, TieredRun, copy_fixtures, run_tiered
 
 pytestmark = pytest.mark.broker
 
 
-def _require(reason: str) -> None:
-    if os.environ.get(REQUIRE_ENV) == "1":
-        pytest.fail(f"{reason} ({REQUIRE_ENV}=1: the live-broker tests may not be skipped)", pytrace=False)
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def tiered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TieredRun, Path]]:
-    reason = unavailable()
-    if reason:
-        _require(reason)
-    try:
-        import confluent_kafka as ck
-        import confluent_kafka.admin  # (ck.admin)
-    except ImportError:
-        _require("confluent-kafka is not installed (a dev dependency: pip install -e '.[dev]')")
+    ck = live_clients()
     root = tmp_path_factory.mktemp("tiered")
     run = run_tiered(root / "run", ck)
     out = root / "fixtures"

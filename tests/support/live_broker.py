@@ -28,7 +28,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping
+from types import ModuleType
+from typing import Callable, Iterator, Mapping, NoReturn
 
 ROOT = Path(__file__).resolve().parents[2]
 POM = ROOT / "ops" / "broker" / "pom.xml"
@@ -237,8 +238,42 @@ def _answers(port: int) -> bool:
     return False
 
 
+
+def live_clients() -> ModuleType:
+    """confluent_kafka (its admin module loaded) for a live test, once a broker can run here. Where one cannot, or
+    the clients are missing, the test is skipped, or failed where the live tests may not be skipped
+    (``REQUIRE_ENV=1``, as `make broker-test` sets it)."""
+    reason = unavailable()
+    if reason:
+        _skip_or_fail(reason)
+    try:
+        import confluent_kafka
+        import confluent_kafka.admin
+    except ImportError:
+        _skip_or_fail("confluent-kafka is not installed (a dev dependency: pip install -e '.[dev]')")
+    return confluent_kafka
+
+
+def _skip_or_fail(reason: str) -> NoReturn:
+    import pytest  # this module also serves the fixture generator's command line
+
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{reason} ({REQUIRE_ENV}=1: the live-broker tests may not be skipped)", pytrace=False)
+    pytest.skip(reason)
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
+    """Poll ``condition`` every half second until it holds; an AssertionError naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
 __all__ = ["CLEAN_SHUTDOWN", "JARS", "KAFKA_VERSION", "REQUIRE_ENV", "Broker", "BrokerError", "classpath",
-           "free_port", "java", "run_tool", "unavailable"]
+           "free_port", "java", "live_clients", "run_tool", "unavailable", "wait_for"]
 
 
 # --------------------------------------------------------------------------------------------------

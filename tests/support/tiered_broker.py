@@ -28,9 +28,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from tests.support.live_broker import KAFKA_VERSION, ROOT, Broker, run_tool, unavailable
+from tests.support.live_broker import KAFKA_VERSION, ROOT, Broker, run_tool, unavailable, wait_for
 
 KEPT, EXPIRING, DROPPED = "kept", "expiring", "dropped"
 METADATA_TOPIC = "__remote_log_metadata"
@@ -99,15 +99,6 @@ def _produce(ck: Any, broker: Broker, topic: str, batches: int, first: int) -> i
     return n - first
 
 
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
 def _remote_segments(remote: Path, topic: str) -> list[Path]:
     return sorted(remote.glob(f"{topic}-0-*/*.log")) if remote.is_dir() else []
 
@@ -150,18 +141,18 @@ def run_tiered(home: Path, ck: Any) -> TieredRun:
         _create_topics(ck, broker, TOPIC_CONFIGS)
         for topic in TOPIC_CONFIGS:
             produced[topic] += _produce(ck, broker, topic, BATCHES // 2, produced[topic])
-        _wait_for(lambda: all(len(_remote_segments(remote, t)) >= BATCHES // 2 - 1 for t in TOPIC_CONFIGS),
+        wait_for(lambda: all(len(_remote_segments(remote, t)) >= BATCHES // 2 - 1 for t in TOPIC_CONFIGS),
                   "the first segments in remote storage")
     assert broker.clean, f"the first stop was not clean:\n{broker.tail()}"
     with broker.running():
         for topic in (KEPT, EXPIRING):
             produced[topic] += _produce(ck, broker, topic, BATCHES - BATCHES // 2, produced[topic])
-        _wait_for(lambda: len(_remote_segments(remote, KEPT)) >= BATCHES - 1
+        wait_for(lambda: len(_remote_segments(remote, KEPT)) >= BATCHES - 1
                   and len(_local_logs(broker, KEPT)) == 1, f"{KEPT}: sealed segments remote, one local")
-        _wait_for(lambda: "DELETE_SEGMENT_FINISHED" in " ".join(read_metadata_with_kafka(broker)),
+        wait_for(lambda: "DELETE_SEGMENT_FINISHED" in " ".join(read_metadata_with_kafka(broker)),
                   f"{EXPIRING}: remote retention deleting segments", timeout=60)
         _delete_topic(ck, broker, DROPPED)
-        _wait_for(lambda: not _remote_segments(remote, DROPPED) and not _local_logs(broker, DROPPED),
+        wait_for(lambda: not _remote_segments(remote, DROPPED) and not _local_logs(broker, DROPPED),
                   f"{DROPPED}: its remote segments and log gone")
         time.sleep(2)  # the last metadata events of the delete
         kafka_metadata = read_metadata_with_kafka(broker)
