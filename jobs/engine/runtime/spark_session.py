@@ -44,7 +44,7 @@ LOCAL_CONF: dict[str, str] = {"spark.ui.enabled": "false"}
 
 #: The log4j2 configuration of segjobs' JVMs (warnings and errors only, on stderr; its levels follow
 #: SEGJOBS_SPARK_LOG when set). spark-submit users pass it with --properties-file conf/spark-defaults.conf.
-LOG4J2_CONF = Path(__file__).resolve().parents[2] / "conf" / "log4j2.properties"
+LOG4J2_CONF = Path(__file__).resolve().parents[3] / "conf" / "log4j2.properties"
 #: Environment variable naming the level of Spark's own log lines (INFO, DEBUG, WARN, ERROR, ...).
 LOG_LEVEL_ENV = "SEGJOBS_SPARK_LOG"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from jobs.engine.compact.selection import may_read_in_full
-from jobs.engine.runtime.spark_session import JAVA_FIX, java_problem
+from jobs.engine.runtime.spark_session import JAVA_FIX, LOG4J2_CONF, java_problem
 from jobs.rules.config import ConfigSet
 from jobs.rules.scope import parse_scope
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, list_log_dir
@@ -34,6 +34,12 @@ def log_dir(tmp_path: Path) -> Path:
     log.roll().batch([rec("k", "active")])
     write_log(log.table(), d / "orders-0")
     return d
+
+
+def test_the_jvms_log4j2_configuration_is_the_repositorys() -> None:
+    # found by a path relative to the module: a module moved deeper must not lose it (the JVM would then print
+    # Spark's default profile and its warnings on every run's stderr)
+    assert LOG4J2_CONF == REPO / "conf" / "log4j2.properties" and LOG4J2_CONF.is_file()
 
 
 def segjobs(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
