@@ -45,8 +45,6 @@ COMPACT_EXTRA = ["--dedupe-buffer-bytes", "300000", "--strategy", "memory"]
 #: Each mask: a name, the files it applies to (a suffix of their names) and what it replaces. They are the only
 #: differences two runs of the same code may show.
 MASKS: list[tuple[str, str, Callable[[str], str]]] = [
-    ("Spark's and the JVM's own log lines on stderr (not segjobs' events)", ".err",
-     lambda t: "".join(line for line in t.splitlines(keepends=True) if line.startswith("{"))),
     ("a progress event's wall-clock instant", "",
      lambda t: re.sub(r'"ts":\s*"[^"]*"', '"ts": "<masked>"', t)),
     ("when a run started and finished and a plan was made, by the wall clock", "",

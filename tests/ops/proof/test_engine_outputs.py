@@ -26,8 +26,17 @@ def test_runs_that_differ_only_by_nature_agree(tmp_path):
     a = _write(tmp_path / "a", minute="17:51", elapsed="0.002", took="0.333", run_id="d03ca207caab4e5fb270429aaaa50944",
                started="1795925846545")
     b = _write(tmp_path / "b", minute="32:29", elapsed="0.04", took="1.5", run_id="49cf689ff9f24ba6862415e7c3999bc4",
-               started="1795926738950", jvm_line="26/11/29 04:32:29 WARN NativeCodeLoader: no native library\n")
+               started="1795926738950")
     assert compare(a, b) == 0
+
+
+def test_a_jvm_line_on_stderr_is_a_difference(tmp_path):
+    # segjobs' JVMs say nothing on stderr (conf/log4j2.properties): a line of theirs is a change, not noise
+    a = _write(tmp_path / "a", minute="17:51", elapsed="0.002", took="0.333", run_id="d03ca207caab4e5fb270429aaaa50944",
+               started="1795925846545")
+    b = _write(tmp_path / "b", minute="17:51", elapsed="0.002", took="0.333", run_id="d03ca207caab4e5fb270429aaaa50944",
+               started="1795925846545", jvm_line="26/11/29 04:32:29 WARN NativeCodeLoader: no native library\n")
+    assert compare(a, b) == 1
 
 
 def test_a_changed_number_is_a_difference(tmp_path, capsys):
