@@ -59,10 +59,15 @@ def add_log_dir_options(p: argparse.ArgumentParser, *, destructive: bool = True,
                    help="append one row per partition to this Delta table (default: none)")
     p.add_argument("--master", metavar="URL",
                    help="Spark master (default: what spark-submit set, else local[*])")
-    p.add_argument("--s3-endpoint", metavar="URL", help="S3 endpoint URL (default: AWS_ENDPOINT_URL or AWS)")
-    p.add_argument("--s3-region", metavar="REGION", help="S3 region (default: from the AWS configuration)")
+    add_s3_options(p)
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr (failures are still shown)")
     _add_output_options(p, formats)
+
+
+def add_s3_options(p: argparse.ArgumentParser) -> None:
+    """Where S3 is and its region (read back by :func:`storage_options_from_args`)."""
+    p.add_argument("--s3-endpoint", metavar="URL", help="S3 endpoint URL (default: AWS_ENDPOINT_URL or AWS)")
+    p.add_argument("--s3-region", metavar="REGION", help="S3 region (default: from the AWS configuration)")
 
 
 def add_max_batch_bytes_option(p: argparse.ArgumentParser) -> None:

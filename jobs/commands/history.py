@@ -23,7 +23,7 @@ import json
 import os
 import sys
 
-from jobs.commands.args import cli_wording, storage_options_from_args
+from jobs.commands.args import add_s3_options, cli_wording, storage_options_from_args
 from jobs.engine.frame.options import require_matplotlib
 from jobs.engine.report.ledger import read_history, render
 from jobs.engine.report.run_report import absolute_uri
@@ -53,8 +53,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "topic, and the tables; PNG embedded, nothing loaded from elsewhere) to FILE (local path or "
                         "s3:// URI); --format json names it (html_report). Needs matplotlib: pip install "
                         "'segjobs[html]'")
-    p.add_argument("--s3-endpoint", metavar="URL", help="S3 endpoint URL (default: AWS_ENDPOINT_URL or AWS)")
-    p.add_argument("--s3-region", metavar="REGION", help="S3 region (default: from the AWS configuration)")
+    add_s3_options(p)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -38,7 +38,13 @@ from __future__ import annotations
 import argparse
 
 from jobs import api
-from jobs.commands.args import add_log_format_option, cli_wording, progress_sink, storage_options_from_args
+from jobs.commands.args import (
+    add_log_format_option,
+    add_s3_options,
+    cli_wording,
+    progress_sink,
+    storage_options_from_args,
+)
 from jobs.engine.frame.options import RecoverOptions
 from jobs.engine.report.recovery import recovery_details
 from jobs.engine.report.run_report import Progress
@@ -57,8 +63,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--break-lease", metavar="RUN_ID",
                    help="S3: take over the lease of the run RUN_ID (named when a run is refused), e.g. after it "
                         "died on another host; refused if another run holds the lease")
-    p.add_argument("--s3-endpoint", metavar="URL", help="S3 endpoint URL (default: AWS_ENDPOINT_URL or AWS)")
-    p.add_argument("--s3-region", metavar="REGION", help="S3 region (default: from the AWS configuration)")
+    add_s3_options(p)
     add_log_format_option(p)
 
 

@@ -49,6 +49,7 @@ from jobs.commands.args import (
     add_log_format_option,
     add_max_batch_bytes_option,
     add_rows_options,
+    add_s3_options,
     cli_wording,
     close_progress,
     progress_sink,
@@ -100,8 +101,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master", metavar="URL",
                    help="Spark master, when the partitions should be read by Spark (default: spark-submit's; run "
                         "directly, partitions are read in this process and no Spark starts)")
-    p.add_argument("--s3-endpoint", metavar="URL", help="S3 endpoint URL (default: AWS_ENDPOINT_URL or AWS)")
-    p.add_argument("--s3-region", metavar="REGION", help="S3 region (default: from the AWS configuration)")
+    add_s3_options(p)
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr (failures are still shown)")
     p.add_argument("--format", "--output", dest="format", choices=("table", "json"), default="table",
                    help="what stdout gets: table (default), or json: the run's result as one document")

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from jobs import api
-from jobs.commands.args import duration_arg, storage_options_from_args
+from jobs.commands.args import add_s3_options, duration_arg, storage_options_from_args
 from segment_io.errors import CorruptCheckpointError, CorruptRecordError, SegjobsError, UsageError
 
 AUDIT_HELP = """Replay the broker's remote log metadata (every __remote_log_metadata-N partition of --log-dir, or of
@@ -65,8 +65,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     audit.add_argument("--grace", type=duration_arg, default=duration_arg("5m"), metavar="DURATION",
                        help="how long past retention.ms a segment may wait for Kafka's expiration task before it "
                             "counts as overdue (default 5m)")
-    audit.add_argument("--s3-endpoint", metavar="URL", help="S3 endpoint URL (default: AWS_ENDPOINT_URL or AWS)")
-    audit.add_argument("--s3-region", metavar="REGION", help="S3 region (default: from the AWS configuration)")
+    add_s3_options(audit)
     audit.add_argument("--format", choices=("text", "json"), default="text", help="report format (default text)")
     audit.add_argument("--output", metavar="FILE", help="write the report here instead of stdout")
     audit.add_argument("--html", metavar="FILE", help="also write the report as a self-contained HTML page here "
