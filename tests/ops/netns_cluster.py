@@ -43,6 +43,10 @@ FAST_FAILURE_CONF = {
 }
 #: Seconds of silence after which the master declares a worker (a host) lost.
 WORKER_TIMEOUT_S = 15
+#: Buckets whose staged objects moto writes slowly (each PUT waits SLOW_STAGING_S): a task staging there is still
+#: mid-task once its first staged object shows, so a fault aimed at a running task cannot miss it.
+SLOW_BUCKETS = "slow-"
+SLOW_STAGING_S = 1.0
 _NAME_RE = re.compile(r"^sj(\d+)-")
 
 
@@ -214,7 +218,8 @@ class NetnsCluster:
         _ip("netns", "exec", netns, "ip", "link", "set", "eth0", "up")
 
     def _moto(self) -> None:
-        self.moto = MotoServer.start(host=self.gateway, log_path=str(self.root / "moto.log"))
+        self.moto = MotoServer.start(host=self.gateway, log_path=str(self.root / "moto.log"),
+                                     slow_puts=f"{SLOW_BUCKETS}:/staged/:{SLOW_STAGING_S}")
 
     def _daemons(self, workers: int, cores: int, memory: str, timeout_s: float) -> None:
         master = self.hosts["master"]

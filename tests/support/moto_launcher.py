@@ -5,11 +5,21 @@ To route a request, moto asks which of its ~180 service packages a host names, a
 directory and stat-ing every entry, on every request: over a third of the server's CPU time per S3 request
 (2.8 against 4.4 ms measured), and the suite sends tens of thousands. The listing never changes while the server
 runs, so it is taken once. Nothing else differs: the same WSGI app, routing, S3 backend and request log. If a
-moto release no longer has the function, the server runs unchanged."""
+moto release no longer has the function, the server runs unchanged.
+
+A fault test may also ask for slow writes: ``SEGJOBS_MOTO_SLOW_PUTS="BUCKET_PREFIX:MARK:SECONDS"`` makes every PUT
+into a bucket whose name starts with ``BUCKET_PREFIX``, on a key holding ``MARK``, wait ``SECONDS`` before moto
+answers it. A task staging its outputs there is then surely mid-task for seconds after its first staged object
+appears, so a kill aimed at it lands inside the task, not between tasks (the other buckets are served at full
+speed)."""
 
 from __future__ import annotations
 
-from typing import Iterable
+import os
+import time
+from typing import Any, Callable, Iterable
+
+SLOW_PUTS = "SEGJOBS_MOTO_SLOW_PUTS"
 
 
 def _list_the_service_packages_once() -> None:
@@ -26,8 +36,31 @@ def _list_the_service_packages_once() -> None:
     backends.list_of_moto_modules = cached  # type: ignore[assignment]
 
 
+def _slow_puts(rule: str) -> None:
+    """Wrap moto's WSGI app so that the PUTs ``rule`` names wait (see the module docstring)."""
+    import moto.server
+
+    bucket_prefix, mark, seconds = rule.rsplit(":", 2)
+    delay = float(seconds)
+    base = moto.server.DomainDispatcherApplication
+
+    class SlowPuts(base):  # type: ignore[misc, valid-type]
+        def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+            if environ.get("REQUEST_METHOD") == "PUT":
+                path = environ.get("PATH_INFO", "")
+                host_bucket = environ.get("HTTP_HOST", "").split(".", 1)[0]
+                bucket = path.lstrip("/").split("/", 1)[0]
+                if mark in path and (bucket.startswith(bucket_prefix) or host_bucket.startswith(bucket_prefix)):
+                    time.sleep(delay)
+            return super().__call__(environ, start_response)
+
+    moto.server.DomainDispatcherApplication = SlowPuts  # type: ignore[misc]
+
+
 if __name__ == "__main__":
     _list_the_service_packages_once()
+    if os.environ.get(SLOW_PUTS):
+        _slow_puts(os.environ[SLOW_PUTS])
     from moto.server import main
 
     main()
