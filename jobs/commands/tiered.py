@@ -33,7 +33,9 @@ these findings:
   overdue  finished segments remote retention (retention.ms, retention.bytes from --config/--set, the log start
            offset) should already have deleted, with their bytes
 
-Supported remote layouts: local-tiered-storage (Kafka's LocalTieredStorage); others are refused (exit 2).
+Supported remote layouts: local-tiered-storage (Kafka's LocalTieredStorage) and aiven (Aiven's
+tiered-storage-for-apache-kafka, unencrypted, compressed or not: each finished segment's manifest is read and the
+objects' sizes checked against it); others, encrypted segments and unknown manifest versions are refused (exit 2).
 Exit codes: 0 no data loss found (orphans and overdue segments are reported, not failures), 1 a gap or a missing
 object, 2 nothing was read (a usage error, no metadata partition)."""
 
@@ -48,10 +50,11 @@ def configure(p: argparse.ArgumentParser) -> None:
                             "and, unless --metadata-dir, its __remote_log_metadata partitions")
     audit.add_argument("--remote", required=True, metavar="URI",
                        help="the remote store's root (local path or s3://bucket/prefix); for local-tiered-storage "
-                            "its dir setting or the kafka-tiered-storage directory in it")
+                            "its dir setting or the kafka-tiered-storage directory in it; for aiven the bucket and "
+                            "its key.prefix, or the filesystem backend's root")
     audit.add_argument("--layout", default="local-tiered-storage", metavar="NAME",
-                       help="how the RemoteStorageManager names its objects (default and only supported: "
-                            "local-tiered-storage)")
+                       help="how the RemoteStorageManager names its objects: local-tiered-storage (Kafka's "
+                            "LocalTieredStorage, the default) or aiven (Aiven's tiered-storage-for-apache-kafka)")
     audit.add_argument("--metadata-dir", metavar="URI",
                        help="where the __remote_log_metadata-N partitions are, when not in --log-dir")
     audit.add_argument("--topic-ids", metavar="FILE",
