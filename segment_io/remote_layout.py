@@ -48,6 +48,8 @@ class RemoteObject:
     segment_id: str
     start_offset: int
     suffix: str  #: what the object is: ``.log``, ``.index``, ...
+    mtime_ms: int = 0  #: last modified, as the listing says (epoch ms)
+    etag: str | None = None  #: the object store's version tag (None on local disk)
 
     @property
     def segment_key(self) -> tuple[str, int, str]:
@@ -169,7 +171,7 @@ class LocalTieredStorageLayout(RemoteLayout):
         if d is None or f is None or f.group("suffix") not in self.suffixes:
             return None
         return RemoteObject(info.uri, info.size, d.group("topic"), d.group("topic_id"), int(d.group("partition")),
-                            f.group("segment_id"), int(f.group("start")), f.group("suffix"))
+                            f.group("segment_id"), int(f.group("start")), f.group("suffix"), info.mtime_ms, info.etag)
 
     def required_suffixes(self, txn_index_empty: bool) -> tuple[str, ...]:
         # LocalTieredStorage writes every file but the transaction index, which it writes when there is one
@@ -206,7 +208,7 @@ class AivenLayout(RemoteLayout):
         if m is None or m.group("suffix") not in self.suffixes:
             return None
         return RemoteObject(info.uri, info.size, m.group("topic"), m.group("topic_id"), int(m.group("partition")),
-                            m.group("segment_id"), int(m.group("start")), m.group("suffix"))
+                            m.group("segment_id"), int(m.group("start")), m.group("suffix"), info.mtime_ms, info.etag)
 
     def required_suffixes(self, txn_index_empty: bool) -> tuple[str, ...]:
         # the transaction index, when there is one, is inside the .indexes object

@@ -69,6 +69,9 @@ class TieredAudit:
     partitions: list[PartitionAudit]
     dropped: list[DroppedEvent]
     unrecognised: list[FileInfo]
+    #: what the audit was made from: the replayed metadata and the remote listing (what a clean acts on)
+    state: RemoteLogState | None = field(default=None, repr=False)
+    listing: RemoteListing | None = field(default=None, repr=False)
 
     @property
     def data_loss(self) -> bool:
@@ -209,7 +212,7 @@ def run_audit(options: TieredAuditOptions) -> TieredAudit:
                                       now_ms=options.now_ms, grace_ms=options.grace_ms, replaced_by=replaced_by,
                                       problems=problems.get((topic_id, partition))))
     return TieredAudit(options.log_dir, options.remote, layout.name, options.now_ms, state.events, audits,
-                       state.dropped(), listing.unrecognised)
+                       state.dropped(), listing.unrecognised, state, listing)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,170 @@
+"""``segjobs tiered clean-orphans`` on what a real Kafka 4.1.1 broker with LocalTieredStorage wrote
+(tests/data/kafka-tiered/SOURCES.md), and on the same segments in Aiven's layout: orphans put into a copy of the
+store, then cleaned, dry run, plan and apply; each refusal (a finished segment, an object newer than the metadata,
+the mass-delete guard, a held lock, a plan that no longer holds) with the objects it keeps."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from jobs import api
+from jobs.commands.cli import main
+from jobs.rules.tiered_clean import KEEP_FINISHED
+from tests.support.lock_holders import FOREIGN_HOLD_SCRIPT, hold_in_subprocess, release_holder
+
+DATA = Path(__file__).resolve().parents[3] / "data"
+FIXTURE = DATA / "kafka-tiered" / "kafka-4.1.1"
+KEPT_ID, EXPIRING_ID = "3hkKp7BATom3_tVt48rN_Q", "mufPLtj8ThiJOAPuyMTv9A"
+EXPIRED_ID = "1jMeF4jdRpiVMYxylUc-Mg"  # expiring's segment 0-19, deleted by remote retention
+STRAY = "AAAAAAAAAAAAAAAAAAAAAA"
+#: a day before the broker's events (its metadata's newest is 2026-11-29T04:04:07Z): old enough for any --min-age
+OLD = 1_795_824_000  # 2026-11-28T00:00:00Z, epoch seconds
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Path:
+    """A copy of the fixture whose remote objects all look a day older than the metadata's newest event, with the
+    objects of expiring's deleted segment 0-19 put back and a stray object no metadata names."""
+    shutil.copytree(FIXTURE, tmp_path / "node")
+    node = tmp_path / "node"
+    pdir = _remote_dir(node, "expiring")
+    (pdir / f"00000000000000000000-{EXPIRED_ID}.log").write_bytes(b"x" * 1461)
+    (pdir / f"00000000000000000000-{EXPIRED_ID}.index").write_bytes(b"i" * 12)
+    (pdir / f"00000000000000000140-{STRAY}.log").write_bytes(b"y" * 100)
+    _age(node / "remote")
+    return node
+
+
+def _age(root: Path) -> None:
+    for f in root.rglob("*"):
+        if f.is_file():
+            os.utime(f, (OLD, OLD))
+
+
+def _remote_dir(node: Path, topic: str) -> Path:
+    return next((node / "remote" / "kafka-tiered-storage").glob(f"{topic}-0-*"))
+
+
+def _files(root: Path) -> set[str]:
+    return {str(f.relative_to(root)) for f in root.rglob("*") if f.is_file()}
+
+
+def _clean(node: Path, *extra: str, remote: Path | None = None) -> int:
+    return main(["tiered", "clean-orphans", "--log-dir", str(node / "logs"), "--remote",
+                 str(remote or node / "remote"), *extra])
+
+
+ORPHANS = {f"kafka-tiered-storage/expiring-0-{EXPIRING_ID}/00000000000000000000-{EXPIRED_ID}.log",
+           f"kafka-tiered-storage/expiring-0-{EXPIRING_ID}/00000000000000000000-{EXPIRED_ID}.index",
+           f"kafka-tiered-storage/expiring-0-{EXPIRING_ID}/00000000000000000140-{STRAY}.log"}
+
+
+def test_a_dry_run_counts_exactly_what_goes_and_deletes_nothing(node: Path, capsys) -> None:
+    before = _files(node / "remote")
+    assert _clean(node, "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert "[dry run]" in out.splitlines()[0]
+    assert f"  would delete: expiring-0 segment {EXPIRED_ID} (offsets 0-19): segment deleted " \
+           "(DELETE_SEGMENT_FINISHED); 2 object(s), 1473 bytes (1.5 KB)" in out
+    assert f"  would delete: expiring-0 segment {STRAY}: no metadata names this segment; 1 object(s), 100 bytes" in out
+    assert out.rstrip().endswith("summary: would delete 3 object(s) of 2 orphan segment(s), 1573 bytes (1.6 KB); "
+                                 "kept 0 orphan segment(s); 0 topic(s) refused")
+    assert _files(node / "remote") == before
+
+
+def test_a_clean_deletes_the_orphans_and_nothing_else(node: Path, capsys) -> None:
+    before = _files(node / "remote")
+    assert _clean(node, "--format", "json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["deleted_bytes"], len(report["deleted"]), report["exit_code"]) == (1573, 3, 0)
+    assert _files(node / "remote") == before - ORPHANS
+    audit = api.tiered_audit(node / "logs", node / "remote", overrides=["*:retention.ms=-1"], now="2026-11-29T05:00Z")
+    assert [o for p in audit.partitions for o in p.orphans] == [] and audit.exit_code == 0
+
+
+def test_a_finished_segment_is_never_deleted_even_outside_the_lineage(node: Path, capsys) -> None:
+    # an unclean election's lineage: kept's segments 60-119 (epoch 2) are orphans to the audit, yet finished
+    (node / "logs" / "kept-0" / "leader-epoch-checkpoint").write_text("0\n2\n0 0\n3 60\n")
+    kept = {f for f in _files(node / "remote") if f"kept-0-{KEPT_ID}" in f}
+    assert _clean(node, "--format", "json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert sorted((k["segment_id"], k["kept_because"]) for k in report["kept"])[0][1] == KEEP_FINISHED
+    assert len(report["kept"]) == 3 and len(report["deleted"]) == 3
+    assert kept <= _files(node / "remote")
+
+
+def test_what_is_newer_than_the_metadata_is_kept(node: Path, capsys) -> None:
+    young = _remote_dir(node, "expiring") / f"00000000000000000140-{STRAY}.log"
+    young.touch()  # written now: long after the metadata's newest event
+    assert _clean(node, "--min-age", "0s") == 0
+    out = capsys.readouterr().out
+    assert f"  keep: expiring-0 segment {STRAY}: no metadata names this segment; 100 bytes (100 B); kept: its " \
+           "newest object was written" in out and "after the metadata's newest event" in out
+    assert young.exists() and "summary: deleted 2 object(s), 1473 bytes" in out
+
+
+def test_the_guard_keeps_a_topic_whose_objects_no_metadata_names(node: Path, capsys) -> None:
+    # a store of another cluster under kept's name: its objects outweigh what the metadata names
+    other = node / "remote" / "kafka-tiered-storage" / f"kept-0-{STRAY}"
+    shutil.copytree(_remote_dir(node, "kept"), other)
+    _age(other)
+    before = _files(node / "remote")
+    assert _clean(node) == 1
+    out = capsys.readouterr().out
+    assert f"refused: 100.0% of the remote bytes of kept [{STRAY}]" in out
+    assert "run again with --max-delete-fraction 1" in out
+    assert before - _files(node / "remote") == ORPHANS  # expiring's orphans went, kept's stayed
+    assert _clean(node, "--max-delete-fraction", "1") == 0
+    assert not other.exists() or not any(other.iterdir())
+
+
+def test_a_lock_held_on_the_log_dir_refuses_the_clean(node: Path, capsys) -> None:
+    before = _files(node / "remote")
+    holder = hold_in_subprocess(node / "logs", FOREIGN_HOLD_SCRIPT)
+    try:
+        assert _clean(node) == 2
+    finally:
+        release_holder(holder)
+    assert "error:" in capsys.readouterr().err and _files(node / "remote") == before
+    assert _clean(node, "--dry-run") == 0  # a dry run deletes nothing: it needs no lock
+
+
+def test_a_plan_is_applied_exactly_or_not_at_all(node: Path, tmp_path: Path, capsys) -> None:
+    plan = tmp_path / "plan.json"
+    assert _clean(node, "--dry-run", "--plan", str(plan)) == 0
+    doc = json.loads(plan.read_text())
+    assert doc["command"] == "tiered clean-orphans" and len(doc["deletes"]) == 2
+    # an orphan object rewritten since the plan: the plan no longer holds
+    log = _remote_dir(node, "expiring") / f"00000000000000000000-{EXPIRED_ID}.log"
+    log.write_bytes(b"z" * 1000)
+    os.utime(log, (OLD, OLD))
+    capsys.readouterr()
+    assert _clean(node, "--apply", str(plan)) == 2
+    err = capsys.readouterr().err
+    assert "refused, nothing done: the orphans found now differ from the plan: deletes" in err
+    assert log.exists()
+    assert _clean(node, "--dry-run", "--plan", str(plan)) == 0
+    assert _clean(node, "--apply", str(plan)) == 0
+    assert _files(node / "remote").isdisjoint(ORPHANS)
+    capsys.readouterr()
+    assert _clean(node, "--apply", str(plan), "--min-age", "0s") == 2
+    assert "drop --min-age" in capsys.readouterr().err
+
+
+def test_the_aiven_layout_is_cleaned_alike(tmp_path: Path, capsys) -> None:
+    remote = tmp_path / "remote"
+    shutil.copytree(DATA / "kafka-tiered-aiven" / "plain", remote)
+    pdir = remote / f"expiring-{EXPIRING_ID}" / "0"
+    for suffix in (".log", ".indexes", ".rsm-manifest"):
+        (pdir / f"00000000000000000000-{EXPIRED_ID}{suffix}").write_bytes(b"x" * 10)
+    _age(remote)
+    before = _files(remote)
+    rc = main(["tiered", "clean-orphans", "--log-dir", str(FIXTURE / "logs"), "--remote", str(remote), "--layout",
+               "aiven", "--dry-run"])
+    assert rc == 0 and "would delete 3 object(s) of 1 orphan segment(s), 30 bytes" in capsys.readouterr().out
+    assert _files(remote) == before
