@@ -57,7 +57,7 @@ only when:
 A real run holds the log dir's lock (or S3 lease) throughout: a broker or segjobs run holding it refuses the clean.
 Each object is deleted only while it is as listed (S3: its ETag; disk: size and mtime). --dry-run reports exactly
 what would go (objects and bytes) and deletes nothing; --dry-run --plan FILE writes it down, --apply FILE deletes
-exactly that, or nothing if what the audit finds now differs.
+exactly that, or nothing if what the audit finds now differs (--apply FILE --dry-run: only check that it would).
 
 Exit codes: 0 done, 1 a topic refused by the guard or an object left (changed since listed, delete failed), 2
 nothing done (the lock is held, a usage error, a plan that no longer holds, what the audit refuses)."""
@@ -175,8 +175,7 @@ def run_clean(args: argparse.Namespace) -> int:
 
     if args.apply:
         given = [flag for flag, value in (("--now", args.now), ("--min-age", args.min_age),
-                                          ("--max-delete-fraction", args.max_delete_fraction),
-                                          ("--dry-run", args.dry_run or None), ("--plan", args.plan),
+                                          ("--max-delete-fraction", args.max_delete_fraction), ("--plan", args.plan),
                                           ("--metadata-dir", args.metadata_dir), ("--topic-ids", args.topic_ids))
                  if value is not None]
         if given:

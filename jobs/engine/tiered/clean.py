@@ -121,7 +121,7 @@ def options_from_plan(options: CleanOptions, doc: dict[str, Any], uri: str) -> C
         audit = replace(a, metadata_dir=doc["metadata_dir"], topic_ids=dict(doc["topic_ids"]),
                         now_ms=int(doc["now_ms"]))
         return replace(options, audit=audit, min_age_ms=int(doc["options"]["min_age_ms"]),
-                       max_delete_fraction=doc["options"]["max_delete_fraction"], dry_run=False, plan_uri=None)
+                       max_delete_fraction=doc["options"]["max_delete_fraction"], plan_uri=None)
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"--apply {uri}: malformed plan file ({exc!r})") from None
 
@@ -182,6 +182,15 @@ def _delete(result: CleanResult, storage: Storage, lease: Lease, clock: Callable
                 result.left.append((stamp, why))
 
 
+def _check_against(applying: dict[str, Any] | None, uri: str | None, plan: CleanPlan) -> None:
+    if applying is None:
+        return
+    diff = decision_difference(applying.get("deletes"), _deletes_doc(plan.deletes), "deletes")
+    if diff:
+        raise UsageError(f"--apply {uri}: refused, nothing done: the orphans found now differ from the plan: {diff}; "
+                         f"make a new plan (--dry-run --plan)")
+
+
 def run_clean(options: CleanOptions, *, clock: Callable[[], int] = wall_clock_ms) -> CleanResult:
     """Plan the clean of the audit's orphans and, unless a dry run, carry it out under the log dir's lock (see the
     module docstring). Raises :class:`~segment_io.errors.LockHeldError` (a broker or a run holds the log dir) or
@@ -193,6 +202,7 @@ def run_clean(options: CleanOptions, *, clock: Callable[[], int] = wall_clock_ms
         options = options_from_plan(options, applying, options.apply_uri)
     if options.dry_run:
         result = CleanResult(options, _plan(options, run_audit(options.audit)))
+        _check_against(applying, options.apply_uri, result.plan)
         if options.plan_uri:
             store = open_storage(options.plan_uri, options.audit.storage_options)
             text = json.dumps(plan_document(options, result.plan, made_ms=clock()), indent=2) + "\n"
@@ -202,11 +212,7 @@ def run_clean(options: CleanOptions, *, clock: Callable[[], int] = wall_clock_ms
     with acquire(log_store, options.audit.log_dir, now_ms=clock(), ttl_ms=options.lease_ttl_ms,
                  holder=Holder.this_process(), clock=clock) as lease:
         result = CleanResult(options, _plan(options, run_audit(options.audit)))
-        if applying is not None:
-            diff = decision_difference(applying.get("deletes"), _deletes_doc(result.plan.deletes), "deletes")
-            if diff:
-                raise UsageError(f"--apply {options.apply_uri}: refused, nothing done: the orphans found now differ "
-                                 f"from the plan: {diff}; make a new plan (--dry-run --plan)")
+        _check_against(applying, options.apply_uri, result.plan)
         _delete(result, open_storage(options.audit.remote, options.audit.storage_options), lease, clock)
     return result
 

@@ -154,6 +154,8 @@ def test_a_plan_is_applied_exactly_or_not_at_all(node: Path, tmp_path: Path, cap
     capsys.readouterr()
     assert _clean(node, "--apply", str(plan), "--min-age", "0s") == 2
     assert "drop --min-age" in capsys.readouterr().err
+    assert _clean(node, "--apply", str(plan), "--dry-run") == 2  # the plan is carried out: its objects are gone
+    assert "refused, nothing done" in capsys.readouterr().err
 
 
 def test_the_aiven_layout_is_cleaned_alike(tmp_path: Path, capsys) -> None:
@@ -168,3 +170,47 @@ def test_the_aiven_layout_is_cleaned_alike(tmp_path: Path, capsys) -> None:
                "aiven", "--dry-run"])
     assert rc == 0 and "would delete 3 object(s) of 1 orphan segment(s), 30 bytes" in capsys.readouterr().out
     assert _files(remote) == before
+
+
+@pytest.mark.s3
+def test_on_s3_the_lease_is_taken_and_an_object_goes_only_with_its_etag(s3_bucket_env, node: Path, capsys) -> None:
+    from jobs.engine.tiered.clean import _delete_one
+    from jobs.rules.tiered_clean import Stamp
+    from segment_io.storage import StorageOptions, open_storage
+
+    endpoint, bucket = s3_bucket_env
+    client = endpoint.client()
+    for p in sorted(node.rglob("*")):
+        if p.is_file():
+            client.put_object(Bucket=bucket, Key=f"node/{p.relative_to(node)}", Body=p.read_bytes())
+    # uploaded now, the objects are newer than the metadata: a clean keeps every one, and says why
+    assert main(["tiered", "clean-orphans", "--log-dir", f"s3://{bucket}/node/logs", "--remote",
+                 f"s3://{bucket}/node/remote", "--s3-endpoint", endpoint.endpoint_url, "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["deleted"] == [] and len(report["kept"]) == 2
+    assert all("after the metadata's newest event" in k["kept_because"] for k in report["kept"])
+    s3 = open_storage(f"s3://{bucket}/node", StorageOptions(endpoint_url=endpoint.endpoint_url))
+    uri = f"s3://{bucket}/node/remote/kafka-tiered-storage/x.log"
+    s3.write_atomic(uri, b"one")
+    listed = s3.stat(uri)
+    s3.write_atomic(uri, b"two")  # rewritten since it was listed
+    why = _delete_one(s3, Stamp(uri, listed.size, listed.mtime_ms, listed.etag))
+    assert why is not None and why.startswith("changed or gone since it was listed") and s3.exists(uri)
+    now = s3.stat(uri)
+    assert _delete_one(s3, Stamp(uri, now.size, now.mtime_ms, now.etag)) is None and not s3.exists(uri)
+
+
+def test_on_disk_an_object_goes_only_while_its_size_and_mtime_are_as_listed(tmp_path: Path) -> None:
+    from jobs.engine.tiered.clean import _delete_one
+    from jobs.rules.tiered_clean import Stamp
+    from segment_io.storage import open_storage
+
+    store = open_storage(str(tmp_path))
+    f = tmp_path / "x.log"
+    f.write_bytes(b"one")
+    listed = store.stat(str(f))
+    os.utime(f, (OLD, OLD))  # touched since it was listed
+    why = _delete_one(store, Stamp(str(f), listed.size, listed.mtime_ms))
+    assert why is not None and why.startswith("changed since it was listed") and f.exists()
+    assert _delete_one(store, Stamp(str(f), 3, OLD * 1000)) is None and not f.exists()
+    assert _delete_one(store, Stamp(str(f), 3, OLD * 1000)) == "gone since it was listed"
