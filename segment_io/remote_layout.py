@@ -235,7 +235,7 @@ class AivenLayout(RemoteLayout):
             return [(".rsm-manifest", f"unreadable: {exc.detail}")]
         problems = []
         if manifest.original_size != segment_size:
-            problems.append((".rsm-manifest", f"says the segment is {manifest.original_size} bytes, the metadata "
+            problems.append((".rsm-manifest", f"of a segment of {manifest.original_size} bytes, the metadata "
                                               f"says {segment_size}"))
         for suffix, expected in ((".log", manifest.stored_size), (".indexes", manifest.indexes_size)):
             obj = objects.get(suffix)

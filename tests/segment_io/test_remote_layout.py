@@ -170,7 +170,7 @@ def test_sizes_are_checked_against_the_manifest(tmp_path: Path) -> None:
     manifest = layout.manifest(store, objs)
     assert layout.check_segment(store, objs, 1461) == []
     assert layout.check_segment(store, objs, 1000) == [
-        (".rsm-manifest", "says the segment is 1461 bytes, the metadata says 1000")]
+        (".rsm-manifest", "of a segment of 1461 bytes, the metadata says 1000")]
     cut = {**objs, ".log": replace(objs[".log"], size=10), ".indexes": replace(objs[".indexes"], size=0)}
     assert layout.check_segment(store, cut, 1461) == [
         (".log", f"10 bytes, the manifest says {manifest.stored_size}"),

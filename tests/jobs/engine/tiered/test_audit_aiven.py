@@ -78,7 +78,7 @@ def test_objects_are_of_the_sizes_the_manifest_gives_and_it_of_the_metadatas(sto
     manifest.write_text(json.dumps(doc))
     kept = _by_topic(_audit(store))["kept"]
     assert [(m.suffix, m.problem) for m in kept.missing] == [
-        (".rsm-manifest", "says the segment is 1460 bytes, the metadata says 1461"),
+        (".rsm-manifest", "of a segment of 1460 bytes, the metadata says 1461"),
         (".log", f"{stored - 1} bytes, the manifest says {stored}"),
         (".indexes", f"{index_bytes + 1} bytes, the manifest says {index_bytes}")]
     assert kept.missing[1].uri == str(log)

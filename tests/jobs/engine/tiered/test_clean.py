@@ -214,3 +214,17 @@ def test_on_disk_an_object_goes_only_while_its_size_and_mtime_are_as_listed(tmp_
     assert why is not None and why.startswith("changed since it was listed") and f.exists()
     assert _delete_one(store, Stamp(str(f), 3, OLD * 1000)) is None and not f.exists()
     assert _delete_one(store, Stamp(str(f), 3, OLD * 1000)) == "gone since it was listed"
+
+
+def test_options_that_contradict_a_plan_or_a_dry_run_are_refused(node: Path, tmp_path: Path, capsys) -> None:
+    assert _clean(node, "--plan", str(tmp_path / "p.json")) == 2
+    assert "--plan FILE writes the plan of a dry run: add --dry-run" in capsys.readouterr().err
+    other = tmp_path / "retain-plan.json"
+    other.write_text(json.dumps({"format": "segjobs-plan", "version": 1, "command": "retain"}))
+    assert _clean(node, "--apply", str(other)) == 2
+    assert "the plan was made by `segjobs retain`, not `segjobs tiered clean-orphans`" in capsys.readouterr().err
+    assert _clean(node, "--dry-run", "--plan", str(tmp_path / "p.json")) == 0
+    capsys.readouterr()
+    assert _clean(node, "--apply", str(tmp_path / "p.json"), remote=tmp_path / "elsewhere") == 2
+    assert "the plan is for --remote" in capsys.readouterr().err
+    assert not (tmp_path / "elsewhere").exists() and len(_files(node / "remote") & ORPHANS) == 3
