@@ -182,10 +182,22 @@ def _delete(result: CleanResult, storage: Storage, lease: Lease, clock: Callable
                 result.left.append((stamp, why))
 
 
+def _keyed(deletes: Any) -> Any:
+    """A plan's ``deletes`` keyed by partition and segment, their objects by URI: a difference then names them."""
+    if not isinstance(deletes, list):
+        return deletes
+    try:
+        return {f"{d['topic']}-{d['partition']} segment {d['segment_id']}":
+                {**d, "objects": {o["uri"]: {k: v for k, v in o.items() if k != "uri"} for o in d["objects"]}}
+                for d in deletes}
+    except (KeyError, TypeError):
+        return deletes
+
+
 def _check_against(applying: dict[str, Any] | None, uri: str | None, plan: CleanPlan) -> None:
     if applying is None:
         return
-    diff = decision_difference(applying.get("deletes"), _deletes_doc(plan.deletes), "deletes")
+    diff = decision_difference(_keyed(applying.get("deletes")), _keyed(_deletes_doc(plan.deletes)), "deletes")
     if diff:
         raise UsageError(f"--apply {uri}: refused, nothing done: the orphans found now differ from the plan: {diff}; "
                          f"make a new plan (--dry-run --plan)")
