@@ -27,7 +27,14 @@ from jobs.engine.tiered.audit import TieredAudit, TieredAuditOptions, run_audit
 from jobs.logdir.lock import DEFAULT_TTL_MS, Holder, Lease, LeaseLost, acquire
 from jobs.rules.tiered_clean import CleanPlan, OrphanDelete, Stamp, plan_clean
 from jobs.rules.timeutil import format_instant, wall_clock_ms
-from segment_io.errors import NotFoundError, PreconditionFailedError, SegjobsError, StorageError, UsageError
+from segment_io.errors import (
+    LockHeldError,
+    NotFoundError,
+    PreconditionFailedError,
+    SegjobsError,
+    StorageError,
+    UsageError,
+)
 from segment_io.storage import open_storage
 from segment_io.storage.base import Storage
 from segment_io.units import format_duration
@@ -221,11 +228,18 @@ def run_clean(options: CleanOptions, *, clock: Callable[[], int] = wall_clock_ms
             store.write_atomic(options.plan_uri, text.encode("utf-8"))
         return result
     log_store = open_storage(options.audit.log_dir, options.audit.storage_options)
-    with acquire(log_store, options.audit.log_dir, now_ms=clock(), ttl_ms=options.lease_ttl_ms,
-                 holder=Holder.this_process(), clock=clock) as lease:
-        result = CleanResult(options, _plan(options, run_audit(options.audit)))
-        _check_against(applying, options.apply_uri, result.plan)
-        _delete(result, open_storage(options.audit.remote, options.audit.storage_options), lease, clock)
+    result: CleanResult | None = None
+    try:
+        with acquire(log_store, options.audit.log_dir, now_ms=clock(), ttl_ms=options.lease_ttl_ms,
+                     holder=Holder.this_process(), clock=clock) as lease:
+            result = CleanResult(options, _plan(options, run_audit(options.audit)))
+            _check_against(applying, options.apply_uri, result.plan)
+            _delete(result, open_storage(options.audit.remote, options.audit.storage_options), lease, clock)
+    except LockHeldError:
+        # a lease lost mid-run cannot be released either: the run's own report (what it deleted, where it stopped)
+        # is what the user needs, not the refusal of the release
+        if result is None or result.stopped is None:
+            raise
     return result
 
 

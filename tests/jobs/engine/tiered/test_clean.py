@@ -229,3 +229,31 @@ def test_options_that_contradict_a_plan_or_a_dry_run_are_refused(node: Path, tmp
     assert _clean(node, "--apply", str(tmp_path / "p.json"), remote=tmp_path / "elsewhere") == 2
     assert "the plan is for --remote" in capsys.readouterr().err
     assert not (tmp_path / "elsewhere").exists() and len(_files(node / "remote") & ORPHANS) == 3
+
+
+@pytest.mark.s3
+def test_a_clean_whose_lease_was_taken_over_stops_before_the_next_delete(s3_bucket_env) -> None:
+    from jobs.engine.tiered.audit import TieredAuditOptions
+    from jobs.engine.tiered.clean import CleanOptions, CleanResult, _delete
+    from jobs.logdir.lock import acquire, lease_uri
+    from jobs.rules.tiered_clean import CleanPlan, OrphanDelete, Stamp
+    from jobs.rules.timeutil import wall_clock_ms
+    from segment_io.errors import LockHeldError
+    from segment_io.storage import StorageOptions, open_storage
+
+    endpoint, bucket = s3_bucket_env
+    log_dir = f"s3://{bucket}/logs"
+    s3 = open_storage(log_dir, StorageOptions(endpoint_url=endpoint.endpoint_url))
+    uris = [f"s3://{bucket}/remote/t-0-{STRAY}/0000000000000000000{i}-{STRAY}.log" for i in range(2)]
+    for uri in uris:
+        s3.write_atomic(uri, b"orphan")
+    stamps = tuple(Stamp(uri, info.size, info.mtime_ms, info.etag) for uri in uris for info in (s3.stat(uri),))
+    plan = CleanPlan(0, deletes=[OrphanDelete("t", 0, STRAY, STRAY, "no metadata names this segment", stamps)])
+    result = CleanResult(CleanOptions(TieredAuditOptions(log_dir, f"s3://{bucket}/remote")), plan)
+    with pytest.raises(LockHeldError, match="was taken over by another run"):  # its release, at the end
+        with acquire(s3, log_dir, now_ms=wall_clock_ms()) as lease:
+            # another run takes the lease over (as after an expiry): this run must not delete anything more
+            s3.write_atomic(lease_uri(s3, log_dir), b'{"taken": "over"}')
+            _delete(result, s3, lease, wall_clock_ms)
+    assert result.deleted == [] and result.stopped is not None and "stopped before" in result.stopped
+    assert result.exit_code == 1 and all(s3.exists(uri) for uri in uris)
