@@ -220,13 +220,13 @@ def run_clean(options: CleanOptions, *, clock: Callable[[], int] = wall_clock_ms
                                       options.apply_uri)
         options = options_from_plan(options, applying, options.apply_uri)
     if options.dry_run:
-        result = CleanResult(options, _plan(options, run_audit(options.audit)))
-        _check_against(applying, options.apply_uri, result.plan)
+        planned = CleanResult(options, _plan(options, run_audit(options.audit)))
+        _check_against(applying, options.apply_uri, planned.plan)
         if options.plan_uri:
             store = open_storage(options.plan_uri, options.audit.storage_options)
-            text = json.dumps(plan_document(options, result.plan, made_ms=clock()), indent=2) + "\n"
+            text = json.dumps(plan_document(options, planned.plan, made_ms=clock()), indent=2) + "\n"
             store.write_atomic(options.plan_uri, text.encode("utf-8"))
-        return result
+        return planned
     log_store = open_storage(options.audit.log_dir, options.audit.storage_options)
     result: CleanResult | None = None
     try:
@@ -240,6 +240,7 @@ def run_clean(options: CleanOptions, *, clock: Callable[[], int] = wall_clock_ms
         # is what the user needs, not the refusal of the release
         if result is None or result.stopped is None:
             raise
+    assert result is not None  # the with block ran to its end, or raised
     return result
 
 
