@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 from jobs import api
-from jobs.commands.args import add_s3_options, duration_arg, storage_options_from_args
+from jobs.commands.args import add_plan_options, add_s3_options, duration_arg, storage_options_from_args
+from jobs.commands.retain import add_max_delete_fraction_option
 from segment_io.errors import CorruptCheckpointError, CorruptRecordError, SegjobsError, UsageError
 
 AUDIT_HELP = """Replay the broker's remote log metadata (every __remote_log_metadata-N partition of --log-dir, or of
@@ -33,9 +34,60 @@ these findings:
   overdue  finished segments remote retention (retention.ms, retention.bytes from --config/--set, the log start
            offset) should already have deleted, with their bytes
 
-Supported remote layouts: local-tiered-storage (Kafka's LocalTieredStorage); others are refused (exit 2).
+Supported remote layouts: local-tiered-storage (Kafka's LocalTieredStorage) and aiven (Aiven's
+tiered-storage-for-apache-kafka, unencrypted, compressed or not: each finished segment's manifest is read and the
+objects' sizes checked against it); others, encrypted segments and unknown manifest versions are refused (exit 2).
 Exit codes: 0 no data loss found (orphans and overdue segments are reported, not failures), 1 a gap or a missing
 object, 2 nothing was read (a usage error, no metadata partition)."""
+
+
+CLEAN_HELP = """Delete the remote objects the audit proves unreferenced: the orphans of `segjobs tiered audit`, read
+the same way (--log-dir, --remote, --layout, --metadata-dir, --topic-ids). An orphan segment's objects are deleted
+only when:
+
+  - its segment is not COPY_SEGMENT_FINISHED in the metadata (a finished segment outside the leader-epoch lineage,
+    or of a topic deleted and created again, is never deleted here: Kafka deletes those itself);
+  - its newest object and its segment's last metadata event are at least --min-age (default 1h) older than the
+    newest event of the metadata read: what is newer, the metadata read cannot judge;
+  - its topic passes the mass-delete guard: objects no metadata names may be at most --max-delete-fraction (default:
+    the topic's segjobs.max.delete.fraction, 0.5 unless set) of the topic's remote bytes, else the topic's orphans
+    are all kept and the topic refused (a missing __remote_log_metadata partition, or another cluster's store,
+    looks like that).
+
+A real run holds the log dir's lock (or S3 lease) throughout: a broker or segjobs run holding it refuses the clean.
+Each object is deleted only while it is as listed (S3: its ETag; disk: size and mtime). --dry-run reports exactly
+what would go (objects and bytes) and deletes nothing; --dry-run --plan FILE writes it down, --apply FILE deletes
+exactly that, or nothing if what the audit finds now differs (--apply FILE --dry-run: only check that it would).
+
+Exit codes: 0 done, 1 a topic refused by the guard or an object left (changed since listed, delete failed), 2
+nothing done (the lock is held, a usage error, a plan that no longer holds, what the audit refuses)."""
+
+
+def _add_reading_options(p: argparse.ArgumentParser) -> None:
+    """What the audit reads: the log dir, the metadata, the remote store and its layout, the topics' configs."""
+    p.add_argument("--log-dir", required=True, metavar="URI",
+                   help="the broker's log dir (local path or s3://bucket/prefix): its partitions, checkpoints "
+                        "and, unless --metadata-dir, its __remote_log_metadata partitions")
+    p.add_argument("--remote", required=True, metavar="URI",
+                   help="the remote store's root (local path or s3://bucket/prefix); for local-tiered-storage "
+                        "its dir setting or the kafka-tiered-storage directory in it; for aiven the bucket and "
+                        "its key.prefix, or the filesystem backend's root")
+    p.add_argument("--layout", default="local-tiered-storage", metavar="NAME",
+                   help="how the RemoteStorageManager names its objects: local-tiered-storage (Kafka's "
+                        "LocalTieredStorage, the default) or aiven (Aiven's tiered-storage-for-apache-kafka)")
+    p.add_argument("--metadata-dir", metavar="URI",
+                   help="where the __remote_log_metadata-N partitions are, when not in --log-dir")
+    p.add_argument("--topic-ids", metavar="FILE",
+                   help="topic names of ids the log dir has no partition of: '<topic> <topic id>' lines, or "
+                        "kafka-topics.sh --describe output")
+    p.add_argument("--config", metavar="FILE", help="topic configuration TOML: each topic's retention.ms and "
+                                                     "retention.bytes (default: Kafka's)")
+    p.add_argument("--set", action="append", default=[], metavar="TOPIC_GLOB:KEY=VALUE",
+                   help="override one topic config, e.g. 'orders:retention.ms=30d' (repeatable)")
+    p.add_argument("--now", metavar="EPOCH_MS|ISO8601", help="the instant retention is judged at (default: now)")
+    add_s3_options(p)
+    p.add_argument("--format", choices=("text", "json"), default="text", help="report format (default text)")
+    p.add_argument("--output", metavar="FILE", help="write the report here instead of stdout")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -43,34 +95,27 @@ def configure(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="tiered_command", metavar="<subcommand>", required=True)
     audit = sub.add_parser("audit", help="report coverage gaps, missing objects, orphans and overdue remote segments",
                            description=AUDIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    audit.add_argument("--log-dir", required=True, metavar="URI",
-                       help="the broker's log dir (local path or s3://bucket/prefix): its partitions, checkpoints "
-                            "and, unless --metadata-dir, its __remote_log_metadata partitions")
-    audit.add_argument("--remote", required=True, metavar="URI",
-                       help="the remote store's root (local path or s3://bucket/prefix); for local-tiered-storage "
-                            "its dir setting or the kafka-tiered-storage directory in it")
-    audit.add_argument("--layout", default="local-tiered-storage", metavar="NAME",
-                       help="how the RemoteStorageManager names its objects (default and only supported: "
-                            "local-tiered-storage)")
-    audit.add_argument("--metadata-dir", metavar="URI",
-                       help="where the __remote_log_metadata-N partitions are, when not in --log-dir")
-    audit.add_argument("--topic-ids", metavar="FILE",
-                       help="topic names of ids the log dir has no partition of: '<topic> <topic id>' lines, or "
-                            "kafka-topics.sh --describe output")
-    audit.add_argument("--config", metavar="FILE", help="topic configuration TOML: each topic's retention.ms and "
-                                                         "retention.bytes (default: Kafka's)")
-    audit.add_argument("--set", action="append", default=[], metavar="TOPIC_GLOB:KEY=VALUE",
-                       help="override one topic config, e.g. 'orders:retention.ms=30d' (repeatable)")
-    audit.add_argument("--now", metavar="EPOCH_MS|ISO8601", help="the instant retention is judged at (default: now)")
+    _add_reading_options(audit)
     audit.add_argument("--grace", type=duration_arg, default=duration_arg("5m"), metavar="DURATION",
                        help="how long past retention.ms a segment may wait for Kafka's expiration task before it "
                             "counts as overdue (default 5m)")
-    add_s3_options(audit)
-    audit.add_argument("--format", choices=("text", "json"), default="text", help="report format (default text)")
-    audit.add_argument("--output", metavar="FILE", help="write the report here instead of stdout")
     audit.add_argument("--html", metavar="FILE", help="also write the report as a self-contained HTML page here "
                                                       "(local path or s3:// URI)")
     audit.set_defaults(_tiered_run=run_audit)
+    clean = sub.add_parser("clean-orphans", help="delete the remote objects the audit proves unreferenced "
+                                                 "(--dry-run, --plan/--apply)",
+                           description=CLEAN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_reading_options(clean)
+    clean.add_argument("--min-age", type=duration_arg, default=None, metavar="DURATION",
+                       help="how much older than the metadata's newest event an orphan must be (its objects and "
+                            "its segment's last event) to be deleted (default 1h)")
+    add_max_delete_fraction_option(
+        clean, help="keep every orphan of a topic (and exit 1) when the objects no metadata names would be more "
+                    "than this share of its remote bytes; 1 disables the guard (default: the topic's "
+                    "segjobs.max.delete.fraction)")
+    clean.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
+    add_plan_options(clean)
+    clean.set_defaults(_tiered_run=run_clean)
 
 
 class AuditRefused(SegjobsError):
@@ -118,3 +163,43 @@ def run_audit(args: argparse.Namespace) -> int:
 
         write_html(args.html, tiered_audit_html(audit), storage_options_from_args(args))
     return audit.exit_code
+
+
+def run_clean(args: argparse.Namespace) -> int:
+    """``segjobs tiered clean-orphans``: the report, and the exit code of :attr:`CleanResult.exit_code`."""
+    from jobs.engine.tiered.audit import TieredAuditOptions
+    from jobs.engine.tiered.clean import DEFAULT_MIN_AGE_MS, CleanOptions, clean_json, clean_text
+    from jobs.engine.tiered.clean import run_clean as run
+    from jobs.rules.config import ConfigSet
+    from jobs.rules.timeutil import parse_instant
+
+    if args.apply:
+        given = [flag for flag, value in (("--now", args.now), ("--min-age", args.min_age),
+                                          ("--max-delete-fraction", args.max_delete_fraction), ("--plan", args.plan),
+                                          ("--metadata-dir", args.metadata_dir), ("--topic-ids", args.topic_ids))
+                 if value is not None]
+        if given:
+            raise UsageError(f"--apply takes --now, --min-age, --max-delete-fraction, --metadata-dir and --topic-ids "
+                             f"from the plan ({args.apply}); drop {', '.join(given)}")
+    if args.plan and not args.dry_run:
+        raise UsageError("--plan FILE writes the plan of a dry run: add --dry-run (then --apply FILE carries it out)")
+    configs = (ConfigSet.load(args.config, overrides=list(args.set)) if args.config
+               else ConfigSet().with_overrides(list(args.set)))
+    audit = TieredAuditOptions(args.log_dir, args.remote, layout=args.layout, metadata_dir=args.metadata_dir,
+                               topic_ids=_topic_ids(args.topic_ids), configs=configs, now_ms=parse_instant(args.now),
+                               storage_options=storage_options_from_args(args))
+    options = CleanOptions(audit, min_age_ms=DEFAULT_MIN_AGE_MS if args.min_age is None else args.min_age,
+                           max_delete_fraction=args.max_delete_fraction, dry_run=args.dry_run, plan_uri=args.plan,
+                           apply_uri=args.apply)
+    try:
+        result = run(options)
+    except (CorruptRecordError, CorruptCheckpointError) as exc:
+        raise AuditRefused(f"{exc}; nothing deleted") from exc
+    text = (json.dumps(clean_json(result), indent=2) + "\n") if args.format == "json" else clean_text(result) + "\n"
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    if args.plan:
+        sys.stderr.write(f"plan written to {args.plan}; carry it out with --apply {args.plan}\n")
+    return result.exit_code

@@ -7,7 +7,8 @@ Findings, per partition:
 - **gap** (data loss): an offset range from the log start offset to the log end offset in no finished remote
   segment and no local segment (each local segment holding its base offset up to its last);
 - **missing object**: a finished segment whose object the layout requires is absent, or whose segment object's
-  size is not the metadata's;
+  size is not the metadata's, or that the layout found wrong on reading it (a manifest that does not hold
+  together, an object not of the size the manifest gives);
 - **orphan**: an object no finished segment stands behind: a copy that never finished (COPY_SEGMENT_STARTED), a
   delete that stalled (DELETE_SEGMENT_STARTED), a segment deleted (DELETE_SEGMENT_FINISHED) or forgotten by a
   finished partition delete, or a segment id the metadata never named; and a finished segment outside the
@@ -247,8 +248,10 @@ def _outside_lineage(finished: Sequence[RemoteSegment], local: LocalLog,
 
 
 def missing_objects(finished: Sequence[RemoteSegment], objects: Mapping[str, Sequence[ObjectInfo]],
-                    required: Mapping[bool, Sequence[str]], size_suffix: str) -> list[MissingObject]:
-    """The objects of finished segments that are absent or (the segment object) not of the metadata's size.
+                    required: Mapping[bool, Sequence[str]], size_suffix: str | None,
+                    problems: Mapping[str, Sequence[tuple[str, str]]] | None = None) -> list[MissingObject]:
+    """The objects of finished segments that are absent, or (the ``size_suffix`` object) not of the metadata's
+    size, or wrong as the layout found on reading them (``problems``: segment id -> (suffix, problem) pairs).
     ``objects``: segment id -> its objects; ``required``: txn_index_empty -> the suffixes a segment needs."""
     out = []
     for seg in finished:
@@ -260,6 +263,10 @@ def missing_objects(finished: Sequence[RemoteSegment], objects: Mapping[str, Seq
             elif suffix == size_suffix and obj.size != seg.size_bytes:
                 out.append(MissingObject(seg.segment_id, seg.start_offset, seg.end_offset, suffix,
                                          f"{obj.size} bytes, the metadata says {seg.size_bytes}", obj.uri))
+        for suffix, problem in (problems or {}).get(seg.segment_id, ()):
+            obj = have.get(suffix)
+            out.append(MissingObject(seg.segment_id, seg.start_offset, seg.end_offset, suffix, problem,
+                                     obj.uri if obj else None))
     return out
 
 
@@ -319,12 +326,14 @@ def overdue(finished: Sequence[RemoteSegment], local: LocalLog | None, retention
 
 def audit_partition(part: PartitionReplay | None, *, topic: str, partition: int, topic_id: str,
                     local: LocalLog | None, objects: Mapping[str, Sequence[ObjectInfo]],
-                    required: Mapping[bool, Sequence[str]], size_suffix: str, retention: Retention, now_ms: int,
-                    grace_ms: int = 0, replaced_by: str | None = None) -> PartitionAudit:
+                    required: Mapping[bool, Sequence[str]], size_suffix: str | None, retention: Retention,
+                    now_ms: int, grace_ms: int = 0, replaced_by: str | None = None,
+                    problems: Mapping[str, Sequence[tuple[str, str]]] | None = None) -> PartitionAudit:
     """Every finding of one partition. ``part`` is its replayed metadata (None: the metadata never names it),
     ``local`` what the log dir says (None: the partition is not in the log dir, so coverage and retention are
     not judged), ``objects`` its remote objects per segment id; ``replaced_by`` the topic id the log dir has for
-    this partition's topic name when it is another (this topic id was deleted)."""
+    this partition's topic name when it is another (this topic id was deleted); ``problems`` what the layout
+    found wrong on reading finished segments' objects (see :func:`missing_objects`)."""
     finished = part.finished() if part else []
     if replaced_by is not None:
         outside = [Orphan(seg.segment_id, f"{TOPIC_REPLACED} (the log dir's {topic} is topic id {replaced_by})",
@@ -347,7 +356,7 @@ def audit_partition(part: PartitionReplay | None, *, topic: str, partition: int,
         audit.log_start_offset, audit.gaps = _coverage(local, finished)
         audit.overdue = overdue(finished, local, retention, now_ms=now_ms, log_start=audit.log_start_offset,
                                 grace_ms=grace_ms)
-    audit.missing = missing_objects(finished, objects, required, size_suffix)
+    audit.missing = missing_objects(finished, objects, required, size_suffix, problems)
     audit.orphans = sorted([*orphans(part, objects), *outside], key=lambda o: o.segment_id)
     return audit
 

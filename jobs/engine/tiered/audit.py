@@ -20,7 +20,7 @@ from typing import Any, Iterator, Sequence
 
 from jobs.engine.report.run_report import human_bytes, listed
 from jobs.rules.config import ConfigSet
-from jobs.rules.remote_log import DroppedEvent, RemoteLogState, replay
+from jobs.rules.remote_log import DroppedEvent, RemoteLogState, RemoteSegment, replay
 from jobs.rules.tiered_audit import LocalLog, ObjectInfo, PartitionAudit, Retention, audit_partition
 from jobs.rules.timeutil import format_instant
 from segment_io import layout as logdir_layout
@@ -32,7 +32,7 @@ from segment_io.layout import SegmentFiles
 from segment_io.remote_layout import RemoteLayout, RemoteListing, detect_root, layout_named
 from segment_io.remote_metadata import METADATA_TOPIC, RemoteLogMetadata, read_metadata_partition
 from segment_io.storage import StorageOptions, open_storage
-from segment_io.storage.base import FileInfo, Storage
+from segment_io.storage.base import FileInfo, Storage, map_ahead
 from segment_io.topic_ids import merge_topic_ids, read_partition_metadata
 
 #: how many names a text line lists before "and N more"
@@ -69,6 +69,9 @@ class TieredAudit:
     partitions: list[PartitionAudit]
     dropped: list[DroppedEvent]
     unrecognised: list[FileInfo]
+    #: what the audit was made from: the replayed metadata and the remote listing (what a clean acts on)
+    state: RemoteLogState | None = field(default=None, repr=False)
+    listing: RemoteListing | None = field(default=None, repr=False)
 
     @property
     def data_loss(self) -> bool:
@@ -152,6 +155,27 @@ def _objects(listing: RemoteListing) -> dict[tuple[str, int], dict[str, list[Obj
     return out
 
 
+def _layout_problems(layout: RemoteLayout, storage: Storage, state: RemoteLogState,
+                     listing: RemoteListing) -> dict[tuple[str, int], dict[str, list[tuple[str, str]]]]:
+    """What the layout finds wrong on reading each finished segment's objects (Aiven's: its manifest against the
+    metadata and the objects), per partition and segment id; the reads run :attr:`Storage.io_concurrency` at a
+    time."""
+    by_segment = listing.by_segment()
+    work = [(key, seg) for key, part in state.partitions.items() for seg in part.finished()
+            if (key[0], key[1], seg.segment_id) in by_segment]
+
+    def check(item: tuple[tuple[str, int], RemoteSegment]) -> list[tuple[str, str]]:
+        (topic_id, partition), seg = item
+        objects = {o.suffix: o for o in by_segment[(topic_id, partition, seg.segment_id)]}
+        return layout.check_segment(storage, objects, seg.size_bytes)
+
+    out: dict[tuple[str, int], dict[str, list[tuple[str, str]]]] = defaultdict(dict)
+    for (key, seg), problems in zip(work, map_ahead(check, work, storage.io_concurrency)):
+        if problems:
+            out[key][seg.segment_id] = problems
+    return out
+
+
 def run_audit(options: TieredAuditOptions) -> TieredAudit:
     """Read everything and audit every tiered partition (see the module docstring)."""
     layout: RemoteLayout = layout_named(options.layout)
@@ -167,6 +191,7 @@ def run_audit(options: TieredAuditOptions) -> TieredAudit:
     remote_store = open_storage(options.remote, options.storage_options)
     listing = layout.list(remote_store, detect_root(remote_store, options.remote, layout))
     objects = _objects(listing)
+    problems = _layout_problems(layout, remote_store, state, listing)
     names = merge_topic_ids(log_dir_names, options.topic_ids,
                             {tid: p.partition.topic for (tid, _), p in state.partitions.items()},
                             {o.topic_id: o.topic for o in listing.objects})
@@ -184,9 +209,10 @@ def run_audit(options: TieredAuditOptions) -> TieredAudit:
                                       objects=objects.get((topic_id, partition), {}), required=required,
                                       size_suffix=layout.segment_suffix(),
                                       retention=Retention(cfg.retention_ms, cfg.retention_bytes),
-                                      now_ms=options.now_ms, grace_ms=options.grace_ms, replaced_by=replaced_by))
+                                      now_ms=options.now_ms, grace_ms=options.grace_ms, replaced_by=replaced_by,
+                                      problems=problems.get((topic_id, partition))))
     return TieredAudit(options.log_dir, options.remote, layout.name, options.now_ms, state.events, audits,
-                       state.dropped(), listing.unrecognised)
+                       state.dropped(), listing.unrecognised, state, listing)
 
 
 # --------------------------------------------------------------------------------------------------

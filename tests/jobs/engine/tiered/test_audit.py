@@ -244,8 +244,8 @@ def test_topic_ids_file_and_unsupported_layout_on_the_command_line(node: Path, t
                  "--topic-ids", str(ids)]) == 2
     assert f"{ids}, line 1: not '<topic> <topic id>'" in capsys.readouterr().err
     assert main(["tiered", "audit", "--log-dir", str(node / "logs"), "--remote", str(node / "remote"),
-                 "--layout", "aiven"]) == 2
-    assert "remote layout 'aiven' is not supported" in capsys.readouterr().err
+                 "--layout", "gcs"]) == 2
+    assert "remote layout 'gcs' is not supported; supported: aiven, local-tiered-storage" in capsys.readouterr().err
 
 
 def test_finished_segments_of_a_topic_deleted_and_created_again_are_orphans(node: Path) -> None:
