@@ -22,7 +22,7 @@ from typing import Iterable, Iterator
 from jobs.rules.remote_log import RemoteLogState, replay
 from jobs.rules.tiered_read import TieredLogPlan, local_only, plan_tiered_log
 from segment_io.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
-from segment_io.errors import UsageError
+from segment_io.errors import StorageError, UsageError
 from segment_io.format import scan_batches
 from segment_io.index import read_offset_index
 from segment_io.layout import LOG_START_OFFSET_CHECKPOINT, LogDirListing, PartitionListing, SegmentFiles
@@ -44,6 +44,19 @@ class RemoteOptions:
 
     root: str
     layout: str = DEFAULT_REMOTE_LAYOUT
+
+
+class UnreadableRemoteSegment(StorageError):
+    """A finished remote segment a tiered partition's read needs cannot be read: its segment object is absent or
+    of another size than the metadata records. The message names the segment, its offsets and the object."""
+
+
+def unreadable_error(plan: TieredLogPlan) -> UnreadableRemoteSegment | None:
+    """The error of a plan that cannot be read (naming every unreadable segment), or None."""
+    message = plan.error()
+    if message is None:
+        return None
+    return UnreadableRemoteSegment(message)  # the message names each object
 
 
 def readable_layout(name: str) -> RemoteLayout:
@@ -139,5 +152,5 @@ def _plan(storage: Storage, part: PartitionListing, state: RemoteLogState,
                            epochs=[(e.epoch, e.start_offset) for e in epochs])
 
 
-__all__ = ["DEFAULT_REMOTE_LAYOUT", "READABLE_LAYOUTS", "RemoteOptions", "read_tiered_plans", "readable_layout",
-           "segment_next_offset"]
+__all__ = ["DEFAULT_REMOTE_LAYOUT", "READABLE_LAYOUTS", "RemoteOptions", "UnreadableRemoteSegment", "read_tiered_plans",
+           "readable_layout", "segment_next_offset", "unreadable_error"]

@@ -30,9 +30,15 @@ from segment_io.spark.bounds import RowBounds
 from segment_io.spark.filters import BASE_PUSH_FILTERS, Filter
 from segment_io.spark.options import ReadOptions, parse_options
 from segment_io.spark.packing import PackedSplit, pack_splits
-from segment_io.spark.planning import SegmentSplit, batch_min_offsets, list_segments, plan_splits
+from segment_io.spark.planning import (
+    SegmentSplit,
+    batch_min_offsets,
+    list_segments,
+    list_tiered_segments,
+    plan_splits,
+)
 from segment_io.spark.schemas import ROW_SCHEMAS, SEGMENTS
-from segment_io.storage import Storage, open_storage
+from segment_io.storage import Storage, open_storage, scheme_of
 from segment_io.storage.base import map_ahead
 
 FORMAT_NAME = "kafka-segments"
@@ -166,15 +172,21 @@ class KafkaSegmentsReader(DataSourceReader):
         (:func:`~segment_io.spark.packing.pack_splits`)."""
         if self.bounds.is_empty:
             return []
-        storage = open_storage(self.options.path, self.options.storage_options())
+        stores = _Stores(self.options)
+        storage = stores.of(self.options.path)
+        if self.options.remote is None:
+            segments = list_segments(storage, self.options.path, self.bounds)
+        else:
+            segments = list_tiered_segments(storage, self.options.path, self.bounds, self.options.remote,
+                                            self.options.remote_layout, self.options.storage_options())
         splits: list[SegmentSplit] = []
-        for segment in list_segments(storage, self.options.path, self.bounds):
+        for segment in segments:
             if not segment.size:
                 continue
             if not self.bounds.overlaps_offsets(
                     segment.base_offset, None if segment.next_base_offset is None else segment.next_base_offset - 1):
                 continue  # skipped before its index is read or its batches are scanned
-            splits.extend(s for s in plan_splits(storage, segment, self.options.max_split_bytes)
+            splits.extend(s for s in plan_splits(stores.of(segment.uri), segment, self.options.max_split_bytes)
                           if s.may_match(self.bounds))
         return pack_splits(splits, self.options.max_split_bytes)
 
@@ -231,10 +243,26 @@ def read_splits(splits: Sequence[SegmentSplit], options: ReadOptions, bounds: Ro
     answers each request with a round trip (S3: ``io_concurrency`` requests at once), one by one on local disk."""
     if not splits:
         return
-    storage = open_storage(splits[0].uri, options.storage_options())
-    fetched = map_ahead(lambda split: _split_bytes(storage, split), splits, storage.io_concurrency)
+    stores = _Stores(options)
+    concurrency = max(stores.of(split.uri).io_concurrency for split in splits)
+    fetched = map_ahead(lambda split: _split_bytes(stores.of(split.uri), split), splits, concurrency)
     for split, data in zip(splits, fetched):
         yield decode_split(data, split, options, bounds, columns)
+
+
+class _Stores:
+    """The store of each URI scheme a read meets, opened once: a tiered topic's remote segments may be in
+    another store than its log dir (an ``s3://`` remote store beside a local log dir)."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self.opened: dict[str, Storage] = {}
+
+    def of(self, uri: str) -> Storage:
+        scheme = scheme_of(uri)
+        if scheme not in self.opened:
+            self.opened[scheme] = open_storage(uri, self.options.storage_options())
+        return self.opened[scheme]
 
 
 def read_split(split: SegmentSplit, options: ReadOptions, bounds: RowBounds,
@@ -255,6 +283,7 @@ def decode_split(data: bytes, split: SegmentSplit, options: ReadOptions, bounds:
     """:func:`read_split` of the split's bytes ``data``, already read."""
     from segment_io.decode import decode_segment_bytes
 
+    bounds = split.kept(bounds)
     wanted_columns = RECORD_SCHEMA.names if columns is None else list(columns)
     # The row filter reads offsets and timestamps whether or not the rows carry them.
     decoded = [name for name in RECORD_SCHEMA.names
