@@ -16,19 +16,19 @@ any other is refused by name.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator
 
 from jobs.rules.remote_log import RemoteLogState, replay
 from jobs.rules.tiered_read import TieredLogPlan, local_only, plan_tiered_log
 from segment_io.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
-from segment_io.errors import StorageError, UsageError
+from segment_io.errors import SegjobsError, StorageError, UsageError
 from segment_io.format import scan_batches
 from segment_io.index import read_offset_index
 from segment_io.layout import LOG_START_OFFSET_CHECKPOINT, LogDirListing, PartitionListing, SegmentFiles
 from segment_io.remote_layout import LocalTieredStorageLayout, RemoteLayout, RemoteListing, detect_root, layout_named
 from segment_io.remote_metadata import METADATA_TOPIC, RemoteLogMetadata, read_metadata_partition
-from segment_io.storage import StorageOptions, open_storage
+from segment_io.storage import StorageOptions, open_storage, scheme_of
 from segment_io.storage.base import FileInfo, Storage
 from segment_io.topic_ids import read_partition_metadata
 
@@ -152,5 +152,53 @@ def _plan(storage: Storage, part: PartitionListing, state: RemoteLogState,
                            epochs=[(e.epoch, e.start_offset) for e in epochs])
 
 
-__all__ = ["DEFAULT_REMOTE_LAYOUT", "READABLE_LAYOUTS", "RemoteOptions", "UnreadableRemoteSegment", "read_tiered_plans",
-           "readable_layout", "segment_next_offset", "unreadable_error"]
+class OverlapNotSupported(SegjobsError):
+    """A tiered partition whose read keeps only part of a remote segment, which a job reading whole segment files
+    (``inspect``, ``table``) cannot do yet."""
+
+
+@dataclass(frozen=True)
+class TieredListing:
+    """A log dir's listing with each tiered partition's segments replaced by the segments of its one log (its
+    finished remote segments below the local log, then its local segments), and the partitions that cannot be
+    read so."""
+
+    listing: LogDirListing
+    #: partition -> why it cannot be read as one log (its listing is left as it was)
+    errors: dict[tuple[str, int], SegjobsError] = field(default_factory=dict)
+    #: the partitions whose listing now holds remote segments
+    tiered: tuple[tuple[str, int], ...] = ()
+
+
+def tiered_listing(storage: Storage, listing: LogDirListing, remote: RemoteOptions,
+                   storage_options: StorageOptions | None = None,
+                   partitions: Iterable[tuple[str, int]] | None = None) -> TieredListing:
+    """``listing`` as jobs that read whole segment files through the log dir's store read a tiered topic: each
+    partition's segments are its plan's sources (:func:`read_tiered_plans`). A plan that keeps only part of a
+    remote segment (the local log overlaps it) or that cannot be read is an error of its partition. The remote
+    store must be of the log dir's kind (both local, or both ``s3://``), read through the same store."""
+    if scheme_of(remote.root) != scheme_of(listing.root):
+        raise UsageError(f"--remote {remote.root}: the remote store must be where the log dir is (both local paths, "
+                         f"or both s3://) for this command; the data source reads any")
+    plans = read_tiered_plans(storage, listing, remote, storage_options, partitions)
+    parts = dict(listing.partitions)
+    errors: dict[tuple[str, int], SegjobsError] = {}
+    tiered = []
+    for key, plan in plans.items():
+        error: SegjobsError | None = unreadable_error(plan)
+        trimmed = [s for s in plan.sources if s.trimmed]
+        if error is None and trimmed:
+            error = OverlapNotSupported(
+                f"{trimmed[0].describe()}: the local log starts inside it, and this command reads whole segments; "
+                f"read the partition with the data source or segjobs dump --remote")
+        if error is not None:
+            errors[key] = error
+        elif plan.remote_sources:
+            parts[key] = replace(parts[key], segments=tuple(s.files for s in plan.sources))
+            tiered.append(key)
+    return TieredListing(replace(listing, partitions=parts), errors, tuple(tiered))
+
+
+__all__ = ["DEFAULT_REMOTE_LAYOUT", "READABLE_LAYOUTS", "OverlapNotSupported", "RemoteOptions", "TieredListing",
+           "UnreadableRemoteSegment", "read_tiered_plans", "readable_layout", "segment_next_offset", "tiered_listing",
+           "unreadable_error"]
