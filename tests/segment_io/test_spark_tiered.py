@@ -133,3 +133,20 @@ def test_through_spark_a_tiered_topic_reads_as_one_log(sspark) -> None:
     rows = [(r.topic, r.partition, r.offset, bytes(r.key), bytes(r.value))
             for r in df.select("topic", "partition", "offset", "key", "value").collect()]
     assert sorted(rows) == SERVED
+
+
+def test_the_remote_store_may_be_on_s3_beside_a_local_log_dir(s3_bucket) -> None:
+    endpoint, bucket = s3_bucket
+    client = endpoint.client()
+    for file in (FIXTURE / "remote").rglob("*"):
+        if file.is_file():
+            client.put_object(Bucket=bucket, Key=f"tiered/{file.relative_to(FIXTURE / 'remote')}",
+                              Body=file.read_bytes())
+    creds = endpoint.storage_options()
+    reader = KafkaSegmentsReader(parse_options({
+        "path": str(FIXTURE / "logs"), "remote": f"s3://{bucket}/tiered", "s3.endpoint": creds.endpoint_url,
+        "s3.region": creds.region, "s3.access_key_id": creds.access_key_id,
+        "s3.secret_access_key": creds.secret_access_key}))
+    splits = [split for packed in reader.partitions() for split in packed.splits]
+    assert {s.uri.split("://")[0] for s in splits} == {"s3"}  # (the local tails are empty: no split)
+    assert sorted(_rows(reader)) == SERVED
