@@ -136,8 +136,6 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
     )
     if get("remoteLayout") is not None and parsed.remote is None:
         raise DataSourceOptionError("remoteLayout", "only with remote, the remote store's root")
-    if parsed.remote is not None and parsed.read_mode == "latest":
-        raise DataSourceOptionError("remote", "not with read=latest yet: read a tiered topic's records")
     if parsed.read_mode == "latest":
         for name in _RECORD_ONLY_OPTIONS:
             if get(name) is not None:

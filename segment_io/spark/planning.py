@@ -25,6 +25,7 @@ from pyspark.sql.datasource import InputPartition
 from segment_io.errors import CorruptIndexError, CorruptRecordError, NotFoundError
 from segment_io.format import LOG_OVERHEAD, V2_HEADER_SIZE, V2_MAGIC, BatchHeaders, scan_batches
 from segment_io.layout import (
+    LogDirListing,
     PartitionListing,
     closest_topics_hint,
     list_log_dir,
@@ -128,24 +129,33 @@ def list_segments(storage: Storage, uri: str, bounds: RowBounds) -> list[Segment
     return [s for s in segments if bounds.wants_partition(s.topic, s.partition)]
 
 
-def list_tiered_segments(storage: Storage, uri: str, bounds: RowBounds, remote: str, remote_layout: str,
-                         storage_options: StorageOptions | None) -> list[SegmentRef]:
-    """The segments to read of the tiered partitions of the log dir ``uri`` (or of the partition dir ``uri``, in
-    its log dir), in scope of ``bounds``: per partition its finished remote segments below the local log, then
-    its local segments, each with the offsets to keep (:func:`jobs.logdir.tiered.read_tiered_plans`). A
-    partition a finished remote segment of which cannot be read fails the read, naming the segment."""
-    from jobs.logdir.tiered import RemoteOptions, read_tiered_plans, unreadable_error
-
+def tiered_log_dir(storage: Storage, uri: str) -> tuple[LogDirListing, tuple[str, int] | None]:
+    """The listing of the log dir a tiered read of ``uri`` reads (``uri`` itself, or the log dir of the partition
+    dir ``uri``: it holds the remote log metadata), and the one partition ``uri`` names, if it is a partition dir."""
     root = uri.rstrip("/")
     parent, name = _split_uri(root)
     tp = parse_partition_dir(name)
     listing = list_log_dir(storage, root)
-    one = tp if not listing.partitions else None  # a partition dir: its log dir holds the metadata
+    one = tp if not listing.partitions else None
     if one is not None:
         listing = list_log_dir(storage, parent)
     if not listing.partitions:
         raise NotFoundError("no partition dirs: a tiered topic is read from its broker's log dir (or one of its "
                             "partition dirs)", uri=uri)
+    return listing, one
+
+
+def list_tiered_segments(storage: Storage, uri: str, bounds: RowBounds, remote: str, remote_layout: str,
+                         storage_options: StorageOptions | None, *, whole_segments: bool = False
+                         ) -> list[SegmentRef]:
+    """The segments to read of the tiered partitions of the log dir ``uri`` (or of the partition dir ``uri``, in
+    its log dir), in scope of ``bounds``: per partition its finished remote segments below the local log, then
+    its local segments, each with the offsets to keep (:func:`jobs.logdir.tiered.read_tiered_plans`). A
+    partition a finished remote segment of which cannot be read fails the read, naming the segment; so does one
+    that keeps only part of a remote segment when ``whole_segments`` (a reader that reads whole segments)."""
+    from jobs.logdir.tiered import OverlapNotSupported, RemoteOptions, read_tiered_plans, unreadable_error
+
+    listing, one = tiered_log_dir(storage, uri)
     keys = [k for k in listing.partitions if one is None or k == one]
     _check_topics_option(bounds.topic_globs, {t for t, _ in keys}, uri)
     plans = read_tiered_plans(storage, listing, RemoteOptions(remote, remote_layout), storage_options,
@@ -155,6 +165,10 @@ def list_tiered_segments(storage: Storage, uri: str, bounds: RowBounds, remote: 
         error = unreadable_error(plan)
         if error is not None:
             raise error
+        trimmed = [s for s in plan.sources if s.trimmed]
+        if whole_segments and trimmed:
+            raise OverlapNotSupported(f"{topic}-{partition}: {trimmed[0].describe()}: the local log starts inside "
+                                      f"it, and read=latest reads whole segments; read the records instead")
         for i, source in enumerate(plan.sources):
             following = plan.sources[i + 1].base_offset if i + 1 < len(plan.sources) else None
             index = source.files.index

@@ -36,6 +36,7 @@ from segment_io.spark.planning import (
     list_segments,
     list_tiered_segments,
     plan_splits,
+    tiered_log_dir,
 )
 from segment_io.spark.schemas import ROW_SCHEMAS, SEGMENTS
 from segment_io.storage import Storage, open_storage, scheme_of
@@ -395,10 +396,19 @@ class LatestReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         storage = open_storage(self.options.path, self.options.storage_options())
         by_partition: dict[tuple[str, int], list[str]] = {}
-        for segment in list_segments(storage, self.options.path, self.bounds):
+        if self.options.remote is None:
+            segments = list_segments(storage, self.options.path, self.bounds)
+        else:
+            segments = list_tiered_segments(storage, self.options.path, self.bounds, self.options.remote,
+                                            self.options.remote_layout, self.options.storage_options(),
+                                            whole_segments=True)
+        for segment in segments:
             by_partition.setdefault((segment.topic, segment.partition), []).append(segment.uri)
         checkpoints: dict[str, dict[tuple[str, int], int]] = {}
-        return [LatestPartition(t, p, tuple(uris), _log_start(storage, t, p, uris[0], checkpoints))
+        # a tiered partition's first segments are remote: its log dir is the one the tiered read listed
+        log_dir = tiered_log_dir(storage, self.options.path)[0].root if self.options.remote is not None else None
+        return [LatestPartition(t, p, tuple(uris), _log_start(storage, t, p, _checkpoint_of(uris[0], log_dir),
+                                                              checkpoints))
                 for (t, p), uris in sorted(by_partition.items())]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -406,8 +416,8 @@ class LatestReader(DataSourceReader):
 
         if not isinstance(partition, LatestPartition):
             return
-        storage = open_storage(partition.uris[0], self.options.storage_options())
-        segments = [(uri, storage.read(uri)) for uri in partition.uris]
+        stores = _Stores(self.options)
+        segments = [(uri, stores.of(uri).read(uri)) for uri in partition.uris]
         rows = partition_latest(segments, topic=partition.topic, partition=partition.partition,
                                 verify_crc=self.options.verify_crc,
                                 allow_truncated_tail=self.options.allow_truncated_tail,
@@ -416,17 +426,23 @@ class LatestReader(DataSourceReader):
             yield from rows.to_batches(max_chunksize=self.options.batch_rows)
 
 
-def _log_start(storage: Any, topic: str, partition: int, segment_uri: str,
-               checkpoints: dict[str, dict[tuple[str, int], int]]) -> int:
-    """The partition's entry in the ``log-start-offset-checkpoint`` of the log dir holding ``segment_uri``
-    (0 when there is none, or the segment is not in a partition dir); ``checkpoints`` caches the files read."""
-    from segment_io.checkpoint import read_offset_checkpoint
+def _checkpoint_of(segment_uri: str, log_dir: str | None) -> str:
+    """The ``log-start-offset-checkpoint`` of ``log_dir``, or when None of the log dir holding ``segment_uri``."""
     from segment_io.layout import LOG_START_OFFSET_CHECKPOINT, log_dir_file
+
+    if log_dir is not None:
+        return f"{log_dir.rstrip('/')}/{LOG_START_OFFSET_CHECKPOINT}"
+    return log_dir_file(segment_uri.rsplit("/", 1)[0], LOG_START_OFFSET_CHECKPOINT)
+
+
+def _log_start(storage: Any, topic: str, partition: int, uri: str,
+               checkpoints: dict[str, dict[tuple[str, int], int]]) -> int:
+    """The partition's entry in the ``log-start-offset-checkpoint`` at ``uri`` (0 when there is none, or the
+    segment is not in a partition dir); ``checkpoints`` caches the files read."""
+    from segment_io.checkpoint import read_offset_checkpoint
 
     if not topic or partition < 0:
         return 0
-    partition_dir = segment_uri.rsplit("/", 1)[0]
-    uri = log_dir_file(partition_dir, LOG_START_OFFSET_CHECKPOINT)
     if uri not in checkpoints:
         checkpoints[uri] = read_offset_checkpoint(storage, uri)
     return max(checkpoints[uri].get((topic, partition), 0), 0)

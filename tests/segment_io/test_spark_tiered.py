@@ -13,11 +13,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from jobs.logdir.tiered import UnreadableRemoteSegment
+from jobs.logdir.tiered import OverlapNotSupported, UnreadableRemoteSegment
+from segment_io.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from segment_io.errors import UsageError
 from segment_io.schema import RECORD_SCHEMA
 from segment_io.spark import FORMAT_NAME, DataSourceOptionError, parse_options, register
-from segment_io.spark.source import KafkaSegmentsReader
+from segment_io.spark.source import KafkaSegmentsReader, LatestReader
+from segment_io.storage import LocalStorage
 from tests.support.builders import LogBuilder, rec, write_log
 from tests.support.tiered_broker import produced_record
 
@@ -115,10 +117,42 @@ def test_a_missing_remote_object_fails_its_partition_naming_the_segment_and_the_
 def test_remote_options_are_checked() -> None:
     with pytest.raises(DataSourceOptionError, match="'remoteLayout': only with remote"):
         parse_options({"path": "/x", "remoteLayout": "local-tiered-storage"})
-    with pytest.raises(DataSourceOptionError, match="'remote': not with read=latest"):
-        parse_options({"path": "/x", "remote": "/r", "read": "latest"})
     with pytest.raises(UsageError, match="remote layout 'aiven' is not supported"):
         _reader(FIXTURE / "logs", FIXTURE / "remote", remoteLayout="aiven").partitions()
+
+
+def _latest(logs: Path, remote: Path, topics: str) -> dict[tuple[str, bytes], tuple[bytes, int]]:
+    reader = LatestReader(parse_options({"path": str(logs), "remote": str(remote), "read": "latest",
+                                         "topics": topics}))
+    rows = [r for part in reader.partitions() for b in reader.read(part) for r in b.to_pylist()]
+    return {(r["topic"], r["key"]): (r["value"], r["offset"]) for r in rows}
+
+
+def _latest_produced(topic: str, first: int, last: int) -> dict[tuple[str, bytes], tuple[bytes, int]]:
+    out = {}
+    for n in range(first, last + 1):
+        key, value = produced_record(topic, n)
+        out[(topic, key)] = (value, n)
+    return out
+
+
+def test_read_latest_of_a_tiered_topic_is_the_latest_produced_value_per_key() -> None:
+    assert _latest(FIXTURE / "logs", FIXTURE / "remote", "kept,expiring") == {
+        **_latest_produced("kept", 0, 119), **_latest_produced("expiring", 20, 119)}
+
+
+def test_read_latest_of_a_tiered_topic_starts_at_the_log_dir_s_log_start_offset(node: Path) -> None:
+    checkpoint = node / "logs" / "log-start-offset-checkpoint"
+    entries = read_offset_checkpoint(LocalStorage(), str(checkpoint))
+    write_offset_checkpoint(LocalStorage(), str(checkpoint), {**entries, ("kept", 0): 115})
+    assert _latest(node / "logs", node / "remote", "kept") == _latest_produced("kept", 115, 119)
+
+
+def test_read_latest_refuses_a_partition_that_keeps_part_of_a_remote_segment(node: Path) -> None:
+    _local_segment(node / "logs" / "kept-0", "kept", 110, 119)
+    with pytest.raises(OverlapNotSupported, match="kept-0: remote segment aobG7UP8QpyBk-sRSf8O_Q "
+                                                  r"\(offsets 100-119, keeping 100-109\)"):
+        _latest(node / "logs", node / "remote", "kept")
 
 
 @pytest.fixture
