@@ -346,7 +346,11 @@ def _tiered(storage: Storage, path: str, remote: RemoteOptions) -> tuple[list[tu
     tp = layout.parse_partition_dir(name)
     if tp is None:
         raise UsageError(f"{path}: --remote dumps a partition directory (<topic>-<partition>) as one log")
-    plan = read_tiered_plans(storage, layout.list_log_dir(storage, parent), remote, partitions=[tp]).get(tp)
+    failed: dict[tuple[str, int], SegjobsError] = {}
+    plan = read_tiered_plans(storage, layout.list_log_dir(storage, parent), remote, partitions=[tp],
+                             errors=failed).get(tp)
+    if tp in failed:
+        return [], [failed[tp]]
     if plan is None:  # the remote log metadata's own partition: no user data, read as it is
         uris, problems = _expand(storage, path)
         return [(storage, uri, _kind(storage, uri), None) for uri in uris], problems

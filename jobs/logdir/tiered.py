@@ -117,9 +117,13 @@ def _remote_files(listing: RemoteListing, layout: RemoteLayout) -> dict[tuple[st
 
 def read_tiered_plans(storage: Storage, listing: LogDirListing, remote: RemoteOptions,
                       storage_options: StorageOptions | None = None,
-                      partitions: Iterable[tuple[str, int]] | None = None) -> dict[tuple[str, int], TieredLogPlan]:
+                      partitions: Iterable[tuple[str, int]] | None = None,
+                      errors: dict[tuple[str, int], SegjobsError] | None = None
+                      ) -> dict[tuple[str, int], TieredLogPlan]:
     """The read plan of every partition of ``listing`` (of ``partitions`` when given; the metadata partitions
-    themselves are no user data and left out), ``storage`` serving the log dir."""
+    themselves are no user data and left out), ``storage`` serving the log dir. What one partition's own files
+    make impossible (a damaged checkpoint, a local segment that does not end on a batch) is raised, or with
+    ``errors`` put there (that partition has no plan) while the others are planned."""
     layout = readable_layout(remote.layout)
     state = _replay(storage, listing)
     remote_store = open_storage(remote.root, storage_options)
@@ -132,7 +136,12 @@ def read_tiered_plans(storage: Storage, listing: LogDirListing, remote: RemoteOp
     for key, part in sorted(listing.partitions.items()):
         if key[0] == METADATA_TOPIC or (wanted is not None and key not in wanted):
             continue
-        plans[key] = _plan(storage, part, state, files, layout, root, starts.get(key))
+        try:
+            plans[key] = _plan(storage, part, state, files, layout, root, starts.get(key))
+        except SegjobsError as exc:
+            if errors is None:
+                raise
+            errors[key] = exc
     return plans
 
 
@@ -180,9 +189,9 @@ def tiered_listing(storage: Storage, listing: LogDirListing, remote: RemoteOptio
     if scheme_of(remote.root) != scheme_of(listing.root):
         raise UsageError(f"--remote {remote.root}: the remote store must be where the log dir is (both local paths, "
                          f"or both s3://) for this command; the data source reads any")
-    plans = read_tiered_plans(storage, listing, remote, storage_options, partitions)
-    parts = dict(listing.partitions)
     errors: dict[tuple[str, int], SegjobsError] = {}
+    plans = read_tiered_plans(storage, listing, remote, storage_options, partitions, errors)
+    parts = dict(listing.partitions)
     tiered = []
     for key, plan in plans.items():
         error: SegjobsError | None = unreadable_error(plan)

@@ -53,16 +53,21 @@ def test_without_remote_only_the_local_tail_is_read(tmp_path: Path) -> None:
     assert _rows(tmp_path / "t") == {}
 
 
-def test_a_missing_remote_object_fails_its_partition_and_the_others_are_applied(tmp_path: Path) -> None:
+def _with_a_local_partition(tmp_path: Path) -> Path:
+    """A copy of the fixture with a second partition of ``kept`` that is only local (same topic id)."""
     node = tmp_path / "node"
     shutil.copytree(FIXTURE, node)
-    (next((node / "remote" / "kafka-tiered-storage").glob("kept-0-*")) / f"{KEPT_40}.log").unlink()
-    # a second partition of the topic that is only local (same topic id)
     (node / "logs" / "kept-1").mkdir()
     shutil.copy(node / "logs" / "kept-0" / "partition.metadata", node / "logs" / "kept-1")
     log = LogBuilder("kept", 1)
     log.batch([rec("a", "1"), rec("b", "2")])
     write_log(log.table(), node / "logs" / "kept-1")
+    return node
+
+
+def test_a_missing_remote_object_fails_its_partition_and_the_others_are_applied(tmp_path: Path) -> None:
+    node = _with_a_local_partition(tmp_path)
+    (next((node / "remote" / "kafka-tiered-storage").glob("kept-0-*")) / f"{KEPT_40}.log").unlink()
     result = _run(node / "logs", node / "remote", tmp_path / "t", "kept")
     assert result.exit_code == 1
     (p0, p1) = result.partitions
@@ -70,3 +75,13 @@ def test_a_missing_remote_object_fails_its_partition_and_the_others_are_applied(
     assert "is absent" in (p0.error or "")
     assert (p1.action, p1.applied_after) == ("applied", 2)
     assert _rows(tmp_path / "t") == {(1, b"a"): (b"1", 0), (1, b"b"): (b"2", 1)}
+
+
+def test_a_partition_whose_leader_epochs_cannot_be_read_fails_alone(tmp_path: Path) -> None:
+    # its lineage decides which remote segments are read: without it, nothing is read of the partition
+    node = _with_a_local_partition(tmp_path)
+    (node / "logs" / "kept-0" / "leader-epoch-checkpoint").write_text("0\n2\nnot an epoch\n")
+    result = _run(node / "logs", node / "remote", tmp_path / "t", "kept")
+    (p0, p1) = result.partitions
+    assert result.exit_code == 1 and p0.action == "error" and "leader-epoch-checkpoint" in (p0.error or "")
+    assert (p1.action, p1.applied_after) == ("applied", 2)
