@@ -352,14 +352,15 @@ def _tiered(storage: Storage, path: str, remote: RemoteOptions) -> tuple[list[tu
     if tp in failed:
         return [], [failed[tp]]
     if plan is None:  # the remote log metadata's own partition: no user data, read as it is
-        uris, problems = _expand(storage, path)
-        return [(storage, uri, _kind(storage, uri), None) for uri in uris], problems
+        return [(storage, uri, _kind(storage, uri), None) for uri in _expand(storage, path)[0]], []
     error = unreadable_error(plan)
     if error is not None:
         return [], [error]
-    stores: dict[str, Storage] = {}
-    return [(stores.setdefault(scheme_of(s.uri), open_storage(s.uri)), s.uri, "log", (tp, s))
-            for s in plan.sources], []
+    stores = {scheme_of(path): storage}
+    for s in plan.sources:
+        if scheme_of(s.uri) not in stores:
+            stores[scheme_of(s.uri)] = open_storage(s.uri)
+    return [(stores[scheme_of(s.uri)], s.uri, "log", (tp, s)) for s in plan.sources], []
 
 
 def run(args: argparse.Namespace) -> int:

@@ -630,7 +630,8 @@ class _Frame:
                     listing.partitions[key] = replace(after,
                                                       outside_log_dir=listing.partitions[key].outside_log_dir)
         remote = getattr(self.options, "remote", None)  # inspect --remote: tiered partitions read as one log
-        tiered = tiered_listing(storage, listing, remote, self.options.storage_options()) if remote else None
+        tiered = (tiered_listing(storage, listing, remote, self.options.storage_options(),
+                                 [k for k in listing.partitions if self.scope.includes(*k)]) if remote else None)
         listing = tiered.listing if tiered is not None else listing
         present = set(listing.partitions)
         checkpoints = read_job_checkpoints(storage, log_dir, listing)
