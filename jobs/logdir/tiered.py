@@ -45,6 +45,9 @@ class RemoteOptions:
     root: str
     layout: str = DEFAULT_REMOTE_LAYOUT
 
+    def __post_init__(self) -> None:
+        readable_layout(self.layout)  # a layout that cannot be read is refused before anything is read
+
 
 class UnreadableRemoteSegment(StorageError):
     """A finished remote segment a tiered partition's read needs cannot be read: its segment object is absent or

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from segment_io.errors import ConfigError
+from segment_io.errors import ConfigError, UsageError
 from segment_io.layout import parse_partition_dir
 from segment_io.remote_layout import LocalTieredStorageLayout
 from segment_io.storage import StorageOptions
@@ -136,6 +136,8 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
     )
     if get("remoteLayout") is not None and parsed.remote is None:
         raise DataSourceOptionError("remoteLayout", "only with remote, the remote store's root")
+    if parsed.remote is not None:
+        _check_remote_layout(parsed.remote_layout)
     if parsed.read_mode == "latest":
         for name in _RECORD_ONLY_OPTIONS:
             if get(name) is not None:
@@ -152,6 +154,16 @@ def _remote(raw: str | None) -> str | None:
     if not raw.strip():
         raise DataSourceOptionError("remote", "empty: give the remote store's root (a local path or s3:// URI)")
     return raw.strip()
+
+
+def _check_remote_layout(name: str) -> None:
+    # imported only for a tiered read: the plan of one is jobs' (the remote log metadata's replay, Kafka's rules)
+    from jobs.logdir.tiered import readable_layout
+
+    try:
+        readable_layout(name)
+    except UsageError as exc:
+        raise DataSourceOptionError("remoteLayout", str(exc)) from None
 
 
 def _int(get: _Get, name: str, *, minimum: int | None = None) -> int | None:

@@ -15,7 +15,6 @@ import pytest
 
 from jobs.logdir.tiered import OverlapNotSupported, UnreadableRemoteSegment
 from segment_io.checkpoint import read_offset_checkpoint, write_offset_checkpoint
-from segment_io.errors import UsageError
 from segment_io.schema import RECORD_SCHEMA
 from segment_io.spark import FORMAT_NAME, DataSourceOptionError, parse_options, register
 from segment_io.spark.source import KafkaSegmentsReader, LatestReader
@@ -117,8 +116,8 @@ def test_a_missing_remote_object_fails_its_partition_naming_the_segment_and_the_
 def test_remote_options_are_checked() -> None:
     with pytest.raises(DataSourceOptionError, match="'remoteLayout': only with remote"):
         parse_options({"path": "/x", "remoteLayout": "local-tiered-storage"})
-    with pytest.raises(UsageError, match="remote layout 'aiven' is not supported"):
-        _reader(FIXTURE / "logs", FIXTURE / "remote", remoteLayout="aiven").partitions()
+    with pytest.raises(DataSourceOptionError, match="'remoteLayout': remote layout 'aiven' is not supported"):
+        parse_options({"path": "/x", "remote": "/r", "remoteLayout": "aiven"})
 
 
 def _latest(logs: Path, remote: Path, topics: str) -> dict[tuple[str, bytes], tuple[bytes, int]]:
