@@ -33,6 +33,7 @@ from segment_io.aiven_manifest import CorruptRemoteObject, SegmentManifest, pars
 from segment_io.errors import NotFoundError, UsageError
 
 if TYPE_CHECKING:
+    from segment_io.remote_metadata import SegmentMetadata
     from segment_io.storage.base import FileInfo, Storage
 
 
@@ -116,6 +117,11 @@ class RemoteLayout(ABC):
         """One index of the segment as Kafka wrote it, ``kind`` one of :data:`INDEX_KINDS`; None when the segment
         has none of that kind (a transaction index)."""
 
+    def object_uri(self, root: str, segment: "SegmentMetadata", suffix: str) -> str | None:
+        """Where the layout keeps ``segment``'s object ``suffix`` under ``root`` (for messages about an absent
+        one); None when the layout cannot say from the metadata alone."""
+        return None
+
     def list(self, storage: "Storage", root: str) -> RemoteListing:
         """Every file under ``root``, recognised or not."""
         listing = RemoteListing(root, self.name)
@@ -172,6 +178,11 @@ class LocalTieredStorageLayout(RemoteLayout):
             return None
         return RemoteObject(info.uri, info.size, d.group("topic"), d.group("topic_id"), int(d.group("partition")),
                             f.group("segment_id"), int(f.group("start")), f.group("suffix"), info.mtime_ms, info.etag)
+
+    def object_uri(self, root: str, segment: "SegmentMetadata", suffix: str) -> str | None:
+        tp = segment.partition
+        return (f"{root.rstrip('/')}/{tp.topic}-{tp.partition}-{tp.topic_id}/"
+                f"{segment.start_offset:020d}-{segment.segment_id}{suffix}")
 
     def required_suffixes(self, txn_index_empty: bool) -> tuple[str, ...]:
         # LocalTieredStorage writes every file but the transaction index, which it writes when there is one

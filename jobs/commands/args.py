@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from jobs.engine.frame.options import InvalidOption
 from jobs.engine.report.events import LOG_FORMATS, ProgressEvent, stderr_sink
 from jobs.engine.report.run_report import PARTITION_ROWS_MAX, output_width
+from jobs.logdir.tiered import DEFAULT_REMOTE_LAYOUT, RemoteOptions
+from segment_io.errors import UsageError
 from segment_io.storage.options import StorageOptions
 from segment_io.units import parse_duration, parse_size
 
@@ -68,6 +70,28 @@ def add_s3_options(p: argparse.ArgumentParser) -> None:
     """Where S3 is and its region (read back by :func:`storage_options_from_args`)."""
     p.add_argument("--s3-endpoint", metavar="URL", help="S3 endpoint URL (default: AWS_ENDPOINT_URL or AWS)")
     p.add_argument("--s3-region", metavar="REGION", help="S3 region (default: from the AWS configuration)")
+
+
+def add_remote_options(p: argparse.ArgumentParser) -> None:
+    """``--remote`` and ``--remote-layout``: read tiered topics as one log, their finished remote segments below the
+    local log and then the local segments (read back by :func:`remote_options_from_args`)."""
+    p.add_argument("--remote", metavar="URI",
+                   help="the remote store of tiered topics (local path or s3://bucket/prefix; for "
+                        "local-tiered-storage its dir setting or the kafka-tiered-storage directory in it): each "
+                        "partition is read as one log, its finished remote segments (per the log dir's "
+                        "__remote_log_metadata) below the local log, then its local segments")
+    p.add_argument("--remote-layout", default=DEFAULT_REMOTE_LAYOUT, metavar="NAME",
+                   help=f"how the remote store names its objects (default and only readable: {DEFAULT_REMOTE_LAYOUT})")
+
+
+def remote_options_from_args(args: argparse.Namespace) -> RemoteOptions | None:
+    """The remote store of ``--remote``/``--remote-layout``; None without ``--remote``."""
+    remote = getattr(args, "remote", None)
+    if not remote:
+        if getattr(args, "remote_layout", DEFAULT_REMOTE_LAYOUT) != DEFAULT_REMOTE_LAYOUT:
+            raise UsageError("--remote-layout needs --remote, the remote store's root")
+        return None
+    return RemoteOptions(remote, args.remote_layout)
 
 
 def add_max_batch_bytes_option(p: argparse.ArgumentParser) -> None:

@@ -10,11 +10,18 @@ bound. Without --verify, dump exits 1 only when a file cannot be read
 at all (no batch in a non-empty .log, an index or checkpoint that does not parse). A log dir, or a file that
 is none of the above, exits 2 before anything is printed.
 
+With --remote (a tiered topic's remote store; --remote-layout, default local-tiered-storage), a partition directory
+is dumped as one log: its finished remote segments below the local log (per the __remote_log_metadata partitions of
+its log dir), then its local segments; of a remote segment the local log overlaps, only the batches and records
+below the first local offset are shown. A finished remote segment whose object is missing is a problem naming the
+segment, its offsets and the object (exit 1); the other paths are still dumped.
+
 examples:
   segjobs dump /var/kafka/logs/orders-0/00000000000000000000.log
   segjobs dump --deep /var/kafka/logs/orders-0
   segjobs dump --format jsonl s3://bucket/kafka/orders-0/00000000000000001000.log | jq .offset
   segjobs dump --verify /var/kafka/logs/orders-0
+  segjobs dump --deep --remote /var/kafka/tiered /var/kafka/logs/clicks-0
 """
 
 from __future__ import annotations
@@ -28,7 +35,9 @@ from typing import IO
 import numpy as np
 import pyarrow as pa
 
-from jobs.commands.args import batch_bytes_arg, size_arg
+from jobs.commands.args import add_remote_options, batch_bytes_arg, remote_options_from_args, size_arg
+from jobs.logdir.tiered import RemoteOptions, read_tiered_plans, unreadable_error
+from jobs.rules.tiered_read import SegmentSource
 from jobs.rules.timeutil import format_instant
 from segment_io import index, layout
 from segment_io.checkpoint import parse_leader_epoch_checkpoint, parse_offset_checkpoint
@@ -42,7 +51,7 @@ from segment_io.errors import (
     UsageError,
 )
 from segment_io.format import LOG_OVERHEAD, BatchHeaders, scan_batches
-from segment_io.storage import open_storage
+from segment_io.storage import open_storage, scheme_of
 from segment_io.storage.base import KIND_FILE, Storage
 
 
@@ -58,8 +67,11 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "a decompression bomb (default: $SEGJOBS_MAX_BATCH_BYTES, else 256MiB)")
     p.add_argument("--max-value-bytes", type=size_arg, default=64, metavar="SIZE",
                    help="text format: show at most this many bytes of each key/value (default: 64; -1: all)")
+    add_remote_options(p)
 
 
+#: A segment of a tiered partition read as one log: the partition and the segment's source (None: a file as it is).
+Part = tuple[tuple[str, int], SegmentSource] | None
 #: Index file suffixes dump reads (a ``.snapshot`` is a producer-state snapshot, not an index).
 INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
 #: Checkpoint files dump reads: the per-log-dir offset checkpoints and the per-partition leader epochs.
@@ -188,8 +200,11 @@ def _dump_index(storage: Storage, uri: str, out: IO[str]) -> list[SegjobsError]:
     return problems
 
 
-def _dump_log(storage: Storage, uri: str, args: argparse.Namespace, out: IO[str]) -> tuple[list[SegjobsError], bool]:
-    """Dump one segment file: (its problems, whether it is readable: empty or holding at least one batch)."""
+def _dump_log(storage: Storage, uri: str, args: argparse.Namespace, out: IO[str],
+              part: Part = None) -> tuple[list[SegjobsError], bool]:
+    """Dump one segment file: (its problems, whether it is readable: empty or holding at least one batch). ``part``:
+    the segment is a source of a tiered partition's log, whose batches and records outside its kept offsets are
+    not shown."""
     from segment_io.decode import decode_segment_bytes, verify_segment_crcs  # start-up: numba kernels (~0.15 s)
 
     data = storage.read(uri)
@@ -207,29 +222,37 @@ def _dump_log(storage: Storage, uri: str, args: argparse.Namespace, out: IO[str]
             if err.position is not None:
                 crc_errors[err.position] = err
             problems.append(err)
+    source = part[1] if part is not None else None
     if args.verify:
-        problems.extend(_verify_indexes(storage, uri, headers))
+        problems.extend(_verify_indexes(storage, uri, headers, source))
     records = None
     if args.deep or args.format == "jsonl" or args.verify:
         parent = uri.rstrip("/").rsplit("/", 2)
-        where = layout.parse_partition_dir(parent[-2]) if len(parent) >= 2 else None
+        where = part[0] if part is not None else layout.parse_partition_dir(parent[-2]) if len(parent) >= 2 else None
         topic, partition = where if where else ("", -1)
         name = layout.parse_segment_file(parent[-1])
+        base = source.base_offset if source is not None else name[0] if name else None
         try:
             records = decode_segment_bytes(data, path=uri, allow_truncated_tail=True, verify_crc=False, topic=topic,
-                                           partition=partition, segment_base_offset=name[0] if name else None,
+                                           partition=partition, segment_base_offset=base,
                                            max_batch_bytes=args.max_batch_bytes)
         except CorruptRecordError as exc:
             problems.append(exc)
+    first, last = _kept(source)
+    shown = (headers.last_offset >= first) & (headers.base_offset <= last)
+    if records is not None and (first, last) != _ALL:
+        offsets = records["offset"].to_numpy()
+        records = records.filter(pa.array((offsets >= first) & (offsets <= last)))
     if args.format == "jsonl":
         if records is not None:
             _write_jsonl(records, out)
     else:
-        out.write(f"Dumping {uri}\n")
+        out.write(f"Dumping {uri}" + (f": {source.describe()}" if source is not None and source.is_remote else "")
+                  + "\n")
         rec_pos = records["batch_position"].to_numpy() if records is not None else None
         starts = np.searchsorted(rec_pos, headers.position) if rec_pos is not None else None
         ends = np.searchsorted(rec_pos, headers.position, side="right") if rec_pos is not None else None
-        for i in range(len(headers)):
+        for i in np.flatnonzero(shown).tolist():
             ok = int(headers.position[i]) not in crc_errors
             out.write(_batch_line(headers, i, ok) + "\n")
             if args.deep and records is not None and starts is not None and ends is not None:
@@ -237,18 +260,36 @@ def _dump_log(storage: Storage, uri: str, args: argparse.Namespace, out: IO[str]
     return problems, bool(len(headers)) or not data
 
 
-def _verify_indexes(storage: Storage, log_uri: str, headers: BatchHeaders) -> list[SegjobsError]:
-    base_name = log_uri.rsplit("/", 1)[-1]
-    parsed = layout.parse_segment_file(base_name)
-    if not parsed:
-        return []
+def _verify_indexes(storage: Storage, log_uri: str, headers: BatchHeaders,
+                    source: SegmentSource | None = None) -> list[SegjobsError]:
+    """The problems of the ``.index`` and ``.timeindex`` beside a segment (a tiered source's: its own objects)."""
     prefix = log_uri[: -len(".log")]
-    data = {}
-    for suffix in (".index", ".timeindex"):
-        uri = prefix + suffix
-        data[suffix] = storage.read(uri) if storage.exists(uri) else None
+    if source is not None:
+        files = source.files
+        uris = {".index": files.index.uri if files.index else None,
+                ".timeindex": files.timeindex.uri if files.timeindex else None}
+        base = source.base_offset
+    else:
+        parsed = layout.parse_segment_file(log_uri.rsplit("/", 1)[-1])
+        if not parsed:
+            return []
+        uris = {suffix: prefix + suffix for suffix in (".index", ".timeindex")}
+        base = parsed[0]
+    data = {suffix: storage.read(uri) if uri is not None and storage.exists(uri) else None
+            for suffix, uri in uris.items()}
     return list(index.check_indexes(headers, data[".index"], data[".timeindex"], path=prefix,
-                                    segment_base_offset=parsed[0]))
+                                    segment_base_offset=base))
+
+
+#: every offset: what a segment dumped as it is shows
+_ALL = (np.iinfo(np.int64).min, np.iinfo(np.int64).max)
+
+
+def _kept(source: SegmentSource | None) -> tuple[int, int]:
+    """The offsets of a tiered source to show (inclusive); every offset for a segment dumped as it is."""
+    if source is None or not source.trimmed or source.keep_last is None:
+        return _ALL
+    return source.keep_first, source.keep_last
 
 
 def _write_records_text(records: pa.Table, limit: int, out: IO[str]) -> None:
@@ -297,22 +338,54 @@ def _dump_checkpoint(storage: Storage, uri: str, out: IO[str]) -> list[SegjobsEr
     return []
 
 
+def _tiered(storage: Storage, path: str, remote: RemoteOptions) -> tuple[list[tuple[Storage, str, str, Part]],
+                                                                           list[SegjobsError]]:
+    """The segments of the partition dir ``path`` read as one log (see the module docstring), or the problem that
+    its plan cannot be read."""
+    parent, _, name = path.rstrip("/").rpartition("/")
+    tp = layout.parse_partition_dir(name)
+    if tp is None:
+        raise UsageError(f"{path}: --remote dumps a partition directory (<topic>-<partition>) as one log")
+    failed: dict[tuple[str, int], SegjobsError] = {}
+    plan = read_tiered_plans(storage, layout.list_log_dir(storage, parent), remote, partitions=[tp],
+                             errors=failed).get(tp)
+    if tp in failed:
+        return [], [failed[tp]]
+    if plan is None:  # the remote log metadata's own partition: no user data, read as it is
+        return [(storage, uri, _kind(storage, uri), None) for uri in _expand(storage, path)[0]], []
+    error = unreadable_error(plan)
+    if error is not None:
+        return [], [error]
+    stores = {scheme_of(path): storage}
+    for s in plan.sources:
+        if scheme_of(s.uri) not in stores:
+            stores[scheme_of(s.uri)] = open_storage(s.uri)
+    return [(stores[scheme_of(s.uri)], s.uri, "log", (tp, s)) for s in plan.sources], []
+
+
 def run(args: argparse.Namespace) -> int:
     """Dump every PATH; exit 0, or 1 when a file could not be read at all (or, with --verify, on any
     problem). Paths are checked before anything is printed: a mistake (a log dir, a file that is neither a
     segment, an index nor a checkpoint) exits 2 with nothing on stdout."""
     out = sys.stdout
-    todo: list[tuple[Storage, str, str]] = []
+    remote = remote_options_from_args(args)
+    todo: list[tuple[Storage, str, str, Part]] = []
     problems: list[SegjobsError] = []
+    unreadable = 0
     for path in args.paths:
         storage = open_storage(path)
         uris, irregular = _expand(storage, path)
         problems.extend(irregular)
-        todo += [(storage, uri, _kind(storage, uri)) for uri in uris]
-    unreadable = 0
-    for storage, uri, kind in todo:
+        if remote is not None and not storage.exists(path):
+            planned, failed = _tiered(storage, path, remote)
+            todo += planned
+            problems.extend(failed)
+            unreadable += len(failed)
+            continue
+        todo += [(storage, uri, _kind(storage, uri), None) for uri in uris]
+    for storage, uri, kind, part in todo:
         if kind == "log":
-            found, readable = _dump_log(storage, uri, args, out)
+            found, readable = _dump_log(storage, uri, args, out, part)
         else:
             found = (_dump_index if kind == "index" else _dump_checkpoint)(storage, uri, out)
             readable = not found  # an index or checkpoint that does not parse shows nothing

@@ -28,6 +28,13 @@ examples:
   segjobs inspect --log-dir /backup/logs --format json --report /tmp/inspect.json
   segjobs inspect --log-dir /var/kafka/logs --html /tmp/inspect.html      # the charts, for a browser
   segjobs inspect --log-dir /var/kafka/logs --per-partition               # every partition's row, however many
+  segjobs inspect --log-dir /var/kafka/logs --remote /var/kafka/tiered     # tiered topics: remote segments too
+
+With --remote (the remote store of tiered topics), each tiered partition is inspected as one log: its finished
+remote segments below the local log (per the log dir's __remote_log_metadata), then its local segments; its
+retention columns then judge the whole log as Kafka's retention does (segjobs retain deletes local segments only).
+A partition whose remote segment cannot be read (its object missing) or that keeps only part of one (the local log
+starts inside it) is reported unreadable, the others inspected (exit code 1).
 
 In a notebook: jobs.api.dirty_ratios(spark, uri) returns the same rows as a Spark DataFrame.
 """
@@ -37,7 +44,15 @@ from __future__ import annotations
 import argparse
 
 from jobs import api
-from jobs.commands.args import add_log_dir_options, cli_wording, job_options, print_result, summary_view
+from jobs.commands.args import (
+    add_log_dir_options,
+    add_remote_options,
+    cli_wording,
+    job_options,
+    print_result,
+    remote_options_from_args,
+    summary_view,
+)
 from jobs.commands.retain import add_max_delete_fraction_option
 from jobs.engine.frame.options import InspectOptions
 from jobs.engine.inspect.driver import FORMATS
@@ -67,12 +82,14 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exact", action="store_true",
                    help="count distinct keys exactly and measure compaction with a dry run of the compaction task "
                         "(slower, 16 bytes of memory per record); default: HyperLogLog estimates")
+    add_remote_options(p)
 
 
 def options_from_args(args: argparse.Namespace) -> InspectOptions:
     """The typed options of parsed ``segjobs inspect`` arguments."""
     with cli_wording():
-        return InspectOptions(**job_options(args), exact=args.exact, html=args.html)
+        return InspectOptions(**job_options(args), exact=args.exact, html=args.html,
+                              remote=remote_options_from_args(args))
 
 
 def run(args: argparse.Namespace, *, seams: Seams | None = None) -> int:

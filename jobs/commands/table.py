@@ -28,10 +28,16 @@ writer of the table overtook fails without writing anything (exit 1): rerun it. 
 tasks under spark-submit, in this process otherwise. The log dir is only read: no lock is taken, nothing is
 written there, so it is safe beside a running broker or a segjobs compact.
 
+A tiered topic (--remote, the remote store; --remote-layout): each partition is read as one log, its finished
+remote segments below the local log (per the log dir's __remote_log_metadata), then its local segments. A partition
+whose remote segment cannot be read (its object missing), or that would keep only part of one (the local log starts
+inside it), fails alone (exit 1).
+
 examples:
   segjobs table --log-dir /var/kafka/logs --topic orders --table /lake/orders_latest
   segjobs table --log-dir s3://bucket/kafka/logs --topic orders --table s3://lake/orders_latest --dry-run
   segjobs table --log-dir /backup/logs --topic orders --table /lake/orders_latest --rebuild --partition 3
+  segjobs table --log-dir /var/kafka/logs --topic clicks --table /lake/clicks_latest --remote /var/kafka/tiered
   spark-submit --packages DELTA_SPARK_PACKAGE \\
       --conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension \\
       --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog \\
@@ -48,11 +54,13 @@ from typing import TYPE_CHECKING
 from jobs.commands.args import (
     add_log_format_option,
     add_max_batch_bytes_option,
+    add_remote_options,
     add_rows_options,
     add_s3_options,
     cli_wording,
     close_progress,
     progress_sink,
+    remote_options_from_args,
     size_arg,
     storage_options_from_args,
     summary_view,
@@ -102,6 +110,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="Spark master, when the partitions should be read by Spark (default: spark-submit's; run "
                         "directly, partitions are read in this process and no Spark starts)")
     add_s3_options(p)
+    add_remote_options(p)
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr (failures are still shown)")
     p.add_argument("--format", "--output", dest="format", choices=("table", "json"), default="table",
                    help="what stdout gets: table (default), or json: the run's result as one document")
@@ -120,7 +129,8 @@ def run(args: argparse.Namespace, seams: "Seams | None" = None) -> int:
         options = api.TableOptions(table=args.table.rstrip("/"), topic=args.topic, partitions=tuple(args.partition),
                                    rebuild=args.rebuild, dry_run=args.dry_run, writer=args.writer,
                                    max_batch_bytes=args.max_batch_bytes, latest_buffer_bytes=args.latest_buffer_bytes,
-                                   storage=storage_options_from_args(args), progress=progress_sink(args))
+                                   storage=storage_options_from_args(args), progress=progress_sink(args),
+                                   remote=remote_options_from_args(args))
     spark = None
     if args.master or os.environ.get("SPARK_ENV_LOADED") or args.writer == "spark":
         from jobs.engine.runtime.spark_session import build_session

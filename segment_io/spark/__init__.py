@@ -32,6 +32,13 @@ exact types of :data:`segment_io.schema.RECORD_SCHEMA`, or with ``schema`` ``kaf
                        (:data:`segment_io.latest.TABLE_SCHEMA`): the latest record per key, aborted data,
                        markers and keyless records left out, up to each partition's last stable offset; the
                        offset, timestamp, ``includeControl`` and ``schema`` options do not apply
+``remote``             the remote store of tiered topics (a local path or ``s3://`` URI): each partition of the
+                       log dir is read as one log, its finished remote segments (per the log dir's
+                       ``__remote_log_metadata``) below the local log, then its local segments, no offset twice
+                       (:mod:`jobs.rules.tiered_read`); with ``read`` ``latest`` a partition whose local
+                       log starts inside a remote segment fails the read
+``remoteLayout``       how the remote store names its objects (default and only readable:
+                       ``local-tiered-storage``)
 ``s3.endpoint``, ``s3.region``, ``s3.access_key_id``, ``s3.secret_access_key``, ``s3.session_token``,
 ``s3.profile``         S3 settings; unset ones come from the environment (see ``StorageOptions``)
 =====================  =============================================================================

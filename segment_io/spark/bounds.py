@@ -99,6 +99,10 @@ class RowBounds:
             return False
         return not (self.offset_max is not None and low is not None and low > self.offset_max)
 
+    def narrowed_offsets(self, low: int | None, high: int | None) -> "RowBounds":
+        """These bounds and offsets in ``[low, high]`` (None: unbounded) too."""
+        return replace(self, offset_min=_max_opt(self.offset_min, low), offset_max=_min_opt(self.offset_max, high))
+
     def admits_max_timestamp(self, max_timestamp: int | None) -> bool:
         """Whether rows whose timestamps are all <= ``max_timestamp`` (None: unknown) can match."""
         return max_timestamp is None or self.timestamp_min is None or max_timestamp >= self.timestamp_min

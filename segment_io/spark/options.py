@@ -12,8 +12,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from segment_io.errors import ConfigError
+from segment_io.errors import ConfigError, UsageError
 from segment_io.layout import parse_partition_dir
+from segment_io.remote_layout import LocalTieredStorageLayout
 from segment_io.storage import StorageOptions
 from segment_io.units import parse_size
 
@@ -36,7 +37,7 @@ S3_OPTIONS: dict[str, str] = {
 KNOWN_OPTIONS: tuple[str, ...] = (
     "path", "topics", "partitions", "startingOffset", "endingOffset", "startingTimestamp", "endingTimestamp",
     "includeControl", "verifyCrc", "allowTruncatedTail", "batchRows", "maxSplitBytes", "schema", "columns",
-    "read", *S3_OPTIONS,
+    "read", "remote", "remoteLayout", *S3_OPTIONS,
 )
 #: Values of the ``read`` option: every record, or the latest record per key (a compacted topic as a table).
 READ_MODES = ("records", "latest")
@@ -80,6 +81,12 @@ class ReadOptions:
     s3_overrides: StorageOptions = StorageOptions()
     #: ``records`` (default) or ``latest``: one row per live key of each partition (:mod:`segment_io.latest`)
     read_mode: str = "records"
+    #: the remote store of tiered topics (the ``remote`` option): each partition is read as one log, its finished
+    #: remote segments below the local log and then its local segments (:mod:`jobs.rules.tiered_read`); None: the
+    #: local segments only
+    remote: str | None = None
+    #: how the remote store names its objects (``remoteLayout``), as ``segjobs tiered audit --layout``
+    remote_layout: str = LocalTieredStorageLayout.name
 
     def storage_options(self) -> StorageOptions | None:
         """Settings for :func:`segment_io.storage.open_storage`: the environment overlaid with the options.
@@ -124,7 +131,13 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         columns=_columns(get("columns"), _row_schema(get("schema"))),
         s3_overrides=StorageOptions(**{field: get(opt) for opt, field in S3_OPTIONS.items()}),
         read_mode=_read_mode(get("read")),
+        remote=_remote(get("remote")),
+        remote_layout=(get("remoteLayout") or LocalTieredStorageLayout.name).strip(),
     )
+    if get("remoteLayout") is not None and parsed.remote is None:
+        raise DataSourceOptionError("remoteLayout", "only with remote, the remote store's root")
+    if parsed.remote is not None:
+        _check_remote_layout(parsed.remote_layout)
     if parsed.read_mode == "latest":
         for name in _RECORD_ONLY_OPTIONS:
             if get(name) is not None:
@@ -133,6 +146,24 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
     _check_range(parsed.starting_offset, parsed.ending_offset, "endingOffset", "startingOffset")
     _check_range(parsed.starting_timestamp, parsed.ending_timestamp, "endingTimestamp", "startingTimestamp")
     return parsed
+
+
+def _remote(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    if not raw.strip():
+        raise DataSourceOptionError("remote", "empty: give the remote store's root (a local path or s3:// URI)")
+    return raw.strip()
+
+
+def _check_remote_layout(name: str) -> None:
+    # imported only for a tiered read: the plan of one is jobs' (the remote log metadata's replay, Kafka's rules)
+    from jobs.logdir.tiered import readable_layout
+
+    try:
+        readable_layout(name)
+    except UsageError as exc:
+        raise DataSourceOptionError("remoteLayout", str(exc)) from None
 
 
 def _int(get: _Get, name: str, *, minimum: int | None = None) -> int | None:

@@ -25,6 +25,7 @@ from pyspark.sql.datasource import InputPartition
 from segment_io.errors import CorruptIndexError, CorruptRecordError, NotFoundError
 from segment_io.format import LOG_OVERHEAD, V2_HEADER_SIZE, V2_MAGIC, BatchHeaders, scan_batches
 from segment_io.layout import (
+    LogDirListing,
     PartitionListing,
     closest_topics_hint,
     list_log_dir,
@@ -34,7 +35,7 @@ from segment_io.layout import (
 )
 from segment_io.spark.bounds import RowBounds
 from segment_io.spark.options import DataSourceOptionError
-from segment_io.storage import Storage
+from segment_io.storage import Storage, StorageOptions
 
 _BATCH_PREFIX = struct.Struct(">qi")  # base offset, batch length: the first LOG_OVERHEAD bytes of a batch
 _UNKNOWN_TOPIC, _UNKNOWN_PARTITION = "", -1  # what the decoder reports for dirs that are not partition dirs
@@ -52,6 +53,10 @@ class SegmentRef:
     #: Base offset of the next segment of the partition: an exclusive upper bound on this one's offsets.
     next_base_offset: int | None
     index_uri: str | None
+    #: The offsets of the segment to read, inclusive (None: unbounded): a tiered partition's remote segment that
+    #: the local log overlaps keeps only its offsets below it (:mod:`jobs.rules.tiered_read`).
+    keep_first: int | None = None
+    keep_last: int | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,15 @@ class SegmentSplit(InputPartition):
     max_offset: int | None
     #: Upper bound on the records' timestamps (None: unknown).
     max_timestamp: int | None = None
+    #: The segment's offsets to read, inclusive (None: unbounded); see :attr:`SegmentRef.keep_first`.
+    keep_first: int | None = None
+    keep_last: int | None = None
+
+    def kept(self, bounds: RowBounds) -> RowBounds:
+        """``bounds`` narrowed to the offsets of the segment this split reads."""
+        if self.keep_first is None and self.keep_last is None:
+            return bounds
+        return bounds.narrowed_offsets(self.keep_first, self.keep_last)
 
     @property
     def is_whole_segment(self) -> bool:
@@ -113,6 +127,58 @@ def list_segments(storage: Storage, uri: str, bounds: RowBounds) -> list[Segment
             segments = [s for p in listing.partitions.values() for s in _segment_refs(p)]
     _check_topics_option(bounds.topic_globs, {s.topic for s in segments}, uri)
     return [s for s in segments if bounds.wants_partition(s.topic, s.partition)]
+
+
+def tiered_log_dir(storage: Storage, uri: str) -> tuple[LogDirListing, tuple[str, int] | None]:
+    """The listing of the log dir a tiered read of ``uri`` reads (``uri`` itself, or the log dir of the partition
+    dir ``uri``: it holds the remote log metadata), and the one partition ``uri`` names, if it is a partition dir."""
+    root = uri.rstrip("/")
+    parent, name = _split_uri(root)
+    tp = parse_partition_dir(name)
+    listing = list_log_dir(storage, root)
+    one = tp if not listing.partitions else None
+    if one is not None:
+        listing = list_log_dir(storage, parent)
+    if not listing.partitions:
+        raise NotFoundError("no partition dirs: a tiered topic is read from its broker's log dir (or one of its "
+                            "partition dirs)", uri=uri)
+    return listing, one
+
+
+def list_tiered_segments(storage: Storage, uri: str, bounds: RowBounds, remote: str, remote_layout: str,
+                         storage_options: StorageOptions | None, *, whole_segments: bool = False
+                         ) -> list[SegmentRef]:
+    """The segments to read of the tiered partitions of the log dir ``uri`` (or of the partition dir ``uri``, in
+    its log dir), in scope of ``bounds``: per partition its finished remote segments below the local log, then
+    its local segments, each with the offsets to keep (:func:`jobs.logdir.tiered.read_tiered_plans`). A
+    partition a finished remote segment of which cannot be read fails the read, naming the segment; so does one
+    that keeps only part of a remote segment when ``whole_segments`` (a reader that reads whole segments)."""
+    from jobs.logdir.tiered import OverlapNotSupported, RemoteOptions, read_tiered_plans, unreadable_error
+
+    listing, one = tiered_log_dir(storage, uri)
+    keys = [k for k in listing.partitions if one is None or k == one]
+    _check_topics_option(bounds.topic_globs, {t for t, _ in keys}, uri)
+    plans = read_tiered_plans(storage, listing, RemoteOptions(remote, remote_layout), storage_options,
+                              [k for k in keys if bounds.wants_partition(*k)])
+    refs = []
+    for (topic, partition), plan in plans.items():
+        error = unreadable_error(plan)
+        if error is not None:
+            raise error
+        trimmed = [s for s in plan.sources if s.trimmed]
+        if whole_segments and trimmed:
+            raise OverlapNotSupported(f"{topic}-{partition}: {trimmed[0].describe()}: the local log starts inside "
+                                      f"it, and read=latest reads whole segments; read the records instead")
+        for i, source in enumerate(plan.sources):
+            following = plan.sources[i + 1].base_offset if i + 1 < len(plan.sources) else None
+            index = source.files.index
+            refs.append(SegmentRef(
+                uri=source.uri, topic=topic, partition=partition, base_offset=source.base_offset,
+                size=source.files.log.size, next_base_offset=following,
+                index_uri=index.uri if index is not None and index.size else None,
+                keep_first=source.keep_first if source.trimmed else None,
+                keep_last=source.keep_last if source.trimmed else None))
+    return refs
 
 
 def _check_topics_option(globs: tuple[str, ...], topics: set[str], uri: str) -> None:
@@ -191,7 +257,8 @@ def _split(segment: SegmentRef, start: int, end: int, low: int | None, high: int
            max_timestamp: int | None = None) -> SegmentSplit:
     return SegmentSplit(uri=segment.uri, topic=segment.topic, partition=segment.partition,
                         segment_base_offset=segment.base_offset, start=start, end=end,
-                        segment_size=segment.size, min_offset=low, max_offset=high, max_timestamp=max_timestamp)
+                        segment_size=segment.size, min_offset=low, max_offset=high, max_timestamp=max_timestamp,
+                        keep_first=segment.keep_first, keep_last=segment.keep_last)
 
 
 def choose_cuts(positions: np.ndarray, max_split_bytes: int) -> np.ndarray:

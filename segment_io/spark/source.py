@@ -30,9 +30,16 @@ from segment_io.spark.bounds import RowBounds
 from segment_io.spark.filters import BASE_PUSH_FILTERS, Filter
 from segment_io.spark.options import ReadOptions, parse_options
 from segment_io.spark.packing import PackedSplit, pack_splits
-from segment_io.spark.planning import SegmentSplit, batch_min_offsets, list_segments, plan_splits
+from segment_io.spark.planning import (
+    SegmentSplit,
+    batch_min_offsets,
+    list_segments,
+    list_tiered_segments,
+    plan_splits,
+    tiered_log_dir,
+)
 from segment_io.spark.schemas import ROW_SCHEMAS, SEGMENTS
-from segment_io.storage import Storage, open_storage
+from segment_io.storage import Storage, open_storage, scheme_of
 from segment_io.storage.base import map_ahead
 
 FORMAT_NAME = "kafka-segments"
@@ -166,15 +173,21 @@ class KafkaSegmentsReader(DataSourceReader):
         (:func:`~segment_io.spark.packing.pack_splits`)."""
         if self.bounds.is_empty:
             return []
-        storage = open_storage(self.options.path, self.options.storage_options())
+        stores = _Stores(self.options)
+        storage = stores.of(self.options.path)
+        if self.options.remote is None:
+            segments = list_segments(storage, self.options.path, self.bounds)
+        else:
+            segments = list_tiered_segments(storage, self.options.path, self.bounds, self.options.remote,
+                                            self.options.remote_layout, self.options.storage_options())
         splits: list[SegmentSplit] = []
-        for segment in list_segments(storage, self.options.path, self.bounds):
+        for segment in segments:
             if not segment.size:
                 continue
             if not self.bounds.overlaps_offsets(
                     segment.base_offset, None if segment.next_base_offset is None else segment.next_base_offset - 1):
                 continue  # skipped before its index is read or its batches are scanned
-            splits.extend(s for s in plan_splits(storage, segment, self.options.max_split_bytes)
+            splits.extend(s for s in plan_splits(stores.of(segment.uri), segment, self.options.max_split_bytes)
                           if s.may_match(self.bounds))
         return pack_splits(splits, self.options.max_split_bytes)
 
@@ -231,10 +244,26 @@ def read_splits(splits: Sequence[SegmentSplit], options: ReadOptions, bounds: Ro
     answers each request with a round trip (S3: ``io_concurrency`` requests at once), one by one on local disk."""
     if not splits:
         return
-    storage = open_storage(splits[0].uri, options.storage_options())
-    fetched = map_ahead(lambda split: _split_bytes(storage, split), splits, storage.io_concurrency)
+    stores = _Stores(options)
+    concurrency = max(stores.of(split.uri).io_concurrency for split in splits)
+    fetched = map_ahead(lambda split: _split_bytes(stores.of(split.uri), split), splits, concurrency)
     for split, data in zip(splits, fetched):
         yield decode_split(data, split, options, bounds, columns)
+
+
+class _Stores:
+    """The store of each URI scheme a read meets, opened once: a tiered topic's remote segments may be in
+    another store than its log dir (an ``s3://`` remote store beside a local log dir)."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self.opened: dict[str, Storage] = {}
+
+    def of(self, uri: str) -> Storage:
+        scheme = scheme_of(uri)
+        if scheme not in self.opened:
+            self.opened[scheme] = open_storage(uri, self.options.storage_options())
+        return self.opened[scheme]
 
 
 def read_split(split: SegmentSplit, options: ReadOptions, bounds: RowBounds,
@@ -255,6 +284,7 @@ def decode_split(data: bytes, split: SegmentSplit, options: ReadOptions, bounds:
     """:func:`read_split` of the split's bytes ``data``, already read."""
     from segment_io.decode import decode_segment_bytes
 
+    bounds = split.kept(bounds)
     wanted_columns = RECORD_SCHEMA.names if columns is None else list(columns)
     # The row filter reads offsets and timestamps whether or not the rows carry them.
     decoded = [name for name in RECORD_SCHEMA.names
@@ -366,10 +396,19 @@ class LatestReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         storage = open_storage(self.options.path, self.options.storage_options())
         by_partition: dict[tuple[str, int], list[str]] = {}
-        for segment in list_segments(storage, self.options.path, self.bounds):
+        if self.options.remote is None:
+            segments = list_segments(storage, self.options.path, self.bounds)
+        else:
+            segments = list_tiered_segments(storage, self.options.path, self.bounds, self.options.remote,
+                                            self.options.remote_layout, self.options.storage_options(),
+                                            whole_segments=True)
+        for segment in segments:
             by_partition.setdefault((segment.topic, segment.partition), []).append(segment.uri)
         checkpoints: dict[str, dict[tuple[str, int], int]] = {}
-        return [LatestPartition(t, p, tuple(uris), _log_start(storage, t, p, uris[0], checkpoints))
+        # a tiered partition's first segments are remote: its log dir is the one the tiered read listed
+        log_dir = tiered_log_dir(storage, self.options.path)[0].root if self.options.remote is not None else None
+        return [LatestPartition(t, p, tuple(uris), _log_start(storage, t, p, _checkpoint_of(uris[0], log_dir),
+                                                              checkpoints))
                 for (t, p), uris in sorted(by_partition.items())]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -377,8 +416,8 @@ class LatestReader(DataSourceReader):
 
         if not isinstance(partition, LatestPartition):
             return
-        storage = open_storage(partition.uris[0], self.options.storage_options())
-        segments = [(uri, storage.read(uri)) for uri in partition.uris]
+        stores = _Stores(self.options)
+        segments = [(uri, stores.of(uri).read(uri)) for uri in partition.uris]
         rows = partition_latest(segments, topic=partition.topic, partition=partition.partition,
                                 verify_crc=self.options.verify_crc,
                                 allow_truncated_tail=self.options.allow_truncated_tail,
@@ -387,17 +426,23 @@ class LatestReader(DataSourceReader):
             yield from rows.to_batches(max_chunksize=self.options.batch_rows)
 
 
-def _log_start(storage: Any, topic: str, partition: int, segment_uri: str,
-               checkpoints: dict[str, dict[tuple[str, int], int]]) -> int:
-    """The partition's entry in the ``log-start-offset-checkpoint`` of the log dir holding ``segment_uri``
-    (0 when there is none, or the segment is not in a partition dir); ``checkpoints`` caches the files read."""
-    from segment_io.checkpoint import read_offset_checkpoint
+def _checkpoint_of(segment_uri: str, log_dir: str | None) -> str:
+    """The ``log-start-offset-checkpoint`` of ``log_dir``, or when None of the log dir holding ``segment_uri``."""
     from segment_io.layout import LOG_START_OFFSET_CHECKPOINT, log_dir_file
+
+    if log_dir is not None:
+        return f"{log_dir.rstrip('/')}/{LOG_START_OFFSET_CHECKPOINT}"
+    return log_dir_file(segment_uri.rsplit("/", 1)[0], LOG_START_OFFSET_CHECKPOINT)
+
+
+def _log_start(storage: Any, topic: str, partition: int, uri: str,
+               checkpoints: dict[str, dict[tuple[str, int], int]]) -> int:
+    """The partition's entry in the ``log-start-offset-checkpoint`` at ``uri`` (0 when there is none, or the
+    segment is not in a partition dir); ``checkpoints`` caches the files read."""
+    from segment_io.checkpoint import read_offset_checkpoint
 
     if not topic or partition < 0:
         return 0
-    partition_dir = segment_uri.rsplit("/", 1)[0]
-    uri = log_dir_file(partition_dir, LOG_START_OFFSET_CHECKPOINT)
     if uri not in checkpoints:
         checkpoints[uri] = read_offset_checkpoint(storage, uri)
     return max(checkpoints[uri].get((topic, partition), 0), 0)

@@ -81,6 +81,11 @@ class TieredRun:
     produced: dict[str, int]  #: records produced per topic
 
 
+def produced_record(topic: str, n: int) -> tuple[bytes, bytes]:
+    """The key and value of the ``n``-th record produced to ``topic`` (one partition, so also its offset)."""
+    return f"k{n % 7}".encode(), f"{topic}-{n:06d}".encode().ljust(VALUE_BYTES, b".")
+
+
 def _producer(ck: Any, broker: Broker) -> Any:
     return ck.Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "enable.idempotence": True})
 
@@ -92,8 +97,8 @@ def _produce(ck: Any, broker: Broker, topic: str, batches: int, first: int) -> i
     for _ in range(batches):
         time.sleep(ROLL_MS * 1.5 / 1000)
         for _ in range(RECORDS_PER_BATCH):
-            producer.produce(topic, key=f"k{n % 7}".encode(), value=f"{topic}-{n:06d}".encode().ljust(VALUE_BYTES,
-                                                                                                    b"."))
+            key, value = produced_record(topic, n)
+            producer.produce(topic, key=key, value=value)
             n += 1
         assert producer.flush(30) == 0, f"{topic}: records not delivered"
     return n - first

@@ -49,6 +49,7 @@ from jobs.logdir.checks import (
 from jobs.logdir.commit import Committer, committer_for, partition_name
 from jobs.logdir.lock import Holder, Lease, LeaseLost, acquire, lease_ttl_ms, work_uri
 from jobs.logdir.recover import RecoveryReport, fence_of, fence_to_take_over, recover_log_dir, tally_reports
+from jobs.logdir.tiered import tiered_listing
 from jobs.rules.config import ConfigSet
 from jobs.rules.scope import Scope, parse_scope
 from jobs.rules.timeutil import Instant, format_instant, resolve_now
@@ -628,6 +629,10 @@ class _Frame:
                 if after is not None:
                     listing.partitions[key] = replace(after,
                                                       outside_log_dir=listing.partitions[key].outside_log_dir)
+        remote = getattr(self.options, "remote", None)  # inspect --remote: tiered partitions read as one log
+        tiered = (tiered_listing(storage, listing, remote, self.options.storage_options(),
+                                 [k for k in listing.partitions if self.scope.includes(*k)]) if remote else None)
+        listing = tiered.listing if tiered is not None else listing
         present = set(listing.partitions)
         checkpoints = read_job_checkpoints(storage, log_dir, listing)
         selected = sorted(k for k in present if self.scope.includes(*k) and k not in pending)
@@ -684,6 +689,9 @@ class _Frame:
             error = unrecovered.get((scan.topic, scan.partition))
             if error is not None:  # an interrupted commit recovery could not settle: nobody touches the partition
                 scan.error, scan.state, scan.txn = PartitionError.from_exception(error), None, None
+            elif tiered is not None and (scan.topic, scan.partition) in tiered.errors:
+                failed = tiered.errors[(scan.topic, scan.partition)]
+                scan.error, scan.state, scan.txn = PartitionError.from_exception(failed), None, None
             ctx.scans[(scan.topic, scan.partition)] = scan
             for w in scan.warnings:
                 report.warnings.append(w)

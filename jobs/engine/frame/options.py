@@ -32,6 +32,7 @@ from typing import Any, Callable, Sequence
 
 from jobs.engine.report.events import ProgressLine
 from jobs.logdir.lock import lease_ttl_ms
+from jobs.logdir.tiered import RemoteOptions
 from jobs.rules.config import ConfigSet
 from jobs.rules.kafka_defaults import DEDUPE_BUFFER_BYTES
 from jobs.rules.map_capacity import max_keys_for_buffer
@@ -226,6 +227,9 @@ class InspectOptions(JobOptions):
     #: also write a self-contained HTML report with the charts here (local path or s3:// URI); the JSON report
     #: names it (``html_report``). Needs matplotlib (``pip install 'segjobs[html]'``)
     html: str | None = None
+    #: the remote store of tiered topics: each tiered partition is inspected as one log, its finished remote
+    #: segments below the local log then its local segments (:func:`jobs.logdir.tiered.tiered_listing`)
+    remote: RemoteOptions | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -72,6 +72,7 @@ from jobs.engine.table.state import (
     open_table,
 )
 from jobs.logdir.checkpoints import read_job_checkpoints
+from jobs.logdir.tiered import RemoteOptions, tiered_listing
 from jobs.rules.table import aborted_rows, plan_partition
 from segment_io.decode import read_segment
 from segment_io.errors import ConfigError, SegjobsError, UsageError
@@ -108,6 +109,9 @@ class TableOptions(RunOptions):
     #: need more (its segments' bytes plus a per-record overhead) is deduped on disk instead, an external-sort
     #: pass whose memory stays within this whatever the key count (:mod:`jobs.engine.table.sort`)
     latest_buffer_bytes: int = DEFAULT_LATEST_BUFFER_BYTES
+    #: the remote store of a tiered topic: each partition is read as one log, its finished remote segments below
+    #: the local log then its local segments (:func:`jobs.logdir.tiered.tiered_listing`)
+    remote: RemoteOptions | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -490,6 +494,11 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
             raise UsageError(f"--partition {missing[0]}: {options.topic} has no partition {missing[0]} in {log_dir} "
                              f"(it has {', '.join(str(p) for p in wanted)})")
         wanted = sorted(options.partitions)
+    # a tiered topic: its partitions' remote segments listed with their local ones; one it cannot read fails alone
+    tiered = (tiered_listing(storage, listing, options.remote, storage_options, [(options.topic, p) for p in wanted])
+              if options.remote is not None else None)
+    listing = tiered.listing if tiered is not None else listing
+    failed = {p: PartitionError.from_exception(e) for (_, p), e in tiered.errors.items()} if tiered else {}
     checkpoints = read_job_checkpoints(storage, log_dir, listing)
 
     dt = open_table(options.table, storage_options)
@@ -510,10 +519,12 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
                            checkpoints[LOG_START_OFFSET_CHECKPOINT].get((options.topic, p)),
                            checkpoints[CLEANER_OFFSET_CHECKPOINT].get((options.topic, p)), options.rebuild,
                            options.max_batch_bytes, read_rows=writer != "spark",
-                           latest_buffer_bytes=options.latest_buffer_bytes) for p in wanted]
+                           latest_buffer_bytes=options.latest_buffer_bytes) for p in wanted if p not in failed]
     runner = _runner(spark, seams)
     results: list[PartitionChanges] = runner.map(partition_changes, items,
                                                  description=f"segjobs table {options.topic}: read partitions")
+    results = sorted([*results, *(PartitionChanges(options.topic, p, error=e) for p, e in failed.items())],
+                     key=lambda r: r.partition)
     on_disk: dict[int, SortedPartition] = {}
     work_root: str | None = None
     work_store: Storage | None = None

@@ -1,0 +1,216 @@
+"""Reading a log dir's tiered partitions as one log each: what :func:`jobs.rules.tiered_read.plan_tiered_log` plans
+from, read from the log dir and the remote store.
+
+:func:`read_tiered_plans` replays every ``__remote_log_metadata-N`` partition of the log dir (Kafka's metadata
+cache, :func:`jobs.rules.remote_log.replay`), lists the remote store through its layout, and plans each partition
+of the log dir from its ``partition.metadata`` (the topic id the metadata names it by), the log dir's
+``log-start-offset-checkpoint``, its ``leader-epoch-checkpoint``, its local segments and the local log's end (read
+from the last segment's tail). A partition no finished remote segment belongs to is read as its local segments.
+Partitions the metadata names that the log dir does not hold (deleted topics, partitions of other brokers) are
+not read: their local tail is not here.
+
+Only layouts whose segment objects are Kafka segment files as they are can be read (:data:`READABLE_LAYOUTS`);
+any other is refused by name.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Iterator
+
+from jobs.rules.remote_log import RemoteLogState, replay
+from jobs.rules.tiered_read import TieredLogPlan, local_only, plan_tiered_log
+from segment_io.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
+from segment_io.errors import SegjobsError, StorageError, UsageError
+from segment_io.format import scan_batches
+from segment_io.index import read_offset_index
+from segment_io.layout import LOG_START_OFFSET_CHECKPOINT, LogDirListing, PartitionListing, SegmentFiles
+from segment_io.remote_layout import LocalTieredStorageLayout, RemoteLayout, RemoteListing, detect_root, layout_named
+from segment_io.remote_metadata import METADATA_TOPIC, RemoteLogMetadata, read_metadata_partition
+from segment_io.storage import StorageOptions, open_storage, scheme_of
+from segment_io.storage.base import FileInfo, Storage
+from segment_io.topic_ids import read_partition_metadata
+
+#: the layouts whose segment objects are Kafka segment files byte for byte (so the readers read them as they are)
+READABLE_LAYOUTS = (LocalTieredStorageLayout.name,)
+#: the default of ``--remote-layout`` and of the data source's ``remoteLayout``, as ``tiered audit``'s ``--layout``
+DEFAULT_REMOTE_LAYOUT = LocalTieredStorageLayout.name
+
+
+@dataclass(frozen=True)
+class RemoteOptions:
+    """Where a tiered topic's remote segments are: the remote store's root and its layout."""
+
+    root: str
+    layout: str = DEFAULT_REMOTE_LAYOUT
+
+    def __post_init__(self) -> None:
+        readable_layout(self.layout)  # a layout that cannot be read is refused before anything is read
+
+
+class UnreadableRemoteSegment(StorageError):
+    """A finished remote segment a tiered partition's read needs cannot be read: its segment object is absent or
+    of another size than the metadata records. The message names the segment, its offsets and the object."""
+
+
+def unreadable_error(plan: TieredLogPlan) -> UnreadableRemoteSegment | None:
+    """The error of a plan that cannot be read (naming every unreadable segment), or None."""
+    message = plan.error()
+    if message is None:
+        return None
+    return UnreadableRemoteSegment(message)  # the message names each object
+
+
+def readable_layout(name: str) -> RemoteLayout:
+    """The layout called ``name`` when segjobs can read its segments; else a usage error naming the readable
+    ones (an unknown name is refused as :func:`segment_io.remote_layout.layout_named` refuses it)."""
+    layout = layout_named(name)
+    if layout.name not in READABLE_LAYOUTS:
+        raise UsageError(f"remote layout {name!r} cannot be read as one log yet; readable: "
+                         f"{', '.join(READABLE_LAYOUTS)}")
+    return layout
+
+
+def segment_next_offset(storage: Storage, segment: SegmentFiles) -> int:
+    """One past a local segment's last offset (its base offset when it is empty), from its tail: the batches
+    after its offset index's last entry, or the whole segment when the index gives no usable position."""
+    log = segment.log
+    if log.size == 0:
+        return segment.base_offset
+    start = 0
+    if segment.index is not None and segment.index.size:
+        entries = read_offset_index(storage.read(segment.index.uri), path=segment.index.uri)
+        start = int(entries.position[-1]) if len(entries) and 0 <= entries.position[-1] < log.size else 0
+    headers = scan_batches(storage.read_range(log.uri, start, log.size - start), path=log.uri)
+    if len(headers) == 0 and start:
+        headers = scan_batches(storage.read(log.uri), path=log.uri)
+    return int(headers.last_offset.max()) + 1 if len(headers) else segment.base_offset
+
+
+def _replay(storage: Storage, listing: LogDirListing) -> RemoteLogState:
+    uris = sorted(p.uri for (topic, _), p in listing.partitions.items() if topic == METADATA_TOPIC)
+    if not uris:
+        raise UsageError(f"{listing.root}: no {METADATA_TOPIC}-<n> partition: a tiered topic is read with the log "
+                         f"dir of a broker that holds the remote log metadata")
+
+    def events() -> Iterator[tuple[int, RemoteLogMetadata]]:
+        for uri in uris:  # a user partition's events are all in one metadata partition
+            yield from read_metadata_partition(uri, storage=storage)
+
+    return replay(events())
+
+
+def _remote_files(listing: RemoteListing, layout: RemoteLayout) -> dict[tuple[str, int], dict[str, SegmentFiles]]:
+    """(topic id, partition) -> segment id -> the segment's objects as segment files (only the segments that have
+    a segment object)."""
+    objects: dict[tuple[str, int, str], dict[str, FileInfo]] = defaultdict(dict)
+    for obj in listing.objects:
+        objects[obj.segment_key][obj.suffix] = FileInfo(obj.uri, obj.size, 0)
+    out: dict[tuple[str, int], dict[str, SegmentFiles]] = defaultdict(dict)
+    starts = {o.segment_key: o.start_offset for o in listing.objects}
+    for (topic_id, partition, segment_id), files in objects.items():
+        log = files.get(layout.segment_suffix())
+        if log is not None:
+            out[(topic_id, partition)][segment_id] = SegmentFiles(
+                starts[(topic_id, partition, segment_id)], log, files.get(".index"), files.get(".timeindex"),
+                files.get(".txnindex"))
+    return out
+
+
+def read_tiered_plans(storage: Storage, listing: LogDirListing, remote: RemoteOptions,
+                      storage_options: StorageOptions | None = None,
+                      partitions: Iterable[tuple[str, int]] | None = None,
+                      errors: dict[tuple[str, int], SegjobsError] | None = None
+                      ) -> dict[tuple[str, int], TieredLogPlan]:
+    """The read plan of every partition of ``listing`` (of ``partitions`` when given; the metadata partitions
+    themselves are no user data and left out), ``storage`` serving the log dir. What one partition's own files
+    make impossible (a damaged checkpoint, a local segment that does not end on a batch) is raised, or with
+    ``errors`` put there (that partition has no plan) while the others are planned."""
+    layout = readable_layout(remote.layout)
+    state = _replay(storage, listing)
+    remote_store = open_storage(remote.root, storage_options)
+    root = detect_root(remote_store, remote.root, layout)
+    files = _remote_files(layout.list(remote_store, root), layout)
+    cp = listing.checkpoints.get(LOG_START_OFFSET_CHECKPOINT)
+    starts = read_offset_checkpoint(storage, cp.uri) if cp is not None else {}
+    wanted = set(partitions) if partitions is not None else None
+    plans = {}
+    for key, part in sorted(listing.partitions.items()):
+        if key[0] == METADATA_TOPIC or (wanted is not None and key not in wanted):
+            continue
+        try:
+            plans[key] = _plan(storage, part, state, files, layout, root, starts.get(key))
+        except SegjobsError as exc:
+            if errors is None:
+                raise
+            errors[key] = exc
+    return plans
+
+
+def _plan(storage: Storage, part: PartitionListing, state: RemoteLogState,
+          files: dict[tuple[str, int], dict[str, SegmentFiles]], layout: RemoteLayout, root: str,
+          log_start: int | None) -> TieredLogPlan:
+    topic_id = read_partition_metadata(storage, part.partition_metadata.uri) if part.partition_metadata else None
+    replayed = state.partitions.get((topic_id, part.partition)) if topic_id else None
+    finished = replayed.finished() if replayed else []
+    if not finished or topic_id is None:
+        return local_only(part.segments)
+    epochs = (read_leader_epoch_checkpoint(storage, part.leader_epoch_checkpoint.uri)
+              if part.leader_epoch_checkpoint else [])
+    log_end = segment_next_offset(storage, part.segments[-1]) if part.segments else None
+    return plan_tiered_log(finished, part.segments, files.get((topic_id, part.partition), {}), layout=layout,
+                           root=root, log_start=log_start, log_end=log_end,
+                           epochs=[(e.epoch, e.start_offset) for e in epochs])
+
+
+class OverlapNotSupported(SegjobsError):
+    """A tiered partition whose read keeps only part of a remote segment, which a job reading whole segment files
+    (``inspect``, ``table``) cannot do yet."""
+
+
+@dataclass(frozen=True)
+class TieredListing:
+    """A log dir's listing with each tiered partition's segments replaced by the segments of its one log (its
+    finished remote segments below the local log, then its local segments), and the partitions that cannot be
+    read so."""
+
+    listing: LogDirListing
+    #: partition -> why it cannot be read as one log (its listing is left as it was)
+    errors: dict[tuple[str, int], SegjobsError] = field(default_factory=dict)
+    #: the partitions whose listing now holds remote segments
+    tiered: tuple[tuple[str, int], ...] = ()
+
+
+def tiered_listing(storage: Storage, listing: LogDirListing, remote: RemoteOptions,
+                   storage_options: StorageOptions | None = None,
+                   partitions: Iterable[tuple[str, int]] | None = None) -> TieredListing:
+    """``listing`` as jobs that read whole segment files through the log dir's store read a tiered topic: each
+    partition's segments are its plan's sources (:func:`read_tiered_plans`). A plan that keeps only part of a
+    remote segment (the local log overlaps it) or that cannot be read is an error of its partition. The remote
+    store must be of the log dir's kind (both local, or both ``s3://``), read through the same store."""
+    if scheme_of(remote.root) != scheme_of(listing.root):
+        raise UsageError(f"--remote {remote.root}: the remote store must be where the log dir is (both local paths, "
+                         f"or both s3://) for this command; the data source reads any")
+    errors: dict[tuple[str, int], SegjobsError] = {}
+    plans = read_tiered_plans(storage, listing, remote, storage_options, partitions, errors)
+    parts = dict(listing.partitions)
+    tiered = []
+    for key, plan in plans.items():
+        error: SegjobsError | None = unreadable_error(plan)
+        trimmed = [s for s in plan.sources if s.trimmed]
+        if error is None and trimmed:
+            error = OverlapNotSupported(
+                f"{trimmed[0].describe()}: the local log starts inside it, and this command reads whole segments; "
+                f"read the partition with the data source or segjobs dump --remote")
+        if error is not None:
+            errors[key] = error
+        elif plan.remote_sources:
+            parts[key] = replace(parts[key], segments=tuple(s.files for s in plan.sources))
+            tiered.append(key)
+    return TieredListing(replace(listing, partitions=parts), errors, tuple(tiered))
+
+
+__all__ = ["DEFAULT_REMOTE_LAYOUT", "READABLE_LAYOUTS", "OverlapNotSupported", "RemoteOptions", "TieredListing",
+           "UnreadableRemoteSegment", "read_tiered_plans", "readable_layout", "segment_next_offset", "tiered_listing",
+           "unreadable_error"]

@@ -1,0 +1,87 @@
+"""``segjobs table --remote``: a tiered topic's latest value per key, read as one log from what a real Kafka 4.1.1
+broker with LocalTieredStorage wrote (tests/data/kafka-tiered/SOURCES.md). The oracle is the records the fixture
+generator produced (tests.support.tiered_broker.produced_record: the n-th record of a topic has offset n), the
+latest per key computed here. Partition tasks in this process and the embedded deltalake writer."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from deltalake import DeltaTable
+
+from jobs import api
+from jobs.logdir.tiered import RemoteOptions
+from tests.support.builders import LogBuilder, rec, write_log
+from tests.support.tiered_broker import produced_record
+
+FIXTURE = Path(__file__).resolve().parents[3] / "data" / "kafka-tiered" / "kafka-4.1.1"
+KEPT_40 = "00000000000000000040-E3CMBtq9QIK_WAp48okV7Q"  # kept's remote segment 40-59
+
+
+def _run(logs: Path, remote: Path | None, table: Path, topic: str) -> api.TableResult:
+    options = api.TableOptions(table=str(table), topic=topic, progress=lambda line: None,
+                               remote=RemoteOptions(str(remote)) if remote is not None else None)
+    return api.table(logs, options, seams=api.Seams(runner=api.InProcessTasks()))
+
+
+def _rows(table: Path) -> dict[tuple[int, bytes], tuple[bytes, int]]:
+    return {(r["partition"], r["key"]): (r["value"], r["offset"])
+            for r in DeltaTable(str(table)).to_pyarrow_table().to_pylist()}
+
+
+def _latest(topic: str, first: int, last: int, partition: int = 0) -> dict[tuple[int, bytes], tuple[bytes, int]]:
+    out = {}
+    for n in range(first, last + 1):
+        key, value = produced_record(topic, n)
+        out[(partition, key)] = (value, n)
+    return out
+
+
+def test_a_tiered_topic_s_table_holds_the_latest_produced_value_per_key(tmp_path: Path) -> None:
+    kept = _run(FIXTURE / "logs", FIXTURE / "remote", tmp_path / "kept", "kept")
+    assert kept.exit_code == 0 and [(p.action, p.applied_after) for p in kept.partitions] == [("applied", 120)]
+    assert _rows(tmp_path / "kept") == _latest("kept", 0, 119)
+    expiring = _run(FIXTURE / "logs", FIXTURE / "remote", tmp_path / "expiring", "expiring")
+    assert expiring.exit_code == 0 and _rows(tmp_path / "expiring") == _latest("expiring", 20, 119)
+
+
+def test_without_remote_only_the_local_tail_is_read(tmp_path: Path) -> None:
+    result = _run(FIXTURE / "logs", None, tmp_path / "t", "kept")
+    # the local log is an empty active segment at 120: nothing to apply
+    assert result.exit_code == 0 and result.partitions[0].records_read == 0
+    assert _rows(tmp_path / "t") == {}
+
+
+def _with_a_local_partition(tmp_path: Path) -> Path:
+    """A copy of the fixture with a second partition of ``kept`` that is only local (same topic id)."""
+    node = tmp_path / "node"
+    shutil.copytree(FIXTURE, node)
+    (node / "logs" / "kept-1").mkdir()
+    shutil.copy(node / "logs" / "kept-0" / "partition.metadata", node / "logs" / "kept-1")
+    log = LogBuilder("kept", 1)
+    log.batch([rec("a", "1"), rec("b", "2")])
+    write_log(log.table(), node / "logs" / "kept-1")
+    return node
+
+
+def test_a_missing_remote_object_fails_its_partition_and_the_others_are_applied(tmp_path: Path) -> None:
+    node = _with_a_local_partition(tmp_path)
+    (next((node / "remote" / "kafka-tiered-storage").glob("kept-0-*")) / f"{KEPT_40}.log").unlink()
+    result = _run(node / "logs", node / "remote", tmp_path / "t", "kept")
+    assert result.exit_code == 1
+    (p0, p1) = result.partitions
+    assert p0.action == "error" and "remote segment E3CMBtq9QIK_WAp48okV7Q (offsets 40-59)" in (p0.error or "")
+    assert "is absent" in (p0.error or "")
+    assert (p1.action, p1.applied_after) == ("applied", 2)
+    assert _rows(tmp_path / "t") == {(1, b"a"): (b"1", 0), (1, b"b"): (b"2", 1)}
+
+
+def test_a_partition_whose_leader_epochs_cannot_be_read_fails_alone(tmp_path: Path) -> None:
+    # its lineage decides which remote segments are read: without it, nothing is read of the partition
+    node = _with_a_local_partition(tmp_path)
+    (node / "logs" / "kept-0" / "leader-epoch-checkpoint").write_text("0\n2\nnot an epoch\n")
+    result = _run(node / "logs", node / "remote", tmp_path / "t", "kept")
+    (p0, p1) = result.partitions
+    assert result.exit_code == 1 and p0.action == "error" and "leader-epoch-checkpoint" in (p0.error or "")
+    assert (p1.action, p1.applied_after) == ("applied", 2)
