@@ -110,7 +110,7 @@ def _remote_files(listing: RemoteListing, layout: RemoteLayout) -> dict[tuple[st
     out: dict[tuple[str, int], dict[str, SegmentFiles]] = defaultdict(dict)
     starts = {o.segment_key: o.start_offset for o in listing.objects}
     for (topic_id, partition, segment_id), files in objects.items():
-        log = files.get(layout.segment_suffix())
+        log = files.get(layout.segment_suffix() or ".log")  # the readable layouts keep Kafka's .log as it is
         if log is not None:
             out[(topic_id, partition)][segment_id] = SegmentFiles(
                 starts[(topic_id, partition, segment_id)], log, files.get(".index"), files.get(".timeindex"),

@@ -141,7 +141,8 @@ def outside_lineage(finished: Sequence[RemoteSegment], *, log_start: int | None,
 def _unreadable(seg: RemoteSegment, files: SegmentFiles | None, layout: "RemoteLayout",
                 root: str) -> UnreadableSegment | None:
     if files is None:
-        return UnreadableSegment(seg, "absent", layout.object_uri(root, seg.metadata, layout.segment_suffix()))
+        suffix = layout.segment_suffix() or ".log"
+        return UnreadableSegment(seg, "absent", layout.object_uri(root, seg.metadata, suffix))
     if files.log.size != seg.size_bytes:
         return UnreadableSegment(seg, f"{files.log.size} bytes, the metadata says {seg.size_bytes}", files.log.uri)
     return None
