@@ -116,7 +116,10 @@ def test_a_missing_remote_object_fails_its_partition_naming_the_segment_and_the_
 def test_remote_options_are_checked() -> None:
     with pytest.raises(DataSourceOptionError, match="'remoteLayout': only with remote"):
         parse_options({"path": "/x", "remoteLayout": "local-tiered-storage"})
-    with pytest.raises(DataSourceOptionError, match="'remoteLayout': remote layout 'aiven' is not supported"):
+    with pytest.raises(DataSourceOptionError, match="'remoteLayout': remote layout 'confluent' is not supported"):
+        parse_options({"path": "/x", "remote": "/r", "remoteLayout": "confluent"})
+    with pytest.raises(DataSourceOptionError, match="'remoteLayout': remote layout 'aiven' cannot be read as one log "
+                                                    "yet; readable: local-tiered-storage"):
         parse_options({"path": "/x", "remote": "/r", "remoteLayout": "aiven"})
 
 

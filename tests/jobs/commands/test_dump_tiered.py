@@ -89,4 +89,5 @@ def test_remote_layout_without_remote_and_an_unreadable_layout_are_refused(capsy
     assert "--remote-layout needs --remote" in capsys.readouterr().err
     assert main(["dump", "--remote", str(FIXTURE / "remote"), "--remote-layout", "aiven",
                  str(FIXTURE / "logs" / "kept-0")]) == 2
-    assert "remote layout 'aiven' is not supported" in capsys.readouterr().err
+    assert "remote layout 'aiven' cannot be read as one log yet; readable: local-tiered-storage" in \
+        capsys.readouterr().err
