@@ -382,6 +382,31 @@ def test_a_small_run_needs_no_jvm_and_writes_what_spark_writes(log_dir, config, 
         "", on_spark.stdout.replace(str(twin), "LOGS"))
 
 
+_IMPORTED = ("import atexit, sys; atexit.register(lambda: print(sorted(m for m in ('pyspark', 'pandas') "
+             "if m in sys.modules)))")
+
+
+@pytest.mark.slow
+def test_the_command_line_imports_pyspark_and_pandas_only_when_it_needs_them(log_dir, config) -> None:
+    """Building the command line (``--help``, a usage error) imports neither pyspark nor pandas; a small run on
+    the driver imports no pyspark, and a run with nothing to do no pandas either (pyarrow imports pandas at its
+    first conversion of an array, which cleaning makes)."""
+    env = {k: v for k, v in os.environ.items() if k != "SEGJOBS_DRIVER_RUN_MAX_BYTES"}
+
+    def imported(code: str) -> str:
+        done = subprocess.run([sys.executable, "-c", f"{_IMPORTED}\n{code}"], capture_output=True, text=True,
+                              env=env, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip().splitlines()[-1]
+
+    assert imported("from jobs.commands.cli import build_parser; build_parser()") == "[]"
+    run = ("import sys; from jobs.commands.cli import console_main; "
+           f"sys.argv = ['segjobs', 'compact', '--log-dir', {str(log_dir)!r}, '--config', {str(config)!r}, "
+           f"'--now', {NOW!r}, '--quiet']; console_main()")
+    assert imported(run) == "['pandas']"  # cleaned on the driver
+    assert imported(run) == "[]"  # nothing left to clean
+
+
 def test_the_interrupt_message_names_what_was_committed() -> None:
     from jobs.engine.frame.job import interrupted_message
     from jobs.engine.report.outcomes import Action, RetentionOutcome
