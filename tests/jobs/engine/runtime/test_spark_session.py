@@ -158,13 +158,14 @@ def test_the_daemon_preloads_without_starting_blas_threads() -> None:
     code = ("import os; from jobs.engine.runtime.worker_daemon import preload; preload(); import sys; "
             "from jobs.engine.runtime.kernels import _dispatchers, cached_kernels; "
             "loaded = {n: len(d.overloads) for n, d in _dispatchers()}; "
-            "print(len(os.listdir('/proc/self/task')), 'jobs.engine.compact.driver' in sys.modules, "
-            "loaded == cached_kernels() and sum(loaded.values()) > 0)")
+            "print(len(os.listdir('/proc/self/task')), 'jobs.engine.compact.driver' in sys.modules "
+            "and 'pandas' in sys.modules, loaded == cached_kernels() and sum(loaded.values()) > 0)")
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     threads, imported, kernels = out.stdout.split()
-    # numpy without its BLAS pool; pyarrow's one thread (its pools are re-created after a fork); every kernel's
-    # cached code loaded (the install's warm-up cached them)
+    # numpy without its BLAS pool; pyarrow's one thread (its pools are re-created after a fork); the task modules
+    # and pandas (which pyarrow imports at a task's first array conversion) imported; every kernel's cached code
+    # loaded (the install's warm-up cached them)
     assert imported == "True" and kernels == "True" and int(threads) <= 2
 
 
