@@ -647,7 +647,7 @@ class _Frame:
         # starts only when a task needs it (a run with nothing due starts none). A test's runner runs them all.
         in_driver = self.seams.runner is None and self.scan_depth in DRIVER_SCAN_DEPTHS
         where = ("tasks run in this process" if self.seams.runner is not None
-                 else "on the driver" if in_driver else "as Spark tasks")
+                 else "on the driver" if in_driver or self.on_driver else "as Spark tasks")
         progress(f"scanning {len(selected)} partition(s) ({where})", event="scan.start", partitions=len(selected),
                  spark_startup_s=report.spark_startup_s)
         ctx = JobContext(options=self.options, storage=storage, committer=self.committer,

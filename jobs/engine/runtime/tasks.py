@@ -295,9 +295,11 @@ class LazySparkTasks(SparkTasks):
 
 #: The most bytes of segments a run's partitions may hold for the run to do its tasks on the driver
 #: (:func:`small_run_on_driver`). Below this a local Spark session costs more than the work: its JVM, its Python
-#: workers' start (imports and kernels) and its shutdown are seconds, while the driver cleans a few MB in tens of
-#: milliseconds on one core (measured: benchmarks/fixed_cost_parts.py). $SEGJOBS_DRIVER_RUN_MAX_BYTES overrides it
-#: (a size; ``0``: every run that has tasks starts Spark).
+#: workers' start (imports and kernels) and its shutdown are seconds, while one core cleans such a log dir in about
+#: as long (a 28 MiB log dir of four partitions compacted 4x faster end to end on the driver than on a local
+#: session, on the 2-core machine; benchmarks/fixed_cost_parts.py measures the tiny case). Small enough that the
+#: driver's memory is no concern, and that ``make demo`` (51 MB) still shows Spark. $SEGJOBS_DRIVER_RUN_MAX_BYTES
+#: overrides it (a size; ``0``: every run that has tasks starts Spark).
 DRIVER_RUN_MAX_BYTES = 32 << 20
 DRIVER_RUN_ENV = "SEGJOBS_DRIVER_RUN_MAX_BYTES"
 #: The log segments of a partition directory (``00000000000000000000.log``): what :func:`small_run_on_driver`
