@@ -41,6 +41,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from benchmarks.baselines import log_files, read_write_floor, verdict
 from benchmarks.compact_bench import CONFIG_TOML
@@ -119,14 +120,15 @@ def _load() -> str:
     return "{:.1f} {:.1f} {:.1f}".format(*os.getloadavg())
 
 
-def compact_in_a_new_process(log_dir: Path, config: Path) -> Run:
+def compact_in_a_new_process(log_dir: Path, config: Path, env: Mapping[str, str] | None = None) -> Run:
     """``segjobs compact --log-dir log_dir --config config`` as a user runs it; every stderr line timed as it
-    arrives."""
+    arrives. ``env``: variables set for this run only (none by default: the environment this benchmark runs in)."""
     cmd = [str(Path(sys.executable).with_name("segjobs")), "compact", "--log-dir", str(log_dir), "--config",
            str(config)]
     load = _load()
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **env} if env else None)
     assert proc.stderr is not None
     lines: list[tuple[float, str]] = []
     tail: list[str] = []

@@ -61,7 +61,11 @@ Every destructive command has --dry-run. Time is always an input: --now EPOCH_MS
 Run `segjobs <command> --help` for the options of one command."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None, *, every: bool = True) -> argparse.ArgumentParser:
+    """The command line's parser. Every command's module is imported for its options, unless ``every`` is False:
+    then only the module of ``only`` (the command being run, if any), the others' entries holding their one-line
+    help alone, which is all ``segjobs --help`` shows of them (a command's module imports its job's engine:
+    most of a run's start-up, which another command need not pay for)."""
     parser = argparse.ArgumentParser(
         prog="segjobs",
         description="Compaction and retention for Kafka log segments in local log dirs and S3 prefixes, as Spark jobs.",
@@ -70,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="<command>")
     for name, (module_name, help_text) in COMMANDS.items():
+        if not every and name != only:
+            sub.add_parser(name, help=help_text)
+            continue
         module = importlib.import_module(module_name)
         p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip(),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -79,8 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args_given = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(args_given[0] if args_given else None, every=False)
+    args = parser.parse_args(args_given)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2

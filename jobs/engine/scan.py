@@ -31,6 +31,7 @@ Three depths:
 
 from __future__ import annotations
 
+import functools
 import traceback
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -161,7 +162,11 @@ class PartitionScan:
         return self.state
 
 
-_NO_EMPTY_BATCHES = BATCH_SCHEMA.empty_table()
+@functools.cache
+def _no_empty_batches() -> pa.Table:
+    """No header-only batch (made at first use: pyarrow's ``empty_table`` imports pandas, which a run that
+    decodes nothing, or ``--help``, has no use for)."""
+    return BATCH_SCHEMA.empty_table()
 
 
 def empty_batches_from_headers(h: BatchHeaders, segment_base_offset: int) -> pa.Table:
@@ -170,7 +175,7 @@ def empty_batches_from_headers(h: BatchHeaders, segment_base_offset: int) -> pa.
     idx = np.flatnonzero((h.magic == 2) & (h.record_count == 0))
     n = len(idx)
     if n == 0:  # the common case: nothing to assemble (an Arrow table is immutable, so one can be shared)
-        return _NO_EMPTY_BATCHES
+        return _no_empty_batches()
     horizon = np.where(h.has_delete_horizon[idx], h.base_timestamp[idx], 0)
     cols = {
         "batch_base_offset": h.base_offset[idx], "batch_last_offset": h.last_offset[idx],

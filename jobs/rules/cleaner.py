@@ -32,6 +32,7 @@ Public API::
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, fields
 from typing import Mapping, Sequence
 
@@ -520,7 +521,7 @@ def _empty_headers(b: dict[str, np.ndarray], selected: np.ndarray) -> pa.Table:
     """Header-only batches as Kafka's DefaultRecordBatch.writeEmptyHeader writes them."""
     k = int(np.count_nonzero(selected))
     if k == 0:  # the common case: no table to assemble column by column
-        return _EMPTY_BATCHES
+        return _empty_batches()
     cols = {name: b[name][selected] for name in _BATCH_NUMERIC}
     cols["batch_size"] = np.full(k, V2_HEADER_SIZE, np.int32)
     cols["batch_base_timestamp"] = np.full(k, NO_TIMESTAMP, np.int64)
@@ -540,7 +541,11 @@ def _empty_headers(b: dict[str, np.ndarray], selected: np.ndarray) -> pa.Table:
     return table.sort_by("batch_base_offset") if k > 1 else table
 
 
-_EMPTY_BATCHES = BATCH_SCHEMA.empty_table()
+@functools.cache
+def _empty_batches() -> pa.Table:
+    """No header-only batch (made at first use: pyarrow's ``empty_table`` imports pandas, which a run that
+    decodes nothing, or ``--help``, has no use for)."""
+    return BATCH_SCHEMA.empty_table()
 
 
 def _bytes_kept(size: np.ndarray, counts: np.ndarray, kept: np.ndarray, written: np.ndarray,

@@ -53,8 +53,26 @@ splits on every Spark. The source reads correctly with the setting off too (Spar
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from segment_io.spark.options import DataSourceOptionError, ReadOptions, parse_options
-from segment_io.spark.source import FORMAT_NAME, SPARK_SCHEMA, KafkaSegmentsDataSource, read_split, register
+
+if TYPE_CHECKING:
+    from segment_io.spark.source import FORMAT_NAME, SPARK_SCHEMA, KafkaSegmentsDataSource, read_split, register
+
+#: The names of the data source itself: imported at their first use, as the source imports pyspark (a few
+#: tenths of a second of CPU), which the jobs' driver-side code that imports this package's options and packing
+#: (and a run whose tasks run on the driver) never needs.
+_OF_THE_SOURCE = frozenset({"FORMAT_NAME", "SPARK_SCHEMA", "KafkaSegmentsDataSource", "read_split", "register"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _OF_THE_SOURCE:
+        from segment_io.spark import source
+
+        return getattr(source, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "FORMAT_NAME", "SPARK_SCHEMA", "DataSourceOptionError", "KafkaSegmentsDataSource", "ReadOptions",

@@ -19,12 +19,8 @@ from typing import Sequence
 
 from pyspark.sql.datasource import InputPartition
 
+from segment_io.spark.options import SPLIT_OPEN_COST_BYTES
 from segment_io.spark.planning import SegmentSplit
-
-#: The weight of opening a split's file or object, in bytes: a local open and read is about 0.1 ms, an S3 GET
-#: tens of ms; 1 MiB keeps a packed task of small segments to about 128 files at the default target, so its
-#: opens stay a small part of its time on either (and its segments are fetched ahead, several at once, on S3).
-SPLIT_OPEN_COST_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)

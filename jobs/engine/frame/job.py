@@ -37,7 +37,7 @@ from jobs.engine.runtime import spark_session
 from jobs.engine.runtime.collector import frozen_heap
 from jobs.engine.runtime.kernels import COLD_NOTICE, kernels_cold
 from jobs.engine.runtime.seams import PRODUCTION, Seams
-from jobs.engine.runtime.tasks import LazySparkTasks, TaskRunner, map_in_driver
+from jobs.engine.runtime.tasks import DriverTasks, LazySparkTasks, TaskRunner, map_in_driver, small_run_on_driver
 from jobs.engine.scan import PartitionError, PartitionScan, ReportError, ScanItem
 from jobs.logdir.checkpoints import read_job_checkpoints
 from jobs.logdir.checks import (
@@ -276,7 +276,9 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
         progress.notice(f"warning: {note}", event="config.unmatched")
     first_checkpoints = read_job_checkpoints(storage, log_dir, listing)
     early = None
-    if spark is None and seams.runner is None:
+    # a small local run from the command line starts no JVM: its tasks run on the driver (tasks.DriverTasks)
+    on_driver = spark is None and seams.runner is None and small_run_on_driver(storage, listing, scope, options.master)
+    if spark is None and seams.runner is None and not on_driver:
         spark_session.check_java()  # the run will start Spark: no Java is exit 2 here, before the lock and any work
         if spark_session.can_start_early() and (scan_depth not in DRIVER_SCAN_DEPTHS or (
                 spark_likely is not None
@@ -298,7 +300,7 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
         progress.notice(describe_plan(applying, planfile.apply_uri), event="plan.applying", uri=planfile.apply_uri)
     frame = _Frame(command, options, work, scan_depth, storage, log_dir, work_dir, configs, scope, now_ms,
                    now_note is not None, dry_run, destructive, report, progress, seams, planfile, max_batch, spark,
-                   early, read_first)
+                   early, read_first, on_driver)
 
     lease = None
     ctx: JobContext | None = None
@@ -583,6 +585,7 @@ class _Frame:
     spark: Any
     early: Any = None  #: the EarlySession started for this run, if any
     read_first: "FirstReads | None" = None  #: see run_job
+    on_driver: bool = False  #: a small run: its tasks run on the driver (see run_job)
 
     @property
     def committer(self) -> Committer:
@@ -649,7 +652,7 @@ class _Frame:
         # starts only when a task needs it (a run with nothing due starts none). A test's runner runs them all.
         in_driver = self.seams.runner is None and self.scan_depth in DRIVER_SCAN_DEPTHS
         where = ("tasks run in this process" if self.seams.runner is not None
-                 else "on the driver" if in_driver else "as Spark tasks")
+                 else "on the driver" if in_driver or self.on_driver else "as Spark tasks")
         progress(f"scanning {len(selected)} partition(s) ({where})", event="scan.start", partitions=len(selected),
                  spark_startup_s=report.spark_startup_s)
         ctx = JobContext(options=self.options, storage=storage, committer=self.committer,
@@ -772,6 +775,8 @@ class _Frame:
         """The seams' runner, else Spark tasks in the given session (or the active one, or a new one)."""
         if self.seams.runner is not None:
             return self.seams.runner
+        if self.on_driver:
+            return DriverTasks()
 
         def build() -> Any:
             if self.spark is not None:

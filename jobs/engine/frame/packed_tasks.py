@@ -3,7 +3,7 @@
 One Spark task per partition spends a task's own cost (tens of milliseconds) on each of thousands of small
 partitions, and a stage of all of them says nothing until its last task ends. Here partitions are packed into
 tasks of consecutive partitions by what reading them costs: their segments' bytes plus, for every segment file,
-what opening one costs (:data:`segment_io.spark.packing.SPLIT_OPEN_COST_BYTES`, the weight the ``kafka-segments``
+what opening one costs (:data:`segment_io.spark.options.SPLIT_OPEN_COST_BYTES`, the weight the ``kafka-segments``
 source packs segments by), into tasks of up to :data:`TASK_COST_BYTES` of it (the source's default split): over
 1,720 single-segment partitions, 14 tasks, as the source reads those segments in. Each task's results come back
 as it ends, and the run says how far it is: a progress line when results come back, at most every
@@ -20,8 +20,7 @@ from typing import Callable, Sequence, TypeVar
 from jobs.engine.runtime.tasks import STREAM_TARGET_BYTES, BinTask, TaskFailure, TaskRunner
 from jobs.engine.scan import PartitionError, PartitionScan, ScanItem
 from segment_io.layout import PartitionListing
-from segment_io.spark.options import DEFAULT_MAX_SPLIT_BYTES
-from segment_io.spark.packing import SPLIT_OPEN_COST_BYTES
+from segment_io.spark.options import DEFAULT_MAX_SPLIT_BYTES, SPLIT_OPEN_COST_BYTES
 from segment_io.units import format_duration
 
 T = TypeVar("T")

@@ -219,6 +219,17 @@ def can_start_early() -> bool:
     return not _jvm_running()
 
 
+def would_launch_local_jvm(master: str | None) -> bool:
+    """Whether a session for this run would be a local one this process launches with its default master: the
+    command line allowed starting Spark (:func:`allow_early_start`), no ``master`` was asked for, nothing set one
+    (spark-submit, $PYSPARK_SUBMIT_ARGS, a Spark environment script) and no JVM is running here. Only such a run
+    may do its tasks on the driver instead (:func:`jobs.engine.runtime.tasks.small_run_on_driver`): one that
+    names a master, or runs under spark-submit or in a user's session, gets the Spark it asked for."""
+    if not _EARLY_START_ALLOWED or master is not None or _jvm_running() or os.environ.get("SPARK_ENV_LOADED"):
+        return False
+    return "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+
+
 def _jvm_running() -> bool:
     """Whether this process has a JVM already: spark-submit's, or one a session was built on."""
     return bool(os.environ.get("PYSPARK_GATEWAY_PORT")) or (

@@ -12,6 +12,7 @@ question about which runner it is.
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import queue
 import threading
@@ -22,9 +23,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar
 
-from jobs.engine.runtime.spark_session import early_start_seconds
+from jobs.engine.runtime.spark_session import early_start_seconds, would_launch_local_jvm
 from jobs.rules.binpack import pack_in_order
+from jobs.rules.scope import Scope
+from segment_io.errors import ConfigError
+from segment_io.layout import LogDirListing
 from segment_io.storage.base import Storage
+from segment_io.units import parse_size
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -288,6 +293,108 @@ class LazySparkTasks(SparkTasks):
             return self._session
 
 
+#: The most bytes of segments a run's partitions may hold for the run to do its tasks on the driver
+#: (:func:`small_run_on_driver`). Below this a local Spark session costs more than the work: its JVM, its Python
+#: workers' start (imports and kernels) and its shutdown are seconds, while one core cleans such a log dir in about
+#: as long (a 28 MiB log dir of four partitions compacted 4x faster end to end on the driver than on a local
+#: session, on the 2-core machine; benchmarks/fixed_cost_parts.py measures the tiny case). Small enough that the
+#: driver's memory is no concern, and that ``make demo`` (51 MB) still shows Spark. $SEGJOBS_DRIVER_RUN_MAX_BYTES
+#: overrides it (a size; ``0``: every run that has tasks starts Spark).
+DRIVER_RUN_MAX_BYTES = 32 << 20
+DRIVER_RUN_ENV = "SEGJOBS_DRIVER_RUN_MAX_BYTES"
+#: The log segments of a partition directory (``00000000000000000000.log``): what :func:`small_run_on_driver`
+#: counts.
+_SEGMENT_SUFFIX = ".log"
+
+
+def driver_run_max_bytes() -> int:
+    """:data:`DRIVER_RUN_MAX_BYTES`, or $SEGJOBS_DRIVER_RUN_MAX_BYTES when set (a malformed one is a
+    :class:`~segment_io.errors.ConfigError`: exit code 2, nothing done)."""
+    raw = os.environ.get(DRIVER_RUN_ENV, "").strip()
+    if not raw:
+        return DRIVER_RUN_MAX_BYTES
+    try:
+        return parse_size(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{DRIVER_RUN_ENV}: {exc}") from None
+
+
+def small_run_on_driver(storage: Storage, top: LogDirListing, scope: Scope, master: str | None) -> bool:
+    """Whether a run does its tasks on the driver (:class:`DriverTasks`) rather than start Spark: a local run with
+    the default master that this process would launch the JVM for
+    (:func:`jobs.engine.runtime.spark_session.would_launch_local_jvm`), whose log dir (``top``: its listing's top
+    level) is small (:func:`fits_on_driver`, up to :func:`driver_run_max_bytes`). Which runner runs the tasks
+    never changes what they decide or write."""
+    limit = driver_run_max_bytes()
+    return limit > 0 and would_launch_local_jvm(master) and fits_on_driver(storage, top, scope, limit)
+
+
+def fits_on_driver(storage: Storage, top: LogDirListing, scope: Scope, limit: int) -> bool:
+    """Whether the partitions in ``scope`` of the log dir whose top level ``top`` lists hold at most ``limit``
+    bytes of segments, on a local disk. From file sizes alone, before any file is read: the partition
+    directories are listed one by one, and the count stops as soon as it passes the limit. An object store's
+    log dir is never taken as small (its listing costs requests; the early start of Spark covers it)."""
+    if storage.local_path(top.root) is None:
+        return False
+    total = 0
+    for key, partition in sorted(top.partitions.items()):
+        if not scope.includes(*key):
+            continue
+        total += sum(f.size for f in storage.list(partition.uri) if f.name.endswith(_SEGMENT_SUFFIX))
+        if total > limit:
+            return False
+    return True
+
+
+def _local_parallelism() -> int:
+    """The cores this process may run on: what a ``local[*]`` session's default parallelism is."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class DriverTasks:
+    """A small run's tasks on the driver, one after another, as a ``local[*]`` session would run them but without
+    starting one (see :func:`small_run_on_driver`): items and results make the same pickle round trip as to and
+    from a Python worker (a task never shares an object with the driver), the parallelism is that of
+    ``local[*]`` (so streamed tasks are packed into the same bins), and a streamed item whose task raises past
+    :class:`BinTask` comes back as a ``TaskDied`` :class:`TaskFailure`, its bin's other items run again one by
+    one, as :class:`SparkTasks` does."""
+
+    parallelism: int = field(default_factory=_local_parallelism)
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None,
+            description: str | None = None) -> list[R]:
+        return [_round_trip(fn(_round_trip(item))) for item in items]
+
+    def stream(self, fn: Callable[[T], R], items: Sequence[T], *, sizes: Sequence[int] | None = None,
+               description: str | None = None) -> Iterator[tuple[int, R | TaskFailure]]:
+        for pairs in self.stream_bins(BinTask(fn), items, sizes=sizes, description=description):
+            yield from pairs
+
+    def stream_bins(self, bin_fn: Callable[[list[T]], Sequence[R | TaskFailure]], items: Sequence[T], *,
+                    sizes: Sequence[int] | None = None,
+                    description: str | None = None) -> Iterator[list[tuple[int, R | TaskFailure]]]:
+        if not items:
+            return
+        for indices in stream_bins(items, sizes, self.parallelism):
+            yield self._run_bin(bin_fn, items, indices)
+
+    def _run_bin(self, bin_fn: Callable[[list[T]], Sequence[R | TaskFailure]], items: Sequence[T],
+                 indices: list[int]) -> list[tuple[int, R | TaskFailure]]:
+        try:
+            return list(zip(indices, _round_trip(bin_fn(_round_trip([items[i] for i in indices])))))
+        except Exception as exc:  # noqa: BLE001 - what a Python worker's death is on Spark: find the item
+            if len(indices) == 1:
+                return [(indices[0], TaskFailure("TaskDied", _first_line(exc)))]
+        return [pair for i in indices for pair in self._run_bin(bin_fn, items, [i])]
+
+    def executor_memory_bytes(self) -> int | None:
+        return None  # a local session's default: neither setting is set
+
+
 def map_in_driver(fn: Callable[[T], R], items: Sequence[T], *, threads: int = 8) -> list[R]:
     """``[fn(item) for item in items]`` on a few threads of this process: for tasks that
     take milliseconds each (header and size scans), where a Spark job's overhead, or starting Spark at all,
@@ -423,6 +530,7 @@ def _round_trip(value: T) -> T:
     return Unpickler(buf).load()
 
 
-__all__ = ["STREAM_MAX_ITEMS", "STREAM_TARGET_BYTES", "BinTask", "InProcessTasks", "LazySparkTasks",
-           "NumbaKernelInTask", "SparkTasks", "TaskFailure", "TaskRunner", "java_size", "map_in_driver",
-           "ship_function", "spark_job_labels", "stream_bins"]
+__all__ = ["DRIVER_RUN_ENV", "DRIVER_RUN_MAX_BYTES", "STREAM_MAX_ITEMS", "STREAM_TARGET_BYTES", "BinTask",
+           "DriverTasks", "InProcessTasks", "LazySparkTasks", "NumbaKernelInTask", "SparkTasks", "TaskFailure",
+           "TaskRunner", "driver_run_max_bytes", "fits_on_driver", "java_size", "map_in_driver", "ship_function",
+           "small_run_on_driver", "spark_job_labels", "stream_bins"]

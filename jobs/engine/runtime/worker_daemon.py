@@ -2,8 +2,9 @@
 
 PySpark starts one daemon per executor and forks a Python worker from it for each worker it needs; a fresh
 worker then imports pyarrow, numpy, numba and segjobs' task modules (over a second) and loads each kernel's
-cached code at its first call (about a second more). This daemon does both once, before it forks, so every worker
-starts with them. Then it is PySpark's own daemon (:func:`pyspark.daemon.manager`).
+cached code at its first call (about a second more), and pyarrow imports pandas at its first array conversion.
+This daemon does all of it once, before it forks, so every worker starts with them. Then it is PySpark's own
+daemon (:func:`pyspark.daemon.manager`).
 
 PySpark's daemon runs a full ``gc.collect()`` in a reused worker after every task. Over the heap these imports
 build (some 170,000 tracked objects) that took about 75 ms of CPU a task, more than a small partition's whole
@@ -30,7 +31,9 @@ def preload() -> None:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy: no BLAS thread pool to fork over
     from jobs.engine.runtime.kernels import KERNEL_MODULES, load_cached_kernels
 
-    for name in ("numpy", "pyarrow", *KERNEL_MODULES, "jobs.engine.frame.job", "jobs.engine.compact.cleaning",
+    # pandas: pyarrow imports it at its first conversion of an array (a task's first decode), over half a second
+    # of CPU that every worker would otherwise pay on its own; segjobs' modules no longer import it themselves
+    for name in ("numpy", "pyarrow", "pandas", *KERNEL_MODULES, "jobs.engine.frame.job", "jobs.engine.compact.cleaning",
                  "jobs.engine.compact.driver", "jobs.engine.compact.external_sort", "jobs.engine.retain.driver",
                  "jobs.engine.inspect.driver", "segment_io.spark.source", "pyspark.worker"):
         importlib.import_module(name)

@@ -5,7 +5,10 @@ stdout, and touches no file."""
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -241,3 +244,32 @@ def test_the_now_bound_is_a_fixed_date(monkeypatch) -> None:
     assert timeutil.parse_instant(str(timeutil.LATEST_NOW_MS)) == timeutil.LATEST_NOW_MS
     assert timeutil.parse_instant("1970-01-01T00:00:00Z") == 0
     assert timeutil.parse_instant("2026-11-22T03:00:00") == timeutil.parse_instant("2026-11-22T03:00:00Z")
+
+
+# --------------------------------------------------------------------------------------------------
+# The parser a run builds imports only its own command
+# --------------------------------------------------------------------------------------------------
+
+
+def test_a_run_parses_with_its_own_command_alone_and_the_same_help() -> None:
+    """``main`` configures only the command it runs (the others would import their engines for nothing): the
+    top-level help and each command's own help and parse are those of the full parser."""
+    from jobs.commands.cli import COMMANDS
+
+    full = build_parser()
+    assert build_parser(None, every=False).format_help() == full.format_help()
+    argv = ["compact", "--log-dir", "x", "--dedupe-buffer-bytes", "512MiB", "--now", "2026-11-22T03:00:00Z"]
+    assert vars(build_parser("compact", every=False).parse_args(argv)) == vars(full.parse_args(argv))
+    subparsers = next(a for a in full._actions if isinstance(a, argparse._SubParsersAction))
+    for name in COMMANDS:
+        alone = next(a for a in build_parser(name, every=False)._actions
+                     if isinstance(a, argparse._SubParsersAction))
+        assert alone.choices[name].format_help() == subparsers.choices[name].format_help(), name
+
+
+def test_the_top_level_help_imports_no_command() -> None:
+    code = ("import atexit, sys; from jobs.commands.cli import COMMANDS, console_main; "
+            "atexit.register(lambda: print(sorted(m for m, _ in COMMANDS.values() if m in sys.modules))); "
+            "sys.argv = ['segjobs', '--help']; console_main()")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    assert done.stdout.startswith("usage: segjobs") and done.stdout.strip().splitlines()[-1] == "[]"

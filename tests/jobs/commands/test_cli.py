@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from jobs.commands.cli import main
+from tests.support.bin_logs import RUN_SPECIFIC, log_dir_files
 from tests.support.builders import LogBuilder, rec, tombstone, write_log
 from tests.support.replay import comparable, read_partition, replay
 
@@ -330,6 +331,80 @@ def test_a_spark_run_from_a_plain_shell_writes_no_jvm_noise_on_stderr(log_dir, c
     assert re.search(r"^elapsed \d+\.\ds \(Spark start-up \d+\.\ds\); ", quiet.stdout, re.MULTILINE), quiet.stdout
     for run in (as_json, quiet):
         assert "incubator" not in run.stderr + run.stdout and "loopback" not in run.stderr + run.stdout
+
+
+# --------------------------------------------------------------------------------------------------
+# A small run from the console script: its tasks on the driver, no JVM
+# --------------------------------------------------------------------------------------------------
+
+
+def _without_timings(report: dict, log_dir: Path) -> object:
+    """A run's JSON report without what differs from run to run (timings, the run id), its log dir named ``LOGS``."""
+    def strip(value: object) -> object:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in RUN_SPECIFIC | {"spark_started_early_s"}}
+        return [strip(v) for v in value] if isinstance(value, list) else value
+
+    return strip(json.loads(json.dumps(report).replace(str(log_dir), "LOGS")))
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_a_small_run_needs_no_jvm_and_writes_what_spark_writes(log_dir, config, tmp_path) -> None:
+    """The console script with default options on a small log dir: its tasks run on the driver, with no Java on
+    PATH at all; the log dir's bytes, the report and the summary are those of the same run on Spark (forced by
+    $SEGJOBS_DRIVER_RUN_MAX_BYTES=0), but for timings. One Spark start-up (local[*], a subprocess)."""
+    import shutil
+
+    from jobs.engine.runtime.tasks import DRIVER_RUN_ENV
+
+    twin = tmp_path / "twin"
+    shutil.copytree(log_dir, twin)
+    no_java = tmp_path / "no-java"
+    no_java.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", DRIVER_RUN_ENV)}
+    argv = ["compact", "--config", str(config), "--now", NOW]
+    small = _console_run([*argv, "--log-dir", str(log_dir), "--report", str(tmp_path / "small.json")],
+                         {**env, "PATH": str(no_java)})
+    assert small.returncode == 0, small.stderr
+    assert "Spark" not in small.stderr and "(on the driver)" in small.stderr, small.stderr
+    on_spark = _console_run([*argv, "--log-dir", str(twin), "--report", str(tmp_path / "spark.json")],
+                            {**env, DRIVER_RUN_ENV: "0"})
+    assert on_spark.returncode == 0, on_spark.stderr
+    assert "Spark ready" in on_spark.stderr, on_spark.stderr
+    assert "2 of 2 partition(s) selected" in small.stdout
+    assert log_dir_files(log_dir) == log_dir_files(twin)
+    reports = [json.loads((tmp_path / f"{name}.json").read_text()) for name in ("small", "spark")]
+    assert reports[0]["spark_startup_s"] is None and reports[1]["spark_startup_s"] is not None
+    assert _without_timings(reports[0], log_dir) == _without_timings(reports[1], twin)
+    elapsed = re.compile(r"^elapsed .*$", re.MULTILINE)
+    assert elapsed.sub("", small.stdout.replace(str(log_dir), "LOGS")) == elapsed.sub(
+        "", on_spark.stdout.replace(str(twin), "LOGS"))
+
+
+_IMPORTED = ("import atexit, sys; atexit.register(lambda: print(sorted(m for m in ('pyspark', 'pandas') "
+             "if m in sys.modules)))")
+
+
+@pytest.mark.slow
+def test_the_command_line_imports_pyspark_and_pandas_only_when_it_needs_them(log_dir, config) -> None:
+    """Building the command line (``--help``, a usage error) imports neither pyspark nor pandas; a small run on
+    the driver imports no pyspark, and a run with nothing to do no pandas either (pyarrow imports pandas at its
+    first conversion of an array, which cleaning makes)."""
+    env = {k: v for k, v in os.environ.items() if k != "SEGJOBS_DRIVER_RUN_MAX_BYTES"}
+
+    def imported(code: str) -> str:
+        done = subprocess.run([sys.executable, "-c", f"{_IMPORTED}\n{code}"], capture_output=True, text=True,
+                              env=env, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip().splitlines()[-1]
+
+    assert imported("from jobs.commands.cli import build_parser; build_parser()") == "[]"
+    run = ("import sys; from jobs.commands.cli import console_main; "
+           f"sys.argv = ['segjobs', 'compact', '--log-dir', {str(log_dir)!r}, '--config', {str(config)!r}, "
+           f"'--now', {NOW!r}, '--quiet']; console_main()")
+    assert imported(run) == "['pandas']"  # cleaned on the driver
+    assert imported(run) == "[]"  # nothing left to clean
 
 
 def test_the_interrupt_message_names_what_was_committed() -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from jobs.engine.compact.selection import may_read_in_full
 from jobs.engine.runtime.spark_session import JAVA_FIX, LOG4J2_CONF, java_problem
+from jobs.engine.runtime.tasks import DRIVER_RUN_ENV
 from jobs.rules.config import ConfigSet
 from jobs.rules.scope import parse_scope
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, list_log_dir
@@ -47,12 +48,18 @@ def segjobs(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess
                           timeout=120)
 
 
+#: These runs need Spark: a log dir this small would otherwise be done on the driver, with no JVM at all (see
+#: jobs.engine.runtime.tasks.small_run_on_driver, and tests/jobs/commands/test_cli.py for that run without Java).
+NEEDS_SPARK = {DRIVER_RUN_ENV: "0"}
+
+
 def no_java_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    """The test's environment with a PATH holding no java (an empty directory) and no JAVA_HOME."""
+    """The test's environment with a PATH holding no java (an empty directory) and no JAVA_HOME, for runs that
+    need Spark."""
     empty = tmp_path / "bin"
     empty.mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "PYSPARK_GATEWAY_PORT")}
-    env.update(PATH=str(empty), **extra)
+    env.update(PATH=str(empty), **NEEDS_SPARK, **extra)
     return env
 
 
@@ -92,7 +99,7 @@ def test_a_jvm_that_exits_at_once_is_the_same_error_without_a_traceback(tmp_path
     java.write_text("#!/bin/sh\necho 'Error: this JVM cannot start' >&2\nexit 1\n")
     java.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "PYSPARK_GATEWAY_PORT"}
-    env.update(JAVA_HOME=str(home), PATH="/usr/bin:/bin")
+    env.update(JAVA_HOME=str(home), PATH="/usr/bin:/bin", **NEEDS_SPARK)
     # inspect: its scans are Spark tasks (a compaction with nothing due, as here, would start no JVM at all)
     proc = segjobs(["inspect", "--log-dir", str(log_dir), "--now", NOW], env)
     assert proc.returncode == 2, proc.stderr
@@ -151,13 +158,14 @@ def test_the_daemon_preloads_without_starting_blas_threads() -> None:
     code = ("import os; from jobs.engine.runtime.worker_daemon import preload; preload(); import sys; "
             "from jobs.engine.runtime.kernels import _dispatchers, cached_kernels; "
             "loaded = {n: len(d.overloads) for n, d in _dispatchers()}; "
-            "print(len(os.listdir('/proc/self/task')), 'jobs.engine.compact.driver' in sys.modules, "
-            "loaded == cached_kernels() and sum(loaded.values()) > 0)")
+            "print(len(os.listdir('/proc/self/task')), 'jobs.engine.compact.driver' in sys.modules "
+            "and 'pandas' in sys.modules, loaded == cached_kernels() and sum(loaded.values()) > 0)")
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     threads, imported, kernels = out.stdout.split()
-    # numpy without its BLAS pool; pyarrow's one thread (its pools are re-created after a fork); every kernel's
-    # cached code loaded (the install's warm-up cached them)
+    # numpy without its BLAS pool; pyarrow's one thread (its pools are re-created after a fork); the task modules
+    # and pandas (which pyarrow imports at a task's first array conversion) imported; every kernel's cached code
+    # loaded (the install's warm-up cached them)
     assert imported == "True" and kernels == "True" and int(threads) <= 2
 
 
@@ -193,7 +201,7 @@ def _dirty_below_ratio(d: Path) -> None:
 
 def _early_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_GATEWAY_PORT", "SEGJOBS_SPARK_EARLY_START")}
-    env.update(PATH="/usr/bin:/bin", **extra)
+    env.update(PATH="/usr/bin:/bin", **NEEDS_SPARK, **extra)
     return env
 
 
