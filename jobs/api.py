@@ -80,7 +80,8 @@ from segment_io.layout import list_log_dir_top
 from segment_io.storage import StorageOptions
 
 if TYPE_CHECKING:
-    from jobs.engine.tiered.audit import TieredAudit
+    from jobs.engine.tiered.audit import TieredAudit, TieredAuditOptions
+    from jobs.engine.tiered.clean import CleanResult
 
 OptionsT = TypeVar("OptionsT", bound=RunOptions)
 
@@ -594,15 +595,48 @@ def tiered_audit(log_dir: str | os.PathLike, remote: str | os.PathLike, *, layou
     (None: from the environment). Reads only. The result's ``exit_code`` is 1 when records cannot be read (a gap
     or a missing object)."""
     # imported here: the other commands' start-up (and their fail-fast checks) does not pay for it
-    from jobs.engine.tiered.audit import TieredAuditOptions, run_audit
+    from jobs.engine.tiered.audit import run_audit
+
+    return run_audit(_audit_options(log_dir, remote, layout, metadata_dir, topic_ids, config, overrides, now,
+                                    grace_ms, storage_options))
+
+
+def tiered_clean_orphans(log_dir: str | os.PathLike, remote: str | os.PathLike, *,
+                         layout: str = "local-tiered-storage", metadata_dir: str | os.PathLike | None = None,
+                         topic_ids: dict[str, str] | None = None, config: str | os.PathLike | None = None,
+                         overrides: Sequence[str] = (), now: Instant | None = None, min_age_ms: int | None = None,
+                         max_delete_fraction: float | None = None, dry_run: bool = False,
+                         plan: str | os.PathLike | None = None, apply: str | os.PathLike | None = None,
+                         storage_options: StorageOptions | None = None) -> "CleanResult":
+    """Delete the objects of the orphan segments :func:`tiered_audit` finds, as ``segjobs tiered clean-orphans``
+    does (see :mod:`jobs.rules.tiered_clean` for the rules: never a finished segment, only what is older than the
+    metadata by ``min_age_ms`` (None: one hour), a per-topic mass-delete guard of ``max_delete_fraction`` (None:
+    each topic's ``segjobs.max.delete.fraction``), under the log dir's lock). ``dry_run`` deletes nothing and, with
+    ``plan``, writes the plan file; ``apply`` carries out a plan file exactly, or nothing. Raises
+    :class:`~segment_io.errors.LockHeldError` when a broker or a run holds the log dir. The result's ``exit_code``
+    is 1 when a topic was refused, an object left or the lease lost."""
+    from jobs.engine.tiered.clean import DEFAULT_MIN_AGE_MS, CleanOptions, run_clean
+
+    audit = _audit_options(log_dir, remote, layout, metadata_dir, topic_ids, config, overrides, now, 0,
+                           storage_options)
+    return run_clean(CleanOptions(audit, min_age_ms=DEFAULT_MIN_AGE_MS if min_age_ms is None else min_age_ms,
+                                  max_delete_fraction=max_delete_fraction, dry_run=dry_run,
+                                  plan_uri=None if plan is None else os.fspath(plan),
+                                  apply_uri=None if apply is None else os.fspath(apply)))
+
+
+def _audit_options(log_dir: str | os.PathLike, remote: str | os.PathLike, layout: str,
+                   metadata_dir: str | os.PathLike | None, topic_ids: dict[str, str] | None,
+                   config: str | os.PathLike | None, overrides: Sequence[str], now: Instant | None, grace_ms: int,
+                   storage_options: StorageOptions | None) -> "TieredAuditOptions":
+    from jobs.engine.tiered.audit import TieredAuditOptions
 
     configs = (ConfigSet.load(os.fspath(config), overrides=list(overrides)) if config is not None
                else ConfigSet().with_overrides(list(overrides)))
-    options = TieredAuditOptions(os.fspath(log_dir), os.fspath(remote), layout=layout,
-                                 metadata_dir=None if metadata_dir is None else os.fspath(metadata_dir),
-                                 topic_ids=dict(topic_ids or {}), configs=configs, now_ms=parse_instant(now),
-                                 grace_ms=grace_ms, storage_options=storage_options)
-    return run_audit(options)
+    return TieredAuditOptions(os.fspath(log_dir), os.fspath(remote), layout=layout,
+                              metadata_dir=None if metadata_dir is None else os.fspath(metadata_dir),
+                              topic_ids=dict(topic_ids or {}), configs=configs, now_ms=parse_instant(now),
+                              grace_ms=grace_ms, storage_options=storage_options)
 
 
-__all__ += ["tiered_audit"]
+__all__ += ["tiered_audit", "tiered_clean_orphans"]

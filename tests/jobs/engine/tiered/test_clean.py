@@ -87,6 +87,18 @@ def test_a_clean_deletes_the_orphans_and_nothing_else(node: Path, capsys) -> Non
     assert [o for p in audit.partitions for o in p.orphans] == [] and audit.exit_code == 0
 
 
+def test_the_api_cleans_as_the_command_does_a_dry_run_first(node: Path, tmp_path: Path) -> None:
+    before = _files(node / "remote")
+    plan = tmp_path / "clean.json"
+    dry = api.tiered_clean_orphans(node / "logs", node / "remote", dry_run=True, plan=plan)
+    assert (sum(len(d.objects) for d in dry.plan.deletes), dry.deleted, dry.exit_code) == (3, [], 0)
+    assert _files(node / "remote") == before and plan.is_file()
+    done = api.tiered_clean_orphans(node / "logs", node / "remote", apply=plan)
+    assert (sorted(Path(s.uri).name for s in done.deleted), done.exit_code) == (
+        sorted(Path(o).name for o in ORPHANS), 0)
+    assert _files(node / "remote") == before - ORPHANS
+
+
 def test_a_finished_segment_is_never_deleted_even_outside_the_lineage(node: Path, capsys) -> None:
     # an unclean election's lineage: kept's segments 60-119 (epoch 2) are orphans to the audit, yet finished
     (node / "logs" / "kept-0" / "leader-epoch-checkpoint").write_text("0\n2\n0 0\n3 60\n")
