@@ -30,8 +30,17 @@ import numpy as np
 import pyarrow as pa
 
 from segment_io import _encode_kernels as kernels
-from segment_io.compression import CODEC_NAMES, NONE, codec_from_name, compress, decompress
-from segment_io.errors import InvalidRecordsError, UsageError
+from segment_io.compression import (
+    CODEC_NAMES,
+    NONE,
+    Inflater,
+    codec_from_name,
+    compress,
+    max_batch_bytes,
+    oversized_detail,
+    plan_payloads,
+)
+from segment_io.errors import InvalidRecordsError, OversizedBatchError, UsageError
 from segment_io.format import (
     ATTR_CONTROL,
     ATTR_DELETE_HORIZON,
@@ -708,17 +717,35 @@ def _check_refs(table: pa.Table, sources: Mapping[int, bytes | memoryview] | Non
                          "(segment_io.schema.VALUE_REF_TYPE): pass those segments' bytes as sources")
 
 
-def _payload(src: memoryview, pos: int, codec: int, segment: int) -> np.ndarray:
-    """The decompressed records of the compressed v2 batch at ``pos`` of ``src``, as the decoder saw them."""
-    if pos < 0 or pos + V2_HEADER_SIZE > len(src):
-        raise InvalidRecordsError(f"value references name a batch at byte {pos} of segment {segment}, which "
-                                  f"holds {len(src)} bytes")
-    length = int.from_bytes(src[pos + SIZE_OFFSET:pos + SIZE_OFFSET + 4], "big", signed=True)
-    end = pos + LOG_OVERHEAD + length
-    if end > len(src) or length < V2_HEADER_SIZE - LOG_OVERHEAD:
-        raise InvalidRecordsError(f"value references name a batch at byte {pos} of segment {segment} that "
-                                  f"is not whole there")
-    return np.frombuffer(decompress(codec, src[pos + V2_HEADER_SIZE:end]), np.uint8)
+def _payloads(src: memoryview, positions: np.ndarray, codecs: np.ndarray, segment: int) -> list[np.ndarray]:
+    """The decompressed records of the compressed v2 batches at ``positions`` of ``src``, as the decoder saw them:
+    inflated one after another into one buffer sized once from what their frames say, as the decoder inflates
+    them (one codec call per batch, no buffer of its own for each)."""
+    starts: list[int] = []
+    ends: list[int] = []
+    for pos in positions.tolist():
+        if pos < 0 or pos + V2_HEADER_SIZE > len(src):
+            raise InvalidRecordsError(f"value references name a batch at byte {pos} of segment {segment}, which "
+                                      f"holds {len(src)} bytes")
+        length = int.from_bytes(src[pos + SIZE_OFFSET:pos + SIZE_OFFSET + 4], "big", signed=True)
+        end = pos + LOG_OVERHEAD + length
+        if end > len(src) or length < V2_HEADER_SIZE - LOG_OVERHEAD:
+            raise InvalidRecordsError(f"value references name a batch at byte {pos} of segment {segment} that "
+                                      f"is not whole there")
+        starts.append(pos + V2_HEADER_SIZE)
+        ends.append(end)
+    limit = max_batch_bytes()
+    limits = np.full(len(starts), limit, np.int64)
+    at_least, capacity = plan_payloads(np.frombuffer(src, np.uint8), np.asarray(starts, np.int64),
+                                       np.asarray(ends, np.int64), codecs, limits)
+    over = np.flatnonzero(at_least > limit)
+    if len(over):
+        raise OversizedBatchError(oversized_detail(int(codecs[over[0]]), limit, int(at_least[over[0]])))
+    inflater = Inflater()
+    done: list[int] = []
+    inflater.add_all(src, starts, ends, codecs.tolist(), limits.tolist(), capacity.tolist(), done)
+    inflated = inflater.view()
+    return [inflated[a:b] for a, b in zip([0] + done[:-1], done)]
 
 
 def _gather_refs(table: pa.Table, rows: np.ndarray,
@@ -752,9 +779,9 @@ def _gather_refs(table: pa.Table, rows: np.ndarray,
         packed = in_seg[codec[in_seg] != NONE]
         if len(packed):
             cuts = np.flatnonzero(bpos[packed][1:] != bpos[packed][:-1]) + 1
-            for batch_rows in np.split(packed, cuts):
-                r0 = int(batch_rows[0])
-                work.append((_payload(mv, int(bpos[r0]), int(codec[r0]), s), batch_rows, s))
+            firsts = packed[np.concatenate(([0], cuts))]
+            payloads = _payloads(mv, bpos[firsts], codec[firsts], s)
+            work += [(payload, batch_rows, s) for payload, batch_rows in zip(payloads, np.split(packed, cuts))]
     lengths = np.zeros(n, np.int64)
     for buf, batch_rows, s in work:
         bad = int(kernels.ref_value_lengths(buf, refs, valid, batch_rows, lengths))
