@@ -29,6 +29,7 @@ SECTIONS = {
     "cost-parts": "benchmarks.fixed_cost_parts",
     "s3-planning": "benchmarks.s3_planning_bench",
     "table": "benchmarks.table_bench",
+    "clean-cpu": "benchmarks.clean_cpu_bench",
 }
 
 
@@ -43,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
                              "free in --data-dir, which should be outside the repository)")
     parser.add_argument("--repeat", type=int, default=None,
                         help="e2e, cost-parts: runs of each case (default 3; 1 for a single look at the 4 GB cases)")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="clean-cpu: another checkout of segjobs (e.g. git archive of an earlier commit, "
+                             "extracted) measured in the same run on the same data, for after/before ratios")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import importlib
@@ -61,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
             kwargs["data_dir"] = Path(args.data_dir)
         if "repeat" in parameters:
             kwargs["repeat"] = args.repeat
+        if "baseline" in parameters:
+            kwargs["baseline"] = args.baseline
         if "huge_cases" in parameters:
             kwargs["huge_cases"] = args.huge
         rows = module.run(**kwargs)

@@ -75,15 +75,16 @@ def _relative(offsets: np.ndarray, segment_base_offset: int, headers: BatchHeade
 
 
 def _indexed_batches(position: np.ndarray, interval: int) -> np.ndarray:
-    """Rows of the batches that receive an offset-index entry (one search per entry, not per batch)."""
-    rows: list[int] = []
-    last_entry = 0
+    """Rows of the batches that receive an offset-index entry. The entry after one at batch ``j`` goes to the
+    first batch more than ``interval`` bytes past it: that successor is found for every batch in one search,
+    and the chain of entries is then followed through plain ints (a step per entry, not a search per entry)."""
     n = len(position)
-    j = int(np.searchsorted(position, last_entry + interval, side="right"))
+    successor = np.searchsorted(position, position + interval, side="right").tolist()
+    rows: list[int] = []
+    j = int(np.searchsorted(position, interval, side="right"))  # the first entry: past 0 + interval
     while j < n:
         rows.append(j)
-        last_entry = int(position[j])
-        j = int(np.searchsorted(position, last_entry + interval, side="right"))
+        j = successor[j]
     return np.asarray(rows, dtype=np.int64)
 
 

@@ -17,7 +17,9 @@ are those of Kafka's ``Cleaner.cleanInto`` / ``MemoryRecords.filterTo`` (core Lo
   negative horizon: the batch keeps none, so its tombstones and markers are never removed. The same here
   (:func:`delete_horizon`).
 
-Every decision is an array operation over rows or batches; no Python code runs per record.
+Every decision is an array operation over rows or batches; no Python code runs per record. The steps are
+functions named after Kafka's: :func:`check_batch_retention` (per batch), :func:`should_retain_record` (per row),
+:func:`filter_to` (what each batch becomes) and :func:`cleaner_stats`; :func:`clean_records` runs them in turn.
 
 Public API::
 
@@ -215,91 +217,220 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
     offset, the round's upper bound, ``delete.retention.ms`` and the active producers are then each row's
     partition's, ``txn_state`` and those fields of ``params`` are not used, and ``CleanResult.partitions`` says
     what each partition became; every decision is the one a clean of that partition alone makes.
+
+    The steps are Kafka's, each a function over all rows or batches at once: :func:`check_batch_retention`,
+    :func:`should_retain_record`, :func:`filter_to`, then :func:`cleaner_stats`.
     """
-    n = records.num_rows
-    if records.num_columns and records.column(0).num_chunks > 1 \
-            and records.get_total_buffer_size() <= _COMBINE_BYTES:  # (`nbytes` costs more than the copy)
-        # A small group (the segments of a small partition, one chunk each) is cheaper to handle as one chunk:
-        # every column below is then read without a concatenation, and the kept rows filtered in one pass.
-        records = records.combine_chunks()
-    offsets = records.column("offset").to_numpy()
-    # each row's partition (none when the rows are one partition's)
-    part = np.zeros(0, np.int64) if partitions is None else np.asarray(partitions.row_partition, np.int64)
-    if partitions is not None and len(part) != n:
-        raise CleanerInputError(f"row_partition has {len(part)} entries for {n} records")
-    increasing = offsets[1:] > offsets[:-1]
-    if partitions is not None and n > 1:
-        if not np.all(part[1:] >= part[:-1]):
-            raise CleanerInputError("each partition's rows must be contiguous, in partition order")
-        increasing |= part[1:] != part[:-1]
-    if n > 1 and not np.all(increasing):
-        raise CleanerInputError("clean_records needs rows in strictly increasing offset order")
-    col = {name: records.column(name).to_numpy() for name in _BATCH_NUMERIC}
-    horizon_col = records.column("delete_horizon_ms")
-    row_has_h = validity(horizon_col)
-    row_h = int64_or_zero(horizon_col)
+    rows = CleanRows.read(records, partitions)
+    batches = CleanBatches.read(rows, empty_batches, partitions)
+    retention = check_batch_retention(batches, txn_state, params, partitions)
+    verdict = should_retain_record(rows, batches, retention, offset_map, params, key_hashes=key_hashes,
+                                   segment_last_modified_ms=segment_last_modified_ms, partitions=partitions)
+    filtered = filter_to(rows, batches, retention, verdict, params, partitions)
+    stats = cleaner_stats(rows, batches, retention, verdict, filtered, partitions)
+    by_partition: tuple[PartitionClean, ...] = ()
+    if partitions is not None:
+        changed_of = _Owners(batches.partition, partitions.count).count(filtered.changed)
+        kept_of = np.array([s.records_kept for s in stats], np.int64)
+        row_end = np.cumsum(kept_of)
+        by_partition = tuple(PartitionClean(bool(changed_of[i]), stats[i], int(row_end[i] - kept_of[i]),
+                                            int(row_end[i])) for i in range(partitions.count))
+    total = stats[0]
+    for one in stats[1:]:
+        total = total.merged(one)
+    return CleanResult(
+        records=filtered.records,
+        empty_batches=filtered.empty_batches,
+        changed=bool(filtered.changed.any()),
+        rebuilt_batches=np.sort(batches.col["batch_base_offset"][filtered.rebuilt]),
+        stats=total,
+        partitions=by_partition,
+    )
 
-    # ---- batches: runs of rows from the same source batch, then the header-only batches ----
-    boundary = np.ones(n, bool)
-    if n > 1:
-        boundary[1:] = ((col["batch_base_offset"][1:] != col["batch_base_offset"][:-1])
-                        | (col["batch_position"][1:] != col["batch_position"][:-1])
-                        | (col["segment_base_offset"][1:] != col["segment_base_offset"][:-1]))
-        if partitions is not None:
-            boundary[1:] |= part[1:] != part[:-1]
-    starts = np.flatnonzero(boundary)
-    batch_id = np.cumsum(boundary) - 1
-    counts = np.diff(np.append(starts, n)).astype(np.int64)
-    b = {name: col[name][starts] for name in _BATCH_NUMERIC}
-    b_has_h, b_h = row_has_h[starts], row_h[starts]
-    b_ctype = _control_types(records, starts, b)
-    empties = empty_batches if empty_batches is not None else BATCH_SCHEMA.empty_table()
-    if partitions is not None and (empties.num_rows or b["transactional"].any() or b["control"].any()
-                                   or (b["magic"] < 2).any()):
-        raise CleanerInputError("partitions cleaned together may hold no header-only, transactional, control or "
-                                "legacy batches")
-    if empties.num_rows:
-        e_h = empties.column("delete_horizon_ms")
-        for name in _BATCH_NUMERIC:
-            b[name] = np.concatenate([b[name], empties.column(name).to_numpy()])
-        b_has_h = np.concatenate([b_has_h, validity(e_h)])
-        b_h = np.concatenate([b_h, int64_or_zero(e_h)])
-        b_ctype = np.concatenate([b_ctype, np.full(empties.num_rows, -1, np.int16)])
-        counts = np.concatenate([counts, np.zeros(empties.num_rows, np.int64)])
 
-    # ---- checkBatchRetention ----
-    now = params.now_ms
+@dataclass(frozen=True)
+class CleanRows:
+    """The rows of a clean as its steps read them: the table, its offsets and batch columns as arrays."""
+
+    table: pa.Table
+    offset: np.ndarray
+    #: each row's partition index (None: the rows are one partition's)
+    partition: np.ndarray | None
+    #: the ``_BATCH_NUMERIC`` columns, one entry per row
+    col: dict[str, np.ndarray]
+    has_horizon: np.ndarray
+    horizon: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return self.table.num_rows
+
+    @classmethod
+    def read(cls, records: pa.Table, partitions: PartitionRows | None) -> "CleanRows":
+        """The rows, checked: offsets strictly increasing (within each partition, partitions contiguous)."""
+        n = records.num_rows
+        if records.num_columns and records.column(0).num_chunks > 1 \
+                and records.get_total_buffer_size() <= _COMBINE_BYTES:  # (`nbytes` costs more than the copy)
+            # A small group (the segments of a small partition, one chunk each) is cheaper to handle as one
+            # chunk: every column is then read without a concatenation, and the kept rows filtered in one pass.
+            records = records.combine_chunks()
+        offsets = records.column("offset").to_numpy()
+        part = None if partitions is None else np.asarray(partitions.row_partition, np.int64)
+        if part is not None and len(part) != n:
+            raise CleanerInputError(f"row_partition has {len(part)} entries for {n} records")
+        increasing = offsets[1:] > offsets[:-1]
+        if part is not None and n > 1:
+            if not np.all(part[1:] >= part[:-1]):
+                raise CleanerInputError("each partition's rows must be contiguous, in partition order")
+            increasing |= part[1:] != part[:-1]
+        if n > 1 and not np.all(increasing):
+            raise CleanerInputError("clean_records needs rows in strictly increasing offset order")
+        horizon_col = records.column("delete_horizon_ms")
+        return cls(records, offsets, part, {name: records.column(name).to_numpy() for name in _BATCH_NUMERIC},
+                   validity(horizon_col), int64_or_zero(horizon_col))
+
+
+@dataclass(frozen=True)
+class CleanBatches:
+    """Every batch a clean reads: the runs of rows from one source batch (in row order), then the header-only
+    batches. Each array has one entry per batch."""
+
+    #: each row's batch (an index into the arrays here)
+    row_batch: np.ndarray
+    #: records each batch holds (0 for a header-only batch)
+    count: np.ndarray
+    #: the ``_BATCH_NUMERIC`` columns
+    col: dict[str, np.ndarray]
+    has_horizon: np.ndarray
+    horizon: np.ndarray
+    #: control type of a control batch's record (-1 for data and header-only batches)
+    control_type: np.ndarray
+    #: each batch's partition index (None: one partition)
+    partition: np.ndarray | None
+
+    def __len__(self) -> int:
+        return len(self.count)
+
+    @classmethod
+    def read(cls, rows: CleanRows, empty_batches: pa.Table | None, partitions: PartitionRows | None) -> "CleanBatches":
+        n, col, part = rows.count, rows.col, rows.partition
+        boundary = np.ones(n, bool)
+        if n > 1:
+            boundary[1:] = ((col["batch_base_offset"][1:] != col["batch_base_offset"][:-1])
+                            | (col["batch_position"][1:] != col["batch_position"][:-1])
+                            | (col["segment_base_offset"][1:] != col["segment_base_offset"][:-1]))
+            if part is not None:
+                boundary[1:] |= part[1:] != part[:-1]
+        starts = np.flatnonzero(boundary)
+        counts = np.diff(np.append(starts, n)).astype(np.int64)
+        b = {name: col[name][starts] for name in _BATCH_NUMERIC}
+        b_has_h, b_h = rows.has_horizon[starts], rows.horizon[starts]
+        b_ctype = _control_types(rows.table, starts, b)
+        empties = empty_batches if empty_batches is not None else BATCH_SCHEMA.empty_table()
+        if partitions is not None and (empties.num_rows or b["transactional"].any() or b["control"].any()
+                                       or (b["magic"] < 2).any()):
+            raise CleanerInputError("partitions cleaned together may hold no header-only, transactional, control "
+                                    "or legacy batches")
+        if empties.num_rows:
+            e_h = empties.column("delete_horizon_ms")
+            for name in _BATCH_NUMERIC:
+                b[name] = np.concatenate([b[name], empties.column(name).to_numpy()])
+            b_has_h = np.concatenate([b_has_h, validity(e_h)])
+            b_h = np.concatenate([b_h, int64_or_zero(e_h)])
+            b_ctype = np.concatenate([b_ctype, np.full(empties.num_rows, -1, np.int16)])
+            counts = np.concatenate([counts, np.zeros(empties.num_rows, np.int64)])
+        return cls(np.cumsum(boundary) - 1, counts, b, b_has_h, b_h, b_ctype, None if part is None else part[starts])
+
+
+@dataclass(frozen=True)
+class BatchRetention:
+    """Kafka's ``checkBatchRetention`` for every batch (its ``BatchRetentionResult``)."""
+
+    #: the batch's records go (an aborted transaction's data, or a marker that may go and whose horizon passed)
+    discard_records: np.ndarray
+    #: the batch stays as a header-only batch if no record of it is kept (``RETAIN_EMPTY``): the last batch
+    #: of an active producer, or the one ending just before the round's upper bound
+    retain_empty: np.ndarray
+    #: ``containsMarkerForEmptyTxn``: a marker whose transaction left no data (it gets a delete horizon)
+    marker_for_empty_txn: np.ndarray
+
+    @property
+    def deleted_whole(self) -> np.ndarray:
+        """Batches discarded without their records being read (Kafka's ``DELETE``)."""
+        return self.discard_records & ~self.retain_empty
+
+
+def check_batch_retention(batches: CleanBatches, txn_state: TxnState, params: CleanParams,
+                          partitions: PartitionRows | None = None) -> BatchRetention:
+    """Kafka's ``Cleaner.checkBatchRetention`` (with ``CleanedTransactionMetadata.onBatchRead`` and
+    ``isBatchLastRecordOfProducer``) for every batch at once."""
+    b, counts = batches.col, batches.count
     control = b["control"]
     pid, last = b["producer_id"], b["batch_last_offset"]
     txn_data = b["transactional"] & ~control
     aborted_data = np.zeros(len(control), bool)
     if txn_data.any():
         aborted_data[txn_data] = txn_state.aborted.contains(pid[txn_data], last[txn_data])
-    known_marker = (b_ctype == CONTROL_ABORT) | (b_ctype == CONTROL_COMMIT)
+    known_marker = (batches.control_type == CONTROL_ABORT) | (batches.control_type == CONTROL_COMMIT)
     # A marker may go once its transaction has no data left in the log (for ABORT: every aborted batch is
     # gone, item 15; for COMMIT: this pass saw none of its data, item 16). An emptied marker always may.
     with_data = txn_state.completed.markers_with_data()
     marker_has_data = np.isin(b["batch_base_offset"], with_data) if len(with_data) else np.zeros(len(control), bool)
     can_discard = np.where(control, (counts == 0) | (known_marker & ~marker_has_data), aborted_data)
-    discard_records = np.where(control, can_discard & b_has_h & (b_h <= now), can_discard)
+    discard_records = np.where(control, can_discard & batches.has_horizon & (batches.horizon <= params.now_ms),
+                               can_discard)
     if partitions is None:
         last_of_producer = txn_state.active.is_last_batch(pid, last, b["producer_epoch"], control)
         upper_bound: np.ndarray | int = params.upper_bound_offset
     else:
-        b_part = part[starts]
-        last_of_producer = _last_of_producers(partitions, b_part, pid, last, b["producer_epoch"], control)
-        upper_bound = np.asarray(partitions.upper_bound_offset, np.int64)[b_part]
-    retain_empty = last_of_producer | (last + 1 == upper_bound)
-    marker_for_empty_txn = can_discard & control
-    deleted_whole = discard_records & ~retain_empty
+        assert batches.partition is not None
+        last_of_producer = _last_of_producers(partitions, batches.partition, pid, last, b["producer_epoch"],
+                                              control)
+        upper_bound = np.asarray(partitions.upper_bound_offset, np.int64)[batches.partition]
+    return BatchRetention(discard_records=discard_records,
+                          retain_empty=last_of_producer | (last + 1 == upper_bound),
+                          marker_for_empty_txn=can_discard & control)
 
-    # ---- shouldRetainRecord, per row ----
-    row_discard = discard_records[batch_id]
-    row_control = control[batch_id]
+
+@dataclass(frozen=True)
+class RecordRetention:
+    """Kafka's ``shouldRetainRecord`` for every row, with the reasons the statistics count."""
+
+    keep: np.ndarray
+    #: the row's batch discards its records (:attr:`BatchRetention.discard_records`)
+    discarded_with_batch: np.ndarray
+    #: the row is a control record (judged with its batch, never by the map)
+    control: np.ndarray
+    #: a data row the map judges that has no key (dropped: Kafka's invalid message)
+    keyless: np.ndarray
+    #: a keyed data row the map judges
+    looked_up: np.ndarray
+    #: no newer record of the row's key is mapped
+    latest_for_key: np.ndarray
+    value_null: np.ndarray
+    #: a tombstone here would be kept (its delete horizon has not passed)
+    retain_deletes: np.ndarray
+
+
+def should_retain_record(rows: CleanRows, batches: CleanBatches, retention: BatchRetention,
+                         offset_map: OffsetMapResult, params: CleanParams, *,
+                         key_hashes: tuple[np.ndarray, np.ndarray] | None = None,
+                         segment_last_modified_ms: Mapping[int, int] | None = None,
+                         partitions: PartitionRows | None = None) -> RecordRetention:
+    """Kafka's ``Cleaner.shouldRetainRecord`` for every row at once: records of discarded batches go, control
+    records and those above the map's latest offset stay, keyless records go, and a record stays iff no newer
+    record of its key is mapped and, for a tombstone, its delete horizon (legacy batches: its segment's rule)
+    has not passed."""
+    records, offsets, n = rows.table, rows.offset, rows.count
+    row_discard = retention.discard_records[batches.row_batch]
+    row_control = batches.col["control"][batches.row_batch]
     key_null = ~validity(records.column("key"))
     value_null = ~validity(records.column("value"))
-    past_latest = offsets > (offset_map.latest_offset if partitions is None
-                             else np.asarray(partitions.latest_offset, np.int64)[part])
+    if partitions is None:
+        past_latest = offsets > offset_map.latest_offset
+    else:
+        assert rows.partition is not None
+        past_latest = offsets > np.asarray(partitions.latest_offset, np.int64)[rows.partition]
     judged = ~row_discard & ~row_control & ~past_latest  # data rows the map decides
     keyless = judged & key_null
     lookup = judged & ~key_null
@@ -308,77 +439,101 @@ def clean_records(records: pa.Table, *, offset_map: OffsetMapResult, txn_state: 
         hi, lo = _hashes(records, key_hashes)
         mapped[lookup] = offset_map.offset_map.get(hi[lookup], lo[lookup])
     latest_for_key = offsets >= mapped
-    retain_deletes = ~row_has_h | (now < row_h)
-    legacy_rows = col["magic"] < 2
+    retain_deletes = ~rows.has_horizon | (params.now_ms < rows.horizon)
+    legacy_rows = rows.col["magic"] < 2
     if legacy_rows.any():  # the per-segment rule of pre-v2 tombstones (rare: old archives)
-        retain_deletes = np.where(legacy_rows, _legacy_retain(col["segment_base_offset"], params,
+        retain_deletes = np.where(legacy_rows, _legacy_retain(rows.col["segment_base_offset"], params,
                                                               segment_last_modified_ms), retain_deletes)
     keep_judged = latest_for_key & (~value_null | retain_deletes)
     keep = ~row_discard & (row_control | past_latest | (lookup & keep_judged))
+    return RecordRetention(keep=keep, discarded_with_batch=row_discard, control=row_control, keyless=keyless,
+                           looked_up=lookup, latest_for_key=latest_for_key, value_null=value_null,
+                           retain_deletes=retain_deletes)
 
-    # ---- filterTo: what each batch becomes ----
-    nb = len(counts)
-    kept = np.bincount(batch_id[keep], minlength=nb).astype(np.int64) if n else np.zeros(nb, np.int64)
-    kept_tombstones = np.bincount(batch_id[keep & value_null], minlength=nb) if n else np.zeros(nb, np.int64)
+
+@dataclass(frozen=True)
+class Filtered:
+    """What :func:`filter_to` made of the batches: the kept rows, the header-only batches, and per batch."""
+
+    records: pa.Table
+    empty_batches: pa.Table
+    #: records kept of each batch
+    kept: np.ndarray
+    #: the batch is written with records
+    written: np.ndarray
+    #: the batch gets a delete horizon stamped
+    need_horizon: np.ndarray
+    #: the batch is written re-encoded (some records dropped, or a horizon stamped)
+    rebuilt: np.ndarray
+    #: the batch stays as a header-only batch
+    empty_header: np.ndarray
+    #: writing the batch does not reproduce its source bytes
+    changed: np.ndarray
+
+
+def filter_to(rows: CleanRows, batches: CleanBatches, retention: BatchRetention, verdict: RecordRetention,
+              params: CleanParams, partitions: PartitionRows | None = None) -> Filtered:
+    """Kafka's ``MemoryRecords.filterTo`` for every batch at once: which batches are written with their kept
+    records (re-encoded where a record went or a delete horizon is stamped), which as header-only batches
+    (``writeEmptyHeader``), and the header columns of the rebuilt ones as ``MemoryRecordsBuilder`` writes them."""
+    b, counts, nb = batches.col, batches.count, len(batches)
+    keep = verdict.keep
+    kept = (np.bincount(batches.row_batch[keep], minlength=nb).astype(np.int64) if rows.count
+            else np.zeros(nb, np.int64))
+    kept_tombstones = (np.bincount(batches.row_batch[keep & verdict.value_null], minlength=nb) if rows.count
+                       else np.zeros(nb, np.int64))
     written = kept > 0
-    need_horizon = written & (b["magic"] >= 2) & ((kept_tombstones > 0) | marker_for_empty_txn) & ~b_has_h
+    need_horizon = (written & (b["magic"] >= 2) & ((kept_tombstones > 0) | retention.marker_for_empty_txn)
+                    & ~batches.has_horizon)
     if partitions is None:
-        horizon = delete_horizon(now, params.delete_retention_ms)
+        horizon = delete_horizon(params.now_ms, params.delete_retention_ms)
         if horizon is None:
             need_horizon[:] = False  # no horizon Kafka would write: the batch keeps none (see delete_horizon)
         stamp: np.ndarray | np.int64 = np.int64(horizon or 0)
     else:
-        horizons = [delete_horizon(now, int(ms)) for ms in partitions.delete_retention_ms]
-        need_horizon &= np.array([h is not None for h in horizons], bool)[b_part]
-        stamp = np.array([h or 0 for h in horizons], np.int64)[b_part]
-    new_has_h = b_has_h | need_horizon
-    new_h = np.where(need_horizon, stamp, b_h)
+        assert batches.partition is not None
+        horizons = [delete_horizon(params.now_ms, int(ms)) for ms in partitions.delete_retention_ms]
+        need_horizon &= np.array([h is not None for h in horizons], bool)[batches.partition]
+        stamp = np.array([h or 0 for h in horizons], np.int64)[batches.partition]
+    new_has_h = batches.has_horizon | need_horizon
+    new_h = np.where(need_horizon, stamp, batches.horizon)
     rebuilt = written & ((kept < counts) | need_horizon)
-    empty_header = ~written & retain_empty
+    empty_header = ~written & retention.retain_empty
+    header_differs = ((b["batch_base_timestamp"] != NO_TIMESTAMP) | (b["codec"] != 0) | batches.has_horizon
+                      | (b["magic"] != 2))
+    changed = (rebuilt | ((counts > 0) & ~written) | ((counts == 0) & ~empty_header)
+               | ((counts == 0) & empty_header & header_differs))
+    return Filtered(records=_surviving_rows(rows.table, keep, batches.row_batch, rebuilt, new_has_h, new_h, b),
+                    empty_batches=_empty_headers(b, empty_header), kept=kept, written=written,
+                    need_horizon=need_horizon, rebuilt=rebuilt, empty_header=empty_header, changed=changed)
 
-    out_records = _surviving_rows(records, keep, batch_id, rebuilt, new_has_h, new_h, b)
-    header_differs = ((b["batch_base_timestamp"] != NO_TIMESTAMP) | (b["codec"] != 0) | b_has_h | (b["magic"] != 2))
-    batch_changed = (rebuilt | ((counts > 0) & ~written) | ((counts == 0) & ~empty_header)
-                     | ((counts == 0) & empty_header & header_differs))
 
-    # Each statistic summed per partition (one "partition" when the rows are one partition's).
+def cleaner_stats(rows: CleanRows, batches: CleanBatches, retention: BatchRetention, verdict: RecordRetention,
+                  filtered: Filtered, partitions: PartitionRows | None = None) -> list[CleanStats]:
+    """Kafka's ``CleanerStats`` of the clean, one per partition (one when the rows are one partition's)."""
     k = 1 if partitions is None else partitions.count
-    per_row = _Owners(None if partitions is None else part, k)
-    per_batch = _Owners(None if partitions is None else b_part, k)
+    per_row = _Owners(rows.partition, k)
+    per_batch = _Owners(batches.partition, k)
+    counts, nb = batches.count, len(batches)
+    v = verdict
     columns = dict(
         batches_read=per_batch.count(np.ones(nb, bool)),
-        records_read=per_batch.total(np.where(deleted_whole, 0, counts)),
-        records_kept=per_row.count(keep),
-        bytes_read=per_batch.total(b["batch_size"].astype(np.int64)),
-        bytes_kept_estimate=per_batch.estimate(_bytes_kept(b["batch_size"], counts, kept, written, rebuilt),
-                                               V2_HEADER_SIZE * per_batch.count(empty_header)),
-        duplicates_removed=per_row.count(lookup & ~latest_for_key),
-        tombstones_kept=per_row.count(keep & value_null & ~row_control),
-        tombstones_removed=per_row.count(lookup & latest_for_key & value_null & ~retain_deletes),
-        aborted_records_removed=per_row.count(row_discard & ~row_control),
-        markers_removed=per_row.count(row_discard & row_control),
-        keyless_dropped=per_row.count(keyless),
-        empty_batches_kept=per_batch.count(empty_header),
-        horizons_stamped=per_batch.count(need_horizon),
+        records_read=per_batch.total(np.where(retention.deleted_whole, 0, counts)),
+        records_kept=per_row.count(v.keep),
+        bytes_read=per_batch.total(batches.col["batch_size"].astype(np.int64)),
+        bytes_kept_estimate=per_batch.estimate(
+            _bytes_kept(batches.col["batch_size"], counts, filtered.kept, filtered.written, filtered.rebuilt),
+            V2_HEADER_SIZE * per_batch.count(filtered.empty_header)),
+        duplicates_removed=per_row.count(v.looked_up & ~v.latest_for_key),
+        tombstones_kept=per_row.count(v.keep & v.value_null & ~v.control),
+        tombstones_removed=per_row.count(v.looked_up & v.latest_for_key & v.value_null & ~v.retain_deletes),
+        aborted_records_removed=per_row.count(v.discarded_with_batch & ~v.control),
+        markers_removed=per_row.count(v.discarded_with_batch & v.control),
+        keyless_dropped=per_row.count(v.keyless),
+        empty_batches_kept=per_batch.count(filtered.empty_header),
+        horizons_stamped=per_batch.count(filtered.need_horizon),
     )
-    stats = [CleanStats(**{name: int(v[i]) for name, v in columns.items()}) for i in range(k)]
-    by_partition: tuple[PartitionClean, ...] = ()
-    if partitions is not None:
-        changed_of = per_batch.count(batch_changed)
-        row_end = np.cumsum(columns["records_kept"])
-        by_partition = tuple(PartitionClean(bool(changed_of[i]), stats[i], int(row_end[i] - columns["records_kept"][i]),
-                                            int(row_end[i])) for i in range(k))
-    total = stats[0]
-    for one in stats[1:]:
-        total = total.merged(one)
-    return CleanResult(
-        records=out_records,
-        empty_batches=_empty_headers(b, empty_header),
-        changed=bool(batch_changed.any()),
-        rebuilt_batches=np.sort(b["batch_base_offset"][rebuilt]),
-        stats=total,
-        partitions=by_partition,
-    )
+    return [CleanStats(**{name: int(values[i]) for name, values in columns.items()}) for i in range(k)]
 
 
 class _Owners:

@@ -1,0 +1,255 @@
+"""CPU per byte of cleaning (issue 34 item 3): the cleaning task alone, in-process, in bytes per core second.
+
+Data: for each codec (none, lz4, zstd) a generated partition of 1 KB text values (``segjobs generate
+--value-style text``), half of the records superseded by a later record of the same key in random order (so
+every batch is partly superseded and must be re-encoded, as in a real compacted topic's dirty section), 2%
+tombstones, 50 records a batch, several segments (``--quick``: smaller).
+
+What is measured, in a new process per codec and checkout, each the median CPU seconds (``time.process_time``:
+user and system time of every thread of the process) of ``--repeat`` runs after one warm-up run:
+
+* **task (in-process)**: the memory strategy's cleaning task as a Spark executor runs it
+  (:func:`jobs.engine.compact.cleaning.compact_partition`: map pass, decode, index checks, clean, encode with CRCs
+  and compression, the staged segment and its indexes written and synced), without Spark around it;
+* its **parts**, each run alone on the same bytes: the map pass (``PartitionCleaner.build_map``), the clean's
+  decode of the group's segments, ``clean_records``, the encoding of the kept rows (``iter_encoded_parts``),
+  and the write of the staged files (``write_segment`` less the encoding);
+* **floors** on the same bytes: a memcpy of them, their CRC32C (one call per segment file), and the codec's
+  decompression and compression of every batch payload (the least a rewrite of every batch costs).
+
+Bytes are the cleaned segments' bytes as they are on disk (compressed for lz4 and zstd). The machine's load is
+printed with each row: on a shared machine the CPU seconds also measure the other tenants (caches, memory
+bandwidth), so compare checkouts by the ratios of one run, not by absolute numbers.
+
+``baseline``: another checkout of segjobs (e.g. ``git archive <commit> | tar -x -C /tmp/before``) measured in the
+same run, in alternation with this one, on the same data; rows then give after/before ratios. From the command
+line: ``python -m benchmarks.run --only clean-cpu --baseline /tmp/before``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+CODECS = ("none", "lz4", "zstd")
+DEFAULT_REPEAT = 3
+TOPIC = "clean"
+#: Target (issue 34 item 3): at least twice the bytes per core second of the cleaning before the issue.
+TARGET_SPEEDUP = 2.0
+
+
+def _load() -> str:
+    return "{:.1f} {:.1f} {:.1f}".format(*os.getloadavg())
+
+
+def generate(out: Path, codec: str, quick: bool) -> None:
+    """One partition as described in the module docstring."""
+    from segment_io.compression import codec_from_name
+    from segment_io.generate import GenerateSpec, generate_log_dir
+
+    shutil.rmtree(out, ignore_errors=True)
+    records, segment_bytes = (64_000, 8 << 20) if quick else (256_000, 32 << 20)
+    generate_log_dir(GenerateSpec(topics=(TOPIC,), partitions=1, records=records, value_bytes=1000,
+                                  superseded_share=0.5, tombstone_share=0.02, segment_bytes=segment_bytes,
+                                  batch_records=50, codec=codec_from_name(codec), value_style="text"), out)
+
+
+# --------------------------------------------------------------------------------------------------
+# Inside the measuring process (run with the measured checkout first on sys.path)
+# --------------------------------------------------------------------------------------------------
+
+
+def _cpu(fn: Callable[[], Any], repeat: int) -> float:
+    """Median CPU seconds of ``repeat`` calls of ``fn`` after a warm-up call."""
+    fn()
+    seconds = []
+    for _ in range(repeat):
+        t0 = time.process_time()
+        fn()
+        seconds.append(time.process_time() - t0)
+    return statistics.median(seconds)
+
+
+def measure(log_dir: Path, repeat: int) -> dict[str, Any]:
+    """CPU seconds of the task, its parts and the floors on the partition in ``log_dir``, and its bytes."""
+    import crc32c
+    import numpy as np
+    import pyarrow as pa
+
+    from jobs.engine.compact.cleaning import PartitionCleaner, compact_partition
+    from jobs.rules.cleaner import clean_records
+    from jobs.rules.plan_compact import group_segments_by_size
+    from segment_io import compression
+    from segment_io.encode_stream import iter_encoded_parts
+    from segment_io.format import V2_HEADER_SIZE
+    from segment_io.generate import GenerateSpec
+    from segment_io.segment_writer import write_segment
+    from tests.support.cleaning import partition_task
+
+    spec = GenerateSpec()
+    now_ms = spec.start_ms + spec.span_ms + 24 * 3600 * 1000
+    task = partition_task(log_dir, TOPIC, 0, now_ms, max_keys=1 << 22)
+    scratch = log_dir.parent / f"{log_dir.name}-scratch"
+    scratch.mkdir(exist_ok=True)
+
+    def run_task() -> Any:
+        out = compact_partition(task)
+        if out.error is not None:
+            raise RuntimeError(str(out.error))
+        return out
+
+    outcome = run_task()
+    if len(outcome.groups) != 1 or not outcome.groups[0].changed:
+        raise RuntimeError(f"expected one changed group, got {outcome.groups}")
+    bytes_in, bytes_out = outcome.groups[0].bytes_before, outcome.groups[0].bytes_after
+    cpu: dict[str, float] = {"task": _cpu(run_task, repeat)}
+    profile = _profile_shares(run_task)
+
+    cleaner = PartitionCleaner(task, [])
+    cpu["map pass"] = _cpu(lambda: cleaner.build_map(None), repeat)
+    omap = cleaner.build_map(None)
+    plan = task.plan
+    in_round = [s for s in task.state.segments if s.base_offset < min(omap.end_offset, plan.first_uncleanable_offset)]
+    [group] = group_segments_by_size(in_round, task.config.segment_bytes, task.config.segment_index_bytes,
+                                     plan.first_uncleanable_offset, task.config.index_interval_bytes)
+    sources = {s.base_offset: (log_dir / f"{TOPIC}-0" / f"{s.base_offset:020d}.log").read_bytes() for s in group}
+
+    def decode() -> tuple[pa.Table, list[Any]]:
+        decoded = [cleaner.decode(data, base) for base, data in sources.items()]
+        return pa.concat_tables([t for t, _ in decoded]), [h for _, h in decoded]
+
+    cpu["decode"] = _cpu(decode, repeat)
+    records, headers = decode()
+
+    def clean() -> Any:
+        return clean_records(records, offset_map=omap, txn_state=task.txn, params=cleaner.params,
+                             segment_last_modified_ms={s.base_offset: s.mtime_ms for s in group})
+
+    cpu["clean_records"] = _cpu(clean, repeat)
+    result = clean()
+    cpu["encode"] = _cpu(lambda: sum(p.size for p in iter_encoded_parts(
+        result.records, empty_batches=result.empty_batches, sources=sources)), repeat)
+    target = str(scratch / f"{group[0].base_offset:020d}.log")
+    cpu["write (less encode)"] = _cpu(lambda: write_segment(
+        result.records, target, empty_batches=result.empty_batches, sources=sources), repeat) - cpu["encode"]
+
+    views = [np.frombuffer(data, np.uint8) for data in sources.values()]
+    copy_into = np.empty(max(len(v) for v in views), np.uint8)
+    cpu["floor: memcpy"] = _cpu(lambda: [np.copyto(copy_into[:len(v)], v) for v in views], repeat)
+    cpu["floor: CRC32C"] = _cpu(lambda: [crc32c.crc32c(data) for data in sources.values()], repeat)
+    payloads = [(int(h.attributes[i]) & 7, memoryview(data)[int(h.position[i]) + V2_HEADER_SIZE:
+                                                            int(h.position[i] + h.size[i])])
+                for data, h in zip(sources.values(), headers) for i in range(len(h))]
+    packed = [(c, p) for c, p in payloads if c != compression.NONE]
+    cpu["floor: codec"] = 0.0
+    if packed:
+        plain = [bytes(compression.decompress(c, p)) for c, p in packed]
+        into = np.empty(max(len(p) for p in plain) + 1, np.uint8)
+
+        def codec_floor() -> None:
+            for (c, p), raw in zip(packed, plain):
+                # the codec library's call into a buffer already there (what the decoder makes per batch), then
+                # the frame Kafka's producer writes
+                compression._INTO[c](p, into)
+                compression.compress(c, raw)
+
+        cpu["floor: codec"] = _cpu(codec_floor, repeat)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return {"bytes_in": bytes_in, "bytes_out": bytes_out, "cpu_s": cpu, "profile": profile}
+
+
+def _profile_shares(fn: Callable[[], Any]) -> dict[str, float]:
+    """Shares of one profiled call of ``fn``'s CPU time spent inside the codec library's calls, the crc32c
+    package's and the compiled kernels (``segment_io/_*_kernels.py``). The profiler slows the Python around
+    those calls, not the calls themselves, so these shares are lower bounds."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile(time.process_time)
+    profiler.runcall(fn)
+    # pstats' table: (file, line, function) -> (calls, primitive calls, own time, cumulative time, callers)
+    table: dict[tuple[str, int, str], tuple[Any, ...]] = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    total = sum(entry[2] for entry in table.values())
+    shares = {"codec library": 0.0, "CRC32C (crc32c package)": 0.0, "compiled kernels": 0.0}
+    for (filename, _, function), entry in table.items():
+        if filename == "~" and "crc32c" in function:
+            shares["CRC32C (crc32c package)"] += entry[2]
+        elif filename == "~" and "compress" in function:
+            shares["codec library"] += entry[2]
+        elif filename.endswith("_kernels.py"):
+            shares["compiled kernels"] += entry[2]
+    return {name: own / total for name, own in shares.items()}
+
+
+# --------------------------------------------------------------------------------------------------
+# The section
+# --------------------------------------------------------------------------------------------------
+
+
+def _measure_in_new_process(checkout: Path, log_dir: Path, repeat: int) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=str(checkout))
+    out = subprocess.run([sys.executable, "-c", "import json, sys; from pathlib import Path; "
+                          f"sys.path.insert(0, {str(checkout)!r}); sys.path.insert(1, {str(Path(__file__).parent)!r}); "
+                          "import clean_cpu_bench as b; "
+                          f"print(json.dumps(b.measure(Path({str(log_dir)!r}), {repeat})))"],
+                         check=True, capture_output=True, text=True, env=env, cwd=str(checkout)).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _mb_per_cpu_s(nbytes: int, seconds: float) -> float:
+    return round(nbytes / seconds / 1e6, 1) if seconds > 0 else float("inf")
+
+
+def _rows(codec: str, label: str, m: dict[str, Any], load: str) -> list[dict]:
+    cpu, nbytes = m["cpu_s"], m["bytes_in"]
+    floor = cpu["floor: memcpy"] + cpu["floor: CRC32C"] + cpu["floor: codec"]
+    rows = [{"bench": f"clean-cpu {codec}: {label} task (in-process, compact_partition)",
+             "MB_in": round(nbytes / 1e6, 1), "MB_out": round(m["bytes_out"] / 1e6, 1),
+             "cpu_s": round(cpu["task"], 3), "MB_per_cpu_s": _mb_per_cpu_s(nbytes, cpu["task"]),
+             "x_floor": round(cpu["task"] / floor, 1) if floor else None, "load": load}]
+    for part, seconds in cpu.items():
+        if part != "task":
+            rows.append({"bench": f"clean-cpu {codec}: {label} {part}", "cpu_s": round(seconds, 3),
+                         "MB_per_cpu_s": _mb_per_cpu_s(nbytes, seconds),
+                         "share_of_task": f"{seconds / cpu['task']:.0%}"})
+    if "profile" in m:
+        rows.append({"bench": f"clean-cpu {codec}: {label} task profiled (cProfile, CPU time; lower bounds)",
+                     **{name: f"{share:.0%}" for name, share in m["profile"].items()}})
+    return rows
+
+
+def run(quick: bool = False, data_dir: Path = Path("bench-data"), repeat: int | None = None,
+        baseline: Path | None = None) -> list[dict]:
+    repeat = repeat or DEFAULT_REPEAT
+    here = Path(__file__).resolve().parent.parent
+    root = data_dir.resolve() / "clean-cpu"
+    rows: list[dict] = []
+    try:
+        for codec in CODECS:
+            log_dir = root / codec
+            generate(log_dir, codec, quick)
+            checkouts = [("after", here)] + ([("before", baseline.resolve())] if baseline else [])
+            measured: dict[str, dict[str, Any]] = {}
+            # the checkouts alternate on the same data, so a change of the machine's load hits both alike
+            for label, checkout in checkouts:
+                load = _load()
+                measured[label] = _measure_in_new_process(checkout, log_dir, repeat)
+                rows += _rows(codec, label if baseline else "", measured[label], load)
+            if baseline:
+                after, before = measured["after"]["cpu_s"]["task"], measured["before"]["cpu_s"]["task"]
+                if measured["after"]["bytes_out"] != measured["before"]["bytes_out"]:
+                    raise RuntimeError(f"{codec}: before and after wrote different sizes")
+                speedup = before / after
+                rows.append({"bench": f"clean-cpu {codec}: task bytes per core second, after / before (same run)",
+                             "speedup": round(speedup, 2), "target": f">= {TARGET_SPEEDUP}x",
+                             "result": "PASS" if speedup >= TARGET_SPEEDUP else "MISS"})
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return rows
