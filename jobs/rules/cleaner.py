@@ -326,7 +326,7 @@ class CleanBatches:
         b = {name: col[name][starts] for name in _BATCH_NUMERIC}
         b_has_h, b_h = rows.has_horizon[starts], rows.horizon[starts]
         b_ctype = _control_types(rows.table, starts, b)
-        empties = empty_batches if empty_batches is not None else BATCH_SCHEMA.empty_table()
+        empties = empty_batches if empty_batches is not None else _empty_batches()
         if partitions is not None and (empties.num_rows or b["transactional"].any() or b["control"].any()
                                        or (b["magic"] < 2).any()):
             raise CleanerInputError("partitions cleaned together may hold no header-only, transactional, control "
