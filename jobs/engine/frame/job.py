@@ -331,7 +331,7 @@ class JobContext:
         if self.job.destructive and not self.dry_run:
             recovered.listed = self._recover_log_dir(recovered.unrecovered)
         elif self.job.destructive:
-            recovered.foreseen, recovered.pending, dry_listed = self._recovery_first(recovered.unrecovered)
+            dry_listed = self._recovery_first(recovered)
             if self.storage.local_path(self.log_dir) is None:
                 recovered.listed = dry_listed  # nothing has changed it (on local disk listed again, as a real run)
         return recovered
@@ -483,30 +483,30 @@ class JobContext:
             report.exit_code = 1  # the work ran, but what it did is not (all) on record
         return JobRun(report, completed=completed, now_from_clock=self.now_from_clock, options=self.options)
 
-    def _recovery_first(self, unrecovered: dict[tuple[str, int] | None, Exception]
-                        ) -> tuple[dict[tuple[str, int], dict[str, FileInfo]], set[tuple[str, int]], list[FileInfo]]:
+    def _recovery_first(self, recovered: "_Recovered") -> list[FileInfo]:
         """A dry run's account of the recovery a real run does first (it takes no lock and changes nothing, so it
         only plans that recovery: reads only). Every partition the plans would change is reported (progress,
         ``report.recovery_first``), and then:
 
-        - recovery would stop in it: it is marked not recovered (``unrecovered``), as the real run marks it;
+        - recovery would stop in it: it is marked not recovered (``recovered.unrecovered``), as the real run marks
+          it;
         - otherwise recovery only deletes files (leftovers, ``.cleaned`` files, aborted swaps, originals, intents),
           renames them (a ``.swap`` made live, an old segment put back, a delete intent's segments to
           ``.deleted``) or writes the deletion ledger: the partition is returned with the files recovery leaves
           (by their names then, each read where it is now: see :func:`_listing_after`), and planned on them:
-          exactly the state the real run plans on;
+          exactly the state the real run plans on (``recovered.foreseen``);
         - recovery would copy S3 staged objects to their live names (an intent rolled forward: the report does not
           name the objects), or, with ``--plan``, rename files (a plan records the files by name, and names read
-          before recovery would not be the ones ``--apply`` finds): pending, left out of the run and its counts.
+          before recovery would not be the ones ``--apply`` finds): pending (``recovered.pending``), left out of
+          the run and its counts.
 
-        Returns those partitions' files (:func:`_files_after`), the pending ones, and the listing it planned on.
+        Returns the listing it planned on.
         """
         storage, log_dir, progress = self.storage, self.log_dir, self.progress
         root = (storage.local_path(log_dir) or log_dir).rstrip("/")
         listed = storage.list(root, recursive=True, irregular=True)
         reports = recover_under(storage, log_dir, self.now_ms, None, self.seams, listed=listed, dry_run=True)
-        foreseen: dict[tuple[str, int], dict[str, FileInfo]] = {}
-        pending: set[tuple[str, int]] = set()
+        foreseen, pending = recovered.foreseen, recovered.pending
         for r in reports:
             key = parse_partition_dir(partition_name(r.partition_uri))
             if not r.actions and r.error is None:
@@ -515,7 +515,7 @@ class JobContext:
             if key is None:  # the log dir's and work dir's own leftovers: nothing the run reads
                 planned, note = "unchanged", f"recovery first: {r.partition_uri}: a real run would first {actions}"
             elif r.error is not None:
-                unrecovered[key] = r.error
+                recovered.unrecovered[key] = r.error
                 planned, note = "not recovered", (f"recovery first: {r.partition_uri}: a real run's recovery would "
                                                   f"stop here ({r.error}); planned as the real run would: left "
                                                   f"untouched")
@@ -543,12 +543,13 @@ class JobContext:
                 progress.error(note, event="recovery.failed", partition=partition_name(r.partition_uri))
             else:
                 progress(note, event="recovery.planned", partition=partition_name(r.partition_uri))
-        return foreseen, pending, listed
+        return listed
 
     def _task_runner(self) -> TaskRunner:
         """The seams' runner, else Spark tasks in the given session (or the active one, or a new one)."""
         if self.seams.runner is not None:
             return self.seams.runner
+        app_name = f"segjobs-{self.job.command}"
 
         def build() -> Any:
             if self.spark is not None:
@@ -558,10 +559,10 @@ class JobContext:
             if spark_session.can_start_early():
                 # started and claimed at once: the JVM's output comes through the process, so that whoever
                 # reads the command's output does not wait for the JVM's own exit after the run
-                return spark_session.EarlySession(app_name=f"segjobs-{self.job.command}", master=self.options.master,
-                                    verbose=self.options.spark_verbose).session()
-            return spark_session.build_session(app_name=f"segjobs-{self.job.command}", master=self.options.master,
-                                 verbose=self.options.spark_verbose)
+                return spark_session.EarlySession(app_name=app_name, master=self.options.master,
+                                                  verbose=self.options.spark_verbose).session()
+            return spark_session.build_session(app_name=app_name, master=self.options.master,
+                                               verbose=self.options.spark_verbose)
 
         def started(waited: float, took: float) -> None:
             self.report.spark_startup_s = round(waited, 2)
