@@ -1,8 +1,9 @@
-"""The frame every job runs in: validate → lock → recover → list → scan → job work (tasks) → report.
+"""The frame every job runs in: preflight → locked (lock → recover → list → scan → job work) → deliver.
 
 A job (compact, retain, inspect) gives :func:`run_job` its typed options (:mod:`jobs.engine.frame.options`) and a
-work function that receives a :class:`JobContext` (storage, committer, configs, scope, listing, scans, task
-runner, report) and fills ``report.partitions`` and ``report.totals``. Everything that can be checked without
+work function; the run is one :class:`JobContext`, whose methods are the frame's steps and which the work function
+receives (storage, committer, configs, scope, listing, scans, task runner, report): it fills
+``report.partitions`` and ``report.totals``. Everything that can be checked without
 Spark (configuration, ``now``, scope syntax, the log dir's existence, that S3 answers and that the report and
 ledger destinations can be written) is checked before Spark starts, so a typo costs a second, not a session
 start, and a report that could not be written is known before any work. Spark itself starts only when a task
@@ -15,10 +16,11 @@ the summary or the JSON. Progress and errors go to the options' progress sink (s
 
 from __future__ import annotations
 
+import functools
 import os
 import traceback
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ContextManager, Sequence, TypeVar
 
 from jobs.engine.frame.options import ChangeOptions, JobOptions, LockingOptions
@@ -81,14 +83,35 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+@dataclass(frozen=True)
+class JobSpec:
+    """What a job (compact, retain, inspect) brings to the frame: its command, its work, how deep the frame scans
+    its partitions, whether it writes, and its two forecasts (see :func:`run_job`)."""
+
+    command: str
+    #: the job's work: fills ``ctx.report.partitions`` and ``ctx.report.totals``
+    work: Callable[["JobContext"], None]
+    #: the depth of the frame's scan (:class:`jobs.engine.scan.ScanItem`): headers, sizes or transactions
+    scan_depth: str
+    #: the job may change the log dir (takes the lock and recovers first unless a dry run); False: inspect
+    destructive: bool = True
+    spark_likely: "SparkForecast | None" = None
+    read_first: "FirstReads | None" = None
+
+
 @dataclass
 class JobContext:
-    """What a job's work function gets: the run's typed options and everything the frame derived from them."""
+    """One job's run: its typed options, everything the frame derives from them, and the frame's steps.
 
+    :func:`run_job` takes the steps in order: :meth:`preflight` (everything that needs no Spark and no lock),
+    :meth:`locked` (under the log dir's lock: :meth:`lock`, :meth:`recover`, :meth:`list_partitions`,
+    :meth:`scan`, then the job's work, which gets this object) and :meth:`deliver` (the report and the ledger).
+    A job's work reads the fields and calls the helpers (:meth:`parallel_map`, :meth:`keep_lease`,
+    :meth:`write_plan`)."""
+
+    job: JobSpec
     options: JobOptions
     storage: Storage
-    #: the store's commit protocol (see :func:`jobs.logdir.commit.committer_for`)
-    committer: Committer
     log_dir: str
     work_uri: str
     configs: ConfigSet
@@ -97,20 +120,47 @@ class JobContext:
     #: True when ``now`` was not given and the wall clock (``seams.clock``) chose it
     now_from_clock: bool
     dry_run: bool
+    #: the log dir's partitions: before the lock its top level only (the names the scope is checked against);
+    #: from :meth:`list_partitions` on, every file, listed under the lock after recovery
     listing: LogDirListing
-    scans: dict[tuple[str, int], PartitionScan]
+    #: the offset checkpoint files, by file name, read with :attr:`listing`
     checkpoints: dict[str, dict[tuple[str, int], int]]
     report: RunReport
     progress: Progress
-    #: runs the per-partition tasks (Spark, or in this process for tests)
-    runner: TaskRunner
     seams: Seams
     #: the plan file being applied, or the decisions collected for one
     planfile: PlanStage
     #: the run's decompression bound (see :func:`segment_io.compression.max_batch_bytes`): every task that
     #: decodes gets it as a parameter
     max_batch_bytes: int
+    #: where :meth:`deliver` writes the report and appends the ledger rows (None: not asked for)
+    report_uri: str | None
+    ledger_uri: str | None
+    storage_options: StorageOptions
+    #: S3: how long the lease :meth:`lock` takes lasts without renewal
+    lease_ttl_ms: int
+    #: the session to run tasks in (None: the active one, else a new one), and the one started ahead of need
+    spark: Any = None
+    early: "spark_session.EarlySession | None" = None
+    #: a small run: its tasks run on the driver, no JVM is started (see :func:`small_run_on_driver`)
+    on_driver: bool = False
+    #: filled by :meth:`scan`
+    scans: dict[tuple[str, int], PartitionScan] = field(default_factory=dict)
     lease: "Lease | None" = None  #: while the job holds the log dir (None in dry runs and for inspect)
+    #: inspect --remote: the tiered partitions whose remote segments cannot be read, with why (see :meth:`scan`)
+    tiered_errors: dict[tuple[str, int], Exception] = field(default_factory=dict)
+    #: runs the per-partition tasks (Spark, or in this process for tests); Spark starts when a task first needs it
+    runner: TaskRunner = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.runner = self._task_runner()
+
+    # ---- what a job's work uses ----
+
+    @functools.cached_property
+    def committer(self) -> Committer:
+        """The store's commit protocol for this log dir (see :func:`jobs.logdir.commit.committer_for`)."""
+        return committer_for(self.storage, self.work_uri, self.report.run_id, log_dir=self.log_dir)
 
     def keep_lease(self) -> None:
         """Jobs call this before each commit. Raises :class:`jobs.logdir.lock.LeaseLost` once the run's S3 lease
@@ -154,6 +204,401 @@ class JobContext:
                     decisions={}, run_id=self.report.run_id, made_ms=self.seams.clock())
         self.planfile.write(plan, self.options.storage_options(), self.progress)
 
+    # ---- the steps ----
+
+    @classmethod
+    def preflight(cls, job: JobSpec, log_dir: str, options: JobOptions, *, now: Instant | None, seams: Seams,
+                  applying: Plan | None, spark: Any) -> "JobContext":
+        """Everything that needs no Spark and no lock, first: the configs, ``now``, the scope, the store and the
+        run's destinations (:func:`open_log_dir`), and against the log dir's top level the scope, the topics'
+        configs and the checkpoint files; Spark started ahead of need when the run will want it. Raises (exit code
+        2) when something is wrong: nothing has been done yet."""
+        configs = options.load_configs()
+        now_ms, now_note = resolve_now(now, seams.clock)
+        scope = parse_scope(list(options.topics), list(options.partitions))
+        locking = options if isinstance(options, LockingOptions) else None
+        dry_run = bool(locking and locking.dry_run)
+        log_dir = absolute_uri(log_dir.rstrip("/") if log_dir not in ("/",) else log_dir)
+        storage_options = options.storage_options()
+        report_uri = absolute_uri(options.report) if options.report else None
+        ledger_uri = absolute_uri(options.ledger) if options.ledger else None
+        # max_batch_bytes, else $SEGJOBS_MAX_BATCH_BYTES: a malformed one is exit 2 here
+        max_batch = compression.max_batch_bytes(options.max_batch_bytes)
+        html_uri = getattr(options, "html", None)
+        plan_uri = getattr(options, "plan", None)
+        progress = Progress(job.command, quiet=options.progress is None, sink=options.progress)
+        storage = open_log_dir(log_dir, storage_options, report_uri=report_uri, ledger_uri=ledger_uri,
+                               html_uri=absolute_uri(html_uri) if html_uri else None,
+                               plan_uri=absolute_uri(plan_uri) if plan_uri else None, progress=progress)
+        if job.destructive and not dry_run:  # a read-only log dir is exit code 2 here, not a failure of every partition
+            check_log_dir_writable(storage, log_dir, job.command)
+        report = RunReport(command=job.command, log_dir=log_dir, now_ms=now_ms, dry_run=dry_run)
+        # The scope, the topics' configs and the checkpoint files are checked against a first listing before the
+        # lock and recovery: exit code 2 promises that nothing was done. Recovery does not add or remove partitions.
+        # These checks need only the names at the log dir's top level: a listing of that level, not of every file
+        # (on S3 a page per thousand partitions rather than per thousand files).
+        listing = _check_scope(storage, log_dir, scope, configs, list_log_dir_top(storage, log_dir))
+        for note in configs.check_entries({t for t, _ in listing.partitions}, log_dir):
+            report.warnings.append(note)
+            progress.notice(f"warning: {note}", event="config.unmatched")
+        checkpoints = read_job_checkpoints(storage, log_dir, listing)
+        early = None
+        # a small local run from the command line starts no JVM: its tasks run on the driver (tasks.DriverTasks)
+        on_driver = spark is None and seams.runner is None and small_run_on_driver(storage, listing, scope,
+                                                                                     options.master)
+        if spark is None and seams.runner is None and not on_driver:
+            early = _early_session(job, options, storage, log_dir, listing, checkpoints, configs, scope)
+        ttl_ms = lease_ttl_ms(locking.lease_ttl if locking is not None else None)
+        change = options if isinstance(options, ChangeOptions) else None
+        planfile = PlanStage(applying=applying, apply_uri=change.apply if change else None,
+                             write_uri=change.plan if change else None)
+        ctx = cls(job=job, options=options, storage=storage, log_dir=log_dir, work_uri=work_uri(log_dir),
+                  configs=configs, scope=scope, now_ms=now_ms, now_from_clock=now_note is not None, dry_run=dry_run,
+                  listing=listing, checkpoints=checkpoints, report=report, progress=progress, seams=seams,
+                  planfile=planfile, max_batch_bytes=max_batch, report_uri=report_uri, ledger_uri=ledger_uri,
+                  storage_options=storage_options, lease_ttl_ms=ttl_ms, spark=spark, early=early,
+                  on_driver=on_driver)
+        ctx._announce(now_note)
+        return ctx
+
+    def _announce(self, now_note: str | None) -> None:
+        """The run's first lines: the instant chosen, the log dir, a cold start's compiling, the plan applied."""
+        progress = self.progress
+        if now_note:  # even when quiet: it is what repeating this run's decisions takes
+            progress.notice(now_note, event="run.now", now_ms=self.now_ms)
+        progress(f"log dir {self.log_dir}, now {format_instant(self.now_ms)} ({self.now_ms})"
+                 + (" [dry run]" if self.dry_run else ""), event="run.start", log_dir=self.log_dir,
+                 now_ms=self.now_ms, dry_run=self.dry_run, run_id=self.report.run_id)
+        if kernels_cold():  # a first run's minute of compiling, announced as what it is
+            progress(COLD_NOTICE, event="kernels.compiling")
+        applying, uri = self.planfile.applying, self.planfile.apply_uri
+        if applying is not None and uri:  # even when quiet: what this run is about to do
+            progress.notice(describe_plan(applying, uri), event="plan.applying", uri=uri)
+
+    def locked(self) -> bool:
+        """Under the log dir's lock (a run that writes): :meth:`lock`, :meth:`recover`, :meth:`list_partitions`,
+        :meth:`scan`, the job's work, then this run's staging leftovers. What stops the run (a lost lease, an
+        error no partition's handling caught) goes into the report, what was committed before standing; Ctrl-C is
+        :class:`RunInterrupted`. Returns whether the work returned (False: it stopped early)."""
+        completed = False
+        report, progress = self.report, self.progress
+        try:
+            with ExitStack() as stack:
+                if self.early is not None:  # a run that needed no Spark after all does not wait for it
+                    stack.callback(self.early.abandon)
+                if self.job.destructive and not self.dry_run:
+                    self.lock(stack)
+                recovered = self.recover()
+                self.scan(self.list_partitions(recovered), recovered.unrecovered)
+                with frozen_heap():  # the modules and the session are loaded by now (see jobs.engine.runtime.collector)
+                    self.job.work(self)
+                completed = True
+                if self.lease is not None:  # under the lock still: what late task attempts staged, then the
+                    # directories this run's staging left empty go
+                    self.committer.sweep_own_staging(pl.uri for pl in self.listing.partitions.values())
+                    self.committer.remove_empty_dirs(pl.uri for pl in self.listing.partitions.values())
+        except LeaseLost as exc:
+            # Raised before a commit: nothing more was committed after the lease was lost. What was committed
+            # before stands (each commit is crash-safe on its own); the next run's recovery settles the rest.
+            report.errors.append({"kind": "LeaseLost", "detail": f"{exc}; the run stopped before its next commit"})
+            progress.error(f"LOST THE LEASE, stopped before the next commit: {exc}", event="lease.lost")
+        except KeyboardInterrupt:
+            # Ctrl-C: each partition's commit is complete or not begun (the commits run to their end on their own
+            # thread; the lock is released by now). Say what stands; the rest is the next run's.
+            raise RunInterrupted(interrupted_message(report, writes=self.job.destructive and not self.dry_run,
+                                                     lock_taken=self.lease is not None)) from None
+        except LockHeldError as exc:
+            if self.lease is None or report.finished_ms is not None:
+                raise  # could not take the lock: nothing was done
+            # The lease was lost while working (another run took it over after it expired): what this run
+            # committed stands, but the user must know another run may have worked at the same time.
+            report.errors.append({"kind": "LockHeldError", "detail": str(exc)})
+            progress.error(f"LOST THE LEASE: {exc}", event="lease.lost")
+        except Exception as exc:
+            if isinstance(exc, SegjobsError) and exc.exit_code == 2:
+                raise  # nothing was done: the command says so (exit code 2)
+            # Something no partition's handling caught stopped the run (its Spark tasks are cancelled, not awaited):
+            # what was committed before stands and is reported, the next run's recovery settles the partition that
+            # was being committed, and the run ends now with its report and exit code 1.
+            report.errors.append(_stopped_error(exc))
+            progress.error(f"STOPPED: {report.errors[-1]['detail']}", event="run.stopped")
+        return completed
+
+    def lock(self, stack: ExitStack) -> None:
+        """Take the log dir's lock or S3 lease (:func:`hold_log_dir`) for as long as ``stack`` is open."""
+        # The holder's run id is the report's: a refusal names the run the reports and ledger know.
+        self.lease = stack.enter_context(hold_log_dir(self.storage, self.log_dir, self.seams, ttl_ms=self.lease_ttl_ms,
+                                                      run_id=self.report.run_id))
+        if self.lease.notice:
+            self.report.warnings.append(self.lease.notice)
+            self.progress(self.lease.notice, event="lease.notice")
+
+    def recover(self) -> "_Recovered":
+        """A run that writes: the log dir's recovery, under the lock. A dry run of a job that writes: the account of
+        the recovery its real run does first (:meth:`_recovery_first`). Inspect: nothing."""
+        recovered = _Recovered()
+        if self.job.destructive and not self.dry_run:
+            recovered.listed = self._recover_log_dir(recovered.unrecovered)
+        elif self.job.destructive:
+            dry_listed = self._recovery_first(recovered)
+            if self.storage.local_path(self.log_dir) is None:
+                recovered.listed = dry_listed  # nothing has changed it (on local disk listed again, as a real run)
+        return recovered
+
+    def _recover_log_dir(self, unrecovered: dict[tuple[str, int] | None, Exception]) -> list[FileInfo] | None:
+        """Recovery of the log dir under the lock; what it could not settle into ``unrecovered``. Returns the log
+        dir as recovery found it when nothing changed it since (None: to be listed again)."""
+        storage, log_dir, report, progress = self.storage, self.log_dir, self.report, self.progress
+        listed: list[FileInfo] | None = storage.list(log_dir, recursive=True, irregular=True)
+        reports = recover_under(storage, log_dir, self.now_ms, self.lease, self.seams, listed=listed)
+        if any(r.actions for r in reports) or storage.local_path(log_dir) is not None:
+            listed = None  # changed (or on local disk, where recovery also tidies directories): listed again
+        for r in reports:
+            for problem in r.problems:  # harmless where it is: the partition is worked on all the same
+                report.warnings.append(problem)
+                progress.notice(problem, event="recovery.leftover")
+            for note in r.notes:
+                progress(note, event="recovery.kept")
+            if r.error is not None:
+                unrecovered[parse_partition_dir(partition_name(r.partition_uri))] = r.error
+                progress.error(f"{r.partition_uri}: NOT RECOVERED, left as it is and not touched by this run: "
+                               f"{r.error}", event="recovery.failed", partition=partition_name(r.partition_uri))
+        # what a crashed run left, per partition (its private staging too), summed: one line
+        tallies = tally_reports(reports, log_dir, self.work_uri)
+        report.recovered_partitions = sum(1 for t in tallies if t.partition)
+        if tallies:
+            progress(f"recovered {recovered_text(tallies)}", event="recovery.done",
+                     partitions=report.recovered_partitions, actions=sum(len(r.actions) for r in reports))
+        return listed
+
+    def list_partitions(self, recovered: "_Recovered") -> list[tuple[str, int]]:
+        """The log dir listed under the lock (unless recovery's listing still holds) with its checkpoint files, a
+        dry run's partitions as its real run's recovery leaves them; ``--apply`` refused on a changed log dir.
+        Returns the partitions the run works on, in order."""
+        storage, log_dir = self.storage, self.log_dir
+        # again, unless recovery changed nothing since it listed: S3 lists a thousand keys a request
+        listing = _check_scope(storage, log_dir, self.scope, self.configs,
+                               None if recovered.listed is None else listing_from_files(log_dir, recovered.listed))
+        # a dry run: these partitions as the real run's recovery leaves them
+        for key, files in recovered.foreseen.items():
+            if key in listing.partitions:
+                after = _listing_after(listing.root, key, files)
+                if after is not None:
+                    listing.partitions[key] = replace(after,
+                                                      outside_log_dir=listing.partitions[key].outside_log_dir)
+        remote = getattr(self.options, "remote", None)  # inspect --remote: tiered partitions read as one log
+        tiered = (tiered_listing(storage, listing, remote, self.options.storage_options(),
+                                 [k for k in listing.partitions if self.scope.includes(*k)]) if remote else None)
+        listing = tiered.listing if tiered is not None else listing
+        self.tiered_errors = dict(tiered.errors) if tiered is not None else {}
+        self.listing = listing
+        self.checkpoints = read_job_checkpoints(storage, log_dir, listing)
+        selected = sorted(k for k in listing.partitions if self.scope.includes(*k) and k not in recovered.pending)
+        # --apply on a changed log dir: refused here, before Spark starts (nothing has been done yet)
+        self.planfile.check_unchanged(storage, log_dir, listing, selected, self.configs, self.checkpoints)
+        for topic in sorted({t for t, _ in selected}):
+            for note in self.configs.shadowed(topic):
+                self.progress(note, event="config.shadowed", topic=topic)
+            self.report.topics[topic] = {"policy": self.configs.for_topic(topic).policy_text,
+                                         "policy_from": self.configs.origin_of(topic)}
+        return selected
+
+    def scan(self, selected: list[tuple[str, int]], unrecovered: dict[tuple[str, int] | None, Exception]) -> None:
+        """Scan the ``selected`` partitions at the job's depth into :attr:`scans` (one that recovery could not
+        settle marked unreadable: nobody touches it), and warn about orphan log start offset entries."""
+        report, progress, scan_depth = self.report, self.progress, self.job.scan_depth
+        # Header and size scans take milliseconds a partition: they run on the driver's threads, and Spark
+        # starts only when a task needs it (a run with nothing due starts none). A test's runner runs them all.
+        in_driver = self.seams.runner is None and scan_depth in DRIVER_SCAN_DEPTHS
+        where = ("tasks run in this process" if self.seams.runner is not None
+                 else "on the driver" if in_driver or self.on_driver else "as Spark tasks")
+        progress(f"scanning {len(selected)} partition(s) ({where})", event="scan.start", partitions=len(selected),
+                 spark_startup_s=report.spark_startup_s)
+        full: set[tuple[str, int]] = set()
+        if self.job.read_first is not None and scan_depth == "sizes":
+            full = self.job.read_first(self.listing, self.checkpoints, self.configs, self.scope) & set(selected)
+        start = self.checkpoints[LOG_START_OFFSET_CHECKPOINT]
+        cleaner = self.checkpoints[CLEANER_OFFSET_CHECKPOINT]
+        items = [ScanItem(self.storage, self.listing.partitions[k], "transactions" if k in full else scan_depth,
+                          start.get(k), cleaner.get(k), self.now_ms,
+                          self.configs.for_topic(k[0]).producer_id_expiration_ms, self.max_batch_bytes)
+                 for k in selected]
+        for scan in self._run_scans(items, in_driver=in_driver):
+            error = unrecovered.get((scan.topic, scan.partition))
+            if error is not None:  # an interrupted commit recovery could not settle: nobody touches the partition
+                scan.error, scan.state, scan.txn = PartitionError.from_exception(error), None, None
+            elif (scan.topic, scan.partition) in self.tiered_errors:  # its remote segments cannot be read
+                failed = self.tiered_errors[(scan.topic, scan.partition)]
+                scan.error, scan.state, scan.txn = PartitionError.from_exception(failed), None, None
+            self.scans[(scan.topic, scan.partition)] = scan
+            for w in scan.warnings:
+                report.warnings.append(w)
+            if scan.error is not None and error is None:  # one recovery could not settle is reported above
+                progress.error(f"{scan.name}: UNREADABLE, left untouched: {scan.error}", event="partition.unreadable",
+                               partition=scan.name)
+        progress(f"scanned {len(items)} partition(s)" + (f", {len(full)} small one(s) that may be due read in full"
+                                                          if full else ""),
+                 event="scan.done", partitions=len(items), read_in_full=len(full))
+        self._warn_orphan_log_start_entries()
+
+    def _run_scans(self, items: list[ScanItem], *, in_driver: bool) -> list[PartitionScan]:
+        """The scans of ``items``: on the driver's threads, or as tasks shaped by what a scan costs."""
+        what = f"scan {len(items)} partition(s) ({self.job.scan_depth})"
+        if in_driver:
+            # the driver's threads; on an object store as many as it overlaps round trips with (io_concurrency)
+            return map_in_driver(scan_task, items, threads=max(8, self.storage.io_concurrency))
+        # A header scan takes milliseconds, less than a Spark task's own overhead: thousands of partitions
+        # go in a few tasks per core. Transaction scans read whole logs: one task per partition balances them.
+        tasks = self.runner.parallelism * 4 if self.job.scan_depth in DRIVER_SCAN_DEPTHS else None
+        if tasks is not None and self.storage.io_concurrency > 1:
+            # on an object store each task also overlaps its partitions' round trips (storage.io_concurrency)
+            return [s for part in self.parallel_map(scan_chunk_task, _chunks(items, tasks), description=what)
+                    for s in part]
+        if tasks is None:  # whole logs: packed by bytes, each task's scans reported as it ends
+            costs, sizes = [read_cost(item.listing) for item in items], [log_bytes(item.listing) for item in items]
+            return run_packed(self.runner, scan_task, items, costs, description=self.job_description(what),
+                              progress=StageProgress(self.progress, "scanning", sizes, "scan.progress"),
+                              on_failure=failed_scan)
+        return self.parallel_map(scan_task, items, tasks=tasks, description=what)
+
+    def _warn_orphan_log_start_entries(self) -> None:
+        """Warn about every ``log-start-offset-checkpoint`` entry naming a partition the log dir does not hold.
+
+        A warning, not an error: Kafka ignores such entries (it looks up the entry of each log it loads), and a
+        broker leaves them behind for a while after a partition is deleted or moved to another log dir; a copy
+        of some of a dir's partitions has them too (two of the real broker dirs in the test fixtures do). The
+        entry is kept as it is."""
+        uri = self.storage.join(self.log_dir, LOG_START_OFFSET_CHECKPOINT)
+        for (topic, partition), offset in self.checkpoints[LOG_START_OFFSET_CHECKPOINT].items():
+            if (topic, partition) not in self.listing.partitions:
+                note = (f"{uri}: the entry for {topic}-{partition} is {offset}, but the log dir holds no partition "
+                        f"{topic}-{partition}: ignored and kept, as Kafka does (a leftover of a deleted or moved "
+                        f"partition, or a copy of only some partitions; if this file came from another log dir, "
+                        f"replace it)")
+                self.report.warnings.append(note)
+                self.progress(note, event="checkpoint.orphan", partition=f"{topic}-{partition}")
+
+    def deliver(self, *, completed: bool) -> "JobRun":
+        """The report finished, written (``--report``) and its rows appended to the ledger (``--ledger``); a
+        failure to write either is an error line and exit code 1, never a lost summary."""
+        report, progress, storage_options = self.report, self.progress, self.storage_options
+        report.finish()
+        delivered = True
+        if self.report_uri:
+            uri = self.report_uri
+            delivered &= _deliver(progress, f"report written to {uri}", f"could not write the report {uri}",
+                                  lambda: write_report(report, uri, storage_options), "report", uri=uri)
+        if self.ledger_uri:
+            ledger = self.ledger_uri
+            delivered &= _deliver(progress, f"{len(report.partitions)} row(s) appended to the ledger {ledger}",
+                                  f"could not append to the ledger {ledger}",
+                                  lambda: append_ledger(ledger, report, ledger_rows(report.outcomes,
+                                                                                    dry_run=report.dry_run),
+                                                        storage_options),
+                                  "ledger", uri=ledger, rows=len(report.partitions))
+        if not delivered:
+            report.exit_code = 1  # the work ran, but what it did is not (all) on record
+        return JobRun(report, completed=completed, now_from_clock=self.now_from_clock, options=self.options)
+
+    def _recovery_first(self, recovered: "_Recovered") -> list[FileInfo]:
+        """A dry run's account of the recovery a real run does first (it takes no lock and changes nothing, so it
+        only plans that recovery: reads only). Every partition the plans would change is reported (progress,
+        ``report.recovery_first``), and then:
+
+        - recovery would stop in it: it is marked not recovered (``recovered.unrecovered``), as the real run marks
+          it;
+        - otherwise recovery only deletes files (leftovers, ``.cleaned`` files, aborted swaps, originals, intents),
+          renames them (a ``.swap`` made live, an old segment put back, a delete intent's segments to
+          ``.deleted``) or writes the deletion ledger: the partition is returned with the files recovery leaves
+          (by their names then, each read where it is now: see :func:`_listing_after`), and planned on them:
+          exactly the state the real run plans on (``recovered.foreseen``);
+        - recovery would copy S3 staged objects to their live names (an intent rolled forward: the report does not
+          name the objects), or, with ``--plan``, rename files (a plan records the files by name, and names read
+          before recovery would not be the ones ``--apply`` finds): pending (``recovered.pending``), left out of
+          the run and its counts.
+
+        Returns the listing it planned on.
+        """
+        storage, log_dir, progress = self.storage, self.log_dir, self.progress
+        root = (storage.local_path(log_dir) or log_dir).rstrip("/")
+        listed = storage.list(root, recursive=True, irregular=True)
+        reports = recover_under(storage, log_dir, self.now_ms, None, self.seams, listed=listed, dry_run=True)
+        foreseen, pending = recovered.foreseen, recovered.pending
+        for r in reports:
+            key = parse_partition_dir(partition_name(r.partition_uri))
+            if not r.actions and r.error is None:
+                continue
+            actions = ", ".join(dict.fromkeys(a.action for a in r.actions))
+            if key is None:  # the log dir's and work dir's own leftovers: nothing the run reads
+                planned, note = "unchanged", f"recovery first: {r.partition_uri}: a real run would first {actions}"
+            elif r.error is not None:
+                recovered.unrecovered[key] = r.error
+                planned, note = "not recovered", (f"recovery first: {r.partition_uri}: a real run's recovery would "
+                                                  f"stop here ({r.error}); planned as the real run would: left "
+                                                  f"untouched")
+            elif any(a.action in UNFORESEEABLE_ACTIONS for a in r.actions) or (
+                    self.planfile.write_uri and any(a.action in _RENAMED_FROM for a in r.actions)):
+                pending.add(key)
+                planned, note = "pending recovery", (
+                    f"{partition_name(r.partition_uri)}: pending recovery: a real run would first {actions} (what "
+                    f"it leaves cannot be read before it ran: staged objects it copies, or with --plan files it "
+                    f"renames, which a plan records by name); "
+                    f"left out of these counts: run `segjobs recover` first for exact counts"
+                    + ("; --apply refuses this plan, which does not hold the partition" if self.planfile.write_uri
+                       else ""))
+                self.report.warnings.append(note)
+            else:
+                foreseen[key] = _files_after(root, log_dir, partition_name(r.partition_uri), listed, r)
+                planned, note = "after recovery", (f"recovery first: {r.partition_uri}: a real run would first "
+                                                   f"{actions}; planned on the files that leaves")
+            self.report.recovery_first.append({"uri": r.partition_uri, "partition": None if key is None else
+                                               partition_name(r.partition_uri), "planned": planned,
+                                               "actions": [a.describe() for a in r.actions]})
+            if planned == "pending recovery":
+                progress.notice(note, event="recovery.pending", partition=partition_name(r.partition_uri))
+            elif planned == "not recovered":
+                progress.error(note, event="recovery.failed", partition=partition_name(r.partition_uri))
+            else:
+                progress(note, event="recovery.planned", partition=partition_name(r.partition_uri))
+        return listed
+
+    def _task_runner(self) -> TaskRunner:
+        """The seams' runner, else Spark tasks in the given session (or the active one, or a new one)."""
+        if self.seams.runner is not None:
+            return self.seams.runner
+        if self.on_driver:
+            return DriverTasks()
+        app_name = f"segjobs-{self.job.command}"
+
+        def build() -> Any:
+            if self.spark is not None:
+                return self.spark
+            if self.early is not None:
+                return self.early.session()
+            if spark_session.can_start_early():
+                # started and claimed at once: the JVM's output comes through the process, so that whoever
+                # reads the command's output does not wait for the JVM's own exit after the run
+                return spark_session.EarlySession(app_name=app_name, master=self.options.master,
+                                                  verbose=self.options.spark_verbose).session()
+            return spark_session.build_session(app_name=app_name, master=self.options.master,
+                                               verbose=self.options.spark_verbose)
+
+        def started(waited: float, took: float) -> None:
+            self.report.spark_startup_s = round(waited, 2)
+            if round(took, 2) > self.report.spark_startup_s:  # started ahead: its start overlapped the run's work
+                self.report.spark_started_early_s = round(took, 2)
+                self.progress(f"Spark ready: started early, its start took {self.report.spark_started_early_s}s, "
+                              f"{self.report.spark_startup_s}s of it waited for", event="spark.ready",
+                              spark_startup_s=self.report.spark_startup_s,
+                              spark_started_early_s=self.report.spark_started_early_s)
+            else:
+                self.progress(f"Spark ready in {self.report.spark_startup_s}s", event="spark.ready",
+                              spark_startup_s=self.report.spark_startup_s)
+
+        # Built when a task first needs it. One Spark job group per run, named by the run id the report and the
+        # ledger carry.
+        return LazySparkTasks(build, job_group=f"segjobs-{self.job.command}-{self.report.run_id}", on_start=started)
+
 
 @dataclass
 class JobRun:
@@ -167,24 +612,6 @@ class JobRun:
     now_from_clock: bool
     #: the options the run used
     options: JobOptions
-
-
-def _orphan_log_start_entries(ctx: "JobContext") -> None:
-    """Warn about every ``log-start-offset-checkpoint`` entry naming a partition the log dir does not hold.
-
-    A warning, not an error: Kafka ignores such entries (it looks up the entry of each log it loads), and a
-    broker leaves them behind for a while after a partition is deleted or moved to another log dir; a copy
-    of some of a dir's partitions has them too (two of the real broker dirs in the test fixtures do). The
-    entry is kept as it is."""
-    uri = ctx.storage.join(ctx.log_dir, LOG_START_OFFSET_CHECKPOINT)
-    for (topic, partition), offset in ctx.checkpoints[LOG_START_OFFSET_CHECKPOINT].items():
-        if (topic, partition) not in ctx.listing.partitions:
-            note = (f"{uri}: the entry for {topic}-{partition} is {offset}, but the log dir holds no partition "
-                    f"{topic}-{partition}: ignored and kept, as Kafka does (a leftover of a deleted or moved "
-                    f"partition, or a copy of only some partitions; if this file came from another log dir, "
-                    f"replace it)")
-            ctx.report.warnings.append(note)
-            ctx.progress(note, event="checkpoint.orphan", partition=f"{topic}-{partition}")
 
 
 def scan_task(item: ScanItem) -> PartitionScan:
@@ -242,124 +669,11 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
     (its scan is Spark tasks, or the forecast says so) starts Spark on a background thread before it takes the
     lock (see :class:`jobs.engine.runtime.spark_session.EarlySession`). ``read_first``: of a job whose scan is at depth
     ``sizes``, the partitions its scan reads at depth ``transactions`` at once (see :data:`FirstReads`)."""
-    seams = seams or PRODUCTION
-    # ---- everything that needs no Spark, first ----
-    configs = options.load_configs()
-    now_ms, now_note = resolve_now(now, seams.clock)
-    scope = parse_scope(list(options.topics), list(options.partitions))
-    locking = options if isinstance(options, LockingOptions) else None
-    dry_run = bool(locking and locking.dry_run)
-    log_dir = absolute_uri(log_dir.rstrip("/") if log_dir not in ("/",) else log_dir)
-    storage_options = options.storage_options()
-    report_uri = absolute_uri(options.report) if options.report else None
-    ledger_uri = absolute_uri(options.ledger) if options.ledger else None
-    # max_batch_bytes, else $SEGJOBS_MAX_BATCH_BYTES: a malformed one is exit 2 here
-    max_batch = compression.max_batch_bytes(options.max_batch_bytes)
-    html_uri = getattr(options, "html", None)
-    plan_uri = getattr(options, "plan", None)
-    progress = Progress(command, quiet=options.progress is None, sink=options.progress)
-    storage = open_log_dir(log_dir, storage_options, report_uri=report_uri, ledger_uri=ledger_uri,
-                           html_uri=absolute_uri(html_uri) if html_uri else None,
-                           plan_uri=absolute_uri(plan_uri) if plan_uri else None, progress=progress)
-    if destructive and not dry_run:  # a read-only log dir is exit code 2 here, not a failure of every partition
-        check_log_dir_writable(storage, log_dir, command)
-    work_dir = work_uri(log_dir)
-    report = RunReport(command=command, log_dir=log_dir, now_ms=now_ms, dry_run=dry_run)
-
-    # The scope, the topics' configs and the checkpoint files are checked against a first listing before the
-    # lock and recovery: exit code 2 promises that nothing was done. Recovery does not add or remove partitions.
-    # These checks need only the names at the log dir's top level: a listing of that level, not of every file
-    # (on S3 a page per thousand partitions rather than per thousand files).
-    listing = _check_scope(storage, log_dir, scope, configs, list_log_dir_top(storage, log_dir))
-    for note in configs.check_entries({t for t, _ in listing.partitions}, log_dir):
-        report.warnings.append(note)
-        progress.notice(f"warning: {note}", event="config.unmatched")
-    first_checkpoints = read_job_checkpoints(storage, log_dir, listing)
-    early = None
-    # a small local run from the command line starts no JVM: its tasks run on the driver (tasks.DriverTasks)
-    on_driver = spark is None and seams.runner is None and small_run_on_driver(storage, listing, scope, options.master)
-    if spark is None and seams.runner is None and not on_driver:
-        spark_session.check_java()  # the run will start Spark: no Java is exit 2 here, before the lock and any work
-        if spark_session.can_start_early() and (scan_depth not in DRIVER_SCAN_DEPTHS or (
-                spark_likely is not None
-                and spark_likely(_forecast_listing(storage, log_dir, listing), first_checkpoints, configs, scope))):
-            # the JVM's seconds of start-up overlap the lock, recovery and scans
-            early = spark_session.EarlySession(app_name=f"segjobs-{command}", master=options.master,
-                                               verbose=options.spark_verbose)
-    ttl_ms = lease_ttl_ms(locking.lease_ttl if locking is not None else None)
-    if now_note:  # even when quiet: it is what repeating this run's decisions takes
-        progress.notice(now_note, event="run.now", now_ms=now_ms)
-    progress(f"log dir {log_dir}, now {format_instant(now_ms)} ({now_ms})" + (" [dry run]" if dry_run else ""),
-             event="run.start", log_dir=log_dir, now_ms=now_ms, dry_run=dry_run, run_id=report.run_id)
-    if kernels_cold():  # a first run's minute of compiling, announced as what it is
-        progress(COLD_NOTICE, event="kernels.compiling")
-    change = options if isinstance(options, ChangeOptions) else None
-    planfile = PlanStage(applying=applying, apply_uri=change.apply if change else None,
-                         write_uri=change.plan if change else None)
-    if applying is not None and planfile.apply_uri:  # even when quiet: what this run is about to do
-        progress.notice(describe_plan(applying, planfile.apply_uri), event="plan.applying", uri=planfile.apply_uri)
-    frame = _Frame(command, options, work, scan_depth, storage, log_dir, work_dir, configs, scope, now_ms,
-                   now_note is not None, dry_run, destructive, report, progress, seams, planfile, max_batch, spark,
-                   early, read_first, on_driver)
-
-    lease = None
-    ctx: JobContext | None = None
-    try:
-        with ExitStack() as stack:
-            if early is not None:  # a run that needed no Spark after all does not wait for it
-                stack.callback(early.abandon)
-            if destructive and not dry_run:
-                # The holder's run id is the report's: a refusal names the run the reports and ledger know.
-                lease = stack.enter_context(hold_log_dir(storage, log_dir, seams, ttl_ms=ttl_ms, run_id=report.run_id))
-                if lease.notice:
-                    report.warnings.append(lease.notice)
-                    progress(lease.notice, event="lease.notice")
-            ctx = frame.run_locked(lease)
-            if lease is not None:  # under the lock still: what late task attempts staged, then the directories
-                # this run's staging left empty go
-                ctx.committer.sweep_own_staging(pl.uri for pl in ctx.listing.partitions.values())
-                ctx.committer.remove_empty_dirs(pl.uri for pl in ctx.listing.partitions.values())
-    except LeaseLost as exc:
-        # Raised before a commit: nothing more was committed after the lease was lost. What was committed
-        # before stands (each commit is crash-safe on its own); the next run's recovery settles the rest.
-        report.errors.append({"kind": "LeaseLost", "detail": f"{exc}; the run stopped before its next commit"})
-        progress.error(f"LOST THE LEASE, stopped before the next commit: {exc}", event="lease.lost")
-    except KeyboardInterrupt:
-        # Ctrl-C: each partition's commit is complete or not begun (the commits run to their end on their own
-        # thread; the lock is released by now). Say what stands; the rest is the next run's.
-        raise RunInterrupted(interrupted_message(report, writes=destructive and not dry_run,
-                                                 lock_taken=lease is not None)) from None
-    except LockHeldError as exc:
-        if lease is None or report.finished_ms is not None:
-            raise  # could not take the lock: nothing was done
-        # The lease was lost while working (another run took it over after it expired): what this run
-        # committed stands, but the user must know another run may have worked at the same time.
-        report.errors.append({"kind": "LockHeldError", "detail": str(exc)})
-        progress.error(f"LOST THE LEASE: {exc}", event="lease.lost")
-    except Exception as exc:
-        if isinstance(exc, SegjobsError) and exc.exit_code == 2:
-            raise  # nothing was done: the command says so (exit code 2)
-        # Something no partition's handling caught stopped the run (its Spark tasks are cancelled, not awaited):
-        # what was committed before stands and is reported, the next run's recovery settles the partition that
-        # was being committed, and the run ends now with its report and exit code 1.
-        report.errors.append(_stopped_error(exc))
-        progress.error(f"STOPPED: {report.errors[-1]['detail']}", event="run.stopped")
-
-    report.finish()
-    delivered = True
-    if report_uri:
-        delivered &= _deliver(progress, f"report written to {report_uri}", f"could not write the report {report_uri}",
-                              lambda: write_report(report, report_uri, storage_options), "report", uri=report_uri)
-    if ledger_uri:
-        delivered &= _deliver(progress, f"{len(report.partitions)} row(s) appended to the ledger {ledger_uri}",
-                              f"could not append to the ledger {ledger_uri}",
-                              lambda: append_ledger(ledger_uri, report, ledger_rows(report.outcomes,
-                                                                                     dry_run=report.dry_run),
-                                                    storage_options),
-                              "ledger", uri=ledger_uri, rows=len(report.partitions))
-    if not delivered:
-        report.exit_code = 1  # the work ran, but what it did is not (all) on record
-    return JobRun(report, completed=ctx is not None, now_from_clock=now_note is not None, options=options)
+    job = JobSpec(command, work, scan_depth, destructive, spark_likely, read_first)
+    ctx = JobContext.preflight(job, log_dir, options, now=now, seams=seams or PRODUCTION, applying=applying,
+                               spark=spark)
+    completed = ctx.locked()
+    return ctx.deliver(completed=completed)
 
 
 def _forecast_listing(storage: Storage, log_dir: str, top: LogDirListing) -> LogDirListing:
@@ -561,251 +875,32 @@ def _cannot_create(path: str) -> str | None:
 
 
 @dataclass
-class _Frame:
-    """The part of :func:`run_job` that runs under the lock: recover, list, scan, work."""
+class _Recovered:
+    """What :meth:`JobContext.recover` leaves for the listing and the scan."""
 
-    command: str
-    options: JobOptions
-    work: Callable[[JobContext], None]
-    scan_depth: str
-    storage: Storage
-    log_dir: str
-    work_dir: str
-    configs: ConfigSet
-    scope: Scope
-    now_ms: int
-    now_from_clock: bool
-    dry_run: bool
-    destructive: bool
-    report: RunReport
-    progress: Progress
-    seams: Seams
-    planfile: PlanStage
-    max_batch: int
-    spark: Any
-    early: Any = None  #: the EarlySession started for this run, if any
-    read_first: "FirstReads | None" = None  #: see run_job
-    on_driver: bool = False  #: a small run: its tasks run on the driver (see run_job)
+    #: the partitions recovery could not settle (None: the log dir's own files), and why: left untouched
+    unrecovered: dict[tuple[str, int] | None, Exception] = field(default_factory=dict)
+    #: the log dir as recovery found it, while nothing changed it since (None: listed again)
+    listed: list[FileInfo] | None = None
+    #: a dry run: the partitions its real run's recovery changes, by the files that leaves
+    foreseen: dict[tuple[str, int], dict[str, FileInfo]] = field(default_factory=dict)
+    #: a dry run: the partitions pending recovery, left out of the run
+    pending: set[tuple[str, int]] = field(default_factory=set)
 
-    @property
-    def committer(self) -> Committer:
-        """The store's commit protocol for this log dir (see :func:`jobs.logdir.commit.committer_for`)."""
-        return committer_for(self.storage, self.work_dir, self.report.run_id, log_dir=self.log_dir)
 
-    def run_locked(self, lease: "Lease | None") -> JobContext:
-        storage, log_dir, report, progress, seams = self.storage, self.log_dir, self.report, self.progress, self.seams
-        unrecovered: dict[tuple[str, int] | None, Exception] = {}
-        listed = None  # the log dir as recovery found it under the lock, while nothing changed it since
-        if self.destructive and not self.dry_run:
-            listed = storage.list(log_dir, recursive=True, irregular=True)
-            reports = recover_under(storage, log_dir, self.now_ms, lease, seams, listed=listed)
-            if any(r.actions for r in reports) or storage.local_path(log_dir) is not None:
-                listed = None  # changed (or on local disk, where recovery also tidies directories): listed again
-            for r in reports:
-                for problem in r.problems:  # harmless where it is: the partition is worked on all the same
-                    report.warnings.append(problem)
-                    progress.notice(problem, event="recovery.leftover")
-                for note in r.notes:
-                    progress(note, event="recovery.kept")
-                if r.error is not None:
-                    unrecovered[parse_partition_dir(partition_name(r.partition_uri))] = r.error
-                    progress.error(f"{r.partition_uri}: NOT RECOVERED, left as it is and not touched by this run: "
-                                   f"{r.error}", event="recovery.failed", partition=partition_name(r.partition_uri))
-            # what a crashed run left, per partition (its private staging too), summed: one line
-            tallies = tally_reports(reports, log_dir, self.work_dir)
-            report.recovered_partitions = sum(1 for t in tallies if t.partition)
-            if tallies:
-                progress(f"recovered {recovered_text(tallies)}", event="recovery.done",
-                         partitions=report.recovered_partitions, actions=sum(len(r.actions) for r in reports))
-        foreseen: dict[tuple[str, int], dict[str, FileInfo]] = {}
-        pending: set[tuple[str, int]] = set()
-        if self.destructive and self.dry_run:
-            foreseen, pending, dry_listed = self._recovery_first(unrecovered)
-            if storage.local_path(log_dir) is None:
-                listed = dry_listed  # nothing has changed it (on local disk listed again, as above)
-        # again, unless recovery changed nothing since it listed: S3 lists a thousand keys a request
-        listing = _check_scope(storage, log_dir, self.scope, self.configs,
-                               None if listed is None else listing_from_files(log_dir, listed))
-        for key, files in foreseen.items():  # a dry run: these partitions as the real run's recovery leaves them
-            if key in listing.partitions:
-                after = _listing_after(listing.root, key, files)
-                if after is not None:
-                    listing.partitions[key] = replace(after,
-                                                      outside_log_dir=listing.partitions[key].outside_log_dir)
-        remote = getattr(self.options, "remote", None)  # inspect --remote: tiered partitions read as one log
-        tiered = (tiered_listing(storage, listing, remote, self.options.storage_options(),
-                                 [k for k in listing.partitions if self.scope.includes(*k)]) if remote else None)
-        listing = tiered.listing if tiered is not None else listing
-        present = set(listing.partitions)
-        checkpoints = read_job_checkpoints(storage, log_dir, listing)
-        selected = sorted(k for k in present if self.scope.includes(*k) and k not in pending)
-        # --apply on a changed log dir: refused here, before Spark starts (nothing has been done yet)
-        self.planfile.check_unchanged(storage, log_dir, listing, selected, self.configs, checkpoints)
-        for topic in sorted({t for t, _ in selected}):
-            for note in self.configs.shadowed(topic):
-                progress(note, event="config.shadowed", topic=topic)
-            report.topics[topic] = {"policy": self.configs.for_topic(topic).policy_text,
-                                    "policy_from": self.configs.origin_of(topic)}
-
-        runner = self._runner()
-        # Header and size scans take milliseconds a partition: they run on the driver's threads, and Spark
-        # starts only when a task needs it (a run with nothing due starts none). A test's runner runs them all.
-        in_driver = self.seams.runner is None and self.scan_depth in DRIVER_SCAN_DEPTHS
-        where = ("tasks run in this process" if self.seams.runner is not None
-                 else "on the driver" if in_driver or self.on_driver else "as Spark tasks")
-        progress(f"scanning {len(selected)} partition(s) ({where})", event="scan.start", partitions=len(selected),
-                 spark_startup_s=report.spark_startup_s)
-        ctx = JobContext(options=self.options, storage=storage, committer=self.committer,
-                         log_dir=log_dir, work_uri=self.work_dir, configs=self.configs, scope=self.scope,
-                         now_ms=self.now_ms, now_from_clock=self.now_from_clock, dry_run=self.dry_run,
-                         listing=listing, scans={}, checkpoints=checkpoints, report=report, progress=progress,
-                         runner=runner, seams=seams, planfile=self.planfile, max_batch_bytes=self.max_batch,
-                         lease=lease)
-        configs, now_ms = self.configs, self.now_ms
-        full: set[tuple[str, int]] = set()
-        if self.read_first is not None and self.scan_depth == "sizes":
-            full = self.read_first(listing, checkpoints, configs, self.scope) & set(selected)
-        start, cleaner = checkpoints[LOG_START_OFFSET_CHECKPOINT], checkpoints[CLEANER_OFFSET_CHECKPOINT]
-        items = [ScanItem(storage, listing.partitions[k], "transactions" if k in full else self.scan_depth,
-                          start.get(k), cleaner.get(k), now_ms, configs.for_topic(k[0]).producer_id_expiration_ms,
-                          self.max_batch) for k in selected]
-        what = f"scan {len(items)} partition(s) ({self.scan_depth})"
-        # A header scan takes milliseconds, less than a Spark task's own overhead: thousands of partitions
-        # go in a few tasks per core. Transaction scans read whole logs: one task per partition balances them.
-        if in_driver:
-            # the driver's threads; on an object store as many as it overlaps round trips with (io_concurrency)
-            scans = map_in_driver(scan_task, items, threads=max(8, storage.io_concurrency))
-        else:
-            tasks = runner.parallelism * 4 if self.scan_depth in DRIVER_SCAN_DEPTHS else None
-            if tasks is not None and storage.io_concurrency > 1:
-                # on an object store each task also overlaps its partitions' round trips (storage.io_concurrency)
-                scans = [s for part in ctx.parallel_map(scan_chunk_task, _chunks(items, tasks), description=what)
-                         for s in part]
-            elif tasks is None:  # whole logs: packed by bytes, each task's scans reported as it ends
-                costs, sizes = [read_cost(item.listing) for item in items], [log_bytes(item.listing) for item in items]
-                scans = run_packed(runner, scan_task, items, costs, description=ctx.job_description(what),
-                                   progress=StageProgress(progress, "scanning", sizes, "scan.progress"),
-                                   on_failure=failed_scan)
-            else:
-                scans = ctx.parallel_map(scan_task, items, tasks=tasks, description=what)
-        for scan in scans:
-            error = unrecovered.get((scan.topic, scan.partition))
-            if error is not None:  # an interrupted commit recovery could not settle: nobody touches the partition
-                scan.error, scan.state, scan.txn = PartitionError.from_exception(error), None, None
-            elif tiered is not None and (scan.topic, scan.partition) in tiered.errors:
-                failed = tiered.errors[(scan.topic, scan.partition)]
-                scan.error, scan.state, scan.txn = PartitionError.from_exception(failed), None, None
-            ctx.scans[(scan.topic, scan.partition)] = scan
-            for w in scan.warnings:
-                report.warnings.append(w)
-            if scan.error is not None and error is None:  # one recovery could not settle is reported above
-                progress.error(f"{scan.name}: UNREADABLE, left untouched: {scan.error}", event="partition.unreadable",
-                               partition=scan.name)
-        progress(f"scanned {len(items)} partition(s)" + (f", {len(full)} small one(s) that may be due read in full"
-                                                          if full else ""),
-                 event="scan.done", partitions=len(items), read_in_full=len(full))
-        _orphan_log_start_entries(ctx)
-        with frozen_heap():  # the modules and the session are loaded by now (see jobs.engine.runtime.collector)
-            self.work(ctx)
-        return ctx
-
-    def _recovery_first(self, unrecovered: dict[tuple[str, int] | None, Exception]
-                        ) -> tuple[dict[tuple[str, int], dict[str, FileInfo]], set[tuple[str, int]], list[FileInfo]]:
-        """A dry run's account of the recovery a real run does first (it takes no lock and changes nothing, so it
-        only plans that recovery: reads only). Every partition the plans would change is reported (progress,
-        ``report.recovery_first``), and then:
-
-        - recovery would stop in it: it is marked not recovered (``unrecovered``), as the real run marks it;
-        - otherwise recovery only deletes files (leftovers, ``.cleaned`` files, aborted swaps, originals, intents),
-          renames them (a ``.swap`` made live, an old segment put back, a delete intent's segments to
-          ``.deleted``) or writes the deletion ledger: the partition is returned with the files recovery leaves
-          (by their names then, each read where it is now: see :func:`_listing_after`), and planned on them:
-          exactly the state the real run plans on;
-        - recovery would copy S3 staged objects to their live names (an intent rolled forward: the report does not
-          name the objects), or, with ``--plan``, rename files (a plan records the files by name, and names read
-          before recovery would not be the ones ``--apply`` finds): pending, left out of the run and its counts.
-
-        Returns those partitions' files (:func:`_files_after`), the pending ones, and the listing it planned on.
-        """
-        storage, log_dir, progress = self.storage, self.log_dir, self.progress
-        root = (storage.local_path(log_dir) or log_dir).rstrip("/")
-        listed = storage.list(root, recursive=True, irregular=True)
-        reports = recover_under(storage, log_dir, self.now_ms, None, self.seams, listed=listed, dry_run=True)
-        foreseen: dict[tuple[str, int], dict[str, FileInfo]] = {}
-        pending: set[tuple[str, int]] = set()
-        for r in reports:
-            key = parse_partition_dir(partition_name(r.partition_uri))
-            if not r.actions and r.error is None:
-                continue
-            actions = ", ".join(dict.fromkeys(a.action for a in r.actions))
-            if key is None:  # the log dir's and work dir's own leftovers: nothing the run reads
-                planned, note = "unchanged", f"recovery first: {r.partition_uri}: a real run would first {actions}"
-            elif r.error is not None:
-                unrecovered[key] = r.error
-                planned, note = "not recovered", (f"recovery first: {r.partition_uri}: a real run's recovery would "
-                                                  f"stop here ({r.error}); planned as the real run would: left "
-                                                  f"untouched")
-            elif any(a.action in UNFORESEEABLE_ACTIONS for a in r.actions) or (
-                    self.planfile.write_uri and any(a.action in _RENAMED_FROM for a in r.actions)):
-                pending.add(key)
-                planned, note = "pending recovery", (
-                    f"{partition_name(r.partition_uri)}: pending recovery: a real run would first {actions} (what "
-                    f"it leaves cannot be read before it ran: staged objects it copies, or with --plan files it "
-                    f"renames, which a plan records by name); "
-                    f"left out of these counts: run `segjobs recover` first for exact counts"
-                    + ("; --apply refuses this plan, which does not hold the partition" if self.planfile.write_uri
-                       else ""))
-                self.report.warnings.append(note)
-            else:
-                foreseen[key] = _files_after(root, log_dir, partition_name(r.partition_uri), listed, r)
-                planned, note = "after recovery", (f"recovery first: {r.partition_uri}: a real run would first "
-                                                   f"{actions}; planned on the files that leaves")
-            self.report.recovery_first.append({"uri": r.partition_uri, "partition": None if key is None else
-                                               partition_name(r.partition_uri), "planned": planned,
-                                               "actions": [a.describe() for a in r.actions]})
-            if planned == "pending recovery":
-                progress.notice(note, event="recovery.pending", partition=partition_name(r.partition_uri))
-            elif planned == "not recovered":
-                progress.error(note, event="recovery.failed", partition=partition_name(r.partition_uri))
-            else:
-                progress(note, event="recovery.planned", partition=partition_name(r.partition_uri))
-        return foreseen, pending, listed
-
-    def _runner(self) -> TaskRunner:
-        """The seams' runner, else Spark tasks in the given session (or the active one, or a new one)."""
-        if self.seams.runner is not None:
-            return self.seams.runner
-        if self.on_driver:
-            return DriverTasks()
-
-        def build() -> Any:
-            if self.spark is not None:
-                return self.spark
-            if self.early is not None:
-                return self.early.session()
-            if spark_session.can_start_early():
-                # started and claimed at once: the JVM's output comes through the process, so that whoever
-                # reads the command's output does not wait for the JVM's own exit after the run
-                return spark_session.EarlySession(app_name=f"segjobs-{self.command}", master=self.options.master,
-                                    verbose=self.options.spark_verbose).session()
-            return spark_session.build_session(app_name=f"segjobs-{self.command}", master=self.options.master,
-                                 verbose=self.options.spark_verbose)
-
-        def started(waited: float, took: float) -> None:
-            self.report.spark_startup_s = round(waited, 2)
-            if round(took, 2) > self.report.spark_startup_s:  # started ahead: its start overlapped the run's work
-                self.report.spark_started_early_s = round(took, 2)
-                self.progress(f"Spark ready: started early, its start took {self.report.spark_started_early_s}s, "
-                              f"{self.report.spark_startup_s}s of it waited for", event="spark.ready",
-                              spark_startup_s=self.report.spark_startup_s,
-                              spark_started_early_s=self.report.spark_started_early_s)
-            else:
-                self.progress(f"Spark ready in {self.report.spark_startup_s}s", event="spark.ready",
-                              spark_startup_s=self.report.spark_startup_s)
-
-        # Built when a task first needs it. One Spark job group per run, named by the run id the report and the
-        # ledger carry.
-        return LazySparkTasks(build, job_group=f"segjobs-{self.command}-{self.report.run_id}", on_start=started)
+def _early_session(job: JobSpec, options: JobOptions, storage: Storage, log_dir: str, top: LogDirListing,
+                   checkpoints: dict[str, dict[tuple[str, int], int]], configs: ConfigSet,
+                   scope: Scope) -> "spark_session.EarlySession | None":
+    """Of a run that will start Spark (no session given, no test runner): Java checked, the session started now
+    on a background thread when the run will need it (its scan is Spark tasks, or its forecast says so)."""
+    spark_session.check_java()  # no Java is exit 2 here, before the lock and any work
+    if spark_session.can_start_early() and (job.scan_depth not in DRIVER_SCAN_DEPTHS or (
+            job.spark_likely is not None
+            and job.spark_likely(_forecast_listing(storage, log_dir, top), checkpoints, configs, scope))):
+        # the JVM's seconds of start-up overlap the lock, recovery and scans
+        return spark_session.EarlySession(app_name=f"segjobs-{job.command}", master=options.master,
+                                          verbose=options.spark_verbose)
+    return None
 
 
 #: What a file recovery renames was called before, from its new name: recovery's renaming actions (a delete intent's
@@ -873,5 +968,5 @@ def _check_scope(storage: Storage, log_dir: str, scope: Scope, configs: ConfigSe
     return listing
 
 
-__all__ = ["JobContext", "JobRun", "RunInterrupted", "hold_log_dir", "interrupted_message", "open_log_dir", "preflight",
-           "recover_under", "run_job"]
+__all__ = ["JobContext", "JobRun", "JobSpec", "RunInterrupted", "hold_log_dir", "interrupted_message", "open_log_dir",
+           "preflight", "recover_under", "run_job"]

@@ -77,7 +77,13 @@ from jobs.rules.table import aborted_rows, plan_partition
 from segment_io.decode import read_segment
 from segment_io.errors import ConfigError, SegjobsError, UsageError
 from segment_io.latest import SOURCE_COLUMNS, TABLE_SCHEMA, LatestRows, eligible_rows
-from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, closest_topics_hint, list_log_dir
+from segment_io.layout import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    LogDirListing,
+    closest_topics_hint,
+    list_log_dir,
+)
 from segment_io.storage import open_storage
 from segment_io.storage.base import Storage
 from segment_io.storage.options import StorageOptions
@@ -475,237 +481,308 @@ def _runner(spark: Any, seams: Seams) -> TaskRunner:
 
 
 def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: Seams | None = None) -> TableResult:
-    """Bring the table up to date with the log dir (see the module docstring)."""
-    seams = seams or PRODUCTION
-    t0 = time.monotonic()
-    progress = Progress("table", quiet=options.progress is None, sink=options.progress)
-    storage_options = options.storage_options()
-    log_dir = log_dir.rstrip("/") or "/"
-    storage = open_storage(log_dir, storage_options)
-    listing = list_log_dir(storage, log_dir)
-    topics = {t for t, _ in listing.partitions}
-    wanted = sorted(p for t, p in listing.partitions if t == options.topic)
-    if not wanted:
-        raise UsageError(f"--topic {options.topic}: no partition of it in {log_dir} "
-                         f"({closest_topics_hint(options.topic, topics)})")
-    if options.partitions:
-        missing = sorted(set(options.partitions) - set(wanted))
-        if missing:
-            raise UsageError(f"--partition {missing[0]}: {options.topic} has no partition {missing[0]} in {log_dir} "
-                             f"(it has {', '.join(str(p) for p in wanted)})")
-        wanted = sorted(options.partitions)
-    # a tiered topic: its partitions' remote segments listed with their local ones; one it cannot read fails alone
-    tiered = (tiered_listing(storage, listing, options.remote, storage_options, [(options.topic, p) for p in wanted])
-              if options.remote is not None else None)
-    listing = tiered.listing if tiered is not None else listing
-    failed = {p: PartitionError.from_exception(e) for (_, p), e in tiered.errors.items()} if tiered else {}
-    checkpoints = read_job_checkpoints(storage, log_dir, listing)
-
-    dt = open_table(options.table, storage_options)
-    if dt is not None:
-        name = dt.metadata().name
-        if name and name != options.topic:
-            raise ConfigError(f"--table {options.table} holds topic {name!r}, not {options.topic!r}: give each topic "
-                              f"its own table")
-    version_before = int(dt.version()) if dt is not None else None
-    applied = applied_offsets(dt, options.topic, wanted)
-    progress(f"{options.topic}: {len(wanted)} partition(s); table {options.table} at "
-             + (f"version {version_before}" if dt is not None else "(new)"), event="table.start",
-             partitions=len(wanted))
-
-    writer = _choose_writer(options.writer, spark, options.table)
-    # With delta-spark, Spark reads and dedupes the records (a shuffle that spills, never a collect to the driver)
-    items = [PartitionItem(storage, listing.partition(options.topic, p), applied[p],
-                           checkpoints[LOG_START_OFFSET_CHECKPOINT].get((options.topic, p)),
-                           checkpoints[CLEANER_OFFSET_CHECKPOINT].get((options.topic, p)), options.rebuild,
-                           options.max_batch_bytes, read_rows=writer != "spark",
-                           latest_buffer_bytes=options.latest_buffer_bytes) for p in wanted if p not in failed]
-    runner = _runner(spark, seams)
-    results: list[PartitionChanges] = runner.map(partition_changes, items,
-                                                 description=f"segjobs table {options.topic}: read partitions")
-    results = sorted([*results, *(PartitionChanges(options.topic, p, error=e) for p, e in failed.items())],
-                     key=lambda r: r.partition)
-    on_disk: dict[int, SortedPartition] = {}
-    work_root: str | None = None
-    work_store: Storage | None = None
+    """Bring the table up to date with the log dir (see the module docstring): a :class:`TableRun`'s steps."""
+    run = TableRun.open(log_dir, options, spark=spark, seams=seams or PRODUCTION)
+    run.read()
     try:
-        if any(r.sort_on_disk and r.error is None for r in results):
-            # made here, so that the finally below removes it whatever stops the run (an interrupt included)
-            work_store, work_root = work_dir()
-            _sort_on_disk(storage, work_store, work_root, dt, results, on_disk, options, progress)
-        return _apply(log_dir, options, spark, seams, storage, storage_options, dt, version_before, applied, writer,
-                      results, on_disk, work_store, progress, t0)
+        run.sort_on_disk()
+        run.report_reads()
+        run.count()
+        run.write()
+        return run.deliver()
     finally:
-        if work_root is not None:
-            remove_work_dir(work_root)
+        run.close()
 
 
-def _sort_on_disk(storage: Storage, work: Storage, root: str, dt: Any | None, results: list[PartitionChanges],
-                  out: dict[int, SortedPartition], options: TableOptions, progress: Progress) -> None:
-    """The key pass and buckets of every partition whose range may not fit ``latest_buffer_bytes``
-    (:func:`jobs.engine.table.sort.prepare`), in this process, into the work dir ``root`` (the caller removes
-    it); a partition that fails is reported, the others go on."""
-    dataset = dt.to_pyarrow_dataset() if dt is not None else None
-    for r in results:
-        if not r.sort_on_disk or r.error is not None or r.plan is None:
-            continue
-        plan = r.plan
-        in_partition = pc.field("partition") == r.partition
-        table_keys: Any = ()
-        table_rows = 0
-        if dataset is not None:
-            table_rows = dataset.count_rows(filter=in_partition)
-            table_keys = (b.column(0) for b in dataset.to_batches(columns=["key"], filter=in_partition))
-        try:
-            part = sort.prepare(storage, work, root, partition=r.partition, start=plan.start, end=plan.end,
-                                rebuild=plan.rebuild, segments=r.segments, aborted=r.aborted,
-                                records=r.records_bound, table_keys=table_keys, table_rows=table_rows,
-                                latest_buffer_bytes=options.latest_buffer_bytes,
-                                max_batch_bytes=options.max_batch_bytes)
-        except SegjobsError as exc:
-            r.error = PartitionError.from_exception(exc)
-            continue
-        except Exception as exc:  # noqa: BLE001 - one partition's failure is reported, the others proceed
-            r.error = PartitionError.from_task_exception(exc, r.segments[0][0] if r.segments else None)
-            continue
-        out[r.partition] = part
-        r.records_read = part.counts.records_read
-        progress(f"{r.name}: up to {r.records_bound} record(s) in offsets {plan.start}..{plan.end - 1} may not fit "
-                 f"--latest-buffer-bytes {options.latest_buffer_bytes}: deduped on disk ({part.buckets} bucket(s), "
-                 f"{part.keys} latest key(s))", event="table.partition.sorted", partition=r.name, keys=part.keys,
-                 buckets=part.buckets)
+class TableRun:
+    """One ``segjobs table`` run. Its steps, in the order :func:`run_table` takes them: :meth:`open` (the log dir
+    listed, the partitions checked, the table opened, the writer chosen), :meth:`read` (each partition's task:
+    scan, plan, latest rows), :meth:`sort_on_disk` (the ranges that may not fit ``latest_buffer_bytes``),
+    :meth:`report_reads`, :meth:`count` (exact inserts, updates and deletes against the table), :meth:`write`
+    (with its retries: a partition whose read fails during the merge is left out and the others written again)
+    and :meth:`deliver` (the result); :meth:`close` removes the on-disk dedupe's work dir."""
 
+    def __init__(self, log_dir: str, options: TableOptions, *, spark: Any, seams: Seams, progress: Progress,
+                 t0: float, storage: Storage, storage_options: StorageOptions, listing: LogDirListing,
+                 checkpoints: dict[str, dict[tuple[str, int], int]], wanted: list[int], dt: Any | None,
+                 version_before: int | None, applied: dict[int, int | None], writer: str,
+                 unreadable: dict[int, PartitionError] | None = None) -> None:
+        self.log_dir, self.options, self.spark, self.seams, self.progress = log_dir, options, spark, seams, progress
+        #: when the run started (time.monotonic)
+        self.t0 = t0
+        self.storage, self.storage_options = storage, storage_options
+        #: the log dir's listing and offset checkpoint files, and the topic's partitions the run applies
+        self.listing, self.checkpoints, self.wanted = listing, checkpoints, wanted
+        #: the Delta table (None: not created yet), its version before the run, and how this run writes it
+        self.dt, self.version_before, self.writer = dt, version_before, writer
+        self.version_after = version_before
+        #: each partition's applied offset before the run (None: never applied)
+        self.applied = applied
+        #: partitions that fail before their task (a tiered partition whose remote segments cannot be read)
+        self.unreadable = dict(unreadable or {})
+        self.results: list[PartitionChanges] = []
+        self.warnings: list[str] = []
+        #: the partitions deduped on disk, and the work dir that holds their files
+        self.on_disk: dict[int, SortedPartition] = {}
+        self.work_store: Storage | None = None
+        self.work_root: str | None = None
+        #: the partitions with something to write, by number, and what they insert, update and delete
+        self.to_write: list[PartitionChanges] = []
+        self.by_partition: dict[int, PartitionChanges] = {}
+        self.counts: dict[int, Counts] = {}
+        #: with delta-spark: the latest rows of every partition, as Spark deduped them (cached until written)
+        self.spark_latest: Any = None
+        #: (partition, what stopped its read) of the on-disk partitions streamed into the merge
+        self.stream_errors: list[tuple[int, BaseException]] = []
+        #: why the write failed (None: it did not); the partitions whose rows and applied offset a commit of THIS
+        #: run holds: only they are reported as applied (a winning concurrent run may have committed the same
+        #: offsets; its rows are not this run's to count)
+        self.write_error: str | None = None
+        self.written: set[int] = set()
 
-def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storage: Storage,
-           storage_options: StorageOptions, dt: Any | None, version_before: int | None,
-           applied: dict[int, int | None], writer: str, results: list[PartitionChanges],
-           on_disk: dict[int, SortedPartition], work_store: Storage | None, progress: Progress,
-           t0: float) -> TableResult:
-    """Count and write what the partitions' tasks found (see :func:`run_table`)."""
-    warnings: list[str] = []
-    for r in results:
-        warnings.extend(r.warnings)
-        for w in r.warnings:
-            progress.notice(w, event="table.warning", partition=r.name)
-        if r.error is not None:
-            progress.error(f"{r.name}: {r.error}; left as it was", event="table.partition.error", partition=r.name)
-        else:
+    @classmethod
+    def open(cls, log_dir: str, options: TableOptions, *, spark: Any, seams: Seams) -> "TableRun":
+        """The log dir listed and the topic's partitions (``options.partitions``) checked against it, the table
+        opened (it must hold the same topic) and the writer chosen. Raises (exit code 2) when nothing can be done."""
+        t0 = time.monotonic()
+        progress = Progress("table", quiet=options.progress is None, sink=options.progress)
+        storage_options = options.storage_options()
+        log_dir = log_dir.rstrip("/") or "/"
+        storage = open_storage(log_dir, storage_options)
+        listing = list_log_dir(storage, log_dir)
+        topics = {t for t, _ in listing.partitions}
+        wanted = sorted(p for t, p in listing.partitions if t == options.topic)
+        if not wanted:
+            raise UsageError(f"--topic {options.topic}: no partition of it in {log_dir} "
+                             f"({closest_topics_hint(options.topic, topics)})")
+        if options.partitions:
+            missing = sorted(set(options.partitions) - set(wanted))
+            if missing:
+                raise UsageError(f"--partition {missing[0]}: {options.topic} has no partition {missing[0]} in "
+                                 f"{log_dir} (it has {', '.join(str(p) for p in wanted)})")
+            wanted = sorted(options.partitions)
+        # a tiered topic: its partitions' remote segments listed with their local ones; one it cannot read fails alone
+        tiered = (tiered_listing(storage, listing, options.remote, storage_options,
+                                 [(options.topic, p) for p in wanted]) if options.remote is not None else None)
+        listing = tiered.listing if tiered is not None else listing
+        unreadable = {p: PartitionError.from_exception(e) for (_, p), e in tiered.errors.items()} if tiered else {}
+        checkpoints = read_job_checkpoints(storage, log_dir, listing)
+        dt = open_table(options.table, storage_options)
+        if dt is not None:
+            name = dt.metadata().name
+            if name and name != options.topic:
+                raise ConfigError(f"--table {options.table} holds topic {name!r}, not {options.topic!r}: give each "
+                                  f"topic its own table")
+        version_before = int(dt.version()) if dt is not None else None
+        applied = applied_offsets(dt, options.topic, wanted)
+        progress(f"{options.topic}: {len(wanted)} partition(s); table {options.table} at "
+                 + (f"version {version_before}" if dt is not None else "(new)"), event="table.start",
+                 partitions=len(wanted))
+        return cls(log_dir, options, spark=spark, seams=seams, progress=progress, t0=t0, storage=storage,
+                   storage_options=storage_options, listing=listing, checkpoints=checkpoints, wanted=wanted, dt=dt,
+                   version_before=version_before, applied=applied,
+                   writer=_choose_writer(options.writer, spark, options.table), unreadable=unreadable)
+
+    def read(self) -> None:
+        """Each partition's task (:func:`partition_changes`): its scan, its plan and, unless Spark or the on-disk
+        dedupe reads them later, its latest rows."""
+        options, storage, topic, checkpoints = self.options, self.storage, self.options.topic, self.checkpoints
+        # With delta-spark, Spark reads and dedupes the records (a shuffle that spills, never a collect to the driver)
+        items = [PartitionItem(storage, self.listing.partition(topic, p), self.applied[p],
+                               checkpoints[LOG_START_OFFSET_CHECKPOINT].get((topic, p)),
+                               checkpoints[CLEANER_OFFSET_CHECKPOINT].get((topic, p)), options.rebuild,
+                               options.max_batch_bytes, read_rows=self.writer != "spark",
+                               latest_buffer_bytes=options.latest_buffer_bytes)
+                 for p in self.wanted if p not in self.unreadable]
+        results = _runner(self.spark, self.seams).map(partition_changes, items,
+                                                      description=f"segjobs table {topic}: read partitions")
+        self.results = sorted([*results, *(PartitionChanges(topic, p, error=e) for p, e in self.unreadable.items())],
+                              key=lambda r: r.partition)
+
+    def sort_on_disk(self) -> None:
+        """The key pass and buckets of every partition whose range may not fit ``latest_buffer_bytes``
+        (:func:`jobs.engine.table.sort.prepare`), in this process, into a work dir :meth:`close` removes; a
+        partition that fails is reported, the others go on."""
+        if not any(r.sort_on_disk and r.error is None for r in self.results):
+            return
+        self.work_store, self.work_root = work_dir()
+        dataset = self.dt.to_pyarrow_dataset() if self.dt is not None else None
+        options = self.options
+        for r in self.results:
+            if not r.sort_on_disk or r.error is not None or r.plan is None:
+                continue
+            plan = r.plan
+            in_partition = pc.field("partition") == r.partition
+            table_keys: Any = ()
+            table_rows = 0
+            if dataset is not None:
+                table_rows = dataset.count_rows(filter=in_partition)
+                table_keys = (b.column(0) for b in dataset.to_batches(columns=["key"], filter=in_partition))
+            try:
+                part = sort.prepare(self.storage, self.work_store, self.work_root, partition=r.partition,
+                                    start=plan.start, end=plan.end, rebuild=plan.rebuild, segments=r.segments,
+                                    aborted=r.aborted, records=r.records_bound, table_keys=table_keys,
+                                    table_rows=table_rows, latest_buffer_bytes=options.latest_buffer_bytes,
+                                    max_batch_bytes=options.max_batch_bytes)
+            except SegjobsError as exc:
+                r.error = PartitionError.from_exception(exc)
+                continue
+            except Exception as exc:  # noqa: BLE001 - one partition's failure is reported, the others proceed
+                r.error = PartitionError.from_task_exception(exc, r.segments[0][0] if r.segments else None)
+                continue
+            self.on_disk[r.partition] = part
+            r.records_read = part.counts.records_read
+            self.progress(f"{r.name}: up to {r.records_bound} record(s) in offsets {plan.start}..{plan.end - 1} may "
+                          f"not fit --latest-buffer-bytes {options.latest_buffer_bytes}: deduped on disk "
+                          f"({part.buckets} bucket(s), {part.keys} latest key(s))", event="table.partition.sorted",
+                          partition=r.name, keys=part.keys, buckets=part.buckets)
+
+    def report_reads(self) -> None:
+        """Each partition's warnings, error, or what its task read."""
+        progress = self.progress
+        for r in self.results:
+            self.warnings.extend(r.warnings)
+            for w in r.warnings:
+                progress.notice(w, event="table.warning", partition=r.name)
+            if r.error is not None:
+                progress.error(f"{r.name}: {r.error}; left as it was", event="table.partition.error",
+                               partition=r.name)
+                continue
             plan = r.plan
             assert plan is not None
             if not plan.has_work:
                 progress(f"{r.name}: nothing new (applied up to offset {plan.end})", event="table.partition.read",
                          partition=r.name, records=0, bytes=0)
-                continue
-            if writer == "spark" or r.partition in on_disk:
-                if writer == "spark":
-                    progress(f"{r.name}: offsets {plan.start}..{plan.end - 1} in {len(r.segments)} segment(s), read "
-                             f"by Spark", event="table.partition.planned", partition=r.name, bytes=r.bytes_read)
-                continue
-            progress(f"{r.name}: read {r.records_read} record(s) in {r.segments_read} segment(s), offsets "
-                     f"{plan.start}..{plan.end - 1}: {r.rows.num_rows if r.rows is not None else 0} latest key(s)",
-                     event="table.partition.read", partition=r.name, records=r.records_read, bytes=r.bytes_read)
-    ok = [r for r in results if r.error is None and r.plan is not None]
-    work = [r for r in ok if r.plan is not None and r.plan.has_work]
-    spark_latest = None
-    if writer == "spark" and work:
-        spark_latest, read_counts = spark_changes(spark, storage, options.topic, work, options.max_batch_bytes)
-        counts = spark_count_changes(spark, options.table, spark_latest, work)
-        for r in work:
-            r.records_read = read_counts.get(r.partition, 0)
-        progress(f"Spark read {sum(read_counts.values())} record(s) of {len(work)} partition(s)",
-                 event="table.read", records=sum(read_counts.values()))
-    else:
-        counts = count_changes(dt, [r for r in work if r.partition not in on_disk])
-    stream_errors: list[tuple[int, BaseException]] = []  # (partition, what stopped its read)
-    sorted_rows: Callable[[bool], Iterator[pa.RecordBatch]] | None = None
-    if on_disk:
-        assert work_store is not None
-        by_partition = {r.partition: r for r in work}
+            elif self.writer == "spark":
+                progress(f"{r.name}: offsets {plan.start}..{plan.end - 1} in {len(r.segments)} segment(s), read "
+                         f"by Spark", event="table.partition.planned", partition=r.name, bytes=r.bytes_read)
+            elif r.partition not in self.on_disk:
+                progress(f"{r.name}: read {r.records_read} record(s) in {r.segments_read} segment(s), offsets "
+                         f"{plan.start}..{plan.end - 1}: {r.rows.num_rows if r.rows is not None else 0} latest "
+                         f"key(s)", event="table.partition.read", partition=r.name, records=r.records_read,
+                         bytes=r.bytes_read)
 
-        def read_sorted(live_only: bool) -> Iterator[pa.RecordBatch]:
-            for part in on_disk.values():
-                if part.partition not in by_partition:
-                    continue
+    def count(self) -> None:
+        """Exactly what each partition with something new inserts, updates and deletes against the table: Spark's
+        count, the rows' keys against the table's, or (deduped on disk) as its rows stream (a dry run reads them
+        here, a real run in the merge)."""
+        options = self.options
+        self.to_write = [r for r in self.results if r.error is None and r.plan is not None and r.plan.has_work]
+        if self.writer == "spark" and self.to_write:
+            self.spark_latest, read_counts = spark_changes(self.spark, self.storage, options.topic, self.to_write,
+                                                           options.max_batch_bytes)
+            self.counts = spark_count_changes(self.spark, options.table, self.spark_latest, self.to_write)
+            for r in self.to_write:
+                r.records_read = read_counts.get(r.partition, 0)
+            self.progress(f"Spark read {sum(read_counts.values())} record(s) of {len(self.to_write)} partition(s)",
+                          event="table.read", records=sum(read_counts.values()))
+        else:
+            self.counts = count_changes(self.dt, [r for r in self.to_write if r.partition not in self.on_disk])
+        self.by_partition = {r.partition: r for r in self.to_write}
+        if self.on_disk and options.dry_run:
+            for part in self.on_disk.values():  # counts only
                 try:
-                    yield from read_rows_of(storage, work_store, part, topic=options.topic, live_only=live_only,
-                                            max_batch_bytes=options.max_batch_bytes)
-                except Exception as exc:
-                    stream_errors.append((part.partition, exc))  # the merge may wrap it: the run reports this one
-                    raise
-
-        sorted_rows = read_sorted
-        if options.dry_run:
-            for part in on_disk.values():  # counts only
-                try:
-                    for _ in read_rows_of(storage, work_store, part, topic=options.topic, live_only=False,
-                                          max_batch_bytes=options.max_batch_bytes):
+                    for _ in self._read_sorted(part, live_only=False):
                         pass
                 except SegjobsError as exc:
-                    by_partition[part.partition].error = PartitionError.from_exception(exc)
-    version_after = version_before
-    write_error: str | None = None
-    # The partitions whose rows and applied offset a commit of THIS run holds: only they are reported as applied
-    # (a winning concurrent run may have committed the same offsets; its rows are not this run's to count).
-    written: set[int] = set()
-    if work and not options.dry_run:
-        progress(f"writing {len(work)} partition(s) with {writer}", event="table.write", partitions=len(work))
-        fault = seams.fault_for(options.topic) if seams.fault else None
-        while work:
+                    self.by_partition[part.partition].error = PartitionError.from_exception(exc)
+
+    def _read_sorted(self, part: SortedPartition, *, live_only: bool) -> Iterator[pa.RecordBatch]:
+        assert self.work_store is not None
+        return read_rows_of(self.storage, self.work_store, part, topic=self.options.topic, live_only=live_only,
+                            max_batch_bytes=self.options.max_batch_bytes)
+
+    def _sorted_rows(self, live_only: bool) -> Iterator[pa.RecordBatch]:
+        """The on-disk partitions' rows still to write, streamed into the merge; what stops a partition's read is
+        kept (the merge may wrap it: the run reports this one)."""
+        for part in self.on_disk.values():
+            if part.partition not in self.by_partition:
+                continue
             try:
-                if writer == "spark":
-                    version_after = write_with_spark(spark, options.table, dt, options.topic, work, storage_options,
-                                                     spark_latest, fault=fault, progress=progress, written=written)
-                else:
-                    version_after = write_with_deltalake(options.table, dt, options.topic, work, storage_options,
-                                                         fault=fault, sorted_rows=sorted_rows, written=written)
-                break
-            except TableConflictError as exc:
-                write_error = str(exc)
-                progress.error(f"the table was not written: {write_error}", event="table.write.conflict")
-                break
-            except SegjobsError as exc:
-                if not stream_errors:
-                    raise
-                write_error = str(exc)
-            except Exception as exc:  # noqa: BLE001 - a Delta commit that failed: nothing of this run is in the table
-                cause = stream_errors[-1][1] if stream_errors else exc
-                write_error = f"{type(cause).__name__}: {cause}"
-                if not stream_errors or not isinstance(cause, SegjobsError):
-                    progress.error(f"the table was not written: {write_error}", event="table.write.error")
-                    break
-            if not isinstance(stream_errors[-1][1], SegjobsError):
-                break
-            # The read of one partition failed (its log changed under the run) and nothing was committed: that
-            # partition is reported and left as it was, and the others are written without it, as its dry run says.
-            failed, cause = stream_errors.pop()
-            stream_errors.clear()
-            write_error = None
-            r = by_partition.pop(failed)
-            r.error = PartitionError.from_exception(cause)
-            progress.error(f"{r.name}: {r.error}; left as it was", event="table.partition.error", partition=r.name)
-            work = [w for w in work if w.partition != failed]
-            for part in on_disk.values():  # the next write counts them again
-                part.counts = SortedCounts(records_read=part.counts.records_read)
-    if spark_latest is not None:
-        spark_latest.unpersist()
-    dry = options.dry_run
-    parts: list[TablePartition] = []
-    for part in on_disk.values():
-        sc = part.counts
-        counts[part.partition] = Counts(sc.inserts, sc.updates, sc.deletes, sc.tombstones_without_row)
-    for r in results:
-        plan = r.plan
-        c = counts.get(r.partition, Counts())
-        dedupe = "spark" if writer == "spark" else "external-sort" if r.partition in on_disk else "memory"
+                yield from self._read_sorted(part, live_only=live_only)
+            except Exception as exc:
+                self.stream_errors.append((part.partition, exc))
+                raise
+
+    def write(self) -> None:
+        """A real run: every partition's changes and applied offset written (deltalake: one commit; delta-spark: a
+        MERGE per partition). A commit another writer overtook fails the write (:class:`TableConflictError`). A
+        partition whose read failed during the merge (its log changed under the run), nothing being committed, is
+        left out and reported, and the others are written again without it, as its dry run says."""
+        if self.to_write and not self.options.dry_run:
+            self.progress(f"writing {len(self.to_write)} partition(s) with {self.writer}", event="table.write",
+                          partitions=len(self.to_write))
+            fault = self.seams.fault_for(self.options.topic) if self.seams.fault else None
+            while self.to_write and not self._write_once(fault):
+                self._leave_out_failed_read()
+        if self.spark_latest is not None:
+            self.spark_latest.unpersist()
+
+    def _write_once(self, fault: Callable[[str], None] | None) -> bool:
+        """One write of :attr:`to_write`; False when a partition's read failed during it and the write is to be
+        retried without that partition, True otherwise (written, or failed for good: :attr:`write_error`)."""
+        options, progress = self.options, self.progress
+        try:
+            if self.writer == "spark":
+                self.version_after = write_with_spark(self.spark, options.table, self.dt, options.topic,
+                                                      self.to_write, self.storage_options, self.spark_latest,
+                                                      fault=fault, progress=progress, written=self.written)
+            else:
+                self.version_after = write_with_deltalake(options.table, self.dt, options.topic, self.to_write,
+                                                          self.storage_options, fault=fault,
+                                                          sorted_rows=self._sorted_rows if self.on_disk else None,
+                                                          written=self.written)
+            return True
+        except TableConflictError as exc:
+            self.write_error = str(exc)
+            progress.error(f"the table was not written: {self.write_error}", event="table.write.conflict")
+            return True
+        except SegjobsError as exc:
+            if not self.stream_errors:
+                raise
+            self.write_error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - a Delta commit that failed: nothing of this run is in the table
+            cause = self.stream_errors[-1][1] if self.stream_errors else exc
+            self.write_error = f"{type(cause).__name__}: {cause}"
+            if not self.stream_errors or not isinstance(cause, SegjobsError):
+                progress.error(f"the table was not written: {self.write_error}", event="table.write.error")
+                return True
+        return not isinstance(self.stream_errors[-1][1], SegjobsError)
+
+    def _leave_out_failed_read(self) -> None:
+        """The partition whose read failed during the write reported and left as it was; the others to write again."""
+        failed, cause = self.stream_errors.pop()
+        self.stream_errors.clear()
+        self.write_error = None
+        r = self.by_partition.pop(failed)
+        r.error = PartitionError.from_exception(cause)
+        self.progress.error(f"{r.name}: {r.error}; left as it was", event="table.partition.error", partition=r.name)
+        self.to_write = [w for w in self.to_write if w.partition != failed]
+        for part in self.on_disk.values():  # the next write counts them again
+            part.counts = SortedCounts(records_read=part.counts.records_read)
+
+    def deliver(self) -> TableResult:
+        """What the run did to each partition (or, in a dry run, would do), with the counts, as a result."""
+        dry = self.options.dry_run
+        for part in self.on_disk.values():
+            sc = part.counts
+            self.counts[part.partition] = Counts(sc.inserts, sc.updates, sc.deletes, sc.tombstones_without_row)
+        parts = [self._partition(r, dry=dry) for r in self.results]
+        failed = any(p.action == "error" for p in parts)
+        return TableResult(exit_code=1 if failed else 0, log_dir=self.log_dir, table=self.options.table,
+                           topic=self.options.topic, dry_run=dry, writer=self.writer, partitions=tuple(parts),
+                           version_before=self.version_before, version_after=self.version_after,
+                           warnings=tuple(self.warnings), seconds=time.monotonic() - self.t0)
+
+    def _partition(self, r: PartitionChanges, *, dry: bool) -> TablePartition:
+        """What became of the partition of ``r``."""
+        plan, applied = r.plan, self.applied.get(r.partition)
         if r.error is not None or plan is None:
-            parts.append(TablePartition(r.topic, r.partition, "error", applied.get(r.partition),
-                                        applied.get(r.partition), None, None, r.records_read, 0, 0, 0, 0,
-                                        error=str(r.error)))
-            continue
-        if write_error is not None and plan.has_work and r.partition not in written:
-            parts.append(TablePartition(r.topic, r.partition, "error", plan.applied, plan.applied, plan.log_start,
-                                        plan.log_end, r.records_read, 0, 0, 0, 0, error=write_error))
-            continue
+            return TablePartition(r.topic, r.partition, "error", applied, applied, None, None, r.records_read,
+                                  0, 0, 0, 0, error=str(r.error))
+        if self.write_error is not None and plan.has_work and r.partition not in self.written:
+            return TablePartition(r.topic, r.partition, "error", plan.applied, plan.applied, plan.log_start,
+                                  plan.log_end, r.records_read, 0, 0, 0, 0, error=self.write_error)
         if not plan.has_work:
             action = "unchanged"
         elif plan.rebuild:
@@ -713,13 +790,16 @@ def _apply(log_dir: str, options: TableOptions, spark: Any, seams: Seams, storag
         else:
             action = "would apply" if dry else "applied"
         after = plan.applied if (dry or not plan.has_work) else plan.end
-        parts.append(TablePartition(r.topic, r.partition, action, plan.applied, after, plan.log_start, plan.log_end,
-                                    r.records_read, c.inserts, c.updates, c.deletes, c.tombstones_without_row,
-                                    dedupe=dedupe))
-    failed = any(p.action == "error" for p in parts)
-    return TableResult(exit_code=1 if failed else 0, log_dir=log_dir, table=options.table, topic=options.topic,
-                    dry_run=dry, writer=writer, partitions=tuple(parts), version_before=version_before,
-                    version_after=version_after, warnings=tuple(warnings), seconds=time.monotonic() - t0)
+        c = self.counts.get(r.partition, Counts())
+        dedupe = "spark" if self.writer == "spark" else "external-sort" if r.partition in self.on_disk else "memory"
+        return TablePartition(r.topic, r.partition, action, plan.applied, after, plan.log_start, plan.log_end,
+                              r.records_read, c.inserts, c.updates, c.deletes, c.tombstones_without_row,
+                              dedupe=dedupe)
+
+    def close(self) -> None:
+        """The on-disk dedupe's work dir removed, whatever stopped the run (an interrupt included)."""
+        if self.work_root is not None:
+            remove_work_dir(self.work_root)
 
 
 def _choose_writer(requested: str, spark: Any, uri: str) -> str:
@@ -781,5 +861,5 @@ def render_summary(run: TableResult, *, layout: str = "auto", width: int | None 
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["TableOptions", "TablePartition", "TableResult", "WRITERS", "count_changes", "partition_changes",
+__all__ = ["TableOptions", "TablePartition", "TableResult", "TableRun", "WRITERS", "count_changes", "partition_changes",
            "render_summary", "run_table", "write_with_deltalake"]
