@@ -205,7 +205,7 @@ def work_keys(cluster: NetnsCluster, bucket: str) -> list[str]:
             for o in page.get("Contents", [])]
 
 
-def wait_for_key(cluster: NetnsCluster, bucket: str, mark: str, timeout_s: float = 240) -> str:
+def wait_for_key(cluster: NetnsCluster, bucket: str, mark: str, timeout_s: float = 600) -> str:
     """The first object under the work prefix whose key holds ``mark``, once there is one: the stage that writes
     it is under way (its other tasks still run: six partitions on three executors)."""
     deadline = time.monotonic() + timeout_s
@@ -256,7 +256,7 @@ def moto_requests(cluster: NetnsCluster, bucket: str, method: str, mark: str, *,
 
 
 def wait_for_request(cluster: NetnsCluster, bucket: str, method: str, mark: str, hosts: list[str],
-                     timeout_s: float = 240) -> str:
+                     timeout_s: float = 600) -> str:
     """The first of ``hosts`` that moto_server answered a ``method`` request of on a key of ``bucket`` holding
     ``mark``, once one has: that host is at work on that key."""
     deadline = time.monotonic() + timeout_s
@@ -270,6 +270,17 @@ def wait_for_request(cluster: NetnsCluster, bucket: str, method: str, mark: str,
 
 #: Spark's warning for a task lost with its executor (killed, or its host cut off), naming the executor's host.
 LOST_TASK = re.compile(r"Lost task \d+\.\d+ in stage [\d.]+ \(TID \d+\) \((\S+) executor \d+\): ExecutorLostFailure")
+
+
+#: The driver's error for an executor it lost (killed, its host cut off: the master's word or a heartbeat's
+#: silence, whichever comes first), naming the executor's host.
+LOST_EXECUTOR = re.compile(r"Lost executor \d+ on (\S+?): ")
+
+
+def lost_executor_hosts(cluster: NetnsCluster, log: str) -> list[str]:
+    """The hosts (worker names) of the executors the driver's ``log`` says were lost."""
+    by_address = {h.address: h.name for h in cluster.hosts.values()}
+    return [by_address.get(m.group(1), m.group(1)) for m in LOST_EXECUTOR.finditer(log)]
 
 
 def lost_task_hosts(cluster: NetnsCluster, log: str) -> list[str]:

@@ -24,6 +24,7 @@ from tests.ops.netns_jobs import (
     assert_like_clean_run,
     cluster_marks,
     kill_executors,
+    lost_executor_hosts,
     lost_task_hosts,
     moto_requests,
     sort_files_on_hosts,
@@ -70,8 +71,16 @@ def test_a_worker_cut_off_once_the_buckets_are_written_loses_its_tasks_not_the_b
         wait_for_key(netns_cluster, bucket, "/staged/")
         worker = wait_for_request(netns_cluster, bucket, "PUT", "/staged/", netns_cluster.workers)
         netns_cluster.cut(worker)
-        cut.append((worker, netns_cluster.moto_log.stat().st_size))
+        at, started = netns_cluster.moto_log.stat().st_size, time.monotonic()
+        cut.append((worker, at))
         seen.extend(work_keys(netns_cluster, bucket))
+        # how long the cluster takes to run the cut host's task again elsewhere (for the record: printed)
+        mine = {staged_partition(k) for h, k in moto_requests(netns_cluster, bucket, "PUT", "/staged/") if h == worker}
+        while time.monotonic() - started < 240 and not mine & {
+                staged_partition(k) for h, k in moto_requests(netns_cluster, bucket, "PUT", "/staged/", since=at)
+                if h != worker}:
+            time.sleep(0.2)
+        print(f"the cut host's task was staging again on another host {time.monotonic() - started:.0f} s after the cut")
 
     try:
         run = netns_jobs.run("driver-0", bucket, EXTERNAL_SORT, during=fault)
@@ -81,14 +90,16 @@ def test_a_worker_cut_off_once_the_buckets_are_written_loses_its_tasks_not_the_b
     assert cut, "no worker was cut off"
     [(worker, at)] = cut
     assert sort_files(seen)[1] == sort_totals(run)[1], "the cut came before every bucket file was written"
-    # The cut host's rewrite task was lost with it (Spark says so at INFO only: "worker lost" is no task's
-    # fault) and run again on another host, from the bucket files: a partition the cut host was staging was
-    # staged again by another host afterwards.
+    # The cut host's executor was lost and its rewrite task run again on another host, from the bucket files: a
+    # partition the cut host was staging was staged again by another host afterwards. (Spark names the lost task
+    # only when the driver's heartbeat timeout noticed first: the master's "worker lost" is no task's fault, said
+    # at INFO.)
     staged = moto_requests(netns_cluster, bucket, "PUT", "/staged/")
     cut_staging = {staged_partition(k) for h, k in staged if h == worker}
     again = {staged_partition(k) for h, k in moto_requests(netns_cluster, bucket, "PUT", "/staged/", since=at)
              if h != worker}
-    assert "worker lost" in run.log and cut_staging & again, (cut_staging, again, run.log[-3000:])
+    assert worker in lost_executor_hosts(netns_cluster, run.log), run.log[-3000:]
+    assert cut_staging & again, (cut_staging, again)
     assert_like_clean_run(netns_jobs, run, EXTERNAL_SORT)
     assert sort_files_on_hosts(netns_cluster) == []
 
@@ -119,10 +130,10 @@ def test_an_executor_killed_in_a_stage_of_external_sort_is_retried_and_writes_th
         first_loss = run.log.index("ExecutorLostFailure")
         assert first_loss < run.log.index(SCAN_DONE), run.log[-3000:]
         assert (pieces, buckets) == (0, 0)
-    elif stage == "key pass":  # a few piece files (each task writes many, slowly), no bucket file yet
-        assert 0 < pieces <= total_pieces // 2 and buckets == 0, (pieces, total_pieces, buckets)
-    else:  # a few bucket files (the key pass is over), nothing staged yet
-        assert 0 < buckets <= total_buckets // 2, (buckets, total_buckets)
+    elif stage == "key pass":  # some piece files, not all (every piece of this log dir has keys), no bucket file
+        assert 0 < pieces < total_pieces and buckets == 0, (pieces, total_pieces, buckets)
+    else:  # some bucket files, not all (every bucket has superseded keys here), nothing staged yet
+        assert 0 < buckets < total_buckets, (buckets, total_buckets)
         assert not [k for k in seen if "/staged/" in k]
     assert_like_clean_run(netns_jobs, run, EXTERNAL_SORT)
     assert sort_files_on_hosts(netns_cluster) == []
