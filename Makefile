@@ -223,9 +223,10 @@ package: $(STAMP)
 
 # A Spark standalone master and two workers on 127.0.0.1 run the packaged jobs (tests/ops/test_standalone_cluster.py);
 # then a master, three workers and two driver hosts, each in a network namespace, run them with faults
-# (tests/ops/test_netns_cluster.py: needs root, skips saying why without namespaces).
+# (tests/ops/test_netns_*.py: needs root, skips saying why without namespaces).
 cluster-test: java package
-	SEGJOBS_DIST=$(abspath dist) $(PY) -m pytest -q -p no:cacheprovider tests/ops/test_standalone_cluster.py tests/ops/test_netns_cluster.py
+	SEGJOBS_DIST=$(abspath dist) $(PY) -m pytest -q -p no:cacheprovider tests/ops/test_standalone_cluster.py tests/ops/test_netns_cluster.py \
+	  tests/ops/test_netns_faults.py tests/ops/test_netns_table.py
 
 clean:
 	rm -rf $(DEMO_DIR) bench-data .pytest_cache build dist

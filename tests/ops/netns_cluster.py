@@ -47,6 +47,15 @@ WORKER_TIMEOUT_S = 15
 #: mid-task once its first staged object shows, so a fault aimed at a running task cannot miss it.
 SLOW_BUCKETS = "slow-"
 SLOW_STAGING_S = 1.0
+#: Buckets whose external-sort work files (piece and bucket files, SLOW_SORT_S each) and staged objects
+#: (SLOW_STAGING_S) moto writes slowly: a fault aimed at the key pass, the bucket reduce or the rewrite of external
+#: sort lands inside a running task.
+SLOW_SORT_BUCKETS = "slowsort-"
+SLOW_SORT_S = 0.3
+#: Buckets whose segments moto serves slowly (each GET of a ``.log`` object waits SLOW_READ_S): a task reading
+#: segments (the scan) is still mid-task once its first read shows in moto's request log.
+SLOW_SCAN_BUCKETS = "slowscan-"
+SLOW_READ_S = 0.1
 _NAME_RE = re.compile(r"^sj(\d+)-")
 
 
@@ -218,8 +227,17 @@ class NetnsCluster:
         _ip("netns", "exec", netns, "ip", "link", "set", "eth0", "up")
 
     def _moto(self) -> None:
-        self.moto = MotoServer.start(host=self.gateway, log_path=str(self.root / "moto.log"),
-                                     slow_puts=f"{SLOW_BUCKETS}:/staged/:{SLOW_STAGING_S}")
+        self.moto = MotoServer.start(
+            host=self.gateway, log_path=str(self.moto_log),
+            slow_puts=",".join(f"{bucket}:{mark}:{seconds}" for bucket, mark, seconds in (
+                (SLOW_BUCKETS, "/staged/", SLOW_STAGING_S), (SLOW_SORT_BUCKETS, "/external-sort/", SLOW_SORT_S),
+                (SLOW_SORT_BUCKETS, "/staged/", SLOW_STAGING_S))),
+            slow_gets=f"{SLOW_SCAN_BUCKETS}:.log:{SLOW_READ_S}")
+
+    @property
+    def moto_log(self) -> Path:
+        """moto_server's request log: one line per request, the client's address first."""
+        return self.root / "moto.log"
 
     def _daemons(self, workers: int, cores: int, memory: str, timeout_s: float) -> None:
         master = self.hosts["master"]
@@ -338,6 +356,22 @@ class NetnsCluster:
     def cut(self, host: str, *, down: bool = True) -> None:
         """Take ``host``'s link to the bridge down (``down=False``: up again): it can reach nobody, nobody it."""
         _ip("netns", "exec", self.bridge_ns, "ip", "link", "set", self.hosts[host].port, "down" if down else "up")
+
+    def reconnect(self, worker: str, timeout_s: float = 120) -> None:
+        """Bring a :meth:`cut` worker back and wait until it has registered with the master again and the
+        executors it ran while cut off (their application is gone) have ended; those still running then are
+        killed."""
+        log = self.root / f"{worker}.log"
+        registered = log.read_text(errors="replace").count(WORKER_READY)
+        self.cut(worker, down=False)
+        deadline = time.monotonic() + timeout_s
+        while log.read_text(errors="replace").count(WORKER_READY) <= registered:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{worker} did not register with the master again within {timeout_s:.0f} s")
+            time.sleep(0.5)
+        while self.executor_pids(worker) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        _kill_all(self.executor_pids(worker))
 
     def executor_pids(self, worker: str) -> list[int]:
         """The executor JVMs running on ``worker`` now."""

@@ -12,7 +12,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from tests.support.moto_launcher import SLOW_PUTS
+from tests.support.moto_launcher import SLOW_GETS, SLOW_PUTS
 
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
@@ -35,14 +35,16 @@ class MotoServer:
 
     @classmethod
     def start(cls, timeout_s: float = 30.0, log_path: str | None = None, host: str = "127.0.0.1",
-              slow_puts: str | None = None) -> "MotoServer":
+              slow_puts: str | None = None, slow_gets: str | None = None) -> "MotoServer":
         """Start moto_server on a free port of ``host``; ``log_path``: a file for its request log (one line per
-        request); ``slow_puts``: which PUTs wait, ``BUCKET_PREFIX:MARK:SECONDS`` (see ``moto_launcher``)."""
+        request); ``slow_puts``, ``slow_gets``: which PUTs and GETs wait, ``BUCKET_PREFIX:MARK:SECONDS[,...]`` (see
+        ``moto_launcher``)."""
         port = _free_port(host)
         env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
                    AWS_DEFAULT_REGION=REGION)
-        if slow_puts is not None:
-            env[SLOW_PUTS] = slow_puts
+        for name, rules in ((SLOW_PUTS, slow_puts), (SLOW_GETS, slow_gets)):
+            if rules is not None:
+                env[name] = rules
         cmd = [sys.executable, os.path.join(os.path.dirname(__file__), "moto_launcher.py")]
         out = subprocess.DEVNULL if log_path is None else open(log_path, "ab")
         proc = subprocess.Popen(cmd + ["-H", host, "-p", str(port)], env=env, stdout=out, stderr=out)

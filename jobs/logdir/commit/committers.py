@@ -679,8 +679,7 @@ class Committer:
         """At the end of a run, under its lock: delete what this run staged for ``partition_uris`` that no intent
         refers to, and return it. A task attempt that outlived its task (a speculative attempt that lost, a retried
         task's first attempt on a lost executor) may stage a copy after the driver committed the winner's and
-        deleted it; no commit reads such a copy. Stores whose tasks stage outside the commit protocol's own area
-        leave this to recovery (nothing to do here)."""
+        deleted it; no commit reads such a copy (on local disk, neither a killed attempt's temporary file)."""
         return []
 
     def remove_empty_dirs(self, partition_uris: Iterable[str] = ()) -> list[str]:
@@ -805,6 +804,23 @@ class RenameCommitter(Committer):
         """Files staged in the partition's :data:`STAGING_BESIDE_DIR` whatever ``stage_beside`` says now (the run
         that staged them may have seen the filesystems otherwise)."""
         return self.storage.list(self.storage.join(partition_uri, STAGING_BESIDE_DIR), recursive=True)
+
+    def sweep_own_staging(self, partition_uris: Iterable[str]) -> list[str]:
+        """Everything in the partitions' private staging (``<work>/staging/<tp>/``) and ``.segjobs-staging/``:
+        tasks stage there under names that are not the run's, but under the run's lock no other run stages (a dry
+        run stages nothing), and no intent refers to a file there (a commit first renames the accepted attempt's
+        files into the partition dir), so whatever is left is a late attempt's copy or a killed one's temporary
+        file. Recovery deletes the same files, whatever their age."""
+        if self.run_id is None:
+            return []
+        storage = self.storage
+        swept = [f.uri for partition_uri in partition_uris
+                 for root in (storage.join(self.work_uri, PRIVATE_STAGING_DIR, partition_name(partition_uri)),
+                              storage.join(partition_uri, STAGING_BESIDE_DIR))
+                 for f in storage.list(root, recursive=True)]
+        for uri in swept:
+            storage.delete(uri)
+        return swept
 
 
 @dataclass(frozen=True)

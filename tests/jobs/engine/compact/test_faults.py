@@ -21,6 +21,7 @@ import pytest
 
 from jobs.commands.cli import main
 from jobs.engine.runtime.seams import FaultHook
+from segment_io.storage.local import temp_name
 from tests.support.compaction_faults import (
     CONFIG,
     NOW,
@@ -147,6 +148,32 @@ def test_a_killed_run_releases_the_lock_and_writes_no_checkpoint(reference, tmp_
     files = _read_tree(log_dir)
     assert check_partition(files, f"{TOPIC}-0", reference["source"], reference["again"], allow_either=False) == "new"
     assert (log_dir / "cleaner-offset-checkpoint").read_text().splitlines()[2:] == [f"{TOPIC} 0 8"]
+
+
+def test_a_late_and_a_killed_attempts_staging_is_swept_at_the_end_of_the_run(reference, tmp_path):
+    """On local disk tasks stage in the work dir's private staging under names that are not their run's, and the
+    commit renames the accepted attempt's files into the partition. An attempt that outlived its task (on an
+    executor taken for lost, or a speculative copy that lost) may stage its copy again after that rename, and a
+    killed attempt leaves its temporary file: the run deletes both before it ends, under its lock, as it deletes
+    a late attempt's staged objects on S3, and its staging directories go with them."""
+    log_dir = tmp_path / "logs"
+    build_partition(log_dir / f"{TOPIC}-0")
+    staging = tmp_path / "logs.segjobs" / "staging" / f"{TOPIC}-0"
+    late: list[Path] = []
+
+    def fault(partition: str, step: str) -> None:
+        if step.startswith("swap-to-live:") and not late:  # the accepted attempt's files are out of the staging
+            name = step.split(":", 1)[1]
+            staging.mkdir(parents=True, exist_ok=True)
+            late.extend([staging / name, staging / temp_name(name)])
+            for path in late:
+                path.write_bytes(b"an attempt's copy")
+
+    assert _compact(log_dir, reference["config"], fault=fault, strategy=reference["strategy"]) == 0
+    assert late, "no late attempt staged anything"
+    files = _read_tree(log_dir)
+    assert check_partition(files, f"{TOPIC}-0", reference["source"], reference["result"], allow_either=False) == "new"
+    assert not (tmp_path / "logs.segjobs" / "staging").exists()
 
 
 def test_external_sort_commits_the_bytes_memory_commits(spark, tmp_path):
