@@ -6,6 +6,9 @@ data; the drivers are :mod:`jobs.engine.compact.driver` and :mod:`jobs.engine.co
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
@@ -438,21 +441,25 @@ def piece_of(table: Any, *, first_dirty_offset: int, first_uncleanable_offset: i
 
 
 def write_rows(storage: Storage, uri: str, rows: np.ndarray) -> None:
-    """One work file: ``rows`` (an int64 array) as little-endian bytes. On local disk without fsync: a work
-    file lives for one run, and a crashed run's are removed by the next one (written whole or not at all on
-    S3, where a PUT is atomic)."""
+    """One work file: ``rows`` (an int64 array) as little-endian bytes, written whole or not at all: two attempts
+    of one task (a retry beside a slow first attempt, speculation) may write the same file at once, and a reader
+    must never see a truncated one. On local disk a temporary file of this process renamed into place, without
+    fsync (a work file lives for one run, and a crashed run's are removed by the next one); on S3 one PUT."""
     data = np.ascontiguousarray(rows, "<i8")
     storage.makedirs(uri.rsplit("/", 1)[0])
     path = storage.local_path(uri)
     if path is None:
         storage.write_atomic(uri, data.tobytes())
         return
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
-        with open(path, "wb") as f:
+        with open(tmp, "wb") as f:
             f.write(data.data)
+        os.replace(tmp, path)
     except OSError as exc:  # a full disk is the machine's (StorageEnvironmentError), with the bytes it needed
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         raise storage_error(exc, path, needed_bytes=data.nbytes) from exc
-
 
 
 def delete_quietly(storage: Storage, uris: Sequence[str]) -> None:

@@ -12,19 +12,22 @@ marker survives somewhere in the partition: every group's then, the last group's
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import jobs.engine.compact.cleaning as cleaning
-from jobs.engine.compact.cleaning import compact_partition
+from jobs.engine.compact.cleaning import compact_partition, write_rows
 from jobs.rules.config import TopicConfig
 from segment_io.decode import decode_segment_and_headers, hash_keys
 from segment_io.generate import GenerateSpec, generate_log_dir
 from segment_io.layout import list_log_dir
-from segment_io.storage import LocalStorage
+from segment_io.storage import LocalStorage, open_storage
 from tests.support.cleaning import partition_task, staged_files
 
 T0 = 1_700_000_000_000
@@ -164,3 +167,40 @@ def test_a_clean_derives_no_key_hashes_of_its_output(tmp_path, monkeypatch, tran
     out = compact_partition(partition_task(log_dir, TOPIC, 0, NOW, config=config))
     assert out.error is None and len(out.groups) > 2
     assert calls == []
+
+
+REPO = Path(__file__).resolve().parents[4]
+
+# --------------------------------------------------------------------------------------------------
+# Work files
+# --------------------------------------------------------------------------------------------------
+
+_WRITE_UNDER_A_FILE_SIZE_LIMIT = """
+import resource, signal, sys
+import numpy as np
+from jobs.engine.compact.cleaning import write_rows
+from segment_io.storage import open_storage
+from segment_io.errors import SegjobsError
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead of killing us
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+target = sys.argv[1]
+try:
+    write_rows(open_storage(target), target, np.arange(10_000, dtype=np.int64))
+except SegjobsError as exc:
+    print("refused:", exc)
+"""
+
+
+def test_a_work_file_is_written_whole_or_not_at_all(tmp_path: Path) -> None:
+    """A second attempt writing the same work file fails half-way (here: past a file size limit); the first
+    attempt's whole file is still what a reader finds, and no temporary file is left."""
+    target = tmp_path / "bucket-0"
+    first = np.arange(100, dtype=np.int64)
+    write_rows(open_storage(str(target)), str(target), first)
+    assert np.array_equal(np.fromfile(target, "<i8"), first)
+    done = subprocess.run([sys.executable, "-c", _WRITE_UNDER_A_FILE_SIZE_LIMIT, str(target)], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 0 and "refused:" in done.stdout, done.stdout + done.stderr
+    assert np.array_equal(np.fromfile(target, "<i8"), first)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bucket-0"]
