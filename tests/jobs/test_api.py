@@ -39,6 +39,7 @@ def test_the_option_classes_share_their_fields_instead_of_repeating_them() -> No
     assert own(api.CompactOptions) == {"dedupe_buffer_bytes", "strategy", "sort_bucket_bytes"}
     assert own(api.InspectOptions) == {"exact", "html"}
     assert own(api.RecoverOptions) == {"break_lease"}
+    assert "remote" not in own(api.TableOptions)  # TieredReadOptions', as inspect's
     assert issubclass(api.CompactOptions, api.LockingOptions) and issubclass(api.RecoverOptions, api.LockingOptions)
     assert not issubclass(api.InspectOptions, api.LockingOptions)  # inspect has no dry run: it writes nothing
 

@@ -218,7 +218,16 @@ class JobOptions(RunOptions):
 
 
 @dataclass(frozen=True, kw_only=True)
-class InspectOptions(JobOptions):
+class TieredReadOptions(RunOptions):
+    """Of the runs that read a tiered topic as one log (``inspect``, ``table``)."""
+
+    #: the remote store of tiered topics: each tiered partition is read as one log, its finished remote
+    #: segments below the local log then its local segments (:func:`jobs.logdir.tiered.tiered_listing`)
+    remote: RemoteOptions | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class InspectOptions(JobOptions, TieredReadOptions):
     """``segjobs inspect``: nothing is written, no lock is taken."""
 
     #: count distinct keys exactly and measure compaction with a dry run of the compaction task (slower);
@@ -227,9 +236,6 @@ class InspectOptions(JobOptions):
     #: also write a self-contained HTML report with the charts here (local path or s3:// URI); the JSON report
     #: names it (``html_report``). Needs matplotlib (``pip install 'segjobs[html]'``)
     html: str | None = None
-    #: the remote store of tiered topics: each tiered partition is inspected as one log, its finished remote
-    #: segments below the local log then its local segments (:func:`jobs.logdir.tiered.tiered_listing`)
-    remote: RemoteOptions | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -333,4 +339,5 @@ def field_defaults(options_type: type) -> dict[str, Any]:
 
 __all__ = ["DEFAULT_DEDUPE_BUFFER_BYTES", "STRATEGIES", "ChangeOptions", "CompactOptions", "InspectOptions",
            "InvalidOption", "InvalidOptionConfig", "InvalidOptionUsage", "JobOptions", "LockingOptions",
-           "ProgressSink", "RecoverOptions", "RetainOptions", "RunOptions", "field_defaults", "flag"]
+           "ProgressSink", "RecoverOptions", "RetainOptions", "RunOptions", "TieredReadOptions", "field_defaults",
+           "flag"]

@@ -45,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.engine.frame.options import InvalidOptionUsage, RunOptions
+from jobs.engine.frame.options import InvalidOptionUsage, TieredReadOptions
 from jobs.engine.report.run_report import Progress, attention_table, render_table, rows_per_partition
 from jobs.engine.runtime.delta_spark import DELTA_SPARK_PACKAGE, delta_session
 from jobs.engine.runtime.seams import PRODUCTION, Seams
@@ -72,7 +72,7 @@ from jobs.engine.table.state import (
     open_table,
 )
 from jobs.logdir.checkpoints import read_job_checkpoints
-from jobs.logdir.tiered import RemoteOptions, tiered_listing
+from jobs.logdir.tiered import tiered_listing
 from jobs.rules.table import aborted_rows, plan_partition
 from segment_io.decode import read_segment
 from segment_io.errors import ConfigError, SegjobsError, UsageError
@@ -93,7 +93,7 @@ WRITERS = ("auto", "deltalake", "spark")
 
 
 @dataclass(frozen=True, kw_only=True)
-class TableOptions(RunOptions):
+class TableOptions(TieredReadOptions):
     """The options of :func:`jobs.api.table` (``segjobs table``)."""
 
     #: the Delta table (local path or s3:// URI); created by the first run
@@ -115,9 +115,6 @@ class TableOptions(RunOptions):
     #: need more (its segments' bytes plus a per-record overhead) is deduped on disk instead, an external-sort
     #: pass whose memory stays within this whatever the key count (:mod:`jobs.engine.table.sort`)
     latest_buffer_bytes: int = DEFAULT_LATEST_BUFFER_BYTES
-    #: the remote store of a tiered topic: each partition is read as one log, its finished remote segments below
-    #: the local log then its local segments (:func:`jobs.logdir.tiered.tiered_listing`)
-    remote: RemoteOptions | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
