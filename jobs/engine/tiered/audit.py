@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 from jobs.engine.report.run_report import human_bytes, listed
+from jobs.logdir.tiered import segment_next_offset
 from jobs.rules.config import ConfigSet
 from jobs.rules.remote_log import DroppedEvent, RemoteLogState, RemoteSegment, replay
 from jobs.rules.tiered_audit import LocalLog, ObjectInfo, PartitionAudit, Retention, audit_partition
@@ -26,9 +27,6 @@ from jobs.rules.timeutil import format_instant
 from segment_io import layout as logdir_layout
 from segment_io.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
 from segment_io.errors import UsageError
-from segment_io.format import scan_batches
-from segment_io.index import read_offset_index
-from segment_io.layout import SegmentFiles
 from segment_io.remote_layout import RemoteLayout, RemoteListing, detect_root, layout_named
 from segment_io.remote_metadata import METADATA_TOPIC, RemoteLogMetadata, read_metadata_partition
 from segment_io.storage import StorageOptions, open_storage
@@ -83,23 +81,6 @@ class TieredAudit:
         return 1 if self.data_loss else 0
 
 
-def _next_offset(storage: Storage, segment: SegmentFiles) -> int:
-    """One past a local segment's last offset (its base when it is empty). Only its tail is read: from the last
-    entry of its offset index (at most ``index.interval.bytes`` and a batch before the end), the whole segment
-    when it has no usable index."""
-    log = segment.log
-    if log.size == 0:
-        return segment.base_offset
-    start = 0
-    if segment.index is not None and segment.index.size:
-        entries = read_offset_index(storage.read(segment.index.uri), path=segment.index.uri)
-        start = int(entries.position[-1]) if len(entries) and 0 <= entries.position[-1] < log.size else 0
-    headers = scan_batches(storage.read_range(log.uri, start, log.size - start), path=log.uri)
-    if len(headers) == 0 and start:
-        headers = scan_batches(storage.read(log.uri), path=log.uri)
-    return int(headers.last_offset.max()) + 1 if len(headers) else segment.base_offset
-
-
 def _local_logs(storage: Storage, log_dir: str) -> tuple[dict[str, tuple[str, int]], dict[tuple[str, int], LocalLog],
                                                          dict[str, str]]:
     """From the log dir: its metadata partitions (uri -> topic, partition), each user partition's local log by
@@ -120,7 +101,7 @@ def _local_logs(storage: Storage, log_dir: str) -> tuple[dict[str, tuple[str, in
         if topic_id is None:
             continue  # no id: the metadata cannot name it (Kafka writes partition.metadata for every partition)
         names[topic_id] = topic
-        ends = tuple(_next_offset(storage, s) for s in p.segments)
+        ends = tuple(segment_next_offset(storage, s) for s in p.segments)
         epochs = (read_leader_epoch_checkpoint(storage, p.leader_epoch_checkpoint.uri)
                   if p.leader_epoch_checkpoint else [])
         local[(topic_id, partition)] = LocalLog(starts.get((topic, partition)),
