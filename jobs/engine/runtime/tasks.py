@@ -119,7 +119,21 @@ def stream_bins(items: Sequence[Any], sizes: Sequence[int] | None, parallelism: 
                          max_items=STREAM_MAX_ITEMS, min_bins=max(1, parallelism) * 2)
 
 
-class SparkTasks:
+class _StreamsInBins:
+    """``stream`` of a runner that runs bins of items (``stream_bins``): each item a :class:`BinTask` of ``fn``."""
+
+    def stream_bins(self, bin_fn: Callable[[list[T]], Sequence[R | TaskFailure]], items: Sequence[T], *,
+                    sizes: Sequence[int] | None = None,
+                    description: str | None = None) -> Iterator[list[tuple[int, R | TaskFailure]]]:
+        raise NotImplementedError
+
+    def stream(self, fn: Callable[[T], R], items: Sequence[T], *, sizes: Sequence[int] | None = None,
+               description: str | None = None) -> Iterator[tuple[int, R | TaskFailure]]:
+        for pairs in self.stream_bins(BinTask(fn), items, sizes=sizes, description=description):
+            yield from pairs
+
+
+class SparkTasks(_StreamsInBins):
     """Tasks on Spark: ``parallelize(items).map(fn).collect()``. ``fn`` and the items must pickle.
 
     Every Spark job it starts belongs to the job group ``job_group`` (one per segjobs run:
@@ -147,11 +161,6 @@ class SparkTasks:
         sc = self.spark.sparkContext
         with spark_job_labels(sc, self.job_group, description):
             return sc.parallelize(list(items), min(len(items), tasks or len(items))).map(fn).collect()
-
-    def stream(self, fn: Callable[[T], R], items: Sequence[T], *, sizes: Sequence[int] | None = None,
-               description: str | None = None) -> Iterator[tuple[int, R | TaskFailure]]:
-        for pairs in self.stream_bins(BinTask(fn), items, sizes=sizes, description=description):
-            yield from pairs
 
     def stream_bins(self, bin_fn: Callable[[list[T]], Sequence[R | TaskFailure]], items: Sequence[T], *,
                     sizes: Sequence[int] | None = None,
@@ -355,7 +364,7 @@ def _local_parallelism() -> int:
 
 
 @dataclass
-class DriverTasks:
+class DriverTasks(_StreamsInBins):
     """A small run's tasks on the driver, one after another, as a ``local[*]`` session would run them but without
     starting one (see :func:`small_run_on_driver`): items and results make the same pickle round trip as to and
     from a Python worker (a task never shares an object with the driver), the parallelism is that of
@@ -368,11 +377,6 @@ class DriverTasks:
     def map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None,
             description: str | None = None) -> list[R]:
         return [_round_trip(fn(_round_trip(item))) for item in items]
-
-    def stream(self, fn: Callable[[T], R], items: Sequence[T], *, sizes: Sequence[int] | None = None,
-               description: str | None = None) -> Iterator[tuple[int, R | TaskFailure]]:
-        for pairs in self.stream_bins(BinTask(fn), items, sizes=sizes, description=description):
-            yield from pairs
 
     def stream_bins(self, bin_fn: Callable[[list[T]], Sequence[R | TaskFailure]], items: Sequence[T], *,
                     sizes: Sequence[int] | None = None,
@@ -436,7 +440,7 @@ def spark_job_labels(sc: Any, group: str | None, description: str | None) -> Ite
 
 
 @dataclass
-class InProcessTasks:
+class InProcessTasks(_StreamsInBins):
     """Tasks run one after another in this process, for tests of the drivers without Spark (and for ``segjobs
     warm-up``). Every item and result makes a pickle round trip, as it would to and from an executor, so a task
     that could not be shipped fails here too. Storage objects alone pass by reference: their pickling is tested
@@ -459,11 +463,6 @@ class InProcessTasks:
             self.calls += 1
             out.append(_round_trip(fn(_round_trip(item))))
         return out
-
-    def stream(self, fn: Callable[[T], R], items: Sequence[T], *, sizes: Sequence[int] | None = None,
-               description: str | None = None) -> Iterator[tuple[int, R | TaskFailure]]:
-        for pairs in self.stream_bins(BinTask(fn), items, sizes=sizes, description=description):
-            yield from pairs
 
     def stream_bins(self, bin_fn: Callable[[list[T]], Sequence[R | TaskFailure]], items: Sequence[T], *,
                     sizes: Sequence[int] | None = None,
