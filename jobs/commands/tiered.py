@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 from jobs import api
 from jobs.commands.args import add_plan_options, add_s3_options, duration_arg, storage_options_from_args
@@ -152,11 +153,7 @@ def run_audit(args: argparse.Namespace) -> int:
                                  now=args.now, grace_ms=args.grace, storage_options=storage_options_from_args(args))
     except (CorruptRecordError, CorruptCheckpointError) as exc:
         raise AuditRefused(f"{exc}; nothing audited") from exc
-    text = (json.dumps(audit_json(audit), indent=2) + "\n") if args.format == "json" else audit_text(audit) + "\n"
-    if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
+    _write_out(args, lambda: audit_json(audit), lambda: audit_text(audit))
     if args.html:
         from jobs.engine.report.html import write_html
         from jobs.engine.tiered.html import tiered_audit_html
@@ -195,11 +192,16 @@ def run_clean(args: argparse.Namespace) -> int:
         result = run(options)
     except (CorruptRecordError, CorruptCheckpointError) as exc:
         raise AuditRefused(f"{exc}; nothing deleted") from exc
-    text = (json.dumps(clean_json(result), indent=2) + "\n") if args.format == "json" else clean_text(result) + "\n"
+    _write_out(args, lambda: clean_json(result), lambda: clean_text(result))
+    if args.plan:
+        sys.stderr.write(f"plan written to {args.plan}; carry it out with --apply {args.plan}\n")
+    return result.exit_code
+
+
+def _write_out(args: argparse.Namespace, as_json: Callable[[], Any], as_text: Callable[[], str]) -> None:
+    """The report in ``--format``, to ``--output`` or stdout."""
+    text = (json.dumps(as_json(), indent=2) + "\n") if args.format == "json" else as_text() + "\n"
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
-    if args.plan:
-        sys.stderr.write(f"plan written to {args.plan}; carry it out with --apply {args.plan}\n")
-    return result.exit_code
