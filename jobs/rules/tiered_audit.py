@@ -231,20 +231,30 @@ def lineage_problem(epochs: Sequence[tuple[int, int]], end_offset: int, log_end:
     return None
 
 
+def outside_lineage(finished: Sequence[RemoteSegment], *, log_start: int | None, log_end: int | None,
+                    epochs: Sequence[tuple[int, int]]) -> dict[str, str]:
+    """Segment id -> why, for the finished segments outside the leader-epoch lineage ``epochs`` ((epoch, start
+    offset), the leader-epoch-checkpoint's) ending at ``log_end``. As the audit: nothing is judged without a
+    lineage or a log end, nor a segment ending below the log start (due for deletion, which Kafka judges first)."""
+    if not epochs or log_end is None:
+        return {}
+    out = {}
+    for seg in finished:
+        if log_start is not None and seg.end_offset < log_start:
+            continue
+        why = lineage_problem(seg.metadata.leader_epochs, seg.end_offset, log_end, epochs)
+        if why is not None:
+            out[seg.segment_id] = f"{OUTSIDE_LINEAGE}: {why}"
+    return out
+
+
 def _outside_lineage(finished: Sequence[RemoteSegment], local: LocalLog,
                      objects: Mapping[str, Sequence[ObjectInfo]]) -> list[Orphan]:
-    if not local.epochs or local.log_end is None:
-        return []
-    out = []
-    for seg in finished:
-        if local.log_start_offset is not None and seg.end_offset < local.log_start_offset:
-            continue  # due for deletion by the log start offset, which Kafka judges first
-        why = lineage_problem(seg.metadata.leader_epochs, seg.end_offset, local.log_end, local.epochs)
-        if why is not None:
-            out.append(Orphan(seg.segment_id, f"{OUTSIDE_LINEAGE}: {why}",
-                              tuple(sorted(objects.get(seg.segment_id, ()), key=lambda o: o.uri)),
-                              seg.start_offset, seg.end_offset))
-    return out
+    by_id = {seg.segment_id: seg for seg in finished}
+    return [Orphan(seg_id, why, tuple(sorted(objects.get(seg_id, ()), key=lambda o: o.uri)),
+                   by_id[seg_id].start_offset, by_id[seg_id].end_offset)
+            for seg_id, why in outside_lineage(finished, log_start=local.log_start_offset, log_end=local.log_end,
+                                               epochs=local.epochs).items()]
 
 
 def missing_objects(finished: Sequence[RemoteSegment], objects: Mapping[str, Sequence[ObjectInfo]],
@@ -365,4 +375,4 @@ __all__ = ["DANGLING_COPY", "DELETED", "OUTSIDE_LINEAGE", "PARTITION_DELETED", "
            "UNKNOWN", "Gap",
            "LocalLog", "MissingObject", "ObjectInfo", "Orphan", "Overdue", "PartitionAudit", "Retention",
            "StateTotals", "audit_partition", "coverage_gaps", "lineage_problem", "missing_objects", "orphans",
-           "overdue", "without_empty_epochs"]
+           "outside_lineage", "overdue", "without_empty_epochs"]

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from jobs.rules.remote_log import RemoteSegment
-from jobs.rules.tiered_audit import OUTSIDE_LINEAGE, lineage_problem
+from jobs.rules.tiered_audit import outside_lineage
 from segment_io.layout import SegmentFiles
 
 if TYPE_CHECKING:
@@ -119,23 +119,6 @@ class TieredLogPlan:
 def local_only(segments: Sequence[SegmentFiles]) -> TieredLogPlan:
     """The plan of a partition with no finished remote segment: its local segments, whole."""
     return TieredLogPlan(tuple(SegmentSource(s, s.base_offset) for s in segments))
-
-
-def outside_lineage(finished: Sequence[RemoteSegment], *, log_start: int | None, log_end: int | None,
-                    epochs: Sequence[tuple[int, int]]) -> dict[str, str]:
-    """Segment id -> why, for the finished segments outside the leader-epoch lineage ``epochs`` ((epoch, start
-    offset), the leader-epoch-checkpoint's) ending at ``log_end``. As the audit: nothing is judged without a
-    lineage or a log end, nor a segment ending below the log start (due for deletion, which Kafka judges first)."""
-    if not epochs or log_end is None:
-        return {}
-    out = {}
-    for seg in finished:
-        if log_start is not None and seg.end_offset < log_start:
-            continue
-        why = lineage_problem(seg.metadata.leader_epochs, seg.end_offset, log_end, epochs)
-        if why is not None:
-            out[seg.segment_id] = f"{OUTSIDE_LINEAGE}: {why}"
-    return out
 
 
 def _unreadable(seg: RemoteSegment, files: SegmentFiles | None, layout: "RemoteLayout",
