@@ -124,6 +124,10 @@ class Broker:
     returncode: int | None = None
     #: whether the last stop was clean (see :meth:`stop`)
     clean: bool = False
+    #: directories or jars put before Kafka's on the broker's classpath (a test's own plugin classes)
+    extra_classpath: tuple[Path, ...] = ()
+    #: JVM options of the broker (``-Dname=value``: settings for a test's plugin classes)
+    jvm_options: tuple[str, ...] = ()
 
     @property
     def log_dir(self) -> Path:
@@ -178,7 +182,8 @@ class Broker:
         props = self.write_properties()
         self.starts += 1
         env = {**os.environ, "KAFKA_HEAP_OPTS": HEAP}
-        cmd = [java() or "java", HEAP, "-XX:+UseSerialGC", "-cp", classpath(),
+        cmd = [java() or "java", HEAP, "-XX:+UseSerialGC", *self.jvm_options,
+               "-cp", os.pathsep.join([*map(str, self.extra_classpath), classpath()]),
                f"-Dlog4j2.configurationFile={_log4j2_file()}", "kafka.Kafka", str(props)]
         with open(self.output, "wb") as out:
             # its own process group: a test runner's Ctrl-C reaches pytest, whose teardown stops the broker
@@ -215,6 +220,15 @@ class Broker:
         self.clean = (self.log_dir / CLEAN_SHUTDOWN).is_file()
         return self.clean
 
+    def kill(self, timeout: float = 30.0) -> None:
+        """SIGKILL the broker, as a crash would stop it: nothing of its shutdown runs (no clean-shutdown file, no
+        flush); returns once the process is gone."""
+        proc, self.process = self.process, None
+        self.clean, self.returncode = False, None
+        if proc is not None:
+            proc.kill()
+            proc.wait(timeout)
+
     @contextlib.contextmanager
     def running(self) -> Iterator["Broker"]:
         """The broker, started; stopped whatever happens (:attr:`clean` then says how: this context manager only
@@ -230,6 +244,47 @@ class Broker:
 
     def tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
+
+
+def running_brokers(broker: Broker) -> list[int]:
+    """The ids of the processes still running ``broker``'s node (a JVM whose command line names its
+    ``server.properties``): empty once it is stopped or killed."""
+    props = str(broker.home / "server.properties").encode()
+    out = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if proc.name.isdigit() and props in (proc / "cmdline").read_bytes().split(b"\0"):
+                out.append(int(proc.name))
+    return out
+
+
+def javac() -> str | None:
+    """The Java compiler beside :func:`java` (a JDK's), else the one on PATH."""
+    beside = Path(java() or "java").resolve().with_name("javac")
+    return str(beside) if beside.is_file() else shutil.which("javac")
+
+
+def require_javac() -> str:
+    """:func:`javac`, for a live test that compiles a plugin class; skipped (or failed, as :func:`live_clients`
+    does) where there is none."""
+    found = javac()
+    if found is None:
+        _skip_or_fail("no javac: a JDK (not only a JRE) compiles the live tests' plugin classes (tests/support/java)")
+    return found
+
+
+def compile_java(sources: Path, out: Path) -> Path:
+    """Compile the ``.java`` files under ``sources`` against the broker's jars into ``out`` (a classpath
+    directory for :attr:`Broker.extra_classpath`); the compiler's output in the error when it fails."""
+    compiler = javac()
+    if compiler is None:
+        raise BrokerError("no javac: a JDK (not only a JRE) compiles the live tests' plugin classes")
+    out.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([compiler, "-cp", classpath(), "-d", str(out), *map(str, sorted(sources.rglob("*.java")))],
+                          capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        raise BrokerError(f"javac failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return out
 
 
 def _answers(port: int) -> bool:
@@ -273,7 +328,8 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120.0) -
 
 
 __all__ = ["CLEAN_SHUTDOWN", "JARS", "KAFKA_VERSION", "REQUIRE_ENV", "Broker", "BrokerError", "classpath",
-           "free_port", "java", "live_clients", "run_tool", "unavailable", "wait_for"]
+           "compile_java", "free_port", "java", "javac", "live_clients", "require_javac", "run_tool",
+           "running_brokers", "unavailable", "wait_for"]
 
 
 # --------------------------------------------------------------------------------------------------
