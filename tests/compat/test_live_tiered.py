@@ -36,6 +36,7 @@ from tests.support.tiered_broker import (
     EXPIRING,
     KEPT,
     METADATA_TOPIC,
+    REMOTE_ROOT,
     TieredRun,
     copy_fixtures,
     produced_record,
@@ -157,6 +158,20 @@ def test_a_copy_killed_half_way_is_a_dangling_start_whose_objects_are_orphans(ki
     assert killed.audit_rc == 0 == killed.audit["exit_code"]  # orphans cost storage; no record is lost
 
 
+def test_the_fixture_of_what_the_kill_left_audits_as_the_node_did(killed: Killed) -> None:
+    # what copy_fixture leaves out (indexes, snapshots) is nothing the audit reads
+    copy, fixture = killed.copy, killed.as_killed
+
+    def normalised(report: dict[str, Any], log_dir: Path, remote: Path) -> str:
+        text = json.dumps({k: v for k, v in report.items() if k != "now"}, sort_keys=True)
+        return text.replace(str(log_dir), "<logs>").replace(str(remote), "<remote>")
+
+    rc, report = _audit_cli(fixture / "logs", fixture / "remote" / REMOTE_ROOT)
+    assert rc == killed.audit_rc
+    assert normalised(report, fixture / "logs", fixture / "remote" / REMOTE_ROOT) == \
+        normalised(killed.audit, copy.broker.log_dir, copy.remote)
+
+
 def test_the_restarted_broker_copies_the_segment_again_and_leaves_the_dead_attempts_objects(killed: Killed) -> None:
     copy = killed.copy
     rc, report = _audit_cli(copy.broker.log_dir, copy.remote)
@@ -165,6 +180,7 @@ def test_the_restarted_broker_copies_the_segment_again_and_leaves_the_dead_attem
     assert part["orphans"][0]["objects"] == [str(p) for p in copy.objects()]
     assert (part["gaps"], part["missing_objects"], part["overdue"]) == ([], [], [])
     assert rc == 0 and part["remote"]["copy_started"]["segments"] == 1
+    assert part["remote"]["finished"]["segments"] > _only_partition(killed.audit)["remote"]["finished"]["segments"]
     # the segment is only remote now (the local one deleted), and reads back as it was produced
     assert part["local"]["start_offset"] > copy.start_offset
     _, out = _cli("dump", "--format", "jsonl", "--remote", str(copy.remote), str(copy.partition_dir()))
@@ -185,7 +201,8 @@ def test_clean_orphans_removes_the_dead_attempts_objects_and_no_finished_segment
             "--min-age", "0s"]
 
     rc, out = _cli(*args, "--dry-run")
-    assert rc == 0 and "would delete 3 object(s) of 1 orphan segment(s)" in out, out
+    dead_bytes = sum(p.stat().st_size for p in copy.objects())
+    assert rc == 0 and f"would delete 3 object(s) of 1 orphan segment(s), {dead_bytes} bytes" in out, out
     assert {p.relative_to(node / "remote") for p in (node / "remote").rglob("*") if p.is_file()} == before
     rc, out = _cli(*args)
     assert rc == 0, out
