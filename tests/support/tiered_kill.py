@@ -114,15 +114,17 @@ def run_until_killed(home: Path, ck: Any) -> KilledCopy:
                     extra_classpath=(classes,), jvm_options=(f"-D{GATE_PROPERTY}={gate}",))
     remote = remote_dir / REMOTE_ROOT
     with broker.running():
-        _create_topics(ck, broker, {TOPIC: TOPIC_CONFIG})
-        # each batch rolls the segment before it: FINISHED_FIRST + 1 batches seal FINISHED_FIRST segments
-        produced = _produce(ck, broker, TOPIC, FINISHED_FIRST + 1, 0)
-        wait_for(lambda: len(complete_copies(remote)) >= FINISHED_FIRST, f"{FINISHED_FIRST} segments copied")
-        gate.touch()
-        produced += _produce(ck, broker, TOPIC, 2, produced)
-        wait_for(held_name.is_file, "a copy held by the transferer", timeout=180)
-        broker.kill()
-    gate.unlink()
+        try:
+            _create_topics(ck, broker, {TOPIC: TOPIC_CONFIG})
+            # each batch rolls the segment before it: FINISHED_FIRST + 1 batches seal FINISHED_FIRST segments
+            produced = _produce(ck, broker, TOPIC, FINISHED_FIRST + 1, 0)
+            wait_for(lambda: len(complete_copies(remote)) >= FINISHED_FIRST, f"{FINISHED_FIRST} segments copied")
+            gate.touch()
+            produced += _produce(ck, broker, TOPIC, 2, produced)
+            wait_for(held_name.is_file, "a copy held by the transferer", timeout=180)
+            broker.kill()
+        finally:
+            gate.unlink(missing_ok=True)  # where the run failed, a held copy lets go: the stop is not stuck on it
     return KilledCopy(broker, remote, Path(held_name.read_text()), produced)
 
 
