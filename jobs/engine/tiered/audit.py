@@ -141,9 +141,10 @@ def _metadata_partitions(storage: Storage, metadata_dir: str, found: dict[str, i
 
 
 def _results(pairs: Iterator[tuple[int, R | TaskFailure | Refused]], count: int, what: list[str],
-             progress: Progress, stage: str) -> list[R]:
+             progress: Progress, stage: str, noun: str) -> list[R]:
     """The tasks' results in item order; the first refusal raised as the error it was, a task's failure as an
-    error naming its item. ``what`` names each item; a progress line every tenth or so of the items."""
+    error naming its item. ``what`` names each item; a progress line every tenth or so of the items
+    (``replayed 2/5 metadata partition(s)``)."""
     out: dict[int, R] = {}
     step = max(1, count // 10)
     for index, result in pairs:
@@ -153,7 +154,8 @@ def _results(pairs: Iterator[tuple[int, R | TaskFailure | Refused]], count: int,
             raise RuntimeError(f"{what[index]}: {result.kind}: {result.detail}")
         out[index] = result
         if len(out) % step == 0 and len(out) < count:
-            progress(f"{stage}: {len(out)}/{count}", event=f"tiered.{stage}.progress", done=len(out), total=count)
+            progress(f"{stage} {len(out)}/{count} {noun}", event=f"tiered.{stage}.progress", done=len(out),
+                     total=count)
     return [out[i] for i in range(count)]
 
 
@@ -164,7 +166,7 @@ def _replay_all(runner: TaskRunner, storage: Storage, sizes: dict[str, int], pro
     items = [MetadataItem(storage, uri) for uri in uris]
     states = _results(runner.stream(replay_task, items, sizes=[sizes[u] for u in uris],
                                     description=f"segjobs tiered audit: replay {len(uris)} metadata partition(s)"),
-                      len(items), uris, progress, "replayed")
+                      len(items), uris, progress, "replayed", "metadata partition(s)")
     merged = merge_states(states)
     if merged is None:
         # a user partition in two metadata partitions (the topic's partition count changed): one replay of them
@@ -250,8 +252,9 @@ def run_audit(options: TieredAuditOptions, *, runner: TaskRunner | None = None,
                                dict(objects.get((topic_id, partition), {})),
                                Retention(cfg.retention_ms, cfg.retention_bytes), replaced_by))
     progress(f"auditing {len(items)} partition(s) ({where})", event="tiered.audit.start", partitions=len(items))
-    audits = _results(runner.stream(audit_task, items, description=f"segjobs tiered audit: {len(items)} partition(s)"),
-                      len(items), [f"{i.topic}-{i.partition}" for i in items], progress, "audited")
+    audits = _results(runner.stream(audit_task, items, description=f"segjobs tiered audit: audit {len(items)} partition(s)"),
+                      len(items), [f"{i.topic}-{i.partition}" for i in items], progress, "audited",
+                      "partition(s)")
     progress(f"audited {len(audits)} partition(s)", event="tiered.audit.done", partitions=len(audits))
     return TieredAudit(options.log_dir, options.remote, layout.name, options.now_ms, state.events, audits,
                        state.dropped(), listing.unrecognised, state, listing)
