@@ -22,10 +22,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterator, TypeVar
 
+from jobs.engine.frame.options import ProgressSink
 from jobs.engine.report.run_report import Progress, human_bytes, listed
 from jobs.engine.runtime.tasks import (
     DriverTasks,
     LazySparkTasks,
+    SparkTasks,
     TaskFailure,
     TaskRunner,
     driver_run_max_bytes,
@@ -205,12 +207,12 @@ def _runner(total_bytes: int) -> TaskRunner:
 
 
 def run_audit(options: TieredAuditOptions, *, runner: TaskRunner | None = None,
-              progress: Progress | None = None) -> TieredAudit:
+              progress: ProgressSink | None = None) -> TieredAudit:
     """Read everything and audit every tiered partition (see the module docstring). The per-partition work runs
     as tasks of ``runner`` (default: on the driver for a small local run, else Spark tasks; see
     :mod:`jobs.engine.tiered.audit_tasks`); which runner runs them never changes the audit. ``progress`` gets the
     run's progress lines (default: none)."""
-    progress = progress or Progress("tiered audit", quiet=True)
+    lines = Progress("tiered audit", quiet=progress is None, sink=progress)
     layout: RemoteLayout = layout_named(options.layout)
     log_store = open_storage(options.log_dir, options.storage_options)
     log_dir = _read_log_dir(log_store, options.log_dir)
@@ -223,15 +225,16 @@ def run_audit(options: TieredAuditOptions, *, runner: TaskRunner | None = None,
     if runner is None:
         log_bytes = sum(s.log.size for p in log_dir.partitions.values() for s in p.segments)
         runner = _runner(log_bytes + sum(meta_sizes.values()))
-    where = "on the driver" if isinstance(runner, DriverTasks) else "as tasks"
-    progress(f"replaying {len(meta_sizes)} metadata partition(s) ({where})", event="tiered.replay.start",
+    where = ("on the driver" if isinstance(runner, DriverTasks) else "as Spark tasks" if isinstance(runner, SparkTasks)
+             else "as tasks")
+    lines(f"replaying {len(meta_sizes)} metadata partition(s) ({where})", event="tiered.replay.start",
              partitions=len(meta_sizes))
-    state = _replay_all(runner, meta_store, meta_sizes, progress)
-    progress(f"replayed {state.events} metadata event(s) of {len(state.partitions)} partition(s)",
+    state = _replay_all(runner, meta_store, meta_sizes, lines)
+    lines(f"replayed {state.events} metadata event(s) of {len(state.partitions)} partition(s)",
              event="tiered.replay.done", events=state.events, partitions=len(state.partitions))
     remote_store = open_storage(options.remote, options.storage_options)
     listing = layout.list(remote_store, detect_root(remote_store, options.remote, layout))
-    progress(f"listed {len(listing.objects)} remote object(s)", event="tiered.listed", objects=len(listing.objects))
+    lines(f"listed {len(listing.objects)} remote object(s)", event="tiered.listed", objects=len(listing.objects))
     objects = _objects(listing)
     names = merge_topic_ids(log_dir.names, options.topic_ids,
                             {tid: p.partition.topic for (tid, _), p in state.partitions.items()},
@@ -251,11 +254,11 @@ def run_audit(options: TieredAuditOptions, *, runner: TaskRunner | None = None,
                                local, start,
                                dict(objects.get((topic_id, partition), {})),
                                Retention(cfg.retention_ms, cfg.retention_bytes), replaced_by))
-    progress(f"auditing {len(items)} partition(s) ({where})", event="tiered.audit.start", partitions=len(items))
-    audits = _results(runner.stream(audit_task, items, description=f"segjobs tiered audit: audit {len(items)} partition(s)"),
-                      len(items), [f"{i.topic}-{i.partition}" for i in items], progress, "audited",
+    lines(f"auditing {len(items)} partition(s) ({where})", event="tiered.audit.start", partitions=len(items))
+    stream = runner.stream(audit_task, items, description=f"segjobs tiered audit: audit {len(items)} partition(s)")
+    audits = _results(stream, len(items), [f"{i.topic}-{i.partition}" for i in items], lines, "audited",
                       "partition(s)")
-    progress(f"audited {len(audits)} partition(s)", event="tiered.audit.done", partitions=len(audits))
+    lines(f"audited {len(audits)} partition(s)", event="tiered.audit.done", partitions=len(audits))
     return TieredAudit(options.log_dir, options.remote, layout.name, options.now_ms, state.events, audits,
                        state.dropped(), listing.unrecognised, state, listing)
 

@@ -106,8 +106,6 @@ def test_a_small_run_does_its_tasks_on_the_driver(tiered_set: TieredSet) -> None
     # no runner given: the set is far under the driver-run limit, so no Spark session is asked for (the test
     # has no `spark` fixture: a session started here fails the suite's guard)
     lines: list[str] = []
-    from jobs.engine.report.run_report import Progress
-
-    run_audit(_options(tiered_set), progress=Progress("tiered audit", sink=lines.append))
+    run_audit(_options(tiered_set), progress=lines.append)
     assert "auditing 300 partition(s) (on the driver)" in "\n".join(lines)
     assert any("audited 300 partition(s)" in line for line in lines)
