@@ -109,3 +109,18 @@ def test_a_small_run_does_its_tasks_on_the_driver(tiered_set: TieredSet) -> None
     run_audit(_options(tiered_set), progress=lines.append)
     assert "auditing 300 partition(s) (on the driver)" in "\n".join(lines)
     assert any("audited 300 partition(s)" in line for line in lines)
+
+
+def test_the_command_prints_its_progress_on_stderr_unless_quiet(tiered_set: TieredSet, capsys) -> None:
+    from jobs.commands.cli import main
+
+    args = ["tiered", "audit", "--log-dir", str(tiered_set.log_dir), "--remote", str(tiered_set.remote),
+            "--now", "2001-09-09T01:46:40Z", *[a for s in SETTINGS for a in ("--set", s)], "--format", "json"]
+    assert main([*args, "--log-format", "json"]) == 1
+    out, err = capsys.readouterr()
+    events = [json.loads(line) for line in err.splitlines()]
+    assert [e["event"] for e in events if e["event"].endswith((".start", ".done"))] == [
+        "tiered.replay.start", "tiered.replay.done", "tiered.audit.start", "tiered.audit.done"]
+    assert events[-1]["partitions"] == 300 and json.loads(out)["exit_code"] == 1
+    assert main([*args, "--quiet"]) == 1
+    assert capsys.readouterr().err == ""
