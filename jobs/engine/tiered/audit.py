@@ -191,7 +191,7 @@ def _objects(listing: RemoteListing) -> dict[tuple[str, int], dict[str, list[Rem
     return out
 
 
-def _runner(total_bytes: int) -> TaskRunner:
+def _runner(total_bytes: int, lines: Progress) -> TaskRunner:
     """The tasks' runner: a small run (``total_bytes`` of segments in the log dir and the metadata partitions)
     does them on the driver (:class:`DriverTasks`: no JVM, the same tasks), as compact, retain and inspect do
     (:data:`DRIVER_RUN_MAX_BYTES`, $SEGJOBS_DRIVER_RUN_MAX_BYTES; ``0`` always starts Spark); anything else runs
@@ -202,8 +202,19 @@ def _runner(total_bytes: int) -> TaskRunner:
         return DriverTasks()
     from jobs.engine.runtime import spark_session
 
-    return LazySparkTasks(lambda: spark_session.build_session(app_name="segjobs-tiered-audit"),
-                          job_group=f"segjobs-tiered-audit-{uuid.uuid4().hex[:12]}")
+    app_name = "segjobs-tiered-audit"
+
+    def build() -> Any:
+        if spark_session.can_start_early():
+            # on the command line: the JVM's output comes through this process, so whoever reads the command's
+            # output does not wait for the JVM's own exit after the run (as the jobs' frame starts it)
+            return spark_session.EarlySession(app_name=app_name).session()
+        return spark_session.build_session(app_name=app_name)
+
+    def started(waited: float, took: float) -> None:
+        lines(f"Spark ready in {waited:.2f}s", event="spark.ready", spark_startup_s=round(waited, 2))
+
+    return LazySparkTasks(build, job_group=f"{app_name}-{uuid.uuid4().hex[:12]}", on_start=started)
 
 
 def run_audit(options: TieredAuditOptions, *, runner: TaskRunner | None = None,
@@ -224,7 +235,7 @@ def run_audit(options: TieredAuditOptions, *, runner: TaskRunner | None = None,
                          f"the remote log metadata (or --metadata-dir)")
     if runner is None:
         log_bytes = sum(s.log.size for p in log_dir.partitions.values() for s in p.segments)
-        runner = _runner(log_bytes + sum(meta_sizes.values()))
+        runner = _runner(log_bytes + sum(meta_sizes.values()), lines)
     where = ("on the driver" if isinstance(runner, DriverTasks) else "as Spark tasks" if isinstance(runner, SparkTasks)
              else "as tasks")
     lines(f"replaying {len(meta_sizes)} metadata partition(s) ({where})", event="tiered.replay.start",
