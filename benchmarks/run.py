@@ -30,6 +30,7 @@ SECTIONS = {
     "s3-planning": "benchmarks.s3_planning_bench",
     "table": "benchmarks.table_bench",
     "clean-cpu": "benchmarks.clean_cpu_bench",
+    "tiered-audit": "benchmarks.tiered_audit_bench",
 }
 
 

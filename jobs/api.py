@@ -587,18 +587,19 @@ __all__ += ["table", "TableOptions", "TableResult", "TablePartition"]
 def tiered_audit(log_dir: str | os.PathLike, remote: str | os.PathLike, *, layout: str = "local-tiered-storage",
                  metadata_dir: str | os.PathLike | None = None, topic_ids: dict[str, str] | None = None,
                  config: str | os.PathLike | None = None, overrides: Sequence[str] = (), now: Instant | None = None,
-                 grace_ms: int = 0, storage_options: StorageOptions | None = None) -> TieredAudit:
+                 grace_ms: int = 0, storage_options: StorageOptions | None = None,
+                 progress: ProgressSink | None = None) -> TieredAudit:
     """Audit tiered storage: ``log_dir``'s ``__remote_log_metadata`` replayed, its partitions and the remote store
     ``remote`` (in ``layout``) read together; per partition, gaps, missing objects, orphans and overdue segments
     (see :mod:`jobs.engine.tiered.audit`). ``topic_ids`` maps topic ids to names for topics ``log_dir`` has no
     partition of; ``config``/``overrides`` give each topic's retention; ``storage_options`` reach ``s3://`` URIs
-    (None: from the environment). Reads only. The result's ``exit_code`` is 1 when records cannot be read (a gap
-    or a missing object)."""
+    (None: from the environment); ``progress`` gets the run's progress lines (None: none). Reads only. The
+    result's ``exit_code`` is 1 when records cannot be read (a gap or a missing object)."""
     # imported here: the other commands' start-up (and their fail-fast checks) does not pay for it
     from jobs.engine.tiered.audit import run_audit
 
     return run_audit(_audit_options(log_dir, remote, layout, metadata_dir, topic_ids, config, overrides, now,
-                                    grace_ms, storage_options))
+                                    grace_ms, storage_options), progress=progress)
 
 
 def tiered_clean_orphans(log_dir: str | os.PathLike, remote: str | os.PathLike, *,

@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from jobs import api
-from jobs.commands.args import add_plan_options, add_s3_options, duration_arg, storage_options_from_args
+from jobs.commands.args import (
+    add_log_format_option,
+    add_plan_options,
+    add_s3_options,
+    duration_arg,
+    progress_sink,
+    storage_options_from_args,
+)
 from jobs.commands.retain import add_max_delete_fraction_option
 from segment_io.errors import CorruptCheckpointError, CorruptRecordError, SegjobsError, UsageError
 
@@ -102,6 +109,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                             "counts as overdue (default 5m)")
     audit.add_argument("--html", metavar="FILE", help="also write the report as a self-contained HTML page here "
                                                       "(local path or s3:// URI)")
+    audit.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_log_format_option(audit)
     audit.set_defaults(_tiered_run=run_audit)
     clean = sub.add_parser("clean-orphans", help="delete the remote objects the audit proves unreferenced "
                                                  "(--dry-run, --plan/--apply)",
@@ -150,7 +159,8 @@ def run_audit(args: argparse.Namespace) -> int:
     try:
         audit = api.tiered_audit(args.log_dir, args.remote, layout=args.layout, metadata_dir=args.metadata_dir,
                                  topic_ids=_topic_ids(args.topic_ids), config=args.config, overrides=args.set,
-                                 now=args.now, grace_ms=args.grace, storage_options=storage_options_from_args(args))
+                                 now=args.now, grace_ms=args.grace, storage_options=storage_options_from_args(args),
+                                 progress=progress_sink(args))
     except (CorruptRecordError, CorruptCheckpointError) as exc:
         raise AuditRefused(f"{exc}; nothing audited") from exc
     _write_out(args, lambda: audit_json(audit), lambda: audit_text(audit))

@@ -24,7 +24,7 @@ belong to Kafka's snapshot files, not to the topic: they are counted and otherwi
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from segment_io.remote_metadata import (
     PartitionDelete,
@@ -204,4 +204,26 @@ def replay(events: Iterable[tuple[int, RemoteLogMetadata]]) -> RemoteLogState:
     return state
 
 
-__all__ = ["DroppedEvent", "PartitionReplay", "RemoteLogState", "RemoteSegment", "is_valid_transition", "replay"]
+def merge_states(states: Sequence[RemoteLogState]) -> RemoteLogState | None:
+    """The state of replaying several metadata partitions' events one partition after the other, from the state
+    of each replayed alone (in the order given); None when two of them name the same user partition.
+
+    Every piece of the replay's state but its two counters belongs to one user partition (a partition delete
+    marker too: it names its topic id and partition), and Kafka writes every event of a user partition, its
+    delete markers included, to the one metadata partition its topic id and partition hash to. So the metadata
+    partitions replay apart and their states are disjoint. Only metadata written under another partition count
+    breaks that; the caller then replays the partitions as one sequence."""
+    merged = RemoteLogState()
+    for state in states:
+        if not merged.partitions.keys().isdisjoint(state.partitions):
+            return None
+        # each state's partitions in its own order, the states in the order given: the order a replay of all the
+        # events one partition after the other creates them in (RemoteLogState.dropped sorts stably over it)
+        merged.partitions.update(state.partitions)
+        merged.snapshots += state.snapshots
+        merged.events += state.events
+    return merged
+
+
+__all__ = ["DroppedEvent", "PartitionReplay", "RemoteLogState", "RemoteSegment", "is_valid_transition",
+           "merge_states", "replay"]

@@ -1,37 +1,54 @@
 """``segjobs tiered audit``: read a broker's remote log metadata, its log dir and its remote store, and report
 per partition what is where and what is wrong (:mod:`jobs.rules.tiered_audit` says what each finding means).
 
-Reads only; writes nothing but the report. Steps: (1) every ``__remote_log_metadata-N`` partition of the
-metadata dir (the log dir unless told) is decoded and replayed (:func:`jobs.rules.remote_log.replay`); (2) the log
-dir gives, per user partition, its topic id (``partition.metadata``; ``--topic-ids`` for topics it lacks), its log
-start offset (``log-start-offset-checkpoint``), its leader-epoch lineage (``leader-epoch-checkpoint``) and its local
-segments, each with its last offset (read from its tail); (3) the remote store is listed through its
-layout; (4) each partition the metadata, the log dir or the store names is audited with the topic's retention
-(``--config``/``--set``) at ``now``. A partition of the log dir that no remote segment and no metadata names is
+Reads only; writes nothing but the report. Steps: (1) the log dir is listed, its log start offsets read
+(``log-start-offset-checkpoint``) and each partition's topic id (``partition.metadata``; ``--topic-ids`` for
+topics it lacks); (2) every ``__remote_log_metadata-N`` partition of the metadata dir (the log dir unless told) is
+decoded and replayed in a task of its own (:func:`jobs.rules.remote_log.replay`, put together by
+:func:`jobs.rules.remote_log.merge_states`); (3) the remote store is listed through its layout; (4) each
+partition the metadata or the store names is audited in tasks of consecutive partitions, with the topic's
+retention (``--config``/``--set``) at ``now``: its leader-epoch lineage (``leader-epoch-checkpoint``) and its
+local segments, each with its last offset (read from its tail), read in the task
+(:mod:`jobs.engine.tiered.audit_tasks`). The tasks run on the driver for a small run on local disk, else as
+Spark tasks. A partition of the log dir that no remote segment and no metadata names is
 not tiered and is left out. A topic id the metadata names whose topic name the log dir holds under another id
 was deleted: its finished segments are orphans.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, TypeVar
 
-from jobs.engine.report.run_report import human_bytes, listed
-from jobs.logdir.tiered import segment_next_offset
+from jobs.engine.frame.options import ProgressSink
+from jobs.engine.report.run_report import Progress, human_bytes, listed
+from jobs.engine.runtime.tasks import (
+    DriverTasks,
+    LazySparkTasks,
+    SparkTasks,
+    TaskFailure,
+    TaskRunner,
+    driver_run_max_bytes,
+    map_in_driver,
+)
+from jobs.engine.tiered.audit_tasks import AuditContext, AuditItem, MetadataItem, Refused, audit_task, replay_task
 from jobs.rules.config import ConfigSet
-from jobs.rules.remote_log import DroppedEvent, RemoteLogState, RemoteSegment, replay
-from jobs.rules.tiered_audit import LocalLog, ObjectInfo, PartitionAudit, Retention, audit_partition
+from jobs.rules.remote_log import DroppedEvent, RemoteLogState, merge_states, replay
+from jobs.rules.tiered_audit import PartitionAudit, Retention
 from jobs.rules.timeutil import format_instant
 from segment_io import layout as logdir_layout
-from segment_io.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
+from segment_io.checkpoint import read_offset_checkpoint
 from segment_io.errors import UsageError
-from segment_io.remote_layout import RemoteLayout, RemoteListing, detect_root, layout_named
+from segment_io.layout import PartitionListing
+from segment_io.remote_layout import RemoteLayout, RemoteListing, RemoteObject, detect_root, layout_named
 from segment_io.remote_metadata import METADATA_TOPIC, RemoteLogMetadata, read_metadata_partition
 from segment_io.storage import StorageOptions, open_storage
-from segment_io.storage.base import FileInfo, Storage, map_ahead
+from segment_io.storage.base import FileInfo, Storage
 from segment_io.topic_ids import merge_topic_ids, read_partition_metadata
+
+R = TypeVar("R")
 
 #: how many names a text line lists before "and N more"
 _SHOWN = 5
@@ -81,117 +98,178 @@ class TieredAudit:
         return 1 if self.data_loss else 0
 
 
-def _local_logs(storage: Storage, log_dir: str) -> tuple[dict[str, tuple[str, int]], dict[tuple[str, int], LocalLog],
-                                                         dict[str, str]]:
-    """From the log dir: its metadata partitions (uri -> topic, partition), each user partition's local log by
-    (topic id, partition), and topic id -> name from ``partition.metadata``."""
+@dataclass(frozen=True)
+class _LogDir:
+    """What the driver reads of the log dir before the tasks: its listing's metadata partitions (uri -> their
+    ``.log`` bytes), its user partitions with a topic id, by (topic id, partition), and topic id -> name."""
+
+    metadata: dict[str, int]
+    partitions: dict[tuple[str, int], PartitionListing]
+    names: dict[str, str]
+    log_start_offsets: dict[tuple[str, int], int]
+
+
+def _read_log_dir(storage: Storage, log_dir: str) -> _LogDir:
+    """The log dir's listing, its log-start-offset checkpoint and every partition's ``partition.metadata`` (a
+    small file each: read on the driver's threads, as the frame's header scans are)."""
     listing = logdir_layout.list_log_dir(storage, log_dir)
     starts = {}
     cp = listing.checkpoints.get(logdir_layout.LOG_START_OFFSET_CHECKPOINT)
     if cp is not None:
         starts = read_offset_checkpoint(storage, cp.uri)
-    metadata: dict[str, tuple[str, int]] = {}
-    local: dict[tuple[str, int], LocalLog] = {}
+    metadata = {p.uri: sum(s.log.size for s in p.segments)
+                for (topic, _), p in sorted(listing.partitions.items()) if topic == METADATA_TOPIC}
+    users = [p for (topic, _), p in sorted(listing.partitions.items()) if topic != METADATA_TOPIC]
+
+    def topic_id(p: PartitionListing) -> str | None:
+        return read_partition_metadata(storage, p.partition_metadata.uri) if p.partition_metadata else None
+
+    partitions: dict[tuple[str, int], PartitionListing] = {}
     names: dict[str, str] = {}
-    for (topic, partition), p in sorted(listing.partitions.items()):
-        if topic == METADATA_TOPIC:
-            metadata[p.uri] = (topic, partition)
-            continue
-        topic_id = read_partition_metadata(storage, p.partition_metadata.uri) if p.partition_metadata else None
-        if topic_id is None:
+    for p, tid in zip(users, map_in_driver(topic_id, users, threads=max(8, storage.io_concurrency))):
+        if tid is None:
             continue  # no id: the metadata cannot name it (Kafka writes partition.metadata for every partition)
-        names[topic_id] = topic
-        ends = tuple(segment_next_offset(storage, s) for s in p.segments)
-        epochs = (read_leader_epoch_checkpoint(storage, p.leader_epoch_checkpoint.uri)
-                  if p.leader_epoch_checkpoint else [])
-        local[(topic_id, partition)] = LocalLog(starts.get((topic, partition)),
-                                                p.segments[0].base_offset if p.segments else None,
-                                                ends[-1] if ends else None,
-                                                tuple((s.base_offset, s.log.size) for s in p.segments),
-                                                tuple((e.epoch, e.start_offset) for e in epochs), ends)
-    return metadata, local, names
+        names[tid] = p.topic
+        partitions[(tid, p.partition)] = p
+    return _LogDir(metadata, partitions, names, starts)
 
 
-def _metadata_partitions(storage: Storage, metadata_dir: str, found: dict[str, tuple[str, int]]) -> list[str]:
+def _metadata_partitions(storage: Storage, metadata_dir: str, found: dict[str, int]) -> dict[str, int]:
     if found:
-        return sorted(found)
+        return found
     listing = logdir_layout.list_log_dir(storage, metadata_dir)
-    return sorted(p.uri for (t, _), p in listing.partitions.items() if t == METADATA_TOPIC)
+    return {p.uri: sum(s.log.size for s in p.segments)
+            for (t, _), p in sorted(listing.partitions.items()) if t == METADATA_TOPIC}
 
 
-def _replay_all(storage: Storage, uris: Sequence[str]) -> RemoteLogState:
-    # a user partition's events are all in one metadata partition (Kafka picks it by the partition's hash), so
-    # the partitions replay one after the other
-    def events() -> Iterator[tuple[int, RemoteLogMetadata]]:
-        for uri in uris:
-            yield from read_metadata_partition(uri, storage=storage)
+def _results(pairs: Iterator[tuple[int, R | TaskFailure | Refused]], count: int, what: list[str],
+             progress: Progress, stage: str, noun: str) -> list[R]:
+    """The tasks' results in item order; the first refusal raised as the error it was, a task's failure as an
+    error naming its item. ``what`` names each item; a progress line every tenth or so of the items
+    (``replayed 2/5 metadata partition(s)``)."""
+    out: dict[int, R] = {}
+    step = max(1, count // 10)
+    for index, result in pairs:
+        if isinstance(result, Refused):
+            raise result.error
+        if isinstance(result, TaskFailure):
+            raise RuntimeError(f"{what[index]}: {result.kind}: {result.detail}")
+        out[index] = result
+        if len(out) % step == 0 and len(out) < count:
+            progress(f"{stage} {len(out)}/{count} {noun}", event=f"tiered.{stage}.progress", done=len(out),
+                     total=count)
+    return [out[i] for i in range(count)]
 
-    return replay(events())
+
+def _replay_all(runner: TaskRunner, storage: Storage, sizes: dict[str, int], progress: Progress) -> RemoteLogState:
+    """Every metadata partition replayed in its own task (see :mod:`jobs.engine.tiered.audit_tasks` for why that
+    cut is sound), the states put together on the driver."""
+    uris = sorted(sizes)
+    items = [MetadataItem(storage, uri) for uri in uris]
+    states = _results(runner.stream(replay_task, items, sizes=[sizes[u] for u in uris],
+                                    description=f"segjobs tiered audit: replay {len(uris)} metadata partition(s)"),
+                      len(items), uris, progress, "replayed", "metadata partition(s)")
+    merged = merge_states(states)
+    if merged is None:
+        # a user partition in two metadata partitions (the topic's partition count changed): one replay of them
+        # all, one partition after the other, as Kafka's cache would read them
+        progress("a user partition's events are in two metadata partitions: replaying them together",
+                 event="tiered.replay.together")
+
+        def events() -> Iterator[tuple[int, RemoteLogMetadata]]:
+            for uri in uris:
+                yield from read_metadata_partition(uri, storage=storage)
+
+        return replay(events())
+    return merged
 
 
-def _objects(listing: RemoteListing) -> dict[tuple[str, int], dict[str, list[ObjectInfo]]]:
-    out: dict[tuple[str, int], dict[str, list[ObjectInfo]]] = defaultdict(lambda: defaultdict(list))
+def _objects(listing: RemoteListing) -> dict[tuple[str, int], dict[str, list[RemoteObject]]]:
+    out: dict[tuple[str, int], dict[str, list[RemoteObject]]] = defaultdict(lambda: defaultdict(list))
     for obj in listing.objects:
-        out[(obj.topic_id, obj.partition)][obj.segment_id].append(ObjectInfo(obj.uri, obj.size, obj.suffix))
+        out[(obj.topic_id, obj.partition)][obj.segment_id].append(obj)
     return out
 
 
-def _layout_problems(layout: RemoteLayout, storage: Storage, state: RemoteLogState,
-                     listing: RemoteListing) -> dict[tuple[str, int], dict[str, list[tuple[str, str]]]]:
-    """What the layout finds wrong on reading each finished segment's objects (Aiven's: its manifest against the
-    metadata and the objects), per partition and segment id; the reads run :attr:`Storage.io_concurrency` at a
-    time."""
-    by_segment = listing.by_segment()
-    work = [(key, seg) for key, part in state.partitions.items() for seg in part.finished()
-            if (key[0], key[1], seg.segment_id) in by_segment]
+def _runner(total_bytes: int, lines: Progress) -> TaskRunner:
+    """The tasks' runner: a small run (``total_bytes`` of segments in the log dir and the metadata partitions)
+    does them on the driver (:class:`DriverTasks`: no JVM, the same tasks), as compact, retain and inspect do
+    (:data:`DRIVER_RUN_MAX_BYTES`, $SEGJOBS_DRIVER_RUN_MAX_BYTES; ``0`` always starts Spark); anything else runs
+    Spark tasks in the active session or a new one. Unlike the jobs, an object store's log dir may be small too:
+    the audit has listed it whole before it decides, so the sizes cost nothing more."""
+    limit = driver_run_max_bytes()
+    if limit > 0 and total_bytes <= limit:
+        return DriverTasks()
+    from jobs.engine.runtime import spark_session
 
-    def check(item: tuple[tuple[str, int], RemoteSegment]) -> list[tuple[str, str]]:
-        (topic_id, partition), seg = item
-        objects = {o.suffix: o for o in by_segment[(topic_id, partition, seg.segment_id)]}
-        return layout.check_segment(storage, objects, seg.size_bytes)
+    app_name = "segjobs-tiered-audit"
 
-    out: dict[tuple[str, int], dict[str, list[tuple[str, str]]]] = defaultdict(dict)
-    for (key, seg), problems in zip(work, map_ahead(check, work, storage.io_concurrency)):
-        if problems:
-            out[key][seg.segment_id] = problems
-    return out
+    def build() -> Any:
+        if spark_session.can_start_early():
+            # on the command line: the JVM's output comes through this process, so whoever reads the command's
+            # output does not wait for the JVM's own exit after the run (as the jobs' frame starts it)
+            return spark_session.EarlySession(app_name=app_name).session()
+        return spark_session.build_session(app_name=app_name)
+
+    def started(waited: float, took: float) -> None:
+        lines(f"Spark ready in {waited:.2f}s", event="spark.ready", spark_startup_s=round(waited, 2))
+
+    return LazySparkTasks(build, job_group=f"{app_name}-{uuid.uuid4().hex[:12]}", on_start=started)
 
 
-def run_audit(options: TieredAuditOptions) -> TieredAudit:
-    """Read everything and audit every tiered partition (see the module docstring)."""
+def run_audit(options: TieredAuditOptions, *, runner: TaskRunner | None = None,
+              progress: ProgressSink | None = None) -> TieredAudit:
+    """Read everything and audit every tiered partition (see the module docstring). The per-partition work runs
+    as tasks of ``runner`` (default: on the driver for a small local run, else Spark tasks; see
+    :mod:`jobs.engine.tiered.audit_tasks`); which runner runs them never changes the audit. ``progress`` gets the
+    run's progress lines (default: none)."""
+    lines = Progress("tiered audit", quiet=progress is None, sink=progress)
     layout: RemoteLayout = layout_named(options.layout)
     log_store = open_storage(options.log_dir, options.storage_options)
-    found, local, log_dir_names = _local_logs(log_store, options.log_dir)
+    log_dir = _read_log_dir(log_store, options.log_dir)
     meta_dir = options.metadata_dir or options.log_dir
     meta_store = log_store if meta_dir == options.log_dir else open_storage(meta_dir, options.storage_options)
-    uris = _metadata_partitions(meta_store, meta_dir, found if meta_dir == options.log_dir else {})
-    if not uris:
+    meta_sizes = _metadata_partitions(meta_store, meta_dir, log_dir.metadata if meta_dir == options.log_dir else {})
+    if not meta_sizes:
         raise UsageError(f"{meta_dir}: no {METADATA_TOPIC}-<n> partition: give the log dir of a broker that holds "
                          f"the remote log metadata (or --metadata-dir)")
-    state = _replay_all(meta_store, uris)
+    if runner is None:
+        log_bytes = sum(s.log.size for p in log_dir.partitions.values() for s in p.segments)
+        runner = _runner(log_bytes + sum(meta_sizes.values()), lines)
+    where = ("on the driver" if isinstance(runner, DriverTasks) else "as Spark tasks" if isinstance(runner, SparkTasks)
+             else "as tasks")
+    lines(f"replaying {len(meta_sizes)} metadata partition(s) ({where})", event="tiered.replay.start",
+             partitions=len(meta_sizes))
+    state = _replay_all(runner, meta_store, meta_sizes, lines)
+    lines(f"replayed {state.events} metadata event(s) of {len(state.partitions)} partition(s)",
+             event="tiered.replay.done", events=state.events, partitions=len(state.partitions))
     remote_store = open_storage(options.remote, options.storage_options)
     listing = layout.list(remote_store, detect_root(remote_store, options.remote, layout))
+    lines(f"listed {len(listing.objects)} remote object(s)", event="tiered.listed", objects=len(listing.objects))
     objects = _objects(listing)
-    problems = _layout_problems(layout, remote_store, state, listing)
-    names = merge_topic_ids(log_dir_names, options.topic_ids,
+    names = merge_topic_ids(log_dir.names, options.topic_ids,
                             {tid: p.partition.topic for (tid, _), p in state.partitions.items()},
                             {o.topic_id: o.topic for o in listing.objects})
     keys = set(state.partitions) | set(objects)
     # topic name -> the id the log dir has for it: a metadata topic id of the same name that differs was deleted
-    current_ids = {name: tid for tid, name in log_dir_names.items()}
-    required = {flag: layout.required_suffixes(flag) for flag in (False, True)}
-    audits = []
+    current_ids = {name: tid for tid, name in log_dir.names.items()}
+    context = AuditContext(log_store, remote_store, layout.name, options.now_ms, options.grace_ms)
+    items = []
     for topic_id, partition in sorted(keys, key=lambda k: (names.get(k[0], k[0]), k[1])):
         topic = names.get(topic_id, topic_id)
         cfg = options.configs.for_topic(topic)
         replaced_by = current_ids.get(topic) if current_ids.get(topic, topic_id) != topic_id else None
-        audits.append(audit_partition(state.partitions.get((topic_id, partition)), topic=topic, partition=partition,
-                                      topic_id=topic_id, local=local.get((topic_id, partition)),
-                                      objects=objects.get((topic_id, partition), {}), required=required,
-                                      size_suffix=layout.segment_suffix(),
-                                      retention=Retention(cfg.retention_ms, cfg.retention_bytes),
-                                      now_ms=options.now_ms, grace_ms=options.grace_ms, replaced_by=replaced_by,
-                                      problems=problems.get((topic_id, partition))))
+        local = log_dir.partitions.get((topic_id, partition))
+        start = None if local is None else log_dir.log_start_offsets.get((local.topic, partition))
+        items.append(AuditItem(context, topic, topic_id, partition, state.partitions.get((topic_id, partition)),
+                               local, start,
+                               dict(objects.get((topic_id, partition), {})),
+                               Retention(cfg.retention_ms, cfg.retention_bytes), replaced_by))
+    lines(f"auditing {len(items)} partition(s) ({where})", event="tiered.audit.start", partitions=len(items))
+    stream = runner.stream(audit_task, items, description=f"segjobs tiered audit: audit {len(items)} partition(s)")
+    audits = _results(stream, len(items), [f"{i.topic}-{i.partition}" for i in items], lines, "audited",
+                      "partition(s)")
+    lines(f"audited {len(audits)} partition(s)", event="tiered.audit.done", partitions=len(audits))
     return TieredAudit(options.log_dir, options.remote, layout.name, options.now_ms, state.events, audits,
                        state.dropped(), listing.unrecognised, state, listing)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.rules.remote_log import is_valid_transition, replay
+from jobs.rules.remote_log import is_valid_transition, merge_states, replay
 from segment_io.remote_metadata import (
     PartitionDeleteState,
     SegmentState,
@@ -144,3 +144,34 @@ def test_partitions_are_told_apart_by_topic_id_not_name() -> None:
     state = _replay(rm.segment_value(T, TID, 0, S1, 0, 9), rm.segment_value(T, other, 0, S2, 0, 9),
                     rm.segment_value(T, TID, 1, S2, 0, 9))
     assert sorted(state.partitions) == [(TID, 0), (TID, 1), (other, 0)]
+
+
+# ---- several metadata partitions replayed apart (the audit's tasks) ----
+
+T2 = "AAAAAAAAAAAAAAAAAAAABA"
+
+
+def test_metadata_partitions_replayed_apart_and_merged_are_one_replay_of_them_all() -> None:
+    # two metadata partitions, each the events of its own user partitions, a delete marker and a dropped event in
+    # each; the merged state is the state of one replay of the partitions one after the other
+    first = [rm.segment_value(T, TID, 0, S1, 0, 9), rm.update_value(T, TID, 0, S1, FINISHED),
+             rm.update_value(T, TID, 0, S1, STARTED), rm.segment_value(T, TID, 1, S2, 0, 9)]
+    second = [rm.segment_value("u", T2, 0, S1, 0, 9), rm.update_value("u", T2, 0, S2, FINISHED),
+              rm.delete_value("u", T2, 0, PartitionDeleteState.DELETE_PARTITION_FINISHED),
+              rm.segment_value(T, TID, 2, S2, 5, 9)]
+    apart = [_replay(*first), replay((i, decode_metadata_value(v)) for i, v in enumerate(second))]
+    merged = merge_states(apart)
+    together = replay([(i, decode_metadata_value(v)) for i, v in enumerate(first)]
+                      + [(i, decode_metadata_value(v)) for i, v in enumerate(second)])
+    assert merged is not None
+    assert merged.partitions == together.partitions and list(merged.partitions) == list(together.partitions)
+    assert (merged.events, merged.snapshots, merged.dropped()) == (together.events, together.snapshots,
+                                                                  together.dropped())
+    assert [d.offset for d in merged.dropped()] == [1, 2]  # sorted over both, as one replay sorts them
+
+
+def test_a_user_partition_in_two_metadata_partitions_cannot_be_merged() -> None:
+    # its events would have to be replayed in sequence: the second partition's update needs the first's segment
+    first = _replay(rm.segment_value(T, TID, 0, S1, 0, 9))
+    second = _replay(rm.update_value(T, TID, 0, S1, FINISHED))
+    assert merge_states([first, second]) is None
