@@ -239,6 +239,8 @@ class RemoteSegmentStorage(Storage):
 def _batch_below(batch: memoryview, keep_last: int, log_uri: str, position: int) -> bytes:
     """A batch holding offsets on both sides of ``keep_last`` rewritten with only its records up to it (its base
     offset, producer and attributes as they were)."""
+    import numpy as np
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     from segment_io.decode import decode_segment_bytes
@@ -246,8 +248,16 @@ def _batch_below(batch: memoryview, keep_last: int, log_uri: str, position: int)
 
     records = decode_segment_bytes(batch, path=log_uri)
     kept = records.filter(pc.less_equal(records.column("offset"), keep_last))
+    if not kept.num_rows:
+        return b""
+    # the batch now ends at its last record kept: its header says so, as a batch Kafka wrote with those records
+    last = pa.array(np.full(kept.num_rows, pc.max(kept.column("offset")).as_py(), dtype=np.int64))
+    kept = kept.set_column(kept.schema.get_field_index("batch_last_offset"), "batch_last_offset", last)
+    if kept.column("timestamp_type")[0].as_py() == 0:  # CreateTime: the largest timestamp of its records
+        latest = pa.array(np.full(kept.num_rows, pc.max(kept.column("timestamp")).as_py(), dtype=np.int64))
+        kept = kept.set_column(kept.schema.get_field_index("batch_max_timestamp"), "batch_max_timestamp", latest)
     try:
-        return encode_batches(kept).to_bytes() if kept.num_rows else b""
+        return encode_batches(kept).to_bytes()
     except Exception as exc:  # noqa: BLE001 - whatever the encoder refuses, the batch cannot be cut
         raise CorruptRemoteObject(f"the batch holding offset {keep_last} cannot be cut after it ({exc})",
                                   path=log_uri, position=position) from exc
