@@ -29,8 +29,15 @@ from segment_io.errors import SegjobsError, StorageError, UsageError
 from segment_io.format import scan_batches
 from segment_io.index import read_offset_index
 from segment_io.layout import LOG_START_OFFSET_CHECKPOINT, LogDirListing, PartitionListing, SegmentFiles
-from segment_io.remote_layout import (AivenLayout, LocalTieredStorageLayout, RemoteLayout, RemoteListing, RemoteObject,
-                                     detect_root, layout_named)
+from segment_io.remote_layout import (
+    AivenLayout,
+    LocalTieredStorageLayout,
+    RemoteLayout,
+    RemoteListing,
+    RemoteObject,
+    detect_root,
+    layout_named,
+)
 from segment_io.remote_metadata import METADATA_TOPIC, RemoteLogMetadata, read_metadata_partition
 from segment_io.remote_view import AIVEN, RemoteSegmentStorage, is_view, parse_view, view_uri
 from segment_io.storage import StorageOptions, scheme_of
@@ -141,7 +148,9 @@ class RemoteSegmentFiles(Mapping[str, SegmentFiles]):
         parts = {part: view_uri(AIVEN, part, log.uri) for part in ("log", "index", "timeindex", "txnindex")}
         sizes = {part: self._views.stat(uri).size for part, uri in parts.items() if part != "txnindex"}
         txn = self._views.manifest(parse_view(parts["log"])).indexes.get("transaction")
-        return SegmentFiles(log.start_offset, *(FileInfo(parts[p], sizes[p], 0) for p in ("log", "index", "timeindex")),
+        return SegmentFiles(log.start_offset, FileInfo(parts["log"], sizes["log"], 0),
+                            FileInfo(parts["index"], sizes["index"], 0),
+                            FileInfo(parts["timeindex"], sizes["timeindex"], 0),
                             FileInfo(parts["txnindex"], txn.size, 0) if txn is not None and txn.size else None)
 
     def __iter__(self) -> Iterator[str]:
