@@ -79,7 +79,7 @@ def readable_layout(name: str) -> RemoteLayout:
     ones (an unknown name is refused as :func:`segment_io.remote_layout.layout_named` refuses it)."""
     layout = layout_named(name)
     if layout.name not in READABLE_LAYOUTS:
-        raise UsageError(f"remote layout {name!r} cannot be read as one log yet; readable: "
+        raise UsageError(f"remote layout {name!r} cannot be read as one log; readable: "
                          f"{', '.join(READABLE_LAYOUTS)}")
     return layout
 
