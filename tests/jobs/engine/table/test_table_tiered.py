@@ -125,3 +125,21 @@ def test_a_corrupt_aiven_manifest_fails_its_partition_naming_it_and_the_others_a
     assert result.exit_code == 1 and p0.action == "error"
     assert f"{manifest}: manifest version '7' is not supported" in (p0.error or "")
     assert (p1.action, p1.applied_after) == ("applied", 2)
+
+
+def _upload(client, bucket: str, root: Path, prefix: str) -> None:  # type: ignore[no-untyped-def]
+    for file in root.rglob("*"):
+        if file.is_file():
+            client.put_object(Bucket=bucket, Key=f"{prefix}/{file.relative_to(root)}", Body=file.read_bytes())
+
+
+def test_a_log_dir_and_an_aiven_remote_store_on_s3(s3_bucket, tmp_path: Path) -> None:
+    endpoint, bucket = s3_bucket
+    _upload(endpoint.client(), bucket, FIXTURE / "logs", "logs")
+    _upload(endpoint.client(), bucket, AIVEN / "compressed", "aiven")
+    options = api.TableOptions(table=str(tmp_path / "t"), topic="expiring", progress=lambda line: None,
+                               storage=endpoint.storage_options(),
+                               remote=RemoteOptions(f"s3://{bucket}/aiven", "aiven"))
+    result = api.table(f"s3://{bucket}/logs", options, seams=api.Seams(runner=api.InProcessTasks()))
+    assert result.exit_code == 0 and [(p.action, p.applied_after) for p in result.partitions] == [("applied", 120)]
+    assert _rows(tmp_path / "t") == _latest("expiring", 20, 119)
