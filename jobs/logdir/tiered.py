@@ -221,11 +221,6 @@ def _plan(storage: Storage, part: PartitionListing, state: RemoteLogState,
                            epochs=[(e.epoch, e.start_offset) for e in epochs])
 
 
-class OverlapNotSupported(SegjobsError):
-    """A tiered partition whose read keeps only part of a remote segment, which a reader of whole segments that
-    cannot read a cut one (the data source's ``read=latest``) does not take."""
-
-
 @dataclass(frozen=True)
 class TieredListing:
     """A log dir's listing with each tiered partition's segments replaced by the segments of its one log (its
@@ -282,7 +277,7 @@ def tiered_listing(storage: Storage, listing: LogDirListing, remote: RemoteOptio
     return TieredListing(replace(listing, partitions=parts), views, errors, tuple(tiered))
 
 
-__all__ = ["DEFAULT_REMOTE_LAYOUT", "READABLE_LAYOUTS", "OverlapNotSupported", "RemoteOptions", "RemoteSegmentFiles",
+__all__ = ["DEFAULT_REMOTE_LAYOUT", "READABLE_LAYOUTS", "RemoteOptions", "RemoteSegmentFiles",
            "TieredListing", "UnreadableRemoteSegment", "read_tiered_plans", "readable_layout",
            "remote_segment_storage", "segment_next_offset", "tiered_listing", "unreadable_error",
            "whole_segment_files"]

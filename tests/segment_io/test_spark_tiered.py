@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from jobs.logdir.tiered import OverlapNotSupported, UnreadableRemoteSegment
+from jobs.logdir.tiered import UnreadableRemoteSegment
 from segment_io.aiven_manifest import CorruptRemoteObject
 from segment_io.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from segment_io.remote_view import parse_view
@@ -152,11 +152,16 @@ def test_read_latest_of_a_tiered_topic_starts_at_the_log_dir_s_log_start_offset(
     assert _latest(node / "logs", node / "remote", "kept") == _latest_produced("kept", 115, 119)
 
 
-def test_read_latest_refuses_a_partition_that_keeps_part_of_a_remote_segment(node: Path) -> None:
-    _local_segment(node / "logs" / "kept-0", "kept", 110, 119)
-    with pytest.raises(OverlapNotSupported, match="kept-0: remote segment aobG7UP8QpyBk-sRSf8O_Q "
-                                                  r"\(offsets 100-119, keeping 100-109\)"):
-        _latest(node / "logs", node / "remote", "kept")
+@pytest.mark.parametrize("layout", ["local-tiered-storage", "aiven"])
+def test_read_latest_reads_a_remote_segment_the_local_log_starts_inside_below_it(node: Path, layout: str) -> None:
+    _local_segment(node / "logs" / "kept-0", "kept", 110, 119)  # inside kept's remote segment 100-119 (one batch)
+    remote = node / "remote" if layout == "local-tiered-storage" else AIVEN / "compressed"
+    reader = LatestReader(parse_options({"path": str(node / "logs"), "remote": str(remote), "remoteLayout": layout,
+                                         "read": "latest", "topics": "kept"}))
+    rows = {(r["topic"], r["key"]): (r["value"], r["offset"])
+            for part in reader.partitions() for b in reader.read(part) for r in b.to_pylist()}
+    local = {("kept", produced_record("kept", n)[0]): (f"local-{n}".encode(), n) for n in range(110, 120)}
+    assert rows == {**_latest_produced("kept", 0, 109), **local}
 
 
 @pytest.fixture
