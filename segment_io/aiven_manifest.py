@@ -238,7 +238,7 @@ def restore_chunk(manifest: SegmentManifest, chunk: Chunk, stored: bytes | memor
         raise bad(f"does not decompress as zstd to {chunk.original_size} bytes ({exc})") from None
     if n != chunk.original_size:
         raise bad(f"decompresses to {n} bytes, the segment's chunk is {chunk.original_size}")
-    return bytes(out[:n])
+    return bytes(memoryview(out)[:n])  # (a slice of the bytearray would copy the chunk once more)
 
 
 def segment_chunks(manifest: SegmentManifest, log_uri: str, read_range: Callable[[str, int, int], bytes], *,

@@ -4,7 +4,9 @@ so the oracle of every view is the broker's own file."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from segment_io.decode import decode_segment_bytes
 from segment_io.format import scan_batches
 from segment_io.remote_view import RemoteSegmentStorage, is_view, parse_view, view_uri
 from segment_io.storage import open_storage
+from tests.support.aiven_store import _chunk_index
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 LTS = DATA / "kafka-tiered" / "kafka-4.1.1" / "remote" / "kafka-tiered-storage"
@@ -86,3 +89,27 @@ def test_a_log_object_of_another_size_than_its_manifest_says_is_refused_naming_b
     Path(log).write_bytes(Path(log).read_bytes()[:-10])
     with pytest.raises(CorruptRemoteObject, match=r"1451 bytes, its manifest \(.*\.rsm-manifest\) says 1461"):
         RemoteSegmentStorage().read(view_uri("aiven", "log", log))
+
+
+def test_a_whole_read_of_a_chunked_segment_holds_the_segment_once(tmp_path: Path) -> None:
+    # a 16 MiB segment in 1 MiB zstd chunks: restoring it takes the buffer it is returned in and a chunk or a few
+    size, chunk = 16 << 20, 1 << 20
+    segment = (b"".join(n.to_bytes(4, "big") for n in range(4096)) * (size // 16384))[:size]
+    index, stored = _chunk_index(segment, chunk, True)
+    base = tmp_path / "big-AAAAAAAAAAAAAAAAAAAAAA" / "0" / f"{0:020d}-AAAAAAAAAAAAAAAAAAAAAA"
+    base.parent.mkdir(parents=True)
+    Path(f"{base}.log").write_bytes(stored)
+    Path(f"{base}.indexes").write_bytes(b"")
+    nothing = {"position": 0, "size": 0}
+    Path(f"{base}.rsm-manifest").write_text(json.dumps({
+        "version": "1", "chunkIndex": index, "compression": True,
+        "segmentIndexes": {k: nothing for k in ("offset", "timestamp", "producerSnapshot", "leaderEpoch")}}))
+    store, uri = RemoteSegmentStorage(), view_uri("aiven", "log", f"{base}.log")
+    tracemalloc.start()
+    try:
+        data = store.read(uri)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert data == segment
+    assert peak < size + 4 * chunk + len(stored)  # (the segment twice would be 32 MiB)
