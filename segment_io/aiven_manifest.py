@@ -31,7 +31,7 @@ import binascii
 import json
 import struct
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import cramjam
 
@@ -238,13 +238,14 @@ def restore_chunk(manifest: SegmentManifest, chunk: Chunk, stored: bytes | memor
         raise bad(f"does not decompress as zstd to {chunk.original_size} bytes ({exc})") from None
     if n != chunk.original_size:
         raise bad(f"decompresses to {n} bytes, the segment's chunk is {chunk.original_size}")
-    return bytes(out[:n])
+    return bytes(memoryview(out)[:n])  # (a slice of the bytearray would copy the chunk once more)
 
 
 def segment_chunks(manifest: SegmentManifest, log_uri: str, read_range: Callable[[str, int, int], bytes], *,
-                   read_bytes: int = 8 * 1024 * 1024) -> Iterator[bytes]:
-    """The segment's bytes, chunk by chunk in order, from the ``.log`` object at ``log_uri``; the stored chunks
-    are fetched ``read_bytes`` or so at a time (``read_range(uri, start, length)``)."""
+                   read_bytes: int = 8 * 1024 * 1024, chunks: Iterable[Chunk] | None = None) -> Iterator[bytes]:
+    """The segment's bytes, chunk by chunk in order, from the ``.log`` object at ``log_uri`` (only ``chunks``,
+    consecutive ones of the manifest's, when given); the stored chunks are fetched ``read_bytes`` or so at a time
+    (``read_range(uri, start, length)``)."""
     pending: list[Chunk] = []
     pending_bytes = 0
 
@@ -256,7 +257,7 @@ def segment_chunks(manifest: SegmentManifest, log_uri: str, read_range: Callable
                                 log_uri=log_uri)
         pending.clear()
 
-    for chunk in manifest.chunks():
+    for chunk in manifest.chunks() if chunks is None else chunks:
         pending.append(chunk)
         pending_bytes += chunk.stored_size
         if pending_bytes >= read_bytes:

@@ -225,6 +225,11 @@ class AivenLayout(RemoteLayout):
         # the transaction index, when there is one, is inside the .indexes object
         return ".log", ".indexes", ".rsm-manifest"
 
+    def object_uri(self, root: str, segment: "SegmentMetadata", suffix: str) -> str | None:
+        tp = segment.partition
+        return (f"{root.rstrip('/')}/{tp.topic}-{tp.topic_id}/{tp.partition}/"
+                f"{segment.start_offset:020d}-{segment.segment_id}{suffix}")
+
     def segment_suffix(self) -> str | None:
         return None  # a compressed .log is smaller than the segment: the manifest gives its size
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from jobs.engine.frame.options import InvalidOption
 from jobs.engine.report.events import LOG_FORMATS, ProgressEvent, stderr_sink
 from jobs.engine.report.run_report import PARTITION_ROWS_MAX, output_width
-from jobs.logdir.tiered import DEFAULT_REMOTE_LAYOUT, RemoteOptions
+from jobs.logdir.tiered import DEFAULT_REMOTE_LAYOUT, READABLE_LAYOUTS, RemoteOptions
 from segment_io.errors import UsageError
 from segment_io.storage.options import StorageOptions
 from segment_io.units import parse_duration, parse_size
@@ -81,7 +81,8 @@ def add_remote_options(p: argparse.ArgumentParser) -> None:
                         "partition is read as one log, its finished remote segments (per the log dir's "
                         "__remote_log_metadata) below the local log, then its local segments")
     p.add_argument("--remote-layout", default=DEFAULT_REMOTE_LAYOUT, metavar="NAME",
-                   help=f"how the remote store names its objects (default and only readable: {DEFAULT_REMOTE_LAYOUT})")
+                   help=f"how the remote store names its objects: {', '.join(READABLE_LAYOUTS)} (default: "
+                        f"{DEFAULT_REMOTE_LAYOUT})")
 
 
 def remote_options_from_args(args: argparse.Namespace) -> RemoteOptions | None:

@@ -40,6 +40,7 @@ from jobs.logdir.tiered import RemoteOptions, read_tiered_plans, unreadable_erro
 from jobs.rules.tiered_read import SegmentSource
 from jobs.rules.timeutil import format_instant
 from segment_io import index, layout
+from segment_io.aiven_manifest import CorruptRemoteObject, UnsupportedManifest
 from segment_io.checkpoint import parse_leader_epoch_checkpoint, parse_offset_checkpoint
 from segment_io.compression import CODEC_NAMES
 from segment_io.errors import (
@@ -51,6 +52,7 @@ from segment_io.errors import (
     UsageError,
 )
 from segment_io.format import LOG_OVERHEAD, BatchHeaders, scan_batches
+from segment_io.remote_view import is_view, parse_view
 from segment_io.storage import open_storage, scheme_of
 from segment_io.storage.base import KIND_FILE, Storage
 
@@ -207,7 +209,10 @@ def _dump_log(storage: Storage, uri: str, args: argparse.Namespace, out: IO[str]
     not shown."""
     from segment_io.decode import decode_segment_bytes, verify_segment_crcs  # start-up: numba kernels (~0.15 s)
 
-    data = storage.read(uri)
+    try:
+        data = storage.read(uri)
+    except (CorruptRemoteObject, UnsupportedManifest) as exc:  # a remote segment's stored form cannot be restored
+        return [exc], False
     problems: list[SegjobsError] = []
     try:
         headers = scan_batches(data, path=uri, allow_truncated_tail=True)
@@ -247,7 +252,8 @@ def _dump_log(storage: Storage, uri: str, args: argparse.Namespace, out: IO[str]
         if records is not None:
             _write_jsonl(records, out)
     else:
-        out.write(f"Dumping {uri}" + (f": {source.describe()}" if source is not None and source.is_remote else "")
+        shown_uri = parse_view(uri).log_uri if is_view(uri) else uri  # the object in the remote store, not its view
+        out.write(f"Dumping {shown_uri}" + (f": {source.describe()}" if source is not None and source.is_remote else "")
                   + "\n")
         rec_pos = records["batch_position"].to_numpy() if records is not None else None
         starts = np.searchsorted(rec_pos, headers.position) if rec_pos is not None else None

@@ -151,33 +151,39 @@ def list_tiered_segments(storage: Storage, uri: str, bounds: RowBounds, remote: 
     """The segments to read of the tiered partitions of the log dir ``uri`` (or of the partition dir ``uri``, in
     its log dir), in scope of ``bounds``: per partition its finished remote segments below the local log, then
     its local segments, each with the offsets to keep (:func:`jobs.logdir.tiered.read_tiered_plans`). A
-    partition a finished remote segment of which cannot be read fails the read, naming the segment; so does one
-    that keeps only part of a remote segment when ``whole_segments`` (a reader that reads whole segments)."""
-    from jobs.logdir.tiered import OverlapNotSupported, RemoteOptions, read_tiered_plans, unreadable_error
+    partition a finished remote segment of which cannot be read fails the read, naming the segment. With
+    ``whole_segments`` (a reader of whole segments), a remote segment the local log starts inside is a view of its
+    offsets below the local log (:func:`jobs.logdir.tiered.whole_segment_files`)."""
+    from jobs.logdir.tiered import (
+        RemoteOptions,
+        read_tiered_plans,
+        remote_segment_storage,
+        unreadable_error,
+        whole_segment_files,
+    )
 
     listing, one = tiered_log_dir(storage, uri)
     keys = [k for k in listing.partitions if one is None or k == one]
     _check_topics_option(bounds.topic_globs, {t for t, _ in keys}, uri)
+    views = remote_segment_storage(storage, listing.root, storage_options)
     plans = read_tiered_plans(storage, listing, RemoteOptions(remote, remote_layout), storage_options,
-                              [k for k in keys if bounds.wants_partition(*k)])
+                              [k for k in keys if bounds.wants_partition(*k)], views=views)
     refs = []
     for (topic, partition), plan in plans.items():
         error = unreadable_error(plan)
         if error is not None:
             raise error
-        trimmed = [s for s in plan.sources if s.trimmed]
-        if whole_segments and trimmed:
-            raise OverlapNotSupported(f"{topic}-{partition}: {trimmed[0].describe()}: the local log starts inside "
-                                      f"it, and read=latest reads whole segments; read the records instead")
         for i, source in enumerate(plan.sources):
             following = plan.sources[i + 1].base_offset if i + 1 < len(plan.sources) else None
-            index = source.files.index
+            files = whole_segment_files(source, remote_layout, views) if whole_segments else source.files
+            index = files.index
+            kept = source.trimmed and files is source.files  # a cut view holds only the offsets kept
             refs.append(SegmentRef(
-                uri=source.uri, topic=topic, partition=partition, base_offset=source.base_offset,
-                size=source.files.log.size, next_base_offset=following,
+                uri=files.log.uri, topic=topic, partition=partition, base_offset=source.base_offset,
+                size=files.log.size, next_base_offset=following,
                 index_uri=index.uri if index is not None and index.size else None,
-                keep_first=source.keep_first if source.trimmed else None,
-                keep_last=source.keep_last if source.trimmed else None))
+                keep_first=source.keep_first if kept else None,
+                keep_last=source.keep_last if kept else None))
     return refs
 
 

@@ -42,6 +42,10 @@ def open_storage(uri: str, options: StorageOptions | None = None) -> Storage:
         from segment_io.storage.s3 import S3Storage
 
         return S3Storage(options if options is not None else StorageOptions.from_env())
+    if scheme == "remote-segment":  # a remote segment read as the Kafka segment it was (segment_io.remote_view)
+        from segment_io.remote_view import RemoteSegmentStorage
+
+        return RemoteSegmentStorage(options=options)
     if scheme == "s3a":
         raise UsageError(f"{uri}: write s3:// (segjobs does its own S3 I/O; there is no Hadoop s3a:// layer)")
     raise UsageError(f"{uri}: unsupported storage scheme {scheme!r}; use a local path, file:// or s3://")

@@ -13,8 +13,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from jobs.logdir.tiered import OverlapNotSupported, UnreadableRemoteSegment
+from jobs.logdir.tiered import UnreadableRemoteSegment
+from segment_io.aiven_manifest import CorruptRemoteObject
 from segment_io.checkpoint import read_offset_checkpoint, write_offset_checkpoint
+from segment_io.remote_view import parse_view
 from segment_io.schema import RECORD_SCHEMA
 from segment_io.spark import FORMAT_NAME, DataSourceOptionError, parse_options, register
 from segment_io.spark.source import KafkaSegmentsReader, LatestReader
@@ -23,6 +25,8 @@ from tests.support.builders import LogBuilder, rec, write_log
 from tests.support.tiered_broker import produced_record
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "kafka-tiered" / "kafka-4.1.1"
+#: the same remote segments in Aiven's layout (tests/data/kafka-tiered-aiven/SOURCES.md)
+AIVEN = Path(__file__).resolve().parents[1] / "data" / "kafka-tiered-aiven"
 KEPT_40 = "00000000000000000040-E3CMBtq9QIK_WAp48okV7Q"  # kept's remote segment 40-59
 
 
@@ -118,9 +122,7 @@ def test_remote_options_are_checked() -> None:
         parse_options({"path": "/x", "remoteLayout": "local-tiered-storage"})
     with pytest.raises(DataSourceOptionError, match="'remoteLayout': remote layout 'confluent' is not supported"):
         parse_options({"path": "/x", "remote": "/r", "remoteLayout": "confluent"})
-    with pytest.raises(DataSourceOptionError, match="'remoteLayout': remote layout 'aiven' cannot be read as one log "
-                                                    "yet; readable: local-tiered-storage"):
-        parse_options({"path": "/x", "remote": "/r", "remoteLayout": "aiven"})
+    parse_options({"path": "/x", "remote": "/r", "remoteLayout": "aiven"})  # both layouts are read
 
 
 def _latest(logs: Path, remote: Path, topics: str) -> dict[tuple[str, bytes], tuple[bytes, int]]:
@@ -150,11 +152,16 @@ def test_read_latest_of_a_tiered_topic_starts_at_the_log_dir_s_log_start_offset(
     assert _latest(node / "logs", node / "remote", "kept") == _latest_produced("kept", 115, 119)
 
 
-def test_read_latest_refuses_a_partition_that_keeps_part_of_a_remote_segment(node: Path) -> None:
-    _local_segment(node / "logs" / "kept-0", "kept", 110, 119)
-    with pytest.raises(OverlapNotSupported, match="kept-0: remote segment aobG7UP8QpyBk-sRSf8O_Q "
-                                                  r"\(offsets 100-119, keeping 100-109\)"):
-        _latest(node / "logs", node / "remote", "kept")
+@pytest.mark.parametrize("layout", ["local-tiered-storage", "aiven"])
+def test_read_latest_reads_a_remote_segment_the_local_log_starts_inside_below_it(node: Path, layout: str) -> None:
+    _local_segment(node / "logs" / "kept-0", "kept", 110, 119)  # inside kept's remote segment 100-119 (one batch)
+    remote = node / "remote" if layout == "local-tiered-storage" else AIVEN / "compressed"
+    reader = LatestReader(parse_options({"path": str(node / "logs"), "remote": str(remote), "remoteLayout": layout,
+                                         "read": "latest", "topics": "kept"}))
+    rows = {(r["topic"], r["key"]): (r["value"], r["offset"])
+            for part in reader.partitions() for b in reader.read(part) for r in b.to_pylist()}
+    local = {("kept", produced_record("kept", n)[0]): (f"local-{n}".encode(), n) for n in range(110, 120)}
+    assert rows == {**_latest_produced("kept", 0, 109), **local}
 
 
 @pytest.fixture
@@ -185,4 +192,47 @@ def test_the_remote_store_may_be_on_s3_beside_a_local_log_dir(s3_bucket) -> None
         "s3.secret_access_key": creds.secret_access_key}))
     splits = [split for packed in reader.partitions() for split in packed.splits]
     assert {s.uri.split("://")[0] for s in splits} == {"s3"}  # (the local tails are empty: no split)
+    assert sorted(_rows(reader)) == SERVED
+
+
+@pytest.mark.parametrize("variant", ["plain", "compressed"])
+def test_a_tiered_topic_in_aiven_s_layout_reads_as_the_records_the_broker_was_given(variant: str) -> None:
+    reader = _reader(FIXTURE / "logs", AIVEN / variant, remoteLayout="aiven")
+    splits = [split for packed in reader.partitions() for split in packed.splits]
+    assert len(splits) == 11 and all(parse_view(s.uri).layout == "aiven" for s in splits)
+    rows = _rows(reader)
+    assert sorted(rows) == SERVED and len({(t, p, o) for t, p, o, _, _ in rows}) == len(rows)
+
+
+def test_an_aiven_segment_overlapping_the_local_tail_gives_only_its_offsets_below_it(node: Path) -> None:
+    _local_segment(node / "logs" / "kept-0", "kept", 110, 119)
+    rows = sorted(_rows(_reader(node / "logs", AIVEN / "compressed", topics="kept", remoteLayout="aiven")))
+    assert rows == _produced("kept", 0, 109) + [("kept", 0, n, produced_record("kept", n)[0], f"local-{n}".encode())
+                                                 for n in range(110, 120)]
+
+
+def test_a_corrupt_aiven_manifest_fails_the_read_naming_it(tmp_path: Path) -> None:
+    shutil.copytree(AIVEN / "plain", tmp_path / "plain")
+    manifest = next((tmp_path / "plain").glob(f"kept-*/0/{KEPT_40}.rsm-manifest"))
+    manifest.write_bytes(manifest.read_bytes()[:40])
+    with pytest.raises(CorruptRemoteObject, match=rf"{manifest}, byte \d+: not a JSON manifest"):
+        _rows(_reader(FIXTURE / "logs", tmp_path / "plain", remoteLayout="aiven"))
+    rows = _rows(_reader(FIXTURE / "logs", tmp_path / "plain", remoteLayout="aiven", topics="expiring"))
+    assert sorted(rows) == _produced("expiring", 20, 119)
+
+
+def test_an_aiven_remote_store_may_be_on_s3_beside_a_local_log_dir(s3_bucket) -> None:
+    endpoint, bucket = s3_bucket
+    client = endpoint.client()
+    for file in (AIVEN / "compressed").rglob("*"):
+        if file.is_file():
+            client.put_object(Bucket=bucket, Key=f"aiven/{file.relative_to(AIVEN / 'compressed')}",
+                              Body=file.read_bytes())
+    creds = endpoint.storage_options()
+    reader = KafkaSegmentsReader(parse_options({
+        "path": str(FIXTURE / "logs"), "remote": f"s3://{bucket}/aiven", "remoteLayout": "aiven",
+        "s3.endpoint": creds.endpoint_url, "s3.region": creds.region, "s3.access_key_id": creds.access_key_id,
+        "s3.secret_access_key": creds.secret_access_key}))
+    splits = [split for packed in reader.partitions() for split in packed.splits]
+    assert {parse_view(s.uri).log_uri.split("://")[0] for s in splits} == {"s3"}
     assert sorted(_rows(reader)) == SERVED

@@ -389,7 +389,8 @@ class JobContext:
         remote = getattr(self.options, "remote", None)  # inspect --remote: tiered partitions read as one log
         tiered = (tiered_listing(storage, listing, remote, self.options.storage_options(),
                                  [k for k in listing.partitions if self.scope.includes(*k)]) if remote else None)
-        listing = tiered.listing if tiered is not None else listing
+        if tiered is not None:  # its remote segments are read through the store that serves them too
+            listing, self.storage = tiered.listing, tiered.storage
         self.tiered_errors = dict(tiered.errors) if tiered is not None else {}
         self.listing = listing
         self.checkpoints = read_job_checkpoints(storage, log_dir, listing)

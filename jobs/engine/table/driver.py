@@ -561,7 +561,8 @@ class TableRun:
         # a tiered topic: its partitions' remote segments listed with their local ones; one it cannot read fails alone
         tiered = (tiered_listing(storage, listing, options.remote, storage_options,
                                  [(options.topic, p) for p in wanted]) if options.remote is not None else None)
-        listing = tiered.listing if tiered is not None else listing
+        if tiered is not None:  # its remote segments are read through the store that serves them too
+            listing, storage = tiered.listing, tiered.storage
         unreadable = {p: PartitionError.from_exception(e) for (_, p), e in tiered.errors.items()} if tiered else {}
         checkpoints = read_job_checkpoints(storage, log_dir, listing)
         dt = open_table(options.table, storage_options)

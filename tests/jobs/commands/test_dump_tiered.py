@@ -12,10 +12,13 @@ from pathlib import Path
 import pytest
 
 from jobs.commands.cli import main
+from segment_io.aiven_manifest import parse_manifest
 from tests.support.builders import LogBuilder, rec, write_log
 from tests.support.tiered_broker import produced_record
 
 FIXTURE = Path(__file__).resolve().parents[2] / "data" / "kafka-tiered" / "kafka-4.1.1"
+#: the same remote segments in Aiven's layout (tests/data/kafka-tiered-aiven/SOURCES.md)
+AIVEN = Path(__file__).resolve().parents[2] / "data" / "kafka-tiered-aiven"
 KEPT_40 = "00000000000000000040-E3CMBtq9QIK_WAp48okV7Q"  # kept's remote segment 40-59
 
 
@@ -84,10 +87,41 @@ def test_a_missing_remote_object_is_a_problem_naming_it_and_other_paths_are_stil
             f"({node}/remote/kafka-tiered-storage/{path.parent.name}/{path.name}) is absent") in err
 
 
-def test_remote_layout_without_remote_and_an_unreadable_layout_are_refused(capsys) -> None:
+def test_remote_layout_without_remote_and_an_unknown_layout_are_refused(capsys) -> None:
     assert main(["dump", "--remote-layout", "other", str(FIXTURE / "logs" / "kept-0")]) == 2
     assert "--remote-layout needs --remote" in capsys.readouterr().err
-    assert main(["dump", "--remote", str(FIXTURE / "remote"), "--remote-layout", "aiven",
+    assert main(["dump", "--remote", str(FIXTURE / "remote"), "--remote-layout", "other",
                  str(FIXTURE / "logs" / "kept-0")]) == 2
-    assert "remote layout 'aiven' cannot be read as one log yet; readable: local-tiered-storage" in \
-        capsys.readouterr().err
+    assert "remote layout 'other' is not supported; supported: aiven, local-tiered-storage" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("variant", ["plain", "compressed"])
+def test_a_tiered_partition_in_aiven_s_layout_dumps_as_the_records_the_broker_was_given(capsys, variant: str) -> None:
+    aiven = ["--remote", str(AIVEN / variant), "--remote-layout", "aiven"]
+    rc, rows = _jsonl(capsys, *aiven, str(FIXTURE / "logs" / "kept-0"))
+    assert rc == 0 and rows == _produced("kept", 0, 119)
+    rc = main(["dump", "--verify", *aiven, str(FIXTURE / "logs" / "expiring-0")])
+    captured = capsys.readouterr()
+    assert rc == 0 and captured.err.strip() == "verify: OK"  # the indexes the manifest places agree with the log
+    dumping = [line for line in captured.out.splitlines() if line.startswith("Dumping ")]
+    segment = next((AIVEN / variant).glob("expiring-*/0/00000000000000000020-*.log"))
+    assert dumping[0] == f"Dumping {segment}: remote segment r7XKimLiQa6HtrByQZy1HA (offsets 20-39)"
+
+
+def test_a_corrupt_aiven_chunk_is_a_problem_naming_the_object_and_other_paths_are_still_dumped(
+        tmp_path: Path, capsys) -> None:
+    shutil.copytree(AIVEN / "compressed", tmp_path / "aiven")
+    log = next((tmp_path / "aiven").glob(f"kept-*/0/{KEPT_40}.log"))
+    second = list(parse_manifest(log.with_suffix(".rsm-manifest").read_bytes(), uri="m").chunks())[1]
+    data = bytearray(log.read_bytes())
+    data[second.stored_position:second.stored_position + 4] = b"\0\0\0\0"
+    log.write_bytes(bytes(data))
+    rc, rows = _jsonl(capsys, "--remote", str(tmp_path / "aiven"), "--remote-layout", "aiven",
+                      str(FIXTURE / "logs" / "kept-0"), str(FIXTURE / "logs" / "expiring-0"))
+    assert rc == 1
+    assert [r[0] for r in rows] == [*range(0, 40), *range(60, 120), *range(20, 120)]
+    assert main(["dump", "--remote", str(tmp_path / "aiven"), "--remote-layout", "aiven",
+                 str(FIXTURE / "logs" / "kept-0")]) == 1
+    err = capsys.readouterr().err
+    assert f"problem: {log}, byte {second.stored_position}: chunk 1 (segment bytes 512-1023)" in err
+    assert "1 file(s) could not be read at all" in err
