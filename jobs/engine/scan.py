@@ -24,9 +24,18 @@ Three depths:
   leader-epoch checkpoint (``leader_epochs`` is None, ``leader_epochs_error`` says it was not read, so nothing
   that needs it can mistake it for an empty one), and the active segment of a partition that has no other
   segment, when the checkpoints do not reach past its base offset (:func:`active_segment_unread`).
-* ``transactions`` (compaction, inspect): also the first-pass projection of every record (offsets, key
-  hashes, batch flags, control types) of the whole log, replayed into transaction and producer state; the
-  first unstable offset bounds the cleanable range.
+* ``transactions`` (compaction's partitions that may be due, inspect, the ``table`` command, what retention
+  leaves of a ``compact,delete`` partition): ``headers`` with every segment's batch headers read (no
+  ``.timeindex`` shortcut), replayed into transaction and producer state (:mod:`segment_io.transactions`). No
+  data batch is decompressed or decoded: a batch header gives the producer id and epoch, the transactional and
+  control flags, offsets, record count and max timestamp; only the control batches' records are decoded (their
+  first record's key holds the ABORT/COMMIT type, its timestamp the marker's time), compressed or not. The
+  outputs: ``txn`` (aborted transactions, which cleaning drops; transactions completed with data, whose markers
+  cleaning keeps while they have some; the active producers, whose last batches cleaning keeps; inspect and
+  ``table`` read the aborted ones) and the first unstable offset in ``state``, which bounds the cleanable range.
+  On local disk a segment is memory-mapped, so only the pages that hold headers are touched, and a closed
+  segment of large batches is read without read-around (:func:`headers_far_apart`): about a page a batch comes
+  from disk, not every byte. An object store has no ranged reads that cheap: there the whole object is fetched.
 """
 
 from __future__ import annotations
