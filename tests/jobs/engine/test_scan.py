@@ -303,8 +303,8 @@ def test_a_header_scan_of_large_batches_reads_their_header_pages_not_every_byte(
 
     pdir = tmp_path / "t-0"
     log = LogBuilder()
-    for i in range(64):  # 64 KiB batches in the closed segment
-        log.batch([rec(f"k{i}", os.urandom(64 << 10))])
+    for i in range(32):  # 160 KiB batches in the closed segment
+        log.batch([rec(f"k{i}", os.urandom(160 << 10))])
     log.roll().batch([rec("last", "v")])
     write_log(log.table(), pdir)
     closed = pdir / segment_file_name(0)
@@ -316,20 +316,22 @@ def test_a_header_scan_of_large_batches_reads_their_header_pages_not_every_byte(
     _evict(sorted(pdir.iterdir()))
     before = _read_from_disk()
     s = scan_partition(storage, listing, depth="transactions")
-    assert s.error is None and s.state is not None and s.state.log_end_offset == 65
-    # a page or two a batch (and the small files), not the 4 MiB: the kernel's read-around would fetch them all
+    assert s.error is None and s.state is not None and s.state.log_end_offset == 33
+    # a page or two a batch (and the small files), not the 5 MiB: the kernel's read-around would fetch them all
     assert _read_from_disk() - before < closed.stat().st_size // 4
 
 
-def test_small_batches_are_scanned_with_read_around(tmp_path: Path) -> None:
-    """Batches far below the threshold (many to a page) are not advised: a page per fault would be slower."""
+def test_batches_below_the_read_around_window_keep_it(tmp_path: Path) -> None:
+    """Batches below the read-around window (small ones many to a page, or 64 KiB ones) keep read-around: fewer,
+    larger requests for their bytes than a request a batch."""
     from jobs.engine.scan import headers_far_apart
 
-    log = LogBuilder()
-    for i in range(2000):
-        log.batch([rec(f"k{i}", "v" * 100)])
-    log.roll().batch([rec("last", "v")])
-    write_log(log.table(), tmp_path / "t-0")
-    storage = open_storage(str(tmp_path))
-    listing = list_log_dir(storage, str(tmp_path)).partition("t", 0)
-    assert not headers_far_apart(listing.segments[0])
+    for name, count, value in (("small", 2000, b"v" * 100), ("mid", 40, os.urandom(64 << 10))):
+        log = LogBuilder()
+        for i in range(count):
+            log.batch([rec(f"k{i}", value)])
+        log.roll().batch([rec("last", "v")])
+        write_log(log.table(), tmp_path / name / "t-0")
+        storage = open_storage(str(tmp_path / name))
+        listing = list_log_dir(storage, str(tmp_path / name)).partition("t", 0)
+        assert not headers_far_apart(listing.segments[0]), name
