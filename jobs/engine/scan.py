@@ -33,9 +33,10 @@ Three depths:
   outputs: ``txn`` (aborted transactions, which cleaning drops; transactions completed with data, whose markers
   cleaning keeps while they have some; the active producers, whose last batches cleaning keeps; inspect and
   ``table`` read the aborted ones) and the first unstable offset in ``state``, which bounds the cleanable range.
-  On local disk a segment is memory-mapped, so only the pages that hold headers are touched, and a closed
-  segment of large batches is read without read-around (:func:`headers_far_apart`): about a page a batch comes
-  from disk, not every byte. An object store has no ranged reads that cheap: there the whole object is fetched.
+  On local disk a segment is memory-mapped, so only the pages that hold headers are touched; what comes from disk
+  when they are not cached is a page a batch for a closed segment of batches of 128 KiB or more
+  (:func:`headers_far_apart`), else the kernel's read-around of them (every byte, in large requests, which the
+  cleaning that follows finds cached). An object store has no ranged reads that cheap: the whole object is fetched.
 """
 
 from __future__ import annotations
