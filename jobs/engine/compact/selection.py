@@ -15,7 +15,8 @@ most partitions are clean, that is most of them.
 Every partition that may be selected is then scanned at depth ``transactions`` (every batch header of the whole
 log and the records of its control batches, replayed into transaction and producer state; no data batch is
 decompressed, see :mod:`jobs.engine.scan` for what comes from disk), in bin-packed tasks, and planned on that
-(the cleaning task then reads the dirty section once to build the offset map and once to clean). So are the
+(the cleaning task then reads the records: the dirty section's keys for the offset map, then what it cleans,
+see :mod:`jobs.engine.compact.cleaning`). So are the
 ``compact,delete`` partitions, whose retention runs first and is planned on the full scan. A small
 partition that the listing and its cleaner checkpoint say may be due (:func:`read_at_first_scan`) is read at
 that depth by the frame's scan itself, on the driver's threads: that read costs about a millisecond, less
