@@ -267,3 +267,71 @@ def test_a_selection_scan_reads_no_file_of_a_partition_compaction_cannot_select(
         plan = plan_compaction(sizes.scanned, config, T0 + 10**9, requested=requested)
         assert plan == plan_compaction(read.scanned, config, T0 + 10**9, requested=requested)
         assert not (unread and plan.selected)  # one it did not read is never selected, even when named
+
+
+def _read_from_disk() -> int:
+    """Bytes this process has read from storage so far (``/proc/self/io``)."""
+    for line in open("/proc/self/io"):
+        if line.startswith("read_bytes:"):
+            return int(line.split()[1])
+    raise AssertionError("no read_bytes in /proc/self/io")
+
+
+def _evict(paths: list[Path]) -> None:
+    """Drop the files' pages from the page cache (written back first: dirty pages stay)."""
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def _cold_reads_are_counted(path: Path) -> bool:
+    """Whether this machine shows a read of an evicted file as bytes read from storage (not on tmpfs, say)."""
+    if not os.path.exists("/proc/self/io") or not hasattr(os, "posix_fadvise"):
+        return False
+    _evict([path])
+    before = _read_from_disk()
+    path.read_bytes()
+    return _read_from_disk() - before >= path.stat().st_size * 0.9
+
+
+def test_a_header_scan_of_large_batches_reads_their_header_pages_not_every_byte(tmp_path: Path) -> None:
+    from jobs.engine.scan import headers_far_apart
+
+    pdir = tmp_path / "t-0"
+    log = LogBuilder()
+    for i in range(32):  # 160 KiB batches in the closed segment
+        log.batch([rec(f"k{i}", os.urandom(160 << 10))])
+    log.roll().batch([rec("last", "v")])
+    write_log(log.table(), pdir)
+    closed = pdir / segment_file_name(0)
+    if not _cold_reads_are_counted(closed):
+        pytest.skip("this filesystem does not count reads of evicted pages (tmpfs?)")
+    storage = open_storage(str(tmp_path))
+    listing = list_log_dir(storage, str(tmp_path)).partition("t", 0)
+    assert headers_far_apart(listing.segments[0]) and not headers_far_apart(listing.segments[1])
+    _evict(sorted(pdir.iterdir()))
+    before = _read_from_disk()
+    s = scan_partition(storage, listing, depth="transactions")
+    assert s.error is None and s.state is not None and s.state.log_end_offset == 33
+    # a page or two a batch (and the small files), not the 5 MiB: the kernel's read-around would fetch them all
+    assert _read_from_disk() - before < closed.stat().st_size // 4
+
+
+def test_batches_below_the_read_around_window_keep_it(tmp_path: Path) -> None:
+    """Batches below the read-around window (small ones many to a page, or 64 KiB ones) keep read-around: fewer,
+    larger requests for their bytes than a request a batch."""
+    from jobs.engine.scan import headers_far_apart
+
+    for name, count, value in (("small", 2000, b"v" * 100), ("mid", 40, os.urandom(64 << 10))):
+        log = LogBuilder()
+        for i in range(count):
+            log.batch([rec(f"k{i}", value)])
+        log.roll().batch([rec("last", "v")])
+        write_log(log.table(), tmp_path / name / "t-0")
+        storage = open_storage(str(tmp_path / name))
+        listing = list_log_dir(storage, str(tmp_path / name)).partition("t", 0)
+        assert not headers_far_apart(listing.segments[0]), name
