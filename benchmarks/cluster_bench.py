@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -57,7 +58,8 @@ ONE_PUT_BYTES = 8 << 20
 KILL_AT = 0.5
 
 #: Spark's task events at INFO in the driver's log (TaskSetManager).
-STARTING = re.compile(r"Starting task (\d+)\.(\d+) in stage (\d+)\.\d+ \(TID (\d+)\) \((\S+), executor (\w+),")
+#: (Spark 4 writes ``(10.201.30.3,executor 2, partition 0, ...)``, Spark 3 a space after the host's comma.)
+STARTING = re.compile(r"Starting task (\d+)\.(\d+) in stage (\d+)\.\d+ \(TID (\d+)\) \(([^,\s]+), ?executor (\w+),")
 ENDED = re.compile(r"(?:Finished|Lost) task \d+\.\d+ in stage \d+\.\d+ \(TID (\d+)\)")
 
 
@@ -245,7 +247,8 @@ def compare(runner: Runner, case: Case, repeat: int) -> list[dict]:
     cluster, local = summary(times["cluster"]), summary(times[LOCAL_MASTER])
     return [{"bench": f"{case.name} ({case.detail}), 3 workers x 1 core", **cluster},
             {"bench": f"{case.name} ({case.detail}), {LOCAL_MASTER} on the driver's host", **local},
-            {"bench": f"{case.name}: cluster / {LOCAL_MASTER}", "ratio": round(cluster["median_s"] / local["median_s"], 2),
+            {"bench": f"{case.name}: cluster / {LOCAL_MASTER}",
+             "ratio": round(cluster["median_s"] / local["median_s"], 2),
              "ratio_without_startup": round(cluster["median_without_startup_s"]
                                             / max(0.1, local["median_without_startup_s"]), 2)}]
 
@@ -354,9 +357,22 @@ def recovery(runner: Runner, case: Case) -> list[dict]:
 # ------------------------------------------------------------------------------------------------ section
 
 
+def _interrupt_on_sigterm() -> Any:
+    """SIGTERM (``timeout``, a CI job cancelled) raises KeyboardInterrupt, so the cluster is removed as after
+    Ctrl-C (Python's default for SIGTERM ends the process at once); returns the handler it replaced."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, interrupt)
+
+
 def run(quick: bool = False, data_dir: Path = Path("bench-data"), repeat: int | None = None, *,
-        partitions: int | None = None, keys: int | None = None, recovery_case: str = "external-sort") -> list[dict]:
-    """The section: rows for the table (see the module docstring)."""
+        partitions: int | None = None, keys: int | None = None, compared: tuple[str, ...] = CASES,
+        recovery_case: str | None = "external-sort") -> list[dict]:
+    """The section: rows for the table (see the module docstring). ``compared``: the cases run on both masters;
+    ``recovery_case`` None: no recovery runs."""
     from benchmarks.external_sort_bench import FULL_KEYS, QUICK_KEYS
     from tests.ops.netns_cluster import NetnsCluster, leftovers, netns_unavailable
 
@@ -375,18 +391,24 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data"), repeat: int | 
                          "files": sum(1 for f in c.source.rglob("*") if f.is_file())} for c in cases.values()]
     cluster_root = root / f"run-{os.getpid()}"
     cluster_root.mkdir()
-    cluster = NetnsCluster.start(cluster_root, workers=3, drivers=1, cores=1, memory="1g")
+    previous = _interrupt_on_sigterm()
     try:
-        rows.append({"bench": "cluster: master, 3 workers (1 core, 1 GiB), 1 driver host, moto_server",
-                     "up_s": round(timeline.mark("cluster up"), 1), "load_1m": load_1m()})
-        runner = Runner(cluster, cluster_root, timeline)
-        for case in cases.values():
-            rows += compare(runner, case, repeat)
-        rows += recovery(runner, cases[recovery_case])
+        cluster = NetnsCluster.start(cluster_root, workers=3, drivers=1, cores=1, memory="1g")
+        try:
+            rows.append({"bench": "cluster: master, 3 workers (1 core, 1 GiB), 1 driver host, moto_server",
+                         "up_s": round(timeline.mark("cluster up"), 1), "load_1m": load_1m()})
+            runner = Runner(cluster, cluster_root, timeline)
+            for name in compared:
+                rows += compare(runner, cases[name], repeat)
+            if recovery_case:
+                rows += recovery(runner, cases[recovery_case])
+        finally:
+            cluster.stop()
+            left = leftovers(cluster.tag)
+            timeline.mark(f"cluster removed{'; LEFT: ' + ', '.join(left) if left else ''}")
     finally:
-        cluster.stop()
-        left = leftovers(cluster.tag)
-        timeline.mark(f"cluster removed{'; LEFT: ' + ', '.join(left) if left else ''}")
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     rows.append({"bench": "timeline", "events": timeline.lines()})
     print("  timeline:\n" + "\n".join("    " + line for line in timeline.lines()), flush=True)
     if left:
@@ -403,12 +425,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--partitions", type=int, help="partitions of the many-partitions case (default 2000)")
     p.add_argument("--keys", type=int, help="keys of the external-sort case (default 10 M)")
     p.add_argument("--repeat", type=int, default=DEFAULT_REPEAT, help="runs of each case on each master")
-    p.add_argument("--recovery-case", choices=CASES, default="external-sort")
+    p.add_argument("--cases", default=",".join(CASES),
+                   help=f"comma-separated cases run on both masters, of {list(CASES)} (empty: none)")
+    p.add_argument("--recovery-case", choices=[*CASES, "none"], default="external-sort",
+                   help="the case of the recovery runs (none: no recovery runs)")
     p.add_argument("--data-dir", default="bench-data", help="generated data, kept for the next run")
     p.add_argument("--out", type=Path, help="write the rows here (JSON)")
     args = p.parse_args(argv)
+    compared = tuple(c.strip() for c in args.cases.split(",") if c.strip())
+    if unknown := [c for c in compared if c not in CASES]:
+        p.error(f"unknown case(s) {unknown}; choose from {list(CASES)}")
     rows = run(args.quick, Path(args.data_dir), args.repeat, partitions=args.partitions, keys=args.keys,
-               recovery_case=args.recovery_case)
+               compared=compared, recovery_case=None if args.recovery_case == "none" else args.recovery_case)
     for row in rows:
         if row["bench"] != "timeline":
             print("  " + "  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
