@@ -60,7 +60,10 @@ KILL_AT = 0.5
 #: Spark's task events at INFO in the driver's log (TaskSetManager).
 #: (Spark 4 writes ``(10.201.30.3,executor 2, partition 0, ...)``, Spark 3 a space after the host's comma.)
 STARTING = re.compile(r"Starting task (\d+)\.(\d+) in stage (\d+)\.\d+ \(TID (\d+)\) \(([^,\s]+), ?executor (\w+),")
-ENDED = re.compile(r"(?:Finished|Lost) task \d+\.\d+ in stage \d+\.\d+ \(TID (\d+)\)")
+#: A task attempt's end: finished, lost (WARN, counted against the task), or failed with an executor that exited
+#: for a reason unrelated to it (INFO, not counted: Spark 4's line for an executor killed under its task).
+ENDED = re.compile(r"(?:Finished|Lost) task \d+\.\d+ in stage \d+\.\d+ \(TID (\d+)\)"
+                   r"|task \d+\.\d+ in stage \d+\.\d+ \(TID (\d+)\) failed")
 
 
 @dataclass(frozen=True)
@@ -259,9 +262,15 @@ def compare(runner: Runner, case: Case, repeat: int) -> list[dict]:
 def running_tasks(text: str) -> list[tuple[int, int, int, int, str]]:
     """The tasks the driver's ``text`` shows started and not yet ended: (index, attempt, stage, TID, host), in
     the order they started."""
-    ended = {int(m.group(1)) for m in ENDED.finditer(text)}
+    ended = {int(m.group(1) or m.group(2)) for m in ENDED.finditer(text)}
     return [(int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(5))
             for m in STARTING.finditer(text) if int(m.group(4)) not in ended]
+
+
+def lost(text: str, tid: int) -> bool:
+    """Whether the driver's ``text`` says the task attempt ``tid`` ended other than finished (see :data:`ENDED`)."""
+    return any(int(m.group(1) or m.group(2)) == tid and not m.group(0).startswith("Finished")
+               for m in ENDED.finditer(text))
 
 
 def rerun_of(text: str, index: int, attempt: int, stage: int, tid: int) -> tuple[str, str] | None:
@@ -312,10 +321,9 @@ def kill_mid_stage(runner: Runner, log: Path, t0: float, after_s: float, kill: K
     else:
         kill.error = "no task ran on an executor"
         return
-    lost = re.compile(rf"Lost task {index}\.{attempt} in stage {stage}\.\d+ \(TID {tid}\)")
     while time.perf_counter() - killed < 600:
         text = log.read_text(errors="replace")
-        if kill.lost_after_s is None and lost.search(text):
+        if kill.lost_after_s is None and lost(text, tid):
             kill.lost_after_s = time.perf_counter() - killed
             runner.timeline.mark(f"the driver lost {kill.task}")
         if (again := rerun_of(text, index, attempt, stage, tid)) is not None:
