@@ -179,6 +179,7 @@ class Runner:
         from tests.support.s3_objects import PREFIX
 
         bucket = self.fresh_bucket(case)
+        self.timeline.mark(f"{case.name} on {master or 'cluster'}: uploaded, submitted")
         self._n += 1
         report, log = self.root / f"run-{self._n}.json", self.root / f"run-{self._n}.log"
         args = ["--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", self.cluster.moto.endpoint_url,
@@ -212,7 +213,7 @@ class Runner:
 
     def run(self, case: Case, master: str | None, **kwargs: Any) -> Timed:
         where = master or "cluster"
-        self.timeline.mark(f"{case.name} on {where}: upload and start")
+        self.timeline.mark(f"{case.name} on {where}: upload")
         timed = self.finish(*self.start(case, master, **kwargs))
         self.timeline.mark(f"{case.name} on {where}: done in {timed.seconds:.1f} s (load {timed.load})")
         return timed
@@ -338,7 +339,7 @@ def kill_mid_stage(runner: Runner, log: Path, t0: float, after_s: float, kill: K
 def recovery(runner: Runner, case: Case) -> list[dict]:
     """A clean run of ``case`` on the cluster, then one that loses an executor mid-stage."""
     clean = runner.run(case, None, spark_log="info")
-    runner.timeline.mark(f"{case.name}: the faulted run: upload and start")
+    runner.timeline.mark(f"{case.name}: the faulted run: upload")
     proc, t0, report, log = runner.start(case, None, spark_log="info")
     kill = Kill()
     fault = threading.Thread(target=kill_mid_stage, args=(runner, log, t0, KILL_AT * clean.seconds, kill),
