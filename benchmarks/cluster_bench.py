@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -44,7 +45,11 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tests.ops.netns_cluster import NetnsCluster
+    from tests.support.s3 import MotoServer
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "jobs" / "compact.py"
@@ -117,7 +122,7 @@ def many_partitions_case(root: Path, partitions: int) -> Case:
 
     out, marker = root / f"many-{partitions}", root / f"many-{partitions}.done"
     if not marker.exists():
-        subprocess.run(["rm", "-rf", str(out)], check=True)
+        shutil.rmtree(out, ignore_errors=True)
         _generate(out, partitions, 1000, 48 << 10)
         marker.touch()
     config = root / "many-topics.toml"
@@ -147,15 +152,20 @@ def input_bytes(case: Case) -> int:
 class Runner:
     """Submits the job from the driver host, each run on a fresh bucket holding the case's log dir."""
 
-    def __init__(self, cluster: Any, root: Path, timeline: Timeline) -> None:
+    def __init__(self, cluster: NetnsCluster, root: Path, timeline: Timeline) -> None:
         self.cluster, self.root, self.timeline = cluster, root, timeline
         self._n = 0
+
+    @property
+    def moto(self) -> MotoServer:
+        assert self.cluster.moto is not None, "the cluster was stopped"
+        return self.cluster.moto
 
     def fresh_bucket(self, case: Case) -> str:
         """moto reset (it holds every object in memory) and a new bucket with ``case``'s log dir."""
         from tests.support.s3_objects import PREFIX
 
-        moto = self.cluster.moto
+        moto = self.moto
         urllib.request.urlopen(urllib.request.Request(f"{moto.endpoint_url}/moto-api/reset", method="POST")).read()
         bucket = moto.create_bucket(case.name)
         client = moto.client()
@@ -182,7 +192,7 @@ class Runner:
         self.timeline.mark(f"{case.name} on {master or 'cluster'}: uploaded, submitted")
         self._n += 1
         report, log = self.root / f"run-{self._n}.json", self.root / f"run-{self._n}.log"
-        args = ["--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", self.cluster.moto.endpoint_url,
+        args = ["--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", self.moto.endpoint_url,
                 "--report", str(report), *case.args]
         cmd = self.cluster.submit_command(SCRIPT, args, master=master)
         before = os.environ.get(LOG_LEVEL_ENV)
