@@ -31,6 +31,7 @@ SECTIONS = {
     "table": "benchmarks.table_bench",
     "clean-cpu": "benchmarks.clean_cpu_bench",
     "tiered-audit": "benchmarks.tiered_audit_bench",
+    "cluster": "benchmarks.cluster_bench",
 }
 
 
@@ -44,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="external-sort: also 50 M and 100 M keys (14 and 28 GB of input, about twice that "
                              "free in --data-dir, which should be outside the repository)")
     parser.add_argument("--repeat", type=int, default=None,
-                        help="e2e, cost-parts: runs of each case (default 3; 1 for a single look at the 4 GB cases)")
+                        help="e2e, cost-parts, cluster: runs of each case (default 3; 1 for a single look at the 4 GB "
+                             "cases)")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="clean-cpu: another checkout of segjobs (e.g. git archive of an earlier commit, "
                              "extracted) measured in the same run on the same data, for after/before ratios")

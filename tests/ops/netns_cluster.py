@@ -289,9 +289,11 @@ class NetnsCluster:
 
     # ---------------------------------------------------------------- drivers
 
-    def submit_command(self, script: Path, args: list[str], *, conf: dict[str, str] | None = None) -> list[str]:
+    def submit_command(self, script: Path, args: list[str], *, conf: dict[str, str] | None = None,
+                       master: str | None = None) -> list[str]:
         """spark-submit of ``script`` (client mode) to this cluster: executors run this checkout's interpreter and
-        code (the packaged archive is the deployment test's concern), 1 core and 1 GiB each."""
+        code (the packaged archive is the deployment test's concern), 1 core and 1 GiB each. ``master``: another
+        master with the same settings (``local[2]``: the same job on the driver's host alone)."""
         settings = {
             "spark.executor.memory": "1g", "spark.executor.cores": "1", "spark.cores.max": str(len(self.workers)),
             "spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
@@ -302,7 +304,7 @@ class NetnsCluster:
             "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{REPO / 'conf' / 'log4j2.properties'}",
             **FAST_FAILURE_CONF, **(conf or {}),
         }
-        cmd = [str(Path(sys.executable).with_name("spark-submit")), "--master", self.master_url,
+        cmd = [str(Path(sys.executable).with_name("spark-submit")), "--master", master or self.master_url,
                "--deploy-mode", "client", "--properties-file", str(REPO / "conf" / "spark-defaults.conf")]
         for key, value in settings.items():
             cmd += ["--conf", f"{key}={value}"]
