@@ -36,9 +36,22 @@ def node(tmp_path: Path) -> Path:
     return tmp_path / "node"
 
 
-def _reader(logs: Path | str, remote: Path | None, **options: str) -> KafkaSegmentsReader:
+def _reader(logs: Path | str, remote: Path | str | None, **options: str) -> KafkaSegmentsReader:
     given = {"path": str(logs), **({"remote": str(remote)} if remote is not None else {}), **options}
     return KafkaSegmentsReader(parse_options(given))
+
+
+def _reader_of_s3_remote(s3_bucket, remote: Path, prefix: str, **options: str) -> KafkaSegmentsReader:
+    """A reader of the fixture's local log dir whose remote store is ``remote`` uploaded under ``prefix``."""
+    endpoint, bucket = s3_bucket
+    client = endpoint.client()
+    for file in remote.rglob("*"):
+        if file.is_file():
+            client.put_object(Bucket=bucket, Key=f"{prefix}/{file.relative_to(remote)}", Body=file.read_bytes())
+    creds = endpoint.storage_options()
+    return _reader(FIXTURE / "logs", f"s3://{bucket}/{prefix}", **options,
+                   **{"s3.endpoint": creds.endpoint_url, "s3.region": creds.region,
+                      "s3.access_key_id": creds.access_key_id, "s3.secret_access_key": creds.secret_access_key})
 
 
 def _rows(reader: KafkaSegmentsReader) -> list[tuple[str, int, int, bytes, bytes]]:
@@ -179,17 +192,7 @@ def test_through_spark_a_tiered_topic_reads_as_one_log(sspark) -> None:
 
 
 def test_the_remote_store_may_be_on_s3_beside_a_local_log_dir(s3_bucket) -> None:
-    endpoint, bucket = s3_bucket
-    client = endpoint.client()
-    for file in (FIXTURE / "remote").rglob("*"):
-        if file.is_file():
-            client.put_object(Bucket=bucket, Key=f"tiered/{file.relative_to(FIXTURE / 'remote')}",
-                              Body=file.read_bytes())
-    creds = endpoint.storage_options()
-    reader = KafkaSegmentsReader(parse_options({
-        "path": str(FIXTURE / "logs"), "remote": f"s3://{bucket}/tiered", "s3.endpoint": creds.endpoint_url,
-        "s3.region": creds.region, "s3.access_key_id": creds.access_key_id,
-        "s3.secret_access_key": creds.secret_access_key}))
+    reader = _reader_of_s3_remote(s3_bucket, FIXTURE / "remote", "tiered")
     splits = [split for packed in reader.partitions() for split in packed.splits]
     assert {s.uri.split("://")[0] for s in splits} == {"s3"}  # (the local tails are empty: no split)
     assert sorted(_rows(reader)) == SERVED
@@ -222,17 +225,7 @@ def test_a_corrupt_aiven_manifest_fails_the_read_naming_it(tmp_path: Path) -> No
 
 
 def test_an_aiven_remote_store_may_be_on_s3_beside_a_local_log_dir(s3_bucket) -> None:
-    endpoint, bucket = s3_bucket
-    client = endpoint.client()
-    for file in (AIVEN / "compressed").rglob("*"):
-        if file.is_file():
-            client.put_object(Bucket=bucket, Key=f"aiven/{file.relative_to(AIVEN / 'compressed')}",
-                              Body=file.read_bytes())
-    creds = endpoint.storage_options()
-    reader = KafkaSegmentsReader(parse_options({
-        "path": str(FIXTURE / "logs"), "remote": f"s3://{bucket}/aiven", "remoteLayout": "aiven",
-        "s3.endpoint": creds.endpoint_url, "s3.region": creds.region, "s3.access_key_id": creds.access_key_id,
-        "s3.secret_access_key": creds.secret_access_key}))
+    reader = _reader_of_s3_remote(s3_bucket, AIVEN / "compressed", "aiven", remoteLayout="aiven")
     splits = [split for packed in reader.partitions() for split in packed.splits]
     assert {parse_view(s.uri).log_uri.split("://")[0] for s in splits} == {"s3"}
     assert sorted(_rows(reader)) == SERVED

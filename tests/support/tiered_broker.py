@@ -28,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from tests.support.live_broker import KAFKA_VERSION, ROOT, Broker, run_tool, unavailable, wait_for
 
@@ -196,8 +196,11 @@ def copy_fixtures(run: TieredRun, out: Path) -> None:
     (out / "kafka-metadata.txt").write_text("".join(line + "\n" for line in run.kafka_metadata))
 
 
-def main(argv: list[str]) -> int:
-    """``python -m tests.support.tiered_broker [OUT]``: run the scenario in a temporary dir, write the fixtures."""
+def fixture_command(argv: list[str], default_out: Path, scratch_prefix: str,
+                    write: Callable[[Path, Any, Path], None]) -> int:
+    """The body of a fixture generator's ``main``: ``write(scratch, confluent_kafka, out)`` runs its broker scenario in
+    a temporary dir and writes the fixture to ``out`` (the first argument, else ``default_out``); exit 2 (and why)
+    where no broker can run here."""
     import tempfile
 
     reason = unavailable()
@@ -207,14 +210,18 @@ def main(argv: list[str]) -> int:
     import confluent_kafka as ck
     import confluent_kafka.admin  # (ck.admin)
 
-    out = Path(argv[0]) if argv else DEFAULT_OUT
-    with tempfile.TemporaryDirectory(prefix="segjobs-tiered-") as tmp:
-        run = run_tiered(Path(tmp), ck)
-        copy_fixtures(run, out)
+    out = Path(argv[0]) if argv else default_out
+    with tempfile.TemporaryDirectory(prefix=scratch_prefix) as tmp:
+        write(Path(tmp), ck, out)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}: {size:,} bytes")
     return 0
 
+
+def main(argv: list[str]) -> int:
+    """``python -m tests.support.tiered_broker [OUT]``: run the scenario in a temporary dir, write the fixtures."""
+    return fixture_command(argv, DEFAULT_OUT, "segjobs-tiered-",
+                           lambda scratch, ck, out: copy_fixtures(run_tiered(scratch, ck), out))
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

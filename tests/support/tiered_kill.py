@@ -38,8 +38,16 @@ from typing import Any
 
 from segment_io.errors import CorruptRecordError
 from segment_io.remote_metadata import SegmentMetadata, SegmentState, SegmentUpdate, read_metadata_partition
-from tests.support.live_broker import KAFKA_VERSION, ROOT, Broker, compile_java, unavailable, wait_for
-from tests.support.tiered_broker import METADATA_TOPIC, REMOTE_ROOT, ROLL_MS, _create_topics, _produce, broker_settings
+from tests.support.live_broker import KAFKA_VERSION, ROOT, Broker, compile_java, wait_for
+from tests.support.tiered_broker import (
+    METADATA_TOPIC,
+    REMOTE_ROOT,
+    ROLL_MS,
+    _create_topics,
+    _produce,
+    broker_settings,
+    fixture_command,
+)
 
 TOPIC = "crashed"
 TOPIC_CONFIG = {"remote.storage.enable": "true", "segment.ms": str(ROLL_MS), "local.retention.ms": "1",
@@ -181,22 +189,8 @@ def copy_fixture(killed: KilledCopy, out: Path) -> None:
 
 def main(argv: list[str]) -> int:
     """``python -m tests.support.tiered_kill [OUT]``: run the kill in a temporary dir, write the fixture."""
-    import tempfile
-
-    reason = unavailable()
-    if reason:
-        print(f"error: {reason}", file=sys.stderr)
-        return 2
-    import confluent_kafka as ck
-    import confluent_kafka.admin  # (ck.admin)
-
-    out = Path(argv[0]) if argv else DEFAULT_OUT
-    with tempfile.TemporaryDirectory(prefix="segjobs-tiered-kill-") as tmp:
-        copy_fixture(run_until_killed(Path(tmp), ck), out)
-    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}: {size:,} bytes")
-    return 0
-
+    return fixture_command(argv, DEFAULT_OUT, "segjobs-tiered-kill-",
+                           lambda scratch, ck, out: copy_fixture(run_until_killed(scratch, ck), out))
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
