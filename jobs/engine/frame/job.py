@@ -576,13 +576,7 @@ class JobContext:
                 return self.spark
             if self.early is not None:
                 return self.early.session()
-            if spark_session.can_start_early():
-                # started and claimed at once: the JVM's output comes through the process, so that whoever
-                # reads the command's output does not wait for the JVM's own exit after the run
-                return spark_session.EarlySession(app_name=app_name, master=self.options.master,
-                                                  verbose=self.options.spark_verbose).session()
-            return spark_session.build_session(app_name=app_name, master=self.options.master,
-                                               verbose=self.options.spark_verbose)
+            return spark_session.start_session(app_name, self.options.master, verbose=self.options.spark_verbose)
 
         def started(waited: float, took: float) -> None:
             self.report.spark_startup_s = round(waited, 2)

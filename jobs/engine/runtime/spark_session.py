@@ -403,6 +403,15 @@ class EarlySession:
         return self._session if self._claimed else None
 
 
+def start_session(app_name: str, master: str | None = None, *, verbose: bool = False) -> Any:
+    """A session for a run that needs one now: on the command line started and claimed at once as an
+    :class:`EarlySession` (the JVM's output comes through this process, so whoever reads the command's output does
+    not wait for the JVM's own exit after the run), else :func:`build_session`."""
+    if can_start_early():
+        return EarlySession(app_name=app_name, master=master, verbose=verbose).session()
+    return build_session(app_name=app_name, master=master, verbose=verbose)
+
+
 def early_start_seconds(session: Any) -> float | None:
     """How long Spark's start took, from its beginning, when ``session`` is the one :class:`EarlySession` started
     (ahead of need or at need); None for any other session. A run that claims a session started early waits only

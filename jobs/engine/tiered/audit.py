@@ -205,11 +205,7 @@ def _runner(total_bytes: int, lines: Progress) -> TaskRunner:
     app_name = "segjobs-tiered-audit"
 
     def build() -> Any:
-        if spark_session.can_start_early():
-            # on the command line: the JVM's output comes through this process, so whoever reads the command's
-            # output does not wait for the JVM's own exit after the run (as the jobs' frame starts it)
-            return spark_session.EarlySession(app_name=app_name).session()
-        return spark_session.build_session(app_name=app_name)
+        return spark_session.start_session(app_name)
 
     def started(waited: float, took: float) -> None:
         lines(f"Spark ready in {waited:.2f}s", event="spark.ready", spark_startup_s=round(waited, 2))
