@@ -37,8 +37,8 @@ pytestmark = cluster_marks()
 
 #: External sort with 1 MiB buckets: four buckets a partition, so the reduce is a stage of many tasks.
 EXTERNAL_SORT = ("--strategy", "external-sort", "--sort-bucket-bytes", "1MiB")
-#: The driver's progress line once the scan (every selected partition read in full) is over.
-SCAN_DONE = "partition(s) in full"
+#: The driver's progress line once the scan (every selected partition's transaction state read) is over.
+SCAN_DONE = "partition(s) for their transaction state"
 
 
 def sort_totals(run: Run) -> tuple[int, int]:

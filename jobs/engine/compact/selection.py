@@ -154,7 +154,7 @@ def scan_candidates(scans: MutableMapping[TopicPartition, PartitionScan], *, sto
                       configs.for_topic(k[0]).producer_id_expiration_ms, max_batch_bytes) for k in keys]
     sizes = [scans[k].scanned.size_bytes for k in keys]
     for i, result in runner.stream(scan_task, items, sizes=sizes,
-                                   description=job_description(f"read {len(keys)} partition(s) in full")):
+                                   description=job_description(f"read the transaction state of {len(keys)} partition(s)")):
         key = keys[i]
         before = scans[key]
         if isinstance(result, TaskFailure):
@@ -165,7 +165,8 @@ def scan_candidates(scans: MutableMapping[TopicPartition, PartitionScan], *, sto
         if result.error is not None:
             progress.error(f"{result.name}: UNREADABLE, left untouched: {result.error}",
                            event="partition.unreadable", partition=result.name)
-    progress(f"read {len(keys)} of {len(scans)} partition(s) in full (the others are not due)",
+    progress(f"read the batch headers of {len(keys)} of {len(scans)} partition(s) for their transaction state "
+             "(the others are not due)",
              event="scan.full", partitions=len(keys), of=len(scans))
     return keys
 

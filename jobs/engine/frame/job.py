@@ -437,8 +437,8 @@ class JobContext:
             if scan.error is not None and error is None:  # one recovery could not settle is reported above
                 progress.error(f"{scan.name}: UNREADABLE, left untouched: {scan.error}", event="partition.unreadable",
                                partition=scan.name)
-        progress(f"scanned {len(items)} partition(s)" + (f", {len(full)} small one(s) that may be due read in full"
-                                                          if full else ""),
+        progress(f"scanned {len(items)} partition(s)" + (f", {len(full)} small one(s) that may be due with their "
+                                                          "transaction state" if full else ""),
                  event="scan.done", partitions=len(items), read_in_full=len(full))
         self._warn_orphan_log_start_entries()
 

@@ -61,13 +61,13 @@ EVENTS = {
     "scan.progress": "how far a scan that reads whole logs is (done: partitions scanned, of: in all; seconds since "
                      "its start): when results come back, and every few seconds while none does "
                      "(jobs.engine.frame.packed_tasks)",
-    "scan.done": "every partition in scope was scanned (read_in_full: how many small ones that may be due were "
-                 "read in full at once)",
+    "scan.done": "every partition in scope was scanned (read_in_full: how many small ones that may be due had "
+                 "their batch headers and control records read at once, for their transaction state)",
     "partition.unreadable": "a partition could not be read (left untouched)",
     "checkpoint.orphan": "a log-start-offset-checkpoint entry names a partition the log dir does not hold",
     "data.stale": "the data is older than any retention at the wall clock (a backup?)",
-    "scan.full": "how many more partitions compaction read in full, in tasks (those that may be due; the others are "
-                 "not)",
+    "scan.full": "how many more partitions compaction read the batch headers and control records of, in tasks, "
+                 "for their transaction state (those that may be due; the others are not)",
     "compact.selected": "how many partitions compaction selected",
     "compact.partition": "a partition was compacted (or measured, in a dry run)",
     "compact.failed": "a partition's compaction failed",
