@@ -104,9 +104,10 @@ check: lint types imports
 # `make test` is every test but the heavy scenarios (marker `scenario`: whole-process runs such as spark-submit,
 # the notebook, the demo and three backfilled nights, JVM start-ups with a broken class archive, and the crash
 # matrices that kill a run at every step of every partition); `make test-scenarios` runs those, and CI runs both.
-# `make test` and `make test-fast` run the tests on $(TEST_WORKERS) processes (pytest-xdist): every test of the Spark
-# session on one of them (tests/conftest.py puts them in one group), so that a run still starts one Spark session,
-# and the rest (S3 on a moto_server of each worker's own, local disk, rules) on whichever is free.
+# `make test`, `make test-scenarios` and `make test-fast` run the tests on $(TEST_WORKERS) processes (pytest-xdist):
+# every test of the Spark session on one of them (tests/conftest.py puts them in one group), so that a run still
+# starts one Spark session, and the rest (S3 on a moto_server of each worker's own, local disk, rules, whole-process
+# runs in a temporary directory of their own) on whichever is free.
 # TEST_WORKERS=0 runs them in this process, one after the other.
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
@@ -115,7 +116,7 @@ test: java chromium venv check
 	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) --durations=15 -m "not broker and not scenario" tests
 
 test-scenarios: java chromium venv
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -m "scenario and not broker" tests
+	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) --durations=15 -m "scenario and not broker" tests
 
 test-fast: venv check
 	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) -x -m "not spark and not s3 and not slow and not broker and not scenario" tests
