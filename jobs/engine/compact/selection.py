@@ -153,8 +153,8 @@ def scan_candidates(scans: MutableMapping[TopicPartition, PartitionScan], *, sto
     items = [ScanItem(storage, listing.partitions[k], "transactions", start.get(k), cleaner.get(k), now_ms,
                       configs.for_topic(k[0]).producer_id_expiration_ms, max_batch_bytes) for k in keys]
     sizes = [scans[k].scanned.size_bytes for k in keys]
-    for i, result in runner.stream(scan_task, items, sizes=sizes,
-                                   description=job_description(f"read the transaction state of {len(keys)} partition(s)")):
+    description = job_description(f"read the transaction state of {len(keys)} partition(s)")
+    for i, result in runner.stream(scan_task, items, sizes=sizes, description=description):
         key = keys[i]
         before = scans[key]
         if isinstance(result, TaskFailure):

@@ -270,7 +270,8 @@ def test_every_spark_job_of_a_run_is_in_its_group_with_a_description(spark, log_
     # the two tiny partitions gets a task of its own: two or more tasks per core); the sizes scan before them
     # runs on the driver, no Spark job
     assert _job_descriptions(spark, f"segjobs-compact-{result.run_id}", 4) == [
-        "segjobs compact: read the transaction state of 2 partition(s)"] * 2 + ["segjobs compact: compact 2 partition(s)"] * 2
+        "segjobs compact: read the transaction state of 2 partition(s)"] * 2 + [
+        "segjobs compact: compact 2 partition(s)"] * 2
 
     result = api.inspect(log_dir, api.InspectOptions(config=log_dir.parent / "topics.toml"), now=NOW, spark=spark)
     # inspect's scans and inspection tasks are streams too (jobs.engine.frame.packed_tasks): a job per task
