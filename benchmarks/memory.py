@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 from types import TracebackType
+from typing import Self
 
 import psutil
 
@@ -53,7 +54,7 @@ class PeakTreeRss:
             self.peak_bytes = max(self.peak_bytes, tree_rss(self.pid))
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> "PeakTreeRss":
+    def __enter__(self) -> Self:
         self.start_bytes = self.peak_bytes = tree_rss(self.pid)
         self._thread = threading.Thread(target=self._sample, name="peak-tree-rss", daemon=True)
         self._thread.start()

@@ -123,7 +123,7 @@ def _free_subnet() -> ipaddress.IPv4Network:
     used = [ipaddress.ip_interface(a) for a in re.findall(r"inet (\S+)", _ip("-4", "addr"))]
     start = os.getpid() % 250
     for k in range(250):
-        net = ipaddress.ip_network(f"10.201.{(start + k) % 250}.0/24")
+        net = ipaddress.IPv4Network(f"10.201.{(start + k) % 250}.0/24")
         if not any(i.network.overlaps(net) for i in used):
             return net
     raise RuntimeError("no free /24 under 10.201.0.0/16 for the cluster's bridge")
