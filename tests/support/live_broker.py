@@ -89,9 +89,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, base64url without padding (what ``StorageTool random-uuid`` prints)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+def cluster_id(draw: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:
+    """A KRaft cluster id: 16 random bytes, base64url without padding (what ``StorageTool random-uuid`` prints).
+
+    Drawn again while it starts with ``-``, as Kafka's own ``Uuid.randomUuid`` does: one id in 64 would otherwise
+    begin with a dash, and ``StorageTool format -t -Abc...`` reads it as an option and fails."""
+    while True:
+        text = base64.urlsafe_b64encode(draw()).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
 
 
 def run_tool(main_class: str, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
