@@ -46,6 +46,7 @@ from segment_io.errors import (
 )
 from segment_io.layout import LOCK_FILE
 from segment_io.storage import Storage
+from segment_io.storage.traffic import in_context
 from segment_io.units import parse_duration
 
 log = logging.getLogger(__name__)
@@ -317,7 +318,8 @@ class Lease:
             while not self._stop.wait(interval_s) and self._lost is None:
                 self._renew_or_note(clock())
 
-        self._thread = threading.Thread(target=beat, name=f"segjobs-lease-heartbeat {self.uri}", daemon=True)
+        self._thread = threading.Thread(target=in_context(beat), name=f"segjobs-lease-heartbeat {self.uri}",
+                                        daemon=True)
         self._thread.start()
 
     def stop_heartbeat(self) -> None:

@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, ContextManager, Iterable, Iterator, TypeVar
 
+from segment_io.storage.traffic import in_context
+
 #: Kinds of listed entries (:attr:`FileInfo.kind`). Only regular files hold data; the others are what a
 #: listing with ``irregular=True`` reports so that a caller can tell "absent" from "present but unreadable".
 KIND_FILE = "file"
@@ -60,9 +62,10 @@ def map_ahead(fn: Callable[[T], R], items: Iterable[T], concurrency: int) -> Ite
 
     window: deque[Future[R]] = deque()
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="segjobs-io")
+    task = in_context(fn)  # the calls' store requests count where the caller's do
     try:
         for item in items:
-            window.append(pool.submit(fn, item))
+            window.append(pool.submit(task, item))
             if len(window) >= 2 * concurrency:
                 yield window.popleft().result()
         while window:

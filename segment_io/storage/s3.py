@@ -35,6 +35,7 @@ from segment_io.errors import (
     StorageError,
     UsageError,
 )
+from segment_io.storage import traffic
 from segment_io.storage.base import KIND_DIRECTORY, FileInfo, PendingUpload, Storage
 from segment_io.storage.options import ENV_VARS, StorageOptions
 
@@ -201,6 +202,7 @@ class S3Storage(Storage):
                 max_attempts=PROBE_MAX_ATTEMPTS, retry_mode="standard")
         bucket_uri = f"{S3_SCHEME}{bucket}"
         try:
+            traffic.count("head")
             self._probe_obj.head_bucket(Bucket=bucket)
         except Exception as e:
             from botocore.exceptions import ClientError
@@ -262,13 +264,15 @@ class S3Storage(Storage):
             kwargs["Delimiter"] = "/"
         paginator = self._client.get_paginator("list_objects_v2")
         try:
-            yield from paginator.paginate(**kwargs)
+            for page in paginator.paginate(**kwargs):
+                traffic.count("list")
+                yield page
         except Exception as e:
             self._raise(e, uri)
 
     def stat(self, uri: str) -> FileInfo:
         bucket, key = parse_s3_uri(uri)
-        head = self._call(uri, lambda: self._client.head_object(Bucket=bucket, Key=key))
+        head = self._call(uri, lambda: self._client.head_object(Bucket=bucket, Key=key), "head")
         return FileInfo(uri=uri, size=head["ContentLength"],
                         mtime_ms=int(head["LastModified"].timestamp() * 1000), etag=head.get("ETag"))
 
@@ -276,7 +280,9 @@ class S3Storage(Storage):
 
     def read(self, uri: str) -> bytes:
         bucket, key = parse_s3_uri(uri)
-        return self._call(uri, lambda: self._client.get_object(Bucket=bucket, Key=key)["Body"].read())
+        data = self._call(uri, lambda: self._client.get_object(Bucket=bucket, Key=key)["Body"].read(), "get")
+        traffic.count("get", len(data), requests=0)
+        return data
 
     def read_range(self, uri: str, start: int, length: int) -> bytes:
         if start < 0 or length < 0:
@@ -291,7 +297,9 @@ class S3Storage(Storage):
             return resp["Body"].read()
 
         try:
-            return self._call(uri, get)
+            data = self._call(uri, get, "get")
+            traffic.count("get", len(data), requests=0)
+            return data
         except StorageError as e:
             # A range starting at or past the end is "416 InvalidRange" on S3; locally it reads nothing.
             if "InvalidRange" in e.detail:
@@ -302,7 +310,7 @@ class S3Storage(Storage):
 
     def write_atomic(self, uri: str, data: bytes, *, durable: bool = True) -> None:
         bucket, key = parse_s3_uri(uri)
-        self._call(uri, lambda: self._client.put_object(Bucket=bucket, Key=key, Body=data))
+        self._call(uri, lambda: self._client.put_object(Bucket=bucket, Key=key, Body=data), "put", len(data))
 
     @contextmanager
     def open_write(self, uri: str, *, durable: bool = True) -> Iterator[BinaryIO]:
@@ -316,7 +324,8 @@ class S3Storage(Storage):
 
     def put_if_absent(self, uri: str, data: bytes, *, durable: bool = True) -> str:
         bucket, key = parse_s3_uri(uri)
-        resp = self._call(uri, lambda: self._client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*"))
+        resp = self._call(uri, lambda: self._client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*"),
+                          "put", len(data))
         return resp["ETag"]
 
     def put_if_match(self, uri: str, data: bytes, etag: str | None) -> str:
@@ -325,7 +334,8 @@ class S3Storage(Storage):
             return self.put_if_absent(uri, data)
         bucket, key = parse_s3_uri(uri)
         try:
-            resp = self._call(uri, lambda: self._client.put_object(Bucket=bucket, Key=key, Body=data, IfMatch=etag))
+            resp = self._call(uri, lambda: self._client.put_object(Bucket=bucket, Key=key, Body=data, IfMatch=etag),
+                              "put", len(data))
         except NotFoundError:
             # The object is gone (a racer deleted it): the condition failed just the same.
             raise PreconditionFailedError(f"does not exist (expected etag {etag})", uri=uri) from None
@@ -334,7 +344,7 @@ class S3Storage(Storage):
     def delete_if_match(self, uri: str, etag: str) -> None:
         bucket, key = parse_s3_uri(uri)
         try:
-            self._call(uri, lambda: self._client.delete_object(Bucket=bucket, Key=key, IfMatch=etag))
+            self._call(uri, lambda: self._client.delete_object(Bucket=bucket, Key=key, IfMatch=etag), "delete")
         except NotFoundError:
             raise PreconditionFailedError(f"does not exist (expected etag {etag})", uri=uri) from None
 
@@ -353,24 +363,26 @@ class S3Storage(Storage):
         db, dk = parse_s3_uri(dst)
         size = self.stat(src).size
         if size <= self.single_copy_limit:
-            self._call(src, lambda: self._client.copy_object(Bucket=db, Key=dk, CopySource={"Bucket": sb, "Key": sk}))
+            self._call(src, lambda: self._client.copy_object(Bucket=db, Key=dk, CopySource={"Bucket": sb, "Key": sk}),
+                       "copy")
             return
         self._multipart_copy(src, dst, size)
 
     def _multipart_copy(self, src: str, dst: str, size: int) -> None:
         sb, sk = parse_s3_uri(src)
         db, dk = parse_s3_uri(dst)
-        upload_id = self._call(dst, lambda: self._client.create_multipart_upload(Bucket=db, Key=dk))["UploadId"]
+        upload_id = self._call(dst, lambda: self._client.create_multipart_upload(Bucket=db, Key=dk),
+                               "other")["UploadId"]
         try:
             parts: builtins.list[CompletedPartTypeDef] = []
             for number, start in enumerate(range(0, size, self.copy_part_size), start=1):
                 end = min(start + self.copy_part_size, size) - 1
                 resp = self._call(src, lambda: self._client.upload_part_copy(
                     Bucket=db, Key=dk, UploadId=upload_id, PartNumber=number,
-                    CopySource={"Bucket": sb, "Key": sk}, CopySourceRange=f"bytes={start}-{end}"))
+                    CopySource={"Bucket": sb, "Key": sk}, CopySourceRange=f"bytes={start}-{end}"), "copy")
                 parts.append({"PartNumber": number, "ETag": resp["CopyPartResult"]["ETag"]})
             self._call(dst, lambda: self._client.complete_multipart_upload(
-                Bucket=db, Key=dk, UploadId=upload_id, MultipartUpload={"Parts": parts}))
+                Bucket=db, Key=dk, UploadId=upload_id, MultipartUpload={"Parts": parts}), "other")
         except BaseException:
             self._abort_upload(dst, upload_id)
             raise
@@ -379,7 +391,7 @@ class S3Storage(Storage):
         bucket, key = parse_s3_uri(uri)
         if not missing_ok:
             self.stat(uri)  # S3 deletes of missing keys succeed silently
-        self._call(uri, lambda: self._client.delete_object(Bucket=bucket, Key=key))
+        self._call(uri, lambda: self._client.delete_object(Bucket=bucket, Key=key), "delete")
 
     def makedirs(self, uri: str) -> None:
         """Nothing to do: S3 has no directories."""
@@ -394,12 +406,16 @@ class S3Storage(Storage):
         paginator = self._client.get_paginator("list_multipart_uploads")
         try:
             for page in paginator.paginate(Bucket=bucket, Prefix=_dir_prefix(key)):
+                traffic.count("other")
                 for u in page.get("Uploads", ()):
                     uri = f"{S3_SCHEME}{bucket}/{u['Key']}"
                     parts = self._client.get_paginator("list_parts").paginate(
                         Bucket=bucket, Key=u["Key"], UploadId=u["UploadId"])
                     try:
-                        size = sum(p["Size"] for page_ in parts for p in page_.get("Parts", ()))
+                        size = 0
+                        for page_ in parts:
+                            traffic.count("other")
+                            size += sum(p["Size"] for p in page_.get("Parts", ()))
                     except ClientError as e:
                         if e.response.get("Error", {}).get("Code") == "NoSuchUpload":
                             continue  # completed or aborted since it was listed: no longer pending
@@ -415,6 +431,7 @@ class S3Storage(Storage):
 
         bucket, key = parse_s3_uri(upload.uri)
         try:
+            traffic.count("other")
             self._client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload.upload_id)
         except ClientError as e:
             if e.response.get("Error", {}).get("Code") != "NoSuchUpload":  # already gone: what we wanted
@@ -425,11 +442,16 @@ class S3Storage(Storage):
     def _abort_upload(self, uri: str, upload_id: str) -> None:
         bucket, key = parse_s3_uri(uri)
         try:
+            traffic.count("other")
             self._client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
         except Exception:
             pass  # best effort: a bucket lifecycle rule for incomplete uploads is the backstop
 
-    def _call(self, uri: str, fn: Callable[[], T]) -> T:
+    def _call(self, uri: str, fn: Callable[[], T], kind: traffic.Kind | None = None, n_bytes: int = 0) -> T:
+        """``fn``'s answer; a failure as a segjobs storage error naming ``uri``. ``kind``: the request ``fn``
+        sends, counted (with ``n_bytes`` of body sent) in the running :mod:`~segment_io.storage.traffic` scope."""
+        if kind is not None:
+            traffic.count(kind, n_bytes)
         try:
             return fn()
         except Exception as e:
@@ -519,7 +541,7 @@ class _MultipartWriter(io.RawIOBase):
         s = self._storage
         if self._upload_id is None:
             self._upload_id = s._call(self._uri, lambda: s._client.create_multipart_upload(
-                Bucket=self._bucket, Key=self._key))["UploadId"]
+                Bucket=self._bucket, Key=self._key), "other")["UploadId"]
             self._pool = ThreadPoolExecutor(max_workers=s.upload_concurrency, thread_name_prefix="s3-part")
         # Wait for the oldest part when the window is full: memory stays at about concurrency x part size.
         in_flight = [f for _, f in self._pending if not f.done()]
@@ -529,15 +551,17 @@ class _MultipartWriter(io.RawIOBase):
         self._next_part += 1
         upload_id = self._upload_id
         assert self._pool is not None
-        future = self._pool.submit(lambda: s._call(self._uri, lambda: s._client.upload_part(
-            Bucket=self._bucket, Key=self._key, UploadId=upload_id, PartNumber=number, Body=part))["ETag"])
+        future = self._pool.submit(traffic.in_context(lambda: s._call(self._uri, lambda: s._client.upload_part(
+            Bucket=self._bucket, Key=self._key, UploadId=upload_id, PartNumber=number, Body=part), "put",
+            len(part))["ETag"]))
         self._pending.append((number, future))
 
     def finish(self) -> None:
         s = self._storage
         if self._upload_id is None:
             data = bytes(self._buffer)
-            s._call(self._uri, lambda: s._client.put_object(Bucket=self._bucket, Key=self._key, Body=data))
+            s._call(self._uri, lambda: s._client.put_object(Bucket=self._bucket, Key=self._key, Body=data), "put",
+                    len(data))
         else:
             if self._buffer:
                 self._submit(bytes(self._buffer))
@@ -545,7 +569,7 @@ class _MultipartWriter(io.RawIOBase):
             parts: list[CompletedPartTypeDef] = [{"PartNumber": n, "ETag": f.result()} for n, f in self._pending]
             upload_id = self._upload_id
             s._call(self._uri, lambda: s._client.complete_multipart_upload(
-                Bucket=self._bucket, Key=self._key, UploadId=upload_id, MultipartUpload={"Parts": parts}))
+                Bucket=self._bucket, Key=self._key, UploadId=upload_id, MultipartUpload={"Parts": parts}), "other")
             self._shutdown()
         super().close()
 

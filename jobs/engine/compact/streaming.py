@@ -23,6 +23,7 @@ from typing import Callable, Sequence, TypeVar
 
 from jobs.engine.report.run_report import human_bytes
 from jobs.engine.runtime.tasks import BinTask, TaskFailure, TaskRunner
+from segment_io.storage.traffic import in_context
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -150,7 +151,7 @@ def run_and_settle_bins(runner: TaskRunner, bin_fn: Callable[[list[T]], Sequence
                 ready[batch[0][0]] = batch
                 while next_index in ready:
                     batch = ready.pop(next_index)
-                    futures.append(pool.submit(one, batch))
+                    futures.append(pool.submit(in_context(one), batch))
                     next_index = batch[-1][0] + 1
         finally:
             close = getattr(stream, "close", None)

@@ -35,6 +35,7 @@ from jobs.engine.report.run_report import (
     append_ledger,
     write_report,
 )
+from jobs.engine.report.store_usage import StoreUsage
 from jobs.engine.runtime import spark_session
 from jobs.engine.runtime.collector import frozen_heap
 from jobs.engine.runtime.kernels import COLD_NOTICE, kernels_cold
@@ -78,6 +79,7 @@ from segment_io.storage import open_storage
 from segment_io.storage.base import FileInfo, Storage, map_ahead
 from segment_io.storage.local import storage_error, temp_name
 from segment_io.storage.options import StorageOptions
+from segment_io.storage.traffic import StoreTraffic, metered
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -479,10 +481,13 @@ class JobContext:
                 self.report.warnings.append(note)
                 self.progress(note, event="checkpoint.orphan", partition=f"{topic}-{partition}")
 
-    def deliver(self, *, completed: bool) -> "JobRun":
+    def deliver(self, *, completed: bool, traffic: StoreTraffic | None = None) -> "JobRun":
         """The report finished, written (``--report``) and its rows appended to the ledger (``--ledger``); a
-        failure to write either is an error line and exit code 1, never a lost summary."""
+        failure to write either is an error line and exit code 1, never a lost summary. ``traffic``: the
+        object-store requests the driver made (its tasks' are the runner's), reported for a log dir on one."""
         report, progress, storage_options = self.report, self.progress, self.storage_options
+        if traffic is not None and self.storage.local_path(self.log_dir) is None:
+            self._report_store_traffic(traffic)
         report.finish()
         delivered = True
         if self.report_uri:
@@ -500,6 +505,16 @@ class JobContext:
         if not delivered:
             report.exit_code = 1  # the work ran, but what it did is not (all) on record
         return JobRun(report, completed=completed, now_from_clock=self.now_from_clock, options=self.options)
+
+    def _report_store_traffic(self, driver: StoreTraffic) -> None:
+        """The run's object-store requests in the report (``store_traffic``) and a line saying how many bytes its
+        GETs fetched against the bytes of the segments in scope: how many times the run read its log, on average."""
+        tasks = self.runner.store_traffic()
+        usage = StoreUsage(driver, tasks, segment_bytes=sum(
+            s.log.size for key, p in self.listing.partitions.items() if self.scope.includes(*key)
+            for s in p.segments))
+        self.report.store_traffic = usage.to_dict()
+        self.progress(usage.summary(), event="store.traffic", **usage.fields())
 
     def _recovery_first(self, recovered: "_Recovered") -> list[FileInfo]:
         """A dry run's account of the recovery a real run does first (it takes no lock and changes nothing, so it
@@ -665,10 +680,11 @@ def run_job(command: str, log_dir: str, options: JobOptions, work: Callable[[Job
     lock (see :class:`jobs.engine.runtime.spark_session.EarlySession`). ``read_first``: of a job whose scan is at depth
     ``sizes``, the partitions its scan reads at depth ``transactions`` at once (see :data:`FirstReads`)."""
     job = JobSpec(command, work, scan_depth, destructive, spark_likely, read_first)
-    ctx = JobContext.preflight(job, log_dir, options, now=now, seams=seams or PRODUCTION, applying=applying,
-                               spark=spark)
-    completed = ctx.locked()
-    return ctx.deliver(completed=completed)
+    with metered() as traffic:  # the driver's requests; the tasks' come back with their results
+        ctx = JobContext.preflight(job, log_dir, options, now=now, seams=seams or PRODUCTION, applying=applying,
+                                   spark=spark)
+        completed = ctx.locked()
+    return ctx.deliver(completed=completed, traffic=traffic)
 
 
 def _forecast_listing(storage: Storage, log_dir: str, top: LogDirListing) -> LogDirListing:

@@ -78,6 +78,9 @@ EVENTS = {
     "inspect.start": "how many partitions are being inspected",
     "inspect.progress": "how far the inspection tasks are (done: partitions inspected, of: in all), as scan.progress",
     "plan.written": "the plan file of a dry run was written",
+    "store.traffic": "a log dir on an object store: the run's requests by kind (get, head, list, put, copy, delete, "
+                     "other; requests: their sum), the bytes GETs fetched (get_bytes) and PUTs sent (put_bytes), the "
+                     "bytes of the segments in scope (segment_bytes) and get_bytes over them (reads_of_segments)",
     "report.written": "the JSON report was written",
     "html.written": "the HTML report with the charts was written (inspect --html)",
     "html.failed": "the HTML report could not be written",

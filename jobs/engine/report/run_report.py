@@ -109,6 +109,10 @@ class RunReport:
     errors: list[ReportError] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     exit_code: int = 0
+    #: a log dir on an object store: the run's requests, by kind, the bytes they moved, and the bytes GETs fetched
+    #: against those of the segments in scope (see :class:`jobs.engine.report.store_usage.StoreUsage`); None on
+    #: local disk
+    store_traffic: dict[str, Any] | None = None
     #: seconds from the start of the run to :meth:`finish` (monotonic clock; Spark start-up included)
     elapsed_s: float | None = None
     #: the HTML report with the charts written by this run (``inspect --html``), else None

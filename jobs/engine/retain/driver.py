@@ -42,6 +42,7 @@ from jobs.rules.timeutil import data_age_warning, format_instant
 from segment_io.errors import SegjobsError
 from segment_io.layout import LOG_START_OFFSET_CHECKPOINT, LogDirListing, PartitionListing
 from segment_io.storage.base import Storage
+from segment_io.storage.traffic import in_context
 
 TopicPartition = tuple[str, int]
 
@@ -264,7 +265,7 @@ def retain_partitions(p: RetentionParams, scans: Iterable[PartitionScan],
 
     out = []
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        for e in (pool.map(one, scans) if threads > 1 else map(one, scans)):
+        for e in (pool.map(in_context(one), scans) if threads > 1 else map(one, scans)):
             out.append(e)
             if on_entry is not None:
                 on_entry(e)

@@ -29,6 +29,7 @@ from jobs.rules.scope import Scope
 from segment_io.errors import ConfigError
 from segment_io.layout import LogDirListing
 from segment_io.storage.base import Storage
+from segment_io.storage.traffic import StoreTraffic, in_context, metered
 from segment_io.units import parse_size
 
 T = TypeVar("T")
@@ -71,6 +72,11 @@ class TaskRunner(Protocol):
     def executor_memory_bytes(self) -> int | None:
         """The memory of one task's process as the cluster is configured (Spark:
         ``spark.executor.pyspark.memory``, else ``spark.executor.memory``); None when the runner sets none."""
+        ...
+
+    def store_traffic(self) -> dict[str, StoreTraffic]:
+        """The object-store requests the tasks of every :meth:`map` and :meth:`stream` call made so far, by the
+        call's description (see :mod:`segment_io.storage.traffic`; a task that died took its count with it)."""
         ...
 
 
@@ -119,8 +125,32 @@ def stream_bins(items: Sequence[Any], sizes: Sequence[int] | None, parallelism: 
                          max_items=STREAM_MAX_ITEMS, min_bins=max(1, parallelism) * 2)
 
 
+class Metered:
+    """The function of a task that counts its object-store requests: ``fn``'s result and the task's
+    :class:`~segment_io.storage.traffic.StoreTraffic` (a module-level class: it pickles by reference with ``fn``)."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, item: Any) -> tuple[Any, StoreTraffic]:
+        with metered() as traffic:
+            result = self.fn(item)
+        return result, traffic
+
+
 class _StreamsInBins:
-    """``stream`` of a runner that runs bins of items (``stream_bins``): each item a :class:`BinTask` of ``fn``."""
+    """``stream`` of a runner that runs bins of items (``stream_bins``): each item a :class:`BinTask` of ``fn``;
+    and the store traffic of its tasks, which the runner adds up as their results come back (:meth:`counted`)."""
+
+    def store_traffic(self) -> dict[str, StoreTraffic]:
+        return dict(self.__dict__.get("_traffic", {}))
+
+    def counted(self, description: str | None, result: tuple[R, StoreTraffic]) -> R:
+        """The result of a :class:`Metered` task, its traffic added to the count of ``description``'s calls."""
+        value, traffic = result
+        by_stage: dict[str, StoreTraffic] = self.__dict__.setdefault("_traffic", {})
+        by_stage.setdefault(description or "tasks", StoreTraffic()).merge(traffic)
+        return value
 
     def stream_bins(self, bin_fn: Callable[[list[T]], Sequence[R | TaskFailure]], items: Sequence[T], *,
                     sizes: Sequence[int] | None = None,
@@ -160,7 +190,8 @@ class SparkTasks(_StreamsInBins):
             return []
         sc = self.spark.sparkContext
         with spark_job_labels(sc, self.job_group, description):
-            return sc.parallelize(list(items), min(len(items), tasks or len(items))).map(fn).collect()
+            results = sc.parallelize(list(items), min(len(items), tasks or len(items))).map(Metered(fn)).collect()
+        return [self.counted(description, r) for r in results]
 
     def stream_bins(self, bin_fn: Callable[[list[T]], Sequence[R | TaskFailure]], items: Sequence[T], *,
                     sizes: Sequence[int] | None = None,
@@ -179,7 +210,7 @@ class SparkTasks(_StreamsInBins):
             return
         sc = self.spark.sparkContext
         group = self.job_group or f"segjobs-stream-{uuid.uuid4().hex[:12]}"
-        task = bin_fn
+        task = Metered(bin_fn)
         stop = threading.Event()
 
         def run(indices: list[int]) -> list[tuple[int, Any]]:
@@ -187,7 +218,8 @@ class SparkTasks(_StreamsInBins):
                 return []
             try:
                 with spark_job_labels(sc, group, description):  # every job of the stream: one stage of the run
-                    results = sc.parallelize([[items[i] for i in indices]], 1).map(task).collect()[0]
+                    results = self.counted(description, sc.parallelize([[items[i] for i in indices]], 1)
+                                           .map(task).collect()[0])
                 return list(zip(indices, results))
             except Exception as exc:  # noqa: BLE001 - the task died: find out which item it was
                 if stop.is_set():
@@ -376,7 +408,8 @@ class DriverTasks(_StreamsInBins):
 
     def map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None,
             description: str | None = None) -> list[R]:
-        return [_round_trip(fn(_round_trip(item))) for item in items]
+        task = Metered(fn)
+        return [self.counted(description, _round_trip(task(_round_trip(item)))) for item in items]
 
     def stream_bins(self, bin_fn: Callable[[list[T]], Sequence[R | TaskFailure]], items: Sequence[T], *,
                     sizes: Sequence[int] | None = None,
@@ -384,16 +417,17 @@ class DriverTasks(_StreamsInBins):
         if not items:
             return
         for indices in stream_bins(items, sizes, self.parallelism):
-            yield self._run_bin(bin_fn, items, indices)
+            yield self._run_bin(Metered(bin_fn), items, indices, description)
 
-    def _run_bin(self, bin_fn: Callable[[list[T]], Sequence[R | TaskFailure]], items: Sequence[T],
-                 indices: list[int]) -> list[tuple[int, R | TaskFailure]]:
+    def _run_bin(self, task: Metered, items: Sequence[T], indices: list[int],
+                 description: str | None) -> list[tuple[int, R | TaskFailure]]:
         try:
-            return list(zip(indices, _round_trip(bin_fn(_round_trip([items[i] for i in indices])))))
+            return list(zip(indices, self.counted(description, _round_trip(task(_round_trip([items[i] for i in
+                                                                                             indices]))))))
         except Exception as exc:  # noqa: BLE001 - what a Python worker's death is on Spark: find the item
             if len(indices) == 1:
                 return [(indices[0], TaskFailure("TaskDied", _first_line(exc)))]
-        return [pair for i in indices for pair in self._run_bin(bin_fn, items, [i])]
+        return [pair for i in indices for pair in self._run_bin(task, items, [i], description)]
 
     def executor_memory_bytes(self) -> int | None:
         return None  # a local session's default: neither setting is set
@@ -406,7 +440,7 @@ def map_in_driver(fn: Callable[[T], R], items: Sequence[T], *, threads: int = 8)
     if not items:
         return []
     with ThreadPoolExecutor(max_workers=max(1, min(threads, len(items))), thread_name_prefix="segjobs-scan") as pool:
-        return list(pool.map(fn, items))
+        return list(pool.map(in_context(fn), items))
 
 
 def _first_line(exc: BaseException) -> str:
@@ -457,11 +491,11 @@ class InProcessTasks(_StreamsInBins):
             description: str | None = None) -> list[R]:
         if items:
             self.descriptions.append(description)
-            fn = ship_function(fn)
+        task = Metered(ship_function(fn) if items else fn)
         out = []
         for item in items:
             self.calls += 1
-            out.append(_round_trip(fn(_round_trip(item))))
+            out.append(self.counted(description, _round_trip(task(_round_trip(item)))))
         return out
 
     def stream_bins(self, bin_fn: Callable[[list[T]], Sequence[R | TaskFailure]], items: Sequence[T], *,
@@ -471,10 +505,10 @@ class InProcessTasks(_StreamsInBins):
         if not items:
             return
         self.descriptions.append(description)
-        task = ship_function(bin_fn)
+        task = Metered(ship_function(bin_fn))
         for indices in stream_bins(items, sizes, self.parallelism):
             self.calls += 1
-            results = _round_trip(task(_round_trip([items[i] for i in indices])))
+            results = self.counted(description, _round_trip(task(_round_trip([items[i] for i in indices]))))
             yield list(zip(indices, results))
 
     def executor_memory_bytes(self) -> int | None:

@@ -133,6 +133,7 @@ from jobs.logdir.commit.records import (
 from segment_io.errors import CrossDeviceError, PreconditionFailedError, SegjobsError, StorageEnvironmentError
 from segment_io.layout import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, segment_file_name
 from segment_io.storage.base import FileInfo, Storage
+from segment_io.storage.traffic import in_context
 
 _LONG_MAX = 2**63 - 1
 
@@ -581,7 +582,7 @@ class Committer:
 
         keys = [i for i, st in stages.items() if st]
         threaded = pool if len(keys) > 1 else None
-        errors = [run(i) for i in keys] if threaded is None else list(threaded.map(run, keys))
+        errors = [run(i) for i in keys] if threaded is None else list(threaded.map(in_context(run), keys))
         if crashed:
             raise crashed[0]
         return {i: err for i, err in zip(keys, errors) if err is not None}
