@@ -215,6 +215,13 @@ class Storage(ABC):
         ``with`` block."""
         yield self.read(uri)
 
+    def download(self, uri: str, path: str) -> int:
+        """Copy the object ``uri`` into the new local file ``path`` (created, written, not synced: a scratch copy)
+        and return its size; an object store streams it, so memory stays bounded."""
+        with self.read_mapped(uri) as data, open(path, "xb") as f:
+            f.write(data)
+            return len(data)
+
     def set_mtime(self, uri: str, mtime_ms: int) -> bool:
         """Set a file's last-modified time; True when the store can (local disk), False where it cannot (an
         object store's LastModified is the time of the write)."""

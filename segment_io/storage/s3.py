@@ -47,6 +47,8 @@ S3_SCHEME = "s3://"
 MiB = 1 << 20
 #: S3's limits: parts (except the last) of at least 5 MiB, single PUT/COPY of at most 5 GiB.
 MIN_PART_SIZE = 5 * MiB
+#: The pieces :meth:`S3Storage.download` streams an object in (memory per download: one piece)
+DOWNLOAD_CHUNK = 8 * MiB
 MAX_SINGLE_COPY = 5 << 30
 
 T = TypeVar("T")
@@ -283,6 +285,22 @@ class S3Storage(Storage):
         data = self._call(uri, lambda: self._client.get_object(Bucket=bucket, Key=key)["Body"].read(), "get")
         traffic.count("get", len(data), requests=0)
         return data
+
+    def download(self, uri: str, path: str) -> int:
+        bucket, key = parse_s3_uri(uri)
+
+        def get() -> int:
+            body = self._client.get_object(Bucket=bucket, Key=key)["Body"]
+            done = 0
+            with open(path, "xb") as f:
+                for chunk in body.iter_chunks(DOWNLOAD_CHUNK):
+                    f.write(chunk)
+                    done += len(chunk)
+            return done
+
+        size = self._call(uri, get, "get")
+        traffic.count("get", size, requests=0)
+        return size
 
     def read_range(self, uri: str, start: int, length: int) -> bytes:
         if start < 0 or length < 0:

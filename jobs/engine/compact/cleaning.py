@@ -38,6 +38,7 @@ from segment_io.schema import int64_or_zero, validity
 from segment_io.segment_writer import SegmentWriteResult, write_segment
 from segment_io.storage.base import Storage, release_mapped_pages
 from segment_io.storage.local import storage_error
+from segment_io.storage.spool import TaskSpool
 
 #: Extra cleaning passes over a group's output within one run (a horizon due as soon as it is stamped,
 #: delete.retention.ms <= 0, settles on the second).
@@ -224,6 +225,9 @@ class PartitionCleaner:
         self.staged_written = staged_written
         #: dirty segments the map's pass decoded in full, by base offset (a small partition's, see build_map)
         self.decoded: dict[int, _Decoded] = {}
+        #: on an object store, the dirty segments of a larger dirty range, fetched once by the map's pass and read
+        #: from the task's local copies by the clean (see build_map)
+        self.spool: TaskSpool | None = None
         plan, state = task.plan, task.state
         # Kafka's logSegments(0, firstDirtyOffset): every segment starting below the first dirty offset
         clean_before = [s for s in state.segments if s.base_offset < plan.first_dirty_offset]
@@ -234,9 +238,16 @@ class PartitionCleaner:
                                   legacy_delete_horizon_ms=legacy_h)
 
     def mapped(self, base: int):
-        """A closed segment's bytes without a copy (memory-mapped on local disk; one GET on S3). Decoding copies
-        what it keeps, so nothing outlives the mapping but the encoder's verbatim copies, made while it is open."""
-        return self.task.storage.read_mapped(self.files[base].log.uri)
+        """A closed segment's bytes without a copy (memory-mapped on local disk; on S3 one GET, or the spool's
+        copy of a dirty segment). Decoding copies what it keeps, so nothing outlives the mapping but the encoder's
+        verbatim copies, made while it is open."""
+        uri = self.files[base].log.uri
+        return self.spool.mapped(uri) if self.spool is not None else self.task.storage.read_mapped(uri)
+
+    def close(self) -> None:
+        """Remove what the task keeps on its own disk (the spool's copies)."""
+        if self.spool is not None:
+            self.spool.close()
 
     def index_problems(self, base: int, headers) -> list[str]:
         """What is wrong with the ``.index`` and ``.timeindex`` of segment ``base`` against its batches (empty
@@ -261,10 +272,14 @@ class PartitionCleaner:
         """The offset map of the dirty range; ``collector`` (memory first: a
         jobs.engine.compact.external_sort.PieceCollector) also gets every decoded segment, to hand over if it fills.
         Dirty segments of at most :data:`SINGLE_DECODE_BYTES` in all are decoded in full, once: the map is built
-        from that decode and :meth:`clean_group` cleans from it."""
+        from that decode and :meth:`clean_group` cleans from it. Larger ones on an object store are fetched once,
+        into the task's spool (:class:`~segment_io.storage.spool.TaskSpool`), which the clean reads them from."""
         plan = self.task.plan
         dirty = dirty_segments(self.task)
         once = sum(s.size_bytes for s in dirty) <= SINGLE_DECODE_BYTES
+        if not once:
+            self.spool = TaskSpool(self.task.storage, [self.files[s.base_offset].log.uri for s in dirty],
+                                   [self.files[s.base_offset].log.size for s in dirty])
 
         def tables():
             for s in dirty:
@@ -296,8 +311,13 @@ class PartitionCleaner:
         horizon until the next run (Kafka's next clean) stamps one. The output is cleaned again (as Kafka's
         next passes at this `now` would) until it is stable under that state.
         """
-        with ExitStack() as mappings:
-            return self._clean_group(group, omap, mappings)
+        try:
+            with ExitStack() as mappings:
+                return self._clean_group(group, omap, mappings)
+        finally:
+            if self.spool is not None:  # each segment is cleaned in one group: its copy is not read again
+                for s in group:
+                    self.spool.release(self.files[s.base_offset].log.uri)
 
     def _clean_group(self, group, omap, mappings: ExitStack) -> GroupRun:
         task, storage = self.task, self.task.storage
@@ -386,6 +406,7 @@ def compact_partition(task: CompactTask, *, durable: bool = True,
     out = PartitionOutcome(plan.topic, plan.partition)
     staged_written = [] if staged_written is None else staged_written
     collector = None
+    cleaner: PartitionCleaner | None = None
     try:
         cleaner = PartitionCleaner(task, staged_written, durable=durable)
         if task.handoff is not None:
@@ -420,6 +441,9 @@ def compact_partition(task: CompactTask, *, durable: bool = True,
                 storage.delete(uri)
             except SegjobsError:
                 pass
+    finally:
+        if cleaner is not None:
+            cleaner.close()
     out.seconds = round(time.monotonic() - t0, 3)
     return out
 

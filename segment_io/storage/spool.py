@@ -1,0 +1,161 @@
+"""Objects a task reads twice, fetched once: a task-local copy on the executor's disk (object stores only).
+
+A compaction task reads each dirty segment twice: once to build the offset map, once to clean it. On local disk the
+second read is the page cache's; on an object store it is a second GET of the whole object, and a cleaning task's
+dirty section is most of what it reads. :class:`TaskSpool` fetches such an object once, streaming it into a file
+of the task's own spool directory, and maps that file for every read after: one GET, bounded memory (the pages
+are the page cache's, not the task's heap), and both passes see the same bytes even if the object were replaced
+between them.
+
+The spool lives under the first of ``SPARK_LOCAL_DIRS`` (the executor's scratch disks, which Spark gives its
+Python workers) or the system's temporary directory, in a directory named after the task's process; it is
+removed when the task ends, and a later task on the same host removes those of processes that no longer exist (a
+worker killed mid-task). It is used only when that disk has the room: the objects' bytes and a margin
+(:data:`FREE_MARGIN_BYTES`); otherwise the task reads twice, as without a spool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import shutil
+import socket
+import tempfile
+import time
+import uuid
+from typing import Iterable, Iterator
+
+from segment_io.storage.base import Storage
+
+#: What the spool's disk must keep free beyond the objects it would hold: the task's staged output and the other
+#: tasks of the host share it.
+FREE_MARGIN_BYTES = 1 << 30
+#: The spool directories' name prefix (``segjobs-spool-<host>-<pid>-<random>``).
+PREFIX = "segjobs-spool-"
+#: A spool left by a dead process is removed once it is this old (a host's scratch dir may be shared by
+#: containers whose process ids this one cannot see: only its own host's, and only old ones).
+STALE_AFTER_S = 600
+
+
+def spool_root() -> str:
+    """Where spools go: the first of ``SPARK_LOCAL_DIRS`` (an executor's scratch disks), else the system's
+    temporary directory."""
+    local = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0].strip()
+    return local or tempfile.gettempdir()
+
+
+class TaskSpool:
+    """Local copies of the objects of ``uris`` (with their ``sizes``), each fetched from ``storage`` the first time
+    :meth:`mapped` is asked for it. :attr:`active` is False (every read goes to the store) on local disk, for
+    nothing to hold, or when the disk lacks the room. Close it (or use it as a context manager) to remove it."""
+
+    def __init__(self, storage: Storage, uris: Iterable[str], sizes: Iterable[int], *,
+                 root: str | None = None) -> None:
+        self.storage = storage
+        wanted = dict(zip(uris, sizes, strict=True))
+        self.dir: str | None = None
+        self._held: set[str] = set()
+        self._files: dict[str, str] = {}
+        if not wanted or storage.local_path(next(iter(wanted))) is not None:
+            return
+        root = root or spool_root()
+        try:
+            os.makedirs(root, exist_ok=True)
+            sweep_stale(root)
+            if shutil.disk_usage(root).free < sum(wanted.values()) + FREE_MARGIN_BYTES:
+                return
+            self.dir = tempfile.mkdtemp(prefix=f"{PREFIX}{_host()}-{os.getpid()}-", dir=root)
+        except OSError:
+            return  # no usable scratch disk: read twice, as without a spool
+        self._held = set(wanted)
+
+    @property
+    def active(self) -> bool:
+        return self.dir is not None
+
+    @contextlib.contextmanager
+    def mapped(self, uri: str) -> Iterator[bytes | memoryview | mmap.mmap]:
+        """``uri``'s bytes, as :meth:`Storage.read_mapped` gives them: from the spool's copy when it holds
+        ``uri`` (fetched now the first time), else from the store."""
+        if uri in self._held and uri not in self._files and self.dir is not None:
+            path = os.path.join(self.dir, f"{len(self._files)}-{uuid.uuid4().hex[:8]}")
+            try:
+                self.storage.download(uri, path)
+                self._files[uri] = path
+            except OSError:  # the scratch disk filled or failed: this object is read from the store each time
+                self.release(uri)
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+        if uri not in self._files:
+            with self.storage.read_mapped(uri) as data:
+                yield data
+            return
+        with open(self._files[uri], "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                yield b""
+                return
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            try:
+                yield data
+            finally:
+                with contextlib.suppress(BufferError):  # a traceback may still hold a view: unmapped when collected
+                    data.close()
+
+    def release(self, uri: str) -> None:
+        """``uri`` will not be read again: its copy goes (a later read goes to the store)."""
+        self._held.discard(uri)
+        path = self._files.pop(uri, None)
+        if path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+    def close(self) -> None:
+        """Remove the spool and every copy in it."""
+        self._held.clear()
+        self._files.clear()
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def __enter__(self) -> "TaskSpool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def sweep_stale(root: str) -> None:
+    """Remove the spools under ``root`` whose process no longer exists (a Python worker killed mid-task leaves its
+    spool behind; Spark does not remove what its workers write under its scratch dirs while the executor runs)."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    mine = f"{PREFIX}{_host()}-"
+    for name in names:
+        if not name.startswith(mine):
+            continue
+        pid = name[len(mine):].split("-", 1)[0]
+        path = os.path.join(root, name)
+        try:
+            old = time.time() - os.stat(path).st_mtime > STALE_AFTER_S
+        except OSError:
+            continue
+        if old and pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _host() -> str:
+    """This host's name as a file name may hold it."""
+    return "".join(c if c.isalnum() or c in "._" else "_" for c in socket.gethostname())[:64] or "host"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process: it exists
+    return True

@@ -1,0 +1,104 @@
+"""A task's spool (``segment_io.storage.spool``): an object read twice is fetched once, the copies go when the
+task is done with them, and where the spool cannot help the reads go to the store as before."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from segment_io.storage import LocalStorage
+from segment_io.storage import spool as spool_module
+from segment_io.storage.spool import PREFIX, TaskSpool, sweep_stale
+from segment_io.storage.traffic import metered
+
+DATA = bytes(range(256)) * 4096  # 1 MiB
+
+
+@pytest.fixture()
+def s3(s3_bucket):
+    from segment_io.storage.s3 import S3Storage
+
+    endpoint, bucket = s3_bucket
+    storage = S3Storage(endpoint.storage_options())
+    uris = [f"s3://{bucket}/t-0/{i:020d}.log" for i in range(3)]
+    for uri in uris:
+        storage.write_atomic(uri, DATA)
+    return storage, uris
+
+
+@pytest.mark.s3
+def test_an_object_read_twice_is_fetched_once_and_its_copy_goes_when_released(s3, tmp_path: Path) -> None:
+    storage, uris = s3
+    with metered() as t, TaskSpool(storage, uris[:2], [len(DATA)] * 2, root=str(tmp_path)) as spool:
+        assert spool.active
+        for _ in range(2):
+            for uri in uris:  # the third is not held: read from the store each time
+                with spool.mapped(uri) as data:
+                    assert bytes(data) == DATA
+        assert len(os.listdir(spool.dir)) == 2
+        spool.release(uris[0])
+        assert len(os.listdir(spool.dir)) == 1
+        with spool.mapped(uris[0]) as data:  # released: from the store again
+            assert bytes(data) == DATA
+    assert (t.get, t.get_bytes) == (2 + 2 + 1, 5 * len(DATA))
+    assert os.listdir(tmp_path) == []  # closed: the spool's directory is gone
+
+
+@pytest.mark.s3
+def test_without_the_room_for_its_copies_the_spool_reads_from_the_store(s3, tmp_path: Path, monkeypatch) -> None:
+    storage, uris = s3
+    monkeypatch.setattr(spool_module, "FREE_MARGIN_BYTES", 1 << 60)
+    with metered() as t, TaskSpool(storage, uris, [len(DATA)] * 3, root=str(tmp_path)) as spool:
+        assert not spool.active
+        for _ in range(2):
+            with spool.mapped(uris[0]) as data:
+                assert bytes(data) == DATA
+    assert t.get == 2 and os.listdir(tmp_path) == []
+
+
+@pytest.mark.s3
+def test_a_copy_that_cannot_be_written_is_read_from_the_store(s3, tmp_path: Path, monkeypatch) -> None:
+    storage, uris = s3
+
+    def disk_full(uri: str, path: str) -> int:
+        Path(path).write_bytes(b"partial")
+        raise OSError(28, "No space left on device")
+
+    with TaskSpool(storage, uris, [len(DATA)] * 3, root=str(tmp_path)) as spool:
+        monkeypatch.setattr(storage, "download", disk_full)
+        with spool.mapped(uris[0]) as data:
+            assert bytes(data) == DATA
+        assert os.listdir(spool.dir) == []  # the partial copy removed
+
+
+def test_on_local_disk_there_is_nothing_to_spool(tmp_path: Path) -> None:
+    f = tmp_path / "00000000000000000000.log"
+    f.write_bytes(DATA)
+    with TaskSpool(LocalStorage(), [str(f)], [len(DATA)], root=str(tmp_path / "spool")) as spool:
+        assert not spool.active
+        with spool.mapped(str(f)) as data:
+            assert bytes(data) == DATA
+    assert not (tmp_path / "spool").exists()
+
+
+def test_a_dead_process_s_old_spool_is_swept_and_no_other(tmp_path: Path) -> None:
+    host = spool_module._host()
+    dead_pid = 2 ** 22 + 12345  # above Linux's pid_max: no such process
+    dirs = {
+        "dead, old": f"{PREFIX}{host}-{dead_pid}-a",
+        "dead, recent": f"{PREFIX}{host}-{dead_pid}-b",
+        "alive, old": f"{PREFIX}{host}-{os.getppid()}-c",
+        "another host's": f"{PREFIX}other{host}-{dead_pid}-d",
+        "not a spool": f"elsewhere-{dead_pid}",
+    }
+    old = time.time() - spool_module.STALE_AFTER_S - 60
+    for what, name in dirs.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "0-copy").write_bytes(b"x")
+        if "recent" not in what:
+            os.utime(tmp_path / name, (old, old))
+    sweep_stale(str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == sorted(n for w, n in dirs.items() if w != "dead, old")
