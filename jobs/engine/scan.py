@@ -19,8 +19,13 @@ Three depths:
 * ``sizes`` (compaction's selection, see :mod:`jobs.engine.compact.selection`): ``headers``, plus the first batch
   header of every closed segment a ``.timeindex`` dated (one small read: the first batch timestamp that
   ``max.compaction.lag.ms`` counts from, and the check that the segment starts at or above its base offset).
-  Everything Kafka's cleaner needs to pick a log, except the last stable offset. Two reads that only retention
-  needs are left out, so a partition compaction cannot select costs no request on an object store: the
+  Everything Kafka's cleaner needs to pick a log, except the last stable offset. Of the active segment, which
+  Kafka never cleans, only the log end offset is needed: its batches are read from its last ``.index`` entry on
+  (:func:`_active_tail`; the whole segment where the index cannot be trusted), so a run with nothing due reads a
+  few KiB of each partition's active segment rather than all of it (up to ``segment.bytes``, 1 GiB by default,
+  a GET of the whole object on S3); its largest timestamp, batch and record counts are left unknown. Two reads
+  that only retention needs are left out, so a partition compaction cannot select costs no request on an object
+  store: the
   leader-epoch checkpoint (``leader_epochs`` is None, ``leader_epochs_error`` says it was not read, so nothing
   that needs it can mistake it for an empty one), and the active segment of a partition that has no other
   segment, when the checkpoints do not reach past its base offset (:func:`active_segment_unread`).
@@ -251,16 +256,54 @@ def _check_tail(storage: Storage, seg: SegmentFiles) -> None:
 
 def _last_indexed_position(storage: Storage, seg: SegmentFiles) -> int:
     """The position of a segment's last ``.index`` entry (a batch start), 0 when there is none to trust."""
+    entry = _last_index_entry(storage, seg)
+    return entry[1] if entry is not None else 0
+
+
+def _last_index_entry(storage: Storage, seg: SegmentFiles) -> tuple[int, int] | None:
+    """A segment's last ``.index`` entry, ``(offset, position)``: the last offset of the batch that starts at that
+    position, as Kafka indexes a batch. None when there is none to trust (no index, a size that is not whole
+    entries, or an all-zero last entry: a preallocated tail, not worth a search)."""
     if seg.index is None or seg.index.size < OFFSET_INDEX_ENTRY_SIZE or seg.index.size % OFFSET_INDEX_ENTRY_SIZE:
-        return 0
+        return None
     try:
         last = storage.read_range(seg.index.uri, seg.index.size - OFFSET_INDEX_ENTRY_SIZE, OFFSET_INDEX_ENTRY_SIZE)
     except StorageError:
-        return 0
-    # an all-zero last entry is a preallocated tail: not worth a search, the whole file decides
+        return None
     if len(last) != OFFSET_INDEX_ENTRY_SIZE:
-        return 0
-    return int(np.frombuffer(last, dtype=OFFSET_INDEX_ENTRY)["position"][0])
+        return None
+    entry = np.frombuffer(last, dtype=OFFSET_INDEX_ENTRY)[0]
+    position = int(entry["position"])
+    return (seg.base_offset + int(entry["relative_offset"]), position) if position > 0 else None
+
+
+def _active_tail(storage: Storage, seg: SegmentFiles) -> tuple[int, int] | None:
+    """The active segment's log end offset from its end alone, and the bytes of an incomplete batch at its end:
+    the batches from its last ``.index`` entry on (two small reads, where the whole segment, up to
+    ``segment.bytes``, would be one large one). None when that cannot be trusted: no usable entry, a position at
+    or past the end, bytes from there that do not frame as batches in offset order, or a first batch there that
+    is not the one the entry names (the whole segment is then read, and its framing decides)."""
+    entry = _last_index_entry(storage, seg)
+    size = seg.log.size
+    if entry is None or not 0 < entry[1] < size:
+        return None
+    offset, position = entry
+    try:
+        h = scan_batches(storage.read_range(seg.log.uri, position, size - position), path=seg.log.uri,
+                         allow_truncated_tail=True)
+        if not len(h):
+            return None
+        check_offset_order(h, seg.log.uri)
+    except CorruptRecordError:
+        return None
+    if not int(h.base_offset[0]) <= offset <= int(h.last_offset[0]) or int(h.base_offset[0]) < seg.base_offset:
+        return None
+    return int(h.last_offset[-1]) + 1, int(h.truncated_tail)
+
+
+def _truncated_warning(seg: SegmentFiles, truncated: int) -> str:
+    return (f"{seg.log.uri}: last {truncated} bytes are an incomplete batch (a broker's recovery would truncate "
+            f"them); the active segment is left as is")
 
 
 #: A closed segment whose batches average at least this many bytes has its header scan read only the pages its batch
@@ -403,6 +446,18 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
                     offset_index_bytes=seg.index.size if seg.index else None,
                     time_index_bytes=seg.timeindex.size if seg.timeindex else None))
                 continue
+            if active and depth == "sizes":
+                tail = _active_tail(storage, seg)
+                if tail is not None:
+                    nxt, truncated = tail
+                    if truncated:
+                        out.warnings.append(_truncated_warning(seg, truncated))
+                    infos.append(SegmentInfo(
+                        base_offset=seg.base_offset, size_bytes=seg.log.size, next_offset=nxt,
+                        first_batch_timestamp=None, largest_timestamp=None, mtime_ms=seg.log.mtime_ms,
+                        offset_index_bytes=seg.index.size if seg.index else None,
+                        time_index_bytes=seg.timeindex.size if seg.timeindex else None))
+                    continue
             # Closed segments are mapped (only header pages are touched); the active one, which a broker may
             # still append to or truncate, is read whole.
             reader = nullcontext(storage.read(seg.log.uri)) if active else storage.read_mapped(seg.log.uri)
@@ -416,8 +471,7 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
                     summaries.append(summarize_headers([(h, data)], path=seg.log.uri,
                                                         max_batch_bytes=max_batch_bytes))
             if h.truncated_tail:
-                out.warnings.append(f"{seg.log.uri}: last {h.truncated_tail} bytes are an incomplete batch "
-                                    f"(a broker's recovery would truncate them); the active segment is left as is")
+                out.warnings.append(_truncated_warning(seg, h.truncated_tail))
             check_offset_order(h, seg.log.uri)
             if len(h) and int(h.base_offset[0]) < seg.base_offset:
                 raise CorruptRecordError(f"first batch offset {int(h.base_offset[0])} lies below the segment's "

@@ -6,6 +6,7 @@ with ``struct`` in Kafka's layout (int64 timestamp, int32 relative offset), inde
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 from pathlib import Path
@@ -233,6 +234,29 @@ class _Reads:
         return self.storage.read_mapped(uri)
 
 
+class _Bytes(_Reads):
+    """:class:`_Reads` that also adds up the bytes each read of a file returned."""
+
+    def __init__(self, storage) -> None:
+        super().__init__(storage)
+        self.bytes: dict[str, int] = {}
+
+    def _add(self, uri, data):
+        self.bytes[uri] = self.bytes.get(uri, 0) + len(data)
+        return data
+
+    def read(self, uri):
+        return self._add(uri, super().read(uri))
+
+    def read_range(self, uri, start, length):
+        return self._add(uri, super().read_range(uri, start, length))
+
+    @contextlib.contextmanager
+    def read_mapped(self, uri):
+        with super().read_mapped(uri) as data:
+            yield self._add(uri, data)
+
+
 @pytest.mark.parametrize("lso,cco,unread", [
     (None, None, True), (3, 3, True), (0, 1, True),
     (4, None, False),  # a log start past the active segment's base: only its end says whether it is possible
@@ -335,3 +359,78 @@ def test_batches_below_the_read_around_window_keep_it(tmp_path: Path) -> None:
         storage = open_storage(str(tmp_path / name))
         listing = list_log_dir(storage, str(tmp_path / name)).partition("t", 0)
         assert not headers_far_apart(listing.segments[0]), name
+
+
+def _two_segments(root: Path) -> Path:
+    """A partition of a closed segment and an active one of 40 batches of 1 KB (index entries every 4 KiB, the
+    default interval); returns the active segment's ``.log``."""
+    log = LogBuilder("t", 0, timestamp=T0)
+    for i in range(10):
+        log.batch([rec(f"k{i}", "v" * 1000)])
+    log.roll()
+    for i in range(40):
+        log.batch([rec(f"k{i}", "v" * 1000), rec(f"j{i}", "w" * 10)])
+    write_log(log.table(), root / "t-0")
+    return root / "t-0" / segment_file_name(10)
+
+
+def _damage(active: Path, how: str) -> None:
+    index = active.with_suffix(".index")
+    entries = bytearray(index.read_bytes())
+    if how == "no index":
+        index.unlink()
+    elif how == "preallocated index":  # a broker's active index before a clean shutdown trims it
+        index.write_bytes(bytes(entries) + bytes(8 * 100))
+    elif how == "entry mid-batch":
+        position = struct.unpack(">i", entries[-4:])[0]
+        index.write_bytes(bytes(entries[:-4]) + struct.pack(">i", position + 7))
+    elif how == "entry of another batch":
+        relative = struct.unpack(">i", entries[-8:-4])[0]
+        index.write_bytes(bytes(entries[:-8]) + struct.pack(">i", relative + 5) + bytes(entries[-4:]))
+    elif how == "truncated end":
+        active.write_bytes(active.read_bytes()[:-10])
+    elif how == "garbage past the entry":  # after the last batch, bytes whose length field is negative
+        active.write_bytes(active.read_bytes() + struct.pack(">qi", 90, -5) + bytes(40))
+
+
+@pytest.mark.parametrize(("how", "tail_only"), [
+    ("intact", True),
+    ("truncated end", True),  # a warning, as on a full read
+    ("no index", False),
+    ("preallocated index", False),
+    ("entry mid-batch", False),
+    ("entry of another batch", False),
+    ("garbage past the entry", False),  # the full read then says where
+])
+def test_a_selection_scan_reads_the_active_segment_from_its_last_index_entry_on(tmp_path: Path, how: str,
+                                                                                tail_only: bool,
+                                                                                monkeypatch) -> None:
+    """Compaction's selection needs only the active segment's log end offset (Kafka never cleans it): the scan at
+    depth sizes reads its batches from its last ``.index`` entry on, where an index can be trusted, and the whole
+    segment where not; either way with the log end offset, warnings, errors and plan of a full read."""
+    from jobs.engine import scan as scan_module
+    from jobs.rules.config import ConfigSet
+    from jobs.rules.plan_compact import plan_compaction
+
+    root = tmp_path / "logs"
+    active = _two_segments(root)
+    _damage(active, how)
+    listing = list_log_dir(open_storage(str(root)), str(root)).partition("t", 0)
+    storage = _Bytes(open_storage(str(root)))
+    sizes = scan_partition(storage, listing, depth="sizes")
+    with monkeypatch.context() as m:  # the reference: the same scan reading the whole active segment
+        m.setattr(scan_module, "_active_tail", lambda *_: None)
+        full = scan_partition(open_storage(str(root)), listing, depth="sizes")
+    read = storage.bytes[str(active)]
+    if tail_only:
+        assert read < active.stat().st_size // 4, (read, active.stat().st_size)
+    else:
+        assert read >= active.stat().st_size
+    assert sizes.error == full.error and sizes.warnings == full.warnings
+    assert (full.error is not None) == (how == "garbage past the entry")
+    if full.error is not None:
+        assert full.error.file == str(active) and full.error.kind == "InvalidLengthError", full.error
+        return
+    assert sizes.state.log_end_offset == full.state.log_end_offset == (88 if how == "truncated end" else 90)
+    config = ConfigSet().with_overrides(["t:cleanup.policy=compact"]).for_topic("t")
+    assert plan_compaction(sizes.scanned, config, T0 + 10**9) == plan_compaction(full.scanned, config, T0 + 10**9)
