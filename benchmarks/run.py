@@ -28,6 +28,7 @@ SECTIONS = {
     "costs": "benchmarks.fixed_cost_bench",
     "cost-parts": "benchmarks.fixed_cost_parts",
     "s3-planning": "benchmarks.s3_planning_bench",
+    "s3-reads": "benchmarks.s3_reads_bench",
     "table": "benchmarks.table_bench",
     "clean-cpu": "benchmarks.clean_cpu_bench",
     "tiered-audit": "benchmarks.tiered_audit_bench",

@@ -1,0 +1,114 @@
+"""What a compaction on S3 fetches, against each object once: ``segjobs compact`` as users run it, on moto_server.
+
+Issue 34, item 2: read each byte once where Kafka does. A run's report counts its requests and the bytes its GETs
+fetched (``store_traffic``, see :mod:`segment_io.storage.traffic`); this section runs ``segjobs compact`` in a new
+process, default options, on a log dir uploaded to a local moto_server, and sets those bytes against the floor: the
+selected partitions' segments (``.log``) fetched once each. Counts, not timings: they do not depend on the
+machine's load (the seconds are printed for reference). The requests the report counts are checked against
+moto_server's own request log (``requests_served``).
+
+Data (:mod:`segment_io.generate`): 4 partitions of 60,000 records of 1 KiB values (``--quick``: 12,000), 16 MiB
+segments (``--quick``: 4 MiB), every key written twice in random order, 5% of the batches in transactions of
+which a fifth abort: about 250 MB (``--quick``: 50 MB). Two runs: the first finds every partition dirty (no cleaner
+checkpoint: Kafka's first clean), the second nothing due.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.baselines import verdict
+from benchmarks.s3_planning_bench import PREFIX, _upload
+
+CONFIG_TOML = '[defaults]\n"cleanup.policy" = "compact"\n'
+NOW = "2024-01-01T00:00:00Z"
+#: issue 34's target: each selected segment fetched once
+TARGET_READS = 1.0
+
+
+def _served(log: Path, start: int, bucket: str) -> int:
+    """The requests on ``bucket`` moto_server logged from byte ``start`` of its log on."""
+    with open(log, "rb") as f:
+        f.seek(start)
+        lines = f.read().decode("utf-8", "replace").splitlines()
+    return sum(1 for line in lines if re.search(rf'"[A-Z]+ /{bucket}[/?" ]', line))
+
+
+def _stages(traffic: dict) -> str:
+    """``driver: 10 GETs 1.2 MB; <stage>: ...``: where the bytes were fetched."""
+    parts = {"driver": traffic["driver"], **traffic["tasks"]}
+    return "; ".join(f"{stage.removeprefix('segjobs compact: ')}: {t['get']} GET(s) {t['get_bytes'] / 1e6:.1f} MB"
+                     for stage, t in parts.items())
+
+
+def run(quick: bool = False, data_dir: Path = Path("bench-data")) -> list[dict]:
+    from segment_io.generate import GenerateSpec, generate_log_dir
+    from tests.support.s3 import ACCESS_KEY, REGION, SECRET_KEY, MotoServer
+
+    root = data_dir / "s3-reads"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    log = root / "moto.log"
+    records, segment = (12_000, 4 << 20) if quick else (60_000, 16 << 20)
+    rows: list[dict] = []
+    server = MotoServer.start(log_path=str(log))
+    try:
+        t0 = time.perf_counter()
+        generate_log_dir(GenerateSpec(partitions=4, records=records, value_bytes=1024, superseded_share=0.5,
+                                      segment_bytes=segment, transactional_share=0.05, aborted_share=0.2),
+                         str(root / "logs"))
+        segment_bytes = sum(p.stat().st_size for p in (root / "logs").rglob("*.log"))
+        bucket = server.create_bucket("reads")
+        objects = _upload(server.client(), bucket, root / "logs")
+        rows.append({"bench": "generate and upload", "objects": objects, "segment_bytes": segment_bytes,
+                     "seconds": round(time.perf_counter() - t0, 1)})
+        config = root / "topics.toml"
+        config.write_text(CONFIG_TOML)
+        env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
+                   AWS_DEFAULT_REGION=REGION, PYSPARK_PYTHON=sys.executable)
+        segjobs = str(Path(sys.executable).parent / "segjobs")
+        for name in ("first run: every partition dirty", "second run: nothing due"):
+            report = root / "report.json"
+            start = log.stat().st_size
+            t0 = time.perf_counter()
+            proc = subprocess.run([segjobs, "compact", "--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint",
+                                   server.endpoint_url, "--config", str(config), "--now", NOW, "--report",
+                                   str(report)], env=env, capture_output=True, text=True)
+            seconds = time.perf_counter() - t0
+            if proc.returncode != 0:
+                raise RuntimeError(f"segjobs compact exited {proc.returncode}: {proc.stderr[-2000:]}")
+            time.sleep(0.5)  # the server writes a request's log line after its answer
+            doc = json.loads(report.read_text())
+            traffic = doc["store_traffic"]
+            selected = {(p["topic"], p["partition"]) for p in doc["partitions"] if p["selected"]}
+            floor = sum(p.stat().st_size for p in (root / "logs").rglob("*.log")
+                        if (p.parent.name.rsplit("-", 1)[0], int(p.parent.name.rsplit("-", 1)[1])) in selected)
+            row = {"bench": f"segjobs compact on S3, {name}", "seconds": round(seconds, 1),
+                   "selected": len(selected),
+                   "strategies": ",".join(sorted({str(p.get("strategy")) for p in doc["partitions"] if p["selected"]})),
+                   "requests": traffic["requests"],
+                   "requests_served": _served(log, start, bucket), "get": traffic["get"],
+                   "get_mb": round(traffic["get_bytes"] / 1e6, 1), "segment_mb": round(segment_bytes / 1e6, 1),
+                   "floor_mb": round(floor / 1e6, 1),
+                   "reads_of_floor": round(traffic["get_bytes"] / floor, 2) if floor else None,
+                   "put_mb": round(traffic["put_bytes"] / 1e6, 1), "by_stage": _stages(traffic)}
+            if floor:
+                row.update(target=f"<= {TARGET_READS:.1f}x the floor (each selected segment fetched once)",
+                           result=verdict(traffic["get_bytes"] <= TARGET_READS * floor))
+            rows.append(row)
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    return rows
+
+
+if __name__ == "__main__":  # python -m benchmarks.s3_reads_bench [--quick]
+    for row in run(quick="--quick" in sys.argv[1:]):
+        print("  " + "  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
