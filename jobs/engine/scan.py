@@ -88,6 +88,7 @@ from segment_io.layout import (
 from segment_io.schema import BATCH_SCHEMA
 from segment_io.storage.base import Storage
 from segment_io.storage.local import storage_error
+from segment_io.storage.spool import HostSpool, map_file
 
 
 class ReportError(TypedDict):
@@ -399,9 +400,11 @@ def active_segment_unread(listing: PartitionListing, depth: str, log_start_check
 def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = "transactions",
                    log_start_checkpoint: int | None = None, cleaner_checkpoint: int | None = None,
                    now_ms: int = 0, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
-                   max_batch_bytes: int | None = None) -> PartitionScan:
+                   max_batch_bytes: int | None = None, spool: HostSpool | None = None) -> PartitionScan:
     """Read what the planners need from one partition (see the module docstring for ``depth``);
-    ``max_batch_bytes``: the decompression bound (see :func:`segment_io.compression.max_batch_bytes`)."""
+    ``max_batch_bytes``: the decompression bound (see :func:`segment_io.compression.max_batch_bytes`);
+    ``spool``: at depth ``transactions`` on an object store, where the segments fetched go, for the partition's
+    cleaning task on this host (see :class:`~segment_io.storage.spool.HostSpool`)."""
     if depth not in ("headers", "sizes", "transactions"):
         raise ValueError(f"unknown scan depth {depth!r}")
     out = PartitionScan(listing.topic, listing.partition, listing.uri,
@@ -460,7 +463,9 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
                     continue
             # Closed segments are mapped (only header pages are touched); the active one, which a broker may
             # still append to or truncate, is read whole.
-            reader = nullcontext(storage.read(seg.log.uri)) if active else storage.read_mapped(seg.log.uri)
+            copy = spool.fetch(storage, seg.log) if spool is not None and depth == "transactions" else None
+            reader = (map_file(copy) if copy is not None  # an object store's object, fetched once for the run
+                      else nullcontext(storage.read(seg.log.uri)) if active else storage.read_mapped(seg.log.uri))
             with reader as data:
                 if not active and headers_far_apart(seg):
                     read_headers_only(data)
@@ -519,10 +524,11 @@ class ScanItem:
     now_ms: int
     producer_id_expiration_ms: int
     max_batch_bytes: int | None
+    spool: HostSpool | None = None
 
     def scan(self) -> PartitionScan:
         return scan_partition(self.storage, self.listing, depth=self.depth,
                               log_start_checkpoint=self.log_start_checkpoint,
                               cleaner_checkpoint=self.cleaner_checkpoint, now_ms=self.now_ms,
                               producer_id_expiration_ms=self.producer_id_expiration_ms,
-                              max_batch_bytes=self.max_batch_bytes)
+                              max_batch_bytes=self.max_batch_bytes, spool=self.spool)

@@ -215,9 +215,10 @@ class Storage(ABC):
         ``with`` block."""
         yield self.read(uri)
 
-    def download(self, uri: str, path: str) -> int:
+    def download(self, uri: str, path: str, *, etag: str | None = None) -> int:
         """Copy the object ``uri`` into the new local file ``path`` (created, written, not synced: a scratch copy)
-        and return its size; an object store streams it, so memory stays bounded."""
+        and return its size; an object store streams it, so memory stays bounded. ``etag``: only that version of
+        the object (else :class:`~segment_io.errors.PreconditionFailedError`); ignored where files have none."""
         with self.read_mapped(uri) as data, open(path, "xb") as f:
             f.write(data)
             return len(data)

@@ -286,11 +286,13 @@ class S3Storage(Storage):
         traffic.count("get", len(data), requests=0)
         return data
 
-    def download(self, uri: str, path: str) -> int:
+    def download(self, uri: str, path: str, *, etag: str | None = None) -> int:
         bucket, key = parse_s3_uri(uri)
 
         def get() -> int:
-            body = self._client.get_object(Bucket=bucket, Key=key)["Body"]
+            answer = (self._client.get_object(Bucket=bucket, Key=key, IfMatch=etag) if etag is not None
+                      else self._client.get_object(Bucket=bucket, Key=key))
+            body = answer["Body"]
             done = 0
             with open(path, "xb") as f:
                 for chunk in body.iter_chunks(DOWNLOAD_CHUNK):

@@ -17,6 +17,7 @@ worker killed mid-task). It is used only when that disk has the room: the object
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import mmap
 import os
 import shutil
@@ -24,9 +25,10 @@ import socket
 import tempfile
 import time
 import uuid
-from typing import Iterable, Iterator
+from typing import BinaryIO, ContextManager, Iterable, Iterator
 
-from segment_io.storage.base import Storage
+from segment_io.errors import PreconditionFailedError
+from segment_io.storage.base import FileInfo, Storage
 
 #: What the spool's disk must keep free beyond the objects it would hold: the task's staged output and the other
 #: tasks of the host share it.
@@ -36,6 +38,10 @@ PREFIX = "segjobs-spool-"
 #: A spool left by a dead process is removed once it is this old (a host's scratch dir may be shared by
 #: containers whose process ids this one cannot see: only its own host's, and only old ones).
 STALE_AFTER_S = 600
+#: The host spools' name prefix (``segjobs-run-<run id>``), and how old one must be to be swept (a run's spool
+#: is written by its scans and read by its cleaning tasks, within the run).
+RUN_PREFIX = "segjobs-run-"
+RUN_STALE_AFTER_S = 24 * 3600
 
 
 def spool_root() -> str:
@@ -91,16 +97,8 @@ class TaskSpool:
             with self.storage.read_mapped(uri) as data:
                 yield data
             return
-        with open(self._files[uri], "rb") as f:
-            if os.fstat(f.fileno()).st_size == 0:
-                yield b""
-                return
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            try:
-                yield data
-            finally:
-                with contextlib.suppress(BufferError):  # a traceback may still hold a view: unmapped when collected
-                    data.close()
+        with map_file(self._files[uri]) as data:
+            yield data
 
     def release(self, uri: str) -> None:
         """``uri`` will not be read again: its copy goes (a later read goes to the store)."""
@@ -125,6 +123,101 @@ class TaskSpool:
         self.close()
 
 
+def map_file(path: str) -> ContextManager[bytes | mmap.mmap]:
+    """A local file's bytes, memory-mapped (an empty file: ``b""``); nothing may keep a view past the block."""
+    return map_open(open(path, "rb"))
+
+
+@contextlib.contextmanager
+def map_open(file: BinaryIO) -> Iterator[bytes | mmap.mmap]:
+    """:func:`map_file` of a file already open (closed when the block ends)."""
+    with file as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            yield b""
+            return
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            yield data
+        finally:
+            with contextlib.suppress(BufferError):  # a traceback may still hold a view: unmapped when collected
+                data.close()
+
+
+class HostSpool:
+    """One run's copies of objects on one host, for a later task of the same run on that host: the segments the
+    transaction-state scan of a partition fetched, for the partition's cleaning task (on one host, as ``local[N]``
+    runs, it then fetches none of them again; on a cluster it finds them when it runs where the scan ran).
+
+    It pickles as its name (``segjobs-run-<run id>``) and lives under :func:`spool_root` of the host that uses
+    it: an executor's scratch dirs, which Spark removes with the application. A copy is named by the object's
+    URI, ETag and size and fetched with its listed ETag as a precondition, so a copy is the listed version of the
+    object or is not there; it is written under a temporary name and renamed, so a reader never sees half of one.
+    The cleaning task removes its partition's copies when it ends; what is left (a partition the scan read but
+    that was not cleaned) goes with the scratch dirs, or is swept once a day old (:func:`sweep_stale`)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.name = f"{RUN_PREFIX}{run_id}"
+
+    def _path(self, f: FileInfo) -> str:
+        digest = hashlib.sha1(f"{f.uri}\n{f.etag}\n{f.size}".encode()).hexdigest()
+        return os.path.join(spool_root(), self.name, digest)
+
+    def find(self, f: FileInfo) -> str | None:
+        """The local copy of the listed object ``f``, or None."""
+        path = self._path(f)
+        try:
+            return path if os.stat(path).st_size == f.size else None
+        except OSError:
+            return None
+
+    def open(self, f: FileInfo) -> BinaryIO | None:
+        """The local copy of ``f`` opened for reading, or None: opened now, so that a copy another attempt of the
+        same task removes meanwhile stays readable to this one."""
+        try:
+            file = open(self._path(f), "rb")
+        except OSError:
+            return None
+        if os.fstat(file.fileno()).st_size != f.size:
+            file.close()
+            return None
+        return file
+
+    def fetch(self, storage: Storage, f: FileInfo) -> str | None:
+        """The local copy of ``f``, fetched now (one GET, pinned to its ETag) unless it is there; None when it
+        cannot be kept (no ETag to pin it to, no room for it and :data:`FREE_MARGIN_BYTES`, a disk error): the
+        caller then reads from the store."""
+        found = self.find(f)
+        if found is not None or f.etag is None:
+            return found
+        path = self._path(f)
+        temp = f"{path}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            if not os.path.isdir(os.path.dirname(path)):
+                sweep_stale(os.path.dirname(os.path.dirname(path)))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            if shutil.disk_usage(os.path.dirname(path)).free < f.size + FREE_MARGIN_BYTES:
+                return None
+            if storage.download(f.uri, temp, etag=f.etag) != f.size:
+                raise OSError(f"{f.uri}: the object's size is not the listed {f.size}")
+            os.replace(temp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            return None
+        except PreconditionFailedError:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise PreconditionFailedError(f"the object changed after the run listed it (ETag {f.etag}): something "
+                                          f"else writes under the log dir while this run holds it", uri=f.uri) from None
+        return path
+
+    def discard(self, files: Iterable[FileInfo]) -> None:
+        """Remove the copies of ``files`` (those there are)."""
+        for f in files:
+            with contextlib.suppress(OSError):
+                os.unlink(self._path(f))
+
+
 def sweep_stale(root: str) -> None:
     """Remove the spools under ``root`` whose process no longer exists (a Python worker killed mid-task leaves its
     spool behind; Spark does not remove what its workers write under its scratch dirs while the executor runs)."""
@@ -134,6 +227,11 @@ def sweep_stale(root: str) -> None:
         return
     mine = f"{PREFIX}{_host()}-"
     for name in names:
+        if name.startswith(RUN_PREFIX):  # a run's host spool, left where Spark does not remove scratch dirs
+            with contextlib.suppress(OSError):
+                if time.time() - os.stat(os.path.join(root, name)).st_mtime > RUN_STALE_AFTER_S:
+                    shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            continue
         if not name.startswith(mine):
             continue
         pid = name[len(mine):].split("-", 1)[0]

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from segment_io.storage import LocalStorage
 from segment_io.storage import spool as spool_module
-from segment_io.storage.spool import PREFIX, TaskSpool, sweep_stale
+from segment_io.storage.spool import PREFIX, HostSpool, TaskSpool, sweep_stale
 from segment_io.storage.traffic import metered
 
 DATA = bytes(range(256)) * 4096  # 1 MiB
@@ -102,3 +103,58 @@ def test_a_dead_process_s_old_spool_is_swept_and_no_other(tmp_path: Path) -> Non
             os.utime(tmp_path / name, (old, old))
     sweep_stale(str(tmp_path))
     assert sorted(os.listdir(tmp_path)) == sorted(n for w, n in dirs.items() if w != "dead, old")
+
+
+@pytest.mark.s3
+def test_a_host_spool_keeps_one_copy_of_the_listed_object_until_discarded(s3, tmp_path: Path, monkeypatch) -> None:
+    storage, uris = s3
+    monkeypatch.setattr(spool_module, "spool_root", lambda: str(tmp_path))
+    (listed,) = storage.list(uris[0].rsplit("/", 1)[0])[:1]
+    host = HostSpool("run1")
+    with metered() as t:
+        path = host.fetch(storage, listed)
+        assert path is not None and Path(path).read_bytes() == DATA
+        assert host.fetch(storage, listed) == path == host.find(listed)  # there: no second GET
+    assert (t.get, t.get_bytes) == (1, len(DATA))
+    assert [p.name for p in tmp_path.iterdir()] == ["segjobs-run-run1"]
+    host.discard([listed])
+    assert host.find(listed) is None and list((tmp_path / "segjobs-run-run1").iterdir()) == []
+    # another run's spool, or another version of the object, is another copy
+    assert HostSpool("run2").find(listed) is None
+
+
+@pytest.mark.s3
+def test_a_host_spool_fetches_only_the_listed_version(s3, tmp_path: Path, monkeypatch) -> None:
+    from segment_io.errors import PreconditionFailedError
+
+    storage, uris = s3
+    monkeypatch.setattr(spool_module, "spool_root", lambda: str(tmp_path))
+    (listed,) = [f for f in storage.list(uris[0].rsplit("/", 1)[0]) if f.uri == uris[0]]
+    storage.write_atomic(uris[0], DATA[::-1])  # replaced after the listing
+    with pytest.raises(PreconditionFailedError, match="changed after the run listed it") as e:
+        HostSpool("run1").fetch(storage, listed)
+    assert e.value.uri == uris[0]
+    assert list((tmp_path / "segjobs-run-run1").iterdir()) == []  # no copy, no temporary file
+
+
+@pytest.mark.s3
+def test_a_host_spool_without_room_or_an_etag_keeps_nothing(s3, tmp_path: Path, monkeypatch) -> None:
+    storage, uris = s3
+    monkeypatch.setattr(spool_module, "spool_root", lambda: str(tmp_path))
+    (listed,) = [f for f in storage.list(uris[0].rsplit("/", 1)[0]) if f.uri == uris[0]]
+    assert HostSpool("run1").fetch(storage, replace(listed, etag=None)) is None
+    monkeypatch.setattr(spool_module, "FREE_MARGIN_BYTES", 1 << 60)
+    with metered() as t:
+        assert HostSpool("run1").fetch(storage, listed) is None
+    assert t.requests == 0
+
+
+def test_a_day_old_run_spool_is_swept(tmp_path: Path) -> None:
+    old, recent = tmp_path / "segjobs-run-old", tmp_path / "segjobs-run-recent"
+    for d in (old, recent):
+        d.mkdir()
+        (d / "copy").write_bytes(b"x")
+    stamp = time.time() - spool_module.RUN_STALE_AFTER_S - 60
+    os.utime(old, (stamp, stamp))
+    sweep_stale(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["segjobs-run-recent"]

@@ -34,6 +34,8 @@ from jobs.engine.compact.cleaning import (
     delete_quietly,
     dirty_segments,
     due_tombstones,
+    release_host_copies,
+    segment_bytes,
 )
 from jobs.engine.scan import PartitionError
 from jobs.rules.cleaner import CleanParams, PartitionRows, clean_records
@@ -98,6 +100,8 @@ def compact_bin(tasks: list[CompactTask]) -> list[PartitionOutcome]:
         for out, written in zip(outcomes, staged):
             if written:
                 out.seconds = round(out.seconds + share, 3)
+    for task in tasks:  # those cleaned together, whose cleaner did not
+        release_host_copies(task)
     return outcomes
 
 
@@ -181,7 +185,7 @@ class _Round:
         datas, piece_member, piece_base = [], [], []
         for k, m in enumerate(members):
             for seg in m.group:
-                datas.append(self.storage.read(m.cleaner.files[seg.base_offset].log.uri))
+                datas.append(segment_bytes(m.task, m.cleaner.files[seg.base_offset].log))
                 piece_member.append(k)
                 piece_base.append(seg.base_offset)
         lengths = np.array([len(d) for d in datas], np.int64)

@@ -12,7 +12,7 @@ import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any, BinaryIO, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -36,9 +36,9 @@ from segment_io.index import check_indexes, read_txn_index
 from segment_io.layout import PartitionListing
 from segment_io.schema import int64_or_zero, validity
 from segment_io.segment_writer import SegmentWriteResult, write_segment
-from segment_io.storage.base import Storage, release_mapped_pages
+from segment_io.storage.base import FileInfo, Storage, release_mapped_pages
 from segment_io.storage.local import storage_error
-from segment_io.storage.spool import TaskSpool
+from segment_io.storage.spool import HostSpool, TaskSpool, map_open
 
 #: Extra cleaning passes over a group's output within one run (a horizon due as soon as it is stamped,
 #: delete.retention.ms <= 0, settles on the second).
@@ -74,6 +74,29 @@ class CompactTask:
     #: memory first (``auto`` on a partition whose records may exceed the map): where to hand the partition
     #: over to external-sort if the map fills (a jobs.engine.compact.external_sort.Handoff)
     handoff: Any = None
+    #: on an object store: the segments the partition's transaction-state scan fetched, when it ran on this host
+    #: (the task reads those copies, and removes them when it ends: :func:`release_host_copies`)
+    host_spool: HostSpool | None = None
+
+
+def host_copy(task: CompactTask, f: FileInfo) -> BinaryIO | None:
+    """The local copy of the object ``f`` that the partition's scan left on this host, opened; or None."""
+    return task.host_spool.open(f) if task.host_spool is not None else None
+
+
+def segment_bytes(task: CompactTask, f: FileInfo) -> bytes:
+    """A segment's bytes, read whole: from the scan's copy on this host, else one GET (local disk: a read)."""
+    copy = host_copy(task, f)
+    if copy is None:
+        return task.storage.read(f.uri)
+    with copy:
+        return copy.read()
+
+
+def release_host_copies(task: CompactTask) -> None:
+    """Remove the copies the partition's scan left on this host: its task is their last reader."""
+    if task.host_spool is not None:
+        task.host_spool.discard(s.log for s in task.listing.segments)
 
 
 @dataclass
@@ -238,16 +261,20 @@ class PartitionCleaner:
                                   legacy_delete_horizon_ms=legacy_h)
 
     def mapped(self, base: int):
-        """A closed segment's bytes without a copy (memory-mapped on local disk; on S3 one GET, or the spool's
-        copy of a dirty segment). Decoding copies what it keeps, so nothing outlives the mapping but the encoder's
-        verbatim copies, made while it is open."""
-        uri = self.files[base].log.uri
-        return self.spool.mapped(uri) if self.spool is not None else self.task.storage.read_mapped(uri)
+        """A closed segment's bytes without a copy (memory-mapped on local disk; on S3 the scan's copy on this
+        host, else one GET, or the task spool's copy of a dirty segment). Decoding copies what it keeps, so nothing
+        outlives the mapping but the encoder's verbatim copies, made while it is open."""
+        f = self.files[base].log
+        copy = host_copy(self.task, f)
+        if copy is not None:
+            return map_open(copy)
+        return self.spool.mapped(f.uri) if self.spool is not None else self.task.storage.read_mapped(f.uri)
 
     def close(self) -> None:
-        """Remove what the task keeps on its own disk (the spool's copies)."""
+        """Remove what the task keeps on its host's disk (the spool's copies, the scan's)."""
         if self.spool is not None:
             self.spool.close()
+        release_host_copies(self.task)
 
     def index_problems(self, base: int, headers) -> list[str]:
         """What is wrong with the ``.index`` and ``.timeindex`` of segment ``base`` against its batches (empty
@@ -277,14 +304,15 @@ class PartitionCleaner:
         plan = self.task.plan
         dirty = dirty_segments(self.task)
         once = sum(s.size_bytes for s in dirty) <= SINGLE_DECODE_BYTES
-        if not once:
-            self.spool = TaskSpool(self.task.storage, [self.files[s.base_offset].log.uri for s in dirty],
-                                   [self.files[s.base_offset].log.size for s in dirty])
+        if not once:  # the dirty segments the scan left no copy of
+            fetch = [f for f in (self.files[s.base_offset].log for s in dirty)
+                     if self.task.host_spool is None or self.task.host_spool.find(f) is None]
+            self.spool = TaskSpool(self.task.storage, [f.uri for f in fetch], [f.size for f in fetch])
 
         def tables():
             for s in dirty:
                 if once:
-                    data = self.task.storage.read(self.files[s.base_offset].log.uri)
+                    data = segment_bytes(self.task, self.files[s.base_offset].log)
                     records, headers = self.decode(data, s.base_offset)
                     hashes = hash_keys(records.column("key"))
                     self.decoded[s.base_offset] = _Decoded(data, records, headers, hashes)

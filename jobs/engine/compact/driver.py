@@ -48,6 +48,7 @@ from jobs.rules.offset_map import max_keys_for_buffer
 from jobs.rules.plan_compact import CompactionPlan, plan_compaction, updated_cleaner_checkpoints
 from segment_io.errors import LocatedError, SegjobsError
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT
+from segment_io.storage.spool import HostSpool
 
 # --------------------------------------------------------------------------------------------------
 # The driver
@@ -149,6 +150,8 @@ class CompactionRun:
         self.held: set[tuple[str, int]] = set()
         self.failed: set[tuple[str, int]] = set()
         self.retention: dict[tuple[str, int], RetentionOutcome] = {}
+        #: on an object store: where the transaction-state scans leave what they fetch for the cleaning tasks
+        self.host_spool: HostSpool | None = None
         self.strategies: dict[tuple[str, int], StrategyChoice] = {}
         self.handed: dict[tuple[str, int], Handover] = {}
         self.sort_details: dict[tuple[str, int], dict[str, Any]] = {}
@@ -181,10 +184,13 @@ class CompactionRun:
         carried out, and a cleaning task for each selected partition it left as planned."""
         ctx = self.ctx
         # the partitions that may be due, read in full (the frame scanned sizes only)
+        # on an object store, what those scans fetch is kept on the host for the cleaning task (local disk
+        # has the page cache)
+        self.host_spool = HostSpool(ctx.report.run_id) if ctx.storage.local_path(ctx.log_dir) is None else None
         scan_candidates(ctx.scans, storage=ctx.storage, listing=ctx.listing, checkpoints=ctx.checkpoints,
                         configs=ctx.configs, scope=ctx.scope, now_ms=ctx.now_ms, max_batch_bytes=ctx.max_batch_bytes,
                         runner=ctx.runner, job_description=ctx.job_description, warnings=ctx.report.warnings,
-                        progress=ctx.progress)
+                        progress=ctx.progress, spool=self.host_spool)
         max_keys = max_keys_for_buffer(self.options.dedupe_buffer_bytes)
         first = plan_retention_first(RetentionParams.from_job(ctx), ctx.scans, self.config_of,
                                      DeleteLimit.of_job(ctx), parallel_map=ctx.parallel_map,
@@ -203,7 +209,8 @@ class CompactionRun:
             self.plans[key], self.states[key] = plan, scan.scanned
             if plan.selected and key not in self.held:
                 tasks.append(CompactTask(ctx.storage, listing, scan.scanned, plan, config, scan.txn, ctx.now_ms,
-                                         max_keys, ctx.dry_run, self.committer, ctx.max_batch_bytes))
+                                         max_keys, ctx.dry_run, self.committer, ctx.max_batch_bytes,
+                                         host_spool=self.host_spool))
         ctx.planfile.check_decisions({partition_name(k): RetentionDecision.of(p, k in self.held)
                                       for k, p in first.plans.items()}, "retention")
         ctx.planfile.check_decisions({partition_name(k): CompactionDecision.of(p, k in self.held)

@@ -44,6 +44,7 @@ from jobs.rules.plan_compact import plan_compaction
 from jobs.rules.scope import Scope
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, LogDirListing, PartitionListing
 from segment_io.storage.base import Storage
+from segment_io.storage.spool import HostSpool
 
 TopicPartition = tuple[str, int]
 
@@ -139,11 +140,12 @@ def scan_candidates(scans: MutableMapping[TopicPartition, PartitionScan], *, sto
                     listing: LogDirListing, checkpoints: Mapping[str, Mapping[TopicPartition, int]],
                     configs: ConfigSet, scope: Scope, now_ms: int, max_batch_bytes: int, runner: TaskRunner,
                     job_description: Callable[[str], str], warnings: list[str],
-                    progress: Progress) -> list[TopicPartition]:
+                    progress: Progress, spool: HostSpool | None = None) -> list[TopicPartition]:
     """Scan at depth ``transactions`` (tasks of ``runner``, decoding under ``max_batch_bytes``) every partition
     :func:`needs_full_scan` picks, bin-packed by bytes, and put the scans into ``scans`` in place of the
     ``sizes`` ones; new scan warnings go to ``warnings``. A partition that turns out unreadable gets its error
-    line, as in the frame's scan. Returns the keys scanned."""
+    line, as in the frame's scan. ``spool``: where the scans keep what they fetch from an object store for the
+    cleaning tasks (see :class:`~segment_io.storage.spool.HostSpool`). Returns the keys scanned."""
     keys = [k for k in sorted(scans)
             if needs_full_scan(scans[k], configs.for_topic(k[0]), now_ms, requested=scope.explicit(*k))]
     if not keys:
@@ -151,7 +153,7 @@ def scan_candidates(scans: MutableMapping[TopicPartition, PartitionScan], *, sto
     start = checkpoints[LOG_START_OFFSET_CHECKPOINT]
     cleaner = checkpoints[CLEANER_OFFSET_CHECKPOINT]
     items = [ScanItem(storage, listing.partitions[k], "transactions", start.get(k), cleaner.get(k), now_ms,
-                      configs.for_topic(k[0]).producer_id_expiration_ms, max_batch_bytes) for k in keys]
+                      configs.for_topic(k[0]).producer_id_expiration_ms, max_batch_bytes, spool) for k in keys]
     sizes = [scans[k].scanned.size_bytes for k in keys]
     description = job_description(f"read the transaction state of {len(keys)} partition(s)")
     for i, result in runner.stream(scan_task, items, sizes=sizes, description=description):

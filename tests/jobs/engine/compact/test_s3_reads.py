@@ -1,37 +1,59 @@
-"""How many times a compaction on S3 fetches each object: the cleaning task fetches each segment it cleans once,
-its dirty segments included, which its offset map's pass reads first (``segment_io.storage.spool``)."""
+"""How many times a compaction on S3 fetches each object. The transaction-state scan fetches each segment of a
+partition that may be due once and leaves a copy on its host (``segment_io.storage.spool.HostSpool``); the cleaning
+task reads those copies, and where it runs on another host it fetches each segment it cleans once, its dirty
+segments included, which its offset map's pass reads first (``TaskSpool``)."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
+from jobs import api
 from jobs.commands.cli import main
+from jobs.engine.runtime.tasks import InProcessTasks
 from segment_io.generate import GenerateSpec, generate_log_dir
 from segment_io.storage import spool
 from tests.support.s3_objects import PREFIX, put_objects
 
 NOW = "2024-01-01T00:00:00Z"
 CONFIG = '[defaults]\n"cleanup.policy" = "compact"\n"segment.bytes" = 1048576\n'
+SCAN, CLEAN = "read the transaction state of 1 partition(s)", "compact 1 partition(s)"
+
+
+def _partition(tmp_path: Path) -> tuple[Path, list[Path]]:
+    """One partition of about 8 MB of dirty segments (more than a task decodes once and keeps:
+    cleaning.SINGLE_DECODE_BYTES), every key written twice, some transactions; its log dir and closed segments."""
+    logs = tmp_path / "logs"
+    generate_log_dir(GenerateSpec(topics=("orders",), partitions=1, records=8_000, value_bytes=1024,
+                                  superseded_share=0.5, segment_bytes=1 << 20, transactional_share=0.05,
+                                  aborted_share=0.2), str(logs))
+    closed = sorted((logs / "orders-0").glob("*.log"))[:-1]  # the active segment is never cleaned
+    assert sum(p.stat().st_size for p in closed) > 6 << 20
+    (tmp_path / "t.toml").write_text(CONFIG)
+    return logs, closed
+
+
+def _stage(traffic: dict, what: str) -> dict:
+    (counts,) = [t for stage, t in traffic["tasks"].items() if stage.endswith(what)]
+    return counts
+
+
+def _index_bytes(closed: list[Path]) -> int:
+    """The index files of ``closed`` segments: what the clean checks (.index, .timeindex) and reads (.txnindex)."""
+    files = [p.with_suffix(s) for p in closed for s in (".index", ".timeindex", ".txnindex")]
+    return sum(p.stat().st_size for p in files if p.exists())
 
 
 @pytest.mark.s3
-def test_the_cleaning_task_fetches_each_segment_it_cleans_once(spark, s3_bucket_env, tmp_path: Path) -> None:
+def test_on_one_host_each_segment_is_fetched_once_by_the_scan_and_cleaned_from_its_copy(spark, s3_bucket_env,
+                                                                                        tmp_path: Path) -> None:
     endpoint, bucket = s3_bucket_env
-    logs = tmp_path / "logs"
-    # about 8 MB of dirty segments: more than the task decodes once and keeps (cleaning.SINGLE_DECODE_BYTES)
-    generate_log_dir(GenerateSpec(topics=("orders",), partitions=1, records=8_000, value_bytes=1024,
-                                  superseded_share=0.5, segment_bytes=1 << 20, transactional_share=0.05,
-                                  aborted_share=0.2),
-                     str(logs))
-    partition = logs / "orders-0"
-    logs_by_base = sorted(partition.glob("*.log"))
-    closed = logs_by_base[:-1]  # the active segment is never cleaned
-    assert sum(p.stat().st_size for p in closed) > 6 << 20
-    (tmp_path / "t.toml").write_text(CONFIG)
+    logs, closed = _partition(tmp_path)
     put_objects(endpoint, bucket, logs)
     report = tmp_path / "r.json"
     assert main(["compact", "--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", endpoint.endpoint_url,
@@ -39,16 +61,45 @@ def test_the_cleaning_task_fetches_each_segment_it_cleans_once(spark, s3_bucket_
     doc = json.loads(report.read_text())
     (entry,) = doc["partitions"]
     assert entry["action"] == "compacted" and entry["cleaned_range"][0] == 0
-    (cleaning,) = [t for stage, t in doc["store_traffic"]["tasks"].items() if "compact 1 partition(s)" in stage]
-    # each closed segment's .log once, and the index files its clean checks (.index, .timeindex, .txnindex)
-    indexes = [p.with_suffix(s) for p in closed for s in (".index", ".timeindex", ".txnindex")]
-    expected = sum(p.stat().st_size for p in closed) + sum(p.stat().st_size for p in indexes if p.exists())
-    assert cleaning["get_bytes"] == expected, (cleaning, expected)
-    # the task's spool is gone with it (looked for where a Spark task of the session puts its spool)
-    names = spark.sparkContext.parallelize([0], 1).map(_spool_root_names).collect()[0]
-    assert not [name for name in names if name.startswith(spool.PREFIX)], names
+    traffic = doc["store_traffic"]
+    every_log = sum(p.stat().st_size for p in (logs / "orders-0").glob("*.log"))
+    epochs = (logs / "orders-0" / "leader-epoch-checkpoint").stat().st_size  # the scan reads it too
+    assert _stage(traffic, SCAN)["get_bytes"] == every_log + epochs
+    assert _stage(traffic, CLEAN)["get_bytes"] == _index_bytes(closed)  # no .log fetched again
+    # the task removed the copies (looked for where a Spark task of the session keeps them)
+    left = spark.sparkContext.parallelize([0], 1).map(_host_spool_files).collect()[0]
+    assert left == [], left
 
 
-def _spool_root_names(_: object) -> list[str]:
-    """In a Spark task: what the directory the task's spool goes in holds."""
-    return os.listdir(spool.spool_root())
+def _host_spool_files(_: object) -> list[str]:
+    """In a Spark task: the files of every run's host spool on this host, and any task spool."""
+    root = spool.spool_root()
+    return [*glob.glob(os.path.join(root, f"{spool.RUN_PREFIX}*", "*")),
+            *glob.glob(os.path.join(root, spool.PREFIX + "*"))]
+
+
+class _CleaningElsewhere(InProcessTasks):
+    """Tasks in this process, as if each cleaning task ran on another host than the scans: the scans' copies are
+    gone when the cleaning starts."""
+
+    def stream_bins(self, bin_fn, items, *, sizes=None, description=None):  # type: ignore[no-untyped-def]
+        if description is not None and description.endswith(CLEAN):
+            for run in glob.glob(os.path.join(spool.spool_root(), f"{spool.RUN_PREFIX}*")):
+                shutil.rmtree(run)
+        return super().stream_bins(bin_fn, items, sizes=sizes, description=description)
+
+
+@pytest.mark.s3
+def test_on_another_host_the_cleaning_task_fetches_each_segment_it_cleans_once(s3_bucket, tmp_path: Path) -> None:
+    endpoint, bucket = s3_bucket
+    logs, closed = _partition(tmp_path)
+    put_objects(endpoint, bucket, logs)
+    result = api.compact(f"s3://{bucket}/{PREFIX}", api.CompactOptions(config=tmp_path / "t.toml",
+                                                                       storage=endpoint.storage_options()),
+                         now=NOW, seams=api.Seams(runner=_CleaningElsewhere()))
+    assert result.exit_code == 0 and result.partitions_compacted == 1
+    clean = _stage(result.report.store_traffic, CLEAN)
+    # each closed segment's .log once, and the index files: the dirty ones kept in the task's spool between the
+    # offset map's pass and the clean
+    assert clean["get_bytes"] == sum(p.stat().st_size for p in closed) + _index_bytes(closed), clean
+    assert not glob.glob(os.path.join(spool.spool_root(), spool.PREFIX + "*"))  # the task's spool went with it
