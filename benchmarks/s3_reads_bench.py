@@ -98,7 +98,9 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data")) -> list[dict]:
                    "get_mb": round(traffic["get_bytes"] / 1e6, 1), "segment_mb": round(segment_bytes / 1e6, 1),
                    "floor_mb": round(floor / 1e6, 1),
                    "reads_of_floor": round(traffic["get_bytes"] / floor, 2) if floor else None,
-                   "put_mb": round(traffic["put_bytes"] / 1e6, 1), "by_stage": _stages(traffic)}
+                   "put_mb": round(traffic["put_bytes"] / 1e6, 1), "by_stage": _stages(traffic),
+                   "line": next((line.split("] ", 1)[1] for line in proc.stderr.splitlines()
+                                 if "] object store: " in line), None)}
             if floor:
                 row.update(target=f"<= {TARGET_READS:.1f}x the floor (each selected segment fetched once)",
                            result=verdict(traffic["get_bytes"] <= TARGET_READS * floor))
