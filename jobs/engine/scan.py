@@ -302,6 +302,16 @@ def _active_tail(storage: Storage, seg: SegmentFiles) -> tuple[int, int] | None:
     return int(h.last_offset[-1]) + 1, int(h.truncated_tail)
 
 
+def _listed_info(seg: SegmentFiles, *, next_offset: int, first_batch_timestamp: int | None = None,
+                 largest_timestamp: int | None = None) -> SegmentInfo:
+    """A segment's :class:`SegmentInfo` from its listing and what the scan learned without reading its batch
+    headers (no batch or record counts)."""
+    return SegmentInfo(base_offset=seg.base_offset, size_bytes=seg.log.size, next_offset=next_offset,
+                       first_batch_timestamp=first_batch_timestamp, largest_timestamp=largest_timestamp,
+                       mtime_ms=seg.log.mtime_ms, offset_index_bytes=seg.index.size if seg.index else None,
+                       time_index_bytes=seg.timeindex.size if seg.timeindex else None)
+
+
 def _truncated_warning(seg: SegmentFiles, truncated: int) -> str:
     return (f"{seg.log.uri}: last {truncated} bytes are an incomplete batch (a broker's recovery would truncate "
             f"them); the active segment is left as is")
@@ -427,12 +437,7 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
         summaries = []
         segs = listing.segments
         if active_segment_unread(listing, depth, log_start_checkpoint, cleaner_checkpoint):
-            seg = segs[0]
-            infos.append(SegmentInfo(
-                base_offset=seg.base_offset, size_bytes=seg.log.size, next_offset=seg.base_offset,
-                first_batch_timestamp=None, largest_timestamp=None, mtime_ms=seg.log.mtime_ms,
-                offset_index_bytes=seg.index.size if seg.index else None,
-                time_index_bytes=seg.timeindex.size if seg.timeindex else None))
+            infos.append(_listed_info(segs[0], next_offset=segs[0].base_offset))
             out.active_unread = True
             segs = ()
         for i, seg in enumerate(segs):
@@ -443,11 +448,8 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
                 _check_tail(storage, seg)
                 first_ts = _first_batch_timestamp(storage, seg) if depth == "sizes" else None
                 # Bounded by the next segment's base: all retention needs of a non-active segment.
-                infos.append(SegmentInfo(
-                    base_offset=seg.base_offset, size_bytes=seg.log.size, next_offset=next_base,
-                    first_batch_timestamp=first_ts, largest_timestamp=largest, mtime_ms=seg.log.mtime_ms,
-                    offset_index_bytes=seg.index.size if seg.index else None,
-                    time_index_bytes=seg.timeindex.size if seg.timeindex else None))
+                infos.append(_listed_info(seg, next_offset=next_base, first_batch_timestamp=first_ts,
+                                          largest_timestamp=largest))
                 continue
             if active and depth == "sizes":
                 tail = _active_tail(storage, seg)
@@ -455,11 +457,7 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
                     nxt, truncated = tail
                     if truncated:
                         out.warnings.append(_truncated_warning(seg, truncated))
-                    infos.append(SegmentInfo(
-                        base_offset=seg.base_offset, size_bytes=seg.log.size, next_offset=nxt,
-                        first_batch_timestamp=None, largest_timestamp=None, mtime_ms=seg.log.mtime_ms,
-                        offset_index_bytes=seg.index.size if seg.index else None,
-                        time_index_bytes=seg.timeindex.size if seg.timeindex else None))
+                    infos.append(_listed_info(seg, next_offset=nxt))
                     continue
             # Closed segments are mapped (only header pages are touched); the active one, which a broker may
             # still append to or truncate, is read whole.

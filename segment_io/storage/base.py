@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins  # annotations in the class body say builtins.list: there, `list` is the listing method
 import mmap
+import os
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -257,6 +258,24 @@ class Storage(ABC):
     def abort_pending_upload(self, upload: "PendingUpload") -> None:
         """Discard a pending upload and its parts."""
         raise NotImplementedError(f"{type(self).__name__} has no pending uploads")
+
+
+@contextmanager
+def map_open(file: BinaryIO) -> Iterator[bytes | mmap.mmap]:
+    """The bytes of a local file already open for reading, memory-mapped (an empty file: ``b""``; mmap refuses
+    those); the file is closed when the block ends. Nothing may keep a view of the bytes past the block."""
+    with file as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            yield b""
+            return
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            yield data
+        finally:
+            try:
+                data.close()
+            except BufferError:
+                pass  # an exception's traceback still holds a view of it: unmapped when collected
 
 
 def release_mapped_pages(data: object, start: int = 0, end: int | None = None) -> None:

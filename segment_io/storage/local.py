@@ -43,6 +43,7 @@ from segment_io.storage.base import (
     KIND_SOCKET,
     FileInfo,
     Storage,
+    map_open,
 )
 
 FILE_SCHEME = "file://"
@@ -283,18 +284,8 @@ class LocalStorage(Storage):
         except OSError:
             yield self.read(uri)  # let read raise the located, typed error
             return
-        with f:
-            if os.fstat(f.fileno()).st_size == 0:
-                yield b""
-                return
-            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            try:
-                yield mapped
-            finally:
-                try:
-                    mapped.close()
-                except BufferError:
-                    pass  # an exception's traceback still holds a view of it: unmapped when collected
+        with map_open(f) as mapped:
+            yield mapped
 
     def set_mtime(self, uri: str, mtime_ms: int) -> bool:
         os.utime(to_path(uri), ns=(time.time_ns(), mtime_ms * 1_000_000))

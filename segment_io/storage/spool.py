@@ -28,7 +28,7 @@ import uuid
 from typing import BinaryIO, ContextManager, Iterable, Iterator
 
 from segment_io.errors import PreconditionFailedError
-from segment_io.storage.base import FileInfo, Storage
+from segment_io.storage.base import FileInfo, Storage, map_open
 
 #: What the spool's disk must keep free beyond the objects it would hold: the task's staged output and the other
 #: tasks of the host share it.
@@ -126,21 +126,6 @@ class TaskSpool:
 def map_file(path: str) -> ContextManager[bytes | mmap.mmap]:
     """A local file's bytes, memory-mapped (an empty file: ``b""``); nothing may keep a view past the block."""
     return map_open(open(path, "rb"))
-
-
-@contextlib.contextmanager
-def map_open(file: BinaryIO) -> Iterator[bytes | mmap.mmap]:
-    """:func:`map_file` of a file already open (closed when the block ends)."""
-    with file as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            yield b""
-            return
-        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        try:
-            yield data
-        finally:
-            with contextlib.suppress(BufferError):  # a traceback may still hold a view: unmapped when collected
-                data.close()
 
 
 class HostSpool:
