@@ -11,7 +11,7 @@ The spool lives under the first of ``SPARK_LOCAL_DIRS`` (the executor's scratch 
 Python workers) or the system's temporary directory, in a directory named after the task's process; it is
 removed when the task ends, and a later task on the same host removes those of processes that no longer exist (a
 worker killed mid-task). It is used only when that disk has the room: the objects' bytes and a margin
-(:data:`FREE_MARGIN_BYTES`); otherwise the task reads twice, as without a spool.
+(:func:`has_room`); otherwise the task reads twice, as without a spool.
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ from typing import BinaryIO, ContextManager, Iterable, Iterator
 from segment_io.errors import PreconditionFailedError
 from segment_io.storage.base import FileInfo, Storage, map_open
 
-#: What the spool's disk must keep free beyond the objects it would hold: the task's staged output and the other
-#: tasks of the host share it.
+#: What the spool's disk must keep free beyond the objects it would hold, at least (Spark's own scratch files and the
+#: host's other tasks share the disk): this, and :data:`FREE_MARGIN_SHARE` of the disk.
 FREE_MARGIN_BYTES = 1 << 30
+FREE_MARGIN_SHARE = 0.1
 #: The spool directories' name prefix (``segjobs-spool-<host>-<pid>-<random>``).
 PREFIX = "segjobs-spool-"
 #: A spool left by a dead process is removed once it is this old (a host's scratch dir may be shared by
@@ -69,7 +70,7 @@ class TaskSpool:
         try:
             os.makedirs(root, exist_ok=True)
             sweep_stale(root)
-            if shutil.disk_usage(root).free < sum(wanted.values()) + FREE_MARGIN_BYTES:
+            if not has_room(root, sum(wanted.values())):
                 return
             self.dir = tempfile.mkdtemp(prefix=f"{PREFIX}{_host()}-{os.getpid()}-", dir=root)
         except OSError:
@@ -123,6 +124,13 @@ class TaskSpool:
         self.close()
 
 
+def has_room(directory: str, size: int) -> bool:
+    """Whether the disk of ``directory`` can take ``size`` bytes more and keep :data:`FREE_MARGIN_BYTES` and
+    :data:`FREE_MARGIN_SHARE` of itself free."""
+    usage = shutil.disk_usage(directory)
+    return usage.free - size >= max(FREE_MARGIN_BYTES, int(usage.total * FREE_MARGIN_SHARE))
+
+
 def map_file(path: str) -> ContextManager[bytes | mmap.mmap]:
     """A local file's bytes, memory-mapped (an empty file: ``b""``); nothing may keep a view past the block."""
     return map_open(open(path, "rb"))
@@ -169,7 +177,7 @@ class HostSpool:
 
     def fetch(self, storage: Storage, f: FileInfo) -> str | None:
         """The local copy of ``f``, fetched now (one GET, pinned to its ETag) unless it is there; None when it
-        cannot be kept (no ETag to pin it to, no room for it and :data:`FREE_MARGIN_BYTES`, a disk error): the
+        cannot be kept (no ETag to pin it to, no room for it (:func:`has_room`), a disk error): the
         caller then reads from the store."""
         found = self.find(f)
         if found is not None or f.etag is None:
@@ -180,7 +188,7 @@ class HostSpool:
             if not os.path.isdir(os.path.dirname(path)):
                 sweep_stale(os.path.dirname(os.path.dirname(path)))
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            if shutil.disk_usage(os.path.dirname(path)).free < f.size + FREE_MARGIN_BYTES:
+            if not has_room(os.path.dirname(path), f.size):
                 return None
             if storage.download(f.uri, temp, etag=f.etag) != f.size:
                 raise OSError(f"{f.uri}: the object's size is not the listed {f.size}")
