@@ -262,8 +262,9 @@ def _last_indexed_position(storage: Storage, seg: SegmentFiles) -> int:
 
 
 def _last_index_entry(storage: Storage, seg: SegmentFiles) -> tuple[int, int] | None:
-    """A segment's last ``.index`` entry, ``(offset, position)``: the last offset of the batch that starts at that
-    position, as Kafka indexes a batch. None when there is none to trust (no index, a size that is not whole
+    """A segment's last ``.index`` entry, ``(offset, position)``: a batch starts at that position, and the offset is
+    its last one (a leader's append) or that of a later batch appended with it (a follower's append of several
+    batches at once). None when there is none to trust (no index, a size that is not whole
     entries, or an all-zero last entry: a preallocated tail, not worth a search)."""
     if seg.index is None or seg.index.size < OFFSET_INDEX_ENTRY_SIZE or seg.index.size % OFFSET_INDEX_ENTRY_SIZE:
         return None
@@ -282,8 +283,10 @@ def _active_tail(storage: Storage, seg: SegmentFiles) -> tuple[int, int] | None:
     """The active segment's log end offset from its end alone, and the bytes of an incomplete batch at its end:
     the batches from its last ``.index`` entry on (two small reads, where the whole segment, up to
     ``segment.bytes``, would be one large one). None when that cannot be trusted: no usable entry, a position at
-    or past the end, bytes from there that do not frame as batches in offset order, or a first batch there that
-    is not the one the entry names (the whole segment is then read, and its framing decides)."""
+    or past the end, bytes from there that do not frame as batches in offset order, or an entry's offset that is
+    not one of theirs (the whole segment is then read, and its framing decides). What lies before the entry is
+    not read, so damage there goes unreported here, as in a closed segment a ``.timeindex`` dated: compaction never
+    cleans the active segment, and the partition's transaction-state scan, if it is due, reads it all."""
     entry = _last_index_entry(storage, seg)
     size = seg.log.size
     if entry is None or not 0 < entry[1] < size:
@@ -297,7 +300,7 @@ def _active_tail(storage: Storage, seg: SegmentFiles) -> tuple[int, int] | None:
         check_offset_order(h, seg.log.uri)
     except CorruptRecordError:
         return None
-    if not int(h.base_offset[0]) <= offset <= int(h.last_offset[0]) or int(h.base_offset[0]) < seg.base_offset:
+    if not int(h.base_offset[0]) <= offset <= int(h.last_offset[-1]) or int(h.base_offset[0]) < seg.base_offset:
         return None
     return int(h.last_offset[-1]) + 1, int(h.truncated_tail)
 

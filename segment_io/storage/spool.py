@@ -53,29 +53,29 @@ def spool_root() -> str:
 
 
 class TaskSpool:
-    """Local copies of the objects of ``uris`` (with their ``sizes``), each fetched from ``storage`` the first time
-    :meth:`mapped` is asked for it. :attr:`active` is False (every read goes to the store) on local disk, for
-    nothing to hold, or when the disk lacks the room. Close it (or use it as a context manager) to remove it."""
+    """Local copies of the listed objects ``files``, each fetched from ``storage`` the first time :meth:`mapped` is
+    asked for it, pinned to its listed ETag (an object replaced since: :class:`PreconditionFailedError`).
+    :attr:`active` is False (every read goes to the store) on local disk, for nothing to hold, or when the disk
+    lacks the room. Close it (or use it as a context manager) to remove it."""
 
-    def __init__(self, storage: Storage, uris: Iterable[str], sizes: Iterable[int], *,
-                 root: str | None = None) -> None:
+    def __init__(self, storage: Storage, files: Iterable[FileInfo], *, root: str | None = None) -> None:
         self.storage = storage
-        wanted = dict(zip(uris, sizes, strict=True))
+        self._listed = {f.uri: f for f in files}
         self.dir: str | None = None
         self._held: set[str] = set()
         self._files: dict[str, str] = {}
-        if not wanted or storage.local_path(next(iter(wanted))) is not None:
+        if not self._listed or storage.local_path(next(iter(self._listed))) is not None:
             return
         root = root or spool_root()
         try:
             os.makedirs(root, exist_ok=True)
             sweep_stale(root)
-            if not has_room(root, sum(wanted.values())):
+            if not has_room(root, sum(f.size for f in self._listed.values())):
                 return
             self.dir = tempfile.mkdtemp(prefix=f"{PREFIX}{_host()}-{os.getpid()}-", dir=root)
         except OSError:
             return  # no usable scratch disk: read twice, as without a spool
-        self._held = set(wanted)
+        self._held = set(self._listed)
 
     @property
     def active(self) -> bool:
@@ -87,13 +87,17 @@ class TaskSpool:
         ``uri`` (fetched now the first time), else from the store."""
         if uri in self._held and uri not in self._files and self.dir is not None:
             path = os.path.join(self.dir, f"{len(self._files)}-{uuid.uuid4().hex[:8]}")
+            listed = self._listed[uri]
             try:
-                self.storage.download(uri, path)
+                if self.storage.download(uri, path, etag=listed.etag) != listed.size:
+                    raise OSError(f"{uri}: not the listed {listed.size} bytes")
                 self._files[uri] = path
             except OSError:  # the scratch disk filled or failed: this object is read from the store each time
                 self.release(uri)
                 with contextlib.suppress(OSError):
                     os.unlink(path)
+            except PreconditionFailedError:
+                raise _changed(listed) from None
         if uri not in self._files:
             with self.storage.read_mapped(uri) as data:
                 yield data
@@ -190,18 +194,17 @@ class HostSpool:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             if not has_room(os.path.dirname(path), f.size):
                 return None
-            if storage.download(f.uri, temp, etag=f.etag) != f.size:
-                raise OSError(f"{f.uri}: the object's size is not the listed {f.size}")
+            fetched = storage.download(f.uri, temp, etag=f.etag)
+            if fetched != f.size:
+                raise OSError(f"{f.uri}: {fetched} bytes where the listing said {f.size}")
             os.replace(temp, path)
         except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
             return None
         except PreconditionFailedError:
+            raise _changed(f) from None
+        finally:
             with contextlib.suppress(OSError):
-                os.unlink(temp)
-            raise PreconditionFailedError(f"the object changed after the run listed it (ETag {f.etag}): something "
-                                          f"else writes under the log dir while this run holds it", uri=f.uri) from None
+                os.unlink(temp)  # gone already once renamed; else a partial download: never left behind
         return path
 
     def discard(self, files: Iterable[FileInfo]) -> None:
@@ -209,6 +212,20 @@ class HostSpool:
         for f in files:
             with contextlib.suppress(OSError):
                 os.unlink(self._path(f))
+
+    def remove(self) -> None:
+        """Remove every copy of the run on this host (the run has ended)."""
+        shutil.rmtree(os.path.join(spool_root(), self.name), ignore_errors=True)
+
+
+def remove_host_spool(spool: HostSpool) -> None:
+    """:meth:`HostSpool.remove` as a task: the driver runs a few at the end of a run, where its tasks ran."""
+    spool.remove()
+
+
+def _changed(f: FileInfo) -> PreconditionFailedError:
+    return PreconditionFailedError(f"the object changed after the run listed it (ETag {f.etag}): something else "
+                                   f"writes under the log dir while this run holds it", uri=f.uri)
 
 
 def sweep_stale(root: str) -> None:

@@ -30,10 +30,16 @@ def s3(s3_bucket):
     return storage, uris
 
 
+def _listed(storage, uris):
+    """The listing's entries (URI, size, ETag) of ``uris``, in their order."""
+    by_uri = {f.uri: f for f in storage.list(uris[0].rsplit("/", 1)[0])}
+    return [by_uri[u] for u in uris]
+
+
 @pytest.mark.s3
 def test_an_object_read_twice_is_fetched_once_and_its_copy_goes_when_released(s3, tmp_path: Path) -> None:
     storage, uris = s3
-    with metered() as t, TaskSpool(storage, uris[:2], [len(DATA)] * 2, root=str(tmp_path)) as spool:
+    with metered() as t, TaskSpool(storage, _listed(storage, uris[:2]), root=str(tmp_path)) as spool:
         assert spool.active
         for _ in range(2):
             for uri in uris:  # the third is not held: read from the store each time
@@ -52,7 +58,7 @@ def test_an_object_read_twice_is_fetched_once_and_its_copy_goes_when_released(s3
 def test_without_the_room_for_its_copies_the_spool_reads_from_the_store(s3, tmp_path: Path, monkeypatch) -> None:
     storage, uris = s3
     monkeypatch.setattr(spool_module, "FREE_MARGIN_BYTES", 1 << 60)
-    with metered() as t, TaskSpool(storage, uris, [len(DATA)] * 3, root=str(tmp_path)) as spool:
+    with metered() as t, TaskSpool(storage, _listed(storage, uris), root=str(tmp_path)) as spool:
         assert not spool.active
         for _ in range(2):
             with spool.mapped(uris[0]) as data:
@@ -64,11 +70,11 @@ def test_without_the_room_for_its_copies_the_spool_reads_from_the_store(s3, tmp_
 def test_a_copy_that_cannot_be_written_is_read_from_the_store(s3, tmp_path: Path, monkeypatch) -> None:
     storage, uris = s3
 
-    def disk_full(uri: str, path: str) -> int:
+    def disk_full(uri: str, path: str, etag: str | None = None) -> int:
         Path(path).write_bytes(b"partial")
         raise OSError(28, "No space left on device")
 
-    with TaskSpool(storage, uris, [len(DATA)] * 3, root=str(tmp_path)) as spool:
+    with TaskSpool(storage, _listed(storage, uris), root=str(tmp_path)) as spool:
         monkeypatch.setattr(storage, "download", disk_full)
         with spool.mapped(uris[0]) as data:
             assert bytes(data) == DATA
@@ -78,7 +84,7 @@ def test_a_copy_that_cannot_be_written_is_read_from_the_store(s3, tmp_path: Path
 def test_on_local_disk_there_is_nothing_to_spool(tmp_path: Path) -> None:
     f = tmp_path / "00000000000000000000.log"
     f.write_bytes(DATA)
-    with TaskSpool(LocalStorage(), [str(f)], [len(DATA)], root=str(tmp_path / "spool")) as spool:
+    with TaskSpool(LocalStorage(), LocalStorage().list(str(tmp_path)), root=str(tmp_path / "spool")) as spool:
         assert not spool.active
         with spool.mapped(str(f)) as data:
             assert bytes(data) == DATA
@@ -158,3 +164,38 @@ def test_a_day_old_run_spool_is_swept(tmp_path: Path) -> None:
     os.utime(old, (stamp, stamp))
     sweep_stale(str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["segjobs-run-recent"]
+
+
+@pytest.mark.s3
+def test_a_task_spool_fetches_only_the_listed_version(s3, tmp_path: Path) -> None:
+    from segment_io.errors import PreconditionFailedError
+
+    storage, uris = s3
+    listed = _listed(storage, uris)
+    storage.write_atomic(uris[0], DATA[::-1])  # replaced after the listing
+    with TaskSpool(storage, listed, root=str(tmp_path)) as spool:
+        with pytest.raises(PreconditionFailedError, match="changed after the run listed it"):
+            with spool.mapped(uris[0]):
+                pass
+        with spool.mapped(uris[1]) as data:  # the others are read as listed
+            assert bytes(data) == DATA
+
+
+@pytest.mark.s3
+def test_a_failed_fetch_leaves_no_partial_copy(s3, tmp_path: Path, monkeypatch) -> None:
+    from segment_io.errors import StorageError
+
+    storage, uris = s3
+    monkeypatch.setattr(spool_module, "spool_root", lambda: str(tmp_path))
+    (listed,) = _listed(storage, uris[:1])
+
+    def cut(uri: str, path: str, etag: str | None = None) -> int:
+        Path(path).write_bytes(DATA[:100])
+        raise StorageError("S3 request failed: Connection was closed before we received a valid response", uri=uri)
+
+    monkeypatch.setattr(storage, "download", cut)
+    with pytest.raises(StorageError):
+        HostSpool("run1").fetch(storage, listed)
+    assert list((tmp_path / "segjobs-run-run1").iterdir()) == []
+    HostSpool("run1").remove()
+    assert list(tmp_path.iterdir()) == []

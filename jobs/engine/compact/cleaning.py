@@ -305,9 +305,9 @@ class PartitionCleaner:
         dirty = dirty_segments(self.task)
         once = sum(s.size_bytes for s in dirty) <= SINGLE_DECODE_BYTES
         if not once:  # the dirty segments the scan left no copy of
-            fetch = [f for f in (self.files[s.base_offset].log for s in dirty)
-                     if self.task.host_spool is None or self.task.host_spool.find(f) is None]
-            self.spool = TaskSpool(self.task.storage, [f.uri for f in fetch], [f.size for f in fetch])
+            self.spool = TaskSpool(self.task.storage, [
+                f for f in (self.files[s.base_offset].log for s in dirty)
+                if self.task.host_spool is None or self.task.host_spool.find(f) is None])
 
         def tables():
             for s in dirty:

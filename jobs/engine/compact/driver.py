@@ -48,7 +48,7 @@ from jobs.rules.offset_map import max_keys_for_buffer
 from jobs.rules.plan_compact import CompactionPlan, plan_compaction, updated_cleaner_checkpoints
 from segment_io.errors import LocatedError, SegjobsError
 from segment_io.layout import CLEANER_OFFSET_CHECKPOINT
-from segment_io.storage.spool import HostSpool
+from segment_io.storage.spool import HostSpool, remove_host_spool
 
 # --------------------------------------------------------------------------------------------------
 # The driver
@@ -152,6 +152,8 @@ class CompactionRun:
         self.retention: dict[tuple[str, int], RetentionOutcome] = {}
         #: on an object store: where the transaction-state scans leave what they fetch for the cleaning tasks
         self.host_spool: HostSpool | None = None
+        #: the partitions those scans read
+        self.read_in_full: list[tuple[str, int]] = []
         self.strategies: dict[tuple[str, int], StrategyChoice] = {}
         self.handed: dict[tuple[str, int], Handover] = {}
         self.sort_details: dict[tuple[str, int], dict[str, Any]] = {}
@@ -170,6 +172,7 @@ class CompactionRun:
         try:
             self.run_memory()
             self.run_external_sort()
+            self.remove_copies()
         except BaseException:
             # e.g. the lease was lost: what was committed stands and is reported, the checkpoint is not written
             self.record()
@@ -177,6 +180,19 @@ class CompactionRun:
         finally:
             self.sorter.close()
         self.finish()
+
+    def remove_copies(self) -> None:
+        """Remove what the scans left on their hosts that no cleaning task removed (partitions not selected, held,
+        or handed to external-sort): a task for each slot of the session, best effort (a host none of them reaches
+        loses the copies with Spark's scratch dirs, or a day later; see :class:`HostSpool`)."""
+        if self.host_spool is None or not self.read_in_full:
+            return
+        slots = max(1, self.ctx.runner.parallelism)
+        try:
+            self.ctx.runner.map(remove_host_spool, [self.host_spool] * slots, tasks=slots,
+                                description=self.ctx.job_description("remove the scans' copies of segments"))
+        except Exception:  # noqa: BLE001 - tidying only: the run's outcome stands
+            pass
 
     def plan(self) -> None:
         """Retention first for compact,delete partitions, then each partition's compaction plan on what it leaves
@@ -187,10 +203,11 @@ class CompactionRun:
         # on an object store, what those scans fetch is kept on the host for the cleaning task (local disk
         # has the page cache)
         self.host_spool = HostSpool(ctx.report.run_id) if ctx.storage.local_path(ctx.log_dir) is None else None
-        scan_candidates(ctx.scans, storage=ctx.storage, listing=ctx.listing, checkpoints=ctx.checkpoints,
-                        configs=ctx.configs, scope=ctx.scope, now_ms=ctx.now_ms, max_batch_bytes=ctx.max_batch_bytes,
-                        runner=ctx.runner, job_description=ctx.job_description, warnings=ctx.report.warnings,
-                        progress=ctx.progress, spool=self.host_spool)
+        self.read_in_full = scan_candidates(
+            ctx.scans, storage=ctx.storage, listing=ctx.listing, checkpoints=ctx.checkpoints, configs=ctx.configs,
+            scope=ctx.scope, now_ms=ctx.now_ms, max_batch_bytes=ctx.max_batch_bytes, runner=ctx.runner,
+            job_description=ctx.job_description, warnings=ctx.report.warnings, progress=ctx.progress,
+            spool=self.host_spool)
         max_keys = max_keys_for_buffer(self.options.dedupe_buffer_bytes)
         first = plan_retention_first(RetentionParams.from_job(ctx), ctx.scans, self.config_of,
                                      DeleteLimit.of_job(ctx), parallel_map=ctx.parallel_map,

@@ -384,9 +384,12 @@ def _damage(active: Path, how: str) -> None:
     elif how == "entry mid-batch":
         position = struct.unpack(">i", entries[-4:])[0]
         index.write_bytes(bytes(entries[:-4]) + struct.pack(">i", position + 7))
-    elif how == "entry of another batch":
+    elif how == "entry past the end":  # an offset none of the batches from its position holds
         relative = struct.unpack(">i", entries[-8:-4])[0]
-        index.write_bytes(bytes(entries[:-8]) + struct.pack(">i", relative + 5) + bytes(entries[-4:]))
+        index.write_bytes(bytes(entries[:-8]) + struct.pack(">i", relative + 1000) + bytes(entries[-4:]))
+    elif how == "entry of a later batch":  # a follower's append of several batches: indexed by the last one's
+        relative = struct.unpack(">i", entries[-8:-4])[0]
+        index.write_bytes(bytes(entries[:-8]) + struct.pack(">i", relative + 2) + bytes(entries[-4:]))
     elif how == "truncated end":
         active.write_bytes(active.read_bytes()[:-10])
     elif how == "garbage past the entry":  # after the last batch, bytes whose length field is negative
@@ -399,7 +402,8 @@ def _damage(active: Path, how: str) -> None:
     ("no index", False),
     ("preallocated index", False),
     ("entry mid-batch", False),
-    ("entry of another batch", False),
+    ("entry of a later batch", True),
+    ("entry past the end", False),
     ("garbage past the entry", False),  # the full read then says where
 ])
 def test_a_selection_scan_reads_the_active_segment_from_its_last_index_entry_on(tmp_path: Path, how: str,
@@ -434,3 +438,20 @@ def test_a_selection_scan_reads_the_active_segment_from_its_last_index_entry_on(
     assert sizes.state.log_end_offset == full.state.log_end_offset == (88 if how == "truncated end" else 90)
     config = ConfigSet().with_overrides(["t:cleanup.policy=compact"]).for_topic("t")
     assert plan_compaction(sizes.scanned, config, T0 + 10**9) == plan_compaction(full.scanned, config, T0 + 10**9)
+
+
+def test_damage_before_the_active_segment_s_last_index_entry_is_left_to_the_scans_that_read_it(tmp_path: Path) -> None:
+    """The selection scan does not read the active segment before its last ``.index`` entry (compaction never
+    cleans it): damage there is reported by the scans that read it all, the transaction-state scan of a partition
+    that may be due, and retention's."""
+    root = tmp_path / "logs"
+    active = _two_segments(root)
+    data = bytearray(active.read_bytes())
+    data[8:12] = struct.pack(">i", -5)  # the first batch's length
+    active.write_bytes(bytes(data))
+    listing = list_log_dir(open_storage(str(root)), str(root)).partition("t", 0)
+    sizes = scan_partition(open_storage(str(root)), listing, depth="sizes")
+    assert sizes.error is None and sizes.state.log_end_offset == 90
+    for depth in ("transactions", "headers"):
+        error = scan_partition(open_storage(str(root)), listing, depth=depth).error
+        assert error is not None and error.file == str(active) and error.position == 0, (depth, error)

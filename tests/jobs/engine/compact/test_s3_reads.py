@@ -71,6 +71,23 @@ def test_on_one_host_each_segment_is_fetched_once_by_the_scan_and_cleaned_from_i
     assert left == [], left
 
 
+@pytest.mark.s3
+def test_copies_no_cleaning_task_reads_are_removed_when_the_run_ends(spark, s3_bucket_env, tmp_path: Path) -> None:
+    """External-sort's tasks read the segments themselves: the copies the scan made for them go at the run's end."""
+    endpoint, bucket = s3_bucket_env
+    logs, _ = _partition(tmp_path)
+    put_objects(endpoint, bucket, logs)
+    report = tmp_path / "r.json"
+    assert main(["compact", "--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", endpoint.endpoint_url,
+                 "--now", NOW, "--config", str(tmp_path / "t.toml"), "--report", str(report), "--quiet",
+                 "--strategy", "external-sort"]) == 0
+    doc = json.loads(report.read_text())
+    assert [(p["action"], p["strategy"]) for p in doc["partitions"]] == [("compacted", "external-sort")]
+    assert any(stage.endswith("remove the scans' copies of segments") for stage in doc["store_traffic"]["tasks"])
+    left = spark.sparkContext.parallelize([0], 1).map(_host_spool_files).collect()[0]
+    assert left == [], left
+
+
 def _host_spool_files(_: object) -> list[str]:
     """In a Spark task: the files of every run's host spool on this host, and any task spool."""
     root = spool.spool_root()
