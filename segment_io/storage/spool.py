@@ -60,22 +60,23 @@ class TaskSpool:
 
     def __init__(self, storage: Storage, files: Iterable[FileInfo], *, root: str | None = None) -> None:
         self.storage = storage
-        self._listed = {f.uri: f for f in files}
+        #: the objects held: fetched (into :attr:`_files`) when first read, until released
+        self._held = {f.uri: f for f in files}
         self.dir: str | None = None
-        self._held: set[str] = set()
         self._files: dict[str, str] = {}
-        if not self._listed or storage.local_path(next(iter(self._listed))) is not None:
+        if not self._held or storage.local_path(next(iter(self._held))) is not None:
+            self._held = {}
             return
         root = root or spool_root()
         try:
             os.makedirs(root, exist_ok=True)
             sweep_stale(root)
-            if not has_room(root, sum(f.size for f in self._listed.values())):
-                return
-            self.dir = tempfile.mkdtemp(prefix=f"{PREFIX}{_host()}-{os.getpid()}-", dir=root)
+            if has_room(root, sum(f.size for f in self._held.values())):
+                self.dir = tempfile.mkdtemp(prefix=f"{PREFIX}{_host()}-{os.getpid()}-", dir=root)
         except OSError:
-            return  # no usable scratch disk: read twice, as without a spool
-        self._held = set(self._listed)
+            pass  # no usable scratch disk: read twice, as without a spool
+        if self.dir is None:
+            self._held = {}
 
     @property
     def active(self) -> bool:
@@ -87,17 +88,10 @@ class TaskSpool:
         ``uri`` (fetched now the first time), else from the store."""
         if uri in self._held and uri not in self._files and self.dir is not None:
             path = os.path.join(self.dir, f"{len(self._files)}-{uuid.uuid4().hex[:8]}")
-            listed = self._listed[uri]
-            try:
-                if self.storage.download(uri, path, etag=listed.etag) != listed.size:
-                    raise OSError(f"{uri}: not the listed {listed.size} bytes")
+            if download_listed(self.storage, self._held[uri], path):
                 self._files[uri] = path
-            except OSError:  # the scratch disk filled or failed: this object is read from the store each time
+            else:  # the scratch disk filled or failed: this object is read from the store each time
                 self.release(uri)
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-            except PreconditionFailedError:
-                raise _changed(listed) from None
         if uri not in self._files:
             with self.storage.read_mapped(uri) as data:
                 yield data
@@ -107,7 +101,7 @@ class TaskSpool:
 
     def release(self, uri: str) -> None:
         """``uri`` will not be read again: its copy goes (a later read goes to the store)."""
-        self._held.discard(uri)
+        self._held.pop(uri, None)
         path = self._files.pop(uri, None)
         if path is not None:
             with contextlib.suppress(OSError):
@@ -115,7 +109,7 @@ class TaskSpool:
 
     def close(self) -> None:
         """Remove the spool and every copy in it."""
-        self._held.clear()
+        self._held = {}
         self._files.clear()
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -126,6 +120,25 @@ class TaskSpool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def download_listed(storage: Storage, f: FileInfo, path: str) -> bool:
+    """Download the listed object ``f`` into the new local file ``path``, pinned to its listed ETag and size: True
+    when done; False, with nothing left at ``path``, when the local disk failed (full, say). An object replaced
+    since it was listed is :class:`PreconditionFailedError`, also with nothing left."""
+    try:
+        if storage.download(f.uri, path, etag=f.etag) == f.size:
+            return True
+    except OSError:
+        pass
+    except PreconditionFailedError:
+        raise PreconditionFailedError(f"the object changed after the run listed it (ETag {f.etag}): something else "
+                                      f"writes under the log dir while this run holds it", uri=f.uri) from None
+    finally:  # a partial or short copy is never left behind
+        if not os.path.isfile(path) or os.path.getsize(path) != f.size:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+    return False
 
 
 def has_room(directory: str, size: int) -> bool:
@@ -192,19 +205,13 @@ class HostSpool:
             if not os.path.isdir(os.path.dirname(path)):
                 sweep_stale(os.path.dirname(os.path.dirname(path)))
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            if not has_room(os.path.dirname(path), f.size):
+            if not has_room(os.path.dirname(path), f.size) or not download_listed(storage, f, temp):
                 return None
-            fetched = storage.download(f.uri, temp, etag=f.etag)
-            if fetched != f.size:
-                raise OSError(f"{f.uri}: {fetched} bytes where the listing said {f.size}")
             os.replace(temp, path)
         except OSError:
-            return None
-        except PreconditionFailedError:
-            raise _changed(f) from None
-        finally:
             with contextlib.suppress(OSError):
-                os.unlink(temp)  # gone already once renamed; else a partial download: never left behind
+                os.unlink(temp)
+            return None
         return path
 
     def discard(self, files: Iterable[FileInfo]) -> None:
@@ -221,11 +228,6 @@ class HostSpool:
 def remove_host_spool(spool: HostSpool) -> None:
     """:meth:`HostSpool.remove` as a task: the driver runs a few at the end of a run, where its tasks ran."""
     spool.remove()
-
-
-def _changed(f: FileInfo) -> PreconditionFailedError:
-    return PreconditionFailedError(f"the object changed after the run listed it (ETag {f.etag}): something else "
-                                   f"writes under the log dir while this run holds it", uri=f.uri)
 
 
 def sweep_stale(root: str) -> None:

@@ -35,8 +35,7 @@ class StoreUsage:
 
     def to_dict(self) -> dict[str, Any]:
         """The report's ``store_traffic``: the totals, the segments' bytes and the ratio, then the parts."""
-        return {**self.total.to_dict(), "segment_bytes": self.segment_bytes,
-                "reads_of_segments": self.reads_of_segments, "driver": self.driver.to_dict(),
+        return {**self.fields(), "driver": self.driver.to_dict(),
                 "tasks": {stage: t.to_dict() for stage, t in self.tasks.items()}}
 
     def fields(self) -> dict[str, Any]:
