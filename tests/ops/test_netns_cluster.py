@@ -29,7 +29,7 @@ from tests.ops.netns_jobs import (
     cluster_marks,
     kill,
     kill_executors,
-    staging_left,
+    recover_late_staging,
     wait_for_key,
 )
 from tests.support.compaction_faults import live_logs
@@ -115,13 +115,7 @@ def test_speculative_attempts_racing_to_stage_one_partition_write_the_bytes_of_a
     # it), and the next run's recovery deletes it (this run's lease was released, not taken over: nothing of it
     # is fenced). Once the losers are gone, recovery is that next run.
     time.sleep(2 + SLOW_STAGING_S + 3)
-    late = staging_left(netns_cluster, bucket)
-    assert all(f"/staged/{run.report['run_id']}/" in key for key in late), late
-    recover = netns_cluster.root / "recover-speculation.log"
-    rc = netns_cluster.run_driver("driver-1", [sys.executable, "-m", "jobs", "recover", "--log-dir",
-                                               f"s3://{bucket}/{PREFIX}", "--s3-endpoint", netns_jobs.endpoint],
-                                  recover)
-    assert rc == 0, recover.read_text()
+    recover_late_staging(netns_jobs, bucket, run, "speculation")
     assert_like_clean_run(netns_jobs, run, ("--strategy", "memory"))
 
 
