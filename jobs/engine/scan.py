@@ -13,9 +13,10 @@ task, so the driver does not read thousands of small files one by one) and the p
 Three depths:
 
 * ``headers`` (retention): batch headers only. A segment's largest timestamp comes from its ``.timeindex``
-  when that passes its sanity checks (then only the segment's end is read, from its last ``.index`` entry, to
-  check that it ends on a whole batch), else from the batch headers; the active segment's headers are always
-  read (it gives the log end offset).
+  when that passes its sanity checks (a large one is read by its first and last entries only, the ones Kafka's
+  own check compares: a broker's 1 GiB segment has 3 MiB of entries; then only the segment's end is read, from
+  its last ``.index`` entry, to check that it ends on a whole batch), else from the batch headers; the active
+  segment's headers are always read (it gives the log end offset).
 * ``sizes`` (compaction's selection, see :mod:`jobs.engine.compact.selection`): ``headers``, plus the first batch
   header of every closed segment a ``.timeindex`` dated (one small read: the first batch timestamp that
   ``max.compaction.lag.ms`` counts from, and the check that the segment starts at or above its base offset).
@@ -70,13 +71,16 @@ from segment_io.errors import (
 )
 from segment_io.format import (
     LOG_OVERHEAD,
+    MAX_BATCH_SIZE,
     SIZE_OFFSET,
+    V2_HEADER,
+    V2_HEADER_SIZE,
     BatchHeaders,
     batch_positions,
     check_offset_order,
     scan_batches,
 )
-from segment_io.index import OFFSET_INDEX_ENTRY, OFFSET_INDEX_ENTRY_SIZE
+from segment_io.index import OFFSET_INDEX_ENTRY, OFFSET_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE
 from segment_io.layout import (
     DELETED_SUFFIX,
     LOG_START_OFFSET_CHECKPOINT,
@@ -86,7 +90,7 @@ from segment_io.layout import (
     unreadable_entry,
 )
 from segment_io.schema import BATCH_SCHEMA
-from segment_io.storage.base import Storage
+from segment_io.storage.base import FileInfo, Storage
 from segment_io.storage.local import storage_error
 from segment_io.storage.spool import HostSpool, map_file
 
@@ -213,14 +217,23 @@ def empty_batches_from_headers(h: BatchHeaders, segment_base_offset: int) -> pa.
     return pa.Table.from_arrays(arrays, schema=BATCH_SCHEMA)
 
 
+#: A ``.timeindex`` of at most this size is read whole (one small request, every entry checked); a larger one, such as
+#: a closed segment's of a broker's default 1 GiB (3 MiB of entries), by its first and last entries only: the entries
+#: Kafka's own sanity check of a time index compares, and the last the one that dates the segment.
+TIMEINDEX_WHOLE_READ_BYTES = 4096
+
+
 def _timeindex_largest(storage: Storage, seg: SegmentFiles, next_base: int | None) -> int | None:
     """The largest timestamp from a segment's ``.timeindex`` when it passes a standalone sanity check
     (entries inside the segment's offset range, timestamps increasing and not negative, offsets not
-    decreasing); None when it cannot be trusted."""
+    decreasing); None when it cannot be trusted. The check covers every entry of an index read whole, and the
+    first and last of a larger one (:data:`TIMEINDEX_WHOLE_READ_BYTES`)."""
     if seg.timeindex is None or seg.timeindex.size == 0:
         return None
     try:
-        entries = index_io.read_time_index(storage.read(seg.timeindex.uri), path=seg.timeindex.uri)
+        entries = _timeindex_ends(storage, seg.timeindex) if seg.timeindex.size > TIMEINDEX_WHOLE_READ_BYTES else None
+        if entries is None:
+            entries = index_io.read_time_index(storage.read(seg.timeindex.uri), path=seg.timeindex.uri)
     except (CorruptIndexError, StorageError):
         return None
     if not len(entries):
@@ -234,6 +247,20 @@ def _timeindex_largest(storage: Storage, seg: SegmentFiles, next_base: int | Non
     if next_base is not None and (seg.base_offset + rel >= next_base).any():
         return None
     return int(ts[-1])
+
+
+def _timeindex_ends(storage: Storage, timeindex: FileInfo) -> index_io.TimeIndexEntries | None:
+    """The first and last entries of a ``.timeindex`` (two small reads); None when the last one is all zeros (a
+    broker's preallocated file not trimmed: the whole read finds its last written entry) or the size is not a
+    whole number of entries (the whole read says so)."""
+    size = timeindex.size
+    if size % TIME_INDEX_ENTRY_SIZE:
+        return None
+    last = bytes(storage.read_range(timeindex.uri, size - TIME_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE))
+    if not any(last):
+        return None
+    first = bytes(storage.read_range(timeindex.uri, 0, TIME_INDEX_ENTRY_SIZE))
+    return index_io.read_time_index(first + last, path=timeindex.uri)
 
 
 def _check_tail(storage: Storage, seg: SegmentFiles) -> None:
@@ -352,11 +379,20 @@ _FIRST_BATCH_READ = 1 << 16
 
 def _first_batch_timestamp(storage: Storage, seg: SegmentFiles) -> int | None:
     """A closed segment's first batch timestamp (its first batch's max timestamp, None when negative or the
-    segment is empty), from a read of its first batch only. Raises the framing error when the segment does not
+    segment is empty), from a read of its first batch's header (61 bytes; a batch in a legacy format, or one that
+    does not frame, is read whole). Raises the framing error when the segment does not
     start with a batch at or above its base offset, as a full header scan would."""
     size = seg.log.size
     if size == 0:
         return None
+    if size >= V2_HEADER_SIZE:
+        # A v2 batch's header holds its max timestamp: read it alone when it frames inside the file and starts at
+        # or above the base offset (anything else is read as below, for the error a full scan gives).
+        (base, length, _, magic, _, _, _, _, max_ts, *_) = V2_HEADER.unpack_from(
+            bytes(storage.read_range(seg.log.uri, 0, V2_HEADER_SIZE)))
+        if (magic == 2 and V2_HEADER_SIZE - LOG_OVERHEAD <= length <= MAX_BATCH_SIZE and LOG_OVERHEAD + length <= size
+                and base >= seg.base_offset):
+            return max_ts if max_ts >= 0 else None
     data = storage.read_range(seg.log.uri, 0, min(size, _FIRST_BATCH_READ))
     h = scan_batches(data, path=seg.log.uri, allow_truncated_tail=True)
     if not len(h) and size > len(data) and len(data) >= LOG_OVERHEAD:

@@ -89,6 +89,41 @@ def test_a_timeindex_of_the_wrong_size_or_all_zeros_falls_back_to_the_headers(tm
     assert scan(tmp_path).state.segments[0].largest_timestamp == T0 + 50
 
 
+LARGE = 400  # entries: 4,800 bytes, above TIMEINDEX_WHOLE_READ_BYTES
+
+
+@pytest.mark.parametrize("how,largest", [
+    ("sane", T0 + LARGE),  # dated by its last entry, read with its first: two entries' bytes
+    ("middle out of order", T0 + LARGE),  # Kafka's own check compares the ends only, and so does this one
+    ("last below first", T0 + 60),  # not an index Kafka would trust: the headers date the segment
+    ("last past the next base", T0 + 60),
+    ("preallocated tail", T0 + LARGE // 2),  # zeros past its last written entry: read whole, that entry dates it
+])
+def test_a_large_timeindex_is_read_by_its_first_and_last_entries(tmp_path: Path, how: str, largest: int) -> None:
+    from jobs.engine.scan import TIMEINDEX_WHOLE_READ_BYTES
+
+    write(tmp_path / "t-0", [[T0 + 50, T0 + 60], [T0 + 70]])
+    entries = [(T0 + i, 0) for i in range(1, LARGE + 1)]
+    if how == "middle out of order":
+        entries[LARGE // 2] = (T0 - 5, 0)
+    elif how == "last below first":
+        entries[-1] = (T0, 0)
+    elif how == "last past the next base":
+        entries[-1] = (T0 + LARGE, 2)
+    elif how == "preallocated tail":
+        entries = entries[:LARGE // 2] + [(0, 0)] * (LARGE // 2)
+    ti = tmp_path / "t-0" / segment_file_name(0, ".timeindex")
+    ti.write_bytes(timeindex(*entries))
+    assert ti.stat().st_size > TIMEINDEX_WHOLE_READ_BYTES
+    storage = _Bytes(open_storage(str(tmp_path)))
+    s = scan_partition(storage, list_log_dir(storage, str(tmp_path)).partition("t", 0), depth="headers")
+    assert s.error is None
+    assert s.state.segments[0].largest_timestamp == largest
+    read = storage.bytes[str(ti)]
+    # the preallocated one: its last entry, then the whole file
+    assert read == (12 + ti.stat().st_size if how == "preallocated tail" else 24), read
+
+
 def test_the_active_segment_is_always_read(tmp_path: Path) -> None:
     write(tmp_path / "t-0", [[T0 + 1], [T0 + 2, T0 + 8]])
     (tmp_path / "t-0" / segment_file_name(1, ".timeindex")).write_bytes(timeindex((T0 + 1, 0)))
@@ -455,3 +490,44 @@ def test_damage_before_the_active_segment_s_last_index_entry_is_left_to_the_scan
     for depth in ("transactions", "headers"):
         error = scan_partition(open_storage(str(root)), listing, depth=depth).error
         assert error is not None and error.file == str(active) and error.position == 0, (depth, error)
+
+
+class _RangeReads(_Reads):
+    """:class:`_Reads` that also keeps every ranged read, ``(uri, start, length)``."""
+
+    def __init__(self, storage) -> None:
+        super().__init__(storage)
+        self.ranges: list[tuple[str, int, int]] = []
+
+    def read_range(self, uri, start, length):
+        self.ranges.append((uri, start, length))
+        return super().read_range(uri, start, length)
+
+
+@pytest.mark.parametrize("below_base", [False, True])
+def test_a_selection_scan_reads_a_closed_segment_s_first_batch_header_alone(tmp_path: Path, monkeypatch,
+                                                                           below_base: bool) -> None:
+    """``max.compaction.lag.ms`` counts from a closed segment's first batch timestamp, its first batch header's max
+    timestamp (Kafka reads that header alone): the 61 bytes of a v2 header, with the full scan's answer and, for a
+    first batch below the segment's base offset, its error."""
+    from jobs.engine import scan as scan_module
+
+    root = tmp_path / "logs"
+    write(root / "t-0", [[T0 + 5, T0 + 1], [T0 + 7]])
+    log = root / "t-0" / segment_file_name(0)
+    if below_base:  # the segment's files renamed to a base above its first batch's offset
+        for f in (root / "t-0").glob(segment_file_name(0, ".*")):
+            f.rename(f.with_name(segment_file_name(1, f.suffix)))
+        log = root / "t-0" / segment_file_name(1)
+    listing = list_log_dir(open_storage(str(root)), str(root)).partition("t", 0)
+    storage = _RangeReads(open_storage(str(root)))
+    sizes = scan_partition(storage, listing, depth="sizes")
+    with monkeypatch.context() as m:  # the reference: every segment's headers read whole
+        m.setattr(scan_module, "_timeindex_largest", lambda *_: None)
+        full = scan_partition(open_storage(str(root)), listing, depth="sizes")
+    if below_base:
+        assert sizes.error == full.error and "below the segment's base offset" in str(sizes.error)
+        return
+    assert sizes.error is None and full.error is None
+    assert sizes.state.segments[0].first_batch_timestamp == full.state.segments[0].first_batch_timestamp == T0 + 5
+    assert [r for r in storage.ranges if r[0] == str(log) and r[1] == 0] == [(str(log), 0, 61)]
