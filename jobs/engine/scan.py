@@ -13,8 +13,8 @@ task, so the driver does not read thousands of small files one by one) and the p
 Three depths:
 
 * ``headers`` (retention): batch headers only. A segment's largest timestamp comes from its ``.timeindex``
-  when that passes its sanity checks (a large one is read by its first and last entries only, the ones Kafka's
-  own check compares: a broker's 1 GiB segment has 3 MiB of entries; then only the segment's end is read, from
+  when that passes its sanity checks (a large one is read by its first and last two entries, the ends Kafka's
+  own check compares: a broker's 1 GiB segment has up to 3 MiB of entries; then only the segment's end is read, from
   its last ``.index`` entry, to check that it ends on a whole batch), else from the batch headers; the active
   segment's headers are always read (it gives the log end offset).
 * ``sizes`` (compaction's selection, see :mod:`jobs.engine.compact.selection`): ``headers``, plus the first batch
@@ -218,8 +218,8 @@ def empty_batches_from_headers(h: BatchHeaders, segment_base_offset: int) -> pa.
 
 
 #: A ``.timeindex`` of at most this size is read whole (one small request, every entry checked); a larger one, such as
-#: a closed segment's of a broker's default 1 GiB (3 MiB of entries), by its first and last entries only: the entries
-#: Kafka's own sanity check of a time index compares, and the last the one that dates the segment.
+#: a closed segment's of a broker's default 1 GiB (up to 3 MiB of entries), by its first and last entries (and the
+#: one before the last): the entries Kafka's own sanity check of a time index compares; the last dates the segment.
 TIMEINDEX_WHOLE_READ_BYTES = 4096
 
 
@@ -227,7 +227,7 @@ def _timeindex_largest(storage: Storage, seg: SegmentFiles, next_base: int | Non
     """The largest timestamp from a segment's ``.timeindex`` when it passes a standalone sanity check
     (entries inside the segment's offset range, timestamps increasing and not negative, offsets not
     decreasing); None when it cannot be trusted. The check covers every entry of an index read whole, and the
-    first and last of a larger one (:data:`TIMEINDEX_WHOLE_READ_BYTES`)."""
+    first and the last two of a larger one (:data:`TIMEINDEX_WHOLE_READ_BYTES`)."""
     if seg.timeindex is None or seg.timeindex.size == 0:
         return None
     try:
@@ -250,17 +250,20 @@ def _timeindex_largest(storage: Storage, seg: SegmentFiles, next_base: int | Non
 
 
 def _timeindex_ends(storage: Storage, timeindex: FileInfo) -> index_io.TimeIndexEntries | None:
-    """The first and last entries of a ``.timeindex`` (two small reads); None when the last one is all zeros (a
-    broker's preallocated file not trimmed: the whole read finds its last written entry) or the size is not a
-    whole number of entries (the whole read says so)."""
+    """The first and the last two entries of a ``.timeindex`` (two small reads: the last entry dates the segment,
+    and must exceed the one before it as well as the first); None when the last one is all zeros (a broker's
+    preallocated file not trimmed: the whole read finds its last written entry), the size is not a whole number of
+    entries, or a read comes back short (a file replaced since its listing): the whole read then decides."""
     size = timeindex.size
-    if size % TIME_INDEX_ENTRY_SIZE:
+    if size % TIME_INDEX_ENTRY_SIZE or size < 3 * TIME_INDEX_ENTRY_SIZE:
         return None
-    last = bytes(storage.read_range(timeindex.uri, size - TIME_INDEX_ENTRY_SIZE, TIME_INDEX_ENTRY_SIZE))
-    if not any(last):
+    last_two = bytes(storage.read_range(timeindex.uri, size - 2 * TIME_INDEX_ENTRY_SIZE, 2 * TIME_INDEX_ENTRY_SIZE))
+    if len(last_two) != 2 * TIME_INDEX_ENTRY_SIZE or not any(last_two[TIME_INDEX_ENTRY_SIZE:]):
         return None
     first = bytes(storage.read_range(timeindex.uri, 0, TIME_INDEX_ENTRY_SIZE))
-    return index_io.read_time_index(first + last, path=timeindex.uri)
+    if len(first) != TIME_INDEX_ENTRY_SIZE:
+        return None
+    return index_io.read_time_index(first + last_two, path=timeindex.uri)
 
 
 def _check_tail(storage: Storage, seg: SegmentFiles) -> None:
@@ -388,10 +391,10 @@ def _first_batch_timestamp(storage: Storage, seg: SegmentFiles) -> int | None:
     if size >= V2_HEADER_SIZE:
         # A v2 batch's header holds its max timestamp: read it alone when it frames inside the file and starts at
         # or above the base offset (anything else is read as below, for the error a full scan gives).
-        (base, length, _, magic, _, _, _, _, max_ts, *_) = V2_HEADER.unpack_from(
-            bytes(storage.read_range(seg.log.uri, 0, V2_HEADER_SIZE)))
-        if (magic == 2 and V2_HEADER_SIZE - LOG_OVERHEAD <= length <= MAX_BATCH_SIZE and LOG_OVERHEAD + length <= size
-                and base >= seg.base_offset):
+        head = bytes(storage.read_range(seg.log.uri, 0, V2_HEADER_SIZE))
+        (base, length, _, magic, _, _, _, _, max_ts, *_) = V2_HEADER.unpack_from(head.ljust(V2_HEADER_SIZE, b"\0"))
+        if (len(head) == V2_HEADER_SIZE and magic == 2 and V2_HEADER_SIZE - LOG_OVERHEAD <= length <= MAX_BATCH_SIZE
+                and LOG_OVERHEAD + length <= size and base >= seg.base_offset):
             return max_ts if max_ts >= 0 else None
     data = storage.read_range(seg.log.uri, 0, min(size, _FIRST_BATCH_READ))
     h = scan_batches(data, path=seg.log.uri, allow_truncated_tail=True)

@@ -97,7 +97,9 @@ LARGE = 400  # entries: 4,800 bytes, above TIMEINDEX_WHOLE_READ_BYTES
     ("middle out of order", T0 + LARGE),  # Kafka's own check compares the ends only, and so does this one
     ("last below first", T0 + 60),  # not an index Kafka would trust: the headers date the segment
     ("last past the next base", T0 + 60),
+    ("last not above the one before", T0 + 60),  # a damaged last entry that still exceeds the first
     ("preallocated tail", T0 + LARGE // 2),  # zeros past its last written entry: read whole, that entry dates it
+    ("not whole entries", T0 + 60),  # read whole, which refuses it
 ])
 def test_a_large_timeindex_is_read_by_its_first_and_last_entries(tmp_path: Path, how: str, largest: int) -> None:
     from jobs.engine.scan import TIMEINDEX_WHOLE_READ_BYTES
@@ -110,18 +112,22 @@ def test_a_large_timeindex_is_read_by_its_first_and_last_entries(tmp_path: Path,
         entries[-1] = (T0, 0)
     elif how == "last past the next base":
         entries[-1] = (T0 + LARGE, 2)
+    elif how == "last not above the one before":
+        entries[-1] = (T0 + LARGE - 1, 0)
     elif how == "preallocated tail":
         entries = entries[:LARGE // 2] + [(0, 0)] * (LARGE // 2)
     ti = tmp_path / "t-0" / segment_file_name(0, ".timeindex")
-    ti.write_bytes(timeindex(*entries))
+    ti.write_bytes(timeindex(*entries) + (b"\x01" * 5 if how == "not whole entries" else b""))
     assert ti.stat().st_size > TIMEINDEX_WHOLE_READ_BYTES
     storage = _Bytes(open_storage(str(tmp_path)))
     s = scan_partition(storage, list_log_dir(storage, str(tmp_path)).partition("t", 0), depth="headers")
     assert s.error is None
     assert s.state.segments[0].largest_timestamp == largest
     read = storage.bytes[str(ti)]
-    # the preallocated one: its last entry, then the whole file
-    assert read == (12 + ti.stat().st_size if how == "preallocated tail" else 24), read
+    # the first entry and the last two; the preallocated one's last two, then the whole file; one of a size that is
+    # not whole entries, the whole file
+    want = {"preallocated tail": 24 + ti.stat().st_size, "not whole entries": ti.stat().st_size}.get(how, 36)
+    assert read == want, read
 
 
 def test_the_active_segment_is_always_read(tmp_path: Path) -> None:
@@ -513,7 +519,14 @@ def test_a_selection_scan_reads_a_closed_segment_s_first_batch_header_alone(tmp_
     from jobs.engine import scan as scan_module
 
     root = tmp_path / "logs"
-    write(root / "t-0", [[T0 + 5, T0 + 1], [T0 + 7]])
+    log_builder = LogBuilder(topic="t")
+    # the first batch's max timestamp is neither its first record's nor its base timestamp
+    log_builder.batch([rec("a", "1", timestamp=T0 + 2), rec("b", "2", timestamp=T0 + 5),
+                       rec("c", "3", timestamp=T0 + 3)])
+    log_builder.batch([rec("d", "4", timestamp=T0 + 1)])
+    log_builder.roll()
+    log_builder.batch([rec("e", "5", timestamp=T0 + 7)])
+    write_log(log_builder.table(), root / "t-0")
     log = root / "t-0" / segment_file_name(0)
     if below_base:  # the segment's files renamed to a base above its first batch's offset
         for f in (root / "t-0").glob(segment_file_name(0, ".*")):
@@ -531,3 +544,22 @@ def test_a_selection_scan_reads_a_closed_segment_s_first_batch_header_alone(tmp_
     assert sizes.error is None and full.error is None
     assert sizes.state.segments[0].first_batch_timestamp == full.state.segments[0].first_batch_timestamp == T0 + 5
     assert [r for r in storage.ranges if r[0] == str(log) and r[1] == 0] == [(str(log), 0, 61)]
+
+
+def test_a_short_read_of_a_first_batch_header_or_a_timeindex_falls_back_to_the_whole_read(tmp_path: Path) -> None:
+    """A ranged read that returns fewer bytes than asked (an object replaced since its listing) is never parsed as
+    a header or an entry: the scan reads the file whole and answers as from an intact read."""
+
+    class Short(_Reads):
+        def read_range(self, uri, start, length):
+            return super().read_range(uri, start, length)[:length // 2]
+
+    write(tmp_path / "t-0", [[T0 + 50, T0 + 60], [T0 + 70]])
+    ti = tmp_path / "t-0" / segment_file_name(0, ".timeindex")
+    ti.write_bytes(timeindex(*[(T0 + i, 0) for i in range(1, LARGE + 1)]))
+    listing = list_log_dir(open_storage(str(tmp_path)), str(tmp_path)).partition("t", 0)
+    short = scan_partition(Short(open_storage(str(tmp_path))), listing, depth="sizes")
+    intact = scan_partition(open_storage(str(tmp_path)), listing, depth="sizes")
+    assert short.error is None and intact.error is None
+    assert short.state.segments == intact.state.segments
+    assert short.state.segments[0].largest_timestamp == T0 + LARGE
