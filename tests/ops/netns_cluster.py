@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -362,7 +363,7 @@ class NetnsCluster:
     def reconnect(self, worker: str, timeout_s: float = 120) -> None:
         """Bring a :meth:`cut` worker back and wait until it has registered with the master again and the
         executors it ran while cut off (their application is gone) have ended; those still running then are
-        killed."""
+        killed, and no socket of the worker's to the object store is left open."""
         log = self.root / f"{worker}.log"
         registered = log.read_text(errors="replace").count(WORKER_READY)
         self.cut(worker, down=False)
@@ -374,6 +375,18 @@ class NetnsCluster:
         while self.executor_pids(worker) and time.monotonic() < deadline:
             time.sleep(0.5)
         _kill_all(self.executor_pids(worker))
+        # A socket its process closed keeps what it had not sent (a staged PUT's body, begun while the link was
+        # down), and the kernel sends it now the link is up: the host is back once none is left.
+        while self.sockets_to_store(worker) and time.monotonic() < deadline:
+            time.sleep(0.5)
+
+    def sockets_to_store(self, host: str) -> list[str]:
+        """The TCP sockets ``host`` holds to moto_server, but those in TIME-WAIT (nothing left to send)."""
+        assert self.moto is not None
+        port = urllib.parse.urlsplit(self.moto.endpoint_url).port
+        out = _ip("netns", "exec", self.hosts[host].netns, "ss", "-tanH", "exclude", "time-wait",
+                  "dst", f"{self.gateway}:{port}")
+        return [line for line in out.splitlines() if line.strip()]
 
     def executor_pids(self, worker: str) -> list[int]:
         """The executor JVMs running on ``worker`` now."""

@@ -110,7 +110,8 @@ def test_a_worker_cut_off_once_the_buckets_are_written_loses_its_tasks_not_the_b
     # wants before it notices and exits: a task attempt still running after its run ended, whose staging the next
     # run's recovery removes (docs/architecture.md). Only the cut host wrote after the run's end.
     time.sleep(SLOW_STAGING_S + 3)  # a PUT the executor sent before it ended is stored when moto gets to it
-    late_writers = {h for h, _ in moto_requests(netns_cluster, bucket, "PUT", "/staged/", since=ended_at)}
+    late_writers = {h for method in ("PUT", "POST")
+                    for h, _ in moto_requests(netns_cluster, bucket, method, "/staged/", since=ended_at)}
     assert late_writers <= {worker}, late_writers
     recover_late_staging(netns_jobs, bucket, run, "cut-host")
     assert_like_clean_run(netns_jobs, run, EXTERNAL_SORT)
