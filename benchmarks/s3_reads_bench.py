@@ -97,7 +97,7 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data")) -> list[dict]:
                    "requests_served": _served(log, start, bucket), "get": traffic["get"],
                    "get_mb": round(traffic["get_bytes"] / 1e6, 1), "segment_mb": round(segment_bytes / 1e6, 1),
                    "floor_mb": round(floor / 1e6, 1),
-                   "reads_of_floor": round(traffic["get_bytes"] / floor, 2) if floor else None,
+                   "reads_of_floor": round(traffic["get_bytes"] / floor, 3) if floor else None,
                    "put_mb": round(traffic["put_bytes"] / 1e6, 1), "by_stage": _stages(traffic),
                    "line": next((line.split("] ", 1)[1] for line in proc.stderr.splitlines()
                                  if "] object store: " in line), None)}
