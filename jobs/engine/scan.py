@@ -391,11 +391,12 @@ def _first_batch_timestamp(storage: Storage, seg: SegmentFiles) -> int | None:
     if size >= V2_HEADER_SIZE:
         # A v2 batch's header holds its max timestamp: read it alone when it frames inside the file and starts at
         # or above the base offset (anything else is read as below, for the error a full scan gives).
-        head = bytes(storage.read_range(seg.log.uri, 0, V2_HEADER_SIZE))
-        (base, length, _, magic, _, _, _, _, max_ts, *_) = V2_HEADER.unpack_from(head.ljust(V2_HEADER_SIZE, b"\0"))
-        if (len(head) == V2_HEADER_SIZE and magic == 2 and V2_HEADER_SIZE - LOG_OVERHEAD <= length <= MAX_BATCH_SIZE
-                and LOG_OVERHEAD + length <= size and base >= seg.base_offset):
-            return max_ts if max_ts >= 0 else None
+        head = storage.read_range(seg.log.uri, 0, V2_HEADER_SIZE)
+        if len(head) == V2_HEADER_SIZE:  # a short read (an object replaced since its listing) is read below
+            (base, length, _, magic, _, _, _, _, max_ts, *_) = V2_HEADER.unpack_from(head)
+            if (magic == 2 and V2_HEADER_SIZE - LOG_OVERHEAD <= length <= MAX_BATCH_SIZE
+                    and LOG_OVERHEAD + length <= size and base >= seg.base_offset):
+                return max_ts if max_ts >= 0 else None
     data = storage.read_range(seg.log.uri, 0, min(size, _FIRST_BATCH_READ))
     h = scan_batches(data, path=seg.log.uri, allow_truncated_tail=True)
     if not len(h) and size > len(data) and len(data) >= LOG_OVERHEAD:

@@ -168,17 +168,16 @@ def staging_left(cluster: NetnsCluster, bucket: str) -> list[str]:
         [f"upload {u['Key']}" for u in uploads]
 
 
-def recover_late_staging(jobs: Jobs, bucket: str, run: Run, name: str) -> list[str]:
+def recover_late_staging(jobs: Jobs, bucket: str, run: Run, name: str) -> None:
     """What task attempts of ``run`` staged after it ended (a losing speculative copy still being killed, an
     executor on a host cut off and back): only under that run's own staging, and removed by the next run's
-    recovery, which this runs from another host (``segjobs recover``). Returns what was late."""
+    recovery, which this runs from another host (``segjobs recover``)."""
     late = staging_left(jobs.cluster, bucket)
     assert all(f"/staged/{run.report['run_id']}/" in key for key in late), late
     log = jobs.cluster.root / f"recover-{name}.log"
     rc = jobs.cluster.run_driver("driver-1", [sys.executable, "-m", "jobs", "recover", "--log-dir",
                                               f"s3://{bucket}/{PREFIX}", "--s3-endpoint", jobs.endpoint], log)
     assert rc == 0, log.read_text()
-    return late
 
 
 def sort_files_on_hosts(cluster: NetnsCluster) -> list[str]:
