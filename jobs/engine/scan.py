@@ -22,14 +22,14 @@ Three depths:
   ``max.compaction.lag.ms`` counts from, and the check that the segment starts at or above its base offset).
   Everything Kafka's cleaner needs to pick a log, except the last stable offset. Of the active segment, which
   Kafka never cleans, only the log end offset is needed: its batches are read from its last ``.index`` entry on
-  (:func:`_active_tail`; the whole segment where the index cannot be trusted), so a run with nothing due reads a
-  few KiB of each partition's active segment rather than all of it (up to ``segment.bytes``, 1 GiB by default,
-  a GET of the whole object on S3); its largest timestamp, batch and record counts are left unknown. Two reads
-  that only retention needs are left out, so a partition compaction cannot select costs no request on an object
-  store: the
-  leader-epoch checkpoint (``leader_epochs`` is None, ``leader_epochs_error`` says it was not read, so nothing
-  that needs it can mistake it for an empty one), and the active segment of a partition that has no other
-  segment, when the checkpoints do not reach past its base offset (:func:`active_segment_unread`).
+  (:func:`_active_tail`; a running broker's preallocated index searched for it; the whole segment where the
+  index cannot be trusted), so a run with nothing due reads a few KiB of each partition's active segment rather
+  than all of it (up to ``segment.bytes``, 1 GiB by default, a GET of the whole object on S3); its largest
+  timestamp, batch and record counts are left unknown. Two reads that only retention needs are left out, so a
+  partition compaction cannot select costs no request on an object store: the leader-epoch checkpoint
+  (``leader_epochs`` is None, ``leader_epochs_error`` says it was not read, so nothing that needs it can mistake
+  it for an empty one), and the active segment of a partition that has no other segment, when the checkpoints do
+  not reach past its base offset (:func:`active_segment_unread`).
 * ``transactions`` (compaction's partitions that may be due, inspect, the ``table`` command, what retention
   leaves of a ``compact,delete`` partition): ``headers`` with every segment's batch headers read (no
   ``.timeindex`` shortcut), replayed into transaction and producer state (:mod:`segment_io.transactions`). No
@@ -57,7 +57,7 @@ from typing import Any, NotRequired, TypedDict
 import numpy as np
 import pyarrow as pa
 
-from jobs.rules.kafka_defaults import PRODUCER_ID_EXPIRATION_MS
+from jobs.rules.kafka_defaults import PRODUCER_ID_EXPIRATION_MS, default_of
 from jobs.rules.model import PartitionState, SegmentInfo
 from jobs.rules.transactions import concat_summaries, derive_txn_state, summarize_headers
 from segment_io import index as index_io
@@ -291,32 +291,85 @@ def _last_indexed_position(storage: Storage, seg: SegmentFiles) -> int:
     return entry[1] if entry is not None else 0
 
 
+#: Kafka's default ``index.interval.bytes``: what bounds the written entries of a preallocated index, in one read
+_DEFAULT_INDEX_INTERVAL_BYTES = int(default_of("index.interval.bytes"))
+
+
 def _last_index_entry(storage: Storage, seg: SegmentFiles) -> tuple[int, int] | None:
     """A segment's last ``.index`` entry, ``(offset, position)``: a batch starts at that position, and the offset is
     its last one (a leader's append) or that of a later batch appended with it (a follower's append of several
-    batches at once). None when there is none to trust (no index, a size that is not whole
-    entries, or an all-zero last entry: a preallocated tail, not worth a search)."""
+    batches at once). None when there is none to trust (no index, a size that is not whole entries, no written
+    entry, a read that comes back short or fails).
+
+    An index whose last entry is unwritten (position 0) is the active segment's of a running broker, preallocated
+    to ``segment.index.bytes`` (10 MiB by default) and trimmed only when the segment rolls or the broker stops: a
+    copy of a live log dir has one. Its last written entry is searched for (:func:`_last_written_entry`), so that
+    the segment's end is still read from there on, not the whole segment."""
     if seg.index is None or seg.index.size < OFFSET_INDEX_ENTRY_SIZE or seg.index.size % OFFSET_INDEX_ENTRY_SIZE:
         return None
     try:
-        last = storage.read_range(seg.index.uri, seg.index.size - OFFSET_INDEX_ENTRY_SIZE, OFFSET_INDEX_ENTRY_SIZE)
+        count = seg.index.size // OFFSET_INDEX_ENTRY_SIZE
+        entries = _index_entries(storage, seg.index.uri, count - 1, 1)
+        if entries is not None and int(entries[0]["position"]) == 0:
+            entries = _last_written_entry(storage, seg.index.uri, count, seg.log.size)
     except StorageError:
         return None
-    if len(last) != OFFSET_INDEX_ENTRY_SIZE:
+    if entries is None:
         return None
-    entry = np.frombuffer(last, dtype=OFFSET_INDEX_ENTRY)[0]
+    entry = entries[-1]
     position = int(entry["position"])
     return (seg.base_offset + int(entry["relative_offset"]), position) if position > 0 else None
 
 
+def _index_entries(storage: Storage, uri: str, first: int, count: int) -> np.ndarray | None:
+    """``count`` offset index entries from entry ``first`` on (one read); None when the read comes back short."""
+    data = storage.read_range(uri, first * OFFSET_INDEX_ENTRY_SIZE, count * OFFSET_INDEX_ENTRY_SIZE)
+    if len(data) != count * OFFSET_INDEX_ENTRY_SIZE:
+        return None
+    return np.frombuffer(data, dtype=OFFSET_INDEX_ENTRY)
+
+
+def _last_written_entry(storage: Storage, uri: str, count: int, log_bytes: int) -> np.ndarray | None:
+    """The last written entry (as a one-entry array) of an offset index of ``count`` entries whose last one is
+    unwritten; None when the first is unwritten too, or a read comes back short.
+
+    Kafka writes an entry only for a batch more than ``index.interval.bytes`` past the previous entry's, and never
+    for the batch at position 0, so the written entries come first, each at a position above 0, and the zeros of
+    the preallocation after them. With the default interval (4096) a segment of ``log_bytes`` has at most
+    ``log_bytes // 4096`` entries: they are read in one request, a fifth of a percent of the segment's bytes. When
+    even the last of those is written (a topic with a smaller interval), the rest of the index is searched by
+    halving, one entry a read."""
+    head = min(count, log_bytes // _DEFAULT_INDEX_INTERVAL_BYTES + 1)
+    entries = _index_entries(storage, uri, 0, head)
+    if entries is None:
+        return None
+    unwritten = np.flatnonzero(entries["position"] == 0)
+    if len(unwritten):
+        first_unwritten = int(unwritten[0])
+        return entries[first_unwritten - 1:first_unwritten] if first_unwritten > 0 else None
+    written, unwritten_at = head - 1, count - 1  # entry `written` has a position, entry `unwritten_at` none
+    last = entries[-1:]
+    while unwritten_at - written > 1:
+        middle = (written + unwritten_at) // 2
+        probe = _index_entries(storage, uri, middle, 1)
+        if probe is None:
+            return None
+        if int(probe[0]["position"]) > 0:
+            written, last = middle, probe
+        else:
+            unwritten_at = middle
+    return last
+
+
 def _active_tail(storage: Storage, seg: SegmentFiles) -> tuple[int, int] | None:
     """The active segment's log end offset from its end alone, and the bytes of an incomplete batch at its end:
-    the batches from its last ``.index`` entry on (two small reads, where the whole segment, up to
-    ``segment.bytes``, would be one large one). None when that cannot be trusted: no usable entry, a position at
-    or past the end, bytes from there that do not frame as batches in offset order, or an entry's offset that is
-    not one of theirs (the whole segment is then read, and its framing decides). What lies before the entry is
-    not read, so damage there goes unreported here, as in a closed segment a ``.timeindex`` dated: compaction never
-    cleans the active segment, and the partition's transaction-state scan, if it is due, reads it all."""
+    the batches from its last ``.index`` entry on (two small reads, a few more for a running broker's preallocated
+    index: see :func:`_last_index_entry`; the whole segment, up to ``segment.bytes``, would be one large one). None
+    when that cannot be trusted: no usable entry, a position at or past the end, bytes from there that do not frame
+    as batches in offset order, or an entry's offset that is not one of theirs (the whole segment is then read, and
+    its framing decides). What lies before the entry is not read, so damage there goes unreported here, as in a
+    closed segment a ``.timeindex`` dated: compaction never cleans the active segment, and the partition's
+    transaction-state scan, if it is due, reads it all."""
     entry = _last_index_entry(storage, seg)
     size = seg.log.size
     if entry is None or not 0 < entry[1] < size:

@@ -422,6 +422,10 @@ def _damage(active: Path, how: str) -> None:
         index.unlink()
     elif how == "preallocated index":  # a broker's active index before a clean shutdown trims it
         index.write_bytes(bytes(entries) + bytes(8 * 100))
+    elif how == "preallocated index, every batch indexed":  # a topic's index.interval.bytes below the default's 4096
+        index.write_bytes(_every_batch_entries(active) + bytes(8 * 1000))
+    elif how == "preallocated index, nothing written":
+        index.write_bytes(bytes(8 * 100))
     elif how == "entry mid-batch":
         position = struct.unpack(">i", entries[-4:])[0]
         index.write_bytes(bytes(entries[:-4]) + struct.pack(">i", position + 7))
@@ -437,11 +441,23 @@ def _damage(active: Path, how: str) -> None:
         active.write_bytes(active.read_bytes() + struct.pack(">qi", 90, -5) + bytes(40))
 
 
+def _every_batch_entries(log: Path) -> bytes:
+    """Offset index entries of every batch of ``log`` but its first (the one at position 0 has none), as a broker
+    with ``index.interval.bytes`` 0 writes them: more entries than the default interval allows."""
+    from segment_io.format import scan_batches
+
+    h = scan_batches(log.read_bytes(), path=str(log))
+    base = int(h.base_offset[0])
+    return b"".join(struct.pack(">ii", int(h.last_offset[i]) - base, int(h.position[i])) for i in range(1, len(h)))
+
+
 @pytest.mark.parametrize(("how", "tail_only"), [
     ("intact", True),
     ("truncated end", True),  # a warning, as on a full read
     ("no index", False),
-    ("preallocated index", False),
+    ("preallocated index", True),  # its last written entry found in one read
+    ("preallocated index, every batch indexed", True),  # ... and by halving past the default interval's share
+    ("preallocated index, nothing written", False),
     ("entry mid-batch", False),
     ("entry of a later batch", True),
     ("entry past the end", False),
@@ -479,6 +495,31 @@ def test_a_selection_scan_reads_the_active_segment_from_its_last_index_entry_on(
     assert sizes.state.log_end_offset == full.state.log_end_offset == (88 if how == "truncated end" else 90)
     config = ConfigSet().with_overrides(["t:cleanup.policy=compact"]).for_topic("t")
     assert plan_compaction(sizes.scanned, config, T0 + 10**9) == plan_compaction(full.scanned, config, T0 + 10**9)
+
+
+@pytest.mark.parametrize("every_batch", [False, True])
+def test_a_running_broker_s_preallocated_active_index_is_searched_not_read_whole(tmp_path: Path,
+                                                                              every_batch: bool) -> None:
+    """A copy of a running broker's log dir holds the active segment's ``.index`` at its preallocated 10 MiB, its
+    written entries first and zeros after: the selection finds the last written entry with a few small reads of
+    the index (the default interval's share of it, then halving when the entries are denser) and reads the
+    segment from there, never the whole index or segment."""
+    root = tmp_path / "logs"
+    active = _two_segments(root)
+    index = active.with_suffix(".index")
+    written = _every_batch_entries(active) if every_batch else index.read_bytes()
+    index.write_bytes(written + bytes(10 * 1024 * 1024 - len(written)))
+    listing = list_log_dir(open_storage(str(root)), str(root)).partition("t", 0)
+    storage = _Bytes(open_storage(str(root)))
+    sizes = scan_partition(storage, listing, depth="sizes")
+    assert sizes.error is None and sizes.state.log_end_offset == 90
+    index_reads = storage.uris.count(str(index))
+    # the last entry, the default interval's share (about 11 entries of this 42 KB segment), then at most
+    # log2(10 MiB / 8) probes of one entry each
+    assert storage.bytes[str(index)] <= 8 + 8 * (active.stat().st_size // 4096 + 1) + 8 * 21
+    assert index_reads == 2 if not every_batch else 2 < index_reads <= 2 + 21, index_reads
+    last_position = struct.unpack(">i", written[-4:])[0]
+    assert storage.bytes[str(active)] == active.stat().st_size - last_position
 
 
 def test_damage_before_the_active_segment_s_last_index_entry_is_left_to_the_scans_that_read_it(tmp_path: Path) -> None:
