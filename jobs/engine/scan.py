@@ -270,8 +270,8 @@ def _check_tail(storage: Storage, seg: SegmentFiles) -> None:
     """Raise the framing error of a closed segment that a sane ``.timeindex`` dated (so its batch headers are
     not otherwise read) when it does not end on a whole batch: a truncated or garbled end, what an
     interrupted copy leaves. Cheap: the walk starts at the position of the last ``.index`` entry (two small
-    reads); with no usable entry, or when the walk from there fails (the index may be the one at fault), the
-    whole file's framing decides."""
+    reads, a few more where the index is preallocated: :func:`_last_index_entry`); with no usable entry, or when
+    the walk from there fails (the index may be the one at fault), the whole file's framing decides."""
     size = seg.log.size
     start = _last_indexed_position(storage, seg)
     if 0 < start < size:
@@ -301,16 +301,18 @@ def _last_index_entry(storage: Storage, seg: SegmentFiles) -> tuple[int, int] | 
     batches at once). None when there is none to trust (no index, a size that is not whole entries, no written
     entry, a read that comes back short or fails).
 
-    An index whose last entry is unwritten (position 0) is the active segment's of a running broker, preallocated
-    to ``segment.index.bytes`` (10 MiB by default) and trimmed only when the segment rolls or the broker stops: a
-    copy of a live log dir has one. Its last written entry is searched for (:func:`_last_written_entry`), so that
-    the segment's end is still read from there on, not the whole segment."""
+    An index whose last entry is all zeros is the active segment's of a running broker, preallocated to
+    ``segment.index.bytes`` (10 MiB by default) and trimmed only when the segment rolls or the broker stops: a copy
+    of a live log dir has one. Its last written entry is searched for (:func:`_last_written_entry`), so that the
+    segment's end is still read from there on, not the whole segment. What it finds is a candidate like any last
+    entry: the callers read the batches from its position to the end and fall back to the whole segment unless
+    they frame and hold its offset."""
     if seg.index is None or seg.index.size < OFFSET_INDEX_ENTRY_SIZE or seg.index.size % OFFSET_INDEX_ENTRY_SIZE:
         return None
     try:
         count = seg.index.size // OFFSET_INDEX_ENTRY_SIZE
         entries = _index_entries(storage, seg.index.uri, count - 1, 1)
-        if entries is not None and int(entries[0]["position"]) == 0:
+        if entries is not None and _unwritten(entries[0]):
             entries = _last_written_entry(storage, seg.index.uri, count, seg.log.size)
     except StorageError:
         return None
@@ -331,23 +333,30 @@ def _index_entries(storage: Storage, uri: str, first: int, count: int) -> np.nda
 
 def _last_written_entry(storage: Storage, uri: str, count: int, log_bytes: int) -> np.ndarray | None:
     """The last written entry (as a one-entry array) of an offset index of ``count`` entries whose last one is
-    unwritten; None when the first is unwritten too, or a read comes back short.
+    unwritten; None when the first is unwritten too, the entries read are not in order, one is neither written nor
+    all zeros (damaged), or a read comes back short.
 
     Kafka writes an entry only for a batch more than ``index.interval.bytes`` past the previous entry's, and never
-    for the batch at position 0, so the written entries come first, each at a position above 0, and the zeros of
-    the preallocation after them. With the default interval (4096) a segment of ``log_bytes`` has at most
-    ``log_bytes // 4096`` entries: they are read in one request, a fifth of a percent of the segment's bytes. When
-    even the last of those is written (a topic with a smaller interval), the rest of the index is searched by
-    halving, one entry a read."""
+    for the batch at position 0, so an entry is written where its position is above 0. A broker fills its
+    preallocated index from the start: the written entries come first, in increasing offset and position, and the
+    zeros after them. (A follower's truncation of its active segment moves the index's end back without zeroing
+    what lay past it, so older entries can follow the newer ones: where they break the order in what is read they
+    are seen; where not, the entry found is checked against the batches by the caller like any other.) With the
+    default interval (4096) a segment of ``log_bytes`` has at most ``log_bytes // 4096`` entries: they are read in
+    one request, a fifth of a percent of the segment's bytes. When even the last of those is written (a topic with
+    a smaller interval), the rest of the index is searched by halving, one entry a read."""
     head = min(count, log_bytes // _DEFAULT_INDEX_INTERVAL_BYTES + 1)
     entries = _index_entries(storage, uri, 0, head)
     if entries is None:
         return None
-    unwritten = np.flatnonzero(entries["position"] == 0)
-    if len(unwritten):
-        first_unwritten = int(unwritten[0])
-        return entries[first_unwritten - 1:first_unwritten] if first_unwritten > 0 else None
-    written, unwritten_at = head - 1, count - 1  # entry `written` has a position, entry `unwritten_at` none
+    not_written = np.flatnonzero(entries["position"] <= 0)
+    written_head = entries[:not_written[0]] if len(not_written) else entries
+    if not len(written_head) or (np.diff(written_head["position"]) <= 0).any() or \
+            (np.diff(written_head["relative_offset"]) <= 0).any():
+        return None
+    if len(not_written):  # the first entry without a position must be a zero, not a damaged one
+        return written_head[-1:] if _unwritten(entries[not_written[0]]) else None
+    written, unwritten_at = head - 1, count - 1  # entry `written` has a position above 0, entry `unwritten_at` is zero
     last = entries[-1:]
     while unwritten_at - written > 1:
         middle = (written + unwritten_at) // 2
@@ -356,9 +365,16 @@ def _last_written_entry(storage: Storage, uri: str, count: int, log_bytes: int) 
             return None
         if int(probe[0]["position"]) > 0:
             written, last = middle, probe
-        else:
+        elif _unwritten(probe[0]):
             unwritten_at = middle
+        else:
+            return None
     return last
+
+
+def _unwritten(entry: np.void) -> bool:
+    """An offset index entry as preallocated: all zeros."""
+    return int(entry["position"]) == 0 and int(entry["relative_offset"]) == 0
 
 
 def _active_tail(storage: Storage, seg: SegmentFiles) -> tuple[int, int] | None:

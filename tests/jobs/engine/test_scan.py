@@ -11,12 +11,17 @@ import os
 import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jobs.engine.scan import PartitionError, scan_partition
+from segment_io.index import OFFSET_INDEX_ENTRY
 from segment_io.layout import list_log_dir, segment_file_name
 from segment_io.storage import open_storage
 from tests.support.builders import LogBuilder, rec, timestamped_segments, write_log
+from tests.support.hypothesis_budget import examples
 
 T0 = 1_700_000_000_000
 
@@ -520,6 +525,87 @@ def test_a_running_broker_s_preallocated_active_index_is_searched_not_read_whole
     assert index_reads == 2 if not every_batch else 2 < index_reads <= 2 + 21, index_reads
     last_position = struct.unpack(">i", written[-4:])[0]
     assert storage.bytes[str(active)] == active.stat().st_size - last_position
+
+
+class _IndexBytes:
+    """A store holding one index file's bytes, which counts its reads (a read past the end comes back short)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.reads = data, 0
+
+    def read_range(self, uri, start, length):
+        self.reads += 1
+        return self.data[start:start + length]
+
+
+@settings(max_examples=examples(1.0), deadline=None)
+@given(count=st.integers(1, 5000), data=st.data())
+def test_the_last_written_entry_of_a_preallocated_index_is_the_last_above_zero(count: int, data) -> None:
+    """Against the plain answer (the last entry with a position): any number of written entries, spaced as a topic's
+    interval spaces them (at least 1 byte, often less than the default 4096), and any segment size they fit in."""
+    from jobs.engine.scan import _last_written_entry
+
+    written = data.draw(st.integers(0, count - 1), label="written")
+    gaps = np.array(data.draw(st.lists(st.integers(1, 9000), min_size=written, max_size=written)), dtype=np.int64)
+    positions = np.cumsum(gaps)
+    log_bytes = int(positions[-1]) + data.draw(st.integers(1, 10_000)) if written else data.draw(st.integers(0, 10**6))
+    entries = np.zeros(count, dtype=OFFSET_INDEX_ENTRY)
+    entries["relative_offset"][:written] = np.arange(1, written + 1) * 3
+    entries["position"][:written] = positions
+    store = _IndexBytes(entries.tobytes())
+    got = _last_written_entry(store, "i", count, log_bytes)
+    if not written:
+        assert got is None
+        return
+    assert got is not None and got.tolist() == entries[written - 1:written].tolist()
+    assert store.reads <= 1 + max(1, count).bit_length()
+
+
+@pytest.mark.parametrize(("how", "found"), [
+    ("in order", 7),
+    ("older entries past the newer ones, out of order", None),  # a follower's truncation, then fewer appends
+    ("a negative position", None),
+    ("nothing written", None),
+    ("short", None),  # the file shrank since its listing
+])
+def test_a_preallocated_index_out_of_order_or_short_is_not_searched(how: str, found: int | None) -> None:
+    from jobs.engine.scan import _last_written_entry
+
+    entries = np.zeros(1000, dtype=OFFSET_INDEX_ENTRY)
+    entries["relative_offset"][:8] = [1, 2, 3, 4, 5, 6, 7, 8]
+    entries["position"][:8] = [100, 200, 300, 400, 500, 600, 700, 800]
+    if how == "older entries past the newer ones, out of order":
+        entries["position"][:3] = [150, 250, 350]  # then the older 4th..8th: positions still rising
+        entries["relative_offset"][:3] = [10, 11, 12]  # ... but their offsets below these
+    elif how == "a negative position":
+        entries["position"][3] = -4
+    elif how == "nothing written":
+        entries[:] = 0
+    data = entries.tobytes()
+    if how == "short":
+        data = data[:40]
+    got = _last_written_entry(_IndexBytes(data), "i", len(entries), 1 << 20)
+    if found is None:
+        assert got is None
+    else:
+        assert got is not None and int(got[0]["relative_offset"]) == found + 1
+
+
+@pytest.mark.parametrize("damaged", [False, True])
+def test_halving_a_preallocated_index_stops_at_a_damaged_entry(damaged: bool) -> None:
+    """Past the default interval's share (here 3 entries of a 8 KiB segment) the index is halved; an entry met there
+    that is neither written nor zeros gives no answer (the caller reads the whole segment)."""
+    from jobs.engine.scan import _last_written_entry
+
+    entries = np.zeros(1000, dtype=OFFSET_INDEX_ENTRY)
+    entries["relative_offset"][:600] = np.arange(1, 601)
+    entries["position"][:600] = np.arange(1, 601) * 10
+    if damaged:
+        entries["relative_offset"][500], entries["position"][500] = 7, -1  # the first probe: (2 + 999) // 2
+    store = _IndexBytes(entries.tobytes())
+    got = _last_written_entry(store, "i", len(entries), 8192)
+    assert (got is None) if damaged else got.tolist() == [(600, 6000)]
+    assert store.reads == (2 if damaged else 1 + 10)  # the head, then log2 of the 997 entries past it
 
 
 def test_damage_before_the_active_segment_s_last_index_entry_is_left_to_the_scans_that_read_it(tmp_path: Path) -> None:
