@@ -17,7 +17,7 @@ LINT_PATHS := jobs segment_io tests benchmarks notebooks ops conf
 # Property tests try as many examples as this hypothesis profile says (tests/conftest.py): dev or ci.
 export HYPOTHESIS_PROFILE ?= dev
 
-.PHONY: all venv java chromium check lint types imports test test-fast test-scenarios test-compat demo bench package cluster-test clean help airflow-test docs venv-delta broker-jars broker-test
+.PHONY: all venv java chromium check lint types imports test test-fast test-scenarios test-compat compat-envs demo bench package cluster-test clean help airflow-test docs venv-delta broker-jars broker-test
 
 # `make airflow-test` installs Apache Airflow and its Spark provider into their own virtualenv (never the
 # project's): the pins of conf/airflow/requirements.txt, held by the constraints file of this Python version
@@ -147,6 +147,10 @@ $(COMPAT_DIR)/%/.installed: conf/compat/%.txt pyproject.toml
 	$(COMPAT_DIR)/$*/bin/python -m pip install --quiet --upgrade pip
 	$(COMPAT_DIR)/$*/bin/python -m pip install --quiet -e '.[dev]' -r conf/compat/$*.txt
 	@touch $@
+
+# The envs test-compat runs, on one line (.ci/run leaves out one that would repeat make test).
+compat-envs:
+	@echo $(COMPAT_ENVS)
 
 test-compat: java $(foreach e,$(COMPAT_ENVS),$(COMPAT_DIR)/$(e)/.installed)
 	@set -e; for e in $(COMPAT_ENVS); do \
