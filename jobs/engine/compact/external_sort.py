@@ -6,8 +6,9 @@ offset map; a partition with more dirty keys than the map holds is cleaned parti
 This strategy splits the same clean into three stages of plain tasks that Spark spreads over every core (and
 every executor), with the decisions of :mod:`jobs.rules.external_sort`:
 
-1. **Key pass** (one task per segment, big segments split at batch boundaries): decode only offsets, 128-bit
-   key hashes and batch flags of the piece (keys and values never leave the task) and pre-aggregate them with a
+1. **Key pass** (one task per segment, big segments split at batch boundaries; on an object store each reads
+   the copy the partition's transaction-state scan left on its host, where there is one): decode only offsets,
+   128-bit key hashes and batch flags of the piece (keys and values never leave the task) and pre-aggregate them with a
    compiled kernel (:func:`jobs.rules.external_sort.piece_rows`): one row per key of the piece (its first
    offset there, its latest mappable offset there), ordered by hash bucket, written as one file to the run's
    work dir (``external-sort/run-<id>/<partition>/piece-*.rows``); the task returns only the rows per bucket.
@@ -32,11 +33,12 @@ driver's unchanged crash-safe loop. The same stages run through any task runner 
 
 from __future__ import annotations
 
+import mmap
 import shutil
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, ContextManager, Sequence, TypeVar
 
 import numpy as np
 
@@ -71,7 +73,8 @@ from jobs.rules.transactions import AbortedTxns
 from segment_io.decode import decode_key_hashes_bytes
 from segment_io.errors import CorruptRecordError, SegjobsError, StorageEnvironmentError
 from segment_io.format import batch_positions
-from segment_io.storage.base import Storage
+from segment_io.storage.base import FileInfo, Storage, map_open
+from segment_io.storage.spool import HostSpool
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -135,6 +138,15 @@ class PieceItem:
     out_uri: str
     max_batch_bytes: int  #: the run's decompression bound
     size: int = 0  #: the segment's bytes
+    #: on an object store: the segment as listed, and the run's copies on each host, which hold it where the
+    #: partition's transaction-state scan ran (every piece of the segment then reads that copy, not the object)
+    log: FileInfo | None = None
+    host_spool: HostSpool | None = None
+
+    def mapped(self) -> ContextManager[bytes | memoryview | mmap.mmap]:
+        """The segment's bytes: the scan's copy on this host, else the store's (on S3 one GET of the object)."""
+        copy = self.host_spool.open(self.log) if self.host_spool is not None and self.log is not None else None
+        return map_open(copy) if copy is not None else self.storage.read_mapped(self.uri)
 
 
 @dataclass
@@ -148,7 +160,7 @@ class PieceResult:
 
 def read_key_hashes(item: PieceItem) -> Any:
     """The KEY_HASH_SCHEMA rows of ``item``'s share of its segment (whole batches: those starting in it)."""
-    with item.storage.read_mapped(item.uri) as data:
+    with item.mapped() as data:
         view = memoryview(data)
         start, end = 0, len(view)
         if item.splits > 1:
@@ -489,9 +501,11 @@ def _piece_items(parts: Sequence[_Partition]) -> list[PieceItem]:
                 splits = max(1, -(-s.size_bytes // SPLIT_BYTES))
                 for k in range(splits):
                     out = t.storage.join(part.work, f"piece-{g:06d}-{s.base_offset:020d}-{k:04d}.rows")
-                    items.append(PieceItem(part.p, g, t.storage, files_of[s.base_offset].log.uri, k, splits,
+                    log = files_of[s.base_offset].log
+                    items.append(PieceItem(part.p, g, t.storage, log.uri, k, splits,
                                            t.plan.first_dirty_offset, t.plan.first_uncleanable_offset,
-                                           t.txn.aborted, part.buckets, out, t.max_batch_bytes, s.size_bytes))
+                                           t.txn.aborted, part.buckets, out, t.max_batch_bytes, s.size_bytes,
+                                           log=log, host_spool=t.host_spool))
                     part.key_tasks += 1
     return items
 

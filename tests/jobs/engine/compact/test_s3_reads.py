@@ -73,7 +73,8 @@ def test_on_one_host_each_segment_is_fetched_once_by_the_scan_and_cleaned_from_i
 
 @pytest.mark.s3
 def test_copies_no_cleaning_task_reads_are_removed_when_the_run_ends(spark, s3_bucket_env, tmp_path: Path) -> None:
-    """External-sort's tasks read the segments themselves: the copies the scan made for them go at the run's end."""
+    """External-sort's tasks (several a segment) leave the scan's copies for one another: they go at the run's
+    end."""
     endpoint, bucket = s3_bucket_env
     logs, _ = _partition(tmp_path)
     put_objects(endpoint, bucket, logs)
@@ -86,6 +87,41 @@ def test_copies_no_cleaning_task_reads_are_removed_when_the_run_ends(spark, s3_b
     assert any(stage.endswith("remove the scans' copies of segments") for stage in doc["store_traffic"]["tasks"])
     left = spark.sparkContext.parallelize([0], 1).map(_host_spool_files).collect()[0]
     assert left == [], left
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("split_bytes", [None, 256 << 10])
+def test_external_sort_reads_the_scan_s_copies_not_the_objects(s3_bucket, tmp_path: Path, monkeypatch,
+                                                                          split_bytes: int | None) -> None:
+    """On the host where the scan ran (every task of a ``local[N]`` run), external-sort's key pass and rewrite read
+    the scan's copies: no segment is fetched again. A segment split into pieces (``SPLIT_BYTES``; here 1 MiB segments in
+    pieces of 256 KiB) fetched the whole object once per piece before (a broker's 1 GiB segment in 16 pieces: 16
+    GiB), each piece decoding only its share."""
+    from jobs.engine.compact import external_sort
+
+    if split_bytes is not None:
+        monkeypatch.setattr(external_sort, "SPLIT_BYTES", split_bytes)
+    endpoint, bucket = s3_bucket
+    logs, closed = _partition(tmp_path)
+    put_objects(endpoint, bucket, logs)
+    result = api.compact(f"s3://{bucket}/{PREFIX}",
+                         api.CompactOptions(config=tmp_path / "t.toml", storage=endpoint.storage_options(),
+                                            strategy="external-sort"),
+                         now=NOW, seams=api.Seams(runner=InProcessTasks()))
+    assert result.exit_code == 0 and result.partitions_compacted == 1
+    traffic = result.report.store_traffic
+    (key_pass,) = [t for stage, t in traffic["tasks"].items() if "external-sort key pass" in stage]
+    pieces = int(next(stage for stage in traffic["tasks"] if "key pass" in stage).split(" over ")[1].split()[0])
+    split = split_bytes or external_sort.SPLIT_BYTES
+    assert pieces == sum(-(-p.stat().st_size // split) for p in closed) >= (len(closed) if split_bytes is None
+                                                                            else 4 * len(closed)), pieces
+    assert key_pass["get_bytes"] == 0, key_pass
+    # the rewrite reads the copies too: it fetches its groups' maps from the work dir and the index files, no .log
+    (rewrite,) = [t for stage, t in traffic["tasks"].items() if "external-sort rewrite" in stage]
+    assert rewrite["get_bytes"] < min(p.stat().st_size for p in closed), rewrite
+    every_log = sum(p.stat().st_size for p in (logs / "orders-0").glob("*.log"))
+    epochs = (logs / "orders-0" / "leader-epoch-checkpoint").stat().st_size
+    assert _stage(traffic, SCAN)["get_bytes"] == every_log + epochs
 
 
 def _host_spool_files(_: object) -> list[str]:
