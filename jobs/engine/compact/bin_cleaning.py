@@ -100,8 +100,9 @@ def compact_bin(tasks: list[CompactTask]) -> list[PartitionOutcome]:
         for out, written in zip(outcomes, staged):
             if written:
                 out.seconds = round(out.seconds + share, 3)
-    for task in tasks:  # those cleaned together, whose cleaner did not
-        release_host_copies(task)
+    for task, out in zip(tasks, outcomes):  # those cleaned together, whose cleaner did not; not those handed over
+        if out.handover is None:
+            release_host_copies(task)
     return outcomes
 
 

@@ -270,11 +270,14 @@ class PartitionCleaner:
             return map_open(copy)
         return self.spool.mapped(f.uri) if self.spool is not None else self.task.storage.read_mapped(f.uri)
 
-    def close(self) -> None:
-        """Remove what the task keeps on its host's disk (the spool's copies, the scan's)."""
+    def close(self, *, keep_host_copies: bool = False) -> None:
+        """Remove what the task keeps on its host's disk (the spool's copies, the scan's). ``keep_host_copies``: a
+        partition handed over to external-sort, whose tasks read the scan's copies after this one (the driver
+        removes them at the run's end)."""
         if self.spool is not None:
             self.spool.close()
-        release_host_copies(self.task)
+        if not keep_host_copies:
+            release_host_copies(self.task)
 
     def index_problems(self, base: int, headers) -> list[str]:
         """What is wrong with the ``.index`` and ``.timeindex`` of segment ``base`` against its batches (empty
@@ -471,7 +474,7 @@ def compact_partition(task: CompactTask, *, durable: bool = True,
                 pass
     finally:
         if cleaner is not None:
-            cleaner.close()
+            cleaner.close(keep_host_copies=out.handover is not None)
     out.seconds = round(time.monotonic() - t0, 3)
     return out
 

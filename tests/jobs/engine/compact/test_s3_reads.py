@@ -16,6 +16,7 @@ import pytest
 from jobs import api
 from jobs.commands.cli import main
 from jobs.engine.runtime.tasks import InProcessTasks
+from jobs.rules.offset_map import buffer_bytes_for_keys
 from segment_io.generate import GenerateSpec, generate_log_dir
 from segment_io.storage import spool
 from tests.support.s3_objects import PREFIX, put_objects
@@ -90,9 +91,13 @@ def test_copies_no_cleaning_task_reads_are_removed_when_the_run_ends(spark, s3_b
 
 
 @pytest.mark.s3
-@pytest.mark.parametrize("split_bytes", [None, 256 << 10])
+@pytest.mark.parametrize(("strategy", "split_bytes"), [
+    ("external-sort", None),
+    ("external-sort", 256 << 10),
+    ("auto", None),  # memory first: its map fills and it hands the partition over, leaving the copies
+])
 def test_external_sort_reads_the_scan_s_copies_not_the_objects(s3_bucket, tmp_path: Path, monkeypatch,
-                                                                          split_bytes: int | None) -> None:
+                                                               strategy: str, split_bytes: int | None) -> None:
     """On the host where the scan ran (every task of a ``local[N]`` run), external-sort's key pass and rewrite read
     the scan's copies: no segment is fetched again. A segment split into pieces (``SPLIT_BYTES``; here 1 MiB segments in
     pieces of 256 KiB) fetched the whole object once per piece before (a broker's 1 GiB segment in 16 pieces: 16
@@ -106,15 +111,22 @@ def test_external_sort_reads_the_scan_s_copies_not_the_objects(s3_bucket, tmp_pa
     put_objects(endpoint, bucket, logs)
     result = api.compact(f"s3://{bucket}/{PREFIX}",
                          api.CompactOptions(config=tmp_path / "t.toml", storage=endpoint.storage_options(),
-                                            strategy="external-sort"),
+                                            strategy=strategy, dedupe_buffer_bytes=buffer_bytes_for_keys(500)),
                          now=NOW, seams=api.Seams(runner=InProcessTasks()))
     assert result.exit_code == 0 and result.partitions_compacted == 1
+    (entry,) = [p.entry for p in result.partitions]
+    assert entry["strategy"] == "external-sort", entry
     traffic = result.report.store_traffic
     (key_pass,) = [t for stage, t in traffic["tasks"].items() if "external-sort key pass" in stage]
     pieces = int(next(stage for stage in traffic["tasks"] if "key pass" in stage).split(" over ")[1].split()[0])
-    split = split_bytes or external_sort.SPLIT_BYTES
-    assert pieces == sum(-(-p.stat().st_size // split) for p in closed) >= (len(closed) if split_bytes is None
-                                                                            else 4 * len(closed)), pieces
+    if strategy == "external-sort":
+        split = split_bytes or external_sort.SPLIT_BYTES
+        assert pieces == sum(-(-p.stat().st_size // split) for p in closed) >= (len(closed) if split_bytes is None
+                                                                                else 4 * len(closed)), pieces
+    else:  # the memory task's map pass handed over what it read; the key pass reads the rest
+        assert 0 < pieces < len(closed), pieces
+        (memory,) = [t for stage, t in traffic["tasks"].items() if stage.endswith(CLEAN)]
+        assert memory["get_bytes"] < min(p.stat().st_size for p in closed), memory
     assert key_pass["get_bytes"] == 0, key_pass
     # the rewrite reads the copies too: it fetches its groups' maps from the work dir and the index files, no .log
     (rewrite,) = [t for stage, t in traffic["tasks"].items() if "external-sort rewrite" in stage]
