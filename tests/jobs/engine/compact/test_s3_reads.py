@@ -8,7 +8,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -145,12 +144,15 @@ def _host_spool_files(_: object) -> list[str]:
 
 class _CleaningElsewhere(InProcessTasks):
     """Tasks in this process, as if each cleaning task ran on another host than the scans: the scans' copies are
-    gone when the cleaning starts."""
+    gone when the cleaning starts. Only this run's: the spool root is shared with the other test processes, whose
+    runs keep theirs."""
 
     def stream_bins(self, bin_fn, items, *, sizes=None, description=None):  # type: ignore[no-untyped-def]
         if description is not None and description.endswith(CLEAN):
-            for run in glob.glob(os.path.join(spool.spool_root(), f"{spool.RUN_PREFIX}*")):
-                shutil.rmtree(run)
+            spools = {task.host_spool.name: task.host_spool for task in items if task.host_spool is not None}
+            assert spools, "no host spool: the scans kept no copies to remove"
+            for run in spools.values():
+                run.remove()
         return super().stream_bins(bin_fn, items, sizes=sizes, description=description)
 
 
@@ -167,4 +169,5 @@ def test_on_another_host_the_cleaning_task_fetches_each_segment_it_cleans_once(s
     # each closed segment's .log once, and the index files: the dirty ones kept in the task's spool between the
     # offset map's pass and the clean
     assert clean["get_bytes"] == sum(p.stat().st_size for p in closed) + _index_bytes(closed), clean
-    assert not glob.glob(os.path.join(spool.spool_root(), spool.PREFIX + "*"))  # the task's spool went with it
+    # the task's spool went with it (this process's: the spool root is shared with the other test processes)
+    assert not glob.glob(os.path.join(spool.spool_root(), f"{spool.PREFIX}*-{os.getpid()}-*"))
