@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -235,16 +236,19 @@ _PAUSING_COMPACT = textwrap.dedent("""
 
     def pause(partition, step):
         if step.startswith(os.environ["PAUSE_AT"]):
-            print("paused at " + step, flush=True)
+            print("paused at " + step + " of " + partition, flush=True)
             sys.stdin.read()  # until killed
 
     sys.exit(compact_with_fault(sys.argv[1:], pause))
 """)
 
 
-def _compact_killed_at(step_prefix: str, argv: list[str], timeout_s: float = 300.0) -> int:
+def _compact_killed_at(step_prefix: str, argv: list[str], timeout_s: float = 300.0,
+                       before_kill: Callable[[str], bool] | None = None) -> tuple[int, str]:
     """Run ``segjobs compact argv`` in a process group of its own, SIGKILL the whole group (driver, JVM,
-    workers) once the commit reaches ``step_prefix``; returns the driver's pid."""
+    workers) once the commit reaches ``step_prefix``; returns the driver's pid and the partition whose commit
+    paused there. ``before_kill(partition)``: waited for (polled) while the commit is paused, the run's other
+    tasks still running, before the kill."""
     proc = subprocess.Popen([sys.executable, "-c", _PAUSING_COMPACT, *argv], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, start_new_session=True,
                             env=dict(os.environ, PAUSE_AT=step_prefix, PYTHONPATH=os.getcwd(),
@@ -257,10 +261,14 @@ def _compact_killed_at(step_prefix: str, argv: list[str], timeout_s: float = 300
             ready, _, _ = select.select([proc.stdout], [], [], 1.0)
             if ready:
                 line = proc.stdout.readline()
+        paused = line.rsplit(" of ", 1)[1].strip()
+        while before_kill is not None and not before_kill(paused):
+            assert time.monotonic() < deadline, f"paused at {paused}, then waited in vain"
+            time.sleep(0.2)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)  # reaped, so its pid is gone for good
-    return proc.pid
+    return proc.pid, paused
 
 
 def _s3_snapshot(endpoint, bucket: str, prefix: str) -> dict[str, bytes]:
@@ -272,7 +280,8 @@ def _s3_snapshot(endpoint, bucket: str, prefix: str) -> dict[str, bytes]:
 @pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)])
 def test_a_compaction_killed_mid_commit_is_completed_by_recover_and_the_next_run(store, spark, tmp_path, config,
                                                                                 capsys, request):
-    for p in (0, 1):  # partition 0 is killed mid-commit; partition 1's new segments are staged, never committed
+    # the partition committed first is killed mid-commit; the other's new segments are staged, never committed
+    for p in (0, 1):
         build_partition(tmp_path / "src" / f"{TOPIC}-{p}")
         build_partition(tmp_path / "ref" / f"{TOPIC}-{p}")
     compact_args = ["--config", str(config), "--now", NOW, "--quiet"]
@@ -304,10 +313,19 @@ def test_a_compaction_killed_mid_commit_is_completed_by_recover_and_the_next_run
     clean = reference()
     assert clean != snapshot()
 
-    killed_pid = _compact_killed_at(pause_at, [*args, *compact_args])
+    def staged_of(partition: str, files) -> list[str]:
+        return [k for k in files if f"/{partition}/" in k and ("/staging/" in k or "/staged/" in k)]
+
+    def other(partition: str) -> str:
+        return f"{TOPIC}-1" if partition == f"{TOPIC}-0" else f"{TOPIC}-0"
+
+    # the partitions' tasks may end in either order: the kill waits, while the first commit is paused, for the
+    # other partition's task to have staged its output
+    killed_pid, paused = _compact_killed_at(pause_at, [*args, *compact_args],
+                                            before_kill=lambda paused: bool(staged_of(other(paused), work())))
     crashed_work = work()
-    staged_for_1 = [k for k in crashed_work if f"/{TOPIC}-1/" in k and ("/staging/" in k or "/staged/" in k)]
-    assert staged_for_1, sorted(crashed_work)  # the second partition's output, staged and never committed
+    staged_for_other = staged_of(other(paused), crashed_work)
+    assert staged_for_other, sorted(crashed_work)  # the second partition's output, staged and never committed
 
     # recover at once: on S3 the lease (TTL 1h) names a process that is gone; locally the kernel dropped the lock
     assert main(["recover", *args, "--now", NOW]) == 0
@@ -319,14 +337,15 @@ def test_a_compaction_killed_mid_commit_is_completed_by_recover_and_the_next_run
     else:
         assert not (tmp_path / "src.segjobs" / "lock-holder.json").exists()
     removed = {line.split()[1] for line in out.splitlines()
-               if line.startswith("delete-staged ") and f"/{TOPIC}-1/" in line}
-    assert len(removed) == len(staged_for_1) and all(any(r.endswith(k) for r in removed) for k in staged_for_1)
+               if line.startswith("delete-staged ") and f"/{other(paused)}/" in line}
+    assert len(removed) == len(staged_for_other) and all(any(r.endswith(k) for r in removed) for k in staged_for_other)
     assert not [k for k in work() if "/staging/" in k or "/staged/" in k or k.endswith("replace.json")]
 
     assert main(["compact", *args, *compact_args]) == 0
-    # the clean run's bytes, but for t-0, whose replace the killed run had completed: cleaned once more, its abort
-    # marker gets the delete horizon the clean run's next night would give it (Kafka stamps on the next clean)
-    assert differences_but_stamped_markers(clean, snapshot(), {f"{TOPIC}-0"}) == []
+    # the clean run's bytes, but for the paused partition, whose replace the killed run had completed: cleaned once
+    # more, its abort marker gets the delete horizon the clean run's next night would give it (Kafka stamps on the
+    # next clean)
+    assert differences_but_stamped_markers(clean, snapshot(), {paused}) == []
 
 
 @pytest.mark.s3
