@@ -116,8 +116,8 @@ def test_external_sort_reads_the_scan_s_copies_not_the_objects(s3_bucket, tmp_pa
     (entry,) = [p.entry for p in result.partitions]
     assert entry["strategy"] == "external-sort", entry
     traffic = result.report.store_traffic
-    (key_pass,) = [t for stage, t in traffic["tasks"].items() if "external-sort key pass" in stage]
-    pieces = int(next(stage for stage in traffic["tasks"] if "key pass" in stage).split(" over ")[1].split()[0])
+    ((key_pass_stage, key_pass),) = [(s, t) for s, t in traffic["tasks"].items() if "external-sort key pass" in s]
+    pieces = int(key_pass_stage.split(" over ")[1].split()[0])  # "... key pass over N piece(s)"
     if strategy == "external-sort":
         split = split_bytes or external_sort.SPLIT_BYTES
         assert pieces == sum(-(-p.stat().st_size // split) for p in closed) >= (len(closed) if split_bytes is None
