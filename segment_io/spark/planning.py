@@ -78,6 +78,11 @@ class SegmentSplit(InputPartition):
     #: The segment's offsets to read, inclusive (None: unbounded); see :attr:`SegmentRef.keep_first`.
     keep_first: int | None = None
     keep_last: int | None = None
+    #: Whether the segment had a successor when it was listed. A broker appends only to a partition's last
+    #: segment and truncates, in normal operation, only that one, so a task may map a closed segment's file
+    #: rather than copy it into memory; the last one is read (a mapped file cut short under its reader would
+    #: kill the process, where a read reports a short file).
+    closed: bool = False
 
     def kept(self, bounds: RowBounds) -> RowBounds:
         """``bounds`` narrowed to the offsets of the segment this split reads."""
@@ -264,7 +269,8 @@ def _split(segment: SegmentRef, start: int, end: int, low: int | None, high: int
     return SegmentSplit(uri=segment.uri, topic=segment.topic, partition=segment.partition,
                         segment_base_offset=segment.base_offset, start=start, end=end,
                         segment_size=segment.size, min_offset=low, max_offset=high, max_timestamp=max_timestamp,
-                        keep_first=segment.keep_first, keep_last=segment.keep_last)
+                        keep_first=segment.keep_first, keep_last=segment.keep_last,
+                        closed=segment.next_base_offset is not None)
 
 
 def choose_cuts(positions: np.ndarray, max_split_bytes: int) -> np.ndarray:

@@ -246,9 +246,32 @@ def read_splits(splits: Sequence[SegmentSplit], options: ReadOptions, bounds: Ro
         return
     stores = _Stores(options)
     concurrency = max(stores.of(split.uri).io_concurrency for split in splits)
-    fetched = map_ahead(lambda split: _split_bytes(stores.of(split.uri), split), splits, concurrency)
+    fetched = map_ahead(lambda split: _fetched_bytes(stores.of(split.uri), split), splits, concurrency)
     for split, data in zip(splits, fetched):
-        yield decode_split(data, split, options, bounds, columns)
+        if data is None:
+            yield _decode_mapped(stores.of(split.uri), split, options, bounds, columns)
+        else:
+            yield decode_split(data, split, options, bounds, columns)
+
+
+def _fetched_bytes(storage: Storage, split: SegmentSplit) -> bytes | None:
+    """The split's bytes; None for a closed segment on local disk, which :func:`_decode_mapped` maps instead: a
+    read copies every byte into fresh memory, two thirds of the CPU of a read with ``columns`` ``topic``."""
+    if split.closed and storage.local_path(split.uri) is not None:
+        return None
+    return _split_bytes(storage, split)
+
+
+def _decode_mapped(storage: Storage, split: SegmentSplit, options: ReadOptions, bounds: RowBounds,
+                   columns: Sequence[str] | None) -> pa.Table:
+    """:func:`decode_split` of the split's bytes in a memory-mapped file (the decoded table holds copies, nothing
+    of the mapping); a file shorter than planned is read as before, which reports what it finds."""
+    with storage.read_mapped(split.uri) as mapped:
+        if len(mapped) < split.end:
+            return decode_split(_split_bytes(storage, split), split, options, bounds, columns)
+        # No view is released explicitly: an error's traceback may still hold one, and its release would
+        # then raise in place of the error. Unmapping waits for the last view (see map_open).
+        return decode_split(memoryview(mapped)[split.start:split.end], split, options, bounds, columns)
 
 
 class _Stores:
@@ -279,7 +302,7 @@ def _split_bytes(storage: Storage, split: SegmentSplit) -> bytes:
             else storage.read_range(split.uri, split.start, split.end - split.start))
 
 
-def decode_split(data: bytes, split: SegmentSplit, options: ReadOptions, bounds: RowBounds,
+def decode_split(data: bytes | memoryview, split: SegmentSplit, options: ReadOptions, bounds: RowBounds,
                  columns: Sequence[str] | None = None) -> pa.Table:
     """:func:`read_split` of the split's bytes ``data``, already read."""
     from segment_io.decode import decode_segment_bytes
@@ -314,7 +337,8 @@ def decode_split(data: bytes, split: SegmentSplit, options: ReadOptions, bounds:
     return table if columns is None else table.select([name for name in decoded if name in wanted_columns])
 
 
-def _batch_range(data: bytes, split: SegmentSplit, bounds: RowBounds, allow_tail: bool) -> tuple[int, int] | None:
+def _batch_range(data: bytes | memoryview, split: SegmentSplit, bounds: RowBounds,
+                 allow_tail: bool) -> tuple[int, int] | None:
     """The byte range of ``data`` worth decoding: from the first to the last batch that may hold a
     matching record; None when no batch may. Batches are scanned only when the split's own bounds do
     not settle it."""

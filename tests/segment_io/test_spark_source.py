@@ -8,7 +8,10 @@ and off, splitting, and S3.
 
 from __future__ import annotations
 
+import contextlib
 import operator
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -23,6 +26,7 @@ from pyspark.sql.datasource import DataSourceReader
 
 from segment_io.decode import read_segment
 from segment_io.errors import NotFoundError
+from segment_io.format import scan_batches
 from segment_io.schema import RECORD_SCHEMA
 from segment_io.spark import (
     FORMAT_NAME,
@@ -194,6 +198,77 @@ def test_every_fixture_segment_splits_without_losing_or_repeating_a_batch(kafka_
             splits = plan_splits(storage, segment, 2048)
             got = pa.concat_tables([read_split(s, opts, RowBounds()) for s in splits])
             assert got.equals(read_segment(segment.uri)), segment.uri
+
+
+# --------------------------------------------------------------------------------------------------
+# Local files: closed segments mapped, each partition's last segment read
+# --------------------------------------------------------------------------------------------------
+
+
+class _RecordedAccess:
+    """LocalStorage's reads as the reader makes them: the URIs read into memory (whole or a range) and the
+    mappings handed out."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.read: list[str] = []
+        self.mapped: list[tuple[str, object]] = []
+        read, read_range, read_mapped = LocalStorage.read, LocalStorage.read_range, LocalStorage.read_mapped
+        recorder = self
+
+        def recorded_read(storage: LocalStorage, uri: str) -> bytes:
+            recorder.read.append(uri)
+            return read(storage, uri)
+
+        def recorded_read_range(storage: LocalStorage, uri: str, start: int, length: int) -> bytes:
+            recorder.read.append(uri)
+            return read_range(storage, uri, start, length)
+
+        @contextlib.contextmanager
+        def recorded_read_mapped(storage: LocalStorage, uri: str):  # type: ignore[no-untyped-def]
+            with read_mapped(storage, uri) as data:
+                recorder.mapped.append((uri, data))
+                yield data
+
+        monkeypatch.setattr(LocalStorage, "read", recorded_read)
+        monkeypatch.setattr(LocalStorage, "read_range", recorded_read_range)
+        monkeypatch.setattr(LocalStorage, "read_mapped", recorded_read_mapped)
+
+
+def last_segments(root: Path) -> set[str]:
+    """The last segment of every partition under ``root``: the one a broker appends to."""
+    return {str(max(d.glob("*.log"))) for d in partition_dirs(root)}
+
+
+@pytest.mark.parametrize("max_split_bytes", ["128MiB", "100"], ids=["whole-segments", "split-segments"])
+def test_closed_segments_are_mapped_and_each_partitions_last_segment_read(
+        kafka_real: Path, monkeypatch: pytest.MonkeyPatch, max_split_bytes: str) -> None:
+    root = kafka_real / COMPACTED_LOG_DIR
+    reader = make_reader(root, includeControl="true", maxSplitBytes=max_split_bytes)
+    tasks = reader.partitions()
+    expected = expected_rows(partition_dirs(root), include_control=True)
+    access = _RecordedAccess(monkeypatch)  # the tasks' reads alone
+    got = pa.Table.from_batches([b for t in tasks for b in reader.read(t)], schema=RECORD_SCHEMA).sort_by(SORT_KEYS)
+    assert got.equals(expected)
+    last = last_segments(root)
+    closed = {str(p) for p in root.rglob("*.log") if p.stat().st_size} - last
+    assert len(closed) >= 3
+    assert {uri for uri, _ in access.mapped} == closed
+    assert set(access.read) == {uri for uri in last if Path(uri).stat().st_size}
+    # Unmapped once decoded: a table holding a view of the mapping would have kept it open.
+    assert all(mapping.closed for _, mapping in access.mapped if not isinstance(mapping, bytes))
+
+
+def test_a_closed_segment_cut_short_after_planning_is_read_as_before(kafka_real: Path, tmp_path: Path) -> None:
+    root = tmp_path / "logs"
+    shutil.copytree(kafka_real / COMPACTED_LOG_DIR, root)
+    reader = make_reader(root, includeControl="true")
+    tasks = reader.partitions()
+    (closed,) = [s for t in tasks for s in t.splits if s.closed and s.uri.endswith("__consumer_offsets-17/"
+                                                                                  "00000000000000000000.log")]
+    first_batch = int(scan_batches(Path(closed.uri).read_bytes()).size[0])
+    os.truncate(closed.uri, first_batch)  # what the planner saw is longer than the file now
+    got = pa.Table.from_batches([b for t in tasks for b in reader.read(t)], schema=RECORD_SCHEMA)
+    assert got.sort_by(SORT_KEYS).equals(expected_rows(partition_dirs(root), include_control=True))
 
 
 # --------------------------------------------------------------------------------------------------
