@@ -158,39 +158,52 @@ class HostSpool:
     transaction-state scan of a partition fetched, for the partition's cleaning task (on one host, as ``local[N]``
     runs, it then fetches none of them again; on a cluster it finds them when it runs where the scan ran).
 
-    It pickles as its name (``segjobs-run-<run id>``) and lives under :func:`spool_root` of the host that uses
-    it: an executor's scratch dirs, which Spark removes with the application. A copy is named by the object's
-    URI, ETag and size and fetched with its listed ETag as a precondition, so a copy is the listed version of the
-    object or is not there; it is written under a temporary name and renamed, so a reader never sees half of one.
-    The cleaning task removes its partition's copies when it ends; what is left (a partition the scan read but
-    that was not cleaned) goes with the scratch dirs, or is swept once a day old (:func:`sweep_stale`)."""
+    It pickles as its name (``segjobs-run-<run id>``) and the spool root of the process that made it (the
+    driver's), and lives under :func:`spool_root` of the host that uses it: an executor's scratch dirs, which Spark
+    removes with the application. The driver's own scans (a compaction's first scan reads small partitions in full)
+    write under the driver's root, which is not where Spark's Python workers on the same host look first (Spark gives
+    them a scratch dir of their own in ``SPARK_LOCAL_DIRS``), so a task also looks under the driver's root. A copy is
+    named by the object's URI, ETag and size and fetched with its listed ETag as a precondition, so a copy is the
+    listed version of the object or is not there; it is written under a temporary name and renamed, so a reader never
+    sees half of one. The cleaning task removes its partition's copies when it ends; what is left (a partition the
+    scan read but that was not cleaned) goes with the scratch dirs, or is swept once a day old
+    (:func:`sweep_stale`)."""
 
     def __init__(self, run_id: str) -> None:
         self.name = f"{RUN_PREFIX}{run_id}"
+        self.origin_root = spool_root()
 
-    def _path(self, f: FileInfo) -> str:
+    def _roots(self) -> list[str]:
+        """Where this process writes copies, then where the process that made the spool did."""
+        here = spool_root()
+        return [here] if os.path.abspath(here) == os.path.abspath(self.origin_root) else [here, self.origin_root]
+
+    def _paths(self, f: FileInfo) -> list[str]:
         digest = hashlib.sha1(f"{f.uri}\n{f.etag}\n{f.size}".encode()).hexdigest()
-        return os.path.join(spool_root(), self.name, digest)
+        return [os.path.join(root, self.name, digest) for root in self._roots()]
 
     def find(self, f: FileInfo) -> str | None:
         """The local copy of the listed object ``f``, or None."""
-        path = self._path(f)
-        try:
-            return path if os.stat(path).st_size == f.size else None
-        except OSError:
-            return None
+        for path in self._paths(f):
+            try:
+                if os.stat(path).st_size == f.size:
+                    return path
+            except OSError:
+                pass
+        return None
 
     def open(self, f: FileInfo) -> BinaryIO | None:
         """The local copy of ``f`` opened for reading, or None: opened now, so that a copy another attempt of the
         same task removes meanwhile stays readable to this one."""
-        try:
-            file = open(self._path(f), "rb")
-        except OSError:
-            return None
-        if os.fstat(file.fileno()).st_size != f.size:
+        for path in self._paths(f):
+            try:
+                file = open(path, "rb")
+            except OSError:
+                continue
+            if os.fstat(file.fileno()).st_size == f.size:
+                return file
             file.close()
-            return None
-        return file
+        return None
 
     def fetch(self, storage: Storage, f: FileInfo) -> str | None:
         """The local copy of ``f``, fetched now (one GET, pinned to its ETag) unless it is there; None when it
@@ -199,7 +212,7 @@ class HostSpool:
         found = self.find(f)
         if found is not None or f.etag is None:
             return found
-        path = self._path(f)
+        path = self._paths(f)[0]
         temp = f"{path}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
         try:
             if not os.path.isdir(os.path.dirname(path)):
@@ -216,13 +229,14 @@ class HostSpool:
 
     def discard(self, files: Iterable[FileInfo]) -> None:
         """Remove the copies of ``files`` (those there are)."""
-        for f in files:
+        for path in (path for f in files for path in self._paths(f)):
             with contextlib.suppress(OSError):
-                os.unlink(self._path(f))
+                os.unlink(path)
 
     def remove(self) -> None:
         """Remove every copy of the run on this host (the run has ended)."""
-        shutil.rmtree(os.path.join(spool_root(), self.name), ignore_errors=True)
+        for root in self._roots():
+            shutil.rmtree(os.path.join(root, self.name), ignore_errors=True)
 
 
 def remove_host_spool(spool: HostSpool) -> None:

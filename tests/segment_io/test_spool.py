@@ -4,6 +4,7 @@ task is done with them, and where the spool cannot help the reads go to the stor
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -199,3 +200,33 @@ def test_a_failed_fetch_leaves_no_partial_copy(s3, tmp_path: Path, monkeypatch) 
     assert list((tmp_path / "segjobs-run-run1").iterdir()) == []
     HostSpool("run1").remove()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.s3
+def test_a_task_finds_the_copies_of_the_process_that_made_the_spool_under_that_process_s_root(
+        s3, tmp_path: Path, monkeypatch) -> None:
+    """The driver's scans write under its spool root; Spark's Python workers on the same host have a root of their
+    own (``SPARK_LOCAL_DIRS``): a spool made by the driver and pickled into a task finds, opens, discards and removes
+    the driver's copies too."""
+    import pickle
+
+    storage, uris = s3
+    driver_root, worker_root = tmp_path / "driver", tmp_path / "worker"
+    monkeypatch.delenv("SPARK_LOCAL_DIRS", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(driver_root))
+    driver_root.mkdir()
+    made = HostSpool("run1")
+    first, second = _listed(storage, uris[:2])
+    driver_copy = made.fetch(storage, first)
+    assert driver_copy is not None and Path(driver_copy).is_relative_to(driver_root)
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(worker_root))  # now a Python worker's process
+    task = pickle.loads(pickle.dumps(made))
+    assert task.find(first) == driver_copy
+    with task.open(first) as f:
+        assert f.read() == DATA
+    worker_copy = task.fetch(storage, second)  # what a task fetches goes under its own root
+    assert worker_copy is not None and Path(worker_copy).is_relative_to(worker_root)
+    task.discard([first])
+    assert task.find(first) is None and not Path(driver_copy).exists()
+    task.remove()
+    assert not (driver_root / "segjobs-run-run1").exists() and not (worker_root / "segjobs-run-run1").exists()

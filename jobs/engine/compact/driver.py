@@ -151,8 +151,10 @@ class CompactionRun:
         self.failed: set[tuple[str, int]] = set()
         self.retention: dict[tuple[str, int], RetentionOutcome] = {}
         #: on an object store: where the transaction-state scans leave what they fetch for the cleaning tasks
-        self.host_spool: HostSpool | None = None
-        #: the partitions those scans read
+        self.host_spool: HostSpool | None = ctx.host_spool
+        #: the partitions the frame's first scan read in full, on the driver (their copies are on its host)
+        self.read_first: list[tuple[str, int]] = []
+        #: the partitions the stage of scan tasks read (their copies are where each task ran)
         self.read_in_full: list[tuple[str, int]] = []
         self.strategies: dict[tuple[str, int], StrategyChoice] = {}
         self.handed: dict[tuple[str, int], Handover] = {}
@@ -185,7 +187,11 @@ class CompactionRun:
         """Remove what the scans left on their hosts that no cleaning task removed (partitions not selected, held,
         or handed to external-sort): a task for each slot of the session, best effort (a host none of them reaches
         loses the copies with Spark's scratch dirs, or a day later; see :class:`HostSpool`)."""
-        if self.host_spool is None or not self.read_in_full:
+        if self.host_spool is None:
+            return
+        if self.read_first:  # the frame's scan ran on the driver: what its partitions' tasks left is here
+            self.host_spool.remove()
+        if not self.read_in_full:
             return
         slots = max(1, self.ctx.runner.parallelism)
         try:
@@ -199,10 +205,8 @@ class CompactionRun:
         (:class:`jobs.engine.retain.driver.RetentionFirst`), checked against an applied plan file; retention then
         carried out, and a cleaning task for each selected partition it left as planned."""
         ctx = self.ctx
-        # the partitions that may be due, read in full (the frame scanned sizes only)
-        # on an object store, what those scans fetch is kept on the host for the cleaning task (local disk
-        # has the page cache)
-        self.host_spool = HostSpool(ctx.report.run_id) if ctx.storage.local_path(ctx.log_dir) is None else None
+        # the partitions that may be due, read in full (the frame scanned sizes only, and the small ones in full)
+        self.read_first = [k for k, scan in ctx.scans.items() if scan.txn is not None]
         self.read_in_full = scan_candidates(
             ctx.scans, storage=ctx.storage, listing=ctx.listing, checkpoints=ctx.checkpoints, configs=ctx.configs,
             scope=ctx.scope, now_ms=ctx.now_ms, max_batch_bytes=ctx.max_batch_bytes, runner=ctx.runner,

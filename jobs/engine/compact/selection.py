@@ -21,7 +21,8 @@ see :mod:`jobs.engine.compact.cleaning`). So are the
 partition that the listing and its cleaner checkpoint say may be due (:func:`read_at_first_scan`) is read at
 that depth by the frame's scan itself, on the driver's threads: that read costs about a millisecond, less
 than a task's round trip to read it again, so a log dir of thousands of small partitions has no second scan
-stage; its scan, plan and cleaning are the same. What a partition left at depth ``sizes`` does
+stage; its scan, plan and cleaning are the same (on an object store the scan keeps what it fetched on the driver's
+host, for the cleaning task there: :attr:`jobs.engine.frame.job.JobContext.host_spool`). What a partition left at depth ``sizes`` does
 not get: its report entry gives the cleanable range as
 if no transaction were open (an open one can only shorten it), and a corrupt closed segment that a sane
 ``.timeindex`` dated and whose first batch and end frame well goes unnoticed until a run compacts it (the

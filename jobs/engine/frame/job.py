@@ -79,6 +79,7 @@ from segment_io.storage import open_storage
 from segment_io.storage.base import FileInfo, Storage, map_ahead
 from segment_io.storage.local import storage_error, temp_name
 from segment_io.storage.options import StorageOptions
+from segment_io.storage.spool import HostSpool
 from segment_io.storage.traffic import StoreTraffic, metered
 
 T = TypeVar("T")
@@ -158,6 +159,13 @@ class JobContext:
         self.runner = self._task_runner()
 
     # ---- what a job's work uses ----
+
+    @functools.cached_property
+    def host_spool(self) -> HostSpool | None:
+        """On an object store, where the scans that read a partition in full keep what they fetch, for its
+        cleaning task on the same host (see :class:`~segment_io.storage.spool.HostSpool`); None on local disk,
+        whose page cache keeps it."""
+        return HostSpool(self.report.run_id) if self.storage.local_path(self.log_dir) is None else None
 
     @functools.cached_property
     def committer(self) -> Committer:
@@ -422,9 +430,11 @@ class JobContext:
             full = self.job.read_first(self.listing, self.checkpoints, self.configs, self.scope) & set(selected)
         start = self.checkpoints[LOG_START_OFFSET_CHECKPOINT]
         cleaner = self.checkpoints[CLEANER_OFFSET_CHECKPOINT]
+        # a partition read in full here keeps its copies on the driver's host: a local[N] run cleans it there
         items = [ScanItem(self.storage, self.listing.partitions[k], "transactions" if k in full else scan_depth,
                           start.get(k), cleaner.get(k), self.now_ms,
-                          self.configs.for_topic(k[0]).producer_id_expiration_ms, self.max_batch_bytes)
+                          self.configs.for_topic(k[0]).producer_id_expiration_ms, self.max_batch_bytes,
+                          self.host_spool if k in full else None)
                  for k in selected]
         for scan in self._run_scans(items, in_driver=in_driver):
             error = unrecovered.get((scan.topic, scan.partition))

@@ -171,3 +171,36 @@ def test_on_another_host_the_cleaning_task_fetches_each_segment_it_cleans_once(s
     assert clean["get_bytes"] == sum(p.stat().st_size for p in closed) + _index_bytes(closed), clean
     # the task's spool went with it (this process's: the spool root is shared with the other test processes)
     assert not glob.glob(os.path.join(spool.spool_root(), f"{spool.PREFIX}*-{os.getpid()}-*"))
+
+
+@pytest.mark.s3
+def test_small_partitions_read_by_the_first_scan_are_cleaned_from_its_copies(spark, s3_bucket_env,
+                                                                               tmp_path: Path) -> None:
+    """Partitions of at most selection.SMALL_PARTITION_BYTES that may be due are read in full by the run's first
+    scan, on the driver's threads (no stage of scan tasks). That scan leaves its copies under the driver's spool root,
+    where a ``local[N]`` run's cleaning tasks find them (Spark gives its Python workers another scratch dir) rather
+    than fetch the segments a second time; the run removes what is left."""
+    endpoint, bucket = s3_bucket_env
+    logs = tmp_path / "logs"
+    generate_log_dir(GenerateSpec(topics=("orders",), partitions=3, records=1_500, value_bytes=400,
+                                  superseded_share=0.5, segment_bytes=64 << 10, transactional_share=0.05,
+                                  aborted_share=0.2), str(logs))
+    (tmp_path / "t.toml").write_text(CONFIG)
+    put_objects(endpoint, bucket, logs)
+    report = tmp_path / "r.json"
+    assert main(["compact", "--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", endpoint.endpoint_url,
+                 "--now", NOW, "--config", str(tmp_path / "t.toml"), "--report", str(report), "--quiet"]) == 0
+    doc = json.loads(report.read_text())
+    assert [p["action"] for p in doc["partitions"]] == ["compacted"] * 3
+    traffic = doc["store_traffic"]
+    assert list(traffic["tasks"]) == ["segjobs compact: compact 3 partition(s)"]  # no stage of scan tasks
+    closed = [p for d in sorted(logs.glob("orders-*")) for p in sorted(d.glob("*.log"))[:-1]]
+    assert _stage(traffic, "compact 3 partition(s)")["get_bytes"] == _index_bytes(closed)  # no .log fetched again
+    every_log = sum(p.stat().st_size for p in logs.rglob("*.log"))
+    assert traffic["driver"]["get_bytes"] >= every_log  # the first scan fetched every segment, once in all:
+    assert traffic["get_bytes"] - _index_bytes(closed) < every_log * 1.01
+    # nothing of the run left, where the driver put it or where a Spark task would look
+    run_dir = f"{spool.RUN_PREFIX}{doc['run_id']}"
+    assert not os.path.exists(os.path.join(spool.spool_root(), run_dir))
+    left = spark.sparkContext.parallelize([0], 1).map(_host_spool_files).collect()[0]
+    assert not [f for f in left if run_dir in f], left
