@@ -13,7 +13,9 @@ which a fifth abort: about 250 MB (``--quick``: 50 MB). Three runs: the first fi
 cleaner checkpoint: Kafka's first clean), the second nothing due, the third nothing due either, on the store as a
 copy of a running broker's log dir holds it: the active segments' ``.index`` and ``.timeindex`` preallocated to
 10 MiB (their entries, then zeros). A fourth run is the first again, on a fresh upload of the data, with
-``--strategy external-sort``.
+``--strategy external-sort``. A fifth compacts another log dir, every partition dirty: 100 partitions (``--quick``:
+20) of 1,000 records of 512-byte values in 64 KiB segments, about 530 KB each, small enough for the run's first scan
+to read them in full on the driver (``jobs.engine.compact.selection.SMALL_PARTITION_BYTES``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ NOW = "2024-01-01T00:00:00Z"
 TARGET_READS = 1.0
 #: Kafka's default segment.index.bytes: the size a broker gives an active segment's indexes
 PREALLOCATED_INDEX_BYTES = 10 * 1024 * 1024
+#: the fifth run: partitions small enough (at most selection.SMALL_PARTITION_BYTES) for the first scan to read them
+SMALL_PARTITIONS = 100
+SMALL_RECORDS = 1_000
 
 
 def _served(log: Path, start: int, bucket: str) -> int:
@@ -72,6 +77,45 @@ def _preallocate_active_indexes(client, bucket: str, logs: Path) -> None:
                               Body=written + bytes(PREALLOCATED_INDEX_BYTES - len(written)))
 
 
+def _compact_row(name: str, server, log: Path, bucket: str, logs: Path, config: Path, env: dict[str, str],
+                 strategy: list[str]) -> dict:
+    """``segjobs compact`` in a new process on the log dir in ``bucket`` (``logs`` its local original): its
+    requests and fetched bytes against the floor, from its report."""
+    report = log.parent / "report.json"
+    start = log.stat().st_size
+    segjobs = str(Path(sys.executable).parent / "segjobs")
+    t0 = time.perf_counter()
+    proc = subprocess.run([segjobs, "compact", "--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint",
+                           server.endpoint_url, "--config", str(config), "--now", NOW, "--report",
+                           str(report), *strategy], env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"segjobs compact exited {proc.returncode}: {proc.stderr[-2000:]}")
+    time.sleep(0.5)  # the server writes a request's log line after its answer
+    doc = json.loads(report.read_text())
+    traffic = doc["store_traffic"]
+    selected = {(p["topic"], p["partition"]) for p in doc["partitions"] if p["selected"]}
+    segment_bytes = sum(p.stat().st_size for p in logs.rglob("*.log"))
+    floor = sum(p.stat().st_size for p in logs.rglob("*.log")
+                if (p.parent.name.rsplit("-", 1)[0], int(p.parent.name.rsplit("-", 1)[1])) in selected)
+    row = {"bench": f"segjobs compact on S3, {name}", "seconds": round(seconds, 1),
+           "selected": len(selected),
+           "strategies": ",".join(sorted({str(p.get("strategy")) for p in doc["partitions"] if p["selected"]})),
+           "requests": traffic["requests"],
+           "requests_served": _served(log, start, bucket), "get": traffic["get"],
+           "get_mb": round(traffic["get_bytes"] / 1e6, 1), "segment_mb": round(segment_bytes / 1e6, 1),
+           "floor_mb": round(floor / 1e6, 1),
+           "active_segments_mb": round(_active_bytes(logs) / 1e6, 1),
+           "reads_of_floor": round(traffic["get_bytes"] / floor, 3) if floor else None,
+           "put_mb": round(traffic["put_bytes"] / 1e6, 1), "by_stage": _stages(traffic),
+           "line": next((line.split("] ", 1)[1] for line in proc.stderr.splitlines()
+                         if "] object store: " in line), None)}
+    if floor:
+        row.update(target=f"<= {TARGET_READS:.1f}x the floor (each selected segment fetched once)",
+                   result=verdict(traffic["get_bytes"] <= TARGET_READS * floor))
+    return row
+
+
 def run(quick: bool = False, data_dir: Path = Path("bench-data")) -> list[dict]:
     from segment_io.generate import GenerateSpec, generate_log_dir
     from tests.support.s3 import ACCESS_KEY, REGION, SECRET_KEY, MotoServer
@@ -97,7 +141,6 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data")) -> list[dict]:
         config.write_text(CONFIG_TOML)
         env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
                    AWS_DEFAULT_REGION=REGION, PYSPARK_PYTHON=sys.executable)
-        segjobs = str(Path(sys.executable).parent / "segjobs")
         runs = ("first run: every partition dirty", "second run: nothing due",
                 "third run: nothing due, the active indexes preallocated (a copy of a running broker)",
                 "first run again on a fresh copy, --strategy external-sort")
@@ -109,37 +152,17 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data")) -> list[dict]:
                 bucket = server.create_bucket("reads-external-sort")
                 _upload(server.client(), bucket, root / "logs")
                 strategy = ["--strategy", "external-sort"]
-            report = root / "report.json"
-            start = log.stat().st_size
-            t0 = time.perf_counter()
-            proc = subprocess.run([segjobs, "compact", "--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint",
-                                   server.endpoint_url, "--config", str(config), "--now", NOW, "--report",
-                                   str(report), *strategy], env=env, capture_output=True, text=True)
-            seconds = time.perf_counter() - t0
-            if proc.returncode != 0:
-                raise RuntimeError(f"segjobs compact exited {proc.returncode}: {proc.stderr[-2000:]}")
-            time.sleep(0.5)  # the server writes a request's log line after its answer
-            doc = json.loads(report.read_text())
-            traffic = doc["store_traffic"]
-            selected = {(p["topic"], p["partition"]) for p in doc["partitions"] if p["selected"]}
-            floor = sum(p.stat().st_size for p in (root / "logs").rglob("*.log")
-                        if (p.parent.name.rsplit("-", 1)[0], int(p.parent.name.rsplit("-", 1)[1])) in selected)
-            row = {"bench": f"segjobs compact on S3, {name}", "seconds": round(seconds, 1),
-                   "selected": len(selected),
-                   "strategies": ",".join(sorted({str(p.get("strategy")) for p in doc["partitions"] if p["selected"]})),
-                   "requests": traffic["requests"],
-                   "requests_served": _served(log, start, bucket), "get": traffic["get"],
-                   "get_mb": round(traffic["get_bytes"] / 1e6, 1), "segment_mb": round(segment_bytes / 1e6, 1),
-                   "floor_mb": round(floor / 1e6, 1),
-                   "active_segments_mb": round(_active_bytes(root / "logs") / 1e6, 1),
-                   "reads_of_floor": round(traffic["get_bytes"] / floor, 3) if floor else None,
-                   "put_mb": round(traffic["put_bytes"] / 1e6, 1), "by_stage": _stages(traffic),
-                   "line": next((line.split("] ", 1)[1] for line in proc.stderr.splitlines()
-                                 if "] object store: " in line), None)}
-            if floor:
-                row.update(target=f"<= {TARGET_READS:.1f}x the floor (each selected segment fetched once)",
-                           result=verdict(traffic["get_bytes"] <= TARGET_READS * floor))
-            rows.append(row)
+            rows.append(_compact_row(name, server, log, bucket, root / "logs", config, env, strategy))
+        small = root / "small-partitions"
+        partitions = SMALL_PARTITIONS // 5 if quick else SMALL_PARTITIONS
+        generate_log_dir(GenerateSpec(partitions=partitions, records=SMALL_RECORDS, value_bytes=512,
+                                      superseded_share=0.5, segment_bytes=64 << 10, transactional_share=0.05,
+                                      aborted_share=0.2), str(small))
+        bucket = server.create_bucket("reads-small-partitions")
+        _upload(server.client(), bucket, small)
+        each = sum(p.stat().st_size for p in small.rglob("*.log")) / partitions
+        rows.append(_compact_row(f"{partitions} small partitions ({each / 1e3:.0f} KB each, 64 KiB segments), every "
+                                 "one dirty", server, log, bucket, small, config, env, []))
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)

@@ -185,8 +185,9 @@ class CompactionRun:
 
     def remove_copies(self) -> None:
         """Remove what the scans left on their hosts that no cleaning task removed (partitions not selected, held,
-        or handed to external-sort): a task for each slot of the session, best effort (a host none of them reaches
-        loses the copies with Spark's scratch dirs, or a day later; see :class:`HostSpool`)."""
+        or handed to external-sort): the driver's own (its first scan's), then a task for each slot of the session,
+        best effort (a host none of them reaches loses the copies with Spark's scratch dirs, or a day later; see
+        :class:`HostSpool`)."""
         if self.host_spool is None:
             return
         if self.read_first:  # the frame's scan ran on the driver: what its partitions' tasks left is here
