@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="e2e, cost-parts, cluster: runs of each case (default 3; 1 for a single look at the 4 GB "
                              "cases)")
     parser.add_argument("--baseline", type=Path, default=None,
-                        help="clean-cpu: another checkout of segjobs (e.g. git archive of an earlier commit, "
+                        help="clean-cpu, source: another checkout of segjobs (e.g. git archive of an earlier commit, "
                              "extracted) measured in the same run on the same data, for after/before ratios")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -30,14 +30,22 @@ Arrow batch of the source into rows, which C1-only code does 8-22% slower. So th
 with the JVM's default JIT, unless a section before it in this process built one already; the start-up row says
 which JIT the session has.
 
+With ``--baseline DIR`` (another checkout, e.g. ``git archive <commit> | tar -x -C DIR``), the 2 GB dir's count,
+pruned count, pruned groupBy and full read run again in new processes (:mod:`benchmarks.source_probe`), this
+checkout and the baseline alternating, three of each: after / before ratios measured in the same run.
+
 Targets (from the issues): at least 500 MB/s of log bytes for the count, and at least 1 GB/s for the pruned
 count and groupBy(topic) on the 2 GB dir (an idle machine of this kind).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -55,6 +63,8 @@ TARGET_PRUNED_MB_PER_S = 1000
 SMALL_SEGMENT_BYTES = 25_000
 SMALL_DIR_BYTES = 43_000_000
 SMALL_BATCH_RECORDS = 24  #: one 24.7 KB batch a segment: 1,720 or so segments in 43 MB
+#: ``--baseline``: new processes of each checkout, alternating
+BASELINE_PAIRS = 3
 
 
 def _best_seconds(action: Callable[[], Any], repeat: int) -> tuple[float, Any]:
@@ -158,7 +168,40 @@ def _jit_of(spark: Any) -> str:
     return "C1 only (segjobs' fast start)" if FAST_START_JAVA_OPTIONS in options else "the JVM's default"
 
 
-def run(quick: bool = False, data_dir: Path = Path("bench-data")) -> list[dict]:
+def _probe(tree: Path, log_dir: Path, repeat: int) -> dict[str, Any]:
+    """:mod:`benchmarks.source_probe` in a new process with ``tree``'s ``segment_io`` first on the path."""
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("source_probe.py")), str(log_dir.resolve()),
+                           str(repeat)], env=env, cwd="/", capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"source probe of {tree} exited {proc.returncode}: {proc.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    if Path(result["segment_io"]).resolve() != tree.resolve():
+        raise RuntimeError(f"the probe of {tree} imported segment_io from {result['segment_io']}")
+    return result
+
+
+def _baseline_rows(label: str, log_dir: Path, input_bytes: int, baseline: Path, pairs: int) -> list[dict]:
+    """The probe's queries on this checkout and on ``baseline``, alternating, ``pairs`` times each: the median of
+    each query's best-of-3 seconds and the ratio after / before."""
+    here = Path(__file__).resolve().parent.parent
+    runs: dict[str, list[dict[str, Any]]] = {"after": [], "before": []}
+    for _ in range(pairs):
+        for which, tree in (("before", baseline), ("after", here)):
+            runs[which].append(_probe(tree, log_dir, 3))
+    rows = []
+    for query in runs["after"][0]["seconds"]:
+        after = statistics.median(r["seconds"][query] for r in runs["after"])
+        before = statistics.median(r["seconds"][query] for r in runs["before"])
+        rows.append({"bench": f"{label}: kafka-segments {query}, this checkout against --baseline (new processes, "
+                              f"alternating, median of {pairs})", "seconds": after,
+                     "log_MB_per_s": round(input_bytes / after / 1e6), "baseline_seconds": before,
+                     "after_over_before": round(after / before, 2),
+                     "loads": [r["load"] for which in ("before", "after") for r in runs[which]]})
+    return rows
+
+
+def run(quick: bool = False, data_dir: Path = Path("bench-data"), baseline: Path | None = None) -> list[dict]:
     from segment_io.spark import register
 
     total = 200_000_000 if quick else 2_000_000_000
@@ -174,8 +217,12 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data")) -> list[dict]:
         rows.append({"bench": "Spark start-up (local[2], excluded from query times)", "seconds": round(startup_s, 1),
                      "jvm_jit": _jit_of(spark)})
         register(spark)
-        rows += _dir_rows(spark, f"{round(total / 1e9, 1)} GB", root / "log-dir", root / "parquet", large, repeat,
+        label = f"{round(total / 1e9, 1)} GB"
+        rows += _dir_rows(spark, label, root / "log-dir", root / "parquet", large, repeat,
                           small=False, unpacked_row=False)
+        if baseline is not None:
+            rows += _baseline_rows(label, root / "log-dir", sum(f.stat().st_size for f in log_files(root / "log-dir")),
+                                   baseline, BASELINE_PAIRS)
         rows += _dir_rows(spark, f"{small.segments:,} small segments", root / "small-segments",
                           root / "small-parquet", small, repeat, small=True, unpacked_row=not quick)
     finally:
