@@ -216,7 +216,7 @@ class CompactionRun:
         max_keys = max_keys_for_buffer(self.options.dedupe_buffer_bytes)
         first = plan_retention_first(RetentionParams.from_job(ctx), ctx.scans, self.config_of,
                                      DeleteLimit.of_job(ctx), parallel_map=ctx.parallel_map,
-                                     max_batch_bytes=ctx.max_batch_bytes)
+                                     max_batch_bytes=ctx.max_batch_bytes, spool=self.host_spool)
         self.held = first.held()
         tasks: list[CompactTask] = []
         for key, scan in sorted(ctx.scans.items()):

@@ -42,6 +42,7 @@ from jobs.rules.timeutil import data_age_warning, format_instant
 from segment_io.errors import SegjobsError
 from segment_io.layout import LOG_START_OFFSET_CHECKPOINT, LogDirListing, PartitionListing
 from segment_io.storage.base import Storage
+from segment_io.storage.spool import HostSpool
 from segment_io.storage.traffic import in_context
 
 TopicPartition = tuple[str, int]
@@ -580,11 +581,13 @@ def _takes_retention_first(config: TopicConfig, scan: PartitionScan) -> bool:
 
 def plan_retention_first(params: RetentionParams, scans: Mapping[TopicPartition, PartitionScan],
                          config_for: Callable[[str], TopicConfig], limit: DeleteLimit, *,
-                         parallel_map: Callable[..., list[Any]], max_batch_bytes: int) -> RetentionFirst:
+                         parallel_map: Callable[..., list[Any]], max_batch_bytes: int,
+                         spool: HostSpool | None = None) -> RetentionFirst:
     """Plan retention of the ``compact,delete`` partitions among ``scans`` at ``params.now_ms``, apply the
     delete-fraction ``limit``, and scan what remains of each partition that loses segments, as tasks of
     ``parallel_map`` (:meth:`jobs.engine.frame.job.JobContext.parallel_map`) decoding under ``max_batch_bytes``;
-    nothing is written."""
+    nothing is written. ``spool``: where the run's earlier scans left copies of what they fetched from an object
+    store, which these scans read where they run on the same host (and add to)."""
     plans = {}
     for key in sorted(scans):
         if _takes_retention_first(config_for(key[0]), scans[key]):
@@ -594,7 +597,7 @@ def plan_retention_first(params: RetentionParams, scans: Mapping[TopicPartition,
     refused = limit.refused(plans, scans)
     todo = [ScanItem(params.storage, listing_after_retention(limit.listing.partitions[k], plan), "transactions",
                      plan.new_log_start_offset, scans[k].scanned.cleaner_checkpoint, params.now_ms,
-                     config_for(k[0]).producer_id_expiration_ms, max_batch_bytes)
+                     config_for(k[0]).producer_id_expiration_ms, max_batch_bytes, spool)
             for k, plan in plans.items() if plan.deletions and k[0] not in refused]
     after = {}
     rescans = parallel_map(_after_retention_task, todo,

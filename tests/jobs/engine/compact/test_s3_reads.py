@@ -204,3 +204,28 @@ def test_small_partitions_read_by_the_first_scan_are_cleaned_from_its_copies(spa
     assert not os.path.exists(os.path.join(spool.spool_root(), run_dir))
     left = spark.sparkContext.parallelize([0], 1).map(_host_spool_files).collect()[0]
     assert not [f for f in left if run_dir in f], left
+
+
+@pytest.mark.s3
+def test_a_compact_delete_partition_is_rescanned_after_retention_from_the_scan_s_copies(spark, s3_bucket_env,
+                                                                                          tmp_path: Path) -> None:
+    """Retention runs first on a ``compact,delete`` partition, and compaction is planned on a scan of what it
+    leaves: that scan reads the copies the transaction-state scan left on the host, fetching no segment again."""
+    endpoint, bucket = s3_bucket_env
+    logs, closed = _partition(tmp_path)
+    (tmp_path / "t.toml").write_text('[defaults]\n"cleanup.policy" = "compact,delete"\n"segment.bytes" = 1048576\n'
+                                     f'"retention.bytes" = {6 << 20}\n"retention.ms" = -1\n')
+    put_objects(endpoint, bucket, logs)
+    report = tmp_path / "r.json"
+    assert main(["compact", "--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", endpoint.endpoint_url,
+                 "--now", NOW, "--config", str(tmp_path / "t.toml"), "--report", str(report), "--quiet"]) == 0
+    doc = json.loads(report.read_text())
+    (entry,) = doc["partitions"]
+    assert entry["action"] == "compacted" and len(entry["retention"]["deleted"]) >= 1, entry
+    traffic = doc["store_traffic"]
+    every_log = sum(p.stat().st_size for p in (logs / "orders-0").glob("*.log"))
+    epochs = (logs / "orders-0" / "leader-epoch-checkpoint").stat().st_size
+    assert _stage(traffic, SCAN)["get_bytes"] == every_log + epochs
+    rescan = _stage(traffic, "scan 1 partition(s) as retention leaves them")
+    assert rescan["get_bytes"] <= epochs, rescan  # no .log fetched again
+    assert _stage(traffic, CLEAN)["get_bytes"] <= _index_bytes(closed)
