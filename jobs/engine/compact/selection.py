@@ -12,23 +12,22 @@ uncleanable offset, and with it the cleanable bytes, the dirty ratio and whether
 selected on a full one either, and is never read further: in a nightly run over a broker's log dir, where
 most partitions are clean, that is most of them.
 
-Every partition that may be selected is then scanned at depth ``transactions`` (every batch header of the whole
-log and the records of its control batches, replayed into transaction and producer state; no data batch is
-decompressed, see :mod:`jobs.engine.scan` for what comes from disk), in bin-packed tasks, and planned on that
-(the cleaning task then reads the records: the dirty section's keys for the offset map, then what it cleans,
-see :mod:`jobs.engine.compact.cleaning`). So are the
-``compact,delete`` partitions, whose retention runs first and is planned on the full scan. A small
-partition that the listing and its cleaner checkpoint say may be due (:func:`read_at_first_scan`) is read at
-that depth by the frame's scan itself, on the driver's threads: that read costs about a millisecond, less
-than a task's round trip to read it again, so a log dir of thousands of small partitions has no second scan
-stage; its scan, plan and cleaning are the same (on an object store the scan keeps what it fetched on the driver's
-host, for the cleaning task there: :attr:`jobs.engine.frame.job.JobContext.host_spool`). What a partition left at depth ``sizes`` does
-not get: its report entry gives the cleanable range as
-if no transaction were open (an open one can only shorten it), and a corrupt closed segment that a sane
-``.timeindex`` dated and whose first batch and end frame well goes unnoticed until a run compacts it (the
-check ``retain`` makes, and more than a broker makes before its cleaner reads the segment); nor does a damaged
-active segment of a partition that has no other one, which compaction cannot touch (``retain`` and ``inspect``
-read it).
+Every partition that may be selected is then scanned at depth ``transactions`` (every batch header of the whole log
+and the records of its control batches, replayed into transaction and producer state; no data batch is decompressed,
+see :mod:`jobs.engine.scan` for what comes from disk), in bin-packed tasks, and planned on that (the cleaning task
+then reads the records: the dirty section's keys for the offset map, then what it cleans, see
+:mod:`jobs.engine.compact.cleaning`). So are the ``compact,delete`` partitions, whose retention runs first and is
+planned on the full scan. A small partition that the listing and its cleaner checkpoint say may be due
+(:func:`read_at_first_scan`) is read at that depth by the frame's scan itself, on the driver's threads: that read
+costs about a millisecond, less than a task's round trip to read it again, so a log dir of thousands of small
+partitions has no second scan stage; its scan, plan and cleaning are the same (on an object store the scan keeps
+what it fetched on the driver's host, for the cleaning task there:
+:attr:`jobs.engine.frame.job.JobContext.host_spool`). What a partition left at depth ``sizes`` does not get: its
+report entry gives the cleanable range as if no transaction were open (an open one can only shorten it), and a
+corrupt closed segment that a sane ``.timeindex`` dated and whose first batch and end frame well goes unnoticed
+until a run compacts it (the check ``retain`` makes, and more than a broker makes before its cleaner reads the
+segment); nor does a damaged active segment of a partition that has no other one, which compaction cannot touch
+(``retain`` and ``inspect`` read it).
 """
 
 from __future__ import annotations
