@@ -37,8 +37,9 @@ import itertools
 import json
 import os
 import time
+import uuid
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -47,6 +48,7 @@ import pyarrow.compute as pc
 
 from jobs.engine.frame.options import InvalidOptionUsage, TieredReadOptions
 from jobs.engine.report.run_report import Progress, attention_table, render_table, rows_per_partition
+from jobs.engine.report.store_usage import StoreUsage
 from jobs.engine.runtime.delta_spark import DELTA_SPARK_PACKAGE, delta_session
 from jobs.engine.runtime.seams import PRODUCTION, Seams
 from jobs.engine.runtime.tasks import InProcessTasks, SparkTasks, TaskRunner
@@ -74,7 +76,7 @@ from jobs.engine.table.state import (
 from jobs.logdir.checkpoints import read_job_checkpoints
 from jobs.logdir.tiered import tiered_listing
 from jobs.rules.table import aborted_rows, plan_partition
-from segment_io.decode import read_segment
+from segment_io.decode import decode_segment_bytes, read_segment
 from segment_io.errors import ConfigError, SegjobsError, UsageError
 from segment_io.latest import SOURCE_COLUMNS, TABLE_SCHEMA, LatestRows, eligible_rows
 from segment_io.layout import (
@@ -85,8 +87,10 @@ from segment_io.layout import (
     list_log_dir,
 )
 from segment_io.storage import open_storage
-from segment_io.storage.base import Storage
+from segment_io.storage.base import Storage, map_open
 from segment_io.storage.options import StorageOptions
+from segment_io.storage.spool import HostSpool
+from segment_io.storage.traffic import StoreTraffic, metered
 
 #: How a run writes the table (see :class:`TableOptions`).
 WRITERS = ("auto", "deltalake", "spark")
@@ -204,6 +208,9 @@ class TableResult:
     version_after: int | None
     warnings: tuple[str, ...]
     seconds: float
+    #: a log dir on an object store: the requests the run made to it (the report's ``store_traffic``, as compact's;
+    #: the Delta table's own reads and writes, made by deltalake or Spark, are not counted); None on local disk
+    store_traffic: dict[str, Any] | None = None
 
     @property
     def inserts(self) -> int:
@@ -241,7 +248,8 @@ class TableResult:
                 "totals": {"inserts": self.inserts, "updates": self.updates, "deletes": self.deletes,
                            "records_read": self.records_read},
                 "partitions": [p.to_dict() for p in self.partitions], "warnings": list(self.warnings),
-                "seconds": round(self.seconds, 3)}
+                "seconds": round(self.seconds, 3),
+                **({"store_traffic": self.store_traffic} if self.store_traffic is not None else {})}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -263,6 +271,9 @@ class PartitionItem:
     read_rows: bool = True
     #: a range that may need more memory than this is planned only, and deduped on disk by the driver
     latest_buffer_bytes: int = DEFAULT_LATEST_BUFFER_BYTES
+    #: on an object store: where the task's scan keeps the segments it fetches, so that reading their rows
+    #: fetches none of them again (the task removes its copies when it ends)
+    spool: HostSpool | None = None
 
 
 def partition_changes(item: PartitionItem) -> PartitionChanges:
@@ -271,7 +282,8 @@ def partition_changes(item: PartitionItem) -> PartitionChanges:
     out = PartitionChanges(pl.topic, pl.partition)
     try:
         scan = scan_partition(item.storage, pl, depth="transactions", log_start_checkpoint=item.log_start_checkpoint,
-                              cleaner_checkpoint=item.cleaner_checkpoint, max_batch_bytes=item.max_batch_bytes)
+                              cleaner_checkpoint=item.cleaner_checkpoint, max_batch_bytes=item.max_batch_bytes,
+                              spool=item.spool if item.read_rows else None)
         out.warnings.extend(scan.warnings)
         if scan.error is not None:
             out.error = scan.error
@@ -308,10 +320,7 @@ def partition_changes(item: PartitionItem) -> PartitionChanges:
                     out.segments.append((seg.log.uri, i == len(segments) - 1))
                     out.bytes_read += seg.log.size
                     continue
-                records = read_segment(seg.log.uri, columns=SOURCE_COLUMNS, storage=item.storage,
-                                       topic=pl.topic, partition=pl.partition,
-                                       allow_truncated_tail=i == len(segments) - 1,
-                                       max_batch_bytes=item.max_batch_bytes)
+                records = _segment_rows(item, seg, last=i == len(segments) - 1)
                 out.segments_read += 1
                 out.bytes_read += seg.log.size
                 latest.add(records, eligible_rows(records, aborted=aborted_rows(records, scan.txn),
@@ -325,7 +334,24 @@ def partition_changes(item: PartitionItem) -> PartitionChanges:
         out.error = PartitionError.from_exception(exc)
     except Exception as exc:  # noqa: BLE001 - one partition's failure is reported, the others proceed
         out.error = PartitionError.from_task_exception(exc, pl.uri)
+    finally:
+        if item.spool is not None:
+            item.spool.discard(seg.log for seg in pl.segments)
     return out
+
+
+def _segment_rows(item: PartitionItem, seg: Any, *, last: bool) -> pa.Table:
+    """The source columns of segment ``seg`` of the item's partition: from the copy its scan left on this host
+    when there is one (an object store's), else read from the store."""
+    pl = item.listing
+    copy = item.spool.open(seg.log) if item.spool is not None else None
+    if copy is None:
+        return read_segment(seg.log.uri, columns=SOURCE_COLUMNS, storage=item.storage, topic=pl.topic,
+                            partition=pl.partition, allow_truncated_tail=last, max_batch_bytes=item.max_batch_bytes)
+    with map_open(copy) as data:
+        return decode_segment_bytes(data, path=seg.log.uri, topic=pl.topic, partition=pl.partition,
+                                    segment_base_offset=seg.base_offset, columns=SOURCE_COLUMNS,
+                                    allow_truncated_tail=last, max_batch_bytes=item.max_batch_bytes)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -479,16 +505,18 @@ def _runner(spark: Any, seams: Seams) -> TaskRunner:
 
 def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: Seams | None = None) -> TableResult:
     """Bring the table up to date with the log dir (see the module docstring): a :class:`TableRun`'s steps."""
-    run = TableRun.open(log_dir, options, spark=spark, seams=seams or PRODUCTION)
-    run.read()
-    try:
-        run.sort_on_disk()
-        run.report_reads()
-        run.count()
-        run.write()
-        return run.deliver()
-    finally:
-        run.close()
+    with metered() as traffic:  # the driver's requests; the tasks' come back with their results
+        run = TableRun.open(log_dir, options, spark=spark, seams=seams or PRODUCTION)
+        run.read()
+        try:
+            run.sort_on_disk()
+            run.report_reads()
+            run.count()
+            run.write()
+            result = run.deliver()
+        finally:
+            run.close()
+    return run.with_store_traffic(result, traffic)
 
 
 class TableRun:
@@ -536,6 +564,10 @@ class TableRun:
         #: offsets; its rows are not this run's to count)
         self.write_error: str | None = None
         self.written: set[int] = set()
+        #: runs the partitions' tasks (Spark's, with a session) and counts their object-store requests
+        self.runner = _runner(spark, seams)
+        #: on an object store: where each task's scan keeps what it fetches for the task's read of the rows
+        self.spool = HostSpool(f"table-{uuid.uuid4().hex}") if storage.local_path(log_dir) is None else None
 
     @classmethod
     def open(cls, log_dir: str, options: TableOptions, *, spark: Any, seams: Seams) -> "TableRun":
@@ -590,10 +622,9 @@ class TableRun:
                                checkpoints[LOG_START_OFFSET_CHECKPOINT].get((topic, p)),
                                checkpoints[CLEANER_OFFSET_CHECKPOINT].get((topic, p)), options.rebuild,
                                options.max_batch_bytes, read_rows=self.writer != "spark",
-                               latest_buffer_bytes=options.latest_buffer_bytes)
+                               latest_buffer_bytes=options.latest_buffer_bytes, spool=self.spool)
                  for p in self.wanted if p not in self.unreadable]
-        results = _runner(self.spark, self.seams).map(partition_changes, items,
-                                                      description=f"segjobs table {topic}: read partitions")
+        results = self.runner.map(partition_changes, items, description=f"segjobs table {topic}: read partitions")
         self.results = sorted([*results, *(PartitionChanges(topic, p, error=e) for p, e in self.unreadable.items())],
                               key=lambda r: r.partition)
 
@@ -772,6 +803,16 @@ class TableRun:
                            version_before=self.version_before, version_after=self.version_after,
                            warnings=tuple(self.warnings), seconds=time.monotonic() - self.t0)
 
+    def with_store_traffic(self, result: TableResult, driver: StoreTraffic) -> TableResult:
+        """``result`` with the run's requests to its log dir's object store (the driver's, ``driver``, and its
+        tasks'), against the bytes of the topic's segments, and the line that says so; on local disk, as it is."""
+        if self.storage.local_path(self.log_dir) is not None:
+            return result
+        usage = StoreUsage(driver, self.runner.store_traffic(), segment_bytes=sum(
+            s.log.size for p in self.wanted for s in self.listing.partition(self.options.topic, p).segments))
+        self.progress(usage.summary(), event="store.traffic", **usage.fields())
+        return replace(result, store_traffic=usage.to_dict())
+
     def _partition(self, r: PartitionChanges, *, dry: bool) -> TablePartition:
         """What became of the partition of ``r``."""
         plan, applied = r.plan, self.applied.get(r.partition)
@@ -795,9 +836,12 @@ class TableRun:
                               dedupe=dedupe)
 
     def close(self) -> None:
-        """The on-disk dedupe's work dir removed, whatever stopped the run (an interrupt included)."""
+        """The on-disk dedupe's work dir removed, whatever stopped the run (an interrupt included), and what the
+        tasks on this host left of their copies (a task removes its own as it ends)."""
         if self.work_root is not None:
             remove_work_dir(self.work_root)
+        if self.spool is not None:
+            self.spool.remove()
 
 
 def _choose_writer(requested: str, spark: Any, uri: str) -> str:

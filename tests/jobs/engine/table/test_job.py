@@ -348,6 +348,7 @@ def test_partitions_read_in_spark_tasks(spark, tmp_path):
     r = api.table(tmp_path / "logs", options, spark=spark)
     assert r.exit_code == 0, r.partitions
     assert table_rows(tmp_path / "t") == expected_rows(tmp_path / "logs", [0, 1])
+    assert r.store_traffic is None and "store_traffic" not in r.to_dict()  # local disk makes no requests
 
 
 @pytest.mark.s3
@@ -365,8 +366,20 @@ def test_log_dir_and_table_on_s3(s3_bucket, tmp_path, dedupe):
             storage.write_atomic(storage.join(log_dir, *f.relative_to(tmp_path / "logs").parts), f.read_bytes())
     options = api.TableOptions(table=table, topic=TOPIC, storage=storage_options, progress=lambda line: None,
                                latest_buffer_bytes=1 if dedupe == "external-sort" else 256 << 20)
-    first = api.table(log_dir, options, seams=api.Seams(runner=api.InProcessTasks()))
+    lines: list[str] = []
+    first = api.table(log_dir, replace(options, progress=lines.append), seams=api.Seams(runner=api.InProcessTasks()))
     assert first.exit_code == 0 and first.partitions[0].inserts == 2 and first.partitions[0].dedupe == dedupe
+    # the run's requests to the log dir's bucket, counted as compact counts them: every segment fetched
+    segments = sum(f.stat().st_size for f in (tmp_path / "logs").rglob("*.log"))
+    traffic = first.store_traffic
+    assert traffic is not None and traffic["segment_bytes"] == segments
+    assert traffic["get"] == traffic["driver"]["get"] + sum(t["get"] for t in traffic["tasks"].values())
+    # the partition's task fetches each segment once, for its scan, and reads the rows from that copy
+    assert traffic["tasks"]["segjobs table prop: read partitions"]["get_bytes"] == segments
+    # on disk, the driver's dedupe reads the segments again (the task's copies may be on another host)
+    assert traffic["driver"]["get_bytes"] == (segments if dedupe == "external-sort" else 0)
+    assert first.to_dict()["store_traffic"] == traffic
+    assert any("] object store: " in line and "x the" in line for line in lines), lines
     from jobs.engine.table.state import delta_storage_options
 
     dt = DeltaTable(table, storage_options=delta_storage_options(table, storage_options))
