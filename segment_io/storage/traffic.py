@@ -105,6 +105,22 @@ def count(kind: Kind, n_bytes: int = 0, *, requests: int = 1) -> None:
         traffic.add(kind, n_bytes, requests=requests)
 
 
+def in_context_iter(items: Iterator[R]) -> Iterator[R]:
+    """``items`` advanced in a copy of the caller's context, whichever thread pulls them: a stream that a native
+    writer drains on a thread of its own (deltalake's merge) counts its requests into the caller's scope."""
+    context = contextvars.copy_context()  # now, in the caller's thread: a generator's body runs at its first pull
+    done = object()
+
+    def pulled() -> Iterator[R]:
+        while True:
+            item = context.run(next, items, done)
+            if item is done:
+                return
+            yield item  # type: ignore[misc]
+
+    return pulled()
+
+
 def in_context(fn: Callable[P, R]) -> Callable[P, R]:
     """``fn`` bound to a copy of the caller's context, for another thread to run: its requests count into the
     caller's scope. Each call runs in a copy of its own (a context cannot be entered by two threads at once)."""

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from segment_io.storage.base import map_ahead
-from segment_io.storage.traffic import StoreTraffic, count, in_context, metered
+from segment_io.storage.traffic import StoreTraffic, count, in_context, in_context_iter, metered
 
 
 def test_a_scope_counts_its_requests_and_the_bytes_they_moved() -> None:
@@ -44,6 +44,26 @@ def test_threads_count_into_the_scope_only_through_in_context() -> None:
         worker.join()
         assert list(map_ahead(lambda n: count("head") or n, range(50), 8)) == list(range(50))
     assert (t.get, t.get_bytes, t.put, t.head) == (100, sum(range(100)), 1, 50)
+
+
+def test_a_stream_pulled_by_another_thread_counts_into_its_creator_s_scope_through_in_context_iter() -> None:
+    """A native writer (deltalake's merge) drains a Python stream on a thread of its own, whose context holds no
+    scope: the stream's requests count into the scope it was made in only when wrapped, and even when the thread
+    pulls its first item (a generator's body runs then)."""
+
+    def stream(n: int):  # type: ignore[no-untyped-def]
+        for i in range(n):
+            count("get", i)
+            yield i
+
+    with metered() as t:
+        wrapped, bare = in_context_iter(stream(10)), stream(10)
+    got: list[list[int]] = []
+    puller = threading.Thread(target=lambda: got.extend([list(wrapped), list(bare)]))
+    puller.start()
+    puller.join()
+    assert got == [list(range(10))] * 2
+    assert (t.get, t.get_bytes) == (10, sum(range(10)))  # the wrapped stream's alone
 
 
 def test_concurrent_scopes_on_threads_stay_apart() -> None:

@@ -90,7 +90,7 @@ from segment_io.storage import open_storage
 from segment_io.storage.base import Storage, map_open
 from segment_io.storage.options import StorageOptions
 from segment_io.storage.spool import HostSpool
-from segment_io.storage.traffic import StoreTraffic, metered
+from segment_io.storage.traffic import StoreTraffic, in_context_iter, metered
 
 #: How a run writes the table (see :class:`TableOptions`).
 WRITERS = ("auto", "deltalake", "spark")
@@ -418,9 +418,10 @@ def write_with_deltalake(uri: str, dt: Any | None, topic: str, changes: Sequence
         first = rows.filter(pc.is_valid(rows.column("value"))) if live_only else rows
         if sorted_rows is None:
             return first
-        # one stream: the merge reads it once, a segment's rows at a time (streamed_exec), never whole
-        return pa.RecordBatchReader.from_batches(TABLE_SCHEMA, itertools.chain(first.to_batches(),
-                                                                              sorted_rows(live_only)))
+        # one stream: the merge reads it once, a segment's rows at a time (streamed_exec), never whole; on threads
+        # of its own, where the stream's requests still count into the run's
+        return pa.RecordBatchReader.from_batches(TABLE_SCHEMA, itertools.chain(
+            first.to_batches(), in_context_iter(sorted_rows(live_only))))
 
     if fault:
         fault("merge:start")
