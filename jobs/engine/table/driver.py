@@ -89,7 +89,7 @@ from segment_io.layout import (
 from segment_io.storage import open_storage
 from segment_io.storage.base import Storage, map_open
 from segment_io.storage.options import StorageOptions
-from segment_io.storage.spool import HostSpool
+from segment_io.storage.spool import HostSpool, TaskSpool
 from segment_io.storage.traffic import StoreTraffic, in_context_iter, metered
 
 #: How a run writes the table (see :class:`TableOptions`).
@@ -550,6 +550,8 @@ class TableRun:
         self.warnings: list[str] = []
         #: the partitions deduped on disk, and the work dir that holds their files
         self.on_disk: dict[int, SortedPartition] = {}
+        #: on an object store: each of those partitions' segments, fetched once for both of their passes
+        self.sort_spools: dict[int, TaskSpool] = {}
         self.work_store: Storage | None = None
         self.work_root: str | None = None
         #: the partitions with something to write, by number, and what they insert, update and delete
@@ -648,12 +650,15 @@ class TableRun:
             if dataset is not None:
                 table_rows = dataset.count_rows(filter=in_partition)
                 table_keys = (b.column(0) for b in dataset.to_batches(columns=["key"], filter=in_partition))
+            listed = {s.log.uri: s.log for s in self.listing.partition(options.topic, r.partition).segments}
+            spool = self.sort_spools[r.partition] = TaskSpool(self.storage, [listed[uri] for uri, _ in r.segments
+                                                                             if uri in listed])
             try:
                 part = sort.prepare(self.storage, self.work_store, self.work_root, partition=r.partition,
                                     start=plan.start, end=plan.end, rebuild=plan.rebuild, segments=r.segments,
                                     aborted=r.aborted, records=r.records_bound, table_keys=table_keys,
                                     table_rows=table_rows, latest_buffer_bytes=options.latest_buffer_bytes,
-                                    max_batch_bytes=options.max_batch_bytes)
+                                    max_batch_bytes=options.max_batch_bytes, spool=spool)
             except SegjobsError as exc:
                 r.error = PartitionError.from_exception(exc)
                 continue
@@ -720,7 +725,7 @@ class TableRun:
     def _read_sorted(self, part: SortedPartition, *, live_only: bool) -> Iterator[pa.RecordBatch]:
         assert self.work_store is not None
         return read_rows_of(self.storage, self.work_store, part, topic=self.options.topic, live_only=live_only,
-                            max_batch_bytes=self.options.max_batch_bytes)
+                            max_batch_bytes=self.options.max_batch_bytes, spool=self.sort_spools.get(part.partition))
 
     def _sorted_rows(self, live_only: bool) -> Iterator[pa.RecordBatch]:
         """The on-disk partitions' rows still to write, streamed into the merge; what stops a partition's read is
@@ -841,6 +846,8 @@ class TableRun:
         tasks on this host left of their copies (a task removes its own as it ends)."""
         if self.work_root is not None:
             remove_work_dir(self.work_root)
+        for spool in self.sort_spools.values():
+            spool.close()
         if self.spool is not None:
             self.spool.remove()
 

@@ -52,6 +52,7 @@ from segment_io.storage import open_storage
 
 if TYPE_CHECKING:
     from segment_io.storage.base import Storage
+    from segment_io.storage.spool import TaskSpool
 
 #: ``latest_buffer_bytes`` when not given: the memory one partition's latest rows may take in its task.
 DEFAULT_LATEST_BUFFER_BYTES = 256 << 20
@@ -117,10 +118,12 @@ def remove_work_dir(root: str) -> None:
 
 def prepare(storage: Storage, work: Storage, root: str, *, partition: int, start: int, end: int, rebuild: bool,
             segments: list[tuple[str, bool]], aborted: AbortedTxns | None, records: int, table_keys: Any,
-            table_rows: int, latest_buffer_bytes: int, max_batch_bytes: int | None) -> SortedPartition:
+            table_rows: int, latest_buffer_bytes: int, max_batch_bytes: int | None,
+            spool: TaskSpool | None = None) -> SortedPartition:
     """Stages 1 and 2 (see the module docstring) for one partition. ``segments``: ``(uri, allow a truncated
     tail)`` of the range, in offset order; ``records``: an upper bound of their records; ``table_keys``: an
-    iterable of the table's key arrays of the partition (batches), ``table_rows`` how many."""
+    iterable of the table's key arrays of the partition (batches), ``table_rows`` how many; ``spool``: on an
+    object store, where the segments are kept between this pass and :func:`read_rows_of`'s (fetched once)."""
     aborted = aborted if aborted is not None else AbortedTxns.empty()
     out = SortedPartition(partition, start, end, rebuild, segments)
     # (never more buckets than rows: a bound below one row's bytes still makes a bucket a row)
@@ -131,7 +134,7 @@ def prepare(storage: Storage, work: Storage, root: str, *, partition: int, start
     ends = np.zeros(len(segments), np.int64)  # each segment's last offset + 1
     last = start
     for i, (uri, tail) in enumerate(segments):
-        for j, (view, at) in enumerate(_pieces(storage, uri, tail)):
+        for j, (view, at) in enumerate(_pieces(storage, uri, tail, spool)):
             table = _located(at, decode_key_hashes_bytes, view, path=uri, max_batch_bytes=max_batch_bytes)
             del view
             out.counts.records_read += table.num_rows
@@ -183,13 +186,17 @@ def prepare(storage: Storage, work: Storage, root: str, *, partition: int, start
     return out
 
 
-def _pieces(storage: Storage, uri: str, tail: bool) -> Iterator[tuple[memoryview, int]]:
+def _pieces(storage: Storage, uri: str, tail: bool,
+            spool: TaskSpool | None = None) -> Iterator[tuple[memoryview, int]]:
     """A segment's bytes as views of whole batches, about :data:`PIECE_BYTES` each, with their byte position;
     an incomplete last batch of the ``tail`` segment (a broker still writing it) is left out. The views must
-    be dropped before the next one is asked for."""
+    be dropped before the next one is asked for. ``spool``: an active one holds the object store's segments."""
 
-    # the active segment is read, not mapped: a broker may truncate it, and a mapping would then fault
-    with (nullcontext(storage.read(uri)) if tail else storage.read_mapped(uri)) as data:
+    # the active segment is read, not mapped: a broker may truncate it, and a mapping would then fault (a spool's
+    # copy is the run's own)
+    source = (spool.mapped(uri) if spool is not None and spool.active
+              else nullcontext(storage.read(uri)) if tail else storage.read_mapped(uri))
+    with source as data:
         view = memoryview(data)
         positions, _, rest = batch_positions(data, path=uri, allow_truncated_tail=tail)
         if positions:
@@ -221,9 +228,9 @@ def _write_piece(work: Storage, uri: str, rows: np.ndarray, counts: np.ndarray,
 
 
 def read_rows_of(storage: Storage, work: Storage, part: SortedPartition, *, topic: str, live_only: bool,
-                 max_batch_bytes: int | None) -> Iterator[pa.RecordBatch]:
+                 max_batch_bytes: int | None, spool: TaskSpool | None = None) -> Iterator[pa.RecordBatch]:
     """Stage 3: the partition's latest rows (TABLE_SCHEMA; tombstones included unless ``live_only``), a segment
-    at a time in offset order, counting them into ``part.counts`` as they go."""
+    at a time in offset order, counting them into ``part.counts`` as they go; ``spool``: :func:`prepare`'s."""
     names = list(TABLE_SCHEMA.names)
     for i, (uri, tail) in enumerate(part.segments):
         shares = []
@@ -238,7 +245,7 @@ def read_rows_of(storage: Storage, work: Storage, part: SortedPartition, *, topi
         keep = keep[np.argsort(keep[:, 0], kind="stable")]
         found = np.zeros(len(keep), bool)
         name = parse_segment_file(uri.rsplit("/", 1)[-1])
-        for view, at_byte in _pieces(storage, uri, tail):
+        for view, at_byte in _pieces(storage, uri, tail, spool):
             records = _located(at_byte, decode_segment_bytes, view, path=uri, topic=topic, partition=part.partition,
                                segment_base_offset=name[0] if name else None, columns=SOURCE_COLUMNS,
                                max_batch_bytes=max_batch_bytes)
