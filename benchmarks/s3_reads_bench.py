@@ -15,7 +15,9 @@ copy of a running broker's log dir holds it: the active segments' ``.index`` and
 10 MiB (their entries, then zeros). A fourth run is the first again, on a fresh upload of the data, with
 ``--strategy external-sort``. A fifth compacts another log dir, every partition dirty: 100 partitions (``--quick``:
 20) of 1,000 records of 512-byte values in 64 KiB segments, about 530 KB each, small enough for the run's first scan
-to read them in full on the driver (``jobs.engine.compact.selection.SMALL_PARTITION_BYTES``).
+to read them in full on the driver (``jobs.engine.compact.selection.SMALL_PARTITION_BYTES``). Then ``segjobs table``
+builds a Delta table (on local disk) of the first run's data on a fresh upload, twice: deduped in memory, and on disk
+(a ``--latest-buffer-bytes`` the partitions' keys exceed). Its floor is each of the topic's segments fetched once.
 """
 
 from __future__ import annotations
@@ -116,6 +118,34 @@ def _compact_row(name: str, server, log: Path, bucket: str, logs: Path, config: 
     return row
 
 
+def _table_row(name: str, server, log: Path, bucket: str, logs: Path, env: dict[str, str], table: Path,
+               extra: list[str]) -> dict:
+    """``segjobs table`` in a new process, building a Delta table (on local disk) of the topic in ``bucket``
+    (``logs`` its local original): its requests to the log dir's store and fetched bytes against each segment
+    fetched once."""
+    topic = next(d.name.rsplit("-", 1)[0] for d in logs.iterdir() if d.is_dir())
+    start = log.stat().st_size
+    segjobs = str(Path(sys.executable).parent / "segjobs")
+    t0 = time.perf_counter()
+    proc = subprocess.run([segjobs, "table", "--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint",
+                           server.endpoint_url, "--topic", topic, "--table", str(table), "--format", "json", *extra],
+                          env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"segjobs table exited {proc.returncode}: {proc.stderr[-2000:]}")
+    time.sleep(0.5)
+    doc = json.loads(proc.stdout)
+    traffic = doc["store_traffic"]
+    floor = traffic["segment_bytes"]
+    return {"bench": f"segjobs table on S3, {name}", "seconds": round(seconds, 1),
+            "dedupe": ",".join(sorted({p["dedupe"] for p in doc["partitions"]})),
+            "requests": traffic["requests"], "requests_served": _served(log, start, bucket), "get": traffic["get"],
+            "get_mb": round(traffic["get_bytes"] / 1e6, 1), "floor_mb": round(floor / 1e6, 1),
+            "reads_of_floor": round(traffic["get_bytes"] / floor, 3), "by_stage": _stages(traffic),
+            "target": f"<= {TARGET_READS:.1f}x the floor (each segment fetched once)",
+            "result": verdict(traffic["get_bytes"] <= TARGET_READS * floor)}
+
+
 def run(quick: bool = False, data_dir: Path = Path("bench-data")) -> list[dict]:
     from segment_io.generate import GenerateSpec, generate_log_dir
     from tests.support.s3 import ACCESS_KEY, REGION, SECRET_KEY, MotoServer
@@ -163,6 +193,12 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data")) -> list[dict]:
         each = sum(p.stat().st_size for p in small.rglob("*.log")) / partitions
         rows.append(_compact_row(f"{partitions} small partitions ({each / 1e3:.0f} KB each, 64 KiB segments), every "
                                  "one dirty", server, log, bucket, small, config, env, []))
+        bucket = server.create_bucket("reads-table")
+        _upload(server.client(), bucket, root / "logs")
+        rows.append(_table_row("a first build of the first run's topic, deduped in memory", server, log, bucket,
+                               root / "logs", env, root / "table-memory", []))
+        rows.append(_table_row("the same, deduped on disk (--latest-buffer-bytes 16MiB)", server, log, bucket,
+                               root / "logs", env, root / "table-on-disk", ["--latest-buffer-bytes", "16MiB"]))
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
