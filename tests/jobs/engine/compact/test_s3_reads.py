@@ -38,6 +38,16 @@ def _partition(tmp_path: Path) -> tuple[Path, list[Path]]:
     return logs, closed
 
 
+def _compact_on_s3(endpoint, bucket: str, tmp_path: Path, *options: str) -> dict:  # type: ignore[no-untyped-def]
+    """``segjobs compact`` of the log dir in ``bucket`` with ``tmp_path/t.toml``, as a user runs it: its report."""
+    report = tmp_path / "r.json"
+    assert main(["compact", "--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", endpoint.endpoint_url,
+                 "--now", NOW, "--config", str(tmp_path / "t.toml"), "--report", str(report), "--quiet",
+                 *options]) == 0
+    doc: dict = json.loads(report.read_text())
+    return doc
+
+
 def _stage(traffic: dict, what: str) -> dict:
     (counts,) = [t for stage, t in traffic["tasks"].items() if stage.endswith(what)]
     return counts
@@ -55,10 +65,7 @@ def test_on_one_host_each_segment_is_fetched_once_by_the_scan_and_cleaned_from_i
     endpoint, bucket = s3_bucket_env
     logs, closed = _partition(tmp_path)
     put_objects(endpoint, bucket, logs)
-    report = tmp_path / "r.json"
-    assert main(["compact", "--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", endpoint.endpoint_url,
-                 "--now", NOW, "--config", str(tmp_path / "t.toml"), "--report", str(report), "--quiet"]) == 0
-    doc = json.loads(report.read_text())
+    doc = _compact_on_s3(endpoint, bucket, tmp_path)
     (entry,) = doc["partitions"]
     assert entry["action"] == "compacted" and entry["cleaned_range"][0] == 0
     traffic = doc["store_traffic"]
@@ -78,11 +85,7 @@ def test_copies_no_cleaning_task_reads_are_removed_when_the_run_ends(spark, s3_b
     endpoint, bucket = s3_bucket_env
     logs, _ = _partition(tmp_path)
     put_objects(endpoint, bucket, logs)
-    report = tmp_path / "r.json"
-    assert main(["compact", "--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", endpoint.endpoint_url,
-                 "--now", NOW, "--config", str(tmp_path / "t.toml"), "--report", str(report), "--quiet",
-                 "--strategy", "external-sort"]) == 0
-    doc = json.loads(report.read_text())
+    doc = _compact_on_s3(endpoint, bucket, tmp_path, "--strategy", "external-sort")
     assert [(p["action"], p["strategy"]) for p in doc["partitions"]] == [("compacted", "external-sort")]
     assert any(stage.endswith("remove the scans' copies of segments") for stage in doc["store_traffic"]["tasks"])
     left = spark.sparkContext.parallelize([0], 1).map(_host_spool_files).collect()[0]
@@ -187,10 +190,7 @@ def test_small_partitions_read_by_the_first_scan_are_cleaned_from_its_copies(spa
                                   aborted_share=0.2), str(logs))
     (tmp_path / "t.toml").write_text(CONFIG)
     put_objects(endpoint, bucket, logs)
-    report = tmp_path / "r.json"
-    assert main(["compact", "--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", endpoint.endpoint_url,
-                 "--now", NOW, "--config", str(tmp_path / "t.toml"), "--report", str(report), "--quiet"]) == 0
-    doc = json.loads(report.read_text())
+    doc = _compact_on_s3(endpoint, bucket, tmp_path)
     assert [p["action"] for p in doc["partitions"]] == ["compacted"] * 3
     traffic = doc["store_traffic"]
     assert list(traffic["tasks"]) == ["segjobs compact: compact 3 partition(s)"]  # no stage of scan tasks
@@ -216,10 +216,7 @@ def test_a_compact_delete_partition_is_rescanned_after_retention_from_the_scan_s
     (tmp_path / "t.toml").write_text('[defaults]\n"cleanup.policy" = "compact,delete"\n"segment.bytes" = 1048576\n'
                                      f'"retention.bytes" = {6 << 20}\n"retention.ms" = -1\n')
     put_objects(endpoint, bucket, logs)
-    report = tmp_path / "r.json"
-    assert main(["compact", "--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", endpoint.endpoint_url,
-                 "--now", NOW, "--config", str(tmp_path / "t.toml"), "--report", str(report), "--quiet"]) == 0
-    doc = json.loads(report.read_text())
+    doc = _compact_on_s3(endpoint, bucket, tmp_path)
     (entry,) = doc["partitions"]
     assert entry["action"] == "compacted" and len(entry["retention"]["deleted"]) >= 1, entry
     traffic = doc["store_traffic"]
