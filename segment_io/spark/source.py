@@ -265,10 +265,9 @@ def _fetched_bytes(storage: Storage, split: SegmentSplit) -> bytes | None:
 def _decode_mapped(storage: Storage, split: SegmentSplit, options: ReadOptions, bounds: RowBounds,
                    columns: Sequence[str] | None) -> pa.Table:
     """:func:`decode_split` of the split's bytes in a memory-mapped file (the decoded table holds copies, nothing
-    of the mapping); a file shorter than planned is read as before, which reports what it finds."""
+    of the mapping). A file cut short since it was planned maps as long as it is now: its split is decoded from
+    what is left, as a read of it would be."""
     with storage.read_mapped(split.uri) as mapped:
-        if len(mapped) < split.end:
-            return decode_split(_split_bytes(storage, split), split, options, bounds, columns)
         # No view is released explicitly: an error's traceback may still hold one, and its release would
         # then raise in place of the error. Unmapping waits for the last view (see map_open).
         return decode_split(memoryview(mapped)[split.start:split.end], split, options, bounds, columns)

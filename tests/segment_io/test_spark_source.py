@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from pyspark.sql.datasource import DataSourceReader
 
 from segment_io.decode import read_segment
-from segment_io.errors import NotFoundError
+from segment_io.errors import CorruptRecordError, NotFoundError
 from segment_io.format import scan_batches
 from segment_io.schema import RECORD_SCHEMA
 from segment_io.spark import (
@@ -48,7 +48,7 @@ from segment_io.spark.filters import (
     LessThanOrEqual,
 )
 from segment_io.spark.planning import SegmentRef, list_segments, plan_splits
-from segment_io.spark.source import PUSHDOWN_IS_PER_SCAN, KafkaSegmentsReader
+from segment_io.spark.source import PUSHDOWN_IS_PER_SCAN, KafkaSegmentsReader, read_splits
 from segment_io.storage import LocalStorage
 from tests.support.builders import LogBuilder, rec, write_log
 from tests.support.hypothesis_budget import examples
@@ -258,17 +258,36 @@ def test_closed_segments_are_mapped_and_each_partitions_last_segment_read(
     assert all(mapping.closed for _, mapping in access.mapped if not isinstance(mapping, bytes))
 
 
-def test_a_closed_segment_cut_short_after_planning_is_read_as_before(kafka_real: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("cut", ["at-a-batch", "inside-a-batch"])
+def test_a_closed_segment_cut_short_after_planning_reads_as_a_read_of_it_would(kafka_real: Path, tmp_path: Path,
+                                                                              cut: str) -> None:
+    """The mapping is as long as the file when the task maps it: the rows before the cut, or the error a read of
+    the shorter file reports, naming it."""
     root = tmp_path / "logs"
     shutil.copytree(kafka_real / COMPACTED_LOG_DIR, root)
     reader = make_reader(root, includeControl="true")
     tasks = reader.partitions()
-    (closed,) = [s for t in tasks for s in t.splits if s.closed and s.uri.endswith("__consumer_offsets-17/"
+    (closed,) = [s for t in tasks for s in t.splits if s.closed and s.uri.endswith("__consumer_offsets-39/"
                                                                                   "00000000000000000000.log")]
-    first_batch = int(scan_batches(Path(closed.uri).read_bytes()).size[0])
-    os.truncate(closed.uri, first_batch)  # what the planner saw is longer than the file now
-    got = pa.Table.from_batches([b for t in tasks for b in reader.read(t)], schema=RECORD_SCHEMA)
-    assert got.sort_by(SORT_KEYS).equals(expected_rows(partition_dirs(root), include_control=True))
+    batches = scan_batches(Path(closed.uri).read_bytes())
+    assert len(batches) >= 3  # a cut after the first keeps one, one inside the second keeps it short
+    second = int(batches.position[1])
+    os.truncate(closed.uri, second + (0 if cut == "at-a-batch" else 20))
+    read = _outcome(lambda: read_split(closed, reader.options, reader.bounds))  # the read path: no mapping
+    mapped = _outcome(lambda: pa.concat_tables(read_splits([closed], reader.options, reader.bounds)))
+    assert (mapped if isinstance(mapped, list) else repr(mapped)) == (read if isinstance(read, list) else repr(read))
+    if cut == "at-a-batch":
+        assert isinstance(read, list) and len(read) == 1  # the first batch's record
+    else:
+        assert isinstance(read, CorruptRecordError) and closed.uri in str(read)
+
+
+def _outcome(read):  # type: ignore[no-untyped-def]
+    """What ``read()`` returns, or the error it raises (compared by type and message)."""
+    try:
+        return read().to_pylist()
+    except CorruptRecordError as exc:
+        return exc
 
 
 # --------------------------------------------------------------------------------------------------

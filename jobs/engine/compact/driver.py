@@ -152,10 +152,10 @@ class CompactionRun:
         self.retention: dict[tuple[str, int], RetentionOutcome] = {}
         #: on an object store: where the transaction-state scans leave what they fetch for the cleaning tasks
         self.host_spool: HostSpool | None = ctx.host_spool
-        #: the partitions the frame's first scan read in full, on the driver (their copies are on its host)
-        self.read_first: list[tuple[str, int]] = []
-        #: the partitions the stage of scan tasks read (their copies are where each task ran)
+        #: the partitions the stage of scan tasks read (their copies are where each task ran), and whether tasks
+        #: scanned compact,delete partitions again as retention leaves them (adding copies where none were)
         self.read_in_full: list[tuple[str, int]] = []
+        self.rescanned = False
         self.strategies: dict[tuple[str, int], StrategyChoice] = {}
         self.handed: dict[tuple[str, int], Handover] = {}
         self.sort_details: dict[tuple[str, int], dict[str, Any]] = {}
@@ -168,31 +168,31 @@ class CompactionRun:
     def run(self) -> None:
         """Every step, in order; a run stopped half-way (the lease lost) reports the partitions settled so far
         and writes no cleaner checkpoint."""
-        self.plan()
-        self.choose_strategies()
-        self.settle_without_task()
         try:
-            self.run_memory()
-            self.run_external_sort()
-            self.remove_copies()
-        except BaseException:
-            # e.g. the lease was lost: what was committed stands and is reported, the checkpoint is not written
-            self.record()
-            raise
+            self.plan()
+            self.choose_strategies()
+            self.settle_without_task()
+            try:
+                self.run_memory()
+                self.run_external_sort()
+                self.remove_copies()
+            except BaseException:
+                # e.g. the lease was lost: what was committed stands and is reported, the checkpoint is not written
+                self.record()
+                raise
+            finally:
+                self.sorter.close()
+            self.finish()
         finally:
-            self.sorter.close()
-        self.finish()
+            if self.host_spool is not None:  # the driver's own copies (its first scan's), however the run ended
+                self.host_spool.remove()
 
     def remove_copies(self) -> None:
         """Remove what the scans left on their hosts that no cleaning task removed (partitions not selected, held,
-        or handed to external-sort): the driver's own (its first scan's), then a task for each slot of the session,
-        best effort (a host none of them reaches loses the copies with Spark's scratch dirs, or a day later; see
-        :class:`HostSpool`)."""
-        if self.host_spool is None:
-            return
-        if self.read_first:  # the frame's scan ran on the driver: what its partitions' tasks left is here
-            self.host_spool.remove()
-        if not self.read_in_full:
+        or handed to external-sort): a task for each slot of the session, best effort (a host none of them reaches
+        loses the copies with Spark's scratch dirs, or a day later; see :class:`HostSpool`). The driver removes its
+        own when the run ends (:meth:`run`)."""
+        if self.host_spool is None or not (self.read_in_full or self.rescanned):
             return
         slots = max(1, self.ctx.runner.parallelism)
         try:
@@ -207,7 +207,6 @@ class CompactionRun:
         carried out, and a cleaning task for each selected partition it left as planned."""
         ctx = self.ctx
         # the partitions that may be due, read in full (the frame scanned sizes only, and the small ones in full)
-        self.read_first = [k for k, scan in ctx.scans.items() if scan.txn is not None]
         self.read_in_full = scan_candidates(
             ctx.scans, storage=ctx.storage, listing=ctx.listing, checkpoints=ctx.checkpoints, configs=ctx.configs,
             scope=ctx.scope, now_ms=ctx.now_ms, max_batch_bytes=ctx.max_batch_bytes, runner=ctx.runner,
@@ -218,6 +217,7 @@ class CompactionRun:
                                      DeleteLimit.of_job(ctx), parallel_map=ctx.parallel_map,
                                      max_batch_bytes=ctx.max_batch_bytes, spool=self.host_spool)
         self.held = first.held()
+        self.rescanned = bool(first.after)
         tasks: list[CompactTask] = []
         for key, scan in sorted(ctx.scans.items()):
             if scan.error is not None:

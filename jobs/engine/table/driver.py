@@ -650,20 +650,18 @@ class TableRun:
             if dataset is not None:
                 table_rows = dataset.count_rows(filter=in_partition)
                 table_keys = (b.column(0) for b in dataset.to_batches(columns=["key"], filter=in_partition))
-            listed = {s.log.uri: s.log for s in self.listing.partition(options.topic, r.partition).segments}
-            spool = self.sort_spools[r.partition] = TaskSpool(self.storage, [listed[uri] for uri, _ in r.segments
-                                                                             if uri in listed])
+            spool = self._sort_spool(r)
             try:
                 part = sort.prepare(self.storage, self.work_store, self.work_root, partition=r.partition,
                                     start=plan.start, end=plan.end, rebuild=plan.rebuild, segments=r.segments,
                                     aborted=r.aborted, records=r.records_bound, table_keys=table_keys,
                                     table_rows=table_rows, latest_buffer_bytes=options.latest_buffer_bytes,
                                     max_batch_bytes=options.max_batch_bytes, spool=spool)
-            except SegjobsError as exc:
-                r.error = PartitionError.from_exception(exc)
-                continue
             except Exception as exc:  # noqa: BLE001 - one partition's failure is reported, the others proceed
-                r.error = PartitionError.from_task_exception(exc, r.segments[0][0] if r.segments else None)
+                r.error = (PartitionError.from_exception(exc) if isinstance(exc, SegjobsError)
+                           else PartitionError.from_task_exception(exc, r.segments[0][0] if r.segments else None))
+                if spool is not None:
+                    spool.close()
                 continue
             self.on_disk[r.partition] = part
             r.records_read = part.counts.records_read
@@ -671,6 +669,17 @@ class TableRun:
                           f"not fit --latest-buffer-bytes {options.latest_buffer_bytes}: deduped on disk "
                           f"({part.buckets} bucket(s), {part.keys} latest key(s))", event="table.partition.sorted",
                           partition=r.name, keys=part.keys, buckets=part.buckets)
+
+    def _sort_spool(self, r: PartitionChanges) -> TaskSpool | None:
+        """On an object store, where partition ``r``'s segments are kept for both passes of its dedupe on disk
+        (:attr:`sort_spools`); None on local disk, whose page cache keeps them (a tiered topic's remote segments
+        then stay in their store too)."""
+        if self.spool is None:
+            return None
+        listed = {s.log.uri: s.log for s in self.listing.partition(self.options.topic, r.partition).segments}
+        spool = self.sort_spools[r.partition] = TaskSpool(self.storage, [listed[uri] for uri, _ in r.segments
+                                                                         if uri in listed])
+        return spool
 
     def report_reads(self) -> None:
         """Each partition's warnings, error, or what its task read."""

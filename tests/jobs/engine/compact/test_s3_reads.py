@@ -207,6 +207,39 @@ def test_small_partitions_read_by_the_first_scan_are_cleaned_from_its_copies(spa
 
 
 @pytest.mark.s3
+def test_the_first_scan_s_copies_are_removed_when_the_run_fails(s3_bucket, tmp_path: Path, monkeypatch) -> None:
+    """The driver's first scan keeps its copies under the system's temporary directory, which Spark does not clean:
+    a run that fails after it (here its cleaning stage) still removes them."""
+    from jobs.engine.compact import driver
+
+    endpoint, bucket = s3_bucket
+    logs = tmp_path / "logs"
+    generate_log_dir(GenerateSpec(topics=("orders",), partitions=2, records=500, value_bytes=400,
+                                  superseded_share=0.5, segment_bytes=64 << 10), str(logs))
+    (tmp_path / "t.toml").write_text(CONFIG)
+    put_objects(endpoint, bucket, logs)
+    made: list[str] = []
+    fetch = spool.HostSpool.fetch
+
+    def recorded_fetch(self, storage, f):  # type: ignore[no-untyped-def]
+        path = fetch(self, storage, f)
+        made.extend([path] if path else [])
+        return path
+
+    def broken(self) -> None:  # type: ignore[no-untyped-def]
+        raise RuntimeError("the cleaning stage failed")
+
+    monkeypatch.setattr(spool.HostSpool, "fetch", recorded_fetch)
+    monkeypatch.setattr(driver.CompactionRun, "run_memory", broken)
+    result = api.compact(f"s3://{bucket}/{PREFIX}", api.CompactOptions(config=tmp_path / "t.toml",
+                                                                       storage=endpoint.storage_options()),
+                         now=NOW, seams=api.Seams(runner=InProcessTasks()))
+    assert result.exit_code != 0  # the frame reports the stop
+    assert made and not [p for p in made if os.path.exists(p)]
+    assert not os.path.exists(os.path.dirname(made[0]))
+
+
+@pytest.mark.s3
 def test_a_compact_delete_partition_is_rescanned_after_retention_from_the_scan_s_copies(spark, s3_bucket_env,
                                                                                           tmp_path: Path) -> None:
     """Retention runs first on a ``compact,delete`` partition, and compaction is planned on a scan of what it

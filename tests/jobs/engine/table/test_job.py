@@ -395,6 +395,34 @@ def test_log_dir_and_table_on_s3(s3_bucket, tmp_path, dedupe):
     assert sorted(dt.to_pyarrow_table(columns=["key"]).column("key").to_pylist()) == [b"b", b"d"]
 
 
+@pytest.mark.s3
+def test_on_s3_without_room_for_copies_every_read_is_fetched_and_counted(s3_bucket, tmp_path, monkeypatch):
+    """No scratch room: the task fetches each segment for its scan and again for the rows, and the on-disk dedupe's
+    passes fetch theirs, the rows' from the thread deltalake's merge pulls them on: all counted."""
+    from segment_io.storage import spool
+
+    monkeypatch.setattr(spool, "FREE_MARGIN_BYTES", 1 << 60)
+    endpoint, bucket = s3_bucket
+    _sample_log(tmp_path / "logs")
+    log_dir = f"s3://{bucket}/kafka/logs"
+    storage = open_storage(log_dir, endpoint.storage_options())
+    for f in sorted((tmp_path / "logs").rglob("*")):
+        if f.is_file():
+            storage.write_atomic(storage.join(log_dir, *f.relative_to(tmp_path / "logs").parts), f.read_bytes())
+    segments = sum(f.stat().st_size for f in (tmp_path / "logs").rglob("*.log"))
+    options = api.TableOptions(table=str(tmp_path / "t"), topic=TOPIC, storage=endpoint.storage_options(),
+                               progress=lambda line: None)
+    in_memory = api.table(log_dir, options, seams=api.Seams(runner=api.InProcessTasks())).store_traffic
+    assert in_memory is not None
+    assert in_memory["tasks"]["segjobs table prop: read partitions"]["get_bytes"] == 2 * segments
+    on_disk = api.table(log_dir, replace(options, table=str(tmp_path / "t2"), latest_buffer_bytes=1),
+                        seams=api.Seams(runner=api.InProcessTasks())).store_traffic
+    assert on_disk is not None
+    assert on_disk["tasks"]["segjobs table prop: read partitions"]["get_bytes"] == segments  # the scan alone
+    key_pass = segments  # every segment, for its keys; then the segments that hold a kept row, for the rows
+    assert on_disk["driver"]["get_bytes"] > key_pass, on_disk["driver"]
+
+
 # One Spark job per example: a tenth of the profile's examples.
 @settings(max_examples=examples(0.1), suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                              HealthCheck.too_slow])
