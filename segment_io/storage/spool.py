@@ -173,6 +173,11 @@ class HostSpool:
         self.name = f"{RUN_PREFIX}{run_id}"
         self.origin_root = spool_root()
 
+    @classmethod
+    def for_store(cls, run_id: str, storage: Storage, uri: str) -> "HostSpool | None":
+        """The spool of run ``run_id`` reading ``uri``: None on local disk, whose page cache keeps what is read."""
+        return cls(run_id) if storage.local_path(uri) is None else None
+
     def _roots(self) -> list[str]:
         """Where this process writes copies, then where the process that made the spool did."""
         here = spool_root()
@@ -204,6 +209,11 @@ class HostSpool:
                 return file
             file.close()
         return None
+
+    def mapped(self, f: FileInfo) -> ContextManager[bytes | mmap.mmap] | None:
+        """The local copy of ``f`` memory-mapped (opened now, as :meth:`open`), or None."""
+        file = self.open(f)
+        return map_open(file) if file is not None else None
 
     def fetch(self, storage: Storage, f: FileInfo) -> str | None:
         """The local copy of ``f``, fetched now (one GET, pinned to its ETag) unless it is there; None when it

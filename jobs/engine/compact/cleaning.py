@@ -38,7 +38,7 @@ from segment_io.schema import int64_or_zero, validity
 from segment_io.segment_writer import SegmentWriteResult, write_segment
 from segment_io.storage.base import FileInfo, Storage, release_mapped_pages
 from segment_io.storage.local import storage_error
-from segment_io.storage.spool import HostSpool, TaskSpool, map_open
+from segment_io.storage.spool import HostSpool, TaskSpool
 
 #: Extra cleaning passes over a group's output within one run (a horizon due as soon as it is stamped,
 #: delete.retention.ms <= 0, settles on the second).
@@ -265,9 +265,9 @@ class PartitionCleaner:
         host, else one GET, or the task spool's copy of a dirty segment). Decoding copies what it keeps, so nothing
         outlives the mapping but the encoder's verbatim copies, made while it is open."""
         f = self.files[base].log
-        copy = host_copy(self.task, f)
+        copy = self.task.host_spool.mapped(f) if self.task.host_spool is not None else None
         if copy is not None:
-            return map_open(copy)
+            return copy
         return self.spool.mapped(f.uri) if self.spool is not None else self.task.storage.read_mapped(f.uri)
 
     def close(self, *, keep_host_copies: bool = False) -> None:

@@ -73,7 +73,7 @@ from jobs.rules.transactions import AbortedTxns
 from segment_io.decode import decode_key_hashes_bytes
 from segment_io.errors import CorruptRecordError, SegjobsError, StorageEnvironmentError
 from segment_io.format import batch_positions
-from segment_io.storage.base import FileInfo, Storage, map_open
+from segment_io.storage.base import FileInfo, Storage
 from segment_io.storage.spool import HostSpool
 
 T = TypeVar("T")
@@ -145,8 +145,8 @@ class PieceItem:
 
     def mapped(self) -> ContextManager[bytes | memoryview | mmap.mmap]:
         """The segment's bytes: the scan's copy on this host, else the store's (on S3 one GET of the object)."""
-        copy = self.host_spool.open(self.log) if self.host_spool is not None and self.log is not None else None
-        return map_open(copy) if copy is not None else self.storage.read_mapped(self.uri)
+        copy = self.host_spool.mapped(self.log) if self.host_spool is not None and self.log is not None else None
+        return copy if copy is not None else self.storage.read_mapped(self.uri)
 
 
 @dataclass

@@ -165,7 +165,7 @@ class JobContext:
         """On an object store, where the scans that read a partition in full keep what they fetch, for its
         cleaning task on the same host (see :class:`~segment_io.storage.spool.HostSpool`); None on local disk,
         whose page cache keeps it."""
-        return HostSpool(self.report.run_id) if self.storage.local_path(self.log_dir) is None else None
+        return HostSpool.for_store(self.report.run_id, self.storage, self.log_dir)
 
     @functools.cached_property
     def committer(self) -> Committer:

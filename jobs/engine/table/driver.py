@@ -87,7 +87,7 @@ from segment_io.layout import (
     list_log_dir,
 )
 from segment_io.storage import open_storage
-from segment_io.storage.base import Storage, map_open
+from segment_io.storage.base import Storage
 from segment_io.storage.options import StorageOptions
 from segment_io.storage.spool import HostSpool, TaskSpool
 from segment_io.storage.traffic import StoreTraffic, in_context_iter, metered
@@ -344,11 +344,11 @@ def _segment_rows(item: PartitionItem, seg: Any, *, last: bool) -> pa.Table:
     """The source columns of segment ``seg`` of the item's partition: from the copy its scan left on this host
     when there is one (an object store's), else read from the store."""
     pl = item.listing
-    copy = item.spool.open(seg.log) if item.spool is not None else None
+    copy = item.spool.mapped(seg.log) if item.spool is not None else None
     if copy is None:
         return read_segment(seg.log.uri, columns=SOURCE_COLUMNS, storage=item.storage, topic=pl.topic,
                             partition=pl.partition, allow_truncated_tail=last, max_batch_bytes=item.max_batch_bytes)
-    with map_open(copy) as data:
+    with copy as data:
         return decode_segment_bytes(data, path=seg.log.uri, topic=pl.topic, partition=pl.partition,
                                     segment_base_offset=seg.base_offset, columns=SOURCE_COLUMNS,
                                     allow_truncated_tail=last, max_batch_bytes=item.max_batch_bytes)
@@ -570,7 +570,7 @@ class TableRun:
         #: runs the partitions' tasks (Spark's, with a session) and counts their object-store requests
         self.runner = _runner(spark, seams)
         #: on an object store: where each task's scan keeps what it fetches for the task's read of the rows
-        self.spool = HostSpool(f"table-{uuid.uuid4().hex}") if storage.local_path(log_dir) is None else None
+        self.spool = HostSpool.for_store(f"table-{uuid.uuid4().hex}", storage, log_dir)
 
     @classmethod
     def open(cls, log_dir: str, options: TableOptions, *, spark: Any, seams: Seams) -> "TableRun":
