@@ -79,21 +79,26 @@ def _preallocate_active_indexes(client, bucket: str, logs: Path) -> None:
                               Body=written + bytes(PREALLOCATED_INDEX_BYTES - len(written)))
 
 
+def _segjobs(args: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``segjobs ARGS`` in a new process, as users run it: the finished process and its seconds."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([str(Path(sys.executable).parent / "segjobs"), *args], env=env, capture_output=True,
+                          text=True)
+    seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"segjobs {args[0]} exited {proc.returncode}: {proc.stderr[-2000:]}")
+    time.sleep(0.5)  # the server writes a request's log line after its answer
+    return proc, seconds
+
+
 def _compact_row(name: str, server, log: Path, bucket: str, logs: Path, config: Path, env: dict[str, str],
                  strategy: list[str]) -> dict:
     """``segjobs compact`` in a new process on the log dir in ``bucket`` (``logs`` its local original): its
     requests and fetched bytes against the floor, from its report."""
     report = log.parent / "report.json"
     start = log.stat().st_size
-    segjobs = str(Path(sys.executable).parent / "segjobs")
-    t0 = time.perf_counter()
-    proc = subprocess.run([segjobs, "compact", "--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint",
-                           server.endpoint_url, "--config", str(config), "--now", NOW, "--report",
-                           str(report), *strategy], env=env, capture_output=True, text=True)
-    seconds = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"segjobs compact exited {proc.returncode}: {proc.stderr[-2000:]}")
-    time.sleep(0.5)  # the server writes a request's log line after its answer
+    proc, seconds = _segjobs(["compact", "--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", server.endpoint_url,
+                              "--config", str(config), "--now", NOW, "--report", str(report), *strategy], env)
     doc = json.loads(report.read_text())
     traffic = doc["store_traffic"]
     selected = {(p["topic"], p["partition"]) for p in doc["partitions"] if p["selected"]}
@@ -125,15 +130,8 @@ def _table_row(name: str, server, log: Path, bucket: str, logs: Path, env: dict[
     fetched once."""
     topic = next(d.name.rsplit("-", 1)[0] for d in logs.iterdir() if d.is_dir())
     start = log.stat().st_size
-    segjobs = str(Path(sys.executable).parent / "segjobs")
-    t0 = time.perf_counter()
-    proc = subprocess.run([segjobs, "table", "--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint",
-                           server.endpoint_url, "--topic", topic, "--table", str(table), "--format", "json", *extra],
-                          env=env, capture_output=True, text=True)
-    seconds = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"segjobs table exited {proc.returncode}: {proc.stderr[-2000:]}")
-    time.sleep(0.5)
+    proc, seconds = _segjobs(["table", "--log-dir", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", server.endpoint_url,
+                              "--topic", topic, "--table", str(table), "--format", "json", *extra], env)
     doc = json.loads(proc.stdout)
     traffic = doc["store_traffic"]
     floor = traffic["segment_bytes"]
