@@ -42,6 +42,15 @@ from segment_io.compression import (
     ZSTD_MAGIC,
     ZSTD_MAX_BLOCK,
 )
+from segment_io.format import (
+    LEGACY_MAGIC,
+    LEGACY_MIN_SIZE,
+    LOG_OVERHEAD,
+    MAX_BATCH_SIZE,
+    SIZE_OFFSET,
+    V2_HEADER_SIZE,
+    V2_MAGIC,
+)
 from segment_io.hashing import murmur3_128
 
 ERR_NONE = 0
@@ -621,3 +630,58 @@ def plan_payload(buf: np.ndarray, codec: int, limit: int) -> tuple[int, int]:
     """``(at_least, capacity)`` of one payload, all of ``buf``."""
     lo, guess = _frame_size(buf, 0, buf.shape[0], codec)
     return lo, _first_capacity(lo, guess, buf.shape[0], limit)
+
+
+# --------------------------------------------------------------------------------------------------
+# The framing walk (segment_io.format.batch_positions)
+# --------------------------------------------------------------------------------------------------
+
+#: Why :func:`walk_batches` stopped: the end of the buffer, its output arrays full, an incomplete last batch, an
+#: unknown magic byte, an impossible size field.
+WALK_END, WALK_FULL, WALK_SHORT, WALK_BAD_MAGIC, WALK_BAD_SIZE = range(5)
+_PREFIX_BYTES = LOG_OVERHEAD + 5  # offset, size, leader epoch (legacy: crc), magic
+_MIN_SIZE_V2 = V2_HEADER_SIZE - LOG_OVERHEAD
+_MIN_SIZE_V0 = LEGACY_MIN_SIZE[0]
+_MIN_SIZE_V1 = LEGACY_MIN_SIZE[1]
+assert LEGACY_MAGIC == V2_MAGIC
+
+
+@njit(cache=True)
+def walk_batches(buf: np.ndarray, pos: int, positions: np.ndarray, magics: np.ndarray,
+                 state: np.ndarray) -> int:
+    """The start and magic of every whole batch from byte ``pos`` of ``buf``, written into ``positions`` and
+    ``magics`` until they are full; returns how many. ``state[0]`` gets the position where the walk stopped and
+    ``state[1]`` why (``WALK_*``): at a problem, the position is that batch's start. Batch starts form a chain,
+    each following from the previous size field, so the walk touches one header per batch and nothing else."""
+    n = len(buf)
+    count = 0
+    code = WALK_END
+    while pos < n:
+        if n - pos < _PREFIX_BYTES:
+            code = WALK_SHORT
+            break
+        magic = np.int64(buf[pos + V2_MAGIC])  # where legacy messages keep theirs too
+        if magic > 2:  # also every negative magic, read here unsigned
+            code = WALK_BAD_MAGIC
+            break
+        size = ((np.int64(buf[pos + SIZE_OFFSET]) << 24) | (np.int64(buf[pos + SIZE_OFFSET + 1]) << 16)
+                | (np.int64(buf[pos + SIZE_OFFSET + 2]) << 8) | np.int64(buf[pos + SIZE_OFFSET + 3]))
+        if size >= 2147483648:
+            size -= 4294967296
+        min_size = _MIN_SIZE_V2 if magic == 2 else (_MIN_SIZE_V1 if magic == 1 else _MIN_SIZE_V0)
+        if size < min_size or size > MAX_BATCH_SIZE:
+            code = WALK_BAD_SIZE
+            break
+        if pos + LOG_OVERHEAD + size > n:
+            code = WALK_SHORT
+            break
+        if count == len(positions):
+            code = WALK_FULL
+            break
+        positions[count] = pos
+        magics[count] = magic
+        count += 1
+        pos += LOG_OVERHEAD + size
+    state[0] = pos
+    state[1] = code
+    return count

@@ -170,8 +170,8 @@ def scan_batches(data: bytes | memoryview | mmap.mmap, *, path: str | None = Non
     mv = _bytes_view(data)
     positions, magics, truncated = batch_positions(mv, path=path, allow_truncated_tail=allow_truncated_tail,
                                                    start=start)
-    return BatchHeaders(**_header_columns(np.frombuffer(mv, dtype=np.uint8), np.asarray(positions, np.int64),
-                                          np.asarray(magics, np.int8)), truncated_tail=truncated)
+    return BatchHeaders(**_header_columns(np.frombuffer(mv, dtype=np.uint8), positions, magics),
+                        truncated_tail=truncated)
 
 
 def _bytes_view(data: bytes | memoryview | mmap.mmap) -> memoryview:
@@ -182,44 +182,44 @@ def _bytes_view(data: bytes | memoryview | mmap.mmap) -> memoryview:
 
 
 def batch_positions(data: bytes | memoryview | mmap.mmap, *, path: str | None = None, allow_truncated_tail: bool = True,
-                    start: int = 0) -> tuple[list[int], list[int], int]:
-    """The framing walk of :func:`scan_batches` alone (same checks, same errors): the start position and
-    magic of every whole batch from byte ``start``, and how many bytes of an incomplete last batch follow.
+                    start: int = 0) -> tuple[np.ndarray, np.ndarray, int]:
+    """The framing walk of :func:`scan_batches` alone (same checks, same errors): the start positions (int64) and
+    magics (int8) of every whole batch from byte ``start``, and how many bytes of an incomplete last batch follow.
     For callers that only need to know that bytes frame as batches."""
+    from segment_io import _decode_kernels as K  # numba: loaded by the first walk, not by importing the format
+
     mv = _bytes_view(data)
     n = len(mv)
-    # Batch starts form a chain (each follows from the previous size), so they are found one by one;
-    # the loop is kept to the few operations that need the chain, and every header field is then
-    # read for all batches at once by the caller.
-    positions: list[int] = []
-    magics: list[int] = []
-    unpack = _PREFIX.unpack_from
-    pos = start
-    truncated = 0
-    while pos < n:
-        if n - pos < LOG_OVERHEAD + 5:
-            truncated = n - pos
-            break
-        base_offset, size, _, magic = unpack(mv, pos)
-        if magic not in (0, 1, 2):
+    buf = np.frombuffer(mv, dtype=np.uint8)
+    state = np.zeros(2, np.int64)
+    # the walk fills arrays sized from a guess (1 KiB batches) and goes on into larger ones when they fill
+    capacity = max(64, (n - start) >> 10)
+    found_positions: list[np.ndarray] = []
+    found_magics: list[np.ndarray] = []
+    pos, code = start, K.WALK_FULL
+    while code == K.WALK_FULL:
+        positions, magics = np.empty(capacity, np.int64), np.empty(capacity, np.int8)
+        count = K.walk_batches(buf, pos, positions, magics, state)
+        found_positions.append(positions[:count])
+        found_magics.append(magics[:count])
+        pos, code = int(state[0]), int(state[1])
+        capacity *= 2
+    if code in (K.WALK_BAD_MAGIC, K.WALK_BAD_SIZE):
+        base_offset, size, _, magic = _PREFIX.unpack_from(mv, pos)
+        if code == K.WALK_BAD_MAGIC:
             raise InvalidMagicError(f"invalid magic byte {magic} (expected 0, 1 or 2)", path=path,
                                     position=pos, offset=base_offset)
         min_size = (V2_HEADER_SIZE - LOG_OVERHEAD) if magic == 2 else LEGACY_MIN_SIZE[magic]
-        if size < min_size or size > MAX_BATCH_SIZE:
-            raise InvalidLengthError(f"batch size {size} is impossible for magic {magic} "
-                                     f"(must be {min_size} to {MAX_BATCH_SIZE})", path=path, position=pos,
-                                     offset=base_offset)
-        total = LOG_OVERHEAD + size
-        if pos + total > n:
-            truncated = n - pos
-            break
-        positions.append(pos)
-        magics.append(magic)
-        pos += total
+        raise InvalidLengthError(f"batch size {size} is impossible for magic {magic} "
+                                 f"(must be {min_size} to {MAX_BATCH_SIZE})", path=path, position=pos,
+                                 offset=base_offset)
+    truncated = n - pos if code == K.WALK_SHORT else 0
     if truncated and not allow_truncated_tail:
         raise TruncatedBatchError(f"last batch is cut short: {truncated} bytes remain at the end of the file",
                                   path=path, position=n - truncated)
-    return positions, magics, truncated
+    if len(found_positions) == 1:
+        return found_positions[0], found_magics[0], truncated
+    return np.concatenate(found_positions), np.concatenate(found_magics), truncated
 
 
 #: The fixed v2 header as numpy reads it: one record per batch over the gathered header bytes, each field at

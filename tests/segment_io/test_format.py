@@ -1,12 +1,18 @@
-"""scan_batches: every header column read for v2 batches and legacy messages, mixed in one file."""
+"""scan_batches: every header column read for v2 batches and legacy messages, mixed in one file; the framing walk
+against a plain one."""
 
 from __future__ import annotations
 
 import struct
 
 import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from segment_io.format import scan_batches
+from segment_io.errors import InvalidLengthError, InvalidMagicError, TruncatedBatchError
+from segment_io.format import batch_positions, scan_batches
+from tests.support.hypothesis_budget import examples
 from tests.support.legacy_messages import legacy_message
 
 
@@ -63,3 +69,85 @@ def test_v2_only_and_empty_scans_keep_the_column_types() -> None:
     assert h.size.dtype == np.int32 and h.crc.dtype == np.uint32 and h.magic.tolist() == [2, 2]
     empty = scan_batches(b"")
     assert len(empty) == 0 and empty.base_offset.dtype == np.int64 and empty.crc.dtype == np.uint32
+
+
+# ---- the framing walk: the compiled walk against a plain one, on bytes that frame and bytes that do not ----
+
+
+def _reference_walk(data: bytes, start: int) -> tuple[list[int], list[int], int, tuple[str, int] | None]:
+    """Kafka's framing rules walked one batch at a time in plain Python: the batch starts and magics, the
+    incomplete tail, and the first problem (its kind and batch position)."""
+    positions, magics, pos = [], [], start
+    while pos < len(data):
+        if len(data) - pos < 17:
+            return positions, magics, len(data) - pos, None
+        _, size, _, magic = struct.unpack_from(">qiib", data, pos)
+        if magic not in (0, 1, 2):
+            return positions, magics, 0, ("magic", pos)
+        if size < {0: 14, 1: 22, 2: 49}[magic] or size > 1 << 30:
+            return positions, magics, 0, ("size", pos)
+        if pos + 12 + size > len(data):
+            return positions, magics, len(data) - pos, None
+        positions.append(pos)
+        magics.append(magic)
+        pos += 12 + size
+    return positions, magics, 0, None
+
+
+def _frames() -> st.SearchStrategy[tuple[bytes, int]]:
+    v2 = st.binary(max_size=12).map(lambda p: _v2_batch(7, last_delta=0, count=1, attrs=0, base_ts=0, max_ts=0,
+                                                         pid=-1, epoch=-1, seq=-1, leader_epoch=0, crc=0, payload=p))
+    legacy = st.sampled_from([legacy_message(0, 3, None, b""), legacy_message(1, 4, b"k", b"value")])
+    garbage = st.binary(min_size=1, max_size=30)
+    # a frame whose size field or magic is off: around each magic's bounds, or any value
+    sizes = st.sampled_from([-1, 0, 13, 14, 21, 22, 48, 49, 1 << 30, (1 << 30) + 1, (1 << 31) - 1]) | st.integers(
+        -(1 << 31), (1 << 31) - 1)
+    resized = st.tuples(st.one_of(v2, legacy), sizes).map(lambda f: f[0][:8] + struct.pack(">i", f[1]) + f[0][12:])
+    remagicked = st.tuples(st.one_of(v2, legacy), st.integers(0, 255)).map(
+        lambda f: f[0][:16] + bytes([f[1]]) + f[0][17:])
+    pieces = st.lists(st.one_of(v2, v2, legacy, garbage, resized, remagicked), max_size=12)
+    return pieces.flatmap(lambda ps: st.tuples(st.just(b"".join(ps)), st.integers(0, 3)))
+
+
+@given(_frames())
+@settings(max_examples=examples(2.0), deadline=None)  # cheap examples: twice the profile's
+def test_the_walk_finds_what_a_plain_walk_finds(case: tuple[bytes, int]) -> None:
+    data, start = case
+    positions, magics, tail, problem = _reference_walk(data, start)
+    try:
+        found, found_magics, found_tail = batch_positions(data, start=start)
+    except (InvalidMagicError, InvalidLengthError) as exc:
+        assert problem == ("magic" if isinstance(exc, InvalidMagicError) else "size", exc.position)
+        assert exc.offset == struct.unpack_from(">q", data, exc.position)[0]
+        return
+    assert problem is None
+    assert (found.tolist(), found_magics.tolist(), found_tail) == (positions, magics, tail)
+    assert found.dtype == np.int64 and found_magics.dtype == np.int8
+    if tail:
+        with pytest.raises(TruncatedBatchError):
+            batch_positions(data, start=start, allow_truncated_tail=False)
+
+
+def test_a_walk_of_more_batches_than_its_first_guess_finds_them_all() -> None:
+    # 26-byte messages: 40 times more batches than the walk's first arrays hold
+    message = legacy_message(0, 3, None, b"")
+    data = message * (64 * 40 + 3)
+    positions, magics, tail = batch_positions(data + message[:5])
+    assert positions.tolist() == list(range(0, len(data), len(message)))
+    assert magics.tolist() == [0] * (64 * 40 + 3) and tail == 5
+
+
+@pytest.mark.parametrize("size", [-(1 << 31), -1, 0, 13, 14, 21, 22, 48, 49, 50, 1 << 30, (1 << 30) + 1, (1 << 31) - 1])
+@pytest.mark.parametrize("magic", [0, 1, 2, 3, 127, 128, 255])
+def test_the_walk_judges_each_magic_and_size_bound_as_a_plain_walk(magic: int, size: int) -> None:
+    frame = bytearray(struct.pack(">qiib", 5, size, 0, magic - 256 if magic > 127 else magic) + bytes(60))
+    data = legacy_message(0, 3, None, b"") + bytes(frame)
+    positions, magics, tail, problem = _reference_walk(data, 0)
+    try:
+        found, found_magics, found_tail = batch_positions(data)
+    except (InvalidMagicError, InvalidLengthError) as exc:
+        assert problem == ("magic" if isinstance(exc, InvalidMagicError) else "size", exc.position)
+        assert exc.offset == struct.unpack_from(">q", data, exc.position)[0]
+        return
+    assert problem is None
+    assert (found.tolist(), found_magics.tolist(), found_tail) == (positions, magics, tail)

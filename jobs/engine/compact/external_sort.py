@@ -165,11 +165,10 @@ def read_key_hashes(item: PieceItem) -> Any:
         start, end = 0, len(view)
         if item.splits > 1:
             positions, _, _ = batch_positions(data, path=item.uri, allow_truncated_tail=False)
-            bounds = np.searchsorted(np.asarray(positions + [len(view)], np.int64),
-                                     [item.split * len(view) // item.splits,
-                                      (item.split + 1) * len(view) // item.splits])
-            cut = positions + [len(view)]
-            start, end = cut[int(bounds[0])], cut[int(bounds[1])]
+            cut = np.append(positions, len(view))
+            bounds = np.searchsorted(cut, [item.split * len(view) // item.splits,
+                                           (item.split + 1) * len(view) // item.splits])
+            start, end = int(cut[int(bounds[0])]), int(cut[int(bounds[1])])
         try:
             return decode_key_hashes_bytes(view[start:end], path=item.uri, max_batch_bytes=item.max_batch_bytes)
         except CorruptRecordError as exc:

@@ -199,8 +199,8 @@ def _pieces(storage: Storage, uri: str, tail: bool,
     with source as data:
         view = memoryview(data)
         positions, _, rest = batch_positions(data, path=uri, allow_truncated_tail=tail)
-        if positions:
-            cuts = np.asarray(positions + [len(view) - rest], np.int64)
+        if len(positions):
+            cuts = np.append(positions, len(view) - rest)
             wanted = np.arange(PIECE_BYTES, int(cuts[-1]), PIECE_BYTES)
             bounds = np.unique(np.concatenate([[0], np.searchsorted(cuts, wanted), [len(cuts) - 1]]))
             for a, b in zip(bounds[:-1], bounds[1:]):
