@@ -23,7 +23,7 @@ import pyarrow as pa
 from segment_io import compression, layout
 from segment_io.decode_input import CHUNK_BYTES, SegmentBytes, as_bytes, open_segment
 from segment_io.decode_legacy import decode_legacy, inner_messages, key_hash_legacy, parse_legacy
-from segment_io.decode_v2 import check_v2_crcs, control_record_type, decode_v2, key_hash_v2
+from segment_io.decode_v2 import control_record_type, crc_mismatch, decode_v2, key_hash_v2, v2_crcs
 from segment_io.errors import CorruptRecordError, CrcMismatchError, TruncatedBatchError
 from segment_io.format import LEGACY_CODEC_MASK, BatchHeaders, scan_batches
 from segment_io.hashing import hash_keys
@@ -229,10 +229,13 @@ def verify_segment_crcs(data: bytes | bytearray | memoryview, *, path: str | Non
         # the batches before the bad framing are still worth checking
         hdr = scan_batches(mv[:exc.position or 0], path=path, allow_truncated_tail=True)
     seg = SegmentBytes(mv, arr, hdr, path, "", -1, 0, True, True, compression.max_batch_bytes(max_batch_bytes))
+    v2 = np.flatnonzero(hdr.magic == 2)
+    actual = dict(zip(v2.tolist(), v2_crcs(seg, v2).tolist()))  # every v2 batch's CRC in one call
     for b in range(len(hdr)):
         try:
             if hdr.magic[b] == 2:
-                check_v2_crcs(seg, np.array([b]))
+                if actual[b] != hdr.crc[b]:
+                    problems.append(crc_mismatch(seg, b, actual[b]))
             else:
                 pos = int(hdr.position[b])
                 wrapper, _ = parse_legacy(mv[:pos + int(hdr.size[b])], pos, True)

@@ -12,12 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-import crc32c
 import numpy as np
 import pyarrow as pa
 
 from segment_io import _decode_kernels as K
-from segment_io import compression
+from segment_io import compression, crc
 from segment_io.decode_input import CHUNK_BYTES, HEADERS_TYPE, SegmentBytes
 from segment_io.errors import (
     CorruptRecordError,
@@ -60,13 +59,24 @@ class _V2Input:
 
 
 def check_v2_crcs(seg: SegmentBytes, batches: np.ndarray) -> None:
-    hdr, mv = seg.hdr, seg.mv
-    for b, pos, size, stored in zip(batches.tolist(), hdr.position[batches].tolist(), hdr.size[batches].tolist(),
-                                    hdr.crc[batches].tolist()):
-        actual = crc32c.crc32c(mv[pos + V2_CRC_START:pos + size])
-        if actual != stored:
-            raise seg.error(CrcMismatchError, f"CRC-32C mismatch: stored {stored:#010x}, "
-                                              f"computed {actual:#010x}", b)
+    """Raise for the first of ``batches`` whose CRC-32C is not the one its header stores (all in one call)."""
+    hdr = seg.hdr
+    starts, ends = hdr.position[batches] + V2_CRC_START, hdr.position[batches] + hdr.size[batches]
+    bad = crc.first_mismatch(seg.arr, starts, ends, hdr.crc[batches])
+    if bad >= 0:
+        raise crc_mismatch(seg, int(batches[bad]), crc.span_crc(seg.arr, int(starts[bad]), int(ends[bad])))
+
+
+def v2_crcs(seg: SegmentBytes, batches: np.ndarray) -> np.ndarray:
+    """The CRC-32C of each of ``batches`` (v2) as computed from its bytes, in one call."""
+    hdr = seg.hdr
+    return crc.span_crcs(seg.arr, hdr.position[batches] + V2_CRC_START, hdr.position[batches] + hdr.size[batches])
+
+
+def crc_mismatch(seg: SegmentBytes, b: int, actual: int) -> CorruptRecordError:
+    """The error of v2 batch ``b``, whose bytes give the CRC-32C ``actual`` instead of the stored one."""
+    return seg.error(CrcMismatchError, f"CRC-32C mismatch: stored {int(seg.hdr.crc[b]):#010x}, "
+                                       f"computed {actual:#010x}", b)
 
 
 def _v2_batches(seg: SegmentBytes, batches: np.ndarray) -> np.ndarray:
@@ -416,4 +426,4 @@ def _key_hash_input(seg: SegmentBytes, inp: _V2Input) -> pa.Table:
     return pa.Table.from_arrays([cols[name] for name in KEY_HASH_SCHEMA.names], schema=KEY_HASH_SCHEMA)
 
 
-__all__ = ["check_v2_crcs", "control_record_type", "decode_v2", "key_hash_v2"]
+__all__ = ["check_v2_crcs", "control_record_type", "crc_mismatch", "decode_v2", "key_hash_v2", "v2_crcs"]

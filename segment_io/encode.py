@@ -40,6 +40,7 @@ from segment_io.compression import (
     oversized_detail,
     plan_payloads,
 )
+from segment_io.crc import crc_instruction, span_crcs
 from segment_io.errors import InvalidRecordsError, OversizedBatchError, UsageError
 from segment_io.format import (
     ATTR_CONTROL,
@@ -54,8 +55,9 @@ from segment_io.format import (
     V2_CRC_START,
     V2_HEADER,
     V2_HEADER_SIZE,
-    V2_RECORDS_COUNT,
+    V2_MAGIC,
     BatchHeaders,
+    v2_headers_at,
 )
 from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA, has_value_refs, int64_or_zero, validity, with_value_refs
 
@@ -476,52 +478,45 @@ def _check_order(plan: _Plan, split_batches: np.ndarray | None = None) -> None:
 
 
 def _copy_sources(plan: _Plan, sources: Mapping[int, bytes | memoryview] | None) -> list[memoryview | None]:
-    """For each planned batch, the source bytes to copy verbatim, or None when it must be encoded."""
+    """For each planned batch, the source bytes to copy verbatim, or None when it must be encoded.
+
+    A batch is copied when the header we would write is the header that is there and the bytes there pass their
+    CRC: every candidate of a source is judged at once (header fields gathered in one pass, CRCs in one call)."""
     result: list[memoryview | None] = [None] * len(plan.base_offset)
     if not sources:
         return result
     counts = plan.row_end - plan.row_start
     for seg, source in sources.items():
         src = memoryview(source).cast("B")
+        buf = np.frombuffer(src, np.uint8)
         pos = plan.batch_position
         b = np.flatnonzero((plan.segment_base_offset == int(seg)) & (pos >= 0) & (pos + V2_HEADER_SIZE <= len(src)))
+        b = b[buf[pos[b] + V2_MAGIC] == _MAGIC_V2]
         if len(b) == 0:
             continue
-        # The test that fails for most batches of a clean (some of their records go), for all of them at once:
-        # only a batch that keeps its record count can be copied.
-        at = pos[b] + V2_RECORDS_COUNT
-        buf = np.frombuffer(src, np.uint8)
-        src_count = ((buf[at].astype(np.int64) << 24) | (buf[at + 1].astype(np.int64) << 16)
-                     | (buf[at + 2].astype(np.int64) << 8) | buf[at + 3].astype(np.int64))
-        b = b[src_count == counts[b]]
-        for one, count in zip(b.tolist(), counts[b].tolist()):
-            result[one] = _matching_source_batch(plan, one, count, src)
+        there = v2_headers_at(buf, pos[b])
+        same = _same_header(plan, b, counts[b], there, len(src))
+        b, sizes, stored = b[same], there.size[same], there.crc[same]
+        starts, ends = pos[b], pos[b] + sizes
+        # never propagate a damaged batch: one whose CRC fails is re-encoded from its decoded rows instead
+        intact = span_crcs(buf, starts + V2_CRC_START, ends) == stored
+        for one, a, z in zip(b[intact].tolist(), starts[intact].tolist(), ends[intact].tolist()):
+            result[one] = src[a:z]
     return result
 
 
-def _matching_source_batch(plan: _Plan, b: int, count: int, src: memoryview) -> memoryview | None:
-    pos = int(plan.batch_position[b])
-    if pos < 0 or pos + V2_HEADER_SIZE > len(src):
-        return None
-    (base, length, ple, magic, crc, attrs, lod, base_ts, _max_ts, pid, epoch, seq,
-     src_count) = V2_HEADER.unpack_from(src, pos)
-    end = pos + LOG_OVERHEAD + length
-    if magic != _MAGIC_V2 or length < V2_HEADER_SIZE - LOG_OVERHEAD or end > len(src):
-        return None
-    # The header we would write must be the header that is there; the max timestamp is not compared because
-    # producers other than Java's may store one that differs from the largest record timestamp.
-    if (base != plan.base_offset[b] or src_count != count or lod != plan.last_offset[b] - plan.base_offset[b]
-            or attrs != plan.attributes[b] or pid != plan.producer_id[b] or epoch != plan.producer_epoch[b]
-            or seq != plan.base_sequence[b] or ple != plan.leader_epoch[b]):
-        return None
-    if plan.has_horizon[b] and base_ts != plan.base_timestamp[b]:
-        return None
-    if (attrs & ATTR_TIMESTAMP_TYPE) and _max_ts != plan.max_timestamp[b]:
-        return None
-    batch = src[pos:end]
-    if crc32c.crc32c(batch[V2_CRC_START:]) != crc:
-        return None  # never propagate a damaged batch: re-encode it from its decoded rows instead
-    return batch
+def _same_header(plan: _Plan, b: np.ndarray, count: np.ndarray, there: BatchHeaders, src_len: int) -> np.ndarray:
+    """Which of batches ``b`` would be written with the header that is at their place in the source (``there``,
+    read at ``plan.batch_position[b]``), whole inside it. The max timestamp is compared only for log-append time:
+    producers other than Java's may store one that differs from the largest record timestamp."""
+    same = ((there.size >= V2_HEADER_SIZE) & (plan.batch_position[b] + there.size <= src_len)
+            & (there.base_offset == plan.base_offset[b]) & (there.record_count == count)
+            & (there.last_offset == plan.last_offset[b]) & (there.attributes == plan.attributes[b])
+            & (there.producer_id == plan.producer_id[b]) & (there.producer_epoch == plan.producer_epoch[b])
+            & (there.base_sequence == plan.base_sequence[b]) & (there.partition_leader_epoch == plan.leader_epoch[b]))
+    same &= ~plan.has_horizon[b] | (there.base_timestamp == plan.base_timestamp[b])
+    same &= ((there.attributes & ATTR_TIMESTAMP_TYPE) == 0) | (there.max_timestamp == plan.max_timestamp[b])
+    return same
 
 
 # --------------------------------------------------------------------------------------------------
@@ -576,8 +571,10 @@ def _encode_table(table: pa.Table, empty_batches: pa.Table | None, override: int
     return _assemble(plan, copies, to_compress, encoded)
 
 
-#: Batches up to this size get their CRC inside the kernel; larger ones from the crc32c package, whose
-#: hardware-accelerated loop wins once the per-call Python overhead is amortised.
+#: Without the processor's CRC32 instruction (:func:`segment_io.crc.crc_instruction`), batches up to this size get
+#: their CRC inside the encoding kernel (a table-driven loop); larger ones from the crc32c package, whose
+#: hardware-accelerated loop wins once the per-call Python overhead is amortised. With it, every batch's CRC is
+#: computed in one call after encoding (:func:`_finish_crcs`).
 _KERNEL_CRC_MAX_BYTES = 4096
 
 
@@ -681,7 +678,7 @@ def _encode_uncompressed(table: pa.Table, plan: _Plan, mask: np.ndarray, final: 
     positions = np.zeros(len(idx), dtype=np.int64)
     if len(idx):
         np.cumsum(sizes[:-1], out=positions[1:])
-    crc_here = final[idx] & (sizes <= _KERNEL_CRC_MAX_BYTES)
+    crc_here = final[idx] & (sizes <= _KERNEL_CRC_MAX_BYTES) & (not crc_instruction())
     crc = np.zeros(len(idx), dtype=np.int64)
     out = np.empty(int(sizes.sum()), dtype=np.uint8)
     kernels.write_batches(out, positions, row_start, row_end, base_offset, plan.last_offset[idx], base_ts,
@@ -822,14 +819,12 @@ def resolve_value_refs(records: pa.Table, sources: Mapping[int, bytes | memoryvi
 
 
 def _finish_crcs(raw: _Raw, final: np.ndarray) -> None:
-    """CRCs of the large uncompressed batches, which the kernel left to the crc32c package."""
+    """CRCs of the uncompressed batches the encoding kernel left without one (all of them, with the processor's
+    CRC32 instruction; else the large ones), in one call."""
     todo = np.flatnonzero(final & ~raw.crc_done)
     if len(todo) == 0:
         return
-    mv = memoryview(raw.data)  # type: ignore[arg-type]
-    starts = (raw.position[todo] + V2_CRC_START).tolist()
-    ends = (raw.position[todo] + raw.size[todo]).tolist()
-    crcs = np.array([crc32c.crc32c(mv[a:b]) for a, b in zip(starts, ends)], np.uint32)
+    crcs = span_crcs(raw.data, raw.position[todo] + V2_CRC_START, raw.position[todo] + raw.size[todo])
     # every CRC field written in one scatter, big-endian
     raw.data[(raw.position[todo] + V2_CRC)[:, None] + np.arange(4)] = crcs.astype(">u4").view(np.uint8).reshape(-1, 4)
     raw.crc[todo] = crcs

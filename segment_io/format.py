@@ -271,6 +271,12 @@ def _v2_columns(buf: np.ndarray, positions: np.ndarray) -> dict[str, np.ndarray]
     }
 
 
+def v2_headers_at(buf: np.ndarray, positions: np.ndarray) -> BatchHeaders:
+    """The v2 header fields at ``positions`` of ``buf`` (uint8), read as they are: the caller knows a v2 header
+    starts at each and lies inside ``buf``, and judges the fields itself (nothing is checked here)."""
+    return BatchHeaders(**_v2_columns(buf, np.asarray(positions, np.int64)), truncated_tail=0)
+
+
 def _header_columns(buf: np.ndarray, positions: np.ndarray, magics: np.ndarray) -> dict[str, np.ndarray]:
     """Every :class:`BatchHeaders` column for the batches at ``positions`` (framing already checked, so
     each batch's fixed header lies inside ``buf``)."""

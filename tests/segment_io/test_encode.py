@@ -328,6 +328,25 @@ def test_partial_batch_changed_horizon_or_damage_forces_reencoding() -> None:
     assert set(scan_batches(out).codec.tolist()) == {LZ4}
 
 
+@pytest.mark.parametrize("field, at, width", [
+    ("base offset", 0, 8), ("batch length", 8, 4), ("partition leader epoch", 12, 4), ("attributes", 21, 2),
+    ("last offset delta", 23, 4), ("producer id", 43, 8), ("producer epoch", 51, 2), ("base sequence", 53, 4),
+    ("record count", 57, 4)])
+def test_a_source_batch_whose_header_differs_in_one_field_is_re_encoded(field: str, at: int, width: int) -> None:
+    # one header field of the first batch changed, its CRC made right again: only the header comparison can
+    # tell that the batch there is not the one the rows describe
+    table, source = _source_segment(GZIP)
+    first_len = int(scan_batches(source).size[0])
+    changed = bytearray(source)
+    value = int.from_bytes(changed[at:at + width], "big", signed=True)
+    changed[at:at + width] = (value - 1 if field == "batch length" else value + 1).to_bytes(width, "big", signed=True)
+    changed[V2_CRC:V2_CRC + 4] = crc32c.crc32c(bytes(changed[V2_CRC_START:first_len])).to_bytes(4, "big")
+    out = encode_batches(table, sources={0: bytes(changed)}).to_bytes()
+    assert out[:first_len] != bytes(changed[:first_len])
+    assert kafka_python_batches(out)[0][0].records_count == 20
+    assert encode_batches(table, sources={0: source}).to_bytes() == source  # unchanged, it is copied
+
+
 def test_a_table_of_several_chunks_encodes_to_the_same_bytes_as_one_chunk() -> None:
     """Decoded segments arrive as one chunk each; the encoder encodes chunk by chunk instead of copying them
     into one. The bytes must not depend on how the rows are chunked, nor on where header-only batches fall."""

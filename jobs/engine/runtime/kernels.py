@@ -16,8 +16,9 @@ import importlib
 from typing import Any, Iterator
 
 #: The modules that hold numba kernels.
-KERNEL_MODULES = ("segment_io._decode_kernels", "segment_io._encode_kernels", "segment_io.hashing",
-                  "segment_io.transactions", "segment_io.latest", "jobs.rules.offset_map", "jobs.rules.external_sort")
+KERNEL_MODULES = ("segment_io._decode_kernels", "segment_io._encode_kernels", "segment_io._crc_kernels",
+                  "segment_io.hashing", "segment_io.transactions", "segment_io.latest", "jobs.rules.offset_map",
+                  "jobs.rules.external_sort")
 
 #: The progress line of a run that finds the kernels' cache cold.
 COLD_NOTICE = ("compiling kernels (once): this install's decoders and encoders are not compiled yet, so this run "
