@@ -293,3 +293,15 @@ def gather_ref_values(buf, refs, valid, rows, offsets, data) -> None:
         while buf[p] >= 0x80:
             p += 1
         _memcpy(data, offsets[r], buf, p + 1, offsets[r + 1] - offsets[r])
+
+
+@njit(cache=True, nogil=True)
+def follow_chain(successor: np.ndarray, first: int, out: np.ndarray) -> int:
+    """``out`` = ``first``, ``successor[first]``, ``successor[successor[first]]``, ... while below
+    ``len(successor)``; returns how many (the batches that get an offset-index entry, see segment_io.index)."""
+    n, j, count = successor.shape[0], first, 0
+    while j < n:
+        out[count] = j
+        count += 1
+        j = successor[j]
+    return count

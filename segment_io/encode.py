@@ -53,7 +53,6 @@ from segment_io.format import (
     SIZE_OFFSET,
     V2_CRC,
     V2_CRC_START,
-    V2_HEADER,
     V2_HEADER_SIZE,
     V2_MAGIC,
     BatchHeaders,
@@ -477,16 +476,34 @@ def _check_order(plan: _Plan, split_batches: np.ndarray | None = None) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def _copy_sources(plan: _Plan, sources: Mapping[int, bytes | memoryview] | None) -> list[memoryview | None]:
-    """For each planned batch, the source bytes to copy verbatim, or None when it must be encoded.
+@dataclass
+class _Copies:
+    """The batches copied verbatim from a source segment: for each planned batch, which source (an index into
+    ``views``; -1 for a batch that is encoded), where it lies there, and its header's timestamps and CRC."""
+
+    views: list[memoryview]
+    source: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    base_timestamp: np.ndarray
+    max_timestamp: np.ndarray
+    crc: np.ndarray
+
+    @property
+    def mask(self) -> np.ndarray:
+        return self.source >= 0
+
+
+def _copy_sources(plan: _Plan, sources: Mapping[int, bytes | memoryview] | None) -> _Copies:
+    """For each planned batch, whether and from where it is copied verbatim (else it is encoded).
 
     A batch is copied when the header we would write is the header that is there and the bytes there pass their
     CRC: every candidate of a source is judged at once (header fields gathered in one pass, CRCs in one call)."""
-    result: list[memoryview | None] = [None] * len(plan.base_offset)
-    if not sources:
-        return result
+    nb = len(plan.base_offset)
+    copies = _Copies([], np.full(nb, -1, np.int64), np.zeros(nb, np.int64), np.zeros(nb, np.int64),
+                     np.zeros(nb, np.int64), np.zeros(nb, np.int64), np.zeros(nb, np.uint32))
     counts = plan.row_end - plan.row_start
-    for seg, source in sources.items():
+    for seg, source in (sources or {}).items():
         src = memoryview(source).cast("B")
         buf = np.frombuffer(src, np.uint8)
         pos = plan.batch_position
@@ -496,13 +513,18 @@ def _copy_sources(plan: _Plan, sources: Mapping[int, bytes | memoryview] | None)
             continue
         there = v2_headers_at(buf, pos[b])
         same = _same_header(plan, b, counts[b], there, len(src))
-        b, sizes, stored = b[same], there.size[same], there.crc[same]
-        starts, ends = pos[b], pos[b] + sizes
         # never propagate a damaged batch: one whose CRC fails is re-encoded from its decoded rows instead
-        intact = span_crcs(buf, starts + V2_CRC_START, ends) == stored
-        for one, a, z in zip(b[intact].tolist(), starts[intact].tolist(), ends[intact].tolist()):
-            result[one] = src[a:z]
-    return result
+        intact = np.zeros(len(b), np.bool_)
+        intact[same] = span_crcs(buf, pos[b[same]] + V2_CRC_START, pos[b[same]] + there.size[same]) == there.crc[same]
+        b = b[intact]
+        copies.source[b] = len(copies.views)
+        copies.start[b] = pos[b]
+        copies.end[b] = pos[b] + there.size[intact]
+        copies.base_timestamp[b] = there.base_timestamp[intact]
+        copies.max_timestamp[b] = there.max_timestamp[intact]
+        copies.crc[b] = there.crc[intact]
+        copies.views.append(src)
+    return copies
 
 
 def _same_header(plan: _Plan, b: np.ndarray, count: np.ndarray, there: BatchHeaders, src_len: int) -> np.ndarray:
@@ -565,7 +587,7 @@ def _encode_table(table: pa.Table, empty_batches: pa.Table | None, override: int
         plan = merged.take(np.argsort(merged.base_offset, kind="stable"))
     _check_order(plan, split_batches)
     copies = _copy_sources(plan, sources)
-    is_copy = np.fromiter((c is not None for c in copies), dtype=np.bool_, count=len(copies))
+    is_copy = copies.mask
     to_compress = ~is_copy & (plan.codec != NONE) & (plan.row_end > plan.row_start)
     encoded = _encode_uncompressed(table, plan, ~is_copy, ~is_copy & ~to_compress, sources)
     return _assemble(plan, copies, to_compress, encoded)
@@ -846,21 +868,27 @@ def _compressed_batch(raw: _Raw, b: int, codec: int, base_offset: int) -> tuple[
     return batch, crc
 
 
-def _assemble(plan: _Plan, copies: list[memoryview | None], to_compress: np.ndarray, raw: _Raw) -> EncodedSegment:
+def _assemble(plan: _Plan, copies: _Copies, to_compress: np.ndarray, raw: _Raw) -> EncodedSegment:
     """Finish every batch (CRC, compression) and lay them out in order; describe what was written.
 
-    Runs of batches that stay uncompressed are handed out as slices of the one raw buffer; Python visits
-    only copied and compressed batches."""
-    nb = len(copies)
-    is_copy = np.fromiter((c is not None for c in copies), dtype=np.bool_, count=nb)
+    Runs of batches that stay uncompressed are handed out as slices of the one raw buffer, and runs of copied
+    batches that lie one after the other in their source as slices of it; Python visits only compressed batches
+    and the first batch of each such run."""
+    nb = len(plan.base_offset)
+    is_copy = copies.mask
     final = ~is_copy & ~to_compress
     _finish_crcs(raw, final)
-    out_size = raw.size.astype(np.int32)
-    crcs = raw.crc.astype(np.uint32)
-    base_ts = plan.base_timestamp.copy()
-    max_ts = plan.max_timestamp.copy()
+    out_size = np.where(is_copy, copies.end - copies.start, raw.size).astype(np.int32)
+    crcs = np.where(is_copy, copies.crc, raw.crc).astype(np.uint32)
+    base_ts = np.where(is_copy, copies.base_timestamp, plan.base_timestamp)
+    max_ts = np.where(is_copy, copies.max_timestamp, plan.max_timestamp)
     raw_mv = memoryview(raw.data)  # type: ignore[arg-type]
     buffers: list[memoryview] = []
+    # a copied batch that follows the previous one in the same source joins its run
+    joins = np.zeros(nb, np.bool_)
+    joins[1:] = (is_copy[1:] & is_copy[:-1] & (copies.source[1:] == copies.source[:-1])
+                 & (copies.start[1:] == copies.end[:-1]))
+    run_ends = np.append(np.flatnonzero(~joins), nb)  # the batch after each run of joined copies
     run_from = 0  # first batch of the current run of uncompressed batches
 
     def close_run(until: int) -> None:
@@ -869,19 +897,18 @@ def _assemble(plan: _Plan, copies: list[memoryview | None], to_compress: np.ndar
             end = int(raw.position[until - 1] + raw.size[until - 1])
             buffers.append(raw_mv[start:end])
 
-    for b in np.flatnonzero(~final).tolist():
+    for b in np.flatnonzero(~final & ~joins).tolist():
         close_run(b)
-        run_from = b + 1
-        src = copies[b]
-        if src is not None:
-            header = V2_HEADER.unpack_from(src, 0)
-            base_ts[b], max_ts[b], crcs[b] = header[7], header[8], header[4]
-            out_size[b] = len(src)
-            buffers.append(src)
+        if is_copy[b]:
+            after = int(run_ends[np.searchsorted(run_ends, b, side="right")])
+            view = copies.views[int(copies.source[b])]
+            buffers.append(view[int(copies.start[b]):int(copies.end[after - 1])])
+            run_from = after
         else:
             batch, crcs[b] = _compressed_batch(raw, b, int(plan.codec[b]), int(plan.base_offset[b]))
             out_size[b] = len(batch)
             buffers.append(memoryview(batch))
+            run_from = b + 1
     close_run(nb)
 
     positions = np.zeros(nb, dtype=np.int64)

@@ -77,15 +77,13 @@ def _relative(offsets: np.ndarray, segment_base_offset: int, headers: BatchHeade
 def _indexed_batches(position: np.ndarray, interval: int) -> np.ndarray:
     """Rows of the batches that receive an offset-index entry. The entry after one at batch ``j`` goes to the
     first batch more than ``interval`` bytes past it: that successor is found for every batch in one search,
-    and the chain of entries is then followed through plain ints (a step per entry, not a search per entry)."""
-    n = len(position)
-    successor = np.searchsorted(position, position + interval, side="right").tolist()
-    rows: list[int] = []
-    j = int(np.searchsorted(position, interval, side="right"))  # the first entry: past 0 + interval
-    while j < n:
-        rows.append(j)
-        j = successor[j]
-    return np.asarray(rows, dtype=np.int64)
+    and the chain of entries is then followed in a compiled loop (a step per entry)."""
+    from segment_io._encode_kernels import follow_chain  # numba: loaded by the first index built
+
+    successor = np.searchsorted(position, position + interval, side="right").astype(np.int64)
+    rows = np.empty(len(position), np.int64)
+    count = follow_chain(successor, int(np.searchsorted(position, interval, side="right")), rows)
+    return rows[:count]
 
 
 def build_offset_and_time_index(headers: BatchHeaders, *, segment_base_offset: int,
