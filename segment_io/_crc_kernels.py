@@ -87,38 +87,39 @@ LONG_SHIFT = shift_table(LONG)
 SHORT_SHIFT = shift_table(SHORT)
 
 
-@intrinsic
-def _crc_word(typingctx, crc, buf, pos):
-    """The CRC32 instruction over the 8 bytes at ``buf[pos]`` (little-endian, unaligned) from register ``crc``."""
-    sig = types.int64(types.int64, buf, types.intp)
-
-    def codegen(context, builder, signature, args):
-        crc_v, buf_v, pos_v = args
-        array = context.make_array(signature.args[1])(context, builder, buf_v)
-        word = builder.load(builder.bitcast(builder.gep(array.data, [pos_v]), ir.IntType(64).as_pointer()),
-                            align=1)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(64), [ir.IntType(64)] * 2),
-                                            "llvm.x86.sse42.crc32.64.64")
-        return builder.call(fn, [crc_v, word])
-
-    return sig, codegen
+def _crc_instruction(builder, crc, value, width: int):
+    """The CRC32 instruction over the ``width``-bit little-endian ``value`` from the 64-bit register ``crc``."""
+    i64, ival = ir.IntType(64), ir.IntType(width)
+    if width == 64:
+        name, reg = "llvm.x86.sse42.crc32.64.64", i64
+    else:  # the 8-, 16- and 32-bit forms take and give a 32-bit register
+        name, reg = f"llvm.x86.sse42.crc32.32.{width}", ir.IntType(32)
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(reg, [reg, ival]), name)
+    result = builder.call(fn, [crc if reg is i64 else builder.trunc(crc, reg), value])
+    return result if reg is i64 else builder.zext(result, i64)
 
 
-@intrinsic
-def _crc_byte(typingctx, crc, buf, pos):
-    """The CRC32 instruction over the byte at ``buf[pos]`` from register ``crc``."""
-    sig = types.int64(types.int64, buf, types.intp)
+def _crc_step(width: int):
+    """An intrinsic ``(crc, buf, pos) -> crc``: the CRC32 instruction over the ``width`` bits at ``buf[pos]``
+    (unaligned)."""
 
-    def codegen(context, builder, signature, args):
-        crc_v, buf_v, pos_v = args
-        array = context.make_array(signature.args[1])(context, builder, buf_v)
-        byte = builder.load(builder.gep(array.data, [pos_v]))
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(32), [ir.IntType(32),
-                                                                                         ir.IntType(8)]),
-                                            "llvm.x86.sse42.crc32.32.8")
-        return builder.zext(builder.call(fn, [builder.trunc(crc_v, ir.IntType(32)), byte]), ir.IntType(64))
+    @intrinsic
+    def step(typingctx, crc, buf, pos):
+        sig = types.int64(types.int64, buf, types.intp)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            crc_v, buf_v, pos_v = args
+            array = context.make_array(signature.args[1])(context, builder, buf_v)
+            at = builder.bitcast(builder.gep(array.data, [pos_v]), ir.IntType(width).as_pointer())
+            return _crc_instruction(builder, crc_v, builder.load(at, align=1), width)
+
+        return sig, codegen
+
+    return step
+
+
+_crc_word = _crc_step(64)  # 8 bytes
+_crc_byte = _crc_step(8)
 
 
 @njit(cache=True, inline="always")

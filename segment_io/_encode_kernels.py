@@ -3,9 +3,10 @@
 The Python side (:mod:`segment_io.encode`) decides, per batch, what to write (header fields, base offset and
 base timestamp the deltas are relative to); these kernels then visit every record once to size it and once
 to write it, without creating a Python object per record. All batches of a call are written into one
-preallocated buffer, header first and records after it; small batches also get their CRC-32C here, large
-ones are left to the hardware-accelerated ``crc32c`` package. Keys, values and headers are copied with an
-LLVM memcpy: numba's slice assignment copies byte by byte (about 1 GB/s against 10+ GB/s).
+preallocated buffer, header first and records after it. Their CRC-32Cs are computed afterwards, all in one call
+with the processor's CRC32 instruction (:mod:`segment_io.crc`); without that instruction small batches get
+theirs here (a table-driven loop) and large ones from the ``crc32c`` package. Keys, values and headers are
+copied with an LLVM memcpy: numba's slice assignment copies byte by byte (about 1 GB/s against 10+ GB/s).
 
 Arrow binary/string columns arrive as (int32 offsets, uint8 data, bool validity) triples; ``headers`` as the
 list offsets plus the triples of its struct children.

@@ -94,6 +94,22 @@ def _reference_walk(data: bytes, start: int) -> tuple[list[int], list[int], int,
     return positions, magics, 0, None
 
 
+def _walks_agree(data: bytes, start: int) -> int:
+    """Assert that the walk finds what the plain walk finds (the same batches, or the same first problem at the
+    same batch, named with its offset); returns the incomplete tail's length."""
+    positions, magics, tail, problem = _reference_walk(data, start)
+    try:
+        found, found_magics, found_tail = batch_positions(data, start=start)
+    except (InvalidMagicError, InvalidLengthError) as exc:
+        assert problem == ("magic" if isinstance(exc, InvalidMagicError) else "size", exc.position)
+        assert exc.offset == struct.unpack_from(">q", data, exc.position)[0]
+        return 0
+    assert problem is None
+    assert (found.tolist(), found_magics.tolist(), found_tail) == (positions, magics, tail)
+    assert found.dtype == np.int64 and found_magics.dtype == np.int8
+    return tail
+
+
 def _frames() -> st.SearchStrategy[tuple[bytes, int]]:
     v2 = st.binary(max_size=12).map(lambda p: _v2_batch(7, last_delta=0, count=1, attrs=0, base_ts=0, max_ts=0,
                                                          pid=-1, epoch=-1, seq=-1, leader_epoch=0, crc=0, payload=p))
@@ -113,16 +129,7 @@ def _frames() -> st.SearchStrategy[tuple[bytes, int]]:
 @settings(max_examples=examples(2.0), deadline=None)  # cheap examples: twice the profile's
 def test_the_walk_finds_what_a_plain_walk_finds(case: tuple[bytes, int]) -> None:
     data, start = case
-    positions, magics, tail, problem = _reference_walk(data, start)
-    try:
-        found, found_magics, found_tail = batch_positions(data, start=start)
-    except (InvalidMagicError, InvalidLengthError) as exc:
-        assert problem == ("magic" if isinstance(exc, InvalidMagicError) else "size", exc.position)
-        assert exc.offset == struct.unpack_from(">q", data, exc.position)[0]
-        return
-    assert problem is None
-    assert (found.tolist(), found_magics.tolist(), found_tail) == (positions, magics, tail)
-    assert found.dtype == np.int64 and found_magics.dtype == np.int8
+    tail = _walks_agree(data, start)
     if tail:
         with pytest.raises(TruncatedBatchError):
             batch_positions(data, start=start, allow_truncated_tail=False)
@@ -141,13 +148,4 @@ def test_a_walk_of_more_batches_than_its_first_guess_finds_them_all() -> None:
 @pytest.mark.parametrize("magic", [0, 1, 2, 3, 127, 128, 255])
 def test_the_walk_judges_each_magic_and_size_bound_as_a_plain_walk(magic: int, size: int) -> None:
     frame = bytearray(struct.pack(">qiib", 5, size, 0, magic - 256 if magic > 127 else magic) + bytes(60))
-    data = legacy_message(0, 3, None, b"") + bytes(frame)
-    positions, magics, tail, problem = _reference_walk(data, 0)
-    try:
-        found, found_magics, found_tail = batch_positions(data)
-    except (InvalidMagicError, InvalidLengthError) as exc:
-        assert problem == ("magic" if isinstance(exc, InvalidMagicError) else "size", exc.position)
-        assert exc.offset == struct.unpack_from(">q", data, exc.position)[0]
-        return
-    assert problem is None
-    assert (found.tolist(), found_magics.tolist(), found_tail) == (positions, magics, tail)
+    _walks_agree(legacy_message(0, 3, None, b"") + bytes(frame), 0)
