@@ -9,13 +9,14 @@ full (one result per cycle against one per three for a single stream), as the fa
 implementations do.
 
 :data:`HARDWARE` says whether this process may use them: on another processor, or when numba is told to compile
-for a generic CPU, the instruction is not there and callers use the ``crc32c`` package span by span
-(:mod:`segment_io.crc`).
+for features without the instruction (``NUMBA_CPU_FEATURES``), it is not there and callers use the ``crc32c``
+package span by span (:mod:`segment_io.crc`); nothing here is compiled then.
 """
 
 from __future__ import annotations
 
 import platform
+import struct
 
 import numpy as np
 from llvmlite import ir
@@ -32,16 +33,20 @@ SHORT = 256
 
 
 def _hardware() -> bool:
-    """Whether numba compiles for a processor with the SSE 4.2 CRC32 instruction."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
+    """Whether numba compiles for a processor with the CRC32 instruction: a 64-bit x86 process whose target
+    features, as numba chooses them (``NUMBA_CPU_FEATURES`` when set, else the host's), include it. Without it LLVM
+    cannot compile the kernels (a fatal error, not an exception), so any doubt says no."""
+    try:
+        if platform.machine().lower() not in ("x86_64", "amd64") or struct.calcsize("P") != 8:
+            return False
+        from numba.core import codegen, config
+
+        configured = getattr(config, "CPU_FEATURES", None)
+        features = set((configured if configured is not None else codegen.get_host_cpu_features()).split(","))
+        # LLVM 14 and later name the instruction's own feature; SSE 4.2 implies it unless it is turned off
+        return "+crc32" in features or ("+sse4.2" in features and "-crc32" not in features)
+    except Exception:  # noqa: BLE001 - an unknown answer is a no
         return False
-    from numba.core import config
-
-    if getattr(config, "CPU_NAME", None):  # numba told to compile for a named (often generic) CPU: its features
-        return "+sse4.2" in (getattr(config, "CPU_FEATURES", None) or "")
-    from llvmlite import binding
-
-    return bool(binding.get_host_cpu_features().get("sse4.2"))
 
 
 HARDWARE = _hardware()

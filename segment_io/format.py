@@ -200,6 +200,8 @@ def batch_positions(data: bytes | memoryview | mmap.mmap, *, path: str | None = 
     while code == K.WALK_FULL:
         positions, magics = np.empty(capacity, np.int64), np.empty(capacity, np.int8)
         count = K.walk_batches(buf, pos, positions, magics, state)
+        if 2 * count < capacity:  # the guess was far too large: keep only what was found, not a view of it all
+            positions, magics = positions[:count].copy(), magics[:count].copy()
         found_positions.append(positions[:count])
         found_magics.append(magics[:count])
         pos, code = int(state[0]), int(state[1])

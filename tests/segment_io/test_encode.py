@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import crc32c
 import pyarrow as pa
@@ -282,10 +283,11 @@ def _recompress(batch: bytes, codec: int, level: int) -> bytes:
     return bytes(out)
 
 
-def _source_segment(codec: int) -> tuple[pa.Table, bytes]:
-    """Rows of a segment and its bytes, where the bytes are *not* what the encoder would produce."""
+def _source_segment(codec: int, **first_batch: Any) -> tuple[pa.Table, bytes]:
+    """Rows of a segment and its bytes, where the bytes are *not* what the encoder would produce; ``first_batch``:
+    more arguments of its first batch (LogBuilder.batch)."""
     log = LogBuilder(segment_base_offset=0)
-    log.batch([rec(f"k{i}", f"value {i} " * 20) for i in range(20)], codec=codec)
+    log.batch([rec(f"k{i}", f"value {i} " * 20) for i in range(20)], codec=codec, **first_batch)
     log.batch([tombstone("k1"), rec("k2", "v")], codec=codec)
     table = log.table()
     enc = encode_batches(table)
@@ -328,23 +330,47 @@ def test_partial_batch_changed_horizon_or_damage_forces_reencoding() -> None:
     assert set(scan_batches(out).codec.tolist()) == {LZ4}
 
 
-@pytest.mark.parametrize("field, at, width", [
-    ("base offset", 0, 8), ("batch length", 8, 4), ("partition leader epoch", 12, 4), ("attributes", 21, 2),
-    ("last offset delta", 23, 4), ("producer id", 43, 8), ("producer epoch", 51, 2), ("base sequence", 53, 4),
-    ("record count", 57, 4)])
-def test_a_source_batch_whose_header_differs_in_one_field_is_re_encoded(field: str, at: int, width: int) -> None:
-    # one header field of the first batch changed, its CRC made right again: only the header comparison can
-    # tell that the batch there is not the one the rows describe
-    table, source = _source_segment(GZIP)
+def _first_batch_changed(source: bytes, at: int, width: int) -> bytes:
+    """``source`` with the big-endian field of ``width`` bytes at ``at`` of its first batch one higher, and that
+    batch's CRC made right again: only a comparison of the header can tell the batch from the one the rows
+    describe."""
     first_len = int(scan_batches(source).size[0])
     changed = bytearray(source)
     value = int.from_bytes(changed[at:at + width], "big", signed=True)
-    changed[at:at + width] = (value - 1 if field == "batch length" else value + 1).to_bytes(width, "big", signed=True)
+    changed[at:at + width] = (value + 1).to_bytes(width, "big", signed=True)
     changed[V2_CRC:V2_CRC + 4] = crc32c.crc32c(bytes(changed[V2_CRC_START:first_len])).to_bytes(4, "big")
-    out = encode_batches(table, sources={0: bytes(changed)}).to_bytes()
-    assert out[:first_len] != bytes(changed[:first_len])
+    return bytes(changed)
+
+
+def _first_batch_copied(table: pa.Table, source: bytes) -> bool:
+    first_len = int(scan_batches(source).size[0])
+    out = encode_batches(table, sources={0: source}).to_bytes()
     assert kafka_python_batches(out)[0][0].records_count == 20
-    assert encode_batches(table, sources={0: source}).to_bytes() == source  # unchanged, it is copied
+    return out[:first_len] == source[:first_len]
+
+
+@pytest.mark.parametrize("field, at, width", [
+    ("base offset", 0, 8), ("partition leader epoch", 12, 4), ("attributes", 21, 2), ("last offset delta", 23, 4),
+    ("producer id", 43, 8), ("producer epoch", 51, 2), ("base sequence", 53, 4), ("record count", 57, 4)])
+def test_a_source_batch_whose_header_differs_in_one_field_is_re_encoded(field: str, at: int, width: int) -> None:
+    table, source = _source_segment(GZIP)
+    assert _first_batch_copied(table, source)  # unchanged, it is copied
+    assert not _first_batch_copied(table, _first_batch_changed(source, at, width))
+
+
+def test_a_source_batch_s_timestamps_count_where_what_is_written_depends_on_them() -> None:
+    base_ts, max_ts = (27, 8), (35, 8)
+    # a stamped delete horizon is the base timestamp: another one there is another batch
+    table, source = _source_segment(GZIP, delete_horizon_ms=5_000_000)
+    assert _first_batch_copied(table, source)
+    assert not _first_batch_copied(table, _first_batch_changed(source, *base_ts))
+    # with log-append time the max timestamp is every record's timestamp
+    table, source = _source_segment(GZIP, timestamp_type=1)
+    assert _first_batch_copied(table, source)
+    assert not _first_batch_copied(table, _first_batch_changed(source, *max_ts))
+    # with create time, a producer may store a max timestamp that is not its records' largest: kept as it is
+    table, source = _source_segment(GZIP)
+    assert _first_batch_copied(table, _first_batch_changed(source, *max_ts))
 
 
 def test_a_table_of_several_chunks_encodes_to_the_same_bytes_as_one_chunk() -> None:

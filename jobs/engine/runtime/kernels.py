@@ -33,6 +33,8 @@ def _dispatchers() -> Iterator[tuple[str, Any]]:
 
     for module_name in KERNEL_MODULES:
         module = importlib.import_module(module_name)
+        if not getattr(module, "HARDWARE", True):  # made of an instruction this processor lacks: never compiled
+            continue
         for name, obj in sorted(vars(module).items()):
             if (isinstance(obj, CPUDispatcher) and obj.py_func.__module__ == module_name
                     and obj.targetoptions.get("inline", "never") == "never"
@@ -40,16 +42,25 @@ def _dispatchers() -> Iterator[tuple[str, Any]]:
                 yield f"{module_name}.{name}", obj
 
 
+def _cached_signatures(dispatcher: Any) -> list[Any]:
+    """The argument types of the compiled versions ``dispatcher``'s on-disk cache holds for the current source and
+    for this process's target (CPU name and features): a cache shared with another machine, or filled before
+    ``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES`` changed, holds others, which this process would compile, not load.
+    Raises when numba's internal cache layout is not what it reads."""
+    index = dispatcher._cache._cache_file._load_index()  # empty when missing or stale
+    target = dispatcher.targetctx.codegen().magic_tuple()
+    return [key[0] for key in index if key[1] == target]
+
+
 def cached_kernels() -> dict[str, int]:
-    """Per kernel, how many compiled versions its on-disk cache holds for the current source (0: none, or the
-    module changed since they were compiled)."""
+    """Per kernel, how many compiled versions its on-disk cache holds for the current source and this process's
+    target (0: none, the module changed since they were compiled, or they were compiled for another CPU)."""
     out = {}
     for name, dispatcher in _dispatchers():
         try:
-            index = dispatcher._cache._cache_file._load_index()  # empty when missing or stale
+            out[name] = len(_cached_signatures(dispatcher))
         except Exception:  # noqa: BLE001 - numba's cache layout is internal; unknown counts as cached
-            index = {None: None}
-        out[name] = len(index)
+            out[name] = 1
     return out
 
 
@@ -61,7 +72,7 @@ def load_cached_kernels() -> int:
     loaded = 0
     for _, dispatcher in _dispatchers():
         try:
-            signatures = [key[0] for key in dispatcher._cache._cache_file._load_index()]
+            signatures = _cached_signatures(dispatcher)
         except Exception:  # noqa: BLE001 - numba's cache layout is internal: its first call loads it as before
             continue
         for signature in signatures:
