@@ -32,12 +32,12 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from jobs.engine.runtime.kernels import cached_kernels
+    from jobs.engine.runtime.kernels import cached_kernels, mostly_cold
 
     t0 = time.monotonic()
     before = cached_kernels()
     say = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    if not any(before.values()):
+    if mostly_cold(before):
         say("compiling kernels (once; about a minute)...")
     with tempfile.TemporaryDirectory(prefix="segjobs-warm-up-") as tmp:
         exercise(Path(tmp) / "logs", say)

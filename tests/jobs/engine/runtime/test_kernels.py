@@ -42,6 +42,16 @@ def test_every_module_with_a_cached_kernel_is_warmed_up_and_checked() -> None:
     assert {name.rsplit(".", 1)[0] for name in cached_kernels()} == usable
 
 
+def test_a_cache_is_cold_while_most_kernels_have_no_cached_code() -> None:
+    from jobs.engine.runtime.kernels import mostly_cold
+
+    assert mostly_cold({"a": 0, "b": 0, "c": 0, "d": 0})
+    assert mostly_cold({"a": 2, "b": 0, "c": 0, "d": 0})  # a light job compiled one
+    assert not mostly_cold({"a": 1, "b": 1, "c": 0, "d": 0})
+    assert not mostly_cold({"a": 1, "b": 1, "c": 1, "d": 0})  # a rarely needed one left: warm
+    assert not mostly_cold({})
+
+
 def test_kernels_made_of_an_instruction_the_processor_lacks_are_neither_counted_nor_loaded(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # compiling them for such a processor would abort the process (an LLVM error, not an exception)
@@ -79,6 +89,8 @@ def test_warm_up_fills_a_cold_cache_and_a_cold_run_says_it_compiles(tmp_path: Pa
     proc = python(env, "-c", RETAIN_IN_PROCESS, str(log_dir))
     assert proc.returncode == 0, proc.stderr
     assert COLD_NOTICE in proc.stderr
+    # what it compiled leaves the cache cold for the jobs that need the rest (and for the warm-up's notice)
+    assert python(env, "-c", check).stdout.strip() == "True"
 
     warm = python(env, "-m", "jobs", "warm-up", "--no-class-archive")
     assert warm.returncode == 0, warm.stderr
