@@ -19,6 +19,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from segment_io._crc_kernels import POLY as CRC32C_POLY
 from segment_io.format import (
     LOG_OVERHEAD,
     SIZE_OFFSET,
@@ -44,12 +45,12 @@ _MAGIC_V2 = 2
 
 
 def _crc32c_tables() -> np.ndarray:
-    """Slicing-by-8 tables of CRC-32C (Castagnoli, reflected polynomial 0x82F63B78)."""
+    """Slicing-by-8 tables of CRC-32C (Castagnoli, its reflected polynomial :data:`CRC32C_POLY`)."""
     tables = np.zeros((8, 256), dtype=np.int64)
     for n in range(256):
         c = n
         for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+            c = (c >> 1) ^ CRC32C_POLY if c & 1 else c >> 1
         tables[0, n] = c
     for k in range(1, 8):
         prev = tables[k - 1]

@@ -60,17 +60,21 @@ class _V2Input:
 
 def check_v2_crcs(seg: SegmentBytes, batches: np.ndarray) -> None:
     """Raise for the first of ``batches`` whose CRC-32C is not the one its header stores (all in one call)."""
-    hdr = seg.hdr
-    starts, ends = hdr.position[batches] + V2_CRC_START, hdr.position[batches] + hdr.size[batches]
-    bad = crc.first_mismatch(seg.arr, starts, ends, hdr.crc[batches])
+    starts, ends = _crc_spans(seg, batches)
+    bad = crc.first_mismatch(seg.arr, starts, ends, seg.hdr.crc[batches])
     if bad >= 0:
         raise crc_mismatch(seg, int(batches[bad]), crc.span_crc(seg.arr, int(starts[bad]), int(ends[bad])))
 
 
 def v2_crcs(seg: SegmentBytes, batches: np.ndarray) -> np.ndarray:
     """The CRC-32C of each of ``batches`` (v2) as computed from its bytes, in one call."""
-    hdr = seg.hdr
-    return crc.span_crcs(seg.arr, hdr.position[batches] + V2_CRC_START, hdr.position[batches] + hdr.size[batches])
+    return crc.span_crcs(seg.arr, *_crc_spans(seg, batches))
+
+
+def _crc_spans(seg: SegmentBytes, batches: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where the bytes each of ``batches``' CRC-32C covers start and end: from its attributes to its end."""
+    position = seg.hdr.position[batches]
+    return position + V2_CRC_START, position + seg.hdr.size[batches]
 
 
 def crc_mismatch(seg: SegmentBytes, b: int, actual: int) -> CorruptRecordError:
