@@ -13,8 +13,9 @@ user and system time of every thread of the process) of ``--repeat`` runs after 
 * **task (in-process)**: the memory strategy's cleaning task as a Spark executor runs it
   (:func:`jobs.engine.compact.cleaning.compact_partition`: map pass, decode, index checks, clean, encode with CRCs
   and compression, the staged segment and its indexes written and synced), without Spark around it;
-* its **parts**, each run alone on the same bytes: the map pass (``PartitionCleaner.build_map``), the clean's
-  decode of the group's segments, ``clean_records``, the encoding of the kept rows (``iter_encoded_parts``),
+* its **parts**, each run alone on the same bytes: the map pass (``PartitionCleaner.build_map``, with the full
+  decodes it keeps for the clean), the clean's decode of the segments the map pass did not keep,
+  ``clean_records``, the encoding of the kept rows (``iter_encoded_parts``),
   and the write of the staged files (``write_segment`` less the encoding);
 * **floors** on the same bytes: a memcpy of them, their CRC32C (one call per segment file), and the codec's
   decompression and compression of every batch payload (the least a rewrite of every batch costs).
@@ -121,20 +122,33 @@ def measure(log_dir: Path, repeat: int) -> dict[str, Any]:
     cpu: dict[str, float] = {"task": _cpu(run_task, repeat)}
     profile = _profile_shares(run_task)
 
+    def map_pass() -> tuple[Any, set[int]]:
+        """The map's pass of a new cleaner, as the task runs it: its map, and the segments whose full decode it
+        kept for the clean (none in checkouts that keep none for a range this large)."""
+        cleaner = PartitionCleaner(task, [])
+        omap = cleaner.build_map(None)
+        kept = set(cleaner.decoded)
+        for decoded in cleaner.decoded.values():
+            if hasattr(decoded, "release"):  # the mapping it holds
+                decoded.release.close()
+        return omap, kept
+
+    cpu["map pass"] = _cpu(map_pass, repeat)
+    omap, kept = map_pass()
     cleaner = PartitionCleaner(task, [])
-    cpu["map pass"] = _cpu(lambda: cleaner.build_map(None), repeat)
-    omap = cleaner.build_map(None)
     plan = task.plan
     in_round = [s for s in task.state.segments if s.base_offset < min(omap.end_offset, plan.first_uncleanable_offset)]
     [group] = group_segments_by_size(in_round, task.config.segment_bytes, task.config.segment_index_bytes,
                                      plan.first_uncleanable_offset, task.config.index_interval_bytes)
     sources = {s.base_offset: (log_dir / f"{TOPIC}-0" / f"{s.base_offset:020d}.log").read_bytes() for s in group}
 
-    def decode() -> tuple[pa.Table, list[Any]]:
-        decoded = [cleaner.decode(data, base) for base, data in sources.items()]
+    def decode(bases: Any = sources) -> tuple[pa.Table, list[Any]]:
+        decoded = [cleaner.decode(sources[base], base) for base in bases]
         return pa.concat_tables([t for t, _ in decoded]), [h for _, h in decoded]
 
-    cpu["decode"] = _cpu(decode, repeat)
+    # the clean's own decode: of the segments the map's pass did not keep
+    again = [base for base in sources if base not in kept]
+    cpu["decode"] = _cpu(lambda: decode(again), repeat) if again else 0.0
     records, headers = decode()
 
     def clean() -> Any:

@@ -30,7 +30,7 @@ from segment_io.decode import decode_key_hashes_bytes, decode_segment_and_header
 from segment_io.encode import resolve_value_refs
 from segment_io.encode_stream import encoded_size
 from segment_io.errors import SegjobsError, StorageEnvironmentError
-from segment_io.format import BatchHeaders
+from segment_io.format import HEADER_ARRAYS, BatchHeaders
 from segment_io.hashing import hash_keys
 from segment_io.index import check_indexes, read_txn_index
 from segment_io.layout import PartitionListing
@@ -44,11 +44,22 @@ from segment_io.storage.spool import HostSpool, TaskSpool
 #: delete.retention.ms <= 0, settles on the second).
 MAX_CONVERGENCE_PASSES = 3
 
-#: A partition whose dirty segments hold at most this many bytes decodes each of them once: the offset map is
-#: built from the full decode its clean uses, which is kept from the map's pass to the clean (otherwise the map's
-#: key-hash pass and the clean each decode every dirty segment). The bound keeps what is held small beside what
-#: cleaning one group holds anyway.
+#: A partition whose dirty segments hold at most this many bytes is read into memory whole by the map's pass (one
+#: read each, or one GET on an object store, and no spool), and each segment is decoded once, for the map and
+#: for the clean (see :data:`HELD_DECODE_BYTES` for larger ones). It also bounds what cleaning a bin of small
+#: partitions together takes (:mod:`jobs.engine.compact.bin_cleaning`).
 SINGLE_DECODE_BYTES = 4 << 20
+
+#: Larger dirty ranges: the map's pass decodes its dirty segments in full, in offset order, and keeps those decodes
+#: for the clean while they hold at most this many bytes of rows in all (values stay in the memory-mapped segment
+#: as references, so a 1 KB-value segment of 128 MiB holds about 13 MiB of rows). Each segment kept is mapped and
+#: decoded, and its CRCs checked, once instead of twice. Beyond the bound the map's pass takes each segment's key
+#: hashes alone and the clean decodes it again, as for any dirty range before. What is kept is small beside the
+#: two segment groups' worth a clean holds anyway.
+HELD_DECODE_BYTES = 64 << 20
+
+#: At most this many decoded segments are kept (each keeps its mapping, and with it a file descriptor, open).
+HELD_DECODE_SEGMENTS = 32
 
 
 # --------------------------------------------------------------------------------------------------
@@ -228,12 +239,19 @@ class GroupRun:
 
 @dataclass
 class _Decoded:
-    """A dirty segment decoded in full by the map's pass, for its clean (see :data:`SINGLE_DECODE_BYTES`)."""
+    """A dirty segment decoded in full by the map's pass, for its clean (see :data:`SINGLE_DECODE_BYTES` and
+    :data:`HELD_DECODE_BYTES`): its bytes (read, or mapped until ``release`` is called), rows and headers."""
 
-    data: bytes
+    data: Any
     records: pa.Table
     headers: BatchHeaders
     key_hashes: tuple[np.ndarray, np.ndarray]
+    release: ExitStack = field(default_factory=ExitStack)
+
+    @property
+    def held_bytes(self) -> int:
+        return (self.records.nbytes + sum(getattr(self.headers, name).nbytes for name in HEADER_ARRAYS)
+                + self.key_hashes[0].nbytes + self.key_hashes[1].nbytes)
 
 
 class PartitionCleaner:
@@ -274,6 +292,9 @@ class PartitionCleaner:
         """Remove what the task keeps on its host's disk (the spool's copies, the scan's). ``keep_host_copies``: a
         partition handed over to external-sort, whose tasks read the scan's copies after this one (the driver
         removes them at the run's end)."""
+        for decoded in self.decoded.values():  # kept by the map's pass for a clean that did not come
+            decoded.release.close()
+        self.decoded.clear()
         if self.spool is not None:
             self.spool.close()
         if not keep_host_copies:
@@ -301,9 +322,12 @@ class PartitionCleaner:
     def build_map(self, collector=None):
         """The offset map of the dirty range; ``collector`` (memory first: a
         jobs.engine.compact.external_sort.PieceCollector) also gets every decoded segment, to hand over if it fills.
-        Dirty segments of at most :data:`SINGLE_DECODE_BYTES` in all are decoded in full, once: the map is built
-        from that decode and :meth:`clean_group` cleans from it. Larger ones on an object store are fetched once,
-        into the task's spool (:class:`~segment_io.storage.spool.TaskSpool`), which the clean reads them from."""
+        Dirty segments of at most :data:`SINGLE_DECODE_BYTES` in all are read whole and decoded in full, once: the
+        map is built from that decode and :meth:`clean_group` cleans from it. Of larger ones, the first are mapped
+        and decoded in full, and kept for the clean, while they hold at most :data:`HELD_DECODE_BYTES` of rows
+        (:meth:`_hold`); the rest give the map their key hashes alone. On an object store, a larger range's
+        segments are fetched once, into the task's spool (:class:`~segment_io.storage.spool.TaskSpool`), which the
+        clean reads them from."""
         plan = self.task.plan
         dirty = dirty_segments(self.task)
         once = sum(s.size_bytes for s in dirty) <= SINGLE_DECODE_BYTES
@@ -313,15 +337,18 @@ class PartitionCleaner:
                 if self.task.host_spool is None or self.task.host_spool.find(f) is None])
 
         def tables():
+            holding = HELD_DECODE_BYTES > 0 and HELD_DECODE_SEGMENTS > 0
             for s in dirty:
-                if once:
-                    data = segment_bytes(self.task, self.files[s.base_offset].log)
-                    records, headers = self.decode(data, s.base_offset)
-                    hashes = hash_keys(records.column("key"))
-                    self.decoded[s.base_offset] = _Decoded(data, records, headers, hashes)
+                if once or holding:
+                    decoded = self._decode_whole(s.base_offset, mapped=not once)
+                    if once or self._hold(decoded):
+                        self.decoded[s.base_offset] = decoded
+                    else:  # over the bound: this one maps, and is decoded again by its clean; so are the rest
+                        decoded.release.close()
+                        holding = False
                     if collector is not None:
-                        collector.add(s.base_offset, key_hash_table(records, hashes))
-                    yield record_map_columns(records, hashes)
+                        collector.add(s.base_offset, key_hash_table(decoded.records, decoded.key_hashes))
+                    yield record_map_columns(decoded.records, decoded.key_hashes)
                     continue
                 with self.mapped(s.base_offset) as data:
                     table = decode_key_hashes_bytes(data, path=self.files[s.base_offset].log.uri,
@@ -333,6 +360,30 @@ class PartitionCleaner:
         return build_offset_map(tables(), start_offset=plan.first_dirty_offset,
                                 end_offset=plan.first_uncleanable_offset, aborted=self.task.txn.aborted,
                                 max_keys=self.task.max_keys)
+
+    def _decode_whole(self, base: int, *, mapped: bool) -> _Decoded:
+        """Segment ``base`` decoded in full with its key hashes: read into memory, or ``mapped`` (its mapping open
+        until the result's ``release`` is closed; its pages let go once decoded, as the clean does)."""
+        if not mapped:
+            data = segment_bytes(self.task, self.files[base].log)
+            records, headers = self.decode(data, base)
+            return _Decoded(data, records, headers, hash_keys(records.column("key")))
+        release = ExitStack()
+        try:
+            data = release.enter_context(self.mapped(base))
+            records, headers = self.decode(data, base)
+            release_mapped_pages(data)
+            return _Decoded(data, records, headers, hash_keys(records.column("key")), release)
+        except BaseException:
+            release.close()
+            raise
+
+    def _hold(self, decoded: _Decoded) -> bool:
+        """Whether the map's pass may keep ``decoded`` for the clean: within :data:`HELD_DECODE_BYTES` and
+        :data:`HELD_DECODE_SEGMENTS` with what it keeps already."""
+        held = sum(d.held_bytes for d in self.decoded.values())
+        return (len(self.decoded) < HELD_DECODE_SEGMENTS
+                and held + decoded.held_bytes <= HELD_DECODE_BYTES)
 
     def clean_group(self, group, omap) -> GroupRun:
         """Clean one group from its source bytes; stage (or, in a dry run, measure) it when it changed.
@@ -356,8 +407,9 @@ class PartitionCleaner:
         sources: dict[int, bytes] = {}
         tables, empties, corrupt_indexes, hashes = [], [], [], []
         for s in group:
-            cached = self.decoded.get(s.base_offset)
+            cached = self.decoded.pop(s.base_offset, None)
             if cached is not None:
+                mappings.enter_context(cached.release)  # its mapping closes with this group's
                 data, decoded, headers = cached.data, cached.records, cached.headers
                 hashes.append(cached.key_hashes)
             else:
@@ -365,6 +417,7 @@ class PartitionCleaner:
                 # one pass over the headers gives the rows and the headers (no second scan of the mapped file)
                 # values stay in the mapped bytes (references): the encoder copies the kept ones from there
                 decoded, headers = self.decode(data, s.base_offset)
+                hashes.append(None)
             sources[s.base_offset] = data
             tables.append(decoded)
             del decoded  # `tables` alone holds the rows: dropped as a whole once cleaned
@@ -374,11 +427,13 @@ class PartitionCleaner:
         # a segment with legacy batches comes with its values copied (schemas compared, not hashed: cheaper)
         if any(t.schema != tables[0].schema for t in tables[1:]):
             tables = [resolve_value_refs(t, sources) for t in tables]
+        # the key hashes of the segments the map's pass kept are known: the clean hashes only the others' keys
+        key_hashes = None
+        if any(h is not None for h in hashes):
+            known = [h if h is not None else hash_keys(t.column("key")) for h, t in zip(hashes, tables)]
+            key_hashes = (np.concatenate([h[0] for h in known]), np.concatenate([h[1] for h in known]))
         records = pa.concat_tables(tables)
         del tables
-        # every segment's key hashes known from the map's pass: the clean need not hash the keys again
-        key_hashes = ((np.concatenate([h[0] for h in hashes]), np.concatenate([h[1] for h in hashes]))
-                      if len(hashes) == len(group) else None)
         mtimes = {s.base_offset: s.mtime_ms for s in group}
         result = clean_records(records, offset_map=omap, txn_state=task.txn, params=self.params,
                                empty_batches=pa.concat_tables(empties), key_hashes=key_hashes,

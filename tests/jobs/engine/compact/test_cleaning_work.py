@@ -7,6 +7,10 @@ decodes, with transactions, aborts, tombstones, headers and compressed batches; 
 the first segment (or inside a segment); when the map fills; and the bound must hold: one byte over it and the
 partition is decoded twice, as before.
 
+A larger dirty range keeps the full decodes of its first segments (mapped) for the clean while they hold at most
+``cleaning.HELD_DECODE_BYTES`` of rows and ``cleaning.HELD_DECODE_SEGMENTS`` segments: the same bytes and counts
+again, the bounds held, and every mapping the task opens closed by the task however it ends.
+
 The key hashes of a group's output (for the transaction state the first pass leaves) are derived only when a
 marker survives somewhere in the partition: every group's then, the last group's never otherwise."""
 
@@ -52,10 +56,12 @@ def _checkpoint(source: Path, partition: int, where: str | None) -> int | None:
     return listing.segments[2].base_offset + (0 if where == "segment" else 7)
 
 
-def _run(source: Path, name: str, partition: int, monkeypatch, *, bound: int, max_keys: int | None = None,
-         checkpoint: int | None = None):
-    """``compact_partition`` on a copy of ``source`` with ``SINGLE_DECODE_BYTES = bound``: its outcome, the staged
-    files' bytes, the map it built, how many times each dirty segment was decoded for the map (key hashes),
+def _run(source: Path, name: str, partition: int, monkeypatch, *, bound: int, held: int = -1,
+         max_keys: int | None = None, checkpoint: int | None = None, config: TopicConfig | None = None,
+         ok: bool = True):
+    """``compact_partition`` on a copy of ``source`` with ``SINGLE_DECODE_BYTES = bound`` and
+    ``HELD_DECODE_BYTES = held`` (by default nothing held: a range over ``bound`` is decoded twice): its outcome,
+    the staged files' bytes, the map it built, how many times each dirty segment was decoded for the map (key hashes),
     how many times each segment was decoded in full, the task and the dirty segments."""
     log_dir = source.parent / name
     shutil.copytree(source, log_dir, copy_function=shutil.copy2)
@@ -72,22 +78,50 @@ def _run(source: Path, name: str, partition: int, monkeypatch, *, bound: int, ma
         return maps[-1]
 
     real_build = cleaning.build_offset_map
+    real_mapped = cleaning.PartitionCleaner.mapped
+    mappings: list[_Mapping] = []
+
+    def mapped(self, base):
+        mappings.append(_Mapping(real_mapped(self, base)))  # held here: only an explicit close closes it
+        return mappings[-1]
+
     with monkeypatch.context() as m:
+        m.setattr(cleaning.PartitionCleaner, "mapped", mapped)
         m.setattr(cleaning, "SINGLE_DECODE_BYTES", bound)
+        m.setattr(cleaning, "HELD_DECODE_BYTES", held)
         m.setattr(cleaning, "build_offset_map", build_offset_map)
         m.setattr(cleaning, "decode_key_hashes_bytes", spy(key_hash_decodes, cleaning.decode_key_hashes_bytes))
         m.setattr(cleaning, "decode_segment_and_headers", spy(full_decodes, cleaning.decode_segment_and_headers))
-        task = partition_task(log_dir, TOPIC, partition, NOW, max_keys=max_keys, cleaner_checkpoint=checkpoint)
+        task = partition_task(log_dir, TOPIC, partition, NOW, max_keys=max_keys, cleaner_checkpoint=checkpoint,
+                              config=config)
         out = compact_partition(task)
-    assert out.error is None, out.error
+    assert (out.error is None) == ok, out.error
+    # every mapping the task opened is closed by the task (not left to the garbage collector), those the map's pass
+    # kept for the clean too
+    assert [m for m in mappings if m.open] == []
     staged = staged_files(task, out)
-    (omap,) = maps
+    omap = maps[0] if maps else None  # none when the map.s pass failed
     files = {s.base_offset: s.log.uri for s in task.listing.segments}
     dirty = [files[s.base_offset] for s in task.state.segments if s.next_offset > task.plan.first_dirty_offset
              and s.base_offset < task.plan.first_uncleanable_offset]
     # the segments beyond the round are read for the state the pass leaves (tail_batches): not the map's decodes
     map_decodes = {uri: n for uri, n in key_hash_decodes.items() if uri in dirty}
     return out, staged, omap, map_decodes, full_decodes, task, dirty
+
+
+class _Mapping:
+    """A segment mapping the task opened (``PartitionCleaner.mapped``), and whether it is still open."""
+
+    def __init__(self, context) -> None:
+        self.context, self.open = context, False
+
+    def __enter__(self):
+        self.open = True
+        return self.context.__enter__()
+
+    def __exit__(self, *exc):
+        self.open = False
+        return self.context.__exit__(*exc)
 
 
 def _same_map(a, b, task) -> None:
@@ -137,6 +171,71 @@ def test_a_map_that_fills_gives_the_same_round(tmp_path, monkeypatch):
     task = once[5]
     in_round = {f.log.uri for f in task.listing.segments if f.base_offset < once[2].end_offset}
     assert in_round and not in_round & set(once[3]) and all(once[4][uri] == 1 for uri in in_round)
+
+
+HELD = 64 << 20  #: a bound that holds every dirty segment of these partitions
+
+
+@pytest.mark.parametrize("checkpoint", [None, "segment", "inside"])
+@pytest.mark.parametrize("partition", [0, 1])
+def test_held_decodes_give_the_map_bytes_and_counts_of_two(tmp_path, monkeypatch, checkpoint, partition):
+    # a dirty range over SINGLE_DECODE_BYTES: its segments are mapped, decoded once and kept for the clean
+    source = _source(tmp_path)
+    at = _checkpoint(source, partition, checkpoint)
+    held = _run(source, "held", partition, monkeypatch, bound=-1, held=HELD, checkpoint=at)
+    twice = _run(source, "twice", partition, monkeypatch, bound=-1, held=-1, checkpoint=at)
+    out, staged, omap, key_hash_decodes, full_decodes, task, dirty = held
+    assert staged and staged == twice[1]
+    assert _outcome(out) == _outcome(twice[0])
+    assert out.stats["duplicates_removed"] > 0 and out.stats["aborted_records_removed"] > 0
+    _same_map(omap, twice[2], task)
+    assert key_hash_decodes == {} and all(full_decodes[uri] == 1 for uri in dirty)
+    assert twice[3] == {uri: 1 for uri in twice[6]}
+
+
+@pytest.mark.parametrize("limit", ["bytes", "segments"])
+def test_held_decodes_stop_at_their_bound_and_the_rest_is_decoded_twice(tmp_path, monkeypatch, limit):
+    # each kept decode counted as 1,000 bytes: a bound of 3,000 bytes, or of 3 segments, keeps the first three
+    # dirty segments; the fourth is decoded in full for the map, found over the bound and decoded again by its
+    # clean; the map's pass takes only the key hashes of the rest
+    source = _source(tmp_path)
+    monkeypatch.setattr(cleaning._Decoded, "held_bytes", property(lambda self: 1_000))
+    if limit == "segments":
+        monkeypatch.setattr(cleaning, "HELD_DECODE_SEGMENTS", 3)
+    held = _run(source, "held", 0, monkeypatch, bound=-1, held=3_000 if limit == "bytes" else HELD)
+    twice = _run(source, "twice", 0, monkeypatch, bound=-1, held=-1)
+    out, staged, _, key_hash_decodes, full_decodes, _, dirty = held
+    assert len(dirty) > 5
+    assert staged and staged == twice[1] and _outcome(out) == _outcome(twice[0])
+    assert key_hash_decodes == {uri: 1 for uri in dirty[4:]}
+    assert [full_decodes[uri] for uri in dirty] == [1, 1, 1, 2] + [1] * (len(dirty) - 4)
+
+
+def test_a_clean_that_fails_closes_what_the_map_s_pass_kept(tmp_path, monkeypatch):
+    # the first group's clean fails: the decodes kept for the later groups are never used, and their mappings close
+    source = _source(tmp_path)
+    monkeypatch.setattr(cleaning, "clean_records", _failing_clean)
+    config = TopicConfig.from_settings({"cleanup.policy": "compact", "segment.bytes": 40_000})  # several groups
+    out, staged, _, _, full_decodes, _, dirty = _run(source, "held", 0, monkeypatch, bound=-1, held=HELD,
+                                                     config=config, ok=False)
+    assert "cleaning failed on purpose" in str(out.error) and staged == {}
+    assert all(full_decodes[uri] == 1 for uri in dirty)  # every dirty segment was kept by the map's pass
+
+
+def test_a_corrupt_segment_in_the_held_range_fails_its_partition_with_its_place_and_closes_its_mapping(tmp_path,
+                                                                                                  monkeypatch):
+    source = _source(tmp_path)
+    listing = list_log_dir(LocalStorage(), str(source)).partitions[(TOPIC, 0)]
+    path = Path(listing.segments[3].log.uri)
+    data = bytearray(path.read_bytes())
+    data[200] ^= 0xFF  # inside the first batch's records: its CRC no longer matches
+    path.write_bytes(bytes(data))
+    out, staged, *_ = _run(source, "held", 0, monkeypatch, bound=-1, held=HELD, ok=False)
+    assert staged == {} and path.name in str(out.error) and "CRC" in str(out.error)
+
+
+def _failing_clean(*args, **kwargs):
+    raise RuntimeError("cleaning failed on purpose")
 
 
 def test_a_partition_over_the_bound_is_decoded_twice(tmp_path, monkeypatch):
