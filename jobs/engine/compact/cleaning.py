@@ -61,6 +61,11 @@ HELD_DECODE_BYTES = 64 << 20
 #: At most this many decoded segments are kept (each keeps its mapping, and with it a file descriptor, open).
 HELD_DECODE_SEGMENTS = 32
 
+#: What a decoded row holds at least, whatever its key: its fixed-width columns (about 117 bytes) and its key hash
+#: (16). A segment whose records times this would not fit in what is left of :data:`HELD_DECODE_BYTES` is not
+#: decoded in full by the map's pass (it could not be kept: a 1 GiB segment of 1 KB records holds about 150 MiB).
+ROW_BYTES_AT_LEAST = 128
+
 
 # --------------------------------------------------------------------------------------------------
 # The per-partition task (runs on an executor; returns statistics only, never record data)
@@ -325,9 +330,9 @@ class PartitionCleaner:
         Dirty segments of at most :data:`SINGLE_DECODE_BYTES` in all are read whole and decoded in full, once: the
         map is built from that decode and :meth:`clean_group` cleans from it. Of larger ones, the first are mapped
         and decoded in full, and kept for the clean, while they hold at most :data:`HELD_DECODE_BYTES` of rows
-        (:meth:`_hold`); the rest give the map their key hashes alone. On an object store, a larger range's
-        segments are fetched once, into the task's spool (:class:`~segment_io.storage.spool.TaskSpool`), which the
-        clean reads them from."""
+        (:meth:`_may_hold` before a decode, :meth:`_hold` after it); the rest give the map their key hashes alone.
+        On an object store, a larger range's segments are fetched once, into the task's spool
+        (:class:`~segment_io.storage.spool.TaskSpool`), which the clean reads them from."""
         plan = self.task.plan
         dirty = dirty_segments(self.task)
         once = sum(s.size_bytes for s in dirty) <= SINGLE_DECODE_BYTES
@@ -337,8 +342,9 @@ class PartitionCleaner:
                 if self.task.host_spool is None or self.task.host_spool.find(f) is None])
 
         def tables():
-            holding = HELD_DECODE_BYTES > 0 and HELD_DECODE_SEGMENTS > 0
+            holding = True
             for s in dirty:
+                holding = holding and self._may_hold(s)
                 if once or holding:
                     decoded = self._decode_whole(s.base_offset, mapped=not once)
                     if once or self._hold(decoded):
@@ -377,6 +383,16 @@ class PartitionCleaner:
         except BaseException:
             release.close()
             raise
+
+    def _may_hold(self, segment: SegmentInfo) -> bool:
+        """Whether segment ``segment``, decoded, might be kept within the bounds (see :data:`ROW_BYTES_AT_LEAST`):
+        its records (the scan's count, else its offsets' span, which is at least that) at the least a row holds."""
+        records = segment.record_count
+        if records is None:
+            records = segment.next_offset - segment.base_offset
+        held = sum(d.held_bytes for d in self.decoded.values())
+        return (len(self.decoded) < HELD_DECODE_SEGMENTS
+                and held + records * ROW_BYTES_AT_LEAST <= HELD_DECODE_BYTES)
 
     def _hold(self, decoded: _Decoded) -> bool:
         """Whether the map's pass may keep ``decoded`` for the clean: within :data:`HELD_DECODE_BYTES` and

@@ -196,10 +196,12 @@ def test_held_decodes_give_the_map_bytes_and_counts_of_two(tmp_path, monkeypatch
 @pytest.mark.parametrize("limit", ["bytes", "segments"])
 def test_held_decodes_stop_at_their_bound_and_the_rest_is_decoded_twice(tmp_path, monkeypatch, limit):
     # each kept decode counted as 1,000 bytes: a bound of 3,000 bytes, or of 3 segments, keeps the first three
-    # dirty segments; the fourth is decoded in full for the map, found over the bound and decoded again by its
-    # clean; the map's pass takes only the key hashes of the rest
+    # dirty segments. Over the bytes, the fourth is decoded in full for the map, found over the bound and decoded
+    # again by its clean; over the count, it is known before: the map's pass takes only its key hashes, as of the
+    # rest
     source = _source(tmp_path)
     monkeypatch.setattr(cleaning._Decoded, "held_bytes", property(lambda self: 1_000))
+    monkeypatch.setattr(cleaning, "ROW_BYTES_AT_LEAST", 0)  # no estimate before the decode: the count decides
     if limit == "segments":
         monkeypatch.setattr(cleaning, "HELD_DECODE_SEGMENTS", 3)
     held = _run(source, "held", 0, monkeypatch, bound=-1, held=3_000 if limit == "bytes" else HELD)
@@ -207,8 +209,34 @@ def test_held_decodes_stop_at_their_bound_and_the_rest_is_decoded_twice(tmp_path
     out, staged, _, key_hash_decodes, full_decodes, _, dirty = held
     assert len(dirty) > 5
     assert staged and staged == twice[1] and _outcome(out) == _outcome(twice[0])
-    assert key_hash_decodes == {uri: 1 for uri in dirty[4:]}
-    assert [full_decodes[uri] for uri in dirty] == [1, 1, 1, 2] + [1] * (len(dirty) - 4)
+    fourth = 2 if limit == "bytes" else 1
+    assert key_hash_decodes == {uri: 1 for uri in dirty[3 if limit == "segments" else 4:]}
+    assert [full_decodes[uri] for uri in dirty] == [1, 1, 1, fourth] + [1] * (len(dirty) - 4)
+
+
+def test_a_segment_whose_rows_could_not_fit_is_not_decoded_in_full_by_the_map_s_pass(tmp_path, monkeypatch):
+    # a bound one byte below what the first dirty segment's rows hold at the least: the map's pass takes its key
+    # hashes alone (and so of every later one), as without held decodes, rather than decoding it to drop it
+    source = _source(tmp_path)
+    probe = _run(source, "probe", 0, monkeypatch, bound=-1, held=-1)
+    files = {s.base_offset: s.log.uri for s in probe[5].listing.segments}
+    first = next(s for s in probe[5].state.segments if files[s.base_offset] == probe[6][0])
+    records = first.record_count if first.record_count is not None else first.next_offset - first.base_offset
+    out, staged, _, key_hash_decodes, full_decodes, _, dirty = _run(
+        source, "under", 0, monkeypatch, bound=-1, held=records * cleaning.ROW_BYTES_AT_LEAST - 1)
+    assert staged == probe[1] and key_hash_decodes == {uri: 1 for uri in dirty}
+    assert all(full_decodes[uri] == 1 for uri in dirty)
+    at = _run(source, "at", 0, monkeypatch, bound=-1, held=records * cleaning.ROW_BYTES_AT_LEAST)
+    assert dirty[0] not in at[3]  # at the estimate it is decoded in full (and, holding more, not kept)
+
+
+def test_a_decoded_row_holds_at_least_row_bytes_at_least_besides_its_key(tmp_path):
+    source = _source(tmp_path)
+    for seg in list_log_dir(LocalStorage(), str(source)).partitions[(TOPIC, 0)].segments[:3]:
+        records, headers = decode_segment_and_headers(Path(seg.log.uri).read_bytes(), value_refs=True)
+        decoded = cleaning._Decoded(b"", records, headers, hash_keys(records.column("key")))
+        key_bytes = sum(len(k) for k in records.column("key").to_pylist() if k is not None)
+        assert (decoded.held_bytes - key_bytes) / records.num_rows >= cleaning.ROW_BYTES_AT_LEAST
 
 
 def test_a_clean_that_fails_closes_what_the_map_s_pass_kept(tmp_path, monkeypatch):
