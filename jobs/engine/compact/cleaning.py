@@ -52,7 +52,7 @@ SINGLE_DECODE_BYTES = 4 << 20
 
 #: Larger dirty ranges: the map's pass decodes its dirty segments in full, in offset order, and keeps those decodes
 #: for the clean while they hold at most this many bytes of rows in all (values stay in the memory-mapped segment
-#: as references, so a 1 KB-value segment of 128 MiB holds about 13 MiB of rows). Each segment kept is mapped and
+#: as references, so a 1 KB-value segment of 128 MiB holds about 19 MiB of rows). Each segment kept is mapped and
 #: decoded, and its CRCs checked, once instead of twice. Beyond the bound the map's pass takes each segment's key
 #: hashes alone and the clean decodes it again, as for any dirty range before. What is kept is small beside the
 #: two segment groups' worth a clean holds anyway.
