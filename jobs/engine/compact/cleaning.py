@@ -374,15 +374,11 @@ class PartitionCleaner:
             data = segment_bytes(self.task, self.files[base].log)
             records, headers = self.decode(data, base)
             return _Decoded(data, records, headers, hash_keys(records.column("key")))
-        release = ExitStack()
-        try:
-            data = release.enter_context(self.mapped(base))
+        with ExitStack() as stack:  # closed here if the decode fails, else handed to the result
+            data = stack.enter_context(self.mapped(base))
             records, headers = self.decode(data, base)
             release_mapped_pages(data)
-            return _Decoded(data, records, headers, hash_keys(records.column("key")), release)
-        except BaseException:
-            release.close()
-            raise
+            return _Decoded(data, records, headers, hash_keys(records.column("key")), stack.pop_all())
 
     def _may_hold(self, segment: SegmentInfo) -> bool:
         """Whether segment ``segment``, decoded, might be kept within the bounds (see :data:`ROW_BYTES_AT_LEAST`):
@@ -390,16 +386,17 @@ class PartitionCleaner:
         records = segment.record_count
         if records is None:
             records = segment.next_offset - segment.base_offset
-        held = sum(d.held_bytes for d in self.decoded.values())
-        return (len(self.decoded) < HELD_DECODE_SEGMENTS
-                and held + records * ROW_BYTES_AT_LEAST <= HELD_DECODE_BYTES)
+        return self._fits(records * ROW_BYTES_AT_LEAST)
 
     def _hold(self, decoded: _Decoded) -> bool:
-        """Whether the map's pass may keep ``decoded`` for the clean: within :data:`HELD_DECODE_BYTES` and
-        :data:`HELD_DECODE_SEGMENTS` with what it keeps already."""
+        """Whether the map's pass may keep ``decoded`` for the clean."""
+        return self._fits(decoded.held_bytes)
+
+    def _fits(self, more: int) -> bool:
+        """Whether one more decode of ``more`` bytes stays within :data:`HELD_DECODE_BYTES` and
+        :data:`HELD_DECODE_SEGMENTS` with what the map's pass keeps already."""
         held = sum(d.held_bytes for d in self.decoded.values())
-        return (len(self.decoded) < HELD_DECODE_SEGMENTS
-                and held + decoded.held_bytes <= HELD_DECODE_BYTES)
+        return len(self.decoded) < HELD_DECODE_SEGMENTS and held + more <= HELD_DECODE_BYTES
 
     def clean_group(self, group, omap) -> GroupRun:
         """Clean one group from its source bytes; stage (or, in a dry run, measure) it when it changed.
