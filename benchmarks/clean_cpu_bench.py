@@ -226,8 +226,9 @@ def _measure_in_new_process(checkout: Path, log_dir: Path, repeat: int) -> dict[
     return json.loads(out.strip().splitlines()[-1])
 
 
-def _mb_per_cpu_s(nbytes: int, seconds: float) -> float:
-    return round(nbytes / seconds / 1e6, 1) if seconds > 0 else float("inf")
+def _mb_per_cpu_s(nbytes: int, seconds: float) -> float | None:
+    """None for a part that took no time (no codec; no segment left for the clean to decode): JSON has no infinity."""
+    return round(nbytes / seconds / 1e6, 1) if seconds > 0 else None
 
 
 def _rows(codec: str, label: str, m: dict[str, Any], load: str) -> list[dict]:

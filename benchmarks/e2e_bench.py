@@ -48,7 +48,7 @@ from benchmarks.compact_bench import CONFIG_TOML
 
 TARGET_VS_FLOOR = 1.5
 DEFAULT_REPEAT = 3
-_LINE = re.compile(r"^\[compact\s+[\d.]+s\] (.*)$")
+_LINE = re.compile(r"^\[\w+\s+[\d.]+s\] (.*)$")  #: a progress line: ``[compact   12.3s] ...``
 #: Timeline lines kept per run: the first and last few (a run over many partitions has a line per partition).
 _TIMELINE_HEAD, _TIMELINE_TAIL = 8, 6
 
@@ -106,6 +106,12 @@ class Run:
     load: str
     output_bytes: int
 
+    def longest_silence(self) -> float:
+        """The longest stretch without a progress line: from the start to the first, between two, or from the
+        last to the exit."""
+        stamps = [0.0, *(t for t, _ in self.lines), self.wall_s]
+        return max(b - a for a, b in zip(stamps, stamps[1:]))
+
     def timeline(self) -> str:
         """The run's progress lines with their times, the start-up and the exit: one string for a row."""
         marks = [f"{t:.1f}s {text[:90]}" for t, text in self.lines]
@@ -123,8 +129,14 @@ def _load() -> str:
 def compact_in_a_new_process(log_dir: Path, config: Path, env: Mapping[str, str] | None = None) -> Run:
     """``segjobs compact --log-dir log_dir --config config`` as a user runs it; every stderr line timed as it
     arrives. ``env``: variables set for this run only (none by default: the environment this benchmark runs in)."""
-    cmd = [str(Path(sys.executable).with_name("segjobs")), "compact", "--log-dir", str(log_dir), "--config",
-           str(config)]
+    return segjobs_in_a_new_process(["compact", "--log-dir", str(log_dir), "--config", str(config)], log_dir, env)
+
+
+def segjobs_in_a_new_process(args: list[str], log_dir: Path, env: Mapping[str, str] | None = None) -> Run:
+    """``segjobs *args`` in a new process, its progress lines timed as they arrive on stderr (stdout discarded);
+    the run's ``output_bytes`` are the segment bytes in ``log_dir`` when it ended. Raises with the last lines of
+    stderr when it exits non-zero."""
+    cmd = [str(Path(sys.executable).with_name("segjobs")), *args]
     load = _load()
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

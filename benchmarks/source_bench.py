@@ -20,6 +20,10 @@ workers and the decoder's compiled kernels):
 * ``groupBy(key).count()``: every key crosses into the JVM and is shuffled.
 * ``sum(length(value))``: forces a full read of every value on both sides; the fairest like-for-like row.
 
+Before the session starts, ``segjobs inspect`` scans the small segments' dir in a new process, three times:
+its wall time, its scan rate (bytes over the time from Spark's start to its last progress line) and the longest
+time it printed nothing. Target: 10x the 0.6 MB/s issue 34 found, never silent for more than 5 s.
+
 Without ``--quick``, one more row reads the small segments one task per segment (``maxSplitBytes`` of one byte:
 nothing packed), as the source did before it packed them: the ratio packing buys.
 
@@ -60,6 +64,9 @@ from benchmarks.memory import PeakTreeRss
 
 TARGET_COUNT_MB_PER_S = 500
 TARGET_PRUNED_MB_PER_S = 1000
+#: inspect over the small segments: 10x the scan rate issue 34 found (0.6 MB/s), and never silent for long
+TARGET_INSPECT_MB_PER_S = 6.0
+TARGET_INSPECT_SILENCE_S = 5.0
 SMALL_SEGMENT_BYTES = 25_000
 SMALL_DIR_BYTES = 43_000_000
 SMALL_BATCH_RECORDS = 24  #: one 24.7 KB batch a segment: 1,720 or so segments in 43 MB
@@ -146,6 +153,28 @@ def _dir_rows(spark: Any, label: str, src: Path, parquet: Path, gen: Any, repeat
     return rows
 
 
+def _inspect_rows(label: str, log_dir: Path, repeat: int) -> list[dict]:
+    """``segjobs inspect`` of ``log_dir`` in a new process, as a user runs it (default options), ``repeat``
+    times: wall time, the scan's rate (log bytes over the time from Spark's start to the last progress line, the
+    way the command's own summary counts it) and the longest stretch without a progress line; the median run."""
+    from benchmarks.e2e_bench import segjobs_in_a_new_process
+
+    input_bytes = sum(f.stat().st_size for f in log_files(log_dir))
+    runs = []
+    for _ in range(repeat):
+        run = segjobs_in_a_new_process(["inspect", "--log-dir", str(log_dir), "--format", "json"], log_dir)
+        ready = next((t for t, line in run.lines if line.startswith("Spark ready")), 0.0)  # no Spark: 0
+        runs.append((run.wall_s, input_bytes / (run.lines[-1][0] - ready) / 1e6, run.longest_silence(), run))
+    wall, mb_s, silence, run = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+    return [{"bench": f"{label}: segjobs inspect, new process, default options (median of {repeat})",
+             "wall_s": round(wall, 1), "wall_min_max_s": f"{min(r[0] for r in runs):.1f}-{max(r[0] for r in runs):.1f}",
+             "scan_MB_per_s": round(mb_s, 1), "longest_silence_s": round(silence, 1), "load": run.load,
+             "timeline": run.timeline(),
+             "target": f">= {TARGET_INSPECT_MB_PER_S} MB/s (10x the 0.6 MB/s of issue 34), "
+                       f"silent <= {TARGET_INSPECT_SILENCE_S} s",
+             "result": verdict(mb_s >= TARGET_INSPECT_MB_PER_S and silence <= TARGET_INSPECT_SILENCE_S)}]
+
+
 def _users_session() -> tuple[Any, float]:
     """The section's session, with the JVM's default JIT as a user's own session has it (module docstring)."""
     from jobs.engine.runtime.spark_session import JIT_OPTS_ENV
@@ -213,6 +242,7 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data"), baseline: Path
                                                 segment_bytes=SMALL_SEGMENT_BYTES, batch_records=SMALL_BATCH_RECORDS)
         rows: list[dict] = [{"bench": "generate both log dirs (untimed set-up)",
                              "seconds": round(large_s + small_s, 1)}]
+        rows += _inspect_rows(f"{small.segments:,} small segments", root / "small-segments", repeat=3)
         spark, startup_s = _users_session()
         rows.append({"bench": "Spark start-up (local[2], excluded from query times)", "seconds": round(startup_s, 1),
                      "jvm_jit": _jit_of(spark)})
