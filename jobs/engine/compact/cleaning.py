@@ -55,7 +55,10 @@ SINGLE_DECODE_BYTES = 4 << 20
 #: as references, so a 1 KB-value segment of 128 MiB holds about 19 MiB of rows). Each segment kept is mapped and
 #: decoded, and its CRCs checked, once instead of twice. Beyond the bound the map's pass takes each segment's key
 #: hashes alone and the clean decodes it again, as for any dirty range before. What is kept is small beside the
-#: two segment groups' worth a clean holds anyway.
+#: two segment groups' worth a clean holds anyway. The dirty segments of the first group the clean takes are kept
+#: beyond this bound: its clean holds their rows at once anyway, so keeping them from the map's pass on adds
+#: nothing to the task's peak (the map's pass holds them, the map and one more segment's key hashes; the clean
+#: holds them, the map and the rows it keeps).
 HELD_DECODE_BYTES = 64 << 20
 
 #: At most this many decoded segments are kept (each keeps its mapping, and with it a file descriptor, open).
@@ -271,6 +274,9 @@ class PartitionCleaner:
         self.staged_written = staged_written
         #: dirty segments the map's pass decoded in full, by base offset (a small partition's, see build_map)
         self.decoded: dict[int, _Decoded] = {}
+        #: the segments of the first group the clean takes when the map holds the whole dirty range (see
+        #: HELD_DECODE_BYTES)
+        self.first_group = {s.base_offset for s in task.plan.groups[0]} if task.plan.groups else set()
         #: on an object store, the dirty segments of a larger dirty range, fetched once by the map's pass and read
         #: from the task's local copies by the clean (see build_map)
         self.spool: TaskSpool | None = None
@@ -347,7 +353,7 @@ class PartitionCleaner:
                 holding = holding and self._may_hold(s)
                 if once or holding:
                     decoded = self._decode_whole(s.base_offset, mapped=not once)
-                    if once or self._hold(decoded):
+                    if once or self._hold(s.base_offset, decoded):
                         self.decoded[s.base_offset] = decoded
                     else:  # over the bound: this one maps, and is decoded again by its clean; so are the rest
                         decoded.release.close()
@@ -386,17 +392,21 @@ class PartitionCleaner:
         records = segment.record_count
         if records is None:
             records = segment.next_offset - segment.base_offset
-        return self._fits(records * ROW_BYTES_AT_LEAST)
+        return self._fits(segment.base_offset, records * ROW_BYTES_AT_LEAST)
 
-    def _hold(self, decoded: _Decoded) -> bool:
-        """Whether the map's pass may keep ``decoded`` for the clean."""
-        return self._fits(decoded.held_bytes)
+    def _hold(self, base: int, decoded: _Decoded) -> bool:
+        """Whether the map's pass may keep ``decoded``, segment ``base`` decoded, for the clean."""
+        return self._fits(base, decoded.held_bytes)
 
-    def _fits(self, more: int) -> bool:
-        """Whether one more decode of ``more`` bytes stays within :data:`HELD_DECODE_BYTES` and
-        :data:`HELD_DECODE_SEGMENTS` with what the map's pass keeps already."""
-        held = sum(d.held_bytes for d in self.decoded.values())
-        return len(self.decoded) < HELD_DECODE_SEGMENTS and held + more <= HELD_DECODE_BYTES
+    def _fits(self, base: int, more: int) -> bool:
+        """Whether segment ``base``'s decode of ``more`` bytes may be kept with what the map's pass keeps already:
+        within :data:`HELD_DECODE_SEGMENTS`, and within :data:`HELD_DECODE_BYTES` unless it is of the first group."""
+        if len(self.decoded) >= HELD_DECODE_SEGMENTS:
+            return False
+        if base in self.first_group:
+            return True
+        held = sum(d.held_bytes for b, d in self.decoded.items() if b not in self.first_group)
+        return held + more <= HELD_DECODE_BYTES
 
     def clean_group(self, group, omap) -> GroupRun:
         """Clean one group from its source bytes; stage (or, in a dry run, measure) it when it changed.

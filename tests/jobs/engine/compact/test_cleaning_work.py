@@ -60,7 +60,7 @@ def _run(source: Path, name: str, partition: int, monkeypatch, *, bound: int, he
          max_keys: int | None = None, checkpoint: int | None = None, config: TopicConfig | None = None,
          ok: bool = True):
     """``compact_partition`` on a copy of ``source`` with ``SINGLE_DECODE_BYTES = bound`` and
-    ``HELD_DECODE_BYTES = held`` (by default nothing held: a range over ``bound`` is decoded twice): its outcome,
+    ``HELD_DECODE_BYTES = held`` (by default, -1, nothing held: a range over ``bound`` is decoded twice): its outcome,
     the staged files' bytes, the map it built, how many times each dirty segment was decoded for the map (key hashes),
     how many times each segment was decoded in full, the task and the dirty segments."""
     log_dir = source.parent / name
@@ -89,6 +89,8 @@ def _run(source: Path, name: str, partition: int, monkeypatch, *, bound: int, he
         m.setattr(cleaning.PartitionCleaner, "mapped", mapped)
         m.setattr(cleaning, "SINGLE_DECODE_BYTES", bound)
         m.setattr(cleaning, "HELD_DECODE_BYTES", held)
+        if held < 0:  # nothing held at all, the first group's segments neither
+            m.setattr(cleaning, "HELD_DECODE_SEGMENTS", 0)
         m.setattr(cleaning, "build_offset_map", build_offset_map)
         m.setattr(cleaning, "decode_key_hashes_bytes", spy(key_hash_decodes, cleaning.decode_key_hashes_bytes))
         m.setattr(cleaning, "decode_segment_and_headers", spy(full_decodes, cleaning.decode_segment_and_headers))
@@ -193,41 +195,64 @@ def test_held_decodes_give_the_map_bytes_and_counts_of_two(tmp_path, monkeypatch
     assert twice[3] == {uri: 1 for uri in twice[6]}
 
 
+#: groups of one 16 KiB segment each: the first group the clean takes is the first segment alone
+ONE_SEGMENT_GROUPS = TopicConfig.from_settings({"cleanup.policy": "compact", "segment.bytes": 20_000})
+
+
 @pytest.mark.parametrize("limit", ["bytes", "segments"])
 def test_held_decodes_stop_at_their_bound_and_the_rest_is_decoded_twice(tmp_path, monkeypatch, limit):
-    # each kept decode counted as 1,000 bytes: a bound of 3,000 bytes, or of 3 segments, keeps the first three
-    # dirty segments. Over the bytes, the fourth is decoded in full for the map, found over the bound and decoded
-    # again by its clean; over the count, it is known before: the map's pass takes only its key hashes, as of the
-    # rest
+    # each kept decode counted as 1,000 bytes. The first segment is the first group's, kept whatever the bytes; a
+    # bound of 3,000 bytes keeps the next three, and the fifth is decoded in full for the map, found over the
+    # bound and decoded again by its clean. A bound of 3 segments keeps the first three, and the fourth is known
+    # to be over it before its decode: the map's pass takes only its key hashes, as of the rest.
     source = _source(tmp_path)
     monkeypatch.setattr(cleaning._Decoded, "held_bytes", property(lambda self: 1_000))
     monkeypatch.setattr(cleaning, "ROW_BYTES_AT_LEAST", 0)  # no estimate before the decode: the count decides
     if limit == "segments":
         monkeypatch.setattr(cleaning, "HELD_DECODE_SEGMENTS", 3)
-    held = _run(source, "held", 0, monkeypatch, bound=-1, held=3_000 if limit == "bytes" else HELD)
-    twice = _run(source, "twice", 0, monkeypatch, bound=-1, held=-1)
+    held = _run(source, "held", 0, monkeypatch, bound=-1, held=3_000 if limit == "bytes" else HELD,
+                config=ONE_SEGMENT_GROUPS)
+    twice = _run(source, "twice", 0, monkeypatch, bound=-1, held=-1, config=ONE_SEGMENT_GROUPS)
     out, staged, _, key_hash_decodes, full_decodes, _, dirty = held
-    assert len(dirty) > 5
+    assert len(dirty) > 6
     assert staged and staged == twice[1] and _outcome(out) == _outcome(twice[0])
-    fourth = 2 if limit == "bytes" else 1
-    assert key_hash_decodes == {uri: 1 for uri in dirty[3 if limit == "segments" else 4:]}
-    assert [full_decodes[uri] for uri in dirty] == [1, 1, 1, fourth] + [1] * (len(dirty) - 4)
+    kept = 4 if limit == "bytes" else 3
+    assert key_hash_decodes == {uri: 1 for uri in dirty[kept + (limit == "bytes"):]}
+    assert [full_decodes[uri] for uri in dirty] == \
+        [1] * kept + [2 if limit == "bytes" else 1] + [1] * (len(dirty) - kept - 1)
+
+
+def test_the_first_group_s_segments_are_kept_beyond_the_bytes_bound(tmp_path, monkeypatch):
+    # one group holds every segment (Kafka's default segment.bytes): its clean holds all their rows at once
+    # anyway, so the map's pass keeps every decode whatever HELD_DECODE_BYTES says
+    source = _source(tmp_path)
+    held = _run(source, "held", 0, monkeypatch, bound=-1, held=0)
+    twice = _run(source, "twice", 0, monkeypatch, bound=-1, held=-1)
+    out, staged, _, key_hash_decodes, full_decodes, task, dirty = held
+    assert len(task.plan.groups) == 1 and staged and staged == twice[1] and _outcome(out) == _outcome(twice[0])
+    assert key_hash_decodes == {} and all(full_decodes[uri] == 1 for uri in dirty)
+    # with one segment a group, only the first is kept: the others go to the map as key hashes
+    small = _run(source, "small", 0, monkeypatch, bound=-1, held=0, config=ONE_SEGMENT_GROUPS)
+    assert small[3] == {uri: 1 for uri in small[6][1:]}
 
 
 def test_a_segment_whose_rows_could_not_fit_is_not_decoded_in_full_by_the_map_s_pass(tmp_path, monkeypatch):
-    # a bound one byte below what the first dirty segment's rows hold at the least: the map's pass takes its key
-    # hashes alone (and so of every later one), as without held decodes, rather than decoding it to drop it
+    # the second dirty segment (the first outside the first group): a bound one byte below what its rows hold at
+    # the least, and the map's pass takes its key hashes alone (and so of every later one), rather than decoding
+    # it to drop it
     source = _source(tmp_path)
-    probe = _run(source, "probe", 0, monkeypatch, bound=-1, held=-1)
+    probe = _run(source, "probe", 0, monkeypatch, bound=-1, held=-1, config=ONE_SEGMENT_GROUPS)
     files = {s.base_offset: s.log.uri for s in probe[5].listing.segments}
-    first = next(s for s in probe[5].state.segments if files[s.base_offset] == probe[6][0])
-    records = first.record_count if first.record_count is not None else first.next_offset - first.base_offset
+    second = next(s for s in probe[5].state.segments if files[s.base_offset] == probe[6][1])
+    records = second.record_count if second.record_count is not None else second.next_offset - second.base_offset
     out, staged, _, key_hash_decodes, full_decodes, _, dirty = _run(
-        source, "under", 0, monkeypatch, bound=-1, held=records * cleaning.ROW_BYTES_AT_LEAST - 1)
-    assert staged == probe[1] and key_hash_decodes == {uri: 1 for uri in dirty}
+        source, "under", 0, monkeypatch, bound=-1, held=records * cleaning.ROW_BYTES_AT_LEAST - 1,
+        config=ONE_SEGMENT_GROUPS)
+    assert staged == probe[1] and key_hash_decodes == {uri: 1 for uri in dirty[1:]}
     assert all(full_decodes[uri] == 1 for uri in dirty)
-    at = _run(source, "at", 0, monkeypatch, bound=-1, held=records * cleaning.ROW_BYTES_AT_LEAST)
-    assert dirty[0] not in at[3]  # at the estimate it is decoded in full (and, holding more, not kept)
+    at = _run(source, "at", 0, monkeypatch, bound=-1, held=records * cleaning.ROW_BYTES_AT_LEAST,
+              config=ONE_SEGMENT_GROUPS)
+    assert dirty[1] not in at[3]  # at the estimate it is decoded in full (and, holding more, not kept)
 
 
 def test_a_decoded_row_holds_at_least_row_bytes_at_least_besides_its_key(tmp_path):
