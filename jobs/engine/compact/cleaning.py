@@ -428,7 +428,8 @@ class PartitionCleaner:
         task, storage = self.task, self.task.storage
         bases = [s.base_offset for s in group]
         sources: dict[int, bytes] = {}
-        tables, empties, corrupt_indexes, hashes = [], [], [], []
+        tables, empties, corrupt_indexes = [], [], []
+        hashes: list[tuple[np.ndarray, np.ndarray] | None] = []  # known from the map's pass, else None
         for s in group:
             cached = self.decoded.pop(s.base_offset, None)
             if cached is not None:

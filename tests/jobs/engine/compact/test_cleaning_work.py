@@ -245,7 +245,7 @@ def test_a_segment_whose_rows_could_not_fit_is_not_decoded_in_full_by_the_map_s_
     files = {s.base_offset: s.log.uri for s in probe[5].listing.segments}
     second = next(s for s in probe[5].state.segments if files[s.base_offset] == probe[6][1])
     records = second.record_count if second.record_count is not None else second.next_offset - second.base_offset
-    out, staged, _, key_hash_decodes, full_decodes, _, dirty = _run(
+    _, staged, _, key_hash_decodes, full_decodes, _, dirty = _run(
         source, "under", 0, monkeypatch, bound=-1, held=records * cleaning.ROW_BYTES_AT_LEAST - 1,
         config=ONE_SEGMENT_GROUPS)
     assert staged == probe[1] and key_hash_decodes == {uri: 1 for uri in dirty[1:]}
