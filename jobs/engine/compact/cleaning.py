@@ -7,6 +7,7 @@ data; the drivers are :mod:`jobs.engine.compact.driver` and :mod:`jobs.engine.co
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import threading
 import time
@@ -56,12 +57,14 @@ SINGLE_DECODE_BYTES = 4 << 20
 #: decoded, and its CRCs checked, once instead of twice. Beyond the bound the map's pass takes each segment's key
 #: hashes alone and the clean decodes it again, as for any dirty range before. What is kept is small beside the
 #: two segment groups' worth a clean holds anyway. The dirty segments of the first group the clean takes are kept
-#: beyond this bound: its clean holds their rows at once anyway, so keeping them from the map's pass on adds
-#: nothing to the task's peak (the map's pass holds them, the map and one more segment's key hashes; the clean
-#: holds them, the map and the rows it keeps).
+#: beyond this bound: that clean holds their rows at once anyway. The map's pass then holds them, what it keeps
+#: within this bound, the map and one more segment's decode; the first group's clean holds them, the same kept
+#: rows, the map and the rows it keeps. A segment's bytes that are not mapped (an object store's, when the task
+#: has no room to spool them) count as rows. A task that may hand its partition over to external-sort keeps
+#: nothing: its clean may never come.
 HELD_DECODE_BYTES = 64 << 20
 
-#: At most this many decoded segments are kept (each keeps its mapping, and with it a file descriptor, open).
+#: At most this many decoded segments are kept (each keeps its mapping, and with it two file descriptors, open).
 HELD_DECODE_SEGMENTS = 32
 
 #: What a decoded row holds at least, whatever its key: its fixed-width columns (about 117 bytes) and its key hash
@@ -258,8 +261,11 @@ class _Decoded:
 
     @property
     def held_bytes(self) -> int:
+        """The memory kept: rows, headers and key hashes, and the segment's bytes unless they are mapped (mapped
+        pages are let go once decoded)."""
+        unmapped = 0 if isinstance(self.data, mmap.mmap) else len(self.data)
         return (self.records.nbytes + sum(getattr(self.headers, name).nbytes for name in HEADER_ARRAYS)
-                + self.key_hashes[0].nbytes + self.key_hashes[1].nbytes)
+                + self.key_hashes[0].nbytes + self.key_hashes[1].nbytes + unmapped)
 
 
 class PartitionCleaner:
@@ -348,7 +354,7 @@ class PartitionCleaner:
                 if self.task.host_spool is None or self.task.host_spool.find(f) is None])
 
         def tables():
-            holding = True
+            holding = collector is None  # a partition that may be handed over keeps nothing (HELD_DECODE_BYTES)
             for s in dirty:
                 holding = holding and self._may_hold(s)
                 if once or holding:

@@ -236,6 +236,61 @@ def test_the_first_group_s_segments_are_kept_beyond_the_bytes_bound(tmp_path, mo
     assert small[3] == {uri: 1 for uri in small[6][1:]}
 
 
+def test_a_group_of_kept_and_decoded_again_segments_is_cleaned_as_one_decoded_twice(tmp_path, monkeypatch):
+    # groups of a few segments; the second group has a kept segment and others the clean decodes, whose key
+    # hashes the clean computes beside the kept ones
+    source = _source(tmp_path)
+    config = TopicConfig.from_settings({"cleanup.policy": "compact", "segment.bytes": 40_000})
+    twice = _run(source, "twice", 0, monkeypatch, bound=-1, held=-1, config=config)
+    first, second = (len(g) for g in twice[5].plan.groups[:2])
+    assert second >= 2
+    # every segment of the first group kept, and one more: the second group's first
+    monkeypatch.setattr(cleaning, "HELD_DECODE_SEGMENTS", first + 1)
+    out, staged, _, key_hash_decodes, full_decodes, _, dirty = _run(source, "held", 0, monkeypatch, bound=-1,
+                                                                     held=HELD, config=config)
+    assert staged and staged == twice[1] and _outcome(out) == _outcome(twice[0])
+    assert key_hash_decodes == {uri: 1 for uri in dirty[first + 1:]} and all(full_decodes[uri] == 1 for uri in dirty)
+
+
+def test_a_map_that_fills_with_kept_decodes_gives_the_same_round(tmp_path, monkeypatch):
+    source = _source(tmp_path)
+    held = _run(source, "held", 0, monkeypatch, bound=-1, held=HELD, max_keys=300)
+    twice = _run(source, "twice", 0, monkeypatch, bound=-1, held=-1, max_keys=300)
+    assert held[2].full and held[1] and held[1] == twice[1] and _outcome(held[0]) == _outcome(twice[0])
+    _same_map(held[2], twice[2], held[5])
+
+
+def test_a_task_that_may_hand_over_keeps_no_decode(tmp_path, monkeypatch):
+    # memory first: a map that fills hands the partition over to external-sort, and no clean comes for what a
+    # map's pass would have kept
+    source = _source(tmp_path)
+    calls = []
+    real = cleaning.PartitionCleaner._decode_whole
+    monkeypatch.setattr(cleaning.PartitionCleaner, "_decode_whole",
+                        lambda self, base, **kw: calls.append(base) or real(self, base, **kw))
+    task = partition_task(source, TOPIC, 0, NOW)
+    cleaner = cleaning.PartitionCleaner(task, [])
+    with monkeypatch.context() as m:
+        m.setattr(cleaning, "SINGLE_DECODE_BYTES", -1)
+        omap = cleaner.build_map(_Collector())
+    assert omap.records_read > 0 and calls == [] and cleaner.decoded == {}
+    cleaner.close()
+
+
+class _Collector:
+    """A hand-over's collector that keeps nothing (see PieceCollector)."""
+
+    def add(self, base_offset, table) -> None:
+        pass
+
+
+def test_a_segment_s_bytes_that_are_not_mapped_count_as_held():
+    records, headers = decode_segment_and_headers(b"", value_refs=True)
+    hashes = hash_keys(records.column("key"))
+    assert cleaning._Decoded(b"x" * 1000, records, headers, hashes).held_bytes == \
+        cleaning._Decoded(b"", records, headers, hashes).held_bytes + 1000
+
+
 def test_a_segment_whose_rows_could_not_fit_is_not_decoded_in_full_by_the_map_s_pass(tmp_path, monkeypatch):
     # the second dirty segment (the first outside the first group): a bound one byte below what its rows hold at
     # the least, and the map's pass takes its key hashes alone (and so of every later one), rather than decoding
@@ -252,7 +307,8 @@ def test_a_segment_whose_rows_could_not_fit_is_not_decoded_in_full_by_the_map_s_
     assert all(full_decodes[uri] == 1 for uri in dirty)
     at = _run(source, "at", 0, monkeypatch, bound=-1, held=records * cleaning.ROW_BYTES_AT_LEAST,
               config=ONE_SEGMENT_GROUPS)
-    assert dirty[1] not in at[3]  # at the estimate it is decoded in full (and, holding more, not kept)
+    second_there = at[6][1]  # the same segment in the "at" run's copy
+    assert second_there not in at[3] and at[4][second_there] == 2  # at the estimate: decoded in full, dropped, again
 
 
 def test_a_decoded_row_holds_at_least_row_bytes_at_least_besides_its_key(tmp_path):
