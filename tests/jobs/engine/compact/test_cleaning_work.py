@@ -142,12 +142,19 @@ def _outcome(out):
         out.map_full
 
 
+HELD = 64 << 20  #: a bound that holds every dirty segment of these partitions
+
+
+@pytest.mark.parametrize("how", ["small range", "held"])
 @pytest.mark.parametrize("checkpoint", [None, "segment", "inside"])
 @pytest.mark.parametrize("partition", [0, 1])
-def test_one_decode_gives_the_map_bytes_and_counts_of_two(tmp_path, monkeypatch, checkpoint, partition):
+def test_one_decode_gives_the_map_bytes_and_counts_of_two(tmp_path, monkeypatch, checkpoint, partition, how):
+    # "small range": a dirty range within SINGLE_DECODE_BYTES, read whole; "held": over it, its segments mapped,
+    # decoded once and kept for the clean
     source = _source(tmp_path)
     at = _checkpoint(source, partition, checkpoint)
-    once = _run(source, "once", partition, monkeypatch, bound=cleaning.SINGLE_DECODE_BYTES, checkpoint=at)
+    bounds = {"bound": cleaning.SINGLE_DECODE_BYTES} if how == "small range" else {"bound": -1, "held": HELD}
+    once = _run(source, "once", partition, monkeypatch, checkpoint=at, **bounds)
     twice = _run(source, "twice", partition, monkeypatch, bound=-1, checkpoint=at)
     out, staged, omap, key_hash_decodes, full_decodes, task, dirty = once
     assert staged and staged == twice[1]
@@ -173,26 +180,6 @@ def test_a_map_that_fills_gives_the_same_round(tmp_path, monkeypatch):
     task = once[5]
     in_round = {f.log.uri for f in task.listing.segments if f.base_offset < once[2].end_offset}
     assert in_round and not in_round & set(once[3]) and all(once[4][uri] == 1 for uri in in_round)
-
-
-HELD = 64 << 20  #: a bound that holds every dirty segment of these partitions
-
-
-@pytest.mark.parametrize("checkpoint", [None, "segment", "inside"])
-@pytest.mark.parametrize("partition", [0, 1])
-def test_held_decodes_give_the_map_bytes_and_counts_of_two(tmp_path, monkeypatch, checkpoint, partition):
-    # a dirty range over SINGLE_DECODE_BYTES: its segments are mapped, decoded once and kept for the clean
-    source = _source(tmp_path)
-    at = _checkpoint(source, partition, checkpoint)
-    held = _run(source, "held", partition, monkeypatch, bound=-1, held=HELD, checkpoint=at)
-    twice = _run(source, "twice", partition, monkeypatch, bound=-1, held=-1, checkpoint=at)
-    out, staged, omap, key_hash_decodes, full_decodes, task, dirty = held
-    assert staged and staged == twice[1]
-    assert _outcome(out) == _outcome(twice[0])
-    assert out.stats["duplicates_removed"] > 0 and out.stats["aborted_records_removed"] > 0
-    _same_map(omap, twice[2], task)
-    assert key_hash_decodes == {} and all(full_decodes[uri] == 1 for uri in dirty)
-    assert twice[3] == {uri: 1 for uri in twice[6]}
 
 
 #: groups of one 16 KiB segment each: the first group the clean takes is the first segment alone
