@@ -137,8 +137,9 @@ def run_until_killed(home: Path, ck: Any) -> KilledCopy:
 
 
 def retry_copy(killed: KilledCopy) -> str:
-    """Start the node again (the gate gone), wait until it has copied the killed copy's segment again, finished it
-    and deleted it locally, and stop it cleanly; the new copy's stem."""
+    """Start the node again (the gate gone), wait until it has copied the killed copy's segment again (and the
+    closed segments after it), finished those copies and deleted the segments locally, and stop it cleanly; the
+    new copy's stem."""
     broker = killed.broker
 
     def retried() -> str | None:
@@ -146,10 +147,21 @@ def retry_copy(killed: KilledCopy) -> str:
         return next((s for s in complete_copies(killed.remote) if s.split("-", 1)[1] in done
                      and int(s.split("-", 1)[0]) == killed.start_offset and s != killed.stem), None)
 
+    def settled() -> bool:
+        # The killed copy's segment is not the last one to copy: the segments after it are copied next. A stop
+        # before they are would cut a copy short and leave a second dangling start. Settled: every segment but
+        # the active one copied and deleted locally (local.retention.ms=1), and no copy in flight (none starts
+        # after that: no record is produced after the restart).
+        if len(list(killed.partition_dir().glob("*.log"))) != 1:
+            return False
+        with contextlib.suppress(CorruptRecordError, FileNotFoundError):
+            return not set(started_segments(broker)) - finished_ids(broker) - {killed.segment_id}
+        return False  # read while a batch was being written: look again
+
     with broker.running():
-        wait_for(lambda: retried() is not None
-                 and not (killed.partition_dir() / f"{killed.start_offset:020d}.log").exists(),
-                 "the killed copy's segment copied again and deleted locally", timeout=180)
+        wait_for(lambda: retried() is not None and settled(),
+                 "the killed copy's segment copied again, every later closed segment copied, and nothing but the "
+                 "active segment left locally", timeout=180)
         stem = retried()
     assert broker.clean, f"the stop after the retry was not clean:\n{broker.tail()}"
     assert stem is not None
