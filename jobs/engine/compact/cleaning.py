@@ -342,7 +342,7 @@ class PartitionCleaner:
         Dirty segments of at most :data:`SINGLE_DECODE_BYTES` in all are read whole and decoded in full, once: the
         map is built from that decode and :meth:`clean_group` cleans from it. Of larger ones, the first are mapped
         and decoded in full, and kept for the clean, while they hold at most :data:`HELD_DECODE_BYTES` of rows
-        (:meth:`_may_hold` before a decode, :meth:`_hold` after it); the rest give the map their key hashes alone.
+        (:meth:`_may_hold` before a decode, :meth:`_fits` after it); the rest give the map their key hashes alone.
         On an object store, a larger range's segments are fetched once, into the task's spool
         (:class:`~segment_io.storage.spool.TaskSpool`), which the clean reads them from."""
         plan = self.task.plan
@@ -359,7 +359,7 @@ class PartitionCleaner:
                 holding = holding and self._may_hold(s)
                 if once or holding:
                     decoded = self._decode_whole(s.base_offset, mapped=not once)
-                    if once or self._hold(s.base_offset, decoded):
+                    if once or self._fits(s.base_offset, decoded.held_bytes):
                         self.decoded[s.base_offset] = decoded
                     else:  # over the bound: this one maps, and is decoded again by its clean; so are the rest
                         decoded.release.close()
@@ -399,10 +399,6 @@ class PartitionCleaner:
         if records is None:
             records = segment.next_offset - segment.base_offset
         return self._fits(segment.base_offset, records * ROW_BYTES_AT_LEAST)
-
-    def _hold(self, base: int, decoded: _Decoded) -> bool:
-        """Whether the map's pass may keep ``decoded``, segment ``base`` decoded, for the clean."""
-        return self._fits(base, decoded.held_bytes)
 
     def _fits(self, base: int, more: int) -> bool:
         """Whether segment ``base``'s decode of ``more`` bytes may be kept with what the map's pass keeps already:
