@@ -25,7 +25,7 @@ import socket
 import tempfile
 import time
 import uuid
-from typing import BinaryIO, ContextManager, Iterable, Iterator
+from typing import BinaryIO, ContextManager, Iterable, Iterator, Mapping
 
 from segment_io.errors import PreconditionFailedError
 from segment_io.storage.base import FileInfo, Storage, map_open
@@ -56,14 +56,18 @@ class TaskSpool:
     """Local copies of the listed objects ``files``, each fetched from ``storage`` the first time :meth:`mapped` is
     asked for it, pinned to its listed ETag (an object replaced since: :class:`PreconditionFailedError`).
     :attr:`active` is False (every read goes to the store) on local disk, for nothing to hold, or when the disk
-    lacks the room. Close it (or use it as a context manager) to remove it."""
+    lacks the room and the spool adopted no copy. Close it (or use it as a context manager) to remove it."""
 
-    def __init__(self, storage: Storage, files: Iterable[FileInfo], *, root: str | None = None) -> None:
+    def __init__(self, storage: Storage, files: Iterable[FileInfo], *, root: str | None = None,
+                 adopted: Mapping[str, str] | None = None) -> None:
+        """``adopted``: copies of some of ``files`` already on this host's disk (a scan's, by URI), which the spool
+        takes over: they are read from there, without a fetch, and removed with the spool's own copies."""
         self.storage = storage
         #: the objects held: fetched (into :attr:`_files`) when first read, until released
         self._held = {f.uri: f for f in files}
         self.dir: str | None = None
-        self._files: dict[str, str] = {}
+        #: the local copy of each object read from this host's disk, by URI: fetched into :attr:`dir`, or adopted
+        self._files: dict[str, str] = {uri: path for uri, path in (adopted or {}).items() if uri in self._held}
         if not self._held or storage.local_path(next(iter(self._held))) is not None:
             self._held = {}
             return
@@ -80,7 +84,7 @@ class TaskSpool:
 
     @property
     def active(self) -> bool:
-        return self.dir is not None
+        return self.dir is not None or bool(self._files)
 
     @contextlib.contextmanager
     def mapped(self, uri: str) -> Iterator[bytes | memoryview | mmap.mmap]:
@@ -108,9 +112,10 @@ class TaskSpool:
                 os.unlink(path)
 
     def close(self) -> None:
-        """Remove the spool and every copy in it."""
+        """Remove the spool and every copy in it, those it adopted included."""
         self._held = {}
-        self._files.clear()
+        for uri in list(self._files):
+            self.release(uri)
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
@@ -178,18 +183,28 @@ class HostSpool:
         """The spool of run ``run_id`` reading ``uri``: None on local disk, whose page cache keeps what is read."""
         return cls(run_id) if storage.local_path(uri) is None else None
 
-    def _roots(self) -> list[str]:
-        """Where this process writes copies, then where the process that made the spool did."""
-        here = spool_root()
-        return [here] if os.path.abspath(here) == os.path.abspath(self.origin_root) else [here, self.origin_root]
+    @property
+    def local_root(self) -> str:
+        """Where this process writes its copies (:func:`spool_root`): a process on the same host may look there with
+        :meth:`find`'s ``also``."""
+        return spool_root()
 
-    def _paths(self, f: FileInfo) -> list[str]:
+    def _roots(self, also: Iterable[str] = ()) -> list[str]:
+        """Where this process writes copies, then where the process that made the spool did, then ``also``."""
+        roots: list[str] = []
+        for root in (spool_root(), self.origin_root, *also):
+            if os.path.abspath(root) not in map(os.path.abspath, roots):
+                roots.append(root)
+        return roots
+
+    def _paths(self, f: FileInfo, also: Iterable[str] = ()) -> list[str]:
         digest = hashlib.sha1(f"{f.uri}\n{f.etag}\n{f.size}".encode()).hexdigest()
-        return [os.path.join(root, self.name, digest) for root in self._roots()]
+        return [os.path.join(root, self.name, digest) for root in self._roots(also)]
 
-    def find(self, f: FileInfo) -> str | None:
-        """The local copy of the listed object ``f``, or None."""
-        for path in self._paths(f):
+    def find(self, f: FileInfo, *, also: Iterable[str] = ()) -> str | None:
+        """The local copy of the listed object ``f``, or None; ``also``: more spool roots to look under (another
+        process's :attr:`local_root`, which is where its copies are when it ran on this host)."""
+        for path in self._paths(f, also):
             try:
                 if os.stat(path).st_size == f.size:
                     return path
@@ -243,9 +258,9 @@ class HostSpool:
             with contextlib.suppress(OSError):
                 os.unlink(path)
 
-    def remove(self) -> None:
-        """Remove every copy of the run on this host (the run has ended)."""
-        for root in self._roots():
+    def remove(self, *, also: Iterable[str] = ()) -> None:
+        """Remove every copy of the run on this host (the run has ended), under ``also`` too (as :meth:`find`)."""
+        for root in self._roots(also):
             shutil.rmtree(os.path.join(root, self.name), ignore_errors=True)
 
 

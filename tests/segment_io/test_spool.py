@@ -230,3 +230,55 @@ def test_a_task_finds_the_copies_of_the_process_that_made_the_spool_under_that_p
     assert task.find(first) is None and not Path(driver_copy).exists()
     task.remove()
     assert not (driver_root / "segjobs-run-run1").exists() and not (worker_root / "segjobs-run-run1").exists()
+
+
+@pytest.mark.s3
+def test_the_driver_finds_a_worker_s_copies_under_the_root_the_worker_names(s3, tmp_path: Path, monkeypatch) -> None:
+    """The reverse way (a table's dedupe on disk): a Python worker's copies are under its own root, which the driver
+    looks under only when told; then it finds them, and removes them with the run's."""
+    storage, uris = s3
+    driver_root, worker_root = tmp_path / "driver", tmp_path / "worker"
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(driver_root))
+    driver = HostSpool("run1")
+    (listed,) = _listed(storage, uris[:1])
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(worker_root))  # the worker's process
+    worker_copy = driver.fetch(storage, listed)
+    named = driver.local_root
+    assert worker_copy is not None and named == str(worker_root)
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(driver_root))  # the driver again
+    assert driver.find(listed) is None
+    assert driver.find(listed, also=[named]) == worker_copy
+    driver.remove()
+    assert Path(worker_copy).exists()  # not told where: not removed
+    driver.remove(also=[named])
+    assert not (worker_root / "segjobs-run-run1").exists()
+
+
+@pytest.mark.s3
+def test_a_task_spool_reads_an_adopted_copy_without_a_fetch_and_removes_it(s3, tmp_path: Path, monkeypatch) -> None:
+    storage, uris = s3
+    monkeypatch.setattr(spool_module, "spool_root", lambda: str(tmp_path / "scans"))
+    first, second = _listed(storage, uris[:2])
+    scans = HostSpool("run1")
+    copy = scans.fetch(storage, first)
+    assert copy is not None
+    with metered() as t:
+        with TaskSpool(storage, [first, second], root=str(tmp_path / "tasks"), adopted={first.uri: copy}) as spool:
+            for _ in range(2):
+                for uri in uris[:2]:
+                    with spool.mapped(uri) as data:
+                        assert bytes(data) == DATA
+            assert Path(copy).exists()
+    assert (t.get, t.get_bytes) == (1, len(DATA))  # the second object alone, once
+    assert not Path(copy).exists() and os.listdir(tmp_path / "tasks") == []  # closed: both copies gone
+    # without room for copies of its own, the adopted ones are still read from disk, and the rest from the store
+    copy = scans.fetch(storage, first)
+    assert copy is not None
+    monkeypatch.setattr(spool_module, "FREE_MARGIN_BYTES", 1 << 60)
+    with metered() as t, TaskSpool(storage, [first, second], adopted={first.uri: copy}) as spool:
+        assert spool.active and spool.dir is None
+        for uri in uris[:2]:
+            with spool.mapped(uri) as data:
+                assert bytes(data) == DATA
+    assert (t.get, t.get_bytes) == (1, len(DATA))
+    assert not Path(copy).exists()

@@ -272,7 +272,8 @@ class PartitionItem:
     #: a range that may need more memory than this is planned only, and deduped on disk by the driver
     latest_buffer_bytes: int = DEFAULT_LATEST_BUFFER_BYTES
     #: on an object store: where the task's scan keeps the segments it fetches, so that reading their rows
-    #: fetches none of them again (the task removes its copies when it ends)
+    #: fetches none of them again (the task removes its copies when it ends, but those of a range deduped on disk,
+    #: which the driver's passes take over where they run on the task's host)
     spool: HostSpool | None = None
 
 
@@ -336,7 +337,11 @@ def partition_changes(item: PartitionItem) -> PartitionChanges:
         out.error = PartitionError.from_task_exception(exc, pl.uri)
     finally:
         if item.spool is not None:
-            item.spool.discard(seg.log for seg in pl.segments)
+            # the copies of a range deduped on disk stay for the driver's two passes over it
+            kept = {uri for uri, _ in out.segments} if out.sort_on_disk and out.error is None else set()
+            if kept:
+                out.copies_root = item.spool.local_root
+            item.spool.discard(seg.log for seg in pl.segments if seg.log.uri not in kept)
     return out
 
 
@@ -672,13 +677,16 @@ class TableRun:
 
     def _sort_spool(self, r: PartitionChanges) -> TaskSpool | None:
         """On an object store, where partition ``r``'s segments are kept for both passes of its dedupe on disk
-        (:attr:`sort_spools`); None on local disk, whose page cache keeps them (a tiered topic's remote segments
-        then stay in their store too)."""
+        (:attr:`sort_spools`): the copies its task's scan left, when it ran on this host (always, with
+        ``local[N]``), else fetched by the first pass; None on local disk, whose page cache keeps them (a tiered
+        topic's remote segments then stay in their store too)."""
         if self.spool is None:
             return None
         listed = {s.log.uri: s.log for s in self.listing.partition(self.options.topic, r.partition).segments}
-        spool = self.sort_spools[r.partition] = TaskSpool(self.storage, [listed[uri] for uri, _ in r.segments
-                                                                         if uri in listed])
+        files = [listed[uri] for uri, _ in r.segments if uri in listed]
+        also = [r.copies_root] if r.copies_root is not None else []
+        adopted = {f.uri: path for f in files if (path := self.spool.find(f, also=also)) is not None}
+        spool = self.sort_spools[r.partition] = TaskSpool(self.storage, files, adopted=adopted)
         return spool
 
     def report_reads(self) -> None:
@@ -857,8 +865,8 @@ class TableRun:
             remove_work_dir(self.work_root)
         for spool in self.sort_spools.values():
             spool.close()
-        if self.spool is not None:
-            self.spool.remove()
+        if self.spool is not None:  # with the copies left for a dedupe on disk that did not run
+            self.spool.remove(also={r.copies_root for r in self.results if r.copies_root is not None})
 
 
 def _choose_writer(requested: str, spark: Any, uri: str) -> str:

@@ -376,9 +376,9 @@ def test_log_dir_and_table_on_s3(s3_bucket, tmp_path, dedupe):
     assert traffic["get"] == traffic["driver"]["get"] + sum(t["get"] for t in traffic["tasks"].values())
     # the partition's task fetches each segment once, for its scan, and reads the rows from that copy
     assert traffic["tasks"]["segjobs table prop: read partitions"]["get_bytes"] == segments
-    # on disk, the driver's dedupe fetches the segments once more (the task's copies may be on another host), for
-    # its key pass and for the rows it keeps (which deltalake's merge pulls on a thread of its own)
-    assert traffic["driver"]["get_bytes"] == (segments if dedupe == "external-sort" else 0)
+    # on disk, the driver's dedupe reads them from the copies the task left on this host, for its key pass and for
+    # the rows it keeps (which deltalake's merge pulls on a thread of its own), and fetches none
+    assert traffic["driver"]["get_bytes"] == 0
     assert first.to_dict()["store_traffic"] == traffic
     assert any("] object store: " in line and "x the" in line for line in lines), lines
     from jobs.engine.table.state import delta_storage_options
@@ -421,6 +421,58 @@ def test_on_s3_without_room_for_copies_every_read_is_fetched_and_counted(s3_buck
     assert on_disk["tasks"]["segjobs table prop: read partitions"]["get_bytes"] == segments  # the scan alone
     key_pass = segments  # every segment, for its keys; then the segments that hold a kept row, for the rows
     assert on_disk["driver"]["get_bytes"] > key_pass, on_disk["driver"]
+
+
+class _TasksInAWorker(api.InProcessTasks):
+    """Tasks run as in one of Spark's Python workers, whose scratch dir (``SPARK_LOCAL_DIRS``) is not the driver's;
+    ``elsewhere``: what they leave on disk is then out of the driver's sight, as on another host."""
+
+    def __init__(self, root: Path, *, elsewhere: bool = False) -> None:
+        super().__init__()
+        self.root, self.elsewhere = root, elsewhere
+
+    def map(self, fn, items, **kw):  # type: ignore[no-untyped-def]
+        before = os.environ.get("SPARK_LOCAL_DIRS")
+        os.environ["SPARK_LOCAL_DIRS"] = str(self.root)
+        try:
+            return super().map(fn, items, **kw)
+        finally:
+            if before is None:
+                del os.environ["SPARK_LOCAL_DIRS"]
+            else:
+                os.environ["SPARK_LOCAL_DIRS"] = before
+            if self.elsewhere and self.root.exists():
+                shutil.rmtree(self.root)
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("elsewhere", [False, True], ids=["on the task's host", "on another host"])
+def test_the_dedupe_on_disk_takes_over_the_copies_its_task_left_on_the_driver_s_host(
+        s3_bucket, tmp_path, monkeypatch, elsewhere):
+    """The task's scan fetches each segment once, under its worker's scratch dir; the driver's two passes of the
+    dedupe on disk read those copies (they look under the root the task names) and fetch none, and the copies are
+    gone after the run. Where the task ran on another host, the driver fetches the segments once for both passes."""
+    endpoint, bucket = s3_bucket
+    driver_root, worker_root = tmp_path / "driver", tmp_path / "worker"
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(driver_root))
+    _sample_log(tmp_path / "logs")
+    log_dir = f"s3://{bucket}/kafka/logs"
+    storage = open_storage(log_dir, endpoint.storage_options())
+    for f in sorted((tmp_path / "logs").rglob("*")):
+        if f.is_file():
+            storage.write_atomic(storage.join(log_dir, *f.relative_to(tmp_path / "logs").parts), f.read_bytes())
+    segments = sum(f.stat().st_size for f in (tmp_path / "logs").rglob("*.log"))
+    options = api.TableOptions(table=str(tmp_path / "t"), topic=TOPIC, storage=endpoint.storage_options(),
+                               progress=lambda line: None, latest_buffer_bytes=1)
+    result = api.table(log_dir, options, seams=api.Seams(runner=_TasksInAWorker(worker_root, elsewhere=elsewhere)))
+    assert result.exit_code == 0 and result.partitions[0].dedupe == "external-sort"
+    assert {k: v[0] for k, v in table_rows(tmp_path / "t").items()} == {(0, b"b"): b"22", (0, b"d"): b"4"}
+    traffic = result.store_traffic
+    assert traffic is not None
+    assert traffic["tasks"]["segjobs table prop: read partitions"]["get_bytes"] == segments
+    assert traffic["driver"]["get_bytes"] == (segments if elsewhere else 0)
+    left = [p for root in (driver_root, worker_root) if root.exists() for p in root.rglob("*") if p.is_file()]
+    assert left == []
 
 
 # One Spark job per example: a tenth of the profile's examples.
