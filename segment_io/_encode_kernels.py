@@ -3,9 +3,10 @@
 The Python side (:mod:`segment_io.encode`) decides, per batch, what to write (header fields, base offset and
 base timestamp the deltas are relative to); these kernels then visit every record once to size it and once
 to write it, without creating a Python object per record. All batches of a call are written into one
-preallocated buffer, header first and records after it. Their CRC-32Cs are computed afterwards, all in one call
-with the processor's CRC32 instruction (:mod:`segment_io.crc`); without that instruction small batches get
-theirs here (a table-driven loop) and large ones from the ``crc32c`` package. Keys, values and headers are
+preallocated buffer, header first and records after it, and values that are references into the source
+segments are copied from there into their place. Their CRC-32Cs are computed afterwards, all in one call with the
+processor's CRC32 instruction (:mod:`segment_io.crc`); without that instruction small batches get theirs here (a
+table-driven loop) and large ones from the ``crc32c`` package. Keys, values and headers are
 copied with an LLVM memcpy: numba's slice assignment copies byte by byte (about 1 GB/s against 10+ GB/s).
 
 Arrow binary/string columns arrive as (int32 offsets, uint8 data, bool validity) triples; ``headers`` as the
@@ -195,12 +196,13 @@ def record_body_sizes(row_start, row_end, base_offset, base_timestamp, offsets, 
 def write_batches(out, batch_pos, row_start, row_end, base_offset, last_offset, base_timestamp, max_timestamp,
                   attributes, producer_id, producer_epoch, base_sequence, leader_epoch, batch_bodies,
                   body_sizes, offsets, timestamps,
-                  key_off, key_data, key_valid, val_off, val_data, val_valid,
-                  hdr_off, hdr_valid, hk_off, hk_data, hv_off, hv_data, hv_valid,
-                  crc_here, crc_tables, crc_out) -> None:
-    """Write batch ``b`` at ``out[batch_pos[b]:]``: the 61-byte v2 header and its records, uncompressed.
-    Sizes come from :func:`record_body_sizes`. Where ``crc_here[b]`` the CRC is computed and stored (and
-    put in ``crc_out[b]``); elsewhere it is left zero for the caller."""
+                  key_off, key_data, key_valid, val_off, val_data, val_valid, values_later, value_at,
+                  hdr_off, hdr_valid, hk_off, hk_data, hv_off, hv_data, hv_valid) -> None:
+    """Write batch ``b`` at ``out[batch_pos[b]:]``: the 61-byte v2 header and its records, uncompressed, with
+    the CRC field left zero (:func:`table_crcs`, or :func:`segment_io.crc.span_crcs`). Sizes come from
+    :func:`record_body_sizes`. ``values_later``: each non-null value's length is written but not its bytes
+    (``val_data`` is not read): ``value_at[r]`` gets where they go, for :func:`gather_ref_values` to copy them
+    there straight from the source segment."""
     for b in range(row_start.shape[0]):
         p = batch_pos[b]
         size = V2_HEADER_SIZE + batch_bodies[b]
@@ -228,7 +230,16 @@ def write_batches(out, batch_pos, row_start, row_end, base_offset, last_offset, 
             p = _put_varint(out, p, _zigzag(timestamps[r] - base_ts))
             p = _put_varint(out, p, _zigzag(offsets[r] - base_off))
             p = _put_nullable(out, p, key_off, key_data, key_valid, r)
-            p = _put_nullable(out, p, val_off, val_data, val_valid, r)
+            if not values_later:
+                p = _put_nullable(out, p, val_off, val_data, val_valid, r)
+            elif val_valid[r]:
+                n = val_off[r + 1] - val_off[r]
+                p = _put_varint(out, p, _zigzag(np.int64(n)))
+                value_at[r] = p
+                p += n
+            else:
+                out[p] = np.uint8(1)  # zig-zag of -1
+                p += 1
             if hdr_valid[r]:
                 h0 = hdr_off[r]
                 h1 = hdr_off[r + 1]
@@ -242,9 +253,17 @@ def write_batches(out, batch_pos, row_start, row_end, base_offset, last_offset, 
             else:
                 out[p] = np.uint8(0)
                 p += 1
-        if crc_here[b]:
+
+
+@njit(cache=True, nogil=True)
+def table_crcs(out, batch_pos, batch_size, todo, crc_tables, crc_out) -> None:
+    """For each batch ``b`` with ``todo[b]``, written whole at ``out[batch_pos[b]:]`` with ``batch_size[b]``
+    bytes: its CRC-32C computed with the tables (no CRC32 instruction needed), stored in its header and in
+    ``crc_out[b]``."""
+    for b in range(todo.shape[0]):
+        if todo[b]:
             start = batch_pos[b]
-            crc = _crc32c(crc_tables, out, start + V2_ATTRIBUTES, start + size)
+            crc = _crc32c(crc_tables, out, start + V2_ATTRIBUTES, start + batch_size[b])
             _put_be(out, start + V2_CRC, crc, 4)
             crc_out[b] = crc
 
@@ -284,9 +303,9 @@ def ref_value_lengths(buf, refs, valid, rows, lengths) -> int:
 
 
 @njit(cache=True, nogil=True)
-def gather_ref_values(buf, refs, valid, rows, offsets, data) -> None:
-    """Copy the value that ``refs[r]`` points at (checked by :func:`ref_value_lengths`) to
-    ``data[offsets[r]:offsets[r + 1]]`` for each row ``r`` of ``rows`` with a non-null value."""
+def gather_ref_values(buf, refs, valid, rows, offsets, dest, data) -> None:
+    """Copy the value that ``refs[r]`` points at (checked by :func:`ref_value_lengths`; ``offsets[r + 1] -
+    offsets[r]`` bytes) to ``data[dest[r]:]`` for each row ``r`` of ``rows`` with a non-null value."""
     for i in range(rows.shape[0]):
         r = rows[i]
         if not valid[r]:
@@ -294,7 +313,7 @@ def gather_ref_values(buf, refs, valid, rows, offsets, data) -> None:
         p = refs[r]
         while buf[p] >= 0x80:
             p += 1
-        _memcpy(data, offsets[r], buf, p + 1, offsets[r + 1] - offsets[r])
+        _memcpy(data, dest[r], buf, p + 1, offsets[r + 1] - offsets[r])
 
 
 @njit(cache=True, nogil=True)

@@ -594,10 +594,11 @@ def _encode_table(table: pa.Table, empty_batches: pa.Table | None, override: int
 
 
 #: Without the processor's CRC32 instruction (:func:`segment_io.crc.crc_instruction`), batches up to this size get
-#: their CRC inside the encoding kernel (a table-driven loop); larger ones from the crc32c package, whose
-#: hardware-accelerated loop wins once the per-call Python overhead is amortised. With it, every batch's CRC is
-#: computed in one call after encoding (:func:`_finish_crcs`).
+#: their CRC from a table-driven kernel right after encoding (all in one call); larger ones from the crc32c
+#: package, whose hardware-accelerated loop wins once the per-call Python overhead is amortised. With it, every
+#: batch's CRC is computed in one call after encoding (:func:`_finish_crcs`).
 _KERNEL_CRC_MAX_BYTES = 4096
+_NO_BYTES = np.empty(0, np.uint8)
 
 
 @dataclass
@@ -679,11 +680,15 @@ def _encode_uncompressed(table: pa.Table, plan: _Plan, mask: np.ndarray, final: 
     timestamps = _ints(table, "timestamp", np.int64)
     key_off, key_data, key_valid = _binary_parts(_column(table, "key"))
     row_start, row_end = plan.row_start[idx], plan.row_end[idx]
+    # values that are references are copied once, from the source segments straight into the new batches
+    refs: _RefValues | None = None
     if has_value_refs(table.schema):
         assert sources is not None  # _check_refs
-        val_off, val_data, val_valid = _gather_refs(table, _rows_of(row_start, row_end), sources)
+        refs = _find_refs(table, _rows_of(row_start, row_end), sources)
+        val_off, val_data, val_valid = refs.offsets, _NO_BYTES, refs.valid
     else:
         val_off, val_data, val_valid = _binary_parts(_column(table, "value"))
+    value_at = np.empty(n if refs is not None else 0, np.int64)
     hdr = _header_parts(_column(table, "headers"))
     base_offset, base_ts = plan.base_offset[idx], plan.base_timestamp[idx]
 
@@ -707,8 +712,12 @@ def _encode_uncompressed(table: pa.Table, plan: _Plan, mask: np.ndarray, final: 
                           plan.max_timestamp[idx], plan.attributes[idx], plan.producer_id[idx],
                           plan.producer_epoch[idx], plan.base_sequence[idx], plan.leader_epoch[idx], bodies,
                           body_sizes, offsets, timestamps, key_off, key_data, key_valid, val_off, val_data,
-                          val_valid, hdr[0], hdr[1], hdr[2], hdr[3], hdr[4], hdr[5], hdr[6],
-                          crc_here, kernels.CRC32C_TABLES, crc)
+                          val_valid, refs is not None, value_at, hdr[0], hdr[1], hdr[2], hdr[3], hdr[4], hdr[5],
+                          hdr[6])
+    if refs is not None:
+        refs.copy_into(value_at, out)
+    if crc_here.any():
+        kernels.table_crcs(out, positions, sizes, crc_here, kernels.CRC32C_TABLES, crc)
     nb = len(mask)
     raw = _Raw(data=out, position=np.full(nb, -1, dtype=np.int64), size=np.zeros(nb, dtype=np.int64),
                crc=np.zeros(nb, dtype=np.int64), crc_done=np.zeros(nb, dtype=np.bool_))
@@ -767,11 +776,38 @@ def _payloads(src: memoryview, positions: np.ndarray, codecs: np.ndarray, segmen
     return [inflated[a:b] for a, b in zip([0] + done[:-1], done)]
 
 
+@dataclass(frozen=True)
+class _RefValues:
+    """The values that the ``value`` references (VALUE_REF_TYPE) of some rows point at, found and sized
+    (:func:`_find_refs`) but not copied yet: ``offsets`` (int32[n+1]; the rows not asked for have empty values)
+    and ``valid`` (n) as an Arrow binary column's, and where each row's value is: ``work`` holds (buffer, its
+    rows, segment), the buffer a source segment's bytes or a compressed batch's payload decompressed again."""
+
+    offsets: np.ndarray
+    valid: np.ndarray
+    refs: np.ndarray
+    work: list[tuple[np.ndarray, np.ndarray, int]]
+
+    def copy_into(self, dest: np.ndarray, data: np.ndarray) -> None:
+        """Each value asked for copied to ``data[dest[r]:]`` (row ``r``), one copy straight from its buffer."""
+        for buf, rows, _ in self.work:
+            kernels.gather_ref_values(buf, self.refs, self.valid, rows, self.offsets, dest, data)
+
+
 def _gather_refs(table: pa.Table, rows: np.ndarray,
                  sources: Mapping[int, bytes | memoryview]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(offsets int32[n+1], data, validity) of the values that the ``value`` references (VALUE_REF_TYPE) of
     ``rows`` point at in ``sources``: one copy of each, straight from the segment bytes (a compressed batch's
     payload is decompressed again, once for all its rows). Rows not in ``rows`` get empty values."""
+    found = _find_refs(table, rows, sources)
+    data = np.empty(int(found.offsets[-1]), np.uint8)
+    found.copy_into(found.offsets[:-1], data)
+    return found.offsets, data, found.valid
+
+
+def _find_refs(table: pa.Table, rows: np.ndarray, sources: Mapping[int, bytes | memoryview]) -> _RefValues:
+    """The values that the ``value`` references of ``rows`` point at in ``sources``, checked and sized
+    (:class:`_RefValues`)."""
     arr = _column(table, "value")
     n = len(arr)
     valid = validity(arr)
@@ -814,10 +850,7 @@ def _gather_refs(table: pa.Table, rows: np.ndarray,
         raise InvalidRecordsError("values of one encoder input exceed 2 GiB", offset=int(offsets[0]))
     value_off = np.zeros(n + 1, np.int32)
     value_off[1:] = ends
-    data = np.empty(int(ends[-1]) if n else 0, np.uint8)
-    for buf, batch_rows, _ in work:
-        kernels.gather_ref_values(buf, refs, valid, batch_rows, value_off, data)
-    return value_off, data, valid
+    return _RefValues(value_off, valid, refs, work)
 
 
 def resolve_value_refs(records: pa.Table, sources: Mapping[int, bytes | memoryview]) -> pa.Table:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import crc32c
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from segment_io import _crc_kernels as K
 from segment_io import crc
-from segment_io.decode import decode_segment_bytes
+from segment_io.decode import decode_segment_and_headers, decode_segment_bytes
 from segment_io.encode import encode_batches
 from segment_io.errors import CrcMismatchError
 from segment_io.format import V2_CRC, scan_batches
@@ -91,6 +92,22 @@ def test_the_encoder_writes_the_same_bytes_with_either(monkeypatch: pytest.Monke
     assert outputs[0] == outputs[1]
     headers = scan_batches(outputs[0])
     data = np.frombuffer(outputs[0], np.uint8)
+    assert crc.first_mismatch(data, headers.position + 21, headers.position + headers.size, headers.crc) == -1
+
+
+@pytest.mark.skipif(not K.HARDWARE, reason="this processor (or numba's CPU setting) has no CRC32 instruction")
+def test_values_copied_from_their_source_get_the_same_crcs_with_either(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Values that are references are copied into the new batches after the rest of them: the CRCs follow."""
+    source = _segment(40)
+    keep = pa.array(np.arange(120) % 3 != 1)  # every batch rewritten, none copied whole
+    copied = decode_segment_bytes(source, segment_base_offset=0).filter(keep)
+    referenced = decode_segment_and_headers(source, segment_base_offset=0, value_refs=True)[0].filter(keep)
+    want = encode_batches(copied).to_bytes()
+    for hardware in (False, True):
+        monkeypatch.setattr(K, "HARDWARE", hardware)
+        assert encode_batches(referenced, sources={0: source}).to_bytes() == want
+    headers = scan_batches(want)
+    data = np.frombuffer(want, np.uint8)
     assert crc.first_mismatch(data, headers.position + 21, headers.position + headers.size, headers.crc) == -1
 
 
