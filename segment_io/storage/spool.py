@@ -67,20 +67,22 @@ class TaskSpool:
         self._held = {f.uri: f for f in files}
         self.dir: str | None = None
         #: the local copy of each object read from this host's disk, by URI: fetched into :attr:`dir`, or adopted
-        self._files: dict[str, str] = {uri: path for uri, path in (adopted or {}).items() if uri in self._held}
+        self._files: dict[str, str] = {}
         if not self._held or storage.local_path(next(iter(self._held))) is not None:
             self._held = {}
+            return
+        self._files = {uri: path for uri, path in (adopted or {}).items() if uri in self._held}
+        to_fetch = [f for f in self._held.values() if f.uri not in self._files]
+        if not to_fetch:
             return
         root = root or spool_root()
         try:
             os.makedirs(root, exist_ok=True)
             sweep_stale(root)
-            if has_room(root, sum(f.size for f in self._held.values())):
+            if has_room(root, sum(f.size for f in to_fetch)):
                 self.dir = tempfile.mkdtemp(prefix=f"{PREFIX}{_host()}-{os.getpid()}-", dir=root)
         except OSError:
             pass  # no usable scratch disk: read twice, as without a spool
-        if self.dir is None:
-            self._held = {}
 
     @property
     def active(self) -> bool:
@@ -90,18 +92,32 @@ class TaskSpool:
     def mapped(self, uri: str) -> Iterator[bytes | memoryview | mmap.mmap]:
         """``uri``'s bytes, as :meth:`Storage.read_mapped` gives them: from the spool's copy when it holds
         ``uri`` (fetched now the first time), else from the store."""
-        if uri in self._held and uri not in self._files and self.dir is not None:
+        file = self._open_copy(uri)
+        if file is None and uri in self._held and self.dir is not None:
             path = os.path.join(self.dir, f"{len(self._files)}-{uuid.uuid4().hex[:8]}")
             if download_listed(self.storage, self._held[uri], path):
                 self._files[uri] = path
+                file = self._open_copy(uri)
             else:  # the scratch disk filled or failed: this object is read from the store each time
                 self.release(uri)
-        if uri not in self._files:
+        if file is None:
             with self.storage.read_mapped(uri) as data:
                 yield data
             return
-        with map_file(self._files[uri]) as data:
+        with map_open(file) as data:
             yield data
+
+    def _open_copy(self, uri: str) -> BinaryIO | None:
+        """The local copy of ``uri`` opened for reading, or None: none kept, or an adopted one that is gone (swept
+        by another process, say), which is then fetched as if it had never been there."""
+        path = self._files.get(uri)
+        if path is None:
+            return None
+        try:
+            return open(path, "rb")
+        except OSError:
+            del self._files[uri]
+            return None
 
     def release(self, uri: str) -> None:
         """``uri`` will not be read again: its copy goes (a later read goes to the store)."""
@@ -163,7 +179,7 @@ class HostSpool:
     transaction-state scan of a partition fetched, for the partition's cleaning task (on one host, as ``local[N]``
     runs, it then fetches none of them again; on a cluster it finds them when it runs where the scan ran).
 
-    It pickles as its name (``segjobs-run-<run id>``) and the spool root of the process that made it (the
+    It pickles as its name (``segjobs-run-<run id>``) and the spool root and host of the process that made it (the
     driver's), and lives under :func:`spool_root` of the host that uses it: an executor's scratch dirs, which Spark
     removes with the application. The driver's own scans (a compaction's first scan reads small partitions in full)
     write under the driver's root, which is not where Spark's Python workers on the same host look first (Spark gives
@@ -177,6 +193,12 @@ class HostSpool:
     def __init__(self, run_id: str) -> None:
         self.name = f"{RUN_PREFIX}{run_id}"
         self.origin_root = spool_root()
+        self.origin_host = _host()
+
+    @property
+    def on_origin_host(self) -> bool:
+        """Whether this process runs on the host of the process that made the spool (the driver's)."""
+        return _host() == self.origin_host
 
     @classmethod
     def for_store(cls, run_id: str, storage: Storage, uri: str) -> "HostSpool | None":
@@ -185,9 +207,9 @@ class HostSpool:
 
     @property
     def local_root(self) -> str:
-        """Where this process writes its copies (:func:`spool_root`): a process on the same host may look there with
-        :meth:`find`'s ``also``."""
-        return spool_root()
+        """Where this process writes its copies (:func:`spool_root`, absolute): a process on the same host may look
+        there with :meth:`find`'s ``also``."""
+        return os.path.abspath(spool_root())
 
     def _roots(self, also: Iterable[str] = ()) -> list[str]:
         """Where this process writes copies, then where the process that made the spool did, then ``also``."""

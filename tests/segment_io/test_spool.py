@@ -271,6 +271,14 @@ def test_a_task_spool_reads_an_adopted_copy_without_a_fetch_and_removes_it(s3, t
             assert Path(copy).exists()
     assert (t.get, t.get_bytes) == (1, len(DATA))  # the second object alone, once
     assert not Path(copy).exists() and os.listdir(tmp_path / "tasks") == []  # closed: both copies gone
+    # every object adopted: no directory of its own; URIs it does not hold are not taken
+    copy = scans.fetch(storage, first)
+    assert copy is not None
+    with TaskSpool(storage, [first], root=str(tmp_path / "tasks"), adopted={first.uri: copy, "s3://x/y": copy}) as s:
+        assert s.active and s.dir is None and os.listdir(tmp_path / "tasks") == []
+        with metered() as t, s.mapped(first.uri) as data:
+            assert bytes(data) == DATA
+        assert t.requests == 0
     # without room for copies of its own, the adopted ones are still read from disk, and the rest from the store
     copy = scans.fetch(storage, first)
     assert copy is not None
@@ -282,3 +290,43 @@ def test_a_task_spool_reads_an_adopted_copy_without_a_fetch_and_removes_it(s3, t
                 assert bytes(data) == DATA
     assert (t.get, t.get_bytes) == (1, len(DATA))
     assert not Path(copy).exists()
+
+
+@pytest.mark.s3
+def test_an_adopted_copy_that_is_gone_is_fetched_as_if_never_there(s3, tmp_path: Path, monkeypatch) -> None:
+    """An adopted copy removed before it is read (a day-old run dir swept by another process, say) is fetched into
+    the spool's own directory, once."""
+    storage, uris = s3
+    monkeypatch.setattr(spool_module, "spool_root", lambda: str(tmp_path / "scans"))
+    first, second = _listed(storage, uris[:2])
+    copy = HostSpool("run1").fetch(storage, first)
+    assert copy is not None
+    with TaskSpool(storage, [first, second], root=str(tmp_path / "tasks"), adopted={first.uri: copy}) as spool:
+        os.unlink(copy)
+        with metered() as t:
+            for _ in range(2):
+                with spool.mapped(first.uri) as data:
+                    assert bytes(data) == DATA
+        assert (t.get, t.get_bytes) == (1, len(DATA))
+
+
+def test_adopted_copies_on_local_disk_are_not_taken(tmp_path: Path) -> None:
+    """On local disk nothing is spooled: the log dir's own file is read, never a copy."""
+    (tmp_path / "a.log").write_bytes(DATA)
+    (tmp_path / "copy").write_bytes(b"stale")
+    storage = LocalStorage()
+    (listed,) = [f for f in storage.list(str(tmp_path)) if f.uri.endswith("a.log")]
+    with TaskSpool(storage, [listed], adopted={listed.uri: str(tmp_path / "copy")}) as spool:
+        assert not spool.active
+        with spool.mapped(listed.uri) as data:
+            assert bytes(data) == DATA
+    assert (tmp_path / "copy").exists()
+
+
+def test_a_host_spool_knows_whether_it_runs_on_the_host_that_made_it(monkeypatch) -> None:
+    import pickle
+
+    made = HostSpool("run1")
+    assert made.on_origin_host
+    monkeypatch.setattr(spool_module, "_host", lambda: "another-host")
+    assert not pickle.loads(pickle.dumps(made)).on_origin_host

@@ -33,9 +33,9 @@ class PartitionChanges:
     #: (:mod:`jobs.engine.table.sort`); ``records_bound``: the range's records (by batch headers) or an estimate
     sort_on_disk: bool = False
     records_bound: int = 0
-    #: deduped on disk, on an object store: the spool root under which the task left its scan's copies of
-    #: ``segments`` (:attr:`segment_io.storage.spool.HostSpool.local_root`), for the driver's passes to take over
-    #: when they run on the task's host; None when it left none
+    #: deduped on disk, on an object store, by a task on the driver's host: the spool root under which the task
+    #: left its scan's copies of ``segments`` (:attr:`segment_io.storage.spool.HostSpool.local_root`; those it could
+    #: keep), for the driver's passes to take over; None when it kept none
     copies_root: str | None = None
 
     @property

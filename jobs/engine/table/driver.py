@@ -272,8 +272,8 @@ class PartitionItem:
     #: a range that may need more memory than this is planned only, and deduped on disk by the driver
     latest_buffer_bytes: int = DEFAULT_LATEST_BUFFER_BYTES
     #: on an object store: where the task's scan keeps the segments it fetches, so that reading their rows
-    #: fetches none of them again (the task removes its copies when it ends, but those of a range deduped on disk,
-    #: which the driver's passes take over where they run on the task's host)
+    #: fetches none of them again (the task removes its copies when it ends, but those of a range deduped on disk
+    #: when it runs on the driver's host: the driver's passes take them over)
     spool: HostSpool | None = None
 
 
@@ -337,8 +337,9 @@ def partition_changes(item: PartitionItem) -> PartitionChanges:
         out.error = PartitionError.from_task_exception(exc, pl.uri)
     finally:
         if item.spool is not None:
-            # the copies of a range deduped on disk stay for the driver's two passes over it
-            kept = {uri for uri, _ in out.segments} if out.sort_on_disk and out.error is None else set()
+            # the copies of a range deduped on disk stay for the driver's two passes over it, where it can take them
+            keep = out.sort_on_disk and out.error is None and item.spool.on_origin_host
+            kept = {uri for uri, _ in out.segments} if keep else set()
             if kept:
                 out.copies_root = item.spool.local_root
             item.spool.discard(seg.log for seg in pl.segments if seg.log.uri not in kept)
@@ -513,8 +514,8 @@ def run_table(log_dir: str, options: TableOptions, *, spark: Any = None, seams: 
     """Bring the table up to date with the log dir (see the module docstring): a :class:`TableRun`'s steps."""
     with metered() as traffic:  # the driver's requests; the tasks' come back with their results
         run = TableRun.open(log_dir, options, spark=spark, seams=seams or PRODUCTION)
-        run.read()
         try:
+            run.read()
             run.sort_on_disk()
             run.report_reads()
             run.count()
@@ -860,7 +861,8 @@ class TableRun:
 
     def close(self) -> None:
         """The on-disk dedupe's work dir removed, whatever stopped the run (an interrupt included), and what the
-        tasks on this host left of their copies (a task removes its own as it ends)."""
+        tasks on this host left of their copies (a task removes its own as it ends, but those it leaves for the
+        dedupe on disk, which go here if the dedupe did not take them)."""
         if self.work_root is not None:
             remove_work_dir(self.work_root)
         for spool in self.sort_spools.values():

@@ -425,54 +425,84 @@ def test_on_s3_without_room_for_copies_every_read_is_fetched_and_counted(s3_buck
 
 class _TasksInAWorker(api.InProcessTasks):
     """Tasks run as in one of Spark's Python workers, whose scratch dir (``SPARK_LOCAL_DIRS``) is not the driver's;
-    ``elsewhere``: what they leave on disk is then out of the driver's sight, as on another host."""
+    ``elsewhere``: on another host than the driver's. ``results``: what the tasks returned."""
 
     def __init__(self, root: Path, *, elsewhere: bool = False) -> None:
         super().__init__()
         self.root, self.elsewhere = root, elsewhere
+        self.results: list = []
 
     def map(self, fn, items, **kw):  # type: ignore[no-untyped-def]
-        before = os.environ.get("SPARK_LOCAL_DIRS")
-        os.environ["SPARK_LOCAL_DIRS"] = str(self.root)
-        try:
-            return super().map(fn, items, **kw)
-        finally:
-            if before is None:
-                del os.environ["SPARK_LOCAL_DIRS"]
-            else:
-                os.environ["SPARK_LOCAL_DIRS"] = before
-            if self.elsewhere and self.root.exists():
-                shutil.rmtree(self.root)
+        from segment_io.storage import spool
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("SPARK_LOCAL_DIRS", str(self.root))
+            if self.elsewhere:
+                patch.setattr(spool, "_host", lambda: "another-host")
+            out = super().map(fn, items, **kw)
+        self.results += out
+        return out
 
 
-@pytest.mark.s3
-@pytest.mark.parametrize("elsewhere", [False, True], ids=["on the task's host", "on another host"])
-def test_the_dedupe_on_disk_takes_over_the_copies_its_task_left_on_the_driver_s_host(
-        s3_bucket, tmp_path, monkeypatch, elsewhere):
-    """The task's scan fetches each segment once, under its worker's scratch dir; the driver's two passes of the
-    dedupe on disk read those copies (they look under the root the task names) and fetch none, and the copies are
-    gone after the run. Where the task ran on another host, the driver fetches the segments once for both passes."""
-    endpoint, bucket = s3_bucket
-    driver_root, worker_root = tmp_path / "driver", tmp_path / "worker"
-    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(driver_root))
+def _upload(tmp_path: Path, endpoint) -> tuple[str, int]:  # type: ignore[no-untyped-def]
+    """The sample log uploaded to the bucket: its URI, and its segments' bytes."""
     _sample_log(tmp_path / "logs")
-    log_dir = f"s3://{bucket}/kafka/logs"
-    storage = open_storage(log_dir, endpoint.storage_options())
+    log_dir = f"s3://{endpoint[1]}/kafka/logs"
+    storage = open_storage(log_dir, endpoint[0].storage_options())
     for f in sorted((tmp_path / "logs").rglob("*")):
         if f.is_file():
             storage.write_atomic(storage.join(log_dir, *f.relative_to(tmp_path / "logs").parts), f.read_bytes())
-    segments = sum(f.stat().st_size for f in (tmp_path / "logs").rglob("*.log"))
-    options = api.TableOptions(table=str(tmp_path / "t"), topic=TOPIC, storage=endpoint.storage_options(),
+    return log_dir, sum(f.stat().st_size for f in (tmp_path / "logs").rglob("*.log"))
+
+
+def _files_under(*roots: Path) -> list[Path]:
+    return [p for root in roots if root.exists() for p in root.rglob("*") if p.is_file()]
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("elsewhere", [False, True], ids=["on the driver's host", "on another host"])
+def test_the_dedupe_on_disk_takes_over_the_copies_its_task_left_on_the_driver_s_host(
+        s3_bucket, tmp_path, monkeypatch, elsewhere):
+    """The task's scan fetches each segment once, under its worker's scratch dir. On the driver's host it leaves
+    those copies and names their root; the driver's two passes of the dedupe on disk read them, fetch none, and
+    remove them. A task on another host removes its copies, and the driver fetches the segments once for both
+    passes."""
+    driver_root, worker_root = tmp_path / "driver", tmp_path / "worker"
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(driver_root))
+    log_dir, segments = _upload(tmp_path, s3_bucket)
+    options = api.TableOptions(table=str(tmp_path / "t"), topic=TOPIC, storage=s3_bucket[0].storage_options(),
                                progress=lambda line: None, latest_buffer_bytes=1)
-    result = api.table(log_dir, options, seams=api.Seams(runner=_TasksInAWorker(worker_root, elsewhere=elsewhere)))
+    runner = _TasksInAWorker(worker_root, elsewhere=elsewhere)
+    result = api.table(log_dir, options, seams=api.Seams(runner=runner))
     assert result.exit_code == 0 and result.partitions[0].dedupe == "external-sort"
     assert {k: v[0] for k, v in table_rows(tmp_path / "t").items()} == {(0, b"b"): b"22", (0, b"d"): b"4"}
+    (task,) = runner.results
+    assert task.sort_on_disk and task.copies_root == (None if elsewhere else str(worker_root))
     traffic = result.store_traffic
     assert traffic is not None
     assert traffic["tasks"]["segjobs table prop: read partitions"]["get_bytes"] == segments
     assert traffic["driver"]["get_bytes"] == (segments if elsewhere else 0)
-    left = [p for root in (driver_root, worker_root) if root.exists() for p in root.rglob("*") if p.is_file()]
-    assert left == []
+    assert _files_under(driver_root, worker_root) == []
+
+
+@pytest.mark.s3
+def test_copies_left_for_a_dedupe_on_disk_go_when_the_read_fails(s3_bucket, tmp_path, monkeypatch):
+    """The partitions' read fails after a task left its copies for the dedupe on disk (another partition's task
+    failed the Spark job, say): the run ends with the error, and removes the copies on its host."""
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path / "scratch"))
+    log_dir, _ = _upload(tmp_path, s3_bucket)
+
+    class _FailAfterTasks(api.InProcessTasks):
+        def map(self, fn, items, **kw):  # type: ignore[no-untyped-def]
+            out = super().map(fn, items, **kw)
+            assert any(r.copies_root for r in out) and _files_under(tmp_path / "scratch")  # the copies are there
+            raise RuntimeError("a worker died")
+
+    options = api.TableOptions(table=str(tmp_path / "t"), topic=TOPIC, storage=s3_bucket[0].storage_options(),
+                               progress=lambda line: None, latest_buffer_bytes=1)
+    with pytest.raises(RuntimeError, match="a worker died"):
+        api.table(log_dir, options, seams=api.Seams(runner=_FailAfterTasks()))
+    assert _files_under(tmp_path / "scratch") == []
 
 
 # One Spark job per example: a tenth of the profile's examples.
