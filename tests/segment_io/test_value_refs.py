@@ -15,6 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from segment_io import _crc_kernels as crc_kernels
+from segment_io import encode as encode_module
 from segment_io.decode import decode_segment_and_headers, decode_segment_bytes
 from segment_io.encode import encode_batches, resolve_value_refs
 from segment_io.encode_stream import iter_encoded_parts
@@ -74,10 +76,14 @@ def _decoded(sources: dict[int, bytes], refs: bool) -> pa.Table:
 
 def _both_ways(copied: pa.Table, referenced: pa.Table, sources: dict[int, bytes], *,
                empty_batches: pa.Table | None = None, codec: int | None = None) -> bytes:
-    """The encoding of both tables, asserted equal (also part by part, in small parts)."""
+    """The encoding of both tables, asserted equal (also part by part, in small parts, and without the CRC32
+    instruction, whose absence gives small batches their CRC from tables once their values are in)."""
     want = encode_batches(copied, empty_batches=empty_batches, codec=codec, sources=sources).to_bytes()
     got = encode_batches(referenced, empty_batches=empty_batches, codec=codec, sources=sources).to_bytes()
     assert got == want
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(crc_kernels, "HARDWARE", False)
+        assert encode_batches(referenced, empty_batches=empty_batches, codec=codec, sources=sources).to_bytes() == want
     parts = iter_encoded_parts(referenced, empty_batches=empty_batches, codec=codec, sources=sources,
                                part_bytes=700)
     assert b"".join(p.to_bytes() for p in parts) == want
@@ -178,3 +184,37 @@ def test_a_segment_with_legacy_batches_is_decoded_with_copied_values(kafka_real:
         pytest.skip("no legacy segment among the fixtures")
     table, _ = decode_segment_and_headers(legacy[0].read_bytes(), segment_base_offset=0, value_refs=True)
     assert table.schema.field("value").type == pa.binary()
+
+
+class _DirtyNumpy:
+    """numpy, but ``empty`` hands out arrays whose every byte is 0xAB, not the zeroed pages it often gets."""
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(np, name)
+
+    @staticmethod
+    def empty(*args: object, **kwargs: object) -> np.ndarray:
+        out = np.empty(*args, **kwargs)  # type: ignore[call-overload]
+        out.reshape(-1).view(np.uint8)[:] = 0xAB
+        return out
+
+
+def test_no_byte_of_the_new_batches_is_left_unwritten(monkeypatch) -> None:
+    """Every byte the encoder allocates without filling is 0xAB: the batches it writes from references are still
+    the very bytes it writes from copied values (a byte left unwritten would be 0xAB, not what a zeroed page holds)."""
+    log = LogBuilder("t", 0, timestamp=NOW1)
+    for i in range(30):
+        log.batch([rec(f"k{j}", "v" * (i * 37 % 900) if j % 4 else None, headers=[("h", b"1")] * (j % 2))
+                   for j in range(5)], codec=[0, 0, 3][i % 3])
+        if i % 10 == 9:
+            log.roll()
+    table = log.table()
+    sources = {base: encode_batches(table.filter(pa.compute.equal(table["segment_base_offset"], base))).to_bytes()
+               for base in sorted(set(table["segment_base_offset"].to_pylist()))}
+    copied, referenced = _decoded(sources, False), _decoded(sources, True)
+    keep = pa.array(np.arange(copied.num_rows) % 3 != 0)
+    want = encode_batches(copied.filter(keep), sources=sources).to_bytes()
+    monkeypatch.setattr(encode_module, "np", _DirtyNumpy())
+    assert encode_batches(referenced.filter(keep), sources=sources).to_bytes() == want
+    monkeypatch.setattr(crc_kernels, "HARDWARE", False)
+    assert encode_batches(referenced.filter(keep), sources=sources).to_bytes() == want
