@@ -780,8 +780,9 @@ def _payloads(src: memoryview, positions: np.ndarray, codecs: np.ndarray, segmen
 class _RefValues:
     """The values that the ``value`` references (VALUE_REF_TYPE) of some rows point at, found and sized
     (:func:`_find_refs`) but not copied yet: ``offsets`` (int32[n+1]; the rows not asked for have empty values)
-    and ``valid`` (n) as an Arrow binary column's, and where each row's value is: ``work`` holds (buffer, its
-    rows, segment), the buffer a source segment's bytes or a compressed batch's payload decompressed again."""
+    and ``valid`` (n) as an Arrow binary column's; ``refs``, each row's reference (the byte of its value's length
+    in its buffer); ``work``, (buffer, its rows, segment) for every buffer the values are in: a source segment's
+    bytes, or a compressed batch's payload decompressed again."""
 
     offsets: np.ndarray
     valid: np.ndarray
