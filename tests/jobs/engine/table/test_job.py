@@ -351,6 +351,21 @@ def test_partitions_read_in_spark_tasks(spark, tmp_path):
     assert r.store_traffic is None and "store_traffic" not in r.to_dict()  # local disk makes no requests
 
 
+def _upload(tmp_path: Path, s3_bucket) -> tuple[str, int]:  # type: ignore[no-untyped-def]
+    """The sample log uploaded to the bucket: its URI, and its segments' bytes."""
+    _sample_log(tmp_path / "logs")
+    log_dir = f"s3://{s3_bucket[1]}/kafka/logs"
+    storage = open_storage(log_dir, s3_bucket[0].storage_options())
+    for f in sorted((tmp_path / "logs").rglob("*")):
+        if f.is_file():
+            storage.write_atomic(storage.join(log_dir, *f.relative_to(tmp_path / "logs").parts), f.read_bytes())
+    return log_dir, sum(f.stat().st_size for f in (tmp_path / "logs").rglob("*.log"))
+
+
+def _files_under(*roots: Path) -> list[Path]:
+    return [p for root in roots if root.exists() for p in root.rglob("*") if p.is_file()]
+
+
 @pytest.mark.s3
 @pytest.mark.parametrize("dedupe", ["memory", "external-sort"])
 def test_log_dir_and_table_on_s3(s3_bucket, tmp_path, dedupe):
@@ -358,19 +373,14 @@ def test_log_dir_and_table_on_s3(s3_bucket, tmp_path, dedupe):
     either dedupe (on disk: the segments and the table's keys read from the bucket)."""
     endpoint, bucket = s3_bucket
     storage_options = endpoint.storage_options()
-    _sample_log(tmp_path / "logs")
-    log_dir, table = f"s3://{bucket}/kafka/logs", f"s3://{bucket}/lake/prop_latest"
-    storage = open_storage(log_dir, storage_options)
-    for f in sorted((tmp_path / "logs").rglob("*")):
-        if f.is_file():
-            storage.write_atomic(storage.join(log_dir, *f.relative_to(tmp_path / "logs").parts), f.read_bytes())
+    log_dir, segments = _upload(tmp_path, s3_bucket)
+    table = f"s3://{bucket}/lake/prop_latest"
     options = api.TableOptions(table=table, topic=TOPIC, storage=storage_options, progress=lambda line: None,
                                latest_buffer_bytes=1 if dedupe == "external-sort" else 256 << 20)
     lines: list[str] = []
     first = api.table(log_dir, replace(options, progress=lines.append), seams=api.Seams(runner=api.InProcessTasks()))
     assert first.exit_code == 0 and first.partitions[0].inserts == 2 and first.partitions[0].dedupe == dedupe
     # the run's requests to the log dir's bucket, counted as compact counts them: every segment fetched
-    segments = sum(f.stat().st_size for f in (tmp_path / "logs").rglob("*.log"))
     traffic = first.store_traffic
     assert traffic is not None and traffic["segment_bytes"] == segments
     assert traffic["get"] == traffic["driver"]["get"] + sum(t["get"] for t in traffic["tasks"].values())
@@ -402,14 +412,8 @@ def test_on_s3_without_room_for_copies_every_read_is_fetched_and_counted(s3_buck
     from segment_io.storage import spool
 
     monkeypatch.setattr(spool, "FREE_MARGIN_BYTES", 1 << 60)
-    endpoint, bucket = s3_bucket
-    _sample_log(tmp_path / "logs")
-    log_dir = f"s3://{bucket}/kafka/logs"
-    storage = open_storage(log_dir, endpoint.storage_options())
-    for f in sorted((tmp_path / "logs").rglob("*")):
-        if f.is_file():
-            storage.write_atomic(storage.join(log_dir, *f.relative_to(tmp_path / "logs").parts), f.read_bytes())
-    segments = sum(f.stat().st_size for f in (tmp_path / "logs").rglob("*.log"))
+    endpoint, _ = s3_bucket
+    log_dir, segments = _upload(tmp_path, s3_bucket)
     options = api.TableOptions(table=str(tmp_path / "t"), topic=TOPIC, storage=endpoint.storage_options(),
                                progress=lambda line: None)
     in_memory = api.table(log_dir, options, seams=api.Seams(runner=api.InProcessTasks())).store_traffic
@@ -442,21 +446,6 @@ class _TasksInAWorker(api.InProcessTasks):
             out = super().map(fn, items, **kw)
         self.results += out
         return out
-
-
-def _upload(tmp_path: Path, endpoint) -> tuple[str, int]:  # type: ignore[no-untyped-def]
-    """The sample log uploaded to the bucket: its URI, and its segments' bytes."""
-    _sample_log(tmp_path / "logs")
-    log_dir = f"s3://{endpoint[1]}/kafka/logs"
-    storage = open_storage(log_dir, endpoint[0].storage_options())
-    for f in sorted((tmp_path / "logs").rglob("*")):
-        if f.is_file():
-            storage.write_atomic(storage.join(log_dir, *f.relative_to(tmp_path / "logs").parts), f.read_bytes())
-    return log_dir, sum(f.stat().st_size for f in (tmp_path / "logs").rglob("*.log"))
-
-
-def _files_under(*roots: Path) -> list[Path]:
-    return [p for root in roots if root.exists() for p in root.rglob("*") if p.is_file()]
 
 
 @pytest.mark.s3
