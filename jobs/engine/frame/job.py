@@ -40,7 +40,14 @@ from jobs.engine.runtime import spark_session
 from jobs.engine.runtime.collector import frozen_heap
 from jobs.engine.runtime.kernels import COLD_NOTICE, kernels_cold
 from jobs.engine.runtime.seams import PRODUCTION, Seams
-from jobs.engine.runtime.tasks import DriverTasks, LazySparkTasks, TaskRunner, map_in_driver, small_run_on_driver
+from jobs.engine.runtime.tasks import (
+    DriverTasks,
+    LazySparkTasks,
+    TaskRunner,
+    driver_scan_threads,
+    map_in_driver,
+    small_run_on_driver,
+)
 from jobs.engine.scan import PartitionError, PartitionScan, ReportError, ScanItem
 from jobs.logdir.checkpoints import read_job_checkpoints
 from jobs.logdir.checks import (
@@ -458,8 +465,9 @@ class JobContext:
         """The scans of ``items``: on the driver's threads, or as tasks shaped by what a scan costs."""
         what = f"scan {len(items)} partition(s) ({self.job.scan_depth})"
         if in_driver:
-            # the driver's threads; on an object store as many as it overlaps round trips with (io_concurrency)
-            return map_in_driver(scan_task, items, threads=max(8, self.storage.io_concurrency))
+            threads = driver_scan_threads(self.storage.io_concurrency, self.job.scan_depth,
+                                          [log_bytes(item.listing) for item in items])
+            return map_in_driver(scan_task, items, threads=threads)
         # A header scan takes milliseconds, less than a Spark task's own overhead: thousands of partitions
         # go in a few tasks per core. Transaction scans read whole logs: one task per partition balances them.
         tasks = self.runner.parallelism * 4 if self.job.scan_depth in DRIVER_SCAN_DEPTHS else None

@@ -4,6 +4,7 @@ runs are small enough is decided from file sizes alone (:func:`fits_on_driver`).
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -11,10 +12,14 @@ import pytest
 from jobs.engine.runtime.tasks import (
     DRIVER_RUN_ENV,
     DRIVER_RUN_MAX_BYTES,
+    DRIVER_SCAN_THREADS,
+    THREADED_HEADER_SCAN_BYTES,
     DriverTasks,
     TaskFailure,
     driver_run_max_bytes,
+    driver_scan_threads,
     fits_on_driver,
+    map_in_driver,
     stream_bins,
 )
 from jobs.rules.scope import parse_scope
@@ -100,3 +105,25 @@ def test_an_object_store_log_dir_is_never_taken_as_small(tmp_path: Path, s3_buck
     top = list_log_dir_top(storage, f"s3://{bucket}/logs")
     assert list(top.partitions) == [("a", 0)]
     assert not fits_on_driver(storage, top, parse_scope([], []), 1 << 20)
+
+
+def _thread_name(_: int) -> str:
+    return threading.current_thread().name
+
+
+def test_local_size_scans_run_in_the_calling_thread() -> None:
+    many_small = [10_000] * 2000
+    assert driver_scan_threads(1, "sizes", many_small) == 1
+    assert driver_scan_threads(1, "sizes", [10 * THREADED_HEADER_SCAN_BYTES] * 8) == 1  # a few small reads each
+    assert driver_scan_threads(1, "headers", many_small) == 1
+    assert map_in_driver(_thread_name, [1, 2, 3], threads=1) == [threading.current_thread().name] * 3
+
+
+def test_header_scans_of_large_local_partitions_and_every_scan_on_an_object_store_overlap_on_threads() -> None:
+    mean_at_threshold = [THREADED_HEADER_SCAN_BYTES // 2, THREADED_HEADER_SCAN_BYTES * 3 // 2]
+    assert driver_scan_threads(1, "headers", mean_at_threshold) == DRIVER_SCAN_THREADS
+    assert driver_scan_threads(1, "headers", [THREADED_HEADER_SCAN_BYTES - 1]) == 1
+    assert driver_scan_threads(16, "sizes", [10_000]) == 16
+    assert driver_scan_threads(2, "headers", []) == DRIVER_SCAN_THREADS
+    names = map_in_driver(_thread_name, list(range(20)), threads=4)
+    assert len(names) == 20 and threading.current_thread().name not in names
