@@ -211,7 +211,7 @@ class CompactionRun:
             ctx.scans, storage=ctx.storage, listing=ctx.listing, checkpoints=ctx.checkpoints, configs=ctx.configs,
             scope=ctx.scope, now_ms=ctx.now_ms, max_batch_bytes=ctx.max_batch_bytes, runner=ctx.runner,
             job_description=ctx.job_description, warnings=ctx.report.warnings, progress=ctx.progress,
-            spool=self.host_spool)
+            spool=self.host_spool, driver_threads=ctx.driver_read_threads)
         max_keys = max_keys_for_buffer(self.options.dedupe_buffer_bytes)
         first = plan_retention_first(RetentionParams.from_job(ctx), ctx.scans, self.config_of,
                                      DeleteLimit.of_job(ctx), parallel_map=ctx.parallel_map,

@@ -14,7 +14,9 @@ most partitions are clean, that is most of them.
 
 Every partition that may be selected is then scanned at depth ``transactions`` (every batch header of the whole log
 and the records of its control batches, replayed into transaction and producer state; no data batch is decompressed,
-see :mod:`jobs.engine.scan` for what comes from disk), in bin-packed tasks, and planned on that (the cleaning task
+see :mod:`jobs.engine.scan` for what comes from disk), in bin-packed tasks (on the driver's threads, while the JVM
+starts, when the run started its own Spark on this host over a local disk:
+:attr:`jobs.engine.frame.job.JobContext.driver_read_threads`), and planned on that (the cleaning task
 then reads the records: the dirty section's keys for the offset map, then what it cleans, see
 :mod:`jobs.engine.compact.cleaning`). So are the ``compact,delete`` partitions, whose retention runs first and is
 planned on the full scan. A small partition that the listing and its cleaner checkpoint say may be due
@@ -32,11 +34,11 @@ segment); nor does a damaged active segment of a partition that has no other one
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, MutableMapping
+from typing import Callable, Iterable, Mapping, MutableMapping
 
 from jobs.engine.frame.job import scan_task
 from jobs.engine.report.run_report import Progress
-from jobs.engine.runtime.tasks import TaskFailure, TaskRunner
+from jobs.engine.runtime.tasks import BinTask, TaskFailure, TaskRunner, map_in_driver
 from jobs.engine.scan import PartitionError, PartitionScan, ScanItem
 from jobs.rules.config import ConfigSet, TopicConfig, never_touched
 from jobs.rules.kafka_defaults import LONG_MAX
@@ -140,12 +142,15 @@ def scan_candidates(scans: MutableMapping[TopicPartition, PartitionScan], *, sto
                     listing: LogDirListing, checkpoints: Mapping[str, Mapping[TopicPartition, int]],
                     configs: ConfigSet, scope: Scope, now_ms: int, max_batch_bytes: int, runner: TaskRunner,
                     job_description: Callable[[str], str], warnings: list[str],
-                    progress: Progress, spool: HostSpool | None = None) -> list[TopicPartition]:
+                    progress: Progress, spool: HostSpool | None = None, driver_threads: int = 0
+                    ) -> list[TopicPartition]:
     """Scan at depth ``transactions`` (tasks of ``runner``, decoding under ``max_batch_bytes``) every partition
     :func:`needs_full_scan` picks, bin-packed by bytes, and put the scans into ``scans`` in place of the
     ``sizes`` ones; new scan warnings go to ``warnings``. A partition that turns out unreadable gets its error
     line, as in the frame's scan. ``spool``: where the scans keep what they fetch from an object store for the
-    cleaning tasks (see :class:`~segment_io.storage.spool.HostSpool`). Returns the keys scanned."""
+    cleaning tasks (see :class:`~segment_io.storage.spool.HostSpool`). ``driver_threads``: run the scans on that
+    many of the driver's threads instead of as tasks (:attr:`jobs.engine.frame.job.JobContext.driver_read_threads`;
+    the same scans, a failure of one its own). Returns the keys scanned."""
     keys = [k for k in sorted(scans)
             if needs_full_scan(scans[k], configs.for_topic(k[0]), now_ms, requested=scope.explicit(*k))]
     if not keys:
@@ -154,9 +159,14 @@ def scan_candidates(scans: MutableMapping[TopicPartition, PartitionScan], *, sto
     cleaner = checkpoints[CLEANER_OFFSET_CHECKPOINT]
     items = [ScanItem(storage, listing.partitions[k], "transactions", start.get(k), cleaner.get(k), now_ms,
                       configs.for_topic(k[0]).producer_id_expiration_ms, max_batch_bytes, spool) for k in keys]
-    sizes = [scans[k].scanned.size_bytes for k in keys]
-    description = job_description(f"read the transaction state of {len(keys)} partition(s)")
-    for i, result in runner.stream(scan_task, items, sizes=sizes, description=description):
+    if driver_threads > 0:
+        results: Iterable[tuple[int, PartitionScan | TaskFailure]] = enumerate(
+            map_in_driver(_scan_or_failure, items, threads=driver_threads))
+    else:
+        sizes = [scans[k].scanned.size_bytes for k in keys]
+        description = job_description(f"read the transaction state of {len(keys)} partition(s)")
+        results = runner.stream(scan_task, items, sizes=sizes, description=description)
+    for i, result in results:
         key = keys[i]
         before = scans[key]
         if isinstance(result, TaskFailure):
@@ -167,10 +177,17 @@ def scan_candidates(scans: MutableMapping[TopicPartition, PartitionScan], *, sto
         if result.error is not None:
             progress.error(f"{result.name}: UNREADABLE, left untouched: {result.error}",
                            event="partition.unreadable", partition=result.name)
-    progress(f"read the batch headers of {len(keys)} of {len(scans)} partition(s) for their transaction state "
+    where = " on the driver" if driver_threads > 0 else ""
+    progress(f"read the batch headers of {len(keys)} of {len(scans)} partition(s) for their transaction state{where} "
              "(the others are not due)",
              event="scan.full", partitions=len(keys), of=len(scans))
     return keys
+
+
+def _scan_or_failure(item: ScanItem) -> PartitionScan | TaskFailure:
+    """:func:`~jobs.engine.frame.job.scan_task` on the driver: an exception becomes the item's
+    :class:`~jobs.engine.runtime.tasks.TaskFailure`, as in a task."""
+    return BinTask(scan_task)([item])[0]
 
 
 __all__ = ["FIRST_SCAN_BUDGET_BYTES", "SELECTION_DEPTH", "SMALL_PARTITION_BYTES", "may_read_in_full",

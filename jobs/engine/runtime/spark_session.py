@@ -210,6 +210,14 @@ def allow_early_start() -> None:
 EARLY_START_ENV = "SEGJOBS_SPARK_EARLY_START"
 
 
+def runs_on_this_host(master: str | None) -> bool:
+    """Whether a session this process launches for ``master`` runs its tasks on this host: a ``local`` or
+    ``local-cluster`` master, or none given where nothing else sets one (the default, ``local[*]``)."""
+    if master is not None:
+        return master.startswith("local")
+    return not os.environ.get("SPARK_ENV_LOADED") and "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+
+
 def can_start_early() -> bool:
     """Whether :class:`EarlySession` may be used here: the command line allowed it, $SEGJOBS_SPARK_EARLY_START is
     not ``0``, this process launches the JVM itself (not under spark-submit) and no session or earlier start

@@ -387,7 +387,7 @@ def fits_on_driver(storage: Storage, top: LogDirListing, scope: Scope, limit: in
     return True
 
 
-def _local_parallelism() -> int:
+def local_parallelism() -> int:
     """The cores this process may run on: what a ``local[*]`` session's default parallelism is."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -404,7 +404,7 @@ class DriverTasks(_StreamsInBins):
     :class:`BinTask` comes back as a ``TaskDied`` :class:`TaskFailure`, its bin's other items run again one by
     one, as :class:`SparkTasks` does."""
 
-    parallelism: int = field(default_factory=_local_parallelism)
+    parallelism: int = field(default_factory=local_parallelism)
 
     def map(self, fn: Callable[[T], R], items: Sequence[T], *, tasks: int | None = None,
             description: str | None = None) -> list[R]:
@@ -589,7 +589,8 @@ def _round_trip(value: T) -> T:
     return Unpickler(buf).load()
 
 
-__all__ = ["DRIVER_RUN_ENV", "DRIVER_RUN_MAX_BYTES", "STREAM_MAX_ITEMS", "STREAM_TARGET_BYTES", "BinTask",
-           "DriverTasks", "InProcessTasks", "LazySparkTasks", "NumbaKernelInTask", "SparkTasks", "TaskFailure",
-           "TaskRunner", "driver_run_max_bytes", "driver_scan_threads", "fits_on_driver", "java_size", "map_in_driver",
-           "ship_function", "small_run_on_driver", "spark_job_labels", "stream_bins"]
+__all__ = ["DRIVER_RUN_ENV", "DRIVER_RUN_MAX_BYTES", "DRIVER_SCAN_THREADS", "THREADED_HEADER_SCAN_BYTES",
+           "STREAM_MAX_ITEMS", "STREAM_TARGET_BYTES", "BinTask", "DriverTasks", "InProcessTasks", "LazySparkTasks",
+           "NumbaKernelInTask", "SparkTasks", "TaskFailure", "TaskRunner", "driver_run_max_bytes",
+           "driver_scan_threads", "fits_on_driver", "java_size", "local_parallelism", "map_in_driver", "ship_function",
+           "small_run_on_driver", "spark_job_labels", "stream_bins"]

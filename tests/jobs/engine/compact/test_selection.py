@@ -137,3 +137,51 @@ def test_a_partition_read_by_the_first_scan_is_compacted_exactly_as_one_read_by_
     assert any("6 small one(s) that may be due with their transaction state" in line for line in lines1)
     assert not any(d and "transaction state" in d for d in run1.descriptions)
     assert any(d and "read the transaction state of 6 partition(s)" in d for d in run2.descriptions)
+
+
+@pytest.mark.slow
+def test_transaction_scans_on_the_driver_threads_compact_exactly_as_the_stage_and_keep_a_failure_to_its_partition(
+        generated: Path, tmp_path: Path, monkeypatch) -> None:
+    from jobs.engine.frame import job as frame_job
+    from jobs.engine.scan import ScanItem
+    from segment_io.generate import GenerateSpec
+
+    spec = GenerateSpec()
+    now = spec.start_ms + spec.span_ms + 24 * 3600 * 1000
+    monkeypatch.setattr(selection, "SMALL_PARTITION_BYTES", 0)  # every partition that may be due is read later
+    runs = {}
+    for name, threads in (("stage", 0), ("driver", 2)):
+        monkeypatch.setattr(frame_job, "_driver_read_threads", lambda *_, n=threads: n)
+        logs = tmp_path / name / "logs"
+        shutil.copytree(generated, logs)
+        runner = InProcessTasks()
+        lines: list[str] = []
+        result = api.compact(logs, api.CompactOptions(overrides=("*:cleanup.policy=compact",),
+                                                      progress=lines.append), now=now, seams=api.Seams(runner=runner))
+        assert result.exit_code == 0 and result.partitions_compacted == 6
+        runs[name] = (logs, result, runner, lines)
+    (stage, r1, run1, _), (driver, r2, run2, lines2) = runs["stage"], runs["driver"]
+    assert _files(stage) == _files(driver)
+    assert json.dumps(_entries(r1.report), sort_keys=True, default=str) == \
+        json.dumps(_entries(r2.report), sort_keys=True, default=str)
+    assert any(d and "read the transaction state of 6 partition(s)" in d for d in run1.descriptions)
+    assert not any(d and "transaction state" in d for d in run2.descriptions)
+    assert any("for their transaction state on the driver" in line for line in lines2)
+
+    # a scan that raises on the driver's threads fails its own partition only, as a failed task would
+    real_scan = ScanItem.scan
+
+    def scan(item: ScanItem):
+        if item.depth == "transactions" and (item.listing.topic, item.listing.partition) == ("orders", 1):
+            raise OSError("disk gone")
+        return real_scan(item)
+
+    monkeypatch.setattr(ScanItem, "scan", scan)
+    logs = tmp_path / "failing" / "logs"
+    shutil.copytree(generated, logs)
+    lines = []
+    result = api.compact(logs, api.CompactOptions(overrides=("*:cleanup.policy=compact",), progress=lines.append),
+                         now=now, seams=api.Seams(runner=InProcessTasks()))
+    assert result.exit_code == 1 and result.partitions_compacted == 5
+    assert any("orders-1: UNREADABLE, left untouched" in line and "disk gone" in line for line in lines)
+    assert _files(logs / "orders-1") == _files(generated / "orders-1")

@@ -257,3 +257,20 @@ def test_entries_outside_the_scope_are_fine_globs_naming_nothing_warn_and_the_re
     assert retained.report.topics["orders"] == {"policy": "compact", "policy_from": f'{config} [topics."orders"]'}
     assert f'cleanup.policy: delete from Kafka\'s default (clicks); compact from {config} [topics."orders"] ' \
            f"(orders)" in retained.summary()
+
+
+def test_whole_logs_headers_are_read_on_the_driver_only_for_its_own_early_spark_on_this_host_over_local_disk(
+        tmp_path: Path, monkeypatch) -> None:
+    from jobs.engine.frame.job import _driver_read_threads
+    from jobs.engine.runtime.tasks import local_parallelism
+    from segment_io.storage.options import StorageOptions
+
+    monkeypatch.delenv("SPARK_ENV_LOADED", raising=False)
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    local, started = open_storage(str(tmp_path)), object()  # the session started early: any object here
+    assert _driver_read_threads(started, local, str(tmp_path), None) == local_parallelism()
+    assert _driver_read_threads(started, local, str(tmp_path), "local[2]") == local_parallelism()
+    assert _driver_read_threads(None, local, str(tmp_path), None) == 0  # a session given, or none started early
+    assert _driver_read_threads(started, local, str(tmp_path), "spark://master:7077") == 0  # tasks elsewhere
+    s3 = open_storage("s3://bucket/logs", StorageOptions(endpoint_url="http://127.0.0.1:1", region="us-east-1"))
+    assert _driver_read_threads(started, s3, "s3://bucket/logs", None) == 0  # tasks keep what they fetch
