@@ -646,7 +646,7 @@ _MIN_SIZE_V1 = LEGACY_MIN_SIZE[1]
 assert LEGACY_MAGIC == V2_MAGIC
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def walk_batches(buf: np.ndarray, pos: int, positions: np.ndarray, magics: np.ndarray,
                  state: np.ndarray) -> int:
     """The start and magic of every whole batch from byte ``pos`` of ``buf``, written into ``positions`` and

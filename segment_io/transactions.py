@@ -345,7 +345,7 @@ def derive_txn_state(batches: BatchSummary, *, now_ms: int, producer_id_expirati
     return TxnState(aborted, completed, o_pid, o_first, active)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _replay(pid, epoch, base, last, transactional, control, ctype, max_ts, marker_ts, count,
             abort_type, commit_type):  # pragma: no cover - compiled
     # Batches arrive sorted by (producer id, offset): one sequential state machine per producer, as in

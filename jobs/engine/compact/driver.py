@@ -152,7 +152,7 @@ class CompactionRun:
         self.retention: dict[tuple[str, int], RetentionOutcome] = {}
         #: on an object store: where the transaction-state scans leave what they fetch for the cleaning tasks
         self.host_spool: HostSpool | None = ctx.host_spool
-        #: the partitions the stage of scan tasks read (their copies are where each task ran), and whether tasks
+        #: the partitions the transaction scans read (by tasks: their copies are where each task ran), and whether tasks
         #: scanned compact,delete partitions again as retention leaves them (adding copies where none were)
         self.read_in_full: list[tuple[str, int]] = []
         self.rescanned = False

@@ -144,8 +144,8 @@ def scan_candidates(scans: MutableMapping[TopicPartition, PartitionScan], *, sto
                     job_description: Callable[[str], str], warnings: list[str],
                     progress: Progress, spool: HostSpool | None = None, driver_threads: int = 0
                     ) -> list[TopicPartition]:
-    """Scan at depth ``transactions`` (tasks of ``runner``, decoding under ``max_batch_bytes``) every partition
-    :func:`needs_full_scan` picks, bin-packed by bytes, and put the scans into ``scans`` in place of the
+    """Scan at depth ``transactions`` (tasks of ``runner``, bin-packed by bytes, decoding under ``max_batch_bytes``)
+    every partition :func:`needs_full_scan` picks, and put the scans into ``scans`` in place of the
     ``sizes`` ones; new scan warnings go to ``warnings``. A partition that turns out unreadable gets its error
     line, as in the frame's scan. ``spool``: where the scans keep what they fetch from an object store for the
     cleaning tasks (see :class:`~segment_io.storage.spool.HostSpool`). ``driver_threads``: run the scans on that
@@ -166,12 +166,13 @@ def scan_candidates(scans: MutableMapping[TopicPartition, PartitionScan], *, sto
         sizes = [scans[k].scanned.size_bytes for k in keys]
         description = job_description(f"read the transaction state of {len(keys)} partition(s)")
         results = runner.stream(scan_task, items, sizes=sizes, description=description)
+    what = "on the driver" if driver_threads > 0 else "task"
     for i, result in results:
         key = keys[i]
         before = scans[key]
         if isinstance(result, TaskFailure):
             result = PartitionScan(key[0], key[1], before.uri,
-                                   error=PartitionError(result.kind, f"the scan task failed: {result.detail}"))
+                                   error=PartitionError(result.kind, f"the scan {what} failed: {result.detail}"))
         warnings.extend(w for w in result.warnings if w not in before.warnings)
         scans[key] = result
         if result.error is not None:
@@ -180,7 +181,7 @@ def scan_candidates(scans: MutableMapping[TopicPartition, PartitionScan], *, sto
     where = " on the driver" if driver_threads > 0 else ""
     progress(f"read the batch headers of {len(keys)} of {len(scans)} partition(s) for their transaction state{where} "
              "(the others are not due)",
-             event="scan.full", partitions=len(keys), of=len(scans))
+             event="scan.full", partitions=len(keys), of=len(scans), on_driver=driver_threads > 0)
     return keys
 
 

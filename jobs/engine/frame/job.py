@@ -41,6 +41,7 @@ from jobs.engine.runtime.collector import frozen_heap
 from jobs.engine.runtime.kernels import COLD_NOTICE, kernels_cold
 from jobs.engine.runtime.seams import PRODUCTION, Seams
 from jobs.engine.runtime.tasks import (
+    DRIVER_SCAN_THREADS,
     DriverTasks,
     LazySparkTasks,
     TaskRunner,
@@ -672,7 +673,8 @@ def _chunks(items: list[ScanItem], n: int) -> list[list[ScanItem]]:
     return out
 
 
-#: The scan depths the frame runs on the driver's threads (milliseconds a partition); deeper scans are Spark tasks.
+#: The scan depths the frame runs on the driver (milliseconds a partition); deeper scans are Spark tasks, except
+#: compaction's transaction scans while its own Spark starts (:attr:`JobContext.driver_read_threads`).
 DRIVER_SCAN_DEPTHS = ("headers", "sizes")
 
 #: A job's forecast, from the first listing and the offset checkpoints (before any file is read), of whether its
@@ -924,14 +926,15 @@ class _Recovered:
 
 def _driver_read_threads(early: "spark_session.EarlySession | None", storage: Storage, log_dir: str,
                          master: str | None) -> int:
-    """:attr:`JobContext.driver_read_threads` of a run: the cores here when it started its own Spark early, for a
-    master on this host, over a log dir on local disk. The tasks would then run on this host and read the same
-    disk, while the driver only waits for the JVM; and a stage costs more than the reads (2 GB of 1 KB records: 0.4
-    s on two threads, 4.3 s as a stage, most of it the start of the Python workers, which the cleaning stage then
-    pays instead while the reads are already done)."""
+    """:attr:`JobContext.driver_read_threads` of a run: the cores here (up to :data:`DRIVER_SCAN_THREADS`) when it
+    started its own Spark early, for a master on this host, over a log dir on local disk. The tasks would then run
+    on this host and read the same disk, while the driver only waits for the JVM; and a stage costs more than the
+    reads (2 GB of 1 KB records: 0.4 s on two threads, 4.3 s as a stage, most of it the start of the Python
+    workers, which the cleaning stage then pays instead while the reads are already done)."""
     if early is None or storage.local_path(log_dir) is None or not spark_session.runs_on_this_host(master):
         return 0
-    return local_parallelism()
+    # at most as many as the other driver scans: each holds an active segment read whole, in the driver's memory
+    return min(local_parallelism(), DRIVER_SCAN_THREADS)
 
 
 def _early_session(job: JobSpec, options: JobOptions, storage: Storage, log_dir: str, top: LogDirListing,

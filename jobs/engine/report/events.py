@@ -66,8 +66,9 @@ EVENTS = {
     "partition.unreadable": "a partition could not be read (left untouched)",
     "checkpoint.orphan": "a log-start-offset-checkpoint entry names a partition the log dir does not hold",
     "data.stale": "the data is older than any retention at the wall clock (a backup?)",
-    "scan.full": "how many more partitions compaction read the batch headers and control records of, in tasks, "
-                 "for their transaction state (those that may be due; the others are not)",
+    "scan.full": "how many more partitions compaction read the batch headers and control records of, in tasks "
+                 "or (on_driver) on the driver's threads, for their transaction state (those that may be due; the "
+                 "others are not)",
     "compact.selected": "how many partitions compaction selected",
     "compact.partition": "a partition was compacted (or measured, in a dry run)",
     "compact.failed": "a partition's compaction failed",

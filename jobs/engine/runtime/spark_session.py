@@ -108,7 +108,7 @@ def _session_options(app_name: str, master: str | None, extra_conf: Mapping[str,
     included when it sets them) and the level of Spark's own log lines; sets the environment the JVM inherits."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    effective_master = master or ("local[*]" if not os.environ.get("SPARK_ENV_LOADED") else None)
+    effective_master = master or ("local[*]" if not _master_set_elsewhere() else None)
     if effective_master and effective_master.startswith("local"):
         # A local run needs no network beyond loopback; without this Spark binds to the first interface.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -135,7 +135,7 @@ def _session_options(app_name: str, master: str | None, extra_conf: Mapping[str,
     options = {"spark.app.name": app_name}
     if master:
         options["spark.master"] = master
-    elif "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", "") and not os.environ.get("SPARK_ENV_LOADED"):
+    elif not _master_set_elsewhere():
         options["spark.master"] = "local[*]"
     return {**options, **conf}, level
 
@@ -210,12 +210,19 @@ def allow_early_start() -> None:
 EARLY_START_ENV = "SEGJOBS_SPARK_EARLY_START"
 
 
+def _master_set_elsewhere() -> bool:
+    """Whether something other than segjobs' options sets the master: a Spark environment script, or
+    ``$PYSPARK_SUBMIT_ARGS`` (``--master ...`` or ``--conf spark.master=...``)."""
+    submit_args = os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+    return bool(os.environ.get("SPARK_ENV_LOADED")) or "--master" in submit_args or "spark.master" in submit_args
+
+
 def runs_on_this_host(master: str | None) -> bool:
     """Whether a session this process launches for ``master`` runs its tasks on this host: a ``local`` or
     ``local-cluster`` master, or none given where nothing else sets one (the default, ``local[*]``)."""
     if master is not None:
         return master.startswith("local")
-    return not os.environ.get("SPARK_ENV_LOADED") and "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+    return not _master_set_elsewhere()
 
 
 def can_start_early() -> bool:
@@ -233,9 +240,7 @@ def would_launch_local_jvm(master: str | None) -> bool:
     (spark-submit, $PYSPARK_SUBMIT_ARGS, a Spark environment script) and no JVM is running here. Only such a run
     may do its tasks on the driver instead (:func:`jobs.engine.runtime.tasks.small_run_on_driver`): one that
     names a master, or runs under spark-submit or in a user's session, gets the Spark it asked for."""
-    if not _EARLY_START_ALLOWED or master is not None or _jvm_running() or os.environ.get("SPARK_ENV_LOADED"):
-        return False
-    return "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+    return _EARLY_START_ALLOWED and master is None and not _jvm_running() and not _master_set_elsewhere()
 
 
 def _jvm_running() -> bool:

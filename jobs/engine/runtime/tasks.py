@@ -388,7 +388,8 @@ def fits_on_driver(storage: Storage, top: LogDirListing, scope: Scope, limit: in
 
 
 def local_parallelism() -> int:
-    """The cores this process may run on: what a ``local[*]`` session's default parallelism is."""
+    """The cores this process may run on (its CPU affinity; a container's CPU quota is not read): what a
+    ``local[*]`` session's default parallelism is where no quota is set."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
@@ -435,8 +436,9 @@ class DriverTasks(_StreamsInBins):
 
 #: The driver's threads for scans that overlap their reads (see :func:`driver_scan_threads`).
 DRIVER_SCAN_THREADS = 8
-#: On local disk, the mean segment bytes a partition from which a header scan runs on :data:`DRIVER_SCAN_THREADS`
-#: threads rather than one (partitions of 8 and 32 MB were scanned as fast on one; of 250 MB, faster on eight).
+#: On local disk, the segment bytes from which a partition's header scan is worth a thread of its own: a header scan
+#: runs on :data:`DRIVER_SCAN_THREADS` threads when at least half of its bytes are in such partitions (partitions of
+#: 8 and 32 MB were scanned as fast on one thread; of 250 MB, faster on eight).
 THREADED_HEADER_SCAN_BYTES = 64 << 20
 
 
@@ -444,17 +446,18 @@ def driver_scan_threads(io_concurrency: int, scan_depth: str, partition_bytes: S
     """How many of the driver's threads scan partitions of ``partition_bytes`` segment bytes each, at ``scan_depth``,
     in a store that overlaps ``io_concurrency`` reads (:attr:`Storage.io_concurrency`).
 
-    On an object store: as many as it overlaps round trips with, at least :data:`DRIVER_SCAN_THREADS`. On local
-    disk a size scan is a few small reads a partition, Python work that holds the GIL, so threads only contend for
-    it (2,000 small partitions were scanned 0.6-1.0 s slower on 8 threads than on one, on 2 cores); Kafka, too,
-    loads a log dir on one thread by default (``num.recovery.threads.per.data.dir``). A header scan of large
-    partitions is mostly page faults and compiled walks, outside the GIL, where threads win
-    (:data:`THREADED_HEADER_SCAN_BYTES`)."""
+    On an object store that overlaps requests: as many threads as it overlaps round trips with, at least
+    :data:`DRIVER_SCAN_THREADS` (``SEGJOBS_S3_CONCURRENCY=1`` asks for one request at a time: one thread). On
+    local disk a size scan is a few small reads a partition, Python work that holds the GIL, so threads only
+    contend for it (2,000 small partitions were scanned 0.6-1.0 s slower on 8 threads than on one, on 2 cores);
+    Kafka, too, loads a log dir on one thread by default (``num.recovery.threads.per.data.dir``). A header scan
+    of large partitions is mostly page faults and compiled walks that release the GIL, where threads win: when at
+    least half of the bytes are in partitions of :data:`THREADED_HEADER_SCAN_BYTES` or more."""
     if io_concurrency > 1:
         return max(DRIVER_SCAN_THREADS, io_concurrency)
-    mean_bytes = sum(partition_bytes) / max(1, len(partition_bytes))
-    large = scan_depth == "headers" and mean_bytes >= THREADED_HEADER_SCAN_BYTES
-    return DRIVER_SCAN_THREADS if large else 1
+    large_bytes = sum(b for b in partition_bytes if b >= THREADED_HEADER_SCAN_BYTES)
+    threaded = scan_depth == "headers" and large_bytes > 0 and 2 * large_bytes >= sum(partition_bytes)
+    return DRIVER_SCAN_THREADS if threaded else 1
 
 
 def map_in_driver(fn: Callable[[T], R], items: Sequence[T], *, threads: int = 8) -> list[R]:
@@ -466,6 +469,7 @@ def map_in_driver(fn: Callable[[T], R], items: Sequence[T], *, threads: int = 8)
     if threads <= 1:
         return [fn(item) for item in items]
     with ThreadPoolExecutor(max_workers=min(threads, len(items)), thread_name_prefix="segjobs-scan") as pool:
+        # (a failed item, or a Ctrl-C while waiting, cancels the queued items as pool.map's results close)
         return list(pool.map(in_context(fn), items))
 
 

@@ -177,11 +177,14 @@ def test_transaction_scans_on_the_driver_threads_compact_exactly_as_the_stage_an
         return real_scan(item)
 
     monkeypatch.setattr(ScanItem, "scan", scan)
+    monkeypatch.setattr(frame_job, "_driver_read_threads", lambda *_: 2)
     logs = tmp_path / "failing" / "logs"
     shutil.copytree(generated, logs)
     lines = []
     result = api.compact(logs, api.CompactOptions(overrides=("*:cleanup.policy=compact",), progress=lines.append),
                          now=now, seams=api.Seams(runner=InProcessTasks()))
     assert result.exit_code == 1 and result.partitions_compacted == 5
-    assert any("orders-1: UNREADABLE, left untouched" in line and "disk gone" in line for line in lines)
+    assert any("for their transaction state on the driver" in line for line in lines)
+    assert any("orders-1: UNREADABLE, left untouched" in line and "the scan on the driver failed" in line
+               and "disk gone" in line for line in lines)
     assert _files(logs / "orders-1") == _files(generated / "orders-1")

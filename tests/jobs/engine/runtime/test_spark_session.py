@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 
 from jobs.engine.compact.selection import may_read_in_full
-from jobs.engine.runtime.spark_session import JAVA_FIX, LOG4J2_CONF, java_problem, runs_on_this_host
+from jobs.engine.runtime.spark_session import (
+    JAVA_FIX,
+    LOG4J2_CONF,
+    LOG_LEVEL_ENV,
+    _session_options,
+    java_problem,
+    runs_on_this_host,
+)
 from jobs.engine.runtime.tasks import DRIVER_RUN_ENV
 from jobs.rules.config import ConfigSet
 from jobs.rules.scope import parse_scope
@@ -309,11 +316,20 @@ def test_a_real_jvm_started_early_and_not_needed_neither_prints_nor_holds_the_ru
 def test_a_session_runs_its_tasks_on_this_host_with_a_local_master_or_none_set_anywhere(monkeypatch) -> None:
     monkeypatch.delenv("SPARK_ENV_LOADED", raising=False)
     monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP", LOG_LEVEL_ENV, "SPARK_LAUNCHER_OPTS"):
+        # what building a session's options sets in the environment is put back after the test
+        if name in os.environ:
+            monkeypatch.setenv(name, os.environ[name])
+        else:
+            monkeypatch.delenv(name, raising=False)
     assert runs_on_this_host(None)  # local[*]
     assert runs_on_this_host("local[2]") and runs_on_this_host("local-cluster[2,1,1024]")
     assert not runs_on_this_host("spark://master:7077") and not runs_on_this_host("yarn")
-    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--conf spark.master=yarn pyspark-shell")
-    assert not runs_on_this_host(None)
+    for submit_args in ("--conf spark.master=yarn pyspark-shell", "--master yarn pyspark-shell"):
+        monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", submit_args)
+        assert not runs_on_this_host(None)
+        # and the session keeps that master rather than getting local[*] from segjobs
+        assert "spark.master" not in _session_options("segjobs-test", None, None, verbose=False)[0]
     monkeypatch.delenv("PYSPARK_SUBMIT_ARGS")
     monkeypatch.setenv("SPARK_ENV_LOADED", "1")  # a Spark environment script may set any master
     assert not runs_on_this_host(None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -123,7 +124,27 @@ def test_header_scans_of_large_local_partitions_and_every_scan_on_an_object_stor
     mean_at_threshold = [THREADED_HEADER_SCAN_BYTES // 2, THREADED_HEADER_SCAN_BYTES * 3 // 2]
     assert driver_scan_threads(1, "headers", mean_at_threshold) == DRIVER_SCAN_THREADS
     assert driver_scan_threads(1, "headers", [THREADED_HEADER_SCAN_BYTES - 1]) == 1
+    # most bytes in a few large partitions among many small ones: threaded; a large one among much more: not
+    assert driver_scan_threads(1, "headers", [10_000] * 990 + [80 * THREADED_HEADER_SCAN_BYTES] * 10) == \
+        DRIVER_SCAN_THREADS
+    assert driver_scan_threads(1, "headers", [THREADED_HEADER_SCAN_BYTES // 4] * 10 + [THREADED_HEADER_SCAN_BYTES]) == 1
     assert driver_scan_threads(16, "sizes", [10_000]) == 16
     assert driver_scan_threads(2, "headers", []) == DRIVER_SCAN_THREADS
     names = map_in_driver(_thread_name, list(range(20)), threads=4)
     assert len(names) == 20 and threading.current_thread().name not in names
+
+
+def test_a_failing_item_of_a_threaded_map_leaves_the_queued_items_unrun() -> None:
+    ran: list[int] = []
+
+    def scan(i: int) -> int:
+        if i == 0:
+            raise KeyboardInterrupt  # what a Ctrl-C raises in the thread waiting for the results
+        time.sleep(0.05)
+        ran.append(i)
+        return i
+
+    with pytest.raises(KeyboardInterrupt):
+        map_in_driver(scan, list(range(40)), threads=2)
+    time.sleep(0.2)  # the items already running finish
+    assert len(ran) < 10
