@@ -111,28 +111,40 @@ def _entries(report) -> list[dict]:
     return [{k: v for k, v in e.items() if "seconds" not in k} for e in report.partitions]
 
 
-@pytest.mark.slow
-def test_a_partition_read_by_the_first_scan_is_compacted_exactly_as_one_read_by_the_stage(
-        generated: Path, tmp_path: Path, monkeypatch) -> None:
+def _compact_a_copy(generated: Path, logs: Path, exit_code: int = 0) -> tuple[Path, api.CompactResult, InProcessTasks,
+                                                                              list[str]]:
+    """``generated`` copied to ``logs`` and compacted in this process at the data's next day: the copy, the result,
+    the runner and the progress lines."""
     from segment_io.generate import GenerateSpec
 
     spec = GenerateSpec()
-    now = spec.start_ms + spec.span_ms + 24 * 3600 * 1000
+    shutil.copytree(generated, logs)
+    runner = InProcessTasks()
+    lines: list[str] = []
+    result = api.compact(logs, api.CompactOptions(overrides=("*:cleanup.policy=compact",), progress=lines.append),
+                         now=spec.start_ms + spec.span_ms + 24 * 3600 * 1000, seams=api.Seams(runner=runner))
+    assert result.exit_code == exit_code, lines
+    if exit_code == 0:
+        assert result.partitions_compacted == 6
+    return logs, result, runner, lines
+
+
+def _assert_same_outcome(logs_a: Path, result_a: api.CompactResult, logs_b: Path, result_b: api.CompactResult) -> None:
+    """Both runs wrote the same bytes and reported the same for every partition."""
+    assert _files(logs_a) == _files(logs_b)
+    assert json.dumps(_entries(result_a.report), sort_keys=True, default=str) == \
+        json.dumps(_entries(result_b.report), sort_keys=True, default=str)
+
+
+@pytest.mark.slow
+def test_a_partition_read_by_the_first_scan_is_compacted_exactly_as_one_read_by_the_stage(
+        generated: Path, tmp_path: Path, monkeypatch) -> None:
     runs = {}
     for name, small in (("first", selection.SMALL_PARTITION_BYTES), ("stage", 0)):
         monkeypatch.setattr(selection, "SMALL_PARTITION_BYTES", small)
-        logs = tmp_path / name / "logs"
-        shutil.copytree(generated, logs)
-        runner = InProcessTasks()
-        lines: list[str] = []
-        result = api.compact(logs, api.CompactOptions(overrides=("*:cleanup.policy=compact",),
-                                                      progress=lines.append), now=now, seams=api.Seams(runner=runner))
-        assert result.exit_code == 0 and result.partitions_compacted == 6
-        runs[name] = (logs, result, runner, lines)
+        runs[name] = _compact_a_copy(generated, tmp_path / name / "logs")
     (first, r1, run1, lines1), (stage, r2, run2, _) = runs["first"], runs["stage"]
-    assert _files(first) == _files(stage)
-    assert json.dumps(_entries(r1.report), sort_keys=True, default=str) == \
-        json.dumps(_entries(r2.report), sort_keys=True, default=str)
+    _assert_same_outcome(first, r1, stage, r2)
     # the first run read them all at once, and had no stage to read them again
     assert any("6 small one(s) that may be due with their transaction state" in line for line in lines1)
     assert not any(d and "transaction state" in d for d in run1.descriptions)
@@ -144,26 +156,14 @@ def test_transaction_scans_on_the_driver_threads_compact_exactly_as_the_stage_an
         generated: Path, tmp_path: Path, monkeypatch) -> None:
     from jobs.engine.frame import job as frame_job
     from jobs.engine.scan import ScanItem
-    from segment_io.generate import GenerateSpec
 
-    spec = GenerateSpec()
-    now = spec.start_ms + spec.span_ms + 24 * 3600 * 1000
     monkeypatch.setattr(selection, "SMALL_PARTITION_BYTES", 0)  # every partition that may be due is read later
     runs = {}
     for name, threads in (("stage", 0), ("driver", 2)):
         monkeypatch.setattr(frame_job, "_driver_read_threads", lambda *_, n=threads: n)
-        logs = tmp_path / name / "logs"
-        shutil.copytree(generated, logs)
-        runner = InProcessTasks()
-        lines: list[str] = []
-        result = api.compact(logs, api.CompactOptions(overrides=("*:cleanup.policy=compact",),
-                                                      progress=lines.append), now=now, seams=api.Seams(runner=runner))
-        assert result.exit_code == 0 and result.partitions_compacted == 6
-        runs[name] = (logs, result, runner, lines)
+        runs[name] = _compact_a_copy(generated, tmp_path / name / "logs")
     (stage, r1, run1, _), (driver, r2, run2, lines2) = runs["stage"], runs["driver"]
-    assert _files(stage) == _files(driver)
-    assert json.dumps(_entries(r1.report), sort_keys=True, default=str) == \
-        json.dumps(_entries(r2.report), sort_keys=True, default=str)
+    _assert_same_outcome(stage, r1, driver, r2)
     assert any(d and "read the transaction state of 6 partition(s)" in d for d in run1.descriptions)
     assert not any(d and "transaction state" in d for d in run2.descriptions)
     assert any("for their transaction state on the driver" in line for line in lines2)
@@ -178,12 +178,8 @@ def test_transaction_scans_on_the_driver_threads_compact_exactly_as_the_stage_an
 
     monkeypatch.setattr(ScanItem, "scan", scan)
     monkeypatch.setattr(frame_job, "_driver_read_threads", lambda *_: 2)
-    logs = tmp_path / "failing" / "logs"
-    shutil.copytree(generated, logs)
-    lines = []
-    result = api.compact(logs, api.CompactOptions(overrides=("*:cleanup.policy=compact",), progress=lines.append),
-                         now=now, seams=api.Seams(runner=InProcessTasks()))
-    assert result.exit_code == 1 and result.partitions_compacted == 5
+    logs, result, _, lines = _compact_a_copy(generated, tmp_path / "failing" / "logs", exit_code=1)
+    assert result.partitions_compacted == 5
     assert any("for their transaction state on the driver" in line for line in lines)
     assert any("orders-1: UNREADABLE, left untouched" in line and "the scan on the driver failed" in line
                and "disk gone" in line for line in lines)
