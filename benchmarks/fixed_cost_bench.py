@@ -167,20 +167,22 @@ def nothing_due(scratch: Path, quick: bool) -> dict:
            str(config), "--now", _NOW_DEMO, "--report", str(report)]
     load = _load()
     walls, cpus = [], []
-    for _ in range(NOTHING_DUE_RUNS):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        walls.append(time.perf_counter() - t0)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-        if proc.returncode != 0:
-            shutil.rmtree(logs, ignore_errors=True)
-            raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-2000:]}")
-        got = json.loads(report.read_text())
-        if got["totals"].get("selected") or got.get("spark_startup_s") is not None:
-            raise RuntimeError(f"expected nothing due and no Spark: {got['totals']}, {got.get('spark_startup_s')}")
-    shutil.rmtree(logs, ignore_errors=True)
+    try:
+        for _ in range(NOTHING_DUE_RUNS):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            walls.append(time.perf_counter() - t0)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-2000:]}")
+            got = json.loads(report.read_text())
+            if got["totals"].get("selected") or got.get("spark_startup_s") is not None:
+                raise RuntimeError(f"expected nothing due and no Spark: {got['totals']}, "
+                                   f"{got.get('spark_startup_s')}")
+    finally:
+        shutil.rmtree(logs, ignore_errors=True)
     wall = statistics.median(walls)
     return {"bench": f"fixed cost: segjobs compact with nothing due over {n} partitions (new process, end to end, "
                      f"median of {NOTHING_DUE_RUNS})",

@@ -159,29 +159,30 @@ def scan_candidates(scans: MutableMapping[TopicPartition, PartitionScan], *, sto
     cleaner = checkpoints[CLEANER_OFFSET_CHECKPOINT]
     items = [ScanItem(storage, listing.partitions[k], "transactions", start.get(k), cleaner.get(k), now_ms,
                       configs.for_topic(k[0]).producer_id_expiration_ms, max_batch_bytes, spool) for k in keys]
-    if driver_threads > 0:
+    on_driver = driver_threads > 0
+    scanner = "on the driver" if on_driver else "task"
+    if on_driver:
         results: Iterable[tuple[int, PartitionScan | TaskFailure]] = enumerate(
             map_in_driver(_scan_or_failure, items, threads=driver_threads))
     else:
         sizes = [scans[k].scanned.size_bytes for k in keys]
         description = job_description(f"read the transaction state of {len(keys)} partition(s)")
         results = runner.stream(scan_task, items, sizes=sizes, description=description)
-    what = "on the driver" if driver_threads > 0 else "task"
     for i, result in results:
         key = keys[i]
         before = scans[key]
         if isinstance(result, TaskFailure):
             result = PartitionScan(key[0], key[1], before.uri,
-                                   error=PartitionError(result.kind, f"the scan {what} failed: {result.detail}"))
+                                   error=PartitionError(result.kind, f"the scan {scanner} failed: {result.detail}"))
         warnings.extend(w for w in result.warnings if w not in before.warnings)
         scans[key] = result
         if result.error is not None:
             progress.error(f"{result.name}: UNREADABLE, left untouched: {result.error}",
                            event="partition.unreadable", partition=result.name)
-    where = " on the driver" if driver_threads > 0 else ""
+    where = " on the driver" if on_driver else ""
     progress(f"read the batch headers of {len(keys)} of {len(scans)} partition(s) for their transaction state{where} "
              "(the others are not due)",
-             event="scan.full", partitions=len(keys), of=len(scans), on_driver=driver_threads > 0)
+             event="scan.full", partitions=len(keys), of=len(scans), on_driver=on_driver)
     return keys
 
 
