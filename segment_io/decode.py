@@ -27,6 +27,7 @@ from segment_io.decode_v2 import control_record_type, crc_mismatch, decode_v2, k
 from segment_io.errors import CorruptRecordError, CrcMismatchError, TruncatedBatchError
 from segment_io.format import LEGACY_CODEC_MASK, BatchHeaders, scan_batches
 from segment_io.hashing import hash_keys
+from segment_io.payloads import KeptPayloads
 from segment_io.schema import KEY_HASH_SCHEMA, RECORD_SCHEMA, project, with_value_refs
 from segment_io.storage.base import release_mapped_pages
 
@@ -137,8 +138,8 @@ def decode_segment_bytes(data: bytes | bytearray | memoryview | mmap.mmap, *, pa
 def decode_segment_and_headers(data: bytes | bytearray | memoryview | mmap.mmap, *, path: str | None = None,
                                topic: str = "", partition: int = -1, segment_base_offset: int | None = None,
                                allow_truncated_tail: bool = False, value_refs: bool = False,
-                               max_batch_bytes: int | None = None,
-                               check_order: bool = True) -> tuple[pa.Table, BatchHeaders]:
+                               max_batch_bytes: int | None = None, check_order: bool = True,
+                               payloads: KeptPayloads | None = None) -> tuple[pa.Table, BatchHeaders]:
     """:func:`decode_segment_bytes` (every column) and the headers of every batch it read, which are what
     :func:`segment_io.format.scan_batches` returns for the same bytes: one pass over the headers instead of
     two for callers that need both (a memory-mapped file's pages are then touched once).
@@ -148,11 +149,14 @@ def decode_segment_and_headers(data: bytes | bytearray | memoryview | mmap.mmap,
     the encoder, given ``data`` among its ``sources``, copies each value it writes straight from there (see
     :func:`segment_io.encode.encode_batches`). A segment holding legacy batches is decoded with copied values.
     ``max_batch_bytes`` as for :func:`decode_segment_bytes`. ``check_order=False`` is for bytes that are several
-    segments back to back (whose offsets restart at each one): the caller checks the order within each."""
+    segments back to back (whose offsets restart at each one): the caller checks the order within each.
+    ``payloads``, with ``value_refs``: where the decompressed payloads of compressed batches are left for the
+    encoder (within its budget), which then copies their kept values without decompressing them again."""
     seg = open_segment(data, path=path, topic=topic, partition=partition, segment_base_offset=segment_base_offset,
                 verify_crc=True, include_control=True, allow_truncated_tail=allow_truncated_tail,
                 max_batch_bytes=max_batch_bytes, check_order=check_order)
     seg.value_refs = value_refs and bool(np.all(seg.hdr.magic == 2))
+    seg.payloads = payloads if seg.value_refs else None
     schema = _RECORD_REF_SCHEMA if seg.value_refs else RECORD_SCHEMA
     table = _decode_all(seg, schema, mapped=data if isinstance(data, mmap.mmap) else None)
     return table, seg.hdr

@@ -14,6 +14,7 @@ import numpy as np
 from segment_io import compression
 from segment_io.errors import CorruptRecordError, TruncatedBatchError
 from segment_io.format import BatchHeaders, check_offset_order, scan_batches
+from segment_io.payloads import KeptPayloads
 from segment_io.schema import RECORD_SCHEMA
 
 # iter_/read_segment decode at most this many batch bytes at once, which keeps every binary column of a
@@ -46,6 +47,8 @@ class SegmentBytes:
     max_batch_bytes: int  # see compression.max_batch_bytes
     #: v2 values as references into the segment's bytes (VALUE_REF_TYPE) instead of copies
     value_refs: bool = False
+    #: with ``value_refs``: where the decompressed payloads the references point into are left for the encoder
+    payloads: KeptPayloads | None = None
 
     def error(self, cls: type[CorruptRecordError], detail: str, b: int) -> CorruptRecordError:
         """An exception of ``cls`` located at batch ``b`` (index into ``hdr``)."""

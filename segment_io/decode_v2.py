@@ -304,6 +304,8 @@ def _v2_columns(seg: SegmentBytes, inp: _V2Input, names: set[str]) -> dict[str, 
                    want_k, copy_v, want_h, refs, offsets, timestamps, k_offs, k_data, k_valid, v_offs, v_data,
                    v_valid, v_refs, h_offs, hk_offs, hk_data, hv_offs, hv_data, hv_valid)
 
+    if refs and seg.payloads is not None and len(inp.dec):
+        _offer_payloads(seg, inp)
     cols: dict[str, pa.Array] = {"offset": pa.array(offsets), "timestamp": pa.array(timestamps)}
     if want_k:
         cols["key"] = _binary(pa.binary(), n, k_offs, k_data, k_valid)
@@ -324,6 +326,15 @@ def _v2_columns(seg: SegmentBytes, inp: _V2Input, names: set[str]) -> dict[str, 
         cols["headers"] = pa.Array.from_buffers(HEADERS_TYPE, n, [None, pa.py_buffer(h_offs)], children=[items])
     cols.update(_v2_batch_columns(seg, batches, inp.counts, names))
     return cols
+
+
+def _offer_payloads(seg: SegmentBytes, inp: _V2Input) -> None:
+    """Offer the decompressed payloads of a piece's compressed batches, which its value references point into,
+    to the encoder that will copy the kept values from them (:class:`segment_io.payloads.KeptPayloads`)."""
+    assert seg.payloads is not None
+    packed = np.flatnonzero(inp.src)
+    seg.payloads.offer(seg.segment_base_offset, seg.hdr.position[inp.batches[packed]], inp.dec, inp.rstart[packed],
+                       inp.rend[packed])
 
 
 def _v2_batch_columns(seg: SegmentBytes, batches: np.ndarray, counts: np.ndarray,

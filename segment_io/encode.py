@@ -58,6 +58,7 @@ from segment_io.format import (
     BatchHeaders,
     v2_headers_at,
 )
+from segment_io.payloads import KeptPayloads
 from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA, has_value_refs, int64_or_zero, validity, with_value_refs
 
 # `memoryview(ndarray)  # type: ignore[arg-type]`: numpy declares ndarray.__buffer__ only for Python >= 3.12,
@@ -547,14 +548,16 @@ def _same_header(plan: _Plan, b: np.ndarray, count: np.ndarray, there: BatchHead
 
 
 def encode_batches(records: pa.Table | Iterable[pa.RecordBatch], *, empty_batches: pa.Table | None = None,
-                   codec: int | str | None = None,
-                   sources: Mapping[int, bytes | memoryview] | None = None) -> EncodedSegment:
+                   codec: int | str | None = None, sources: Mapping[int, bytes | memoryview] | None = None,
+                   payloads: KeptPayloads | None = None) -> EncodedSegment:
     """Encode RECORD_SCHEMA rows (sorted by offset) as RecordBatch v2 bytes.
 
     ``empty_batches`` (BATCH_SCHEMA rows) are written as header-only batches, merged in by base offset.
     ``codec`` overrides every written batch's compression (None keeps each batch's own). ``sources`` maps a
     ``segment_base_offset`` to that segment's original bytes: a batch whose rows are all present and whose
-    header would not change is then copied from there byte for byte.
+    header would not change is then copied from there byte for byte. ``payloads``: where the decoder left the
+    decompressed payloads of compressed source batches (:class:`segment_io.payloads.KeptPayloads`), which
+    values that are references into them are copied from instead of decompressing the payload again.
 
     Raises :class:`~segment_io.errors.InvalidRecordsError` when the rows cannot form valid batches.
     """
@@ -562,13 +565,13 @@ def encode_batches(records: pa.Table | Iterable[pa.RecordBatch], *, empty_batche
     table = _as_table(records, _RECORD_INPUT, RECORD_SCHEMA, combine=False)
     _check_refs(table, sources)
     if table.num_rows and table.column(0).num_chunks > 1:
-        return _encode_chunkwise(table, empty_batches, override, sources)
-    return _encode_table(table.combine_chunks(), empty_batches, override, sources)
+        return _encode_chunkwise(table, empty_batches, override, sources, payloads)
+    return _encode_table(table.combine_chunks(), empty_batches, override, sources, payloads=payloads)
 
 
 def _encode_table(table: pa.Table, empty_batches: pa.Table | None, override: int | None,
                   sources: Mapping[int, bytes | memoryview] | None,
-                  split_starts: np.ndarray | None = None) -> EncodedSegment:
+                  split_starts: np.ndarray | None = None, payloads: KeptPayloads | None = None) -> EncodedSegment:
     """Encode a single-chunk table of ``_RECORD_INPUT`` columns (already cast) and its header-only batches.
 
     ``split_starts`` (ascending row numbers, the first 0) cut the rows into the runs of several segments,
@@ -589,7 +592,7 @@ def _encode_table(table: pa.Table, empty_batches: pa.Table | None, override: int
     copies = _copy_sources(plan, sources)
     is_copy = copies.mask
     to_compress = ~is_copy & (plan.codec != NONE) & (plan.row_end > plan.row_start)
-    encoded = _encode_uncompressed(table, plan, ~is_copy, ~is_copy & ~to_compress, sources)
+    encoded = _encode_uncompressed(table, plan, ~is_copy, ~is_copy & ~to_compress, sources, payloads)
     return _assemble(plan, copies, to_compress, encoded)
 
 
@@ -614,7 +617,8 @@ class _Raw:
 
 
 def _encode_chunkwise(table: pa.Table, empty_batches: pa.Table | None, codec: int | None,
-                      sources: Mapping[int, bytes | memoryview] | None) -> EncodedSegment:
+                      sources: Mapping[int, bytes | memoryview] | None,
+                      payloads: KeptPayloads | None) -> EncodedSegment:
     """Encode a multi-chunk table one chunk at a time and lay the parts end to end.
 
     Combining the chunks first would copy every key and value once more (decoded segments arrive as one
@@ -625,7 +629,7 @@ def _encode_chunkwise(table: pa.Table, empty_batches: pa.Table | None, codec: in
     chunks = [c for c in table.to_batches() if c.num_rows]
     if len(chunks) == 1:
         return encode_batches(pa.Table.from_batches(chunks), empty_batches=empty_batches, codec=codec,
-                              sources=sources)
+                              sources=sources, payloads=payloads)
     off, base = table.schema.get_field_index("offset"), table.schema.get_field_index("batch_base_offset")
     firsts = [c.column(off)[0].as_py() for c in chunks]
     lasts = [c.column(off)[c.num_rows - 1].as_py() for c in chunks]
@@ -634,7 +638,8 @@ def _encode_chunkwise(table: pa.Table, empty_batches: pa.Table | None, codec: in
     ordered = all(lasts[i] < firsts[i + 1] for i in range(len(chunks) - 1))
     split_batch = any(bases_last[i] == bases_first[i + 1] for i in range(len(chunks) - 1))
     if not ordered or split_batch:
-        return encode_batches(table.combine_chunks(), empty_batches=empty_batches, codec=codec, sources=sources)
+        return encode_batches(table.combine_chunks(), empty_batches=empty_batches, codec=codec, sources=sources,
+                              payloads=payloads)
     empties = empty_batches if empty_batches is not None and empty_batches.num_rows else None
     e_base = empties.column("batch_base_offset").to_numpy() if empties is not None else np.empty(0, np.int64)
     parts: list[EncodedSegment] = []
@@ -647,7 +652,7 @@ def _encode_chunkwise(table: pa.Table, empty_batches: pa.Table | None, codec: in
             if mask.any():
                 part_empties = empties.filter(pa.array(mask))
         parts.append(encode_batches(pa.Table.from_batches([chunk]), empty_batches=part_empties, codec=codec,
-                                    sources=sources))
+                                    sources=sources, payloads=payloads))
     return _concat_encoded(parts)
 
 
@@ -671,7 +676,7 @@ def _concat_encoded(parts: list[EncodedSegment]) -> EncodedSegment:
 
 
 def _encode_uncompressed(table: pa.Table, plan: _Plan, mask: np.ndarray, final: np.ndarray,
-                         sources: Mapping[int, bytes | memoryview] | None) -> _Raw:
+                         sources: Mapping[int, bytes | memoryview] | None, payloads: KeptPayloads | None) -> _Raw:
     """Write the batches selected by ``mask`` uncompressed into one buffer. ``final`` marks those that stay
     uncompressed: small ones among them are finished (CRC) by the kernel."""
     idx = np.flatnonzero(mask)
@@ -684,7 +689,7 @@ def _encode_uncompressed(table: pa.Table, plan: _Plan, mask: np.ndarray, final: 
     refs: _RefValues | None = None
     if has_value_refs(table.schema):
         assert sources is not None  # _check_refs
-        refs = _find_refs(table, _rows_of(row_start, row_end), sources)
+        refs = _find_refs(table, _rows_of(row_start, row_end), sources, payloads)
         val_off, val_data, val_valid = refs.offsets, _NO_BYTES, refs.valid
     else:
         val_off, val_data, val_valid = _binary_parts(_column(table, "value"))
@@ -806,8 +811,10 @@ def _gather_refs(table: pa.Table, rows: np.ndarray,
     return found.offsets, data, found.valid
 
 
-def _find_refs(table: pa.Table, rows: np.ndarray, sources: Mapping[int, bytes | memoryview]) -> _RefValues:
-    """The values that the ``value`` references of ``rows`` point at in ``sources``, checked and sized
+def _find_refs(table: pa.Table, rows: np.ndarray, sources: Mapping[int, bytes | memoryview],
+               kept: KeptPayloads | None = None) -> _RefValues:
+    """The values that the ``value`` references of ``rows`` point at in ``sources`` (a compressed batch's in its
+    payload: from ``kept`` when the decoder left it there, else decompressed again), checked and sized
     (:class:`_RefValues`)."""
     arr = _column(table, "value")
     n = len(arr)
@@ -836,8 +843,15 @@ def _find_refs(table: pa.Table, rows: np.ndarray, sources: Mapping[int, bytes | 
         if len(packed):
             cuts = np.flatnonzero(bpos[packed][1:] != bpos[packed][:-1]) + 1
             firsts = packed[np.concatenate(([0], cuts))]
-            payloads = _payloads(mv, bpos[firsts], codec[firsts], s)
-            work += [(payload, batch_rows, s) for payload, batch_rows in zip(payloads, np.split(packed, cuts))]
+            found = kept.find(s, bpos[firsts]) if kept is not None else [None] * len(firsts)
+            # the payloads the decoder did not leave in ``kept`` are decompressed again, all in one call
+            again = np.array([i for i, payload in enumerate(found) if payload is None], np.int64)
+            if len(again):
+                for i, inflated in zip(again.tolist(), _payloads(mv, bpos[firsts[again]], codec[firsts[again]], s)):
+                    found[i] = inflated
+            for payload, batch_rows in zip(found, np.split(packed, cuts)):
+                assert payload is not None  # every batch's: kept, or decompressed again just above
+                work.append((payload, batch_rows, s))
     lengths = np.zeros(n, np.int64)
     for buf, batch_rows, s in work:
         bad = int(kernels.ref_value_lengths(buf, refs, valid, batch_rows, lengths))

@@ -34,6 +34,7 @@ from segment_io.encode import (
 )
 from segment_io.errors import InvalidRecordsError, UsageError
 from segment_io.format import HEADER_ARRAYS, BatchHeaders
+from segment_io.payloads import KeptPayloads
 from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA, has_value_refs, int64_or_zero, validity
 from segment_io.storage.base import release_mapped_pages
 
@@ -149,7 +150,8 @@ def _first_base(part: pa.Table) -> int:
 def iter_encoded_parts(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], *,
                        empty_batches: pa.Table | None = None, codec: int | str | None = None,
                        sources: Mapping[int, bytes | memoryview] | None = None,
-                       part_bytes: int = DEFAULT_PART_BYTES) -> Iterator[EncodedSegment]:
+                       part_bytes: int = DEFAULT_PART_BYTES,
+                       payloads: KeptPayloads | None = None) -> Iterator[EncodedSegment]:
     """The encoding of ``records`` (see :func:`segment_io.encode.encode_batches` for the arguments) as
     consecutive parts of whole batches, about ``part_bytes`` each; every part's header positions are
     relative to its own first byte. Concatenated, the parts are the bytes ``encode_batches`` returns.
@@ -192,7 +194,7 @@ def iter_encoded_parts(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBa
             mask = owner == k
             if mask.any():
                 part_empties = empties.filter(pa.array(mask))
-        encoded = _encode_table(part, part_empties, override, sources)
+        encoded = _encode_table(part, part_empties, override, sources, payloads=payloads)
         headers = encoded.headers
         if prev_last is not None and len(headers) and int(headers.base_offset[0]) <= prev_last:
             base = int(headers.base_offset[0])
@@ -246,10 +248,10 @@ class HeaderCollector:
 
 def encoded_size(records: pa.Table | Iterable[pa.RecordBatch], *, empty_batches: pa.Table | None = None,
                  codec: int | str | None = None, sources: Mapping[int, bytes | memoryview] | None = None,
-                 part_bytes: int = DEFAULT_PART_BYTES) -> int:
+                 part_bytes: int = DEFAULT_PART_BYTES, payloads: KeptPayloads | None = None) -> int:
     """Bytes the encoding of ``records`` takes, computed part by part (memory bounded by ``part_bytes``)."""
     return sum(p.size for p in iter_encoded_parts(records, empty_batches=empty_batches, codec=codec,
-                                                  sources=sources, part_bytes=part_bytes))
+                                                  sources=sources, part_bytes=part_bytes, payloads=payloads))
 
 
 __all__ = ["DEFAULT_PART_BYTES", "HeaderCollector", "encoded_size", "iter_encoded_parts"]

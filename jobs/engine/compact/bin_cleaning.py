@@ -46,6 +46,7 @@ from segment_io.decode import decode_segment_and_headers
 from segment_io.errors import OffsetOrderError, SegjobsError
 from segment_io.format import BatchHeaders, check_offset_order
 from segment_io.hashing import hash_keys
+from segment_io.payloads import KeptPayloads
 from segment_io.schema import VALUE_REF_TYPE
 from segment_io.segment_writer import (
     INDEX_SUFFIX,
@@ -193,10 +194,11 @@ class _Round:
         piece_start = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
         blob = b"".join(datas)
         del datas
+        payloads = KeptPayloads()  # the compressed batches' payloads, decompressed once for the decode and the encode
         records, headers = decode_segment_and_headers(blob, path="(segments cleaned together)",
                                                       segment_base_offset=0, value_refs=True,
                                                       max_batch_bytes=members[0].task.max_batch_bytes,
-                                                      check_order=False)
+                                                      check_order=False, payloads=payloads)
         # Each segment parsed alone must give exactly these batches: the batches tile the bytes, and every
         # segment starts at a batch boundary.
         position, size = headers.position, headers.size.astype(np.int64)
@@ -213,7 +215,7 @@ class _Round:
         except OffsetOrderError:
             raise _NotTogether("offsets go backwards in a segment") from None
         return _Joined(blob, records, headers, np.asarray(piece_member, np.int64), piece_base, piece_start,
-                        lengths, batch_piece)
+                        lengths, batch_piece, payloads)
 
     def _clean(self, written: list[str]) -> dict[int, tuple[PartitionOutcome, list[str]]]:
         storage = self.storage
@@ -295,7 +297,8 @@ class _Round:
             # every file the encode may write, known before it starts: a write that fails half-way (a full disk)
             # leaves none of them behind
             written.extend(segment_sibling(s.uri, suffix) for s in splits for suffix in _WRITTEN_SUFFIXES)
-            results = write_segments(kept, splits, storage=storage, sources={0: blob}, durable=False)
+            results = write_segments(kept, splits, storage=storage, sources={0: blob}, durable=False,
+                                     payloads=d.payloads)
             for (m, g), w in zip(split_of, results):
                 outcomes[m.index][1].extend(w.paths.values())
                 g.staged(w, m.group, storage)
@@ -315,6 +318,8 @@ class _Joined:
     piece_start: np.ndarray
     lengths: np.ndarray
     batch_piece: np.ndarray
+    #: the decompressed payloads the decode kept for the encode
+    payloads: KeptPayloads
 
 
 class _NotTogether(Exception):

@@ -96,3 +96,63 @@ def test_output_is_the_same_bytes_as_with_copied_values(tmp_path: Path, strategy
     assert calls and all(calls)  # the task asked for references
     assert rounds[0] != rounds[1]  # the second run rewrote the batches the first stamped
     assert segment_file_name(0) in rounds[1]  # the legacy segment's group was cleaned, not dropped
+
+
+def _compressed_partition(root: Path) -> Path:
+    """Two closed segments of compressed v2 batches only (every codec, headers, tombstones, transactions): the
+    values of the batches a clean rewrites are references into their decompressed payloads."""
+    pdir = root / partition_dir_name(TOPIC, PARTITION)
+    pdir.mkdir(parents=True)
+    log = LogBuilder(TOPIC, PARTITION, timestamp=NOW1 - 5_000)
+    for i, codec in enumerate((1, 2, 3, 4, 3, 4)):
+        log.batch([rec(f"k{(i + j) % 5}", None if j == 2 else f"v{i}-{j}" * 20, headers=[("h", b"x")] * (j % 2))
+                   for j in range(5)], codec=codec)
+        log.txn_batch(7, 0, [rec(f"k{i}", f"t{i}")], base_sequence=i, codec=codec)
+        (log.commit if i % 2 else log.abort)(7, 0)
+        if i == 2:
+            log.roll()
+    write_log(log.table(), pdir)
+    (pdir / segment_file_name(log.next_offset)).write_bytes(b"")
+    (root.parent / f"{root.name}.toml").write_text(
+        f'[defaults]\n"cleanup.policy" = "compact"\n"delete.retention.ms" = {RETENTION}\n')
+    return pdir
+
+
+@pytest.mark.parametrize("strategy", ["memory", "external-sort"])
+def test_kept_payloads_write_the_same_bytes_without_decompressing_again(tmp_path: Path, strategy: str,
+                                                                       monkeypatch) -> None:
+    """The payloads the task's decodes keep for its encoder (segment_io.payloads) change no byte it writes: the same
+    files as when the budget keeps none and every rewritten batch's payload is decompressed again; and with the
+    default budget the memory strategy's encoder decompresses none again."""
+    import segment_io.encode
+    import segment_io.payloads
+
+    kept = tmp_path / "kept"
+    pdir = _compressed_partition(kept)
+    again = tmp_path / "again"
+    shutil.copytree(kept, again)
+    shutil.copy(tmp_path / "kept.toml", tmp_path / "again.toml")
+    inflate = segment_io.encode._payloads
+    calls = {"kept": 0, "again": 0}
+
+    def counting(name: str):
+        def run(*args, **kwargs):
+            calls[name] += 1
+            return inflate(*args, **kwargs)
+        return run
+
+    rounds = []
+    for now in (NOW1, NOW2):
+        with monkeypatch.context() as m:
+            m.setattr(segment_io.encode, "_payloads", counting("kept"))
+            _compact(kept, now, strategy)
+        with monkeypatch.context() as m:
+            m.setattr(segment_io.payloads, "DEFAULT_KEPT_PAYLOAD_BYTES", 0)
+            m.setattr(segment_io.encode, "_payloads", counting("again"))
+            _compact(again, now, strategy)
+        rounds.append(_files(pdir))
+        assert rounds[-1] == _files(again / pdir.name)
+    assert rounds[0] != rounds[1]  # the second run rewrote the batches the first stamped
+    assert calls["again"] > 0
+    if strategy == "memory":
+        assert calls["kept"] == 0
