@@ -362,6 +362,77 @@ def _lz4_java_frame(data: bytes | memoryview, level: int | None) -> bytes:
     return b"".join(parts)
 
 
+def _lz4_frame_bound(n: int) -> int:
+    """The most bytes :func:`_lz4_java_frame` can make of ``n`` bytes: its header, each 64 KiB block's size
+    field and LZ4's worst case for it (``LZ4_COMPRESSBOUND``: a block's bytes, one in 255, and 16), the end mark."""
+    blocks = -(-n // _LZ4_BLOCK)
+    return len(_LZ4_JAVA_HEADER) + 4 * (blocks + 1) + n + n // 255 + 16 * blocks
+
+
+def _zstd_bound(n: int) -> int:
+    """zstd's worst case for a frame of ``n`` bytes (``ZSTD_COMPRESSBOUND``)."""
+    return n + (n >> 8) + (((128 << 10) - n) >> 11 if n < (128 << 10) else 0)
+
+
+def compress_all(codec: int, data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                 head: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each payload ``data[starts[i]:ends[i]]`` compressed and framed exactly as :func:`compress` frames it (default
+    level), one after another into one buffer, each after ``head`` bytes left for the caller (a batch header).
+    Returns the buffer and where each payload's room begins in it (``positions``, plus the buffer's length at the
+    end): payload ``i``'s frame is ``buffer[positions[i] + head:positions[i + 1]]``.
+
+    LZ4 and zstd compress straight into the buffer, in one codec call per block or frame; the other codecs are
+    framed by :func:`compress` and copied in."""
+    k = len(starts)
+    sizes = (np.asarray(ends, np.int64) - np.asarray(starts, np.int64)).tolist()
+    positions = np.zeros(k + 1, np.int64)
+    src = memoryview(data)  # type: ignore[arg-type]
+    if codec == LZ4:
+        bound = sum(_lz4_frame_bound(n) for n in sizes)
+    elif codec == ZSTD:
+        bound = sum(_zstd_bound(n) for n in sizes)
+    else:
+        frames = [compress(codec, src[a:b]) for a, b in zip(starts.tolist(), ends.tolist())]
+        bound = sum(len(f) for f in frames)
+    out = np.empty(bound + head * k, np.uint8)
+    dst = memoryview(out)  # type: ignore[arg-type]
+    at = 0
+    for i, (a, n) in enumerate(zip(starts.tolist(), sizes)):
+        at += head
+        if codec == LZ4:
+            at = _lz4_java_frame_into(src, a, n, out, dst, at)
+        elif codec == ZSTD:
+            end = at + _zstd_bound(n)
+            at += cramjam.zstd.compress_into(src[a:a + n], out[at:end])  # type: ignore[arg-type]
+        else:
+            frame = frames[i]
+            dst[at:at + len(frame)] = frame
+            at += len(frame)
+        positions[i + 1] = at
+    return out[:at], positions
+
+
+def _lz4_java_frame_into(src: memoryview, a: int, n: int, out: np.ndarray, dst: memoryview, at: int) -> int:
+    """:func:`_lz4_java_frame` of ``src[a:a + n]`` written at ``dst[at:]`` (room for :func:`_lz4_frame_bound`
+    bytes); returns where it ends."""
+    dst[at:at + len(_LZ4_JAVA_HEADER)] = _LZ4_JAVA_HEADER
+    at += len(_LZ4_JAVA_HEADER)
+    for start in range(a, a + n, _LZ4_BLOCK):
+        chunk = src[start:min(start + _LZ4_BLOCK, a + n)]
+        size = len(chunk)
+        written = cramjam.lz4.compress_block_into(chunk, out[at + 4:at + 4 + size + size // 255 + 16],  # type: ignore[arg-type]
+                                                  store_size=False)
+        if written >= size:  # compressing does not shrink it: stored raw, as Lz4BlockOutputStream does
+            struct.pack_into("<I", dst, at, size | LZ4_RAW_BLOCK)
+            dst[at + 4:at + 4 + size] = chunk
+            at += 4 + size
+        else:
+            struct.pack_into("<I", dst, at, written)
+            at += 4 + written
+    struct.pack_into("<I", dst, at, 0)
+    return at + 4
+
+
 def compress(codec: int, data: bytes | memoryview, level: int | None = None) -> bytes:
     """Compress one batch payload the way Kafka's Java producer frames it (xerial snappy, LZ4 frame
     without content size)."""

@@ -25,7 +25,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import BinaryIO, Iterable, Mapping, Sequence
 
-import crc32c
 import numpy as np
 import pyarrow as pa
 
@@ -35,7 +34,7 @@ from segment_io.compression import (
     NONE,
     Inflater,
     codec_from_name,
-    compress,
+    compress_all,
     max_batch_bytes,
     oversized_detail,
     plan_payloads,
@@ -895,68 +894,93 @@ def _finish_crcs(raw: _Raw, final: np.ndarray) -> None:
     if len(todo) == 0:
         return
     crcs = span_crcs(raw.data, raw.position[todo] + V2_CRC_START, raw.position[todo] + raw.size[todo])
-    # every CRC field written in one scatter, big-endian
-    raw.data[(raw.position[todo] + V2_CRC)[:, None] + np.arange(4)] = crcs.astype(">u4").view(np.uint8).reshape(-1, 4)
+    _put_int32s(raw.data, raw.position[todo] + V2_CRC, crcs)  # every CRC field in one scatter
     raw.crc[todo] = crcs
 
 
-def _compressed_batch(raw: _Raw, b: int, codec: int, base_offset: int) -> tuple[bytearray, int]:
-    """Batch ``b`` with its records compressed: new length field and CRC. Returns it and its CRC."""
-    pos, size = int(raw.position[b]), int(raw.size[b])
-    mv = memoryview(raw.data)  # type: ignore[arg-type]
-    payload = compress(codec, mv[pos + V2_HEADER_SIZE:pos + size])
-    batch = bytearray(V2_HEADER_SIZE + len(payload))
-    if len(batch) > _INT32_MAX:
-        raise InvalidRecordsError("compressed batch exceeds 2 GiB", offset=base_offset)
-    batch[:V2_HEADER_SIZE] = mv[pos:pos + V2_HEADER_SIZE]
-    batch[V2_HEADER_SIZE:] = payload
-    batch[SIZE_OFFSET:SIZE_OFFSET + 4] = (len(batch) - LOG_OVERHEAD).to_bytes(4, "big")
-    crc = crc32c.crc32c(memoryview(batch)[V2_CRC_START:])
-    batch[V2_CRC:V2_CRC + 4] = crc.to_bytes(4, "big")
-    return batch, crc
+@dataclass
+class _Packed:
+    """The batches written compressed: for each planned batch, which buffer it is in (an index into ``views``;
+    -1 for one that is not compressed), where it lies there, and its CRC."""
+
+    views: list[memoryview]
+    source: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    crc: np.ndarray
+
+
+def _compressed_batches(raw: _Raw, plan: _Plan, to_compress: np.ndarray) -> _Packed:
+    """Every batch of ``to_compress`` with its records compressed (its header from ``raw`` with the new length
+    field and CRC): the batches of one codec one after another in one buffer, compressed in one call
+    (:func:`segment_io.compression.compress_all`), their CRCs in one call too."""
+    nb = len(to_compress)
+    packed = _Packed([], np.full(nb, -1, np.int64), np.zeros(nb, np.int64), np.zeros(nb, np.int64),
+                     np.zeros(nb, np.int64))
+    for codec in np.unique(plan.codec[to_compress]).tolist():
+        todo = np.flatnonzero(to_compress & (plan.codec == codec))
+        pos, size = raw.position[todo], raw.size[todo]
+        out, at = compress_all(int(codec), raw.data, pos + V2_HEADER_SIZE, pos + size, V2_HEADER_SIZE)
+        starts, ends = at[:-1], at[1:]
+        big = np.flatnonzero(ends - starts > _INT32_MAX)
+        if len(big):
+            raise InvalidRecordsError("compressed batch exceeds 2 GiB", offset=int(plan.base_offset[todo[big[0]]]))
+        # each header as the raw encoding wrote it, then its length field and CRC for the compressed records
+        out[starts[:, None] + np.arange(V2_HEADER_SIZE)] = raw.data[pos[:, None] + np.arange(V2_HEADER_SIZE)]
+        _put_int32s(out, starts + SIZE_OFFSET, ends - starts - LOG_OVERHEAD)
+        crcs = span_crcs(out, starts + V2_CRC_START, ends)
+        _put_int32s(out, starts + V2_CRC, crcs)
+        packed.source[todo] = len(packed.views)
+        packed.start[todo], packed.end[todo], packed.crc[todo] = starts, ends, crcs
+        packed.views.append(memoryview(out))  # type: ignore[arg-type]
+    return packed
+
+
+def _put_int32s(out: np.ndarray, at: np.ndarray, values: np.ndarray) -> None:
+    """Each of ``values`` written big-endian as 4 bytes at ``out[at[i]:]``, in one scatter."""
+    out[at[:, None] + np.arange(4)] = values.astype(">u4").view(np.uint8).reshape(-1, 4)
 
 
 def _assemble(plan: _Plan, copies: _Copies, to_compress: np.ndarray, raw: _Raw) -> EncodedSegment:
     """Finish every batch (CRC, compression) and lay them out in order; describe what was written.
 
-    Runs of batches that stay uncompressed are handed out as slices of the one raw buffer, and runs of copied
-    batches that lie one after the other in their source as slices of it; Python visits only compressed batches
-    and the first batch of each such run."""
+    Runs of batches that stay uncompressed are handed out as slices of the one raw buffer, runs of copied batches
+    that lie one after the other in their source as slices of it, and runs of compressed batches as slices of
+    their buffer; Python visits only the first batch of each run."""
     nb = len(plan.base_offset)
     is_copy = copies.mask
     final = ~is_copy & ~to_compress
     _finish_crcs(raw, final)
-    out_size = np.where(is_copy, copies.end - copies.start, raw.size).astype(np.int32)
-    crcs = np.where(is_copy, copies.crc, raw.crc).astype(np.uint32)
+    packed = _compressed_batches(raw, plan, to_compress)
+    out_size = np.where(is_copy, copies.end - copies.start,
+                        np.where(to_compress, packed.end - packed.start, raw.size)).astype(np.int32)
+    crcs = np.where(is_copy, copies.crc, np.where(to_compress, packed.crc, raw.crc)).astype(np.uint32)
     base_ts = np.where(is_copy, copies.base_timestamp, plan.base_timestamp)
     max_ts = np.where(is_copy, copies.max_timestamp, plan.max_timestamp)
     raw_mv = memoryview(raw.data)  # type: ignore[arg-type]
+    # every batch not in the raw buffer, by the buffer it is in: a source segment's (copied) or a compressed one's
+    views = copies.views + packed.views
+    source = np.where(is_copy, copies.source, np.where(to_compress, packed.source + len(copies.views), -1))
+    start = np.where(is_copy, copies.start, packed.start)
+    end = np.where(is_copy, copies.end, packed.end)
     buffers: list[memoryview] = []
-    # a copied batch that follows the previous one in the same source joins its run
+    # such a batch that follows the previous one in the same buffer joins its run
     joins = np.zeros(nb, np.bool_)
-    joins[1:] = (is_copy[1:] & is_copy[:-1] & (copies.source[1:] == copies.source[:-1])
-                 & (copies.start[1:] == copies.end[:-1]))
-    run_ends = np.append(np.flatnonzero(~joins), nb)  # the batch after each run of joined copies
+    joins[1:] = (source[1:] >= 0) & (source[1:] == source[:-1]) & (start[1:] == end[:-1])
+    run_ends = np.append(np.flatnonzero(~joins), nb)  # the batch after each run of joined batches
     run_from = 0  # first batch of the current run of uncompressed batches
 
     def close_run(until: int) -> None:
         if until > run_from:
-            start = int(raw.position[run_from])
-            end = int(raw.position[until - 1] + raw.size[until - 1])
-            buffers.append(raw_mv[start:end])
+            first = int(raw.position[run_from])
+            last = int(raw.position[until - 1] + raw.size[until - 1])
+            buffers.append(raw_mv[first:last])
 
     for b in np.flatnonzero(~final & ~joins).tolist():
         close_run(b)
-        if is_copy[b]:
-            after = int(run_ends[np.searchsorted(run_ends, b, side="right")])
-            view = copies.views[int(copies.source[b])]
-            buffers.append(view[int(copies.start[b]):int(copies.end[after - 1])])
-            run_from = after
-        else:
-            batch, crcs[b] = _compressed_batch(raw, b, int(plan.codec[b]), int(plan.base_offset[b]))
-            out_size[b] = len(batch)
-            buffers.append(memoryview(batch))
-            run_from = b + 1
+        after = int(run_ends[np.searchsorted(run_ends, b, side="right")])
+        buffers.append(views[int(source[b])][int(start[b]):int(end[after - 1])])
+        run_from = after
     close_run(nb)
 
     positions = np.zeros(nb, dtype=np.int64)

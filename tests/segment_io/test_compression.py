@@ -91,3 +91,22 @@ def test_a_raw_snappy_preamble_over_the_bound_is_refused_unread() -> None:
     # raw snappy has no header but the length: 4 GiB - 1 declared, then nothing
     with pytest.raises(OversizedBatchError, match="declare at least 4294967295 bytes"):
         compression.decompress(SNAPPY, b"\xff\xff\xff\xff\x0f")
+
+
+@pytest.mark.parametrize("codec", [GZIP, SNAPPY, LZ4, ZSTD])
+def test_compress_all_frames_each_payload_as_compress_does(codec: int) -> None:
+    """Payloads compressed into one buffer, each after room for a header: every frame is the bytes compress()
+    makes of it (empty, tiny, at and across LZ4's 64 KiB blocks, incompressible blocks LZ4 stores raw)."""
+    rng = np.random.default_rng(7)
+    payloads = []
+    for n in (0, 1, 100, 65535, 65536, 65537, 200_000, 3000):
+        payloads.append((b"abcdefghij" * (n // 10 + 1))[:n])
+        payloads.append(rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+    lengths = np.array([len(p) for p in payloads], np.int64)
+    ends = np.cumsum(lengths) + 5  # after 5 bytes that are not a payload's
+    starts = ends - lengths
+    data = np.frombuffer(b"\x00" * 5 + b"".join(payloads), np.uint8)
+    out, at = compression.compress_all(codec, data, starts, ends, 61)
+    assert at[0] == 0 and at[-1] == len(out)
+    for i, payload in enumerate(payloads):
+        assert bytes(out[at[i] + 61:at[i + 1]]) == compression.compress(codec, payload)
