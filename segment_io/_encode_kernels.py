@@ -269,19 +269,20 @@ def table_crcs(out, batch_pos, batch_size, todo, crc_tables, crc_out) -> None:
 
 
 @njit(cache=True, nogil=True)
-def ref_value_lengths(buf, refs, valid, rows, lengths) -> int:
-    """For each row ``r`` of ``rows`` with a non-null value: ``lengths[r]`` = the length in the zig-zag varint
-    at ``buf[refs[r]]``, which must be a non-negative int32 whose bytes lie inside ``buf``. Returns the index
-    (into ``rows``) of the first reference that is not such a place, else -1."""
-    n = buf.shape[0]
+def ref_value_lengths(buf, refs, base, limit, valid, rows, lengths) -> int:
+    """For each row ``r = rows[i]`` with a non-null value: ``lengths[r]`` = the length in the zig-zag varint at
+    ``buf[base[i] + refs[r]]``, which must be a non-negative int32 whose bytes lie inside ``buf[base[i]:limit[i]]``
+    (the payload the reference is relative to). Returns the first ``i`` whose reference is not such a place,
+    else -1."""
     for i in range(rows.shape[0]):
         r = rows[i]
         if not valid[r]:
             lengths[r] = 0
             continue
-        p = refs[r]
-        if p < 0:
+        if refs[r] < 0:
             return i
+        p = base[i] + refs[r]
+        n = limit[i]
         u = np.uint64(0)
         shift = np.uint64(0)
         while True:
@@ -303,14 +304,15 @@ def ref_value_lengths(buf, refs, valid, rows, lengths) -> int:
 
 
 @njit(cache=True, nogil=True)
-def gather_ref_values(buf, refs, valid, rows, offsets, dest, data) -> None:
-    """Copy the value that ``refs[r]`` points at (checked by :func:`ref_value_lengths`; ``offsets[r + 1] -
-    offsets[r]`` bytes) to ``data[dest[r]:]`` for each row ``r`` of ``rows`` with a non-null value."""
+def gather_ref_values(buf, refs, base, valid, rows, offsets, dest, data) -> None:
+    """Copy the value that ``refs[r]`` points at from ``base[i]`` on (checked by :func:`ref_value_lengths`;
+    ``offsets[r + 1] - offsets[r]`` bytes) to ``data[dest[r]:]`` for each row ``r = rows[i]`` with a non-null
+    value."""
     for i in range(rows.shape[0]):
         r = rows[i]
         if not valid[r]:
             continue
-        p = refs[r]
+        p = base[i] + refs[r]
         while buf[p] >= 0x80:
             p += 1
         _memcpy(data, dest[r], buf, p + 1, offsets[r + 1] - offsets[r])

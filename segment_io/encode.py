@@ -749,10 +749,12 @@ def _check_refs(table: pa.Table, sources: Mapping[int, bytes | memoryview] | Non
                          "(segment_io.schema.VALUE_REF_TYPE): pass those segments' bytes as sources")
 
 
-def _payloads(src: memoryview, positions: np.ndarray, codecs: np.ndarray, segment: int) -> list[np.ndarray]:
+def _payloads(src: memoryview, positions: np.ndarray, codecs: np.ndarray,
+              segment: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The decompressed records of the compressed v2 batches at ``positions`` of ``src``, as the decoder saw them:
     inflated one after another into one buffer sized once from what their frames say, as the decoder inflates
-    them (one codec call per batch, no buffer of its own for each)."""
+    them (one codec call per batch, no buffer of its own for each). Returns the buffer and where each batch's
+    payload starts and ends in it."""
     starts: list[int] = []
     ends: list[int] = []
     for pos in positions.tolist():
@@ -776,8 +778,7 @@ def _payloads(src: memoryview, positions: np.ndarray, codecs: np.ndarray, segmen
     inflater = Inflater()
     done: list[int] = []
     inflater.add_all(src, starts, ends, codecs.tolist(), limits.tolist(), capacity.tolist(), done)
-    inflated = inflater.view()
-    return [inflated[a:b] for a, b in zip([0] + done[:-1], done)]
+    return inflater.view(), np.array([0] + done[:-1], np.int64), np.array(done, np.int64)
 
 
 @dataclass(frozen=True)
@@ -785,18 +786,30 @@ class _RefValues:
     """The values that the ``value`` references (VALUE_REF_TYPE) of some rows point at, found and sized
     (:func:`_find_refs`) but not copied yet: ``offsets`` (int32[n+1]; the rows not asked for have empty values)
     and ``valid`` (n) as an Arrow binary column's; ``refs``, each row's reference (the byte of its value's length
-    in its buffer); ``work``, (buffer, its rows, segment) for every buffer the values are in: a source segment's
-    bytes, or a compressed batch's payload decompressed again."""
+    in its payload); ``work``, one :class:`_RefBuffer` for every buffer the values are in."""
 
     offsets: np.ndarray
     valid: np.ndarray
     refs: np.ndarray
-    work: list[tuple[np.ndarray, np.ndarray, int]]
+    work: list[_RefBuffer]
 
     def copy_into(self, dest: np.ndarray, data: np.ndarray) -> None:
         """Each value asked for copied to ``data[dest[r]:]`` (row ``r``), one copy straight from its buffer."""
-        for buf, rows, _ in self.work:
-            kernels.gather_ref_values(buf, self.refs, self.valid, rows, self.offsets, dest, data)
+        for w in self.work:
+            kernels.gather_ref_values(w.buf, self.refs, w.base, self.valid, w.rows, self.offsets, dest, data)
+
+
+@dataclass(frozen=True)
+class _RefBuffer:
+    """A buffer values are in (a source segment's bytes, or compressed batches' payloads decompressed one after
+    another), the rows whose values are there, and for each of them the payload its reference is relative to:
+    ``buf[base[i]:limit[i]]`` for row ``rows[i]``."""
+
+    buf: np.ndarray
+    rows: np.ndarray
+    base: np.ndarray
+    limit: np.ndarray
+    segment: int
 
 
 def _gather_refs(table: pa.Table, rows: np.ndarray,
@@ -827,7 +840,7 @@ def _find_refs(table: pa.Table, rows: np.ndarray, sources: Mapping[int, bytes | 
     if len(legacy):
         raise InvalidRecordsError("value references are only made for v2 batches, but the record at offset "
                                   f"{offsets[legacy[0]]} is from a legacy one", offset=int(offsets[legacy[0]]))
-    work: list[tuple[np.ndarray, np.ndarray, int]] = []  # (buffer, its rows, segment)
+    work: list[_RefBuffer] = []
     for s in np.unique(seg[rows]).tolist():
         src = sources.get(s)
         in_seg = rows[seg[rows] == s]
@@ -837,25 +850,16 @@ def _find_refs(table: pa.Table, rows: np.ndarray, sources: Mapping[int, bytes | 
         mv = memoryview(src).cast("B") if not isinstance(src, memoryview) or src.format != "B" else src
         plain = in_seg[codec[in_seg] == NONE]
         if len(plain):
-            work.append((np.frombuffer(mv, np.uint8), plain, s))
+            work.append(_RefBuffer(np.frombuffer(mv, np.uint8), plain, np.zeros(len(plain), np.int64),
+                                   np.full(len(plain), len(mv), np.int64), s))
         packed = in_seg[codec[in_seg] != NONE]
         if len(packed):
-            cuts = np.flatnonzero(bpos[packed][1:] != bpos[packed][:-1]) + 1
-            firsts = packed[np.concatenate(([0], cuts))]
-            found = kept.find(s, bpos[firsts]) if kept is not None else [None] * len(firsts)
-            # the payloads the decoder did not leave in ``kept`` are decompressed again, all in one call
-            again = np.array([i for i, payload in enumerate(found) if payload is None], np.int64)
-            if len(again):
-                for i, inflated in zip(again.tolist(), _payloads(mv, bpos[firsts[again]], codec[firsts[again]], s)):
-                    found[i] = inflated
-            for payload, batch_rows in zip(found, np.split(packed, cuts)):
-                assert payload is not None  # every batch's: kept, or decompressed again just above
-                work.append((payload, batch_rows, s))
+            work += _packed_ref_buffers(mv, packed, bpos, codec, s, kept)
     lengths = np.zeros(n, np.int64)
-    for buf, batch_rows, s in work:
-        bad = int(kernels.ref_value_lengths(buf, refs, valid, batch_rows, lengths))
+    for w in work:
+        bad = int(kernels.ref_value_lengths(w.buf, refs, w.base, w.limit, valid, w.rows, lengths))
         if bad >= 0:
-            r = int(batch_rows[bad])
+            r = int(w.rows[bad])
             raise InvalidRecordsError(f"the value reference {refs[r]} of the record at offset {offsets[r]} does "
                                       f"not point at a value in segment {s} (batch at byte {bpos[r]})",
                                       offset=int(offsets[r]))
@@ -865,6 +869,34 @@ def _find_refs(table: pa.Table, rows: np.ndarray, sources: Mapping[int, bytes | 
     value_off = np.zeros(n + 1, np.int32)
     value_off[1:] = ends
     return _RefValues(value_off, valid, refs, work)
+
+
+def _packed_ref_buffers(mv: memoryview, packed: np.ndarray, bpos: np.ndarray, codec: np.ndarray, segment: int,
+                        kept: KeptPayloads | None) -> list[_RefBuffer]:
+    """The buffers holding the payloads of the compressed batches of rows ``packed`` (in row order, a batch's rows
+    together) of segment ``segment``: those the decoder left in ``kept``, and one with the others decompressed
+    again (in one call)."""
+    cuts = np.flatnonzero(bpos[packed][1:] != bpos[packed][:-1]) + 1
+    bounds = np.concatenate(([0], cuts, [len(packed)]))
+    firsts = packed[bounds[:-1]]
+    if kept is not None:
+        buffers, which, starts, ends = kept.locate(segment, bpos[firsts])
+    else:
+        buffers, which = [], np.full(len(firsts), -1, np.int64)
+        starts, ends = np.zeros(len(firsts), np.int64), np.zeros(len(firsts), np.int64)
+    again = np.flatnonzero(which < 0)
+    if len(again):
+        inflated, starts[again], ends[again] = _payloads(mv, bpos[firsts[again]], codec[firsts[again]], segment)
+        which[again] = len(buffers)
+        buffers = [*buffers, inflated]
+    row_batch = np.repeat(np.arange(len(firsts)), np.diff(bounds))
+    row_buffer = which[row_batch]
+    out = []
+    for j in np.unique(which).tolist():
+        here = row_buffer == j
+        b = row_batch[here]
+        out.append(_RefBuffer(buffers[j], packed[here], starts[b], ends[b], segment))
+    return out
 
 
 def resolve_value_refs(records: pa.Table, sources: Mapping[int, bytes | memoryview]) -> pa.Table:

@@ -41,7 +41,7 @@ class KeptPayloads:
     """Decompressed payloads of compressed v2 batches, by segment and batch position, within a byte budget.
 
     A decoder :meth:`offer` s a buffer of payloads it decompressed; the store keeps it whole while the budget
-    allows, else not at all. The encoder asks :meth:`find` for the payloads of the batches it rewrites. A
+    allows, else not at all. The encoder asks :meth:`locate` for the payloads of the batches it rewrites. A
     caller :meth:`drop` s a segment once its batches are written (or its decode is let go), which frees the budget
     for the next.
     """
@@ -68,20 +68,23 @@ class KeptPayloads:
         self.held_bytes += nbytes
         return True
 
-    def find(self, segment: int, positions: np.ndarray) -> list[np.ndarray | None]:
-        """The kept payload of each batch at byte ``positions`` of segment ``segment`` (None where none is kept)."""
-        out: list[np.ndarray | None] = [None] * len(positions)
+    def locate(self, segment: int, positions: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.ndarray,
+                                                                    np.ndarray]:
+        """Where the kept payload of each batch at byte ``positions`` of segment ``segment`` lies: ``(buffers,
+        which, starts, ends)``, batch ``i``'s payload being ``buffers[which[i]][starts[i]:ends[i]]`` (``which[i]``
+        is -1 where none is kept)."""
+        k = len(positions)
+        which, starts, ends = np.full(k, -1, np.int64), np.zeros(k, np.int64), np.zeros(k, np.int64)
         seg = self._segments.get(int(segment))
-        if seg is None or len(positions) == 0:
-            return out
+        if seg is None or k == 0:
+            return [], which, starts, ends
         wanted = np.asarray(positions, np.int64)
-        for kept, buffer, starts, ends in zip(seg.positions, seg.buffers, seg.starts, seg.ends):
+        for j, kept in enumerate(seg.positions):
             # a decoder offers its batches in file order: each buffer's positions are sorted
             at = np.minimum(np.searchsorted(kept, wanted), len(kept) - 1)
-            for i in np.flatnonzero(kept[at] == wanted).tolist():
-                j = int(at[i])
-                out[i] = buffer[int(starts[j]):int(ends[j])]
-        return out
+            hit = kept[at] == wanted
+            which[hit], starts[hit], ends[hit] = j, seg.starts[j][at[hit]], seg.ends[j][at[hit]]
+        return seg.buffers, which, starts, ends
 
     def drop(self, segment: int) -> None:
         """Let go of segment ``segment``'s payloads."""

@@ -18,6 +18,7 @@ from segment_io import encode as encode_module
 from segment_io.decode import decode_segment_and_headers
 from segment_io.encode import encode_batches
 from segment_io.encode_stream import iter_encoded_parts
+from segment_io.errors import InvalidRecordsError
 from segment_io.format import V2_HEADER_SIZE
 from segment_io.payloads import KeptPayloads
 from tests.segment_io.test_value_refs import segments_st
@@ -29,6 +30,13 @@ def _buffer(n: int) -> np.ndarray:
     return np.arange(n, dtype=np.uint8)
 
 
+def _found(store: KeptPayloads, segment: int, positions: list[int]) -> list[bytes | None]:
+    """The kept payload of each batch at ``positions``, as bytes (None where none is kept)."""
+    buffers, which, starts, ends = store.locate(segment, np.array(positions, np.int64))
+    return [None if w < 0 else bytes(buffers[w][a:b]) for w, a, b in zip(which.tolist(), starts.tolist(),
+                                                                          ends.tolist())]
+
+
 def test_a_buffer_is_kept_whole_within_the_budget_or_not_at_all() -> None:
     store = KeptPayloads(100)
     assert store.offer(7, np.array([0, 500]), _buffer(80), np.array([0, 30]), np.array([30, 80]))
@@ -36,11 +44,13 @@ def test_a_buffer_is_kept_whole_within_the_budget_or_not_at_all() -> None:
     # 80 + 30 > 100: refused whole, nothing of it kept
     assert not store.offer(7, np.array([900]), _buffer(30), np.array([0]), np.array([30]))
     assert store.held_bytes == 80
-    assert store.find(7, np.array([900])) == [None]
-    found = store.find(7, np.array([500, 0, 61, 500]))
-    assert [None if f is None else bytes(f) for f in found] == [bytes(range(30, 80)), bytes(range(30)), None,
-                                                                 bytes(range(30, 80))]
-    assert store.find(8, np.array([0])) == [None]  # another segment's batch at the same position
+    assert _found(store, 7, [900]) == [None]
+    assert _found(store, 7, [500, 0, 61, 500]) == [bytes(range(30, 80)), bytes(range(30)), None,
+                                                   bytes(range(30, 80))]
+    assert _found(store, 8, [0]) == [None]  # another segment's batch at the same position
+    # several buffers of one segment: each batch found in its own
+    assert store.offer(7, np.array([1000, 1200]), _buffer(20), np.array([0, 5]), np.array([5, 20]))
+    assert _found(store, 7, [1200, 0, 1000]) == [bytes(range(5, 20)), bytes(range(30)), bytes(range(5))]
 
 
 def test_dropping_a_segment_frees_its_budget() -> None:
@@ -48,11 +58,11 @@ def test_dropping_a_segment_frees_its_budget() -> None:
     store.offer(1, np.array([0]), _buffer(60), np.array([0]), np.array([60]))
     store.offer(2, np.array([0]), _buffer(40), np.array([0]), np.array([40]))
     store.drop(1)
-    assert store.held_bytes == 40 and store.find(1, np.array([0])) == [None]
+    assert store.held_bytes == 40 and _found(store, 1, [0]) == [None]
     assert store.offer(3, np.array([0]), _buffer(60), np.array([0]), np.array([60]))
     store.drop(99)  # nothing kept for it: nothing happens
     store.clear()
-    assert store.held_bytes == 0 and store.find(2, np.array([0])) == [None]
+    assert store.held_bytes == 0 and _found(store, 2, [0]) == [None]
 
 
 def test_the_default_budget_is_read_when_the_store_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,12 +81,11 @@ def test_a_decode_offers_each_compressed_batch_payload(codec: int) -> None:
     _, headers = decode_segment_and_headers(data, segment_base_offset=5, value_refs=True, payloads=store)
     packed = np.flatnonzero(headers.codec != 0)
     assert len(packed) == 3
-    found = store.find(5, headers.position[packed])
+    found = _found(store, 5, headers.position[packed].tolist())
     for b, payload in zip(packed.tolist(), found):
         start, end = int(headers.position[b]) + V2_HEADER_SIZE, int(headers.position[b] + headers.size[b])
-        assert payload is not None
-        assert bytes(payload) == bytes(compression.decompress(codec, data[start:end]))
-    assert store.find(5, headers.position[headers.codec == 0]) == [None]  # uncompressed: read from the segment
+        assert payload == bytes(compression.decompress(codec, data[start:end]))
+    assert _found(store, 5, headers.position[headers.codec == 0].tolist()) == [None]  # read from the segment
     # without references there is nothing to point into, so nothing is kept
     copied = KeptPayloads()
     decode_segment_and_headers(data, segment_base_offset=5, payloads=copied)
@@ -116,3 +125,24 @@ def test_kept_payloads_encode_the_same_bytes(sources: dict[int, bytes], seed: in
         assert decompressed_again == []
     if budget == 0:
         assert store.held_bytes == 0
+
+
+def test_a_reference_past_its_own_payload_is_an_error_in_a_shared_buffer() -> None:
+    """The payloads of a piece share one buffer; a reference is still checked against its own batch's payload,
+    not the whole buffer (where it would find the next batch's bytes)."""
+    log = LogBuilder()
+    for i in range(3):
+        log.batch([rec(f"k{j}", f"value {i}-{j} " * 9) for j in range(4)], codec=3)
+    data = encode_batches(log.table()).to_bytes()
+    store = KeptPayloads()
+    records, headers = decode_segment_and_headers(data, segment_base_offset=0, value_refs=True, payloads=store)
+    buffers, which, starts, ends = store.locate(0, headers.position)
+    assert len(set(which.tolist())) == 1 and len(buffers) == 1  # one buffer for all three batches
+    i = records.schema.get_field_index("value")
+    refs = records["value"].to_pylist()
+    # the second batch's first value, a valid place in the buffer, named relative to the first batch's payload
+    refs[0] = int(starts[1] - starts[0]) + refs[4]
+    broken = records.set_column(i, records.schema.field(i), pa.array(refs, records.schema.field(i).type))
+    partly = broken.filter(pa.array([r != 1 for r in range(broken.num_rows)]))  # the first batch is rewritten
+    with pytest.raises(InvalidRecordsError, match="value reference"):
+        encode_batches(partly, sources={0: data}, payloads=store)
