@@ -18,7 +18,9 @@ user and system time of every thread of the process) of ``--repeat`` runs after 
   ``clean_records``, the encoding of the kept rows (``iter_encoded_parts``),
   and the write of the staged files (``write_segment`` less the encoding);
 * **floors** on the same bytes: a memcpy of them, their CRC32C (one call per segment file), and the codec's
-  decompression and compression of every batch payload (the least a rewrite of every batch costs).
+  decompression and compression of every batch payload (the least a rewrite of every batch costs: each payload
+  decompressed by one call into a buffer already there, and all of them compressed into one buffer where the
+  checkout can, ``segment_io.compression.compress_all``, else one by one).
 
 Bytes are the cleaned segments' bytes as they are on disk (compressed for lz4 and zstd). The machine's load is
 printed with each row: on a shared machine the CPU seconds also measure the other tenants (caches, memory
@@ -142,7 +144,13 @@ def measure(log_dir: Path, repeat: int) -> dict[str, Any]:
                                      plan.first_uncleanable_offset, task.config.index_interval_bytes)
     sources = {s.base_offset: (log_dir / f"{TOPIC}-0" / f"{s.base_offset:020d}.log").read_bytes() for s in group}
 
+    # checkouts whose decodes keep the decompressed payloads for the encoder (as the task's do): the parts below
+    # hand them over the same way
+    store = getattr(cleaner, "payloads", None)
+
     def decode(bases: Any = sources) -> tuple[pa.Table, list[Any]]:
+        if store is not None:
+            store.clear()  # each repeat keeps its own, as one task's decode does
         decoded = [cleaner.decode(sources[base], base) for base in bases]
         return pa.concat_tables([t for t, _ in decoded]), [h for _, h in decoded]
 
@@ -157,11 +165,13 @@ def measure(log_dir: Path, repeat: int) -> dict[str, Any]:
 
     cpu["clean_records"] = _cpu(clean, repeat)
     result = clean()
+    handed = {} if store is None else {"payloads": store}
     cpu["encode"] = _cpu(lambda: sum(p.size for p in iter_encoded_parts(
-        result.records, empty_batches=result.empty_batches, sources=sources)), repeat)
+        result.records, empty_batches=result.empty_batches, sources=sources, **handed)), repeat)
     target = str(scratch / f"{group[0].base_offset:020d}.log")
     cpu["write (less encode)"] = _cpu(lambda: write_segment(
-        result.records, target, empty_batches=result.empty_batches, sources=sources), repeat) - cpu["encode"]
+        result.records, target, empty_batches=result.empty_batches, sources=sources, **handed),
+        repeat) - cpu["encode"]
 
     views = [np.frombuffer(data, np.uint8) for data in sources.values()]
     copy_into = np.empty(max(len(v) for v in views), np.uint8)
@@ -175,13 +185,23 @@ def measure(log_dir: Path, repeat: int) -> dict[str, Any]:
     if packed:
         plain = [bytes(compression.decompress(c, p)) for c, p in packed]
         into = np.empty(max(len(p) for p in plain) + 1, np.uint8)
+        codec = packed[0][0]
+        lengths = np.array([len(p) for p in plain], np.int64)
+        joined = np.frombuffer(b"".join(plain), np.uint8)
+        ends = np.cumsum(lengths)
+        # the cheapest way this checkout has to compress them: all into one buffer if it can, else one by one
+        compress_all = getattr(compression, "compress_all", None)
 
         def codec_floor() -> None:
-            for (c, p), raw in zip(packed, plain):
-                # the codec library's call into a buffer already there (what the decoder makes per batch), then
-                # the frame Kafka's producer writes
+            for c, p in packed:
+                # the codec library's call into a buffer already there (what the decoder makes per batch)
                 compression._INTO[c](p, into)
-                compression.compress(c, raw)
+            # then the frames Kafka's producer writes
+            if compress_all is not None:
+                compress_all(codec, joined, ends - lengths, ends, 0)
+            else:
+                for raw in plain:
+                    compression.compress(codec, raw)
 
         cpu["floor: codec"] = _cpu(codec_floor, repeat)
     shutil.rmtree(scratch, ignore_errors=True)
