@@ -185,23 +185,26 @@ def measure(log_dir: Path, repeat: int) -> dict[str, Any]:
     if packed:
         plain = [bytes(compression.decompress(c, p)) for c, p in packed]
         into = np.empty(max(len(p) for p in plain) + 1, np.uint8)
-        codec = packed[0][0]
-        lengths = np.array([len(p) for p in plain], np.int64)
-        joined = np.frombuffer(b"".join(plain), np.uint8)
-        ends = np.cumsum(lengths)
-        # the cheapest way this checkout has to compress them: all into one buffer if it can, else one by one
+        # the cheapest way this checkout has to compress them: each codec's all into one buffer if it can, else
+        # one by one
         compress_all = getattr(compression, "compress_all", None)
+        by_codec = {}
+        for c in sorted({c for c, _ in packed}):
+            mine = [raw for (pc, _), raw in zip(packed, plain) if pc == c]
+            ends = np.cumsum([len(raw) for raw in mine], dtype=np.int64)
+            by_codec[c] = (mine, np.frombuffer(b"".join(mine), np.uint8), ends - [len(raw) for raw in mine], ends)
 
         def codec_floor() -> None:
             for c, p in packed:
                 # the codec library's call into a buffer already there (what the decoder makes per batch)
                 compression._INTO[c](p, into)
             # then the frames Kafka's producer writes
-            if compress_all is not None:
-                compress_all(codec, joined, ends - lengths, ends, 0)
-            else:
-                for raw in plain:
-                    compression.compress(codec, raw)
+            for c, (mine, joined, starts, ends) in by_codec.items():
+                if compress_all is not None:
+                    compress_all(c, joined, starts, ends, 0)
+                else:
+                    for raw in mine:
+                        compression.compress(c, raw)
 
         cpu["floor: codec"] = _cpu(codec_floor, repeat)
     shutil.rmtree(scratch, ignore_errors=True)

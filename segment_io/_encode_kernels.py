@@ -279,10 +279,10 @@ def ref_value_lengths(buf, refs, base, limit, valid, rows, lengths) -> int:
         if not valid[r]:
             lengths[r] = 0
             continue
-        if refs[r] < 0:
+        n = limit[i]
+        if refs[r] < 0 or refs[r] >= n - base[i]:  # compared before adding: a huge reference must not wrap
             return i
         p = base[i] + refs[r]
-        n = limit[i]
         u = np.uint64(0)
         shift = np.uint64(0)
         while True:

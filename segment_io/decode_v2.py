@@ -42,6 +42,9 @@ from segment_io.schema import HEADER_TYPE, KEY_HASH_SCHEMA, RECORD_SCHEMA, VALUE
 _INT32_MAX = 2**31 - 1
 #: the decompressed payloads of one piece of v2 batches (beyond its first batch) are capped at the chunk size
 _PAYLOAD_BYTES = CHUNK_BYTES
+#: a piece's payloads are kept in the buffer they were decompressed into while it is at most this much larger than
+#: they are, else in a copy of just them (see _offer_payloads)
+_TIGHT_ENOUGH = 1.5
 _RECORD_TYPES = {f.name: f.type for f in RECORD_SCHEMA}
 _KEY_HASH_TYPES = {f.name: f.type for f in KEY_HASH_SCHEMA}
 
@@ -333,7 +336,12 @@ def _offer_payloads(seg: SegmentBytes, inp: _V2Input) -> None:
     to the encoder that will copy the kept values from them (:class:`segment_io.payloads.KeptPayloads`)."""
     assert seg.payloads is not None
     packed = np.flatnonzero(inp.src)
-    seg.payloads.offer(seg.segment_base_offset, seg.hdr.position[inp.batches[packed]], inp.dec, inp.rstart[packed],
+    dec = inp.dec
+    if isinstance(dec.base, np.ndarray) and dec.base.nbytes > _TIGHT_ENOUGH * dec.nbytes:
+        # the buffer was sized from what the frames may inflate to (an LZ4 frame without a content size: a whole
+        # 64 KiB block for each batch of 15 KB) and the store would hold all of it: keep a copy of what was written
+        dec = dec.copy()
+    seg.payloads.offer(seg.segment_base_offset, seg.hdr.position[inp.batches[packed]], dec, inp.rstart[packed],
                        inp.rend[packed])
 
 

@@ -861,7 +861,7 @@ def _find_refs(table: pa.Table, rows: np.ndarray, sources: Mapping[int, bytes | 
         if bad >= 0:
             r = int(w.rows[bad])
             raise InvalidRecordsError(f"the value reference {refs[r]} of the record at offset {offsets[r]} does "
-                                      f"not point at a value in segment {s} (batch at byte {bpos[r]})",
+                                      f"not point at a value in segment {w.segment} (batch at byte {bpos[r]})",
                                       offset=int(offsets[r]))
     ends = np.cumsum(lengths)
     if n and ends[-1] > _INT32_MAX:

@@ -55,8 +55,10 @@ class KeptPayloads:
     def offer(self, segment: int, positions: np.ndarray, buffer: np.ndarray, starts: np.ndarray,
               ends: np.ndarray) -> bool:
         """Keep ``buffer``, which holds the payloads of the batches at byte ``positions`` of segment ``segment``,
-        each at ``buffer[starts[i]:ends[i]]``, if it fits in the budget. Returns whether it was kept."""
-        nbytes = int(np.sum(ends - starts)) if len(starts) else 0
+        each at ``buffer[starts[i]:ends[i]]``, if it fits in the budget. Returns whether it was kept. The budget
+        counts what keeping it holds on to: the whole allocation ``buffer`` is a view of (a decoder's buffer is
+        sized from what the frames may inflate to, more than they do)."""
+        nbytes = buffer.base.nbytes if isinstance(buffer.base, np.ndarray) else buffer.nbytes
         if len(positions) == 0 or self.held_bytes + nbytes > self.budget_bytes:
             return False
         seg = self._segments.setdefault(int(segment), _SegmentPayloads())

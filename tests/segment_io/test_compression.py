@@ -102,10 +102,12 @@ def test_compress_all_frames_each_payload_as_compress_does(codec: int) -> None:
     for n in (0, 1, 100, 65535, 65536, 65537, 200_000, 3000):
         payloads.append((b"abcdefghij" * (n // 10 + 1))[:n])
         payloads.append(rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+    # each after a gap of bytes that are not a payload's (a batch header's, in the encoder), of varying length
+    gaps = [61 + i % 3 for i in range(len(payloads))]
+    data = np.frombuffer(b"".join(b"\xee" * g + p for g, p in zip(gaps, payloads)), np.uint8)
     lengths = np.array([len(p) for p in payloads], np.int64)
-    ends = np.cumsum(lengths) + 5  # after 5 bytes that are not a payload's
+    ends = np.cumsum(lengths + gaps)
     starts = ends - lengths
-    data = np.frombuffer(b"\x00" * 5 + b"".join(payloads), np.uint8)
     out, at = compression.compress_all(codec, data, starts, ends, 61)
     assert at[0] == 0 and at[-1] == len(out)
     for i, payload in enumerate(payloads):

@@ -127,22 +127,63 @@ def test_kept_payloads_encode_the_same_bytes(sources: dict[int, bytes], seed: in
         assert store.held_bytes == 0
 
 
-def test_a_reference_past_its_own_payload_is_an_error_in_a_shared_buffer() -> None:
-    """The payloads of a piece share one buffer; a reference is still checked against its own batch's payload,
-    not the whole buffer (where it would find the next batch's bytes)."""
+def _with_refs(records: pa.Table, refs: list[int | None]) -> pa.Table:
+    i = records.schema.get_field_index("value")
+    return records.set_column(i, records.schema.field(i), pa.array(refs, records.schema.field(i).type))
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_a_reference_past_its_own_payload_is_an_error_in_a_shared_buffer(kept: bool) -> None:
+    """The payloads of a piece share one buffer (kept by the decode, or decompressed again by the encoder); a
+    reference is still checked against its own batch's payload, not the whole buffer (where it would find the
+    next batch's bytes); and one too large to add to a position is an error, not a wrapped read."""
     log = LogBuilder()
     for i in range(3):
         log.batch([rec(f"k{j}", f"value {i}-{j} " * 9) for j in range(4)], codec=3)
     data = encode_batches(log.table()).to_bytes()
     store = KeptPayloads()
     records, headers = decode_segment_and_headers(data, segment_base_offset=0, value_refs=True, payloads=store)
-    buffers, which, starts, ends = store.locate(0, headers.position)
+    buffers, which, starts, _ = store.locate(0, headers.position)
     assert len(set(which.tolist())) == 1 and len(buffers) == 1  # one buffer for all three batches
-    i = records.schema.get_field_index("value")
     refs = records["value"].to_pylist()
     # the second batch's first value, a valid place in the buffer, named relative to the first batch's payload
-    refs[0] = int(starts[1] - starts[0]) + refs[4]
-    broken = records.set_column(i, records.schema.field(i), pa.array(refs, records.schema.field(i).type))
-    partly = broken.filter(pa.array([r != 1 for r in range(broken.num_rows)]))  # the first batch is rewritten
-    with pytest.raises(InvalidRecordsError, match="value reference"):
-        encode_batches(partly, sources={0: data}, payloads=store)
+    for bad in (int(starts[1] - starts[0]) + refs[4], 2**63 - 8):
+        broken = _with_refs(records, [bad, *refs[1:]])
+        partly = broken.filter(pa.array([r != 1 for r in range(broken.num_rows)]))  # the first batch is rewritten
+        with pytest.raises(InvalidRecordsError, match=r"value reference .* in segment 0 "):
+            encode_batches(partly, sources={0: data}, payloads=store if kept else None)
+
+
+def test_a_bad_reference_names_its_own_segment() -> None:
+    sources, tables = {}, []
+    for base in (0, 100):
+        log = LogBuilder(start_offset=base)
+        log.batch([rec("a", "1" * 40), rec("b", "2" * 40)], codec=0)
+        sources[base] = encode_batches(log.table()).to_bytes()
+        tables.append(decode_segment_and_headers(sources[base], segment_base_offset=base, value_refs=True)[0])
+    records = pa.concat_tables(tables)
+    refs = records["value"].to_pylist()
+    broken = _with_refs(records, [len(sources[0]) + 9, *refs[1:]])
+    partly = broken.filter(pa.array([True, False, True, False]))  # both batches rewritten
+    with pytest.raises(InvalidRecordsError, match=r"in segment 0 \(batch at byte 0\)"):
+        encode_batches(partly, sources=sources)
+
+
+def test_the_budget_counts_what_is_held_and_no_more_than_half_again_the_payloads() -> None:
+    """A decoder's buffer is sized from what the frames may inflate to (an LZ4 frame has no content size: a whole
+    64 KiB block per small batch); the store counts the allocation it keeps alive, and a decode hands it a copy of
+    just the payloads when that allocation is over half again as large."""
+    log = LogBuilder()
+    for i in range(40):
+        log.batch([rec(f"k{j}", f"v{i}-{j} " * 100) for j in range(3)], codec=3)
+    data = encode_batches(log.table()).to_bytes()
+    store = KeptPayloads()
+    _, headers = decode_segment_and_headers(data, segment_base_offset=0, value_refs=True, payloads=store)
+    buffers, which, starts, ends = store.locate(0, headers.position)
+    assert (which >= 0).all()
+    payload_bytes = int((ends - starts).sum())
+    held = sum(b.base.nbytes if isinstance(b.base, np.ndarray) else b.nbytes for b in buffers)
+    assert store.held_bytes == held
+    assert payload_bytes <= held <= 1.5 * payload_bytes
+    assert store.offer(1, np.array([0]), _buffer(100)[:10], np.array([0]), np.array([10]))
+    assert store.held_bytes == held + 100  # a view holds its whole base

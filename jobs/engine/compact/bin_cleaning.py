@@ -230,6 +230,7 @@ class _Round:
             if not odd.any():
                 break
             refused = set(d.piece_member[d.batch_piece[odd]].tolist())
+            del d, h  # the next decode's bytes, rows and payloads are not held beside these
             members = [m for k, m in enumerate(members) if k not in refused]
             if len(members) < TOGETHER_MIN_PARTITIONS:
                 raise _NotTogether("too few partitions qualify")
