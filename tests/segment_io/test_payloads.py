@@ -19,7 +19,7 @@ from segment_io.decode import decode_segment_and_headers
 from segment_io.encode import encode_batches
 from segment_io.encode_stream import iter_encoded_parts
 from segment_io.errors import InvalidRecordsError
-from segment_io.format import V2_HEADER_SIZE
+from segment_io.format import V2_HEADER_SIZE, BatchHeaders
 from segment_io.payloads import KeptPayloads
 from tests.segment_io.test_value_refs import segments_st
 from tests.support.builders import LogBuilder, rec
@@ -127,6 +127,18 @@ def test_kept_payloads_encode_the_same_bytes(sources: dict[int, bytes], seed: in
         assert store.held_bytes == 0
 
 
+def _lz4_decoded(batches: int, records: int, value: str) -> tuple[bytes, KeptPayloads, pa.Table, BatchHeaders]:
+    """A segment of ``batches`` LZ4 batches of ``records`` records each, decoded with references, its payloads kept:
+    (its bytes, the store, the rows, the headers)."""
+    log = LogBuilder()
+    for i in range(batches):
+        log.batch([rec(f"k{j}", f"{value} {i}-{j} " * (900 // len(value))) for j in range(records)], codec=3)
+    data = encode_batches(log.table()).to_bytes()
+    store = KeptPayloads()
+    rows, headers = decode_segment_and_headers(data, segment_base_offset=0, value_refs=True, payloads=store)
+    return data, store, rows, headers
+
+
 def _with_refs(records: pa.Table, refs: list[int | None]) -> pa.Table:
     i = records.schema.get_field_index("value")
     return records.set_column(i, records.schema.field(i), pa.array(refs, records.schema.field(i).type))
@@ -137,12 +149,7 @@ def test_a_reference_past_its_own_payload_is_an_error_in_a_shared_buffer(kept: b
     """The payloads of a piece share one buffer (kept by the decode, or decompressed again by the encoder); a
     reference is still checked against its own batch's payload, not the whole buffer (where it would find the
     next batch's bytes); and one too large to add to a position is an error, not a wrapped read."""
-    log = LogBuilder()
-    for i in range(3):
-        log.batch([rec(f"k{j}", f"value {i}-{j} " * 9) for j in range(4)], codec=3)
-    data = encode_batches(log.table()).to_bytes()
-    store = KeptPayloads()
-    records, headers = decode_segment_and_headers(data, segment_base_offset=0, value_refs=True, payloads=store)
+    data, store, records, headers = _lz4_decoded(3, 4, "value")
     buffers, which, starts, _ = store.locate(0, headers.position)
     assert len(set(which.tolist())) == 1 and len(buffers) == 1  # one buffer for all three batches
     refs = records["value"].to_pylist()
@@ -173,12 +180,7 @@ def test_the_budget_counts_what_is_held_and_no_more_than_half_again_the_payloads
     """A decoder's buffer is sized from what the frames may inflate to (an LZ4 frame has no content size: a whole
     64 KiB block per small batch); the store counts the allocation it keeps alive, and a decode hands it a copy of
     just the payloads when that allocation is over half again as large."""
-    log = LogBuilder()
-    for i in range(40):
-        log.batch([rec(f"k{j}", f"v{i}-{j} " * 100) for j in range(3)], codec=3)
-    data = encode_batches(log.table()).to_bytes()
-    store = KeptPayloads()
-    _, headers = decode_segment_and_headers(data, segment_base_offset=0, value_refs=True, payloads=store)
+    _, store, _, headers = _lz4_decoded(40, 3, "v")
     buffers, which, starts, ends = store.locate(0, headers.position)
     assert (which >= 0).all()
     payload_bytes = int((ends - starts).sum())

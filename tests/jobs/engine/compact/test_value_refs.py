@@ -34,12 +34,17 @@ def _legacy_segment(path: Path, count: int) -> None:
     path.write_bytes(bytes(builder.build()))
 
 
-def _partition(root: Path) -> Path:
+def _partition(root: Path, codecs: tuple[int, ...] = (0, 1, 2, 3, 4, 0), *, legacy: bool = True) -> Path:
+    """A partition of v2 batches of ``codecs`` (headers, tombstones, transactions) over two closed segments, after a
+    legacy (magic 1) segment when ``legacy``."""
     pdir = root / partition_dir_name(TOPIC, PARTITION)
     pdir.mkdir(parents=True)
-    _legacy_segment(pdir / segment_file_name(0), 8)
-    log = LogBuilder(TOPIC, PARTITION, start_offset=8, timestamp=NOW1 - 5_000)
-    for i, codec in enumerate((0, 1, 2, 3, 4, 0)):
+    start = 0
+    if legacy:
+        _legacy_segment(pdir / segment_file_name(0), 8)
+        start = 8
+    log = LogBuilder(TOPIC, PARTITION, start_offset=start, timestamp=NOW1 - 5_000)
+    for i, codec in enumerate(codecs):
         log.batch([rec(f"k{(i + j) % 5}", None if j == 2 else f"v{i}-{j}" * 20, headers=[("h", b"x")] * (j % 2))
                    for j in range(5)], codec=codec)
         log.txn_batch(7, 0, [rec(f"k{i}", f"t{i}")], base_sequence=i, codec=codec)
@@ -98,26 +103,6 @@ def test_output_is_the_same_bytes_as_with_copied_values(tmp_path: Path, strategy
     assert segment_file_name(0) in rounds[1]  # the legacy segment's group was cleaned, not dropped
 
 
-def _compressed_partition(root: Path) -> Path:
-    """Two closed segments of compressed v2 batches only (every codec, headers, tombstones, transactions): the
-    values of the batches a clean rewrites are references into their decompressed payloads."""
-    pdir = root / partition_dir_name(TOPIC, PARTITION)
-    pdir.mkdir(parents=True)
-    log = LogBuilder(TOPIC, PARTITION, timestamp=NOW1 - 5_000)
-    for i, codec in enumerate((1, 2, 3, 4, 3, 4)):
-        log.batch([rec(f"k{(i + j) % 5}", None if j == 2 else f"v{i}-{j}" * 20, headers=[("h", b"x")] * (j % 2))
-                   for j in range(5)], codec=codec)
-        log.txn_batch(7, 0, [rec(f"k{i}", f"t{i}")], base_sequence=i, codec=codec)
-        (log.commit if i % 2 else log.abort)(7, 0)
-        if i == 2:
-            log.roll()
-    write_log(log.table(), pdir)
-    (pdir / segment_file_name(log.next_offset)).write_bytes(b"")
-    (root.parent / f"{root.name}.toml").write_text(
-        f'[defaults]\n"cleanup.policy" = "compact"\n"delete.retention.ms" = {RETENTION}\n')
-    return pdir
-
-
 @pytest.mark.parametrize("strategy", ["memory", "external-sort"])
 def test_kept_payloads_write_the_same_bytes_without_decompressing_again(tmp_path: Path, strategy: str,
                                                                        monkeypatch) -> None:
@@ -128,7 +113,8 @@ def test_kept_payloads_write_the_same_bytes_without_decompressing_again(tmp_path
     import segment_io.payloads
 
     kept = tmp_path / "kept"
-    pdir = _compressed_partition(kept)
+    # compressed batches only: every rewritten batch's values are references into its decompressed payload
+    pdir = _partition(kept, (1, 2, 3, 4, 3, 4), legacy=False)
     again = tmp_path / "again"
     shutil.copytree(kept, again)
     shutil.copy(tmp_path / "kept.toml", tmp_path / "again.toml")
