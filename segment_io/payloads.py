@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-#: Default budget of :class:`KeptPayloads`: the decompressed bytes one cleaning task keeps at once (256 MiB).
-#: A group's decoded rows hold about a fifth of its records' bytes; the payloads would hold all of them, so they
-#: are capped here, a fixed allowance next to the two segments the task's memory bound counts. Past it the
-#: encoder decompresses again what it needs, part by part, as it does without a store.
+#: Default budget of :class:`KeptPayloads`: the memory one cleaning task keeps decompressed payloads in at once
+#: (256 MiB, counted as allocated). A group's decoded rows hold about a fifth of its 1 KB records' bytes; the
+#: payloads would hold all of them, so they are capped here, a fixed allowance next to the two segments the task's
+#: memory bound counts. Past it the encoder decompresses again what it needs, part by part, as it does without a
+#: store.
 DEFAULT_KEPT_PAYLOAD_BYTES = 256 << 20
 
 
