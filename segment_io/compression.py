@@ -346,20 +346,10 @@ def _lz4_java_frame(data: bytes | memoryview, level: int | None) -> bytes:
     """An LZ4 frame laid out as Kafka's Java producer (``Lz4BlockOutputStream``) writes it: 64 KiB
     independent blocks, a block stored raw when compressing does not shrink it, no checksums, no content
     size, a zero end mark."""
-    mv = memoryview(data)
-    parts = [_LZ4_JAVA_HEADER]
-    kw: dict[str, Any] = {} if level is None else {"mode": "high_compression", "compression": level}
-    for start in range(0, len(mv), _LZ4_BLOCK):
-        chunk = mv[start:start + _LZ4_BLOCK]
-        block = cramjam.lz4.compress_block(chunk, store_size=False, **kw)
-        if len(block) >= len(chunk):
-            parts.append(struct.pack("<I", len(chunk) | LZ4_RAW_BLOCK))
-            parts.append(bytes(chunk))
-        else:
-            parts.append(struct.pack("<I", len(block)))
-            parts.append(bytes(block))
-    parts.append(b"\x00\x00\x00\x00")
-    return b"".join(parts)
+    src = memoryview(data).cast("B")
+    out = np.empty(_lz4_frame_bound(len(src)), np.uint8)
+    end = _lz4_java_frame_into(src, 0, len(src), out, memoryview(out), 0, level)  # type: ignore[arg-type]
+    return out[:end].tobytes()
 
 
 def _lz4_frame_bound(n: int) -> int:
@@ -412,16 +402,18 @@ def compress_all(codec: int, data: np.ndarray, starts: np.ndarray, ends: np.ndar
     return out[:at], positions
 
 
-def _lz4_java_frame_into(src: memoryview, a: int, n: int, out: np.ndarray, dst: memoryview, at: int) -> int:
+def _lz4_java_frame_into(src: memoryview, a: int, n: int, out: np.ndarray, dst: memoryview, at: int,
+                         level: int | None = None) -> int:
     """:func:`_lz4_java_frame` of ``src[a:a + n]`` written at ``dst[at:]`` (room for :func:`_lz4_frame_bound`
-    bytes); returns where it ends."""
+    bytes; ``dst`` is a view of ``out``), at LZ4's high-compression ``level`` if given; returns where it ends."""
+    kw: dict[str, Any] = {} if level is None else {"mode": "high_compression", "compression": level}
     dst[at:at + len(_LZ4_JAVA_HEADER)] = _LZ4_JAVA_HEADER
     at += len(_LZ4_JAVA_HEADER)
     for start in range(a, a + n, _LZ4_BLOCK):
         chunk = src[start:min(start + _LZ4_BLOCK, a + n)]
         size = len(chunk)
         written = cramjam.lz4.compress_block_into(chunk, out[at + 4:at + 4 + size + size // 255 + 16],  # type: ignore[arg-type]
-                                                  store_size=False)
+                                                  store_size=False, **kw)
         if written >= size:  # compressing does not shrink it: stored raw, as Lz4BlockOutputStream does
             struct.pack_into("<I", dst, at, size | LZ4_RAW_BLOCK)
             dst[at + 4:at + 4 + size] = chunk

@@ -111,4 +111,30 @@ def test_compress_all_frames_each_payload_as_compress_does(codec: int) -> None:
     out, at = compression.compress_all(codec, data, starts, ends, 61)
     assert at[0] == 0 and at[-1] == len(out)
     for i, payload in enumerate(payloads):
-        assert bytes(out[at[i] + 61:at[i + 1]]) == compression.compress(codec, payload)
+        frame = bytes(out[at[i] + 61:at[i + 1]])
+        assert frame == compression.compress(codec, payload)
+        if codec == LZ4:
+            assert frame == _java_lz4_frame(payload)
+
+
+def _java_lz4_frame(data: bytes, **kw: object) -> bytes:
+    """The frame Kafka's Java producer (Lz4BlockOutputStream) writes, built here block by block from cramjam's block
+    compressor: its fixed header, 64 KiB independent blocks (stored raw when compressing does not shrink them),
+    a zero end mark. ``kw`` goes to the block compressor."""
+    parts = [b"\x04\x22\x4d\x18\x60\x40\x82"]
+    for start in range(0, len(data), 1 << 16):
+        chunk = data[start:start + (1 << 16)]
+        block = bytes(cramjam.lz4.compress_block(chunk, store_size=False, **kw))
+        raw = len(block) >= len(chunk)
+        parts += [(len(chunk) | 1 << 31 if raw else len(block)).to_bytes(4, "little"), chunk if raw else block]
+    return b"".join(parts + [bytes(4)])
+
+
+@pytest.mark.parametrize("level", [None, 9])
+def test_the_lz4_frame_is_java_s_at_any_level(level: int | None) -> None:
+    data = (b"abcdefghij" * 20_000) + random.Random(3).randbytes(70_000)
+    frame = compression.compress(LZ4, data, level=level)
+    assert frame[:7] == b"\x04\x22\x4d\x18\x60\x40\x82" and frame[-4:] == bytes(4)
+    assert bytes(compression.decompress(LZ4, frame)) == data
+    kw = {} if level is None else {"mode": "high_compression", "compression": level}
+    assert frame == _java_lz4_frame(data, **kw)
