@@ -12,15 +12,17 @@ user and system time of every thread of the process) of ``--repeat`` runs after 
 
 * **task (in-process)**: the memory strategy's cleaning task as a Spark executor runs it
   (:func:`jobs.engine.compact.cleaning.compact_partition`: map pass, decode, index checks, clean, encode with CRCs
-  and compression, the staged segment and its indexes written and synced), without Spark around it;
+  and compression, the staged segment and its indexes written and synced), without Spark around it, each run
+  writing new files as a task's first attempt does (the files of the run before are removed, untimed);
 * its **parts**, each run alone on the same bytes: the map pass (``PartitionCleaner.build_map``, with the full
   decodes it keeps for the clean), the clean's decode of the segments the map pass did not keep,
   ``clean_records``, the encoding of the kept rows (``iter_encoded_parts``),
   and the write of the staged files (``write_segment`` less the encoding);
-* **floors** on the same bytes: a memcpy of them, their CRC32C (one call per segment file), and the codec's
-  decompression and compression of every batch payload (the least a rewrite of every batch costs: each payload
-  decompressed by one call into a buffer already there, and all of them compressed into one buffer where the
-  checkout can, ``segment_io.compression.compress_all``, else one by one).
+* **floors** on the same bytes: a memcpy of them, their CRC32C (one call per segment file), and the codec's (the
+  least a rewrite of the batches costs in the codec library): every compressed payload of the input decompressed
+  once and every payload of the batches the task wrote (the kept records) compressed once, by bare library calls
+  into a buffer already there, LZ4 block by block and zstd frame by frame. The floor is the same for every
+  checkout.
 
 Bytes are the cleaned segments' bytes as they are on disk (compressed for lz4 and zstd). The machine's load is
 printed with each row: on a shared machine the CPU seconds also measure the other tenants (caches, memory
@@ -39,6 +41,7 @@ import json
 import os
 import shutil
 import statistics
+import struct
 import subprocess
 import sys
 import time
@@ -62,10 +65,12 @@ def _load() -> str:
 
 def generate(out: Path, codec: str, quick: bool, batch_records: int = BATCH_RECORDS[0]) -> None:
     """One partition as described in the module docstring."""
+    from jobs.logdir.lock import work_uri
     from segment_io.compression import codec_from_name
     from segment_io.generate import GenerateSpec, generate_log_dir
 
     shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(work_uri(str(out)), ignore_errors=True)  # what a task staged there before: measure() finds its own
     records, segment_bytes = (64_000, 8 << 20) if quick else (256_000, 32 << 20)
     generate_log_dir(GenerateSpec(topics=(TOPIC,), partitions=1, records=records, value_bytes=1000,
                                   superseded_share=0.5, tombstone_share=0.02, segment_bytes=segment_bytes,
@@ -78,11 +83,16 @@ def generate(out: Path, codec: str, quick: bool, batch_records: int = BATCH_RECO
 # --------------------------------------------------------------------------------------------------
 
 
-def _cpu(fn: Callable[[], Any], repeat: int) -> float:
-    """Median CPU seconds of ``repeat`` calls of ``fn`` after a warm-up call."""
+def _cpu(fn: Callable[[], Any], repeat: int, before_each: Callable[[], Any] | None = None) -> float:
+    """Median CPU seconds of ``repeat`` calls of ``fn`` after a warm-up call; ``before_each`` runs before every
+    call, untimed."""
+    if before_each is not None:
+        before_each()
     fn()
     seconds = []
     for _ in range(repeat):
+        if before_each is not None:
+            before_each()
         t0 = time.process_time()
         fn()
         seconds.append(time.process_time() - t0)
@@ -100,7 +110,6 @@ def measure(log_dir: Path, repeat: int) -> dict[str, Any]:
     from jobs.rules.plan_compact import group_segments_by_size
     from segment_io import compression
     from segment_io.encode_stream import iter_encoded_parts
-    from segment_io.format import V2_HEADER_SIZE
     from segment_io.generate import GenerateSpec
     from segment_io.segment_writer import write_segment
     from tests.support.cleaning import partition_task
@@ -110,6 +119,14 @@ def measure(log_dir: Path, repeat: int) -> dict[str, Any]:
     task = partition_task(log_dir, TOPIC, 0, now_ms, max_keys=1 << 22)
     scratch = log_dir.parent / f"{log_dir.name}-scratch"
     scratch.mkdir(exist_ok=True)
+    # Files the task writes (wherever the checkout stages them) are removed before each timed run: a task's first
+    # attempt writes new files, while renaming over the previous run's would charge it for freeing their blocks
+    # (about 6% of the uncompressed task).
+    before = _files(log_dir.parent)
+
+    def remove_written() -> None:
+        for path in _files(log_dir.parent) - before:
+            path.unlink()
 
     def run_task() -> Any:
         out = compact_partition(task)
@@ -121,7 +138,9 @@ def measure(log_dir: Path, repeat: int) -> dict[str, Any]:
     if len(outcome.groups) != 1 or not outcome.groups[0].changed:
         raise RuntimeError(f"expected one changed group, got {outcome.groups}")
     bytes_in, bytes_out = outcome.groups[0].bytes_before, outcome.groups[0].bytes_after
-    cpu: dict[str, float] = {"task": _cpu(run_task, repeat)}
+    [staged] = [path.read_bytes() for path in _files(log_dir.parent) - before if path.suffix == ".log"]
+    cpu: dict[str, float] = {"task": _cpu(run_task, repeat, remove_written)}
+    remove_written()
     profile = _profile_shares(run_task)
 
     def map_pass() -> tuple[Any, set[int]]:
@@ -157,7 +176,7 @@ def measure(log_dir: Path, repeat: int) -> dict[str, Any]:
     # the clean's own decode: of the segments the map's pass did not keep
     again = [base for base in sources if base not in kept]
     cpu["decode"] = _cpu(lambda: decode(again), repeat) if again else 0.0
-    records, headers = decode()
+    records, _ = decode()
 
     def clean() -> Any:
         return clean_records(records, offset_map=omap, txn_state=task.txn, params=cleaner.params,
@@ -171,44 +190,92 @@ def measure(log_dir: Path, repeat: int) -> dict[str, Any]:
     target = str(scratch / f"{group[0].base_offset:020d}.log")
     cpu["write (less encode)"] = _cpu(lambda: write_segment(
         result.records, target, empty_batches=result.empty_batches, sources=sources, **handed),
-        repeat) - cpu["encode"]
+        repeat, remove_written) - cpu["encode"]
 
     views = [np.frombuffer(data, np.uint8) for data in sources.values()]
     copy_into = np.empty(max(len(v) for v in views), np.uint8)
     cpu["floor: memcpy"] = _cpu(lambda: [np.copyto(copy_into[:len(v)], v) for v in views], repeat)
     cpu["floor: CRC32C"] = _cpu(lambda: [crc32c.crc32c(data) for data in sources.values()], repeat)
-    payloads = [(int(h.attributes[i]) & 7, memoryview(data)[int(h.position[i]) + V2_HEADER_SIZE:
-                                                            int(h.position[i] + h.size[i])])
-                for data, h in zip(sources.values(), headers) for i in range(len(h))]
-    packed = [(c, p) for c, p in payloads if c != compression.NONE]
-    cpu["floor: codec"] = 0.0
-    if packed:
-        plain = [bytes(compression.decompress(c, p)) for c, p in packed]
-        into = np.empty(max(len(p) for p in plain) + 1, np.uint8)
-        # the cheapest way this checkout has to compress them: each codec's all into one buffer if it can, else
-        # one by one
-        compress_all = getattr(compression, "compress_all", None)
-        by_codec = {}
-        for c in sorted({c for c, _ in packed}):
-            mine = [raw for (pc, _), raw in zip(packed, plain) if pc == c]
-            ends = np.cumsum([len(raw) for raw in mine], dtype=np.int64)
-            by_codec[c] = (mine, np.frombuffer(b"".join(mine), np.uint8), ends - [len(raw) for raw in mine], ends)
-
-        def codec_floor() -> None:
-            for c, p in packed:
-                # the codec library's call into a buffer already there (what the decoder makes per batch)
-                compression._INTO[c](p, into)
-            # then the frames Kafka's producer writes
-            for c, (mine, joined, starts, ends) in by_codec.items():
-                if compress_all is not None:
-                    compress_all(c, joined, starts, ends, 0)
-                else:
-                    for raw in mine:
-                        compression.compress(c, raw)
-
-        cpu["floor: codec"] = _cpu(codec_floor, repeat)
+    # the codec floor: every compressed payload read decompressed once, and every payload the task wrote
+    # compressed once (only the kept records: the batches of the staged segment), each a bare library call
+    floor = _codec_floor(
+        [p for data in sources.values() for p in _compressed_payloads(data)],
+        [(c, bytes(compression.decompress(c, p))) for c, p in _compressed_payloads(staged)])
+    cpu["floor: codec"] = _cpu(floor, repeat) if floor is not None else 0.0
     shutil.rmtree(scratch, ignore_errors=True)
     return {"bytes_in": bytes_in, "bytes_out": bytes_out, "cpu_s": cpu, "profile": profile}
+
+
+def _files(root: Path) -> set[Path]:
+    return {path for path in root.rglob("*") if path.is_file()}
+
+
+def _compressed_payloads(segment: bytes) -> list[tuple[int, memoryview]]:
+    """(codec, payload) of each compressed v2 batch of a segment's bytes, read from the batch framing alone (the
+    same in every checkout): a batch's length field at byte 8, attributes at 21, records from byte 61."""
+    out, pos, mv = [], 0, memoryview(segment)
+    while pos + 61 <= len(segment):
+        (length,) = struct.unpack_from(">i", segment, pos + 8)
+        (attributes,) = struct.unpack_from(">h", segment, pos + 21)
+        end = pos + 12 + length
+        if attributes & 7:
+            out.append((attributes & 7, mv[pos + 61:end]))
+        pos = end
+    return out
+
+
+#: The block size of the LZ4 frames Kafka's producer writes (and the encoder): 64 KiB.
+_LZ4_BLOCK = 64 << 10
+_LZ4, _ZSTD = 3, 4
+
+
+def _lz4_blocks(frame: memoryview) -> list[tuple[bool, memoryview]]:
+    """(stored raw, bytes) of each block of an LZ4 frame as Kafka's producer writes it (no checksums)."""
+    pos = 7 + (8 if frame[4] & 0x08 else 0)
+    blocks: list[tuple[bool, memoryview]] = []
+    while True:
+        (size,) = struct.unpack_from("<I", frame, pos)
+        pos += 4
+        if size == 0:
+            return blocks
+        n = size & 0x7FFFFFFF
+        blocks.append((bool(size >> 31), frame[pos:pos + n]))
+        pos += n
+
+
+def _codec_floor(inputs: list[tuple[int, memoryview]], outputs: list[tuple[int, bytes]]) -> Callable[[], None] | None:
+    """The least CPU a rewrite of these batches costs in the codec library: each compressed input payload (``inputs``,
+    codec and payload) decompressed once and each output payload (``outputs``, codec and records) compressed once, by
+    bare library calls into buffers already there (LZ4 block by block, zstd frame by frame, as the encoder frames
+    them); None when nothing is compressed. Other codecs are not in this benchmark's data."""
+    import cramjam
+    import numpy as np
+
+    if not inputs and not outputs:
+        return None
+    if any(c not in (_LZ4, _ZSTD) for c, _ in inputs + outputs):
+        raise RuntimeError("the codec floor covers lz4 and zstd only")
+    lz4_in = [block for c, p in inputs if c == _LZ4 for block in _lz4_blocks(p)]
+    zstd_in = [p for c, p in inputs if c == _ZSTD]
+    lz4_out = [memoryview(raw)[a:a + _LZ4_BLOCK] for c, raw in outputs if c == _LZ4
+               for a in range(0, len(raw), _LZ4_BLOCK)]
+    zstd_out = [raw for c, raw in outputs if c == _ZSTD]
+    into = np.empty(max([_LZ4_BLOCK] + [len(raw) for _, raw in outputs]) * 2 + (1 << 20), np.uint8)
+
+    def floor() -> None:
+        for stored, block in lz4_in:
+            if stored:
+                into[:len(block)] = block
+            else:
+                cramjam.lz4.decompress_block_into(block, into)
+        for payload in zstd_in:
+            cramjam.zstd.decompress_into(payload, into)
+        for block in lz4_out:
+            cramjam.lz4.compress_block_into(block, into, store_size=False)
+        for records in zstd_out:
+            cramjam.zstd.compress_into(records, into)
+
+    return floor
 
 
 def _profile_shares(fn: Callable[[], Any]) -> dict[str, float]:
