@@ -616,6 +616,53 @@ def _first_capacity(at_least: int, guess: int, compressed: int, limit: int) -> i
 
 
 @njit(cache=True)
+def lz4_frame_blocks(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, codecs: np.ndarray, first: np.ndarray,
+                     count: np.ndarray, block_max: np.ndarray, block_start: np.ndarray, block_size: np.ndarray) -> int:
+    """The blocks of each payload ``buf[starts[i]:ends[i]]`` that is one LZ4 frame as Kafka's producers write it
+    (independent blocks, no checksums, no dictionary, a content size or none) whose end mark ends the payload:
+    ``count[i]`` blocks from ``first[i]`` on in ``block_start`` and ``block_size`` (the size field as written: its
+    high bit marks a block stored raw), ``block_max[i]`` the frame's block maximum. Any other payload (another
+    codec or framing, several frames, a block or end mark cut short) gets ``count[i] = 0``: the decompressor's own
+    frame walk then reads it and says what is wrong. Returns the number of blocks; when the block arrays are
+    shorter, they are filled that far (call again with room)."""
+    n = 0
+    room = block_start.shape[0]
+    for i in range(starts.shape[0]):
+        first[i] = n
+        count[i] = 0
+        pos = starts[i]
+        end = ends[i]
+        if codecs[i] != LZ4 or end - pos < 11 or _le(buf, pos, 4) != LZ4_MAGIC:
+            continue
+        flg = np.int64(buf[pos + 4])
+        size_code = (np.int64(buf[pos + 5]) >> 4) & 7
+        if flg & ~0x08 != 0x60 or size_code < 4:
+            continue
+        p = pos + 7 + (8 if flg & 0x08 else 0)
+        k = n
+        whole = False
+        while p + 4 <= end:
+            size = _le(buf, p, 4)
+            p += 4
+            if size == 0:
+                whole = p == end
+                break
+            stored = size & (LZ4_RAW_BLOCK - 1)
+            if p + stored > end:
+                break
+            if k < room:
+                block_start[k] = p
+                block_size[k] = size
+            k += 1
+            p += stored
+        if whole:
+            count[i] = k - n
+            block_max[i] = np.int64(1) << (8 + 2 * size_code)
+            n = k
+    return n
+
+
+@njit(cache=True)
 def plan_payloads(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, codecs: np.ndarray, limits: np.ndarray,
                   at_least: np.ndarray, capacity: np.ndarray) -> None:
     """Fills ``at_least`` and ``capacity`` for each payload ``buf[starts[i]:ends[i]]``."""

@@ -48,6 +48,7 @@ _XERIAL_BLOCK = 32 * 1024
 # checksums, no content size), BD 0x40 (64 KiB blocks), header checksum (second byte of xxh32 over FLG BD).
 # Every LZ4 batch of the real broker fixtures starts with exactly these bytes.
 _LZ4_JAVA_HEADER = b"\x04\x22\x4d\x18\x60\x40\x82"
+_LZ4_JAVA_HEADER_BYTES = np.frombuffer(_LZ4_JAVA_HEADER, np.uint8)
 _LZ4_BLOCK = 64 * 1024
 
 #: Default of :func:`max_batch_bytes`: the most bytes one batch's records may inflate to (256 MiB).
@@ -238,6 +239,28 @@ _INTO: dict[int, Callable[[bytes | memoryview, np.ndarray], int]] = {
 }
 
 
+def _lz4_frame_blocks(data: memoryview, starts: list[int], ends: list[int],
+                      codecs: list[int]) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+    """``(first, count, block_max, block_start, block_size)`` as lists (see
+    :func:`segment_io._decode_kernels.lz4_frame_blocks`): every ``count`` 0 when no payload is LZ4."""
+    k = len(starts)
+    if LZ4 not in codecs:
+        return [0] * k, [0] * k, [0] * k, [], []
+    from segment_io._decode_kernels import lz4_frame_blocks  # numba loads only when decoding needs it
+
+    buf = np.frombuffer(data, np.uint8)
+    s, e, c = np.asarray(starts, np.int64), np.asarray(ends, np.int64), np.asarray(codecs, np.int64)
+    first, count, block_max = np.zeros(k, np.int64), np.zeros(k, np.int64), np.zeros(k, np.int64)
+    room = 2 * k  # a batch's records are one 64 KiB block or a few
+    while True:
+        block_start, block_size = np.empty(room, np.int64), np.empty(room, np.int64)
+        n = int(lz4_frame_blocks(buf, s, e, c, first, count, block_max, block_start, block_size))
+        if n <= room:
+            return (first.tolist(), count.tolist(), block_max.tolist(), block_start[:n].tolist(),
+                    block_size[:n].tolist())
+        room = n
+
+
 class Inflater:
     """Decompresses payloads one after another into one buffer, each bounded by its own ``limit``.
 
@@ -312,13 +335,44 @@ class Inflater:
         the codec call when the planned slice fits, as it does for genuine payloads."""
         self._reserve(sum(capacities))
         buf = self._buf
-        for start, end, codec, limit, capacity in zip(starts, ends, codecs, limits, capacities):
+        first, count, block_max, block_start, block_size = _lz4_frame_blocks(data, starts, ends, codecs)
+        inflate_block = cramjam.lz4.decompress_block_into
+        scratch = np.empty(0, np.uint8)
+        for j, (start, end, codec, limit, capacity) in enumerate(zip(starts, ends, codecs, limits, capacities)):
             payload = data[start:end]
             at = self.size
-            try:
-                n = _INTO[codec](payload, buf[at:at + capacity])
-            except Exception:  # noqa: BLE001 - the general path below says what is wrong
-                n = -1
+            n = -1
+            if count[j]:
+                # an LZ4 frame as Kafka's producers write it, its blocks already found: one codec call a block, as
+                # _unlz4_into makes them; anything it would fail on goes to it below, to say what is wrong
+                pos, stop, most = at, at + capacity, block_max[j]
+                try:
+                    for b in range(first[j], first[j] + count[j]):
+                        size, s = block_size[b], block_start[b]
+                        if size & LZ4_RAW_BLOCK:
+                            size &= LZ4_RAW_BLOCK - 1
+                            if size > stop - pos:
+                                raise _OutputFull()
+                            buf[pos:pos + size] = data[s:s + size]
+                            pos += size
+                        elif stop - pos >= most:
+                            pos += inflate_block(data[s:s + size], buf[pos:pos + most])  # type: ignore[arg-type]
+                        else:  # the slice's last bytes (a declared content size): through a block of room
+                            if len(scratch) < most:
+                                scratch = np.empty(most, np.uint8)
+                            k = inflate_block(data[s:s + size], scratch)  # type: ignore[arg-type]
+                            if k > stop - pos:
+                                raise _OutputFull()
+                            buf[pos:pos + k] = scratch[:k]
+                            pos += k
+                    n = pos - at
+                except Exception:  # noqa: BLE001 - the frame walk below reads it again and says what is wrong
+                    n = -1
+            if n < 0:
+                try:
+                    n = _INTO[codec](payload, buf[at:at + capacity])
+                except Exception:  # noqa: BLE001 - the general path below says what is wrong
+                    n = -1
             if 0 <= n <= min(limit, capacity):
                 self.size = at + n
             else:
@@ -347,21 +401,61 @@ def _lz4_java_frame(data: bytes | memoryview, level: int | None) -> bytes:
     independent blocks, a block stored raw when compressing does not shrink it, no checksums, no content
     size, a zero end mark."""
     src = memoryview(data).cast("B")
-    out = np.empty(_lz4_frame_bound(len(src)), np.uint8)
-    end = _lz4_java_frame_into(src, 0, len(src), out, memoryview(out), 0, level)  # type: ignore[arg-type]
-    return out[:end].tobytes()
+    out, _ = _lz4_java_frames(src, np.zeros(1, np.int64), np.full(1, len(src), np.int64), 0, level)
+    return out.tobytes()
 
 
-def _lz4_frame_bound(n: int) -> int:
-    """The most bytes :func:`_lz4_java_frame` can make of ``n`` bytes: its header, each 64 KiB block's size
-    field and LZ4's worst case for it (``LZ4_COMPRESSBOUND``: a block's bytes, one in 255, and 16), the end mark."""
-    blocks = -(-n // _LZ4_BLOCK)
-    return len(_LZ4_JAVA_HEADER) + 4 * (blocks + 1) + n + n // 255 + 16 * blocks
+def _lz4_java_frames(src: memoryview, starts: np.ndarray, sizes: np.ndarray, head: int,
+                     level: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_lz4_java_frame` of each ``src[starts[i]:starts[i] + sizes[i]]``, one after another in one buffer,
+    each after ``head`` bytes left for the caller, at LZ4's high-compression ``level`` if given; returns what
+    :func:`compress_all` does. Python makes one codec call a block (a batch's records are one block up to 64 KiB);
+    the frame headers and the blocks' size fields are written afterwards, in one scatter each."""
+    kw: dict[str, Any] = {} if level is None else {"mode": "high_compression", "compression": level}
+    blocks = -(-sizes // _LZ4_BLOCK)
+    # each frame's worst case: its header, a size field for each block and the end mark, each block's
+    # LZ4_COMPRESSBOUND (its bytes, one in 255, and 16)
+    bound = head + len(_LZ4_JAVA_HEADER) + 4 * (blocks + 1) + sizes + sizes // 255 + 16 * blocks
+    out = np.empty(int(bound.sum()), np.uint8)
+    dst = memoryview(out)  # type: ignore[arg-type]
+    compress_block = cramjam.lz4.compress_block_into
+    frame_at: list[int] = []
+    field_at: list[int] = []
+    fields: list[int] = []
+    ends: list[int] = [0]
+    at = 0
+    for a, n in zip(starts.tolist(), sizes.tolist()):
+        at += head
+        frame_at.append(at)
+        at += len(_LZ4_JAVA_HEADER)
+        stop = a + n
+        while a < stop:
+            size = min(_LZ4_BLOCK, stop - a)
+            written = compress_block(src[a:a + size], out[at + 4:at + 4 + size + size // 255 + 16],  # type: ignore[arg-type]
+                                     store_size=False, **kw)
+            field_at.append(at)
+            if written >= size:  # compressing does not shrink it: stored raw, as Lz4BlockOutputStream does
+                dst[at + 4:at + 4 + size] = src[a:a + size]
+                fields.append(size | LZ4_RAW_BLOCK)
+                written = size
+            else:
+                fields.append(written)
+            at += 4 + written
+            a += size
+        field_at.append(at)  # the end mark
+        fields.append(0)
+        at += 4
+        ends.append(at)
+    if frame_at:
+        out[np.asarray(frame_at, np.int64)[:, None] + np.arange(len(_LZ4_JAVA_HEADER))] = _LZ4_JAVA_HEADER_BYTES
+        out[np.asarray(field_at, np.int64)[:, None] + np.arange(4)] = \
+            np.asarray(fields, "<u4").view(np.uint8).reshape(-1, 4)
+    return out[:at], np.asarray(ends, np.int64)
 
 
-def _zstd_bound(n: int) -> int:
-    """zstd's worst case for a frame of ``n`` bytes (``ZSTD_COMPRESSBOUND``)."""
-    return n + (n >> 8) + (((128 << 10) - n) >> 11 if n < (128 << 10) else 0)
+def _zstd_bounds(sizes: np.ndarray) -> np.ndarray:
+    """zstd's worst case for a frame of each of ``sizes`` bytes (``ZSTD_COMPRESSBOUND``)."""
+    return sizes + (sizes >> 8) + np.where(sizes < (128 << 10), ((128 << 10) - sizes) >> 11, 0)
 
 
 def compress_all(codec: int, data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
@@ -373,56 +467,30 @@ def compress_all(codec: int, data: np.ndarray, starts: np.ndarray, ends: np.ndar
 
     LZ4 and zstd compress straight into the buffer, in one codec call per block or frame; the other codecs are
     framed by :func:`compress` and copied in."""
-    k = len(starts)
-    sizes = (np.asarray(ends, np.int64) - np.asarray(starts, np.int64)).tolist()
-    positions = np.zeros(k + 1, np.int64)
+    starts = np.asarray(starts, np.int64)
+    sizes = np.asarray(ends, np.int64) - starts
     src = memoryview(data)  # type: ignore[arg-type]
     if codec == LZ4:
-        bound = sum(_lz4_frame_bound(n) for n in sizes)
-    elif codec == ZSTD:
-        bound = sum(_zstd_bound(n) for n in sizes)
-    else:
-        frames = [compress(codec, src[a:b]) for a, b in zip(starts.tolist(), ends.tolist())]
-        bound = sum(len(f) for f in frames)
-    out = np.empty(bound + head * k, np.uint8)
-    dst = memoryview(out)  # type: ignore[arg-type]
+        return _lz4_java_frames(src, starts, sizes, head)
+    positions: list[int] = [0]
     at = 0
-    for i, (a, n) in enumerate(zip(starts.tolist(), sizes)):
+    if codec == ZSTD:
+        out = np.empty(int(_zstd_bounds(sizes).sum()) + head * len(sizes), np.uint8)
+        compress_into = cramjam.zstd.compress_into
+        for a, n, most in zip(starts.tolist(), sizes.tolist(), _zstd_bounds(sizes).tolist()):
+            at += head
+            at += compress_into(src[a:a + n], out[at:at + most])  # type: ignore[arg-type]
+            positions.append(at)
+        return out[:at], np.asarray(positions, np.int64)
+    frames = [compress(codec, src[a:a + n]) for a, n in zip(starts.tolist(), sizes.tolist())]
+    out = np.empty(sum(len(f) for f in frames) + head * len(frames), np.uint8)
+    dst = memoryview(out)  # type: ignore[arg-type]
+    for frame in frames:
         at += head
-        if codec == LZ4:
-            at = _lz4_java_frame_into(src, a, n, out, dst, at)
-        elif codec == ZSTD:
-            end = at + _zstd_bound(n)
-            at += cramjam.zstd.compress_into(src[a:a + n], out[at:end])  # type: ignore[arg-type]
-        else:
-            frame = frames[i]
-            dst[at:at + len(frame)] = frame
-            at += len(frame)
-        positions[i + 1] = at
-    return out[:at], positions
-
-
-def _lz4_java_frame_into(src: memoryview, a: int, n: int, out: np.ndarray, dst: memoryview, at: int,
-                         level: int | None = None) -> int:
-    """:func:`_lz4_java_frame` of ``src[a:a + n]`` written at ``dst[at:]`` (room for :func:`_lz4_frame_bound`
-    bytes; ``dst`` is a view of ``out``), at LZ4's high-compression ``level`` if given; returns where it ends."""
-    kw: dict[str, Any] = {} if level is None else {"mode": "high_compression", "compression": level}
-    dst[at:at + len(_LZ4_JAVA_HEADER)] = _LZ4_JAVA_HEADER
-    at += len(_LZ4_JAVA_HEADER)
-    for start in range(a, a + n, _LZ4_BLOCK):
-        chunk = src[start:min(start + _LZ4_BLOCK, a + n)]
-        size = len(chunk)
-        written = cramjam.lz4.compress_block_into(chunk, out[at + 4:at + 4 + size + size // 255 + 16],  # type: ignore[arg-type]
-                                                  store_size=False, **kw)
-        if written >= size:  # compressing does not shrink it: stored raw, as Lz4BlockOutputStream does
-            struct.pack_into("<I", dst, at, size | LZ4_RAW_BLOCK)
-            dst[at + 4:at + 4 + size] = chunk
-            at += 4 + size
-        else:
-            struct.pack_into("<I", dst, at, written)
-            at += 4 + written
-    struct.pack_into("<I", dst, at, 0)
-    return at + 4
+        dst[at:at + len(frame)] = frame
+        at += len(frame)
+        positions.append(at)
+    return out[:at], np.asarray(positions, np.int64)
 
 
 def compress(codec: int, data: bytes | memoryview, level: int | None = None) -> bytes:

@@ -138,3 +138,76 @@ def test_the_lz4_frame_is_java_s_at_any_level(level: int | None) -> None:
     assert bytes(compression.decompress(LZ4, frame)) == data
     kw = {} if level is None else {"mode": "high_compression", "compression": level}
     assert frame == _java_lz4_frame(data, **kw)
+
+
+def _no_walk(data: bytes | memoryview, out: np.ndarray) -> int:
+    raise AssertionError("the frame walk was not to be needed")
+
+
+def _lz4_payloads() -> dict[str, tuple[bytes, bytes | None]]:
+    """LZ4 payloads by name: (payload, what it decompresses to, None when it does not)."""
+    java, noise = compression.compress(LZ4, TEXT), random.Random(7).randbytes(70_000)
+    corrupt = bytearray(java)
+    corrupt[11:15] = b"\xff\xff\xff\xff"  # the first block's bytes overwritten after its size field
+    return {
+        "java": (java, TEXT),
+        "java-stored": (compression.compress(LZ4, noise), noise),
+        "java-empty": (compression.compress(LZ4, b""), b""),
+        "content-size": (inflating_payload("lz4-content-size", len(TEXT), TEXT), TEXT),
+        "no-content-size": (inflating_payload("lz4-no-content-size", len(TEXT), TEXT), TEXT),
+        "linked": (bytes(cramjam.lz4.compress(TEXT)), TEXT),
+        "java-twice": (java * 2, TEXT * 2),
+        "java-then-a-byte": (java + b"\0", None),
+        "java-cut-short": (java[:-5], None),
+        "java-corrupt-block": (bytes(corrupt), None),
+    }
+
+
+def test_lz4_frames_as_producers_write_them_are_inflated_block_by_block_and_others_by_the_frame_walk(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    payloads = _lz4_payloads()
+    joined = b"".join(p for p, _ in payloads.values())
+    ends = np.cumsum([len(p) for p, _ in payloads.values()])
+    starts = ends - [len(p) for p, _ in payloads.values()]
+    first, count, block_max, _, block_size = compression._lz4_frame_blocks(
+        memoryview(joined), starts.tolist(), ends.tolist(), [LZ4] * len(payloads))
+    blocks = dict(zip(payloads, count))
+    # one frame ended by its end mark (with or without a content size) is planned; the rest go through the walk
+    assert {name for name, n in blocks.items() if n} == {"java", "java-stored", "content-size", "no-content-size",
+                                                         "java-corrupt-block"}
+    assert blocks["java"] == -(-len(TEXT) // (64 << 10)) and set(block_max) <= {0, 64 << 10}
+    stored = block_size[first[1]:first[1] + count[1]]
+    assert all(size & compression.LZ4_RAW_BLOCK for size in stored)  # incompressible: kept raw
+    assert compression._lz4_frame_blocks(memoryview(joined), starts.tolist(), ends.tolist(),
+                                         [ZSTD] * len(payloads))[1] == [0] * len(payloads)
+
+    for name, (payload, original) in payloads.items():
+        inflater, done = compression.Inflater(), []  # type: ignore[var-annotated]
+        _, capacity = compression.plan_payloads(np.frombuffer(payload, np.uint8), np.array([0]),
+                                                np.array([len(payload)]), np.array([LZ4]), np.array([1 << 30]))
+        add = [memoryview(payload), [0], [len(payload)], [LZ4], [1 << 30], capacity.tolist(), done]
+        if original is None:
+            with pytest.raises(DecompressionError):
+                inflater.add_all(*add)  # type: ignore[arg-type]
+            continue
+        inflater.add_all(*add)  # type: ignore[arg-type]
+        assert bytes(inflater.view()) == original, name
+        if blocks[name]:  # and without the frame walk
+            with monkeypatch.context() as patched:
+                patched.setitem(compression._INTO, LZ4, _no_walk)
+                inflater, add[6] = compression.Inflater(), []
+                inflater.add_all(*add)  # type: ignore[arg-type]
+            assert bytes(inflater.view()) == original, name
+        if original:  # the bound is inclusive, and one byte under it is refused
+            for limit in (len(original), len(original) - 1):
+                inflater = compression.Inflater()
+                _, capacity = compression.plan_payloads(np.frombuffer(payload, np.uint8), np.array([0]),
+                                                        np.array([len(payload)]), np.array([LZ4]),
+                                                        np.array([limit]))
+                add[4], add[5], add[6] = [limit], capacity.tolist(), []
+                if limit < len(original):
+                    with pytest.raises(OversizedBatchError):
+                        inflater.add_all(*add)  # type: ignore[arg-type]
+                else:
+                    inflater.add_all(*add)  # type: ignore[arg-type]
+                    assert bytes(inflater.view()) == original, name
