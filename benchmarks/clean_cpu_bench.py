@@ -20,9 +20,9 @@ user and system time of every thread of the process) of ``--repeat`` runs after 
   and the write of the staged files (``write_segment`` less the encoding);
 * **floors** on the same bytes: a memcpy of them, their CRC32C (one call per segment file), and the codec's (the
   least a rewrite of the batches costs in the codec library): every compressed payload of the input decompressed
-  once and every payload of the batches the task wrote (the kept records) compressed once, by bare library calls
-  into a buffer already there, LZ4 block by block and zstd frame by frame. The floor is the same for every
-  checkout.
+  once and every payload of the batches the task wrote (the kept records; not the batches it copied verbatim)
+  compressed once, by bare library calls into a buffer already there, LZ4 block by block and zstd frame by frame.
+  The floor is the same for every checkout.
 
 Bytes are the cleaned segments' bytes as they are on disk (compressed for lz4 and zstd). The machine's load is
 printed with each row: on a shared machine the CPU seconds also measure the other tenants (caches, memory
@@ -106,6 +106,7 @@ def measure(log_dir: Path, repeat: int) -> dict[str, Any]:
     import pyarrow as pa
 
     from jobs.engine.compact.cleaning import PartitionCleaner, compact_partition
+    from jobs.logdir.lock import work_uri
     from jobs.rules.cleaner import clean_records
     from jobs.rules.plan_compact import group_segments_by_size
     from segment_io import compression
@@ -119,13 +120,17 @@ def measure(log_dir: Path, repeat: int) -> dict[str, Any]:
     task = partition_task(log_dir, TOPIC, 0, now_ms, max_keys=1 << 22)
     scratch = log_dir.parent / f"{log_dir.name}-scratch"
     scratch.mkdir(exist_ok=True)
-    # Files the task writes (wherever the checkout stages them) are removed before each timed run: a task's first
-    # attempt writes new files, while renaming over the previous run's would charge it for freeing their blocks
-    # (about 6% of the uncompressed task).
-    before = _files(log_dir.parent)
+    # Files the task writes (in the log dir's work dir, where every checkout stages) and the write part's are
+    # removed before each timed run: a task's first attempt writes new files, while renaming over the previous
+    # run's would charge it for freeing their blocks (about 6% of the uncompressed task).
+    written = [Path(work_uri(str(log_dir))), scratch]
+    before = {path for root in written for path in _files(root)}
+
+    def new_files() -> set[Path]:
+        return {path for root in written for path in _files(root)} - before
 
     def remove_written() -> None:
-        for path in _files(log_dir.parent) - before:
+        for path in new_files():
             path.unlink()
 
     def run_task() -> Any:
@@ -138,7 +143,7 @@ def measure(log_dir: Path, repeat: int) -> dict[str, Any]:
     if len(outcome.groups) != 1 or not outcome.groups[0].changed:
         raise RuntimeError(f"expected one changed group, got {outcome.groups}")
     bytes_in, bytes_out = outcome.groups[0].bytes_before, outcome.groups[0].bytes_after
-    [staged] = [path.read_bytes() for path in _files(log_dir.parent) - before if path.suffix == ".log"]
+    [staged] = [path.read_bytes() for path in new_files() if path.suffix == ".log"]
     cpu: dict[str, float] = {"task": _cpu(run_task, repeat, remove_written)}
     remove_written()
     profile = _profile_shares(run_task)
@@ -197,10 +202,13 @@ def measure(log_dir: Path, repeat: int) -> dict[str, Any]:
     cpu["floor: memcpy"] = _cpu(lambda: [np.copyto(copy_into[:len(v)], v) for v in views], repeat)
     cpu["floor: CRC32C"] = _cpu(lambda: [crc32c.crc32c(data) for data in sources.values()], repeat)
     # the codec floor: every compressed payload read decompressed once, and every payload the task wrote
-    # compressed once (only the kept records: the batches of the staged segment), each a bare library call
-    floor = _codec_floor(
-        [p for data in sources.values() for p in _compressed_payloads(data)],
-        [(c, bytes(compression.decompress(c, p))) for c, p in _compressed_payloads(staged)])
+    # compressed once (only the kept records: the batches of the staged segment, less those it copied verbatim
+    # from the input), each a bare library call
+    read = [(c, p) for data in sources.values() for c, p, _ in _compressed_payloads(data)]
+    copied = {batch for data in sources.values() for _, _, batch in _compressed_payloads(data)}
+    floor = _codec_floor([(c, p, len(compression.decompress(c, p))) for c, p in read],
+                         [(c, bytes(compression.decompress(c, p))) for c, p, batch in _compressed_payloads(staged)
+                          if batch not in copied])
     cpu["floor: codec"] = _cpu(floor, repeat) if floor is not None else 0.0
     shutil.rmtree(scratch, ignore_errors=True)
     return {"bytes_in": bytes_in, "bytes_out": bytes_out, "cpu_s": cpu, "profile": profile}
@@ -210,16 +218,19 @@ def _files(root: Path) -> set[Path]:
     return {path for path in root.rglob("*") if path.is_file()}
 
 
-def _compressed_payloads(segment: bytes) -> list[tuple[int, memoryview]]:
-    """(codec, payload) of each compressed v2 batch of a segment's bytes, read from the batch framing alone (the
-    same in every checkout): a batch's length field at byte 8, attributes at 21, records from byte 61."""
+def _compressed_payloads(segment: bytes) -> list[tuple[int, memoryview, bytes]]:
+    """(codec, payload, the batch's base offset and CRC) of each compressed v2 batch of a segment's bytes, read from
+    the batch framing alone (the same in every checkout): the base offset at byte 0, the length field at 8, the CRC
+    at 17, attributes at 21, records from byte 61."""
     out, pos, mv = [], 0, memoryview(segment)
     while pos + 61 <= len(segment):
         (length,) = struct.unpack_from(">i", segment, pos + 8)
         (attributes,) = struct.unpack_from(">h", segment, pos + 21)
         end = pos + 12 + length
+        if length < 49 or end > len(segment):
+            raise RuntimeError(f"no whole v2 batch at byte {pos}")
         if attributes & 7:
-            out.append((attributes & 7, mv[pos + 61:end]))
+            out.append((attributes & 7, mv[pos + 61:end], segment[pos:pos + 8] + segment[pos + 17:pos + 21]))
         pos = end
     return out
 
@@ -243,24 +254,28 @@ def _lz4_blocks(frame: memoryview) -> list[tuple[bool, memoryview]]:
         pos += n
 
 
-def _codec_floor(inputs: list[tuple[int, memoryview]], outputs: list[tuple[int, bytes]]) -> Callable[[], None] | None:
-    """The least CPU a rewrite of these batches costs in the codec library: each compressed input payload (``inputs``,
-    codec and payload) decompressed once and each output payload (``outputs``, codec and records) compressed once, by
-    bare library calls into buffers already there (LZ4 block by block, zstd frame by frame, as the encoder frames
-    them); None when nothing is compressed. Other codecs are not in this benchmark's data."""
+def _codec_floor(inputs: list[tuple[int, memoryview, int]],
+                 outputs: list[tuple[int, bytes]]) -> Callable[[], None] | None:
+    """The least CPU a rewrite of these batches costs in the codec library: each compressed input payload (``inputs``:
+    codec, payload and its decompressed size) decompressed once and each output payload (``outputs``: codec and
+    records) compressed once, by bare library calls into buffers already there (LZ4 block by block, zstd frame by
+    frame, as the encoder frames them); None when nothing is compressed. Other codecs are not in this benchmark's
+    data."""
     import cramjam
     import numpy as np
 
     if not inputs and not outputs:
         return None
-    if any(c not in (_LZ4, _ZSTD) for c, _ in inputs + outputs):
+    if any(c not in (_LZ4, _ZSTD) for c, *_ in inputs + outputs):
         raise RuntimeError("the codec floor covers lz4 and zstd only")
-    lz4_in = [block for c, p in inputs if c == _LZ4 for block in _lz4_blocks(p)]
-    zstd_in = [p for c, p in inputs if c == _ZSTD]
+    lz4_in = [block for c, p, _ in inputs if c == _LZ4 for block in _lz4_blocks(p)]
+    zstd_in = [p for c, p, _ in inputs if c == _ZSTD]
     lz4_out = [memoryview(raw)[a:a + _LZ4_BLOCK] for c, raw in outputs if c == _LZ4
                for a in range(0, len(raw), _LZ4_BLOCK)]
     zstd_out = [raw for c, raw in outputs if c == _ZSTD]
-    into = np.empty(max([_LZ4_BLOCK] + [len(raw) for _, raw in outputs]) * 2 + (1 << 20), np.uint8)
+    # room for the largest payload either way and for zstd's bound of the largest output
+    into = np.empty(max([_LZ4_BLOCK] + [n for *_, n in inputs] + [len(raw) for _, raw in outputs]) * 2 + (1 << 20),
+                    np.uint8)
 
     def floor() -> None:
         for stored, block in lz4_in:

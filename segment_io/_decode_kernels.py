@@ -486,9 +486,10 @@ def _zstd_frame(buf: np.ndarray, pos: int, end: int) -> tuple[int, int, int]:
 
 @njit(cache=True)
 def _lz4_frame(buf: np.ndarray, pos: int, end: int) -> tuple[int, int, int]:
-    """The LZ4 frame at ``pos``, as :func:`_zstd_frame`. A declared content size counts as the frame's size
-    (the decoder checks it); otherwise stored blocks count their exact size and compressed blocks at most the
-    descriptor's block maximum."""
+    """The LZ4 frame at ``pos``, as :func:`_zstd_frame`. A declared content size counts as the frame's size (what
+    the blocks then inflate to is not held to it: a frame that declares less is decompressed again, bigger, up to
+    the bound); otherwise stored blocks count their exact size and compressed blocks at most the descriptor's block
+    maximum."""
     flg = np.int64(buf[pos + 4])
     size_code = (np.int64(buf[pos + 5]) >> 4) & 7
     if _le(buf, pos, 4) != LZ4_MAGIC or size_code < 4:
