@@ -475,9 +475,10 @@ def compress_all(codec: int, data: np.ndarray, starts: np.ndarray, ends: np.ndar
     positions: list[int] = [0]
     at = 0
     if codec == ZSTD:
-        out = np.empty(int(_zstd_bounds(sizes).sum()) + head * len(sizes), np.uint8)
+        bounds = _zstd_bounds(sizes)
+        out = np.empty(int(bounds.sum()) + head * len(sizes), np.uint8)
         compress_into = cramjam.zstd.compress_into
-        for a, n, most in zip(starts.tolist(), sizes.tolist(), _zstd_bounds(sizes).tolist()):
+        for a, n, most in zip(starts.tolist(), sizes.tolist(), bounds.tolist()):
             at += head
             at += compress_into(src[a:a + n], out[at:at + most])  # type: ignore[arg-type]
             positions.append(at)
