@@ -15,6 +15,7 @@ memory is then bounded by the part size, not by the segment size.
 from __future__ import annotations
 
 import dataclasses
+import mmap
 from typing import Iterable, Iterator, Mapping
 
 import numpy as np
@@ -179,6 +180,7 @@ def iter_encoded_parts(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBa
         owner = np.searchsorted(firsts, empties.column("batch_base_offset").to_numpy(), side="right")
     prev_offset: int | None = None
     prev_last: int | None = None
+    released: dict[int, int] = {}
     for k, (a, b) in enumerate(bounds):
         part = table.slice(a, b - a)
         if not part.schema.equals(target):
@@ -207,21 +209,29 @@ def iter_encoded_parts(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBa
         yield encoded
         del encoded
         if sources:
-            _release_sources_before(part, sources)
+            _release_sources_before(part, sources, released)
 
 
-def _release_sources_before(part: pa.Table, sources: Mapping[int, bytes | memoryview]) -> None:
+def _release_sources_before(part: pa.Table, sources: Mapping[int, bytes | memoryview],
+                            released: dict[int, int]) -> None:
     """Once a part is written, the pages of its source segments up to its last batch are not needed again
     (batches come in file order): a memory-mapped source gives them back, so reading the sources for verbatim
-    copies does not make a whole segment resident. A later read of them would only fault them back in."""
+    copies does not make a whole segment resident. A later read of them would only fault them back in.
+
+    ``released`` holds, per source segment, where the pages already given back end (a page boundary): each part
+    releases only the pages after it, so the parts of a segment walk its mapping once, not once each."""
     if part.num_rows == 0:
         return
     segs = np.asarray(part.column("segment_base_offset").to_numpy(), dtype=np.int64)
     pos = int64_or_zero(part.column("batch_position"))
-    for seg in np.unique(segs).tolist():
-        src = sources.get(int(seg))
-        if src is not None:
-            release_mapped_pages(src, 0, int(pos[segs == seg].max()))
+    # one reduction per run of rows from one segment (rows are in offset order: a segment's rows are one run)
+    runs = np.flatnonzero(np.concatenate(([True], segs[1:] != segs[:-1])))
+    for seg, furthest in zip(segs[runs].tolist(), np.maximum.reduceat(pos, runs).tolist()):
+        src = sources.get(seg)
+        start = released.get(seg, 0)
+        if src is not None and furthest > start:
+            release_mapped_pages(src, start, furthest)
+            released[seg] = max(start, furthest // mmap.PAGESIZE * mmap.PAGESIZE)
 
 
 class HeaderCollector:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -253,3 +254,36 @@ def test_mapped_sources_give_the_same_bytes_as_in_memory_ones(tmp_path: Path) ->
     with LocalStorage().read_mapped(str(src)) as mapped:
         write_segment(kept, str(out), sources={0: mapped}, part_bytes=4_096)
     assert out.read_bytes() == expected
+
+
+def test_each_sources_pages_are_given_back_once_in_order_as_parts_are_written(tmp_path: Path, monkeypatch) -> None:
+    """Behind every part, each source segment gives back the pages before the part's last batch from it: the
+    ranges of one segment follow one another (no page released twice) and end at that batch, page-aligned."""
+    import mmap
+
+    import segment_io.encode_stream as encode_stream
+
+    released: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(encode_stream, "release_mapped_pages",
+                        lambda src, start=0, end=None: released.append((len(src), start, end)))
+    sources, tables = {}, []
+    # two segments (two records a batch) of different sizes, so that their releases can be told apart
+    for base, n in ((0, 300), (600, 200)):
+        log = LogBuilder(start_offset=base)
+        for i in range(n):
+            log.batch([rec(f"k{i}", os.urandom(300)), rec(f"j{i}", os.urandom(100))])
+        data = encode_batches(log.table()).to_bytes()
+        sources[base] = data
+        decoded = decode_segment_bytes(data, segment_base_offset=base)
+        tables.append(decoded.filter(pa.array([i % 2 == 0 for i in range(decoded.num_rows)])))
+    kept = pa.concat_tables(tables)
+    parts = list(iter_encoded_parts(kept, sources=sources, part_bytes=8_192))
+    assert len(parts) > 10
+    last_position = {base: int(pc.max(t.column("batch_position")).as_py()) for base, t in zip(sources, tables)}
+    for base, data in sources.items():
+        ranges = [(start, end) for size, start, end in released if size == len(data)]
+        assert len(ranges) > 3
+        assert ranges[0][0] == 0
+        assert all(prev_end // mmap.PAGESIZE * mmap.PAGESIZE == start
+                   for (_, prev_end), (start, _) in zip(ranges, ranges[1:]))
+        assert ranges[-1][1] == last_position[base]
