@@ -23,6 +23,7 @@ from typing import Any, Callable
 import cramjam
 import numpy as np
 
+from segment_io.buffer_pool import BufferPool
 from segment_io.errors import (
     ConfigError,
     CorruptRecordError,
@@ -268,7 +269,9 @@ class Inflater:
     copied later). :meth:`view` returns the payloads decompressed so far.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, pool: BufferPool | None = None) -> None:
+        #: where the buffer comes from (None: a new allocation each time it grows)
+        self._pool = pool
         self._buf = np.empty(0, dtype=np.uint8)
         self.size = 0
 
@@ -286,7 +289,8 @@ class Inflater:
 
     def _reserve(self, n: int) -> np.ndarray:
         if self.size + n > len(self._buf):
-            grown = np.empty(max(2 * len(self._buf), self.size + n), dtype=np.uint8)
+            size = max(2 * len(self._buf), self.size + n)
+            grown = np.empty(size, dtype=np.uint8) if self._pool is None else self._pool.empty(size)
             grown[:self.size] = self._buf[:self.size]
             self._buf = grown
         return self._buf[self.size:self.size + n]
