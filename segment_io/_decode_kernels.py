@@ -8,7 +8,8 @@ Two passes, so that nothing is allocated from an unchecked length field:
 
 1. :func:`scan_records` checks every varint and length against its record and batch end, checks that each
    record's fields use exactly its declared size and that each batch holds exactly its declared number of
-   records, and sums the bytes each output column needs.
+   records, and sums the bytes each output column needs (:func:`checked_scan_records` also checks each
+   uncompressed batch's CRC just before, where the processor has the CRC32 instruction).
 2. :func:`fill_records` (or :func:`hash_records`) walks the now-trusted bytes again and writes straight into
    buffers preallocated from those sums.
 
@@ -26,6 +27,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from segment_io import _crc_kernels as _crc
 from segment_io.compression import (
     GZIP,
     LZ4,
@@ -63,6 +65,7 @@ ERR_COUNT_EXTRA = 6
 ERR_COUNT_NEGATIVE = 7
 ERR_CONTROL_KEY = 8
 ERR_CONTROL_VERSION = 9
+ERR_CRC = 10
 
 #: Slots of the ``totals`` array :func:`scan_records` fills.
 TOT_RECORDS, TOT_KEY_BYTES, TOT_VALUE_BYTES, TOT_HEADERS, TOT_HKEY_BYTES, TOT_HVALUE_BYTES = range(6)
@@ -146,94 +149,123 @@ def _varint_fail(err: np.ndarray, p: int, batch: int, pos: int, record: int) -> 
     return _fail(err, code, batch, pos, record, 0)
 
 
-@njit(cache=True)
-def scan_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, rend: np.ndarray,
-                 counts: np.ndarray, totals: np.ndarray, err: np.ndarray) -> bool:
-    """Validating pass over every record of every batch; fills ``totals``. False (and ``err``) on the
-    first problem."""
-    n_rec = 0
+@njit(cache=True, inline="always")
+def _scan_batch(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, rend: np.ndarray,
+                counts: np.ndarray, b: int, totals: np.ndarray, err: np.ndarray) -> bool:
+    """:func:`scan_records` of batch ``b``: adds its sums to ``totals``; False (and ``err``) on its first
+    problem."""
+    buf = seg if src[b] == 0 else dec
+    pos = rstart[b]
+    end = rend[b]
+    count = counts[b]
     key_bytes = 0
     value_bytes = 0
     n_headers = 0
     hkey_bytes = 0
     hvalue_bytes = 0
-    for b in range(rstart.shape[0]):
-        buf = seg if src[b] == 0 else dec
-        pos = rstart[b]
-        end = rend[b]
-        count = counts[b]
-        if count < 0:
-            return _fail(err, ERR_COUNT_NEGATIVE, b, pos, 0, count)
-        for i in range(count):
-            if pos >= end:
-                return _fail(err, ERR_COUNT_SHORT, b, pos, i, count)
-            length, p = _varint(buf, pos, end, _VARINT32_MAX)
-            if p < 0:
-                return _varint_fail(err, p, b, pos, i)
-            if length < 0 or length > end - p:
-                return _fail(err, ERR_LENGTH, b, pos, i, length)
-            rec_end = p + length
-            if p >= rec_end:  # no room for the attributes byte
-                return _fail(err, ERR_RECORD_SIZE, b, pos, i, length)
-            p += 1
-            _, q = _varint(buf, p, rec_end, _VARINT64_MAX)  # timestamp delta
-            if q < 0:
-                return _varint_fail(err, q, b, p, i)
-            _, p = _varint(buf, q, rec_end, _VARINT32_MAX)  # offset delta
+    if count < 0:
+        return _fail(err, ERR_COUNT_NEGATIVE, b, pos, 0, count)
+    for i in range(count):
+        if pos >= end:
+            return _fail(err, ERR_COUNT_SHORT, b, pos, i, count)
+        length, p = _varint(buf, pos, end, _VARINT32_MAX)
+        if p < 0:
+            return _varint_fail(err, p, b, pos, i)
+        if length < 0 or length > end - p:
+            return _fail(err, ERR_LENGTH, b, pos, i, length)
+        rec_end = p + length
+        if p >= rec_end:  # no room for the attributes byte
+            return _fail(err, ERR_RECORD_SIZE, b, pos, i, length)
+        p += 1
+        _, q = _varint(buf, p, rec_end, _VARINT64_MAX)  # timestamp delta
+        if q < 0:
+            return _varint_fail(err, q, b, p, i)
+        _, p = _varint(buf, q, rec_end, _VARINT32_MAX)  # offset delta
+        if p < 0:
+            return _varint_fail(err, p, b, q, i)
+        klen, q = _varint(buf, p, rec_end, _VARINT32_MAX)
+        if q < 0:
+            return _varint_fail(err, q, b, p, i)
+        if klen < -1 or klen > rec_end - q:
+            return _fail(err, ERR_LENGTH, b, p, i, klen)
+        if klen > 0:
+            key_bytes += klen
+            q += klen
+        vlen, p = _varint(buf, q, rec_end, _VARINT32_MAX)
+        if p < 0:
+            return _varint_fail(err, p, b, q, i)
+        if vlen < -1 or vlen > rec_end - p:
+            return _fail(err, ERR_LENGTH, b, q, i, vlen)
+        if vlen > 0:
+            value_bytes += vlen
+            p += vlen
+        hcount, q = _varint(buf, p, rec_end, _VARINT32_MAX)
+        if q < 0:
+            return _varint_fail(err, q, b, p, i)
+        # every header takes at least two bytes (two one-byte varints)
+        if hcount < 0 or hcount > (rec_end - q) // 2:
+            return _fail(err, ERR_LENGTH, b, p, i, hcount)
+        for _ in range(hcount):
+            hk, p = _varint(buf, q, rec_end, _VARINT32_MAX)
             if p < 0:
                 return _varint_fail(err, p, b, q, i)
-            klen, q = _varint(buf, p, rec_end, _VARINT32_MAX)
+            if hk < 0 or hk > rec_end - p:  # header keys are never null
+                return _fail(err, ERR_LENGTH, b, q, i, hk)
+            hkey_bytes += hk
+            p += hk
+            hv, q = _varint(buf, p, rec_end, _VARINT32_MAX)
             if q < 0:
                 return _varint_fail(err, q, b, p, i)
-            if klen < -1 or klen > rec_end - q:
-                return _fail(err, ERR_LENGTH, b, p, i, klen)
-            if klen > 0:
-                key_bytes += klen
-                q += klen
-            vlen, p = _varint(buf, q, rec_end, _VARINT32_MAX)
-            if p < 0:
-                return _varint_fail(err, p, b, q, i)
-            if vlen < -1 or vlen > rec_end - p:
-                return _fail(err, ERR_LENGTH, b, q, i, vlen)
-            if vlen > 0:
-                value_bytes += vlen
-                p += vlen
-            hcount, q = _varint(buf, p, rec_end, _VARINT32_MAX)
-            if q < 0:
-                return _varint_fail(err, q, b, p, i)
-            # every header takes at least two bytes (two one-byte varints)
-            if hcount < 0 or hcount > (rec_end - q) // 2:
-                return _fail(err, ERR_LENGTH, b, p, i, hcount)
-            for _ in range(hcount):
-                hk, p = _varint(buf, q, rec_end, _VARINT32_MAX)
-                if p < 0:
-                    return _varint_fail(err, p, b, q, i)
-                if hk < 0 or hk > rec_end - p:  # header keys are never null
-                    return _fail(err, ERR_LENGTH, b, q, i, hk)
-                hkey_bytes += hk
-                p += hk
-                hv, q = _varint(buf, p, rec_end, _VARINT32_MAX)
-                if q < 0:
-                    return _varint_fail(err, q, b, p, i)
-                if hv < -1 or hv > rec_end - q:
-                    return _fail(err, ERR_LENGTH, b, p, i, hv)
-                if hv > 0:
-                    hvalue_bytes += hv
-                    q += hv
-            n_headers += hcount
-            if q != rec_end:
-                return _fail(err, ERR_RECORD_SIZE, b, pos, i, length)
-            pos = rec_end
-        if pos != end:
-            return _fail(err, ERR_COUNT_EXTRA, b, pos, count, count)
-        n_rec += count
-    totals[TOT_RECORDS] = n_rec
-    totals[TOT_KEY_BYTES] = key_bytes
-    totals[TOT_VALUE_BYTES] = value_bytes
-    totals[TOT_HEADERS] = n_headers
-    totals[TOT_HKEY_BYTES] = hkey_bytes
-    totals[TOT_HVALUE_BYTES] = hvalue_bytes
+            if hv < -1 or hv > rec_end - q:
+                return _fail(err, ERR_LENGTH, b, p, i, hv)
+            if hv > 0:
+                hvalue_bytes += hv
+                q += hv
+        n_headers += hcount
+        if q != rec_end:
+            return _fail(err, ERR_RECORD_SIZE, b, pos, i, length)
+        pos = rec_end
+    if pos != end:
+        return _fail(err, ERR_COUNT_EXTRA, b, pos, count, count)
+    totals[TOT_RECORDS] += count
+    totals[TOT_KEY_BYTES] += key_bytes
+    totals[TOT_VALUE_BYTES] += value_bytes
+    totals[TOT_HEADERS] += n_headers
+    totals[TOT_HKEY_BYTES] += hkey_bytes
+    totals[TOT_HVALUE_BYTES] += hvalue_bytes
     return True
+
+
+@njit(cache=True)
+def scan_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, rend: np.ndarray,
+                 counts: np.ndarray, totals: np.ndarray, err: np.ndarray) -> bool:
+    """Validating pass over every record of every batch; fills ``totals`` (zeroed by the caller). False (and
+    ``err``) on the first problem."""
+    for b in range(rstart.shape[0]):
+        if not _scan_batch(seg, dec, src, rstart, rend, counts, b, totals, err):
+            return False
+    return True
+
+
+if _crc.HARDWARE:  # the CRC32 instruction compiles only where it is there (see segment_io._crc_kernels)
+
+    @njit(cache=True)
+    def checked_scan_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray,
+                             rend: np.ndarray, counts: np.ndarray, crc_start: np.ndarray, crcs: np.ndarray,
+                             long_shift: np.ndarray, short_shift: np.ndarray, totals: np.ndarray,
+                             err: np.ndarray) -> bool:
+        """:func:`scan_records`, first checking the CRC-32C of each batch ``b`` with ``crcs[b] >= 0`` (one that
+        lies in ``seg``): ``seg[crc_start[b]:rend[b]]`` must give ``crcs[b]``, else ``ERR_CRC`` with the CRC
+        computed as the offending value. The CRC reads the whole batch into the cache and its records are then
+        walked there, instead of being fetched from memory again one record at a time."""
+        for b in range(rstart.shape[0]):
+            if crcs[b] >= 0:
+                actual = _crc.span_crc(seg, crc_start[b], rend[b], long_shift, short_shift)
+                if actual != crcs[b]:
+                    return _fail(err, ERR_CRC, b, crc_start[b], 0, actual)
+            if not _scan_batch(seg, dec, src, rstart, rend, counts, b, totals, err):
+                return False
+        return True
 
 
 @njit(cache=True, inline="always")

@@ -9,6 +9,7 @@ position of the failing batch and its base offset.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -17,6 +18,7 @@ import pyarrow as pa
 
 from segment_io import _decode_kernels as K
 from segment_io import compression, crc
+from segment_io._crc_kernels import LONG_SHIFT, SHORT_SHIFT
 from segment_io.buffer_pool import BufferPool
 from segment_io.decode_input import CHUNK_BYTES, HEADERS_TYPE, SegmentBytes
 from segment_io.errors import (
@@ -65,6 +67,7 @@ class _V2Input:
     rstart: np.ndarray  # int64
     rend: np.ndarray  # int64
     counts: np.ndarray  # int64, declared record counts
+    crcs: np.ndarray  # int64 per batch: the stored CRC-32C the scan checks (-1: checked before, or not at all)
 
 
 def check_v2_crcs(seg: SegmentBytes, batches: np.ndarray) -> None:
@@ -93,13 +96,40 @@ def crc_mismatch(seg: SegmentBytes, b: int, actual: int) -> CorruptRecordError:
 
 
 def _v2_batches(seg: SegmentBytes, batches: np.ndarray) -> np.ndarray:
-    """``batches`` with their CRCs checked (when the segment asks for it), less control batches when the
-    segment leaves them out."""
-    if seg.verify_crc:
-        check_v2_crcs(seg, batches)
+    """``batches`` less control batches when the segment leaves them out, with the CRCs checked (when the
+    segment asks for it) of those the scan will not check as it walks their records (:func:`_scan_crcs`)."""
+    included = batches
     if not seg.include_control:
-        batches = batches[(seg.hdr.attributes[batches] & ATTR_CONTROL) == 0]
-    return batches
+        included = batches[(seg.hdr.attributes[batches] & ATTR_CONTROL) == 0]
+    if seg.verify_crc:
+        by_scan = included[_scan_crcs(seg, included) >= 0]
+        check_v2_crcs(seg, batches[~np.isin(batches, by_scan)] if len(by_scan) else batches)
+    return included
+
+
+def _scan_crcs(seg: SegmentBytes, batches: np.ndarray) -> np.ndarray:
+    """The stored CRC-32C of each of ``batches`` that the scan checks just before walking its records, -1 for the
+    others: the uncompressed ones, when the segment asks for CRCs and the processor has the CRC32 instruction
+    (:func:`segment_io._decode_kernels.checked_scan_records`). A compressed batch's CRC covers bytes that are
+    decompressed before the scan, so it is checked before that, with every batch's where the scan checks none."""
+    if not (seg.verify_crc and crc.crc_instruction()):
+        return np.full(len(batches), -1, np.int64)
+    codecs = seg.hdr.attributes[batches] & ATTR_CODEC_MASK
+    return np.where(codecs == 0, seg.hdr.crc[batches].astype(np.int64), -1)
+
+
+@contextmanager
+def _crc_errors_first(seg: SegmentBytes, batches: np.ndarray) -> Iterator[None]:
+    """Report a batch whose CRC does not match in place of any other problem met in ``batches``, as when every
+    CRC was checked before any record was read: the scan checks uncompressed batches' CRCs as it goes, so a
+    problem in an earlier batch (or a payload that does not decompress) can be met before a later batch's CRC
+    was checked. Error paths only: the CRCs are checked again, all of them."""
+    try:
+        yield
+    except CorruptRecordError:
+        if seg.verify_crc:
+            check_v2_crcs(seg, batches)
+        raise
 
 
 def _inflate_error(seg: SegmentBytes, exc: CorruptRecordError, b: int, limit: int) -> CorruptRecordError:
@@ -146,6 +176,7 @@ class _V2Plan:
     limits: np.ndarray
     capacities: np.ndarray
     cum_capacity: np.ndarray
+    crcs: np.ndarray  # per batch, as _V2Input.crcs
     first_bad: int  # index (into which) of the first compressed batch that fails before decompressing
     error: CorruptRecordError | None
 
@@ -159,14 +190,15 @@ def _plan_v2(seg: SegmentBytes, batches: np.ndarray) -> _V2Plan:
     which = np.flatnonzero(codecs)
     if len(which) == 0:  # nothing compressed (common for small partitions): nothing to plan or bound
         none = np.zeros(0, np.int64)
-        return _V2Plan(batches, rstart, rend, counts, which, none, none, none, none, none, none, 0, None)
+        return _V2Plan(batches, rstart, rend, counts, which, none, none, none, none, none, none,
+                       _scan_crcs(seg, batches), 0, None)
     c_codecs, c_counts = codecs[which].astype(np.int64), counts[which]
     c_start, c_end = rstart[which], rend[which]
     limits = compression.batch_limit(c_counts, seg.max_batch_bytes)
     at_least, capacities = compression.plan_payloads(seg.arr, c_start, c_end, c_codecs, limits)
     first_bad, error = _first_bad_batch(seg, batches[which], c_codecs, c_counts, at_least, limits)
     return _V2Plan(batches, rstart, rend, counts, which, c_codecs, c_start, c_end, limits, capacities,
-                   np.cumsum(capacities), first_bad, error)
+                   np.cumsum(capacities), _scan_crcs(seg, batches), first_bad, error)
 
 
 def _prepare_v2(seg: SegmentBytes, plan: _V2Plan, start: int) -> tuple[_V2Input, int]:
@@ -181,7 +213,8 @@ def _prepare_v2(seg: SegmentBytes, plan: _V2Plan, start: int) -> tuple[_V2Input,
     src = np.zeros(n - start, dtype=np.uint8)
     rstart, rend, counts = plan.rstart[start:].copy(), plan.rend[start:].copy(), plan.counts[start:]
     if k0 == len(plan.which):
-        return _V2Input(plan.batches[start:], np.zeros(0, np.uint8), src, rstart, rend, counts), n
+        return _V2Input(plan.batches[start:], np.zeros(0, np.uint8), src, rstart, rend, counts,
+                        plan.crcs[start:]), n
     if k0 == plan.first_bad:
         assert plan.error is not None  # first_bad < len(which) only when a batch failed
         raise plan.error
@@ -204,7 +237,8 @@ def _prepare_v2(seg: SegmentBytes, plan: _V2Plan, start: int) -> tuple[_V2Input,
     rend[taken] = done
     rstart[taken] = [0] + done[:-1]
     m = end - start
-    return _V2Input(plan.batches[start:end], inflater.view(), src[:m], rstart[:m], rend[:m], counts[:m]), end
+    return _V2Input(plan.batches[start:end], inflater.view(), src[:m], rstart[:m], rend[:m], counts[:m],
+                    plan.crcs[start:end]), end
 
 
 def _v2_inputs(seg: SegmentBytes, batches: np.ndarray) -> Iterator[_V2Input]:
@@ -264,7 +298,15 @@ def _raise_kernel_error(seg: SegmentBytes, inp: _V2Input, err: np.ndarray) -> No
 def _scan(seg: SegmentBytes, inp: _V2Input) -> np.ndarray:
     totals = np.zeros(6, dtype=np.int64)
     err = np.zeros(5, dtype=np.int64)
-    if not K.scan_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.rend, inp.counts, totals, err):
+    if (inp.crcs >= 0).any():
+        crc_start = inp.rstart - (V2_HEADER_SIZE - V2_CRC_START)  # only read for uncompressed batches
+        ok = K.checked_scan_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.rend, inp.counts, crc_start,
+                                    inp.crcs, LONG_SHIFT, SHORT_SHIFT, totals, err)
+    else:
+        ok = K.scan_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.rend, inp.counts, totals, err)
+    if not ok:
+        if err[0] == K.ERR_CRC:
+            raise crc_mismatch(seg, int(inp.batches[err[1]]), int(err[4]))
         _raise_kernel_error(seg, inp, err)
     return totals
 
@@ -398,7 +440,8 @@ def _horizons(attrs: np.ndarray, base_timestamp: np.ndarray, counts: np.ndarray)
 
 
 def decode_v2(seg: SegmentBytes, batches: np.ndarray, names: set[str]) -> list[dict[str, pa.Array]]:
-    return _decode_v2_records(seg, _v2_batches(seg, batches), names)
+    with _crc_errors_first(seg, batches):
+        return _decode_v2_records(seg, _v2_batches(seg, batches), names)
 
 
 def _decode_v2_records(seg: SegmentBytes, batches: np.ndarray, names: set[str]) -> list[dict[str, pa.Array]]:
@@ -424,7 +467,8 @@ def _decode_v2_records(seg: SegmentBytes, batches: np.ndarray, names: set[str]) 
 
 
 def key_hash_v2(seg: SegmentBytes, batches: np.ndarray) -> list[pa.Table]:
-    return [_key_hash_input(seg, inp) for inp in _v2_inputs(seg, _v2_batches(seg, batches))]
+    with _crc_errors_first(seg, batches):
+        return [_key_hash_input(seg, inp) for inp in _v2_inputs(seg, _v2_batches(seg, batches))]
 
 
 def _key_hash_input(seg: SegmentBytes, inp: _V2Input) -> pa.Table:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import struct
 
+import crc32c
 import mmh3
 import numpy as np
 import pyarrow as pa
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from segment_io import errors
+from segment_io import crc, decode_v2, errors
 from segment_io.decode import (
     control_record_type,
     decode_key_hashes_bytes,
@@ -151,6 +152,56 @@ def test_crc_flip_names_batch(batches: list[bytes]) -> None:
     assert decode_segment_bytes(data, verify_crc=False).num_rows == sum(COUNTS)
     problems = verify_segment_crcs(data, path="seg.log")
     assert [(type(p), p.position) for p in problems] == [(errors.CrcMismatchError, _positions(batches)[2])]
+
+
+def _flipped_crc(batch: bytes) -> bytes:
+    bad = bytearray(batch)
+    bad[17] ^= 0x01
+    return bytes(bad)
+
+
+@pytest.mark.parametrize("earlier_problem", ["record count", "payload that does not decompress"])
+def test_a_crc_mismatch_is_reported_before_a_problem_in_an_earlier_batch(batches: list[bytes],
+                                                                         earlier_problem: str) -> None:
+    """The scan checks an uncompressed batch's CRC as it reaches it; a problem met before (in an earlier batch's
+    records, or a payload that does not decompress) still gives way to the CRC error, as when every CRC was
+    checked first."""
+    if earlier_problem == "record count":
+        first = 0  # declares one record more than it holds (its CRC fits)
+        earlier = rewrite_header(batches[0], count=COUNTS[0] + 1)
+    else:
+        first = 1  # gzip: its compressed bytes garbled (its CRC fits)
+        garbled = bytearray(batches[1])
+        garbled[70:90] = bytes(20)
+        earlier = _resign(garbled)
+    parts = list(batches)
+    parts[first] = earlier
+    without_crc_problem = b"".join(parts)
+    with pytest.raises(errors.CorruptRecordError) as met:
+        decode_segment_bytes(without_crc_problem)
+    assert not isinstance(met.value, errors.CrcMismatchError) and met.value.offset == BASES[first]
+    parts[3] = _flipped_crc(batches[3])
+    data = b"".join(parts)
+    for decode in (decode_segment_bytes, decode_key_hashes_bytes):
+        with pytest.raises(errors.CrcMismatchError) as info:
+            decode(data, path="seg.log")
+        assert_located(info.value, "seg.log", _positions(batches)[3], BASES[3])
+
+
+@pytest.mark.skipif(not crc.crc_instruction(), reason="the scan checks CRCs with the CRC32 instruction only")
+def test_the_scan_itself_checks_uncompressed_batches_crcs(batches: list[bytes],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """With nothing checking CRCs before the records are read, an uncompressed batch's bad CRC is still the
+    error: the scan checks it, and says what it computed."""
+    monkeypatch.setattr(decode_v2, "check_v2_crcs", lambda seg, batches: None)
+    data = b"".join(batches[:2]) + _flipped_crc(batches[2]) + batches[3]
+    for decode in (decode_segment_bytes, decode_key_hashes_bytes):
+        with pytest.raises(errors.CrcMismatchError) as info:
+            decode(data, path="seg.log")
+        assert_located(info.value, "seg.log", _positions(batches)[2], BASES[2])
+        start = _positions(batches)[2]
+        assert f"computed {crc32c.crc32c(data[start + 21:start + len(batches[2])]):#010x}" in str(info.value)
+    assert decode_segment_bytes(data, verify_crc=False).num_rows == sum(COUNTS)
 
 
 def test_payload_flip_is_crc_error_even_when_truncation_allowed(batches: list[bytes]) -> None:
