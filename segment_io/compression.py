@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 from typing import Any, Callable
 
 import cramjam
 import numpy as np
+import zstandard
 
 from segment_io.buffer_pool import BufferPool
 from segment_io.errors import (
@@ -231,12 +233,60 @@ def _unlz4_into(data: bytes | memoryview, out: np.ndarray) -> int:
     return at
 
 
+#: zstd's default level (libzstd's ZSTD_CLEVEL_DEFAULT), which Kafka's producers also use by default
+ZSTD_DEFAULT_LEVEL = 3
+
+
+class _ZstdContexts(threading.local):
+    """zstd's compression and decompression contexts, one of each per thread (a context serves one call at a
+    time), made once and reset by every call: making them anew for each payload, as a one-shot call of a
+    library without contexts does, costs as much as compressing or decompressing a 15 KB payload itself."""
+
+    def __init__(self) -> None:
+        self.decompressor = zstandard.ZstdDecompressor()
+        self.compressors: dict[int, zstandard.ZstdCompressor] = {}
+
+    def compressor(self, level: int | None) -> zstandard.ZstdCompressor:
+        level = ZSTD_DEFAULT_LEVEL if level is None else level
+        made = self.compressors.get(level)
+        if made is None:
+            made = self.compressors[level] = zstandard.ZstdCompressor(level=level)
+        return made
+
+
+_ZSTD = _ZstdContexts()
+#: The most room a zstd payload is decompressed through this thread's context with. Its buffer is the context's
+#: own (as large as the room, for a frame without a content size), so a batch given room for up to the
+#: per-batch bound (a decompression bomb's) must not take that path: it would hold the bound twice. Past a MiB
+#: the one-shot call's own context costs little next to the payload.
+_ZSTD_CONTEXT_MAX = 1 << 20
+
+
+def _unzstd_into(data: bytes | memoryview, out: np.ndarray) -> int:
+    """Decompress a zstd payload into ``out``; returns its length. The common payload, one frame and nothing
+    after it that fits ``out``, goes through this thread's context; anything else (several frames, a skippable
+    one, a frame larger than ``out``, bytes that are not a whole frame) through cramjam's one-shot call, which
+    reads every frame and says what is wrong. So does a payload given room for more than
+    :data:`_ZSTD_CONTEXT_MAX` bytes: the context inflates into a buffer of its own, then copied to ``out``."""
+    if len(out) > _ZSTD_CONTEXT_MAX:
+        return int(cramjam.zstd.decompress_into(data, out))  # type: ignore[arg-type]
+    try:
+        inflated = _ZSTD.decompressor.decompress(data, max_output_size=len(out), allow_extra_data=False)
+    except zstandard.ZstdError:
+        inflated = None
+    if inflated is None or len(inflated) > len(out):  # (a frame that states its size is inflated whole)
+        return int(cramjam.zstd.decompress_into(data, out))  # type: ignore[arg-type]
+    n = len(inflated)
+    out[:n] = np.frombuffer(inflated, np.uint8)
+    return n
+
+
 # codec -> decompress into a given buffer, failing when it is too small
 _INTO: dict[int, Callable[[bytes | memoryview, np.ndarray], int]] = {
     GZIP: cramjam.gzip.decompress_into,  # type: ignore[dict-item]
     SNAPPY: _unsnappy_into,
     LZ4: _unlz4_into,
-    ZSTD: cramjam.zstd.decompress_into,  # type: ignore[dict-item]
+    ZSTD: _unzstd_into,
 }
 
 
@@ -481,10 +531,13 @@ def compress_all(codec: int, data: np.ndarray, starts: np.ndarray, ends: np.ndar
     if codec == ZSTD:
         bounds = _zstd_bounds(sizes)
         out = np.empty(int(bounds.sum()) + head * len(sizes), np.uint8)
-        compress_into = cramjam.zstd.compress_into
-        for a, n, most in zip(starts.tolist(), sizes.tolist(), bounds.tolist()):
+        into = memoryview(out)  # type: ignore[arg-type]
+        compress_one = _ZSTD.compressor(None).compress
+        for a, n in zip(starts.tolist(), sizes.tolist()):
             at += head
-            at += compress_into(src[a:a + n], out[at:at + most])  # type: ignore[arg-type]
+            frame = compress_one(src[a:a + n])
+            into[at:at + len(frame)] = frame
+            at += len(frame)
             positions.append(at)
         return out[:at], np.asarray(positions, np.int64)
     frames = [compress(codec, src[a:a + n]) for a, n in zip(starts.tolist(), sizes.tolist())]
@@ -516,5 +569,5 @@ def compress(codec: int, data: bytes | memoryview, level: int | None = None) -> 
     if codec == LZ4:
         return _lz4_java_frame(data, level)
     if codec == ZSTD:
-        return bytes(cramjam.zstd.compress(data, level=level))
+        return _ZSTD.compressor(level).compress(data)
     raise UnsupportedCodecError(f"unknown compression codec {codec}")

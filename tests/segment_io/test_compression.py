@@ -214,3 +214,52 @@ def test_lz4_frames_as_producers_write_them_are_inflated_block_by_block_and_othe
                             patched.setitem(compression._INTO, LZ4, _no_walk)
                         inflater.add_all(*add)  # type: ignore[arg-type]
                     assert bytes(inflater.view()) == original, name
+
+
+def _zstd_payloads() -> dict[str, bytes]:
+    """zstd payloads of every shape a batch may hold, as cramjam's one-shot call reads them."""
+    one = bytes(cramjam.zstd.compress(TEXT[:20_000]))
+    unsized = inflating_payload("zstd-no-content-size", 20_000, TEXT[:20_000])
+    skippable = (0x184D2A50).to_bytes(4, "little") + (3).to_bytes(4, "little") + b"xyz"
+    return {"one frame": one, "no content size": unsized, "two frames": one + unsized,
+            "skippable frame first": skippable + one, "bytes after the frame": one + b"\0\1tail",
+            "cut short": one[:-7], "empty": b"", "not zstd": b"not a zstd frame at all", "empty frame":
+            bytes(cramjam.zstd.compress(b""))}
+
+
+@pytest.mark.parametrize("room", [64, 19_999, 20_000, 1 << 16, (1 << 20) + 1])
+@pytest.mark.parametrize("name", sorted(_zstd_payloads()))
+def test_zstd_payloads_inflate_into_the_room_as_cramjam_reads_them(name: str, room: int) -> None:
+    """This thread's zstd context (the common payload) and cramjam's one-shot call (everything else) give the
+    same bytes, or both fail, for every shape and room: exactly full, one byte short, beyond the context's
+    limit."""
+    data = _zstd_payloads()[name]
+    ours, theirs = np.zeros(room, np.uint8), np.zeros(room, np.uint8)
+
+    def outcome(inflate, out: np.ndarray) -> tuple[int, bytes] | tuple[type, str]:  # type: ignore[no-untyped-def]
+        try:
+            n = int(inflate(data, out))
+        except Exception as exc:  # noqa: BLE001 - what cramjam raises (the Inflater reads "output full" off it)
+            return type(exc), str(exc)
+        return n, bytes(out[:n])
+
+    assert outcome(compression._unzstd_into, ours) == outcome(cramjam.zstd.decompress_into, theirs)
+
+
+def test_an_ordinary_zstd_payload_goes_through_the_thread_s_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(data, out):  # type: ignore[no-untyped-def]
+        raise AssertionError("the one-shot call was used")
+
+    monkeypatch.setattr(cramjam.zstd, "decompress_into", refused)
+    out = np.zeros(1 << 16, np.uint8)
+    for name in ("one frame", "no content size"):
+        n = compression._unzstd_into(_zstd_payloads()[name], out)
+        assert bytes(out[:n]) == TEXT[:20_000]
+
+
+@pytest.mark.parametrize("level", [None, 1, 3, 9])
+def test_zstd_compresses_to_the_bytes_cramjam_does(level: int | None) -> None:
+    """The thread's compression context writes the very frames of a one-shot call at the same level (what
+    segjobs wrote before it kept contexts), so rewritten zstd batches keep their bytes."""
+    for payload in (b"", TEXT[:100], TEXT[:20_000], TEXT, random.Random(7).randbytes(50_000)):
+        assert compression.compress(ZSTD, payload, level) == bytes(cramjam.zstd.compress(payload, level=level))

@@ -343,8 +343,8 @@ __all__ = ["CLEAN_SHUTDOWN", "JARS", "KAFKA_VERSION", "REQUIRE_ENV", "Broker", "
 # --------------------------------------------------------------------------------------------------
 
 #: codecs whose compressed bytes depend on the compressor's implementation: Kafka compresses with the JVM's zlib
-#: (gzip), snappy-java and zstd-jni, segjobs with cramjam's (Rust) libraries; the records are the same. (lz4 and
-#: no codec are not among them: there segjobs writes Kafka's bytes.)
+#: (gzip), snappy-java and zstd-jni, segjobs with cramjam's (Rust) libraries and libzstd (python-zstandard); the
+#: records are the same. (lz4 and no codec are not among them: there segjobs writes Kafka's bytes.)
 LIBRARY_DEPENDENT_CODECS = frozenset({1, 2, 4})  # gzip, snappy, zstd
 _CODEC_BITS = 0x07
 
