@@ -8,10 +8,12 @@ are their standard frame formats.
 Decompression is bounded: a payload never inflates into more than ``limit + 1`` bytes of memory, however
 large it claims or turns out to be (a decompression bomb: a few KB of zstd that inflate to gigabytes). Each
 payload is decompressed straight into a preallocated slice of an :class:`Inflater`'s buffer, which the codec
-library fills as it streams and refuses to overrun; the slice is sized from what the frame itself says
-(:func:`plan_payloads`: zstd and LZ4 content sizes and block headers, snappy length preambles, gzip's ISIZE),
-so that a genuine payload decompresses once, and a frame that declares more than the bound is refused before
-anything is allocated. The bound (:data:`DEFAULT_MAX_BATCH_BYTES`, :func:`max_batch_bytes`) is per batch.
+library fills as it streams and refuses to overrun (a zstd frame given at most a MiB of room is inflated by a
+reused context into a buffer of at most that room first, then copied: :func:`_unzstd_into`); the slice is sized
+from what the frame itself says (:func:`plan_payloads`: zstd and LZ4 content sizes and block headers, snappy
+length preambles, gzip's ISIZE), so that a genuine payload decompresses once, and a frame that declares more than
+the bound is refused before anything is allocated. The bound (:data:`DEFAULT_MAX_BATCH_BYTES`,
+:func:`max_batch_bytes`) is per batch.
 """
 
 from __future__ import annotations
@@ -238,20 +240,13 @@ ZSTD_DEFAULT_LEVEL = 3
 
 
 class _ZstdContexts(threading.local):
-    """zstd's compression and decompression contexts, one of each per thread (a context serves one call at a
-    time), made once and reset by every call: making them anew for each payload, as a one-shot call of a
-    library without contexts does, costs as much as compressing or decompressing a 15 KB payload itself."""
+    """zstd's compression (at the default level) and decompression contexts, one of each per thread (a context
+    serves one call at a time), made once and reset by every call: making them anew for each payload, as
+    cramjam's one-shot calls do, costs up to half as much again as compressing or decompressing a 15 KB payload."""
 
     def __init__(self) -> None:
         self.decompressor = zstandard.ZstdDecompressor()
-        self.compressors: dict[int, zstandard.ZstdCompressor] = {}
-
-    def compressor(self, level: int | None) -> zstandard.ZstdCompressor:
-        level = ZSTD_DEFAULT_LEVEL if level is None else level
-        made = self.compressors.get(level)
-        if made is None:
-            made = self.compressors[level] = zstandard.ZstdCompressor(level=level)
-        return made
+        self.compressor = zstandard.ZstdCompressor(level=ZSTD_DEFAULT_LEVEL)
 
 
 _ZSTD = _ZstdContexts()
@@ -260,21 +255,26 @@ _ZSTD = _ZstdContexts()
 #: per-batch bound (a decompression bomb's) must not take that path: it would hold the bound twice. Past a MiB
 #: the one-shot call's own context costs little next to the payload.
 _ZSTD_CONTEXT_MAX = 1 << 20
+_ZSTD_MAGIC_BYTES = ZSTD_MAGIC.to_bytes(4, "little")
 
 
 def _unzstd_into(data: bytes | memoryview, out: np.ndarray) -> int:
-    """Decompress a zstd payload into ``out``; returns its length. The common payload, one frame and nothing
-    after it that fits ``out``, goes through this thread's context; anything else (several frames, a skippable
-    one, a frame larger than ``out``, bytes that are not a whole frame) through cramjam's one-shot call, which
-    reads every frame and says what is wrong. So does a payload given room for more than
-    :data:`_ZSTD_CONTEXT_MAX` bytes: the context inflates into a buffer of its own, then copied to ``out``."""
-    if len(out) > _ZSTD_CONTEXT_MAX:
+    """Decompress a zstd payload into ``out``; returns its length. The common payload, one zstd frame of some bytes
+    and nothing after it that fits ``out``, goes through this thread's context; anything else through cramjam's
+    one-shot call, which reads every frame and says what is wrong: several frames, a skippable one (its length
+    field, not checked by the context before it allocates that much), a frame stating more than ``out`` holds or no
+    bytes at all (the context returns at once for a frame that states 0, without reading what follows it), bytes
+    that are not a whole frame. So does a payload given room for more than :data:`_ZSTD_CONTEXT_MAX` bytes: the
+    context inflates into a buffer of its own, then copied to ``out``."""
+    if len(out) > _ZSTD_CONTEXT_MAX or data[:4] != _ZSTD_MAGIC_BYTES:
         return int(cramjam.zstd.decompress_into(data, out))  # type: ignore[arg-type]
     try:
-        inflated = _ZSTD.decompressor.decompress(data, max_output_size=len(out), allow_extra_data=False)
+        stated = zstandard.frame_content_size(data)  # -1: not stated
+        inflated = None if stated > len(out) else _ZSTD.decompressor.decompress(
+            data, max_output_size=len(out), allow_extra_data=False)
     except zstandard.ZstdError:
         inflated = None
-    if inflated is None or len(inflated) > len(out):  # (a frame that states its size is inflated whole)
+    if not inflated or len(inflated) > len(out):
         return int(cramjam.zstd.decompress_into(data, out))  # type: ignore[arg-type]
     n = len(inflated)
     out[:n] = np.frombuffer(inflated, np.uint8)
@@ -519,8 +519,8 @@ def compress_all(codec: int, data: np.ndarray, starts: np.ndarray, ends: np.ndar
     Returns the buffer and where each payload's room begins in it (``positions``, plus the buffer's length at the
     end): payload ``i``'s frame is ``buffer[positions[i] + head:positions[i + 1]]``.
 
-    LZ4 and zstd compress straight into the buffer, in one codec call per block or frame; the other codecs are
-    framed by :func:`compress` and copied in."""
+    LZ4 compresses straight into the buffer, one codec call a block; zstd one call a frame through this thread's
+    context, each frame copied in; the other codecs are framed by :func:`compress` and copied in."""
     starts = np.asarray(starts, np.int64)
     sizes = np.asarray(ends, np.int64) - starts
     src = memoryview(data)  # type: ignore[arg-type]
@@ -532,7 +532,7 @@ def compress_all(codec: int, data: np.ndarray, starts: np.ndarray, ends: np.ndar
         bounds = _zstd_bounds(sizes)
         out = np.empty(int(bounds.sum()) + head * len(sizes), np.uint8)
         into = memoryview(out)  # type: ignore[arg-type]
-        compress_one = _ZSTD.compressor(None).compress
+        compress_one = _ZSTD.compressor.compress
         for a, n in zip(starts.tolist(), sizes.tolist()):
             at += head
             frame = compress_one(src[a:a + n])
@@ -569,5 +569,7 @@ def compress(codec: int, data: bytes | memoryview, level: int | None = None) -> 
     if codec == LZ4:
         return _lz4_java_frame(data, level)
     if codec == ZSTD:
-        return _ZSTD.compressor(level).compress(data)
+        if level is None:
+            return _ZSTD.compressor.compress(data)
+        return bytes(cramjam.zstd.compress(data, level=level))  # any level cramjam takes, as before
     raise UnsupportedCodecError(f"unknown compression codec {codec}")

@@ -220,11 +220,17 @@ def _zstd_payloads() -> dict[str, bytes]:
     """zstd payloads of every shape a batch may hold, as cramjam's one-shot call reads them."""
     one = bytes(cramjam.zstd.compress(TEXT[:20_000]))
     unsized = inflating_payload("zstd-no-content-size", 20_000, TEXT[:20_000])
-    skippable = (0x184D2A50).to_bytes(4, "little") + (3).to_bytes(4, "little") + b"xyz"
+    empty_frame = bytes(cramjam.zstd.compress(b""))
+
+    def skippable(length: int, body: bytes) -> bytes:
+        return (0x184D2A50).to_bytes(4, "little") + length.to_bytes(4, "little") + body
+
     return {"one frame": one, "no content size": unsized, "two frames": one + unsized,
-            "skippable frame first": skippable + one, "bytes after the frame": one + b"\0\1tail",
-            "cut short": one[:-7], "empty": b"", "not zstd": b"not a zstd frame at all", "empty frame":
-            bytes(cramjam.zstd.compress(b""))}
+            "skippable frame first": skippable(3, b"xyz") + one, "empty skippable frame first": skippable(0, b"") + one,
+            "skippable frame stating 4 GiB": skippable(0xFFFFFFFF, b"x"), "bytes after the frame": one + b"\0\1tail",
+            "cut short": one[:-7], "empty": b"", "not zstd": b"not a zstd frame at all", "empty frame": empty_frame,
+            "empty frame, then a frame": empty_frame + one, "empty frame, then garbage": empty_frame + b"garbage!",
+            "an empty frame's header, then garbage": empty_frame[:6] + b"\xff" * 16}
 
 
 @pytest.mark.parametrize("room", [64, 19_999, 20_000, 1 << 16, (1 << 20) + 1])
@@ -257,7 +263,7 @@ def test_an_ordinary_zstd_payload_goes_through_the_thread_s_context(monkeypatch:
         assert bytes(out[:n]) == TEXT[:20_000]
 
 
-@pytest.mark.parametrize("level", [None, 1, 3, 9])
+@pytest.mark.parametrize("level", [None, 1, 3, 9, 25])
 def test_zstd_compresses_to_the_bytes_cramjam_does(level: int | None) -> None:
     """The thread's compression context writes the very frames of a one-shot call at the same level (what
     segjobs wrote before it kept contexts), so rewritten zstd batches keep their bytes."""
