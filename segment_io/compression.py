@@ -27,7 +27,6 @@ import cramjam
 import numpy as np
 import zstandard
 
-from segment_io.buffer_pool import BufferPool
 from segment_io.errors import (
     ConfigError,
     CorruptRecordError,
@@ -319,9 +318,7 @@ class Inflater:
     copied later). :meth:`view` returns the payloads decompressed so far.
     """
 
-    def __init__(self, pool: BufferPool | None = None) -> None:
-        #: where the buffer comes from (None: a new allocation each time it grows)
-        self._pool = pool
+    def __init__(self) -> None:
         self._buf = np.empty(0, dtype=np.uint8)
         self.size = 0
 
@@ -339,8 +336,7 @@ class Inflater:
 
     def _reserve(self, n: int) -> np.ndarray:
         if self.size + n > len(self._buf):
-            size = max(2 * len(self._buf), self.size + n)
-            grown = np.empty(size, dtype=np.uint8) if self._pool is None else self._pool.empty(size)
+            grown = np.empty(max(2 * len(self._buf), self.size + n), dtype=np.uint8)
             grown[:self.size] = self._buf[:self.size]
             self._buf = grown
         return self._buf[self.size:self.size + n]

@@ -19,7 +19,6 @@ import pyarrow as pa
 from segment_io import _decode_kernels as K
 from segment_io import compression, crc
 from segment_io._crc_kernels import LONG_SHIFT, SHORT_SHIFT
-from segment_io.buffer_pool import BufferPool
 from segment_io.decode_input import CHUNK_BYTES, HEADERS_TYPE, SegmentBytes
 from segment_io.errors import (
     CorruptRecordError,
@@ -40,7 +39,6 @@ from segment_io.format import (
     V2_HEADER_SIZE,
     BatchHeaders,
 )
-from segment_io.payloads import DEFAULT_KEPT_PAYLOAD_BYTES
 from segment_io.schema import HEADER_TYPE, KEY_HASH_SCHEMA, RECORD_SCHEMA, VALUE_REF_TYPE, arrow_array
 
 _INT32_MAX = 2**31 - 1
@@ -49,10 +47,6 @@ _PAYLOAD_BYTES = CHUNK_BYTES
 #: a piece's payloads are kept in the buffer they were decompressed into while it is at most this much larger than
 #: they are, else in a copy of just them (see _offer_payloads)
 _TIGHT_ENOUGH = 1.5
-#: What decodes that keep their payloads for the encoder (a cleaning task's) decompress into: room for what the
-#: default store keeps and one piece being decoded, kept from one task to the next in the same process
-#: (:mod:`segment_io.buffer_pool`: new buffers would be zeroed by the kernel first, a tenth of an lz4 task's CPU).
-PAYLOAD_BUFFERS = BufferPool(DEFAULT_KEPT_PAYLOAD_BYTES + _PAYLOAD_BYTES)
 _RECORD_TYPES = {f.name: f.type for f in RECORD_SCHEMA}
 _KEY_HASH_TYPES = {f.name: f.type for f in KEY_HASH_SCHEMA}
 
@@ -223,7 +217,7 @@ def _prepare_v2(seg: SegmentBytes, plan: _V2Plan, start: int) -> tuple[_V2Input,
     fitting = int(np.searchsorted(plan.cum_capacity, before + _PAYLOAD_BYTES, side="right")) - k0
     k1 = k0 + min(plan.first_bad - k0, max(1, fitting))
     end = int(plan.which[k1]) if k1 < len(plan.which) else n
-    inflater = compression.Inflater(PAYLOAD_BUFFERS if seg.payloads is not None else None)
+    inflater = compression.Inflater()
     done: list[int] = []
     try:
         inflater.add_all(seg.mv, plan.c_start[k0:k1].tolist(), plan.c_end[k0:k1].tolist(),
@@ -388,9 +382,7 @@ def _offer_payloads(seg: SegmentBytes, inp: _V2Input) -> None:
     if isinstance(dec.base, np.ndarray) and dec.base.nbytes > _TIGHT_ENOUGH * dec.nbytes:
         # the buffer was sized from what the frames may inflate to (an LZ4 frame without a content size: a whole
         # 64 KiB block for each batch of 15 KB) and the store would hold all of it: keep a copy of what was written
-        tight = PAYLOAD_BUFFERS.empty(dec.nbytes)
-        tight[:] = dec
-        dec = tight
+        dec = dec.copy()
     seg.payloads.offer(seg.segment_base_offset, seg.hdr.position[inp.batches[packed]], dec, inp.rstart[packed],
                        inp.rend[packed])
 

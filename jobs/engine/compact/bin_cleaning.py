@@ -43,7 +43,6 @@ from jobs.rules.model import SegmentInfo
 from jobs.rules.offset_map import OffsetMapResult, build_partitions_offset_map, record_map_columns
 from jobs.rules.transactions import TxnState
 from segment_io.decode import decode_segment_and_headers
-from segment_io.decode_v2 import PAYLOAD_BUFFERS
 from segment_io.errors import OffsetOrderError, SegjobsError
 from segment_io.format import BatchHeaders, check_offset_order
 from segment_io.hashing import hash_keys
@@ -105,7 +104,6 @@ def compact_bin(tasks: list[CompactTask]) -> list[PartitionOutcome]:
     for task, out in zip(tasks, outcomes):  # those cleaned together, whose cleaner did not; not those handed over
         if out.handover is None:
             release_host_copies(task)
-    PAYLOAD_BUFFERS.clear()  # as a partition's cleaner does when it closes: nothing kept for the worker's next task
     return outcomes
 
 

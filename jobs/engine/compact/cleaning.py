@@ -28,7 +28,6 @@ from jobs.rules.offset_map import build_offset_map, mappable_rows, record_map_co
 from jobs.rules.plan_compact import CompactionPlan, group_segments_by_size
 from jobs.rules.transactions import AbortedTxns
 from segment_io.decode import decode_key_hashes_bytes, decode_segment_and_headers
-from segment_io.decode_v2 import PAYLOAD_BUFFERS
 from segment_io.encode import resolve_value_refs
 from segment_io.encode_stream import encoded_size
 from segment_io.errors import SegjobsError, StorageEnvironmentError
@@ -318,9 +317,6 @@ class PartitionCleaner:
             decoded.release.close()
         self.decoded.clear()
         self.payloads.clear()
-        # the buffers this task's decodes decompressed into are not kept for the next task a worker runs: it may
-        # be another strategy's, whose memory bound does not count them
-        PAYLOAD_BUFFERS.clear()
         if self.spool is not None:
             self.spool.close()
         if not keep_host_copies:

@@ -142,25 +142,3 @@ def test_kept_payloads_write_the_same_bytes_without_decompressing_again(tmp_path
     assert calls["again"] > 0
     if strategy == "memory":
         assert calls["kept"] == 0
-
-
-def test_a_task_leaves_no_decompression_buffer_for_the_next(tmp_path: Path, monkeypatch) -> None:
-    """The buffers a cleaning task's decodes decompress into come from the pool (segment_io.buffer_pool) and are let
-    go when the task ends: a worker's next task, maybe another strategy's, does not find them held."""
-    import segment_io.buffer_pool
-    from segment_io.decode_v2 import PAYLOAD_BUFFERS
-
-    monkeypatch.setattr(segment_io.buffer_pool, "MIN_POOLED_BYTES", 1)  # these payloads are small
-    handed: list[int] = []
-    empty = PAYLOAD_BUFFERS.empty
-
-    def counted(n: int):  # type: ignore[no-untyped-def]
-        handed.append(n)
-        return empty(n)
-
-    monkeypatch.setattr(PAYLOAD_BUFFERS, "empty", counted)
-    kept = tmp_path / "kept"
-    _partition(kept, (1, 2, 3, 4, 3, 4), legacy=False)
-    _compact(kept, NOW1, "memory")
-    assert handed  # the task's decodes used the pool
-    assert PAYLOAD_BUFFERS.kept_bytes == 0
