@@ -92,12 +92,14 @@ def crc_mismatch(seg: SegmentBytes, b: int, actual: int) -> CorruptRecordError:
 def _v2_batches(seg: SegmentBytes, batches: np.ndarray) -> np.ndarray:
     """``batches`` less control batches when the segment leaves them out, with the CRCs checked (when the
     segment asks for it) of those the scan will not check as it walks their records (:func:`_scan_crcs`)."""
-    included = batches
-    if not seg.include_control:
-        included = batches[(seg.hdr.attributes[batches] & ATTR_CONTROL) == 0]
+    left_out = None if seg.include_control else (seg.hdr.attributes[batches] & ATTR_CONTROL) != 0
+    included = batches if left_out is None else batches[~left_out]
     if seg.verify_crc:
-        by_scan = included[_scan_crcs(seg, included) >= 0]
-        check_v2_crcs(seg, batches[~np.isin(batches, by_scan)] if len(by_scan) else batches)
+        before = _scan_crcs(seg, batches) < 0  # (a batch's CRC is the scan's by its codec alone)
+        if left_out is not None:
+            before |= left_out
+        if before.any():
+            check_v2_crcs(seg, batches[before])
     return included
 
 

@@ -104,6 +104,10 @@ def test_control_batches_can_be_left_out_and_carry_their_type(segment: bytes) ->
     hashes = decode_key_hashes_bytes(data)
     assert hashes.column("control_type").to_pylist() == [-1] * sum(COUNTS) + [1]
     assert hashes.column("transactional").to_pylist()[-1] is True
+    # a control batch left out is still a batch of the segment: its CRC is checked all the same
+    with pytest.raises(errors.CrcMismatchError) as info:
+        decode_segment_bytes(segment + _flipped_crc(marker), include_control=False)
+    assert info.value.offset == 6000
 
 
 def test_control_record_with_short_key_is_rejected_by_key_hash_pass() -> None:
