@@ -8,8 +8,8 @@ Two passes, so that nothing is allocated from an unchecked length field:
 
 1. :func:`scan_records` checks every varint and length against its record and batch end, checks that each
    record's fields use exactly its declared size and that each batch holds exactly its declared number of
-   records, and sums the bytes each output column needs (:func:`checked_scan_records` also checks each
-   uncompressed batch's CRC just before, where the processor has the CRC32 instruction).
+   records, and sums the bytes each output column needs (and, where the processor has the CRC32 instruction,
+   checks each uncompressed batch's CRC just before walking its records).
 2. :func:`fill_records` (or :func:`hash_records`) walks the now-trusted bytes again and writes straight into
    buffers preallocated from those sums.
 
@@ -236,33 +236,37 @@ def _scan_batch(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.nd
     return True
 
 
-@njit(cache=True)
-def scan_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, rend: np.ndarray,
-                 counts: np.ndarray, totals: np.ndarray, err: np.ndarray) -> bool:
-    """Validating pass over every record of every batch; fills ``totals`` (zeroed by the caller). False (and
-    ``err``) on the first problem."""
-    for b in range(rstart.shape[0]):
-        if not _scan_batch(seg, dec, src, rstart, rend, counts, b, totals, err):
-            return False
-    return True
-
-
 if _crc.HARDWARE:  # the CRC32 instruction compiles only where it is there (see segment_io._crc_kernels)
 
     @njit(cache=True)
-    def checked_scan_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray,
-                             rend: np.ndarray, counts: np.ndarray, crc_start: np.ndarray, crcs: np.ndarray,
-                             long_shift: np.ndarray, short_shift: np.ndarray, totals: np.ndarray,
-                             err: np.ndarray) -> bool:
-        """:func:`scan_records`, first checking the CRC-32C of each batch ``b`` with ``crcs[b] >= 0`` (one that
-        lies in ``seg``): ``seg[crc_start[b]:rend[b]]`` must give ``crcs[b]``, else ``ERR_CRC`` with the CRC
-        computed as the offending value. The CRC reads the whole batch into the cache and its records are then
-        walked there, instead of being fetched from memory again one record at a time."""
+    def scan_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, rend: np.ndarray,
+                     counts: np.ndarray, crc_start: np.ndarray, crcs: np.ndarray, long_shift: np.ndarray,
+                     short_shift: np.ndarray, totals: np.ndarray, err: np.ndarray) -> bool:
+        """Validating pass over every record of every batch; fills ``totals`` (zeroed by the caller). False (and
+        ``err``) on the first problem.
+
+        First, for each batch ``b`` with ``crcs[b] >= 0`` (one that lies in ``seg``): ``seg[crc_start[b]:rend[b]]``
+        must give the CRC-32C ``crcs[b]``, else ``ERR_CRC`` with the CRC computed as the offending value. The CRC
+        reads the whole batch into the cache and its records are then walked there, instead of being fetched from
+        memory again one record at a time."""
         for b in range(rstart.shape[0]):
             if crcs[b] >= 0:
                 actual = _crc.span_crc(seg, crc_start[b], rend[b], long_shift, short_shift)
                 if actual != crcs[b]:
                     return _fail(err, ERR_CRC, b, crc_start[b], 0, actual)
+            if not _scan_batch(seg, dec, src, rstart, rend, counts, b, totals, err):
+                return False
+        return True
+
+else:
+
+    @njit(cache=True)
+    def scan_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, rend: np.ndarray,
+                     counts: np.ndarray, crc_start: np.ndarray, crcs: np.ndarray, long_shift: np.ndarray,
+                     short_shift: np.ndarray, totals: np.ndarray, err: np.ndarray) -> bool:
+        """:func:`scan_records` where the processor has no CRC32 instruction: the caller checked every CRC before
+        (``crcs`` is all -1 there)."""
+        for b in range(rstart.shape[0]):
             if not _scan_batch(seg, dec, src, rstart, rend, counts, b, totals, err):
                 return False
         return True

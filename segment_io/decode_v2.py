@@ -106,7 +106,7 @@ def _v2_batches(seg: SegmentBytes, batches: np.ndarray) -> np.ndarray:
 def _scan_crcs(seg: SegmentBytes, batches: np.ndarray) -> np.ndarray:
     """The stored CRC-32C of each of ``batches`` that the scan checks just before walking its records, -1 for the
     others: the uncompressed ones, when the segment asks for CRCs and the processor has the CRC32 instruction
-    (:func:`segment_io._decode_kernels.checked_scan_records`). A compressed batch's CRC covers bytes that are
+    (:func:`segment_io._decode_kernels.scan_records`). A compressed batch's CRC covers bytes that are
     decompressed before the scan, so it is checked before that, with every batch's where the scan checks none."""
     if not (seg.verify_crc and crc.crc_instruction()):
         return np.full(len(batches), -1, np.int64)
@@ -294,13 +294,9 @@ def _raise_kernel_error(seg: SegmentBytes, inp: _V2Input, err: np.ndarray) -> No
 def _scan(seg: SegmentBytes, inp: _V2Input) -> np.ndarray:
     totals = np.zeros(6, dtype=np.int64)
     err = np.zeros(5, dtype=np.int64)
-    if (inp.crcs >= 0).any():
-        crc_start = inp.rstart - (V2_HEADER_SIZE - V2_CRC_START)  # only read for uncompressed batches
-        ok = K.checked_scan_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.rend, inp.counts, crc_start,
-                                    inp.crcs, LONG_SHIFT, SHORT_SHIFT, totals, err)
-    else:
-        ok = K.scan_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.rend, inp.counts, totals, err)
-    if not ok:
+    crc_start = inp.rstart - (V2_HEADER_SIZE - V2_CRC_START)  # only read for the batches whose CRC the scan checks
+    if not K.scan_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.rend, inp.counts, crc_start, inp.crcs,
+                          LONG_SHIFT, SHORT_SHIFT, totals, err):
         if err[0] == K.ERR_CRC:
             raise crc_mismatch(seg, int(inp.batches[err[1]]), int(err[4]))
         _raise_kernel_error(seg, inp, err)
