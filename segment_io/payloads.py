@@ -3,13 +3,18 @@
 A decode with value references (``value_refs``) leaves each value where it lies: in the segment's bytes for an
 uncompressed batch, in the batch's decompressed payload for a compressed one. The encoder copies every kept
 value from there; for a compressed batch it has to decompress the payload again, because the decoder let its
-buffer go. That second decompression is a fifth of a zstd cleaning task's CPU and a seventh of an lz4 one's.
+buffer go. In CPU time alone that second decompression is a fifth of a zstd cleaning task and a seventh of an lz4 one.
 
 :class:`KeptPayloads` is where a decoder leaves those buffers instead, up to a byte budget, and where the encoder
 looks for them (:func:`segment_io.encode.encode_batches`' ``payloads``): a batch whose payload is kept is not
 decompressed again; one that is not (past the budget, or never offered) is, as before. The bytes written are
 the same either way: a payload decompresses to the same bytes every time, and the references were made against
 exactly these buffers.
+
+Only a task cleaning a bin of small partitions together keeps them (:mod:`jobs.engine.compact.bin_cleaning`, a few
+MiB of input). A partition's task does not: keeping every payload of a 250 MB group held a second copy of its
+records' bytes in new memory, and on the project's VMs first-touched memory costs the kernel more than the second
+decompression does (``segjobs compact`` end to end 15-16% faster without it, lz4 and zstd; docs/performance.md).
 """
 
 from __future__ import annotations

@@ -35,7 +35,6 @@ from segment_io.format import HEADER_ARRAYS, BatchHeaders
 from segment_io.hashing import hash_keys
 from segment_io.index import check_indexes, read_txn_index
 from segment_io.layout import PartitionListing
-from segment_io.payloads import KeptPayloads
 from segment_io.schema import int64_or_zero, validity
 from segment_io.segment_writer import SegmentWriteResult, write_segment
 from segment_io.storage.base import FileInfo, Storage, release_mapped_pages
@@ -287,9 +286,6 @@ class PartitionCleaner:
         #: on an object store, the dirty segments of a larger dirty range, fetched once by the map's pass and read
         #: from the task's local copies by the clean (see build_map)
         self.spool: TaskSpool | None = None
-        #: the decompressed payloads of compressed batches that decodes kept for the encoder, within a budget,
-        #: each segment's until its group is written (or its decode let go)
-        self.payloads = KeptPayloads()
         plan, state = task.plan, task.state
         # Kafka's logSegments(0, firstDirtyOffset): every segment starting below the first dirty offset
         clean_before = [s for s in state.segments if s.base_offset < plan.first_dirty_offset]
@@ -316,7 +312,6 @@ class PartitionCleaner:
         for decoded in self.decoded.values():  # kept by the map's pass for a clean that did not come
             decoded.release.close()
         self.decoded.clear()
-        self.payloads.clear()
         if self.spool is not None:
             self.spool.close()
         if not keep_host_copies:
@@ -339,7 +334,7 @@ class PartitionCleaner:
         plan = self.task.plan
         return decode_segment_and_headers(data, path=self.files[base].log.uri, topic=plan.topic,
                                           partition=plan.partition, segment_base_offset=base, value_refs=True,
-                                          max_batch_bytes=self.task.max_batch_bytes, payloads=self.payloads)
+                                          max_batch_bytes=self.task.max_batch_bytes)
 
     def build_map(self, collector=None):
         """The offset map of the dirty range; ``collector`` (memory first: a
@@ -368,7 +363,6 @@ class PartitionCleaner:
                         self.decoded[s.base_offset] = decoded
                     else:  # over the bound: this one maps, and is decoded again by its clean; so are the rest
                         decoded.release.close()
-                        self.payloads.drop(s.base_offset)
                         holding = False
                     if collector is not None:
                         collector.add(s.base_offset, key_hash_table(decoded.records, decoded.key_hashes))
@@ -428,9 +422,8 @@ class PartitionCleaner:
             with ExitStack() as mappings:
                 return self._clean_group(group, omap, mappings)
         finally:
-            for s in group:  # each segment is cleaned in one group: nothing of it is read again
-                self.payloads.drop(s.base_offset)
-                if self.spool is not None:
+            if self.spool is not None:  # each segment is cleaned in one group: nothing of it is read again
+                for s in group:
                     self.spool.release(self.files[s.base_offset].log.uri)
 
     def _clean_group(self, group, omap, mappings: ExitStack) -> GroupRun:
@@ -493,8 +486,7 @@ class PartitionCleaner:
         if changed:
             g.records_after = result.records.num_rows
             if task.dry_run:
-                g.bytes_after = encoded_size(result.records, empty_batches=result.empty_batches, sources=sources,
-                                             payloads=self.payloads)
+                g.bytes_after = encoded_size(result.records, empty_batches=result.empty_batches, sources=sources)
             else:
                 target = task.committer.task_stage_uri(task.listing.uri, bases[0], ".log")
                 try:
@@ -503,13 +495,13 @@ class PartitionCleaner:
                                             index_interval_bytes=task.config.index_interval_bytes,
                                             aborted_txns=_txn_entries(storage, task.listing, bases, markers,
                                                                       task.txn.completed.markers_with_data()),
-                                            durable=self.durable, payloads=self.payloads)
+                                            durable=self.durable)
                 except StorageEnvironmentError as exc:
                     if not exc.out_of_space:
                         raise
                     # say how much the new segment needs (its .log; the indexes are small beside it)
                     raise exc.needing(encoded_size(result.records, empty_batches=result.empty_batches,
-                                                   sources=sources, payloads=self.payloads)) from None
+                                                   sources=sources)) from None
                 self.staged_written.extend(written.paths.values())
                 g.staged(written, group, storage)
         return GroupRun(g, result.stats)
