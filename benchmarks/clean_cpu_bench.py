@@ -359,6 +359,40 @@ def _rows(codec: str, label: str, m: dict[str, Any], load: str) -> list[dict]:
     return rows
 
 
+#: Memory the first-touch probe allocates and touches (see :func:`first_touch_row`).
+PROBE_BYTES = 256 << 20
+_PROBE = """
+import json, resource, time
+import numpy as np
+def touch():
+    t0 = resource.getrusage(resource.RUSAGE_SELF).ru_stime
+    a = np.empty({n}, np.uint8)
+    a[::4096] = 1
+    return a, resource.getrusage(resource.RUSAGE_SELF).ru_stime - t0
+out = {{}}
+for pause in (0.0, 2.0):
+    a, _ = touch()
+    del a
+    time.sleep(pause)
+    a, out[pause] = touch()
+    del a
+print(json.dumps(out))
+"""
+
+
+def first_touch_row() -> dict:
+    """What this machine's kernel spends making 256 MiB of new memory present, in a new process: touched again right
+    after the same amount was freed, and after a free and two idle seconds. On a VM whose host takes freed memory back
+    (a balloon with free page reporting) the second costs many times the first, and so does every task's first touch
+    of memory it did not reuse: the row says how much of a task's CPU seconds can be the host's."""
+    out = subprocess.run([sys.executable, "-c", _PROBE.format(n=PROBE_BYTES)], check=True, capture_output=True,
+                         text=True).stdout
+    seconds = {float(k): v for k, v in json.loads(out.strip().splitlines()[-1]).items()}
+    return {"bench": f"clean-cpu machine: kernel CPU seconds to touch {PROBE_BYTES >> 20} MiB of new memory",
+            "reused_s": round(seconds[0.0], 3), "after_2s_idle_s": round(seconds[2.0], 3),
+            "ratio": round(seconds[2.0] / seconds[0.0], 1) if seconds[0.0] else None, "load": _load()}
+
+
 def _median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One measurement from several processes' (:func:`measure`): each CPU figure the median over them."""
     first = runs[0]
@@ -370,7 +404,7 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data"), repeat: int | 
     repeat = repeat or DEFAULT_REPEAT
     here = Path(__file__).resolve().parent.parent
     root = data_dir.resolve() / "clean-cpu"
-    rows: list[dict] = []
+    rows: list[dict] = [first_touch_row()]
     try:
         for batch_records, codec in ((n, c) for n in BATCH_RECORDS for c in CODECS):
             log_dir = root / f"{codec}-{batch_records}"
