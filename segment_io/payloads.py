@@ -3,7 +3,8 @@
 A decode with value references (``value_refs``) leaves each value where it lies: in the segment's bytes for an
 uncompressed batch, in the batch's decompressed payload for a compressed one. The encoder copies every kept
 value from there; for a compressed batch it has to decompress the payload again, because the decoder let its
-buffer go. In CPU time alone that second decompression is a fifth of a zstd cleaning task and a seventh of an lz4 one.
+buffer go. In CPU time alone, in one process running task after task, keeping them saved up to a sixth of a zstd
+cleaning task.
 
 :class:`KeptPayloads` is where a decoder leaves those buffers instead, up to a byte budget, and where the encoder
 looks for them (:func:`segment_io.encode.encode_batches`' ``payloads``): a batch whose payload is kept is not
@@ -11,9 +12,9 @@ decompressed again; one that is not (past the budget, or never offered) is, as b
 the same either way: a payload decompresses to the same bytes every time, and the references were made against
 exactly these buffers.
 
-Only a task cleaning a bin of small partitions together keeps them (:mod:`jobs.engine.compact.bin_cleaning`, a few
-MiB of input). A partition's task does not: keeping every payload of a 250 MB group held a second copy of its
-records' bytes in new memory, and on the project's VMs first-touched memory costs the kernel more than the second
+Only a task cleaning a bin of small partitions together keeps them (:mod:`jobs.engine.compact.bin_cleaning`, at
+most 32 MiB of input). A partition's task does not: keeping a group's payloads (up to the budget) held a second copy
+of its records' bytes in new memory, and on the project's VMs first-touched memory costs the kernel more than the second
 decompression does (``segjobs compact`` end to end 15-16% faster without it, lz4 and zstd; docs/performance.md).
 """
 
@@ -23,11 +24,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-#: Default budget of :class:`KeptPayloads`: the memory one cleaning task keeps decompressed payloads in at once
-#: (256 MiB, counted as allocated). A group's decoded rows hold about a fifth of its 1 KB records' bytes; the
-#: payloads would hold all of them, so they are capped here, a fixed allowance next to the two segments the task's
-#: memory bound counts. Past it the encoder decompresses again what it needs, part by part, as it does without a
-#: store.
+#: Default budget of :class:`KeptPayloads`: the most decompressed payloads one store keeps at once (256 MiB, counted
+#: as allocated). A bin's input is at most 32 MiB, so its store keeps all of them; past the budget the encoder
+#: decompresses again what it needs, part by part, as it does without a store.
 DEFAULT_KEPT_PAYLOAD_BYTES = 256 << 20
 
 

@@ -107,15 +107,23 @@ def test_output_is_the_same_bytes_as_with_copied_values(tmp_path: Path, strategy
 def test_a_partition_task_keeps_no_decompressed_payload_for_its_rewrite(tmp_path: Path, strategy: str,
                                                                         monkeypatch) -> None:
     """A partition's cleaning task lets each decompressed payload go after its decode and decompresses again, part by
-    part, the payloads its rewrite needs: keeping them all (segment_io.payloads) made it hold a second copy of its
+    part, the payloads its rewrite needs: keeping them (segment_io.payloads) made it hold a second copy of its
     records' bytes in new memory, which cost more than decompressing twice (docs/performance.md). Both runs rewrite
-    batches, and the files are those of the run that copies every value (test above)."""
+    batches, and write the same files as a run whose decode copies every value out of its payload."""
     import segment_io.encode
     import segment_io.payloads
 
     log_dir = tmp_path / "log"
     # compressed batches only: every rewritten batch's values are references into its decompressed payload
     pdir = _partition(log_dir, (1, 2, 3, 4, 3, 4), legacy=False)
+    copied = tmp_path / "copied"
+    shutil.copytree(log_dir, copied)
+    shutil.copy(tmp_path / "log.toml", tmp_path / "copied.toml")
+    decode = segment_io.decode.decode_segment_and_headers
+
+    def without_refs(*args, **kwargs):
+        return decode(*args, **{**kwargs, "value_refs": False})
+
     inflate = segment_io.encode._payloads
     offer = segment_io.payloads.KeptPayloads.offer
     calls = {"decompressed again": 0, "offered": 0}
@@ -128,12 +136,17 @@ def test_a_partition_task_keeps_no_decompressed_payload_for_its_rewrite(tmp_path
         calls["offered"] += 1
         return offer(*args, **kwargs)
 
-    monkeypatch.setattr(segment_io.encode, "_payloads", decompressing)
     monkeypatch.setattr(segment_io.payloads.KeptPayloads, "offer", offering)
     rounds = []
     for now in (NOW1, NOW2):
-        _compact(log_dir, now, strategy)
+        with monkeypatch.context() as m:
+            m.setattr(segment_io.encode, "_payloads", decompressing)
+            _compact(log_dir, now, strategy)
+        with monkeypatch.context() as m:
+            m.setattr(jobs.engine.compact.cleaning, "decode_segment_and_headers", without_refs)
+            _compact(copied, now, strategy)
         rounds.append(_files(pdir))
+        assert rounds[-1] == _files(copied / pdir.name)
     assert rounds[0] != rounds[1]  # the second run rewrote the batches the first stamped
     assert calls["decompressed again"] > 0
     assert calls["offered"] == 0
