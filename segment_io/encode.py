@@ -548,7 +548,7 @@ def _same_header(plan: _Plan, b: np.ndarray, count: np.ndarray, there: BatchHead
 
 def encode_batches(records: pa.Table | Iterable[pa.RecordBatch], *, empty_batches: pa.Table | None = None,
                    codec: int | str | None = None, sources: Mapping[int, bytes | memoryview] | None = None,
-                   payloads: KeptPayloads | None = None) -> EncodedSegment:
+                   payloads: KeptPayloads | None = None, max_batch_bytes: int | None = None) -> EncodedSegment:
     """Encode RECORD_SCHEMA rows (sorted by offset) as RecordBatch v2 bytes.
 
     ``empty_batches`` (BATCH_SCHEMA rows) are written as header-only batches, merged in by base offset.
@@ -557,6 +557,8 @@ def encode_batches(records: pa.Table | Iterable[pa.RecordBatch], *, empty_batche
     header would not change is then copied from there byte for byte. ``payloads``: where the decoder left the
     decompressed payloads of compressed source batches (:class:`segment_io.payloads.KeptPayloads`), which
     values that are references into them are copied from instead of decompressing the payload again.
+    ``max_batch_bytes``: the bound a payload decompressed again is held to, the one its decode had (None: the
+    process's, :func:`segment_io.compression.max_batch_bytes`).
 
     Raises :class:`~segment_io.errors.InvalidRecordsError` when the rows cannot form valid batches.
     """
@@ -564,13 +566,15 @@ def encode_batches(records: pa.Table | Iterable[pa.RecordBatch], *, empty_batche
     table = _as_table(records, _RECORD_INPUT, RECORD_SCHEMA, combine=False)
     _check_refs(table, sources)
     if table.num_rows and table.column(0).num_chunks > 1:
-        return _encode_chunkwise(table, empty_batches, override, sources, payloads)
-    return _encode_table(table.combine_chunks(), empty_batches, override, sources, payloads=payloads)
+        return _encode_chunkwise(table, empty_batches, override, sources, payloads, max_batch_bytes)
+    return _encode_table(table.combine_chunks(), empty_batches, override, sources, payloads=payloads,
+                         max_batch_bytes=max_batch_bytes)
 
 
 def _encode_table(table: pa.Table, empty_batches: pa.Table | None, override: int | None,
                   sources: Mapping[int, bytes | memoryview] | None,
-                  split_starts: np.ndarray | None = None, payloads: KeptPayloads | None = None) -> EncodedSegment:
+                  split_starts: np.ndarray | None = None, payloads: KeptPayloads | None = None,
+                  max_batch_bytes: int | None = None) -> EncodedSegment:
     """Encode a single-chunk table of ``_RECORD_INPUT`` columns (already cast) and its header-only batches.
 
     ``split_starts`` (ascending row numbers, the first 0) cut the rows into the runs of several segments,
@@ -591,7 +595,8 @@ def _encode_table(table: pa.Table, empty_batches: pa.Table | None, override: int
     copies = _copy_sources(plan, sources)
     is_copy = copies.mask
     to_compress = ~is_copy & (plan.codec != NONE) & (plan.row_end > plan.row_start)
-    encoded = _encode_uncompressed(table, plan, ~is_copy, ~is_copy & ~to_compress, sources, payloads)
+    encoded = _encode_uncompressed(table, plan, ~is_copy, ~is_copy & ~to_compress, sources, payloads,
+                                   max_batch_bytes)
     return _assemble(plan, copies, to_compress, encoded)
 
 
@@ -617,7 +622,7 @@ class _Raw:
 
 def _encode_chunkwise(table: pa.Table, empty_batches: pa.Table | None, codec: int | None,
                       sources: Mapping[int, bytes | memoryview] | None,
-                      payloads: KeptPayloads | None) -> EncodedSegment:
+                      payloads: KeptPayloads | None, max_batch_bytes: int | None) -> EncodedSegment:
     """Encode a multi-chunk table one chunk at a time and lay the parts end to end.
 
     Combining the chunks first would copy every key and value once more (decoded segments arrive as one
@@ -628,7 +633,7 @@ def _encode_chunkwise(table: pa.Table, empty_batches: pa.Table | None, codec: in
     chunks = [c for c in table.to_batches() if c.num_rows]
     if len(chunks) == 1:
         return encode_batches(pa.Table.from_batches(chunks), empty_batches=empty_batches, codec=codec,
-                              sources=sources, payloads=payloads)
+                              sources=sources, payloads=payloads, max_batch_bytes=max_batch_bytes)
     off, base = table.schema.get_field_index("offset"), table.schema.get_field_index("batch_base_offset")
     firsts = [c.column(off)[0].as_py() for c in chunks]
     lasts = [c.column(off)[c.num_rows - 1].as_py() for c in chunks]
@@ -638,7 +643,7 @@ def _encode_chunkwise(table: pa.Table, empty_batches: pa.Table | None, codec: in
     split_batch = any(bases_last[i] == bases_first[i + 1] for i in range(len(chunks) - 1))
     if not ordered or split_batch:
         return encode_batches(table.combine_chunks(), empty_batches=empty_batches, codec=codec, sources=sources,
-                              payloads=payloads)
+                              payloads=payloads, max_batch_bytes=max_batch_bytes)
     empties = empty_batches if empty_batches is not None and empty_batches.num_rows else None
     e_base = empties.column("batch_base_offset").to_numpy() if empties is not None else np.empty(0, np.int64)
     parts: list[EncodedSegment] = []
@@ -651,7 +656,7 @@ def _encode_chunkwise(table: pa.Table, empty_batches: pa.Table | None, codec: in
             if mask.any():
                 part_empties = empties.filter(pa.array(mask))
         parts.append(encode_batches(pa.Table.from_batches([chunk]), empty_batches=part_empties, codec=codec,
-                                    sources=sources, payloads=payloads))
+                                    sources=sources, payloads=payloads, max_batch_bytes=max_batch_bytes))
     return _concat_encoded(parts)
 
 
@@ -675,7 +680,8 @@ def _concat_encoded(parts: list[EncodedSegment]) -> EncodedSegment:
 
 
 def _encode_uncompressed(table: pa.Table, plan: _Plan, mask: np.ndarray, final: np.ndarray,
-                         sources: Mapping[int, bytes | memoryview] | None, payloads: KeptPayloads | None) -> _Raw:
+                         sources: Mapping[int, bytes | memoryview] | None, payloads: KeptPayloads | None,
+                         max_batch_bytes: int | None = None) -> _Raw:
     """Write the batches selected by ``mask`` uncompressed into one buffer. ``final`` marks those that stay
     uncompressed: small ones among them are finished (CRC) by the kernel."""
     idx = np.flatnonzero(mask)
@@ -688,7 +694,7 @@ def _encode_uncompressed(table: pa.Table, plan: _Plan, mask: np.ndarray, final: 
     refs: _RefValues | None = None
     if has_value_refs(table.schema):
         assert sources is not None  # _check_refs
-        refs = _find_refs(table, _rows_of(row_start, row_end), sources, payloads)
+        refs = _find_refs(table, _rows_of(row_start, row_end), sources, payloads, max_batch_bytes)
         val_off, val_data, val_valid = refs.offsets, _NO_BYTES, refs.valid
     else:
         val_off, val_data, val_valid = _binary_parts(_column(table, "value"))
@@ -749,12 +755,13 @@ def _check_refs(table: pa.Table, sources: Mapping[int, bytes | memoryview] | Non
                          "(segment_io.schema.VALUE_REF_TYPE): pass those segments' bytes as sources")
 
 
-def _payloads(src: memoryview, positions: np.ndarray, codecs: np.ndarray,
-              segment: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _payloads(src: memoryview, positions: np.ndarray, codecs: np.ndarray, segment: int,
+              bound: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The decompressed records of the compressed v2 batches at ``positions`` of ``src``, as the decoder saw them:
     inflated one after another into one buffer sized once from what their frames say, as the decoder inflates
     them (one codec call per batch, no buffer of its own for each). Returns the buffer and where each batch's
-    payload starts and ends in it."""
+    payload starts and ends in it. ``bound``: the most bytes one payload may inflate to, the bound its decode had
+    (None: the process's)."""
     starts: list[int] = []
     ends: list[int] = []
     for pos in positions.tolist():
@@ -768,7 +775,7 @@ def _payloads(src: memoryview, positions: np.ndarray, codecs: np.ndarray,
                                       f"is not whole there")
         starts.append(pos + V2_HEADER_SIZE)
         ends.append(end)
-    limit = max_batch_bytes()
+    limit = max_batch_bytes(bound)
     limits = np.full(len(starts), limit, np.int64)
     at_least, capacity = plan_payloads(np.frombuffer(src, np.uint8), np.asarray(starts, np.int64),
                                        np.asarray(ends, np.int64), codecs, limits)
@@ -824,10 +831,10 @@ def _gather_refs(table: pa.Table, rows: np.ndarray,
 
 
 def _find_refs(table: pa.Table, rows: np.ndarray, sources: Mapping[int, bytes | memoryview],
-               kept: KeptPayloads | None = None) -> _RefValues:
+               kept: KeptPayloads | None = None, bound: int | None = None) -> _RefValues:
     """The values that the ``value`` references of ``rows`` point at in ``sources`` (a compressed batch's in its
-    payload: from ``kept`` when the decoder left it there, else decompressed again), checked and sized
-    (:class:`_RefValues`)."""
+    payload: from ``kept`` when the decoder left it there, else decompressed again within ``bound``, see
+    :func:`_payloads`), checked and sized (:class:`_RefValues`)."""
     arr = _column(table, "value")
     n = len(arr)
     valid = validity(arr)
@@ -854,7 +861,7 @@ def _find_refs(table: pa.Table, rows: np.ndarray, sources: Mapping[int, bytes | 
                                    np.full(len(plain), len(mv), np.int64), s))
         packed = in_seg[codec[in_seg] != NONE]
         if len(packed):
-            work += _packed_ref_buffers(mv, packed, bpos, codec, s, kept)
+            work += _packed_ref_buffers(mv, packed, bpos, codec, s, kept, bound)
     lengths = np.zeros(n, np.int64)
     for w in work:
         bad = int(kernels.ref_value_lengths(w.buf, refs, w.base, w.limit, valid, w.rows, lengths))
@@ -872,7 +879,7 @@ def _find_refs(table: pa.Table, rows: np.ndarray, sources: Mapping[int, bytes | 
 
 
 def _packed_ref_buffers(mv: memoryview, packed: np.ndarray, bpos: np.ndarray, codec: np.ndarray, segment: int,
-                        kept: KeptPayloads | None) -> list[_RefBuffer]:
+                        kept: KeptPayloads | None, bound: int | None = None) -> list[_RefBuffer]:
     """The buffers holding the payloads of the compressed batches of rows ``packed`` (in row order, a batch's rows
     together) of segment ``segment``: those the decoder left in ``kept``, and one with the others decompressed
     again (in one call)."""
@@ -886,7 +893,8 @@ def _packed_ref_buffers(mv: memoryview, packed: np.ndarray, bpos: np.ndarray, co
         starts, ends = np.zeros(len(firsts), np.int64), np.zeros(len(firsts), np.int64)
     again = np.flatnonzero(which < 0)
     if len(again):
-        inflated, starts[again], ends[again] = _payloads(mv, bpos[firsts[again]], codec[firsts[again]], segment)
+        inflated, starts[again], ends[again] = _payloads(mv, bpos[firsts[again]], codec[firsts[again]], segment,
+                                                         bound)
         which[again] = len(buffers)
         buffers = [*buffers, inflated]
     row_batch = np.repeat(np.arange(len(firsts)), np.diff(bounds))

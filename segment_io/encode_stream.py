@@ -152,7 +152,8 @@ def iter_encoded_parts(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBa
                        empty_batches: pa.Table | None = None, codec: int | str | None = None,
                        sources: Mapping[int, bytes | memoryview] | None = None,
                        part_bytes: int = DEFAULT_PART_BYTES,
-                       payloads: KeptPayloads | None = None) -> Iterator[EncodedSegment]:
+                       payloads: KeptPayloads | None = None,
+                       max_batch_bytes: int | None = None) -> Iterator[EncodedSegment]:
     """The encoding of ``records`` (see :func:`segment_io.encode.encode_batches` for the arguments) as
     consecutive parts of whole batches, about ``part_bytes`` each; every part's header positions are
     relative to its own first byte. Concatenated, the parts are the bytes ``encode_batches`` returns.
@@ -196,7 +197,8 @@ def iter_encoded_parts(records: pa.Table | pa.RecordBatch | Iterable[pa.RecordBa
             mask = owner == k
             if mask.any():
                 part_empties = empties.filter(pa.array(mask))
-        encoded = _encode_table(part, part_empties, override, sources, payloads=payloads)
+        encoded = _encode_table(part, part_empties, override, sources, payloads=payloads,
+                                max_batch_bytes=max_batch_bytes)
         headers = encoded.headers
         if prev_last is not None and len(headers) and int(headers.base_offset[0]) <= prev_last:
             base = int(headers.base_offset[0])
@@ -258,10 +260,12 @@ class HeaderCollector:
 
 def encoded_size(records: pa.Table | Iterable[pa.RecordBatch], *, empty_batches: pa.Table | None = None,
                  codec: int | str | None = None, sources: Mapping[int, bytes | memoryview] | None = None,
-                 part_bytes: int = DEFAULT_PART_BYTES, payloads: KeptPayloads | None = None) -> int:
+                 part_bytes: int = DEFAULT_PART_BYTES, payloads: KeptPayloads | None = None,
+                 max_batch_bytes: int | None = None) -> int:
     """Bytes the encoding of ``records`` takes, computed part by part (memory bounded by ``part_bytes``)."""
     return sum(p.size for p in iter_encoded_parts(records, empty_batches=empty_batches, codec=codec,
-                                                  sources=sources, part_bytes=part_bytes, payloads=payloads))
+                                                  sources=sources, part_bytes=part_bytes, payloads=payloads,
+                                                  max_batch_bytes=max_batch_bytes))
 
 
 __all__ = ["DEFAULT_PART_BYTES", "HeaderCollector", "encoded_size", "iter_encoded_parts"]

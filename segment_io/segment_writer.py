@@ -90,7 +90,7 @@ def write_segment(table_or_batches: pa.Table | Iterable[pa.RecordBatch], path_or
                   index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES, write_indexes: bool = True,
                   aborted_txns: Iterable[AbortedTxn] | None = None,
                   part_bytes: int = DEFAULT_PART_BYTES, durable: bool = True,
-                  payloads: KeptPayloads | None = None) -> SegmentWriteResult:
+                  payloads: KeptPayloads | None = None, max_batch_bytes: int | None = None) -> SegmentWriteResult:
     """Encode ``table_or_batches`` (see :func:`segment_io.encode.encode_batches` for ``empty_batches``,
     ``codec`` and ``sources``) into the segment file ``path_or_uri`` and write its siblings.
 
@@ -103,8 +103,8 @@ def write_segment(table_or_batches: pa.Table | Iterable[pa.RecordBatch], path_or
     encoded at a time (the writer's memory; the bytes written do not depend on it). ``durable=False`` writes
     every file without a sync: the caller makes them durable with one :meth:`Storage.barrier` over
     :attr:`SegmentWriteResult.paths` and their directory (a cleaning task does, once for a whole bin).
-    ``payloads``: the decompressed payloads a decode left for the encoder (see
-    :func:`segment_io.encode.encode_batches`).
+    ``payloads``: the decompressed payloads a decode left for the encoder, and ``max_batch_bytes`` the bound a
+    payload decompressed again is held to (see :func:`segment_io.encode.encode_batches`).
     """
     segment_base = _segment_base_offset(path_or_uri)
     if storage is None:
@@ -112,7 +112,7 @@ def write_segment(table_or_batches: pa.Table | Iterable[pa.RecordBatch], path_or
 
         storage = open_storage(path_or_uri)
     parts = iter_encoded_parts(table_or_batches, empty_batches=empty_batches, codec=codec, sources=sources,
-                               part_bytes=part_bytes, payloads=payloads)
+                               part_bytes=part_bytes, payloads=payloads, max_batch_bytes=max_batch_bytes)
     # The first part is encoded before storage is touched: input the encoder rejects outright leaves no
     # directory behind.
     first = next(parts)
@@ -186,7 +186,8 @@ class SegmentSplit:
 
 def write_segments(records: pa.Table, splits: Sequence[SegmentSplit], *, storage: Storage,
                    sources: Mapping[int, bytes | memoryview] | None = None,
-                   durable: bool = True, payloads: KeptPayloads | None = None) -> list[SegmentWriteResult]:
+                   durable: bool = True, payloads: KeptPayloads | None = None,
+                   max_batch_bytes: int | None = None) -> list[SegmentWriteResult]:
     """Write one segment per split of ``records`` (RECORD_SCHEMA rows; values may be references into
     ``sources``, as for :func:`segment_io.encode.encode_batches`), encoding all of them at once.
 
@@ -208,8 +209,8 @@ def write_segments(records: pa.Table, splits: Sequence[SegmentSplit], *, storage
     nothing. All the segments' bytes are held at once, so this is for inputs of tens of MiB, not for large
     segments (those stream through :func:`write_segment`). Files are written as ``write_segment`` writes
     them (each directory created once); with ``durable=False`` the caller makes them durable with one
-    :meth:`Storage.barrier` over every result's :attr:`SegmentWriteResult.paths`. ``payloads`` as for
-    :func:`write_segment`.
+    :meth:`Storage.barrier` over every result's :attr:`SegmentWriteResult.paths`. ``payloads`` and
+    ``max_batch_bytes`` as for :func:`write_segment`.
     """
     bases = [_segment_base_offset(s.uri) for s in splits]
     starts = _split_starts(splits, records.num_rows)
@@ -229,7 +230,8 @@ def write_segments(records: pa.Table, splits: Sequence[SegmentSplit], *, storage
         table = table.cast(target)
     table = table.combine_chunks()
     try:
-        encoded = _encode_table(table, None, None, sources, split_starts=starts, payloads=payloads)
+        encoded = _encode_table(table, None, None, sources, split_starts=starts, payloads=payloads,
+                                max_batch_bytes=max_batch_bytes)
     except InvalidRecordsError as exc:
         raise _naming_the_split(exc, table, starts, splits, sources) from None
     # every batch holds rows (no header-only ones here) and each split starts a batch: a split's first batch

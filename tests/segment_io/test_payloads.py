@@ -112,9 +112,9 @@ def test_kept_payloads_encode_the_same_bytes(sources: dict[int, bytes], seed: in
     decompressed_again: list[int] = []
     inflate = encode_module._payloads
 
-    def counting(src, positions, codecs, segment):  # type: ignore[no-untyped-def]
+    def counting(src, positions, codecs, segment, bound=None):  # type: ignore[no-untyped-def]
         decompressed_again.append(len(positions))
-        return inflate(src, positions, codecs, segment)
+        return inflate(src, positions, codecs, segment, bound)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(encode_module, "_payloads", counting)

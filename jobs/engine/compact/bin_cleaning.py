@@ -299,7 +299,7 @@ class _Round:
             # leaves none of them behind
             written.extend(segment_sibling(s.uri, suffix) for s in splits for suffix in _WRITTEN_SUFFIXES)
             results = write_segments(kept, splits, storage=storage, sources={0: blob}, durable=False,
-                                     payloads=d.payloads)
+                                     payloads=d.payloads, max_batch_bytes=members[0].task.max_batch_bytes)
             for (m, g), w in zip(split_of, results):
                 outcomes[m.index][1].extend(w.paths.values())
                 g.staged(w, m.group, storage)

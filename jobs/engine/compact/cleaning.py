@@ -486,7 +486,8 @@ class PartitionCleaner:
         if changed:
             g.records_after = result.records.num_rows
             if task.dry_run:
-                g.bytes_after = encoded_size(result.records, empty_batches=result.empty_batches, sources=sources)
+                g.bytes_after = encoded_size(result.records, empty_batches=result.empty_batches, sources=sources,
+                                             max_batch_bytes=task.max_batch_bytes)
             else:
                 target = task.committer.task_stage_uri(task.listing.uri, bases[0], ".log")
                 try:
@@ -495,13 +496,13 @@ class PartitionCleaner:
                                             index_interval_bytes=task.config.index_interval_bytes,
                                             aborted_txns=_txn_entries(storage, task.listing, bases, markers,
                                                                       task.txn.completed.markers_with_data()),
-                                            durable=self.durable)
+                                            durable=self.durable, max_batch_bytes=task.max_batch_bytes)
                 except StorageEnvironmentError as exc:
                     if not exc.out_of_space:
                         raise
                     # say how much the new segment needs (its .log; the indexes are small beside it)
                     raise exc.needing(encoded_size(result.records, empty_batches=result.empty_batches,
-                                                   sources=sources)) from None
+                                                   sources=sources, max_batch_bytes=task.max_batch_bytes)) from None
                 self.staged_written.extend(written.paths.values())
                 g.staged(written, group, storage)
         return GroupRun(g, result.stats)

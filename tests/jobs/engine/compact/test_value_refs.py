@@ -150,3 +150,21 @@ def test_a_partition_task_keeps_no_decompressed_payload_for_its_rewrite(tmp_path
     assert rounds[0] != rounds[1]  # the second run rewrote the batches the first stamped
     assert calls["decompressed again"] > 0
     assert calls["offered"] == 0
+
+
+@pytest.mark.parametrize("strategy", ["memory", "external-sort"])
+def test_the_rewrite_decompresses_again_within_the_runs_bound(tmp_path: Path, strategy: str, monkeypatch) -> None:
+    """A run that raises ``max_batch_bytes`` above the process's (``SEGJOBS_MAX_BATCH_BYTES``) decodes its batches
+    within the run's bound, and its rewrite, which decompresses them again, holds them to the same bound: a payload
+    over the process's bound but within the run's is cleaned, not reported as oversized at its rewrite."""
+    from segment_io.compression import MAX_BATCH_BYTES_ENV
+
+    log_dir = tmp_path / "log"
+    pdir = _partition(log_dir, (1, 2, 3, 4, 3, 4), legacy=False)
+    before = _files(pdir)
+    monkeypatch.setenv(MAX_BATCH_BYTES_ENV, "64")  # far below every batch's records
+    options = api.CompactOptions(config=str(tmp_path / "log.toml"), partitions=(partition_dir_name(TOPIC, PARTITION),),
+                                 strategy=strategy, max_batch_bytes=1 << 20, progress=lambda line: None)
+    result = api.compact(log_dir, options, now=NOW1, seams=api.Seams(runner=api.InProcessTasks()))
+    assert result.exit_code == 0, result.errors
+    assert _files(pdir) != before  # its batches were rewritten
