@@ -14,14 +14,20 @@ from what the frame itself says (:func:`plan_payloads`: zstd and LZ4 content siz
 length preambles, gzip's ISIZE), so that a genuine payload decompresses once, and a frame that declares more than
 the bound is refused before anything is allocated. The bound (:data:`DEFAULT_MAX_BATCH_BYTES`,
 :func:`max_batch_bytes`) is per batch.
+
+LZ4 frames as Kafka's producers write them are decompressed and compressed by compiled code that calls LZ4's block
+functions for a whole run of batches (:mod:`segment_io._lz4_kernels`), with the same rooms and the same bound;
+everything else, and every error message, is the Python here.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import threading
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 import cramjam
 import numpy as np
@@ -186,6 +192,15 @@ def _unsnappy_into(data: bytes | memoryview, out: np.ndarray) -> int:
     return at
 
 
+@functools.cache
+def _lz4_kernels() -> Any:
+    """:mod:`segment_io._lz4_kernels` when its kernels can call LZ4's block functions (``LINKED``), else None: LZ4
+    frames then take the Python path, one codec call a block. Imported on first use: it loads numba."""
+    from segment_io import _lz4_kernels as kernels
+
+    return kernels if kernels.LINKED else None
+
+
 class _OutputFull(Exception):
     """The buffer a payload decompresses into is full before the payload ends."""
 
@@ -289,26 +304,52 @@ _INTO: dict[int, Callable[[bytes | memoryview, np.ndarray], int]] = {
 }
 
 
-def _lz4_frame_blocks(data: memoryview, starts: list[int], ends: list[int],
-                      codecs: list[int]) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
-    """``(first, count, block_max, block_start, block_size)`` as lists (see
-    :func:`segment_io._decode_kernels.lz4_frame_blocks`): every ``count`` 0 when no payload is LZ4."""
+@dataclass(frozen=True)
+class _Lz4Blocks:
+    """The blocks of a run of payloads' LZ4 frames (see :func:`segment_io._decode_kernels.lz4_frame_blocks`): payload
+    ``i`` has ``count[i]`` blocks from ``first[i]`` on in ``block_start`` and ``block_size``, of at most
+    ``block_max[i]`` bytes each; 0 blocks when it is not one frame as Kafka's producers write it."""
+
+    first: np.ndarray
+    count: np.ndarray
+    block_max: np.ndarray
+    block_start: np.ndarray
+    block_size: np.ndarray
+
+
+def _lz4_frame_blocks(data: memoryview, starts: np.ndarray, ends: np.ndarray, codecs: np.ndarray) -> _Lz4Blocks:
+    """The blocks of each payload ``data[starts[i]:ends[i]]`` that is an LZ4 frame as Kafka's producers write it:
+    every ``count`` 0 when no payload is LZ4."""
     k = len(starts)
-    if LZ4 not in codecs:
-        return [0] * k, [0] * k, [0] * k, [], []
+    first, count, block_max = np.zeros(k, np.int64), np.zeros(k, np.int64), np.zeros(k, np.int64)
+    if not (codecs == LZ4).any():
+        return _Lz4Blocks(first, count, block_max, np.zeros(0, np.int64), np.zeros(0, np.int64))
     from segment_io._decode_kernels import lz4_frame_blocks  # numba loads only when decoding needs it
 
     buf = np.frombuffer(data, np.uint8)
-    s, e, c = np.asarray(starts, np.int64), np.asarray(ends, np.int64), np.asarray(codecs, np.int64)
-    first, count, block_max = np.zeros(k, np.int64), np.zeros(k, np.int64), np.zeros(k, np.int64)
     room = 2 * k  # a batch's records are one 64 KiB block or a few
     while True:
         block_start, block_size = np.empty(room, np.int64), np.empty(room, np.int64)
-        n = int(lz4_frame_blocks(buf, s, e, c, first, count, block_max, block_start, block_size))
+        n = int(lz4_frame_blocks(buf, starts, ends, codecs, first, count, block_max, block_start, block_size))
         if n <= room:
-            return (first.tolist(), count.tolist(), block_max.tolist(), block_start[:n].tolist(),
-                    block_size[:n].tolist())
+            return _Lz4Blocks(first, count, block_max, block_start[:n], block_size[:n])
         room = n
+
+
+class _BlockWalk:
+    """The blocks of :class:`_Lz4Blocks` as lists, for the Python walk of a payload's blocks (where the compiled one
+    cannot call LZ4): ``blocks(j)`` is payload ``j``'s (block maximum, starts, size fields), or None without any."""
+
+    def __init__(self, blocks: _Lz4Blocks) -> None:
+        self._first, self._count = blocks.first.tolist(), blocks.count.tolist()
+        self._max = blocks.block_max.tolist()
+        self._start, self._size = blocks.block_start.tolist(), blocks.block_size.tolist()
+
+    def blocks(self, j: int) -> tuple[int, list[int], list[int]] | None:
+        if not self._count[j]:
+            return None
+        a, b = self._first[j], self._first[j] + self._count[j]
+        return self._max[j], self._start[a:b], self._size[a:b]
 
 
 class Inflater:
@@ -377,58 +418,85 @@ class Inflater:
         self.size += n
         return n
 
-    def add_all(self, data: memoryview, starts: list[int], ends: list[int], codecs: list[int], limits: list[int],
-                capacities: list[int], done: list[int]) -> None:
+    def add_all(self, data: memoryview, starts: Sequence[int] | np.ndarray, ends: Sequence[int] | np.ndarray,
+                codecs: Sequence[int] | np.ndarray, limits: Sequence[int] | np.ndarray,
+                capacities: Sequence[int] | np.ndarray, done: list[int]) -> None:
         """:meth:`add` of each payload ``data[starts[j]:ends[j]]`` in turn, its :meth:`capacity` already known
         (from :func:`plan_payloads`), appending to ``done`` where each one ends in the buffer; when one fails,
         ``len(done)`` is its index. One call per run of batches: decoding small batches pays per batch only
-        the codec call when the planned slice fits, as it does for genuine payloads."""
-        self._reserve(sum(capacities))
-        buf = self._buf
-        first, count, block_max, block_start, block_size = _lz4_frame_blocks(data, starts, ends, codecs)
-        inflate_block = cramjam.lz4.decompress_block_into
-        scratch = np.empty(0, np.uint8)
-        for j, (start, end, codec, limit, capacity) in enumerate(zip(starts, ends, codecs, limits, capacities)):
-            payload = data[start:end]
-            at = self.size
-            n = -1
-            if count[j]:
-                # an LZ4 frame as Kafka's producers write it, its blocks already found: one codec call a block, as
-                # _unlz4_into makes them; anything it would fail on goes to it below, to say what is wrong
-                pos, stop, most = at, at + capacity, block_max[j]
-                try:
-                    for b in range(first[j], first[j] + count[j]):
-                        size, s = block_size[b], block_start[b]
-                        if size & LZ4_RAW_BLOCK:
-                            size &= LZ4_RAW_BLOCK - 1
-                            if size > stop - pos:
-                                raise _OutputFull()
-                            buf[pos:pos + size] = data[s:s + size]
-                            pos += size
-                        elif stop - pos >= most:
-                            pos += inflate_block(data[s:s + size], buf[pos:pos + most])  # type: ignore[arg-type]
-                        else:  # the slice's last bytes (a declared content size): through a block of room
-                            if len(scratch) < most:
-                                scratch = np.empty(most, np.uint8)
-                            k = inflate_block(data[s:s + size], scratch)  # type: ignore[arg-type]
-                            if k > stop - pos:
-                                raise _OutputFull()
-                            buf[pos:pos + k] = scratch[:k]
-                            pos += k
-                    n = pos - at
-                except Exception:  # noqa: BLE001 - the frame walk below reads it again and says what is wrong
-                    n = -1
-            if n < 0:
-                try:
-                    n = _INTO[codec](payload, buf[at:at + capacity])
-                except Exception:  # noqa: BLE001 - the general path below says what is wrong
-                    n = -1
-            if 0 <= n <= min(limit, capacity):
-                self.size = at + n
-            else:
-                self.add(codec, payload, limit, capacity)
-                buf = self._buf  # add may have grown it
+        the codec call when the planned slice fits, as it does for genuine payloads; LZ4 frames as Kafka's
+        producers write them are decompressed by one compiled call for a run of them (:mod:`segment_io._lz4_kernels`),
+        where it can call LZ4's block functions."""
+        starts, ends, codecs, limits, capacities = (np.asarray(column, np.int64)
+                                                    for column in (starts, ends, codecs, limits, capacities))
+        self._reserve(int(capacities.sum()))
+        blocks = _lz4_frame_blocks(data, starts, ends, codecs)
+        kernels = _lz4_kernels() if blocks.count.any() else None
+        if kernels is not None:
+            src = np.frombuffer(data, np.uint8)
+            scratch = np.empty(int(blocks.block_max.max()), np.uint8)
+            at_end = np.empty(len(starts), np.int64)
+        walk = None if kernels is not None else _BlockWalk(blocks)
+        j = 0
+        while j < len(starts):
+            if kernels is not None and blocks.count[j]:
+                stop, self.size = kernels.inflate_frames(
+                    src, blocks.first, blocks.count, blocks.block_max, blocks.block_start, blocks.block_size,
+                    capacities, limits, j, self._buf, self.size, scratch, at_end)
+                done.extend(at_end[j:stop].tolist())
+                if stop == len(starts):
+                    return
+                # another framing, or one the kernel stopped on (the frame walk reads it and says what is wrong)
+                j = stop
+            self._add_planned(data, int(starts[j]), int(ends[j]), int(codecs[j]), int(limits[j]),
+                              int(capacities[j]), None if walk is None else walk.blocks(j))
             done.append(self.size)
+            j += 1
+
+    def _add_planned(self, data: memoryview, start: int, end: int, codec: int, limit: int, capacity: int,
+                     blocks: tuple[int, list[int], list[int]] | None) -> None:
+        """:meth:`add` of one payload of :meth:`add_all`: first through its LZ4 ``blocks`` (block maximum, starts
+        and size fields) one codec call a block, when given, else the codec's frame walk into its planned slice;
+        anything either fails on goes to :meth:`add`, which says what is wrong."""
+        buf = self._buf
+        payload = data[start:end]
+        at = self.size
+        n = -1
+        if blocks is not None:
+            # an LZ4 frame as Kafka's producers write it, its blocks already found: one codec call a block, as
+            # _unlz4_into makes them; anything it would fail on goes to it below, to say what is wrong
+            most, block_start, block_size = blocks
+            pos, stop = at, at + capacity
+            inflate_block = cramjam.lz4.decompress_block_into
+            try:
+                for size, s in zip(block_size, block_start):
+                    if size & LZ4_RAW_BLOCK:
+                        size &= LZ4_RAW_BLOCK - 1
+                        if size > stop - pos:
+                            raise _OutputFull()
+                        buf[pos:pos + size] = data[s:s + size]
+                        pos += size
+                    elif stop - pos >= most:
+                        pos += inflate_block(data[s:s + size], buf[pos:pos + most])  # type: ignore[arg-type]
+                    else:  # the slice's last bytes (a declared content size): through a block of room
+                        scratch = np.empty(most, np.uint8)
+                        k = inflate_block(data[s:s + size], scratch)  # type: ignore[arg-type]
+                        if k > stop - pos:
+                            raise _OutputFull()
+                        buf[pos:pos + k] = scratch[:k]
+                        pos += k
+                n = pos - at
+            except Exception:  # noqa: BLE001 - the frame walk below reads it again and says what is wrong
+                n = -1
+        if n < 0:
+            try:
+                n = _INTO[codec](payload, buf[at:at + capacity])
+            except Exception:  # noqa: BLE001 - the general path below says what is wrong
+                n = -1
+        if 0 <= n <= min(limit, capacity):
+            self.size = at + n
+        else:
+            self.add(codec, payload, limit, capacity)
 
     def view(self) -> np.ndarray:
         """The payloads decompressed so far, one after another."""
@@ -459,14 +527,22 @@ def _lz4_java_frames(src: memoryview, starts: np.ndarray, sizes: np.ndarray, hea
                      level: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_lz4_java_frame` of each ``src[starts[i]:starts[i] + sizes[i]]``, one after another in one buffer,
     each after ``head`` bytes left for the caller, at LZ4's high-compression ``level`` if given; returns what
-    :func:`compress_all` does. Python makes one codec call a block (a batch's records are one block up to 64 KiB);
-    the frame headers and the blocks' size fields are written afterwards, in one scatter each."""
+    :func:`compress_all` does. At the default level one compiled call frames them all, calling LZ4's block
+    compressor for each block (:mod:`segment_io._lz4_kernels`), where it can; otherwise (and at a high-compression
+    level) Python makes one codec call a block (a batch's records are one block up to 64 KiB), and the frame
+    headers and the blocks' size fields are written afterwards, in one scatter each."""
     kw: dict[str, Any] = {} if level is None else {"mode": "high_compression", "compression": level}
     blocks = -(-sizes // _LZ4_BLOCK)
     # each frame's worst case: its header, a size field for each block and the end mark, each block's
     # LZ4_COMPRESSBOUND (its bytes, one in 255, and 16)
     bound = head + len(_LZ4_JAVA_HEADER) + 4 * (blocks + 1) + sizes + sizes // 255 + 16 * blocks
     out = np.empty(int(bound.sum()), np.uint8)
+    kernels = _lz4_kernels() if level is None else None
+    if kernels is not None:
+        ends_at = np.empty(len(starts) + 1, np.int64)
+        at = kernels.deflate_java_frames(np.frombuffer(src, np.uint8), np.asarray(starts, np.int64),
+                                         np.asarray(sizes, np.int64), head, _LZ4_JAVA_HEADER_BYTES, out, ends_at)
+        return out[:at], ends_at
     dst = memoryview(out)  # type: ignore[arg-type]
     compress_block = cramjam.lz4.compress_block_into
     frame_at: list[int] = []
@@ -515,7 +591,7 @@ def compress_all(codec: int, data: np.ndarray, starts: np.ndarray, ends: np.ndar
     Returns the buffer and where each payload's room begins in it (``positions``, plus the buffer's length at the
     end): payload ``i``'s frame is ``buffer[positions[i] + head:positions[i + 1]]``.
 
-    LZ4 compresses straight into the buffer, one codec call a block; zstd one call a frame through this thread's
+    LZ4 compresses straight into the buffer (see :func:`_lz4_java_frames`); zstd one call a frame through this thread's
     context, each frame copied in; the other codecs are framed by :func:`compress` and copied in."""
     starts = np.asarray(starts, np.int64)
     sizes = np.asarray(ends, np.int64) - starts

@@ -222,9 +222,8 @@ def _prepare_v2(seg: SegmentBytes, plan: _V2Plan, start: int) -> tuple[_V2Input,
     inflater = compression.Inflater()
     done: list[int] = []
     try:
-        inflater.add_all(seg.mv, plan.c_start[k0:k1].tolist(), plan.c_end[k0:k1].tolist(),
-                         plan.c_codecs[k0:k1].tolist(), plan.limits[k0:k1].tolist(),
-                         plan.capacities[k0:k1].tolist(), done)
+        inflater.add_all(seg.mv, plan.c_start[k0:k1], plan.c_end[k0:k1], plan.c_codecs[k0:k1], plan.limits[k0:k1],
+                         plan.capacities[k0:k1], done)
     except CorruptRecordError as exc:
         k = k0 + len(done)
         raise _inflate_error(seg, exc, int(plan.batches[plan.which[k]]), int(plan.limits[k])) from None

@@ -755,6 +755,10 @@ def _check_refs(table: pa.Table, sources: Mapping[int, bytes | memoryview] | Non
                          "(segment_io.schema.VALUE_REF_TYPE): pass those segments' bytes as sources")
 
 
+#: The bytes of a batch's length field, from the batch's first byte.
+_LENGTH_FIELD = SIZE_OFFSET + np.arange(4, dtype=np.int64)
+
+
 def _payloads(src: memoryview, positions: np.ndarray, codecs: np.ndarray, segment: int,
               bound: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The decompressed records of the compressed v2 batches at ``positions`` of ``src``, as the decoder saw them:
@@ -762,29 +766,32 @@ def _payloads(src: memoryview, positions: np.ndarray, codecs: np.ndarray, segmen
     them (one codec call per batch, no buffer of its own for each). Returns the buffer and where each batch's
     payload starts and ends in it. ``bound``: the most bytes one payload may inflate to, the bound its decode had
     (None: the process's)."""
-    starts: list[int] = []
-    ends: list[int] = []
-    for pos in positions.tolist():
-        if pos < 0 or pos + V2_HEADER_SIZE > len(src):
-            raise InvalidRecordsError(f"value references name a batch at byte {pos} of segment {segment}, which "
-                                      f"holds {len(src)} bytes")
-        length = int.from_bytes(src[pos + SIZE_OFFSET:pos + SIZE_OFFSET + 4], "big", signed=True)
-        end = pos + LOG_OVERHEAD + length
-        if end > len(src) or length < V2_HEADER_SIZE - LOG_OVERHEAD:
-            raise InvalidRecordsError(f"value references name a batch at byte {pos} of segment {segment} that "
-                                      f"is not whole there")
-        starts.append(pos + V2_HEADER_SIZE)
-        ends.append(end)
+    buf = np.frombuffer(src, np.uint8)
+    positions = np.asarray(positions, np.int64)
+    outside = (positions < 0) | (positions + V2_HEADER_SIZE > len(buf))
+    if len(buf) < V2_HEADER_SIZE:  # no batch is inside it: not even a length field to read at byte 0
+        outside[:] = True
+        length = np.zeros(len(positions), np.int64)
+    else:
+        length = buf[np.where(outside, 0, positions)[:, None] + _LENGTH_FIELD].view(">i4").reshape(-1).astype(np.int64)
+    ends = positions + LOG_OVERHEAD + length
+    bad = np.flatnonzero(outside | (ends > len(buf)) | (length < V2_HEADER_SIZE - LOG_OVERHEAD))
+    if len(bad):  # the first in the order given, as the batches are read
+        pos = int(positions[bad[0]])
+        raise InvalidRecordsError(f"value references name a batch at byte {pos} of segment {segment}, which holds "
+                                  f"{len(buf)} bytes" if outside[bad[0]] else
+                                  f"value references name a batch at byte {pos} of segment {segment} that is not "
+                                  f"whole there")
+    starts = positions + V2_HEADER_SIZE
     limit = max_batch_bytes(bound)
     limits = np.full(len(starts), limit, np.int64)
-    at_least, capacity = plan_payloads(np.frombuffer(src, np.uint8), np.asarray(starts, np.int64),
-                                       np.asarray(ends, np.int64), codecs, limits)
+    at_least, capacity = plan_payloads(buf, starts, ends, codecs, limits)
     over = np.flatnonzero(at_least > limit)
     if len(over):
         raise OversizedBatchError(oversized_detail(int(codecs[over[0]]), limit, int(at_least[over[0]])))
     inflater = Inflater()
     done: list[int] = []
-    inflater.add_all(src, starts, ends, codecs.tolist(), limits.tolist(), capacity.tolist(), done)
+    inflater.add_all(src, starts, ends, codecs, limits, capacity, done)
     return inflater.view(), np.array([0] + done[:-1], np.int64), np.array(done, np.int64)
 
 

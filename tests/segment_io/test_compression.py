@@ -4,6 +4,7 @@ frames and members, and what the frame headers tell before anything is decompres
 from __future__ import annotations
 
 import random
+import sys
 
 import cramjam
 import numpy as np
@@ -39,6 +40,19 @@ def _cases() -> list[tuple[str, int, bytes, bytes]]:
 CASES = _cases()
 
 
+@pytest.fixture(params=["compiled", "python"])
+def lz4_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """LZ4 frames as Kafka's producers write them through the compiled block calls (:mod:`segment_io._lz4_kernels`),
+    and through Python's, one cramjam call a block (where LZ4's functions are not found)."""
+    if request.param == "python":
+        monkeypatch.setattr(compression, "_lz4_kernels", lambda: None)
+    elif sys.platform == "linux":  # where the lz4 package's wheels export them: the path every run takes
+        assert compression._lz4_kernels() is not None, "LZ4's block functions were not found"
+    else:
+        pytest.skip("LZ4's block functions are looked for where the lz4 package's wheels are known to export them")
+    return str(request.param)
+
+
 @pytest.mark.parametrize("name,codec,data,original", CASES, ids=[c[0] for c in CASES])
 def test_decompression_is_exact_and_the_bound_inclusive(name: str, codec: int, data: bytes,
                                                         original: bytes) -> None:
@@ -64,7 +78,7 @@ def test_the_planned_slice_holds_a_genuine_payload_and_declared_sizes_are_exact(
         assert capacity[0] - len(original) < frames * (64 << 10)
 
 
-def test_several_payloads_go_into_one_buffer_back_to_back() -> None:
+def test_several_payloads_go_into_one_buffer_back_to_back(lz4_path: str) -> None:
     payloads = [data for _, _, data, _ in CASES]
     codecs = [codec for _, codec, _, _ in CASES]
     joined = b"".join(payloads)
@@ -94,7 +108,7 @@ def test_a_raw_snappy_preamble_over_the_bound_is_refused_unread() -> None:
 
 
 @pytest.mark.parametrize("codec", [GZIP, SNAPPY, LZ4, ZSTD])
-def test_compress_all_frames_each_payload_as_compress_does(codec: int) -> None:
+def test_compress_all_frames_each_payload_as_compress_does(codec: int, lz4_path: str) -> None:
     """Payloads compressed into one buffer, each after room for a header: every frame is the bytes compress()
     makes of it (empty, tiny, at and across LZ4's 64 KiB blocks, incompressible blocks LZ4 stores raw)."""
     rng = np.random.default_rng(7)
@@ -131,7 +145,7 @@ def _java_lz4_frame(data: bytes, **kw: object) -> bytes:
 
 
 @pytest.mark.parametrize("level", [None, 9])
-def test_the_lz4_frame_is_java_s_at_any_level(level: int | None) -> None:
+def test_the_lz4_frame_is_java_s_at_any_level(level: int | None, lz4_path: str) -> None:
     data = (b"abcdefghij" * 20_000) + random.Random(3).randbytes(70_000)
     frame = compression.compress(LZ4, data, level=level)
     assert frame[:7] == b"\x04\x22\x4d\x18\x60\x40\x82" and frame[-4:] == bytes(4)
@@ -164,13 +178,13 @@ def _lz4_payloads() -> dict[str, tuple[bytes, bytes | None]]:
 
 
 def test_lz4_frames_as_producers_write_them_are_inflated_block_by_block_and_others_by_the_frame_walk(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, lz4_path: str) -> None:
     payloads = _lz4_payloads()
     joined = b"".join(p for p, _ in payloads.values())
     ends = np.cumsum([len(p) for p, _ in payloads.values()])
     starts = ends - [len(p) for p, _ in payloads.values()]
-    first, count, block_max, _, block_size = compression._lz4_frame_blocks(
-        memoryview(joined), starts.tolist(), ends.tolist(), [LZ4] * len(payloads))
+    found = compression._lz4_frame_blocks(memoryview(joined), starts, ends, np.full(len(payloads), LZ4))
+    first, count, block_max, block_size = found.first, found.count, found.block_max, found.block_size
     blocks = dict(zip(payloads, count))
     # one frame ended by its end mark (with or without a content size) is planned; the rest go through the walk
     assert {name for name, n in blocks.items() if n} == {"java", "java-stored", "content-size", "no-content-size",
@@ -178,8 +192,8 @@ def test_lz4_frames_as_producers_write_them_are_inflated_block_by_block_and_othe
     assert blocks["java"] == -(-len(TEXT) // (64 << 10)) and set(block_max) <= {0, 64 << 10}
     stored = block_size[first[1]:first[1] + count[1]]
     assert all(size & compression.LZ4_RAW_BLOCK for size in stored)  # incompressible: kept raw
-    assert compression._lz4_frame_blocks(memoryview(joined), starts.tolist(), ends.tolist(),
-                                         [ZSTD] * len(payloads))[1] == [0] * len(payloads)
+    assert not compression._lz4_frame_blocks(memoryview(joined), starts, ends,
+                                             np.full(len(payloads), ZSTD)).count.any()
 
     for name, (payload, original) in payloads.items():
         inflater, done = compression.Inflater(), []  # type: ignore[var-annotated]
@@ -214,6 +228,43 @@ def test_lz4_frames_as_producers_write_them_are_inflated_block_by_block_and_othe
                             patched.setitem(compression._INTO, LZ4, _no_walk)
                         inflater.add_all(*add)  # type: ignore[arg-type]
                     assert bytes(inflater.view()) == original, name
+
+
+def _run(payloads: list[tuple[int, bytes]], limit: int = 1 << 30) -> tuple[compression.Inflater, list[int], list]:
+    """``payloads`` (codec, bytes) decompressed by one :meth:`Inflater.add_all`: the inflater, where each ended, and
+    the exception it raised (or None)."""
+    joined = b"".join(p for _, p in payloads)
+    ends = np.cumsum([len(p) for _, p in payloads]).astype(np.int64)
+    starts = ends - [len(p) for _, p in payloads]
+    codecs = np.array([c for c, _ in payloads], np.int64)
+    limits = np.full(len(payloads), limit, np.int64)
+    _, capacity = compression.plan_payloads(np.frombuffer(joined, np.uint8), starts, ends, codecs, limits)
+    inflater, done = compression.Inflater(), []  # type: ignore[var-annotated]
+    try:
+        inflater.add_all(memoryview(joined), starts, ends, codecs, limits, capacity, done)
+    except Exception as exc:  # noqa: BLE001 - returned for the test to judge
+        return inflater, done, [exc]
+    return inflater, done, []
+
+
+def test_a_run_of_lz4_frames_stops_at_the_one_that_fails_and_names_it(lz4_path: str) -> None:
+    """The compiled call takes a run of frames until one fails or has another framing; Python then decompresses that
+    one (or says what is wrong with it, ``len(done)`` being its index) and the run goes on after it."""
+    lz4 = _lz4_payloads()
+    good = [(LZ4, lz4["java"][0]), (ZSTD, _zstd_payloads()["one frame"]), (LZ4, lz4["java-stored"][0]),
+            (LZ4, lz4["linked"][0]), (LZ4, lz4["content-size"][0]), (LZ4, lz4["java-empty"][0]),
+            (LZ4, lz4["java-twice"][0]), (LZ4, lz4["java"][0])]
+    inflater, done, failed = _run(good)
+    originals = [TEXT, TEXT[:20_000], lz4["java-stored"][1], TEXT, TEXT, b"", TEXT * 2, TEXT]
+    assert not failed and bytes(inflater.view()) == b"".join(originals)
+    assert done == np.cumsum([len(o) for o in originals]).tolist()
+    for bad in ("java-corrupt-block", "java-cut-short", "java-then-a-byte"):
+        inflater, done, failed = _run([(LZ4, lz4["java"][0])] * 2 + [(LZ4, lz4[bad][0]), (LZ4, lz4["java"][0])])
+        assert len(failed) == 1 and isinstance(failed[0], DecompressionError), bad
+        assert done == [len(TEXT), 2 * len(TEXT)], bad
+    # the bound: a payload past it is refused whichever path inflates it, after the ones before it
+    inflater, done, failed = _run([(LZ4, lz4["java-stored"][0]), (LZ4, lz4["java"][0])], limit=len(TEXT) - 1)
+    assert len(failed) == 1 and isinstance(failed[0], OversizedBatchError) and done == [len(lz4["java-stored"][1])]
 
 
 def _zstd_payloads() -> dict[str, bytes]:

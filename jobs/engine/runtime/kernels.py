@@ -17,8 +17,8 @@ from typing import Any, Iterator
 
 #: The modules that hold numba kernels.
 KERNEL_MODULES = ("segment_io._decode_kernels", "segment_io._encode_kernels", "segment_io._crc_kernels",
-                  "segment_io.hashing", "segment_io.transactions", "segment_io.latest", "jobs.rules.offset_map",
-                  "jobs.rules.external_sort")
+                  "segment_io._lz4_kernels", "segment_io.hashing", "segment_io.transactions", "segment_io.latest",
+                  "jobs.rules.offset_map", "jobs.rules.external_sort")
 
 #: The progress line of a run that finds the kernels' cache cold.
 COLD_NOTICE = ("compiling kernels (once): this install's decoders and encoders are not compiled yet, so this run "
@@ -33,8 +33,8 @@ def _dispatchers() -> Iterator[tuple[str, Any]]:
 
     for module_name in KERNEL_MODULES:
         module = importlib.import_module(module_name)
-        if not getattr(module, "HARDWARE", True):  # made of an instruction this processor lacks: never compiled
-            continue
+        if not getattr(module, "HARDWARE", True) or not getattr(module, "LINKED", True):
+            continue  # made of an instruction this processor lacks, or of a library not found: never compiled
         for name, obj in sorted(vars(module).items()):
             if (isinstance(obj, CPUDispatcher) and obj.py_func.__module__ == module_name
                     and obj.targetoptions.get("inline", "never") == "never"
