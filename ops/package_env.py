@@ -5,7 +5,7 @@
 * ``segjobs-<version>-py3-none-any.whl``: the project itself (``jobs`` and ``segment_io``), for ``pip install``
   on an edge node or into a container image;
 * ``segjobs-env.tar.gz``: a packed virtualenv holding that wheel and every runtime dependency,
-  native wheels included (numba and llvmlite, pyarrow, numpy, cramjam, zstandard, crc32c, deltalake).
+  native wheels included (numba and llvmlite, pyarrow, numpy, cramjam, zstandard, lz4, crc32c, deltalake).
   spark-submit ships it with ``--archives dist/segjobs-env.tar.gz#environment``; executors (and, in cluster
   deploy mode, the driver) run ``./environment/bin/python``.
 
@@ -207,7 +207,8 @@ def verify_archive(archive: Path, scratch: Path) -> None:
         tar.extractall(unpacked, **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
     probe = ("import jobs.commands.cli, jobs.engine.compact.driver, jobs.engine.retain.driver, jobs.engine.scan, "
              "jobs.rules.offset_map, segment_io.decode, segment_io.encode, numba, llvmlite, pyarrow, pandas, "
-             "cramjam, zstandard, crc32c, boto3, deltalake, sys; print(sys.prefix)")
+             "cramjam, zstandard, lz4, crc32c, boto3, deltalake, sys, segment_io._lz4_kernels as lz4_kernels; "
+             "assert lz4_kernels.LINKED, 'the lz4 package exports no LZ4 block functions'; print(sys.prefix)")
     worker_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     worker_env["PYTHONPATH"] = os.pathsep.join(str(p) for p in spark_python_path())
     # Relative, as spark.pyspark.python names it: sys.prefix must come out as the unpacked copy.

@@ -2,10 +2,10 @@
 
 A Kafka LZ4 batch holds one frame of independent blocks of up to 64 KiB, so a batch of 50 KB of records is one
 block: called from Python, each block costs a codec call plus the walk around it (slicing, a size field, a
-bound check), several microseconds that for such small blocks are as much as a third of decompressing them. These
-kernels call LZ4's block functions (``LZ4_decompress_safe``, ``LZ4_compress_default``) straight from compiled code,
-for every block of a run of batches in one call; Python keeps the frames they do not take (other framings,
-checksums, high-compression levels) and every error message.
+bound check), which together came to a tenth of a cleaning task's CPU on such batches (``docs/performance.md``,
+"Cleaning: CPU per byte"). These kernels call LZ4's block functions (``LZ4_decompress_safe``,
+``LZ4_compress_default``) straight from compiled code, for every block of a run of batches in one call; Python
+keeps the frames they do not take (other framings, checksums, high-compression levels) and every error message.
 
 The functions are the LZ4 library that the ``lz4`` package ships inside its extension modules, found by name and
 given to LLVM's linker before any kernel here is compiled or loaded from the cache (their code calls them by
