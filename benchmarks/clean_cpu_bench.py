@@ -212,17 +212,16 @@ def measure(log_dir: Path, repeat: int) -> dict[str, Any]:
     # the codec floor: every compressed payload read decompressed once, and every payload the task wrote
     # compressed once (only the kept records: the batches of the staged segment, less those it copied verbatim
     # from the input), each a bare library call
-    read = [(c, p) for data in sources.values() for c, p, _ in _compressed_payloads(data)]
-    copied = {batch for data in sources.values() for _, _, batch in _compressed_payloads(data)}
-    floor = _codec_floor([(c, p, len(compression.decompress(c, p))) for c, p in read],
-                         [(c, bytes(compression.decompress(c, p))) for c, p, batch in _compressed_payloads(staged)
-                          if batch not in copied])
+    read = [payload for data in sources.values() for payload in _compressed_payloads(data)]
+    written = _compressed_payloads(staged)
+    read_ids, written_ids = {batch for _, _, batch in read}, {batch for _, _, batch in written}
+    floor = _codec_floor([(c, p, len(compression.decompress(c, p))) for c, p, _ in read],
+                         [(c, bytes(compression.decompress(c, p))) for c, p, batch in written if batch not in read_ids])
     cpu["floor: codec"] = _cpu(floor, repeat) if floor is not None else 0.0
     # what a cleaner that reads the dirty section twice (Kafka's, and this one: the map's pass, then the clean)
-    # spends in the codec beyond that floor: the payload of every batch it rewrites decompressed a second time
-    kept_whole = {batch for _, _, batch in _compressed_payloads(staged)}
-    again_floor = _codec_floor([(c, p, len(compression.decompress(c, p))) for data in sources.values()
-                                for c, p, batch in _compressed_payloads(data) if batch not in kept_whole], [])
+    # spends in the codec beyond that floor: the payload of every input batch not copied verbatim decompressed again
+    again_floor = _codec_floor([(c, p, len(compression.decompress(c, p))) for c, p, batch in read
+                                if batch not in written_ids], [])
     cpu["floor: codec, second decompression"] = _cpu(again_floor, repeat) if again_floor is not None else 0.0
     shutil.rmtree(scratch, ignore_errors=True)
     return {"bytes_in": bytes_in, "bytes_out": bytes_out, "cpu_s": cpu, "profile": profile}
