@@ -502,6 +502,11 @@ class Inflater:
         """The payloads decompressed so far, one after another."""
         return self._buf[:self.size]
 
+    def clear(self) -> None:
+        """Start again at the buffer's first byte, keeping the buffer: whatever :meth:`view` returned before is
+        overwritten by the next payloads."""
+        self.size = 0
+
 
 def decompress(codec: int, data: bytes | memoryview, *, limit: int | None = None) -> bytes | memoryview:
     """Decompress one batch payload into a bytes-like object, inflating to at most ``limit`` bytes (default:

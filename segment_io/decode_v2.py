@@ -1,7 +1,7 @@
 """RecordBatch v2 decoding: the records of v2 batches, decoded by the numba kernels of
 :mod:`segment_io._decode_kernels`, which write straight into numpy buffers that become Arrow arrays without a
 Python object per record; the per-batch Python work is limited to CRC checks and decompressing compressed
-payloads (into one buffer per bounded piece, see :func:`_prepare_v2`).
+payloads (in bounded pieces and runs, see :func:`_v2_pieces`).
 
 Every failure raises a subclass of :class:`~segment_io.errors.CorruptRecordError` naming the file, the byte
 position of the failing batch and its base offset.
@@ -44,6 +44,11 @@ from segment_io.schema import HEADER_TYPE, KEY_HASH_SCHEMA, RECORD_SCHEMA, VALUE
 _INT32_MAX = 2**31 - 1
 #: the decompressed payloads of one piece of v2 batches (beyond its first batch) are capped at the chunk size
 _PAYLOAD_BYTES = CHUNK_BYTES
+#: the records of a piece are read in runs of about this many decompressed bytes, each run decompressed into the
+#: buffer of the run before it and its records scanned and filled in while they are still in the processor's
+#: cache: on the project's 2-core VM, LZ4 writing into a reused buffer of 16 MiB or less costs about two thirds of
+#: what writing into one of tens of MiB does, and the scan and fill then read from the cache (docs/performance.md)
+_RUN_BYTES = 4 << 20
 #: a piece's payloads are kept in the buffer they were decompressed into while it is at most this much larger than
 #: they are, else in a copy of just them (see _offer_payloads)
 _TIGHT_ENOUGH = 1.5
@@ -159,7 +164,7 @@ def _first_bad_batch(seg: SegmentBytes, batches: np.ndarray, codecs: np.ndarray,
 @dataclass
 class _V2Plan:
     """Where the records of ``batches`` lie before any decompression, and what each compressed payload may
-    inflate to: worked out once for all of ``batches``, then cut into bounded pieces by :func:`_prepare_v2`."""
+    inflate to: worked out once for all of ``batches``, then cut into bounded pieces by :func:`_v2_pieces`."""
 
     batches: np.ndarray
     rstart: np.ndarray  # records start / end in the segment, per batch
@@ -197,29 +202,37 @@ def _plan_v2(seg: SegmentBytes, batches: np.ndarray) -> _V2Plan:
                    np.cumsum(capacities), _scan_crcs(seg, batches), first_bad, error)
 
 
-def _prepare_v2(seg: SegmentBytes, plan: _V2Plan, start: int) -> tuple[_V2Input, int]:
-    """The piece of ``plan`` from batch ``start`` on, decompressing payloads until they pass ``_PAYLOAD_BYTES``
-    (always at least one batch): returns the input and the index of the first batch after it.
-
-    Each payload inflates to at most its :func:`compression.batch_limit` and goes straight into one buffer
-    allocated in advance from what the frames say, so a genuine payload is decompressed once and never copied,
-    and a chunk of batches that each stay within the bound still holds no more than about ``_PAYLOAD_BYTES``."""
-    n = len(plan.batches)
-    k0 = int(np.searchsorted(plan.which, start))  # the first compressed batch of the piece
-    src = np.zeros(n - start, dtype=np.uint8)
-    rstart, rend, counts = plan.rstart[start:].copy(), plan.rend[start:].copy(), plan.counts[start:]
-    if k0 == len(plan.which):
-        return _V2Input(plan.batches[start:], np.zeros(0, np.uint8), src, rstart, rend, counts,
-                        plan.crcs[start:]), n
+def _extent(plan: _V2Plan, start: int, budget: int, stop: int) -> tuple[int, int, int]:
+    """Where the stretch of ``plan``'s batches from ``start`` on ends, its payloads passing ``budget`` bytes (at
+    least one batch), never past batch ``stop``: ``(k0, k1, end)``, its compressed batches ``which[k0:k1]`` and
+    its batches ``[start, end)``. Raises the error of the first batch that fails before decompressing when the
+    stretch would begin with it; a stretch ends before that batch, whose problem comes after those before it."""
+    k0 = int(np.searchsorted(plan.which, start))  # the first compressed batch of the stretch
+    k_stop = int(np.searchsorted(plan.which, stop))  # the first at or past ``stop``
+    if k0 == k_stop:
+        return k0, k0, stop
     if k0 == plan.first_bad:
         assert plan.error is not None  # first_bad < len(which) only when a batch failed
         raise plan.error
-    # decode the batches before the first bad one (their errors come first) and within the chunk budget
     before = int(plan.cum_capacity[k0 - 1]) if k0 else 0
-    fitting = int(np.searchsorted(plan.cum_capacity, before + _PAYLOAD_BYTES, side="right")) - k0
-    k1 = k0 + min(plan.first_bad - k0, max(1, fitting))
-    end = int(plan.which[k1]) if k1 < len(plan.which) else n
-    inflater = compression.Inflater()
+    fitting = int(np.searchsorted(plan.cum_capacity, before + budget, side="right")) - k0
+    k1 = k0 + min(plan.first_bad - k0, max(1, fitting), k_stop - k0)
+    return k0, k1, int(plan.which[k1]) if k1 < k_stop else stop
+
+
+def _inflated(seg: SegmentBytes, plan: _V2Plan, start: int, end: int, k0: int, k1: int,
+              inflater: compression.Inflater) -> _V2Input:
+    """Batches ``[start, end)`` of ``plan`` ready for the kernels, the payloads of ``which[k0:k1]`` (all its
+    compressed ones) decompressed into ``inflater``'s buffer from its first byte on.
+
+    Each payload inflates to at most its :func:`compression.batch_limit` and goes straight into a buffer sized
+    in advance from what the frames say, so a genuine payload is decompressed once and never copied."""
+    src = np.zeros(end - start, dtype=np.uint8)
+    rstart, rend, counts = plan.rstart[start:end].copy(), plan.rend[start:end].copy(), plan.counts[start:end]
+    batches, crcs = plan.batches[start:end], plan.crcs[start:end]
+    if k0 == k1:
+        return _V2Input(batches, np.zeros(0, np.uint8), src, rstart, rend, counts, crcs)
+    inflater.clear()
     done: list[int] = []
     try:
         inflater.add_all(seg.mv, plan.c_start[k0:k1], plan.c_end[k0:k1], plan.c_codecs[k0:k1], plan.limits[k0:k1],
@@ -231,17 +244,59 @@ def _prepare_v2(seg: SegmentBytes, plan: _V2Plan, start: int) -> tuple[_V2Input,
     src[taken] = 1
     rend[taken] = done
     rstart[taken] = [0] + done[:-1]
-    m = end - start
-    return _V2Input(plan.batches[start:end], inflater.view(), src[:m], rstart[:m], rend[:m], counts[:m],
-                    plan.crcs[start:end]), end
+    return _V2Input(batches, inflater.view(), src, rstart, rend, counts, crcs)
+
+
+@dataclass
+class _Piece:
+    """A bounded piece of v2 batches (:func:`_v2_pieces`): those of ``plan`` from ``start`` to ``end``, whose
+    compressed ones are ``which[k0:k1]``."""
+
+    seg: SegmentBytes
+    plan: _V2Plan
+    start: int
+    end: int
+    k0: int
+    k1: int
+
+    @property
+    def batches(self) -> np.ndarray:
+        return self.plan.batches[self.start:self.end]
+
+    def whole(self) -> _V2Input:
+        """All of the piece, every payload decompressed into one buffer of its own."""
+        return _inflated(self.seg, self.plan, self.start, self.end, self.k0, self.k1, compression.Inflater())
+
+    def runs(self) -> Iterator[_V2Input]:
+        """The piece in runs of at most ``_RUN_BYTES`` of payloads (at least one batch), each decompressed into
+        the buffer the run before it was: read a run before asking for the next. A segment whose payloads
+        are offered to a store (``seg.payloads``) gets the piece whole, in a buffer the store may keep."""
+        if self.k0 == self.k1 or self.seg.payloads is not None:
+            yield self.whole()
+            return
+        inflater, at = compression.Inflater(), self.start
+        while at < self.end:
+            k0, k1, end = _extent(self.plan, at, _RUN_BYTES, self.end)
+            yield _inflated(self.seg, self.plan, at, end, k0, k1, inflater)
+            at = end
+
+
+def _v2_pieces(seg: SegmentBytes, batches: np.ndarray) -> Iterator[_Piece]:
+    """All of ``batches`` (planned once), one piece after another, each as far as its payloads pass
+    ``_PAYLOAD_BYTES`` (always at least one batch): a chunk of batches that each stay within their bound holds no
+    more than about that much decompressed at once. A piece is cut before a batch that fails before
+    decompressing, and the next piece raises its error: the problems of the batches before it come first."""
+    plan, start = _plan_v2(seg, batches), 0
+    while start < len(batches):
+        k0, k1, end = _extent(plan, start, _PAYLOAD_BYTES, len(batches))
+        yield _Piece(seg, plan, start, end, k0, k1)
+        start = end
 
 
 def _v2_inputs(seg: SegmentBytes, batches: np.ndarray) -> Iterator[_V2Input]:
-    """All of ``batches``, one bounded piece (:func:`_prepare_v2`) after another, planned once."""
-    plan, start = _plan_v2(seg, batches), 0
-    while start < len(batches):
-        inp, start = _prepare_v2(seg, plan, start)
-        yield inp
+    """All of ``batches``, one whole piece (:func:`_v2_pieces`) after another."""
+    for piece in _v2_pieces(seg, batches):
+        yield piece.whole()
 
 
 _KERNEL_ERRORS: dict[int, tuple[type[CorruptRecordError], str]] = {
@@ -314,13 +369,43 @@ def _binary(typ: pa.DataType, n: int, offsets: np.ndarray, data: np.ndarray,
                                  null_count=null_count)
 
 
-def _v2_columns(seg: SegmentBytes, inp: _V2Input, names: set[str]) -> dict[str, pa.Array] | None:
-    """Record columns of one run of v2 batches; None when a binary column would overflow int32 offsets."""
+@dataclass
+class _Fields:
+    """The record fields of a run of v2 batches as :func:`K.fill_records` writes them: per record, and the binary
+    columns as int32 offsets (from 0), data and validity; arrays of fields not asked for are empty."""
+
+    batches: np.ndarray
+    counts: np.ndarray
+    n: int  # records
+    h: int  # headers
+    offsets: np.ndarray
+    timestamps: np.ndarray
+    k_offs: np.ndarray
+    k_data: np.ndarray
+    k_valid: np.ndarray
+    v_offs: np.ndarray
+    v_data: np.ndarray
+    v_valid: np.ndarray
+    v_refs: np.ndarray
+    h_offs: np.ndarray
+    hk_offs: np.ndarray
+    hk_data: np.ndarray
+    hv_offs: np.ndarray
+    hv_data: np.ndarray
+    hv_valid: np.ndarray
+
+
+def _fits_int32(n_headers: int, *data: np.ndarray | int) -> bool:
+    return max(n_headers, *(d if isinstance(d, int) else len(d) for d in data)) <= _INT32_MAX
+
+
+def _fields(seg: SegmentBytes, inp: _V2Input, names: set[str]) -> _Fields | None:
+    """The record fields of one run of v2 batches; None when a binary column would overflow int32 offsets."""
     totals = _scan(seg, inp)
     n = int(totals[K.TOT_RECORDS])
     h = int(totals[K.TOT_HEADERS])
-    if max(totals[K.TOT_KEY_BYTES], totals[K.TOT_VALUE_BYTES], totals[K.TOT_HKEY_BYTES],
-           totals[K.TOT_HVALUE_BYTES], h) > _INT32_MAX:
+    if not _fits_int32(h, int(totals[K.TOT_KEY_BYTES]), int(totals[K.TOT_VALUE_BYTES]),
+                       int(totals[K.TOT_HKEY_BYTES]), int(totals[K.TOT_HVALUE_BYTES])):
         return None
     want_k, want_v, want_h = "key" in names, "value" in names, "headers" in names
 
@@ -328,45 +413,98 @@ def _v2_columns(seg: SegmentBytes, inp: _V2Input, names: set[str]) -> dict[str, 
         return np.empty(size if wanted else 0, dtype=dtype)
 
     hdr, batches = seg.hdr, inp.batches
-    offsets = np.empty(n, np.int64)
-    timestamps = np.empty(n, np.int64)
-    k_offs, k_data, k_valid = (alloc(want_k, n + 1, np.int32), alloc(want_k, int(totals[K.TOT_KEY_BYTES]), np.uint8),
-                               alloc(want_k, n, np.bool_))
     refs = want_v and seg.value_refs
     copy_v = want_v and not refs
-    v_offs, v_data, v_valid = (alloc(copy_v, n + 1, np.int32),
-                               alloc(copy_v, int(totals[K.TOT_VALUE_BYTES]), np.uint8), alloc(want_v, n, np.bool_))
-    v_refs = alloc(refs, n, np.int64)
-    h_offs = alloc(want_h, n + 1, np.int32)
-    hk_offs, hk_data = alloc(want_h, h + 1, np.int32), alloc(want_h, int(totals[K.TOT_HKEY_BYTES]), np.uint8)
-    hv_offs, hv_data, hv_valid = (alloc(want_h, h + 1, np.int32),
-                                  alloc(want_h, int(totals[K.TOT_HVALUE_BYTES]), np.uint8), alloc(want_h, h, np.bool_))
+    f = _Fields(batches, inp.counts, n, h, np.empty(n, np.int64), np.empty(n, np.int64),
+                alloc(want_k, n + 1, np.int32), alloc(want_k, int(totals[K.TOT_KEY_BYTES]), np.uint8),
+                alloc(want_k, n, np.bool_),
+                alloc(copy_v, n + 1, np.int32), alloc(copy_v, int(totals[K.TOT_VALUE_BYTES]), np.uint8),
+                alloc(want_v, n, np.bool_), alloc(refs, n, np.int64),
+                alloc(want_h, n + 1, np.int32),
+                alloc(want_h, h + 1, np.int32), alloc(want_h, int(totals[K.TOT_HKEY_BYTES]), np.uint8),
+                alloc(want_h, h + 1, np.int32), alloc(want_h, int(totals[K.TOT_HVALUE_BYTES]), np.uint8),
+                alloc(want_h, h, np.bool_))
     K.fill_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.counts, hdr.base_offset[batches],
                    hdr.base_timestamp[batches], hdr.max_timestamp[batches], _log_append(hdr, batches),
-                   want_k, copy_v, want_h, refs, offsets, timestamps, k_offs, k_data, k_valid, v_offs, v_data,
-                   v_valid, v_refs, h_offs, hk_offs, hk_data, hv_offs, hv_data, hv_valid)
-
+                   want_k, copy_v, want_h, refs, f.offsets, f.timestamps, f.k_offs, f.k_data, f.k_valid, f.v_offs,
+                   f.v_data, f.v_valid, f.v_refs, f.h_offs, f.hk_offs, f.hk_data, f.hv_offs, f.hv_data, f.hv_valid)
     if refs and seg.payloads is not None and len(inp.dec):
         _offer_payloads(seg, inp)
-    cols: dict[str, pa.Array] = {"offset": pa.array(offsets), "timestamp": pa.array(timestamps)}
+    return f
+
+
+def _joined_offsets(parts: list[np.ndarray]) -> np.ndarray:
+    """The offsets (each from 0, one more than its items) of consecutive runs, as one array over their data
+    joined in order."""
+    if not len(parts[0]):  # a column not asked for
+        return parts[0]
+    out = np.empty(sum(len(p) - 1 for p in parts) + 1, parts[0].dtype)
+    at = base = 0
+    for p in parts:
+        k = len(p) - 1
+        np.add(p[:k], base, out=out[at:at + k])
+        at += k
+        base += int(p[k])
+    out[at] = base
+    return out
+
+
+def _joined(runs: list[_Fields]) -> _Fields | None:
+    """The fields of consecutive runs as those of one; None when a binary column would overflow int32 offsets."""
+    if len(runs) == 1:
+        return runs[0]
+
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([getattr(f, name) for f in runs])
+
+    def offsets(name: str) -> np.ndarray:
+        return _joined_offsets([getattr(f, name) for f in runs])
+
+    h = sum(f.h for f in runs)
+    k_data, v_data, hk_data, hv_data = cat("k_data"), cat("v_data"), cat("hk_data"), cat("hv_data")
+    if not _fits_int32(h, k_data, v_data, hk_data, hv_data):
+        return None
+    return _Fields(batches=cat("batches"), counts=cat("counts"), n=sum(f.n for f in runs), h=h,
+                   offsets=cat("offsets"), timestamps=cat("timestamps"),
+                   k_offs=offsets("k_offs"), k_data=k_data, k_valid=cat("k_valid"),
+                   v_offs=offsets("v_offs"), v_data=v_data, v_valid=cat("v_valid"), v_refs=cat("v_refs"),
+                   h_offs=offsets("h_offs"), hk_offs=offsets("hk_offs"), hk_data=hk_data,
+                   hv_offs=offsets("hv_offs"), hv_data=hv_data, hv_valid=cat("hv_valid"))
+
+
+def _v2_columns(seg: SegmentBytes, piece: _Piece, names: set[str]) -> dict[str, pa.Array] | None:
+    """Record columns of one piece of v2 batches, read run by run; None when a binary column would overflow
+    int32 offsets."""
+    runs: list[_Fields] = []
+    for inp in piece.runs():
+        f = _fields(seg, inp, names)
+        if f is None:
+            return None
+        runs.append(f)
+    f = _joined(runs)
+    if f is None:
+        return None
+    want_k, want_v, want_h = "key" in names, "value" in names, "headers" in names
+    n, h = f.n, f.h
+    cols: dict[str, pa.Array] = {"offset": pa.array(f.offsets), "timestamp": pa.array(f.timestamps)}
     if want_k:
-        cols["key"] = _binary(pa.binary(), n, k_offs, k_data, k_valid)
-    if refs:
-        cols["value"] = pa.array(v_refs, VALUE_REF_TYPE, mask=~v_valid)
+        cols["key"] = _binary(pa.binary(), n, f.k_offs, f.k_data, f.k_valid)
+    if want_v and seg.value_refs:
+        cols["value"] = pa.array(f.v_refs, VALUE_REF_TYPE, mask=~f.v_valid)
     elif want_v:
-        cols["value"] = _binary(pa.binary(), n, v_offs, v_data, v_valid)
+        cols["value"] = _binary(pa.binary(), n, f.v_offs, f.v_data, f.v_valid)
     if want_h:
-        hkeys = _binary(pa.string(), h, hk_offs, hk_data, None)
+        hkeys = _binary(pa.string(), h, f.hk_offs, f.hk_data, None)
         try:
             hkeys.validate(full=True)
         except pa.ArrowInvalid:
-            bad = int(batches[0])
+            bad = int(f.batches[0])
             raise seg.error(CorruptRecordError, "a record header key is not valid UTF-8 (in this batch or one "
                                                 "of the batches after it)", bad) from None
-        hvals = _binary(pa.binary(), h, hv_offs, hv_data, hv_valid)
+        hvals = _binary(pa.binary(), h, f.hv_offs, f.hv_data, f.hv_valid)
         items = pa.StructArray.from_arrays([hkeys, hvals], fields=list(HEADER_TYPE))
-        cols["headers"] = pa.Array.from_buffers(HEADERS_TYPE, n, [None, pa.py_buffer(h_offs)], children=[items])
-    cols.update(_v2_batch_columns(seg, batches, inp.counts, names))
+        cols["headers"] = pa.Array.from_buffers(HEADERS_TYPE, n, [None, pa.py_buffer(f.h_offs)], children=[items])
+    cols.update(_v2_batch_columns(seg, f.batches, f.counts, names))
     return cols
 
 
@@ -435,17 +573,18 @@ def decode_v2(seg: SegmentBytes, batches: np.ndarray, names: set[str]) -> list[d
 
 def _decode_v2_records(seg: SegmentBytes, batches: np.ndarray, names: set[str]) -> list[dict[str, pa.Array]]:
     out: list[dict[str, pa.Array]] = []
-    for inp in _v2_inputs(seg, batches):
-        cols = _v2_columns(seg, inp, names)
+    for piece in _v2_pieces(seg, batches):
+        cols = _v2_columns(seg, piece, names)
         if cols is not None:
             out.append(cols)
             continue
-        if len(inp.batches) == 1:
+        held = piece.batches
+        if len(held) == 1:
             raise seg.error(InvalidLengthError, "batch holds more than 2 GiB of keys, values or headers",
-                            int(inp.batches[0]))
-        half = len(inp.batches) // 2
-        out += _decode_v2_records(seg, inp.batches[:half], names)
-        out += _decode_v2_records(seg, inp.batches[half:], names)
+                            int(held[0]))
+        half = len(held) // 2
+        out += _decode_v2_records(seg, held[:half], names)
+        out += _decode_v2_records(seg, held[half:], names)
     return out
 
 

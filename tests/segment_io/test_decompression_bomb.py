@@ -286,6 +286,31 @@ def test_decoding_in_pieces_of_decompressed_bytes_gives_the_same_records(monkeyp
     assert whole.num_rows == 50 and set(whole["codec"].to_pylist()) == {0, 1, 2, 3, 4}
 
 
+@pytest.mark.parametrize("run_bytes", [1, 3000, 1 << 20])
+def test_reading_a_piece_in_runs_gives_the_same_records_and_value_references(monkeypatch, run_bytes: int) -> None:
+    import random
+
+    from segment_io import decode_v2
+    from segment_io.decode import decode_segment_and_headers
+    from segment_io.encode import resolve_value_refs
+    from tests.support.kafka_python_batches import random_records, v2_batch
+
+    rng = random.Random(9)
+    codecs = [1, 2, 0, 3, 4, 4, 0, 0, 1, 3, 2, 4, 0]  # uncompressed batches between, before and after the others
+    data = b"".join(v2_batch(codec, random_records(rng, 7), base_offset=10 * i) for i, codec in enumerate(codecs))
+    monkeypatch.setattr(decode_v2, "_RUN_BYTES", 1 << 30)  # every piece in one run: as before runs
+    whole = decode_segment_bytes(data)
+    refs = decode_segment_and_headers(data, segment_base_offset=0, value_refs=True)[0]
+    # a run for each compressed batch (1 byte), a few batches a run, or every payload in one run
+    monkeypatch.setattr(decode_v2, "_RUN_BYTES", run_bytes)
+    in_runs = decode_segment_bytes(data)
+    assert in_runs.equals(whole) and in_runs["value"].num_chunks == 1  # one chunk: the runs joined
+    refs_in_runs = decode_segment_and_headers(data, segment_base_offset=0, value_refs=True)[0]
+    assert refs_in_runs.equals(refs)
+    assert resolve_value_refs(refs_in_runs, {0: data})["value"].equals(whole["value"])
+    assert whole.num_rows == 91 and sum(len(h) for h in whole["headers"].to_pylist()) > 0
+
+
 def test_errors_come_in_batch_order_even_when_a_later_batch_is_refused_unread() -> None:
     zeros = v2_batch_around(inflating_payload("zstd-no-content-size", 1000), codec=ZSTD, count=1, base_offset=0)
     bomb = v2_batch_around(inflating_payload("zstd-content-size", 8 << 20), codec=ZSTD, count=1, base_offset=1)
