@@ -263,16 +263,12 @@ class _Piece:
     def batches(self) -> np.ndarray:
         return self.plan.batches[self.start:self.end]
 
-    def whole(self) -> _V2Input:
-        """All of the piece, every payload decompressed into one buffer of its own."""
-        return _inflated(self.seg, self.plan, self.start, self.end, self.k0, self.k1, compression.Inflater())
-
     def runs(self) -> Iterator[_V2Input]:
         """The piece in runs of at most ``_RUN_BYTES`` of payloads (at least one batch), each decompressed into
         the buffer the run before it was: read a run before asking for the next. A segment whose payloads
         are offered to a store (``seg.payloads``) gets the piece whole, in a buffer the store may keep."""
         if self.k0 == self.k1 or self.seg.payloads is not None:
-            yield self.whole()
+            yield _inflated(self.seg, self.plan, self.start, self.end, self.k0, self.k1, compression.Inflater())
             return
         inflater, at = compression.Inflater(), self.start
         while at < self.end:
@@ -291,12 +287,6 @@ def _v2_pieces(seg: SegmentBytes, batches: np.ndarray) -> Iterator[_Piece]:
         k0, k1, end = _extent(plan, start, _PAYLOAD_BYTES, len(batches))
         yield _Piece(seg, plan, start, end, k0, k1)
         start = end
-
-
-def _v2_inputs(seg: SegmentBytes, batches: np.ndarray) -> Iterator[_V2Input]:
-    """All of ``batches``, one whole piece (:func:`_v2_pieces`) after another."""
-    for piece in _v2_pieces(seg, batches):
-        yield piece.whole()
 
 
 _KERNEL_ERRORS: dict[int, tuple[type[CorruptRecordError], str]] = {
@@ -596,29 +586,39 @@ def _decode_v2_records(seg: SegmentBytes, batches: np.ndarray, names: set[str]) 
 
 def key_hash_v2(seg: SegmentBytes, batches: np.ndarray) -> list[pa.Table]:
     with _crc_errors_first(seg, batches):
-        return [_key_hash_input(seg, inp) for inp in _v2_inputs(seg, _v2_batches(seg, batches))]
+        return [_key_hash_piece(seg, piece) for piece in _v2_pieces(seg, _v2_batches(seg, batches))]
 
 
-def _key_hash_input(seg: SegmentBytes, inp: _V2Input) -> pa.Table:
+def _key_hash_piece(seg: SegmentBytes, piece: _Piece) -> pa.Table:
+    """The key-hash table of one piece of v2 batches, read run by run (:meth:`_Piece.runs`), each run's rows
+    written in place: every column has one fixed-width entry a record, and the scan holds each run to the record
+    counts its batches declare."""
     hdr = seg.hdr
-    totals = _scan(seg, inp)
-    n = int(totals[K.TOT_RECORDS])
-    b = inp.batches
+    b = piece.batches
+    counts = piece.plan.counts[piece.start:piece.end]
+    n = int(np.maximum(counts, 0).sum())  # (a negative count is the scan's to report)
     out = {name: np.empty(n, dtype) for name, dtype in (
         ("offset", np.int64), ("timestamp", np.int64), ("key_hash_hi", np.int64), ("key_hash_lo", np.int64),
         ("key_is_null", np.bool_), ("value_is_null", np.bool_), ("control_type", np.int16))}
     err = np.zeros(5, dtype=np.int64)
-    control = (hdr.attributes[b] & ATTR_CONTROL) != 0
-    if not K.hash_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.counts, hdr.base_offset[b],
-                          hdr.base_timestamp[b], hdr.max_timestamp[b], _log_append(hdr, b), control,
-                          out["offset"], out["timestamp"], out["key_hash_hi"], out["key_hash_lo"],
-                          out["key_is_null"], out["value_is_null"], out["control_type"], err):
-        _raise_kernel_error(seg, inp, err)
-    counts = inp.counts
+    at = 0
+    for inp in piece.runs():
+        m = int(_scan(seg, inp)[K.TOT_RECORDS])
+        assert at + m <= n, (at, m, n)  # the scan holds a run to its batches' counts: the rows fit
+        rb = inp.batches
+        rows = {name: values[at:at + m] for name, values in out.items()}
+        if not K.hash_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.counts, hdr.base_offset[rb],
+                              hdr.base_timestamp[rb], hdr.max_timestamp[rb], _log_append(hdr, rb),
+                              (hdr.attributes[rb] & ATTR_CONTROL) != 0,
+                              rows["offset"], rows["timestamp"], rows["key_hash_hi"], rows["key_hash_lo"],
+                              rows["key_is_null"], rows["value_is_null"], rows["control_type"], err):
+            _raise_kernel_error(seg, inp, err)
+        at += m
+    assert at == n, (at, n)
     attrs = hdr.attributes[b]
     repeated = {
         "batch_base_offset": hdr.base_offset[b], "batch_last_offset": hdr.last_offset[b],
-        "transactional": (attrs & ATTR_TRANSACTIONAL) != 0, "control": control,
+        "transactional": (attrs & ATTR_TRANSACTIONAL) != 0, "control": (attrs & ATTR_CONTROL) != 0,
         "producer_id": hdr.producer_id[b], "producer_epoch": hdr.producer_epoch[b],
         "batch_max_timestamp": hdr.max_timestamp[b], "magic": hdr.magic[b],
     }

@@ -287,7 +287,8 @@ def test_decoding_in_pieces_of_decompressed_bytes_gives_the_same_records(monkeyp
 
 
 @pytest.mark.parametrize("run_bytes", [1, 3000, 1 << 20])
-def test_reading_a_piece_in_runs_gives_the_same_records_and_value_references(monkeypatch, run_bytes: int) -> None:
+def test_a_piece_read_in_runs_gives_the_same_records_value_references_and_key_hashes(monkeypatch,
+                                                                                      run_bytes: int) -> None:
     import random
 
     from segment_io import decode_v2
@@ -301,6 +302,7 @@ def test_reading_a_piece_in_runs_gives_the_same_records_and_value_references(mon
     monkeypatch.setattr(decode_v2, "_RUN_BYTES", 1 << 30)  # every piece in one run: as before runs
     whole = decode_segment_bytes(data)
     refs = decode_segment_and_headers(data, segment_base_offset=0, value_refs=True)[0]
+    hashes = decode_key_hashes_bytes(data)
     # a run for each compressed batch (1 byte), a few batches a run, or every payload in one run
     monkeypatch.setattr(decode_v2, "_RUN_BYTES", run_bytes)
     in_runs = decode_segment_bytes(data)
@@ -308,6 +310,7 @@ def test_reading_a_piece_in_runs_gives_the_same_records_and_value_references(mon
     refs_in_runs = decode_segment_and_headers(data, segment_base_offset=0, value_refs=True)[0]
     assert refs_in_runs.equals(refs)
     assert resolve_value_refs(refs_in_runs, {0: data})["value"].equals(whole["value"])
+    assert decode_key_hashes_bytes(data).equals(hashes)
     assert whole.num_rows == 91 and sum(len(h) for h in whole["headers"].to_pylist()) > 0
 
 
