@@ -604,7 +604,8 @@ def _key_hash_piece(seg: SegmentBytes, piece: _Piece) -> pa.Table:
     at = 0
     for inp in piece.runs():
         m = int(_scan(seg, inp)[K.TOT_RECORDS])
-        assert at + m <= n, (at, m, n)  # the scan holds a run to its batches' counts: the rows fit
+        if at + m > n:  # the scan holds a run to its batches' counts, so the rows fit; the kernel checks no bound
+            raise RuntimeError(f"a run of {m} records past the {n - at} left of its piece's {n}")
         rb = inp.batches
         rows = {name: values[at:at + m] for name, values in out.items()}
         if not K.hash_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.counts, hdr.base_offset[rb],
@@ -614,7 +615,8 @@ def _key_hash_piece(seg: SegmentBytes, piece: _Piece) -> pa.Table:
                               rows["key_is_null"], rows["value_is_null"], rows["control_type"], err):
             _raise_kernel_error(seg, inp, err)
         at += m
-    assert at == n, (at, n)
+    if at != n:
+        raise RuntimeError(f"{at} records read in runs of a piece whose batches declare {n}")
     attrs = hdr.attributes[b]
     repeated = {
         "batch_base_offset": hdr.base_offset[b], "batch_last_offset": hdr.last_offset[b],
