@@ -263,6 +263,11 @@ class _Piece:
     def batches(self) -> np.ndarray:
         return self.plan.batches[self.start:self.end]
 
+    @property
+    def counts(self) -> np.ndarray:
+        """The record count each of :attr:`batches` declares."""
+        return self.plan.counts[self.start:self.end]
+
     def runs(self) -> Iterator[_V2Input]:
         """The piece in runs of at most ``_RUN_BYTES`` of payloads (at least one batch), each decompressed into
         the buffer the run before it was: read a run before asking for the next. A segment whose payloads
@@ -366,8 +371,7 @@ class _Fields:
 
     batches: np.ndarray
     counts: np.ndarray
-    n: int  # records
-    h: int  # headers
+    h: int  # headers (counted even when their arrays are not asked for)
     offsets: np.ndarray
     timestamps: np.ndarray
     k_offs: np.ndarray
@@ -384,9 +388,15 @@ class _Fields:
     hv_data: np.ndarray
     hv_valid: np.ndarray
 
+    @property
+    def n(self) -> int:
+        """Records."""
+        return len(self.offsets)
 
-def _fits_int32(n_headers: int, *data: np.ndarray | int) -> bool:
-    return max(n_headers, *(d if isinstance(d, int) else len(d) for d in data)) <= _INT32_MAX
+
+def _fits_int32(*sizes: int) -> bool:
+    """Whether Arrow's int32 offsets can address items and bytes of these counts."""
+    return max(sizes) <= _INT32_MAX
 
 
 def _fields(seg: SegmentBytes, inp: _V2Input, names: set[str]) -> _Fields | None:
@@ -405,7 +415,7 @@ def _fields(seg: SegmentBytes, inp: _V2Input, names: set[str]) -> _Fields | None
     hdr, batches = seg.hdr, inp.batches
     refs = want_v and seg.value_refs
     copy_v = want_v and not refs
-    f = _Fields(batches, inp.counts, n, h, np.empty(n, np.int64), np.empty(n, np.int64),
+    f = _Fields(batches, inp.counts, h, np.empty(n, np.int64), np.empty(n, np.int64),
                 alloc(want_k, n + 1, np.int32), alloc(want_k, int(totals[K.TOT_KEY_BYTES]), np.uint8),
                 alloc(want_k, n, np.bool_),
                 alloc(copy_v, n + 1, np.int32), alloc(copy_v, int(totals[K.TOT_VALUE_BYTES]), np.uint8),
@@ -451,15 +461,15 @@ def _joined(runs: list[_Fields]) -> _Fields | None:
         return _joined_offsets([getattr(f, name) for f in runs])
 
     h = sum(f.h for f in runs)
-    k_data, v_data, hk_data, hv_data = cat("k_data"), cat("v_data"), cat("hk_data"), cat("hv_data")
-    if not _fits_int32(h, k_data, v_data, hk_data, hv_data):
-        return None
-    return _Fields(batches=cat("batches"), counts=cat("counts"), n=sum(f.n for f in runs), h=h,
+    if not _fits_int32(h, *(sum(len(getattr(f, name)) for f in runs)
+                            for name in ("k_data", "v_data", "hk_data", "hv_data"))):
+        return None  # (before anything is copied)
+    return _Fields(batches=cat("batches"), counts=cat("counts"), h=h,
                    offsets=cat("offsets"), timestamps=cat("timestamps"),
-                   k_offs=offsets("k_offs"), k_data=k_data, k_valid=cat("k_valid"),
-                   v_offs=offsets("v_offs"), v_data=v_data, v_valid=cat("v_valid"), v_refs=cat("v_refs"),
-                   h_offs=offsets("h_offs"), hk_offs=offsets("hk_offs"), hk_data=hk_data,
-                   hv_offs=offsets("hv_offs"), hv_data=hv_data, hv_valid=cat("hv_valid"))
+                   k_offs=offsets("k_offs"), k_data=cat("k_data"), k_valid=cat("k_valid"),
+                   v_offs=offsets("v_offs"), v_data=cat("v_data"), v_valid=cat("v_valid"), v_refs=cat("v_refs"),
+                   h_offs=offsets("h_offs"), hk_offs=offsets("hk_offs"), hk_data=cat("hk_data"),
+                   hv_offs=offsets("hv_offs"), hv_data=cat("hv_data"), hv_valid=cat("hv_valid"))
 
 
 def _v2_columns(seg: SegmentBytes, piece: _Piece, names: set[str]) -> dict[str, pa.Array] | None:
@@ -595,7 +605,7 @@ def _key_hash_piece(seg: SegmentBytes, piece: _Piece) -> pa.Table:
     counts its batches declare."""
     hdr = seg.hdr
     b = piece.batches
-    counts = piece.plan.counts[piece.start:piece.end]
+    counts = piece.counts
     n = int(np.maximum(counts, 0).sum())  # (a negative count is the scan's to report)
     out = {name: np.empty(n, dtype) for name, dtype in (
         ("offset", np.int64), ("timestamp", np.int64), ("key_hash_hi", np.int64), ("key_hash_lo", np.int64),
