@@ -16,8 +16,9 @@ the bound is refused before anything is allocated. The bound (:data:`DEFAULT_MAX
 :func:`max_batch_bytes`) is per batch.
 
 LZ4 frames as Kafka's producers write them are decompressed and compressed by compiled code that calls LZ4's block
-functions for a whole run of batches (:mod:`segment_io._lz4_kernels`), with the same rooms and the same bound;
-everything else, and every error message, is the Python here.
+functions for a whole run of batches (:mod:`segment_io._lz4_kernels`), and zstd payloads of one frame by compiled
+code that calls libzstd through reused contexts, straight into the slice (:mod:`segment_io._zstd_kernels`), with
+the same rooms and the same bound; everything else, and every error message, is the Python here.
 """
 
 from __future__ import annotations
@@ -197,6 +198,15 @@ def _lz4_kernels() -> Any:
     """:mod:`segment_io._lz4_kernels` when its kernels can call LZ4's block functions (``LINKED``), else None: LZ4
     frames then take the Python path, one codec call a block. Imported on first use: it loads numba."""
     from segment_io import _lz4_kernels as kernels
+
+    return kernels if kernels.LINKED else None
+
+
+@functools.cache
+def _zstd_kernels() -> Any:
+    """:mod:`segment_io._zstd_kernels` when its kernels can call libzstd (``LINKED``), else None: zstd payloads then
+    take the Python path, one codec call a payload. Imported on first use: it loads numba."""
+    from segment_io import _zstd_kernels as kernels
 
     return kernels if kernels.LINKED else None
 
@@ -426,27 +436,34 @@ class Inflater:
         ``len(done)`` is its index. One call per run of batches: decoding small batches pays per batch only
         the codec call when the planned slice fits, as it does for genuine payloads; LZ4 frames as Kafka's
         producers write them are decompressed by one compiled call for a run of them (:mod:`segment_io._lz4_kernels`),
-        where it can call LZ4's block functions."""
+        where it can call LZ4's block functions, and so are zstd frames (:mod:`segment_io._zstd_kernels`)."""
         starts, ends, codecs, limits, capacities = (np.asarray(column, np.int64)
                                                     for column in (starts, ends, codecs, limits, capacities))
         self._reserve(int(capacities.sum()))
         blocks = _lz4_frame_blocks(data, starts, ends, codecs)
         kernels = _lz4_kernels() if blocks.count.any() else None
+        zstd = _zstd_kernels() if (codecs == ZSTD).any() else None
+        src = np.frombuffer(data, np.uint8)
+        at_end = np.empty(len(starts), np.int64)
         if kernels is not None:
-            src = np.frombuffer(data, np.uint8)
             scratch = np.empty(int(blocks.block_max.max()), np.uint8)
-            at_end = np.empty(len(starts), np.int64)
         walk = None if kernels is not None else _BlockWalk(blocks)
         j = 0
         while j < len(starts):
+            stop = j
             if kernels is not None and blocks.count[j]:
                 stop, self.size = kernels.inflate_frames(
                     src, blocks.first, blocks.count, blocks.block_max, blocks.block_start, blocks.block_size,
                     capacities, limits, j, self._buf, self.size, scratch, at_end)
+            elif zstd is not None and codecs[j] == ZSTD:
+                stop, self.size = zstd.inflate_frames(src, starts, ends, codecs, capacities, limits, j, self._buf,
+                                                      self.size, at_end, zstd.decompression_context())
+            if stop > j:
                 done.extend(at_end[j:stop].tolist())
                 if stop == len(starts):
                     return
-                # another framing, or one the kernel stopped on (the frame walk reads it and says what is wrong)
+                # another codec or framing, or a payload the kernel stopped on: the Python path below reads it
+                # and says what is wrong
                 j = stop
             self._add_planned(data, int(starts[j]), int(ends[j]), int(codecs[j]), int(limits[j]),
                               int(capacities[j]), None if walk is None else walk.blocks(j))
@@ -608,6 +625,14 @@ def compress_all(codec: int, data: np.ndarray, starts: np.ndarray, ends: np.ndar
     if codec == ZSTD:
         bounds = _zstd_bounds(sizes)
         out = np.empty(int(bounds.sum()) + head * len(sizes), np.uint8)
+        kernels = _zstd_kernels()
+        if kernels is not None:
+            ends_at = np.empty(len(starts) + 1, np.int64)
+            at = kernels.deflate_frames(np.frombuffer(src, np.uint8), starts, sizes, head, bounds, out, ends_at,
+                                        kernels.compression_context())
+            if at >= 0:
+                return out[:at], ends_at
+            # a payload libzstd did not compress (it says why below, through the Python path)
         into = memoryview(out)  # type: ignore[arg-type]
         compress_one = _ZSTD.compressor.compress
         for a, n in zip(starts.tolist(), sizes.tolist()):

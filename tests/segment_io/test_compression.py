@@ -314,6 +314,86 @@ def test_an_ordinary_zstd_payload_goes_through_the_thread_s_context(monkeypatch:
         assert bytes(out[:n]) == TEXT[:20_000]
 
 
+@pytest.fixture(params=["compiled", "python"])
+def zstd_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """zstd payloads through the compiled calls of libzstd (:mod:`segment_io._zstd_kernels`), and through Python's,
+    one python-zstandard call a payload (where libzstd's functions are not found)."""
+    if request.param == "python":
+        monkeypatch.setattr(compression, "_zstd_kernels", lambda: None)
+    elif sys.platform == "linux":  # where the zstandard package's wheels export them: the path every run takes
+        assert compression._zstd_kernels() is not None, "libzstd's functions were not found"
+    else:
+        pytest.skip("libzstd's functions are looked for where the zstandard package's wheels are known to export them")
+    return str(request.param)
+
+
+def _outcome(payloads: list[tuple[int, bytes]], limit: int = 1 << 30) -> tuple[bytes, list[int], list]:
+    """What one :meth:`Inflater.add_all` of ``payloads`` gives: the bytes, where each payload ended, and the type and
+    message of what it raised."""
+    inflater, done, failed = _run(payloads, limit)
+    return bytes(inflater.view()), done, [(type(exc), str(exc)) for exc in failed]
+
+
+@pytest.mark.parametrize("name", sorted(_zstd_payloads()))
+def test_a_run_of_zstd_payloads_gives_the_bytes_or_the_error_of_one_payload_at_a_time(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every shape of zstd payload, between two ordinary ones, within its bound and one byte over it: the compiled
+    call gives what Python's path gives (the same bytes, or the same error after the same payloads), and that is
+    what cramjam reads."""
+    data, one = _zstd_payloads()[name], _zstd_payloads()["one frame"]
+    try:
+        original: bytes | None = bytes(cramjam.zstd.decompress(data))
+    except cramjam.DecompressionError:
+        original = None
+    for limit in ((1 << 30,) if not original else (len(original), len(original) - 1)):
+        payloads = [(ZSTD, one), (ZSTD, data), (ZSTD, one)]  # the ordinary ones hold 20,000 bytes
+        in_a_run = _outcome(payloads, limit) if limit >= 20_000 else None
+        alone = _outcome([(ZSTD, data)], limit)
+        with monkeypatch.context() as patched:
+            patched.setattr(compression, "_zstd_kernels", lambda: None)
+            assert _outcome([(ZSTD, data)], limit) == alone, (name, limit)
+            if in_a_run is not None:
+                assert _outcome(payloads, limit) == in_a_run, (name, limit)
+        per_payload = alone
+        if original is None:
+            assert per_payload[2] and per_payload[2][0][0] is DecompressionError, name
+        elif limit < len(original):
+            assert per_payload[2] and per_payload[2][0][0] is OversizedBatchError, name
+        else:
+            assert per_payload == (original, [len(original)], []), name
+
+
+def test_zstd_frames_are_inflated_by_the_compiled_call_without_python_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run of ordinary zstd frames (with and without a content size, an LZ4 frame between them) never reaches
+    Python's zstd path."""
+    if compression._zstd_kernels() is None:
+        pytest.skip("libzstd's functions were not found")
+
+    def refused(data, out):  # type: ignore[no-untyped-def]
+        raise AssertionError("Python's zstd path was used")
+
+    monkeypatch.setitem(compression._INTO, ZSTD, refused)
+    z = _zstd_payloads()
+    inflater, done, failed = _run([(ZSTD, z["one frame"]), (ZSTD, z["no content size"]),
+                                   (LZ4, compression.compress(LZ4, TEXT)), (ZSTD, z["one frame"])])
+    assert not failed and bytes(inflater.view()) == TEXT[:20_000] * 2 + TEXT + TEXT[:20_000]
+    assert done == np.cumsum([20_000, 20_000, len(TEXT), 20_000]).tolist()
+
+
+@pytest.mark.parametrize("codec", [ZSTD, LZ4])
+def test_compress_all_writes_each_payload_as_compress_frames_it(codec: int, zstd_path: str, lz4_path: str) -> None:
+    """One buffer of frames, each after the room left for a header, each the very frame :func:`compress` makes of
+    its payload (empty, tiny, incompressible, several blocks), whichever path made it."""
+    payloads = [b"", TEXT[:100], random.Random(8).randbytes(50_000), TEXT[:20_000], TEXT, b"x"]
+    data = np.frombuffer(b"".join(payloads), np.uint8)
+    ends = np.cumsum([len(p) for p in payloads]).astype(np.int64)
+    starts = ends - [len(p) for p in payloads]
+    out, at = compression.compress_all(codec, data, starts, ends, 61)
+    assert len(at) == len(payloads) + 1 and at[0] == 0 and at[-1] == len(out)
+    for i, payload in enumerate(payloads):
+        assert bytes(out[at[i] + 61:at[i + 1]]) == compression.compress(codec, payload), i
+
+
 @pytest.mark.parametrize("level", [None, 1, 3, 9, 25])
 def test_zstd_compresses_to_the_bytes_cramjam_does(level: int | None) -> None:
     """The thread's compression context writes the very frames of a one-shot call at the same level (what

@@ -17,8 +17,8 @@ from typing import Any, Iterator
 
 #: The modules that hold numba kernels.
 KERNEL_MODULES = ("segment_io._decode_kernels", "segment_io._encode_kernels", "segment_io._crc_kernels",
-                  "segment_io._lz4_kernels", "segment_io.hashing", "segment_io.transactions", "segment_io.latest",
-                  "jobs.rules.offset_map", "jobs.rules.external_sort")
+                  "segment_io._lz4_kernels", "segment_io._zstd_kernels", "segment_io.hashing",
+                  "segment_io.transactions", "segment_io.latest", "jobs.rules.offset_map", "jobs.rules.external_sort")
 
 #: The progress line of a run that finds the kernels' cache cold.
 COLD_NOTICE = ("compiling kernels (once): this install's decoders and encoders are not compiled yet, so this run "

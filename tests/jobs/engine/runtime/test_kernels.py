@@ -36,10 +36,11 @@ def test_every_module_with_a_cached_kernel_is_warmed_up_and_checked() -> None:
                           for package in ("segment_io", "jobs") for path in (REPO / package).rglob("*.py")
                           if re.search(r"@(numba\.)?njit\([^)]*cache=True", path.read_text()))
     assert with_kernels == sorted(KERNEL_MODULES)
-    from segment_io import _crc_kernels, _lz4_kernels
+    from segment_io import _crc_kernels, _lz4_kernels, _zstd_kernels
 
     usable = (set(KERNEL_MODULES) - (set() if _crc_kernels.HARDWARE else {"segment_io._crc_kernels"})
-              - (set() if _lz4_kernels.LINKED else {"segment_io._lz4_kernels"}))
+              - (set() if _lz4_kernels.LINKED else {"segment_io._lz4_kernels"})
+              - (set() if _zstd_kernels.LINKED else {"segment_io._zstd_kernels"}))
     assert {name.rsplit(".", 1)[0] for name in cached_kernels()} == usable
 
 
@@ -62,13 +63,17 @@ def test_kernels_made_of_an_instruction_the_processor_lacks_are_neither_counted_
     assert not [name for name in cached_kernels() if name.startswith("segment_io._crc_kernels.")]
 
 
-def test_kernels_that_call_a_library_not_found_are_neither_counted_nor_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
-    # compiling or loading them without LZ4's functions given to the linker fails on a symbol it cannot resolve
-    from segment_io import _lz4_kernels
+@pytest.mark.parametrize("module_name", ["segment_io._lz4_kernels", "segment_io._zstd_kernels"])
+def test_kernels_that_call_a_library_not_found_are_neither_counted_nor_loaded(
+        module_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # compiling or loading them without the codec's functions given to the linker fails on a symbol it cannot
+    # resolve
+    import importlib
 
-    assert [name for name in cached_kernels() if name.startswith("segment_io._lz4_kernels.")] or not _lz4_kernels.LINKED
-    monkeypatch.setattr(_lz4_kernels, "LINKED", False)
-    assert not [name for name in cached_kernels() if name.startswith("segment_io._lz4_kernels.")]
+    module = importlib.import_module(module_name)
+    assert [name for name in cached_kernels() if name.startswith(f"{module_name}.")] or not module.LINKED
+    monkeypatch.setattr(module, "LINKED", False)
+    assert not [name for name in cached_kernels() if name.startswith(f"{module_name}.")]
 
 
 def test_only_versions_compiled_for_this_process_s_target_count_as_cached() -> None:
