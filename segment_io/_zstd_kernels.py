@@ -29,7 +29,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from segment_io.compression import ZSTD_DEFAULT_LEVEL, ZSTD_MAGIC
+from segment_io.compression import ZSTD, ZSTD_DEFAULT_LEVEL, ZSTD_MAGIC
 
 #: What the kernels call, by the names of libzstd's own header.
 _FUNCTIONS = ("ZSTD_decompressDCtx", "ZSTD_compress2", "ZSTD_isError", "ZSTD_getFrameContentSize",
@@ -109,7 +109,10 @@ class _Contexts(threading.local):
         self.dctx = self.cctx = 0
 
     def __del__(self) -> None:
-        self._free()
+        try:
+            self._free()
+        except Exception:  # noqa: BLE001 - at the interpreter's exit the library may be gone: nothing to free then
+            pass
 
 
 _CONTEXTS: Any = _Contexts() if LINKED else None
@@ -232,12 +235,12 @@ def _one_frame(data, s, size) -> bool:
 def inflate_frames(data, starts, ends, codecs, capacities, limits, j, buf, at, done, dctx) -> tuple[int, int]:
     """Decompress payloads ``j``, ``j + 1``, ... (``data[starts[i]:ends[i]]``, each one zstd frame) one after another
     into ``buf`` from byte ``at``, payload ``i`` into at most ``capacities[i]`` bytes, ``done[i]`` where it ends,
-    through the decompression context ``dctx``. Stops before the first payload that is not of codec ``codec`` 4
-    (zstd), not one frame and nothing after it, states more than its room, does not decompress, decompresses to
-    nothing (left to the one-shot call, as Python does) or past ``min(limits[i], capacities[i])``. Returns ``(i,
-    at)``: the payload it stopped before (the end, if all were done) and where the next one goes."""
+    through the decompression context ``dctx``. Stops before the first payload that is not zstd's, not one frame
+    and nothing after it, states more than its room, does not decompress, decompresses to nothing (left to the
+    one-shot call, as Python does) or past ``min(limits[i], capacities[i])``. Returns ``(i, at)``: the payload it
+    stopped before (the end, if all were done) and where the next one goes."""
     i = j
-    while i < starts.shape[0] and codecs[i] == 4:
+    while i < starts.shape[0] and codecs[i] == ZSTD:
         s, size, room = starts[i], ends[i] - starts[i], capacities[i]
         if not _one_frame(data, s, size):
             break
