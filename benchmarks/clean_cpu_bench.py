@@ -21,9 +21,10 @@ user and system time of every thread of the process) of ``--repeat`` runs after 
 * **floors** on the same bytes: a memcpy of them, their CRC32C (one call per segment file), and the codec's (the
   least a rewrite of the batches costs in the codec library): every compressed payload of the input decompressed
   once and every payload of the batches the task wrote (the kept records; not the batches it copied verbatim)
-  compressed once, by bare library calls: LZ4 block by block into a buffer already there, zstd frame by frame
-  through contexts made once (python-zstandard; a one-shot call that makes its own context costs up to half as
-  much again on 15 KB payloads). The floor is the same for every checkout. Beside it, not part of it: the same
+  compressed once, by the compiled calls of the codec's functions that the task makes (LZ4's block functions,
+  libzstd through contexts made once), every payload of a codec in one call into a buffer already there, with
+  nothing around them. This checkout's process measures it and the baseline's rows are given the same figure:
+  the floor is the data's and the library's, not the checkout's. Beside it, not part of it: the same
   calls decompressing once more the payload of every input batch the task rewrote (not copied verbatim), which a
   cleaner that reads the dirty section twice (the map's pass, then the clean, as Kafka's does) cannot avoid
   without holding every decompressed payload between its passes.
@@ -107,8 +108,10 @@ def _cpu(fn: Callable[[], Any], repeat: int, before_each: Callable[[], Any] | No
     return statistics.median(seconds)
 
 
-def measure(log_dir: Path, repeat: int) -> dict[str, Any]:
-    """CPU seconds of the task, its parts and the floors on the partition in ``log_dir``, and its bytes."""
+def measure(log_dir: Path, repeat: int, codec_floors: bool = True) -> dict[str, Any]:
+    """CPU seconds of the task, its parts and the floors on the partition in ``log_dir``, and its bytes. The codec's
+    floors call the compiled codec calls of this checkout (``codec_floors``): the baseline's process leaves them
+    out, and its rows are given this checkout's (the floor is the data's and the library's, not the checkout's)."""
     import crc32c
     import numpy as np
     import pyarrow as pa
@@ -209,21 +212,21 @@ def measure(log_dir: Path, repeat: int) -> dict[str, Any]:
     copy_into = np.empty(max(len(v) for v in views), np.uint8)
     cpu["floor: memcpy"] = _cpu(lambda: [np.copyto(copy_into[:len(v)], v) for v in views], repeat)
     cpu["floor: CRC32C"] = _cpu(lambda: [crc32c.crc32c(data) for data in sources.values()], repeat)
-    # the codec floor: every compressed payload read decompressed once, and every payload the task wrote
-    # compressed once (only the kept records: the batches of the staged segment, less those it copied verbatim
-    # from the input), each a bare library call
-    read = [payload for data in sources.values() for payload in _compressed_payloads(data)]
-    written = _compressed_payloads(staged)
-    read_ids, written_ids = {batch for _, _, batch in read}, {batch for _, _, batch in written}
-    inflated = [len(compression.decompress(c, p)) for c, p, _ in read]  # each payload's room, found once
-    floor = _codec_floor([(c, p, size) for (c, p, _), size in zip(read, inflated)],
-                         [(c, bytes(compression.decompress(c, p))) for c, p, batch in written if batch not in read_ids])
-    cpu["floor: codec"] = _cpu(floor, repeat) if floor is not None else 0.0
-    # what a cleaner that reads the dirty section twice (Kafka's, and this one: the map's pass, then the clean)
-    # spends in the codec beyond that floor: the payload of every input batch not copied verbatim decompressed again
-    again_floor = _codec_floor([(c, p, size) for (c, p, batch), size in zip(read, inflated)
-                                if batch not in written_ids], [])
-    cpu["floor: codec, second decompression"] = _cpu(again_floor, repeat) if again_floor is not None else 0.0
+    if codec_floors:
+        # the codec floor: every compressed payload read decompressed once, and every payload the task wrote
+        # compressed once (only the kept records: the batches of the staged segment, less those it copied verbatim
+        # from the input), by the bare compiled calls
+        read = [payload for data in sources.values() for payload in _compressed_payloads(data)]
+        written = _compressed_payloads(staged)
+        read_ids, written_ids = {batch for _, _, batch in read}, {batch for _, _, batch in written}
+        floor = _codec_floor([(c, p) for c, p, _ in read], [(c, bytes(compression.decompress(c, p)))
+                                                             for c, p, batch in written if batch not in read_ids])
+        cpu["floor: codec"] = _cpu(floor, repeat) if floor is not None else 0.0
+        # what a cleaner that reads the dirty section twice (Kafka's, and this one: the map's pass, then the clean)
+        # spends in the codec beyond that floor: the payload of every input batch not copied verbatim decompressed
+        # again
+        again_floor = _codec_floor([(c, p) for c, p, batch in read if batch not in written_ids], [])
+        cpu["floor: codec, second decompression"] = _cpu(again_floor, repeat) if again_floor is not None else 0.0
     shutil.rmtree(scratch, ignore_errors=True)
     return {"bytes_in": bytes_in, "bytes_out": bytes_out, "cpu_s": cpu, "profile": profile}
 
@@ -249,71 +252,95 @@ def _compressed_payloads(segment: bytes) -> list[tuple[int, memoryview, bytes]]:
     return out
 
 
-#: The block size of the LZ4 frames Kafka's producer writes (and the encoder): 64 KiB.
+#: Kafka's LZ4 block size (64 KiB): what the worst case of a frame counts its blocks in.
 _LZ4_BLOCK = 64 << 10
 _LZ4, _ZSTD = 3, 4
 
 
-def _lz4_blocks(frame: memoryview) -> list[tuple[bool, memoryview]]:
-    """(stored raw, bytes) of each block of an LZ4 frame as Kafka's producer writes it (no checksums)."""
-    pos = 7 + (8 if frame[4] & 0x08 else 0)
-    blocks: list[tuple[bool, memoryview]] = []
-    while True:
-        (size,) = struct.unpack_from("<I", frame, pos)
-        pos += 4
-        if size == 0:
-            return blocks
-        n = size & 0x7FFFFFFF
-        blocks.append((bool(size >> 31), frame[pos:pos + n]))
-        pos += n
-
-
-def _codec_floor(inputs: list[tuple[int, memoryview, int]],
-                 outputs: list[tuple[int, bytes]]) -> Callable[[], None] | None:
-    """The least CPU a rewrite of these batches costs in the codec library: each compressed input payload (``inputs``:
-    codec, payload and its decompressed size) decompressed once and each output payload (``outputs``: codec and
-    records) compressed once, by bare library calls (LZ4 block by block into a buffer already there; zstd frame by
-    frame through one compression and one decompression context, made once, each call's frame in a buffer of its
-    own, the cheapest the library offers), as the encoder frames them; None when nothing is compressed. Other
-    codecs are not in this benchmark's data."""
-    import cramjam
+def _joined(payloads: list[Any]) -> tuple[Any, Any, Any]:
+    """``payloads`` one after another in one array: (the bytes, where each starts, where each ends)."""
     import numpy as np
-    import zstandard
+
+    ends = np.cumsum([len(p) for p in payloads], dtype=np.int64)
+    starts = ends - np.array([len(p) for p in payloads], np.int64)
+    return np.frombuffer(b"".join(payloads), np.uint8), starts, ends
+
+
+def _codec_floor(inputs: list[tuple[int, memoryview]], outputs: list[tuple[int, bytes]]) -> Callable[[], None] | None:
+    """The least CPU a rewrite of these batches costs in the codec library: each compressed input payload
+    (``inputs``: codec and payload) decompressed once and each output payload (``outputs``: codec and records)
+    compressed once, as the encoder frames them, by the compiled calls of the codec's functions that the task makes
+    (``segment_io/_lz4_kernels.py``, ``_zstd_kernels.py``), with nothing around them: every payload of a codec in
+    one call, into a buffer made once and reused (a buffer per payload, as a Python call of python-zstandard
+    returns, costs zstd's decompression a third more on this data). None when nothing is compressed. Other codecs
+    are not in this benchmark's data."""
+    from segment_io import _lz4_kernels, _zstd_kernels
 
     if not inputs and not outputs:
         return None
-    if any(c not in (_LZ4, _ZSTD) for c, *_ in inputs + outputs):
+    if any(c not in (_LZ4, _ZSTD) for c, _ in inputs + outputs):
         raise RuntimeError("the codec floor covers lz4 and zstd only")
-    lz4_in = [block for c, p, _ in inputs if c == _LZ4 for block in _lz4_blocks(p)]
-    zstd_in = [p for c, p, _ in inputs if c == _ZSTD]
-    lz4_out = [memoryview(raw)[a:a + _LZ4_BLOCK] for c, raw in outputs if c == _LZ4
-               for a in range(0, len(raw), _LZ4_BLOCK)]
-    zstd_out = [raw for c, raw in outputs if c == _ZSTD]
-    # room for the largest payload either way and for zstd's bound of the largest output
-    into = np.empty(max([_LZ4_BLOCK] + [n for *_, n in inputs] + [len(raw) for _, raw in outputs]) * 2 + (1 << 20),
-                    np.uint8)
-
-    zstd_in_context, zstd_out_context = zstandard.ZstdDecompressor(), zstandard.ZstdCompressor(level=3)
+    if not (_lz4_kernels.LINKED and _zstd_kernels.LINKED):
+        raise RuntimeError("the codec floor needs the compiled codec calls (LZ4's and libzstd's functions found)")
+    calls = [make(codec, items) for codec in (_LZ4, _ZSTD)
+             for make, items in ((_inflating, [p for c, p in inputs if c == codec]),
+                                 (_deflating, [raw for c, raw in outputs if c == codec])) if items]
 
     def floor() -> None:
-        for stored, block in lz4_in:
-            if stored:
-                into[:len(block)] = block
-            else:
-                cramjam.lz4.decompress_block_into(block, into)
-        for payload in zstd_in:
-            zstd_in_context.decompress(payload)
-        for block in lz4_out:
-            cramjam.lz4.compress_block_into(block, into, store_size=False)
-        for records in zstd_out:
-            zstd_out_context.compress(records)
+        for call in calls:
+            if not call():
+                raise RuntimeError("the codec floor's calls did not take every payload")
 
     return floor
 
 
+def _inflating(codec: int, payloads: list[memoryview]) -> Callable[[], bool]:
+    """One compiled call decompressing every one of ``payloads`` into the rooms the task plans for them; whether
+    it took them all."""
+    import numpy as np
+
+    from segment_io import _lz4_kernels, _zstd_kernels, compression
+
+    data, starts, ends = _joined(payloads)
+    n = len(payloads)
+    codecs, limits = np.full(n, codec, np.int64), np.full(n, 1 << 30, np.int64)
+    _, rooms = compression.plan_payloads(data, starts, ends, codecs, limits)
+    into, done = np.empty(int(rooms.sum()), np.uint8), np.empty(n, np.int64)
+    if codec == _ZSTD:
+        return lambda: _zstd_kernels.inflate_frames(data, starts, ends, codecs, rooms, limits, 0, into, 0, done,
+                                                    _zstd_kernels.decompression_context())[0] == n
+    found = compression._lz4_frame_blocks(memoryview(data), starts, ends, codecs)  # type: ignore[arg-type]
+    scratch = np.empty(int(found.block_max.max()), np.uint8)
+    return lambda: _lz4_kernels.inflate_frames(data, found.first, found.count, found.block_max, found.block_start,
+                                               found.block_size, rooms, limits, 0, into, 0, scratch, done)[0] == n
+
+
+def _deflating(codec: int, records: list[bytes]) -> Callable[[], bool]:
+    """One compiled call compressing every one of ``records`` into a buffer of their worst cases, framed as the
+    encoder frames them; whether it did."""
+    import numpy as np
+
+    from segment_io import _lz4_kernels, _zstd_kernels, compression
+
+    data, starts, ends = _joined(records)
+    sizes = ends - starts
+    at = np.empty(len(records) + 1, np.int64)
+    if codec == _ZSTD:
+        bounds = compression._zstd_bounds(sizes)
+        out = np.empty(int(bounds.sum()), np.uint8)
+        return lambda: _zstd_kernels.deflate_frames(data, starts, sizes, 0, bounds, out, at,
+                                                    _zstd_kernels.compression_context()) >= 0
+    blocks = -(-sizes // _LZ4_BLOCK)  # each frame's worst case, as the encoder sizes it
+    out = np.empty(int((len(compression._LZ4_JAVA_HEADER) + 4 * (blocks + 1) + sizes + sizes // 255
+                        + 16 * blocks).sum()), np.uint8)
+    return lambda: _lz4_kernels.deflate_java_frames(data, starts, sizes, 0, compression._LZ4_JAVA_HEADER_BYTES,
+                                                    out, at) >= 0
+
+
 def _profile_shares(fn: Callable[[], Any]) -> dict[str, float]:
     """Shares of one profiled call of ``fn``'s CPU time spent inside the codec library's calls (with the compiled
-    kernels that call LZ4's, ``segment_io/_lz4_kernels.py``), the crc32c package's and the other compiled kernels
+    kernels that call LZ4's and libzstd's, ``segment_io/_lz4_kernels.py`` and ``_zstd_kernels.py``), the crc32c
+    package's and the other compiled kernels
     (``segment_io/_*_kernels.py``). The profiler slows the Python around
     those calls, not the calls themselves, so these shares are lower bounds."""
     import cProfile
@@ -328,8 +355,9 @@ def _profile_shares(fn: Callable[[], Any]) -> dict[str, float]:
     for (filename, _, function), entry in table.items():
         if filename == "~" and "crc32c" in function:
             shares["CRC32C (crc32c package)"] += entry[2]
-        elif (filename == "~" and "compress" in function) or filename.endswith("_lz4_kernels.py"):
-            # the compiled calls of LZ4's block functions: the codec's time, with its frame walk around it
+        elif (filename == "~" and "compress" in function) or filename.endswith(("_lz4_kernels.py",
+                                                                                 "_zstd_kernels.py")):
+            # the compiled calls of the codecs' functions: the codec's time, with the frame walk around it
             shares["codec library"] += entry[2]
         elif filename.endswith("_kernels.py"):
             shares["compiled kernels"] += entry[2]
@@ -341,12 +369,12 @@ def _profile_shares(fn: Callable[[], Any]) -> dict[str, float]:
 # --------------------------------------------------------------------------------------------------
 
 
-def _measure_in_new_process(checkout: Path, log_dir: Path, repeat: int) -> dict[str, Any]:
+def _measure_in_new_process(checkout: Path, log_dir: Path, repeat: int, codec_floors: bool) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(checkout))
     out = subprocess.run([sys.executable, "-c", "import json, sys; from pathlib import Path; "
                           f"sys.path.insert(0, {str(checkout)!r}); sys.path.insert(1, {str(Path(__file__).parent)!r}); "
                           "import clean_cpu_bench as b; "
-                          f"print(json.dumps(b.measure(Path({str(log_dir)!r}), {repeat})))"],
+                          f"print(json.dumps(b.measure(Path({str(log_dir)!r}), {repeat}, {codec_floors})))"],
                          check=True, capture_output=True, text=True, env=env, cwd=str(checkout)).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -436,8 +464,11 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data"), repeat: int | 
             for _ in range(ROUNDS if baseline else 1):
                 for label, checkout in checkouts:
                     loads.setdefault(label, _load())
-                    rounds[label].append(_measure_in_new_process(checkout, log_dir, repeat))
+                    rounds[label].append(_measure_in_new_process(checkout, log_dir, repeat, label == "after"))
             measured = {label: _median_of(runs) for label, runs in rounds.items()}
+            for label in measured:  # the codec's floors, measured by this checkout's calls (see measure)
+                for part in ("floor: codec", "floor: codec, second decompression"):
+                    measured[label]["cpu_s"].setdefault(part, measured["after"]["cpu_s"][part])
             for label, _ in checkouts:
                 rows += _rows(case, label if baseline else "", measured[label], loads[label])
             if baseline:
