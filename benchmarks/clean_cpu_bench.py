@@ -22,12 +22,12 @@ user and system time of every thread of the process) of ``--repeat`` runs after 
   least a rewrite of the batches costs in the codec library): every compressed payload of the input decompressed
   once and every payload of the batches the task wrote (the kept records; not the batches it copied verbatim)
   compressed once, by the compiled calls of the codec's functions that the task makes (LZ4's block functions,
-  libzstd through contexts made once), every payload of a codec in one call into a buffer already there, with
-  nothing around them. This checkout's process measures it and the baseline's rows are given the same figure:
-  the floor is the data's and the library's, not the checkout's. Beside it, not part of it: the same
-  calls decompressing once more the payload of every input batch the task rewrote (not copied verbatim), which a
-  cleaner that reads the dirty section twice (the map's pass, then the clean, as Kafka's does) cannot avoid
-  without holding every decompressed payload between its passes.
+  libzstd through contexts made once), a run of about a MiB of payloads a call, every run into the same buffer
+  (one that stays in the processor's cache), with nothing around them. This checkout's process measures it and
+  the baseline's rows are given the same figure: the floor is the data's and the library's, not the checkout's.
+  Beside it, not part of it: the same calls decompressing once more the payload of every input batch the task
+  rewrote (not copied verbatim), which a cleaner that reads the dirty section twice (the map's pass, then the
+  clean, as Kafka's does) cannot avoid without holding every decompressed payload between its passes.
 
 The section's first row is a fact of the machine (:func:`first_touch_row`): the kernel time to touch 256 MiB of new
 memory right after as much was freed, and after two idle seconds; on a VM that gives freed memory back to its host
@@ -266,14 +266,19 @@ def _joined(payloads: list[Any]) -> tuple[Any, Any, Any]:
     return np.frombuffer(b"".join(payloads), np.uint8), starts, ends
 
 
+#: The codec's floor decompresses or compresses a run of payloads of at most this many bytes of output at a time,
+#: into one buffer reused by every run, which stays in the processor's cache (into one buffer for all of them, LZ4
+#: takes a third more time on this benchmark's data, zstd a tenth).
+_FLOOR_RUN_BYTES = 1 << 20
+
+
 def _codec_floor(inputs: list[tuple[int, memoryview]], outputs: list[tuple[int, bytes]]) -> Callable[[], None] | None:
     """The least CPU a rewrite of these batches costs in the codec library: each compressed input payload
     (``inputs``: codec and payload) decompressed once and each output payload (``outputs``: codec and records)
     compressed once, as the encoder frames them, by the compiled calls of the codec's functions that the task makes
-    (``segment_io/_lz4_kernels.py``, ``_zstd_kernels.py``), with nothing around them: every payload of a codec in
-    one call, into a buffer made once and reused (a buffer per payload, as a Python call of python-zstandard
-    returns, costs zstd's decompression a third more on this data). None when nothing is compressed. Other codecs
-    are not in this benchmark's data."""
+    (``segment_io/_lz4_kernels.py``, ``_zstd_kernels.py``), with nothing around them: a run of payloads of about
+    :data:`_FLOOR_RUN_BYTES` of output in one call, every run into the same buffer. None when nothing is
+    compressed. Other codecs are not in this benchmark's data."""
     from segment_io import _lz4_kernels, _zstd_kernels
 
     if not inputs and not outputs:
@@ -282,9 +287,10 @@ def _codec_floor(inputs: list[tuple[int, memoryview]], outputs: list[tuple[int, 
         raise RuntimeError("the codec floor covers lz4 and zstd only")
     if not (_lz4_kernels.LINKED and _zstd_kernels.LINKED):
         raise RuntimeError("the codec floor needs the compiled codec calls (LZ4's and libzstd's functions found)")
-    calls = [make(codec, items) for codec in (_LZ4, _ZSTD)
+    calls = [call for codec in (_LZ4, _ZSTD)
              for make, items in ((_inflating, [p for c, p in inputs if c == codec]),
-                                 (_deflating, [raw for c, raw in outputs if c == codec])) if items]
+                                 (_deflating, [raw for c, raw in outputs if c == codec])) if items
+             for call in make(codec, items)]
 
     def floor() -> None:
         for call in calls:
@@ -294,47 +300,62 @@ def _codec_floor(inputs: list[tuple[int, memoryview]], outputs: list[tuple[int, 
     return floor
 
 
-def _inflating(codec: int, payloads: list[memoryview]) -> Callable[[], bool]:
-    """One compiled call decompressing every one of ``payloads`` into the rooms the task plans for them; whether
-    it took them all."""
+def _runs(sizes: Any) -> list[slice]:
+    """``sizes`` cut into runs of at most :data:`_FLOOR_RUN_BYTES` in all (at least one each)."""
+    runs, start, total = [], 0, 0
+    for i, size in enumerate(sizes.tolist()):
+        if i > start and total + size > _FLOOR_RUN_BYTES:
+            runs.append(slice(start, i))
+            start, total = i, 0
+        total += size
+    return runs + [slice(start, len(sizes))]
+
+
+def _inflating(codec: int, payloads: list[memoryview]) -> list[Callable[[], bool]]:
+    """Compiled calls decompressing ``payloads``, a run each, into the rooms the task plans for them; each says
+    whether it took its whole run."""
     import numpy as np
 
     from segment_io import _lz4_kernels, _zstd_kernels, compression
 
     data, starts, ends = _joined(payloads)
-    n = len(payloads)
-    codecs, limits = np.full(n, codec, np.int64), np.full(n, 1 << 30, np.int64)
+    codecs, limits = np.full(len(payloads), codec, np.int64), np.full(len(payloads), 1 << 30, np.int64)
     _, rooms = compression.plan_payloads(data, starts, ends, codecs, limits)
-    into, done = np.empty(int(rooms.sum()), np.uint8), np.empty(n, np.int64)
+    runs = _runs(rooms)
+    into, done = np.empty(max(int(rooms[r].sum()) for r in runs), np.uint8), np.empty(len(payloads), np.int64)
     if codec == _ZSTD:
-        return lambda: _zstd_kernels.inflate_frames(data, starts, ends, codecs, rooms, limits, 0, into, 0, done,
-                                                    _zstd_kernels.decompression_context())[0] == n
+        return [lambda r=r: _zstd_kernels.inflate_frames(  # type: ignore[misc]
+            data, starts[r], ends[r], codecs[r], rooms[r], limits[r], 0, into, 0, done[r],
+            _zstd_kernels.decompression_context())[0] == r.stop - r.start for r in runs]
     found = compression._lz4_frame_blocks(memoryview(data), starts, ends, codecs)  # type: ignore[arg-type]
     scratch = np.empty(int(found.block_max.max()), np.uint8)
-    return lambda: _lz4_kernels.inflate_frames(data, found.first, found.count, found.block_max, found.block_start,
-                                               found.block_size, rooms, limits, 0, into, 0, scratch, done)[0] == n
+    return [lambda r=r: _lz4_kernels.inflate_frames(  # type: ignore[misc]
+        data, found.first[r], found.count[r], found.block_max[r], found.block_start, found.block_size, rooms[r],
+        limits[r], 0, into, 0, scratch, done[r])[0] == r.stop - r.start for r in runs]
 
 
-def _deflating(codec: int, records: list[bytes]) -> Callable[[], bool]:
-    """One compiled call compressing every one of ``records`` into a buffer of their worst cases, framed as the
-    encoder frames them; whether it did."""
+def _deflating(codec: int, records: list[bytes]) -> list[Callable[[], bool]]:
+    """Compiled calls compressing ``records``, a run each, into a buffer of their worst cases, framed as the
+    encoder frames them; each says whether it did."""
     import numpy as np
 
     from segment_io import _lz4_kernels, _zstd_kernels, compression
 
     data, starts, ends = _joined(records)
     sizes = ends - starts
-    at = np.empty(len(records) + 1, np.int64)
     if codec == _ZSTD:
         bounds = compression._zstd_bounds(sizes)
-        out = np.empty(int(bounds.sum()), np.uint8)
-        return lambda: _zstd_kernels.deflate_frames(data, starts, sizes, 0, bounds, out, at,
-                                                    _zstd_kernels.compression_context()) >= 0
-    blocks = -(-sizes // _LZ4_BLOCK)  # each frame's worst case, as the encoder sizes it
-    out = np.empty(int((len(compression._LZ4_JAVA_HEADER) + 4 * (blocks + 1) + sizes + sizes // 255
-                        + 16 * blocks).sum()), np.uint8)
-    return lambda: _lz4_kernels.deflate_java_frames(data, starts, sizes, 0, compression._LZ4_JAVA_HEADER_BYTES,
-                                                    out, at) >= 0
+    else:  # each frame's worst case, as the encoder sizes it
+        blocks = -(-sizes // _LZ4_BLOCK)
+        bounds = len(compression._LZ4_JAVA_HEADER) + 4 * (blocks + 1) + sizes + sizes // 255 + 16 * blocks
+    runs = _runs(bounds)
+    out, at = np.empty(max(int(bounds[r].sum()) for r in runs), np.uint8), np.empty(len(records) + 1, np.int64)
+    if codec == _ZSTD:
+        return [lambda r=r: _zstd_kernels.deflate_frames(  # type: ignore[misc]
+            data, starts[r], sizes[r], 0, bounds[r], out, at, _zstd_kernels.compression_context()) >= 0
+            for r in runs]
+    return [lambda r=r: _lz4_kernels.deflate_java_frames(  # type: ignore[misc]
+        data, starts[r], sizes[r], 0, compression._LZ4_JAVA_HEADER_BYTES, out, at) >= 0 for r in runs]
 
 
 def _profile_shares(fn: Callable[[], Any]) -> dict[str, float]:
