@@ -138,45 +138,35 @@ def _function(builder, name: str, result, arguments):
     return cgutils.get_or_insert_function(builder.module, ir.FunctionType(result, arguments), name)
 
 
-@intrinsic
-def _decompress(typingctx, dctx, dst, dst_start, room, src, src_start, n):
-    """``ZSTD_decompressDCtx(dctx, &dst[dst_start], room, &src[src_start], n)``: the bytes written, or an error code
-    (:func:`_is_error`; negative as a signed number)."""
-    sig = types.int64(dctx, dst, dst_start, room, src, src_start, n)
+def _context_call(name: str):
+    """An intrinsic ``call(ctx, dst, dst_start, room, src, src_start, n) -> int64`` of libzstd's ``name`` (its C
+    signature ``size_t f(ctx*, void* dst, size_t room, const void* src, size_t n)``): ``n`` bytes from
+    ``src[src_start:]`` into at most ``room`` bytes at ``dst[dst_start:]`` through the context whose address is
+    ``ctx``; what it wrote, or an error code (:func:`_is_error`; negative as a signed number)."""
 
-    def codegen(context, builder, signature, args):
-        ctx, d, d_start, capacity, s, s_start, count = args
-        kinds = signature.args
-        i64, ptr = ir.IntType(64), ir.IntType(8).as_pointer()
-        function = _function(builder, "ZSTD_decompressDCtx", i64, [ptr, ptr, i64, ptr, i64])
-        return builder.call(function, [
-            builder.inttoptr(context.cast(builder, ctx, kinds[0], types.uint64), ptr),
-            _pointer(context, builder, kinds[1], d, context.cast(builder, d_start, kinds[2], types.intp)),
-            context.cast(builder, capacity, kinds[3], types.uint64),
-            _pointer(context, builder, kinds[4], s, context.cast(builder, s_start, kinds[5], types.intp)),
-            context.cast(builder, count, kinds[6], types.uint64)])
+    @intrinsic
+    def call(typingctx, ctx, dst, dst_start, room, src, src_start, n):
+        sig = types.int64(ctx, dst, dst_start, room, src, src_start, n)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            address, d, d_start, capacity, s, s_start, count = args
+            kinds = signature.args
+            i64, ptr = ir.IntType(64), ir.IntType(8).as_pointer()
+            function = _function(builder, name, i64, [ptr, ptr, i64, ptr, i64])
+            return builder.call(function, [
+                builder.inttoptr(context.cast(builder, address, kinds[0], types.uint64), ptr),
+                _pointer(context, builder, kinds[1], d, context.cast(builder, d_start, kinds[2], types.intp)),
+                context.cast(builder, capacity, kinds[3], types.uint64),
+                _pointer(context, builder, kinds[4], s, context.cast(builder, s_start, kinds[5], types.intp)),
+                context.cast(builder, count, kinds[6], types.uint64)])
+
+        return sig, codegen
+
+    return call
 
 
-@intrinsic
-def _compress(typingctx, cctx, dst, dst_start, room, src, src_start, n):
-    """``ZSTD_compress2(cctx, &dst[dst_start], room, &src[src_start], n)``: the frame's size, or an error code."""
-    sig = types.int64(cctx, dst, dst_start, room, src, src_start, n)
-
-    def codegen(context, builder, signature, args):
-        ctx, d, d_start, capacity, s, s_start, count = args
-        kinds = signature.args
-        i64, ptr = ir.IntType(64), ir.IntType(8).as_pointer()
-        function = _function(builder, "ZSTD_compress2", i64, [ptr, ptr, i64, ptr, i64])
-        return builder.call(function, [
-            builder.inttoptr(context.cast(builder, ctx, kinds[0], types.uint64), ptr),
-            _pointer(context, builder, kinds[1], d, context.cast(builder, d_start, kinds[2], types.intp)),
-            context.cast(builder, capacity, kinds[3], types.uint64),
-            _pointer(context, builder, kinds[4], s, context.cast(builder, s_start, kinds[5], types.intp)),
-            context.cast(builder, count, kinds[6], types.uint64)])
-
-    return sig, codegen
+_decompress = _context_call("ZSTD_decompressDCtx")
+_compress = _context_call("ZSTD_compress2")
 
 
 def _frame_query(name: str):

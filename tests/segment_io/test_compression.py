@@ -40,17 +40,24 @@ def _cases() -> list[tuple[str, int, bytes, bytes]]:
 CASES = _cases()
 
 
+def _codec_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, kernels: str, package: str) -> str:
+    """The codec's compiled calls (``compression.<kernels>()``), or Python's path where they are missing, by the
+    fixture's parameter; the compiled ones must be there on Linux, where ``package``'s wheels export the codec's
+    functions (the path every run takes)."""
+    if request.param == "python":
+        monkeypatch.setattr(compression, kernels, lambda: None)
+    elif sys.platform == "linux":
+        assert getattr(compression, kernels)() is not None, f"the {package} package's codec functions were not found"
+    else:
+        pytest.skip(f"the codec's functions are looked for where the {package} package's wheels export them")
+    return str(request.param)
+
+
 @pytest.fixture(params=["compiled", "python"])
 def lz4_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """LZ4 frames as Kafka's producers write them through the compiled block calls (:mod:`segment_io._lz4_kernels`),
     and through Python's, one cramjam call a block (where LZ4's functions are not found)."""
-    if request.param == "python":
-        monkeypatch.setattr(compression, "_lz4_kernels", lambda: None)
-    elif sys.platform == "linux":  # where the lz4 package's wheels export them: the path every run takes
-        assert compression._lz4_kernels() is not None, "LZ4's block functions were not found"
-    else:
-        pytest.skip("LZ4's block functions are looked for where the lz4 package's wheels are known to export them")
-    return str(request.param)
+    return _codec_path(request, monkeypatch, "_lz4_kernels", "lz4")
 
 
 @pytest.mark.parametrize("name,codec,data,original", CASES, ids=[c[0] for c in CASES])
@@ -318,13 +325,7 @@ def test_an_ordinary_zstd_payload_goes_through_the_thread_s_context(monkeypatch:
 def zstd_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """zstd payloads through the compiled calls of libzstd (:mod:`segment_io._zstd_kernels`), and through Python's,
     one python-zstandard call a payload (where libzstd's functions are not found)."""
-    if request.param == "python":
-        monkeypatch.setattr(compression, "_zstd_kernels", lambda: None)
-    elif sys.platform == "linux":  # where the zstandard package's wheels export them: the path every run takes
-        assert compression._zstd_kernels() is not None, "libzstd's functions were not found"
-    else:
-        pytest.skip("libzstd's functions are looked for where the zstandard package's wheels are known to export them")
-    return str(request.param)
+    return _codec_path(request, monkeypatch, "_zstd_kernels", "zstandard")
 
 
 def _outcome(payloads: list[tuple[int, bytes]], limit: int = 1 << 30) -> tuple[bytes, list[int], list]:
