@@ -225,14 +225,14 @@ def _one_frame(data, s, size) -> bool:
 def inflate_frames(data, starts, ends, codecs, capacities, limits, j, buf, at, done, dctx) -> tuple[int, int]:
     """Decompress payloads ``j``, ``j + 1``, ... (``data[starts[i]:ends[i]]``, each one zstd frame) one after another
     into ``buf`` from byte ``at``, payload ``i`` into at most ``capacities[i]`` bytes, ``done[i]`` where it ends,
-    through the decompression context ``dctx``. Stops before the first payload that is not zstd's, not one frame
-    and nothing after it, states more than its room, does not decompress, decompresses to nothing (left to the
-    one-shot call, as Python does) or past ``min(limits[i], capacities[i])``. Returns ``(i, at)``: the payload it
-    stopped before (the end, if all were done) and where the next one goes."""
+    through the decompression context ``dctx``. Stops before the first payload whose room does not fit in ``buf``,
+    that is not zstd's, not one frame and nothing after it, states more than its room, does not decompress,
+    decompresses to nothing (left to the one-shot call, as Python does) or past ``min(limits[i], capacities[i])``.
+    Returns ``(i, at)``: the payload it stopped before (the end, if all were done) and where the next one goes."""
     i = j
     while i < starts.shape[0] and codecs[i] == ZSTD:
         s, size, room = starts[i], ends[i] - starts[i], capacities[i]
-        if not _one_frame(data, s, size):
+        if at + room > buf.shape[0] or not _one_frame(data, s, size):
             break
         stated = _content_size(data, s, size)
         if stated == _CONTENT_SIZE_ERROR or (stated != _CONTENT_SIZE_UNKNOWN and stated > room):
@@ -252,11 +252,13 @@ def deflate_frames(src, starts, sizes, head, bounds, out, ends, cctx) -> int:
     ``cctx``, one after another into ``out``, each after ``head`` bytes left for the caller and given ``bounds[i]``
     bytes of room (zstd's worst case for it, so that the frame is made in one step); ``ends[i + 1]`` where frame
     ``i`` ends (``ends[0]`` is 0). Returns the bytes written, or ``-1 - i`` when payload ``i`` could not be
-    compressed."""
+    compressed (or its room runs past ``out``)."""
     at = 0
     ends[0] = 0
     for i in range(starts.shape[0]):
         at += head
+        if at + bounds[i] > out.shape[0]:  # a room past the buffer's end: refused, not written
+            return -1 - i
         n = _compress(cctx, out, at, bounds[i], src, starts[i], sizes[i])
         if _is_error(n):
             return -1 - i

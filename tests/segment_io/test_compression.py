@@ -401,3 +401,17 @@ def test_zstd_compresses_to_the_bytes_cramjam_does(level: int | None) -> None:
     segjobs wrote before it kept contexts), so rewritten zstd batches keep their bytes."""
     for payload in (b"", TEXT[:100], TEXT[:20_000], TEXT, random.Random(7).randbytes(50_000)):
         assert compression.compress(ZSTD, payload, level) == bytes(cramjam.zstd.compress(payload, level=level))
+
+
+@pytest.mark.parametrize("after", ["zstd", "lz4"])
+def test_a_payload_that_inflates_past_its_plan_leaves_room_for_the_compiled_calls_after_it(after: str) -> None:
+    """A gzip payload whose last member's ISIZE understates it (1 byte planned, 262,001 inflated) grows the buffer
+    to its own needs only; the compiled call for the payload after it must still get a room inside the buffer
+    (here it would begin 143 bytes before the buffer's end)."""
+    original = (TEXT * 2)[:262_000]
+    gzipped = bytes(cramjam.gzip.compress(original)) + bytes(cramjam.gzip.compress(b"x"))
+    following = (ZSTD, _zstd_payloads()["one frame"]) if after == "zstd" else (LZ4, compression.compress(LZ4, TEXT))
+    inflater, done, failed = _run([(GZIP, gzipped), following])
+    expected = TEXT[:20_000] if after == "zstd" else TEXT
+    assert not failed and done == [262_001, 262_001 + len(expected)]
+    assert bytes(inflater.view()) == original + b"x" + expected

@@ -48,3 +48,16 @@ def test_a_payload_within_its_room_but_past_its_bound_is_stopped() -> None:
     payload = compression.compress(LZ4, TEXT)
     assert _inflate(payload, len(TEXT) + 10, limit=len(TEXT) - 1)[:2] == (0, 0)
     assert _inflate(payload, len(TEXT) + 10, limit=len(TEXT))[:2] == (1, len(TEXT))
+
+
+def test_a_room_past_the_buffer_s_end_is_refused_before_anything_is_written() -> None:
+    payload = compression.compress(LZ4, TEXT)
+    data = np.frombuffer(payload, np.uint8)
+    found = compression._lz4_frame_blocks(memoryview(payload), np.array([0]), np.array([len(payload)]),
+                                          np.array([LZ4]))
+    whole = np.full(len(TEXT) + 4096, SENTINEL, np.uint8)
+    buf = whole[:len(TEXT) - 1]  # the room the payload is given runs a byte past the buffer
+    done, at = kernels.inflate_frames(data, found.first, found.count, found.block_max, found.block_start,
+                                      found.block_size, np.array([len(TEXT)]), np.array([1 << 30]), 0, buf, 0,
+                                      np.empty(int(found.block_max.max()), np.uint8), np.zeros(1, np.int64))
+    assert (done, at) == (0, 0) and (whole == SENTINEL).all()

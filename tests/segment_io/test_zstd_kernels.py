@@ -72,3 +72,26 @@ def test_frames_are_those_of_the_thread_s_python_zstandard_context() -> None:
     assert written == at[-1]
     for i, payload in enumerate(payloads):
         assert bytes(out[at[i] + 5:at[i + 1]]) == compression._ZSTD.compressor.compress(payload), i
+
+
+def test_a_room_past_the_buffer_s_end_is_refused_before_anything_is_written() -> None:
+    payload = compression.compress(ZSTD, TEXT)
+    whole = np.full(len(TEXT) + 4096, SENTINEL, np.uint8)
+    buf = whole[:len(TEXT) - 1]  # the room the payload is given runs a byte past the buffer
+    done, at = kernels.inflate_frames(np.frombuffer(payload, np.uint8), np.array([0]), np.array([len(payload)]),
+                                      np.array([ZSTD]), np.array([len(TEXT)]), np.array([1 << 30]), 0, buf, 0,
+                                      np.zeros(1, np.int64), kernels.decompression_context())
+    assert (done, at) == (0, 0) and (whole == SENTINEL).all()
+
+
+def test_a_frame_whose_room_runs_past_the_output_is_refused() -> None:
+    sizes = np.array([1000, len(TEXT)], np.int64)
+    data = np.frombuffer(TEXT[:1000] + TEXT, np.uint8)
+    bounds = compression._zstd_bounds(sizes)
+    first = len(compression.compress(ZSTD, TEXT[:1000]))
+    whole = np.full(int(bounds.sum()) + 4096, SENTINEL, np.uint8)
+    out = whole[:first + int(bounds[1]) - 1]  # the second frame's room runs a byte past it
+    written = kernels.deflate_frames(data, np.array([0, 1000]), sizes, 0, bounds, out, np.empty(3, np.int64),
+                                     kernels.compression_context())
+    # (libzstd may use all of the first frame's room while it makes it)
+    assert written == -2 and (whole[int(bounds[0]):] == SENTINEL).all()
