@@ -2,8 +2,8 @@
 
 A Kafka zstd batch holds one zstd frame. Called from Python, each frame costs, besides the codec's work, a call
 into python-zstandard that hands back a new bytes object (allocated, then copied into the buffer the decode or
-the encoder writes), plus the checks around it: for batches of 50 KB of records, about a tenth of a cleaning
-task's CPU (``docs/performance.md``, "Cleaning: CPU per byte"). These kernels call libzstd
+the encoder writes), plus the checks around it: with batches of 50 KB of records, about 4% of a cleaning task's
+CPU (``docs/performance.md``, "Cleaning: CPU per byte"). These kernels call libzstd
 (``ZSTD_decompressDCtx``, ``ZSTD_compress2``) straight from compiled code, into the caller's buffer, for every
 payload of a run of batches in one call, with one decompression and one compression context per thread made once
 (as :mod:`segment_io.compression` does from Python). Python keeps the payloads they do not take (several frames, a
