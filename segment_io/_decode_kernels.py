@@ -10,8 +10,9 @@ Two passes, so that nothing is allocated from an unchecked length field:
    record's fields use exactly its declared size and that each batch holds exactly its declared number of
    records, and sums the bytes each output column needs (and, where the processor has the CRC32 instruction,
    checks each uncompressed batch's CRC just before walking its records).
-2. :func:`fill_records` (or :func:`hash_records`) walks the now-trusted bytes again and writes straight into
-   buffers preallocated from those sums.
+2. :func:`fill_records` (or :func:`hash_records`) walks the bytes the scan accepted again and writes straight
+   into buffers preallocated from those sums (checking each length against what is left of its buffer, since
+   mapped bytes can change between the two walks).
 
 Kernels never raise: they report the first problem in ``err`` as ``[code, batch index, byte position in
 its buffer, record index, offending value]`` and the caller raises the matching exception.
@@ -66,6 +67,7 @@ ERR_COUNT_NEGATIVE = 7
 ERR_CONTROL_KEY = 8
 ERR_CONTROL_VERSION = 9
 ERR_CRC = 10
+ERR_CHANGED = 11
 
 #: Slots of the ``totals`` array :func:`scan_records` fills.
 TOT_RECORDS, TOT_KEY_BYTES, TOT_VALUE_BYTES, TOT_HEADERS, TOT_HKEY_BYTES, TOT_HVALUE_BYTES = range(6)
@@ -303,9 +305,14 @@ def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
                  k_offs: np.ndarray, k_data: np.ndarray, k_valid: np.ndarray,
                  v_offs: np.ndarray, v_data: np.ndarray, v_valid: np.ndarray, v_refs: np.ndarray,
                  h_offs: np.ndarray, hk_offs: np.ndarray, hk_data: np.ndarray,
-                 hv_offs: np.ndarray, hv_data: np.ndarray, hv_valid: np.ndarray) -> None:
+                 hv_offs: np.ndarray, hv_data: np.ndarray, hv_valid: np.ndarray, err: np.ndarray) -> bool:
     """Second pass over bytes :func:`scan_records` accepted: writes per-record columns into the given
     buffers (binary columns as int32 offsets + data + validity bytes). Columns not wanted are skipped.
+
+    The buffers are sized from what the scan found. Bytes that are memory-mapped can change between the two
+    passes (another process writing the file), so every length read again is checked against what is left of
+    its buffer and of the bytes before anything is copied: False (and ``err``, :data:`ERR_CHANGED`) at the first
+    record that is no longer what the scan accepted, nothing written past any buffer.
 
     With ``value_refs`` values are not copied: ``v_refs[r]`` is where record ``r``'s value length varint
     lies, in the segment for an uncompressed batch, else in the batch's decompressed payload (counted from
@@ -331,17 +338,27 @@ def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
         bts = base_ts[b]
         append_time = log_append[b]
         mts = max_ts[b]
-        for _ in range(counts[b]):
-            length, p = _varint(buf, pos, 1 << 62, _VARINT32_MAX)
+        for i in range(counts[b]):
+            length, p = _varint(buf, pos, buf.shape[0], _VARINT32_MAX)
             rec_end = p + length
+            if p < 0 or length < 1 or rec_end > buf.shape[0]:
+                return _fail(err, ERR_CHANGED, b, pos, i, 0)
             p += 1  # attributes: unused in v2 records
             ts_delta, p = _varint(buf, p, rec_end, _VARINT64_MAX)
+            if p < 0:
+                return _fail(err, ERR_CHANGED, b, pos, i, 0)
             off_delta, p = _varint(buf, p, rec_end, _VARINT32_MAX)
+            if p < 0:
+                return _fail(err, ERR_CHANGED, b, pos, i, 0)
             offsets[r] = bo + off_delta
             timestamps[r] = mts if append_time else bts + ts_delta
             klen, p = _varint(buf, p, rec_end, _VARINT32_MAX)
+            if p < 0 or klen > rec_end - p:
+                return _fail(err, ERR_CHANGED, b, pos, i, 0)
             if want_keys:
                 if klen >= 0:
+                    if klen > k_data.shape[0] - ko:
+                        return _fail(err, ERR_CHANGED, b, pos, i, 0)
                     _copy(k_data, ko, buf, p, klen)
                     ko += klen
                     k_valid[r] = True
@@ -352,11 +369,15 @@ def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
                 p += klen
             vpos = p
             vlen, p = _varint(buf, p, rec_end, _VARINT32_MAX)
+            if p < 0 or vlen > rec_end - p:
+                return _fail(err, ERR_CHANGED, b, pos, i, 0)
             if value_refs:
                 v_refs[r] = vpos if src[b] == 0 else vpos - rstart[b]
                 v_valid[r] = vlen >= 0
             elif want_values:
                 if vlen >= 0:
+                    if vlen > v_data.shape[0] - vo:
+                        return _fail(err, ERR_CHANGED, b, pos, i, 0)
                     _copy(v_data, vo, buf, p, vlen)
                     vo += vlen
                     v_valid[r] = True
@@ -365,14 +386,20 @@ def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
                 v_offs[r + 1] = vo
             if want_headers:
                 hcount, p2 = _varint(buf, p + (vlen if vlen > 0 else 0), rec_end, _VARINT32_MAX)
+                if p2 < 0 or hcount < 0 or hcount > hv_valid.shape[0] - h:
+                    return _fail(err, ERR_CHANGED, b, pos, i, 0)
                 q = p2
                 for _ in range(hcount):
                     hk, q = _varint(buf, q, rec_end, _VARINT32_MAX)
+                    if q < 0 or hk < 0 or hk > rec_end - q or hk > hk_data.shape[0] - hko:
+                        return _fail(err, ERR_CHANGED, b, pos, i, 0)
                     _copy(hk_data, hko, buf, q, hk)
                     hko += hk
                     q += hk
                     hk_offs[h + 1] = hko
                     hv, q = _varint(buf, q, rec_end, _VARINT32_MAX)
+                    if q < 0 or hv > rec_end - q or hv > hv_data.shape[0] - hvo:
+                        return _fail(err, ERR_CHANGED, b, pos, i, 0)
                     if hv >= 0:
                         _copy(hv_data, hvo, buf, q, hv)
                         hvo += hv
@@ -385,6 +412,7 @@ def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
                 h_offs[r + 1] = h
             pos = rec_end
             r += 1
+    return True
 
 
 @njit(cache=True)
@@ -395,7 +423,8 @@ def hash_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
                  control_type: np.ndarray, err: np.ndarray) -> bool:
     """Second pass for the first compaction pass: offsets, timestamps, key hashes, null flags and control
     types, without copying keys or values. False (and ``err``) when a control record's key is not a control
-    key (:func:`control_key_type`)."""
+    key (:func:`control_key_type`), or when a record is no longer what the scan accepted (see
+    :func:`fill_records`)."""
     r = 0
     for b in range(rstart.shape[0]):
         buf = seg if src[b] == 0 else dec
@@ -406,14 +435,22 @@ def hash_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
         mts = max_ts[b]
         is_control = control[b]
         for i in range(counts[b]):
-            length, p = _varint(buf, pos, 1 << 62, _VARINT32_MAX)
+            length, p = _varint(buf, pos, buf.shape[0], _VARINT32_MAX)
             rec_end = p + length
+            if p < 0 or length < 1 or rec_end > buf.shape[0]:  # see fill_records: the bytes changed
+                return _fail(err, ERR_CHANGED, b, pos, i, 0)
             p += 1
             ts_delta, p = _varint(buf, p, rec_end, _VARINT64_MAX)
+            if p < 0:
+                return _fail(err, ERR_CHANGED, b, pos, i, 0)
             off_delta, p = _varint(buf, p, rec_end, _VARINT32_MAX)
+            if p < 0:
+                return _fail(err, ERR_CHANGED, b, pos, i, 0)
             offsets[r] = bo + off_delta
             timestamps[r] = mts if append_time else bts + ts_delta
             klen, p = _varint(buf, p, rec_end, _VARINT32_MAX)
+            if p < 0 or klen > rec_end - p:
+                return _fail(err, ERR_CHANGED, b, pos, i, 0)
             if klen >= 0:
                 hi, lo = murmur3_128(buf, p, klen)
                 key_hi[r] = hi

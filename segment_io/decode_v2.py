@@ -308,6 +308,8 @@ _KERNEL_ERRORS: dict[int, tuple[type[CorruptRecordError], str]] = {
                                             "(version, type)"),
     K.ERR_CONTROL_VERSION: (CorruptRecordError, "control record key has version {value}; a negative version "
                                                 "is not a control key (version, type)"),
+    K.ERR_CHANGED: (CorruptRecordError, "the segment's bytes changed while it was read: this record is no longer "
+                                        "the one its CRC check and scan accepted (is something writing the file?)"),
 }
 
 
@@ -424,10 +426,13 @@ def _fields(seg: SegmentBytes, inp: _V2Input, names: set[str]) -> _Fields | None
                 alloc(want_h, h + 1, np.int32), alloc(want_h, int(totals[K.TOT_HKEY_BYTES]), np.uint8),
                 alloc(want_h, h + 1, np.int32), alloc(want_h, int(totals[K.TOT_HVALUE_BYTES]), np.uint8),
                 alloc(want_h, h, np.bool_))
-    K.fill_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.counts, hdr.base_offset[batches],
-                   hdr.base_timestamp[batches], hdr.max_timestamp[batches], _log_append(hdr, batches),
-                   want_k, copy_v, want_h, refs, f.offsets, f.timestamps, f.k_offs, f.k_data, f.k_valid, f.v_offs,
-                   f.v_data, f.v_valid, f.v_refs, f.h_offs, f.hk_offs, f.hk_data, f.hv_offs, f.hv_data, f.hv_valid)
+    err = np.zeros(5, dtype=np.int64)
+    if not K.fill_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.counts, hdr.base_offset[batches],
+                          hdr.base_timestamp[batches], hdr.max_timestamp[batches], _log_append(hdr, batches),
+                          want_k, copy_v, want_h, refs, f.offsets, f.timestamps, f.k_offs, f.k_data, f.k_valid,
+                          f.v_offs, f.v_data, f.v_valid, f.v_refs, f.h_offs, f.hk_offs, f.hk_data, f.hv_offs,
+                          f.hv_data, f.hv_valid, err):
+        _raise_kernel_error(seg, inp, err)
     if refs and seg.payloads is not None and len(inp.dec):
         _offer_payloads(seg, inp)
     return f

@@ -6,6 +6,7 @@ import mmap
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from segment_io.decode import decode_segment_and_headers, decode_segment_bytes
 from segment_io.encode import encode_batches
@@ -47,3 +48,69 @@ def test_release_mapped_pages_takes_whole_pages_and_ignores_what_is_not_a_mappin
         assert bytes(mapped[:]) == before
     release_mapped_pages(b"not a mapping")
     release_mapped_pages(mapped)  # closed by now: left alone
+
+
+def _record_key_length_at(data: bytes) -> int:
+    """Where the first record's key length varint lies in a segment of one uncompressed batch whose record has a
+    1-byte timestamp delta and offset delta."""
+    p = 61
+    while data[p] & 0x80:  # the record's length varint
+        p += 1
+    return p + 4  # its last byte, attributes, timestamp delta, offset delta
+
+
+@pytest.mark.parametrize("columns", [["key"], ["key", "value", "headers"], None], ids=["key", "all", "default"])
+def test_a_mapped_segment_whose_bytes_change_between_scan_and_fill_is_an_error_not_a_write_past_a_buffer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, columns: list[str] | None) -> None:
+    """The scan sizes the columns from the bytes; if another process rewrites a length in the mapped file before
+    the fill walks them again (here 4 -> 63 key bytes, right after the scan), the decode says the bytes changed
+    (as a CRC mismatch: the CRC no longer matches either) and writes nothing past its buffers."""
+    from segment_io import decode_v2
+    from segment_io.errors import CorruptRecordError
+    from tests.support.builders import LogBuilder, rec
+
+    log = LogBuilder()
+    log.batch([rec(b"kkkk", b"v" * 200, headers=[("h", b"x")])])
+    data = encode_batches(log.table()).to_bytes()
+    at = _record_key_length_at(data)
+    assert data[at] == 8  # zig-zag 4
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(data)
+    scan = decode_v2._scan
+
+    def scan_then_rewrite(seg, inp):  # type: ignore[no-untyped-def]
+        totals = scan(seg, inp)
+        with open(path, "r+b") as other_writer:
+            other_writer.seek(at)
+            other_writer.write(b"\x7e")  # zig-zag 63
+        return totals
+
+    monkeypatch.setattr(decode_v2, "_scan", scan_then_rewrite)
+    with LocalStorage().read_mapped(str(path)) as mapped, pytest.raises(CorruptRecordError) as raised:
+        decode_segment_bytes(mapped, path=str(path), columns=columns)
+    assert str(path) in str(raised.value) and "byte 0" in str(raised.value)
+
+
+def test_the_fill_stops_at_a_length_the_scan_did_not_see() -> None:
+    """The compiled fill checks each length it reads again against what is left of its buffer."""
+    from segment_io import _decode_kernels as K
+    from segment_io._crc_kernels import LONG_SHIFT, SHORT_SHIFT
+    from tests.support.builders import LogBuilder, rec
+
+    log = LogBuilder()
+    log.batch([rec(b"kkkk", b"v" * 200)])
+    seg = bytearray(encode_batches(log.table()).to_bytes())
+    arr, dec = np.frombuffer(seg, np.uint8), np.zeros(0, np.uint8)
+    src, rstart, counts = np.zeros(1, np.uint8), np.array([61]), np.array([1])
+    totals, err = np.zeros(6, np.int64), np.zeros(5, np.int64)
+    assert K.scan_records(arr, dec, src, rstart, np.array([len(seg)]), counts, rstart - 40, np.full(1, -1),
+                          LONG_SHIFT, SHORT_SHIFT, totals, err)
+    seg[_record_key_length_at(bytes(seg))] = 0x7E  # the bytes change: key length 4 -> 63
+    whole = np.full(4 + 4096, 0xAB, np.uint8)
+    k_data = whole[:int(totals[K.TOT_KEY_BYTES])]
+    i64, b1, i32, u8 = np.empty(0, np.int64), np.empty(0, np.bool_), np.empty(0, np.int32), np.empty(0, np.uint8)
+    ok = K.fill_records(arr, dec, src, rstart, counts, np.zeros(1, np.int64), np.zeros(1, np.int64),
+                        np.zeros(1, np.int64), np.zeros(1, np.bool_), True, False, False, False, np.empty(1, np.int64),
+                        np.empty(1, np.int64), np.empty(2, np.int32), k_data, np.empty(1, np.bool_), i32, u8, b1, i64,
+                        i32, i32, u8, i32, u8, b1, err)
+    assert not ok and err[0] == K.ERR_CHANGED and (whole[4:] == 0xAB).all()
