@@ -297,6 +297,28 @@ def _copy(typingctx, dst, at, buf, start, n):
     return sig, codegen
 
 
+@njit(inline="always")
+def _record_head(buf: np.ndarray, pos: int) -> tuple[int, int, int, int, int]:
+    """A record's fields up to its key, read again by the second pass (:func:`fill_records`,
+    :func:`hash_records`): ``(record end, timestamp delta, offset delta, key length, key's first byte)``. The
+    last is negative when they are no longer what the scan accepted (mapped bytes that changed in between): a
+    record past the bytes, a varint that does not end in its record, a key longer than what is left of it."""
+    length, p = _varint(buf, pos, buf.shape[0], _VARINT32_MAX)
+    rec_end = p + length
+    if p < 0 or length < 1 or rec_end > buf.shape[0]:
+        return 0, 0, 0, 0, -1
+    ts_delta, p = _varint(buf, p + 1, rec_end, _VARINT64_MAX)  # (after the attributes, unused in v2 records)
+    if p < 0:
+        return 0, 0, 0, 0, -1
+    off_delta, p = _varint(buf, p, rec_end, _VARINT32_MAX)
+    if p < 0:
+        return 0, 0, 0, 0, -1
+    klen, p = _varint(buf, p, rec_end, _VARINT32_MAX)
+    if p < 0 or klen > rec_end - p:
+        return 0, 0, 0, 0, -1
+    return rec_end, ts_delta, off_delta, klen, p
+
+
 @njit(cache=True)
 def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, counts: np.ndarray,
                  base_offset: np.ndarray, base_ts: np.ndarray, max_ts: np.ndarray, log_append: np.ndarray,
@@ -339,22 +361,11 @@ def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
         append_time = log_append[b]
         mts = max_ts[b]
         for i in range(counts[b]):
-            length, p = _varint(buf, pos, buf.shape[0], _VARINT32_MAX)
-            rec_end = p + length
-            if p < 0 or length < 1 or rec_end > buf.shape[0]:
-                return _fail(err, ERR_CHANGED, b, pos, i, 0)
-            p += 1  # attributes: unused in v2 records
-            ts_delta, p = _varint(buf, p, rec_end, _VARINT64_MAX)
-            if p < 0:
-                return _fail(err, ERR_CHANGED, b, pos, i, 0)
-            off_delta, p = _varint(buf, p, rec_end, _VARINT32_MAX)
+            rec_end, ts_delta, off_delta, klen, p = _record_head(buf, pos)
             if p < 0:
                 return _fail(err, ERR_CHANGED, b, pos, i, 0)
             offsets[r] = bo + off_delta
             timestamps[r] = mts if append_time else bts + ts_delta
-            klen, p = _varint(buf, p, rec_end, _VARINT32_MAX)
-            if p < 0 or klen > rec_end - p:
-                return _fail(err, ERR_CHANGED, b, pos, i, 0)
             if want_keys:
                 if klen >= 0:
                     if klen > k_data.shape[0] - ko:
@@ -435,22 +446,11 @@ def hash_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
         mts = max_ts[b]
         is_control = control[b]
         for i in range(counts[b]):
-            length, p = _varint(buf, pos, buf.shape[0], _VARINT32_MAX)
-            rec_end = p + length
-            if p < 0 or length < 1 or rec_end > buf.shape[0]:  # see fill_records: the bytes changed
-                return _fail(err, ERR_CHANGED, b, pos, i, 0)
-            p += 1
-            ts_delta, p = _varint(buf, p, rec_end, _VARINT64_MAX)
-            if p < 0:
-                return _fail(err, ERR_CHANGED, b, pos, i, 0)
-            off_delta, p = _varint(buf, p, rec_end, _VARINT32_MAX)
+            rec_end, ts_delta, off_delta, klen, p = _record_head(buf, pos)
             if p < 0:
                 return _fail(err, ERR_CHANGED, b, pos, i, 0)
             offsets[r] = bo + off_delta
             timestamps[r] = mts if append_time else bts + ts_delta
-            klen, p = _varint(buf, p, rec_end, _VARINT32_MAX)
-            if p < 0 or klen > rec_end - p:
-                return _fail(err, ERR_CHANGED, b, pos, i, 0)
             if klen >= 0:
                 hi, lo = murmur3_128(buf, p, klen)
                 key_hi[r] = hi

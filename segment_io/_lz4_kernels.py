@@ -94,9 +94,9 @@ def inflate_frames(data, first, count, block_max, block_start, block_size, capac
     <segment_io._decode_kernels.lz4_frame_blocks>` found: ``count[i]`` of them from ``first[i]`` on) one after
     another into ``buf`` from byte ``at``, payload ``i`` into at most ``capacities[i]`` bytes, ``ends[i]`` where it
     ends. Stops before the first payload whose room does not fit in ``buf``, that has no blocks found, or that
-    fails: a block that does not decompress
-    or fills more than its room, or a payload past ``min(limits[i], capacities[i])``. Returns ``(i, at)``: the payload
-    it stopped before (its end, if all were done) and where the next one goes. ``scratch`` holds a block of the
+    fails: a block that does not decompress or fills more than its room, or a payload past ``min(limits[i],
+    capacities[i])``. Returns ``(i, at)``: the payload it stopped before (its end, if all were done) and where the
+    next one goes. ``scratch`` holds a block of the
     largest ``block_max``: a block near the end of its payload's room is inflated there first, so that a block
     which does not fit tells "too big" apart from "corrupt" (both stop here; Python's walk then says which)."""
     i = j

@@ -439,29 +439,27 @@ class Inflater:
         where it can call LZ4's block functions, and so are zstd frames (:mod:`segment_io._zstd_kernels`)."""
         starts, ends, codecs, limits, capacities = (np.asarray(column, np.int64)
                                                     for column in (starts, ends, codecs, limits, capacities))
-        self._reserve(int(capacities.sum()))
         blocks = _lz4_frame_blocks(data, starts, ends, codecs)
         kernels = _lz4_kernels() if blocks.count.any() else None
         zstd = _zstd_kernels() if (codecs == ZSTD).any() else None
         src = np.frombuffer(data, np.uint8)
         at_end = np.empty(len(starts), np.int64)
-        # the rooms of payload j and of every one after it: a payload the Python path inflates past its plan grows
-        # the buffer for itself only, and the compiled calls write each payload's room without looking at the
-        # buffer's end (they also refuse a room past it)
+        # the rooms of payload j and of every one after it, reserved before j: once for all of them when nothing
+        # outgrows its plan, again after a payload the Python path inflates past its plan (it grows the buffer for
+        # itself only, and the compiled calls refuse a room past the buffer's end)
         rooms_from = np.cumsum(capacities[::-1])[::-1]
         if kernels is not None:
             scratch = np.empty(int(blocks.block_max.max()), np.uint8)
         walk = None if kernels is not None else _BlockWalk(blocks)
         j = 0
         while j < len(starts):
+            self._reserve(int(rooms_from[j]))
             stop = j
             if kernels is not None and blocks.count[j]:
-                self._reserve(int(rooms_from[j]))
                 stop, self.size = kernels.inflate_frames(
                     src, blocks.first, blocks.count, blocks.block_max, blocks.block_start, blocks.block_size,
                     capacities, limits, j, self._buf, self.size, scratch, at_end)
             elif zstd is not None and codecs[j] == ZSTD:
-                self._reserve(int(rooms_from[j]))
                 stop, self.size = zstd.inflate_frames(src, starts, ends, codecs, capacities, limits, j, self._buf,
                                                       self.size, at_end, zstd.decompression_context())
             if stop > j:

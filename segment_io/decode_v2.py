@@ -477,9 +477,10 @@ def _joined(runs: list[_Fields]) -> _Fields | None:
                    hv_offs=offsets("hv_offs"), hv_data=cat("hv_data"), hv_valid=cat("hv_valid"))
 
 
-def _v2_columns(seg: SegmentBytes, piece: _Piece, names: set[str]) -> dict[str, pa.Array] | None:
+def _v2_columns(piece: _Piece, names: set[str]) -> dict[str, pa.Array] | None:
     """Record columns of one piece of v2 batches, read run by run; None when a binary column would overflow
     int32 offsets."""
+    seg = piece.seg
     runs: list[_Fields] = []
     for inp in piece.runs():
         f = _fields(seg, inp, names)
@@ -579,7 +580,7 @@ def decode_v2(seg: SegmentBytes, batches: np.ndarray, names: set[str]) -> list[d
 def _decode_v2_records(seg: SegmentBytes, batches: np.ndarray, names: set[str]) -> list[dict[str, pa.Array]]:
     out: list[dict[str, pa.Array]] = []
     for piece in _v2_pieces(seg, batches):
-        cols = _v2_columns(seg, piece, names)
+        cols = _v2_columns(piece, names)
         if cols is not None:
             out.append(cols)
             continue
@@ -601,14 +602,14 @@ def _decode_v2_records(seg: SegmentBytes, batches: np.ndarray, names: set[str]) 
 
 def key_hash_v2(seg: SegmentBytes, batches: np.ndarray) -> list[pa.Table]:
     with _crc_errors_first(seg, batches):
-        return [_key_hash_piece(seg, piece) for piece in _v2_pieces(seg, _v2_batches(seg, batches))]
+        return [_key_hash_piece(piece) for piece in _v2_pieces(seg, _v2_batches(seg, batches))]
 
 
-def _key_hash_piece(seg: SegmentBytes, piece: _Piece) -> pa.Table:
+def _key_hash_piece(piece: _Piece) -> pa.Table:
     """The key-hash table of one piece of v2 batches, read run by run (:meth:`_Piece.runs`), each run's rows
     written in place: every column has one fixed-width entry a record, and the scan holds each run to the record
     counts its batches declare."""
-    hdr = seg.hdr
+    seg, hdr = piece.seg, piece.seg.hdr
     b = piece.batches
     counts = piece.counts
     n = int(np.maximum(counts, 0).sum())  # (a negative count is the scan's to report)
