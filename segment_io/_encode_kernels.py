@@ -304,18 +304,34 @@ def ref_value_lengths(buf, refs, base, limit, valid, rows, lengths) -> int:
 
 
 @njit(cache=True, nogil=True)
-def gather_ref_values(buf, refs, base, valid, rows, offsets, dest, data) -> None:
-    """Copy the value that ``refs[r]`` points at from ``base[i]`` on (checked by :func:`ref_value_lengths`;
+def gather_ref_values(buf, refs, base, limit, valid, rows, offsets, dest, data) -> int:
+    """Copy the value that ``refs[r]`` points at from ``base[i]`` on (measured by :func:`ref_value_lengths`:
     ``offsets[r + 1] - offsets[r]`` bytes) to ``data[dest[r]:]`` for each row ``r = rows[i]`` with a non-null
-    value."""
+    value. Returns the first ``i`` whose length varint no longer reads as that length, or whose bytes would now
+    lie past ``limit[i]`` (the buffer's bytes changed since they were measured: a mapped segment rewritten under
+    the job), having read nothing past the limit; else -1."""
     for i in range(rows.shape[0]):
         r = rows[i]
         if not valid[r]:
             continue
+        n = limit[i]
         p = base[i] + refs[r]
-        while buf[p] >= 0x80:
+        u = np.uint64(0)
+        shift = np.uint64(0)
+        while True:
+            if p >= n or shift > np.uint64(28):
+                return i
+            byte = np.uint64(buf[p])
             p += 1
-        _memcpy(data, dest[r], buf, p + 1, offsets[r + 1] - offsets[r])
+            u |= (byte & _U7F) << shift
+            if byte < _U80:
+                break
+            shift += _U7
+        length = np.int64(offsets[r + 1]) - np.int64(offsets[r])
+        if u != np.uint64(2 * length) or p + length > n:  # a length's zig-zag varint is twice the length
+            return i
+        _memcpy(data, dest[r], buf, p, length)
+    return -1
 
 
 @njit(cache=True, nogil=True)

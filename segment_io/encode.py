@@ -40,7 +40,7 @@ from segment_io.compression import (
     plan_payloads,
 )
 from segment_io.crc import crc_instruction, span_crcs
-from segment_io.errors import InvalidRecordsError, OversizedBatchError, UsageError
+from segment_io.errors import CorruptRecordError, InvalidRecordsError, OversizedBatchError, UsageError
 from segment_io.format import (
     ATTR_CONTROL,
     ATTR_DELETE_HORIZON,
@@ -806,11 +806,24 @@ class _RefValues:
     valid: np.ndarray
     refs: np.ndarray
     work: list[_RefBuffer]
+    #: each row's record offset and the byte of its batch in its segment (to say which value changed)
+    record_offsets: np.ndarray
+    batch_positions: np.ndarray
 
     def copy_into(self, dest: np.ndarray, data: np.ndarray) -> None:
-        """Each value asked for copied to ``data[dest[r]:]`` (row ``r``), one copy straight from its buffer."""
+        """Each value asked for copied to ``data[dest[r]:]`` (row ``r``), one copy straight from its buffer.
+        Raises :class:`CorruptRecordError` when a value is no longer where and what it was when it was sized
+        (a segment's bytes changed under the job)."""
         for w in self.work:
-            kernels.gather_ref_values(w.buf, self.refs, w.base, self.valid, w.rows, self.offsets, dest, data)
+            bad = int(kernels.gather_ref_values(w.buf, self.refs, w.base, w.limit, self.valid, w.rows, self.offsets,
+                                                dest, data))
+            if bad >= 0:
+                r = int(w.rows[bad])
+                raise CorruptRecordError(
+                    f"the value of the record at offset {self.record_offsets[r]} in segment {w.segment} is no "
+                    "longer the one the encoder measured: the segment's bytes changed while it was read (is "
+                    "something writing the file?)", position=int(self.batch_positions[r]),
+                    offset=int(self.record_offsets[r]))
 
 
 @dataclass(frozen=True)
@@ -882,7 +895,7 @@ def _find_refs(table: pa.Table, rows: np.ndarray, sources: Mapping[int, bytes | 
         raise InvalidRecordsError("values of one encoder input exceed 2 GiB", offset=int(offsets[0]))
     value_off = np.zeros(n + 1, np.int32)
     value_off[1:] = ends
-    return _RefValues(value_off, valid, refs, work)
+    return _RefValues(value_off, valid, refs, work, offsets, bpos)
 
 
 def _packed_ref_buffers(mv: memoryview, packed: np.ndarray, bpos: np.ndarray, codec: np.ndarray, segment: int,

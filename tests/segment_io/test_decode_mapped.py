@@ -114,3 +114,57 @@ def test_the_fill_stops_at_a_length_the_scan_did_not_see() -> None:
                         np.empty(1, np.int64), np.empty(2, np.int32), k_data, np.empty(1, np.bool_), i32, u8, b1, i64,
                         i32, i32, u8, i32, u8, b1, err)
     assert not ok and err[0] == K.ERR_CHANGED and (whole[4:] == 0xAB).all()
+
+
+@pytest.mark.parametrize("new_length", [b"\xfe\x7f", b"\xca\x01"], ids=["past-the-end", "one-longer"])
+def test_a_value_that_changes_between_its_sizing_and_its_copy_is_an_error_not_a_read_past_the_segment(
+        monkeypatch: pytest.MonkeyPatch, new_length: bytes) -> None:
+    """The encoder sizes the kept values where they lie in a (mapped) source segment, then copies them. If the
+    bytes change in between (the last value's length rewritten to 8,191 bytes, past the segment's end, or to one
+    byte longer), it says which record's value changed, in which segment, and reads nothing past the segment."""
+    from segment_io import encode as encode_module
+    from segment_io.errors import CorruptRecordError
+    from tests.support.builders import LogBuilder, rec
+
+    log = LogBuilder()
+    log.batch([rec(f"k{i}", "v" * 100) for i in range(3)])
+    seg = bytearray(encode_batches(log.table()).to_bytes())
+    rows, _ = decode_segment_and_headers(seg, segment_base_offset=0, value_refs=True)
+    at = rows["value"][2].as_py()  # where the last record's value length lies
+    assert seg[at:at + 2] == b"\xc8\x01"  # zig-zag 100
+    kept = rows.filter(np.array([True, False, True]))
+    want = encode_batches(kept, sources={0: seg}).to_bytes()
+    find_refs = encode_module._find_refs
+
+    def size_then_rewrite(*args, **kwargs):  # type: ignore[no-untyped-def]
+        found = find_refs(*args, **kwargs)
+        seg[at:at + 2] = new_length
+        return found
+
+    monkeypatch.setattr(encode_module, "_find_refs", size_then_rewrite)
+    with pytest.raises(CorruptRecordError) as raised:
+        encode_batches(kept, sources={0: seg})
+    assert raised.value.offset == 2 and raised.value.position == 0
+    assert "offset 2 in segment 0" in str(raised.value) and "changed while it was read" in str(raised.value)
+    seg[at:at + 2] = b"\xc8\x01"
+    monkeypatch.setattr(encode_module, "_find_refs", find_refs)
+    assert encode_batches(kept, sources={0: seg}).to_bytes() == want
+
+
+def test_the_copy_of_values_stops_at_a_length_that_was_not_measured() -> None:
+    """The compiled copy reads each value's length again and stops, reading and writing nothing, where it is not
+    the length measured or its bytes would pass the payload's limit."""
+    from segment_io import _encode_kernels as E
+
+    buf = np.frombuffer(b"\x06abc\x08wxyz\x7e", np.uint8)  # values "abc", "wxyz", then a length of 63
+    refs, rows, base = np.array([0, 4, 9]), np.array([0, 1, 2]), np.zeros(3, np.int64)
+    valid, limit = np.ones(3, np.bool_), np.full(3, len(buf), np.int64)
+    dest = np.array([0, 3, 7])
+    data = np.full(7 + 63, 0xAB, np.uint8)
+    offsets = np.array([0, 3, 7, 70], np.int32)
+    assert E.gather_ref_values(buf, refs, base, limit, valid, rows, offsets, dest, data) == 2
+    assert bytes(data[:7]) == b"abcwxyz" and (data[7:] == 0xAB).all()
+    offsets = np.array([0, 3, 6, 6], np.int32)  # "wxyz" measured as 3 bytes: its length changed since
+    data[:] = 0xAB
+    assert E.gather_ref_values(buf, refs, base, limit, valid, rows[:2], offsets, dest, data) == 1
+    assert bytes(data[:3]) == b"abc" and (data[3:] == 0xAB).all()
