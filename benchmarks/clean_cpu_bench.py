@@ -18,6 +18,11 @@ user and system time of every thread of the process) of ``--repeat`` runs after 
   decodes it keeps for the clean), the clean's decode of the segments the map pass did not keep,
   ``clean_records``, the encoding of the kept rows (``iter_encoded_parts``),
   and the write of the staged files (``write_segment`` less the encoding);
+* **where its CPU time goes**, where ``perf`` is installed and allowed to sample: the task ``max(repeat, 5)`` times in
+  a new process, perf sampling those runs only (not start-up, imports or compilation), each sample counted for the
+  file its code is in (:data:`PERF_GROUPS`: the codec library, the compiled kernels, Python, numpy, Arrow, the C
+  library, the OS kernel). Unlike the cProfile row's shares (lower bounds: the profiler slows the Python around the
+  calls it counts), these count all of the task's CPU time, the kernel's too;
 * **floors** on the same bytes: a memcpy of them, their CRC32C (one call per segment file), and the codec's (the
   least a rewrite of the batches costs in the codec library): every compressed payload of the input decompressed
   once and every payload of the batches the task wrote (the kept records; not the batches it copied verbatim)
@@ -385,6 +390,99 @@ def _profile_shares(fn: Callable[[], Any]) -> dict[str, float]:
     return {name: own / total for name, own in shares.items()}
 
 
+#: Where perf's samples of the task fell, by the file their code is in (``perf report --sort dso``), in groups.
+PERF_GROUPS = (
+    ("codec library", ("_block.", "_cffi.", "backend_c.", "zstd", "lz4", "cramjam", "snappy", "libz.")),
+    ("CRC32C (crc32c package)", ("_crc32c",)),
+    ("compiled kernels", ("[JIT]",)),
+    ("Python (interpreter, its C modules, numba's dispatch)", ("libpython", "python3", "_struct.", "mmap.",
+                                                              "_dispatcher.", "_nrt_python.")),
+    ("numpy", ("_multiarray_umath", "numpy")),
+    ("Arrow", ("libarrow", "lib.cpython", "pyarrow")),
+    ("C library (memcpy, malloc)", ("libc.so", "libc-", "libm.so", "libstdc++")),
+    ("OS kernel (page cache writes, page faults)", ("[kernel",)),
+)
+#: Samples a second perf takes of the task (enough for shares within a percent or two).
+PERF_FREQUENCY = 2000
+
+
+def sample_task(log_dir: Path, runs: int, control: str, ack: str) -> None:
+    """The task of :func:`measure` ``runs`` times after a warm-up run, perf's sampling enabled around those runs
+    only (through its control fifo): start-up, imports and compilation are left out, as the CPU rows leave them."""
+    from jobs.engine.compact.cleaning import compact_partition
+    from jobs.logdir.lock import work_uri
+    from segment_io.generate import GenerateSpec
+    from tests.support.cleaning import partition_task
+
+    spec = GenerateSpec()
+    task = partition_task(log_dir, TOPIC, 0, spec.start_ms + spec.span_ms + 24 * 3600 * 1000, max_keys=1 << 22)
+    root = Path(work_uri(str(log_dir)))
+    before = _files(root)
+
+    def run_task() -> None:
+        for path in _files(root) - before:  # as measure() does: each run writes new files
+            path.unlink()
+        if compact_partition(task).error is not None:
+            raise RuntimeError("the sampled task failed")
+
+    run_task()
+    with open(control, "w") as ctl, open(ack) as acks:
+        def say(command: str) -> None:
+            ctl.write(command + "\n")
+            ctl.flush()
+            acks.readline()
+
+        say("enable")
+        for _ in range(runs):
+            run_task()
+        say("disable")
+    for path in _files(root) - before:
+        path.unlink()
+
+
+def perf_shares(checkout: Path, log_dir: Path, runs: int) -> dict[str, str]:
+    """Shares of the task's CPU samples (:func:`sample_task` under ``perf record``, user and kernel time alike) by
+    :data:`PERF_GROUPS`, in a new process of ``checkout``; ``{"skipped": why}`` where perf is missing or not
+    allowed to sample (``kernel.perf_event_paranoid``)."""
+    import tempfile
+
+    if shutil.which("perf") is None:
+        return {"skipped": "perf is not installed"}
+    with tempfile.TemporaryDirectory(prefix="clean-cpu-perf-") as tmp:
+        control, ack, data = (str(Path(tmp) / name) for name in ("control", "ack", "perf.data"))
+        os.mkfifo(control)
+        os.mkfifo(ack)
+        child = ("import sys; from pathlib import Path; "
+                 f"sys.path.insert(0, {str(checkout)!r}); sys.path.insert(1, {str(Path(__file__).parent)!r}); "
+                 "import clean_cpu_bench as b; "
+                 f"b.sample_task(Path({str(log_dir)!r}), {runs}, {control!r}, {ack!r})")
+        recorded = subprocess.run(["perf", "record", "-q", "-F", str(PERF_FREQUENCY), "-D", "-1",
+                                   f"--control=fifo:{control},{ack}", "-o", data, "--", sys.executable, "-c", child],
+                                  capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(checkout)),
+                                  cwd=str(checkout))
+        if recorded.returncode != 0:
+            last = (recorded.stderr.strip().splitlines() or ["no message"])[-1]
+            return {"skipped": f"perf record exited {recorded.returncode}: {last}"}
+        report = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "dso", "--stdio", "-q"],
+                                capture_output=True, text=True, check=True).stdout
+    return {name: f"{percent:.0f}%" for name, percent in grouped_shares(report).items()}
+
+
+def grouped_shares(report: str) -> dict[str, float]:
+    """Percent of the samples in each of :data:`PERF_GROUPS` (and "other"), from ``perf report --sort dso``'s lines
+    (``  48.00%  _block.cpython-311-x86_64-linux-gnu.so``)."""
+    shares = dict.fromkeys([name for name, _ in PERF_GROUPS] + ["other"], 0.0)
+    for line in report.splitlines():
+        share, _, dso = line.strip().partition("%")
+        try:
+            percent = float(share)
+        except ValueError:
+            continue
+        group = next((name for name, marks in PERF_GROUPS if any(mark in dso for mark in marks)), "other")
+        shares[group] += percent
+    return shares
+
+
 # --------------------------------------------------------------------------------------------------
 # The section
 # --------------------------------------------------------------------------------------------------
@@ -490,8 +588,11 @@ def run(quick: bool = False, data_dir: Path = Path("bench-data"), repeat: int | 
             for label in measured:  # the codec's floors, measured by this checkout's calls (see measure)
                 for part in ("floor: codec", "floor: codec, second decompression"):
                     measured[label]["cpu_s"].setdefault(part, measured["after"]["cpu_s"][part])
-            for label, _ in checkouts:
+            for label, checkout in checkouts:
                 rows += _rows(case, label if baseline else "", measured[label], loads[label])
+                rows.append({"bench": f"clean-cpu {case}: {label if baseline else ''} task sampled by perf (shares of "
+                                      "its CPU time by where the code runs, user and kernel)".replace("  ", " "),
+                             **perf_shares(checkout, log_dir, max(repeat, 5))})
             if baseline:
                 after, before = measured["after"]["cpu_s"]["task"], measured["before"]["cpu_s"]["task"]
                 if measured["after"]["bytes_out"] != measured["before"]["bytes_out"]:
