@@ -268,6 +268,23 @@ def table_crcs(out, batch_pos, batch_size, todo, crc_tables, crc_out) -> None:
             crc_out[b] = crc
 
 
+@njit(cache=True, inline="always")
+def _length_varint(buf, p, n) -> tuple[np.uint64, int]:
+    """The raw (still zig-zag) varint of at most 5 bytes at ``buf[p]``, which must end before ``n``, and the
+    position after it; the position is -1 where it does not."""
+    u = np.uint64(0)
+    shift = np.uint64(0)
+    while True:
+        if p >= n or shift > np.uint64(28):
+            return u, -1
+        byte = np.uint64(buf[p])
+        p += 1
+        u |= (byte & _U7F) << shift
+        if byte < _U80:
+            return u, p
+        shift += _U7
+
+
 @njit(cache=True, nogil=True)
 def ref_value_lengths(buf, refs, base, limit, valid, rows, lengths) -> int:
     """For each row ``r = rows[i]`` with a non-null value: ``lengths[r]`` = the length in the zig-zag varint at
@@ -282,19 +299,8 @@ def ref_value_lengths(buf, refs, base, limit, valid, rows, lengths) -> int:
         n = limit[i]
         if refs[r] < 0 or refs[r] >= n - base[i]:  # compared before adding: a huge reference must not wrap
             return i
-        p = base[i] + refs[r]
-        u = np.uint64(0)
-        shift = np.uint64(0)
-        while True:
-            if p >= n or shift > np.uint64(28):
-                return i
-            byte = np.uint64(buf[p])
-            p += 1
-            u |= (byte & _U7F) << shift
-            if byte < _U80:
-                break
-            shift += _U7
-        if u & np.uint64(1) or u > np.uint64(0xFFFFFFFF):
+        u, p = _length_varint(buf, base[i] + refs[r], n)
+        if p < 0 or u & np.uint64(1) or u > np.uint64(0xFFFFFFFF):
             return i  # negative (a null value where the row says there is one) or wider than an int32
         length = np.int64(u >> np.uint64(1))
         if p + length > n:
@@ -315,20 +321,10 @@ def gather_ref_values(buf, refs, base, limit, valid, rows, offsets, dest, data) 
         if not valid[r]:
             continue
         n = limit[i]
-        p = base[i] + refs[r]
-        u = np.uint64(0)
-        shift = np.uint64(0)
-        while True:
-            if p >= n or shift > np.uint64(28):
-                return i
-            byte = np.uint64(buf[p])
-            p += 1
-            u |= (byte & _U7F) << shift
-            if byte < _U80:
-                break
-            shift += _U7
+        u, p = _length_varint(buf, base[i] + refs[r], n)
         length = np.int64(offsets[r + 1]) - np.int64(offsets[r])
-        if u != np.uint64(2 * length) or p + length > n:  # a length's zig-zag varint is twice the length
+        # a length's zig-zag varint is twice the length
+        if p < 0 or u != np.uint64(2 * length) or p + length > n:
             return i
         _memcpy(data, dest[r], buf, p, length)
     return -1
