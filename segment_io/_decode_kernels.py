@@ -55,6 +55,7 @@ from segment_io.format import (
     V2_MAGIC,
 )
 from segment_io.hashing import murmur3_128
+from segment_io.schema import REF_MAX_LENGTH, REF_POSITION_BITS, REF_POSITION_MASK
 
 ERR_NONE = 0
 ERR_VARINT_PAST_END = 1
@@ -338,7 +339,8 @@ def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
 
     With ``value_refs`` values are not copied: ``v_refs[r]`` is where record ``r``'s value length varint
     lies, in the segment for an uncompressed batch, else in the batch's decompressed payload (counted from
-    the payload's first byte), and ``v_valid[r]`` says whether the value is non-null."""
+    the payload's first byte), with the value's length (:data:`segment_io.schema.VALUE_REF_TYPE`), and
+    ``v_valid[r]`` says whether the value is non-null."""
     r = 0
     ko = 0
     vo = 0
@@ -383,7 +385,10 @@ def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
             if p < 0 or vlen > rec_end - p:
                 return _fail(err, ERR_CHANGED, b, pos, i, 0)
             if value_refs:
-                v_refs[r] = vpos if src[b] == 0 else vpos - rstart[b]
+                ref = vpos if src[b] == 0 else vpos - rstart[b]
+                if 0 <= vlen <= REF_MAX_LENGTH and ref <= REF_POSITION_MASK:
+                    ref |= (vlen + 1) << REF_POSITION_BITS  # the length, for the encoder (VALUE_REF_TYPE)
+                v_refs[r] = ref
                 v_valid[r] = vlen >= 0
             elif want_values:
                 if vlen >= 0:

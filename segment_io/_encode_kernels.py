@@ -37,6 +37,7 @@ from segment_io.format import (
     V2_PRODUCER_ID,
     V2_RECORDS_COUNT,
 )
+from segment_io.schema import REF_POSITION_BITS, REF_POSITION_MASK
 
 _U7 = np.uint64(7)
 _U63 = np.uint64(63)
@@ -285,25 +286,39 @@ def _length_varint(buf, p, n) -> tuple[np.uint64, int]:
         shift += _U7
 
 
+@njit(cache=True, inline="always")
+def _ref_place(ref, base, n) -> tuple[int, int]:
+    """Where the length varint of value reference ``ref`` lies in ``buf`` (relative to ``base``) and the length it
+    carries (-1: none, see :data:`segment_io.schema.VALUE_REF_TYPE`); the place is -1 where it is not inside
+    ``buf[base:n]``."""
+    if ref < 0:
+        return -1, -1
+    pos = ref & REF_POSITION_MASK
+    if pos >= n - base:  # compared before adding: a huge reference must not wrap
+        return -1, -1
+    return base + pos, (ref >> REF_POSITION_BITS) - 1
+
+
 @njit(cache=True, nogil=True)
 def ref_value_lengths(buf, refs, base, limit, valid, rows, lengths) -> int:
     """For each row ``r = rows[i]`` with a non-null value: ``lengths[r]`` = the length in the zig-zag varint at
-    ``buf[base[i] + refs[r]]``, which must be a non-negative int32 whose bytes lie inside ``buf[base[i]:limit[i]]``
-    (the payload the reference is relative to). Returns the first ``i`` whose reference is not such a place,
-    else -1."""
+    the place ``refs[r]`` names from ``buf[base[i]]`` on, which must be a non-negative int32 whose bytes lie inside
+    ``buf[base[i]:limit[i]]`` (the payload the reference is relative to), and the length the reference carries if
+    it carries one. Returns the first ``i`` whose reference is not such a place, else -1."""
     for i in range(rows.shape[0]):
         r = rows[i]
         if not valid[r]:
             lengths[r] = 0
             continue
         n = limit[i]
-        if refs[r] < 0 or refs[r] >= n - base[i]:  # compared before adding: a huge reference must not wrap
+        at, carried = _ref_place(refs[r], base[i], n)
+        if at < 0:
             return i
-        u, p = _length_varint(buf, base[i] + refs[r], n)
+        u, p = _length_varint(buf, at, n)
         if p < 0 or u & np.uint64(1) or u > np.uint64(0xFFFFFFFF):
             return i  # negative (a null value where the row says there is one) or wider than an int32
         length = np.int64(u >> np.uint64(1))
-        if p + length > n:
+        if p + length > n or (carried >= 0 and carried != length):
             return i
         lengths[r] = length
     return -1
@@ -311,17 +326,21 @@ def ref_value_lengths(buf, refs, base, limit, valid, rows, lengths) -> int:
 
 @njit(cache=True, nogil=True)
 def gather_ref_values(buf, refs, base, limit, valid, rows, offsets, dest, data) -> int:
-    """Copy the value that ``refs[r]`` points at from ``base[i]`` on (measured by :func:`ref_value_lengths`:
-    ``offsets[r + 1] - offsets[r]`` bytes) to ``data[dest[r]:]`` for each row ``r = rows[i]`` with a non-null
-    value. Returns the first ``i`` whose length varint no longer reads as that length, or whose bytes would now
-    lie past ``limit[i]`` (the buffer's bytes changed since they were measured: a mapped segment rewritten under
-    the job), having read nothing past the limit; else -1."""
+    """Copy the value that ``refs[r]`` points at from ``base[i]`` on (``offsets[r + 1] - offsets[r]`` bytes: the
+    length its reference carries, or :func:`ref_value_lengths` measured) to ``data[dest[r]:]`` for each row
+    ``r = rows[i]`` with a non-null value. Returns the first ``i`` whose reference is no longer inside
+    ``buf[base[i]:limit[i]]``, whose length varint no longer reads as that length, or whose bytes would now lie
+    past ``limit[i]`` (the buffer's bytes changed since they were measured: a mapped segment rewritten under the
+    job), having read nothing past the limit; else -1."""
     for i in range(rows.shape[0]):
         r = rows[i]
         if not valid[r]:
             continue
         n = limit[i]
-        u, p = _length_varint(buf, base[i] + refs[r], n)
+        at, _ = _ref_place(refs[r], base[i], n)
+        if at < 0:
+            return i
+        u, p = _length_varint(buf, at, n)
         length = np.int64(offsets[r + 1]) - np.int64(offsets[r])
         # a length's zig-zag varint is twice the length
         if p < 0 or u != np.uint64(2 * length) or p + length > n:

@@ -44,11 +44,6 @@ from segment_io.schema import HEADER_TYPE, KEY_HASH_SCHEMA, RECORD_SCHEMA, VALUE
 _INT32_MAX = 2**31 - 1
 #: the decompressed payloads of one piece of v2 batches (beyond its first batch) are capped at the chunk size
 _PAYLOAD_BYTES = CHUNK_BYTES
-#: the records of a piece are read in runs of about this many decompressed bytes, each run decompressed into the
-#: buffer of the run before it and its records scanned and filled in while they are still in the processor's
-#: cache: on the project's 2-core VM, LZ4 writing into a reused buffer of 16 MiB or less costs about two thirds of
-#: what writing into one of tens of MiB does, and the scan and fill then read from the cache (docs/performance.md)
-_RUN_BYTES = 4 << 20
 #: a piece's payloads are kept in the buffer they were decompressed into while it is at most this much larger than
 #: they are, else in a copy of just them (see _offer_payloads)
 _TIGHT_ENOUGH = 1.5
@@ -269,15 +264,16 @@ class _Piece:
         return self.plan.counts[self.start:self.end]
 
     def runs(self) -> Iterator[_V2Input]:
-        """The piece in runs of at most ``_RUN_BYTES`` of payloads (at least one batch), each decompressed into
-        the buffer the run before it was: read a run before asking for the next. A segment whose payloads
-        are offered to a store (``seg.payloads``) gets the piece whole, in a buffer the store may keep."""
+        """The piece in runs of at most :data:`~segment_io.compression.RUN_BYTES` of payloads (at least one batch),
+        each decompressed into the buffer the run before it was: read a run before asking for the next. A segment
+        whose payloads are offered to a store (``seg.payloads``) gets the piece whole, in a buffer the store may
+        keep."""
         if self.k0 == self.k1 or self.seg.payloads is not None:
             yield _inflated(self.seg, self.plan, self.start, self.end, self.k0, self.k1, compression.Inflater())
             return
         inflater, at = compression.Inflater(), self.start
         while at < self.end:
-            k0, k1, end = _extent(self.plan, at, _RUN_BYTES, self.end)
+            k0, k1, end = _extent(self.plan, at, compression.RUN_BYTES, self.end)
             yield _inflated(self.seg, self.plan, at, end, k0, k1, inflater)
             at = end
 

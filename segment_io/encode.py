@@ -23,12 +23,13 @@ batch, never per record.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import BinaryIO, Iterable, Mapping, Sequence
+from typing import BinaryIO, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from segment_io import _encode_kernels as kernels
+from segment_io import compression
 from segment_io.compression import (
     CODEC_NAMES,
     NONE,
@@ -38,6 +39,7 @@ from segment_io.compression import (
     max_batch_bytes,
     oversized_detail,
     plan_payloads,
+    reused_inflater,
 )
 from segment_io.crc import crc_instruction, span_crcs
 from segment_io.errors import CorruptRecordError, InvalidRecordsError, OversizedBatchError, UsageError
@@ -58,7 +60,15 @@ from segment_io.format import (
     v2_headers_at,
 )
 from segment_io.payloads import KeptPayloads
-from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA, has_value_refs, int64_or_zero, validity, with_value_refs
+from segment_io.schema import (
+    BATCH_SCHEMA,
+    RECORD_SCHEMA,
+    has_value_refs,
+    int64_or_zero,
+    ref_lengths,
+    validity,
+    with_value_refs,
+)
 
 # `memoryview(ndarray)  # type: ignore[arg-type]`: numpy declares ndarray.__buffer__ only for Python >= 3.12,
 # so on 3.11 a type checker does not see that an ndarray is a buffer (at run time it is one).
@@ -759,13 +769,35 @@ def _check_refs(table: pa.Table, sources: Mapping[int, bytes | memoryview] | Non
 _LENGTH_FIELD = SIZE_OFFSET + np.arange(4, dtype=np.int64)
 
 
-def _payloads(src: memoryview, positions: np.ndarray, codecs: np.ndarray, segment: int,
-              bound: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The decompressed records of the compressed v2 batches at ``positions`` of ``src``, as the decoder saw them:
-    inflated one after another into one buffer sized once from what their frames say, as the decoder inflates
-    them (one codec call per batch, no buffer of its own for each). Returns the buffer and where each batch's
-    payload starts and ends in it. ``bound``: the most bytes one payload may inflate to, the bound its decode had
-    (None: the process's)."""
+@dataclass(frozen=True)
+class _PayloadPlan:
+    """Compressed v2 batches of one segment, found and checked, their payloads not decompressed yet: for each
+    batch, where its payload lies in ``src``, its codec, the most it may inflate to and the room it is first
+    decompressed into (:func:`plan_payloads`)."""
+
+    src: memoryview
+    starts: np.ndarray
+    ends: np.ndarray
+    codecs: np.ndarray
+    limits: np.ndarray
+    capacities: np.ndarray
+
+    def inflate(self, inflater: Inflater, j: int = 0, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The payloads of batches ``[j, k)`` decompressed one after another into ``inflater`` (cleared first):
+        where each starts and ends in its :meth:`~Inflater.view`."""
+        k = len(self.starts) if k is None else k
+        inflater.clear()
+        done: list[int] = []
+        inflater.add_all(self.src, self.starts[j:k], self.ends[j:k], self.codecs[j:k], self.limits[j:k],
+                         self.capacities[j:k], done)
+        return np.array([0] + done[:-1], np.int64), np.array(done, np.int64)
+
+
+def _plan_payloads(src: memoryview, positions: np.ndarray, codecs: np.ndarray, segment: int,
+                   bound: int | None = None) -> _PayloadPlan:
+    """The compressed v2 batches at ``positions`` of ``src`` checked (each whole inside it, its payload not
+    stating more than ``bound``, the most bytes one payload may inflate to as its decode had it; None: the
+    process's) and planned for decompressing as the decoder did."""
     buf = np.frombuffer(src, np.uint8)
     positions = np.asarray(positions, np.int64)
     outside = (positions < 0) | (positions + V2_HEADER_SIZE > len(buf))
@@ -783,16 +815,13 @@ def _payloads(src: memoryview, positions: np.ndarray, codecs: np.ndarray, segmen
                                   f"value references name a batch at byte {pos} of segment {segment} that is not "
                                   f"whole there")
     starts = positions + V2_HEADER_SIZE
-    limit = max_batch_bytes(bound)
-    limits = np.full(len(starts), limit, np.int64)
+    limits = np.full(len(starts), max_batch_bytes(bound), np.int64)
+    codecs = np.asarray(codecs, np.int64)
     at_least, capacity = plan_payloads(buf, starts, ends, codecs, limits)
-    over = np.flatnonzero(at_least > limit)
+    over = np.flatnonzero(at_least > limits)
     if len(over):
-        raise OversizedBatchError(oversized_detail(int(codecs[over[0]]), limit, int(at_least[over[0]])))
-    inflater = Inflater()
-    done: list[int] = []
-    inflater.add_all(src, starts, ends, codecs, limits, capacity, done)
-    return inflater.view(), np.array([0] + done[:-1], np.int64), np.array(done, np.int64)
+        raise OversizedBatchError(oversized_detail(int(codecs[over[0]]), int(limits[0]), int(at_least[over[0]])))
+    return _PayloadPlan(src, starts, ends, codecs, limits, capacity)
 
 
 @dataclass(frozen=True)
@@ -800,12 +829,13 @@ class _RefValues:
     """The values that the ``value`` references (VALUE_REF_TYPE) of some rows point at, found and sized
     (:func:`_find_refs`) but not copied yet: ``offsets`` (int32[n+1]; the rows not asked for have empty values)
     and ``valid`` (n) as an Arrow binary column's; ``refs``, each row's reference (the byte of its value's length
-    in its payload); ``work``, one :class:`_RefBuffer` for every buffer the values are in."""
+    in its payload, and the length where the decoder left it); ``work``, one :class:`_RefBuffer` for every buffer
+    the values are in, or :class:`_PayloadRuns` for payloads to decompress as they are copied."""
 
     offsets: np.ndarray
     valid: np.ndarray
     refs: np.ndarray
-    work: list[_RefBuffer]
+    work: list[_RefBuffer | _PayloadRuns]
     #: each row's record offset and the byte of its batch in its segment (to say which value changed)
     record_offsets: np.ndarray
     batch_positions: np.ndarray
@@ -815,15 +845,23 @@ class _RefValues:
         Raises :class:`CorruptRecordError` when a value is no longer where and what it was when it was sized
         (a segment's bytes changed under the job)."""
         for w in self.work:
-            bad = int(kernels.gather_ref_values(w.buf, self.refs, w.base, w.limit, self.valid, w.rows, self.offsets,
-                                                dest, data))
-            if bad >= 0:
-                r = int(w.rows[bad])
-                raise CorruptRecordError(
-                    f"the value of the record at offset {self.record_offsets[r]} in segment {w.segment} is no "
-                    "longer the one the encoder measured: the segment's bytes changed while it was read (is "
-                    "something writing the file?)", position=int(self.batch_positions[r]),
-                    offset=int(self.record_offsets[r]))
+            if isinstance(w, _PayloadRuns):
+                with reused_inflater() as inflater:
+                    for run in w.runs(inflater):
+                        self._gather(run, dest, data)
+            else:
+                self._gather(w, dest, data)
+
+    def _gather(self, w: _RefBuffer, dest: np.ndarray, data: np.ndarray) -> None:
+        bad = int(kernels.gather_ref_values(w.buf, self.refs, w.base, w.limit, self.valid, w.rows, self.offsets,
+                                            dest, data))
+        if bad >= 0:
+            r = int(w.rows[bad])
+            raise CorruptRecordError(
+                f"the value of the record at offset {self.record_offsets[r]} in segment {w.segment} is no "
+                "longer the one the encoder measured: the segment's bytes changed while it was read (is "
+                "something writing the file?)", position=int(self.batch_positions[r]),
+                offset=int(self.record_offsets[r]))
 
 
 @dataclass(frozen=True)
@@ -837,6 +875,35 @@ class _RefBuffer:
     base: np.ndarray
     limit: np.ndarray
     segment: int
+
+
+@dataclass(frozen=True)
+class _PayloadRuns:
+    """Compressed batches of one segment whose payloads hold the values of ``rows`` (in row order, a batch's rows
+    together: batch ``j``'s are ``rows[row_bounds[j]:row_bounds[j + 1]]``), decompressed only as the values are
+    copied, :data:`~segment_io.compression.RUN_BYTES` at a time into one buffer: the copy then reads each run
+    from the processor's cache, and no buffer of the whole part's payloads is allocated (memory the kernel would
+    fault in and clear). Used where the references carry their values' lengths, so that nothing needs the
+    payloads before the copy."""
+
+    plan: _PayloadPlan
+    rows: np.ndarray
+    row_bounds: np.ndarray
+    segment: int
+
+    def runs(self, inflater: Inflater) -> Iterator[_RefBuffer]:
+        """Each run of batches' payloads decompressed into ``inflater``, with its rows; a run is overwritten by
+        the next."""
+        reach = np.cumsum(self.plan.capacities)
+        j, n = 0, len(reach)
+        while j < n:
+            before = int(reach[j - 1]) if j else 0
+            k = max(j + 1, int(np.searchsorted(reach, before + compression.RUN_BYTES, side="right")))
+            starts, ends = self.plan.inflate(inflater, j, k)
+            counts = np.diff(self.row_bounds[j:k + 1])
+            rows = self.rows[self.row_bounds[j]:self.row_bounds[k]]
+            yield _RefBuffer(inflater.view(), rows, np.repeat(starts, counts), np.repeat(ends, counts), self.segment)
+            j = k
 
 
 def _gather_refs(table: pa.Table, rows: np.ndarray,
@@ -854,7 +921,9 @@ def _find_refs(table: pa.Table, rows: np.ndarray, sources: Mapping[int, bytes | 
                kept: KeptPayloads | None = None, bound: int | None = None) -> _RefValues:
     """The values that the ``value`` references of ``rows`` point at in ``sources`` (a compressed batch's in its
     payload: from ``kept`` when the decoder left it there, else decompressed again within ``bound``, see
-    :func:`_payloads`), checked and sized (:class:`_RefValues`)."""
+    :func:`_plan_payloads`), checked and sized (:class:`_RefValues`). Where every reference carries its value's
+    length (the decoder's), the sizes are those and the payloads are decompressed only as the values are copied
+    (:class:`_PayloadRuns`); else the values are measured where they lie, each payload decompressed first."""
     arr = _column(table, "value")
     n = len(arr)
     valid = validity(arr)
@@ -867,7 +936,9 @@ def _find_refs(table: pa.Table, rows: np.ndarray, sources: Mapping[int, bytes | 
     if len(legacy):
         raise InvalidRecordsError("value references are only made for v2 batches, but the record at offset "
                                   f"{offsets[legacy[0]]} is from a legacy one", offset=int(offsets[legacy[0]]))
-    work: list[_RefBuffer] = []
+    carried = ref_lengths(refs[rows])
+    measured = not bool(np.all((carried >= 0) | ~valid[rows]))
+    work: list[_RefBuffer | _PayloadRuns] = []
     for s in np.unique(seg[rows]).tolist():
         src = sources.get(s)
         in_seg = rows[seg[rows] == s]
@@ -881,15 +952,19 @@ def _find_refs(table: pa.Table, rows: np.ndarray, sources: Mapping[int, bytes | 
                                    np.full(len(plain), len(mv), np.int64), s))
         packed = in_seg[codec[in_seg] != NONE]
         if len(packed):
-            work += _packed_ref_buffers(mv, packed, bpos, codec, s, kept, bound)
+            work += _packed_ref_buffers(mv, packed, bpos, codec, s, kept, bound, runs=not measured)
     lengths = np.zeros(n, np.int64)
-    for w in work:
-        bad = int(kernels.ref_value_lengths(w.buf, refs, w.base, w.limit, valid, w.rows, lengths))
-        if bad >= 0:
-            r = int(w.rows[bad])
-            raise InvalidRecordsError(f"the value reference {refs[r]} of the record at offset {offsets[r]} does "
-                                      f"not point at a value in segment {w.segment} (batch at byte {bpos[r]})",
-                                      offset=int(offsets[r]))
+    if not measured:
+        lengths[rows] = np.where(valid[rows], carried, 0)
+    else:
+        for w in work:
+            assert isinstance(w, _RefBuffer)  # (payloads are read in runs only where nothing is measured)
+            bad = int(kernels.ref_value_lengths(w.buf, refs, w.base, w.limit, valid, w.rows, lengths))
+            if bad >= 0:
+                r = int(w.rows[bad])
+                raise InvalidRecordsError(f"the value reference {refs[r]} of the record at offset {offsets[r]} "
+                                          f"does not point at a value in segment {w.segment} (batch at byte "
+                                          f"{bpos[r]})", offset=int(offsets[r]))
     ends = np.cumsum(lengths)
     if n and ends[-1] > _INT32_MAX:
         raise InvalidRecordsError("values of one encoder input exceed 2 GiB", offset=int(offsets[0]))
@@ -899,10 +974,11 @@ def _find_refs(table: pa.Table, rows: np.ndarray, sources: Mapping[int, bytes | 
 
 
 def _packed_ref_buffers(mv: memoryview, packed: np.ndarray, bpos: np.ndarray, codec: np.ndarray, segment: int,
-                        kept: KeptPayloads | None, bound: int | None = None) -> list[_RefBuffer]:
+                        kept: KeptPayloads | None, bound: int | None = None,
+                        runs: bool = False) -> list[_RefBuffer | _PayloadRuns]:
     """The buffers holding the payloads of the compressed batches of rows ``packed`` (in row order, a batch's rows
-    together) of segment ``segment``: those the decoder left in ``kept``, and one with the others decompressed
-    again (in one call)."""
+    together) of segment ``segment``: those the decoder left in ``kept``, and the others decompressed again, in
+    one call into one new buffer, or with ``runs`` as they are copied (:class:`_PayloadRuns`)."""
     cuts = np.flatnonzero(bpos[packed][1:] != bpos[packed][:-1]) + 1
     bounds = np.concatenate(([0], cuts, [len(packed)]))
     firsts = packed[bounds[:-1]]
@@ -912,15 +988,21 @@ def _packed_ref_buffers(mv: memoryview, packed: np.ndarray, bpos: np.ndarray, co
         buffers, which = [], np.full(len(firsts), -1, np.int64)
         starts, ends = np.zeros(len(firsts), np.int64), np.zeros(len(firsts), np.int64)
     again = np.flatnonzero(which < 0)
-    if len(again):
-        inflated, starts[again], ends[again] = _payloads(mv, bpos[firsts[again]], codec[firsts[again]], segment,
-                                                         bound)
-        which[again] = len(buffers)
-        buffers = [*buffers, inflated]
     row_batch = np.repeat(np.arange(len(firsts)), np.diff(bounds))
+    out: list[_RefBuffer | _PayloadRuns] = []
+    if len(again):
+        plan = _plan_payloads(mv, bpos[firsts[again]], codec[firsts[again]], segment, bound)
+        if runs:
+            row_bounds = np.zeros(len(again) + 1, np.int64)
+            np.cumsum(np.diff(bounds)[again], out=row_bounds[1:])
+            out.append(_PayloadRuns(plan, packed[which[row_batch] < 0], row_bounds, segment))
+        else:
+            inflater = Inflater()
+            starts[again], ends[again] = plan.inflate(inflater)
+            which[again] = len(buffers)
+            buffers = [*buffers, inflater.view()]
     row_buffer = which[row_batch]
-    out = []
-    for j in np.unique(which).tolist():
+    for j in np.unique(which[which >= 0]).tolist():
         here = row_buffer == j
         b = row_batch[here]
         out.append(_RefBuffer(buffers[j], packed[here], starts[b], ends[b], segment))

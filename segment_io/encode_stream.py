@@ -36,7 +36,15 @@ from segment_io.encode import (
 from segment_io.errors import InvalidRecordsError, UsageError
 from segment_io.format import HEADER_ARRAYS, BatchHeaders
 from segment_io.payloads import KeptPayloads
-from segment_io.schema import BATCH_SCHEMA, RECORD_SCHEMA, has_value_refs, int64_or_zero, validity
+from segment_io.schema import (
+    BATCH_SCHEMA,
+    RECORD_SCHEMA,
+    has_value_refs,
+    int64_or_zero,
+    ref_lengths,
+    ref_positions,
+    validity,
+)
 from segment_io.storage.base import release_mapped_pages
 
 #: Keys and values per encoded part. Large enough that the per-call cost of the encoder (planning, numba
@@ -68,18 +76,23 @@ def _byte_lengths(arr: pa.Array) -> np.ndarray:
 
 
 def _value_bytes(chunk: pa.RecordBatch) -> np.ndarray:
-    """Each row's value bytes. Value references hold no bytes: a row's distance to the next row's reference in
-    the same source batch stands for it (a record's size; 0 for a batch's last row): parts only need an estimate."""
+    """Each row's value bytes. A value reference carries its value's length where the decoder read it; where it
+    does not, a row's distance to the next row's reference in the same source batch stands for it (a record's
+    size; 0 for a batch's last row): parts only need an estimate."""
     if not has_value_refs(chunk.schema):
         return _byte_lengths(chunk.column("value"))
     refs = _int_column(chunk, "value")
+    valid = validity(chunk.column("value"))
+    carried = ref_lengths(refs)
+    if bool(np.all((carried >= 0) | ~valid)):
+        return np.where(valid, carried, 0)
+    positions = ref_positions(refs)
     bbo = _int_column(chunk, "batch_base_offset")
     seg = _int_column(chunk, "segment_base_offset")
-    valid = validity(chunk.column("value"))
     est = np.zeros(len(refs), np.int64)
     if len(refs) > 1:
         same = (bbo[1:] == bbo[:-1]) & (seg[1:] == seg[:-1]) & valid[1:] & valid[:-1]
-        est[:-1] = np.where(same, np.maximum(refs[1:] - refs[:-1], 0), 0)
+        est[:-1] = np.where(same, np.maximum(positions[1:] - positions[:-1], 0), 0)
     return est
 
 

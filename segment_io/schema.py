@@ -65,7 +65,34 @@ RECORD_COLUMNS: tuple[str, ...] = tuple(RECORD_SCHEMA.names)
 #: the values it writes from the segment bytes it is given as ``sources``. A reference is only meaningful
 #: next to its row's ``segment_base_offset``, ``batch_position`` and ``codec``, which the cleaner keeps as they
 #: were read. Never handed to Spark: readers see RECORD_SCHEMA.
+#:
+#: A reference holds two numbers: its low :data:`REF_POSITION_BITS` bits are that position, its high bits the
+#: value's length plus one as the decoder read it (0: not known; the encoder then reads the length from the bytes,
+#: as for a reference made by hand). With every length known, the encoder lays its batches out without reading a
+#: value, and copies each one (checking its length varint again) from payloads decompressed a few MiB at a time.
 VALUE_REF_TYPE = pa.int64()
+REF_POSITION_BITS = 32
+REF_POSITION_MASK = (1 << REF_POSITION_BITS) - 1
+#: The longest value whose length a reference carries (its length plus one fills at most the 31 high bits).
+REF_MAX_LENGTH = (1 << 31) - 2
+
+
+def value_ref(position: int, length: int | None = None) -> int:
+    """The reference to a value whose length varint lies at ``position`` (see :data:`VALUE_REF_TYPE`), with its
+    ``length`` where it is known and fits."""
+    if length is None or not 0 <= length <= REF_MAX_LENGTH or not 0 <= position <= REF_POSITION_MASK:
+        return position
+    return position | (length + 1) << REF_POSITION_BITS
+
+
+def ref_positions(refs: np.ndarray) -> np.ndarray:
+    """Where each reference's length varint lies (a negative reference stays as it is: it points nowhere)."""
+    return np.where(refs < 0, refs, refs & REF_POSITION_MASK)
+
+
+def ref_lengths(refs: np.ndarray) -> np.ndarray:
+    """Each reference's value length as the decoder read it; -1 where it does not carry one."""
+    return np.where(refs < 0, -1, (refs >> REF_POSITION_BITS) - 1)
 
 
 def with_value_refs(schema: pa.Schema) -> pa.Schema:

@@ -415,3 +415,21 @@ def test_a_payload_that_inflates_past_its_plan_leaves_room_for_the_compiled_call
     expected = TEXT[:20_000] if after == "zstd" else TEXT
     assert not failed and done == [262_001, 262_001 + len(expected)]
     assert bytes(inflater.view()) == original + b"x" + expected
+
+
+def test_a_thread_reuses_its_inflater_s_buffer_one_use_at_a_time() -> None:
+    """The buffer one use leaves behind is the next use's (memory already touched), empty; a use inside another
+    gets a buffer of its own (it would overwrite the outer's payloads); one grown past twice RUN_BYTES is let go."""
+    payload = compression.compress(LZ4, b"payload " * 1000)
+    with compression.reused_inflater() as first:
+        first.add(LZ4, payload, 1 << 20, 8000)
+        buf = first.view().base
+        with compression.reused_inflater() as inner:
+            assert inner is not first
+    with compression.reused_inflater() as again:
+        assert again is first and again.size == 0 and again.capacity_bytes >= 8000
+        again.add(LZ4, payload, 1 << 20, 8000)
+        assert again.view().base is buf and bytes(again.view()) == b"payload " * 1000
+        again.add(LZ4, payload, 3 * compression.RUN_BYTES, 2 * compression.RUN_BYTES + 1)  # grows past the cap
+    with compression.reused_inflater() as fresh:
+        assert fresh is not first and fresh.capacity_bytes == 0

@@ -291,7 +291,7 @@ def test_a_piece_read_in_runs_gives_the_same_records_value_references_and_key_ha
                                                                                       run_bytes: int) -> None:
     import random
 
-    from segment_io import decode_v2
+    from segment_io import compression
     from segment_io.decode import decode_segment_and_headers
     from segment_io.encode import resolve_value_refs
     from tests.support.kafka_python_batches import random_records, v2_batch
@@ -299,12 +299,13 @@ def test_a_piece_read_in_runs_gives_the_same_records_value_references_and_key_ha
     rng = random.Random(9)
     codecs = [1, 2, 0, 3, 4, 4, 0, 0, 1, 3, 2, 4, 0]  # uncompressed batches between, before and after the others
     data = b"".join(v2_batch(codec, random_records(rng, 7), base_offset=10 * i) for i, codec in enumerate(codecs))
-    monkeypatch.setattr(decode_v2, "_RUN_BYTES", 1 << 30)  # every piece in one run: as before runs
+    monkeypatch.setattr(compression, "RUN_BYTES", 1 << 30)  # every piece in one run: as before runs
     whole = decode_segment_bytes(data)
     refs = decode_segment_and_headers(data, segment_base_offset=0, value_refs=True)[0]
     hashes = decode_key_hashes_bytes(data)
-    # a run for each compressed batch (1 byte), a few batches a run, or every payload in one run
-    monkeypatch.setattr(decode_v2, "_RUN_BYTES", run_bytes)
+    # a run for each compressed batch (1 byte), a few batches a run, or every payload in one run (the decode's
+    # runs, and the runs the encoder copies the referenced values from)
+    monkeypatch.setattr(compression, "RUN_BYTES", run_bytes)
     in_runs = decode_segment_bytes(data)
     assert in_runs.equals(whole) and in_runs["value"].num_chunks == 1  # one chunk: the runs joined
     refs_in_runs = decode_segment_and_headers(data, segment_base_offset=0, value_refs=True)[0]

@@ -18,9 +18,10 @@ from segment_io import encode as encode_module
 from segment_io.decode import decode_segment_and_headers
 from segment_io.encode import encode_batches
 from segment_io.encode_stream import iter_encoded_parts
-from segment_io.errors import InvalidRecordsError
+from segment_io.errors import CorruptRecordError, InvalidRecordsError
 from segment_io.format import V2_HEADER_SIZE, BatchHeaders
 from segment_io.payloads import KeptPayloads
+from segment_io.schema import REF_POSITION_MASK, ref_lengths, ref_positions
 from tests.segment_io.test_value_refs import segments_st
 from tests.support.builders import LogBuilder, rec
 from tests.support.hypothesis_budget import examples
@@ -110,14 +111,14 @@ def test_kept_payloads_encode_the_same_bytes(sources: dict[int, bytes], seed: in
     kept_rows = records.filter(keep)
     want = encode_batches(kept_rows, codec=codec, sources=sources).to_bytes()
     decompressed_again: list[int] = []
-    inflate = encode_module._payloads
+    inflate = encode_module._plan_payloads
 
     def counting(src, positions, codecs, segment, bound=None):  # type: ignore[no-untyped-def]
         decompressed_again.append(len(positions))
         return inflate(src, positions, codecs, segment, bound)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(encode_module, "_payloads", counting)
+        patch.setattr(encode_module, "_plan_payloads", counting)
         assert encode_batches(kept_rows, codec=codec, sources=sources, payloads=store).to_bytes() == want
         parts = iter_encoded_parts(kept_rows, codec=codec, sources=sources, part_bytes=700, payloads=store)
         assert b"".join(p.to_bytes() for p in parts) == want
@@ -144,20 +145,29 @@ def _with_refs(records: pa.Table, refs: list[int | None]) -> pa.Table:
     return records.set_column(i, records.schema.field(i), pa.array(refs, records.schema.field(i).type))
 
 
+@pytest.mark.parametrize("carried", [False, True], ids=["measured", "carried"])
 @pytest.mark.parametrize("kept", [True, False])
-def test_a_reference_past_its_own_payload_is_an_error_in_a_shared_buffer(kept: bool) -> None:
+def test_a_reference_past_its_own_payload_is_an_error_in_a_shared_buffer(kept: bool, carried: bool) -> None:
     """The payloads of a piece share one buffer (kept by the decode, or decompressed again by the encoder); a
     reference is still checked against its own batch's payload, not the whole buffer (where it would find the
-    next batch's bytes); and one too large to add to a position is an error, not a wrapped read."""
+    next batch's bytes); and one too large to add to a position is an error, not a wrapped read. References made
+    by hand without their values' lengths are refused as the encoder measures them; ones that carry a length, as
+    the decoder's do, when their value is copied (from payloads decompressed again a run at a time)."""
     data, store, records, headers = _lz4_decoded(3, 4, "value")
     buffers, which, starts, _ = store.locate(0, headers.position)
     assert len(set(which.tolist())) == 1 and len(buffers) == 1  # one buffer for all three batches
-    refs = records["value"].to_pylist()
-    # the second batch's first value, a valid place in the buffer, named relative to the first batch's payload
-    for bad in (int(starts[1] - starts[0]) + refs[4], 2**63 - 8):
+    decoded = records["value"].to_numpy()
+    assert (ref_lengths(decoded) > 0).all()  # the decoder's references carry their lengths
+    refs = (decoded if carried else ref_positions(decoded)).tolist()
+    # the second batch's first value, a valid place in the buffer, named relative to the first batch's payload;
+    # then a place as far as a reference can name (with the length of a real value where it carries one)
+    huge = (refs[4] | REF_POSITION_MASK) - 7 if carried else 2**63 - 8
+    for bad in (int(starts[1] - starts[0]) + refs[4], huge):
         broken = _with_refs(records, [bad, *refs[1:]])
         partly = broken.filter(pa.array([r != 1 for r in range(broken.num_rows)]))  # the first batch is rewritten
-        with pytest.raises(InvalidRecordsError, match=r"value reference .* in segment 0 "):
+        with pytest.raises(CorruptRecordError if carried else InvalidRecordsError,
+                           match=r"record at offset 0 in segment 0 is no longer" if carried else
+                           r"value reference .* in segment 0 "):
             encode_batches(partly, sources={0: data}, payloads=store if kept else None)
 
 

@@ -21,7 +21,7 @@ from segment_io.decode import decode_segment_and_headers, decode_segment_bytes
 from segment_io.encode import encode_batches, resolve_value_refs
 from segment_io.encode_stream import iter_encoded_parts
 from segment_io.errors import InvalidRecordsError, UsageError
-from segment_io.schema import VALUE_REF_TYPE
+from segment_io.schema import VALUE_REF_TYPE, ref_positions
 from tests.support.builders import LogBuilder, rec, write_log
 from tests.support.cleaning import clean_log
 from tests.support.corpus import fixture_files
@@ -168,8 +168,9 @@ def test_references_need_their_sources(tmp_path: Path) -> None:
 def test_a_reference_that_points_nowhere_is_an_error(tmp_path: Path, codec: int) -> None:
     data, referenced = _one_segment(tmp_path, codec)
     i = referenced.schema.get_field_index("value")
-    at = referenced["value"][0].as_py()
-    # before the bytes, past them, at the end, and one byte early (the key 'a': a negative length, a null)
+    at = int(ref_positions(np.array(referenced["value"][0].as_py())))
+    # before the bytes, past them, at the end, and one byte early (the key 'a': a negative length, a null); made
+    # by hand, without the lengths the decoder's references carry: the encoder measures each value where it lies
     for bad in (-1, len(data) + 5, len(data), at - 1):
         refs = pa.array([bad, None, 3], VALUE_REF_TYPE)
         broken = referenced.set_column(i, referenced.schema.field(i), refs).slice(0, 2)

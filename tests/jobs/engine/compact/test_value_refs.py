@@ -124,7 +124,7 @@ def test_a_partition_task_keeps_no_decompressed_payload_for_its_rewrite(tmp_path
     def without_refs(*args, **kwargs):
         return decode(*args, **{**kwargs, "value_refs": False})
 
-    inflate = segment_io.encode._payloads
+    inflate = segment_io.encode._plan_payloads
     offer = segment_io.payloads.KeptPayloads.offer
     calls = {"decompressed again": 0, "offered": 0}
 
@@ -140,7 +140,7 @@ def test_a_partition_task_keeps_no_decompressed_payload_for_its_rewrite(tmp_path
     rounds = []
     for now in (NOW1, NOW2):
         with monkeypatch.context() as m:
-            m.setattr(segment_io.encode, "_payloads", decompressing)
+            m.setattr(segment_io.encode, "_plan_payloads", decompressing)
             _compact(log_dir, now, strategy)
         with monkeypatch.context() as m:
             m.setattr(jobs.engine.compact.cleaning, "decode_segment_and_headers", without_refs)
