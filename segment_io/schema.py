@@ -77,14 +77,6 @@ REF_POSITION_MASK = (1 << REF_POSITION_BITS) - 1
 REF_MAX_LENGTH = (1 << 31) - 2
 
 
-def value_ref(position: int, length: int | None = None) -> int:
-    """The reference to a value whose length varint lies at ``position`` (see :data:`VALUE_REF_TYPE`), with its
-    ``length`` where it is known and fits."""
-    if length is None or not 0 <= length <= REF_MAX_LENGTH or not 0 <= position <= REF_POSITION_MASK:
-        return position
-    return position | (length + 1) << REF_POSITION_BITS
-
-
 def ref_positions(refs: np.ndarray) -> np.ndarray:
     """Where each reference's length varint lies (a negative reference stays as it is: it points nowhere)."""
     return np.where(refs < 0, refs, refs & REF_POSITION_MASK)

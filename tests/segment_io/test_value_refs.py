@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,7 +22,7 @@ from segment_io.decode import decode_segment_and_headers, decode_segment_bytes
 from segment_io.encode import encode_batches, resolve_value_refs
 from segment_io.encode_stream import iter_encoded_parts
 from segment_io.errors import InvalidRecordsError, UsageError
-from segment_io.schema import VALUE_REF_TYPE, ref_positions
+from segment_io.schema import VALUE_REF_TYPE, ref_lengths, ref_positions
 from tests.support.builders import LogBuilder, rec, write_log
 from tests.support.cleaning import clean_log
 from tests.support.corpus import fixture_files
@@ -96,6 +97,11 @@ def test_any_kept_subset_encodes_the_same_bytes(sources: dict[int, bytes], seed:
     copied, referenced = _decoded(sources, False), _decoded(sources, True)
     assert referenced.schema.field("value").type == VALUE_REF_TYPE
     assert resolve_value_refs(referenced, sources).equals(copied)
+    # each reference carries its value's length, as the decoder read it
+    live = copied["value"].is_valid().to_numpy(zero_copy_only=False)
+    refs = referenced["value"].to_numpy(zero_copy_only=False)
+    lengths = pc.binary_length(copied["value"]).to_numpy(zero_copy_only=False)
+    assert (ref_lengths(refs[live].astype(np.int64)) == lengths[live]).all()
     keep = pa.array(np.random.default_rng(seed).random(copied.num_rows) < 0.6)
     _both_ways(copied.filter(keep), referenced.filter(keep), sources, codec=codec)
 
