@@ -859,7 +859,7 @@ class _RefValues:
             r = int(w.rows[bad])
             raise CorruptRecordError(
                 f"the value of the record at offset {self.record_offsets[r]} in segment {w.segment} is no "
-                "longer the one the encoder measured: the segment's bytes changed while it was read (is "
+                "longer the one read before it was copied: the segment's bytes changed while it was read (is "
                 "something writing the file?)", position=int(self.batch_positions[r]),
                 offset=int(self.record_offsets[r]))
 

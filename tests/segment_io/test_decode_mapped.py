@@ -120,9 +120,10 @@ def test_the_fill_stops_at_a_length_the_scan_did_not_see() -> None:
 @pytest.mark.parametrize("new_length", [b"\xfe\x7f", b"\xca\x01"], ids=["past-the-end", "one-longer"])
 def test_a_value_that_changes_between_its_sizing_and_its_copy_is_an_error_not_a_read_past_the_segment(
         monkeypatch: pytest.MonkeyPatch, new_length: bytes) -> None:
-    """The encoder sizes the kept values where they lie in a (mapped) source segment, then copies them. If the
-    bytes change in between (the last value's length rewritten to 8,191 bytes, past the segment's end, or to one
-    byte longer), it says which record's value changed, in which segment, and reads nothing past the segment."""
+    """The encoder sizes the kept values (by the lengths the decode read), then copies them from a (mapped) source
+    segment. If the bytes change in between (the last value's length rewritten to 8,191 bytes, past the segment's
+    end, or to one byte longer), it says which record's value changed, in which segment, and reads nothing past
+    the segment."""
     from segment_io import encode as encode_module
     from segment_io.errors import CorruptRecordError
     from tests.support.builders import LogBuilder, rec
