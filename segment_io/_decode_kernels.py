@@ -55,7 +55,7 @@ from segment_io.format import (
     V2_MAGIC,
 )
 from segment_io.hashing import murmur3_128
-from segment_io.schema import REF_MAX_LENGTH, REF_POSITION_BITS, REF_POSITION_MASK
+from segment_io.schema import REF_CARRIES_LENGTH, REF_MAX_LENGTH, REF_POSITION_BITS, REF_POSITION_MASK
 
 ERR_NONE = 0
 ERR_VARINT_PAST_END = 1
@@ -387,7 +387,8 @@ def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
             if value_refs:
                 ref = vpos if src[b] == 0 else vpos - rstart[b]
                 if 0 <= vlen <= REF_MAX_LENGTH and ref <= REF_POSITION_MASK:
-                    ref |= (vlen + 1) << REF_POSITION_BITS  # the length, for the encoder (VALUE_REF_TYPE)
+                    # the length, for the encoder (VALUE_REF_TYPE)
+                    ref |= REF_CARRIES_LENGTH | (vlen + 1) << REF_POSITION_BITS
                 v_refs[r] = ref
                 v_valid[r] = vlen >= 0
             elif want_values:

@@ -37,7 +37,7 @@ from segment_io.format import (
     V2_PRODUCER_ID,
     V2_RECORDS_COUNT,
 )
-from segment_io.schema import REF_POSITION_BITS, REF_POSITION_MASK
+from segment_io.schema import REF_CARRIES_LENGTH, REF_LENGTH_MASK, REF_POSITION_BITS, REF_POSITION_MASK
 
 _U7 = np.uint64(7)
 _U63 = np.uint64(63)
@@ -293,10 +293,13 @@ def _ref_place(ref, base, n) -> tuple[int, int]:
     ``buf[base:n]``."""
     if ref < 0:
         return -1, -1
-    pos = ref & REF_POSITION_MASK
+    pos, carried = ref, -1
+    if ref & REF_CARRIES_LENGTH:
+        pos = ref & REF_POSITION_MASK
+        carried = ((ref >> REF_POSITION_BITS) & REF_LENGTH_MASK) - 1
     if pos >= n - base:  # compared before adding: a huge reference must not wrap
         return -1, -1
-    return base + pos, (ref >> REF_POSITION_BITS) - 1
+    return base + pos, carried
 
 
 @njit(cache=True, nogil=True)

@@ -66,25 +66,30 @@ RECORD_COLUMNS: tuple[str, ...] = tuple(RECORD_SCHEMA.names)
 #: next to its row's ``segment_base_offset``, ``batch_position`` and ``codec``, which the cleaner keeps as they
 #: were read. Never handed to Spark: readers see RECORD_SCHEMA.
 #:
-#: A reference holds two numbers: its low :data:`REF_POSITION_BITS` bits are that position, its high bits the
-#: value's length plus one as the decoder read it (0: not known; the encoder then reads the length from the bytes,
-#: as for a reference made by hand). With every length known, the encoder lays its batches out without reading a
-#: value, and copies each one (checking its length varint again) from payloads decompressed a few MiB at a time.
+#: A reference the decoder made also holds the value's length: with :data:`REF_CARRIES_LENGTH` set, its low
+#: :data:`REF_POSITION_BITS` bits are that position and the bits above them the value's length plus one, as the
+#: decoder read it; without it (a reference made by hand, a position past 4 GiB, a value over 1 GiB), the whole
+#: reference is the position and the encoder reads the length from the bytes. With every length known, the encoder
+#: lays its batches out without reading a value, and copies each one (checking its length varint again) from
+#: payloads decompressed a few MiB at a time.
 VALUE_REF_TYPE = pa.int64()
 REF_POSITION_BITS = 32
 REF_POSITION_MASK = (1 << REF_POSITION_BITS) - 1
-#: The longest value whose length a reference carries (its length plus one fills at most the 31 high bits).
-REF_MAX_LENGTH = (1 << 31) - 2
+REF_CARRIES_LENGTH = 1 << 62
+#: The longest value whose length a reference carries (its length plus one fills the 30 bits below the flag).
+REF_MAX_LENGTH = (1 << 30) - 2
+REF_LENGTH_MASK = (1 << 30) - 1
 
 
 def ref_positions(refs: np.ndarray) -> np.ndarray:
     """Where each reference's length varint lies (a negative reference stays as it is: it points nowhere)."""
-    return np.where(refs < 0, refs, refs & REF_POSITION_MASK)
+    return np.where((refs >= 0) & (refs & REF_CARRIES_LENGTH != 0), refs & REF_POSITION_MASK, refs)
 
 
 def ref_lengths(refs: np.ndarray) -> np.ndarray:
     """Each reference's value length as the decoder read it; -1 where it does not carry one."""
-    return np.where(refs < 0, -1, (refs >> REF_POSITION_BITS) - 1)
+    carries = (refs >= 0) & (refs & REF_CARRIES_LENGTH != 0)
+    return np.where(carries, ((refs >> REF_POSITION_BITS) & REF_LENGTH_MASK) - 1, -1)
 
 
 def with_value_refs(schema: pa.Schema) -> pa.Schema:

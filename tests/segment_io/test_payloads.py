@@ -199,3 +199,22 @@ def test_the_budget_counts_what_is_held_and_no_more_than_half_again_the_payloads
     assert payload_bytes <= held <= 1.5 * payload_bytes
     assert store.offer(1, np.array([0]), _buffer(100)[:10], np.array([0]), np.array([10]))
     assert store.held_bytes == held + 100  # a view holds its whole base
+
+
+def test_only_a_reference_flagged_as_carrying_a_length_is_read_as_position_and_length() -> None:
+    """A plain position, however large (a value past 4 GiB in a file), is never taken apart into a smaller
+    position and a length: the encoder measures it where it lies, and refuses it when it is not there."""
+    from segment_io import _encode_kernels as kernels
+    from segment_io.schema import REF_CARRIES_LENGTH, REF_POSITION_BITS
+
+    past_4_gib = (1 << 32) + 1
+    carried = REF_CARRIES_LENGTH | (3 + 1) << REF_POSITION_BITS | 1
+    refs = np.array([past_4_gib, carried, 5], np.int64)
+    assert ref_positions(refs).tolist() == [past_4_gib, 1, 5] and ref_lengths(refs).tolist() == [-1, 3, -1]
+    buf = np.frombuffer(b"\x00\x06abc\x00\x00", np.uint8)  # at byte 1: a value of 3 bytes
+    one = np.zeros(1, np.int64)
+    for ref, bad in ((past_4_gib, 0), (carried, -1)):
+        lengths = np.zeros(1, np.int64)
+        assert kernels.ref_value_lengths(buf, np.array([ref]), one * 0, one + len(buf), np.ones(1, np.bool_),
+                                         np.zeros(1, np.int64), lengths) == bad
+    assert lengths.tolist() == [3]
