@@ -294,9 +294,10 @@ def _ref_place(ref, base, n) -> tuple[int, int]:
     if ref < 0:
         return -1, -1
     pos, carried = ref, -1
-    if ref & REF_CARRIES_LENGTH:
+    field = (ref >> REF_POSITION_BITS) & REF_LENGTH_MASK
+    if ref & REF_CARRIES_LENGTH and field:  # a flag above a zero field carries nothing: the whole is a position
         pos = ref & REF_POSITION_MASK
-        carried = ((ref >> REF_POSITION_BITS) & REF_LENGTH_MASK) - 1
+        carried = field - 1
     if pos >= n - base:  # compared before adding: a huge reference must not wrap
         return -1, -1
     return base + pos, carried

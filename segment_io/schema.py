@@ -68,8 +68,9 @@ RECORD_COLUMNS: tuple[str, ...] = tuple(RECORD_SCHEMA.names)
 #:
 #: A reference the decoder made also holds the value's length: with :data:`REF_CARRIES_LENGTH` set, its low
 #: :data:`REF_POSITION_BITS` bits are that position and the bits above them the value's length plus one, as the
-#: decoder read it; without it (a reference made by hand, a position past 4 GiB, a value over 1 GiB), the whole
-#: reference is the position and the encoder reads the length from the bytes. With every length known, the encoder
+#: decoder read it (never 0: a flag above a zero length field carries nothing and makes no position smaller);
+#: otherwise (a reference made by hand, a position past 4 GiB, a value over 1 GiB), the whole reference is the
+#: position and the encoder reads the length from the bytes. With every length known, the encoder
 #: lays its batches out without reading a value, and copies each one (checking its length varint again) from
 #: payloads decompressed a few MiB at a time.
 VALUE_REF_TYPE = pa.int64()
@@ -81,15 +82,18 @@ REF_MAX_LENGTH = (1 << 30) - 2
 REF_LENGTH_MASK = (1 << 30) - 1
 
 
+def _carries_length(refs: np.ndarray) -> np.ndarray:
+    return (refs >= 0) & (refs & REF_CARRIES_LENGTH != 0) & ((refs >> REF_POSITION_BITS) & REF_LENGTH_MASK != 0)
+
+
 def ref_positions(refs: np.ndarray) -> np.ndarray:
     """Where each reference's length varint lies (a negative reference stays as it is: it points nowhere)."""
-    return np.where((refs >= 0) & (refs & REF_CARRIES_LENGTH != 0), refs & REF_POSITION_MASK, refs)
+    return np.where(_carries_length(refs), refs & REF_POSITION_MASK, refs)
 
 
 def ref_lengths(refs: np.ndarray) -> np.ndarray:
     """Each reference's value length as the decoder read it; -1 where it does not carry one."""
-    carries = (refs >= 0) & (refs & REF_CARRIES_LENGTH != 0)
-    return np.where(carries, ((refs >> REF_POSITION_BITS) & REF_LENGTH_MASK) - 1, -1)
+    return np.where(_carries_length(refs), ((refs >> REF_POSITION_BITS) & REF_LENGTH_MASK) - 1, -1)
 
 
 def with_value_refs(schema: pa.Schema) -> pa.Schema:

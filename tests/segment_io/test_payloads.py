@@ -202,18 +202,21 @@ def test_the_budget_counts_what_is_held_and_no_more_than_half_again_the_payloads
 
 
 def test_only_a_reference_flagged_as_carrying_a_length_is_read_as_position_and_length() -> None:
-    """A plain position, however large (a value past 4 GiB in a file), is never taken apart into a smaller
-    position and a length: the encoder measures it where it lies, and refuses it when it is not there."""
+    """A plain position, however large (a value past 4 GiB in a file, or one with the flag's bit set but no
+    length above it, which no decoder makes), is never taken apart into a smaller position and a length: the
+    encoder measures it where it lies, and refuses it when it is not there."""
     from segment_io import _encode_kernels as kernels
     from segment_io.schema import REF_CARRIES_LENGTH, REF_POSITION_BITS
 
     past_4_gib = (1 << 32) + 1
     carried = REF_CARRIES_LENGTH | (3 + 1) << REF_POSITION_BITS | 1
-    refs = np.array([past_4_gib, carried, 5], np.int64)
-    assert ref_positions(refs).tolist() == [past_4_gib, 1, 5] and ref_lengths(refs).tolist() == [-1, 3, -1]
+    flag_alone = REF_CARRIES_LENGTH | 1  # its low bits name the value at byte 1, its length field is empty
+    refs = np.array([past_4_gib, carried, 5, flag_alone], np.int64)
+    assert ref_positions(refs).tolist() == [past_4_gib, 1, 5, flag_alone]
+    assert ref_lengths(refs).tolist() == [-1, 3, -1, -1]
     buf = np.frombuffer(b"\x00\x06abc\x00\x00", np.uint8)  # at byte 1: a value of 3 bytes
     one = np.zeros(1, np.int64)
-    for ref, bad in ((past_4_gib, 0), (carried, -1)):
+    for ref, bad in ((past_4_gib, 0), (flag_alone, 0), (carried, -1)):
         lengths = np.zeros(1, np.int64)
         assert kernels.ref_value_lengths(buf, np.array([ref]), one * 0, one + len(buf), np.ones(1, np.bool_),
                                          np.zeros(1, np.int64), lengths) == bad
