@@ -843,7 +843,7 @@ class _RefValues:
     def copy_into(self, dest: np.ndarray, data: np.ndarray) -> None:
         """Each value asked for copied to ``data[dest[r]:]`` (row ``r``), one copy straight from its buffer.
         Raises :class:`CorruptRecordError` when a value is no longer where and what it was when it was sized
-        (a segment's bytes changed under the job)."""
+        (a segment's bytes changed under the job, or ``sources`` are not the bytes the references came from)."""
         for w in self.work:
             if isinstance(w, _PayloadRuns):
                 with reused_inflater() as inflater:
@@ -860,7 +860,8 @@ class _RefValues:
             raise CorruptRecordError(
                 f"the value of the record at offset {self.record_offsets[r]} in segment {w.segment} is no "
                 "longer the one read before it was copied: the segment's bytes changed while it was read (is "
-                "something writing the file?)", position=int(self.batch_positions[r]),
+                "something writing the file?), or the bytes given for it are not those its references were "
+                "decoded from", position=int(self.batch_positions[r]),
                 offset=int(self.record_offsets[r]))
 
 

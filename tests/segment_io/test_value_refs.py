@@ -21,7 +21,7 @@ from segment_io import encode as encode_module
 from segment_io.decode import decode_segment_and_headers, decode_segment_bytes
 from segment_io.encode import encode_batches, resolve_value_refs
 from segment_io.encode_stream import iter_encoded_parts
-from segment_io.errors import InvalidRecordsError, UsageError
+from segment_io.errors import CorruptRecordError, InvalidRecordsError, UsageError
 from segment_io.schema import VALUE_REF_TYPE, ref_lengths, ref_positions
 from tests.support.builders import LogBuilder, rec, write_log
 from tests.support.cleaning import clean_log
@@ -168,6 +168,22 @@ def test_references_need_their_sources(tmp_path: Path) -> None:
         list(iter_encoded_parts(part))
     with pytest.raises(UsageError, match="segment 0"):
         encode_batches(part, sources={5: data})
+
+
+@pytest.mark.parametrize("codec", [0, 3])
+def test_sources_other_than_the_decoded_bytes_are_an_error_that_says_so(codec: int) -> None:
+    """Each segment given as the other's bytes: the references carry the lengths read from the right ones, so
+    the copy finds values of other lengths there and refuses them, naming both causes it cannot tell apart."""
+    log = LogBuilder("t", 0)
+    log.batch([rec(f"k{i}", "v" * (10 + i)) for i in range(4)], codec=codec)
+    log.roll()
+    log.batch([rec(f"j{i}", "w" * (30 + 3 * i)) for i in range(4)], codec=codec)
+    table = log.table()
+    sources = {base: encode_batches(table.filter(pc.equal(table["segment_base_offset"], base))).to_bytes()
+               for base in (0, 4)}
+    kept = _decoded(sources, refs=True).filter(pa.array([True, False, True, True] + [False] * 4))
+    with pytest.raises(CorruptRecordError, match="not those its references were decoded from"):
+        encode_batches(kept, sources={0: sources[4], 4: sources[0]})
 
 
 @pytest.mark.parametrize("codec", [0, 1])
