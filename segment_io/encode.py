@@ -781,6 +781,8 @@ class _PayloadPlan:
     codecs: np.ndarray
     limits: np.ndarray
     capacities: np.ndarray
+    segment: int
+    record_offsets: np.ndarray  #: per batch, the offset of the first record whose value is copied from it
 
     def inflate(self, inflater: Inflater, j: int = 0, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The payloads of batches ``[j, k)`` decompressed one after another into ``inflater`` (cleared first):
@@ -788,16 +790,25 @@ class _PayloadPlan:
         k = len(self.starts) if k is None else k
         inflater.clear()
         done: list[int] = []
-        inflater.add_all(self.src, self.starts[j:k], self.ends[j:k], self.codecs[j:k], self.limits[j:k],
-                         self.capacities[j:k], done)
+        try:
+            inflater.add_all(self.src, self.starts[j:k], self.ends[j:k], self.codecs[j:k], self.limits[j:k],
+                             self.capacities[j:k], done)
+        except CorruptRecordError as exc:  # the codec's words alone do not say which batch, or that it decoded once
+            i = j + len(done)
+            position = int(self.starts[i]) - V2_HEADER_SIZE
+            raise type(exc)(f"the payload of the batch at byte {position} of segment {self.segment}, which kept "
+                            f"values are copied from, does not decompress again ({exc.detail}): the segment's "
+                            "bytes changed since it was decoded, or the bytes given for it are not those",
+                            position=position, offset=int(self.record_offsets[i])) from None
         return np.array([0] + done[:-1], np.int64), np.array(done, np.int64)
 
 
 def _plan_payloads(src: memoryview, positions: np.ndarray, codecs: np.ndarray, segment: int,
-                   bound: int | None = None) -> _PayloadPlan:
+                   record_offsets: np.ndarray, bound: int | None = None) -> _PayloadPlan:
     """The compressed v2 batches at ``positions`` of ``src`` checked (each whole inside it, its payload not
     stating more than ``bound``, the most bytes one payload may inflate to as its decode had it; None: the
-    process's) and planned for decompressing as the decoder did."""
+    process's) and planned for decompressing as the decoder did. ``record_offsets``: per batch, a record of it
+    that an error names."""
     buf = np.frombuffer(src, np.uint8)
     positions = np.asarray(positions, np.int64)
     outside = (positions < 0) | (positions + V2_HEADER_SIZE > len(buf))
@@ -820,8 +831,9 @@ def _plan_payloads(src: memoryview, positions: np.ndarray, codecs: np.ndarray, s
     at_least, capacity = plan_payloads(buf, starts, ends, codecs, limits)
     over = np.flatnonzero(at_least > limits)
     if len(over):
-        raise OversizedBatchError(oversized_detail(int(codecs[over[0]]), int(limits[0]), int(at_least[over[0]])))
-    return _PayloadPlan(src, starts, ends, codecs, limits, capacity)
+        raise OversizedBatchError(oversized_detail(int(codecs[over[0]]), int(limits[0]), int(at_least[over[0]])),
+                                  position=int(positions[over[0]]), offset=int(record_offsets[over[0]]))
+    return _PayloadPlan(src, starts, ends, codecs, limits, capacity, segment, np.asarray(record_offsets, np.int64))
 
 
 @dataclass(frozen=True)
@@ -953,7 +965,7 @@ def _find_refs(table: pa.Table, rows: np.ndarray, sources: Mapping[int, bytes | 
                                    np.full(len(plain), len(mv), np.int64), s))
         packed = in_seg[codec[in_seg] != NONE]
         if len(packed):
-            work += _packed_ref_buffers(mv, packed, bpos, codec, s, kept, bound, runs=not measured)
+            work += _packed_ref_buffers(mv, packed, bpos, codec, offsets, s, kept, bound, runs=not measured)
     lengths = np.zeros(n, np.int64)
     if not measured:
         lengths[rows] = np.where(valid[rows], carried, 0)
@@ -974,8 +986,8 @@ def _find_refs(table: pa.Table, rows: np.ndarray, sources: Mapping[int, bytes | 
     return _RefValues(value_off, valid, refs, work, offsets, bpos)
 
 
-def _packed_ref_buffers(mv: memoryview, packed: np.ndarray, bpos: np.ndarray, codec: np.ndarray, segment: int,
-                        kept: KeptPayloads | None, bound: int | None = None,
+def _packed_ref_buffers(mv: memoryview, packed: np.ndarray, bpos: np.ndarray, codec: np.ndarray,
+                        offsets: np.ndarray, segment: int, kept: KeptPayloads | None, bound: int | None = None,
                         runs: bool = False) -> list[_RefBuffer | _PayloadRuns]:
     """The buffers holding the payloads of the compressed batches of rows ``packed`` (in row order, a batch's rows
     together) of segment ``segment``: those the decoder left in ``kept``, and the others decompressed again, in
@@ -992,7 +1004,7 @@ def _packed_ref_buffers(mv: memoryview, packed: np.ndarray, bpos: np.ndarray, co
     row_batch = np.repeat(np.arange(len(firsts)), np.diff(bounds))
     out: list[_RefBuffer | _PayloadRuns] = []
     if len(again):
-        plan = _plan_payloads(mv, bpos[firsts[again]], codec[firsts[again]], segment, bound)
+        plan = _plan_payloads(mv, bpos[firsts[again]], codec[firsts[again]], segment, offsets[firsts[again]], bound)
         if runs:
             row_bounds = np.zeros(len(again) + 1, np.int64)
             np.cumsum(np.diff(bounds)[again], out=row_bounds[1:])

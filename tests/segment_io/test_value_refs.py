@@ -22,6 +22,7 @@ from segment_io.decode import decode_segment_and_headers, decode_segment_bytes
 from segment_io.encode import encode_batches, resolve_value_refs
 from segment_io.encode_stream import iter_encoded_parts
 from segment_io.errors import CorruptRecordError, InvalidRecordsError, UsageError
+from segment_io.format import V2_HEADER_SIZE
 from segment_io.schema import VALUE_REF_TYPE, ref_lengths, ref_positions
 from tests.support.builders import LogBuilder, rec, write_log
 from tests.support.cleaning import clean_log
@@ -184,6 +185,31 @@ def test_sources_other_than_the_decoded_bytes_are_an_error_that_says_so(codec: i
     kept = _decoded(sources, refs=True).filter(pa.array([True, False, True, True] + [False] * 4))
     with pytest.raises(CorruptRecordError, match="not those its references were decoded from"):
         encode_batches(kept, sources={0: sources[4], 4: sources[0]})
+
+
+@pytest.mark.parametrize("carried", [True, False])
+@pytest.mark.parametrize("codec", [1, 3, 4])
+def test_a_payload_that_no_longer_decompresses_is_an_error_naming_its_batch_and_record(codec: int,
+                                                                                      carried: bool) -> None:
+    """The second batch's payload overwritten after the decode: the copy of its kept values, which decompresses it
+    again, fails with the batch's position and the offset of its first kept record, whether the references carry
+    their lengths (the payload decompressed as the values are copied) or not (decompressed before sizing)."""
+    log = LogBuilder("t", 0)
+    for prefix in "kj":
+        log.batch([rec(f"{prefix}{i}", f"{prefix}-value-{i}" * 20) for i in range(5)], codec=codec)
+    data = encode_batches(log.table()).to_bytes()
+    decoded = _decoded({0: data}, refs=True).filter(pa.array([True, False] * 5))  # both batches rewritten
+    if not carried:
+        i = decoded.schema.get_field_index("value")
+        plain = pa.array(ref_positions(decoded["value"].fill_null(0).to_numpy()), VALUE_REF_TYPE,
+                         mask=decoded["value"].is_null().to_numpy(zero_copy_only=False))
+        decoded = decoded.set_column(i, decoded.schema.field(i), plain)
+    second = int(decoded["batch_position"][decoded.num_rows - 1].as_py())
+    damaged = bytearray(data)
+    damaged[second + V2_HEADER_SIZE:] = b"\xff" * (len(data) - second - V2_HEADER_SIZE)
+    with pytest.raises(CorruptRecordError, match=f"batch at byte {second} of segment 0") as raised:
+        encode_batches(decoded, sources={0: bytes(damaged)})
+    assert raised.value.position == second and raised.value.offset == 6  # the batch's first kept record
 
 
 @pytest.mark.parametrize("codec", [0, 1])
