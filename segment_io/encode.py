@@ -799,7 +799,7 @@ class _PayloadPlan:
             raise type(exc)(f"the payload of the batch at byte {position} of segment {self.segment}, which kept "
                             f"values are copied from, does not decompress again ({exc.detail}): the segment's "
                             "bytes changed since it was decoded, or the bytes given for it are not those",
-                            position=position, offset=int(self.record_offsets[i])) from None
+                            position=position, offset=int(self.record_offsets[i]), segment=self.segment) from None
         return np.array([0] + done[:-1], np.int64), np.array(done, np.int64)
 
 
@@ -821,10 +821,10 @@ def _plan_payloads(src: memoryview, positions: np.ndarray, codecs: np.ndarray, s
     bad = np.flatnonzero(outside | (ends > len(buf)) | (length < V2_HEADER_SIZE - LOG_OVERHEAD))
     if len(bad):  # the first in the order given, as the batches are read
         pos = int(positions[bad[0]])
-        raise InvalidRecordsError(f"value references name a batch at byte {pos} of segment {segment}, which holds "
-                                  f"{len(buf)} bytes" if outside[bad[0]] else
-                                  f"value references name a batch at byte {pos} of segment {segment} that is not "
-                                  f"whole there")
+        where = f"which holds {len(buf)} bytes" if outside[bad[0]] else "that is not whole there"
+        raise CorruptRecordError(f"value references name a batch at byte {pos} of segment {segment}, {where}: the "
+                                 "segment's bytes changed since they were decoded, or the bytes given for it are not "
+                                 "those", position=pos, offset=int(record_offsets[bad[0]]), segment=segment)
     starts = positions + V2_HEADER_SIZE
     limits = np.full(len(starts), max_batch_bytes(bound), np.int64)
     codecs = np.asarray(codecs, np.int64)
@@ -832,7 +832,8 @@ def _plan_payloads(src: memoryview, positions: np.ndarray, codecs: np.ndarray, s
     over = np.flatnonzero(at_least > limits)
     if len(over):
         raise OversizedBatchError(oversized_detail(int(codecs[over[0]]), int(limits[0]), int(at_least[over[0]])),
-                                  position=int(positions[over[0]]), offset=int(record_offsets[over[0]]))
+                                  position=int(positions[over[0]]), offset=int(record_offsets[over[0]]),
+                                  segment=segment)
     return _PayloadPlan(src, starts, ends, codecs, limits, capacity, segment, np.asarray(record_offsets, np.int64))
 
 
@@ -874,7 +875,7 @@ class _RefValues:
                 "longer the one read before it was copied: the segment's bytes changed while it was read (is "
                 "something writing the file?), or the bytes given for it are not those its references were "
                 "decoded from", position=int(self.batch_positions[r]),
-                offset=int(self.record_offsets[r]))
+                offset=int(self.record_offsets[r]), segment=w.segment)
 
 
 @dataclass(frozen=True)

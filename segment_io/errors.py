@@ -58,8 +58,11 @@ class CorruptRecordError(LocatedError):
     """
 
     def __init__(self, detail: str, *, path: str | None = None, position: int | None = None,
-                 offset: int | None = None) -> None:
+                 offset: int | None = None, segment: int | None = None) -> None:
         super().__init__(detail, path=path, position=position, offset=offset)
+        #: the base offset of the segment whose bytes failed, where the raiser was given bytes by segment rather
+        #: than files (the encoder's sources): a caller that knows the files names one with :meth:`located`
+        self.segment = segment
 
     def located(self, *, path: str | None = None, offset_shift: int = 0) -> "CorruptRecordError":
         """Return a copy that names ``path`` (decoders that work on bytes do not know the file)."""
@@ -70,6 +73,7 @@ class CorruptRecordError(LocatedError):
             path=path if path is not None else self.path,
             position=None if self.position is None else self.position + offset_shift,
             offset=self.offset,
+            segment=self.segment,
         )
         return err
 

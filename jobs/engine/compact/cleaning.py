@@ -11,9 +11,9 @@ import mmap
 import os
 import threading
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, BinaryIO, Sequence
+from typing import Any, BinaryIO, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +30,7 @@ from jobs.rules.transactions import AbortedTxns
 from segment_io.decode import decode_key_hashes_bytes, decode_segment_and_headers
 from segment_io.encode import resolve_value_refs
 from segment_io.encode_stream import encoded_size
-from segment_io.errors import SegjobsError, StorageEnvironmentError
+from segment_io.errors import CorruptRecordError, SegjobsError, StorageEnvironmentError
 from segment_io.format import HEADER_ARRAYS, BatchHeaders
 from segment_io.hashing import hash_keys
 from segment_io.index import check_indexes, read_txn_index
@@ -427,7 +427,7 @@ class PartitionCleaner:
                     self.spool.release(self.files[s.base_offset].log.uri)
 
     def _clean_group(self, group, omap, mappings: ExitStack) -> GroupRun:
-        task, storage = self.task, self.task.storage
+        task = self.task
         bases = [s.base_offset for s in group]
         sources: dict[int, bytes] = {}
         tables, empties, corrupt_indexes = [], [], []
@@ -485,27 +485,45 @@ class PartitionCleaner:
                          corrupt_indexes=tuple(corrupt_indexes))
         if changed:
             g.records_after = result.records.num_rows
-            if task.dry_run:
-                g.bytes_after = encoded_size(result.records, empty_batches=result.empty_batches, sources=sources,
-                                             max_batch_bytes=task.max_batch_bytes)
-            else:
-                target = task.committer.task_stage_uri(task.listing.uri, bases[0], ".log")
-                try:
-                    written = write_segment(result.records, target, storage=storage,
-                                            empty_batches=result.empty_batches, sources=sources,
-                                            index_interval_bytes=task.config.index_interval_bytes,
-                                            aborted_txns=_txn_entries(storage, task.listing, bases, markers,
-                                                                      task.txn.completed.markers_with_data()),
-                                            durable=self.durable, max_batch_bytes=task.max_batch_bytes)
-                except StorageEnvironmentError as exc:
-                    if not exc.out_of_space:
-                        raise
-                    # say how much the new segment needs (its .log; the indexes are small beside it)
-                    raise exc.needing(encoded_size(result.records, empty_batches=result.empty_batches,
-                                                   sources=sources, max_batch_bytes=task.max_batch_bytes)) from None
-                self.staged_written.extend(written.paths.values())
-                g.staged(written, group, storage)
+            with self.naming_source_files():
+                self._stage(g, group, result, sources, markers)
         return GroupRun(g, result.stats)
+
+    @contextmanager
+    def naming_source_files(self) -> Iterator[None]:
+        """Errors the encoder raises about a source segment (which it knows by base offset, from the bytes it was
+        given) name that segment's file, as the decode's do."""
+        try:
+            yield
+        except CorruptRecordError as exc:
+            info = self.files.get(exc.segment) if exc.path is None and exc.segment is not None else None
+            if info is None:
+                raise
+            raise exc.located(path=info.log.uri) from None
+
+    def _stage(self, g: GroupOutcome, group, result, sources: dict[int, Any], markers: np.ndarray) -> None:
+        """Stage the cleaned group's new segment (in a dry run, only measure it)."""
+        task, storage, bases = self.task, self.task.storage, g.old_bases
+        if task.dry_run:
+            g.bytes_after = encoded_size(result.records, empty_batches=result.empty_batches, sources=sources,
+                                         max_batch_bytes=task.max_batch_bytes)
+            return
+        target = task.committer.task_stage_uri(task.listing.uri, bases[0], ".log")
+        try:
+            written = write_segment(result.records, target, storage=storage,
+                                    empty_batches=result.empty_batches, sources=sources,
+                                    index_interval_bytes=task.config.index_interval_bytes,
+                                    aborted_txns=_txn_entries(storage, task.listing, bases, markers,
+                                                              task.txn.completed.markers_with_data()),
+                                    durable=self.durable, max_batch_bytes=task.max_batch_bytes)
+        except StorageEnvironmentError as exc:
+            if not exc.out_of_space:
+                raise
+            # say how much the new segment needs (its .log; the indexes are small beside it)
+            raise exc.needing(encoded_size(result.records, empty_batches=result.empty_batches,
+                                           sources=sources, max_batch_bytes=task.max_batch_bytes)) from None
+        self.staged_written.extend(written.paths.values())
+        g.staged(written, group, storage)
 
 
 def compact_partition(task: CompactTask, *, durable: bool = True,

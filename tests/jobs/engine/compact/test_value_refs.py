@@ -168,3 +168,33 @@ def test_the_rewrite_decompresses_again_within_the_runs_bound(tmp_path: Path, st
     result = api.compact(log_dir, options, now=NOW1, seams=api.Seams(runner=api.InProcessTasks()))
     assert result.exit_code == 0, result.errors
     assert _files(pdir) != before  # its batches were rewritten
+
+
+@pytest.mark.parametrize("codec", [0, 3])
+def test_a_segment_changed_under_the_rewrite_is_reported_for_its_file(tmp_path: Path, codec: int,
+                                                                       monkeypatch) -> None:
+    """The second segment's batches changed after the cleaning task decoded them, before the encoder copies their
+    kept values (what a mapped file rewritten by another process shows; here the bytes the task hands the encoder
+    are swapped): the partition fails with an error that names that file, the batch's position and a record's
+    offset (the encoder knows its sources only by base offset), and nothing of it is committed."""
+    log_dir = tmp_path / "log"
+    pdir = _partition(log_dir, (codec,) * 6, legacy=False)
+    second = sorted(p for p in pdir.glob("*.log") if p.stat().st_size)[1]
+    base = int(second.stem)
+    before = _files(pdir)
+    write = jobs.engine.compact.cleaning.write_segment
+
+    def changing_the_source_first(*args, **kwargs):
+        data = bytearray(kwargs["sources"][base])
+        data[61:] = b"\xff" * (len(data) - 61)  # every byte after the first batch's header
+        return write(*args, **{**kwargs, "sources": {**kwargs["sources"], base: bytes(data)}})
+
+    monkeypatch.setattr(jobs.engine.compact.cleaning, "write_segment", changing_the_source_first)
+    options = api.CompactOptions(config=str(tmp_path / "log.toml"), partitions=(partition_dir_name(TOPIC, PARTITION),),
+                                 strategy="memory", progress=lambda line: None)
+    result = api.compact(log_dir, options, now=NOW1, seams=api.Seams(runner=api.InProcessTasks()))
+    assert result.exit_code == 1
+    [error] = result.errors
+    assert error["kind"] == "CorruptRecordError" and error["file"] == str(second), error
+    assert error["position"] is not None and error["offset"] >= base, error
+    assert _files(pdir) == before  # nothing committed
