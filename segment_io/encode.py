@@ -765,6 +765,11 @@ def _check_refs(table: pa.Table, sources: Mapping[int, bytes | memoryview] | Non
                          "(segment_io.schema.VALUE_REF_TYPE): pass those segments' bytes as sources")
 
 
+#: Why a source segment's bytes no longer hold what its rows' references were decoded from: the two causes the
+#: encoder cannot tell apart.
+_NOT_AS_DECODED = ("the segment's bytes changed while it was read (is something writing the file?), or the bytes "
+                   "given for it are not those its references were decoded from")
+
 #: The bytes of a batch's length field, from the batch's first byte.
 _LENGTH_FIELD = SIZE_OFFSET + np.arange(4, dtype=np.int64)
 
@@ -797,8 +802,7 @@ class _PayloadPlan:
             i = j + len(done)
             position = int(self.starts[i]) - V2_HEADER_SIZE
             raise type(exc)(f"the payload of the batch at byte {position} of segment {self.segment}, which kept "
-                            f"values are copied from, does not decompress again ({exc.detail}): the segment's "
-                            "bytes changed since it was decoded, or the bytes given for it are not those",
+                            f"values are copied from, does not decompress again ({exc.detail}): {_NOT_AS_DECODED}",
                             position=position, offset=int(self.record_offsets[i]), segment=self.segment) from None
         return np.array([0] + done[:-1], np.int64), np.array(done, np.int64)
 
@@ -822,9 +826,9 @@ def _plan_payloads(src: memoryview, positions: np.ndarray, codecs: np.ndarray, s
     if len(bad):  # the first in the order given, as the batches are read
         pos = int(positions[bad[0]])
         where = f"which holds {len(buf)} bytes" if outside[bad[0]] else "that is not whole there"
-        raise CorruptRecordError(f"value references name a batch at byte {pos} of segment {segment}, {where}: the "
-                                 "segment's bytes changed since they were decoded, or the bytes given for it are not "
-                                 "those", position=pos, offset=int(record_offsets[bad[0]]), segment=segment)
+        raise CorruptRecordError(f"value references name a batch at byte {pos} of segment {segment}, {where}: "
+                                 f"{_NOT_AS_DECODED}", position=pos, offset=int(record_offsets[bad[0]]),
+                                 segment=segment)
     starts = positions + V2_HEADER_SIZE
     limits = np.full(len(starts), max_batch_bytes(bound), np.int64)
     codecs = np.asarray(codecs, np.int64)
@@ -872,9 +876,7 @@ class _RefValues:
             r = int(w.rows[bad])
             raise CorruptRecordError(
                 f"the value of the record at offset {self.record_offsets[r]} in segment {w.segment} is no "
-                "longer the one read before it was copied: the segment's bytes changed while it was read (is "
-                "something writing the file?), or the bytes given for it are not those its references were "
-                "decoded from", position=int(self.batch_positions[r]),
+                f"longer the one read before it was copied: {_NOT_AS_DECODED}", position=int(self.batch_positions[r]),
                 offset=int(self.record_offsets[r]), segment=w.segment)
 
 

@@ -485,12 +485,12 @@ class PartitionCleaner:
                          corrupt_indexes=tuple(corrupt_indexes))
         if changed:
             g.records_after = result.records.num_rows
-            with self.naming_source_files():
+            with self._naming_source_files():
                 self._stage(g, group, result, sources, markers)
         return GroupRun(g, result.stats)
 
     @contextmanager
-    def naming_source_files(self) -> Iterator[None]:
+    def _naming_source_files(self) -> Iterator[None]:
         """Errors the encoder raises about a source segment (which it knows by base offset, from the bytes it was
         given) name that segment's file, as the decode's do."""
         try:

@@ -16,6 +16,7 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 import jobs.engine.compact.cleaning
 import segment_io.decode
 from jobs import api
+from segment_io.format import V2_HEADER_SIZE
 from segment_io.layout import partition_dir_name, segment_file_name
 from tests.support.builders import LogBuilder, rec, write_log
 
@@ -186,7 +187,7 @@ def test_a_segment_changed_under_the_rewrite_is_reported_for_its_file(tmp_path: 
 
     def changing_the_source_first(*args, **kwargs):
         data = bytearray(kwargs["sources"][base])
-        data[61:] = b"\xff" * (len(data) - 61)  # every byte after the first batch's header
+        data[V2_HEADER_SIZE:] = b"\xff" * (len(data) - V2_HEADER_SIZE)  # all after the first batch's header
         return write(*args, **{**kwargs, "sources": {**kwargs["sources"], base: bytes(data)}})
 
     monkeypatch.setattr(jobs.engine.compact.cleaning, "write_segment", changing_the_source_first)
