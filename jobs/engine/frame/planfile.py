@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Ty
 
 from jobs.engine.frame.options import ChangeOptions, field_defaults
 from jobs.engine.report.outcomes import CleaningDecision, Decision, PartitionDecisions
-from jobs.engine.report.run_report import human_bytes
+from jobs.engine.report.run_report import absolute_uri, human_bytes
 from jobs.rules.config import KAFKA_DEFAULT_ORIGIN, ConfigSet, TopicConfig
 from jobs.rules.plan_compact import COMPACTION_CHECKPOINTS, compaction_reads
 from jobs.rules.plan_retain import RETENTION_CHECKPOINTS, retention_reads
@@ -158,7 +158,9 @@ def load_for_apply(options: OptionsT, command: str, log_dir: str, now: "Instant 
     plan = read_plan(uri, options.storage_options())
     if plan.command != command:
         raise UsageError(f"--apply {uri}: the plan was made by `segjobs {plan.command}`, not `segjobs {command}`")
-    if plan.log_dir.rstrip("/") != log_dir.rstrip("/"):
+    # The plan names the log dir as the run did (a relative path made absolute), so compare them that way: the
+    # same relative --log-dir, from the same directory, is the same log dir.
+    if absolute_uri(plan.log_dir).rstrip("/") != absolute_uri(log_dir).rstrip("/"):
         raise UsageError(f"--apply {uri}: the plan is for --log-dir {plan.log_dir}, not {log_dir}")
     given = [name for name, value in (("--now", now), ("--config", options.config), ("--set", options.overrides),
                                       ("--topic", options.topics), ("--partition", options.partitions)) if value]

@@ -104,6 +104,21 @@ def test_retain_plan_then_apply_executes_the_plan_with_its_now_and_configs(spark
 
 
 @pytest.mark.spark
+def test_a_plan_made_with_a_relative_log_dir_applies_with_it(spark, retained, tmp_path, capsys, monkeypatch) -> None:
+    """The plan records the log dir made absolute; the same relative --log-dir (with or without a trailing slash),
+    from the same directory, is the same log dir."""
+    log_dir, bases = retained
+    monkeypatch.chdir(log_dir.parent)
+    code, _, err = cli(capsys, "retain", "--log-dir", log_dir.name, "--now", str(NOW), *SETTINGS, "--dry-run",
+                       "--plan", "plan.json", "--quiet")
+    assert code == 0, err
+    assert json.loads((log_dir.parent / "plan.json").read_text())["log_dir"] == str(log_dir)
+    code, _, err = cli(capsys, "retain", "--log-dir", log_dir.name + "/", "--apply", "plan.json", "--quiet")
+    assert code == 0, err
+    assert not (log_dir / "t-0" / segment_file_name(bases[0])).exists()
+
+
+@pytest.mark.spark
 def test_apply_refuses_a_log_dir_that_changed_and_names_the_first_difference(spark, retained, tmp_path,
                                                                              capsys) -> None:
     log_dir, bases = retained
