@@ -623,6 +623,13 @@ class ConfigSet:
                 origin = layer.source_of(key)
         return origin
 
+    def has_own_settings(self, topic: str) -> bool:
+        """Whether anything but Kafka's defaults sets a key of ``topic``: a table or ``[defaults]`` of the file, a
+        ``--set``, Kafka's creation config of one of its own topics, or a plan's record of any of those. A topic
+        without is one the run knows nothing about: a forgotten ``--config`` looks just like that."""
+        return any(layer.source_of(key) != KAFKA_DEFAULT_ORIGIN
+                   for layer in self.layers_for(topic) for key in layer.values)
+
     def check_entries(self, topics: Collection[str], where: str) -> list[str]:
         """Check that the entries name topics ``where`` (a log dir) holds: ``topics`` are all its topics, whatever
         the run's scope. A ``[topics."<name>"]`` table of the file naming one exact topic that is not there is a

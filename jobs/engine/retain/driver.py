@@ -44,6 +44,7 @@ from segment_io.layout import LOG_START_OFFSET_CHECKPOINT, LogDirListing, Partit
 from segment_io.storage.base import Storage
 from segment_io.storage.spool import HostSpool
 from segment_io.storage.traffic import in_context
+from segment_io.units import format_duration
 
 TopicPartition = tuple[str, int]
 
@@ -297,6 +298,11 @@ def work(ctx: JobContext) -> None:
     planfile.check_decisions({partition_name(k): RetentionDecision.of(plans.get(k), k[0] in refused)
                                    for k in keys}, "retention")
     announce_accepted(limit, {k[0] for k in plans}, ctx.progress, dry_run=ctx.dry_run)
+    unset = defaults_only_warning({k: plan for k, plan in plans.items() if k[0] not in refused}, ctx.configs,
+                                  dry_run=ctx.dry_run)
+    if unset:
+        ctx.report.warnings.append(unset)
+        ctx.progress.notice(f"warning: {unset}", event="retain.defaults_only")
     every = max(1, len(keys) // 10)
     done = 0
 
@@ -469,6 +475,30 @@ class DeleteLimit:
         used_for = reference_settings(self.storage, self.work_uri)
         return [f"{topic}: {', '.join(changed)} against {used_for(topic).source}" for topic in sorted(set(topics))
                 if (changed := used_for(topic).differs_from(self.config_for(topic)))]
+
+
+def defaults_only_warning(plans: Mapping[TopicPartition, RetentionPlan], configs: ConfigSet, *,
+                          dry_run: bool, shown: int = 6) -> str | None:
+    """The warning for segments deleted from topics that nothing but Kafka's defaults configures (no table of
+    ``--config``, no ``[defaults]``, no ``--set``): their ``cleanup.policy`` is Kafka's ``delete`` because the
+    run was told nothing about them, which is also what a forgotten ``--config`` looks like; a topic compacted
+    on its brokers would lose segments compaction keeps. None when there are none."""
+    deleting: dict[str, int] = {}
+    for (topic, _), plan in sorted(plans.items()):
+        if plan.deletions and not configs.has_own_settings(topic):
+            deleting[topic] = deleting.get(topic, 0) + len(plan.deletions)
+    if not deleting:
+        return None
+    first = next(iter(deleting))
+    config = configs.for_topic(first)
+    named = "; ".join(f"{t} ({n} segment(s))" for t, n in list(deleting.items())[:shown])
+    more = f"; and {len(deleting) - shown} more topic(s)" if len(deleting) > shown else ""
+    return (f"retention {'would delete' if dry_run else 'deletes'} {sum(deleting.values())} segment(s) of "
+            f"{len(deleting)} topic(s) that no --config table, [defaults] or --set configures, by Kafka's "
+            f"defaults (cleanup.policy=delete, retention.ms={format_duration(config.retention_ms)}): {named}{more}. "
+            f"If a topic is compacted on its brokers, give its configs (--config FILE; `segjobs config import` "
+            f"writes one from the cluster); name a topic (e.g. --set '{first}:cleanup.policy=delete') to keep "
+            f"this without the warning")
 
 
 def announce_accepted(limit: DeleteLimit, topics: Iterable[str], progress: Progress, *, dry_run: bool,

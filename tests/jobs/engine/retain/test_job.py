@@ -237,6 +237,40 @@ def test_dry_run_writes_nothing_and_reports_exactly_what_the_real_run_does(tmp_p
     assert dry["totals"]["segments_deleted"] == 3 == real["totals"]["segments_deleted"]
 
 
+def test_segments_deleted_from_a_topic_nothing_configures_are_a_warning_naming_it(tmp_path: Path, spark,
+                                                                                 capsys) -> None:
+    """A topic no --config table, [defaults] or --set names gets Kafka's delete policy: what a forgotten --config
+    looks like. Its deletions go ahead (Kafka would do the same) with a warning, shown even when quiet, that names
+    it and says how to give its configs or acknowledge it."""
+    d = tmp_path / "logs"
+    build_partition(d, "orders", 0, [[OLD], [RECENT]])
+    build_partition(d, "users", 0, [[OLD], [OLD], [RECENT]])
+    build_partition(d, "users", 1, [[OLD], [RECENT]])
+    build_partition(d, "quiet", 0, [[RECENT]])  # unconfigured but losing nothing: no warning about it
+    configured = ("--set", "orders:cleanup.policy=delete", "--set", "orders:retention.ms=3d",
+                  "--max-delete-fraction", "1")
+    for dry in (True, False):
+        capsys.readouterr()
+        code, report = retain(d, *configured, *(["--dry-run"] if dry else []))
+        err = capsys.readouterr().err
+        assert code == 0
+        assert deleted(entry(report, "users", 0)) == [(0, "retention.ms"), (1, "retention.ms")]
+        [warning] = [w for w in report["warnings"] if "no --config table" in w]
+        verb = "would delete" if dry else "deletes"
+        assert warning.startswith(f"retention {verb} 3 segment(s) of 1 topic(s) that no --config table, [defaults] "
+                                  "or --set configures, by Kafka's defaults (cleanup.policy=delete, retention.ms=7d)"
+                                  ": users (3 segment(s))."), warning
+        assert "--set 'users:cleanup.policy=delete'" in warning and "orders" not in warning
+        assert f"warning: {warning}" in err  # on stderr although the run is quiet
+
+    build_partition(d, "users", 2, [[OLD], [RECENT]])
+    capsys.readouterr()
+    code, report = retain(d, *configured, "--set", "users:cleanup.policy=delete")  # named: no warning
+    assert code == 0 and deleted(entry(report, "users", 2)) == [(0, "retention.ms")]
+    assert not [w for w in report["warnings"] if "no --config table" in w]
+    assert "no --config table" not in capsys.readouterr().err
+
+
 def test_deleted_files_are_unlinked_once_file_delete_delay_has_passed_across_runs(tmp_path: Path, spark) -> None:
     d = tmp_path / "logs"
     build_partition(d, "t", 0, [[OLD], [RECENT]])
