@@ -1,7 +1,8 @@
 """Report, per partition, how dirty a log dir is and what compaction and retention would reclaim at --now.
 
 Nothing is written to the log dir: no lock is taken and no recovery runs, so inspecting a directory a broker
-owns is safe. For every partition: segments and bytes; the clean, cleanable and uncleanable bytes and the
+owns is safe. What an interrupted run left (an unfinished swap, a delete intent) is read as the recovery of a
+run that writes would leave it, and named, as a dry run does. For every partition: segments and bytes; the clean, cleanable and uncleanable bytes and the
 dirty ratio; data records, transaction markers, keyless records, distinct keys and superseded records
 (records a later record of the same key replaces); live tombstones (no delete horizon yet, or one still in
 the future) and expired ones (horizon <= --now: a clean at --now removes them); records of aborted

@@ -357,12 +357,13 @@ class JobContext:
             self.progress(self.lease.notice, event="lease.notice")
 
     def recover(self) -> "_Recovered":
-        """A run that writes: the log dir's recovery, under the lock. A dry run of a job that writes: the account of
-        the recovery its real run does first (:meth:`_recovery_first`). Inspect: nothing."""
+        """A run that writes: the log dir's recovery, under the lock. A dry run, and inspect: the account of the
+        recovery a run that writes does first (:meth:`_recovery_first`), so that they plan on the files it leaves,
+        as that run does (an unfinished swap's segment counted once, where recovery puts it)."""
         recovered = _Recovered()
         if self.job.destructive and not self.dry_run:
             recovered.listed = self._recover_log_dir(recovered.unrecovered)
-        elif self.job.destructive:
+        else:
             dry_listed = self._recovery_first(recovered)
             if self.storage.local_path(self.log_dir) is None:
                 recovered.listed = dry_listed  # nothing has changed it (on local disk listed again, as a real run)

@@ -356,6 +356,35 @@ def test_corrupt_partition_is_reported_and_the_others_inspected(spark, demo, tmp
 
 
 @pytest.mark.spark
+def test_an_unfinished_swap_is_planned_on_the_files_recovery_leaves_as_the_dry_run_does(exact_run, demo, tmp_path,
+                                                                                         capsys) -> None:
+    """A segment left as ``.log.swap`` (a crash between the swap's renames): a run that writes first completes the
+    swap, so inspect, read-only, counts the segment where recovery puts it and says so, as compact --dry-run does;
+    it changes no file."""
+    swapped = DemoLogDir(str(tmp_path / "logs"), demo.overrides, demo.now_ms)
+    shutil.copytree(demo.log_dir, swapped.log_dir)
+    first = sorted((Path(swapped.log_dir) / "orders-0").glob("*.log"))[0]
+    first.rename(first.with_name(first.name + ".swap"))
+    before = {p: p.read_bytes() for p in Path(swapped.log_dir).rglob("*") if p.is_file()}
+    report = tmp_path / "r.json"
+    code, _ = _cli(capsys, "inspect", *_common(swapped, demo.now_ms), "--exact", "--report", str(report))
+    assert code == 0
+    doc = json.loads(report.read_text())
+    want = _by_name(exact_run["report"]["partitions"])["orders-0"]
+    got = _by_name(doc["partitions"])["orders-0"]
+    assert {k: got[k] for k in (*PLANNED, *EXACT_COUNTS)} == {k: want[k] for k in (*PLANNED, *EXACT_COUNTS)}
+    [entry] = [e for e in doc["recovery_first"] if e["partition"] == "orders-0"]
+    assert entry["planned"] == "after recovery" and entry["actions"]
+    assert {p: p.read_bytes() for p in Path(swapped.log_dir).rglob("*") if p.is_file()} == before
+
+    code = segjobs(["compact", *_common(swapped, demo.now_ms), "--dry-run", "--report", str(tmp_path / "c.json")])
+    assert code == 0
+    dry = _by_name(json.loads((tmp_path / "c.json").read_text())["partitions"])["orders-0"]
+    assert (got["bytes"], got["dirty_ratio"] and round(got["dirty_ratio"], 4)) == (dry["bytes_before"],
+                                                                                  dry["dirty_ratio"])
+
+
+@pytest.mark.spark
 def test_json_format_prints_one_document(exact_run, demo, capsys) -> None:
     code, out = _cli(capsys, "inspect", *_common(demo, demo.now_ms), "--topic", "clicks", "--format", "json")
     assert code == 0
