@@ -206,22 +206,73 @@ def batch_positions(data: bytes | memoryview | mmap.mmap, *, path: str | None = 
         found_magics.append(magics[:count])
         pos, code = int(state[0]), int(state[1])
         capacity *= 2
+    previous = next((int(p[-1]) for p in reversed(found_positions) if len(p)), None)
     if code in (K.WALK_BAD_MAGIC, K.WALK_BAD_SIZE):
         base_offset, size, _, magic = _PREFIX.unpack_from(mv, pos)
         if code == K.WALK_BAD_MAGIC:
-            raise InvalidMagicError(f"invalid magic byte {magic} (expected 0, 1 or 2)", path=path,
-                                    position=pos, offset=base_offset)
-        min_size = (V2_HEADER_SIZE - LOG_OVERHEAD) if magic == 2 else LEGACY_MIN_SIZE[magic]
-        raise InvalidLengthError(f"batch size {size} is impossible for magic {magic} "
-                                 f"(must be {min_size} to {MAX_BATCH_SIZE})", path=path, position=pos,
-                                 offset=base_offset)
+            problem = f"invalid magic byte {magic} (expected 0, 1 or 2)"
+        else:
+            min_size = (V2_HEADER_SIZE - LOG_OVERHEAD) if magic == 2 else LEGACY_MIN_SIZE[magic]
+            problem = f"batch size {size} is impossible for magic {magic} (must be {min_size} to {MAX_BATCH_SIZE})"
+        if previous is not None:
+            checked = _raise_if_length_damaged(mv, previous, pos, problem, path)
+            # The batch before is whole (and intact, where its CRC was checked): the damage is here, where a batch
+            # with a later offset begins. Its own offset field, when it follows on (within a plausible gap), names
+            # it; else where it must start.
+            after = _next_offset(mv, previous)
+            offset = base_offset if 0 <= base_offset - after <= _PLAUSIBLE_GAP else after
+            raise (InvalidMagicError if code == K.WALK_BAD_MAGIC else InvalidLengthError)(
+                f"{problem}, after the {'intact ' if checked else ''}batch at byte {previous} "
+                f"(offset {_first_offset(mv, previous)})", path=path, position=pos, offset=offset)
+        offset = base_offset if base_offset >= 0 else None  # a negative offset is the damage, not a place
+        raise (InvalidMagicError if code == K.WALK_BAD_MAGIC else InvalidLengthError)(problem, path=path,
+                                                                                     position=pos, offset=offset)
     truncated = n - pos if code == K.WALK_SHORT else 0
     if truncated and not allow_truncated_tail:
+        cut = _PREFIX.unpack_from(mv, pos)[0] if truncated >= _PREFIX.size else -1
         raise TruncatedBatchError(f"last batch is cut short: {truncated} bytes remain at the end of the file",
-                                  path=path, position=n - truncated)
+                                  path=path, position=n - truncated, offset=cut if cut >= 0 else None)
     if len(found_positions) == 1:
         return found_positions[0], found_magics[0], truncated
     return np.concatenate(found_positions), np.concatenate(found_magics), truncated
+
+
+#: The largest gap between one batch's last offset and the next batch's first that an error takes the second's
+#: offset field for when that batch is damaged (compaction leaves gaps; a larger one is more likely garbage).
+_PLAUSIBLE_GAP = (1 << 31) - 1
+
+
+def _first_offset(mv: memoryview, position: int) -> int:
+    return int(_PREFIX.unpack_from(mv, position)[0])
+
+
+def _next_offset(mv: memoryview, position: int) -> int | None:
+    """The offset after the batch at ``position`` (v2: from its last offset delta; legacy: its offset), where the
+    next batch's records start at the earliest."""
+    base, _, _, magic = _PREFIX.unpack_from(mv, position)
+    if magic == 2:
+        return base + int.from_bytes(mv[position + V2_LAST_OFFSET_DELTA:position + V2_LAST_OFFSET_DELTA + 4],
+                                     "big", signed=True) + 1
+    return base + 1
+
+
+def _raise_if_length_damaged(mv: memoryview, previous: int, end: int, problem: str, path: str | None) -> bool:
+    """When the walk finds no batch where the v2 batch at ``previous`` says it ends (``end``): if that batch's CRC
+    does not hold over the bytes up to there either, its length field (which the CRC does not cover) is the
+    likelier damage, so the error names that batch, not the bytes its length points at. Returns whether the CRC
+    was checked (and holds): not for a legacy message."""
+    base, size, _, magic = _PREFIX.unpack_from(mv, previous)
+    if magic != 2:
+        return False
+    from segment_io.crc import span_crc  # numba: loaded with the walk's kernels, not by importing the format
+
+    stored = int.from_bytes(mv[previous + V2_CRC:previous + V2_CRC + 4], "big")
+    if span_crc(mv, previous + V2_CRC_START, end) == stored:
+        return True
+    raise InvalidLengthError(f"the batch's length field (4 bytes at byte {previous + SIZE_OFFSET}) says {size} "
+                             f"bytes, its CRC does not hold over them, and at byte {end}, where it would end, "
+                             f"{problem}: its length field is damaged (or the batch and what follows it)",
+                             path=path, position=previous, offset=base)
 
 
 #: The fixed v2 header as numpy reads it: one record per batch over the gathered header bytes, each field at

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 
+import crc32c
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -101,13 +102,36 @@ def _walks_agree(data: bytes, start: int) -> int:
     try:
         found, found_magics, found_tail = batch_positions(data, start=start)
     except (InvalidMagicError, InvalidLengthError) as exc:
-        assert problem == ("magic" if isinstance(exc, InvalidMagicError) else "size", exc.position)
-        assert exc.offset == struct.unpack_from(">q", data, exc.position)[0]
+        assert problem is not None
+        assert (exc.position, exc.offset, type(exc)) == _expected_error(data, positions, magics, problem), exc
         return 0
     assert problem is None
     assert (found.tolist(), found_magics.tolist(), found_tail) == (positions, magics, tail)
     assert found.dtype == np.int64 and found_magics.dtype == np.int8
     return tail
+
+
+def _expected_error(data: bytes, positions: list[int], magics: list[int],
+                    problem: tuple[str, int]) -> tuple[int, int | None, type]:
+    """Where the walk's error points, derived by hand: a v2 batch before the problem whose CRC does not hold up to
+    where its length says it ends is the damaged one (its length field, which no CRC covers); else the problem's
+    own batch, with the offset read there when it follows on from the intact batch before it (by less than 2**31),
+    else the offset after that batch, or (first in the walk) the offset read there when it can be one."""
+    kind, pos = problem
+    kind_error = InvalidMagicError if kind == "magic" else InvalidLengthError
+    if not positions:
+        offset = struct.unpack_from(">q", data, pos)[0]
+        return pos, (offset if offset >= 0 else None), kind_error
+    prev = positions[-1]
+    base = struct.unpack_from(">q", data, prev)[0]
+    if magics[-1] == 2:
+        if crc32c.crc32c(data[prev + 21:pos]) != struct.unpack_from(">I", data, prev + 17)[0]:
+            return prev, base, InvalidLengthError
+        after = base + struct.unpack_from(">i", data, prev + 23)[0] + 1
+    else:
+        after = base + 1
+    read = struct.unpack_from(">q", data, pos)[0]
+    return pos, (read if 0 <= read - after < 1 << 31 else after), kind_error
 
 
 def _frames() -> st.SearchStrategy[tuple[bytes, int]]:
@@ -149,3 +173,46 @@ def test_a_walk_of_more_batches_than_its_first_guess_finds_them_all() -> None:
 def test_the_walk_judges_each_magic_and_size_bound_as_a_plain_walk(magic: int, size: int) -> None:
     frame = bytearray(struct.pack(">qiib", 5, size, 0, magic - 256 if magic > 127 else magic) + bytes(60))
     _walks_agree(legacy_message(0, 3, None, b"") + bytes(frame), 0)
+
+
+def _sealed(batch: bytes) -> bytes:
+    """The batch with its CRC-32C computed over attributes .. end, as a producer writes it."""
+    return batch[:17] + struct.pack(">I", crc32c.crc32c(batch[21:])) + batch[21:]
+
+
+def _three_batches() -> list[bytes]:
+    return [_sealed(_v2_batch(base, last_delta=4, count=5, attrs=0, base_ts=0, max_ts=0, pid=-1, epoch=-1, seq=-1,
+                              leader_epoch=0, crc=0, payload=b"p" * 40)) for base in (1959, 1964, 1969)]
+
+
+def test_a_damaged_length_field_is_named_at_its_batch_with_its_offset() -> None:
+    a, b, c = _three_batches()
+    damaged = bytearray(a + b + c)
+    damaged[10] ^= 0x01  # the first batch's length, 256 bytes longer: the walk lands inside garbage or the tail
+    for allow in (True, False):
+        with pytest.raises(InvalidLengthError) as caught:
+            batch_positions(bytes(damaged) + bytes(400), path="x.log", allow_truncated_tail=allow)
+        e = caught.value
+        assert (e.path, e.position, e.offset) == ("x.log", 0, 1959), e
+        assert "length field (4 bytes at byte 8)" in str(e) and "its CRC does not hold" in str(e)
+
+
+def test_a_damaged_batch_after_an_intact_one_is_named_with_the_offset_that_follows_it() -> None:
+    a, b, c = _three_batches()
+    damaged = bytearray(a + b + c)
+    damaged[len(a):len(a) + 17] = bytes(range(200, 217))  # the second batch's offset, length and magic: garbage
+    with pytest.raises(InvalidMagicError) as caught:
+        batch_positions(bytes(damaged))
+    e = caught.value
+    assert (e.position, e.offset) == (len(a), 1964), e  # not the garbage's "offset", which is negative
+    assert f"after the intact batch at byte 0 (offset 1959)" in str(e)
+
+
+def test_a_cut_short_last_batch_names_its_offset() -> None:
+    a, b, c = _three_batches()
+    with pytest.raises(TruncatedBatchError) as caught:
+        batch_positions(a + b + c[:30], allow_truncated_tail=False)
+    assert (caught.value.position, caught.value.offset) == (len(a) + len(b), 1969)
+    with pytest.raises(TruncatedBatchError) as caught:
+        batch_positions(a + b + c[:5], allow_truncated_tail=False)  # not even its offset is whole
+    assert (caught.value.position, caught.value.offset) == (len(a) + len(b), None)
