@@ -24,8 +24,8 @@ from segment_io import compression, layout
 from segment_io.decode_input import CHUNK_BYTES, SegmentBytes, as_bytes, open_segment
 from segment_io.decode_legacy import decode_legacy, inner_messages, key_hash_legacy, parse_legacy
 from segment_io.decode_v2 import control_record_type, crc_mismatch, decode_v2, key_hash_v2, v2_crcs
-from segment_io.errors import CorruptRecordError, CrcMismatchError, TruncatedBatchError
-from segment_io.format import LEGACY_CODEC_MASK, BatchHeaders, scan_batches
+from segment_io.errors import CorruptRecordError, CrcMismatchError
+from segment_io.format import LEGACY_CODEC_MASK, BatchHeaders, cut_short_error, scan_batches
 from segment_io.hashing import hash_keys
 from segment_io.payloads import KeptPayloads
 from segment_io.schema import KEY_HASH_SCHEMA, RECORD_SCHEMA, project, with_value_refs
@@ -252,8 +252,7 @@ def verify_segment_crcs(data: bytes | bytearray | memoryview, *, path: str | Non
     if framing is not None:
         problems.append(framing)
     elif hdr.truncated_tail:
-        problems.append(TruncatedBatchError(f"last batch is cut short: {hdr.truncated_tail} bytes remain",
-                                            path=path, position=len(mv) - hdr.truncated_tail))
+        problems.append(cut_short_error(mv, hdr.truncated_tail, path))
     return problems
 
 

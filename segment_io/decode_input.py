@@ -6,14 +6,13 @@ magic 0/1 message sets) and the entry points of :mod:`segment_io.decode`.
 from __future__ import annotations
 
 import mmap
-import struct
 from dataclasses import dataclass
 
 import numpy as np
 
 from segment_io import compression
-from segment_io.errors import CorruptRecordError, TruncatedBatchError
-from segment_io.format import BatchHeaders, check_offset_order, scan_batches
+from segment_io.errors import CorruptRecordError
+from segment_io.format import BatchHeaders, check_offset_order, cut_short_error, scan_batches
 from segment_io.payloads import KeptPayloads
 from segment_io.schema import RECORD_SCHEMA
 
@@ -71,11 +70,7 @@ def open_segment(data: bytes | bytearray | memoryview | mmap.mmap, *, path: str 
     mv, arr = as_bytes(data)
     hdr = scan_batches(mv, path=path, allow_truncated_tail=True)
     if hdr.truncated_tail and not allow_truncated_tail:
-        pos = len(mv) - hdr.truncated_tail
-        offset = struct.unpack_from(">q", mv, pos)[0] if hdr.truncated_tail >= 8 else None
-        raise TruncatedBatchError(
-            f"last batch is cut short: only {hdr.truncated_tail} bytes remain at the end of the file",
-            path=path, position=pos, offset=offset)
+        raise cut_short_error(mv, hdr.truncated_tail, path)
     if check_order:
         check_offset_order(hdr, path)
     if segment_base_offset is None:

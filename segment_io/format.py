@@ -229,12 +229,20 @@ def batch_positions(data: bytes | memoryview | mmap.mmap, *, path: str | None = 
                                                                                      position=pos, offset=offset)
     truncated = n - pos if code == K.WALK_SHORT else 0
     if truncated and not allow_truncated_tail:
-        cut = _PREFIX.unpack_from(mv, pos)[0] if truncated >= _PREFIX.size else -1
-        raise TruncatedBatchError(f"last batch is cut short: {truncated} bytes remain at the end of the file",
-                                  path=path, position=n - truncated, offset=cut if cut >= 0 else None)
+        raise cut_short_error(mv, truncated, path)
     if len(found_positions) == 1:
         return found_positions[0], found_magics[0], truncated
     return np.concatenate(found_positions), np.concatenate(found_magics), truncated
+
+
+def cut_short_error(data: bytes | memoryview | mmap.mmap, truncated: int, path: str | None,
+                    detail: str | None = None) -> TruncatedBatchError:
+    """The error for the last ``truncated`` bytes of ``data``, an incomplete batch: its position, and its base
+    offset when its first 8 bytes are there (and can be one). ``detail`` replaces the default wording."""
+    pos = len(data) - truncated
+    base = int.from_bytes(memoryview(data)[pos:pos + 8], "big", signed=True) if truncated >= 8 else -1
+    return TruncatedBatchError(detail or f"last batch is cut short: only {truncated} bytes remain at the end of the "
+                               f"file", path=path, position=pos, offset=base if base >= 0 else None)
 
 
 #: The largest gap between one batch's last offset and the next batch's first that an error takes the second's

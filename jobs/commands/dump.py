@@ -48,10 +48,9 @@ from segment_io.errors import (
     CorruptIndexError,
     CorruptRecordError,
     SegjobsError,
-    TruncatedBatchError,
     UsageError,
 )
-from segment_io.format import LOG_OVERHEAD, BatchHeaders, scan_batches
+from segment_io.format import LOG_OVERHEAD, BatchHeaders, cut_short_error, scan_batches
 from segment_io.remote_view import is_view, parse_view
 from segment_io.storage import open_storage, scheme_of
 from segment_io.storage.base import KIND_FILE, Storage
@@ -219,8 +218,9 @@ def _dump_log(storage: Storage, uri: str, args: argparse.Namespace, out: IO[str]
     except CorruptRecordError as exc:
         return [exc], False
     if headers.truncated_tail:
-        problems.append(TruncatedBatchError(f"last {headers.truncated_tail} bytes do not form a whole batch "
-                                            f"(what a crash leaves)", path=uri, position=headers.end))
+        problems.append(cut_short_error(data, headers.truncated_tail, uri,
+                                        f"last {headers.truncated_tail} bytes do not form a whole batch (what a "
+                                        f"crash leaves)"))
     crc_errors: dict[int, CorruptRecordError] = {}
     if args.verify or args.format == "text":
         for err in verify_segment_crcs(data, path=uri, max_batch_bytes=args.max_batch_bytes):

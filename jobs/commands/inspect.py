@@ -2,12 +2,13 @@
 
 Nothing is written to the log dir: no lock is taken and no recovery runs, so inspecting a directory a broker
 owns is safe. What an interrupted run left (an unfinished swap, a delete intent) is read as the recovery of a
-run that writes would leave it, and named, as a dry run does. For every partition: segments and bytes; the clean, cleanable and uncleanable bytes and the
-dirty ratio; data records, transaction markers, keyless records, distinct keys and superseded records
-(records a later record of the same key replaces); live tombstones (no delete horizon yet, or one still in
-the future) and expired ones (horizon <= --now: a clean at --now removes them); records of aborted
-transactions; the oldest and newest record timestamps; whether compaction would select the partition at
---now and why; what it would remove; and what retention would delete at --now, by which rule.
+run that writes would leave it, and named, as a dry run does. For every partition: segments and bytes; the
+clean, cleanable and uncleanable bytes and the dirty ratio; data records, transaction markers, keyless records,
+distinct keys and superseded records (records a later record of the same key replaces); live tombstones (no
+delete horizon yet, or one still in the future) and expired ones (horizon <= --now: a clean at --now removes
+them); records of aborted transactions; the oldest and newest record timestamps; whether compaction would
+select the partition at --now and why; what it would remove; and what retention would delete at --now, by which
+rule.
 
 Predictions come from the planners the jobs use (jobs.rules.plan_compact, jobs.rules.plan_retain) on the same scan, so a
 `segjobs compact --dry-run` / `segjobs retain --dry-run` at the same --now agrees with them. Selection is

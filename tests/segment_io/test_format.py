@@ -205,7 +205,7 @@ def test_a_damaged_batch_after_an_intact_one_is_named_with_the_offset_that_follo
         batch_positions(bytes(damaged))
     e = caught.value
     assert (e.position, e.offset) == (len(a), 1964), e  # not the garbage's "offset", which is negative
-    assert f"after the intact batch at byte 0 (offset 1959)" in str(e)
+    assert "after the intact batch at byte 0 (offset 1959)" in str(e)
 
 
 def test_a_cut_short_last_batch_names_its_offset() -> None:

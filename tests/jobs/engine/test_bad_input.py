@@ -325,7 +325,8 @@ def test_retention_refuses_a_partition_whose_kept_segment_is_damaged(tmp_path: P
     d = tmp_path / "logs"
     seg = _kept_segment_with_index(d)
     data = seg.read_bytes()
-    last = len(data) - len(read_partition(d / "t-0")[-2].raw)  # start of the last batch of segment 1
+    batches = read_partition(d / "t-0")
+    last = len(data) - len(batches[-2].raw)  # start of the last batch of segment 1
     if damage == "cut short":
         seg.write_bytes(data[:-10])
     else:
@@ -336,6 +337,7 @@ def test_retention_refuses_a_partition_whose_kept_segment_is_damaged(tmp_path: P
     err = error_of(report, "t-0")
     assert err["file"] == str(seg) and err["position"] == last
     assert err["kind"] == ("TruncatedBatchError" if damage == "cut short" else "InvalidLengthError")
+    assert err["offset"] == batches[-2].base_offset  # the damaged batch's, read from its header
     assert snapshot(d) == before
 
 
