@@ -97,7 +97,7 @@ def remote_options_from_args(args: argparse.Namespace) -> RemoteOptions | None:
 
 def add_max_batch_bytes_option(p: argparse.ArgumentParser) -> None:
     """--max-batch-bytes: the per-batch decompression bound (:func:`segment_io.compression.max_batch_bytes`)."""
-    p.add_argument("--max-batch-bytes", type=batch_bytes_arg, metavar="SIZE",
+    p.add_argument("--max-batch-bytes", type=positive_size_arg, metavar="SIZE",
                    help="the most bytes one compressed batch may inflate to before it is reported as corrupt "
                         "(a decompression bomb); default 256MiB, or $SEGJOBS_MAX_BATCH_BYTES")
 
@@ -266,9 +266,10 @@ def size_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def batch_bytes_arg(text: str) -> int:
-    """argparse ``type=`` for ``--max-batch-bytes``: a positive size (the per-batch decompression bound of
-    :func:`segment_io.compression.max_batch_bytes`)."""
+def positive_size_arg(text: str) -> int:
+    """argparse ``type=`` for a size that must be positive (``--max-batch-bytes``, ``--dedupe-buffer-bytes``).
+    Refused here rather than when the options are made, so that the error names the flag the user typed
+    (``argument --dedupe-buffer-bytes: must be positive``), not the setting behind it."""
     value = size_arg(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")

@@ -46,6 +46,7 @@ from jobs.commands.args import (
     add_plan_options,
     cli_wording,
     job_options,
+    positive_size_arg,
     print_result,
     size_arg,
     summary_view,
@@ -72,7 +73,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "keys, from the scan) fit the --dedupe-buffer-bytes map, else memory first, handing the "
                         "partition to external-sort (with what it read) only if the map fills; the summary's note "
                         "says which one each partition used and why")
-    p.add_argument("--dedupe-buffer-bytes", type=size_arg, default=DEFAULT_DEDUPE_BUFFER_BYTES, metavar="SIZE",
+    p.add_argument("--dedupe-buffer-bytes", type=positive_size_arg, default=DEFAULT_DEDUPE_BUFFER_BYTES,
+                   metavar="SIZE",
                    help=f"offset-map memory per task, e.g. 512MiB; 24 bytes a slot, full at {LOAD_FACTOR:g} of the "
                         f"slots, so about {max_keys_for_buffer(1 << 20):,} keys per MiB (default: 128MiB, "
                         f"{max_keys_for_buffer(DEFAULT_DEDUPE_BUFFER_BYTES):,} keys; Kafka's "

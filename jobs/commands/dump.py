@@ -35,7 +35,7 @@ from typing import IO
 import numpy as np
 import pyarrow as pa
 
-from jobs.commands.args import add_remote_options, batch_bytes_arg, remote_options_from_args, size_arg
+from jobs.commands.args import add_remote_options, positive_size_arg, remote_options_from_args, size_arg
 from jobs.logdir.tiered import RemoteOptions, read_tiered_plans, unreadable_error
 from jobs.rules.tiered_read import SegmentSource
 from jobs.rules.timeutil import format_instant
@@ -63,7 +63,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="text (default) or jsonl: one JSON object per record")
     p.add_argument("--verify", action="store_true",
                    help="check CRCs, record framing and index sanity; exit 1 on any problem")
-    p.add_argument("--max-batch-bytes", type=batch_bytes_arg, default=None, metavar="SIZE",
+    p.add_argument("--max-batch-bytes", type=positive_size_arg, default=None, metavar="SIZE",
                    help="the most bytes one compressed batch may inflate to; past it the batch is reported as "
                         "a decompression bomb (default: $SEGJOBS_MAX_BATCH_BYTES, else 256MiB)")
     p.add_argument("--max-value-bytes", type=size_arg, default=64, metavar="SIZE",

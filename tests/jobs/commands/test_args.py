@@ -198,6 +198,14 @@ def test_an_ambiguous_size_is_refused_everywhere(capsys, log_dir, tmp_path) -> N
     assert "retention.ms: cannot read 'five days' as a duration (examples: 7d, 36h, 500ms)" in line
 
 
+@pytest.mark.parametrize("option", ["--dedupe-buffer-bytes", "--max-batch-bytes"])
+@pytest.mark.parametrize("size", ["-5", "0"])
+def test_a_size_that_must_be_positive_is_refused_naming_the_flag(capsys, log_dir, option, size) -> None:
+    # the flag the user typed, not the Kafka setting behind it (log.cleaner.dedupe.buffer.size)
+    line = _argparse_error(capsys, ["compact", "--log-dir", str(log_dir), option, size])
+    assert line == f"segjobs compact: error: argument {option}: must be positive, got {size!r}"
+
+
 def test_a_config_value_with_units_is_the_value_of_the_option(capsys, tmp_path) -> None:
     """--set takes the same spellings as the options: 512MiB is 512 MiB in both."""
     from jobs.rules.config import ConfigSet
