@@ -36,7 +36,7 @@ if the log dir changed since.
 examples:
   segjobs retain --log-dir /var/kafka/logs --config conf/topics.toml --dry-run
   segjobs retain --log-dir s3://bucket/kafka/logs --set 'clicks*:retention.ms=3d' --now 2026-11-22T00:00:00Z
-  segjobs retain --log-dir /backup/logs --topic 'audit-*' --set 'audit-*:retention.bytes=10GiB' \
+  segjobs retain --log-dir /backup/logs --topic 'audit-*' --set 'audit-*:retention.bytes=10GiB' \\
       --report /tmp/retain.json
   segjobs retain --log-dir /var/kafka/logs --config conf/topics.toml --accept-config-baseline  # a first run
   segjobs retain --log-dir /backup/logs --dry-run --plan /tmp/plan.json      # review, then:

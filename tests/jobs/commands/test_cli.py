@@ -228,6 +228,39 @@ def test_recover_help_says_what_dry_run_does(capsys):
 
 
 # --------------------------------------------------------------------------------------------------
+# Help texts
+# --------------------------------------------------------------------------------------------------
+
+
+def every_help() -> dict[str, str]:
+    """``segjobs --help`` and every (sub)command's ``--help``, by command line (``tiered audit``), as printed."""
+    import argparse
+
+    from jobs.commands.cli import build_parser
+
+    helps: dict[str, str] = {}
+
+    def walk(parser: argparse.ArgumentParser, words: tuple[str, ...]) -> None:
+        helps[" ".join(words)] = parser.format_help()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    walk(child, (*words, name))
+
+    walk(build_parser(), ("segjobs",))
+    return helps
+
+
+def test_every_example_line_reads_as_typed() -> None:
+    # a lone backslash ending a line of a docstring joins the next line to it, spaces and all: the example shows
+    # `... 10GiB'       --report` where a shell continuation was meant (the source needs \\)
+    for command, text in every_help().items():
+        for line in text.splitlines():
+            if line.lstrip().startswith(("segjobs ", "spark-submit ")):
+                assert not re.search(r"\S {3,}[^#\s]", line), f"{command} --help: {line!r}"
+
+
+# --------------------------------------------------------------------------------------------------
 # Ctrl-C: exit 130, what was committed, no Spark stack
 # --------------------------------------------------------------------------------------------------
 
