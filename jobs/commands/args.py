@@ -24,6 +24,12 @@ if TYPE_CHECKING:
 #: What every job can print on stdout (--format): the human summary table, or the JSON report.
 OUTPUT_FORMATS = ("table", "json")
 
+#: The metavar of an option that takes an instant (--now), and the help's words on how to write one
+#: (:func:`jobs.rules.timeutil.parse_instant`), said by every such option: a reader may take a time without a
+#: zone for local time, and segjobs reads it as UTC.
+INSTANT_METAVAR = "EPOCH_MS|ISO8601"
+INSTANT_FORMS = "epoch milliseconds or ISO-8601, e.g. 2026-11-22T02:00:00Z; a time without a zone is UTC"
+
 
 def add_log_dir_options(p: argparse.ArgumentParser, *, destructive: bool = True, scope_note: str = "",
                         formats: tuple[str, ...] = OUTPUT_FORMATS) -> None:
@@ -41,9 +47,9 @@ def add_log_dir_options(p: argparse.ArgumentParser, *, destructive: bool = True,
                    help="only topics matching this glob (repeatable; default: all)" + scope_note)
     p.add_argument("--partition", action="append", default=[], metavar="TOPIC-N",
                    help="only this partition, e.g. orders-3 (repeatable)" + scope_note)
-    p.add_argument("--now", metavar="EPOCH_MS|ISO8601",
+    p.add_argument("--now", metavar=INSTANT_METAVAR,
                    help="the instant the job acts at (default: the wall clock); fixes horizons and ages, "
-                        "so re-running with the same --now reproduces the same decisions")
+                        f"so re-running with the same --now reproduces the same decisions; {INSTANT_FORMS}")
     if destructive:
         p.add_argument("--dry-run", action="store_true",
                        help="write nothing; report exactly what a real run would remove. Takes no lock and recovers "

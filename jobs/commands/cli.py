@@ -57,7 +57,8 @@ EPILOG = """exit codes:
   2  usage or configuration error: nothing was done
   130  interrupted (Ctrl-C): the partitions committed before the stop are listed; the next run does the rest
 
-Every destructive command has --dry-run. Time is always an input: --now EPOCH_MS|ISO8601 (default: now).
+Every destructive command has --dry-run. Time is always an input: --now EPOCH_MS|ISO8601 (default: now;
+a time without a zone is UTC).
 Run `segjobs <command> --help` for the options of one command."""
 
 

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jobs.commands.args import duration_arg, size_arg
+from jobs.commands.args import INSTANT_METAVAR, duration_arg, size_arg
 from jobs.engine.report.run_report import listed
 from jobs.rules.timeutil import format_instant, parse_instant
 from segment_io.compression import CODEC_BY_NAME, codec_from_name
@@ -87,10 +87,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--codec", choices=sorted(CODEC_BY_NAME), default="none", help="compression codec (default: none)")
     p.add_argument("--transactional", type=_share, default=0.0, help="share of batches in transactions (default: 0)")
     p.add_argument("--aborted", type=_share, default=0.0, help="share of transactions that abort (default: 0)")
-    p.add_argument("--start", default=None, metavar="EPOCH_MS|ISO8601",
+    p.add_argument("--start", default=None, metavar=INSTANT_METAVAR,
                    help=f"timestamp of the first record (default: {DEFAULT_START}, fixed so that output is "
                         "reproducible; run the jobs with --now, or pass a recent --start, e.g. 2026-11-20; with "
-                        "--append to a topic already there: just after the newest timestamp of its partitions)")
+                        "--append to a topic already there: just after the newest timestamp of its partitions); "
+                        "a time without a zone is UTC")
     p.add_argument("--span", type=duration_arg, default=7 * DAY_MS, metavar="DURATION",
                    help="timestamps spread evenly over [--start, --start + this), e.g. 36h or 30d (default: 7d)")
     p.add_argument("--value-style", choices=("random", "text"), default="random",

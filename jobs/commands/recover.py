@@ -39,6 +39,8 @@ import argparse
 
 from jobs import api
 from jobs.commands.args import (
+    INSTANT_FORMS,
+    INSTANT_METAVAR,
     add_log_format_option,
     add_s3_options,
     cli_wording,
@@ -55,9 +57,9 @@ from jobs.rules.timeutil import format_instant
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-dir", required=True, metavar="URI", help="Kafka log dir: a local path or s3://bucket/prefix")
-    p.add_argument("--now", metavar="EPOCH_MS|ISO8601",
+    p.add_argument("--now", metavar=INSTANT_METAVAR,
                    help="the instant recorded for .deleted files the deletion ledger does not know yet "
-                        "(file.delete.delay.ms counts from it; default: the wall clock)")
+                        f"(file.delete.delay.ms counts from it; default: the wall clock); {INSTANT_FORMS}")
     p.add_argument("--dry-run", action="store_true",
                    help="take no lock and change nothing: print the actions a real run would take now")
     p.add_argument("--break-lease", metavar="RUN_ID",

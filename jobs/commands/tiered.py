@@ -18,6 +18,8 @@ from typing import Any, Callable
 
 from jobs import api
 from jobs.commands.args import (
+    INSTANT_FORMS,
+    INSTANT_METAVAR,
     add_log_format_option,
     add_plan_options,
     add_s3_options,
@@ -92,7 +94,8 @@ def _add_reading_options(p: argparse.ArgumentParser) -> None:
                                                      "retention.bytes (default: Kafka's)")
     p.add_argument("--set", action="append", default=[], metavar="TOPIC_GLOB:KEY=VALUE",
                    help="override one topic config, e.g. 'orders:retention.ms=30d' (repeatable)")
-    p.add_argument("--now", metavar="EPOCH_MS|ISO8601", help="the instant retention is judged at (default: now)")
+    p.add_argument("--now", metavar=INSTANT_METAVAR,
+                   help=f"the instant retention is judged at (default: the wall clock); {INSTANT_FORMS}")
     add_s3_options(p)
     p.add_argument("--format", choices=("text", "json"), default="text", help="report format (default text)")
     p.add_argument("--output", metavar="FILE", help="write the report here instead of stdout")

@@ -260,6 +260,29 @@ def test_every_example_line_reads_as_typed() -> None:
                 assert not re.search(r"\S {3,}[^#\s]", line), f"{command} --help: {line!r}"
 
 
+def test_every_instant_option_says_a_time_without_a_zone_is_utc() -> None:
+    import argparse
+
+    from jobs.commands.args import INSTANT_METAVAR
+    from jobs.commands.cli import build_parser
+
+    seen = []
+
+    def walk(parser: argparse.ArgumentParser, command: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    walk(child, f"{command} {name}")
+            elif action.metavar == INSTANT_METAVAR:
+                seen.append(f"{command} {action.option_strings[0]}")
+                assert "a time without a zone is UTC" in (action.help or ""), seen[-1]
+
+    walk(build_parser(), "segjobs")
+    assert {"segjobs compact --now", "segjobs recover --now", "segjobs tiered audit --now",
+            "segjobs generate --start"} <= set(seen), seen
+    assert "a time without a zone is UTC" in " ".join(every_help()["segjobs"].split())
+
+
 # --------------------------------------------------------------------------------------------------
 # Ctrl-C: exit 130, what was committed, no Spark stack
 # --------------------------------------------------------------------------------------------------
