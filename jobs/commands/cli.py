@@ -36,7 +36,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("jobs.commands.inspect",
                 "report per partition: dirty ratio, keys, tombstones, what compaction/retention would reclaim"),
     "tiered": ("jobs.commands.tiered",
-               "`tiered audit`: remote log metadata, log dir and remote store together: gaps, orphans, overdue"),
+               "tiered storage: `tiered audit` reports gaps, missing objects, orphans and overdue remote segments; "
+               "`tiered clean-orphans` deletes the orphans the audit proves unreferenced"),
     "dump": ("jobs.commands.dump",
              "print batches and records of segment files, like kafka-dump-log; --verify checks them"),
     "generate": ("jobs.commands.generate", "write a synthetic broker-style log dir (demo, tests, benchmarks)"),

@@ -260,6 +260,16 @@ def test_every_example_line_reads_as_typed() -> None:
                 assert not re.search(r"\S {3,}[^#\s]", line), f"{command} --help: {line!r}"
 
 
+def test_the_top_level_help_names_every_subcommand() -> None:
+    # `tiered clean-orphans` deletes objects: a reader of `segjobs --help` must see it is there, not only `audit`
+    helps = every_help()
+    top = " ".join(helps["segjobs"].split())
+    nested = [command.removeprefix("segjobs ") for command in helps if command.count(" ") == 2]
+    assert {"tiered audit", "tiered clean-orphans", "config import"} <= set(nested), nested
+    for command in nested:
+        assert f"`{command}`" in top, command
+
+
 def test_every_instant_option_says_a_time_without_a_zone_is_utc() -> None:
     import argparse
 
