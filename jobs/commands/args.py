@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import time
 from contextlib import contextmanager
 from dataclasses import replace
@@ -208,6 +209,37 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
                    help="carry out exactly the plan in FILE (written by --dry-run --plan), with its --now, topic "
                         "configs and scope; refused with exit code 2, naming the first difference, if the log "
                         "dir changed since the plan was made. With --dry-run: only show what it would do")
+
+
+# --------------------------------------------------------------------------------------------------
+# Exit codes, as each command's --help states them
+# --------------------------------------------------------------------------------------------------
+
+#: The exit code of a run stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
+INTERRUPTED = 130
+#: The page that lists every case of every exit code; a --help names the usual ones and points there.
+EXIT_CODES_PAGE = "docs/guide/commands.md#exit-codes"
+#: What exit code 2 means for a job that takes the log dir's lock (compact, retain): it stopped before changing
+#: anything.
+JOB_NOTHING_DONE = ("nothing was done: a usage or configuration error, no usable Java, the log dir locked by a broker "
+                    "or another run (the holder is named), a --report, --plan or local --ledger that cannot be "
+                    "written, an --apply plan the log dir no longer matches")
+#: What exit code 130 means for a job that commits partition by partition (compact, retain).
+JOB_INTERRUPTED = ("interrupted (Ctrl-C): the partitions committed before the stop are named, the others left as they "
+                   "were (a --dry-run changed nothing); run the command again to do the rest: its recovery settles a "
+                   "commit the stop cut short")
+
+
+def exit_codes_help(*, done: str, failed: str, nothing_done: str, interrupted: str) -> str:
+    """The ``exit codes:`` block of a command's --help (set as its epilog): what 0, 1, 2 and 130 mean for this
+    command, each wrapped under its code, and where every case is listed. One layout for every command, so that
+    a script's author finds the same block wherever they look."""
+    lines = ["exit codes:"]
+    for code, meaning in ((0, done), (1, failed), (2, nothing_done), (INTERRUPTED, interrupted)):
+        lines.append(textwrap.fill(meaning, width=116, initial_indent=f"  {code:<5}", subsequent_indent=" " * 7,
+                                   break_on_hyphens=False))
+    lines.append(f"Every case of each code: {EXIT_CODES_PAGE}")
+    return "\n".join(lines)
 
 
 def storage_options_from_args(args: argparse.Namespace) -> StorageOptions:

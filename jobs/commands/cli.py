@@ -15,7 +15,7 @@ import threading
 import time
 from typing import NoReturn, Sequence
 
-from jobs.commands.args import close_progress, error_line
+from jobs.commands.args import INTERRUPTED, close_progress, error_line, exit_codes_help
 from jobs.engine.runtime.spark_session import (
     allow_early_start,
     separate_stderr_under_spark_submit,
@@ -49,14 +49,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
                 "compile and cache the kernels ahead of the first run (`make venv` runs it)"),
 }
 
-#: The exit code of a run stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
-INTERRUPTED = 130
-
-EPILOG = """exit codes:
-  0  success
-  1  the work ran but something failed (e.g. a corrupt partition was reported and left untouched)
-  2  usage or configuration error: nothing was done
-  130  interrupted (Ctrl-C): the partitions committed before the stop are listed; the next run does the rest
+EPILOG = exit_codes_help(
+    done="success",
+    failed="the work ran but something failed or was refused (e.g. a corrupt partition was reported and left "
+           "untouched)",
+    nothing_done="usage or configuration error: nothing was done",
+    interrupted="interrupted (Ctrl-C): the partitions committed before the stop are listed; the next run does the "
+                "rest") + """
 
 Every destructive command has --dry-run. Time is always an input: --now EPOCH_MS|ISO8601 (default: now;
 a time without a zone is UTC).

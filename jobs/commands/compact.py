@@ -42,9 +42,12 @@ import argparse
 
 from jobs import api
 from jobs.commands.args import (
+    JOB_INTERRUPTED,
+    JOB_NOTHING_DONE,
     add_log_dir_options,
     add_plan_options,
     cli_wording,
+    exit_codes_help,
     job_options,
     positive_size_arg,
     print_result,
@@ -85,6 +88,14 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "hashed into as many buckets as that needs (about 128 bytes per dirty record), so a task's "
                         "memory does not grow with the key count (default: a quarter of spark.executor.pyspark."
                         "memory, else of spark.executor.memory, 1g by default: 256MiB; between 64MiB and 1GiB)")
+    p.epilog = exit_codes_help(
+        done="done: every partition in scope compacted or skipped, the summary says which and why (with --dry-run: "
+             "planned, nothing written)",
+        failed="the run went on, but something failed or was refused (the summary and report say what): a partition "
+               "that could not be read or written, reported and left untouched; a topic the delete-fraction limit "
+               "refused; a partition whose --apply outcome differs from its plan; the S3 lease lost to another run; "
+               "the report or ledger not written",
+        nothing_done=JOB_NOTHING_DONE, interrupted=JOB_INTERRUPTED)
 
 
 def options_from_args(args: argparse.Namespace) -> CompactOptions:

@@ -35,7 +35,13 @@ from typing import IO
 import numpy as np
 import pyarrow as pa
 
-from jobs.commands.args import add_remote_options, positive_size_arg, remote_options_from_args, size_arg
+from jobs.commands.args import (
+    add_remote_options,
+    exit_codes_help,
+    positive_size_arg,
+    remote_options_from_args,
+    size_arg,
+)
 from jobs.logdir.tiered import RemoteOptions, read_tiered_plans, unreadable_error
 from jobs.rules.tiered_read import SegmentSource
 from jobs.rules.timeutil import format_instant
@@ -69,6 +75,15 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-value-bytes", type=size_arg, default=64, metavar="SIZE",
                    help="text format: show at most this many bytes of each key/value (default: 64; -1: all)")
     add_remote_options(p)
+    p.epilog = exit_codes_help(
+        done="every path dumped (with --verify: and no problem found)",
+        failed="a file could not be read at all (a non-empty .log in which not one batch reads, an index or "
+               "checkpoint that does not parse; with --remote, a finished remote segment whose object is missing); "
+               "with --verify, any problem: a CRC, a record's framing, an index, a batch inflating past "
+               "--max-batch-bytes",
+        nothing_done="nothing was printed: a usage error, such as a log dir, a missing path, or a file that is no "
+                     "segment, index or checkpoint",
+        interrupted="interrupted (Ctrl-C): the output stops where it was")
 
 
 #: A segment of a tiered partition read as one log: the partition and the segment's source (None: a file as it is).

@@ -50,6 +50,7 @@ from jobs.commands.args import (
     add_log_dir_options,
     add_remote_options,
     cli_wording,
+    exit_codes_help,
     job_options,
     print_result,
     remote_options_from_args,
@@ -85,6 +86,14 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="count distinct keys exactly and measure compaction with a dry run of the compaction task "
                         "(slower, 16 bytes of memory per record); default: HyperLogLog estimates")
     add_remote_options(p)
+    p.epilog = exit_codes_help(
+        done="done: every partition in scope inspected",
+        failed="a partition could not be read (reported, the others inspected), with --remote also one whose remote "
+               "segment's object is missing; or the report, --html page or ledger could not be written at the end",
+        nothing_done="nothing was inspected: a usage or configuration error, no usable Java, a --report, --html or "
+                     "local --ledger that cannot be written (checked before any work)",
+        interrupted="interrupted (Ctrl-C): nothing was changed (inspect never writes to the log dir) and no report "
+                    "was written")
 
 
 def options_from_args(args: argparse.Namespace) -> InspectOptions:

@@ -44,6 +44,7 @@ from jobs.commands.args import (
     add_log_format_option,
     add_s3_options,
     cli_wording,
+    exit_codes_help,
     progress_sink,
     storage_options_from_args,
 )
@@ -67,6 +68,16 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "died on another host; refused if another run holds the lease")
     add_s3_options(p)
     add_log_format_option(p)
+    p.epilog = exit_codes_help(
+        done="done: every partition recovered, or had nothing to recover (with --dry-run: planned, nothing changed)",
+        failed="a partition whose recovery cannot finish (named with the state it is left in and what to fix; the "
+               "others are recovered), a leftover file that cannot be deleted (named; it blocks nothing), or the S3 "
+               "lease lost to another run",
+        nothing_done="nothing was done: a usage error, the log dir locked by a broker or another run (the holder is "
+                     "named), a --break-lease that does not name the lease's holder, S3 that cannot be used, a local "
+                     "log dir that cannot be written",
+        interrupted="interrupted (Ctrl-C): the actions taken before the stop stand; run recover again, it settles "
+                    "whatever is left")
 
 
 def options_from_args(args: argparse.Namespace) -> RecoverOptions:

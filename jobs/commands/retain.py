@@ -50,9 +50,12 @@ import argparse
 
 from jobs import api
 from jobs.commands.args import (
+    JOB_INTERRUPTED,
+    JOB_NOTHING_DONE,
     add_log_dir_options,
     add_plan_options,
     cli_wording,
+    exit_codes_help,
     job_options,
     print_result,
     summary_view,
@@ -69,6 +72,14 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_max_delete_fraction_option(p)
     add_accept_config_baseline_option(p)
     add_plan_options(p)
+    p.epilog = exit_codes_help(
+        done="done: every partition in scope had its expired segments deleted, or none to delete (with --dry-run: "
+             "planned, nothing written)",
+        failed="the run went on, but something failed or was refused (the summary and report say what): a partition "
+               "with damage its scan sees, or one that could not be written, reported and left untouched (retention "
+               "reads batch headers only: a CRC mismatch inside a batch is not seen; dump --verify finds it); a topic "
+               "the delete-fraction limit refused; the S3 lease lost to another run; the report or ledger not written",
+        nothing_done=JOB_NOTHING_DONE, interrupted=JOB_INTERRUPTED)
 
 
 def _fraction(text: str) -> float:

@@ -22,6 +22,7 @@ from tests.support.builders import LogBuilder, rec, tombstone, write_log
 from tests.support.replay import comparable, read_partition, replay
 
 NOW = "2026-11-22T03:00:00Z"
+REPO_DOCS = Path(__file__).resolve().parents[3] / "docs"
 COMPACT = '[defaults]\n"cleanup.policy" = "compact"\n'
 
 
@@ -268,6 +269,29 @@ def test_the_top_level_help_names_every_subcommand() -> None:
     assert {"tiered audit", "tiered clean-orphans", "config import"} <= set(nested), nested
     for command in nested:
         assert f"`{command}`" in top, command
+
+
+@pytest.mark.parametrize("command", ["segjobs", "segjobs compact", "segjobs retain", "segjobs inspect",
+                                     "segjobs recover", "segjobs dump"])
+def test_the_help_ends_with_what_each_exit_code_means(command) -> None:
+    from jobs.commands.args import EXIT_CODES_PAGE
+
+    text = every_help()[command]
+    block = text[text.index("\nexit codes:\n") + 1:]
+    codes = [line.split()[0] for line in block.splitlines()[1:] if line.startswith("  ") and line.split()[0].isdigit()]
+    assert codes == ["0", "1", "2", "130"], block
+    assert EXIT_CODES_PAGE in block
+    assert "\n## Exit codes\n" in (REPO_DOCS / "guide" / "commands.md").read_text()  # the page it points to
+
+
+def test_the_exit_codes_block_wraps_each_meaning_under_its_code() -> None:
+    from jobs.commands.args import exit_codes_help
+
+    block = exit_codes_help(done="ok", failed="a " * 80, nothing_done="usage", interrupted="stopped")
+    lines = block.splitlines()
+    assert lines[:2] == ["exit codes:", "  0    ok"]
+    assert lines[2].startswith("  1    a a") and lines[3].startswith("       a a") and max(map(len, lines)) <= 116
+    assert lines[-3:-1] == ["  2    usage", "  130  stopped"]
 
 
 def test_every_instant_option_says_a_time_without_a_zone_is_utc() -> None:
