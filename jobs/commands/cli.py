@@ -13,7 +13,8 @@ import os
 import sys
 import threading
 import time
-from typing import NoReturn, Sequence
+from pathlib import Path
+from typing import Any, NoReturn, Sequence
 
 from jobs.commands.args import INTERRUPTED, close_progress, error_line, exit_codes_help
 from jobs.engine.runtime.spark_session import (
@@ -62,6 +63,41 @@ a time without a zone is UTC).
 Run `segjobs <command> --help` for the options of one command."""
 
 
+def package_version() -> str:
+    """segjobs' version: the installed package's; else, for a source checkout run without installing it (e.g.
+    ``spark-submit jobs/compact.py`` with the checkout on the path), its pyproject.toml's; else ``unknown``."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("segjobs")
+    except metadata.PackageNotFoundError:
+        pass
+    import tomllib
+
+    try:
+        with (Path(__file__).resolve().parents[2] / "pyproject.toml").open("rb") as f:
+            project = tomllib.load(f).get("project", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        project = {}
+    if project.get("name") == "segjobs" and project.get("version"):
+        return f"{project['version']} (source checkout, not installed)"
+    return "unknown (not installed, and no segjobs pyproject.toml beside the code)"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: print ``segjobs <version>`` on stdout and exit 0. argparse's own ``version`` action needs
+    the text when the parser is built; this one looks the version up only when asked (see :func:`package_version`),
+    so that every other run's start-up does not pay for reading the package metadata."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        sys.stdout.write(f"segjobs {package_version()}\n")
+        parser.exit(0)
+
+
 def build_parser(only: str | None = None, *, every: bool = True) -> argparse.ArgumentParser:
     """The command line's parser. Every command's module is imported for its options, unless ``every`` is False:
     then only the module of ``only`` (the command being run, if any), the others' entries holding their one-line
@@ -73,6 +109,7 @@ def build_parser(only: str | None = None, *, every: bool = True) -> argparse.Arg
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action=_VersionAction, help="print segjobs' version and exit")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
     for name, (module_name, help_text) in COMMANDS.items():
         if not every and name != only:

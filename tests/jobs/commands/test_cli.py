@@ -22,7 +22,7 @@ from tests.support.builders import LogBuilder, rec, tombstone, write_log
 from tests.support.replay import comparable, read_partition, replay
 
 NOW = "2026-11-22T03:00:00Z"
-REPO_DOCS = Path(__file__).resolve().parents[3] / "docs"
+REPO = Path(__file__).resolve().parents[3]
 COMPACT = '[defaults]\n"cleanup.policy" = "compact"\n'
 
 
@@ -281,7 +281,7 @@ def test_the_help_ends_with_what_each_exit_code_means(command) -> None:
     codes = [line.split()[0] for line in block.splitlines()[1:] if line.startswith("  ") and line.split()[0].isdigit()]
     assert codes == ["0", "1", "2", "130"], block
     assert EXIT_CODES_PAGE in block
-    assert "\n## Exit codes\n" in (REPO_DOCS / "guide" / "commands.md").read_text()  # the page it points to
+    assert "\n## Exit codes\n" in (REPO / "docs" / "guide" / "commands.md").read_text()  # the page it points to
 
 
 def test_the_exit_codes_block_wraps_each_meaning_under_its_code() -> None:
@@ -292,6 +292,37 @@ def test_the_exit_codes_block_wraps_each_meaning_under_its_code() -> None:
     assert lines[:2] == ["exit codes:", "  0    ok"]
     assert lines[2].startswith("  1    a a") and lines[3].startswith("       a a") and max(map(len, lines)) <= 116
     assert lines[-3:-1] == ["  2    usage", "  130  stopped"]
+
+
+def test_version_prints_the_packages_version_and_exits_0(capsys) -> None:
+    from importlib import metadata
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"segjobs {metadata.version('segjobs')}\n"
+    assert "--version" in every_help()["segjobs"]
+    # the console script, as a user types it: exit code 0, and no command's module (nor Spark) imported for it
+    code = ("import atexit, sys; from jobs.commands.cli import COMMANDS, console_main; "
+            "atexit.register(lambda: print(sorted(m for m, _ in COMMANDS.values() if m in sys.modules))); "
+            "sys.argv = ['segjobs', '--version']; console_main()")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"segjobs {metadata.version('segjobs')}", "[]"]
+
+
+def test_version_of_a_source_checkout_not_installed_comes_from_pyproject(monkeypatch) -> None:
+    import tomllib
+    from importlib import metadata
+
+    from jobs.commands.cli import package_version
+
+    def not_installed(name: str) -> str:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", not_installed)
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert package_version() == f"{declared} (source checkout, not installed)"
 
 
 def test_every_instant_option_says_a_time_without_a_zone_is_utc() -> None:
