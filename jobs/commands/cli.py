@@ -10,6 +10,7 @@ import argparse
 import atexit
 import importlib
 import os
+import re
 import sys
 import threading
 import time
@@ -98,12 +99,41 @@ class _VersionAction(argparse.Action):
         parser.exit(0)
 
 
+class CommandLineParser(argparse.ArgumentParser):
+    """argparse's parser (every command's: subcommands' parsers are made of their parent's class), with a hint
+    where argparse's own error misleads. argparse takes a word that starts with '-' for an option unless it is a
+    plain number such as -1, so ``--segment-bytes -1MiB`` fails with only ``expected one argument``; the hint
+    says the value was taken for an option and how to give it (``--segment-bytes=-1MiB``)."""
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        # the words this parser reads (a subcommand's parser gets the rest of the line), for error()
+        self._words = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        super().error(message + self._dash_value_hint(message))
+
+    def _dash_value_hint(self, message: str) -> str:
+        """``'-1MiB' was taken for an option...`` when ``message`` is argparse's missing value of an option
+        followed on the line by a word that starts with '-' and a digit; else nothing."""
+        missing = re.fullmatch(r"argument (\S+): expected one argument", message)
+        if missing is None:
+            return ""
+        flags = missing.group(1).split("/")
+        words = getattr(self, "_words", [])
+        for flag, value in zip(words, words[1:]):
+            if flag in flags and re.match(r"-\.?\d", value):
+                return f" ({value!r} starts with '-' and was taken for an option: give it as {flag}={value})"
+        return ""
+
+
 def build_parser(only: str | None = None, *, every: bool = True) -> argparse.ArgumentParser:
     """The command line's parser. Every command's module is imported for its options, unless ``every`` is False:
     then only the module of ``only`` (the command being run, if any), the others' entries holding their one-line
     help alone, which is all ``segjobs --help`` shows of them (a command's module imports its job's engine:
     most of a run's start-up, which another command need not pay for)."""
-    parser = argparse.ArgumentParser(
+    parser = CommandLineParser(
         prog="segjobs",
         description="Compaction and retention for Kafka log segments in local log dirs and S3 prefixes, as Spark jobs.",
         epilog=EPILOG,

@@ -206,6 +206,30 @@ def test_a_size_that_must_be_positive_is_refused_naming_the_flag(capsys, log_dir
     assert line == f"segjobs compact: error: argument {option}: must be positive, got {size!r}"
 
 
+def test_a_value_starting_with_a_dash_is_shown_how_to_give_it(capsys, tmp_path) -> None:
+    # argparse reads -1MiB as an option (only a plain number such as -1 may follow as a value) and says only
+    # "expected one argument": the hint names the word it took and the spelling that passes it as the value
+    out = tmp_path / "g"
+    line = _argparse_error(capsys, ["generate", "--out", str(out), "--segment-bytes", "-1MiB"])
+    assert line == ("segjobs generate: error: argument --segment-bytes: expected one argument ('-1MiB' starts with "
+                    "'-' and was taken for an option: give it as --segment-bytes=-1MiB)")
+    # given that way, the value reaches the option's own check
+    line = _argparse_error(capsys, ["generate", "--out", str(out), "--segment-bytes=-1MiB"])
+    assert line.endswith("argument --segment-bytes: cannot read '-1MiB' as a size: only a plain -1 may be negative")
+    # a nested command's parser (tiered audit), an option with two names: the same hint, with the name typed
+    line = _argparse_error(capsys, ["tiered", "audit", "--log-dir", "x", "--remote", "y", "--grace", "-5m"])
+    assert line.endswith("('-5m' starts with '-' and was taken for an option: give it as --grace=-5m)")
+    line = _argparse_error(capsys, ["compact", "--log-dir", "x", "--output", "-1x"])
+    assert line.endswith("argument --format/--output: expected one argument ('-1x' starts with '-' and was taken for "
+                         "an option: give it as --output=-1x)")
+    # a value simply left out gets argparse's message alone
+    line = _argparse_error(capsys, ["generate", "--out", str(out), "--segment-bytes"])
+    assert line == "segjobs generate: error: argument --segment-bytes: expected one argument"
+    line = _argparse_error(capsys, ["generate", "--out", str(out), "--segment-bytes", "--quiet"])
+    assert line == "segjobs generate: error: argument --segment-bytes: expected one argument"
+    assert not out.exists()
+
+
 def test_a_config_value_with_units_is_the_value_of_the_option(capsys, tmp_path) -> None:
     """--set takes the same spellings as the options: 512MiB is 512 MiB in both."""
     from jobs.rules.config import ConfigSet
