@@ -7,7 +7,7 @@ import os
 
 from jobs.logdir.lock import work_uri
 from segment_io.errors import NotWritableError, StorageError, UsageError
-from segment_io.layout import LogDirListing, log_dirs_near, parse_partition_dir, parse_segment_file
+from segment_io.layout import META_PROPERTIES, LogDirListing, log_dirs_near, parse_partition_dir, parse_segment_file
 from segment_io.storage.base import Storage
 from segment_io.storage.local import storage_error, temp_name
 
@@ -116,6 +116,12 @@ def nearby_log_dirs_hint(storage: Storage, log_dir: str, *, shown: int = 4) -> s
             f"dir, e.g. --log-dir {example}")
 
 
+def holds_broker_files(listing: LogDirListing) -> bool:
+    """Whether the log dir's top level holds what a broker writes there (``meta.properties``, or one of its
+    checkpoint files): a log dir a broker made, even with no partition in it."""
+    return bool(listing.checkpoints) or any(f.name == META_PROPERTIES for f in listing.top_level_files)
+
+
 def check_log_dir_has_partitions(log_dir: str, listing: LogDirListing, *, scoped: bool = True,
                                  required: bool = True, storage: Storage | None = None) -> None:
     """``UsageError`` when the listing holds no partition directory, with :func:`partition_dir_hint`, else
@@ -124,6 +130,8 @@ def check_log_dir_has_partitions(log_dir: str, listing: LogDirListing, *, scoped
     if listing.partitions:
         return
     hint = partition_dir_hint(log_dir, listing, scoped=scoped)
+    if hint is None and holds_broker_files(listing):
+        return  # a broker's log dir that holds no partition now (all moved or deleted): nothing to do, no mistake
     if hint is None and required and storage is not None:
         hint = nearby_log_dirs_hint(storage, log_dir)
     if hint or required:

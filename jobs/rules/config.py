@@ -639,7 +639,7 @@ class ConfigSet:
         name, and an exact name of one of Kafka's own topics (:data:`KAFKA_TOPICS`, reserved: not a typo; a
         shared configuration names them for the log dirs that hold them), and any table of a file written by
         ``segjobs config import`` (it lists every topic of the cluster, while one broker's log dir holds some; its
-        names come from the broker, not from a person's typing)."""
+        names come from the broker, not from a person's typing), and any table when the log dir holds no topic."""
         present = set(topics)
         errors, warnings = [], []
         for layer in (*self.tables, *self.overrides):
@@ -648,7 +648,9 @@ class ConfigSet:
                 continue
             exact = glob_specificity(glob)[0]
             hint = closest_topics_hint(glob, present)
-            if exact and layer in self.tables and glob not in KAFKA_TOPICS and IMPORTED_MARK not in layer.source:
+            # A log dir with no topic at all (a broker's, all of its partitions moved away) has none to misspell.
+            if exact and present and layer in self.tables and glob not in KAFKA_TOPICS \
+                    and IMPORTED_MARK not in layer.source:
                 errors.append(f"{layer.source} names no topic of {where} ({hint}): its settings would apply to "
                               f"nothing, and a topic it was meant for would run with [defaults] and Kafka's defaults")
             else:

@@ -417,6 +417,9 @@ class JobContext:
             listing, self.storage = tiered.listing, tiered.storage
         self.tiered_errors = dict(tiered.errors) if tiered is not None else {}
         self.listing = listing
+        if not listing.partitions:  # a broker's log dir holding none (_check_scope lets only such a dir through)
+            self.progress.notice(f"{log_dir} holds no partition directory (its broker files say it is a log dir): "
+                                 f"nothing to do", event="logdir.empty")
         self.checkpoints = read_job_checkpoints(storage, log_dir, listing)
         selected = sorted(k for k in listing.partitions if self.scope.includes(*k) and k not in recovered.pending)
         # --apply on a changed log dir: refused here, before Spark starts (nothing has been done yet)

@@ -123,3 +123,29 @@ def test_a_writable_log_dir_passes_and_keeps_no_probe(tmp_path):
     check_log_dir_writable(LocalStorage(), str(log_dir), "compact")
     assert _tree(log_dir) == before and not (tmp_path / "logs.segjobs").exists()
 
+
+
+@pytest.mark.parametrize("command", ["compact", "retain", "inspect"])
+def test_a_brokers_log_dir_without_partitions_is_nothing_to_do_and_a_bare_empty_dir_a_mistake(command, tmp_path,
+                                                                                              capsys):
+    """A log dir holding a broker's files (meta.properties, checkpoints) and no partition (all moved away) is a run
+    with nothing to do (exit 0, said), and a --config table naming a topic there is no typo to refuse; an empty
+    directory with none of a broker's files is still a usage error (a wrong path or an unmounted volume)."""
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    broker = tmp_path / "broker"
+    broker.mkdir()
+    (broker / "meta.properties").write_text("version=1\nnode.id=1\n")
+    (broker / "cleaner-offset-checkpoint").write_text("0\n0\n")
+    config = tmp_path / "t.toml"
+    config.write_text('[topics."orders"]\n"cleanup.policy" = "compact"\n')
+    common = ["--now", str(NOW), "--config", str(config), "--quiet"]
+    capsys.readouterr()
+    assert main([command, "--log-dir", str(broker), *common]) == 0
+    err = capsys.readouterr().err
+    assert f"{broker} holds no partition directory (its broker files say it is a log dir): nothing to do" in err
+    assert '[topics."orders"] names no topic' in err and "it has no effect" in err  # a warning, not exit 2
+    assert sorted(p.name for p in broker.iterdir() if not p.name.startswith(".")) == ["cleaner-offset-checkpoint",
+                                                                                       "meta.properties"]
+    assert main([command, "--log-dir", str(bare), *common]) == 2
+    assert "no partition directories (<topic>-<n>) found" in capsys.readouterr().err
