@@ -65,6 +65,22 @@ def test_the_readmes_links_into_the_docs_resolve() -> None:
             assert anchor in anchors, f"README links to {path}#{anchor}, a heading that does not exist"
 
 
+def test_the_readmes_quote_of_the_demo_says_it_is_an_excerpt() -> None:
+    # the quote shows some of the summary's rows under a footer that counts them all: a reader must not take the
+    # rows shown for the whole run (tests/jobs/commands/test_demo.py checks each `...` against the demo's output)
+    text = README.read_text()
+    quote = re.search(r"([^\n]*\n[^\n]*)\n\n<!-- make-demo-output: [^>]*-->\n```\n(.*?)^```", text, flags=re.S | re.M)
+    assert quote, "the README quotes the demo's summary"
+    intro, block = quote.group(1), quote.group(2).splitlines()
+    rule = next(i for i, line in enumerate(block) if line.startswith("-----"))
+    rows = [line for line in block[rule + 1:block.index("", rule)] if line != "..."]
+    footer = re.search(r"\d+ of (\d+) partition\(s\)", quote.group(2))
+    assert footer, block
+    total = int(footer.group(1))
+    if len(rows) < total:
+        assert "..." in block and "excerpt" in intro and f"{len(rows)} of the {total} rows" in intro, intro
+
+
 def test_the_newcomers_pages_have_a_runnable_example() -> None:
     # the README and the Library page each show one jobs.api example that runs; the convention cannot go unused
     assert {page for page, _ in RUNNABLE} >= {"README.md", "docs/library.md"}, RUNNABLE

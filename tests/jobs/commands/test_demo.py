@@ -17,6 +17,8 @@ pytestmark = pytest.mark.scenario  # minutes of whole-process runs: `make test-s
 
 #: a quote of the demo's output: the marker, then a fenced block of lines the demo prints (rows may be left out)
 QUOTE = re.compile(r"^<!-- make-demo-output: night (\d) (\w+) -->\n```\n(.*?)^```", flags=re.S | re.M)
+#: a line of a quote that stands for printed lines left out at that place
+LEFT_OUT = "..."
 
 
 def quoted_outputs() -> list[tuple[str, int, str, list[str]]]:
@@ -35,14 +37,31 @@ def run_output(out: str, night: int, command: str) -> list[str]:
 
 
 def assert_quote_matches(quoted: list[str], printed: list[str], where: str) -> None:
-    """Every line of the quote is a line the run printed, in the same order (blank lines included)."""
+    """Every line of the quote is a line the run printed, in the same order (blank lines included). A quote with
+    ``...`` lines is an excerpt that shows where it leaves lines out: each ``...`` stands for at least one printed
+    line, and its other lines follow each other as printed. A quote without one may leave lines out anywhere (the
+    text before it says it is trimmed)."""
+    marked = LEFT_OUT in quoted
     at = 0
+    first = True
+    skipped = False  # a `...` since the last quoted line
     for line in quoted:
+        if line == LEFT_OUT:
+            skipped = True
+            continue
         try:
-            at = printed.index(line, at) + 1
+            found = printed.index(line, at)
         except ValueError:
             raise AssertionError(f"{where}: the demo no longer prints {line!r}; it printed:\n"
                                  + "\n".join(printed)) from None
+        if skipped and found == at and not first:
+            raise AssertionError(f"{where}: the `...` before {line!r} leaves out nothing the demo printed")
+        if marked and not skipped and not first and found != at:
+            raise AssertionError(f"{where}: the quote leaves out lines before {line!r} without a `...`: "
+                                 f"{printed[at:found]}")
+        at, first, skipped = found + 1, False, False
+    if skipped and at >= len(printed):
+        raise AssertionError(f"{where}: the closing `...` leaves out nothing the demo printed")
 
 
 def test_the_readme_quotes_the_demo() -> None:
@@ -54,6 +73,21 @@ def test_a_stale_quote_is_caught() -> None:
     assert_quote_matches(["partition  action", "", "1 of 1 partition(s) selected"], printed, "ok")
     with pytest.raises(AssertionError, match="no longer prints"):
         assert_quote_matches(["orders-0   compacted", "", "2 of 2 partition(s) selected"], printed, "stale")
+
+
+def test_an_excerpts_dots_stand_for_the_lines_it_leaves_out() -> None:
+    printed = ["partition  action", "clicks-0   skipped", "clicks-1   skipped", "orders-0   compacted", "",
+               "2 of 3 partition(s) selected"]
+    excerpt = ["partition  action", "clicks-0   skipped", "...", "orders-0   compacted", "",
+               "2 of 3 partition(s) selected"]
+    assert_quote_matches(excerpt, printed, "ok")
+    with pytest.raises(AssertionError, match="leaves out nothing"):  # a `...` where every line is shown
+        assert_quote_matches(["partition  action", "...", "clicks-0   skipped"], printed, "dots for nothing")
+    with pytest.raises(AssertionError, match="leaves out nothing"):
+        assert_quote_matches(["2 of 3 partition(s) selected", "..."], printed, "trailing dots for nothing")
+    with pytest.raises(AssertionError, match=r"without a `\.\.\.`"):  # an excerpt marks every gap, not only some
+        assert_quote_matches(["partition  action", "clicks-0   skipped", "...", "orders-0   compacted",
+                              "2 of 3 partition(s) selected"], printed, "unmarked gap")
 
 
 @pytest.mark.slow
