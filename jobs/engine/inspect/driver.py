@@ -327,8 +327,11 @@ def work(ctx: JobContext) -> None:
     for stats in inspected:
         key = (stats.topic, stats.partition)
         if stats.error is not None:
+            name = f"{stats.topic}-{stats.partition}"
             values[key] = {"error": str(stats.error)}
-            ctx.report.errors.append({"partition": f"{stats.topic}-{stats.partition}", **stats.error.to_dict()})
+            ctx.report.errors.append({"partition": name, **stats.error.to_dict()})
+            # on stderr even when quiet, as a scan's failure is: a damaged partition is never only a table cell
+            ctx.progress.error(f"{name}: UNREADABLE: {stats.error}", event="partition.unreadable", partition=name)
         else:
             values[key].update(stats.values)
     rows = [InspectRow.of(*k, values[k]) for k in sorted(values)]

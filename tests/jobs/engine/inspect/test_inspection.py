@@ -331,8 +331,12 @@ def test_corrupt_partition_is_reported_and_the_others_inspected(spark, demo, tmp
     victim.write_bytes(bytes(data))
     report = tmp_path / "r.json"
 
-    code, out = _cli(capsys, "inspect", *_common(broken, demo.now_ms), "--format", "table", "--report", str(report))
+    capsys.readouterr()
+    code = segjobs(["inspect", *_common(broken, demo.now_ms), "--format", "table", "--report", str(report)])
+    out, err = capsys.readouterr()
     assert code == 1
+    # quiet, and still on stderr: the CRC failure the inspection's decode met, with the file
+    assert f"orders-0: UNREADABLE: {victim}" in err and "CrcMismatchError" in err, err
     doc = json.loads(report.read_text())
     rows = _by_name(doc["partitions"])
     assert rows["orders-0"]["error"] and str(victim) in rows["orders-0"]["error"]
