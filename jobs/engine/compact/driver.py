@@ -419,6 +419,15 @@ class CompactionRun:
                     ctx.progress(note, event="index.rebuilt", partition=name)
                 run_warnings.append(note)
                 warnings.append(note)
+            keyless = outcome.stats.get("keyless_dropped", 0)
+            if keyless:  # Kafka's cleaner drops them too; said, since a wrong cleanup.policy loses them this way
+                note = (f"{name}: {keyless} record(s) without a key {'would be' if dry_run else 'were'} removed, as "
+                        f"Kafka's cleaner removes them from a compacted topic (cleanup.policy "
+                        f"{ctx.configs.for_topic(key[0]).policy_text} from {ctx.configs.origin_of(key[0])})")
+                with _PROGRESS_LOCK:
+                    ctx.progress.notice(f"warning: {note}", event="compact.keyless", partition=name)
+                run_warnings.append(note)
+                warnings.append(note)
         if dry_run and not untouched:
             would = outcome.end_offset if outcome and not outcome.error else None
             shown = would if would is not None else (plan.first_dirty_offset if plan.checkpoint_reset else new_cp)

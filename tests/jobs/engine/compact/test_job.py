@@ -374,6 +374,12 @@ def test_keyless_records_are_dropped_and_counted(runs):
     assert [r.key for r in runs["source"].records("keyless-0")].count(None) == 2
     assert all(r.key is not None for r in runs["R1"].records("keyless-0"))
     assert runs["R1"].entry("keyless-0")["stats"]["keyless_dropped"] == 2
+    # said, not only counted: a topic given the compact policy by mistake loses such records this way
+    for run, verb in (("R0", "would be"), ("R1", "were")):
+        [warning] = [w for w in runs[run].report["warnings"] if "without a key" in w]
+        assert warning.startswith(f"keyless-0: 2 record(s) without a key {verb} removed, as Kafka's cleaner removes "
+                                  "them from a compacted topic (cleanup.policy compact from "), warning
+        assert warning in runs[run].entry("keyless-0")["warnings"]
 
 
 def test_min_compaction_lag_leaves_young_segments_alone(runs):
