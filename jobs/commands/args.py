@@ -305,7 +305,8 @@ def size_arg(text: str) -> int:
 
 
 def positive_size_arg(text: str) -> int:
-    """argparse ``type=`` for a size that must be positive (``--max-batch-bytes``, ``--dedupe-buffer-bytes``).
+    """argparse ``type=`` for a size that must be positive (``--max-batch-bytes``, ``--dedupe-buffer-bytes``,
+    ``generate --segment-bytes``, where 0 would write a segment per batch).
     Refused here rather than when the options are made, so that the error names the flag the user typed
     (``argument --dedupe-buffer-bytes: must be positive``), not the setting behind it."""
     value = size_arg(text)

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jobs.commands.args import INSTANT_METAVAR, duration_arg, size_arg
+from jobs.commands.args import INSTANT_METAVAR, duration_arg, positive_size_arg, size_arg
 from jobs.engine.report.run_report import listed
 from jobs.rules.timeutil import format_instant, parse_instant
 from segment_io.compression import CODEC_BY_NAME, codec_from_name
@@ -74,7 +74,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partitions", type=int, default=None,
                    help="partitions per topic (default: 2; with --append, a topic already there keeps its count)")
     p.add_argument("--records", type=int, default=10_000, help="data records per partition (default: 10000)")
-    p.add_argument("--segment-bytes", type=size_arg, default=1 << 20, metavar="SIZE",
+    p.add_argument("--segment-bytes", type=positive_size_arg, default=1 << 20, metavar="SIZE",
                    help="roll a new segment after about this many bytes, e.g. 4MiB (default: 1MiB)")
     p.add_argument("--superseded", type=_share, default=0.5,
                    help="share of records superseded by a later record with the same key (default: 0.5)")

@@ -206,6 +206,12 @@ def test_a_size_that_must_be_positive_is_refused_naming_the_flag(capsys, log_dir
     assert line == f"segjobs compact: error: argument {option}: must be positive, got {size!r}"
 
 
+def test_generate_refuses_a_segment_size_that_is_not_positive(capsys, tmp_path) -> None:
+    line = _argparse_error(capsys, ["generate", "--out", str(tmp_path / "g"), "--segment-bytes=0"])
+    assert line == "segjobs generate: error: argument --segment-bytes: must be positive, got '0'"
+    assert not (tmp_path / "g").exists()
+
+
 def test_a_value_starting_with_a_dash_is_shown_how_to_give_it(capsys, tmp_path) -> None:
     # argparse reads -1MiB as an option (only a plain number such as -1 may follow as a value) and says only
     # "expected one argument": the hint names the word it took and the spelling that passes it as the value
