@@ -69,6 +69,9 @@ ERR_CONTROL_KEY = 8
 ERR_CONTROL_VERSION = 9
 ERR_CRC = 10
 ERR_CHANGED = 11
+#: a record's offset delta that is negative, does not increase on the record before it, or lies past its batch's
+#: last offset delta (value: the delta)
+ERR_OFFSET_DELTA = 12
 
 #: Slots of the ``totals`` array :func:`scan_records` fills.
 TOT_RECORDS, TOT_KEY_BYTES, TOT_VALUE_BYTES, TOT_HEADERS, TOT_HKEY_BYTES, TOT_HVALUE_BYTES = range(6)
@@ -154,9 +157,11 @@ def _varint_fail(err: np.ndarray, p: int, batch: int, pos: int, record: int) -> 
 
 @njit(cache=True, inline="always")
 def _scan_batch(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, rend: np.ndarray,
-                counts: np.ndarray, b: int, totals: np.ndarray, err: np.ndarray) -> bool:
+                counts: np.ndarray, last_delta: np.ndarray, b: int, totals: np.ndarray, err: np.ndarray) -> bool:
     """:func:`scan_records` of batch ``b``: adds its sums to ``totals``; False (and ``err``) on its first
-    problem."""
+    problem. Its records' offset deltas must rise from 0 up to ``last_delta[b]``, as every writer of a batch keeps
+    them (a compacted batch skips some): an offset out of that order is refused here, with its batch and record,
+    rather than met by the writer of a rewrite, which cannot say where it came from."""
     buf = seg if src[b] == 0 else dec
     pos = rstart[b]
     end = rend[b]
@@ -166,6 +171,7 @@ def _scan_batch(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.nd
     n_headers = 0
     hkey_bytes = 0
     hvalue_bytes = 0
+    previous = -1
     if count < 0:
         return _fail(err, ERR_COUNT_NEGATIVE, b, pos, 0, count)
     for i in range(count):
@@ -183,9 +189,12 @@ def _scan_batch(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.nd
         _, q = _varint(buf, p, rec_end, _VARINT64_MAX)  # timestamp delta
         if q < 0:
             return _varint_fail(err, q, b, p, i)
-        _, p = _varint(buf, q, rec_end, _VARINT32_MAX)  # offset delta
+        delta, p = _varint(buf, q, rec_end, _VARINT32_MAX)
         if p < 0:
             return _varint_fail(err, p, b, q, i)
+        if delta <= previous or delta > last_delta[b]:
+            return _fail(err, ERR_OFFSET_DELTA, b, q, i, delta)
+        previous = delta
         klen, q = _varint(buf, p, rec_end, _VARINT32_MAX)
         if q < 0:
             return _varint_fail(err, q, b, p, i)
@@ -243,8 +252,8 @@ if _crc.HARDWARE:  # the CRC32 instruction compiles only where it is there (see 
 
     @njit(cache=True)
     def scan_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, rend: np.ndarray,
-                     counts: np.ndarray, crc_start: np.ndarray, crcs: np.ndarray, long_shift: np.ndarray,
-                     short_shift: np.ndarray, totals: np.ndarray, err: np.ndarray) -> bool:
+                     counts: np.ndarray, last_delta: np.ndarray, crc_start: np.ndarray, crcs: np.ndarray,
+                     long_shift: np.ndarray, short_shift: np.ndarray, totals: np.ndarray, err: np.ndarray) -> bool:
         """Validating pass over every record of every batch; fills ``totals`` (zeroed by the caller). False (and
         ``err``) on the first problem.
 
@@ -257,7 +266,7 @@ if _crc.HARDWARE:  # the CRC32 instruction compiles only where it is there (see 
                 actual = _crc.span_crc(seg, crc_start[b], rend[b], long_shift, short_shift)
                 if actual != crcs[b]:
                     return _fail(err, ERR_CRC, b, crc_start[b], 0, actual)
-            if not _scan_batch(seg, dec, src, rstart, rend, counts, b, totals, err):
+            if not _scan_batch(seg, dec, src, rstart, rend, counts, last_delta, b, totals, err):
                 return False
         return True
 
@@ -265,12 +274,12 @@ else:
 
     @njit(cache=True)
     def scan_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, rend: np.ndarray,
-                     counts: np.ndarray, crc_start: np.ndarray, crcs: np.ndarray, long_shift: np.ndarray,
-                     short_shift: np.ndarray, totals: np.ndarray, err: np.ndarray) -> bool:
+                     counts: np.ndarray, last_delta: np.ndarray, crc_start: np.ndarray, crcs: np.ndarray,
+                     long_shift: np.ndarray, short_shift: np.ndarray, totals: np.ndarray, err: np.ndarray) -> bool:
         """:func:`scan_records` where the processor has no CRC32 instruction: the caller checked every CRC before
         (``crcs`` is all -1 there)."""
         for b in range(rstart.shape[0]):
-            if not _scan_batch(seg, dec, src, rstart, rend, counts, b, totals, err):
+            if not _scan_batch(seg, dec, src, rstart, rend, counts, last_delta, b, totals, err):
                 return False
         return True
 

@@ -25,6 +25,7 @@ from segment_io.errors import (
     CrcMismatchError,
     InvalidLengthError,
     InvalidVarintError,
+    OffsetOrderError,
     OversizedBatchError,
     RecordCountMismatchError,
     UnsupportedCodecError,
@@ -327,10 +328,25 @@ def control_record_type(key: bytes | memoryview | None) -> int:
     raise ValueError(_KERNEL_ERRORS[code][1].format(value=value))
 
 
+def _offset_delta_error(seg: SegmentBytes, b: int, delta: int) -> tuple[type[CorruptRecordError], str]:
+    """What is wrong with a record's offset ``delta`` in batch ``b`` (the scan refused it)."""
+    base, last = int(seg.hdr.base_offset[b]), int(seg.hdr.last_offset[b])
+    if delta < 0:
+        why = "is negative"
+    elif delta > last - base:
+        why = f"lies past the batch's last offset delta {last - base} (its offsets end at {last})"
+    else:
+        why = "does not rise above the record before it's (a batch's records have increasing offsets)"
+    return OffsetOrderError, f"offset delta {delta} (offset {base + delta}) {why}"
+
+
 def _raise_kernel_error(seg: SegmentBytes, inp: _V2Input, err: np.ndarray) -> None:
     code, i, pos, record, value = (int(x) for x in err)
-    cls, template = _KERNEL_ERRORS[code]
-    detail = template.format(value=value, record=record)
+    if code == K.ERR_OFFSET_DELTA:
+        cls, detail = _offset_delta_error(seg, int(inp.batches[i]), value)
+    else:
+        cls, template = _KERNEL_ERRORS[code]
+        detail = template.format(value=value, record=record)
     if inp.src[i] == 0:
         where = f"file byte {pos}"
     else:
@@ -342,8 +358,10 @@ def _scan(seg: SegmentBytes, inp: _V2Input) -> np.ndarray:
     totals = np.zeros(6, dtype=np.int64)
     err = np.zeros(5, dtype=np.int64)
     crc_start = inp.rstart - (V2_HEADER_SIZE - V2_CRC_START)  # only read for the batches whose CRC the scan checks
-    if not K.scan_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.rend, inp.counts, crc_start, inp.crcs,
-                          LONG_SHIFT, SHORT_SHIFT, totals, err):
+    hdr = seg.hdr
+    last_delta = hdr.last_offset[inp.batches] - hdr.base_offset[inp.batches]
+    if not K.scan_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.rend, inp.counts, last_delta, crc_start,
+                          inp.crcs, LONG_SHIFT, SHORT_SHIFT, totals, err):
         if err[0] == K.ERR_CRC:
             raise crc_mismatch(seg, int(inp.batches[err[1]]), int(err[4]))
         _raise_kernel_error(seg, inp, err)

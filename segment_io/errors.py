@@ -122,7 +122,8 @@ class UnsupportedCodecError(CorruptRecordError):
 class OffsetOrderError(CorruptRecordError):
     """A batch's offsets do not follow the previous batch's in the segment: they go backwards or overlap it, with
     valid CRCs (a segment assembled wrongly, by a bad copy or a tool, not a broker: Kafka refuses such an append
-    with OffsetsOutOfOrderException). ``position`` and ``offset`` name the batch that goes back."""
+    with OffsetsOutOfOrderException); or a record's offset inside its batch does not rise above the record before
+    it, or lies outside the batch's range. ``position`` and ``offset`` name the batch, the detail the record."""
 
 
 class InvalidRecordsError(LocatedError):

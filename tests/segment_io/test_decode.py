@@ -216,6 +216,50 @@ def test_payload_flip_is_crc_error_even_when_truncation_allowed(batches: list[by
         decode_segment_bytes(data, allow_truncated_tail=True)
 
 
+def _varint(data: bytes | bytearray, pos: int) -> tuple[int, int]:
+    """A zigzag varint at ``pos``: (its value, where it ends)."""
+    z, shift = 0, 0
+    while True:
+        z |= (data[pos] & 0x7F) << shift
+        shift += 7
+        pos += 1
+        if not data[pos - 1] & 0x80:
+            return (z >> 1) ^ -(z & 1), pos
+
+
+def _offset_delta_at(batch: bytes | bytearray, record: int) -> int:
+    """Where record ``record``'s offset delta varint lies in an uncompressed v2 batch (length, attributes, timestamp
+    delta, then the offset delta)."""
+    pos = 61
+    for _ in range(record):
+        length, start = _varint(batch, pos)
+        pos = start + length
+    _, attributes = _varint(batch, pos)
+    return _varint(batch, attributes + 1)[1]
+
+
+@pytest.mark.parametrize(("delta", "why"), [
+    (0x02 - 2, "does not rise above the record before it's"),  # record 1 gets delta 0, as record 0 has
+    (0x01, "is negative"),  # zigzag 1 is -1
+    (0x7E, "lies past the batch's last offset delta 6 (its offsets end at 6)"),  # 63
+])
+def test_a_record_offset_out_of_its_batchs_order_is_refused_naming_batch_and_record(batches: list[bytes],
+                                                                                    delta: int, why: str) -> None:
+    """A record offset that does not rise inside its batch, or lies outside the batch's range, with a valid CRC (a
+    tool's rewrite, not a broker's) is the segment's error, located, and not one the rewrite's writer meets later
+    without a file; the key-hash pass of the map refuses it too."""
+    bad = bytearray(batches[0])  # uncompressed: records 0..6 at offsets 0..6
+    at = _offset_delta_at(bad, 1)
+    assert bad[at] == 0x02  # record 1's delta is 1
+    bad[at] = delta
+    data = _resign(bad) + b"".join(batches[1:])
+    for read in (decode_segment_bytes, decode_key_hashes_bytes):
+        with pytest.raises(errors.OffsetOrderError) as info:
+            read(data, path="p")
+        assert_located(info.value, "p", 0, BASES[0])
+        assert why in str(info.value) and "record 1" in str(info.value), info.value
+
+
 def test_bad_magic(batches: list[bytes]) -> None:
     bad = bytearray(batches[1])
     bad[16] = 7

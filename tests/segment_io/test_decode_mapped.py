@@ -104,8 +104,8 @@ def test_the_fill_stops_at_a_length_the_scan_did_not_see() -> None:
     arr, dec = np.frombuffer(seg, np.uint8), np.zeros(0, np.uint8)
     src, rstart, counts = np.zeros(1, np.uint8), np.array([61]), np.array([1])
     totals, err = np.zeros(6, np.int64), np.zeros(5, np.int64)
-    assert K.scan_records(arr, dec, src, rstart, np.array([len(seg)]), counts, rstart - 40, np.full(1, -1),
-                          LONG_SHIFT, SHORT_SHIFT, totals, err)
+    assert K.scan_records(arr, dec, src, rstart, np.array([len(seg)]), counts, np.zeros(1, np.int64), rstart - 40,
+                          np.full(1, -1), LONG_SHIFT, SHORT_SHIFT, totals, err)
     seg[_record_key_length_at(bytes(seg))] = 0x7E  # the bytes change: key length 4 -> 63
     whole = np.full(4 + 4096, 0xAB, np.uint8)
     k_data = whole[:int(totals[K.TOT_KEY_BYTES])]
