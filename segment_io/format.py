@@ -254,7 +254,7 @@ def _first_offset(mv: memoryview, position: int) -> int:
     return int(_PREFIX.unpack_from(mv, position)[0])
 
 
-def _next_offset(mv: memoryview, position: int) -> int | None:
+def _next_offset(mv: memoryview, position: int) -> int:
     """The offset after the batch at ``position`` (v2: from its last offset delta; legacy: its offset), where the
     next batch's records start at the earliest."""
     base, _, _, magic = _PREFIX.unpack_from(mv, position)
