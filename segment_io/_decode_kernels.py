@@ -331,8 +331,8 @@ def _record_head(buf: np.ndarray, pos: int) -> tuple[int, int, int, int, int]:
 
 @njit(cache=True)
 def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, counts: np.ndarray,
-                 base_offset: np.ndarray, base_ts: np.ndarray, max_ts: np.ndarray, log_append: np.ndarray,
-                 want_keys: bool, want_values: bool, want_headers: bool, value_refs: bool,
+                 base_offset: np.ndarray, last_offset: np.ndarray, base_ts: np.ndarray, max_ts: np.ndarray,
+                 log_append: np.ndarray, want_keys: bool, want_values: bool, want_headers: bool, value_refs: bool,
                  offsets: np.ndarray, timestamps: np.ndarray,
                  k_offs: np.ndarray, k_data: np.ndarray, k_valid: np.ndarray,
                  v_offs: np.ndarray, v_data: np.ndarray, v_valid: np.ndarray, v_refs: np.ndarray,
@@ -343,8 +343,9 @@ def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
 
     The buffers are sized from what the scan found. Bytes that are memory-mapped can change between the two
     passes (another process writing the file), so every length read again is checked against what is left of
-    its buffer and of the bytes before anything is copied: False (and ``err``, :data:`ERR_CHANGED`) at the first
-    record that is no longer what the scan accepted, nothing written past any buffer.
+    its buffer and of the bytes before anything is copied, and every offset against its batch's order and range
+    (``last_offset``), as the scan checked them: False (and ``err``, :data:`ERR_CHANGED`) at the first record that
+    is no longer what the scan accepted, nothing written past any buffer.
 
     With ``value_refs`` values are not copied: ``v_refs[r]`` is where record ``r``'s value length varint
     lies, in the segment for an uncompressed batch, else in the batch's decompressed payload (counted from
@@ -371,10 +372,12 @@ def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
         bts = base_ts[b]
         append_time = log_append[b]
         mts = max_ts[b]
+        previous = -1
         for i in range(counts[b]):
             rec_end, ts_delta, off_delta, klen, p = _record_head(buf, pos)
-            if p < 0:
+            if p < 0 or off_delta <= previous or bo + off_delta > last_offset[b]:
                 return _fail(err, ERR_CHANGED, b, pos, i, 0)
+            previous = off_delta
             offsets[r] = bo + off_delta
             timestamps[r] = mts if append_time else bts + ts_delta
             if want_keys:
@@ -443,8 +446,8 @@ def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
 
 @njit(cache=True)
 def hash_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, counts: np.ndarray,
-                 base_offset: np.ndarray, base_ts: np.ndarray, max_ts: np.ndarray, log_append: np.ndarray,
-                 control: np.ndarray, offsets: np.ndarray, timestamps: np.ndarray,
+                 base_offset: np.ndarray, last_offset: np.ndarray, base_ts: np.ndarray, max_ts: np.ndarray,
+                 log_append: np.ndarray, control: np.ndarray, offsets: np.ndarray, timestamps: np.ndarray,
                  key_hi: np.ndarray, key_lo: np.ndarray, key_null: np.ndarray, value_null: np.ndarray,
                  control_type: np.ndarray, err: np.ndarray) -> bool:
     """Second pass for the first compaction pass: offsets, timestamps, key hashes, null flags and control
@@ -460,10 +463,12 @@ def hash_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
         append_time = log_append[b]
         mts = max_ts[b]
         is_control = control[b]
+        previous = -1
         for i in range(counts[b]):
             rec_end, ts_delta, off_delta, klen, p = _record_head(buf, pos)
-            if p < 0:
+            if p < 0 or off_delta <= previous or bo + off_delta > last_offset[b]:
                 return _fail(err, ERR_CHANGED, b, pos, i, 0)
+            previous = off_delta
             offsets[r] = bo + off_delta
             timestamps[r] = mts if append_time else bts + ts_delta
             if klen >= 0:

@@ -442,7 +442,8 @@ def _fields(seg: SegmentBytes, inp: _V2Input, names: set[str]) -> _Fields | None
                 alloc(want_h, h, np.bool_))
     err = np.zeros(5, dtype=np.int64)
     if not K.fill_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.counts, hdr.base_offset[batches],
-                          hdr.base_timestamp[batches], hdr.max_timestamp[batches], _log_append(hdr, batches),
+                          hdr.last_offset[batches], hdr.base_timestamp[batches], hdr.max_timestamp[batches],
+                          _log_append(hdr, batches),
                           want_k, copy_v, want_h, refs, f.offsets, f.timestamps, f.k_offs, f.k_data, f.k_valid,
                           f.v_offs, f.v_data, f.v_valid, f.v_refs, f.h_offs, f.hk_offs, f.hk_data, f.hv_offs,
                           f.hv_data, f.hv_valid, err):
@@ -639,7 +640,7 @@ def _key_hash_piece(piece: _Piece) -> pa.Table:
         rb = inp.batches
         rows = {name: values[at:at + m] for name, values in out.items()}
         if not K.hash_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.counts, hdr.base_offset[rb],
-                              hdr.base_timestamp[rb], hdr.max_timestamp[rb], _log_append(hdr, rb),
+                              hdr.last_offset[rb], hdr.base_timestamp[rb], hdr.max_timestamp[rb], _log_append(hdr, rb),
                               (hdr.attributes[rb] & ATTR_CONTROL) != 0,
                               rows["offset"], rows["timestamp"], rows["key_hash_hi"], rows["key_hash_lo"],
                               rows["key_is_null"], rows["value_is_null"], rows["control_type"], err):

@@ -92,6 +92,40 @@ def test_a_mapped_segment_whose_bytes_change_between_scan_and_fill_is_an_error_n
     assert str(path) in str(raised.value) and "byte 0" in str(raised.value)
 
 
+@pytest.mark.parametrize("read", ["decode", "key hashes"])
+def test_an_offset_that_changes_between_scan_and_fill_is_an_error_naming_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read: str) -> None:
+    """The scan checks each record's offset delta against its batch's order and range; if the mapped file's
+    delta is rewritten before the second pass reads it (here 0 -> 1, past the batch's only offset), the second
+    pass says the bytes changed instead of handing an offset outside its batch to the rewrite."""
+    from segment_io import decode_v2
+    from segment_io.decode import decode_key_hashes_bytes
+    from segment_io.errors import CorruptRecordError
+    from tests.support.builders import LogBuilder, rec
+
+    log = LogBuilder()
+    log.batch([rec(b"kkkk", b"v" * 200)])
+    data = encode_batches(log.table()).to_bytes()
+    at = _record_key_length_at(data) - 1  # the offset delta, right before the key's length
+    assert data[at] == 0  # zig-zag 0
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(data)
+    scan = decode_v2._scan
+
+    def scan_then_rewrite(seg, inp):  # type: ignore[no-untyped-def]
+        totals = scan(seg, inp)
+        with open(path, "r+b") as other_writer:
+            other_writer.seek(at)
+            other_writer.write(b"\x02")  # zig-zag 1
+        return totals
+
+    monkeypatch.setattr(decode_v2, "_scan", scan_then_rewrite)
+    decode = decode_segment_bytes if read == "decode" else decode_key_hashes_bytes
+    with LocalStorage().read_mapped(str(path)) as mapped, pytest.raises(CorruptRecordError) as raised:
+        decode(mapped, path=str(path))
+    assert str(path) in str(raised.value) and "byte 0" in str(raised.value)
+
+
 def test_the_fill_stops_at_a_length_the_scan_did_not_see() -> None:
     """The compiled fill checks each length it reads again against what is left of its buffer."""
     from segment_io import _decode_kernels as K
@@ -111,9 +145,9 @@ def test_the_fill_stops_at_a_length_the_scan_did_not_see() -> None:
     k_data = whole[:int(totals[K.TOT_KEY_BYTES])]
     i64, b1, i32, u8 = np.empty(0, np.int64), np.empty(0, np.bool_), np.empty(0, np.int32), np.empty(0, np.uint8)
     ok = K.fill_records(arr, dec, src, rstart, counts, np.zeros(1, np.int64), np.zeros(1, np.int64),
-                        np.zeros(1, np.int64), np.zeros(1, np.bool_), True, False, False, False, np.empty(1, np.int64),
-                        np.empty(1, np.int64), np.empty(2, np.int32), k_data, np.empty(1, np.bool_), i32, u8, b1, i64,
-                        i32, i32, u8, i32, u8, b1, err)
+                        np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.bool_), True, False, False, False,
+                        np.empty(1, np.int64), np.empty(1, np.int64), np.empty(2, np.int32), k_data,
+                        np.empty(1, np.bool_), i32, u8, b1, i64, i32, i32, u8, i32, u8, b1, err)
     assert not ok and err[0] == K.ERR_CHANGED and (whole[4:] == 0xAB).all()
 
 
