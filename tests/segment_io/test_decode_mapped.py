@@ -60,13 +60,29 @@ def _record_key_length_at(data: bytes) -> int:
     return p + 4  # its last byte, attributes, timestamp delta, offset delta
 
 
+def _rewrite_after_the_scan(monkeypatch: pytest.MonkeyPatch, path: Path, at: int, new: bytes) -> None:
+    """Make another writer put ``new`` at byte ``at`` of the file ``path`` right after the decode's scan, before its
+    second pass reads the (mapped) bytes again."""
+    from segment_io import decode_v2
+
+    scan = decode_v2._scan
+
+    def scan_then_rewrite(seg, inp):  # type: ignore[no-untyped-def]
+        totals = scan(seg, inp)
+        with open(path, "r+b") as other_writer:
+            other_writer.seek(at)
+            other_writer.write(new)
+        return totals
+
+    monkeypatch.setattr(decode_v2, "_scan", scan_then_rewrite)
+
+
 @pytest.mark.parametrize("columns", [["key"], ["key", "value", "headers"], None], ids=["key", "all", "default"])
 def test_a_mapped_segment_whose_bytes_change_between_scan_and_fill_is_an_error_not_a_write_past_a_buffer(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, columns: list[str] | None) -> None:
     """The scan sizes the columns from the bytes; if another process rewrites a length in the mapped file before
     the fill walks them again (here 4 -> 63 key bytes, right after the scan), the decode says the bytes changed
     (as a CRC mismatch: the CRC no longer matches either) and writes nothing past its buffers."""
-    from segment_io import decode_v2
     from segment_io.errors import CorruptRecordError
     from tests.support.builders import LogBuilder, rec
 
@@ -77,16 +93,7 @@ def test_a_mapped_segment_whose_bytes_change_between_scan_and_fill_is_an_error_n
     assert data[at] == 8  # zig-zag 4
     path = tmp_path / "00000000000000000000.log"
     path.write_bytes(data)
-    scan = decode_v2._scan
-
-    def scan_then_rewrite(seg, inp):  # type: ignore[no-untyped-def]
-        totals = scan(seg, inp)
-        with open(path, "r+b") as other_writer:
-            other_writer.seek(at)
-            other_writer.write(b"\x7e")  # zig-zag 63
-        return totals
-
-    monkeypatch.setattr(decode_v2, "_scan", scan_then_rewrite)
+    _rewrite_after_the_scan(monkeypatch, path, at, b"\x7e")  # zig-zag 63
     with LocalStorage().read_mapped(str(path)) as mapped, pytest.raises(CorruptRecordError) as raised:
         decode_segment_bytes(mapped, path=str(path), columns=columns)
     assert str(path) in str(raised.value) and "byte 0" in str(raised.value)
@@ -98,7 +105,6 @@ def test_an_offset_that_changes_between_scan_and_fill_is_an_error_naming_the_fil
     """The scan checks each record's offset delta against its batch's order and range; if the mapped file's
     delta is rewritten before the second pass reads it (here 0 -> 1, past the batch's only offset), the second
     pass says the bytes changed instead of handing an offset outside its batch to the rewrite."""
-    from segment_io import decode_v2
     from segment_io.decode import decode_key_hashes_bytes
     from segment_io.errors import CorruptRecordError
     from tests.support.builders import LogBuilder, rec
@@ -110,16 +116,7 @@ def test_an_offset_that_changes_between_scan_and_fill_is_an_error_naming_the_fil
     assert data[at] == 0  # zig-zag 0
     path = tmp_path / "00000000000000000000.log"
     path.write_bytes(data)
-    scan = decode_v2._scan
-
-    def scan_then_rewrite(seg, inp):  # type: ignore[no-untyped-def]
-        totals = scan(seg, inp)
-        with open(path, "r+b") as other_writer:
-            other_writer.seek(at)
-            other_writer.write(b"\x02")  # zig-zag 1
-        return totals
-
-    monkeypatch.setattr(decode_v2, "_scan", scan_then_rewrite)
+    _rewrite_after_the_scan(monkeypatch, path, at, b"\x02")  # zig-zag 1
     decode = decode_segment_bytes if read == "decode" else decode_key_hashes_bytes
     with LocalStorage().read_mapped(str(path)) as mapped, pytest.raises(CorruptRecordError) as raised:
         decode(mapped, path=str(path))
