@@ -155,13 +155,21 @@ def _varint_fail(err: np.ndarray, p: int, batch: int, pos: int, record: int) -> 
     return _fail(err, code, batch, pos, record, 0)
 
 
+@njit(inline="always")
+def _out_of_order(delta: int, previous: int, last_delta: int) -> bool:
+    """Whether a record's offset ``delta`` breaks its batch's order: every writer of a batch makes its records'
+    deltas rise from 0 (``previous`` is -1 before the first record) up to the batch's last offset delta, a compacted
+    batch skipping some. The scan refuses such a record; the second pass, reading the bytes again, takes it for
+    bytes that changed in between."""
+    return delta <= previous or delta > last_delta
+
+
 @njit(cache=True, inline="always")
 def _scan_batch(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, rend: np.ndarray,
                 counts: np.ndarray, last_delta: np.ndarray, b: int, totals: np.ndarray, err: np.ndarray) -> bool:
     """:func:`scan_records` of batch ``b``: adds its sums to ``totals``; False (and ``err``) on its first
-    problem. Its records' offset deltas must rise from 0 up to ``last_delta[b]``, as every writer of a batch keeps
-    them (a compacted batch skips some): an offset out of that order is refused here, with its batch and record,
-    rather than met by the writer of a rewrite, which cannot say where it came from."""
+    problem. A record offset out of its batch's order (:func:`_out_of_order`, ``last_delta[b]``) is refused here,
+    with its batch and record, rather than met by the writer of a rewrite, which cannot say where it came from."""
     buf = seg if src[b] == 0 else dec
     pos = rstart[b]
     end = rend[b]
@@ -192,7 +200,7 @@ def _scan_batch(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.nd
         delta, p = _varint(buf, q, rec_end, _VARINT32_MAX)
         if p < 0:
             return _varint_fail(err, p, b, q, i)
-        if delta <= previous or delta > last_delta[b]:
+        if _out_of_order(delta, previous, last_delta[b]):
             return _fail(err, ERR_OFFSET_DELTA, b, q, i, delta)
         previous = delta
         klen, q = _varint(buf, p, rec_end, _VARINT32_MAX)
@@ -331,7 +339,7 @@ def _record_head(buf: np.ndarray, pos: int) -> tuple[int, int, int, int, int]:
 
 @njit(cache=True)
 def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, counts: np.ndarray,
-                 base_offset: np.ndarray, last_offset: np.ndarray, base_ts: np.ndarray, max_ts: np.ndarray,
+                 base_offset: np.ndarray, last_delta: np.ndarray, base_ts: np.ndarray, max_ts: np.ndarray,
                  log_append: np.ndarray, want_keys: bool, want_values: bool, want_headers: bool, value_refs: bool,
                  offsets: np.ndarray, timestamps: np.ndarray,
                  k_offs: np.ndarray, k_data: np.ndarray, k_valid: np.ndarray,
@@ -343,9 +351,9 @@ def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
 
     The buffers are sized from what the scan found. Bytes that are memory-mapped can change between the two
     passes (another process writing the file), so every length read again is checked against what is left of
-    its buffer and of the bytes before anything is copied, and every offset against its batch's order and range
-    (``last_offset``), as the scan checked them: False (and ``err``, :data:`ERR_CHANGED`) at the first record that
-    is no longer what the scan accepted, nothing written past any buffer.
+    its buffer and of the bytes before anything is copied, and every offset against its batch's order
+    (:func:`_out_of_order`, ``last_delta``), as the scan checked them: False (and ``err``, :data:`ERR_CHANGED`) at
+    the first record that is no longer what the scan accepted, nothing written past any buffer.
 
     With ``value_refs`` values are not copied: ``v_refs[r]`` is where record ``r``'s value length varint
     lies, in the segment for an uncompressed batch, else in the batch's decompressed payload (counted from
@@ -375,7 +383,7 @@ def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
         previous = -1
         for i in range(counts[b]):
             rec_end, ts_delta, off_delta, klen, p = _record_head(buf, pos)
-            if p < 0 or off_delta <= previous or bo + off_delta > last_offset[b]:
+            if p < 0 or _out_of_order(off_delta, previous, last_delta[b]):
                 return _fail(err, ERR_CHANGED, b, pos, i, 0)
             previous = off_delta
             offsets[r] = bo + off_delta
@@ -446,7 +454,7 @@ def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
 
 @njit(cache=True)
 def hash_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, counts: np.ndarray,
-                 base_offset: np.ndarray, last_offset: np.ndarray, base_ts: np.ndarray, max_ts: np.ndarray,
+                 base_offset: np.ndarray, last_delta: np.ndarray, base_ts: np.ndarray, max_ts: np.ndarray,
                  log_append: np.ndarray, control: np.ndarray, offsets: np.ndarray, timestamps: np.ndarray,
                  key_hi: np.ndarray, key_lo: np.ndarray, key_null: np.ndarray, value_null: np.ndarray,
                  control_type: np.ndarray, err: np.ndarray) -> bool:
@@ -466,7 +474,7 @@ def hash_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
         previous = -1
         for i in range(counts[b]):
             rec_end, ts_delta, off_delta, klen, p = _record_head(buf, pos)
-            if p < 0 or off_delta <= previous or bo + off_delta > last_offset[b]:
+            if p < 0 or _out_of_order(off_delta, previous, last_delta[b]):
                 return _fail(err, ERR_CHANGED, b, pos, i, 0)
             previous = off_delta
             offsets[r] = bo + off_delta

@@ -340,6 +340,12 @@ def _offset_delta_error(seg: SegmentBytes, b: int, delta: int) -> tuple[type[Cor
     return OffsetOrderError, f"offset delta {delta} (offset {base + delta}) {why}"
 
 
+def _last_deltas(seg: SegmentBytes, inp: _V2Input) -> np.ndarray:
+    """Each batch's last offset delta, what its records' offset deltas must stay within (the kernels'
+    ``last_delta``)."""
+    return seg.hdr.last_offset[inp.batches] - seg.hdr.base_offset[inp.batches]
+
+
 def _raise_kernel_error(seg: SegmentBytes, inp: _V2Input, err: np.ndarray) -> None:
     code, i, pos, record, value = (int(x) for x in err)
     if code == K.ERR_OFFSET_DELTA:
@@ -358,10 +364,8 @@ def _scan(seg: SegmentBytes, inp: _V2Input) -> np.ndarray:
     totals = np.zeros(6, dtype=np.int64)
     err = np.zeros(5, dtype=np.int64)
     crc_start = inp.rstart - (V2_HEADER_SIZE - V2_CRC_START)  # only read for the batches whose CRC the scan checks
-    hdr = seg.hdr
-    last_delta = hdr.last_offset[inp.batches] - hdr.base_offset[inp.batches]
-    if not K.scan_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.rend, inp.counts, last_delta, crc_start,
-                          inp.crcs, LONG_SHIFT, SHORT_SHIFT, totals, err):
+    if not K.scan_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.rend, inp.counts, _last_deltas(seg, inp),
+                          crc_start, inp.crcs, LONG_SHIFT, SHORT_SHIFT, totals, err):
         if err[0] == K.ERR_CRC:
             raise crc_mismatch(seg, int(inp.batches[err[1]]), int(err[4]))
         _raise_kernel_error(seg, inp, err)
@@ -442,7 +446,7 @@ def _fields(seg: SegmentBytes, inp: _V2Input, names: set[str]) -> _Fields | None
                 alloc(want_h, h, np.bool_))
     err = np.zeros(5, dtype=np.int64)
     if not K.fill_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.counts, hdr.base_offset[batches],
-                          hdr.last_offset[batches], hdr.base_timestamp[batches], hdr.max_timestamp[batches],
+                          _last_deltas(seg, inp), hdr.base_timestamp[batches], hdr.max_timestamp[batches],
                           _log_append(hdr, batches),
                           want_k, copy_v, want_h, refs, f.offsets, f.timestamps, f.k_offs, f.k_data, f.k_valid,
                           f.v_offs, f.v_data, f.v_valid, f.v_refs, f.h_offs, f.hk_offs, f.hk_data, f.hv_offs,
@@ -640,7 +644,8 @@ def _key_hash_piece(piece: _Piece) -> pa.Table:
         rb = inp.batches
         rows = {name: values[at:at + m] for name, values in out.items()}
         if not K.hash_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.counts, hdr.base_offset[rb],
-                              hdr.last_offset[rb], hdr.base_timestamp[rb], hdr.max_timestamp[rb], _log_append(hdr, rb),
+                              _last_deltas(seg, inp), hdr.base_timestamp[rb], hdr.max_timestamp[rb],
+                              _log_append(hdr, rb),
                               (hdr.attributes[rb] & ATTR_CONTROL) != 0,
                               rows["offset"], rows["timestamp"], rows["key_hash_hi"], rows["key_hash_lo"],
                               rows["key_is_null"], rows["value_is_null"], rows["control_type"], err):
