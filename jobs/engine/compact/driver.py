@@ -423,7 +423,7 @@ class CompactionRun:
             if keyless:  # Kafka's cleaner drops them too; said, since a wrong cleanup.policy loses them this way
                 note = (f"{name}: {keyless} record(s) without a key {'would be' if dry_run else 'were'} removed, as "
                         f"Kafka's cleaner removes them from a compacted topic (cleanup.policy "
-                        f"{ctx.configs.for_topic(key[0]).policy_text} from {ctx.configs.origin_of(key[0])})")
+                        f"{self.config_of(key[0]).policy_text} from {ctx.configs.origin_of(key[0])})")
                 with _PROGRESS_LOCK:
                     ctx.progress.notice(f"warning: {note}", event="compact.keyless", partition=name)
                 run_warnings.append(note)

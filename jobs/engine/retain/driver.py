@@ -22,7 +22,7 @@ from jobs.engine.report.outcomes import (
     unreadable_reason,
 )
 from jobs.engine.report.render import describe_retention
-from jobs.engine.report.run_report import Progress, RunReport, refused_note
+from jobs.engine.report.run_report import Progress, RunReport, listed, refused_note
 from jobs.engine.runtime.seams import FaultHook
 from jobs.engine.scan import PartitionError, PartitionScan, ReportError, ScanItem
 from jobs.logdir.commit import Committer
@@ -491,11 +491,10 @@ def defaults_only_warning(plans: Mapping[TopicPartition, RetentionPlan], configs
         return None
     first = next(iter(deleting))
     config = configs.for_topic(first)
-    named = "; ".join(f"{t} ({n} segment(s))" for t, n in list(deleting.items())[:shown])
-    more = f"; and {len(deleting) - shown} more topic(s)" if len(deleting) > shown else ""
+    named = listed([f"{t} ({n} segment(s))" for t, n in deleting.items()], shown)
     return (f"retention {'would delete' if dry_run else 'deletes'} {sum(deleting.values())} segment(s) of "
             f"{len(deleting)} topic(s) that no --config table, [defaults] or --set configures, by Kafka's "
-            f"defaults (cleanup.policy=delete, retention.ms={format_duration(config.retention_ms)}): {named}{more}. "
+            f"defaults (cleanup.policy=delete, retention.ms={format_duration(config.retention_ms)}): {named}. "
             f"If a topic is compacted on its brokers, give its configs (--config FILE; `segjobs config import` "
             f"writes one from the cluster); name a topic (e.g. --set '{first}:cleanup.policy=delete') to keep "
             f"this without the warning")
