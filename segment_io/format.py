@@ -206,8 +206,8 @@ def batch_positions(data: bytes | memoryview | mmap.mmap, *, path: str | None = 
         found_magics.append(magics[:count])
         pos, code = int(state[0]), int(state[1])
         capacity *= 2
-    previous = next((int(p[-1]) for p in reversed(found_positions) if len(p)), None)
     if code in (K.WALK_BAD_MAGIC, K.WALK_BAD_SIZE):
+        previous = next((int(p[-1]) for p in reversed(found_positions) if len(p)), None)  # the last whole batch
         base_offset, size, _, magic = _PREFIX.unpack_from(mv, pos)
         if code == K.WALK_BAD_MAGIC:
             problem = f"invalid magic byte {magic} (expected 0, 1 or 2)"
