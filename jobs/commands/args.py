@@ -43,7 +43,8 @@ def add_log_dir_options(p: argparse.ArgumentParser, *, destructive: bool = True,
                                                      "[topics.\"NAME\"] table naming no topic of the log dir is an "
                                                      "error (exit 2), a glob matching none a warning")
     p.add_argument("--set", action="append", default=[], metavar="TOPIC_GLOB:KEY=VALUE",
-                   help="override one topic config, e.g. 'orders*:min.cleanable.dirty.ratio=0.1' (repeatable)")
+                   help="override one topic config, e.g. 'orders*:min.cleanable.dirty.ratio=0.1' (repeatable); an "
+                        "exact name the log dir does not hold is an error (exit 2), a glob matching none a warning")
     p.add_argument("--topic", action="append", default=[], metavar="GLOB",
                    help="only topics matching this glob (repeatable; default: all)" + scope_note)
     p.add_argument("--partition", action="append", default=[], metavar="TOPIC-N",

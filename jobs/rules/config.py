@@ -67,6 +67,8 @@ KAFKA_DEFAULT_ORIGIN = "Kafka's default"
 IMPORTED_HEADER = "# segjobs topic configuration, imported from Kafka by `segjobs config import`"
 #: What the source of an imported file's entries ends with (see :meth:`ConfigSet.load`).
 IMPORTED_MARK = " (imported from the broker)"
+#: What the source of a ``--set`` option's entries starts with.
+SET_MARK = "--set "
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
 
@@ -457,7 +459,7 @@ class Override:
 
 def parse_override(text: str) -> Override:
     """Parse ``TOPIC_GLOB:KEY=VALUE`` (``orders.*:retention.ms=7d``); ``ConfigError`` naming the option."""
-    source = f"--set {text}"
+    source = f"{SET_MARK}{text}"
     glob, colon, rest = text.partition(":")
     key, equals, value = rest.partition("=")
     glob, key, value = glob.strip(), key.strip(), value.strip()
@@ -568,8 +570,8 @@ class ConfigSet:
         for item in overrides:
             o = parse_override(item) if isinstance(item, str) else item
             values.setdefault(o.glob, {})[o.key] = o.value
-            sources.setdefault(o.glob, {})[o.key] = f"--set {o.text}"
-        layers = tuple(_Layer(names.get(glob, f"--set {glob}:..."), glob, values[glob], sources[glob])
+            sources.setdefault(o.glob, {})[o.key] = f"{SET_MARK}{o.text}"
+        layers = tuple(_Layer(names.get(glob, f"{SET_MARK}{glob}:..."), glob, values[glob], sources[glob])
                        for glob in values)
         result = dataclasses.replace(self, overrides=layers)
         result._validate_layers()
@@ -633,31 +635,35 @@ class ConfigSet:
     def check_entries(self, topics: Collection[str], where: str) -> list[str]:
         """Check that the entries name topics ``where`` (a log dir) holds: ``topics`` are all its topics, whatever
         the run's scope. A ``[topics."<name>"]`` table of the file naming one exact topic that is not there is a
-        :class:`ConfigError` naming the closest topics: a misspelled name would otherwise leave the real topic
-        to ``[defaults]`` and Kafka's defaults (``delete``), and retention would delete what compaction was meant
-        to keep. Returned as warnings (the entry has no effect): a glob that matches no topic, an exact ``--set``
-        name, and an exact name of one of Kafka's own topics (:data:`KAFKA_TOPICS`, reserved: not a typo; a
+        :class:`ConfigError` naming the closest topics, and so is a ``--set`` naming one exact topic that is not
+        there: a misspelled name would otherwise leave the real topic to ``[defaults]`` and Kafka's defaults
+        (``delete``), and retention would delete what compaction was meant to keep. Returned as warnings (the
+        entry has no effect): a glob that matches no topic, an exact name of one of Kafka's own topics (:data:`KAFKA_TOPICS`, reserved: not a typo; a
         shared configuration names them for the log dirs that hold them), and any table of a file written by
         ``segjobs config import`` (it lists every topic of the cluster, while one broker's log dir holds some; its
         names come from the broker, not from a person's typing), and any table when the log dir holds no topic."""
         present = set(topics)
-        errors, warnings = [], []
+        errors, warnings, remedies = [], [], set()
         for layer in (*self.tables, *self.overrides):
             glob = layer.glob or ""
             if any(topic_matches(glob, t) for t in present):
                 continue
             exact = glob_specificity(glob)[0]
             hint = closest_topics_hint(glob, present)
+            # A person typed the name: a table of a file they wrote, or a --set (a plan file's layers name the
+            # topics its run saw, and config import's name the cluster's).
+            typed = (layer in self.tables and IMPORTED_MARK not in layer.source) or layer.source.startswith(SET_MARK)
             # A log dir with no topic at all (a broker's, all of its partitions moved away) has none to misspell.
-            if exact and present and layer in self.tables and glob not in KAFKA_TOPICS \
-                    and IMPORTED_MARK not in layer.source:
+            if exact and present and typed and glob not in KAFKA_TOPICS:
                 errors.append(f"{layer.source} names no topic of {where} ({hint}): its settings would apply to "
                               f"nothing, and a topic it was meant for would run with [defaults] and Kafka's defaults")
+                remedies.add("remove the table" if layer in self.tables else "drop the --set")
             else:
                 what = "names no topic" if exact else "matches no topic"
                 warnings.append(f"{layer.source} {what} of {where} ({hint}): it has no effect")
         if errors:
-            raise ConfigError("; ".join(errors) + "; fix the name or remove the table; nothing was done")
+            raise ConfigError("; ".join(errors) + f"; fix the name or {' or '.join(sorted(remedies, reverse=True))};"
+                              " nothing was done")
         return warnings
 
 

@@ -386,15 +386,31 @@ def test_an_exact_table_naming_no_topic_is_an_error_with_the_closest_names() -> 
     assert "orders" in str(e.value) and "[topics.\"orders\"]" not in message  # the good table is not blamed
 
 
-def test_globs_set_names_and_kafkas_own_topics_naming_nothing_are_warnings() -> None:
+def test_a_set_naming_no_topic_is_an_error_as_a_table_is() -> None:
+    # `--set ordres:cleanup.policy=compact` meant for orders would leave it to Kafka's delete policy
+    configs = load(ENTRIES, "ordres:cleanup.policy=compact", "users-changelog:retention.ms=1")
+    with pytest.raises(ConfigError) as e:
+        configs.check_entries({"orders", "users-changelog", "clicks"}, "/logs")
+    assert str(e.value) == ("--set ordres:... names no topic of /logs (closest: orders): its settings would apply to "
+                            "nothing, and a topic it was meant for would run with [defaults] and Kafka's defaults; "
+                            "fix the name or drop the --set; nothing was done")
+    both = load(ENTRIES + '[topics."ordres"]\n"cleanup.policy" = "compact"\n', "clickz:retention.ms=1")
+    with pytest.raises(ConfigError, match="; fix the name or remove the table or drop the --set; nothing was done$"):
+        both.check_entries({"orders", "clicks"}, "/logs")
+
+
+def test_globs_and_kafkas_own_topics_naming_nothing_are_warnings() -> None:
     configs = load(ENTRIES + '[topics."clickz*"]\n"retention.ms" = 1\n[topics."__consumer_offsets"]\n'
-                   '"segment.bytes" = "1GiB"\n', "ordres:retention.ms=1", "users-changelog:retention.ms=1")
+                   '"segment.bytes" = "1GiB"\n', "order[x]:retention.ms=1", "__transaction_state:retention.ms=1",
+                   "users-changelog:retention.ms=1")
     warnings = configs.check_entries({"orders", "users-changelog", "clicks"}, "/logs")
     assert warnings == [
         'topics.toml [topics."clickz*"] matches no topic of /logs (closest: clicks): it has no effect',
         'topics.toml [topics."__consumer_offsets"] names no topic of /logs (topics there: clicks, orders, '
         'users-changelog): it has no effect',
-        "--set ordres:... names no topic of /logs (closest: orders): it has no effect",
+        "--set order[x]:... matches no topic of /logs (closest: orders): it has no effect",
+        "--set __transaction_state:... names no topic of /logs (topics there: clicks, orders, users-changelog): "
+        "it has no effect",
     ]
     assert load(ENTRIES).check_entries({"orders", "a-changelog"}, "/logs") == []
 

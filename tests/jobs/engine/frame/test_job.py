@@ -214,7 +214,9 @@ def _all_bytes(d: Path) -> dict[str, bytes]:
     return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
-def test_a_config_table_naming_a_misspelled_topic_stops_retain_before_the_lock(tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize("entry", ["table", "--set"])
+def test_a_config_entry_naming_a_misspelled_topic_stops_retain_before_the_lock(tmp_path: Path, capsys,
+                                                                              entry: str) -> None:
     from tests.support.retention import NOW
     from tests.support.spark import spark_forbidden
 
@@ -222,14 +224,15 @@ def test_a_config_table_naming_a_misspelled_topic_stops_retain_before_the_lock(t
     _expired_topics(d)
     config = tmp_path / "topics.toml"
     config.write_text('[topics."ordres"]\n"cleanup.policy" = "compact"\n')  # meant for orders
+    given = ["--config", str(config)] if entry == "table" else ["--set", "ordres:cleanup.policy=compact"]
     before = _all_bytes(d)
     capsys.readouterr()
     with spark_forbidden():
-        code = main(["retain", "--log-dir", str(d), "--config", str(config), "--now", str(NOW),
-                     "--max-delete-fraction", "1"])
+        code = main(["retain", "--log-dir", str(d), *given, "--now", str(NOW), "--max-delete-fraction", "1"])
     err = capsys.readouterr().err
     assert code == 2
-    assert f'{config} [topics."ordres"] names no topic of {d} (closest: orders)' in err
+    named = f'{config} [topics."ordres"]' if entry == "table" else "--set ordres:..."
+    assert f"{named} names no topic of {d} (closest: orders)" in err
     assert _all_bytes(d) == before and not (d / ".lock").exists()  # not one byte changed, no lock taken
     assert not (tmp_path / "logs.segjobs").exists()  # nor any work file of segjobs' own
 
