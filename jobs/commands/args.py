@@ -14,6 +14,7 @@ from jobs.engine.frame.options import InvalidOption
 from jobs.engine.report.events import LOG_FORMATS, ProgressEvent, stderr_sink
 from jobs.engine.report.run_report import PARTITION_ROWS_MAX, output_width
 from jobs.logdir.tiered import DEFAULT_REMOTE_LAYOUT, READABLE_LAYOUTS, RemoteOptions
+from jobs.rules.map_capacity import BYTES_PER_ENTRY, LOAD_FACTOR, MIN_BUFFER_BYTES
 from segment_io.errors import UsageError
 from segment_io.storage.options import StorageOptions
 from segment_io.units import parse_duration, parse_size
@@ -313,6 +314,19 @@ def positive_size_arg(text: str) -> int:
     value = size_arg(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
+
+
+def dedupe_buffer_arg(text: str) -> int:
+    """argparse ``type=`` for ``--dedupe-buffer-bytes``: a positive size (:func:`positive_size_arg`) whose offset
+    map holds at least one key (:data:`~jobs.rules.map_capacity.MIN_BUFFER_BYTES`). A smaller one is refused
+    here, naming the flag and the least it takes, rather than by the options, whose error names the Kafka
+    setting behind it (``log.cleaner.dedupe.buffer.size=10 holds 0 slots ...``)."""
+    value = positive_size_arg(text)
+    if value < MIN_BUFFER_BYTES:
+        raise argparse.ArgumentTypeError(
+            f"must be at least {MIN_BUFFER_BYTES} bytes, the smallest offset map that holds one key "
+            f"({BYTES_PER_ENTRY} bytes a slot, full at {LOAD_FACTOR:g} of the slots), got {text!r}")
     return value
 
 

@@ -47,9 +47,9 @@ from jobs.commands.args import (
     add_log_dir_options,
     add_plan_options,
     cli_wording,
+    dedupe_buffer_arg,
     exit_codes_help,
     job_options,
-    positive_size_arg,
     print_result,
     size_arg,
     summary_view,
@@ -76,7 +76,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "keys, from the scan) fit the --dedupe-buffer-bytes map, else memory first, handing the "
                         "partition to external-sort (with what it read) only if the map fills; the summary's note "
                         "says which one each partition used and why")
-    p.add_argument("--dedupe-buffer-bytes", type=positive_size_arg, default=DEFAULT_DEDUPE_BUFFER_BYTES,
+    p.add_argument("--dedupe-buffer-bytes", type=dedupe_buffer_arg, default=DEFAULT_DEDUPE_BUFFER_BYTES,
                    metavar="SIZE",
                    help=f"offset-map memory per task, e.g. 512MiB; 24 bytes a slot, full at {LOAD_FACTOR:g} of the "
                         f"slots, so about {max_keys_for_buffer(1 << 20):,} keys per MiB (default: 128MiB, "

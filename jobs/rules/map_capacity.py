@@ -23,13 +23,14 @@ def max_keys_for_buffer(dedupe_buffer_bytes: int, *, load_factor: float = LOAD_F
     .toInt`` in the cleaner): 5,033,164 keys in the default 128 MiB, about 39,000 per MiB.
 
     Raises :class:`ConfigError` when not even one key fits (Kafka refuses such a cleaner, requiring
-    ``slots * load factor > 1``: it would never make progress).
+    ``slots * load factor > 1``: it would never make progress), naming the smallest buffer that maps one.
     """
     slots = dedupe_buffer_bytes // BYTES_PER_ENTRY
     max_keys = int(slots * load_factor)
     if max_keys < 1:
         raise ConfigError(f"log.cleaner.dedupe.buffer.size={dedupe_buffer_bytes} holds {slots} slots of "
-                          f"{BYTES_PER_ENTRY} bytes: too small to map even one key")
+                          f"{BYTES_PER_ENTRY} bytes: too small to map even one key (at least "
+                          f"{buffer_bytes_for_keys(1, load_factor=load_factor)} bytes)")
     return max_keys
 
 
@@ -47,4 +48,8 @@ def buffer_bytes_for_keys(keys: int, *, load_factor: float = LOAD_FACTOR) -> int
     return slots * BYTES_PER_ENTRY
 
 
-__all__ = ["BYTES_PER_ENTRY", "LOAD_FACTOR", "buffer_bytes_for_keys", "max_keys_for_buffer"]
+#: The smallest buffer whose map holds one key (48 bytes: two slots, full at the load factor's 0.9 of them): the
+#: least ``--dedupe-buffer-bytes`` takes.
+MIN_BUFFER_BYTES = buffer_bytes_for_keys(1)
+
+__all__ = ["BYTES_PER_ENTRY", "LOAD_FACTOR", "MIN_BUFFER_BYTES", "buffer_bytes_for_keys", "max_keys_for_buffer"]

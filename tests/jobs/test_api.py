@@ -82,10 +82,18 @@ def test_a_bad_lease_ttl_is_refused_with_the_flags_wording() -> None:
     assert api.RetainOptions(lease_ttl=90_000).lease_ttl == 90_000
 
 
+def test_a_dedupe_buffer_too_small_names_kafkas_setting_and_the_least_it_takes() -> None:
+    # the API names the Kafka setting behind the field; the command line refuses such a --dedupe-buffer-bytes
+    # itself, naming the flag (tests/jobs/commands/test_args.py)
+    with pytest.raises(ConfigError) as info:
+        api.CompactOptions(dedupe_buffer_bytes=10)
+    assert str(info.value) == ("CompactOptions.dedupe_buffer_bytes=10: log.cleaner.dedupe.buffer.size=10 holds 0 slots "
+                               "of 24 bytes: too small to map even one key (at least 48 bytes)")
+
+
 def test_the_command_line_keeps_its_own_wording(tmp_path: Path, capsys) -> None:
     (tmp_path / "logs").mkdir()
     cases = [
-        (["--dedupe-buffer-bytes", "10"], "log.cleaner.dedupe.buffer.size=10 holds 0 slots"),
         (["--plan", "p.json"], "--plan FILE needs --dry-run"),
     ]
     for extra, wording in cases:

@@ -206,6 +206,29 @@ def test_a_size_that_must_be_positive_is_refused_naming_the_flag(capsys, log_dir
     assert line == f"segjobs compact: error: argument {option}: must be positive, got {size!r}"
 
 
+@pytest.mark.parametrize("size", ["10", "47"])
+def test_a_dedupe_buffer_too_small_for_one_key_is_refused_naming_the_flag_and_the_least(capsys, log_dir, size) -> None:
+    # positive, but its offset map would not hold one key: the flag typed and the least it takes, not the Kafka
+    # setting behind it (log.cleaner.dedupe.buffer.size=10 holds 0 slots ...), and before any work
+    with spark_forbidden():
+        line = _argparse_error(capsys, ["compact", "--log-dir", str(log_dir), "--dedupe-buffer-bytes", size])
+    assert line == ("segjobs compact: error: argument --dedupe-buffer-bytes: must be at least 48 bytes, the smallest "
+                    f"offset map that holds one key (24 bytes a slot, full at 0.9 of the slots), got {size!r}")
+
+
+def test_the_least_dedupe_buffer_the_flag_takes_is_the_least_the_options_take() -> None:
+    from jobs import api
+    from jobs.commands.compact import options_from_args
+    from jobs.rules.map_capacity import MIN_BUFFER_BYTES, max_keys_for_buffer
+    from segment_io.errors import ConfigError
+
+    assert MIN_BUFFER_BYTES == 48 and max_keys_for_buffer(48) == 1  # two 24-byte slots, full at 0.9 of them
+    args = build_parser("compact").parse_args(["compact", "--log-dir", "/nowhere", "--dedupe-buffer-bytes", "48"])
+    assert options_from_args(args).dedupe_buffer_bytes == 48
+    with pytest.raises(ConfigError, match=r"buffer\.size=47 holds 1 slots .*one key \(at least 48 bytes\)"):
+        api.CompactOptions(dedupe_buffer_bytes=47)
+
+
 def test_generate_refuses_a_segment_size_that_is_not_positive(capsys, tmp_path) -> None:
     line = _argparse_error(capsys, ["generate", "--out", str(tmp_path / "g"), "--segment-bytes=0"])
     assert line == "segjobs generate: error: argument --segment-bytes: must be positive, got '0'"

@@ -148,8 +148,15 @@ def test_garbage_now(capsys, log_dir, config, now):
 
 
 def test_dedupe_buffer_too_small(capsys, log_dir, config):
-    _fails_fast(capsys, ["compact", "--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet",
-                         "--dedupe-buffer-bytes", "10"], "dedupe.buffer.size=10")
+    # refused by argparse, as a size that is not positive: usage and the error line, naming the flag typed
+    with pytest.raises(SystemExit) as caught:
+        main(["compact", "--log-dir", str(log_dir), "--config", str(config), "--now", NOW, "--quiet",
+              "--dedupe-buffer-bytes", "10"])
+    err = capsys.readouterr().err
+    assert caught.value.code == 2
+    assert err.strip().splitlines()[-1].startswith(
+        "segjobs compact: error: argument --dedupe-buffer-bytes: must be at least 48 bytes"), err
+    assert "dedupe.buffer.size" not in err
 
 
 # --------------------------------------------------------------------------------------------------
