@@ -111,9 +111,11 @@ def run(args: argparse.Namespace) -> int:
     _check_out(out, append=args.append)
     existing = _existing_partitions(out, topics) if args.append else {}
     counts = {t: _partition_count(t, existing.get(t), args.partitions) for t in topics}
+    # read with or without --start: it also refuses, before anything is written, a partition records cannot be
+    # appended to (exit 2)
+    newest = _newest_timestamp(out, existing)
     start = args.start
     if start is None:
-        newest = _newest_timestamp(out, existing)
         start = str(newest + 1) if newest is not None else DEFAULT_START
     specs: list[GenerateSpec] = []
     try:
@@ -197,7 +199,8 @@ def _partition_count(topic: str, existing: list[int] | None, asked: int | None) 
 
 
 def _newest_timestamp(out: Path, existing: dict[str, list[int]]) -> int | None:
-    """The newest batch timestamp of the partitions records are appended to (None: none, or no timestamp)."""
+    """The newest batch timestamp of the partitions records are appended to (None: none, or no timestamp).
+    ``UsageError`` for one records cannot be appended to (see :func:`segment_io.generate.partition_tail`)."""
     from segment_io.generate import partition_tail
 
     newest = -1

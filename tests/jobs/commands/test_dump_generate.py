@@ -129,6 +129,24 @@ def test_generate_append_continues_existing_partitions_as_a_producer_would(tmp_p
         assert main(["dump", "--verify", str(out / p)]) == 0, capsys.readouterr()
 
 
+@pytest.mark.parametrize("start", [[], ["--start", "2026-11-20"]])
+def test_generate_append_refuses_a_partition_it_cannot_append_to_before_writing(tmp_path: Path, capsys,
+                                                                               start: list[str]) -> None:
+    # a last batch cut short: a usage error (exit 2) naming it, nothing written, whether --start is given or not
+    out = tmp_path / "logs"
+    assert _generate(out) == 0
+    last = sorted((out / "orders-1").glob("*.log"))[-1]
+    last.write_bytes(last.read_bytes()[:-5])
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    capsys.readouterr()
+    assert main(["generate", "--out", str(out), "--append", "--topics", "orders", "--records", "10", "--quiet",
+                 *start]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"segjobs generate: error: --append: {last}: its last batch is cut short at byte ")
+    assert err.endswith("records cannot be appended after it; nothing was written\n")
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
+
+
 def test_generate_writes_its_topics_config_beside_the_log_dir_and_says_how_to_run(tmp_path: Path, capsys) -> None:
     out = tmp_path / "logs"
     assert main(["generate", "--out", str(out), "--records", "100", "--start", "2026-11-20", "--span", "2d",
