@@ -19,6 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from jobs.commands.args import exit_codes_help
 from segment_io.errors import UsageError
 
 IMPORT_HELP = """Read the output of `kafka-configs.sh --describe [--all] --entity-type topics` and/or `kafka-topics.sh
@@ -59,6 +60,15 @@ def configure(p: argparse.ArgumentParser) -> None:
                      help="also write Kafka topic configs that have no effect offline (compression.type, "
                           "min.insync.replicas, segment.ms, ...); segjobs accepts and ignores them")
     imp.add_argument("--quiet", action="store_true", help="no summary on stderr")
+    imp.epilog = exit_codes_help(
+        done="the TOML written (to --output, or stdout) and checked by loading it as --config would",
+        failed="--output could not be written (the machine refused it: Python's error, with a traceback); the "
+               "file is left as it was",
+        nothing_done="nothing was written: a usage error, no input (stdin is a terminal), an --input that cannot "
+                     "be read or is not text, a line of the describe output that cannot be read or a value segjobs "
+                     "refuses (the error names the line and its text), an --output that exists (without --force), "
+                     "is a directory, is the --input file or lies in a directory that does not exist",
+        interrupted="interrupted (Ctrl-C): nothing was written (--output is written whole or not at all)")
     imp.set_defaults(_config_run=run_import)
 
 

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jobs.commands.args import INSTANT_METAVAR, duration_arg, positive_size_arg, size_arg
+from jobs.commands.args import INSTANT_METAVAR, duration_arg, exit_codes_help, positive_size_arg, size_arg
 from jobs.engine.report.run_report import listed
 from jobs.rules.timeutil import format_instant, parse_instant
 from segment_io.compression import CODEC_BY_NAME, codec_from_name
@@ -99,6 +99,18 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--headers", action="store_true", help="give every record a small header")
     p.add_argument("--seed", type=int, default=42, help="random seed (default: 42): same seed, same bytes")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.epilog = exit_codes_help(
+        done="the log dir written in --out (with --append: the records appended), and its topics config written "
+             "or added to (unless --config-out none)",
+        failed="a partition --append reads is corrupt (the error names the file and byte; nothing is written), or "
+               "the machine refused a write (no space left, --out below a file, ...: the error names the path); what "
+               "was written before it stays in --out",
+        nothing_done="nothing was written: a usage error, an --out that is a file; without --append, an --out that "
+                     "is not empty or a --config-out that exists; with --append, a --partitions other than the "
+                     "topic's, or a partition records cannot be appended to (a last batch cut short, a crashed run's "
+                     "files: run segjobs recover)",
+        interrupted="interrupted (Ctrl-C): what was written before the stop stays in --out, an incomplete log dir: "
+                    "the checkpoint files and the topics config, written last, may be missing")
 
 
 def run(args: argparse.Namespace) -> int:

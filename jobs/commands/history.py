@@ -23,7 +23,7 @@ import json
 import os
 import sys
 
-from jobs.commands.args import add_s3_options, cli_wording, storage_options_from_args
+from jobs.commands.args import add_s3_options, cli_wording, exit_codes_help, storage_options_from_args
 from jobs.engine.frame.options import require_matplotlib
 from jobs.engine.report.ledger import read_history, render
 from jobs.engine.report.run_report import absolute_uri
@@ -54,6 +54,15 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "s3:// URI); --format json names it (html_report). Needs matplotlib: pip install "
                         "'segjobs[html]'")
     add_s3_options(p)
+    p.epilog = exit_codes_help(
+        done="the runs printed (a ledger with none yet says so), and the --html page, if asked for, written",
+        failed="the ledger could not be read after all (a Delta table there whose log deltalake cannot read: its "
+               "error, with a traceback), or the --html page could not be written at the end (then nothing is "
+               "printed)",
+        nothing_done="nothing was read or written: a usage error, no Delta table at --ledger or one that is no "
+                     "segjobs ledger, S3 that cannot be reached, --html without matplotlib or to a FILE that cannot "
+                     "be written (checked before reading)",
+        interrupted="interrupted (Ctrl-C): the ledger is only ever read; no --html page is left half-written")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -59,6 +59,7 @@ from jobs.commands.args import (
     add_s3_options,
     cli_wording,
     close_progress,
+    exit_codes_help,
     progress_sink,
     remote_options_from_args,
     size_arg,
@@ -116,6 +117,20 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="what stdout gets: table (default), or json: the run's result as one document")
     add_rows_options(p)
     add_log_format_option(p, job=True)
+    p.epilog = exit_codes_help(
+        done="done: every partition in scope applied, rebuilt or unchanged (nothing new: no table version written); "
+             "with --dry-run: counted, nothing written",
+        failed="the run went on, but a partition failed and was left as it was in the table (the others applied; "
+               "the summary says why): a segment that cannot be read, a retention gap (--rebuild), a table ahead of "
+               "the log, with --remote a remote segment that cannot be read; or nothing was written: another writer "
+               "committed to the table first (run again), the Delta commit failed, the --table could not be read, "
+               "an s3:// log dir could not be reached",
+        nothing_done="nothing was done, the table untouched: a usage error, a --topic with no partition in the log "
+                     "dir (or no log dir there), a --partition the topic lacks, a --table that holds another topic, "
+                     "--writer spark without Delta Lake in the Spark session, no usable Java for Spark",
+        interrupted="interrupted (Ctrl-C): the table is at its last commit, never half-written (deltalake commits "
+                    "once for the run; delta-spark once a partition, and the partitions merged before the stop stay "
+                    "applied); the next run applies the rest")
 
 
 def run(args: argparse.Namespace, seams: "Seams | None" = None) -> int:

@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from jobs.commands.args import exit_codes_help
+
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
@@ -29,6 +31,15 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="only the kernels: do not make the Spark driver JVM's class archive (by default made once "
                         "per Java and Spark install, in a local Spark session: about half a minute; see "
                         "jobs.engine.runtime.class_archive)")
+    p.epilog = exit_codes_help(
+        done="the kernels compiled and cached, and the class archive made or already there, or not made "
+             "(--no-class-archive; no java or Spark, or its JVM did not write it: a line says so unless --quiet; "
+             "runs then go without one)",
+        failed="a kernel or the run that exercises it failed (the error says which), or the class "
+               "archive's JVM ran past its 10 minutes; the kernels cached before it stay cached",
+        nothing_done="a usage error (an unknown option): nothing was compiled",
+        interrupted="interrupted (Ctrl-C): the kernels compiled before the stop stay cached; run warm-up again for "
+                    "the rest")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -278,17 +278,60 @@ def test_the_top_level_help_names_every_subcommand() -> None:
         assert f"`{command}`" in top, command
 
 
-@pytest.mark.parametrize("command", ["segjobs", "segjobs compact", "segjobs retain", "segjobs inspect",
-                                     "segjobs recover", "segjobs dump"])
+#: every --help that ends with the exit codes block
+HELPS_WITH_EXIT_CODES = ["segjobs", "segjobs compact", "segjobs retain", "segjobs inspect", "segjobs recover",
+                         "segjobs dump", "segjobs table", "segjobs history", "segjobs generate",
+                         "segjobs config import", "segjobs warm-up"]
+#: the commands whose --help does not state their exit codes yet (docs/guide/tiered.md#exit-codes does)
+HELPS_WITHOUT_EXIT_CODES = {"segjobs tiered audit", "segjobs tiered clean-orphans"}
+
+
+def _exit_codes_block(command: str) -> str:
+    text = every_help()[command]
+    return text[text.index("\nexit codes:\n") + 1:]
+
+
+@pytest.mark.parametrize("command", HELPS_WITH_EXIT_CODES)
 def test_the_help_ends_with_what_each_exit_code_means(command) -> None:
     from jobs.commands.args import EXIT_CODES_PAGE
 
-    text = every_help()[command]
-    block = text[text.index("\nexit codes:\n") + 1:]
-    codes = [line.split()[0] for line in block.splitlines()[1:] if line.startswith("  ") and line.split()[0].isdigit()]
+    block = _exit_codes_block(command)
+    # a code in the first 7 columns; a meaning's next lines are indented past them (and may start with a number)
+    codes = [line[:7].strip() for line in block.splitlines()[1:] if line[:7].strip().isdigit()]
     assert codes == ["0", "1", "2", "130"], block
     assert EXIT_CODES_PAGE in block
     assert "\n## Exit codes\n" in (REPO / "docs" / "guide" / "commands.md").read_text()  # the page it points to
+
+
+def test_every_command_that_runs_says_its_exit_codes() -> None:
+    # a command added later gets the block too (or is named above as one that lacks it)
+    helps = every_help()
+    runnable = {c for c in helps if c != "segjobs" and not any(other.startswith(c + " ") for other in helps)}
+    assert runnable - HELPS_WITHOUT_EXIT_CODES == set(HELPS_WITH_EXIT_CODES) - {"segjobs"}
+
+
+@pytest.mark.parametrize(("command", "code", "words"), [
+    # what the code says about each command's own cases, not the jobs' words (a partition committed, a lock)
+    ("segjobs table", "1", "a retention gap (--rebuild)"),
+    ("segjobs table", "1", "another writer committed to the table first (run again)"),
+    ("segjobs table", "2", "a --table that holds another topic"),
+    ("segjobs table", "130", "the table is at its last commit, never half-written"),
+    ("segjobs history", "2", "no Delta table at --ledger or one that is no segjobs ledger"),
+    ("segjobs history", "130", "the ledger is only ever read"),
+    ("segjobs generate", "2", "with --append, a --partitions other than the topic's"),
+    ("segjobs generate", "130", "what was written before the stop stays in --out"),
+    ("segjobs config import", "2", "(the error names the line and its text)"),
+    ("segjobs config import", "130", "nothing was written (--output is written whole or not at all)"),
+    ("segjobs warm-up", "2", "a usage error (an unknown option): nothing was compiled"),
+    ("segjobs warm-up", "130", "the kernels compiled before the stop stay cached"),
+])
+def test_each_commands_exit_codes_say_its_own_cases(command, code, words) -> None:
+    meanings: dict[str, str] = {}
+    for line in _exit_codes_block(command).splitlines()[1:-1]:
+        if line[:7].strip().isdigit():
+            code_seen = line[:7].strip()
+        meanings[code_seen] = meanings.get(code_seen, "") + " " + line[7:].strip()
+    assert words in " ".join(meanings[code].split()), meanings[code]
 
 
 def test_the_exit_codes_block_wraps_each_meaning_under_its_code() -> None:
