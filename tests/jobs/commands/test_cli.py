@@ -310,6 +310,15 @@ def test_every_command_that_runs_says_its_exit_codes() -> None:
     assert runnable - HELPS_WITHOUT_EXIT_CODES == set(HELPS_WITH_EXIT_CODES) - {"segjobs"}
 
 
+def test_the_exit_codes_page_lists_the_cases_of_the_commands_that_commit_no_partition() -> None:
+    # their --help points to the page for every case: it has a row of them for each (the jobs share the main table)
+    page = (REPO / "docs" / "guide" / "commands.md").read_text()
+    section = page[page.index("\n## Exit codes\n"):page.index("\n## ", page.index("\n## Exit codes\n") + 1)]
+    for command in ("table", "history", "generate", "config import", "warm-up"):
+        assert f"\n| `{command}` | " in section, command
+    assert "(tiered.md#exit-codes)" in section
+
+
 @pytest.mark.parametrize(("command", "code", "words"), [
     # what the code says about each command's own cases, not the jobs' words (a partition committed, a lock)
     ("segjobs table", "1", "a retention gap (--rebuild)"),
