@@ -638,8 +638,9 @@ class ConfigSet:
         :class:`ConfigError` naming the closest topics, and so is a ``--set`` naming one exact topic that is not
         there: a misspelled name would otherwise leave the real topic to ``[defaults]`` and Kafka's defaults
         (``delete``), and retention would delete what compaction was meant to keep. Returned as warnings (the
-        entry has no effect): a glob that matches no topic, an exact name of one of Kafka's own topics (:data:`KAFKA_TOPICS`, reserved: not a typo; a
-        shared configuration names them for the log dirs that hold them), and any table of a file written by
+        entry has no effect): a glob that matches no topic, an exact name of one of Kafka's own topics
+        (:data:`KAFKA_TOPICS`, reserved: not a typo; a shared configuration names them for the log dirs that hold
+        them), and any table of a file written by
         ``segjobs config import`` (it lists every topic of the cluster, while one broker's log dir holds some; its
         names come from the broker, not from a person's typing), and any table when the log dir holds no topic."""
         present = set(topics)

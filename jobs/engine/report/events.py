@@ -53,7 +53,8 @@ EVENTS = {
     "recovery.planned": "a dry run: what a real run's recovery would do first, planned on the files it leaves",
     "recovery.pending": "a dry run: a partition left out of the counts until `segjobs recover` has run",
     "config.shadowed": "a topic's config key is overridden by a more specific entry",
-    "config.unmatched": "a config entry (a glob, a name of Kafka's own topics, an imported table) matches no topic of the log dir: no effect",
+    "config.unmatched": "a config entry (a glob, a name of Kafka's own topics, an imported table) matches no topic "
+                        "of the log dir: no effect",
     "spark.ready": "Spark started (spark_startup_s: how long the run waited for it): only when some task needs it "
                    "(a run with nothing due starts none); spark_started_early_s: how long its start took when it "
                    "was started ahead of need, overlapping the run's own work",

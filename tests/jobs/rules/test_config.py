@@ -395,7 +395,7 @@ def test_a_set_naming_no_topic_is_an_error_as_a_table_is() -> None:
                             "nothing, and a topic it was meant for would run with [defaults] and Kafka's defaults; "
                             "fix the name or drop the --set; nothing was done")
     both = load(ENTRIES + '[topics."ordres"]\n"cleanup.policy" = "compact"\n', "clickz:retention.ms=1")
-    with pytest.raises(ConfigError, match="; fix the name or remove the table or drop the --set; nothing was done$"):
+    with pytest.raises(ConfigError, match=r"; fix the name or remove the table or drop the \-\-set; nothing was done$"):
         both.check_entries({"orders", "clicks"}, "/logs")
 
 
