@@ -46,6 +46,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.engine.frame.job import open_log_dir
 from jobs.engine.frame.options import InvalidOptionUsage, TieredReadOptions
 from jobs.engine.report.run_report import Progress, attention_table, render_table, rows_per_partition
 from jobs.engine.report.store_usage import StoreUsage
@@ -74,6 +75,7 @@ from jobs.engine.table.state import (
     open_table,
 )
 from jobs.logdir.checkpoints import read_job_checkpoints
+from jobs.logdir.checks import check_log_dir_has_partitions
 from jobs.logdir.tiered import tiered_listing
 from jobs.rules.table import aborted_rows, plan_partition
 from segment_io.decode import decode_segment_bytes, read_segment
@@ -86,7 +88,6 @@ from segment_io.layout import (
     closest_topics_hint,
     list_log_dir,
 )
-from segment_io.storage import open_storage
 from segment_io.storage.base import Storage
 from segment_io.storage.options import StorageOptions
 from segment_io.storage.spool import HostSpool, TaskSpool
@@ -586,8 +587,12 @@ class TableRun:
         progress = Progress("table", quiet=options.progress is None, sink=options.progress)
         storage_options = options.storage_options()
         log_dir = log_dir.rstrip("/") or "/"
-        storage = open_storage(log_dir, storage_options)
+        # as the other commands: S3 that cannot be used (credentials, endpoint, bucket; within seconds), a log dir
+        # that is a file or does not exist, one without partition directories (with what to give instead) are
+        # refused before anything is read (exit code 2)
+        storage = open_log_dir(log_dir, storage_options)
         listing = list_log_dir(storage, log_dir)
+        check_log_dir_has_partitions(log_dir, listing, storage=storage)
         topics = {t for t, _ in listing.partitions}
         wanted = sorted(p for t, p in listing.partitions if t == options.topic)
         if not wanted:

@@ -309,6 +309,73 @@ def test_a_garbage_checkpoint_file_stops_the_table_job_with_the_fix_as_it_stops_
     assert not (tmp_path / "t").exists()
 
 
+def _refused(capsys, argv: list[str]) -> str:
+    """``segjobs table ARGV`` exits 2 with one error line on stderr and nothing on stdout: that line."""
+    from jobs.commands.cli import main
+
+    code = main(["table", *argv, "--quiet"])
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1, (code, out, err)
+    return lines[0]
+
+
+def test_a_log_dir_that_does_not_exist_is_named_as_compact_names_it(tmp_path, capsys):
+    # not "--topic prop: no partition of it in ... (there are no topics)": the log dir is what is missing
+    missing = tmp_path / "nowhere"
+    line = _refused(capsys, ["--log-dir", str(missing), "--topic", TOPIC, "--table", str(tmp_path / "t")])
+    assert line == f"segjobs table: error: --log-dir {missing}: no such directory"
+    from jobs.commands.cli import main
+
+    assert main(["compact", "--log-dir", str(missing), "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == f"segjobs compact: error: --log-dir {missing}: no such directory"
+    # a directory without partition directories: compact's words too, with where they are
+    _sample_log(tmp_path / "logs")
+    (tmp_path / "empty").mkdir()
+    line = _refused(capsys, ["--log-dir", str(tmp_path / "empty"), "--topic", TOPIC, "--table", str(tmp_path / "t")])
+    assert line.startswith(f"segjobs table: error: --log-dir {tmp_path / 'empty'}: no partition directories "
+                           f"(<topic>-<n>) found; partition directories found under {tmp_path / 'logs'}"), line
+    assert not (tmp_path / "t").exists()
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on: connections are refused
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_s3_log_dir_whose_endpoint_does_not_answer_is_refused_before_anything(tmp_path, capsys, monkeypatch):
+    # exit 2 as compact, retain, inspect and history (it was 1: the listing's error, after the run had begun)
+    import time
+
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "a")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "b")
+    started = time.monotonic()
+    line = _refused(capsys, ["--log-dir", "s3://bucket/kafka/logs", "--topic", TOPIC, "--table", str(tmp_path / "t"),
+                             "--s3-endpoint", endpoint, "--s3-region", "us-east-1"])
+    assert time.monotonic() - started < 20  # botocore's own retries would take minutes
+    assert line.startswith(f"segjobs table: error: --log-dir s3://bucket/kafka/logs: the S3 endpoint {endpoint} did "
+                           f"not answer"), line
+    assert line.endswith("; nothing was done") and not (tmp_path / "t").exists()
+
+
+@pytest.mark.s3
+def test_an_s3_log_dir_in_a_missing_bucket_or_an_empty_prefix_is_refused_before_anything(s3_bucket_env, tmp_path,
+                                                                                         capsys):
+    endpoint, bucket = s3_bucket_env
+    common = ["--topic", TOPIC, "--table", str(tmp_path / "t"), "--s3-endpoint", endpoint.endpoint_url]
+    line = _refused(capsys, ["--log-dir", "s3://no-such-bucket-segjobs/logs", *common])
+    assert line.startswith("segjobs table: error: --log-dir s3://no-such-bucket-segjobs/logs: bucket "
+                           "'no-such-bucket-segjobs' does not exist"), line
+    line = _refused(capsys, ["--log-dir", f"s3://{bucket}/nothing/here", *common])
+    assert line == (f"segjobs table: error: --log-dir s3://{bucket}/nothing/here: no partition directories "
+                    f"(<topic>-<n>) found")
+    assert not (tmp_path / "t").exists()
+
+
 def test_readme_sql_runs_against_a_table(tmp_path):
     """The README's query of a table, run as it is (through deltalake's SQL engine) against a real one."""
     import re
