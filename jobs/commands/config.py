@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 
 from jobs.commands.args import exit_codes_help
-from segment_io.errors import UsageError
+from segment_io.errors import NotWritableError, UsageError
+from segment_io.storage.local import storage_error
 
 IMPORT_HELP = """Read the output of `kafka-configs.sh --describe [--all] --entity-type topics` and/or `kafka-topics.sh
 --describe` (from --input or stdin; both may be concatenated) and write segjobs' topic configuration TOML (to
@@ -62,12 +63,14 @@ def configure(p: argparse.ArgumentParser) -> None:
     imp.add_argument("--quiet", action="store_true", help="no summary on stderr")
     imp.epilog = exit_codes_help(
         done="the TOML written (to --output, or stdout) and checked by loading it as --config would",
-        failed="--output could not be written (the machine refused it: Python's error, with a traceback); the "
-               "file is left as it was",
+        failed="not used: every error, an --output the machine refuses included, is exit code 2 with nothing "
+               "written",
         nothing_done="nothing was written: a usage error, no input (stdin is a terminal), an --input that cannot "
                      "be read or is not text, a line of the describe output that cannot be read or a value segjobs "
                      "refuses (the error names the line and its text), an --output that exists (without --force), "
-                     "is a directory, is the --input file or lies in a directory that does not exist",
+                     "is a directory, is the --input file or lies in a directory that does not exist or below a "
+                     "file, or that the machine refuses to write (a read-only or full filesystem, permissions, a "
+                     "name too long: the error names the step and the errno); an existing --output is left as it was",
         interrupted="interrupted (Ctrl-C): nothing was written (--output is written whole or not at all)")
     imp.set_defaults(_config_run=run_import)
 
@@ -84,12 +87,10 @@ def run_import(args: argparse.Namespace) -> int:
     text, source = _read_input(args.input)
     output = None if args.output == "-" else Path(args.output)
     if output is not None:
-        if args.input != "-" and output.resolve() == Path(args.input).resolve():
-            raise UsageError(f"--output {output} is the --input file: write the TOML elsewhere")
-        if output.exists() and not args.force:
-            raise UsageError(f"--output {output} exists: add --force to replace it, or choose another file")
-        if output.is_dir():
-            raise UsageError(f"--output {output} is a directory: give a file name, e.g. {output}/topics.toml")
+        try:
+            _check_output(output, args.input, force=args.force)
+        except OSError as exc:  # e.g. a name too long for the filesystem
+            raise _not_written(output, "looking it up", exc) from None
     result = import_text(text, all_keys=args.all_keys, source=source)
     toml = result.to_toml()
     if output is None:
@@ -131,19 +132,51 @@ def _read_input(name: str) -> tuple[str, str]:
                          f"kafka-configs.sh or kafka-topics.sh --describe") from None
 
 
+def _check_output(output: Path, input_name: str, *, force: bool) -> None:
+    """``UsageError`` for an ``--output`` that is the input, exists (without ``force``), is a directory, or lies
+    in a directory that does not exist or below something that is not a directory."""
+    if input_name != "-" and output.resolve() == Path(input_name).resolve():
+        raise UsageError(f"--output {output} is the --input file: write the TOML elsewhere")
+    if output.exists() and not force:
+        raise UsageError(f"--output {output} exists: add --force to replace it, or choose another file")
+    if output.is_dir():
+        raise UsageError(f"--output {output} is a directory: give a file name, e.g. {output}/topics.toml")
+    parent = output.parent
+    if not parent.is_dir():
+        above = parent
+        while str(above) not in ("", ".", above.anchor) and not above.exists():
+            above = above.parent
+        if above.exists() and not above.is_dir():
+            raise UsageError(f"--output {output}: {above} is not a directory")
+        raise UsageError(f"--output {output}: the directory {parent} does not exist")
+
+
+def _not_written(path: Path, step: str, exc: OSError) -> NotWritableError:
+    """The error (exit code 2) of an ``--output`` the machine refused: the file, the step that failed and why
+    (the errno and the fix, as the jobs say it), and that nothing was written."""
+    cause = storage_error(exc, str(path))
+    return NotWritableError(f"--output {path}: {step} failed: {cause.detail}; nothing was written", uri=str(path),
+                            cause=cause)
+
+
 def _write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a temporary file beside ``path``, then rename it over: a reader sees the old file or the
-    whole new one."""
+    whole new one. A write the machine refuses (a read-only or full filesystem, permissions) leaves no temporary
+    file and ``path`` as it was, and is a :class:`NotWritableError` (exit code 2)."""
     parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"--output {path}: the directory {parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    except OSError as exc:
+        raise _not_written(path, f"creating a file in {parent}", exc) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         # mkstemp makes the file private; a config file gets the permissions a plain write would give it
         os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask())
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise _not_written(path, "writing it", exc) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

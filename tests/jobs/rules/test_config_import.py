@@ -375,3 +375,52 @@ def test_cli_config_without_a_subcommand(capsys) -> None:
 def test_cli_missing_input_file(capsys) -> None:
     assert main(["config", "import", "--input", "/nonexistent/describe.txt"]) == 2
     assert "--input /nonexistent/describe.txt: cannot read it" in capsys.readouterr().err
+
+
+def _refused_output(capsys, output: Path, *extra: str) -> str:
+    """``config import --output OUTPUT`` exits 2 with one error line and no traceback: that line."""
+    assert main(["config", "import", "-i", str(OVERRIDES), "-o", str(output), "--quiet", *extra]) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert out == "" and len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_cli_output_below_a_file_or_with_a_name_too_long_is_one_error_line(tmp_path: Path, capsys) -> None:
+    (tmp_path / "notes").write_text("mine\n")
+    line = _refused_output(capsys, tmp_path / "notes" / "conf" / "topics.toml")
+    assert line == f"segjobs config: error: --output {tmp_path / 'notes' / 'conf' / 'topics.toml'}: " \
+                   f"{tmp_path / 'notes'} is not a directory"
+    # a name the filesystem refuses (was: OSError, a traceback, exit 1)
+    long = tmp_path / ("t" * 300 + ".toml")
+    line = _refused_output(capsys, long)
+    assert line.startswith(f"segjobs config: error: --output {long}: ") and "File name too long" in line, line
+    assert line.endswith("; nothing was written")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes"]
+
+
+def test_cli_output_the_machine_refuses_is_one_error_line_and_the_file_stays(tmp_path: Path, capsys) -> None:
+    # a read-only filesystem (was: OSError from mkstemp, a traceback, exit 1); --force: the old file stays as it was
+    from tests.support.mounts import read_only
+
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "topics.toml").write_text("# mine\n")
+    with read_only(conf):
+        line = _refused_output(capsys, conf / "topics.toml", "--force")
+    assert line == (f"segjobs config: error: --output {conf / 'topics.toml'}: creating a file in {conf} failed: "
+                    f"Read-only file system (EROFS): a problem of the machine, not of the data or of segjobs; the "
+                    f"filesystem is mounted read-only: remount it read-write (or run on a writable copy); nothing "
+                    f"was written")
+    assert [p.name for p in conf.iterdir()] == ["topics.toml"] and (conf / "topics.toml").read_text() == "# mine\n"
+
+
+def test_cli_output_on_a_full_filesystem_leaves_no_temporary_file(tmp_path: Path, capsys) -> None:
+    from tests.support.mounts import fill, tmpfs
+
+    with tmpfs(tmp_path / "small", 64 << 10) as small:
+        filler = fill(small, 0)
+        line = _refused_output(capsys, small / "topics.toml")
+        assert line.startswith(f"segjobs config: error: --output {small / 'topics.toml'}: ") and \
+            "No space left on device (ENOSPC)" in line and line.endswith("; nothing was written"), line
+        assert list(small.iterdir()) == [filler]  # neither the file nor its temporary file
