@@ -41,7 +41,7 @@ from jobs.commands.args import INSTANT_METAVAR, duration_arg, exit_codes_help, p
 from jobs.engine.report.run_report import listed
 from jobs.rules.timeutil import format_instant, parse_instant
 from segment_io.compression import CODEC_BY_NAME, codec_from_name
-from segment_io.errors import UsageError
+from segment_io.errors import NotWritableError, StorageError, UsageError
 from segment_io.layout import parse_partition_dir, partition_dir_name
 from segment_io.units import DAY_MS
 
@@ -103,12 +103,15 @@ def configure(p: argparse.ArgumentParser) -> None:
         done="the log dir written in --out (with --append: the records appended), and its topics config written "
              "or added to (unless --config-out none)",
         failed="a partition --append reads is corrupt (the error names the file and byte; nothing is written), or "
-               "the machine refused a write (no space left, --out below a file, ...: the error names the path); what "
-               "was written before it stays in --out",
-        nothing_done="nothing was written: a usage error, an --out that is a file; without --append, an --out that "
+               "the machine refused a write once writing began (no space left, ...: one line naming the file and "
+               "the errno); what was written before it stays in --out",
+        nothing_done="nothing was written: a usage error, an --out that is a file, an --out or --config-out below a "
+                     "file, a --config-out that is a directory, an --out the machine refuses (it is created and a "
+                     "file made and removed in it first: read-only, permissions); without --append, an --out that "
                      "is not empty or a --config-out that exists; with --append, a --partitions other than the "
-                     "topic's, or a partition records cannot be appended to (a last batch cut short, a crashed run's "
-                     "files: run segjobs recover)",
+                     "topic's, or a partition of any of the --topics that records cannot be appended to (a last "
+                     "batch cut short, a crashed run's files: run segjobs recover; files but no segment; a file "
+                     "where its directory goes), all checked before the first topic is written",
         interrupted="interrupted (Ctrl-C): what was written before the stop stays in --out, an incomplete log dir: "
                     "the checkpoint files and the topics config, written last, may be missing")
 
@@ -123,9 +126,9 @@ def run(args: argparse.Namespace) -> int:
     _check_out(out, append=args.append)
     existing = _existing_partitions(out, topics) if args.append else {}
     counts = {t: _partition_count(t, existing.get(t), args.partitions) for t in topics}
-    # read with or without --start: it also refuses, before anything is written, a partition records cannot be
-    # appended to (exit 2)
-    newest = _newest_timestamp(out, existing)
+    # every partition of every topic, read with or without --start: a partition records cannot be appended to is
+    # refused here, before anything is written (exit 2), whichever group of topics it is in
+    newest = _newest_timestamp(out, counts)
     start = args.start
     if start is None:
         start = str(newest + 1) if newest is not None else DEFAULT_START
@@ -143,9 +146,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     spec = specs[0]
     config_out = None if (args.config_out or "").lower() == "none" else Path(args.config_out or f"{out}.topics.toml")
-    if config_out is not None and config_out.exists() and not args.append:
-        raise UsageError(f"--config-out {config_out} exists: name another file with --config-out FILE (or 'none'), "
-                         f"or remove it; nothing was written")
+    if config_out is not None:
+        _check_config_out(config_out, append=args.append)
+    _prove_out_writable(out)  # the first write: refused, it leaves nothing (exit 2)
     t0 = time.monotonic()
     progress = None if args.quiet else (lambda line: print(f"  {line}", file=sys.stderr))
     res = GenerateResult(out_dir=str(out))
@@ -158,8 +161,9 @@ def run(args: argparse.Namespace) -> int:
             res.markers += part.markers
             res.bytes += part.bytes
             res.appended += part.appended
-    except FileExistsError as exc:
-        raise UsageError(str(exc)) from None
+    except (OSError, StorageError) as exc:  # the machine refused a write (no space left, ...): one line naming
+        # the path and what stays, exit 1
+        raise _write_failed(exc, out, f"what was written before stays in --out {out}") from None
     dt = time.monotonic() - t0
     print(f"wrote {res.out_dir}: {res.partitions} partitions, {res.segments} segments, {res.records} records "
           f"(+{res.markers} markers), {res.bytes / 1e6:.1f} MB in {dt:.1f}s"
@@ -168,7 +172,11 @@ def run(args: argparse.Namespace) -> int:
     after = spec.start_ms + spec.span_ms + DAY_MS
     new_topics = tuple(t for t in topics if t not in existing)
     if config_out is not None and (new_topics or config_out.exists()):
-        _write_config(config_out, out, spec, new_topics, append=args.append)
+        try:
+            _write_config(config_out, out, spec, new_topics, append=args.append)
+        except OSError as exc:
+            raise _write_failed(exc, config_out, f"the log dir in --out {out} is written; its topics config "
+                                                 f"--config-out {config_out} is not") from None
         policy = f" (cleanup.policy=compact for {', '.join(new_topics)})" if new_topics else ""
         print(f"topics config: {config_out}{policy}; e.g.\n"
               f"  segjobs compact --log-dir {out} --config {config_out} --now {format_instant(after)}")
@@ -178,10 +186,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _not_below_a_file(flag: str, path: Path) -> None:
+    """``UsageError`` when a directory above ``path`` (which need not exist) is a file: nothing can be created
+    there."""
+    above = path.parent
+    while not above.exists() and above.parent != above:
+        above = above.parent
+    if above.exists() and not above.is_dir():
+        raise UsageError(f"{flag} {path}: {above} is a file, not a directory; nothing was written")
+
+
 def _check_out(out: Path, *, append: bool) -> None:
     """--out must be a new or empty directory, unless --append."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file, not a directory")
+    _not_below_a_file("--out", out)
     present = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
     if present and not append:
         shown = ", ".join(present[:5]) + (f" and {len(present) - 5} more" if len(present) > 5 else "")
@@ -210,21 +229,85 @@ def _partition_count(topic: str, existing: list[int] | None, asked: int | None) 
     return have
 
 
-def _newest_timestamp(out: Path, existing: dict[str, list[int]]) -> int | None:
-    """The newest batch timestamp of the partitions records are appended to (None: none, or no timestamp).
-    ``UsageError`` for one records cannot be appended to (see :func:`segment_io.generate.partition_tail`)."""
+def _newest_timestamp(out: Path, counts: dict[str, int]) -> int | None:
+    """The newest batch timestamp of the partitions records are appended to (None: none, or no timestamp), of the
+    ``counts[topic]`` partitions of each topic. ``UsageError`` for one records cannot be appended to (see
+    :func:`segment_io.generate.partition_tail`), or that cannot be written at all: a file where its directory
+    goes, or a directory that holds files but no segment. All are checked before anything is written, so that a
+    refusal leaves every topic as it was (the topics are written in groups, one per partition count)."""
     from segment_io.generate import partition_tail
 
     newest = -1
-    for topic, parts in existing.items():
-        for p in parts:
+    for topic, count in counts.items():
+        for p in range(count):
+            pdir = out / partition_dir_name(topic, p)
+            if not pdir.exists():
+                continue
+            if not pdir.is_dir():
+                raise UsageError(f"{pdir} is a file, where {topic}'s partition {p} goes: remove it or generate "
+                                 f"elsewhere; nothing was written")
             try:
-                tail = partition_tail(out / partition_dir_name(topic, p), p)
+                tail = partition_tail(pdir, p)
             except ValueError as exc:
                 raise UsageError(f"--append: {exc}; nothing was written") from None
             if tail is not None:
                 newest = max(newest, tail.max_timestamp)
+            elif any(pdir.iterdir()):
+                held = ", ".join(sorted(e.name for e in pdir.iterdir())[:3])
+                raise UsageError(f"--append: {pdir} holds files but no segment ({held}): records cannot be appended "
+                                 f"to it; remove them (or the directory) or generate elsewhere; nothing was written")
     return newest if newest >= 0 else None
+
+
+def _check_config_out(path: Path, *, append: bool) -> None:
+    """``UsageError`` for a ``--config-out`` that cannot be written: one that exists (unless --append, which adds
+    to it), a directory, or below a file."""
+    if path.is_dir():
+        raise UsageError(f"--config-out {path} is a directory: give a file name (or 'none'); nothing was written")
+    if path.exists() and not append:
+        raise UsageError(f"--config-out {path} exists: name another file with --config-out FILE (or 'none'), "
+                         f"or remove it; nothing was written")
+    _not_below_a_file("--config-out", path)
+
+
+def _prove_out_writable(out: Path) -> None:
+    """Create --out (and its missing parents) and a file in it, removed at once: the first write, so that a
+    directory the machine refuses (read-only, permissions, a path it cannot create) is an error before anything
+    is written (:class:`NotWritableError`, exit code 2). The directories created here are removed again when
+    the probe fails."""
+    from jobs.logdir.checks import probe_new_file
+    from segment_io.storage.local import storage_error, temp_name
+
+    created = []
+    above = out
+    while not above.exists() and above.parent != above:
+        created.append(above)
+        above = above.parent
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        cause = storage_error(exc, str(out))
+        raise NotWritableError(f"--out {out}: creating it failed: {cause.detail}; nothing was written",
+                               uri=str(out), cause=cause) from None
+    failed = probe_new_file(str(out / temp_name(".segjobs-probe")))
+    if failed is not None:
+        for made in created:  # deepest first
+            try:
+                made.rmdir()
+            except OSError:
+                break
+        step, cause = failed
+        raise NotWritableError(f"--out {out}: {'creating' if step == 'create' else 'removing'} a file in it failed: "
+                               f"{cause.detail}; nothing was written", uri=str(out), cause=cause)
+
+
+def _write_failed(exc: OSError | StorageError, path: Path, what_stays: str) -> StorageError:
+    """A write the machine refused once generating began (exit code 1): the file, the errno and the fix, and
+    what stays."""
+    from segment_io.storage.local import storage_error
+
+    cause = exc if isinstance(exc, StorageError) else storage_error(exc, str(path))
+    return StorageError(f"{cause.detail}; {what_stays}", uri=cause.uri)
 
 
 def _write_config(path: Path, out: Path, spec: "GenerateSpec", topics: tuple[str, ...], *, append: bool) -> None:

@@ -147,6 +147,84 @@ def test_generate_append_refuses_a_partition_it_cannot_append_to_before_writing(
     assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
 
 
+def _files(root: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("damage", ["files but no segment", "a file for a partition directory"])
+def test_generate_append_refuses_any_partition_of_any_group_before_writing_the_first(tmp_path: Path, capsys,
+                                                                                     damage: str) -> None:
+    # the topics are written in groups of equal partition counts; a partition of a later group that cannot be
+    # written was found only when its group's turn came, after the earlier groups were written (exit 2 all the
+    # same, or a NotADirectoryError traceback): now every partition is checked before the first is written
+    out = tmp_path / "logs"
+    assert main(["generate", "--out", str(out), "--topics", "users", "--partitions", "1", "--records", "10",
+                 "--quiet"]) == 0
+    if damage == "files but no segment":  # a third topic, its group last: 3 partitions, the last without segment
+        assert main(["generate", "--out", str(out), "--append", "--topics", "events", "--partitions", "3",
+                     "--records", "10", "--quiet"]) == 0
+        for f in (out / "events-2").iterdir():
+            if f.name != "leader-epoch-checkpoint":
+                f.unlink()
+        topics, bad = "users,clicks,events", out / "events-2"
+    else:  # a new topic of 2 partitions (its group after users' 1), a file where its partition 1 goes
+        (out / "clicks-1").write_text("not a partition\n")
+        topics, bad = "users,clicks", out / "clicks-1"
+    before = _files(tmp_path)
+    capsys.readouterr()
+    assert main(["generate", "--out", str(out), "--append", "--topics", topics, "--records", "10", "--quiet"]) == 2
+    line = _one_error_line(capsys)
+    assert line.startswith("segjobs generate: error: ") and str(bad) in line, line
+    assert line.endswith("; nothing was written"), line
+    assert _files(tmp_path) == before and not (out / "clicks-0").exists()
+
+
+@pytest.mark.parametrize("flag", ["--out", "--config-out"])
+def test_generate_below_a_file_is_refused_before_writing(tmp_path: Path, capsys, flag: str) -> None:
+    # was: NotADirectoryError from mkdir, a traceback, exit 1
+    (tmp_path / "notes").write_text("mine\n")
+    below = tmp_path / "notes" / "logs"
+    argv = ["--out", str(below)] if flag == "--out" else ["--out", str(tmp_path / "logs"), "--config-out",
+                                                          str(below / "t.toml")]
+    assert main(["generate", *argv, "--records", "10", "--quiet"]) == 2
+    target = below if flag == "--out" else below / "t.toml"
+    assert _one_error_line(capsys) == (f"segjobs generate: error: {flag} {target}: {tmp_path / 'notes'} is a file, "
+                                       f"not a directory; nothing was written")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes"]
+
+
+def test_generate_into_a_directory_the_machine_refuses_is_refused_before_writing(tmp_path: Path, capsys) -> None:
+    from tests.support.mounts import read_only
+
+    (tmp_path / "ro").mkdir()
+    with read_only(tmp_path / "ro"):
+        assert main(["generate", "--out", str(tmp_path / "ro"), "--records", "10", "--quiet"]) == 2
+        line = _one_error_line(capsys)
+    assert line.startswith(f"segjobs generate: error: --out {tmp_path / 'ro'}: creating a file in it failed: "
+                           f"Read-only file system (EROFS): "), line
+    assert line.endswith("; nothing was written") and list((tmp_path / "ro").iterdir()) == []
+
+
+def test_generate_on_a_filesystem_that_fills_up_is_one_error_line_naming_the_file(tmp_path: Path, capsys) -> None:
+    # the machine refuses a write once generating began: exit 1 (what was written stays), one line, no traceback
+    from tests.support.mounts import tmpfs
+
+    with tmpfs(tmp_path / "small", 256 << 10) as small:
+        assert main(["generate", "--out", str(small / "logs"), "--records", "20000", "--config-out", "none",
+                     "--quiet"]) == 1
+        line = _one_error_line(capsys)
+    assert line.startswith(f"segjobs generate: error: {small / 'logs'}/"), line
+    assert "No space left on device (ENOSPC)" in line and line.endswith(f"what was written before stays in --out "
+                                                                        f"{small / 'logs'}"), line
+
+
 def test_generate_writes_its_topics_config_beside_the_log_dir_and_says_how_to_run(tmp_path: Path, capsys) -> None:
     out = tmp_path / "logs"
     assert main(["generate", "--out", str(out), "--records", "100", "--start", "2026-11-20", "--span", "2d",
