@@ -27,7 +27,7 @@ from jobs.commands.args import add_s3_options, cli_wording, exit_codes_help, sto
 from jobs.engine.frame.options import require_matplotlib
 from jobs.engine.report.ledger import read_history, render
 from jobs.engine.report.run_report import absolute_uri
-from segment_io.errors import ConfigError, StorageAccessError
+from segment_io.errors import ConfigError, SegjobsError, StorageAccessError
 
 
 def _positive(text: str) -> int:
@@ -56,12 +56,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_s3_options(p)
     p.epilog = exit_codes_help(
         done="the runs printed (a ledger with none yet says so), and the --html page, if asked for, written",
-        failed="the ledger could not be read after all (a Delta table there whose log deltalake cannot read: its "
-               "error, with a traceback), or the --html page could not be written at the end (then nothing is "
-               "printed)",
-        nothing_done="nothing was read or written: a usage error, no Delta table at --ledger or one that is no "
-                     "segjobs ledger, S3 that cannot be reached, --html without matplotlib or to a FILE that cannot "
-                     "be written (checked before reading)",
+        failed="the --html page could not be written at the end (then nothing is printed)",
+        nothing_done="nothing was printed or written: a usage error, no Delta table at --ledger or one that is no "
+                     "segjobs ledger, a damaged one (a _delta_log commit or data file that cannot be read: the "
+                     "error names the table and what is wrong; a damaged input found before any output, as a "
+                     "missing one, not a failure while working), S3 that cannot be reached, --html without "
+                     "matplotlib or to a FILE that cannot be written (checked before reading)",
         interrupted="interrupted (Ctrl-C): the ledger is only ever read; no --html page is left half-written")
 
 
@@ -80,6 +80,15 @@ def run(args: argparse.Namespace) -> int:
         history = read_history(uri, last=args.last, options=options)
     except StorageAccessError as exc:
         raise ConfigError(f"--ledger {uri}: {exc.detail}") from None
+    except SegjobsError:
+        raise
+    except Exception as exc:
+        if not _unreadable_table(exc):
+            raise
+        raise LedgerUnreadable(f"--ledger {uri}: its Delta table cannot be read ({_first_line(exc)}): a damaged "
+                               f"_delta_log commit or data file, or a Delta version deltalake does not read; restore "
+                               f"what is damaged (or move the table aside: the next run given --ledger starts a new "
+                               f"one); nothing was printed") from None
     doc = history.to_dict()
     if html_uri:
         from jobs.engine.report.html import history_html, write_html  # start-up: --html only
@@ -93,6 +102,31 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render(history))
     sys.stdout.flush()
     return 0
+
+
+class LedgerUnreadable(SegjobsError):
+    """The Delta table at --ledger is there but cannot be read: a commit of its _delta_log that is no JSON, its
+    first commit missing, a data file missing or not Parquet, a protocol deltalake does not support. Exit code 2:
+    a damaged input found before anything is printed or written, as no table at all is; rerunning cannot help
+    until the table is repaired."""
+
+    exit_code = 2
+
+
+def _unreadable_table(exc: BaseException) -> bool:
+    """Whether ``exc`` is what deltalake or pyarrow raise for a Delta table they cannot read (its log, its data
+    files), rather than a bug."""
+    import pyarrow as pa
+    from deltalake.exceptions import DeltaError
+
+    return isinstance(exc, (DeltaError, pa.ArrowException, OSError))
+
+
+def _first_line(exc: BaseException) -> str:
+    """The error's message without what follows its first line (deltalake appends a Rust backtrace when
+    RUST_BACKTRACE is set)."""
+    text = str(exc).strip()
+    return text.splitlines()[0].strip() if text else type(exc).__name__
 
 
 def write_demo_ledger(out_dir: str, *, nights: int = 3, every_ms: int = 2 * 86_400_000) -> str:

@@ -98,6 +98,39 @@ def test_a_delta_table_that_is_not_a_ledger(tmp_path: Path, capsys) -> None:
     assert "not a segjobs ledger" in capsys.readouterr().err
 
 
+def _damage(table: Path, how: str) -> str:
+    """Damage the ledger at ``table`` in one way; what the error must say of it."""
+    log = sorted((table / "_delta_log").glob("*.json"))
+    data = sorted(table.glob("*.parquet"))
+    if how == "a commit that is no JSON":
+        log[-1].write_text("garbage{\n")
+        return "Json error"
+    if how == "its first commit missing":
+        log[0].unlink()
+        return "No table metadata or protocol found"
+    if how == "a data file missing":
+        data[0].unlink()
+        return f"{data[0].name} not found"
+    data[0].write_bytes(b"not parquet at all")  # a data file that is no Parquet
+    return f"{data[0].name}': Parquet magic bytes not found"
+
+
+@pytest.mark.parametrize("how", ["a commit that is no JSON", "its first commit missing", "a data file missing",
+                                 "a data file that is no Parquet"])
+def test_a_damaged_ledger_is_one_error_line_naming_the_table_and_what_is_wrong(ledger, capsys, monkeypatch,
+                                                                                how) -> None:
+    # was: deltalake's or pyarrow's exception with a traceback (and a Rust backtrace under RUST_BACKTRACE), exit 1
+    monkeypatch.setenv("RUST_BACKTRACE", "1")
+    uri = ledger[0]
+    words = _damage(Path(uri), how)
+    assert main(["history", "--ledger", uri]) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert out == "" and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"segjobs history: error: --ledger {uri}: its Delta table cannot be read ("), lines[0]
+    assert words in lines[0] and lines[0].endswith("; nothing was printed"), lines[0]
+
+
 def test_last_must_be_positive(ledger, capsys) -> None:
     with pytest.raises(SystemExit) as e:
         main(["history", "--ledger", ledger[0], "--last", "0"])
