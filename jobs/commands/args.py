@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from jobs.engine.frame.options import InvalidOption
+from jobs.engine.frame.options import MIN_SORT_BUCKET_BYTES, MIN_SORT_BUCKET_TEXT, InvalidOption
 from jobs.engine.report.events import LOG_FORMATS, ProgressEvent, stderr_sink
 from jobs.engine.report.run_report import PARTITION_ROWS_MAX, output_width
 from jobs.logdir.tiered import DEFAULT_REMOTE_LAYOUT, READABLE_LAYOUTS, RemoteOptions
@@ -327,6 +327,19 @@ def dedupe_buffer_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"must be at least {MIN_BUFFER_BYTES} bytes, the smallest offset map that holds one key "
             f"({BYTES_PER_ENTRY} bytes a slot, full at {LOAD_FACTOR:g} of the slots), got {text!r}")
+    return value
+
+
+def sort_bucket_arg(text: str) -> int:
+    """argparse ``type=`` for ``--sort-bucket-bytes``: a size of at least
+    :data:`~jobs.engine.frame.options.MIN_SORT_BUCKET_BYTES`, the least the options take. A smaller one is refused
+    here, naming the flag and the least it takes, rather than by the options, whose error names their field
+    (``CompactOptions.sort_bucket_bytes=1024: ...``)."""
+    value = size_arg(text)
+    if value < MIN_SORT_BUCKET_BYTES:
+        raise argparse.ArgumentTypeError(
+            f"must be at least {MIN_SORT_BUCKET_TEXT} ({MIN_SORT_BUCKET_BYTES} bytes), the least memory one reduce "
+            f"task of the external sort takes, got {text!r}")
     return value
 
 

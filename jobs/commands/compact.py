@@ -51,11 +51,11 @@ from jobs.commands.args import (
     exit_codes_help,
     job_options,
     print_result,
-    size_arg,
+    sort_bucket_arg,
     summary_view,
 )
 from jobs.commands.retain import add_accept_config_baseline_option, add_max_delete_fraction_option
-from jobs.engine.frame.options import DEFAULT_DEDUPE_BUFFER_BYTES, STRATEGIES, CompactOptions
+from jobs.engine.frame.options import DEFAULT_DEDUPE_BUFFER_BYTES, MIN_SORT_BUCKET_TEXT, STRATEGIES, CompactOptions
 from jobs.engine.runtime.seams import Seams
 from jobs.rules.map_capacity import LOAD_FACTOR, max_keys_for_buffer
 
@@ -83,11 +83,12 @@ def configure(p: argparse.ArgumentParser) -> None:
                         f"{max_keys_for_buffer(DEFAULT_DEDUPE_BUFFER_BYTES):,} keys; Kafka's "
                         "log.cleaner.dedupe.buffer.size and log.cleaner.io.buffer.load.factor). A partition with more "
                         "dirty keys is cleaned partially and the report says so; the next run continues")
-    p.add_argument("--sort-bucket-bytes", type=size_arg, default=None, metavar="SIZE",
+    p.add_argument("--sort-bucket-bytes", type=sort_bucket_arg, default=None, metavar="SIZE",
                    help="external-sort: memory one reduce task may take, e.g. 512MiB. A partition's keys are "
                         "hashed into as many buckets as that needs (about 128 bytes per dirty record), so a task's "
                         "memory does not grow with the key count (default: a quarter of spark.executor.pyspark."
-                        "memory, else of spark.executor.memory, 1g by default: 256MiB; between 64MiB and 1GiB)")
+                        "memory, else of spark.executor.memory, 1g by default: 256MiB; between 64MiB and 1GiB); "
+                        f"at least {MIN_SORT_BUCKET_TEXT}")
     p.epilog = exit_codes_help(
         done="done: every partition in scope compacted or skipped, the summary says which and why (with --dry-run: "
              "planned, nothing written)",

@@ -50,6 +50,11 @@ ProgressSink = Callable[[ProgressLine], None]
 DEFAULT_DEDUPE_BUFFER_BYTES = DEDUPE_BUFFER_BYTES
 #: How compaction maps the keys of a partition (see :class:`CompactOptions`).
 STRATEGIES = ("auto", "memory", "external-sort")
+#: The least memory one reduce task of the external sort may be given (``CompactOptions.sort_bucket_bytes``,
+#: ``--sort-bucket-bytes``): 1 MiB.
+MIN_SORT_BUCKET_BYTES = 1 << 20
+#: ... as the command line writes it
+MIN_SORT_BUCKET_TEXT = f"{MIN_SORT_BUCKET_BYTES >> 20}MiB"
 
 
 class InvalidOption(SegjobsError):
@@ -299,9 +304,12 @@ class CompactOptions(ChangeOptions):
         super().__post_init__()
         owner = self._owner
         b = self.sort_bucket_bytes
-        if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1 << 20):
-            raise InvalidOptionUsage(f"{owner}.sort_bucket_bytes={b!r}: expected a number of bytes, at least 1 MiB",
-                                     field="sort_bucket_bytes")
+        if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < MIN_SORT_BUCKET_BYTES):
+            raise InvalidOptionUsage(
+                f"{owner}.sort_bucket_bytes={b!r}: expected a number of bytes, at least {MIN_SORT_BUCKET_BYTES} "
+                f"({MIN_SORT_BUCKET_TEXT})", field="sort_bucket_bytes",
+                cli_message=f"{flag('sort_bucket_bytes')} {b!r}: expected a size of at least {MIN_SORT_BUCKET_TEXT} "
+                            f"({MIN_SORT_BUCKET_BYTES} bytes)")
         if self.strategy not in STRATEGIES:
             raise InvalidOptionUsage(f"{owner}.strategy={self.strategy!r}: unknown; choose one of "
                                      f"{', '.join(STRATEGIES)}", field="strategy")

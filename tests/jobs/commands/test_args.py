@@ -229,6 +229,33 @@ def test_the_least_dedupe_buffer_the_flag_takes_is_the_least_the_options_take() 
         api.CompactOptions(dedupe_buffer_bytes=47)
 
 
+@pytest.mark.parametrize("size", ["1KiB", "1048575"])
+def test_a_sort_bucket_below_the_least_is_refused_naming_the_flag_and_the_least(capsys, log_dir, size) -> None:
+    # the flag typed and the least it takes, not the options' field (CompactOptions.sort_bucket_bytes=1024: ...),
+    # and before any work
+    with spark_forbidden():
+        line = _argparse_error(capsys, ["compact", "--log-dir", str(log_dir), "--sort-bucket-bytes", size])
+    assert line == ("segjobs compact: error: argument --sort-bucket-bytes: must be at least 1MiB (1048576 bytes), "
+                    f"the least memory one reduce task of the external sort takes, got {size!r}")
+
+
+def test_the_least_sort_bucket_the_flag_takes_is_the_least_the_options_take() -> None:
+    from jobs import api
+    from jobs.commands.compact import options_from_args
+    from jobs.engine.frame.options import MIN_SORT_BUCKET_BYTES
+    from segment_io.errors import UsageError
+
+    assert MIN_SORT_BUCKET_BYTES == 1 << 20
+    args = build_parser("compact").parse_args(["compact", "--log-dir", "/nowhere", "--sort-bucket-bytes", "1MiB"])
+    assert options_from_args(args).sort_bucket_bytes == MIN_SORT_BUCKET_BYTES
+    with pytest.raises(UsageError) as info:
+        api.CompactOptions(sort_bucket_bytes=MIN_SORT_BUCKET_BYTES - 1)
+    # the API names its field; the command line's wording, should the options refuse a value, names the flag
+    assert str(info.value) == ("CompactOptions.sort_bucket_bytes=1048575: expected a number of bytes, at least "
+                               "1048576 (1MiB)")
+    assert info.value.cli_message == "--sort-bucket-bytes 1048575: expected a size of at least 1MiB (1048576 bytes)"
+
+
 def test_generate_refuses_a_segment_size_that_is_not_positive(capsys, tmp_path) -> None:
     line = _argparse_error(capsys, ["generate", "--out", str(tmp_path / "g"), "--segment-bytes=0"])
     assert line == "segjobs generate: error: argument --segment-bytes: must be positive, got '0'"
