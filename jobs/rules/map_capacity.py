@@ -28,8 +28,9 @@ def max_keys_for_buffer(dedupe_buffer_bytes: int, *, load_factor: float = LOAD_F
     slots = dedupe_buffer_bytes // BYTES_PER_ENTRY
     max_keys = int(slots * load_factor)
     if max_keys < 1:
-        raise ConfigError(f"log.cleaner.dedupe.buffer.size={dedupe_buffer_bytes} holds {slots} slots of "
-                          f"{BYTES_PER_ENTRY} bytes: too small to map even one key (at least "
+        raise ConfigError(f"log.cleaner.dedupe.buffer.size={dedupe_buffer_bytes} holds {slots} "
+                          f"slot{'' if slots == 1 else 's'} of {BYTES_PER_ENTRY} bytes: too small to map even one key "
+                          f"(at least "
                           f"{buffer_bytes_for_keys(1, load_factor=load_factor)} bytes)")
     return max_keys
 

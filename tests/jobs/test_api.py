@@ -91,6 +91,15 @@ def test_a_dedupe_buffer_too_small_names_kafkas_setting_and_the_least_it_takes()
                                "of 24 bytes: too small to map even one key (at least 48 bytes)")
 
 
+@pytest.mark.parametrize("size", [24, 47])
+def test_a_dedupe_buffer_of_one_slot_says_one_slot(size) -> None:
+    # "holds 1 slot", not "holds 1 slots"
+    with pytest.raises(ConfigError) as info:
+        api.CompactOptions(dedupe_buffer_bytes=size)
+    assert str(info.value) == (f"CompactOptions.dedupe_buffer_bytes={size}: log.cleaner.dedupe.buffer.size={size} "
+                               f"holds 1 slot of 24 bytes: too small to map even one key (at least 48 bytes)")
+
+
 def test_the_command_line_keeps_its_own_wording(tmp_path: Path, capsys) -> None:
     (tmp_path / "logs").mkdir()
     cases = [

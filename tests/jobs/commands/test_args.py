@@ -225,7 +225,7 @@ def test_the_least_dedupe_buffer_the_flag_takes_is_the_least_the_options_take() 
     assert MIN_BUFFER_BYTES == 48 and max_keys_for_buffer(48) == 1  # two 24-byte slots, full at 0.9 of them
     args = build_parser("compact").parse_args(["compact", "--log-dir", "/nowhere", "--dedupe-buffer-bytes", "48"])
     assert options_from_args(args).dedupe_buffer_bytes == 48
-    with pytest.raises(ConfigError, match=r"buffer\.size=47 holds 1 slots .*one key \(at least 48 bytes\)"):
+    with pytest.raises(ConfigError, match=r"buffer\.size=47 holds 1 slot of .*one key \(at least 48 bytes\)"):
         api.CompactOptions(dedupe_buffer_bytes=47)
 
 
