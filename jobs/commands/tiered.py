@@ -28,7 +28,14 @@ from jobs.commands.args import (
     storage_options_from_args,
 )
 from jobs.commands.retain import add_max_delete_fraction_option
-from segment_io.errors import CorruptCheckpointError, CorruptRecordError, SegjobsError, UsageError
+from segment_io.errors import (
+    ConfigError,
+    CorruptCheckpointError,
+    CorruptRecordError,
+    SegjobsError,
+    StorageError,
+    UsageError,
+)
 
 AUDIT_HELP = """Replay the broker's remote log metadata (every __remote_log_metadata-N partition of --log-dir, or of
 --metadata-dir) as Kafka's metadata cache holds it, list the remote store (--remote, in --layout) and read each
@@ -155,10 +162,29 @@ def _topic_ids(path: str | None) -> dict[str, str]:
     return parse_topic_ids_file(text, path=path)
 
 
+def _preflight(args: argparse.Namespace, destinations: list[tuple[str, str | None]]) -> None:
+    """Before anything is read, as the jobs check: the stores of --log-dir, --remote and --metadata-dir answer
+    (S3: credentials, endpoint, bucket, within seconds), and each of ``destinations`` (flag, path or URI; None:
+    not given) can be written (:func:`~jobs.engine.frame.job.check_destinations`: a file created and removed at
+    once). Raises :class:`ConfigError` naming the option and why (exit code 2: nothing was done)."""
+    from jobs.engine.frame.job import check_destinations
+    from segment_io.storage import open_storage
+
+    options = storage_options_from_args(args)
+    for flag, uri in (("--log-dir", args.log_dir), ("--remote", args.remote), ("--metadata-dir", args.metadata_dir)):
+        if uri:
+            try:
+                open_storage(uri, options).check_reachable(uri)
+            except StorageError as exc:
+                raise ConfigError(f"{flag} {uri}: {exc.detail}; nothing was done") from None
+    check_destinations([(flag, uri) for flag, uri in destinations if uri], options)
+
+
 def run_audit(args: argparse.Namespace) -> int:
     """``segjobs tiered audit``: the report, and the exit code of :attr:`TieredAudit.exit_code`."""
     from jobs.engine.tiered.audit import audit_json, audit_text
 
+    _preflight(args, [("--output", args.output), ("--html", args.html)])
     try:
         audit = api.tiered_audit(args.log_dir, args.remote, layout=args.layout, metadata_dir=args.metadata_dir,
                                  topic_ids=_topic_ids(args.topic_ids), config=args.config, overrides=args.set,
@@ -193,6 +219,7 @@ def run_clean(args: argparse.Namespace) -> int:
                              f"from the plan ({args.apply}); drop {', '.join(given)}")
     if args.plan and not args.dry_run:
         raise UsageError("--plan FILE writes the plan of a dry run: add --dry-run (then --apply FILE carries it out)")
+    _preflight(args, [("--output", args.output), ("--plan", args.plan)])
     configs = (ConfigSet.load(args.config, overrides=list(args.set)) if args.config
                else ConfigSet().with_overrides(list(args.set)))
     audit = TieredAuditOptions(args.log_dir, args.remote, layout=args.layout, metadata_dir=args.metadata_dir,
@@ -215,6 +242,12 @@ def _write_out(args: argparse.Namespace, as_json: Callable[[], Any], as_text: Ca
     """The report in ``--format``, to ``--output`` or stdout."""
     text = (json.dumps(as_json(), indent=2) + "\n") if args.format == "json" else as_text() + "\n"
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as exc:  # proven writable before the work: the machine refused it since (a full disk, ...)
+            from segment_io.storage.local import storage_error
+
+            raise StorageError(f"the report could not be written: {storage_error(exc, args.output).detail}",
+                               uri=args.output) from None
     else:
         sys.stdout.write(text)
