@@ -24,6 +24,7 @@ from jobs.commands.args import (
     add_plan_options,
     add_s3_options,
     duration_arg,
+    exit_codes_help,
     progress_sink,
     storage_options_from_args,
 )
@@ -54,8 +55,18 @@ these findings:
 Supported remote layouts: local-tiered-storage (Kafka's LocalTieredStorage) and aiven (Aiven's
 tiered-storage-for-apache-kafka, unencrypted, compressed or not: each finished segment's manifest is read and the
 objects' sizes checked against it); others, encrypted segments and unknown manifest versions are refused (exit 2).
-Exit codes: 0 no data loss found (orphans and overdue segments are reported, not failures), 1 a gap or a missing
-object, 2 nothing was read (a usage error, no metadata partition)."""
+Every finding and what to do about it: docs/guide/tiered.md."""
+
+AUDIT_EXIT_CODES = exit_codes_help(
+    done="no data loss found: orphans and overdue segments are findings, not failures; the report written",
+    failed="data loss found: a gap or a missing object (the report names them); or a read or write that failed once "
+           "the audit had begun (the error names it)",
+    nothing_done="nothing was read: a usage error, an unsupported --layout, no __remote_log_metadata partition, a "
+                 "malformed metadata record, partition.metadata or --topic-ids file (the error names the file, the "
+                 "record's offset and the byte), an S3 --log-dir, --remote or --metadata-dir that cannot be used "
+                 "(credentials, endpoint, bucket), an --output or --html that cannot be written (checked before "
+                 "reading)",
+    interrupted="interrupted (Ctrl-C): the audit only reads: nothing was changed")
 
 
 CLEAN_HELP = """Delete the remote objects the audit proves unreferenced: the orphans of `segjobs tiered audit`, read
@@ -76,8 +87,20 @@ Each object is deleted only while it is as listed (S3: its ETag; disk: size and 
 what would go (objects and bytes) and deletes nothing; --dry-run --plan FILE writes it down, --apply FILE deletes
 exactly that, or nothing if what the audit finds now differs (--apply FILE --dry-run: only check that it would).
 
-Exit codes: 0 done, 1 a topic refused by the guard or an object left (changed since listed, delete failed), 2
-nothing done (the lock is held, a usage error, a plan that no longer holds, what the audit refuses)."""
+See docs/guide/tiered.md#cleaning-orphans."""
+
+CLEAN_EXIT_CODES = exit_codes_help(
+    done="done: every orphan the audit proves unreferenced deleted, the others kept and said why (with --dry-run: "
+         "what would go reported, and the --plan written; nothing deleted)",
+    failed="the run went on, but a topic was refused by the mass-delete guard (its orphans all kept), an object was "
+           "left (changed or gone since it was listed, its delete failed) or the lease was lost mid-run (it stopped "
+           "before the next delete); or a read or write that failed once the run had begun",
+    nothing_done="nothing was deleted: a usage error, the log dir locked by a broker or another run (the holder is "
+                 "named), an --apply plan the orphans found now differ from, anything the audit refuses (its exit "
+                 "code 2), an S3 store that cannot be used, an --output or --plan that cannot be written (checked "
+                 "before reading)",
+    interrupted="interrupted (Ctrl-C): the objects deleted before the stop are gone, the others stay (each is "
+                "deleted whole or not at all); run it again for the rest")
 
 
 def _add_reading_options(p: argparse.ArgumentParser) -> None:
@@ -112,7 +135,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     """Add the ``tiered`` subcommands to ``p``."""
     sub = p.add_subparsers(dest="tiered_command", metavar="<subcommand>", required=True)
     audit = sub.add_parser("audit", help="report coverage gaps, missing objects, orphans and overdue remote segments",
-                           description=AUDIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+                           description=AUDIT_HELP, epilog=AUDIT_EXIT_CODES,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_reading_options(audit)
     audit.add_argument("--grace", type=duration_arg, default=duration_arg("5m"), metavar="DURATION",
                        help="how long past retention.ms a segment may wait for Kafka's expiration task before it "
@@ -124,7 +148,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     audit.set_defaults(_tiered_run=run_audit)
     clean = sub.add_parser("clean-orphans", help="delete the remote objects the audit proves unreferenced "
                                                  "(--dry-run, --plan/--apply)",
-                           description=CLEAN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+                           description=CLEAN_HELP, epilog=CLEAN_EXIT_CODES,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_reading_options(clean)
     clean.add_argument("--min-age", type=duration_arg, default=None, metavar="DURATION",
                        help="how much older than the metadata's newest event an orphan must be (its objects and "

@@ -278,12 +278,11 @@ def test_the_top_level_help_names_every_subcommand() -> None:
         assert f"`{command}`" in top, command
 
 
-#: every --help that ends with the exit codes block
+#: every --help that ends with the exit codes block: the top level's and every command's that runs
 HELPS_WITH_EXIT_CODES = ["segjobs", "segjobs compact", "segjobs retain", "segjobs inspect", "segjobs recover",
                          "segjobs dump", "segjobs table", "segjobs history", "segjobs generate",
-                         "segjobs config import", "segjobs warm-up"]
-#: the commands whose --help does not state their exit codes yet (docs/guide/tiered.md#exit-codes does)
-HELPS_WITHOUT_EXIT_CODES = {"segjobs tiered audit", "segjobs tiered clean-orphans"}
+                         "segjobs config import", "segjobs warm-up", "segjobs tiered audit",
+                         "segjobs tiered clean-orphans"]
 
 
 def _exit_codes_block(command: str) -> str:
@@ -304,10 +303,10 @@ def test_the_help_ends_with_what_each_exit_code_means(command) -> None:
 
 
 def test_every_command_that_runs_says_its_exit_codes() -> None:
-    # a command added later gets the block too (or is named above as one that lacks it)
+    # a command added later gets the block too
     helps = every_help()
     runnable = {c for c in helps if c != "segjobs" and not any(other.startswith(c + " ") for other in helps)}
-    assert runnable - HELPS_WITHOUT_EXIT_CODES == set(HELPS_WITH_EXIT_CODES) - {"segjobs"}
+    assert runnable == set(HELPS_WITH_EXIT_CODES) - {"segjobs"}
 
 
 def test_the_exit_codes_page_lists_the_cases_of_the_commands_that_commit_no_partition() -> None:
@@ -333,6 +332,13 @@ def test_the_exit_codes_page_lists_the_cases_of_the_commands_that_commit_no_part
     ("segjobs config import", "130", "nothing was written (--output is written whole or not at all)"),
     ("segjobs warm-up", "2", "a usage error (an unknown option): nothing was compiled"),
     ("segjobs warm-up", "130", "the kernels compiled before the stop stay cached"),
+    ("segjobs tiered audit", "0", "orphans and overdue segments are findings, not failures"),
+    ("segjobs tiered audit", "1", "data loss found: a gap or a missing object"),
+    ("segjobs tiered audit", "2", "no __remote_log_metadata partition"),
+    ("segjobs tiered audit", "130", "the audit only reads: nothing was changed"),
+    ("segjobs tiered clean-orphans", "1", "a topic was refused by the mass-delete guard"),
+    ("segjobs tiered clean-orphans", "2", "the log dir locked by a broker or another run"),
+    ("segjobs tiered clean-orphans", "130", "the objects deleted before the stop are gone, the others stay"),
 ])
 def test_each_commands_exit_codes_say_its_own_cases(command, code, words) -> None:
     meanings: dict[str, str] = {}
@@ -341,6 +347,18 @@ def test_each_commands_exit_codes_say_its_own_cases(command, code, words) -> Non
             code_seen = line[:7].strip()
         meanings[code_seen] = meanings.get(code_seen, "") + " " + line[7:].strip()
     assert words in " ".join(meanings[code].split()), meanings[code]
+
+
+def test_the_tiered_page_says_what_the_tiered_helps_say() -> None:
+    # docs/guide/tiered.md#exit-codes lists their cases (the exit codes page points there): the same codes
+    page = (REPO / "docs" / "guide" / "tiered.md").read_text()
+    section = page[page.index("\n## Exit codes\n"):page.index("\n## ", page.index("\n## Exit codes\n") + 1)]
+    clean = page[page.index("\nExit codes: `0` done;"):]
+    for text in (" ".join(section.split()), " ".join(clean.split())):
+        assert all(f"`{code}`" in text for code in (0, 1, 2, 130)), text
+        assert "`--output`" in text and "that cannot be written" in text, text
+    for command in ("segjobs tiered audit", "segjobs tiered clean-orphans"):
+        assert "an --output" in " ".join(_exit_codes_block(command).split())
 
 
 def test_the_exit_codes_block_wraps_each_meaning_under_its_code() -> None:
