@@ -59,6 +59,7 @@ import pyarrow as pa
 
 from jobs.rules.kafka_defaults import PRODUCER_ID_EXPIRATION_MS, default_of
 from jobs.rules.model import PartitionState, SegmentInfo
+from jobs.rules.timeutil import format_instant
 from jobs.rules.transactions import concat_summaries, derive_txn_state, summarize_headers
 from segment_io import index as index_io
 from segment_io.checkpoint import EpochEntry, read_leader_epoch_checkpoint
@@ -76,7 +77,6 @@ from segment_io.format import (
     V2_HEADER,
     V2_HEADER_SIZE,
     BatchHeaders,
-    batch_positions,
     check_offset_order,
     scan_batches,
 )
@@ -266,23 +266,43 @@ def _timeindex_ends(storage: Storage, timeindex: FileInfo) -> index_io.TimeIndex
     return index_io.read_time_index(first + last_two, path=timeindex.uri)
 
 
-def _check_tail(storage: Storage, seg: SegmentFiles) -> None:
-    """Raise the framing error of a closed segment that a sane ``.timeindex`` dated (so its batch headers are
-    not otherwise read) when it does not end on a whole batch: a truncated or garbled end, what an
-    interrupted copy leaves. Cheap: the walk starts at the position of the last ``.index`` entry (two small
-    reads, a few more where the index is preallocated: :func:`_last_index_entry`); with no usable entry, or when
-    the walk from there fails (the index may be the one at fault), the whole file's framing decides."""
+def _tail_agrees(storage: Storage, seg: SegmentFiles, largest: int, next_base: int) -> bool:
+    """Whether the batches at the end of a closed segment agree with the ``largest`` timestamp its ``.timeindex``
+    gives: they frame to the end of the file, lie within its offsets [base offset, ``next_base``) and none has a
+    larger max timestamp. Raises the framing error of a segment that does not end on a whole batch (a truncated or
+    garbled end, what an interrupted copy leaves). False when they disagree: an index cut short, or another
+    segment's (a partial copy), would date the segment by older records than it holds and let retention delete
+    records still inside ``retention.ms``, or a segment overwritten by another's bytes would be dated by an index
+    that is not its own; the caller then reads every batch header.
+
+    Cheap: the batches read are those from the position of the last ``.index`` entry (two small reads, a few more
+    where the index is preallocated: :func:`_last_index_entry`); with no usable entry, or when the walk from there
+    fails (the index may be the one at fault), every batch header of the file is read, with true byte positions."""
     size = seg.log.size
     start = _last_indexed_position(storage, seg)
+    tail = None
     if 0 < start < size:
         try:
-            batch_positions(storage.read_range(seg.log.uri, start, size - start), path=seg.log.uri,
-                            allow_truncated_tail=False)
-            return
+            tail = scan_batches(storage.read_range(seg.log.uri, start, size - start), path=seg.log.uri,
+                                allow_truncated_tail=False)
         except CorruptRecordError:
             pass  # decided below on the whole file, with true byte positions
-    with storage.read_mapped(seg.log.uri) as data:
-        batch_positions(data, path=seg.log.uri, allow_truncated_tail=False)
+    if tail is None:
+        with storage.read_mapped(seg.log.uri) as data:
+            tail = scan_batches(data, path=seg.log.uri, allow_truncated_tail=False)
+    return (len(tail) > 0 and int(tail.base_offset[0]) >= seg.base_offset and int(tail.last_offset[-1]) < next_base
+            and int(tail.max_timestamp.max()) <= largest)
+
+
+def _stale_timeindex_warning(seg: SegmentFiles, index_largest: int, largest: int | None) -> str:
+    index = seg.timeindex.uri if seg.timeindex is not None else seg.log.uri
+    if largest is not None and largest > index_largest:
+        why = (f"its last entry dates the segment {format_instant(index_largest)} while its batches hold "
+               f"timestamps up to {format_instant(largest)}")
+    else:
+        why = "its entries do not match the offsets of the segment's last batches"
+    return (f"{index}: {why} (an index cut short, or another segment's); the segment is dated from its batch "
+            f"headers, not from the index a broker would trust")
 
 
 def _last_indexed_position(storage: Storage, seg: SegmentFiles) -> int:
@@ -556,8 +576,9 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
             active = i == len(segs) - 1
             next_base = segs[i + 1].base_offset if not active else None
             largest = None if (active or depth == "transactions") else _timeindex_largest(storage, seg, next_base)
-            if largest is not None and next_base is not None:
-                _check_tail(storage, seg)
+            index_disagrees = largest is not None and next_base is not None \
+                and not _tail_agrees(storage, seg, largest, next_base)
+            if largest is not None and next_base is not None and not index_disagrees:
                 first_ts = _first_batch_timestamp(storage, seg) if depth == "sizes" else None
                 # Bounded by the next segment's base: all retention needs of a non-active segment.
                 infos.append(_listed_info(seg, next_offset=next_base, first_batch_timestamp=first_ts,
@@ -595,6 +616,8 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
             nxt = int(h.last_offset[-1]) + 1 if len(h) else seg.base_offset
             first_ts = int(h.max_timestamp[0]) if len(h) and int(h.max_timestamp[0]) >= 0 else None
             biggest = int(h.max_timestamp.max()) if len(h) else -1
+            if index_disagrees:
+                out.warnings.append(_stale_timeindex_warning(seg, largest, biggest if biggest >= 0 else None))
             infos.append(SegmentInfo(
                 base_offset=seg.base_offset, size_bytes=size, next_offset=max(nxt, seg.base_offset),
                 first_batch_timestamp=first_ts, largest_timestamp=biggest if biggest >= 0 else None,

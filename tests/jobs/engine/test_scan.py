@@ -59,9 +59,11 @@ def test_headers_give_largest_timestamp_sizes_and_offsets(tmp_path: Path) -> Non
 
 def test_a_sane_timeindex_is_used_instead_of_reading_the_log(tmp_path: Path) -> None:
     write(tmp_path / "t-0", [[T0 + 5, T0 + 6], [T0 + 7]])
-    # A valid-looking index that names another (smaller) timestamp: Kafka would take it, so does the scan.
-    (tmp_path / "t-0" / segment_file_name(0, ".timeindex")).write_bytes(timeindex((T0 + 1, 0), (T0 + 3, 1)))
-    assert scan(tmp_path).state.segments[0].largest_timestamp == T0 + 3
+    # A valid-looking index that names another (larger) timestamp than the batches read: Kafka would take it, so
+    # does the scan (it dates the segment later: retention keeps it longer, nothing is lost).
+    (tmp_path / "t-0" / segment_file_name(0, ".timeindex")).write_bytes(timeindex((T0 + 1, 0), (T0 + 9, 1)))
+    s = scan(tmp_path)
+    assert s.state.segments[0].largest_timestamp == T0 + 9 and s.warnings == []
     # the .log of a closed segment with a sane index is read only from its last .index entry on (here, with
     # no entry, from byte 0) to check that it ends on a whole batch: garbage there is seen, not ignored
     log = tmp_path / "t-0" / segment_file_name(0)
@@ -69,6 +71,36 @@ def test_a_sane_timeindex_is_used_instead_of_reading_the_log(tmp_path: Path) -> 
     s = scan(tmp_path)
     assert s.state is None and s.error.kind == "InvalidMagicError" and s.error.file == str(log)
     assert s.error.position == 0
+
+
+@pytest.mark.parametrize("entries", [
+    [(T0 + 1, 0)],  # cut short to its first entry (a partial copy of a live log dir)
+    [(T0 + 1, 0), (T0 + 3, 1)],  # sane, but older than the batches it would date (another segment's index)
+])
+def test_a_timeindex_older_than_the_segments_last_batches_gives_way_to_the_headers_with_a_warning(
+        tmp_path: Path, entries) -> None:
+    # Dating the segment by such an index (as a broker would) lets retention delete records still inside
+    # retention.ms: the batches the scan reads anyway (from the last .index entry to the end) show it is stale.
+    write(tmp_path / "t-0", [[T0 + 5, T0 + 6], [T0 + 7]])
+    ti = tmp_path / "t-0" / segment_file_name(0, ".timeindex")
+    ti.write_bytes(timeindex(*entries))
+    s = scan(tmp_path)
+    assert s.error is None and s.state.segments[0].largest_timestamp == T0 + 6
+    assert len(s.warnings) == 1 and s.warnings[0].startswith(f"{ti}: its last entry dates the segment ")
+    assert "while its batches hold timestamps up to 2023-11-14T22:13:20.006Z" in s.warnings[0]
+
+
+def test_a_segment_whose_last_batches_lie_outside_its_offsets_is_refused_though_its_timeindex_is_sane(
+        tmp_path: Path) -> None:
+    # A segment file overwritten by another's bytes (offsets 0-1 in a file based at 2): its own .timeindex is
+    # sane, and the scan reads only its tail; every command must refuse it, as a full header scan does.
+    write(tmp_path / "t-0", [[T0 + 5, T0 + 6], [T0 + 7, T0 + 8], [T0 + 9]])
+    pdir = tmp_path / "t-0"
+    (pdir / segment_file_name(2)).write_bytes((pdir / segment_file_name(0)).read_bytes())
+    (pdir / segment_file_name(2, ".timeindex")).write_bytes(timeindex((T0 + 8, 1)))
+    s = scan(tmp_path)
+    assert s.state is None and s.error.kind == "CorruptRecordError" and s.error.file == str(pdir / segment_file_name(2))
+    assert "first batch offset 0 lies below the segment's base offset 2" in s.error.detail
 
 
 @pytest.mark.parametrize("entries", [
