@@ -22,7 +22,7 @@ import os
 import re
 from typing import Any
 
-MARKER = re.compile(r"^<!-- generated: ([a-z-]+)(?: ([a-z ]+))? -->$", flags=re.M)
+MARKER = re.compile(r"^<!-- generated: ([a-z-]+)(?: ([a-z -]+))? -->$", flags=re.M)
 #: the width of the generated --help text: argparse wraps to $COLUMNS
 HELP_COLUMNS = 100
 _ROLE = re.compile(r":(?:func|class|meth|data|mod|attr|exc|obj):(?=<code>)")
