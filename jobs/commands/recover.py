@@ -106,6 +106,9 @@ def run(args: argparse.Namespace, *, seams: Seams | None = None) -> int:
     for r in result.reports:
         for note in r.notes:
             errors.notice(note, event="recovery.kept")
+        for warning in r.warnings:
+            errors.notice(f"warning: {'a real run would do this: ' if result.dry_run else ''}{warning}",
+                          event="recovery.foreign", partition=partition_name(r.partition_uri))
     prefix, suffix = ("would ", " [dry run: nothing changed]") if result.dry_run else ("", "")
     for r in result.reports:
         for a in r.actions:

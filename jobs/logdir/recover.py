@@ -183,6 +183,9 @@ class RecoveryReport:
     problems: list[str] = field(default_factory=list)
     #: What recovery deliberately left for later (another run's recent stagings).
     notes: list[str] = field(default_factory=list)
+    #: What recovery did that no segjobs run asked for and a person should know of (a broker's ``.swap`` made live
+    #: by Kafka's loader rules, live segments deleted for it): said as warnings, even with ``--quiet``.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -547,6 +550,8 @@ class RecoveryPlan:
     steps: tuple[Step, ...] = ()
     #: what recovery deliberately leaves for later (another run's recent stagings)
     notes: tuple[str, ...] = ()
+    #: see :attr:`RecoveryReport.warnings`
+    warnings: tuple[str, ...] = ()
     #: where the plan stops: something left that cannot be settled. A real run raises it after the steps before it.
     error: Exception | None = None
     #: ``error`` as a dry run reports it, with the state the steps before it leave the partition in
@@ -571,7 +576,8 @@ class RecoveryPlan:
 
     def dry_report(self) -> RecoveryReport:
         """The report of a dry run: exactly what :func:`apply_plan` would report, had no store refused a step."""
-        return RecoveryReport(self.partition_uri, self.actions, error=self.stuck, notes=list(self.notes))
+        return RecoveryReport(self.partition_uri, self.actions, error=self.stuck, notes=list(self.notes),
+                              warnings=list(self.warnings))
 
 
 @dataclass(frozen=True)
@@ -652,6 +658,7 @@ class _View:
         self.ledger = reads.ledger
         self.steps: list[Step] = []
         self.notes: list[str] = []
+        self.warnings: list[str] = []
 
     def segment_files(self) -> list[SegmentFile]:
         """What :func:`~jobs.logdir.commit.list_segment_files` would list now."""
@@ -739,9 +746,9 @@ def plan_partition(storage: Storage, partition_uri: str, *, work_uri: str, now_m
     try:
         _plan_rules(view, committer, now_ms, fence or Fence())
     except (SegjobsError, OSError) as exc:
-        return RecoveryPlan(partition_uri, tuple(view.steps), tuple(view.notes), exc,
+        return RecoveryPlan(partition_uri, tuple(view.steps), tuple(view.notes), tuple(view.warnings), exc,
                             RecoveryError(_stuck_words(exc, view.state())[0]), leaves=view.leaves())
-    return RecoveryPlan(partition_uri, tuple(view.steps), tuple(view.notes),
+    return RecoveryPlan(partition_uri, tuple(view.steps), tuple(view.notes), tuple(view.warnings),
                         rolled=reads.replace if any(s.roll_forward for s in view.steps) else None,
                         rolled_uri=reads.replace_uri, leaves=view.leaves())
 
@@ -799,6 +806,7 @@ def apply_plan(storage: Storage, plan: RecoveryPlan, report: RecoveryReport) -> 
     rest of the roll-forward is its, and is skipped (``settled-elsewhere``)."""
     settled_elsewhere = False
     report.notes.extend(plan.notes)
+    report.warnings.extend(plan.warnings)
     for step in plan.steps:
         if step.roll_forward and settled_elsewhere:
             continue
@@ -928,6 +936,7 @@ def _loader_rules(view: _View, intent: ReplaceIntent | None) -> str | None:
         start = min(f.base_offset for f in log_swaps)
         end = max(view.swap_end(f) for f in log_swaps)
         live = [f for f in files if f.transient == "" and f.is_data]
+        replaced = []
         for f in live:
             # Kafka's range rule always holds (no live segment may overlap a swap); a verified intent also names
             # old segments past the swaps' last offset, whose records the new segments dropped.
@@ -938,6 +947,10 @@ def _loader_rules(view: _View, intent: ReplaceIntent | None) -> str | None:
             else:
                 continue
             view.delete(f.uri, "drop-original", why, f.info.size)
+            if f.suffix == LOG_SUFFIX:
+                replaced.append(f)
+        if intent is None:
+            view.warnings.append(_foreign_swap_warning(view.reads.partition_uri, log_swaps, replaced, start, end))
     # Ascending bases, ``.log`` first within a segment (Kafka's order, and the commit's): a recovery killed midway
     # never leaves a new index live beside its segment's remaining ``.log.swap``, where the next recovery would take
     # it for an original inside the swap range and delete it.
@@ -945,6 +958,21 @@ def _loader_rules(view: _View, intent: ReplaceIntent | None) -> str | None:
         view.rename(f.uri, _live_name(f), "complete-swap")
     view.sync()
     return "completed" if valid else "aborted"
+
+
+def _foreign_swap_warning(partition_uri: str, swaps: Sequence[SegmentFile], replaced: Sequence[SegmentFile],
+                          start: int, end: int) -> str:
+    """What a person must know when recovery makes live a ``.swap`` that no segjobs run left (no intent names it):
+    live segments are deleted for it on Kafka's rule alone (a broker's cleaner killed mid-swap; its loader does
+    the same on start-up), and a ``.swap`` that came from anything else (a copy, a person) takes records with it."""
+    size = sum(f.info.size for f in swaps)
+    old = sum(f.info.size for f in replaced)
+    return (f"{partition_uri}: recovery made live {len(swaps)} .swap segment(s) no segjobs run left "
+            f"({', '.join(f.info.name for f in swaps)}, {size} bytes), replacing the {len(replaced)} live "
+            f"segment(s) of offsets [{start}, {end}) ({old} bytes), as a broker's loader does on start-up: what a "
+            f"broker's log cleaner killed mid-swap leaves. If the .swap came from anything else (a copy, a person), "
+            f"records of those segments it does not hold are gone: `segjobs recover --dry-run` names every file "
+            f"before a run changes them")
 
 
 def _intent_disagreement(view: _View, intent: ReplaceIntent) -> str | None:

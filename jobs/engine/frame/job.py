@@ -57,6 +57,7 @@ from jobs.logdir.checks import (
     check_log_dir_is_dir,
     check_log_dir_writable,
     probe_new_file,
+    rejected_partition_dirs,
 )
 from jobs.logdir.commit import Committer, committer_for, partition_name
 from jobs.logdir.lock import Holder, Lease, LeaseLost, acquire, lease_ttl_ms, work_uri
@@ -383,6 +384,10 @@ class JobContext:
                 progress.notice(problem, event="recovery.leftover")
             for note in r.notes:
                 progress(note, event="recovery.kept")
+            for warning in r.warnings:
+                report.warnings.append(warning)
+                progress.notice(f"warning: {warning}", event="recovery.foreign",
+                                partition=partition_name(r.partition_uri))
             if r.error is not None:
                 unrecovered[parse_partition_dir(partition_name(r.partition_uri))] = r.error
                 progress.error(f"{r.partition_uri}: NOT RECOVERED, left as it is and not touched by this run: "
@@ -417,6 +422,10 @@ class JobContext:
             listing, self.storage = tiered.listing, tiered.storage
         self.tiered_errors = dict(tiered.errors) if tiered is not None else {}
         self.listing = listing
+        for name, error in rejected_partition_dirs(listing, self.scope.includes):  # never read nor written
+            self.report.errors.append({"partition": name, **PartitionError.from_exception(error).to_dict()})
+            self.progress.error(f"{name}: NOT A PARTITION, left untouched: {error.detail}",
+                                event="partition.rejected", partition=name)
         if not listing.partitions:  # a broker's log dir holding none (_check_scope lets only such a dir through)
             self.progress.notice(f"{log_dir} holds no partition directory (its broker files say it is a log dir): "
                                  f"nothing to do", event="logdir.empty")
@@ -572,6 +581,11 @@ class JobContext:
             key = parse_partition_dir(partition_name(r.partition_uri))
             if not r.actions and r.error is None:
                 continue
+            for warning in r.warnings:  # said now: the dry run is where a person can still look before the real run
+                warning = f"a real run's recovery would do this: {warning}"
+                self.report.warnings.append(warning)
+                progress.notice(f"warning: {warning}", event="recovery.foreign",
+                                partition=partition_name(r.partition_uri))
             actions = ", ".join(dict.fromkeys(a.action for a in r.actions))
             if key is None:  # the log dir's and work dir's own leftovers: nothing the run reads
                 planned, note = "unchanged", f"recovery first: {r.partition_uri}: a real run would first {actions}"

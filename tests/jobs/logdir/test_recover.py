@@ -73,11 +73,63 @@ def test_without_its_intent_recovery_follows_kafkas_swap_range_rule(local: Scena
     run_to_crash(do_replace(local), step)
     storage = local.storage
     storage.delete(storage.join(partition_work_uri(storage, local.work, local.partition), "replace.json"))
-    recover_twice(local)
+    report = recover_twice(local)
     files = partition_files(storage, local.partition)
     # Without the intent nobody knows the old .deleted files belonged to a replace: purge takes them later.
     assert live_data(files) == (local.new_state if expect_new else local.old_state)
     assert not any(n.endswith((".swap", ".cleaned")) for n in files)
+    # a .log.swap made live on Kafka's rule alone is a warning naming what it replaced (none: an aborted swap)
+    made_live = [a for a in report.actions if a.action == "complete-swap" and a.uri.endswith(".log")]
+    assert len(report.warnings) == (1 if made_live else 0), report.warnings
+    if made_live:
+        assert f"{local.partition}: recovery made live {len(made_live)} .swap segment(s) no segjobs run left" \
+            in report.warnings[0]
+
+
+@pytest.mark.parametrize("step", LOCAL_REPLACE_STEPS)
+def test_a_swap_its_own_intent_names_is_made_live_without_a_warning(local: Scenario, step: str) -> None:
+    run_to_crash(do_replace(local), step)
+    assert recover_twice(local).warnings == []
+
+
+def test_a_swap_no_segjobs_run_left_is_a_warning_even_quiet_in_the_dry_run_and_the_run(tmp_path: Path,
+                                                                                       capsys) -> None:
+    """A .swap no intent names deletes the live segments of its offset range when made live (Kafka's loader
+    rule: a broker's cleaner killed mid-swap). Records of those segments it does not hold go with them: a person
+    must hear of it, from the dry run before and the run itself, --quiet or not."""
+    import json
+
+    from jobs.commands.cli import main
+    from tests.support.builders import LogBuilder, rec, write_log
+
+    log_dir = tmp_path / "logs"
+    part = log_dir / "t-0"
+    log = LogBuilder("t", 0, timestamp=1_700_000_000_000)
+    for o in range(30):  # segments 0, 10 and 20 (active)
+        if o and o % 10 == 0:
+            log.roll()
+        log.batch([rec(f"k{o}", f"v{o}")])
+    write_log(log.table(), part)
+    swapped = LogBuilder("t", 0, timestamp=1_700_000_000_000)
+    for o in (3, 19):  # a .swap spanning [0, 20) that holds 2 of its 20 records
+        swapped.batch([rec(f"k{o}", f"v{o}", offset=o)])
+    write_log(swapped.table(), tmp_path / "swap")
+    cleaner_killed_after_swap(part, 0, {".log": (tmp_path / "swap" / name(0, ".log")).read_bytes()})
+    args = ["retain", "--log-dir", str(log_dir), "--set", "t:retention.ms=-1", "--quiet", "--now", "1700000100000"]
+    want = (f"{part}: recovery made live 1 .swap segment(s) no segjobs run left (00000000000000000000.log.swap, "
+            f"{(part / (name(0, '.log') + '.swap')).stat().st_size} bytes), replacing the 2 live segment(s) of "
+            f"offsets [0, 20) (")
+    assert main(["recover", "--log-dir", str(log_dir), "--dry-run"]) == 0
+    assert f"warning: a real run would do this: {want}" in capsys.readouterr().err
+    for dry in (True, False):
+        report = tmp_path / f"report-{dry}.json"
+        assert main(args + ["--report", str(report)] + (["--dry-run"] if dry else [])) == 0
+        err = capsys.readouterr().err
+        assert want in err, err
+        warnings = json.loads(report.read_text())["warnings"]
+        assert len([w for w in warnings if want in w]) == 1
+        assert ("a real run's recovery would do this" in err) == dry
+    assert sorted(p.name for p in part.glob("*.log")) == [name(0, ".log"), name(20, ".log")]
 
 
 @pytest.mark.parametrize("survivors", [
