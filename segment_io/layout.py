@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Iterable
 
 from segment_io.errors import IrregularEntryError, StorageError
@@ -33,18 +33,62 @@ PARTITION_METADATA = "partition.metadata"
 META_PROPERTIES = "meta.properties"
 LOCK_FILE = ".lock"
 
-_PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+#: What a partition directory's name may be, strictly: a topic Kafka allows (``[a-zA-Z0-9._-]``, 1 to 249
+#: characters, not ``.`` or ``..``: Kafka's ``Topic.validate``) and a partition number in ASCII digits without a
+#: leading zero, at most 2^31 - 1 (a Java int). Then the name is exactly ``partition_dir_name(topic, partition)``:
+#: two directories never name the same partition.
+_PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]{1,249})-(?P<partition>0|[1-9][0-9]{0,9})$", re.ASCII)
+#: A name that looks like a partition directory's (it ends in ``-`` and digits, Unicode ones included) whatever
+#: its topic: what :func:`partition_dir_problem` explains when :data:`_PARTITION_DIR` refuses it.
+_PARTITION_LIKE = re.compile(r"^(?P<topic>.*)-(?P<partition>\d+)$")
+_TOPIC_CHAR = re.compile(r"[a-zA-Z0-9._-]", re.ASCII)
+MAX_TOPIC_LENGTH = 249
+MAX_PARTITION = 2**31 - 1
 # Kafka also renames directories of deleted / future partitions: <topic>-<p>.<uuid>-delete / -future
 _SEGMENT_FILE = re.compile(r"^(?P<base>\d{20})(?P<suffix>\.[a-z]+)(?P<transient>(\.cleaned|\.swap|\.deleted)?)$")
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
-    """``"my.topic-with-dash-3"`` -> ``("my.topic-with-dash", 3)``; None for anything else (including
-    ``-delete`` and ``-future`` directories a broker leaves while moving or deleting a partition)."""
+    """``"my.topic-with-dash-3"`` -> ``("my.topic-with-dash", 3)``; None for anything else: ``-delete`` and
+    ``-future`` directories a broker leaves while moving or deleting a partition, and names that only look like
+    a partition's (see :func:`partition_dir_problem`). The one parser of partition names: a log dir's
+    directories, ``--partition``, the partitions recovery and the checkpoints name."""
     m = _PARTITION_DIR.match(name)
+    if not m or m.group("topic") in (".", ".."):
+        return None
+    partition = int(m.group("partition"))
+    if partition > MAX_PARTITION:
+        return None
+    return m.group("topic"), partition
+
+
+def partition_dir_problem(name: str) -> str | None:
+    """Why ``name``, which looks like a partition directory's (``<something>-<digits>``), is not one
+    (:func:`parse_partition_dir` refuses it); None when it is one, or does not look like one at all."""
+    if parse_partition_dir(name) is not None:
+        return None
+    m = _PARTITION_LIKE.match(name)
     if not m:
         return None
-    return m.group("topic"), int(m.group("partition"))
+    topic, number = m.group("topic"), m.group("partition")
+    if not number.isascii():
+        return f"its partition number {number!r} is not written in ASCII digits 0-9"
+    if len(number) > 1 and number.startswith("0"):
+        return (f"its partition number {number!r} has a leading zero (partition {int(number)}'s directory is "
+                f"{topic}-{int(number)})")
+    if int(number) > MAX_PARTITION:
+        return (f"its partition number {number} is above {MAX_PARTITION}, the largest Kafka can hold (a broker "
+                f"refuses to load a log dir holding it)")
+    if not topic:
+        return "it has no topic name before the partition number"
+    bad = sorted({c for c in topic if not _TOPIC_CHAR.fullmatch(c)})
+    if bad:
+        shown = " ".join(repr(c) for c in bad[:8]) + (" ..." if len(bad) > 8 else "")
+        return f"its topic {topic!r} holds characters Kafka does not allow in a topic name ({shown}; legal: " \
+               f"a-z A-Z 0-9 . _ -)"
+    if len(topic) > MAX_TOPIC_LENGTH:
+        return f"its topic is {len(topic)} characters long, above Kafka's limit of {MAX_TOPIC_LENGTH}"
+    return f"Kafka does not allow {topic!r} as a topic name"
 
 
 def closest_topics_hint(glob: str, topics: Iterable[str], *, limit: int = 8) -> str:
@@ -160,6 +204,10 @@ class LogDirListing:
     top_level_files: tuple[FileInfo, ...]
     #: directories that are not partitions (``-delete``/``-future``/``-stray`` dirs, anything else), by name
     other_dirs: dict[str, tuple[FileInfo, ...]]
+    #: those of ``other_dirs`` (and entries that are not directories) named like a partition that are not one
+    #: (``Copy of orders-0``, ``users-01``, ``orders-99999999999``): by name, why (:func:`partition_dir_problem`).
+    #: A job never reads nor writes them, and reports each as an error (:func:`rejected_partition_dir_error`).
+    rejected: dict[str, str] = field(default_factory=dict)
 
     def partition(self, topic: str, partition: int) -> PartitionListing:
         return self.partitions[(topic, partition)]
@@ -254,7 +302,8 @@ def listing_from_files(root: str, files: Iterable[FileInfo], *, dirs: Iterable[s
         if len(parts) == 1:
             if f.kind == KIND_DIRECTORY:
                 by_dir.setdefault(parts[0], [])
-            elif f.kind != KIND_FILE and parse_partition_dir(parts[0]) is not None:
+            elif f.kind != KIND_FILE and (parse_partition_dir(parts[0]) is not None
+                                          or partition_dir_problem(parts[0]) is not None):
                 unreadable_dirs[parts[0]] = f  # the partition dir itself is unreadable
                 by_dir.setdefault(parts[0], [])
             elif parts[0] in OFFSET_CHECKPOINT_FILES:
@@ -267,10 +316,14 @@ def listing_from_files(root: str, files: Iterable[FileInfo], *, dirs: Iterable[s
             nested.setdefault(parts[0], []).append(f)
     partitions: dict[tuple[str, int], PartitionListing] = {}
     other: dict[str, list[FileInfo]] = {}
+    rejected: dict[str, str] = {}
     for name in sorted(set(by_dir) | set(nested)):
         tp = parse_partition_dir(name)
         if tp is None:
             other[name] = by_dir.get(name, []) + nested.get(name, [])
+            problem = partition_dir_problem(name)
+            if problem is not None:
+                rejected[name] = problem
             continue
         entries = list(by_dir.get(name, []))
         # A sub-directory shows in a recursive listing only through what it holds (always so on S3): add it
@@ -292,7 +345,7 @@ def listing_from_files(root: str, files: Iterable[FileInfo], *, dirs: Iterable[s
     return LogDirListing(
         root=root, partitions=dict(sorted(partitions.items())), checkpoints=checkpoints,
         top_level_files=tuple(sorted(top, key=lambda f: f.uri)),
-        other_dirs={k: tuple(sorted(v, key=lambda f: f.uri)) for k, v in other.items()})
+        other_dirs={k: tuple(sorted(v, key=lambda f: f.uri)) for k, v in other.items()}, rejected=rejected)
 
 
 def list_log_dir(storage: Storage, root: str) -> LogDirListing:
@@ -331,6 +384,23 @@ def irregular_entry_error(f: FileInfo, *, partition_dir: bool = False) -> Irregu
         f"{what}: the partition cannot be read (a broker would skip the entry and lose the records it should "
         f"hold); fix: restore the file from a replica or a backup, or remove the entry if the data is really "
         f"gone, then re-run; the partition is left untouched until then", uri=f.uri)
+
+
+def rejected_partition_dir_error(root: str, name: str, problem: str) -> IrregularEntryError:
+    """The error for the directory ``name`` of the log dir ``root`` that looks like a partition's but is not
+    one (``problem``: :func:`partition_dir_problem`): it is left untouched, and says so."""
+    return IrregularEntryError(
+        f"{name!r} is not a partition directory: {problem}; no broker names a partition's directory so (a copy or "
+        f"a rename made by hand?); segjobs neither reads nor writes it and leaves it out of the checkpoint files; "
+        f"fix: move it out of the log dir, or rename it to the partition it holds, then re-run",
+        uri=f"{root.rstrip('/')}/{name}")
+
+
+def rejected_partition_key(name: str) -> tuple[str, int] | None:
+    """The (topic, partition) a rejected directory's name (see :attr:`LogDirListing.rejected`) reads as when its
+    digits are taken as they come: what decides whether a run's scope covers it. None when it has no topic."""
+    m = _PARTITION_LIKE.match(name)
+    return (m.group("topic"), int(m.group("partition"))) if m and m.group("topic") else None
 
 
 def unreadable_entry(listing: PartitionListing) -> StorageError | None:

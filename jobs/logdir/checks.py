@@ -4,10 +4,19 @@ before any work."""
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 from jobs.logdir.lock import work_uri
-from segment_io.errors import NotWritableError, StorageError, UsageError
-from segment_io.layout import META_PROPERTIES, LogDirListing, log_dirs_near, parse_partition_dir, parse_segment_file
+from segment_io.errors import IrregularEntryError, NotWritableError, StorageError, UsageError
+from segment_io.layout import (
+    META_PROPERTIES,
+    LogDirListing,
+    log_dirs_near,
+    parse_partition_dir,
+    parse_segment_file,
+    rejected_partition_dir_error,
+    rejected_partition_key,
+)
 from segment_io.storage.base import Storage
 from segment_io.storage.local import storage_error, temp_name
 
@@ -122,6 +131,21 @@ def holds_broker_files(listing: LogDirListing) -> bool:
     return bool(listing.checkpoints) or any(f.name == META_PROPERTIES for f in listing.top_level_files)
 
 
+def rejected_partition_dirs(listing: LogDirListing,
+                            in_scope: Callable[[str, int], bool]) -> list[tuple[str, IrregularEntryError]]:
+    """The log dir's directories named like a partition that are not one (``Copy of orders-0``, ``users-01``,
+    ``orders-99999999999``: :attr:`~segment_io.layout.LogDirListing.rejected`), each with the error a run reports
+    for it (exit 1; the directory left untouched, the other partitions worked on), those ``in_scope`` (a
+    scope's ``includes``) says the run covers, taking the name's digits as they come (``users-01`` is in a run of
+    ``--partition users-1``)."""
+    out = []
+    for name, problem in sorted(listing.rejected.items()):
+        key = rejected_partition_key(name)
+        if key is None or in_scope(*key):
+            out.append((name, rejected_partition_dir_error(listing.root, name, problem)))
+    return out
+
+
 def check_log_dir_has_partitions(log_dir: str, listing: LogDirListing, *, scoped: bool = True,
                                  required: bool = True, storage: Storage | None = None) -> None:
     """``UsageError`` when the listing holds no partition directory, with :func:`partition_dir_hint`, else
@@ -134,6 +158,9 @@ def check_log_dir_has_partitions(log_dir: str, listing: LogDirListing, *, scoped
         return  # a broker's log dir that holds no partition now (all moved or deleted): nothing to do, no mistake
     if hint is None and required and storage is not None:
         hint = nearby_log_dirs_hint(storage, log_dir)
+    if hint is None and listing.rejected:
+        name, problem = next(iter(sorted(listing.rejected.items())))
+        hint = f"{name!r} looks like one but is not: {problem}"
     if hint or required:
         raise UsageError(f"--log-dir {log_dir}: no partition directories (<topic>-<n>) found"
                          + (f"; {hint}" if hint else ""))

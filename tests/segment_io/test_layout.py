@@ -15,6 +15,8 @@ from segment_io.layout import (
     listing_from_files,
     parse_partition_dir,
     parse_segment_file,
+    partition_dir_name,
+    partition_dir_problem,
     segment_file_name,
     unreadable_entry,
 )
@@ -241,3 +243,35 @@ def test_log_dirs_near_is_bounded(tmp_path: Path) -> None:
     storage.listings = 0
     assert log_dirs_near(storage, str(root), max_listings=200) == [str(root / "d00" / "x")]
     assert storage.listings == 1 + 60 + 60 + 1  # the root, two levels, the parent
+
+
+@pytest.mark.parametrize("name, why", [
+    ("Copy of orders-0", "holds characters Kafka does not allow in a topic name (' '"),
+    ("users-\uff11", "is not written in ASCII digits"),
+    ("users-01", "has a leading zero (partition 1's directory is users-1)"),
+    ("orders-99999999999", "above 2147483647"),
+    ("orders-2147483648", "above 2147483647"),
+    ("." + "-0", "Kafka does not allow '.' as a topic name"),
+    ("a" * 250 + "-0", "above Kafka's limit of 249"),
+    ("-3", "no topic name"),
+])
+def test_names_that_only_look_like_a_partition_are_rejected_with_why(name: str, why: str) -> None:
+    assert parse_partition_dir(name) is None
+    assert why in (partition_dir_problem(name) or "")
+    listing = listing_from_files("/ld", [FileInfo(f"/ld/{name}/{segment_file_name(0)}", 1, 0),
+                                         FileInfo(f"/ld/t-0/{segment_file_name(0)}", 1, 0)])
+    assert list(listing.partitions) == [("t", 0)] and name in listing.other_dirs
+    assert why in listing.rejected[name]
+
+
+@pytest.mark.parametrize("name", ["t-0", "orders-2147483647", "a" * 249 + "-7", "__consumer_offsets-49", "a.b_c-d-10",
+                                  "orders-0.0123456789abcdef0123456789abcdef-delete", "lost+found", "orders"])
+def test_names_kafka_gives_are_not_rejected(name: str) -> None:
+    assert partition_dir_problem(name) is None
+
+
+def test_two_directories_never_name_the_same_partition() -> None:
+    """Strict parsing makes a partition's name exactly ``partition_dir_name(topic, partition)``."""
+    for name in ["t-1", "t-01", "t-\uff11", "t-+1", "t-1 ", "x-y-0", "x-y-00", "t-2147483647"]:
+        tp = parse_partition_dir(name)
+        assert tp is None or partition_dir_name(*tp) == name

@@ -472,3 +472,40 @@ def test_a_partition_recovery_cannot_settle_is_left_alone_while_the_others_proce
     assert main(["recover", "--log-dir", str(d)]) == 1
     assert "a-0: NOT RECOVERED, left as it is" in capsys.readouterr().err
     assert snapshot(d / "a-0") == before
+
+
+@pytest.mark.parametrize("stray, why", [
+    ("Copy of t-0", "holds characters Kafka does not allow in a topic name"),
+    ("t-\uff10", "is not written in ASCII digits"),
+    ("t-00", "has a leading zero"),
+    ("t-99999999999", "above 2147483647"),
+])
+def test_a_directory_named_almost_like_a_partition_is_reported_and_left_untouched(tmp_path: Path, spark, capsys,
+                                                                                  stray: str, why: str) -> None:
+    """A copy of a partition under a name no broker gives (a space in its topic, a full-width digit, a leading
+    zero, a number past a Java int) is never read nor written, nor named in a checkpoint file: one error naming it
+    (on stderr even with --quiet), exit 1; the real partition and the others are worked on."""
+    d = tmp_path / "logs"
+    three_segments(d)
+    three_segments(d, "u")
+    shutil.copytree(d / "t-0", d / stray)
+    for command in ("retain", "compact", "inspect"):
+        before = snapshot(d / stray)
+        capsys.readouterr()
+        code, report = run_command(command, d, "--set", "*:cleanup.policy=compact,delete", "--set",
+                                   "*:retention.ms=1d", "--max-delete-fraction", "1")
+        assert code == 1, command
+        err = error_of(report, stray)
+        assert err["kind"] == "IrregularEntryError" and err["file"] == str(d / stray)
+        assert why in err["detail"] and "fix:" in err["detail"]
+        assert f"{stray}: NOT A PARTITION, left untouched" in capsys.readouterr().err
+        assert snapshot(d / stray) == before
+        assert [e["partition"] for e in report["errors"]] == [stray]
+        if command == "retain":
+            assert [x["base_offset"] for x in entry(report, "t", 0)["deleted"]] == [0, 1]
+    for name in ("cleaner-offset-checkpoint", "log-start-offset-checkpoint"):
+        if (d / name).exists():
+            assert "Copy" not in (d / name).read_text()
+    # a run scoped to another topic does not report it
+    code, report = run_command("inspect", d, "--topic", "u")
+    assert code == 0 and not report["errors"]
