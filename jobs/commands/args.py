@@ -33,50 +33,79 @@ INSTANT_METAVAR = "EPOCH_MS|ISO8601"
 INSTANT_FORMS = "epoch milliseconds or ISO-8601, e.g. 2026-11-22T02:00:00Z; a time without a zone is UTC"
 
 
+#: The titles of the option groups a --help shows after the command's own options, in this order: a long help read
+#: by what one looks for (what to work on, how to stay safe, what comes out, where it runs).
+SCOPE_GROUP = "what to work on"
+SAFETY_GROUP = "safety and plans"
+OUTPUT_GROUP = "output and reports"
+RUNTIME_GROUP = "Spark, S3 and limits"
+_GROUP_ORDER = (SCOPE_GROUP, SAFETY_GROUP, OUTPUT_GROUP, RUNTIME_GROUP)
+
+Group = argparse.ArgumentParser | argparse._ArgumentGroup
+
+
+def option_group(p: Group, title: str) -> Group:
+    """The group of ``p``'s options titled ``title`` (one of :data:`_GROUP_ORDER`), made on first use after the
+    groups that come before it: options added in any order show in the same sections of every --help. ``p`` a
+    group already: itself (a caller that grouped the options)."""
+    if not isinstance(p, argparse.ArgumentParser):
+        return p
+    for group in p._action_groups:
+        if group.title == title:
+            return group
+    for earlier in _GROUP_ORDER[:_GROUP_ORDER.index(title)]:
+        option_group(p, earlier)
+    return p.add_argument_group(title)
+
+
 def add_log_dir_options(p: argparse.ArgumentParser, *, destructive: bool = True, scope_note: str = "",
                         formats: tuple[str, ...] = OUTPUT_FORMATS) -> None:
     """--log-dir, --config, --set, --topic, --partition, --now, --report, --master, the S3 options and the
-    output options (--format, --quiet, --verbose). ``scope_note`` ends the --topic/--partition help with what
-    naming partitions means to the command; ``formats`` are the --format choices (the first is the default)."""
-    p.add_argument("--log-dir", required=True, metavar="URI",
+    output options (--format, --quiet, --verbose), each in its group (:func:`option_group`). ``scope_note`` ends
+    the --topic/--partition help with what naming partitions means to the command; ``formats`` are the --format
+    choices (the first is the default)."""
+    scope, safety = option_group(p, SCOPE_GROUP), option_group(p, SAFETY_GROUP)
+    output, runtime = option_group(p, OUTPUT_GROUP), option_group(p, RUNTIME_GROUP)
+    scope.add_argument("--log-dir", required=True, metavar="URI",
                    help="Kafka log dir: a local path or s3://bucket/prefix")
-    p.add_argument("--config", metavar="FILE", help="topic configuration TOML (see conf/topics.toml); a "
+    scope.add_argument("--config", metavar="FILE", help="topic configuration TOML (see conf/topics.toml); a "
                                                      "[topics.\"NAME\"] table naming no topic of the log dir is an "
                                                      "error (exit 2), a glob matching none a warning")
-    p.add_argument("--set", action="append", default=[], metavar="TOPIC_GLOB:KEY=VALUE",
+    scope.add_argument("--set", action="append", default=[], metavar="TOPIC_GLOB:KEY=VALUE",
                    help="override one topic config, e.g. 'orders*:min.cleanable.dirty.ratio=0.1' (repeatable); an "
                         "exact name the log dir does not hold is an error (exit 2), a glob matching none a warning")
-    p.add_argument("--topic", action="append", default=[], metavar="GLOB",
+    scope.add_argument("--topic", action="append", default=[], metavar="GLOB",
                    help="only topics matching this glob (repeatable; default: all)" + scope_note)
-    p.add_argument("--partition", action="append", default=[], metavar="TOPIC-N",
+    scope.add_argument("--partition", action="append", default=[], metavar="TOPIC-N",
                    help="only this partition, e.g. orders-3 (repeatable)" + scope_note)
-    p.add_argument("--now", metavar=INSTANT_METAVAR,
+    scope.add_argument("--now", metavar=INSTANT_METAVAR,
                    help="the instant the job acts at (default: the wall clock); fixes horizons and ages, "
                         f"so re-running with the same --now reproduces the same decisions; {INSTANT_FORMS}")
     if destructive:
-        p.add_argument("--dry-run", action="store_true",
+        safety.add_argument("--dry-run", action="store_true",
                        help="write nothing; report exactly what a real run would remove. Takes no lock and recovers "
                             "nothing: over a commit a crashed run left unfinished it reports what a real run's "
                             "recovery would do first and plans on the files recovery leaves; a partition it "
                             "cannot read that way (S3 staged copies; renames, with --plan) is PENDING RECOVERY, "
                             "left out of the counts: run `segjobs recover` first for exact counts")
-        p.add_argument("--lease-ttl", metavar="DURATION",
+        runtime.add_argument("--lease-ttl", metavar="DURATION",
                        help="S3: how long the log dir's lease lasts without renewal (default 2m, or "
                             "$SEGJOBS_LEASE_TTL); a heartbeat renews it every third of that while the job runs, "
                             "so a killed run blocks others for at most this long")
-    add_max_batch_bytes_option(p)
-    p.add_argument("--report", metavar="FILE.json", help="write the JSON report here (local path or s3:// URI)")
-    p.add_argument("--ledger", metavar="URI",
+    add_max_batch_bytes_option(runtime)
+    output.add_argument("--report", metavar="FILE.json", help="write the JSON report here (local path or s3:// URI)")
+    output.add_argument("--ledger", metavar="URI",
                    help="append one row per partition to this Delta table (default: none)")
-    p.add_argument("--master", metavar="URL",
+    runtime.add_argument("--master", metavar="URL",
                    help="Spark master (default: what spark-submit set, else local[*])")
-    add_s3_options(p)
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr (failures are still shown)")
-    _add_output_options(p, formats)
+    add_s3_options(runtime)
+    output.add_argument("--quiet", action="store_true", help="no progress lines on stderr (failures are still shown)")
+    _add_output_options(output, formats)
 
 
-def add_s3_options(p: argparse.ArgumentParser) -> None:
+def add_s3_options(p: Group) -> None:
     """Where S3 is and its region (read back by :func:`storage_options_from_args`)."""
+    p = option_group(p, RUNTIME_GROUP)
     p.add_argument("--s3-endpoint", metavar="URL", help="S3 endpoint URL (default: AWS_ENDPOINT_URL or AWS)")
     p.add_argument("--s3-region", metavar="REGION", help="S3 region (default: from the AWS configuration)")
 
@@ -104,14 +133,14 @@ def remote_options_from_args(args: argparse.Namespace) -> RemoteOptions | None:
     return RemoteOptions(remote, args.remote_layout)
 
 
-def add_max_batch_bytes_option(p: argparse.ArgumentParser) -> None:
+def add_max_batch_bytes_option(p: Group) -> None:
     """--max-batch-bytes: the per-batch decompression bound (:func:`segment_io.compression.max_batch_bytes`)."""
-    p.add_argument("--max-batch-bytes", type=positive_size_arg, metavar="SIZE",
+    option_group(p, RUNTIME_GROUP).add_argument("--max-batch-bytes", type=positive_size_arg, metavar="SIZE",
                    help="the most bytes one compressed batch may inflate to before it is reported as corrupt "
                         "(a decompression bomb); default 256MiB, or $SEGJOBS_MAX_BATCH_BYTES")
 
 
-def _add_output_options(p: argparse.ArgumentParser, formats: tuple[str, ...]) -> None:
+def _add_output_options(p: Group, formats: tuple[str, ...]) -> None:
     """Where a job's output goes: stdout carries the result only (the summary table or, for scripts, the JSON
     report), stderr the progress lines and errors, and Spark's own log lines only when asked for."""
     p.add_argument("--format", "--output", dest="format", choices=formats, default=formats[0],
@@ -124,10 +153,10 @@ def _add_output_options(p: argparse.ArgumentParser, formats: tuple[str, ...]) ->
     add_log_format_option(p, job=True)
 
 
-def add_rows_options(p: argparse.ArgumentParser) -> None:
+def add_rows_options(p: Group) -> None:
     """``--per-partition`` / ``--per-topic``: the rows of the summary table (see
     :func:`jobs.engine.report.run_report.rows_per_partition`)."""
-    rows = p.add_mutually_exclusive_group()
+    rows = option_group(p, OUTPUT_GROUP).add_mutually_exclusive_group()
     rows.add_argument("--per-partition", dest="rows", action="store_const", const="partition", default="auto",
                       help=f"the summary table on stdout gets one row per partition however many there are "
                            f"(default: one row per partition up to {PARTITION_ROWS_MAX} partitions; beyond, one "
@@ -160,11 +189,12 @@ LOG_FORMAT_JOB_HELP = ("--quiet keeps the notice and error events. stdout (--for
                        "piped, redirected or in json, each event is exactly one line")
 
 
-def add_log_format_option(p: argparse.ArgumentParser, *, job: bool = False) -> None:
+def add_log_format_option(p: Group, *, job: bool = False) -> None:
     """``--log-format text|json``: see :data:`LOG_FORMAT_HELP` and :mod:`jobs.engine.report.events`. ``job``: the
     command has --quiet, --format and --verbose (the help says how they combine)."""
     tail = LOG_FORMAT_JOB_HELP if job else "stdout (the command's result) is not affected"
-    p.add_argument("--log-format", choices=LOG_FORMATS, default="text", help=LOG_FORMAT_HELP + tail)
+    option_group(p, OUTPUT_GROUP).add_argument("--log-format", choices=LOG_FORMATS, default="text",
+                                               help=LOG_FORMAT_HELP + tail)
 
 
 def progress_sink(args: argparse.Namespace, *, quiet: bool | None = None) -> "ProgressSink | None":
@@ -201,8 +231,9 @@ def error_line(args: argparse.Namespace, message: str, *, event: str = "failed",
                          ts_ms=time.time_ns() // 1_000_000, fields=fields, style="named").to_json()
 
 
-def add_plan_options(p: argparse.ArgumentParser) -> None:
+def add_plan_options(p: Group) -> None:
     """``--plan FILE`` and ``--apply FILE`` (see :mod:`jobs.engine.frame.planfile`)."""
+    p = option_group(p, SAFETY_GROUP)
     p.add_argument("--plan", metavar="FILE.json",
                    help="with --dry-run: also write the plan (decisions, resolved configs, --now, scope and a "
                         "fingerprint of the log dir) to FILE (local path or s3:// URI) for review; "

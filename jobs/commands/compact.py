@@ -66,7 +66,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_max_delete_fraction_option(p)
     add_accept_config_baseline_option(p)
     add_plan_options(p)
-    p.add_argument("--strategy", choices=STRATEGIES, default="auto",
+    tuning = p.add_argument_group("compaction strategy and memory")
+    tuning.add_argument("--strategy", choices=STRATEGIES, default="auto",
                    help="memory: one task per partition with a bounded offset map (multi-pass when full, like "
                         "Kafka); external-sort: exact in one run for any number of keys: key hashes are "
                         "pre-aggregated into hash buckets in the work dir, each bucket is reduced by its own task "
@@ -76,14 +77,14 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "keys, from the scan) fit the --dedupe-buffer-bytes map, else memory first, handing the "
                         "partition to external-sort (with what it read) only if the map fills; the summary's note "
                         "says which one each partition used and why")
-    p.add_argument("--dedupe-buffer-bytes", type=dedupe_buffer_arg, default=DEFAULT_DEDUPE_BUFFER_BYTES,
+    tuning.add_argument("--dedupe-buffer-bytes", type=dedupe_buffer_arg, default=DEFAULT_DEDUPE_BUFFER_BYTES,
                    metavar="SIZE",
                    help=f"offset-map memory per task, e.g. 512MiB; 24 bytes a slot, full at {LOAD_FACTOR:g} of the "
                         f"slots, so about {max_keys_for_buffer(1 << 20):,} keys per MiB (default: 128MiB, "
                         f"{max_keys_for_buffer(DEFAULT_DEDUPE_BUFFER_BYTES):,} keys; Kafka's "
                         "log.cleaner.dedupe.buffer.size and log.cleaner.io.buffer.load.factor). A partition with more "
                         "dirty keys is cleaned partially and the report says so; the next run continues")
-    p.add_argument("--sort-bucket-bytes", type=sort_bucket_arg, default=None, metavar="SIZE",
+    tuning.add_argument("--sort-bucket-bytes", type=sort_bucket_arg, default=None, metavar="SIZE",
                    help="external-sort: memory one reduce task may take, e.g. 512MiB. A partition's keys are "
                         "hashed into as many buckets as that needs (about 128 bytes per dirty record), so a task's "
                         "memory does not grow with the key count (default: a quarter of spark.executor.pyspark."

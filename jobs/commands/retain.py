@@ -52,11 +52,13 @@ from jobs import api
 from jobs.commands.args import (
     JOB_INTERRUPTED,
     JOB_NOTHING_DONE,
+    SAFETY_GROUP,
     add_log_dir_options,
     add_plan_options,
     cli_wording,
     exit_codes_help,
     job_options,
+    option_group,
     print_result,
     summary_view,
 )
@@ -95,7 +97,7 @@ def _fraction(text: str) -> float:
 def add_max_delete_fraction_option(p: argparse.ArgumentParser, *, help: str | None = None) -> None:
     """``--max-delete-fraction F``: the safety limit of retention (see
     :func:`jobs.engine.retain.driver.refused_topics`)."""
-    p.add_argument("--max-delete-fraction", type=_fraction, metavar="F",
+    option_group(p, SAFETY_GROUP).add_argument("--max-delete-fraction", type=_fraction, metavar="F",
                    help=help or "leave a topic untouched (and exit 1) when retention.ms/retention.bytes would "
                                 "delete more than this share of its bytes that only this run's inputs condemn: "
                                 "segments the same rules would keep at the newest record's time in the log dir and "
@@ -109,13 +111,14 @@ def add_max_delete_fraction_option(p: argparse.ArgumentParser, *, help: str | No
 def add_accept_config_baseline_option(p: argparse.ArgumentParser) -> None:
     """``--accept-config-baseline``: the safety limit judges this run's settings against themselves (see
     :func:`jobs.engine.retain.driver.refused_topics`)."""
-    p.add_argument("--accept-config-baseline", action="store_true",
+    option_group(p, SAFETY_GROUP).add_argument("--accept-config-baseline", action="store_true",
                    help="accept this run's retention settings (cleanup.policy, retention.ms, retention.bytes of every "
                         "topic in scope) as the safety limit's baseline: they are not judged against the settings the "
                         "last real run applied (or, before any run, Kafka's defaults), so the first run of a new "
                         "config, or a deliberate change, is not refused for deleting what the old settings would "
-                        "keep. A --now far beyond the newest record is still refused. A real run records the "
-                        "settings in <log-dir>.segjobs/retention-settings.json, and later runs are judged against "
+                        "keep. A --now far beyond the newest record is still judged: refused when what it alone "
+                        "condemns exceeds the limit. A real run records the settings in "
+                        "<log-dir>.segjobs/retention-settings.json, and later runs are judged against "
                         "them without this option; with --dry-run it shows what that run would do; a plan "
                         "(--dry-run --plan) records it and --apply uses it")
 

@@ -662,3 +662,26 @@ exit_now(3)
     assert proc.returncode == 3, proc.stderr
     assert proc.stdout == "summary without a newline"
     assert sorted(p.name for p in marks.iterdir()) == ["atexit", "thread"]
+
+
+@pytest.mark.parametrize("command,groups", [
+    ("segjobs compact", ["what to work on", "safety and plans", "output and reports", "Spark, S3 and limits",
+                         "compaction strategy and memory"]),
+    ("segjobs retain", ["what to work on", "safety and plans", "output and reports", "Spark, S3 and limits"]),
+    ("segjobs inspect", ["what to work on", "safety and plans", "output and reports", "Spark, S3 and limits"]),
+])
+def test_a_jobs_long_help_is_in_sections_by_what_one_looks_for(command: str, groups: list[str]) -> None:
+    text = every_help()[command]
+    titles = re.findall(r"^([A-Za-z][^\n]*):\n", text[text.index("\noptions:\n"):text.index("\nexit codes:\n")],
+                        flags=re.M)
+    assert titles == ["options", *groups]
+
+    def section(title: str) -> str:
+        start = text.index(f"\n{title}:\n")
+        return text[start:text.index("\n\n", start + 1)]
+
+    assert "--log-dir URI" in section("what to work on") and "--now " in section("what to work on")
+    assert "--dry-run" in section("safety and plans") or command.endswith("inspect")
+    assert "--max-delete-fraction" in section("safety and plans")
+    assert "--report FILE.json" in section("output and reports") and "--per-topic" in section("output and reports")
+    assert "--s3-endpoint" in section("Spark, S3 and limits") and "--master" in section("Spark, S3 and limits")
