@@ -252,11 +252,22 @@ def _info(path: str, st: os.stat_result, etag: str | None = None) -> FileInfo:
     return FileInfo(uri=path, size=st.st_size, mtime_ms=st.st_mtime_ns // 1_000_000, etag=etag)
 
 
+def _link_kind(path: str) -> str:
+    """What a symbolic link that is neither a file nor a directory leads to: nothing (a dangling link, or a loop),
+    or a device, FIFO or socket, named with its target (``symbolic link to a device file (/dev/zero)``)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return KIND_DANGLING_SYMLINK  # a link to a file or directory would have passed is_file/is_dir
+    what = KIND_FIFO if stat.S_ISFIFO(mode) else KIND_SOCKET if stat.S_ISSOCK(mode) else KIND_DEVICE
+    return f"symbolic link to a {what} ({os.path.realpath(path)})"
+
+
 def _irregular_info(entry: os.DirEntry) -> FileInfo:
     """A listed entry that is neither a regular file nor a directory (``is_file``/``is_dir`` follow links)."""
     st = entry.stat(follow_symlinks=False)
     if entry.is_symlink():
-        kind = KIND_DANGLING_SYMLINK  # a link to a file or directory would have passed is_file/is_dir
+        kind = _link_kind(entry.path)
     elif stat.S_ISFIFO(st.st_mode):
         kind = KIND_FIFO
     elif stat.S_ISSOCK(st.st_mode):

@@ -168,6 +168,22 @@ def test_entries_that_are_not_regular_files_are_listed_not_dropped(tmp_path: Pat
     assert gone.segments == () and "partition directory is a dangling symbolic link" in unreadable_entry(gone).detail
 
 
+def test_a_link_to_a_device_or_a_fifo_is_called_so_not_dangling(tmp_path: Path) -> None:
+    root = tmp_path / "logs"
+    p = root / "t-0"
+    p.mkdir(parents=True)
+    (p / segment_file_name(0)).write_bytes(b"")
+    (p / segment_file_name(0, ".timeindex")).symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "pipe")
+    (p / segment_file_name(0, ".index")).symlink_to(tmp_path / "pipe")
+    part = list_log_dir(LocalStorage(), str(root)).partition("t", 0)
+    assert sorted((f.name, f.kind) for f in part.irregular) == [
+        (segment_file_name(0, ".index"), f"symbolic link to a FIFO (named pipe) ({tmp_path / 'pipe'})"),
+        (segment_file_name(0, ".timeindex"), "symbolic link to a device file (/dev/zero)")]
+    err = unreadable_entry(part)
+    assert err is not None and "is a symbolic link to a " in err.detail and "dangling" not in err.detail
+
+
 def test_a_partition_dir_linked_from_outside_the_log_dir_is_marked(tmp_path: Path) -> None:
     root = tmp_path / "logs"
     (root / "inside-0").mkdir(parents=True)
