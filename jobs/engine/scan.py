@@ -616,7 +616,7 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
             nxt = int(h.last_offset[-1]) + 1 if len(h) else seg.base_offset
             first_ts = int(h.max_timestamp[0]) if len(h) and int(h.max_timestamp[0]) >= 0 else None
             biggest = int(h.max_timestamp.max()) if len(h) else -1
-            if index_disagrees:
+            if index_disagrees and largest is not None:
                 out.warnings.append(_stale_timeindex_warning(seg, largest, biggest if biggest >= 0 else None))
             infos.append(SegmentInfo(
                 base_offset=seg.base_offset, size_bytes=size, next_offset=max(nxt, seg.base_offset),
