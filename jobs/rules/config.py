@@ -491,18 +491,27 @@ class ConfigSet:
         """Read and validate a TOML file, then apply ``--set`` option texts on top."""
         p = Path(path)
         try:
-            text = p.read_text(encoding="utf-8")
+            raw = p.read_bytes()
         except OSError as e:
             raise ConfigError(f"{p}: cannot read the topic configuration: {e.strerror or e}") from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = raw.count(b"\n", 0, e.start) + 1
+            column = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+            raise ConfigError(f"{p}: not UTF-8: byte 0x{raw[e.start]:02x} at byte position {e.start} (line {line}, "
+                              f"column {column}) cannot be decoded; the topic configuration is TOML, which must be "
+                              f"UTF-8: save the file as UTF-8") from None
         return cls.from_toml(text, source=str(p), overrides=overrides)
 
     @classmethod
     def from_toml(cls, text: str, *, source: str = "<toml>", overrides: Sequence[str] = ()) -> "ConfigSet":
         """Parse and validate TOML text; ``source`` names it in errors."""
+        text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark, as some Windows editors write: not TOML's
         try:
             doc = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"{source}: not valid TOML: {e}") from None
+            raise ConfigError(f"{source}: not valid TOML: {e}{_json_hint(text)}") from None
         if text.startswith(IMPORTED_HEADER):  # every entry names where its values came from: the broker
             source += IMPORTED_MARK
         return cls.from_mapping(doc, source=source, overrides=overrides)
@@ -669,6 +678,23 @@ class ConfigSet:
 
 
 @functools.cache
+def _json_hint(text: str) -> str:
+    """For a topic configuration that is not TOML: when it is JSON (an object), what to give instead."""
+    if not text.lstrip().startswith("{"):
+        return ""
+    import json
+
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return "; it looks like JSON: the topic configuration is TOML, e.g. [topics.\"orders\"] then " \
+               "\"cleanup.policy\" = \"compact\" on the next line"
+    if not isinstance(doc, dict):
+        return ""
+    return ("; it is JSON: the topic configuration is TOML (the same tables: [defaults], [topics.\"<glob>\"]), "
+            "e.g. [topics.\"orders\"] then \"cleanup.policy\" = \"compact\" on the next line")
+
+
 def _kafka_layer(topic: str) -> _Layer | None:
     """Kafka's creation configs of ``topic`` as a layer, or None when it is not one of Kafka's own."""
     known = KAFKA_TOPICS.get(topic)

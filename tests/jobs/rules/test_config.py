@@ -452,3 +452,26 @@ def test_resolved_settings_keep_the_origins_recorded_with_them() -> None:
     unrecorded = ConfigSet.from_resolved(settings, None, source="the plan p.json, which does not record it")
     assert unrecorded.origin_of("payments") == "the plan p.json, which does not record it"
     assert unrecorded.for_topic("orders") == first.for_topic("orders")
+
+
+def test_a_config_that_is_not_utf8_names_the_file_and_the_byte(tmp_path: Path) -> None:
+    p = tmp_path / "topics.toml"
+    p.write_bytes(b'[topics."clicks"]\n"cleanup.policy" = "delete"\n"retention.ms" = "\xff"\n')
+    with pytest.raises(ConfigError) as info:
+        ConfigSet.load(p)
+    assert str(info.value).startswith(f"{p}: not UTF-8: byte 0xff at byte position 64 (line 3, column 19)")
+
+
+def test_a_config_with_a_utf8_byte_order_mark_is_read(tmp_path: Path) -> None:
+    p = tmp_path / "topics.toml"
+    p.write_bytes(b'\xef\xbb\xbf[topics."clicks"]\n"cleanup.policy" = "delete"\n')
+    assert ConfigSet.load(p).for_topic("clicks").policy_text == "delete"
+
+
+@pytest.mark.parametrize("text", ['{"topics": {"clicks": {"cleanup.policy": "delete"}}}', '{"topics": {'])
+def test_a_json_config_is_told_it_is_json_and_what_to_give(tmp_path: Path, text: str) -> None:
+    p = tmp_path / "topics.json"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        ConfigSet.load(p)
+    assert "JSON" in str(info.value) and "[topics." in str(info.value) and str(p) in str(info.value)
