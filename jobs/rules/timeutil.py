@@ -52,6 +52,9 @@ def parse_instant(text: Instant | None, *, option: str = "--now") -> int:
         if compact is not None:
             raise UsageError(f"{option} {s!r} looks like the date {compact}: give it as ISO-8601 ({option} "
                              f"{compact}) or epoch milliseconds ({parse_instant(compact, option=option)})")
+        if value == 0:
+            raise UsageError(f"{option} '0' is the epoch itself (1970-01-01T00:00:00Z), not an instant to run at; "
+                             f"give epoch milliseconds (e.g. 1700000000000) or ISO-8601 (e.g. 2023-11-14T22:13:20Z)")
         if 0 <= value < 10**11:
             raise UsageError(f"{option} {s!r} looks like epoch seconds; segjobs takes epoch milliseconds "
                              f"(e.g. {value * 1000}) or ISO-8601")

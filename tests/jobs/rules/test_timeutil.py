@@ -129,3 +129,11 @@ def test_retain_without_now_on_old_data_warns_with_the_data_age(spark, capsys, o
     assert main([*common, "--set", "orders:retention.ms=-1"]) == 0
     err = capsys.readouterr().err
     assert "--now not given" in err and "newest record" not in err
+
+
+def test_now_zero_is_not_answered_with_zero_milliseconds() -> None:
+    """0 read as seconds is 0 ms: the old 'looks like epoch seconds (e.g. 0)' suggested the same zero."""
+    with pytest.raises(UsageError) as info:
+        parse_instant("0")
+    text = str(info.value)
+    assert "(e.g. 0)" not in text and "1970-01-01T00:00:00Z" in text and "ISO-8601" in text
