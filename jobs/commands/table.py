@@ -68,6 +68,8 @@ from jobs.commands.args import (
 )
 from jobs.engine.runtime.delta_spark import DELTA_SPARK_PACKAGE
 from jobs.engine.table.sort import DEFAULT_LATEST_BUFFER_BYTES
+from segment_io.errors import UsageError
+from segment_io.layout import parse_partition_dir, partition_dir_problem
 
 # the coordinate of Delta's jars is defined once (jobs.engine.runtime.delta_spark); the help quotes it
 __doc__ = (__doc__ or "").replace("DELTA_SPARK_PACKAGE", DELTA_SPARK_PACKAGE)
@@ -76,14 +78,26 @@ if TYPE_CHECKING:
     from jobs.engine.runtime.seams import Seams
 
 
-def _partition_number(text: str) -> int:
-    try:
-        value = int(text.rsplit("-", 1)[-1])
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a partition number (3) or TOPIC-N (orders-3)")
-    return value
+def _partition_arg(text: str) -> tuple[str | None, int]:
+    """``--partition``: ``3`` or ``orders-3``, read by the one parser of partition names (ASCII digits, no leading
+    zero, at most 2^31 - 1; a topic of Kafka's characters): ``(None, 3)`` or ``("orders", 3)``."""
+    parsed = parse_partition_dir(text if "-" in text else f"t-{text}")
+    if parsed is None:
+        why = partition_dir_problem(text if "-" in text else f"t-{text}")
+        if why and "-" not in text:
+            why = why.split(" (")[0]  # its remark names a directory: the placeholder topic's
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a partition number (3) or TOPIC-N (orders-3)"
+                                         + (f": {why}" if why else ""))
+    return (parsed[0] if "-" in text else None), parsed[1]
+
+
+def _partition_numbers(topic: str, given: list[tuple[str | None, int]]) -> tuple[int, ...]:
+    """The numbers of ``--partition``; a TOPIC-N of another topic than ``--topic`` is a usage error."""
+    for named, number in given:
+        if named is not None and named != topic:
+            raise UsageError(f"--partition {named}-{number} names a partition of {named}, not of --topic {topic}: "
+                             f"give --partition {number} or --partition {topic}-{number}")
+    return tuple(number for _, number in given)
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -92,7 +106,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topic", required=True, metavar="TOPIC", help="the compacted topic to keep as a table")
     p.add_argument("--table", required=True, metavar="URI",
                    help="the Delta table (local path or s3:// URI); the first run creates it, later runs update it")
-    p.add_argument("--partition", action="append", default=[], type=_partition_number, metavar="N",
+    p.add_argument("--partition", action="append", default=[], type=_partition_arg, metavar="N",
                    help="only this partition of the topic, as 3 or orders-3 (repeatable; default: all)")
     p.add_argument("--rebuild", action="store_true",
                    help="reapply the partitions from their log start offset and delete rows no longer in the log: "
@@ -142,7 +156,8 @@ def run(args: argparse.Namespace, seams: "Seams | None" = None) -> int:
     from jobs import api
 
     with cli_wording():
-        options = api.TableOptions(table=args.table.rstrip("/"), topic=args.topic, partitions=tuple(args.partition),
+        options = api.TableOptions(table=args.table.rstrip("/"), topic=args.topic,
+                                   partitions=_partition_numbers(args.topic, args.partition),
                                    rebuild=args.rebuild, dry_run=args.dry_run, writer=args.writer,
                                    max_batch_bytes=args.max_batch_bytes, latest_buffer_bytes=args.latest_buffer_bytes,
                                    storage=storage_options_from_args(args), progress=progress_sink(args),

@@ -361,3 +361,18 @@ def test_the_top_level_help_imports_no_command() -> None:
             "sys.argv = ['segjobs', '--help']; console_main()")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
     assert done.stdout.startswith("usage: segjobs") and done.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("given, why", [("01", "leading zero"), ("users-\uff11", "ASCII digits"),
+                                        ("users-99999999999", "above 2147483647"), ("+3", None)])
+def test_table_partition_is_read_by_the_partition_parser(capsys, tmp_path, given, why) -> None:
+    err = _argparse_error(capsys, ["table", "--log-dir", str(tmp_path), "--topic", "users", "--table",
+                                   str(tmp_path / "t"), "--partition", given])
+    assert f"{given!r}: expected a partition number" in err and (why is None or why in err)
+
+
+def test_table_partition_of_another_topic_is_refused(capsys, tmp_path) -> None:
+    code = main(["table", "--log-dir", str(tmp_path), "--topic", "users", "--table", str(tmp_path / "t"),
+                 "--partition", "orders-3"])
+    assert code == 2
+    assert "--partition orders-3 names a partition of orders, not of --topic users" in capsys.readouterr().err
