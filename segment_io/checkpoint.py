@@ -8,7 +8,12 @@ lines; ``leader-epoch-checkpoint`` holds ``epoch startOffset`` lines in epoch or
 
 Reading follows Kafka's reader: an empty file, or one that ends after the version line, means no entries
 (brokers leave empty files behind); a wrong version, a malformed line or a count that differs from the
-number of lines is an error (:class:`~segment_io.errors.CorruptCheckpointError`, naming file and line).
+number of lines is an error (:class:`~segment_io.errors.CorruptCheckpointError`, naming file and line). Entry
+lines split as Kafka's ``WHITE_SPACES_PATTERN.split`` does (Java's ``\\s+``: space, tab, vertical tab, form
+feed; trailing empty fields dropped), so a line with trailing whitespace is read and one with leading whitespace
+is not. A file holding NUL bytes (one a crash left preallocated or zero-filled) is refused, naming where they
+start. A checkpoint that is not a regular file (a dangling symbolic link, a directory, a FIFO, ...) is refused
+before it is opened (:func:`read_checkpoint_bytes`, which every reader here goes through).
 """
 
 from __future__ import annotations
@@ -16,8 +21,8 @@ from __future__ import annotations
 import re
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
-from segment_io.errors import CorruptCheckpointError, NotFoundError
-from segment_io.storage.base import Storage
+from segment_io.errors import CorruptCheckpointError, IrregularEntryError, NotFoundError
+from segment_io.storage.base import KIND_DANGLING_SYMLINK, KIND_FILE, FileInfo, Storage
 
 #: The only checkpoint version Kafka writes.
 CHECKPOINT_VERSION = 0
@@ -25,10 +30,14 @@ CHECKPOINT_VERSION = 0
 # Java's BufferedReader.readLine ends a line at \n, \r or \r\n; str.splitlines would also split at
 # characters Kafka treats as ordinary (form feed, \x1c, ...).
 _LINE_END = re.compile(r"\r\n|\r|\n")
-_FIELDS = re.compile(r"\s+")
+# Java's \s (Kafka splits entry lines on "\\s+"): ASCII whitespace only, unlike Python's \s, which also matches
+# \x1c-\x1f, \x85, \xa0 and other Unicode spaces that Kafka keeps inside a field.
+_FIELDS = re.compile(r"[ \t\n\x0b\f\r]+")
 _INT = re.compile(r"[+-]?[0-9]+")
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
+#: How much of a bad line or field an error message quotes.
+QUOTE_CHARS = 80
 
 TopicPartition = tuple[str, int]
 
@@ -52,17 +61,56 @@ def _lines(text: str) -> list[str]:
     return lines
 
 
+def _quote(text: str) -> str:
+    """``text`` quoted and escaped for an error message; past :data:`QUOTE_CHARS` characters, its start and its
+    length (``'abc…'… (16384 bytes)``)."""
+    if len(text) <= QUOTE_CHARS:
+        return repr(text)
+    return f"{text[:QUOTE_CHARS]!r}… ({len(text.encode('utf-8', 'surrogatepass'))} bytes)"
+
+
+def _split_fields(line: str) -> list[str]:
+    """Kafka's ``WHITE_SPACES_PATTERN.split(line)``: Java's ``String.split`` drops trailing empty fields (so
+    ``"t 0 5 "`` has three) but keeps a leading one (``" t 0 5"`` has four)."""
+    fields = _FIELDS.split(line)
+    while fields and fields[-1] == "":
+        fields.pop()
+    return fields
+
+
+def _refuse_nul_bytes(text: str, *, path: str | None) -> None:
+    """A file holding NUL bytes is what a crash leaves of a file whose blocks were allocated but never written
+    (preallocated, or zero-filled by the filesystem's recovery): say so, and where, rather than quote them."""
+    at = text.find("\x00")
+    if at < 0:
+        return
+    before = text[:at]
+    line = len(_LINE_END.split(before))
+    position = len(before.encode("utf-8", "surrogatepass"))
+    rest = text[at:]
+    nuls = rest.count("\x00")
+    if nuls == len(rest):
+        what = (f"the whole file is {nuls} NUL bytes" if at == 0
+                else f"the file ends with {nuls} NUL bytes, from byte {position} on")
+    else:
+        what = f"the file holds {nuls} NUL byte(s), the first at byte {position}"
+    raise CorruptCheckpointError(f"{what}: a file a crash left preallocated or zero-filled, not one a broker "
+                                 f"finished writing", path=path, line=line)
+
+
 def _parse_int(token: str, bounds: tuple[int, int], *, what: str, path: str | None, line: int) -> int:
     if not _INT.fullmatch(token):
-        raise CorruptCheckpointError(f"{what} {token!r} is not an integer", path=path, line=line)
+        raise CorruptCheckpointError(f"{what} {_quote(token)} is not an integer", path=path, line=line)
     value = int(token)
     if not bounds[0] <= value <= bounds[1]:
         raise CorruptCheckpointError(f"{what} {value} is out of range", path=path, line=line)
     return value
 
 
-def _entry_lines(text: str, *, path: str | None) -> list[tuple[int, list[str]]]:
-    """(1-based line number, whitespace-separated fields) of each entry line, after checking the framing."""
+def _entry_lines(text: str, *, path: str | None) -> list[tuple[int, str, list[str]]]:
+    """(1-based line number, the line, its whitespace-separated fields) of each entry line, after checking the
+    framing."""
+    _refuse_nul_bytes(text, path=path)
     lines = _lines(text)
     if not lines:
         return []
@@ -73,7 +121,7 @@ def _entry_lines(text: str, *, path: str | None) -> list[tuple[int, list[str]]]:
     if len(lines) == 1:
         return []
     expected = _parse_int(lines[1], _INT32, what="entry count", path=path, line=2)
-    entries = [(n, _FIELDS.split(line)) for n, line in enumerate(lines[2:], start=3)]
+    entries = [(n, line, _split_fields(line)) for n, line in enumerate(lines[2:], start=3)]
     if len(entries) != expected:
         raise CorruptCheckpointError(f"header declares {expected} entries but the file holds {len(entries)}",
                                      path=path, line=2)
@@ -84,10 +132,46 @@ def _render(lines: Sequence[str], line_separator: str) -> str:
     return "".join(f"{line}{line_separator}" for line in [str(CHECKPOINT_VERSION), str(len(lines)), *lines])
 
 
-def _read_text(storage: Storage, uri: str) -> str | None:
+def _irregular_detail(name: str, kind: str, local: str | None) -> str:
+    what = kind
+    if kind == KIND_DANGLING_SYMLINK and local is not None:
+        import os
+
+        try:
+            what = f"{kind} (to {os.readlink(local)}, which does not exist: is its volume mounted?)"
+        except OSError:
+            pass
+    return f"{name} is a {what}, not a regular file: it was not opened, and no broker could read it either"
+
+
+def read_checkpoint_bytes(storage: Storage, uri: str, *, listed: FileInfo | None = None) -> bytes | None:
+    """The bytes of the checkpoint file at ``uri``, or None when there is none. The one place checkpoints are
+    opened: an entry that is there but is not a regular file (a dangling symbolic link, a directory, a FIFO, a
+    socket, a device file) is an :class:`~segment_io.errors.IrregularEntryError` naming it and what it is,
+    raised before anything opens it (a FIFO would block the read forever; a dangling link would read as no
+    checkpoint, and a later write would replace the link with a file holding only that run's entries).
+
+    On local disk the entry itself is looked at (a symbolic link to a regular file is fine); an object store
+    holds only regular objects, but ``listed`` (the entry a listing found under that name, e.g. a "directory"
+    of keys below it) is refused as well when it is not a file."""
+    local = storage.local_path(uri)
+    if local is not None:
+        from segment_io.storage.local import path_kind
+
+        kind = path_kind(local)
+    else:
+        kind = listed.kind if listed is not None else None
+    if kind is not None and kind != KIND_FILE:
+        raise IrregularEntryError(_irregular_detail(uri.rstrip("/").rsplit("/", 1)[-1], kind, local), uri=uri)
     try:
-        data = storage.read(uri)
+        return storage.read(uri)
     except NotFoundError:
+        return None
+
+
+def _read_text(storage: Storage, uri: str, listed: FileInfo | None = None) -> str | None:
+    data = read_checkpoint_bytes(storage, uri, listed=listed)
+    if data is None:
         return None
     try:
         return data.decode("utf-8")
@@ -103,9 +187,9 @@ def _read_text(storage: Storage, uri: str) -> str | None:
 def parse_offset_checkpoint(text: str, *, path: str | None = None) -> dict[TopicPartition, int]:
     """``{(topic, partition): offset}`` in file order. Raises :class:`CorruptCheckpointError`."""
     out: dict[TopicPartition, int] = {}
-    for n, fields in _entry_lines(text, path=path):
+    for n, line, fields in _entry_lines(text, path=path):
         if len(fields) != 3 or not fields[0]:
-            raise CorruptCheckpointError(f"expected 'topic partition offset', got {' '.join(fields)!r}",
+            raise CorruptCheckpointError(f"expected 'topic partition offset', got {_quote(line)}",
                                          path=path, line=n)
         partition = _parse_int(fields[1], _INT32, what="partition", path=path, line=n)
         offset = _parse_int(fields[2], _INT64, what="offset", path=path, line=n)
@@ -128,9 +212,11 @@ def render_offset_checkpoint(entries: Mapping[TopicPartition, int], *, line_sepa
                    line_separator)
 
 
-def read_offset_checkpoint(storage: Storage, uri: str) -> dict[TopicPartition, int]:
-    """Parse the offset checkpoint at ``uri``; a missing file means no entries."""
-    text = _read_text(storage, uri)
+def read_offset_checkpoint(storage: Storage, uri: str, *, listed: FileInfo | None = None,
+                           ) -> dict[TopicPartition, int]:
+    """Parse the offset checkpoint at ``uri``; a missing file means no entries, one that is not a regular file
+    is refused (:func:`read_checkpoint_bytes`, which ``listed`` is for)."""
+    text = _read_text(storage, uri, listed)
     return {} if text is None else parse_offset_checkpoint(text, path=uri)
 
 
@@ -145,14 +231,22 @@ def write_offset_checkpoint(storage: Storage, uri: str, entries: Mapping[TopicPa
 
 
 def parse_leader_epoch_checkpoint(text: str, *, path: str | None = None) -> list[EpochEntry]:
-    """The entries of a ``leader-epoch-checkpoint``, in file order. Raises :class:`CorruptCheckpointError`."""
+    """The entries of a ``leader-epoch-checkpoint``, in file order. Raises :class:`CorruptCheckpointError`, also for
+    an entry with a negative epoch or start offset (Kafka's ``LeaderEpochFileCache`` refuses it on load)."""
     out: list[EpochEntry] = []
-    for n, fields in _entry_lines(text, path=path):
+    for n, line, fields in _entry_lines(text, path=path):
         if len(fields) != 2:
-            raise CorruptCheckpointError(f"expected 'epoch startOffset', got {' '.join(fields)!r}", path=path,
+            raise CorruptCheckpointError(f"expected 'epoch startOffset', got {_quote(line)}", path=path,
                                          line=n)
-        out.append(EpochEntry(_parse_int(fields[0], _INT32, what="epoch", path=path, line=n),
-                              _parse_int(fields[1], _INT64, what="start offset", path=path, line=n)))
+        entry = EpochEntry(_parse_int(fields[0], _INT32, what="epoch", path=path, line=n),
+                           _parse_int(fields[1], _INT64, what="start offset", path=path, line=n))
+        if entry.epoch < 0 or entry.start_offset < 0:
+            # Kafka's formatter reads the line, but LeaderEpochFileCache refuses the entry as it loads it
+            # (IllegalArgumentException "invalid partition leader epoch entry"): the partition does not load.
+            raise CorruptCheckpointError(f"negative {'epoch' if entry.epoch < 0 else 'start offset'} in entry "
+                                         f"{_quote(line)}: a broker refuses such an entry when it loads the "
+                                         f"partition", path=path, line=n)
+        out.append(entry)
     return out
 
 
@@ -194,7 +288,8 @@ def truncate_epochs_from_start(entries: Iterable[EpochEntry | tuple[int, int]], 
 
 
 __all__ = [
-    "CHECKPOINT_VERSION", "EpochEntry", "TopicPartition", "parse_offset_checkpoint", "render_offset_checkpoint",
+    "CHECKPOINT_VERSION", "QUOTE_CHARS", "EpochEntry", "TopicPartition", "parse_offset_checkpoint",
+    "read_checkpoint_bytes", "render_offset_checkpoint",
     "read_offset_checkpoint", "write_offset_checkpoint", "parse_leader_epoch_checkpoint",
     "render_leader_epoch_checkpoint", "read_leader_epoch_checkpoint", "write_leader_epoch_checkpoint",
     "truncate_epochs_from_start",

@@ -40,6 +40,7 @@ from segment_io.storage.base import (
     KIND_DEVICE,
     KIND_DIRECTORY,
     KIND_FIFO,
+    KIND_FILE,
     KIND_SOCKET,
     FileInfo,
     Storage,
@@ -250,6 +251,40 @@ def _unlink_quietly(path: str) -> None:
 
 def _info(path: str, st: os.stat_result, etag: str | None = None) -> FileInfo:
     return FileInfo(uri=path, size=st.st_size, mtime_ms=st.st_mtime_ns // 1_000_000, etag=etag)
+
+
+def path_kind(path: str) -> str | None:
+    """What the entry at ``path`` is, without opening it (opening a FIFO blocks): :data:`KIND_FILE` for a regular
+    file or a symbolic link to one, another ``KIND_*`` value for anything else (a link whose target is missing, or
+    a loop of links, is a dangling symbolic link), None when nothing is there. Raises the segjobs storage error for
+    any other failure (a parent directory that cannot be searched, ...), never taking it for an absent entry."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        try:
+            os.lstat(path)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise storage_error(e, path) from None
+        return KIND_DANGLING_SYMLINK
+    except NotADirectoryError:
+        return None  # a parent is a file: nothing can be there
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return KIND_DANGLING_SYMLINK
+        raise storage_error(e, path) from None
+    if stat.S_ISREG(mode):
+        return KIND_FILE
+    if stat.S_ISDIR(mode):
+        return KIND_DIRECTORY
+    if os.path.islink(path):
+        return _link_kind(path)  # named as a listing names it, with its target
+    if stat.S_ISFIFO(mode):
+        return KIND_FIFO
+    if stat.S_ISSOCK(mode):
+        return KIND_SOCKET
+    return KIND_DEVICE
 
 
 def _link_kind(path: str) -> str:

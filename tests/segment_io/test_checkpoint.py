@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -18,7 +21,7 @@ from segment_io.checkpoint import (
     write_leader_epoch_checkpoint,
     write_offset_checkpoint,
 )
-from segment_io.errors import CorruptCheckpointError
+from segment_io.errors import CorruptCheckpointError, IrregularEntryError
 from segment_io.layout import (
     CLEANER_OFFSET_CHECKPOINT,
     LEADER_EPOCH_CHECKPOINT,
@@ -153,3 +156,106 @@ def test_storage_round_trips(tmp_path: Path) -> None:
     with pytest.raises(CorruptCheckpointError) as e:
         read_offset_checkpoint(storage, uri)
     assert e.value.path == uri
+
+
+# --------------------------------------------------------------------------------------------------
+# Kafka's reader, exactly: whitespace, NUL bytes, negative epochs, and how much of a bad line is quoted
+# --------------------------------------------------------------------------------------------------
+
+
+def test_entry_lines_split_as_kafkas_whitespace_pattern_does() -> None:
+    """Kafka splits with Java's ``Pattern.split("\\s+")``: trailing empty fields are dropped (a trailing space or
+    tab is fine), a leading one is kept (a line starting with whitespace has one field too many), and Java's
+    ``\\s`` is ASCII whitespace only: a no-break space or \\x1c stays inside a field."""
+    assert parse_offset_checkpoint("0\n1\nclicks 0 1000 \n") == {("clicks", 0): 1000}
+    assert parse_offset_checkpoint("0\n1\nclicks\t0\x0b1000\f\t\n") == {("clicks", 0): 1000}
+    assert parse_leader_epoch_checkpoint("0\n1\n3 40  \n") == [EpochEntry(3, 40)]
+    for line in (" clicks 0 1000", "clicks\xa00 1000", "clicks\x1c0 1000", "clicks 0 1000\u2003"):
+        with pytest.raises(CorruptCheckpointError):
+            parse_offset_checkpoint(f"0\n1\n{line}\n")
+
+
+@pytest.mark.parametrize("text", ["0\n1\n-1 5\n", "0\n2\n-1 -5\n0 0\n", "0\n1\n0 -5\n"])
+def test_a_negative_leader_epoch_entry_is_refused_as_kafkas_epoch_cache_refuses_it(text: str) -> None:
+    with pytest.raises(CorruptCheckpointError) as e:
+        parse_leader_epoch_checkpoint(text, path="p/leader-epoch-checkpoint")
+    assert e.value.line == 3 and "negative" in e.value.detail and "loads the partition" in e.value.detail
+
+
+def test_a_zero_filled_checkpoint_is_named_as_such_not_quoted() -> None:
+    with pytest.raises(CorruptCheckpointError) as e:
+        parse_offset_checkpoint("\x00" * 16384, path="d/log-start-offset-checkpoint")
+    assert str(e.value) == ("d/log-start-offset-checkpoint, line 1: the whole file is 16384 NUL bytes: a file a "
+                            "crash left preallocated or zero-filled, not one a broker finished writing")
+
+
+def test_trailing_nul_bytes_are_named_with_where_they_start() -> None:
+    text = "0\n2\nclicks 0 5\nclicks 1 7\n" + "\x00" * 100
+    with pytest.raises(CorruptCheckpointError) as e:
+        parse_offset_checkpoint(text, path="d/log-start-offset-checkpoint")
+    assert e.value.line == 5 and "the file ends with 100 NUL bytes, from byte 26 on" in e.value.detail
+    assert "entries" not in e.value.detail
+    with pytest.raises(CorruptCheckpointError) as e:
+        parse_leader_epoch_checkpoint("0\r\n1\r\n0 0\r\n" + "\x00" * 20 + "1 1\n")
+    assert e.value.line == 4 and "holds 20 NUL byte(s), the first at byte 11" in e.value.detail
+
+
+def test_a_long_bad_line_is_quoted_in_part_with_its_length() -> None:
+    junk = "\x01" * 5000
+    with pytest.raises(CorruptCheckpointError) as e:
+        parse_offset_checkpoint(f"0\n1\nt 0 {junk}\n")
+    message = str(e.value)
+    assert len(message) < 500 and "offset " in message and "… (5000 bytes)" in message and "\\x01" in message
+    with pytest.raises(CorruptCheckpointError) as e:
+        parse_offset_checkpoint(f"{junk}\n")
+    assert len(str(e.value)) < 500 and "… (5000 bytes)" in str(e.value)
+
+
+# --------------------------------------------------------------------------------------------------
+# A checkpoint that is not a regular file is refused before it is opened
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def no_hang() -> Iterator[None]:
+    """Fail, rather than hang, if a test opens a FIFO."""
+    def stop(*_: object) -> None:
+        raise TimeoutError("blocked reading a FIFO")
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(20)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def _make(path: Path, kind: str) -> None:
+    if kind == "dangling symbolic link":
+        path.symlink_to(path.parent / "unmounted-volume" / path.name)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "FIFO (named pipe)":
+        os.mkfifo(path)
+
+
+@pytest.mark.parametrize("kind", ["dangling symbolic link", "directory", "FIFO (named pipe)"])
+@pytest.mark.parametrize("name", [LOG_START_OFFSET_CHECKPOINT, LEADER_EPOCH_CHECKPOINT])
+def test_a_checkpoint_that_is_not_a_regular_file_is_refused_before_it_is_opened(tmp_path: Path, no_hang: None,
+                                                                                 kind: str, name: str) -> None:
+    path = tmp_path / name
+    _make(path, kind)
+    read = read_leader_epoch_checkpoint if name == LEADER_EPOCH_CHECKPOINT else read_offset_checkpoint
+    with pytest.raises(IrregularEntryError) as e:
+        read(LocalStorage(), str(path))
+    assert e.value.uri == str(path) and e.value.detail.startswith(f"{name} is a {kind}")
+    assert "not a regular file: it was not opened" in e.value.detail
+    if kind == "dangling symbolic link":
+        assert f"(to {tmp_path / 'unmounted-volume' / name}, which does not exist" in e.value.detail
+    assert os.path.lexists(path)
+
+
+def test_a_symbolic_link_to_a_checkpoint_file_is_read_through(tmp_path: Path) -> None:
+    (tmp_path / "volume").mkdir()
+    (tmp_path / "volume" / LOG_START_OFFSET_CHECKPOINT).write_text("0\n1\norders 1 3000\n")
+    (tmp_path / LOG_START_OFFSET_CHECKPOINT).symlink_to(tmp_path / "volume" / LOG_START_OFFSET_CHECKPOINT)
+    read = read_offset_checkpoint(LocalStorage(), str(tmp_path / LOG_START_OFFSET_CHECKPOINT))
+    assert read == {("orders", 1): 3000}

@@ -39,7 +39,7 @@ from jobs.engine.retain.driver import (
 )
 from jobs.engine.runtime.tasks import TaskFailure
 from jobs.engine.scan import PartitionError, ReportError
-from jobs.logdir.checkpoints import write_cleaner_checkpoint
+from jobs.logdir.checkpoints import cleaner_reset_warning, write_cleaner_checkpoint
 from jobs.logdir.commit import ReplaceRequest, StagedSegment
 from jobs.logdir.recover import describe_stuck
 from jobs.rules.external_sort import StrategyChoice, handed_over
@@ -395,12 +395,19 @@ class CompactionRun:
         warnings = list(ctx.scans[key].warnings)  # the summary's note shows them with the partition's row
         checkpoint = self.cleaner_checkpoints.get(key)
         new_cp, checkpoint_changed = checkpoint, False
+        name = f"{plan.topic}-{plan.partition}"
         if plan.checkpoint_reset and not untouched:
             new_cp, checkpoint_changed = plan.first_dirty_offset, True
+            note = cleaner_reset_warning(name, checkpoint, state.log_start_offset, state.log_end_offset,
+                                         compact_and_delete=self.config_of(key[0]).delete, dry_run=dry_run)
+            if note is not None:  # as Kafka's cleaner warns of the reset, the run does, in its report
+                with _PROGRESS_LOCK:
+                    ctx.progress.notice(f"warning: {note}", event="compact.checkpoint_reset", partition=name)
+                run_warnings.append(note)
+                warnings.append(note)
         if outcome is not None and outcome.error is None and not dry_run:
             new_cp, checkpoint_changed = outcome.end_offset, True
         done = f" {self.tally.add(state.size_bytes)}" if outcome is not None else ""
-        name = f"{plan.topic}-{plan.partition}"
         if outcome is not None and outcome.error is not None:
             errors.append({"partition": name, **outcome.error.to_dict()})
             state_word = ("LEFT MID-COMMIT" if mid_commit else "PARTLY COMPACTED, then failed" if committed
