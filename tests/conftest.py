@@ -161,3 +161,17 @@ def s3_bucket_env(s3_bucket, s3_env):
     """A fresh bucket (``(endpoint, bucket_name)``, as :func:`s3_bucket`) and the credentials in the
     environment: what a job run through the CLI needs."""
     return s3_bucket
+
+
+@pytest.fixture()
+def no_hang() -> Generator[None, None, None]:
+    """Fail, rather than hang, if the test blocks (opening a FIFO a checkpoint or segment was replaced by)."""
+    import signal
+
+    def stop(*_: object) -> None:
+        raise TimeoutError("blocked for 60 s (reading a FIFO?)")
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)

@@ -348,30 +348,29 @@ def positive_size_arg(text: str) -> int:
     return value
 
 
-def dedupe_buffer_arg(text: str) -> int:
-    """argparse ``type=`` for ``--dedupe-buffer-bytes``: a positive size (:func:`positive_size_arg`) whose offset
-    map holds at least one key (:data:`~jobs.rules.map_capacity.MIN_BUFFER_BYTES`). A smaller one is refused
-    here, naming the flag and the least it takes, rather than by the options, whose error names the Kafka
-    setting behind it (``log.cleaner.dedupe.buffer.size=10 holds 0 slots ...``)."""
-    value = positive_size_arg(text)
-    if value < MIN_BUFFER_BYTES:
-        raise argparse.ArgumentTypeError(
-            f"must be at least {MIN_BUFFER_BYTES} bytes, the smallest offset map that holds one key "
-            f"({BYTES_PER_ENTRY} bytes a slot, full at {LOAD_FACTOR:g} of the slots), got {text!r}")
-    return value
+def _size_at_least(minimum: int, least: str, why: str, parse: Callable[[str], int]) -> Callable[[str], int]:
+    """An argparse ``type=`` reading a size with ``parse`` and refusing one below ``minimum``, naming the flag (argparse
+    does) and the least it takes (``least``, ``why``), rather than leaving it to the options, whose error names
+    their field or the Kafka setting behind it."""
+    def arg(text: str) -> int:
+        value = parse(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, {why}, got {text!r}")
+        return value
+    return arg
 
 
-def sort_bucket_arg(text: str) -> int:
-    """argparse ``type=`` for ``--sort-bucket-bytes``: a size of at least
-    :data:`~jobs.engine.frame.options.MIN_SORT_BUCKET_BYTES`, the least the options take. A smaller one is refused
-    here, naming the flag and the least it takes, rather than by the options, whose error names their field
-    (``CompactOptions.sort_bucket_bytes=1024: ...``)."""
-    value = size_arg(text)
-    if value < MIN_SORT_BUCKET_BYTES:
-        raise argparse.ArgumentTypeError(
-            f"must be at least {MIN_SORT_BUCKET_TEXT} ({MIN_SORT_BUCKET_BYTES} bytes), the least memory one reduce "
-            f"task of the external sort takes, got {text!r}")
-    return value
+#: ``--dedupe-buffer-bytes``: a positive size whose offset map holds at least one key
+#: (:data:`~jobs.rules.map_capacity.MIN_BUFFER_BYTES`; the options would say ``log.cleaner.dedupe.buffer.size=10 holds
+#: 0 slots ...``).
+dedupe_buffer_arg = _size_at_least(
+    MIN_BUFFER_BYTES, f"{MIN_BUFFER_BYTES} bytes", f"the smallest offset map that holds one key ({BYTES_PER_ENTRY} "
+    f"bytes a slot, full at {LOAD_FACTOR:g} of the slots)", positive_size_arg)
+#: ``--sort-bucket-bytes``: a size of at least :data:`~jobs.engine.frame.options.MIN_SORT_BUCKET_BYTES` (the options
+#: would say ``CompactOptions.sort_bucket_bytes=1024: ...``).
+sort_bucket_arg = _size_at_least(
+    MIN_SORT_BUCKET_BYTES, f"{MIN_SORT_BUCKET_TEXT} ({MIN_SORT_BUCKET_BYTES} bytes)",
+    "the least memory one reduce task of the external sort takes", size_arg)
 
 
 def duration_arg(text: str) -> int:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import signal
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -214,18 +212,6 @@ def test_a_long_bad_line_is_quoted_in_part_with_its_length() -> None:
 # --------------------------------------------------------------------------------------------------
 # A checkpoint that is not a regular file is refused before it is opened
 # --------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture()
-def no_hang() -> Iterator[None]:
-    """Fail, rather than hang, if a test opens a FIFO."""
-    def stop(*_: object) -> None:
-        raise TimeoutError("blocked reading a FIFO")
-    previous = signal.signal(signal.SIGALRM, stop)
-    signal.alarm(20)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
 
 
 def _make(path: Path, kind: str) -> None:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import signal
 import stat
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -80,18 +78,6 @@ def test_log_start_entries_only_rise_and_other_partitions_keep_theirs(tmp_path: 
 # --------------------------------------------------------------------------------------------------
 
 KINDS = ["dangling symbolic link", "directory", "FIFO (named pipe)"]
-
-
-@pytest.fixture()
-def no_hang() -> Iterator[None]:
-    """Fail, rather than hang, if anything opens a FIFO."""
-    def stop(*_: object) -> None:
-        raise TimeoutError("blocked reading a FIFO")
-    previous = signal.signal(signal.SIGALRM, stop)
-    signal.alarm(60)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
 
 
 def _make_irregular(path: Path, kind: str) -> None:
