@@ -67,6 +67,8 @@ EVENTS = {
     "scan.done": "every partition in scope was scanned (read_in_full: how many small ones that may be due had "
                  "their batch headers and control records read at once, for their transaction state)",
     "partition.unreadable": "a partition could not be read (left untouched)",
+    "partition.rejected": "a directory named like a partition is not one (its topic or number Kafka would not "
+                          "write): never read nor written, reported (exit code 1)",
     "checkpoint.orphan": "a log-start-offset-checkpoint entry names a partition the log dir does not hold",
     "data.stale": "the data is older than any retention at the wall clock (a backup?)",
     "scan.full": "how many more partitions compaction read the batch headers and control records of, in tasks "
@@ -75,6 +77,8 @@ EVENTS = {
     "compact.selected": "how many partitions compaction selected",
     "compact.partition": "a partition was compacted (or measured, in a dry run)",
     "compact.failed": "a partition's compaction failed",
+    "compact.checkpoint_reset": "a cleaner-offset-checkpoint entry outside the log was reset to the log start, as "
+                                "Kafka's cleaner does (a warning)",
     "index.rebuilt": "a wrong .index/.timeindex was rebuilt by the rewrite",
     "retain.partition": "a partition's retention (deleted segments, or nothing to delete)",
     "retain.failed": "a partition's retention failed",
