@@ -174,6 +174,33 @@ def scan_batches(data: bytes | memoryview | mmap.mmap, *, path: str | None = Non
                         truncated_tail=truncated)
 
 
+#: Up to this many batches, :func:`batch_bounds` reads their headers one by one (a gather costs more).
+_FEW_BATCHES = 32
+
+
+def batch_bounds(data: bytes | memoryview | mmap.mmap, *, path: str | None = None,
+                 allow_truncated_tail: bool = True) -> tuple[int, int, int] | None:
+    """The framing walk of :func:`scan_batches` (same checks, same errors) and where the whole batches lie, as
+    :func:`scan_batches` reads them: the first batch's base offset, the last batch's last offset and the largest max
+    timestamp; None when there is no whole batch. For a caller that judges a segment's tail, a few batches a
+    segment, without the cost of every header column."""
+    mv = _bytes_view(data)
+    positions, magics, _ = batch_positions(mv, path=path, allow_truncated_tail=allow_truncated_tail)
+    if not len(positions):
+        return None
+    if len(positions) <= _FEW_BATCHES and all(m == 2 for m in magics.tolist()):
+        heads = [V2_HEADER.unpack_from(mv, p) for p in positions.tolist()]
+        # baseOffset, ..., lastOffsetDelta (7th field), baseTimestamp, maxTimestamp (9th)
+        return heads[0][0], heads[-1][0] + heads[-1][6], max(h[8] for h in heads)
+    buf = np.frombuffer(mv, dtype=np.uint8)
+    if (magics == 2).all():  # three fields of one gather, not every column
+        rec = _gather(buf, positions, _V2_SPAN, _V2_RECORD)
+        return (int(rec["base_offset"][0]), int(rec["base_offset"][-1]) + int(rec["last_offset_delta"][-1]),
+                int(rec["max_timestamp"].max()))
+    cols = _header_columns(buf, positions, magics)
+    return int(cols["base_offset"][0]), int(cols["last_offset"][-1]), int(cols["max_timestamp"].max())
+
+
 def _bytes_view(data: bytes | memoryview | mmap.mmap) -> memoryview:
     mv = memoryview(data)
     if mv.format != "B" or mv.ndim != 1:
@@ -402,4 +429,4 @@ def check_offset_order(hdr: BatchHeaders, path: str | None, pieces: np.ndarray |
                            path=path, position=int(hdr.position[b]), offset=base)
 
 
-__all__ = ["BatchHeaders", "check_offset_order", "scan_batches", "CorruptRecordError"]
+__all__ = ["BatchHeaders", "batch_bounds", "check_offset_order", "scan_batches", "CorruptRecordError"]

@@ -77,6 +77,7 @@ from segment_io.format import (
     V2_HEADER,
     V2_HEADER_SIZE,
     BatchHeaders,
+    batch_bounds,
     check_offset_order,
     scan_batches,
 )
@@ -280,18 +281,21 @@ def _tail_agrees(storage: Storage, seg: SegmentFiles, largest: int, next_base: i
     fails (the index may be the one at fault), every batch header of the file is read, with true byte positions."""
     size = seg.log.size
     start = _last_indexed_position(storage, seg)
-    tail = None
+    bounds, walked = None, False
     if 0 < start < size:
         try:
-            tail = scan_batches(storage.read_range(seg.log.uri, start, size - start), path=seg.log.uri,
-                                allow_truncated_tail=False)
+            bounds = batch_bounds(storage.read_range(seg.log.uri, start, size - start), path=seg.log.uri,
+                                  allow_truncated_tail=False)
+            walked = True
         except CorruptRecordError:
             pass  # decided below on the whole file, with true byte positions
-    if tail is None:
+    if not walked:
         with storage.read_mapped(seg.log.uri) as data:
-            tail = scan_batches(data, path=seg.log.uri, allow_truncated_tail=False)
-    return (len(tail) > 0 and int(tail.base_offset[0]) >= seg.base_offset and int(tail.last_offset[-1]) < next_base
-            and int(tail.max_timestamp.max()) <= largest)
+            bounds = batch_bounds(data, path=seg.log.uri, allow_truncated_tail=False)
+    if bounds is None:
+        return False
+    first, last, newest = bounds
+    return first >= seg.base_offset and last < next_base and newest <= largest
 
 
 def _stale_timeindex_warning(seg: SegmentFiles, index_largest: int, largest: int | None) -> str:

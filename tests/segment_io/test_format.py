@@ -26,6 +26,23 @@ def _v2_batch(base: int, *, last_delta: int, count: int, attrs: int, base_ts: in
                        pid, epoch, seq, count) + payload
 
 
+
+@pytest.mark.parametrize("batches", [1, 32, 33, 200])  # read one by one up to format._FEW_BATCHES, then gathered
+@pytest.mark.parametrize("legacy", [False, True])
+def test_batch_bounds_are_what_the_header_scan_reads(batches: int, legacy: bool) -> None:
+    from segment_io.format import batch_bounds
+
+    data = b"".join(_v2_batch(10 * i, last_delta=3, count=4, attrs=0, base_ts=1_000 + i, max_ts=(i * 7919) % 1_000,
+                              pid=-1, epoch=-1, seq=-1, leader_epoch=0, crc=0, payload=b"x" * i)
+                    for i in range(batches))
+    if legacy:  # a legacy message last: read with every header column, its timestamp the largest
+        data += legacy_message(1, 10 * batches, b"k", b"v", timestamp=5_000)
+    h = scan_batches(data)
+    assert batch_bounds(data) == (int(h.base_offset[0]), int(h.last_offset[-1]), int(h.max_timestamp.max()))
+    assert batch_bounds(b"") is None
+    with pytest.raises(TruncatedBatchError):
+        batch_bounds(data[:-1], allow_truncated_tail=False)
+
 def test_every_column_of_mixed_v2_and_legacy_batches() -> None:
     a = _v2_batch(100, last_delta=4, count=5, attrs=0x18, base_ts=1_700_000_000_000, max_ts=1_700_000_000_009,
                   pid=(1 << 40) + 7, epoch=-3, seq=123456, leader_epoch=9, crc=0xFEDCBA98, payload=b"x" * 7)
