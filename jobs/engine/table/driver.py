@@ -75,7 +75,7 @@ from jobs.engine.table.state import (
     open_table,
 )
 from jobs.logdir.checkpoints import read_job_checkpoints
-from jobs.logdir.checks import check_log_dir_has_partitions
+from jobs.logdir.checks import check_log_dir_has_partitions, rejected_partition_dirs
 from jobs.logdir.tiered import tiered_listing
 from jobs.rules.table import aborted_rows, plan_partition
 from segment_io.decode import decode_segment_bytes, read_segment
@@ -622,10 +622,18 @@ class TableRun:
         progress(f"{options.topic}: {len(wanted)} partition(s); table {options.table} at "
                  + (f"version {version_before}" if dt is not None else "(new)"), event="table.start",
                  partitions=len(wanted))
-        return cls(log_dir, options, spark=spark, seams=seams, progress=progress, t0=t0, storage=storage,
-                   storage_options=storage_options, listing=listing, checkpoints=checkpoints, wanted=wanted, dt=dt,
-                   version_before=version_before, applied=applied,
-                   writer=_choose_writer(options.writer, spark, options.table), unreadable=unreadable)
+        run = cls(log_dir, options, spark=spark, seams=seams, progress=progress, t0=t0, storage=storage,
+                  storage_options=storage_options, listing=listing, checkpoints=checkpoints, wanted=wanted, dt=dt,
+                  version_before=version_before, applied=applied,
+                  writer=_choose_writer(options.writer, spark, options.table), unreadable=unreadable)
+        # a directory of the topic named like a partition that is not one ('orders-01', a full-width digit): not
+        # read into the table, as the jobs never touch it; said, since it may hold records the table then lacks
+        for name, error in rejected_partition_dirs(listing, lambda t, p: t == options.topic and (
+                not options.partitions or p in options.partitions)):
+            note = f"{name}: NOT A PARTITION, not read into the table: {error.detail}"
+            run.warnings.append(note)
+            progress.notice(f"warning: {note}", event="partition.rejected", partition=name)
+        return run
 
     def read(self) -> None:
         """Each partition's task (:func:`partition_changes`): its scan, its plan and, unless Spark or the on-disk

@@ -405,6 +405,17 @@ def test_a_corrupt_partition_is_reported_and_the_others_are_applied(tmp_path):
     assert DeltaTable(str(tmp_path / "t")).transaction_version("segjobs-table:prop:1") is None
 
 
+def test_a_directory_only_named_like_a_partition_of_the_topic_is_a_warning_and_not_read(tmp_path):
+    _sample_log(tmp_path / "logs")
+    shutil.copytree(tmp_path / "logs" / partition_dir_name(TOPIC, 0), tmp_path / "logs" / f"{TOPIC}-00")
+    lines: list = []
+    options = api.TableOptions(table=str(tmp_path / "t"), topic=TOPIC, progress=lines.append)
+    r = api.table(tmp_path / "logs", options, seams=api.Seams(runner=api.InProcessTasks()))
+    assert r.exit_code == 0 and [p.name for p in r.partitions] == ["prop-0"]
+    assert len(r.warnings) == 1 and r.warnings[0].startswith("prop-00: NOT A PARTITION, not read into the table: ")
+    assert "leading zero" in r.warnings[0]
+    assert any("warning: prop-00: NOT A PARTITION" in str(line) for line in lines), lines
+
 def test_partitions_read_in_spark_tasks(spark, tmp_path):
     """With a session (as under spark-submit), each partition is read by a Spark task: what a task returns
     and the code it runs ship to executors."""
