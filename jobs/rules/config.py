@@ -677,7 +677,6 @@ class ConfigSet:
         return warnings
 
 
-@functools.cache
 def _json_hint(text: str) -> str:
     """For a topic configuration that is not TOML: when it is JSON (an object), what to give instead."""
     if not text.lstrip().startswith("{"):
@@ -695,6 +694,7 @@ def _json_hint(text: str) -> str:
             "e.g. [topics.\"orders\"] then \"cleanup.policy\" = \"compact\" on the next line")
 
 
+@functools.cache
 def _kafka_layer(topic: str) -> _Layer | None:
     """Kafka's creation configs of ``topic`` as a layer, or None when it is not one of Kafka's own."""
     known = KAFKA_TOPICS.get(topic)
