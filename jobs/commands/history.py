@@ -70,12 +70,9 @@ def run(args: argparse.Namespace) -> int:
     uri = absolute_uri(args.ledger.rstrip("/"))
     options = storage_options_from_args(args)
     html_uri = absolute_uri(args.html) if args.html else None
-    if html_uri:  # before reading anything: a missing matplotlib or an unwritable FILE is exit code 2
-        from jobs.engine.frame.job import check_destinations  # start-up: the job frame (~30 ms) for --html only
-
+    if html_uri:  # before reading anything: a missing matplotlib is exit code 2
         with cli_wording():
             require_matplotlib("html", "--html")
-        check_destinations([("--html", html_uri)], options)
     try:
         history = read_history(uri, last=args.last, options=options)
     except StorageAccessError as exc:
@@ -91,7 +88,12 @@ def run(args: argparse.Namespace) -> int:
                                f"one); nothing was printed") from None
     doc = history.to_dict()
     if html_uri:
+        from jobs.engine.frame.job import check_destinations  # start-up: the job frame (~30 ms) for --html only
         from jobs.engine.report.html import history_html, write_html  # start-up: --html only
+
+        # after the ledger is read (reading it changes nothing): an unwritable FILE is exit code 2 with nothing
+        # printed, and a ledger that cannot be read leaves no directory the check would have created for FILE
+        check_destinations([("--html", html_uri)], options, progress=_said)
 
         write_html(html_uri, history_html(history), options)
         doc["html_report"] = html_uri
@@ -111,6 +113,11 @@ class LedgerUnreadable(SegjobsError):
     until the table is repaired."""
 
     exit_code = 2
+
+
+def _said(message: str, **_event: object) -> None:
+    """What the --html check did on the way (a missing directory it created), on stderr as the jobs' progress."""
+    print(f"segjobs history: {message}", file=sys.stderr)
 
 
 def _unreadable_table(exc: BaseException) -> bool:

@@ -191,3 +191,14 @@ def test_history_of_the_ledger_the_jobs_write(tmp_path: Path, spark, capsys) -> 
     assert compact["bytes_reclaimed"] == reports["compact"]["partitions"][0]["bytes_removed"] > 0
     assert compact["records_removed"] == reports["compact"]["partitions"][0]["records_removed"] > 0
     assert doc["topics"][0]["by_command"]["compact"] == compact["bytes_reclaimed"]
+
+
+def test_html_into_missing_directories_is_created_only_once_the_ledger_is_read(tmp_path, capsys) -> None:
+    # was: --html's directories were created before the ledger was read, and stayed when it could not be
+    page = tmp_path / "reports" / "nightly" / "history.html"
+    assert main(["history", "--ledger", str(tmp_path / "no-ledger"), "--html", str(page)]) == 2
+    assert "no-ledger" in capsys.readouterr().err and not (tmp_path / "reports").exists()
+    uri = _ledger(str(tmp_path / "ledger"))[0]
+    assert main(["history", "--ledger", uri, "--html", str(page)]) == 0
+    err = capsys.readouterr().err
+    assert page.is_file() and f"--html: created the missing directory {page.parent}" in err, err
