@@ -23,7 +23,14 @@ from jobs.engine.frame.options import DEFAULT_DEDUPE_BUFFER_BYTES, InspectOption
 from jobs.engine.frame.packed_tasks import StageProgress, log_bytes, read_cost, run_packed
 from jobs.engine.report.html import inspect_html, write_html
 from jobs.engine.report.outcomes import INSPECT_COLUMNS, InspectRow, InspectTotals
-from jobs.engine.report.render import in_order, inspect_topic_columns, inspect_topic_row, inspect_totals, per_topic
+from jobs.engine.report.render import (
+    in_order,
+    inspect_topic_columns,
+    inspect_topic_row,
+    inspect_totals,
+    per_topic,
+    rejected_dirs_line,
+)
 from jobs.engine.report.run_report import (
     RunReport,
     absolute_uri,
@@ -441,6 +448,7 @@ def render(report: RunReport, fmt: str, *, layout: str = "auto", width: int | No
                   f"frees {human_bytes(t.retention_bytes_deleted)}{approx}"
               + (f"; retention would be REFUSED for {held} partition(s) by the delete-fraction limit" if held else "")
               + (f"; {t.errors} partition(s) UNREADABLE" if t.errors else ""),
+              *filter(None, [rejected_dirs_line(report, [f"{r.topic}-{r.partition}" for r in rows])]),
               render_footer(report, t.bytes, "inspected"), *filter(None, [policy_origins(report)]), ""]
     return "\n".join(lines)
 

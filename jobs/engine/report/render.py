@@ -29,6 +29,7 @@ from jobs.engine.report.run_report import (
     shared_note,
 )
 from jobs.rules.timeutil import format_instant
+from segment_io.layout import partition_dir_problem
 
 OutcomeT = TypeVar("OutcomeT", CompactionOutcome, RetentionOutcome, InspectRow)
 
@@ -158,10 +159,23 @@ def render_retain_summary(report: RunReport, *, dry_run: bool, layout: str = "au
              + purged_totals(t)
              + outcome_totals(t)
              + (f"; {t['warnings']} warning(s)" if t["warnings"] else ""),
-             *filter(None, [recovery_first_line(report)]),
+             *filter(None, [rejected_dirs_line(report, [o.name for o in outcomes]), recovery_first_line(report)]),
              render_footer(report, t["bytes_in_scope"], "in scope"),
              *filter(None, [policy_origins(report)])]
     return "\n".join(lines)
+
+
+def rejected_dirs_line(report: RunReport, rows: Sequence[str], *, shown: int = 10) -> str | None:
+    """The line naming the log dir's directories that look like partitions and are not (``users-01``): each is
+    an error of the run (its exit code 1) with no row of its own in the table, so the summary names them here;
+    ``rows``: the names the table has rows for. None when there are none."""
+    have = set(rows)
+    names = sorted({str(e["partition"]) for e in report.errors if e.get("partition") is not None
+                    and str(e["partition"]) not in have and partition_dir_problem(str(e["partition"]))})
+    if not names:
+        return None
+    return (f"{len(names)} director{'y' if len(names) == 1 else 'ies'} named like a partition, not one, left "
+            f"untouched (why on stderr and in the report's errors): {listed(names, shown)}")
 
 
 def recovery_first_line(report: RunReport, *, shown: int = 10) -> str | None:
@@ -325,7 +339,7 @@ def render_compact_summary(report: RunReport, *, dry_run: bool, layout: str = "a
         f"{human_bytes(t['bytes_removed'])}"
         + purged_totals(t)
         + outcome_totals(t),
-        *filter(None, [recovery_first_line(report)]),
+        *filter(None, [rejected_dirs_line(report, [o.name for o in outcomes]), recovery_first_line(report)]),
         render_footer(report, t["bytes_compacted"], "in the selected partitions"),
         *filter(None, [policy_origins(report)]),
     ])
