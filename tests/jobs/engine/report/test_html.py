@@ -180,11 +180,14 @@ def test_inspect_html_report_puts_a_refused_retention_first_where_a_person_sees_
 
 def test_an_html_destination_that_cannot_be_written_is_refused_before_any_work(tmp_path: Path, capsys) -> None:
     (tmp_path / "taken").mkdir()
-    for argv in (["inspect", "--log-dir", str(tmp_path)], ["history", "--ledger", str(tmp_path / "ledger")]):
+    ledger = str(tmp_path / "ledger")  # history reads its ledger first (reading changes nothing), then the check
+    append_run(ledger, "retain", 1, [("clicks", 0, "delete", 4000)])
+    for argv in (["inspect", "--log-dir", str(tmp_path)], ["history", "--ledger", ledger]):
         capsys.readouterr()
         assert main([*argv, "--html", str(tmp_path / "taken")]) == 2
-        err = capsys.readouterr().err
+        out, err = capsys.readouterr()
         assert f"--html {tmp_path / 'taken'}: is a directory" in err and "nothing was done" in err
+        assert out == ""
 
 
 def test_both_commands_document_html(capsys) -> None:
