@@ -967,8 +967,13 @@ def _foreign_swap_warning(partition_uri: str, swaps: Sequence[SegmentFile], repl
     the same on start-up), and a ``.swap`` that came from anything else (a copy, a person) takes records with it."""
     size = sum(f.info.size for f in swaps)
     old = sum(f.info.size for f in replaced)
-    return (f"{partition_uri}: recovery made live {len(swaps)} .swap segment(s) no segjobs run left "
-            f"({', '.join(f.info.name for f in swaps)}, {size} bytes), replacing the {len(replaced)} live "
+    made_live = (f"{partition_uri}: recovery made live {len(swaps)} .swap segment(s) no segjobs run left "
+                 f"({', '.join(f.info.name for f in swaps)}, {size} bytes)")
+    if not replaced:  # a broker's cleaner killed after its old segments became .deleted: nothing live goes
+        return (f"{made_live}, as a broker's loader does on start-up; no live segment of offsets [{start}, {end}) "
+                f"was left to replace (what a broker's log cleaner killed after renaming its old segments to "
+                f".deleted leaves), so nothing live was deleted")
+    return (f"{made_live}, replacing the {len(replaced)} live "
             f"segment(s) of offsets [{start}, {end}) ({old} bytes), as a broker's loader does on start-up: what a "
             f"broker's log cleaner killed mid-swap leaves. If the .swap came from anything else (a copy, a person), "
             f"records of those segments it does not hold are gone: `segjobs recover --dry-run` names every file "

@@ -132,6 +132,40 @@ def test_a_swap_no_segjobs_run_left_is_a_warning_even_quiet_in_the_dry_run_and_t
     assert sorted(p.name for p in part.glob("*.log")) == [name(0, ".log"), name(20, ".log")]
 
 
+def test_a_swap_whose_originals_a_broker_already_renamed_to_deleted_says_nothing_live_was_deleted(
+        tmp_path: Path, capsys) -> None:
+    # A broker's cleaner killed after its old segments became .deleted, before its .swap became live
+    # (LocalLog.replaceSegments' order): recovery finishes it, as the broker's loader does, and deletes no live
+    # segment. Was: "replacing the 0 live segment(s) ... records ... are gone".
+    from jobs.commands.cli import main
+    from tests.support.builders import LogBuilder, rec, write_log
+
+    log_dir = tmp_path / "logs"
+    part = log_dir / "t-0"
+    log = LogBuilder("t", 0, timestamp=1_700_000_000_000)
+    for o in range(30):  # segments 0, 10 and 20 (active)
+        if o and o % 10 == 0:
+            log.roll()
+        log.batch([rec(f"k{o}", f"v{o}")])
+    write_log(log.table(), part)
+    swapped = LogBuilder("t", 0, timestamp=1_700_000_000_000)
+    for o in (3, 19):
+        swapped.batch([rec(f"k{o}", f"v{o}", offset=o)])
+    write_log(swapped.table(), tmp_path / "swap")
+    cleaner_killed_after_swap(part, 0, {".log": (tmp_path / "swap" / name(0, ".log")).read_bytes()})
+    for base in (0, 10):
+        for suffix in (".log", ".index", ".timeindex"):
+            f = part / name(base, suffix)
+            if f.exists():
+                f.rename(f"{f}.deleted")
+    for dry in (["--dry-run"], []):
+        assert main(["recover", "--log-dir", str(log_dir), *dry]) == 0
+        err = capsys.readouterr().err
+        assert "no live segment of offsets [0, 20) was left to replace" in err and "nothing live was deleted" in err
+        assert "are gone" not in err, err
+    assert sorted(p.name for p in part.glob("*.log")) == [name(0, ".log"), name(20, ".log")]
+
+
 @pytest.mark.parametrize("survivors", [
     [1, 3, 13, 29, 35, 41, 49],  # the broker's cleaned segment has another size than segjobs' staged one
     [1, 3, 13, 35, 49],  # the same size: only its offset range gives it away
