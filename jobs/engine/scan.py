@@ -274,7 +274,10 @@ def _tail_agrees(storage: Storage, seg: SegmentFiles, largest: int, next_base: i
     garbled end, what an interrupted copy leaves). False when they disagree: an index cut short, or another
     segment's (a partial copy), would date the segment by older records than it holds and let retention delete
     records still inside ``retention.ms``, or a segment overwritten by another's bytes would be dated by an index
-    that is not its own; the caller then reads every batch header.
+    that is not its own; the caller then reads every batch header. Only the last batches are judged: an index cut
+    short of a segment whose newer records lie before them (timestamps out of order) still dates it, as it dates
+    it for a broker; reading every header of every closed segment to catch that would cost retention a read of
+    each batch it otherwise never makes.
 
     Cheap: the batches read are those from the position of the last ``.index`` entry (two small reads, a few more
     where the index is preallocated: :func:`_last_index_entry`); with no usable entry, or when the walk from there
@@ -296,6 +299,18 @@ def _tail_agrees(storage: Storage, seg: SegmentFiles, largest: int, next_base: i
         return False
     first, last, newest = bounds
     return first >= seg.base_offset and last < next_base and newest <= largest
+
+
+def _raise_overlap(h: BatchHeaders, seg: SegmentFiles, next_base: int) -> None:
+    """Raise the error of a closed segment whose batches reach the next segment's base offset: the two hold the
+    same offsets (another segment's bytes copied over this one, or a concatenation), which no broker writes, and
+    whichever copy a reader takes, records would be read twice or dropped."""
+    b = int(np.flatnonzero(h.last_offset >= next_base)[0])
+    raise CorruptRecordError(
+        f"this batch holds offsets {int(h.base_offset[b])}-{int(h.last_offset[b])}, at or past the next segment's "
+        f"base offset {next_base}: the two segments overlap, which no broker writes (a segment's offsets end "
+        f"before the next one's begin; another segment's bytes copied over this one, or a concatenation?)",
+        path=seg.log.uri, position=int(h.position[b]), offset=int(h.base_offset[b]))
 
 
 def _stale_timeindex_warning(seg: SegmentFiles, index_largest: int, largest: int | None) -> str:
@@ -617,6 +632,8 @@ def scan_partition(storage: Storage, listing: PartitionListing, *, depth: str = 
                 raise CorruptRecordError(f"first batch offset {int(h.base_offset[0])} lies below the segment's "
                                          f"base offset {seg.base_offset}", path=seg.log.uri, position=0,
                                          offset=int(h.base_offset[0]))
+            if next_base is not None and len(h) and int(h.last_offset.max()) >= next_base:
+                _raise_overlap(h, seg, next_base)
             nxt = int(h.last_offset[-1]) + 1 if len(h) else seg.base_offset
             first_ts = int(h.max_timestamp[0]) if len(h) and int(h.max_timestamp[0]) >= 0 else None
             biggest = int(h.max_timestamp.max()) if len(h) else -1

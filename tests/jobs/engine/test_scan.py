@@ -103,6 +103,26 @@ def test_a_segment_whose_last_batches_lie_outside_its_offsets_is_refused_though_
     assert "first batch offset 0 lies below the segment's base offset 2" in s.error.detail
 
 
+@pytest.mark.parametrize("depth", ["headers", "sizes", "transactions"])
+@pytest.mark.parametrize("timeindex_kept", [True, False])
+def test_a_segment_whose_batches_reach_the_next_segments_base_is_refused_naming_the_log(
+        tmp_path: Path, depth: str, timeindex_kept: bool) -> None:
+    # Segment 0 holding its own batches and then segment 2's (a concatenation): the two overlap. Was: accepted at
+    # every depth, with at most a warning blaming segment 0's .timeindex, the .log being the file at fault.
+    write(tmp_path / "t-0", [[T0 + 5, T0 + 6], [T0 + 7, T0 + 8], [T0 + 9]])
+    pdir = tmp_path / "t-0"
+    first, second = (pdir / segment_file_name(0)).read_bytes(), (pdir / segment_file_name(2)).read_bytes()
+    (pdir / segment_file_name(0)).write_bytes(first + second)
+    if not timeindex_kept:
+        (pdir / segment_file_name(0, ".timeindex")).unlink()
+    storage = open_storage(str(tmp_path))
+    s = scan_partition(storage, list_log_dir(storage, str(tmp_path)).partition("t", 0), depth=depth)
+    assert s.state is None and s.error.kind == "CorruptRecordError", (s.error, s.warnings)
+    assert (s.error.file, s.error.position, s.error.offset) == (str(pdir / segment_file_name(0)), len(first), 2)
+    assert "at or past the next segment's base offset 2: the two segments overlap" in s.error.detail
+    assert s.warnings == []
+
+
 @pytest.mark.parametrize("entries", [
     [(T0 + 9, 0), (T0 + 1, 1)],  # timestamps decrease
     [(T0 + 1, 0), (T0 + 1, 1)],  # a repeated timestamp: Kafka only appends strictly greater ones
