@@ -38,9 +38,10 @@ LOCK_FILE = ".lock"
 #: leading zero, at most 2^31 - 1 (a Java int). Then the name is exactly ``partition_dir_name(topic, partition)``:
 #: two directories never name the same partition.
 _PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]{1,249})-(?P<partition>0|[1-9][0-9]{0,9})$", re.ASCII)
-#: A name that looks like a partition directory's (it ends in ``-`` and digits, Unicode ones included) whatever
-#: its topic: what :func:`partition_dir_problem` explains when :data:`_PARTITION_DIR` refuses it.
-_PARTITION_LIKE = re.compile(r"^(?P<topic>.*)-(?P<partition>\d+)$")
+#: A name that looks like a partition directory's (it ends in ``-`` and digits, Unicode ones included, maybe after
+#: a ``+``, which Java's ``Integer.parseInt`` accepts: a broker loads ``users-+3`` as partition 3) whatever its
+#: topic: what :func:`partition_dir_problem` explains when :data:`_PARTITION_DIR` refuses it.
+_PARTITION_LIKE = re.compile(r"^(?P<topic>.*)-(?P<sign>\+?)(?P<partition>\d+)$")
 _TOPIC_CHAR = re.compile(r"[a-zA-Z0-9._-]", re.ASCII)
 MAX_TOPIC_LENGTH = 249
 MAX_PARTITION = 2**31 - 1
@@ -71,6 +72,9 @@ def partition_dir_problem(name: str) -> str | None:
     if not m:
         return None
     topic, number = m.group("topic"), m.group("partition")
+    if m.group("sign") and topic:
+        return (f"its partition number '+{number}' has a sign (a broker reads it as partition {int(number)}, whose "
+                f"directory is {topic}-{int(number)})")
     if not number.isascii():
         return f"its partition number {number!r} is not written in ASCII digits 0-9"
     if len(number) > 1 and number.startswith("0"):

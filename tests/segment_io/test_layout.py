@@ -265,6 +265,8 @@ def test_log_dirs_near_is_bounded(tmp_path: Path) -> None:
     ("Copy of orders-0", "holds characters Kafka does not allow in a topic name (' '"),
     ("users-\uff11", "is not written in ASCII digits"),
     ("users-01", "has a leading zero (partition 1's directory is users-1)"),
+    ("users-+3", "'+3' has a sign (a broker reads it as partition 3, whose directory is users-3)"),
+    ("-+3", "no topic name"),
     ("orders-99999999999", "above 2147483647"),
     ("orders-2147483648", "above 2147483647"),
     ("." + "-0", "Kafka does not allow '.' as a topic name"),

@@ -478,6 +478,7 @@ def test_a_partition_recovery_cannot_settle_is_left_alone_while_the_others_proce
     ("Copy of t-0", "holds characters Kafka does not allow in a topic name"),
     ("t-\uff10", "is not written in ASCII digits"),
     ("t-00", "has a leading zero"),
+    ("t-+0", "has a sign"),
     ("t-99999999999", "above 2147483647"),
 ])
 def test_a_directory_named_almost_like_a_partition_is_reported_and_left_untouched(tmp_path: Path, spark, capsys,
