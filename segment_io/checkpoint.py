@@ -122,6 +122,11 @@ def _entry_lines(text: str, *, path: str | None) -> list[tuple[int, str, list[st
         return []
     expected = _parse_int(lines[1], _INT32, what="entry count", path=path, line=2)
     entries = [(n, line, _split_fields(line)) for n, line in enumerate(lines[2:], start=3)]
+    blank = next((n for n, _, fields in entries if not fields), None)
+    if blank is not None:  # named as such: a count that disagrees would blame the header of a file ending in one
+        raise CorruptCheckpointError("the line is blank: a checkpoint holds one entry a line after its two "
+                                     "header lines, and nothing else (a broker refuses it as a malformed line)",
+                                     path=path, line=blank)
     if len(entries) != expected:
         raise CorruptCheckpointError(f"header declares {expected} entries but the file holds {len(entries)}",
                                      path=path, line=2)

@@ -100,7 +100,9 @@ def test_reader_accepts_what_javas_readline_accepts() -> None:
     ("0\n1\nt x 5\n", 3, "partition"),
     ("0\n1\nt 0 9223372036854775808\n", 3, "out of range"),
     ("0\n2\nt 0 5\nt 0 6\n", 4, "twice"),
-    ("0\n2\nt 0 5\n\n", 4, "topic partition offset"),
+    ("0\n2\nt 0 5\n\n", 4, "the line is blank"),
+    ("0\n1\nt 0 5\n\n", 4, "the line is blank"),  # was: "header declares 1 entries but the file holds 2" (line 2)
+    ("0\n1\nt 0 5\n \t\n", 4, "the line is blank"),
     ("0\n1\n t 0 5\n", 3, "topic partition offset"),
 ])
 def test_bad_offset_checkpoints_name_file_and_line(text: str, line: int, fragment: str) -> None:
