@@ -139,10 +139,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                "the log, with --remote a remote segment that cannot be read; or nothing was written: another writer "
                "committed to the table first (run again), the Delta commit failed, the --table could not be read",
         nothing_done="nothing was done, the table untouched: a usage error, a --log-dir that does not exist, is a "
-                     "file or holds no partition directory, an s3:// --log-dir that cannot be used (no credentials, "
-                     "an endpoint that does not answer, a missing bucket), a --topic with no partition in the log "
-                     "dir, a --partition the topic lacks, a --table that holds another topic, --writer spark "
-                     "without Delta Lake in the Spark session, no usable Java for Spark",
+                     "file or holds no partition directory, an s3:// --log-dir or --table that cannot be used (no "
+                     "credentials, an endpoint that does not answer, a missing bucket), a --topic with no partition "
+                     "in the log dir, a --partition the topic lacks, a --table that holds another topic, --writer "
+                     "spark without Delta Lake in the Spark session, no usable Java for Spark",
         interrupted="interrupted (Ctrl-C): the table is at its last commit, never half-written (deltalake commits "
                     "once for the run; delta-spark once a partition, and the partitions merged before the stop stay "
                     "applied); the next run applies the rest")

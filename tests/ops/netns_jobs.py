@@ -143,7 +143,7 @@ def table_rows(cluster: NetnsCluster, bucket: str, extra: tuple[str, ...]) -> tu
     """The version of the Delta table of ``table *extra`` in ``bucket`` and its rows, by partition and key."""
     from deltalake import DeltaTable
 
-    from jobs.engine.table.state import delta_storage_options
+    from jobs.engine.report.run_report import delta_storage_options
 
     assert cluster.moto is not None
     uri = table_uri(bucket, extra)

@@ -24,10 +24,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
 from jobs.engine.report.outcomes import Action
-from jobs.engine.report.run_report import _object_store_options, human_bytes, render_table
+from jobs.engine.report.run_report import delta_storage_options, human_bytes, render_table
 from jobs.rules.timeutil import format_instant
 from segment_io.errors import UsageError
-from segment_io.storage import StorageOptions, open_storage
+from segment_io.storage import open_storage
 
 #: Row actions that make a job exit 1 (retain: error, refused; compact: error, partly compacted).
 FAILED_ACTIONS = tuple(a.value for a in Action if a.failed)
@@ -119,14 +119,6 @@ class History:
                 for run_id, topic, n in self.run_topic_bytes]
         df = pd.DataFrame(rows, columns=["run_id", "order", "label", "command", "dry_run", "topic", "bytes_removed"])
         return df.sort_values(["order", "topic"]).drop(columns="order").reset_index(drop=True)
-
-
-def delta_storage_options(uri: str, options: Any = None) -> dict[str, str] | None:
-    """The options delta-rs needs for ``uri`` (None for a local path), from segjobs' StorageOptions (default:
-    the environment), as the jobs use them to append to the ledger."""
-    if not uri.startswith("s3://"):
-        return None
-    return _object_store_options(options or StorageOptions.from_env())
 
 
 def read_ledger(uri: str, options: Any = None):

@@ -514,11 +514,16 @@ def append_ledger(uri: str, report: RunReport, rows: Iterable[Mapping[str, Any]]
     if spark is not None:
         append_with_spark(spark, uri, table)
         return len(out)
-    storage_options = None
-    if uri.startswith("s3://"):
-        storage_options = _object_store_options(options or StorageOptions.from_env())
-    write_deltalake(uri, table, mode="append", storage_options=storage_options)
+    write_deltalake(uri, table, mode="append", storage_options=delta_storage_options(uri, options))
     return len(out)
+
+
+def delta_storage_options(uri: str, options: StorageOptions | None = None) -> dict[str, str] | None:
+    """What ``deltalake`` needs to reach the Delta table at ``uri`` (None for a local path), from segjobs'
+    StorageOptions (default: the environment), as the jobs use them."""
+    if not uri.startswith("s3://"):
+        return None
+    return _object_store_options(options or StorageOptions.from_env())
 
 
 def _object_store_options(options) -> dict[str, str]:

@@ -48,7 +48,13 @@ import pyarrow.compute as pc
 
 from jobs.engine.frame.job import open_log_dir
 from jobs.engine.frame.options import InvalidOptionUsage, TieredReadOptions
-from jobs.engine.report.run_report import Progress, attention_table, render_table, rows_per_partition
+from jobs.engine.report.run_report import (
+    Progress,
+    attention_table,
+    delta_storage_options,
+    render_table,
+    rows_per_partition,
+)
 from jobs.engine.report.store_usage import StoreUsage
 from jobs.engine.runtime.delta_spark import DELTA_SPARK_PACKAGE, delta_session
 from jobs.engine.runtime.seams import PRODUCTION, Seams
@@ -71,7 +77,6 @@ from jobs.engine.table.state import (
     TableConflictError,
     app_id,
     applied_offsets,
-    delta_storage_options,
     open_table,
 )
 from jobs.logdir.checkpoints import read_job_checkpoints
@@ -79,7 +84,7 @@ from jobs.logdir.checks import check_log_dir_has_partitions, rejected_partition_
 from jobs.logdir.tiered import tiered_listing
 from jobs.rules.table import aborted_rows, plan_partition
 from segment_io.decode import decode_segment_bytes, read_segment
-from segment_io.errors import ConfigError, SegjobsError, UsageError
+from segment_io.errors import ConfigError, SegjobsError, StorageError, UsageError
 from segment_io.latest import SOURCE_COLUMNS, TABLE_SCHEMA, LatestRows, eligible_rows
 from segment_io.layout import (
     CLEANER_OFFSET_CHECKPOINT,
@@ -88,6 +93,7 @@ from segment_io.layout import (
     closest_topics_hint,
     list_log_dir,
 )
+from segment_io.storage import open_storage
 from segment_io.storage.base import Storage
 from segment_io.storage.options import StorageOptions
 from segment_io.storage.spool import HostSpool, TaskSpool
@@ -591,6 +597,11 @@ class TableRun:
         # that is a file or does not exist, one without partition directories (with what to give instead) are
         # refused before anything is read (exit code 2)
         storage = open_log_dir(log_dir, storage_options)
+        try:  # the --table's bucket likewise (delta-rs would go on to an instance-metadata lookup and retries
+            # before an error that names neither the credentials nor the endpoint)
+            open_storage(options.table, storage_options).check_reachable(options.table)
+        except StorageError as exc:
+            raise ConfigError(f"--table {options.table}: {exc.detail}; nothing was done") from None
         listing = list_log_dir(storage, log_dir)
         check_log_dir_has_partitions(log_dir, listing, storage=storage)
         topics = {t for t, _ in listing.partitions}

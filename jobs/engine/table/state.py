@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from jobs.engine.report.run_report import _object_store_options
+from jobs.engine.report.run_report import delta_storage_options
 from segment_io.errors import SegjobsError, StorageError
 from segment_io.storage.options import StorageOptions
 
@@ -21,13 +21,6 @@ PARTITION_BY = ("partition",)
 def app_id(topic: str, partition: int) -> str:
     """The Delta application-transaction id of one partition's applied offset (Kafka topic names hold no ':')."""
     return f"{APP_ID_PREFIX}:{topic}:{partition}"
-
-
-def delta_storage_options(uri: str, options: StorageOptions | None) -> dict[str, str] | None:
-    """What ``deltalake`` needs to reach ``uri`` (None for a local path)."""
-    if not uri.startswith("s3://"):
-        return None
-    return _object_store_options(options or StorageOptions.from_env())
 
 
 def open_table(uri: str, options: StorageOptions | None = None) -> Any | None:

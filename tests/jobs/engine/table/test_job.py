@@ -376,6 +376,43 @@ def test_an_s3_log_dir_in_a_missing_bucket_or_an_empty_prefix_is_refused_before_
     assert not (tmp_path / "t").exists()
 
 
+def test_an_s3_table_that_cannot_be_used_is_refused_before_anything(tmp_path, capsys, monkeypatch):
+    """A --table on S3 is checked as a --log-dir is: exit 2 within seconds, naming the option and what is wrong
+    (it was exit 1 with delta-rs' own message: an instance-metadata lookup denied, no word of credentials)."""
+    import time
+
+    _sample_log(tmp_path / "logs")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "SEGJOBS_S3_ACCESS_KEY_ID",
+                 "SEGJOBS_S3_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    common = ["--log-dir", str(tmp_path / "logs"), "--topic", TOPIC, "--table", "s3://bucket/t",
+              "--s3-endpoint", endpoint, "--s3-region", "us-east-1"]
+    line = _refused(capsys, common)
+    assert line.startswith("segjobs table: error: --table s3://bucket/t: no usable AWS credentials"), line
+    assert line.endswith("; nothing was done")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "a")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "b")
+    started = time.monotonic()
+    line = _refused(capsys, common)
+    assert time.monotonic() - started < 20
+    assert line.startswith(f"segjobs table: error: --table s3://bucket/t: the S3 endpoint {endpoint} did not "
+                           f"answer"), line
+
+
+@pytest.mark.s3
+def test_an_s3_table_in_a_missing_bucket_is_refused_before_anything(s3_bucket_env, tmp_path, capsys):
+    endpoint, _ = s3_bucket_env
+    _sample_log(tmp_path / "logs")
+    line = _refused(capsys, ["--log-dir", str(tmp_path / "logs"), "--topic", TOPIC, "--table",
+                             "s3://no-such-bucket-segjobs/t", "--s3-endpoint", endpoint.endpoint_url])
+    assert line.startswith("segjobs table: error: --table s3://no-such-bucket-segjobs/t: bucket "
+                           "'no-such-bucket-segjobs' does not exist"), line
+
+
 def test_readme_sql_runs_against_a_table(tmp_path):
     """The README's query of a table, run as it is (through deltalake's SQL engine) against a real one."""
     import re
@@ -469,7 +506,7 @@ def test_log_dir_and_table_on_s3(s3_bucket, tmp_path, dedupe):
     assert traffic["driver"]["get_bytes"] == 0
     assert first.to_dict()["store_traffic"] == traffic
     assert any("] object store: " in line and "x the" in line for line in lines), lines
-    from jobs.engine.table.state import delta_storage_options
+    from jobs.engine.report.run_report import delta_storage_options
 
     dt = DeltaTable(table, storage_options=delta_storage_options(table, storage_options))
     assert sorted(dt.to_pyarrow_table(columns=["key"]).column("key").to_pylist()) == [b"b", b"d"]
