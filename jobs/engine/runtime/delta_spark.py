@@ -81,8 +81,9 @@ def append_with_spark(spark: Any, uri: str, table: Any) -> None:
     """
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    # One row per partition of one run: a small list, built once per run.
-    frame = spark.createDataFrame(table.to_pylist(), schema=from_arrow_schema(table.schema))
+    # One row per partition of one run: a small list, built once per run, written as one file (split over the
+    # session's default parallelism it made a file per slice, empty ones among them, on every run)
+    frame = spark.createDataFrame(table.to_pylist(), schema=from_arrow_schema(table.schema)).coalesce(1)
     for attempt in range(1, _ATTEMPTS + 1):
         try:
             frame.write.format("delta").mode("append").save(spark_path(uri))

@@ -94,6 +94,8 @@ def test_history_reads_a_ledger_spark_wrote_with_delta_spark(spark, tmp_path: Pa
         report.now_ms, report.finished_ms = NOW + night * DAY, NOW + night * DAY + 60_000
         assert append_ledger(str(ledger), report, rows) == 3
     assert all(e.startswith("Apache-Spark/") and "Delta-Lake/" in e for e in commit_engines(ledger))
+    # one data file a run, as deltalake writes it (not one a slice of the session's parallelism, empty ones too)
+    assert len(list(ledger.glob("*.parquet"))) == 2
     assert main(["history", "--ledger", str(ledger), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [(r["command"], r["partitions"], r["changed"], r["bytes_reclaimed"]) for r in doc["runs"]] == \
