@@ -24,10 +24,7 @@ Run by ``segjobs recover`` and at the start of every job, under the log dir's lo
    settles the same way). The originals are the live files whose base offset lies in [lowest swap base,
    highest swap next offset) (Kafka's rule), plus, with a verified intent, its old segments at or above the
    lowest remaining ``.log.swap`` (those past the new segments' last offset, whose records compaction
-   dropped). Without an intent (swaps no segjobs run made: a broker's cleaner killed mid-swap, or a copy) the
-   originals are renamed to ``.deleted`` instead (rule 6 enters them in the deletion ledger), and a warning
-   says so: what a swap of unknown origin lacks stays on disk until a later run purges it. Producer
-   snapshots are kept (a broker rebuilds them; segjobs never needs to drop them).
+   dropped). Producer snapshots are kept (a broker rebuilds them; segjobs never needs to drop them).
 4. **A verified local replace intent**: once the swaps are live (or its new files are all live already),
    unlink the old segments' ``.deleted`` files; if the replace was aborted instead, put back any old
    ``.deleted`` file whose live name is free (never needed by the protocol, but then no record ever depends
@@ -156,8 +153,7 @@ def fence_to_take_over(storage: Storage, log_dir_uri: str, wall_ms: int) -> Fenc
 @dataclass(frozen=True)
 class RecoveryAction:
     """One change recovery made. ``action`` is one of: ``copy-new``, ``delete-old``, ``delete-staged``,
-    ``delete-temp``, ``abort-upload``, ``drop-swap``, ``drop-cleaned``, ``drop-original``, ``retire-original`` (an
-    original a swap no segjobs run made replaces, renamed to ``.deleted``), ``complete-swap``,
+    ``delete-temp``, ``abort-upload``, ``drop-swap``, ``drop-cleaned``, ``drop-original``, ``complete-swap``,
     ``purge-replaced``, ``restore-old``, ``finish-delete``, ``record-deleted``, ``remove-intent``,
     ``discard-intent`` (a stale intent, removed without being applied).
     ``size`` is the byte size of a file the action removed, where known."""
@@ -206,10 +202,9 @@ class RecoveryReport:
 
 #: What an action says about the commit it settles, for :class:`RecoveryTally`: the actions of a replace that went
 #: through (its new segments made live, its old ones removed), of one rolled back, and of a delete finished.
-_COMPLETING = frozenset({"copy-new", "complete-swap", "drop-original", "retire-original", "delete-old",
-                         "purge-replaced"})
+_COMPLETING = frozenset({"copy-new", "complete-swap", "drop-original", "delete-old", "purge-replaced"})
 _MADE_LIVE = frozenset({"copy-new", "complete-swap"})
-_REPLACED = frozenset({"drop-original", "retire-original", "delete-old", "purge-replaced"})
+_REPLACED = frozenset({"drop-original", "delete-old", "purge-replaced"})
 _ROLLING_BACK = frozenset({"drop-cleaned", "drop-swap", "restore-old"})
 #: leftover actions -> the tally's (count, bytes) fields
 _LEFTOVER_FIELDS = {"delete-staged": ("staged", "staged_bytes"), "delete-temp": ("temps", "temp_bytes"),
@@ -951,13 +946,7 @@ def _loader_rules(view: _View, intent: ReplaceIntent | None) -> str | None:
                 why = "an old segment of the replace intent"
             else:
                 continue
-            if intent is None:
-                # Kafka's rule alone (no segjobs run made these swaps): the originals go as .deleted files,
-                # entered in the deletion ledger (rule 6), so the records a swap from a copy or a person lacks
-                # stay on disk until a later run purges them after file.delete.delay.ms (or a broker on start-up)
-                view.rename(f.uri, f.uri + DELETED_SUFFIX, "retire-original")
-            else:
-                view.delete(f.uri, "drop-original", why, f.info.size)
+            view.delete(f.uri, "drop-original", why, f.info.size)
             if f.suffix == LOG_SUFFIX:
                 replaced.append(f)
         if intent is None:
@@ -987,10 +976,8 @@ def _foreign_swap_warning(partition_uri: str, swaps: Sequence[SegmentFile], repl
     return (f"{made_live}, replacing the {len(replaced)} live "
             f"segment(s) of offsets [{start}, {end}) ({old} bytes), as a broker's loader does on start-up: what a "
             f"broker's log cleaner killed mid-swap leaves. If the .swap came from anything else (a copy, a person), "
-            f"records of those segments it does not hold are now only in their .deleted files, which the next "
-            f"segjobs run purges once file.delete.delay.ms has passed (a broker, when it starts): to keep them, "
-            f"move the .deleted files out of the partition before then; `segjobs recover --dry-run` names every "
-            f"file before a run changes them")
+            f"records of those segments it does not hold are gone: `segjobs recover --dry-run` names every file "
+            f"before a run changes them")
 
 
 def _intent_disagreement(view: _View, intent: ReplaceIntent) -> str | None:

@@ -974,7 +974,6 @@ def _early_session(job: JobSpec, options: JobOptions, storage: Storage, log_dir:
 #: segments to ``.deleted``, a ``.swap`` made live, an aborted replace's old segment put back).
 _RENAMED_FROM: dict[str, Callable[[str], str]] = {
     "finish-delete": lambda uri: uri[: -len(DELETED_SUFFIX)],
-    "retire-original": lambda uri: uri[: -len(DELETED_SUFFIX)],
     "complete-swap": lambda uri: uri + SWAP_SUFFIX,
     "restore-old": lambda uri: uri + DELETED_SUFFIX,
 }

@@ -52,9 +52,8 @@ EVENTS = {
     "recovery.failed": "a partition recovery could not settle (left untouched)",
     "recovery.planned": "a dry run: what a real run's recovery would do first, planned on the files it leaves",
     "recovery.pending": "a dry run: a partition left out of the counts until `segjobs recover` has run",
-    "recovery.foreign": "recovery made live a .swap no segjobs run left (a broker's cleaner's), retiring the live "
-                        "segments it replaces to .deleted files, which the deletion ledger purges later (a dry "
-                        "run: would)",
+    "recovery.foreign": "recovery made live a .swap no segjobs run left (a broker's cleaner's), deleting the live "
+                        "segments it replaces as a broker's loader does (a dry run: would)",
     "config.shadowed": "a topic's config key is overridden by a more specific entry",
     "config.unmatched": "a config entry (a glob, a name of Kafka's own topics, an imported table) matches no topic "
                         "of the log dir: no effect",
