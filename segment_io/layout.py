@@ -37,16 +37,19 @@ LOCK_FILE = ".lock"
 #: characters, not ``.`` or ``..``: Kafka's ``Topic.validate``) and a partition number in ASCII digits without a
 #: leading zero, at most 2^31 - 1 (a Java int). Then the name is exactly ``partition_dir_name(topic, partition)``:
 #: two directories never name the same partition.
-_PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]{1,249})-(?P<partition>0|[1-9][0-9]{0,9})$", re.ASCII)
+_PARTITION_DIR = re.compile(r"(?P<topic>[a-zA-Z0-9._-]{1,249})-(?P<partition>0|[1-9][0-9]{0,9})", re.ASCII)
 #: A name that looks like a partition directory's (it ends in ``-`` and digits, Unicode ones included, maybe after
 #: a ``+``, which Java's ``Integer.parseInt`` accepts: a broker loads ``users-+3`` as partition 3) whatever its
-#: topic: what :func:`partition_dir_problem` explains when :data:`_PARTITION_DIR` refuses it.
-_PARTITION_LIKE = re.compile(r"^(?P<topic>.*)-(?P<sign>\+?)(?P<partition>\d+)$")
+#: topic, or white space after them (``users-0\n``): what :func:`partition_dir_problem` explains when
+#: :data:`_PARTITION_DIR` refuses it. The patterns of this module are used with ``fullmatch``: ``$`` would also
+#: match before a final line break, and ``users-0\n`` would name partition users-0 beside the real one.
+_PARTITION_LIKE = re.compile(r"(?P<topic>.*)-(?P<sign>\+?)(?P<partition>\d+)(?P<trail>\s*)", re.DOTALL)
 _TOPIC_CHAR = re.compile(r"[a-zA-Z0-9._-]", re.ASCII)
 MAX_TOPIC_LENGTH = 249
 MAX_PARTITION = 2**31 - 1
 # Kafka also renames directories of deleted / future partitions: <topic>-<p>.<uuid>-delete / -future
-_SEGMENT_FILE = re.compile(r"^(?P<base>\d{20})(?P<suffix>\.[a-z]+)(?P<transient>(\.cleaned|\.swap|\.deleted)?)$")
+_SEGMENT_FILE = re.compile(r"(?P<base>[0-9]{20})(?P<suffix>\.[a-z]+)(?P<transient>(\.cleaned|\.swap|\.deleted)?)",
+                           re.ASCII)
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
@@ -54,7 +57,7 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     ``-future`` directories a broker leaves while moving or deleting a partition, and names that only look like
     a partition's (see :func:`partition_dir_problem`). The one parser of partition names: a log dir's
     directories, ``--partition``, the partitions recovery and the checkpoints name."""
-    m = _PARTITION_DIR.match(name)
+    m = _PARTITION_DIR.fullmatch(name)
     if not m or m.group("topic") in (".", ".."):
         return None
     partition = int(m.group("partition"))
@@ -68,21 +71,23 @@ def partition_dir_problem(name: str) -> str | None:
     (:func:`parse_partition_dir` refuses it); None when it is one, or does not look like one at all."""
     if parse_partition_dir(name) is not None:
         return None
-    m = _PARTITION_LIKE.match(name)
+    m = _PARTITION_LIKE.fullmatch(name)
     if not m:
         return None
     topic, number = m.group("topic"), m.group("partition")
+    if m.group("trail"):
+        return f"its name ends in white space ({m.group('trail')!r}) after the partition number"
+    if not number.isascii():
+        return f"its partition number {number!r} is not written in ASCII digits 0-9"
+    if int(number) > MAX_PARTITION:  # (before the sign: Java's parseInt refuses it, signed or not)
+        return (f"its partition number {number} is above {MAX_PARTITION}, the largest Kafka can hold (a broker "
+                f"refuses to load a log dir holding it)")
     if m.group("sign") and topic:
         return (f"its partition number '+{number}' has a sign (a broker reads it as partition {int(number)}, whose "
                 f"directory is {topic}-{int(number)})")
-    if not number.isascii():
-        return f"its partition number {number!r} is not written in ASCII digits 0-9"
     if len(number) > 1 and number.startswith("0"):
         return (f"its partition number {number!r} has a leading zero (partition {int(number)}'s directory is "
                 f"{topic}-{int(number)})")
-    if int(number) > MAX_PARTITION:
-        return (f"its partition number {number} is above {MAX_PARTITION}, the largest Kafka can hold (a broker "
-                f"refuses to load a log dir holding it)")
     if not topic:
         return "it has no topic name before the partition number"
     bad = sorted({c for c in topic if not _TOPIC_CHAR.fullmatch(c)})
@@ -130,7 +135,7 @@ def segment_file_name(base_offset: int, suffix: str = ".log") -> str:
 
 def parse_segment_file(name: str) -> tuple[int, str, str] | None:
     """``"00000000000000000042.log.swap"`` -> ``(42, ".log", ".swap")``; None when not a segment file."""
-    m = _SEGMENT_FILE.match(name)
+    m = _SEGMENT_FILE.fullmatch(name)
     if not m:
         return None
     return int(m.group("base")), m.group("suffix"), m.group("transient") or ""
@@ -403,7 +408,7 @@ def rejected_partition_dir_error(root: str, name: str, problem: str) -> Irregula
 def rejected_partition_key(name: str) -> tuple[str, int] | None:
     """The (topic, partition) a rejected directory's name (see :attr:`LogDirListing.rejected`) reads as when its
     digits are taken as they come: what decides whether a run's scope covers it. None when it has no topic."""
-    m = _PARTITION_LIKE.match(name)
+    m = _PARTITION_LIKE.fullmatch(name)
     return (m.group("topic"), int(m.group("partition"))) if m and m.group("topic") else None
 
 

@@ -37,6 +37,9 @@ def test_names() -> None:
     assert parse_partition_dir("t-0.0123456789abcdef0123456789abcdef-future") is None
     assert parse_segment_file(segment_file_name(42, ".timeindex") + ".swap") == (42, ".timeindex", ".swap")
     assert parse_segment_file("00000000000000007752-0000000001.checkpoint") is None
+    # one name per segment file: not a final line break, nor digits of another script
+    assert parse_segment_file(segment_file_name(0) + "\n") is None
+    assert parse_segment_file("\uff10" + segment_file_name(0)[1:]) is None
 
 
 def test_pure_listing_classifies_everything() -> None:
@@ -272,6 +275,9 @@ def test_log_dirs_near_is_bounded(tmp_path: Path) -> None:
     ("." + "-0", "Kafka does not allow '.' as a topic name"),
     ("a" * 250 + "-0", "above Kafka's limit of 249"),
     ("-3", "no topic name"),
+    ("t-0\n", "ends in white space ('\\n') after the partition number"),  # Python's $ matches before a final \n
+    ("users-3 ", "ends in white space (' ')"),
+    ("users-+99999999999", "above 2147483647"),  # Java's parseInt refuses it: no partition a broker reads it as
 ])
 def test_names_that_only_look_like_a_partition_are_rejected_with_why(name: str, why: str) -> None:
     assert parse_partition_dir(name) is None
@@ -290,6 +296,6 @@ def test_names_kafka_gives_are_not_rejected(name: str) -> None:
 
 def test_two_directories_never_name_the_same_partition() -> None:
     """Strict parsing makes a partition's name exactly ``partition_dir_name(topic, partition)``."""
-    for name in ["t-1", "t-01", "t-\uff11", "t-+1", "t-1 ", "x-y-0", "x-y-00", "t-2147483647"]:
+    for name in ["t-1", "t-01", "t-\uff11", "t-+1", "t-1 ", "t-1\n", "t-1\r\n", "x-y-0", "x-y-00", "t-2147483647"]:
         tp = parse_partition_dir(name)
         assert tp is None or partition_dir_name(*tp) == name
