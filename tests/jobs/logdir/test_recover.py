@@ -92,6 +92,27 @@ def test_a_swap_its_own_intent_names_is_made_live_without_a_warning(local: Scena
     assert recover_twice(local).warnings == []
 
 
+def _partition_with_a_foreign_swap(tmp_path: Path) -> tuple[Path, Path]:
+    """A log dir whose t-0 has segments 0, 10 and 20 (active), a record each offset, and a ``.swap`` of base 0 no
+    segjobs run left, spanning [0, 20) and holding 2 of its 20 records (3 and 19): (log dir, partition dir)."""
+    from tests.support.builders import LogBuilder, rec, write_log
+
+    log_dir = tmp_path / "logs"
+    part = log_dir / "t-0"
+    log = LogBuilder("t", 0, timestamp=1_700_000_000_000)
+    for o in range(30):
+        if o and o % 10 == 0:
+            log.roll()
+        log.batch([rec(f"k{o}", f"v{o}")])
+    write_log(log.table(), part)
+    swapped = LogBuilder("t", 0, timestamp=1_700_000_000_000)
+    for o in (3, 19):
+        swapped.batch([rec(f"k{o}", f"v{o}", offset=o)])
+    write_log(swapped.table(), tmp_path / "swap")
+    cleaner_killed_after_swap(part, 0, {".log": (tmp_path / "swap" / name(0, ".log")).read_bytes()})
+    return log_dir, part
+
+
 def test_a_swap_no_segjobs_run_left_is_a_warning_even_quiet_in_the_dry_run_and_the_run(tmp_path: Path,
                                                                                        capsys) -> None:
     """A .swap no intent names deletes the live segments of its offset range when made live (Kafka's loader
@@ -100,21 +121,8 @@ def test_a_swap_no_segjobs_run_left_is_a_warning_even_quiet_in_the_dry_run_and_t
     import json
 
     from jobs.commands.cli import main
-    from tests.support.builders import LogBuilder, rec, write_log
 
-    log_dir = tmp_path / "logs"
-    part = log_dir / "t-0"
-    log = LogBuilder("t", 0, timestamp=1_700_000_000_000)
-    for o in range(30):  # segments 0, 10 and 20 (active)
-        if o and o % 10 == 0:
-            log.roll()
-        log.batch([rec(f"k{o}", f"v{o}")])
-    write_log(log.table(), part)
-    swapped = LogBuilder("t", 0, timestamp=1_700_000_000_000)
-    for o in (3, 19):  # a .swap spanning [0, 20) that holds 2 of its 20 records
-        swapped.batch([rec(f"k{o}", f"v{o}", offset=o)])
-    write_log(swapped.table(), tmp_path / "swap")
-    cleaner_killed_after_swap(part, 0, {".log": (tmp_path / "swap" / name(0, ".log")).read_bytes()})
+    log_dir, part = _partition_with_a_foreign_swap(tmp_path)
     args = ["retain", "--log-dir", str(log_dir), "--set", "t:retention.ms=-1", "--quiet", "--now", "1700000100000"]
     want = (f"{part}: recovery made live 1 .swap segment(s) no segjobs run left (00000000000000000000.log.swap, "
             f"{(part / (name(0, '.log') + '.swap')).stat().st_size} bytes), replacing the 2 live segment(s) of "
@@ -138,21 +146,8 @@ def test_a_swap_whose_originals_a_broker_already_renamed_to_deleted_says_nothing
     # (LocalLog.replaceSegments' order): recovery finishes it, as the broker's loader does, and deletes no live
     # segment. Was: "replacing the 0 live segment(s) ... records ... are gone".
     from jobs.commands.cli import main
-    from tests.support.builders import LogBuilder, rec, write_log
 
-    log_dir = tmp_path / "logs"
-    part = log_dir / "t-0"
-    log = LogBuilder("t", 0, timestamp=1_700_000_000_000)
-    for o in range(30):  # segments 0, 10 and 20 (active)
-        if o and o % 10 == 0:
-            log.roll()
-        log.batch([rec(f"k{o}", f"v{o}")])
-    write_log(log.table(), part)
-    swapped = LogBuilder("t", 0, timestamp=1_700_000_000_000)
-    for o in (3, 19):
-        swapped.batch([rec(f"k{o}", f"v{o}", offset=o)])
-    write_log(swapped.table(), tmp_path / "swap")
-    cleaner_killed_after_swap(part, 0, {".log": (tmp_path / "swap" / name(0, ".log")).read_bytes()})
+    log_dir, part = _partition_with_a_foreign_swap(tmp_path)
     for base in (0, 10):
         for suffix in (".log", ".index", ".timeindex"):
             f = part / name(base, suffix)
