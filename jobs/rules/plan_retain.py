@@ -323,9 +323,18 @@ def _percent(fraction: float, limit: float) -> str:
 
 
 def newest_timestamp(states: Iterable[PartitionState]) -> int | None:
-    """The newest record timestamp (else segment mtime) of the partitions: the log dir's own idea of "now"."""
-    stamps = [s.effective_largest_timestamp for state in states for s in state.segments]
+    """The newest record timestamp of the partitions: the log dir's own idea of "now". Records only, never a
+    segment file's mtime (a copy, a backup or a restore gives every file the day it was made); None when no
+    segment read holds a timestamp."""
+    stamps = [s.largest_timestamp for state in states for s in state.segments
+              if s.largest_timestamp is not None and s.largest_timestamp >= 0]
     return max(stamps) if stamps else None
+
+
+def fully_dated(state: PartitionState) -> bool:
+    """Whether every segment of ``state`` that holds bytes was read for its largest timestamp (a scan that dates
+    a segment by its listing alone, as compaction's selection does the active one, leaves it unread)."""
+    return all(s.largest_timestamp is not None for s in state.segments if s.size_bytes)
 
 
 def delete_guard(states: Mapping[tuple[str, int], PartitionState],

@@ -24,7 +24,7 @@ from jobs.engine.report.outcomes import (
 from jobs.engine.report.render import describe_retention
 from jobs.engine.report.run_report import Progress, RunReport, listed, refused_note
 from jobs.engine.runtime.seams import FaultHook
-from jobs.engine.scan import PartitionError, PartitionScan, ReportError, ScanItem
+from jobs.engine.scan import PartitionError, PartitionScan, ReportError, ScanItem, scan_partition
 from jobs.logdir.commit import Committer
 from jobs.logdir.retention import delete_segments, follow_log_start, purge, raise_log_start_offsets
 from jobs.rules.config import ConfigSet, TopicConfig, never_touched
@@ -35,6 +35,7 @@ from jobs.rules.plan_retain import (
     RetentionPlan,
     UsedSettings,
     delete_guard,
+    fully_dated,
     newest_timestamp,
     plan_retention,
 )
@@ -425,15 +426,48 @@ def refused_topics(plans: Mapping[TopicPartition, RetentionPlan], *, scans: Mapp
         else reference_settings(storage, work_uri))
 
     states = {k: state for k in plans if (state := scans[k].state) is not None}
-    scanned = [s.state for s in scans.values() if s.state is not None]
-    newest = newest_timestamp(scanned)
-    # partitions out of the run's scope still tell how recent the log dir is: their segments' last writes
-    others = [seg.log.mtime_ms for k, pl in listing.partitions.items() if k not in scans for seg in pl.segments]
-    if others:
-        newest = max(others) if newest is None else max(newest, max(others))
-    shares = delete_guard(states, plans, now_ms=now_ms, config_for=config_for, max_fraction_for=limit,
-                          used_for=used_for, newest_ms=newest)
-    return {t: share for t, share in shares.items() if share.refused}
+    newest = newest_timestamp(s.state for s in scans.values() if s.state is not None)
+
+    def judged(newest_ms: int | None) -> dict[str, DeleteShare]:
+        shares = delete_guard(states, plans, now_ms=now_ms, config_for=config_for, max_fraction_for=limit,
+                              used_for=used_for, newest_ms=newest_ms)
+        return {t: share for t, share in shares.items() if share.refused}
+
+    refused = judged(newest)
+    if refused or newest is None:
+        # The partitions the run's scans did not date (out of its scope, or an active segment compaction's
+        # selection sizes from the listing) still tell how recent the log dir is. A newer record there can only
+        # lift the reference, so they are read only when a refusal is at stake, and by their records, never
+        # their files' mtimes: a copy, a backup or a restore gives every file the day it was made, which let any
+        # --now pass (compact deleted 86% of a compact,delete topic that retain refused at the same --now).
+        dated = {k for k, scan in scans.items() if scan.state is not None and fully_dated(scan.state)}
+        undated = {k: pl for k, pl in listing.partitions.items() if k not in dated}
+        elsewhere = newest_record_of(storage, undated, above=newest, now_ms=now_ms)
+        if elsewhere is not None and (newest is None or elsewhere > newest):
+            refused = judged(elsewhere)
+    return refused
+
+
+def newest_record_of(storage: Storage, partitions: Mapping[TopicPartition, PartitionListing], *, above: int | None,
+                     now_ms: int) -> int | None:
+    """The newest record timestamp of ``partitions``, read from their segments' time indexes and batch headers (a
+    scan at depth ``headers``) where it can be newer than ``above``: a partition whose segment files were all last
+    written at or before ``above`` cannot hold a newer record (producers' clocks aside) and is not read. Stops once
+    a record at or past ``now_ms`` is found (the reference is never later than ``now``). A partition that cannot be
+    read tells nothing. None when none tells."""
+    newest = None
+    candidates = sorted(((max(seg.log.mtime_ms for seg in pl.segments), k, pl) for k, pl in partitions.items()
+                         if pl.segments), key=lambda c: c[0], reverse=True)
+    for written, _, pl in candidates:
+        known = max((t for t in (above, newest) if t is not None), default=None)
+        if known is not None and written <= known:
+            break  # sorted by mtime: none after this one can hold a newer record either
+        scan = scan_partition(storage, pl, depth="headers")
+        if scan.state is not None and (stamp := newest_timestamp([scan.state])) is not None:
+            newest = stamp if newest is None else max(newest, stamp)
+            if newest >= now_ms:
+                break
+    return newest
 
 
 @dataclass(frozen=True)

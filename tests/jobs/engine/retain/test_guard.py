@@ -80,6 +80,48 @@ def test_a_now_years_ahead_of_the_newest_record_is_refused(tmp_path: Path) -> No
     assert retain(logs, now=wrong, max_delete_fraction=1.0).exit_code == 0
 
 
+def _copied(log_dir: Path, at_ms: int) -> None:
+    """Every file of ``log_dir`` last modified at ``at_ms``, as ``cp -r``, a backup or a restore leaves them."""
+    import os
+
+    for path in log_dir.rglob("*"):
+        if path.is_file():
+            os.utime(path, ns=(at_ms * 1_000_000, at_ms * 1_000_000))
+
+
+def test_a_wrong_now_is_refused_on_a_copy_whose_files_bear_the_day_it_was_made(tmp_path: Path) -> None:
+    """The newest record is read from records, never from file mtimes: on a copy made long after its data, every
+    mtime lies near the wrong --now and let it pass in compact (its selection dates the active segments by the
+    listing) and in a retain scoped to some topics (the others were dated by their files). Both deleted most of a
+    topic that retain over the whole dir refused at the same --now."""
+    wrong = NOW + 3 * 365 * DAY
+    logs = tmp_path / "logs"
+    busy(logs, "cd")
+    busy(logs, "other")
+    _copied(logs, wrong - DAY)
+    before = sorted(p.name for p in (logs / "cd-0").iterdir())
+    overrides = ("*:retention.ms=7d", "cd:cleanup.policy=compact,delete")
+    compacted = api.compact(logs, api.CompactOptions(overrides=overrides, progress=None), now=wrong, seams=SEAMS)
+    assert compacted.exit_code == 1, compacted.errors
+    assert [(e["partition"], e["kind"]) for e in compacted.errors] == [("cd-0", "MaxDeleteFractionExceeded")]
+    scoped = retain(logs, "cd:cleanup.policy=compact,delete", now=wrong, topics=("cd",))
+    assert scoped.exit_code == 1 and scoped.refused_topics == ("cd",)
+    assert "after the newest record in the log dir" in scoped.errors[0]["detail"]
+    assert sorted(p.name for p in (logs / "cd-0").iterdir()) == before
+
+
+def test_a_quiet_topic_in_scope_is_judged_by_the_records_of_the_busy_ones_out_of_it(tmp_path: Path) -> None:
+    # the other side of reading records out of scope: they still explain a quiet topic's expired segments, on a
+    # copy too (made the day after: the busy topic is read, its records are a day older than its files)
+    logs = tmp_path / "logs"
+    busy(logs)
+    build_partition(logs, "quiet", 0, [[NOW - 60 * DAY]] * 5 + [[NOW - 59 * DAY]])
+    _copied(logs, NOW + DAY)
+    result = retain(logs, topics=("quiet",))
+    assert result.exit_code == 0 and result.refused_topics == (), result.errors
+    assert next(p for p in result.partitions if p.name == "quiet-0").segments_deleted == 5
+
+
 def test_a_retention_typo_is_refused_against_the_settings_used_before_and_kafkas_defaults(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     busy(logs)
