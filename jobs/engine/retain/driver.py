@@ -31,6 +31,7 @@ from jobs.rules.config import ConfigSet, TopicConfig, never_touched
 from jobs.rules.model import PartitionState
 from jobs.rules.plan_retain import (
     ACCEPTED_BASELINE,
+    LIMITED_RULES,
     DeleteShare,
     RetentionPlan,
     UsedSettings,
@@ -433,6 +434,9 @@ def refused_topics(plans: Mapping[TopicPartition, RetentionPlan], *, scans: Mapp
                               used_for=used_for, newest_ms=newest_ms)
         return {t: share for t, share in shares.items() if share.refused}
 
+    limited = any(d.rule in LIMITED_RULES for k in states for d in plans[k].deletions)
+    if not limited:  # only deletions by time or size can be refused, whatever the reference
+        return {}
     refused = judged(newest)
     if refused or newest is None:
         # The partitions the run's scans did not date (out of its scope, or an active segment compaction's
