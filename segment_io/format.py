@@ -233,7 +233,18 @@ def batch_positions(data: bytes | memoryview | mmap.mmap, *, path: str | None = 
         found_magics.append(magics[:count])
         pos, code = int(state[0]), int(state[1])
         capacity *= 2
-    if code in (K.WALK_BAD_MAGIC, K.WALK_BAD_SIZE):
+    if code in (K.WALK_BAD_MAGIC, K.WALK_BAD_SIZE) and not buf[pos:].any():
+        # Nothing but zero bytes from a batch boundary to the end: space a broker preallocated
+        # (log.preallocate) or a copy taken while it wrote, not damage. A broker's recovery truncates them as it
+        # truncates a batch cut short, and so they are a tail like one. Unless the batch before them is the damage:
+        # a length field that sends the walk into the zeros, where its CRC does not hold.
+        previous = next((int(p[-1]) for p in reversed(found_positions) if len(p)), None)
+        if previous is not None:
+            _raise_if_length_damaged(mv, previous, pos, "the bytes from there to the end are all zero", path)
+        if not allow_truncated_tail:
+            raise zero_tail_error(mv, pos, path, None if previous is None else _next_offset(mv, previous))
+        code = K.WALK_SHORT
+    elif code in (K.WALK_BAD_MAGIC, K.WALK_BAD_SIZE):
         previous = next((int(p[-1]) for p in reversed(found_positions) if len(p)), None)  # the last whole batch
         base_offset, size, _, magic = _PREFIX.unpack_from(mv, pos)
         if code == K.WALK_BAD_MAGIC:
@@ -262,12 +273,27 @@ def batch_positions(data: bytes | memoryview | mmap.mmap, *, path: str | None = 
     return np.concatenate(found_positions), np.concatenate(found_magics), truncated
 
 
+def zero_tail_error(data: bytes | memoryview | mmap.mmap, pos: int, path: str | None,
+                    offset: int | None) -> TruncatedBatchError:
+    """The error for a file whose bytes from ``pos`` (where the batch of ``offset`` should begin) to its end are
+    all zero, where no incomplete tail is allowed."""
+    n = len(data) - pos
+    return TruncatedBatchError(f"the last {n} bytes, from byte {pos} to the end, are all zero where a batch should "
+                               f"begin (space a broker preallocated, or a copy taken while it wrote)", path=path,
+                               position=pos, offset=offset)
+
+
 def cut_short_error(data: bytes | memoryview | mmap.mmap, truncated: int, path: str | None,
                     detail: str | None = None) -> TruncatedBatchError:
     """The error for the last ``truncated`` bytes of ``data``, an incomplete batch: its position, and its base
     offset when its first 8 bytes are there (and can be one). ``detail`` replaces the default wording."""
     pos = len(data) - truncated
-    base = int.from_bytes(memoryview(data)[pos:pos + 8], "big", signed=True) if truncated >= 8 else -1
+    tail = memoryview(data)[pos:]
+    if truncated >= 8 and not any(tail[:8]) and not np.frombuffer(tail, np.uint8).any():
+        # zeros a broker preallocated, not a batch: there is no offset to read there
+        return TruncatedBatchError(f"the last {truncated} bytes are all zero (space a broker preallocated, or a "
+                                   f"copy taken while it wrote)", path=path, position=pos, offset=None)
+    base = int.from_bytes(tail[:8], "big", signed=True) if truncated >= 8 else -1
     return TruncatedBatchError(detail or f"last batch is cut short: only {truncated} bytes remain at the end of the "
                                f"file", path=path, position=pos, offset=base if base >= 0 else None)
 

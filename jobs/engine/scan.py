@@ -454,8 +454,8 @@ def _listed_info(seg: SegmentFiles, *, next_offset: int, first_batch_timestamp: 
 
 
 def _truncated_warning(seg: SegmentFiles, truncated: int) -> str:
-    return (f"{seg.log.uri}: last {truncated} bytes are an incomplete batch (a broker's recovery would truncate "
-            f"them); the active segment is left as is")
+    return (f"{seg.log.uri}: last {truncated} bytes are an incomplete batch (cut short, or zeros a broker "
+            f"preallocated; a broker's recovery would truncate them); the active segment is left as is")
 
 
 #: A closed segment whose batches average at least this many bytes has its header scan read only the pages its batch

@@ -97,6 +97,9 @@ def _reference_walk(data: bytes, start: int) -> tuple[list[int], list[int], int,
     incomplete tail, and the first problem (its kind and batch position)."""
     positions, magics, pos = [], [], start
     while pos < len(data):
+        if not any(data[pos:]) and len(data) - pos >= 17 and not (positions and magics[-1] == 2 and _crc_fails(
+                data, positions[-1], pos)):
+            return positions, magics, len(data) - pos, None  # zeros to the end: a tail (a broker preallocated)
         if len(data) - pos < 17:
             return positions, magics, len(data) - pos, None
         _, size, _, magic = struct.unpack_from(">qiib", data, pos)
@@ -110,6 +113,11 @@ def _reference_walk(data: bytes, start: int) -> tuple[list[int], list[int], int,
         magics.append(magic)
         pos += 12 + size
     return positions, magics, 0, None
+
+
+def _crc_fails(data: bytes, batch: int, end: int) -> bool:
+    """Whether the v2 batch at ``batch`` has a CRC that does not hold over its bytes up to ``end``."""
+    return crc32c.crc32c(data[batch + 21:end]) != struct.unpack_from(">I", data, batch + 17)[0]
 
 
 def _walks_agree(data: bytes, start: int) -> int:
@@ -233,3 +241,19 @@ def test_a_cut_short_last_batch_names_its_offset() -> None:
     with pytest.raises(TruncatedBatchError) as caught:
         batch_positions(a + b + c[:5], allow_truncated_tail=False)  # not even its offset is whole
     assert (caught.value.position, caught.value.offset) == (len(a) + len(b), None)
+
+
+def test_zeros_after_the_last_batch_are_a_tail_like_a_batch_cut_short() -> None:
+    """What log.preallocate leaves at the end of an active segment (and a copy taken while a broker wrote): a broker's
+    recovery truncates them; so they are an incomplete tail where one is allowed, and named as zeros elsewhere."""
+    a, b, c = _three_batches()
+    positions, _, tail = batch_positions(a + b + c + bytes(4096))
+    assert positions.tolist() == [0, len(a), len(a) + len(b)] and tail == 4096
+    assert batch_positions(bytes(4096))[2] == 4096  # a preallocated segment nothing was written to yet
+    with pytest.raises(TruncatedBatchError) as caught:
+        batch_positions(a + b + bytes(4096), allow_truncated_tail=False)
+    assert (caught.value.position, caught.value.offset) == (len(a) + len(b), 1969)
+    assert "the last 4096 bytes, from byte" in str(caught.value) and "are all zero" in str(caught.value)
+    # zeros followed by anything else are no tail: the damage is named where the batch should begin
+    with pytest.raises(InvalidLengthError):
+        batch_positions(a + bytes(4096) + b"\x01")

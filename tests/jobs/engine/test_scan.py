@@ -241,6 +241,16 @@ def test_a_truncated_closed_segment_is_an_error_but_a_truncated_active_one_a_war
     assert s.error is not None and s.error.file.endswith(segment_file_name(0))
 
 
+def test_an_active_segment_ending_in_preallocated_zeros_is_a_warning_not_an_error(tmp_path: Path) -> None:
+    # log.preallocate, or a copy of a live broker's dir: the partition is read as a broker's recovery reads it
+    write(tmp_path / "t-0", [[T0, T0], [T0, T0]])
+    active = tmp_path / "t-0" / segment_file_name(2)
+    active.write_bytes(active.read_bytes() + bytes(8192))
+    s = scan(tmp_path)
+    assert s.error is None and s.state.log_end_offset == 4
+    assert len(s.warnings) == 1 and "last 8192 bytes are an incomplete batch (cut short, or zeros" in s.warnings[0]
+
+
 def test_an_unreadable_file_is_a_partition_error_not_a_crash(tmp_path: Path) -> None:
     if os.geteuid() == 0:
         # root reads any file: stand in with a directory where a segment file should be
