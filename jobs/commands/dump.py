@@ -54,6 +54,7 @@ from segment_io.errors import (
     CorruptIndexError,
     CorruptRecordError,
     SegjobsError,
+    TruncatedBatchError,
     UsageError,
 )
 from segment_io.format import LOG_OVERHEAD, BatchHeaders, cut_short_error, scan_batches
@@ -228,17 +229,27 @@ def _dump_log(storage: Storage, uri: str, args: argparse.Namespace, out: IO[str]
     except (CorruptRemoteObject, UnsupportedManifest) as exc:  # a remote segment's stored form cannot be restored
         return [exc], False
     problems: list[SegjobsError] = []
+    whole = data
+    framing: CorruptRecordError | None = None
     try:
         headers = scan_batches(data, path=uri, allow_truncated_tail=True)
     except CorruptRecordError as exc:
-        return [exc], False
+        if not exc.position:
+            return [exc], False
+        # the batches before the damage are shown, and the damage named after them (as a batch cut short is)
+        framing, data = exc, data[:exc.position]
+        headers = scan_batches(data, path=uri, allow_truncated_tail=True)
     if headers.truncated_tail:
         problems.append(cut_short_error(data, headers.truncated_tail, uri,
                                         f"last {headers.truncated_tail} bytes do not form a whole batch (what a "
                                         f"crash leaves)"))
+    if framing is not None:
+        problems.append(framing)
     crc_errors: dict[int, CorruptRecordError] = {}
     if args.verify or args.format == "text":
-        for err in verify_segment_crcs(data, path=uri, max_batch_bytes=args.max_batch_bytes):
+        for err in verify_segment_crcs(whole, path=uri, max_batch_bytes=args.max_batch_bytes):
+            if isinstance(err, TruncatedBatchError) or (framing is not None and err.position == framing.position):
+                continue  # the tail and the damage that ends the batches, named once, above
             if err.position is not None:
                 crc_errors[err.position] = err
             problems.append(err)

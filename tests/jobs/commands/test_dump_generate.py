@@ -337,6 +337,27 @@ def test_dump_verify_passes_on_real_fixtures_and_fails_on_each_kind_of_damage(ka
         assert ".index" in capsys.readouterr().err
 
 
+def test_dump_shows_the_batches_before_damage_and_names_each_problem_once(kafka_real: Path, tmp_path: Path,
+                                                                        capsys) -> None:
+    # the tool for looking at damage shows what reads (it showed nothing of a segment with garbage after its
+    # batches), and --verify names a cut-short tail once (it was named twice: by the scan and by the CRC check)
+    log = sorted((kafka_real / "ronem123-kraft3.9-multiseg").rglob("*.log"))[0]
+    good = log.read_bytes()
+    batches = len(scan_batches(good))
+    for name, tail, problem, verify_code in [("garbage", bytes(range(17, 117)), "invalid magic byte", 1),
+                                             ("cut", good[:40], "do not form a whole batch", 1),
+                                             ("zeros", bytes(4096), "are all zero (space a broker preallocated", 1)]:
+        part = tmp_path / name / "t-0"
+        part.mkdir(parents=True)
+        (part / log.name).write_bytes(good + tail)
+        for verify in ([], ["--verify"]):
+            code = main(["dump", *verify, str(part / log.name)])
+            out, err = capsys.readouterr()
+            assert code == (verify_code if verify else 0), (name, verify, err)
+            assert out.count("baseOffset:") == batches, (name, verify)
+            assert err.count("problem: ") == 1 and problem in err, (name, verify, err)
+
+
 def test_dump_names_a_missing_path(tmp_path: Path, capsys) -> None:
     assert main(["dump", str(tmp_path / "nope")]) == 2
     assert "no such file or directory" in capsys.readouterr().err
