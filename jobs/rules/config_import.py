@@ -355,10 +355,9 @@ def import_configs(descriptions: Iterable[TopicDescription], *, all_keys: bool =
                     skipped.append(Skipped(d.topic, key, e.value, _REASON_UNKNOWN if key not in INERT_KEYS
                                            else _REASON_INERT, e.line))
                 continue
-            if e.value is None:
-                if e.source != DEFAULT_SOURCE:
-                    skipped.append(Skipped(d.topic, key, None, _REASON_SENSITIVE if e.sensitive else _REASON_NO_VALUE,
-                                           e.line))
+            if e.value is None:  # named whatever its source: nobody can tell it is the default
+                skipped.append(Skipped(d.topic, key, None, _REASON_SENSITIVE if e.sensitive else _REASON_NO_VALUE,
+                                       e.line))
                 continue
             typed = _typed(key, e, source)
             if e.source == DEFAULT_SOURCE and (key not in SPEC_KEYS or typed == _typed_default(key)):
