@@ -25,7 +25,7 @@ def _parts(*parts: tuple[int, str]) -> str:
 
 def tally_phrases(t: RecoveryTally) -> list[str]:
     """What ``t`` did, one phrase per kind of change: ``completed a compaction commit (2 segment(s) made live, 3
-    replaced)``, ``rolled back (deleted 30 staged file(s), 1.2 MB)``, ..."""
+    replaced)``, ``discarded uncommitted work (deleted 30 staged file(s), 1.2 MB; ...)``, ..."""
     said = []
     if t.completed:
         said.append("completed " + _a(t.completed, "a compaction commit", "compaction commits")
@@ -48,7 +48,9 @@ def tally_phrases(t: RecoveryTally) -> list[str]:
     if t.staged:
         # staged files no intent refers to: what an uncommitted compaction leaves (or a finished one on S3)
         staged = f"{t.staged} staged file(s), {human_bytes(t.staged_bytes)}"
-        said.append(f"deleted {staged}" if t.completed or t.rolled_back else f"rolled back (deleted {staged})")
+        # (not "rolled back": the groups the run committed before it stopped stay, and no record is lost)
+        said.append(f"deleted {staged}" if t.completed or t.rolled_back
+                    else f"discarded uncommitted work (deleted {staged}; the run's finished commits stay)")
     if t.temps:
         said.append(f"deleted {t.temps} temporary file(s) of interrupted writes, {human_bytes(t.temp_bytes)}")
     if t.uploads:
