@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import socket
+import struct
 import threading
 import uuid
 from contextlib import contextmanager
@@ -386,6 +387,16 @@ def _holder_record(holder: Holder, log_dir_uri: str, acquired_ms: int) -> bytes:
 def _local_holder_message(storage: Storage, log_dir_uri: str, lock_path: str) -> str:
     """Who holds the ``.lock`` we were refused: the segjobs run its holder file names, if that run's
     process is still there; otherwise somebody who does not write one."""
+    who, segjobs = _local_holder(storage, log_dir_uri, lock_path)
+    if segjobs:
+        return f"{log_dir_uri}: {lock_path} is held{who}; wait for it to finish or stop it"
+    return f"{log_dir_uri}: {lock_path} is held{who}: a running Kafka broker? Stop it or choose another log dir"
+
+
+def _local_holder(storage: Storage, log_dir_uri: str, lock_path: str, pid: int | None = None) -> tuple[str, bool]:
+    """Who holds ``lock_path``, in words to follow "is held" (`` by segjobs run ...``), and whether it is a
+    segjobs run: the one its holder file names, if that run's process is still there (or runs where this host
+    cannot see it); else a process that is not segjobs (``pid``, where known)."""
     uri = holder_uri(storage, log_dir_uri)
     try:
         doc = json.loads(storage.read(uri))
@@ -395,13 +406,11 @@ def _local_holder_message(storage: Storage, log_dir_uri: str, lock_path: str) ->
     if holder is not None:
         alive = holder.alive()
         if alive:
-            return (f"{log_dir_uri}: {lock_path} is held by {holder.describe(since)}; wait for it to finish "
-                    f"or stop it")
+            return f" by {holder.describe(since)}", True
         if alive is None:
-            return (f"{log_dir_uri}: {lock_path} is held, according to {uri}, by {holder.describe(since)}, which "
-                    f"runs where this host cannot see it; wait for it to finish or stop it")
-    return (f"{log_dir_uri}: {lock_path} is held by a process that is not segjobs: a running Kafka broker? "
-            f"Stop it or choose another log dir")
+            return (f", according to {uri}, by {holder.describe(since)}, which runs where this host cannot see "
+                    f"it"), True
+    return " by a process that is not segjobs" + (f" (pid {pid})" if pid else ""), False
 
 
 @contextmanager
@@ -441,6 +450,46 @@ def _local_lock(storage: Storage, path: str, log_dir_uri: str, holder: Holder, n
     finally:
         with _HELD_LOCAL_GUARD:
             _HELD_LOCAL.discard(key)
+
+
+#: ``struct flock`` as Linux lays it out (short type, short whence, off_t start, off_t len, pid_t pid, padding)
+_FLOCK = struct.Struct("@hhqqi4x")
+
+
+def writer_at_work(storage: Storage, log_dir_uri: str, now_ms: int) -> str | None:
+    """Reads only, takes nothing: who holds the log dir's lock (local: a segjobs run, named by its holder file, or a
+    process that is not segjobs, a broker most likely) or its S3 lease (unexpired at ``now_ms``, wall clock), in
+    words; None when nobody does. For the runs that take no lock (inspect, dry runs): what they read may then be
+    caught mid-write."""
+    local = storage.local_path(log_dir_uri)
+    if local is None:
+        try:
+            current = read_lease(storage.read(lease_uri(storage, log_dir_uri)))
+        except (NotFoundError, StorageError):
+            return None
+        if current is None or now_ms >= current.expires_ms or current.holder.alive() is False:
+            return None
+        return f"the lease {lease_uri(storage, log_dir_uri)} is held by {current.describe()}"
+    lock_path = os.path.join(local, LOCK_FILE)
+    # Closing any descriptor of the file releases this process's own lock on it (POSIX record locks): never probe
+    # a lock this process holds or is taking (both go through the guard).
+    with _HELD_LOCAL_GUARD:
+        if os.path.realpath(lock_path) in _HELD_LOCAL:
+            return f"{lock_path} is held by this process"
+        try:
+            fd = os.open(lock_path, os.O_RDONLY)
+        except OSError:
+            return None  # no .lock: nobody ever locked it, or it cannot be opened (the lock would say so)
+        try:
+            found = _FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)))
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+    if found[0] == fcntl.F_UNLCK:
+        return None
+    who, segjobs = _local_holder(storage, log_dir_uri, lock_path, pid=found[4])
+    return f"{lock_path} is held{who}" + ("" if segjobs else " (a running Kafka broker?)")
 
 
 def _write_holder(storage: Storage, log_dir_uri: str, holder: Holder, now_ms: int) -> bool | None:

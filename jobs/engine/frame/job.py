@@ -60,7 +60,7 @@ from jobs.logdir.checks import (
     rejected_partition_dirs,
 )
 from jobs.logdir.commit import Committer, committer_for, partition_name
-from jobs.logdir.lock import Holder, Lease, LeaseLost, acquire, lease_ttl_ms, work_uri
+from jobs.logdir.lock import Holder, Lease, LeaseLost, acquire, lease_ttl_ms, work_uri, writer_at_work
 from jobs.logdir.recover import RecoveryReport, fence_of, fence_to_take_over, recover_log_dir, tally_reports
 from jobs.logdir.tiered import tiered_listing
 from jobs.rules.config import ConfigSet
@@ -365,10 +365,20 @@ class JobContext:
         if self.job.destructive and not self.dry_run:
             recovered.listed = self._recover_log_dir(recovered.unrecovered)
         else:
+            self._say_writer_at_work()
             dry_listed = self._recovery_first(recovered)
             if self.storage.local_path(self.log_dir) is None:
                 recovered.listed = dry_listed  # nothing has changed it (on local disk listed again, as a real run)
         return recovered
+
+    def _say_writer_at_work(self) -> None:
+        """A run that takes no lock warns when somebody holds it: a job or a broker may be writing as it reads."""
+        who = writer_at_work(self.storage, self.log_dir, self.seams.clock())
+        if who:
+            warning = (f"{who}: it may be writing as this run reads, so what this run reads may be caught "
+                       f"mid-write (sizes, records, dirty ratios); run again once it has finished")
+            self.report.warnings.append(warning)
+            self.progress.notice(f"warning: {warning}", event="lock.held")
 
     def _recover_log_dir(self, unrecovered: dict[tuple[str, int] | None, Exception]) -> list[FileInfo] | None:
         """Recovery of the log dir under the lock; what it could not settle into ``unrecovered``. Returns the log

@@ -47,6 +47,8 @@ EVENTS = {
     "run.now": "no --now was given: the wall-clock instant chosen (pass it as --now to repeat the run)",
     "lease.notice": "the log dir's lock or lease was taken over from a dead run",
     "lease.lost": "the S3 lease was lost: the run stopped before its next commit",
+    "lock.held": "a run that takes no lock (inspect, a dry run) found the log dir's lock or lease held: what it read "
+                 "may be caught mid-write",
     "recovery.done": "what recovery did to the partitions interrupted runs left (partitions: how many), per partition "
                      "or per topic summed",
     "recovery.failed": "a partition recovery could not settle (left untouched)",

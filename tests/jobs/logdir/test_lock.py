@@ -23,6 +23,7 @@ from jobs.logdir.lock import (
     lease_ttl_ms,
     lease_uri,
     work_uri,
+    writer_at_work,
 )
 from jobs.rules.timeutil import wall_clock_ms
 from segment_io.errors import LockHeldError, UsageError
@@ -116,6 +117,29 @@ def test_local_lock_refuses_a_second_acquire_in_the_same_process(tmp_path):
         pass  # released on exit
 
 
+def test_who_holds_the_lock_is_read_without_taking_it(tmp_path):
+    """For the runs that take no lock (inspect, dry runs): a segjobs run, a process that is not segjobs, this
+    process, nobody; and the probe never drops a lock this process holds (closing any descriptor of the file would)."""
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    storage = LocalStorage()
+    assert writer_at_work(storage, str(log_dir), NOW) is None  # no .lock yet
+    foreign = "by a process that is not segjobs (pid {pid}) (a running Kafka broker?)"
+    for script, who in ((HOLD_SCRIPT, "by segjobs run held-run (pid {pid}"), (FOREIGN_HOLD_SCRIPT, foreign)):
+        proc = hold_in_subprocess(log_dir, script)
+        try:
+            said = writer_at_work(storage, str(log_dir), NOW)
+            assert said is not None and said.startswith(f"{log_dir / '.lock'} is held {who.format(pid=proc.pid)}"), said
+        finally:
+            release_holder(proc)
+    assert writer_at_work(storage, str(log_dir), NOW) is None  # released: nobody
+    with acquire(storage, str(log_dir), now_ms=NOW, holder=Holder.this_process("me")):
+        assert writer_at_work(storage, str(log_dir), NOW) == f"{log_dir / '.lock'} is held by this process"
+        child = subprocess.run([sys.executable, "-c", HOLD_SCRIPT, str(log_dir)], input="", text=True,
+                               capture_output=True, env=dict(os.environ, PYTHONPATH=os.getcwd()), timeout=60)
+        assert child.returncode != 0 and "LockHeldError" in child.stderr  # still ours
+
+
 def test_local_lock_needs_an_existing_dir(tmp_path):
     with pytest.raises(UsageError, match="does not exist"):
         with acquire(LocalStorage(), str(tmp_path / "missing"), now_ms=NOW):
@@ -206,6 +230,17 @@ def test_s3_second_run_is_refused_with_holder_and_expiry(s3):
         assert "run-first" in message and "host-a" in message and "pid 1" in message
         assert f"expires_ms={NOW + TTL}" in message and "2023-11-14T22:14:20" in message
         assert storage.exists(lease_uri(storage, log_dir))  # the refused run left the lease alone
+
+
+def test_s3_who_holds_the_lease_is_read_without_taking_it(s3):
+    storage, log_dir = s3
+    assert writer_at_work(storage, log_dir, NOW) is None
+    with acquire(storage, log_dir, now_ms=NOW, ttl_ms=TTL, holder=Holder(host="host-a", pid=1, run_id="run-a")):
+        said = writer_at_work(storage, log_dir, NOW + 1)
+        assert said is not None and said.startswith(f"the lease {lease_uri(storage, log_dir)} is held by") \
+            and "run-a" in said, said
+        assert writer_at_work(storage, log_dir, NOW + TTL) is None  # expired: nobody is at work under it
+    assert writer_at_work(storage, log_dir, NOW + 1) is None
 
 
 def test_s3_expired_lease_is_taken_over_and_the_old_holder_notices(s3):

@@ -542,3 +542,29 @@ def test_the_notebooks_parameters_come_from_the_environment_and_keep_their_defau
         notebook_parameters({"SEGJOBS_EXACT": "maybe"}, EXACT=False)
     with pytest.raises(UsageError, match="LOGDIR: not a parameter of the notebook"):
         notebook_parameters({}, LOGDIR=None)
+
+
+def test_inspect_and_a_dry_run_warn_when_the_log_dir_is_locked_by_a_run_at_work(tmp_path: Path, spark, capsys) -> None:
+    """Neither takes the lock: what they read while a job or a broker writes may be caught mid-write (sizes, records
+    and dirty ratios of a half-swapped partition), and they say so, on stderr even with --quiet and in the report."""
+    import json
+
+    from jobs.commands.cli import main
+    from tests.support.lock_holders import hold_in_subprocess, release_holder
+    from tests.support.retention import RECENT, build_partition
+
+    logs = tmp_path / "logs"
+    build_partition(logs, "t", 0, [[RECENT], [RECENT]])
+    proc = hold_in_subprocess(logs)
+    try:
+        for argv in (["inspect"], ["retain", "--dry-run"]):
+            report = tmp_path / f"{argv[0]}.json"
+            assert main([*argv, "--log-dir", str(logs), "--quiet", "--report", str(report)]) == 0
+            err = capsys.readouterr().err
+            said = f"{logs / '.lock'} is held by segjobs run held-run (pid {proc.pid}"
+            assert said in err and "may be caught mid-write" in err, err
+            assert any(said in w for w in json.loads(report.read_text())["warnings"])
+    finally:
+        release_holder(proc)
+    assert main(["inspect", "--log-dir", str(logs), "--quiet"]) == 0
+    assert "mid-write" not in capsys.readouterr().err
