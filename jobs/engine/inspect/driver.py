@@ -397,6 +397,10 @@ def _table_row(r: InspectRow) -> dict[str, Any]:
     }
 
 
+#: Warnings the table shows below it, at most (a log dir of thousands of partitions can give as many)
+_WARNINGS_SHOWN = 10
+
+
 def render(report: RunReport, fmt: str, *, layout: str = "auto", width: int | None = None) -> str:
     """The inspect report as text: ``table`` (with each partition's compaction reason and any error below
     it), ``json`` (the whole report, one document) or ``csv`` (every column; arrays space-separated). The table
@@ -439,8 +443,13 @@ def render(report: RunReport, fmt: str, *, layout: str = "auto", width: int | No
             if refused and refused not in (r.compaction_reason or ""):  # (a held compact,delete topic says it already)
                 retention += f"; retention {refused}"
             below.append(f"{name}: {verdict}: {r.compaction_reason}{retention}")
-    if below:
-        lines += ["", *below]
+    # what the run found worth a warning (an active segment's incomplete tail, a stale index, retention's notes, a
+    # lock held): the table has no column for them, and JSON lists them all
+    warned = [f"warning: {w}" for w in report.warnings[:_WARNINGS_SHOWN]]
+    if len(report.warnings) > _WARNINGS_SHOWN:
+        warned.append(f"... and {len(report.warnings) - _WARNINGS_SHOWN} more warning(s) (--format json lists all)")
+    if below or warned:
+        lines += ["", *below, *warned]
     approx = "" if t.exact else " (est.: estimated; --exact counts and measures)"
     held = sum(1 for r in rows if r.retention_refused)
     lines += ["", f"{t.partitions} partition(s), {human_bytes(t.bytes)}; compaction at now selects "

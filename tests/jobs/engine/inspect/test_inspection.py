@@ -568,3 +568,19 @@ def test_inspect_and_a_dry_run_warn_when_the_log_dir_is_locked_by_a_run_at_work(
         release_holder(proc)
     assert main(["inspect", "--log-dir", str(logs), "--quiet"]) == 0
     assert "mid-write" not in capsys.readouterr().err
+
+
+def test_inspect_shows_the_runs_warnings_below_its_table(tmp_path: Path, spark, capsys) -> None:
+    # an active segment cut short was in the JSON report only: the table says nothing of it, compact and retain
+    # show it in their notes
+    from jobs.commands.cli import main
+    from segment_io.layout import segment_file_name
+    from tests.support.retention import RECENT, build_partition
+
+    logs = tmp_path / "logs"
+    build_partition(logs, "t", 0, [[RECENT], [RECENT, RECENT]])
+    active = logs / "t-0" / segment_file_name(1)
+    active.write_bytes(active.read_bytes()[:-10])
+    assert main(["inspect", "--log-dir", str(logs), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert f"warning: {active}: last " in out and "bytes are an incomplete batch" in out, out
