@@ -458,13 +458,13 @@ class Override:
 
 
 def parse_override(text: str) -> Override:
-    """Parse ``TOPIC_GLOB:KEY=VALUE`` (``orders.*:retention.ms=7d``); ``ConfigError`` naming the option."""
+    """Parse ``TOPIC_GLOB:KEY=VALUE`` (``orders*:retention.ms=7d``); ``ConfigError`` naming the option."""
     source = f"{SET_MARK}{text}"
     glob, colon, rest = text.partition(":")
     key, equals, value = rest.partition("=")
     glob, key, value = glob.strip(), key.strip(), value.strip()
     if not colon or not equals or not glob or not key:
-        raise ConfigError(f"{source}: expected TOPIC_GLOB:KEY=VALUE, e.g. 'orders.*:retention.ms=7d'")
+        raise ConfigError(f"{source}: expected TOPIC_GLOB:KEY=VALUE, e.g. 'orders*:retention.ms=7d'")
     problem = validate_glob(glob)
     if problem:
         raise ConfigError(f"{source}: {problem}")
@@ -511,7 +511,7 @@ class ConfigSet:
         try:
             doc = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"{source}: not valid TOML: {e}{_json_hint(text)}") from None
+            raise ConfigError(f"{source}: not valid TOML: {e}{_not_toml_hint(text, source)}") from None
         if text.startswith(IMPORTED_HEADER):  # every entry names where its values came from: the broker
             source += IMPORTED_MARK
         return cls.from_mapping(doc, source=source, overrides=overrides)
@@ -677,8 +677,17 @@ class ConfigSet:
         return warnings
 
 
-def _json_hint(text: str) -> str:
-    """For a topic configuration that is not TOML: when it is JSON (an object), what to give instead."""
+#: A line of ``kafka-configs.sh --describe`` or ``kafka-topics.sh --describe`` output
+_DESCRIBE_LINE = re.compile(r"^(?:(?:All|Dynamic|Default) configs for topic "
+                            r"|Topic: \S+\s+(?:TopicId|PartitionCount): )", re.MULTILINE)
+
+
+def _not_toml_hint(text: str, source: str) -> str:
+    """For a topic configuration that is not TOML: when it is JSON (an object), or what Kafka's describe tools
+    print, what to give instead."""
+    if _DESCRIBE_LINE.search(text):
+        return (f"; it is the output of Kafka's kafka-configs.sh or kafka-topics.sh --describe: `segjobs config "
+                f"import --input {source} --output topics.toml` turns it into the TOML --config reads")
     if not text.lstrip().startswith("{"):
         return ""
     import json

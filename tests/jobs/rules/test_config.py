@@ -475,3 +475,17 @@ def test_a_json_config_is_told_it_is_json_and_what_to_give(tmp_path: Path, text:
     with pytest.raises(ConfigError) as info:
         ConfigSet.load(p)
     assert "JSON" in str(info.value) and "[topics." in str(info.value) and str(p) in str(info.value)
+
+
+@pytest.mark.parametrize("text", [
+    "All configs for topic orders are:\n  cleanup.policy=compact sensitive=false synonyms={}\n",
+    "Topic: orders\tTopicId: abc\tPartitionCount: 1\tReplicationFactor: 1\tConfigs: cleanup.policy=compact\n",
+])
+def test_kafkas_describe_output_given_as_config_is_told_how_to_import_it(tmp_path: Path, text: str) -> None:
+    # it was a bare "not valid TOML: Expected '=' ..."
+    p = tmp_path / "describe.txt"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        ConfigSet.load(p)
+    assert f"it is the output of Kafka's kafka-configs.sh or kafka-topics.sh --describe: `segjobs config import " \
+           f"--input {p} --output topics.toml`" in str(info.value)
