@@ -318,6 +318,12 @@ def partition_tail(pdir: str | os.PathLike, partition: int = 0) -> PartitionTail
                          epochs=epochs, first_offset=listing.segments[0].base_offset, empty_active=empty_active)
 
 
+def _counted(table: pa.Table) -> str:
+    """``30000 records (+93 markers)``: data records and transaction markers counted apart, as the summary does."""
+    markers = int(pa.compute.sum(table["control"]).as_py() or 0)
+    return f"{table.num_rows - markers} records" + (f" (+{markers} markers)" if markers else "")
+
+
 def _write_partition(spec: GenerateSpec, pdir: Path, table: pa.Table, result: GenerateResult,
                      name: str) -> int:
     """Write ``table`` as segments of ``pdir`` (each named by its first offset); returns the bytes written."""
@@ -387,7 +393,7 @@ def generate_log_dir(spec: GenerateSpec, out_dir: str | os.PathLike,
                                                   [(tail.leader_epoch, tail.first_offset)])
                 result.appended.append(name)
                 if progress:
-                    progress(f"{name}: appended {table.num_rows} records at offsets {tail.log_end_offset}.."
+                    progress(f"{name}: appended {_counted(table)} at offsets {tail.log_end_offset}.."
                              f"{tail.log_end_offset + table.num_rows - 1}, {written} bytes")
                 continue
             pdir.mkdir(parents=True, exist_ok=True)
@@ -396,7 +402,7 @@ def generate_log_dir(spec: GenerateSpec, out_dir: str | os.PathLike,
             (pdir / layout.LEADER_EPOCH_CHECKPOINT).write_text("0\n1\n0 0\n")
             log_start[(topic, p)] = 0
             if progress:
-                progress(f"{name}: {table.num_rows} records, {written} bytes")
+                progress(f"{name}: {_counted(table)}, {written} bytes")
     for name, entries in ((layout.LOG_START_OFFSET_CHECKPOINT, log_start), (layout.CLEANER_OFFSET_CHECKPOINT, {})):
         path = out / name
         kept = read_offset_checkpoint(storage, str(path)) if path.exists() else {}

@@ -225,6 +225,16 @@ def test_generate_on_a_filesystem_that_fills_up_is_one_error_line_naming_the_fil
                                                                         f"{small / 'logs'}"), line
 
 
+def test_generate_counts_markers_apart_on_its_partition_lines(tmp_path: Path, capsys) -> None:
+    # they said 'orders-0: 30093 records' for --records 30000, where the total says '(+93 markers)'
+    assert main(["generate", "--out", str(tmp_path / "g"), "--topics", "a", "--partitions", "1", "--records", "1000",
+                 "--transactional", "0.5"]) == 0
+    out, err = capsys.readouterr()
+    err += out
+    line = next(x for x in err.splitlines() if x.strip().startswith("a-0:"))
+    assert line.strip().startswith("a-0: 1000 records (+") and " markers), " in line, line
+
+
 def test_generate_writes_its_topics_config_beside_the_log_dir_and_says_how_to_run(tmp_path: Path, capsys) -> None:
     out = tmp_path / "logs"
     assert main(["generate", "--out", str(out), "--records", "100", "--start", "2026-11-20", "--span", "2d",
