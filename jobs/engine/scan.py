@@ -267,6 +267,37 @@ def _timeindex_ends(storage: Storage, timeindex: FileInfo) -> index_io.TimeIndex
     return index_io.read_time_index(first + last_two, path=timeindex.uri)
 
 
+def newest_record(storage: Storage, listing: PartitionListing) -> int | None:
+    """The newest record timestamp of a partition, cheaply: its last segment holding bytes, dated by its
+    ``.timeindex`` (the last entry a broker wrote: two small reads, or the checked whole of a closed segment's),
+    else by its batch headers; records without timestamps (magic 0) by the file's mtime, as Kafka dates them.
+    None when it holds no record or cannot be read (it then tells nothing)."""
+    segs = [seg for seg in listing.segments if seg.log.size]
+    if not segs:
+        return None
+    seg = segs[-1]
+    active = seg is listing.segments[-1]
+    try:
+        if seg.timeindex is not None and seg.timeindex.size:
+            if active:  # possibly preallocated: only its ends are read, never the whole (up to 10 MB) file
+                entries = _timeindex_ends(storage, seg.timeindex)
+                if entries is not None and len(entries) and int(entries.timestamp[-1]) >= 0:
+                    return int(entries.timestamp[-1])
+            else:
+                following = listing.segments[listing.segments.index(seg) + 1].base_offset
+                largest = _timeindex_largest(storage, seg, following)
+                if largest is not None:
+                    return largest
+        with (nullcontext(storage.read(seg.log.uri)) if active else storage.read_mapped(seg.log.uri)) as data:
+            h = scan_batches(data, path=seg.log.uri, allow_truncated_tail=active)
+    except (SegjobsError, OSError):
+        return None
+    if not len(h):
+        return None
+    biggest = int(h.max_timestamp.max())
+    return biggest if biggest >= 0 else seg.log.mtime_ms
+
+
 def _tail_agrees(storage: Storage, seg: SegmentFiles, largest: int, next_base: int) -> bool:
     """Whether the batches at the end of a closed segment agree with the ``largest`` timestamp its ``.timeindex``
     gives: they frame to the end of the file, lie within its offsets [base offset, ``next_base``) and none has a

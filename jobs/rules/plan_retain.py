@@ -323,18 +323,24 @@ def _percent(fraction: float, limit: float) -> str:
 
 
 def newest_timestamp(states: Iterable[PartitionState]) -> int | None:
-    """The newest record timestamp of the partitions: the log dir's own idea of "now". Records only, never a
-    segment file's mtime (a copy, a backup or a restore gives every file the day it was made); None when no
-    segment read holds a timestamp."""
-    stamps = [s.largest_timestamp for state in states for s in state.segments
-              if s.largest_timestamp is not None and s.largest_timestamp >= 0]
+    """The newest record timestamp of the partitions: the log dir's own idea of "now". Taken from the segments that
+    were read, by their records' timestamps; a segment whose records carry none (magic 0, or -1) by its file's mtime,
+    as Kafka dates it. Never the mtime of a segment that was not read: a copy, a backup or a restore gives every
+    file the day it was made. None when no segment was read."""
+    stamps = [s.effective_largest_timestamp for state in states for s in state.segments if _dated(s)]
     return max(stamps) if stamps else None
+
+
+def _dated(segment: SegmentInfo) -> bool:
+    """Whether the scan read ``segment``'s largest timestamp (from its time index or its batch headers, which give
+    its batch count), rather than dating it by its listing alone; an empty segment holds no record to date."""
+    return bool(segment.size_bytes) and (segment.largest_timestamp is not None or segment.batch_count is not None)
 
 
 def fully_dated(state: PartitionState) -> bool:
     """Whether every segment of ``state`` that holds bytes was read for its largest timestamp (a scan that dates
     a segment by its listing alone, as compaction's selection does the active one, leaves it unread)."""
-    return all(s.largest_timestamp is not None for s in state.segments if s.size_bytes)
+    return all(_dated(s) for s in state.segments if s.size_bytes)
 
 
 def delete_guard(states: Mapping[tuple[str, int], PartitionState],

@@ -24,7 +24,7 @@ from jobs.engine.report.outcomes import (
 from jobs.engine.report.render import describe_retention
 from jobs.engine.report.run_report import Progress, RunReport, listed, refused_note
 from jobs.engine.runtime.seams import FaultHook
-from jobs.engine.scan import PartitionError, PartitionScan, ReportError, ScanItem, scan_partition
+from jobs.engine.scan import PartitionError, PartitionScan, ReportError, ScanItem, newest_record
 from jobs.logdir.commit import Committer
 from jobs.logdir.retention import delete_segments, follow_log_start, purge, raise_log_start_offsets
 from jobs.rules.config import ConfigSet, TopicConfig, never_touched
@@ -454,11 +454,11 @@ def refused_topics(plans: Mapping[TopicPartition, RetentionPlan], *, scans: Mapp
 
 def newest_record_of(storage: Storage, partitions: Mapping[TopicPartition, PartitionListing], *, above: int | None,
                      now_ms: int) -> int | None:
-    """The newest record timestamp of ``partitions``, read from their segments' time indexes and batch headers (a
-    scan at depth ``headers``) where it can be newer than ``above``: a partition whose segment files were all last
-    written at or before ``above`` cannot hold a newer record (producers' clocks aside) and is not read. Stops once
-    a record at or past ``now_ms`` is found (the reference is never later than ``now``). A partition that cannot be
-    read tells nothing. None when none tells."""
+    """The newest record timestamp of ``partitions`` (:func:`~jobs.engine.scan.newest_record`: each one's last
+    segment, by its time index, else its batch headers) where it can be newer than ``above``: a partition whose
+    segment files were all last written at or before ``above`` cannot hold a newer record (producers' clocks
+    aside) and is not read. Stops once a record at or past ``now_ms`` is found (the reference is never later than
+    ``now``). A partition that cannot be read tells nothing. None when none tells."""
     newest = None
     candidates = sorted(((max(seg.log.mtime_ms for seg in pl.segments), k, pl) for k, pl in partitions.items()
                          if pl.segments), key=lambda c: c[0], reverse=True)
@@ -466,8 +466,8 @@ def newest_record_of(storage: Storage, partitions: Mapping[TopicPartition, Parti
         known = max((t for t in (above, newest) if t is not None), default=None)
         if known is not None and written <= known:
             break  # sorted by mtime: none after this one can hold a newer record either
-        scan = scan_partition(storage, pl, depth="headers")
-        if scan.state is not None and (stamp := newest_timestamp([scan.state])) is not None:
+        stamp = newest_record(storage, pl)
+        if stamp is not None:
             newest = stamp if newest is None else max(newest, stamp)
             if newest >= now_ms:
                 break

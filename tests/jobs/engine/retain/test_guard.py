@@ -122,6 +122,26 @@ def test_a_quiet_topic_in_scope_is_judged_by_the_records_of_the_busy_ones_out_of
     assert next(p for p in result.partitions if p.name == "quiet-0").segments_deleted == 5
 
 
+def test_records_without_timestamps_date_their_segments_by_mtime_for_the_reference_too(tmp_path: Path) -> None:
+    """Records that carry no timestamp (-1: up-converted magic 0) are dated by their segment's mtime, by Kafka's
+    retention and so by the reference: a busy topic of them, written a second ago, explains a quiet topic's expired
+    segments (reading records only, the reference fell to the quiet topic's 59-day-old ones: both were refused)."""
+    import os
+
+    logs = tmp_path / "logs"
+    build_partition(logs, "legacy", 0, [[-1]] * 7)
+    segments = sorted((logs / "legacy-0").glob("*.log"))
+    for i, log in enumerate(segments):  # 6 closed segments 30..10 days old, the active one written just now
+        t = NOW - (30 - 4 * i) * DAY if i < len(segments) - 1 else NOW - 1000
+        for f in (logs / "legacy-0").glob(log.stem + ".*"):
+            os.utime(f, ns=(t * 1_000_000, t * 1_000_000))
+    build_partition(logs, "quiet", 0, [[NOW - 60 * DAY]] * 5 + [[NOW - 59 * DAY]])
+    for topics in ((), ("quiet",)):
+        result = retain(logs, dry_run=True, topics=topics)
+        assert result.exit_code == 0 and result.refused_topics == (), result.errors
+        assert next(p for p in result.partitions if p.name == "quiet-0").segments_deleted == 5
+
+
 def test_a_retention_typo_is_refused_against_the_settings_used_before_and_kafkas_defaults(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     busy(logs)
