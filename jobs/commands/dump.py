@@ -149,6 +149,8 @@ def _not_a_batch_start(head: bytes) -> str | None:
     """Why ``head`` (a file's first bytes) cannot start a segment; None when it frames a batch."""
     if len(head) < LOG_OVERHEAD + 5:
         return f"{len(head)} bytes: shorter than a batch header" if head else "empty, and not named .log"
+    if not any(head):  # zeros frame as a tail a broker preallocated, but nothing says a file of them is a segment
+        return "it starts with zero bytes, and is not named .log"
     try:
         scan_batches(head, allow_truncated_tail=True)  # magic and batch length checks, nothing else
     except CorruptRecordError as exc:

@@ -368,6 +368,14 @@ def test_dump_shows_the_batches_before_damage_and_names_each_problem_once(kafka_
             assert err.count("problem: ") == 1 and problem in err, (name, verify, err)
 
 
+def test_dump_of_a_file_of_zeros_not_named_log_exits_2(tmp_path: Path, capsys) -> None:
+    # zeros frame as the tail a broker preallocates, but nothing says a file of them is a segment
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(bytes(4096))
+    assert main(["dump", str(blob)]) == 2
+    assert "it starts with zero bytes, and is not named .log" in capsys.readouterr().err
+
+
 def test_dump_names_a_missing_path(tmp_path: Path, capsys) -> None:
     assert main(["dump", str(tmp_path / "nope")]) == 2
     assert "no such file or directory" in capsys.readouterr().err
