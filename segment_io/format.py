@@ -279,7 +279,8 @@ def zero_tail_error(data: bytes | memoryview | mmap.mmap, pos: int, path: str | 
     all zero, where no incomplete tail is allowed."""
     n = len(data) - pos
     return TruncatedBatchError(f"the last {n} bytes, from byte {pos} to the end, are all zero where a batch should "
-                               f"begin (space a broker preallocated, or a copy taken while it wrote)", path=path,
+                               f"begin (a broker trims a segment to its batches when it rolls it: in a closed segment "
+                               f"they are damage, such as a copy padded out or a lost write)", path=path,
                                position=pos, offset=offset)
 
 

@@ -299,8 +299,9 @@ def partition_tail(pdir: str | os.PathLike, partition: int = 0) -> PartitionTail
     for seg in listing.segments:
         headers = scan_batches(storage.read(seg.log.uri), path=seg.log.uri, allow_truncated_tail=True)
         if headers.truncated_tail:
-            raise ValueError(f"{seg.log.uri}: its last batch is cut short at byte {headers.end}: records cannot be "
-                             f"appended after it")
+            raise ValueError(f"{seg.log.uri}: its last {headers.truncated_tail} bytes from byte {headers.end} are no "
+                             f"whole batch (one cut short, or zeros a broker preallocated): records cannot be "
+                             f"appended after them")
         end = max(end, seg.base_offset)
         if len(headers):
             end = max(end, int(headers.last_offset[-1]) + 1)

@@ -410,7 +410,7 @@ def _local_holder(storage: Storage, log_dir_uri: str, lock_path: str, pid: int |
         if alive is None:
             return (f", according to {uri}, by {holder.describe(since)}, which runs where this host cannot see "
                     f"it"), True
-    return " by a process that is not segjobs" + (f" (pid {pid})" if pid else ""), False
+    return " by a process that is not segjobs" + (f" (pid {pid})" if pid and pid > 0 else ""), False
 
 
 @contextmanager

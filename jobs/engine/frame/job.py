@@ -376,7 +376,7 @@ class JobContext:
         who = writer_at_work(self.storage, self.log_dir, self.seams.clock())
         if who:
             warning = (f"{who}: it may be writing as this run reads, so what this run reads may be caught "
-                       f"mid-write (sizes, records, dirty ratios); run again once it has finished")
+                       f"mid-write (sizes, records, dirty ratios)")
             self.report.warnings.append(warning)
             self.progress.notice(f"warning: {warning}", event="lock.held")
 

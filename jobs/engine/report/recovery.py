@@ -50,7 +50,7 @@ def tally_phrases(t: RecoveryTally) -> list[str]:
         staged = f"{t.staged} staged file(s), {human_bytes(t.staged_bytes)}"
         # (not "rolled back": the groups the run committed before it stopped stay, and no record is lost)
         said.append(f"deleted {staged}" if t.completed or t.rolled_back
-                    else f"discarded uncommitted work (deleted {staged}; the run's finished commits stay)")
+                    else f"discarded uncommitted work (deleted {staged}; what the run committed before stays)")
     if t.temps:
         said.append(f"deleted {t.temps} temporary file(s) of interrupted writes, {human_bytes(t.temp_bytes)}")
     if t.uploads:

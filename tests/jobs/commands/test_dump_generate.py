@@ -142,8 +142,9 @@ def test_generate_append_refuses_a_partition_it_cannot_append_to_before_writing(
     assert main(["generate", "--out", str(out), "--append", "--topics", "orders", "--records", "10", "--quiet",
                  *start]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"segjobs generate: error: --append: {last}: its last batch is cut short at byte ")
-    assert err.endswith("records cannot be appended after it; nothing was written\n")
+    assert err.startswith(f"segjobs generate: error: --append: {last}: its last ")
+    assert "are no whole batch (one cut short, or zeros a broker preallocated)" in err
+    assert err.endswith("records cannot be appended after them; nothing was written\n")
     assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
 
 

@@ -50,10 +50,10 @@ def _expected(log_dir: str) -> str:
     files = [f for f in (Path(work_uri(log_dir)) / PRIVATE_STAGING_DIR / f"{TOPIC}-2").rglob("*") if f.is_file()]
     assert len(files) >= STAGED
     return (f"{TOPIC}-0 completed a compaction commit (1 segment(s) made live, 2 replaced); "
-            f"{TOPIC}-1 discarded uncommitted work (deleted 3 staged file(s), 303 B; the run's finished commits "
-            f"stay); "
+            f"{TOPIC}-1 discarded uncommitted work (deleted 3 staged file(s), 303 B; what the run committed "
+            f"before stays); "
             f"{TOPIC}-2 discarded uncommitted work (deleted {len(files)} staged file(s), "
-            f"{human_bytes(sum(f.stat().st_size for f in files))}; the run's finished commits stay)")
+            f"{human_bytes(sum(f.stat().st_size for f in files))}; what the run committed before stays)")
 
 
 def test_a_job_says_per_partition_what_recovery_completed_or_rolled_back(tmp_path: Path) -> None:
@@ -93,8 +93,8 @@ def test_beyond_the_partition_rows_recovery_is_summed_per_topic(tmp_path: Path) 
     reports = recover_log_dir(storage, str(log_dir), now_ms=int(NOW))
     text = recovered_text(tally_reports(reports, str(log_dir), work_uri(str(log_dir))))
     assert text == ("60 partition(s): orders (40 partition(s)) discarded uncommitted work (deleted 80 staged file(s), "
-                    "40.0 KB; the run's finished commits stay); users (20 partition(s)) discarded uncommitted work "
-                    "(deleted 40 staged file(s), 20.0 KB; the run's finished commits stay)")
+                    "40.0 KB; what the run committed before stays); users (20 partition(s)) discarded uncommitted work "
+                    "(deleted 40 staged file(s), 20.0 KB; what the run committed before stays)")
 
 
 def test_the_python_api_counts_the_partitions_recover_prints(tmp_path: Path) -> None:
