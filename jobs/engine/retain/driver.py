@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from jobs.engine.frame.job import JobContext
 from jobs.engine.frame.planfile import partition_name
@@ -443,35 +443,44 @@ def refused_topics(plans: Mapping[TopicPartition, RetentionPlan], *, scans: Mapp
         # selection sizes from the listing) still tell how recent the log dir is. A newer record there can only
         # lift the reference, so they are read only when a refusal is at stake, and by their records, never
         # their files' mtimes: a copy, a backup or a restore gives every file the day it was made, which let any
-        # --now pass (compact deleted 86% of a compact,delete topic that retain refused at the same --now).
+        # --now pass (compact deleted 86% of a compact,delete topic that retain refused at the same --now). The
+        # refusal is judged again after 1, 2, 4, ... partitions read: reading stops once it is lifted.
         dated = {k for k, scan in scans.items() if scan.state is not None and fully_dated(scan.state)}
         undated = {k: pl for k, pl in listing.partitions.items() if k not in dated}
-        elsewhere = newest_record_of(storage, undated, above=newest, now_ms=now_ms)
-        if elsewhere is not None and (newest is None or elsewhere > newest):
-            refused = judged(elsewhere)
+        judged_at, reads = 1, 0
+        for reads, elsewhere in enumerate(newest_records_of(storage, undated, above=newest, now_ms=now_ms), 1):
+            if reads == judged_at:
+                judged_at *= 2
+                if elsewhere is not None and (newest is None or elsewhere > newest):
+                    refused = judged(elsewhere)
+                    if not refused:
+                        break
+        else:
+            if reads and elsewhere is not None and (newest is None or elsewhere > newest):
+                refused = judged(elsewhere)
     return refused
 
 
-def newest_record_of(storage: Storage, partitions: Mapping[TopicPartition, PartitionListing], *, above: int | None,
-                     now_ms: int) -> int | None:
-    """The newest record timestamp of ``partitions`` (:func:`~jobs.engine.scan.newest_record`: each one's last
-    segment, by its time index, else its batch headers) where it can be newer than ``above``: a partition whose
-    segment files were all last written at or before ``above`` cannot hold a newer record (producers' clocks
-    aside) and is not read. Stops once a record at or past ``now_ms`` is found (the reference is never later than
-    ``now``). A partition that cannot be read tells nothing. None when none tells."""
+def newest_records_of(storage: Storage, partitions: Mapping[TopicPartition, PartitionListing], *,
+                      above: int | None, now_ms: int) -> Iterator[int | None]:
+    """The newest record timestamp of ``partitions`` so far (None while none told one), after each partition read
+    (:func:`~jobs.engine.scan.newest_record`: its last segment, by its time index, else its batch headers), where it
+    can be newer than ``above``: a partition whose segment files were all last written at or before ``above``
+    cannot hold a newer record (producers' clocks aside) and is not read. Stops once a record at or past ``now_ms``
+    is found (the reference is never later than ``now``). A partition that cannot be read tells nothing."""
     newest = None
     candidates = sorted(((max(seg.log.mtime_ms for seg in pl.segments), k, pl) for k, pl in partitions.items()
                          if pl.segments), key=lambda c: c[0], reverse=True)
     for written, _, pl in candidates:
         known = max((t for t in (above, newest) if t is not None), default=None)
         if known is not None and written <= known:
-            break  # sorted by mtime: none after this one can hold a newer record either
+            return  # sorted by mtime: none after this one can hold a newer record either
         stamp = newest_record(storage, pl)
         if stamp is not None:
             newest = stamp if newest is None else max(newest, stamp)
-            if newest >= now_ms:
-                break
-    return newest
+        yield newest
+        if newest is not None and newest >= now_ms:
+            return
 
 
 @dataclass(frozen=True)

@@ -142,6 +142,26 @@ def test_records_without_timestamps_date_their_segments_by_mtime_for_the_referen
         assert next(p for p in result.partitions if p.name == "quiet-0").segments_deleted == 5
 
 
+def test_the_reference_reads_other_partitions_only_until_the_refusal_is_lifted(tmp_path: Path, monkeypatch) -> None:
+    """Routine retention of a quiet compact,delete topic on a copy, beside busy single-segment partitions that
+    compaction's selection does not date: the limit reads one of them, not all 30, on every nightly run."""
+    import jobs.engine.retain.driver as driver
+
+    reads: list[str] = []
+    real = driver.newest_record
+    monkeypatch.setattr(driver, "newest_record", lambda storage, pl: reads.append(pl.topic) or real(storage, pl))
+    logs = tmp_path / "logs"
+    for p in range(30):
+        build_partition(logs, "busy", p, [[NOW - (7 - i) * DAY + 1 for i in range(7)] + [NOW - 60_000]])
+    build_partition(logs, "cd", 0, [[NOW - 40 * DAY]] * 4 + [[NOW - 39 * DAY]])
+    _copied(logs, NOW - 1000)
+    overrides = ("*:retention.ms=7d", "cd:cleanup.policy=compact,delete")
+    result = api.compact(logs, api.CompactOptions(overrides=overrides, progress=None), now=NOW, seams=SEAMS)
+    assert result.exit_code == 0, result.errors
+    assert next(p for p in result.partitions if p.name == "cd-0").retention.segments_deleted == 4
+    assert len(reads) == 1, reads
+
+
 def test_a_retention_typo_is_refused_against_the_settings_used_before_and_kafkas_defaults(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     busy(logs)
