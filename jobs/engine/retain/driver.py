@@ -447,17 +447,17 @@ def refused_topics(plans: Mapping[TopicPartition, RetentionPlan], *, scans: Mapp
         # refusal is judged again after 1, 2, 4, ... partitions read: reading stops once it is lifted.
         dated = {k for k, scan in scans.items() if scan.state is not None and fully_dated(scan.state)}
         undated = {k: pl for k, pl in listing.partitions.items() if k not in dated}
-        judged_at, reads = 1, 0
-        for reads, elsewhere in enumerate(newest_records_of(storage, undated, above=newest, now_ms=now_ms), 1):
+        def lifts(stamp: int | None) -> bool:
+            return stamp is not None and (newest is None or stamp > newest)
+
+        judged_at, last = 1, None
+        for reads, last in enumerate(newest_records_of(storage, undated, above=newest, now_ms=now_ms), 1):
             if reads == judged_at:
                 judged_at *= 2
-                if elsewhere is not None and (newest is None or elsewhere > newest):
-                    refused = judged(elsewhere)
-                    if not refused:
-                        break
-        else:
-            if reads and elsewhere is not None and (newest is None or elsewhere > newest):
-                refused = judged(elsewhere)
+                if lifts(last) and not (refused := judged(last)):
+                    return refused
+        if lifts(last):
+            refused = judged(last)
     return refused
 
 
