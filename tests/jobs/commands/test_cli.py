@@ -485,7 +485,7 @@ def test_ctrl_c_mid_run_lists_the_committed_partitions_and_prints_no_stack(tmp_p
     recover = subprocess.run([sys.executable, "-m", "jobs", "recover", "--log-dir", str(d), "--dry-run"],
                              capture_output=True, text=True, env=env, timeout=120)
     assert recover.returncode == 0 and "compaction commit" not in recover.stdout, recover
-    leftovers = re.findall(r"([a-z]-\d+) rolled back \(deleted \d+ staged file\(s\)", recover.stdout)
+    leftovers = re.findall(r"([a-z]-\d+) discarded uncommitted work \(deleted \d+ staged file\(s\)", recover.stdout)
     recovered = re.search(r"would recover (\d+) of 18 partition\(s\)", recover.stdout)
     assert recovered and int(recovered.group(1)) == len(leftovers), recover.stdout
     assert not set(leftovers) & set(named), (leftovers, named)
