@@ -4,15 +4,19 @@ payloads. Private to :mod:`segment_io.decode` and :mod:`segment_io.compression`.
 Records of a batch lie either in the segment buffer itself (uncompressed batches) or in a buffer of
 decompressed payloads; ``src[b]`` says which (0 segment, 1 decompressed) and ``rstart[b]:rend[b]`` where.
 
-Two passes, so that nothing is allocated from an unchecked length field:
+Each batch is walked twice, so that nothing is written from an unchecked length field:
 
-1. :func:`scan_records` checks every varint and length against its record and batch end, checks that each
-   record's fields use exactly its declared size and that each batch holds exactly its declared number of
-   records, and sums the bytes each output column needs (and, where the processor has the CRC32 instruction,
-   checks each uncompressed batch's CRC just before walking its records).
-2. :func:`fill_records` (or :func:`hash_records`) walks the bytes the scan accepted again and writes straight
-   into buffers preallocated from those sums (checking each length against what is left of its buffer, since
-   mapped bytes can change between the two walks).
+1. a scan (:func:`_scan_batch`) checks every varint and length against its record and batch end, checks that
+   each record's fields use exactly its declared size and that the batch holds exactly its declared number of
+   records, and sums the bytes each output column needs (where the processor has the CRC32 instruction, the
+   batch's CRC is checked just before, which brings it into the cache);
+2. a fill (:func:`_fill_batch`, or :func:`_hash_batch` for the first compaction pass) walks the bytes the scan
+   accepted again and writes the columns, checking each length against what is left of its buffer, since mapped
+   bytes can change between the two walks.
+
+:func:`scan_fill_records` and :func:`scan_hash_records` do both batch by batch, while the batch is in the cache;
+:func:`scan_records` then :func:`fill_records` do each over a whole run, for a run that int32 offsets cannot
+address (the scan's sums say whether its columns can be).
 
 Kernels never raise: they report the first problem in ``err`` as ``[code, batch index, byte position in
 its buffer, record index, offending value]`` and the caller raises the matching exception.
@@ -72,6 +76,8 @@ ERR_CHANGED = 11
 #: a record's offset delta that is negative, does not increase on the record before it, or lies past its batch's
 #: last offset delta (value: the delta)
 ERR_OFFSET_DELTA = 12
+#: the batches hold more records than the caller gave rows for (value: the rows needed): a defect of the caller's
+ERR_ROWS_SHORT = 13
 
 #: Slots of the ``totals`` array :func:`scan_records` fills.
 TOT_RECORDS, TOT_KEY_BYTES, TOT_VALUE_BYTES, TOT_HEADERS, TOT_HKEY_BYTES, TOT_HVALUE_BYTES = range(6)
@@ -258,38 +264,41 @@ def _scan_batch(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.nd
 
 if _crc.HARDWARE:  # the CRC32 instruction compiles only where it is there (see segment_io._crc_kernels)
 
-    @njit(cache=True)
-    def scan_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, rend: np.ndarray,
-                     counts: np.ndarray, last_delta: np.ndarray, crc_start: np.ndarray, crcs: np.ndarray,
-                     long_shift: np.ndarray, short_shift: np.ndarray, totals: np.ndarray, err: np.ndarray) -> bool:
-        """Validating pass over every record of every batch; fills ``totals`` (zeroed by the caller). False (and
-        ``err``) on the first problem.
-
-        First, for each batch ``b`` with ``crcs[b] >= 0`` (one that lies in ``seg``): ``seg[crc_start[b]:rend[b]]``
-        must give the CRC-32C ``crcs[b]``, else ``ERR_CRC`` with the CRC computed as the offending value. The CRC
-        reads the whole batch into the cache and its records are then walked there, instead of being fetched from
-        memory again one record at a time."""
-        for b in range(rstart.shape[0]):
-            if crcs[b] >= 0:
-                actual = _crc.span_crc(seg, crc_start[b], rend[b], long_shift, short_shift)
-                if actual != crcs[b]:
-                    return _fail(err, ERR_CRC, b, crc_start[b], 0, actual)
-            if not _scan_batch(seg, dec, src, rstart, rend, counts, last_delta, b, totals, err):
-                return False
+    @njit(cache=True, inline="always")
+    def _batch_crc_ok(seg: np.ndarray, crc_start: np.ndarray, rend: np.ndarray, crcs: np.ndarray,
+                      long_shift: np.ndarray, short_shift: np.ndarray, b: int, err: np.ndarray) -> bool:
+        """Whether batch ``b`` passes its CRC, where the scan checks it (``crcs[b] >= 0``: one that lies in
+        ``seg``): ``seg[crc_start[b]:rend[b]]`` must give the CRC-32C ``crcs[b]``, else False and ``ERR_CRC`` with
+        the CRC computed as the offending value. The CRC reads the whole batch into the cache, where its records
+        are then walked, instead of being fetched from memory again one record at a time."""
+        if crcs[b] >= 0:
+            actual = _crc.span_crc(seg, crc_start[b], rend[b], long_shift, short_shift)
+            if actual != crcs[b]:
+                return _fail(err, ERR_CRC, b, crc_start[b], 0, actual)
         return True
 
 else:
 
-    @njit(cache=True)
-    def scan_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, rend: np.ndarray,
-                     counts: np.ndarray, last_delta: np.ndarray, crc_start: np.ndarray, crcs: np.ndarray,
-                     long_shift: np.ndarray, short_shift: np.ndarray, totals: np.ndarray, err: np.ndarray) -> bool:
-        """:func:`scan_records` where the processor has no CRC32 instruction: the caller checked every CRC before
-        (``crcs`` is all -1 there)."""
-        for b in range(rstart.shape[0]):
-            if not _scan_batch(seg, dec, src, rstart, rend, counts, last_delta, b, totals, err):
-                return False
+    @njit(cache=True, inline="always")
+    def _batch_crc_ok(seg: np.ndarray, crc_start: np.ndarray, rend: np.ndarray, crcs: np.ndarray,
+                      long_shift: np.ndarray, short_shift: np.ndarray, b: int, err: np.ndarray) -> bool:
+        """Where the processor has no CRC32 instruction the caller checked every CRC before (``crcs`` is all
+        -1 there)."""
         return True
+
+
+@njit(cache=True)
+def scan_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, rend: np.ndarray,
+                 counts: np.ndarray, last_delta: np.ndarray, crc_start: np.ndarray, crcs: np.ndarray,
+                 long_shift: np.ndarray, short_shift: np.ndarray, totals: np.ndarray, err: np.ndarray) -> bool:
+    """Validating pass over every record of every batch, each batch's CRC first (:func:`_batch_crc_ok`); fills
+    ``totals`` (zeroed by the caller). False (and ``err``) on the first problem."""
+    for b in range(rstart.shape[0]):
+        if not _batch_crc_ok(seg, crc_start, rend, crcs, long_shift, short_shift, b, err):
+            return False
+        if not _scan_batch(seg, dec, src, rstart, rend, counts, last_delta, b, totals, err):
+            return False
+    return True
 
 
 @njit(cache=True, inline="always")
@@ -318,7 +327,7 @@ def _copy(typingctx, dst, at, buf, start, n):
 @njit(inline="always")
 def _record_head(buf: np.ndarray, pos: int) -> tuple[int, int, int, int, int]:
     """A record's fields up to its key, read again by the second pass (:func:`fill_records`,
-    :func:`hash_records`): ``(record end, timestamp delta, offset delta, key length, key's first byte)``. The
+    :func:`_hash_batch`): ``(record end, timestamp delta, offset delta, key length, key's first byte)``. The
     last is negative when they are no longer what the scan accepted (mapped bytes that changed in between): a
     record past the bytes, a varint that does not end in its record, a key longer than what is left of it."""
     length, p = _varint(buf, pos, buf.shape[0], _VARINT32_MAX)
@@ -335,6 +344,97 @@ def _record_head(buf: np.ndarray, pos: int) -> tuple[int, int, int, int, int]:
     if p < 0 or klen > rec_end - p:
         return 0, 0, 0, 0, -1
     return rec_end, ts_delta, off_delta, klen, p
+
+
+@njit(cache=True)
+def _fill_batch(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, counts: np.ndarray,
+                base_offset: np.ndarray, last_delta: np.ndarray, base_ts: np.ndarray, max_ts: np.ndarray,
+                log_append: np.ndarray, want_keys: bool, want_values: bool, want_headers: bool, value_refs: bool,
+                offsets: np.ndarray, timestamps: np.ndarray,
+                k_offs: np.ndarray, k_data: np.ndarray, k_valid: np.ndarray,
+                v_offs: np.ndarray, v_data: np.ndarray, v_valid: np.ndarray, v_refs: np.ndarray,
+                h_offs: np.ndarray, hk_offs: np.ndarray, hk_data: np.ndarray,
+                hv_offs: np.ndarray, hv_data: np.ndarray, hv_valid: np.ndarray, err: np.ndarray, b: int,
+                r: int, ko: int, vo: int, h: int, hko: int, hvo: int) -> tuple[bool, int, int, int, int, int, int]:
+    """:func:`fill_records` of batch ``b``, its rows written from row ``r`` on and its binary columns' bytes
+    from ``ko``, ``vo``, header ``h``, ``hko`` and ``hvo`` on: ``(True, and each of those past the batch)``, else
+    ``(False, ...)`` and ``err``."""
+    buf = seg if src[b] == 0 else dec
+    pos = rstart[b]
+    bo = base_offset[b]
+    bts = base_ts[b]
+    append_time = log_append[b]
+    mts = max_ts[b]
+    previous = -1
+    for i in range(counts[b]):
+        rec_end, ts_delta, off_delta, klen, p = _record_head(buf, pos)
+        if p < 0 or _out_of_order(off_delta, previous, last_delta[b]):
+            return _fail(err, ERR_CHANGED, b, pos, i, 0), r, ko, vo, h, hko, hvo
+        previous = off_delta
+        offsets[r] = bo + off_delta
+        timestamps[r] = mts if append_time else bts + ts_delta
+        if want_keys:
+            if klen >= 0:
+                if klen > k_data.shape[0] - ko:
+                    return _fail(err, ERR_CHANGED, b, pos, i, 0), r, ko, vo, h, hko, hvo
+                _copy(k_data, ko, buf, p, klen)
+                ko += klen
+                k_valid[r] = True
+            else:
+                k_valid[r] = False
+            k_offs[r + 1] = ko
+        if klen > 0:
+            p += klen
+        vpos = p
+        vlen, p = _varint(buf, p, rec_end, _VARINT32_MAX)
+        if p < 0 or vlen > rec_end - p:
+            return _fail(err, ERR_CHANGED, b, pos, i, 0), r, ko, vo, h, hko, hvo
+        if value_refs:
+            ref = vpos if src[b] == 0 else vpos - rstart[b]
+            if 0 <= vlen <= REF_MAX_LENGTH and ref <= REF_POSITION_MASK:
+                # the length, for the encoder (VALUE_REF_TYPE)
+                ref |= REF_CARRIES_LENGTH | (vlen + 1) << REF_POSITION_BITS
+            v_refs[r] = ref
+            v_valid[r] = vlen >= 0
+        elif want_values:
+            if vlen >= 0:
+                if vlen > v_data.shape[0] - vo:
+                    return _fail(err, ERR_CHANGED, b, pos, i, 0), r, ko, vo, h, hko, hvo
+                _copy(v_data, vo, buf, p, vlen)
+                vo += vlen
+                v_valid[r] = True
+            else:
+                v_valid[r] = False
+            v_offs[r + 1] = vo
+        if want_headers:
+            hcount, p2 = _varint(buf, p + (vlen if vlen > 0 else 0), rec_end, _VARINT32_MAX)
+            if p2 < 0 or hcount < 0 or hcount > hv_valid.shape[0] - h:
+                return _fail(err, ERR_CHANGED, b, pos, i, 0), r, ko, vo, h, hko, hvo
+            q = p2
+            for _ in range(hcount):
+                hk, q = _varint(buf, q, rec_end, _VARINT32_MAX)
+                if q < 0 or hk < 0 or hk > rec_end - q or hk > hk_data.shape[0] - hko:
+                    return _fail(err, ERR_CHANGED, b, pos, i, 0), r, ko, vo, h, hko, hvo
+                _copy(hk_data, hko, buf, q, hk)
+                hko += hk
+                q += hk
+                hk_offs[h + 1] = hko
+                hv, q = _varint(buf, q, rec_end, _VARINT32_MAX)
+                if q < 0 or hv > rec_end - q or hv > hv_data.shape[0] - hvo:
+                    return _fail(err, ERR_CHANGED, b, pos, i, 0), r, ko, vo, h, hko, hvo
+                if hv >= 0:
+                    _copy(hv_data, hvo, buf, q, hv)
+                    hvo += hv
+                    q += hv
+                    hv_valid[h] = True
+                else:
+                    hv_valid[h] = False
+                hv_offs[h + 1] = hvo
+                h += 1
+            h_offs[r + 1] = h
+        pos = rec_end
+        r += 1
+    return True, r, ko, vo, h, hko, hvo
 
 
 @njit(cache=True)
@@ -359,12 +459,21 @@ def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
     lies, in the segment for an uncompressed batch, else in the batch's decompressed payload (counted from
     the payload's first byte), with the value's length (:data:`segment_io.schema.VALUE_REF_TYPE`), and
     ``v_valid[r]`` says whether the value is non-null."""
-    r = 0
-    ko = 0
-    vo = 0
-    h = 0
-    hko = 0
-    hvo = 0
+    _start_offsets(want_keys, want_values, want_headers, k_offs, v_offs, h_offs, hk_offs, hv_offs)
+    r = ko = vo = h = hko = hvo = 0
+    for b in range(rstart.shape[0]):
+        ok, r, ko, vo, h, hko, hvo = _fill_batch(
+            seg, dec, src, rstart, counts, base_offset, last_delta, base_ts, max_ts, log_append, want_keys,
+            want_values, want_headers, value_refs, offsets, timestamps, k_offs, k_data, k_valid, v_offs, v_data,
+            v_valid, v_refs, h_offs, hk_offs, hk_data, hv_offs, hv_data, hv_valid, err, b, r, ko, vo, h, hko, hvo)
+        if not ok:
+            return False
+    return True
+
+
+@njit(cache=True, inline="always")
+def _start_offsets(want_keys: bool, want_values: bool, want_headers: bool, k_offs: np.ndarray, v_offs: np.ndarray,
+                   h_offs: np.ndarray, hk_offs: np.ndarray, hv_offs: np.ndarray) -> None:
     if want_keys:
         k_offs[0] = 0
     if want_values:
@@ -373,137 +482,177 @@ def fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.n
         h_offs[0] = 0
         hk_offs[0] = 0
         hv_offs[0] = 0
-    for b in range(rstart.shape[0]):
-        buf = seg if src[b] == 0 else dec
-        pos = rstart[b]
-        bo = base_offset[b]
-        bts = base_ts[b]
-        append_time = log_append[b]
-        mts = max_ts[b]
-        previous = -1
-        for i in range(counts[b]):
-            rec_end, ts_delta, off_delta, klen, p = _record_head(buf, pos)
-            if p < 0 or _out_of_order(off_delta, previous, last_delta[b]):
-                return _fail(err, ERR_CHANGED, b, pos, i, 0)
-            previous = off_delta
-            offsets[r] = bo + off_delta
-            timestamps[r] = mts if append_time else bts + ts_delta
-            if want_keys:
-                if klen >= 0:
-                    if klen > k_data.shape[0] - ko:
-                        return _fail(err, ERR_CHANGED, b, pos, i, 0)
-                    _copy(k_data, ko, buf, p, klen)
-                    ko += klen
-                    k_valid[r] = True
-                else:
-                    k_valid[r] = False
-                k_offs[r + 1] = ko
-            if klen > 0:
-                p += klen
-            vpos = p
-            vlen, p = _varint(buf, p, rec_end, _VARINT32_MAX)
-            if p < 0 or vlen > rec_end - p:
-                return _fail(err, ERR_CHANGED, b, pos, i, 0)
-            if value_refs:
-                ref = vpos if src[b] == 0 else vpos - rstart[b]
-                if 0 <= vlen <= REF_MAX_LENGTH and ref <= REF_POSITION_MASK:
-                    # the length, for the encoder (VALUE_REF_TYPE)
-                    ref |= REF_CARRIES_LENGTH | (vlen + 1) << REF_POSITION_BITS
-                v_refs[r] = ref
-                v_valid[r] = vlen >= 0
-            elif want_values:
-                if vlen >= 0:
-                    if vlen > v_data.shape[0] - vo:
-                        return _fail(err, ERR_CHANGED, b, pos, i, 0)
-                    _copy(v_data, vo, buf, p, vlen)
-                    vo += vlen
-                    v_valid[r] = True
-                else:
-                    v_valid[r] = False
-                v_offs[r + 1] = vo
-            if want_headers:
-                hcount, p2 = _varint(buf, p + (vlen if vlen > 0 else 0), rec_end, _VARINT32_MAX)
-                if p2 < 0 or hcount < 0 or hcount > hv_valid.shape[0] - h:
-                    return _fail(err, ERR_CHANGED, b, pos, i, 0)
-                q = p2
-                for _ in range(hcount):
-                    hk, q = _varint(buf, q, rec_end, _VARINT32_MAX)
-                    if q < 0 or hk < 0 or hk > rec_end - q or hk > hk_data.shape[0] - hko:
-                        return _fail(err, ERR_CHANGED, b, pos, i, 0)
-                    _copy(hk_data, hko, buf, q, hk)
-                    hko += hk
-                    q += hk
-                    hk_offs[h + 1] = hko
-                    hv, q = _varint(buf, q, rec_end, _VARINT32_MAX)
-                    if q < 0 or hv > rec_end - q or hv > hv_data.shape[0] - hvo:
-                        return _fail(err, ERR_CHANGED, b, pos, i, 0)
-                    if hv >= 0:
-                        _copy(hv_data, hvo, buf, q, hv)
-                        hvo += hv
-                        q += hv
-                        hv_valid[h] = True
-                    else:
-                        hv_valid[h] = False
-                    hv_offs[h + 1] = hvo
-                    h += 1
-                h_offs[r + 1] = h
-            pos = rec_end
-            r += 1
-    return True
+
+
+#: Slots of the ``at`` array :func:`scan_fill_records` fills: how much of each output it wrote (rows; key bytes;
+#: value bytes; headers; header key bytes; header value bytes).
+AT_ROWS, AT_KEY_BYTES, AT_VALUE_BYTES, AT_HEADERS, AT_HKEY_BYTES, AT_HVALUE_BYTES = range(6)
 
 
 @njit(cache=True)
-def hash_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, counts: np.ndarray,
-                 base_offset: np.ndarray, last_delta: np.ndarray, base_ts: np.ndarray, max_ts: np.ndarray,
-                 log_append: np.ndarray, control: np.ndarray, offsets: np.ndarray, timestamps: np.ndarray,
-                 key_hi: np.ndarray, key_lo: np.ndarray, key_null: np.ndarray, value_null: np.ndarray,
-                 control_type: np.ndarray, err: np.ndarray) -> bool:
-    """Second pass for the first compaction pass: offsets, timestamps, key hashes, null flags and control
-    types, without copying keys or values. False (and ``err``) when a control record's key is not a control
-    key (:func:`control_key_type`), or when a record is no longer what the scan accepted (see
+def _grown(a: np.ndarray, used: int, size: int) -> np.ndarray:
+    """A buffer of ``size`` entries holding the first ``used`` of ``a``."""
+    out = np.empty(size, a.dtype)
+    out[:used] = a[:used]
+    return out
+
+
+@njit(cache=True, inline="always")
+def _room_for(need: int, capacity: int, done: int, room: int, most: int) -> int:
+    """The size a buffer that must hold ``need`` entries grows to: what the batches so far (``done`` of the run's
+    ``room`` bytes) need per byte, for the whole run; at least double, at most ``most``, never less than
+    ``need``."""
+    per_byte = need * room // max(done, 1)
+    return max(need, min(max(2 * capacity, per_byte), most))
+
+
+@njit(cache=True)
+def scan_fill_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, rend: np.ndarray,
+                      counts: np.ndarray, base_offset: np.ndarray, last_delta: np.ndarray, base_ts: np.ndarray,
+                      max_ts: np.ndarray, log_append: np.ndarray, crc_start: np.ndarray, crcs: np.ndarray,
+                      long_shift: np.ndarray, short_shift: np.ndarray,
+                      want_keys: bool, want_values: bool, want_headers: bool, value_refs: bool,
+                      offsets: np.ndarray, timestamps: np.ndarray,
+                      k_offs: np.ndarray, k_data: np.ndarray, k_valid: np.ndarray,
+                      v_offs: np.ndarray, v_data: np.ndarray, v_valid: np.ndarray, v_refs: np.ndarray,
+                      h_offs: np.ndarray, hk_offs: np.ndarray, hk_data: np.ndarray,
+                      hv_offs: np.ndarray, hv_data: np.ndarray, hv_valid: np.ndarray,
+                      room: int, at: np.ndarray, err: np.ndarray
+                      ) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                 np.ndarray]:
+    """:func:`scan_records` and :func:`fill_records` batch by batch: each batch's CRC, scan and fill while its bytes
+    are in the cache (the two passes over a whole run fetch every record from memory twice, one dependent load
+    after the other). ``room``: the run's record bytes (``rend - rstart`` summed), which int32 offsets address.
+
+    The record columns (``offsets`` ...) must have a row for every record the batches hold. The buffers of the
+    binary columns may be short: before a batch is filled, its scan's sums are checked against what is left of each,
+    and one that is short grows (:func:`_room_for`; at most ``room``, header counts at most half of it). Returns
+    ``(ok, k_data, v_data, hk_offs, hk_data, hv_offs, hv_data, hv_valid)``, the buffers as they are at the end, and
+    fills ``at`` with how much of each output was written; ``ok`` is False (and ``err``) on the scan's first
+    problem, :data:`ERR_CHANGED` from a fill (the bytes changed between the batch's scan and its fill), or
+    :data:`ERR_ROWS_SHORT`."""
+    _start_offsets(want_keys, want_values, want_headers, k_offs, v_offs, h_offs, hk_offs, hv_offs)
+    sums = np.zeros(6, np.int64)
+    r = ko = vo = h = hko = hvo = done = 0
+    ok = True
+    for b in range(rstart.shape[0]):
+        if not _batch_crc_ok(seg, crc_start, rend, crcs, long_shift, short_shift, b, err):
+            ok = False
+            break
+        sums[:] = 0
+        if not _scan_batch(seg, dec, src, rstart, rend, counts, last_delta, b, sums, err):
+            ok = False
+            break
+        done += rend[b] - rstart[b]
+        if r + sums[TOT_RECORDS] > offsets.shape[0]:
+            ok = _fail(err, ERR_ROWS_SHORT, b, rstart[b], 0, r + sums[TOT_RECORDS])
+            break
+        if want_keys and ko + sums[TOT_KEY_BYTES] > k_data.shape[0]:
+            k_data = _grown(k_data, ko, _room_for(ko + sums[TOT_KEY_BYTES], k_data.shape[0], done, room, room))
+        if want_values and vo + sums[TOT_VALUE_BYTES] > v_data.shape[0]:
+            v_data = _grown(v_data, vo, _room_for(vo + sums[TOT_VALUE_BYTES], v_data.shape[0], done, room, room))
+        if want_headers and h + sums[TOT_HEADERS] > hv_valid.shape[0]:
+            size = _room_for(h + sums[TOT_HEADERS], hv_valid.shape[0], done, room, room // 2)
+            hv_valid = _grown(hv_valid, h, size)
+            hk_offs = _grown(hk_offs, h + 1, size + 1)
+            hv_offs = _grown(hv_offs, h + 1, size + 1)
+        if want_headers and hko + sums[TOT_HKEY_BYTES] > hk_data.shape[0]:
+            hk_data = _grown(hk_data, hko, _room_for(hko + sums[TOT_HKEY_BYTES], hk_data.shape[0], done, room, room))
+        if want_headers and hvo + sums[TOT_HVALUE_BYTES] > hv_data.shape[0]:
+            hv_data = _grown(hv_data, hvo,
+                             _room_for(hvo + sums[TOT_HVALUE_BYTES], hv_data.shape[0], done, room, room))
+        ok, r, ko, vo, h, hko, hvo = _fill_batch(
+            seg, dec, src, rstart, counts, base_offset, last_delta, base_ts, max_ts, log_append, want_keys,
+            want_values, want_headers, value_refs, offsets, timestamps, k_offs, k_data, k_valid, v_offs, v_data,
+            v_valid, v_refs, h_offs, hk_offs, hk_data, hv_offs, hv_data, hv_valid, err, b, r, ko, vo, h, hko, hvo)
+        if not ok:
+            break
+    at[AT_ROWS], at[AT_KEY_BYTES], at[AT_VALUE_BYTES] = r, ko, vo
+    at[AT_HEADERS], at[AT_HKEY_BYTES], at[AT_HVALUE_BYTES] = h, hko, hvo
+    return ok, k_data, v_data, hk_offs, hk_data, hv_offs, hv_data, hv_valid
+
+
+@njit(cache=True)
+def _hash_batch(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, counts: np.ndarray,
+                base_offset: np.ndarray, last_delta: np.ndarray, base_ts: np.ndarray, max_ts: np.ndarray,
+                log_append: np.ndarray, control: np.ndarray, offsets: np.ndarray, timestamps: np.ndarray,
+                key_hi: np.ndarray, key_lo: np.ndarray, key_null: np.ndarray, value_null: np.ndarray,
+                control_type: np.ndarray, err: np.ndarray, b: int, r: int) -> tuple[bool, int]:
+    """The first compaction pass's columns of batch ``b``, which :func:`_scan_batch` accepted: offsets,
+    timestamps, key hashes, null flags and control types, without copying keys or values, its rows written from row
+    ``r`` on: ``(True, the row after them)``. ``(False, ...)`` and ``err`` when a control record's key is not a
+    control key (:func:`control_key_type`), or when a record is no longer what the scan accepted (see
     :func:`fill_records`)."""
+    buf = seg if src[b] == 0 else dec
+    pos = rstart[b]
+    bo = base_offset[b]
+    bts = base_ts[b]
+    append_time = log_append[b]
+    mts = max_ts[b]
+    is_control = control[b]
+    previous = -1
+    for i in range(counts[b]):
+        rec_end, ts_delta, off_delta, klen, p = _record_head(buf, pos)
+        if p < 0 or _out_of_order(off_delta, previous, last_delta[b]):
+            return _fail(err, ERR_CHANGED, b, pos, i, 0), r
+        previous = off_delta
+        offsets[r] = bo + off_delta
+        timestamps[r] = mts if append_time else bts + ts_delta
+        if klen >= 0:
+            hi, lo = murmur3_128(buf, p, klen)
+            key_hi[r] = hi
+            key_lo[r] = lo
+            key_null[r] = False
+        else:
+            key_hi[r] = 0
+            key_lo[r] = 0
+            key_null[r] = True
+        if is_control:
+            ctype = control_key_type(buf, p, klen)
+            if ctype == CONTROL_KEY_SHORT:
+                return _fail(err, ERR_CONTROL_KEY, b, pos, i, klen), r
+            if ctype == CONTROL_KEY_NEGATIVE_VERSION:
+                return _fail(err, ERR_CONTROL_VERSION, b, pos, i, _int16(buf, p)), r
+            control_type[r] = np.int16(ctype)
+        else:
+            control_type[r] = -1
+        if klen > 0:
+            p += klen
+        vlen, p = _varint(buf, p, rec_end, _VARINT32_MAX)
+        value_null[r] = vlen < 0
+        pos = rec_end
+        r += 1
+    return True, r
+
+
+@njit(cache=True)
+def scan_hash_records(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, rend: np.ndarray,
+                      counts: np.ndarray, base_offset: np.ndarray, last_delta: np.ndarray, base_ts: np.ndarray,
+                      max_ts: np.ndarray, log_append: np.ndarray, control: np.ndarray, crc_start: np.ndarray,
+                      crcs: np.ndarray, long_shift: np.ndarray, short_shift: np.ndarray, offsets: np.ndarray,
+                      timestamps: np.ndarray, key_hi: np.ndarray, key_lo: np.ndarray, key_null: np.ndarray,
+                      value_null: np.ndarray, control_type: np.ndarray, err: np.ndarray) -> int:
+    """:func:`scan_records` and :func:`_hash_batch` batch by batch, as :func:`scan_fill_records` does them: every
+    column has one entry a record, so the caller sizes them for the records the batches declare (as far as
+    their bytes hold them) and nothing grows. The rows written, else -1 (and ``err``, :data:`ERR_ROWS_SHORT` among
+    its codes)."""
+    sums = np.zeros(6, np.int64)
     r = 0
     for b in range(rstart.shape[0]):
-        buf = seg if src[b] == 0 else dec
-        pos = rstart[b]
-        bo = base_offset[b]
-        bts = base_ts[b]
-        append_time = log_append[b]
-        mts = max_ts[b]
-        is_control = control[b]
-        previous = -1
-        for i in range(counts[b]):
-            rec_end, ts_delta, off_delta, klen, p = _record_head(buf, pos)
-            if p < 0 or _out_of_order(off_delta, previous, last_delta[b]):
-                return _fail(err, ERR_CHANGED, b, pos, i, 0)
-            previous = off_delta
-            offsets[r] = bo + off_delta
-            timestamps[r] = mts if append_time else bts + ts_delta
-            if klen >= 0:
-                hi, lo = murmur3_128(buf, p, klen)
-                key_hi[r] = hi
-                key_lo[r] = lo
-                key_null[r] = False
-            else:
-                key_hi[r] = 0
-                key_lo[r] = 0
-                key_null[r] = True
-            if is_control:
-                ctype = control_key_type(buf, p, klen)
-                if ctype == CONTROL_KEY_SHORT:
-                    return _fail(err, ERR_CONTROL_KEY, b, pos, i, klen)
-                if ctype == CONTROL_KEY_NEGATIVE_VERSION:
-                    return _fail(err, ERR_CONTROL_VERSION, b, pos, i, _int16(buf, p))
-                control_type[r] = np.int16(ctype)
-            else:
-                control_type[r] = -1
-            if klen > 0:
-                p += klen
-            vlen, p = _varint(buf, p, rec_end, _VARINT32_MAX)
-            value_null[r] = vlen < 0
-            pos = rec_end
-            r += 1
-    return True
+        if not _batch_crc_ok(seg, crc_start, rend, crcs, long_shift, short_shift, b, err):
+            return -1
+        sums[:] = 0
+        if not _scan_batch(seg, dec, src, rstart, rend, counts, last_delta, b, sums, err):
+            return -1
+        if r + sums[TOT_RECORDS] > offsets.shape[0]:
+            _fail(err, ERR_ROWS_SHORT, b, rstart[b], 0, r + sums[TOT_RECORDS])
+            return -1
+        ok, r = _hash_batch(seg, dec, src, rstart, counts, base_offset, last_delta, base_ts, max_ts, log_append,
+                            control, offsets, timestamps, key_hi, key_lo, key_null, value_null, control_type, err,
+                            b, r)
+        if not ok:
+            return -1
+    return r
 
 
 # --------------------------------------------------------------------------------------------------

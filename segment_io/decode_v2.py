@@ -360,15 +360,23 @@ def _raise_kernel_error(seg: SegmentBytes, inp: _V2Input, err: np.ndarray) -> No
     raise seg.error(cls, f"{detail} (record {record}, {where})", int(inp.batches[i]))
 
 
+def _crc_starts(inp: _V2Input) -> np.ndarray:
+    """Where each batch's CRC starts (only read for the batches whose CRC the scan checks)."""
+    return inp.rstart - (V2_HEADER_SIZE - V2_CRC_START)
+
+
+def _raise_scan_error(seg: SegmentBytes, inp: _V2Input, err: np.ndarray) -> None:
+    if err[0] == K.ERR_CRC:
+        raise crc_mismatch(seg, int(inp.batches[err[1]]), int(err[4]))
+    _raise_kernel_error(seg, inp, err)
+
+
 def _scan(seg: SegmentBytes, inp: _V2Input) -> np.ndarray:
     totals = np.zeros(6, dtype=np.int64)
     err = np.zeros(5, dtype=np.int64)
-    crc_start = inp.rstart - (V2_HEADER_SIZE - V2_CRC_START)  # only read for the batches whose CRC the scan checks
     if not K.scan_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.rend, inp.counts, _last_deltas(seg, inp),
-                          crc_start, inp.crcs, LONG_SHIFT, SHORT_SHIFT, totals, err):
-        if err[0] == K.ERR_CRC:
-            raise crc_mismatch(seg, int(inp.batches[err[1]]), int(err[4]))
-        _raise_kernel_error(seg, inp, err)
+                          _crc_starts(inp), inp.crcs, LONG_SHIFT, SHORT_SHIFT, totals, err):
+        _raise_scan_error(seg, inp, err)
     return totals
 
 
@@ -420,7 +428,31 @@ def _fits_int32(*sizes: int) -> bool:
 
 
 def _fields(seg: SegmentBytes, inp: _V2Input, names: set[str]) -> _Fields | None:
-    """The record fields of one run of v2 batches; None when a binary column would overflow int32 offsets."""
+    """The record fields of one run of v2 batches, in one pass where int32 offsets address the run's bytes;
+    None when a binary column would overflow int32 offsets."""
+    room = int(np.maximum(inp.rend - inp.rstart, 0).sum())  # the records' bytes: no column needs more
+    if _fits_int32(room):
+        return _fields_in_one_pass(seg, inp, names, room)
+    return _fields_in_two_passes(seg, inp, names)
+
+
+def _alloc(wanted: bool, size: int, dtype: type) -> np.ndarray:
+    return np.empty(size if wanted else 0, dtype=dtype)
+
+
+def _batch_fields(seg: SegmentBytes, inp: _V2Input) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                               np.ndarray]:
+    """What the fill kernels read of each batch of the run: its base offset, last offset delta, base and max
+    timestamps, and whether its timestamps are log-append time."""
+    hdr, batches = seg.hdr, inp.batches
+    return (hdr.base_offset[batches], _last_deltas(seg, inp), hdr.base_timestamp[batches],
+            hdr.max_timestamp[batches], _log_append(hdr, batches))
+
+
+def _fields_in_two_passes(seg: SegmentBytes, inp: _V2Input, names: set[str]) -> _Fields | None:
+    """:func:`_fields` by a scan of the whole run (:func:`K.scan_records`), then its fill into buffers of the sizes
+    the scan found (:func:`K.fill_records`): for a run whose bytes int32 offsets cannot address, whose columns may
+    still fit."""
     totals = _scan(seg, inp)
     n = int(totals[K.TOT_RECORDS])
     h = int(totals[K.TOT_HEADERS])
@@ -428,26 +460,20 @@ def _fields(seg: SegmentBytes, inp: _V2Input, names: set[str]) -> _Fields | None
                        int(totals[K.TOT_HKEY_BYTES]), int(totals[K.TOT_HVALUE_BYTES])):
         return None
     want_k, want_v, want_h = "key" in names, "value" in names, "headers" in names
-
-    def alloc(wanted: bool, size: int, dtype: type) -> np.ndarray:
-        return np.empty(size if wanted else 0, dtype=dtype)
-
-    hdr, batches = seg.hdr, inp.batches
     refs = want_v and seg.value_refs
     copy_v = want_v and not refs
-    f = _Fields(batches, inp.counts, h, np.empty(n, np.int64), np.empty(n, np.int64),
-                alloc(want_k, n + 1, np.int32), alloc(want_k, int(totals[K.TOT_KEY_BYTES]), np.uint8),
-                alloc(want_k, n, np.bool_),
-                alloc(copy_v, n + 1, np.int32), alloc(copy_v, int(totals[K.TOT_VALUE_BYTES]), np.uint8),
-                alloc(want_v, n, np.bool_), alloc(refs, n, np.int64),
-                alloc(want_h, n + 1, np.int32),
-                alloc(want_h, h + 1, np.int32), alloc(want_h, int(totals[K.TOT_HKEY_BYTES]), np.uint8),
-                alloc(want_h, h + 1, np.int32), alloc(want_h, int(totals[K.TOT_HVALUE_BYTES]), np.uint8),
-                alloc(want_h, h, np.bool_))
+    f = _Fields(inp.batches, inp.counts, h, np.empty(n, np.int64), np.empty(n, np.int64),
+                _alloc(want_k, n + 1, np.int32), _alloc(want_k, int(totals[K.TOT_KEY_BYTES]), np.uint8),
+                _alloc(want_k, n, np.bool_),
+                _alloc(copy_v, n + 1, np.int32), _alloc(copy_v, int(totals[K.TOT_VALUE_BYTES]), np.uint8),
+                _alloc(want_v, n, np.bool_), _alloc(refs, n, np.int64),
+                _alloc(want_h, n + 1, np.int32),
+                _alloc(want_h, h + 1, np.int32), _alloc(want_h, int(totals[K.TOT_HKEY_BYTES]), np.uint8),
+                _alloc(want_h, h + 1, np.int32), _alloc(want_h, int(totals[K.TOT_HVALUE_BYTES]), np.uint8),
+                _alloc(want_h, h, np.bool_))
     err = np.zeros(5, dtype=np.int64)
-    if not K.fill_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.counts, hdr.base_offset[batches],
-                          _last_deltas(seg, inp), hdr.base_timestamp[batches], hdr.max_timestamp[batches],
-                          _log_append(hdr, batches),
+    base, last, base_ts, max_ts, log_append = _batch_fields(seg, inp)
+    if not K.fill_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.counts, base, last, base_ts, max_ts, log_append,
                           want_k, copy_v, want_h, refs, f.offsets, f.timestamps, f.k_offs, f.k_data, f.k_valid,
                           f.v_offs, f.v_data, f.v_valid, f.v_refs, f.h_offs, f.hk_offs, f.hk_data, f.hv_offs,
                           f.hv_data, f.hv_valid, err):
@@ -455,6 +481,53 @@ def _fields(seg: SegmentBytes, inp: _V2Input, names: set[str]) -> _Fields | None
     if refs and seg.payloads is not None and len(inp.dec):
         _offer_payloads(seg, inp)
     return f
+
+
+#: The fewest bytes a v2 record takes: its length, attributes, timestamp delta, offset delta, key length, value
+#: length and header count, one byte each.
+_MIN_RECORD_BYTES = 7
+
+
+def _fields_in_one_pass(seg: SegmentBytes, inp: _V2Input, names: set[str], room: int) -> _Fields:
+    """:func:`_fields` with each batch's CRC, scan and fill in one compiled walk (:func:`K.scan_fill_records`),
+    for a run of ``room`` record bytes, which int32 offsets address. The per-record columns have a row for each
+    record the batches declare (as far as their bytes can hold them); the binary columns' buffers start empty
+    (copied values: at ``room``), grow in the walk as batches need, and are cut to what was written."""
+    want_k, want_v, want_h = "key" in names, "value" in names, "headers" in names
+    refs = want_v and seg.value_refs
+    copy_v = want_v and not refs
+    # (a count past what its bytes hold, or a negative one, is the scan's to report before anything is written)
+    n = int(np.minimum(np.maximum(inp.counts, 0), np.maximum(inp.rend - inp.rstart, 0) // _MIN_RECORD_BYTES).sum())
+    offsets, timestamps = np.empty(n, np.int64), np.empty(n, np.int64)
+    k_offs, k_valid = _alloc(want_k, n + 1, np.int32), _alloc(want_k, n, np.bool_)
+    v_offs, v_valid, v_refs = _alloc(copy_v, n + 1, np.int32), _alloc(want_v, n, np.bool_), _alloc(refs, n, np.int64)
+    h_offs = _alloc(want_h, n + 1, np.int32)
+    at, err = np.zeros(6, np.int64), np.zeros(5, np.int64)
+    base, last, base_ts, max_ts, log_append = _batch_fields(seg, inp)
+    ok, k_data, v_data, hk_offs, hk_data, hv_offs, hv_data, hv_valid = K.scan_fill_records(
+        seg.arr, inp.dec, inp.src, inp.rstart, inp.rend, inp.counts, base, last, base_ts, max_ts, log_append,
+        _crc_starts(inp), inp.crcs, LONG_SHIFT, SHORT_SHIFT, want_k, copy_v, want_h, refs, offsets, timestamps,
+        k_offs, _alloc(want_k, 0, np.uint8), k_valid, v_offs, _alloc(copy_v, room, np.uint8), v_valid, v_refs,
+        h_offs, _alloc(want_h, 1, np.int32), _alloc(want_h, 0, np.uint8), _alloc(want_h, 1, np.int32),
+        _alloc(want_h, 0, np.uint8), _alloc(want_h, 0, np.bool_), room, at, err)
+    if not ok:
+        if err[0] == K.ERR_ROWS_SHORT:
+            raise RuntimeError(f"batch {err[1]} of a run needs {err[4]} rows of the {n} its batches declare")
+        _raise_scan_error(seg, inp, err)
+    h = int(at[K.AT_HEADERS])
+    if refs and seg.payloads is not None and len(inp.dec):
+        _offer_payloads(seg, inp)
+    return _Fields(inp.batches, inp.counts, h, offsets, timestamps, k_offs, _cut(k_data, at[K.AT_KEY_BYTES]), k_valid,
+                   v_offs, _cut(v_data, at[K.AT_VALUE_BYTES]), v_valid, v_refs, h_offs, _cut(hk_offs, h + 1),
+                   _cut(hk_data, at[K.AT_HKEY_BYTES]), _cut(hv_offs, h + 1), _cut(hv_data, at[K.AT_HVALUE_BYTES]),
+                   _cut(hv_valid, h))
+
+
+def _cut(buffer: np.ndarray, used: int) -> np.ndarray:
+    """The part of a grown buffer that was written (a buffer of a column not asked for stays empty): a view, so the
+    buffer's unwritten end stays allocated with it (little: a buffer grows to what the run needs per byte so far,
+    which it rarely passes by much, or doubles)."""
+    return buffer[:int(used)] if len(buffer) else buffer
 
 
 def _joined_offsets(parts: list[np.ndarray]) -> np.ndarray:
@@ -638,18 +711,18 @@ def _key_hash_piece(piece: _Piece) -> pa.Table:
     err = np.zeros(5, dtype=np.int64)
     at = 0
     for inp in piece.runs():
-        m = int(_scan(seg, inp)[K.TOT_RECORDS])
-        if at + m > n:  # the scan holds a run to its batches' counts, so the rows fit; the kernel checks no bound
-            raise RuntimeError(f"a run of {m} records past the {n - at} left of its piece's {n}")
         rb = inp.batches
-        rows = {name: values[at:at + m] for name, values in out.items()}
-        if not K.hash_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.counts, hdr.base_offset[rb],
-                              _last_deltas(seg, inp), hdr.base_timestamp[rb], hdr.max_timestamp[rb],
-                              _log_append(hdr, rb),
-                              (hdr.attributes[rb] & ATTR_CONTROL) != 0,
-                              rows["offset"], rows["timestamp"], rows["key_hash_hi"], rows["key_hash_lo"],
-                              rows["key_is_null"], rows["value_is_null"], rows["control_type"], err):
-            _raise_kernel_error(seg, inp, err)
+        rows = {name: values[at:] for name, values in out.items()}
+        base, last, base_ts, max_ts, log_append = _batch_fields(seg, inp)
+        m = K.scan_hash_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.rend, inp.counts, base, last, base_ts,
+                                max_ts, log_append, (hdr.attributes[rb] & ATTR_CONTROL) != 0, _crc_starts(inp),
+                                inp.crcs, LONG_SHIFT, SHORT_SHIFT, rows["offset"], rows["timestamp"],
+                                rows["key_hash_hi"], rows["key_hash_lo"], rows["key_is_null"], rows["value_is_null"],
+                                rows["control_type"], err)
+        if m < 0 and err[0] == K.ERR_ROWS_SHORT:
+            raise RuntimeError(f"a run of {err[4]} records past the {n - at} left of its piece's {n}")
+        if m < 0:
+            _raise_scan_error(seg, inp, err)
         at += m
     if at != n:
         raise RuntimeError(f"{at} records read in runs of a piece whose batches declare {n}")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+import pytest
+
 from segment_io.encode import encode_batches
 from segment_io.errors import CorruptRecordError
 from segment_io.format import scan_batches
@@ -59,3 +61,13 @@ def backwards_offsets(partition_dir: Path, *, overlap: bool = False,
     for suffix in (".index", ".timeindex"):  # empty indexes: a broker's loader rebuilds them, as segjobs does
         (partition_dir / segment_file_name(0, suffix)).write_bytes(b"")
     return segment, len(head), 3 if overlap else 0
+
+
+def walk_in_two_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the decode walk every run of v2 batches as it walks one that one pass cannot address: a scan of the
+    whole run, then its fill (``decode_v2._fields_in_two_passes``), the reference the one-pass walk is held to and
+    the walk with a window between a batch's scan and its fill."""
+    from segment_io import decode_v2
+
+    monkeypatch.setattr(decode_v2, "_fields_in_one_pass",
+                        lambda seg, inp, names, room: decode_v2._fields_in_two_passes(seg, inp, names))
