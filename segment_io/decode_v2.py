@@ -488,6 +488,13 @@ def _fields_in_two_passes(seg: SegmentBytes, inp: _V2Input, names: set[str]) -> 
 _MIN_RECORD_BYTES = 7
 
 
+def _declared_rows(inp: _V2Input) -> int:
+    """The records the run's batches declare, each batch's count as far as its bytes can hold that many: a count
+    past that (or a negative one) is the scan's to report, before anything is written for its batch, and must not
+    size an allocation first."""
+    return int(np.minimum(np.maximum(inp.counts, 0), np.maximum(inp.rend - inp.rstart, 0) // _MIN_RECORD_BYTES).sum())
+
+
 def _fields_in_one_pass(seg: SegmentBytes, inp: _V2Input, names: set[str], room: int) -> _Fields:
     """:func:`_fields` with each batch's CRC, scan and fill in one compiled walk (:func:`K.scan_fill_records`),
     for a run of ``room`` record bytes, which int32 offsets address. The per-record columns have a row for each
@@ -496,8 +503,7 @@ def _fields_in_one_pass(seg: SegmentBytes, inp: _V2Input, names: set[str], room:
     want_k, want_v, want_h = "key" in names, "value" in names, "headers" in names
     refs = want_v and seg.value_refs
     copy_v = want_v and not refs
-    # (a count past what its bytes hold, or a negative one, is the scan's to report before anything is written)
-    n = int(np.minimum(np.maximum(inp.counts, 0), np.maximum(inp.rend - inp.rstart, 0) // _MIN_RECORD_BYTES).sum())
+    n = _declared_rows(inp)
     offsets, timestamps = np.empty(n, np.int64), np.empty(n, np.int64)
     k_offs, k_valid = _alloc(want_k, n + 1, np.int32), _alloc(want_k, n, np.bool_)
     v_offs, v_valid, v_refs = _alloc(copy_v, n + 1, np.int32), _alloc(want_v, n, np.bool_), _alloc(refs, n, np.int64)
@@ -697,22 +703,24 @@ def key_hash_v2(seg: SegmentBytes, batches: np.ndarray) -> list[pa.Table]:
         return [_key_hash_piece(piece) for piece in _v2_pieces(seg, _v2_batches(seg, batches))]
 
 
+#: The columns of the key-hash table written a record at a time, and their types.
+_KEY_HASH_ROWS = (("offset", np.int64), ("timestamp", np.int64), ("key_hash_hi", np.int64), ("key_hash_lo", np.int64),
+                  ("key_is_null", np.bool_), ("value_is_null", np.bool_), ("control_type", np.int16))
+
+
 def _key_hash_piece(piece: _Piece) -> pa.Table:
-    """The key-hash table of one piece of v2 batches, read run by run (:meth:`_Piece.runs`), each run's rows
-    written in place: every column has one fixed-width entry a record, and the scan holds each run to the record
-    counts its batches declare."""
+    """The key-hash table of one piece of v2 batches, read run by run (:meth:`_Piece.runs`): every column has one
+    fixed-width entry a record, sized for the records each run's batches declare as far as their bytes can hold
+    them (:func:`_declared_rows`), and the scan holds each batch to its count."""
     seg, hdr = piece.seg, piece.seg.hdr
     b = piece.batches
     counts = piece.counts
-    n = int(np.maximum(counts, 0).sum())  # (a negative count is the scan's to report)
-    out = {name: np.empty(n, dtype) for name, dtype in (
-        ("offset", np.int64), ("timestamp", np.int64), ("key_hash_hi", np.int64), ("key_hash_lo", np.int64),
-        ("key_is_null", np.bool_), ("value_is_null", np.bool_), ("control_type", np.int16))}
+    parts: list[dict[str, np.ndarray]] = []
     err = np.zeros(5, dtype=np.int64)
-    at = 0
     for inp in piece.runs():
+        n = _declared_rows(inp)
+        rows = {name: np.empty(n, dtype) for name, dtype in _KEY_HASH_ROWS}
         rb = inp.batches
-        rows = {name: values[at:] for name, values in out.items()}
         base, last, base_ts, max_ts, log_append = _batch_fields(seg, inp)
         m = K.scan_hash_records(seg.arr, inp.dec, inp.src, inp.rstart, inp.rend, inp.counts, base, last, base_ts,
                                 max_ts, log_append, (hdr.attributes[rb] & ATTR_CONTROL) != 0, _crc_starts(inp),
@@ -720,12 +728,14 @@ def _key_hash_piece(piece: _Piece) -> pa.Table:
                                 rows["key_hash_hi"], rows["key_hash_lo"], rows["key_is_null"], rows["value_is_null"],
                                 rows["control_type"], err)
         if m < 0 and err[0] == K.ERR_ROWS_SHORT:
-            raise RuntimeError(f"a run of {err[4]} records past the {n - at} left of its piece's {n}")
+            raise RuntimeError(f"batch {err[1]} of a run needs {err[4]} rows of the {n} its batches declare")
         if m < 0:
             _raise_scan_error(seg, inp, err)
-        at += m
-    if at != n:
-        raise RuntimeError(f"{at} records read in runs of a piece whose batches declare {n}")
+        if m != n:
+            raise RuntimeError(f"{m} records read in a run whose batches declare {n}")
+        parts.append(rows)
+    out = parts[0] if len(parts) == 1 else {
+        name: np.concatenate([p[name] for p in parts] or [np.empty(0, dtype)]) for name, dtype in _KEY_HASH_ROWS}
     attrs = hdr.attributes[b]
     repeated = {
         "batch_base_offset": hdr.base_offset[b], "batch_last_offset": hdr.last_offset[b],

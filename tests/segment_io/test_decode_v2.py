@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from segment_io.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
-from segment_io.decode import decode_segment_and_headers, decode_segment_bytes
+from segment_io.decode import decode_key_hashes_bytes, decode_segment_and_headers, decode_segment_bytes
 from segment_io.encode import encode_batches
 from segment_io.errors import CorruptRecordError
 from tests.support.builders import LogBuilder, rec
@@ -115,7 +115,8 @@ def test_the_same_error_as_thewalk_in_two_passes(monkeypatch: pytest.MonkeyPatch
     assert "record 0" in str(one.value) and "/x/00000000000000000000.log" in str(one.value)
 
 
-def test_a_count_past_what_the_bytes_hold_allocates_nothing_for_it() -> None:
+@pytest.mark.parametrize("decode", [decode_segment_bytes, decode_key_hashes_bytes], ids=["records", "key hashes"])
+def test_a_count_past_what_the_bytes_hold_allocates_nothing_for_it(decode) -> None:
     """A batch that declares 2^31 - 1 records in a few bytes: rows are sized by what the bytes can hold (not 16 GB
     of offsets, which an overcommitting kernel would grant untouched, so the peak is read from numpy's traced
     allocations), and the scan names the count."""
@@ -130,7 +131,7 @@ def test_a_count_past_what_the_bytes_hold_allocates_nothing_for_it() -> None:
     tracemalloc.start()
     try:
         with pytest.raises(CorruptRecordError, match="declares 2147483647 records"):
-            decode_segment_bytes(bytes(data))
+            decode(bytes(data))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
