@@ -322,12 +322,27 @@ def _percent(fraction: float, limit: float) -> str:
     return text
 
 
-def newest_timestamp(states: Iterable[PartitionState]) -> int | None:
+#: How far after ``--now`` a record may be stamped and still say how recent the log dir is: Kafka's default for
+#: ``message.timestamp.after.max.ms`` (one hour, from Kafka 4.0; before it, brokers took any future timestamp).
+#: A record stamped later says only that a producer's clock was wrong; taken as the log dir's newest, one such record
+#: anywhere made any ``--now`` before it pass for every topic.
+FUTURE_STAMP_TOLERANCE_MS = 3_600_000
+
+
+def plausible_stamp(stamp: int | None, now_ms: int) -> int | None:
+    """``stamp`` where it can say how recent the log dir is at ``now_ms`` (at most
+    :data:`FUTURE_STAMP_TOLERANCE_MS` after it), else None."""
+    return stamp if stamp is not None and stamp <= now_ms + FUTURE_STAMP_TOLERANCE_MS else None
+
+
+def newest_timestamp(states: Iterable[PartitionState], now_ms: int) -> int | None:
     """The newest record timestamp of the partitions: the log dir's own idea of "now". Taken from the segments that
     were read, by their records' timestamps; a segment whose records carry none (magic 0, or -1) by its file's mtime,
     as Kafka dates it. Never the mtime of a segment that was not read: a copy, a backup or a restore gives every
-    file the day it was made. None when no segment was read."""
-    stamps = [s.effective_largest_timestamp for state in states for s in state.segments if _dated(s)]
+    file the day it was made. A segment stamped in the future of ``now_ms`` (:func:`plausible_stamp`) dates nothing.
+    None when no segment was read."""
+    stamps = [stamp for state in states for s in state.segments
+              if _dated(s) and (stamp := plausible_stamp(s.effective_largest_timestamp, now_ms)) is not None]
     return max(stamps) if stamps else None
 
 

@@ -39,6 +39,7 @@ from jobs.rules.plan_retain import (
     fully_dated,
     newest_timestamp,
     plan_retention,
+    plausible_stamp,
 )
 from jobs.rules.timeutil import data_age_warning, format_instant
 from segment_io.errors import SegjobsError
@@ -427,7 +428,7 @@ def refused_topics(plans: Mapping[TopicPartition, RetentionPlan], *, scans: Mapp
         else reference_settings(storage, work_uri))
 
     states = {k: state for k in plans if (state := scans[k].state) is not None}
-    newest = newest_timestamp(s.state for s in scans.values() if s.state is not None)
+    newest = newest_timestamp((s.state for s in scans.values() if s.state is not None), now_ms)
 
     def judged(newest_ms: int | None) -> dict[str, DeleteShare]:
         shares = delete_guard(states, plans, now_ms=now_ms, config_for=config_for, max_fraction_for=limit,
@@ -467,7 +468,9 @@ def newest_records_of(storage: Storage, partitions: Mapping[TopicPartition, Part
     (:func:`~jobs.engine.scan.newest_record`: its last segment, by its time index, else its batch headers), where it
     can be newer than ``above``: a partition whose segment files were all last written at or before ``above``
     cannot hold a newer record (producers' clocks aside) and is not read. Stops once a record at or past ``now_ms``
-    is found (the reference is never later than ``now``). A partition that cannot be read tells nothing."""
+    is found (the reference is never later than ``now``). A partition that cannot be read tells nothing, nor does
+    one whose newest record is stamped in the future of ``now_ms`` (:func:`~jobs.rules.plan_retain.plausible_stamp`:
+    a producer's clock)."""
     newest = None
     candidates = sorted(((max(seg.log.mtime_ms for seg in pl.segments), k, pl) for k, pl in partitions.items()
                          if pl.segments), key=lambda c: c[0], reverse=True)
@@ -475,7 +478,7 @@ def newest_records_of(storage: Storage, partitions: Mapping[TopicPartition, Part
         known = max((t for t in (above, newest) if t is not None), default=None)
         if known is not None and written <= known:
             return  # sorted by mtime: none after this one can hold a newer record either
-        stamp = newest_record(storage, pl)
+        stamp = plausible_stamp(newest_record(storage, pl), now_ms)
         if stamp is not None:
             newest = stamp if newest is None else max(newest, stamp)
         yield newest

@@ -110,6 +110,28 @@ def test_a_wrong_now_is_refused_on_a_copy_whose_files_bear_the_day_it_was_made(t
     assert sorted(p.name for p in (logs / "cd-0").iterdir()) == before
 
 
+def test_a_record_stamped_far_in_the_future_does_not_let_a_wrong_now_pass(tmp_path: Path) -> None:
+    """One record of another topic stamped years ahead by a producer's wrong clock is not the log dir's newest:
+    taken as it, any --now before it passed for every topic (a --now months late deleted all of busy's closed
+    segments). A record less than Kafka's message.timestamp.after.max.ms (an hour) after --now still dates the log
+    dir: routine retention at the right --now beside a slightly fast producer is not refused."""
+    logs = tmp_path / "logs"
+    busy(logs)
+    build_partition(logs, "skewed", 0, [[NOW - DAY], [NOW + 5 * 365 * DAY]])
+    before = sorted(p.name for p in (logs / "busy-0").iterdir())
+    late = retain(logs, now=NOW + 200 * DAY, topics=("busy",))
+    assert late.exit_code == 1 and late.refused_topics == ("busy",), late.errors
+    assert sorted(p.name for p in (logs / "busy-0").iterdir()) == before
+    # the skewed topic read by the scans rather than out of scope
+    assert "busy" in retain(logs, now=NOW + 200 * DAY, dry_run=True).refused_topics
+    fast = tmp_path / "fast"
+    build_partition(fast, "quiet", 0, [[NOW - 10 * DAY]] * 5 + [[NOW - 9 * DAY]])
+    build_partition(fast, "fast", 0, [[NOW + 30 * 60_000]])  # the log dir's newest, half an hour ahead
+    routine = retain(fast, topics=("quiet",))
+    assert routine.exit_code == 0 and routine.refused_topics == (), routine.errors
+    assert next(p for p in routine.partitions if p.name == "quiet-0").segments_deleted == 5
+
+
 def test_a_quiet_topic_in_scope_is_judged_by_the_records_of_the_busy_ones_out_of_it(tmp_path: Path) -> None:
     # the other side of reading records out of scope: they still explain a quiet topic's expired segments, on a
     # copy too (made the day after: the busy topic is read, its records are a day older than its files)
