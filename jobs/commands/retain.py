@@ -24,10 +24,11 @@ left untouched.
 
 Safety limit, aimed at a wrong --now or --config, not at routine retention: each partition is planned again with
 now no later than the newest record in the log dir (records stamped more than an hour after --now, a producer's
-wrong clock, left out) and with the retention settings the last real run applied (else Kafka's defaults). A topic whose time and size rules would delete more than --max-delete-fraction of its
-bytes (default: the topic's segjobs.max.delete.fraction, 0.5) that this reference would keep is left untouched
-and reported, and the run exits 1. A quiet topic's expired segments, or a topic's after a long gap, are deleted
-however many; deletes below the log start offset are never counted.
+wrong clock, left out) and with the retention settings the last real run applied (else Kafka's defaults). A
+topic whose time and size rules would delete more than --max-delete-fraction of its bytes (default: the topic's
+segjobs.max.delete.fraction, 0.5) that this reference would keep is left untouched and reported, and the run
+exits 1. A quiet topic's expired segments, or a topic's after a long gap, are deleted however many; deletes
+below the log start offset are never counted.
 Before any real run has recorded settings, Kafka's defaults are the reference, so the first run of a config with
 shorter retention may be refused: if the config is right, run once with --accept-config-baseline.
 Plans: --dry-run --plan FILE writes what the run would do; --apply FILE does exactly that, or refuses (exit 2)
