@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import difflib
 import importlib
 import os
 import re
@@ -100,10 +101,20 @@ class _VersionAction(argparse.Action):
 
 
 class CommandLineParser(argparse.ArgumentParser):
-    """argparse's parser (every command's: subcommands' parsers are made of their parent's class), with a hint
+    """argparse's parser (every command's: subcommands' parsers are made of their parent's class), with hints
     where argparse's own error misleads. argparse takes a word that starts with '-' for an option unless it is a
     plain number such as -1, so ``--segment-bytes -1MiB`` fails with only ``expected one argument``; the hint
-    says the value was taken for an option and how to give it (``--segment-bytes=-1MiB``)."""
+    says the value was taken for an option and how to give it (``--segment-bytes=-1MiB``). An option typed wrong
+    (``--log-dirs``) is named, with the nearest real one, also where argparse speaks only of a required option
+    the line lacks.
+
+    Options must be typed whole: argparse's default takes any unambiguous prefix (``--acc`` for
+    ``--accept-config-baseline``, ``--dry`` for ``--dry-run``), so a typo could turn on a safety override, and an
+    option added later would make a script's prefix ambiguous."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                          namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
@@ -112,7 +123,41 @@ class CommandLineParser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
-        super().error(message + self._dash_value_hint(message))
+        super().error(message + self._dash_value_hint(message) + self._unknown_option_hint(message))
+
+    def _unknown_option_hint(self, message: str) -> str:
+        """``(--log-dirs: not an option of this command; did you mean --log-dir?)`` when ``message`` is about a
+        required option or words argparse did not recognise, and the line holds a word that looks like an option
+        no parser on the command's path knows; else nothing."""
+        if not message.startswith(("the following arguments are required", "unrecognized arguments")):
+            return ""
+        words = getattr(self, "_words", [])
+        words = words[:words.index("--")] if "--" in words else words
+        known = self._options_along(words)
+        typed = dict.fromkeys(w.split("=", 1)[0] for w in words if w.startswith("--"))
+        unknown = [w for w in typed if w not in known]
+        if not unknown:
+            return ""
+        named = []
+        for word in unknown:
+            # a prefix (what argparse once took for the whole option), else the nearest spelling
+            near = sorted(o for o in known if o.startswith(word))[:3] or difflib.get_close_matches(
+                word, sorted(known), n=1, cutoff=0.7)
+            named.append(f"{word}: not an option of this command"
+                         + (f"; did you mean {' or '.join(near)}?" if near else ""))
+        return f" ({'; '.join(named)})"
+
+    def _options_along(self, words: Sequence[str]) -> set[str]:
+        """The option strings of this parser and of each subcommand's parser ``words`` choose below it."""
+        known: set[str] = set()
+        parser: argparse.ArgumentParser | None = self
+        while parser is not None:
+            known.update(parser._option_string_actions)
+            subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+            chosen = [w for w in words if subs and w in subs[0].choices]
+            parser = subs[0].choices[chosen[0]] if chosen else None
+            words = words[words.index(chosen[0]) + 1:] if chosen else words
+        return known
 
     def _dash_value_hint(self, message: str) -> str:
         """``'-1MiB' was taken for an option...`` when ``message`` is argparse's missing value of an option

@@ -262,6 +262,28 @@ def test_generate_refuses_a_segment_size_that_is_not_positive(capsys, tmp_path) 
     assert not (tmp_path / "g").exists()
 
 
+def test_options_are_typed_whole_and_a_wrong_one_is_named_with_the_nearest(capsys, tmp_path) -> None:
+    """argparse took any unambiguous prefix for the whole option: ``--acc`` turned on --accept-config-baseline,
+    and a misspelt required option got only "required: --log-dir". Now a prefix is refused like any unknown
+    word, nothing is done, and the error names the word and the options it may have meant."""
+    logs = tmp_path / "logs"
+    line = _argparse_error(capsys, ["retain", "--log-dir", str(logs), "--acc", "--dry-run"])
+    assert line == ("segjobs: error: unrecognized arguments: --acc (--acc: not an option of this command; did you "
+                    "mean --accept-config-baseline?)")
+    line = _argparse_error(capsys, ["compact", "--log-dir", str(logs), "--max"])
+    assert line.endswith("(--max: not an option of this command; did you mean --max-batch-bytes or "
+                         "--max-delete-fraction?)")
+    line = _argparse_error(capsys, ["compact", "--log-dirs", str(logs)])
+    assert line == ("segjobs compact: error: the following arguments are required: --log-dir (--log-dirs: not an "
+                    "option of this command; did you mean --log-dir?)")
+    # a nested command's options (tiered audit), and a word like no option at all
+    line = _argparse_error(capsys, ["tiered", "audit", "--log-dir", "x", "--remote", "y", "--graze=5m"])
+    assert line.endswith("(--graze: not an option of this command; did you mean --grace?)")
+    line = _argparse_error(capsys, ["compact", "--log-dir", str(logs), "--frobnicate"])
+    assert line.endswith("unrecognized arguments: --frobnicate (--frobnicate: not an option of this command)")
+    assert not logs.exists()
+
+
 def test_a_value_starting_with_a_dash_is_shown_how_to_give_it(capsys, tmp_path) -> None:
     # argparse reads -1MiB as an option (only a plain number such as -1 may follow as a value) and says only
     # "expected one argument": the hint names the word it took and the spelling that passes it as the value
