@@ -42,6 +42,7 @@ from segment_io.errors import (
     OversizedBatchError,
     UnsupportedCodecError,
 )
+from segment_io.format import readonly_bytes
 from segment_io.units import parse_size
 
 # `type: ignore[arg-type]` (and `[dict-item]`) where an ndarray is used as a buffer: numpy declares
@@ -598,7 +599,7 @@ def _lz4_java_frames(src: memoryview, starts: np.ndarray, sizes: np.ndarray, hea
     kernels = _lz4_kernels() if level is None else None
     if kernels is not None:
         ends_at = np.empty(len(starts) + 1, np.int64)
-        at = kernels.deflate_java_frames(np.frombuffer(src, np.uint8), np.asarray(starts, np.int64),
+        at = kernels.deflate_java_frames(np.frombuffer(readonly_bytes(src), np.uint8), np.asarray(starts, np.int64),
                                          np.asarray(sizes, np.int64), head, _LZ4_JAVA_HEADER_BYTES, out, ends_at)
         return out[:at], ends_at
     dst = memoryview(out)  # type: ignore[arg-type]
@@ -664,8 +665,8 @@ def compress_all(codec: int, data: np.ndarray, starts: np.ndarray, ends: np.ndar
         kernels = _zstd_kernels()
         if kernels is not None:
             ends_at = np.empty(len(starts) + 1, np.int64)
-            at = kernels.deflate_frames(np.frombuffer(src, np.uint8), starts, sizes, head, bounds, out, ends_at,
-                                        kernels.compression_context())
+            at = kernels.deflate_frames(np.frombuffer(readonly_bytes(src), np.uint8), starts, sizes, head, bounds, out,
+                                        ends_at, kernels.compression_context())
             if at >= 0:
                 return out[:at], ends_at
             # a payload libzstd did not compress (it says why below, through the Python path)

@@ -12,7 +12,7 @@ import numpy as np
 
 from segment_io import compression
 from segment_io.errors import CorruptRecordError
-from segment_io.format import BatchHeaders, check_offset_order, cut_short_error, scan_batches
+from segment_io.format import BatchHeaders, check_offset_order, cut_short_error, readonly_bytes, scan_batches
 from segment_io.payloads import KeptPayloads
 from segment_io.schema import RECORD_SCHEMA
 
@@ -56,8 +56,9 @@ class SegmentBytes:
 
 
 def as_bytes(data: bytes | bytearray | memoryview | mmap.mmap) -> tuple[memoryview, np.ndarray]:
-    """``data`` as a memoryview of bytes and as a uint8 array over the same memory (no copy)."""
-    mv = memoryview(data).cast("B") if not isinstance(data, memoryview) or data.format != "B" else data
+    """``data`` as a read-only memoryview of bytes (:func:`segment_io.format.readonly_bytes`) and as a uint8 array
+    over the same memory (no copy)."""
+    mv = readonly_bytes(data)
     return mv, np.frombuffer(mv, dtype=np.uint8)
 
 

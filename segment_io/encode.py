@@ -944,6 +944,9 @@ def _find_refs(table: pa.Table, rows: np.ndarray, sources: Mapping[int, bytes | 
     n = len(arr)
     valid = validity(arr)
     refs = _ints(table, "value", np.int64)
+    # read-only whether or not a null made _ints copy the column: one compiled gather for both (see
+    # segment_io.format.readonly_bytes)
+    refs.flags.writeable = False
     seg = _ints(table, "segment_base_offset", np.int64)
     codec = _ints(table, "codec", np.int64)
     bpos = _ints(table, "batch_position", np.int64)

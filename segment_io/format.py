@@ -202,10 +202,19 @@ def batch_bounds(data: bytes | memoryview | mmap.mmap, *, path: str | None = Non
 
 
 def _bytes_view(data: bytes | memoryview | mmap.mmap) -> memoryview:
+    """``data`` as a read-only view of bytes: see :func:`readonly_bytes`."""
+    return readonly_bytes(data)
+
+
+def readonly_bytes(data: bytes | bytearray | memoryview | mmap.mmap) -> memoryview:
+    """``data`` as a read-only memoryview of bytes (no copy). Every reader hands segment bytes to the compiled
+    kernels through this: numba compiles a kernel once per argument type, and a writable buffer (a bytearray an
+    Aiven segment is assembled in) is another type than bytes or a read-only mapping, whose compiled code the
+    warm-up caches. Given writable bytes, each Spark worker compiled its own on its first task."""
     mv = memoryview(data)
     if mv.format != "B" or mv.ndim != 1:
         mv = mv.cast("B")
-    return mv
+    return mv.toreadonly()
 
 
 def batch_positions(data: bytes | memoryview | mmap.mmap, *, path: str | None = None, allow_truncated_tail: bool = True,
