@@ -346,6 +346,35 @@ def _record_head(buf: np.ndarray, pos: int) -> tuple[int, int, int, int, int]:
     return rec_end, ts_delta, off_delta, klen, p
 
 
+@njit(cache=True, inline="always")
+def _batch_start(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, base_offset: np.ndarray,
+                 base_ts: np.ndarray, max_ts: np.ndarray, log_append: np.ndarray,
+                 b: int) -> tuple[np.ndarray, int, int, int, int, bool]:
+    """What the second pass needs of batch ``b`` before its first record: the buffer its records are in, where
+    they start, its base offset, and how its records' timestamps read (base timestamp, max timestamp, whether
+    they are log-append time: then every record has the max)."""
+    return (seg if src[b] == 0 else dec), rstart[b], base_offset[b], base_ts[b], max_ts[b], log_append[b]
+
+
+@njit(cache=True, inline="always")
+def _put_binary(data: np.ndarray, at: int, valid: np.ndarray, offsets: np.ndarray, r: int, buf: np.ndarray, p: int,
+                n: int) -> int:
+    """Row ``r`` of a nullable binary column (``data``, ``valid``, ``offsets``) written from byte ``at`` of
+    ``data``: the ``n`` bytes at ``buf[p]``, or null where ``n`` is -1. Returns where the column goes on, or -1
+    where they do not fit in what is left of ``data`` (nothing written: the bytes changed since the scan sized
+    it)."""
+    if n >= 0:
+        if n > data.shape[0] - at:
+            return -1
+        _copy(data, at, buf, p, n)
+        at += n
+        valid[r] = True
+    else:
+        valid[r] = False
+    offsets[r + 1] = at
+    return at
+
+
 @njit(cache=True)
 def _fill_batch(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.ndarray, counts: np.ndarray,
                 base_offset: np.ndarray, last_delta: np.ndarray, base_ts: np.ndarray, max_ts: np.ndarray,
@@ -359,12 +388,8 @@ def _fill_batch(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.nd
     """:func:`fill_records` of batch ``b``, its rows written from row ``r`` on and its binary columns' bytes
     from ``ko``, ``vo``, header ``h``, ``hko`` and ``hvo`` on: ``(True, and each of those past the batch)``, else
     ``(False, ...)`` and ``err``."""
-    buf = seg if src[b] == 0 else dec
-    pos = rstart[b]
-    bo = base_offset[b]
-    bts = base_ts[b]
-    append_time = log_append[b]
-    mts = max_ts[b]
+    buf, pos, bo, bts, mts, append_time = _batch_start(seg, dec, src, rstart, base_offset, base_ts, max_ts,
+                                                       log_append, b)
     previous = -1
     for i in range(counts[b]):
         rec_end, ts_delta, off_delta, klen, p = _record_head(buf, pos)
@@ -374,15 +399,9 @@ def _fill_batch(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.nd
         offsets[r] = bo + off_delta
         timestamps[r] = mts if append_time else bts + ts_delta
         if want_keys:
-            if klen >= 0:
-                if klen > k_data.shape[0] - ko:
-                    return _fail(err, ERR_CHANGED, b, pos, i, 0), r, ko, vo, h, hko, hvo
-                _copy(k_data, ko, buf, p, klen)
-                ko += klen
-                k_valid[r] = True
-            else:
-                k_valid[r] = False
-            k_offs[r + 1] = ko
+            ko = _put_binary(k_data, ko, k_valid, k_offs, r, buf, p, klen)
+            if ko < 0:
+                return _fail(err, ERR_CHANGED, b, pos, i, 0), r, ko, vo, h, hko, hvo
         if klen > 0:
             p += klen
         vpos = p
@@ -397,15 +416,9 @@ def _fill_batch(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.nd
             v_refs[r] = ref
             v_valid[r] = vlen >= 0
         elif want_values:
-            if vlen >= 0:
-                if vlen > v_data.shape[0] - vo:
-                    return _fail(err, ERR_CHANGED, b, pos, i, 0), r, ko, vo, h, hko, hvo
-                _copy(v_data, vo, buf, p, vlen)
-                vo += vlen
-                v_valid[r] = True
-            else:
-                v_valid[r] = False
-            v_offs[r + 1] = vo
+            vo = _put_binary(v_data, vo, v_valid, v_offs, r, buf, p, vlen)
+            if vo < 0:
+                return _fail(err, ERR_CHANGED, b, pos, i, 0), r, ko, vo, h, hko, hvo
         if want_headers:
             hcount, p2 = _varint(buf, p + (vlen if vlen > 0 else 0), rec_end, _VARINT32_MAX)
             if p2 < 0 or hcount < 0 or hcount > hv_valid.shape[0] - h:
@@ -583,12 +596,8 @@ def _hash_batch(seg: np.ndarray, dec: np.ndarray, src: np.ndarray, rstart: np.nd
     ``r`` on: ``(True, the row after them)``. ``(False, ...)`` and ``err`` when a control record's key is not a
     control key (:func:`control_key_type`), or when a record is no longer what the scan accepted (see
     :func:`fill_records`)."""
-    buf = seg if src[b] == 0 else dec
-    pos = rstart[b]
-    bo = base_offset[b]
-    bts = base_ts[b]
-    append_time = log_append[b]
-    mts = max_ts[b]
+    buf, pos, bo, bts, mts, append_time = _batch_start(seg, dec, src, rstart, base_offset, base_ts, max_ts,
+                                                       log_append, b)
     is_control = control[b]
     previous = -1
     for i in range(counts[b]):
