@@ -167,7 +167,7 @@ def scan_batches(data: bytes | memoryview | mmap.mmap, *, path: str | None = Non
     :class:`TruncatedBatchError`. A size field that is too small or absurd in the middle of the file
     raises :class:`InvalidLengthError`; an unknown magic :class:`InvalidMagicError`.
     """
-    mv = _bytes_view(data)
+    mv = readonly_bytes(data)
     positions, magics, truncated = batch_positions(mv, path=path, allow_truncated_tail=allow_truncated_tail,
                                                    start=start)
     return BatchHeaders(**_header_columns(np.frombuffer(mv, dtype=np.uint8), positions, magics),
@@ -184,7 +184,7 @@ def batch_bounds(data: bytes | memoryview | mmap.mmap, *, path: str | None = Non
     :func:`scan_batches` reads them: the first batch's base offset, the last batch's last offset and the largest max
     timestamp; None when there is no whole batch. For a caller that judges a segment's tail, a few batches a
     segment, without the cost of every header column."""
-    mv = _bytes_view(data)
+    mv = readonly_bytes(data)
     positions, magics, _ = batch_positions(mv, path=path, allow_truncated_tail=allow_truncated_tail)
     if not len(positions):
         return None
@@ -199,11 +199,6 @@ def batch_bounds(data: bytes | memoryview | mmap.mmap, *, path: str | None = Non
                 int(rec["max_timestamp"].max()))
     cols = _header_columns(buf, positions, magics)
     return int(cols["base_offset"][0]), int(cols["last_offset"][-1]), int(cols["max_timestamp"].max())
-
-
-def _bytes_view(data: bytes | memoryview | mmap.mmap) -> memoryview:
-    """``data`` as a read-only view of bytes: see :func:`readonly_bytes`."""
-    return readonly_bytes(data)
 
 
 def readonly_bytes(data: bytes | bytearray | memoryview | mmap.mmap) -> memoryview:
@@ -224,7 +219,7 @@ def batch_positions(data: bytes | memoryview | mmap.mmap, *, path: str | None = 
     For callers that only need to know that bytes frame as batches."""
     from segment_io import _decode_kernels as K  # numba: loaded by the first walk, not by importing the format
 
-    mv = _bytes_view(data)
+    mv = readonly_bytes(data)
     n = len(mv)
     buf = np.frombuffer(mv, dtype=np.uint8)
     state = np.zeros(2, np.int64)
