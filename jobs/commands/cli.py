@@ -49,7 +49,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "history": ("jobs.commands.history",
                 "the last runs and the bytes they reclaimed per topic, from a --ledger Delta table"),
     "warm-up": ("jobs.commands.warmup",
-                "compile and cache the kernels ahead of the first run (`make venv` runs it)"),
+                "ahead of the first run: compile and cache the kernels, write segjobs' bytecode (`make venv` runs it)"),
 }
 
 EPILOG = exit_codes_help(

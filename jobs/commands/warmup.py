@@ -9,18 +9,24 @@ source. Takes about a minute on a cold cache, a few seconds on a warm one.
 
 Then, once per Java and Spark install, it makes the class archive of Spark's driver JVM
 (jobs.engine.runtime.class_archive): a small compaction on a local Spark session whose JVM writes the classes it
-loaded into an archive that later runs' JVMs map instead of loading them again. Writes nothing outside a
-temporary directory, the kernels' cache and the archive (in the virtualenv's share/segjobs/jvm).
+loaded into an archive that later runs' JVMs map instead of loading them again.
+
+First of all it writes the bytecode of segjobs' own modules beside them (:func:`write_bytecode`). Writes nothing
+outside a temporary directory, those ``__pycache__`` directories, the kernels' cache and the archive (in the
+virtualenv's share/segjobs/jvm).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import py_compile
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable, Iterable
 
 from jobs.commands.args import exit_codes_help
 
@@ -48,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     before = cached_kernels()
     say = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    write_bytecode(package_dirs(), say)
     if mostly_cold(before):
         say("compiling kernels (once; about a minute)...")
     with tempfile.TemporaryDirectory(prefix="segjobs-warm-up-") as tmp:
@@ -60,6 +67,56 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_class_archive:
         class_archive(say)
     return 0
+
+
+def package_dirs() -> list[Path]:
+    """The directories of segjobs' own packages (``jobs``, ``segment_io``), wherever they are installed."""
+    import jobs
+    import segment_io
+
+    return [Path(jobs.__file__).parent, Path(segment_io.__file__).parent]
+
+
+def write_bytecode(roots: Iterable[Path], say: Callable[[str], None]) -> int:
+    """Compile every module under ``roots`` to its bytecode file (``__pycache__``, or ``sys.pycache_prefix``), as
+    pip does for the packages it installs; the number of modules that could not be written.
+
+    A checkout installed in place (``pip install -e``, what ``make venv`` does) otherwise gets its bytecode written
+    at a module's first import, unless the environment forbids it (``PYTHONDONTWRITEBYTECODE``, set in many
+    container images): then every process compiles segjobs' modules from source again, each run's driver and each
+    Spark worker daemon, about a quarter of a second of CPU each. Python reads bytecode that is there whatever that
+    variable says, and compiles from source again (without writing) any module edited since. A module that cannot
+    be written (a read-only install, a syntax error) is named and skipped: the jobs then compile it as before."""
+    failed: list[str] = []
+    for root in roots:
+        for source in sorted(root.rglob("*.py")):
+            if _bytecode_current(source):  # a wheel's, or this warm-up's before: nothing to write
+                continue
+            try:
+                py_compile.compile(str(source), doraise=True)
+            except (py_compile.PyCompileError, OSError) as exc:
+                why = str(exc).strip()
+                failed.append(f"{source}: {why.splitlines()[-1] if why else type(exc).__name__}")
+    for line in failed[:5]:
+        say(f"bytecode not written for {line}")
+    if len(failed) > 5:
+        say(f"bytecode not written for {len(failed) - 5} more module(s)")
+    return len(failed)
+
+
+def _bytecode_current(source: Path) -> bool:
+    """Whether ``source`` has bytecode Python will use: written by this Python for this version of the source (the
+    modification time and size its header records), or checked by hash at import (as pip writes it when
+    ``SOURCE_DATE_EPOCH`` is set)."""
+    try:
+        header = Path(importlib.util.cache_from_source(str(source))).read_bytes()[:16]
+        stat = source.stat()
+    except (OSError, ValueError, NotImplementedError):
+        return False
+    if len(header) < 16 or header[:4] != importlib.util.MAGIC_NUMBER:
+        return False
+    flags, mtime, size = (int.from_bytes(header[i:i + 4], "little") for i in (4, 8, 12))
+    return flags != 0 or (mtime == int(stat.st_mtime) & 0xFFFFFFFF and size == stat.st_size & 0xFFFFFFFF)
 
 
 def class_archive(say) -> None:
