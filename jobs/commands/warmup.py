@@ -109,7 +109,8 @@ def _bytecode_current(source: Path) -> bool:
     modification time and size its header records), or checked by hash at import (as pip writes it when
     ``SOURCE_DATE_EPOCH`` is set)."""
     try:
-        header = Path(importlib.util.cache_from_source(str(source))).read_bytes()[:16]
+        with open(importlib.util.cache_from_source(str(source)), "rb") as cached:
+            header = cached.read(16)
         stat = source.stat()
     except (OSError, ValueError, NotImplementedError):
         return False
