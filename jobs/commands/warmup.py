@@ -107,7 +107,8 @@ def write_bytecode(roots: Iterable[Path], say: Callable[[str], None]) -> int:
 def _bytecode_current(source: Path) -> bool:
     """Whether ``source`` has bytecode Python will use: written by this Python for this version of the source (the
     modification time and size its header records), or checked by hash at import (as pip writes it when
-    ``SOURCE_DATE_EPOCH`` is set)."""
+    ``SOURCE_DATE_EPOCH`` is set). Not ``compileall``'s own check: it compares the modification time alone and
+    rewrites hash-checked bytecode, which a read-only install would then report as not written."""
     try:
         with open(importlib.util.cache_from_source(str(source)), "rb") as cached:
             header = cached.read(16)
