@@ -4,7 +4,6 @@ them from source again. Checked on a package of its own in a temporary directory
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import os
 import subprocess
@@ -79,16 +78,25 @@ def test_a_module_that_cannot_be_compiled_is_named_and_the_others_are_written(tm
     assert _bytecode(package / "rules.py").is_file() and not _bytecode(package / "broken.py").exists()
 
 
+IMPORTED_FILES = """
+import importlib, sys
+for module in sys.argv[1:]:
+    importlib.import_module(module)
+print("\\n".join(f for f in (getattr(m, "__file__", None) for m in list(sys.modules.values())) if f))
+"""
+
+
 def test_every_project_module_a_run_imports_lies_in_a_package_warm_up_compiles() -> None:
-    # a new top-level package a run imports would otherwise be compiled from source by every process again
+    # a new top-level package a run imports would otherwise be compiled from source by every process again; asked of
+    # a new interpreter, which imports what a run's driver and a worker's task import and nothing a test does
     from tests.support.paths import REPO
 
-    for module in ("jobs.commands.compact", "jobs.engine.compact.cleaning"):  # a run's driver, a worker's task
-        importlib.import_module(module)
+    proc = subprocess.run([sys.executable, "-c", IMPORTED_FILES, "jobs.commands.compact",
+                           "jobs.engine.compact.cleaning"], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          check=True)
     repo, roots = REPO.resolve(), [r.resolve() for r in package_dirs()]
-    files = [Path(f).resolve() for f in (getattr(m, "__file__", None) for m in list(sys.modules.values())) if f]
-    # the project's own modules: in the checkout, not its tests or benchmarks, nor the virtualenv (.venv) in it
-    project = [f for f in files if f.is_relative_to(repo) and f.relative_to(repo).parts[0] not in
-               ("tests", "benchmarks") and not f.relative_to(repo).parts[0].startswith(".")]
+    files = [Path(line).resolve() for line in proc.stdout.splitlines() if line]
+    # the project's own modules: in the checkout, not its virtualenv (.venv) in it
+    project = [f for f in files if f.is_relative_to(repo) and not f.relative_to(repo).parts[0].startswith(".")]
     outside = [f for f in project if not any(f.is_relative_to(r) for r in roots)]
     assert project and not outside, outside
