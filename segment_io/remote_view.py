@@ -214,8 +214,8 @@ class RemoteSegmentStorage(Storage):
     def write_atomic(self, uri: str, data: bytes, *, durable: bool = True) -> None:
         self._writable(uri).write_atomic(uri, data, durable=durable)
 
-    def open_write(self, uri: str, *, durable: bool = True) -> ContextManager[BinaryIO]:
-        return self._writable(uri).open_write(uri, durable=durable)
+    def open_write(self, uri: str, *, durable: bool = True, uncached: bool = False) -> ContextManager[BinaryIO]:
+        return self._writable(uri).open_write(uri, durable=durable, uncached=uncached)
 
     def put_if_absent(self, uri: str, data: bytes, *, durable: bool = True) -> str | None:
         return self._writable(uri).put_if_absent(uri, data, durable=durable)

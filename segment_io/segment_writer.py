@@ -121,7 +121,7 @@ def write_segment(table_or_batches: pa.Table | Iterable[pa.RecordBatch], path_or
     directory = path_or_uri.rpartition("/")[0]
     if directory:
         storage.makedirs(directory)
-    with storage.open_write(path_or_uri, durable=durable) as stream:
+    with storage.open_write(path_or_uri, durable=durable, uncached=True) as stream:
         for part in itertools.chain([first], parts):
             part.write_to(stream)
             collected.add(part)
@@ -255,7 +255,7 @@ def write_segments(records: pa.Table, splits: Sequence[SegmentSplit], *, storage
         if directory and directory not in made:
             storage.makedirs(directory)
             made.add(directory)
-        with storage.open_write(split.uri, durable=durable) as stream:
+        with storage.open_write(split.uri, durable=durable, uncached=True) as stream:
             piece.write_to(stream)
         paths = _write_siblings(storage, split.uri, files, durable)
         results.append(_result(paths, piece.size, piece.headers, base))

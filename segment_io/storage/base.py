@@ -133,10 +133,12 @@ class Storage(ABC):
         directory), many files at once."""
 
     @abstractmethod
-    def open_write(self, uri: str, *, durable: bool = True) -> ContextManager[BinaryIO]:
+    def open_write(self, uri: str, *, durable: bool = True, uncached: bool = False) -> ContextManager[BinaryIO]:
         """A writable binary stream for large outputs. Content becomes visible only when the context
         exits without error (local: temp + fsync + rename; S3: multipart upload completed at exit,
-        aborted on error). ``durable=False``: as for :meth:`write_atomic`."""
+        aborted on error). ``durable=False``: as for :meth:`write_atomic`. ``uncached``: the bytes will not be
+        read back soon (a staged segment); local storage then writes them around the page cache where the
+        filesystem does that well (:mod:`segment_io.storage.direct`), other stores ignore it."""
 
     @abstractmethod
     def put_if_absent(self, uri: str, data: bytes, *, durable: bool = True) -> str | None:

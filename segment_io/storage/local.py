@@ -46,6 +46,7 @@ from segment_io.storage.base import (
     Storage,
     map_open,
 )
+from segment_io.storage.direct import open_new
 
 FILE_SCHEME = "file://"
 #: Marker in the names of temporary files; they end in ``.tmp`` like a broker's own, which Kafka ignores.
@@ -444,11 +445,11 @@ class LocalStorage(Storage):
         self._guard(path, lambda: _replace_durably(path, data, durable=durable))
 
     @contextmanager
-    def open_write(self, uri: str, *, durable: bool = True) -> Iterator[BinaryIO]:
+    def open_write(self, uri: str, *, durable: bool = True, uncached: bool = False) -> Iterator[BinaryIO]:
         path = to_path(uri)
         directory, name = os.path.split(path)
         tmp = os.path.join(directory, temp_name(name))
-        f = self._guard(path, lambda: open(tmp, "xb"))
+        f = self._guard(path, lambda: open_new(tmp, uncached=uncached))
         try:
             try:
                 yield f

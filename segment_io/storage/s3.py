@@ -333,7 +333,7 @@ class S3Storage(Storage):
         self._call(uri, lambda: self._client.put_object(Bucket=bucket, Key=key, Body=data), "put", len(data))
 
     @contextmanager
-    def open_write(self, uri: str, *, durable: bool = True) -> Iterator[BinaryIO]:
+    def open_write(self, uri: str, *, durable: bool = True, uncached: bool = False) -> Iterator[BinaryIO]:
         writer = _MultipartWriter(self, uri)
         try:
             yield writer  # type: ignore[misc]

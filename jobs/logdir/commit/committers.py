@@ -755,7 +755,7 @@ class RenameCommitter(Committer):
             # Kafka's loader and `segjobs recover` delete it.
             data = storage.read(src)
             try:
-                with storage.open_write(dst) as out:
+                with storage.open_write(dst, uncached=True) as out:
                     out.write(data)
             except StorageEnvironmentError as exc:
                 raise (exc.needing(len(data)) if exc.out_of_space else exc) from None

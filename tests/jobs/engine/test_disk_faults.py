@@ -93,8 +93,8 @@ class _RefusingWrites(LocalStorage):
     def __init__(self, code: int) -> None:
         self.code = code
 
-    def open_write(self, uri: str, *, durable: bool = True):  # type: ignore[override]
-        inner = super().open_write(uri, durable=durable)
+    def open_write(self, uri: str, *, durable: bool = True, uncached: bool = False):  # type: ignore[override]
+        inner = super().open_write(uri, durable=durable, uncached=uncached)
         code = self.code
 
         class Failing:
