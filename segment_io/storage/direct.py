@@ -4,8 +4,9 @@ A cleaning task writes each staged segment once and never reads it again; the br
 needs it. Written through the page cache, every byte is first copied by the kernel into new cache pages (on a
 virtual machine whose host takes freed memory back, new pages cost as much again to clear), and those pages then
 push out pages the broker and the next tasks need. Measured on this project's 2-core VM (``segjobs compact`` on
-4 GB of 128 MiB segments, whole-machine CPU over three alternating runs, `benchmarks/MEASUREMENTS.md`): the
-kernel's time fell from about 5.1 to 2.8 s and the run from 9.1 to 7.9 s, same output bytes.
+4 GB of 128 MiB segments, whole-machine CPU, three runs each alternating with ordinary writes,
+``benchmarks/MEASUREMENTS.md``): the kernel's time fell from 5.3 to 3.0 s and the run from 8.8 to 8.2 s
+(medians), same output bytes.
 
 ``O_DIRECT`` wants the memory, the file position and the length of each write aligned to the device's block. The
 encoder's buffers are neither (verbatim copies are views into source segments at any position), so
