@@ -3,7 +3,7 @@
 A cleaning task writes each staged segment once and never reads it again; the broker reads it from disk when it
 needs it. Written through the page cache, every byte is first copied by the kernel into new cache pages (on a
 virtual machine whose host takes freed memory back, new pages cost as much again to clear), and those pages then
-push out pages the broker and the next tasks need. Measured on this project's 2-core VM (``segjobs compact`` on
+push out pages other processes have cached. Measured on this project's 2-core VM (``segjobs compact`` on
 4 GB of 128 MiB segments, whole-machine CPU, three runs each alternating with ordinary writes,
 ``benchmarks/MEASUREMENTS.md``): the kernel's time fell from 5.3 to 3.0 s and the run from 8.8 to 8.2 s
 (medians), same output bytes.
