@@ -10,8 +10,9 @@ table. This reads it back (no Spark; a local path or an s3:// URI, with the same
 Per run: its id, when it finished, the command, its --now, whether it was a dry run, its outcome (ok, or how many
 partitions ended in error / refused / partly compacted: the rows that make a job exit 1), the partitions it
 covered, how many lost bytes, and the bytes reclaimed (a dry run: what it would have reclaimed). Then per topic,
-the bytes reclaimed by those runs, dry runs left out, split by command. --html FILE also writes a self-contained
-HTML page with the chart of the bytes reclaimed per run (stacked by topic) and both tables.
+the bytes reclaimed by those runs, dry runs left out, split by command (runs over several log dirs: each log dir's
+topic on its own row). --html FILE also writes a self-contained HTML page with the chart of the bytes reclaimed per
+run (stacked by topic) and both tables.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ What a run shows:
   ``partly compacted``: the rows that make a job exit 1. A run stopped by a lost lease, or whose report could
   not be written, also exited 1 without a failed row: the ledger holds partitions, not exit codes.
 
-Per topic, the bytes reclaimed by the runs shown, dry runs left out (they removed nothing).
+Per topic, the bytes reclaimed by the runs shown, dry runs left out (they removed nothing). A topic is one of a log
+dir: runs over several log dirs may share a ledger, and two clusters' ``orders`` are two rows, not one sum.
 """
 
 from __future__ import annotations
@@ -67,9 +68,11 @@ class RunSummary:
 
 @dataclass(frozen=True)
 class TopicReclaimed:
-    """The bytes one topic got back over the runs shown (real runs only)."""
+    """The bytes one topic of one log dir got back over the runs shown (real runs only)."""
 
     topic: str
+    #: the log dir of the runs that reclaimed them (the same topic name in another log dir is another row)
+    log_dir: str
     runs: int
     bytes_reclaimed: int
     records_removed: int
@@ -91,6 +94,12 @@ class History:
     #: (run_id, topic, bytes_removed) of the runs shown, dry runs included: what the per-run chart stacks
     run_topic_bytes: Sequence[tuple[str, str, int]] = ()
 
+    @property
+    def several_log_dirs(self) -> bool:
+        """Whether the runs shown cover more than one log dir (the tables then name each row's, the chart each
+        topic's)."""
+        return len({r.log_dir for r in self.runs}) > 1
+
     def to_dict(self) -> dict[str, Any]:
         return {"ledger": self.ledger, "total_runs": self.total_runs, "runs": [r.to_dict() for r in self.runs],
                 "topics": [t.to_dict() for t in self.topics]}
@@ -106,18 +115,22 @@ class History:
 
     def run_topic_frame(self):
         """Bytes removed per run and topic as a pandas DataFrame, runs oldest first: run_id, label, command,
-        dry_run, topic, bytes_removed."""
+        dry_run, log_dir, topic, series (what the chart stacks: the topic, with its log dir in parentheses when the
+        runs cover several), bytes_removed."""
         import pandas as pd
 
         order = {r.run_id: i for i, r in enumerate(reversed(self.runs))}
         runs = {r.run_id: r for r in self.runs}
+        several = self.several_log_dirs
         rows = [{"run_id": run_id, "order": order[run_id],
                  "label": f"{format_instant(runs[run_id].now_ms)[:16]} {runs[run_id].command}"
                           + (" (dry run)" if runs[run_id].dry_run else ""),
-                 "command": runs[run_id].command, "dry_run": runs[run_id].dry_run, "topic": topic,
+                 "command": runs[run_id].command, "dry_run": runs[run_id].dry_run, "log_dir": runs[run_id].log_dir,
+                 "topic": topic, "series": f"{topic} ({runs[run_id].log_dir})" if several else topic,
                  "bytes_removed": n}
                 for run_id, topic, n in self.run_topic_bytes]
-        df = pd.DataFrame(rows, columns=["run_id", "order", "label", "command", "dry_run", "topic", "bytes_removed"])
+        df = pd.DataFrame(rows, columns=["run_id", "order", "label", "command", "dry_run", "log_dir", "topic",
+                                         "series", "bytes_removed"])
         return df.sort_values(["order", "topic"]).drop(columns="order").reset_index(drop=True)
 
 
@@ -142,7 +155,7 @@ def read_ledger(uri: str, options: Any = None):
 
 def summarize(rows, *, last: int = 10, ledger: str = "") -> History:
     """The ``last`` runs of ``rows`` (a pyarrow Table of ledger rows), newest first by finish time, and the bytes
-    per topic of those runs that were not dry runs."""
+    per topic and log dir of those runs that were not dry runs."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -168,17 +181,18 @@ def summarize(rows, *, last: int = 10, ledger: str = "") -> History:
                        failures.get(r["run_id"], {})) for r in shown]
     by_run_topic = mine.group_by(["run_id", "topic"]).aggregate([("bytes_removed", "sum")]).to_pylist()
     real = mine.filter(pc.invert(mine["dry_run"]))
-    topics: dict[str, dict[str, Any]] = {}
-    for r in real.group_by(["topic", "command"]).aggregate(
-            [("bytes_removed", "sum"), ("records_removed", "sum"), ("run_id", "count_distinct")]).to_pylist():
-        t = topics.setdefault(r["topic"], {"bytes": 0, "records": 0, "by_command": {}})
+    topics: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in real.group_by(["log_dir", "topic", "command"]).aggregate(
+            [("bytes_removed", "sum"), ("records_removed", "sum")]).to_pylist():
+        t = topics.setdefault((r["log_dir"], r["topic"]), {"bytes": 0, "records": 0, "by_command": {}})
         t["bytes"] += r["bytes_removed_sum"] or 0
         t["records"] += r["records_removed_sum"] or 0
         t["by_command"][r["command"]] = r["bytes_removed_sum"] or 0
-    runs_per_topic = {r["topic"]: r["run_id_count_distinct"] for r in
-                      real.group_by(["topic"]).aggregate([("run_id", "count_distinct")]).to_pylist()}
-    topic_rows = sorted((TopicReclaimed(name, runs_per_topic[name], t["bytes"], t["records"], t["by_command"])
-                         for name, t in topics.items()), key=lambda t: (-t.bytes_reclaimed, t.topic))
+    runs_per_topic = {(r["log_dir"], r["topic"]): r["run_id_count_distinct"] for r in
+                      real.group_by(["log_dir", "topic"]).aggregate([("run_id", "count_distinct")]).to_pylist()}
+    topic_rows = sorted((TopicReclaimed(name, log_dir, runs_per_topic[log_dir, name], t["bytes"], t["records"],
+                                        t["by_command"]) for (log_dir, name), t in topics.items()),
+                        key=lambda t: (-t.bytes_reclaimed, t.topic, t.log_dir))
     return History(ledger, len(per_run), runs, topic_rows,
                    [(r["run_id"], r["topic"], r["bytes_removed_sum"] or 0) for r in by_run_topic])
 
@@ -190,13 +204,14 @@ def read_history(uri: str, *, last: int = 10, options: Any = None) -> History:
 
 def topics_table(history: History) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
     """The rows and (key, heading) columns of the bytes reclaimed per topic, split by command (``by compact``,
-    ``by retain``): the text table's and the HTML report's."""
+    ``by retain``), with each row's log dir when the runs cover several: the text table's and the HTML report's."""
     commands = sorted({c for t in history.topics for c in t.by_command})
-    rows = [{"topic": t.topic, "runs": t.runs, "reclaimed": human_bytes(t.bytes_reclaimed),
+    rows = [{"topic": t.topic, "log_dir": t.log_dir, "runs": t.runs, "reclaimed": human_bytes(t.bytes_reclaimed),
              "records": t.records_removed, **{c: human_bytes(t.by_command.get(c, 0)) for c in commands}}
             for t in history.topics]
-    columns = [("topic", "topic"), ("runs", "runs"), ("reclaimed", "reclaimed")] + \
-              [(c, f"by {c}") for c in commands] + [("records", "records removed")]
+    columns = ([("topic", "topic")] + ([("log_dir", "log dir")] if history.several_log_dirs else [])
+               + [("runs", "runs"), ("reclaimed", "reclaimed")] + [(c, f"by {c}") for c in commands]
+               + [("records", "records removed")])
     return rows, columns
 
 
@@ -204,7 +219,7 @@ def render(history: History) -> str:
     """The history as two plain-text tables: the runs (newest first), then bytes reclaimed per topic."""
     if not history.runs:
         return f"ledger {history.ledger}: no runs recorded yet\n"
-    several_dirs = len({r.log_dir for r in history.runs}) > 1
+    several_dirs = history.several_log_dirs
     rows = [{"run": r.run_id[:12], "finished": format_instant(r.finished_ms)[:19] + "Z", "command": r.command,
              "now": format_instant(r.now_ms)[:19] + "Z", "dry_run": "yes" if r.dry_run else "no",
              "outcome": r.outcome, "partitions": r.partitions, "changed": r.changed,

@@ -410,9 +410,12 @@ LEDGER_TOPICS = 8
 
 def reclaimed_per_run_chart(history: Any, *, topics: int = LEDGER_TOPICS) -> Figure:
     """Bytes reclaimed per run of a ledger (a :class:`jobs.engine.report.ledger.History`, or its ``run_topic_frame()``),
-    one bar per run, oldest left, stacked by topic: the ``topics - 1`` topics that got the most back, plus one grey
-    "others" part adding up the rest. Dry runs are hatched: what they would have reclaimed."""
+    one bar per run, oldest left, stacked by topic (by topic and log dir, ``orders (/var/kafka/a)``, when the runs
+    cover several log dirs): the ``topics - 1`` topics that got the most back, plus one grey "others" part adding up
+    the rest. Dry runs are hatched: what they would have reclaimed."""
     df = history.run_topic_frame() if hasattr(history, "run_topic_frame") else pd.DataFrame(history)
+    if "series" not in df.columns:  # a frame of one's own, with topics alone
+        df = df.assign(series=df["topic"])
     runs = df.drop_duplicates("run_id")[["run_id", "label", "dry_run"]].reset_index(drop=True)
     fig = Figure(figsize=(10, 4.5), layout="constrained")
     ax = fig.add_subplot()
@@ -420,7 +423,7 @@ def reclaimed_per_run_chart(history: Any, *, topics: int = LEDGER_TOPICS) -> Fig
         ax.text(0.5, 0.5, "no runs in the ledger", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
         return fig
-    table = df.pivot_table(index="run_id", columns="topic", values="bytes_removed", aggfunc="sum", fill_value=0)
+    table = df.pivot_table(index="run_id", columns="series", values="bytes_removed", aggfunc="sum", fill_value=0)
     table = table.reindex(runs["run_id"]).fillna(0)
     ranked = table.sum().sort_values(ascending=False, kind="stable").index.tolist()
     note = ""

@@ -65,10 +65,39 @@ def test_json_and_last(ledger, capsys) -> None:
         (3, 1, 2000, {"refused": 1})
     assert retain2["now"] == "2023-11-16T22:13:20.000Z" and retain2["now_ms"] == T0 + 2 * DAY
     # per topic over those two runs, without the dry run: only retain night 2
-    assert doc["topics"] == [{"topic": "clicks", "runs": 1, "bytes_reclaimed": 2000, "records_removed": 20,
-                              "by_command": {"retain": 2000}},
-                             {"topic": "orders", "runs": 1, "bytes_reclaimed": 0, "records_removed": 0,
-                              "by_command": {"retain": 0}}]
+    assert doc["topics"] == [{"topic": "clicks", "log_dir": "/var/kafka/logs", "runs": 1, "bytes_reclaimed": 2000,
+                              "records_removed": 20, "by_command": {"retain": 2000}},
+                             {"topic": "orders", "log_dir": "/var/kafka/logs", "runs": 1, "bytes_reclaimed": 0,
+                              "records_removed": 0, "by_command": {"retain": 0}}]
+
+
+def test_one_topic_name_in_two_log_dirs_is_two_rows(tmp_path: Path, capsys) -> None:
+    # was: the bytes of both clusters' "orders" added up in one row (and one colour of the chart), as if one topic
+    uri = str(tmp_path / "ledger")
+    append_run(uri, "compact", 1, [("orders", 0, "compacted", 3000), ("users", 0, "compacted", 100)], log_dir="/a")
+    append_run(uri, "compact", 1, [("orders", 0, "compacted", 5000)], log_dir="/b")
+    append_run(uri, "retain", 2, [("orders", 0, "delete", 700)], log_dir="/b")
+    assert main(["history", "--ledger", uri, "--format", "json"]) == 0
+    topics = json.loads(capsys.readouterr().out)["topics"]
+    assert [(t["topic"], t["log_dir"], t["runs"], t["bytes_reclaimed"], t["by_command"]) for t in topics] == [
+        ("orders", "/b", 2, 5700, {"compact": 5000, "retain": 700}), ("orders", "/a", 1, 3000, {"compact": 3000}),
+        ("users", "/a", 1, 100, {"compact": 100})]
+    assert main(["history", "--ledger", uri]) == 0
+    per_topic = capsys.readouterr().out.split("(dry runs left out):\n")[1].splitlines()
+    assert per_topic[0].split()[:5] == ["topic", "log", "dir", "runs", "reclaimed"]
+    assert [line.split()[:3] for line in per_topic[2:]] == [["orders", "/b", "2"], ["orders", "/a", "1"],
+                                                           ["users", "/a", "1"]]
+    from jobs.engine.report import plots
+
+    history = read_history(uri)
+    legend = plots.reclaimed_per_run_chart(history).axes[0].get_legend().get_texts()
+    assert sorted(t.get_text() for t in legend) == ["orders (/a)", "orders (/b)", "users (/a)"]
+
+
+def test_one_log_dir_keeps_the_tables_as_they_were(ledger) -> None:
+    history = read_history(ledger[0])
+    assert not history.several_log_dirs
+    assert set(history.run_topic_frame()["series"]) == {"clicks", "orders", "users"}
 
 
 def test_run_topic_frame_feeds_the_chart(ledger) -> None:
